@@ -1,0 +1,1 @@
+//! Model architectures: hyperparameters, tensor layouts, presets and quantization policy.
