@@ -131,7 +131,7 @@ impl GgmlType {
     /// blocks or the size overflows.
     pub fn row_bytes(self, n: u64) -> Option<u64> {
         let (elems, bytes) = self.block_geometry();
-        if n % elems as u64 != 0 {
+        if !n.is_multiple_of(elems as u64) {
             return None;
         }
         (n / elems as u64).checked_mul(bytes as u64)
