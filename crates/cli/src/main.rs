@@ -17,11 +17,17 @@ struct Cli {
 }
 
 #[derive(Subcommand)]
-enum Command {}
+enum Command {
+    /// Print a model file's architecture, hyperparameters, tokenizer and tensors.
+    Inspect(cmd::inspect::InspectArgs),
+}
 
 fn main() -> ExitCode {
+    restore_default_sigpipe();
     let cli = Cli::parse();
-    let result: anyhow::Result<()> = match cli.command {};
+    let result = match cli.command {
+        Command::Inspect(args) => cmd::inspect::run(args),
+    };
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -29,5 +35,15 @@ fn main() -> ExitCode {
             eprintln!("error: {e:#}");
             ExitCode::from(2)
         }
+    }
+}
+
+/// Rust ignores SIGPIPE, which turns `ferrolm inspect m.gguf | head` into a panic on the
+/// next print. A command-line tool should just stop quietly, as C tools do.
+fn restore_default_sigpipe() {
+    #[cfg(unix)]
+    // SAFETY: called first thing in main, before any thread exists.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
 }

@@ -4,13 +4,11 @@ use std::path::PathBuf;
 
 #[derive(Debug, thiserror::Error)]
 pub enum GgufError {
-    #[error("{path}: {source}")]
-    Io {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("{path}: {what}")]
+    // The io error is part of the message rather than a `source`, so a report that prints
+    // the chain does not repeat it.
+    #[error("{}: {err}", path.display())]
+    Io { path: PathBuf, err: std::io::Error },
+    #[error("{}: {what}", path.display())]
     Invalid { path: PathBuf, what: String },
     #[error("metadata key `{key}`: {what}")]
     Metadata { key: String, what: String },

@@ -40,9 +40,9 @@ impl GgufFile {
     /// Maps `path` and validates its header, metadata and tensor index.
     pub fn open(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref().to_path_buf();
-        let io = |source| GgufError::Io {
+        let io = |err| GgufError::Io {
             path: path.clone(),
-            source,
+            err,
         };
         let file = fs::File::open(&path).map_err(io)?;
         // SAFETY: the map is read-only. Like every mmap reader we rely on nobody truncating

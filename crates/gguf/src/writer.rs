@@ -95,9 +95,9 @@ impl GgufWriter {
         let mut partial = path.clone().into_os_string();
         partial.push(".partial");
         let partial = PathBuf::from(partial);
-        let file = fs::File::create(&partial).map_err(|source| GgufError::Io {
+        let file = fs::File::create(&partial).map_err(|err| GgufError::Io {
             path: partial.clone(),
-            source,
+            err,
         })?;
         let mut w = self.start(BufWriter::with_capacity(1 << 20, file))?;
         w.paths = Some((partial, path));
@@ -194,7 +194,7 @@ impl<W: Write> TensorDataWriter<W> {
         let mut sink = self.sink.take().expect("sink present until finish");
         sink.flush().map_err(write_err)?;
         if let Some((partial, path)) = self.paths.take() {
-            fs::rename(&partial, &path).map_err(|source| GgufError::Io { path, source })?;
+            fs::rename(&partial, &path).map_err(|err| GgufError::Io { path, err })?;
         }
         Ok(sink)
     }
