@@ -60,7 +60,7 @@ pub fn supported_types() -> impl Iterator<Item = GgmlType> {
 
 fn check_sizes(ty: GgmlType, elems: usize, bytes: usize) -> Result<(), QuantError> {
     let (block, block_bytes) = ty.block_geometry();
-    if elems % block != 0 {
+    if !elems.is_multiple_of(block) {
         return Err(QuantError::PartialBlock { ty, elems, block });
     }
     let expected = elems / block * block_bytes;
@@ -111,7 +111,7 @@ pub fn quantize(ty: GgmlType, src: &[f32], dst: &mut [u8]) -> Result<(), QuantEr
 /// Quantizes into a fresh buffer.
 pub fn quantize_to_vec(ty: GgmlType, src: &[f32]) -> Result<Vec<u8>, QuantError> {
     let (be, bb) = ty.block_geometry();
-    if src.len() % be != 0 {
+    if !src.len().is_multiple_of(be) {
         return Err(QuantError::PartialBlock {
             ty,
             elems: src.len(),
