@@ -24,6 +24,10 @@ pub use q6_k::BlockQ6K;
 pub use q8_k::BlockQ8K;
 
 use crate::{Codec, GgmlType};
+
+// The block structs are read in place from little-endian GGUF data.
+#[cfg(target_endian = "big")]
+compile_error!("ferrolm's K-quant block views assume a little-endian host");
 use bytemuck::Pod;
 use search::{fit_affine, nearest_int, AffineSearch};
 
@@ -183,11 +187,4 @@ fn pack_2bit(codes: &[u8; QK_K]) -> [u8; QK_K / 4] {
         }
     }
     qs
-}
-
-/// The 2-bit value at position `i` (0..256) of a [`pack_2bit`] array.
-#[inline(always)]
-fn unpack_2bit(qs: &[u8; QK_K / 4], i: usize) -> u8 {
-    let (h, r) = (i / 128, i % 128);
-    (qs[32 * h + r % 32] >> (2 * (r / 32))) & 3
 }

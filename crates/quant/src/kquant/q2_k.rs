@@ -2,7 +2,7 @@
 //! 4-bit `sc` and `m` and 2-bit `q`.
 
 use super::search::{fit_affine, nearest_int, AffineSearch};
-use super::{pack_2bit, unpack_2bit, SuperBlock, QK_K};
+use super::{pack_2bit, SuperBlock, QK_K};
 use crate::GgmlType;
 use bytemuck::{Pod, Zeroable};
 use half::f16;
@@ -36,11 +36,25 @@ impl SuperBlock for BlockQ2K {
     fn dequantize(&self, out: &mut [f32; QK_K]) {
         let d = self.d.to_f32();
         let dmin = self.dmin.to_f32();
-        for (j, (chunk, &sc)) in out.chunks_exact_mut(16).zip(&self.scales).enumerate() {
-            let dl = d * f32::from(sc & 0xF);
-            let ml = dmin * f32::from(sc >> 4);
-            for (k, y) in chunk.iter_mut().enumerate() {
-                *y = dl * f32::from(unpack_2bit(&self.qs, 16 * j + k)) - ml;
+        // Walk the 2-bit planes: value 128h + 32k + l sits in qs[32h + l] at bits 2k.
+        for (h, (out, qs)) in out
+            .chunks_exact_mut(128)
+            .zip(self.qs.chunks_exact(32))
+            .enumerate()
+        {
+            for (k, out) in out.chunks_exact_mut(32).enumerate() {
+                for (s, (out, qs)) in out
+                    .chunks_exact_mut(16)
+                    .zip(qs.chunks_exact(16))
+                    .enumerate()
+                {
+                    let sc = self.scales[8 * h + 2 * k + s];
+                    let dl = d * f32::from(sc & 0xF);
+                    let ml = dmin * f32::from(sc >> 4);
+                    for (y, &b) in out.iter_mut().zip(qs) {
+                        *y = dl * f32::from((b >> (2 * k)) & 3) - ml;
+                    }
+                }
             }
         }
     }

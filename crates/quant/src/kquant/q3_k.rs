@@ -2,7 +2,7 @@
 //! 6-bit `sc` and a signed 3-bit `q` (2 low bits in `qs`, the high bit in `hmask`).
 
 use super::search::{fit_symmetric_descent, nearest_int};
-use super::{pack_2bit, unpack_2bit, SuperBlock, QK_K};
+use super::{pack_2bit, SuperBlock, QK_K};
 use crate::GgmlType;
 use bytemuck::{Pod, Zeroable};
 use half::f16;
@@ -52,13 +52,24 @@ impl SuperBlock for BlockQ3K {
 
     fn dequantize(&self, out: &mut [f32; QK_K]) {
         let d = self.d.to_f32();
-        for (j, chunk) in out.chunks_exact_mut(16).enumerate() {
-            let dl = d * f32::from(self.scale(j));
-            for (k, y) in chunk.iter_mut().enumerate() {
-                let i = 16 * j + k;
-                let high_clear = (self.hmask[i % 32] >> (i / 32)) & 1 == 0;
-                let q = unpack_2bit(&self.qs, i) as i8 - if high_clear { 4 } else { 0 };
-                *y = dl * f32::from(q);
+        // Walk the 2-bit planes: value 128h + 32k + l sits in qs[32h + l] at bits 2k, and
+        // its high bit in hmask[l] at bit 4h + k.
+        for (h, (out, qs)) in out
+            .chunks_exact_mut(128)
+            .zip(self.qs.chunks_exact(32))
+            .enumerate()
+        {
+            for (k, out) in out.chunks_exact_mut(32).enumerate() {
+                let hbit = 4 * h + k;
+                for (s, out) in out.chunks_exact_mut(16).enumerate() {
+                    let dl = d * f32::from(self.scale(8 * h + 2 * k + s));
+                    let (qs, hm) = (&qs[16 * s..16 * s + 16], &self.hmask[16 * s..16 * s + 16]);
+                    for ((y, &b), &m) in out.iter_mut().zip(qs).zip(hm) {
+                        let high_clear = (m >> hbit) & 1 == 0;
+                        let q = ((b >> (2 * k)) & 3) as i8 - if high_clear { 4 } else { 0 };
+                        *y = dl * f32::from(q);
+                    }
+                }
             }
         }
     }
