@@ -9,6 +9,7 @@ mod kquant;
 mod legacy;
 
 pub use ferrolm_gguf::GgmlType;
+pub use kquant::{BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K, SuperBlock, QK_K};
 use rayon::prelude::*;
 
 /// One block format: how a block of `ty.block_elems()` floats maps to `ty.block_bytes()` bytes.
