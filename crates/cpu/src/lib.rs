@@ -1,0 +1,7 @@
+//! CPU kernels. Activations are row-major f32 `[n_tokens][width]`; weights are ggml tensors
+//! (row `r` of a `[cols, rows]` ggml tensor is output feature `r`), read in place from the map.
+
+pub mod attention;
+pub mod matmul;
+pub mod norm;
+pub mod rope;
