@@ -17,11 +17,16 @@ struct Cli {
 }
 
 #[derive(Subcommand)]
-enum Command {}
+enum Command {
+    /// Download a model into the local cache and print its path.
+    Pull(cmd::pull::PullArgs),
+}
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let result: anyhow::Result<()> = match cli.command {};
+    let result: anyhow::Result<()> = match cli.command {
+        Command::Pull(args) => cmd::pull::run(args),
+    };
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
