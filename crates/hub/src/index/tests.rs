@@ -62,10 +62,14 @@ fn falls_back_to_any_wheel_of_the_version() {
 
 #[test]
 fn rejects_non_json_and_wrong_shape() {
-    let e = parse_project_page("<html><a href=x>x</a></html>", "https://u@i/s/").unwrap_err();
+    let e =
+        parse_project_page("<html><a href=x>x</a></html>", "https://u:secret@i/s/").unwrap_err();
     assert!(matches!(e, HubError::BadIndex { .. }), "{e}");
+    assert!(!e.to_string().contains("secret"), "{e}");
     let e = parse_project_page(r#"{"name": "x"}"#, "u").unwrap_err();
-    assert!(e.to_string().contains("files"), "{e}");
+    // The cause (missing `files`) is the error's source, not its message.
+    let cause = std::error::Error::source(&e).unwrap().to_string();
+    assert!(cause.contains("files"), "{cause}");
 }
 
 #[test]
