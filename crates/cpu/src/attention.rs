@@ -36,23 +36,11 @@ impl LayerKv {
     }
 }
 
-/// Shapes for [`attention`].
-#[derive(Clone, Copy, Debug)]
-pub struct AttnShape {
-    pub n_head: usize,
-    pub n_kv_head: usize,
-    pub head_dim: usize,
-}
+pub use ferrolm_model::backend::AttnShape;
 
 /// `out[t][h] = softmax(q[t][h] · K[0..=pos_t][g]ᵀ / sqrt(d)) · V[0..=pos_t][g]` with
 /// `g = h / (n_head / n_kv_head)`. Tokens and heads run in parallel.
-pub fn attention(
-    q: &[f32],
-    kv: &LayerKv,
-    positions: &[u32],
-    shape: AttnShape,
-    out: &mut [f32],
-) {
+pub fn attention(q: &[f32], kv: &LayerKv, positions: &[u32], shape: AttnShape, out: &mut [f32]) {
     let AttnShape {
         n_head,
         n_kv_head,
@@ -62,28 +50,26 @@ pub fn attention(
     let kv_width = n_kv_head * head_dim;
     let group = n_head / n_kv_head;
     let scale = 1.0 / (head_dim as f32).sqrt();
-    out.par_chunks_mut(head_dim)
-        .enumerate()
-        .for_each(|(i, o)| {
-            let (t, h) = (i / n_head, i % n_head);
-            let g = h / group;
-            let qh = &q[t * q_width + h * head_dim..][..head_dim];
-            let n_keys = positions[t] as usize + 1;
-            let mut scores: Vec<f32> = (0..n_keys)
-                .map(|p| {
-                    let kh = &kv.k[p * kv_width + g * head_dim..][..head_dim];
-                    dot_f16(qh, kh) * scale
-                })
-                .collect();
-            crate::norm::softmax(&mut scores);
-            o.fill(0.0);
-            for (p, &w) in scores.iter().enumerate() {
-                let vh = &kv.v[p * kv_width + g * head_dim..][..head_dim];
-                for (ov, &vv) in o.iter_mut().zip(vh) {
-                    *ov += w * vv.to_f32();
-                }
+    out.par_chunks_mut(head_dim).enumerate().for_each(|(i, o)| {
+        let (t, h) = (i / n_head, i % n_head);
+        let g = h / group;
+        let qh = &q[t * q_width + h * head_dim..][..head_dim];
+        let n_keys = positions[t] as usize + 1;
+        let mut scores: Vec<f32> = (0..n_keys)
+            .map(|p| {
+                let kh = &kv.k[p * kv_width + g * head_dim..][..head_dim];
+                dot_f16(qh, kh) * scale
+            })
+            .collect();
+        crate::norm::softmax(&mut scores);
+        o.fill(0.0);
+        for (p, &w) in scores.iter().enumerate() {
+            let vh = &kv.v[p * kv_width + g * head_dim..][..head_dim];
+            for (ov, &vv) in o.iter_mut().zip(vh) {
+                *ov += w * vv.to_f32();
             }
-        });
+        }
+    });
 }
 
 fn dot_f16(a: &[f32], b: &[f16]) -> f32 {

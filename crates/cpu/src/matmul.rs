@@ -43,8 +43,34 @@ impl<'a> WeightRef<'a> {
 /// Output rows handed to one task: amortises the row dequantization over enough work.
 const ROWS_PER_TASK: usize = 16;
 
+/// The format llama.cpp converts activations to before a dot product with `ty` weights.
+pub fn activation_type(ty: GgmlType) -> GgmlType {
+    use GgmlType::*;
+    match ty {
+        Q4_0 | Q5_0 | Q8_0 => Q8_0,
+        Q4_1 | Q5_1 => Q8_1,
+        Q2K | Q3K | Q4K | Q5K | Q6K => Q8K,
+        other => other,
+    }
+}
+
+/// `x` as the weight's partner format sees it: quantized and dequantized back. Matching
+/// llama.cpp's activation rounding keeps our logits within its own noise.
+fn round_activations(ty: GgmlType, x: &[f32]) -> Vec<f32> {
+    let act = activation_type(ty);
+    let q = ferrolm_quant::quantize_to_vec(act, x).expect("activation rows are whole blocks");
+    ferrolm_quant::dequantize_to_vec(act, &q, x.len()).expect("sizes match")
+}
+
 /// `out[t][r] = Σ_c x[t][c] · W[r][c]` for `n = x.len() / cols` tokens.
-pub fn matmul_reference(w: &WeightRef, x: &[f32], out: &mut [f32]) {
+pub fn matmul(w: &WeightRef, x: &[f32], out: &mut [f32]) {
+    let rounded;
+    let x = if activation_type(w.ty) == GgmlType::F32 {
+        x
+    } else {
+        rounded = round_activations(w.ty, x);
+        &rounded
+    };
     let n = x.len() / w.cols;
     assert_eq!(out.len(), n * w.rows);
     // Compute transposed ([row][token]) so each task owns a contiguous block of output.

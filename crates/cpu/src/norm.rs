@@ -72,7 +72,9 @@ mod tests {
 
     #[test]
     fn rms_norm_matches_f64_definition() {
-        let x: Vec<f32> = (0..64).map(|i| ((i * 37 % 17) as f32 - 8.0) * 0.3).collect();
+        let x: Vec<f32> = (0..64)
+            .map(|i| ((i * 37 % 17) as f32 - 8.0) * 0.3)
+            .collect();
         let w: Vec<f32> = (0..32).map(|i| 0.5 + i as f32 * 0.01).collect();
         let mut out = vec![0.0; 64];
         rms_norm(&x, &w, 1e-5, &mut out);

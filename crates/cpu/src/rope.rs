@@ -1,13 +1,6 @@
 //! Rotary position embeddings, in the two layouts ggml knows.
 
-/// How a head's dimensions are paired for rotation.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RopeMode {
-    /// Adjacent pairs `(2i, 2i+1)`: llama.
-    Normal,
-    /// Halves `(i, i + d/2)`: GPT-NeoX style, used by qwen2/qwen3/olmoe.
-    Neox,
-}
+pub use ferrolm_model::backend::RopeMode;
 
 /// Rotates every head of every row in `x` (`[n_tokens][n_heads * head_dim]`), token `t`
 /// at position `positions[t]`. Angles follow ggml: `theta_i = pos * base^(-2i/d)`, built by
