@@ -1,8 +1,9 @@
 //! `ferrolm pull [NAME]`: download a known model into the local cache.
 
 use clap::Args;
-use ferrolm_hub::{Hub, MODELS};
+use ferrolm_hub::{Hub, ModelSpec, MODELS};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use std::path::PathBuf;
 
 /// Arguments of `ferrolm pull` (its one-line help is on `Command::Pull`).
 #[derive(Args, Debug)]
@@ -42,8 +43,15 @@ pub fn run(args: PullArgs) -> anyhow::Result<()> {
         return Ok(());
     }
 
+    let path = pull_with_progress(&hub, spec)?;
+    eprintln!("downloaded {} to {}", spec.name, path.display());
+    println!("{}", path.display());
+    Ok(())
+}
+
+/// Downloads `spec` with a progress bar on stderr (hidden when stderr is not a terminal).
+pub fn pull_with_progress(hub: &Hub, spec: &ModelSpec) -> anyhow::Result<PathBuf> {
     eprintln!("pulling {} ({})", spec.name, spec.description);
-    // Hidden by indicatif itself when stderr is not a terminal.
     let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
     bar.set_style(
         ProgressStyle::with_template(
@@ -59,8 +67,18 @@ pub fn run(args: PullArgs) -> anyhow::Result<()> {
     };
     let result = hub.pull_spec(spec, &progress);
     bar.finish_and_clear();
-    let path = result?;
-    eprintln!("downloaded {} to {}", spec.name, path.display());
-    println!("{}", path.display());
-    Ok(())
+    Ok(result?)
+}
+
+/// The model a command runs on: `-m` when given, else the default model, pulled on first use.
+pub fn model_or_default(explicit: Option<PathBuf>) -> anyhow::Result<PathBuf> {
+    if let Some(path) = explicit {
+        return Ok(path);
+    }
+    let hub = Hub::from_env();
+    let spec = ferrolm_hub::model(None)?;
+    match hub.cached(spec) {
+        Some(path) => Ok(path),
+        None => pull_with_progress(&hub, spec),
+    }
 }
