@@ -22,6 +22,8 @@ enum Command {
     Pull(cmd::pull::PullArgs),
     /// Print a model file's architecture, hyperparameters, tokenizer and tensors.
     Inspect(cmd::inspect::InspectArgs),
+    /// Print the logits of given token ids as JSON (the parity interface).
+    Logits(cmd::logits::LogitsArgs),
 }
 
 fn main() -> ExitCode {
@@ -30,6 +32,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Pull(args) => cmd::pull::run(args),
         Command::Inspect(args) => cmd::inspect::run(args),
+        Command::Logits(args) => cmd::logits::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,4 +1,6 @@
 //! One module per subcommand.
 
+pub mod common;
 pub mod inspect;
+pub mod logits;
 pub mod pull;
