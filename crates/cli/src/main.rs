@@ -20,6 +20,10 @@ struct Cli {
 enum Command {
     /// Print a model file's architecture, hyperparameters, tokenizer and tensors.
     Inspect(cmd::inspect::InspectArgs),
+    /// Write a random-weight model with the exact shapes of a real one.
+    Synth(cmd::synth::SynthArgs),
+    /// Quantize an F32/F16/BF16 model, choosing each tensor's type as llama.cpp does.
+    Quantize(cmd::quantize::QuantizeArgs),
 }
 
 fn main() -> ExitCode {
@@ -27,6 +31,8 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Inspect(args) => cmd::inspect::run(args),
+        Command::Synth(args) => cmd::synth::run(args),
+        Command::Quantize(args) => cmd::quantize::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -28,6 +28,10 @@ pub(crate) fn write_streaming(
     progress: Progress,
 ) -> Result<()> {
     let infos = writer.tensors().to_vec();
+    // Fail before creating the file if some type cannot be written.
+    for info in infos.iter().filter(|t| t.ty != GgmlType::F32) {
+        ferrolm_quant::codec(info.ty)?;
+    }
     let mut data = writer.create(path)?;
     let (tx, rx) = mpsc::sync_channel::<Vec<u8>>(1);
     std::thread::scope(|s| {

@@ -1,3 +1,6 @@
 //! One module per subcommand.
 
 pub mod inspect;
+pub mod quantize;
+pub mod synth;
+mod tooling;
