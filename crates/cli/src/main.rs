@@ -24,6 +24,10 @@ enum Command {
     Inspect(cmd::inspect::InspectArgs),
     /// Print the logits of given token ids as JSON (the parity interface).
     Logits(cmd::logits::LogitsArgs),
+    /// Write a random-weight model with the exact shapes of a real one.
+    Synth(cmd::synth::SynthArgs),
+    /// Quantize an F32/F16/BF16 model, choosing each tensor's type as llama.cpp does.
+    Quantize(cmd::quantize::QuantizeArgs),
 }
 
 fn main() -> ExitCode {
@@ -33,6 +37,8 @@ fn main() -> ExitCode {
         Command::Pull(args) => cmd::pull::run(args),
         Command::Inspect(args) => cmd::inspect::run(args),
         Command::Logits(args) => cmd::logits::run(args),
+        Command::Synth(args) => cmd::synth::run(args),
+        Command::Quantize(args) => cmd::quantize::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -4,3 +4,6 @@ pub mod common;
 pub mod inspect;
 pub mod logits;
 pub mod pull;
+pub mod quantize;
+pub mod synth;
+mod tooling;
