@@ -1,0 +1,190 @@
+//! The decode kernel: one weight row at a time, decoded in registers 32 codes at a time and
+//! dotted with each token. Per 32 codes: the decoder's 2-4 ops, one byte dot, one convert and
+//! one FMA against a precomputed `scale · dx`; the offsets are one f32 dot per row and token.
+
+use super::super::act::Acts;
+use super::SimdFormat;
+use std::arch::x86_64::*;
+
+/// The byte dot product of a level: each i32 lane sums 4 products of an unsigned weight byte
+/// and a signed activation byte.
+trait Dot {
+    const VNNI: bool;
+    /// # Safety
+    /// The implementation's target features must be available.
+    unsafe fn dot(codes: __m256i, x: __m256i) -> __m256i;
+}
+
+struct Maddubs;
+struct Vnni;
+
+impl Dot for Maddubs {
+    const VNNI: bool = false;
+    /// Pairs sum to i16 without saturating for codes below 128 (all formats but Q8_0, which
+    /// takes `dot_signed`).
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn dot(codes: __m256i, x: __m256i) -> __m256i {
+        _mm256_madd_epi16(_mm256_maddubs_epi16(codes, x), _mm256_set1_epi16(1))
+    }
+}
+
+impl Dot for Vnni {
+    const VNNI: bool = true;
+    #[inline]
+    #[target_feature(enable = "avx2,avx512vl,avx512vnni")]
+    unsafe fn dot(codes: __m256i, x: __m256i) -> __m256i {
+        _mm256_dpbusd_epi32(_mm256_setzero_si256(), codes, x)
+    }
+}
+
+/// `Σ w·x` for signed `w`, on AVX2: `|w|` is unsigned and `x` takes `w`'s sign, so
+/// `vpmaddubsw` cannot saturate (|w| ≤ 128, |x| ≤ 127).
+#[inline]
+#[target_feature(enable = "avx2")]
+pub(super) unsafe fn dot_signed(w: __m256i, x: __m256i) -> __m256i {
+    let p = _mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(x, w));
+    _mm256_madd_epi16(p, _mm256_set1_epi16(1))
+}
+
+#[inline]
+#[target_feature(enable = "avx2")]
+pub(super) unsafe fn hsum(v: __m256) -> f32 {
+    let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
+    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
+}
+
+/// `Σ a·b` in f32.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
+    let n = a.len().min(b.len());
+    let mut acc = _mm256_setzero_ps();
+    let mut i = 0;
+    while i + 8 <= n {
+        let (x, y) = (&a[i..i + 8], &b[i..i + 8]);
+        acc = _mm256_fmadd_ps(
+            _mm256_loadu_ps(x.as_ptr()),
+            _mm256_loadu_ps(y.as_ptr()),
+            acc,
+        );
+        i += 8;
+    }
+    hsum(acc) + (i..n).map(|j| a[j] * b[j]).sum::<f32>()
+}
+
+/// The per-lane scale of a chunk of 32 codes: one unit, or two units of 16 (lanes 0-3, 4-7).
+#[inline(always)]
+unsafe fn chunk_scale<const UNIT: usize>(eff: *const f32) -> __m256 {
+    if UNIT == 32 {
+        _mm256_set1_ps(*eff)
+    } else {
+        _mm256_setr_m128(_mm_set1_ps(*eff), _mm_set1_ps(*eff.add(1)))
+    }
+}
+
+/// `(cvt(dot(codes, x)), scale)` of chunk `c` of `blk`: the f32 contribution of 32 codes.
+/// `x` points at the chunk's 32 activation codes, `eff` at its unit's `scale · dx`.
+#[inline(always)]
+unsafe fn chunk<F: SimdFormat, D: Dot>(
+    blk: &F::Block,
+    c: usize,
+    x: *const i8,
+    eff: *const f32,
+    signed: bool,
+) -> (__m256, __m256) {
+    let xv = _mm256_loadu_si256(x.cast());
+    let codes = F::codes32(blk, c);
+    let p = if signed {
+        dot_signed(_mm256_xor_si256(codes, _mm256_set1_epi8(i8::MIN)), xv)
+    } else {
+        D::dot(codes, xv)
+    };
+    let e = if F::UNIT == 32 {
+        chunk_scale::<32>(eff)
+    } else {
+        chunk_scale::<16>(eff)
+    };
+    (_mm256_cvtepi32_ps(p), e)
+}
+
+#[inline(always)]
+unsafe fn rows<F: SimdFormat, D: Dot>(w: &[F::Block], bpr: usize, acts: &Acts, out: &mut [f32]) {
+    let units = bpr * F::ELEMS / F::UNIT;
+    let (mut scale, mut off, mut eff) = (vec![0f32; units], vec![0f32; units], vec![0f32; units]);
+    // Q8_0 on AVX2: signed codes through `dot_signed`, which already is `Σ q·x`, no offset.
+    let signed = F::WIDE && !D::VNNI;
+    // Four accumulators hide the FMA latency; blocks go `step` at a time so that chunk `k` of
+    // a step always lands in accumulator `k % 4` (constant indices once unrolled).
+    let cpb = F::ELEMS / 32;
+    let step = 4usize.div_ceil(cpb);
+    let whole = bpr / step * step;
+    for (row, o) in w.chunks_exact(bpr).zip(out.chunks_exact_mut(acts.n)) {
+        F::params_run(row, &mut scale, &mut off);
+        for (t, ov) in o.iter_mut().enumerate() {
+            let (dx, sx, x) = (acts.d(t), acts.s(t), acts.codes(t));
+            for ((e, s), d) in eff.iter_mut().zip(&scale).zip(dx) {
+                *e = s * d;
+            }
+            let offsets = if signed { 0.0 } else { dot_f32(&off, sx) };
+            // Lengths settled here; the loops below index through raw pointers.
+            let (x, eff, row) = (
+                x[..bpr * F::ELEMS].as_ptr(),
+                eff[..units].as_ptr(),
+                &row[..bpr],
+            );
+            let at = |b: usize, c: usize| {
+                (
+                    x.add(b * F::ELEMS + 32 * c),
+                    eff.add((b * F::ELEMS + 32 * c) / F::UNIT),
+                )
+            };
+            let mut acc = [_mm256_setzero_ps(); 4];
+            for b0 in (0..whole).step_by(step) {
+                for j in 0..step {
+                    let b = b0 + j;
+                    for c in 0..cpb {
+                        let (xp, ep) = at(b, c);
+                        let (v, e) = chunk::<F, D>(row.get_unchecked(b), c, xp, ep, signed);
+                        let k = (j * cpb + c) % 4;
+                        acc[k] = _mm256_fmadd_ps(v, e, acc[k]);
+                    }
+                }
+            }
+            for b in whole..bpr {
+                for c in 0..cpb {
+                    let (xp, ep) = at(b, c);
+                    let (v, e) = chunk::<F, D>(row.get_unchecked(b), c, xp, ep, signed);
+                    acc[c % 4] = _mm256_fmadd_ps(v, e, acc[c % 4]);
+                }
+            }
+            let sum = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
+            *ov = hsum(sum) + offsets;
+        }
+    }
+}
+
+/// # Safety
+/// AVX2, FMA and F16C must be available.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn rows_avx2<F: SimdFormat>(
+    w: &[F::Block],
+    bpr: usize,
+    acts: &Acts,
+    out: &mut [f32],
+) {
+    rows::<F, Maddubs>(w, bpr, acts, out)
+}
+
+/// # Safety
+/// AVX2, FMA, F16C, AVX-512 F/BW/VL/VNNI must be available.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(super) unsafe fn rows_avx512<F: SimdFormat>(
+    w: &[F::Block],
+    bpr: usize,
+    acts: &Acts,
+    out: &mut [f32],
+) {
+    rows::<F, Vnni>(w, bpr, acts, out)
+}
