@@ -1,6 +1,8 @@
 //! Activation rows quantized once per call into the weight's partner format, laid out for the
 //! kernels: codes contiguous per token, and per unit (16 or 32 elements, the weight's unit) the
-//! scale `d` and `s = d · Σ codes`, the term the weight offsets multiply.
+//! scale `d` and `s = d · Σ codes`, the term the weight offsets multiply. For weights whose
+//! codes carry a bias, `-bias · Σ codes` per unit and per 4 codes, which the kernels start
+//! their integer dots from so that the bias cancels exactly.
 
 use ferrolm_gguf::GgmlType;
 use ferrolm_quant::{BlockQ8K, BlockQ8_0, BlockQ8_1, LegacyBlock, SuperBlock, QK_K};
@@ -22,12 +24,17 @@ pub(super) struct Acts {
     /// `[n][cols / unit]`: `d · Σ codes` of the unit. Exact for Q8_0/Q8_1 (an f16 scale times
     /// a sum under 2^13 fits in f32's mantissa); one rounding for Q8_K.
     pub s: Vec<f32>,
+    /// `[n][cols / unit]`: `-bias · Σ codes` of the unit (the tiled kernel's starting sums).
+    pub xb: Vec<i32>,
+    /// `[n][cols / 4]`: `-bias · Σ codes` of each 4 codes (the decode kernel's lane sums).
+    pub xl: Vec<i32>,
 }
 
 impl Acts {
     /// Quantizes `x` (`[n][cols]`) to `ty` (Q8_0, Q8_1 or Q8_K), for a weight of `unit`-element
-    /// units. `cols` must be a multiple of `ty`'s block.
-    pub fn quantize(ty: GgmlType, unit: usize, x: &[f32], cols: usize) -> Acts {
+    /// units whose codes are stored `bias` above their value. `cols` must be a multiple of
+    /// `ty`'s block.
+    pub fn quantize(ty: GgmlType, unit: usize, bias: i32, x: &[f32], cols: usize) -> Acts {
         let n = x.len() / cols;
         let units = cols / unit;
         let mut a = Acts {
@@ -37,14 +44,29 @@ impl Acts {
             codes: vec![0; n * cols],
             d: vec![0.0; n * units],
             s: vec![0.0; n * units],
+            xb: vec![0; n * units],
+            xl: vec![0; n * cols / 4],
         };
-        let row = |((x, codes), (d, s)): ((&[f32], &mut [i8]), (&mut [f32], &mut [f32]))| {
-            quantize_row(ty, unit, x, codes, d, s)
+        type Row<'a> = ((&'a [f32], &'a mut [i8]), (&'a mut [f32], &'a mut [f32]));
+        let row = |(((x, codes), (d, s)), (xb, xl)): (Row, (&mut [i32], &mut [i32]))| {
+            quantize_row(ty, unit, x, codes, d, s);
+            if bias != 0 {
+                for (b, c) in xb.iter_mut().zip(codes.chunks_exact(unit)) {
+                    *b = -bias * c.iter().map(|&q| i32::from(q)).sum::<i32>();
+                }
+                for (l, c) in xl.iter_mut().zip(codes.chunks_exact(4)) {
+                    *l = -bias * c.iter().map(|&q| i32::from(q)).sum::<i32>();
+                }
+            }
         };
         if x.len() < PARALLEL_MIN_ELEMS {
             x.chunks_exact(cols)
                 .zip(a.codes.chunks_exact_mut(cols))
                 .zip(a.d.chunks_exact_mut(units).zip(a.s.chunks_exact_mut(units)))
+                .zip(
+                    a.xb.chunks_exact_mut(units)
+                        .zip(a.xl.chunks_exact_mut(cols / 4)),
+                )
                 .for_each(row);
         } else {
             x.par_chunks_exact(cols)
@@ -52,6 +74,10 @@ impl Acts {
                 .zip(
                     a.d.par_chunks_exact_mut(units)
                         .zip(a.s.par_chunks_exact_mut(units)),
+                )
+                .zip(
+                    a.xb.par_chunks_exact_mut(units)
+                        .zip(a.xl.par_chunks_exact_mut(cols / 4)),
                 )
                 .for_each(row);
         }
@@ -72,6 +98,14 @@ impl Acts {
 
     pub fn s(&self, t: usize) -> &[f32] {
         &self.s[t * self.units()..][..self.units()]
+    }
+
+    pub fn xb(&self, t: usize) -> &[i32] {
+        &self.xb[t * self.units()..][..self.units()]
+    }
+
+    pub fn xl(&self, t: usize) -> &[i32] {
+        &self.xl[t * self.cols / 4..][..self.cols / 4]
     }
 }
 

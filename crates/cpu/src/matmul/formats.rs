@@ -1,10 +1,15 @@
 //! Every quantized weight format as the kernels see it, defined once and shared by all levels.
 //!
 //! A block is split into units of `UNIT` (16 or 32) elements that share a scale and an offset:
-//! element `i` of unit `u` is `scale[u] · code[i] + off[u]`, with `code` an unsigned byte.
-//! Signed formats store their codes with a bias (Q4_0: q + 8, Q6_K: q + 32, Q8_0: q + 128, ...)
-//! and fold `-bias·scale` into `off`, so every kernel multiplies unsigned weight bytes by signed
-//! activation bytes, which is what `vpdpbusd` and `vpmaddubsw` do.
+//! element `i` of unit `u` is `scale[u] · (code[i] - BIAS) + off[u]`, with `code` an unsigned
+//! byte, so every kernel multiplies unsigned weight bytes by signed activation bytes, which is
+//! what `vpdpbusd` and `vpmaddubsw` do.
+//!
+//! Symmetric formats store their codes with a constant bias (Q4_0: q + 8, Q5_0: q + 16,
+//! Q8_0: q + 128, Q3_K: q + 4, Q6_K: q + 32) and have no offset: kernels take `BIAS · Σ x` off
+//! the integer dot, which keeps it exact (`Σ q·x`, as llama.cpp computes it). Formats with a
+//! minimum (Q4_1, Q5_1, Q2_K, Q4_K, Q5_K) have `BIAS = 0` and an f32 offset per unit, which
+//! multiplies the activation's `d · Σ x`.
 //!
 //! `scale` and `off` are computed exactly as the dequantizers in `ferrolm_quant` compute their
 //! `d·sc` and `dmin·m` (the same f32 products), so the fast path multiplies the very operands
@@ -25,6 +30,8 @@ pub(super) trait Format: Send + Sync + 'static {
     const UNIT: usize;
     /// Codes may exceed 127 (Q8_0): AVX2's pairwise 16-bit sums could saturate on them.
     const WIDE: bool = false;
+    /// The constant the codes are stored above (symmetric formats), else 0.
+    const BIAS: i32 = 0;
 
     /// The block's units' scales and offsets (`ELEMS / UNIT` of each). `h` converts f16 bits.
     fn params(b: &Self::Block, h: impl Fn(u16) -> f32, scale: &mut [f32], off: &mut [f32]);
@@ -55,12 +62,12 @@ pub(super) struct Q6K;
 
 impl Format for Q4_0 {
     const TY: GgmlType = GgmlType::Q4_0;
+    const BIAS: i32 = 8;
     type Block = BlockQ4_0;
     const ELEMS: usize = 32;
     const UNIT: usize = 32;
     fn params(b: &BlockQ4_0, h: impl Fn(u16) -> f32, scale: &mut [f32], off: &mut [f32]) {
-        let d = h(f16_le(b.d));
-        (scale[0], off[0]) = (d, -8.0 * d);
+        (scale[0], off[0]) = (h(f16_le(b.d)), 0.0);
     }
     fn codes(b: &BlockQ4_0, out: &mut [u8]) {
         for (i, o) in out.iter_mut().enumerate() {
@@ -86,12 +93,12 @@ impl Format for Q4_1 {
 
 impl Format for Q5_0 {
     const TY: GgmlType = GgmlType::Q5_0;
+    const BIAS: i32 = 16;
     type Block = BlockQ5_0;
     const ELEMS: usize = 32;
     const UNIT: usize = 32;
     fn params(b: &BlockQ5_0, h: impl Fn(u16) -> f32, scale: &mut [f32], off: &mut [f32]) {
-        let d = h(f16_le(b.d));
-        (scale[0], off[0]) = (d, -16.0 * d);
+        (scale[0], off[0]) = (h(f16_le(b.d)), 0.0);
     }
     fn codes(b: &BlockQ5_0, out: &mut [u8]) {
         for (i, o) in out.iter_mut().enumerate() {
@@ -121,9 +128,9 @@ impl Format for Q8_0 {
     const ELEMS: usize = 32;
     const UNIT: usize = 32;
     const WIDE: bool = true;
+    const BIAS: i32 = 128;
     fn params(b: &BlockQ8_0, h: impl Fn(u16) -> f32, scale: &mut [f32], off: &mut [f32]) {
-        let d = h(f16_le(b.d));
-        (scale[0], off[0]) = (d, -128.0 * d);
+        (scale[0], off[0]) = (h(f16_le(b.d)), 0.0);
     }
     fn codes(b: &BlockQ8_0, out: &mut [u8]) {
         // q + 128 as a byte: flipping the sign bit.
@@ -161,6 +168,7 @@ impl Format for Q2K {
 
 impl Format for Q3K {
     const TY: GgmlType = GgmlType::Q3K;
+    const BIAS: i32 = 4;
     type Block = BlockQ3K;
     const ELEMS: usize = 256;
     const UNIT: usize = 16;
@@ -168,7 +176,7 @@ impl Format for Q3K {
         let d = h(b.d.to_bits());
         for j in 0..16 {
             scale[j] = d * f32::from(b.scale(j));
-            off[j] = -4.0 * scale[j];
+            off[j] = 0.0;
         }
     }
     fn codes(b: &BlockQ3K, out: &mut [u8]) {
@@ -226,6 +234,7 @@ impl Format for Q5K {
 
 impl Format for Q6K {
     const TY: GgmlType = GgmlType::Q6K;
+    const BIAS: i32 = 32;
     type Block = BlockQ6K;
     const ELEMS: usize = 256;
     const UNIT: usize = 16;
@@ -233,7 +242,7 @@ impl Format for Q6K {
         let d = h(b.d.to_bits());
         for (j, &sc) in b.scales.iter().enumerate() {
             scale[j] = d * f32::from(sc);
-            off[j] = -32.0 * scale[j];
+            off[j] = 0.0;
         }
     }
     fn codes(b: &BlockQ6K, out: &mut [u8]) {

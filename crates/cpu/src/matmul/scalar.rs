@@ -24,18 +24,20 @@ pub(super) fn gemv<F: Format>(w: &[F::Block], bpr: usize, acts: &Acts, out: &mut
             F::codes(blk, &mut codes);
             for (t, acc) in o.iter_mut().enumerate() {
                 let x = &acts.codes(t)[b * F::ELEMS..][..F::ELEMS];
-                let (dx, sx) = (acts.d(t), acts.s(t));
+                let (dx, sx, xb) = (acts.d(t), acts.s(t), acts.xb(t));
                 for (j, (c, xv)) in codes
                     .chunks_exact(F::UNIT)
                     .zip(x.chunks_exact(F::UNIT))
                     .enumerate()
                 {
                     let u = b * upb + j;
+                    // Starting from `-BIAS·Σx` makes the sum exactly `Σ (code - BIAS)·x`.
                     let dot: i32 = c
                         .iter()
                         .zip(xv)
                         .map(|(&c, &x)| i32::from(c) * i32::from(x))
-                        .sum();
+                        .sum::<i32>()
+                        + xb[u];
                     *acc += dot as f32 * (scale[u] * dx[u]) + off[u] * sx[u];
                 }
             }

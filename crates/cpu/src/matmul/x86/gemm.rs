@@ -70,8 +70,7 @@ unsafe fn pack_group<F: SimdFormat>(
         F::params_run(row, &mut s, &mut o);
         for u in 0..units {
             scale[u * g + i] = s[u];
-            // Signed (AVX2 Q8_0) codes are dotted as they are: no bias to take back.
-            off[u * g + i] = if signed { 0.0 } else { o[u] };
+            off[u * g + i] = o[u];
         }
         for (b, blk) in row.iter().enumerate() {
             for c in 0..F::ELEMS / 32 {
@@ -105,13 +104,21 @@ pub(super) fn gemm<F: SimdFormat>(
         .enumerate()
         .for_each(|(i, o)| {
             let t0 = i * per_task;
+            // Biased codes start their dots from `-BIAS·Σx`; signed ones need no correction.
+            let biased = F::BIAS != 0 && !signed;
             // SAFETY (all arms): `isa` was detected on this CPU by `matmul_with`'s caller.
-            match (isa, F::UNIT, signed) {
-                (Isa::Avx512, 32, _) => unsafe { task_avx512::<32>(&p, acts, t0, rows, o) },
-                (Isa::Avx512, _, _) => unsafe { task_avx512::<16>(&p, acts, t0, rows, o) },
-                (_, 32, false) => unsafe { task_avx2::<32, false>(&p, acts, t0, rows, o) },
-                (_, 32, true) => unsafe { task_avx2::<32, true>(&p, acts, t0, rows, o) },
-                _ => unsafe { task_avx2::<16, false>(&p, acts, t0, rows, o) },
+            unsafe {
+                match (isa, F::UNIT, biased, signed) {
+                    (Isa::Avx512, 32, false, _) => task_avx512::<32, false>(&p, acts, t0, rows, o),
+                    (Isa::Avx512, 32, true, _) => task_avx512::<32, true>(&p, acts, t0, rows, o),
+                    (Isa::Avx512, _, false, _) => task_avx512::<16, false>(&p, acts, t0, rows, o),
+                    (Isa::Avx512, _, true, _) => task_avx512::<16, true>(&p, acts, t0, rows, o),
+                    (_, _, _, true) => task_avx2::<32, false, true>(&p, acts, t0, rows, o),
+                    (_, 32, false, _) => task_avx2::<32, false, false>(&p, acts, t0, rows, o),
+                    (_, 32, true, _) => task_avx2::<32, true, false>(&p, acts, t0, rows, o),
+                    (_, _, false, _) => task_avx2::<16, false, false>(&p, acts, t0, rows, o),
+                    (_, _, true, _) => task_avx2::<16, true, false>(&p, acts, t0, rows, o),
+                }
             }
         });
 }
@@ -127,7 +134,7 @@ fn group_blocks(p: &Packed) -> impl Iterator<Item = std::ops::Range<usize>> {
 
 /// Tokens `t0..` of `out` (`[tokens][rows]`), all rows.
 #[target_feature(enable = "avx2,fma,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn task_avx512<const UNIT: usize>(
+unsafe fn task_avx512<const UNIT: usize, const BIASED: bool>(
     p: &Packed,
     a: &Acts,
     t0: usize,
@@ -140,24 +147,26 @@ unsafe fn task_avx512<const UNIT: usize>(
             let o = &mut out[t * rows..];
             for g in block.clone() {
                 match nt - t {
-                    1 => tile16::<1, UNIT>(p, g, a, t0 + t, rows, o),
-                    2 => tile16::<2, UNIT>(p, g, a, t0 + t, rows, o),
-                    3 => tile16::<3, UNIT>(p, g, a, t0 + t, rows, o),
-                    4 => tile16::<4, UNIT>(p, g, a, t0 + t, rows, o),
-                    5 => tile16::<5, UNIT>(p, g, a, t0 + t, rows, o),
-                    6 => tile16::<6, UNIT>(p, g, a, t0 + t, rows, o),
-                    7 => tile16::<7, UNIT>(p, g, a, t0 + t, rows, o),
-                    _ => tile16::<8, UNIT>(p, g, a, t0 + t, rows, o),
+                    1 => tile16::<1, UNIT, BIASED>(p, g, a, t0 + t, rows, o),
+                    2 => tile16::<2, UNIT, BIASED>(p, g, a, t0 + t, rows, o),
+                    3 => tile16::<3, UNIT, BIASED>(p, g, a, t0 + t, rows, o),
+                    4 => tile16::<4, UNIT, BIASED>(p, g, a, t0 + t, rows, o),
+                    5 => tile16::<5, UNIT, BIASED>(p, g, a, t0 + t, rows, o),
+                    6 => tile16::<6, UNIT, BIASED>(p, g, a, t0 + t, rows, o),
+                    7 => tile16::<7, UNIT, BIASED>(p, g, a, t0 + t, rows, o),
+                    _ => tile16::<8, UNIT, BIASED>(p, g, a, t0 + t, rows, o),
                 }
             }
         }
     }
 }
 
-/// 16 rows (group `g`) × `T` tokens from `t0`, into `out` (`[T..][rows]`).
+/// 16 rows (group `g`) × `T` tokens from `t0`, into `out` (`[T..][rows]`). `BIASED`: dots
+/// start from `-BIAS·Σx` and there are no offsets; otherwise they start from 0 and offsets
+/// multiply `d·Σx`.
 #[inline]
 #[target_feature(enable = "avx2,fma,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn tile16<const T: usize, const UNIT: usize>(
+unsafe fn tile16<const T: usize, const UNIT: usize, const BIASED: bool>(
     p: &Packed,
     g: usize,
     a: &Acts,
@@ -176,11 +185,18 @@ unsafe fn tile16<const T: usize, const UNIT: usize>(
     let x: [*const i8; T] = std::array::from_fn(|t| a.codes(t0 + t)[..p.chunks * 32].as_ptr());
     let dx: [*const f32; T] = std::array::from_fn(|t| a.d(t0 + t)[..p.units].as_ptr());
     let sx: [*const f32; T] = std::array::from_fn(|t| a.s(t0 + t)[..p.units].as_ptr());
+    let xb: [*const i32; T] = std::array::from_fn(|t| a.xb(t0 + t)[..p.units].as_ptr());
     let mut acc = [_mm512_setzero_ps(); T];
     for c in 0..p.chunks {
         for h in 0..32 / UNIT {
             let u = c * (32 / UNIT) + h;
-            let mut dots = [_mm512_setzero_si512(); T];
+            let mut dots: [__m512i; T] = std::array::from_fn(|t| {
+                if BIASED {
+                    _mm512_set1_epi32(*xb[t].add(u))
+                } else {
+                    _mm512_setzero_si512()
+                }
+            });
             for k in h * UNIT / 4..(h + 1) * UNIT / 4 {
                 let wv = _mm512_loadu_si512(codes.as_ptr().add((c * 8 + k) * 16).cast());
                 for t in 0..T {
@@ -194,7 +210,9 @@ unsafe fn tile16<const T: usize, const UNIT: usize>(
             for t in 0..T {
                 let s = _mm512_mul_ps(sc, _mm512_set1_ps(*dx[t].add(u)));
                 acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dots[t]), s, acc[t]);
-                acc[t] = _mm512_fmadd_ps(of, _mm512_set1_ps(*sx[t].add(u)), acc[t]);
+                if !BIASED {
+                    acc[t] = _mm512_fmadd_ps(of, _mm512_set1_ps(*sx[t].add(u)), acc[t]);
+                }
             }
         }
     }
@@ -209,7 +227,7 @@ unsafe fn tile16<const T: usize, const UNIT: usize>(
 
 /// Tokens `t0..` of `out` (`[tokens][rows]`), all rows; `SIGNED` for Q8_0's raw codes.
 #[target_feature(enable = "avx2,fma")]
-unsafe fn task_avx2<const UNIT: usize, const SIGNED: bool>(
+unsafe fn task_avx2<const UNIT: usize, const BIASED: bool, const SIGNED: bool>(
     p: &Packed,
     a: &Acts,
     t0: usize,
@@ -222,20 +240,21 @@ unsafe fn task_avx2<const UNIT: usize, const SIGNED: bool>(
             let o = &mut out[t * rows..];
             for g in block.clone() {
                 match nt - t {
-                    1 => tile8::<1, UNIT, SIGNED>(p, g, a, t0 + t, rows, o),
-                    2 => tile8::<2, UNIT, SIGNED>(p, g, a, t0 + t, rows, o),
-                    3 => tile8::<3, UNIT, SIGNED>(p, g, a, t0 + t, rows, o),
-                    _ => tile8::<4, UNIT, SIGNED>(p, g, a, t0 + t, rows, o),
+                    1 => tile8::<1, UNIT, BIASED, SIGNED>(p, g, a, t0 + t, rows, o),
+                    2 => tile8::<2, UNIT, BIASED, SIGNED>(p, g, a, t0 + t, rows, o),
+                    3 => tile8::<3, UNIT, BIASED, SIGNED>(p, g, a, t0 + t, rows, o),
+                    _ => tile8::<4, UNIT, BIASED, SIGNED>(p, g, a, t0 + t, rows, o),
                 }
             }
         }
     }
 }
 
-/// 8 rows (group `g`) × `T` tokens from `t0`, into `out` (`[T..][rows]`).
+/// 8 rows (group `g`) × `T` tokens from `t0`, into `out` (`[T..][rows]`). `BIASED` as in
+/// `tile16`; `SIGNED` codes (Q8_0's, as stored) are dotted exactly, with no correction.
 #[inline]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn tile8<const T: usize, const UNIT: usize, const SIGNED: bool>(
+unsafe fn tile8<const T: usize, const UNIT: usize, const BIASED: bool, const SIGNED: bool>(
     p: &Packed,
     g: usize,
     a: &Acts,
@@ -253,12 +272,19 @@ unsafe fn tile8<const T: usize, const UNIT: usize, const SIGNED: bool>(
     let x: [*const i8; T] = std::array::from_fn(|t| a.codes(t0 + t)[..p.chunks * 32].as_ptr());
     let dx: [*const f32; T] = std::array::from_fn(|t| a.d(t0 + t)[..p.units].as_ptr());
     let sx: [*const f32; T] = std::array::from_fn(|t| a.s(t0 + t)[..p.units].as_ptr());
+    let xb: [*const i32; T] = std::array::from_fn(|t| a.xb(t0 + t)[..p.units].as_ptr());
     let ones = _mm256_set1_epi16(1);
     let mut acc = [_mm256_setzero_ps(); T];
     for c in 0..p.chunks {
         for h in 0..32 / UNIT {
             let u = c * (32 / UNIT) + h;
-            let mut dots = [_mm256_setzero_si256(); T];
+            let mut dots: [__m256i; T] = std::array::from_fn(|t| {
+                if BIASED {
+                    _mm256_set1_epi32(*xb[t].add(u))
+                } else {
+                    _mm256_setzero_si256()
+                }
+            });
             for k in h * UNIT / 4..(h + 1) * UNIT / 4 {
                 let wv = _mm256_loadu_si256(codes.as_ptr().add((c * 8 + k) * 8).cast());
                 let wa = if SIGNED { _mm256_abs_epi8(wv) } else { wv };
@@ -275,7 +301,7 @@ unsafe fn tile8<const T: usize, const UNIT: usize, const SIGNED: bool>(
             for t in 0..T {
                 let s = _mm256_mul_ps(sc, _mm256_set1_ps(*dx[t].add(u)));
                 acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dots[t]), s, acc[t]);
-                if !SIGNED {
+                if !SIGNED && !BIASED {
                     acc[t] = _mm256_fmadd_ps(of, _mm256_set1_ps(*sx[t].add(u)), acc[t]);
                 }
             }

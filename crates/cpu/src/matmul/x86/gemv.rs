@@ -6,13 +6,13 @@ use super::super::act::Acts;
 use super::SimdFormat;
 use std::arch::x86_64::*;
 
-/// The byte dot product of a level: each i32 lane sums 4 products of an unsigned weight byte
-/// and a signed activation byte.
+/// The byte dot product of a level: each i32 lane of `init` plus 4 products of an unsigned
+/// weight byte and a signed activation byte.
 trait Dot {
     const VNNI: bool;
     /// # Safety
     /// The implementation's target features must be available.
-    unsafe fn dot(codes: __m256i, x: __m256i) -> __m256i;
+    unsafe fn dot(init: __m256i, codes: __m256i, x: __m256i) -> __m256i;
 }
 
 struct Maddubs;
@@ -24,8 +24,9 @@ impl Dot for Maddubs {
     /// takes `dot_signed`).
     #[inline]
     #[target_feature(enable = "avx2")]
-    unsafe fn dot(codes: __m256i, x: __m256i) -> __m256i {
-        _mm256_madd_epi16(_mm256_maddubs_epi16(codes, x), _mm256_set1_epi16(1))
+    unsafe fn dot(init: __m256i, codes: __m256i, x: __m256i) -> __m256i {
+        let pairs = _mm256_maddubs_epi16(codes, x);
+        _mm256_add_epi32(init, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)))
     }
 }
 
@@ -33,8 +34,8 @@ impl Dot for Vnni {
     const VNNI: bool = true;
     #[inline]
     #[target_feature(enable = "avx2,avx512vl,avx512vnni")]
-    unsafe fn dot(codes: __m256i, x: __m256i) -> __m256i {
-        _mm256_dpbusd_epi32(_mm256_setzero_si256(), codes, x)
+    unsafe fn dot(init: __m256i, codes: __m256i, x: __m256i) -> __m256i {
+        _mm256_dpbusd_epi32(init, codes, x)
     }
 }
 
@@ -85,21 +86,23 @@ unsafe fn chunk_scale<const UNIT: usize>(eff: *const f32) -> __m256 {
 }
 
 /// `(cvt(dot(codes, x)), scale)` of chunk `c` of `blk`: the f32 contribution of 32 codes.
-/// `x` points at the chunk's 32 activation codes, `eff` at its unit's `scale · dx`.
+/// `x` points at the chunk's 32 activation codes, `xl` at their 8 `-BIAS·Σx` lane sums (read
+/// only for biased codes), `eff` at the chunk's unit's `scale · dx`.
 #[inline(always)]
 unsafe fn chunk<F: SimdFormat, D: Dot>(
     blk: &F::Block,
     c: usize,
-    x: *const i8,
-    eff: *const f32,
+    (x, xl, eff): (*const i8, *const i32, *const f32),
     signed: bool,
 ) -> (__m256, __m256) {
     let xv = _mm256_loadu_si256(x.cast());
     let codes = F::codes32(blk, c);
     let p = if signed {
         dot_signed(_mm256_xor_si256(codes, _mm256_set1_epi8(i8::MIN)), xv)
+    } else if F::BIAS != 0 {
+        D::dot(_mm256_loadu_si256(xl.cast()), codes, xv)
     } else {
-        D::dot(codes, xv)
+        D::dot(_mm256_setzero_si256(), codes, xv)
     };
     let e = if F::UNIT == 32 {
         chunk_scale::<32>(eff)
@@ -127,26 +130,24 @@ unsafe fn rows<F: SimdFormat, D: Dot>(w: &[F::Block], bpr: usize, acts: &Acts, o
             for ((e, s), d) in eff.iter_mut().zip(&scale).zip(dx) {
                 *e = s * d;
             }
-            let offsets = if signed { 0.0 } else { dot_f32(&off, sx) };
+            // Symmetric formats have no offsets: their bias cancels inside the integer dots.
+            let offsets = if F::BIAS != 0 { 0.0 } else { dot_f32(&off, sx) };
             // Lengths settled here; the loops below index through raw pointers.
-            let (x, eff, row) = (
+            let (x, xl) = (
                 x[..bpr * F::ELEMS].as_ptr(),
-                eff[..units].as_ptr(),
-                &row[..bpr],
+                acts.xl(t)[..bpr * F::ELEMS / 4].as_ptr(),
             );
+            let (eff, row) = (eff[..units].as_ptr(), &row[..bpr]);
             let at = |b: usize, c: usize| {
-                (
-                    x.add(b * F::ELEMS + 32 * c),
-                    eff.add((b * F::ELEMS + 32 * c) / F::UNIT),
-                )
+                let i = b * F::ELEMS + 32 * c;
+                (x.add(i), xl.add(i / 4), eff.add(i / F::UNIT))
             };
             let mut acc = [_mm256_setzero_ps(); 4];
             for b0 in (0..whole).step_by(step) {
                 for j in 0..step {
                     let b = b0 + j;
                     for c in 0..cpb {
-                        let (xp, ep) = at(b, c);
-                        let (v, e) = chunk::<F, D>(row.get_unchecked(b), c, xp, ep, signed);
+                        let (v, e) = chunk::<F, D>(row.get_unchecked(b), c, at(b, c), signed);
                         let k = (j * cpb + c) % 4;
                         acc[k] = _mm256_fmadd_ps(v, e, acc[k]);
                     }
@@ -154,8 +155,7 @@ unsafe fn rows<F: SimdFormat, D: Dot>(w: &[F::Block], bpr: usize, acts: &Acts, o
             }
             for b in whole..bpr {
                 for c in 0..cpb {
-                    let (xp, ep) = at(b, c);
-                    let (v, e) = chunk::<F, D>(row.get_unchecked(b), c, xp, ep, signed);
+                    let (v, e) = chunk::<F, D>(row.get_unchecked(b), c, at(b, c), signed);
                     acc[c % 4] = _mm256_fmadd_ps(v, e, acc[c % 4]);
                 }
             }
