@@ -2,7 +2,8 @@
 //! prefill (n = 512), in GFLOP/s (2·rows·cols·n per call).
 //!
 //! `cargo run --release -p ferrolm-cpu --example matmul_bench -- [--type Q4_K] [--isa avx2]
-//! [--path gemv|gemm] [--reference] [--n 1,512] [--only NAME]`. Threads: `RAYON_NUM_THREADS` (default all).
+//! [--path gemv|gemm] [--reference] [--n 1,512] [--only NAME] [--cached]`.
+//! Weights stream from memory unless `--cached`, as they do in a forward pass.. Threads: `RAYON_NUM_THREADS` (default all).
 
 use ferrolm_cpu::matmul::{matmul_reference, matmul_with, Isa, Path, WeightRef};
 use ferrolm_gguf::GgmlType;
@@ -14,6 +15,9 @@ fn main() {
     let (mut ty, mut isa, mut path, mut reference) = (None, Isa::detect(), Path::Auto, false);
     let mut ns = vec![1usize, 512];
     let mut only = String::new();
+    // Distinct copies of each weight, cycled, so that the weights stream from memory as in a
+    // model (128 MiB of them by default) instead of staying in cache.
+    let mut stream_bytes = 128usize << 20;
     while let Some(a) = args.next() {
         let mut value = || args.next().expect("missing value");
         match a.as_str() {
@@ -34,6 +38,7 @@ fn main() {
             }
             "--reference" => reference = true,
             "--only" => only = value(),
+            "--cached" => stream_bytes = 0,
             "--n" => ns = value().split(',').map(|v| v.parse().unwrap()).collect(),
             other => panic!("unknown argument {other}"),
         }
@@ -58,12 +63,10 @@ fn main() {
         }
         let w: Vec<f32> = (0..rows * cols).map(|_| rng.gen_range(-0.1..0.1)).collect();
         let data = ferrolm_quant::quantize_to_vec(ty, &w).unwrap();
-        let w = WeightRef {
-            ty,
-            data: &data,
-            rows,
-            cols,
-        };
+        let copies: Vec<Vec<u8>> = (0..stream_bytes.div_ceil(data.len()).max(1))
+            .map(|_| data.clone())
+            .collect();
+        let mut next = 0;
         for &n in &ns {
             // The output matrix only ever sees one row per prefill (the last token's logits).
             if rows > 4096 && n > 64 && !reference {
@@ -72,6 +75,13 @@ fn main() {
             let x: Vec<f32> = (0..n * cols).map(|_| rng.gen_range(-1.0..1.0)).collect();
             let mut out = vec![0f32; n * rows];
             let mut run = || {
+                next = (next + 1) % copies.len();
+                let w = WeightRef {
+                    ty,
+                    data: &copies[next],
+                    rows,
+                    cols,
+                };
                 if reference {
                     matmul_reference(&w, &x, &mut out)
                 } else {

@@ -6,6 +6,9 @@ use super::super::act::Acts;
 use super::SimdFormat;
 use std::arch::x86_64::*;
 
+/// How far ahead of the row being computed its successors are prefetched.
+const PREFETCH_BYTES: usize = 4096;
+
 /// The byte dot product of a level: each i32 lane of `init` plus 4 products of an unsigned
 /// weight byte and a signed activation byte.
 trait Dot {
@@ -123,7 +126,21 @@ unsafe fn rows<F: SimdFormat, D: Dot>(w: &[F::Block], bpr: usize, acts: &Acts, o
     let cpb = F::ELEMS / 32;
     let step = 4usize.div_ceil(cpb);
     let whole = bpr / step * step;
-    for (row, o) in w.chunks_exact(bpr).zip(out.chunks_exact_mut(acts.n)) {
+    // Weights stream from memory once per call: ask for the row `PREFETCH_BYTES` ahead while
+    // this one is computed, so its lines are in flight rather than missed one by one.
+    let bytes: &[u8] = bytemuck::cast_slice(w);
+    let row_bytes = bpr * size_of::<F::Block>();
+    let ahead = PREFETCH_BYTES.div_ceil(row_bytes) * row_bytes;
+    for (i, (row, o)) in w
+        .chunks_exact(bpr)
+        .zip(out.chunks_exact_mut(acts.n))
+        .enumerate()
+    {
+        if let Some(next) = bytes.get(i * row_bytes + ahead..(i + 1) * row_bytes + ahead) {
+            for line in next.chunks(64) {
+                _mm_prefetch::<_MM_HINT_T0>(line.as_ptr().cast());
+            }
+        }
         F::params_run(row, &mut scale, &mut off);
         for (t, ov) in o.iter_mut().enumerate() {
             let (dx, sx, x) = (acts.d(t), acts.s(t), acts.codes(t));
