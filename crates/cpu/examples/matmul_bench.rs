@@ -2,7 +2,8 @@
 //! prefill (n = 512), in GFLOP/s (2·rows·cols·n per call).
 //!
 //! `cargo run --release -p ferrolm-cpu --example matmul_bench -- [--type Q4_K] [--isa avx2]
-//! [--path gemv|gemm] [--reference] [--n 1,512] [--only NAME] [--cached]`.
+//! [--path gemv|gemm] [--reference] [--n 1,512] [--only NAME] [--cached] [--worker]`.
+//! `--worker` times from a rayon worker thread, which leaves out the pool's wake-up per call.
 //! Weights stream from memory unless `--cached`, as they do in a forward pass.. Threads: `RAYON_NUM_THREADS` (default all).
 
 use ferrolm_cpu::matmul::{matmul_reference, matmul_with, Isa, Path, WeightRef};
@@ -11,6 +12,15 @@ use rand::{Rng, SeedableRng};
 use std::time::Instant;
 
 fn main() {
+    let worker = std::env::args().any(|a| a == "--worker");
+    if worker {
+        rayon::scope(|_| bench());
+    } else {
+        bench();
+    }
+}
+
+fn bench() {
     let mut args = std::env::args().skip(1);
     let (mut ty, mut isa, mut path, mut reference) = (None, Isa::detect(), Path::Auto, false);
     let mut ns = vec![1usize, 512];
@@ -39,6 +49,7 @@ fn main() {
             "--reference" => reference = true,
             "--only" => only = value(),
             "--cached" => stream_bytes = 0,
+            "--worker" => {}
             "--n" => ns = value().split(',').map(|v| v.parse().unwrap()).collect(),
             other => panic!("unknown argument {other}"),
         }

@@ -141,6 +141,10 @@ unsafe fn rows<F: SimdFormat, D: Dot>(w: &[F::Block], bpr: usize, acts: &Acts, o
                 _mm_prefetch::<_MM_HINT_T0>(line.as_ptr().cast());
             }
         }
+        if F::ELEMS == 32 {
+            legacy_row::<F, D>(row, acts, o, signed);
+            continue;
+        }
         F::params_run(row, &mut scale, &mut off);
         for (t, ov) in o.iter_mut().enumerate() {
             let (dx, sx, x) = (acts.d(t), acts.s(t), acts.codes(t));
@@ -179,6 +183,84 @@ unsafe fn rows<F: SimdFormat, D: Dot>(w: &[F::Block], bpr: usize, acts: &Acts, o
             let sum = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
             *ov = hsum(sum) + offsets;
         }
+    }
+}
+
+/// The f16 scale `d` and the f16 word after it (Q4_1/Q5_1's minimum `m`) of the legacy blocks
+/// at byte offsets `idx` from `first`, for the lanes of `mask`; other lanes give 0.
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+unsafe fn gather_dm(first: *const u8, idx: __m256i, mask: __m256i) -> (__m256, __m256) {
+    let g = _mm256_mask_i32gather_epi32::<1>(_mm256_setzero_si256(), first.cast(), idx, mask);
+    let (lo, hi) = (
+        _mm256_and_si256(g, _mm256_set1_epi32(0xFFFF)),
+        _mm256_srli_epi32::<16>(g),
+    );
+    // packus gives [d0-3, m0-3 | d4-7, m4-7]; the permute puts the d's, then the m's, together.
+    let words = _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_packus_epi32(lo, hi));
+    (
+        _mm256_cvtph_ps(_mm256_castsi256_si128(words)),
+        _mm256_cvtph_ps(_mm256_extracti128_si256::<1>(words)),
+    )
+}
+
+/// One row of a legacy format (one unit per block) for every token: the scales of 8 blocks come
+/// from one gather, fused with their dots, so the row is walked once per token.
+#[inline(always)]
+unsafe fn legacy_row<F: SimdFormat, D: Dot>(
+    row: &[F::Block],
+    acts: &Acts,
+    o: &mut [f32],
+    signed: bool,
+) {
+    let bpr = row.len();
+    let lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    let idx = _mm256_mullo_epi32(lanes, _mm256_set1_epi32(size_of::<F::Block>() as i32));
+    for (t, ov) in o.iter_mut().enumerate() {
+        let (dx, sx) = (&acts.d(t)[..bpr], &acts.s(t)[..bpr]);
+        // Lengths settled here; the loops below index through raw pointers.
+        let (x, xl) = (
+            acts.codes(t)[..bpr * 32].as_ptr(),
+            acts.xl(t)[..bpr * 8].as_ptr(),
+        );
+        let mut acc = [_mm256_setzero_ps(); 4];
+        let mut offsets = _mm256_setzero_ps();
+        let mut eff = [0f32; 8];
+        for g in (0..bpr).step_by(8) {
+            let nb = (bpr - g).min(8);
+            let (mut dxg, mut sxg) = ([0f32; 8], [0f32; 8]);
+            dxg[..nb].copy_from_slice(&dx[g..g + nb]);
+            sxg[..nb].copy_from_slice(&sx[g..g + nb]);
+            let mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(nb as i32), lanes);
+            let (d, m) = gather_dm(row[g..].as_ptr().cast(), idx, mask);
+            _mm256_storeu_ps(
+                eff.as_mut_ptr(),
+                _mm256_mul_ps(d, _mm256_loadu_ps(dxg.as_ptr())),
+            );
+            if F::BIAS == 0 {
+                offsets = _mm256_fmadd_ps(m, _mm256_loadu_ps(sxg.as_ptr()), offsets);
+            }
+            let at = |j: usize| {
+                (
+                    x.add(32 * (g + j)),
+                    xl.add(8 * (g + j)),
+                    eff.as_ptr().add(j),
+                )
+            };
+            if nb == 8 {
+                for j in 0..8 {
+                    let (v, e) = chunk::<F, D>(row.get_unchecked(g + j), 0, at(j), signed);
+                    acc[j % 4] = _mm256_fmadd_ps(v, e, acc[j % 4]);
+                }
+            } else {
+                for j in 0..nb {
+                    let (v, e) = chunk::<F, D>(row.get_unchecked(g + j), 0, at(j), signed);
+                    acc[0] = _mm256_fmadd_ps(v, e, acc[0]);
+                }
+            }
+        }
+        let sum = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
+        *ov = hsum(_mm256_add_ps(sum, offsets));
     }
 }
 
