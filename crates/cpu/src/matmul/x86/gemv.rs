@@ -228,17 +228,14 @@ unsafe fn legacy_row<F: SimdFormat, D: Dot>(
         let mut eff = [0f32; 8];
         for g in (0..bpr).step_by(8) {
             let nb = (bpr - g).min(8);
-            let (mut dxg, mut sxg) = ([0f32; 8], [0f32; 8]);
-            dxg[..nb].copy_from_slice(&dx[g..g + nb]);
-            sxg[..nb].copy_from_slice(&sx[g..g + nb]);
+            // The last group may be short: masked lanes read nothing and give 0.
             let mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(nb as i32), lanes);
             let (d, m) = gather_dm(row[g..].as_ptr().cast(), idx, mask);
-            _mm256_storeu_ps(
-                eff.as_mut_ptr(),
-                _mm256_mul_ps(d, _mm256_loadu_ps(dxg.as_ptr())),
-            );
+            let dxg = _mm256_maskload_ps(dx[g..].as_ptr(), mask);
+            _mm256_storeu_ps(eff.as_mut_ptr(), _mm256_mul_ps(d, dxg));
             if F::BIAS == 0 {
-                offsets = _mm256_fmadd_ps(m, _mm256_loadu_ps(sxg.as_ptr()), offsets);
+                let sxg = _mm256_maskload_ps(sx[g..].as_ptr(), mask);
+                offsets = _mm256_fmadd_ps(m, sxg, offsets);
             }
             let at = |j: usize| {
                 (
