@@ -2,33 +2,37 @@
 //!
 //! # Fast path
 //! The activation rows are quantized once per call into the weight's partner format
-//! ([`activation_type`]: Q8_0, Q8_1 or Q8_K, with `ferrolm_quant`'s own quantizers), then every
-//! weight block is dotted with the activation blocks in integers, as llama.cpp does. Every
-//! quantized format is seen the same way (`formats`): units of 16 or 32 elements with unsigned
-//! 8-bit codes, a scale and an offset, `w = scale·code + off`. A unit's dot product is then
-//! `scale·dx·Σ code·q + off·(dx·Σ q)`: one integer dot (`vpdpbusd` where available), one f32
-//! multiply-add per unit, and the offset term against the activation's per-unit sum.
+//! ([`activation_type`]: Q8_0, Q8_1 or Q8_K, with `ferrolm_quant`'s own block quantizers), then
+//! every weight block is dotted with the activation blocks in integers, as llama.cpp does.
+//! Every quantized format is seen the same way (`formats`): units of 16 or 32 elements with
+//! unsigned 8-bit codes, a scale, and either a constant code bias (symmetric formats: Q4_0,
+//! Q5_0, Q8_0, Q3_K, Q6_K) or an f32 offset (Q4_1, Q5_1, Q2_K, Q4_K, Q5_K). A unit's dot is
+//! `scale·dx·(Σ code·q - bias·Σ q) + off·(dx·Σ q)`: one integer dot (`vpdpbusd` where the CPU
+//! has it) that starts from `-bias·Σ q`, so the bias cancels exactly, one f32 multiply-add per
+//! unit, and for offset formats one more against the activation's exact `dx·Σ q` (not Q8_1's
+//! f16-rounded `s`, which would stray from the reference by ~5e-4).
 //!
-//! - Few tokens (decode): each weight row is decoded in registers and dotted with each token
-//!   (`gemv`), rows split over rayon tasks.
-//! - Many tokens (prefill): weights are repacked once per call so that one vector holds the
-//!   same 4 codes of 16 (AVX-512) or 8 (AVX2) rows; a micro-kernel then multiplies that tile by
-//!   up to 8 tokens at once with broadcast activations, so each weight byte is loaded once per
-//!   8 tokens and no horizontal sums are needed (`gemm`). Tokens split over rayon tasks.
+//! - Few tokens (decode, n < 4): each weight row is decoded in registers 32 codes at a time and
+//!   dotted with each token (`x86::gemv`); rows are prefetched ahead and split over rayon tasks.
+//! - More tokens (prefill): weights are repacked once per call so that one vector holds the
+//!   same 4 codes of 16 (AVX-512) or 8 (AVX2) rows; a micro-kernel multiplies that by up to 8
+//!   (AVX-512) or 4 (AVX2) tokens with broadcast activations, so each weight vector is loaded
+//!   once per tile and no horizontal sums are needed (`x86::gemm`). Tokens split over tasks.
 //! - F32/F16/BF16 weights: activations rounded through the weight type like the reference,
-//!   rows converted to f32 once and dotted with FMA (`float`).
+//!   rows converted to f32 once, FMA dots (`float`).
 //!
-//! Kernels exist for three levels ([`Isa`]): portable scalar, AVX2+FMA+F16C, and AVX-512
-//! (F/BW/VL/VNNI), chosen at run time.
+//! Three levels ([`Isa`]), chosen at run time: portable scalar, AVX2+FMA+F16C, and AVX-512
+//! (F/BW/VL/VNNI). Format decoders need only AVX2 and are shared by both x86 levels.
 //!
 //! # Contract
 //! The fast path equals [`matmul_reference`] up to f32 summation order: both evaluate the same
 //! products of the same rounded operands (the reference dequantizes the quantized activations
 //! and weights; the integer dots are exact). The tests bound
-//! `|fast - reference| ≤ 1e-5 · Σ_c |x'_c · w'_c|` for every type and level.
+//! `|fast - reference| ≤ 2e-6 · Σ_c |x'_c · w'_c|` for every type, level and path (see
+//! `tests.rs` for why that bound).
 //!
 //! Setting `FERROLM_CPU_MATMUL=reference` forces the reference path (for bisecting);
-//! `scalar`, `avx2` or `avx512` force a kernel level (never above what the CPU has).
+//! `scalar` or `avx2` cap the kernel level (never above what the CPU has).
 
 mod act;
 mod float;
