@@ -9,6 +9,7 @@
 
 mod gemm;
 mod gemv;
+mod kquant;
 
 use super::act::Acts;
 use super::formats::{self, Format};
@@ -158,55 +159,5 @@ impl SimdFormat for formats::Q8_0 {
     #[target_feature(enable = "avx2")]
     unsafe fn codes32(b: &Self::Block, _: usize) -> __m256i {
         _mm256_xor_si256(load32(&b.qs), _mm256_set1_epi8(i8::MIN))
-    }
-}
-
-// K-quants: chunk c covers values 32c..32c+32; for the 2-bit-plane layouts (Q2_K, Q3_K and
-// Q6_K's high bits) that is plane c % 4 of the 32 bytes of half c / 4.
-
-impl SimdFormat for formats::Q2K {
-    #[inline]
-    #[target_feature(enable = "avx2")]
-    unsafe fn codes32(b: &Self::Block, c: usize) -> __m256i {
-        bits(load32(&b.qs[32 * (c / 4)..]), 2 * (c % 4), 3)
-    }
-}
-
-impl SimdFormat for formats::Q3K {
-    #[inline]
-    #[target_feature(enable = "avx2")]
-    unsafe fn codes32(b: &Self::Block, c: usize) -> __m256i {
-        let low = bits(load32(&b.qs[32 * (c / 4)..]), 2 * (c % 4), 3);
-        let high = bits(load32(&b.hmask), c, 1);
-        _mm256_or_si256(low, _mm256_slli_epi16::<2>(high))
-    }
-}
-
-impl SimdFormat for formats::Q4K {
-    #[inline]
-    #[target_feature(enable = "avx2")]
-    unsafe fn codes32(b: &Self::Block, c: usize) -> __m256i {
-        bits(load32(&b.qs[32 * (c / 2)..]), 4 * (c % 2), 0xF)
-    }
-}
-
-impl SimdFormat for formats::Q5K {
-    #[inline]
-    #[target_feature(enable = "avx2")]
-    unsafe fn codes32(b: &Self::Block, c: usize) -> __m256i {
-        let low = bits(load32(&b.qs[32 * (c / 2)..]), 4 * (c % 2), 0xF);
-        let high = bits(load32(&b.qh), c, 1);
-        _mm256_or_si256(low, _mm256_slli_epi16::<4>(high))
-    }
-}
-
-impl SimdFormat for formats::Q6K {
-    #[inline]
-    #[target_feature(enable = "avx2")]
-    unsafe fn codes32(b: &Self::Block, c: usize) -> __m256i {
-        let (h, k) = (c / 4, c % 4);
-        let low = bits(load32(&b.ql[64 * h + 32 * (k % 2)..]), 4 * (k / 2), 0xF);
-        let high = bits(load32(&b.qh[32 * h..]), 2 * k, 3);
-        _mm256_or_si256(low, _mm256_slli_epi16::<4>(high))
     }
 }
