@@ -32,9 +32,16 @@ pub(super) struct Acts {
 
 impl Acts {
     /// Quantizes `x` (`[n][cols]`) to `ty` (Q8_0, Q8_1 or Q8_K), for a weight of `unit`-element
-    /// units whose codes are stored `bias` above their value. `cols` must be a multiple of
-    /// `ty`'s block.
-    pub fn quantize(ty: GgmlType, unit: usize, bias: i32, x: &[f32], cols: usize) -> Acts {
+    /// units whose codes are stored `bias` above their value; `lanes` asks for `xl` too (the
+    /// decode kernel's). `cols` must be a multiple of `ty`'s block.
+    pub fn quantize(
+        ty: GgmlType,
+        unit: usize,
+        bias: i32,
+        lanes: bool,
+        x: &[f32],
+        cols: usize,
+    ) -> Acts {
         let n = x.len() / cols;
         let units = cols / unit;
         let mut a = Acts {
@@ -54,7 +61,8 @@ impl Acts {
                 for (b, c) in xb.iter_mut().zip(codes.chunks_exact(unit)) {
                     *b = -bias * c.iter().map(|&q| i32::from(q)).sum::<i32>();
                 }
-                for (l, c) in xl.iter_mut().zip(codes.chunks_exact(4)) {
+                let lane_sums = xl.iter_mut().zip(codes.chunks_exact(4));
+                for (l, c) in lane_sums.filter(|_| lanes) {
                     *l = -bias * c.iter().map(|&q| i32::from(q)).sum::<i32>();
                 }
             }

@@ -67,13 +67,14 @@ fn run<F: Native>(isa: Isa, path: Path, w: &WeightRef, x: &[f32], out: &mut [f32
     } else {
         F::BIAS
     };
-    let acts = Acts::quantize(activation_type(F::TY), F::UNIT, bias, x, w.cols);
     let gemm = isa != Isa::Scalar
         && match path {
             Path::Auto => n >= GEMM_MIN_TOKENS,
             Path::Gemm => true,
             Path::Gemv => false,
         };
+    let lanes = !gemm && isa != Isa::Scalar;
+    let acts = Acts::quantize(activation_type(F::TY), F::UNIT, bias, lanes, x, w.cols);
     if gemm {
         #[cfg(target_arch = "x86_64")]
         super::x86::gemm::<F>(isa, &blocks, w.rows, bpr, &acts, out);
