@@ -61,9 +61,10 @@ impl Acts {
                 for (b, c) in xb.iter_mut().zip(codes.chunks_exact(unit)) {
                     *b = -bias * c.iter().map(|&q| i32::from(q)).sum::<i32>();
                 }
-                let lane_sums = xl.iter_mut().zip(codes.chunks_exact(4));
-                for (l, c) in lane_sums.filter(|_| lanes) {
-                    *l = -bias * c.iter().map(|&q| i32::from(q)).sum::<i32>();
+                if lanes {
+                    for (l, c) in xl.iter_mut().zip(codes.chunks_exact(4)) {
+                        *l = -bias * c.iter().map(|&q| i32::from(q)).sum::<i32>();
+                    }
                 }
             }
         };
