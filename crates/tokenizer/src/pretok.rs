@@ -252,6 +252,33 @@ mod tests {
         );
     }
 
+    /// Hugging Face `tokenizers` with the families' original regexes, from
+    /// `tests/fixtures/gen_pretok_fixtures.py`.
+    #[test]
+    fn splits_match_hugging_face_tokenizers() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/pretok/cases.json"
+        );
+        let cases: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        let mut failures = Vec::new();
+        for c in cases.as_array().unwrap() {
+            let (pre, text) = (c["pre"].as_str().unwrap(), c["text"].as_str().unwrap());
+            let want: Vec<&str> = c["pieces"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|p| p.as_str().unwrap())
+                .collect();
+            let got = split(pre, text);
+            if got != want {
+                failures.push(format!("{pre} {text:?}\n  hf:   {want:?}\n  ours: {got:?}"));
+            }
+        }
+        assert!(failures.is_empty(), "{}", failures.join("\n"));
+    }
+
     #[test]
     fn qwen2_splits_single_digits() {
         assert_eq!(split("qwen2", "ab 123"), ["ab", " ", "1", "2", "3"]);

@@ -207,3 +207,51 @@ fn missing_byte_token_is_an_error() {
     assert!(matches!(err, TokenizerError::NoByteToken(0x21)), "{err}");
     assert!(err.to_string().contains("<0x21>"), "{err}");
 }
+
+/// A vocabulary trained by SentencePiece itself (`fixtures/gen_spm_fixtures.py`), and the ids
+/// SentencePiece gives for sample texts: the reference llama.cpp's SPM tokenizer follows.
+#[test]
+fn matches_sentencepiece() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/spm/sentencepiece.json"
+    );
+    let data: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let array = |key: &str, ty: ValueType, f: &dyn Fn(&serde_json::Value) -> Value| {
+        Value::Array(ty, data[key].as_array().unwrap().iter().map(f).collect())
+    };
+    let mut w = GgufWriter::new();
+    w.set("tokenizer.ggml.model", "llama");
+    w.set(
+        "tokenizer.ggml.tokens",
+        array("tokens", ValueType::String, &|v| v.as_str().unwrap().into()),
+    );
+    w.set(
+        "tokenizer.ggml.scores",
+        array("scores", ValueType::F32, &|v| {
+            (v.as_f64().unwrap() as f32).into()
+        }),
+    );
+    w.set(
+        "tokenizer.ggml.token_type",
+        array("token_type", ValueType::I32, &|v| {
+            (v.as_i64().unwrap() as i32).into()
+        }),
+    );
+    let f = GgufFile::from_vec("sp.gguf", w.start(Vec::new()).unwrap().finish().unwrap()).unwrap();
+    let t = Tokenizer::from_gguf(&f).unwrap();
+    let cases = data["cases"].as_array().unwrap();
+    assert!(cases.len() >= 10);
+    for c in cases {
+        let text = c["text"].as_str().unwrap();
+        let want: Vec<u32> = c["ids"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_u64().unwrap() as u32)
+            .collect();
+        assert_eq!(t.encode(text, false, false).unwrap(), want, "{text:?}");
+        assert_eq!(t.decode(&want).unwrap(), text);
+    }
+}
