@@ -6,6 +6,10 @@
 //! matchers with its own Unicode tables and the others through `std::regex` over text where each
 //! non-ASCII character is collapsed to its category. Both amount to these regexes with `\p{..}`
 //! as Unicode general categories and `\s` as White_Space, which is what `fancy-regex` gives.
+//! Like llama.cpp, we match the GPT-2 and Llama 3 / Qwen 2 patterns by hand ([`words`]).
+
+mod classes;
+mod words;
 
 use crate::error::{Result, TokenizerError};
 use fancy_regex::Regex;
@@ -164,44 +168,109 @@ pub(crate) fn supported_names() -> String {
     names.join(", ")
 }
 
+enum Splitter {
+    Regex(Regex),
+    Gpt2,
+    Llama3 { max_digits: usize },
+}
+
+impl Splitter {
+    fn new(pattern: &str, hand_written: bool) -> Result<Self> {
+        Ok(match pattern {
+            GPT2 if hand_written => Splitter::Gpt2,
+            LLAMA3 if hand_written => Splitter::Llama3 { max_digits: 3 },
+            QWEN2 if hand_written => Splitter::Llama3 { max_digits: 1 },
+            _ => Splitter::Regex(
+                Regex::new(pattern)
+                    .map_err(|e| TokenizerError::Regex(format!("{pattern}: {e}")))?,
+            ),
+        })
+    }
+
+    /// Appends the pieces of `text[start..end]` to `out`.
+    fn split(
+        &self,
+        text: &str,
+        (start, end): (usize, usize),
+        chars: &mut Vec<char>,
+        out: &mut Vec<(usize, usize)>,
+    ) -> Result<()> {
+        let piece = &text[start..end];
+        let re = match self {
+            Splitter::Regex(re) => re,
+            _ => return self.split_by_hand(start, piece, chars, out),
+        };
+        let mut at = 0;
+        for m in re.find_iter(piece) {
+            let m = m.map_err(|e| TokenizerError::Regex(e.to_string()))?;
+            if m.start() == m.end() {
+                continue; // none of our patterns match empty; be safe anyway
+            }
+            if m.start() > at {
+                out.push((start + at, start + m.start()));
+            }
+            out.push((start + m.start(), start + m.end()));
+            at = m.end();
+        }
+        if at < piece.len() {
+            out.push((start + at, end));
+        }
+        Ok(())
+    }
+
+    fn split_by_hand(
+        &self,
+        start: usize,
+        piece: &str,
+        chars: &mut Vec<char>,
+        out: &mut Vec<(usize, usize)>,
+    ) -> Result<()> {
+        chars.clear();
+        chars.extend(piece.chars());
+        let (mut i, mut byte) = (0, start);
+        while i < chars.len() {
+            let j = match *self {
+                Splitter::Gpt2 => words::gpt2(chars, i),
+                Splitter::Llama3 { max_digits } => words::llama3(chars, i, max_digits),
+                Splitter::Regex(_) => unreachable!(),
+            };
+            let j = j.max(i + 1); // every alternative consumes a character; never stall
+            let len: usize = chars[i..j].iter().map(|c| c.len_utf8()).sum();
+            out.push((byte, byte + len));
+            (i, byte) = (j, byte + len);
+        }
+        Ok(())
+    }
+}
+
 /// A compiled pre-tokenizer.
 pub(crate) struct PreTokenizer {
-    regexes: Vec<Regex>,
+    splitters: Vec<Splitter>,
 }
 
 impl PreTokenizer {
     pub fn new(spec: &PreSpec) -> Result<Self> {
-        let regexes = spec
+        Self::build(spec, true)
+    }
+
+    fn build(spec: &PreSpec, hand_written: bool) -> Result<Self> {
+        let splitters = spec
             .regexes
             .iter()
-            .map(|r| Regex::new(r).map_err(|e| TokenizerError::Regex(format!("{r}: {e}"))))
+            .map(|r| Splitter::new(r, hand_written))
             .collect::<Result<_>>()?;
-        Ok(Self { regexes })
+        Ok(Self { splitters })
     }
 
     /// Splits `text` into pieces (byte ranges that tile it), in order.
     pub fn split(&self, text: &str) -> Result<Vec<(usize, usize)>> {
         let mut pieces = vec![(0, text.len())];
         let mut next = Vec::new();
-        for re in &self.regexes {
+        let mut chars = Vec::new();
+        for s in &self.splitters {
             next.clear();
-            for &(start, end) in &pieces {
-                let piece = &text[start..end];
-                let mut at = 0;
-                for m in re.find_iter(piece) {
-                    let m = m.map_err(|e| TokenizerError::Regex(e.to_string()))?;
-                    if m.start() == m.end() {
-                        continue; // none of our patterns match empty; be safe anyway
-                    }
-                    if m.start() > at {
-                        next.push((start + at, start + m.start()));
-                    }
-                    next.push((start + m.start(), start + m.end()));
-                    at = m.end();
-                }
-                if at < piece.len() {
-                    next.push((start + at, end));
-                }
+            for &piece in &pieces {
+                s.split(text, piece, &mut chars, &mut next)?;
             }
             std::mem::swap(&mut pieces, &mut next);
         }
@@ -277,6 +346,70 @@ mod tests {
             }
         }
         assert!(failures.is_empty(), "{}", failures.join("\n"));
+    }
+
+    /// The hand-written matchers agree with the regexes they stand for, on the fixture texts
+    /// and on random strings over characters where the alternatives compete.
+    #[test]
+    fn hand_written_matchers_equal_their_regexes() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/pretok/cases.json"
+        );
+        let cases: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        let mut texts: Vec<String> = cases
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["text"].as_str().unwrap().to_owned())
+            .collect();
+        let alphabet: Vec<char> =
+            " \t\r\n\u{a0}\u{3000}'sStTrReEvVlLmMdDaé日1٣½!.,-_\u{301}🚀\u{1c}"
+                .chars()
+                .collect();
+        let mut seed = 0x2545_f491_4f6c_dd1d_u64;
+        for _ in 0..3000 {
+            let len = (seed % 24) as usize;
+            texts.push(
+                (0..len)
+                    .map(|_| {
+                        seed ^= seed << 13;
+                        seed ^= seed >> 7;
+                        seed ^= seed << 17;
+                        alphabet[(seed % alphabet.len() as u64) as usize]
+                    })
+                    .collect(),
+            );
+        }
+        for pre in ["gpt-2", "llama-bpe", "qwen2"] {
+            let spec = find(pre).unwrap();
+            let (fast, slow) = (
+                PreTokenizer::build(spec, true).unwrap(),
+                PreTokenizer::build(spec, false).unwrap(),
+            );
+            assert!(matches!(
+                fast.splitters[0],
+                Splitter::Gpt2 | Splitter::Llama3 { .. }
+            ));
+            for t in &texts {
+                assert_eq!(
+                    fast.split(t).unwrap(),
+                    slow.split(t).unwrap(),
+                    "{pre} {t:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn megabyte_whitespace_runs_split_without_a_stack() {
+        let p = PreTokenizer::new(find("gpt-2").unwrap()).unwrap();
+        let text = format!("{}x", " ".repeat(2_000_000));
+        assert_eq!(
+            p.split(&text).unwrap(),
+            [(0, 1_999_999), (1_999_999, 2_000_001)]
+        );
     }
 
     #[test]
