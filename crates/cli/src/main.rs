@@ -18,15 +18,30 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Download a model into the local cache and print its path.
+    Pull(cmd::pull::PullArgs),
     /// Print a model file's architecture, hyperparameters, tokenizer and tensors.
     Inspect(cmd::inspect::InspectArgs),
+    /// Measure prompt-processing and generation throughput, as llama-bench does.
+    Bench(cmd::bench::BenchArgs),
+    /// Print the logits of given token ids as JSON (the parity interface).
+    Logits(cmd::logits::LogitsArgs),
+    /// Write a random-weight model with the exact shapes of a real one.
+    Synth(cmd::synth::SynthArgs),
+    /// Quantize an F32/F16/BF16 model, choosing each tensor's type as llama.cpp does.
+    Quantize(cmd::quantize::QuantizeArgs),
 }
 
 fn main() -> ExitCode {
     restore_default_sigpipe();
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Pull(args) => cmd::pull::run(args),
         Command::Inspect(args) => cmd::inspect::run(args),
+        Command::Logits(args) => cmd::logits::run(args),
+        Command::Bench(args) => cmd::bench::run(args),
+        Command::Synth(args) => cmd::synth::run(args),
+        Command::Quantize(args) => cmd::quantize::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,1 +1,29 @@
-//! Model architectures: hyperparameters, tensor layouts, presets and quantization policy.
+//! Model architectures: hyperparameters, tensor layouts, presets and quantization policy,
+//! plus the tools built on them: synthetic random-weight models and GGUF quantization.
+
+mod arch;
+pub mod backend;
+mod config;
+mod error;
+pub mod forward;
+mod layout;
+pub mod policy;
+pub mod presets;
+mod quantize;
+mod stream;
+mod synth;
+mod vocab;
+pub mod weights;
+
+pub use arch::Arch;
+pub use config::{key, Config, MoeConfig};
+pub use error::{ModelError, Result};
+pub use layout::{block_tensor, tensor_specs, Role, TensorSpec};
+pub use policy::{choose_types, FileType, PolicyModel, TensorRef};
+pub use presets::{preset, Preset};
+pub use quantize::{plan_quantize, quantize_gguf};
+pub use stream::Progress;
+pub use synth::{Synth, VocabKind};
+
+/// llama.cpp's `GGML_QNT_VERSION`, written as `general.quantization_version`.
+pub const QUANTIZATION_VERSION: u32 = 2;

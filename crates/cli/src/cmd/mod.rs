@@ -1,3 +1,10 @@
 //! One module per subcommand.
 
+pub mod bench;
+pub mod common;
 pub mod inspect;
+pub mod logits;
+pub mod pull;
+pub mod quantize;
+pub mod synth;
+mod tooling;

@@ -1,0 +1,9 @@
+//! Running a model: loading it onto a backend, sessions with their KV cache, sampling.
+
+mod model;
+mod sampler;
+mod session;
+
+pub use model::Model;
+pub use sampler::{argmax, Sampler, SamplerConfig};
+pub use session::{EngineError, Logits, Session};

@@ -1,0 +1,65 @@
+//! The architectures ferrolm knows, by their `general.architecture` names.
+
+use crate::error::{ModelError, Result};
+use std::fmt;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Arch {
+    /// Llama 2/3, SmolLM2: the plain pre-norm transformer.
+    Llama,
+    /// Qwen2: Llama plus biases on the q/k/v projections.
+    Qwen2,
+    /// Qwen3: Llama plus per-head RMS norms on q and k (weights of size head_dim).
+    Qwen3,
+    /// OLMoE: MoE FFN; q/k RMS norms over the whole projected width.
+    Olmoe,
+    /// Qwen3-MoE: Qwen3 attention with an MoE FFN whose experts have their own width.
+    Qwen3Moe,
+}
+
+impl Arch {
+    pub const ALL: [Arch; 5] = [
+        Arch::Llama,
+        Arch::Qwen2,
+        Arch::Qwen3,
+        Arch::Olmoe,
+        Arch::Qwen3Moe,
+    ];
+
+    pub const fn name(self) -> &'static str {
+        match self {
+            Arch::Llama => "llama",
+            Arch::Qwen2 => "qwen2",
+            Arch::Qwen3 => "qwen3",
+            Arch::Olmoe => "olmoe",
+            Arch::Qwen3Moe => "qwen3moe",
+        }
+    }
+
+    /// Parses a `general.architecture` value; the error lists what is supported.
+    pub fn from_name(name: &str) -> Result<Self> {
+        Self::ALL
+            .iter()
+            .copied()
+            .find(|a| a.name() == name)
+            .ok_or_else(|| ModelError::UnknownArch {
+                name: name.to_owned(),
+                supported: Self::ALL.map(Arch::name).join(", "),
+            })
+    }
+
+    pub const fn is_moe(self) -> bool {
+        matches!(self, Arch::Olmoe | Arch::Qwen3Moe)
+    }
+
+    /// Whether `output.weight` may be absent, the output then sharing `token_embd.weight`.
+    pub const fn allows_tied_output(self) -> bool {
+        !matches!(self, Arch::Olmoe)
+    }
+}
+
+impl fmt::Display for Arch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}

@@ -1,0 +1,242 @@
+//! Hyperparameters, read from and written to the `<arch>.*` GGUF keys llama.cpp uses.
+
+use crate::arch::Arch;
+use crate::error::{ModelError, Result};
+use ferrolm_gguf::{GgufFile, GgufWriter};
+
+/// The mixture-of-experts part of a model.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MoeConfig {
+    /// `<arch>.expert_count`
+    pub n_expert: usize,
+    /// `<arch>.expert_used_count`: experts each token is routed to.
+    pub n_expert_used: usize,
+    /// Width of one expert's FFN: `<arch>.expert_feed_forward_length` for qwen3moe,
+    /// `<arch>.feed_forward_length` for olmoe.
+    pub n_ff_exp: usize,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Config {
+    pub arch: Arch,
+    /// `<arch>.embedding_length`
+    pub n_embd: usize,
+    /// `<arch>.block_count`
+    pub n_layer: usize,
+    /// `<arch>.attention.head_count`
+    pub n_head: usize,
+    /// `<arch>.attention.head_count_kv` (defaults to `n_head`)
+    pub n_head_kv: usize,
+    /// `<arch>.attention.key_length` (defaults to `n_embd / n_head`)
+    pub head_dim: usize,
+    /// `<arch>.attention.value_length` (defaults to `n_embd / n_head`)
+    pub head_dim_v: usize,
+    /// `<arch>.feed_forward_length`: the dense FFN width (for olmoe, each expert's).
+    pub n_ff: usize,
+    pub moe: Option<MoeConfig>,
+    /// `<arch>.vocab_size`, else the tokenizer's token count, else `token_embd`'s rows.
+    pub n_vocab: usize,
+    /// `<arch>.context_length`
+    pub n_ctx: usize,
+    /// `<arch>.rope.freq_base` (defaults to 10000)
+    pub rope_freq_base: f32,
+    /// `<arch>.attention.layer_norm_rms_epsilon`
+    pub rms_eps: f32,
+    /// No `output.weight`: the output projection reuses `token_embd.weight`.
+    pub tied_embeddings: bool,
+}
+
+/// The full key for hyperparameter `suffix` of `arch`, e.g. `llama.block_count`.
+pub fn key(arch: Arch, suffix: &str) -> String {
+    format!("{}.{suffix}", arch.name())
+}
+
+impl Config {
+    /// Reads and validates the hyperparameters of a GGUF model.
+    pub fn from_gguf(f: &GgufFile) -> Result<Self> {
+        let arch = Arch::from_name(f.architecture()?)?;
+        let k = |s: &str| key(arch, s);
+        let opt = |s: &str| -> Result<Option<usize>> {
+            let full = k(s);
+            match f.get(&full) {
+                None => Ok(None),
+                Some(_) => Ok(Some(f.get_usize(&full)?)),
+            }
+        };
+        let n_embd = f.get_usize(&k("embedding_length"))?;
+        let n_head = f.get_usize(&k("attention.head_count"))?;
+        // Without explicit head sizes, llama.cpp splits the embedding evenly over the heads.
+        let even_split = n_embd.checked_div(n_head).unwrap_or(0);
+        let n_ff = f.get_usize(&k("feed_forward_length"))?;
+        let moe = if arch.is_moe() {
+            let n_expert = f.get_usize(&k("expert_count"))?;
+            let n_expert_used = f.get_usize(&k("expert_used_count"))?;
+            let n_ff_exp = match arch {
+                Arch::Qwen3Moe => opt("expert_feed_forward_length")?
+                    .unwrap_or(n_ff.checked_div(n_expert_used).unwrap_or(0)),
+                _ => n_ff,
+            };
+            Some(MoeConfig {
+                n_expert,
+                n_expert_used,
+                n_ff_exp,
+            })
+        } else {
+            None
+        };
+        let n_vocab = match opt("vocab_size")? {
+            Some(v) => v,
+            None => match f.get("tokenizer.ggml.tokens") {
+                Some(_) => f.get_array("tokenizer.ggml.tokens")?.len(),
+                None => {
+                    let t = f.require_tensor("token_embd.weight")?;
+                    t.dims.get(1).copied().unwrap_or(0) as usize
+                }
+            },
+        };
+        let rope_key = k("rope.freq_base");
+        let cfg = Config {
+            arch,
+            n_embd,
+            n_layer: f.get_usize(&k("block_count"))?,
+            n_head,
+            n_head_kv: opt("attention.head_count_kv")?.unwrap_or(n_head),
+            head_dim: opt("attention.key_length")?.unwrap_or(even_split),
+            head_dim_v: opt("attention.value_length")?.unwrap_or(even_split),
+            n_ff,
+            moe,
+            n_vocab,
+            n_ctx: f.get_usize(&k("context_length"))?,
+            rope_freq_base: match f.get(&rope_key) {
+                Some(_) => f.get_f32(&rope_key)?,
+                None => 10000.0,
+            },
+            rms_eps: f.get_f32(&k("attention.layer_norm_rms_epsilon"))?,
+            tied_embeddings: f.tensor("output.weight").is_none(),
+        };
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    /// Checks the hyperparameters are usable together; errors name the offending key.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |suffix: &str, what: String| {
+            Err(ModelError::Hparam {
+                key: key(self.arch, suffix),
+                what,
+            })
+        };
+        let positive = [
+            ("embedding_length", self.n_embd),
+            ("block_count", self.n_layer),
+            ("attention.head_count", self.n_head),
+            ("attention.head_count_kv", self.n_head_kv),
+            ("attention.key_length", self.head_dim),
+            ("attention.value_length", self.head_dim_v),
+            ("feed_forward_length", self.n_ff),
+            ("vocab_size", self.n_vocab),
+            ("context_length", self.n_ctx),
+        ];
+        for (suffix, v) in positive {
+            if v == 0 {
+                return bad(suffix, "must be positive".into());
+            }
+        }
+        if !self.n_head.is_multiple_of(self.n_head_kv) {
+            return bad(
+                "attention.head_count_kv",
+                format!(
+                    "{} does not divide head_count {}",
+                    self.n_head_kv, self.n_head
+                ),
+            );
+        }
+        if !(self.rope_freq_base.is_finite() && self.rope_freq_base > 0.0) {
+            return bad(
+                "rope.freq_base",
+                format!("{} is not a positive number", self.rope_freq_base),
+            );
+        }
+        if !(self.rms_eps.is_finite() && self.rms_eps > 0.0) {
+            return bad(
+                "attention.layer_norm_rms_epsilon",
+                format!("{} is not a positive number", self.rms_eps),
+            );
+        }
+        match (&self.moe, self.arch.is_moe()) {
+            (None, true) => return bad("expert_count", "missing for an MoE architecture".into()),
+            (Some(_), false) => {
+                return bad(
+                    "expert_count",
+                    format!("{} is not an MoE architecture", self.arch),
+                )
+            }
+            (Some(m), true) => {
+                if m.n_expert == 0 {
+                    return bad("expert_count", "must be positive".into());
+                }
+                if m.n_expert_used == 0 || m.n_expert_used > m.n_expert {
+                    return bad(
+                        "expert_used_count",
+                        format!("{} is not in 1..={}", m.n_expert_used, m.n_expert),
+                    );
+                }
+                if m.n_ff_exp == 0 {
+                    return bad("expert_feed_forward_length", "must be positive".into());
+                }
+                if self.arch == Arch::Olmoe && m.n_ff_exp != self.n_ff {
+                    return bad(
+                        "feed_forward_length",
+                        "olmoe experts are feed_forward_length wide".into(),
+                    );
+                }
+            }
+            (None, false) => {}
+        }
+        if self.tied_embeddings && !self.arch.allows_tied_output() {
+            return Err(ModelError::Tensor {
+                name: "output.weight".into(),
+                what: format!("required by {}", self.arch),
+            });
+        }
+        Ok(())
+    }
+
+    /// Writes the hyperparameters as llama.cpp's converter does (integers as u32).
+    pub fn write_to(&self, w: &mut GgufWriter) {
+        let k = |s: &str| key(self.arch, s);
+        let u = |v: usize| v as u32;
+        w.set(&k("context_length"), u(self.n_ctx));
+        w.set(&k("embedding_length"), u(self.n_embd));
+        w.set(&k("block_count"), u(self.n_layer));
+        w.set(&k("feed_forward_length"), u(self.n_ff));
+        w.set(&k("attention.head_count"), u(self.n_head));
+        w.set(&k("attention.head_count_kv"), u(self.n_head_kv));
+        w.set(&k("rope.freq_base"), self.rope_freq_base);
+        w.set(&k("attention.layer_norm_rms_epsilon"), self.rms_eps);
+        // Qwen3 checkpoints carry an explicit head_dim, and llama.cpp's converter writes it.
+        let explicit = matches!(self.arch, Arch::Qwen3 | Arch::Qwen3Moe);
+        let even_split = self.n_embd / self.n_head;
+        if explicit || self.head_dim != even_split || self.head_dim_v != even_split {
+            w.set(&k("attention.key_length"), u(self.head_dim));
+            w.set(&k("attention.value_length"), u(self.head_dim_v));
+        }
+        if let Some(m) = &self.moe {
+            w.set(&k("expert_count"), u(m.n_expert));
+            w.set(&k("expert_used_count"), u(m.n_expert_used));
+            if self.arch == Arch::Qwen3Moe {
+                w.set(&k("expert_feed_forward_length"), u(m.n_ff_exp));
+            }
+        }
+        w.set(&k("vocab_size"), u(self.n_vocab));
+    }
+
+    /// Query heads sharing one key/value head.
+    pub fn n_gqa(&self) -> usize {
+        self.n_head / self.n_head_kv
+    }
+
+    pub fn n_expert(&self) -> usize {
+        self.moe.as_ref().map_or(0, |m| m.n_expert)
+    }
+}

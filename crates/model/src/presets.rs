@@ -1,0 +1,175 @@
+//! Named model shapes: real checkpoints' exact hyperparameters, and tiny test variants.
+//!
+//! The real shapes follow the published Hugging Face configs; the tiny ones match the
+//! llama.cpp-made golden files (2 layers, d 256, vocab 512, 8 experts with top-3).
+
+use crate::arch::Arch;
+use crate::config::{Config, MoeConfig};
+
+pub struct Preset {
+    pub name: &'static str,
+    pub about: &'static str,
+    pub config: Config,
+}
+
+/// Every preset name, for help texts and error messages.
+pub const NAMES: [&str; 10] = [
+    "olmoe-1b-7b",
+    "qwen3-30b-a3b",
+    "smollm2-1.7b",
+    "smollm2-135m",
+    "qwen3-8b",
+    "tiny-llama",
+    "tiny-qwen2",
+    "tiny-qwen3",
+    "tiny-olmoe",
+    "tiny-qwen3moe",
+];
+
+fn moe(n_expert: usize, n_expert_used: usize, n_ff_exp: usize) -> Option<MoeConfig> {
+    Some(MoeConfig {
+        n_expert,
+        n_expert_used,
+        n_ff_exp,
+    })
+}
+
+/// A config with the even head split; callers override what differs.
+fn shape(arch: Arch, n_embd: usize, n_layer: usize, n_head: usize, n_head_kv: usize) -> Config {
+    Config {
+        arch,
+        n_embd,
+        n_layer,
+        n_head,
+        n_head_kv,
+        head_dim: n_embd / n_head,
+        head_dim_v: n_embd / n_head,
+        n_ff: 0,
+        moe: None,
+        n_vocab: 0,
+        n_ctx: 4096,
+        rope_freq_base: 10000.0,
+        rms_eps: 1e-5,
+        tied_embeddings: false,
+    }
+}
+
+/// The preset called `name`, if there is one.
+pub fn preset(name: &str) -> Option<Preset> {
+    let (about, config) = match name {
+        "olmoe-1b-7b" => (
+            "OLMoE-1B-7B: 64 experts, top-8",
+            Config {
+                n_ff: 1024,
+                moe: moe(64, 8, 1024),
+                n_vocab: 50304,
+                ..shape(Arch::Olmoe, 2048, 16, 16, 16)
+            },
+        ),
+        "qwen3-30b-a3b" => (
+            "Qwen3-30B-A3B: 128 experts, top-8",
+            Config {
+                head_dim: 128,
+                head_dim_v: 128,
+                n_ff: 6144,
+                moe: moe(128, 8, 768),
+                n_vocab: 151936,
+                n_ctx: 40960,
+                rope_freq_base: 1e6,
+                rms_eps: 1e-6,
+                ..shape(Arch::Qwen3Moe, 2048, 48, 32, 4)
+            },
+        ),
+        "smollm2-1.7b" => (
+            "SmolLM2-1.7B (llama, tied embeddings)",
+            Config {
+                n_ff: 8192,
+                n_vocab: 49152,
+                n_ctx: 8192,
+                rope_freq_base: 130000.0,
+                tied_embeddings: true,
+                ..shape(Arch::Llama, 2048, 24, 32, 32)
+            },
+        ),
+        "smollm2-135m" => (
+            "SmolLM2-135M (llama, tied embeddings)",
+            Config {
+                n_ff: 1536,
+                n_vocab: 49152,
+                n_ctx: 8192,
+                rope_freq_base: 100000.0,
+                tied_embeddings: true,
+                ..shape(Arch::Llama, 576, 30, 9, 3)
+            },
+        ),
+        "qwen3-8b" => (
+            "Qwen3-8B",
+            Config {
+                head_dim: 128,
+                head_dim_v: 128,
+                n_ff: 12288,
+                n_vocab: 151936,
+                n_ctx: 40960,
+                rope_freq_base: 1e6,
+                rms_eps: 1e-6,
+                ..shape(Arch::Qwen3, 4096, 36, 32, 8)
+            },
+        ),
+        "tiny-llama" => (
+            "2-layer llama, tied embeddings",
+            Config {
+                n_ff: 512,
+                n_vocab: 512,
+                tied_embeddings: true,
+                ..shape(Arch::Llama, 256, 2, 4, 2)
+            },
+        ),
+        "tiny-qwen2" => (
+            "2-layer qwen2 with q/k/v biases",
+            Config {
+                n_ff: 512,
+                n_vocab: 512,
+                rope_freq_base: 1e6,
+                rms_eps: 1e-6,
+                ..shape(Arch::Qwen2, 256, 2, 4, 2)
+            },
+        ),
+        "tiny-qwen3" => (
+            "2-layer qwen3",
+            Config {
+                n_ff: 512,
+                n_vocab: 512,
+                rope_freq_base: 1e6,
+                rms_eps: 1e-6,
+                ..shape(Arch::Qwen3, 256, 2, 4, 2)
+            },
+        ),
+        "tiny-olmoe" => (
+            "2-layer olmoe, 8 experts, top-3",
+            Config {
+                n_ff: 256,
+                moe: moe(8, 3, 256),
+                n_vocab: 512,
+                ..shape(Arch::Olmoe, 256, 2, 4, 4)
+            },
+        ),
+        "tiny-qwen3moe" => (
+            "2-layer qwen3moe, 8 experts, top-3",
+            Config {
+                n_ff: 256,
+                moe: moe(8, 3, 256),
+                n_vocab: 512,
+                rope_freq_base: 1e6,
+                rms_eps: 1e-6,
+                ..shape(Arch::Qwen3Moe, 256, 2, 4, 2)
+            },
+        ),
+        _ => return None,
+    };
+    let name = NAMES.iter().copied().find(|n| *n == name)?;
+    Some(Preset {
+        name,
+        about,
+        config,
+    })
+}
