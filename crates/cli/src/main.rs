@@ -18,6 +18,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Download a model into the local cache and print its path.
+    Pull(cmd::pull::PullArgs),
     /// Print a model file's architecture, hyperparameters, tokenizer and tensors.
     Inspect(cmd::inspect::InspectArgs),
     /// Write a random-weight model with the exact shapes of a real one.
@@ -30,6 +32,7 @@ fn main() -> ExitCode {
     restore_default_sigpipe();
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Pull(args) => cmd::pull::run(args),
         Command::Inspect(args) => cmd::inspect::run(args),
         Command::Synth(args) => cmd::synth::run(args),
         Command::Quantize(args) => cmd::quantize::run(args),

@@ -67,3 +67,30 @@ fn bad_files_exit_2_with_one_line() {
         assert!(err.starts_with("error: ") && err.contains(path), "{err}");
     }
 }
+
+/// Without a file, inspect describes the default model (pulled into the cache on first use).
+#[test]
+fn default_model_is_smollm2_135m_q4_1() {
+    let out = ferrolm(&["inspect", "--json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["architecture"], "llama");
+    assert_eq!(v["hyperparameters"]["block_count"], 30);
+    assert_eq!(v["totals"]["tensors"], 272);
+    let by_type = &v["totals"]["by_type"];
+    assert_eq!(by_type["Q4_1"]["tensors"], 210);
+    assert_eq!(by_type["F32"]["tensors"], 61);
+    assert_eq!(by_type["Q8_0"]["tensors"], 1);
+    let embd = v["tensors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "token_embd.weight")
+        .unwrap();
+    assert_eq!(embd["shape"], serde_json::json!([576, 49152]));
+    assert_eq!(embd["type"], "Q8_0");
+}

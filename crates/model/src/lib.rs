@@ -1,16 +1,20 @@
 //! Model architectures: hyperparameters, tensor layouts, presets and quantization policy,
-//! plus the tools built on them: synthetic random-weight models and GGUF quantization.
+//! the forward pass over a backend, and the tools built on them: synthetic random-weight
+//! models and GGUF quantization.
 
-mod arch;
-mod config;
-mod error;
-mod layout;
+pub mod arch;
+pub mod backend;
+pub mod config;
+pub mod error;
+pub mod forward;
+pub mod layout;
 pub mod policy;
 pub mod presets;
 mod quantize;
 mod stream;
 mod synth;
 mod vocab;
+pub mod weights;
 
 pub use arch::Arch;
 pub use config::{key, Config, MoeConfig};

@@ -9,6 +9,8 @@ mod kquant;
 mod legacy;
 
 pub use ferrolm_gguf::GgmlType;
+pub use kquant::{BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K, SuperBlock, QK_K};
+pub use legacy::{BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, BlockQ8_1, LegacyBlock};
 use rayon::prelude::*;
 
 /// One block format: how a block of `ty.block_elems()` floats maps to `ty.block_bytes()` bytes.

@@ -9,15 +9,15 @@ use std::path::PathBuf;
 
 #[derive(Args)]
 pub struct InspectArgs {
-    /// The GGUF file to inspect.
-    pub file: PathBuf,
+    /// The GGUF file to inspect (default: the default model, pulled on first use).
+    pub file: Option<PathBuf>,
     /// Print one JSON object instead of tables.
     #[arg(long)]
     pub json: bool,
 }
 
 pub fn run(args: InspectArgs) -> Result<()> {
-    let f = GgufFile::open(&args.file)?;
+    let f = GgufFile::open(super::pull::model_or_default(args.file)?)?;
     let report = Report::new(&f);
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report.to_json())?);

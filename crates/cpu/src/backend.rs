@@ -1,0 +1,162 @@
+//! The CPU implementation of the model's coarse ops.
+
+use crate::attention::{attention, LayerKv};
+use crate::matmul::{matmul, WeightRef};
+use crate::{norm, rope};
+use ferrolm_gguf::GgmlType;
+use ferrolm_model::backend::{AttnShape, Backend, MoeGating, RopeMode};
+use ferrolm_model::weights::MoeWeights;
+use ferrolm_model::{Config, ModelError, Result};
+
+/// A weight as the CPU holds it: the mapped blocks, plus an f32 copy for the small 1-D
+/// tensors (norms, biases) that are used elementwise.
+pub struct CpuWeight<'a> {
+    pub mat: WeightRef<'a>,
+    pub vec: Option<Vec<f32>>,
+}
+
+impl<'a> CpuWeight<'a> {
+    pub fn new(name: &str, ty: GgmlType, dims: &[u64], data: &'a [u8]) -> Result<Self> {
+        ferrolm_quant::codec(ty).map_err(|e| ModelError::Tensor {
+            name: name.to_owned(),
+            what: e.to_string(),
+        })?;
+        let cols = dims[0] as usize;
+        let rows = dims[1..].iter().product::<u64>() as usize;
+        let mat = WeightRef {
+            ty,
+            data,
+            rows,
+            cols,
+        };
+        let vec = (dims.len() == 1).then(|| {
+            let mut v = vec![0f32; cols];
+            mat.dequantize_row(0, &mut v);
+            v
+        });
+        Ok(Self { mat, vec })
+    }
+
+    fn f32s(&self) -> &[f32] {
+        self.vec.as_deref().expect("a 1-D weight")
+    }
+}
+
+/// Row-major activations.
+pub struct Mat {
+    pub data: Vec<f32>,
+    pub width: usize,
+}
+
+impl Mat {
+    pub fn rows(&self) -> usize {
+        self.data.len() / self.width
+    }
+}
+
+/// Every layer's KV cache for one sequence.
+pub struct CpuCache {
+    pub layers: Vec<LayerKv>,
+}
+
+impl CpuCache {
+    pub fn new(cfg: &Config, n_ctx: usize) -> Self {
+        let kv_width = cfg.n_head_kv * cfg.head_dim;
+        Self {
+            layers: (0..cfg.n_layer)
+                .map(|_| LayerKv::new(n_ctx, kv_width))
+                .collect(),
+        }
+    }
+
+    pub fn n_ctx(&self) -> usize {
+        self.layers.first().map_or(0, LayerKv::n_ctx)
+    }
+}
+
+/// The CPU backend for weights that borrow from a map living for `'a`.
+#[derive(Default)]
+pub struct CpuBackend<'a>(std::marker::PhantomData<&'a ()>);
+
+impl<'a> Backend for CpuBackend<'a> {
+    type Weight = CpuWeight<'a>;
+    type Act = Mat;
+    type Cache = CpuCache;
+
+    fn alloc(&self, n: usize, width: usize) -> Mat {
+        Mat {
+            data: vec![0.0; n * width],
+            width,
+        }
+    }
+
+    fn embed(&self, table: &CpuWeight<'a>, ids: &[u32], out: &mut Mat) {
+        for (&id, row) in ids.iter().zip(out.data.chunks_exact_mut(out.width)) {
+            table.mat.dequantize_row(id as usize, row);
+        }
+    }
+
+    fn rms_norm(&self, x: &Mat, w: &CpuWeight<'a>, eps: f32, out: &mut Mat) {
+        norm::rms_norm(&x.data, w.f32s(), eps, &mut out.data);
+    }
+
+    fn rms_norm_groups(&self, x: &mut Mat, w: &CpuWeight<'a>, eps: f32) {
+        norm::rms_norm_inplace(&mut x.data, w.f32s(), eps);
+    }
+
+    fn matmul(&self, w: &CpuWeight<'a>, x: &Mat, out: &mut Mat) {
+        matmul(&w.mat, &x.data, &mut out.data);
+    }
+
+    fn add_bias(&self, x: &mut Mat, b: &CpuWeight<'a>) {
+        norm::add_bias(&mut x.data, b.f32s());
+    }
+
+    fn rope(&self, x: &mut Mat, head_dim: usize, positions: &[u32], base: f32, mode: RopeMode) {
+        rope::rope(&mut x.data, head_dim, positions, base, mode);
+    }
+
+    fn attention(
+        &self,
+        cache: &mut CpuCache,
+        layer: usize,
+        q: &Mat,
+        k: &Mat,
+        v: &Mat,
+        positions: &[u32],
+        shape: AttnShape,
+        out: &mut Mat,
+    ) {
+        let kv = &mut cache.layers[layer];
+        // A ubatch is contiguous in position, so it lands in the cache as one block.
+        kv.store(positions[0] as usize, &k.data, &v.data);
+        attention(&q.data, kv, positions, shape, &mut out.data);
+    }
+
+    fn swiglu(&self, gate: &mut Mat, up: &Mat) {
+        norm::swiglu(&mut gate.data, &up.data);
+    }
+
+    fn moe(&self, x: &Mat, w: &MoeWeights<CpuWeight<'a>>, gating: MoeGating, out: &mut Mat) {
+        crate::moe::moe(x, w, gating, out);
+    }
+
+    fn add(&self, acc: &mut Mat, x: &Mat) {
+        norm::add_assign(&mut acc.data, &x.data);
+    }
+
+    fn select_rows(&self, x: &Mat, rows: &[usize]) -> Mat {
+        let mut data = Vec::with_capacity(rows.len() * x.width);
+        for &r in rows {
+            data.extend_from_slice(&x.data[r * x.width..(r + 1) * x.width]);
+        }
+        Mat {
+            data,
+            width: x.width,
+        }
+    }
+
+    fn to_host(&self, x: &Mat) -> Vec<f32> {
+        x.data.clone()
+    }
+}

@@ -1,0 +1,12 @@
+//! CPU kernels and the CPU backend. Activations are row-major f32 `[n_tokens][width]`;
+//! weights are ggml tensors (row `r` of a `[cols, rows]` ggml tensor is output feature `r`),
+//! read in place from the map.
+
+pub mod attention;
+pub mod backend;
+pub mod matmul;
+pub mod moe;
+pub mod norm;
+pub mod rope;
+
+pub use backend::{CpuBackend, CpuCache, CpuWeight, Mat};

@@ -1,0 +1,62 @@
+//! Mixture-of-experts FFN: route every token, then run each expert once over the tokens
+//! routed to it (grouped, so an expert's weights are read once per batch, not per token).
+
+use crate::backend::{CpuWeight, Mat};
+use crate::matmul::matmul;
+use crate::norm::{softmax, swiglu};
+use ferrolm_model::backend::MoeGating;
+use ferrolm_model::weights::MoeWeights;
+
+/// The experts chosen for one token and their weights.
+pub fn route(logits: &mut [f32], k: usize, gating: MoeGating) -> Vec<(usize, f32)> {
+    softmax(logits);
+    let mut order: Vec<usize> = (0..logits.len()).collect();
+    // Stable sort: among equal probabilities the lower expert id wins, deterministically.
+    order.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]));
+    let mut picked: Vec<(usize, f32)> = order[..k].iter().map(|&e| (e, logits[e])).collect();
+    if gating == MoeGating::SoftmaxTopKRenorm {
+        let sum: f32 = picked.iter().map(|p| p.1).sum();
+        for p in &mut picked {
+            p.1 /= sum;
+        }
+    }
+    picked
+}
+
+pub fn moe(x: &Mat, w: &MoeWeights<CpuWeight<'_>>, gating: MoeGating, out: &mut Mat) {
+    let (n, d) = (x.rows(), x.width);
+    let mut logits = vec![0f32; n * w.n_expert];
+    matmul(&w.router.mat, &x.data, &mut logits);
+
+    // Tokens per expert, with their routing weights.
+    let mut groups: Vec<Vec<(usize, f32)>> = vec![Vec::new(); w.n_expert];
+    for (t, row) in logits.chunks_exact_mut(w.n_expert).enumerate() {
+        for (e, weight) in route(row, w.n_expert_used, gating) {
+            groups[e].push((t, weight));
+        }
+    }
+
+    out.data.fill(0.0);
+    for (e, tokens) in groups.iter().enumerate() {
+        if tokens.is_empty() {
+            continue;
+        }
+        let m = tokens.len();
+        let mut xe = Vec::with_capacity(m * d);
+        for &(t, _) in tokens {
+            xe.extend_from_slice(&x.data[t * d..(t + 1) * d]);
+        }
+        let mut gate = vec![0f32; m * w.n_ff];
+        let mut up = vec![0f32; m * w.n_ff];
+        matmul(&w.gate.mat.slice_rows(e * w.n_ff, w.n_ff), &xe, &mut gate);
+        matmul(&w.up.mat.slice_rows(e * w.n_ff, w.n_ff), &xe, &mut up);
+        swiglu(&mut gate, &up);
+        let mut down = vec![0f32; m * d];
+        matmul(&w.down.mat.slice_rows(e * d, d), &gate, &mut down);
+        for (&(t, weight), row) in tokens.iter().zip(down.chunks_exact(d)) {
+            for (o, &v) in out.data[t * d..(t + 1) * d].iter_mut().zip(row) {
+                *o += weight * v;
+            }
+        }
+    }
+}

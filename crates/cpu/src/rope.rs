@@ -1,0 +1,66 @@
+//! Rotary position embeddings, in the two layouts ggml knows.
+
+pub use ferrolm_model::backend::RopeMode;
+
+/// Rotates every head of every row in `x` (`[n_tokens][n_heads * head_dim]`), token `t`
+/// at position `positions[t]`. Angles follow ggml: `theta_i = pos * base^(-2i/d)`, built by
+/// repeated multiplication in f32 as ggml does, so results agree to the last bits.
+pub fn rope(x: &mut [f32], head_dim: usize, positions: &[u32], freq_base: f32, mode: RopeMode) {
+    let width = x.len() / positions.len();
+    let theta_scale = freq_base.powf(-2.0 / head_dim as f32);
+    let half = head_dim / 2;
+    let mut cos_sin = vec![(0f32, 0f32); half];
+    for (row, &pos) in x.chunks_exact_mut(width).zip(positions) {
+        let mut theta = pos as f32;
+        for cs in cos_sin.iter_mut() {
+            *cs = (theta.cos(), theta.sin());
+            theta *= theta_scale;
+        }
+        for head in row.chunks_exact_mut(head_dim) {
+            for (i, &(c, s)) in cos_sin.iter().enumerate() {
+                let (a, b) = match mode {
+                    RopeMode::Normal => (2 * i, 2 * i + 1),
+                    RopeMode::Neox => (i, i + half),
+                };
+                let (x0, x1) = (head[a], head[b]);
+                head[a] = x0 * c - x1 * s;
+                head[b] = x0 * s + x1 * c;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rotation_preserves_pair_norms_and_position_zero_is_identity() {
+        let orig: Vec<f32> = (0..16).map(|i| i as f32 * 0.25 - 2.0).collect();
+        for mode in [RopeMode::Normal, RopeMode::Neox] {
+            let mut x = orig.clone();
+            rope(&mut x, 8, &[0, 0], 10000.0, mode);
+            assert_eq!(x, orig);
+            let mut x = orig.clone();
+            rope(&mut x, 8, &[5, 9], 10000.0, mode);
+            assert_ne!(x, orig);
+            let n0: f32 = orig.iter().map(|v| v * v).sum();
+            let n1: f32 = x.iter().map(|v| v * v).sum();
+            assert!((n0 - n1).abs() < 1e-3);
+        }
+    }
+
+    #[test]
+    fn matches_f64_angle_formula() {
+        let mut x = vec![1.0f32, 0.0, 0.0, 0.0];
+        rope(&mut x, 4, &[3], 100.0, RopeMode::Normal);
+        let t0 = 3.0f64;
+        assert!((x[0] as f64 - t0.cos()).abs() < 1e-6);
+        assert!((x[1] as f64 - t0.sin()).abs() < 1e-6);
+        let mut x = vec![0.0f32, 1.0, 0.0, 0.0];
+        rope(&mut x, 4, &[3], 100.0, RopeMode::Neox);
+        let t1 = 3.0 * 100f64.powf(-0.5);
+        assert!((x[1] as f64 - t1.cos()).abs() < 1e-6);
+        assert!((x[3] as f64 - t1.sin()).abs() < 1e-6);
+    }
+}

@@ -1,0 +1,56 @@
+//! A model loaded onto a backend, ready to run forward passes.
+
+use ferrolm_cpu::{CpuBackend, CpuCache, CpuWeight};
+use ferrolm_gguf::GgufFile;
+use ferrolm_model::backend::Backend;
+use ferrolm_model::forward::forward;
+use ferrolm_model::weights::ModelWeights;
+use ferrolm_model::{Config, Result};
+
+/// A model on the CPU. Weights borrow the file's map: no second copy of the file in RAM.
+pub struct Model<'a> {
+    pub cfg: Config,
+    pub file: &'a GgufFile,
+    weights: ModelWeights<CpuWeight<'a>>,
+    backend: CpuBackend<'a>,
+}
+
+impl<'a> Model<'a> {
+    pub fn load(file: &'a GgufFile) -> Result<Self> {
+        let cfg = Config::from_gguf(file)?;
+        let weights = ModelWeights::load(&cfg, file, |name, ty, dims, data| {
+            CpuWeight::new(name, ty, dims, data)
+        })?;
+        Ok(Self {
+            cfg,
+            file,
+            weights,
+            backend: CpuBackend::default(),
+        })
+    }
+
+    pub fn new_cache(&self, n_ctx: usize) -> CpuCache {
+        CpuCache::new(&self.cfg, n_ctx)
+    }
+
+    /// Logits `[logit_rows.len()][n_vocab]` for `tokens` placed at `pos0..`.
+    pub(crate) fn forward(
+        &self,
+        cache: &mut CpuCache,
+        tokens: &[u32],
+        pos0: usize,
+        logit_rows: &[usize],
+    ) -> Vec<f32> {
+        let positions: Vec<u32> = (pos0..pos0 + tokens.len()).map(|p| p as u32).collect();
+        let logits = forward(
+            &self.backend,
+            &self.cfg,
+            &self.weights,
+            cache,
+            tokens,
+            &positions,
+            logit_rows,
+        );
+        self.backend.to_host(&logits)
+    }
+}

@@ -1,0 +1,86 @@
+//! A session: one sequence, its KV cache and position.
+
+use crate::model::Model;
+use ferrolm_cpu::CpuCache;
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum EngineError {
+    #[error("the prompt and generation need {need} positions, but the context holds {n_ctx}; raise -c or shorten the prompt")]
+    ContextFull { need: usize, n_ctx: usize },
+    #[error("token id {id} is out of range: the vocabulary has {n_vocab} tokens")]
+    TokenOutOfRange { id: u32, n_vocab: usize },
+}
+
+/// Which positions of an evaluated batch get logits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Logits {
+    Last,
+    All,
+}
+
+pub struct Session<'m, 'a> {
+    model: &'m Model<'a>,
+    cache: CpuCache,
+    n_past: usize,
+    ubatch: usize,
+}
+
+impl<'m, 'a> Session<'m, 'a> {
+    pub fn new(model: &'m Model<'a>, n_ctx: usize) -> Self {
+        Self {
+            model,
+            cache: model.new_cache(n_ctx),
+            n_past: 0,
+            ubatch: 512,
+        }
+    }
+
+    /// Tokens per forward pass during prefill.
+    pub fn set_ubatch(&mut self, n: usize) {
+        self.ubatch = n.max(1);
+    }
+
+    pub fn n_past(&self) -> usize {
+        self.n_past
+    }
+
+    pub fn n_ctx(&self) -> usize {
+        self.cache.n_ctx()
+    }
+
+    /// Forgets everything after the first `n` positions.
+    pub fn truncate(&mut self, n: usize) {
+        self.n_past = self.n_past.min(n);
+    }
+
+    /// Appends `tokens` to the sequence, in ubatches, and returns the requested logits
+    /// (`[rows][n_vocab]`, rows in token order).
+    pub fn eval(&mut self, tokens: &[u32], which: Logits) -> Result<Vec<f32>, EngineError> {
+        let n_vocab = self.model.cfg.n_vocab;
+        if let Some(&id) = tokens.iter().find(|&&t| t as usize >= n_vocab) {
+            return Err(EngineError::TokenOutOfRange { id, n_vocab });
+        }
+        let need = self.n_past + tokens.len();
+        if need > self.n_ctx() {
+            return Err(EngineError::ContextFull {
+                need,
+                n_ctx: self.n_ctx(),
+            });
+        }
+        let mut out = Vec::new();
+        for (i, chunk) in tokens.chunks(self.ubatch).enumerate() {
+            let is_last_chunk = (i + 1) * self.ubatch >= tokens.len();
+            let rows: Vec<usize> = match which {
+                Logits::All => (0..chunk.len()).collect(),
+                Logits::Last if is_last_chunk => vec![chunk.len() - 1],
+                Logits::Last => vec![],
+            };
+            let logits = self
+                .model
+                .forward(&mut self.cache, chunk, self.n_past, &rows);
+            out.extend_from_slice(&logits);
+            self.n_past += chunk.len();
+        }
+        Ok(out)
+    }
+}

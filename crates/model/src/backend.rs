@@ -1,0 +1,87 @@
+//! The coarse ops a forward pass is written against. A backend may fuse what it likes behind
+//! them; the architectures in [`crate::forward`] only say what is computed, in which order.
+
+use crate::weights::MoeWeights;
+
+/// How a head's dimensions are paired for rotary embeddings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RopeMode {
+    /// Adjacent pairs `(2i, 2i+1)`: llama.
+    Normal,
+    /// Halves `(i, i + d/2)`: GPT-NeoX style, used by qwen2/qwen3/olmoe.
+    Neox,
+}
+
+/// Attention geometry of one layer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AttnShape {
+    pub n_head: usize,
+    pub n_kv_head: usize,
+    pub head_dim: usize,
+}
+
+/// How the router's top-k probabilities become expert weights.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MoeGating {
+    /// Softmax over all experts, keep the top-k probabilities as they are (olmoe).
+    SoftmaxTopK,
+    /// Softmax over all experts, top-k, renormalised to sum to 1 (qwen3moe).
+    SoftmaxTopKRenorm,
+}
+
+pub trait Backend {
+    /// A weight tensor as the backend holds it.
+    type Weight: Sync;
+    /// Activations: `n` rows (tokens) of `width` floats.
+    type Act;
+    /// The KV cache of one sequence, all layers.
+    type Cache;
+
+    fn alloc(&self, n: usize, width: usize) -> Self::Act;
+    /// Row `ids[t]` of the embedding table into row `t` of `out`.
+    fn embed(&self, table: &Self::Weight, ids: &[u32], out: &mut Self::Act);
+    fn rms_norm(&self, x: &Self::Act, w: &Self::Weight, eps: f32, out: &mut Self::Act);
+    /// RMS norm applied to each `len(w)`-wide group of every row, in place.
+    fn rms_norm_groups(&self, x: &mut Self::Act, w: &Self::Weight, eps: f32);
+    /// `out = x · Wᵀ`.
+    fn matmul(&self, w: &Self::Weight, x: &Self::Act, out: &mut Self::Act);
+    fn add_bias(&self, x: &mut Self::Act, b: &Self::Weight);
+    fn rope(
+        &self,
+        x: &mut Self::Act,
+        head_dim: usize,
+        positions: &[u32],
+        base: f32,
+        mode: RopeMode,
+    );
+    /// Stores `k`, `v` at `positions` in layer `layer` of `cache`, then causal attention of
+    /// `q` over everything cached up to each token's position.
+    #[allow(clippy::too_many_arguments)]
+    fn attention(
+        &self,
+        cache: &mut Self::Cache,
+        layer: usize,
+        q: &Self::Act,
+        k: &Self::Act,
+        v: &Self::Act,
+        positions: &[u32],
+        shape: AttnShape,
+        out: &mut Self::Act,
+    );
+    /// `gate = silu(gate) * up`.
+    fn swiglu(&self, gate: &mut Self::Act, up: &Self::Act);
+    /// Routes every token, runs its experts and writes their weighted sum to `out`.
+    fn moe(
+        &self,
+        x: &Self::Act,
+        w: &MoeWeights<Self::Weight>,
+        gating: MoeGating,
+        out: &mut Self::Act,
+    );
+    /// `acc += x`.
+    fn add(&self, acc: &mut Self::Act, x: &Self::Act);
+    /// Copies the chosen rows of `x` into a new activation.
+    fn select_rows(&self, x: &Self::Act, rows: &[usize]) -> Self::Act;
+    /// Reads activations back as host floats, row-major.
+    fn to_host(&self, x: &Self::Act) -> Vec<f32>;
+}

@@ -1,0 +1,98 @@
+//! The forward pass of every supported architecture, written once against [`Backend`].
+//!
+//! All five share one pre-norm block; they differ only in the switches read off `Config`:
+//! q/k/v biases (qwen2), q/k RMS norms per head (qwen3, qwen3moe) or over the whole width
+//! (olmoe), the RoPE pairing, and a dense or mixture-of-experts FFN.
+
+use crate::arch::Arch;
+use crate::backend::{AttnShape, Backend, MoeGating, RopeMode};
+use crate::config::Config;
+use crate::weights::{Ffn, ModelWeights};
+
+pub fn rope_mode(arch: Arch) -> RopeMode {
+    match arch {
+        Arch::Llama => RopeMode::Normal,
+        Arch::Qwen2 | Arch::Qwen3 | Arch::Olmoe | Arch::Qwen3Moe => RopeMode::Neox,
+    }
+}
+
+pub fn moe_gating(arch: Arch) -> MoeGating {
+    match arch {
+        Arch::Qwen3Moe => MoeGating::SoftmaxTopKRenorm,
+        _ => MoeGating::SoftmaxTopK,
+    }
+}
+
+/// Runs `tokens` (at `positions`, already checked to fit the cache) through the model and
+/// returns the logits of the rows listed in `logit_rows`, `[rows][n_vocab]`.
+pub fn forward<B: Backend>(
+    b: &B,
+    cfg: &Config,
+    w: &ModelWeights<B::Weight>,
+    cache: &mut B::Cache,
+    tokens: &[u32],
+    positions: &[u32],
+    logit_rows: &[usize],
+) -> B::Act {
+    let n = tokens.len();
+    let shape = AttnShape {
+        n_head: cfg.n_head,
+        n_kv_head: cfg.n_head_kv,
+        head_dim: cfg.head_dim,
+    };
+    let mode = rope_mode(cfg.arch);
+    let (q_width, kv_width) = (cfg.n_head * cfg.head_dim, cfg.n_head_kv * cfg.head_dim);
+
+    let mut x = b.alloc(n, cfg.n_embd);
+    b.embed(&w.token_embd, tokens, &mut x);
+    let mut h = b.alloc(n, cfg.n_embd);
+    let mut q = b.alloc(n, q_width);
+    let mut k = b.alloc(n, kv_width);
+    let mut v = b.alloc(n, cfg.n_head_kv * cfg.head_dim_v);
+    let mut attn = b.alloc(n, cfg.n_head * cfg.head_dim_v);
+    let mut proj = b.alloc(n, cfg.n_embd);
+
+    for (il, layer) in w.layers.iter().enumerate() {
+        let a = &layer.attn;
+        b.rms_norm(&x, &a.norm, cfg.rms_eps, &mut h);
+        b.matmul(&a.q, &h, &mut q);
+        b.matmul(&a.k, &h, &mut k);
+        b.matmul(&a.v, &h, &mut v);
+        if let Some([bq, bk, bv]) = &a.qkv_bias {
+            b.add_bias(&mut q, bq);
+            b.add_bias(&mut k, bk);
+            b.add_bias(&mut v, bv);
+        }
+        // The norm weight's length says whether it is per head or over the whole width.
+        if let (Some(qn), Some(kn)) = (&a.q_norm, &a.k_norm) {
+            b.rms_norm_groups(&mut q, qn, cfg.rms_eps);
+            b.rms_norm_groups(&mut k, kn, cfg.rms_eps);
+        }
+        b.rope(&mut q, cfg.head_dim, positions, cfg.rope_freq_base, mode);
+        b.rope(&mut k, cfg.head_dim, positions, cfg.rope_freq_base, mode);
+        b.attention(cache, il, &q, &k, &v, positions, shape, &mut attn);
+        b.matmul(&a.output, &attn, &mut proj);
+        b.add(&mut x, &proj);
+
+        b.rms_norm(&x, &layer.ffn_norm, cfg.rms_eps, &mut h);
+        match &layer.ffn {
+            Ffn::Dense(f) => {
+                let mut gate = b.alloc(n, cfg.n_ff);
+                let mut up = b.alloc(n, cfg.n_ff);
+                b.matmul(&f.gate, &h, &mut gate);
+                b.matmul(&f.up, &h, &mut up);
+                b.swiglu(&mut gate, &up);
+                b.matmul(&f.down, &gate, &mut proj);
+            }
+            Ffn::Moe(m) => b.moe(&h, m, moe_gating(cfg.arch), &mut proj),
+        }
+        b.add(&mut x, &proj);
+    }
+
+    let last = b.select_rows(&x, logit_rows);
+    let mut normed = b.alloc(logit_rows.len(), cfg.n_embd);
+    b.rms_norm(&last, &w.output_norm, cfg.rms_eps, &mut normed);
+    let mut logits = b.alloc(logit_rows.len(), cfg.n_vocab);
+    b.matmul(w.output(), &normed, &mut logits);
+    logits
+}

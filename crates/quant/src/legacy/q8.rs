@@ -1,0 +1,100 @@
+//! Q8_0 (weights) and Q8_1 (activations): one signed byte per element.
+
+use super::{absmax, f16_le, inverse, to_f16_le, LegacyBlock, QK};
+use crate::GgmlType;
+use bytemuck::{Pod, Zeroable};
+
+/// Q8_0, 34 bytes: `x = d * q`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Pod, Zeroable)]
+pub struct BlockQ8_0 {
+    /// Scale, f16.
+    pub d: [u8; 2],
+    /// Codes, i8 stored as bytes (`as i8` to read).
+    pub qs: [u8; QK],
+}
+
+/// Q8_1, 36 bytes: `x = d * q`, plus `s = d * sum(q)` so that dot products against offset
+/// formats (Q4_1, Q5_1) can apply the offset once per block.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Pod, Zeroable)]
+pub struct BlockQ8_1 {
+    /// Scale, f16.
+    pub d: [u8; 2],
+    /// `d * sum(qs)`, f16, computed from the unrounded f32 scale.
+    pub s: [u8; 2],
+    /// Codes, i8 stored as bytes (`as i8` to read).
+    pub qs: [u8; QK],
+}
+
+impl BlockQ8_0 {
+    pub fn d(&self) -> f32 {
+        f16_le(self.d)
+    }
+
+    pub fn codes(&self) -> &[i8; QK] {
+        bytemuck::cast_ref(&self.qs)
+    }
+}
+
+impl BlockQ8_1 {
+    pub fn d(&self) -> f32 {
+        f16_le(self.d)
+    }
+
+    pub fn s(&self) -> f32 {
+        f16_le(self.s)
+    }
+
+    pub fn codes(&self) -> &[i8; QK] {
+        bytemuck::cast_ref(&self.qs)
+    }
+}
+
+/// (f32 scale, codes): symmetric absmax / 127, rounding half away from zero like C `roundf`.
+fn quantize_codes(x: &[f32; QK]) -> (f32, [u8; QK]) {
+    let d = absmax(x) / 127.0;
+    let id = inverse(d);
+    (d, std::array::from_fn(|j| (x[j] * id).round() as i8 as u8))
+}
+
+fn dequantize_codes(d: f32, codes: &[i8; QK], out: &mut [f32; QK]) {
+    for (o, &q) in out.iter_mut().zip(codes) {
+        *o = f32::from(q) * d;
+    }
+}
+
+impl LegacyBlock for BlockQ8_0 {
+    const TYPE: GgmlType = GgmlType::Q8_0;
+
+    fn dequantize(&self, out: &mut [f32; QK]) {
+        dequantize_codes(self.d(), self.codes(), out);
+    }
+
+    fn quantize(x: &[f32; QK]) -> Self {
+        let (d, qs) = quantize_codes(x);
+        Self {
+            d: to_f16_le(d),
+            qs,
+        }
+    }
+}
+
+impl LegacyBlock for BlockQ8_1 {
+    const TYPE: GgmlType = GgmlType::Q8_1;
+
+    /// `s` is redundant for the values themselves and is ignored here.
+    fn dequantize(&self, out: &mut [f32; QK]) {
+        dequantize_codes(self.d(), self.codes(), out);
+    }
+
+    fn quantize(x: &[f32; QK]) -> Self {
+        let (d, qs) = quantize_codes(x);
+        let sum: i32 = qs.iter().map(|&q| i32::from(q as i8)).sum();
+        Self {
+            d: to_f16_le(d),
+            s: to_f16_le(sum as f32 * d),
+            qs,
+        }
+    }
+}
