@@ -58,6 +58,26 @@ pub struct Tokenizer {
     pieces: Vec<Box<[u8]>>,
 }
 
+impl std::fmt::Debug for Tokenizer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tokenizer")
+            .field("model", &self.model)
+            .field("pre", &self.pre)
+            .field("n_vocab", &self.n_vocab)
+            .field("special", &self.vocab.special)
+            .field("add_bos", &self.add_bos)
+            .field("add_eos", &self.add_eos)
+            .finish_non_exhaustive()
+    }
+}
+
+// Shared across threads by servers and batch tokenization.
+const _: () = {
+    const fn send_sync<T: Send + Sync>() {}
+    send_sync::<Tokenizer>();
+    send_sync::<ChatTemplate>();
+};
+
 impl Tokenizer {
     /// Builds the tokenizer that `f`'s `tokenizer.ggml.*` metadata describes.
     pub fn from_gguf(f: &GgufFile) -> Result<Self> {
@@ -190,7 +210,9 @@ impl Tokenizer {
 
     /// Decodes a whole sequence: control tokens hidden, and (for tokenizers that add one) the
     /// leading space that tokenization put in front removed, so that
-    /// `decode(encode(text)) == text` for ordinary text.
+    /// `decode(encode(text)) == text` for ordinary text. The result is the concatenation of the
+    /// pieces, exactly what streaming the same ids gives; llama.cpp's optional `clean_spaces`
+    /// post-pass (`" ,"` → `","` for some GPT-2 vocabularies) is not applied.
     pub fn decode(&self, ids: &[u32]) -> Result<String> {
         self.decode_with(ids, false)
     }

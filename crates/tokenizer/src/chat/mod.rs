@@ -58,6 +58,16 @@ fn template_error(e: Error) -> TokenizerError {
     TokenizerError::Template(msg)
 }
 
+impl std::fmt::Debug for ChatTemplate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChatTemplate")
+            .field("source", &self.source)
+            .field("bos_token", &self.bos_token)
+            .field("eos_token", &self.eos_token)
+            .finish_non_exhaustive()
+    }
+}
+
 impl ChatTemplate {
     /// The model's `tokenizer.chat_template`, or ChatML when it has none; the special token
     /// strings come from `tok`.

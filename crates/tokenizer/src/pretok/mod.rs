@@ -6,6 +6,10 @@
 //! matchers with its own Unicode tables and the others through `std::regex` over text where each
 //! non-ASCII character is collapsed to its category. Both amount to these regexes with `\p{..}`
 //! as Unicode general categories and `\s` as White_Space, which is what `fancy-regex` gives.
+//! Like llama.cpp, we match the GPT-2 and Llama 3 / Qwen 2 patterns by hand ([`words`]).
+
+mod classes;
+mod words;
 
 use crate::error::{Result, TokenizerError};
 use fancy_regex::Regex;
@@ -164,44 +168,109 @@ pub(crate) fn supported_names() -> String {
     names.join(", ")
 }
 
+enum Splitter {
+    Regex(Regex),
+    Gpt2,
+    Llama3 { max_digits: usize },
+}
+
+impl Splitter {
+    fn new(pattern: &str, hand_written: bool) -> Result<Self> {
+        Ok(match pattern {
+            GPT2 if hand_written => Splitter::Gpt2,
+            LLAMA3 if hand_written => Splitter::Llama3 { max_digits: 3 },
+            QWEN2 if hand_written => Splitter::Llama3 { max_digits: 1 },
+            _ => Splitter::Regex(
+                Regex::new(pattern)
+                    .map_err(|e| TokenizerError::Regex(format!("{pattern}: {e}")))?,
+            ),
+        })
+    }
+
+    /// Appends the pieces of `text[start..end]` to `out`.
+    fn split(
+        &self,
+        text: &str,
+        (start, end): (usize, usize),
+        chars: &mut Vec<char>,
+        out: &mut Vec<(usize, usize)>,
+    ) -> Result<()> {
+        let piece = &text[start..end];
+        let re = match self {
+            Splitter::Regex(re) => re,
+            _ => return self.split_by_hand(start, piece, chars, out),
+        };
+        let mut at = 0;
+        for m in re.find_iter(piece) {
+            let m = m.map_err(|e| TokenizerError::Regex(e.to_string()))?;
+            if m.start() == m.end() {
+                continue; // none of our patterns match empty; be safe anyway
+            }
+            if m.start() > at {
+                out.push((start + at, start + m.start()));
+            }
+            out.push((start + m.start(), start + m.end()));
+            at = m.end();
+        }
+        if at < piece.len() {
+            out.push((start + at, end));
+        }
+        Ok(())
+    }
+
+    fn split_by_hand(
+        &self,
+        start: usize,
+        piece: &str,
+        chars: &mut Vec<char>,
+        out: &mut Vec<(usize, usize)>,
+    ) -> Result<()> {
+        chars.clear();
+        chars.extend(piece.chars());
+        let (mut i, mut byte) = (0, start);
+        while i < chars.len() {
+            let j = match *self {
+                Splitter::Gpt2 => words::gpt2(chars, i),
+                Splitter::Llama3 { max_digits } => words::llama3(chars, i, max_digits),
+                Splitter::Regex(_) => unreachable!(),
+            };
+            let j = j.max(i + 1); // every alternative consumes a character; never stall
+            let len: usize = chars[i..j].iter().map(|c| c.len_utf8()).sum();
+            out.push((byte, byte + len));
+            (i, byte) = (j, byte + len);
+        }
+        Ok(())
+    }
+}
+
 /// A compiled pre-tokenizer.
 pub(crate) struct PreTokenizer {
-    regexes: Vec<Regex>,
+    splitters: Vec<Splitter>,
 }
 
 impl PreTokenizer {
     pub fn new(spec: &PreSpec) -> Result<Self> {
-        let regexes = spec
+        Self::build(spec, true)
+    }
+
+    fn build(spec: &PreSpec, hand_written: bool) -> Result<Self> {
+        let splitters = spec
             .regexes
             .iter()
-            .map(|r| Regex::new(r).map_err(|e| TokenizerError::Regex(format!("{r}: {e}"))))
+            .map(|r| Splitter::new(r, hand_written))
             .collect::<Result<_>>()?;
-        Ok(Self { regexes })
+        Ok(Self { splitters })
     }
 
     /// Splits `text` into pieces (byte ranges that tile it), in order.
     pub fn split(&self, text: &str) -> Result<Vec<(usize, usize)>> {
         let mut pieces = vec![(0, text.len())];
         let mut next = Vec::new();
-        for re in &self.regexes {
+        let mut chars = Vec::new();
+        for s in &self.splitters {
             next.clear();
-            for &(start, end) in &pieces {
-                let piece = &text[start..end];
-                let mut at = 0;
-                for m in re.find_iter(piece) {
-                    let m = m.map_err(|e| TokenizerError::Regex(e.to_string()))?;
-                    if m.start() == m.end() {
-                        continue; // none of our patterns match empty; be safe anyway
-                    }
-                    if m.start() > at {
-                        next.push((start + at, start + m.start()));
-                    }
-                    next.push((start + m.start(), start + m.end()));
-                    at = m.end();
-                }
-                if at < piece.len() {
-                    next.push((start + at, end));
-                }
+            for &piece in &pieces {
+                s.split(text, piece, &mut chars, &mut next)?;
             }
             std::mem::swap(&mut pieces, &mut next);
         }
@@ -210,77 +279,4 @@ impl PreTokenizer {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn every_supported_pattern_compiles() {
-        for s in PRE_SPECS {
-            PreTokenizer::new(s).unwrap_or_else(|e| panic!("{:?}: {e}", s.names));
-        }
-    }
-
-    fn split<'t>(pre: &str, text: &'t str) -> Vec<&'t str> {
-        let p = PreTokenizer::new(find(pre).unwrap()).unwrap();
-        p.split(text)
-            .unwrap()
-            .into_iter()
-            .map(|(a, b)| &text[a..b])
-            .collect()
-    }
-
-    // Expected splits are those of the Hugging Face `tokenizers` pre-tokenizers for these
-    // families (the regexes are theirs), worked through by hand.
-    #[test]
-    fn gpt2_keeps_one_space_before_words() {
-        assert_eq!(
-            split("gpt-2", "Hello  world's 42!!\n\n x"),
-            ["Hello", " ", " world", "'s", " 42", "!!", "\n\n", " x"]
-        );
-    }
-
-    #[test]
-    fn smollm_splits_digits_first() {
-        assert_eq!(split("smollm", "a 123"), ["a", " ", "1", "2", "3"]);
-    }
-
-    #[test]
-    fn llama3_groups_three_digits_and_newlines() {
-        assert_eq!(
-            split("llama-bpe", "x 12345 I'M\n\n  y"),
-            ["x", " ", "123", "45", " I", "'M", "\n\n", " ", " y"]
-        );
-    }
-
-    /// Hugging Face `tokenizers` with the families' original regexes, from
-    /// `tests/fixtures/gen_pretok_fixtures.py`.
-    #[test]
-    fn splits_match_hugging_face_tokenizers() {
-        let path = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/tests/fixtures/pretok/cases.json"
-        );
-        let cases: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
-        let mut failures = Vec::new();
-        for c in cases.as_array().unwrap() {
-            let (pre, text) = (c["pre"].as_str().unwrap(), c["text"].as_str().unwrap());
-            let want: Vec<&str> = c["pieces"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|p| p.as_str().unwrap())
-                .collect();
-            let got = split(pre, text);
-            if got != want {
-                failures.push(format!("{pre} {text:?}\n  hf:   {want:?}\n  ours: {got:?}"));
-            }
-        }
-        assert!(failures.is_empty(), "{}", failures.join("\n"));
-    }
-
-    #[test]
-    fn qwen2_splits_single_digits() {
-        assert_eq!(split("qwen2", "ab 123"), ["ab", " ", "1", "2", "3"]);
-    }
-}
+mod tests;
