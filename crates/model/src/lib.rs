@@ -1,13 +1,12 @@
 //! Model architectures: hyperparameters, tensor layouts, presets and quantization policy,
-//! the forward pass over a backend, and the tools built on them: synthetic random-weight
-//! models and GGUF quantization.
+//! plus the tools built on them: synthetic random-weight models and GGUF quantization.
 
-pub mod arch;
+mod arch;
 pub mod backend;
-pub mod config;
-pub mod error;
+mod config;
+mod error;
 pub mod forward;
-pub mod layout;
+mod layout;
 pub mod policy;
 pub mod presets;
 mod quantize;

@@ -1,0 +1,59 @@
+//! Options shared by every subcommand that runs a model.
+
+use anyhow::{bail, Result};
+use clap::{Args, ValueEnum};
+use std::path::PathBuf;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum BackendChoice {
+    Cpu,
+    Cuda,
+    /// CUDA when a device is present, else the CPU.
+    Auto,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct ModelOpts {
+    /// Model file (default: the default model, pulled on first use).
+    #[arg(short = 'm', long = "model")]
+    pub model: Option<PathBuf>,
+    /// Where to run.
+    #[arg(long, value_enum, default_value_t = BackendChoice::Auto)]
+    pub backend: BackendChoice,
+    /// Layers to offload to the GPU (-1 or 99: all). Ignored on the CPU.
+    #[arg(long = "n-gpu-layers", visible_alias = "ngl", default_value_t = -1, allow_negative_numbers = true)]
+    pub n_gpu_layers: i32,
+    /// CPU threads (default: all cores).
+    #[arg(short = 't', long = "threads")]
+    pub threads: Option<usize>,
+    /// Context size in tokens (default: the model's, capped at 4096).
+    #[arg(short = 'c', long = "ctx-size")]
+    pub ctx_size: Option<usize>,
+}
+
+impl ModelOpts {
+    /// Resolves the model path, picks the backend and sizes the thread pool.
+    pub fn prepare(&self) -> Result<PathBuf> {
+        match self.backend {
+            BackendChoice::Cpu => {}
+            BackendChoice::Cuda => bail!(
+                "--backend cuda: this build of ferrolm has no CUDA backend yet; use --backend cpu"
+            ),
+            BackendChoice::Auto => {}
+        }
+        if let Some(t) = self.threads {
+            if t == 0 {
+                bail!("-t/--threads must be at least 1");
+            }
+            // Fails only if a pool already exists, which cannot happen this early.
+            let _ = rayon::ThreadPoolBuilder::new()
+                .num_threads(t)
+                .build_global();
+        }
+        super::pull::model_or_default(self.model.clone())
+    }
+
+    pub fn n_ctx(&self, model_ctx: usize) -> usize {
+        self.ctx_size.unwrap_or(model_ctx.min(4096))
+    }
+}
