@@ -6,5 +6,7 @@ pub mod inspect;
 pub mod logits;
 pub mod pull;
 pub mod quantize;
+pub mod run;
 pub mod synth;
+pub mod tokenize;
 mod tooling;
