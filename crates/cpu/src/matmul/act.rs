@@ -1,0 +1,162 @@
+//! Activation rows quantized once per call into the weight's partner format, laid out for the
+//! kernels: codes contiguous per token, and per unit (16 or 32 elements, the weight's unit) the
+//! scale `d` and `s = d · Σ codes`, the term the weight offsets multiply. For weights whose
+//! codes carry a bias, `-bias · Σ codes` per unit and per 4 codes, which the kernels start
+//! their integer dots from so that the bias cancels exactly.
+
+use ferrolm_gguf::GgmlType;
+use ferrolm_quant::{BlockQ8K, BlockQ8_0, BlockQ8_1, LegacyBlock, SuperBlock, QK_K};
+use rayon::prelude::*;
+
+/// Below this many elements the rows are quantized on the calling thread: a rayon dispatch
+/// costs more than the work.
+const PARALLEL_MIN_ELEMS: usize = 1 << 15;
+
+pub(super) struct Acts {
+    pub n: usize,
+    pub cols: usize,
+    /// Elements per unit: the weight format's.
+    pub unit: usize,
+    /// `[n][cols]` codes.
+    pub codes: Vec<i8>,
+    /// `[n][cols / unit]` scales.
+    pub d: Vec<f32>,
+    /// `[n][cols / unit]`: `d · Σ codes` of the unit. Exact for Q8_0/Q8_1 (an f16 scale times
+    /// a sum under 2^13 fits in f32's mantissa); one rounding for Q8_K.
+    pub s: Vec<f32>,
+    /// `[n][cols / unit]`: `-bias · Σ codes` of the unit (the tiled kernel's starting sums).
+    pub xb: Vec<i32>,
+    /// `[n][cols / 4]`: `-bias · Σ codes` of each 4 codes (the decode kernel's lane sums).
+    pub xl: Vec<i32>,
+}
+
+impl Acts {
+    /// Quantizes `x` (`[n][cols]`) to `ty` (Q8_0, Q8_1 or Q8_K), for a weight of `unit`-element
+    /// units whose codes are stored `bias` above their value. `cols` must be a multiple of
+    /// `ty`'s block.
+    pub fn quantize(ty: GgmlType, unit: usize, bias: i32, x: &[f32], cols: usize) -> Acts {
+        let n = x.len() / cols;
+        let units = cols / unit;
+        let mut a = Acts {
+            n,
+            cols,
+            unit,
+            codes: vec![0; n * cols],
+            d: vec![0.0; n * units],
+            s: vec![0.0; n * units],
+            xb: vec![0; n * units],
+            xl: vec![0; n * cols / 4],
+        };
+        type Row<'a> = ((&'a [f32], &'a mut [i8]), (&'a mut [f32], &'a mut [f32]));
+        let row = |(((x, codes), (d, s)), (xb, xl)): (Row, (&mut [i32], &mut [i32]))| {
+            quantize_row(ty, unit, x, codes, d, s);
+            if bias != 0 {
+                for (b, c) in xb.iter_mut().zip(codes.chunks_exact(unit)) {
+                    *b = -bias * c.iter().map(|&q| i32::from(q)).sum::<i32>();
+                }
+                for (l, c) in xl.iter_mut().zip(codes.chunks_exact(4)) {
+                    *l = -bias * c.iter().map(|&q| i32::from(q)).sum::<i32>();
+                }
+            }
+        };
+        if x.len() < PARALLEL_MIN_ELEMS {
+            x.chunks_exact(cols)
+                .zip(a.codes.chunks_exact_mut(cols))
+                .zip(a.d.chunks_exact_mut(units).zip(a.s.chunks_exact_mut(units)))
+                .zip(
+                    a.xb.chunks_exact_mut(units)
+                        .zip(a.xl.chunks_exact_mut(cols / 4)),
+                )
+                .for_each(row);
+        } else {
+            x.par_chunks_exact(cols)
+                .zip(a.codes.par_chunks_exact_mut(cols))
+                .zip(
+                    a.d.par_chunks_exact_mut(units)
+                        .zip(a.s.par_chunks_exact_mut(units)),
+                )
+                .zip(
+                    a.xb.par_chunks_exact_mut(units)
+                        .zip(a.xl.par_chunks_exact_mut(cols / 4)),
+                )
+                .for_each(row);
+        }
+        a
+    }
+
+    pub fn units(&self) -> usize {
+        self.cols / self.unit
+    }
+
+    pub fn codes(&self, t: usize) -> &[i8] {
+        &self.codes[t * self.cols..][..self.cols]
+    }
+
+    pub fn d(&self, t: usize) -> &[f32] {
+        &self.d[t * self.units()..][..self.units()]
+    }
+
+    pub fn s(&self, t: usize) -> &[f32] {
+        &self.s[t * self.units()..][..self.units()]
+    }
+
+    pub fn xb(&self, t: usize) -> &[i32] {
+        &self.xb[t * self.units()..][..self.units()]
+    }
+
+    pub fn xl(&self, t: usize) -> &[i32] {
+        &self.xl[t * self.cols / 4..][..self.cols / 4]
+    }
+}
+
+fn quantize_row(
+    ty: GgmlType,
+    unit: usize,
+    x: &[f32],
+    codes: &mut [i8],
+    d: &mut [f32],
+    s: &mut [f32],
+) {
+    match ty {
+        GgmlType::Q8_0 => legacy_row::<BlockQ8_0>(x, codes, d, s, |b| (b.d(), *b.codes())),
+        GgmlType::Q8_1 => legacy_row::<BlockQ8_1>(x, codes, d, s, |b| (b.d(), *b.codes())),
+        GgmlType::Q8K => {
+            let per_unit = unit / 16;
+            for (((x, codes), d), s) in x
+                .chunks_exact(QK_K)
+                .zip(codes.chunks_exact_mut(QK_K))
+                .zip(d.chunks_exact_mut(QK_K / unit))
+                .zip(s.chunks_exact_mut(QK_K / unit))
+            {
+                let b = BlockQ8K::quantize(x.try_into().expect("a whole super-block"));
+                codes.copy_from_slice(&b.qs);
+                d.fill(b.d);
+                for (s, sums) in s.iter_mut().zip(b.bsums.chunks_exact(per_unit)) {
+                    *s = b.d * sums.iter().map(|&v| f32::from(v)).sum::<f32>();
+                }
+            }
+        }
+        other => unreachable!("{other} is not an activation format"),
+    }
+}
+
+/// Q8_0 and Q8_1 rows, with units of 32 (the only unit size their weights use).
+fn legacy_row<B: LegacyBlock>(
+    x: &[f32],
+    codes: &mut [i8],
+    d: &mut [f32],
+    s: &mut [f32],
+    parts: impl Fn(&B) -> (f32, [i8; 32]),
+) {
+    for (((x, codes), d), s) in x
+        .chunks_exact(32)
+        .zip(codes.chunks_exact_mut(32))
+        .zip(d)
+        .zip(s)
+    {
+        let (scale, q) = parts(&B::quantize(x.try_into().expect("a whole block")));
+        codes.copy_from_slice(&q);
+        *d = scale;
+        *s = scale * q.iter().map(|&v| i32::from(v)).sum::<i32>() as f32;
+    }
+}

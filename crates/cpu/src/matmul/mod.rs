@@ -1,0 +1,208 @@
+//! `out = x · Wᵀ` for a ggml weight `W` of `rows` rows of `cols` elements.
+//!
+//! # Fast path
+//! The activation rows are quantized once per call into the weight's partner format
+//! ([`activation_type`]: Q8_0, Q8_1 or Q8_K, with `ferrolm_quant`'s own quantizers), then every
+//! weight block is dotted with the activation blocks in integers, as llama.cpp does. Every
+//! quantized format is seen the same way (`formats`): units of 16 or 32 elements with unsigned
+//! 8-bit codes, a scale and an offset, `w = scale·code + off`. A unit's dot product is then
+//! `scale·dx·Σ code·q + off·(dx·Σ q)`: one integer dot (`vpdpbusd` where available), one f32
+//! multiply-add per unit, and the offset term against the activation's per-unit sum.
+//!
+//! - Few tokens (decode): each weight row is decoded in registers and dotted with each token
+//!   (`gemv`), rows split over rayon tasks.
+//! - Many tokens (prefill): weights are repacked once per call so that one vector holds the
+//!   same 4 codes of 16 (AVX-512) or 8 (AVX2) rows; a micro-kernel then multiplies that tile by
+//!   up to 8 tokens at once with broadcast activations, so each weight byte is loaded once per
+//!   8 tokens and no horizontal sums are needed (`gemm`). Tokens split over rayon tasks.
+//! - F32/F16/BF16 weights: activations rounded through the weight type like the reference,
+//!   rows converted to f32 once and dotted with FMA (`float`).
+//!
+//! Kernels exist for three levels ([`Isa`]): portable scalar, AVX2+FMA+F16C, and AVX-512
+//! (F/BW/VL/VNNI), chosen at run time.
+//!
+//! # Contract
+//! The fast path equals [`matmul_reference`] up to f32 summation order: both evaluate the same
+//! products of the same rounded operands (the reference dequantizes the quantized activations
+//! and weights; the integer dots are exact). The tests bound
+//! `|fast - reference| ≤ 1e-5 · Σ_c |x'_c · w'_c|` for every type and level.
+//!
+//! Setting `FERROLM_CPU_MATMUL=reference` forces the reference path (for bisecting);
+//! `scalar`, `avx2` or `avx512` force a kernel level (never above what the CPU has).
+
+mod act;
+mod float;
+mod formats;
+mod quantized;
+mod reference;
+mod scalar;
+#[cfg(test)]
+mod tests;
+#[cfg(target_arch = "x86_64")]
+mod x86;
+
+use ferrolm_gguf::GgmlType;
+pub use reference::matmul_reference;
+use std::sync::OnceLock;
+
+/// A weight matrix viewed in place: `rows` rows of `cols` elements of type `ty`.
+#[derive(Clone, Copy, Debug)]
+pub struct WeightRef<'a> {
+    pub ty: GgmlType,
+    pub data: &'a [u8],
+    pub rows: usize,
+    pub cols: usize,
+}
+
+impl<'a> WeightRef<'a> {
+    pub fn row_bytes(&self) -> usize {
+        self.cols / self.ty.block_elems() * self.ty.block_bytes()
+    }
+
+    /// Rows `r0..r0+n` as a smaller weight (one expert of a stacked tensor, say).
+    pub fn slice_rows(&self, r0: usize, n: usize) -> WeightRef<'a> {
+        let rb = self.row_bytes();
+        WeightRef {
+            ty: self.ty,
+            data: &self.data[r0 * rb..(r0 + n) * rb],
+            rows: n,
+            cols: self.cols,
+        }
+    }
+
+    /// Dequantizes row `r` into `out` (`cols` floats).
+    pub fn dequantize_row(&self, r: usize, out: &mut [f32]) {
+        let rb = self.row_bytes();
+        ferrolm_quant::dequantize(self.ty, &self.data[r * rb..(r + 1) * rb], out)
+            .expect("weight type and shape were validated at load");
+    }
+}
+
+/// The format llama.cpp converts activations to before a dot product with `ty` weights.
+pub fn activation_type(ty: GgmlType) -> GgmlType {
+    use GgmlType::*;
+    match ty {
+        Q4_0 | Q5_0 | Q8_0 => Q8_0,
+        Q4_1 | Q5_1 => Q8_1,
+        Q2K | Q3K | Q4K | Q5K | Q6K => Q8K,
+        other => other,
+    }
+}
+
+/// A kernel level. Exposed for tests and benchmarks, which run every level the CPU has.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Isa {
+    Scalar,
+    /// AVX2, FMA and F16C.
+    Avx2,
+    /// AVX-512 F, BW, VL and VNNI, on top of the AVX2 set.
+    Avx512,
+}
+
+impl Isa {
+    /// The best level this CPU runs.
+    pub fn detect() -> Isa {
+        #[cfg(target_arch = "x86_64")]
+        {
+            use std::arch::is_x86_feature_detected as has;
+            let avx2 = has!("avx2") && has!("fma") && has!("f16c");
+            let avx512 =
+                has!("avx512f") && has!("avx512bw") && has!("avx512vl") && has!("avx512vnni");
+            if avx2 && avx512 {
+                return Isa::Avx512;
+            }
+            if avx2 {
+                return Isa::Avx2;
+            }
+        }
+        Isa::Scalar
+    }
+
+    /// Every level this CPU runs, lowest first.
+    pub fn available() -> Vec<Isa> {
+        let best = Isa::detect();
+        [Isa::Scalar, Isa::Avx2, Isa::Avx512]
+            .into_iter()
+            .filter(|&i| i <= best)
+            .collect()
+    }
+}
+
+/// How a quantized matmul is evaluated. `Auto` picks by the number of tokens; the others exist
+/// so tests reach both kernels at every size.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Path {
+    Auto,
+    /// Row by row, each row decoded in registers (the decode kernel).
+    Gemv,
+    /// Repacked weight tiles times several tokens (the prefill kernel; not at scalar level).
+    Gemm,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    Reference,
+    Fast(Isa),
+}
+
+/// Read once: the environment switch applies to the whole process.
+fn mode() -> Mode {
+    static MODE: OnceLock<Mode> = OnceLock::new();
+    *MODE.get_or_init(|| {
+        let var = std::env::var("FERROLM_CPU_MATMUL").ok();
+        parse_mode(var.as_deref(), Isa::detect())
+    })
+}
+
+fn parse_mode(var: Option<&str>, best: Isa) -> Mode {
+    match var {
+        Some("reference") => Mode::Reference,
+        Some("scalar") => Mode::Fast(Isa::Scalar),
+        Some("avx2") => Mode::Fast(best.min(Isa::Avx2)),
+        _ => Mode::Fast(best),
+    }
+}
+
+/// `out[t][r] = Σ_c x[t][c] · W[r][c]` for `n = x.len() / cols` tokens.
+pub fn matmul(w: &WeightRef, x: &[f32], out: &mut [f32]) {
+    match mode() {
+        Mode::Reference => matmul_reference(w, x, out),
+        Mode::Fast(isa) => matmul_with(isa, Path::Auto, w, x, out),
+    }
+}
+
+/// [`matmul`] on a given kernel level and path. `isa` must be one of [`Isa::available`].
+pub fn matmul_with(isa: Isa, path: Path, w: &WeightRef, x: &[f32], out: &mut [f32]) {
+    assert!(isa <= Isa::detect(), "{isa:?} is not available on this CPU");
+    assert!(x.len().is_multiple_of(w.cols), "x is not whole rows");
+    assert_eq!(
+        out.len(),
+        x.len() / w.cols * w.rows,
+        "out has the wrong size"
+    );
+    assert_eq!(w.data.len(), w.rows * w.row_bytes(), "weight data size");
+    if !quantized::matmul(isa, path, w, x, out) && !float::matmul(isa, w, x, out) {
+        matmul_reference(w, x, out);
+    }
+}
+
+/// `out[t][r] = out_t[r][t]`: from the row-major layout tasks fill to the token-major result.
+fn transpose_into(out_t: &[f32], n: usize, out: &mut [f32]) {
+    if n == 1 {
+        out.copy_from_slice(out_t);
+        return;
+    }
+    let rows = out_t.len() / n;
+    for (r, col) in out_t.chunks_exact(n).enumerate() {
+        for (t, &v) in col.iter().enumerate() {
+            out[t * rows + r] = v;
+        }
+    }
+}
+
+/// Splits `len` items into chunks for rayon: about `per_thread` chunks per thread (so a core
+/// slowed by a neighbour does not hold everyone up), at least `min` items each.
+fn chunk_len(len: usize, min: usize, per_thread: usize) -> usize {
+    let tasks = rayon::current_num_threads() * per_thread;
+    len.div_ceil(tasks).max(min).max(1)
+}

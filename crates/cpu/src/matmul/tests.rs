@@ -1,0 +1,292 @@
+//! Fast kernels against `matmul_reference`, for every weight type, level and path.
+//!
+//! Metric: `|fast - ref| / Σ_c |x'_c·w'_c|` per output, with `x'`, `w'` the rounded operands
+//! both paths multiply. Both are f32 sums of the same exact products: the reference sums
+//! `cols` rounded products in 8 lanes (≈ cols/8 additions deep), the kernels sum exact integer
+//! unit dots with a few roundings per unit. Each side's error is a random walk of roundings of
+//! relative size 2⁻²⁴ ≈ 6e-8 over at most a few hundred steps (cols ≤ 2048), so typically
+//! ~1e-6 of Σ|terms| and provably below ~(2048/8 + 128)·6e-8 ≈ 2.3e-5 in the worst case. We
+//! assert 1e-5: five to ten times what we observe, and fifty times below the effect of a single
+//! code off by one (`an_off_by_one_code_fails_the_tolerance`).
+
+use super::*;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use rand_distr::{Distribution, Normal};
+
+const TOL: f64 = 1e-5;
+
+const QUANTIZED: [GgmlType; 10] = [
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q5_0,
+    GgmlType::Q5_1,
+    GgmlType::Q8_0,
+    GgmlType::Q2K,
+    GgmlType::Q3K,
+    GgmlType::Q4K,
+    GgmlType::Q5K,
+    GgmlType::Q6K,
+];
+
+/// (tokens, rows, cols): single tokens and batches; rows off the 8/16-row tiles and on them.
+const SHAPES: [(usize, usize, usize); 7] = [
+    (1, 37, 256),
+    (3, 45, 512),
+    (17, 37, 2048),
+    (64, 70, 1024),
+    (1, 70, 2048),
+    (64, 33, 256),
+    (5, 32, 768),
+];
+
+fn gaussian(rng: &mut StdRng, len: usize, sigma: f32) -> Vec<f32> {
+    let normal = Normal::new(0.0, sigma).unwrap();
+    (0..len).map(|_| normal.sample(rng)).collect()
+}
+
+/// Weights as a model file has them: Gaussian values through the format's own quantizer.
+fn weight(rng: &mut StdRng, ty: GgmlType, rows: usize, cols: usize) -> Vec<u8> {
+    ferrolm_quant::quantize_to_vec(ty, &gaussian(rng, rows * cols, 0.05)).unwrap()
+}
+
+/// Activations with the awkward cases: a zero row, and an outlier channel.
+fn activations(rng: &mut StdRng, n: usize, cols: usize) -> Vec<f32> {
+    let mut x = gaussian(rng, n * cols, 1.0);
+    for t in 0..n {
+        x[t * cols + (7 * t) % cols] *= 40.0;
+    }
+    if n > 2 {
+        x[cols..2 * cols].fill(0.0);
+    }
+    x
+}
+
+/// `Σ_c |x'_c · w'_c|` for every output, in f64.
+fn magnitudes(w: &WeightRef, x: &[f32]) -> Vec<f64> {
+    let xr = if activation_type(w.ty) == GgmlType::F32 {
+        x.to_vec()
+    } else {
+        reference::round_activations(w.ty, x)
+    };
+    let n = x.len() / w.cols;
+    let mut row = vec![0f32; w.cols];
+    let mut mags = vec![0f64; n * w.rows];
+    for r in 0..w.rows {
+        w.dequantize_row(r, &mut row);
+        for t in 0..n {
+            let xt = &xr[t * w.cols..][..w.cols];
+            mags[t * w.rows + r] = row
+                .iter()
+                .zip(xt)
+                .map(|(&a, &b)| (a as f64 * b as f64).abs())
+                .sum();
+        }
+    }
+    mags
+}
+
+/// Largest `|got - want| / magnitude` over the outputs.
+fn worst(got: &[f32], want: &[f32], mags: &[f64]) -> f64 {
+    got.iter()
+        .zip(want)
+        .zip(mags)
+        .map(|((&g, &w), &m)| {
+            assert!(g.is_finite(), "non-finite output {g}");
+            (g as f64 - w as f64).abs() / m.max(f64::MIN_POSITIVE)
+        })
+        .fold(0.0, f64::max)
+}
+
+fn paths(isa: Isa) -> Vec<Path> {
+    if isa == Isa::Scalar {
+        vec![Path::Auto]
+    } else {
+        vec![Path::Gemv, Path::Gemm, Path::Auto]
+    }
+}
+
+/// Every level and path against the reference, over `SHAPES`; returns the worst ratio seen.
+fn check_type(ty: GgmlType) -> f64 {
+    let mut rng = StdRng::seed_from_u64(ty.id().into());
+    let mut seen = 0f64;
+    for &(n, rows, cols) in &SHAPES {
+        let data = weight(&mut rng, ty, rows, cols);
+        let w = WeightRef {
+            ty,
+            data: &data,
+            rows,
+            cols,
+        };
+        let x = activations(&mut rng, n, cols);
+        let mut want = vec![0f32; n * rows];
+        matmul_reference(&w, &x, &mut want);
+        let mags = magnitudes(&w, &x);
+        for isa in Isa::available() {
+            for path in paths(isa) {
+                let mut got = vec![f32::NAN; n * rows];
+                matmul_with(isa, path, &w, &x, &mut got);
+                let e = worst(&got, &want, &mags);
+                assert!(
+                    e <= TOL,
+                    "{ty} {isa:?} {path:?} n={n} rows={rows} cols={cols}: {e:e}"
+                );
+                seen = seen.max(e);
+            }
+        }
+    }
+    println!(
+        "{ty}: worst |fast - reference| / Σ|terms| = {seen:.2e} over {:?}",
+        Isa::available()
+    );
+    seen
+}
+
+macro_rules! type_tests {
+    ($($name:ident: $ty:expr,)*) => {$(
+        #[test]
+        fn $name() {
+            check_type($ty);
+        }
+    )*};
+}
+
+type_tests! {
+    q4_0_matches_reference: GgmlType::Q4_0,
+    q4_1_matches_reference: GgmlType::Q4_1,
+    q5_0_matches_reference: GgmlType::Q5_0,
+    q5_1_matches_reference: GgmlType::Q5_1,
+    q8_0_matches_reference: GgmlType::Q8_0,
+    q2_k_matches_reference: GgmlType::Q2K,
+    q3_k_matches_reference: GgmlType::Q3K,
+    q4_k_matches_reference: GgmlType::Q4K,
+    q5_k_matches_reference: GgmlType::Q5K,
+    q6_k_matches_reference: GgmlType::Q6K,
+    f32_matches_reference: GgmlType::F32,
+    f16_matches_reference: GgmlType::F16,
+    bf16_matches_reference: GgmlType::Bf16,
+}
+
+#[test]
+fn every_quantized_type_has_kernels() {
+    for ty in QUANTIZED {
+        let data = vec![0u8; ty.block_bytes()];
+        let w = WeightRef {
+            ty,
+            data: &data,
+            rows: 1,
+            cols: ty.block_elems(),
+        };
+        let mut out = [0f32];
+        assert!(
+            quantized::matmul(Isa::Scalar, Path::Auto, &w, &vec![1.0; w.cols], &mut out),
+            "{ty}"
+        );
+    }
+}
+
+/// Q8_0 codes straight from random bytes reach -128, which the quantizer never writes: the
+/// AVX2 sign trick and the VNNI bias must both hold there.
+#[test]
+fn q8_0_extreme_codes_match_reference() {
+    let mut rng = StdRng::seed_from_u64(80);
+    let (n, rows, cols) = (9, 24, 512);
+    let mut data = vec![0u8; rows * cols / 32 * 34];
+    rng.fill(&mut data[..]);
+    for (i, block) in data.chunks_exact_mut(34).enumerate() {
+        block[..2]
+            .copy_from_slice(&half::f16::from_f32(0.01 + (i % 5) as f32 * 0.003).to_le_bytes());
+        block[2] = 0x80;
+    }
+    let w = WeightRef {
+        ty: GgmlType::Q8_0,
+        data: &data,
+        rows,
+        cols,
+    };
+    let x = activations(&mut rng, n, cols);
+    let mut want = vec![0f32; n * rows];
+    matmul_reference(&w, &x, &mut want);
+    let mags = magnitudes(&w, &x);
+    for isa in Isa::available() {
+        for path in paths(isa) {
+            let mut got = vec![0f32; n * rows];
+            matmul_with(isa, path, &w, &x, &mut got);
+            assert!(worst(&got, &want, &mags) <= TOL, "{isa:?} {path:?}");
+        }
+    }
+}
+
+/// K-quant blocks need 2-byte alignment to be viewed in place; an odd offset takes the copy.
+#[test]
+fn unaligned_k_quant_data_matches_reference() {
+    let mut rng = StdRng::seed_from_u64(12);
+    let (n, rows, cols) = (4, 10, 512);
+    let data = weight(&mut rng, GgmlType::Q4K, rows, cols);
+    let mut shifted = vec![0u8; data.len() + 1];
+    shifted[1..].copy_from_slice(&data);
+    let w = WeightRef {
+        ty: GgmlType::Q4K,
+        data: &shifted[1..],
+        rows,
+        cols,
+    };
+    let x = activations(&mut rng, n, cols);
+    let mut want = vec![0f32; n * rows];
+    matmul_reference(&w, &x, &mut want);
+    let mut got = vec![0f32; n * rows];
+    matmul(&w, &x, &mut got);
+    assert!(worst(&got, &want, &magnitudes(&w, &x)) <= TOL);
+}
+
+/// The tolerance is meaningful: one weight code off by one, in one row, is caught by a wide
+/// margin on every level.
+#[test]
+fn an_off_by_one_code_fails_the_tolerance() {
+    let mut rng = StdRng::seed_from_u64(1);
+    let (n, rows, cols) = (17, 16, 2048);
+    let data = weight(&mut rng, GgmlType::Q4_1, rows, cols);
+    let w = WeightRef {
+        ty: GgmlType::Q4_1,
+        data: &data,
+        rows,
+        cols,
+    };
+    let x = activations(&mut rng, n, cols);
+    let mut want = vec![0f32; n * rows];
+    matmul_reference(&w, &x, &mut want);
+    let mags = magnitudes(&w, &x);
+    let mut bad = data.clone();
+    // Row 5, block 40, element 3's nibble: +1 (or -1 at the top code).
+    let at = 5 * (cols / 32 * 20) + 40 * 20 + 4 + 3;
+    bad[at] = if bad[at] & 0xF == 0xF {
+        bad[at] - 1
+    } else {
+        bad[at] + 1
+    };
+    let wb = WeightRef { data: &bad, ..w };
+    for isa in Isa::available() {
+        let mut got = vec![0f32; n * rows];
+        matmul_with(isa, Path::Auto, &wb, &x, &mut got);
+        let e = worst(&got, &want, &mags);
+        assert!(
+            e > 20.0 * TOL,
+            "{isa:?}: an altered code went unnoticed ({e:e})"
+        );
+    }
+}
+
+#[test]
+fn mode_switch_parses() {
+    assert_eq!(parse_mode(Some("reference"), Isa::Avx512), Mode::Reference);
+    assert_eq!(
+        parse_mode(Some("scalar"), Isa::Avx512),
+        Mode::Fast(Isa::Scalar)
+    );
+    assert_eq!(parse_mode(Some("avx2"), Isa::Avx512), Mode::Fast(Isa::Avx2));
+    assert_eq!(
+        parse_mode(Some("avx2"), Isa::Scalar),
+        Mode::Fast(Isa::Scalar)
+    );
+    assert_eq!(parse_mode(None, Isa::Avx2), Mode::Fast(Isa::Avx2));
+}
