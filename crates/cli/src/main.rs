@@ -22,6 +22,12 @@ enum Command {
     Pull(cmd::pull::PullArgs),
     /// Print a model file's architecture, hyperparameters, tokenizer and tensors.
     Inspect(cmd::inspect::InspectArgs),
+    /// Generate text from a prompt, streamed to stdout.
+    Run(cmd::run::RunArgs),
+    /// Print the token ids of a text as a JSON array.
+    Tokenize(cmd::tokenize::TokenizeArgs),
+    /// Measure prompt-processing and generation throughput, as llama-bench does.
+    Bench(cmd::bench::BenchArgs),
     /// Print the logits of given token ids as JSON (the parity interface).
     Logits(cmd::logits::LogitsArgs),
     /// Write a random-weight model with the exact shapes of a real one.
@@ -37,6 +43,9 @@ fn main() -> ExitCode {
         Command::Pull(args) => cmd::pull::run(args),
         Command::Inspect(args) => cmd::inspect::run(args),
         Command::Logits(args) => cmd::logits::run(args),
+        Command::Bench(args) => cmd::bench::run(args),
+        Command::Run(args) => cmd::run::run(args),
+        Command::Tokenize(args) => cmd::tokenize::run(args),
         Command::Synth(args) => cmd::synth::run(args),
         Command::Quantize(args) => cmd::quantize::run(args),
     };

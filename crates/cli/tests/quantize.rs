@@ -21,12 +21,12 @@ fn golden(name: &str) -> String {
 fn floats(f: &GgufFile, t: &TensorInfo) -> Vec<f32> {
     let n = t.n_elements() as usize;
     if t.ty == GgmlType::F32 {
-        return bytemuck_free_f32(f.tensor_data(t));
+        return le_f32s(f.tensor_data(t));
     }
     ferrolm_quant::dequantize_to_vec(t.ty, f.tensor_data(t), n).unwrap()
 }
 
-fn bytemuck_free_f32(bytes: &[u8]) -> Vec<f32> {
+fn le_f32s(bytes: &[u8]) -> Vec<f32> {
     bytes
         .chunks_exact(4)
         .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
@@ -182,4 +182,52 @@ fn bad_input_is_refused_with_exit_code_2() {
         "--threads",
     );
     assert!(!out_path.exists() && !dir.path().join("x.gguf.partial").exists());
+}
+
+#[test]
+fn half_precision_files_are_written_and_accepted_as_sources() {
+    let dir = tempfile::tempdir().unwrap();
+    let src_path = golden("tiny-olmoe-f32.gguf");
+    let src = GgufFile::open(&src_path).unwrap();
+    let reference = GgufFile::open(golden("tiny-olmoe-q4_k_m.gguf")).unwrap();
+    for (ftype, ty, rel_tol) in [("f16", GgmlType::F16, 1e-3), ("bf16", GgmlType::Bf16, 8e-3)] {
+        let half = dir.path().join(format!("{ftype}.gguf"));
+        let out = ferrolm(&["quantize", &src_path, half.to_str().unwrap(), ftype]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let f = GgufFile::open(&half).unwrap();
+        for (s, t) in src.tensors().iter().zip(f.tensors()) {
+            // Matrices take the half type; norms and the expert router stay F32.
+            let keep = t.dims.len() == 1 || t.name.contains("ffn_gate_inp");
+            assert_eq!(t.ty, if keep { GgmlType::F32 } else { ty }, "{}", t.name);
+            let (x, y) = (floats(&src, s), floats(&f, t));
+            let scale = rmse(&x, &vec![0.0; x.len()]);
+            assert!(rmse(&x, &y) <= rel_tol * scale, "{ftype} {}", t.name);
+        }
+        // A half-precision source quantizes with the same type choices.
+        let q = dir.path().join(format!("{ftype}-q4_k_m.gguf"));
+        let out = ferrolm(&[
+            "quantize",
+            half.to_str().unwrap(),
+            q.to_str().unwrap(),
+            "q4_k_m",
+        ]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let q = GgufFile::open(&q).unwrap();
+        for t in q.tensors() {
+            assert_eq!(
+                t.ty,
+                reference.require_tensor(&t.name).unwrap().ty,
+                "{}",
+                t.name
+            );
+        }
+    }
 }

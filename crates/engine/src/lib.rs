@@ -1,9 +1,11 @@
 //! Running a model: loading it onto a backend, sessions with their KV cache, sampling.
 
+mod generate;
 mod model;
 mod sampler;
 mod session;
 
+pub use generate::{generate, GenerateParams, GenerateStats, StopReason};
 pub use model::Model;
 pub use sampler::{argmax, Sampler, SamplerConfig};
 pub use session::{EngineError, Logits, Session};

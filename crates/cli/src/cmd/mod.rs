@@ -1,9 +1,12 @@
 //! One module per subcommand.
 
+pub mod bench;
 pub mod common;
 pub mod inspect;
 pub mod logits;
 pub mod pull;
 pub mod quantize;
+pub mod run;
 pub mod synth;
+pub mod tokenize;
 mod tooling;

@@ -1,0 +1,147 @@
+//! `ferrolm bench`: prompt-processing and generation throughput, measured as llama-bench does:
+//! random prompt ids, one warm-up run, then `-r` timed repetitions, mean ± stddev.
+
+use super::common::ModelOpts;
+use super::logits::parse_ids;
+use anyhow::{ensure, Result};
+use clap::{Args, ValueEnum};
+use ferrolm_engine::{Logits, Model, Session};
+use ferrolm_gguf::GgufFile;
+use rand::{Rng, SeedableRng};
+use serde::Serialize;
+use std::time::Instant;
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum OutputFormat {
+    Md,
+    Json,
+}
+
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    #[command(flatten)]
+    pub model: ModelOpts,
+    /// Prompt lengths to test (pp), comma-separated; 0 skips.
+    #[arg(short = 'p', long = "n-prompt", default_value = "512")]
+    pub n_prompt: String,
+    /// Tokens to generate (tg), comma-separated; 0 skips.
+    #[arg(short = 'n', long = "n-gen", default_value = "128")]
+    pub n_gen: String,
+    /// Timed repetitions of each test.
+    #[arg(short = 'r', long = "repetitions", default_value_t = 5)]
+    pub reps: usize,
+    /// Tokens per forward pass during prompt processing.
+    #[arg(long = "ubatch-size", visible_alias = "ub", default_value_t = 512)]
+    pub ubatch: usize,
+    #[arg(short = 'o', long = "output", value_enum, default_value_t = OutputFormat::Md)]
+    pub output: OutputFormat,
+}
+
+#[derive(Serialize)]
+struct Record {
+    model_filename: String,
+    model_size: u64,
+    model_n_params: u64,
+    backend: &'static str,
+    n_threads: usize,
+    n_ubatch: usize,
+    n_prompt: usize,
+    n_gen: usize,
+    avg_ts: f64,
+    stddev_ts: f64,
+    samples_ts: Vec<f64>,
+}
+
+pub fn run(args: BenchArgs) -> Result<()> {
+    ensure!(args.reps >= 1, "-r must be at least 1");
+    let path = args.model.prepare()?;
+    let file = GgufFile::open(&path)?;
+    let model = Model::load(&file)?;
+    let mut tests: Vec<(usize, usize)> = Vec::new();
+    tests.extend(
+        parse_ids(&args.n_prompt)?
+            .into_iter()
+            .filter(|&n| n > 0)
+            .map(|n| (n as usize, 0)),
+    );
+    tests.extend(
+        parse_ids(&args.n_gen)?
+            .into_iter()
+            .filter(|&n| n > 0)
+            .map(|n| (0, n as usize)),
+    );
+    ensure!(
+        !tests.is_empty(),
+        "nothing to run: give -p or -n greater than 0"
+    );
+
+    let mut rng = rand::rngs::StdRng::seed_from_u64(1234);
+    let n_vocab = model.cfg.n_vocab as u32;
+    let mut records = Vec::new();
+    for (n_prompt, n_gen) in tests {
+        let n_ctx = n_prompt + n_gen;
+        let mut once = || -> Result<f64> {
+            let mut s = Session::new(&model, n_ctx);
+            s.set_ubatch(args.ubatch);
+            let tokens: Vec<u32> = (0..n_prompt.max(n_gen))
+                .map(|_| rng.gen_range(0..n_vocab))
+                .collect();
+            let start = Instant::now();
+            if n_prompt > 0 {
+                s.eval(&tokens[..n_prompt], Logits::Last)?;
+            }
+            for &t in &tokens[..n_gen] {
+                s.eval(&[t], Logits::Last)?;
+            }
+            Ok((n_prompt + n_gen) as f64 / start.elapsed().as_secs_f64())
+        };
+        once()?; // warm-up: page in the weights, size the allocator
+        let samples = (0..args.reps)
+            .map(|_| once())
+            .collect::<Result<Vec<f64>>>()?;
+        let avg = samples.iter().sum::<f64>() / samples.len() as f64;
+        let var = samples.iter().map(|s| (s - avg).powi(2)).sum::<f64>()
+            / (samples.len().max(2) - 1) as f64;
+        let r = Record {
+            model_filename: path.display().to_string(),
+            model_size: file.tensors().iter().map(|t| t.n_bytes).sum(),
+            model_n_params: file.tensors().iter().map(|t| t.n_elements()).sum(),
+            backend: "CPU",
+            n_threads: rayon::current_num_threads(),
+            n_ubatch: args.ubatch,
+            n_prompt,
+            n_gen,
+            avg_ts: avg,
+            stddev_ts: var.sqrt(),
+            samples_ts: samples,
+        };
+        if let OutputFormat::Md = args.output {
+            if records.is_empty() {
+                println!("| model | size | params | backend | threads | test | t/s |");
+                println!("|---|---:|---:|---|---:|---:|---:|");
+            }
+            let test = if n_prompt > 0 {
+                format!("pp{n_prompt}")
+            } else {
+                format!("tg{n_gen}")
+            };
+            println!(
+                "| {} | {:.2} MiB | {:.2} M | {} | {} | {test} | {:.2} ± {:.2} |",
+                path.file_name()
+                    .map(|f| f.to_string_lossy())
+                    .unwrap_or_default(),
+                r.model_size as f64 / (1 << 20) as f64,
+                r.model_n_params as f64 / 1e6,
+                r.backend,
+                r.n_threads,
+                r.avg_ts,
+                r.stddev_ts
+            );
+        }
+        records.push(r);
+    }
+    if let OutputFormat::Json = args.output {
+        println!("{}", serde_json::to_string_pretty(&records)?);
+    }
+    Ok(())
+}

@@ -1,0 +1,122 @@
+//! `ferrolm run`: generate text from a prompt, streamed to stdout.
+
+use super::common::ModelOpts;
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use ferrolm_engine::{generate, GenerateParams, Model, Sampler, SamplerConfig, Session};
+use ferrolm_gguf::GgufFile;
+use ferrolm_tokenizer::{ChatTemplate, Message, Tokenizer};
+use std::io::Write;
+use std::path::PathBuf;
+
+/// Sampling options shared by `run` and `chat`.
+#[derive(Args, Debug, Clone)]
+pub struct SamplingOpts {
+    /// Temperature; 0 means greedy.
+    #[arg(long = "temp", default_value_t = 0.8)]
+    pub temperature: f32,
+    /// Keep the K most likely tokens (0: all).
+    #[arg(long = "top-k", default_value_t = 40)]
+    pub top_k: usize,
+    /// Keep the smallest set of tokens whose probability reaches P (1: off).
+    #[arg(long = "top-p", default_value_t = 0.95)]
+    pub top_p: f32,
+    /// Drop tokens less likely than P times the best one (0: off).
+    #[arg(long = "min-p", default_value_t = 0.05)]
+    pub min_p: f32,
+    /// Penalise recently seen tokens (1: off).
+    #[arg(long = "repeat-penalty", default_value_t = 1.0)]
+    pub repeat_penalty: f32,
+    /// Seed for sampling.
+    #[arg(long, default_value_t = 0xF0F0_1234)]
+    pub seed: u64,
+    /// Tokens to generate at most.
+    #[arg(short = 'n', long = "n-predict", default_value_t = 128)]
+    pub n_predict: usize,
+    /// Stop when the output contains this text (repeatable).
+    #[arg(long = "stop")]
+    pub stop: Vec<String>,
+}
+
+impl SamplingOpts {
+    pub fn sampler(&self) -> Sampler {
+        Sampler::new(SamplerConfig {
+            temperature: self.temperature,
+            top_k: self.top_k,
+            top_p: self.top_p,
+            min_p: self.min_p,
+            repeat_penalty: self.repeat_penalty,
+            repeat_last_n: 64,
+            seed: self.seed,
+        })
+    }
+
+    pub fn params(&self) -> GenerateParams {
+        GenerateParams {
+            n_predict: self.n_predict,
+            stop: self.stop.clone(),
+        }
+    }
+}
+
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub model: ModelOpts,
+    #[command(flatten)]
+    pub sampling: SamplingOpts,
+    /// The prompt. Special tokens written in it (`<|im_start|>`) are parsed.
+    #[arg(short = 'p', long = "prompt", conflicts_with = "file")]
+    pub prompt: Option<String>,
+    /// Read the prompt from a file (UTF-8).
+    #[arg(short = 'f', long = "file")]
+    pub file: Option<PathBuf>,
+    /// Wrap the prompt in the model's chat template as one user message.
+    #[arg(long)]
+    pub chat: bool,
+}
+
+pub fn run(args: RunArgs) -> Result<()> {
+    let prompt = match (&args.prompt, &args.file) {
+        (Some(p), _) => p.clone(),
+        (None, Some(f)) => {
+            let bytes = std::fs::read(f).with_context(|| format!("{}", f.display()))?;
+            String::from_utf8(bytes)
+                .map_err(|e| anyhow::anyhow!("{}: not UTF-8 text ({e})", f.display()))?
+        }
+        (None, None) => bail!("give a prompt with -p TEXT or -f FILE"),
+    };
+    let path = args.model.prepare()?;
+    let file = GgufFile::open(&path)?;
+    let model = Model::load(&file)?;
+    let tok = Tokenizer::from_gguf(&file)?;
+    let text = if args.chat {
+        ChatTemplate::from_gguf(&file, &tok)?.render(&[Message::new("user", prompt)], true)?
+    } else {
+        prompt
+    };
+    let ids = tok.encode(&text, true, true)?;
+    let mut session = Session::new(&model, args.model.n_ctx(model.cfg.n_ctx));
+    let mut sampler = args.sampling.sampler();
+    let mut stdout = std::io::stdout().lock();
+    let stats = generate(
+        &mut session,
+        &mut sampler,
+        &tok,
+        &ids,
+        &args.sampling.params(),
+        |piece| {
+            let _ = stdout.write_all(piece.as_bytes());
+            let _ = stdout.flush();
+        },
+    )?;
+    writeln!(stdout)?;
+    eprintln!(
+        "prompt: {} tokens, {:.2} t/s | generation: {} tokens, {:.2} t/s",
+        stats.n_prompt,
+        stats.prompt_tps(),
+        stats.n_gen,
+        stats.gen_tps()
+    );
+    Ok(())
+}

@@ -1,0 +1,148 @@
+//! The generation loop: prefill the prompt, then sample, stream and stop.
+
+use crate::sampler::Sampler;
+use crate::session::{EngineError, Logits, Session};
+use ferrolm_tokenizer::Tokenizer;
+use std::time::Instant;
+
+#[derive(Clone, Debug, Default)]
+pub struct GenerateParams {
+    /// Most tokens to generate.
+    pub n_predict: usize,
+    /// Generation ends when the text contains any of these; the stop string is not emitted.
+    pub stop: Vec<String>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StopReason {
+    /// An end-of-generation token (EOS, EOT, ...).
+    Eog,
+    StopString,
+    Length,
+    ContextFull,
+}
+
+#[derive(Clone, Debug)]
+pub struct GenerateStats {
+    pub n_prompt: usize,
+    pub n_gen: usize,
+    pub prompt_secs: f64,
+    pub gen_secs: f64,
+    pub stop: StopReason,
+    pub tokens: Vec<u32>,
+}
+
+impl GenerateStats {
+    pub fn prompt_tps(&self) -> f64 {
+        self.n_prompt as f64 / self.prompt_secs.max(1e-9)
+    }
+    pub fn gen_tps(&self) -> f64 {
+        self.n_gen as f64 / self.gen_secs.max(1e-9)
+    }
+}
+
+/// Feeds `prompt` after whatever `session` already holds, then generates. Text goes to `emit`
+/// as soon as it is complete UTF-8 and cannot be the start of a stop string.
+pub fn generate(
+    session: &mut Session,
+    sampler: &mut Sampler,
+    tok: &Tokenizer,
+    prompt: &[u32],
+    params: &GenerateParams,
+    mut emit: impl FnMut(&str),
+) -> Result<GenerateStats, EngineError> {
+    if session.n_past() + prompt.len() > session.n_ctx() {
+        return Err(EngineError::ContextFull {
+            need: session.n_past() + prompt.len(),
+            n_ctx: session.n_ctx(),
+        });
+    }
+    let t0 = Instant::now();
+    let mut logits = session.eval(prompt, Logits::Last)?;
+    let prompt_secs = t0.elapsed().as_secs_f64();
+    sampler.accept(prompt);
+
+    let t1 = Instant::now();
+    let mut decoder = tok.stream_decoder();
+    let mut pending = String::new();
+    let mut tokens = Vec::new();
+    let mut stop = StopReason::Length;
+    while tokens.len() < params.n_predict {
+        let next = sampler.sample(&logits);
+        if tok.is_eog(next) {
+            stop = StopReason::Eog;
+            break;
+        }
+        tokens.push(next);
+        pending.push_str(
+            &decoder
+                .push(next)
+                .map_err(|e| EngineError::Decode(e.to_string()))?,
+        );
+        if let Some(at) = params
+            .stop
+            .iter()
+            .filter_map(|s| pending.find(s.as_str()))
+            .min()
+        {
+            emit(&pending[..at]);
+            pending.clear();
+            stop = StopReason::StopString;
+            break;
+        }
+        let keep = held_back(&pending, &params.stop);
+        let ready = pending.len() - keep;
+        if ready > 0 {
+            emit(&pending[..ready]);
+            pending.drain(..ready);
+        }
+        if tokens.len() == params.n_predict {
+            break;
+        }
+        if session.n_past() >= session.n_ctx() {
+            stop = StopReason::ContextFull;
+            break;
+        }
+        logits = session.eval(&[next], Logits::Last)?;
+    }
+    if stop != StopReason::StopString {
+        pending.push_str(&decoder.finish());
+        emit(&pending);
+    }
+    Ok(GenerateStats {
+        n_prompt: prompt.len(),
+        n_gen: tokens.len(),
+        prompt_secs,
+        gen_secs: t1.elapsed().as_secs_f64(),
+        stop,
+        tokens,
+    })
+}
+
+/// Bytes at the end of `text` that could still grow into a stop string.
+fn held_back(text: &str, stops: &[String]) -> usize {
+    let mut keep = 0;
+    for s in stops {
+        for len in (1..s.len().min(text.len() + 1)).rev() {
+            if text.is_char_boundary(text.len() - len) && s.starts_with(&text[text.len() - len..]) {
+                keep = keep.max(len);
+                break;
+            }
+        }
+    }
+    keep
+}
+
+#[cfg(test)]
+mod tests {
+    use super::held_back;
+
+    #[test]
+    fn holds_back_only_possible_stop_prefixes() {
+        let stops = vec!["</s>".to_string(), "User:".to_string()];
+        assert_eq!(held_back("hello </", &stops), 2);
+        assert_eq!(held_back("hello Us", &stops), 2);
+        assert_eq!(held_back("hello", &stops), 0);
+        assert_eq!(held_back("é<", &stops), 1);
+    }
+}

@@ -1,0 +1,137 @@
+//! Chat templates: the Jinja2 template in `tokenizer.chat_template`, rendered the way Hugging Face
+//! `transformers` renders it (`apply_chat_template`).
+//!
+//! HF compiles templates in a sandboxed Jinja2 environment with `trim_blocks` and
+//! `lstrip_blocks`, loop controls (`{% break %}`), its own `tojson` filter, and the globals
+//! `raise_exception` and `strftime_now`; it passes `messages`, `add_generation_prompt` and the
+//! special token strings (`bos_token`, `eos_token`, ...). MiniJinja is set up the same way, with
+//! Python's string and dict methods from `minijinja-contrib`.
+
+mod clock;
+mod pyjson;
+
+use crate::error::{Result, TokenizerError};
+use crate::Tokenizer;
+use ferrolm_gguf::GgufFile;
+use minijinja::syntax::SyntaxConfig;
+use minijinja::value::Serde;
+use minijinja::{context, Environment, Error, ErrorKind};
+use serde::Serialize;
+
+/// One chat turn.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Message {
+    pub role: String,
+    pub content: String,
+}
+
+impl Message {
+    pub fn new(role: impl Into<String>, content: impl Into<String>) -> Self {
+        Self {
+            role: role.into(),
+            content: content.into(),
+        }
+    }
+}
+
+/// Used when a model has no template: ChatML, as llama.cpp falls back to.
+pub const CHATML_TEMPLATE: &str = "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
+
+const NAME: &str = "chat_template";
+
+pub struct ChatTemplate {
+    env: Environment<'static>,
+    source: String,
+    bos_token: String,
+    eos_token: String,
+}
+
+fn template_error(e: Error) -> TokenizerError {
+    // Include the causes: MiniJinja puts the template line and `raise_exception`'s text there.
+    let mut msg = e.to_string();
+    let mut src = std::error::Error::source(&e);
+    while let Some(s) = src {
+        msg.push_str(": ");
+        msg.push_str(&s.to_string());
+        src = s.source();
+    }
+    TokenizerError::Template(msg)
+}
+
+impl std::fmt::Debug for ChatTemplate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChatTemplate")
+            .field("source", &self.source)
+            .field("bos_token", &self.bos_token)
+            .field("eos_token", &self.eos_token)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ChatTemplate {
+    /// The model's `tokenizer.chat_template`, or ChatML when it has none; the special token
+    /// strings come from `tok`.
+    pub fn from_gguf(f: &GgufFile, tok: &Tokenizer) -> Result<Self> {
+        let source = match f.get("tokenizer.chat_template") {
+            Some(_) => f.get_str("tokenizer.chat_template")?,
+            None => CHATML_TEMPLATE,
+        };
+        let text = |id: Option<u32>| {
+            id.and_then(|id| tok.token_to_piece(id, true).ok())
+                .map(|p| String::from_utf8_lossy(&p).into_owned())
+        };
+        let s = tok.special_tokens();
+        Self::new(
+            source,
+            &text(s.bos).unwrap_or_default(),
+            &text(s.eos).unwrap_or_default(),
+        )
+    }
+
+    /// A template from source, with the strings that `bos_token` and `eos_token` stand for.
+    pub fn new(source: &str, bos_token: &str, eos_token: &str) -> Result<Self> {
+        let mut env = Environment::new();
+        let syntax = SyntaxConfig::builder()
+            .trim_blocks(true)
+            .lstrip_blocks(true)
+            .build()
+            .map_err(template_error)?;
+        env.set_syntax(syntax);
+        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        env.add_filter("tojson", pyjson::tojson);
+        env.add_function("raise_exception", |msg: String| -> Result<(), Error> {
+            Err(Error::new(ErrorKind::InvalidOperation, msg))
+        });
+        env.add_function("strftime_now", |fmt: String| clock::strftime_now(&fmt));
+        env.add_template_owned(NAME, source.to_owned())
+            .map_err(template_error)?;
+        Ok(Self {
+            env,
+            source: source.to_owned(),
+            bos_token: bos_token.to_owned(),
+            eos_token: eos_token.to_owned(),
+        })
+    }
+
+    /// The ChatML fallback.
+    pub fn chatml() -> Self {
+        Self::new(CHATML_TEMPLATE, "", "").expect("the ChatML template compiles")
+    }
+
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// Renders the conversation; with `add_generation_prompt` the text ends where the
+    /// assistant's next reply begins.
+    pub fn render(&self, messages: &[Message], add_generation_prompt: bool) -> Result<String> {
+        let tmpl = self.env.get_template(NAME).map_err(template_error)?;
+        tmpl.render(context! {
+            messages => Serde(messages),
+            add_generation_prompt,
+            bos_token => &self.bos_token,
+            eos_token => &self.eos_token,
+        })
+        .map_err(template_error)
+    }
+}
