@@ -79,6 +79,10 @@ unsafe fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
 }
 
 /// The per-lane scale of a chunk of 32 codes: one unit, or two units of 16 (lanes 0-3, 4-7).
+///
+/// # Safety
+/// `eff` readable for one (UNIT 32) or two floats. Like every `#[inline(always)]` helper here,
+/// only inlined into `rows_avx2`/`rows_avx512`, which supply the target features it needs.
 #[inline(always)]
 unsafe fn chunk_scale<const UNIT: usize>(eff: *const f32) -> __m256 {
     if UNIT == 32 {
@@ -91,6 +95,9 @@ unsafe fn chunk_scale<const UNIT: usize>(eff: *const f32) -> __m256 {
 /// `(cvt(dot(codes, x)), scale)` of chunk `c` of `blk`: the f32 contribution of 32 codes.
 /// `x` points at the chunk's 32 activation codes, `xl` at their 8 `-BIAS·Σx` lane sums (read
 /// only for biased codes), `eff` at the chunk's unit's `scale · dx`.
+///
+/// # Safety
+/// The pointers readable as said; `D`'s features available (see `chunk_scale`).
 #[inline(always)]
 unsafe fn chunk<F: SimdFormat, D: Dot>(
     blk: &F::Block,
@@ -115,6 +122,10 @@ unsafe fn chunk<F: SimdFormat, D: Dot>(
     (_mm256_cvtepi32_ps(p), e)
 }
 
+/// `out[r][t]` for the rows of `w` (`bpr` blocks each) and every token.
+///
+/// # Safety
+/// AVX2, FMA, F16C and `D`'s features available (see `chunk_scale`).
 #[inline(always)]
 unsafe fn rows<F: SimdFormat, D: Dot>(w: &[F::Block], bpr: usize, acts: &Acts, out: &mut [f32]) {
     let units = bpr * F::ELEMS / F::UNIT;
@@ -206,6 +217,9 @@ unsafe fn gather_dm(first: *const u8, idx: __m256i, mask: __m256i) -> (__m256, _
 
 /// One row of a legacy format (one unit per block) for every token: the scales of 8 blocks come
 /// from one gather, fused with their dots, so the row is walked once per token.
+///
+/// # Safety
+/// As `rows`.
 #[inline(always)]
 unsafe fn legacy_row<F: SimdFormat, D: Dot>(
     row: &[F::Block],

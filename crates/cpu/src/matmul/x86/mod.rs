@@ -4,8 +4,10 @@
 //! here and inlined into both levels, which differ in the byte dot product (`vpmaddubsw` +
 //! `vpmaddwd` against `vpdpbusd`) and, for prefill, in the tile width.
 //!
-//! Every `unsafe fn` here carries `#[target_feature]`; the entry points below check the level
-//! the caller detected before calling into them.
+//! Legacy decoders are here, K-quant ones in `kquant`. Every `unsafe fn` carries
+//! `#[target_feature]`, except the generic `#[inline(always)]` bodies in `gemv`, which exist
+//! only to be inlined into one that does (Rust does not allow both attributes on one function).
+//! The entry points below rely on the level the caller detected (`matmul_with` asserts it).
 
 mod gemm;
 mod gemv;
