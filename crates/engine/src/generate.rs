@@ -3,6 +3,8 @@
 use crate::sampler::Sampler;
 use crate::session::{EngineError, Logits, Session};
 use ferrolm_tokenizer::Tokenizer;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Instant;
 
 #[derive(Clone, Debug, Default)]
@@ -11,6 +13,9 @@ pub struct GenerateParams {
     pub n_predict: usize,
     /// Generation ends when the text contains any of these; the stop string is not emitted.
     pub stop: Vec<String>,
+    /// When set (e.g. by a Ctrl-C handler), generation ends before the next token is sampled.
+    /// Checked once per token, not during the prompt's prefill.
+    pub cancel: Option<Arc<AtomicBool>>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -20,6 +25,8 @@ pub enum StopReason {
     StopString,
     Length,
     ContextFull,
+    /// [`GenerateParams::cancel`] was set.
+    Cancelled,
 }
 
 #[derive(Clone, Debug)]
@@ -67,7 +74,17 @@ pub fn generate(
     let mut pending = String::new();
     let mut tokens = Vec::new();
     let mut stop = StopReason::Length;
+    let cancelled = || {
+        params
+            .cancel
+            .as_ref()
+            .is_some_and(|c| c.load(Ordering::Relaxed))
+    };
     while tokens.len() < params.n_predict {
+        if cancelled() {
+            stop = StopReason::Cancelled;
+            break;
+        }
         let next = sampler.sample(&logits);
         if tok.is_eog(next) {
             stop = StopReason::Eog;

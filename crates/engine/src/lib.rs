@@ -8,4 +8,4 @@ mod session;
 pub use generate::{generate, GenerateParams, GenerateStats, StopReason};
 pub use model::Model;
 pub use sampler::{argmax, Sampler, SamplerConfig};
-pub use session::{EngineError, Logits, Session};
+pub use session::{common_prefix, EngineError, Logits, Session};

@@ -23,8 +23,10 @@ pub enum Logits {
 pub struct Session<'m, 'a> {
     model: &'m Model<'a>,
     cache: CpuCache,
-    n_past: usize,
     ubatch: usize,
+    /// The token at each cached position (its length is the position), so callers can
+    /// reuse a shared prefix.
+    tokens: Vec<u32>,
 }
 
 impl<'m, 'a> Session<'m, 'a> {
@@ -32,8 +34,8 @@ impl<'m, 'a> Session<'m, 'a> {
         Self {
             model,
             cache: model.new_cache(n_ctx),
-            n_past: 0,
             ubatch: 512,
+            tokens: Vec::new(),
         }
     }
 
@@ -43,16 +45,30 @@ impl<'m, 'a> Session<'m, 'a> {
     }
 
     pub fn n_past(&self) -> usize {
-        self.n_past
+        self.tokens.len()
     }
 
     pub fn n_ctx(&self) -> usize {
         self.cache.n_ctx()
     }
 
+    /// The tokens held, one per position (`len() == n_past()`).
+    pub fn tokens(&self) -> &[u32] {
+        &self.tokens
+    }
+
     /// Forgets everything after the first `n` positions.
     pub fn truncate(&mut self, n: usize) {
-        self.n_past = self.n_past.min(n);
+        self.tokens.truncate(n);
+    }
+
+    /// Keeps the longest prefix of the cache that `prompt` starts with and returns its length:
+    /// `prompt[returned..]` is what is left to evaluate. At least one token is always left,
+    /// since evaluating something is the only way to get logits for the next position.
+    pub fn reuse_prefix(&mut self, prompt: &[u32]) -> usize {
+        let keep = common_prefix(&self.tokens, prompt).min(prompt.len().saturating_sub(1));
+        self.truncate(keep);
+        keep
     }
 
     /// Appends `tokens` to the sequence, in ubatches, and returns the requested logits
@@ -62,7 +78,7 @@ impl<'m, 'a> Session<'m, 'a> {
         if let Some(&id) = tokens.iter().find(|&&t| t as usize >= n_vocab) {
             return Err(EngineError::TokenOutOfRange { id, n_vocab });
         }
-        let need = self.n_past + tokens.len();
+        let need = self.n_past() + tokens.len();
         if need > self.n_ctx() {
             return Err(EngineError::ContextFull {
                 need,
@@ -79,10 +95,30 @@ impl<'m, 'a> Session<'m, 'a> {
             };
             let logits = self
                 .model
-                .forward(&mut self.cache, chunk, self.n_past, &rows);
+                .forward(&mut self.cache, chunk, self.tokens.len(), &rows);
             out.extend_from_slice(&logits);
-            self.n_past += chunk.len();
+            self.tokens.extend_from_slice(chunk);
         }
         Ok(out)
+    }
+}
+
+/// Length of the longest common prefix of `a` and `b`.
+pub fn common_prefix(a: &[u32], b: &[u32]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::common_prefix;
+
+    #[test]
+    fn common_prefix_lengths() {
+        assert_eq!(common_prefix(&[], &[1, 2]), 0);
+        assert_eq!(common_prefix(&[1, 2, 3], &[1, 2, 3]), 3);
+        assert_eq!(common_prefix(&[1, 2, 3], &[1, 2]), 2);
+        assert_eq!(common_prefix(&[1, 2], &[1, 2, 3, 4]), 2);
+        assert_eq!(common_prefix(&[1, 9, 3], &[1, 2, 3]), 1);
+        assert_eq!(common_prefix(&[5], &[1]), 0);
     }
 }

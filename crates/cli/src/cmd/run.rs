@@ -55,6 +55,7 @@ impl SamplingOpts {
         GenerateParams {
             n_predict: self.n_predict,
             stop: self.stop.clone(),
+            cancel: None,
         }
     }
 }
