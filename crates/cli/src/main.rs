@@ -24,6 +24,8 @@ enum Command {
     Inspect(cmd::inspect::InspectArgs),
     /// Generate text from a prompt, streamed to stdout.
     Run(cmd::run::RunArgs),
+    /// Chat with a model, turn by turn, reading messages from stdin.
+    Chat(cmd::chat::ChatArgs),
     /// Print the token ids of a text as a JSON array.
     Tokenize(cmd::tokenize::TokenizeArgs),
     /// Measure prompt-processing and generation throughput, as llama-bench does.
@@ -45,6 +47,7 @@ fn main() -> ExitCode {
         Command::Logits(args) => cmd::logits::run(args),
         Command::Bench(args) => cmd::bench::run(args),
         Command::Run(args) => cmd::run::run(args),
+        Command::Chat(args) => cmd::chat::run(args),
         Command::Tokenize(args) => cmd::tokenize::run(args),
         Command::Synth(args) => cmd::synth::run(args),
         Command::Quantize(args) => cmd::quantize::run(args),
