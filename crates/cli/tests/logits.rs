@@ -96,3 +96,39 @@ fn bad_token_ids_are_clear_errors() {
         );
     }
 }
+
+/// A model file missing one tensor is refused with that tensor's name.
+#[test]
+fn missing_tensor_is_named() {
+    use ferrolm_gguf::{GgufFile, GgufWriter};
+    let src = GgufFile::open(golden("tiny-llama-f32.gguf")).unwrap();
+    let mut w = GgufWriter::new();
+    for (k, v) in src.metadata() {
+        w.set(k, v.clone());
+    }
+    let kept: Vec<_> = src
+        .tensors()
+        .iter()
+        .filter(|t| t.name != "blk.1.ffn_up.weight")
+        .collect();
+    for t in &kept {
+        w.add_tensor(&t.name, t.ty, &t.dims).unwrap();
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("broken.gguf");
+    let mut out = w.create(&path).unwrap();
+    for t in &kept {
+        out.write_tensor(src.tensor_data(t)).unwrap();
+    }
+    out.finish().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_ferrolm"))
+        .args(["logits", "-m", path.to_str().unwrap(), "--tokens", "1 2"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        err.contains("blk.1.ffn_up.weight") && err.contains("missing"),
+        "{err}"
+    );
+}

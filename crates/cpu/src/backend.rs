@@ -61,10 +61,9 @@ pub struct CpuCache {
 
 impl CpuCache {
     pub fn new(cfg: &Config, n_ctx: usize) -> Self {
-        let kv_width = cfg.n_head_kv * cfg.head_dim;
         Self {
             layers: (0..cfg.n_layer)
-                .map(|_| LayerKv::new(n_ctx, kv_width))
+                .map(|_| LayerKv::new(n_ctx, cfg.n_head_kv, cfg.head_dim))
                 .collect(),
         }
     }

@@ -13,6 +13,9 @@ pub struct Model<'a> {
     pub file: &'a GgufFile,
     weights: ModelWeights<CpuWeight<'a>>,
     backend: CpuBackend<'a>,
+    /// The forward pass runs inside this pool: every parallel op then starts from a worker
+    /// thread instead of waking the pool from outside, which matters at one token per pass.
+    pool: rayon::ThreadPool,
 }
 
 impl<'a> Model<'a> {
@@ -21,11 +24,16 @@ impl<'a> Model<'a> {
         let weights = ModelWeights::load(&cfg, file, |name, ty, dims, data| {
             CpuWeight::new(name, ty, dims, data)
         })?;
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(rayon::current_num_threads())
+            .build()
+            .map_err(|e| ferrolm_model::ModelError::Invalid(format!("thread pool: {e}")))?;
         Ok(Self {
             cfg,
             file,
             weights,
             backend: CpuBackend::default(),
+            pool,
         })
     }
 
@@ -42,15 +50,17 @@ impl<'a> Model<'a> {
         logit_rows: &[usize],
     ) -> Vec<f32> {
         let positions: Vec<u32> = (pos0..pos0 + tokens.len()).map(|p| p as u32).collect();
-        let logits = forward(
-            &self.backend,
-            &self.cfg,
-            &self.weights,
-            cache,
-            tokens,
-            &positions,
-            logit_rows,
-        );
-        self.backend.to_host(&logits)
+        self.pool.install(|| {
+            let logits = forward(
+                &self.backend,
+                &self.cfg,
+                &self.weights,
+                cache,
+                tokens,
+                &positions,
+                logit_rows,
+            );
+            self.backend.to_host(&logits)
+        })
     }
 }
