@@ -3,11 +3,12 @@
 //!
 //! `cargo run --release -p ferrolm-quant --example quant_speed`
 //!
-//! The `old` rows run a verbatim copy of the scalar quantizers the crate used before they were
-//! vectorized (libm `roundf` per element), so one run compares both on the same machine state.
+//! Each `old` column runs what the crate did before on the same data in the same run, trials
+//! interleaved with the new code so machine load hits both alike: for Q8_*, a verbatim copy of
+//! the scalar quantizers (libm `roundf` per element); for F16/BF16, one codec call per element.
 
 use ferrolm_quant::{
-    dequantize, quantize, BlockQ8K, BlockQ8_0, BlockQ8_1, GgmlType, LegacyBlock, SuperBlock, QK_K,
+    codec, dequantize, quantize, BlockQ8K, BlockQ8_0, BlockQ8_1, GgmlType, LegacyBlock, SuperBlock,
 };
 use rand::{rngs::StdRng, SeedableRng};
 use rand_distr::{Distribution, StandardNormal};
@@ -15,18 +16,25 @@ use std::hint::black_box;
 use std::time::Instant;
 
 const SHAPES: [(usize, usize); 2] = [(512, 576), (512, 1536)];
-const TRIALS: usize = 7;
+const TRIALS: usize = 15;
 
-/// Best of [`TRIALS`] runs of `f` over `elems` elements, in ns per element.
-fn ns_per_elem(elems: usize, mut f: impl FnMut()) -> f64 {
-    f(); // warm caches and any lazy feature detection
-    (0..TRIALS)
-        .map(|_| {
-            let t = Instant::now();
-            f();
-            t.elapsed().as_nanos() as f64 / elems as f64
-        })
-        .fold(f64::INFINITY, f64::min)
+/// Best of [`TRIALS`] runs each of `old` and `new` over `elems` elements, alternating, in ns
+/// per element.
+fn time_pair(elems: usize, mut old: impl FnMut(), mut new: impl FnMut()) -> (f64, f64) {
+    let time = |f: &mut dyn FnMut()| {
+        let t = Instant::now();
+        f();
+        t.elapsed().as_nanos() as f64 / elems as f64
+    };
+    // Warm caches and any lazy feature detection.
+    old();
+    new();
+    let (mut best_old, mut best_new) = (f64::INFINITY, f64::INFINITY);
+    for _ in 0..TRIALS {
+        best_old = best_old.min(time(&mut old));
+        best_new = best_new.min(time(&mut new));
+    }
+    (best_old, best_new)
 }
 
 mod old {
@@ -74,20 +82,36 @@ mod old {
     }
 }
 
-fn blocks<const N: usize>(x: &[f32]) -> impl Iterator<Item = &[f32; N]> {
-    x.chunks_exact(N)
-        .map(|c| c.try_into().expect("whole block"))
+/// Quantizes every `N`-element block of `x` into `out`, as the matmul does row by row.
+fn run<const N: usize, B>(x: &[f32], out: &mut [B], quantize: impl Fn(&[f32; N]) -> B) {
+    for (o, c) in out.iter_mut().zip(x.chunks_exact(N)) {
+        *o = quantize(c.try_into().expect("whole block"));
+    }
+    black_box(out);
 }
 
-fn report(what: &str, shape: (usize, usize), old: Option<f64>, new: f64) {
+/// (old, new) ns per element for two quantizers of the same block size.
+fn time_quantizers<const N: usize, A: Clone, B: Clone>(
+    x: &[f32],
+    old: fn(&[f32; N]) -> A,
+    new: fn(&[f32; N]) -> B,
+) -> (f64, f64) {
+    let first: &[f32; N] = x[..N].try_into().expect("one block");
+    let mut a = vec![old(first); x.len() / N];
+    let mut b = vec![new(first); x.len() / N];
+    time_pair(
+        x.len(),
+        || run(black_box(x), &mut a, old),
+        || run(black_box(x), &mut b, new),
+    )
+}
+
+fn report(what: &str, shape: (usize, usize), (old, new): (f64, f64)) {
     let (rows, cols) = shape;
-    match old {
-        Some(old) => println!(
-            "{what:<12} {rows}x{cols:<5}  old {old:6.3} ns/elem   new {new:6.3} ns/elem   {:5.2}x",
-            old / new
-        ),
-        None => println!("{what:<12} {rows}x{cols:<5}  {new:6.3} ns/elem"),
-    }
+    println!(
+        "{what:<10} {rows}x{cols:<5}  old {old:6.3} ns/elem   new {new:6.3} ns/elem   {:5.2}x",
+        old / new
+    );
 }
 
 fn main() {
@@ -101,53 +125,48 @@ fn main() {
         let n = shape.0 * shape.1;
         let x: Vec<f32> = (0..n).map(|_| StandardNormal.sample(&mut rng)).collect();
 
-        let old = ns_per_elem(n, || {
-            blocks::<32>(&x).for_each(|b| {
-                black_box(old::q8_0(black_box(b)));
-            })
-        });
-        let new = ns_per_elem(n, || {
-            blocks::<32>(&x).for_each(|b| {
-                black_box(BlockQ8_0::quantize(black_box(b)));
-            })
-        });
-        report("Q8_0", shape, Some(old), new);
-
-        let old = ns_per_elem(n, || {
-            blocks::<32>(&x).for_each(|b| {
-                black_box(old::q8_1(black_box(b)));
-            })
-        });
-        let new = ns_per_elem(n, || {
-            blocks::<32>(&x).for_each(|b| {
-                black_box(BlockQ8_1::quantize(black_box(b)));
-            })
-        });
-        report("Q8_1", shape, Some(old), new);
-
-        let old = ns_per_elem(n, || {
-            blocks::<QK_K>(&x).for_each(|b| {
-                black_box(old::q8_k(black_box(b)));
-            })
-        });
-        let new = ns_per_elem(n, || {
-            blocks::<QK_K>(&x).for_each(|b| {
-                black_box(BlockQ8K::quantize(black_box(b)));
-            })
-        });
-        report("Q8_K", shape, Some(old), new);
+        report(
+            "Q8_0",
+            shape,
+            time_quantizers(&x, old::q8_0, BlockQ8_0::quantize),
+        );
+        report(
+            "Q8_1",
+            shape,
+            time_quantizers(&x, old::q8_1, BlockQ8_1::quantize),
+        );
+        report(
+            "Q8_K",
+            shape,
+            time_quantizers(&x, old::q8_k, BlockQ8K::quantize),
+        );
 
         for ty in [GgmlType::F16, GgmlType::Bf16] {
-            let mut bytes = vec![0u8; n * 2];
-            let mut y = vec![0f32; n];
-            let q = ns_per_elem(n, || {
-                quantize(ty, black_box(&x), &mut bytes).expect("quantize")
-            });
-            report(&format!("{ty} quant"), shape, None, q);
-            let deq = ns_per_elem(n, || {
-                dequantize(ty, black_box(&bytes), &mut y).expect("dequantize")
-            });
-            report(&format!("{ty} deq"), shape, None, deq);
+            let c = codec(ty).expect("float codec");
+            let (mut bytes, mut old_bytes) = (vec![0u8; n * 2], vec![0u8; n * 2]);
+            let times = time_pair(
+                n,
+                || {
+                    for (v, o) in x.iter().zip(old_bytes.chunks_exact_mut(2)) {
+                        (c.quantize_block)(std::slice::from_ref(v), o);
+                    }
+                    black_box(&old_bytes);
+                },
+                || quantize(ty, black_box(&x), &mut bytes).expect("quantize"),
+            );
+            report(&format!("{ty} quant"), shape, times);
+            let (mut y, mut old_y) = (vec![0f32; n], vec![0f32; n]);
+            let times = time_pair(
+                n,
+                || {
+                    for (b, o) in bytes.chunks_exact(2).zip(old_y.iter_mut()) {
+                        (c.dequantize_block)(b, std::slice::from_mut(o));
+                    }
+                    black_box(&old_y);
+                },
+                || dequantize(ty, black_box(&bytes), &mut y).expect("dequantize"),
+            );
+            report(&format!("{ty} deq"), shape, times);
         }
     }
 }

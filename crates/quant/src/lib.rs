@@ -7,6 +7,7 @@
 mod float;
 mod kquant;
 mod legacy;
+mod q8simd;
 
 pub use ferrolm_gguf::GgmlType;
 pub use kquant::{BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K, SuperBlock, QK_K};
