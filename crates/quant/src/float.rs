@@ -5,6 +5,7 @@
 
 use crate::{Codec, GgmlType};
 use half::f16;
+use half::slice::HalfFloatSliceExt;
 
 pub(crate) const CODECS: &[Codec] = &[
     Codec {
@@ -97,13 +98,96 @@ fn quantize_bf16(x: &[f32], out: &mut [u8]) {
     out.copy_from_slice(&f32_to_bf16_bits(x[0]).to_le_bytes());
 }
 
+/// Elements converted per step of the row functions: a stack buffer's worth.
+const ROW_CHUNK: usize = 256;
+
+/// `true` for an f16 NaN bit pattern.
+#[inline(always)]
+fn is_nan16(h: u16) -> bool {
+    h & 0x7fff > F16_EXP
+}
+
+/// Dequantizes a whole row of a float format at once, the same values as the per-element
+/// codec gives. Returns false, touching nothing, for any other type.
+pub(crate) fn dequantize_row(ty: GgmlType, src: &[u8], dst: &mut [f32]) -> bool {
+    match ty {
+        GgmlType::F32 => {
+            for (o, c) in dst.iter_mut().zip(src.chunks_exact(4)) {
+                *o = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+            }
+        }
+        GgmlType::Bf16 => {
+            for (o, c) in dst.iter_mut().zip(src.chunks_exact(2)) {
+                *o = bf16_bits_to_f32(u16::from_le_bytes([c[0], c[1]]));
+            }
+        }
+        GgmlType::F16 => {
+            for (src, dst) in src.chunks(2 * ROW_CHUNK).zip(dst.chunks_mut(ROW_CHUNK)) {
+                let mut bits = [0u16; ROW_CHUNK];
+                let bits = &mut bits[..dst.len()];
+                for (b, c) in bits.iter_mut().zip(src.chunks_exact(2)) {
+                    *b = u16::from_le_bytes([c[0], c[1]]);
+                }
+                // `half` converts slices with F16C where the CPU has it. Both that and the
+                // scalar path are exact except that F16C quiets signalling NaNs, so NaNs are
+                // redone bit-exactly.
+                let halves: &[f16] = bytemuck::cast_slice(bits);
+                halves.convert_to_f32_slice(dst);
+                if bits.iter().fold(false, |any, &h| any | is_nan16(h)) {
+                    for (o, &h) in dst.iter_mut().zip(bits.iter()) {
+                        if is_nan16(h) {
+                            *o = f16_bits_to_f32(h);
+                        }
+                    }
+                }
+            }
+        }
+        _ => return false,
+    }
+    true
+}
+
+/// Quantizes a whole row into a float format at once, the same bytes as the per-element
+/// codec writes. Returns false, touching nothing, for any other type.
+pub(crate) fn quantize_row(ty: GgmlType, src: &[f32], dst: &mut [u8]) -> bool {
+    match ty {
+        GgmlType::F32 => {
+            for (o, &v) in dst.chunks_exact_mut(4).zip(src) {
+                o.copy_from_slice(&v.to_le_bytes());
+            }
+        }
+        GgmlType::Bf16 => {
+            for (o, &v) in dst.chunks_exact_mut(2).zip(src) {
+                o.copy_from_slice(&f32_to_bf16_bits(v).to_le_bytes());
+            }
+        }
+        GgmlType::F16 => {
+            for (src, dst) in src.chunks(ROW_CHUNK).zip(dst.chunks_mut(2 * ROW_CHUNK)) {
+                let mut halves = [f16::ZERO; ROW_CHUNK];
+                let halves = &mut halves[..src.len()];
+                // Finite values and infinities round to nearest even either way (F16C or
+                // `half`'s scalar code); NaNs keep their payload only on the scalar path.
+                halves.convert_from_f32_slice(src);
+                if src.iter().fold(false, |any, v| any | v.is_nan()) {
+                    for (h, &v) in halves.iter_mut().zip(src) {
+                        if v.is_nan() {
+                            *h = f16::from_bits(f32_to_f16_bits(v));
+                        }
+                    }
+                }
+                for (o, h) in dst.chunks_exact_mut(2).zip(halves.iter()) {
+                    o.copy_from_slice(&h.to_bits().to_le_bytes());
+                }
+            }
+        }
+        _ => return false,
+    }
+    true
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn is_nan16(h: u16) -> bool {
-        h & F16_EXP == F16_EXP && h & F16_MANT != 0
-    }
 
     #[test]
     fn every_f16_survives_a_round_trip_through_f32() {
@@ -151,6 +235,96 @@ mod tests {
                 // Every non-NaN and every quiet NaN converts back to itself.
                 assert_eq!(f32_to_bf16_bits(bf16_bits_to_f32(h)), h);
             }
+        }
+    }
+
+    /// Per-element codec calls, as `dequantize`/`quantize` made before the row paths.
+    fn per_element(ty: GgmlType) -> &'static Codec {
+        CODECS.iter().find(|c| c.ty == ty).unwrap()
+    }
+
+    /// Bit patterns that stress the float conversions: every f16 (as f32, so NaN payloads
+    /// of both kinds), the f32 midpoints between neighbouring f16s and the values one ulp
+    /// either side (ties to even, and not ties), f32 NaNs, and pseudo-random bit patterns.
+    fn f32_patterns() -> Vec<f32> {
+        let mut v = Vec::new();
+        for h in 0..=u16::MAX {
+            let x = f16_bits_to_f32(h);
+            v.push(x);
+            let next = f16_bits_to_f32(h.wrapping_add(1));
+            if x.is_finite() && next.is_finite() && (x < 0.0) == (next < 0.0) {
+                let mid = (x + next) / 2.0; // exact: f16 has far fewer mantissa bits
+                let b = mid.to_bits();
+                v.extend([mid, f32::from_bits(b + 1), f32::from_bits(b - 1)]);
+            }
+        }
+        v.extend(
+            [
+                0x7f80_0001u32,
+                0xff80_0001,
+                0x7fc0_0000,
+                0x7f80_2000,
+                0xffff_ffff,
+            ]
+            .map(f32::from_bits),
+        );
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        for _ in 0..100_000 {
+            state = state
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            v.push(f32::from_bits((state >> 32) as u32));
+        }
+        v
+    }
+
+    #[test]
+    fn row_paths_equal_per_element_conversion() {
+        let xs = f32_patterns();
+        for ty in [GgmlType::F32, GgmlType::F16, GgmlType::Bf16] {
+            let c = per_element(ty);
+            let bb = ty.block_bytes();
+            // Odd lengths leave partial chunks; the offset source is misaligned.
+            for n in [1, 7, 255, 257, 1000, xs.len()] {
+                let x = &xs[xs.len() - n..];
+                let mut want = vec![0u8; n * bb];
+                for (v, o) in x.iter().zip(want.chunks_exact_mut(bb)) {
+                    (c.quantize_block)(std::slice::from_ref(v), o);
+                }
+                let mut got = vec![0u8; n * bb];
+                assert!(quantize_row(ty, x, &mut got));
+                assert_eq!(got, want, "{ty} quantize, {n} elements");
+                let got = crate::quantize_to_vec(ty, x).unwrap();
+                assert_eq!(got, want, "{ty} quantize");
+
+                let mut shifted = vec![0u8; 1];
+                shifted.extend_from_slice(&want);
+                let mut back = vec![0f32; n];
+                let mut back_want = vec![0f32; n];
+                for (b, o) in want.chunks_exact(bb).zip(&mut back_want) {
+                    (c.dequantize_block)(b, std::slice::from_mut(o));
+                }
+                assert!(dequantize_row(ty, &shifted[1..], &mut back));
+                let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+                assert_eq!(
+                    bits(&back),
+                    bits(&back_want),
+                    "{ty} dequantize, {n} elements"
+                );
+                let back = crate::dequantize_to_vec(ty, &shifted[1..], n).unwrap();
+                assert_eq!(bits(&back), bits(&back_want), "{ty} dequantize");
+            }
+        }
+        assert!(!dequantize_row(GgmlType::Q8_0, &[], &mut []));
+        assert!(!quantize_row(GgmlType::Q8_0, &[], &mut []));
+    }
+
+    #[test]
+    fn every_f16_dequantizes_as_per_element() {
+        let bytes: Vec<u8> = (0..=u16::MAX).flat_map(|h| h.to_le_bytes()).collect();
+        let got = crate::dequantize_to_vec(GgmlType::F16, &bytes, 1 << 16).unwrap();
+        for (h, v) in (0..=u16::MAX).zip(got) {
+            assert_eq!(v.to_bits(), f16_bits_to_f32(h).to_bits(), "{h:#06x}");
         }
     }
 }

@@ -85,11 +85,6 @@ fn signed_absmax(x: &[f32; QK]) -> f32 {
     best
 }
 
-/// Largest |x|.
-fn absmax(x: &[f32; QK]) -> f32 {
-    x.iter().fold(0.0f32, |m, v| m.max(v.abs()))
-}
-
 /// (min, max), keeping the first of equal values (this decides the sign of a zero minimum).
 fn min_max(x: &[f32; QK]) -> (f32, f32) {
     let (mut lo, mut hi) = (f32::MAX, -f32::MAX);
@@ -154,7 +149,7 @@ mod tests {
         z[0] = -0.0;
         z[1] = 0.0;
         assert!(min_max(&z).0.is_sign_negative());
-        assert_eq!(absmax(&z), 0.5);
+        assert_eq!(crate::q8simd::absmax(&z), 0.5);
         assert_eq!(inverse(0.0), 0.0);
     }
 }

@@ -7,6 +7,7 @@
 mod float;
 mod kquant;
 mod legacy;
+mod q8simd;
 
 pub use ferrolm_gguf::GgmlType;
 pub use kquant::{BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K, SuperBlock, QK_K};
@@ -77,17 +78,25 @@ fn check_sizes(ty: GgmlType, elems: usize, bytes: usize) -> Result<(), QuantErro
     Ok(())
 }
 
-/// Blocks handed to one rayon task: large enough that scheduling cost stays negligible.
-const BLOCKS_PER_TASK: usize = 64;
+/// Blocks handed to one rayon task: large enough that scheduling cost stays negligible, also
+/// for the one-element "blocks" of the float formats.
+fn blocks_per_task(elems_per_block: usize) -> usize {
+    (8192 / elems_per_block).max(64)
+}
 
 /// Dequantizes `src` (whole blocks of `ty`) into `dst`, in parallel.
 pub fn dequantize(ty: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<(), QuantError> {
     let codec = codec(ty)?;
     check_sizes(ty, dst.len(), src.len())?;
     let (be, bb) = ty.block_geometry();
-    src.par_chunks(bb * BLOCKS_PER_TASK)
-        .zip(dst.par_chunks_mut(be * BLOCKS_PER_TASK))
+    let per_task = blocks_per_task(be);
+    src.par_chunks(bb * per_task)
+        .zip(dst.par_chunks_mut(be * per_task))
         .for_each(|(s, d)| {
+            // Float formats convert whole rows at once rather than a call per element.
+            if float::dequantize_row(ty, s, d) {
+                return;
+            }
             for (block, out) in s.chunks_exact(bb).zip(d.chunks_exact_mut(be)) {
                 (codec.dequantize_block)(block, out);
             }
@@ -100,9 +109,13 @@ pub fn quantize(ty: GgmlType, src: &[f32], dst: &mut [u8]) -> Result<(), QuantEr
     let codec = codec(ty)?;
     check_sizes(ty, src.len(), dst.len())?;
     let (be, bb) = ty.block_geometry();
-    src.par_chunks(be * BLOCKS_PER_TASK)
-        .zip(dst.par_chunks_mut(bb * BLOCKS_PER_TASK))
+    let per_task = blocks_per_task(be);
+    src.par_chunks(be * per_task)
+        .zip(dst.par_chunks_mut(bb * per_task))
         .for_each(|(s, d)| {
+            if float::quantize_row(ty, s, d) {
+                return;
+            }
             for (x, out) in s.chunks_exact(be).zip(d.chunks_exact_mut(bb)) {
                 (codec.quantize_block)(x, out);
             }

@@ -2,9 +2,8 @@
 //! and per-16 code sums so kernels can apply the weight's `-dmin·m` term without a pass over
 //! the codes.
 
-use super::search::nearest_int;
 use super::{SuperBlock, QK_K};
-use crate::GgmlType;
+use crate::{q8simd, GgmlType};
 use bytemuck::{Pod, Zeroable};
 
 /// ggml's `block_q8_K`.
@@ -28,26 +27,19 @@ impl SuperBlock for BlockQ8K {
     }
 
     fn quantize(x: &[f32; QK_K]) -> Self {
-        let (mut max, mut amax) = (0.0f32, 0.0f32);
-        for &v in x {
-            if v.abs() > amax {
-                amax = v.abs();
-                max = v;
-            }
-        }
+        // The first value of largest magnitude, as ggml's strict `>` scan finds it.
+        let max = q8simd::first_absmax(x);
         let mut block = BlockQ8K::zeroed();
-        if amax == 0.0 {
+        if max == 0.0 {
             return block;
         }
         // The value of largest magnitude maps to -127, not -128: codes stay in -127..=127,
         // which lets SIMD dot kernels negate or take |q| without overflow.
         let iscale = -127.0 / max;
-        for (q, &v) in block.qs.iter_mut().zip(x) {
-            *q = nearest_int(iscale * v).min(127) as i8;
-        }
-        for (s, chunk) in block.bsums.iter_mut().zip(block.qs.chunks_exact(16)) {
-            *s = chunk.iter().map(|&q| i16::from(q)).sum();
-        }
+        // `nearest_int(iscale * v).min(127) as i8` for each v.
+        q8simd::nearest(x, iscale, &mut block.qs);
+        // `bsums[j]`: the i16 sum of `qs[16j..16j + 16]`.
+        block.bsums = q8simd::sums16(&block.qs);
         block.d = 1.0 / iscale;
         block
     }

@@ -1,7 +1,7 @@
 //! Q8_0 (weights) and Q8_1 (activations): one signed byte per element.
 
-use super::{absmax, f16_le, inverse, to_f16_le, LegacyBlock, QK};
-use crate::GgmlType;
+use super::{f16_le, inverse, to_f16_le, LegacyBlock, QK};
+use crate::{q8simd, GgmlType};
 use bytemuck::{Pod, Zeroable};
 
 /// Q8_0, 34 bytes: `x = d * q`.
@@ -51,11 +51,14 @@ impl BlockQ8_1 {
     }
 }
 
-/// (f32 scale, codes): symmetric absmax / 127, rounding half away from zero like C `roundf`.
-fn quantize_codes(x: &[f32; QK]) -> (f32, [u8; QK]) {
-    let d = absmax(x) / 127.0;
+/// (f32 scale, codes, sum of codes): symmetric absmax / 127, rounding half away from zero like
+/// C `roundf`.
+fn quantize_codes(x: &[f32; QK]) -> (f32, [u8; QK], i32) {
+    let d = q8simd::absmax(x) / 127.0;
     let id = inverse(d);
-    (d, std::array::from_fn(|j| (x[j] * id).round() as i8 as u8))
+    let mut codes = [0i8; QK];
+    let sum = q8simd::round_away(x, id, &mut codes);
+    (d, bytemuck::cast(codes), sum)
 }
 
 fn dequantize_codes(d: f32, codes: &[i8; QK], out: &mut [f32; QK]) {
@@ -72,7 +75,7 @@ impl LegacyBlock for BlockQ8_0 {
     }
 
     fn quantize(x: &[f32; QK]) -> Self {
-        let (d, qs) = quantize_codes(x);
+        let (d, qs, _) = quantize_codes(x);
         Self {
             d: to_f16_le(d),
             qs,
@@ -89,8 +92,7 @@ impl LegacyBlock for BlockQ8_1 {
     }
 
     fn quantize(x: &[f32; QK]) -> Self {
-        let (d, qs) = quantize_codes(x);
-        let sum: i32 = qs.iter().map(|&q| i32::from(q as i8)).sum();
+        let (d, qs, sum) = quantize_codes(x);
         Self {
             d: to_f16_le(d),
             s: to_f16_le(sum as f32 * d),
