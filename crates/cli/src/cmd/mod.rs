@@ -2,6 +2,7 @@
 
 pub mod bench;
 pub mod common;
+pub mod cuda_parity;
 pub mod inspect;
 pub mod logits;
 pub mod pull;
