@@ -41,7 +41,10 @@ impl Contract {
     fn describe(&self) -> String {
         match self {
             Contract::Exact => "bit-identical".into(),
-            Contract::Rel(b, why) => format!("≤ {b:.0e} rel, {why}"),
+            // 2.4e-7 stays 2.4e-7, 1e-5 does not become 1.0e-5.
+            Contract::Rel(b, why) => {
+                format!("≤ {} rel, {why}", format!("{b:.1e}").replace(".0e", "e"))
+            }
         }
     }
 }
