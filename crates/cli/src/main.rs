@@ -36,6 +36,8 @@ enum Command {
     Synth(cmd::synth::SynthArgs),
     /// Quantize an F32/F16/BF16 model, choosing each tensor's type as llama.cpp does.
     Quantize(cmd::quantize::QuantizeArgs),
+    /// Check every CUDA kernel against its CPU counterpart on random data (needs a GPU).
+    CudaParity(cmd::cuda_parity::CudaParityArgs),
 }
 
 fn main() -> ExitCode {
@@ -51,6 +53,7 @@ fn main() -> ExitCode {
         Command::Tokenize(args) => cmd::tokenize::run(args),
         Command::Synth(args) => cmd::synth::run(args),
         Command::Quantize(args) => cmd::quantize::run(args),
+        Command::CudaParity(args) => cmd::cuda_parity::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,6 +1,6 @@
 //! Options shared by every subcommand that runs a model.
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 use std::path::PathBuf;
 
@@ -36,9 +36,16 @@ impl ModelOpts {
     pub fn prepare(&self) -> Result<PathBuf> {
         match self.backend {
             BackendChoice::Cpu => {}
-            BackendChoice::Cuda => bail!(
-                "--backend cuda: this build of ferrolm has no CUDA backend yet; use --backend cpu"
-            ),
+            BackendChoice::Cuda => {
+                // Open the device first, so the message says what is missing (driver, GPU,
+                // NVRTC) or what was found.
+                let dev = ferrolm_cuda::CudaDevice::new(0).context("--backend cuda")?;
+                bail!(
+                    "--backend cuda: found {}, but the CUDA backend is not built yet \
+                     (`ferrolm cuda-parity` checks its kernels); use --backend cpu",
+                    dev.describe()
+                )
+            }
             BackendChoice::Auto => {}
         }
         if let Some(t) = self.threads {

@@ -3,6 +3,7 @@
 pub mod bench;
 pub mod chat;
 pub mod common;
+pub mod cuda_parity;
 pub mod inspect;
 pub mod logits;
 pub mod pull;

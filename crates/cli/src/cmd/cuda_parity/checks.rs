@@ -1,0 +1,366 @@
+//! The checks behind `cuda-parity`, one function per op: random inputs, the CUDA op on
+//! NaN-poisoned outputs, the CPU op (or an f64 evaluation), and a [`Row`].
+
+use super::{compare, Contract, Row};
+use anyhow::Result;
+use ferrolm_cpu::matmul::{matmul, WeightRef};
+use ferrolm_cpu::{norm, rope};
+use ferrolm_cuda::ops::{QuantMatrix, Rope, Q8_1_BLOCK_BYTES};
+use ferrolm_cuda::{CudaDevice, CudaSlice, Kernels};
+use ferrolm_gguf::GgmlType;
+use ferrolm_model::backend::RopeMode;
+use rand::rngs::StdRng;
+use rand::Rng;
+use rand_distr::{Distribution, Normal};
+use rayon::prelude::*;
+
+/// Weight formats with a CUDA mat-vec.
+const MMVQ_TYPES: [GgmlType; 6] = [
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q8_0,
+    GgmlType::Q4K,
+    GgmlType::Q5K,
+    GgmlType::Q6K,
+];
+
+/// Runs every check; one that errors (a launch failure, say) becomes a failing row, and the
+/// rest still run.
+pub fn all(dev: &CudaDevice, k: &Kernels, rng: &mut StdRng) -> Result<Vec<Row>> {
+    let mut rows = Vec::new();
+    let mut push = |name: &str, r: Result<Vec<Row>>| match r {
+        Ok(v) => rows.extend(v),
+        Err(e) => rows.push(Row {
+            op: format!("{name}: error: {e:#}"),
+            shape: "-".into(),
+            reference: "-",
+            max_abs: f64::NAN,
+            max_rel: f64::NAN,
+            contract: Contract::Exact,
+            clean: false,
+        }),
+    };
+    push("quantize_q8_1", quantize_q8_1(dev, k, rng));
+    push("rms_norm", rms_norm(dev, k, rng));
+    push("rope", rope_both(dev, k, rng));
+    push("elementwise", elementwise(dev, k, rng));
+    for ty in MMVQ_TYPES {
+        push("mmvq", mmvq(dev, k, rng, ty, 4096, 4096, 1));
+        // Several activation rows and an odd row count (the kernel's two-row blocks).
+        push("mmvq", mmvq(dev, k, rng, ty, 1027, 2048, 3));
+    }
+    Ok(rows)
+}
+
+fn normal(rng: &mut StdRng, n: usize, sigma: f32) -> Vec<f32> {
+    let d = Normal::new(0.0, sigma).expect("sigma > 0");
+    (0..n).map(|_| d.sample(rng)).collect()
+}
+
+/// An output buffer full of NaN: an element no kernel wrote fails the check.
+fn poisoned(dev: &CudaDevice, n: usize) -> Result<CudaSlice<f32>> {
+    Ok(dev.upload(&vec![f32::NAN; n])?)
+}
+
+fn row(
+    op: &str,
+    shape: String,
+    reference: &'static str,
+    cmp: (f64, f64, bool),
+    contract: Contract,
+) -> Row {
+    Row {
+        op: op.into(),
+        shape,
+        reference,
+        max_abs: cmp.0,
+        max_rel: cmp.1,
+        contract,
+        clean: cmp.2,
+    }
+}
+
+fn quantize_q8_1(dev: &CudaDevice, k: &Kernels, rng: &mut StdRng) -> Result<Vec<Row>> {
+    let (n, cols) = (4, 4096);
+    let mut x = normal(rng, n * cols, 1.0);
+    // Rows of very different magnitude, an all-zero block (d = 0) and a lone outlier.
+    for (r, row) in x.chunks_exact_mut(cols).enumerate() {
+        let s = 10f32.powi(r as i32 - 2);
+        row.iter_mut().for_each(|v| *v *= s);
+    }
+    x[64..96].iter_mut().for_each(|v| *v = 0.0);
+    x[200] = 1e4;
+    let xd = dev.upload(&x)?;
+    let mut yd = dev.upload(&vec![0xA5u8; n * cols / 32 * Q8_1_BLOCK_BYTES])?;
+    k.quantize.q8_1(&xd, cols, &mut yd)?;
+    dev.sync()?;
+    let got = dev.download(&yd)?;
+    let want = ferrolm_quant::quantize_to_vec(GgmlType::Q8_1, &x)?;
+    let deq = |b: &[u8]| ferrolm_quant::dequantize_to_vec(GgmlType::Q8_1, b, n * cols);
+    let (gd, wd) = (deq(&got)?, deq(&want)?);
+    let mut cmp = compare(&gd, &wd, |i| wd[i].abs() as f64);
+    cmp.2 &= got == want; // every byte, `s` included
+    Ok(vec![row(
+        "quantize f32→Q8_1",
+        format!("{n}×{cols}"),
+        "ferrolm_quant Q8_1",
+        cmp,
+        Contract::Exact,
+    )])
+}
+
+fn rms_norm(dev: &CudaDevice, k: &Kernels, rng: &mut StdRng) -> Result<Vec<Row>> {
+    // f64 sums of squares in another order can move the f32 mean by one ulp in rare cases.
+    let contract = Contract::Rel(2.4e-7, "f64 sum order: ≤ 2 ulp");
+    let eps = 1e-5;
+    let (n, d) = (4, 4096);
+    let x = normal(rng, n * d, 2.0);
+    let w: Vec<f32> = normal(rng, d, 0.2).iter().map(|v| 1.0 + v).collect();
+    let (xd, wd) = (dev.upload(&x)?, dev.upload(&w)?);
+    let mut out = poisoned(dev, n * d)?;
+    k.norm_rope.rms_norm(&xd, &wd, eps, &mut out)?;
+    dev.sync()?;
+    let got = dev.download(&out)?;
+    let mut want = vec![0f32; n * d];
+    norm::rms_norm(&x, &w, eps, &mut want);
+    let full = compare(&got, &want, |i| want[i].abs() as f64);
+
+    // Per-head norms (qwen3's q/k norms): 32 heads of 128, in place.
+    let hd = 128;
+    let x = normal(rng, n * 32 * hd, 2.0);
+    let w = normal(rng, hd, 1.0);
+    let (mut xd, wd) = (dev.upload(&x)?, dev.upload(&w)?);
+    k.norm_rope.rms_norm_groups(&mut xd, &wd, eps)?;
+    dev.sync()?;
+    let got = dev.download(&xd)?;
+    let mut want = x;
+    norm::rms_norm_inplace(&mut want, &w, eps);
+    let groups = compare(&got, &want, |i| want[i].abs() as f64);
+    Ok(vec![
+        row(
+            "rms_norm",
+            format!("{n}×{d}"),
+            "cpu norm::rms_norm",
+            full,
+            contract,
+        ),
+        row(
+            "rms_norm per head, in place",
+            format!("{n}×32×{hd}"),
+            "cpu norm::rms_norm_inplace",
+            groups,
+            contract,
+        ),
+    ])
+}
+
+fn rope_both(dev: &CudaDevice, k: &Kernels, rng: &mut StdRng) -> Result<Vec<Row>> {
+    let (n, heads, hd) = (7, 32, 128);
+    let width = heads * hd;
+    let mut rows = Vec::new();
+    for (mode, base, name) in [
+        (RopeMode::Normal, 10_000.0f32, "rope normal"),
+        (RopeMode::Neox, 1_000_000.0, "rope neox"),
+    ] {
+        let x = normal(rng, n * width, 1.0);
+        let mut pos: Vec<u32> = (0..n).map(|_| rng.gen_range(0..32_768)).collect();
+        pos[0] = 0;
+        let (mut xd, pd) = (dev.upload(&x)?, dev.upload(&pos)?);
+        let m = match mode {
+            RopeMode::Normal => Rope::Normal,
+            RopeMode::Neox => Rope::Neox,
+        };
+        k.norm_rope.rope(&mut xd, hd, &pd, base, m)?;
+        dev.sync()?;
+        let got = dev.download(&xd)?;
+        let mut want = x.clone();
+        rope::rope(&mut want, hd, &pos, base, mode);
+        // A rotation keeps each pair's norm: errors are measured against it.
+        let partner = |i: usize| {
+            let h = i % hd;
+            let p = match mode {
+                RopeMode::Normal => h ^ 1,
+                RopeMode::Neox => (h + hd / 2) % hd,
+            };
+            i - h + p
+        };
+        let cmp = compare(&got, &want, |i| (x[i] as f64).hypot(x[partner(i)] as f64));
+        rows.push(row(
+            name,
+            format!("{n}×{heads}×{hd}, pos < 32768"),
+            "cpu rope::rope",
+            cmp,
+            Contract::Rel(1e-6, "cosf/sinf within 2 ulp"),
+        ));
+    }
+    Ok(rows)
+}
+
+fn elementwise(dev: &CudaDevice, k: &Kernels, rng: &mut StdRng) -> Result<Vec<Row>> {
+    let (n, d) = (5, 4096);
+    let a = normal(rng, n * d, 3.0);
+    let b = normal(rng, n * d, 1.0);
+    let bias = normal(rng, d, 1.0);
+    let run = |f: &dyn Fn(&mut CudaSlice<f32>) -> ferrolm_cuda::Result<()>| -> Result<Vec<f32>> {
+        let mut ad = dev.upload(&a)?;
+        f(&mut ad)?;
+        dev.sync()?;
+        Ok(dev.download(&ad)?)
+    };
+    let bd = dev.upload(&b)?;
+    let biasd = dev.upload(&bias)?;
+    let shape = format!("{n}×{d}");
+    let mut rows = Vec::new();
+
+    let got = run(&|ad| k.elementwise.add(ad, &bd))?;
+    let mut want = a.clone();
+    norm::add_assign(&mut want, &b);
+    let cmp = compare(&got, &want, |i| want[i].abs() as f64);
+    rows.push(row(
+        "add",
+        shape.clone(),
+        "cpu norm::add_assign",
+        cmp,
+        Contract::Exact,
+    ));
+
+    let got = run(&|ad| k.elementwise.add_bias(ad, &biasd))?;
+    let mut want = a.clone();
+    norm::add_bias(&mut want, &bias);
+    let cmp = compare(&got, &want, |i| want[i].abs() as f64);
+    rows.push(row(
+        "add_bias",
+        shape.clone(),
+        "cpu norm::add_bias",
+        cmp,
+        Contract::Exact,
+    ));
+
+    let got = run(&|ad| k.elementwise.swiglu(ad, &bd))?;
+    let mut want = a.clone();
+    norm::swiglu(&mut want, &b);
+    let cmp = compare(&got, &want, |i| want[i].abs() as f64);
+    rows.push(row(
+        "swiglu",
+        shape,
+        "cpu norm::swiglu",
+        cmp,
+        Contract::Rel(1e-6, "expf within 2 ulp, then 3 roundings"),
+    ));
+    Ok(rows)
+}
+
+/// `W · x` for `n` activation rows: against the f64 product of the very operands the kernel
+/// saw (the dequantized weights and the Q8_1 activations it read back), and for one row
+/// against the CPU's matmul.
+fn mmvq(
+    dev: &CudaDevice,
+    k: &Kernels,
+    rng: &mut StdRng,
+    ty: GgmlType,
+    rows: usize,
+    cols: usize,
+    n: usize,
+) -> Result<Vec<Row>> {
+    let wq = ferrolm_quant::quantize_to_vec(ty, &normal(rng, rows * cols, 1.0))?;
+    let x = normal(rng, n * cols, 1.0);
+    let w = QuantMatrix::upload(dev, ty, rows, cols, &wq)?;
+    let xd = dev.upload(&x)?;
+    let mut xq = dev.upload(&vec![0u8; n * cols / 32 * Q8_1_BLOCK_BYTES])?;
+    let mut out = poisoned(dev, n * rows)?;
+    k.quantize.q8_1(&xd, cols, &mut xq)?;
+    k.mmvq.matvec(&w, &xq, n, &mut out)?;
+    dev.sync()?;
+    let got = dev.download(&out)?;
+    let xq = dev.download(&xq)?;
+
+    let wf = ferrolm_quant::dequantize_to_vec(ty, &wq, rows * cols)?;
+    let xf = ferrolm_quant::dequantize_to_vec(GgmlType::Q8_1, &xq, n * cols)?;
+    // [n][rows] of (Σ w·x, Σ |w·x|) in f64.
+    let exact: Vec<(f64, f64)> = (0..n * rows)
+        .into_par_iter()
+        .map(|i| {
+            let (j, r) = (i / rows, i % rows);
+            let (wr, xr) = (&wf[r * cols..][..cols], &xf[j * cols..][..cols]);
+            wr.iter().zip(xr).fold((0.0, 0.0), |(s, m), (&a, &b)| {
+                let p = a as f64 * b as f64;
+                (s + p, m + p.abs())
+            })
+        })
+        .collect();
+    let want: Vec<f32> = exact.iter().map(|e| e.0 as f32).collect();
+    let shape = format!("{rows}×{cols} · {n} col{}", if n > 1 { "s" } else { "" });
+    let op = format!("mmvq {ty}");
+    let cmp = compare(&got, &want, |i| exact[i].1);
+    let mut out_rows = vec![row(
+        &op,
+        shape.clone(),
+        "f64, same Q8_1 operands",
+        cmp,
+        Contract::Rel(1e-5, "f32 sum order"),
+    )];
+    if n == 1 {
+        let mut cpu = vec![0f32; n * rows];
+        let wr = WeightRef {
+            ty,
+            data: &wq,
+            rows,
+            cols,
+        };
+        matmul(&wr, &x, &mut cpu);
+        let cmp = compare(&got, &cpu, |i| exact[i].1);
+        // The CPU rounds activations to Q8_0 (same codes and scale as Q8_1) for the 32-element
+        // formats and to Q8_K (one f32 scale per 256) for K-quants.
+        let contract = match ty {
+            GgmlType::Q4K | GgmlType::Q5K | GgmlType::Q6K => {
+                Contract::Rel(2e-3, "int8 activations: Q8_1 here, Q8_K on the CPU")
+            }
+            _ => Contract::Rel(1e-5, "same int8 activations, f32 sum order"),
+        };
+        out_rows.push(row(&op, shape, "cpu matmul::matmul", cmp, contract));
+    }
+    Ok(out_rows)
+}
+
+/// Preliminary mat-vec timings: one activation row, an 8B model's FFN shape, weights rotated
+/// over copies that together exceed the L2 several times, CUDA events around 200 launches.
+pub fn time_mmvq(dev: &CudaDevice, k: &Kernels, rng: &mut StdRng) -> Result<()> {
+    let (rows, cols) = (14_336, 4096);
+    let x = normal(rng, cols, 1.0);
+    let xd = dev.upload(&x)?;
+    let mut xq = dev.upload(&vec![0u8; cols / 32 * Q8_1_BLOCK_BYTES])?;
+    k.quantize.q8_1(&xd, cols, &mut xq)?;
+    let mut out = poisoned(dev, rows)?;
+    println!("\npreliminary mmvq timing ({rows}×{cols}, 1 column, weights rotated past L2):\n");
+    println!("| type | weight MB | µs / call | GB/s |");
+    println!("|---|---|---|---|");
+    for ty in MMVQ_TYPES {
+        // 256 rows of real blocks, repeated: quantizing the whole matrix takes longer than
+        // timing it, and the kernel's speed does not depend on the values.
+        let bytes = rows * cols / ty.block_elems() * ty.block_bytes();
+        let wq = ferrolm_quant::quantize_to_vec(ty, &normal(rng, 256 * cols, 1.0))?;
+        let host: Vec<u8> = wq.iter().copied().cycle().take(bytes).collect();
+        let copies = (256usize << 20).div_ceil(bytes).max(2);
+        let ws: Vec<QuantMatrix> = (0..copies)
+            .map(|_| QuantMatrix::upload(dev, ty, rows, cols, &host))
+            .collect::<ferrolm_cuda::Result<_>>()?;
+        for w in &ws {
+            k.mmvq.matvec(w, &xq, 1, &mut out)?;
+        }
+        let iters = 200;
+        let ms = dev.time_ms(|| {
+            for i in 0..iters {
+                k.mmvq.matvec(&ws[i % copies], &xq, 1, &mut out)?;
+            }
+            Ok(())
+        })?;
+        let us = ms * 1e3 / iters as f64;
+        let moved = bytes + cols / 32 * Q8_1_BLOCK_BYTES + rows * 4;
+        println!(
+            "| {ty} | {:.1} | {us:.1} | {:.0} |",
+            bytes as f64 / 1e6,
+            moved as f64 / us / 1e3
+        );
+    }
+    Ok(())
+}

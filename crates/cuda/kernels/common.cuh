@@ -1,0 +1,73 @@
+// Shared by every kernel file: integer types, f16 helpers, warp and block reductions.
+//
+// Compiled by NVRTC at run time (see crates/cuda/src/nvrtc.rs), so only headers that NVRTC can
+// see are allowed: cuda_fp16.h comes from the toolkit's include folder (or the PyPI package
+// nvidia-cuda-runtime in CI); there is no C standard library, hence the typedefs below.
+#pragma once
+#define FERROLM_COMMON_CUH
+
+#include <cuda_fp16.h>
+
+typedef signed char int8_t;
+typedef unsigned char uint8_t;
+typedef short int16_t;
+typedef unsigned short uint16_t;
+typedef int int32_t;
+typedef unsigned int uint32_t;
+typedef long long int64_t;
+typedef unsigned long long uint64_t;
+
+#define WARP_SIZE 32
+#define FULL_MASK 0xffffffffu
+
+// f16 stored as raw little-endian bits in a block struct. Conversions go through cuda_fp16.h so
+// that they round exactly as ferrolm-quant does on the host (round to nearest even).
+static __device__ __forceinline__ float f16_bits_to_f32(uint16_t h) {
+    return __half2float(__ushort_as_half(h));
+}
+
+static __device__ __forceinline__ uint16_t f32_to_f16_bits(float x) {
+    return __half_as_ushort(__float2half_rn(x));
+}
+
+// Four signed-byte products added to c (sm_61+: one instruction).
+static __device__ __forceinline__ int dp4a(int a, int b, int c) {
+    return __dp4a(a, b, c);
+}
+
+template <typename T>
+static __device__ __forceinline__ T warp_sum(T v) {
+#pragma unroll
+    for (int offset = WARP_SIZE / 2; offset > 0; offset >>= 1) {
+        v += __shfl_xor_sync(FULL_MASK, v, offset);
+    }
+    return v;
+}
+
+static __device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+    for (int offset = WARP_SIZE / 2; offset > 0; offset >>= 1) {
+        v = fmaxf(v, __shfl_xor_sync(FULL_MASK, v, offset));
+    }
+    return v;
+}
+
+// Sum over a whole 1-D block (blockDim.x a multiple of 32, at most 1024); every thread gets the
+// result. `scratch` holds 32 values. The order of additions is fixed by the block size alone,
+// so a given launch is deterministic.
+template <typename T>
+static __device__ __forceinline__ T block_sum(T v, T *scratch) {
+    const int lane = threadIdx.x % WARP_SIZE;
+    const int warp = threadIdx.x / WARP_SIZE;
+    v = warp_sum(v);
+    if (blockDim.x == WARP_SIZE) {
+        return v;
+    }
+    __syncthreads(); // scratch may still be read by a previous call
+    if (lane == 0) {
+        scratch[warp] = v;
+    }
+    __syncthreads();
+    v = lane < (int)(blockDim.x / WARP_SIZE) ? scratch[lane] : (T)0;
+    return warp_sum(v);
+}

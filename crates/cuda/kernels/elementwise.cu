@@ -1,0 +1,31 @@
+// Elementwise f32 ops of the forward pass, each the CPU's expression (crates/cpu/src/norm.rs)
+// with the same rounding order. Grid-stride loops: any grid size is correct.
+#include "common.cuh"
+
+#define GRID_STRIDE(i, n)                                                                           \
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (size_t)(n);                \
+         i += (size_t)gridDim.x * blockDim.x)
+
+// acc += x.
+extern "C" __global__ void add_f32(float *__restrict__ acc, const float *__restrict__ x, int n) {
+    GRID_STRIDE(i, n) {
+        acc[i] += x[i];
+    }
+}
+
+// x[t] += b for every width-element row t.
+extern "C" __global__ void add_bias_f32(float *__restrict__ x, const float *__restrict__ b, int n,
+                                        int width) {
+    GRID_STRIDE(i, n) {
+        x[i] += b[i % width];
+    }
+}
+
+// gate = silu(gate) * up = gate / (1 + exp(-gate)) * up.
+extern "C" __global__ void swiglu_f32(float *__restrict__ gate, const float *__restrict__ up,
+                                      int n) {
+    GRID_STRIDE(i, n) {
+        const float g = gate[i];
+        gate[i] = __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), up[i]);
+    }
+}

@@ -1,0 +1,268 @@
+// ggml block layouts and their dot products with Q8_1 activations, defined once.
+//
+// Each weight format is a `WeightFormat<TYPE>` specialisation: the block struct, its geometry
+// (`qk` elements per block, `qi` 32-bit ints of codes per block, `vdr` ints one thread takes per
+// call) and `vec_dot`, which returns one thread's share of `block · activations`. Kernels
+// (mmvq.cu) are templates over these traits; there is no per-type copy of a kernel.
+//
+// The structs are the on-disk GGUF layouts (ferrolm-quant's `Block*` structs), read in place.
+// f16 fields are raw bits (`uint16_t`), converted with f16_bits_to_f32.
+//
+// Exactness: unlike llama.cpp, code biases (Q4_0's 8, Q6_K's 32) and block minimums (Q4_1,
+// Q4_K, Q5_K) are applied through the exact integer sum of the activation codes (a dp4a against
+// 0x01010101), never through Q8_1's f16-rounded `s`. The integer part of every dot is then
+// exact, and only f32 products of scales round: CUDA agrees with ferrolm's CPU matmul (which
+// does the same) to f32 summation order.
+#pragma once
+#ifndef FERROLM_COMMON_CUH
+#error "include common.cuh before quant.cuh"
+#endif
+
+// ggml type ids (GgmlType in crates/gguf), used as template arguments.
+#define GGML_TYPE_Q4_0 2
+#define GGML_TYPE_Q4_1 3
+#define GGML_TYPE_Q8_0 8
+#define GGML_TYPE_Q4_K 12
+#define GGML_TYPE_Q5_K 13
+#define GGML_TYPE_Q6_K 14
+
+#define QK8_1 32
+#define QK_K 256
+
+// ---- block layouts ------------------------------------------------------------------------
+
+// Activations: x = d * q; s = d * sum(q) (kept for format compatibility, unused by the dots).
+struct block_q8_1 {
+    uint16_t d;
+    uint16_t s;
+    int8_t qs[QK8_1];
+};
+static_assert(sizeof(block_q8_1) == 36, "block_q8_1");
+
+// x = d * (q - 8); element i < 16 in the low nibble of qs[i], element 16 + i in the high one.
+struct block_q4_0 {
+    uint16_t d;
+    uint8_t qs[16];
+};
+static_assert(sizeof(block_q4_0) == 18, "block_q4_0");
+
+// x = d * q + m; nibbles as Q4_0.
+struct block_q4_1 {
+    uint16_t d;
+    uint16_t m;
+    uint8_t qs[16];
+};
+static_assert(sizeof(block_q4_1) == 20, "block_q4_1");
+
+// x = d * q.
+struct block_q8_0 {
+    uint16_t d;
+    int8_t qs[32];
+};
+static_assert(sizeof(block_q8_0) == 34, "block_q8_0");
+
+// Eight 32-element sub-blocks, x = d * sc[j] * q - dmin * m[j] with 6-bit sc/m packed in
+// `scales`; byte l of 32-byte group g holds element 64g + l (low nibble) and 64g + 32 + l (high).
+struct block_q4_K {
+    uint16_t d;
+    uint16_t dmin;
+    uint8_t scales[12];
+    uint8_t qs[QK_K / 2];
+};
+static_assert(sizeof(block_q4_K) == 144, "block_q4_K");
+
+// Q4_K plus a fifth bit: bit j of qh[l] is the high bit of element 32j + l.
+struct block_q5_K {
+    uint16_t d;
+    uint16_t dmin;
+    uint8_t scales[12];
+    uint8_t qh[QK_K / 8];
+    uint8_t qs[QK_K / 2];
+};
+static_assert(sizeof(block_q5_K) == 176, "block_q5_K");
+
+// Sixteen 16-element sub-blocks, x = d * scales[j] * (q - 32), q 6 bits: low 4 in ql, high 2 in
+// qh (see ggml's dequantize_row_q6_K for the interleaving).
+struct block_q6_K {
+    uint8_t ql[QK_K / 2];
+    uint8_t qh[QK_K / 4];
+    int8_t scales[QK_K / 16];
+    uint16_t d;
+};
+static_assert(sizeof(block_q6_K) == 210, "block_q6_K");
+
+// ---- helpers --------------------------------------------------------------------------------
+
+// Four bytes at int index i32 of a 2-byte-aligned array (blocks of 18, 34 or 210 bytes leave
+// later blocks only 2-byte aligned).
+static __device__ __forceinline__ int get_int_b2(const void *x, int i32) {
+    const uint16_t *x16 = (const uint16_t *)x;
+    return (int)((uint32_t)x16[2 * i32] | ((uint32_t)x16[2 * i32 + 1] << 16));
+}
+
+static __device__ __forceinline__ int get_int_b4(const void *x, int i32) {
+    return ((const int *)x)[i32];
+}
+
+// Sum of the four signed bytes of u, added to acc.
+static __device__ __forceinline__ int sum_bytes(int u, int acc) {
+    return dp4a(0x01010101, u, acc);
+}
+
+// The 6-bit scales (sc[0..1]) and mins (sc[2..3]) of sub-blocks 2j and 2j + 1 of a Q4_K/Q5_K
+// block, as ggml's get_scale_min_k4 unpacks them, two at a time through 16-bit words.
+static __device__ __forceinline__ void scales_k4(const uint8_t *scales, int j, uint16_t aux[2]) {
+    const uint16_t *s = (const uint16_t *)scales;
+    if (j < 2) {
+        aux[0] = s[j] & 0x3f3f;
+        aux[1] = s[j + 2] & 0x3f3f;
+    } else {
+        aux[0] = ((s[j + 2] >> 0) & 0x0f0f) | ((s[j - 2] & 0xc0c0) >> 2);
+        aux[1] = ((s[j + 2] >> 4) & 0x0f0f) | ((s[j] & 0xc0c0) >> 2);
+    }
+}
+
+// ---- formats --------------------------------------------------------------------------------
+
+template <int TYPE> struct WeightFormat;
+
+template <> struct WeightFormat<GGML_TYPE_Q4_0> {
+    typedef block_q4_0 block;
+    static constexpr int qk = 32, qi = 4, vdr = 2;
+
+    // iqs in {0, 2}: codes ints iqs, iqs + 1 (low nibbles: elements 4iqs.., high: 16 + 4iqs..).
+    static __device__ __forceinline__ float vec_dot(const block *b, const block_q8_1 *y, int iqs) {
+        int sumi = 0, sumu = 0;
+#pragma unroll
+        for (int i = 0; i < vdr; ++i) {
+            const int v = get_int_b2(b->qs, iqs + i);
+            const int u0 = get_int_b4(y->qs, iqs + i);
+            const int u1 = get_int_b4(y->qs, iqs + i + qi);
+            sumi = dp4a(v & 0x0F0F0F0F, u0, sumi);
+            sumi = dp4a((v >> 4) & 0x0F0F0F0F, u1, sumi);
+            sumu = sum_bytes(u0, sum_bytes(u1, sumu));
+        }
+        return f16_bits_to_f32(b->d) * f16_bits_to_f32(y->d) * (float)(sumi - 8 * sumu);
+    }
+};
+
+template <> struct WeightFormat<GGML_TYPE_Q4_1> {
+    typedef block_q4_1 block;
+    static constexpr int qk = 32, qi = 4, vdr = 2;
+
+    static __device__ __forceinline__ float vec_dot(const block *b, const block_q8_1 *y, int iqs) {
+        int sumi = 0, sumu = 0;
+#pragma unroll
+        for (int i = 0; i < vdr; ++i) {
+            const int v = get_int_b4(b->qs, iqs + i);
+            const int u0 = get_int_b4(y->qs, iqs + i);
+            const int u1 = get_int_b4(y->qs, iqs + i + qi);
+            sumi = dp4a(v & 0x0F0F0F0F, u0, sumi);
+            sumi = dp4a((v >> 4) & 0x0F0F0F0F, u1, sumi);
+            sumu = sum_bytes(u0, sum_bytes(u1, sumu));
+        }
+        const float d8 = f16_bits_to_f32(y->d);
+        return f16_bits_to_f32(b->d) * d8 * (float)sumi + f16_bits_to_f32(b->m) * d8 * (float)sumu;
+    }
+};
+
+template <> struct WeightFormat<GGML_TYPE_Q8_0> {
+    typedef block_q8_0 block;
+    static constexpr int qk = 32, qi = 8, vdr = 2;
+
+    static __device__ __forceinline__ float vec_dot(const block *b, const block_q8_1 *y, int iqs) {
+        int sumi = 0;
+#pragma unroll
+        for (int i = 0; i < vdr; ++i) {
+            sumi = dp4a(get_int_b2(b->qs, iqs + i), get_int_b4(y->qs, iqs + i), sumi);
+        }
+        return f16_bits_to_f32(b->d) * f16_bits_to_f32(y->d) * (float)sumi;
+    }
+};
+
+// Q4_K and Q5_K: iqs in {0, 2, .., 30}; with t = iqs / 2, the thread takes bytes
+// 4(t%4)..+4 and 16 + 4(t%4)..+4 of 32-byte group g = t / 4: low nibbles are sub-block 2g
+// (activation block 2g), high nibbles sub-block 2g + 1.
+template <> struct WeightFormat<GGML_TYPE_Q4_K> {
+    typedef block_q4_K block;
+    static constexpr int qk = QK_K, qi = 32, vdr = 2;
+
+    static __device__ __forceinline__ float vec_dot(const block *b, const block_q8_1 *y, int iqs) {
+        const int t = iqs / 2, g = t / 4, l4 = t % 4;
+        const int *q4 = (const int *)(b->qs + 32 * g + 4 * l4);
+        const int v[2] = {q4[0], q4[4]};
+        uint16_t aux[2];
+        scales_k4(b->scales, g, aux);
+        const uint8_t *sc = (const uint8_t *)aux;
+        float sumf_d = 0.0f, sumf_m = 0.0f;
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+            const block_q8_1 *yi = y + 2 * g + i;
+            const int u0 = get_int_b4(yi->qs, l4), u1 = get_int_b4(yi->qs, l4 + 4);
+            const int dot = dp4a((v[1] >> (4 * i)) & 0x0F0F0F0F, u1,
+                                 dp4a((v[0] >> (4 * i)) & 0x0F0F0F0F, u0, 0));
+            const int sumu = sum_bytes(u1, sum_bytes(u0, 0));
+            const float d8 = f16_bits_to_f32(yi->d);
+            sumf_d += d8 * (float)(dot * sc[i]);
+            sumf_m += d8 * (float)(sumu * sc[i + 2]);
+        }
+        return f16_bits_to_f32(b->d) * sumf_d - f16_bits_to_f32(b->dmin) * sumf_m;
+    }
+};
+
+template <> struct WeightFormat<GGML_TYPE_Q5_K> {
+    typedef block_q5_K block;
+    static constexpr int qk = QK_K, qi = 32, vdr = 2;
+
+    static __device__ __forceinline__ float vec_dot(const block *b, const block_q8_1 *y, int iqs) {
+        const int t = iqs / 2, g = t / 4, l4 = t % 4;
+        const int *ql = (const int *)(b->qs + 32 * g + 4 * l4);
+        const int *qh = (const int *)(b->qh + 4 * l4);
+        const int vl[2] = {ql[0], ql[4]};
+        // Bit 2g + i of each qh byte is the fifth bit of sub-block 2g + i.
+        const int vh[2] = {qh[0] >> (2 * g), qh[4] >> (2 * g)};
+        uint16_t aux[2];
+        scales_k4(b->scales, g, aux);
+        const uint8_t *sc = (const uint8_t *)aux;
+        float sumf_d = 0.0f, sumf_m = 0.0f;
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+            const int v0 = ((vl[0] >> (4 * i)) & 0x0F0F0F0F) | (((vh[0] >> i) << 4) & 0x10101010);
+            const int v1 = ((vl[1] >> (4 * i)) & 0x0F0F0F0F) | (((vh[1] >> i) << 4) & 0x10101010);
+            const block_q8_1 *yi = y + 2 * g + i;
+            const int u0 = get_int_b4(yi->qs, l4), u1 = get_int_b4(yi->qs, l4 + 4);
+            const int dot = dp4a(v1, u1, dp4a(v0, u0, 0));
+            const int sumu = sum_bytes(u1, sum_bytes(u0, 0));
+            const float d8 = f16_bits_to_f32(yi->d);
+            sumf_d += d8 * (float)(dot * sc[i]);
+            sumf_m += d8 * (float)(sumu * sc[i + 2]);
+        }
+        return f16_bits_to_f32(b->d) * sumf_d - f16_bits_to_f32(b->dmin) * sumf_m;
+    }
+};
+
+// Q6_K: iqs in 0..31, one int of ql each; n = iqs / 16 picks the 128-element half, r = iqs % 16
+// the bytes 4r..+4 of that half's 64 ql bytes. The low nibbles are elements 128n + 4r (r < 8)
+// or 128n + 32 + 4(r-8) (r >= 8); the high nibbles the same plus 64 (see dequantize_row_q6_K).
+template <> struct WeightFormat<GGML_TYPE_Q6_K> {
+    typedef block_q6_K block;
+    static constexpr int qk = QK_K, qi = 32, vdr = 1;
+
+    static __device__ __forceinline__ float vec_dot(const block *b, const block_q8_1 *y, int iqs) {
+        const int n = iqs / 16, r = iqs % 16, half = r / 8, l4 = r % 8;
+        const int vl = get_int_b2(b->ql, iqs);
+        const int vh = get_int_b2(b->qh, 8 * n + l4) >> (2 * half);
+        const int8_t *sc = b->scales + 8 * n + r / 4;
+        float sumf = 0.0f;
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+            const block_q8_1 *yi = y + 4 * n + half + 2 * i;
+            const int u = get_int_b4(yi->qs, l4);
+            const int q = ((vl >> (4 * i)) & 0x0F0F0F0F) | (((vh >> (4 * i)) << 4) & 0x30303030);
+            // Codes are stored 32 above their value: subtract 32 * sum(u) exactly.
+            const int dot = dp4a(q, u, 0) - 32 * sum_bytes(u, 0);
+            sumf += f16_bits_to_f32(yi->d) * (float)(dot * sc[4 * i]);
+        }
+        return f16_bits_to_f32(b->d) * sumf;
+    }
+};

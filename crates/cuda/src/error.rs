@@ -1,0 +1,60 @@
+//! One error type for everything CUDA; each variant says what a user can do about it.
+
+use cudarc::driver::DriverError;
+
+pub type Result<T, E = CudaError> = std::result::Result<T, E>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum CudaError {
+    #[error("no NVIDIA driver: {0}")]
+    NoDriver(String),
+    #[error("no usable CUDA device: {0}")]
+    NoDevice(String),
+    #[error("the NVIDIA driver supports CUDA {found}; ferrolm needs {needed} or newer")]
+    DriverTooOld { found: String, needed: String },
+    #[error(
+        "NVRTC (CUDA's run-time compiler, libnvrtc.so.13) not found; searched: {searched}. \
+         Install the CUDA 13 toolkit or `pip install nvidia-cuda-nvrtc`, or set FERROLM_NVRTC \
+         to the library file"
+    )]
+    NoNvrtc { searched: String },
+    #[error(
+        "CUDA headers (cuda_fp16.h) not found; searched: {searched}. Install the CUDA toolkit \
+         or `pip install nvidia-cuda-runtime`, or set FERROLM_CUDA_INCLUDE"
+    )]
+    NoHeaders { searched: String },
+    /// A kernel failed to compile: `location` is `kernels/FILE:LINE` of the first error.
+    #[error("compiling crates/cuda/kernels/{file} for {target}: {location}: {message}")]
+    Compile {
+        file: String,
+        target: String,
+        location: String,
+        message: String,
+        /// NVRTC's whole log.
+        log: String,
+    },
+    #[error("NVRTC {call}: {message}")]
+    Nvrtc { call: &'static str, message: String },
+    #[error("CUDA {what}: {source}")]
+    Driver {
+        what: String,
+        #[source]
+        source: DriverError,
+    },
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// Attaches what was being done to a driver error.
+pub(crate) trait DriverContext<T> {
+    fn during(self, what: impl Into<String>) -> Result<T>;
+}
+
+impl<T> DriverContext<T> for std::result::Result<T, DriverError> {
+    fn during(self, what: impl Into<String>) -> Result<T> {
+        self.map_err(|source| CudaError::Driver {
+            what: what.into(),
+            source,
+        })
+    }
+}

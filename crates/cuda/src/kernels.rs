@@ -1,0 +1,29 @@
+//! The kernel sources, embedded in the binary. One `.cu` file per op family; the headers are
+//! handed to NVRTC from memory, so `#include "quant.cuh"` needs no file on disk.
+
+/// A source file under `crates/cuda/kernels/`.
+#[derive(Clone, Copy, Debug)]
+pub struct KernelFile {
+    pub name: &'static str,
+    pub source: &'static str,
+}
+
+macro_rules! kernel_file {
+    ($name:literal) => {
+        KernelFile {
+            name: $name,
+            source: include_str!(concat!("../kernels/", $name)),
+        }
+    };
+}
+
+/// Headers every file may include by name.
+pub const HEADERS: &[KernelFile] = &[kernel_file!("common.cuh"), kernel_file!("quant.cuh")];
+
+pub const ELEMENTWISE: KernelFile = kernel_file!("elementwise.cu");
+pub const NORM_ROPE: KernelFile = kernel_file!("norm_rope.cu");
+pub const MMVQ: KernelFile = kernel_file!("mmvq.cu");
+pub const QUANTIZE: KernelFile = kernel_file!("quantize.cu");
+
+/// Every compilable file (what the CI test compiles).
+pub const FILES: &[KernelFile] = &[ELEMENTWISE, NORM_ROPE, MMVQ, QUANTIZE];

@@ -1,0 +1,28 @@
+//! CUDA for ferrolm: kernels written in `.cu` files (`kernels/`), compiled at run time by NVRTC
+//! for the device's own architecture, and the device plumbing they need.
+//!
+//! Nothing here links against CUDA: cudarc opens the driver (`libcuda.so.1`) and NVRTC
+//! (`libnvrtc.so.13`) with `dlopen` when they are first needed ([`libs`]), so the binary builds
+//! and runs on machines without CUDA, and asking for a GPU there is an ordinary error.
+//!
+//! Layers, bottom up:
+//! - [`libs`]: finding the driver, NVRTC and the CUDA headers (`cuda_fp16.h`).
+//! - [`kernels`]: the kernel sources, embedded with `include_str!`.
+//! - [`nvrtc`]: compiling one kernel file for one target (cubin, or PTX for newer GPUs than
+//!   NVRTC knows); errors name the file and line.
+//! - [`cache`]: compiled images on disk, keyed by source hash, target and NVRTC version.
+//! - [`device`]: one GPU, its stream, buffers, and modules loaded on first use.
+//! - [`ops`]: one thin launcher per kernel family, shaped like the CPU backend's functions.
+
+pub mod cache;
+pub mod device;
+mod error;
+pub mod kernels;
+pub mod libs;
+pub mod nvrtc;
+pub mod ops;
+
+pub use cudarc::driver::{CudaSlice, CudaStream};
+pub use device::CudaDevice;
+pub use error::{CudaError, Result};
+pub use ops::Kernels;

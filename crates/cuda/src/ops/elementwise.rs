@@ -1,0 +1,75 @@
+//! `kernels/elementwise.cu`: add, add_bias, swiglu on f32 buffers.
+
+use super::{int, stride_blocks};
+use crate::device::CudaDevice;
+use crate::error::{DriverContext, Result};
+use crate::kernels::ELEMENTWISE;
+use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
+use std::sync::Arc;
+
+const THREADS: u32 = 256;
+
+pub struct Elementwise {
+    stream: Arc<CudaStream>,
+    add: CudaFunction,
+    add_bias: CudaFunction,
+    swiglu: CudaFunction,
+}
+
+fn cfg(n: usize) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: (stride_blocks(n, THREADS), 1, 1),
+        block_dim: (THREADS, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
+impl Elementwise {
+    pub fn load(dev: &CudaDevice) -> Result<Self> {
+        Ok(Self {
+            stream: dev.stream().clone(),
+            add: dev.function(&ELEMENTWISE, "add_f32")?,
+            add_bias: dev.function(&ELEMENTWISE, "add_bias_f32")?,
+            swiglu: dev.function(&ELEMENTWISE, "swiglu_f32")?,
+        })
+    }
+
+    /// `acc += x`.
+    pub fn add(&self, acc: &mut CudaSlice<f32>, x: &CudaSlice<f32>) -> Result<()> {
+        assert_eq!(acc.len(), x.len(), "add: lengths differ");
+        let n = int(acc.len(), "add length");
+        let mut b = self.stream.launch_builder(&self.add);
+        b.arg(acc).arg(x).arg(&n);
+        // SAFETY: add_f32(float*, const float*, int) over n elements of both buffers.
+        unsafe { b.launch(cfg(n as usize)) }.during("launching add_f32")?;
+        Ok(())
+    }
+
+    /// `x[t] += bias` for every row `t` of `bias.len()` elements.
+    pub fn add_bias(&self, x: &mut CudaSlice<f32>, bias: &CudaSlice<f32>) -> Result<()> {
+        assert!(
+            x.len().is_multiple_of(bias.len()),
+            "add_bias: not whole rows"
+        );
+        let (n, width) = (
+            int(x.len(), "add_bias length"),
+            int(bias.len(), "bias width"),
+        );
+        let mut b = self.stream.launch_builder(&self.add_bias);
+        b.arg(x).arg(bias).arg(&n).arg(&width);
+        // SAFETY: add_bias_f32(float*, const float*, int n, int width); bias has width floats.
+        unsafe { b.launch(cfg(n as usize)) }.during("launching add_bias_f32")?;
+        Ok(())
+    }
+
+    /// `gate = silu(gate) * up`.
+    pub fn swiglu(&self, gate: &mut CudaSlice<f32>, up: &CudaSlice<f32>) -> Result<()> {
+        assert_eq!(gate.len(), up.len(), "swiglu: lengths differ");
+        let n = int(gate.len(), "swiglu length");
+        let mut b = self.stream.launch_builder(&self.swiglu);
+        b.arg(gate).arg(up).arg(&n);
+        // SAFETY: swiglu_f32(float*, const float*, int) over n elements of both buffers.
+        unsafe { b.launch(cfg(n as usize)) }.during("launching swiglu_f32")?;
+        Ok(())
+    }
+}

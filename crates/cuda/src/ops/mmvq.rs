@@ -1,0 +1,118 @@
+//! `kernels/mmvq.cu`: quantized weight times up to 8 Q8_1 activation rows (decode).
+
+use super::int;
+use crate::device::CudaDevice;
+use crate::error::{CudaError, DriverContext, Result};
+use crate::kernels::MMVQ;
+use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
+use ferrolm_gguf::GgmlType;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// Activation rows one launch takes (the kernel's MMVQ_MAX_COLS).
+pub const MMVQ_MAX_COLS: usize = 8;
+/// Warps per block (the kernel's MMVQ_NWARPS).
+const NWARPS: u32 = 4;
+
+/// Weight formats with an mmvq instance, and their names in the kernel's entry points.
+const FORMATS: &[(GgmlType, &str)] = &[
+    (GgmlType::Q4_0, "q4_0"),
+    (GgmlType::Q4_1, "q4_1"),
+    (GgmlType::Q8_0, "q8_0"),
+    (GgmlType::Q4K, "q4_k"),
+    (GgmlType::Q5K, "q5_k"),
+    (GgmlType::Q6K, "q6_k"),
+];
+
+/// A weight matrix on the device, in its ggml block format: `rows` rows of `cols` elements.
+pub struct QuantMatrix {
+    pub ty: GgmlType,
+    pub rows: usize,
+    pub cols: usize,
+    pub data: CudaSlice<u8>,
+}
+
+impl QuantMatrix {
+    /// Uploads `data` (whole rows of `ty` blocks, as in a GGUF file).
+    pub fn upload(
+        dev: &CudaDevice,
+        ty: GgmlType,
+        rows: usize,
+        cols: usize,
+        data: &[u8],
+    ) -> Result<Self> {
+        let (be, bb) = ty.block_geometry();
+        if !cols.is_multiple_of(be) || data.len() != rows * cols / be * bb {
+            return Err(CudaError::Invalid(format!(
+                "{ty} matrix {rows}x{cols}: {} bytes is not whole rows of blocks",
+                data.len()
+            )));
+        }
+        Ok(Self {
+            ty,
+            rows,
+            cols,
+            data: dev.upload(data)?,
+        })
+    }
+}
+
+pub struct Mmvq {
+    stream: Arc<CudaStream>,
+    /// (type, activation rows) -> entry point `mmvq_<type>_n<rows>`.
+    fns: HashMap<(GgmlType, usize), CudaFunction>,
+}
+
+impl Mmvq {
+    pub fn load(dev: &CudaDevice) -> Result<Self> {
+        let mut fns = HashMap::new();
+        for &(ty, name) in FORMATS {
+            for n in 1..=MMVQ_MAX_COLS {
+                fns.insert((ty, n), dev.function(&MMVQ, &format!("mmvq_{name}_n{n}"))?);
+            }
+        }
+        Ok(Self {
+            stream: dev.stream().clone(),
+            fns,
+        })
+    }
+
+    pub fn supports(ty: GgmlType) -> bool {
+        FORMATS.iter().any(|&(t, _)| t == ty)
+    }
+
+    /// `out[j][r] = W[r] · x[j]` for the `n` (1..=8) Q8_1 rows of `xq` (`w.cols` elements each,
+    /// from [`Quantize::q8_1`](super::Quantize::q8_1)); `out` holds `n * w.rows` floats.
+    pub fn matvec(
+        &self,
+        w: &QuantMatrix,
+        xq: &CudaSlice<u8>,
+        n: usize,
+        out: &mut CudaSlice<f32>,
+    ) -> Result<()> {
+        let f = self.fns.get(&(w.ty, n)).ok_or_else(|| {
+            CudaError::Invalid(format!(
+                "mmvq: no kernel for {} weights and {n} activation rows",
+                w.ty
+            ))
+        })?;
+        assert!(
+            xq.len() >= super::Quantize::q8_1_bytes(n, w.cols),
+            "mmvq: activations too small"
+        );
+        assert!(out.len() >= n * w.rows, "mmvq: out too small");
+        let rows_per_block = if n == 1 { 1 } else { 2 };
+        let cfg = LaunchConfig {
+            grid_dim: (w.rows.div_ceil(rows_per_block) as u32, 1, 1),
+            block_dim: (32, NWARPS, 1),
+            shared_mem_bytes: 0,
+        };
+        let (cols, rows) = (int(w.cols, "mmvq cols"), int(w.rows, "mmvq rows"));
+        let mut b = self.stream.launch_builder(f);
+        b.arg(&w.data).arg(xq).arg(out).arg(&cols).arg(&rows);
+        // SAFETY: mmvq_*_nN(vx, vy, dst, ncols, nrows): rows x cols weights, N Q8_1 rows of
+        // cols elements, N x rows floats out, one block per rows_per_block rows.
+        unsafe { b.launch(cfg) }.during(format!("launching mmvq for {}", w.ty))?;
+        Ok(())
+    }
+}

@@ -1,0 +1,45 @@
+//! One thin launcher per kernel family. Each holds its loaded functions and the stream, checks
+//! shapes on the host (a wrong size is a panic, as in the CPU crate: it is a caller's bug), and
+//! only queues work: nothing here synchronizes. Launch errors are returned.
+
+mod elementwise;
+mod mmvq;
+mod norm_rope;
+mod quantize;
+
+pub use elementwise::Elementwise;
+pub use mmvq::{Mmvq, QuantMatrix, MMVQ_MAX_COLS};
+pub use norm_rope::{NormRope, Rope};
+pub use quantize::{Quantize, Q8_1_BLOCK_BYTES};
+
+use crate::device::CudaDevice;
+use crate::error::Result;
+
+/// Every kernel family, loaded (compiled on first use, else from the cubin cache).
+pub struct Kernels {
+    pub elementwise: Elementwise,
+    pub norm_rope: NormRope,
+    pub quantize: Quantize,
+    pub mmvq: Mmvq,
+}
+
+impl Kernels {
+    pub fn load(dev: &CudaDevice) -> Result<Self> {
+        Ok(Self {
+            elementwise: Elementwise::load(dev)?,
+            norm_rope: NormRope::load(dev)?,
+            quantize: Quantize::load(dev)?,
+            mmvq: Mmvq::load(dev)?,
+        })
+    }
+}
+
+/// Kernels take element counts as `int`: a larger buffer is a caller's bug.
+fn int(n: usize, what: &str) -> i32 {
+    i32::try_from(n).unwrap_or_else(|_| panic!("{what} = {n} does not fit a kernel's int"))
+}
+
+/// Blocks for a grid-stride loop over `n` elements: enough to fill the GPU, never zero.
+fn stride_blocks(n: usize, threads: u32) -> u32 {
+    (n.div_ceil(threads as usize)).clamp(1, 65_535) as u32
+}

@@ -1,0 +1,135 @@
+//! `kernels/norm_rope.cu`: RMS norm (whole rows, or per-head groups in place) and RoPE.
+
+use super::int;
+use crate::device::CudaDevice;
+use crate::error::{DriverContext, Result};
+use crate::kernels::NORM_ROPE;
+use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
+use std::sync::Arc;
+
+/// How a head's dimensions are paired (ferrolm_model's `RopeMode`, without the dependency).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Rope {
+    /// Adjacent pairs (2i, 2i+1).
+    Normal,
+    /// Halves (i, i + d/2).
+    Neox,
+}
+
+pub struct NormRope {
+    stream: Arc<CudaStream>,
+    rms_norm: CudaFunction,
+    rope_norm: CudaFunction,
+    rope_neox: CudaFunction,
+}
+
+/// One block per group: a warp for head-sized groups, 256 threads for model-width rows.
+fn norm_cfg(groups: usize, n: usize) -> LaunchConfig {
+    let threads = if n <= 1024 { 32 } else { 256 };
+    LaunchConfig {
+        grid_dim: (groups as u32, 1, 1),
+        block_dim: (threads, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
+impl NormRope {
+    pub fn load(dev: &CudaDevice) -> Result<Self> {
+        Ok(Self {
+            stream: dev.stream().clone(),
+            rms_norm: dev.function(&NORM_ROPE, "rms_norm_f32")?,
+            rope_norm: dev.function(&NORM_ROPE, "rope_norm_f32")?,
+            rope_neox: dev.function(&NORM_ROPE, "rope_neox_f32")?,
+        })
+    }
+
+    /// `out[t] = x[t] / sqrt(mean(x[t]²) + eps) * w` for every row of `w.len()` elements.
+    pub fn rms_norm(
+        &self,
+        x: &CudaSlice<f32>,
+        w: &CudaSlice<f32>,
+        eps: f32,
+        out: &mut CudaSlice<f32>,
+    ) -> Result<()> {
+        assert_eq!(x.len(), out.len(), "rms_norm: x and out differ");
+        assert!(x.len().is_multiple_of(w.len()), "rms_norm: not whole rows");
+        let n = int(w.len(), "rms_norm width");
+        let mut b = self.stream.launch_builder(&self.rms_norm);
+        b.arg(x).arg(w).arg(out).arg(&n).arg(&eps);
+        // SAFETY: rms_norm_f32(x, w, out, n, eps), one block per n-element row of x and out.
+        unsafe { b.launch(norm_cfg(x.len() / w.len(), w.len())) }
+            .during("launching rms_norm_f32")?;
+        Ok(())
+    }
+
+    /// [`rms_norm`](Self::rms_norm) of each `w.len()`-element group of `x`, in place.
+    pub fn rms_norm_groups(
+        &self,
+        x: &mut CudaSlice<f32>,
+        w: &CudaSlice<f32>,
+        eps: f32,
+    ) -> Result<()> {
+        assert!(
+            x.len().is_multiple_of(w.len()),
+            "rms_norm_groups: not whole groups"
+        );
+        let n = int(w.len(), "rms_norm group");
+        let cfg = norm_cfg(x.len() / w.len(), w.len());
+        let x: &CudaSlice<f32> = x; // read and written through one pointer, by one thread each
+        let mut b = self.stream.launch_builder(&self.rms_norm);
+        b.arg(x).arg(w).arg(x).arg(&n).arg(&eps);
+        // SAFETY: as rms_norm with out == x, which the kernel allows.
+        unsafe { b.launch(cfg) }.during("launching rms_norm_f32 in place")?;
+        Ok(())
+    }
+
+    /// Rotates every `head_dim` head of every row of `x` in place; row `t` is at position
+    /// `positions[t]` (one row per position).
+    pub fn rope(
+        &self,
+        x: &mut CudaSlice<f32>,
+        head_dim: usize,
+        positions: &CudaSlice<u32>,
+        base: f32,
+        mode: Rope,
+    ) -> Result<()> {
+        let n_tokens = positions.len();
+        assert!(
+            n_tokens > 0 && x.len().is_multiple_of(n_tokens),
+            "rope: rows"
+        );
+        let width = x.len() / n_tokens;
+        assert!(
+            head_dim.is_multiple_of(2) && width.is_multiple_of(head_dim),
+            "rope: head_dim"
+        );
+        // As the CPU computes it, so both build the same angles.
+        let theta_scale = base.powf(-2.0 / head_dim as f32);
+        let (nt, w, hd) = (
+            int(n_tokens, "rope tokens"),
+            int(width, "rope width"),
+            int(head_dim, "head_dim"),
+        );
+        let f = match mode {
+            Rope::Normal => &self.rope_norm,
+            Rope::Neox => &self.rope_neox,
+        };
+        let pairs = x.len() / 2;
+        let mut b = self.stream.launch_builder(f);
+        b.arg(x)
+            .arg(positions)
+            .arg(&nt)
+            .arg(&w)
+            .arg(&hd)
+            .arg(&theta_scale);
+        let cfg = LaunchConfig {
+            grid_dim: (pairs.div_ceil(256) as u32, 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: rope_*_f32(x, pos, n_tokens, width, head_dim, theta_scale), one thread per
+        // pair of x, n_tokens positions.
+        unsafe { b.launch(cfg) }.during("launching rope")?;
+        Ok(())
+    }
+}
