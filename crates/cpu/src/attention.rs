@@ -4,23 +4,62 @@ use half::f16;
 use half::slice::HalfFloatSliceExt;
 use rayon::prelude::*;
 
-/// One layer's keys and values, stored as f16 as llama.cpp does by default: half the memory of
-/// f32 at well under int8 error. Head-major (`[n_kv_head][n_ctx][head_dim]`) so one head's
-/// history is a contiguous run that converts to f32 in one vectorised pass.
+/// Element type of the KV cache, as llama.cpp's `-ctk/-ctv`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum KvType {
+    /// llama.cpp's default: half the memory of f32 at well under int8 error.
+    #[default]
+    F16,
+    /// Exact: what llama.cpp's "precise" configuration uses.
+    F32,
+}
+
+enum Store {
+    F16(Vec<f16>),
+    F32(Vec<f32>),
+}
+
+impl Store {
+    fn new(ty: KvType, len: usize) -> Self {
+        match ty {
+            KvType::F16 => Store::F16(vec![f16::ZERO; len]),
+            KvType::F32 => Store::F32(vec![0.0; len]),
+        }
+    }
+
+    fn write(&mut self, at: usize, src: &[f32]) {
+        match self {
+            Store::F16(v) => v[at..at + src.len()].convert_from_f32_slice(src),
+            Store::F32(v) => v[at..at + src.len()].copy_from_slice(src),
+        }
+    }
+
+    fn read(&self, at: usize, dst: &mut [f32]) {
+        match self {
+            Store::F16(v) => v[at..at + dst.len()].convert_to_f32_slice(dst),
+            Store::F32(v) => dst.copy_from_slice(&v[at..at + dst.len()]),
+        }
+    }
+}
+
+/// One layer's keys and values. Head-major (`[n_kv_head][n_ctx][head_dim]`) so one head's
+/// history is a contiguous run that widens to f32 in one vectorised pass.
 pub struct LayerKv {
-    k: Vec<f16>,
-    v: Vec<f16>,
+    k: Store,
+    v: Store,
+    ty: KvType,
     n_ctx: usize,
     n_kv_head: usize,
     head_dim: usize,
 }
 
 impl LayerKv {
-    pub fn new(n_ctx: usize, n_kv_head: usize, head_dim: usize) -> Self {
+    pub fn new(ty: KvType, n_ctx: usize, n_kv_head: usize, head_dim: usize) -> Self {
         let len = n_ctx * n_kv_head * head_dim;
         Self {
-            k: vec![f16::ZERO; len],
-            v: vec![f16::ZERO; len],
+            k: Store::new(ty, len),
+            v: Store::new(ty, len),
+            ty,
             n_ctx,
             n_kv_head,
             head_dim,
@@ -42,8 +81,8 @@ impl LayerKv {
         for (t, (kr, vr)) in k.chunks_exact(width).zip(v.chunks_exact(width)).enumerate() {
             for g in 0..self.n_kv_head {
                 let at = self.at(g, pos0 + t);
-                self.k[at..at + hd].convert_from_f32_slice(&kr[g * hd..(g + 1) * hd]);
-                self.v[at..at + hd].convert_from_f32_slice(&vr[g * hd..(g + 1) * hd]);
+                self.k.write(at, &kr[g * hd..(g + 1) * hd]);
+                self.v.write(at, &vr[g * hd..(g + 1) * hd]);
             }
         }
     }
@@ -51,17 +90,33 @@ impl LayerKv {
     /// Positions `0..n` of head `g`'s keys and values, widened to f32.
     fn head_f32(&self, g: usize, n: usize, k: &mut [f32], v: &mut [f32]) {
         let at = self.at(g, 0);
-        let len = n * self.head_dim;
-        self.k[at..at + len].convert_to_f32_slice(k);
-        self.v[at..at + len].convert_to_f32_slice(v);
+        self.k.read(at, &mut k[..n * self.head_dim]);
+        self.v.read(at, &mut v[..n * self.head_dim]);
     }
 }
 
 pub use ferrolm_model::backend::AttnShape;
 
+/// llama.cpp's CPU flash attention switches to f32 tiles at this many query tokens.
+const GGML_FA_TILE_Q: usize = 64;
+
+/// Whether a call reproduces ggml's small-batch flash-attention rounding (see [`attention`]).
+fn ggml_small_batch_numerics(kv: &LayerKv, n_tokens: usize) -> bool {
+    static PRECISE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let precise = *PRECISE.get_or_init(|| std::env::var("FERROLM_ATTN").is_ok_and(|v| v == "f32"));
+    kv.ty == KvType::F16 && n_tokens < GGML_FA_TILE_Q && !precise
+}
+
 /// `out[t][h] = softmax(q[t][h] · K[0..=pos_t][g]ᵀ / sqrt(d)) · V[0..=pos_t][g]` with
 /// `g = h / (n_head / n_kv_head)`. The cached history is widened to f32 once per call, then
 /// (token, head) pairs run in parallel over plain f32 loops the compiler vectorises.
+///
+/// Contract: with an f32 cache, or a ubatch of at least 64 tokens, the arithmetic is f32
+/// throughout, as llama.cpp's precise path and its tiled flash attention. With an f16 cache
+/// and fewer tokens (decode), it reproduces ggml's `flash_attn_ext_f16_one_chunk`: q rounded
+/// to f16 and an online softmax whose V accumulator is rounded to f16 at every step. That
+/// costs a little precision and buys agreement with llama.cpp's default configuration;
+/// `FERROLM_ATTN=f32` turns it off.
 pub fn attention(q: &[f32], kv: &LayerKv, positions: &[u32], shape: AttnShape, out: &mut [f32]) {
     let AttnShape {
         n_head,
@@ -77,20 +132,31 @@ pub fn attention(q: &[f32], kv: &LayerKv, positions: &[u32], shape: AttnShape, o
         .enumerate()
         .for_each(|(g, (k, v))| kv.head_f32(g, n_keys_max, k, v));
 
+    let ggml_f16 = ggml_small_batch_numerics(kv, positions.len());
     let q_width = n_head * head_dim;
     let group = n_head / n_kv_head;
     let scale = 1.0 / (head_dim as f32).sqrt();
     out.par_chunks_mut(head_dim).enumerate().for_each_init(
-        || Vec::with_capacity(n_keys_max),
-        |scores, (i, o)| {
+        || (Vec::with_capacity(n_keys_max), vec![0f32; head_dim]),
+        |(scores, q16), (i, o)| {
             let (t, h) = (i / n_head, i % n_head);
             let g = h / group;
-            let qh = &q[t * q_width + h * head_dim..][..head_dim];
+            let mut qh = &q[t * q_width + h * head_dim..][..head_dim];
+            if ggml_f16 {
+                for (d, &s) in q16.iter_mut().zip(qh) {
+                    *d = f16::from_f32(s).to_f32();
+                }
+                qh = q16;
+            }
             let n_keys = positions[t] as usize + 1;
             let k = &keys[g * span..][..n_keys * head_dim];
             let v = &values[g * span..][..n_keys * head_dim];
             scores.clear();
             scores.extend(k.chunks_exact(head_dim).map(|kh| dot(qh, kh) * scale));
+            if ggml_f16 {
+                online_softmax_f16_accumulator(scores, v, o);
+                return;
+            }
             crate::norm::softmax(scores);
             o.fill(0.0);
             for (&w, vh) in scores.iter().zip(v.chunks_exact(head_dim)) {
@@ -100,6 +166,36 @@ pub fn attention(q: &[f32], kv: &LayerKv, positions: &[u32], shape: AttnShape, o
             }
         },
     );
+}
+
+/// ggml's one-chunk flash attention over precomputed scores: a running maximum, the V
+/// accumulator kept in f16 (rescaled when the maximum grows), one division at the end.
+fn online_softmax_f16_accumulator(scores: &[f32], v: &[f32], out: &mut [f32]) {
+    let head_dim = out.len();
+    let (mut m, mut sum) = (f32::NEG_INFINITY, 0f32);
+    // The accumulator's values, each always exactly an f16.
+    out.fill(0.0);
+    let round = |x: f32| f16::from_f32(x).to_f32();
+    for (&s, vh) in scores.iter().zip(v.chunks_exact(head_dim)) {
+        let (ms, vs) = if s > m {
+            let ms = (m - s).exp();
+            m = s;
+            for a in out.iter_mut() {
+                *a = round(*a * ms);
+            }
+            (ms, 1.0)
+        } else {
+            (1.0, (s - m).exp())
+        };
+        for (a, &vv) in out.iter_mut().zip(vh) {
+            *a = round(vv.mul_add(vs, *a));
+        }
+        sum = sum * ms + vs;
+    }
+    let inv = 1.0 / sum;
+    for a in out.iter_mut() {
+        *a *= inv;
+    }
 }
 
 /// Eight independent accumulators, so the loop vectorises without reassociation flags.
@@ -120,7 +216,19 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
 mod tests {
     use super::*;
 
-    /// Plain f64 attention over the f16-rounded cache.
+    fn kv_k(kv: &LayerKv, g: usize, p: usize, i: usize) -> f64 {
+        let mut row = vec![0f32; kv.head_dim];
+        kv.k.read(kv.at(g, p), &mut row);
+        row[i] as f64
+    }
+
+    fn kv_v(kv: &LayerKv, g: usize, p: usize, i: usize) -> f64 {
+        let mut row = vec![0f32; kv.head_dim];
+        kv.v.read(kv.at(g, p), &mut row);
+        row[i] as f64
+    }
+
+    /// Plain f64 attention over the cached values.
     fn reference(q: &[f32], kv: &LayerKv, positions: &[u32], s: AttnShape) -> Vec<f64> {
         let qw = s.n_head * s.head_dim;
         let mut out = vec![0.0; q.len()];
@@ -131,7 +239,7 @@ mod tests {
                 let scores: Vec<f64> = (0..=pos as usize)
                     .map(|p| {
                         (0..s.head_dim)
-                            .map(|i| qh[i] as f64 * kv.k[kv.at(g, p) + i].to_f64())
+                            .map(|i| qh[i] as f64 * kv_k(kv, g, p, i))
                             .sum::<f64>()
                             / (s.head_dim as f64).sqrt()
                     })
@@ -141,7 +249,7 @@ mod tests {
                 for (p, sc) in scores.iter().enumerate() {
                     let w = (sc - m).exp() / z;
                     for i in 0..s.head_dim {
-                        out[t * qw + h * s.head_dim + i] += w * kv.v[kv.at(g, p) + i].to_f64();
+                        out[t * qw + h * s.head_dim + i] += w * kv_v(kv, g, p, i);
                     }
                 }
             }
@@ -161,7 +269,7 @@ mod tests {
         let k: Vec<f32> = (0..n * 16).map(val).collect();
         let v: Vec<f32> = (0..n * 16).map(|i| val(i + 11)).collect();
         let q: Vec<f32> = (0..n * 32).map(|i| val(i + 5)).collect();
-        let mut kv = LayerKv::new(8, 2, 8);
+        let mut kv = LayerKv::new(KvType::F32, 8, 2, 8);
         kv.store(0, &k, &v);
         let positions: Vec<u32> = (0..n as u32).collect();
         let mut out = vec![0.0; q.len()];
@@ -172,5 +280,33 @@ mod tests {
         }
         // The first token sees only itself: its output is its own value row.
         assert!((out[0] - v[0]).abs() < 1e-2);
+    }
+
+    /// With an f16 cache and a small batch, the ggml-style f16 accumulator is in use: the
+    /// result stays within f16 rounding of the exact answer, but is not the f32 result.
+    #[test]
+    fn small_f16_batches_round_like_ggml() {
+        let s = AttnShape {
+            n_head: 2,
+            n_kv_head: 1,
+            head_dim: 64,
+        };
+        let n = 6;
+        let val = |i: usize| ((i * 7919 % 997) as f32 / 997.0 - 0.5) * 3.0;
+        let k: Vec<f32> = (0..n * 64).map(val).collect();
+        let v: Vec<f32> = (0..n * 64).map(|i| val(i + 13)).collect();
+        let q: Vec<f32> = (0..n * 128).map(|i| val(i + 29)).collect();
+        let positions: Vec<u32> = (0..n as u32).collect();
+        let mut kv16 = LayerKv::new(KvType::F16, 8, 1, 64);
+        kv16.store(0, &k, &v);
+        let mut out16 = vec![0.0; q.len()];
+        attention(&q, &kv16, &positions, s, &mut out16);
+        let want = reference(&q, &kv16, &positions, s);
+        let mut worst = 0f64;
+        for (a, b) in out16.iter().zip(&want) {
+            worst = worst.max((*a as f64 - b).abs());
+        }
+        assert!(worst < 1e-2, "f16 accumulation error {worst}");
+        assert!(worst > 1e-6, "the f16 path was not taken ({worst})");
     }
 }

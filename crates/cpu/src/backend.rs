@@ -1,6 +1,6 @@
 //! The CPU implementation of the model's coarse ops.
 
-use crate::attention::{attention, LayerKv};
+use crate::attention::{attention, KvType, LayerKv};
 use crate::matmul::{matmul, WeightRef};
 use crate::{norm, rope};
 use ferrolm_gguf::GgmlType;
@@ -60,10 +60,10 @@ pub struct CpuCache {
 }
 
 impl CpuCache {
-    pub fn new(cfg: &Config, n_ctx: usize) -> Self {
+    pub fn new(cfg: &Config, n_ctx: usize, ty: KvType) -> Self {
         Self {
             layers: (0..cfg.n_layer)
-                .map(|_| LayerKv::new(n_ctx, cfg.n_head_kv, cfg.head_dim))
+                .map(|_| LayerKv::new(ty, n_ctx, cfg.n_head_kv, cfg.head_dim))
                 .collect(),
         }
     }

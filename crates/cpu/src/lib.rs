@@ -9,4 +9,5 @@ pub mod moe;
 pub mod norm;
 pub mod rope;
 
+pub use attention::KvType;
 pub use backend::{CpuBackend, CpuCache, CpuWeight, Mat};

@@ -5,6 +5,7 @@ mod model;
 mod sampler;
 mod session;
 
+pub use ferrolm_cpu::KvType;
 pub use generate::{generate, GenerateParams, GenerateStats, StopReason};
 pub use model::Model;
 pub use sampler::{argmax, Sampler, SamplerConfig};

@@ -1,6 +1,6 @@
 //! A model loaded onto a backend, ready to run forward passes.
 
-use ferrolm_cpu::{CpuBackend, CpuCache, CpuWeight};
+use ferrolm_cpu::{CpuBackend, CpuCache, CpuWeight, KvType};
 use ferrolm_gguf::GgufFile;
 use ferrolm_model::backend::Backend;
 use ferrolm_model::forward::forward;
@@ -37,8 +37,8 @@ impl<'a> Model<'a> {
         })
     }
 
-    pub fn new_cache(&self, n_ctx: usize) -> CpuCache {
-        CpuCache::new(&self.cfg, n_ctx)
+    pub fn new_cache(&self, n_ctx: usize, kv_type: KvType) -> CpuCache {
+        CpuCache::new(&self.cfg, n_ctx, kv_type)
     }
 
     /// Logits `[logit_rows.len()][n_vocab]` for `tokens` placed at `pos0..`.

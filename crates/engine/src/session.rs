@@ -1,7 +1,7 @@
 //! A session: one sequence, its KV cache and position.
 
 use crate::model::Model;
-use ferrolm_cpu::CpuCache;
+use ferrolm_cpu::{CpuCache, KvType};
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum EngineError {
@@ -30,10 +30,15 @@ pub struct Session<'m, 'a> {
 }
 
 impl<'m, 'a> Session<'m, 'a> {
+    /// A session with llama.cpp's default f16 KV cache.
     pub fn new(model: &'m Model<'a>, n_ctx: usize) -> Self {
+        Self::with_kv_type(model, n_ctx, KvType::F16)
+    }
+
+    pub fn with_kv_type(model: &'m Model<'a>, n_ctx: usize, kv_type: KvType) -> Self {
         Self {
             model,
-            cache: model.new_cache(n_ctx),
+            cache: model.new_cache(n_ctx, kv_type),
             ubatch: 512,
             tokens: Vec::new(),
         }

@@ -1,6 +1,6 @@
 //! Whole-model parity with llama.cpp on the tiny random models in `../shared/golden`.
 
-use ferrolm_engine::{Logits, Model, Session};
+use ferrolm_engine::{KvType, Logits, Model, Session};
 use ferrolm_gguf::GgufFile;
 use serde_json::Value;
 
@@ -72,7 +72,14 @@ fn argmax(x: &[f32]) -> usize {
     (0..x.len()).max_by(|&a, &b| x[a].total_cmp(&x[b])).unwrap()
 }
 
+/// F32 goldens come from llama.cpp's precise configuration (F32 KV cache, no flash attention);
+/// the quantized ones from its defaults (F16 cache, flash attention), and we mirror each.
 fn compare(stem: &str) -> Stats {
+    let kv = if stem.ends_with("f32") {
+        KvType::F32
+    } else {
+        KvType::F16
+    };
     let file = GgufFile::open(golden(&format!("{stem}.gguf"))).unwrap();
     let model = Model::load(&file).unwrap();
     let (n_vocab, cases) = cases(stem);
@@ -80,7 +87,7 @@ fn compare(stem: &str) -> Stats {
     let mut diffs = Vec::new();
     let (mut agree, mut total, mut clear_misses) = (0, 0, 0);
     for case in &cases {
-        let mut s = Session::new(&model, 256);
+        let mut s = Session::with_kv_type(&model, 256, kv);
         let ours = s.eval(&case.tokens, Logits::All).unwrap();
         for (row, want) in ours.chunks_exact(n_vocab).zip(&case.expected) {
             diffs.extend(row.iter().zip(want).map(|(a, b)| (a - b).abs()));
@@ -165,22 +172,20 @@ fn qwen3moe_q8_0() {
     check_quantized("tiny-qwen3moe-q8_0");
 }
 #[test]
-#[ignore = "open: top-1 agreement 95-96% against llama.cpp's default path (needs 97%); see docs/parity.md"]
+#[ignore = "open: 176-179/185 top-1 (needs 180); per-layer agreement with llama.cpp is ~1e-6, the rest is int8 rounding flips; see docs/parity.md"]
 fn llama_q4_k_m() {
     check_quantized("tiny-llama-q4_k_m");
 }
 #[test]
-#[ignore = "open: top-1 agreement 95-96% against llama.cpp's default path (needs 97%); see docs/parity.md"]
 fn qwen3_q4_k_m() {
     check_quantized("tiny-qwen3-q4_k_m");
 }
 #[test]
-#[ignore = "open: top-1 agreement 95-96% against llama.cpp's default path (needs 97%); see docs/parity.md"]
+#[ignore = "open: 176-179/185 top-1 (needs 180); per-layer agreement with llama.cpp is ~1e-6, the rest is int8 rounding flips; see docs/parity.md"]
 fn olmoe_q4_k_m() {
     check_quantized("tiny-olmoe-q4_k_m");
 }
 #[test]
-#[ignore = "open: top-1 agreement 95-96% against llama.cpp's default path (needs 97%); see docs/parity.md"]
 fn qwen3moe_q4_k_m() {
     check_quantized("tiny-qwen3moe-q4_k_m");
 }

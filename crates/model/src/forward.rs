@@ -9,6 +9,17 @@ use crate::backend::{AttnShape, Backend, MoeGating, RopeMode};
 use crate::config::Config;
 use crate::weights::{Ffn, ModelWeights};
 
+/// With `FERROLM_DUMP_DIR` set, intermediate activations are written there as raw f32 files
+/// named like llama.cpp's graph tensors (`attn_norm-0.f32`), for bisecting against its
+/// eval callback. Off (one env lookup per pass) otherwise.
+fn dump<B: Backend>(b: &B, dir: &Option<std::path::PathBuf>, name: &str, layer: usize, x: &B::Act) {
+    if let Some(dir) = dir {
+        let data = b.to_host(x);
+        let bytes: Vec<u8> = data.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let _ = std::fs::write(dir.join(format!("{name}-{layer}.f32")), bytes);
+    }
+}
+
 pub fn rope_mode(arch: Arch) -> RopeMode {
     match arch {
         Arch::Llama => RopeMode::Normal,
@@ -43,6 +54,7 @@ pub fn forward<B: Backend>(
     let mode = rope_mode(cfg.arch);
     let (q_width, kv_width) = (cfg.n_head * cfg.head_dim, cfg.n_head_kv * cfg.head_dim);
 
+    let dir = std::env::var_os("FERROLM_DUMP_DIR").map(std::path::PathBuf::from);
     let mut x = b.alloc(n, cfg.n_embd);
     b.embed(&w.token_embd, tokens, &mut x);
     let mut h = b.alloc(n, cfg.n_embd);
@@ -55,6 +67,7 @@ pub fn forward<B: Backend>(
     for (il, layer) in w.layers.iter().enumerate() {
         let a = &layer.attn;
         b.rms_norm(&x, &a.norm, cfg.rms_eps, &mut h);
+        dump(b, &dir, "attn_norm", il, &h);
         b.matmul(&a.q, &h, &mut q);
         b.matmul(&a.k, &h, &mut k);
         b.matmul(&a.v, &h, &mut v);
@@ -70,23 +83,35 @@ pub fn forward<B: Backend>(
         }
         b.rope(&mut q, cfg.head_dim, positions, cfg.rope_freq_base, mode);
         b.rope(&mut k, cfg.head_dim, positions, cfg.rope_freq_base, mode);
+        dump(b, &dir, "Vcur", il, &v);
+        dump(b, &dir, "Kcur", il, &k);
+        dump(b, &dir, "Qcur", il, &q);
         b.attention(cache, il, &q, &k, &v, positions, shape, &mut attn);
+        dump(b, &dir, "kqv_out", il, &attn);
         b.matmul(&a.output, &attn, &mut proj);
+        dump(b, &dir, "attn_out", il, &proj);
         b.add(&mut x, &proj);
+        dump(b, &dir, "ffn_inp", il, &x);
 
         b.rms_norm(&x, &layer.ffn_norm, cfg.rms_eps, &mut h);
+        dump(b, &dir, "ffn_norm", il, &h);
         match &layer.ffn {
             Ffn::Dense(f) => {
                 let mut gate = b.alloc(n, cfg.n_ff);
                 let mut up = b.alloc(n, cfg.n_ff);
                 b.matmul(&f.gate, &h, &mut gate);
                 b.matmul(&f.up, &h, &mut up);
+                dump(b, &dir, "ffn_gate", il, &gate);
+                dump(b, &dir, "ffn_up", il, &up);
                 b.swiglu(&mut gate, &up);
+                dump(b, &dir, "ffn_swiglu", il, &gate);
                 b.matmul(&f.down, &gate, &mut proj);
             }
             Ffn::Moe(m) => b.moe(&h, m, moe_gating(cfg.arch), &mut proj),
         }
+        dump(b, &dir, "ffn_out", il, &proj);
         b.add(&mut x, &proj);
+        dump(b, &dir, "l_out", il, &x);
     }
 
     let last = b.select_rows(&x, logit_rows);

@@ -81,7 +81,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
     for (n_prompt, n_gen) in tests {
         let n_ctx = n_prompt + n_gen;
         let mut once = || -> Result<f64> {
-            let mut s = Session::new(&model, n_ctx);
+            let mut s = Session::with_kv_type(&model, n_ctx, args.model.kv_type());
             s.set_ubatch(args.ubatch);
             let tokens: Vec<u32> = (0..n_prompt.max(n_gen))
                 .map(|_| rng.gen_range(0..n_vocab))

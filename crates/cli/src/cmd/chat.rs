@@ -55,7 +55,7 @@ pub fn run(args: ChatArgs) -> Result<()> {
     let model = Model::load(&file)?;
     let tok = Tokenizer::from_gguf(&file)?;
     let template = ChatTemplate::from_gguf(&file, &tok)?;
-    let session = Session::new(&model, args.model.n_ctx(model.cfg.n_ctx));
+    let session = args.model.session(&model);
 
     let (tx, rx) = mpsc::channel();
     let generating = Arc::new(AtomicBool::new(false));

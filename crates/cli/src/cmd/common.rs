@@ -2,6 +2,7 @@
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
+use ferrolm_engine::{KvType, Model, Session};
 use std::path::PathBuf;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -10,6 +11,12 @@ pub enum BackendChoice {
     Cuda,
     /// CUDA when a device is present, else the CPU.
     Auto,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum CacheType {
+    F16,
+    F32,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -26,6 +33,9 @@ pub struct ModelOpts {
     /// CPU threads (default: all cores).
     #[arg(short = 't', long = "threads")]
     pub threads: Option<usize>,
+    /// KV cache element type: f16 (llama.cpp's default) or f32 (exact).
+    #[arg(long = "cache-type", visible_alias = "ctk", value_enum, default_value_t = CacheType::F16)]
+    pub cache_type: CacheType,
     /// Context size in tokens (default: the model's, capped at 4096).
     #[arg(short = 'c', long = "ctx-size")]
     pub ctx_size: Option<usize>,
@@ -62,5 +72,17 @@ impl ModelOpts {
 
     pub fn n_ctx(&self, model_ctx: usize) -> usize {
         self.ctx_size.unwrap_or(model_ctx.min(4096))
+    }
+
+    pub fn kv_type(&self) -> KvType {
+        match self.cache_type {
+            CacheType::F16 => KvType::F16,
+            CacheType::F32 => KvType::F32,
+        }
+    }
+
+    /// A session on `model` with the chosen context size and cache type.
+    pub fn session<'m, 'a>(&self, model: &'m Model<'a>) -> Session<'m, 'a> {
+        Session::with_kv_type(model, self.n_ctx(model.cfg.n_ctx), self.kv_type())
     }
 }

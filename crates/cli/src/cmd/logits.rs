@@ -47,7 +47,7 @@ pub fn run(args: LogitsArgs) -> Result<()> {
     let model = Model::load(&file)?;
     let n_vocab = model.cfg.n_vocab;
     let n_ctx = args.model.n_ctx(model.cfg.n_ctx).max(ids.len());
-    let mut session = Session::new(&model, n_ctx);
+    let mut session = Session::with_kv_type(&model, n_ctx, args.model.kv_type());
     let which = if args.all { Logits::All } else { Logits::Last };
     let rows = if args.step {
         let mut rows = Vec::new();

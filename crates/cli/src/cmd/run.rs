@@ -3,7 +3,7 @@
 use super::common::ModelOpts;
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use ferrolm_engine::{generate, GenerateParams, Model, Sampler, SamplerConfig, Session};
+use ferrolm_engine::{generate, GenerateParams, Model, Sampler, SamplerConfig};
 use ferrolm_gguf::GgufFile;
 use ferrolm_tokenizer::{ChatTemplate, Message, Tokenizer};
 use std::io::Write;
@@ -97,7 +97,7 @@ pub fn run(args: RunArgs) -> Result<()> {
         prompt
     };
     let ids = tok.encode(&text, true, true)?;
-    let mut session = Session::new(&model, args.model.n_ctx(model.cfg.n_ctx));
+    let mut session = args.model.session(&model);
     let mut sampler = args.sampling.sampler();
     let mut stdout = std::io::stdout().lock();
     let stats = generate(
