@@ -3,7 +3,7 @@
 // Each weight format is a `WeightFormat<TYPE>` specialisation: the block struct, its geometry
 // (`qk` elements per block, `qi` 32-bit ints of codes per block, `vdr` ints one thread takes per
 // call) and `vec_dot`, which returns one thread's share of `block · activations`. Kernels
-// (mmvq.cu) are templates over these traits; there is no per-type copy of a kernel.
+// (mmvq.cu, mmq.cu) are templates over these traits; there is no per-type copy of a kernel.
 //
 // The structs are the on-disk GGUF layouts (ferrolm-quant's `Block*` structs), read in place.
 // f16 fields are raw bits (`uint16_t`), converted with f16_bits_to_f32.
@@ -144,6 +144,19 @@ template <> struct WeightFormat<GGML_TYPE_Q4_0> {
         }
         return f16_bits_to_f32(b->d) * f16_bits_to_f32(y->d) * (float)(sumi - 8 * sumu);
     }
+
+    // mmq: the 32 codes of sub-block `sub` as int8 (4 a int), x = d * code + m.
+    static __device__ __forceinline__ void tile_codes(const block *b, int sub, int q[8], float &d,
+                                                      float &m) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const int v = get_int_b2(b->qs, i);
+            q[i] = __vsub4(v & 0x0F0F0F0F, 0x08080808);
+            q[i + 4] = __vsub4((v >> 4) & 0x0F0F0F0F, 0x08080808);
+        }
+        d = f16_bits_to_f32(b->d);
+        m = 0.0f;
+    }
 };
 
 template <> struct WeightFormat<GGML_TYPE_Q4_1> {
@@ -164,6 +177,18 @@ template <> struct WeightFormat<GGML_TYPE_Q4_1> {
         const float d8 = f16_bits_to_f32(y->d);
         return f16_bits_to_f32(b->d) * d8 * (float)sumi + f16_bits_to_f32(b->m) * d8 * (float)sumu;
     }
+
+    static __device__ __forceinline__ void tile_codes(const block *b, int sub, int q[8], float &d,
+                                                      float &m) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const int v = get_int_b4(b->qs, i);
+            q[i] = v & 0x0F0F0F0F;
+            q[i + 4] = (v >> 4) & 0x0F0F0F0F;
+        }
+        d = f16_bits_to_f32(b->d);
+        m = f16_bits_to_f32(b->m);
+    }
 };
 
 template <> struct WeightFormat<GGML_TYPE_Q8_0> {
@@ -177,6 +202,16 @@ template <> struct WeightFormat<GGML_TYPE_Q8_0> {
             sumi = dp4a(get_int_b2(b->qs, iqs + i), get_int_b4(y->qs, iqs + i), sumi);
         }
         return f16_bits_to_f32(b->d) * f16_bits_to_f32(y->d) * (float)sumi;
+    }
+
+    static __device__ __forceinline__ void tile_codes(const block *b, int sub, int q[8], float &d,
+                                                      float &m) {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+            q[i] = get_int_b2(b->qs, i);
+        }
+        d = f16_bits_to_f32(b->d);
+        m = 0.0f;
     }
 };
 
@@ -208,6 +243,21 @@ template <> struct WeightFormat<GGML_TYPE_Q4_K> {
         }
         return f16_bits_to_f32(b->d) * sumf_d - f16_bits_to_f32(b->dmin) * sumf_m;
     }
+
+    // Sub-block sub: nibble sub % 2 of bytes 32 (sub / 2)..+32, scale and min number sub.
+    static __device__ __forceinline__ void tile_codes(const block *b, int sub, int q[8], float &d,
+                                                      float &m) {
+        const int g = sub / 2, h = sub % 2;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+            q[i] = (get_int_b4(b->qs + 32 * g, i) >> (4 * h)) & 0x0F0F0F0F;
+        }
+        uint16_t aux[2];
+        scales_k4(b->scales, g, aux);
+        const uint8_t *sc = (const uint8_t *)aux;
+        d = f16_bits_to_f32(b->d) * (float)sc[h];
+        m = -f16_bits_to_f32(b->dmin) * (float)sc[h + 2];
+    }
 };
 
 template <> struct WeightFormat<GGML_TYPE_Q5_K> {
@@ -238,6 +288,22 @@ template <> struct WeightFormat<GGML_TYPE_Q5_K> {
             sumf_m += d8 * (float)(sumu * sc[i + 2]);
         }
         return f16_bits_to_f32(b->d) * sumf_d - f16_bits_to_f32(b->dmin) * sumf_m;
+    }
+
+    static __device__ __forceinline__ void tile_codes(const block *b, int sub, int q[8], float &d,
+                                                      float &m) {
+        const int g = sub / 2, h = sub % 2;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+            const int vh = get_int_b4(b->qh, i) >> sub;
+            q[i] = ((get_int_b4(b->qs + 32 * g, i) >> (4 * h)) & 0x0F0F0F0F) |
+                   ((vh << 4) & 0x10101010);
+        }
+        uint16_t aux[2];
+        scales_k4(b->scales, g, aux);
+        const uint8_t *sc = (const uint8_t *)aux;
+        d = f16_bits_to_f32(b->d) * (float)sc[h];
+        m = -f16_bits_to_f32(b->dmin) * (float)sc[h + 2];
     }
 };
 

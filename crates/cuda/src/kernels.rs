@@ -23,7 +23,8 @@ pub const HEADERS: &[KernelFile] = &[kernel_file!("common.cuh"), kernel_file!("q
 pub const ELEMENTWISE: KernelFile = kernel_file!("elementwise.cu");
 pub const NORM_ROPE: KernelFile = kernel_file!("norm_rope.cu");
 pub const MMVQ: KernelFile = kernel_file!("mmvq.cu");
+pub const MMQ: KernelFile = kernel_file!("mmq.cu");
 pub const QUANTIZE: KernelFile = kernel_file!("quantize.cu");
 
 /// Every compilable file (what the CI test compiles).
-pub const FILES: &[KernelFile] = &[ELEMENTWISE, NORM_ROPE, MMVQ, QUANTIZE];
+pub const FILES: &[KernelFile] = &[ELEMENTWISE, NORM_ROPE, MMVQ, MMQ, QUANTIZE];

@@ -3,11 +3,13 @@
 //! only queues work: nothing here synchronizes. Launch errors are returned.
 
 mod elementwise;
+mod mmq;
 mod mmvq;
 mod norm_rope;
 mod quantize;
 
 pub use elementwise::Elementwise;
+pub use mmq::{Mmq, MMQ_BK};
 pub use mmvq::{Mmvq, QuantMatrix, MMVQ_MAX_COLS};
 pub use norm_rope::{NormRope, Rope};
 pub use quantize::{Quantize, Q8_1_BLOCK_BYTES};
@@ -21,6 +23,7 @@ pub struct Kernels {
     pub norm_rope: NormRope,
     pub quantize: Quantize,
     pub mmvq: Mmvq,
+    pub mmq: Mmq,
 }
 
 impl Kernels {
@@ -30,6 +33,7 @@ impl Kernels {
             norm_rope: NormRope::load(dev)?,
             quantize: Quantize::load(dev)?,
             mmvq: Mmvq::load(dev)?,
+            mmq: Mmq::load(dev)?,
         })
     }
 }

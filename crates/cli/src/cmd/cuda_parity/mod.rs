@@ -8,6 +8,7 @@
 //! not with the result, which may cancel to near zero.
 
 mod checks;
+mod mmq;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
@@ -23,7 +24,7 @@ pub struct CudaParityArgs {
     /// Seed of the random data (default: fresh each run; the seed used is printed).
     #[arg(long)]
     pub seed: Option<u64>,
-    /// Also time the quantized mat-vec (preliminary figures, not a benchmark).
+    /// Also time the quantized mat-vec and GEMM (preliminary figures, not a benchmark).
     #[arg(long)]
     pub time: bool,
 }
@@ -124,6 +125,7 @@ pub fn run(args: CudaParityArgs) -> Result<()> {
     }
     if args.time {
         checks::time_mmvq(&dev, &k, &mut rng)?;
+        mmq::time_mmq(&dev, &k, &mut rng)?;
     }
     let failed = rows.iter().filter(|r| !r.pass()).count();
     if failed > 0 {

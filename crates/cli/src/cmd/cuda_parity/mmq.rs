@@ -1,0 +1,111 @@
+//! `cuda-parity` rows and timing for the prefill GEMM (`mmq.cu`): many activation rows on the
+//! int8 tensor cores, against the CPU's `matmul`.
+
+use super::checks::{normal, poisoned, row};
+use super::{compare, Contract, Row};
+use anyhow::Result;
+use ferrolm_cpu::matmul::{matmul, WeightRef};
+use ferrolm_cuda::ops::{QuantMatrix, Q8_1_BLOCK_BYTES};
+use ferrolm_cuda::{CudaDevice, Kernels};
+use ferrolm_gguf::GgmlType;
+use rand::rngs::StdRng;
+use rayon::prelude::*;
+
+/// Weight formats with a CUDA GEMM.
+pub const MMQ_TYPES: [GgmlType; 5] = [
+    GgmlType::Q8_0,
+    GgmlType::Q4K,
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q5K,
+];
+
+/// `W · x` for `n` activation rows against the CPU's matmul; errors relative to `Σ|w·x|`.
+pub fn mmq(
+    dev: &CudaDevice,
+    k: &Kernels,
+    rng: &mut StdRng,
+    ty: GgmlType,
+    rows: usize,
+    cols: usize,
+    n: usize,
+) -> Result<Vec<Row>> {
+    let wq = ferrolm_quant::quantize_to_vec(ty, &normal(rng, rows * cols, 1.0))?;
+    let x = normal(rng, n * cols, 1.0);
+    let w = QuantMatrix::upload(dev, ty, rows, cols, &wq)?;
+    let xd = dev.upload(&x)?;
+    let mut xq = dev.upload(&vec![0u8; n * cols / 32 * Q8_1_BLOCK_BYTES])?;
+    let mut out = poisoned(dev, n * rows)?;
+    k.quantize.q8_1(&xd, cols, &mut xq)?;
+    k.mmq.matmul(&w, &xq, n, &mut out)?;
+    dev.sync()?;
+    let got = dev.download(&out)?;
+
+    let mut cpu = vec![0f32; n * rows];
+    let wr = WeightRef {
+        ty,
+        data: &wq,
+        rows,
+        cols,
+    };
+    matmul(&wr, &x, &mut cpu);
+    let wf = ferrolm_quant::dequantize_to_vec(ty, &wq, rows * cols)?;
+    // [n][rows] of Σ |w·x| in f64.
+    let scale: Vec<f64> = (0..n * rows)
+        .into_par_iter()
+        .map(|i| {
+            let (j, r) = (i / rows, i % rows);
+            let (wr, xr) = (&wf[r * cols..][..cols], &x[j * cols..][..cols]);
+            wr.iter()
+                .zip(xr)
+                .map(|(&a, &b)| (a as f64 * b as f64).abs())
+                .sum()
+        })
+        .collect();
+    let cmp = compare(&got, &cpu, |i| scale[i]);
+    // As for mmvq: the CPU rounds activations to Q8_0 (same codes and scale as Q8_1) for the
+    // 32-element formats and to Q8_K (one f32 scale per 256) for K-quants.
+    let contract = match ty {
+        GgmlType::Q4K | GgmlType::Q5K | GgmlType::Q6K => {
+            Contract::Rel(2e-3, "int8 activations: Q8_1 here, Q8_K on the CPU")
+        }
+        _ => Contract::Rel(1e-5, "same int8 activations, f32 sum order"),
+    };
+    Ok(vec![row(
+        &format!("mmq {ty}"),
+        format!("{rows}×{cols} · {n} rows"),
+        "cpu matmul::matmul",
+        cmp,
+        contract,
+    )])
+}
+
+/// Preliminary GEMM timings at 4096×4096 × 2048 tokens: TFLOP/s as 2·rows·cols·n / time,
+/// CUDA events around 20 launches (weights stay in L2 between them: compute-bound anyway).
+pub fn time_mmq(dev: &CudaDevice, k: &Kernels, rng: &mut StdRng) -> Result<()> {
+    let (rows, cols, n) = (4096, 4096, 2048);
+    let xd = dev.upload(&normal(rng, n * cols, 1.0))?;
+    let mut xq = dev.upload(&vec![0u8; n * cols / 32 * Q8_1_BLOCK_BYTES])?;
+    k.quantize.q8_1(&xd, cols, &mut xq)?;
+    let mut out = poisoned(dev, n * rows)?;
+    println!("\npreliminary mmq timing ({rows}×{cols} · {n} tokens, Q8_1 activations):\n");
+    println!("| type | ms / call | TFLOP/s |");
+    println!("|---|---|---|");
+    for ty in MMQ_TYPES {
+        let bytes = rows * cols / ty.block_elems() * ty.block_bytes();
+        let wq = ferrolm_quant::quantize_to_vec(ty, &normal(rng, 256 * cols, 1.0))?;
+        let host: Vec<u8> = wq.iter().copied().cycle().take(bytes).collect();
+        let w = QuantMatrix::upload(dev, ty, rows, cols, &host)?;
+        k.mmq.matmul(&w, &xq, n, &mut out)?;
+        let iters = 20;
+        let ms = dev.time_ms(|| {
+            for _ in 0..iters {
+                k.mmq.matmul(&w, &xq, n, &mut out)?;
+            }
+            Ok(())
+        })? / iters as f64;
+        let tflops = 2.0 * (rows * cols * n) as f64 / (ms * 1e-3) / 1e12;
+        println!("| {ty} | {ms:.3} | {tflops:.1} |");
+    }
+    Ok(())
+}
