@@ -24,6 +24,8 @@ pub const ELEMENTWISE: KernelFile = kernel_file!("elementwise.cu");
 pub const NORM_ROPE: KernelFile = kernel_file!("norm_rope.cu");
 pub const MMVQ: KernelFile = kernel_file!("mmvq.cu");
 pub const QUANTIZE: KernelFile = kernel_file!("quantize.cu");
+pub const ATTENTION: KernelFile = kernel_file!("attention.cu");
+pub const EMBED: KernelFile = kernel_file!("embed.cu");
 
 /// Every compilable file (what the CI test compiles).
-pub const FILES: &[KernelFile] = &[ELEMENTWISE, NORM_ROPE, MMVQ, QUANTIZE];
+pub const FILES: &[KernelFile] = &[ELEMENTWISE, NORM_ROPE, MMVQ, QUANTIZE, ATTENTION, EMBED];
