@@ -2,12 +2,16 @@
 //! shapes on the host (a wrong size is a panic, as in the CPU crate: it is a caller's bug), and
 //! only queues work: nothing here synchronizes. Launch errors are returned.
 
+mod attention;
 mod elementwise;
+mod embed;
 mod mmvq;
 mod norm_rope;
 mod quantize;
 
+pub use attention::{Attention, DecodeWork, KvCache, ATTN_HEAD_DIMS};
 pub use elementwise::Elementwise;
+pub use embed::Embed;
 pub use mmvq::{Mmvq, QuantMatrix, MMVQ_MAX_COLS};
 pub use norm_rope::{NormRope, Rope};
 pub use quantize::{Quantize, Q8_1_BLOCK_BYTES};
@@ -21,6 +25,8 @@ pub struct Kernels {
     pub norm_rope: NormRope,
     pub quantize: Quantize,
     pub mmvq: Mmvq,
+    pub attention: Attention,
+    pub embed: Embed,
 }
 
 impl Kernels {
@@ -30,6 +36,8 @@ impl Kernels {
             norm_rope: NormRope::load(dev)?,
             quantize: Quantize::load(dev)?,
             mmvq: Mmvq::load(dev)?,
+            attention: Attention::load(dev)?,
+            embed: Embed::load(dev)?,
         })
     }
 }
