@@ -49,20 +49,21 @@ pub fn all(dev: &CudaDevice, k: &Kernels, rng: &mut StdRng) -> Result<Vec<Row>> 
         // Several activation rows and an odd row count (the kernel's two-row blocks).
         push("mmvq", mmvq(dev, k, rng, ty, 1027, 2048, 3));
     }
+    push("attention", super::attn_checks::all(dev, k, rng));
     Ok(rows)
 }
 
-fn normal(rng: &mut StdRng, n: usize, sigma: f32) -> Vec<f32> {
+pub(super) fn normal(rng: &mut StdRng, n: usize, sigma: f32) -> Vec<f32> {
     let d = Normal::new(0.0, sigma).expect("sigma > 0");
     (0..n).map(|_| d.sample(rng)).collect()
 }
 
 /// An output buffer full of NaN: an element no kernel wrote fails the check.
-fn poisoned(dev: &CudaDevice, n: usize) -> Result<CudaSlice<f32>> {
+pub(super) fn poisoned(dev: &CudaDevice, n: usize) -> Result<CudaSlice<f32>> {
     Ok(dev.upload(&vec![f32::NAN; n])?)
 }
 
-fn row(
+pub(super) fn row(
     op: &str,
     shape: String,
     reference: &'static str,
