@@ -25,6 +25,16 @@ pub const NORM_ROPE: KernelFile = kernel_file!("norm_rope.cu");
 pub const MMVQ: KernelFile = kernel_file!("mmvq.cu");
 pub const MMQ: KernelFile = kernel_file!("mmq.cu");
 pub const QUANTIZE: KernelFile = kernel_file!("quantize.cu");
+pub const ATTENTION: KernelFile = kernel_file!("attention.cu");
+pub const EMBED: KernelFile = kernel_file!("embed.cu");
 
 /// Every compilable file (what the CI test compiles).
-pub const FILES: &[KernelFile] = &[ELEMENTWISE, NORM_ROPE, MMVQ, MMQ, QUANTIZE];
+pub const FILES: &[KernelFile] = &[
+    ELEMENTWISE,
+    NORM_ROPE,
+    MMVQ,
+    MMQ,
+    QUANTIZE,
+    ATTENTION,
+    EMBED,
+];

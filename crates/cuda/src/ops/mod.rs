@@ -2,13 +2,17 @@
 //! shapes on the host (a wrong size is a panic, as in the CPU crate: it is a caller's bug), and
 //! only queues work: nothing here synchronizes. Launch errors are returned.
 
+mod attention;
 mod elementwise;
+mod embed;
 mod mmq;
 mod mmvq;
 mod norm_rope;
 mod quantize;
 
+pub use attention::{Attention, DecodeWork, KvCache, ATTN_HEAD_DIMS};
 pub use elementwise::Elementwise;
+pub use embed::Embed;
 pub use mmq::{Mmq, MMQ_BK};
 pub use mmvq::{Mmvq, QuantMatrix, MMVQ_MAX_COLS};
 pub use norm_rope::{NormRope, Rope};
@@ -24,6 +28,8 @@ pub struct Kernels {
     pub quantize: Quantize,
     pub mmvq: Mmvq,
     pub mmq: Mmq,
+    pub attention: Attention,
+    pub embed: Embed,
 }
 
 impl Kernels {
@@ -34,6 +40,8 @@ impl Kernels {
             quantize: Quantize::load(dev)?,
             mmvq: Mmvq::load(dev)?,
             mmq: Mmq::load(dev)?,
+            attention: Attention::load(dev)?,
+            embed: Embed::load(dev)?,
         })
     }
 }

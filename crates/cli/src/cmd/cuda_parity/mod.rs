@@ -7,6 +7,7 @@
 //! magnitudes of the products) for dot products, whose rounding error grows with that sum and
 //! not with the result, which may cancel to near zero.
 
+mod attn_checks;
 mod checks;
 mod mmq;
 

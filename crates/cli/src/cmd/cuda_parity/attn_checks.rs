@@ -1,0 +1,211 @@
+//! Attention and embedding checks of `cuda-parity`: the f16 KV store, flash-decoding and the
+//! flash-attention prefill against `ferrolm_cpu::attention` (an f32 cache holding the same
+//! f16-rounded values, so both see identical keys and values and the reference is the CPU's
+//! exact f32 path), and the embedding gather against `ferrolm_quant`'s dequantize.
+
+use super::checks::{normal, poisoned, row};
+use super::{compare, Contract, Row};
+use anyhow::Result;
+use ferrolm_cpu::attention::{attention, LayerKv};
+use ferrolm_cpu::KvType;
+use ferrolm_cuda::ops::{DecodeWork, KvCache, QuantMatrix};
+use ferrolm_cuda::{CudaDevice, Kernels};
+use ferrolm_gguf::GgmlType;
+use ferrolm_model::backend::AttnShape;
+use rand::rngs::StdRng;
+use rand::Rng;
+
+/// f32 softmax and sums in another order (expf against Rust's exp, a split or tiled online
+/// softmax against a two-pass one), measured against `Σ p·|v|` (see [`magnitudes`]).
+const ATTN: Contract = Contract::Rel(1e-5, "f32 accumulation order");
+
+/// Decode: 32/8 heads of 128, 1000 cached positions, three query rows (997..=999);
+/// prefill: 9/3 heads of 64, a 77-token prompt from position 0.
+pub fn all(dev: &CudaDevice, k: &Kernels, rng: &mut StdRng) -> Result<Vec<Row>> {
+    let mut rows = attn(dev, k, rng, (32, 8, 128), 1024, 1000, 3)?;
+    rows.extend(attn(dev, k, rng, (9, 3, 64), 128, 77, 77)?);
+    rows.extend(embed(dev, k, rng)?);
+    Ok(rows)
+}
+
+fn f16_round(x: &[f32]) -> Result<Vec<f32>> {
+    let bits = ferrolm_quant::quantize_to_vec(GgmlType::F16, x)?;
+    Ok(ferrolm_quant::dequantize_to_vec(
+        GgmlType::F16,
+        &bits,
+        x.len(),
+    )?)
+}
+
+/// Stores `n_pos` positions, then attends with the last `n_q` of them as queries: decode when
+/// `n_q < n_pos`, prefill (every position a query) otherwise.
+fn attn(
+    dev: &CudaDevice,
+    k: &Kernels,
+    rng: &mut StdRng,
+    (n_head, n_kv_head, head_dim): (usize, usize, usize),
+    n_ctx: usize,
+    n_pos: usize,
+    n_q: usize,
+) -> Result<Vec<Row>> {
+    let width = n_kv_head * head_dim;
+    let (keys, values) = (
+        normal(rng, n_pos * width, 1.0),
+        normal(rng, n_pos * width, 1.0),
+    );
+    let mut cache = KvCache::new(dev, n_ctx, n_kv_head, head_dim)?;
+    let (kd, vd, pos0) = (
+        dev.upload(&keys)?,
+        dev.upload(&values)?,
+        dev.upload(&[0u32])?,
+    );
+    k.attention.store(&mut cache, &kd, &vd, &pos0)?;
+
+    // The store: f16 bits, head-major, as ferrolm_quant rounds (round to nearest even).
+    let got_k = dev.download(&cache.k)?;
+    let mut store_ok = true;
+    for (g, want) in [(&got_k, &keys), (&dev.download(&cache.v)?, &values)] {
+        let want_bits = ferrolm_quant::quantize_to_vec(GgmlType::F16, want)?;
+        for p in 0..n_pos {
+            for h in 0..n_kv_head {
+                for d in 0..head_dim {
+                    let at = (p * n_kv_head + h) * head_dim + d;
+                    let b = u16::from_le_bytes([want_bits[2 * at], want_bits[2 * at + 1]]);
+                    store_ok &= g[(h * n_ctx + p) * head_dim + d] == b;
+                }
+            }
+        }
+    }
+    let store_row = row(
+        "kv_store f32→f16",
+        format!("{n_pos}×{n_kv_head}×{head_dim}"),
+        "ferrolm_quant F16",
+        (if store_ok { 0.0 } else { f64::NAN }, 0.0, store_ok),
+        Contract::Exact,
+    );
+
+    let mut kv = LayerKv::new(KvType::F32, n_ctx, n_kv_head, head_dim);
+    kv.store(0, &f16_round(&keys)?, &f16_round(&values)?);
+    let positions: Vec<u32> = (n_pos - n_q..n_pos).map(|p| p as u32).collect();
+    let q = normal(rng, n_q * n_head * head_dim, 1.0);
+    let shape = AttnShape {
+        n_head,
+        n_kv_head,
+        head_dim,
+    };
+    let mut want = vec![0f32; q.len()];
+    attention(&q, &kv, &positions, shape, &mut want);
+
+    let (qd, pd) = (dev.upload(&q)?, dev.upload(&positions)?);
+    let mut out = poisoned(dev, q.len())?;
+    let decode = n_q < n_pos;
+    if decode {
+        let splits = DecodeWork::default_splits(n_ctx);
+        let mut work = DecodeWork::new(dev, n_q, n_head, head_dim, splits)?;
+        k.attention
+            .decode(&qd, &cache, &pd, n_head, &mut work, &mut out)?;
+    } else {
+        k.attention.prefill(&qd, &cache, &pd, n_head, &mut out)?;
+    }
+    dev.sync()?;
+    let got = dev.download(&out)?;
+    let kr = f16_round(&keys)?;
+    let vr = f16_round(&values)?;
+    let scale = magnitudes(&q, &kr, &vr, &positions, shape);
+    let cmp = compare(&got, &want, |i| scale[i]);
+    let op = if decode {
+        "attn_decode (split)"
+    } else {
+        "attn_prefill (flash)"
+    };
+    Ok(vec![
+        store_row,
+        row(
+            op,
+            format!("{n_head}/{n_kv_head} heads, d {head_dim}, {n_q} q, {n_pos} keys"),
+            "cpu attention, f32 cache of f16 values",
+            cmp,
+            ATTN,
+        ),
+    ])
+}
+
+/// For each output element, `Σ_k p_k·|v_k[d]|` in f64: the magnitude its rounding error
+/// grows with (the output itself may cancel to near zero), as `Σ|x·w|` for dot products.
+fn magnitudes(q: &[f32], k: &[f32], v: &[f32], positions: &[u32], shape: AttnShape) -> Vec<f64> {
+    let AttnShape {
+        n_head,
+        n_kv_head,
+        head_dim,
+    } = shape;
+    let (width, group) = (n_kv_head * head_dim, n_head / n_kv_head);
+    let scale = 1.0 / (head_dim as f64).sqrt();
+    let mut out = vec![0f64; q.len()];
+    for (i, o) in out.chunks_exact_mut(head_dim).enumerate() {
+        let (t, h) = (i / n_head, i % n_head);
+        let g = h / group;
+        let qh = &q[i * head_dim..][..head_dim];
+        let n_keys = positions[t] as usize + 1;
+        let at = |p: usize| p * width + g * head_dim;
+        let s: Vec<f64> = (0..n_keys)
+            .map(|p| {
+                let kh = &k[at(p)..][..head_dim];
+                qh.iter()
+                    .zip(kh)
+                    .map(|(&a, &b)| a as f64 * b as f64)
+                    .sum::<f64>()
+                    * scale
+            })
+            .collect();
+        let m = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+        let e: Vec<f64> = s.iter().map(|&x| (x - m).exp()).collect();
+        let sum: f64 = e.iter().sum();
+        for (p, &w) in e.iter().enumerate() {
+            for (od, &vv) in o.iter_mut().zip(&v[at(p)..][..head_dim]) {
+                *od += w / sum * (vv as f64).abs();
+            }
+        }
+    }
+    out
+}
+
+fn embed(dev: &CudaDevice, k: &Kernels, rng: &mut StdRng) -> Result<Vec<Row>> {
+    let (vocab, cols) = (300, 512);
+    let table = normal(rng, vocab * cols, 0.5);
+    let ids: Vec<u32> = (0..17).map(|_| rng.gen_range(0..vocab as u32)).collect();
+    let idd = dev.upload(&ids)?;
+    let mut rows = Vec::new();
+    for ty in [
+        GgmlType::F32,
+        GgmlType::F16,
+        GgmlType::Q8_0,
+        GgmlType::Q4K,
+        GgmlType::Q6K,
+    ] {
+        let bytes = ferrolm_quant::quantize_to_vec(ty, &table)?;
+        let row_bytes = bytes.len() / vocab;
+        let m = QuantMatrix::upload(dev, ty, vocab, cols, &bytes)?;
+        let mut out = poisoned(dev, ids.len() * cols)?;
+        k.embed.gather(&m, &idd, &mut out)?;
+        dev.sync()?;
+        let got = dev.download(&out)?;
+        let mut want = Vec::with_capacity(got.len());
+        for &id in &ids {
+            let r = &bytes[id as usize * row_bytes..][..row_bytes];
+            want.extend(ferrolm_quant::dequantize_to_vec(ty, r, cols)?);
+        }
+        let mut cmp = compare(&got, &want, |i| want[i].abs() as f64);
+        cmp.2 &= got
+            .iter()
+            .zip(&want)
+            .all(|(a, b)| a.to_bits() == b.to_bits());
+        rows.push(row(
+            &format!("embed {ty}"),
+            format!("{} ids of {vocab}×{cols}", ids.len()),
+            "ferrolm_quant dequantize",
+            cmp,
+            Contract::Exact,
+        ));
+    }
+    Ok(rows)
+}

@@ -1,0 +1,258 @@
+// Causal attention with grouped-query heads over an f16 head-major KV cache
+// ([n_kv_head][n_ctx][head_dim], as crates/cpu/src/attention.rs's LayerKv), f32 accumulation.
+//
+// Positions and key counts are read from device memory, so a captured CUDA graph replays with
+// new positions without re-capture. Query head h reads KV head h / (n_head / n_kv_head).
+// Scores are dot(q, k) * scale, as the CPU computes them; exponentials use expf (not __expf).
+#include "common.cuh"
+
+// Keys one prefill block stages in shared memory per tile.
+#define ATTN_TILE_K 32
+// Warps per attention block (decode: keys striped across warps; prefill: one query each).
+#define ATTN_NWARPS 4
+// No math.h under NVRTC: -inf from its bits.
+#define ATTN_NEG_INF __int_as_float(0xff800000)
+
+// kc/vc[g][pos0 + t][:] = f16(k/v[t][g*head_dim..]); k, v: [n][n_kv_head * head_dim] f32.
+extern "C" __global__ void kv_store_f16(const float *__restrict__ k, const float *__restrict__ v,
+                                        uint16_t *__restrict__ kc, uint16_t *__restrict__ vc,
+                                        const uint32_t *__restrict__ pos0, int n, int n_kv_head,
+                                        int head_dim, int n_ctx) {
+    const int width = n_kv_head * head_dim;
+    const size_t total = (size_t)n * width;
+    const size_t p0 = *pos0;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+         i += (size_t)gridDim.x * blockDim.x) {
+        const size_t t = i / width;
+        const int c = (int)(i % width), g = c / head_dim, d = c % head_dim;
+        const size_t at = ((size_t)g * n_ctx + p0 + t) * head_dim + d;
+        kc[at] = f32_to_f16_bits(k[i]);
+        vc[at] = f32_to_f16_bits(v[i]);
+    }
+}
+
+// One warp's online softmax state for one query row: lane holds dims lane + 32 i.
+template <int D> struct WarpState {
+    float m, l, acc[D / WARP_SIZE];
+
+    __device__ __forceinline__ void init() {
+        m = ATTN_NEG_INF;
+        l = 0.0f;
+#pragma unroll
+        for (int i = 0; i < D / WARP_SIZE; ++i) {
+            acc[i] = 0.0f;
+        }
+    }
+
+    // Adds key with score s and value row vrow (f32, lane-strided).
+    template <typename VROW> __device__ __forceinline__ void add(float s, VROW vrow) {
+        const float m_new = fmaxf(m, s);
+        const float corr = expf(m - m_new); // 0 on the first key (m = -inf)
+        const float p = expf(s - m_new);
+        l = l * corr + p;
+#pragma unroll
+        for (int i = 0; i < D / WARP_SIZE; ++i) {
+            acc[i] = acc[i] * corr + p * vrow(threadIdx.x % WARP_SIZE + WARP_SIZE * i);
+        }
+        m = m_new;
+    }
+};
+
+// Merges the ATTN_NWARPS warp states of a block (through shared memory) into warp 0's view:
+// returns in every thread of the block the merged m and l; sacc[D] holds the merged acc.
+template <int D>
+static __device__ __forceinline__ void merge_warps(const WarpState<D> &st, float *sm, float *sl,
+                                                   float *sacc_w, float &m_out, float &l_out) {
+    const int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE;
+    if (lane == 0) {
+        sm[warp] = st.m;
+        sl[warp] = st.l;
+    }
+#pragma unroll
+    for (int i = 0; i < D / WARP_SIZE; ++i) {
+        sacc_w[warp * D + lane + WARP_SIZE * i] = st.acc[i];
+    }
+    __syncthreads();
+    float m = ATTN_NEG_INF;
+    for (int w = 0; w < ATTN_NWARPS; ++w) {
+        m = fmaxf(m, sm[w]);
+    }
+    float l = 0.0f;
+    for (int w = 0; w < ATTN_NWARPS; ++w) {
+        l += sm[w] == ATTN_NEG_INF ? 0.0f : sl[w] * expf(sm[w] - m);
+    }
+    // Thread j < D merges dim j into row 0 of sacc_w.
+    for (int j = threadIdx.x; j < D; j += blockDim.x) {
+        float a = 0.0f;
+        for (int w = 0; w < ATTN_NWARPS; ++w) {
+            a += sm[w] == ATTN_NEG_INF ? 0.0f : sacc_w[w * D + j] * expf(sm[w] - m);
+        }
+        sacc_w[j] = a; // only thread j reads and writes column j
+    }
+    __syncthreads();
+    m_out = m;
+    l_out = l;
+}
+
+// Flash-decoding, pass 1. grid (n_split, n_head, n_q); block ATTN_NWARPS warps.
+// q: [n_q][n_head][D]; query t sees keys 0..pos[t] (inclusive). Split s takes a contiguous
+// chunk of ceil(n_keys / n_split) keys; warps stripe over it. Writes part_m/part_l
+// [n_q][n_head][n_split] and part_acc [n_q][n_head][n_split][D] (unnormalised).
+template <int D>
+static __device__ __forceinline__ void attn_decode_split(
+    const float *__restrict__ q, const uint16_t *__restrict__ kc, const uint16_t *__restrict__ vc,
+    const uint32_t *__restrict__ pos, float *__restrict__ part_m, float *__restrict__ part_l,
+    float *__restrict__ part_acc, int n_head, int n_kv_head, int n_ctx, float scale) {
+    __shared__ float sq[D];
+    __shared__ float sm[ATTN_NWARPS], sl[ATTN_NWARPS];
+    __shared__ float sacc[ATTN_NWARPS * D];
+    const int split = blockIdx.x, n_split = gridDim.x, h = blockIdx.y, t = blockIdx.z;
+    const int g = h / (n_head / n_kv_head);
+    const int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE;
+    const int n_keys = (int)pos[t] + 1;
+    const int chunk = (n_keys + n_split - 1) / n_split;
+    const int k0 = split * chunk, k1 = min(n_keys, k0 + chunk);
+    for (int j = threadIdx.x; j < D; j += blockDim.x) {
+        sq[j] = q[((size_t)t * n_head + h) * D + j];
+    }
+    __syncthreads();
+    const uint16_t *kh = kc + (size_t)g * n_ctx * D;
+    const uint16_t *vh = vc + (size_t)g * n_ctx * D;
+    WarpState<D> st;
+    st.init();
+    for (int key = k0 + warp; key < k1; key += ATTN_NWARPS) {
+        const uint16_t *kr = kh + (size_t)key * D;
+        float dot = 0.0f;
+#pragma unroll
+        for (int i = 0; i < D / WARP_SIZE; ++i) {
+            const int j = lane + WARP_SIZE * i;
+            dot += sq[j] * f16_bits_to_f32(kr[j]);
+        }
+        const float s = warp_sum(dot) * scale;
+        const uint16_t *vr = vh + (size_t)key * D;
+        st.add(s, [vr](int j) { return f16_bits_to_f32(vr[j]); });
+    }
+    float m, l;
+    merge_warps<D>(st, sm, sl, sacc, m, l);
+    const size_t part = ((size_t)t * n_head + h) * n_split + split;
+    if (threadIdx.x == 0) {
+        part_m[part] = m; // -inf for an empty split
+        part_l[part] = l;
+    }
+    for (int j = threadIdx.x; j < D; j += blockDim.x) {
+        part_acc[part * D + j] = sacc[j];
+    }
+}
+
+// Flash-decoding, pass 2: grid (n_head, n_q), block D threads; out [n_q][n_head][D].
+extern "C" __global__ void attn_decode_combine(const float *__restrict__ part_m,
+                                               const float *__restrict__ part_l,
+                                               const float *__restrict__ part_acc,
+                                               float *__restrict__ out, int n_head, int n_split,
+                                               int head_dim) {
+    const int h = blockIdx.x, t = blockIdx.y;
+    const size_t base = ((size_t)t * n_head + h) * n_split;
+    float m = ATTN_NEG_INF;
+    for (int s = 0; s < n_split; ++s) {
+        m = fmaxf(m, part_m[base + s]);
+    }
+    for (int j = threadIdx.x; j < head_dim; j += blockDim.x) {
+        float l = 0.0f, a = 0.0f;
+        for (int s = 0; s < n_split; ++s) {
+            const float ms = part_m[base + s];
+            if (ms == ATTN_NEG_INF) {
+                continue;
+            }
+            const float w = expf(ms - m);
+            l += part_l[base + s] * w;
+            a += part_acc[(base + s) * head_dim + j] * w;
+        }
+        out[((size_t)t * n_head + h) * head_dim + j] = a / l;
+    }
+}
+
+// Flash attention over a ubatch: grid (ceil(n_q / ATTN_NWARPS), n_head); block ATTN_NWARPS
+// warps, one query row each. K/V tiles of ATTN_TILE_K keys are staged in shared memory as f32
+// by the whole block; query t sees keys 0..pos[t].
+template <int D>
+static __device__ __forceinline__ void attn_prefill(
+    const float *__restrict__ q, const uint16_t *__restrict__ kc, const uint16_t *__restrict__ vc,
+    const uint32_t *__restrict__ pos, float *__restrict__ out, int n_q, int n_head, int n_kv_head,
+    int n_ctx, float scale) {
+    __shared__ float sk[ATTN_TILE_K * D];
+    __shared__ float sv[ATTN_TILE_K * D];
+    __shared__ float sq[ATTN_NWARPS * D];
+    __shared__ int s_keys;
+    const int h = blockIdx.y, g = h / (n_head / n_kv_head);
+    const int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE;
+    const int t = blockIdx.x * ATTN_NWARPS + warp;
+    const bool active = t < n_q;
+    const int my_keys = active ? (int)pos[t] + 1 : 0;
+    if (threadIdx.x == 0) {
+        s_keys = 0;
+    }
+    __syncthreads();
+    if (lane == 0) {
+        atomicMax(&s_keys, my_keys);
+    }
+#pragma unroll
+    for (int i = 0; i < D / WARP_SIZE; ++i) {
+        const int j = lane + WARP_SIZE * i;
+        sq[warp * D + j] = active ? q[((size_t)t * n_head + h) * D + j] : 0.0f;
+    }
+    __syncthreads();
+    const int n_keys = s_keys;
+    const uint16_t *kh = kc + (size_t)g * n_ctx * D;
+    const uint16_t *vh = vc + (size_t)g * n_ctx * D;
+    const float *qr = sq + warp * D;
+    WarpState<D> st;
+    st.init();
+    for (int k0 = 0; k0 < n_keys; k0 += ATTN_TILE_K) {
+        const int nk = min(ATTN_TILE_K, n_keys - k0);
+        __syncthreads(); // the previous tile is no longer read
+        for (int i = threadIdx.x; i < nk * D; i += blockDim.x) {
+            sk[i] = f16_bits_to_f32(kh[(size_t)k0 * D + i]);
+            sv[i] = f16_bits_to_f32(vh[(size_t)k0 * D + i]);
+        }
+        __syncthreads();
+        const int upto = min(nk, my_keys - k0); // causal: keys < my_keys
+        for (int kk = 0; kk < upto; ++kk) {
+            const float *kr = sk + kk * D;
+            float dot = 0.0f;
+#pragma unroll
+            for (int i = 0; i < D / WARP_SIZE; ++i) {
+                const int j = lane + WARP_SIZE * i;
+                dot += qr[j] * kr[j];
+            }
+            const float s = warp_sum(dot) * scale;
+            const float *vr = sv + kk * D;
+            st.add(s, [vr](int j) { return vr[j]; });
+        }
+    }
+    if (!active) {
+        return;
+    }
+    const float inv = 1.0f / st.l;
+#pragma unroll
+    for (int i = 0; i < D / WARP_SIZE; ++i) {
+        out[((size_t)t * n_head + h) * D + lane + WARP_SIZE * i] = st.acc[i] * inv;
+    }
+}
+
+#define ATTN_INSTANCES(D)                                                                         \
+    extern "C" __global__ void attn_decode_split_d##D(                                           \
+        const float *q, const uint16_t *kc, const uint16_t *vc, const uint32_t *pos,              \
+        float *part_m, float *part_l, float *part_acc, int n_head, int n_kv_head, int n_ctx,      \
+        float scale) {                                                                            \
+        attn_decode_split<D>(q, kc, vc, pos, part_m, part_l, part_acc, n_head, n_kv_head, n_ctx, \
+                             scale);                                                              \
+    }                                                                                             \
+    extern "C" __global__ void attn_prefill_d##D(const float *q, const uint16_t *kc,              \
+                                                 const uint16_t *vc, const uint32_t *pos,         \
+                                                 float *out, int n_q, int n_head, int n_kv_head,  \
+                                                 int n_ctx, float scale) {                        \
+        attn_prefill<D>(q, kc, vc, pos, out, n_q, n_head, n_kv_head, n_ctx, scale);               \
+    }
+
+ATTN_INSTANCES(64)
+ATTN_INSTANCES(128)

@@ -1,0 +1,296 @@
+//! `kernels/attention.cu`: the f16 KV cache, flash-decoding and tiled flash-attention prefill.
+//!
+//! Positions live in device memory (`CudaSlice<u32>`), so a captured graph replays with new
+//! positions without re-capture; the split count of decode is fixed per [`DecodeWork`] for the
+//! same reason (each split takes `ceil(n_keys / n_split)` keys, computed on the device).
+
+use super::int;
+use crate::device::CudaDevice;
+use crate::error::{CudaError, DriverContext, Result};
+use crate::kernels::ATTENTION;
+use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
+use std::sync::Arc;
+
+/// Warps per attention block (the kernel's ATTN_NWARPS).
+const NWARPS: usize = 4;
+/// Head sizes with a kernel instance.
+pub const ATTN_HEAD_DIMS: [usize; 2] = [64, 128];
+
+/// One layer's keys and values on the device, f16 bits, head-major
+/// `[n_kv_head][n_ctx][head_dim]` as the CPU's `LayerKv`.
+pub struct KvCache {
+    pub k: CudaSlice<u16>,
+    pub v: CudaSlice<u16>,
+    pub n_ctx: usize,
+    pub n_kv_head: usize,
+    pub head_dim: usize,
+}
+
+impl KvCache {
+    pub fn new(dev: &CudaDevice, n_ctx: usize, n_kv_head: usize, head_dim: usize) -> Result<Self> {
+        let len = n_ctx * n_kv_head * head_dim;
+        Ok(Self {
+            k: dev.zeros(len)?,
+            v: dev.zeros(len)?,
+            n_ctx,
+            n_kv_head,
+            head_dim,
+        })
+    }
+}
+
+/// Per-split partial results of flash-decoding: room for `max_q` query rows of `n_head`
+/// heads, `n_split` splits each.
+pub struct DecodeWork {
+    m: CudaSlice<f32>,
+    l: CudaSlice<f32>,
+    acc: CudaSlice<f32>,
+    pub max_q: usize,
+    pub n_head: usize,
+    pub n_split: usize,
+    pub head_dim: usize,
+}
+
+impl DecodeWork {
+    pub fn new(
+        dev: &CudaDevice,
+        max_q: usize,
+        n_head: usize,
+        head_dim: usize,
+        n_split: usize,
+    ) -> Result<Self> {
+        assert!(n_split > 0, "decode: no splits");
+        let parts = max_q * n_head * n_split;
+        Ok(Self {
+            m: dev.zeros(parts)?,
+            l: dev.zeros(parts)?,
+            acc: dev.zeros(parts * head_dim)?,
+            max_q,
+            n_head,
+            n_split,
+            head_dim,
+        })
+    }
+
+    /// Splits for a cache of `n_ctx` positions: about 128 keys each at full context, at most
+    /// 64 (with 32 heads that is 2048 blocks, plenty for 132 SMs).
+    pub fn default_splits(n_ctx: usize) -> usize {
+        n_ctx.div_ceil(128).clamp(1, 64)
+    }
+}
+
+pub struct Attention {
+    stream: Arc<CudaStream>,
+    kv_store: CudaFunction,
+    combine: CudaFunction,
+    /// Per entry of ATTN_HEAD_DIMS.
+    decode: Vec<CudaFunction>,
+    prefill: Vec<CudaFunction>,
+}
+
+fn dim_index(head_dim: usize) -> Result<usize> {
+    ATTN_HEAD_DIMS
+        .iter()
+        .position(|&d| d == head_dim)
+        .ok_or_else(|| CudaError::Invalid(format!("attention: no kernel for head_dim {head_dim}")))
+}
+
+/// Checks the shapes shared by decode and prefill; returns the number of query rows.
+fn query_rows(q: usize, out: usize, positions: usize, n_head: usize, cache: &KvCache) -> usize {
+    let width = n_head * cache.head_dim;
+    assert!(
+        n_head > 0 && n_head.is_multiple_of(cache.n_kv_head),
+        "attention: {n_head} heads over {} KV heads",
+        cache.n_kv_head
+    );
+    assert!(
+        positions > 0 && q == positions * width,
+        "attention: q is not one row per position"
+    );
+    assert!(out >= q, "attention: out too small");
+    positions
+}
+
+impl Attention {
+    pub fn load(dev: &CudaDevice) -> Result<Self> {
+        let f = |name: String| dev.function(&ATTENTION, &name);
+        Ok(Self {
+            stream: dev.stream().clone(),
+            kv_store: f("kv_store_f16".into())?,
+            combine: f("attn_decode_combine".into())?,
+            decode: ATTN_HEAD_DIMS
+                .iter()
+                .map(|d| f(format!("attn_decode_split_d{d}")))
+                .collect::<Result<_>>()?,
+            prefill: ATTN_HEAD_DIMS
+                .iter()
+                .map(|d| f(format!("attn_prefill_d{d}")))
+                .collect::<Result<_>>()?,
+        })
+    }
+
+    /// Stores rows of `k` and `v` (`[n][n_kv_head * head_dim]` f32) as f16 at positions
+    /// `pos0[0]..pos0[0] + n`; the caller keeps them inside the cache.
+    pub fn store(
+        &self,
+        cache: &mut KvCache,
+        k: &CudaSlice<f32>,
+        v: &CudaSlice<f32>,
+        pos0: &CudaSlice<u32>,
+    ) -> Result<()> {
+        let width = cache.n_kv_head * cache.head_dim;
+        assert_eq!(k.len(), v.len(), "kv_store: k and v differ");
+        assert!(k.len().is_multiple_of(width), "kv_store: not whole rows");
+        assert!(!pos0.is_empty(), "kv_store: no position");
+        let n = k.len() / width;
+        assert!(n <= cache.n_ctx, "kv_store: more rows than the cache holds");
+        let (ni, nkv, hd, nctx) = (
+            int(n, "kv rows"),
+            int(cache.n_kv_head, "n_kv_head"),
+            int(cache.head_dim, "head_dim"),
+            int(cache.n_ctx, "n_ctx"),
+        );
+        let mut b = self.stream.launch_builder(&self.kv_store);
+        b.arg(k)
+            .arg(v)
+            .arg(&mut cache.k)
+            .arg(&mut cache.v)
+            .arg(pos0)
+            .arg(&ni)
+            .arg(&nkv)
+            .arg(&hd)
+            .arg(&nctx);
+        let cfg = LaunchConfig {
+            grid_dim: (super::stride_blocks(k.len(), 256), 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: kv_store_f16(k, v, kc, vc, pos0, n, n_kv_head, head_dim, n_ctx): n rows of
+        // width floats in, caches of n_ctx * width halves; pos0 + n <= n_ctx is the caller's.
+        unsafe { b.launch(cfg) }.during("launching kv_store_f16")?;
+        Ok(())
+    }
+
+    /// Decode: `out[t][h] = softmax(q[t][h] · K[0..=pos[t]][g]ᵀ / sqrt(d)) · V[..][g]` for a few
+    /// query rows (at most `work.max_q`), split over `work.n_split` blocks per head.
+    pub fn decode(
+        &self,
+        q: &CudaSlice<f32>,
+        cache: &KvCache,
+        positions: &CudaSlice<u32>,
+        n_head: usize,
+        work: &mut DecodeWork,
+        out: &mut CudaSlice<f32>,
+    ) -> Result<()> {
+        let f = &self.decode[dim_index(cache.head_dim)?];
+        let n_q = query_rows(q.len(), out.len(), positions.len(), n_head, cache);
+        assert!(
+            n_q <= work.max_q && n_head == work.n_head && cache.head_dim == work.head_dim,
+            "decode: work buffers of another shape"
+        );
+        let scale = 1.0 / (cache.head_dim as f32).sqrt();
+        let (nh, nkv, nctx) = (
+            int(n_head, "n_head"),
+            int(cache.n_kv_head, "n_kv_head"),
+            int(cache.n_ctx, "n_ctx"),
+        );
+        let mut b = self.stream.launch_builder(f);
+        b.arg(q)
+            .arg(&cache.k)
+            .arg(&cache.v)
+            .arg(positions)
+            .arg(&mut work.m)
+            .arg(&mut work.l)
+            .arg(&mut work.acc)
+            .arg(&nh)
+            .arg(&nkv)
+            .arg(&nctx)
+            .arg(&scale);
+        let cfg = LaunchConfig {
+            grid_dim: (work.n_split as u32, n_head as u32, n_q as u32),
+            block_dim: ((NWARPS * 32) as u32, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: attn_decode_split_dD(q, kc, vc, pos, m, l, acc, n_head, n_kv_head, n_ctx,
+        // scale): n_q rows of q, positions below n_ctx (the caller's), partials sized by work.
+        unsafe { b.launch(cfg) }.during("launching attn_decode_split")?;
+
+        let (ns, hd) = (
+            int(work.n_split, "n_split"),
+            int(cache.head_dim, "head_dim"),
+        );
+        let mut b = self.stream.launch_builder(&self.combine);
+        b.arg(&work.m)
+            .arg(&work.l)
+            .arg(&work.acc)
+            .arg(out)
+            .arg(&nh)
+            .arg(&ns)
+            .arg(&hd);
+        let cfg = LaunchConfig {
+            grid_dim: (n_head as u32, n_q as u32, 1),
+            block_dim: (cache.head_dim as u32, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: attn_decode_combine(m, l, acc, out, n_head, n_split, head_dim) over the
+        // partials written just above; out holds n_q * n_head * head_dim floats.
+        unsafe { b.launch(cfg) }.during("launching attn_decode_combine")?;
+        Ok(())
+    }
+
+    /// Prefill: the same as [`decode`](Self::decode) for a ubatch of any number of query rows,
+    /// one warp per (row, head), K/V tiles staged in shared memory.
+    pub fn prefill(
+        &self,
+        q: &CudaSlice<f32>,
+        cache: &KvCache,
+        positions: &CudaSlice<u32>,
+        n_head: usize,
+        out: &mut CudaSlice<f32>,
+    ) -> Result<()> {
+        let f = &self.prefill[dim_index(cache.head_dim)?];
+        let n_q = query_rows(q.len(), out.len(), positions.len(), n_head, cache);
+        let scale = 1.0 / (cache.head_dim as f32).sqrt();
+        let (nq, nh, nkv, nctx) = (
+            int(n_q, "query rows"),
+            int(n_head, "n_head"),
+            int(cache.n_kv_head, "n_kv_head"),
+            int(cache.n_ctx, "n_ctx"),
+        );
+        let mut b = self.stream.launch_builder(f);
+        b.arg(q)
+            .arg(&cache.k)
+            .arg(&cache.v)
+            .arg(positions)
+            .arg(out)
+            .arg(&nq)
+            .arg(&nh)
+            .arg(&nkv)
+            .arg(&nctx)
+            .arg(&scale);
+        let cfg = LaunchConfig {
+            grid_dim: (n_q.div_ceil(NWARPS) as u32, n_head as u32, 1),
+            block_dim: ((NWARPS * 32) as u32, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: attn_prefill_dD(q, kc, vc, pos, out, n_q, n_head, n_kv_head, n_ctx, scale):
+        // n_q rows in and out, positions below n_ctx (the caller's).
+        unsafe { b.launch(cfg) }.during("launching attn_prefill")?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn splits_and_head_dims() {
+        assert_eq!(DecodeWork::default_splits(1), 1);
+        assert_eq!(DecodeWork::default_splits(1000), 8);
+        assert_eq!(DecodeWork::default_splits(1 << 20), 64);
+        assert_eq!(dim_index(64).unwrap(), 0);
+        assert_eq!(dim_index(128).unwrap(), 1);
+        assert!(dim_index(80).is_err());
+    }
+}
