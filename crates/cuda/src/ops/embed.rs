@@ -8,13 +8,13 @@ use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKern
 use ferrolm_gguf::GgmlType;
 use std::sync::Arc;
 
-/// Table formats with a gather kernel, and their names in the entry points `embed_<name>`.
-const FORMATS: &[(GgmlType, &str)] = &[
-    (GgmlType::F32, "f32"),
-    (GgmlType::F16, "f16"),
-    (GgmlType::Q8_0, "q8_0"),
-    (GgmlType::Q4K, "q4_k"),
-    (GgmlType::Q6K, "q6_k"),
+/// Table formats with a gather kernel (entry points `embed_<suffix>`).
+const FORMATS: &[GgmlType] = &[
+    GgmlType::F32,
+    GgmlType::F16,
+    GgmlType::Q8_0,
+    GgmlType::Q4K,
+    GgmlType::Q6K,
 ];
 
 const THREADS: u32 = 256;
@@ -28,7 +28,10 @@ impl Embed {
     pub fn load(dev: &CudaDevice) -> Result<Self> {
         let fns = FORMATS
             .iter()
-            .map(|&(ty, name)| Ok((ty, dev.function(&EMBED, &format!("embed_{name}"))?)))
+            .map(|&ty| {
+                let name = super::kernel_suffix(ty);
+                Ok((ty, dev.function(&EMBED, &format!("embed_{name}"))?))
+            })
             .collect::<Result<_>>()?;
         Ok(Self {
             stream: dev.stream().clone(),
@@ -37,7 +40,7 @@ impl Embed {
     }
 
     pub fn supports(ty: GgmlType) -> bool {
-        FORMATS.iter().any(|&(t, _)| t == ty)
+        FORMATS.contains(&ty)
     }
 
     /// `out[t] = dequantize(table[ids[t]])`: `ids.len()` rows of `table.cols` floats. Ids are

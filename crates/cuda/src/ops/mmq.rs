@@ -17,13 +17,13 @@ const BM: usize = 16 * NWARPS as usize;
 const BN: usize = 64;
 pub const MMQ_BK: usize = 256;
 
-/// Weight formats with an mmq instance, and their names in the kernel's entry points.
-const FORMATS: &[(GgmlType, &str)] = &[
-    (GgmlType::Q4_0, "q4_0"),
-    (GgmlType::Q4_1, "q4_1"),
-    (GgmlType::Q8_0, "q8_0"),
-    (GgmlType::Q4K, "q4_k"),
-    (GgmlType::Q5K, "q5_k"),
+/// Weight formats with an mmq instance (entry points `mmq_<suffix>`).
+const FORMATS: &[GgmlType] = &[
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q8_0,
+    GgmlType::Q4K,
+    GgmlType::Q5K,
 ];
 
 pub struct Mmq {
@@ -35,7 +35,8 @@ pub struct Mmq {
 impl Mmq {
     pub fn load(dev: &CudaDevice) -> Result<Self> {
         let mut fns = HashMap::new();
-        for &(ty, name) in FORMATS {
+        for &ty in FORMATS {
+            let name = super::kernel_suffix(ty);
             fns.insert(ty, dev.function(&MMQ, &format!("mmq_{name}"))?);
         }
         Ok(Self {
@@ -46,7 +47,7 @@ impl Mmq {
 
     /// Whether `ty` has a kernel; `cols` must also be a multiple of [`MMQ_BK`].
     pub fn supports(ty: GgmlType) -> bool {
-        FORMATS.iter().any(|&(t, _)| t == ty)
+        FORMATS.contains(&ty)
     }
 
     /// `out[t][r] = W[r] · x[t]` for the `n` Q8_1 rows of `xq` (`w.cols` elements each, from

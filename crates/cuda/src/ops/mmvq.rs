@@ -14,14 +14,14 @@ pub const MMVQ_MAX_COLS: usize = 8;
 /// Warps per block (the kernel's MMVQ_NWARPS).
 const NWARPS: u32 = 4;
 
-/// Weight formats with an mmvq instance, and their names in the kernel's entry points.
-const FORMATS: &[(GgmlType, &str)] = &[
-    (GgmlType::Q4_0, "q4_0"),
-    (GgmlType::Q4_1, "q4_1"),
-    (GgmlType::Q8_0, "q8_0"),
-    (GgmlType::Q4K, "q4_k"),
-    (GgmlType::Q5K, "q5_k"),
-    (GgmlType::Q6K, "q6_k"),
+/// Weight formats with an mmvq instance (entry points `mmvq_<suffix>_n<rows>`).
+const FORMATS: &[GgmlType] = &[
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q8_0,
+    GgmlType::Q4K,
+    GgmlType::Q5K,
+    GgmlType::Q6K,
 ];
 
 /// A weight matrix on the device, in its ggml block format: `rows` rows of `cols` elements.
@@ -66,7 +66,8 @@ pub struct Mmvq {
 impl Mmvq {
     pub fn load(dev: &CudaDevice) -> Result<Self> {
         let mut fns = HashMap::new();
-        for &(ty, name) in FORMATS {
+        for &ty in FORMATS {
+            let name = super::kernel_suffix(ty);
             for n in 1..=MMVQ_MAX_COLS {
                 fns.insert((ty, n), dev.function(&MMVQ, &format!("mmvq_{name}_n{n}"))?);
             }
@@ -78,7 +79,7 @@ impl Mmvq {
     }
 
     pub fn supports(ty: GgmlType) -> bool {
-        FORMATS.iter().any(|&(t, _)| t == ty)
+        FORMATS.contains(&ty)
     }
 
     /// `out[j][r] = W[r] · x[j]` for the `n` (1..=8) Q8_1 rows of `xq` (`w.cols` elements each,

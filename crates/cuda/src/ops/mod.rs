@@ -20,6 +20,13 @@ pub use quantize::{Quantize, Q8_1_BLOCK_BYTES};
 
 use crate::device::CudaDevice;
 use crate::error::Result;
+use ferrolm_gguf::GgmlType;
+
+/// A format's suffix in kernel entry points (`mmvq_q4_k_n1`, `embed_f16`): ggml's type name,
+/// lower-cased, so the table of supported types is the only list to keep.
+fn kernel_suffix(ty: GgmlType) -> String {
+    ty.name().to_ascii_lowercase()
+}
 
 /// Every kernel family, loaded (compiled on first use, else from the cubin cache).
 pub struct Kernels {
@@ -54,4 +61,27 @@ fn int(n: usize, what: &str) -> i32 {
 /// Blocks for a grid-stride loop over `n` elements: enough to fill the GPU, never zero.
 fn stride_blocks(n: usize, threads: u32) -> u32 {
     (n.div_ceil(threads as usize)).clamp(1, 65_535) as u32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::kernel_suffix;
+    use ferrolm_gguf::GgmlType;
+
+    /// The suffixes the `.cu` files instantiate (`MMVQ_FORMAT(q4_k, ...)`, `EMBED_INSTANCE(f16, ...)`).
+    #[test]
+    fn suffixes_match_the_kernel_instances() {
+        for (ty, suffix) in [
+            (GgmlType::F32, "f32"),
+            (GgmlType::F16, "f16"),
+            (GgmlType::Q4_0, "q4_0"),
+            (GgmlType::Q4_1, "q4_1"),
+            (GgmlType::Q8_0, "q8_0"),
+            (GgmlType::Q4K, "q4_k"),
+            (GgmlType::Q5K, "q5_k"),
+            (GgmlType::Q6K, "q6_k"),
+        ] {
+            assert_eq!(kernel_suffix(ty), suffix);
+        }
+    }
 }
