@@ -27,6 +27,7 @@ pub const MMQ: KernelFile = kernel_file!("mmq.cu");
 pub const QUANTIZE: KernelFile = kernel_file!("quantize.cu");
 pub const ATTENTION: KernelFile = kernel_file!("attention.cu");
 pub const EMBED: KernelFile = kernel_file!("embed.cu");
+pub const GEMM_F32: KernelFile = kernel_file!("gemm_f32.cu");
 
 /// Every compilable file (what the CI test compiles).
 pub const FILES: &[KernelFile] = &[
@@ -37,4 +38,5 @@ pub const FILES: &[KernelFile] = &[
     QUANTIZE,
     ATTENTION,
     EMBED,
+    GEMM_F32,
 ];

@@ -13,7 +13,10 @@
 //! - [`cache`]: compiled images on disk, keyed by source hash, target and NVRTC version.
 //! - [`device`]: one GPU, its stream, buffers, and modules loaded on first use.
 //! - [`ops`]: one thin launcher per kernel family, shaped like the CPU backend's functions.
+//! - [`backend`]: the model's `Backend` ops on those launchers, and [`CudaModel`], which runs
+//!   the forward pass with decode steps replayed as CUDA graphs.
 
+pub mod backend;
 pub mod cache;
 pub mod device;
 mod error;
@@ -22,6 +25,7 @@ pub mod libs;
 pub mod nvrtc;
 pub mod ops;
 
+pub use backend::{CudaBackend, CudaCache, CudaModel};
 pub use cudarc::driver::{CudaSlice, CudaStream};
 pub use device::CudaDevice;
 pub use error::{CudaError, Result};

@@ -7,6 +7,6 @@ mod session;
 
 pub use ferrolm_cpu::KvType;
 pub use generate::{generate, GenerateParams, GenerateStats, StopReason};
-pub use model::Model;
+pub use model::{Cache, Device, Model};
 pub use sampler::{argmax, Sampler, SamplerConfig};
 pub use session::{common_prefix, EngineError, Logits, Session};

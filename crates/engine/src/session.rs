@@ -1,7 +1,7 @@
 //! A session: one sequence, its KV cache and position.
 
-use crate::model::Model;
-use ferrolm_cpu::{CpuCache, KvType};
+use crate::model::{Cache, Model};
+use ferrolm_cpu::KvType;
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum EngineError {
@@ -11,6 +11,8 @@ pub enum EngineError {
     TokenOutOfRange { id: u32, n_vocab: usize },
     #[error("decoding generated text: {0}")]
     Decode(String),
+    #[error("{0}")]
+    Backend(String),
 }
 
 /// Which positions of an evaluated batch get logits.
@@ -22,7 +24,10 @@ pub enum Logits {
 
 pub struct Session<'m, 'a> {
     model: &'m Model<'a>,
-    cache: CpuCache,
+    /// Made on first use, so that creating a session cannot fail (a GPU cache may not fit).
+    cache: Option<Cache>,
+    n_ctx: usize,
+    kv_type: KvType,
     ubatch: usize,
     /// The token at each cached position (its length is the position), so callers can
     /// reuse a shared prefix.
@@ -38,7 +43,9 @@ impl<'m, 'a> Session<'m, 'a> {
     pub fn with_kv_type(model: &'m Model<'a>, n_ctx: usize, kv_type: KvType) -> Self {
         Self {
             model,
-            cache: model.new_cache(n_ctx, kv_type),
+            cache: None,
+            n_ctx,
+            kv_type,
             ubatch: 512,
             tokens: Vec::new(),
         }
@@ -54,12 +61,20 @@ impl<'m, 'a> Session<'m, 'a> {
     }
 
     pub fn n_ctx(&self) -> usize {
-        self.cache.n_ctx()
+        self.n_ctx
     }
 
     /// The tokens held, one per position (`len() == n_past()`).
     pub fn tokens(&self) -> &[u32] {
         &self.tokens
+    }
+
+    /// Allocates the KV cache now rather than on the first [`Self::eval`].
+    pub fn reserve(&mut self) -> Result<(), EngineError> {
+        if self.cache.is_none() {
+            self.cache = Some(self.model.new_cache(self.n_ctx, self.kv_type)?);
+        }
+        Ok(())
     }
 
     /// Forgets everything after the first `n` positions.
@@ -90,6 +105,12 @@ impl<'m, 'a> Session<'m, 'a> {
                 n_ctx: self.n_ctx(),
             });
         }
+        let cache = match &mut self.cache {
+            Some(c) => c,
+            None => self
+                .cache
+                .insert(self.model.new_cache(self.n_ctx, self.kv_type)?),
+        };
         let mut out = Vec::new();
         for (i, chunk) in tokens.chunks(self.ubatch).enumerate() {
             let is_last_chunk = (i + 1) * self.ubatch >= tokens.len();
@@ -98,9 +119,7 @@ impl<'m, 'a> Session<'m, 'a> {
                 Logits::Last if is_last_chunk => vec![chunk.len() - 1],
                 Logits::Last => vec![],
             };
-            let logits = self
-                .model
-                .forward(&mut self.cache, chunk, self.tokens.len(), &rows);
+            let logits = self.model.forward(cache, chunk, self.tokens.len(), &rows)?;
             out.extend_from_slice(&logits);
             self.tokens.extend_from_slice(chunk);
         }

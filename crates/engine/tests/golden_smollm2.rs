@@ -1,14 +1,13 @@
 //! SmolLM2-135M-Instruct (the default model) against llama.cpp: teacher-forced greedy steps.
 
-use ferrolm_engine::{argmax, Logits, Model, Session};
+mod common;
+
+use ferrolm_engine::{argmax, Logits, Session};
 use ferrolm_gguf::GgufFile;
 use serde_json::Value;
 
 fn golden() -> Value {
-    let path = format!(
-        "{}/../../../shared/golden/smollm2-135m-instruct-q4_1.json",
-        env!("CARGO_MANIFEST_DIR")
-    );
+    let path = common::golden("smollm2-135m-instruct-q4_1.json");
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
 
@@ -24,7 +23,7 @@ fn ids(v: &Value) -> Vec<u32> {
 fn teacher_forced_top1_matches_where_the_margin_is_clear() {
     let path = ferrolm_hub::resolve_default(true).expect("the default model (ferrolm pull)");
     let file = GgufFile::open(path).unwrap();
-    let model = Model::load(&file).unwrap();
+    let model = common::load(&file);
     let g = golden();
     for case in g["generate"].as_array().unwrap() {
         let prompt = ids(&case["prompt_ids"]);
@@ -59,4 +58,51 @@ fn teacher_forced_top1_matches_where_the_margin_is_clear() {
         );
         assert!(misses <= 1, "too many top-1 misses: {misses}");
     }
+}
+
+/// Top-1 of every row of `a` and `b` (`[rows][n_vocab]`): how many agree, of how many.
+fn top1_agreement(a: &[f32], b: &[f32], n_vocab: usize) -> (usize, usize) {
+    let rows = a.chunks_exact(n_vocab).zip(b.chunks_exact(n_vocab));
+    let agree = rows.filter(|(x, y)| argmax(x) == argmax(y)).count();
+    (agree, a.len() / n_vocab)
+}
+
+/// The GPU against the CPU on the real model: teacher-forced top-1 agreement over every
+/// golden prompt and its continuation, batched (prefill kernels) and one token at a time
+/// (decode kernels, replayed as a CUDA graph after the first steps).
+#[test]
+#[ignore = "needs a GPU: run with FERROLM_TEST_BACKEND=cuda and --ignored"]
+fn cuda_agrees_with_cpu_teacher_forced() {
+    assert!(common::on_cuda(), "set FERROLM_TEST_BACKEND=cuda");
+    let path = ferrolm_hub::resolve_default(true).expect("the default model (ferrolm pull)");
+    let file = GgufFile::open(path).unwrap();
+    let cpu = ferrolm_engine::Model::load(&file).unwrap();
+    let gpu = common::load(&file);
+    let n_vocab = cpu.cfg.n_vocab;
+    let (mut agree, mut total, mut step_agree, mut step_total) = (0, 0, 0, 0);
+    for case in golden()["generate"].as_array().unwrap() {
+        let mut tokens = ids(&case["prompt_ids"]);
+        let greedy = ids(&case["greedy"]);
+        tokens.extend_from_slice(&greedy[..greedy.len() - 1]);
+        let want = Session::new(&cpu, 512).eval(&tokens, Logits::All).unwrap();
+        let got = Session::new(&gpu, 512).eval(&tokens, Logits::All).unwrap();
+        let (a, t) = top1_agreement(&got, &want, n_vocab);
+        (agree, total) = (agree + a, total + t);
+
+        let mut s = Session::new(&gpu, 512);
+        let mut stepped = Vec::new();
+        for &t in &tokens {
+            stepped.extend(s.eval(&[t], Logits::Last).unwrap());
+        }
+        let (a, t) = top1_agreement(&stepped, &want, n_vocab);
+        (step_agree, step_total) = (step_agree + a, step_total + t);
+    }
+    println!(
+        "batched: {agree}/{total} top-1 agree; one token at a time: {step_agree}/{step_total}"
+    );
+    assert!(agree * 100 >= total * 98, "batched: {agree}/{total}");
+    assert!(
+        step_agree * 100 >= step_total * 98,
+        "stepped: {step_agree}/{step_total}"
+    );
 }

@@ -1,15 +1,11 @@
 //! Whole-model parity with llama.cpp on the tiny random models in `../shared/golden`.
 
-use ferrolm_engine::{KvType, Logits, Model, Session};
+mod common;
+
+use common::golden;
+use ferrolm_engine::{KvType, Logits, Session};
 use ferrolm_gguf::GgufFile;
 use serde_json::Value;
-
-fn golden(name: &str) -> String {
-    format!(
-        "{}/../../../shared/golden/{name}",
-        env!("CARGO_MANIFEST_DIR")
-    )
-}
 
 struct Case {
     /// prompt followed by the greedy continuation, teacher-forced as one sequence
@@ -75,13 +71,13 @@ fn argmax(x: &[f32]) -> usize {
 /// F32 goldens come from llama.cpp's precise configuration (F32 KV cache, no flash attention);
 /// the quantized ones from its defaults (F16 cache, flash attention), and we mirror each.
 fn compare(stem: &str) -> Stats {
-    let kv = if stem.ends_with("f32") {
+    let kv = common::kv_type(if stem.ends_with("f32") {
         KvType::F32
     } else {
         KvType::F16
-    };
+    });
     let file = GgufFile::open(golden(&format!("{stem}.gguf"))).unwrap();
-    let model = Model::load(&file).unwrap();
+    let model = common::load(&file);
     let (n_vocab, cases) = cases(stem);
     assert_eq!(model.cfg.n_vocab, n_vocab);
     let mut diffs = Vec::new();

@@ -45,6 +45,13 @@ pub trait Backend {
     fn rms_norm_groups(&self, x: &mut Self::Act, w: &Self::Weight, eps: f32);
     /// `out = x · Wᵀ`.
     fn matmul(&self, w: &Self::Weight, x: &Self::Act, out: &mut Self::Act);
+    /// `outs[i] = x · ws[i]ᵀ` for several weights over the same input (q/k/v, gate/up), so a
+    /// backend can prepare `x` once (quantize it, say) for all of them.
+    fn matmul_many(&self, ws: &[&Self::Weight], x: &Self::Act, outs: &mut [&mut Self::Act]) {
+        for (w, out) in ws.iter().zip(outs.iter_mut()) {
+            self.matmul(w, x, out);
+        }
+    }
     fn add_bias(&self, x: &mut Self::Act, b: &Self::Weight);
     fn rope(
         &self,

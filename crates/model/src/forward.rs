@@ -68,9 +68,7 @@ pub fn forward<B: Backend>(
         let a = &layer.attn;
         b.rms_norm(&x, &a.norm, cfg.rms_eps, &mut h);
         dump(b, &dir, "attn_norm", il, &h);
-        b.matmul(&a.q, &h, &mut q);
-        b.matmul(&a.k, &h, &mut k);
-        b.matmul(&a.v, &h, &mut v);
+        b.matmul_many(&[&a.q, &a.k, &a.v], &h, &mut [&mut q, &mut k, &mut v]);
         if let Some([bq, bk, bv]) = &a.qkv_bias {
             b.add_bias(&mut q, bq);
             b.add_bias(&mut k, bk);
@@ -99,8 +97,7 @@ pub fn forward<B: Backend>(
             Ffn::Dense(f) => {
                 let mut gate = b.alloc(n, cfg.n_ff);
                 let mut up = b.alloc(n, cfg.n_ff);
-                b.matmul(&f.gate, &h, &mut gate);
-                b.matmul(&f.up, &h, &mut up);
+                b.matmul_many(&[&f.gate, &f.up], &h, &mut [&mut gate, &mut up]);
                 dump(b, &dir, "ffn_gate", il, &gate);
                 dump(b, &dir, "ffn_up", il, &up);
                 b.swiglu(&mut gate, &up);

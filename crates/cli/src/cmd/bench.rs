@@ -5,7 +5,7 @@ use super::common::ModelOpts;
 use super::logits::parse_ids;
 use anyhow::{ensure, Result};
 use clap::{Args, ValueEnum};
-use ferrolm_engine::{Logits, Model, Session};
+use ferrolm_engine::{Logits, Session};
 use ferrolm_gguf::GgufFile;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
@@ -42,7 +42,7 @@ struct Record {
     model_filename: String,
     model_size: u64,
     model_n_params: u64,
-    backend: &'static str,
+    backend: String,
     n_threads: usize,
     n_ubatch: usize,
     n_prompt: usize,
@@ -56,7 +56,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
     ensure!(args.reps >= 1, "-r must be at least 1");
     let path = args.model.prepare()?;
     let file = GgufFile::open(&path)?;
-    let model = Model::load(&file)?;
+    let model = args.model.load(&file)?;
     let mut tests: Vec<(usize, usize)> = Vec::new();
     tests.extend(
         parse_ids(&args.n_prompt)?
@@ -78,11 +78,17 @@ pub fn run(args: BenchArgs) -> Result<()> {
     let mut rng = rand::rngs::StdRng::seed_from_u64(1234);
     let n_vocab = model.cfg.n_vocab as u32;
     let mut records = Vec::new();
+    let backend = if model.device_name() == "cpu" {
+        "CPU".to_owned()
+    } else {
+        "CUDA".to_owned()
+    };
     for (n_prompt, n_gen) in tests {
         let n_ctx = n_prompt + n_gen;
         let mut once = || -> Result<f64> {
             let mut s = Session::with_kv_type(&model, n_ctx, args.model.kv_type());
             s.set_ubatch(args.ubatch);
+            s.reserve()?; // the KV cache is not part of the timing
             let tokens: Vec<u32> = (0..n_prompt.max(n_gen))
                 .map(|_| rng.gen_range(0..n_vocab))
                 .collect();
@@ -106,7 +112,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
             model_filename: path.display().to_string(),
             model_size: file.tensors().iter().map(|t| t.n_bytes).sum(),
             model_n_params: file.tensors().iter().map(|t| t.n_elements()).sum(),
-            backend: "CPU",
+            backend: backend.clone(),
             n_threads: rayon::current_num_threads(),
             n_ubatch: args.ubatch,
             n_prompt,

@@ -8,9 +8,7 @@ use super::common::ModelOpts;
 use super::run::SamplingOpts;
 use anyhow::{bail, Result};
 use clap::Args;
-use ferrolm_engine::{
-    generate, GenerateParams, GenerateStats, Model, Sampler, Session, StopReason,
-};
+use ferrolm_engine::{generate, GenerateParams, GenerateStats, Sampler, Session, StopReason};
 use ferrolm_gguf::GgufFile;
 use ferrolm_tokenizer::{ChatTemplate, Message, Tokenizer};
 use std::io::{BufRead, IsTerminal, Write};
@@ -52,7 +50,7 @@ enum Input {
 pub fn run(args: ChatArgs) -> Result<()> {
     let path = args.model.prepare()?;
     let file = GgufFile::open(&path)?;
-    let model = Model::load(&file)?;
+    let model = args.model.load(&file)?;
     let tok = Tokenizer::from_gguf(&file)?;
     let template = ChatTemplate::from_gguf(&file, &tok)?;
     let session = args.model.session(&model);

@@ -2,8 +2,11 @@
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
-use ferrolm_engine::{KvType, Model, Session};
+use ferrolm_cuda::CudaDevice;
+use ferrolm_engine::{Device, KvType, Model, Session};
+use ferrolm_gguf::GgufFile;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum BackendChoice {
@@ -42,22 +45,8 @@ pub struct ModelOpts {
 }
 
 impl ModelOpts {
-    /// Resolves the model path, picks the backend and sizes the thread pool.
+    /// Resolves the model path and sizes the thread pool.
     pub fn prepare(&self) -> Result<PathBuf> {
-        match self.backend {
-            BackendChoice::Cpu => {}
-            BackendChoice::Cuda => {
-                // Open the device first, so the message says what is missing (driver, GPU,
-                // NVRTC) or what was found.
-                let dev = ferrolm_cuda::CudaDevice::new(0).context("--backend cuda")?;
-                bail!(
-                    "--backend cuda: found {}, but the CUDA backend is not built yet \
-                     (`ferrolm cuda-parity` checks its kernels); use --backend cpu",
-                    dev.describe()
-                )
-            }
-            BackendChoice::Auto => {}
-        }
         if let Some(t) = self.threads {
             if t == 0 {
                 bail!("-t/--threads must be at least 1");
@@ -68,6 +57,42 @@ impl ModelOpts {
                 .build_global();
         }
         super::pull::model_or_default(self.model.clone())
+    }
+
+    /// The device `--backend` and `-ngl` ask for. `auto` takes the GPU when one opens and says
+    /// which it chose.
+    pub fn device(&self) -> Result<Device> {
+        if self.n_gpu_layers == 0 {
+            return Ok(Device::Cpu);
+        }
+        let open = || CudaDevice::new(0).map(|d| Device::Cuda(Arc::new(d)));
+        let device = match self.backend {
+            BackendChoice::Cpu => Device::Cpu,
+            // The error says what is missing (driver, GPU, NVRTC).
+            BackendChoice::Cuda => open().context("--backend cuda")?,
+            BackendChoice::Auto => open().unwrap_or(Device::Cpu),
+        };
+        if let Device::Cuda(d) = &device {
+            eprintln!("ferrolm: using {}", d.describe());
+        }
+        Ok(device)
+    }
+
+    /// Loads `file` on the chosen device.
+    pub fn load<'a>(&self, file: &'a GgufFile) -> Result<Model<'a>> {
+        let device = self.device()?;
+        if let Device::Cuda(_) = device {
+            let n_layer = ferrolm_model::Config::from_gguf(file)?.n_layer as i32;
+            if self.n_gpu_layers > 0 && self.n_gpu_layers < n_layer {
+                bail!(
+                    "-ngl {}: offloading part of the model ({} of {n_layer} layers) is not \
+                     supported yet; use -ngl -1 (all) or 0 (CPU)",
+                    self.n_gpu_layers,
+                    self.n_gpu_layers
+                );
+            }
+        }
+        Ok(Model::load_on(file, &device)?)
     }
 
     pub fn n_ctx(&self, model_ctx: usize) -> usize {

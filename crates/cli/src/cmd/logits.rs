@@ -3,7 +3,7 @@
 use super::common::ModelOpts;
 use anyhow::{Context, Result};
 use clap::Args;
-use ferrolm_engine::{Logits, Model, Session};
+use ferrolm_engine::{Logits, Session};
 use ferrolm_gguf::GgufFile;
 use serde_json::json;
 
@@ -44,7 +44,7 @@ pub fn run(args: LogitsArgs) -> Result<()> {
     anyhow::ensure!(!ids.is_empty(), "--tokens: no token ids given");
     let path = args.model.prepare()?;
     let file = GgufFile::open(&path)?;
-    let model = Model::load(&file)?;
+    let model = args.model.load(&file)?;
     let n_vocab = model.cfg.n_vocab;
     let n_ctx = args.model.n_ctx(model.cfg.n_ctx).max(ids.len());
     let mut session = Session::with_kv_type(&model, n_ctx, args.model.kv_type());

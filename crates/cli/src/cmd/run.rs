@@ -3,7 +3,7 @@
 use super::common::ModelOpts;
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use ferrolm_engine::{generate, GenerateParams, Model, Sampler, SamplerConfig};
+use ferrolm_engine::{generate, GenerateParams, Sampler, SamplerConfig};
 use ferrolm_gguf::GgufFile;
 use ferrolm_tokenizer::{ChatTemplate, Message, Tokenizer};
 use std::io::Write;
@@ -89,7 +89,7 @@ pub fn run(args: RunArgs) -> Result<()> {
     };
     let path = args.model.prepare()?;
     let file = GgufFile::open(&path)?;
-    let model = Model::load(&file)?;
+    let model = args.model.load(&file)?;
     let tok = Tokenizer::from_gguf(&file)?;
     let text = if args.chat {
         ChatTemplate::from_gguf(&file, &tok)?.render(&[Message::new("user", prompt)], true)?

@@ -4,7 +4,9 @@ use super::int;
 use crate::device::CudaDevice;
 use crate::error::{CudaError, DriverContext, Result};
 use crate::kernels::MMVQ;
-use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
+use cudarc::driver::{
+    CudaFunction, CudaSlice, CudaStream, CudaView, CudaViewMut, LaunchConfig, PushKernelArg,
+};
 use ferrolm_gguf::GgmlType;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -90,6 +92,17 @@ impl Mmvq {
         xq: &CudaSlice<u8>,
         n: usize,
         out: &mut CudaSlice<f32>,
+    ) -> Result<()> {
+        self.matvec_view(w, &xq.as_view(), n, &mut out.as_view_mut())
+    }
+
+    /// [`Self::matvec`] over views, so a caller can run a larger batch in slices of rows.
+    pub fn matvec_view(
+        &self,
+        w: &QuantMatrix,
+        xq: &CudaView<u8>,
+        n: usize,
+        out: &mut CudaViewMut<f32>,
     ) -> Result<()> {
         let f = self.fns.get(&(w.ty, n)).ok_or_else(|| {
             CudaError::Invalid(format!(

@@ -5,6 +5,7 @@
 mod attention;
 mod elementwise;
 mod embed;
+mod gemm_f32;
 mod mmq;
 mod mmvq;
 mod norm_rope;
@@ -13,6 +14,7 @@ mod quantize;
 pub use attention::{Attention, DecodeWork, KvCache, ATTN_HEAD_DIMS};
 pub use elementwise::Elementwise;
 pub use embed::Embed;
+pub use gemm_f32::GemmF32;
 pub use mmq::{Mmq, MMQ_BK};
 pub use mmvq::{Mmvq, QuantMatrix, MMVQ_MAX_COLS};
 pub use norm_rope::{NormRope, Rope};
@@ -37,6 +39,7 @@ pub struct Kernels {
     pub mmq: Mmq,
     pub attention: Attention,
     pub embed: Embed,
+    pub gemm_f32: GemmF32,
 }
 
 impl Kernels {
@@ -49,6 +52,7 @@ impl Kernels {
             mmq: Mmq::load(dev)?,
             attention: Attention::load(dev)?,
             embed: Embed::load(dev)?,
+            gemm_f32: GemmF32::load(dev)?,
         })
     }
 }

@@ -1,0 +1,237 @@
+//! A model on the GPU: weights uploaded after a fit check, caches, and forward passes, with
+//! single-token decode steps captured once per cache as a CUDA graph and replayed.
+
+use super::{decode_work, CudaAct, CudaBackend, CudaWeight};
+use crate::device::CudaDevice;
+use crate::error::{CudaError, DriverContext, Result};
+use crate::ops::{DecodeWork, KvCache};
+use cudarc::driver::{sys, CudaGraph};
+use ferrolm_gguf::GgufFile;
+use ferrolm_model::backend::Backend;
+use ferrolm_model::forward::forward;
+use ferrolm_model::tensor_specs;
+use ferrolm_model::weights::ModelWeights;
+use ferrolm_model::{Config, ModelError};
+use std::sync::Arc;
+
+/// `FERROLM_CUDA_GRAPH=0` runs every decode step op by op, for bisecting.
+fn graphs_enabled() -> bool {
+    std::env::var("FERROLM_CUDA_GRAPH").map_or(true, |v| v != "0")
+        && std::env::var_os("FERROLM_DUMP_DIR").is_none()
+}
+
+/// Headroom kept free beyond the weights: activations, the cuBLAS-free kernels' scratch, and
+/// the driver's own needs.
+const RESERVE_BYTES: u64 = 512 << 20;
+
+pub struct CudaModel {
+    pub cfg: Config,
+    backend: CudaBackend,
+    weights: ModelWeights<CudaWeight>,
+}
+
+/// A decode step captured for one cache: replaying it reruns the whole token.
+struct DecodeGraph {
+    graph: CudaGraph,
+    /// The logits buffer the graph writes; held out of the pool while the graph lives.
+    logits: CudaAct,
+}
+
+// SAFETY: a graph is used only through the cache that owns it, and a cache is used by one
+// thread at a time (`&mut`); the driver requires no more than that serialization.
+unsafe impl Send for DecodeGraph {}
+
+/// Every layer's f16 KV cache for one sequence, its decode scratch, and its decode graph.
+pub struct CudaCache {
+    pub(super) layers: Vec<KvCache>,
+    pub(super) work: DecodeWork,
+    graph: Option<DecodeGraph>,
+    /// Single-token steps run so far without a graph: the first fills the buffer pools, the
+    /// second is captured.
+    eager_decodes: usize,
+    graph_failed: bool,
+}
+
+impl CudaCache {
+    pub fn n_ctx(&self) -> usize {
+        self.layers.first().map_or(0, |l| l.n_ctx)
+    }
+}
+
+fn gib(b: u64) -> String {
+    format!("{:.2} GiB", b as f64 / (1u64 << 30) as f64)
+}
+
+impl CudaModel {
+    /// Uploads every weight of `file`, after checking that they fit in free device memory.
+    pub fn load(file: &GgufFile, dev: Arc<CudaDevice>) -> ferrolm_model::Result<Self> {
+        let cfg = Config::from_gguf(file)?;
+        check_fit(&cfg, file, &dev)?;
+        let cuda = |e: CudaError| ModelError::Invalid(format!("CUDA: {e}"));
+        let backend = CudaBackend::new(dev.clone()).map_err(cuda)?;
+        let weights = ModelWeights::load(&cfg, file, |name, ty, dims, data| {
+            super::weights::upload(&dev, name, ty, dims, data)
+        })?;
+        dev.sync().map_err(cuda)?;
+        Ok(Self {
+            cfg,
+            backend,
+            weights,
+        })
+    }
+
+    pub fn device(&self) -> &CudaDevice {
+        self.backend.device()
+    }
+
+    /// A cache for `n_ctx` positions; a clear error when it does not fit.
+    pub fn new_cache(&self, n_ctx: usize) -> Result<CudaCache> {
+        let cfg = &self.cfg;
+        let dev = self.backend.device();
+        let need =
+            (cfg.n_layer * n_ctx * cfg.n_head_kv * (cfg.head_dim + cfg.head_dim_v) * 2) as u64;
+        let (free, _) = dev.context().mem_get_info().during("reading free memory")?;
+        if need + RESERVE_BYTES / 2 > free as u64 {
+            return Err(CudaError::Invalid(format!(
+                "a KV cache of {n_ctx} positions needs {} of GPU memory, {} is free; lower -c",
+                gib(need),
+                gib(free as u64)
+            )));
+        }
+        let layers = (0..cfg.n_layer)
+            .map(|_| KvCache::new(dev, n_ctx, cfg.n_head_kv, cfg.head_dim))
+            .collect::<Result<_>>()?;
+        Ok(CudaCache {
+            layers,
+            work: decode_work(dev, cfg.n_head, cfg.head_dim, n_ctx)?,
+            graph: None,
+            eager_decodes: 0,
+            graph_failed: false,
+        })
+    }
+
+    /// Logits `[logit_rows.len()][n_vocab]` for `tokens` placed at `pos0..`.
+    pub fn forward(
+        &self,
+        cache: &mut CudaCache,
+        tokens: &[u32],
+        pos0: usize,
+        logit_rows: &[usize],
+    ) -> Result<Vec<f32>> {
+        let b = &self.backend;
+        b.set_inputs(tokens, pos0)?;
+        let is_step = tokens.len() == 1 && logit_rows == [0];
+        if is_step && graphs_enabled() && !cache.graph_failed {
+            if let Some(g) = &cache.graph {
+                g.graph.launch().during("replaying the decode graph")?;
+                return self.read_logits(&g.logits);
+            }
+            if cache.eager_decodes >= 1 {
+                return self.capture_step(cache, tokens, pos0);
+            }
+            cache.eager_decodes += 1;
+        }
+        let logits = self.run(cache, tokens, pos0, logit_rows);
+        self.read_logits(&logits)
+    }
+
+    fn run(&self, cache: &mut CudaCache, tokens: &[u32], pos0: usize, rows: &[usize]) -> CudaAct {
+        // The trait's host positions; the CUDA ops read the device copy set above.
+        let positions: Vec<u32> = (pos0..pos0 + tokens.len()).map(|p| p as u32).collect();
+        forward(
+            &self.backend,
+            &self.cfg,
+            &self.weights,
+            cache,
+            tokens,
+            &positions,
+            rows,
+        )
+    }
+
+    fn read_logits(&self, logits: &CudaAct) -> Result<Vec<f32>> {
+        let host = self.backend.to_host(logits);
+        match self.backend.take_error() {
+            Some(e) => Err(e),
+            None => Ok(host),
+        }
+    }
+
+    /// Captures one decode step, then replays it (capture only records).
+    fn capture_step(&self, cache: &mut CudaCache, tokens: &[u32], pos0: usize) -> Result<Vec<f32>> {
+        let b = &self.backend;
+        let stream = b.device().stream().clone();
+        stream
+            .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+            .during("starting graph capture")?;
+        b.set_capturing(true);
+        let logits = self.run(cache, tokens, pos0, &[0]);
+        b.set_capturing(false);
+        let captured = stream.end_capture(sys::CUgraphInstantiate_flags(0));
+        let failed = b.take_error();
+        match (captured, failed) {
+            (Ok(Some(graph)), None) => {
+                graph.launch().during("launching the decode graph")?;
+                let g = cache.graph.insert(DecodeGraph { graph, logits });
+                self.read_logits(&g.logits)
+            }
+            // Whatever went wrong, the step is still owed: run it op by op, and stop trying
+            // to capture for this cache.
+            _ => {
+                cache.graph_failed = true;
+                drop(logits);
+                let logits = self.run(cache, tokens, pos0, &[0]);
+                self.read_logits(&logits)
+            }
+        }
+    }
+}
+
+/// Fails with how many layers would fit when the weights do not fit in free device memory.
+fn check_fit(cfg: &Config, file: &GgufFile, dev: &CudaDevice) -> ferrolm_model::Result<()> {
+    let (free, _) = dev
+        .context()
+        .mem_get_info()
+        .map_err(|e| ModelError::Invalid(format!("CUDA: reading free memory: {e}")))?;
+    let mut total = 0u64;
+    let mut per_layer = vec![0u64; cfg.n_layer];
+    for spec in tensor_specs(cfg) {
+        let Some(info) = file.tensor(&spec.name) else {
+            continue; // ModelWeights::load reports missing tensors
+        };
+        let bytes = super::weights::device_bytes(&spec.name, info.ty, &info.dims);
+        total += bytes;
+        if let Some(layer) = layer_of(&spec.name) {
+            if layer < cfg.n_layer {
+                per_layer[layer] += bytes;
+            }
+        }
+    }
+    let free = free as u64;
+    if total + RESERVE_BYTES <= free {
+        return Ok(());
+    }
+    let outside: u64 = total - per_layer.iter().sum::<u64>();
+    let mut budget = free.saturating_sub(RESERVE_BYTES + outside);
+    let fits = per_layer
+        .iter()
+        .take_while(|&&b| {
+            let ok = b <= budget;
+            budget = budget.saturating_sub(b);
+            ok
+        })
+        .count();
+    Err(ModelError::Invalid(format!(
+        "the model needs {} of GPU memory for its weights, {} is free on {}: about {fits} of {} \
+         layers would fit (-ngl {fits})",
+        gib(total + RESERVE_BYTES),
+        gib(free),
+        dev.name(),
+        cfg.n_layer
+    )))
+}
+
+/// `blk.N.…` → N.
+fn layer_of(name: &str) -> Option<usize> {
+    name.strip_prefix("blk.")?.split('.').next()?.parse().ok()
+}
