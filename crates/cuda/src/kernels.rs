@@ -26,6 +26,7 @@ pub const MMVQ: KernelFile = kernel_file!("mmvq.cu");
 pub const MMQ: KernelFile = kernel_file!("mmq.cu");
 pub const QUANTIZE: KernelFile = kernel_file!("quantize.cu");
 pub const ATTENTION: KernelFile = kernel_file!("attention.cu");
+pub const FLASH_ATTN: KernelFile = kernel_file!("flash_attn.cu");
 pub const EMBED: KernelFile = kernel_file!("embed.cu");
 pub const GEMM_F32: KernelFile = kernel_file!("gemm_f32.cu");
 
@@ -37,6 +38,7 @@ pub const FILES: &[KernelFile] = &[
     MMQ,
     QUANTIZE,
     ATTENTION,
+    FLASH_ATTN,
     EMBED,
     GEMM_F32,
 ];

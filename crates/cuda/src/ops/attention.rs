@@ -1,4 +1,6 @@
-//! `kernels/attention.cu`: the f16 KV cache, flash-decoding and tiled flash-attention prefill.
+//! `kernels/attention.cu`: the f16 KV cache, flash-decoding and the scalar tiled prefill;
+//! `kernels/flash_attn.cu`: the tensor-core prefill (the default; `FERROLM_ATTN_MMA=0` selects
+//! the scalar one, for bisecting).
 //!
 //! Positions live in device memory (`CudaSlice<u32>`), so a captured graph replays with new
 //! positions without re-capture; the split count of decode is fixed per [`DecodeWork`] for the
@@ -7,7 +9,8 @@
 use super::int;
 use crate::device::CudaDevice;
 use crate::error::{CudaError, DriverContext, Result};
-use crate::kernels::ATTENTION;
+use crate::kernels::{ATTENTION, FLASH_ATTN};
+use cudarc::driver::sys::CUfunction_attribute;
 use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
 use std::sync::Arc;
 
@@ -15,6 +18,36 @@ use std::sync::Arc;
 const NWARPS: usize = 4;
 /// Head sizes with a kernel instance.
 pub const ATTN_HEAD_DIMS: [usize; 2] = [64, 128];
+/// flash_attn.cu's tile: FA_BQ query rows (16 per warp, FA_NWARPS warps) per block, and its
+/// shared memory: FA_STAGES stages of a K and a V tile of FA_BK keys, rows padded by FA_PAD.
+const FA_NWARPS: usize = 4;
+const FA_BQ: usize = 16 * FA_NWARPS;
+const FA_BK: usize = 64;
+const FA_STAGES: usize = 2;
+const FA_PAD: usize = 8;
+
+fn flash_smem_bytes(head_dim: usize) -> usize {
+    FA_STAGES * 2 * FA_BK * (head_dim + FA_PAD) * std::mem::size_of::<u16>()
+}
+
+/// Which kernel computes prefill attention.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PrefillKernel {
+    /// flash_attn.cu: f16 tensor cores (Q and P rounded to f16, f32 accumulation).
+    Mma,
+    /// attention.cu's attn_prefill: one warp per query row, f32 throughout.
+    Scalar,
+}
+
+impl PrefillKernel {
+    /// `FERROLM_ATTN_MMA=0` selects the scalar kernel; anything else (or unset) the MMA one.
+    pub fn from_env() -> Self {
+        match std::env::var("FERROLM_ATTN_MMA") {
+            Ok(v) if v == "0" => PrefillKernel::Scalar,
+            _ => PrefillKernel::Mma,
+        }
+    }
+}
 
 /// One layer's keys and values on the device, f16 bits, head-major
 /// `[n_kv_head][n_ctx][head_dim]` as the CPU's `LayerKv`.
@@ -86,6 +119,9 @@ pub struct Attention {
     /// Per entry of ATTN_HEAD_DIMS.
     decode: Vec<CudaFunction>,
     prefill: Vec<CudaFunction>,
+    flash: Vec<CudaFunction>,
+    /// What [`prefill`](Attention::prefill) runs, fixed at load from the environment.
+    pub prefill_kernel: PrefillKernel,
 }
 
 fn dim_index(head_dim: usize) -> Result<usize> {
@@ -114,6 +150,19 @@ fn query_rows(q: usize, out: usize, positions: usize, n_head: usize, cache: &KvC
 impl Attention {
     pub fn load(dev: &CudaDevice) -> Result<Self> {
         let f = |name: String| dev.function(&ATTENTION, &name);
+        let flash = ATTN_HEAD_DIMS
+            .iter()
+            .map(|&d| {
+                let func = dev.function(&FLASH_ATTN, &format!("flash_attn_prefill_d{d}"))?;
+                // Above 48 KiB a block gets dynamic shared memory only when asked for.
+                func.set_attribute(
+                    CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                    int(flash_smem_bytes(d), "flash shared memory"),
+                )
+                .during("raising flash_attn_prefill's shared-memory limit")?;
+                Ok(func)
+            })
+            .collect::<Result<_>>()?;
         Ok(Self {
             stream: dev.stream().clone(),
             kv_store: f("kv_store_f16".into())?,
@@ -126,6 +175,8 @@ impl Attention {
                 .iter()
                 .map(|d| f(format!("attn_prefill_d{d}")))
                 .collect::<Result<_>>()?,
+            flash,
+            prefill_kernel: PrefillKernel::from_env(),
         })
     }
 
@@ -239,7 +290,7 @@ impl Attention {
     }
 
     /// Prefill: the same as [`decode`](Self::decode) for a ubatch of any number of query rows,
-    /// one warp per (row, head), K/V tiles staged in shared memory.
+    /// on the kernel chosen at load ([`PrefillKernel::from_env`]).
     pub fn prefill(
         &self,
         q: &CudaSlice<f32>,
@@ -248,7 +299,22 @@ impl Attention {
         n_head: usize,
         out: &mut CudaSlice<f32>,
     ) -> Result<()> {
-        let f = &self.prefill[dim_index(cache.head_dim)?];
+        self.prefill_with(self.prefill_kernel, q, cache, positions, n_head, out)
+    }
+
+    /// [`prefill`](Self::prefill) on a named kernel (parity checks run both). Scalar: one warp
+    /// per (row, head), K/V tiles staged in shared memory as f32. Mma: FA_BQ (row, head) pairs
+    /// of one KV group per block, f16 tensor cores, K/V tiles copied asynchronously.
+    pub fn prefill_with(
+        &self,
+        kernel: PrefillKernel,
+        q: &CudaSlice<f32>,
+        cache: &KvCache,
+        positions: &CudaSlice<u32>,
+        n_head: usize,
+        out: &mut CudaSlice<f32>,
+    ) -> Result<()> {
+        let di = dim_index(cache.head_dim)?;
         let n_q = query_rows(q.len(), out.len(), positions.len(), n_head, cache);
         let scale = 1.0 / (cache.head_dim as f32).sqrt();
         let (nq, nh, nkv, nctx) = (
@@ -257,6 +323,28 @@ impl Attention {
             int(cache.n_kv_head, "n_kv_head"),
             int(cache.n_ctx, "n_ctx"),
         );
+        let (f, cfg) = match kernel {
+            PrefillKernel::Scalar => (
+                &self.prefill[di],
+                LaunchConfig {
+                    grid_dim: (n_q.div_ceil(NWARPS) as u32, n_head as u32, 1),
+                    block_dim: ((NWARPS * 32) as u32, 1, 1),
+                    shared_mem_bytes: 0,
+                },
+            ),
+            PrefillKernel::Mma => {
+                let rows = n_q * (n_head / cache.n_kv_head);
+                let blocks = int(rows.div_ceil(FA_BQ), "flash blocks") as u32;
+                (
+                    &self.flash[di],
+                    LaunchConfig {
+                        grid_dim: (blocks, cache.n_kv_head as u32, 1),
+                        block_dim: ((FA_NWARPS * 32) as u32, 1, 1),
+                        shared_mem_bytes: flash_smem_bytes(cache.head_dim) as u32,
+                    },
+                )
+            }
+        };
         let mut b = self.stream.launch_builder(f);
         b.arg(q)
             .arg(&cache.k)
@@ -268,14 +356,10 @@ impl Attention {
             .arg(&nkv)
             .arg(&nctx)
             .arg(&scale);
-        let cfg = LaunchConfig {
-            grid_dim: (n_q.div_ceil(NWARPS) as u32, n_head as u32, 1),
-            block_dim: ((NWARPS * 32) as u32, 1, 1),
-            shared_mem_bytes: 0,
-        };
-        // SAFETY: attn_prefill_dD(q, kc, vc, pos, out, n_q, n_head, n_kv_head, n_ctx, scale):
-        // n_q rows in and out, positions below n_ctx (the caller's).
-        unsafe { b.launch(cfg) }.during("launching attn_prefill")?;
+        // SAFETY: attn_prefill_dD and flash_attn_prefill_dD take (q, kc, vc, pos, out, n_q,
+        // n_head, n_kv_head, n_ctx, scale): n_q rows in and out, positions below n_ctx (the
+        // caller's); the flash kernel's dynamic shared memory is the size it was raised to.
+        unsafe { b.launch(cfg) }.during("launching attention prefill")?;
         Ok(())
     }
 }
@@ -292,5 +376,8 @@ mod tests {
         assert_eq!(dim_index(64).unwrap(), 0);
         assert_eq!(dim_index(128).unwrap(), 1);
         assert!(dim_index(80).is_err());
+        // 2 stages of K and V tiles, 64 keys of (D + 8) halves: the kernel's layout.
+        assert_eq!(flash_smem_bytes(64), 36_864);
+        assert_eq!(flash_smem_bytes(128), 69_632);
     }
 }

@@ -11,7 +11,7 @@ mod mmvq;
 mod norm_rope;
 mod quantize;
 
-pub use attention::{Attention, DecodeWork, KvCache, ATTN_HEAD_DIMS};
+pub use attention::{Attention, DecodeWork, KvCache, PrefillKernel, ATTN_HEAD_DIMS};
 pub use elementwise::Elementwise;
 pub use embed::Embed;
 pub use gemm_f32::GemmF32;
