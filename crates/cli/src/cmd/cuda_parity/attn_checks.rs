@@ -1,29 +1,59 @@
-//! Attention and embedding checks of `cuda-parity`: the f16 KV store, flash-decoding and the
-//! flash-attention prefill against `ferrolm_cpu::attention` (an f32 cache holding the same
-//! f16-rounded values, so both see identical keys and values and the reference is the CPU's
-//! exact f32 path), and the embedding gather against `ferrolm_quant`'s dequantize.
+//! Attention and embedding checks of `cuda-parity`: the f16 KV store, flash-decoding and both
+//! prefill kernels (scalar f32 and f16 tensor-core) against `ferrolm_cpu::attention` (an f32
+//! cache holding the same f16-rounded values, so both see identical keys and values and the
+//! reference is the CPU's exact f32 path), and the embedding gather against `ferrolm_quant`'s
+//! dequantize.
 
 use super::checks::{normal, poisoned, row};
 use super::{compare, Contract, Row};
 use anyhow::Result;
 use ferrolm_cpu::attention::{attention, LayerKv};
 use ferrolm_cpu::KvType;
-use ferrolm_cuda::ops::{DecodeWork, KvCache, QuantMatrix};
+use ferrolm_cuda::ops::{DecodeWork, KvCache, PrefillKernel, QuantMatrix};
 use ferrolm_cuda::{CudaDevice, Kernels};
 use ferrolm_gguf::GgmlType;
 use ferrolm_model::backend::AttnShape;
 use rand::rngs::StdRng;
 use rand::Rng;
+use rayon::prelude::*;
 
 /// f32 softmax and sums in another order (expf against Rust's exp, a split or tiled online
 /// softmax against a two-pass one), measured against `Σ p·|v|` (see [`magnitudes`]).
 const ATTN: Contract = Contract::Rel(1e-5, "f32 accumulation order");
 
-/// Decode: 32/8 heads of 128, 1000 cached positions, three query rows (997..=999);
-/// prefill: 9/3 heads of 64, a 77-token prompt from position 0.
+/// The tensor-core prefill rounds q·scale and the probabilities P to f16 (unit roundoff
+/// u = 2⁻¹¹ ≈ 4.9e-4 each) and accumulates in f32, measured against `Σ p·|v|`. A numpy model
+/// of exactly that rounding gives at most 5.3e-4 on these shapes' N(0, 1) data (rows with few
+/// keys are the worst); a wrong mask or fragment is off by O(0.1).
+const ATTN_MMA: Contract = Contract::Rel(2e-3, "f16 q·scale and P, f32 accumulation");
+
+/// What one attention check runs over the same cache and queries.
+#[derive(Clone, Copy)]
+enum Path {
+    Decode,
+    Prefill(PrefillKernel),
+}
+
+const BOTH_PREFILLS: [Path; 2] = [
+    Path::Prefill(PrefillKernel::Scalar),
+    Path::Prefill(PrefillKernel::Mma),
+];
+
+/// Decode: 32/8 heads of 128, 1000 cached positions, three query rows (997..=999). Prefill, on
+/// both kernels: a 77-token prompt from position 0 with groups of 3 (the tensor-core kernel's
+/// 64-row blocks then mix tokens and heads, and the last is ragged); 512 rows after a 300-token
+/// prefix (GQA 32/8, D 128); 2048 rows after a 100-token prefix (GQA 32/8, D 64); a 2048-token
+/// prompt with 32 heads of 128, one KV head each.
 pub fn all(dev: &CudaDevice, k: &Kernels, rng: &mut StdRng) -> Result<Vec<Row>> {
-    let mut rows = attn(dev, k, rng, (32, 8, 128), 1024, 1000, 3)?;
-    rows.extend(attn(dev, k, rng, (9, 3, 64), 128, 77, 77)?);
+    let mut rows = attn(dev, k, rng, (32, 8, 128), 1024, 1000, 3, &[Path::Decode])?;
+    for (shape, n_ctx, n_pos, n_q) in [
+        ((9, 3, 64), 128, 77, 77),
+        ((32, 8, 128), 1024, 812, 512),
+        ((32, 8, 64), 2304, 2148, 2048),
+        ((32, 32, 128), 2048, 2048, 2048),
+    ] {
+        rows.extend(attn(dev, k, rng, shape, n_ctx, n_pos, n_q, &BOTH_PREFILLS)?);
+    }
     rows.extend(embed(dev, k, rng)?);
     Ok(rows)
 }
@@ -37,8 +67,9 @@ fn f16_round(x: &[f32]) -> Result<Vec<f32>> {
     )?)
 }
 
-/// Stores `n_pos` positions, then attends with the last `n_q` of them as queries: decode when
-/// `n_q < n_pos`, prefill (every position a query) otherwise.
+/// Stores `n_pos - n_q` positions (the prefix), then `n_q` more at the next position, and
+/// attends with those last `n_q` as queries on each of `paths`.
+#[allow(clippy::too_many_arguments)]
 fn attn(
     dev: &CudaDevice,
     k: &Kernels,
@@ -47,6 +78,7 @@ fn attn(
     n_ctx: usize,
     n_pos: usize,
     n_q: usize,
+    paths: &[Path],
 ) -> Result<Vec<Row>> {
     let width = n_kv_head * head_dim;
     let (keys, values) = (
@@ -54,12 +86,19 @@ fn attn(
         normal(rng, n_pos * width, 1.0),
     );
     let mut cache = KvCache::new(dev, n_ctx, n_kv_head, head_dim)?;
-    let (kd, vd, pos0) = (
-        dev.upload(&keys)?,
-        dev.upload(&values)?,
-        dev.upload(&[0u32])?,
-    );
-    k.attention.store(&mut cache, &kd, &vd, &pos0)?;
+    let prefix = n_pos - n_q;
+    for (from, to) in [(0, prefix), (prefix, n_pos)] {
+        if from == to {
+            continue;
+        }
+        let rows = from * width..to * width;
+        let (kd, vd, pos0) = (
+            dev.upload(&keys[rows.clone()])?,
+            dev.upload(&values[rows])?,
+            dev.upload(&[from as u32])?,
+        );
+        k.attention.store(&mut cache, &kd, &vd, &pos0)?;
+    }
 
     // The store: f16 bits, head-major, as ferrolm_quant rounds (round to nearest even).
     let got_k = dev.download(&cache.k)?;
@@ -76,17 +115,18 @@ fn attn(
             }
         }
     }
-    let store_row = row(
+    let mut rows = vec![row(
         "kv_store f32→f16",
-        format!("{n_pos}×{n_kv_head}×{head_dim}"),
+        format!("{prefix} + {n_q} rows of {n_kv_head}×{head_dim}"),
         "ferrolm_quant F16",
         (if store_ok { 0.0 } else { f64::NAN }, 0.0, store_ok),
         Contract::Exact,
-    );
+    )];
 
+    let (kr, vr) = (f16_round(&keys)?, f16_round(&values)?);
     let mut kv = LayerKv::new(KvType::F32, n_ctx, n_kv_head, head_dim);
-    kv.store(0, &f16_round(&keys)?, &f16_round(&values)?);
-    let positions: Vec<u32> = (n_pos - n_q..n_pos).map(|p| p as u32).collect();
+    kv.store(0, &kr, &vr);
+    let positions: Vec<u32> = (prefix..n_pos).map(|p| p as u32).collect();
     let q = normal(rng, n_q * n_head * head_dim, 1.0);
     let shape = AttnShape {
         n_head,
@@ -95,39 +135,80 @@ fn attn(
     };
     let mut want = vec![0f32; q.len()];
     attention(&q, &kv, &positions, shape, &mut want);
+    let scale = magnitudes(&q, &kr, &vr, &positions, shape);
 
     let (qd, pd) = (dev.upload(&q)?, dev.upload(&positions)?);
-    let mut out = poisoned(dev, q.len())?;
-    let decode = n_q < n_pos;
-    if decode {
-        let splits = DecodeWork::default_splits(n_ctx);
-        let mut work = DecodeWork::new(dev, n_q, n_head, head_dim, splits)?;
-        k.attention
-            .decode(&qd, &cache, &pd, n_head, &mut work, &mut out)?;
-    } else {
-        k.attention.prefill(&qd, &cache, &pd, n_head, &mut out)?;
-    }
-    dev.sync()?;
-    let got = dev.download(&out)?;
-    let kr = f16_round(&keys)?;
-    let vr = f16_round(&values)?;
-    let scale = magnitudes(&q, &kr, &vr, &positions, shape);
-    let cmp = compare(&got, &want, |i| scale[i]);
-    let op = if decode {
-        "attn_decode (split)"
-    } else {
-        "attn_prefill (flash)"
-    };
-    Ok(vec![
-        store_row,
-        row(
+    for &path in paths {
+        let mut out = poisoned(dev, q.len())?;
+        let (op, contract) = match path {
+            Path::Decode => {
+                let splits = DecodeWork::default_splits(n_ctx);
+                let mut work = DecodeWork::new(dev, n_q, n_head, head_dim, splits)?;
+                k.attention
+                    .decode(&qd, &cache, &pd, n_head, &mut work, &mut out)?;
+                ("attn_decode (split)", ATTN)
+            }
+            Path::Prefill(kernel) => {
+                k.attention
+                    .prefill_with(kernel, &qd, &cache, &pd, n_head, &mut out)?;
+                match kernel {
+                    PrefillKernel::Scalar => ("attn_prefill (scalar)", ATTN),
+                    PrefillKernel::Mma => ("attn_prefill (f16 mma)", ATTN_MMA),
+                }
+            }
+        };
+        dev.sync()?;
+        let got = dev.download(&out)?;
+        rows.push(row(
             op,
-            format!("{n_head}/{n_kv_head} heads, d {head_dim}, {n_q} q, {n_pos} keys"),
+            format!("{n_head}/{n_kv_head} heads, d {head_dim}, {n_q} q at {prefix}.."),
             "cpu attention, f32 cache of f16 values",
-            cmp,
-            ATTN,
-        ),
-    ])
+            compare(&got, &want, |i| scale[i]),
+            contract,
+        ));
+    }
+    Ok(rows)
+}
+
+/// `--time`: both prefill kernels on a 2048-token causal prompt, 32 heads (one KV head each),
+/// D 64 and 128. FLOPs: 2·D for q·k and 2·D for p·v per (row, head, visible key).
+pub fn time_prefill(dev: &CudaDevice, k: &Kernels, rng: &mut StdRng) -> Result<()> {
+    let (n_q, n_head) = (2048, 32);
+    println!("\nprefill attention timing ({n_q} causal rows from position 0, {n_head} heads):\n");
+    println!("| d | kernel | ms / call | TFLOP/s |");
+    println!("|---|---|---|---|");
+    for head_dim in [64, 128] {
+        let width = n_head * head_dim;
+        let mut cache = KvCache::new(dev, n_q, n_head, head_dim)?;
+        let (kd, vd, pos0) = (
+            dev.upload(&normal(rng, n_q * width, 1.0))?,
+            dev.upload(&normal(rng, n_q * width, 1.0))?,
+            dev.upload(&[0u32])?,
+        );
+        k.attention.store(&mut cache, &kd, &vd, &pos0)?;
+        let qd = dev.upload(&normal(rng, n_q * width, 1.0))?;
+        let positions: Vec<u32> = (0..n_q as u32).collect();
+        let pd = dev.upload(&positions)?;
+        let mut out = poisoned(dev, n_q * width)?;
+        let flops = 4.0 * (head_dim * n_head) as f64 * (n_q * (n_q + 1) / 2) as f64;
+        for kernel in [PrefillKernel::Scalar, PrefillKernel::Mma] {
+            let run = |out: &mut _| {
+                k.attention
+                    .prefill_with(kernel, &qd, &cache, &pd, n_head, out)
+            };
+            run(&mut out)?;
+            let iters = 20;
+            let ms = dev.time_ms(|| {
+                for _ in 0..iters {
+                    run(&mut out)?;
+                }
+                Ok(())
+            })? / iters as f64;
+            let tflops = flops / (ms * 1e-3) / 1e12;
+            println!("| {head_dim} | {kernel:?} | {ms:.3} | {tflops:.1} |");
+        }
+    }
+    Ok(())
 }
 
 /// For each output element, `Σ_k p_k·|v_k[d]|` in f64: the magnitude its rounding error
@@ -141,31 +222,33 @@ fn magnitudes(q: &[f32], k: &[f32], v: &[f32], positions: &[u32], shape: AttnSha
     let (width, group) = (n_kv_head * head_dim, n_head / n_kv_head);
     let scale = 1.0 / (head_dim as f64).sqrt();
     let mut out = vec![0f64; q.len()];
-    for (i, o) in out.chunks_exact_mut(head_dim).enumerate() {
-        let (t, h) = (i / n_head, i % n_head);
-        let g = h / group;
-        let qh = &q[i * head_dim..][..head_dim];
-        let n_keys = positions[t] as usize + 1;
-        let at = |p: usize| p * width + g * head_dim;
-        let s: Vec<f64> = (0..n_keys)
-            .map(|p| {
-                let kh = &k[at(p)..][..head_dim];
-                qh.iter()
-                    .zip(kh)
-                    .map(|(&a, &b)| a as f64 * b as f64)
-                    .sum::<f64>()
-                    * scale
-            })
-            .collect();
-        let m = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-        let e: Vec<f64> = s.iter().map(|&x| (x - m).exp()).collect();
-        let sum: f64 = e.iter().sum();
-        for (p, &w) in e.iter().enumerate() {
-            for (od, &vv) in o.iter_mut().zip(&v[at(p)..][..head_dim]) {
-                *od += w / sum * (vv as f64).abs();
+    out.par_chunks_exact_mut(head_dim)
+        .enumerate()
+        .for_each(|(i, o)| {
+            let (t, h) = (i / n_head, i % n_head);
+            let g = h / group;
+            let qh = &q[i * head_dim..][..head_dim];
+            let n_keys = positions[t] as usize + 1;
+            let at = |p: usize| p * width + g * head_dim;
+            let s: Vec<f64> = (0..n_keys)
+                .map(|p| {
+                    let kh = &k[at(p)..][..head_dim];
+                    qh.iter()
+                        .zip(kh)
+                        .map(|(&a, &b)| a as f64 * b as f64)
+                        .sum::<f64>()
+                        * scale
+                })
+                .collect();
+            let m = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+            let e: Vec<f64> = s.iter().map(|&x| (x - m).exp()).collect();
+            let sum: f64 = e.iter().sum();
+            for (p, &w) in e.iter().enumerate() {
+                for (od, &vv) in o.iter_mut().zip(&v[at(p)..][..head_dim]) {
+                    *od += w / sum * (vv as f64).abs();
+                }
             }
-        }
-    }
+        });
     out
 }
 
