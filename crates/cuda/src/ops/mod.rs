@@ -7,6 +7,7 @@ mod elementwise;
 mod embed;
 mod mmq;
 mod mmvq;
+mod moe_gemm;
 mod norm_rope;
 mod quantize;
 
@@ -15,6 +16,7 @@ pub use elementwise::Elementwise;
 pub use embed::Embed;
 pub use mmq::{Mmq, MMQ_BK};
 pub use mmvq::{Mmvq, QuantMatrix, MMVQ_MAX_COLS};
+pub use moe_gemm::{MoeExperts, MoeGemm, MoeWork};
 pub use norm_rope::{NormRope, Rope};
 pub use quantize::{Quantize, Q8_1_BLOCK_BYTES};
 
@@ -35,6 +37,7 @@ pub struct Kernels {
     pub quantize: Quantize,
     pub mmvq: Mmvq,
     pub mmq: Mmq,
+    pub moe_gemm: MoeGemm,
     pub attention: Attention,
     pub embed: Embed,
 }
@@ -47,6 +50,7 @@ impl Kernels {
             quantize: Quantize::load(dev)?,
             mmvq: Mmvq::load(dev)?,
             mmq: Mmq::load(dev)?,
+            moe_gemm: MoeGemm::load(dev)?,
             attention: Attention::load(dev)?,
             embed: Embed::load(dev)?,
         })
