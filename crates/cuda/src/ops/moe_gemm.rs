@@ -109,10 +109,10 @@ impl MoeWork {
             experts.n_used,
         );
         let pairs = max_tokens * k;
-        if pairs > MAX_PAIRS {
+        if max_tokens == 0 || pairs > MAX_PAIRS {
             return Err(CudaError::Invalid(format!(
-                "moe_gemm: {max_tokens} tokens × {k} experts is more than {MAX_PAIRS} pairs; \
-                 split the batch"
+                "moe_gemm: scratch for {max_tokens} tokens × {k} experts: want 1 to \
+                 {MAX_PAIRS} pairs; split the batch"
             )));
         }
         Ok(Self {
