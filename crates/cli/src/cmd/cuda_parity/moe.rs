@@ -306,3 +306,41 @@ pub fn time_moe(dev: &CudaDevice, k: &Kernels, rng: &mut StdRng) -> Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::SeedableRng;
+
+    /// The expected index the GPU is held to: counting sort, stable within an expert.
+    #[test]
+    fn host_index_is_a_stable_counting_sort() {
+        // 3 tokens × 2 slots over 4 experts; expert 2 empty.
+        let ids = [3, 0, 0, 1, 3, 0];
+        let (index, sorted) = host_index(&ids, 4);
+        assert_eq!(&index[..4], &[3, 1, 0, 2], "counts");
+        assert_eq!(&index[4..9], &[0, 3, 4, 4, 6], "offsets");
+        assert_eq!(&index[9..], &[0, 1, 2, 2, 3], "tile starts");
+        assert_eq!(sorted, [1, 2, 5, 3, 0, 4]);
+        let many = vec![1i32; 130];
+        let (index, _) = host_index(&many, 2);
+        assert_eq!(&index[5..], &[0, 0, 3], "130 rows are 3 tiles of 64");
+    }
+
+    #[test]
+    fn routes_pick_distinct_live_experts_with_unit_weights() {
+        let mut rng = StdRng::seed_from_u64(7);
+        let c = cases()[2];
+        let (ids, w) = routes(&mut rng, &c);
+        assert_eq!(ids.len(), c.n * c.k);
+        for (t, slots) in ids.chunks_exact(c.k).enumerate() {
+            let mut s = slots.to_vec();
+            s.sort();
+            s.dedup();
+            assert_eq!(s.len(), c.k, "token {t}: experts repeat");
+            assert!(s.iter().all(|&e| (0..c.live as i32).contains(&e)));
+            let sum: f32 = w[t * c.k..][..c.k].iter().sum();
+            assert!((sum - 1.0).abs() < 1e-5);
+        }
+    }
+}
