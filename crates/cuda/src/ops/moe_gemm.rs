@@ -4,8 +4,10 @@
 //!
 //! Contract: the same int8 arithmetic as [`Mmq`](super::Mmq) (weights × Q8_1 activations,
 //! exact integer dots, f32 scale products), with `h = silu(gate) * up` rounded to Q8_1 before
-//! the down GEMM, as the CPU's matmul rounds its input; within int8 tolerance of the CPU's
-//! per-expert loop. Deterministic: no atomics, the same inputs give the same bits.
+//! the down GEMM, as the CPU's matmul rounds its input. `cuda-parity` holds it to
+//! `|cuda - cpu| ≤ 5e-3 · Σ_slot w · Σ_j |down[r][j] · h[j]|` against the CPU's per-expert loop
+//! (int8 rounding twice, Q8_1 here and Q8_K there). Deterministic: no atomics, slots summed in
+//! order, the same inputs give the same bits; the per-expert fallback gives the same bits too.
 //!
 //! `FERROLM_MOE_GROUPED=0` launches the GEMMs once per expert (each launch reads its segment
 //! from device memory) instead of once for all experts, for bisecting the tile-to-expert map.
