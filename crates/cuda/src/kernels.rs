@@ -18,12 +18,17 @@ macro_rules! kernel_file {
 }
 
 /// Headers every file may include by name.
-pub const HEADERS: &[KernelFile] = &[kernel_file!("common.cuh"), kernel_file!("quant.cuh")];
+pub const HEADERS: &[KernelFile] = &[
+    kernel_file!("common.cuh"),
+    kernel_file!("quant.cuh"),
+    kernel_file!("mmq_tile.cuh"),
+];
 
 pub const ELEMENTWISE: KernelFile = kernel_file!("elementwise.cu");
 pub const NORM_ROPE: KernelFile = kernel_file!("norm_rope.cu");
 pub const MMVQ: KernelFile = kernel_file!("mmvq.cu");
 pub const MMQ: KernelFile = kernel_file!("mmq.cu");
+pub const MOE_GEMM: KernelFile = kernel_file!("moe_gemm.cu");
 pub const QUANTIZE: KernelFile = kernel_file!("quantize.cu");
 pub const ATTENTION: KernelFile = kernel_file!("attention.cu");
 pub const EMBED: KernelFile = kernel_file!("embed.cu");
@@ -35,6 +40,7 @@ pub const FILES: &[KernelFile] = &[
     NORM_ROPE,
     MMVQ,
     MMQ,
+    MOE_GEMM,
     QUANTIZE,
     ATTENTION,
     EMBED,

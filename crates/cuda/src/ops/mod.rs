@@ -8,6 +8,7 @@ mod embed;
 mod gemm_f32;
 mod mmq;
 mod mmvq;
+mod moe_gemm;
 mod norm_rope;
 mod quantize;
 
@@ -17,6 +18,7 @@ pub use embed::Embed;
 pub use gemm_f32::GemmF32;
 pub use mmq::{Mmq, MMQ_BK};
 pub use mmvq::{Mmvq, QuantMatrix, MMVQ_MAX_COLS};
+pub use moe_gemm::{MoeExperts, MoeGemm, MoeWork};
 pub use norm_rope::{NormRope, Rope};
 pub use quantize::{Quantize, Q8_1_BLOCK_BYTES};
 
@@ -37,6 +39,7 @@ pub struct Kernels {
     pub quantize: Quantize,
     pub mmvq: Mmvq,
     pub mmq: Mmq,
+    pub moe_gemm: MoeGemm,
     pub attention: Attention,
     pub embed: Embed,
     pub gemm_f32: GemmF32,
@@ -50,6 +53,7 @@ impl Kernels {
             quantize: Quantize::load(dev)?,
             mmvq: Mmvq::load(dev)?,
             mmq: Mmq::load(dev)?,
+            moe_gemm: MoeGemm::load(dev)?,
             attention: Attention::load(dev)?,
             embed: Embed::load(dev)?,
             gemm_f32: GemmF32::load(dev)?,
