@@ -18,7 +18,9 @@ pub use weights::{device_bytes, CudaWeight};
 
 use crate::device::CudaDevice;
 use crate::error::{CudaError, DriverContext, Result};
-use crate::ops::{DecodeWork, Kernels, QuantMatrix, Quantize, Rope, MMQ_BK, MMVQ_MAX_COLS};
+use crate::ops::{
+    DecodeWork, Kernels, PairOut, QuantMatrix, Quantize, Rope, MMQ_BK, MMVQ_MAX_COLS,
+};
 use cudarc::driver::CudaSlice;
 use ferrolm_gguf::GgmlType;
 use ferrolm_model::backend::{AttnShape, Backend, MoeGating, RopeMode};
@@ -27,12 +29,17 @@ use pool::Pool;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-/// Row-major activations on the device: `rows` of `width` floats, returned to the pool on drop.
+/// Row-major activations on the device: `rows` of `width` floats, returned to the pools on
+/// drop.
 pub struct CudaAct {
     buf: Option<CudaSlice<f32>>,
+    /// The same values as Q8_1, when an op produced them alongside (a norm feeding matmuls);
+    /// dropped by anything that writes `buf`.
+    q8: Option<CudaSlice<u8>>,
     pub rows: usize,
     pub width: usize,
     pool: Arc<Pool<f32>>,
+    bytes: Arc<Pool<u8>>,
 }
 
 impl CudaAct {
@@ -40,7 +47,11 @@ impl CudaAct {
         self.buf.as_ref().expect("live activation")
     }
 
+    /// For writing: the Q8_1 copy no longer matches and goes back to its pool.
     fn buf_mut(&mut self) -> &mut CudaSlice<f32> {
+        if let Some(q) = self.q8.take() {
+            self.bytes.give(q);
+        }
         self.buf.as_mut().expect("live activation")
     }
 }
@@ -49,6 +60,9 @@ impl Drop for CudaAct {
     fn drop(&mut self) {
         if let Some(b) = self.buf.take() {
             self.pool.give(b);
+        }
+        if let Some(q) = self.q8.take() {
+            self.bytes.give(q);
         }
     }
 }
@@ -68,10 +82,18 @@ pub struct CudaBackend {
     dev: Arc<CudaDevice>,
     k: Kernels,
     acts: Arc<Pool<f32>>,
-    bytes: Pool<u8>,
+    bytes: Arc<Pool<u8>>,
     inputs: Mutex<HashMap<usize, Inputs>>,
     error: Mutex<Option<CudaError>>,
     use_mmq: bool,
+    /// Decode fusions (shared norm/quantize, paired mat-vecs, SwiGLU in the mat-vec), all
+    /// bit-identical to the separate kernels; `FERROLM_CUDA_FUSE=0` turns them off.
+    fuse: bool,
+}
+
+/// Two matrices one paired mat-vec launch can serve.
+fn same_format(a: &QuantMatrix, b: &QuantMatrix) -> bool {
+    a.ty == b.ty && a.cols == b.cols && a.ty != GgmlType::F32
 }
 
 impl CudaBackend {
@@ -81,10 +103,11 @@ impl CudaBackend {
         Ok(Self {
             k,
             acts: Arc::new(Pool::new(stream.clone())),
-            bytes: Pool::new(stream),
+            bytes: Arc::new(Pool::new(stream)),
             inputs: Mutex::new(HashMap::new()),
             error: Mutex::new(None),
             use_mmq: mmq_enabled(),
+            fuse: std::env::var("FERROLM_CUDA_FUSE").map_or(true, |v| v != "0"),
             dev,
         })
     }
@@ -145,9 +168,11 @@ impl CudaBackend {
     fn try_alloc(&self, n: usize, width: usize) -> Result<CudaAct> {
         Ok(CudaAct {
             buf: Some(self.acts.take(n * width)?),
+            q8: None,
             rows: n,
             width,
             pool: self.acts.clone(),
+            bytes: self.bytes.clone(),
         })
     }
 
@@ -182,22 +207,89 @@ impl CudaBackend {
         if x.rows == 0 {
             return Ok(());
         }
-        let mut xq = None;
-        for (w, out) in ws.iter().zip(outs.iter_mut()) {
-            let m = w.matrix();
+        let mut own_q8 = None;
+        let mut i = 0;
+        while i < ws.len() {
+            let m = ws[i].matrix();
             if m.ty == GgmlType::F32 {
-                self.k.gemm_f32.matmul(m, x.buf(), x.rows, out.buf_mut())?;
-            } else {
-                if xq.is_none() {
-                    xq = Some(self.quantize(x)?);
-                }
-                self.qmatmul(m, xq.as_ref().expect("quantized"), out)?;
+                self.k
+                    .gemm_f32
+                    .matmul(m, x.buf(), x.rows, outs[i].buf_mut())?;
+                i += 1;
+                continue;
             }
+            if x.q8.is_none() && own_q8.is_none() {
+                own_q8 = Some(self.quantize(x)?);
+            }
+            let xq = x.q8.as_ref().or(own_q8.as_ref()).expect("quantized");
+            // One token: two matrices of one format share a launch (q and k, say).
+            if x.rows == 1 && self.fuse && i + 1 < ws.len() && same_format(m, ws[i + 1].matrix()) {
+                let (a, b) = outs[i..].split_at_mut(1);
+                let out = PairOut::Both(a[0].buf_mut(), b[0].buf_mut());
+                self.k.mmvq.pair(m, ws[i + 1].matrix(), xq, out)?;
+                i += 2;
+                continue;
+            }
+            self.qmatmul(m, xq, outs[i])?;
+            i += 1;
         }
-        if let Some(b) = xq {
+        if let Some(b) = own_q8 {
             self.bytes.give(b);
         }
         Ok(())
+    }
+
+    /// `out = rms_norm(x) * w`, with the Q8_1 copy of `out` kept for the matmuls that follow.
+    fn norm_q8(&self, x: &CudaAct, w: &CudaWeight, eps: f32, out: &mut CudaAct) -> Result<()> {
+        let mut q8 = self.bytes.take(Quantize::q8_1_bytes(out.rows, out.width))?;
+        let r = self
+            .k
+            .norm_rope
+            .rms_norm_q8_1(x.buf(), w.vector(), eps, out.buf_mut(), &mut q8);
+        out.q8 = Some(q8);
+        r
+    }
+
+    /// `acc += add`, then as [`Self::norm_q8`].
+    fn norm_q8_add(
+        &self,
+        acc: &mut CudaAct,
+        add: &CudaAct,
+        w: &CudaWeight,
+        eps: f32,
+        out: &mut CudaAct,
+    ) -> Result<()> {
+        let mut q8 = self.bytes.take(Quantize::q8_1_bytes(out.rows, out.width))?;
+        let r = self.k.norm_rope.add_rms_norm_q8_1(
+            acc.buf_mut(),
+            add.buf(),
+            w.vector(),
+            eps,
+            out.buf_mut(),
+            &mut q8,
+        );
+        out.q8 = Some(q8);
+        r
+    }
+
+    fn glu(
+        &self,
+        wg: &CudaWeight,
+        wu: &CudaWeight,
+        x: &CudaAct,
+        gate: &mut CudaAct,
+        up: &mut CudaAct,
+    ) -> Result<()> {
+        let (g, u) = (wg.matrix(), wu.matrix());
+        match &x.q8 {
+            Some(xq) if x.rows == 1 && self.fuse && same_format(g, u) => {
+                self.k.mmvq.pair(g, u, xq, PairOut::Glu(gate.buf_mut()))
+            }
+            _ => {
+                self.matmul_all(&[wg, wu], x, &mut [gate, up])?;
+                self.k.elementwise.swiglu(gate.buf_mut(), up.buf())
+            }
+        }
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -262,9 +354,11 @@ impl CudaBackend {
 fn placeholder(b: &CudaBackend, n: usize, width: usize) -> CudaAct {
     CudaAct {
         buf: None,
+        q8: None,
         rows: n,
         width,
         pool: b.acts.clone(),
+        bytes: b.bytes.clone(),
     }
 }
 
@@ -299,10 +393,47 @@ impl Backend for CudaBackend {
         if x.rows == 0 || x.buf.is_none() || out.buf.is_none() {
             return;
         }
-        let r = self
-            .k
-            .norm_rope
-            .rms_norm(x.buf(), w.vector(), eps, out.buf_mut());
+        let r = if self.fuse && x.width.is_multiple_of(32) {
+            self.norm_q8(x, w, eps, out)
+        } else {
+            self.k
+                .norm_rope
+                .rms_norm(x.buf(), w.vector(), eps, out.buf_mut())
+        };
+        self.check(r);
+    }
+
+    fn add_rms_norm(
+        &self,
+        acc: &mut CudaAct,
+        x: &CudaAct,
+        w: &CudaWeight,
+        eps: f32,
+        out: &mut CudaAct,
+    ) {
+        if acc.rows == 0 || [&*acc, x, &*out].iter().any(|a| a.buf.is_none()) {
+            return;
+        }
+        if !self.fuse || !acc.width.is_multiple_of(32) {
+            self.add(acc, x);
+            return self.rms_norm(acc, w, eps, out);
+        }
+        let r = self.norm_q8_add(acc, x, w, eps, out);
+        self.check(r);
+    }
+
+    fn ffn_glu(
+        &self,
+        wg: &CudaWeight,
+        wu: &CudaWeight,
+        x: &CudaAct,
+        gate: &mut CudaAct,
+        up: &mut CudaAct,
+    ) {
+        if x.rows == 0 || [x, &*gate, &*up].iter().any(|a| a.buf.is_none()) {
+            return;
+        }
+        let r = self.glu(wg, wu, x, gate, up);
         self.check(r);
     }
 

@@ -17,7 +17,7 @@ pub use elementwise::Elementwise;
 pub use embed::Embed;
 pub use gemm_f32::GemmF32;
 pub use mmq::{Mmq, MMQ_BK};
-pub use mmvq::{Mmvq, QuantMatrix, MMVQ_MAX_COLS};
+pub use mmvq::{Mmvq, PairOut, QuantMatrix, MMVQ_MAX_COLS};
 pub use moe_gemm::{MoeExperts, MoeGemm, MoeWork};
 pub use norm_rope::{NormRope, Rope};
 pub use quantize::{Quantize, Q8_1_BLOCK_BYTES};

@@ -19,6 +19,7 @@ pub enum Rope {
 pub struct NormRope {
     stream: Arc<CudaStream>,
     rms_norm: CudaFunction,
+    add_rms_norm_q8_1: CudaFunction,
     rope_norm: CudaFunction,
     rope_neox: CudaFunction,
 }
@@ -38,6 +39,7 @@ impl NormRope {
         Ok(Self {
             stream: dev.stream().clone(),
             rms_norm: dev.function(&NORM_ROPE, "rms_norm_f32")?,
+            add_rms_norm_q8_1: dev.function(&NORM_ROPE, "add_rms_norm_q8_1_f32")?,
             rope_norm: dev.function(&NORM_ROPE, "rope_norm_f32")?,
             rope_neox: dev.function(&NORM_ROPE, "rope_neox_f32")?,
         })
@@ -63,6 +65,69 @@ impl NormRope {
     }
 
     /// [`rms_norm`](Self::rms_norm) of each `w.len()`-element group of `x`, in place.
+    /// `out = rms_norm(x) * w` and `outq = Q8_1(out)` in one launch; bit-identical to
+    /// [`Self::rms_norm`] then `Quantize::q8_1`.
+    pub fn rms_norm_q8_1(
+        &self,
+        x: &CudaSlice<f32>,
+        w: &CudaSlice<f32>,
+        eps: f32,
+        out: &mut CudaSlice<f32>,
+        outq: &mut CudaSlice<u8>,
+    ) -> Result<()> {
+        self.norm_q8_1(x, None, w, eps, out, outq)
+    }
+
+    /// `x += add`, then as [`Self::rms_norm_q8_1`]; bit-identical to `add_f32` first.
+    pub fn add_rms_norm_q8_1(
+        &self,
+        x: &mut CudaSlice<f32>,
+        add: &CudaSlice<f32>,
+        w: &CudaSlice<f32>,
+        eps: f32,
+        out: &mut CudaSlice<f32>,
+        outq: &mut CudaSlice<u8>,
+    ) -> Result<()> {
+        assert_eq!(add.len(), x.len(), "add_rms_norm: lengths differ");
+        self.norm_q8_1(x, Some(add), w, eps, out, outq)
+    }
+
+    /// The kernel writes `x` only when `add` is given, which only the `&mut` caller passes.
+    fn norm_q8_1(
+        &self,
+        x: &CudaSlice<f32>,
+        add: Option<&CudaSlice<f32>>,
+        w: &CudaSlice<f32>,
+        eps: f32,
+        out: &mut CudaSlice<f32>,
+        outq: &mut CudaSlice<u8>,
+    ) -> Result<()> {
+        assert_eq!(x.len(), out.len(), "rms_norm: x and out differ");
+        assert!(x.len().is_multiple_of(w.len()), "rms_norm: not whole rows");
+        assert!(
+            w.len().is_multiple_of(32),
+            "rms_norm q8_1: width not whole blocks"
+        );
+        assert!(
+            outq.len() >= x.len() / 32 * super::Q8_1_BLOCK_BYTES,
+            "rms_norm q8_1: outq too small"
+        );
+        let n = int(w.len(), "rms_norm width");
+        let cfg = norm_cfg(x.len() / w.len(), w.len());
+        let null = 0u64;
+        let mut b = self.stream.launch_builder(&self.add_rms_norm_q8_1);
+        b.arg(x);
+        match add {
+            Some(a) => b.arg(a),
+            None => b.arg(&null),
+        };
+        b.arg(w).arg(out).arg(outq).arg(&n).arg(&eps);
+        // SAFETY: add_rms_norm_q8_1_f32(x, add|null, w, out, outq, n, eps): rows of n floats in
+        // x/add/out, n/32 Q8_1 blocks per row in outq (asserted above).
+        unsafe { b.launch(cfg) }.during("launching add_rms_norm_q8_1_f32")?;
+        Ok(())
+    }
+
     pub fn rms_norm_groups(
         &self,
         x: &mut CudaSlice<f32>,
