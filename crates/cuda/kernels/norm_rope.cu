@@ -71,10 +71,9 @@ extern "C" __global__ void add_rms_norm_q8_1_f32(float *x, const float *__restri
 template <bool NEOX>
 static __device__ __forceinline__ void rope(float *x, const uint32_t *__restrict__ pos,
                                             int n_tokens, int width, int head_dim,
-                                            float theta_scale) {
+                                            float theta_scale, int idx) {
     const int half = head_dim / 2;
     const int pairs_per_row = width / 2;
-    const int idx = blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= n_tokens * pairs_per_row) {
         return;
     }
@@ -96,10 +95,39 @@ static __device__ __forceinline__ void rope(float *x, const uint32_t *__restrict
 
 extern "C" __global__ void rope_norm_f32(float *x, const uint32_t *__restrict__ pos, int n_tokens,
                                          int width, int head_dim, float theta_scale) {
-    rope<false>(x, pos, n_tokens, width, head_dim, theta_scale);
+    rope<false>(x, pos, n_tokens, width, head_dim, theta_scale,
+                blockIdx.x * blockDim.x + threadIdx.x);
 }
 
 extern "C" __global__ void rope_neox_f32(float *x, const uint32_t *__restrict__ pos, int n_tokens,
                                          int width, int head_dim, float theta_scale) {
-    rope<true>(x, pos, n_tokens, width, head_dim, theta_scale);
+    rope<true>(x, pos, n_tokens, width, head_dim, theta_scale,
+               blockIdx.x * blockDim.x + threadIdx.x);
+}
+
+// q and k rotated in one launch: the first n_tokens * width_q / 2 threads take q's pairs, the
+// rest k's; each pair exactly as rope_*_f32 rotates it.
+template <bool NEOX>
+static __device__ __forceinline__ void rope_qk(float *q, float *k, const uint32_t *pos,
+                                               int n_tokens, int width_q, int width_k,
+                                               int head_dim, float theta_scale) {
+    const int idx = blockIdx.x * blockDim.x + threadIdx.x;
+    const int q_pairs = n_tokens * width_q / 2;
+    if (idx < q_pairs) {
+        rope<NEOX>(q, pos, n_tokens, width_q, head_dim, theta_scale, idx);
+    } else {
+        rope<NEOX>(k, pos, n_tokens, width_k, head_dim, theta_scale, idx - q_pairs);
+    }
+}
+
+extern "C" __global__ void rope_qk_norm_f32(float *q, float *k, const uint32_t *__restrict__ pos,
+                                            int n_tokens, int width_q, int width_k, int head_dim,
+                                            float theta_scale) {
+    rope_qk<false>(q, k, pos, n_tokens, width_q, width_k, head_dim, theta_scale);
+}
+
+extern "C" __global__ void rope_qk_neox_f32(float *q, float *k, const uint32_t *__restrict__ pos,
+                                            int n_tokens, int width_q, int width_k, int head_dim,
+                                            float theta_scale) {
+    rope_qk<true>(q, k, pos, n_tokens, width_q, width_k, head_dim, theta_scale);
 }

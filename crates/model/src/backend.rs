@@ -61,6 +61,19 @@ pub trait Backend {
         base: f32,
         mode: RopeMode,
     );
+    /// [`Self::rope`] of the queries and the keys, which a backend may run as one pass.
+    fn rope_qk(
+        &self,
+        q: &mut Self::Act,
+        k: &mut Self::Act,
+        head_dim: usize,
+        positions: &[u32],
+        base: f32,
+        mode: RopeMode,
+    ) {
+        self.rope(q, head_dim, positions, base, mode);
+        self.rope(k, head_dim, positions, base, mode);
+    }
     /// Stores `k`, `v` at `positions` in layer `layer` of `cache`, then causal attention of
     /// `q` over everything cached up to each token's position.
     #[allow(clippy::too_many_arguments)]

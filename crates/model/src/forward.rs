@@ -91,8 +91,14 @@ pub fn forward<B: Backend>(
             b.rms_norm_groups(&mut q, qn, cfg.rms_eps);
             b.rms_norm_groups(&mut k, kn, cfg.rms_eps);
         }
-        b.rope(&mut q, cfg.head_dim, positions, cfg.rope_freq_base, mode);
-        b.rope(&mut k, cfg.head_dim, positions, cfg.rope_freq_base, mode);
+        b.rope_qk(
+            &mut q,
+            &mut k,
+            cfg.head_dim,
+            positions,
+            cfg.rope_freq_base,
+            mode,
+        );
         dump(b, &dir, "Vcur", il, &v);
         dump(b, &dir, "Kcur", il, &k);
         dump(b, &dir, "Qcur", il, &q);

@@ -484,6 +484,39 @@ impl Backend for CudaBackend {
         self.check(r);
     }
 
+    fn rope_qk(
+        &self,
+        q: &mut CudaAct,
+        k: &mut CudaAct,
+        head_dim: usize,
+        positions: &[u32],
+        base: f32,
+        mode: RopeMode,
+    ) {
+        if !self.fuse {
+            self.rope(q, head_dim, positions, base, mode);
+            return self.rope(k, head_dim, positions, base, mode);
+        }
+        if q.rows == 0 || q.buf.is_none() || k.buf.is_none() {
+            return;
+        }
+        let mode = match mode {
+            RopeMode::Normal => Rope::Normal,
+            RopeMode::Neox => Rope::Neox,
+        };
+        let r = self.with_inputs(positions.len(), |inp| {
+            self.k.norm_rope.rope_qk(
+                q.buf_mut(),
+                k.buf_mut(),
+                head_dim,
+                &inp.positions,
+                base,
+                mode,
+            )
+        });
+        self.check(r);
+    }
+
     fn attention(
         &self,
         cache: &mut CudaCache,

@@ -22,6 +22,8 @@ pub struct NormRope {
     add_rms_norm_q8_1: CudaFunction,
     rope_norm: CudaFunction,
     rope_neox: CudaFunction,
+    rope_qk_norm: CudaFunction,
+    rope_qk_neox: CudaFunction,
 }
 
 /// One block per group: a warp for head-sized groups, 256 threads for model-width rows.
@@ -42,6 +44,8 @@ impl NormRope {
             add_rms_norm_q8_1: dev.function(&NORM_ROPE, "add_rms_norm_q8_1_f32")?,
             rope_norm: dev.function(&NORM_ROPE, "rope_norm_f32")?,
             rope_neox: dev.function(&NORM_ROPE, "rope_neox_f32")?,
+            rope_qk_norm: dev.function(&NORM_ROPE, "rope_qk_norm_f32")?,
+            rope_qk_neox: dev.function(&NORM_ROPE, "rope_qk_neox_f32")?,
         })
     }
 
@@ -195,6 +199,61 @@ impl NormRope {
         // SAFETY: rope_*_f32(x, pos, n_tokens, width, head_dim, theta_scale), one thread per
         // pair of x, n_tokens positions.
         unsafe { b.launch(cfg) }.during("launching rope")?;
+        Ok(())
+    }
+
+    /// [`Self::rope`] of `q` and of `k` (same tokens and head size) in one launch, bit-identical.
+    pub fn rope_qk(
+        &self,
+        q: &mut CudaSlice<f32>,
+        k: &mut CudaSlice<f32>,
+        head_dim: usize,
+        positions: &CudaSlice<u32>,
+        base: f32,
+        mode: Rope,
+    ) -> Result<()> {
+        let n_tokens = positions.len();
+        assert!(n_tokens > 0, "rope: no tokens");
+        assert!(
+            q.len().is_multiple_of(n_tokens) && k.len().is_multiple_of(n_tokens),
+            "rope: rows"
+        );
+        let (wq, wk) = (q.len() / n_tokens, k.len() / n_tokens);
+        assert!(
+            head_dim.is_multiple_of(2)
+                && wq.is_multiple_of(head_dim)
+                && wk.is_multiple_of(head_dim),
+            "rope: head_dim"
+        );
+        let theta_scale = base.powf(-2.0 / head_dim as f32);
+        let (nt, iwq, iwk, hd) = (
+            int(n_tokens, "rope tokens"),
+            int(wq, "rope width"),
+            int(wk, "rope width"),
+            int(head_dim, "head_dim"),
+        );
+        let f = match mode {
+            Rope::Normal => &self.rope_qk_norm,
+            Rope::Neox => &self.rope_qk_neox,
+        };
+        let pairs = (q.len() + k.len()) / 2;
+        let mut b = self.stream.launch_builder(f);
+        b.arg(q)
+            .arg(k)
+            .arg(positions)
+            .arg(&nt)
+            .arg(&iwq)
+            .arg(&iwk)
+            .arg(&hd)
+            .arg(&theta_scale);
+        let cfg = LaunchConfig {
+            grid_dim: (pairs.div_ceil(256) as u32, 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: rope_qk_*_f32(q, k, pos, n, wq, wk, hd, theta_scale): n rows of wq and wk
+        // floats, n positions; one thread per pair of either.
+        unsafe { b.launch(cfg) }.during("launching rope_qk")?;
         Ok(())
     }
 }
