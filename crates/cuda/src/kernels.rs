@@ -18,7 +18,11 @@ macro_rules! kernel_file {
 }
 
 /// Headers every file may include by name.
-pub const HEADERS: &[KernelFile] = &[kernel_file!("common.cuh"), kernel_file!("quant.cuh")];
+pub const HEADERS: &[KernelFile] = &[
+    kernel_file!("common.cuh"),
+    kernel_file!("quant.cuh"),
+    kernel_file!("mmvq.cuh"),
+];
 
 pub const ELEMENTWISE: KernelFile = kernel_file!("elementwise.cu");
 pub const NORM_ROPE: KernelFile = kernel_file!("norm_rope.cu");
@@ -27,6 +31,8 @@ pub const MMQ: KernelFile = kernel_file!("mmq.cu");
 pub const QUANTIZE: KernelFile = kernel_file!("quantize.cu");
 pub const ATTENTION: KernelFile = kernel_file!("attention.cu");
 pub const EMBED: KernelFile = kernel_file!("embed.cu");
+pub const MOE_ROUTE: KernelFile = kernel_file!("moe_route.cu");
+pub const MOE_DECODE: KernelFile = kernel_file!("moe_decode.cu");
 
 /// Every compilable file (what the CI test compiles).
 pub const FILES: &[KernelFile] = &[
@@ -37,4 +43,6 @@ pub const FILES: &[KernelFile] = &[
     QUANTIZE,
     ATTENTION,
     EMBED,
+    MOE_ROUTE,
+    MOE_DECODE,
 ];

@@ -7,6 +7,8 @@ mod elementwise;
 mod embed;
 mod mmq;
 mod mmvq;
+mod moe_decode;
+mod moe_route;
 mod norm_rope;
 mod quantize;
 
@@ -15,6 +17,8 @@ pub use elementwise::Elementwise;
 pub use embed::Embed;
 pub use mmq::{Mmq, MMQ_BK};
 pub use mmvq::{Mmvq, QuantMatrix, MMVQ_MAX_COLS};
+pub use moe_decode::{MoeDecode, MoeDecodeWork, MOE_DECODE_MAX_TOKENS};
+pub use moe_route::{MoeExperts, MoeRoute, MoeRouteWork, MoeRouter, MOE_MAX_EXPERTS, MOE_MAX_USED};
 pub use norm_rope::{NormRope, Rope};
 pub use quantize::{Quantize, Q8_1_BLOCK_BYTES};
 
@@ -37,6 +41,8 @@ pub struct Kernels {
     pub mmq: Mmq,
     pub attention: Attention,
     pub embed: Embed,
+    pub moe_route: MoeRoute,
+    pub moe_decode: MoeDecode,
 }
 
 impl Kernels {
@@ -49,6 +55,8 @@ impl Kernels {
             mmq: Mmq::load(dev)?,
             attention: Attention::load(dev)?,
             embed: Embed::load(dev)?,
+            moe_route: MoeRoute::load(dev)?,
+            moe_decode: MoeDecode::load(dev)?,
         })
     }
 }
