@@ -55,6 +55,7 @@ pub fn all(dev: &CudaDevice, k: &Kernels, rng: &mut StdRng) -> Result<Vec<Row>> 
         push("mmq", super::mmq::mmq(dev, k, rng, ty, 1027, 2048, 77));
     }
     push("attention", super::attn_checks::all(dev, k, rng));
+    push("moe", super::moe::all(dev, k, rng));
     Ok(rows)
 }
 

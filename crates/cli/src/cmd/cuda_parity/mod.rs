@@ -10,6 +10,7 @@
 mod attn_checks;
 mod checks;
 mod mmq;
+mod moe;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
@@ -25,7 +26,8 @@ pub struct CudaParityArgs {
     /// Seed of the random data (default: fresh each run; the seed used is printed).
     #[arg(long)]
     pub seed: Option<u64>,
-    /// Also time the quantized mat-vec and GEMM (preliminary figures, not a benchmark).
+    /// Also time the quantized mat-vec, the GEMM and the fused MoE decode (preliminary figures,
+    /// not a benchmark).
     #[arg(long)]
     pub time: bool,
 }
@@ -127,6 +129,7 @@ pub fn run(args: CudaParityArgs) -> Result<()> {
     if args.time {
         checks::time_mmvq(&dev, &k, &mut rng)?;
         mmq::time_mmq(&dev, &k, &mut rng)?;
+        moe::time_decode(&dev, &k, &mut rng)?;
     }
     let failed = rows.iter().filter(|r| !r.pass()).count();
     if failed > 0 {
