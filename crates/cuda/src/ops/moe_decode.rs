@@ -57,12 +57,7 @@ pub struct MoeDecodeWork {
 impl MoeDecodeWork {
     pub fn new(dev: &CudaDevice, max_n: usize, experts: &MoeExperts) -> Result<Self> {
         let (k, ff, d) = (experts.n_used, experts.n_ff, experts.n_embd());
-        if max_n > MOE_DECODE_MAX_TOKENS || max_n * k > MAX_SLOTS || !ff.is_multiple_of(32) {
-            return Err(CudaError::Invalid(format!(
-                "moe decode: {max_n} tokens × {k} experts (at most {MOE_DECODE_MAX_TOKENS} tokens \
-                 and {MAX_SLOTS} slots), n_ff {ff} (a multiple of 32)"
-            )));
-        }
+        check_work(max_n, k, ff)?;
         let slots = max_n * k;
         Ok(Self {
             h: dev.zeros(slots * ff)?,
@@ -344,6 +339,53 @@ impl Ints {
             ff: int(ff, "moe n_ff"),
             ne: int(ne, "moe experts"),
             k: int(k, "moe k"),
+        }
+    }
+}
+
+/// Scratch for `max_n` tokens of `k` experts with `n_ff` rows each fits the kernels.
+fn check_work(max_n: usize, k: usize, n_ff: usize) -> Result<()> {
+    if !(1..=MOE_DECODE_MAX_TOKENS).contains(&max_n)
+        || k == 0
+        || max_n * k > MAX_SLOTS
+        || !n_ff.is_multiple_of(32)
+    {
+        return Err(CudaError::Invalid(format!(
+            "moe decode: {max_n} tokens × {k} experts (1..={MOE_DECODE_MAX_TOKENS} tokens, at \
+             most {MAX_SLOTS} slots), n_ff {n_ff} (a multiple of 32)"
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::MOE_DECODE;
+
+    #[test]
+    fn work_limits() {
+        assert!(check_work(8, 8, 1024).is_ok());
+        assert!(check_work(1, 8, 768).is_ok());
+        assert!(check_work(8, 16, 768).is_ok());
+        assert!(check_work(0, 8, 1024).is_err());
+        assert!(check_work(9, 8, 1024).is_err());
+        assert!(check_work(8, 17, 1024).is_err());
+        assert!(check_work(1, 0, 1024).is_err());
+        assert!(check_work(1, 8, 1000).is_err());
+    }
+
+    /// The host's launch geometry and formats are the kernel file's.
+    #[test]
+    fn geometry_and_formats_match_the_kernel() {
+        let src = MOE_DECODE.source;
+        assert!(src.contains(&format!("#define MOE_NWARPS {NWARPS}")));
+        assert!(src.contains(&format!("#define MOE_DOWN_ROWS {DOWN_ROWS}")));
+        assert!(src.contains(&format!("#define MOE_MAX_SLOTS {MAX_SLOTS}")));
+        assert!(src.contains(&format!("MOE_ENTRIES(NAME, TYPE, {MOE_DECODE_MAX_TOKENS})")));
+        for &ty in FORMATS {
+            let line = format!("MOE_FORMAT({}, ", super::super::kernel_suffix(ty));
+            assert!(src.contains(&line), "{line} missing from moe_decode.cu");
         }
     }
 }

@@ -41,19 +41,7 @@ impl MoeRouter {
         n_used: usize,
         renorm: bool,
     ) -> Result<Self> {
-        if w.len() != n_expert * n_embd {
-            return Err(CudaError::Invalid(format!(
-                "moe router: {} floats for {n_expert} experts of {n_embd}",
-                w.len()
-            )));
-        }
-        if !(1..=MOE_MAX_EXPERTS).contains(&n_expert)
-            || !(1..=n_expert.min(MOE_MAX_USED)).contains(&n_used)
-        {
-            return Err(CudaError::Invalid(format!(
-                "moe router: {n_used} of {n_expert} experts (at most {MOE_MAX_USED} of {MOE_MAX_EXPERTS})"
-            )));
-        }
+        check_router(w.len(), n_expert, n_embd, n_used)?;
         Ok(Self {
             w: dev.upload(w)?,
             n_expert,
@@ -222,5 +210,53 @@ impl MoeRoute {
         // in, n x k ids and weights out; k <= 32 and n_expert <= 256 (checked at upload).
         unsafe { b.launch(cfg) }.during("launching moe top-k")?;
         Ok(())
+    }
+}
+
+/// A router of `n_expert` rows of `n_embd` floats (`len` of them) choosing `n_used`: within
+/// the kernels' limits.
+fn check_router(len: usize, n_expert: usize, n_embd: usize, n_used: usize) -> Result<()> {
+    if len != n_expert * n_embd {
+        return Err(CudaError::Invalid(format!(
+            "moe router: {len} floats for {n_expert} experts of {n_embd}"
+        )));
+    }
+    if !(1..=MOE_MAX_EXPERTS).contains(&n_expert)
+        || !(1..=n_expert.min(MOE_MAX_USED)).contains(&n_used)
+    {
+        return Err(CudaError::Invalid(format!(
+            "moe router: {n_used} of {n_expert} experts (at most {MOE_MAX_USED} of \
+             {MOE_MAX_EXPERTS})"
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::MOE_ROUTE;
+
+    #[test]
+    fn router_limits() {
+        assert!(check_router(64 * 2048, 64, 2048, 8).is_ok());
+        assert!(check_router(128 * 2048, 128, 2048, 8).is_ok());
+        assert!(check_router(256 * 16, 256, 16, 32).is_ok());
+        let err = |len, e, d, k| check_router(len, e, d, k).unwrap_err().to_string();
+        assert!(err(64 * 2048 - 1, 64, 2048, 8).contains("floats"));
+        assert!(err(512 * 16, 512, 16, 8).contains("at most"));
+        assert!(err(64 * 16, 64, 16, 0).contains("0 of 64"));
+        assert!(err(4 * 16, 4, 16, 5).contains("5 of 4"));
+        assert!(err(64 * 16, 64, 16, 33).contains("33 of 64"));
+    }
+
+    /// The host's limits are the kernel's constants.
+    #[test]
+    fn limits_match_the_kernel() {
+        let src = MOE_ROUTE.source;
+        assert!(src.contains("#define TOPK_PER_LANE 8") && MOE_MAX_EXPERTS == 32 * 8);
+        assert!(src.contains(&format!("#define ROUTE_SMALL_N {SMALL_N}")));
+        assert!(src.contains(&format!("#define TOPK_WARPS {TOPK_WARPS}")));
+        assert_eq!(MOE_MAX_USED, 32, "one lane a slot");
     }
 }
