@@ -342,7 +342,6 @@ fn decode(
             cpu_scale[t * d + c] += w * (dh[c].1 + spread);
         }
     }
-    // The kernel leaves slot sums to f32 in slot order; so does the reference above.
     let shape = format!("OLMoE 2048/1024, 64 experts top-8, {n} tok, Q4_K gate/up, {down_ty} down");
     let fused = &outs[1];
     Ok(vec![
