@@ -22,6 +22,7 @@ pub const HEADERS: &[KernelFile] = &[
     kernel_file!("common.cuh"),
     kernel_file!("quant.cuh"),
     kernel_file!("mmq_tile.cuh"),
+    kernel_file!("mmvq.cuh"),
 ];
 
 pub const ELEMENTWISE: KernelFile = kernel_file!("elementwise.cu");
@@ -33,6 +34,8 @@ pub const QUANTIZE: KernelFile = kernel_file!("quantize.cu");
 pub const ATTENTION: KernelFile = kernel_file!("attention.cu");
 pub const EMBED: KernelFile = kernel_file!("embed.cu");
 pub const GEMM_F32: KernelFile = kernel_file!("gemm_f32.cu");
+pub const MOE_ROUTE: KernelFile = kernel_file!("moe_route.cu");
+pub const MOE_DECODE: KernelFile = kernel_file!("moe_decode.cu");
 
 /// Every compilable file (what the CI test compiles).
 pub const FILES: &[KernelFile] = &[
@@ -45,4 +48,6 @@ pub const FILES: &[KernelFile] = &[
     ATTENTION,
     EMBED,
     GEMM_F32,
+    MOE_ROUTE,
+    MOE_DECODE,
 ];

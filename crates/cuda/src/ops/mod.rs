@@ -9,6 +9,8 @@ mod gemm_f32;
 mod mmq;
 mod mmvq;
 mod moe_gemm;
+mod moe_decode;
+mod moe_route;
 mod norm_rope;
 mod quantize;
 
@@ -18,7 +20,9 @@ pub use embed::Embed;
 pub use gemm_f32::GemmF32;
 pub use mmq::{Mmq, MMQ_BK};
 pub use mmvq::{Mmvq, PairOut, QuantMatrix, MMVQ_MAX_COLS};
-pub use moe_gemm::{MoeExperts, MoeGemm, MoeWork};
+pub use moe_gemm::{MoeGemm, MoeWork};
+pub use moe_decode::{MoeDecode, MoeDecodeWork, MOE_DECODE_MAX_TOKENS};
+pub use moe_route::{MoeExperts, MoeRoute, MoeRouteWork, MoeRouter, MOE_MAX_EXPERTS, MOE_MAX_USED};
 pub use norm_rope::{NormRope, Rope};
 pub use quantize::{Quantize, Q8_1_BLOCK_BYTES};
 
@@ -43,6 +47,8 @@ pub struct Kernels {
     pub attention: Attention,
     pub embed: Embed,
     pub gemm_f32: GemmF32,
+    pub moe_route: MoeRoute,
+    pub moe_decode: MoeDecode,
 }
 
 impl Kernels {
@@ -57,6 +63,8 @@ impl Kernels {
             attention: Attention::load(dev)?,
             embed: Embed::load(dev)?,
             gemm_f32: GemmF32::load(dev)?,
+            moe_route: MoeRoute::load(dev)?,
+            moe_decode: MoeDecode::load(dev)?,
         })
     }
 }

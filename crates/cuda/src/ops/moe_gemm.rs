@@ -13,7 +13,7 @@
 //! from device memory) instead of once for all experts, for bisecting the tile-to-expert map.
 
 use super::mmq::{BM, BN, FORMATS, MMQ_BK, NWARPS};
-use super::{int, stride_blocks, QuantMatrix, Quantize};
+use super::{int, stride_blocks, MoeExperts, Quantize};
 use crate::device::CudaDevice;
 use crate::error::{CudaError, DriverContext, Result};
 use crate::kernels::MOE_GEMM;
@@ -27,57 +27,38 @@ const INDEX_THREADS: u32 = 256;
 /// Rows of one quantize launch (its grid's y dimension), so pairs per batch at most this.
 const MAX_PAIRS: usize = 65_535;
 
-/// One layer's experts: stacked weights, expert `e` owning rows `e * n_ff..` of gate and up
-/// (`[n_expert * n_ff, n_embd]`) and rows `e * n_embd..` of down (`[n_expert * n_embd, n_ff]`).
-pub struct MoeExperts<'a> {
-    pub gate: &'a QuantMatrix,
-    pub up: &'a QuantMatrix,
-    pub down: &'a QuantMatrix,
-    pub n_expert: usize,
-    /// Experts per token (top-k).
-    pub n_used: usize,
-    pub n_ff: usize,
-}
-
-impl MoeExperts<'_> {
-    fn n_embd(&self) -> usize {
-        self.gate.cols
+/// What the grouped kernels need of a layer's experts, beyond [`MoeExperts::check`]'s shapes:
+/// formats with a GEMM kernel and widths in whole k-steps.
+fn check(x: &MoeExperts) -> Result<()> {
+    let (e, ff, d) = (x.n_expert, x.n_ff, x.n_embd());
+    let bad = |what: String| Err(CudaError::Invalid(format!("moe_gemm: {what}")));
+    if e == 0 || x.n_used == 0 || x.n_used > e {
+        return bad(format!("{} of {e} experts per token", x.n_used));
     }
-
-    fn check(&self) -> Result<()> {
-        let (e, ff, d) = (self.n_expert, self.n_ff, self.n_embd());
-        let bad = |what: String| Err(CudaError::Invalid(format!("moe_gemm: {what}")));
-        if e == 0 || self.n_used == 0 || self.n_used > e {
-            return bad(format!("{} of {e} experts per token", self.n_used));
-        }
-        if self.gate.ty != self.up.ty {
+    if x.gate.ty != x.up.ty {
+        return bad(format!("gate {} and up {} differ", x.gate.ty, x.up.ty));
+    }
+    for (name, m, rows, cols) in [
+        ("gate", x.gate, e * ff, d),
+        ("up", x.up, e * ff, d),
+        ("down", x.down, e * d, ff),
+    ] {
+        if (m.rows, m.cols) != (rows, cols) {
             return bad(format!(
-                "gate {} and up {} differ",
-                self.gate.ty, self.up.ty
+                "{name} is {}×{}, want {rows}×{cols} ({e} experts, n_ff {ff}, n_embd {d})",
+                m.rows, m.cols
             ));
         }
-        for (name, m, rows, cols) in [
-            ("gate", self.gate, e * ff, d),
-            ("up", self.up, e * ff, d),
-            ("down", self.down, e * d, ff),
-        ] {
-            if (m.rows, m.cols) != (rows, cols) {
-                return bad(format!(
-                    "{name} is {}×{}, want {rows}×{cols} ({e} experts, n_ff {ff}, n_embd {d})",
-                    m.rows, m.cols
-                ));
-            }
-            if !FORMATS.contains(&m.ty) {
-                return bad(format!("no kernel for {} {name} weights", m.ty));
-            }
+        if !FORMATS.contains(&m.ty) {
+            return bad(format!("no kernel for {} {name} weights", m.ty));
         }
-        if !d.is_multiple_of(MMQ_BK) || !ff.is_multiple_of(MMQ_BK) {
-            return bad(format!(
-                "n_embd {d} and n_ff {ff} must be multiples of {MMQ_BK}"
-            ));
-        }
-        Ok(())
     }
+    if !d.is_multiple_of(MMQ_BK) || !ff.is_multiple_of(MMQ_BK) {
+        return bad(format!(
+            "n_embd {d} and n_ff {ff} must be multiples of {MMQ_BK}"
+        ));
+    }
+    Ok(())
 }
 
 /// Scratch for [`MoeGemm::forward`], sized for `max_tokens` once and reused (nothing is
@@ -103,7 +84,7 @@ pub struct MoeWork {
 
 impl MoeWork {
     pub fn new(dev: &CudaDevice, max_tokens: usize, experts: &MoeExperts) -> Result<Self> {
-        experts.check()?;
+        check(experts)?;
         let (d, ff, e, k) = (
             experts.n_embd(),
             experts.n_ff,
@@ -225,7 +206,7 @@ impl MoeGemm {
         work: &mut MoeWork,
         out: &mut CudaSlice<f32>,
     ) -> Result<()> {
-        experts.check()?;
+        check(experts)?;
         work.fits(experts)?;
         let (d, ff, e, k) = (work.n_embd, work.n_ff, work.n_expert, work.n_used);
         let pairs = n * k;

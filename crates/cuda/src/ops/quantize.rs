@@ -38,8 +38,8 @@ impl Quantize {
         self.q8_1_rows(x, x.len() / cols, cols, out)
     }
 
-    /// Quantizes the first `rows` rows of `x` (a buffer that may be larger, as scratch sized
-    /// for the longest batch is).
+    /// Quantizes the first `rows` rows of `x` (`cols` floats each, a multiple of 32): for
+    /// scratch buffers sized for more rows than one call fills.
     pub fn q8_1_rows(
         &self,
         x: &CudaSlice<f32>,

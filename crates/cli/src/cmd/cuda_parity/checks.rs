@@ -58,6 +58,7 @@ pub fn all(dev: &CudaDevice, k: &Kernels, rng: &mut StdRng) -> Result<Vec<Row>> 
         push("moe_gemm", super::moe::moe_block(dev, k, rng, case));
     }
     push("attention", super::attn_checks::all(dev, k, rng));
+    push("moe", super::moe_decode::all(dev, k, rng));
     Ok(rows)
 }
 

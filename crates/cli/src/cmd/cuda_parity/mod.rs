@@ -11,6 +11,7 @@ mod attn_checks;
 mod checks;
 mod mmq;
 mod moe;
+mod moe_decode;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
@@ -27,6 +28,8 @@ pub struct CudaParityArgs {
     #[arg(long)]
     pub seed: Option<u64>,
     /// Also time the quantized mat-vec, GEMM and MoE GEMM (preliminary figures, not a benchmark).
+    /// Also time the quantized mat-vec, the GEMM and the fused MoE decode (preliminary figures,
+    /// not a benchmark).
     #[arg(long)]
     pub time: bool,
 }
@@ -129,6 +132,7 @@ pub fn run(args: CudaParityArgs) -> Result<()> {
         checks::time_mmvq(&dev, &k, &mut rng)?;
         mmq::time_mmq(&dev, &k, &mut rng)?;
         moe::time_moe(&dev, &k, &mut rng)?;
+        moe_decode::time_decode(&dev, &k, &mut rng)?;
     }
     let failed = rows.iter().filter(|r| !r.pass()).count();
     if failed > 0 {
