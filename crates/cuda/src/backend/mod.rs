@@ -9,63 +9,26 @@
 //! trait hands them. A captured decode graph therefore needs only those two values rewritten
 //! before each replay.
 
+mod act;
+mod matmul;
+mod moe;
 mod pool;
 mod runner;
 mod weights;
 
+pub use act::CudaAct;
 pub use runner::{CudaCache, CudaModel};
 pub use weights::{device_bytes, CudaWeight};
 
 use crate::device::CudaDevice;
 use crate::error::{CudaError, DriverContext, Result};
-use crate::ops::{
-    DecodeWork, Kernels, PairOut, QuantMatrix, Quantize, Rope, MMQ_BK, MMVQ_MAX_COLS,
-};
+use crate::ops::{DecodeWork, Kernels, Rope, MMVQ_MAX_COLS};
 use cudarc::driver::CudaSlice;
-use ferrolm_gguf::GgmlType;
 use ferrolm_model::backend::{AttnShape, Backend, MoeGating, RopeMode};
 use ferrolm_model::weights::MoeWeights;
 use pool::Pool;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-
-/// Row-major activations on the device: `rows` of `width` floats, returned to the pools on
-/// drop.
-pub struct CudaAct {
-    buf: Option<CudaSlice<f32>>,
-    /// The same values as Q8_1, when an op produced them alongside (a norm feeding matmuls);
-    /// dropped by anything that writes `buf`.
-    q8: Option<CudaSlice<u8>>,
-    pub rows: usize,
-    pub width: usize,
-    pool: Arc<Pool<f32>>,
-    bytes: Arc<Pool<u8>>,
-}
-
-impl CudaAct {
-    fn buf(&self) -> &CudaSlice<f32> {
-        self.buf.as_ref().expect("live activation")
-    }
-
-    /// For writing: the Q8_1 copy no longer matches and goes back to its pool.
-    fn buf_mut(&mut self) -> &mut CudaSlice<f32> {
-        if let Some(q) = self.q8.take() {
-            self.bytes.give(q);
-        }
-        self.buf.as_mut().expect("live activation")
-    }
-}
-
-impl Drop for CudaAct {
-    fn drop(&mut self) {
-        if let Some(b) = self.buf.take() {
-            self.pool.give(b);
-        }
-        if let Some(q) = self.q8.take() {
-            self.bytes.give(q);
-        }
-    }
-}
 
 /// The ids and positions of one batch size's passes.
 struct Inputs {
@@ -83,17 +46,14 @@ pub struct CudaBackend {
     k: Kernels,
     acts: Arc<Pool<f32>>,
     bytes: Arc<Pool<u8>>,
+    ids: Pool<i32>,
+    moe: Mutex<moe::MoeScratch>,
     inputs: Mutex<HashMap<usize, Inputs>>,
     error: Mutex<Option<CudaError>>,
     use_mmq: bool,
     /// Decode fusions (shared norm/quantize, paired mat-vecs, SwiGLU in the mat-vec), all
     /// bit-identical to the separate kernels; `FERROLM_CUDA_FUSE=0` turns them off.
     fuse: bool,
-}
-
-/// Two matrices one paired mat-vec launch can serve.
-fn same_format(a: &QuantMatrix, b: &QuantMatrix) -> bool {
-    a.ty == b.ty && a.cols == b.cols && a.ty != GgmlType::F32
 }
 
 impl CudaBackend {
@@ -103,7 +63,9 @@ impl CudaBackend {
         Ok(Self {
             k,
             acts: Arc::new(Pool::new(stream.clone())),
-            bytes: Arc::new(Pool::new(stream)),
+            bytes: Arc::new(Pool::new(stream.clone())),
+            ids: Pool::new(stream),
+            moe: Mutex::new(moe::MoeScratch::default()),
             inputs: Mutex::new(HashMap::new()),
             error: Mutex::new(None),
             use_mmq: mmq_enabled(),
@@ -155,6 +117,7 @@ impl CudaBackend {
     fn set_capturing(&self, on: bool) {
         self.acts.set_capturing(on);
         self.bytes.set_capturing(on);
+        self.ids.set_capturing(on);
     }
 
     fn with_inputs<R>(&self, n: usize, f: impl FnOnce(&Inputs) -> Result<R>) -> Result<R> {
@@ -174,122 +137,6 @@ impl CudaBackend {
             pool: self.acts.clone(),
             bytes: self.bytes.clone(),
         })
-    }
-
-    /// `x` as Q8_1, for the int8 kernels. The caller gives the buffer back.
-    fn quantize(&self, x: &CudaAct) -> Result<CudaSlice<u8>> {
-        let mut xq = self.bytes.take(Quantize::q8_1_bytes(x.rows, x.width))?;
-        self.k.quantize.q8_1(x.buf(), x.width, &mut xq)?;
-        Ok(xq)
-    }
-
-    /// `out = x · Wᵀ` for a quantized `w`, `x` already in Q8_1.
-    fn qmatmul(&self, w: &QuantMatrix, xq: &CudaSlice<u8>, out: &mut CudaAct) -> Result<()> {
-        let n = out.rows;
-        if n <= MMVQ_MAX_COLS {
-            return self.k.mmvq.matvec(w, xq, n, out.buf_mut());
-        }
-        if self.use_mmq && crate::ops::Mmq::supports(w.ty) && w.cols.is_multiple_of(MMQ_BK) {
-            return self.k.mmq.matmul(w, xq, n, out.buf_mut());
-        }
-        // No GEMM for this format or shape: mat-vec over slices of rows.
-        let row_q8 = Quantize::q8_1_bytes(1, w.cols);
-        for r0 in (0..n).step_by(MMVQ_MAX_COLS) {
-            let m = MMVQ_MAX_COLS.min(n - r0);
-            let xs = xq.slice(r0 * row_q8..(r0 + m) * row_q8);
-            let mut os = out.buf_mut().slice_mut(r0 * w.rows..(r0 + m) * w.rows);
-            self.k.mmvq.matvec_view(w, &xs, m, &mut os)?;
-        }
-        Ok(())
-    }
-
-    fn matmul_all(&self, ws: &[&CudaWeight], x: &CudaAct, outs: &mut [&mut CudaAct]) -> Result<()> {
-        if x.rows == 0 {
-            return Ok(());
-        }
-        let mut own_q8 = None;
-        let mut i = 0;
-        while i < ws.len() {
-            let m = ws[i].matrix();
-            if m.ty == GgmlType::F32 {
-                self.k
-                    .gemm_f32
-                    .matmul(m, x.buf(), x.rows, outs[i].buf_mut())?;
-                i += 1;
-                continue;
-            }
-            if x.q8.is_none() && own_q8.is_none() {
-                own_q8 = Some(self.quantize(x)?);
-            }
-            let xq = x.q8.as_ref().or(own_q8.as_ref()).expect("quantized");
-            // One token: two matrices of one format share a launch (q and k, say).
-            if x.rows == 1 && self.fuse && i + 1 < ws.len() && same_format(m, ws[i + 1].matrix()) {
-                let (a, b) = outs[i..].split_at_mut(1);
-                let out = PairOut::Both(a[0].buf_mut(), b[0].buf_mut());
-                self.k.mmvq.pair(m, ws[i + 1].matrix(), xq, out)?;
-                i += 2;
-                continue;
-            }
-            self.qmatmul(m, xq, outs[i])?;
-            i += 1;
-        }
-        if let Some(b) = own_q8 {
-            self.bytes.give(b);
-        }
-        Ok(())
-    }
-
-    /// `out = rms_norm(x) * w`, with the Q8_1 copy of `out` kept for the matmuls that follow.
-    fn norm_q8(&self, x: &CudaAct, w: &CudaWeight, eps: f32, out: &mut CudaAct) -> Result<()> {
-        let mut q8 = self.bytes.take(Quantize::q8_1_bytes(out.rows, out.width))?;
-        let r = self
-            .k
-            .norm_rope
-            .rms_norm_q8_1(x.buf(), w.vector(), eps, out.buf_mut(), &mut q8);
-        out.q8 = Some(q8);
-        r
-    }
-
-    /// `acc += add`, then as [`Self::norm_q8`].
-    fn norm_q8_add(
-        &self,
-        acc: &mut CudaAct,
-        add: &CudaAct,
-        w: &CudaWeight,
-        eps: f32,
-        out: &mut CudaAct,
-    ) -> Result<()> {
-        let mut q8 = self.bytes.take(Quantize::q8_1_bytes(out.rows, out.width))?;
-        let r = self.k.norm_rope.add_rms_norm_q8_1(
-            acc.buf_mut(),
-            add.buf(),
-            w.vector(),
-            eps,
-            out.buf_mut(),
-            &mut q8,
-        );
-        out.q8 = Some(q8);
-        r
-    }
-
-    fn glu(
-        &self,
-        wg: &CudaWeight,
-        wu: &CudaWeight,
-        x: &CudaAct,
-        gate: &mut CudaAct,
-        up: &mut CudaAct,
-    ) -> Result<()> {
-        let (g, u) = (wg.matrix(), wu.matrix());
-        match &x.q8 {
-            Some(xq) if x.rows == 1 && self.fuse && same_format(g, u) => {
-                self.k.mmvq.pair(g, u, xq, PairOut::Glu(gate.buf_mut()))
-            }
-            _ => {
-                self.matmul_all(&[wg, wu], x, &mut [gate, up])?;
-                self.k.elementwise.swiglu(gate.buf_mut(), up.buf())
-            }
-        }
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -543,10 +390,13 @@ impl Backend for CudaBackend {
         self.check(r);
     }
 
-    fn moe(&self, _x: &CudaAct, _w: &MoeWeights<CudaWeight>, _g: MoeGating, _out: &mut CudaAct) {
-        self.check(Err(CudaError::Invalid(
-            "mixture-of-experts layers are not implemented on CUDA yet".into(),
-        )));
+    /// The gating mode was fixed when the router was uploaded ([`CudaWeight::Router`]).
+    fn moe(&self, x: &CudaAct, w: &MoeWeights<CudaWeight>, _gating: MoeGating, out: &mut CudaAct) {
+        if x.buf.is_none() || out.buf.is_none() {
+            return;
+        }
+        let r = self.try_moe(x, w, out);
+        self.check(r);
     }
 
     fn add(&self, acc: &mut CudaAct, x: &CudaAct) {

@@ -8,7 +8,8 @@ use crate::ops::{DecodeWork, KvCache};
 use cudarc::driver::{sys, CudaGraph};
 use ferrolm_gguf::GgufFile;
 use ferrolm_model::backend::Backend;
-use ferrolm_model::forward::forward;
+use ferrolm_model::backend::MoeGating;
+use ferrolm_model::forward::{forward, moe_gating};
 use ferrolm_model::tensor_specs;
 use ferrolm_model::weights::ModelWeights;
 use ferrolm_model::{Config, ModelError};
@@ -69,8 +70,14 @@ impl CudaModel {
         check_fit(&cfg, file, &dev)?;
         let cuda = |e: CudaError| ModelError::Invalid(format!("CUDA: {e}"));
         let backend = CudaBackend::new(dev.clone()).map_err(cuda)?;
+        let renorm = moe_gating(cfg.arch) == MoeGating::SoftmaxTopKRenorm;
+        let n_used = cfg.moe.as_ref().map_or(0, |m| m.n_expert_used);
         let weights = ModelWeights::load(&cfg, file, |name, ty, dims, data| {
-            super::weights::upload(&dev, name, ty, dims, data)
+            if name.ends_with("ffn_gate_inp.weight") {
+                super::weights::upload_router(&dev, name, ty, dims, data, n_used, renorm)
+            } else {
+                super::weights::upload(&dev, name, ty, dims, data)
+            }
         })?;
         dev.sync().map_err(cuda)?;
         Ok(Self {
