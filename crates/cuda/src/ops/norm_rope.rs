@@ -27,8 +27,11 @@ pub struct NormRope {
 }
 
 /// One block per group: a warp for head-sized groups, 256 threads for model-width rows.
+/// One block per group, about four elements per thread: a decode step normalizes one row, so
+/// the row's block alone sets the kernel's latency. (The f64 sum's order follows the block size;
+/// the fused and plain norms share this function, so they stay bit-identical.)
 fn norm_cfg(groups: usize, n: usize) -> LaunchConfig {
-    let threads = if n <= 1024 { 32 } else { 256 };
+    let threads = (n / 4 / 32 * 32).clamp(32, 1024) as u32;
     LaunchConfig {
         grid_dim: (groups as u32, 1, 1),
         block_dim: (threads, 1, 1),
