@@ -219,15 +219,7 @@ fn check_fit(cfg: &Config, file: &GgufFile, dev: &CudaDevice) -> ferrolm_model::
         return Ok(());
     }
     let outside: u64 = total - per_layer.iter().sum::<u64>();
-    let mut budget = free.saturating_sub(RESERVE_BYTES + outside);
-    let fits = per_layer
-        .iter()
-        .take_while(|&&b| {
-            let ok = b <= budget;
-            budget = budget.saturating_sub(b);
-            ok
-        })
-        .count();
+    let fits = layers_that_fit(&per_layer, outside + RESERVE_BYTES, free);
     Err(ModelError::Invalid(format!(
         "the model needs {} of GPU memory for its weights, {} is free on {}: about {fits} of {} \
          layers would fit (-ngl {fits})",
@@ -238,7 +230,41 @@ fn check_fit(cfg: &Config, file: &GgufFile, dev: &CudaDevice) -> ferrolm_model::
     )))
 }
 
+/// How many layers (from the first, each `per_layer[i]` bytes) fit in `free` bytes beside
+/// `fixed` bytes that must be there anyway.
+fn layers_that_fit(per_layer: &[u64], fixed: u64, free: u64) -> usize {
+    let mut budget = free.saturating_sub(fixed);
+    per_layer
+        .iter()
+        .take_while(|&&b| {
+            let ok = b <= budget;
+            budget = budget.saturating_sub(b);
+            ok
+        })
+        .count()
+}
+
 /// `blk.N.…` → N.
 fn layer_of(name: &str) -> Option<usize> {
     name.strip_prefix("blk.")?.split('.').next()?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{layer_of, layers_that_fit};
+
+    #[test]
+    fn fit_counts_whole_layers() {
+        assert_eq!(layers_that_fit(&[10, 10, 10], 5, 100), 3);
+        assert_eq!(layers_that_fit(&[10, 10, 10], 5, 26), 2);
+        assert_eq!(layers_that_fit(&[10, 10, 10], 5, 14), 0);
+        assert_eq!(layers_that_fit(&[10, 10, 10], 50, 14), 0);
+    }
+
+    #[test]
+    fn layer_numbers_from_names() {
+        assert_eq!(layer_of("blk.12.attn_q.weight"), Some(12));
+        assert_eq!(layer_of("output.weight"), None);
+        assert_eq!(layer_of("blk.x.attn_q.weight"), None);
+    }
 }
