@@ -35,6 +35,12 @@ static __device__ __forceinline__ int dp4a(int a, int b, int c) {
     return __dp4a(a, b, c);
 }
 
+// SwiGLU of one element, silu(g) * u = g / (1 + exp(-g)) * u, rounded step by step as the CPU's
+// norm::swiglu (explicit _rn: no contraction), so every kernel that applies it agrees bit for bit.
+static __device__ __forceinline__ float silu_mul(float g, float u) {
+    return __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), u);
+}
+
 template <typename T>
 static __device__ __forceinline__ T warp_sum(T v) {
 #pragma unroll

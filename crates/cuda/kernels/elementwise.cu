@@ -25,7 +25,6 @@ extern "C" __global__ void add_bias_f32(float *__restrict__ x, const float *__re
 extern "C" __global__ void swiglu_f32(float *__restrict__ gate, const float *__restrict__ up,
                                       int n) {
     GRID_STRIDE(i, n) {
-        const float g = gate[i];
-        gate[i] = __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), up[i]);
+        gate[i] = silu_mul(gate[i], up[i]);
     }
 }

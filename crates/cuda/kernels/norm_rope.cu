@@ -3,6 +3,7 @@
 // RoPE angles built by the same repeated f32 products. Products that the CPU rounds separately
 // are written with __fmul_rn/__fadd_rn so that NVRTC does not fuse them into FMAs.
 #include "common.cuh"
+#include "quant.cuh"
 
 // out[g] = x[g] / sqrt(mean(x[g]^2) + eps) * w for each n-element group g (a row, or one head
 // for per-head norms); blockIdx.x is the group. out may be x (in place): each element is read
@@ -24,16 +25,55 @@ extern "C" __global__ void rms_norm_f32(const float *x, const float *__restrict_
     }
 }
 
+// The decode-path fusion of add_f32, rms_norm_f32 and quantize_q8_1, bit for bit: when `add`
+// is not null, x += add first (written back); then out = rms_norm(x) * w as rms_norm_f32, and
+// outq = Q8_1(out) as quantize_q8_1 (a warp's 32 consecutive elements are one block, since
+// blockDim.x is a multiple of 32). Launch as rms_norm_f32 (same block size: the sum's order
+// depends on it); n a multiple of 32.
+extern "C" __global__ void add_rms_norm_q8_1_f32(float *x, const float *__restrict__ add,
+                                                 const float *__restrict__ w, float *out,
+                                                 block_q8_1 *__restrict__ outq, int n, float eps) {
+    __shared__ double scratch[32];
+    const size_t base = (size_t)blockIdx.x * n;
+    double sum = 0.0;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        float xi = x[base + i];
+        if (add != nullptr) {
+            xi += add[base + i];
+            x[base + i] = xi;
+        }
+        const double v = xi;
+        sum += v * v;
+    }
+    sum = block_sum(sum, scratch);
+    const float mean = (float)(sum / (double)n);
+    const float scale = 1.0f / sqrtf(mean + eps);
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        const float o = __fmul_rn(__fmul_rn(x[base + i], scale), w[i]);
+        out[base + i] = o;
+        const float amax = warp_max(fabsf(o));
+        const float d = amax / 127.0f;
+        const float id = d == 0.0f ? 0.0f : 1.0f / d;
+        const int q = (int)roundf(o * id);
+        const int qsum = warp_sum(q);
+        block_q8_1 *b = outq + (base + i) / QK8_1;
+        b->qs[i % QK8_1] = (int8_t)q;
+        if (i % QK8_1 == 0) {
+            b->d = f32_to_f16_bits(d);
+            b->s = f32_to_f16_bits((float)qsum * d);
+        }
+    }
+}
+
 // x: [n_tokens][width], width = heads * head_dim, rotated in place; token t at position pos[t]
 // (device memory, so a captured graph can replay with new positions). One thread per pair.
 // theta_scale = base^(-2/head_dim), computed once on the host as the CPU does.
 template <bool NEOX>
 static __device__ __forceinline__ void rope(float *x, const uint32_t *__restrict__ pos,
                                             int n_tokens, int width, int head_dim,
-                                            float theta_scale) {
+                                            float theta_scale, int idx) {
     const int half = head_dim / 2;
     const int pairs_per_row = width / 2;
-    const int idx = blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= n_tokens * pairs_per_row) {
         return;
     }
@@ -55,10 +95,39 @@ static __device__ __forceinline__ void rope(float *x, const uint32_t *__restrict
 
 extern "C" __global__ void rope_norm_f32(float *x, const uint32_t *__restrict__ pos, int n_tokens,
                                          int width, int head_dim, float theta_scale) {
-    rope<false>(x, pos, n_tokens, width, head_dim, theta_scale);
+    rope<false>(x, pos, n_tokens, width, head_dim, theta_scale,
+                blockIdx.x * blockDim.x + threadIdx.x);
 }
 
 extern "C" __global__ void rope_neox_f32(float *x, const uint32_t *__restrict__ pos, int n_tokens,
                                          int width, int head_dim, float theta_scale) {
-    rope<true>(x, pos, n_tokens, width, head_dim, theta_scale);
+    rope<true>(x, pos, n_tokens, width, head_dim, theta_scale,
+               blockIdx.x * blockDim.x + threadIdx.x);
+}
+
+// q and k rotated in one launch: the first n_tokens * width_q / 2 threads take q's pairs, the
+// rest k's; each pair exactly as rope_*_f32 rotates it.
+template <bool NEOX>
+static __device__ __forceinline__ void rope_qk(float *q, float *k, const uint32_t *pos,
+                                               int n_tokens, int width_q, int width_k,
+                                               int head_dim, float theta_scale) {
+    const int idx = blockIdx.x * blockDim.x + threadIdx.x;
+    const int q_pairs = n_tokens * width_q / 2;
+    if (idx < q_pairs) {
+        rope<NEOX>(q, pos, n_tokens, width_q, head_dim, theta_scale, idx);
+    } else {
+        rope<NEOX>(k, pos, n_tokens, width_k, head_dim, theta_scale, idx - q_pairs);
+    }
+}
+
+extern "C" __global__ void rope_qk_norm_f32(float *q, float *k, const uint32_t *__restrict__ pos,
+                                            int n_tokens, int width_q, int width_k, int head_dim,
+                                            float theta_scale) {
+    rope_qk<false>(q, k, pos, n_tokens, width_q, width_k, head_dim, theta_scale);
+}
+
+extern "C" __global__ void rope_qk_neox_f32(float *q, float *k, const uint32_t *__restrict__ pos,
+                                            int n_tokens, int width_q, int width_k, int head_dim,
+                                            float theta_scale) {
+    rope_qk<true>(q, k, pos, n_tokens, width_q, width_k, head_dim, theta_scale);
 }

@@ -2,7 +2,9 @@
 //
 // Each weight format is a `WeightFormat<TYPE>` specialisation: the block struct, its geometry
 // (`qk` elements per block, `qi` 32-bit ints of codes per block, `vdr` ints one thread takes per
-// call) and `vec_dot`, which returns one thread's share of `block · activations`. Kernels
+// call), `vec_dot`, which returns one thread's share of `block · activations`, and for mmq
+// `tile_codes`: one 32-element sub-block as int8 codes with x = d * code + m (`scale16`
+// formats: d[0] for the first 16 elements, d[1] for the last 16). Kernels
 // (mmvq.cu, mmq.cu) are templates over these traits; there is no per-type copy of a kernel.
 //
 // The structs are the on-disk GGUF layouts (ferrolm-quant's `Block*` structs), read in place.
@@ -129,6 +131,7 @@ template <int TYPE> struct WeightFormat;
 template <> struct WeightFormat<GGML_TYPE_Q4_0> {
     typedef block_q4_0 block;
     static constexpr int qk = 32, qi = 4, vdr = 2;
+    static constexpr bool scale16 = false; // one scale per 32 elements (mmq)
 
     // iqs in {0, 2}: codes ints iqs, iqs + 1 (low nibbles: elements 4iqs.., high: 16 + 4iqs..).
     static __device__ __forceinline__ float vec_dot(const block *b, const block_q8_1 *y, int iqs) {
@@ -146,15 +149,15 @@ template <> struct WeightFormat<GGML_TYPE_Q4_0> {
     }
 
     // mmq: the 32 codes of sub-block `sub` as int8 (4 a int), x = d * code + m.
-    static __device__ __forceinline__ void tile_codes(const block *b, int sub, int q[8], float &d,
-                                                      float &m) {
+    static __device__ __forceinline__ void tile_codes(const block *b, int sub, int q[8],
+                                                      float d[2], float &m) {
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
             const int v = get_int_b2(b->qs, i);
             q[i] = __vsub4(v & 0x0F0F0F0F, 0x08080808);
             q[i + 4] = __vsub4((v >> 4) & 0x0F0F0F0F, 0x08080808);
         }
-        d = f16_bits_to_f32(b->d);
+        d[0] = d[1] = f16_bits_to_f32(b->d);
         m = 0.0f;
     }
 };
@@ -162,6 +165,7 @@ template <> struct WeightFormat<GGML_TYPE_Q4_0> {
 template <> struct WeightFormat<GGML_TYPE_Q4_1> {
     typedef block_q4_1 block;
     static constexpr int qk = 32, qi = 4, vdr = 2;
+    static constexpr bool scale16 = false; // one scale per 32 elements (mmq)
 
     static __device__ __forceinline__ float vec_dot(const block *b, const block_q8_1 *y, int iqs) {
         int sumi = 0, sumu = 0;
@@ -178,15 +182,15 @@ template <> struct WeightFormat<GGML_TYPE_Q4_1> {
         return f16_bits_to_f32(b->d) * d8 * (float)sumi + f16_bits_to_f32(b->m) * d8 * (float)sumu;
     }
 
-    static __device__ __forceinline__ void tile_codes(const block *b, int sub, int q[8], float &d,
-                                                      float &m) {
+    static __device__ __forceinline__ void tile_codes(const block *b, int sub, int q[8],
+                                                      float d[2], float &m) {
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
             const int v = get_int_b4(b->qs, i);
             q[i] = v & 0x0F0F0F0F;
             q[i + 4] = (v >> 4) & 0x0F0F0F0F;
         }
-        d = f16_bits_to_f32(b->d);
+        d[0] = d[1] = f16_bits_to_f32(b->d);
         m = f16_bits_to_f32(b->m);
     }
 };
@@ -194,6 +198,7 @@ template <> struct WeightFormat<GGML_TYPE_Q4_1> {
 template <> struct WeightFormat<GGML_TYPE_Q8_0> {
     typedef block_q8_0 block;
     static constexpr int qk = 32, qi = 8, vdr = 2;
+    static constexpr bool scale16 = false; // one scale per 32 elements (mmq)
 
     static __device__ __forceinline__ float vec_dot(const block *b, const block_q8_1 *y, int iqs) {
         int sumi = 0;
@@ -204,13 +209,13 @@ template <> struct WeightFormat<GGML_TYPE_Q8_0> {
         return f16_bits_to_f32(b->d) * f16_bits_to_f32(y->d) * (float)sumi;
     }
 
-    static __device__ __forceinline__ void tile_codes(const block *b, int sub, int q[8], float &d,
-                                                      float &m) {
+    static __device__ __forceinline__ void tile_codes(const block *b, int sub, int q[8],
+                                                      float d[2], float &m) {
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
             q[i] = get_int_b2(b->qs, i);
         }
-        d = f16_bits_to_f32(b->d);
+        d[0] = d[1] = f16_bits_to_f32(b->d);
         m = 0.0f;
     }
 };
@@ -221,6 +226,7 @@ template <> struct WeightFormat<GGML_TYPE_Q8_0> {
 template <> struct WeightFormat<GGML_TYPE_Q4_K> {
     typedef block_q4_K block;
     static constexpr int qk = QK_K, qi = 32, vdr = 2;
+    static constexpr bool scale16 = false; // one scale per 32 elements (mmq)
 
     static __device__ __forceinline__ float vec_dot(const block *b, const block_q8_1 *y, int iqs) {
         const int t = iqs / 2, g = t / 4, l4 = t % 4;
@@ -245,8 +251,8 @@ template <> struct WeightFormat<GGML_TYPE_Q4_K> {
     }
 
     // Sub-block sub: nibble sub % 2 of bytes 32 (sub / 2)..+32, scale and min number sub.
-    static __device__ __forceinline__ void tile_codes(const block *b, int sub, int q[8], float &d,
-                                                      float &m) {
+    static __device__ __forceinline__ void tile_codes(const block *b, int sub, int q[8],
+                                                      float d[2], float &m) {
         const int g = sub / 2, h = sub % 2;
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
@@ -255,7 +261,7 @@ template <> struct WeightFormat<GGML_TYPE_Q4_K> {
         uint16_t aux[2];
         scales_k4(b->scales, g, aux);
         const uint8_t *sc = (const uint8_t *)aux;
-        d = f16_bits_to_f32(b->d) * (float)sc[h];
+        d[0] = d[1] = f16_bits_to_f32(b->d) * (float)sc[h];
         m = -f16_bits_to_f32(b->dmin) * (float)sc[h + 2];
     }
 };
@@ -263,6 +269,7 @@ template <> struct WeightFormat<GGML_TYPE_Q4_K> {
 template <> struct WeightFormat<GGML_TYPE_Q5_K> {
     typedef block_q5_K block;
     static constexpr int qk = QK_K, qi = 32, vdr = 2;
+    static constexpr bool scale16 = false; // one scale per 32 elements (mmq)
 
     static __device__ __forceinline__ float vec_dot(const block *b, const block_q8_1 *y, int iqs) {
         const int t = iqs / 2, g = t / 4, l4 = t % 4;
@@ -290,8 +297,8 @@ template <> struct WeightFormat<GGML_TYPE_Q5_K> {
         return f16_bits_to_f32(b->d) * sumf_d - f16_bits_to_f32(b->dmin) * sumf_m;
     }
 
-    static __device__ __forceinline__ void tile_codes(const block *b, int sub, int q[8], float &d,
-                                                      float &m) {
+    static __device__ __forceinline__ void tile_codes(const block *b, int sub, int q[8],
+                                                      float d[2], float &m) {
         const int g = sub / 2, h = sub % 2;
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
@@ -302,7 +309,7 @@ template <> struct WeightFormat<GGML_TYPE_Q5_K> {
         uint16_t aux[2];
         scales_k4(b->scales, g, aux);
         const uint8_t *sc = (const uint8_t *)aux;
-        d = f16_bits_to_f32(b->d) * (float)sc[h];
+        d[0] = d[1] = f16_bits_to_f32(b->d) * (float)sc[h];
         m = -f16_bits_to_f32(b->dmin) * (float)sc[h + 2];
     }
 };
@@ -313,6 +320,7 @@ template <> struct WeightFormat<GGML_TYPE_Q5_K> {
 template <> struct WeightFormat<GGML_TYPE_Q6_K> {
     typedef block_q6_K block;
     static constexpr int qk = QK_K, qi = 32, vdr = 1;
+    static constexpr bool scale16 = true; // a scale per 16 elements: d[0], d[1] (mmq)
 
     static __device__ __forceinline__ float vec_dot(const block *b, const block_q8_1 *y, int iqs) {
         const int n = iqs / 16, r = iqs % 16, half = r / 8, l4 = r % 8;
@@ -330,5 +338,24 @@ template <> struct WeightFormat<GGML_TYPE_Q6_K> {
             sumf += f16_bits_to_f32(yi->d) * (float)(dot * sc[4 * i]);
         }
         return f16_bits_to_f32(b->d) * sumf;
+    }
+
+    // Sub-block sub = 4h + j (h the 128-element half): element 32j + l of half h has its low
+    // nibble in ql[64h + 32(j % 2) + l] (bits 4(j / 2)..) and its high two bits in
+    // qh[32h + l] (bits 2j..); scales 8h + 2j (l < 16) and 8h + 2j + 1. Codes are stored 32
+    // above their value: the int8 code is q - 32, so m = 0.
+    static __device__ __forceinline__ void tile_codes(const block *b, int sub, int q[8],
+                                                      float d[2], float &m) {
+        const int h = sub / 4, j = sub % 4;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+            const int lo = (get_int_b2(b->ql, 16 * h + 8 * (j % 2) + i) >> (4 * (j / 2))) & 0x0F0F0F0F;
+            const int hi = ((get_int_b2(b->qh, 8 * h + i) >> (2 * j)) & 0x03030303) << 4;
+            q[i] = __vsub4(lo | hi, 0x20202020);
+        }
+        const float db = f16_bits_to_f32(b->d);
+        d[0] = db * (float)b->scales[8 * h + 2 * j];
+        d[1] = db * (float)b->scales[8 * h + 2 * j + 1];
+        m = 0.0f;
     }
 };

@@ -18,17 +18,25 @@ macro_rules! kernel_file {
 }
 
 /// Headers every file may include by name.
-pub const HEADERS: &[KernelFile] = &[kernel_file!("common.cuh"), kernel_file!("quant.cuh")];
+pub const HEADERS: &[KernelFile] = &[
+    kernel_file!("common.cuh"),
+    kernel_file!("quant.cuh"),
+    kernel_file!("mmq_tile.cuh"),
+    kernel_file!("mmvq.cuh"),
+];
 
 pub const ELEMENTWISE: KernelFile = kernel_file!("elementwise.cu");
 pub const NORM_ROPE: KernelFile = kernel_file!("norm_rope.cu");
 pub const MMVQ: KernelFile = kernel_file!("mmvq.cu");
 pub const MMQ: KernelFile = kernel_file!("mmq.cu");
+pub const MOE_GEMM: KernelFile = kernel_file!("moe_gemm.cu");
 pub const QUANTIZE: KernelFile = kernel_file!("quantize.cu");
 pub const ATTENTION: KernelFile = kernel_file!("attention.cu");
 pub const FLASH_ATTN: KernelFile = kernel_file!("flash_attn.cu");
 pub const EMBED: KernelFile = kernel_file!("embed.cu");
 pub const GEMM_F32: KernelFile = kernel_file!("gemm_f32.cu");
+pub const MOE_ROUTE: KernelFile = kernel_file!("moe_route.cu");
+pub const MOE_DECODE: KernelFile = kernel_file!("moe_decode.cu");
 
 /// Every compilable file (what the CI test compiles).
 pub const FILES: &[KernelFile] = &[
@@ -36,9 +44,12 @@ pub const FILES: &[KernelFile] = &[
     NORM_ROPE,
     MMVQ,
     MMQ,
+    MOE_GEMM,
     QUANTIZE,
     ATTENTION,
     FLASH_ATTN,
     EMBED,
     GEMM_F32,
+    MOE_ROUTE,
+    MOE_DECODE,
 ];

@@ -61,6 +61,19 @@ pub trait Backend {
         base: f32,
         mode: RopeMode,
     );
+    /// [`Self::rope`] of the queries and the keys, which a backend may run as one pass.
+    fn rope_qk(
+        &self,
+        q: &mut Self::Act,
+        k: &mut Self::Act,
+        head_dim: usize,
+        positions: &[u32],
+        base: f32,
+        mode: RopeMode,
+    ) {
+        self.rope(q, head_dim, positions, base, mode);
+        self.rope(k, head_dim, positions, base, mode);
+    }
     /// Stores `k`, `v` at `positions` in layer `layer` of `cache`, then causal attention of
     /// `q` over everything cached up to each token's position.
     #[allow(clippy::too_many_arguments)]
@@ -87,6 +100,31 @@ pub trait Backend {
     );
     /// `acc += x`.
     fn add(&self, acc: &mut Self::Act, x: &Self::Act);
+    /// `acc += x`, then `out = rms_norm(acc) * w`: the residual add and the next norm, which a
+    /// backend may run as one pass.
+    fn add_rms_norm(
+        &self,
+        acc: &mut Self::Act,
+        x: &Self::Act,
+        w: &Self::Weight,
+        eps: f32,
+        out: &mut Self::Act,
+    ) {
+        self.add(acc, x);
+        self.rms_norm(acc, w, eps, out);
+    }
+    /// `gate = silu(x · Wgᵀ) * (x · Wuᵀ)`, the SwiGLU FFN's first half; `up` is scratch.
+    fn ffn_glu(
+        &self,
+        wg: &Self::Weight,
+        wu: &Self::Weight,
+        x: &Self::Act,
+        gate: &mut Self::Act,
+        up: &mut Self::Act,
+    ) {
+        self.matmul_many(&[wg, wu], x, &mut [gate, up]);
+        self.swiglu(gate, up);
+    }
     /// Copies the chosen rows of `x` into a new activation.
     fn select_rows(&self, x: &Self::Act, rows: &[usize]) -> Self::Act;
     /// Reads activations back as host floats, row-major.

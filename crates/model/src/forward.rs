@@ -64,9 +64,21 @@ pub fn forward<B: Backend>(
     let mut attn = b.alloc(n, cfg.n_head * cfg.head_dim_v);
     let mut proj = b.alloc(n, cfg.n_embd);
 
+    // Dumping needs every intermediate on its own; otherwise the backend may fuse the residual
+    // adds into the following norms and SwiGLU into the gate/up matmul.
+    let fuse = dir.is_none();
     for (il, layer) in w.layers.iter().enumerate() {
         let a = &layer.attn;
-        b.rms_norm(&x, &a.norm, cfg.rms_eps, &mut h);
+        if il == 0 {
+            b.rms_norm(&x, &a.norm, cfg.rms_eps, &mut h);
+        } else if fuse {
+            // The previous layer's FFN output joins the residual here.
+            b.add_rms_norm(&mut x, &proj, &a.norm, cfg.rms_eps, &mut h);
+        } else {
+            b.add(&mut x, &proj);
+            dump(b, &dir, "l_out", il - 1, &x);
+            b.rms_norm(&x, &a.norm, cfg.rms_eps, &mut h);
+        }
         dump(b, &dir, "attn_norm", il, &h);
         b.matmul_many(&[&a.q, &a.k, &a.v], &h, &mut [&mut q, &mut k, &mut v]);
         if let Some([bq, bk, bv]) = &a.qkv_bias {
@@ -79,8 +91,14 @@ pub fn forward<B: Backend>(
             b.rms_norm_groups(&mut q, qn, cfg.rms_eps);
             b.rms_norm_groups(&mut k, kn, cfg.rms_eps);
         }
-        b.rope(&mut q, cfg.head_dim, positions, cfg.rope_freq_base, mode);
-        b.rope(&mut k, cfg.head_dim, positions, cfg.rope_freq_base, mode);
+        b.rope_qk(
+            &mut q,
+            &mut k,
+            cfg.head_dim,
+            positions,
+            cfg.rope_freq_base,
+            mode,
+        );
         dump(b, &dir, "Vcur", il, &v);
         dump(b, &dir, "Kcur", il, &k);
         dump(b, &dir, "Qcur", il, &q);
@@ -88,28 +106,35 @@ pub fn forward<B: Backend>(
         dump(b, &dir, "kqv_out", il, &attn);
         b.matmul(&a.output, &attn, &mut proj);
         dump(b, &dir, "attn_out", il, &proj);
-        b.add(&mut x, &proj);
-        dump(b, &dir, "ffn_inp", il, &x);
-
-        b.rms_norm(&x, &layer.ffn_norm, cfg.rms_eps, &mut h);
-        dump(b, &dir, "ffn_norm", il, &h);
+        if fuse {
+            b.add_rms_norm(&mut x, &proj, &layer.ffn_norm, cfg.rms_eps, &mut h);
+        } else {
+            b.add(&mut x, &proj);
+            dump(b, &dir, "ffn_inp", il, &x);
+            b.rms_norm(&x, &layer.ffn_norm, cfg.rms_eps, &mut h);
+            dump(b, &dir, "ffn_norm", il, &h);
+        }
         match &layer.ffn {
             Ffn::Dense(f) => {
                 let mut gate = b.alloc(n, cfg.n_ff);
                 let mut up = b.alloc(n, cfg.n_ff);
-                b.matmul_many(&[&f.gate, &f.up], &h, &mut [&mut gate, &mut up]);
-                dump(b, &dir, "ffn_gate", il, &gate);
-                dump(b, &dir, "ffn_up", il, &up);
-                b.swiglu(&mut gate, &up);
-                dump(b, &dir, "ffn_swiglu", il, &gate);
+                if fuse {
+                    b.ffn_glu(&f.gate, &f.up, &h, &mut gate, &mut up);
+                } else {
+                    b.matmul_many(&[&f.gate, &f.up], &h, &mut [&mut gate, &mut up]);
+                    dump(b, &dir, "ffn_gate", il, &gate);
+                    dump(b, &dir, "ffn_up", il, &up);
+                    b.swiglu(&mut gate, &up);
+                    dump(b, &dir, "ffn_swiglu", il, &gate);
+                }
                 b.matmul(&f.down, &gate, &mut proj);
             }
             Ffn::Moe(m) => b.moe(&h, m, moe_gating(cfg.arch), &mut proj),
         }
         dump(b, &dir, "ffn_out", il, &proj);
-        b.add(&mut x, &proj);
-        dump(b, &dir, "l_out", il, &x);
     }
+    b.add(&mut x, &proj);
+    dump(b, &dir, "l_out", w.layers.len().saturating_sub(1), &x);
 
     let last = b.select_rows(&x, logit_rows);
     let mut normed = b.alloc(logit_rows.len(), cfg.n_embd);

@@ -9,49 +9,26 @@
 //! trait hands them. A captured decode graph therefore needs only those two values rewritten
 //! before each replay.
 
+mod act;
+mod matmul;
+mod moe;
 mod pool;
 mod runner;
 mod weights;
 
+pub use act::CudaAct;
 pub use runner::{CudaCache, CudaModel};
 pub use weights::{device_bytes, CudaWeight};
 
 use crate::device::CudaDevice;
 use crate::error::{CudaError, DriverContext, Result};
-use crate::ops::{DecodeWork, Kernels, QuantMatrix, Quantize, Rope, MMQ_BK, MMVQ_MAX_COLS};
+use crate::ops::{DecodeWork, Kernels, Rope, MMVQ_MAX_COLS};
 use cudarc::driver::CudaSlice;
-use ferrolm_gguf::GgmlType;
 use ferrolm_model::backend::{AttnShape, Backend, MoeGating, RopeMode};
 use ferrolm_model::weights::MoeWeights;
 use pool::Pool;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-
-/// Row-major activations on the device: `rows` of `width` floats, returned to the pool on drop.
-pub struct CudaAct {
-    buf: Option<CudaSlice<f32>>,
-    pub rows: usize,
-    pub width: usize,
-    pool: Arc<Pool<f32>>,
-}
-
-impl CudaAct {
-    fn buf(&self) -> &CudaSlice<f32> {
-        self.buf.as_ref().expect("live activation")
-    }
-
-    fn buf_mut(&mut self) -> &mut CudaSlice<f32> {
-        self.buf.as_mut().expect("live activation")
-    }
-}
-
-impl Drop for CudaAct {
-    fn drop(&mut self) {
-        if let Some(b) = self.buf.take() {
-            self.pool.give(b);
-        }
-    }
-}
 
 /// The ids and positions of one batch size's passes.
 struct Inputs {
@@ -68,10 +45,15 @@ pub struct CudaBackend {
     dev: Arc<CudaDevice>,
     k: Kernels,
     acts: Arc<Pool<f32>>,
-    bytes: Pool<u8>,
+    bytes: Arc<Pool<u8>>,
+    ids: Pool<i32>,
+    moe: Mutex<moe::MoeScratch>,
     inputs: Mutex<HashMap<usize, Inputs>>,
     error: Mutex<Option<CudaError>>,
     use_mmq: bool,
+    /// Decode fusions (shared norm/quantize, paired mat-vecs, SwiGLU in the mat-vec), all
+    /// bit-identical to the separate kernels; `FERROLM_CUDA_FUSE=0` turns them off.
+    fuse: bool,
 }
 
 impl CudaBackend {
@@ -81,10 +63,13 @@ impl CudaBackend {
         Ok(Self {
             k,
             acts: Arc::new(Pool::new(stream.clone())),
-            bytes: Pool::new(stream),
+            bytes: Arc::new(Pool::new(stream.clone())),
+            ids: Pool::new(stream),
+            moe: Mutex::new(moe::MoeScratch::default()),
             inputs: Mutex::new(HashMap::new()),
             error: Mutex::new(None),
             use_mmq: mmq_enabled(),
+            fuse: std::env::var("FERROLM_CUDA_FUSE").map_or(true, |v| v != "0"),
             dev,
         })
     }
@@ -132,6 +117,7 @@ impl CudaBackend {
     fn set_capturing(&self, on: bool) {
         self.acts.set_capturing(on);
         self.bytes.set_capturing(on);
+        self.ids.set_capturing(on);
     }
 
     fn with_inputs<R>(&self, n: usize, f: impl FnOnce(&Inputs) -> Result<R>) -> Result<R> {
@@ -145,59 +131,12 @@ impl CudaBackend {
     fn try_alloc(&self, n: usize, width: usize) -> Result<CudaAct> {
         Ok(CudaAct {
             buf: Some(self.acts.take(n * width)?),
+            q8: None,
             rows: n,
             width,
             pool: self.acts.clone(),
+            bytes: self.bytes.clone(),
         })
-    }
-
-    /// `x` as Q8_1, for the int8 kernels. The caller gives the buffer back.
-    fn quantize(&self, x: &CudaAct) -> Result<CudaSlice<u8>> {
-        let mut xq = self.bytes.take(Quantize::q8_1_bytes(x.rows, x.width))?;
-        self.k.quantize.q8_1(x.buf(), x.width, &mut xq)?;
-        Ok(xq)
-    }
-
-    /// `out = x · Wᵀ` for a quantized `w`, `x` already in Q8_1.
-    fn qmatmul(&self, w: &QuantMatrix, xq: &CudaSlice<u8>, out: &mut CudaAct) -> Result<()> {
-        let n = out.rows;
-        if n <= MMVQ_MAX_COLS {
-            return self.k.mmvq.matvec(w, xq, n, out.buf_mut());
-        }
-        if self.use_mmq && crate::ops::Mmq::supports(w.ty) && w.cols.is_multiple_of(MMQ_BK) {
-            return self.k.mmq.matmul(w, xq, n, out.buf_mut());
-        }
-        // No GEMM for this format or shape: mat-vec over slices of rows.
-        let row_q8 = Quantize::q8_1_bytes(1, w.cols);
-        for r0 in (0..n).step_by(MMVQ_MAX_COLS) {
-            let m = MMVQ_MAX_COLS.min(n - r0);
-            let xs = xq.slice(r0 * row_q8..(r0 + m) * row_q8);
-            let mut os = out.buf_mut().slice_mut(r0 * w.rows..(r0 + m) * w.rows);
-            self.k.mmvq.matvec_view(w, &xs, m, &mut os)?;
-        }
-        Ok(())
-    }
-
-    fn matmul_all(&self, ws: &[&CudaWeight], x: &CudaAct, outs: &mut [&mut CudaAct]) -> Result<()> {
-        if x.rows == 0 {
-            return Ok(());
-        }
-        let mut xq = None;
-        for (w, out) in ws.iter().zip(outs.iter_mut()) {
-            let m = w.matrix();
-            if m.ty == GgmlType::F32 {
-                self.k.gemm_f32.matmul(m, x.buf(), x.rows, out.buf_mut())?;
-            } else {
-                if xq.is_none() {
-                    xq = Some(self.quantize(x)?);
-                }
-                self.qmatmul(m, xq.as_ref().expect("quantized"), out)?;
-            }
-        }
-        if let Some(b) = xq {
-            self.bytes.give(b);
-        }
-        Ok(())
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -262,9 +201,11 @@ impl CudaBackend {
 fn placeholder(b: &CudaBackend, n: usize, width: usize) -> CudaAct {
     CudaAct {
         buf: None,
+        q8: None,
         rows: n,
         width,
         pool: b.acts.clone(),
+        bytes: b.bytes.clone(),
     }
 }
 
@@ -299,10 +240,47 @@ impl Backend for CudaBackend {
         if x.rows == 0 || x.buf.is_none() || out.buf.is_none() {
             return;
         }
-        let r = self
-            .k
-            .norm_rope
-            .rms_norm(x.buf(), w.vector(), eps, out.buf_mut());
+        let r = if self.fuse && x.width.is_multiple_of(32) {
+            self.norm_q8(x, w, eps, out)
+        } else {
+            self.k
+                .norm_rope
+                .rms_norm(x.buf(), w.vector(), eps, out.buf_mut())
+        };
+        self.check(r);
+    }
+
+    fn add_rms_norm(
+        &self,
+        acc: &mut CudaAct,
+        x: &CudaAct,
+        w: &CudaWeight,
+        eps: f32,
+        out: &mut CudaAct,
+    ) {
+        if acc.rows == 0 || [&*acc, x, &*out].iter().any(|a| a.buf.is_none()) {
+            return;
+        }
+        if !self.fuse || !acc.width.is_multiple_of(32) {
+            self.add(acc, x);
+            return self.rms_norm(acc, w, eps, out);
+        }
+        let r = self.norm_q8_add(acc, x, w, eps, out);
+        self.check(r);
+    }
+
+    fn ffn_glu(
+        &self,
+        wg: &CudaWeight,
+        wu: &CudaWeight,
+        x: &CudaAct,
+        gate: &mut CudaAct,
+        up: &mut CudaAct,
+    ) {
+        if x.rows == 0 || [x, &*gate, &*up].iter().any(|a| a.buf.is_none()) {
+            return;
+        }
+        let r = self.glu(wg, wu, x, gate, up);
         self.check(r);
     }
 
@@ -353,6 +331,39 @@ impl Backend for CudaBackend {
         self.check(r);
     }
 
+    fn rope_qk(
+        &self,
+        q: &mut CudaAct,
+        k: &mut CudaAct,
+        head_dim: usize,
+        positions: &[u32],
+        base: f32,
+        mode: RopeMode,
+    ) {
+        if !self.fuse {
+            self.rope(q, head_dim, positions, base, mode);
+            return self.rope(k, head_dim, positions, base, mode);
+        }
+        if q.rows == 0 || q.buf.is_none() || k.buf.is_none() {
+            return;
+        }
+        let mode = match mode {
+            RopeMode::Normal => Rope::Normal,
+            RopeMode::Neox => Rope::Neox,
+        };
+        let r = self.with_inputs(positions.len(), |inp| {
+            self.k.norm_rope.rope_qk(
+                q.buf_mut(),
+                k.buf_mut(),
+                head_dim,
+                &inp.positions,
+                base,
+                mode,
+            )
+        });
+        self.check(r);
+    }
+
     fn attention(
         &self,
         cache: &mut CudaCache,
@@ -379,10 +390,13 @@ impl Backend for CudaBackend {
         self.check(r);
     }
 
-    fn moe(&self, _x: &CudaAct, _w: &MoeWeights<CudaWeight>, _g: MoeGating, _out: &mut CudaAct) {
-        self.check(Err(CudaError::Invalid(
-            "mixture-of-experts layers are not implemented on CUDA yet".into(),
-        )));
+    /// The gating mode was fixed when the router was uploaded ([`CudaWeight::Router`]).
+    fn moe(&self, x: &CudaAct, w: &MoeWeights<CudaWeight>, _gating: MoeGating, out: &mut CudaAct) {
+        if x.buf.is_none() || out.buf.is_none() {
+            return;
+        }
+        let r = self.try_moe(x, w, out);
+        self.check(r);
     }
 
     fn add(&self, acc: &mut CudaAct, x: &CudaAct) {

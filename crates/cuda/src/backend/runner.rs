@@ -8,7 +8,8 @@ use crate::ops::{DecodeWork, KvCache};
 use cudarc::driver::{sys, CudaGraph};
 use ferrolm_gguf::GgufFile;
 use ferrolm_model::backend::Backend;
-use ferrolm_model::forward::forward;
+use ferrolm_model::backend::MoeGating;
+use ferrolm_model::forward::{forward, moe_gating};
 use ferrolm_model::tensor_specs;
 use ferrolm_model::weights::ModelWeights;
 use ferrolm_model::{Config, ModelError};
@@ -69,8 +70,14 @@ impl CudaModel {
         check_fit(&cfg, file, &dev)?;
         let cuda = |e: CudaError| ModelError::Invalid(format!("CUDA: {e}"));
         let backend = CudaBackend::new(dev.clone()).map_err(cuda)?;
+        let renorm = moe_gating(cfg.arch) == MoeGating::SoftmaxTopKRenorm;
+        let n_used = cfg.moe.as_ref().map_or(0, |m| m.n_expert_used);
         let weights = ModelWeights::load(&cfg, file, |name, ty, dims, data| {
-            super::weights::upload(&dev, name, ty, dims, data)
+            if name.ends_with("ffn_gate_inp.weight") {
+                super::weights::upload_router(&dev, name, ty, dims, data, n_used, renorm)
+            } else {
+                super::weights::upload(&dev, name, ty, dims, data)
+            }
         })?;
         dev.sync().map_err(cuda)?;
         Ok(Self {
@@ -212,15 +219,7 @@ fn check_fit(cfg: &Config, file: &GgufFile, dev: &CudaDevice) -> ferrolm_model::
         return Ok(());
     }
     let outside: u64 = total - per_layer.iter().sum::<u64>();
-    let mut budget = free.saturating_sub(RESERVE_BYTES + outside);
-    let fits = per_layer
-        .iter()
-        .take_while(|&&b| {
-            let ok = b <= budget;
-            budget = budget.saturating_sub(b);
-            ok
-        })
-        .count();
+    let fits = layers_that_fit(&per_layer, outside + RESERVE_BYTES, free);
     Err(ModelError::Invalid(format!(
         "the model needs {} of GPU memory for its weights, {} is free on {}: about {fits} of {} \
          layers would fit (-ngl {fits})",
@@ -231,7 +230,41 @@ fn check_fit(cfg: &Config, file: &GgufFile, dev: &CudaDevice) -> ferrolm_model::
     )))
 }
 
+/// How many layers (from the first, each `per_layer[i]` bytes) fit in `free` bytes beside
+/// `fixed` bytes that must be there anyway.
+fn layers_that_fit(per_layer: &[u64], fixed: u64, free: u64) -> usize {
+    let mut budget = free.saturating_sub(fixed);
+    per_layer
+        .iter()
+        .take_while(|&&b| {
+            let ok = b <= budget;
+            budget = budget.saturating_sub(b);
+            ok
+        })
+        .count()
+}
+
 /// `blk.N.…` → N.
 fn layer_of(name: &str) -> Option<usize> {
     name.strip_prefix("blk.")?.split('.').next()?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{layer_of, layers_that_fit};
+
+    #[test]
+    fn fit_counts_whole_layers() {
+        assert_eq!(layers_that_fit(&[10, 10, 10], 5, 100), 3);
+        assert_eq!(layers_that_fit(&[10, 10, 10], 5, 26), 2);
+        assert_eq!(layers_that_fit(&[10, 10, 10], 5, 14), 0);
+        assert_eq!(layers_that_fit(&[10, 10, 10], 50, 14), 0);
+    }
+
+    #[test]
+    fn layer_numbers_from_names() {
+        assert_eq!(layer_of("blk.12.attn_q.weight"), Some(12));
+        assert_eq!(layer_of("output.weight"), None);
+        assert_eq!(layer_of("blk.x.attn_q.weight"), None);
+    }
 }

@@ -2,7 +2,7 @@
 //! reads it, as f32 otherwise.
 
 use crate::device::CudaDevice;
-use crate::ops::{Embed, Mmvq, QuantMatrix};
+use crate::ops::{Embed, Mmvq, MoeRouter, QuantMatrix};
 use crate::Result as CudaResult;
 use cudarc::driver::CudaSlice;
 use ferrolm_gguf::GgmlType;
@@ -11,6 +11,8 @@ use ferrolm_model::{ModelError, Result};
 pub enum CudaWeight {
     /// Norm weights and biases, as f32.
     Vector(CudaSlice<f32>),
+    /// An MoE router (`ffn_gate_inp`, f32), with its top-k and gating mode.
+    Router(MoeRouter),
     Matrix {
         /// In a format mmvq/mmq read, or F32 (float files, and formats without an int8
         /// kernel, dequantized at upload).
@@ -25,14 +27,14 @@ impl CudaWeight {
     pub fn matrix(&self) -> &QuantMatrix {
         match self {
             CudaWeight::Matrix { mat, .. } => mat,
-            CudaWeight::Vector(_) => panic!("a 1-D weight used as a matrix"),
+            _ => panic!("a 1-D weight or a router used as a matrix"),
         }
     }
 
     pub fn vector(&self) -> &CudaSlice<f32> {
         match self {
             CudaWeight::Vector(v) => v,
-            CudaWeight::Matrix { .. } => panic!("a matrix used as a 1-D weight"),
+            _ => panic!("a matrix used as a 1-D weight"),
         }
     }
 
@@ -122,4 +124,21 @@ pub fn upload(
         None
     };
     Ok(CudaWeight::Matrix { mat, gather })
+}
+
+/// Uploads an MoE router: `n_used` experts per token, renormalised (qwen3moe) or not (olmoe).
+pub fn upload_router(
+    dev: &CudaDevice,
+    name: &str,
+    ty: GgmlType,
+    dims: &[u64],
+    data: &[u8],
+    n_used: usize,
+    renorm: bool,
+) -> Result<CudaWeight> {
+    let (n_embd, n_expert) = (dims[0] as usize, dims[1..].iter().product::<u64>() as usize);
+    let v = dequantize(name, ty, n_embd * n_expert, data)?;
+    MoeRouter::upload(dev, &v, n_expert, n_embd, n_used, renorm)
+        .map(CudaWeight::Router)
+        .map_err(|e| cuda_err(name, e))
 }

@@ -11,19 +11,20 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 /// Warps per block (the kernel's MMQ_NWARPS); each takes 16 weight rows.
-const NWARPS: u32 = 4;
+pub(super) const NWARPS: u32 = 4;
 /// Weight rows, tokens and columns of one block's tile (MMQ_BM, MMQ_BN, MMQ_BK).
-const BM: usize = 16 * NWARPS as usize;
-const BN: usize = 64;
+pub(super) const BM: usize = 16 * NWARPS as usize;
+pub(super) const BN: usize = 64;
 pub const MMQ_BK: usize = 256;
 
 /// Weight formats with an mmq instance (entry points `mmq_<suffix>`).
-const FORMATS: &[GgmlType] = &[
+pub(super) const FORMATS: &[GgmlType] = &[
     GgmlType::Q4_0,
     GgmlType::Q4_1,
     GgmlType::Q8_0,
     GgmlType::Q4K,
     GgmlType::Q5K,
+    GgmlType::Q6K,
 ];
 
 pub struct Mmq {

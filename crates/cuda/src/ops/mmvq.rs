@@ -63,20 +63,40 @@ pub struct Mmvq {
     stream: Arc<CudaStream>,
     /// (type, activation rows) -> entry point `mmvq_<type>_n<rows>`.
     fns: HashMap<(GgmlType, usize), CudaFunction>,
+    /// (type, glu) -> `mmvq_glu_<type>` or `mmvq_pair_<type>`.
+    pairs: HashMap<(GgmlType, bool), CudaFunction>,
+}
+
+/// What [`Mmvq::pair`] writes.
+pub enum PairOut<'a> {
+    /// `a · y` and `b · y`, each into its own buffer (q and k).
+    Both(&'a mut CudaSlice<f32>, &'a mut CudaSlice<f32>),
+    /// `silu(a · y) * (b · y)` (gate and up, SwiGLU fused).
+    Glu(&'a mut CudaSlice<f32>),
 }
 
 impl Mmvq {
     pub fn load(dev: &CudaDevice) -> Result<Self> {
         let mut fns = HashMap::new();
+        let mut pairs = HashMap::new();
         for &ty in FORMATS {
             let name = super::kernel_suffix(ty);
             for n in 1..=MMVQ_MAX_COLS {
                 fns.insert((ty, n), dev.function(&MMVQ, &format!("mmvq_{name}_n{n}"))?);
             }
+            pairs.insert(
+                (ty, false),
+                dev.function(&MMVQ, &format!("mmvq_pair_{name}"))?,
+            );
+            pairs.insert(
+                (ty, true),
+                dev.function(&MMVQ, &format!("mmvq_glu_{name}"))?,
+            );
         }
         Ok(Self {
             stream: dev.stream().clone(),
             fns,
+            pairs,
         })
     }
 
@@ -127,6 +147,64 @@ impl Mmvq {
         // SAFETY: mmvq_*_nN(vx, vy, dst, ncols, nrows): rows x cols weights, N Q8_1 rows of
         // cols elements, N x rows floats out, one block per rows_per_block rows.
         unsafe { b.launch(cfg) }.during(format!("launching mmvq for {}", w.ty))?;
+        Ok(())
+    }
+
+    /// Two mat-vecs of one Q8_1 row in one launch, bit-identical to two [`Self::matvec`] calls
+    /// (and, for [`PairOut::Glu`], to a following SwiGLU). `a` and `b` share format and width.
+    pub fn pair(
+        &self,
+        a: &QuantMatrix,
+        b: &QuantMatrix,
+        xq: &CudaSlice<u8>,
+        out: PairOut<'_>,
+    ) -> Result<()> {
+        assert!(
+            a.ty == b.ty && a.cols == b.cols,
+            "mmvq pair: matrices differ"
+        );
+        assert!(
+            xq.len() >= super::Quantize::q8_1_bytes(1, a.cols),
+            "mmvq pair: activations too small"
+        );
+        let glu = matches!(out, PairOut::Glu(_));
+        let f = self.pairs.get(&(a.ty, glu)).ok_or_else(|| {
+            CudaError::Invalid(format!("mmvq pair: no kernel for {} weights", a.ty))
+        })?;
+        let cfg = LaunchConfig {
+            grid_dim: (a.rows.max(b.rows) as u32, 1, 1),
+            block_dim: (32, NWARPS, 1),
+            shared_mem_bytes: 0,
+        };
+        let (cols, rows_a, rows_b) = (
+            int(a.cols, "mmvq cols"),
+            int(a.rows, "mmvq rows"),
+            int(b.rows, "mmvq rows"),
+        );
+        let mut l = self.stream.launch_builder(f);
+        l.arg(&a.data).arg(&b.data).arg(xq);
+        match out {
+            PairOut::Both(oa, ob) => {
+                assert!(
+                    oa.len() >= a.rows && ob.len() >= b.rows,
+                    "mmvq pair: out too small"
+                );
+                l.arg(oa).arg(ob);
+                l.arg(&cols).arg(&rows_a).arg(&rows_b);
+                // SAFETY: mmvq_pair_*(va, vb, vy, dst_a, dst_b, ncols, nrows_a, nrows_b): both
+                // matrices hold their rows of cols elements, outputs their row counts.
+                unsafe { l.launch(cfg) }.during(format!("launching mmvq pair for {}", a.ty))?;
+            }
+            PairOut::Glu(o) => {
+                assert_eq!(a.rows, b.rows, "mmvq glu: gate and up differ");
+                assert!(o.len() >= a.rows, "mmvq glu: out too small");
+                let o: &CudaSlice<f32> = o;
+                l.arg(o).arg(o);
+                l.arg(&cols).arg(&rows_a).arg(&rows_b);
+                // SAFETY: as above; with GLU only dst_a is written.
+                unsafe { l.launch(cfg) }.during(format!("launching mmvq glu for {}", a.ty))?;
+            }
+        }
         Ok(())
     }
 }

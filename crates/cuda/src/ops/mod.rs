@@ -8,6 +8,9 @@ mod embed;
 mod gemm_f32;
 mod mmq;
 mod mmvq;
+mod moe_decode;
+mod moe_gemm;
+mod moe_route;
 mod norm_rope;
 mod quantize;
 
@@ -16,7 +19,10 @@ pub use elementwise::Elementwise;
 pub use embed::Embed;
 pub use gemm_f32::GemmF32;
 pub use mmq::{Mmq, MMQ_BK};
-pub use mmvq::{Mmvq, QuantMatrix, MMVQ_MAX_COLS};
+pub use mmvq::{Mmvq, PairOut, QuantMatrix, MMVQ_MAX_COLS};
+pub use moe_decode::{MoeDecode, MoeDecodeWork, MOE_DECODE_MAX_TOKENS};
+pub use moe_gemm::{MoeGemm, MoeWork};
+pub use moe_route::{MoeExperts, MoeRoute, MoeRouteWork, MoeRouter, MOE_MAX_EXPERTS, MOE_MAX_USED};
 pub use norm_rope::{NormRope, Rope};
 pub use quantize::{Quantize, Q8_1_BLOCK_BYTES};
 
@@ -37,9 +43,12 @@ pub struct Kernels {
     pub quantize: Quantize,
     pub mmvq: Mmvq,
     pub mmq: Mmq,
+    pub moe_gemm: MoeGemm,
     pub attention: Attention,
     pub embed: Embed,
     pub gemm_f32: GemmF32,
+    pub moe_route: MoeRoute,
+    pub moe_decode: MoeDecode,
 }
 
 impl Kernels {
@@ -50,9 +59,12 @@ impl Kernels {
             quantize: Quantize::load(dev)?,
             mmvq: Mmvq::load(dev)?,
             mmq: Mmq::load(dev)?,
+            moe_gemm: MoeGemm::load(dev)?,
             attention: Attention::load(dev)?,
             embed: Embed::load(dev)?,
             gemm_f32: GemmF32::load(dev)?,
+            moe_route: MoeRoute::load(dev)?,
+            moe_decode: MoeDecode::load(dev)?,
         })
     }
 }

@@ -19,13 +19,19 @@ pub enum Rope {
 pub struct NormRope {
     stream: Arc<CudaStream>,
     rms_norm: CudaFunction,
+    add_rms_norm_q8_1: CudaFunction,
     rope_norm: CudaFunction,
     rope_neox: CudaFunction,
+    rope_qk_norm: CudaFunction,
+    rope_qk_neox: CudaFunction,
 }
 
 /// One block per group: a warp for head-sized groups, 256 threads for model-width rows.
+/// One block per group, about four elements per thread: a decode step normalizes one row, so
+/// the row's block alone sets the kernel's latency. (The f64 sum's order follows the block size;
+/// the fused and plain norms share this function, so they stay bit-identical.)
 fn norm_cfg(groups: usize, n: usize) -> LaunchConfig {
-    let threads = if n <= 1024 { 32 } else { 256 };
+    let threads = (n / 4 / 32 * 32).clamp(32, 1024) as u32;
     LaunchConfig {
         grid_dim: (groups as u32, 1, 1),
         block_dim: (threads, 1, 1),
@@ -38,8 +44,11 @@ impl NormRope {
         Ok(Self {
             stream: dev.stream().clone(),
             rms_norm: dev.function(&NORM_ROPE, "rms_norm_f32")?,
+            add_rms_norm_q8_1: dev.function(&NORM_ROPE, "add_rms_norm_q8_1_f32")?,
             rope_norm: dev.function(&NORM_ROPE, "rope_norm_f32")?,
             rope_neox: dev.function(&NORM_ROPE, "rope_neox_f32")?,
+            rope_qk_norm: dev.function(&NORM_ROPE, "rope_qk_norm_f32")?,
+            rope_qk_neox: dev.function(&NORM_ROPE, "rope_qk_neox_f32")?,
         })
     }
 
@@ -63,6 +72,69 @@ impl NormRope {
     }
 
     /// [`rms_norm`](Self::rms_norm) of each `w.len()`-element group of `x`, in place.
+    /// `out = rms_norm(x) * w` and `outq = Q8_1(out)` in one launch; bit-identical to
+    /// [`Self::rms_norm`] then `Quantize::q8_1`.
+    pub fn rms_norm_q8_1(
+        &self,
+        x: &CudaSlice<f32>,
+        w: &CudaSlice<f32>,
+        eps: f32,
+        out: &mut CudaSlice<f32>,
+        outq: &mut CudaSlice<u8>,
+    ) -> Result<()> {
+        self.norm_q8_1(x, None, w, eps, out, outq)
+    }
+
+    /// `x += add`, then as [`Self::rms_norm_q8_1`]; bit-identical to `add_f32` first.
+    pub fn add_rms_norm_q8_1(
+        &self,
+        x: &mut CudaSlice<f32>,
+        add: &CudaSlice<f32>,
+        w: &CudaSlice<f32>,
+        eps: f32,
+        out: &mut CudaSlice<f32>,
+        outq: &mut CudaSlice<u8>,
+    ) -> Result<()> {
+        assert_eq!(add.len(), x.len(), "add_rms_norm: lengths differ");
+        self.norm_q8_1(x, Some(add), w, eps, out, outq)
+    }
+
+    /// The kernel writes `x` only when `add` is given, which only the `&mut` caller passes.
+    fn norm_q8_1(
+        &self,
+        x: &CudaSlice<f32>,
+        add: Option<&CudaSlice<f32>>,
+        w: &CudaSlice<f32>,
+        eps: f32,
+        out: &mut CudaSlice<f32>,
+        outq: &mut CudaSlice<u8>,
+    ) -> Result<()> {
+        assert_eq!(x.len(), out.len(), "rms_norm: x and out differ");
+        assert!(x.len().is_multiple_of(w.len()), "rms_norm: not whole rows");
+        assert!(
+            w.len().is_multiple_of(32),
+            "rms_norm q8_1: width not whole blocks"
+        );
+        assert!(
+            outq.len() >= x.len() / 32 * super::Q8_1_BLOCK_BYTES,
+            "rms_norm q8_1: outq too small"
+        );
+        let n = int(w.len(), "rms_norm width");
+        let cfg = norm_cfg(x.len() / w.len(), w.len());
+        let null = 0u64;
+        let mut b = self.stream.launch_builder(&self.add_rms_norm_q8_1);
+        b.arg(x);
+        match add {
+            Some(a) => b.arg(a),
+            None => b.arg(&null),
+        };
+        b.arg(w).arg(out).arg(outq).arg(&n).arg(&eps);
+        // SAFETY: add_rms_norm_q8_1_f32(x, add|null, w, out, outq, n, eps): rows of n floats in
+        // x/add/out, n/32 Q8_1 blocks per row in outq (asserted above).
+        unsafe { b.launch(cfg) }.during("launching add_rms_norm_q8_1_f32")?;
+        Ok(())
+    }
+
     pub fn rms_norm_groups(
         &self,
         x: &mut CudaSlice<f32>,
@@ -130,6 +202,61 @@ impl NormRope {
         // SAFETY: rope_*_f32(x, pos, n_tokens, width, head_dim, theta_scale), one thread per
         // pair of x, n_tokens positions.
         unsafe { b.launch(cfg) }.during("launching rope")?;
+        Ok(())
+    }
+
+    /// [`Self::rope`] of `q` and of `k` (same tokens and head size) in one launch, bit-identical.
+    pub fn rope_qk(
+        &self,
+        q: &mut CudaSlice<f32>,
+        k: &mut CudaSlice<f32>,
+        head_dim: usize,
+        positions: &CudaSlice<u32>,
+        base: f32,
+        mode: Rope,
+    ) -> Result<()> {
+        let n_tokens = positions.len();
+        assert!(n_tokens > 0, "rope: no tokens");
+        assert!(
+            q.len().is_multiple_of(n_tokens) && k.len().is_multiple_of(n_tokens),
+            "rope: rows"
+        );
+        let (wq, wk) = (q.len() / n_tokens, k.len() / n_tokens);
+        assert!(
+            head_dim.is_multiple_of(2)
+                && wq.is_multiple_of(head_dim)
+                && wk.is_multiple_of(head_dim),
+            "rope: head_dim"
+        );
+        let theta_scale = base.powf(-2.0 / head_dim as f32);
+        let (nt, iwq, iwk, hd) = (
+            int(n_tokens, "rope tokens"),
+            int(wq, "rope width"),
+            int(wk, "rope width"),
+            int(head_dim, "head_dim"),
+        );
+        let f = match mode {
+            Rope::Normal => &self.rope_qk_norm,
+            Rope::Neox => &self.rope_qk_neox,
+        };
+        let pairs = (q.len() + k.len()) / 2;
+        let mut b = self.stream.launch_builder(f);
+        b.arg(q)
+            .arg(k)
+            .arg(positions)
+            .arg(&nt)
+            .arg(&iwq)
+            .arg(&iwk)
+            .arg(&hd)
+            .arg(&theta_scale);
+        let cfg = LaunchConfig {
+            grid_dim: (pairs.div_ceil(256) as u32, 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: rope_qk_*_f32(q, k, pos, n, wq, wk, hd, theta_scale): n rows of wq and wk
+        // floats, n positions; one thread per pair of either.
+        unsafe { b.launch(cfg) }.during("launching rope_qk")?;
         Ok(())
     }
 }

@@ -35,11 +35,29 @@ impl Quantize {
             cols.is_multiple_of(32) && x.len().is_multiple_of(cols),
             "q8_1: shape"
         );
-        let rows = x.len() / cols;
+        self.q8_1_rows(x, x.len() / cols, cols, out)
+    }
+
+    /// Quantizes the first `rows` rows of `x` (`cols` floats each, a multiple of 32): for
+    /// scratch buffers sized for more rows than one call fills.
+    pub fn q8_1_rows(
+        &self,
+        x: &CudaSlice<f32>,
+        rows: usize,
+        cols: usize,
+        out: &mut CudaSlice<u8>,
+    ) -> Result<()> {
+        assert!(
+            cols.is_multiple_of(32) && x.len() >= rows * cols,
+            "q8_1: shape"
+        );
         assert!(
             out.len() >= Self::q8_1_bytes(rows, cols),
             "q8_1: out too small"
         );
+        if rows == 0 {
+            return Ok(());
+        }
         let c = int(cols, "q8_1 cols");
         let cfg = LaunchConfig {
             grid_dim: (cols.div_ceil(THREADS as usize) as u32, rows as u32, 1),

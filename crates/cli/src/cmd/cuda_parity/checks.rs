@@ -54,7 +54,11 @@ pub fn all(dev: &CudaDevice, k: &Kernels, rng: &mut StdRng) -> Result<Vec<Row>> 
         // Rows and tokens that are not multiples of the 64 × 64 tile.
         push("mmq", super::mmq::mmq(dev, k, rng, ty, 1027, 2048, 77));
     }
+    for case in super::moe::cases() {
+        push("moe_gemm", super::moe::moe_block(dev, k, rng, case));
+    }
     push("attention", super::attn_checks::all(dev, k, rng));
+    push("moe", super::moe_decode::all(dev, k, rng));
     Ok(rows)
 }
 

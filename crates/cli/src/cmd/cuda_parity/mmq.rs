@@ -12,12 +12,13 @@ use rand::rngs::StdRng;
 use rayon::prelude::*;
 
 /// Weight formats with a CUDA GEMM.
-pub const MMQ_TYPES: [GgmlType; 5] = [
+pub const MMQ_TYPES: [GgmlType; 6] = [
     GgmlType::Q8_0,
     GgmlType::Q4K,
     GgmlType::Q4_0,
     GgmlType::Q4_1,
     GgmlType::Q5K,
+    GgmlType::Q6K,
 ];
 
 /// `W · x` for `n` activation rows against the CPU's matmul; errors relative to `Σ|w·x|`.

@@ -10,6 +10,8 @@
 mod attn_checks;
 mod checks;
 mod mmq;
+mod moe;
+mod moe_decode;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
@@ -25,8 +27,8 @@ pub struct CudaParityArgs {
     /// Seed of the random data (default: fresh each run; the seed used is printed).
     #[arg(long)]
     pub seed: Option<u64>,
-    /// Also time the quantized mat-vec and GEMM and prefill attention (preliminary figures,
-    /// not a benchmark).
+    /// Also time the quantized mat-vec, the GEMM, the MoE GEMM, the fused MoE decode and prefill
+    /// attention (preliminary figures, not a benchmark).
     #[arg(long)]
     pub time: bool,
 }
@@ -128,6 +130,8 @@ pub fn run(args: CudaParityArgs) -> Result<()> {
     if args.time {
         checks::time_mmvq(&dev, &k, &mut rng)?;
         mmq::time_mmq(&dev, &k, &mut rng)?;
+        moe::time_moe(&dev, &k, &mut rng)?;
+        moe_decode::time_decode(&dev, &k, &mut rng)?;
         attn_checks::time_prefill(&dev, &k, &mut rng)?;
     }
     let failed = rows.iter().filter(|r| !r.pass()).count();

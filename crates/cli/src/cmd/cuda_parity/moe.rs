@@ -1,0 +1,346 @@
+//! `cuda-parity` rows and timing for the grouped MoE GEMM (`moe_gemm.cu`), with the routes held
+//! fixed: the same ids and weights go to the GPU and to a CPU per-expert loop (`matmul` with
+//! its int8 activations, `swiglu`, `matmul`, weighted sum, as `ferrolm_cpu::moe` does after
+//! routing).
+
+use super::checks::{normal, poisoned, row};
+use super::{compare, Contract, Row};
+use anyhow::Result;
+use ferrolm_cpu::matmul::{matmul, WeightRef};
+use ferrolm_cpu::norm::swiglu;
+use ferrolm_cuda::ops::{MoeExperts, MoeWork, QuantMatrix};
+use ferrolm_cuda::{CudaDevice, Kernels};
+use ferrolm_gguf::GgmlType;
+use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
+use rand::Rng;
+use rayon::prelude::*;
+
+/// One MoE shape: `n` tokens, `k` of `n_expert` experts each, drawn from the first `live`
+/// experts (fewer than `n_expert` leaves some experts empty).
+#[derive(Clone, Copy)]
+pub struct MoeCase {
+    pub n: usize,
+    pub n_expert: usize,
+    pub k: usize,
+    pub live: usize,
+    pub n_embd: usize,
+    pub n_ff: usize,
+    pub down: GgmlType,
+}
+
+/// The cases `cuda-parity` runs: OLMoE's widths with 16 experts, Q4_K gate/up and both down
+/// formats of Q4_K_M files, then a few tokens with empty experts at Qwen3-MoE's n_ff.
+pub fn cases() -> Vec<MoeCase> {
+    let olmoe = |n, down| MoeCase {
+        n,
+        n_expert: 16,
+        k: 8,
+        live: 16,
+        n_embd: 2048,
+        n_ff: 1024,
+        down,
+    };
+    let few = |n| MoeCase {
+        n,
+        live: 10,
+        n_ff: 768,
+        ..olmoe(n, GgmlType::Q6K)
+    };
+    vec![
+        olmoe(512, GgmlType::Q4K),
+        olmoe(512, GgmlType::Q6K),
+        few(1),
+        few(3),
+    ]
+}
+
+/// Distinct experts per token from the first `live`, and positive weights summing to one.
+fn routes(rng: &mut StdRng, c: &MoeCase) -> (Vec<i32>, Vec<f32>) {
+    let mut ids = Vec::with_capacity(c.n * c.k);
+    let mut weights = Vec::with_capacity(c.n * c.k);
+    let mut experts: Vec<i32> = (0..c.live as i32).collect();
+    for _ in 0..c.n {
+        experts.shuffle(rng);
+        ids.extend_from_slice(&experts[..c.k]);
+        let w: Vec<f32> = (0..c.k).map(|_| rng.gen_range(0.05f32..1.0)).collect();
+        let sum: f32 = w.iter().sum();
+        weights.extend(w.iter().map(|v| v / sum));
+    }
+    (ids, weights)
+}
+
+/// The index the kernels must build: counts, offsets, tile starts (64-row tiles), and the pair
+/// ids sorted by expert, ascending within one.
+fn host_index(ids: &[i32], n_expert: usize) -> (Vec<i32>, Vec<i32>) {
+    let mut counts = vec![0i32; n_expert];
+    for &e in ids {
+        counts[e as usize] += 1;
+    }
+    let mut index = counts.clone();
+    let (mut off, mut tiles) = (vec![0i32], vec![0i32]);
+    for &c in &counts {
+        off.push(off.last().unwrap() + c);
+        tiles.push(tiles.last().unwrap() + (c + 63) / 64);
+    }
+    index.extend(off);
+    index.extend(tiles);
+    let mut sorted: Vec<i32> = (0..ids.len() as i32).collect();
+    sorted.sort_by_key(|&p| ids[p as usize]); // stable: pair order within an expert
+    (index, sorted)
+}
+
+/// Index, grouped block against the CPU, and the per-expert fallback against the grouped path.
+pub fn moe_block(dev: &CudaDevice, k: &Kernels, rng: &mut StdRng, c: MoeCase) -> Result<Vec<Row>> {
+    let (n, e, d, ff) = (c.n, c.n_expert, c.n_embd, c.n_ff);
+    let gate_up_ty = GgmlType::Q4K;
+    let gq = ferrolm_quant::quantize_to_vec(gate_up_ty, &normal(rng, e * ff * d, 1.0))?;
+    let uq = ferrolm_quant::quantize_to_vec(gate_up_ty, &normal(rng, e * ff * d, 1.0))?;
+    // Small down weights keep h·down near the size of x, as in a trained model.
+    let dq = ferrolm_quant::quantize_to_vec(c.down, &normal(rng, e * d * ff, 0.05))?;
+    let x = normal(rng, n * d, 1.0);
+    let (ids, weights) = routes(rng, &c);
+
+    let gate = QuantMatrix::upload(dev, gate_up_ty, e * ff, d, &gq)?;
+    let up = QuantMatrix::upload(dev, gate_up_ty, e * ff, d, &uq)?;
+    let down = QuantMatrix::upload(dev, c.down, e * d, ff, &dq)?;
+    let experts = MoeExperts {
+        gate: &gate,
+        up: &up,
+        down: &down,
+        n_expert: e,
+        n_used: c.k,
+        n_ff: ff,
+    };
+    let mut work = MoeWork::new(dev, n, &experts)?;
+    let (xd, idsd, wd) = (dev.upload(&x)?, dev.upload(&ids)?, dev.upload(&weights)?);
+    let mut out = poisoned(dev, n * d)?;
+    k.moe_gemm
+        .forward_with(true, &xd, n, &idsd, &wd, &experts, &mut work, &mut out)?;
+    dev.sync()?;
+    let got = dev.download(&out)?;
+    let (index, sorted) = (dev.download(work.index())?, dev.download(work.sorted())?);
+    let mut out_loop = poisoned(dev, n * d)?;
+    k.moe_gemm.forward_with(
+        false,
+        &xd,
+        n,
+        &idsd,
+        &wd,
+        &experts,
+        &mut work,
+        &mut out_loop,
+    )?;
+    dev.sync()?;
+    let got_loop = dev.download(&out_loop)?;
+
+    let (want_index, want_sorted) = host_index(&ids, e);
+    let as_f32 = |v: &[i32]| v.iter().map(|&i| i as f32).collect::<Vec<_>>();
+    let mut index_cmp = compare(
+        &as_f32(&[&index[..], &sorted[..n * c.k]].concat()),
+        &as_f32(&[&want_index[..], &want_sorted[..]].concat()),
+        |_| 1.0,
+    );
+    index_cmp.2 &= index == want_index && sorted[..n * c.k] == want_sorted[..];
+
+    let (want, scale) = cpu_moe(&c, &gq, &uq, &dq, &x, &ids, &weights)?;
+    let shape = format!(
+        "{n} tok × top-{} of {e} ({} live), {d}→{ff}→{d}",
+        c.k, c.live
+    );
+    let types = format!("{gate_up_ty} gate/up, {} down", c.down);
+    let loop_cmp = compare(&got_loop, &got, |i| got[i].abs() as f64);
+    Ok(vec![
+        row(
+            "moe index (counts, offsets, tiles, sorted)",
+            shape.clone(),
+            "host counting sort",
+            index_cmp,
+            Contract::Exact,
+        ),
+        row(
+            &format!("moe block grouped, {types}"),
+            shape.clone(),
+            "cpu per-expert matmul, swiglu",
+            compare(&got, &want, |i| scale[i]),
+            Contract::Rel(
+                5e-3,
+                "int8 x and h: Q8_1 here, Q8_K on the CPU; vs Σ_slot w·Σ|down·h|",
+            ),
+        ),
+        row(
+            &format!("moe block per-expert loop, {types}"),
+            shape,
+            "grouped path",
+            loop_cmp,
+            Contract::Exact,
+        ),
+    ])
+}
+
+/// The CPU's per-expert computation with the given routes, and per output element the scale
+/// its error is measured against: `Σ_slot w · Σ_j |down[r][j] · h[j]|` (f64).
+#[allow(clippy::too_many_arguments)]
+fn cpu_moe(
+    c: &MoeCase,
+    gq: &[u8],
+    uq: &[u8],
+    dq: &[u8],
+    x: &[f32],
+    ids: &[i32],
+    weights: &[f32],
+) -> Result<(Vec<f32>, Vec<f64>)> {
+    let (n, d, ff) = (c.n, c.n_embd, c.n_ff);
+    let wref = |ty, data, rows, cols| WeightRef {
+        ty,
+        data,
+        rows,
+        cols,
+    };
+    let gate = wref(GgmlType::Q4K, gq, c.n_expert * ff, d);
+    let up = wref(GgmlType::Q4K, uq, c.n_expert * ff, d);
+    let down = wref(c.down, dq, c.n_expert * d, ff);
+    let down_f = ferrolm_quant::dequantize_to_vec(c.down, dq, c.n_expert * d * ff)?;
+    let (mut out, mut scale) = (vec![0f32; n * d], vec![0f64; n * d]);
+    for e in 0..c.n_expert {
+        let pairs: Vec<usize> = (0..n * c.k).filter(|&p| ids[p] == e as i32).collect();
+        if pairs.is_empty() {
+            continue;
+        }
+        let m = pairs.len();
+        let xe: Vec<f32> = pairs
+            .iter()
+            .flat_map(|&p| x[p / c.k * d..][..d].iter().copied())
+            .collect();
+        let (mut g, mut u) = (vec![0f32; m * ff], vec![0f32; m * ff]);
+        matmul(&gate.slice_rows(e * ff, ff), &xe, &mut g);
+        matmul(&up.slice_rows(e * ff, ff), &xe, &mut u);
+        swiglu(&mut g, &u);
+        let mut y = vec![0f32; m * d];
+        matmul(&down.slice_rows(e * d, d), &g, &mut y);
+        let wd = &down_f[e * d * ff..][..d * ff];
+        // [m][d] of Σ_j |down[r][j] · h[j]|.
+        let mags: Vec<f64> = (0..m * d)
+            .into_par_iter()
+            .map(|i| {
+                let (h, w) = (&g[i / d * ff..][..ff], &wd[i % d * ff..][..ff]);
+                h.iter()
+                    .zip(w)
+                    .map(|(&a, &b)| (a as f64 * b as f64).abs())
+                    .sum()
+            })
+            .collect();
+        for (j, &p) in pairs.iter().enumerate() {
+            let t = p / c.k;
+            for r in 0..d {
+                out[t * d + r] += weights[p] * y[j * d + r];
+                scale[t * d + r] += weights[p] as f64 * mags[j * d + r];
+            }
+        }
+    }
+    Ok((out, scale))
+}
+
+/// Preliminary timing of the whole grouped block at OLMoE-1B-7B's shape (64 experts, top-8,
+/// 2048→1024→2048, Q4_K gate/up, Q6_K down) for 2048 tokens: TFLOP/s as 2·pairs·3·d·ff / time.
+pub fn time_moe(dev: &CudaDevice, k: &Kernels, rng: &mut StdRng) -> Result<()> {
+    let c = MoeCase {
+        n: 2048,
+        n_expert: 64,
+        k: 8,
+        live: 64,
+        n_embd: 2048,
+        n_ff: 1024,
+        down: GgmlType::Q6K,
+    };
+    let (e, d, ff) = (c.n_expert, c.n_embd, c.n_ff);
+    // 256 rows of real blocks, repeated: the kernels' speed does not depend on the values.
+    let matrix = |rng: &mut StdRng, ty: GgmlType, rows: usize, cols: usize| {
+        let bytes = rows * cols / ty.block_elems() * ty.block_bytes();
+        let wq = ferrolm_quant::quantize_to_vec(ty, &normal(rng, 256 * cols, 1.0))?;
+        let host: Vec<u8> = wq.iter().copied().cycle().take(bytes).collect();
+        anyhow::Ok(QuantMatrix::upload(dev, ty, rows, cols, &host)?)
+    };
+    let gate = matrix(rng, GgmlType::Q4K, e * ff, d)?;
+    let up = matrix(rng, GgmlType::Q4K, e * ff, d)?;
+    let down = matrix(rng, c.down, e * d, ff)?;
+    let experts = MoeExperts {
+        gate: &gate,
+        up: &up,
+        down: &down,
+        n_expert: e,
+        n_used: c.k,
+        n_ff: ff,
+    };
+    let mut work = MoeWork::new(dev, c.n, &experts)?;
+    let (ids, weights) = routes(rng, &c);
+    let xd = dev.upload(&normal(rng, c.n * d, 1.0))?;
+    let (idsd, wd) = (dev.upload(&ids)?, dev.upload(&weights)?);
+    let mut out = poisoned(dev, c.n * d)?;
+    println!(
+        "\npreliminary moe_gemm timing ({} tok × top-{} of {e}, {d}→{ff}→{d}, Q4_K gate/up, Q6_K down):\n",
+        c.n, c.k
+    );
+    println!("| path | ms / call | TFLOP/s |");
+    println!("|---|---|---|");
+    for grouped in [true, false] {
+        let mut call = || {
+            k.moe_gemm
+                .forward_with(grouped, &xd, c.n, &idsd, &wd, &experts, &mut work, &mut out)
+        };
+        call()?;
+        let iters = 10;
+        let ms = dev.time_ms(|| {
+            for _ in 0..iters {
+                call()?;
+            }
+            Ok(())
+        })? / iters as f64;
+        let flops = 2.0 * (c.n * c.k * 3 * d * ff) as f64;
+        let name = if grouped {
+            "grouped"
+        } else {
+            "per-expert loop"
+        };
+        println!("| {name} | {ms:.3} | {:.1} |", flops / (ms * 1e-3) / 1e12);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::SeedableRng;
+
+    /// The expected index the GPU is held to: counting sort, stable within an expert.
+    #[test]
+    fn host_index_is_a_stable_counting_sort() {
+        // 3 tokens × 2 slots over 4 experts; expert 2 empty.
+        let ids = [3, 0, 0, 1, 3, 0];
+        let (index, sorted) = host_index(&ids, 4);
+        assert_eq!(&index[..4], &[3, 1, 0, 2], "counts");
+        assert_eq!(&index[4..9], &[0, 3, 4, 4, 6], "offsets");
+        assert_eq!(&index[9..], &[0, 1, 2, 2, 3], "tile starts");
+        assert_eq!(sorted, [1, 2, 5, 3, 0, 4]);
+        let many = vec![1i32; 130];
+        let (index, _) = host_index(&many, 2);
+        assert_eq!(&index[5..], &[0, 0, 3], "130 rows are 3 tiles of 64");
+    }
+
+    #[test]
+    fn routes_pick_distinct_live_experts_with_unit_weights() {
+        let mut rng = StdRng::seed_from_u64(7);
+        let c = cases()[2];
+        let (ids, w) = routes(&mut rng, &c);
+        assert_eq!(ids.len(), c.n * c.k);
+        for (t, slots) in ids.chunks_exact(c.k).enumerate() {
+            let mut s = slots.to_vec();
+            s.sort();
+            s.dedup();
+            assert_eq!(s.len(), c.k, "token {t}: experts repeat");
+            assert!(s.iter().all(|&e| (0..c.live as i32).contains(&e)));
+            let sum: f32 = w[t * c.k..][..c.k].iter().sum();
+            assert!((sum - 1.0).abs() < 1e-5);
+        }
+    }
+}

@@ -1,0 +1,60 @@
+// The inner loop of the quantized mat-vec, shared by mmvq.cu (dense weights) and moe_decode.cu
+// (expert-indexed weights): ROWS weight rows in a ggml block format dotted with NCOLS Q8_1
+// activation rows, by a group of THREADS cooperating threads.
+//
+// Each thread of the group takes `vdr` ints of codes of one weight block per step, so consecutive
+// threads read consecutive bytes of a row, and the group walks the row's blocks together. The
+// thread's partial sums are added to acc[j][i] (row i, column j); the caller reduces them over
+// the group (a warp_sum, or shared memory across warps). For each accumulator the order of
+// additions depends only on THREADS and the row length, never on ROWS, NCOLS or UNROLL, so a
+// column computed alone and the same column computed beside others get the same bits.
+#pragma once
+#ifndef FERROLM_COMMON_CUH
+#error "include common.cuh and quant.cuh before mmvq.cuh"
+#endif
+
+template <int TYPE, int NCOLS, int ROWS>
+static __device__ __forceinline__ void
+mmvq_step(const typename WeightFormat<TYPE>::block *const (&rows)[ROWS],
+          const block_q8_1 *const (&cols)[NCOLS], int ncols, int kbx, int iqs,
+          float (&acc)[NCOLS][ROWS]) {
+    typedef WeightFormat<TYPE> F;
+    const int kby = kbx * (F::qk / QK8_1);
+#pragma unroll
+    for (int j = 0; j < NCOLS; ++j) {
+        if (j < ncols) {
+#pragma unroll
+            for (int i = 0; i < ROWS; ++i) {
+                acc[j][i] += F::vec_dot(rows[i] + kbx, cols[j] + kby, iqs);
+            }
+        }
+    }
+}
+
+// rows[i]: the first block of weight row i; cols[j]: the first Q8_1 block of activation row j.
+// Columns j >= ncols are skipped (callers with fewer live columns than NCOLS). UNROLL > 0
+// unrolls that many steps of the walk so that their loads are in flight together; 0 leaves it
+// to the compiler (mmvq.cu's choice, kept as it was measured).
+template <int TYPE, int NCOLS, int ROWS, int THREADS, int UNROLL>
+static __device__ __forceinline__ void
+mmvq_accumulate(const typename WeightFormat<TYPE>::block *const (&rows)[ROWS],
+                const block_q8_1 *const (&cols)[NCOLS], int ncols, int blocks_per_row, int tid,
+                float (&acc)[NCOLS][ROWS]) {
+    typedef WeightFormat<TYPE> F;
+    constexpr int THREADS_PER_BLOCK = F::qi / F::vdr;
+    constexpr int BLOCKS_PER_ITER = THREADS / THREADS_PER_BLOCK;
+    static_assert(THREADS % THREADS_PER_BLOCK == 0, "threads per weight block");
+
+    const int iqs = F::vdr * (tid % THREADS_PER_BLOCK);
+    const int first = tid / THREADS_PER_BLOCK;
+    if constexpr (UNROLL == 0) {
+        for (int kbx = first; kbx < blocks_per_row; kbx += BLOCKS_PER_ITER) {
+            mmvq_step<TYPE, NCOLS, ROWS>(rows, cols, ncols, kbx, iqs, acc);
+        }
+    } else {
+#pragma unroll UNROLL
+        for (int kbx = first; kbx < blocks_per_row; kbx += BLOCKS_PER_ITER) {
+            mmvq_step<TYPE, NCOLS, ROWS>(rows, cols, ncols, kbx, iqs, acc);
+        }
+    }
+}

@@ -1,0 +1,300 @@
+// MoE experts for decode (1..8 tokens), the router's choices read from device memory:
+//   h[s]   = silu(gate_e · x[t]) * (up_e · x[t])          for every slot s = t*k + j, e = ids[s]
+//   out[t] += Σ_j weights[t*k+j] · (down_e · hq[t*k+j])    (hq: h quantized to Q8_1, quantize.cu)
+// Gate/up and down are stacked [n_expert * rows][cols] matrices in a ggml block format; expert
+// e owns rows e*rows.. . Dots go through mmvq.cuh's walk (quant.cuh's dp4a dot products).
+//
+// Sharing: with several tokens, a slot's expert may also be chosen by other tokens. The first
+// slot that names an expert leads: its warps read the expert's rows once and dot them with every
+// member's activations (a mat-mat of up to NTOK columns); the other members' blocks do nothing.
+// Leaders and members come from warp ballots over ids, so nothing is sorted and there is no host
+// sync. Every output is written by one warp, and the k down results of a token are summed in
+// slot order by one thread: deterministic, no atomics.
+//
+// Exactness: every dot is a warp of 32 threads walking one row, and its bits do not depend on
+// how many columns or rows share the walk (mmvq.cuh), so the fused kernels and the per-slot
+// path below (FERROLM_MOE_FUSED=0) agree bit for bit.
+//
+// Launches (crates/cuda/src/ops/moe_decode.rs must agree), block (32, MOE_NWARPS) each:
+// - moe_gate_up_<type>_n<NTOK>: grid (ceil(n_ff / MOE_NWARPS), NTOK * k); warp = one row r.
+// - moe_down_<type>_n<NTOK>: grid ceil(n_embd / MOE_DOWN_ROWS); the block's warps share out the
+//   leading experts, each warp MOE_DOWN_ROWS output rows of its experts.
+// - moe_slot_matvec_<type>: grid ceil(rows / MOE_NWARPS); warp = one row of one slot's expert.
+// - moe_combine: grid ceil(n_embd / 128), 128 threads.
+#include "common.cuh"
+#include "quant.cuh"
+#include "mmvq.cuh"
+
+#define MOE_NWARPS 8
+#define MOE_DOWN_ROWS 2
+// Slots (tokens × experts a token) a launch takes, as 32-bit ballot words.
+#define MOE_MAX_SLOTS 128
+#define MOE_MASK_WORDS (MOE_MAX_SLOTS / WARP_SIZE)
+// Steps of a row walk in flight together: with few tokens the unrolled steps keep loads in
+// flight; with more, the columns do, and unrolling further only costs registers and compile time.
+#define MOE_UNROLL(N) ((N) <= 2 ? 4 : 1)
+// Blocks an SM must fit: at one or two tokens, two (<= 128 registers), for more latency hiding
+// on these memory-bound kernels; more tokens need their registers for the columns.
+#define MOE_MIN_BLOCKS(N) ((N) <= 2 ? 2 : 1)
+
+// Bit q of the mask: slot q (< nslots) names expert e. Every lane gets the same mask.
+static __device__ __forceinline__ void slots_of(const int *__restrict__ ids, int nslots, int e,
+                                                uint32_t (&mask)[MOE_MASK_WORDS]) {
+#pragma unroll
+    for (int w = 0; w < MOE_MASK_WORDS; ++w) {
+        const int q = WARP_SIZE * w + threadIdx.x;
+        mask[w] = __ballot_sync(FULL_MASK, q < nslots && ids[q] == e);
+    }
+}
+
+// Removes the lowest slot from the mask and returns it, or -1 when the mask is empty.
+static __device__ __forceinline__ int pop_slot(uint32_t (&mask)[MOE_MASK_WORDS]) {
+    int slot = -1;
+#pragma unroll
+    for (int w = 0; w < MOE_MASK_WORDS; ++w) {
+        if (slot < 0 && mask[w] != 0) {
+            slot = WARP_SIZE * w + __ffs(mask[w]) - 1;
+            mask[w] &= mask[w] - 1;
+        }
+    }
+    return slot;
+}
+
+// Up to NTOK member slots taken from the mask (-1 past the last); returns how many.
+template <int NTOK>
+static __device__ __forceinline__ int take_members(uint32_t (&mask)[MOE_MASK_WORDS],
+                                                   int (&member)[NTOK]) {
+    int live = 0;
+#pragma unroll
+    for (int j = 0; j < NTOK; ++j) {
+        member[j] = pop_slot(mask);
+        live += member[j] >= 0;
+    }
+    return live;
+}
+
+// Σ_j w[j] · d[j * stride] in slot order: the one expression both paths combine with.
+static __device__ __forceinline__ float slot_sum(const float *w, const float *d, int stride,
+                                                 int k) {
+    float s = 0.0f;
+    for (int j = 0; j < k; ++j) {
+        s += w[j] * d[(size_t)j * stride];
+    }
+    return s;
+}
+
+template <int TYPE, int NTOK>
+static __device__ __forceinline__ void
+moe_gate_up(const void *__restrict__ gate, const void *__restrict__ up,
+            const block_q8_1 *__restrict__ x, const int *__restrict__ ids, float *__restrict__ h,
+            int n_embd, int n_ff, int n_expert, int k) {
+    typedef WeightFormat<TYPE> F;
+    typedef typename F::block B;
+    const int s = blockIdx.y, r = blockIdx.x * MOE_NWARPS + threadIdx.y;
+    if (r >= n_ff) {
+        return; // whole warps
+    }
+    const int e = ids[s];
+    if (e < 0 || e >= n_expert) {
+        if (threadIdx.x == 0) {
+            h[(size_t)s * n_ff + r] = 0.0f; // a bad id contributes nothing, and reads nothing
+        }
+        return;
+    }
+    uint32_t mask[MOE_MASK_WORDS];
+    slots_of(ids, NTOK * k, e, mask);
+    uint32_t first[MOE_MASK_WORDS];
+#pragma unroll
+    for (int w = 0; w < MOE_MASK_WORDS; ++w) {
+        first[w] = mask[w];
+    }
+    if (pop_slot(first) != s) {
+        return; // an earlier slot leads this expert
+    }
+    const int bpr = n_embd / F::qk, bpc = n_embd / QK8_1;
+    const size_t row = (size_t)e * n_ff + r;
+    const B *const rows[2] = {(const B *)gate + row * bpr, (const B *)up + row * bpr};
+    // More members than NTOK only if a token named an expert twice: another round.
+    for (;;) {
+        int member[NTOK];
+        const int live = take_members<NTOK>(mask, member);
+        if (live == 0) {
+            return;
+        }
+        const block_q8_1 *cols[NTOK];
+#pragma unroll
+        for (int j = 0; j < NTOK; ++j) {
+            cols[j] = x + (size_t)(member[j] >= 0 ? member[j] / k : 0) * bpc;
+        }
+        float acc[NTOK][2] = {};
+        mmvq_accumulate<TYPE, NTOK, 2, WARP_SIZE, MOE_UNROLL(NTOK)>(rows, cols, live, bpr, threadIdx.x,
+                                                              acc);
+#pragma unroll
+        for (int j = 0; j < NTOK; ++j) {
+            const float g = warp_sum(acc[j][0]), u = warp_sum(acc[j][1]);
+            if (threadIdx.x == 0 && j < live) {
+                h[(size_t)member[j] * n_ff + r] = silu_mul(g, u);
+            }
+        }
+    }
+}
+
+template <int TYPE, int NTOK>
+static __device__ __forceinline__ void
+moe_down(const void *__restrict__ down, const block_q8_1 *__restrict__ hq,
+         const int *__restrict__ ids, const float *__restrict__ weights, float *__restrict__ out,
+         int n_embd, int n_ff, int n_expert, int k) {
+    typedef WeightFormat<TYPE> F;
+    typedef typename F::block B;
+    const int nslots = NTOK * k, c0 = blockIdx.x * MOE_DOWN_ROWS;
+    const int bpr = n_ff / F::qk, bpc = n_ff / QK8_1;
+    // d[i][s]: row c0 + i of slot s's down product.
+    __shared__ float d[MOE_DOWN_ROWS][MOE_MAX_SLOTS];
+
+    // Every warp walks the same leaders in slot order and takes every MOE_NWARPS-th.
+    uint32_t todo[MOE_MASK_WORDS];
+#pragma unroll
+    for (int w = 0; w < MOE_MASK_WORDS; ++w) {
+        const int q = WARP_SIZE * w + threadIdx.x;
+        todo[w] = __ballot_sync(FULL_MASK, q < nslots);
+    }
+    for (int nth = 0;; ++nth) {
+        const int s = pop_slot(todo);
+        if (s < 0) {
+            break;
+        }
+        const int e = ids[s];
+        uint32_t mask[MOE_MASK_WORDS];
+        slots_of(ids, nslots, e, mask);
+#pragma unroll
+        for (int w = 0; w < MOE_MASK_WORDS; ++w) {
+            todo[w] &= ~mask[w];
+        }
+        if (nth % MOE_NWARPS != threadIdx.y) {
+            continue;
+        }
+        const bool valid = e >= 0 && e < n_expert;
+        const B *rows[MOE_DOWN_ROWS];
+#pragma unroll
+        for (int i = 0; i < MOE_DOWN_ROWS; ++i) {
+            // A row past n_embd re-reads the last one; never written.
+            const size_t row = (size_t)(valid ? e : 0) * n_embd + min(c0 + i, n_embd - 1);
+            rows[i] = (const B *)down + row * bpr;
+        }
+        for (;;) {
+            int member[NTOK];
+            const int live = take_members<NTOK>(mask, member);
+            if (live == 0) {
+                break;
+            }
+            const block_q8_1 *cols[NTOK];
+#pragma unroll
+            for (int j = 0; j < NTOK; ++j) {
+                cols[j] = hq + (size_t)(member[j] >= 0 ? member[j] : 0) * bpc;
+            }
+            float acc[NTOK][MOE_DOWN_ROWS] = {};
+            if (valid) {
+                mmvq_accumulate<TYPE, NTOK, MOE_DOWN_ROWS, WARP_SIZE, MOE_UNROLL(NTOK)>(
+                    rows, cols, live, bpr, threadIdx.x, acc);
+            }
+#pragma unroll
+            for (int j = 0; j < NTOK; ++j) {
+#pragma unroll
+                for (int i = 0; i < MOE_DOWN_ROWS; ++i) {
+                    const float v = warp_sum(acc[j][i]);
+                    if (threadIdx.x == 0 && j < live) {
+                        d[i][member[j]] = v;
+                    }
+                }
+            }
+        }
+    }
+    __syncthreads();
+    const int tid = threadIdx.y * WARP_SIZE + threadIdx.x;
+    if (tid < NTOK * MOE_DOWN_ROWS) {
+        const int t = tid / MOE_DOWN_ROWS, i = tid % MOE_DOWN_ROWS, c = c0 + i;
+        if (c < n_embd) {
+            out[(size_t)t * n_embd + c] += slot_sum(weights + t * k, &d[i][t * k], 1, k);
+        }
+    }
+}
+
+// The per-slot path's mat-vec: dst[slot][r] = W_e[r] · x[x_row], e = ids[slot].
+template <int TYPE>
+static __device__ __forceinline__ void
+moe_slot_matvec(const void *__restrict__ w, const block_q8_1 *__restrict__ x,
+                const int *__restrict__ ids, float *__restrict__ dst, int slot, int x_row,
+                int rows, int cols, int n_expert) {
+    typedef WeightFormat<TYPE> F;
+    typedef typename F::block B;
+    const int r = blockIdx.x * MOE_NWARPS + threadIdx.y;
+    if (r >= rows) {
+        return;
+    }
+    const int e = ids[slot];
+    const bool valid = e >= 0 && e < n_expert;
+    const int bpr = cols / F::qk;
+    const B *const row[1] = {(const B *)w + ((size_t)(valid ? e : 0) * rows + r) * bpr};
+    const block_q8_1 *const col[1] = {x + (size_t)x_row * (cols / QK8_1)};
+    float acc[1][1] = {};
+    if (valid) {
+        mmvq_accumulate<TYPE, 1, 1, WARP_SIZE, MOE_UNROLL(1)>(row, col, 1, bpr, threadIdx.x, acc);
+    }
+    const float v = warp_sum(acc[0][0]);
+    if (threadIdx.x == 0) {
+        dst[(size_t)slot * rows + r] = v;
+    }
+}
+
+// The per-slot path's combine: out[t][c] += Σ_j weights[t][j] · d[t*k + j][c].
+extern "C" __global__ void moe_combine(const float *__restrict__ d,
+                                       const float *__restrict__ weights, float *__restrict__ out,
+                                       int n, int n_embd, int k) {
+    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= n_embd) {
+        return;
+    }
+    for (int t = 0; t < n; ++t) {
+        out[(size_t)t * n_embd + c] +=
+            slot_sum(weights + t * k, d + (size_t)t * k * n_embd + c, n_embd, k);
+    }
+}
+
+#define MOE_ENTRIES(NAME, TYPE, N)                                                                  \
+    extern "C" __global__ void __launch_bounds__(MOE_NWARPS *WARP_SIZE, MOE_MIN_BLOCKS(N))          \
+        moe_gate_up_##NAME##_n##N(const void *__restrict__ gate, const void *__restrict__ up,       \
+                                  const block_q8_1 *__restrict__ x, const int *__restrict__ ids,    \
+                                  float *__restrict__ h, int n_embd, int n_ff, int n_expert,        \
+                                  int k) {                                                          \
+        moe_gate_up<TYPE, N>(gate, up, x, ids, h, n_embd, n_ff, n_expert, k);                       \
+    }                                                                                               \
+    extern "C" __global__ void __launch_bounds__(MOE_NWARPS *WARP_SIZE, MOE_MIN_BLOCKS(N))          \
+        moe_down_##NAME##_n##N(const void *__restrict__ down, const block_q8_1 *__restrict__ hq,    \
+                               const int *__restrict__ ids, const float *__restrict__ weights,      \
+                               float *__restrict__ out, int n_embd, int n_ff, int n_expert,         \
+                               int k) {                                                             \
+        moe_down<TYPE, N>(down, hq, ids, weights, out, n_embd, n_ff, n_expert, k);                  \
+    }
+
+#define MOE_FORMAT(NAME, TYPE)                                                                      \
+    MOE_ENTRIES(NAME, TYPE, 1)                                                                      \
+    MOE_ENTRIES(NAME, TYPE, 2)                                                                      \
+    MOE_ENTRIES(NAME, TYPE, 3)                                                                      \
+    MOE_ENTRIES(NAME, TYPE, 4)                                                                      \
+    MOE_ENTRIES(NAME, TYPE, 5)                                                                      \
+    MOE_ENTRIES(NAME, TYPE, 6)                                                                      \
+    MOE_ENTRIES(NAME, TYPE, 7)                                                                      \
+    MOE_ENTRIES(NAME, TYPE, 8)                                                                      \
+    extern "C" __global__ void __launch_bounds__(MOE_NWARPS *WARP_SIZE)                             \
+        moe_slot_matvec_##NAME(const void *__restrict__ w, const block_q8_1 *__restrict__ x,        \
+                               const int *__restrict__ ids, float *__restrict__ dst, int slot,      \
+                               int x_row, int rows, int cols, int n_expert) {                       \
+        moe_slot_matvec<TYPE>(w, x, ids, dst, slot, x_row, rows, cols, n_expert);                   \
+    }
+
+MOE_FORMAT(q4_0, GGML_TYPE_Q4_0)
+MOE_FORMAT(q4_1, GGML_TYPE_Q4_1)
+MOE_FORMAT(q8_0, GGML_TYPE_Q8_0)
+MOE_FORMAT(q4_k, GGML_TYPE_Q4_K)
+MOE_FORMAT(q5_k, GGML_TYPE_Q5_K)
+MOE_FORMAT(q6_k, GGML_TYPE_Q6_K)

@@ -1,0 +1,276 @@
+// Grouped expert GEMM for MoE prefill, with the routes already chosen: ids[p], weights[p] for
+// each (token, slot) pair p = token * n_used + slot.
+//
+//   1. moe_count, moe_scatter: the expert-sorted index, on the device. `index` holds
+//      counts[E], offsets[E + 1] (prefix sums of counts) and tile_starts[E + 1] (prefix sums
+//      of ceil(count / MMQ_BN), the GEMM tiles of each expert); `sorted` lists pair ids by
+//      expert, by pair id within an expert (so the order, and every result, is reproducible).
+//      A pair whose id is outside [0, E) joins no segment and contributes nothing.
+//   2. moe_gate_up_<type>: h[q] = silu(gate_e · x[t]) * (up_e · x[t]) for the pair at sorted
+//      position q (token t, expert e), SwiGLU fused into the GEMM's epilogue.
+//   3. (quantize.cu turns h into Q8_1, rows in sorted order.)
+//   4. moe_down_<type>: y[p] = weights[p] * (down_e · h[q]), stored by pair id p.
+//   5. moe_combine: out[t] = Σ_slot y[t * n_used + slot], slots in order (no atomics).
+//
+// GEMM launch (crates/cuda/src/ops/moe_gemm.rs must agree): block (32, MMQ_NWARPS), grid
+// (ceil(rows / MMQ_BM), tile slots). With expert < 0 the slots cover every expert: the host
+// cannot know the counts, so it launches ceil(pairs / MMQ_BN) + E slots (an upper bound on
+// Σ ceil(count / MMQ_BN)), and slot j finds its expert by binary search in tile_starts;
+// slots past the last tile exit at once. With expert >= 0 (the per-expert fallback) slot j is
+// tile j of that expert, ceil(pairs / MMQ_BN) slots. Weights are stacked: expert e owns rows
+// e * rows.. of its matrix.
+#include "common.cuh"
+#include "quant.cuh"
+#include "mmq_tile.cuh"
+
+#define MOE_INDEX_THREADS 256
+
+// Block e: counts[e] = #{p : ids[p] == e}. Grid (E), block (MOE_INDEX_THREADS).
+extern "C" __global__ void moe_count(const int *__restrict__ ids, int npairs, int n_expert,
+                                     int *__restrict__ index) {
+    __shared__ int scratch[32];
+    const int e = blockIdx.x;
+    int c = 0;
+    for (int p = threadIdx.x; p < npairs; p += blockDim.x) {
+        c += ids[p] == e;
+    }
+    c = block_sum(c, scratch);
+    if (threadIdx.x == 0) {
+        index[e] = c;
+    }
+}
+
+// Block e: offsets[e], tile_starts[e] (block E - 1 also the totals), then the pairs of expert
+// e in ascending order at sorted[offsets[e]..]. Grid (E), block (MOE_INDEX_THREADS).
+extern "C" __global__ void moe_scatter(const int *__restrict__ ids, int npairs, int n_expert,
+                                       int *__restrict__ index, int *__restrict__ sorted) {
+    __shared__ int scratch[32];
+    __shared__ int warp_count[MOE_INDEX_THREADS / WARP_SIZE];
+    const int e = blockIdx.x;
+    const int *counts = index;
+    int *offsets = index + n_expert, *tile_starts = index + 2 * n_expert + 1;
+
+    int before = 0, tiles_before = 0;
+    for (int i = threadIdx.x; i < e; i += blockDim.x) {
+        before += counts[i];
+        tiles_before += (counts[i] + MMQ_BN - 1) / MMQ_BN;
+    }
+    before = block_sum(before, scratch);
+    tiles_before = block_sum(tiles_before, scratch);
+    if (threadIdx.x == 0) {
+        offsets[e] = before;
+        tile_starts[e] = tiles_before;
+        if (e == n_expert - 1) {
+            offsets[n_expert] = before + counts[e];
+            tile_starts[n_expert] = tiles_before + (counts[e] + MMQ_BN - 1) / MMQ_BN;
+        }
+    }
+
+    // Ordered compaction, one block-wide chunk at a time: a pair's rank is the number of
+    // earlier matching pairs (ballots within a warp, warp totals across the block).
+    const int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE;
+    int base = before;
+    for (int p0 = 0; p0 < npairs; p0 += blockDim.x) {
+        const int p = p0 + threadIdx.x;
+        const bool hit = p < npairs && ids[p] == e;
+        const unsigned ballot = __ballot_sync(FULL_MASK, hit);
+        if (lane == 0) {
+            warp_count[warp] = __popc(ballot);
+        }
+        __syncthreads();
+        int rank = base + __popc(ballot & ((1u << lane) - 1u)), total = 0;
+        for (int w = 0; w < (int)(blockDim.x / WARP_SIZE); ++w) {
+            rank += w < warp ? warp_count[w] : 0;
+            total += warp_count[w];
+        }
+        if (hit) {
+            sorted[rank] = p;
+        }
+        base += total;
+        __syncthreads(); // warp_count is rewritten by the next chunk
+    }
+}
+
+// The GEMM tile of this block: expert e, sorted positions p0..p_end (at most MMQ_BN of them
+// are this tile's). False when the slot has no rows.
+struct MoeTile {
+    int e, p0, p_end;
+};
+
+static __device__ __forceinline__ bool moe_tile(const int *index, int n_expert, int expert,
+                                                MoeTile &t) {
+    const int *offsets = index + n_expert, *tile_starts = index + 2 * n_expert + 1;
+    const int j = blockIdx.y;
+    int e = expert, tile = j;
+    if (expert < 0) {
+        if (j >= tile_starts[n_expert]) {
+            return false;
+        }
+        // The last e with tile_starts[e] <= j; tile_starts[e + 1] > j then, so e has tiles.
+        int lo = 0, hi = n_expert - 1;
+        while (lo < hi) {
+            const int mid = (lo + hi + 1) / 2;
+            if (tile_starts[mid] <= j) {
+                lo = mid;
+            } else {
+                hi = mid - 1;
+            }
+        }
+        e = lo;
+        tile = j - tile_starts[e];
+    }
+    t.e = e;
+    t.p0 = offsets[e] + tile * MMQ_BN;
+    t.p_end = offsets[e + 1];
+    return t.p0 < t.p_end;
+}
+
+// silu(g) * u, rounded as elementwise.cu's swiglu_f32.
+static __device__ __forceinline__ float swiglu(float g, float u) {
+    return __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), u);
+}
+
+template <int TYPE>
+static __device__ __forceinline__ void moe_gate_up(const void *__restrict__ vgate,
+                                                   const void *__restrict__ vup,
+                                                   const block_q8_1 *__restrict__ xq,
+                                                   const int *__restrict__ sorted,
+                                                   const int *__restrict__ index,
+                                                   float *__restrict__ h, int n_embd, int n_ff,
+                                                   int n_expert, int n_used, int expert) {
+    typedef WeightFormat<TYPE> F;
+    MoeTile t;
+    if (!moe_tile(index, n_expert, expert, t)) {
+        return; // the whole block: every thread read the same index
+    }
+    __shared__ MmqWeightTile wt;
+    __shared__ MmqActTile yt;
+    __shared__ int yrow[MMQ_BN];
+    const int tid = threadIdx.y * WARP_SIZE + threadIdx.x;
+    if (tid < MMQ_BN) {
+        yrow[tid] = t.p0 + tid < t.p_end ? sorted[t.p0 + tid] / n_used : -1; // token of the pair
+    }
+    const int bpr = n_embd / F::qk, row0 = blockIdx.x * MMQ_BM;
+    const typename F::block *gate = (const typename F::block *)vgate + (size_t)t.e * n_ff * bpr;
+    const typename F::block *up = (const typename F::block *)vup + (size_t)t.e * n_ff * bpr;
+
+    float acc_g[MMQ_BN / 8][4], acc_u[MMQ_BN / 8][4];
+    mmq_acc_zero(acc_g);
+    mmq_acc_zero(acc_u);
+    __syncthreads();
+    // One activation tile per k step serves both matrices; their weight tiles take turns in
+    // shared memory (two would pass the 48 KB of static shared memory).
+    for (int k0 = 0; k0 < n_embd; k0 += MMQ_BK) {
+        mmq_load_acts(yt, xq, n_embd / QK8_1, yrow, k0);
+        mmq_load_weights<TYPE>(wt, gate, bpr, row0, n_ff, k0);
+        __syncthreads();
+        mmq_mma<TYPE>(wt, yt, acc_g);
+        __syncthreads();
+        mmq_load_weights<TYPE>(wt, up, bpr, row0, n_ff, k0);
+        __syncthreads();
+        mmq_mma<TYPE>(wt, yt, acc_u);
+        __syncthreads();
+    }
+
+#pragma unroll
+    for (int n = 0; n < MMQ_BN / 8; ++n) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const int row = row0 + mmq_acc_row(i), q = t.p0 + mmq_acc_col(n, i);
+            if (row < n_ff && q < t.p_end) {
+                h[(size_t)q * n_ff + row] = swiglu(acc_g[n][i], acc_u[n][i]);
+            }
+        }
+    }
+}
+
+template <int TYPE>
+static __device__ __forceinline__ void moe_down(const void *__restrict__ vdown,
+                                                const block_q8_1 *__restrict__ hq,
+                                                const int *__restrict__ sorted,
+                                                const int *__restrict__ index,
+                                                const float *__restrict__ weights,
+                                                float *__restrict__ y, int n_ff, int n_embd,
+                                                int n_expert, int expert) {
+    typedef WeightFormat<TYPE> F;
+    MoeTile t;
+    if (!moe_tile(index, n_expert, expert, t)) {
+        return;
+    }
+    __shared__ MmqWeightTile wt;
+    __shared__ MmqActTile yt;
+    __shared__ int yrow[MMQ_BN], pair[MMQ_BN];
+    const int tid = threadIdx.y * WARP_SIZE + threadIdx.x;
+    if (tid < MMQ_BN) {
+        const bool in = t.p0 + tid < t.p_end;
+        yrow[tid] = in ? t.p0 + tid : -1; // h rows are in sorted order
+        pair[tid] = in ? sorted[t.p0 + tid] : 0;
+    }
+    const int bpr = n_ff / F::qk, row0 = blockIdx.x * MMQ_BM;
+    const typename F::block *down = (const typename F::block *)vdown + (size_t)t.e * n_embd * bpr;
+
+    float acc[MMQ_BN / 8][4];
+    mmq_acc_zero(acc);
+    __syncthreads();
+    for (int k0 = 0; k0 < n_ff; k0 += MMQ_BK) {
+        mmq_load_acts(yt, hq, n_ff / QK8_1, yrow, k0);
+        mmq_load_weights<TYPE>(wt, down, bpr, row0, n_embd, k0);
+        __syncthreads();
+        mmq_mma<TYPE>(wt, yt, acc);
+        __syncthreads();
+    }
+
+#pragma unroll
+    for (int n = 0; n < MMQ_BN / 8; ++n) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const int row = row0 + mmq_acc_row(i), c = mmq_acc_col(n, i);
+            if (row < n_embd && t.p0 + c < t.p_end) {
+                const int p = pair[c];
+                y[(size_t)p * n_embd + row] = weights[p] * acc[n][i];
+            }
+        }
+    }
+}
+
+// out[t][d] = Σ_slot y[t * n_used + slot][d] over the slots with a valid expert, in slot order.
+extern "C" __global__ void moe_combine(const float *__restrict__ y, const int *__restrict__ ids,
+                                       float *__restrict__ out, int ntok, int n_used, int n_embd,
+                                       int n_expert) {
+    const int total = ntok * n_embd;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
+        const int t = i / n_embd, d = i % n_embd;
+        float s = 0.0f;
+        for (int slot = 0; slot < n_used; ++slot) {
+            const int p = t * n_used + slot, e = ids[p];
+            if (e >= 0 && e < n_expert) {
+                s += y[(size_t)p * n_embd + d];
+            }
+        }
+        out[i] = s;
+    }
+}
+
+#define MOE_ENTRIES(NAME, TYPE)                                                                     \
+    extern "C" __global__ void __launch_bounds__(MMQ_THREADS) moe_gate_up_##NAME(                   \
+        const void *__restrict__ vgate, const void *__restrict__ vup,                               \
+        const block_q8_1 *__restrict__ xq, const int *__restrict__ sorted,                          \
+        const int *__restrict__ index, float *__restrict__ h, int n_embd, int n_ff, int n_expert,   \
+        int n_used, int expert) {                                                                   \
+        moe_gate_up<TYPE>(vgate, vup, xq, sorted, index, h, n_embd, n_ff, n_expert, n_used,         \
+                          expert);                                                                  \
+    }                                                                                               \
+    extern "C" __global__ void __launch_bounds__(MMQ_THREADS) moe_down_##NAME(                      \
+        const void *__restrict__ vdown, const block_q8_1 *__restrict__ hq,                          \
+        const int *__restrict__ sorted, const int *__restrict__ index,                              \
+        const float *__restrict__ weights, float *__restrict__ y, int n_ff, int n_embd,             \
+        int n_expert, int expert) {                                                                 \
+        moe_down<TYPE>(vdown, hq, sorted, index, weights, y, n_ff, n_embd, n_expert, expert);      \
+    }
+
+MOE_ENTRIES(q4_0, GGML_TYPE_Q4_0)
+MOE_ENTRIES(q4_1, GGML_TYPE_Q4_1)
+MOE_ENTRIES(q8_0, GGML_TYPE_Q8_0)
+MOE_ENTRIES(q4_k, GGML_TYPE_Q4_K)
+MOE_ENTRIES(q5_k, GGML_TYPE_Q5_K)
+MOE_ENTRIES(q6_k, GGML_TYPE_Q6_K)

@@ -1,0 +1,197 @@
+// MoE routing: router logits = x · Wrᵀ in f32, then softmax over all experts and top-k, one warp
+// per token, as the CPU's moe::route: probabilities p = exp(l - max) * (1 / Σ exp), experts taken
+// in descending p with ties to the lower id, optionally renormalised p / Σ picked p (summed in
+// slot order). Outputs ids[t][k] (i32) and weights[t][k] (f32), slot 0 the most probable.
+//
+// Launches (crates/cuda/src/ops/moe_route.rs must agree):
+// - moe_logits_small (n <= ROUTE_SMALL_N tokens, decode): block ROUTE_THREADS, grid n_expert;
+//   the block's threads split one expert's row and keep every token's sum.
+// - moe_logits_tiled (any n): block (16, 16), grid (ceil(n_expert / 64), ceil(n / 64)); a plain
+//   shared-memory tiled f32 GEMM, 4 × 4 outputs a thread.
+// - moe_topk: block (32, TOPK_WARPS), grid ceil(n / TOPK_WARPS).
+#include "common.cuh"
+
+#define ROUTE_THREADS 128
+#define ROUTE_SMALL_N 8
+#define TILE 64
+#define TILE_K 16
+#define TOPK_WARPS 4
+// Experts a lane holds: n_expert <= 32 * TOPK_PER_LANE.
+#define TOPK_PER_LANE 8
+#define NEG_INF __int_as_float(0xff800000)
+
+// logits[t][e] = Σ_i x[t][i] · w[e][i] for t < n <= ROUTE_SMALL_N.
+extern "C" __global__ void __launch_bounds__(ROUTE_THREADS)
+    moe_logits_small(const float *__restrict__ x, const float *__restrict__ w,
+                     float *__restrict__ logits, int n, int n_embd, int n_expert) {
+    const int e = blockIdx.x;
+    const float *we = w + (size_t)e * n_embd;
+    float acc[ROUTE_SMALL_N];
+#pragma unroll
+    for (int t = 0; t < ROUTE_SMALL_N; ++t) {
+        acc[t] = 0.0f;
+    }
+    for (int i = threadIdx.x; i < n_embd; i += ROUTE_THREADS) {
+        const float wi = we[i];
+#pragma unroll
+        for (int t = 0; t < ROUTE_SMALL_N; ++t) {
+            if (t < n) {
+                acc[t] += x[(size_t)t * n_embd + i] * wi;
+            }
+        }
+    }
+    __shared__ float partial[ROUTE_THREADS / WARP_SIZE][ROUTE_SMALL_N];
+    const int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE;
+#pragma unroll
+    for (int t = 0; t < ROUTE_SMALL_N; ++t) {
+        acc[t] = warp_sum(acc[t]);
+        if (lane == 0) {
+            partial[warp][t] = acc[t];
+        }
+    }
+    __syncthreads();
+    if (threadIdx.x < n) {
+        float s = 0.0f;
+#pragma unroll
+        for (int p = 0; p < ROUTE_THREADS / WARP_SIZE; ++p) {
+            s += partial[p][threadIdx.x];
+        }
+        logits[(size_t)threadIdx.x * n_expert + e] = s;
+    }
+}
+
+// The same product for any n: a 64-token × 64-expert tile a block, 16-deep slices of both
+// operands staged in shared memory (stored k-major, so the inner loop reads rows).
+extern "C" __global__ void __launch_bounds__(256)
+    moe_logits_tiled(const float *__restrict__ x, const float *__restrict__ w,
+                     float *__restrict__ logits, int n, int n_embd, int n_expert) {
+    __shared__ float xs[TILE_K][TILE + 1];
+    __shared__ float ws[TILE_K][TILE + 1];
+    const int tx = threadIdx.x, ty = threadIdx.y, tid = ty * 16 + tx;
+    const int e0 = blockIdx.x * TILE, t0 = blockIdx.y * TILE;
+    float acc[4][4] = {};
+    for (int k0 = 0; k0 < n_embd; k0 += TILE_K) {
+        // 64 × 16 of each operand, 4 a thread; consecutive threads read consecutive columns.
+#pragma unroll
+        for (int l = 0; l < 4; ++l) {
+            const int idx = tid + 256 * l, r = idx / TILE_K, c = idx % TILE_K;
+            const int t = t0 + r, e = e0 + r, k = k0 + c;
+            xs[c][r] = t < n && k < n_embd ? x[(size_t)t * n_embd + k] : 0.0f;
+            ws[c][r] = e < n_expert && k < n_embd ? w[(size_t)e * n_embd + k] : 0.0f;
+        }
+        __syncthreads();
+#pragma unroll
+        for (int c = 0; c < TILE_K; ++c) {
+            float a[4], b[4];
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                a[i] = xs[c][ty + 16 * i];
+                b[i] = ws[c][tx + 16 * i];
+            }
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+#pragma unroll
+                for (int j = 0; j < 4; ++j) {
+                    acc[i][j] += a[i] * b[j];
+                }
+            }
+        }
+        __syncthreads();
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const int t = t0 + ty + 16 * i, e = e0 + tx + 16 * j;
+            if (t < n && e < n_expert) {
+                logits[(size_t)t * n_expert + e] = acc[i][j];
+            }
+        }
+    }
+}
+
+// Does (p, e) come before (q, f) in the CPU's order (descending probability, then lower id)?
+static __device__ __forceinline__ bool ranks_before(float p, int e, float q, int f) {
+    return p > q || (p == q && e < f);
+}
+
+// Softmax and top-k of one token's logits, one warp: lane l holds experts l, l + 32, ...; k
+// rounds of a warp-wide arg-max, the winner struck out (probabilities are >= 0, so -1 is below
+// every live one). Lane j keeps slot j (k <= 32).
+extern "C" __global__ void __launch_bounds__(TOPK_WARPS *WARP_SIZE)
+    moe_topk(const float *__restrict__ logits, int *__restrict__ ids, float *__restrict__ weights,
+             int n, int n_expert, int k, int renorm) {
+    const int t = blockIdx.x * TOPK_WARPS + threadIdx.y;
+    if (t >= n) {
+        return; // whole warps
+    }
+    const int lane = threadIdx.x;
+    const float *l = logits + (size_t)t * n_expert;
+    float p[TOPK_PER_LANE];
+    float mx = NEG_INF;
+#pragma unroll
+    for (int i = 0; i < TOPK_PER_LANE; ++i) {
+        const int e = lane + WARP_SIZE * i;
+        p[i] = e < n_expert ? l[e] : NEG_INF;
+        mx = fmaxf(mx, p[i]);
+    }
+    mx = warp_max(mx);
+    float sum = 0.0f;
+#pragma unroll
+    for (int i = 0; i < TOPK_PER_LANE; ++i) {
+        const int e = lane + WARP_SIZE * i;
+        p[i] = e < n_expert ? expf(p[i] - mx) : -1.0f;
+        sum += e < n_expert ? p[i] : 0.0f;
+    }
+    const float inv = 1.0f / warp_sum(sum);
+#pragma unroll
+    for (int i = 0; i < TOPK_PER_LANE; ++i) {
+        p[i] = p[i] >= 0.0f ? p[i] * inv : -1.0f;
+    }
+
+    int my_e = 0;
+    float my_p = 0.0f;
+    for (int j = 0; j < k; ++j) {
+        // This lane's best: a later i has a higher id, so only a strictly greater p wins.
+        float bp = -2.0f;
+        int be = n_expert;
+#pragma unroll
+        for (int i = 0; i < TOPK_PER_LANE; ++i) {
+            if (p[i] > bp) {
+                bp = p[i];
+                be = lane + WARP_SIZE * i;
+            }
+        }
+#pragma unroll
+        for (int offset = WARP_SIZE / 2; offset > 0; offset >>= 1) {
+            const float op = __shfl_xor_sync(FULL_MASK, bp, offset);
+            const int oe = __shfl_xor_sync(FULL_MASK, be, offset);
+            if (ranks_before(op, oe, bp, be)) {
+                bp = op;
+                be = oe;
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < TOPK_PER_LANE; ++i) {
+            if (lane + WARP_SIZE * i == be) {
+                p[i] = -1.0f;
+            }
+        }
+        if (lane == j) {
+            my_e = be;
+            my_p = bp;
+        }
+    }
+    if (renorm) {
+        // Slot order, as the CPU's iterator sum.
+        float s = 0.0f;
+        for (int j = 0; j < k; ++j) {
+            s += __shfl_sync(FULL_MASK, my_p, j);
+        }
+        my_p = my_p / s;
+    }
+    if (lane < k) {
+        ids[(size_t)t * k + lane] = my_e;
+        weights[(size_t)t * k + lane] = my_p;
+    }
+}

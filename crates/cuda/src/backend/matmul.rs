@@ -1,0 +1,148 @@
+//! Matrix products on the device: activations quantized to Q8_1 once per input (or taken from
+//! the norm that produced them), mat-vec for up to eight rows, the int8 GEMM above that, and
+//! the decode fusions (paired mat-vecs, SwiGLU in the mat-vec).
+
+use super::{CudaAct, CudaBackend, CudaWeight};
+use crate::error::Result;
+use crate::ops::{Mmq, PairOut, QuantMatrix, Quantize, MMQ_BK, MMVQ_MAX_COLS};
+use cudarc::driver::CudaSlice;
+use ferrolm_gguf::GgmlType;
+
+/// Two matrices one paired mat-vec launch can serve.
+fn same_format(a: &QuantMatrix, b: &QuantMatrix) -> bool {
+    a.ty == b.ty && a.cols == b.cols && a.ty != GgmlType::F32
+}
+
+impl CudaBackend {
+    /// `x` as Q8_1, for the int8 kernels. The caller gives the buffer back.
+    pub(super) fn quantize(&self, x: &CudaAct) -> Result<CudaSlice<u8>> {
+        let mut xq = self.bytes.take(Quantize::q8_1_bytes(x.rows, x.width))?;
+        self.k.quantize.q8_1(x.buf(), x.width, &mut xq)?;
+        Ok(xq)
+    }
+
+    /// `out = x · Wᵀ` for a quantized `w`, `x` already in Q8_1.
+    pub(super) fn qmatmul(
+        &self,
+        w: &QuantMatrix,
+        xq: &CudaSlice<u8>,
+        out: &mut CudaAct,
+    ) -> Result<()> {
+        let n = out.rows;
+        if n <= MMVQ_MAX_COLS {
+            return self.k.mmvq.matvec(w, xq, n, out.buf_mut());
+        }
+        if self.use_mmq && Mmq::supports(w.ty) && w.cols.is_multiple_of(MMQ_BK) {
+            return self.k.mmq.matmul(w, xq, n, out.buf_mut());
+        }
+        // No GEMM for this format or shape: mat-vec over slices of rows.
+        let row_q8 = Quantize::q8_1_bytes(1, w.cols);
+        for r0 in (0..n).step_by(MMVQ_MAX_COLS) {
+            let m = MMVQ_MAX_COLS.min(n - r0);
+            let xs = xq.slice(r0 * row_q8..(r0 + m) * row_q8);
+            let mut os = out.buf_mut().slice_mut(r0 * w.rows..(r0 + m) * w.rows);
+            self.k.mmvq.matvec_view(w, &xs, m, &mut os)?;
+        }
+        Ok(())
+    }
+
+    pub(super) fn matmul_all(
+        &self,
+        ws: &[&CudaWeight],
+        x: &CudaAct,
+        outs: &mut [&mut CudaAct],
+    ) -> Result<()> {
+        if x.rows == 0 {
+            return Ok(());
+        }
+        let mut own_q8 = None;
+        let mut i = 0;
+        while i < ws.len() {
+            let m = ws[i].matrix();
+            if m.ty == GgmlType::F32 {
+                self.k
+                    .gemm_f32
+                    .matmul(m, x.buf(), x.rows, outs[i].buf_mut())?;
+                i += 1;
+                continue;
+            }
+            if x.q8.is_none() && own_q8.is_none() {
+                own_q8 = Some(self.quantize(x)?);
+            }
+            let xq = x.q8.as_ref().or(own_q8.as_ref()).expect("quantized");
+            // One token: two matrices of one format share a launch (q and k, say).
+            if x.rows == 1 && self.fuse && i + 1 < ws.len() && same_format(m, ws[i + 1].matrix()) {
+                let (a, b) = outs[i..].split_at_mut(1);
+                let out = PairOut::Both(a[0].buf_mut(), b[0].buf_mut());
+                self.k.mmvq.pair(m, ws[i + 1].matrix(), xq, out)?;
+                i += 2;
+                continue;
+            }
+            self.qmatmul(m, xq, outs[i])?;
+            i += 1;
+        }
+        if let Some(b) = own_q8 {
+            self.bytes.give(b);
+        }
+        Ok(())
+    }
+
+    /// `out = rms_norm(x) * w`, with the Q8_1 copy of `out` kept for the matmuls that follow.
+    pub(super) fn norm_q8(
+        &self,
+        x: &CudaAct,
+        w: &CudaWeight,
+        eps: f32,
+        out: &mut CudaAct,
+    ) -> Result<()> {
+        let mut q8 = self.bytes.take(Quantize::q8_1_bytes(out.rows, out.width))?;
+        let r = self
+            .k
+            .norm_rope
+            .rms_norm_q8_1(x.buf(), w.vector(), eps, out.buf_mut(), &mut q8);
+        out.q8 = Some(q8);
+        r
+    }
+
+    /// `acc += add`, then as [`Self::norm_q8`].
+    pub(super) fn norm_q8_add(
+        &self,
+        acc: &mut CudaAct,
+        add: &CudaAct,
+        w: &CudaWeight,
+        eps: f32,
+        out: &mut CudaAct,
+    ) -> Result<()> {
+        let mut q8 = self.bytes.take(Quantize::q8_1_bytes(out.rows, out.width))?;
+        let r = self.k.norm_rope.add_rms_norm_q8_1(
+            acc.buf_mut(),
+            add.buf(),
+            w.vector(),
+            eps,
+            out.buf_mut(),
+            &mut q8,
+        );
+        out.q8 = Some(q8);
+        r
+    }
+
+    pub(super) fn glu(
+        &self,
+        wg: &CudaWeight,
+        wu: &CudaWeight,
+        x: &CudaAct,
+        gate: &mut CudaAct,
+        up: &mut CudaAct,
+    ) -> Result<()> {
+        let (g, u) = (wg.matrix(), wu.matrix());
+        match &x.q8 {
+            Some(xq) if x.rows == 1 && self.fuse && same_format(g, u) => {
+                self.k.mmvq.pair(g, u, xq, PairOut::Glu(gate.buf_mut()))
+            }
+            _ => {
+                self.matmul_all(&[wg, wu], x, &mut [gate, up])?;
+                self.k.elementwise.swiglu(gate.buf_mut(), up.buf())
+            }
+        }
+    }
+}

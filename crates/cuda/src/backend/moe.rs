@@ -1,0 +1,100 @@
+//! The MoE FFN on the GPU: routing (softmax and top-k on the device), then the fused expert
+//! mat-vecs for up to [`MOE_DECODE_MAX_TOKENS`] tokens, or the grouped expert GEMM for more.
+//! Nothing here waits for the device, so a decode step with MoE layers is still one graph.
+
+use super::{CudaAct, CudaBackend, CudaWeight};
+use crate::error::{CudaError, DriverContext, Result};
+use crate::ops::{MoeDecodeWork, MoeExperts, MoeRouteWork, MoeWork, MOE_DECODE_MAX_TOKENS};
+use ferrolm_model::weights::MoeWeights;
+
+/// Scratch of the MoE kernels, shared by every layer (they all have the same shape) and grown
+/// to the longest batch seen. A decode step's sizes are reached before its capture, so a
+/// captured graph never sees a reallocation.
+#[derive(Default)]
+pub struct MoeScratch {
+    route: Option<MoeRouteWork>,
+    decode: Option<MoeDecodeWork>,
+    gemm: Option<(usize, MoeWork)>,
+}
+
+/// Tokens the grouped GEMM's scratch is first sized for (the engine's default ubatch).
+const GEMM_MIN_TOKENS: usize = 512;
+
+impl CudaBackend {
+    pub(super) fn try_moe(
+        &self,
+        x: &CudaAct,
+        w: &MoeWeights<CudaWeight>,
+        out: &mut CudaAct,
+    ) -> Result<()> {
+        let n = x.rows;
+        if n == 0 {
+            return Ok(());
+        }
+        let CudaWeight::Router(router) = &w.router else {
+            return Err(CudaError::Invalid(
+                "an MoE router not uploaded as one".into(),
+            ));
+        };
+        let experts = MoeExperts {
+            gate: w.gate.matrix(),
+            up: w.up.matrix(),
+            down: w.down.matrix(),
+            n_expert: w.n_expert,
+            n_used: w.n_expert_used,
+            n_ff: w.n_ff,
+        };
+        let k = w.n_expert_used;
+        let mut ids = self.ids.take(n * k)?;
+        let mut weights = self.acts.take(n * k)?;
+        let mut scratch = self.moe.lock().expect("moe scratch poisoned");
+        let dev = &self.dev;
+
+        let route = match &mut scratch.route {
+            Some(r) if r.max_n >= n && r.n_expert == w.n_expert => r,
+            slot => slot.insert(MoeRouteWork::new(dev, n.max(GEMM_MIN_TOKENS), w.n_expert)?),
+        };
+        self.k
+            .moe_route
+            .route(x.buf(), n, router, route, &mut ids, &mut weights)?;
+
+        let r = if n <= MOE_DECODE_MAX_TOKENS && self.fuse {
+            let decode = match &mut scratch.decode {
+                Some(d) if d.n_used == k && d.n_ff == w.n_ff && d.n_embd == x.width => d,
+                slot => slot.insert(MoeDecodeWork::new(dev, MOE_DECODE_MAX_TOKENS, &experts)?),
+            };
+            let own_q8 = match &x.q8 {
+                Some(_) => None,
+                None => Some(self.quantize(x)?),
+            };
+            let xq = x.q8.as_ref().or(own_q8.as_ref()).expect("quantized");
+            let o = out.buf_mut();
+            // The fused kernel adds into its output, as into a residual.
+            dev.stream()
+                .memset_zeros(o)
+                .during("clearing the MoE output")?;
+            let r = self
+                .k
+                .moe_decode
+                .forward(xq, n, &ids, &weights, &experts, decode, o);
+            if let Some(b) = own_q8 {
+                self.bytes.give(b);
+            }
+            r
+        } else {
+            let gemm = match &mut scratch.gemm {
+                Some((max, g)) if *max >= n => g,
+                slot => {
+                    let max = n.max(GEMM_MIN_TOKENS);
+                    &mut slot.insert((max, MoeWork::new(dev, max, &experts)?)).1
+                }
+            };
+            self.k
+                .moe_gemm
+                .forward(x.buf(), n, &ids, &weights, &experts, gemm, out.buf_mut())
+        };
+        self.ids.give(ids);
+        self.acts.give(weights);
+        r
+    }
+}

@@ -1,0 +1,391 @@
+//! `kernels/moe_decode.cu`: the routed experts of 1..=8 tokens, added into the residual:
+//! `out[t] += Σ_j w[t][j] · down_e(silu(gate_e · x[t]) * (up_e · x[t]))`, `e = ids[t][j]`.
+//!
+//! Fused (the default): one launch for gate, up and SwiGLU of every slot, one quantize of `h`
+//! to Q8_1, one launch for down with the weighted slot-order sum into the residual. A token
+//! sharing an expert with another reuses the leader slot's weight reads (a mat-mat over the
+//! expert's members). `FERROLM_MOE_FUSED=0` takes the per-slot path instead: a gate, an up and
+//! a down mat-vec launch per slot, then swiglu, quantize and combine launches; both read the ids
+//! from device memory, and the two paths agree bit for bit (every dot is the same warp walk).
+//!
+//! Nothing here allocates or waits on the host: scratch lives in [`MoeDecodeWork`], and a
+//! captured graph replays with new ids and weights.
+
+use super::{int, stride_blocks, MoeExperts, Quantize};
+use crate::device::CudaDevice;
+use crate::error::{CudaError, DriverContext, Result};
+use crate::kernels::{ELEMENTWISE, MOE_DECODE};
+use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
+use ferrolm_gguf::GgmlType;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// Most tokens one call takes (the kernels' NTOK instances).
+pub const MOE_DECODE_MAX_TOKENS: usize = 8;
+/// Most slots (tokens × experts a token) one call takes (the kernel's MOE_MAX_SLOTS).
+const MAX_SLOTS: usize = 128;
+/// Warps per block (MOE_NWARPS) and output rows per down block (MOE_DOWN_ROWS).
+const NWARPS: u32 = 8;
+const DOWN_ROWS: usize = 2;
+
+/// Weight formats with MoE decode kernels (entry points `moe_*_<suffix>[_n<tokens>]`).
+const FORMATS: &[GgmlType] = &[
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q8_0,
+    GgmlType::Q4K,
+    GgmlType::Q5K,
+    GgmlType::Q6K,
+];
+
+/// Scratch for up to `max_n` tokens of one expert shape, allocated once.
+pub struct MoeDecodeWork {
+    /// `[slot][n_ff]`: SwiGLU output (the per-slot path's gate product first).
+    h: CudaSlice<f32>,
+    /// `[slot][n_ff]`: the per-slot path's up product.
+    up: CudaSlice<f32>,
+    /// `h` as Q8_1, the down product's activations.
+    hq: CudaSlice<u8>,
+    /// `[slot][n_embd]`: the per-slot path's down products before the combine.
+    down: CudaSlice<f32>,
+    pub max_n: usize,
+    pub n_used: usize,
+    pub n_ff: usize,
+    pub n_embd: usize,
+}
+
+impl MoeDecodeWork {
+    pub fn new(dev: &CudaDevice, max_n: usize, experts: &MoeExperts) -> Result<Self> {
+        let (k, ff, d) = (experts.n_used, experts.n_ff, experts.n_embd());
+        check_work(max_n, k, ff)?;
+        let slots = max_n * k;
+        Ok(Self {
+            h: dev.zeros(slots * ff)?,
+            up: dev.zeros(slots * ff)?,
+            hq: dev.zeros(Quantize::q8_1_bytes(slots, ff))?,
+            down: dev.zeros(slots * d)?,
+            max_n,
+            n_used: k,
+            n_ff: ff,
+            n_embd: d,
+        })
+    }
+
+    /// The last call's SwiGLU output, `[n*k][n_ff]` (for parity checks).
+    pub fn h(&self) -> &CudaSlice<f32> {
+        &self.h
+    }
+
+    /// The last call's `h` as Q8_1, the down product's activations (for parity checks).
+    pub fn h_q8_1(&self) -> &CudaSlice<u8> {
+        &self.hq
+    }
+}
+
+pub struct MoeDecode {
+    stream: Arc<CudaStream>,
+    quantize: Quantize,
+    fused: bool,
+    /// (type, tokens) -> `moe_gate_up_<type>_n<tokens>` / `moe_down_<type>_n<tokens>`.
+    gate_up: HashMap<(GgmlType, usize), CudaFunction>,
+    down: HashMap<(GgmlType, usize), CudaFunction>,
+    slot_matvec: HashMap<GgmlType, CudaFunction>,
+    combine: CudaFunction,
+    swiglu: CudaFunction,
+}
+
+impl MoeDecode {
+    /// Loads the kernels; `FERROLM_MOE_FUSED=0` selects the per-slot path.
+    pub fn load(dev: &CudaDevice) -> Result<Self> {
+        let (mut gate_up, mut down, mut slot_matvec) =
+            (HashMap::new(), HashMap::new(), HashMap::new());
+        for &ty in FORMATS {
+            let name = super::kernel_suffix(ty);
+            for n in 1..=MOE_DECODE_MAX_TOKENS {
+                let f = |op: &str| dev.function(&MOE_DECODE, &format!("moe_{op}_{name}_n{n}"));
+                gate_up.insert((ty, n), f("gate_up")?);
+                down.insert((ty, n), f("down")?);
+            }
+            let f = dev.function(&MOE_DECODE, &format!("moe_slot_matvec_{name}"))?;
+            slot_matvec.insert(ty, f);
+        }
+        Ok(Self {
+            stream: dev.stream().clone(),
+            quantize: Quantize::load(dev)?,
+            fused: std::env::var("FERROLM_MOE_FUSED").map_or(true, |v| v.trim() != "0"),
+            gate_up,
+            down,
+            slot_matvec,
+            combine: dev.function(&MOE_DECODE, "moe_combine")?,
+            swiglu: dev.function(&ELEMENTWISE, "swiglu_f32")?,
+        })
+    }
+
+    pub fn supports(ty: GgmlType) -> bool {
+        FORMATS.contains(&ty)
+    }
+
+    /// Whether [`forward`](Self::forward) takes the fused kernels (gate and up of one format)
+    /// or the per-slot path.
+    pub fn fused(&self) -> bool {
+        self.fused
+    }
+
+    /// Overrides `FERROLM_MOE_FUSED` (parity checks run both paths).
+    pub fn set_fused(&mut self, fused: bool) {
+        self.fused = fused;
+    }
+
+    /// Adds the experts' output for the `n` (1..=8) Q8_1 rows of `x_q8_1` (`n_embd` each) to
+    /// `residual` (`n` rows of `n_embd`), the experts `ids[t*k + j]` weighted by
+    /// `weights[t*k + j]` (as [`MoeRoute::route`](super::MoeRoute::route) leaves them). An id
+    /// outside `0..n_expert` contributes nothing. Gate and up in different formats take the
+    /// per-slot path.
+    #[allow(clippy::too_many_arguments)]
+    pub fn forward(
+        &self,
+        x_q8_1: &CudaSlice<u8>,
+        n: usize,
+        ids: &CudaSlice<i32>,
+        weights: &CudaSlice<f32>,
+        experts: &MoeExperts,
+        work: &mut MoeDecodeWork,
+        residual: &mut CudaSlice<f32>,
+    ) -> Result<()> {
+        experts.check();
+        let (k, ff, d) = (experts.n_used, experts.n_ff, experts.n_embd());
+        assert!(
+            (work.n_used, work.n_ff, work.n_embd) == (k, ff, d),
+            "moe decode: work for another expert shape"
+        );
+        assert!(
+            (1..=work.max_n).contains(&n),
+            "moe decode: {n} tokens, work for 1..={}",
+            work.max_n
+        );
+        assert!(
+            x_q8_1.len() >= Quantize::q8_1_bytes(n, d),
+            "moe decode: x too small"
+        );
+        assert!(
+            ids.len() >= n * k && weights.len() >= n * k,
+            "moe decode: routes too small"
+        );
+        assert!(residual.len() >= n * d, "moe decode: residual too small");
+        for m in [experts.gate, experts.up, experts.down] {
+            if !Self::supports(m.ty) {
+                return Err(CudaError::Invalid(format!(
+                    "moe decode: no kernel for {} expert weights",
+                    m.ty
+                )));
+            }
+        }
+        if self.fused && experts.gate.ty == experts.up.ty {
+            self.fused_forward(x_q8_1, n, ids, weights, experts, work, residual)
+        } else {
+            self.per_slot_forward(x_q8_1, n, ids, weights, experts, work, residual)
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn fused_forward(
+        &self,
+        x_q8_1: &CudaSlice<u8>,
+        n: usize,
+        ids: &CudaSlice<i32>,
+        weights: &CudaSlice<f32>,
+        e: &MoeExperts,
+        work: &mut MoeDecodeWork,
+        residual: &mut CudaSlice<f32>,
+    ) -> Result<()> {
+        let (k, ff, d) = (e.n_used, e.n_ff, e.n_embd());
+        let ints = Ints::new(d, ff, e.n_expert, k);
+        let block = (32, NWARPS, 1);
+        let gate_up = &self.gate_up[&(e.gate.ty, n)];
+        let cfg = LaunchConfig {
+            grid_dim: (ff.div_ceil(NWARPS as usize) as u32, (n * k) as u32, 1),
+            block_dim: block,
+            shared_mem_bytes: 0,
+        };
+        let mut b = self.stream.launch_builder(gate_up);
+        b.arg(&e.gate.data).arg(&e.up.data).arg(x_q8_1).arg(ids);
+        b.arg(&mut work.h)
+            .arg(&ints.d)
+            .arg(&ints.ff)
+            .arg(&ints.ne)
+            .arg(&ints.k);
+        // SAFETY: moe_gate_up_*_nN(gate, up, x, ids, h, n_embd, n_ff, n_expert, k): stacked
+        // [n_expert*n_ff][n_embd] weights, N Q8_1 rows, N*k ids, N*k x n_ff floats out
+        // (work sized for max_n >= N); a block per NWARPS rows and slot.
+        unsafe { b.launch(cfg) }.during(format!("launching moe gate/up for {}", e.gate.ty))?;
+
+        self.quantize.q8_1_rows(&work.h, n * k, ff, &mut work.hq)?;
+
+        let down = &self.down[&(e.down.ty, n)];
+        let cfg = LaunchConfig {
+            grid_dim: (d.div_ceil(DOWN_ROWS) as u32, 1, 1),
+            block_dim: block,
+            shared_mem_bytes: 0,
+        };
+        let mut b = self.stream.launch_builder(down);
+        b.arg(&e.down.data).arg(&work.hq).arg(ids).arg(weights);
+        b.arg(residual)
+            .arg(&ints.d)
+            .arg(&ints.ff)
+            .arg(&ints.ne)
+            .arg(&ints.k);
+        // SAFETY: moe_down_*_nN(down, hq, ids, weights, out, n_embd, n_ff, n_expert, k):
+        // stacked [n_expert*n_embd][n_ff] weights, N*k Q8_1 rows of n_ff, N*k ids and
+        // weights, N x n_embd floats updated; a block per DOWN_ROWS output rows.
+        unsafe { b.launch(cfg) }.during(format!("launching moe down for {}", e.down.ty))?;
+        Ok(())
+    }
+
+    /// The bisecting path: the same dots one slot and one matrix a launch.
+    #[allow(clippy::too_many_arguments)]
+    fn per_slot_forward(
+        &self,
+        x_q8_1: &CudaSlice<u8>,
+        n: usize,
+        ids: &CudaSlice<i32>,
+        weights: &CudaSlice<f32>,
+        e: &MoeExperts,
+        work: &mut MoeDecodeWork,
+        residual: &mut CudaSlice<f32>,
+    ) -> Result<()> {
+        let (k, ff, d) = (e.n_used, e.n_ff, e.n_embd());
+        let ne = int(e.n_expert, "moe experts");
+        for s in 0..n * k {
+            let t = s / k;
+            self.slot_matvec(e.gate, x_q8_1, ids, &mut work.h, s, t, ne)?;
+            self.slot_matvec(e.up, x_q8_1, ids, &mut work.up, s, t, ne)?;
+        }
+        let len = int(n * k * ff, "moe h");
+        let threads = 256;
+        let cfg = LaunchConfig {
+            grid_dim: (stride_blocks(n * k * ff, threads), 1, 1),
+            block_dim: (threads, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut b = self.stream.launch_builder(&self.swiglu);
+        b.arg(&mut work.h).arg(&work.up).arg(&len);
+        // SAFETY: swiglu_f32(gate, up, n): n floats each, gate updated in place.
+        unsafe { b.launch(cfg) }.during("launching moe swiglu")?;
+
+        self.quantize.q8_1_rows(&work.h, n * k, ff, &mut work.hq)?;
+        for s in 0..n * k {
+            self.slot_matvec(e.down, &work.hq, ids, &mut work.down, s, s, ne)?;
+        }
+
+        let ints = Ints::new(d, ff, e.n_expert, k);
+        let ni = int(n, "moe tokens");
+        let cfg = LaunchConfig {
+            grid_dim: (d.div_ceil(128) as u32, 1, 1),
+            block_dim: (128, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut b = self.stream.launch_builder(&self.combine);
+        b.arg(&work.down).arg(weights).arg(residual);
+        b.arg(&ni).arg(&ints.d).arg(&ints.k);
+        // SAFETY: moe_combine(d, weights, out, n, n_embd, k): n*k x n_embd and n*k floats in,
+        // n x n_embd updated.
+        unsafe { b.launch(cfg) }.during("launching moe combine")?;
+        Ok(())
+    }
+
+    /// `dst[slot][r] = W_e[r] · x[x_row]` for `e = ids[slot]`, `W` stacked by expert.
+    #[allow(clippy::too_many_arguments)]
+    fn slot_matvec(
+        &self,
+        w: &super::QuantMatrix,
+        x: &CudaSlice<u8>,
+        ids: &CudaSlice<i32>,
+        dst: &mut CudaSlice<f32>,
+        slot: usize,
+        x_row: usize,
+        n_expert: i32,
+    ) -> Result<()> {
+        let rows = w.rows / n_expert as usize;
+        let (si, xi) = (int(slot, "moe slot"), int(x_row, "moe row"));
+        let (ri, ci) = (int(rows, "moe rows"), int(w.cols, "moe cols"));
+        let cfg = LaunchConfig {
+            grid_dim: (rows.div_ceil(NWARPS as usize) as u32, 1, 1),
+            block_dim: (32, NWARPS, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut b = self.stream.launch_builder(&self.slot_matvec[&w.ty]);
+        b.arg(&w.data).arg(x).arg(ids).arg(dst);
+        b.arg(&si).arg(&xi).arg(&ri).arg(&ci).arg(&n_expert);
+        // SAFETY: moe_slot_matvec_*(w, x, ids, dst, slot, x_row, rows, cols, n_expert):
+        // [n_expert*rows][cols] weights, Q8_1 rows of cols (x_row among them), ids[slot],
+        // dst row `slot` of `rows` floats (work sized for every slot).
+        unsafe { b.launch(cfg) }.during(format!("launching moe mat-vec for {}", w.ty))?;
+        Ok(())
+    }
+}
+
+/// The kernels' int shape arguments.
+struct Ints {
+    d: i32,
+    ff: i32,
+    ne: i32,
+    k: i32,
+}
+
+impl Ints {
+    fn new(d: usize, ff: usize, ne: usize, k: usize) -> Self {
+        Self {
+            d: int(d, "moe n_embd"),
+            ff: int(ff, "moe n_ff"),
+            ne: int(ne, "moe experts"),
+            k: int(k, "moe k"),
+        }
+    }
+}
+
+/// Scratch for `max_n` tokens of `k` experts with `n_ff` rows each fits the kernels.
+fn check_work(max_n: usize, k: usize, n_ff: usize) -> Result<()> {
+    if !(1..=MOE_DECODE_MAX_TOKENS).contains(&max_n)
+        || k == 0
+        || max_n * k > MAX_SLOTS
+        || !n_ff.is_multiple_of(32)
+    {
+        return Err(CudaError::Invalid(format!(
+            "moe decode: {max_n} tokens × {k} experts (1..={MOE_DECODE_MAX_TOKENS} tokens, at \
+             most {MAX_SLOTS} slots), n_ff {n_ff} (a multiple of 32)"
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::MOE_DECODE;
+
+    #[test]
+    fn work_limits() {
+        assert!(check_work(8, 8, 1024).is_ok());
+        assert!(check_work(1, 8, 768).is_ok());
+        assert!(check_work(8, 16, 768).is_ok());
+        assert!(check_work(0, 8, 1024).is_err());
+        assert!(check_work(9, 8, 1024).is_err());
+        assert!(check_work(8, 17, 1024).is_err());
+        assert!(check_work(1, 0, 1024).is_err());
+        assert!(check_work(1, 8, 1000).is_err());
+    }
+
+    /// The host's launch geometry and formats are the kernel file's.
+    #[test]
+    fn geometry_and_formats_match_the_kernel() {
+        let src = MOE_DECODE.source;
+        assert!(src.contains(&format!("#define MOE_NWARPS {NWARPS}")));
+        assert!(src.contains(&format!("#define MOE_DOWN_ROWS {DOWN_ROWS}")));
+        assert!(src.contains(&format!("#define MOE_MAX_SLOTS {MAX_SLOTS}")));
+        assert!(src.contains(&format!("MOE_ENTRIES(NAME, TYPE, {MOE_DECODE_MAX_TOKENS})")));
+        for &ty in FORMATS {
+            let line = format!("MOE_FORMAT({}, ", super::super::kernel_suffix(ty));
+            assert!(src.contains(&line), "{line} missing from moe_decode.cu");
+        }
+    }
+}

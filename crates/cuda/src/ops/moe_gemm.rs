@@ -1,0 +1,346 @@
+//! `kernels/moe_gemm.cu`: the MoE FFN of a prefill batch with the routes already chosen, as a
+//! grouped int8 GEMM over all experts (expert-sorted index built on the device, gate/up with
+//! SwiGLU fused, down scaled by the routing weight, slots combined in order).
+//!
+//! Contract: the same int8 arithmetic as [`Mmq`](super::Mmq) (weights × Q8_1 activations,
+//! exact integer dots, f32 scale products), with `h = silu(gate) * up` rounded to Q8_1 before
+//! the down GEMM, as the CPU's matmul rounds its input. `cuda-parity` holds it to
+//! `|cuda - cpu| ≤ 5e-3 · Σ_slot w · Σ_j |down[r][j] · h[j]|` against the CPU's per-expert loop
+//! (int8 rounding twice, Q8_1 here and Q8_K there). Deterministic: no atomics, slots summed in
+//! order, the same inputs give the same bits; the per-expert fallback gives the same bits too.
+//!
+//! `FERROLM_MOE_GROUPED=0` launches the GEMMs once per expert (each launch reads its segment
+//! from device memory) instead of once for all experts, for bisecting the tile-to-expert map.
+
+use super::mmq::{BM, BN, FORMATS, MMQ_BK, NWARPS};
+use super::{int, stride_blocks, MoeExperts, Quantize};
+use crate::device::CudaDevice;
+use crate::error::{CudaError, DriverContext, Result};
+use crate::kernels::MOE_GEMM;
+use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
+use ferrolm_gguf::GgmlType;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// Threads of the index kernels (the kernel's MOE_INDEX_THREADS).
+const INDEX_THREADS: u32 = 256;
+/// Rows of one quantize launch (its grid's y dimension), so pairs per batch at most this.
+const MAX_PAIRS: usize = 65_535;
+
+/// What the grouped kernels need of a layer's experts, beyond [`MoeExperts::check`]'s shapes:
+/// formats with a GEMM kernel and widths in whole k-steps.
+fn check(x: &MoeExperts) -> Result<()> {
+    let (e, ff, d) = (x.n_expert, x.n_ff, x.n_embd());
+    let bad = |what: String| Err(CudaError::Invalid(format!("moe_gemm: {what}")));
+    if e == 0 || x.n_used == 0 || x.n_used > e {
+        return bad(format!("{} of {e} experts per token", x.n_used));
+    }
+    if x.gate.ty != x.up.ty {
+        return bad(format!("gate {} and up {} differ", x.gate.ty, x.up.ty));
+    }
+    for (name, m, rows, cols) in [
+        ("gate", x.gate, e * ff, d),
+        ("up", x.up, e * ff, d),
+        ("down", x.down, e * d, ff),
+    ] {
+        if (m.rows, m.cols) != (rows, cols) {
+            return bad(format!(
+                "{name} is {}×{}, want {rows}×{cols} ({e} experts, n_ff {ff}, n_embd {d})",
+                m.rows, m.cols
+            ));
+        }
+        if !FORMATS.contains(&m.ty) {
+            return bad(format!("no kernel for {} {name} weights", m.ty));
+        }
+    }
+    if !d.is_multiple_of(MMQ_BK) || !ff.is_multiple_of(MMQ_BK) {
+        return bad(format!(
+            "n_embd {d} and n_ff {ff} must be multiples of {MMQ_BK}"
+        ));
+    }
+    Ok(())
+}
+
+/// Scratch for [`MoeGemm::forward`], sized for `max_tokens` once and reused (nothing is
+/// allocated per call, so a forward can be captured in a CUDA graph).
+pub struct MoeWork {
+    max_tokens: usize,
+    n_embd: usize,
+    n_ff: usize,
+    n_expert: usize,
+    n_used: usize,
+    /// Q8_1 of the tokens' activations, each quantized once for all its experts.
+    xq: CudaSlice<u8>,
+    /// counts[E], offsets[E + 1], tile_starts[E + 1].
+    index: CudaSlice<i32>,
+    /// Pair ids (`token * n_used + slot`) by expert, ascending within an expert.
+    sorted: CudaSlice<i32>,
+    /// silu(gate) * up per pair, rows in sorted order, then its Q8_1.
+    h: CudaSlice<f32>,
+    hq: CudaSlice<u8>,
+    /// Weighted down output per pair id, before the combine.
+    y: CudaSlice<f32>,
+}
+
+impl MoeWork {
+    pub fn new(dev: &CudaDevice, max_tokens: usize, experts: &MoeExperts) -> Result<Self> {
+        check(experts)?;
+        let (d, ff, e, k) = (
+            experts.n_embd(),
+            experts.n_ff,
+            experts.n_expert,
+            experts.n_used,
+        );
+        let pairs = max_tokens * k;
+        if max_tokens == 0 || pairs > MAX_PAIRS {
+            return Err(CudaError::Invalid(format!(
+                "moe_gemm: scratch for {max_tokens} tokens × {k} experts: want 1 to \
+                 {MAX_PAIRS} pairs; split the batch"
+            )));
+        }
+        Ok(Self {
+            max_tokens,
+            n_embd: d,
+            n_ff: ff,
+            n_expert: e,
+            n_used: k,
+            xq: dev.zeros(Quantize::q8_1_bytes(max_tokens, d))?,
+            index: dev.zeros(3 * e + 2)?,
+            sorted: dev.zeros(pairs.max(1))?,
+            h: dev.zeros(pairs * ff)?,
+            hq: dev.zeros(Quantize::q8_1_bytes(pairs, ff))?,
+            y: dev.zeros(pairs * d)?,
+        })
+    }
+
+    /// counts[E], offsets[E + 1], tile_starts[E + 1] of the last index built.
+    pub fn index(&self) -> &CudaSlice<i32> {
+        &self.index
+    }
+
+    /// Pair ids by expert (the first `offsets[E]` entries are meaningful).
+    pub fn sorted(&self) -> &CudaSlice<i32> {
+        &self.sorted
+    }
+
+    fn fits(&self, experts: &MoeExperts) -> Result<()> {
+        let want = (self.n_embd, self.n_ff, self.n_expert, self.n_used);
+        let got = (
+            experts.n_embd(),
+            experts.n_ff,
+            experts.n_expert,
+            experts.n_used,
+        );
+        if want != got {
+            return Err(CudaError::Invalid(format!(
+                "moe_gemm: scratch made for (n_embd, n_ff, experts, used) = {want:?}, given {got:?}"
+            )));
+        }
+        Ok(())
+    }
+}
+
+pub struct MoeGemm {
+    stream: Arc<CudaStream>,
+    quantize: Quantize,
+    count: CudaFunction,
+    scatter: CudaFunction,
+    combine: CudaFunction,
+    /// type -> (moe_gate_up_<type>, moe_down_<type>).
+    gemms: HashMap<GgmlType, (CudaFunction, CudaFunction)>,
+    grouped: bool,
+}
+
+impl MoeGemm {
+    pub fn load(dev: &CudaDevice) -> Result<Self> {
+        let mut gemms = HashMap::new();
+        for &ty in FORMATS {
+            let name = super::kernel_suffix(ty);
+            let gate_up = dev.function(&MOE_GEMM, &format!("moe_gate_up_{name}"))?;
+            let down = dev.function(&MOE_GEMM, &format!("moe_down_{name}"))?;
+            gemms.insert(ty, (gate_up, down));
+        }
+        Ok(Self {
+            stream: dev.stream().clone(),
+            quantize: Quantize::load(dev)?,
+            count: dev.function(&MOE_GEMM, "moe_count")?,
+            scatter: dev.function(&MOE_GEMM, "moe_scatter")?,
+            combine: dev.function(&MOE_GEMM, "moe_combine")?,
+            gemms,
+            grouped: std::env::var("FERROLM_MOE_GROUPED").map_or(true, |v| v != "0"),
+        })
+    }
+
+    /// Whether `FERROLM_MOE_GROUPED` left the one-launch-for-all-experts path on.
+    pub fn grouped(&self) -> bool {
+        self.grouped
+    }
+
+    /// `out[t] = Σ_slot weights[t·k + slot] · down_e(silu(gate_e · x[t]) · (up_e · x[t]))`
+    /// with `e = ids[t·k + slot]`, for the `n` rows of `x` (`k = n_used`); a pair whose id is
+    /// not an expert adds nothing. Queued on the stream; no synchronisation, no allocation.
+    #[allow(clippy::too_many_arguments)]
+    pub fn forward(
+        &self,
+        x: &CudaSlice<f32>,
+        n: usize,
+        ids: &CudaSlice<i32>,
+        weights: &CudaSlice<f32>,
+        experts: &MoeExperts,
+        work: &mut MoeWork,
+        out: &mut CudaSlice<f32>,
+    ) -> Result<()> {
+        self.forward_with(self.grouped, x, n, ids, weights, experts, work, out)
+    }
+
+    /// [`forward`](Self::forward) on the grouped path (`true`) or the per-expert loop.
+    #[allow(clippy::too_many_arguments)]
+    pub fn forward_with(
+        &self,
+        grouped: bool,
+        x: &CudaSlice<f32>,
+        n: usize,
+        ids: &CudaSlice<i32>,
+        weights: &CudaSlice<f32>,
+        experts: &MoeExperts,
+        work: &mut MoeWork,
+        out: &mut CudaSlice<f32>,
+    ) -> Result<()> {
+        check(experts)?;
+        work.fits(experts)?;
+        let (d, ff, e, k) = (work.n_embd, work.n_ff, work.n_expert, work.n_used);
+        let pairs = n * k;
+        if n > work.max_tokens {
+            return Err(CudaError::Invalid(format!(
+                "moe_gemm: {n} tokens, scratch made for {}",
+                work.max_tokens
+            )));
+        }
+        if x.len() < n * d || ids.len() < pairs || weights.len() < pairs || out.len() < n * d {
+            return Err(CudaError::Invalid(format!(
+                "moe_gemm: buffers too small for {n} tokens of {d} with {k} experts each"
+            )));
+        }
+        if n == 0 {
+            return Ok(());
+        }
+        self.build_index(ids, n, work)?;
+        self.quantize.q8_1_rows(x, n, d, &mut work.xq)?;
+        let gate_up = &self.gemms[&experts.gate.ty].0;
+        let down_fn = &self.gemms[&experts.down.ty].1;
+        let (ci, ffi, ei, ki) = (
+            int(d, "n_embd"),
+            int(ff, "n_ff"),
+            int(e, "experts"),
+            int(k, "experts used"),
+        );
+        // (expert, tile slots) per launch: one for all, or one per expert.
+        let pair_tiles = pairs.div_ceil(BN);
+        let launches: Vec<(i32, usize)> = if grouped {
+            vec![(-1, pair_tiles + e)]
+        } else {
+            (0..e).map(|i| (i as i32, pair_tiles)).collect()
+        };
+        for &(expert, slots) in &launches {
+            let mut b = self.stream.launch_builder(gate_up);
+            b.arg(&experts.gate.data)
+                .arg(&experts.up.data)
+                .arg(&work.xq)
+                .arg(&work.sorted)
+                .arg(&work.index)
+                .arg(&mut work.h)
+                .arg(&ci)
+                .arg(&ffi)
+                .arg(&ei)
+                .arg(&ki)
+                .arg(&expert);
+            // SAFETY: moe_gate_up_<type>(gate, up, xq, sorted, index, h, n_embd, n_ff, E, k,
+            // expert): shapes checked above; h has pairs × n_ff floats, and a block writes only
+            // sorted positions below offsets[E] <= pairs.
+            unsafe { b.launch(gemm_cfg(ff, slots)?) }
+                .during(format!("launching moe_gate_up for {}", experts.gate.ty))?;
+        }
+        self.quantize.q8_1_rows(&work.h, pairs, ff, &mut work.hq)?;
+        for &(expert, slots) in &launches {
+            let mut b = self.stream.launch_builder(down_fn);
+            b.arg(&experts.down.data)
+                .arg(&work.hq)
+                .arg(&work.sorted)
+                .arg(&work.index)
+                .arg(weights)
+                .arg(&mut work.y)
+                .arg(&ffi)
+                .arg(&ci)
+                .arg(&ei)
+                .arg(&expert);
+            // SAFETY: moe_down_<type>(down, hq, sorted, index, weights, y, n_ff, n_embd, E,
+            // expert): y has pairs × n_embd floats, written at pair ids < pairs.
+            unsafe { b.launch(gemm_cfg(d, slots)?) }
+                .during(format!("launching moe_down for {}", experts.down.ty))?;
+        }
+        let (ni, total) = (int(n, "tokens"), n * d);
+        let mut b = self.stream.launch_builder(&self.combine);
+        b.arg(&work.y)
+            .arg(ids)
+            .arg(out)
+            .arg(&ni)
+            .arg(&ki)
+            .arg(&ci)
+            .arg(&ei);
+        let cfg = LaunchConfig {
+            grid_dim: (stride_blocks(total, INDEX_THREADS), 1, 1),
+            block_dim: (INDEX_THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: moe_combine(y, ids, out, ntok, k, n_embd, E): n·k ids, n × n_embd out.
+        unsafe { b.launch(cfg) }.during("launching moe_combine")?;
+        Ok(())
+    }
+
+    /// The expert-sorted index of the `n · n_used` pairs of `ids` into `work` (its `index` and
+    /// `sorted`); part of [`forward`](Self::forward), public for checking.
+    pub fn build_index(&self, ids: &CudaSlice<i32>, n: usize, work: &mut MoeWork) -> Result<()> {
+        let pairs = n * work.n_used;
+        if n > work.max_tokens || ids.len() < pairs {
+            return Err(CudaError::Invalid(format!(
+                "moe index: {n} tokens ({} ids) for scratch of {} tokens",
+                ids.len(),
+                work.max_tokens
+            )));
+        }
+        let (pi, ei) = (int(pairs, "pairs"), int(work.n_expert, "experts"));
+        let cfg = LaunchConfig {
+            grid_dim: (work.n_expert as u32, 1, 1),
+            block_dim: (INDEX_THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut b = self.stream.launch_builder(&self.count);
+        b.arg(ids).arg(&pi).arg(&ei).arg(&mut work.index);
+        // SAFETY: moe_count(ids, pairs, E, index): block e writes index[e], e < E.
+        unsafe { b.launch(cfg) }.during("launching moe_count")?;
+        let mut b = self.stream.launch_builder(&self.scatter);
+        b.arg(ids)
+            .arg(&pi)
+            .arg(&ei)
+            .arg(&mut work.index)
+            .arg(&mut work.sorted);
+        // SAFETY: moe_scatter(ids, pairs, E, index, sorted): index has 3E + 2 ints, sorted
+        // gets at most `pairs` entries.
+        unsafe { b.launch(cfg) }.during("launching moe_scatter")?;
+        Ok(())
+    }
+}
+
+/// Block (32, NWARPS); grid (row tiles, tile slots).
+fn gemm_cfg(rows: usize, slots: usize) -> Result<LaunchConfig> {
+    if slots > 65_535 {
+        return Err(CudaError::Invalid(format!(
+            "moe_gemm: {slots} tiles is past the grid's limit"
+        )));
+    }
+    Ok(LaunchConfig {
+        grid_dim: (int(rows.div_ceil(BM), "row tiles") as u32, slots as u32, 1),
+        block_dim: (32, NWARPS, 1),
+        shared_mem_bytes: 0,
+    })
+}

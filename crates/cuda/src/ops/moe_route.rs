@@ -1,0 +1,262 @@
+//! `kernels/moe_route.cu`: router logits, softmax and top-k for any number of tokens, leaving
+//! the choices in device memory (`ids`, `weights`) for the expert kernels. Also the shapes of
+//! one layer's experts, [`MoeExperts`], shared by decode (`moe_decode`) and prefill.
+//!
+//! Contract against the CPU's `moe::route`: the same ids, slot for slot, except where the CPU's
+//! k-th and (k+1)-th probabilities are within f32 noise of each other (the logits are summed in
+//! another order); weights within f32 rounding (`expf` against Rust's `exp`, another sum order).
+
+use super::{int, QuantMatrix};
+use crate::device::CudaDevice;
+use crate::error::{CudaError, DriverContext, Result};
+use crate::kernels::MOE_ROUTE;
+use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
+use std::sync::Arc;
+
+/// Most experts a router may have (the kernel's 32 × TOPK_PER_LANE).
+pub const MOE_MAX_EXPERTS: usize = 256;
+/// Most experts a token may use (one lane of a warp a slot).
+pub const MOE_MAX_USED: usize = 32;
+/// Up to this many tokens the logits take the mat-vec kernel, above it the tiled one.
+const SMALL_N: usize = 8;
+const TOPK_WARPS: u32 = 4;
+
+/// One layer's router: `ffn_gate_inp`, f32 `[n_expert][n_embd]`, and how its top-k is used.
+pub struct MoeRouter {
+    pub w: CudaSlice<f32>,
+    pub n_expert: usize,
+    pub n_embd: usize,
+    /// Experts a token uses (k).
+    pub n_used: usize,
+    /// Renormalise the k picked probabilities to sum to 1 (qwen3moe) or keep them (olmoe).
+    pub renorm: bool,
+}
+
+impl MoeRouter {
+    pub fn upload(
+        dev: &CudaDevice,
+        w: &[f32],
+        n_expert: usize,
+        n_embd: usize,
+        n_used: usize,
+        renorm: bool,
+    ) -> Result<Self> {
+        check_router(w.len(), n_expert, n_embd, n_used)?;
+        Ok(Self {
+            w: dev.upload(w)?,
+            n_expert,
+            n_embd,
+            n_used,
+            renorm,
+        })
+    }
+}
+
+/// The stacked expert weights of one layer: expert `e` owns rows `e*n_ff..(e+1)*n_ff` of
+/// `gate` and `up` (`[n_expert*n_ff][n_embd]`) and rows `e*n_embd..(e+1)*n_embd` of `down`
+/// (`[n_expert*n_embd][n_ff]`).
+#[derive(Clone, Copy)]
+pub struct MoeExperts<'a> {
+    pub gate: &'a QuantMatrix,
+    pub up: &'a QuantMatrix,
+    pub down: &'a QuantMatrix,
+    pub n_expert: usize,
+    /// Experts a token uses (k).
+    pub n_used: usize,
+    pub n_ff: usize,
+}
+
+impl MoeExperts<'_> {
+    pub fn n_embd(&self) -> usize {
+        self.gate.cols
+    }
+
+    /// Panics unless the three matrices have the stacked shapes above (a caller's bug).
+    pub fn check(&self) {
+        let (e, ff, d) = (self.n_expert, self.n_ff, self.n_embd());
+        for (name, m, rows, cols) in [
+            ("gate", self.gate, e * ff, d),
+            ("up", self.up, e * ff, d),
+            ("down", self.down, e * d, ff),
+        ] {
+            assert!(
+                m.rows == rows && m.cols == cols,
+                "moe {name}: {}x{} is not {rows}x{cols} ({e} experts, n_ff {ff}, n_embd {d})",
+                m.rows,
+                m.cols
+            );
+        }
+        assert!(
+            (1..=e).contains(&self.n_used),
+            "moe: {} of {e} experts",
+            self.n_used
+        );
+    }
+}
+
+/// The logits of up to `max_n` tokens, allocated once (no allocation per call, so a graph can
+/// capture routing).
+pub struct MoeRouteWork {
+    logits: CudaSlice<f32>,
+    pub max_n: usize,
+    pub n_expert: usize,
+}
+
+impl MoeRouteWork {
+    pub fn new(dev: &CudaDevice, max_n: usize, n_expert: usize) -> Result<Self> {
+        Ok(Self {
+            logits: dev.zeros(max_n * n_expert)?,
+            max_n,
+            n_expert,
+        })
+    }
+}
+
+pub struct MoeRoute {
+    stream: Arc<CudaStream>,
+    logits_small: CudaFunction,
+    logits_tiled: CudaFunction,
+    topk: CudaFunction,
+}
+
+impl MoeRoute {
+    pub fn load(dev: &CudaDevice) -> Result<Self> {
+        let f = |name| dev.function(&MOE_ROUTE, name);
+        Ok(Self {
+            stream: dev.stream().clone(),
+            logits_small: f("moe_logits_small")?,
+            logits_tiled: f("moe_logits_tiled")?,
+            topk: f("moe_topk")?,
+        })
+    }
+
+    /// Routes the `n` f32 rows of `x` (`router.n_embd` each): `ids[t*k + j]` is token `t`'s
+    /// `j`-th most probable expert, `weights[t*k + j]` its weight (k = `router.n_used`).
+    pub fn route(
+        &self,
+        x: &CudaSlice<f32>,
+        n: usize,
+        router: &MoeRouter,
+        work: &mut MoeRouteWork,
+        ids: &mut CudaSlice<i32>,
+        weights: &mut CudaSlice<f32>,
+    ) -> Result<()> {
+        let (ne, d, k) = (router.n_expert, router.n_embd, router.n_used);
+        assert!(
+            n <= work.max_n && work.n_expert == ne,
+            "moe route: {n} tokens of {ne} experts, work for {} of {}",
+            work.max_n,
+            work.n_expert
+        );
+        assert!(
+            ne <= MOE_MAX_EXPERTS && (1..=ne.min(MOE_MAX_USED)).contains(&k),
+            "moe route: {k} of {ne} experts"
+        );
+        assert!(x.len() >= n * d, "moe route: x too small");
+        assert!(
+            ids.len() >= n * k && weights.len() >= n * k,
+            "moe route: outputs too small"
+        );
+        if n == 0 {
+            return Ok(());
+        }
+        let (ni, di, nei, ki) = (
+            int(n, "moe tokens"),
+            int(d, "moe n_embd"),
+            int(ne, "moe experts"),
+            int(k, "moe k"),
+        );
+        let (f, cfg) = if n <= SMALL_N {
+            let cfg = LaunchConfig {
+                grid_dim: (ne as u32, 1, 1),
+                block_dim: (128, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            (&self.logits_small, cfg)
+        } else {
+            let cfg = LaunchConfig {
+                grid_dim: (ne.div_ceil(64) as u32, n.div_ceil(64) as u32, 1),
+                block_dim: (16, 16, 1),
+                shared_mem_bytes: 0,
+            };
+            (&self.logits_tiled, cfg)
+        };
+        let mut b = self.stream.launch_builder(f);
+        b.arg(x)
+            .arg(&router.w)
+            .arg(&mut work.logits)
+            .arg(&ni)
+            .arg(&di)
+            .arg(&nei);
+        // SAFETY: moe_logits_*(x, w, logits, n, n_embd, n_expert): n x n_embd and
+        // n_expert x n_embd floats in, n x n_expert out (work holds max_n >= n rows).
+        unsafe { b.launch(cfg) }.during("launching moe router logits")?;
+
+        let renorm = i32::from(router.renorm);
+        let cfg = LaunchConfig {
+            grid_dim: (n.div_ceil(TOPK_WARPS as usize) as u32, 1, 1),
+            block_dim: (32, TOPK_WARPS, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut b = self.stream.launch_builder(&self.topk);
+        b.arg(&work.logits)
+            .arg(ids)
+            .arg(weights)
+            .arg(&ni)
+            .arg(&nei)
+            .arg(&ki)
+            .arg(&renorm);
+        // SAFETY: moe_topk(logits, ids, weights, n, n_expert, k, renorm): n x n_expert floats
+        // in, n x k ids and weights out; k <= 32 and n_expert <= 256 (checked at upload).
+        unsafe { b.launch(cfg) }.during("launching moe top-k")?;
+        Ok(())
+    }
+}
+
+/// A router of `n_expert` rows of `n_embd` floats (`len` of them) choosing `n_used`: within
+/// the kernels' limits.
+fn check_router(len: usize, n_expert: usize, n_embd: usize, n_used: usize) -> Result<()> {
+    if len != n_expert * n_embd {
+        return Err(CudaError::Invalid(format!(
+            "moe router: {len} floats for {n_expert} experts of {n_embd}"
+        )));
+    }
+    if !(1..=MOE_MAX_EXPERTS).contains(&n_expert)
+        || !(1..=n_expert.min(MOE_MAX_USED)).contains(&n_used)
+    {
+        return Err(CudaError::Invalid(format!(
+            "moe router: {n_used} of {n_expert} experts (at most {MOE_MAX_USED} of \
+             {MOE_MAX_EXPERTS})"
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::MOE_ROUTE;
+
+    #[test]
+    fn router_limits() {
+        assert!(check_router(64 * 2048, 64, 2048, 8).is_ok());
+        assert!(check_router(128 * 2048, 128, 2048, 8).is_ok());
+        assert!(check_router(256 * 16, 256, 16, 32).is_ok());
+        let err = |len, e, d, k| check_router(len, e, d, k).unwrap_err().to_string();
+        assert!(err(64 * 2048 - 1, 64, 2048, 8).contains("floats"));
+        assert!(err(512 * 16, 512, 16, 8).contains("at most"));
+        assert!(err(64 * 16, 64, 16, 0).contains("0 of 64"));
+        assert!(err(4 * 16, 4, 16, 5).contains("5 of 4"));
+        assert!(err(64 * 16, 64, 16, 33).contains("33 of 64"));
+    }
+
+    /// The host's limits are the kernel's constants.
+    #[test]
+    fn limits_match_the_kernel() {
+        let src = MOE_ROUTE.source;
+        assert!(src.contains("#define TOPK_PER_LANE 8") && MOE_MAX_EXPERTS == 32 * 8);
+        assert!(src.contains(&format!("#define ROUTE_SMALL_N {SMALL_N}")));
+        assert!(src.contains(&format!("#define TOPK_WARPS {TOPK_WARPS}")));
+        assert_eq!(MOE_MAX_USED, 32, "one lane a slot");
+    }
+}
