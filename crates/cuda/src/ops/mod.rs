@@ -16,7 +16,7 @@ pub use attention::{Attention, DecodeWork, KvCache, ATTN_HEAD_DIMS};
 pub use elementwise::Elementwise;
 pub use embed::Embed;
 pub use gemm_f32::GemmF32;
-pub use mmq::{Mmq, MMQ_BK};
+pub use mmq::{auto_tile, Mmq, MmqTile, MMQ_BK, MMQ_TILES};
 pub use mmvq::{Mmvq, QuantMatrix, MMVQ_MAX_COLS};
 pub use moe_gemm::{MoeExperts, MoeGemm, MoeWork};
 pub use norm_rope::{NormRope, Rope};

@@ -10,6 +10,7 @@
 mod attn_checks;
 mod checks;
 mod mmq;
+mod mmq_time;
 mod moe;
 
 use anyhow::{bail, Context, Result};
@@ -127,7 +128,7 @@ pub fn run(args: CudaParityArgs) -> Result<()> {
     }
     if args.time {
         checks::time_mmvq(&dev, &k, &mut rng)?;
-        mmq::time_mmq(&dev, &k, &mut rng)?;
+        mmq_time::time_mmq(&dev, &k, &mut rng)?;
         moe::time_moe(&dev, &k, &mut rng)?;
     }
     let failed = rows.iter().filter(|r| !r.pass()).count();
