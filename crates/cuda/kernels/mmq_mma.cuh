@@ -38,11 +38,13 @@ static __device__ __forceinline__ void ldmatrix_x4(int a[4], unsigned addr) {
                  : "r"(addr));
 }
 
-// An MMA's integer result as f32: exact, since |isum| <= 32 * 128 * 128 < 2^22. The
-// conversion instruction runs at a quarter of the FP32 rate; this is one integer and one
-// float add (1.5 * 2^23 + isum is an f32 with isum in its low mantissa bits).
-static __device__ __forceinline__ float mmq_i2f(int isum) {
-    return __int_as_float(isum + 0x4B400000) - 12582912.0f;
+// MMAs start their integer accumulators at MMQ_BIAS = 1.5 * 2^23 as f32 bits, so the result
+// `MMQ_BIAS + isum` is the f32 1.5 * 2^23 + isum (|isum| <= 32 * 128 * 128 < 2^22 keeps it in
+// that binade), and one exact f32 subtraction gives isum: the int-to-float conversion
+// instruction, at a quarter of the FP32 rate, is never needed.
+#define MMQ_BIAS 0x4B400000
+static __device__ __forceinline__ float mmq_unbias(int biased) {
+    return __int_as_float(biased) - 12582912.0f;
 }
 
 template <class C> static __device__ __forceinline__ int mmq_acc_row(int tm, int i) {
@@ -94,22 +96,23 @@ static __device__ __forceinline__ void mmq_mma(const char *smem, const char *yra
             for (int tm = 0; tm < C::TM; ++tm) {
                 float *c = acc[tm][tn];
                 if (S16) {
-                    int lo[4] = {0, 0, 0, 0}, hi[4] = {0, 0, 0, 0};
+                    int lo[4] = {MMQ_BIAS, MMQ_BIAS, MMQ_BIAS, MMQ_BIAS};
+                    int hi[4] = {MMQ_BIAS, MMQ_BIAS, MMQ_BIAS, MMQ_BIAS};
                     mma_s8_k16(lo, a[tm][0], a[tm][1], b[0]);
                     mma_s8_k16(hi, a[tm][2], a[tm][3], b[1]);
 #pragma unroll
                     for (int i = 0; i < 4; ++i) {
                         // c0, c1: row g, columns 2t4, +1; c2, c3: row g + 8.
-                        const float x = __fmaf_rn(db[tm][i / 2], mmq_i2f(hi[i]),
-                                                  __fmul_rn(da[tm][i / 2], mmq_i2f(lo[i])));
+                        const float x = __fmaf_rn(db[tm][i / 2], mmq_unbias(hi[i]),
+                                                  __fmul_rn(da[tm][i / 2], mmq_unbias(lo[i])));
                         c[i] = __fmaf_rn(dy[i % 2], x, c[i]);
                     }
                 } else {
-                    int isum[4] = {0, 0, 0, 0};
+                    int isum[4] = {MMQ_BIAS, MMQ_BIAS, MMQ_BIAS, MMQ_BIAS};
                     mma_s8_k32(isum, a[tm], b);
 #pragma unroll
                     for (int i = 0; i < 4; ++i) {
-                        c[i] = __fmaf_rn(__fmul_rn(da[tm][i / 2], dy[i % 2]), mmq_i2f(isum[i]),
+                        c[i] = __fmaf_rn(__fmul_rn(da[tm][i / 2], dy[i % 2]), mmq_unbias(isum[i]),
                                          c[i]);
                         if (MIN) {
                             c[i] = __fmaf_rn(ma[tm][i / 2], sy[i % 2], c[i]);

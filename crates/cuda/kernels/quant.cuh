@@ -4,7 +4,8 @@
 // (`qk` elements per block, `qi` 32-bit ints of codes per block, `vdr` ints one thread takes per
 // call), `vec_dot`, which returns one thread's share of `block · activations`, and for mmq
 // `tile_codes`: one 32-element sub-block as int8 codes with x = d * code + m (`scale16`
-// formats: d[0] for the first 16 elements, d[1] for the last 16). Kernels
+// formats: d[0] for the first 16 elements, d[1] for the last 16; `has_min` formats have an
+// m != 0). Kernels
 // (mmvq.cu, mmq.cu) are templates over these traits; there is no per-type copy of a kernel.
 //
 // The structs are the on-disk GGUF layouts (ferrolm-quant's `Block*` structs), read in place.
