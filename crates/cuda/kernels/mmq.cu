@@ -1,65 +1,73 @@
 // Quantized GEMM for prefill: dst[t][r] = W[r] · y[t] for many activation rows, W in a ggml
 // block format, y already quantized to Q8_1 (quantize.cu), on the int8 tensor cores
-// (mma.sync s8·s8 → s32). The tile machinery is mmq_tile.cuh (shared with moe_gemm.cu); one
-// template over the format traits of quant.cuh, the extern "C" entry points at the end only
-// name instances.
+// (mma.sync s8·s8 → s32). The tile machinery is mmq_tile.cuh and mmq_mma.cuh (shared with
+// moe_gemm.cu); one template over the format traits of quant.cuh and a tile shape, the
+// extern "C" entry points at the end only name instances: mmq_<format>_<tile>.
 //
-// Launch (crates/cuda/src/ops/mmq.rs must agree): block (32, MMQ_NWARPS), grid
-// (ceil(nrows / MMQ_BM), ceil(ntok / MMQ_BN)); ncols a multiple of MMQ_BK.
+// Launch (crates/cuda/src/ops/mmq.rs must agree): block (32, C::NWARPS), grid
+// (ceil(nrows / C::BM), ceil(ntok / C::BN)), MmqSmem<TYPE, C, 1>::bytes of dynamic shared
+// memory; ncols a multiple of MMQ_BK. Every tile shape gives the same bits (mmq_mma.cuh).
 #include "common.cuh"
 #include "quant.cuh"
 #include "mmq_tile.cuh"
+#include "mmq_mma.cuh"
 
-template <int TYPE>
+// The tile shapes (mmq.rs MMQ_TILES): 8 warps of 32 × 64, 8 warps of 32 × 32, 4 warps of
+// 32 × 32 (two blocks fit an SM: for matrices too small to fill the GPU with larger tiles).
+typedef MmqCfg<128, 128, 4, 2> MmqTile128x128;
+typedef MmqCfg<128, 64, 4, 2> MmqTile128x64;
+typedef MmqCfg<64, 64, 2, 2> MmqTile64x64;
+
+template <int TYPE, class C>
 static __device__ __forceinline__ void mul_mat_q(const void *__restrict__ vx,
                                                  const block_q8_1 *__restrict__ vy,
                                                  float *__restrict__ dst, int ncols, int nrows,
                                                  int ntok) {
-    typedef WeightFormat<TYPE> F;
-    __shared__ MmqWeightTile wt;
-    __shared__ MmqActTile yt;
-    __shared__ int yrow[MMQ_BN];
+    extern __shared__ __align__(16) char mmq_smem[];
+    __shared__ int yrow[C::BN];
+    mmq_check_smem<TYPE, C, 1>();
 
     const int tid = threadIdx.y * WARP_SIZE + threadIdx.x;
-    const int row0 = blockIdx.x * MMQ_BM, tok0 = blockIdx.y * MMQ_BN;
-    if (tid < MMQ_BN) {
-        yrow[tid] = tok0 + tid < ntok ? tok0 + tid : -1; // tokens past the end are zeros
+    const int row0 = blockIdx.x * C::BM, tok0 = blockIdx.y * C::BN;
+    for (int i = tid; i < C::BN; i += C::THREADS) {
+        yrow[i] = tok0 + i < ntok ? tok0 + i : -1; // tokens past the end are zeros
     }
-    const typename F::block *x = (const typename F::block *)vx;
-
-    float acc[MMQ_BN / 8][4];
-    mmq_acc_zero(acc);
+    float acc[1][C::TM][C::TN][4];
+    mmq_acc_zero<C>(acc[0]);
+    const void *const w[1] = {vx};
     __syncthreads();
-    for (int k0 = 0; k0 < ncols; k0 += MMQ_BK) {
-        mmq_load_weights<TYPE>(wt, x, ncols / F::qk, row0, nrows, k0);
-        mmq_load_acts(yt, vy, ncols / QK8_1, yrow, k0);
-        __syncthreads();
-        mmq_mma<TYPE>(wt, yt, acc);
-        __syncthreads();
-    }
+    mmq_k_loop<TYPE, C, 1>(mmq_smem, w, nrows, row0, vy, yrow, ncols, acc);
 
 #pragma unroll
-    for (int n = 0; n < MMQ_BN / 8; ++n) {
+    for (int tm = 0; tm < C::TM; ++tm) {
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            const int row = row0 + mmq_acc_row(i), tok = tok0 + mmq_acc_col(n, i);
-            if (row < nrows && tok < ntok) {
-                dst[(size_t)tok * nrows + row] = acc[n][i];
+        for (int tn = 0; tn < C::TN; ++tn) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const int row = row0 + mmq_acc_row<C>(tm, i), tok = tok0 + mmq_acc_col<C>(tn, i);
+                if (row < nrows && tok < ntok) {
+                    dst[(size_t)tok * nrows + row] = acc[0][tm][tn][i];
+                }
             }
         }
     }
 }
 
-#define MMQ_ENTRY(NAME, TYPE)                                                                       \
-    extern "C" __global__ void __launch_bounds__(MMQ_THREADS)                                       \
-        mmq_##NAME(const void *__restrict__ vx, const block_q8_1 *__restrict__ vy,                  \
-                   float *__restrict__ dst, int ncols, int nrows, int ntok) {                       \
-        mul_mat_q<TYPE>(vx, vy, dst, ncols, nrows, ntok);                                           \
+#define MMQ_ENTRY(NAME, TYPE, TILE)                                                                 \
+    extern "C" __global__ void __launch_bounds__(MmqTile##TILE::THREADS)                            \
+        mmq_##NAME##_##TILE(const void *__restrict__ vx, const block_q8_1 *__restrict__ vy,         \
+                            float *__restrict__ dst, int ncols, int nrows, int ntok) {              \
+        mul_mat_q<TYPE, MmqTile##TILE>(vx, vy, dst, ncols, nrows, ntok);                            \
     }
 
-MMQ_ENTRY(q4_0, GGML_TYPE_Q4_0)
-MMQ_ENTRY(q4_1, GGML_TYPE_Q4_1)
-MMQ_ENTRY(q8_0, GGML_TYPE_Q8_0)
-MMQ_ENTRY(q4_k, GGML_TYPE_Q4_K)
-MMQ_ENTRY(q5_k, GGML_TYPE_Q5_K)
-MMQ_ENTRY(q6_k, GGML_TYPE_Q6_K)
+#define MMQ_FORMAT(NAME, TYPE)                                                                      \
+    MMQ_ENTRY(NAME, TYPE, 128x128)                                                                  \
+    MMQ_ENTRY(NAME, TYPE, 128x64)                                                                   \
+    MMQ_ENTRY(NAME, TYPE, 64x64)
+
+MMQ_FORMAT(q4_0, GGML_TYPE_Q4_0)
+MMQ_FORMAT(q4_1, GGML_TYPE_Q4_1)
+MMQ_FORMAT(q8_0, GGML_TYPE_Q8_0)
+MMQ_FORMAT(q4_k, GGML_TYPE_Q4_K)
+MMQ_FORMAT(q5_k, GGML_TYPE_Q5_K)
+MMQ_FORMAT(q6_k, GGML_TYPE_Q6_K)

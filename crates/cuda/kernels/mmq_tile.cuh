@@ -1,172 +1,198 @@
-// The int8 tensor-core tile machinery shared by mmq.cu (dense GEMM) and moe_gemm.cu (the
-// grouped per-expert GEMM): one block computes an MMQ_BM × MMQ_BN tile of W · yᵀ, MMQ_BK
-// elements of k at a time.
+// The int8 tensor-core tile machinery shared by mmq.cu (dense GEMM) and moe_gemm.cu (grouped
+// per-expert GEMM): a block computes a BM × BN tile of W · yᵀ (BM weight rows, BN activation
+// rows), MMQ_BK = 256 elements of k per step. The k loop and the MMAs are in mmq_mma.cuh.
 //
-// Per k step the block unpacks MMQ_BM weight rows to int8 codes in shared memory with each
-// 32-element sub-block's scale d and offset m beside them (x = d * code + m; formats with a
-// scale per 16 elements, F::scale16, keep two d per sub-block), copies MMQ_BN activation rows'
-// Q8_1 codes with d_y and d_y * Σcodes, then each warp multiplies its 16 weight rows by all
-// MMQ_BN activation rows, one integer MMA per 32-wide sub-block and 8 rows (two k=16 MMAs for
-// scale16 formats), and adds d_w * d_y * isum + m_w * d_y * Σq_y to f32 registers. The offset
-// term uses the exact integer sum of the activation codes, as the CPU and mmvq do.
+// Per k step, double-buffered in dynamic shared memory:
+//   1. cp.async copies the next step's raw weight blocks (each row's bytes for 256 elements)
+//      and raw Q8_1 activation blocks, while the current step computes;
+//   2. the block unpacks the current raw weight blocks from shared memory to int8 codes, with
+//      each 32-element sub-block's scale d and offset m beside them (x = d * code + m; formats
+//      with a scale per 16 elements, F::scale16, keep two d), and reads each activation
+//      sub-block's d_y and d_y * Σcodes (exact integer sum, as the CPU and mmvq do);
+//   3. each warp multiplies its WM weight rows by its WN activation rows straight from the raw
+//      Q8_1 copy: one integer MMA per 32-wide sub-block (two k=16 MMAs for scale16 formats),
+//      then acc += (d_w * d_y) * isum (+ m_w * d_y Σq_y for formats with a minimum).
 //
 // Which activation rows a tile reads is the caller's choice (`yrow`, in shared memory): the
 // dense GEMM takes consecutive tokens, the MoE GEMM gathers tokens by the expert-sorted index.
-// Block shape: (32, MMQ_NWARPS). Accumulator acc[n][i] of a thread holds weight row
-// mmq_acc_row(i) and activation column mmq_acc_col(n, i) of the tile.
 #pragma once
 #ifndef FERROLM_COMMON_CUH
 #error "include common.cuh and quant.cuh before mmq_tile.cuh"
 #endif
 
-#define MMQ_NWARPS 4
-#define MMQ_THREADS (MMQ_NWARPS * WARP_SIZE)
-#define MMQ_BM (16 * MMQ_NWARPS)
-#define MMQ_BN 64
 #define MMQ_BK 256
 #define MMQ_SUBS (MMQ_BK / 32)
-// Ints per shared row: 64 of codes plus 4 of padding, so a fragment's 32 lanes hit 32 banks.
-#define MMQ_STRIDE (MMQ_BK / 4 + 4)
+// One token's Q8_1 blocks of a k step: 8 × 36 bytes, 18 copies of 16 bytes. The shared row
+// is 16 bytes longer (76 ints): the 8 token rows of a B fragment then start 12 banks apart,
+// and with the 4 lanes of a row they cover all 32 banks.
+#define MMQ_Y_ROW 288
+#define MMQ_Y_STRIDE 304
+// Unpacked weight row: 256 codes + 16 bytes (68 ints), so the 8 rows of an ldmatrix phase
+// start 4 banks apart.
+#define MMQ_WQ_STRIDE 272
 
-struct MmqWeightTile {
-    int q[MMQ_BM][MMQ_STRIDE];
-    float d[MMQ_BM][MMQ_SUBS][2]; // [1] only read for scale16 formats
-    float m[MMQ_BM][MMQ_SUBS];
+// Block tile BM × BN, warps WARPS_M × WARPS_N, each warp WM × WN of it: TM × TN MMA tiles of
+// 16 × 8. Block shape (32, NWARPS); warp w takes rows (w % WARPS_M) * WM.., tokens
+// (w / WARPS_M) * WN...
+template <int BM_, int BN_, int WARPS_M_, int WARPS_N_> struct MmqCfg {
+    static constexpr int BM = BM_, BN = BN_, WARPS_M = WARPS_M_, WARPS_N = WARPS_N_;
+    static constexpr int NWARPS = WARPS_M * WARPS_N, THREADS = NWARPS * WARP_SIZE;
+    static constexpr int WM = BM / WARPS_M, WN = BN / WARPS_N;
+    static constexpr int TM = WM / 16, TN = WN / 8;
+    static_assert(WM % 16 == 0 && WN % 8 == 0 && TM >= 1 && TN >= 1, "warp tile");
 };
 
-struct MmqActTile {
-    int q[MMQ_BN][MMQ_STRIDE];
-    float d[MMQ_BN][MMQ_SUBS];
-    float sum[MMQ_BN][MMQ_SUBS]; // d * Σ codes
+// One weight row's raw bytes per k step. Q6_K's 210-byte blocks are only 2-byte aligned, so
+// its copy covers the aligned 16-byte chunks around them (at most 14 bytes before) and the
+// unpack starts `start % 16` bytes in; every other format's bytes are 16-byte multiples.
+template <int TYPE> struct MmqRaw {
+    typedef WeightFormat<TYPE> F;
+    static constexpr int bytes = (MMQ_BK / F::qk) * (int)sizeof(typename F::block);
+    static constexpr bool aligned = bytes % 16 == 0;
+    static constexpr int stride = aligned ? bytes : (bytes + 14 + 15) / 16 * 16;
+    static constexpr int chunks = stride / 16;
+    // f32 scales kept per unpacked (row, sub-block): d, d of the high 16, m.
+    static constexpr int scales = 1 + (F::scale16 ? 1 : 0) + (F::has_min ? 1 : 0);
 };
 
-static __device__ __forceinline__ void mma_s8_k32(int c[4], const int a[4], const int b[2]) {
-    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 "
-                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-                 : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+// Dynamic shared memory, in bytes from its start (all offsets multiples of 16):
+//   stage s (2 of them): NMAT raw weight tiles [BM][MmqRaw::stride], raw Q8_1 [BN][Y_STRIDE];
+//   one unpacked weight tile: codes [BM][WQ_STRIDE], scales [scales][SUBS][BM] f32;
+//   activation scales [SUBS][BN] of float2 {d_y, d_y Σq_y}.
+// crates/cuda/src/ops/mmq.rs (smem_bytes) computes `bytes` the same way; kernels trap if
+// launched with less.
+template <int TYPE, class C, int NMAT> struct MmqSmem {
+    typedef MmqRaw<TYPE> R;
+    static constexpr int w_raw = C::BM * R::stride;
+    static constexpr int stage = NMAT * w_raw + C::BN * MMQ_Y_STRIDE;
+    static constexpr int wq = 2 * stage;
+    static constexpr int wsc = wq + C::BM * MMQ_WQ_STRIDE;
+    static constexpr int ysc = wsc + R::scales * MMQ_SUBS * C::BM * 4;
+    static constexpr int bytes = ysc + MMQ_SUBS * C::BN * 8;
+    static __device__ __forceinline__ int w_raw_at(int s, int mat) { return s * stage + mat * w_raw; }
+    static __device__ __forceinline__ int y_raw_at(int s) { return s * stage + NMAT * w_raw; }
+};
+
+static __device__ __forceinline__ unsigned mmq_dynamic_smem() {
+    unsigned n;
+    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(n));
+    return n;
 }
 
-// Half of the k=32 fragments: a0/a1 rows g and g + 8, bytes 4t4.. of a 16-wide k slice.
-static __device__ __forceinline__ void mma_s8_k16(int c[4], int a0, int a1, int b) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 "
-                 "{%0, %1, %2, %3}, {%4, %5}, {%6}, {%0, %1, %2, %3};\n"
-                 : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
-                 : "r"(a0), "r"(a1), "r"(b));
+// 16 bytes global → shared without registers; only the first `src_bytes` are read, the rest
+// of the 16 are zero-filled.
+static __device__ __forceinline__ void cp_async16(void *dst, const void *src, int src_bytes) {
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src),
+                 "r"(src_bytes));
 }
 
-static __device__ __forceinline__ int mmq_acc_row(int i) {
-    return 16 * threadIdx.y + threadIdx.x / 4 + 8 * (i / 2);
+static __device__ __forceinline__ void cp_async_commit() {
+    asm volatile("cp.async.commit_group;\n" ::);
 }
 
-static __device__ __forceinline__ int mmq_acc_col(int n, int i) {
-    return 8 * n + 2 * (threadIdx.x % 4) + i % 2;
+// Wait until at most N committed groups of this thread are still in flight.
+template <int N> static __device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
-static __device__ __forceinline__ void mmq_acc_zero(float acc[MMQ_BN / 8][4]) {
-#pragma unroll
-    for (int n = 0; n < MMQ_BN / 8; ++n) {
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            acc[n][i] = 0.0f;
-        }
+// Where weight row `row`'s blocks for columns k0.. start, in bytes from the matrix.
+template <int TYPE>
+static __device__ __forceinline__ size_t mmq_raw_start(size_t row_bytes, int row, int k0) {
+    typedef WeightFormat<TYPE> F;
+    return (size_t)row * row_bytes + (size_t)(k0 / F::qk) * sizeof(typename F::block);
+}
+
+// Queue the copy of weight rows row0..row0+BM (rows past nrows re-read the last one; their
+// results are never written), columns k0..k0+MMQ_BK, of a matrix of nrows × row_bytes.
+template <int TYPE, class C>
+static __device__ __forceinline__ void mmq_stage_weights(char *dst, const char *x,
+                                                         size_t row_bytes, int nrows, int row0,
+                                                         int k0) {
+    typedef MmqRaw<TYPE> R;
+    const int tid = threadIdx.y * WARP_SIZE + threadIdx.x;
+    const size_t total = (size_t)nrows * row_bytes;
+    for (int i = tid; i < C::BM * R::chunks; i += C::THREADS) {
+        const int r = i / R::chunks, c = i % R::chunks;
+        const int row = min(row0 + r, nrows - 1);
+        const size_t src = (mmq_raw_start<TYPE>(row_bytes, row, k0) & ~(size_t)15) + 16 * c;
+        // Only the unaligned format's last chunk can reach past the matrix: read what is there.
+        const int n = R::aligned || total - src >= 16 ? 16 : (int)(total - src);
+        cp_async16(dst + r * R::stride + 16 * c, x + src, n);
     }
 }
 
-// Weight rows row0.. of x (blocks_per_row blocks each, nrows in all), columns k0..k0+MMQ_BK;
-// rows past the end re-read the last row (their results are never written).
-template <int TYPE>
-static __device__ __forceinline__ void mmq_load_weights(MmqWeightTile &t,
-                                                        const typename WeightFormat<TYPE>::block *x,
-                                                        int blocks_per_row, int row0, int nrows,
-                                                        int k0) {
-    typedef WeightFormat<TYPE> F;
+// Queue the copy of activation rows yrow[0..BN) (Q8_1 rows of row_bytes; a negative yrow is
+// a row of zeros), columns k0..k0+MMQ_BK.
+template <class C>
+static __device__ __forceinline__ void mmq_stage_acts(char *dst, const char *y, size_t row_bytes,
+                                                      const int *yrow, int k0) {
+    constexpr int CHUNKS = MMQ_Y_ROW / 16;
     const int tid = threadIdx.y * WARP_SIZE + threadIdx.x;
-    for (int i = tid; i < MMQ_BM * MMQ_SUBS; i += MMQ_THREADS) {
-        const int r = i / MMQ_SUBS, s = i % MMQ_SUBS;
-        const int row = min(row0 + r, nrows - 1);
-        const int k = k0 + 32 * s;
+    const size_t kofs = (size_t)(k0 / QK8_1) * sizeof(block_q8_1);
+    for (int i = tid; i < C::BN * CHUNKS; i += C::THREADS) {
+        const int n = i / CHUNKS, c = i % CHUNKS;
+        const int row = yrow[n];
+        const char *src = y + (row >= 0 ? (size_t)row * row_bytes + kofs + 16 * c : 0);
+        cp_async16(dst + n * MMQ_Y_STRIDE + 16 * c, src, row >= 0 ? 16 : 0);
+    }
+}
+
+// Raw weight blocks (staged by mmq_stage_weights for the same row0, k0) → int8 codes and
+// scales of the unpacked tile. Thread i takes row i % BM, so scale stores hit distinct banks.
+template <int TYPE, class C, int NMAT>
+static __device__ __forceinline__ void mmq_unpack_weights(char *smem, const char *raw,
+                                                          size_t row_bytes, int nrows, int row0,
+                                                          int k0) {
+    typedef WeightFormat<TYPE> F;
+    typedef MmqRaw<TYPE> R;
+    typedef MmqSmem<TYPE, C, NMAT> L;
+    float *wsc = (float *)(smem + L::wsc);
+    const int tid = threadIdx.y * WARP_SIZE + threadIdx.x;
+    for (int i = tid; i < C::BM * MMQ_SUBS; i += C::THREADS) {
+        const int r = i % C::BM, s = i / C::BM;
+        int delta = 0;
+        if (!R::aligned) {
+            const int row = min(row0 + r, nrows - 1);
+            delta = (int)(mmq_raw_start<TYPE>(row_bytes, row, k0) & 15);
+        }
+        const typename F::block *b =
+            (const typename F::block *)(raw + r * R::stride + delta) + 32 * s / F::qk;
         int q[8];
         float d[2], m;
-        F::tile_codes(x + (size_t)row * blocks_per_row + k / F::qk, (k % F::qk) / 32, q, d, m);
-#pragma unroll
-        for (int j = 0; j < 8; ++j) {
-            t.q[r][8 * s + j] = q[j];
+        F::tile_codes(b, (32 * s % F::qk) / 32, q, d, m);
+        int4 *dst = (int4 *)(smem + L::wq + r * MMQ_WQ_STRIDE + 32 * s);
+        dst[0] = make_int4(q[0], q[1], q[2], q[3]);
+        dst[1] = make_int4(q[4], q[5], q[6], q[7]);
+        int k = 0;
+        wsc[(k++ * MMQ_SUBS + s) * C::BM + r] = d[0];
+        if (F::scale16) {
+            wsc[(k++ * MMQ_SUBS + s) * C::BM + r] = d[1];
         }
-        t.d[r][s][0] = d[0];
-        t.d[r][s][1] = d[1];
-        t.m[r][s] = m;
+        if (F::has_min) {
+            wsc[(k * MMQ_SUBS + s) * C::BM + r] = m;
+        }
     }
 }
 
-// Activation rows yrow[0..MMQ_BN) of y (Q8_1, blocks_per_row blocks each), columns
-// k0..k0+MMQ_BK; a negative yrow is a row of zeros.
-static __device__ __forceinline__ void mmq_load_acts(MmqActTile &t, const block_q8_1 *y,
-                                                     int blocks_per_row, const int *yrow, int k0) {
+// d_y and d_y * Σq_y of each staged activation sub-block (the sum only where the weights have
+// a minimum to multiply it by). Zero-filled rows give d_y = 0.
+template <int TYPE, class C, int NMAT>
+static __device__ __forceinline__ void mmq_act_scales(char *smem, const char *yraw) {
+    typedef MmqSmem<TYPE, C, NMAT> L;
+    float2 *ysc = (float2 *)(smem + L::ysc);
     const int tid = threadIdx.y * WARP_SIZE + threadIdx.x;
-    for (int i = tid; i < MMQ_BN * MMQ_SUBS; i += MMQ_THREADS) {
-        const int n = i / MMQ_SUBS, s = i % MMQ_SUBS;
-        const int row = yrow[n];
+    for (int i = tid; i < C::BN * MMQ_SUBS; i += C::THREADS) {
+        const int n = i % C::BN, s = i / C::BN;
+        const block_q8_1 *b = (const block_q8_1 *)(yraw + n * MMQ_Y_STRIDE) + s;
+        const float d = f16_bits_to_f32(b->d);
         int sum = 0;
-        float d = 0.0f;
-        if (row >= 0) {
-            const block_q8_1 *b = y + (size_t)row * blocks_per_row + k0 / QK8_1 + s;
+        if (WeightFormat<TYPE>::has_min) {
 #pragma unroll
             for (int j = 0; j < 8; ++j) {
-                const int u = get_int_b4(b->qs, j);
-                t.q[n][8 * s + j] = u;
-                sum = sum_bytes(u, sum);
-            }
-            d = f16_bits_to_f32(b->d);
-        } else {
-#pragma unroll
-            for (int j = 0; j < 8; ++j) {
-                t.q[n][8 * s + j] = 0;
+                sum = sum_bytes(get_int_b4(b->qs, j), sum);
             }
         }
-        t.d[n][s] = d;
-        t.sum[n][s] = d * (float)sum;
-    }
-}
-
-// acc += the tile product of one loaded k step (call between two __syncthreads).
-template <int TYPE>
-static __device__ __forceinline__ void mmq_mma(const MmqWeightTile &w, const MmqActTile &y,
-                                               float acc[MMQ_BN / 8][4]) {
-    constexpr bool S16 = WeightFormat<TYPE>::scale16;
-    const int g = threadIdx.x / 4, t4 = threadIdx.x % 4;
-    const int r0 = 16 * threadIdx.y + g;
-#pragma unroll
-    for (int s = 0; s < MMQ_SUBS; ++s) {
-        const int a[4] = {w.q[r0][8 * s + t4], w.q[r0 + 8][8 * s + t4], w.q[r0][8 * s + 4 + t4],
-                          w.q[r0 + 8][8 * s + 4 + t4]};
-        const float da0 = w.d[r0][s][0], da1 = w.d[r0 + 8][s][0];
-        const float ma0 = w.m[r0][s], ma1 = w.m[r0 + 8][s];
-        const float db0 = S16 ? w.d[r0][s][1] : 0.0f, db1 = S16 ? w.d[r0 + 8][s][1] : 0.0f;
-#pragma unroll
-        for (int n = 0; n < MMQ_BN / 8; ++n) {
-            const int b[2] = {y.q[8 * n + g][8 * s + t4], y.q[8 * n + g][8 * s + 4 + t4]};
-            // c0, c1: row r0, columns 8n + 2t4, +1; c2, c3: row r0 + 8, same columns.
-            const int n0 = 8 * n + 2 * t4;
-            const float d0 = y.d[n0][s], d1 = y.d[n0 + 1][s];
-            const float s0 = y.sum[n0][s], s1 = y.sum[n0 + 1][s];
-            if (S16) {
-                // Two scales per sub-block: the low and high 16 elements as separate MMAs.
-                int lo[4] = {0, 0, 0, 0}, hi[4] = {0, 0, 0, 0};
-                mma_s8_k16(lo, a[0], a[1], b[0]);
-                mma_s8_k16(hi, a[2], a[3], b[1]);
-                acc[n][0] += d0 * (da0 * (float)lo[0] + db0 * (float)hi[0]) + ma0 * s0;
-                acc[n][1] += d1 * (da0 * (float)lo[1] + db0 * (float)hi[1]) + ma0 * s1;
-                acc[n][2] += d0 * (da1 * (float)lo[2] + db1 * (float)hi[2]) + ma1 * s0;
-                acc[n][3] += d1 * (da1 * (float)lo[3] + db1 * (float)hi[3]) + ma1 * s1;
-            } else {
-                int c[4] = {0, 0, 0, 0};
-                mma_s8_k32(c, a, b);
-                acc[n][0] += da0 * d0 * (float)c[0] + ma0 * s0;
-                acc[n][1] += da0 * d1 * (float)c[1] + ma0 * s1;
-                acc[n][2] += da1 * d0 * (float)c[2] + ma1 * s0;
-                acc[n][3] += da1 * d1 * (float)c[3] + ma1 * s1;
-            }
-        }
+        ysc[s * C::BN + n] = make_float2(d, d * (float)sum);
     }
 }

@@ -3,7 +3,7 @@
 //
 //   1. moe_count, moe_scatter: the expert-sorted index, on the device. `index` holds
 //      counts[E], offsets[E + 1] (prefix sums of counts) and tile_starts[E + 1] (prefix sums
-//      of ceil(count / MMQ_BN), the GEMM tiles of each expert); `sorted` lists pair ids by
+//      of ceil(count / BN), the GEMM tiles of each expert); `sorted` lists pair ids by
 //      expert, by pair id within an expert (so the order, and every result, is reproducible).
 //      A pair whose id is outside [0, E) joins no segment and contributes nothing.
 //   2. moe_gate_up_<type>: h[q] = silu(gate_e · x[t]) * (up_e · x[t]) for the pair at sorted
@@ -12,16 +12,22 @@
 //   4. moe_down_<type>: y[p] = weights[p] * (down_e · h[q]), stored by pair id p.
 //   5. moe_combine: out[t] = Σ_slot y[t * n_used + slot], slots in order (no atomics).
 //
-// GEMM launch (crates/cuda/src/ops/moe_gemm.rs must agree): block (32, MMQ_NWARPS), grid
-// (ceil(rows / MMQ_BM), tile slots). With expert < 0 the slots cover every expert: the host
-// cannot know the counts, so it launches ceil(pairs / MMQ_BN) + E slots (an upper bound on
-// Σ ceil(count / MMQ_BN)), and slot j finds its expert by binary search in tile_starts;
+// GEMM launch (crates/cuda/src/ops/moe_gemm.rs must agree), BM, BN from MoeTileCfg below:
+// block (32, MoeTileCfg::NWARPS), grid (ceil(rows / BM), tile slots), dynamic shared memory
+// MmqSmem<TYPE, MoeTileCfg, NMAT>::bytes with NMAT = 2 for gate/up, 1 for down. With expert < 0 the slots cover every expert: the host
+// cannot know the counts, so it launches ceil(pairs / BN) + E slots (an upper bound on
+// Σ ceil(count / BN)), and slot j finds its expert by binary search in tile_starts;
 // slots past the last tile exit at once. With expert >= 0 (the per-expert fallback) slot j is
-// tile j of that expert, ceil(pairs / MMQ_BN) slots. Weights are stacked: expert e owns rows
+// tile j of that expert, ceil(pairs / BN) slots. Weights are stacked: expert e owns rows
 // e * rows.. of its matrix.
 #include "common.cuh"
 #include "quant.cuh"
 #include "mmq_tile.cuh"
+#include "mmq_mma.cuh"
+
+// The GEMM tile of both expert kernels (moe_gemm.rs MOE_TILE): experts see
+// few tokens each, so a small tile in tokens; 4 warps of 32 × 32.
+typedef MmqCfg<64, 64, 2, 2> MoeTileCfg;
 
 #define MOE_INDEX_THREADS 256
 
@@ -53,7 +59,7 @@ extern "C" __global__ void moe_scatter(const int *__restrict__ ids, int npairs, 
     int before = 0, tiles_before = 0;
     for (int i = threadIdx.x; i < e; i += blockDim.x) {
         before += counts[i];
-        tiles_before += (counts[i] + MMQ_BN - 1) / MMQ_BN;
+        tiles_before += (counts[i] + MoeTileCfg::BN - 1) / MoeTileCfg::BN;
     }
     before = block_sum(before, scratch);
     tiles_before = block_sum(tiles_before, scratch);
@@ -62,7 +68,7 @@ extern "C" __global__ void moe_scatter(const int *__restrict__ ids, int npairs, 
         tile_starts[e] = tiles_before;
         if (e == n_expert - 1) {
             offsets[n_expert] = before + counts[e];
-            tile_starts[n_expert] = tiles_before + (counts[e] + MMQ_BN - 1) / MMQ_BN;
+            tile_starts[n_expert] = tiles_before + (counts[e] + MoeTileCfg::BN - 1) / MoeTileCfg::BN;
         }
     }
 
@@ -91,7 +97,7 @@ extern "C" __global__ void moe_scatter(const int *__restrict__ ids, int npairs, 
     }
 }
 
-// The GEMM tile of this block: expert e, sorted positions p0..p_end (at most MMQ_BN of them
+// The GEMM tile of this block: expert e, sorted positions p0..p_end (at most BN of them
 // are this tile's). False when the slot has no rows.
 struct MoeTile {
     int e, p0, p_end;
@@ -120,7 +126,7 @@ static __device__ __forceinline__ bool moe_tile(const int *index, int n_expert, 
         tile = j - tile_starts[e];
     }
     t.e = e;
-    t.p0 = offsets[e] + tile * MMQ_BN;
+    t.p0 = offsets[e] + tile * MoeTileCfg::BN;
     t.p_end = offsets[e + 1];
     return t.p0 < t.p_end;
 }
@@ -139,46 +145,39 @@ static __device__ __forceinline__ void moe_gate_up(const void *__restrict__ vgat
                                                    float *__restrict__ h, int n_embd, int n_ff,
                                                    int n_expert, int n_used, int expert) {
     typedef WeightFormat<TYPE> F;
+    typedef MoeTileCfg C;
+    extern __shared__ __align__(16) char moe_smem[];
+    mmq_check_smem<TYPE, C, 2>();
     MoeTile t;
     if (!moe_tile(index, n_expert, expert, t)) {
         return; // the whole block: every thread read the same index
     }
-    __shared__ MmqWeightTile wt;
-    __shared__ MmqActTile yt;
-    __shared__ int yrow[MMQ_BN];
+    __shared__ int yrow[C::BN];
     const int tid = threadIdx.y * WARP_SIZE + threadIdx.x;
-    if (tid < MMQ_BN) {
-        yrow[tid] = t.p0 + tid < t.p_end ? sorted[t.p0 + tid] / n_used : -1; // token of the pair
+    for (int i = tid; i < C::BN; i += C::THREADS) {
+        yrow[i] = t.p0 + i < t.p_end ? sorted[t.p0 + i] / n_used : -1; // token of the pair
     }
-    const int bpr = n_embd / F::qk, row0 = blockIdx.x * MMQ_BM;
-    const typename F::block *gate = (const typename F::block *)vgate + (size_t)t.e * n_ff * bpr;
-    const typename F::block *up = (const typename F::block *)vup + (size_t)t.e * n_ff * bpr;
+    const int bpr = n_embd / F::qk, row0 = blockIdx.x * C::BM;
+    const void *const w[2] = {(const typename F::block *)vgate + (size_t)t.e * n_ff * bpr,
+                              (const typename F::block *)vup + (size_t)t.e * n_ff * bpr};
 
-    float acc_g[MMQ_BN / 8][4], acc_u[MMQ_BN / 8][4];
-    mmq_acc_zero(acc_g);
-    mmq_acc_zero(acc_u);
+    // One activation tile per k step serves both matrices: acc[0] gate, acc[1] up.
+    float acc[2][C::TM][C::TN][4];
+    mmq_acc_zero<C>(acc[0]);
+    mmq_acc_zero<C>(acc[1]);
     __syncthreads();
-    // One activation tile per k step serves both matrices; their weight tiles take turns in
-    // shared memory (two would pass the 48 KB of static shared memory).
-    for (int k0 = 0; k0 < n_embd; k0 += MMQ_BK) {
-        mmq_load_acts(yt, xq, n_embd / QK8_1, yrow, k0);
-        mmq_load_weights<TYPE>(wt, gate, bpr, row0, n_ff, k0);
-        __syncthreads();
-        mmq_mma<TYPE>(wt, yt, acc_g);
-        __syncthreads();
-        mmq_load_weights<TYPE>(wt, up, bpr, row0, n_ff, k0);
-        __syncthreads();
-        mmq_mma<TYPE>(wt, yt, acc_u);
-        __syncthreads();
-    }
+    mmq_k_loop<TYPE, C, 2>(moe_smem, w, n_ff, row0, xq, yrow, n_embd, acc);
 
 #pragma unroll
-    for (int n = 0; n < MMQ_BN / 8; ++n) {
+    for (int tm = 0; tm < C::TM; ++tm) {
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            const int row = row0 + mmq_acc_row(i), q = t.p0 + mmq_acc_col(n, i);
-            if (row < n_ff && q < t.p_end) {
-                h[(size_t)q * n_ff + row] = swiglu(acc_g[n][i], acc_u[n][i]);
+        for (int tn = 0; tn < C::TN; ++tn) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const int row = row0 + mmq_acc_row<C>(tm, i), q = t.p0 + mmq_acc_col<C>(tn, i);
+                if (row < n_ff && q < t.p_end) {
+                    h[(size_t)q * n_ff + row] = swiglu(acc[0][tm][tn][i], acc[1][tm][tn][i]);
+                }
             }
         }
     }
@@ -193,41 +192,39 @@ static __device__ __forceinline__ void moe_down(const void *__restrict__ vdown,
                                                 float *__restrict__ y, int n_ff, int n_embd,
                                                 int n_expert, int expert) {
     typedef WeightFormat<TYPE> F;
+    typedef MoeTileCfg C;
+    extern __shared__ __align__(16) char moe_smem[];
+    mmq_check_smem<TYPE, C, 1>();
     MoeTile t;
     if (!moe_tile(index, n_expert, expert, t)) {
         return;
     }
-    __shared__ MmqWeightTile wt;
-    __shared__ MmqActTile yt;
-    __shared__ int yrow[MMQ_BN], pair[MMQ_BN];
+    __shared__ int yrow[C::BN], pair[C::BN];
     const int tid = threadIdx.y * WARP_SIZE + threadIdx.x;
-    if (tid < MMQ_BN) {
-        const bool in = t.p0 + tid < t.p_end;
-        yrow[tid] = in ? t.p0 + tid : -1; // h rows are in sorted order
-        pair[tid] = in ? sorted[t.p0 + tid] : 0;
+    for (int i = tid; i < C::BN; i += C::THREADS) {
+        const bool in = t.p0 + i < t.p_end;
+        yrow[i] = in ? t.p0 + i : -1; // h rows are in sorted order
+        pair[i] = in ? sorted[t.p0 + i] : 0;
     }
-    const int bpr = n_ff / F::qk, row0 = blockIdx.x * MMQ_BM;
-    const typename F::block *down = (const typename F::block *)vdown + (size_t)t.e * n_embd * bpr;
+    const int bpr = n_ff / F::qk, row0 = blockIdx.x * C::BM;
+    const void *const w[1] = {(const typename F::block *)vdown + (size_t)t.e * n_embd * bpr};
 
-    float acc[MMQ_BN / 8][4];
-    mmq_acc_zero(acc);
+    float acc[1][C::TM][C::TN][4];
+    mmq_acc_zero<C>(acc[0]);
     __syncthreads();
-    for (int k0 = 0; k0 < n_ff; k0 += MMQ_BK) {
-        mmq_load_acts(yt, hq, n_ff / QK8_1, yrow, k0);
-        mmq_load_weights<TYPE>(wt, down, bpr, row0, n_embd, k0);
-        __syncthreads();
-        mmq_mma<TYPE>(wt, yt, acc);
-        __syncthreads();
-    }
+    mmq_k_loop<TYPE, C, 1>(moe_smem, w, n_embd, row0, hq, yrow, n_ff, acc);
 
 #pragma unroll
-    for (int n = 0; n < MMQ_BN / 8; ++n) {
+    for (int tm = 0; tm < C::TM; ++tm) {
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            const int row = row0 + mmq_acc_row(i), c = mmq_acc_col(n, i);
-            if (row < n_embd && t.p0 + c < t.p_end) {
-                const int p = pair[c];
-                y[(size_t)p * n_embd + row] = weights[p] * acc[n][i];
+        for (int tn = 0; tn < C::TN; ++tn) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const int row = row0 + mmq_acc_row<C>(tm, i), c = mmq_acc_col<C>(tn, i);
+                if (row < n_embd && t.p0 + c < t.p_end) {
+                    const int p = pair[c];
+                    y[(size_t)p * n_embd + row] = weights[p] * acc[0][tm][tn][i];
+                }
             }
         }
     }
@@ -252,7 +249,7 @@ extern "C" __global__ void moe_combine(const float *__restrict__ y, const int *_
 }
 
 #define MOE_ENTRIES(NAME, TYPE)                                                                     \
-    extern "C" __global__ void __launch_bounds__(MMQ_THREADS) moe_gate_up_##NAME(                   \
+    extern "C" __global__ void __launch_bounds__(MoeTileCfg::THREADS) moe_gate_up_##NAME(                   \
         const void *__restrict__ vgate, const void *__restrict__ vup,                               \
         const block_q8_1 *__restrict__ xq, const int *__restrict__ sorted,                          \
         const int *__restrict__ index, float *__restrict__ h, int n_embd, int n_ff, int n_expert,   \
@@ -260,7 +257,7 @@ extern "C" __global__ void moe_combine(const float *__restrict__ y, const int *_
         moe_gate_up<TYPE>(vgate, vup, xq, sorted, index, h, n_embd, n_ff, n_expert, n_used,         \
                           expert);                                                                  \
     }                                                                                               \
-    extern "C" __global__ void __launch_bounds__(MMQ_THREADS) moe_down_##NAME(                      \
+    extern "C" __global__ void __launch_bounds__(MoeTileCfg::THREADS) moe_down_##NAME(                      \
         const void *__restrict__ vdown, const block_q8_1 *__restrict__ hq,                          \
         const int *__restrict__ sorted, const int *__restrict__ index,                              \
         const float *__restrict__ weights, float *__restrict__ y, int n_ff, int n_embd,             \

@@ -4,7 +4,8 @@
 // (`qk` elements per block, `qi` 32-bit ints of codes per block, `vdr` ints one thread takes per
 // call), `vec_dot`, which returns one thread's share of `block · activations`, and for mmq
 // `tile_codes`: one 32-element sub-block as int8 codes with x = d * code + m (`scale16`
-// formats: d[0] for the first 16 elements, d[1] for the last 16). Kernels
+// formats: d[0] for the first 16 elements, d[1] for the last 16; `has_min` formats have an
+// m != 0). Kernels
 // (mmvq.cu, mmq.cu) are templates over these traits; there is no per-type copy of a kernel.
 //
 // The structs are the on-disk GGUF layouts (ferrolm-quant's `Block*` structs), read in place.
@@ -132,6 +133,7 @@ template <> struct WeightFormat<GGML_TYPE_Q4_0> {
     typedef block_q4_0 block;
     static constexpr int qk = 32, qi = 4, vdr = 2;
     static constexpr bool scale16 = false; // one scale per 32 elements (mmq)
+    static constexpr bool has_min = false; // m != 0 in tile_codes (mmq)
 
     // iqs in {0, 2}: codes ints iqs, iqs + 1 (low nibbles: elements 4iqs.., high: 16 + 4iqs..).
     static __device__ __forceinline__ float vec_dot(const block *b, const block_q8_1 *y, int iqs) {
@@ -166,6 +168,7 @@ template <> struct WeightFormat<GGML_TYPE_Q4_1> {
     typedef block_q4_1 block;
     static constexpr int qk = 32, qi = 4, vdr = 2;
     static constexpr bool scale16 = false; // one scale per 32 elements (mmq)
+    static constexpr bool has_min = true; // m != 0 in tile_codes (mmq)
 
     static __device__ __forceinline__ float vec_dot(const block *b, const block_q8_1 *y, int iqs) {
         int sumi = 0, sumu = 0;
@@ -199,6 +202,7 @@ template <> struct WeightFormat<GGML_TYPE_Q8_0> {
     typedef block_q8_0 block;
     static constexpr int qk = 32, qi = 8, vdr = 2;
     static constexpr bool scale16 = false; // one scale per 32 elements (mmq)
+    static constexpr bool has_min = false; // m != 0 in tile_codes (mmq)
 
     static __device__ __forceinline__ float vec_dot(const block *b, const block_q8_1 *y, int iqs) {
         int sumi = 0;
@@ -227,6 +231,7 @@ template <> struct WeightFormat<GGML_TYPE_Q4_K> {
     typedef block_q4_K block;
     static constexpr int qk = QK_K, qi = 32, vdr = 2;
     static constexpr bool scale16 = false; // one scale per 32 elements (mmq)
+    static constexpr bool has_min = true; // m != 0 in tile_codes (mmq)
 
     static __device__ __forceinline__ float vec_dot(const block *b, const block_q8_1 *y, int iqs) {
         const int t = iqs / 2, g = t / 4, l4 = t % 4;
@@ -260,9 +265,9 @@ template <> struct WeightFormat<GGML_TYPE_Q4_K> {
         }
         uint16_t aux[2];
         scales_k4(b->scales, g, aux);
-        const uint8_t *sc = (const uint8_t *)aux;
-        d[0] = d[1] = f16_bits_to_f32(b->d) * (float)sc[h];
-        m = -f16_bits_to_f32(b->dmin) * (float)sc[h + 2];
+        // Bytes by shifts, not through a pointer: that would put aux in local memory.
+        d[0] = d[1] = f16_bits_to_f32(b->d) * (float)((aux[0] >> (8 * h)) & 0xff);
+        m = -f16_bits_to_f32(b->dmin) * (float)((aux[1] >> (8 * h)) & 0xff);
     }
 };
 
@@ -270,6 +275,7 @@ template <> struct WeightFormat<GGML_TYPE_Q5_K> {
     typedef block_q5_K block;
     static constexpr int qk = QK_K, qi = 32, vdr = 2;
     static constexpr bool scale16 = false; // one scale per 32 elements (mmq)
+    static constexpr bool has_min = true; // m != 0 in tile_codes (mmq)
 
     static __device__ __forceinline__ float vec_dot(const block *b, const block_q8_1 *y, int iqs) {
         const int t = iqs / 2, g = t / 4, l4 = t % 4;
@@ -308,9 +314,9 @@ template <> struct WeightFormat<GGML_TYPE_Q5_K> {
         }
         uint16_t aux[2];
         scales_k4(b->scales, g, aux);
-        const uint8_t *sc = (const uint8_t *)aux;
-        d[0] = d[1] = f16_bits_to_f32(b->d) * (float)sc[h];
-        m = -f16_bits_to_f32(b->dmin) * (float)sc[h + 2];
+        // Bytes by shifts, not through a pointer: that would put aux in local memory.
+        d[0] = d[1] = f16_bits_to_f32(b->d) * (float)((aux[0] >> (8 * h)) & 0xff);
+        m = -f16_bits_to_f32(b->dmin) * (float)((aux[1] >> (8 * h)) & 0xff);
     }
 };
 
@@ -321,6 +327,7 @@ template <> struct WeightFormat<GGML_TYPE_Q6_K> {
     typedef block_q6_K block;
     static constexpr int qk = QK_K, qi = 32, vdr = 1;
     static constexpr bool scale16 = true; // a scale per 16 elements: d[0], d[1] (mmq)
+    static constexpr bool has_min = false; // m != 0 in tile_codes (mmq)
 
     static __device__ __forceinline__ float vec_dot(const block *b, const block_q8_1 *y, int iqs) {
         const int n = iqs / 16, r = iqs % 16, half = r / 8, l4 = r % 8;

@@ -23,6 +23,7 @@ pub const HEADERS: &[KernelFile] = &[
     kernel_file!("quant.cuh"),
     kernel_file!("mmq_tile.cuh"),
     kernel_file!("mmvq.cuh"),
+    kernel_file!("mmq_mma.cuh"),
 ];
 
 pub const ELEMENTWISE: KernelFile = kernel_file!("elementwise.cu");

@@ -1,23 +1,62 @@
 //! `kernels/mmq.cu`: quantized weight times many Q8_1 activation rows on the int8 tensor cores
-//! (prefill).
+//! (prefill), in three compiled tile shapes.
+//!
+//! Contract: the same bits for every tile shape (each output adds its per-sub-block terms in
+//! the same order with pinned f32 roundings, see `mmq_mma.cuh`); against the CPU's matmul the
+//! integer dots are exact and only f32 scale products and sums round (`cuda-parity` checks
+//! both). `FERROLM_MMQ_TILE=auto|128x128|128x64|64x64` picks the shape (default `auto`:
+//! [`auto_tile`]); `FERROLM_CUDA_MMQ=0` turns the GEMM off altogether (backend).
 
 use super::{int, QuantMatrix};
 use crate::device::CudaDevice;
 use crate::error::{CudaError, DriverContext, Result};
-use crate::kernels::MMQ;
+use crate::kernels::{KernelFile, MMQ};
+use cudarc::driver::sys::{CUdevice_attribute, CUfunction_attribute};
 use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
 use ferrolm_gguf::GgmlType;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-/// Warps per block (the kernel's MMQ_NWARPS); each takes 16 weight rows.
-pub(super) const NWARPS: u32 = 4;
-/// Weight rows, tokens and columns of one block's tile (MMQ_BM, MMQ_BN, MMQ_BK).
-pub(super) const BM: usize = 16 * NWARPS as usize;
-pub(super) const BN: usize = 64;
+/// Columns of one k step (the kernel's MMQ_BK): weight columns must be a multiple of it.
 pub const MMQ_BK: usize = 256;
 
-/// Weight formats with an mmq instance (entry points `mmq_<suffix>`).
+/// One compiled tile shape: `bm` weight rows × `bn` tokens per block of `warps` warps (the
+/// kernel's `MmqTile<name>` typedef; entry points `mmq_<format>_<name>`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MmqTile {
+    pub name: &'static str,
+    pub bm: usize,
+    pub bn: usize,
+    pub warps: u32,
+}
+
+/// Largest first: [`auto_tile`] prefers the front.
+pub const MMQ_TILES: [MmqTile; 3] = [
+    MmqTile {
+        name: "128x128",
+        bm: 128,
+        bn: 128,
+        warps: 8,
+    },
+    MmqTile {
+        name: "128x64",
+        bm: 128,
+        bn: 64,
+        warps: 8,
+    },
+    MmqTile {
+        name: "64x64",
+        bm: 64,
+        bn: 64,
+        warps: 4,
+    },
+];
+
+/// Guessed relative speed of a full SM on each tile shape (larger tiles reuse each loaded
+/// fragment more); to be replaced by the H200 figures of `cuda-parity --time`.
+const TILE_SPEED: [f64; 3] = [1.0, 0.85, 0.75];
+
+/// Weight formats with an mmq instance.
 pub(super) const FORMATS: &[GgmlType] = &[
     GgmlType::Q4_0,
     GgmlType::Q4_1,
@@ -27,28 +66,159 @@ pub(super) const FORMATS: &[GgmlType] = &[
     GgmlType::Q6K,
 ];
 
+/// The tile named by `FERROLM_MMQ_TILE` (`None`: auto).
+pub fn tile_from_env(value: Option<&str>) -> Result<Option<usize>> {
+    match value.map(str::trim) {
+        None | Some("") | Some("auto") => Ok(None),
+        Some(v) => match MMQ_TILES.iter().position(|t| t.name == v) {
+            Some(i) => Ok(Some(i)),
+            None => Err(CudaError::Invalid(format!(
+                "FERROLM_MMQ_TILE={v}: want auto, {}",
+                MMQ_TILES.map(|t| t.name).join(", ")
+            ))),
+        },
+    }
+}
+
+/// The tile for `rows` × `n` on `sms` multiprocessors, given how many blocks of each tile fit
+/// one (0: the tile does not fit this device): the best guessed speed times the share of the
+/// last wave that is busy. Small GEMMs get small tiles so that every SM has work.
+pub fn auto_tile(rows: usize, n: usize, sms: usize, blocks_per_sm: impl Fn(usize) -> u32) -> usize {
+    let mut best = (0.0, MMQ_TILES.len() - 1);
+    for (i, t) in MMQ_TILES.iter().enumerate() {
+        let slots = sms * blocks_per_sm(i) as usize;
+        if slots == 0 {
+            continue;
+        }
+        let tiles = rows.div_ceil(t.bm) * n.div_ceil(t.bn);
+        let busy = tiles as f64 / (tiles.div_ceil(slots) * slots) as f64;
+        let score = busy * TILE_SPEED[i];
+        if score > best.0 {
+            best = (score, i);
+        }
+    }
+    best.1
+}
+
+/// Bytes of dynamic shared memory of a GEMM block over `nmat` matrices of `ty` sharing one
+/// activation tile: `MmqSmem<TYPE, C, NMAT>::bytes` of mmq_tile.cuh, computed the same way.
+pub(super) fn smem_bytes(ty: GgmlType, bm: usize, bn: usize, nmat: usize) -> usize {
+    const SUBS: usize = MMQ_BK / 32;
+    const Y_STRIDE: usize = 304;
+    const WQ_STRIDE: usize = 272;
+    let raw = MMQ_BK / ty.block_elems() * ty.block_bytes();
+    let raw_stride = if raw.is_multiple_of(16) {
+        raw
+    } else {
+        (raw + 14).div_ceil(16) * 16
+    };
+    let scale16 = ty == GgmlType::Q6K;
+    let has_min = matches!(ty, GgmlType::Q4_1 | GgmlType::Q4K | GgmlType::Q5K);
+    let scales = 1 + scale16 as usize + has_min as usize;
+    let stage = nmat * bm * raw_stride + bn * Y_STRIDE;
+    2 * stage + bm * WQ_STRIDE + scales * SUBS * bm * 4 + SUBS * bn * 8
+}
+
+/// A GEMM entry point allowed its dynamic shared memory: `None` where the device offers less
+/// than it needs (the error says so at launch).
+pub(super) struct GemmFn {
+    pub f: Option<CudaFunction>,
+    pub smem: usize,
+    pub blocks_per_sm: u32,
+}
+
+impl GemmFn {
+    pub fn load(
+        dev: &CudaDevice,
+        file: &'static KernelFile,
+        name: &str,
+        smem: usize,
+        threads: u32,
+    ) -> Result<Self> {
+        let optin = dev
+            .context()
+            .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
+            .during("reading the shared memory limit")? as usize;
+        if smem > optin {
+            return Ok(Self {
+                f: None,
+                smem,
+                blocks_per_sm: 0,
+            });
+        }
+        let f = dev.function(file, name)?;
+        dev.context()
+            .bind_to_thread()
+            .during("binding the context")?;
+        f.set_attribute(
+            CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+            smem as i32,
+        )
+        .during(format!("allowing {name} {smem} bytes of shared memory"))?;
+        let blocks_per_sm = f
+            .occupancy_max_active_blocks_per_multiprocessor(threads, smem, None)
+            .during(format!("occupancy of {name}"))?;
+        Ok(Self {
+            f: Some(f),
+            smem,
+            blocks_per_sm,
+        })
+    }
+
+    pub fn get(&self, what: &str) -> Result<&CudaFunction> {
+        self.f.as_ref().ok_or_else(|| {
+            CudaError::Invalid(format!(
+                "{what} needs {} KiB of shared memory per block, more than this GPU offers",
+                self.smem / 1024
+            ))
+        })
+    }
+}
+
 pub struct Mmq {
     stream: Arc<CudaStream>,
-    /// type -> entry point `mmq_<type>`.
-    fns: HashMap<GgmlType, CudaFunction>,
+    /// (type, index in MMQ_TILES) -> entry point `mmq_<type>_<tile>`.
+    fns: HashMap<(GgmlType, usize), GemmFn>,
+    sms: usize,
+    /// FERROLM_MMQ_TILE, when not auto.
+    forced: Option<usize>,
 }
 
 impl Mmq {
     pub fn load(dev: &CudaDevice) -> Result<Self> {
+        let forced = tile_from_env(std::env::var("FERROLM_MMQ_TILE").ok().as_deref())?;
+        let sms = dev
+            .context()
+            .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+            .during("reading the SM count")? as usize;
         let mut fns = HashMap::new();
         for &ty in FORMATS {
-            let name = super::kernel_suffix(ty);
-            fns.insert(ty, dev.function(&MMQ, &format!("mmq_{name}"))?);
+            for (i, t) in MMQ_TILES.iter().enumerate() {
+                let name = format!("mmq_{}_{}", super::kernel_suffix(ty), t.name);
+                let smem = smem_bytes(ty, t.bm, t.bn, 1);
+                fns.insert((ty, i), GemmFn::load(dev, &MMQ, &name, smem, 32 * t.warps)?);
+            }
         }
         Ok(Self {
             stream: dev.stream().clone(),
             fns,
+            sms,
+            forced,
         })
     }
 
     /// Whether `ty` has a kernel; `cols` must also be a multiple of [`MMQ_BK`].
     pub fn supports(ty: GgmlType) -> bool {
         FORMATS.contains(&ty)
+    }
+
+    /// The tile (index in [`MMQ_TILES`]) [`matmul`](Self::matmul) uses for `rows` × `n`.
+    pub fn tile_for(&self, ty: GgmlType, rows: usize, n: usize) -> usize {
+        self.forced.unwrap_or_else(|| {
+            auto_tile(rows, n, self.sms, |i| {
+                self.fns.get(&(ty, i)).map_or(0, |f| f.blocks_per_sm)
+            })
+        })
     }
 
     /// `out[t][r] = W[r] · x[t]` for the `n` Q8_1 rows of `xq` (`w.cols` elements each, from
@@ -60,10 +230,26 @@ impl Mmq {
         n: usize,
         out: &mut CudaSlice<f32>,
     ) -> Result<()> {
-        let f = self
+        self.matmul_tile(self.tile_for(w.ty, w.rows, n), w, xq, n, out)
+    }
+
+    /// [`matmul`](Self::matmul) with tile `MMQ_TILES[tile]` (same bits, other speed).
+    pub fn matmul_tile(
+        &self,
+        tile: usize,
+        w: &QuantMatrix,
+        xq: &CudaSlice<u8>,
+        n: usize,
+        out: &mut CudaSlice<f32>,
+    ) -> Result<()> {
+        let t = MMQ_TILES
+            .get(tile)
+            .ok_or_else(|| CudaError::Invalid(format!("mmq: no tile {tile}")))?;
+        let g = self
             .fns
-            .get(&w.ty)
+            .get(&(w.ty, tile))
             .ok_or_else(|| CudaError::Invalid(format!("mmq: no kernel for {} weights", w.ty)))?;
+        let f = g.get(&format!("mmq {} tile {}", w.ty, t.name))?;
         if !w.cols.is_multiple_of(MMQ_BK) {
             return Err(CudaError::Invalid(format!(
                 "mmq: {} columns is not a multiple of {MMQ_BK}",
@@ -80,12 +266,12 @@ impl Mmq {
         }
         let cfg = LaunchConfig {
             grid_dim: (
-                int(w.rows.div_ceil(BM), "mmq row tiles") as u32,
-                int(n.div_ceil(BN), "mmq token tiles") as u32,
+                int(w.rows.div_ceil(t.bm), "mmq row tiles") as u32,
+                int(n.div_ceil(t.bn), "mmq token tiles") as u32,
                 1,
             ),
-            block_dim: (32, NWARPS, 1),
-            shared_mem_bytes: 0,
+            block_dim: (32, t.warps, 1),
+            shared_mem_bytes: g.smem as u32,
         };
         let (cols, rows, ntok) = (
             int(w.cols, "mmq cols"),
@@ -99,10 +285,61 @@ impl Mmq {
             .arg(&cols)
             .arg(&rows)
             .arg(&ntok);
-        // SAFETY: mmq_<type>(vx, vy, dst, ncols, nrows, ntok): rows x cols weights, ntok Q8_1
-        // rows of cols elements, ntok x rows floats out; cols % 256 == 0 checked above, grid
-        // covers every (row, token) tile.
-        unsafe { b.launch(cfg) }.during(format!("launching mmq for {}", w.ty))?;
+        // SAFETY: mmq_<type>_<tile>(vx, vy, dst, ncols, nrows, ntok): rows x cols weights,
+        // ntok Q8_1 rows of cols elements, ntok x rows floats out; cols % 256 == 0 checked
+        // above, grid covers every (row, token) tile, shared memory as the kernel lays it out.
+        unsafe { b.launch(cfg) }.during(format!("launching mmq for {} ({})", w.ty, t.name))?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn env_names_a_tile_or_auto() {
+        assert_eq!(tile_from_env(None).unwrap(), None);
+        assert_eq!(tile_from_env(Some("auto")).unwrap(), None);
+        assert_eq!(tile_from_env(Some("64x64")).unwrap(), Some(2));
+        let e = tile_from_env(Some("256x256")).unwrap_err().to_string();
+        assert!(e.contains("128x128") && e.contains("256x256"), "{e}");
+    }
+
+    /// The layout sums of mmq_tile.cuh worked by hand for two shapes.
+    #[test]
+    fn shared_memory_matches_the_kernel_layout() {
+        // Q8_0 128×128: stages 2 × (128·272 + 128·304), codes 128·272, d 8·128·4, y 8·128·8.
+        assert_eq!(
+            smem_bytes(GgmlType::Q8_0, 128, 128, 1),
+            2 * (128 * 272 + 128 * 304) + 128 * 272 + 8 * 128 * 4 + 8 * 128 * 8
+        );
+        // Q6_K rows of 210 bytes copy 224 (2-byte aligned starts); d, d_hi per sub-block.
+        assert_eq!(
+            smem_bytes(GgmlType::Q6K, 64, 64, 2),
+            2 * (2 * 64 * 224 + 64 * 304) + 64 * 272 + 2 * 8 * 64 * 4 + 8 * 64 * 8
+        );
+        // Every dense shape fits the H100/H200's 227 KiB.
+        for &ty in FORMATS {
+            for t in MMQ_TILES {
+                assert!(
+                    smem_bytes(ty, t.bm, t.bn, 1) <= 227 * 1024,
+                    "{ty} {}",
+                    t.name
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn auto_fills_the_gpu_before_it_grows_tiles() {
+        // H200: 132 SMs; one block of the 128-row tiles per SM, two of 64×64.
+        let occ = |i: usize| if i == 2 { 2 } else { 1 };
+        // 8192 × 512: 256 tiles of 128×128, two nearly full waves.
+        assert_eq!(auto_tile(8192, 512, 132, occ), 0);
+        // 2048 × 512: 64 tiles of 128×128 leave half the SMs idle; 128 of 128×64 do not.
+        assert_eq!(auto_tile(2048, 512, 132, occ), 1);
+        // A tile that fits nowhere is never chosen.
+        assert_eq!(auto_tile(8192, 512, 132, |i| if i == 0 { 0 } else { 1 }), 1);
     }
 }

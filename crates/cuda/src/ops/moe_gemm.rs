@@ -12,7 +12,7 @@
 //! `FERROLM_MOE_GROUPED=0` launches the GEMMs once per expert (each launch reads its segment
 //! from device memory) instead of once for all experts, for bisecting the tile-to-expert map.
 
-use super::mmq::{BM, BN, FORMATS, MMQ_BK, NWARPS};
+use super::mmq::{smem_bytes, GemmFn, FORMATS, MMQ_BK};
 use super::{int, stride_blocks, MoeExperts, Quantize};
 use crate::device::CudaDevice;
 use crate::error::{CudaError, DriverContext, Result};
@@ -22,6 +22,10 @@ use ferrolm_gguf::GgmlType;
 use std::collections::HashMap;
 use std::sync::Arc;
 
+/// The GEMM tile of moe_gemm.cu (its MoeTileCfg): weight rows, pair rows, warps.
+const MOE_BM: usize = 64;
+const MOE_BN: usize = 64;
+const MOE_WARPS: u32 = 4;
 /// Threads of the index kernels (the kernel's MOE_INDEX_THREADS).
 const INDEX_THREADS: u32 = 256;
 /// Rows of one quantize launch (its grid's y dimension), so pairs per batch at most this.
@@ -147,7 +151,7 @@ pub struct MoeGemm {
     scatter: CudaFunction,
     combine: CudaFunction,
     /// type -> (moe_gate_up_<type>, moe_down_<type>).
-    gemms: HashMap<GgmlType, (CudaFunction, CudaFunction)>,
+    gemms: HashMap<GgmlType, (GemmFn, GemmFn)>,
     grouped: bool,
 }
 
@@ -156,8 +160,22 @@ impl MoeGemm {
         let mut gemms = HashMap::new();
         for &ty in FORMATS {
             let name = super::kernel_suffix(ty);
-            let gate_up = dev.function(&MOE_GEMM, &format!("moe_gate_up_{name}"))?;
-            let down = dev.function(&MOE_GEMM, &format!("moe_down_{name}"))?;
+            let threads = 32 * MOE_WARPS;
+            // Gate and up share the activation tile: two raw weight tiles per stage.
+            let gate_up = GemmFn::load(
+                dev,
+                &MOE_GEMM,
+                &format!("moe_gate_up_{name}"),
+                smem_bytes(ty, MOE_BM, MOE_BN, 2),
+                threads,
+            )?;
+            let down = GemmFn::load(
+                dev,
+                &MOE_GEMM,
+                &format!("moe_down_{name}"),
+                smem_bytes(ty, MOE_BM, MOE_BN, 1),
+                threads,
+            )?;
             gemms.insert(ty, (gate_up, down));
         }
         Ok(Self {
@@ -226,8 +244,10 @@ impl MoeGemm {
         }
         self.build_index(ids, n, work)?;
         self.quantize.q8_1_rows(x, n, d, &mut work.xq)?;
-        let gate_up = &self.gemms[&experts.gate.ty].0;
-        let down_fn = &self.gemms[&experts.down.ty].1;
+        let gate_up_g = &self.gemms[&experts.gate.ty].0;
+        let down_g = &self.gemms[&experts.down.ty].1;
+        let gate_up = gate_up_g.get(&format!("moe_gate_up for {}", experts.gate.ty))?;
+        let down_fn = down_g.get(&format!("moe_down for {}", experts.down.ty))?;
         let (ci, ffi, ei, ki) = (
             int(d, "n_embd"),
             int(ff, "n_ff"),
@@ -235,7 +255,7 @@ impl MoeGemm {
             int(k, "experts used"),
         );
         // (expert, tile slots) per launch: one for all, or one per expert.
-        let pair_tiles = pairs.div_ceil(BN);
+        let pair_tiles = pairs.div_ceil(MOE_BN);
         let launches: Vec<(i32, usize)> = if grouped {
             vec![(-1, pair_tiles + e)]
         } else {
@@ -257,7 +277,7 @@ impl MoeGemm {
             // SAFETY: moe_gate_up_<type>(gate, up, xq, sorted, index, h, n_embd, n_ff, E, k,
             // expert): shapes checked above; h has pairs × n_ff floats, and a block writes only
             // sorted positions below offsets[E] <= pairs.
-            unsafe { b.launch(gemm_cfg(ff, slots)?) }
+            unsafe { b.launch(gemm_cfg(ff, slots, gate_up_g.smem)?) }
                 .during(format!("launching moe_gate_up for {}", experts.gate.ty))?;
         }
         self.quantize.q8_1_rows(&work.h, pairs, ff, &mut work.hq)?;
@@ -275,7 +295,7 @@ impl MoeGemm {
                 .arg(&expert);
             // SAFETY: moe_down_<type>(down, hq, sorted, index, weights, y, n_ff, n_embd, E,
             // expert): y has pairs × n_embd floats, written at pair ids < pairs.
-            unsafe { b.launch(gemm_cfg(d, slots)?) }
+            unsafe { b.launch(gemm_cfg(d, slots, down_g.smem)?) }
                 .during(format!("launching moe_down for {}", experts.down.ty))?;
         }
         let (ni, total) = (int(n, "tokens"), n * d);
@@ -331,16 +351,20 @@ impl MoeGemm {
     }
 }
 
-/// Block (32, NWARPS); grid (row tiles, tile slots).
-fn gemm_cfg(rows: usize, slots: usize) -> Result<LaunchConfig> {
+/// Block (32, MOE_WARPS); grid (row tiles, tile slots); `smem` bytes of dynamic shared memory.
+fn gemm_cfg(rows: usize, slots: usize, smem: usize) -> Result<LaunchConfig> {
     if slots > 65_535 {
         return Err(CudaError::Invalid(format!(
             "moe_gemm: {slots} tiles is past the grid's limit"
         )));
     }
     Ok(LaunchConfig {
-        grid_dim: (int(rows.div_ceil(BM), "row tiles") as u32, slots as u32, 1),
-        block_dim: (32, NWARPS, 1),
-        shared_mem_bytes: 0,
+        grid_dim: (
+            int(rows.div_ceil(MOE_BM), "row tiles") as u32,
+            slots as u32,
+            1,
+        ),
+        block_dim: (32, MOE_WARPS, 1),
+        shared_mem_bytes: smem as u32,
     })
 }

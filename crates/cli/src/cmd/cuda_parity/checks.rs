@@ -51,8 +51,10 @@ pub fn all(dev: &CudaDevice, k: &Kernels, rng: &mut StdRng) -> Result<Vec<Row>> 
     }
     for ty in super::mmq::MMQ_TYPES {
         push("mmq", super::mmq::mmq(dev, k, rng, ty, 4096, 4096, 512));
-        // Rows and tokens that are not multiples of the 64 × 64 tile.
+        // Rows and tokens that are not multiples of any tile; the second with several token
+        // tiles of every shape.
         push("mmq", super::mmq::mmq(dev, k, rng, ty, 1027, 2048, 77));
+        push("mmq", super::mmq::mmq(dev, k, rng, ty, 515, 2048, 201));
     }
     for case in super::moe::cases() {
         push("moe_gemm", super::moe::moe_block(dev, k, rng, case));

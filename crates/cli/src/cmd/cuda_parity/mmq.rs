@@ -5,7 +5,7 @@ use super::checks::{normal, poisoned, row};
 use super::{compare, Contract, Row};
 use anyhow::Result;
 use ferrolm_cpu::matmul::{matmul, WeightRef};
-use ferrolm_cuda::ops::{QuantMatrix, Q8_1_BLOCK_BYTES};
+use ferrolm_cuda::ops::{QuantMatrix, MMQ_TILES, Q8_1_BLOCK_BYTES};
 use ferrolm_cuda::{CudaDevice, Kernels};
 use ferrolm_gguf::GgmlType;
 use rand::rngs::StdRng;
@@ -72,41 +72,27 @@ pub fn mmq(
         }
         _ => Contract::Rel(1e-5, "same int8 activations, f32 sum order"),
     };
-    Ok(vec![row(
-        &format!("mmq {ty}"),
+    let auto = k.mmq.tile_for(ty, rows, n);
+    let mut out_rows = vec![row(
+        &format!("mmq {ty} (tile {})", MMQ_TILES[auto].name),
         format!("{rows}×{cols} · {n} rows"),
         "cpu matmul::matmul",
         cmp,
         contract,
-    )])
-}
-
-/// Preliminary GEMM timings at 4096×4096 × 2048 tokens: TFLOP/s as 2·rows·cols·n / time,
-/// CUDA events around 20 launches (weights stay in L2 between them: compute-bound anyway).
-pub fn time_mmq(dev: &CudaDevice, k: &Kernels, rng: &mut StdRng) -> Result<()> {
-    let (rows, cols, n) = (4096, 4096, 2048);
-    let xd = dev.upload(&normal(rng, n * cols, 1.0))?;
-    let mut xq = dev.upload(&vec![0u8; n * cols / 32 * Q8_1_BLOCK_BYTES])?;
-    k.quantize.q8_1(&xd, cols, &mut xq)?;
-    let mut out = poisoned(dev, n * rows)?;
-    println!("\npreliminary mmq timing ({rows}×{cols} · {n} tokens, Q8_1 activations):\n");
-    println!("| type | ms / call | TFLOP/s |");
-    println!("|---|---|---|");
-    for ty in MMQ_TYPES {
-        let bytes = rows * cols / ty.block_elems() * ty.block_bytes();
-        let wq = ferrolm_quant::quantize_to_vec(ty, &normal(rng, 256 * cols, 1.0))?;
-        let host: Vec<u8> = wq.iter().copied().cycle().take(bytes).collect();
-        let w = QuantMatrix::upload(dev, ty, rows, cols, &host)?;
-        k.mmq.matmul(&w, &xq, n, &mut out)?;
-        let iters = 20;
-        let ms = dev.time_ms(|| {
-            for _ in 0..iters {
-                k.mmq.matmul(&w, &xq, n, &mut out)?;
-            }
-            Ok(())
-        })? / iters as f64;
-        let tflops = 2.0 * (rows * cols * n) as f64 / (ms * 1e-3) / 1e12;
-        println!("| {ty} | {ms:.3} | {tflops:.1} |");
+    )];
+    // Every tile shape adds each output's terms in the same order: the same bits.
+    for (i, t) in MMQ_TILES.iter().enumerate() {
+        let mut out_t = poisoned(dev, n * rows)?;
+        k.mmq.matmul_tile(i, &w, &xq, n, &mut out_t)?;
+        dev.sync()?;
+        let got_t = dev.download(&out_t)?;
+        out_rows.push(row(
+            &format!("mmq {ty} tile {}", t.name),
+            format!("{rows}×{cols} · {n} rows"),
+            "mmq, auto tile",
+            compare(&got_t, &got, |_| 1.0),
+            Contract::Exact,
+        ));
     }
-    Ok(())
+    Ok(out_rows)
 }

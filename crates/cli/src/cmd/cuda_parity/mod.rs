@@ -10,6 +10,7 @@
 mod attn_checks;
 mod checks;
 mod mmq;
+mod mmq_time;
 mod moe;
 mod moe_decode;
 
@@ -129,7 +130,7 @@ pub fn run(args: CudaParityArgs) -> Result<()> {
     }
     if args.time {
         checks::time_mmvq(&dev, &k, &mut rng)?;
-        mmq::time_mmq(&dev, &k, &mut rng)?;
+        mmq_time::time_mmq(&dev, &k, &mut rng)?;
         moe::time_moe(&dev, &k, &mut rng)?;
         moe_decode::time_decode(&dev, &k, &mut rng)?;
         attn_checks::time_prefill(&dev, &k, &mut rng)?;
