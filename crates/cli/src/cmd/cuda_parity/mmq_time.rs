@@ -89,9 +89,9 @@ pub fn time_mmq(dev: &CudaDevice, k: &Kernels, rng: &mut StdRng) -> Result<()> {
                 let mut xq = dev.upload(&vec![0u8; n * s.cols / 32 * Q8_1_BLOCK_BYTES])?;
                 k.quantize.q8_1(&xd, s.cols, &mut xq)?;
                 let mut out = poisoned(dev, n * s.rows)?;
-                for tile in 0..MMQ_TILES.len() {
-                    ms[ti][si][ni][tile] =
-                        median_ms(dev, || k.mmq.matmul_tile(tile, &w, &xq, n, &mut out))?;
+                let row = &mut ms[ti][si][ni];
+                for (tile, slot) in row.iter_mut().enumerate().take(MMQ_TILES.len()) {
+                    *slot = median_ms(dev, || k.mmq.matmul_tile(tile, &w, &xq, n, &mut out))?;
                 }
                 ms[ti][si][ni][ncols - 1] = median_ms(dev, || k.mmq.matmul(&w, &xq, n, &mut out))?;
                 picked[ti][si][ni] = MMQ_TILES[k.mmq.tile_for(ty, s.rows, n)].name;
