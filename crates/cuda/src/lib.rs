@@ -16,6 +16,7 @@
 //! - [`backend`]: the model's `Backend` ops on those launchers, and [`CudaModel`], which runs
 //!   the forward pass with decode steps replayed as CUDA graphs.
 
+pub mod aot;
 pub mod backend;
 pub mod cache;
 pub mod device;
