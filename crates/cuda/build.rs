@@ -99,7 +99,8 @@ fn build_images(out: &Path, archs: &[String]) -> Result<(Toolchain, Vec<Image>),
     }
     let tc = Toolchain::find().map_err(|e| {
         format!(
-            "{e} (kernels will be compiled at run time; to embed them, install NVRTC and rebuild)"
+            "{e} (kernels will be compiled at run time; to embed them, install NVRTC, then \
+             `touch crates/cuda/build.rs` and rebuild)"
         )
     })?;
     let dir = out.join("aot");

@@ -49,6 +49,13 @@ pub fn covers(target: &Target) -> bool {
     FILES.iter().all(|f| image(f, target).is_some())
 }
 
+/// The target of a device of compute capability `cc` when the embedded images cover every
+/// file for it and may be used: then the device needs no NVRTC. `None`: NVRTC decides.
+pub fn target_without_nvrtc(cc: (i32, i32), driver_version: i32) -> Option<Target> {
+    let native = Target::native(cc);
+    (usable(driver_version) && covers(&native)).then_some(native)
+}
+
 /// The architectures with at least one embedded image, for messages: "sm_80, sm_90a".
 pub fn embedded_archs() -> String {
     let mut archs: Vec<&str> = IMAGES.iter().map(|i| i.arch).collect();

@@ -30,7 +30,16 @@ pub struct CudaDevice {
     target: Target,
     /// Embedded images may be used (built with them, `FERROLM_CUDA_AOT` not 0, driver new enough).
     use_aot: bool,
-    modules: Mutex<HashMap<&'static str, Arc<CudaModule>>>,
+    modules: Mutex<HashMap<&'static str, (Arc<CudaModule>, ModuleOrigin)>>,
+}
+
+/// Where a loaded module's image came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ModuleOrigin {
+    /// Embedded at build time ([`aot`]).
+    Embedded,
+    /// Compiled by NVRTC here, or taken from the disk cache.
+    Compiled,
 }
 
 impl CudaDevice {
@@ -76,16 +85,17 @@ impl CudaDevice {
             .compute_capability()
             .during("reading the compute capability")?;
         let use_aot = aot::usable(driver_version);
-        let native = Target::native(cc);
         let toolchain = OnceLock::new();
         // Every file embedded for this GPU: NVRTC is not needed, and not looked for.
-        let target = if use_aot && aot::covers(&native) {
-            native
-        } else {
-            let tc = Toolchain::find().map_err(|e| no_compiler(e, &native, use_aot))?;
-            let target = Target::for_device(cc, &tc.supported_archs()?)?;
-            let _ = toolchain.set(tc);
-            target
+        let target = match aot::target_without_nvrtc(cc, driver_version) {
+            Some(target) => target,
+            None => {
+                let native = Target::native(cc);
+                let tc = Toolchain::find().map_err(|e| no_compiler(e, &native, use_aot))?;
+                let target = Target::for_device(cc, &tc.supported_archs()?)?;
+                let _ = toolchain.set(tc);
+                target
+            }
         };
         Ok(Self {
             ctx,
@@ -119,14 +129,15 @@ impl CudaDevice {
     pub fn kernel_path(&self) -> String {
         let arch = &self.target.arch;
         let embedded = |f| self.use_aot && aot::image(f, &self.target).is_some();
+        // `new` finds NVRTC exactly when the embedded images do not cover the device.
         match self.toolchain.get() {
-            None => format!("AOT {arch}"),
-            Some(tc) => {
+            Some(tc) if !self.all_embedded() => {
                 let (major, minor) = tc.version;
                 let some = crate::kernels::FILES.iter().any(embedded);
                 let note = if some { ", AOT for some files" } else { "" };
                 format!("NVRTC {major}.{minor} {arch}{note}")
             }
+            _ => format!("AOT {arch}"),
         }
     }
 
@@ -156,30 +167,47 @@ impl CudaDevice {
 
     fn module(&self, file: &'static KernelFile) -> Result<Arc<CudaModule>> {
         let mut modules = self.modules.lock().expect("module map poisoned");
-        if let Some(m) = modules.get(file.name) {
+        if let Some((m, _)) = modules.get(file.name) {
             return Ok(m.clone());
         }
         let embedded = self
             .use_aot
             .then(|| aot::image(file, &self.target))
             .flatten();
-        let module = match embedded {
+        let (module, origin) = match embedded {
             Some(image) => match self.ctx.load_module(Ptx::from_binary(image.to_vec())) {
-                Ok(m) => m,
+                Ok(m) => (m, ModuleOrigin::Embedded),
                 // Refused by this driver: NVRTC may still do, and if not, the driver's
                 // reason is the one worth reading.
-                Err(e) => self.compiled_module(file).map_err(|_| CudaError::Driver {
-                    what: format!(
-                        "loading the embedded {} image of {}",
-                        self.target.arch, file.name
-                    ),
-                    source: e,
-                })?,
+                Err(e) => {
+                    let m = self.compiled_module(file).map_err(|_| CudaError::Driver {
+                        what: format!(
+                            "loading the embedded {} image of {}",
+                            self.target.arch, file.name
+                        ),
+                        source: e,
+                    })?;
+                    (m, ModuleOrigin::Compiled)
+                }
             },
-            None => self.compiled_module(file)?,
+            None => (self.compiled_module(file)?, ModuleOrigin::Compiled),
         };
-        modules.insert(file.name, module.clone());
+        modules.insert(file.name, (module.clone(), origin));
         Ok(module)
+    }
+
+    /// The files loaded so far and where each image came from, sorted by file name.
+    pub fn loaded_modules(&self) -> Vec<(&'static str, ModuleOrigin)> {
+        let modules = self.modules.lock().expect("module map poisoned");
+        let mut list: Vec<_> = modules.iter().map(|(&f, &(_, o))| (f, o)).collect();
+        list.sort_unstable_by_key(|&(f, _)| f);
+        list
+    }
+
+    /// Whether every kernel file should load from an embedded image (then NVRTC was not
+    /// looked for); a file compiled instead means the driver refused its image.
+    pub fn all_embedded(&self) -> bool {
+        self.use_aot && aot::covers(&self.target)
     }
 
     /// NVRTC, found on first use when [`new`](Self::new) did not need it.

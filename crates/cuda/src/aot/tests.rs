@@ -139,3 +139,39 @@ fn the_switch_and_the_driver_decide_use() {
         None => assert!(!usable(99_000)),
     }
 }
+
+/// Which GPUs open without NVRTC: exactly those whose native target the table covers, with a
+/// driver of the images' CUDA major version or newer.
+#[test]
+fn gpus_of_the_embedded_archs_need_no_nvrtc() {
+    let Some(_) = built_table() else {
+        assert!(target_without_nvrtc((9, 0), 13_000).is_none());
+        return;
+    };
+    if std::env::var_os("FERROLM_CUDA_AOT").is_some() {
+        return; // the switch is tested by hand; tests run in parallel
+    }
+    let driver = BUILT_WITH.unwrap().0 * 1000;
+    for (cc, arch) in [
+        ((8, 0), "sm_80"),
+        ((8, 6), "sm_86"),
+        ((8, 9), "sm_89"),
+        ((9, 0), "sm_90a"),
+    ] {
+        let got = target_without_nvrtc(cc, driver).map(|t| t.arch);
+        let want = ARCHS.contains(&arch).then(|| arch.to_string());
+        assert_eq!(got, want, "cc {cc:?}");
+        assert!(
+            target_without_nvrtc(cc, driver - 1000).is_none(),
+            "old driver, cc {cc:?}"
+        );
+    }
+    // Not embedded by default: Turing, Blackwell.
+    for cc in [(7, 5), (10, 0), (12, 0)] {
+        let arch = Target::native(cc).arch;
+        assert_eq!(
+            target_without_nvrtc(cc, driver).is_some(),
+            ARCHS.contains(&arch.as_str())
+        );
+    }
+}
