@@ -1,14 +1,16 @@
 //! Compiled kernel images on disk, so NVRTC runs once per source change, not once per process.
 //!
 //! Folder: `$FERROLM_CACHE/cubin`, else `~/.cache/ferrolm/cubin` (the model cache's root). Key:
-//! SHA-256 of the file's source, every header, the compile options (they hold the target), and
-//! the NVRTC version; the file name repeats the file, target and version so that the folder is
-//! readable. A failure to read or write the cache only costs a compile.
+//! SHA-256 of the file's [`source_hash`](KernelFile::source_hash) (its source and every
+//! header), the compile options (they hold the target), and the NVRTC version; the file name
+//! repeats the file, target and version so that the folder is readable. A failure to read or
+//! write the cache only costs a compile.
 
-use crate::kernels::{KernelFile, HEADERS};
+use crate::error::Result;
+use crate::kernels::KernelFile;
 use crate::nvrtc::{Target, Toolchain};
 use sha2::{Digest, Sha256};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// The cache folder, if a home or `FERROLM_CACHE` is known.
 pub fn dir() -> Option<PathBuf> {
@@ -22,14 +24,7 @@ pub fn dir() -> Option<PathBuf> {
 /// The cache file name for `file` compiled by `tc` for `target`.
 pub fn key(tc: &Toolchain, file: &KernelFile, target: &Target) -> String {
     let mut h = Sha256::new();
-    for part in [file.name, file.source] {
-        h.update((part.len() as u64).to_le_bytes());
-        h.update(part.as_bytes());
-    }
-    for header in HEADERS {
-        h.update(header.name.as_bytes());
-        h.update(header.source.as_bytes());
-    }
+    h.update(file.source_hash().as_bytes());
     // The include folder is part of the options: other headers, another key.
     for opt in tc.options(target) {
         h.update(opt.as_bytes());
@@ -52,12 +47,18 @@ pub fn load(key: &str) -> Option<Vec<u8>> {
     std::fs::read(dir()?.join(key)).ok()
 }
 
+/// Stores an image in the cache folder.
+pub fn store(key: &str, image: &[u8]) {
+    if let Some(dir) = dir() {
+        store_in(&dir, key, image);
+    }
+}
+
 /// Stores an image: written beside its final name, then renamed, so that a reader never sees
 /// half a file even with several processes compiling at once.
-pub fn store(key: &str, image: &[u8]) {
-    let Some(dir) = dir() else { return };
+fn store_in(dir: &Path, key: &str, image: &[u8]) {
     let tmp = dir.join(format!("{key}.{}.tmp", std::process::id()));
-    let ok = std::fs::create_dir_all(&dir)
+    let ok = std::fs::create_dir_all(dir)
         .and_then(|()| std::fs::write(&tmp, image))
         .and_then(|()| std::fs::rename(&tmp, dir.join(key)));
     if ok.is_err() {
@@ -66,13 +67,26 @@ pub fn store(key: &str, image: &[u8]) {
 }
 
 /// Compiles through the cache: the cached image if present, else NVRTC, then stored.
-pub fn compile(tc: &Toolchain, file: &KernelFile, target: &Target) -> crate::Result<Vec<u8>> {
+pub fn compile(tc: &Toolchain, file: &KernelFile, target: &Target) -> Result<Vec<u8>> {
+    compile_in(dir().as_deref(), tc, file, target)
+}
+
+/// [`compile`] with the cache in `dir` (none: no cache). build.rs keeps its own, in the target
+/// folder, so that each build profile does not compile the same images again.
+pub fn compile_in(
+    dir: Option<&Path>,
+    tc: &Toolchain,
+    file: &KernelFile,
+    target: &Target,
+) -> Result<Vec<u8>> {
     let key = key(tc, file, target);
-    if let Some(image) = load(&key) {
+    if let Some(image) = dir.and_then(|d| std::fs::read(d.join(&key)).ok()) {
         return Ok(image);
     }
     let image = tc.compile(file, target)?;
-    store(&key, &image);
+    if let Some(dir) = dir {
+        store_in(dir, &key, &image);
+    }
     Ok(image)
 }
 

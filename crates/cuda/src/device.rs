@@ -1,6 +1,8 @@
-//! One GPU: its context, the stream every op runs on, buffers, and kernel modules compiled
-//! (or taken from the cache) the first time a file's function is asked for.
+//! One GPU: its context, the stream every op runs on, buffers, and kernel modules loaded the
+//! first time a file's function is asked for: the image embedded at build time when there is
+//! one for this device ([`aot`]), else compiled by NVRTC (or taken from the disk cache).
 
+use crate::aot;
 use crate::cache;
 use crate::error::{CudaError, DriverContext, Result};
 use crate::kernels::KernelFile;
@@ -11,7 +13,7 @@ use cudarc::driver::{
 };
 use cudarc::nvrtc::Ptx;
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 /// The oldest driver API the kernels and cudarc's CUDA 13.0 bindings are used with.
 const MIN_DRIVER: i32 = 12000;
@@ -22,14 +24,27 @@ pub struct CudaDevice {
     name: String,
     cc: (i32, i32),
     driver_version: i32,
-    toolchain: Toolchain,
+    /// NVRTC, found when first needed: at once when the embedded images do not cover this
+    /// device, else never (a machine with only the driver).
+    toolchain: OnceLock<Toolchain>,
     target: Target,
-    modules: Mutex<HashMap<&'static str, Arc<CudaModule>>>,
+    /// Embedded images may be used (built with them, `FERROLM_CUDA_AOT` not 0, driver new enough).
+    use_aot: bool,
+    modules: Mutex<HashMap<&'static str, (Arc<CudaModule>, ModuleOrigin)>>,
+}
+
+/// Where a loaded module's image came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ModuleOrigin {
+    /// Embedded at build time ([`aot`]).
+    Embedded,
+    /// Compiled by NVRTC here, or taken from the disk cache.
+    Compiled,
 }
 
 impl CudaDevice {
     /// Opens device `ordinal`. Each way this can fail (no driver, no device, a driver too old,
-    /// no NVRTC or headers) is its own error, worded for the user.
+    /// no NVRTC or headers when no embedded images fit) is its own error, worded for the user.
     pub fn new(ordinal: usize) -> Result<Self> {
         if !libs::driver_present() {
             return Err(CudaError::NoDriver(
@@ -69,8 +84,19 @@ impl CudaDevice {
         let cc = ctx
             .compute_capability()
             .during("reading the compute capability")?;
-        let toolchain = Toolchain::find()?;
-        let target = Target::for_device(cc, &toolchain.supported_archs()?)?;
+        let use_aot = aot::usable(driver_version);
+        let toolchain = OnceLock::new();
+        // Every file embedded for this GPU: NVRTC is not needed, and not looked for.
+        let target = match aot::target_without_nvrtc(cc, driver_version) {
+            Some(target) => target,
+            None => {
+                let native = Target::native(cc);
+                let tc = Toolchain::find().map_err(|e| no_compiler(e, &native, use_aot))?;
+                let target = Target::for_device(cc, &tc.supported_archs()?)?;
+                let _ = toolchain.set(tc);
+                target
+            }
+        };
         Ok(Self {
             ctx,
             stream,
@@ -79,23 +105,40 @@ impl CudaDevice {
             driver_version,
             toolchain,
             target,
+            use_aot,
             modules: Mutex::new(HashMap::new()),
         })
     }
 
-    /// One line for logs: "NVIDIA H200 (cc 9.0, sm_90a, 139.8 GiB, driver CUDA 13.0, NVRTC 13.0)".
+    /// One line for logs: "NVIDIA H200 (cc 9.0, 139.8 GiB, driver CUDA 13.0, kernels AOT
+    /// sm_90a)", or "… kernels NVRTC 13.0 sm_90a" when they are compiled here.
     pub fn describe(&self) -> String {
         let mem = self.ctx.total_mem().unwrap_or(0) as f64 / (1u64 << 30) as f64;
         format!(
-            "{} (cc {}.{}, {}, {mem:.1} GiB, driver CUDA {}, NVRTC {}.{})",
+            "{} (cc {}.{}, {mem:.1} GiB, driver CUDA {}, kernels {})",
             self.name,
             self.cc.0,
             self.cc.1,
-            self.target.arch,
             version_string(self.driver_version),
-            self.toolchain.version.0,
-            self.toolchain.version.1
+            self.kernel_path()
         )
+    }
+
+    /// Where kernels come from: "AOT sm_90a" (all embedded), "NVRTC 13.0 sm_90a", or
+    /// "NVRTC 13.0 sm_90a, AOT for some files" (an image for some files only).
+    pub fn kernel_path(&self) -> String {
+        let arch = &self.target.arch;
+        let embedded = |f| self.use_aot && aot::image(f, &self.target).is_some();
+        // `new` finds NVRTC exactly when the embedded images do not cover the device.
+        match self.toolchain.get() {
+            Some(tc) if !self.all_embedded() => {
+                let (major, minor) = tc.version;
+                let some = crate::kernels::FILES.iter().any(embedded);
+                let note = if some { ", AOT for some files" } else { "" };
+                format!("NVRTC {major}.{minor} {arch}{note}")
+            }
+            _ => format!("AOT {arch}"),
+        }
     }
 
     pub fn name(&self) -> &str {
@@ -124,27 +167,77 @@ impl CudaDevice {
 
     fn module(&self, file: &'static KernelFile) -> Result<Arc<CudaModule>> {
         let mut modules = self.modules.lock().expect("module map poisoned");
-        if let Some(m) = modules.get(file.name) {
+        if let Some((m, _)) = modules.get(file.name) {
             return Ok(m.clone());
         }
-        let image = cache::compile(&self.toolchain, file, &self.target)?;
-        let module = match self.ctx.load_module(Ptx::from_binary(image)) {
-            Ok(m) => m,
+        let embedded = self
+            .use_aot
+            .then(|| aot::image(file, &self.target))
+            .flatten();
+        let (module, origin) = match embedded {
+            Some(image) => match self.ctx.load_module(Ptx::from_binary(image.to_vec())) {
+                Ok(m) => (m, ModuleOrigin::Embedded),
+                // Refused by this driver: NVRTC may still do, and if not, the driver's
+                // reason is the one worth reading.
+                Err(e) => {
+                    let m = self.compiled_module(file).map_err(|_| CudaError::Driver {
+                        what: format!(
+                            "loading the embedded {} image of {}",
+                            self.target.arch, file.name
+                        ),
+                        source: e,
+                    })?;
+                    (m, ModuleOrigin::Compiled)
+                }
+            },
+            None => (self.compiled_module(file)?, ModuleOrigin::Compiled),
+        };
+        modules.insert(file.name, (module.clone(), origin));
+        Ok(module)
+    }
+
+    /// The files loaded so far and where each image came from, sorted by file name.
+    pub fn loaded_modules(&self) -> Vec<(&'static str, ModuleOrigin)> {
+        let modules = self.modules.lock().expect("module map poisoned");
+        let mut list: Vec<_> = modules.iter().map(|(&f, &(_, o))| (f, o)).collect();
+        list.sort_unstable_by_key(|&(f, _)| f);
+        list
+    }
+
+    /// Whether every kernel file should load from an embedded image (then NVRTC was not
+    /// looked for); a file compiled instead means the driver refused its image.
+    pub fn all_embedded(&self) -> bool {
+        self.use_aot && aot::covers(&self.target)
+    }
+
+    /// NVRTC, found on first use when [`new`](Self::new) did not need it.
+    fn toolchain(&self) -> Result<&Toolchain> {
+        if let Some(tc) = self.toolchain.get() {
+            return Ok(tc);
+        }
+        let tc = Toolchain::find()?;
+        Ok(self.toolchain.get_or_init(|| tc))
+    }
+
+    /// `file` compiled by NVRTC through the disk cache, and loaded.
+    fn compiled_module(&self, file: &KernelFile) -> Result<Arc<CudaModule>> {
+        let tc = self.toolchain()?;
+        let image = cache::compile(tc, file, &self.target)?;
+        match self.ctx.load_module(Ptx::from_binary(image)) {
+            Ok(m) => Ok(m),
             // A cached image the driver refuses (truncated, or from a driver update): once
             // more from source before giving up.
             Err(_) => {
-                cache::evict(&self.toolchain, file, &self.target);
-                let image = self.toolchain.compile(file, &self.target)?;
+                cache::evict(tc, file, &self.target);
+                let image = tc.compile(file, &self.target)?;
                 let module = self
                     .ctx
                     .load_module(Ptx::from_binary(image.clone()))
                     .during(format!("loading module {}", file.name))?;
-                cache::store(&cache::key(&self.toolchain, file, &self.target), &image);
-                module
+                cache::store(&cache::key(tc, file, &self.target), &image);
+                Ok(module)
             }
-        };
-        modules.insert(file.name, module.clone());
-        Ok(module)
+        }
     }
 
     pub fn upload<T: DeviceRepr>(&self, host: &[T]) -> Result<CudaSlice<T>> {
@@ -184,6 +277,22 @@ impl CudaDevice {
     /// Waits for all queued work; kernel faults surface here.
     pub fn sync(&self) -> Result<()> {
         self.stream.synchronize().during("synchronizing the stream")
+    }
+}
+
+/// NVRTC is missing and the embedded images do not cover `native`: say both.
+fn no_compiler(err: CudaError, native: &Target, use_aot: bool) -> CudaError {
+    let why = match (aot::BUILT_WITH, use_aot) {
+        (None, _) => "this binary was built without them".to_string(),
+        (Some(_), false) => {
+            "they are turned off (FERROLM_CUDA_AOT=0) or need a newer driver".into()
+        }
+        (Some(_), true) => format!("it has them for {} only", aot::embedded_archs()),
+    };
+    CudaError::NoKernels {
+        target: native.arch.clone(),
+        why,
+        compiler: Box::new(err),
     }
 }
 

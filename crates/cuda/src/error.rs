@@ -33,6 +33,16 @@ pub enum CudaError {
         /// NVRTC's whole log.
         log: String,
     },
+    /// No embedded kernel images fit the device, and compiling them failed to start (`compiler`:
+    /// NVRTC or the headers missing).
+    #[error(
+        "no embedded CUDA kernels for {target} ({why}), so they must be compiled here: {compiler}"
+    )]
+    NoKernels {
+        target: String,
+        why: String,
+        compiler: Box<CudaError>,
+    },
     #[error("NVRTC {call}: {message}")]
     Nvrtc { call: &'static str, message: String },
     #[error("CUDA {what}: {source}")]

@@ -1,11 +1,38 @@
 //! The kernel sources, embedded in the binary. One `.cu` file per op family; the headers are
 //! handed to NVRTC from memory, so `#include "quant.cuh"` needs no file on disk.
+//!
+//! build.rs compiles this module too (`#[path]`), so the embedded images and the binary agree
+//! on what a file is and on its [`source_hash`](KernelFile::source_hash).
+
+use sha2::{Digest, Sha256};
 
 /// A source file under `crates/cuda/kernels/`.
 #[derive(Clone, Copy, Debug)]
 pub struct KernelFile {
     pub name: &'static str,
     pub source: &'static str,
+}
+
+impl KernelFile {
+    /// SHA-256 (hex) of this file's name and source and of every header it may include: what a
+    /// compiled image depends on besides the compiler and its options.
+    pub fn source_hash(&self) -> String {
+        let mut h = Sha256::new();
+        for part in std::iter::once(self)
+            .chain(HEADERS)
+            .flat_map(|f| [f.name, f.source])
+        {
+            // Length-prefixed, so that no two different inputs hash the same bytes.
+            h.update((part.len() as u64).to_le_bytes());
+            h.update(part.as_bytes());
+        }
+        h.finalize().iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    /// The file with this name among [`FILES`].
+    pub fn named(name: &str) -> Option<&'static KernelFile> {
+        FILES.iter().find(|f| f.name == name)
+    }
 }
 
 macro_rules! kernel_file {

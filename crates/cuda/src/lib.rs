@@ -1,5 +1,6 @@
-//! CUDA for ferrolm: kernels written in `.cu` files (`kernels/`), compiled at run time by NVRTC
-//! for the device's own architecture, and the device plumbing they need.
+//! CUDA for ferrolm: kernels written in `.cu` files (`kernels/`), embedded as cubins compiled at
+//! build time for the common architectures, or compiled at run time by NVRTC for the device's
+//! own architecture, and the device plumbing they need.
 //!
 //! Nothing here links against CUDA: cudarc opens the driver (`libcuda.so.1`) and NVRTC
 //! (`libnvrtc.so.13`) with `dlopen` when they are first needed ([`libs`]), so the binary builds
@@ -11,11 +12,14 @@
 //! - [`nvrtc`]: compiling one kernel file for one target (cubin, or PTX for newer GPUs than
 //!   NVRTC knows); errors name the file and line.
 //! - [`cache`]: compiled images on disk, keyed by source hash, target and NVRTC version.
+//! - [`aot`]: the images `build.rs` compiled ahead of time (sm_80, sm_86, sm_89, sm_90a when
+//!   the build machine has NVRTC), used without NVRTC when one fits the device.
 //! - [`device`]: one GPU, its stream, buffers, and modules loaded on first use.
 //! - [`ops`]: one thin launcher per kernel family, shaped like the CPU backend's functions.
 //! - [`backend`]: the model's `Backend` ops on those launchers, and [`CudaModel`], which runs
 //!   the forward pass with decode steps replayed as CUDA graphs.
 
+pub mod aot;
 pub mod backend;
 pub mod cache;
 pub mod device;
@@ -27,6 +31,6 @@ pub mod ops;
 
 pub use backend::{CudaBackend, CudaCache, CudaModel};
 pub use cudarc::driver::{CudaSlice, CudaStream};
-pub use device::CudaDevice;
+pub use device::{CudaDevice, ModuleOrigin};
 pub use error::{CudaError, Result};
 pub use ops::Kernels;

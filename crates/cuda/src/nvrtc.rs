@@ -24,14 +24,22 @@ impl Target {
         self.arch.starts_with("compute_")
     }
 
+    /// The cubin target of a device of compute capability `cc`: what
+    /// [`for_device`](Self::for_device) picks when NVRTC knows the architecture, and what
+    /// ahead-of-time images are looked up by when there is no NVRTC to ask.
+    pub fn native(cc: (i32, i32)) -> Self {
+        let code = cc.0 * 10 + cc.1;
+        let suffix = if code == 90 { "a" } else { "" };
+        Self::new(format!("sm_{code}{suffix}"))
+    }
+
     /// The target for a device of compute capability `cc`, given the `sm` numbers this NVRTC
     /// supports (`nvrtcGetSupportedArchs`). Hopper (9.0) gets `sm_90a`, so kernels may use its
     /// arch-specific instructions (wgmma, setmaxnreg); other GPUs get their own `sm_XY`.
     pub fn for_device(cc: (i32, i32), supported: &[i32]) -> Result<Self> {
         let code = cc.0 * 10 + cc.1;
         if supported.contains(&code) {
-            let suffix = if code == 90 { "a" } else { "" };
-            return Ok(Self::new(format!("sm_{code}{suffix}")));
+            return Ok(Self::native(cc));
         }
         // A GPU this NVRTC does not know (newer, or between two it knows): PTX for the newest
         // architecture below it, which the driver compiles for the device.
@@ -254,5 +262,7 @@ mod tests {
         assert!(newer.is_ptx());
         assert!(Target::for_device((6, 1), &sup).is_err());
         assert_eq!(Target::for_device((8, 7), &sup).unwrap().arch, "compute_86");
+        assert_eq!(Target::native((9, 0)).arch, "sm_90a");
+        assert_eq!(Target::native((8, 9)).arch, "sm_89");
     }
 }

@@ -7,6 +7,7 @@
 //! magnitudes of the products) for dot products, whose rounding error grows with that sum and
 //! not with the result, which may cancel to near zero.
 
+mod aot;
 mod attn_checks;
 mod checks;
 mod mmq;
@@ -101,10 +102,11 @@ pub fn run(args: CudaParityArgs) -> Result<()> {
     let t = Instant::now();
     let k = Kernels::load(&dev)?;
     eprintln!(
-        "kernels ready in {:.1} s (NVRTC, or the cubin cache in {})",
+        "kernels ready in {:.1} s (embedded, NVRTC, or the cubin cache in {})",
         t.elapsed().as_secs_f64(),
         ferrolm_cuda::cache::dir().map_or("(none)".into(), |d| d.display().to_string())
     );
+    aot::check_origins(&dev)?;
     let seed = args.seed.unwrap_or_else(|| {
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
