@@ -2,8 +2,7 @@
 
 use ferrolm_cpu::{CpuBackend, CpuCache, CpuWeight, KvType};
 use ferrolm_gguf::GgufFile;
-use ferrolm_model::backend::Backend;
-use ferrolm_model::forward::forward;
+use ferrolm_model::backend::SeqRows;
 use ferrolm_model::weights::ModelWeights;
 use ferrolm_model::{Config, Result};
 
@@ -11,11 +10,11 @@ use ferrolm_model::{Config, Result};
 pub struct Model<'a> {
     pub cfg: Config,
     pub file: &'a GgufFile,
-    weights: ModelWeights<CpuWeight<'a>>,
-    backend: CpuBackend<'a>,
+    pub(crate) weights: ModelWeights<CpuWeight<'a>>,
+    pub(crate) backend: CpuBackend<'a>,
     /// The forward pass runs inside this pool: every parallel op then starts from a worker
     /// thread instead of waking the pool from outside, which matters at one token per pass.
-    pool: rayon::ThreadPool,
+    pub(crate) pool: rayon::ThreadPool,
 }
 
 impl<'a> Model<'a> {
@@ -50,17 +49,7 @@ impl<'a> Model<'a> {
         logit_rows: &[usize],
     ) -> Vec<f32> {
         let positions: Vec<u32> = (pos0..pos0 + tokens.len()).map(|p| p as u32).collect();
-        self.pool.install(|| {
-            let logits = forward(
-                &self.backend,
-                &self.cfg,
-                &self.weights,
-                cache,
-                tokens,
-                &positions,
-                logit_rows,
-            );
-            self.backend.to_host(&logits)
-        })
+        let rows = 0..tokens.len();
+        self.forward_rows(&mut [SeqRows { cache, rows }], tokens, &positions, logit_rows)
     }
 }
