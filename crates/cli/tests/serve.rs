@@ -215,3 +215,112 @@ fn load_32_clients_match_the_single_request_and_leak_no_slots() {
     // The requests really were batched: fewer forward passes than generated tokens.
     assert!(server.metric("ferrolm_batch_steps_total") < server.metric("ferrolm_generated_tokens_total"));
 }
+
+#[test]
+fn faults_get_4xx_429_413_and_disconnects_free_slots() {
+    let server = Server::start(&[
+        "--parallel", "1", "--queue", "2", "--max-body", "4096", "--api-key", "sekret",
+    ]);
+    let m = server.model.clone();
+    let msgs = r#"[{"role":"user","content":"hi"}]"#;
+
+    // Auth: every endpoint but /health needs the key.
+    let none: Vec<(String, String)> = vec![];
+    let wrong = vec![("Authorization".to_owned(), "Bearer nope".to_owned())];
+    assert_eq!(http(server.port, "GET", "/health", &none, b"").0, 200);
+    for h in [&none, &wrong] {
+        let (code, body) = http(server.port, "GET", "/v1/models", h, b"");
+        assert_eq!(code, 401, "{body}");
+        assert!(body.contains("authentication_error"));
+        assert_eq!(http(server.port, "POST", "/v1/completions", h, b"{}").0, 401);
+    }
+
+    // A hand-written corpus of malformed requests: each a 4xx with an OpenAI error body.
+    let long = "word ".repeat(600);
+    let corpus: Vec<(&str, &str, String)> = vec![
+        ("POST", "/v1/chat/completions", String::new()),
+        ("POST", "/v1/chat/completions", "{".into()),
+        ("POST", "/v1/chat/completions", "null".into()),
+        ("POST", "/v1/chat/completions", "[1,2]".into()),
+        ("POST", "/v1/chat/completions", "\u{1}\u{2}garbage".into()),
+        ("POST", "/v1/chat/completions", format!(r#"{{"messages":{msgs}}}"#)),
+        ("POST", "/v1/chat/completions", format!(r#"{{"model":"{m}"}}"#)),
+        ("POST", "/v1/chat/completions", format!(r#"{{"model":"{m}","messages":"hi"}}"#)),
+        ("POST", "/v1/chat/completions", format!(r#"{{"model":"{m}","messages":[{{"role":"user"}}]}}"#)),
+        ("POST", "/v1/chat/completions", format!(r#"{{"model":"{m}","messages":[{{"content":"x"}}]}}"#)),
+        ("POST", "/v1/chat/completions", format!(r#"{{"model":7,"messages":{msgs}}}"#)),
+        ("POST", "/v1/chat/completions", format!(r#"{{"model":"gpt-4","messages":{msgs}}}"#)),
+        ("POST", "/v1/chat/completions", format!(r#"{{"model":"{m}","messages":{msgs},"n":3}}"#)),
+        ("POST", "/v1/chat/completions", format!(r#"{{"model":"{m}","messages":{msgs},"max_tokens":-1}}"#)),
+        ("POST", "/v1/chat/completions", format!(r#"{{"model":"{m}","messages":{msgs},"max_tokens":1e40}}"#)),
+        ("POST", "/v1/chat/completions", format!(r#"{{"model":"{m}","messages":{msgs},"temperature":9}}"#)),
+        ("POST", "/v1/chat/completions", format!(r#"{{"model":"{m}","messages":{msgs},"stream":"yes"}}"#)),
+        ("POST", "/v1/chat/completions", format!(r#"{{"model":"{m}","messages":{msgs},"stop":[1]}}"#)),
+        ("POST", "/v1/chat/completions", format!(r#"{{"model":"{m}","messages":{msgs},"tools":[]}}"#)),
+        ("POST", "/v1/chat/completions", format!(r#"{{"model":"{m}","messages":[{{"role":"user","content":"{long}"}}]}}"#)),
+        ("POST", "/v1/completions", format!(r#"{{"model":"{m}"}}"#)),
+        ("POST", "/v1/completions", format!(r#"{{"model":"{m}","prompt":[]}}"#)),
+        ("POST", "/v1/completions", format!(r#"{{"model":"{m}","prompt":[999999999]}}"#)),
+        ("POST", "/v1/completions", format!(r#"{{"model":"{m}","prompt":"x","logprobs":true}}"#)),
+        ("POST", "/v1/completions", format!(r#"{{"model":"{m}","prompt":"x","messages":{msgs}}}"#)),
+        ("GET", "/v1/chat/completions", String::new()),
+        ("POST", "/v1/models", String::new()),
+        ("GET", "/v2/nothing", String::new()),
+    ];
+    for (method, path, body) in &corpus {
+        let (code, resp) = http(server.port, method, path, &server.auth(), body.as_bytes());
+        assert!((400..500).contains(&code), "{method} {path} {body:.80} -> {code} {resp}");
+        let v: serde_json::Value = serde_json::from_str(&resp)
+            .unwrap_or_else(|_| panic!("{method} {path} {body:.80}: not JSON: {resp}"));
+        assert!(v["error"]["message"].is_string(), "{resp}");
+    }
+
+    // Oversized body: 413, as JSON.
+    let big = format!(r#"{{"model":"{m}","prompt":"{}"}}"#, "x".repeat(8000));
+    let (code, resp) = server.post("/v1/completions", &big);
+    assert_eq!(code, 413, "{resp}");
+    assert!(resp.contains("too large"));
+
+    // A client that disconnects mid-stream frees its slot long before max_tokens would.
+    let mut s = TcpStream::connect(("127.0.0.1", server.port)).unwrap();
+    let body = format!(r#"{{"model":"{m}","prompt":"Once upon a time","max_tokens":400,"temperature":0,"stream":true}}"#);
+    write!(
+        s,
+        "POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sekret\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut seen = String::new();
+    let mut buf = [0u8; 4096];
+    while !seen.contains("data: ") {
+        let n = s.read(&mut buf).unwrap();
+        assert!(n > 0, "stream ended early: {seen}");
+        seen.push_str(&String::from_utf8_lossy(&buf[..n]));
+    }
+    assert_eq!(server.metric("ferrolm_slots_active"), 1.0);
+    drop(s);
+    server.wait_idle(Duration::from_secs(10));
+    assert_eq!(server.metric("ferrolm_requests_cancelled_total"), 1.0);
+    assert!(server.metric("ferrolm_generated_tokens_total") < 400.0);
+
+    // A flood beyond one slot and a queue of two: some 429s, the rest answered, still up.
+    let body = format!(r#"{{"model":"{m}","prompt":"Once upon a time","max_tokens":24,"temperature":0}}"#);
+    let codes: Vec<u16> = std::thread::scope(|sc| {
+        let hs: Vec<_> = (0..12)
+            .map(|_| sc.spawn(|| server.post("/v1/completions", &body).0))
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let (ok, busy) = (
+        codes.iter().filter(|&&c| c == 200).count(),
+        codes.iter().filter(|&&c| c == 429).count(),
+    );
+    assert_eq!(ok + busy, codes.len(), "only 200 or 429: {codes:?}");
+    assert!(busy >= 1 && ok >= 1, "{codes:?}");
+    assert_eq!(server.get("/health").0, 200);
+    server.wait_idle(Duration::from_secs(10));
+    assert_eq!(server.post("/v1/completions", &body).0, 200);
+    let (_, metrics) = server.get("/metrics");
+    assert!(!metrics.contains("code=\"5"), "no 5xx ever: {metrics}");
+}
