@@ -81,7 +81,8 @@ impl Server {
     /// Waits until no slot holds a sequence and nothing is queued.
     fn wait_idle(&self, within: Duration) {
         let t0 = Instant::now();
-        while self.metric("ferrolm_slots_active") != 0.0 || self.metric("ferrolm_queue_depth") != 0.0
+        while self.metric("ferrolm_slots_active") != 0.0
+            || self.metric("ferrolm_queue_depth") != 0.0
         {
             assert!(t0.elapsed() < within, "slots still busy after {within:?}");
             std::thread::sleep(Duration::from_millis(100));
@@ -97,7 +98,13 @@ impl Drop for Server {
 }
 
 /// One HTTP/1.1 request on a fresh connection; the status and the body.
-fn http(port: u16, method: &str, path: &str, headers: &[(String, String)], body: &[u8]) -> (u16, String) {
+fn http(
+    port: u16,
+    method: &str,
+    path: &str,
+    headers: &[(String, String)],
+    body: &[u8],
+) -> (u16, String) {
     let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
     let mut req = format!(
         "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\
@@ -125,7 +132,9 @@ fn http(port: u16, method: &str, path: &str, headers: &[(String, String)], body:
 
 fn python_client(server: &Server, args: &[&str]) -> String {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/serve/openai_client.py");
-    let probe = Command::new("python3").args(["-c", "import openai"]).output();
+    let probe = Command::new("python3")
+        .args(["-c", "import openai"])
+        .output();
     assert!(
         probe.is_ok_and(|o| o.status.success()),
         "the `openai` Python package is missing: python3 -m pip install -r .ci/requirements.txt"
@@ -147,7 +156,13 @@ fn python_client(server: &Server, args: &[&str]) -> String {
 
 fn curl(server: &Server, path: &str, body: &str) -> Option<String> {
     let out = Command::new("curl")
-        .args(["-sS", "-N", "--fail-with-body", "-H", "Content-Type: application/json"])
+        .args([
+            "-sS",
+            "-N",
+            "--fail-with-body",
+            "-H",
+            "Content-Type: application/json",
+        ])
         .arg("-d")
         .arg(body)
         .arg(format!("http://127.0.0.1:{}{path}", server.port))
@@ -173,33 +188,55 @@ fn openai_client_and_curl_chat_completions_streaming_stop() {
     );
     let v: serde_json::Value =
         serde_json::from_str(&curl(&server, "/v1/chat/completions", &chat).unwrap()).unwrap();
-    let text = v["choices"][0]["message"]["content"].as_str().unwrap().to_owned();
+    let text = v["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     assert!(!text.is_empty() && v["usage"]["completion_tokens"].as_u64().unwrap() <= 12);
 
     // Streamed: SSE chunks whose deltas add up to the same text, then [DONE].
-    let sse = curl(&server, "/v1/chat/completions", &chat.replace("}],", r#"}],"stream":true,"#)).unwrap();
-    let datas: Vec<&str> = sse.lines().filter_map(|l| l.strip_prefix("data: ")).collect();
+    let sse = curl(
+        &server,
+        "/v1/chat/completions",
+        &chat.replace("}],", r#"}],"stream":true,"#),
+    )
+    .unwrap();
+    let datas: Vec<&str> = sse
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .collect();
     assert_eq!(datas.last(), Some(&"[DONE]"), "{sse}");
     let joined: String = datas[..datas.len() - 1]
         .iter()
         .map(|d| {
             let c: serde_json::Value = serde_json::from_str(d).unwrap();
             assert_eq!(c["object"], "chat.completion.chunk");
-            c["choices"][0]["delta"]["content"].as_str().unwrap_or("").to_owned()
+            c["choices"][0]["delta"]["content"]
+                .as_str()
+                .unwrap_or("")
+                .to_owned()
         })
         .collect();
     assert_eq!(joined, text);
 
     // Completions, and stop cutting the text before the stop string.
-    let comp = format!(r#"{{"model":"{m}","prompt":"The capital of France is","max_tokens":10,"temperature":0}}"#);
+    let comp = format!(
+        r#"{{"model":"{m}","prompt":"The capital of France is","max_tokens":10,"temperature":0}}"#
+    );
     let v: serde_json::Value =
         serde_json::from_str(&curl(&server, "/v1/completions", &comp).unwrap()).unwrap();
     let full = v["choices"][0]["text"].as_str().unwrap().to_owned();
-    let stop = full.trim().split_whitespace().nth(1).unwrap_or("Paris").to_owned();
-    let with_stop = comp.replace("\"temperature\"", &format!("\"stop\":[\"{stop}\"],\"temperature\""));
+    let stop = full.split_whitespace().nth(1).unwrap_or("Paris").to_owned();
+    let with_stop = comp.replace(
+        "\"temperature\"",
+        &format!("\"stop\":[\"{stop}\"],\"temperature\""),
+    );
     let v: serde_json::Value =
         serde_json::from_str(&curl(&server, "/v1/completions", &with_stop).unwrap()).unwrap();
-    assert_eq!(v["choices"][0]["text"].as_str().unwrap(), &full[..full.find(&stop).unwrap()]);
+    assert_eq!(
+        v["choices"][0]["text"].as_str().unwrap(),
+        &full[..full.find(&stop).unwrap()]
+    );
     assert_eq!(v["choices"][0]["finish_reason"], "stop");
 }
 
@@ -213,13 +250,23 @@ fn load_32_clients_match_the_single_request_and_leak_no_slots() {
     server.wait_idle(Duration::from_secs(5));
     assert_eq!(server.metric("ferrolm_requests_cancelled_total"), 0.0);
     // The requests really were batched: fewer forward passes than generated tokens.
-    assert!(server.metric("ferrolm_batch_steps_total") < server.metric("ferrolm_generated_tokens_total"));
+    assert!(
+        server.metric("ferrolm_batch_steps_total")
+            < server.metric("ferrolm_generated_tokens_total")
+    );
 }
 
 #[test]
 fn faults_get_4xx_429_413_and_disconnects_free_slots() {
     let server = Server::start(&[
-        "--parallel", "1", "--queue", "2", "--max-body", "4096", "--api-key", "sekret",
+        "--parallel",
+        "1",
+        "--queue",
+        "2",
+        "--max-body",
+        "4096",
+        "--api-key",
+        "sekret",
     ]);
     let m = server.model.clone();
     let msgs = r#"[{"role":"user","content":"hi"}]"#;
@@ -232,7 +279,10 @@ fn faults_get_4xx_429_413_and_disconnects_free_slots() {
         let (code, body) = http(server.port, "GET", "/v1/models", h, b"");
         assert_eq!(code, 401, "{body}");
         assert!(body.contains("authentication_error"));
-        assert_eq!(http(server.port, "POST", "/v1/completions", h, b"{}").0, 401);
+        assert_eq!(
+            http(server.port, "POST", "/v1/completions", h, b"{}").0,
+            401
+        );
     }
 
     // A hand-written corpus of malformed requests: each a 4xx with an OpenAI error body.
@@ -243,33 +293,112 @@ fn faults_get_4xx_429_413_and_disconnects_free_slots() {
         ("POST", "/v1/chat/completions", "null".into()),
         ("POST", "/v1/chat/completions", "[1,2]".into()),
         ("POST", "/v1/chat/completions", "\u{1}\u{2}garbage".into()),
-        ("POST", "/v1/chat/completions", format!(r#"{{"messages":{msgs}}}"#)),
-        ("POST", "/v1/chat/completions", format!(r#"{{"model":"{m}"}}"#)),
-        ("POST", "/v1/chat/completions", format!(r#"{{"model":"{m}","messages":"hi"}}"#)),
-        ("POST", "/v1/chat/completions", format!(r#"{{"model":"{m}","messages":[{{"role":"user"}}]}}"#)),
-        ("POST", "/v1/chat/completions", format!(r#"{{"model":"{m}","messages":[{{"content":"x"}}]}}"#)),
-        ("POST", "/v1/chat/completions", format!(r#"{{"model":7,"messages":{msgs}}}"#)),
-        ("POST", "/v1/chat/completions", format!(r#"{{"model":"gpt-4","messages":{msgs}}}"#)),
-        ("POST", "/v1/chat/completions", format!(r#"{{"model":"{m}","messages":{msgs},"n":3}}"#)),
-        ("POST", "/v1/chat/completions", format!(r#"{{"model":"{m}","messages":{msgs},"max_tokens":-1}}"#)),
-        ("POST", "/v1/chat/completions", format!(r#"{{"model":"{m}","messages":{msgs},"max_tokens":1e40}}"#)),
-        ("POST", "/v1/chat/completions", format!(r#"{{"model":"{m}","messages":{msgs},"temperature":9}}"#)),
-        ("POST", "/v1/chat/completions", format!(r#"{{"model":"{m}","messages":{msgs},"stream":"yes"}}"#)),
-        ("POST", "/v1/chat/completions", format!(r#"{{"model":"{m}","messages":{msgs},"stop":[1]}}"#)),
-        ("POST", "/v1/chat/completions", format!(r#"{{"model":"{m}","messages":{msgs},"tools":[]}}"#)),
-        ("POST", "/v1/chat/completions", format!(r#"{{"model":"{m}","messages":[{{"role":"user","content":"{long}"}}]}}"#)),
+        (
+            "POST",
+            "/v1/chat/completions",
+            format!(r#"{{"messages":{msgs}}}"#),
+        ),
+        (
+            "POST",
+            "/v1/chat/completions",
+            format!(r#"{{"model":"{m}"}}"#),
+        ),
+        (
+            "POST",
+            "/v1/chat/completions",
+            format!(r#"{{"model":"{m}","messages":"hi"}}"#),
+        ),
+        (
+            "POST",
+            "/v1/chat/completions",
+            format!(r#"{{"model":"{m}","messages":[{{"role":"user"}}]}}"#),
+        ),
+        (
+            "POST",
+            "/v1/chat/completions",
+            format!(r#"{{"model":"{m}","messages":[{{"content":"x"}}]}}"#),
+        ),
+        (
+            "POST",
+            "/v1/chat/completions",
+            format!(r#"{{"model":7,"messages":{msgs}}}"#),
+        ),
+        (
+            "POST",
+            "/v1/chat/completions",
+            format!(r#"{{"model":"gpt-4","messages":{msgs}}}"#),
+        ),
+        (
+            "POST",
+            "/v1/chat/completions",
+            format!(r#"{{"model":"{m}","messages":{msgs},"n":3}}"#),
+        ),
+        (
+            "POST",
+            "/v1/chat/completions",
+            format!(r#"{{"model":"{m}","messages":{msgs},"max_tokens":-1}}"#),
+        ),
+        (
+            "POST",
+            "/v1/chat/completions",
+            format!(r#"{{"model":"{m}","messages":{msgs},"max_tokens":1e40}}"#),
+        ),
+        (
+            "POST",
+            "/v1/chat/completions",
+            format!(r#"{{"model":"{m}","messages":{msgs},"temperature":9}}"#),
+        ),
+        (
+            "POST",
+            "/v1/chat/completions",
+            format!(r#"{{"model":"{m}","messages":{msgs},"stream":"yes"}}"#),
+        ),
+        (
+            "POST",
+            "/v1/chat/completions",
+            format!(r#"{{"model":"{m}","messages":{msgs},"stop":[1]}}"#),
+        ),
+        (
+            "POST",
+            "/v1/chat/completions",
+            format!(r#"{{"model":"{m}","messages":{msgs},"tools":[]}}"#),
+        ),
+        (
+            "POST",
+            "/v1/chat/completions",
+            format!(r#"{{"model":"{m}","messages":[{{"role":"user","content":"{long}"}}]}}"#),
+        ),
         ("POST", "/v1/completions", format!(r#"{{"model":"{m}"}}"#)),
-        ("POST", "/v1/completions", format!(r#"{{"model":"{m}","prompt":[]}}"#)),
-        ("POST", "/v1/completions", format!(r#"{{"model":"{m}","prompt":[999999999]}}"#)),
-        ("POST", "/v1/completions", format!(r#"{{"model":"{m}","prompt":"x","logprobs":true}}"#)),
-        ("POST", "/v1/completions", format!(r#"{{"model":"{m}","prompt":"x","messages":{msgs}}}"#)),
+        (
+            "POST",
+            "/v1/completions",
+            format!(r#"{{"model":"{m}","prompt":[]}}"#),
+        ),
+        (
+            "POST",
+            "/v1/completions",
+            format!(r#"{{"model":"{m}","prompt":[999999999]}}"#),
+        ),
+        (
+            "POST",
+            "/v1/completions",
+            format!(r#"{{"model":"{m}","prompt":"x","logprobs":true}}"#),
+        ),
+        (
+            "POST",
+            "/v1/completions",
+            format!(r#"{{"model":"{m}","prompt":"x","messages":{msgs}}}"#),
+        ),
         ("GET", "/v1/chat/completions", String::new()),
         ("POST", "/v1/models", String::new()),
         ("GET", "/v2/nothing", String::new()),
     ];
     for (method, path, body) in &corpus {
         let (code, resp) = http(server.port, method, path, &server.auth(), body.as_bytes());
-        assert!((400..500).contains(&code), "{method} {path} {body:.80} -> {code} {resp}");
+        assert!(
+            (400..500).contains(&code),
+            "{method} {path} {body:.80} -> {code} {resp}"
+        );
         let v: serde_json::Value = serde_json::from_str(&resp)
             .unwrap_or_else(|_| panic!("{method} {path} {body:.80}: not JSON: {resp}"));
         assert!(v["error"]["message"].is_string(), "{resp}");
@@ -283,7 +412,9 @@ fn faults_get_4xx_429_413_and_disconnects_free_slots() {
 
     // A client that disconnects mid-stream frees its slot long before max_tokens would.
     let mut s = TcpStream::connect(("127.0.0.1", server.port)).unwrap();
-    let body = format!(r#"{{"model":"{m}","prompt":"Once upon a time","max_tokens":400,"temperature":0,"stream":true}}"#);
+    let body = format!(
+        r#"{{"model":"{m}","prompt":"Once upon a time","max_tokens":400,"temperature":0,"stream":true}}"#
+    );
     write!(
         s,
         "POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sekret\r\n\
@@ -305,7 +436,8 @@ fn faults_get_4xx_429_413_and_disconnects_free_slots() {
     assert!(server.metric("ferrolm_generated_tokens_total") < 400.0);
 
     // A flood beyond one slot and a queue of two: some 429s, the rest answered, still up.
-    let body = format!(r#"{{"model":"{m}","prompt":"Once upon a time","max_tokens":24,"temperature":0}}"#);
+    let body =
+        format!(r#"{{"model":"{m}","prompt":"Once upon a time","max_tokens":24,"temperature":0}}"#);
     let codes: Vec<u16> = std::thread::scope(|sc| {
         let hs: Vec<_> = (0..12)
             .map(|_| sc.spawn(|| server.post("/v1/completions", &body).0))
@@ -323,4 +455,22 @@ fn faults_get_4xx_429_413_and_disconnects_free_slots() {
     assert_eq!(server.post("/v1/completions", &body).0, 200);
     let (_, metrics) = server.get("/metrics");
     assert!(!metrics.contains("code=\"5"), "no 5xx ever: {metrics}");
+}
+
+#[test]
+fn a_long_prompt_is_prefilled_in_ubatch_chunks() {
+    let server = Server::start(&["--ubatch", "32"]);
+    let m = &server.model;
+    let prompt = "one two three four five six seven eight nine ten ".repeat(25);
+    let body = format!(r#"{{"model":"{m}","prompt":"{prompt}","max_tokens":1,"temperature":0}}"#);
+    let (code, resp) = server.post("/v1/completions", &body);
+    assert_eq!(code, 200, "{resp}");
+    let v: serde_json::Value = serde_json::from_str(&resp).unwrap();
+    let n_prompt = v["usage"]["prompt_tokens"].as_f64().unwrap();
+    assert!(n_prompt > 200.0, "{resp}");
+    // One step per 32-token chunk: the prompt never ran as one pass.
+    assert_eq!(
+        server.metric("ferrolm_batch_steps_total"),
+        (n_prompt / 32.0).ceil()
+    );
 }

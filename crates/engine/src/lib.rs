@@ -6,8 +6,8 @@ mod model;
 mod sampler;
 mod session;
 
-pub use ferrolm_cpu::KvType;
 pub use batch::{SeqCache, SeqInput};
+pub use ferrolm_cpu::KvType;
 pub use generate::{generate, held_back, GenerateParams, GenerateStats, StopReason};
 pub use model::Model;
 pub use sampler::{argmax, Sampler, SamplerConfig};

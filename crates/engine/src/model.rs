@@ -50,6 +50,11 @@ impl<'a> Model<'a> {
     ) -> Vec<f32> {
         let positions: Vec<u32> = (pos0..pos0 + tokens.len()).map(|p| p as u32).collect();
         let rows = 0..tokens.len();
-        self.forward_rows(&mut [SeqRows { cache, rows }], tokens, &positions, logit_rows)
+        self.forward_rows(
+            &mut [SeqRows { cache, rows }],
+            tokens,
+            &positions,
+            logit_rows,
+        )
     }
 }

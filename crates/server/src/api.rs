@@ -123,10 +123,7 @@ pub fn parse(endpoint: Endpoint, body: &[u8]) -> Result<GenRequest, ApiError> {
         .keys()
         .find(|k| !COMMON.contains(&k.as_str()) && !only.contains(&k.as_str()))
     {
-        return Err(ApiError::invalid(
-            k,
-            format!("unsupported parameter '{k}'"),
-        ));
+        return Err(ApiError::invalid(k, format!("unsupported parameter '{k}'")));
     }
     let f = Fields(map);
     let model = match f.get("model") {
@@ -213,7 +210,12 @@ fn params(endpoint: Endpoint, f: &Fields) -> Result<GenParams, ApiError> {
 }
 
 fn stop(v: Option<&Value>) -> Result<Vec<String>, ApiError> {
-    let bad = || ApiError::invalid("stop", "'stop' must be a string or up to 4 non-empty strings");
+    let bad = || {
+        ApiError::invalid(
+            "stop",
+            "'stop' must be a string or up to 4 non-empty strings",
+        )
+    };
     let stops = match v {
         None => vec![],
         Some(Value::String(s)) => vec![s.clone()],
@@ -243,9 +245,10 @@ fn messages(v: Option<&Value>) -> Result<Vec<Message>, ApiError> {
         .iter()
         .enumerate()
         .map(|(i, m)| {
-            let role = m.get("role").and_then(Value::as_str).ok_or_else(|| {
-                bad(format!("messages[{i}] needs a string 'role'"))
-            })?;
+            let role = m
+                .get("role")
+                .and_then(Value::as_str)
+                .ok_or_else(|| bad(format!("messages[{i}] needs a string 'role'")))?;
             if !["system", "developer", "user", "assistant"].contains(&role) {
                 return Err(bad(format!(
                     "messages[{i}]: role '{role}' is not supported (system, developer, user, \
@@ -270,10 +273,12 @@ fn content(v: Option<&Value>, i: usize) -> Result<String, ApiError> {
         Some(Value::String(s)) => Ok(s.clone()),
         Some(Value::Array(parts)) => parts
             .iter()
-            .map(|p| match (p.get("type").and_then(Value::as_str), p.get("text")) {
-                (Some("text"), Some(Value::String(t))) => Ok(t.as_str()),
-                _ => Err(bad()),
-            })
+            .map(
+                |p| match (p.get("type").and_then(Value::as_str), p.get("text")) {
+                    (Some("text"), Some(Value::String(t))) => Ok(t.as_str()),
+                    _ => Err(bad()),
+                },
+            )
             .collect::<Result<Vec<_>, _>>()
             .map(|texts| texts.concat()),
         _ => Err(bad()),
@@ -287,8 +292,13 @@ fn completion_prompt(f: &Fields) -> Result<Prompt, ApiError> {
     if f.get("suffix").is_some() {
         return Err(ApiError::invalid("suffix", "'suffix' is not supported"));
     }
-    if f.integer("best_of", i64::MIN, i64::MAX)?.is_some_and(|b| b != 1) {
-        return Err(ApiError::invalid("best_of", "'best_of' other than 1 is not supported"));
+    if f.integer("best_of", i64::MIN, i64::MAX)?
+        .is_some_and(|b| b != 1)
+    {
+        return Err(ApiError::invalid(
+            "best_of",
+            "'best_of' other than 1 is not supported",
+        ));
     }
     let bad = || {
         ApiError::invalid(
@@ -299,7 +309,11 @@ fn completion_prompt(f: &Fields) -> Result<Prompt, ApiError> {
     };
     let tokens = |a: &[Value]| -> Result<Prompt, ApiError> {
         a.iter()
-            .map(|t| t.as_u64().and_then(|t| u32::try_from(t).ok()).ok_or_else(bad))
+            .map(|t| {
+                t.as_u64()
+                    .and_then(|t| u32::try_from(t).ok())
+                    .ok_or_else(bad)
+            })
             .collect::<Result<_, _>>()
             .map(Prompt::Tokens)
     };
@@ -330,20 +344,68 @@ mod tests {
         let cases = [
             (Chat, "{", None),
             (Chat, "[]", None),
-            (Chat, r#"{"messages":[{"role":"user","content":"hi"}]}"#, Some("model")),
+            (
+                Chat,
+                r#"{"messages":[{"role":"user","content":"hi"}]}"#,
+                Some("model"),
+            ),
             (Chat, r#"{"model":"m"}"#, Some("messages")),
             (Chat, r#"{"model":"m","messages":[]}"#, Some("messages")),
-            (Chat, r#"{"model":"m","messages":[{"role":"robot","content":"x"}]}"#, Some("messages")),
-            (Chat, r#"{"model":"m","messages":[{"role":"user","content":"x"}],"n":2}"#, Some("n")),
-            (Chat, r#"{"model":"m","messages":[{"role":"user","content":"x"}],"temperature":"hot"}"#, Some("temperature")),
-            (Chat, r#"{"model":"m","messages":[{"role":"user","content":"x"}],"tools":[]}"#, Some("tools")),
-            (Chat, r#"{"model":"m","messages":[{"role":"user","content":"x"}],"top_logprobs":3}"#, Some("top_logprobs")),
-            (Chat, r#"{"model":"m","messages":[{"role":"user","content":"x"}],"max_tokens":0}"#, Some("max_tokens")),
-            (Chat, r#"{"model":"m","messages":[{"role":"user","content":"x"}],"stop":[""]}"#, Some("stop")),
-            (Completions, r#"{"model":"m","prompt":["a","b"]}"#, Some("prompt")),
-            (Completions, r#"{"model":"m","prompt":"a","echo":true}"#, Some("echo")),
-            (Completions, r#"{"model":"m","prompt":"a","best_of":3}"#, Some("best_of")),
-            (Completions, r#"{"model":"m","prompt":"a","logprobs":9}"#, Some("logprobs")),
+            (
+                Chat,
+                r#"{"model":"m","messages":[{"role":"robot","content":"x"}]}"#,
+                Some("messages"),
+            ),
+            (
+                Chat,
+                r#"{"model":"m","messages":[{"role":"user","content":"x"}],"n":2}"#,
+                Some("n"),
+            ),
+            (
+                Chat,
+                r#"{"model":"m","messages":[{"role":"user","content":"x"}],"temperature":"hot"}"#,
+                Some("temperature"),
+            ),
+            (
+                Chat,
+                r#"{"model":"m","messages":[{"role":"user","content":"x"}],"tools":[]}"#,
+                Some("tools"),
+            ),
+            (
+                Chat,
+                r#"{"model":"m","messages":[{"role":"user","content":"x"}],"top_logprobs":3}"#,
+                Some("top_logprobs"),
+            ),
+            (
+                Chat,
+                r#"{"model":"m","messages":[{"role":"user","content":"x"}],"max_tokens":0}"#,
+                Some("max_tokens"),
+            ),
+            (
+                Chat,
+                r#"{"model":"m","messages":[{"role":"user","content":"x"}],"stop":[""]}"#,
+                Some("stop"),
+            ),
+            (
+                Completions,
+                r#"{"model":"m","prompt":["a","b"]}"#,
+                Some("prompt"),
+            ),
+            (
+                Completions,
+                r#"{"model":"m","prompt":"a","echo":true}"#,
+                Some("echo"),
+            ),
+            (
+                Completions,
+                r#"{"model":"m","prompt":"a","best_of":3}"#,
+                Some("best_of"),
+            ),
+            (
+                Completions,
+                r#"{"model":"m","prompt":"a","logprobs":9}"#,
+                Some("logprobs"),
+            ),
         ];
         for (ep, body, param) in cases {
             let e = err(ep, body);

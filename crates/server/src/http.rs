@@ -87,8 +87,10 @@ async fn auth(State(st): State<AppState>, req: Request, next: Next) -> Response 
 /// Counts every answered request by route and status code.
 async fn count(State(st): State<AppState>, req: Request, next: Next) -> Response {
     let path = match req.uri().path() {
-        p @ ("/health" | "/metrics" | "/v1/models" | "/v1/chat/completions"
-        | "/v1/completions") => p.to_owned(),
+        p
+        @ ("/health" | "/metrics" | "/v1/models" | "/v1/chat/completions" | "/v1/completions") => {
+            p.to_owned()
+        }
         _ => "other".to_owned(),
     };
     let resp = next.run(req).await;

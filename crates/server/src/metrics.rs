@@ -105,16 +105,54 @@ impl Metrics {
         drop(map);
         let load = |a: &AtomicUsize| a.load(Ordering::Relaxed);
         let simple: [(&str, &str, &str, String); 7] = [
-            ("ferrolm_prompt_tokens_total", "counter", "Prompt tokens of finished requests.", load(&self.prompt_tokens).to_string()),
-            ("ferrolm_generated_tokens_total", "counter", "Tokens generated.", load(&self.generated_tokens).to_string()),
-            ("ferrolm_requests_cancelled_total", "counter", "Requests dropped because the client went away.", load(&self.cancelled).to_string()),
-            ("ferrolm_batch_steps_total", "counter", "Batched forward passes run.", self.steps.load(Ordering::Relaxed).to_string()),
-            ("ferrolm_queue_depth", "gauge", "Requests waiting for a slot.", load(&self.queue_depth).to_string()),
-            ("ferrolm_slots_active", "gauge", "KV slots holding a sequence.", load(&self.slots_active).to_string()),
-            ("ferrolm_slots_total", "gauge", "KV slots (--parallel).", self.slots_total.to_string()),
+            (
+                "ferrolm_prompt_tokens_total",
+                "counter",
+                "Prompt tokens of finished requests.",
+                load(&self.prompt_tokens).to_string(),
+            ),
+            (
+                "ferrolm_generated_tokens_total",
+                "counter",
+                "Tokens generated.",
+                load(&self.generated_tokens).to_string(),
+            ),
+            (
+                "ferrolm_requests_cancelled_total",
+                "counter",
+                "Requests dropped because the client went away.",
+                load(&self.cancelled).to_string(),
+            ),
+            (
+                "ferrolm_batch_steps_total",
+                "counter",
+                "Batched forward passes run.",
+                self.steps.load(Ordering::Relaxed).to_string(),
+            ),
+            (
+                "ferrolm_queue_depth",
+                "gauge",
+                "Requests waiting for a slot.",
+                load(&self.queue_depth).to_string(),
+            ),
+            (
+                "ferrolm_slots_active",
+                "gauge",
+                "KV slots holding a sequence.",
+                load(&self.slots_active).to_string(),
+            ),
+            (
+                "ferrolm_slots_total",
+                "gauge",
+                "KV slots (--parallel).",
+                self.slots_total.to_string(),
+            ),
         ];
         for (name, ty, help, value) in simple {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {ty}\n{name} {value}");
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} {ty}\n{name} {value}"
+            );
         }
         self.request_seconds.render(
             &mut out,
@@ -147,7 +185,9 @@ mod tests {
         m.count_request("/v1/completions", 200);
         m.count_request("/v1/completions", 200);
         let text = m.render();
-        assert!(text.contains("ferrolm_requests_total{endpoint=\"/v1/completions\",code=\"200\"} 2"));
+        assert!(
+            text.contains("ferrolm_requests_total{endpoint=\"/v1/completions\",code=\"200\"} 2")
+        );
         assert!(text.contains("ferrolm_request_duration_seconds_bucket{le=\"0.025\"} 1"));
         assert!(text.contains("ferrolm_request_duration_seconds_bucket{le=\"5\"} 2"));
         assert!(text.contains("ferrolm_request_duration_seconds_count 2"));

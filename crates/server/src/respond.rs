@@ -47,7 +47,13 @@ impl Reply {
     }
 
     /// One choice: chat's `message` (or `delta` when streaming) or the completion's `text`.
-    fn choice(&self, chunk: bool, text: &str, lp: Option<Value>, finish: Option<FinishReason>) -> Value {
+    fn choice(
+        &self,
+        chunk: bool,
+        text: &str,
+        lp: Option<Value>,
+        finish: Option<FinishReason>,
+    ) -> Value {
         let finish = finish.map(FinishReason::as_str);
         match self.endpoint {
             Endpoint::Chat => {
@@ -72,13 +78,13 @@ impl Reply {
         }
         Some(match self.endpoint {
             Endpoint::Chat => {
-                let entry = |t: &str, b: &[u8], l: f32| json!({"token": t, "logprob": l, "bytes": b});
+                let entry =
+                    |t: &str, b: &[u8], l: f32| json!({"token": t, "logprob": l, "bytes": b});
                 let content: Vec<Value> = tokens
                     .iter()
                     .map(|(t, _)| {
                         let mut e = entry(&t.token, &t.bytes, t.logprob);
-                        e["top_logprobs"] =
-                            t.top.iter().map(|(s, b, l)| entry(s, b, *l)).collect();
+                        e["top_logprobs"] = t.top.iter().map(|(s, b, l)| entry(s, b, *l)).collect();
                         e
                     })
                     .collect();
@@ -150,7 +156,11 @@ pub fn stream(mut reply: Reply) -> Sse<ReceiverStream<Result<SseEvent, Infallibl
         if reply.endpoint == Endpoint::Chat {
             let mut first = reply.choice(true, "", None, None);
             first["delta"]["role"] = json!("assistant");
-            if out.send(Ok(send(reply.object(true, json!([first]))))).await.is_err() {
+            if out
+                .send(Ok(send(reply.object(true, json!([first])))))
+                .await
+                .is_err()
+            {
                 return;
             }
         }

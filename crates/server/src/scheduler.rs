@@ -254,7 +254,10 @@ impl Scheduler {
             }
         };
         for (&(i, n, _), l) in plan.iter().zip(logits) {
-            let seq = self.slots[i].seq.as_mut().expect("planned slots are active");
+            let seq = self.slots[i]
+                .seq
+                .as_mut()
+                .expect("planned slots are active");
             seq.advance(n);
             if l.is_empty() {
                 continue;

@@ -59,7 +59,10 @@ impl Sequence {
     pub fn input(&self, budget: usize) -> (&[u32], bool) {
         if self.prefilling() {
             let end = (self.fed + budget).min(self.job.prompt.len());
-            (&self.job.prompt[self.fed..end], end == self.job.prompt.len())
+            (
+                &self.job.prompt[self.fed..end],
+                end == self.job.prompt.len(),
+            )
         } else {
             (std::slice::from_ref(&self.last), true)
         }
@@ -97,7 +100,11 @@ impl Sequence {
         self.pending
             .push_str(&self.decoder.push(next).unwrap_or_default());
         let stop = &self.job.params.stop;
-        if let Some(at) = stop.iter().filter_map(|s| self.pending.find(s.as_str())).min() {
+        if let Some(at) = stop
+            .iter()
+            .filter_map(|s| self.pending.find(s.as_str()))
+            .min()
+        {
             let text = self.pending[..at].to_owned();
             self.pending.clear();
             self.hit_stop = true;
@@ -133,7 +140,6 @@ impl Sequence {
         // A closed channel is noticed before the next step, which frees the slot.
         let _ = self.job.events.send(Event::Token { text, logprob });
     }
-
 }
 
 /// `log softmax(logits)[chosen]` and the `k` most likely tokens, from the penalised logits

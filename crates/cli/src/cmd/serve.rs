@@ -79,5 +79,6 @@ pub fn run(args: ServeArgs) -> Result<()> {
         tok,
         template,
     };
-    ferrolm_server::serve(engine, opts).with_context(|| format!("serving on {}:{}", args.host, args.port))
+    ferrolm_server::serve(engine, opts)
+        .with_context(|| format!("serving on {}:{}", args.host, args.port))
 }

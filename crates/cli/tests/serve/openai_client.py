@@ -2,8 +2,9 @@
 
 Usage: openai_client.py BASE_URL MODEL MODE [ARGS]
   MODE api:  chat and completions, streaming and not, stop, logprobs, usage, and errors.
-  MODE load CLIENTS REQUESTS MAX_TOKENS: concurrent greedy clients; every answer must equal the
-       single-request answer. Prints one JSON line of figures (latency p50/p99, tokens/s).
+  MODE load CLIENTS REQUESTS MAX_TOKENS [--count-mismatches]: concurrent greedy clients; every
+       answer must equal the single-request answer (or, with the flag, mismatches are only
+       counted). Prints one JSON line of figures (latency p50/p99, tokens/s).
 Exits non-zero with a message on the first failed check.
 """
 
@@ -96,7 +97,7 @@ def api():
     print("api ok")
 
 
-def load(clients, requests, max_tokens):
+def load(clients, requests, max_tokens, strict):
     def ask(i):
         # Two prompts, alternating, so batches mix sequences of different lengths.
         prompt = [PROMPT, "Once upon a time, there was a"][i % 2]
@@ -123,22 +124,24 @@ def load(clients, requests, max_tokens):
     wall = time.monotonic() - t0
     check(not errors, f"{len(errors)} failed requests, first: {errors[:1]}")
     check(len(results) == clients * requests, "every request answered")
+    mismatches = 0
     for prompt, r, _ in results:
         c = r.choices[0]
         check(c.finish_reason in ("stop", "length") and r.usage.completion_tokens <= max_tokens, f"{r}")
-        check(c.text == want[prompt], f"under load {c.text!r} != alone {want[prompt]!r}")
+        mismatches += c.text != want[prompt]
+        check(not strict or c.text == want[prompt], f"under load {c.text!r} != alone {want[prompt]!r}")
     lat = sorted(x[2] for x in results)
     tokens = sum(r.usage.completion_tokens for _, r, _ in results)
     print(json.dumps({
         "requests": len(results), "wall_s": round(wall, 2),
         "p50_s": round(lat[len(lat) // 2], 3), "p99_s": round(lat[min(len(lat) - 1, int(len(lat) * 0.99))], 3),
-        "gen_tokens": tokens, "tok_per_s": round(tokens / wall, 1),
+        "gen_tokens": tokens, "tok_per_s": round(tokens / wall, 1), "greedy_mismatches": mismatches,
     }))
 
 
 if MODE == "api":
     api()
 elif MODE == "load":
-    load(int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6]))
+    load(int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6]), "--count-mismatches" not in sys.argv)
 else:
     sys.exit(f"unknown mode {MODE}")
