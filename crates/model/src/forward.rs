@@ -118,6 +118,10 @@ pub fn forward<B: Backend>(
         dump(b, &dir, "l_out", il, &x);
     }
 
+    if logit_rows.is_empty() {
+        // A prefill chunk that is not the prompt's last: only the cache was wanted.
+        return b.alloc(0, cfg.n_vocab);
+    }
     let last = b.select_rows(&x, logit_rows);
     let mut normed = b.alloc(logit_rows.len(), cfg.n_embd);
     b.rms_norm(&last, &w.output_norm, cfg.rms_eps, &mut normed);

@@ -236,7 +236,12 @@ impl Scheduler {
                     logits: logits.then_some(Logits::Last),
                 });
             }
-            self.engine.model.forward_batch(&mut inputs)
+            // A panic in a kernel fails this batch's requests, not the whole server.
+            let model = self.engine.model;
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                model.forward_batch(&mut inputs).map_err(|e| e.to_string())
+            }))
+            .unwrap_or_else(|_| Err("the forward pass panicked (see the server's log)".into()))
         };
         self.metrics.steps.fetch_add(1, Ordering::Relaxed);
         let logits = match result {
@@ -246,7 +251,7 @@ impl Scheduler {
                 // the batch's requests rather than the server.
                 for &(i, _, _) in &plan {
                     if let Some(seq) = self.slots[i].seq.take() {
-                        let _ = seq.job.events.send(Event::Failed(e.to_string()));
+                        let _ = seq.job.events.send(Event::Failed(e.clone()));
                     }
                 }
                 self.publish_active();
