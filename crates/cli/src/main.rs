@@ -26,6 +26,8 @@ enum Command {
     Run(cmd::run::RunArgs),
     /// Chat with a model, turn by turn, reading messages from stdin.
     Chat(cmd::chat::ChatArgs),
+    /// Serve the OpenAI-compatible HTTP API (chat, completions, streaming, metrics).
+    Serve(cmd::serve::ServeArgs),
     /// Print the token ids of a text as a JSON array.
     Tokenize(cmd::tokenize::TokenizeArgs),
     /// Measure prompt-processing and generation throughput, as llama-bench does.
@@ -50,6 +52,7 @@ fn main() -> ExitCode {
         Command::Bench(args) => cmd::bench::run(args),
         Command::Run(args) => cmd::run::run(args),
         Command::Chat(args) => cmd::chat::run(args),
+        Command::Serve(args) => cmd::serve::run(args),
         Command::Tokenize(args) => cmd::tokenize::run(args),
         Command::Synth(args) => cmd::synth::run(args),
         Command::Quantize(args) => cmd::quantize::run(args),

@@ -4,7 +4,7 @@ use crate::attention::{attention, KvType, LayerKv};
 use crate::matmul::{matmul, WeightRef};
 use crate::{norm, rope};
 use ferrolm_gguf::GgmlType;
-use ferrolm_model::backend::{AttnShape, Backend, MoeGating, RopeMode};
+use ferrolm_model::backend::{AttnShape, Backend, MoeGating, RopeMode, SeqRows};
 use ferrolm_model::weights::MoeWeights;
 use ferrolm_model::{Config, ModelError, Result};
 
@@ -117,7 +117,7 @@ impl<'a> Backend for CpuBackend<'a> {
 
     fn attention(
         &self,
-        cache: &mut CpuCache,
+        seqs: &mut [SeqRows<'_, CpuCache>],
         layer: usize,
         q: &Mat,
         k: &Mat,
@@ -126,10 +126,31 @@ impl<'a> Backend for CpuBackend<'a> {
         shape: AttnShape,
         out: &mut Mat,
     ) {
-        let kv = &mut cache.layers[layer];
-        // A ubatch is contiguous in position, so it lands in the cache as one block.
-        kv.store(positions[0] as usize, &k.data, &v.data);
-        attention(&q.data, kv, positions, shape, &mut out.data);
+        // Each sequence is its own call on its own rows, so a sequence's numerics (including
+        // the small-batch f16 rounding, chosen by its row count) do not depend on its
+        // neighbours in the batch.
+        let rows_of = |m: &Mat, r: &std::ops::Range<usize>| r.start * m.width..r.end * m.width;
+        for seq in seqs.iter_mut() {
+            let r = seq.rows.clone();
+            if r.is_empty() {
+                continue;
+            }
+            let kv = &mut seq.cache.layers[layer];
+            // A sequence's rows are contiguous in position, so they land as one block.
+            kv.store(
+                positions[r.start] as usize,
+                &k.data[rows_of(k, &r)],
+                &v.data[rows_of(v, &r)],
+            );
+            let out_rows = rows_of(out, &r);
+            attention(
+                &q.data[rows_of(q, &r)],
+                kv,
+                &positions[r.clone()],
+                shape,
+                &mut out.data[out_rows],
+            );
+        }
     }
 
     fn swiglu(&self, gate: &mut Mat, up: &Mat) {

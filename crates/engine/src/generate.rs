@@ -136,8 +136,9 @@ pub fn generate(
     })
 }
 
-/// Bytes at the end of `text` that could still grow into a stop string.
-fn held_back(text: &str, stops: &[String]) -> usize {
+/// Bytes at the end of `text` that could still grow into a stop string: a streaming caller
+/// emits all but these.
+pub fn held_back(text: &str, stops: &[String]) -> usize {
     let mut keep = 0;
     for s in stops {
         for len in (1..s.len().min(text.len() + 1)).rev() {

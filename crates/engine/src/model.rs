@@ -4,7 +4,7 @@ use crate::session::EngineError;
 use ferrolm_cpu::{CpuBackend, CpuCache, CpuWeight, KvType};
 use ferrolm_cuda::{CudaCache, CudaDevice, CudaModel};
 use ferrolm_gguf::GgufFile;
-use ferrolm_model::backend::Backend;
+use ferrolm_model::backend::{Backend, SeqRows};
 use ferrolm_model::forward::forward;
 use ferrolm_model::weights::ModelWeights;
 use ferrolm_model::{Config, Result};
@@ -125,22 +125,60 @@ impl<'a> Model<'a> {
         pos0: usize,
         logit_rows: &[usize],
     ) -> Result<Vec<f32>, EngineError> {
-        match (&self.exec, cache) {
-            (Exec::Cpu(m), Cache::Cpu(cache)) => {
-                let positions: Vec<u32> = (pos0..pos0 + tokens.len()).map(|p| p as u32).collect();
+        let positions: Vec<u32> = (pos0..pos0 + tokens.len()).map(|p| p as u32).collect();
+        let rows = 0..tokens.len();
+        self.forward_rows(
+            &mut [SeqRows { cache, rows }],
+            tokens,
+            &positions,
+            logit_rows,
+        )
+    }
+
+    /// The one place a forward pass is started: on the CPU inside the model's pool, on the GPU
+    /// through [`CudaModel`] (which replays single-token steps of one sequence as a graph).
+    pub(crate) fn forward_rows(
+        &self,
+        seqs: &mut [SeqRows<'_, Cache>],
+        tokens: &[u32],
+        positions: &[u32],
+        logit_rows: &[usize],
+    ) -> Result<Vec<f32>, EngineError> {
+        let wrong_device =
+            || EngineError::Backend("a KV cache used with a model on another device".into());
+        match &self.exec {
+            Exec::Cpu(m) => {
+                let mut cpu: Vec<SeqRows<'_, CpuCache>> = Vec::with_capacity(seqs.len());
+                for s in seqs.iter_mut() {
+                    let Cache::Cpu(cache) = &mut *s.cache else {
+                        return Err(wrong_device());
+                    };
+                    cpu.push(SeqRows {
+                        cache,
+                        rows: s.rows.clone(),
+                    });
+                }
                 Ok(m.pool.install(|| {
                     let logits = forward(
-                        &m.backend, &self.cfg, &m.weights, cache, tokens, &positions, logit_rows,
+                        &m.backend, &self.cfg, &m.weights, &mut cpu, tokens, positions, logit_rows,
                     );
                     m.backend.to_host(&logits)
                 }))
             }
-            (Exec::Cuda(m), Cache::Cuda(cache)) => m
-                .forward(cache, tokens, pos0, logit_rows)
-                .map_err(|e| EngineError::Backend(e.to_string())),
-            _ => Err(EngineError::Backend(
-                "a KV cache used with a model on another device".into(),
-            )),
+            Exec::Cuda(m) => {
+                let mut gpu: Vec<SeqRows<'_, CudaCache>> = Vec::with_capacity(seqs.len());
+                for s in seqs.iter_mut() {
+                    let Cache::Cuda(cache) = &mut *s.cache else {
+                        return Err(wrong_device());
+                    };
+                    gpu.push(SeqRows {
+                        cache,
+                        rows: s.rows.clone(),
+                    });
+                }
+                m.forward_rows(&mut gpu, tokens, positions, logit_rows)
+                    .map_err(|e| EngineError::Backend(e.to_string()))
+            }
         }
     }
 }

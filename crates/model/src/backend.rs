@@ -2,6 +2,7 @@
 //! them; the architectures in [`crate::forward`] only say what is computed, in which order.
 
 use crate::weights::MoeWeights;
+use std::ops::Range;
 
 /// How a head's dimensions are paired for rotary embeddings.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -27,6 +28,14 @@ pub enum MoeGating {
     SoftmaxTopK,
     /// Softmax over all experts, top-k, renormalised to sum to 1 (qwen3moe).
     SoftmaxTopKRenorm,
+}
+
+/// One sequence of a batch: its KV cache and the rows of the batch's activations that are its
+/// tokens. A batch's sequences own disjoint, contiguous row ranges in order; within a range the
+/// tokens are consecutive positions of that sequence (`positions[rows]`), as a ubatch is.
+pub struct SeqRows<'c, C> {
+    pub cache: &'c mut C,
+    pub rows: Range<usize>,
 }
 
 pub trait Backend {
@@ -74,12 +83,16 @@ pub trait Backend {
         self.rope(q, head_dim, positions, base, mode);
         self.rope(k, head_dim, positions, base, mode);
     }
-    /// Stores `k`, `v` at `positions` in layer `layer` of `cache`, then causal attention of
-    /// `q` over everything cached up to each token's position.
+    /// For each sequence of `seqs`: stores its rows of `k`, `v` at their `positions` in layer
+    /// `layer` of its cache, then causal attention of its rows of `q` over everything that
+    /// cache holds up to each token's position, into the same rows of `out`. Sequences never
+    /// see each other's keys. Everything else in a forward pass is row-wise, so this is the one
+    /// op that knows a batch holds several sequences. A batch of one sequence covering all
+    /// rows must compute exactly what a single-sequence call always did.
     #[allow(clippy::too_many_arguments)]
     fn attention(
         &self,
-        cache: &mut Self::Cache,
+        seqs: &mut [SeqRows<'_, Self::Cache>],
         layer: usize,
         q: &Self::Act,
         k: &Self::Act,

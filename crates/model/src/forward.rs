@@ -5,7 +5,7 @@
 //! (olmoe), the RoPE pairing, and a dense or mixture-of-experts FFN.
 
 use crate::arch::Arch;
-use crate::backend::{AttnShape, Backend, MoeGating, RopeMode};
+use crate::backend::{AttnShape, Backend, MoeGating, RopeMode, SeqRows};
 use crate::config::Config;
 use crate::weights::{Ffn, ModelWeights};
 
@@ -34,13 +34,17 @@ pub fn moe_gating(arch: Arch) -> MoeGating {
     }
 }
 
-/// Runs `tokens` (at `positions`, already checked to fit the cache) through the model and
+/// Runs `tokens` (at `positions`, already checked to fit each cache) through the model and
 /// returns the logits of the rows listed in `logit_rows`, `[rows][n_vocab]`.
+///
+/// The batch may hold several sequences (`seqs`, each a contiguous range of rows with its own
+/// KV cache): every op but attention runs over all rows at once, so decoding N sequences
+/// costs one pass over the weights instead of N.
 pub fn forward<B: Backend>(
     b: &B,
     cfg: &Config,
     w: &ModelWeights<B::Weight>,
-    cache: &mut B::Cache,
+    seqs: &mut [SeqRows<'_, B::Cache>],
     tokens: &[u32],
     positions: &[u32],
     logit_rows: &[usize],
@@ -102,7 +106,7 @@ pub fn forward<B: Backend>(
         dump(b, &dir, "Vcur", il, &v);
         dump(b, &dir, "Kcur", il, &k);
         dump(b, &dir, "Qcur", il, &q);
-        b.attention(cache, il, &q, &k, &v, positions, shape, &mut attn);
+        b.attention(seqs, il, &q, &k, &v, positions, shape, &mut attn);
         dump(b, &dir, "kqv_out", il, &attn);
         b.matmul(&a.output, &attn, &mut proj);
         dump(b, &dir, "attn_out", il, &proj);
@@ -136,6 +140,10 @@ pub fn forward<B: Backend>(
     b.add(&mut x, &proj);
     dump(b, &dir, "l_out", w.layers.len().saturating_sub(1), &x);
 
+    if logit_rows.is_empty() {
+        // A prefill chunk that is not the prompt's last: only the cache was wanted.
+        return b.alloc(0, cfg.n_vocab);
+    }
     let last = b.select_rows(&x, logit_rows);
     let mut normed = b.alloc(logit_rows.len(), cfg.n_embd);
     b.rms_norm(&last, &w.output_norm, cfg.rms_eps, &mut normed);

@@ -24,7 +24,7 @@ use crate::device::CudaDevice;
 use crate::error::{CudaError, DriverContext, Result};
 use crate::ops::{DecodeWork, Kernels, Rope, MMVQ_MAX_COLS};
 use cudarc::driver::CudaSlice;
-use ferrolm_model::backend::{AttnShape, Backend, MoeGating, RopeMode};
+use ferrolm_model::backend::{AttnShape, Backend, MoeGating, RopeMode, SeqRows};
 use ferrolm_model::weights::MoeWeights;
 use pool::Pool;
 use std::collections::HashMap;
@@ -47,6 +47,7 @@ pub struct CudaBackend {
     acts: Arc<Pool<f32>>,
     bytes: Arc<Pool<u8>>,
     ids: Pool<i32>,
+    u32s: Pool<u32>,
     moe: Mutex<moe::MoeScratch>,
     inputs: Mutex<HashMap<usize, Inputs>>,
     error: Mutex<Option<CudaError>>,
@@ -64,7 +65,8 @@ impl CudaBackend {
             k,
             acts: Arc::new(Pool::new(stream.clone())),
             bytes: Arc::new(Pool::new(stream.clone())),
-            ids: Pool::new(stream),
+            ids: Pool::new(stream.clone()),
+            u32s: Pool::new(stream),
             moe: Mutex::new(moe::MoeScratch::default()),
             inputs: Mutex::new(HashMap::new()),
             error: Mutex::new(None),
@@ -78,10 +80,10 @@ impl CudaBackend {
         &self.dev
     }
 
-    /// Copies the pass's token ids and positions (`pos0..`) to the device.
-    pub fn set_inputs(&self, tokens: &[u32], pos0: usize) -> Result<()> {
+    /// Copies the pass's token ids and their positions to the device.
+    pub fn set_inputs(&self, tokens: &[u32], positions: &[u32]) -> Result<()> {
         let n = tokens.len();
-        let positions: Vec<u32> = (pos0..pos0 + n).map(|p| p as u32).collect();
+        assert_eq!(positions.len(), n, "one position per token");
         let mut map = self.inputs.lock().expect("inputs poisoned");
         let inp = match map.entry(n) {
             std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
@@ -95,7 +97,7 @@ impl CudaBackend {
             .memcpy_htod(tokens, &mut inp.tokens)
             .during("copying token ids")?;
         stream
-            .memcpy_htod(&positions, &mut inp.positions)
+            .memcpy_htod(positions, &mut inp.positions)
             .during("copying positions")?;
         Ok(())
     }
@@ -118,6 +120,7 @@ impl CudaBackend {
         self.acts.set_capturing(on);
         self.bytes.set_capturing(on);
         self.ids.set_capturing(on);
+        self.u32s.set_capturing(on);
     }
 
     fn with_inputs<R>(&self, n: usize, f: impl FnOnce(&Inputs) -> Result<R>) -> Result<R> {
@@ -142,7 +145,7 @@ impl CudaBackend {
     #[allow(clippy::too_many_arguments)]
     fn try_attention(
         &self,
-        cache: &mut CudaCache,
+        seqs: &mut [SeqRows<'_, CudaCache>],
         layer: usize,
         q: &CudaAct,
         k: &CudaAct,
@@ -152,26 +155,82 @@ impl CudaBackend {
     ) -> Result<()> {
         let n = q.rows;
         self.with_inputs(n, |inp| {
-            let kv = &mut cache.layers[layer];
+            if let [only] = seqs {
+                if only.rows == (0..n) {
+                    let (q, k, v) = (q.buf(), k.buf(), v.buf());
+                    return self.attend(
+                        only.cache,
+                        layer,
+                        q,
+                        k,
+                        v,
+                        &inp.positions,
+                        shape,
+                        out.buf_mut(),
+                    );
+                }
+            }
+            // Several sequences: each one's rows copied into buffers of their own, since the
+            // kernels take whole buffers. (The server's batches; a single sequence never pays.)
+            let stream = self.dev.stream();
+            for s in seqs.iter_mut() {
+                let r = s.rows.clone();
+                if r.is_empty() {
+                    continue;
+                }
+                let rows_of = |a: &CudaAct| -> Result<CudaSlice<f32>> {
+                    let mut t = self.acts.take(r.len() * a.width)?;
+                    let src = a.buf().slice(r.start * a.width..r.end * a.width);
+                    stream
+                        .memcpy_dtod(&src, &mut t)
+                        .during("gathering a sequence's rows")?;
+                    Ok(t)
+                };
+                let (tq, tk, tv) = (rows_of(q)?, rows_of(k)?, rows_of(v)?);
+                let mut tpos = self.u32s.take(r.len())?;
+                stream
+                    .memcpy_dtod(&inp.positions.slice(r.clone()), &mut tpos)
+                    .during("gathering a sequence's positions")?;
+                let mut tout = self.acts.take(r.len() * out.width)?;
+                self.attend(s.cache, layer, &tq, &tk, &tv, &tpos, shape, &mut tout)?;
+                let w = out.width;
+                let mut dst = out.buf_mut().slice_mut(r.start * w..r.end * w);
+                stream
+                    .memcpy_dtod(&tout, &mut dst)
+                    .during("scattering attention rows")?;
+                for t in [tq, tk, tv, tout] {
+                    self.acts.give(t);
+                }
+                self.u32s.give(tpos);
+            }
+            Ok(())
+        })
+    }
+
+    /// Stores one sequence's k/v at its positions, then attention of its queries.
+    #[allow(clippy::too_many_arguments)]
+    fn attend(
+        &self,
+        cache: &mut CudaCache,
+        layer: usize,
+        q: &CudaSlice<f32>,
+        k: &CudaSlice<f32>,
+        v: &CudaSlice<f32>,
+        positions: &CudaSlice<u32>,
+        shape: AttnShape,
+        out: &mut CudaSlice<f32>,
+    ) -> Result<()> {
+        let kv = &mut cache.layers[layer];
+        self.k.attention.store(kv, k, v, positions)?;
+        if positions.len() <= cache.work.max_q {
             self.k
                 .attention
-                .store(kv, k.buf(), v.buf(), &inp.positions)?;
-            let positions = &inp.positions;
-            if n <= cache.work.max_q {
-                self.k.attention.decode(
-                    q.buf(),
-                    kv,
-                    positions,
-                    shape.n_head,
-                    &mut cache.work,
-                    out.buf_mut(),
-                )
-            } else {
-                self.k
-                    .attention
-                    .prefill(q.buf(), kv, positions, shape.n_head, out.buf_mut())
-            }
-        })
+                .decode(q, kv, positions, shape.n_head, &mut cache.work, out)
+        } else {
+            self.k
+                .attention
+                .prefill(q, kv, positions, shape.n_head, out)
+        }
     }
 
     fn try_select_rows(&self, x: &CudaAct, rows: &[usize]) -> Result<CudaAct> {
@@ -366,7 +425,7 @@ impl Backend for CudaBackend {
 
     fn attention(
         &self,
-        cache: &mut CudaCache,
+        seqs: &mut [SeqRows<'_, CudaCache>],
         layer: usize,
         q: &CudaAct,
         k: &CudaAct,
@@ -378,7 +437,7 @@ impl Backend for CudaBackend {
         if q.rows == 0 || [q, k, v].iter().any(|a| a.buf.is_none()) || out.buf.is_none() {
             return;
         }
-        let r = self.try_attention(cache, layer, q, k, v, shape, out);
+        let r = self.try_attention(seqs, layer, q, k, v, shape, out);
         self.check(r);
     }
 

@@ -8,7 +8,7 @@ use crate::ops::{DecodeWork, KvCache};
 use cudarc::driver::{sys, CudaGraph};
 use ferrolm_gguf::GgufFile;
 use ferrolm_model::backend::Backend;
-use ferrolm_model::backend::MoeGating;
+use ferrolm_model::backend::{MoeGating, SeqRows};
 use ferrolm_model::forward::{forward, moe_gating};
 use ferrolm_model::tensor_specs;
 use ferrolm_model::weights::ModelWeights;
@@ -117,41 +117,50 @@ impl CudaModel {
         })
     }
 
-    /// Logits `[logit_rows.len()][n_vocab]` for `tokens` placed at `pos0..`.
-    pub fn forward(
+    /// Logits `[logit_rows.len()][n_vocab]` for a batch of sequences (`seqs`, each its cache
+    /// and its rows of `tokens`, at `positions`). A single sequence's one-token step is
+    /// captured as a graph on its second occurrence for that cache and replayed after.
+    pub fn forward_rows(
         &self,
-        cache: &mut CudaCache,
+        seqs: &mut [SeqRows<'_, CudaCache>],
         tokens: &[u32],
-        pos0: usize,
+        positions: &[u32],
         logit_rows: &[usize],
     ) -> Result<Vec<f32>> {
-        let b = &self.backend;
-        b.set_inputs(tokens, pos0)?;
-        let is_step = tokens.len() == 1 && logit_rows == [0];
-        if is_step && graphs_enabled() && !cache.graph_failed {
-            if let Some(g) = &cache.graph {
-                g.graph.launch().during("replaying the decode graph")?;
-                return self.read_logits(&g.logits);
+        self.backend.set_inputs(tokens, positions)?;
+        if let [only] = seqs {
+            let cache = &mut *only.cache;
+            let is_step = tokens.len() == 1 && logit_rows == [0];
+            if is_step && graphs_enabled() && !cache.graph_failed {
+                if let Some(g) = &cache.graph {
+                    g.graph.launch().during("replaying the decode graph")?;
+                    return self.read_logits(&g.logits);
+                }
+                if cache.eager_decodes >= 1 {
+                    return self.capture_step(cache, tokens, positions);
+                }
+                cache.eager_decodes += 1;
             }
-            if cache.eager_decodes >= 1 {
-                return self.capture_step(cache, tokens, pos0);
-            }
-            cache.eager_decodes += 1;
         }
-        let logits = self.run(cache, tokens, pos0, logit_rows);
+        let logits = self.run(seqs, tokens, positions, logit_rows);
         self.read_logits(&logits)
     }
 
-    fn run(&self, cache: &mut CudaCache, tokens: &[u32], pos0: usize, rows: &[usize]) -> CudaAct {
-        // The trait's host positions; the CUDA ops read the device copy set above.
-        let positions: Vec<u32> = (pos0..pos0 + tokens.len()).map(|p| p as u32).collect();
+    /// The trait's host positions go along; the CUDA ops read the device copy set before.
+    fn run(
+        &self,
+        seqs: &mut [SeqRows<'_, CudaCache>],
+        tokens: &[u32],
+        positions: &[u32],
+        rows: &[usize],
+    ) -> CudaAct {
         forward(
             &self.backend,
             &self.cfg,
             &self.weights,
-            cache,
+            seqs,
             tokens,
-            &positions,
+            positions,
             rows,
         )
     }
@@ -165,14 +174,24 @@ impl CudaModel {
     }
 
     /// Captures one decode step, then replays it (capture only records).
-    fn capture_step(&self, cache: &mut CudaCache, tokens: &[u32], pos0: usize) -> Result<Vec<f32>> {
+    fn capture_step(
+        &self,
+        cache: &mut CudaCache,
+        tokens: &[u32],
+        positions: &[u32],
+    ) -> Result<Vec<f32>> {
         let b = &self.backend;
         let stream = b.device().stream().clone();
         stream
             .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
             .during("starting graph capture")?;
         b.set_capturing(true);
-        let logits = self.run(cache, tokens, pos0, &[0]);
+        let logits = self.run(
+            &mut [SeqRows { cache, rows: 0..1 }],
+            tokens,
+            positions,
+            &[0],
+        );
         b.set_capturing(false);
         let captured = stream.end_capture(sys::CUgraphInstantiate_flags(0));
         let failed = b.take_error();
@@ -187,7 +206,12 @@ impl CudaModel {
             _ => {
                 cache.graph_failed = true;
                 drop(logits);
-                let logits = self.run(cache, tokens, pos0, &[0]);
+                let logits = self.run(
+                    &mut [SeqRows { cache, rows: 0..1 }],
+                    tokens,
+                    positions,
+                    &[0],
+                );
                 self.read_logits(&logits)
             }
         }

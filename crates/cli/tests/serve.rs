@@ -1,0 +1,476 @@
+//! `ferrolm serve` on the default model, driven from outside: the official `openai` Python
+//! client and curl for the API, 32 concurrent clients for load, and a corpus of faults.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+struct Server {
+    child: Child,
+    port: u16,
+    model: String,
+    key: Option<String>,
+}
+
+impl Server {
+    /// Starts the binary on a free loopback port (`--port 0`), waits for it to listen.
+    fn start(extra: &[&str]) -> Server {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_ferrolm"))
+            .args(["serve", "--port", "0", "-c", "512"])
+            .args(extra)
+            .stderr(Stdio::piped())
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+        let port = loop {
+            let line = lines
+                .next()
+                .expect("the server printed its address")
+                .unwrap();
+            if let Some(rest) = line.split("http://127.0.0.1:").nth(1) {
+                break rest.split_whitespace().next().unwrap().parse().unwrap();
+            }
+        };
+        // Keep draining stderr so the server never blocks on a full pipe.
+        std::thread::spawn(move || lines.for_each(drop));
+        let key = extra
+            .windows(2)
+            .find(|w| w[0] == "--api-key")
+            .map(|w| w[1].to_owned());
+        let mut s = Server {
+            child,
+            port,
+            model: String::new(),
+            key,
+        };
+        let (code, body) = s.get("/v1/models");
+        assert_eq!(code, 200, "{body}");
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        s.model = v["data"][0]["id"].as_str().unwrap().to_owned();
+        s
+    }
+
+    fn url(&self) -> String {
+        format!("http://127.0.0.1:{}/v1", self.port)
+    }
+
+    fn auth(&self) -> Vec<(String, String)> {
+        self.key
+            .iter()
+            .map(|k| ("Authorization".to_owned(), format!("Bearer {k}")))
+            .collect()
+    }
+
+    fn get(&self, path: &str) -> (u16, String) {
+        http(self.port, "GET", path, &self.auth(), b"")
+    }
+
+    fn post(&self, path: &str, body: &str) -> (u16, String) {
+        http(self.port, "POST", path, &self.auth(), body.as_bytes())
+    }
+
+    fn metric(&self, name: &str) -> f64 {
+        let (_, text) = self.get("/metrics");
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+            .unwrap_or_else(|| panic!("no {name} in /metrics:\n{text}"))
+    }
+
+    /// Waits until no slot holds a sequence and nothing is queued.
+    fn wait_idle(&self, within: Duration) {
+        let t0 = Instant::now();
+        while self.metric("ferrolm_slots_active") != 0.0
+            || self.metric("ferrolm_queue_depth") != 0.0
+        {
+            assert!(t0.elapsed() < within, "slots still busy after {within:?}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// One HTTP/1.1 request on a fresh connection; the status and the body.
+fn http(
+    port: u16,
+    method: &str,
+    path: &str,
+    headers: &[(String, String)],
+    body: &[u8],
+) -> (u16, String) {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let mut req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    s.write_all(req.as_bytes()).unwrap();
+    // The server may answer (413) before reading a large body and close: that is fine.
+    let _ = s.write_all(body);
+    let mut raw = Vec::new();
+    let _ = s.read_to_end(&mut raw);
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let code = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or_else(|| panic!("no status line in {text:?}"));
+    let body = text.split_once("\r\n\r\n").map_or("", |x| x.1).to_owned();
+    (code, body)
+}
+
+fn python_client(server: &Server, args: &[&str]) -> String {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/serve/openai_client.py");
+    let probe = Command::new("python3")
+        .args(["-c", "import openai"])
+        .output();
+    assert!(
+        probe.is_ok_and(|o| o.status.success()),
+        "the `openai` Python package is missing: python3 -m pip install -r .ci/requirements.txt"
+    );
+    let out = Command::new("python3")
+        .arg(script)
+        .args([server.url().as_str(), server.model.as_str()])
+        .args(args)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+fn curl(server: &Server, path: &str, body: &str) -> Option<String> {
+    let out = Command::new("curl")
+        .args([
+            "-sS",
+            "-N",
+            "--fail-with-body",
+            "-H",
+            "Content-Type: application/json",
+        ])
+        .arg("-d")
+        .arg(body)
+        .arg(format!("http://127.0.0.1:{}{path}", server.port))
+        .output()
+        .ok()?;
+    assert!(out.status.success(), "curl {path} {body}: {out:?}");
+    Some(String::from_utf8(out.stdout).unwrap())
+}
+
+#[test]
+fn openai_client_and_curl_chat_completions_streaming_stop() {
+    let server = Server::start(&[]);
+    let out = python_client(&server, &["api"]);
+    assert!(out.contains("api ok"), "{out}");
+
+    if Command::new("curl").arg("--version").output().is_err() {
+        eprintln!("SKIPPED the curl half: curl is not installed");
+        return;
+    }
+    let m = &server.model;
+    let chat = format!(
+        r#"{{"model":"{m}","messages":[{{"role":"user","content":"What is the capital of France?"}}],"max_tokens":12,"temperature":0}}"#
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(&curl(&server, "/v1/chat/completions", &chat).unwrap()).unwrap();
+    let text = v["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(!text.is_empty() && v["usage"]["completion_tokens"].as_u64().unwrap() <= 12);
+
+    // Streamed: SSE chunks whose deltas add up to the same text, then [DONE].
+    let sse = curl(
+        &server,
+        "/v1/chat/completions",
+        &chat.replace("}],", r#"}],"stream":true,"#),
+    )
+    .unwrap();
+    let datas: Vec<&str> = sse
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .collect();
+    assert_eq!(datas.last(), Some(&"[DONE]"), "{sse}");
+    let joined: String = datas[..datas.len() - 1]
+        .iter()
+        .map(|d| {
+            let c: serde_json::Value = serde_json::from_str(d).unwrap();
+            assert_eq!(c["object"], "chat.completion.chunk");
+            c["choices"][0]["delta"]["content"]
+                .as_str()
+                .unwrap_or("")
+                .to_owned()
+        })
+        .collect();
+    assert_eq!(joined, text);
+
+    // Completions, and stop cutting the text before the stop string.
+    let comp = format!(
+        r#"{{"model":"{m}","prompt":"The capital of France is","max_tokens":10,"temperature":0}}"#
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(&curl(&server, "/v1/completions", &comp).unwrap()).unwrap();
+    let full = v["choices"][0]["text"].as_str().unwrap().to_owned();
+    let stop = full.split_whitespace().nth(1).unwrap_or("Paris").to_owned();
+    let with_stop = comp.replace(
+        "\"temperature\"",
+        &format!("\"stop\":[\"{stop}\"],\"temperature\""),
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(&curl(&server, "/v1/completions", &with_stop).unwrap()).unwrap();
+    assert_eq!(
+        v["choices"][0]["text"].as_str().unwrap(),
+        &full[..full.find(&stop).unwrap()]
+    );
+    assert_eq!(v["choices"][0]["finish_reason"], "stop");
+}
+
+#[test]
+fn load_32_clients_match_the_single_request_and_leak_no_slots() {
+    let server = Server::start(&["--parallel", "8"]);
+    let out = python_client(&server, &["load", "32", "10", "8"]);
+    println!("load: {out}");
+    let (code, _) = server.get("/health");
+    assert_eq!(code, 200);
+    server.wait_idle(Duration::from_secs(5));
+    assert_eq!(server.metric("ferrolm_requests_cancelled_total"), 0.0);
+    // The requests really were batched: fewer forward passes than generated tokens.
+    assert!(
+        server.metric("ferrolm_batch_steps_total")
+            < server.metric("ferrolm_generated_tokens_total")
+    );
+}
+
+#[test]
+fn faults_get_4xx_429_413_and_disconnects_free_slots() {
+    let server = Server::start(&[
+        "--parallel",
+        "1",
+        "--queue",
+        "2",
+        "--max-body",
+        "4096",
+        "--api-key",
+        "sekret",
+    ]);
+    let m = server.model.clone();
+    let msgs = r#"[{"role":"user","content":"hi"}]"#;
+
+    // Auth: every endpoint but /health needs the key.
+    let none: Vec<(String, String)> = vec![];
+    let wrong = vec![("Authorization".to_owned(), "Bearer nope".to_owned())];
+    assert_eq!(http(server.port, "GET", "/health", &none, b"").0, 200);
+    for h in [&none, &wrong] {
+        let (code, body) = http(server.port, "GET", "/v1/models", h, b"");
+        assert_eq!(code, 401, "{body}");
+        assert!(body.contains("authentication_error"));
+        assert_eq!(
+            http(server.port, "POST", "/v1/completions", h, b"{}").0,
+            401
+        );
+    }
+
+    // A hand-written corpus of malformed requests: each a 4xx with an OpenAI error body.
+    let long = "word ".repeat(600);
+    let corpus: Vec<(&str, &str, String)> = vec![
+        ("POST", "/v1/chat/completions", String::new()),
+        ("POST", "/v1/chat/completions", "{".into()),
+        ("POST", "/v1/chat/completions", "null".into()),
+        ("POST", "/v1/chat/completions", "[1,2]".into()),
+        ("POST", "/v1/chat/completions", "\u{1}\u{2}garbage".into()),
+        (
+            "POST",
+            "/v1/chat/completions",
+            format!(r#"{{"messages":{msgs}}}"#),
+        ),
+        (
+            "POST",
+            "/v1/chat/completions",
+            format!(r#"{{"model":"{m}"}}"#),
+        ),
+        (
+            "POST",
+            "/v1/chat/completions",
+            format!(r#"{{"model":"{m}","messages":"hi"}}"#),
+        ),
+        (
+            "POST",
+            "/v1/chat/completions",
+            format!(r#"{{"model":"{m}","messages":[{{"role":"user"}}]}}"#),
+        ),
+        (
+            "POST",
+            "/v1/chat/completions",
+            format!(r#"{{"model":"{m}","messages":[{{"content":"x"}}]}}"#),
+        ),
+        (
+            "POST",
+            "/v1/chat/completions",
+            format!(r#"{{"model":7,"messages":{msgs}}}"#),
+        ),
+        (
+            "POST",
+            "/v1/chat/completions",
+            format!(r#"{{"model":"gpt-4","messages":{msgs}}}"#),
+        ),
+        (
+            "POST",
+            "/v1/chat/completions",
+            format!(r#"{{"model":"{m}","messages":{msgs},"n":3}}"#),
+        ),
+        (
+            "POST",
+            "/v1/chat/completions",
+            format!(r#"{{"model":"{m}","messages":{msgs},"max_tokens":-1}}"#),
+        ),
+        (
+            "POST",
+            "/v1/chat/completions",
+            format!(r#"{{"model":"{m}","messages":{msgs},"max_tokens":1e40}}"#),
+        ),
+        (
+            "POST",
+            "/v1/chat/completions",
+            format!(r#"{{"model":"{m}","messages":{msgs},"temperature":9}}"#),
+        ),
+        (
+            "POST",
+            "/v1/chat/completions",
+            format!(r#"{{"model":"{m}","messages":{msgs},"stream":"yes"}}"#),
+        ),
+        (
+            "POST",
+            "/v1/chat/completions",
+            format!(r#"{{"model":"{m}","messages":{msgs},"stop":[1]}}"#),
+        ),
+        (
+            "POST",
+            "/v1/chat/completions",
+            format!(r#"{{"model":"{m}","messages":{msgs},"tools":[]}}"#),
+        ),
+        (
+            "POST",
+            "/v1/chat/completions",
+            format!(r#"{{"model":"{m}","messages":[{{"role":"user","content":"{long}"}}]}}"#),
+        ),
+        ("POST", "/v1/completions", format!(r#"{{"model":"{m}"}}"#)),
+        (
+            "POST",
+            "/v1/completions",
+            format!(r#"{{"model":"{m}","prompt":[]}}"#),
+        ),
+        (
+            "POST",
+            "/v1/completions",
+            format!(r#"{{"model":"{m}","prompt":[999999999]}}"#),
+        ),
+        (
+            "POST",
+            "/v1/completions",
+            format!(r#"{{"model":"{m}","prompt":"x","logprobs":true}}"#),
+        ),
+        (
+            "POST",
+            "/v1/completions",
+            format!(r#"{{"model":"{m}","prompt":"x","messages":{msgs}}}"#),
+        ),
+        ("GET", "/v1/chat/completions", String::new()),
+        ("POST", "/v1/models", String::new()),
+        ("GET", "/v2/nothing", String::new()),
+    ];
+    for (method, path, body) in &corpus {
+        let (code, resp) = http(server.port, method, path, &server.auth(), body.as_bytes());
+        assert!(
+            (400..500).contains(&code),
+            "{method} {path} {body:.80} -> {code} {resp}"
+        );
+        let v: serde_json::Value = serde_json::from_str(&resp)
+            .unwrap_or_else(|_| panic!("{method} {path} {body:.80}: not JSON: {resp}"));
+        assert!(v["error"]["message"].is_string(), "{resp}");
+    }
+
+    // Oversized body: 413, as JSON.
+    let big = format!(r#"{{"model":"{m}","prompt":"{}"}}"#, "x".repeat(8000));
+    let (code, resp) = server.post("/v1/completions", &big);
+    assert_eq!(code, 413, "{resp}");
+    assert!(resp.contains("too large"));
+
+    // A client that disconnects mid-stream frees its slot long before max_tokens would.
+    let mut s = TcpStream::connect(("127.0.0.1", server.port)).unwrap();
+    let body = format!(
+        r#"{{"model":"{m}","prompt":"Once upon a time","max_tokens":400,"temperature":0,"stream":true}}"#
+    );
+    write!(
+        s,
+        "POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sekret\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut seen = String::new();
+    let mut buf = [0u8; 4096];
+    while !seen.contains("data: ") {
+        let n = s.read(&mut buf).unwrap();
+        assert!(n > 0, "stream ended early: {seen}");
+        seen.push_str(&String::from_utf8_lossy(&buf[..n]));
+    }
+    assert_eq!(server.metric("ferrolm_slots_active"), 1.0);
+    drop(s);
+    server.wait_idle(Duration::from_secs(10));
+    assert_eq!(server.metric("ferrolm_requests_cancelled_total"), 1.0);
+    assert!(server.metric("ferrolm_generated_tokens_total") < 400.0);
+
+    // A flood beyond one slot and a queue of two: some 429s, the rest answered, still up.
+    let body =
+        format!(r#"{{"model":"{m}","prompt":"Once upon a time","max_tokens":24,"temperature":0}}"#);
+    let codes: Vec<u16> = std::thread::scope(|sc| {
+        let hs: Vec<_> = (0..12)
+            .map(|_| sc.spawn(|| server.post("/v1/completions", &body).0))
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let (ok, busy) = (
+        codes.iter().filter(|&&c| c == 200).count(),
+        codes.iter().filter(|&&c| c == 429).count(),
+    );
+    assert_eq!(ok + busy, codes.len(), "only 200 or 429: {codes:?}");
+    assert!(busy >= 1 && ok >= 1, "{codes:?}");
+    assert_eq!(server.get("/health").0, 200);
+    server.wait_idle(Duration::from_secs(10));
+    assert_eq!(server.post("/v1/completions", &body).0, 200);
+    let (_, metrics) = server.get("/metrics");
+    assert!(!metrics.contains("code=\"5"), "no 5xx ever: {metrics}");
+}
+
+#[test]
+fn a_long_prompt_is_prefilled_in_ubatch_chunks() {
+    let server = Server::start(&["--ubatch", "32"]);
+    let m = &server.model;
+    let prompt = "one two three four five six seven eight nine ten ".repeat(25);
+    let body = format!(r#"{{"model":"{m}","prompt":"{prompt}","max_tokens":1,"temperature":0}}"#);
+    let (code, resp) = server.post("/v1/completions", &body);
+    assert_eq!(code, 200, "{resp}");
+    let v: serde_json::Value = serde_json::from_str(&resp).unwrap();
+    let n_prompt = v["usage"]["prompt_tokens"].as_f64().unwrap();
+    assert!(n_prompt > 200.0, "{resp}");
+    // One step per 32-token chunk: the prompt never ran as one pass.
+    assert_eq!(
+        server.metric("ferrolm_batch_steps_total"),
+        (n_prompt / 32.0).ceil()
+    );
+}

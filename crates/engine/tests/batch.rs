@@ -1,0 +1,121 @@
+//! Continuous batching's engine half on the default model: several sequences in one forward
+//! pass against each run alone.
+
+use ferrolm_engine::{argmax, Logits, Model, SeqInput, Session};
+use ferrolm_gguf::GgufFile;
+
+fn model_file() -> GgufFile {
+    let path = ferrolm_hub::resolve_default(true).expect("the default model (ferrolm pull)");
+    GgufFile::open(path).unwrap()
+}
+
+/// Greedy tokens of one sequence run alone through a session.
+fn alone(model: &Model, prompt: &[u32], n: usize) -> (Vec<u32>, Vec<f32>) {
+    let mut s = Session::new(model, 128);
+    let mut logits = s.eval(prompt, Logits::Last).unwrap();
+    let first = logits.clone();
+    let mut out = Vec::new();
+    for _ in 0..n {
+        let t = argmax(&logits);
+        out.push(t);
+        logits = s.eval(&[t], Logits::Last).unwrap();
+    }
+    (out, first)
+}
+
+#[test]
+fn batched_sequences_match_each_alone() {
+    let file = model_file();
+    let model = Model::load(&file).unwrap();
+    let prompts: [&[u32]; 3] = [&[1, 504, 3458, 282], &[1, 9690, 314, 253, 1462, 30], &[42]];
+    let n = 8;
+    let want: Vec<_> = prompts.iter().map(|p| alone(&model, p, n)).collect();
+
+    let mut caches: Vec<_> = prompts
+        .iter()
+        .map(|_| model.new_cache(128, ferrolm_engine::KvType::F16).unwrap())
+        .collect();
+    let mut pos: Vec<usize> = vec![0; prompts.len()];
+    let mut next: Vec<Vec<u32>> = prompts.iter().map(|p| p.to_vec()).collect();
+    let mut got: Vec<Vec<u32>> = vec![Vec::new(); prompts.len()];
+    for step in 0..=n {
+        let mut seqs: Vec<SeqInput> = caches
+            .iter_mut()
+            .zip(&next)
+            .zip(&pos)
+            .map(|((cache, tokens), &pos0)| SeqInput {
+                cache,
+                tokens,
+                pos0,
+                logits: Some(Logits::Last),
+            })
+            .collect();
+        let logits = model.forward_batch(&mut seqs).unwrap();
+        for i in 0..prompts.len() {
+            if step == 0 {
+                // Prefill rows are batched with other prompts' rows: same kernels, so the
+                // logits agree to f32 summation order.
+                let worst = logits[i]
+                    .iter()
+                    .zip(&want[i].1)
+                    .map(|(a, b)| (a - b).abs())
+                    .fold(0f32, f32::max);
+                // Alone, a one-token prompt runs the decode matmul (gemv); stacked with other
+                // rows it runs the prefill kernel (gemm): same products, another summation
+                // order, a difference that grows through 30 layers on the first position.
+                assert!(worst < 1.0, "seq {i}: prefill logits differ by {worst}");
+            }
+            pos[i] += next[i].len();
+            if step < n {
+                let t = argmax(&logits[i]);
+                got[i].push(t);
+                next[i] = vec![t];
+            }
+        }
+    }
+    for (i, (w, _)) in want.iter().enumerate() {
+        assert_eq!(&got[i], w, "sequence {i}");
+    }
+}
+
+#[test]
+fn a_batch_of_one_is_the_session_pass_exactly() {
+    let file = model_file();
+    let model = Model::load(&file).unwrap();
+    let prompt = [1u32, 504, 3458, 282, 13];
+    let mut s = Session::new(&model, 64);
+    let want = s.eval(&prompt, Logits::All).unwrap();
+    let mut cache = model.new_cache(64, ferrolm_engine::KvType::F16).unwrap();
+    let got = model
+        .forward_batch(&mut [SeqInput {
+            cache: &mut cache,
+            tokens: &prompt,
+            pos0: 0,
+            logits: Some(Logits::All),
+        }])
+        .unwrap();
+    assert_eq!(got[0], want);
+}
+
+#[test]
+fn bad_input_is_an_error_not_a_panic() {
+    let file = model_file();
+    let model = Model::load(&file).unwrap();
+    let mut cache = model.new_cache(4, ferrolm_engine::KvType::F16).unwrap();
+    let too_long = [1u32; 5];
+    let err = model.forward_batch(&mut [SeqInput {
+        cache: &mut cache,
+        tokens: &too_long,
+        pos0: 0,
+        logits: None,
+    }]);
+    assert!(err.is_err());
+    let mut cache = model.new_cache(4, ferrolm_engine::KvType::F16).unwrap();
+    let err = model.forward_batch(&mut [SeqInput {
+        cache: &mut cache,
+        tokens: &[u32::MAX],
+        pos0: 0,
+        logits: None,
+    }]);
+    assert!(err.is_err());
+}

@@ -1,0 +1,81 @@
+//! `ferrolm serve`: an OpenAI-compatible HTTP API over one loaded model.
+//!
+//! Two halves that talk through channels:
+//! - [`scheduler`]: a dedicated thread that owns the KV slots and runs continuous batching
+//!   (every active sequence decodes in one forward pass per step; new requests join between
+//!   steps; long prompts prefill in chunks).
+//! - [`http`]: axum handlers on tokio that validate requests ([`api`]), queue them, and stream
+//!   results back (SSE), with OpenAI-style errors ([`error`]) and Prometheus [`metrics`].
+
+pub mod api;
+pub mod error;
+pub mod http;
+pub mod metrics;
+mod respond;
+pub mod scheduler;
+mod sequence;
+
+use ferrolm_engine::{KvType, Model};
+use ferrolm_tokenizer::{ChatTemplate, Tokenizer};
+use std::net::SocketAddr;
+
+/// What the server runs on. `'static` because the engine thread and the handlers live as
+/// long as the process; the CLI leaks the loaded model once to get there.
+#[derive(Clone, Copy)]
+pub struct Engine {
+    pub model: &'static Model<'static>,
+    pub tok: &'static Tokenizer,
+    pub template: &'static ChatTemplate,
+}
+
+#[derive(Clone, Debug)]
+pub struct ServeOptions {
+    pub addr: SocketAddr,
+    /// The model's name in `/v1/models` and the one requests must ask for.
+    pub model_id: String,
+    pub api_key: Option<String>,
+    /// Sequences decoded together, each in its own KV slot.
+    pub parallel: usize,
+    /// Context per slot, in tokens.
+    pub n_ctx: usize,
+    pub kv_type: KvType,
+    /// Most prompt tokens prefilled in one step, across all sequences.
+    pub ubatch: usize,
+    /// Requests that may wait for a slot; beyond this they get 429.
+    pub queue: usize,
+    /// Largest request body, in bytes (413 beyond).
+    pub max_body: usize,
+}
+
+/// Binds, prints the address on stderr, and serves until Ctrl-C.
+pub fn serve(engine: Engine, opts: ServeOptions) -> std::io::Result<()> {
+    let metrics = std::sync::Arc::new(metrics::Metrics::new(opts.parallel));
+    let (handle, sched) = scheduler::Scheduler::new(engine, &opts, metrics.clone())
+        .map_err(|e| std::io::Error::other(e.to_string()))?;
+    let engine_thread = std::thread::Builder::new()
+        .name("ferrolm-engine".into())
+        .spawn(move || sched.run())?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let result = rt.block_on(async {
+        let listener = tokio::net::TcpListener::bind(opts.addr).await?;
+        eprintln!(
+            "ferrolm serve: listening on http://{} ({} slots of {} tokens)",
+            listener.local_addr()?,
+            opts.parallel,
+            opts.n_ctx
+        );
+        let app = http::router(http::AppState::new(engine, &opts, handle, metrics));
+        axum::serve(listener, app)
+            .with_graceful_shutdown(async {
+                let _ = tokio::signal::ctrl_c().await;
+            })
+            .await
+    });
+    // The router (and with it the last queue sender) is gone: the engine thread finishes.
+    drop(rt);
+    let _ = engine_thread.join();
+    result
+}

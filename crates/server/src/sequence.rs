@@ -1,0 +1,177 @@
+//! One request's sequence inside the scheduler: where its prompt is, how it samples, and how
+//! its text is streamed (stop strings held back, UTF-8 completed) to the request's channel.
+
+use crate::scheduler::{Event, FinishReason, Job, TokenLogprob};
+use ferrolm_engine::{held_back, Sampler};
+use ferrolm_tokenizer::{StreamDecoder, Tokenizer};
+use std::collections::HashMap;
+use std::time::Instant;
+
+pub(crate) struct Sequence {
+    pub job: Job,
+    sampler: Sampler,
+    /// Prompt tokens already in the cache.
+    fed: usize,
+    /// Positions in the cache.
+    pub n_past: usize,
+    /// The last sampled token, fed at the next step.
+    last: u32,
+    n_gen: usize,
+    /// Generated tokens and how often each came, for the presence/frequency penalties.
+    counts: HashMap<u32, u32>,
+    decoder: StreamDecoder<'static>,
+    /// Decoded text not yet sent: it may still become a stop string.
+    pending: String,
+    max_tokens: usize,
+    n_ctx: usize,
+    /// Ended by a stop string: what follows it is never sent.
+    hit_stop: bool,
+    pub first_token_at: Option<Instant>,
+}
+
+impl Sequence {
+    pub fn new(job: Job, tok: &'static Tokenizer, n_ctx: usize) -> Self {
+        let mut sampler = Sampler::new(job.params.sampler.clone());
+        sampler.accept(&job.prompt);
+        Self {
+            sampler,
+            fed: 0,
+            n_past: 0,
+            last: 0,
+            n_gen: 0,
+            counts: HashMap::new(),
+            decoder: tok.stream_decoder(),
+            pending: String::new(),
+            max_tokens: job.params.max_tokens.unwrap_or(usize::MAX),
+            n_ctx,
+            hit_stop: false,
+            first_token_at: None,
+            job,
+        }
+    }
+
+    pub fn prefilling(&self) -> bool {
+        self.fed < self.job.prompt.len()
+    }
+
+    /// This step's tokens: the next prompt chunk (at most `budget` tokens) or the last
+    /// sampled token; and whether the step yields logits for it.
+    pub fn input(&self, budget: usize) -> (&[u32], bool) {
+        if self.prefilling() {
+            let end = (self.fed + budget).min(self.job.prompt.len());
+            (
+                &self.job.prompt[self.fed..end],
+                end == self.job.prompt.len(),
+            )
+        } else {
+            (std::slice::from_ref(&self.last), true)
+        }
+    }
+
+    /// `n` tokens of [`Self::input`] went into the cache.
+    pub fn advance(&mut self, n: usize) {
+        if self.prefilling() {
+            self.fed += n;
+        }
+        self.n_past += n;
+    }
+
+    /// Samples from this step's logits and streams the token. `Some` when the sequence is
+    /// done (its `Done` event is then sent by the scheduler).
+    pub fn on_logits(&mut self, logits: &[f32], tok: &Tokenizer) -> Option<FinishReason> {
+        let mut logits = logits.to_vec();
+        let p = &self.job.params;
+        for (&t, &c) in &self.counts {
+            if let Some(l) = logits.get_mut(t as usize) {
+                *l -= p.presence_penalty + p.frequency_penalty * c as f32;
+            }
+        }
+        let next = self.sampler.sample(&logits);
+        let logprob = p.logprobs.map(|k| token_logprob(&logits, next, k, tok));
+        self.first_token_at.get_or_insert_with(Instant::now);
+        if tok.is_eog(next) {
+            return Some(FinishReason::Stop);
+        }
+        self.n_gen += 1;
+        *self.counts.entry(next).or_default() += 1;
+        self.last = next;
+        // A token that does not decode (it cannot happen with a vocabulary-built decoder) is
+        // dropped from the text rather than failing the request.
+        self.pending
+            .push_str(&self.decoder.push(next).unwrap_or_default());
+        let stop = &self.job.params.stop;
+        if let Some(at) = stop
+            .iter()
+            .filter_map(|s| self.pending.find(s.as_str()))
+            .min()
+        {
+            let text = self.pending[..at].to_owned();
+            self.pending.clear();
+            self.hit_stop = true;
+            self.send(text, logprob);
+            return Some(FinishReason::Stop);
+        }
+        let ready = self.pending.len() - held_back(&self.pending, stop);
+        let text: String = self.pending.drain(..ready).collect();
+        self.send(text, logprob);
+        if self.n_gen >= self.max_tokens || self.n_past >= self.n_ctx {
+            return Some(FinishReason::Length);
+        }
+        None
+    }
+
+    /// Flushes held-back text (the sequence ended other than by a stop string).
+    pub fn flush(&mut self) {
+        if self.hit_stop {
+            return;
+        }
+        let mut text = std::mem::take(&mut self.pending);
+        text.push_str(&self.decoder.finish());
+        if !text.is_empty() {
+            self.send(text, None);
+        }
+    }
+
+    pub fn n_gen(&self) -> usize {
+        self.n_gen
+    }
+
+    fn send(&self, text: String, logprob: Option<TokenLogprob>) {
+        // A closed channel is noticed before the next step, which frees the slot.
+        let _ = self.job.events.send(Event::Token { text, logprob });
+    }
+}
+
+/// `log softmax(logits)[chosen]` and the `k` most likely tokens, from the penalised logits
+/// before temperature: the model's distribution, as OpenAI reports it.
+fn token_logprob(logits: &[f32], chosen: u32, k: usize, tok: &Tokenizer) -> TokenLogprob {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let log_z = max + logits.iter().map(|l| (l - max).exp()).sum::<f32>().ln();
+    let entry = |id: u32| {
+        let bytes = tok
+            .token_to_piece(id, false)
+            .map(|b| b.into_owned())
+            .unwrap_or_default();
+        (
+            String::from_utf8_lossy(&bytes).into_owned(),
+            bytes,
+            logits[id as usize] - log_z,
+        )
+    };
+    let mut ids: Vec<u32> = (0..logits.len() as u32).collect();
+    let k = k.min(ids.len());
+    if k > 0 {
+        ids.select_nth_unstable_by(k - 1, |a, b| {
+            logits[*b as usize].total_cmp(&logits[*a as usize])
+        });
+    }
+    ids.truncate(k);
+    ids.sort_by(|a, b| logits[*b as usize].total_cmp(&logits[*a as usize]));
+    let (token, bytes, logprob) = entry(chosen);
+    TokenLogprob {
+        token,
+        bytes,
+        logprob,
+        top: ids.into_iter().map(entry).collect(),
+    }
+}
