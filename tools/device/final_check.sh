@@ -1,0 +1,50 @@
+#!/bin/bash
+# One device run: kernel parity, the golden bars on CUDA, each fast-path switch against its
+# default, `serve` on CUDA, then the benchmarks. Usage on the GPU machine, from the repo root:
+#   bash tools/device/final_check.sh BIN_DIR GOLDEN_DIR   (writes under $OUT)
+B=$1/ferrolm
+G=$2
+T=$(dirname "$0")
+export FERROLM_CACHE=${FERROLM_CACHE:-/tmp/ferrolm-cache}
+( for p in smollm2-1.7b olmoe-1b-7b qwen3-8b; do $B synth --preset $p --type q4_k_m -o /tmp/$p.gguf > /dev/null 2>&1; echo "synth $p rc=$?"; done ) > $OUT/synth.txt 2>&1 &
+
+timeout 120 $B cuda-parity --seed 11 > $OUT/parity.txt 2>&1; echo "parity rc=$? $(tail -1 $OUT/parity.txt)"
+
+echo "== goldens on CUDA (f16 cache)"
+python3 $T/golden_check.py $B $G tiny-llama-f32 tiny-qwen3-f32 tiny-llama-q8_0 tiny-qwen3-q8_0 \
+  tiny-olmoe-q8_0 tiny-qwen3moe-q8_0 tiny-llama-q4_k_m tiny-qwen3-q4_k_m -- --backend cuda 2>&1 | tee $OUT/goldens.txt
+
+echo "== fast-path switches"
+toks=$(seq -s ' ' 3 7 250)
+run() { env $1 $B logits -m $G/$2.gguf --backend cuda --all --tokens "$toks" $3 > /tmp/$4.json 2>/dev/null; }
+for m in tiny-llama-q4_k_m tiny-qwen3moe-q8_0; do
+  run X=1 $m --step $m-step; run FERROLM_CUDA_FUSE=0 $m --step $m-nofuse; run FERROLM_CUDA_GRAPH=0 $m --step $m-nograph
+  run X=1 $m "" $m-batch; run FERROLM_ATTN_MMA=0 $m "" $m-scalarattn; run FERROLM_CUDA_MMQ=0 $m "" $m-nommq
+  python3 $T/same_logits.py /tmp/$m-step.json /tmp/$m-nofuse.json
+  python3 $T/same_logits.py /tmp/$m-step.json /tmp/$m-nograph.json
+  python3 $T/same_logits.py /tmp/$m-batch.json /tmp/$m-scalarattn.json 0.2
+  python3 $T/same_logits.py /tmp/$m-batch.json /tmp/$m-nommq.json 0.2
+  python3 $T/same_logits.py /tmp/$m-batch.json /tmp/$m-step.json 0.2
+done 2>&1 | tee $OUT/switches.txt
+m=tiny-qwen3moe-q8_0
+run FERROLM_MOE_FUSED=0 $m --step $m-nomoefuse; run FERROLM_MOE_GROUPED=0 $m "" $m-ungrouped
+python3 $T/same_logits.py /tmp/$m-step.json /tmp/$m-nomoefuse.json | tee -a $OUT/switches.txt
+python3 $T/same_logits.py /tmp/$m-batch.json /tmp/$m-ungrouped.json | tee -a $OUT/switches.txt
+
+echo "== serve on CUDA"
+$B synth --preset smollm2-135m --type q4_k_m --vocab bpe -o /tmp/s135.gguf > /dev/null 2>&1
+$B serve -m /tmp/s135.gguf --backend cuda --port 18080 --parallel 4 > $OUT/serve.txt 2>&1 &
+sp=$!; for i in $(seq 60); do curl -s localhost:18080/health > /dev/null && break; sleep 0.5; done
+for i in 1 2 3 4; do curl -s localhost:18080/v1/completions -H 'content-type: application/json' \
+  -d '{"prompt":"hello there","max_tokens":16,"temperature":0}' > /tmp/c$i.json & done; wait %2 %3 %4 %5 2>/dev/null; sleep 1
+for i in 1 2 3 4; do python3 -c "import json;d=json.load(open('/tmp/c$i.json'));print(d['choices'][0]['finish_reason'], d['usage'])"; done
+cmp -s /tmp/c1.json /tmp/c2.json; curl -s localhost:18080/metrics | grep -E "^ferrolm_(slots_active|requests_total|generated_tokens_total)" | head -5
+kill $sp
+
+echo "== benchmarks"
+wait
+cat $OUT/synth.txt
+for p in smollm2-1.7b qwen3-8b olmoe-1b-7b; do
+  timeout 100 $B bench -m /tmp/$p.gguf --backend cuda -p 512,2048 -n 128 -r 3 2>&1 | grep '|' | tail -3
+  timeout 60 $B bench -m /tmp/$p.gguf --backend cuda -p 2048 -n 0 -r 3 --ubatch-size 2048 2>&1 | tail -1
+done 2>&1 | tee $OUT/bench.txt
