@@ -243,7 +243,7 @@ fn openai_client_and_curl_chat_completions_streaming_stop() {
 #[test]
 fn load_32_clients_match_the_single_request_and_leak_no_slots() {
     let server = Server::start(&["--parallel", "8"]);
-    let out = python_client(&server, &["load", "32", "10", "8"]);
+    let out = python_client(&server, &["load", "32", "10", "16"]);
     println!("load: {out}");
     let (code, _) = server.get("/health");
     assert_eq!(code, 200);

@@ -167,6 +167,20 @@ fn parse_mode(var: Option<&str>, best: Isa) -> Mode {
     }
 }
 
+static BATCH_INVARIANT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Batch-invariant mode, for a server batching several sequences: `Path::Auto` then takes the
+/// GEMM kernel at every row count (SIMD levels only), whose rows are computed independently of
+/// each other, so a sequence's logits no longer depend on how many rows share its pass. Off,
+/// one to three rows take the faster mat-vec kernel, which sums in another order.
+pub fn set_batch_invariant(on: bool) {
+    BATCH_INVARIANT.store(on, std::sync::atomic::Ordering::Relaxed);
+}
+
+fn batch_invariant() -> bool {
+    BATCH_INVARIANT.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// `out[t][r] = Σ_c x[t][c] · W[r][c]` for `n = x.len() / cols` tokens.
 pub fn matmul(w: &WeightRef, x: &[f32], out: &mut [f32]) {
     match mode() {

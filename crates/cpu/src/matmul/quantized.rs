@@ -69,7 +69,7 @@ fn run<F: Native>(isa: Isa, path: Path, w: &WeightRef, x: &[f32], out: &mut [f32
     };
     let gemm = isa != Isa::Scalar
         && match path {
-            Path::Auto => n >= GEMM_MIN_TOKENS,
+            Path::Auto => n >= GEMM_MIN_TOKENS || super::batch_invariant(),
             Path::Gemm => true,
             Path::Gemv => false,
         };
