@@ -48,3 +48,10 @@ for p in smollm2-1.7b qwen3-8b olmoe-1b-7b; do
   timeout 100 $B bench -m /tmp/$p.gguf --backend cuda -p 512,2048 -n 128 -r 3 2>&1 | grep '|' | tail -3
   timeout 60 $B bench -m /tmp/$p.gguf --backend cuda -p 2048 -n 0 -r 3 --ubatch-size 2048 2>&1 | tail -1
 done 2>&1 | tee $OUT/bench.txt
+
+echo "== stage breakdowns (FERROLM_CUDA_PROFILE=1: CUDA events per stage, graphs off)"
+( FERROLM_CUDA_PROFILE=1 $B bench -m /tmp/olmoe-1b-7b.gguf --backend cuda -p 2048 -n 0 -r 1 --ubatch-size 2048 2>&1 | grep -v using
+  FERROLM_CUDA_PROFILE=1 $B bench -m /tmp/olmoe-1b-7b.gguf --backend cuda -p 0 -n 32 -r 1 2>&1 | grep -v using
+  FERROLM_CUDA_PROFILE=1 $B bench -m /tmp/smollm2-1.7b.gguf --backend cuda -p 2048 -n 0 -r 1 --ubatch-size 2048 2>&1 | grep -v using
+  FERROLM_CUDA_PROFILE=1 $B bench -m /tmp/qwen3-8b.gguf --backend cuda -p 0 -n 32 -r 1 2>&1 | grep -v using
+) > $OUT/profile.txt 2>&1; grep -A14 "stages of" $OUT/profile.txt | head -80

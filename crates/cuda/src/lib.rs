@@ -28,6 +28,7 @@ pub mod kernels;
 pub mod libs;
 pub mod nvrtc;
 pub mod ops;
+pub mod profile;
 
 pub use backend::{CudaBackend, CudaCache, CudaModel};
 pub use cudarc::driver::{CudaSlice, CudaStream};

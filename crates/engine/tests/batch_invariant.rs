@@ -48,13 +48,13 @@ fn batched_logits_equal_each_sequence_alone_bit_for_bit() {
             })
             .collect();
         let got = model.forward_batch(&mut seqs).unwrap();
-        for i in 0..prompts.len() {
+        for (i, (logits, want)) in got.iter().zip(&alone).enumerate() {
             assert!(
-                got[i] == alone[i][step],
+                *logits == want[step],
                 "sequence {i}, step {step}: batched logits differ from alone"
             );
             pos[i] += next[i].len();
-            next[i] = vec![argmax(&got[i])];
+            next[i] = vec![argmax(logits)];
         }
     }
 }

@@ -287,10 +287,12 @@ impl Backend for CudaBackend {
         if out.buf.is_none() {
             return;
         }
-        let r = self.with_inputs(ids.len(), |inp| {
-            self.k
-                .embed
-                .gather(table.gather_table(), &inp.tokens, out.buf_mut())
+        let r = crate::profile::span(self.dev.stream(), "embed", || {
+            self.with_inputs(ids.len(), |inp| {
+                self.k
+                    .embed
+                    .gather(table.gather_table(), &inp.tokens, out.buf_mut())
+            })
         });
         self.check(r);
     }
@@ -299,13 +301,15 @@ impl Backend for CudaBackend {
         if x.rows == 0 || x.buf.is_none() || out.buf.is_none() {
             return;
         }
-        let r = if self.fuse && x.width.is_multiple_of(32) {
-            self.norm_q8(x, w, eps, out)
-        } else {
-            self.k
-                .norm_rope
-                .rms_norm(x.buf(), w.vector(), eps, out.buf_mut())
-        };
+        let r = crate::profile::span(self.dev.stream(), "norm", || {
+            if self.fuse && x.width.is_multiple_of(32) {
+                self.norm_q8(x, w, eps, out)
+            } else {
+                self.k
+                    .norm_rope
+                    .rms_norm(x.buf(), w.vector(), eps, out.buf_mut())
+            }
+        });
         self.check(r);
     }
 
@@ -324,7 +328,9 @@ impl Backend for CudaBackend {
             self.add(acc, x);
             return self.rms_norm(acc, w, eps, out);
         }
-        let r = self.norm_q8_add(acc, x, w, eps, out);
+        let r = crate::profile::span(self.dev.stream(), "norm", || {
+            self.norm_q8_add(acc, x, w, eps, out)
+        });
         self.check(r);
     }
 
@@ -339,7 +345,9 @@ impl Backend for CudaBackend {
         if x.rows == 0 || [x, &*gate, &*up].iter().any(|a| a.buf.is_none()) {
             return;
         }
-        let r = self.glu(wg, wu, x, gate, up);
+        let r = crate::profile::span(self.dev.stream(), "ffn.gate_up", || {
+            self.glu(wg, wu, x, gate, up)
+        });
         self.check(r);
     }
 
@@ -347,10 +355,11 @@ impl Backend for CudaBackend {
         if x.rows == 0 || x.buf.is_none() {
             return;
         }
-        let r = self
-            .k
-            .norm_rope
-            .rms_norm_groups(x.buf_mut(), w.vector(), eps);
+        let r = crate::profile::span(self.dev.stream(), "qk_norm", || {
+            self.k
+                .norm_rope
+                .rms_norm_groups(x.buf_mut(), w.vector(), eps)
+        });
         self.check(r);
     }
 
@@ -362,7 +371,7 @@ impl Backend for CudaBackend {
         if x.buf.is_none() || outs.iter().any(|o| o.buf.is_none()) {
             return;
         }
-        let r = self.matmul_all(ws, x, outs);
+        let r = crate::profile::span(self.dev.stream(), "matmul", || self.matmul_all(ws, x, outs));
         self.check(r);
     }
 
@@ -370,7 +379,9 @@ impl Backend for CudaBackend {
         if x.rows == 0 || x.buf.is_none() {
             return;
         }
-        let r = self.k.elementwise.add_bias(x.buf_mut(), b.vector());
+        let r = crate::profile::span(self.dev.stream(), "bias", || {
+            self.k.elementwise.add_bias(x.buf_mut(), b.vector())
+        });
         self.check(r);
     }
 
@@ -382,10 +393,12 @@ impl Backend for CudaBackend {
             RopeMode::Normal => Rope::Normal,
             RopeMode::Neox => Rope::Neox,
         };
-        let r = self.with_inputs(positions.len(), |inp| {
-            self.k
-                .norm_rope
-                .rope(x.buf_mut(), head_dim, &inp.positions, base, mode)
+        let r = crate::profile::span(self.dev.stream(), "rope", || {
+            self.with_inputs(positions.len(), |inp| {
+                self.k
+                    .norm_rope
+                    .rope(x.buf_mut(), head_dim, &inp.positions, base, mode)
+            })
         });
         self.check(r);
     }
@@ -410,15 +423,17 @@ impl Backend for CudaBackend {
             RopeMode::Normal => Rope::Normal,
             RopeMode::Neox => Rope::Neox,
         };
-        let r = self.with_inputs(positions.len(), |inp| {
-            self.k.norm_rope.rope_qk(
-                q.buf_mut(),
-                k.buf_mut(),
-                head_dim,
-                &inp.positions,
-                base,
-                mode,
-            )
+        let r = crate::profile::span(self.dev.stream(), "rope", || {
+            self.with_inputs(positions.len(), |inp| {
+                self.k.norm_rope.rope_qk(
+                    q.buf_mut(),
+                    k.buf_mut(),
+                    head_dim,
+                    &inp.positions,
+                    base,
+                    mode,
+                )
+            })
         });
         self.check(r);
     }
@@ -437,7 +452,9 @@ impl Backend for CudaBackend {
         if q.rows == 0 || [q, k, v].iter().any(|a| a.buf.is_none()) || out.buf.is_none() {
             return;
         }
-        let r = self.try_attention(seqs, layer, q, k, v, shape, out);
+        let r = crate::profile::span(self.dev.stream(), "attention", || {
+            self.try_attention(seqs, layer, q, k, v, shape, out)
+        });
         self.check(r);
     }
 
@@ -445,7 +462,9 @@ impl Backend for CudaBackend {
         if gate.rows == 0 || gate.buf.is_none() || up.buf.is_none() {
             return;
         }
-        let r = self.k.elementwise.swiglu(gate.buf_mut(), up.buf());
+        let r = crate::profile::span(self.dev.stream(), "swiglu", || {
+            self.k.elementwise.swiglu(gate.buf_mut(), up.buf())
+        });
         self.check(r);
     }
 
@@ -462,7 +481,9 @@ impl Backend for CudaBackend {
         if acc.rows == 0 || acc.buf.is_none() || x.buf.is_none() {
             return;
         }
-        let r = self.k.elementwise.add(acc.buf_mut(), x.buf());
+        let r = crate::profile::span(self.dev.stream(), "add", || {
+            self.k.elementwise.add(acc.buf_mut(), x.buf())
+        });
         self.check(r);
     }
 

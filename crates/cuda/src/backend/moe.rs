@@ -54,9 +54,11 @@ impl CudaBackend {
             Some(r) if r.max_n >= n && r.n_expert == w.n_expert => r,
             slot => slot.insert(MoeRouteWork::new(dev, n.max(GEMM_MIN_TOKENS), w.n_expert)?),
         };
-        self.k
-            .moe_route
-            .route(x.buf(), n, router, route, &mut ids, &mut weights)?;
+        crate::profile::span(dev.stream(), "moe.route", || {
+            self.k
+                .moe_route
+                .route(x.buf(), n, router, route, &mut ids, &mut weights)
+        })?;
 
         let r = if n <= MOE_DECODE_MAX_TOKENS && self.fuse {
             let decode = match &mut scratch.decode {
@@ -73,10 +75,11 @@ impl CudaBackend {
             dev.stream()
                 .memset_zeros(o)
                 .during("clearing the MoE output")?;
-            let r = self
-                .k
-                .moe_decode
-                .forward(xq, n, &ids, &weights, &experts, decode, o);
+            let r = crate::profile::span(dev.stream(), "moe.decode", || {
+                self.k
+                    .moe_decode
+                    .forward(xq, n, &ids, &weights, &experts, decode, o)
+            });
             if let Some(b) = own_q8 {
                 self.bytes.give(b);
             }

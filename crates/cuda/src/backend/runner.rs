@@ -19,6 +19,7 @@ use std::sync::Arc;
 fn graphs_enabled() -> bool {
     std::env::var("FERROLM_CUDA_GRAPH").map_or(true, |v| v != "0")
         && std::env::var_os("FERROLM_DUMP_DIR").is_none()
+        && !crate::profile::enabled()
 }
 
 /// Headroom kept free beyond the weights: activations, the cuBLAS-free kernels' scratch, and

@@ -242,8 +242,11 @@ impl MoeGemm {
         if n == 0 {
             return Ok(());
         }
-        self.build_index(ids, n, work)?;
-        self.quantize.q8_1_rows(x, n, d, &mut work.xq)?;
+        let st = self.stream.clone();
+        crate::profile::span(&st, "moe.index", || {
+            self.build_index(ids, n, work)?;
+            self.quantize.q8_1_rows(x, n, d, &mut work.xq)
+        })?;
         let gate_up_g = &self.gemms[&experts.gate.ty].0;
         let down_g = &self.gemms[&experts.down.ty].1;
         let gate_up = gate_up_g.get(&format!("moe_gate_up for {}", experts.gate.ty))?;
@@ -261,43 +264,51 @@ impl MoeGemm {
         } else {
             (0..e).map(|i| (i as i32, pair_tiles)).collect()
         };
-        for &(expert, slots) in &launches {
-            let mut b = self.stream.launch_builder(gate_up);
-            b.arg(&experts.gate.data)
-                .arg(&experts.up.data)
-                .arg(&work.xq)
-                .arg(&work.sorted)
-                .arg(&work.index)
-                .arg(&mut work.h)
-                .arg(&ci)
-                .arg(&ffi)
-                .arg(&ei)
-                .arg(&ki)
-                .arg(&expert);
-            // SAFETY: moe_gate_up_<type>(gate, up, xq, sorted, index, h, n_embd, n_ff, E, k,
-            // expert): shapes checked above; h has pairs × n_ff floats, and a block writes only
-            // sorted positions below offsets[E] <= pairs.
-            unsafe { b.launch(gemm_cfg(ff, slots, gate_up_g.smem)?) }
-                .during(format!("launching moe_gate_up for {}", experts.gate.ty))?;
-        }
-        self.quantize.q8_1_rows(&work.h, pairs, ff, &mut work.hq)?;
-        for &(expert, slots) in &launches {
-            let mut b = self.stream.launch_builder(down_fn);
-            b.arg(&experts.down.data)
-                .arg(&work.hq)
-                .arg(&work.sorted)
-                .arg(&work.index)
-                .arg(weights)
-                .arg(&mut work.y)
-                .arg(&ffi)
-                .arg(&ci)
-                .arg(&ei)
-                .arg(&expert);
-            // SAFETY: moe_down_<type>(down, hq, sorted, index, weights, y, n_ff, n_embd, E,
-            // expert): y has pairs × n_embd floats, written at pair ids < pairs.
-            unsafe { b.launch(gemm_cfg(d, slots, down_g.smem)?) }
-                .during(format!("launching moe_down for {}", experts.down.ty))?;
-        }
+        let gate_up_span = crate::profile::span(&st, "moe.gate_up", || -> Result<()> {
+            for &(expert, slots) in &launches {
+                let mut b = self.stream.launch_builder(gate_up);
+                b.arg(&experts.gate.data)
+                    .arg(&experts.up.data)
+                    .arg(&work.xq)
+                    .arg(&work.sorted)
+                    .arg(&work.index)
+                    .arg(&mut work.h)
+                    .arg(&ci)
+                    .arg(&ffi)
+                    .arg(&ei)
+                    .arg(&ki)
+                    .arg(&expert);
+                // SAFETY: moe_gate_up_<type>(gate, up, xq, sorted, index, h, n_embd, n_ff, E, k,
+                // expert): shapes checked above; h has pairs × n_ff floats, and a block writes only
+                // sorted positions below offsets[E] <= pairs.
+                unsafe { b.launch(gemm_cfg(ff, slots, gate_up_g.smem)?) }
+                    .during(format!("launching moe_gate_up for {}", experts.gate.ty))?;
+            }
+            Ok(())
+        });
+        gate_up_span?;
+        let down_span = crate::profile::span(&st, "moe.down", || -> Result<()> {
+            self.quantize.q8_1_rows(&work.h, pairs, ff, &mut work.hq)?;
+            for &(expert, slots) in &launches {
+                let mut b = self.stream.launch_builder(down_fn);
+                b.arg(&experts.down.data)
+                    .arg(&work.hq)
+                    .arg(&work.sorted)
+                    .arg(&work.index)
+                    .arg(weights)
+                    .arg(&mut work.y)
+                    .arg(&ffi)
+                    .arg(&ci)
+                    .arg(&ei)
+                    .arg(&expert);
+                // SAFETY: moe_down_<type>(down, hq, sorted, index, weights, y, n_ff, n_embd, E,
+                // expert): y has pairs × n_embd floats, written at pair ids < pairs.
+                unsafe { b.launch(gemm_cfg(d, slots, down_g.smem)?) }
+                    .during(format!("launching moe_down for {}", experts.down.ty))?;
+            }
+            Ok(())
+        });
+        down_span?;
         let (ni, total) = (int(n, "tokens"), n * d);
         let mut b = self.stream.launch_builder(&self.combine);
         b.arg(&work.y)
@@ -313,7 +324,8 @@ impl MoeGemm {
             shared_mem_bytes: 0,
         };
         // SAFETY: moe_combine(y, ids, out, ntok, k, n_embd, E): n·k ids, n × n_embd out.
-        unsafe { b.launch(cfg) }.during("launching moe_combine")?;
+        crate::profile::span(&st, "moe.combine", || unsafe { b.launch(cfg) })
+            .during("launching moe_combine")?;
         Ok(())
     }
 
