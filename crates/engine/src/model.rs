@@ -92,6 +92,16 @@ impl<'a> Model<'a> {
         Ok(Self { cfg, file, exec })
     }
 
+    /// Prompt tokens per forward pass unless told otherwise: llama.cpp's 512 on the CPU; 2048
+    /// on a GPU, where the larger GEMMs fill the device better (OLMoE pp2048 on the H200: 27.4k
+    /// t/s at 512, 37.9k at 2048).
+    pub fn default_ubatch(&self) -> usize {
+        match self.exec {
+            Exec::Cpu(_) => 512,
+            Exec::Cuda(_) => 2048,
+        }
+    }
+
     /// "cpu", or the GPU's description.
     pub fn device_name(&self) -> String {
         match &self.exec {

@@ -46,7 +46,7 @@ impl<'m, 'a> Session<'m, 'a> {
             cache: None,
             n_ctx,
             kv_type,
-            ubatch: 512,
+            ubatch: model.default_ubatch(),
             tokens: Vec::new(),
         }
     }
