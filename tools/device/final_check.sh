@@ -7,6 +7,7 @@ G=$2
 T=$(dirname "$0")
 export FERROLM_CACHE=${FERROLM_CACHE:-/tmp/ferrolm-cache}
 ( for p in smollm2-1.7b olmoe-1b-7b qwen3-8b; do $B synth --preset $p --type q4_k_m -o /tmp/$p.gguf > /dev/null 2>&1; echo "synth $p rc=$?"; done ) > $OUT/synth.txt 2>&1 &
+synth_pid=$!
 
 timeout 120 $B cuda-parity --seed 11 > $OUT/parity.txt 2>&1; echo "parity rc=$? $(tail -1 $OUT/parity.txt)"
 
@@ -31,18 +32,23 @@ run FERROLM_MOE_FUSED=0 $m --step $m-nomoefuse; run FERROLM_MOE_GROUPED=0 $m "" 
 python3 $T/same_logits.py /tmp/$m-step.json /tmp/$m-nomoefuse.json | tee -a $OUT/switches.txt
 python3 $T/same_logits.py /tmp/$m-batch.json /tmp/$m-ungrouped.json | tee -a $OUT/switches.txt
 
-echo "== serve on CUDA"
+echo "== serve on CUDA (4 concurrent greedy requests, one batch)"
 $B synth --preset smollm2-135m --type q4_k_m --vocab bpe -o /tmp/s135.gguf > /dev/null 2>&1
 $B serve -m /tmp/s135.gguf --backend cuda --port 18080 --parallel 4 > $OUT/serve.txt 2>&1 &
-sp=$!; for i in $(seq 60); do curl -s localhost:18080/health > /dev/null && break; sleep 0.5; done
-for i in 1 2 3 4; do curl -s localhost:18080/v1/completions -H 'content-type: application/json' \
-  -d '{"prompt":"hello there","max_tokens":16,"temperature":0}' > /tmp/c$i.json & done; wait %2 %3 %4 %5 2>/dev/null; sleep 1
-for i in 1 2 3 4; do python3 -c "import json;d=json.load(open('/tmp/c$i.json'));print(d['choices'][0]['finish_reason'], d['usage'])"; done
-cmp -s /tmp/c1.json /tmp/c2.json; curl -s localhost:18080/metrics | grep -E "^ferrolm_(slots_active|requests_total|generated_tokens_total)" | head -5
+sp=$!; for i in $(seq 120); do curl -s -m 1 localhost:18080/health > /dev/null && break; sleep 0.25; done
+pids=""
+for i in 1 2 3 4; do
+  curl -s -m 30 localhost:18080/v1/completions -H 'content-type: application/json' \
+    -d '{"model":"s135","prompt":"hello there","max_tokens":16,"temperature":0}' > /tmp/c$i.json &
+  pids="$pids $!"
+done
+wait $pids
+python3 -c "import json;r=[json.load(open(f'/tmp/c{i}.json')) for i in range(1,5)];print([x['usage'] for x in r]);print('all equal' if len({x['choices'][0]['text'] for x in r})==1 else 'differ')"
+curl -s -m 2 localhost:18080/metrics | grep -E "^ferrolm_(slots_active|generated_tokens_total|batch_steps_total)"
 kill $sp
 
 echo "== benchmarks"
-wait
+wait $synth_pid
 cat $OUT/synth.txt
 for p in smollm2-1.7b qwen3-8b olmoe-1b-7b; do
   timeout 100 $B bench -m /tmp/$p.gguf --backend cuda -p 512,2048 -n 128 -r 3 2>&1 | grep '|' | tail -3

@@ -1,6 +1,6 @@
 //! `kernels/attention.cu`: the f16 KV cache, flash-decoding and the scalar tiled prefill;
-//! `kernels/flash_attn.cu`: the tensor-core prefill (the default; `FERROLM_ATTN_MMA=0` selects
-//! the scalar one, for bisecting).
+//! `kernels/flash_attn.cu`: the tensor-core prefill (the default from [`MMA_MIN_ROWS`] query
+//! rows; `FERROLM_ATTN_MMA=0` or `=1` forces the scalar or the tensor-core kernel at every size).
 //!
 //! Positions live in device memory (`CudaSlice<u32>`), so a captured graph replays with new
 //! positions without re-capture; the split count of decode is fixed per [`DecodeWork`] for the
@@ -39,13 +39,30 @@ pub enum PrefillKernel {
     Scalar,
 }
 
+/// Below this many query rows the f32 kernel runs: a short ubatch's attention costs little
+/// either way, and f32 keeps it exact, where the tensor-core kernel's f16 rounding of Q and P
+/// moved the tiny q8_0 goldens from 181-183/185 to 178-179/185 top-1 on the H200. (The CPU
+/// switches its numerics at 64 rows too, for ggml's sake.)
+pub const MMA_MIN_ROWS: usize = 64;
+
 impl PrefillKernel {
-    /// `FERROLM_ATTN_MMA=0` selects the scalar kernel; anything else (or unset) the MMA one.
-    pub fn from_env() -> Self {
-        match std::env::var("FERROLM_ATTN_MMA") {
-            Ok(v) if v == "0" => PrefillKernel::Scalar,
-            _ => PrefillKernel::Mma,
+    /// `FERROLM_ATTN_MMA=0` forces the scalar kernel, `=1` the MMA one; unset (or anything
+    /// else), `None`: chosen by the number of query rows.
+    pub fn from_env() -> Option<Self> {
+        match std::env::var("FERROLM_ATTN_MMA").as_deref() {
+            Ok("0") => Some(PrefillKernel::Scalar),
+            Ok("1") => Some(PrefillKernel::Mma),
+            _ => None,
         }
+    }
+
+    /// The kernel for `n_q` query rows unless forced.
+    pub fn for_rows(forced: Option<Self>, n_q: usize) -> Self {
+        forced.unwrap_or(if n_q >= MMA_MIN_ROWS {
+            PrefillKernel::Mma
+        } else {
+            PrefillKernel::Scalar
+        })
     }
 }
 
@@ -121,7 +138,8 @@ pub struct Attention {
     prefill: Vec<CudaFunction>,
     flash: Vec<CudaFunction>,
     /// What [`prefill`](Attention::prefill) runs, fixed at load from the environment.
-    pub prefill_kernel: PrefillKernel,
+    /// Forced by `FERROLM_ATTN_MMA`, else chosen per call by the number of rows.
+    pub prefill_kernel: Option<PrefillKernel>,
 }
 
 fn dim_index(head_dim: usize) -> Result<usize> {
@@ -290,7 +308,8 @@ impl Attention {
     }
 
     /// Prefill: the same as [`decode`](Self::decode) for a ubatch of any number of query rows,
-    /// on the kernel chosen at load ([`PrefillKernel::from_env`]).
+    /// on the kernel forced at load ([`PrefillKernel::from_env`]) or chosen by the row count
+    /// ([`PrefillKernel::for_rows`]).
     pub fn prefill(
         &self,
         q: &CudaSlice<f32>,
@@ -299,7 +318,9 @@ impl Attention {
         n_head: usize,
         out: &mut CudaSlice<f32>,
     ) -> Result<()> {
-        self.prefill_with(self.prefill_kernel, q, cache, positions, n_head, out)
+        let n_q = positions.len();
+        let kernel = PrefillKernel::for_rows(self.prefill_kernel, n_q);
+        self.prefill_with(kernel, q, cache, positions, n_head, out)
     }
 
     /// [`prefill`](Self::prefill) on a named kernel (parity checks run both). Scalar: one warp
@@ -367,6 +388,17 @@ impl Attention {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn prefill_kernel_by_rows_unless_forced() {
+        use PrefillKernel::{Mma, Scalar};
+        assert_eq!(PrefillKernel::for_rows(None, 1), Scalar);
+        assert_eq!(PrefillKernel::for_rows(None, MMA_MIN_ROWS - 1), Scalar);
+        assert_eq!(PrefillKernel::for_rows(None, MMA_MIN_ROWS), Mma);
+        assert_eq!(PrefillKernel::for_rows(None, 2048), Mma);
+        assert_eq!(PrefillKernel::for_rows(Some(Mma), 9), Mma);
+        assert_eq!(PrefillKernel::for_rows(Some(Scalar), 2048), Scalar);
+    }
 
     #[test]
     fn splits_and_head_dims() {
