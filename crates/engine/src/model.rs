@@ -154,20 +154,12 @@ impl<'a> Model<'a> {
         positions: &[u32],
         logit_rows: &[usize],
     ) -> Result<Vec<f32>, EngineError> {
-        let wrong_device =
-            || EngineError::Backend("a KV cache used with a model on another device".into());
         match &self.exec {
             Exec::Cpu(m) => {
-                let mut cpu: Vec<SeqRows<'_, CpuCache>> = Vec::with_capacity(seqs.len());
-                for s in seqs.iter_mut() {
-                    let Cache::Cpu(cache) = &mut *s.cache else {
-                        return Err(wrong_device());
-                    };
-                    cpu.push(SeqRows {
-                        cache,
-                        rows: s.rows.clone(),
-                    });
-                }
+                let mut cpu = narrow(seqs, |c| match c {
+                    Cache::Cpu(c) => Some(c),
+                    Cache::Cuda(_) => None,
+                })?;
                 Ok(m.pool.install(|| {
                     let logits = forward(
                         &m.backend, &self.cfg, &m.weights, &mut cpu, tokens, positions, logit_rows,
@@ -176,19 +168,30 @@ impl<'a> Model<'a> {
                 }))
             }
             Exec::Cuda(m) => {
-                let mut gpu: Vec<SeqRows<'_, CudaCache>> = Vec::with_capacity(seqs.len());
-                for s in seqs.iter_mut() {
-                    let Cache::Cuda(cache) = &mut *s.cache else {
-                        return Err(wrong_device());
-                    };
-                    gpu.push(SeqRows {
-                        cache,
-                        rows: s.rows.clone(),
-                    });
-                }
+                let mut gpu = narrow(seqs, |c| match c {
+                    Cache::Cuda(c) => Some(&mut **c),
+                    Cache::Cpu(_) => None,
+                })?;
                 m.forward_rows(&mut gpu, tokens, positions, logit_rows)
                     .map_err(|e| EngineError::Backend(e.to_string()))
             }
         }
     }
+}
+
+/// The batch's caches as the device's own cache type; an error when one lives elsewhere.
+fn narrow<'s, 'c, C>(
+    seqs: &'s mut [SeqRows<'c, Cache>],
+    pick: impl Fn(&'s mut Cache) -> Option<&'s mut C>,
+) -> Result<Vec<SeqRows<'s, C>>, EngineError> {
+    seqs.iter_mut()
+        .map(|s| {
+            let rows = s.rows.clone();
+            pick(&mut *s.cache)
+                .map(|cache| SeqRows { cache, rows })
+                .ok_or_else(|| {
+                    EngineError::Backend("a KV cache used with a model on another device".into())
+                })
+        })
+        .collect()
 }

@@ -389,10 +389,7 @@ impl Backend for CudaBackend {
         if x.rows == 0 || x.buf.is_none() {
             return;
         }
-        let mode = match mode {
-            RopeMode::Normal => Rope::Normal,
-            RopeMode::Neox => Rope::Neox,
-        };
+        let mode = rope_kind(mode);
         let r = crate::profile::span(self.dev.stream(), "rope", || {
             self.with_inputs(positions.len(), |inp| {
                 self.k
@@ -419,10 +416,7 @@ impl Backend for CudaBackend {
         if q.rows == 0 || q.buf.is_none() || k.buf.is_none() {
             return;
         }
-        let mode = match mode {
-            RopeMode::Normal => Rope::Normal,
-            RopeMode::Neox => Rope::Neox,
-        };
+        let mode = rope_kind(mode);
         let r = crate::profile::span(self.dev.stream(), "rope", || {
             self.with_inputs(positions.len(), |inp| {
                 self.k.norm_rope.rope_qk(
@@ -534,4 +528,11 @@ fn decode_work(
         head_dim,
         DecodeWork::default_splits(n_ctx),
     )
+}
+
+fn rope_kind(mode: RopeMode) -> Rope {
+    match mode {
+        RopeMode::Normal => Rope::Normal,
+        RopeMode::Neox => Rope::Neox,
+    }
 }
