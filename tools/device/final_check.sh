@@ -27,6 +27,10 @@ for m in tiny-llama-q4_k_m tiny-qwen3moe-q8_0; do
   python3 $T/same_logits.py /tmp/$m-batch.json /tmp/$m-nommq.json 0.2
   python3 $T/same_logits.py /tmp/$m-batch.json /tmp/$m-step.json 0.2
 done 2>&1 | tee $OUT/switches.txt
+for m in tiny-llama-q4_k_m tiny-qwen3moe-q8_0; do
+  # -ngl 2 of 2 blocks: block 0 on the CPU, block 1 and the output on the GPU.
+  run X=1 $m "-ngl 2" $m-split; python3 $T/same_logits.py /tmp/$m-batch.json /tmp/$m-split.json 0.5
+done 2>&1 | tee -a $OUT/switches.txt
 m=tiny-qwen3moe-q8_0
 run FERROLM_MOE_FUSED=0 $m --step $m-nomoefuse; run FERROLM_MOE_GROUPED=0 $m "" $m-ungrouped
 python3 $T/same_logits.py /tmp/$m-step.json /tmp/$m-nomoefuse.json | tee -a $OUT/switches.txt

@@ -5,7 +5,7 @@ use ferrolm_cpu::{CpuBackend, CpuCache, CpuWeight, KvType};
 use ferrolm_cuda::{CudaCache, CudaDevice, CudaModel};
 use ferrolm_gguf::GgufFile;
 use ferrolm_model::backend::{Backend, SeqRows};
-use ferrolm_model::forward::forward;
+use ferrolm_model::forward::{embed, forward, layers};
 use ferrolm_model::weights::ModelWeights;
 use ferrolm_model::{Config, Result};
 use std::sync::Arc;
@@ -30,6 +30,11 @@ pub struct Model<'a> {
 enum Exec<'a> {
     Cpu(CpuModel<'a>),
     Cuda(CudaModel),
+    /// `-ngl`: the first blocks on the CPU, the rest and the head on the GPU.
+    Split {
+        cpu: CpuModel<'a>,
+        gpu: CudaModel,
+    },
 }
 
 struct CpuModel<'a> {
@@ -40,10 +45,29 @@ struct CpuModel<'a> {
     pool: rayon::ThreadPool,
 }
 
+impl<'a> CpuModel<'a> {
+    fn load(cfg: &Config, file: &'a GgufFile) -> Result<Self> {
+        let weights = ModelWeights::load(cfg, file, |name, ty, dims, data| {
+            CpuWeight::new(name, ty, dims, data)
+        })?;
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(rayon::current_num_threads())
+            .build()
+            .map_err(|e| ferrolm_model::ModelError::Invalid(format!("thread pool: {e}")))?;
+        Ok(Self {
+            weights,
+            backend: CpuBackend::default(),
+            pool,
+        })
+    }
+}
+
 /// The KV cache of one sequence, on the model's device.
 pub enum Cache {
     Cpu(CpuCache),
     Cuda(Box<CudaCache>),
+    /// The CPU's blocks' cache and the GPU's.
+    Split(CpuCache, Box<CudaCache>),
 }
 
 impl Device {
@@ -59,7 +83,7 @@ impl Cache {
     pub fn n_ctx(&self) -> usize {
         match self {
             Cache::Cpu(c) => c.n_ctx(),
-            Cache::Cuda(c) => c.n_ctx(),
+            Cache::Cuda(c) | Cache::Split(_, c) => c.n_ctx(),
         }
     }
 }
@@ -71,23 +95,22 @@ impl<'a> Model<'a> {
     }
 
     pub fn load_on(file: &'a GgufFile, device: &Device) -> Result<Self> {
+        Self::load_split(file, device, 0)
+    }
+
+    /// Loads `file` with blocks `..first_gpu_layer` on the CPU and the rest, with the head, on
+    /// `device` (all of it when `first_gpu_layer` is 0; everything on the CPU for `Device::Cpu`).
+    pub fn load_split(file: &'a GgufFile, device: &Device, first_gpu_layer: usize) -> Result<Self> {
         let cfg = Config::from_gguf(file)?;
         let exec = match device {
-            Device::Cpu => {
-                let weights = ModelWeights::load(&cfg, file, |name, ty, dims, data| {
-                    CpuWeight::new(name, ty, dims, data)
-                })?;
-                let pool = rayon::ThreadPoolBuilder::new()
-                    .num_threads(rayon::current_num_threads())
-                    .build()
-                    .map_err(|e| ferrolm_model::ModelError::Invalid(format!("thread pool: {e}")))?;
-                Exec::Cpu(CpuModel {
-                    weights,
-                    backend: CpuBackend::default(),
-                    pool,
-                })
+            Device::Cpu => Exec::Cpu(CpuModel::load(&cfg, file)?),
+            Device::Cuda(dev) if first_gpu_layer == 0 => {
+                Exec::Cuda(CudaModel::load(file, dev.clone())?)
             }
-            Device::Cuda(dev) => Exec::Cuda(CudaModel::load(file, dev.clone())?),
+            Device::Cuda(dev) => Exec::Split {
+                cpu: CpuModel::load(&cfg, file)?,
+                gpu: CudaModel::load_from_layer(file, dev.clone(), first_gpu_layer)?,
+            },
         };
         Ok(Self { cfg, file, exec })
     }
@@ -98,7 +121,7 @@ impl<'a> Model<'a> {
     pub fn default_ubatch(&self) -> usize {
         match self.exec {
             Exec::Cpu(_) => 512,
-            Exec::Cuda(_) => 2048,
+            Exec::Cuda(_) | Exec::Split { .. } => 2048,
         }
     }
 
@@ -107,23 +130,34 @@ impl<'a> Model<'a> {
         match &self.exec {
             Exec::Cpu(_) => "cpu".into(),
             Exec::Cuda(m) => m.device().describe(),
+            Exec::Split { gpu, .. } => format!(
+                "{} (blocks {}.. of {}; the first on the CPU)",
+                gpu.device().describe(),
+                gpu.first_layer(),
+                self.cfg.n_layer
+            ),
         }
     }
 
     /// A KV cache for `n_ctx` positions. The GPU keeps its cache in f16 only.
     pub fn new_cache(&self, n_ctx: usize, kv_type: KvType) -> Result<Cache, EngineError> {
+        let gpu_cache = |m: &CudaModel| {
+            if kv_type != KvType::F16 {
+                return Err(EngineError::Backend(
+                    "the CUDA backend keeps its KV cache in f16 only".into(),
+                ));
+            }
+            m.new_cache(n_ctx)
+                .map(Box::new)
+                .map_err(|e| EngineError::Backend(e.to_string()))
+        };
         match &self.exec {
             Exec::Cpu(_) => Ok(Cache::Cpu(CpuCache::new(&self.cfg, n_ctx, kv_type))),
-            Exec::Cuda(m) => {
-                if kv_type != KvType::F16 {
-                    return Err(EngineError::Backend(
-                        "the CUDA backend keeps its KV cache in f16 only".into(),
-                    ));
-                }
-                m.new_cache(n_ctx)
-                    .map(|c| Cache::Cuda(Box::new(c)))
-                    .map_err(|e| EngineError::Backend(e.to_string()))
-            }
+            Exec::Cuda(m) => gpu_cache(m).map(Cache::Cuda),
+            Exec::Split { gpu, .. } => Ok(Cache::Split(
+                CpuCache::new(&self.cfg, n_ctx, kv_type),
+                gpu_cache(gpu)?,
+            )),
         }
     }
 
@@ -158,7 +192,7 @@ impl<'a> Model<'a> {
             Exec::Cpu(m) => {
                 let mut cpu = narrow(seqs, |c| match c {
                     Cache::Cpu(c) => Some(c),
-                    Cache::Cuda(_) => None,
+                    _ => None,
                 })?;
                 Ok(m.pool.install(|| {
                     let logits = forward(
@@ -170,9 +204,44 @@ impl<'a> Model<'a> {
             Exec::Cuda(m) => {
                 let mut gpu = narrow(seqs, |c| match c {
                     Cache::Cuda(c) => Some(&mut **c),
-                    Cache::Cpu(_) => None,
+                    _ => None,
                 })?;
                 m.forward_rows(&mut gpu, tokens, positions, logit_rows)
+                    .map_err(|e| EngineError::Backend(e.to_string()))
+            }
+            Exec::Split { cpu, gpu } => {
+                let (mut on_cpu, mut on_gpu) = (Vec::new(), Vec::new());
+                for s in seqs.iter_mut() {
+                    let Cache::Split(c, g) = &mut *s.cache else {
+                        return Err(EngineError::Backend(
+                            "a KV cache used with a model on another device".into(),
+                        ));
+                    };
+                    on_cpu.push(SeqRows {
+                        cache: c,
+                        rows: s.rows.clone(),
+                    });
+                    on_gpu.push(SeqRows {
+                        cache: &mut **g,
+                        rows: s.rows.clone(),
+                    });
+                }
+                // The first blocks on the CPU; the residual stream crosses to the GPU once.
+                let x = cpu.pool.install(|| {
+                    let mut x = embed(&cpu.backend, &self.cfg, &cpu.weights, tokens);
+                    let cut = 0..gpu.first_layer();
+                    layers(
+                        &cpu.backend,
+                        &self.cfg,
+                        &cpu.weights,
+                        &mut on_cpu,
+                        &mut x,
+                        positions,
+                        cut,
+                    );
+                    x.data
+                });
+                gpu.forward_from_host(&mut on_gpu, &x, tokens, positions, logit_rows)
                     .map_err(|e| EngineError::Backend(e.to_string()))
             }
         }

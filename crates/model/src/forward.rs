@@ -49,7 +49,39 @@ pub fn forward<B: Backend>(
     positions: &[u32],
     logit_rows: &[usize],
 ) -> B::Act {
-    let n = tokens.len();
+    let mut x = embed(b, cfg, w, tokens);
+    layers(b, cfg, w, seqs, &mut x, positions, 0..cfg.n_layer);
+    head(b, cfg, w, &x, logit_rows)
+}
+
+/// The token embeddings, the residual stream's start.
+pub fn embed<B: Backend>(
+    b: &B,
+    cfg: &Config,
+    w: &ModelWeights<B::Weight>,
+    tokens: &[u32],
+) -> B::Act {
+    let mut x = b.alloc(tokens.len(), cfg.n_embd);
+    b.embed(&w.token_embd, tokens, &mut x);
+    x
+}
+
+/// Runs the blocks `range` over the residual stream `x` (one row per position). Split points
+/// are free: a model may run its first layers on one backend and the rest on another, as
+/// `-ngl` does, with `x` moved between them.
+pub fn layers<B: Backend>(
+    b: &B,
+    cfg: &Config,
+    w: &ModelWeights<B::Weight>,
+    seqs: &mut [SeqRows<'_, B::Cache>],
+    x: &mut B::Act,
+    positions: &[u32],
+    range: std::ops::Range<usize>,
+) {
+    if range.is_empty() {
+        return;
+    }
+    let n = positions.len();
     let shape = AttnShape {
         n_head: cfg.n_head,
         n_kv_head: cfg.n_head_kv,
@@ -59,8 +91,6 @@ pub fn forward<B: Backend>(
     let (q_width, kv_width) = (cfg.n_head * cfg.head_dim, cfg.n_head_kv * cfg.head_dim);
 
     let dir = std::env::var_os("FERROLM_DUMP_DIR").map(std::path::PathBuf::from);
-    let mut x = b.alloc(n, cfg.n_embd);
-    b.embed(&w.token_embd, tokens, &mut x);
     let mut h = b.alloc(n, cfg.n_embd);
     let mut q = b.alloc(n, q_width);
     let mut k = b.alloc(n, kv_width);
@@ -71,17 +101,24 @@ pub fn forward<B: Backend>(
     // Dumping needs every intermediate on its own; otherwise the backend may fuse the residual
     // adds into the following norms and SwiGLU into the gate/up matmul.
     let fuse = dir.is_none();
-    for (il, layer) in w.layers.iter().enumerate() {
+    let first = range.start;
+    for (il, layer) in w
+        .layers
+        .iter()
+        .enumerate()
+        .take(range.end)
+        .skip(range.start)
+    {
         let a = &layer.attn;
-        if il == 0 {
-            b.rms_norm(&x, &a.norm, cfg.rms_eps, &mut h);
+        if il == first {
+            b.rms_norm(x, &a.norm, cfg.rms_eps, &mut h);
         } else if fuse {
             // The previous layer's FFN output joins the residual here.
-            b.add_rms_norm(&mut x, &proj, &a.norm, cfg.rms_eps, &mut h);
+            b.add_rms_norm(x, &proj, &a.norm, cfg.rms_eps, &mut h);
         } else {
-            b.add(&mut x, &proj);
-            dump(b, &dir, "l_out", il - 1, &x);
-            b.rms_norm(&x, &a.norm, cfg.rms_eps, &mut h);
+            b.add(x, &proj);
+            dump(b, &dir, "l_out", il - 1, x);
+            b.rms_norm(x, &a.norm, cfg.rms_eps, &mut h);
         }
         dump(b, &dir, "attn_norm", il, &h);
         b.matmul_many(&[&a.q, &a.k, &a.v], &h, &mut [&mut q, &mut k, &mut v]);
@@ -111,11 +148,11 @@ pub fn forward<B: Backend>(
         b.matmul(&a.output, &attn, &mut proj);
         dump(b, &dir, "attn_out", il, &proj);
         if fuse {
-            b.add_rms_norm(&mut x, &proj, &layer.ffn_norm, cfg.rms_eps, &mut h);
+            b.add_rms_norm(x, &proj, &layer.ffn_norm, cfg.rms_eps, &mut h);
         } else {
-            b.add(&mut x, &proj);
-            dump(b, &dir, "ffn_inp", il, &x);
-            b.rms_norm(&x, &layer.ffn_norm, cfg.rms_eps, &mut h);
+            b.add(x, &proj);
+            dump(b, &dir, "ffn_inp", il, x);
+            b.rms_norm(x, &layer.ffn_norm, cfg.rms_eps, &mut h);
             dump(b, &dir, "ffn_norm", il, &h);
         }
         match &layer.ffn {
@@ -137,14 +174,23 @@ pub fn forward<B: Backend>(
         }
         dump(b, &dir, "ffn_out", il, &proj);
     }
-    b.add(&mut x, &proj);
-    dump(b, &dir, "l_out", w.layers.len().saturating_sub(1), &x);
+    b.add(x, &proj);
+    dump(b, &dir, "l_out", range.end - 1, x);
+}
 
+/// The output norm and projection of the rows `logit_rows` of `x`.
+pub fn head<B: Backend>(
+    b: &B,
+    cfg: &Config,
+    w: &ModelWeights<B::Weight>,
+    x: &B::Act,
+    logit_rows: &[usize],
+) -> B::Act {
     if logit_rows.is_empty() {
         // A prefill chunk that is not the prompt's last: only the cache was wanted.
         return b.alloc(0, cfg.n_vocab);
     }
-    let last = b.select_rows(&x, logit_rows);
+    let last = b.select_rows(x, logit_rows);
     let mut normed = b.alloc(logit_rows.len(), cfg.n_embd);
     b.rms_norm(&last, &w.output_norm, cfg.rms_eps, &mut normed);
     let mut logits = b.alloc(logit_rows.len(), cfg.n_vocab);

@@ -78,21 +78,20 @@ impl ModelOpts {
         Ok(device)
     }
 
-    /// Loads `file` on the chosen device.
+    /// Loads `file` on the chosen device, split as `-ngl` says (llama.cpp's count: the last N
+    /// of the blocks plus the output; -1 or more than the blocks: everything).
     pub fn load<'a>(&self, file: &'a GgufFile) -> Result<Model<'a>> {
         let device = self.device()?;
-        if let Device::Cuda(_) = device {
-            let n_layer = ferrolm_model::Config::from_gguf(file)?.n_layer as i32;
-            if self.n_gpu_layers > 0 && self.n_gpu_layers < n_layer {
-                bail!(
-                    "-ngl {}: offloading part of the model ({} of {n_layer} layers) is not \
-                     supported yet; use -ngl -1 (all) or 0 (CPU)",
-                    self.n_gpu_layers,
-                    self.n_gpu_layers
+        let n_layer = ferrolm_model::Config::from_gguf(file)?.n_layer;
+        let first_gpu = first_gpu_layer(self.n_gpu_layers, n_layer);
+        if first_gpu > 0 {
+            if let Device::Cuda(_) = device {
+                eprintln!(
+                    "ferrolm: blocks 0..{first_gpu} of {n_layer} on the CPU, the rest on the GPU"
                 );
             }
         }
-        Ok(Model::load_on(file, &device)?)
+        Ok(Model::load_split(file, &device, first_gpu)?)
     }
 
     pub fn n_ctx(&self, model_ctx: usize) -> usize {
@@ -109,5 +108,30 @@ impl ModelOpts {
     /// A session on `model` with the chosen context size and cache type.
     pub fn session<'m, 'a>(&self, model: &'m Model<'a>) -> Session<'m, 'a> {
         Session::with_kv_type(model, self.n_ctx(model.cfg.n_ctx), self.kv_type())
+    }
+}
+
+/// The first block on the GPU for `-ngl N` with `n_layer` blocks: llama.cpp counts the output
+/// as one more layer and offloads the last N, so N = n_layer + 1 (or -1, or more) is all of it
+/// and N = 1 the output alone. (0 never reaches here: it picks the CPU device.)
+fn first_gpu_layer(ngl: i32, n_layer: usize) -> usize {
+    if ngl < 0 {
+        return 0;
+    }
+    (n_layer + 1).saturating_sub(ngl as usize).min(n_layer)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::first_gpu_layer;
+
+    #[test]
+    fn ngl_counts_like_llama_cpp() {
+        assert_eq!(first_gpu_layer(-1, 30), 0);
+        assert_eq!(first_gpu_layer(99, 30), 0);
+        assert_eq!(first_gpu_layer(31, 30), 0);
+        assert_eq!(first_gpu_layer(30, 30), 1);
+        assert_eq!(first_gpu_layer(10, 30), 21);
+        assert_eq!(first_gpu_layer(1, 30), 30);
     }
 }

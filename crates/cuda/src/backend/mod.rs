@@ -102,6 +102,17 @@ impl CudaBackend {
         Ok(())
     }
 
+    /// Activations holding `x` (`rows × width` host floats).
+    pub fn act_from_host(&self, x: &[f32], rows: usize, width: usize) -> Result<CudaAct> {
+        assert_eq!(x.len(), rows * width, "act_from_host: shape");
+        let mut act = self.try_alloc(rows, width)?;
+        self.dev
+            .stream()
+            .memcpy_htod(x, act.buf_mut())
+            .during("copying the residual stream to the device")?;
+        Ok(act)
+    }
+
     /// The first error since the last call, if any.
     pub fn take_error(&self) -> Option<CudaError> {
         self.error.lock().expect("error slot poisoned").take()
@@ -220,7 +231,7 @@ impl CudaBackend {
         shape: AttnShape,
         out: &mut CudaSlice<f32>,
     ) -> Result<()> {
-        let kv = &mut cache.layers[layer];
+        let kv = &mut cache.layers[layer - cache.first_layer];
         self.k.attention.store(kv, k, v, positions)?;
         if positions.len() <= cache.work.max_q {
             self.k

@@ -9,7 +9,7 @@ use cudarc::driver::{sys, CudaGraph};
 use ferrolm_gguf::GgufFile;
 use ferrolm_model::backend::Backend;
 use ferrolm_model::backend::{MoeGating, SeqRows};
-use ferrolm_model::forward::{forward, moe_gating};
+use ferrolm_model::forward::{forward, head, layers, moe_gating};
 use ferrolm_model::tensor_specs;
 use ferrolm_model::weights::ModelWeights;
 use ferrolm_model::{Config, ModelError};
@@ -30,6 +30,8 @@ pub struct CudaModel {
     pub cfg: Config,
     backend: CudaBackend,
     weights: ModelWeights<CudaWeight>,
+    /// Blocks before this one stay on the CPU (`-ngl`); the GPU holds the rest and the head.
+    first_layer: usize,
 }
 
 /// A decode step captured for one cache: replaying it reruns the whole token.
@@ -45,7 +47,10 @@ unsafe impl Send for DecodeGraph {}
 
 /// Every layer's f16 KV cache for one sequence, its decode scratch, and its decode graph.
 pub struct CudaCache {
+    /// Blocks `first_layer..`: `layers[i]` is block `first_layer + i`.
     pub(super) layers: Vec<KvCache>,
+    pub(super) first_layer: usize,
+    n_ctx: usize,
     pub(super) work: DecodeWork,
     graph: Option<DecodeGraph>,
     /// Single-token steps run so far without a graph: the first fills the buffer pools, the
@@ -56,7 +61,7 @@ pub struct CudaCache {
 
 impl CudaCache {
     pub fn n_ctx(&self) -> usize {
-        self.layers.first().map_or(0, |l| l.n_ctx)
+        self.n_ctx
     }
 }
 
@@ -67,14 +72,28 @@ fn gib(b: u64) -> String {
 impl CudaModel {
     /// Uploads every weight of `file`, after checking that they fit in free device memory.
     pub fn load(file: &GgufFile, dev: Arc<CudaDevice>) -> ferrolm_model::Result<Self> {
+        Self::load_from_layer(file, dev, 0)
+    }
+
+    /// Uploads blocks `first_layer..` and the head (output norm and projection); the token
+    /// embedding too when it is the tied output matrix. The caller runs the first blocks on
+    /// the CPU and hands the residual stream over ([`Self::forward_from_host`]).
+    pub fn load_from_layer(
+        file: &GgufFile,
+        dev: Arc<CudaDevice>,
+        first_layer: usize,
+    ) -> ferrolm_model::Result<Self> {
         let cfg = Config::from_gguf(file)?;
-        check_fit(&cfg, file, &dev)?;
+        let first_layer = first_layer.min(cfg.n_layer);
+        check_fit(&cfg, file, &dev, first_layer)?;
         let cuda = |e: CudaError| ModelError::Invalid(format!("CUDA: {e}"));
         let backend = CudaBackend::new(dev.clone()).map_err(cuda)?;
         let renorm = moe_gating(cfg.arch) == MoeGating::SoftmaxTopKRenorm;
         let n_used = cfg.moe.as_ref().map_or(0, |m| m.n_expert_used);
         let weights = ModelWeights::load(&cfg, file, |name, ty, dims, data| {
-            if name.ends_with("ffn_gate_inp.weight") {
+            if !on_gpu(&cfg, name, first_layer) {
+                Ok(CudaWeight::Absent)
+            } else if name.ends_with("ffn_gate_inp.weight") {
                 super::weights::upload_router(&dev, name, ty, dims, data, n_used, renorm)
             } else {
                 super::weights::upload(&dev, name, ty, dims, data)
@@ -85,7 +104,12 @@ impl CudaModel {
             cfg,
             backend,
             weights,
+            first_layer,
         })
+    }
+
+    pub fn first_layer(&self) -> usize {
+        self.first_layer
     }
 
     pub fn device(&self) -> &CudaDevice {
@@ -96,8 +120,8 @@ impl CudaModel {
     pub fn new_cache(&self, n_ctx: usize) -> Result<CudaCache> {
         let cfg = &self.cfg;
         let dev = self.backend.device();
-        let need =
-            (cfg.n_layer * n_ctx * cfg.n_head_kv * (cfg.head_dim + cfg.head_dim_v) * 2) as u64;
+        let n_layer = cfg.n_layer - self.first_layer;
+        let need = (n_layer * n_ctx * cfg.n_head_kv * (cfg.head_dim + cfg.head_dim_v) * 2) as u64;
         let (free, _) = dev.context().mem_get_info().during("reading free memory")?;
         if need + RESERVE_BYTES / 2 > free as u64 {
             return Err(CudaError::Invalid(format!(
@@ -106,11 +130,13 @@ impl CudaModel {
                 gib(free as u64)
             )));
         }
-        let layers = (0..cfg.n_layer)
+        let layers = (0..n_layer)
             .map(|_| KvCache::new(dev, n_ctx, cfg.n_head_kv, cfg.head_dim))
             .collect::<Result<_>>()?;
         Ok(CudaCache {
             layers,
+            first_layer: self.first_layer,
+            n_ctx,
             work: decode_work(dev, cfg.n_head, cfg.head_dim, n_ctx)?,
             graph: None,
             eager_decodes: 0,
@@ -128,6 +154,11 @@ impl CudaModel {
         positions: &[u32],
         logit_rows: &[usize],
     ) -> Result<Vec<f32>> {
+        if self.first_layer > 0 {
+            return Err(CudaError::Invalid(
+                "this model's first blocks run on the CPU: use forward_from_host".into(),
+            ));
+        }
         self.backend.set_inputs(tokens, positions)?;
         if let [only] = seqs {
             let cache = &mut *only.cache;
@@ -144,6 +175,34 @@ impl CudaModel {
             }
         }
         let logits = self.run(seqs, tokens, positions, logit_rows);
+        self.read_logits(&logits)
+    }
+
+    /// The blocks from [`Self::first_layer`] and the head, for a residual stream `x` (rows of
+    /// `n_embd` floats) computed on the CPU by the blocks before. No graphs: each step uploads
+    /// its stream.
+    pub fn forward_from_host(
+        &self,
+        seqs: &mut [SeqRows<'_, CudaCache>],
+        x: &[f32],
+        tokens: &[u32],
+        positions: &[u32],
+        logit_rows: &[usize],
+    ) -> Result<Vec<f32>> {
+        let b = &self.backend;
+        b.set_inputs(tokens, positions)?;
+        let mut act = b.act_from_host(x, tokens.len(), self.cfg.n_embd)?;
+        let (cfg, w) = (&self.cfg, &self.weights);
+        layers(
+            b,
+            cfg,
+            w,
+            seqs,
+            &mut act,
+            positions,
+            self.first_layer..cfg.n_layer,
+        );
+        let logits = head(b, cfg, w, &act, logit_rows);
         self.read_logits(&logits)
     }
 
@@ -220,7 +279,12 @@ impl CudaModel {
 }
 
 /// Fails with how many layers would fit when the weights do not fit in free device memory.
-fn check_fit(cfg: &Config, file: &GgufFile, dev: &CudaDevice) -> ferrolm_model::Result<()> {
+fn check_fit(
+    cfg: &Config,
+    file: &GgufFile,
+    dev: &CudaDevice,
+    first_layer: usize,
+) -> ferrolm_model::Result<()> {
     let (free, _) = dev
         .context()
         .mem_get_info()
@@ -231,6 +295,9 @@ fn check_fit(cfg: &Config, file: &GgufFile, dev: &CudaDevice) -> ferrolm_model::
         let Some(info) = file.tensor(&spec.name) else {
             continue; // ModelWeights::load reports missing tensors
         };
+        if !on_gpu(cfg, &spec.name, first_layer) {
+            continue;
+        }
         let bytes = super::weights::device_bytes(&spec.name, info.ty, &info.dims);
         total += bytes;
         if let Some(layer) = layer_of(&spec.name) {
@@ -267,6 +334,17 @@ fn layers_that_fit(per_layer: &[u64], fixed: u64, free: u64) -> usize {
             ok
         })
         .count()
+}
+
+/// Whether tensor `name` is uploaded when blocks `first_layer..` run on the GPU.
+fn on_gpu(cfg: &Config, name: &str, first_layer: usize) -> bool {
+    match layer_of(name) {
+        Some(layer) => layer >= first_layer,
+        // The embedding is looked up on the CPU when blocks run there, unless it is also the
+        // output projection.
+        None if name == "token_embd.weight" => first_layer == 0 || cfg.tied_embeddings,
+        None => true,
+    }
 }
 
 /// `blk.N.…` → N.

@@ -13,6 +13,8 @@ pub enum CudaWeight {
     Vector(CudaSlice<f32>),
     /// An MoE router (`ffn_gate_inp`, f32), with its top-k and gating mode.
     Router(MoeRouter),
+    /// A tensor of blocks that run on the CPU (`-ngl`): never uploaded, never used here.
+    Absent,
     Matrix {
         /// In a format mmvq/mmq read, or F32 (float files, and formats without an int8
         /// kernel, dequantized at upload).
