@@ -18,7 +18,20 @@ pub struct AotImage {
     pub arch: &'static str,
     /// [`KernelFile::source_hash`] of the source the image was compiled from.
     pub source_hash: &'static str,
-    pub image: &'static [u8],
+    /// The cubin, raw-deflated by `build.rs` ([`AotImage::bytes`] inflates it).
+    pub deflated: &'static [u8],
+}
+
+impl AotImage {
+    /// The cubin itself.
+    pub fn bytes(&self) -> Vec<u8> {
+        use std::io::Read;
+        let mut out = Vec::with_capacity(self.deflated.len() * 4);
+        flate2::read::DeflateDecoder::new(self.deflated)
+            .read_to_end(&mut out)
+            .expect("an image deflated by build.rs");
+        out
+    }
 }
 
 // BUILT_WITH: the NVRTC version of the images (None: none embedded); ARCHS: the architectures
@@ -37,11 +50,11 @@ pub fn usable(driver_version: i32) -> bool {
 }
 
 /// The embedded image of `file` for `target`, if one was compiled from this very source.
-pub fn image(file: &KernelFile, target: &Target) -> Option<&'static [u8]> {
+pub fn image(file: &KernelFile, target: &Target) -> Option<&'static AotImage> {
     let found = IMAGES
         .iter()
         .find(|i| i.file == file.name && i.arch == target.arch)?;
-    (found.source_hash == file.source_hash()).then_some(found.image)
+    (found.source_hash == file.source_hash()).then_some(found)
 }
 
 /// Whether every kernel file has an embedded image for `target`: then NVRTC is not needed.

@@ -175,7 +175,7 @@ impl CudaDevice {
             .then(|| aot::image(file, &self.target))
             .flatten();
         let (module, origin) = match embedded {
-            Some(image) => match self.ctx.load_module(Ptx::from_binary(image.to_vec())) {
+            Some(image) => match self.ctx.load_module(Ptx::from_binary(image.bytes())) {
                 Ok(m) => (m, ModuleOrigin::Embedded),
                 // Refused by this driver: NVRTC may still do, and if not, the driver's
                 // reason is the one worth reading.
