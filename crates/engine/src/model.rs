@@ -213,9 +213,7 @@ impl<'a> Model<'a> {
                 let (mut on_cpu, mut on_gpu) = (Vec::new(), Vec::new());
                 for s in seqs.iter_mut() {
                     let Cache::Split(c, g) = &mut *s.cache else {
-                        return Err(EngineError::Backend(
-                            "a KV cache used with a model on another device".into(),
-                        ));
+                        return Err(wrong_device());
                     };
                     on_cpu.push(SeqRows {
                         cache: c,
@@ -258,9 +256,11 @@ fn narrow<'s, 'c, C>(
             let rows = s.rows.clone();
             pick(&mut *s.cache)
                 .map(|cache| SeqRows { cache, rows })
-                .ok_or_else(|| {
-                    EngineError::Backend("a KV cache used with a model on another device".into())
-                })
+                .ok_or_else(wrong_device)
         })
         .collect()
+}
+
+fn wrong_device() -> EngineError {
+    EngineError::Backend("a KV cache used with a model on another device".into())
 }

@@ -105,12 +105,8 @@ impl<'m, 'a> Session<'m, 'a> {
                 n_ctx: self.n_ctx(),
             });
         }
-        let cache = match &mut self.cache {
-            Some(c) => c,
-            None => self
-                .cache
-                .insert(self.model.new_cache(self.n_ctx, self.kv_type)?),
-        };
+        self.reserve()?;
+        let cache = self.cache.as_mut().expect("reserved above");
         let mut out = Vec::new();
         for (i, chunk) in tokens.chunks(self.ubatch).enumerate() {
             let is_last_chunk = (i + 1) * self.ubatch >= tokens.len();

@@ -55,36 +55,55 @@ impl CudaBackend {
         if x.rows == 0 {
             return Ok(());
         }
-        let mut own_q8 = None;
-        let mut i = 0;
-        while i < ws.len() {
-            let m = ws[i].matrix();
-            if m.ty == GgmlType::F32 {
+        if ws.iter().all(|w| w.matrix().ty == GgmlType::F32) {
+            for (w, out) in ws.iter().zip(outs.iter_mut()) {
                 self.k
                     .gemm_f32
-                    .matmul(m, x.buf(), x.rows, outs[i].buf_mut())?;
+                    .matmul(w.matrix(), x.buf(), x.rows, out.buf_mut())?;
+            }
+            return Ok(());
+        }
+        self.with_q8(x, |xq| {
+            let mut i = 0;
+            while i < ws.len() {
+                let m = ws[i].matrix();
+                if m.ty == GgmlType::F32 {
+                    self.k
+                        .gemm_f32
+                        .matmul(m, x.buf(), x.rows, outs[i].buf_mut())?;
+                    i += 1;
+                    continue;
+                }
+                // One token: two matrices of one format share a launch (q and k, say).
+                let pair = i + 1 < ws.len() && same_format(m, ws[i + 1].matrix());
+                if x.rows == 1 && self.fuse && pair {
+                    let (a, b) = outs[i..].split_at_mut(1);
+                    let out = PairOut::Both(a[0].buf_mut(), b[0].buf_mut());
+                    self.k.mmvq.pair(m, ws[i + 1].matrix(), xq, out)?;
+                    i += 2;
+                    continue;
+                }
+                self.qmatmul(m, xq, outs[i])?;
                 i += 1;
-                continue;
             }
-            if x.q8.is_none() && own_q8.is_none() {
-                own_q8 = Some(self.quantize(x)?);
-            }
-            let xq = x.q8.as_ref().or(own_q8.as_ref()).expect("quantized");
-            // One token: two matrices of one format share a launch (q and k, say).
-            if x.rows == 1 && self.fuse && i + 1 < ws.len() && same_format(m, ws[i + 1].matrix()) {
-                let (a, b) = outs[i..].split_at_mut(1);
-                let out = PairOut::Both(a[0].buf_mut(), b[0].buf_mut());
-                self.k.mmvq.pair(m, ws[i + 1].matrix(), xq, out)?;
-                i += 2;
-                continue;
-            }
-            self.qmatmul(m, xq, outs[i])?;
-            i += 1;
+            Ok(())
+        })
+    }
+
+    /// Runs `f` on `x` as Q8_1: the copy the norm that produced `x` kept, or one quantized now
+    /// and given back to the pool afterwards, whatever `f` returns.
+    pub(super) fn with_q8<R>(
+        &self,
+        x: &CudaAct,
+        f: impl FnOnce(&CudaSlice<u8>) -> Result<R>,
+    ) -> Result<R> {
+        if let Some(q) = &x.q8 {
+            return f(q);
         }
-        if let Some(b) = own_q8 {
-            self.bytes.give(b);
-        }
-        Ok(())
+        let q = self.quantize(x)?;
+        let r = f(&q);
+        self.bytes.give(q);
+        r
     }
 
     /// `out = rms_norm(x) * w`, with the Q8_1 copy of `out` kept for the matmuls that follow.

@@ -65,25 +65,18 @@ impl CudaBackend {
                 Some(d) if d.n_used == k && d.n_ff == w.n_ff && d.n_embd == x.width => d,
                 slot => slot.insert(MoeDecodeWork::new(dev, MOE_DECODE_MAX_TOKENS, &experts)?),
             };
-            let own_q8 = match &x.q8 {
-                Some(_) => None,
-                None => Some(self.quantize(x)?),
-            };
-            let xq = x.q8.as_ref().or(own_q8.as_ref()).expect("quantized");
             let o = out.buf_mut();
             // The fused kernel adds into its output, as into a residual.
             dev.stream()
                 .memset_zeros(o)
                 .during("clearing the MoE output")?;
-            let r = crate::profile::span(dev.stream(), "moe.decode", || {
-                self.k
-                    .moe_decode
-                    .forward(xq, n, &ids, &weights, &experts, decode, o)
-            });
-            if let Some(b) = own_q8 {
-                self.bytes.give(b);
-            }
-            r
+            self.with_q8(x, |xq| {
+                crate::profile::span(dev.stream(), "moe.decode", || {
+                    self.k
+                        .moe_decode
+                        .forward(xq, n, &ids, &weights, &experts, decode, o)
+                })
+            })
         } else {
             let gemm = match &mut scratch.gemm {
                 Some((max, g)) if *max >= n => g,

@@ -166,17 +166,8 @@ impl NormRope {
         mode: Rope,
     ) -> Result<()> {
         let n_tokens = positions.len();
-        assert!(
-            n_tokens > 0 && x.len().is_multiple_of(n_tokens),
-            "rope: rows"
-        );
-        let width = x.len() / n_tokens;
-        assert!(
-            head_dim.is_multiple_of(2) && width.is_multiple_of(head_dim),
-            "rope: head_dim"
-        );
-        // As the CPU computes it, so both build the same angles.
-        let theta_scale = base.powf(-2.0 / head_dim as f32);
+        let width = rope_width(x.len(), n_tokens, head_dim);
+        let theta_scale = theta_scale(base, head_dim);
         let (nt, w, hd) = (
             int(n_tokens, "rope tokens"),
             int(width, "rope width"),
@@ -186,7 +177,7 @@ impl NormRope {
             Rope::Normal => &self.rope_norm,
             Rope::Neox => &self.rope_neox,
         };
-        let pairs = x.len() / 2;
+        let cfg = pairs_cfg(x.len() / 2);
         let mut b = self.stream.launch_builder(f);
         b.arg(x)
             .arg(positions)
@@ -194,11 +185,6 @@ impl NormRope {
             .arg(&w)
             .arg(&hd)
             .arg(&theta_scale);
-        let cfg = LaunchConfig {
-            grid_dim: (pairs.div_ceil(256) as u32, 1, 1),
-            block_dim: (256, 1, 1),
-            shared_mem_bytes: 0,
-        };
         // SAFETY: rope_*_f32(x, pos, n_tokens, width, head_dim, theta_scale), one thread per
         // pair of x, n_tokens positions.
         unsafe { b.launch(cfg) }.during("launching rope")?;
@@ -216,19 +202,9 @@ impl NormRope {
         mode: Rope,
     ) -> Result<()> {
         let n_tokens = positions.len();
-        assert!(n_tokens > 0, "rope: no tokens");
-        assert!(
-            q.len().is_multiple_of(n_tokens) && k.len().is_multiple_of(n_tokens),
-            "rope: rows"
-        );
-        let (wq, wk) = (q.len() / n_tokens, k.len() / n_tokens);
-        assert!(
-            head_dim.is_multiple_of(2)
-                && wq.is_multiple_of(head_dim)
-                && wk.is_multiple_of(head_dim),
-            "rope: head_dim"
-        );
-        let theta_scale = base.powf(-2.0 / head_dim as f32);
+        let wq = rope_width(q.len(), n_tokens, head_dim);
+        let wk = rope_width(k.len(), n_tokens, head_dim);
+        let theta_scale = theta_scale(base, head_dim);
         let (nt, iwq, iwk, hd) = (
             int(n_tokens, "rope tokens"),
             int(wq, "rope width"),
@@ -239,7 +215,7 @@ impl NormRope {
             Rope::Normal => &self.rope_qk_norm,
             Rope::Neox => &self.rope_qk_neox,
         };
-        let pairs = (q.len() + k.len()) / 2;
+        let cfg = pairs_cfg((q.len() + k.len()) / 2);
         let mut b = self.stream.launch_builder(f);
         b.arg(q)
             .arg(k)
@@ -249,14 +225,35 @@ impl NormRope {
             .arg(&iwk)
             .arg(&hd)
             .arg(&theta_scale);
-        let cfg = LaunchConfig {
-            grid_dim: (pairs.div_ceil(256) as u32, 1, 1),
-            block_dim: (256, 1, 1),
-            shared_mem_bytes: 0,
-        };
         // SAFETY: rope_qk_*_f32(q, k, pos, n, wq, wk, hd, theta_scale): n rows of wq and wk
         // floats, n positions; one thread per pair of either.
         unsafe { b.launch(cfg) }.during("launching rope_qk")?;
         Ok(())
+    }
+}
+
+/// The row width of `len` floats over `n_tokens` rows, checked to be whole heads of an even
+/// `head_dim`.
+fn rope_width(len: usize, n_tokens: usize, head_dim: usize) -> usize {
+    assert!(n_tokens > 0 && len.is_multiple_of(n_tokens), "rope: rows");
+    let width = len / n_tokens;
+    assert!(
+        head_dim.is_multiple_of(2) && width.is_multiple_of(head_dim),
+        "rope: head_dim"
+    );
+    width
+}
+
+/// `base^(-2 / head_dim)` as the CPU computes it, so both build the same angles.
+fn theta_scale(base: f32, head_dim: usize) -> f32 {
+    base.powf(-2.0 / head_dim as f32)
+}
+
+/// One thread per rotated pair.
+fn pairs_cfg(pairs: usize) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: (pairs.div_ceil(256) as u32, 1, 1),
+        block_dim: (256, 1, 1),
+        shared_mem_bytes: 0,
     }
 }
