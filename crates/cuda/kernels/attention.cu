@@ -94,15 +94,21 @@ static __device__ __forceinline__ void merge_warps(const WarpState<D> &st, float
     l_out = l;
 }
 
+static __device__ __forceinline__ void combine_head(const float *part_m, const float *part_l,
+                                                    const float *part_acc, float *out, int n_head,
+                                                    int n_split, int head_dim, int h, int t);
+
 // Flash-decoding, pass 1. grid (n_split, n_head, n_q); block ATTN_NWARPS warps.
 // q: [n_q][n_head][D]; query t sees keys 0..pos[t] (inclusive). Split s takes a contiguous
 // chunk of ceil(n_keys / n_split) keys; warps stripe over it. Writes part_m/part_l
-// [n_q][n_head][n_split] and part_acc [n_q][n_head][n_split][D] (unnormalised).
+// [n_q][n_head][n_split] and part_acc [n_q][n_head][n_split][D] (unnormalised). With `done`
+// not null, the head's last block to finish then combines them into out as pass 2 would.
 template <int D>
 static __device__ __forceinline__ void attn_decode_split(
     const float *__restrict__ q, const uint16_t *__restrict__ kc, const uint16_t *__restrict__ vc,
     const uint32_t *__restrict__ pos, float *__restrict__ part_m, float *__restrict__ part_l,
-    float *__restrict__ part_acc, int n_head, int n_kv_head, int n_ctx, float scale) {
+    float *__restrict__ part_acc, int *__restrict__ done, float *__restrict__ out, int n_head,
+    int n_kv_head, int n_ctx, float scale) {
     __shared__ float sq[D];
     __shared__ float sm[ATTN_NWARPS], sl[ATTN_NWARPS];
     __shared__ float sacc[ATTN_NWARPS * D];
@@ -142,6 +148,52 @@ static __device__ __forceinline__ void attn_decode_split(
     for (int j = threadIdx.x; j < D; j += blockDim.x) {
         part_acc[part * D + j] = sacc[j];
     }
+    if (done == nullptr) {
+        return; // attn_decode_combine runs next
+    }
+    // The head's last split block to finish combines (the pass-2 kernel's arithmetic, so the
+    // result is the same), and resets the counter for the next launch or graph replay.
+    __shared__ bool last;
+    __threadfence(); // this block's partials are visible before it is counted
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int *c = done + (size_t)t * n_head + h;
+        last = atomicAdd(c, 1) == n_split - 1;
+        if (last) {
+            *c = 0;
+        }
+    }
+    __syncthreads();
+    if (last) {
+        __threadfence();
+        combine_head(part_m, part_l, part_acc, out, n_head, n_split, D, h, t);
+    }
+}
+
+// Flash-decoding's combine of head h of query row t: out = Σ_s acc_s e^(m_s - m) / Σ_s l_s
+// e^(m_s - m) over the non-empty splits, in split order; threads share out the head's elements.
+// Loads bypass L1 (__ldcg): in the split kernel's fused use, other blocks wrote the partials.
+static __device__ __forceinline__ void combine_head(const float *part_m, const float *part_l,
+                                                    const float *part_acc, float *out, int n_head,
+                                                    int n_split, int head_dim, int h, int t) {
+    const size_t base = ((size_t)t * n_head + h) * n_split;
+    float m = ATTN_NEG_INF;
+    for (int s = 0; s < n_split; ++s) {
+        m = fmaxf(m, __ldcg(part_m + base + s));
+    }
+    for (int j = threadIdx.x; j < head_dim; j += blockDim.x) {
+        float l = 0.0f, a = 0.0f;
+        for (int s = 0; s < n_split; ++s) {
+            const float ms = __ldcg(part_m + base + s);
+            if (ms == ATTN_NEG_INF) {
+                continue;
+            }
+            const float w = expf(ms - m);
+            l += __ldcg(part_l + base + s) * w;
+            a += __ldcg(part_acc + (base + s) * head_dim + j) * w;
+        }
+        out[((size_t)t * n_head + h) * head_dim + j] = a / l;
+    }
 }
 
 // Flash-decoding, pass 2: grid (n_head, n_q), block D threads; out [n_q][n_head][D].
@@ -150,25 +202,8 @@ extern "C" __global__ void attn_decode_combine(const float *__restrict__ part_m,
                                                const float *__restrict__ part_acc,
                                                float *__restrict__ out, int n_head, int n_split,
                                                int head_dim) {
-    const int h = blockIdx.x, t = blockIdx.y;
-    const size_t base = ((size_t)t * n_head + h) * n_split;
-    float m = ATTN_NEG_INF;
-    for (int s = 0; s < n_split; ++s) {
-        m = fmaxf(m, part_m[base + s]);
-    }
-    for (int j = threadIdx.x; j < head_dim; j += blockDim.x) {
-        float l = 0.0f, a = 0.0f;
-        for (int s = 0; s < n_split; ++s) {
-            const float ms = part_m[base + s];
-            if (ms == ATTN_NEG_INF) {
-                continue;
-            }
-            const float w = expf(ms - m);
-            l += part_l[base + s] * w;
-            a += part_acc[(base + s) * head_dim + j] * w;
-        }
-        out[((size_t)t * n_head + h) * head_dim + j] = a / l;
-    }
+    combine_head(part_m, part_l, part_acc, out, n_head, n_split, head_dim, blockIdx.x,
+                 blockIdx.y);
 }
 
 // Flash attention over a ubatch: grid (ceil(n_q / ATTN_NWARPS), n_head); block ATTN_NWARPS
@@ -242,10 +277,10 @@ static __device__ __forceinline__ void attn_prefill(
 #define ATTN_INSTANCES(D)                                                                         \
     extern "C" __global__ void attn_decode_split_d##D(                                           \
         const float *q, const uint16_t *kc, const uint16_t *vc, const uint32_t *pos,              \
-        float *part_m, float *part_l, float *part_acc, int n_head, int n_kv_head, int n_ctx,      \
-        float scale) {                                                                            \
-        attn_decode_split<D>(q, kc, vc, pos, part_m, part_l, part_acc, n_head, n_kv_head, n_ctx, \
-                             scale);                                                              \
+        float *part_m, float *part_l, float *part_acc, int *done, float *out, int n_head,         \
+        int n_kv_head, int n_ctx, float scale) {                                                  \
+        attn_decode_split<D>(q, kc, vc, pos, part_m, part_l, part_acc, done, out, n_head,         \
+                             n_kv_head, n_ctx, scale);                                            \
     }                                                                                             \
     extern "C" __global__ void attn_prefill_d##D(const float *q, const uint16_t *kc,              \
                                                  const uint16_t *vc, const uint32_t *pos,         \

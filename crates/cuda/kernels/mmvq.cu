@@ -201,3 +201,129 @@ MMVQ_PAIR_ENTRIES(q8_0, GGML_TYPE_Q8_0)
 MMVQ_PAIR_ENTRIES(q4_k, GGML_TYPE_Q4_K)
 MMVQ_PAIR_ENTRIES(q5_k, GGML_TYPE_Q5_K)
 MMVQ_PAIR_ENTRIES(q6_k, GGML_TYPE_Q6_K)
+
+// ---- the wide walk (mmvq.cuh): a warp per row, for Q4_K --------------------------------------
+// (Q6_K has a wide walk too, which the MoE kernels use, but as a dense mat-vec it measured slower
+// than the kernels above: docs/perf.md.)
+// Same results as above up to f32 summation order; FERROLM_MMVQ_WIDE=0 goes back to the kernels
+// above. Launch: block (32, MMVQ_NWARPS), grid ceil(nrows / (MMVQ_NWARPS * mmvq_rows(ncols)))
+// for mmvq_wide_*, ceil(max(nrows_a, nrows_b) / MMVQ_NWARPS) for the pair and GLU kernels.
+#define WIDE_UNROLL(N) ((N) <= 2 ? 4 : 1)
+
+template <int TYPE, int NCOLS>
+static __device__ __forceinline__ void mul_mat_vec_q_wide(const void *__restrict__ vx,
+                                                          const block_q8_1 *__restrict__ vy,
+                                                          float *__restrict__ dst, int ncols_x,
+                                                          int nrows_x) {
+    typedef WeightFormat<TYPE> F;
+    constexpr int ROWS = MmvqRows<NCOLS>::value;
+    const int row0 = (blockIdx.x * MMVQ_NWARPS + threadIdx.y) * ROWS;
+    if (row0 >= nrows_x) {
+        return; // whole warps
+    }
+    const int blocks_per_row = ncols_x / F::qk;
+    const int blocks_per_col_y = ncols_x / QK8_1;
+    const typename F::block *x = (const typename F::block *)vx;
+    const typename F::block *rows[ROWS];
+#pragma unroll
+    for (int i = 0; i < ROWS; ++i) {
+        rows[i] = x + (size_t)min(row0 + i, nrows_x - 1) * blocks_per_row;
+    }
+    const block_q8_1 *cols[NCOLS];
+#pragma unroll
+    for (int j = 0; j < NCOLS; ++j) {
+        cols[j] = vy + (size_t)j * blocks_per_col_y;
+    }
+    float acc[NCOLS][ROWS] = {};
+    mmvq_accumulate_wide<TYPE, NCOLS, ROWS, WIDE_UNROLL(NCOLS)>(rows, cols, NCOLS, blocks_per_row,
+                                                                threadIdx.x, acc);
+#pragma unroll
+    for (int j = 0; j < NCOLS; ++j) {
+#pragma unroll
+        for (int i = 0; i < ROWS; ++i) {
+            const float v = warp_sum(acc[j][i]);
+            if (threadIdx.x == 0 && row0 + i < nrows_x) {
+                dst[(size_t)j * nrows_x + row0 + i] = v;
+            }
+        }
+    }
+}
+
+// The pair and GLU kernels' contract (see mul_mat_vec_q_pair) with a warp per row r. A row that
+// only one matrix has is walked alone, so every dot is summed as mul_mat_vec_q_wide<TYPE, 1>
+// sums it.
+template <int TYPE, bool GLU>
+static __device__ __forceinline__ void mul_mat_vec_q_wide_pair(
+    const void *__restrict__ va, const void *__restrict__ vb, const block_q8_1 *__restrict__ vy,
+    float *__restrict__ dst_a, float *__restrict__ dst_b, int ncols_x, int nrows_a, int nrows_b) {
+    typedef WeightFormat<TYPE> F;
+    typedef typename F::block B;
+    const int row = blockIdx.x * MMVQ_NWARPS + threadIdx.y;
+    const bool has_a = row < nrows_a, has_b = row < nrows_b;
+    if (!has_a && !has_b) {
+        return; // whole warps
+    }
+    const int blocks_per_row = ncols_x / F::qk;
+    const B *a = (const B *)va + (size_t)row * blocks_per_row;
+    const B *b = (const B *)vb + (size_t)row * blocks_per_row;
+    const block_q8_1 *const cols[1] = {vy};
+    float ab[2] = {0.0f, 0.0f};
+    if (has_a && has_b) {
+        const B *const rows[2] = {a, b};
+        float acc[1][2] = {};
+        mmvq_accumulate_wide<TYPE, 1, 2, 4>(rows, cols, 1, blocks_per_row, threadIdx.x, acc);
+        ab[0] = acc[0][0];
+        ab[1] = acc[0][1];
+    } else {
+        const B *const rows[1] = {has_a ? a : b};
+        float acc[1][1] = {};
+        mmvq_accumulate_wide<TYPE, 1, 1, 4>(rows, cols, 1, blocks_per_row, threadIdx.x, acc);
+        ab[has_a ? 0 : 1] = acc[0][0];
+    }
+    ab[0] = warp_sum(ab[0]);
+    ab[1] = warp_sum(ab[1]);
+    if (threadIdx.x != 0) {
+        return;
+    }
+    if (GLU) {
+        dst_a[row] = silu_mul(ab[0], ab[1]);
+    } else {
+        if (has_a) {
+            dst_a[row] = ab[0];
+        }
+        if (has_b) {
+            dst_b[row] = ab[1];
+        }
+    }
+}
+
+#define MMVQ_WIDE_ENTRY(NAME, TYPE, N)                                                              \
+    extern "C" __global__ void __launch_bounds__(MMVQ_NWARPS *WARP_SIZE)                            \
+        mmvq_wide_##NAME##_n##N(const void *__restrict__ vx, const block_q8_1 *__restrict__ vy,     \
+                                float *__restrict__ dst, int ncols_x, int nrows_x) {               \
+        mul_mat_vec_q_wide<TYPE, N>(vx, vy, dst, ncols_x, nrows_x);                                 \
+    }
+
+#define MMVQ_WIDE_FORMAT(NAME, TYPE)                                                                \
+    MMVQ_WIDE_ENTRY(NAME, TYPE, 1)                                                                  \
+    MMVQ_WIDE_ENTRY(NAME, TYPE, 2)                                                                  \
+    MMVQ_WIDE_ENTRY(NAME, TYPE, 3)                                                                  \
+    MMVQ_WIDE_ENTRY(NAME, TYPE, 4)                                                                  \
+    MMVQ_WIDE_ENTRY(NAME, TYPE, 5)                                                                  \
+    MMVQ_WIDE_ENTRY(NAME, TYPE, 6)                                                                  \
+    MMVQ_WIDE_ENTRY(NAME, TYPE, 7)                                                                  \
+    MMVQ_WIDE_ENTRY(NAME, TYPE, 8)                                                                  \
+    extern "C" __global__ void __launch_bounds__(MMVQ_NWARPS *WARP_SIZE) mmvq_wide_pair_##NAME(    \
+        const void *__restrict__ va, const void *__restrict__ vb,                                   \
+        const block_q8_1 *__restrict__ vy, float *__restrict__ dst_a, float *__restrict__ dst_b,   \
+        int ncols_x, int nrows_a, int nrows_b) {                                                    \
+        mul_mat_vec_q_wide_pair<TYPE, false>(va, vb, vy, dst_a, dst_b, ncols_x, nrows_a, nrows_b); \
+    }                                                                                               \
+    extern "C" __global__ void __launch_bounds__(MMVQ_NWARPS *WARP_SIZE) mmvq_wide_glu_##NAME(     \
+        const void *__restrict__ va, const void *__restrict__ vb,                                   \
+        const block_q8_1 *__restrict__ vy, float *__restrict__ dst_a, float *__restrict__ dst_b,   \
+        int ncols_x, int nrows_a, int nrows_b) {                                                    \
+        mul_mat_vec_q_wide_pair<TYPE, true>(va, vb, vy, dst_a, dst_b, ncols_x, nrows_a, nrows_b);  \
+    }
+
+MMVQ_WIDE_FORMAT(q4_k, GGML_TYPE_Q4_K)

@@ -13,12 +13,14 @@
 //
 // Exactness: every dot is a warp of 32 threads walking one row, and its bits do not depend on
 // how many columns or rows share the walk (mmvq.cuh), so the fused kernels and the per-slot
-// path below (FERROLM_MOE_FUSED=0) agree bit for bit.
+// path below (FERROLM_MOE_FUSED=0) agree bit for bit. Q4_K and Q6_K take mmvq.cuh's wide walk;
+// the `_narrow` entries (FERROLM_MMVQ_WIDE=0) keep the narrow one.
 //
 // Launches (crates/cuda/src/ops/moe_decode.rs must agree), block (32, MOE_NWARPS) each:
-// - moe_gate_up_<type>_n<NTOK>: grid (ceil(n_ff / MOE_NWARPS), NTOK * k); warp = one row r.
-// - moe_down_<type>_n<NTOK>: grid ceil(n_embd / MOE_DOWN_ROWS); the block's warps share out the
-//   leading experts, each warp MOE_DOWN_ROWS output rows of its experts.
+// - moe_gate_up_<type>_n<NTOK>: grid (ceil(n_ff / (MOE_NWARPS * MOE_GATE_ROWS(NTOK))), NTOK * k);
+//   warp = MOE_GATE_ROWS(NTOK) rows of gate and the same of up.
+// - moe_down_<type>_n<NTOK>: grid ceil(n_embd / MOE_DOWN_ROWS(NTOK)); the block's warps share out
+//   the leading experts, each warp MOE_DOWN_ROWS(NTOK) output rows of its experts.
 // - moe_slot_matvec_<type>: grid ceil(rows / MOE_NWARPS); warp = one row of one slot's expert.
 // - moe_combine: grid ceil(n_embd / 128), 128 threads.
 #include "common.cuh"
@@ -26,7 +28,10 @@
 #include "mmvq.cuh"
 
 #define MOE_NWARPS 8
-#define MOE_DOWN_ROWS 2
+// Rows a warp walks together. An expert row is short (1-4 KB), so at one or two tokens a warp
+// takes several: more independent loads in flight and fewer warps paying the routing set-up.
+#define MOE_GATE_ROWS(N) ((N) <= 2 ? 4 : 1)
+#define MOE_DOWN_ROWS(N) ((N) <= 2 ? 8 : 2)
 // Slots (tokens × experts a token) a launch takes, as 32-bit ballot words.
 #define MOE_MAX_SLOTS 128
 #define MOE_MASK_WORDS (MOE_MAX_SLOTS / WARP_SIZE)
@@ -83,21 +88,22 @@ static __device__ __forceinline__ float slot_sum(const float *w, const float *d,
     return s;
 }
 
-template <int TYPE, int NTOK>
+template <int TYPE, int NTOK, bool WIDE>
 static __device__ __forceinline__ void
 moe_gate_up(const void *__restrict__ gate, const void *__restrict__ up,
             const block_q8_1 *__restrict__ x, const int *__restrict__ ids, float *__restrict__ h,
             int n_embd, int n_ff, int n_expert, int k) {
     typedef WeightFormat<TYPE> F;
     typedef typename F::block B;
-    const int s = blockIdx.y, r = blockIdx.x * MOE_NWARPS + threadIdx.y;
-    if (r >= n_ff) {
+    constexpr int GR = MOE_GATE_ROWS(NTOK);
+    const int s = blockIdx.y, r0 = (blockIdx.x * MOE_NWARPS + threadIdx.y) * GR;
+    if (r0 >= n_ff) {
         return; // whole warps
     }
     const int e = ids[s];
     if (e < 0 || e >= n_expert) {
-        if (threadIdx.x == 0) {
-            h[(size_t)s * n_ff + r] = 0.0f; // a bad id contributes nothing, and reads nothing
+        if (threadIdx.x < GR && r0 + threadIdx.x < n_ff) {
+            h[(size_t)s * n_ff + r0 + threadIdx.x] = 0.0f; // a bad id contributes nothing
         }
         return;
     }
@@ -112,8 +118,15 @@ moe_gate_up(const void *__restrict__ gate, const void *__restrict__ up,
         return; // an earlier slot leads this expert
     }
     const int bpr = n_embd / F::qk, bpc = n_embd / QK8_1;
-    const size_t row = (size_t)e * n_ff + r;
-    const B *const rows[2] = {(const B *)gate + row * bpr, (const B *)up + row * bpr};
+    // rows[i]: gate row r0 + i, rows[GR + i]: the same row of up. A row past n_ff re-reads the
+    // last one; never written.
+    const B *rows[2 * GR];
+#pragma unroll
+    for (int i = 0; i < GR; ++i) {
+        const size_t row = (size_t)e * n_ff + min(r0 + i, n_ff - 1);
+        rows[i] = (const B *)gate + row * bpr;
+        rows[GR + i] = (const B *)up + row * bpr;
+    }
     // More members than NTOK only if a token named an expert twice: another round.
     for (;;) {
         int member[NTOK];
@@ -126,30 +139,34 @@ moe_gate_up(const void *__restrict__ gate, const void *__restrict__ up,
         for (int j = 0; j < NTOK; ++j) {
             cols[j] = x + (size_t)(member[j] >= 0 ? member[j] / k : 0) * bpc;
         }
-        float acc[NTOK][2] = {};
-        mmvq_accumulate<TYPE, NTOK, 2, WARP_SIZE, MOE_UNROLL(NTOK)>(rows, cols, live, bpr, threadIdx.x,
-                                                              acc);
+        float acc[NTOK][2 * GR] = {};
+        mmvq_accumulate_warp<TYPE, NTOK, 2 * GR, MOE_UNROLL(NTOK), WIDE>(rows, cols, live, bpr,
+                                                                        threadIdx.x, acc);
 #pragma unroll
         for (int j = 0; j < NTOK; ++j) {
-            const float g = warp_sum(acc[j][0]), u = warp_sum(acc[j][1]);
-            if (threadIdx.x == 0 && j < live) {
-                h[(size_t)member[j] * n_ff + r] = silu_mul(g, u);
+#pragma unroll
+            for (int i = 0; i < GR; ++i) {
+                const float g = warp_sum(acc[j][i]), u = warp_sum(acc[j][GR + i]);
+                if (threadIdx.x == 0 && j < live && r0 + i < n_ff) {
+                    h[(size_t)member[j] * n_ff + r0 + i] = silu_mul(g, u);
+                }
             }
         }
     }
 }
 
-template <int TYPE, int NTOK>
+template <int TYPE, int NTOK, bool WIDE>
 static __device__ __forceinline__ void
 moe_down(const void *__restrict__ down, const block_q8_1 *__restrict__ hq,
          const int *__restrict__ ids, const float *__restrict__ weights, float *__restrict__ out,
          int n_embd, int n_ff, int n_expert, int k) {
     typedef WeightFormat<TYPE> F;
     typedef typename F::block B;
-    const int nslots = NTOK * k, c0 = blockIdx.x * MOE_DOWN_ROWS;
+    constexpr int DR = MOE_DOWN_ROWS(NTOK);
+    const int nslots = NTOK * k, c0 = blockIdx.x * DR;
     const int bpr = n_ff / F::qk, bpc = n_ff / QK8_1;
     // d[i][s]: row c0 + i of slot s's down product.
-    __shared__ float d[MOE_DOWN_ROWS][MOE_MAX_SLOTS];
+    __shared__ float d[DR][MOE_MAX_SLOTS];
 
     // Every warp walks the same leaders in slot order and takes every MOE_NWARPS-th.
     uint32_t todo[MOE_MASK_WORDS];
@@ -174,9 +191,9 @@ moe_down(const void *__restrict__ down, const block_q8_1 *__restrict__ hq,
             continue;
         }
         const bool valid = e >= 0 && e < n_expert;
-        const B *rows[MOE_DOWN_ROWS];
+        const B *rows[DR];
 #pragma unroll
-        for (int i = 0; i < MOE_DOWN_ROWS; ++i) {
+        for (int i = 0; i < DR; ++i) {
             // A row past n_embd re-reads the last one; never written.
             const size_t row = (size_t)(valid ? e : 0) * n_embd + min(c0 + i, n_embd - 1);
             rows[i] = (const B *)down + row * bpr;
@@ -192,15 +209,15 @@ moe_down(const void *__restrict__ down, const block_q8_1 *__restrict__ hq,
             for (int j = 0; j < NTOK; ++j) {
                 cols[j] = hq + (size_t)(member[j] >= 0 ? member[j] : 0) * bpc;
             }
-            float acc[NTOK][MOE_DOWN_ROWS] = {};
+            float acc[NTOK][DR] = {};
             if (valid) {
-                mmvq_accumulate<TYPE, NTOK, MOE_DOWN_ROWS, WARP_SIZE, MOE_UNROLL(NTOK)>(
+                mmvq_accumulate_warp<TYPE, NTOK, DR, MOE_UNROLL(NTOK), WIDE>(
                     rows, cols, live, bpr, threadIdx.x, acc);
             }
 #pragma unroll
             for (int j = 0; j < NTOK; ++j) {
 #pragma unroll
-                for (int i = 0; i < MOE_DOWN_ROWS; ++i) {
+                for (int i = 0; i < DR; ++i) {
                     const float v = warp_sum(acc[j][i]);
                     if (threadIdx.x == 0 && j < live) {
                         d[i][member[j]] = v;
@@ -211,8 +228,8 @@ moe_down(const void *__restrict__ down, const block_q8_1 *__restrict__ hq,
     }
     __syncthreads();
     const int tid = threadIdx.y * WARP_SIZE + threadIdx.x;
-    if (tid < NTOK * MOE_DOWN_ROWS) {
-        const int t = tid / MOE_DOWN_ROWS, i = tid % MOE_DOWN_ROWS, c = c0 + i;
+    if (tid < NTOK * DR) {
+        const int t = tid / DR, i = tid % DR, c = c0 + i;
         if (c < n_embd) {
             out[(size_t)t * n_embd + c] += slot_sum(weights + t * k, &d[i][t * k], 1, k);
         }
@@ -220,7 +237,7 @@ moe_down(const void *__restrict__ down, const block_q8_1 *__restrict__ hq,
 }
 
 // The per-slot path's mat-vec: dst[slot][r] = W_e[r] · x[x_row], e = ids[slot].
-template <int TYPE>
+template <int TYPE, bool WIDE>
 static __device__ __forceinline__ void
 moe_slot_matvec(const void *__restrict__ w, const block_q8_1 *__restrict__ x,
                 const int *__restrict__ ids, float *__restrict__ dst, int slot, int x_row,
@@ -238,7 +255,7 @@ moe_slot_matvec(const void *__restrict__ w, const block_q8_1 *__restrict__ x,
     const block_q8_1 *const col[1] = {x + (size_t)x_row * (cols / QK8_1)};
     float acc[1][1] = {};
     if (valid) {
-        mmvq_accumulate<TYPE, 1, 1, WARP_SIZE, MOE_UNROLL(1)>(row, col, 1, bpr, threadIdx.x, acc);
+        mmvq_accumulate_warp<TYPE, 1, 1, MOE_UNROLL(1), WIDE>(row, col, 1, bpr, threadIdx.x, acc);
     }
     const float v = warp_sum(acc[0][0]);
     if (threadIdx.x == 0) {
@@ -260,41 +277,44 @@ extern "C" __global__ void moe_combine(const float *__restrict__ d,
     }
 }
 
-#define MOE_ENTRIES(NAME, TYPE, N)                                                                  \
+#define MOE_ENTRIES(NAME, TYPE, N, WIDE)                                                            \
     extern "C" __global__ void __launch_bounds__(MOE_NWARPS *WARP_SIZE, MOE_MIN_BLOCKS(N))          \
         moe_gate_up_##NAME##_n##N(const void *__restrict__ gate, const void *__restrict__ up,       \
                                   const block_q8_1 *__restrict__ x, const int *__restrict__ ids,    \
                                   float *__restrict__ h, int n_embd, int n_ff, int n_expert,        \
                                   int k) {                                                          \
-        moe_gate_up<TYPE, N>(gate, up, x, ids, h, n_embd, n_ff, n_expert, k);                       \
+        moe_gate_up<TYPE, N, WIDE>(gate, up, x, ids, h, n_embd, n_ff, n_expert, k);                 \
     }                                                                                               \
     extern "C" __global__ void __launch_bounds__(MOE_NWARPS *WARP_SIZE, MOE_MIN_BLOCKS(N))          \
         moe_down_##NAME##_n##N(const void *__restrict__ down, const block_q8_1 *__restrict__ hq,    \
                                const int *__restrict__ ids, const float *__restrict__ weights,      \
                                float *__restrict__ out, int n_embd, int n_ff, int n_expert,         \
                                int k) {                                                             \
-        moe_down<TYPE, N>(down, hq, ids, weights, out, n_embd, n_ff, n_expert, k);                  \
+        moe_down<TYPE, N, WIDE>(down, hq, ids, weights, out, n_embd, n_ff, n_expert, k);            \
     }
 
-#define MOE_FORMAT(NAME, TYPE)                                                                      \
-    MOE_ENTRIES(NAME, TYPE, 1)                                                                      \
-    MOE_ENTRIES(NAME, TYPE, 2)                                                                      \
-    MOE_ENTRIES(NAME, TYPE, 3)                                                                      \
-    MOE_ENTRIES(NAME, TYPE, 4)                                                                      \
-    MOE_ENTRIES(NAME, TYPE, 5)                                                                      \
-    MOE_ENTRIES(NAME, TYPE, 6)                                                                      \
-    MOE_ENTRIES(NAME, TYPE, 7)                                                                      \
-    MOE_ENTRIES(NAME, TYPE, 8)                                                                      \
+#define MOE_FORMAT(NAME, TYPE, WIDE)                                                                \
+    MOE_ENTRIES(NAME, TYPE, 1, WIDE)                                                                \
+    MOE_ENTRIES(NAME, TYPE, 2, WIDE)                                                                \
+    MOE_ENTRIES(NAME, TYPE, 3, WIDE)                                                                \
+    MOE_ENTRIES(NAME, TYPE, 4, WIDE)                                                                \
+    MOE_ENTRIES(NAME, TYPE, 5, WIDE)                                                                \
+    MOE_ENTRIES(NAME, TYPE, 6, WIDE)                                                                \
+    MOE_ENTRIES(NAME, TYPE, 7, WIDE)                                                                \
+    MOE_ENTRIES(NAME, TYPE, 8, WIDE)                                                                \
     extern "C" __global__ void __launch_bounds__(MOE_NWARPS *WARP_SIZE)                             \
         moe_slot_matvec_##NAME(const void *__restrict__ w, const block_q8_1 *__restrict__ x,        \
                                const int *__restrict__ ids, float *__restrict__ dst, int slot,      \
                                int x_row, int rows, int cols, int n_expert) {                       \
-        moe_slot_matvec<TYPE>(w, x, ids, dst, slot, x_row, rows, cols, n_expert);                   \
+        moe_slot_matvec<TYPE, WIDE>(w, x, ids, dst, slot, x_row, rows, cols, n_expert);             \
     }
 
-MOE_FORMAT(q4_0, GGML_TYPE_Q4_0)
-MOE_FORMAT(q4_1, GGML_TYPE_Q4_1)
-MOE_FORMAT(q8_0, GGML_TYPE_Q8_0)
-MOE_FORMAT(q4_k, GGML_TYPE_Q4_K)
-MOE_FORMAT(q5_k, GGML_TYPE_Q5_K)
-MOE_FORMAT(q6_k, GGML_TYPE_Q6_K)
+MOE_FORMAT(q4_0, GGML_TYPE_Q4_0, true)
+MOE_FORMAT(q4_1, GGML_TYPE_Q4_1, true)
+MOE_FORMAT(q8_0, GGML_TYPE_Q8_0, true)
+MOE_FORMAT(q4_k, GGML_TYPE_Q4_K, true)
+MOE_FORMAT(q5_k, GGML_TYPE_Q5_K, true)
+MOE_FORMAT(q6_k, GGML_TYPE_Q6_K, true)
+// FERROLM_MMVQ_WIDE=0: the narrow walk for the formats that have a wide one.
+MOE_FORMAT(narrow_q4_k, GGML_TYPE_Q4_K, false)
+MOE_FORMAT(narrow_q6_k, GGML_TYPE_Q6_K, false)

@@ -5,13 +5,13 @@
 #include "common.cuh"
 #include "quant.cuh"
 
-// out[g] = x[g] / sqrt(mean(x[g]^2) + eps) * w for each n-element group g (a row, or one head
-// for per-head norms); blockIdx.x is the group. out may be x (in place): each element is read
-// and then written by the same thread.
-extern "C" __global__ void rms_norm_f32(const float *x, const float *__restrict__ w, float *out,
-                                        int n, float eps) {
+// out[g] = x[g] / sqrt(mean(x[g]^2) + eps) * w for the n-element group g at x + g * n (a row, or
+// one head for per-head norms). out may be x (in place): each element is read and then written
+// by the same thread.
+static __device__ __forceinline__ void rms_norm_group(const float *x, const float *__restrict__ w,
+                                                      float *out, int n, float eps, int g) {
     __shared__ double scratch[32];
-    const size_t base = (size_t)blockIdx.x * n;
+    const size_t base = (size_t)g * n;
     double sum = 0.0;
     for (int i = threadIdx.x; i < n; i += blockDim.x) {
         const double v = x[base + i];
@@ -23,6 +23,12 @@ extern "C" __global__ void rms_norm_f32(const float *x, const float *__restrict_
     for (int i = threadIdx.x; i < n; i += blockDim.x) {
         out[base + i] = __fmul_rn(__fmul_rn(x[base + i], scale), w[i]);
     }
+}
+
+// blockIdx.x is the group.
+extern "C" __global__ void rms_norm_f32(const float *x, const float *__restrict__ w, float *out,
+                                        int n, float eps) {
+    rms_norm_group(x, w, out, n, eps, blockIdx.x);
 }
 
 // The decode-path fusion of add_f32, rms_norm_f32 and quantize_q8_1, bit for bit: when `add`
@@ -130,4 +136,45 @@ extern "C" __global__ void rope_qk_neox_f32(float *q, float *k, const uint32_t *
                                             int n_tokens, int width_q, int width_k, int head_dim,
                                             float theta_scale) {
     rope_qk<true>(q, k, pos, n_tokens, width_q, width_k, head_dim, theta_scale);
+}
+
+// The q/k norms and RoPE of one pass in one launch, bit for bit as rms_norm_f32 in place on q,
+// then on k (n-element groups, weights wq and wk), then rope_qk_*_f32: block b < gq takes q's
+// group b, the rest k's; it normalizes its group, syncs, and rotates the heads inside it (n is a
+// multiple of head_dim and divides both widths, so a group is whole heads of one row). Launch
+// as rms_norm_f32 (the same block size for this n: the sum's order depends on it), grid gq + gk.
+template <bool NEOX>
+static __device__ __forceinline__ void
+qk_norm_rope(float *q, const float *__restrict__ wq, float *k, const float *__restrict__ wk,
+             const uint32_t *__restrict__ pos, int n_tokens, int width_q, int width_k, int n,
+             int head_dim, float theta_scale, float eps) {
+    const int gq = n_tokens * width_q / n;
+    const bool is_q = (int)blockIdx.x < gq;
+    const int g = is_q ? blockIdx.x : blockIdx.x - gq;
+    float *x = is_q ? q : k;
+    const int width = is_q ? width_q : width_k;
+    rms_norm_group(x, is_q ? wq : wk, x, n, eps, g);
+    __syncthreads(); // the rotation pairs elements that other threads normalized
+    const int first_pair = g * (n / 2); // rope's pair index: row-major, width / 2 a row
+    for (int p = threadIdx.x; p < n / 2; p += blockDim.x) {
+        rope<NEOX>(x, pos, n_tokens, width, head_dim, theta_scale, first_pair + p);
+    }
+}
+
+extern "C" __global__ void qk_norm_rope_norm_f32(float *q, const float *__restrict__ wq, float *k,
+                                                 const float *__restrict__ wk,
+                                                 const uint32_t *__restrict__ pos, int n_tokens,
+                                                 int width_q, int width_k, int n, int head_dim,
+                                                 float theta_scale, float eps) {
+    qk_norm_rope<false>(q, wq, k, wk, pos, n_tokens, width_q, width_k, n, head_dim, theta_scale,
+                        eps);
+}
+
+extern "C" __global__ void qk_norm_rope_neox_f32(float *q, const float *__restrict__ wq, float *k,
+                                                 const float *__restrict__ wk,
+                                                 const uint32_t *__restrict__ pos, int n_tokens,
+                                                 int width_q, int width_k, int n, int head_dim,
+                                                 float theta_scale, float eps) {
+    qk_norm_rope<true>(q, wq, k, wk, pos, n_tokens, width_q, width_k, n, head_dim, theta_scale,
+                       eps);
 }

@@ -134,6 +134,7 @@ template <> struct WeightFormat<GGML_TYPE_Q4_0> {
     static constexpr int qk = 32, qi = 4, vdr = 2;
     static constexpr bool scale16 = false; // one scale per 32 elements (mmq)
     static constexpr bool has_min = false; // m != 0 in tile_codes (mmq)
+    static constexpr bool wide = false; // no vec_dot_wide (mmvq.cuh)
 
     // iqs in {0, 2}: codes ints iqs, iqs + 1 (low nibbles: elements 4iqs.., high: 16 + 4iqs..).
     static __device__ __forceinline__ float vec_dot(const block *b, const block_q8_1 *y, int iqs) {
@@ -169,6 +170,7 @@ template <> struct WeightFormat<GGML_TYPE_Q4_1> {
     static constexpr int qk = 32, qi = 4, vdr = 2;
     static constexpr bool scale16 = false; // one scale per 32 elements (mmq)
     static constexpr bool has_min = true; // m != 0 in tile_codes (mmq)
+    static constexpr bool wide = false; // no vec_dot_wide (mmvq.cuh)
 
     static __device__ __forceinline__ float vec_dot(const block *b, const block_q8_1 *y, int iqs) {
         int sumi = 0, sumu = 0;
@@ -203,6 +205,7 @@ template <> struct WeightFormat<GGML_TYPE_Q8_0> {
     static constexpr int qk = 32, qi = 8, vdr = 2;
     static constexpr bool scale16 = false; // one scale per 32 elements (mmq)
     static constexpr bool has_min = false; // m != 0 in tile_codes (mmq)
+    static constexpr bool wide = false; // no vec_dot_wide (mmvq.cuh)
 
     static __device__ __forceinline__ float vec_dot(const block *b, const block_q8_1 *y, int iqs) {
         int sumi = 0;
@@ -255,6 +258,34 @@ template <> struct WeightFormat<GGML_TYPE_Q4_K> {
         return f16_bits_to_f32(b->d) * sumf_d - f16_bits_to_f32(b->dmin) * sumf_m;
     }
 
+    // The wide walk (mmvq.cuh), WIDE_LANES = 8 lanes a block: lane t takes code bytes
+    // 16t..16t+15 in one 16-byte load, half h = t % 2 of group g = t / 2, i.e. 16 elements of
+    // sub-block 2g (low nibbles) and the same 16 of sub-block 2g + 1 (high nibbles).
+    static constexpr bool wide = true;
+    static __device__ __forceinline__ float vec_dot_wide(const block *b, const block_q8_1 *y,
+                                                         int t) {
+        const int g = t / 2, h = t % 2;
+        const int4 v4 = __ldg((const int4 *)(b->qs + 16 * t));
+        const int v[4] = {v4.x, v4.y, v4.z, v4.w};
+        uint16_t aux[2];
+        scales_k4(b->scales, g, aux);
+        const block_q8_1 *y0 = y + 2 * g, *y1 = y0 + 1;
+        int dot0 = 0, dot1 = 0, sum0 = 0, sum1 = 0;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const int u0 = get_int_b4(y0->qs, 4 * h + i), u1 = get_int_b4(y1->qs, 4 * h + i);
+            dot0 = dp4a(v[i] & 0x0F0F0F0F, u0, dot0);
+            dot1 = dp4a((v[i] >> 4) & 0x0F0F0F0F, u1, dot1);
+            sum0 = sum_bytes(u0, sum0);
+            sum1 = sum_bytes(u1, sum1);
+        }
+        const float d0 = f16_bits_to_f32(y0->d), d1 = f16_bits_to_f32(y1->d);
+        const int sc0 = aux[0] & 0xff, sc1 = aux[0] >> 8, m0 = aux[1] & 0xff, m1 = aux[1] >> 8;
+        const float sumf_d = d0 * (float)(dot0 * sc0) + d1 * (float)(dot1 * sc1);
+        const float sumf_m = d0 * (float)(sum0 * m0) + d1 * (float)(sum1 * m1);
+        return f16_bits_to_f32(b->d) * sumf_d - f16_bits_to_f32(b->dmin) * sumf_m;
+    }
+
     // Sub-block sub: nibble sub % 2 of bytes 32 (sub / 2)..+32, scale and min number sub.
     static __device__ __forceinline__ void tile_codes(const block *b, int sub, int q[8],
                                                       float d[2], float &m) {
@@ -276,6 +307,7 @@ template <> struct WeightFormat<GGML_TYPE_Q5_K> {
     static constexpr int qk = QK_K, qi = 32, vdr = 2;
     static constexpr bool scale16 = false; // one scale per 32 elements (mmq)
     static constexpr bool has_min = true; // m != 0 in tile_codes (mmq)
+    static constexpr bool wide = false; // no vec_dot_wide (mmvq.cuh)
 
     static __device__ __forceinline__ float vec_dot(const block *b, const block_q8_1 *y, int iqs) {
         const int t = iqs / 2, g = t / 4, l4 = t % 4;
@@ -343,6 +375,38 @@ template <> struct WeightFormat<GGML_TYPE_Q6_K> {
             // Codes are stored 32 above their value: subtract 32 * sum(u) exactly.
             const int dot = dp4a(q, u, 0) - 32 * sum_bytes(u, 0);
             sumf += f16_bits_to_f32(yi->d) * (float)(dot * sc[4 * i]);
+        }
+        return f16_bits_to_f32(b->d) * sumf;
+    }
+
+    // The wide walk (mmvq.cuh), WIDE_LANES = 8 lanes a block: lane t takes positions
+    // l = 8r..8r+7 (r = t % 4) of 128-element half n = t / 4, i.e. ql bytes 64n + l and
+    // 64n + 32 + l and qh bytes 32n + l, which hold elements 128n + 32k + l for k = 0..3
+    // (activation block 4n + k, scale 8n + 2k + r / 2). Blocks are only 2-byte aligned.
+    static constexpr bool wide = true;
+    static __device__ __forceinline__ float vec_dot_wide(const block *b, const block_q8_1 *y,
+                                                         int t) {
+        const int n = t / 4, r = t % 4;
+        const int lo[2][2] = {{get_int_b2(b->ql, 16 * n + 2 * r), get_int_b2(b->ql, 16 * n + 2 * r + 1)},
+                              {get_int_b2(b->ql, 16 * n + 8 + 2 * r),
+                               get_int_b2(b->ql, 16 * n + 8 + 2 * r + 1)}};
+        const int hi[2] = {get_int_b2(b->qh, 8 * n + 2 * r), get_int_b2(b->qh, 8 * n + 2 * r + 1)};
+        float sumf = 0.0f;
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+            const block_q8_1 *yk = y + 4 * n + k;
+            int dot = 0, sum = 0;
+#pragma unroll
+            for (int i = 0; i < 2; ++i) {
+                const int u = get_int_b4(yk->qs, 2 * r + i);
+                const int q = ((lo[k % 2][i] >> (4 * (k / 2))) & 0x0F0F0F0F) |
+                              (((hi[i] >> (2 * k)) & 0x03030303) << 4);
+                dot = dp4a(q, u, dot);
+                sum = sum_bytes(u, sum);
+            }
+            // Codes are stored 32 above their value: subtract 32 * sum(u) exactly.
+            const int sc = b->scales[8 * n + 2 * k + r / 2];
+            sumf += f16_bits_to_f32(yk->d) * (float)((dot - 32 * sum) * sc);
         }
         return f16_bits_to_f32(b->d) * sumf;
     }

@@ -83,6 +83,25 @@ pub trait Backend {
         self.rope(q, head_dim, positions, base, mode);
         self.rope(k, head_dim, positions, base, mode);
     }
+    /// The per-head (or whole-row) RMS norms of the queries and keys, then [`Self::rope_qk`]:
+    /// one pass on a backend that can.
+    #[allow(clippy::too_many_arguments)]
+    fn qk_norm_rope(
+        &self,
+        q: &mut Self::Act,
+        k: &mut Self::Act,
+        q_norm: &Self::Weight,
+        k_norm: &Self::Weight,
+        eps: f32,
+        head_dim: usize,
+        positions: &[u32],
+        base: f32,
+        mode: RopeMode,
+    ) {
+        self.rms_norm_groups(q, q_norm, eps);
+        self.rms_norm_groups(k, k_norm, eps);
+        self.rope_qk(q, k, head_dim, positions, base, mode);
+    }
     /// For each sequence of `seqs`: stores its rows of `k`, `v` at their `positions` in layer
     /// `layer` of its cache, then causal attention of its rows of `q` over everything that
     /// cache holds up to each token's position, into the same rows of `out`. Sequences never

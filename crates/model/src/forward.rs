@@ -128,18 +128,21 @@ pub fn layers<B: Backend>(
             b.add_bias(&mut v, bv);
         }
         // The norm weight's length says whether it is per head or over the whole width.
-        if let (Some(qn), Some(kn)) = (&a.q_norm, &a.k_norm) {
-            b.rms_norm_groups(&mut q, qn, cfg.rms_eps);
-            b.rms_norm_groups(&mut k, kn, cfg.rms_eps);
+        let (hd, base) = (cfg.head_dim, cfg.rope_freq_base);
+        match (&a.q_norm, &a.k_norm) {
+            (Some(qn), Some(kn)) => b.qk_norm_rope(
+                &mut q,
+                &mut k,
+                qn,
+                kn,
+                cfg.rms_eps,
+                hd,
+                positions,
+                base,
+                mode,
+            ),
+            _ => b.rope_qk(&mut q, &mut k, hd, positions, base, mode),
         }
-        b.rope_qk(
-            &mut q,
-            &mut k,
-            cfg.head_dim,
-            positions,
-            cfg.rope_freq_base,
-            mode,
-        );
         dump(b, &dir, "Vcur", il, &v);
         dump(b, &dir, "Kcur", il, &k);
         dump(b, &dir, "Qcur", il, &q);

@@ -443,6 +443,47 @@ impl Backend for CudaBackend {
         self.check(r);
     }
 
+    fn qk_norm_rope(
+        &self,
+        q: &mut CudaAct,
+        k: &mut CudaAct,
+        q_norm: &CudaWeight,
+        k_norm: &CudaWeight,
+        eps: f32,
+        head_dim: usize,
+        positions: &[u32],
+        base: f32,
+        mode: RopeMode,
+    ) {
+        let unfused = |b: &Self, q: &mut CudaAct, k: &mut CudaAct| {
+            b.rms_norm_groups(q, q_norm, eps);
+            b.rms_norm_groups(k, k_norm, eps);
+            b.rope_qk(q, k, head_dim, positions, base, mode);
+        };
+        if !self.fuse {
+            return unfused(self, q, k);
+        }
+        if q.rows == 0 || q.buf.is_none() || k.buf.is_none() {
+            return;
+        }
+        let kind = rope_kind(mode);
+        let r = crate::profile::span(self.dev.stream(), "qk_norm_rope", || {
+            self.with_inputs(positions.len(), |inp| {
+                let (wq, wk) = (q_norm.vector(), k_norm.vector());
+                let (qb, kb) = (q.buf_mut(), k.buf_mut());
+                self.k
+                    .norm_rope
+                    .qk_norm_rope(qb, wq, kb, wk, eps, head_dim, &inp.positions, base, kind)
+                    .transpose()
+            })
+        });
+        match r {
+            Ok(Some(())) => {}
+            Ok(None) => unfused(self, q, k), // groups that are not whole heads
+            Err(e) => self.check(Err(e)),
+        }
+    }
+
     fn attention(
         &self,
         seqs: &mut [SeqRows<'_, CudaCache>],

@@ -95,6 +95,8 @@ pub struct DecodeWork {
     m: CudaSlice<f32>,
     l: CudaSlice<f32>,
     acc: CudaSlice<f32>,
+    /// `[max_q][n_head]` finished-split counters of the fused combine, zero between launches.
+    done: CudaSlice<i32>,
     pub max_q: usize,
     pub n_head: usize,
     pub n_split: usize,
@@ -115,6 +117,7 @@ impl DecodeWork {
             m: dev.zeros(parts)?,
             l: dev.zeros(parts)?,
             acc: dev.zeros(parts * head_dim)?,
+            done: dev.zeros(max_q * n_head)?,
             max_q,
             n_head,
             n_split,
@@ -140,6 +143,9 @@ pub struct Attention {
     /// What [`prefill`](Attention::prefill) runs, fixed at load from the environment.
     /// Forced by `FERROLM_ATTN_MMA`, else chosen per call by the number of rows.
     pub prefill_kernel: Option<PrefillKernel>,
+    /// Decode combines the splits in the split kernel's last block per head (one launch), or
+    /// with `FERROLM_CUDA_FUSE=0` in a second kernel; the same arithmetic either way.
+    fused_combine: bool,
 }
 
 fn dim_index(head_dim: usize) -> Result<usize> {
@@ -195,6 +201,7 @@ impl Attention {
                 .collect::<Result<_>>()?,
             flash,
             prefill_kernel: PrefillKernel::from_env(),
+            fused_combine: std::env::var("FERROLM_CUDA_FUSE").map_or(true, |v| v != "0"),
         })
     }
 
@@ -263,6 +270,7 @@ impl Attention {
             int(cache.n_kv_head, "n_kv_head"),
             int(cache.n_ctx, "n_ctx"),
         );
+        let fused = self.fused_combine;
         let mut b = self.stream.launch_builder(f);
         b.arg(q)
             .arg(&cache.k)
@@ -270,19 +278,27 @@ impl Attention {
             .arg(positions)
             .arg(&mut work.m)
             .arg(&mut work.l)
-            .arg(&mut work.acc)
-            .arg(&nh)
-            .arg(&nkv)
-            .arg(&nctx)
-            .arg(&scale);
+            .arg(&mut work.acc);
+        let null = 0u64; // a null pointer: no fused combine
+        if fused {
+            b.arg(&mut work.done).arg(&mut *out);
+        } else {
+            b.arg(&null).arg(&null);
+        }
+        b.arg(&nh).arg(&nkv).arg(&nctx).arg(&scale);
         let cfg = LaunchConfig {
             grid_dim: (work.n_split as u32, n_head as u32, n_q as u32),
             block_dim: ((NWARPS * 32) as u32, 1, 1),
             shared_mem_bytes: 0,
         };
-        // SAFETY: attn_decode_split_dD(q, kc, vc, pos, m, l, acc, n_head, n_kv_head, n_ctx,
-        // scale): n_q rows of q, positions below n_ctx (the caller's), partials sized by work.
+        // SAFETY: attn_decode_split_dD(q, kc, vc, pos, m, l, acc, done, out, n_head, n_kv_head,
+        // n_ctx, scale): n_q rows of q, positions below n_ctx (the caller's), partials and
+        // counters sized by work (max_q >= n_q rows), out n_q * n_head * head_dim floats, or
+        // done and out null when the combine kernel follows.
         unsafe { b.launch(cfg) }.during("launching attn_decode_split")?;
+        if fused {
+            return Ok(());
+        }
 
         let (ns, hd) = (
             int(work.n_split, "n_split"),

@@ -1,4 +1,8 @@
 //! `kernels/mmvq.cu`: quantized weight times up to 8 Q8_1 activation rows (decode).
+//!
+//! Q4_K takes the wide kernels (a warp per row, 16 code bytes a lane per load) unless
+//! `FERROLM_MMVQ_WIDE=0`; the two differ only in f32 summation order. (The switch also covers
+//! the MoE decode kernels' wide walk, for Q4_K and Q6_K.)
 
 use super::int;
 use crate::device::CudaDevice;
@@ -9,6 +13,7 @@ use cudarc::driver::{
 };
 use ferrolm_gguf::GgmlType;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 /// Activation rows one launch takes (the kernel's MMVQ_MAX_COLS).
@@ -25,6 +30,16 @@ const FORMATS: &[GgmlType] = &[
     GgmlType::Q5K,
     GgmlType::Q6K,
 ];
+
+/// Formats with wide kernels (`mmvq_wide_<suffix>_n<rows>`, `mmvq_wide_{pair,glu}_<suffix>`).
+/// Not Q6_K: its wide walk is slower than the block-per-row kernel as a dense mat-vec
+/// (2-byte-aligned blocks: twelve 16-bit loads a lane), docs/perf.md.
+const WIDE_FORMATS: &[GgmlType] = &[GgmlType::Q4K];
+
+/// `FERROLM_MMVQ_WIDE=0` turns the wide kernels off, for bisecting.
+pub fn wide_enabled() -> bool {
+    std::env::var("FERROLM_MMVQ_WIDE").map_or(true, |v| v != "0")
+}
 
 /// A weight matrix on the device, in its ggml block format: `rows` rows of `cols` elements.
 pub struct QuantMatrix {
@@ -65,6 +80,11 @@ pub struct Mmvq {
     fns: HashMap<(GgmlType, usize), CudaFunction>,
     /// (type, glu) -> `mmvq_glu_<type>` or `mmvq_pair_<type>`.
     pairs: HashMap<(GgmlType, bool), CudaFunction>,
+    /// The same entry points' wide versions, for [`WIDE_FORMATS`].
+    wide_fns: HashMap<(GgmlType, usize), CudaFunction>,
+    wide_pairs: HashMap<(GgmlType, bool), CudaFunction>,
+    /// Whether Q4_K and Q6_K take the wide kernels (`FERROLM_MMVQ_WIDE`, or [`Self::set_wide`]).
+    wide: AtomicBool,
 }
 
 /// What [`Mmvq::pair`] writes.
@@ -93,11 +113,37 @@ impl Mmvq {
                 dev.function(&MMVQ, &format!("mmvq_glu_{name}"))?,
             );
         }
+        let mut wide_fns = HashMap::new();
+        let mut wide_pairs = HashMap::new();
+        for &ty in WIDE_FORMATS {
+            let name = super::kernel_suffix(ty);
+            for n in 1..=MMVQ_MAX_COLS {
+                let f = dev.function(&MMVQ, &format!("mmvq_wide_{name}_n{n}"))?;
+                wide_fns.insert((ty, n), f);
+            }
+            for (glu, kind) in [(false, "pair"), (true, "glu")] {
+                let f = dev.function(&MMVQ, &format!("mmvq_wide_{kind}_{name}"))?;
+                wide_pairs.insert((ty, glu), f);
+            }
+        }
         Ok(Self {
             stream: dev.stream().clone(),
             fns,
             pairs,
+            wide_fns,
+            wide_pairs,
+            wide: AtomicBool::new(wide_enabled()),
         })
+    }
+
+    /// Chooses the wide kernels (the default) or the block-per-row ones for Q4_K;
+    /// for `cuda-parity --time`, which times both.
+    pub fn set_wide(&self, on: bool) {
+        self.wide.store(on, Ordering::Relaxed);
+    }
+
+    fn is_wide(&self, ty: GgmlType) -> bool {
+        self.wide.load(Ordering::Relaxed) && WIDE_FORMATS.contains(&ty)
     }
 
     pub fn supports(ty: GgmlType) -> bool {
@@ -124,7 +170,9 @@ impl Mmvq {
         n: usize,
         out: &mut CudaViewMut<f32>,
     ) -> Result<()> {
-        let f = self.fns.get(&(w.ty, n)).ok_or_else(|| {
+        let wide = self.is_wide(w.ty);
+        let fns = if wide { &self.wide_fns } else { &self.fns };
+        let f = fns.get(&(w.ty, n)).ok_or_else(|| {
             CudaError::Invalid(format!(
                 "mmvq: no kernel for {} weights and {n} activation rows",
                 w.ty
@@ -135,7 +183,8 @@ impl Mmvq {
             "mmvq: activations too small"
         );
         assert!(out.len() >= n * w.rows, "mmvq: out too small");
-        let rows_per_block = if n == 1 { 1 } else { 2 };
+        // Rows a warp (wide) or a block takes: one for a single column, else two.
+        let rows_per_block = if n == 1 { 1 } else { 2 } * if wide { NWARPS as usize } else { 1 };
         let cfg = LaunchConfig {
             grid_dim: (w.rows.div_ceil(rows_per_block) as u32, 1, 1),
             block_dim: (32, NWARPS, 1),
@@ -144,8 +193,8 @@ impl Mmvq {
         let (cols, rows) = (int(w.cols, "mmvq cols"), int(w.rows, "mmvq rows"));
         let mut b = self.stream.launch_builder(f);
         b.arg(&w.data).arg(xq).arg(out).arg(&cols).arg(&rows);
-        // SAFETY: mmvq_*_nN(vx, vy, dst, ncols, nrows): rows x cols weights, N Q8_1 rows of
-        // cols elements, N x rows floats out, one block per rows_per_block rows.
+        // SAFETY: mmvq_[wide_]*_nN(vx, vy, dst, ncols, nrows): rows x cols weights, N Q8_1 rows
+        // of cols elements, N x rows floats out, one block per rows_per_block rows.
         unsafe { b.launch(cfg) }.during(format!("launching mmvq for {}", w.ty))?;
         Ok(())
     }
@@ -168,11 +217,14 @@ impl Mmvq {
             "mmvq pair: activations too small"
         );
         let glu = matches!(out, PairOut::Glu(_));
-        let f = self.pairs.get(&(a.ty, glu)).ok_or_else(|| {
+        let wide = self.is_wide(a.ty);
+        let pairs = if wide { &self.wide_pairs } else { &self.pairs };
+        let f = pairs.get(&(a.ty, glu)).ok_or_else(|| {
             CudaError::Invalid(format!("mmvq pair: no kernel for {} weights", a.ty))
         })?;
+        let rows_per_block = if wide { NWARPS as usize } else { 1 };
         let cfg = LaunchConfig {
-            grid_dim: (a.rows.max(b.rows) as u32, 1, 1),
+            grid_dim: (a.rows.max(b.rows).div_ceil(rows_per_block) as u32, 1, 1),
             block_dim: (32, NWARPS, 1),
             shared_mem_bytes: 0,
         };

@@ -24,9 +24,26 @@ use std::sync::Arc;
 pub const MOE_DECODE_MAX_TOKENS: usize = 8;
 /// Most slots (tokens × experts a token) one call takes (the kernel's MOE_MAX_SLOTS).
 const MAX_SLOTS: usize = 128;
-/// Warps per block (MOE_NWARPS) and output rows per down block (MOE_DOWN_ROWS).
+/// Warps per block (MOE_NWARPS).
 const NWARPS: u32 = 8;
-const DOWN_ROWS: usize = 2;
+
+/// Rows of gate (and of up) a warp takes for `n` tokens (the kernel's MOE_GATE_ROWS).
+fn gate_rows(n: usize) -> usize {
+    if n <= 2 {
+        4
+    } else {
+        1
+    }
+}
+
+/// Output rows a down block takes for `n` tokens (the kernel's MOE_DOWN_ROWS).
+fn down_rows(n: usize) -> usize {
+    if n <= 2 {
+        8
+    } else {
+        2
+    }
+}
 
 /// Weight formats with MoE decode kernels (entry points `moe_*_<suffix>[_n<tokens>]`).
 const FORMATS: &[GgmlType] = &[
@@ -99,8 +116,14 @@ impl MoeDecode {
     pub fn load(dev: &CudaDevice) -> Result<Self> {
         let (mut gate_up, mut down, mut slot_matvec) =
             (HashMap::new(), HashMap::new(), HashMap::new());
+        // Q4_K and Q6_K: the wide walk unless FERROLM_MMVQ_WIDE=0 (see ops::mmvq).
+        let narrow = !super::mmvq::wide_enabled();
         for &ty in FORMATS {
-            let name = super::kernel_suffix(ty);
+            let suffix = super::kernel_suffix(ty);
+            let name = match ty {
+                GgmlType::Q4K | GgmlType::Q6K if narrow => format!("narrow_{suffix}"),
+                _ => suffix,
+            };
             for n in 1..=MOE_DECODE_MAX_TOKENS {
                 let f = |op: &str| dev.function(&MOE_DECODE, &format!("moe_{op}_{name}_n{n}"));
                 gate_up.insert((ty, n), f("gate_up")?);
@@ -203,7 +226,11 @@ impl MoeDecode {
         let block = (32, NWARPS, 1);
         let gate_up = &self.gate_up[&(e.gate.ty, n)];
         let cfg = LaunchConfig {
-            grid_dim: (ff.div_ceil(NWARPS as usize) as u32, (n * k) as u32, 1),
+            grid_dim: (
+                ff.div_ceil(NWARPS as usize * gate_rows(n)) as u32,
+                (n * k) as u32,
+                1,
+            ),
             block_dim: block,
             shared_mem_bytes: 0,
         };
@@ -216,14 +243,14 @@ impl MoeDecode {
             .arg(&ints.k);
         // SAFETY: moe_gate_up_*_nN(gate, up, x, ids, h, n_embd, n_ff, n_expert, k): stacked
         // [n_expert*n_ff][n_embd] weights, N Q8_1 rows, N*k ids, N*k x n_ff floats out
-        // (work sized for max_n >= N); a block per NWARPS rows and slot.
+        // (work sized for max_n >= N); a block per NWARPS * gate_rows(N) rows and slot.
         unsafe { b.launch(cfg) }.during(format!("launching moe gate/up for {}", e.gate.ty))?;
 
         self.quantize.q8_1_rows(&work.h, n * k, ff, &mut work.hq)?;
 
         let down = &self.down[&(e.down.ty, n)];
         let cfg = LaunchConfig {
-            grid_dim: (d.div_ceil(DOWN_ROWS) as u32, 1, 1),
+            grid_dim: (d.div_ceil(down_rows(n)) as u32, 1, 1),
             block_dim: block,
             shared_mem_bytes: 0,
         };
@@ -236,7 +263,7 @@ impl MoeDecode {
             .arg(&ints.k);
         // SAFETY: moe_down_*_nN(down, hq, ids, weights, out, n_embd, n_ff, n_expert, k):
         // stacked [n_expert*n_embd][n_ff] weights, N*k Q8_1 rows of n_ff, N*k ids and
-        // weights, N x n_embd floats updated; a block per DOWN_ROWS output rows.
+        // weights, N x n_embd floats updated; a block per down_rows(N) output rows.
         unsafe { b.launch(cfg) }.during(format!("launching moe down for {}", e.down.ty))?;
         Ok(())
     }
@@ -380,9 +407,16 @@ mod tests {
     fn geometry_and_formats_match_the_kernel() {
         let src = MOE_DECODE.source;
         assert!(src.contains(&format!("#define MOE_NWARPS {NWARPS}")));
-        assert!(src.contains(&format!("#define MOE_DOWN_ROWS {DOWN_ROWS}")));
+        assert!(src.contains("#define MOE_GATE_ROWS(N) ((N) <= 2 ? 4 : 1)"));
+        assert!(src.contains("#define MOE_DOWN_ROWS(N) ((N) <= 2 ? 8 : 2)"));
+        assert_eq!(
+            (gate_rows(2), gate_rows(3), down_rows(2), down_rows(3)),
+            (4, 1, 8, 2)
+        );
         assert!(src.contains(&format!("#define MOE_MAX_SLOTS {MAX_SLOTS}")));
-        assert!(src.contains(&format!("MOE_ENTRIES(NAME, TYPE, {MOE_DECODE_MAX_TOKENS})")));
+        assert!(src.contains(&format!(
+            "MOE_ENTRIES(NAME, TYPE, {MOE_DECODE_MAX_TOKENS}, WIDE)"
+        )));
         for &ty in FORMATS {
             let line = format!("MOE_FORMAT({}, ", super::super::kernel_suffix(ty));
             assert!(src.contains(&line), "{line} missing from moe_decode.cu");

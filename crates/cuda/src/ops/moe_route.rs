@@ -166,7 +166,8 @@ impl MoeRoute {
             int(ne, "moe experts"),
             int(k, "moe k"),
         );
-        let (f, cfg) = if n <= SMALL_N {
+        // The small kernel loads 4 floats at a time.
+        let (f, cfg) = if n <= SMALL_N && d.is_multiple_of(4) {
             let cfg = LaunchConfig {
                 grid_dim: (ne as u32, 1, 1),
                 block_dim: (128, 1, 1),

@@ -24,9 +24,10 @@ pub struct NormRope {
     rope_neox: CudaFunction,
     rope_qk_norm: CudaFunction,
     rope_qk_neox: CudaFunction,
+    qk_norm_rope_norm: CudaFunction,
+    qk_norm_rope_neox: CudaFunction,
 }
 
-/// One block per group: a warp for head-sized groups, 256 threads for model-width rows.
 /// One block per group, about four elements per thread: a decode step normalizes one row, so
 /// the row's block alone sets the kernel's latency. (The f64 sum's order follows the block size;
 /// the fused and plain norms share this function, so they stay bit-identical.)
@@ -49,6 +50,8 @@ impl NormRope {
             rope_neox: dev.function(&NORM_ROPE, "rope_neox_f32")?,
             rope_qk_norm: dev.function(&NORM_ROPE, "rope_qk_norm_f32")?,
             rope_qk_neox: dev.function(&NORM_ROPE, "rope_qk_neox_f32")?,
+            qk_norm_rope_norm: dev.function(&NORM_ROPE, "qk_norm_rope_norm_f32")?,
+            qk_norm_rope_neox: dev.function(&NORM_ROPE, "qk_norm_rope_neox_f32")?,
         })
     }
 
@@ -229,6 +232,57 @@ impl NormRope {
         // floats, n positions; one thread per pair of either.
         unsafe { b.launch(cfg) }.during("launching rope_qk")?;
         Ok(())
+    }
+
+    /// [`Self::rms_norm_groups`] of `q` (weights `wq`) and of `k` (`wk`, as long), then
+    /// [`Self::rope_qk`], in one launch and bit-identical. `None` (nothing launched) when the
+    /// norm groups are not whole heads of both rows; the caller then runs the three steps.
+    #[allow(clippy::too_many_arguments)]
+    pub fn qk_norm_rope(
+        &self,
+        q: &mut CudaSlice<f32>,
+        wq: &CudaSlice<f32>,
+        k: &mut CudaSlice<f32>,
+        wk: &CudaSlice<f32>,
+        eps: f32,
+        head_dim: usize,
+        positions: &CudaSlice<u32>,
+        base: f32,
+        mode: Rope,
+    ) -> Option<Result<()>> {
+        let (n_tokens, n) = (positions.len(), wq.len());
+        let wq_len = rope_width(q.len(), n_tokens, head_dim);
+        let wk_len = rope_width(k.len(), n_tokens, head_dim);
+        let whole_heads = n == wk.len() && n.is_multiple_of(head_dim);
+        if !whole_heads || !wq_len.is_multiple_of(n) || !wk_len.is_multiple_of(n) {
+            return None;
+        }
+        let groups = (q.len() + k.len()) / n;
+        let (nt, iwq, iwk, ni, hd) = (
+            int(n_tokens, "rope tokens"),
+            int(wq_len, "rope width"),
+            int(wk_len, "rope width"),
+            int(n, "norm group"),
+            int(head_dim, "head_dim"),
+        );
+        let theta_scale = theta_scale(base, head_dim);
+        let f = match mode {
+            Rope::Normal => &self.qk_norm_rope_norm,
+            Rope::Neox => &self.qk_norm_rope_neox,
+        };
+        let cfg = norm_cfg(groups, n);
+        let mut b = self.stream.launch_builder(f);
+        b.arg(q).arg(wq).arg(k).arg(wk).arg(positions);
+        b.arg(&nt).arg(&iwq).arg(&iwk).arg(&ni).arg(&hd);
+        b.arg(&theta_scale).arg(&eps);
+        // SAFETY: qk_norm_rope_*_f32(q, wq, k, wk, pos, n_tokens, width_q, width_k, n,
+        // head_dim, theta_scale, eps): n_tokens rows of width_q and width_k floats, n-float
+        // weights, n_tokens positions; a block per n-element group of q then of k.
+        Some(
+            unsafe { b.launch(cfg) }
+                .during("launching qk_norm_rope")
+                .map(drop),
+        )
     }
 }
 

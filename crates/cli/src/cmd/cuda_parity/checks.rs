@@ -334,45 +334,56 @@ fn mmvq(
     Ok(out_rows)
 }
 
-/// Preliminary mat-vec timings: one activation row, an 8B model's FFN shape, weights rotated
-/// over copies that together exceed the L2 several times, CUDA events around 200 launches.
+/// Mat-vec timings: one activation row, an 8B model's FFN shape and a 1.7B model's square
+/// projection, weights rotated over copies that together exceed the L2 several times, CUDA
+/// events around 200 launches; Q4_K with the wide kernels and without.
 pub fn time_mmvq(dev: &CudaDevice, k: &Kernels, rng: &mut StdRng) -> Result<()> {
-    let (rows, cols) = (14_336, 4096);
-    let x = normal(rng, cols, 1.0);
-    let xd = dev.upload(&x)?;
-    let mut xq = dev.upload(&vec![0u8; cols / 32 * Q8_1_BLOCK_BYTES])?;
-    k.quantize.q8_1(&xd, cols, &mut xq)?;
-    let mut out = poisoned(dev, rows)?;
-    println!("\npreliminary mmvq timing ({rows}×{cols}, 1 column, weights rotated past L2):\n");
-    println!("| type | weight MB | µs / call | GB/s |");
-    println!("|---|---|---|---|");
-    for ty in MMVQ_TYPES {
-        // 256 rows of real blocks, repeated: quantizing the whole matrix takes longer than
-        // timing it, and the kernel's speed does not depend on the values.
-        let bytes = rows * cols / ty.block_elems() * ty.block_bytes();
-        let wq = ferrolm_quant::quantize_to_vec(ty, &normal(rng, 256 * cols, 1.0))?;
-        let host: Vec<u8> = wq.iter().copied().cycle().take(bytes).collect();
-        let copies = (256usize << 20).div_ceil(bytes).max(2);
-        let ws: Vec<QuantMatrix> = (0..copies)
-            .map(|_| QuantMatrix::upload(dev, ty, rows, cols, &host))
-            .collect::<ferrolm_cuda::Result<_>>()?;
-        for w in &ws {
-            k.mmvq.matvec(w, &xq, 1, &mut out)?;
-        }
-        let iters = 200;
-        let ms = dev.time_ms(|| {
-            for i in 0..iters {
-                k.mmvq.matvec(&ws[i % copies], &xq, 1, &mut out)?;
+    println!("\nmmvq timing (1 column, weights rotated past L2):\n");
+    println!("| type | shape | kernel | weight MB | µs / call | GB/s |");
+    println!("|---|---|---|---|---|---|");
+    for (rows, cols) in [(14_336, 4096), (2048, 2048), (2048, 8192)] {
+        let x = normal(rng, cols, 1.0);
+        let xd = dev.upload(&x)?;
+        let mut xq = dev.upload(&vec![0u8; cols / 32 * Q8_1_BLOCK_BYTES])?;
+        k.quantize.q8_1(&xd, cols, &mut xq)?;
+        let mut out = poisoned(dev, rows)?;
+        for ty in MMVQ_TYPES {
+            // 256 rows of real blocks, repeated: quantizing the whole matrix takes longer than
+            // timing it, and the kernel's speed does not depend on the values.
+            let bytes = rows * cols / ty.block_elems() * ty.block_bytes();
+            let wq = ferrolm_quant::quantize_to_vec(ty, &normal(rng, 256 * cols, 1.0))?;
+            let host: Vec<u8> = wq.iter().copied().cycle().take(bytes).collect();
+            let copies = (256usize << 20).div_ceil(bytes).max(2);
+            let ws: Vec<QuantMatrix> = (0..copies)
+                .map(|_| QuantMatrix::upload(dev, ty, rows, cols, &host))
+                .collect::<ferrolm_cuda::Result<_>>()?;
+            let variants: &[(bool, &str)] = if ty == GgmlType::Q4K {
+                &[(true, "wide"), (false, "block")]
+            } else {
+                &[(false, "block")]
+            };
+            for &(wide, name) in variants {
+                k.mmvq.set_wide(wide);
+                for w in &ws {
+                    k.mmvq.matvec(w, &xq, 1, &mut out)?;
+                }
+                let iters = 200;
+                let ms = dev.time_ms(|| {
+                    for i in 0..iters {
+                        k.mmvq.matvec(&ws[i % copies], &xq, 1, &mut out)?;
+                    }
+                    Ok(())
+                })?;
+                let us = ms * 1e3 / iters as f64;
+                let moved = bytes + cols / 32 * Q8_1_BLOCK_BYTES + rows * 4;
+                println!(
+                    "| {ty} | {rows}×{cols} | {name} | {:.1} | {us:.1} | {:.0} |",
+                    bytes as f64 / 1e6,
+                    moved as f64 / us / 1e3
+                );
             }
-            Ok(())
-        })?;
-        let us = ms * 1e3 / iters as f64;
-        let moved = bytes + cols / 32 * Q8_1_BLOCK_BYTES + rows * 4;
-        println!(
-            "| {ty} | {:.1} | {us:.1} | {:.0} |",
-            bytes as f64 / 1e6,
-            moved as f64 / us / 1e3
-        );
+        }
     }
+    k.mmvq.set_wide(ferrolm_cuda::ops::mmvq_wide_enabled());
     Ok(())
 }
