@@ -132,6 +132,7 @@ pub fn layers<B: Backend>(
             b.rms_norm_groups(&mut q, qn, cfg.rms_eps);
             b.rms_norm_groups(&mut k, kn, cfg.rms_eps);
         }
+        dump(b, &dir, "Qpre", il, &q);
         b.rope_qk(
             &mut q,
             &mut k,
