@@ -12,6 +12,10 @@
 //! unit, and for offset formats one more against the activation's exact `dx·Σ q` (not Q8_1's
 //! f16-rounded `s`, which would stray from the reference by ~5e-4).
 //!
+//! Q4_K instead follows llama.cpp's x86 arithmetic exactly (integer scales, one f32 step per
+//! pair of units or per block, mins in their own accumulator: `Format::INT_SCALES`, [`Order`]),
+//! so that its results are bit-identical with llama.cpp's, on every level and path.
+//!
 //! - Few tokens (decode, n < 4): each weight row is decoded in registers 32 codes at a time and
 //!   dotted with each token (`x86::gemv`); rows are prefetched ahead and split over rayon tasks.
 //! - More tokens (prefill): weights are repacked once per call so that one vector holds the
