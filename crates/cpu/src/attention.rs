@@ -152,11 +152,12 @@ pub fn attention(q: &[f32], kv: &LayerKv, positions: &[u32], shape: AttnShape, o
             let k = &keys[g * span..][..n_keys * head_dim];
             let v = &values[g * span..][..n_keys * head_dim];
             scores.clear();
-            scores.extend(k.chunks_exact(head_dim).map(|kh| dot(qh, kh) * scale));
             if ggml_f16 {
+                scores.extend(k.chunks_exact(head_dim).map(|kh| dot_f16(qh, kh) * scale));
                 online_softmax_f16_accumulator(scores, v, o);
                 return;
             }
+            scores.extend(k.chunks_exact(head_dim).map(|kh| dot(qh, kh) * scale));
             crate::norm::softmax(scores);
             o.fill(0.0);
             for (&w, vh) in scores.iter().zip(v.chunks_exact(head_dim)) {
@@ -169,8 +170,27 @@ pub fn attention(q: &[f32], kv: &LayerKv, positions: &[u32], shape: AttnShape, o
 }
 
 /// ggml's one-chunk flash attention over precomputed scores: a running maximum, the V
-/// accumulator kept in f16 (rescaled when the maximum grows), one division at the end.
+/// accumulator kept in f16 (rescaled when the maximum grows), one division at the end. The
+/// V update and the running sum are fused multiply-adds, as ggml's (the sum by the C
+/// compiler's contraction of `S*ms + vs`).
 fn online_softmax_f16_accumulator(scores: &[f32], v: &[f32], out: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("fma") {
+        // SAFETY: FMA was just detected.
+        return unsafe { online_softmax_fma(scores, v, out) };
+    }
+    online_softmax_body(scores, v, out)
+}
+
+/// The same, with `mul_add` as one instruction rather than a library call.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "fma")]
+unsafe fn online_softmax_fma(scores: &[f32], v: &[f32], out: &mut [f32]) {
+    online_softmax_body(scores, v, out)
+}
+
+#[inline(always)]
+fn online_softmax_body(scores: &[f32], v: &[f32], out: &mut [f32]) {
     let head_dim = out.len();
     let (mut m, mut sum) = (f32::NEG_INFINITY, 0f32);
     // The accumulator's values, each always exactly an f16.
@@ -190,12 +210,44 @@ fn online_softmax_f16_accumulator(scores: &[f32], v: &[f32], out: &mut [f32]) {
         for (a, &vv) in out.iter_mut().zip(vh) {
             *a = round(vv.mul_add(vs, *a));
         }
-        sum = sum * ms + vs;
+        sum = sum.mul_add(ms, vs);
     }
     let inv = 1.0 / sum;
     for a in out.iter_mut() {
         *a *= inv;
     }
+}
+
+/// `Σ a·b` for values that are all exactly f16 (so every product is exact in f32), summed in
+/// the order of ggml's x86 f16 dot product (`ggml_vec_dot_f16`, AVX-512 build): 64 elements
+/// per step into four 16-lane accumulators, which are folded pairwise (0+2, 1+3, then the two),
+/// then halved lane-wise down to one value; leftover elements (`len % 64`) are added in f64.
+fn dot_f16(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [[0f32; 16]; 4];
+    let whole = a.len() / 64 * 64;
+    for (x, y) in a[..whole].chunks_exact(64).zip(b[..whole].chunks_exact(64)) {
+        for (j, acc) in acc.iter_mut().enumerate() {
+            for (l, a) in acc.iter_mut().enumerate() {
+                *a += x[16 * j + l] * y[16 * j + l];
+            }
+        }
+    }
+    let mut r = [0f32; 16];
+    for (l, r) in r.iter_mut().enumerate() {
+        *r = (acc[0][l] + acc[2][l]) + (acc[1][l] + acc[3][l]);
+    }
+    let mut width = 8;
+    while width > 1 {
+        for l in 0..width {
+            r[l] += r[l + width];
+        }
+        width /= 2;
+    }
+    let mut sum = f64::from(r[0] + r[1]);
+    for (x, y) in a[whole..].iter().zip(&b[whole..]) {
+        sum += f64::from(x * y);
+    }
+    sum as f32
 }
 
 /// Eight independent accumulators, so the loop vectorises without reassociation flags.

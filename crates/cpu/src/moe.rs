@@ -2,7 +2,7 @@
 //! routed to it (grouped, so an expert's weights are read once per batch, not per token).
 
 use crate::backend::{CpuWeight, Mat};
-use crate::matmul::matmul;
+use crate::matmul::{matmul, matmul_ordered, Order};
 use crate::norm::{softmax, swiglu};
 use ferrolm_model::backend::MoeGating;
 use ferrolm_model::weights::MoeWeights;
@@ -48,11 +48,18 @@ pub fn moe(x: &Mat, w: &MoeWeights<CpuWeight<'_>>, gating: MoeGating, out: &mut 
         }
         let mut gate = vec![0f32; m * w.n_ff];
         let mut up = vec![0f32; m * w.n_ff];
-        matmul(&w.gate.mat.slice_rows(e * w.n_ff, w.n_ff), &xe, &mut gate);
-        matmul(&w.up.mat.slice_rows(e * w.n_ff, w.n_ff), &xe, &mut up);
+        // llama.cpp's expert matmuls go one token at a time.
+        let rows = Order::Rows;
+        matmul_ordered(
+            rows,
+            &w.gate.mat.slice_rows(e * w.n_ff, w.n_ff),
+            &xe,
+            &mut gate,
+        );
+        matmul_ordered(rows, &w.up.mat.slice_rows(e * w.n_ff, w.n_ff), &xe, &mut up);
         swiglu(&mut gate, &up);
         let mut down = vec![0f32; m * d];
-        matmul(&w.down.mat.slice_rows(e * d, d), &gate, &mut down);
+        matmul_ordered(rows, &w.down.mat.slice_rows(e * d, d), &gate, &mut down);
         for (&(t, weight), row) in tokens.iter().zip(down.chunks_exact(d)) {
             for (o, &v) in out.data[t * d..(t + 1) * d].iter_mut().zip(row) {
                 *o += weight * v;

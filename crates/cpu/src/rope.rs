@@ -5,7 +5,35 @@ pub use ferrolm_model::backend::RopeMode;
 /// Rotates every head of every row in `x` (`[n_tokens][n_heads * head_dim]`), token `t`
 /// at position `positions[t]`. Angles follow ggml: `theta_i = pos * base^(-2i/d)`, built by
 /// repeated multiplication in f32 as ggml does, so results agree to the last bits.
+///
+/// Each rotated value is one product plus one fused multiply-add, `x0·cos - x1·sin` as
+/// `fma(x0, cos, -(x1·sin))` and `x0·sin + x1·cos` as `fma(x0, sin, x1·cos)`: the contraction
+/// the C compiler applies to ggml's CPU RoPE when FMA is enabled (its x86 builds), which
+/// makes the results bit-identical with llama.cpp's.
 pub fn rope(x: &mut [f32], head_dim: usize, positions: &[u32], freq_base: f32, mode: RopeMode) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("fma") {
+        // SAFETY: FMA was just detected.
+        return unsafe { rope_fma(x, head_dim, positions, freq_base, mode) };
+    }
+    rope_body(x, head_dim, positions, freq_base, mode)
+}
+
+/// [`rope`] where `mul_add` is one instruction rather than a library call.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "fma")]
+unsafe fn rope_fma(
+    x: &mut [f32],
+    head_dim: usize,
+    positions: &[u32],
+    freq_base: f32,
+    mode: RopeMode,
+) {
+    rope_body(x, head_dim, positions, freq_base, mode)
+}
+
+#[inline(always)]
+fn rope_body(x: &mut [f32], head_dim: usize, positions: &[u32], freq_base: f32, mode: RopeMode) {
     let width = x.len() / positions.len();
     let theta_scale = freq_base.powf(-2.0 / head_dim as f32);
     let half = head_dim / 2;
@@ -23,8 +51,8 @@ pub fn rope(x: &mut [f32], head_dim: usize, positions: &[u32], freq_base: f32, m
                     RopeMode::Neox => (i, i + half),
                 };
                 let (x0, x1) = (head[a], head[b]);
-                head[a] = x0 * c - x1 * s;
-                head[b] = x0 * s + x1 * c;
+                head[a] = x0.mul_add(c, -(x1 * s));
+                head[b] = x0.mul_add(s, x1 * c);
             }
         }
     }

@@ -168,7 +168,6 @@ fn qwen3moe_q8_0() {
     check_quantized("tiny-qwen3moe-q8_0");
 }
 #[test]
-#[ignore = "open: 176-179/185 top-1 (needs 180); per-layer agreement with llama.cpp is ~1e-6, the rest is int8 rounding flips; see docs/parity.md"]
 fn llama_q4_k_m() {
     check_quantized("tiny-llama-q4_k_m");
 }
@@ -177,7 +176,6 @@ fn qwen3_q4_k_m() {
     check_quantized("tiny-qwen3-q4_k_m");
 }
 #[test]
-#[ignore = "open: 176-179/185 top-1 (needs 180); per-layer agreement with llama.cpp is ~1e-6, the rest is int8 rounding flips; see docs/parity.md"]
 fn olmoe_q4_k_m() {
     check_quantized("tiny-olmoe-q4_k_m");
 }

@@ -130,7 +130,8 @@ pub fn layers<B: Backend>(
         // The norm weight's length says whether it is per head or over the whole width.
         let (hd, base) = (cfg.head_dim, cfg.rope_freq_base);
         match (&a.q_norm, &a.k_norm) {
-            (Some(qn), Some(kn)) => b.qk_norm_rope(
+            // One pass where the backend can, unless the queries are dumped between the steps.
+            (Some(qn), Some(kn)) if dir.is_none() => b.qk_norm_rope(
                 &mut q,
                 &mut k,
                 qn,
@@ -141,7 +142,14 @@ pub fn layers<B: Backend>(
                 base,
                 mode,
             ),
-            _ => b.rope_qk(&mut q, &mut k, hd, positions, base, mode),
+            norms => {
+                if let (Some(qn), Some(kn)) = norms {
+                    b.rms_norm_groups(&mut q, qn, cfg.rms_eps);
+                    b.rms_norm_groups(&mut k, kn, cfg.rms_eps);
+                }
+                dump(b, &dir, "Qpre", il, &q);
+                b.rope_qk(&mut q, &mut k, hd, positions, base, mode);
+            }
         }
         dump(b, &dir, "Vcur", il, &v);
         dump(b, &dir, "Kcur", il, &k);

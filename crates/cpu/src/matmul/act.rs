@@ -28,6 +28,8 @@ pub(super) struct Acts {
     pub xb: Vec<i32>,
     /// `[n][cols / 4]`: `-bias · Σ codes` of each 4 codes (the decode kernel's lane sums).
     pub xl: Vec<i32>,
+    /// `[n][cols / unit]`: `Σ codes` of the unit, for Q8_K only (integer-scale formats' mins).
+    pub sum: Vec<i32>,
 }
 
 impl Acts {
@@ -53,10 +55,14 @@ impl Acts {
             s: vec![0.0; n * units],
             xb: vec![0; n * units],
             xl: vec![0; n * cols / 4],
+            sum: vec![0; n * units],
         };
-        type Row<'a> = ((&'a [f32], &'a mut [i8]), (&'a mut [f32], &'a mut [f32]));
-        let row = |(((x, codes), (d, s)), (xb, xl)): (Row, (&mut [i32], &mut [i32]))| {
-            quantize_row(ty, unit, x, codes, d, s);
+        type Row<'a> = (
+            (&'a [f32], &'a mut [i8]),
+            (&'a mut [f32], &'a mut [f32], &'a mut [i32]),
+        );
+        let row = |(((x, codes), (d, s, sum)), (xb, xl)): (Row, (&mut [i32], &mut [i32]))| {
+            quantize_row(ty, unit, x, codes, d, s, sum);
             if bias != 0 {
                 for (b, c) in xb.iter_mut().zip(codes.chunks_exact(unit)) {
                     *b = -bias * c.iter().map(|&q| i32::from(q)).sum::<i32>();
@@ -71,7 +77,12 @@ impl Acts {
         if x.len() < PARALLEL_MIN_ELEMS {
             x.chunks_exact(cols)
                 .zip(a.codes.chunks_exact_mut(cols))
-                .zip(a.d.chunks_exact_mut(units).zip(a.s.chunks_exact_mut(units)))
+                .zip(
+                    a.d.chunks_exact_mut(units)
+                        .zip(a.s.chunks_exact_mut(units))
+                        .zip(a.sum.chunks_exact_mut(units))
+                        .map(|((d, s), sum)| (d, s, sum)),
+                )
                 .zip(
                     a.xb.chunks_exact_mut(units)
                         .zip(a.xl.chunks_exact_mut(cols / 4)),
@@ -82,7 +93,9 @@ impl Acts {
                 .zip(a.codes.par_chunks_exact_mut(cols))
                 .zip(
                     a.d.par_chunks_exact_mut(units)
-                        .zip(a.s.par_chunks_exact_mut(units)),
+                        .zip(a.s.par_chunks_exact_mut(units))
+                        .zip(a.sum.par_chunks_exact_mut(units))
+                        .map(|((d, s), sum)| (d, s, sum)),
                 )
                 .zip(
                     a.xb.par_chunks_exact_mut(units)
@@ -116,6 +129,10 @@ impl Acts {
     pub fn xl(&self, t: usize) -> &[i32] {
         &self.xl[t * self.cols / 4..][..self.cols / 4]
     }
+
+    pub fn sum(&self, t: usize) -> &[i32] {
+        &self.sum[t * self.units()..][..self.units()]
+    }
 }
 
 fn quantize_row(
@@ -125,23 +142,26 @@ fn quantize_row(
     codes: &mut [i8],
     d: &mut [f32],
     s: &mut [f32],
+    sum: &mut [i32],
 ) {
     match ty {
         GgmlType::Q8_0 => legacy_row::<BlockQ8_0>(x, codes, d, s, |b| (b.d(), *b.codes())),
         GgmlType::Q8_1 => legacy_row::<BlockQ8_1>(x, codes, d, s, |b| (b.d(), *b.codes())),
         GgmlType::Q8K => {
             let per_unit = unit / 16;
-            for (((x, codes), d), s) in x
+            for ((((x, codes), d), s), sum) in x
                 .chunks_exact(QK_K)
                 .zip(codes.chunks_exact_mut(QK_K))
                 .zip(d.chunks_exact_mut(QK_K / unit))
                 .zip(s.chunks_exact_mut(QK_K / unit))
+                .zip(sum.chunks_exact_mut(QK_K / unit))
             {
                 let b = BlockQ8K::quantize(x.try_into().expect("a whole super-block"));
                 codes.copy_from_slice(&b.qs);
                 d.fill(b.d);
-                for (s, sums) in s.iter_mut().zip(b.bsums.chunks_exact(per_unit)) {
+                for ((s, sum), sums) in s.iter_mut().zip(sum).zip(b.bsums.chunks_exact(per_unit)) {
                     *s = b.d * sums.iter().map(|&v| f32::from(v)).sum::<f32>();
+                    *sum = sums.iter().map(|&v| i32::from(v)).sum();
                 }
             }
         }

@@ -38,6 +38,25 @@ pub(super) trait Format: Send + Sync + 'static {
 
     /// The block's codes in element order (`ELEMS` bytes).
     fn codes(b: &Self::Block, out: &mut [u8]);
+
+    /// Integer-scale order (Q4_K): instead of one f32 step per unit, the unit dots are
+    /// multiplied by their 6-bit scales in integers and summed over a pair of units (64
+    /// elements) or over the whole block, converted once and multiplied by `d·dx`; the mins
+    /// likewise (`Σ m·Σx`, exact) by `dmin·dx` into a second accumulator, subtracted at the end.
+    /// This is the arithmetic of llama.cpp's x86 kernels for its repacked Q4_K weights: pairs
+    /// in its tiled kernel, blocks in its one-row kernel (see `matmul::Order`).
+    const INT_SCALES: bool = false;
+
+    /// For `INT_SCALES` formats: the block's `(d, dmin)`, and per unit (`ELEMS / UNIT`) the
+    /// integer scale and min.
+    fn int_params(
+        _b: &Self::Block,
+        _h: impl Fn(u16) -> f32,
+        _sc: &mut [i32],
+        _m: &mut [i32],
+    ) -> (f32, f32) {
+        unreachable!("{} has no integer scales", Self::TY)
+    }
 }
 
 fn f16_le(b: [u8; 2]) -> u16 {
@@ -194,6 +213,19 @@ impl Format for Q4K {
     type Block = BlockQ4K;
     const ELEMS: usize = 256;
     const UNIT: usize = 32;
+    const INT_SCALES: bool = true;
+    fn int_params(
+        b: &BlockQ4K,
+        h: impl Fn(u16) -> f32,
+        sc: &mut [i32],
+        m: &mut [i32],
+    ) -> (f32, f32) {
+        for j in 0..8 {
+            let (s, mm) = b.scale_min(j);
+            (sc[j], m[j]) = (i32::from(s), i32::from(mm));
+        }
+        (h(b.d.to_bits()), h(b.dmin.to_bits()))
+    }
     fn params(b: &BlockQ4K, h: impl Fn(u16) -> f32, scale: &mut [f32], off: &mut [f32]) {
         let (d, dmin) = (h(b.d.to_bits()), h(b.dmin.to_bits()));
         for j in 0..8 {

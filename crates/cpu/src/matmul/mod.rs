@@ -12,6 +12,10 @@
 //! unit, and for offset formats one more against the activation's exact `dx·Σ q` (not Q8_1's
 //! f16-rounded `s`, which would stray from the reference by ~5e-4).
 //!
+//! Q4_K instead follows llama.cpp's x86 arithmetic exactly (integer scales, one f32 step per
+//! pair of units or per block, mins in their own accumulator: `Format::INT_SCALES`, [`Order`]),
+//! so that its results are bit-identical with llama.cpp's, on every level and path.
+//!
 //! - Few tokens (decode, n < 4): each weight row is decoded in registers 32 codes at a time and
 //!   dotted with each token (`x86::gemv`); rows are prefetched ahead and split over rayon tasks.
 //! - More tokens (prefill): weights are repacked once per call so that one vector holds the
@@ -181,16 +185,48 @@ fn batch_invariant() -> bool {
     BATCH_INVARIANT.load(std::sync::atomic::Ordering::Relaxed)
 }
 
+/// For integer-scale formats (Q4_K, see `formats::Format::INT_SCALES`): how many leading
+/// tokens of a call sum their dots per pair of units, the rest per block. llama.cpp's x86
+/// matmul on repacked Q4_K weights takes whole groups of 4 tokens through its tiled kernel
+/// (pairs) and the remaining `n % 4`, or all of a call under 4 tokens, through its one-row
+/// kernel (blocks); its expert matmuls take every token one row at a time (blocks).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Order {
+    /// llama.cpp's dense matmul: pairs for the first `n - n % 4` tokens when `n ≥ 4`.
+    Dense,
+    /// Blocks for every token, independently of the others (experts; batch-invariant mode).
+    Rows,
+}
+
+impl Order {
+    fn pair_tokens(self, n: usize) -> usize {
+        match self {
+            Order::Dense if n >= 4 && !batch_invariant() => n - n % 4,
+            _ => 0,
+        }
+    }
+}
+
 /// `out[t][r] = Σ_c x[t][c] · W[r][c]` for `n = x.len() / cols` tokens.
 pub fn matmul(w: &WeightRef, x: &[f32], out: &mut [f32]) {
+    matmul_ordered(Order::Dense, w, x, out)
+}
+
+/// [`matmul`] with an explicit [`Order`] (the MoE experts take `Order::Rows`).
+pub fn matmul_ordered(order: Order, w: &WeightRef, x: &[f32], out: &mut [f32]) {
     match mode() {
         Mode::Reference => matmul_reference(w, x, out),
-        Mode::Fast(isa) => matmul_with(isa, Path::Auto, w, x, out),
+        Mode::Fast(isa) => matmul_full(isa, Path::Auto, order, w, x, out),
     }
 }
 
 /// [`matmul`] on a given kernel level and path. `isa` must be one of [`Isa::available`].
 pub fn matmul_with(isa: Isa, path: Path, w: &WeightRef, x: &[f32], out: &mut [f32]) {
+    matmul_full(isa, path, Order::Dense, w, x, out)
+}
+
+/// [`matmul_with`] with an explicit [`Order`].
+pub fn matmul_full(isa: Isa, path: Path, order: Order, w: &WeightRef, x: &[f32], out: &mut [f32]) {
     assert!(isa <= Isa::detect(), "{isa:?} is not available on this CPU");
     assert!(x.len().is_multiple_of(w.cols), "x is not whole rows");
     assert_eq!(
@@ -199,7 +235,8 @@ pub fn matmul_with(isa: Isa, path: Path, w: &WeightRef, x: &[f32], out: &mut [f3
         "out has the wrong size"
     );
     assert_eq!(w.data.len(), w.rows * w.row_bytes(), "weight data size");
-    if !quantized::matmul(isa, path, w, x, out) && !float::matmul(isa, w, x, out) {
+    let pairs = order.pair_tokens(x.len() / w.cols);
+    if !quantized::matmul(isa, path, pairs, w, x, out) && !float::matmul(isa, w, x, out) {
         matmul_reference(w, x, out);
     }
 }

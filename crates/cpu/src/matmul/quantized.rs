@@ -23,18 +23,29 @@ trait Native: Format {}
 impl<F: Format> Native for F {}
 
 /// Runs the matmul if `w.ty` is a quantized format with kernels; false otherwise.
-pub(super) fn matmul(isa: Isa, path: Path, w: &WeightRef, x: &[f32], out: &mut [f32]) -> bool {
+///
+/// `pairs`: integer-scale formats sum the first `pairs` tokens per pair of units (see
+/// [`super::Order`]).
+pub(super) fn matmul(
+    isa: Isa,
+    path: Path,
+    pairs: usize,
+    w: &WeightRef,
+    x: &[f32],
+    out: &mut [f32],
+) -> bool {
+    let k = Kernel { isa, path, pairs };
     match w.ty {
-        GgmlType::Q4_0 => run::<formats::Q4_0>(isa, path, w, x, out),
-        GgmlType::Q4_1 => run::<formats::Q4_1>(isa, path, w, x, out),
-        GgmlType::Q5_0 => run::<formats::Q5_0>(isa, path, w, x, out),
-        GgmlType::Q5_1 => run::<formats::Q5_1>(isa, path, w, x, out),
-        GgmlType::Q8_0 => run::<formats::Q8_0>(isa, path, w, x, out),
-        GgmlType::Q2K => run::<formats::Q2K>(isa, path, w, x, out),
-        GgmlType::Q3K => run::<formats::Q3K>(isa, path, w, x, out),
-        GgmlType::Q4K => run::<formats::Q4K>(isa, path, w, x, out),
-        GgmlType::Q5K => run::<formats::Q5K>(isa, path, w, x, out),
-        GgmlType::Q6K => run::<formats::Q6K>(isa, path, w, x, out),
+        GgmlType::Q4_0 => run::<formats::Q4_0>(k, w, x, out),
+        GgmlType::Q4_1 => run::<formats::Q4_1>(k, w, x, out),
+        GgmlType::Q5_0 => run::<formats::Q5_0>(k, w, x, out),
+        GgmlType::Q5_1 => run::<formats::Q5_1>(k, w, x, out),
+        GgmlType::Q8_0 => run::<formats::Q8_0>(k, w, x, out),
+        GgmlType::Q2K => run::<formats::Q2K>(k, w, x, out),
+        GgmlType::Q3K => run::<formats::Q3K>(k, w, x, out),
+        GgmlType::Q4K => run::<formats::Q4K>(k, w, x, out),
+        GgmlType::Q5K => run::<formats::Q5K>(k, w, x, out),
+        GgmlType::Q6K => run::<formats::Q6K>(k, w, x, out),
         _ => return false,
     }
     true
@@ -56,7 +67,15 @@ fn blocks<F: Format>(data: &[u8]) -> Cow<'_, [F::Block]> {
     }
 }
 
-fn run<F: Native>(isa: Isa, path: Path, w: &WeightRef, x: &[f32], out: &mut [f32]) {
+#[derive(Clone, Copy)]
+struct Kernel {
+    isa: Isa,
+    path: Path,
+    pairs: usize,
+}
+
+fn run<F: Native>(k: Kernel, w: &WeightRef, x: &[f32], out: &mut [f32]) {
+    let Kernel { isa, path, pairs } = k;
     assert!(w.cols.is_multiple_of(F::ELEMS), "{}: partial block", F::TY);
     let n = x.len() / w.cols;
     let bpr = w.cols / F::ELEMS;
@@ -77,7 +96,7 @@ fn run<F: Native>(isa: Isa, path: Path, w: &WeightRef, x: &[f32], out: &mut [f32
     let acts = Acts::quantize(activation_type(F::TY), F::UNIT, bias, lanes, x, w.cols);
     if gemm {
         #[cfg(target_arch = "x86_64")]
-        super::x86::gemm::<F>(isa, &blocks, w.rows, bpr, &acts, out);
+        super::x86::gemm::<F>(isa, &blocks, w.rows, bpr, &acts, pairs, out);
         return;
     }
     // Rows split over tasks, each writing `[rows][n]`; transposed at the end when n > 1.
@@ -90,9 +109,9 @@ fn run<F: Native>(isa: Isa, path: Path, w: &WeightRef, x: &[f32], out: &mut [f32
         .par_chunks_mut(rows_per_task * n)
         .zip(blocks.par_chunks(rows_per_task * bpr))
         .for_each(|(o, wb)| match isa {
-            Isa::Scalar => super::scalar::gemv::<F>(wb, bpr, &acts, o),
+            Isa::Scalar => super::scalar::gemv::<F>(wb, bpr, &acts, pairs, o),
             #[cfg(target_arch = "x86_64")]
-            _ => super::x86::gemv::<F>(isa, wb, bpr, &acts, o),
+            _ => super::x86::gemv::<F>(isa, wb, bpr, &acts, pairs, o),
             #[cfg(not(target_arch = "x86_64"))]
             _ => unreachable!("only the scalar level exists here"),
         });

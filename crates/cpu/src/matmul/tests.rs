@@ -181,7 +181,7 @@ fn every_quantized_type_has_kernels() {
         };
         let mut out = [0f32];
         assert!(
-            quantized::matmul(Isa::Scalar, Path::Auto, &w, &vec![1.0; w.cols], &mut out),
+            quantized::matmul(Isa::Scalar, Path::Auto, 0, &w, &vec![1.0; w.cols], &mut out),
             "{ty}"
         );
     }
@@ -291,4 +291,45 @@ fn mode_switch_parses() {
         Mode::Fast(Isa::Scalar)
     );
     assert_eq!(parse_mode(None, Isa::Avx2), Mode::Fast(Isa::Avx2));
+}
+
+/// Integer-scale formats (Q4_K) follow one arithmetic on every level and path (llama.cpp's, see
+/// `Format::INT_SCALES`), so all of them agree bit for bit; the order of each token (pairs of
+/// units or whole blocks) is `Order`'s, and the two orders do differ somewhere.
+#[test]
+fn integer_scale_kernels_agree_bit_for_bit() {
+    let mut rng = StdRng::seed_from_u64(31);
+    for &(n, rows, cols) in &[(1, 37, 512), (3, 45, 256), (7, 33, 768), (22, 64, 512)] {
+        let data = weight(&mut rng, GgmlType::Q4K, rows, cols);
+        let w = WeightRef {
+            ty: GgmlType::Q4K,
+            data: &data,
+            rows,
+            cols,
+        };
+        let x = activations(&mut rng, n, cols);
+        let run = |isa, path, order| {
+            let mut out = vec![0f32; n * rows];
+            matmul_full(isa, path, order, &w, &x, &mut out);
+            out
+        };
+        let dense = run(Isa::Scalar, Path::Auto, Order::Dense);
+        let by_rows = run(Isa::Scalar, Path::Auto, Order::Rows);
+        for isa in Isa::available() {
+            for path in paths(isa) {
+                assert_eq!(
+                    run(isa, path, Order::Dense),
+                    dense,
+                    "{isa:?} {path:?} n={n}"
+                );
+                assert_eq!(
+                    run(isa, path, Order::Rows),
+                    by_rows,
+                    "{isa:?} {path:?} n={n}"
+                );
+            }
+        }
+        // Under 4 tokens llama.cpp has no tiled pass: both orders go by blocks.
+        assert_eq!(dense == by_rows, n < 4, "n={n}");
+    }
 }

@@ -28,6 +28,12 @@ struct Packed {
     /// `[group][unit][row: g]`.
     scale: Vec<f32>,
     off: Vec<f32>,
+    /// Integer-scale formats only (else empty): `[group][unit][row: g]` scales and mins
+    /// (the mins as f32, exact), and `[group][block][row: g]` the blocks' `d` and `dmin`.
+    isc: Vec<i32>,
+    imin: Vec<f32>,
+    d: Vec<f32>,
+    dmin: Vec<f32>,
 }
 
 fn pack<F: SimdFormat>(w: &[F::Block], rows: usize, bpr: usize, g: usize, signed: bool) -> Packed {
@@ -41,7 +47,14 @@ fn pack<F: SimdFormat>(w: &[F::Block], rows: usize, bpr: usize, g: usize, signed
         codes: vec![0; groups * chunks * 8 * g],
         scale: vec![0.0; groups * units * g],
         off: vec![0.0; groups * units * g],
+        isc: Vec::new(),
+        imin: Vec::new(),
+        d: Vec::new(),
+        dmin: Vec::new(),
     };
+    if F::INT_SCALES {
+        pack_int_scales::<F>(w, bpr, g, &mut p);
+    }
     p.codes
         .par_chunks_mut(chunks * 8 * g)
         .zip(p.scale.par_chunks_mut(units * g))
@@ -50,6 +63,30 @@ fn pack<F: SimdFormat>(w: &[F::Block], rows: usize, bpr: usize, g: usize, signed
         // SAFETY: only reached from levels with AVX2 and F16C (`gemm`'s caller checked).
         .for_each(|(((c, s), o), wg)| unsafe { pack_group::<F>(wg, bpr, g, signed, c, s, o) });
     p
+}
+
+/// The integer scales, mins, `d` and `dmin` of an integer-scale format, in `p`'s layout.
+fn pack_int_scales<F: SimdFormat>(w: &[F::Block], bpr: usize, g: usize, p: &mut Packed) {
+    let (upb, units) = (F::ELEMS / F::UNIT, p.units);
+    p.isc = vec![0; p.groups * units * g];
+    p.imin = vec![0.0; p.groups * units * g];
+    p.d = vec![0.0; p.groups * bpr * g];
+    p.dmin = vec![0.0; p.groups * bpr * g];
+    let (mut sc, mut m) = (vec![0i32; upb], vec![0i32; upb]);
+    let h = |bits: u16| half::f16::from_bits(bits).to_f32();
+    for (r, row) in w.chunks_exact(bpr).enumerate() {
+        let (grp, i) = (r / g, r % g);
+        for (b, blk) in row.iter().enumerate() {
+            let (d, dmin) = F::int_params(blk, h, &mut sc, &mut m);
+            p.d[(grp * bpr + b) * g + i] = d;
+            p.dmin[(grp * bpr + b) * g + i] = dmin;
+            for j in 0..upb {
+                let u = grp * units + b * upb + j;
+                p.isc[u * g + i] = sc[j];
+                p.imin[u * g + i] = m[j] as f32;
+            }
+        }
+    }
 }
 
 /// Packs up to `g` rows; missing rows keep zero codes and scales.
@@ -94,12 +131,33 @@ pub(super) fn gemm<F: SimdFormat>(
     rows: usize,
     bpr: usize,
     acts: &Acts,
+    pairs: usize,
     out: &mut [f32],
 ) {
     let (g, tile) = if isa == Isa::Avx512 { (16, 8) } else { (8, 4) };
     let signed = F::WIDE && isa != Isa::Avx512;
     let p = pack::<F>(w, rows, bpr, g, signed);
     let per_task = chunk_len(acts.n, tile, 2).next_multiple_of(tile);
+    if F::INT_SCALES {
+        out.par_chunks_mut(per_task * rows)
+            .enumerate()
+            // SAFETY: `isa` was detected on this CPU by `matmul_with`'s caller.
+            .for_each(|(i, o)| unsafe {
+                let t0 = i * per_task;
+                let nt = o.len() / rows;
+                // Tokens before `pairs` sum per pair of units, the rest per block.
+                let split = pairs.clamp(t0, t0 + nt) - t0;
+                let (op, ob) = o.split_at_mut(split * rows);
+                if isa == Isa::Avx512 {
+                    int_task_avx512::<true>(&p, acts, t0, rows, op);
+                    int_task_avx512::<false>(&p, acts, t0 + split, rows, ob);
+                } else {
+                    int_task_avx2::<true>(&p, acts, t0, rows, op);
+                    int_task_avx2::<false>(&p, acts, t0 + split, rows, ob);
+                }
+            });
+        return;
+    }
     out.par_chunks_mut(per_task * rows)
         .enumerate()
         .for_each(|(i, o)| {
@@ -312,6 +370,223 @@ unsafe fn tile8<const T: usize, const UNIT: usize, const BIASED: bool, const SIG
     for (t, v) in acc.iter().enumerate() {
         let mut lanes = [0f32; 8];
         _mm256_storeu_ps(lanes.as_mut_ptr(), *v);
+        out[t * rows + r0..][..valid].copy_from_slice(&lanes[..valid]);
+    }
+}
+
+/// Tokens `t0..` of `out` (`[tokens][rows]`), all rows, of an integer-scale format; `PAIRS`
+/// sums per pair of units, else per block.
+#[target_feature(enable = "avx2,fma,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn int_task_avx512<const PAIRS: bool>(
+    p: &Packed,
+    a: &Acts,
+    t0: usize,
+    rows: usize,
+    out: &mut [f32],
+) {
+    let nt = out.len() / rows;
+    for block in group_blocks(p) {
+        for t in (0..nt).step_by(8) {
+            let o = &mut out[t * rows..];
+            for g in block.clone() {
+                match nt - t {
+                    1 => int_tile16::<1, PAIRS>(p, g, a, t0 + t, rows, o),
+                    2 => int_tile16::<2, PAIRS>(p, g, a, t0 + t, rows, o),
+                    3 => int_tile16::<3, PAIRS>(p, g, a, t0 + t, rows, o),
+                    4 => int_tile16::<4, PAIRS>(p, g, a, t0 + t, rows, o),
+                    5 => int_tile16::<5, PAIRS>(p, g, a, t0 + t, rows, o),
+                    6 => int_tile16::<6, PAIRS>(p, g, a, t0 + t, rows, o),
+                    7 => int_tile16::<7, PAIRS>(p, g, a, t0 + t, rows, o),
+                    _ => int_tile16::<8, PAIRS>(p, g, a, t0 + t, rows, o),
+                }
+            }
+        }
+    }
+}
+
+/// 16 rows × `T` tokens of an integer-scale format with 32-element units (Q4_K): per unit a
+/// `vpdpbusd` dot times the unit's integer scale (`vpmulld`), summed in integers over a pair of
+/// units (`PAIRS`) or the block, converted and multiplied into the accumulator by `d·dx`; the
+/// mins' `Σ m·Σx` (exact in f32) go into a second accumulator by `dmin·dx`.
+#[inline]
+#[target_feature(enable = "avx2,fma,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn int_tile16<const T: usize, const PAIRS: bool>(
+    p: &Packed,
+    g: usize,
+    a: &Acts,
+    t0: usize,
+    rows: usize,
+    out: &mut [f32],
+) {
+    let bpr = p.chunks / 8;
+    let (cw, uw, bw) = (p.chunks * 8 * 16, p.units * 16, bpr * 16);
+    let codes = &p.codes[g * cw..][..cw];
+    let (isc, imin) = (&p.isc[g * uw..][..uw], &p.imin[g * uw..][..uw]);
+    let (dw, dmw) = (&p.d[g * bw..][..bw], &p.dmin[g * bw..][..bw]);
+    // As in `tile16`: slice lengths checked here, raw reads below.
+    let x: [*const i8; T] = std::array::from_fn(|t| a.codes(t0 + t)[..p.chunks * 32].as_ptr());
+    let dx: [*const f32; T] = std::array::from_fn(|t| a.d(t0 + t)[..p.units].as_ptr());
+    let sx: [*const i32; T] = std::array::from_fn(|t| a.sum(t0 + t)[..p.units].as_ptr());
+    let mut acc = [_mm512_setzero_ps(); T];
+    let mut acc_min = [_mm512_setzero_ps(); T];
+    for b in 0..bpr {
+        let (d, dmin) = (
+            _mm512_loadu_ps(dw.as_ptr().add(b * 16)),
+            _mm512_loadu_ps(dmw.as_ptr().add(b * 16)),
+        );
+        let mut isum = [_mm512_setzero_si512(); T];
+        let mut msum = [_mm512_setzero_ps(); T];
+        for pair in 0..4 {
+            for h in 0..2 {
+                let u = b * 8 + pair * 2 + h;
+                let mut dots = [_mm512_setzero_si512(); T];
+                for k in 0..8 {
+                    let wv = _mm512_loadu_si512(codes.as_ptr().add((u * 8 + k) * 16).cast());
+                    for t in 0..T {
+                        let xv = _mm512_set1_epi32(
+                            x[t].add(32 * u + 4 * k).cast::<i32>().read_unaligned(),
+                        );
+                        dots[t] = _mm512_dpbusd_epi32(dots[t], wv, xv);
+                    }
+                }
+                let sc = _mm512_loadu_si512(isc.as_ptr().add(u * 16).cast());
+                let m = _mm512_loadu_ps(imin.as_ptr().add(u * 16));
+                for t in 0..T {
+                    isum[t] = _mm512_add_epi32(isum[t], _mm512_mullo_epi32(dots[t], sc));
+                    let s = _mm512_set1_ps(*sx[t].add(u) as f32);
+                    msum[t] = _mm512_fmadd_ps(m, s, msum[t]);
+                }
+            }
+            if PAIRS {
+                for t in 0..T {
+                    let xd = _mm512_set1_ps(*dx[t].add(b * 8));
+                    let (ds, dm) = (_mm512_mul_ps(d, xd), _mm512_mul_ps(dmin, xd));
+                    acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t]), ds, acc[t]);
+                    acc_min[t] = _mm512_fmadd_ps(msum[t], dm, acc_min[t]);
+                    isum[t] = _mm512_setzero_si512();
+                    msum[t] = _mm512_setzero_ps();
+                }
+            }
+        }
+        if !PAIRS {
+            for t in 0..T {
+                let xd = _mm512_set1_ps(*dx[t].add(b * 8));
+                let (ds, dm) = (_mm512_mul_ps(d, xd), _mm512_mul_ps(dmin, xd));
+                acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t]), ds, acc[t]);
+                acc_min[t] = _mm512_fmadd_ps(msum[t], dm, acc_min[t]);
+            }
+        }
+    }
+    let r0 = g * 16;
+    let valid = (rows - r0).min(16);
+    for t in 0..T {
+        let mut lanes = [0f32; 16];
+        _mm512_storeu_ps(lanes.as_mut_ptr(), _mm512_sub_ps(acc[t], acc_min[t]));
+        out[t * rows + r0..][..valid].copy_from_slice(&lanes[..valid]);
+    }
+}
+
+/// [`int_task_avx512`] on AVX2: groups of 8 rows, tiles of up to 4 tokens.
+#[target_feature(enable = "avx2,fma")]
+unsafe fn int_task_avx2<const PAIRS: bool>(
+    p: &Packed,
+    a: &Acts,
+    t0: usize,
+    rows: usize,
+    out: &mut [f32],
+) {
+    let nt = out.len() / rows;
+    for block in group_blocks(p) {
+        for t in (0..nt).step_by(4) {
+            let o = &mut out[t * rows..];
+            for g in block.clone() {
+                match nt - t {
+                    1 => int_tile8::<1, PAIRS>(p, g, a, t0 + t, rows, o),
+                    2 => int_tile8::<2, PAIRS>(p, g, a, t0 + t, rows, o),
+                    3 => int_tile8::<3, PAIRS>(p, g, a, t0 + t, rows, o),
+                    _ => int_tile8::<4, PAIRS>(p, g, a, t0 + t, rows, o),
+                }
+            }
+        }
+    }
+}
+
+/// [`int_tile16`] on AVX2 (8 rows; `vpmaddubsw` + `vpmaddwd` dots, exact for codes < 128).
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn int_tile8<const T: usize, const PAIRS: bool>(
+    p: &Packed,
+    g: usize,
+    a: &Acts,
+    t0: usize,
+    rows: usize,
+    out: &mut [f32],
+) {
+    let bpr = p.chunks / 8;
+    let (cw, uw, bw) = (p.chunks * 8 * 8, p.units * 8, bpr * 8);
+    let codes = &p.codes[g * cw..][..cw];
+    let (isc, imin) = (&p.isc[g * uw..][..uw], &p.imin[g * uw..][..uw]);
+    let (dw, dmw) = (&p.d[g * bw..][..bw], &p.dmin[g * bw..][..bw]);
+    let x: [*const i8; T] = std::array::from_fn(|t| a.codes(t0 + t)[..p.chunks * 32].as_ptr());
+    let dx: [*const f32; T] = std::array::from_fn(|t| a.d(t0 + t)[..p.units].as_ptr());
+    let sx: [*const i32; T] = std::array::from_fn(|t| a.sum(t0 + t)[..p.units].as_ptr());
+    let ones = _mm256_set1_epi16(1);
+    let mut acc = [_mm256_setzero_ps(); T];
+    let mut acc_min = [_mm256_setzero_ps(); T];
+    for b in 0..bpr {
+        let (d, dmin) = (
+            _mm256_loadu_ps(dw.as_ptr().add(b * 8)),
+            _mm256_loadu_ps(dmw.as_ptr().add(b * 8)),
+        );
+        let mut isum = [_mm256_setzero_si256(); T];
+        let mut msum = [_mm256_setzero_ps(); T];
+        for pair in 0..4 {
+            for h in 0..2 {
+                let u = b * 8 + pair * 2 + h;
+                let mut dots = [_mm256_setzero_si256(); T];
+                for k in 0..8 {
+                    let wv = _mm256_loadu_si256(codes.as_ptr().add((u * 8 + k) * 8).cast());
+                    for t in 0..T {
+                        let xv = _mm256_set1_epi32(
+                            x[t].add(32 * u + 4 * k).cast::<i32>().read_unaligned(),
+                        );
+                        let pairs16 = _mm256_maddubs_epi16(wv, xv);
+                        dots[t] = _mm256_add_epi32(dots[t], _mm256_madd_epi16(pairs16, ones));
+                    }
+                }
+                let sc = _mm256_loadu_si256(isc.as_ptr().add(u * 8).cast());
+                let m = _mm256_loadu_ps(imin.as_ptr().add(u * 8));
+                for t in 0..T {
+                    isum[t] = _mm256_add_epi32(isum[t], _mm256_mullo_epi32(dots[t], sc));
+                    let s = _mm256_set1_ps(*sx[t].add(u) as f32);
+                    msum[t] = _mm256_fmadd_ps(m, s, msum[t]);
+                }
+            }
+            if PAIRS {
+                for t in 0..T {
+                    let xd = _mm256_set1_ps(*dx[t].add(b * 8));
+                    let (ds, dm) = (_mm256_mul_ps(d, xd), _mm256_mul_ps(dmin, xd));
+                    acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]), ds, acc[t]);
+                    acc_min[t] = _mm256_fmadd_ps(msum[t], dm, acc_min[t]);
+                    isum[t] = _mm256_setzero_si256();
+                    msum[t] = _mm256_setzero_ps();
+                }
+            }
+        }
+        if !PAIRS {
+            for t in 0..T {
+                let xd = _mm256_set1_ps(*dx[t].add(b * 8));
+                let (ds, dm) = (_mm256_mul_ps(d, xd), _mm256_mul_ps(dmin, xd));
+                acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]), ds, acc[t]);
+                acc_min[t] = _mm256_fmadd_ps(msum[t], dm, acc_min[t]);
+            }
+        }
+    }
+    let r0 = g * 8;
+    let valid = (rows - r0).min(8);
+    for t in 0..T {
+        let mut lanes = [0f32; 8];
+        _mm256_storeu_ps(lanes.as_mut_ptr(), _mm256_sub_ps(acc[t], acc_min[t]));
         out[t * rows + r0..][..valid].copy_from_slice(&lanes[..valid]);
     }
 }

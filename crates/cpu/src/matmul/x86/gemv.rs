@@ -3,7 +3,7 @@
 //! one FMA against a precomputed `scale · dx`; the offsets are one f32 dot per row and token.
 
 use super::super::act::Acts;
-use super::SimdFormat;
+use super::{f16_to_f32, SimdFormat};
 use std::arch::x86_64::*;
 
 /// How far ahead of the row being computed its successors are prefetched.
@@ -127,7 +127,16 @@ unsafe fn chunk<F: SimdFormat, D: Dot>(
 /// # Safety
 /// AVX2, FMA, F16C and `D`'s features available (see `chunk_scale`).
 #[inline(always)]
-unsafe fn rows<F: SimdFormat, D: Dot>(w: &[F::Block], bpr: usize, acts: &Acts, out: &mut [f32]) {
+unsafe fn rows<F: SimdFormat, D: Dot>(
+    w: &[F::Block],
+    bpr: usize,
+    acts: &Acts,
+    pairs: usize,
+    out: &mut [f32],
+) {
+    if F::INT_SCALES {
+        return rows_int_scales::<F, D>(w, bpr, acts, pairs, out);
+    }
     let units = bpr * F::ELEMS / F::UNIT;
     let (mut scale, mut off, mut eff) = (vec![0f32; units], vec![0f32; units], vec![0f32; units]);
     // Q8_0 on AVX2: signed codes through `dot_signed`, which already is `Σ q·x`, no offset.
@@ -193,6 +202,66 @@ unsafe fn rows<F: SimdFormat, D: Dot>(w: &[F::Block], bpr: usize, acts: &Acts, o
             }
             let sum = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
             *ov = hsum(sum) + offsets;
+        }
+    }
+}
+
+/// The sum of the eight lanes, exact.
+#[inline(always)]
+unsafe fn hsum_i32(v: __m256i) -> i32 {
+    let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
+    let s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+    _mm_cvtsi128_si32(_mm_add_epi32(s, _mm_shuffle_epi32::<1>(s)))
+}
+
+/// [`rows`] for integer-scale formats with 32-element units (Q4_K), in the order of the
+/// scalar kernel's `gemv_int_scales`: per token, a unit's lane dots times its scale are summed
+/// in integer lanes over a pair of units (tokens `..pairs`) or the block, then summed across
+/// lanes (exact) and taken into the accumulator by one fused multiply-add with `d·dx`.
+///
+/// # Safety
+/// As `rows`.
+#[inline(always)]
+unsafe fn rows_int_scales<F: SimdFormat, D: Dot>(
+    w: &[F::Block],
+    bpr: usize,
+    acts: &Acts,
+    pairs: usize,
+    out: &mut [f32],
+) {
+    let upb = F::ELEMS / F::UNIT;
+    debug_assert_eq!(F::UNIT, 32);
+    let (mut sc, mut m) = (vec![0i32; bpr * upb], vec![0i32; bpr * upb]);
+    let mut dd = vec![(0f32, 0f32); bpr];
+    for (row, o) in w.chunks_exact(bpr).zip(out.chunks_exact_mut(acts.n)) {
+        for (b, blk) in row.iter().enumerate() {
+            let (s, mm) = (&mut sc[b * upb..][..upb], &mut m[b * upb..][..upb]);
+            dd[b] = F::int_params(blk, |h| f16_to_f32(h), s, mm);
+        }
+        for (t, ov) in o.iter_mut().enumerate() {
+            let (dx, sum, x) = (acts.d(t), acts.sum(t), acts.codes(t));
+            let step = if t < pairs { 2 } else { upb };
+            let (mut acc, mut acc_min) = (0f32, 0f32);
+            for (b, blk) in row.iter().enumerate() {
+                let xd = dx[b * upb];
+                let (ds, dm) = (dd[b].0 * xd, dd[b].1 * xd);
+                let mut isum = _mm256_setzero_si256();
+                let mut imin = 0i32;
+                for c in 0..upb {
+                    let u = b * upb + c;
+                    let xv = _mm256_loadu_si256(x[32 * u..][..32].as_ptr().cast());
+                    let dot = D::dot(_mm256_setzero_si256(), F::codes32(blk, c), xv);
+                    isum =
+                        _mm256_add_epi32(isum, _mm256_mullo_epi32(dot, _mm256_set1_epi32(sc[u])));
+                    imin += m[u] * sum[u];
+                    if (c + 1) % step == 0 {
+                        acc = (hsum_i32(isum) as f32).mul_add(ds, acc);
+                        acc_min = (imin as f32).mul_add(dm, acc_min);
+                        (isum, imin) = (_mm256_setzero_si256(), 0);
+                    }
+                }
+            }
+            *ov = acc - acc_min;
         }
     }
 }
@@ -282,9 +351,10 @@ pub(super) unsafe fn rows_avx2<F: SimdFormat>(
     w: &[F::Block],
     bpr: usize,
     acts: &Acts,
+    pairs: usize,
     out: &mut [f32],
 ) {
-    rows::<F, Maddubs>(w, bpr, acts, out)
+    rows::<F, Maddubs>(w, bpr, acts, pairs, out)
 }
 
 /// # Safety
@@ -294,7 +364,8 @@ pub(super) unsafe fn rows_avx512<F: SimdFormat>(
     w: &[F::Block],
     bpr: usize,
     acts: &Acts,
+    pairs: usize,
     out: &mut [f32],
 ) {
-    rows::<F, Vnni>(w, bpr, acts, out)
+    rows::<F, Vnni>(w, bpr, acts, pairs, out)
 }

@@ -51,13 +51,14 @@ pub(super) fn gemv<F: SimdFormat>(
     w: &[F::Block],
     bpr: usize,
     acts: &Acts,
+    pairs: usize,
     out: &mut [f32],
 ) {
     match isa {
         // SAFETY: `isa` was detected on this CPU (checked by `matmul_with`).
-        Isa::Avx512 => unsafe { gemv::rows_avx512::<F>(w, bpr, acts, out) },
+        Isa::Avx512 => unsafe { gemv::rows_avx512::<F>(w, bpr, acts, pairs, out) },
         // SAFETY: as above.
-        Isa::Avx2 => unsafe { gemv::rows_avx2::<F>(w, bpr, acts, out) },
+        Isa::Avx2 => unsafe { gemv::rows_avx2::<F>(w, bpr, acts, pairs, out) },
         Isa::Scalar => unreachable!("the scalar level has its own kernel"),
     }
 }
@@ -69,9 +70,10 @@ pub(super) fn gemm<F: SimdFormat>(
     rows: usize,
     bpr: usize,
     acts: &Acts,
+    pairs: usize,
     out: &mut [f32],
 ) {
-    gemm::gemm::<F>(isa, w, rows, bpr, acts, out);
+    gemm::gemm::<F>(isa, w, rows, bpr, acts, pairs, out);
 }
 
 #[inline]
