@@ -274,6 +274,57 @@ static __device__ __forceinline__ void attn_prefill(
     }
 }
 
+// ggml's CPU flash attention for ubatches under 64 rows (ggml_compute_forward_flash_attn_ext_f16
+// _one_chunk), reproduced so that CUDA agrees with llama.cpp's CPU, and ferrolm's, which does the
+// same (crates/cpu/src/attention.rs): Q rounded to f16, each score an f32 dot of f16 values times
+// scale, keys in order with an online softmax, the output accumulated in f16 and rounded at every
+// step (V·vs added by an FMA), the running sum S = S·ms + vs by an FMA. Only the score's
+// summation order differs from the CPU's. grid (n_q, n_head), block D threads (thread j owns
+// element j of the row's output).
+template <int D>
+static __device__ __forceinline__ void attn_prefill_f16ref(
+    const float *__restrict__ q, const uint16_t *__restrict__ kc, const uint16_t *__restrict__ vc,
+    const uint32_t *__restrict__ pos, float *__restrict__ out, int n_q, int n_head, int n_kv_head,
+    int n_ctx, float scale) {
+    __shared__ float partial[2][D / WARP_SIZE];
+    const int t = blockIdx.x, h = blockIdx.y, j = threadIdx.x;
+    const int g = h / (n_head / n_kv_head);
+    const int lane = j % WARP_SIZE, warp = j / WARP_SIZE;
+    const size_t row = ((size_t)t * n_head + h) * D;
+    const float qj = __half2float(__float2half_rn(q[row + j]));
+    const uint16_t *kh = kc + (size_t)g * n_ctx * D;
+    const uint16_t *vh = vc + (size_t)g * n_ctx * D;
+    float m = ATTN_NEG_INF, l = 0.0f;
+    __half acc = __float2half_rn(0.0f);
+    const int n_keys = (int)pos[t] + 1;
+    for (int key = 0; key < n_keys; ++key) {
+        const float p = warp_sum(qj * f16_bits_to_f32(kh[(size_t)key * D + j]));
+        float *buf = partial[key % 2]; // alternating buffers: one barrier a key
+        if (lane == 0) {
+            buf[warp] = p;
+        }
+        __syncthreads();
+        float dot = 0.0f;
+#pragma unroll
+        for (int w = 0; w < D / WARP_SIZE; ++w) {
+            dot += buf[w];
+        }
+        const float s = dot * scale;
+        float ms = 1.0f, vs = 1.0f;
+        if (s > m) {
+            ms = exp_rn(m - s);
+            m = s;
+            acc = __float2half_rn(__half2float(acc) * ms);
+        } else {
+            vs = exp_rn(s - m);
+        }
+        const float v = f16_bits_to_f32(vh[(size_t)key * D + j]);
+        acc = __float2half_rn(__fmaf_rn(v, vs, __half2float(acc)));
+        l = __fmaf_rn(l, ms, vs);
+    }
+    out[row + j] = __half2float(acc) * (1.0f / l);
+}
+
 #define ATTN_INSTANCES(D)                                                                         \
     extern "C" __global__ void attn_decode_split_d##D(                                           \
         const float *q, const uint16_t *kc, const uint16_t *vc, const uint32_t *pos,              \
@@ -281,6 +332,11 @@ static __device__ __forceinline__ void attn_prefill(
         int n_kv_head, int n_ctx, float scale) {                                                  \
         attn_decode_split<D>(q, kc, vc, pos, part_m, part_l, part_acc, done, out, n_head,         \
                              n_kv_head, n_ctx, scale);                                            \
+    }                                                                                             \
+    extern "C" __global__ void attn_prefill_f16ref_d##D(                                          \
+        const float *q, const uint16_t *kc, const uint16_t *vc, const uint32_t *pos, float *out,  \
+        int n_q, int n_head, int n_kv_head, int n_ctx, float scale) {                             \
+        attn_prefill_f16ref<D>(q, kc, vc, pos, out, n_q, n_head, n_kv_head, n_ctx, scale);        \
     }                                                                                             \
     extern "C" __global__ void attn_prefill_d##D(const float *q, const uint16_t *kc,              \
                                                  const uint16_t *vc, const uint32_t *pos,         \

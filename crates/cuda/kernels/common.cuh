@@ -35,10 +35,17 @@ static __device__ __forceinline__ int dp4a(int a, int b, int c) {
     return __dp4a(a, b, c);
 }
 
+// e^x rounded to f32 from a double evaluation: correctly rounded nearly always, as the CPU's libm
+// expf (within 0.502 ulp), where CUDA's expf is off by up to 2 ulp. The paths that must agree
+// with the CPU's roundings (SiLU, the router's softmax, ggml-arithmetic attention) use it.
+static __device__ __forceinline__ float exp_rn(float x) {
+    return (float)exp((double)x);
+}
+
 // SwiGLU of one element, silu(g) * u = g / (1 + exp(-g)) * u, rounded step by step as the CPU's
 // norm::swiglu (explicit _rn: no contraction), so every kernel that applies it agrees bit for bit.
 static __device__ __forceinline__ float silu_mul(float g, float u) {
-    return __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), u);
+    return __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, exp_rn(-g))), u);
 }
 
 template <typename T>

@@ -185,7 +185,7 @@ static __device__ __forceinline__ void mmq_act_scales(char *smem, const char *yr
     for (int i = tid; i < C::BN * MMQ_SUBS; i += C::THREADS) {
         const int n = i % C::BN, s = i / C::BN;
         const block_q8_1 *b = (const block_q8_1 *)(yraw + n * MMQ_Y_STRIDE) + s;
-        const float d = f16_bits_to_f32(b->d);
+        const float d = b->d;
         int sum = 0;
         if (WeightFormat<TYPE>::has_min) {
 #pragma unroll

@@ -169,8 +169,7 @@ static __device__ __forceinline__ void mul_mat_vec_q_pair(
     }
     if (GLU) {
         // swiglu_f32's expression, so fused and unfused agree bit for bit.
-        const float g = acc[0];
-        dst_a[row] = __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), acc[1]);
+        dst_a[row] = silu_mul(acc[0], acc[1]);
     } else {
         if (has_a) {
             dst_a[row] = acc[0];

@@ -131,10 +131,6 @@ static __device__ __forceinline__ bool moe_tile(const int *index, int n_expert, 
     return t.p0 < t.p_end;
 }
 
-// silu(g) * u, rounded as elementwise.cu's swiglu_f32.
-static __device__ __forceinline__ float swiglu(float g, float u) {
-    return __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), u);
-}
 
 template <int TYPE>
 static __device__ __forceinline__ void moe_gate_up(const void *__restrict__ vgate,
@@ -176,7 +172,7 @@ static __device__ __forceinline__ void moe_gate_up(const void *__restrict__ vgat
             for (int i = 0; i < 4; ++i) {
                 const int row = row0 + mmq_acc_row<C>(tm, i), q = t.p0 + mmq_acc_col<C>(tn, i);
                 if (row < n_ff && q < t.p_end) {
-                    h[(size_t)q * n_ff + row] = swiglu(acc[0][tm][tn][i], acc[1][tm][tn][i]);
+                    h[(size_t)q * n_ff + row] = silu_mul(acc[0][tm][tn][i], acc[1][tm][tn][i]);
                 }
             }
         }

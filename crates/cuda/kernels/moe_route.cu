@@ -147,7 +147,7 @@ extern "C" __global__ void __launch_bounds__(TOPK_WARPS *WARP_SIZE)
 #pragma unroll
     for (int i = 0; i < TOPK_PER_LANE; ++i) {
         const int e = lane + WARP_SIZE * i;
-        p[i] = e < n_expert ? expf(p[i] - mx) : -1.0f;
+        p[i] = e < n_expert ? exp_rn(p[i] - mx) : -1.0f;
         sum += e < n_expert ? p[i] : 0.0f;
     }
     const float inv = 1.0f / warp_sum(sum);

@@ -1,7 +1,8 @@
 // RMS norm and rotary embeddings, matching crates/cpu/src/{norm,rope}.rs operation for
 // operation: the same f64 sum of squares (only its order differs), the same f32 roundings, and
 // RoPE angles built by the same repeated f32 products. Products that the CPU rounds separately
-// are written with __fmul_rn/__fadd_rn so that NVRTC does not fuse them into FMAs.
+// are written with __fmul_rn/__fadd_rn so that NVRTC does not fuse them into FMAs, and the FMAs
+// the CPU does fuse (RoPE's rotation) with __fmaf_rn.
 #include "common.cuh"
 #include "quant.cuh"
 
@@ -31,14 +32,14 @@ extern "C" __global__ void rms_norm_f32(const float *x, const float *__restrict_
     rms_norm_group(x, w, out, n, eps, blockIdx.x);
 }
 
-// The decode-path fusion of add_f32, rms_norm_f32 and quantize_q8_1, bit for bit: when `add`
-// is not null, x += add first (written back); then out = rms_norm(x) * w as rms_norm_f32, and
-// outq = Q8_1(out) as quantize_q8_1 (a warp's 32 consecutive elements are one block, since
-// blockDim.x is a multiple of 32). Launch as rms_norm_f32 (same block size: the sum's order
-// depends on it); n a multiple of 32.
+// The fusion of add_f32, rms_norm_f32 and quantize_q8_1 (or quantize_q8_k when q8k), bit for
+// bit: when `add` is not null, x += add first (written back); then out = rms_norm(x) * w as
+// rms_norm_f32, and outq = the activation blocks of out. Launch as rms_norm_f32 (same block
+// size: the sum's order depends on it); n a multiple of 32 (of 256 with q8k).
 extern "C" __global__ void add_rms_norm_q8_1_f32(float *x, const float *__restrict__ add,
                                                  const float *__restrict__ w, float *out,
-                                                 block_q8_1 *__restrict__ outq, int n, float eps) {
+                                                 block_q8_1 *__restrict__ outq, int n, float eps,
+                                                 int q8k) {
     __shared__ double scratch[32];
     const size_t base = (size_t)blockIdx.x * n;
     double sum = 0.0;
@@ -57,16 +58,16 @@ extern "C" __global__ void add_rms_norm_q8_1_f32(float *x, const float *__restri
     for (int i = threadIdx.x; i < n; i += blockDim.x) {
         const float o = __fmul_rn(__fmul_rn(x[base + i], scale), w[i]);
         out[base + i] = o;
-        const float amax = warp_max(fabsf(o));
-        const float d = amax / 127.0f;
-        const float id = d == 0.0f ? 0.0f : 1.0f / d;
-        const int q = (int)roundf(o * id);
-        const int qsum = warp_sum(q);
-        block_q8_1 *b = outq + (base + i) / QK8_1;
-        b->qs[i % QK8_1] = (int8_t)q;
-        if (i % QK8_1 == 0) {
-            b->d = f32_to_f16_bits(d);
-            b->s = f32_to_f16_bits((float)qsum * d);
+        if (!q8k) {
+            // A warp's 32 consecutive elements are one block (blockDim.x is a multiple of 32).
+            quantize_q8_1_warp(o, outq + (base + i) / QK8_1);
+        }
+    }
+    if (q8k) {
+        __syncthreads(); // the 256-value groups span warps
+        const int warp = threadIdx.x / WARP_SIZE, nwarps = blockDim.x / WARP_SIZE;
+        for (int g = warp; g < n / QK_K; g += nwarps) {
+            quantize_q8_k_warp(out + base + (size_t)g * QK_K, outq + base / QK8_1 + g * 8);
         }
     }
 }
@@ -90,13 +91,15 @@ static __device__ __forceinline__ void rope(float *x, const uint32_t *__restrict
     for (int k = 0; k < i; ++k) {
         theta = __fmul_rn(theta, theta_scale);
     }
-    const float c = cosf(theta), s = sinf(theta);
+    // Correctly rounded (nearly always) as the CPU's libm cosf/sinf, from double evaluations.
+    const float c = (float)cos((double)theta), s = (float)sin((double)theta);
     const int a = NEOX ? i : 2 * i;
     const int b = NEOX ? i + half : 2 * i + 1;
     float *h = x + (size_t)t * width + (size_t)head * head_dim;
     const float x0 = h[a], x1 = h[b];
-    h[a] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
-    h[b] = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
+    // One product and one FMA each, as the CPU (and ggml's compiled loop) rounds them.
+    h[a] = __fmaf_rn(x0, c, -__fmul_rn(x1, s));
+    h[b] = __fmaf_rn(x0, s, __fmul_rn(x1, c));
 }
 
 extern "C" __global__ void rope_norm_f32(float *x, const uint32_t *__restrict__ pos, int n_tokens,

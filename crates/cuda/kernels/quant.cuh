@@ -34,10 +34,12 @@
 
 // ---- block layouts ------------------------------------------------------------------------
 
-// Activations: x = d * q; s = d * sum(q) (kept for format compatibility, unused by the dots).
+// Activations, x = d * q: ggml's block_q8_1 layout, except that the scale is an f32 and there
+// is no `s`. Quantized either as ggml's Q8_1 (d = absmax / 127 per 32 values, rounded to f16 and
+// widened back) or as its Q8_K (one f32 scale per 256 values, in each of the 8 blocks), so the
+// codes and scales are exactly those llama.cpp's CPU pairs with each weight format.
 struct block_q8_1 {
-    uint16_t d;
-    uint16_t s;
+    float d;
     int8_t qs[QK8_1];
 };
 static_assert(sizeof(block_q8_1) == 36, "block_q8_1");
@@ -148,7 +150,7 @@ template <> struct WeightFormat<GGML_TYPE_Q4_0> {
             sumi = dp4a((v >> 4) & 0x0F0F0F0F, u1, sumi);
             sumu = sum_bytes(u0, sum_bytes(u1, sumu));
         }
-        return f16_bits_to_f32(b->d) * f16_bits_to_f32(y->d) * (float)(sumi - 8 * sumu);
+        return f16_bits_to_f32(b->d) * y->d * (float)(sumi - 8 * sumu);
     }
 
     // mmq: the 32 codes of sub-block `sub` as int8 (4 a int), x = d * code + m.
@@ -183,7 +185,7 @@ template <> struct WeightFormat<GGML_TYPE_Q4_1> {
             sumi = dp4a((v >> 4) & 0x0F0F0F0F, u1, sumi);
             sumu = sum_bytes(u0, sum_bytes(u1, sumu));
         }
-        const float d8 = f16_bits_to_f32(y->d);
+        const float d8 = y->d;
         return f16_bits_to_f32(b->d) * d8 * (float)sumi + f16_bits_to_f32(b->m) * d8 * (float)sumu;
     }
 
@@ -213,7 +215,7 @@ template <> struct WeightFormat<GGML_TYPE_Q8_0> {
         for (int i = 0; i < vdr; ++i) {
             sumi = dp4a(get_int_b2(b->qs, iqs + i), get_int_b4(y->qs, iqs + i), sumi);
         }
-        return f16_bits_to_f32(b->d) * f16_bits_to_f32(y->d) * (float)sumi;
+        return f16_bits_to_f32(b->d) * y->d * (float)sumi;
     }
 
     static __device__ __forceinline__ void tile_codes(const block *b, int sub, int q[8],
@@ -251,7 +253,7 @@ template <> struct WeightFormat<GGML_TYPE_Q4_K> {
             const int dot = dp4a((v[1] >> (4 * i)) & 0x0F0F0F0F, u1,
                                  dp4a((v[0] >> (4 * i)) & 0x0F0F0F0F, u0, 0));
             const int sumu = sum_bytes(u1, sum_bytes(u0, 0));
-            const float d8 = f16_bits_to_f32(yi->d);
+            const float d8 = yi->d;
             sumf_d += d8 * (float)(dot * sc[i]);
             sumf_m += d8 * (float)(sumu * sc[i + 2]);
         }
@@ -279,7 +281,7 @@ template <> struct WeightFormat<GGML_TYPE_Q4_K> {
             sum0 = sum_bytes(u0, sum0);
             sum1 = sum_bytes(u1, sum1);
         }
-        const float d0 = f16_bits_to_f32(y0->d), d1 = f16_bits_to_f32(y1->d);
+        const float d0 = y0->d, d1 = y1->d;
         const int sc0 = aux[0] & 0xff, sc1 = aux[0] >> 8, m0 = aux[1] & 0xff, m1 = aux[1] >> 8;
         const float sumf_d = d0 * (float)(dot0 * sc0) + d1 * (float)(dot1 * sc1);
         const float sumf_m = d0 * (float)(sum0 * m0) + d1 * (float)(sum1 * m1);
@@ -328,7 +330,7 @@ template <> struct WeightFormat<GGML_TYPE_Q5_K> {
             const int u0 = get_int_b4(yi->qs, l4), u1 = get_int_b4(yi->qs, l4 + 4);
             const int dot = dp4a(v1, u1, dp4a(v0, u0, 0));
             const int sumu = sum_bytes(u1, sum_bytes(u0, 0));
-            const float d8 = f16_bits_to_f32(yi->d);
+            const float d8 = yi->d;
             sumf_d += d8 * (float)(dot * sc[i]);
             sumf_m += d8 * (float)(sumu * sc[i + 2]);
         }
@@ -374,7 +376,7 @@ template <> struct WeightFormat<GGML_TYPE_Q6_K> {
             const int q = ((vl >> (4 * i)) & 0x0F0F0F0F) | (((vh >> (4 * i)) << 4) & 0x30303030);
             // Codes are stored 32 above their value: subtract 32 * sum(u) exactly.
             const int dot = dp4a(q, u, 0) - 32 * sum_bytes(u, 0);
-            sumf += f16_bits_to_f32(yi->d) * (float)(dot * sc[4 * i]);
+            sumf += yi->d * (float)(dot * sc[4 * i]);
         }
         return f16_bits_to_f32(b->d) * sumf;
     }
@@ -406,7 +408,7 @@ template <> struct WeightFormat<GGML_TYPE_Q6_K> {
             }
             // Codes are stored 32 above their value: subtract 32 * sum(u) exactly.
             const int sc = b->scales[8 * n + 2 * k + r / 2];
-            sumf += f16_bits_to_f32(yk->d) * (float)((dot - 32 * sum) * sc);
+            sumf += yk->d * (float)((dot - 32 * sum) * sc);
         }
         return f16_bits_to_f32(b->d) * sumf;
     }
@@ -430,3 +432,62 @@ template <> struct WeightFormat<GGML_TYPE_Q6_K> {
         m = 0.0f;
     }
 };
+
+// ---- activation quantizers (quantize.cu, and the fused norms of norm_rope.cu) ----------------
+
+// Q8_1 of the 32 values a warp holds (one each, lane = position): d = absmax / 127, codes
+// round(x / d) half away from zero, d stored as its f16 rounding (ggml's quantize_row_q8_1_ref).
+static __device__ __forceinline__ void quantize_q8_1_warp(float x, block_q8_1 *b) {
+    const float amax = warp_max(fabsf(x));
+    const float d = amax / 127.0f;
+    const float id = d == 0.0f ? 0.0f : 1.0f / d;
+    b->qs[threadIdx.x % WARP_SIZE] = (int8_t)(int)roundf(x * id);
+    if (threadIdx.x % WARP_SIZE == 0) {
+        b->d = __half2float(__float2half_rn(d));
+    }
+}
+
+// Q8_K of the 256 values at x, by one warp, into the 8 blocks at y (ggml's quantize_row_q8_K):
+// the value of largest magnitude (the first, on ties) maps to -127, iscale = -127 / that value,
+// codes nearest_int(iscale * x) (round half to even) capped at 127, d = 1 / iscale.
+static __device__ __forceinline__ void quantize_q8_k_warp(const float *x, block_q8_1 *y) {
+    const int lane = threadIdx.x % WARP_SIZE;
+    float v[8];
+    float best = 0.0f, best_v = 0.0f;
+    int best_i = QK_K;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+        v[j] = x[8 * lane + j];
+        if (fabsf(v[j]) > best) { // strict: the first of equals within the lane
+            best = fabsf(v[j]);
+            best_v = v[j];
+            best_i = 8 * lane + j;
+        }
+    }
+#pragma unroll
+    for (int offset = WARP_SIZE / 2; offset > 0; offset >>= 1) {
+        const float ob = __shfl_xor_sync(FULL_MASK, best, offset);
+        const float ov = __shfl_xor_sync(FULL_MASK, best_v, offset);
+        const int oi = __shfl_xor_sync(FULL_MASK, best_i, offset);
+        if (ob > best || (ob == best && oi < best_i)) {
+            best = ob;
+            best_v = ov;
+            best_i = oi;
+        }
+    }
+    const float iscale = best == 0.0f ? 0.0f : __fdiv_rn(-127.0f, best_v);
+    int packed[2] = {0, 0};
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+        const int q = min(127, __float2int_rn(__fmul_rn(iscale, v[j])));
+        packed[j / 4] |= (q & 0xff) << (8 * (j % 4));
+    }
+    // Values 8 lane.. are codes 8 (lane % 4).. of block lane / 4.
+    block_q8_1 *b = y + lane / 4;
+    int *qs = (int *)b->qs + 2 * (lane % 4);
+    qs[0] = packed[0];
+    qs[1] = packed[1];
+    if (lane % 4 == 0) {
+        b->d = best == 0.0f ? 0.0f : __fdiv_rn(1.0f, iscale);
+    }
+}

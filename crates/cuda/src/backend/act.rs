@@ -1,6 +1,7 @@
 //! Activations on the device, lent from the backend's pools.
 
 use super::pool::Pool;
+use crate::ops::ActQuant;
 use cudarc::driver::CudaSlice;
 use std::sync::Arc;
 
@@ -8,9 +9,9 @@ use std::sync::Arc;
 /// drop.
 pub struct CudaAct {
     pub(super) buf: Option<CudaSlice<f32>>,
-    /// The same values as Q8_1, when an op produced them alongside (a norm feeding matmuls);
-    /// dropped by anything that writes `buf`.
-    pub(super) q8: Option<CudaSlice<u8>>,
+    /// The same values as activation blocks (and how they were quantized), when an op produced
+    /// them alongside (a norm feeding matmuls); dropped by anything that writes `buf`.
+    pub(super) q8: Option<(CudaSlice<u8>, ActQuant)>,
     pub rows: usize,
     pub width: usize,
     pub(super) pool: Arc<Pool<f32>>,
@@ -24,7 +25,7 @@ impl CudaAct {
 
     /// For writing: the Q8_1 copy no longer matches and goes back to its pool.
     pub(super) fn buf_mut(&mut self) -> &mut CudaSlice<f32> {
-        if let Some(q) = self.q8.take() {
+        if let Some((q, _)) = self.q8.take() {
             self.bytes.give(q);
         }
         self.buf.as_mut().expect("live activation")
@@ -36,7 +37,7 @@ impl Drop for CudaAct {
         if let Some(b) = self.buf.take() {
             self.pool.give(b);
         }
-        if let Some(q) = self.q8.take() {
+        if let Some((q, _)) = self.q8.take() {
             self.bytes.give(q);
         }
     }

@@ -4,7 +4,7 @@
 
 use super::{CudaAct, CudaBackend, CudaWeight};
 use crate::error::Result;
-use crate::ops::{Mmq, PairOut, QuantMatrix, Quantize, MMQ_BK, MMVQ_MAX_COLS};
+use crate::ops::{ActQuant, Mmq, PairOut, QuantMatrix, Quantize, MMQ_BK, MMVQ_MAX_COLS};
 use cudarc::driver::CudaSlice;
 use ferrolm_gguf::GgmlType;
 
@@ -14,10 +14,12 @@ fn same_format(a: &QuantMatrix, b: &QuantMatrix) -> bool {
 }
 
 impl CudaBackend {
-    /// `x` as Q8_1, for the int8 kernels. The caller gives the buffer back.
-    pub(super) fn quantize(&self, x: &CudaAct) -> Result<CudaSlice<u8>> {
+    /// `x` as activation blocks, for the int8 kernels. The caller gives the buffer back.
+    pub(super) fn quantize(&self, x: &CudaAct, mode: ActQuant) -> Result<CudaSlice<u8>> {
         let mut xq = self.bytes.take(Quantize::q8_1_bytes(x.rows, x.width))?;
-        self.k.quantize.q8_1(x.buf(), x.width, &mut xq)?;
+        self.k
+            .quantize
+            .rows(x.buf(), x.rows, x.width, mode, &mut xq)?;
         Ok(xq)
     }
 
@@ -63,63 +65,85 @@ impl CudaBackend {
             }
             return Ok(());
         }
-        self.with_q8(x, |xq| {
-            let mut i = 0;
-            while i < ws.len() {
-                let m = ws[i].matrix();
-                if m.ty == GgmlType::F32 {
-                    self.k
-                        .gemm_f32
-                        .matmul(m, x.buf(), x.rows, outs[i].buf_mut())?;
-                    i += 1;
-                    continue;
-                }
-                // One token: two matrices of one format share a launch (q and k, say).
-                let pair = i + 1 < ws.len() && same_format(m, ws[i + 1].matrix());
-                if x.rows == 1 && self.fuse && pair {
-                    let (a, b) = outs[i..].split_at_mut(1);
-                    let out = PairOut::Both(a[0].buf_mut(), b[0].buf_mut());
-                    self.k.mmvq.pair(m, ws[i + 1].matrix(), xq, out)?;
-                    i += 2;
-                    continue;
-                }
-                self.qmatmul(m, xq, outs[i])?;
+        // Each weight takes x quantized as its partner format; consecutive weights of one
+        // format (q/k/v, gate/up) share it.
+        let mut i = 0;
+        while i < ws.len() {
+            let m = ws[i].matrix();
+            if m.ty == GgmlType::F32 {
+                self.k
+                    .gemm_f32
+                    .matmul(m, x.buf(), x.rows, outs[i].buf_mut())?;
                 i += 1;
+                continue;
             }
-            Ok(())
-        })
+            let mode = ActQuant::for_weight(m.ty, m.cols);
+            let run = ws[i..]
+                .iter()
+                .take_while(|w| {
+                    let w = w.matrix();
+                    w.ty != GgmlType::F32 && ActQuant::for_weight(w.ty, w.cols) == mode
+                })
+                .count();
+            self.with_q8(x, mode, |xq| {
+                let mut j = i;
+                while j < i + run {
+                    let m = ws[j].matrix();
+                    // One token: two matrices of one format share a launch (q and k, say).
+                    let pair = j + 1 < i + run && same_format(m, ws[j + 1].matrix());
+                    if x.rows == 1 && self.fuse && pair {
+                        let (a, b) = outs[j..].split_at_mut(1);
+                        let out = PairOut::Both(a[0].buf_mut(), b[0].buf_mut());
+                        self.k.mmvq.pair(m, ws[j + 1].matrix(), xq, out)?;
+                        j += 2;
+                        continue;
+                    }
+                    self.qmatmul(m, xq, outs[j])?;
+                    j += 1;
+                }
+                Ok(())
+            })?;
+            i += run;
+        }
+        Ok(())
     }
 
-    /// Runs `f` on `x` as Q8_1: the copy the norm that produced `x` kept, or one quantized now
-    /// and given back to the pool afterwards, whatever `f` returns.
+    /// Runs `f` on `x` quantized as `mode`: the copy the norm that produced `x` kept when it
+    /// is that, or one quantized now and given back to the pool afterwards, whatever `f`
+    /// returns.
     pub(super) fn with_q8<R>(
         &self,
         x: &CudaAct,
+        mode: ActQuant,
         f: impl FnOnce(&CudaSlice<u8>) -> Result<R>,
     ) -> Result<R> {
-        if let Some(q) = &x.q8 {
-            return f(q);
+        if let Some((q, m)) = &x.q8 {
+            if *m == mode {
+                return f(q);
+            }
         }
-        let q = self.quantize(x)?;
+        let q = self.quantize(x, mode)?;
         let r = f(&q);
         self.bytes.give(q);
         r
     }
 
-    /// `out = rms_norm(x) * w`, with the Q8_1 copy of `out` kept for the matmuls that follow.
+    /// `out = rms_norm(x) * w`, with `out` quantized as `mode` kept for the matmuls that
+    /// follow.
     pub(super) fn norm_q8(
         &self,
         x: &CudaAct,
         w: &CudaWeight,
         eps: f32,
         out: &mut CudaAct,
+        mode: ActQuant,
     ) -> Result<()> {
         let mut q8 = self.bytes.take(Quantize::q8_1_bytes(out.rows, out.width))?;
-        let r = self
-            .k
-            .norm_rope
-            .rms_norm_q8_1(x.buf(), w.vector(), eps, out.buf_mut(), &mut q8);
-        out.q8 = Some(q8);
+        let r =
+            self.k
+                .norm_rope
+                .rms_norm_q8_1(x.buf(), w.vector(), eps, out.buf_mut(), &mut q8, mode);
+        out.q8 = Some((q8, mode));
         r
     }
 
@@ -131,6 +155,7 @@ impl CudaBackend {
         w: &CudaWeight,
         eps: f32,
         out: &mut CudaAct,
+        mode: ActQuant,
     ) -> Result<()> {
         let mut q8 = self.bytes.take(Quantize::q8_1_bytes(out.rows, out.width))?;
         let r = self.k.norm_rope.add_rms_norm_q8_1(
@@ -140,8 +165,9 @@ impl CudaBackend {
             eps,
             out.buf_mut(),
             &mut q8,
+            mode,
         );
-        out.q8 = Some(q8);
+        out.q8 = Some((q8, mode));
         r
     }
 
@@ -154,8 +180,9 @@ impl CudaBackend {
         up: &mut CudaAct,
     ) -> Result<()> {
         let (g, u) = (wg.matrix(), wu.matrix());
+        let mode = ActQuant::for_weight(g.ty, g.cols);
         match &x.q8 {
-            Some(xq) if x.rows == 1 && self.fuse && same_format(g, u) => {
+            Some((xq, m)) if *m == mode && x.rows == 1 && self.fuse && same_format(g, u) => {
                 self.k.mmvq.pair(g, u, xq, PairOut::Glu(gate.buf_mut()))
             }
             _ => {

@@ -22,12 +22,13 @@ pub use weights::{device_bytes, CudaWeight};
 
 use crate::device::CudaDevice;
 use crate::error::{CudaError, DriverContext, Result};
-use crate::ops::{DecodeWork, Kernels, Rope, MMVQ_MAX_COLS};
+use crate::ops::{ActQuant, DecodeWork, Kernels, Rope, MMVQ_MAX_COLS};
 use cudarc::driver::CudaSlice;
 use ferrolm_model::backend::{AttnShape, Backend, MoeGating, RopeMode, SeqRows};
 use ferrolm_model::weights::MoeWeights;
 use pool::Pool;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// The ids and positions of one batch size's passes.
@@ -55,6 +56,10 @@ pub struct CudaBackend {
     /// Decode fusions (shared norm/quantize, paired mat-vecs, SwiGLU in the mat-vec), all
     /// bit-identical to the separate kernels; `FERROLM_CUDA_FUSE=0` turns them off.
     fuse: bool,
+    /// How the fused norms quantize their output: for the matmuls that follow, which the model
+    /// sets from its weights ([`Self::set_norm_quant`]); a matmul wanting the other quantizes
+    /// again.
+    norm_q8k: AtomicBool,
 }
 
 impl CudaBackend {
@@ -72,8 +77,25 @@ impl CudaBackend {
             error: Mutex::new(None),
             use_mmq: mmq_enabled(),
             fuse: std::env::var("FERROLM_CUDA_FUSE").map_or(true, |v| v != "0"),
+            norm_q8k: AtomicBool::new(false),
             dev,
         })
+    }
+
+    /// The activation quantization the fused norms produce (that of the projections after
+    /// them).
+    pub fn set_norm_quant(&self, mode: ActQuant) {
+        self.norm_q8k
+            .store(mode == ActQuant::Q8K, Ordering::Relaxed);
+    }
+
+    /// What a fused norm over rows of `width` produces.
+    fn norm_quant(&self, width: usize) -> ActQuant {
+        if self.norm_q8k.load(Ordering::Relaxed) && width.is_multiple_of(256) {
+            ActQuant::Q8K
+        } else {
+            ActQuant::Q8_1
+        }
     }
 
     pub fn device(&self) -> &CudaDevice {
@@ -314,7 +336,7 @@ impl Backend for CudaBackend {
         }
         let r = crate::profile::span(self.dev.stream(), "norm", || {
             if self.fuse && x.width.is_multiple_of(32) {
-                self.norm_q8(x, w, eps, out)
+                self.norm_q8(x, w, eps, out, self.norm_quant(x.width))
             } else {
                 self.k
                     .norm_rope
@@ -340,7 +362,7 @@ impl Backend for CudaBackend {
             return self.rms_norm(acc, w, eps, out);
         }
         let r = crate::profile::span(self.dev.stream(), "norm", || {
-            self.norm_q8_add(acc, x, w, eps, out)
+            self.norm_q8_add(acc, x, w, eps, out, self.norm_quant(acc.width))
         });
         self.check(r);
     }

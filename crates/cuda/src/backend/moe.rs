@@ -60,7 +60,7 @@ impl CudaBackend {
                 .route(x.buf(), n, router, route, &mut ids, &mut weights)
         })?;
 
-        let r = if n <= MOE_DECODE_MAX_TOKENS && self.fuse {
+        let r = if n <= MOE_DECODE_MAX_TOKENS {
             let decode = match &mut scratch.decode {
                 Some(d) if d.n_used == k && d.n_ff == w.n_ff && d.n_embd == x.width => d,
                 slot => slot.insert(MoeDecodeWork::new(dev, MOE_DECODE_MAX_TOKENS, &experts)?),
@@ -70,7 +70,8 @@ impl CudaBackend {
             dev.stream()
                 .memset_zeros(o)
                 .during("clearing the MoE output")?;
-            self.with_q8(x, |xq| {
+            let mode = crate::ops::ActQuant::for_weight(experts.gate.ty, x.width);
+            self.with_q8(x, mode, |xq| {
                 crate::profile::span(dev.stream(), "moe.decode", || {
                     self.k
                         .moe_decode

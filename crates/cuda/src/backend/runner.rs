@@ -4,7 +4,7 @@
 use super::{decode_work, CudaAct, CudaBackend, CudaWeight};
 use crate::device::CudaDevice;
 use crate::error::{CudaError, DriverContext, Result};
-use crate::ops::{DecodeWork, KvCache};
+use crate::ops::{ActQuant, DecodeWork, KvCache};
 use cudarc::driver::{sys, CudaGraph};
 use ferrolm_gguf::GgufFile;
 use ferrolm_model::backend::Backend;
@@ -100,6 +100,11 @@ impl CudaModel {
             }
         })?;
         dev.sync().map_err(cuda)?;
+        // The fused norms quantize for the projections that follow them (K-quants: Q8_K).
+        if let Some(q) = file.tensor(&format!("blk.{first_layer}.attn_q.weight")) {
+            let cols = q.dims.first().map_or(0, |&c| c as usize);
+            backend.set_norm_quant(ActQuant::for_weight(q.ty, cols));
+        }
         Ok(Self {
             cfg,
             backend,

@@ -1,6 +1,8 @@
-//! `kernels/attention.cu`: the f16 KV cache, flash-decoding and the scalar tiled prefill;
-//! `kernels/flash_attn.cu`: the tensor-core prefill (the default from [`MMA_MIN_ROWS`] query
-//! rows; `FERROLM_ATTN_MMA=0` or `=1` forces the scalar or the tensor-core kernel at every size).
+//! `kernels/attention.cu`: the f16 KV cache, flash-decoding, the scalar tiled prefill and the
+//! ggml-arithmetic prefill for short ubatches; `kernels/flash_attn.cu`: the tensor-core prefill
+//! (the default from [`MMA_MIN_ROWS`] query rows; `FERROLM_ATTN_MMA=0` or `=1` forces the scalar
+//! or the tensor-core kernel at every size, `FERROLM_ATTN=f32` takes the scalar f32 kernel
+//! instead of the ggml-arithmetic one below it).
 //!
 //! Positions live in device memory (`CudaSlice<u32>`), so a captured graph replays with new
 //! positions without re-capture; the split count of decode is fixed per [`DecodeWork`] for the
@@ -37,12 +39,15 @@ pub enum PrefillKernel {
     Mma,
     /// attention.cu's attn_prefill: one warp per query row, f32 throughout.
     Scalar,
+    /// attention.cu's attn_prefill_f16ref: ggml's CPU arithmetic for short ubatches (f16 Q and
+    /// output accumulator, keys in order), which the CPU backend reproduces too.
+    F16Ref,
 }
 
-/// Below this many query rows the f32 kernel runs: a short ubatch's attention costs little
-/// either way, and f32 keeps it exact, where the tensor-core kernel's f16 rounding of Q and P
-/// moved the tiny q8_0 goldens from 181-183/185 to 178-179/185 top-1 on the H200. (The CPU
-/// switches its numerics at 64 rows too, for ggml's sake.)
+/// Below this many query rows a short ubatch's attention costs little either way, and it runs
+/// ggml's CPU arithmetic (as llama.cpp's CPU and ferrolm's do below 64 rows), where the
+/// tensor-core kernel's f16 rounding of Q and P moved the tiny q8_0 goldens from 181-183/185 to
+/// 178-179/185 top-1 on the H200.
 pub const MMA_MIN_ROWS: usize = 64;
 
 impl PrefillKernel {
@@ -56,13 +61,21 @@ impl PrefillKernel {
         }
     }
 
-    /// The kernel for `n_q` query rows unless forced.
-    pub fn for_rows(forced: Option<Self>, n_q: usize) -> Self {
+    /// The kernel for `n_q` query rows unless forced; below [`MMA_MIN_ROWS`], ggml's
+    /// arithmetic unless `ggml_small` is off (`FERROLM_ATTN=f32`).
+    pub fn for_rows(forced: Option<Self>, n_q: usize, ggml_small: bool) -> Self {
         forced.unwrap_or(if n_q >= MMA_MIN_ROWS {
             PrefillKernel::Mma
+        } else if ggml_small {
+            PrefillKernel::F16Ref
         } else {
             PrefillKernel::Scalar
         })
+    }
+
+    /// `FERROLM_ATTN=f32` (the CPU's switch too): short ubatches in f32, not ggml's arithmetic.
+    pub fn ggml_small_from_env() -> bool {
+        std::env::var("FERROLM_ATTN").map_or(true, |v| v != "f32")
     }
 }
 
@@ -143,6 +156,9 @@ pub struct Attention {
     /// What [`prefill`](Attention::prefill) runs, fixed at load from the environment.
     /// Forced by `FERROLM_ATTN_MMA`, else chosen per call by the number of rows.
     pub prefill_kernel: Option<PrefillKernel>,
+    /// Short ubatches on ggml's arithmetic ([`PrefillKernel::F16Ref`]), unless `FERROLM_ATTN=f32`.
+    ggml_small: bool,
+    prefill_f16ref: Vec<CudaFunction>,
     /// Decode combines the splits in the split kernel's last block per head (one launch), or
     /// with `FERROLM_CUDA_FUSE=0` in a second kernel; the same arithmetic either way.
     fused_combine: bool,
@@ -201,6 +217,11 @@ impl Attention {
                 .collect::<Result<_>>()?,
             flash,
             prefill_kernel: PrefillKernel::from_env(),
+            ggml_small: PrefillKernel::ggml_small_from_env(),
+            prefill_f16ref: ATTN_HEAD_DIMS
+                .iter()
+                .map(|d| f(format!("attn_prefill_f16ref_d{d}")))
+                .collect::<Result<_>>()?,
             fused_combine: std::env::var("FERROLM_CUDA_FUSE").map_or(true, |v| v != "0"),
         })
     }
@@ -335,7 +356,7 @@ impl Attention {
         out: &mut CudaSlice<f32>,
     ) -> Result<()> {
         let n_q = positions.len();
-        let kernel = PrefillKernel::for_rows(self.prefill_kernel, n_q);
+        let kernel = PrefillKernel::for_rows(self.prefill_kernel, n_q, self.ggml_small);
         self.prefill_with(kernel, q, cache, positions, n_head, out)
     }
 
@@ -369,6 +390,14 @@ impl Attention {
                     shared_mem_bytes: 0,
                 },
             ),
+            PrefillKernel::F16Ref => (
+                &self.prefill_f16ref[di],
+                LaunchConfig {
+                    grid_dim: (n_q as u32, n_head as u32, 1),
+                    block_dim: (cache.head_dim as u32, 1, 1),
+                    shared_mem_bytes: 0,
+                },
+            ),
             PrefillKernel::Mma => {
                 let rows = n_q * (n_head / cache.n_kv_head);
                 let blocks = int(rows.div_ceil(FA_BQ), "flash blocks") as u32;
@@ -393,7 +422,7 @@ impl Attention {
             .arg(&nkv)
             .arg(&nctx)
             .arg(&scale);
-        // SAFETY: attn_prefill_dD and flash_attn_prefill_dD take (q, kc, vc, pos, out, n_q,
+        // SAFETY: attn_prefill[_f16ref]_dD and flash_attn_prefill_dD take (q, kc, vc, pos, out, n_q,
         // n_head, n_kv_head, n_ctx, scale): n_q rows in and out, positions below n_ctx (the
         // caller's); the flash kernel's dynamic shared memory is the size it was raised to.
         unsafe { b.launch(cfg) }.during("launching attention prefill")?;
@@ -407,13 +436,20 @@ mod tests {
 
     #[test]
     fn prefill_kernel_by_rows_unless_forced() {
-        use PrefillKernel::{Mma, Scalar};
-        assert_eq!(PrefillKernel::for_rows(None, 1), Scalar);
-        assert_eq!(PrefillKernel::for_rows(None, MMA_MIN_ROWS - 1), Scalar);
-        assert_eq!(PrefillKernel::for_rows(None, MMA_MIN_ROWS), Mma);
-        assert_eq!(PrefillKernel::for_rows(None, 2048), Mma);
-        assert_eq!(PrefillKernel::for_rows(Some(Mma), 9), Mma);
-        assert_eq!(PrefillKernel::for_rows(Some(Scalar), 2048), Scalar);
+        use PrefillKernel::{F16Ref, Mma, Scalar};
+        assert_eq!(PrefillKernel::for_rows(None, 1, true), F16Ref);
+        assert_eq!(
+            PrefillKernel::for_rows(None, MMA_MIN_ROWS - 1, true),
+            F16Ref
+        );
+        assert_eq!(
+            PrefillKernel::for_rows(None, MMA_MIN_ROWS - 1, false),
+            Scalar
+        );
+        assert_eq!(PrefillKernel::for_rows(None, MMA_MIN_ROWS, true), Mma);
+        assert_eq!(PrefillKernel::for_rows(None, 2048, false), Mma);
+        assert_eq!(PrefillKernel::for_rows(Some(Mma), 9, true), Mma);
+        assert_eq!(PrefillKernel::for_rows(Some(Scalar), 2048, true), Scalar);
     }
 
     #[test]

@@ -24,7 +24,7 @@ pub use moe_decode::{MoeDecode, MoeDecodeWork, MOE_DECODE_MAX_TOKENS};
 pub use moe_gemm::{MoeGemm, MoeWork};
 pub use moe_route::{MoeExperts, MoeRoute, MoeRouteWork, MoeRouter, MOE_MAX_EXPERTS, MOE_MAX_USED};
 pub use norm_rope::{NormRope, Rope};
-pub use quantize::{Quantize, Q8_1_BLOCK_BYTES};
+pub use quantize::{dequantize_blocks, ActQuant, Quantize, Q8_1_BLOCK_BYTES};
 
 use crate::device::CudaDevice;
 use crate::error::Result;

@@ -11,7 +11,7 @@
 //! Nothing here allocates or waits on the host: scratch lives in [`MoeDecodeWork`], and a
 //! captured graph replays with new ids and weights.
 
-use super::{int, stride_blocks, MoeExperts, Quantize};
+use super::{int, stride_blocks, ActQuant, MoeExperts, Quantize};
 use crate::device::CudaDevice;
 use crate::error::{CudaError, DriverContext, Result};
 use crate::kernels::{ELEMENTWISE, MOE_DECODE};
@@ -246,7 +246,8 @@ impl MoeDecode {
         // (work sized for max_n >= N); a block per NWARPS * gate_rows(N) rows and slot.
         unsafe { b.launch(cfg) }.during(format!("launching moe gate/up for {}", e.gate.ty))?;
 
-        self.quantize.q8_1_rows(&work.h, n * k, ff, &mut work.hq)?;
+        let mode = ActQuant::for_weight(e.down.ty, ff);
+        self.quantize.rows(&work.h, n * k, ff, mode, &mut work.hq)?;
 
         let down = &self.down[&(e.down.ty, n)];
         let cfg = LaunchConfig {
@@ -299,7 +300,8 @@ impl MoeDecode {
         // SAFETY: swiglu_f32(gate, up, n): n floats each, gate updated in place.
         unsafe { b.launch(cfg) }.during("launching moe swiglu")?;
 
-        self.quantize.q8_1_rows(&work.h, n * k, ff, &mut work.hq)?;
+        let mode = ActQuant::for_weight(e.down.ty, ff);
+        self.quantize.rows(&work.h, n * k, ff, mode, &mut work.hq)?;
         for s in 0..n * k {
             self.slot_matvec(e.down, &work.hq, ids, &mut work.down, s, s, ne)?;
         }

@@ -13,7 +13,7 @@
 //! from device memory) instead of once for all experts, for bisecting the tile-to-expert map.
 
 use super::mmq::{smem_bytes, GemmFn, FORMATS, MMQ_BK};
-use super::{int, stride_blocks, MoeExperts, Quantize};
+use super::{int, stride_blocks, ActQuant, MoeExperts, Quantize};
 use crate::device::CudaDevice;
 use crate::error::{CudaError, DriverContext, Result};
 use crate::kernels::MOE_GEMM;
@@ -245,7 +245,8 @@ impl MoeGemm {
         let st = self.stream.clone();
         crate::profile::span(&st, "moe.index", || {
             self.build_index(ids, n, work)?;
-            self.quantize.q8_1_rows(x, n, d, &mut work.xq)
+            let mode = ActQuant::for_weight(experts.gate.ty, d);
+            self.quantize.rows(x, n, d, mode, &mut work.xq)
         })?;
         let gate_up_g = &self.gemms[&experts.gate.ty].0;
         let down_g = &self.gemms[&experts.down.ty].1;
@@ -288,7 +289,8 @@ impl MoeGemm {
         });
         gate_up_span?;
         let down_span = crate::profile::span(&st, "moe.down", || -> Result<()> {
-            self.quantize.q8_1_rows(&work.h, pairs, ff, &mut work.hq)?;
+            let mode = ActQuant::for_weight(experts.down.ty, ff);
+            self.quantize.rows(&work.h, pairs, ff, mode, &mut work.hq)?;
             for &(expert, slots) in &launches {
                 let mut b = self.stream.launch_builder(down_fn);
                 b.arg(&experts.down.data)

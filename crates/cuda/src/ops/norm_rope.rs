@@ -1,6 +1,6 @@
 //! `kernels/norm_rope.cu`: RMS norm (whole rows, or per-head groups in place) and RoPE.
 
-use super::int;
+use super::{int, ActQuant};
 use crate::device::CudaDevice;
 use crate::error::{DriverContext, Result};
 use crate::kernels::NORM_ROPE;
@@ -74,9 +74,8 @@ impl NormRope {
         Ok(())
     }
 
-    /// [`rms_norm`](Self::rms_norm) of each `w.len()`-element group of `x`, in place.
-    /// `out = rms_norm(x) * w` and `outq = Q8_1(out)` in one launch; bit-identical to
-    /// [`Self::rms_norm`] then `Quantize::q8_1`.
+    /// `out = rms_norm(x) * w` and `outq` its activation blocks (quantized as `mode`) in one
+    /// launch; bit-identical to [`Self::rms_norm`] then `Quantize::rows`.
     pub fn rms_norm_q8_1(
         &self,
         x: &CudaSlice<f32>,
@@ -84,11 +83,13 @@ impl NormRope {
         eps: f32,
         out: &mut CudaSlice<f32>,
         outq: &mut CudaSlice<u8>,
+        mode: ActQuant,
     ) -> Result<()> {
-        self.norm_q8_1(x, None, w, eps, out, outq)
+        self.norm_q8_1(x, None, w, eps, out, outq, mode)
     }
 
     /// `x += add`, then as [`Self::rms_norm_q8_1`]; bit-identical to `add_f32` first.
+    #[allow(clippy::too_many_arguments)]
     pub fn add_rms_norm_q8_1(
         &self,
         x: &mut CudaSlice<f32>,
@@ -97,12 +98,14 @@ impl NormRope {
         eps: f32,
         out: &mut CudaSlice<f32>,
         outq: &mut CudaSlice<u8>,
+        mode: ActQuant,
     ) -> Result<()> {
         assert_eq!(add.len(), x.len(), "add_rms_norm: lengths differ");
-        self.norm_q8_1(x, Some(add), w, eps, out, outq)
+        self.norm_q8_1(x, Some(add), w, eps, out, outq, mode)
     }
 
     /// The kernel writes `x` only when `add` is given, which only the `&mut` caller passes.
+    #[allow(clippy::too_many_arguments)]
     fn norm_q8_1(
         &self,
         x: &CudaSlice<f32>,
@@ -111,11 +114,13 @@ impl NormRope {
         eps: f32,
         out: &mut CudaSlice<f32>,
         outq: &mut CudaSlice<u8>,
+        mode: ActQuant,
     ) -> Result<()> {
         assert_eq!(x.len(), out.len(), "rms_norm: x and out differ");
         assert!(x.len().is_multiple_of(w.len()), "rms_norm: not whole rows");
+        let group = if mode == ActQuant::Q8K { 256 } else { 32 };
         assert!(
-            w.len().is_multiple_of(32),
+            w.len().is_multiple_of(group),
             "rms_norm q8_1: width not whole blocks"
         );
         assert!(
@@ -131,9 +136,10 @@ impl NormRope {
             Some(a) => b.arg(a),
             None => b.arg(&null),
         };
-        b.arg(w).arg(out).arg(outq).arg(&n).arg(&eps);
-        // SAFETY: add_rms_norm_q8_1_f32(x, add|null, w, out, outq, n, eps): rows of n floats in
-        // x/add/out, n/32 Q8_1 blocks per row in outq (asserted above).
+        let q8k = i32::from(mode == ActQuant::Q8K);
+        b.arg(w).arg(out).arg(outq).arg(&n).arg(&eps).arg(&q8k);
+        // SAFETY: add_rms_norm_q8_1_f32(x, add|null, w, out, outq, n, eps, q8k): rows of n
+        // floats in x/add/out, n/32 activation blocks per row in outq (asserted above).
         unsafe { b.launch(cfg) }.during("launching add_rms_norm_q8_1_f32")?;
         Ok(())
     }

@@ -27,6 +27,8 @@ const ATTN: Contract = Contract::Rel(1e-5, "f32 accumulation order");
 /// keys are the worst); a wrong mask or fragment is off by O(0.1).
 const ATTN_MMA: Contract = Contract::Rel(2e-3, "f16 q·scale and P, f32 accumulation");
 
+const F32_REF: &str = "cpu attention, f32 cache of f16 values";
+
 /// What one attention check runs over the same cache and queries.
 #[derive(Clone, Copy)]
 enum Path {
@@ -54,9 +56,19 @@ pub fn all(dev: &CudaDevice, k: &Kernels, rng: &mut StdRng) -> Result<Vec<Row>> 
     ] {
         rows.extend(attn(dev, k, rng, shape, n_ctx, n_pos, n_q, &BOTH_PREFILLS)?);
     }
+    // Short ubatches on ggml's arithmetic: 37 rows from position 0 (the goldens' passes), and
+    // 40 rows after a 200-token prefix with GQA.
+    let f16ref = [Path::Prefill(PrefillKernel::F16Ref)];
+    rows.extend(attn(dev, k, rng, (4, 2, 64), 128, 37, 37, &f16ref)?);
+    rows.extend(attn(dev, k, rng, (32, 8, 128), 512, 240, 40, &f16ref)?);
     rows.extend(embed(dev, k, rng)?);
     Ok(rows)
 }
+
+/// ggml's small-batch arithmetic against the CPU's reproduction of it: the same f16 roundings,
+/// except where a score one ulp apart (its f32 summation order differs) rounds the f16
+/// accumulator the other way, a relative step of 2^-11 at most.
+const ATTN_GGML: Contract = Contract::Rel(1e-3, "ggml's f16 accumulator, score f32 sum order");
 
 fn f16_round(x: &[f32]) -> Result<Vec<f32>> {
     let bits = ferrolm_quant::quantize_to_vec(GgmlType::F16, x)?;
@@ -135,25 +147,36 @@ fn attn(
     };
     let mut want = vec![0f32; q.len()];
     attention(&q, &kv, &positions, shape, &mut want);
+    // The CPU takes ggml's small-batch arithmetic with an f16 cache (of the same values).
+    let mut kv16 = LayerKv::new(KvType::F16, n_ctx, n_kv_head, head_dim);
+    kv16.store(0, &kr, &vr);
+    let mut want_ggml = vec![0f32; q.len()];
+    attention(&q, &kv16, &positions, shape, &mut want_ggml);
     let scale = magnitudes(&q, &kr, &vr, &positions, shape);
 
     let (qd, pd) = (dev.upload(&q)?, dev.upload(&positions)?);
     for &path in paths {
         let mut out = poisoned(dev, q.len())?;
-        let (op, contract) = match path {
+        let (op, contract, reference, want) = match path {
             Path::Decode => {
                 let splits = DecodeWork::default_splits(n_ctx);
                 let mut work = DecodeWork::new(dev, n_q, n_head, head_dim, splits)?;
                 k.attention
                     .decode(&qd, &cache, &pd, n_head, &mut work, &mut out)?;
-                ("attn_decode (split)", ATTN)
+                ("attn_decode (split)", ATTN, F32_REF, &want)
             }
             Path::Prefill(kernel) => {
                 k.attention
                     .prefill_with(kernel, &qd, &cache, &pd, n_head, &mut out)?;
                 match kernel {
-                    PrefillKernel::Scalar => ("attn_prefill (scalar)", ATTN),
-                    PrefillKernel::Mma => ("attn_prefill (f16 mma)", ATTN_MMA),
+                    PrefillKernel::Scalar => ("attn_prefill (scalar)", ATTN, F32_REF, &want),
+                    PrefillKernel::Mma => ("attn_prefill (f16 mma)", ATTN_MMA, F32_REF, &want),
+                    PrefillKernel::F16Ref => (
+                        "attn_prefill (ggml f16)",
+                        ATTN_GGML,
+                        "cpu attention, f16 cache (ggml's arithmetic)",
+                        &want_ggml,
+                    ),
                 }
             }
         };
@@ -162,8 +185,8 @@ fn attn(
         rows.push(row(
             op,
             format!("{n_head}/{n_kv_head} heads, d {head_dim}, {n_q} q at {prefix}.."),
-            "cpu attention, f32 cache of f16 values",
-            compare(&got, &want, |i| scale[i]),
+            reference,
+            compare(&got, want, |i| scale[i]),
             contract,
         ));
     }

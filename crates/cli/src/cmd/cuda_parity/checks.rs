@@ -5,7 +5,7 @@ use super::{compare, Contract, Row};
 use anyhow::Result;
 use ferrolm_cpu::matmul::{matmul, WeightRef};
 use ferrolm_cpu::{norm, rope};
-use ferrolm_cuda::ops::{QuantMatrix, Rope, Q8_1_BLOCK_BYTES};
+use ferrolm_cuda::ops::{dequantize_blocks, ActQuant, QuantMatrix, Rope, Q8_1_BLOCK_BYTES};
 use ferrolm_cuda::{CudaDevice, CudaSlice, Kernels};
 use ferrolm_gguf::GgmlType;
 use ferrolm_model::backend::RopeMode;
@@ -92,33 +92,68 @@ pub(super) fn row(
     }
 }
 
+/// Against the CPU's matmul, which quantizes activations to the same partner format: the
+/// codes and scales agree, so only the f32 order of the scale products differs (Q8_0 on the
+/// CPU for 32-element formats has Q8_1's codes and scale).
+pub(super) const SAME_INT8: Contract = Contract::Rel(
+    1e-5,
+    "same int8 activations (Q8_K for K-quants), f32 sum order",
+);
+
+/// Both activation quantizers against ferrolm-quant's Q8_1 and Q8_K, code for code and scale
+/// for scale.
 fn quantize_q8_1(dev: &CudaDevice, k: &Kernels, rng: &mut StdRng) -> Result<Vec<Row>> {
     let (n, cols) = (4, 4096);
     let mut x = normal(rng, n * cols, 1.0);
-    // Rows of very different magnitude, an all-zero block (d = 0) and a lone outlier.
+    // Rows of very different magnitude, an all-zero block (d = 0), a lone outlier, and a tie
+    // of magnitudes with opposite signs (Q8_K takes the first).
     for (r, row) in x.chunks_exact_mut(cols).enumerate() {
         let s = 10f32.powi(r as i32 - 2);
         row.iter_mut().for_each(|v| *v *= s);
     }
     x[64..96].iter_mut().for_each(|v| *v = 0.0);
     x[200] = 1e4;
+    x[300] = -50.0;
+    x[301] = 50.0;
     let xd = dev.upload(&x)?;
-    let mut yd = dev.upload(&vec![0xA5u8; n * cols / 32 * Q8_1_BLOCK_BYTES])?;
-    k.quantize.q8_1(&xd, cols, &mut yd)?;
-    dev.sync()?;
-    let got = dev.download(&yd)?;
-    let want = ferrolm_quant::quantize_to_vec(GgmlType::Q8_1, &x)?;
-    let deq = |b: &[u8]| ferrolm_quant::dequantize_to_vec(GgmlType::Q8_1, b, n * cols);
-    let (gd, wd) = (deq(&got)?, deq(&want)?);
-    let mut cmp = compare(&gd, &wd, |i| wd[i].abs() as f64);
-    cmp.2 &= got == want; // every byte, `s` included
-    Ok(vec![row(
-        "quantize f32→Q8_1",
-        format!("{n}×{cols}"),
-        "ferrolm_quant Q8_1",
-        cmp,
-        Contract::Exact,
-    )])
+    let mut rows = Vec::new();
+    for mode in [ActQuant::Q8_1, ActQuant::Q8K] {
+        let mut yd = dev.upload(&vec![0xA5u8; n * cols / 32 * Q8_1_BLOCK_BYTES])?;
+        k.quantize.rows(&xd, n, cols, mode, &mut yd)?;
+        dev.sync()?;
+        let got = dev.download(&yd)?;
+        // The expected blocks: the CPU's codes, its scale as an f32.
+        let want = match mode {
+            ActQuant::Q8_1 => ferrolm_quant::quantize_to_vec(GgmlType::Q8_1, &x)?
+                .chunks_exact(36)
+                .flat_map(|b| {
+                    let d = half::f16::from_le_bytes([b[0], b[1]]).to_f32();
+                    d.to_le_bytes().into_iter().chain(b[4..].iter().copied())
+                })
+                .collect::<Vec<u8>>(),
+            // BlockQ8K: f32 d, 256 codes, 16 sums.
+            ActQuant::Q8K => ferrolm_quant::quantize_to_vec(GgmlType::Q8K, &x)?
+                .chunks_exact(4 + 256 + 32)
+                .flat_map(|b| {
+                    let d = [b[0], b[1], b[2], b[3]];
+                    b[4..260]
+                        .chunks_exact(32)
+                        .flat_map(move |q| d.into_iter().chain(q.iter().copied()))
+                })
+                .collect(),
+        };
+        let (gd, wd) = (dequantize_blocks(&got), dequantize_blocks(&want));
+        let mut cmp = compare(&gd, &wd, |i| wd[i].abs() as f64);
+        cmp.2 &= got == want; // every byte
+        rows.push(row(
+            &format!("quantize f32→{mode:?}"),
+            format!("{n}×{cols}"),
+            "ferrolm_quant",
+            cmp,
+            Contract::Exact,
+        ));
+    }
+    Ok(rows)
 }
 
 fn rms_norm(dev: &CudaDevice, k: &Kernels, rng: &mut StdRng) -> Result<Vec<Row>> {
@@ -280,14 +315,16 @@ fn mmvq(
     let xd = dev.upload(&x)?;
     let mut xq = dev.upload(&vec![0u8; n * cols / 32 * Q8_1_BLOCK_BYTES])?;
     let mut out = poisoned(dev, n * rows)?;
-    k.quantize.q8_1(&xd, cols, &mut xq)?;
+    // As the backend does: the partner format llama.cpp's CPU uses (Q8_K for K-quants).
+    let mode = ActQuant::for_weight(ty, cols);
+    k.quantize.rows(&xd, n, cols, mode, &mut xq)?;
     k.mmvq.matvec(&w, &xq, n, &mut out)?;
     dev.sync()?;
     let got = dev.download(&out)?;
     let xq = dev.download(&xq)?;
 
     let wf = ferrolm_quant::dequantize_to_vec(ty, &wq, rows * cols)?;
-    let xf = ferrolm_quant::dequantize_to_vec(GgmlType::Q8_1, &xq, n * cols)?;
+    let xf = dequantize_blocks(&xq);
     // [n][rows] of (Σ w·x, Σ |w·x|) in f64.
     let exact: Vec<(f64, f64)> = (0..n * rows)
         .into_par_iter()
@@ -307,7 +344,7 @@ fn mmvq(
     let mut out_rows = vec![row(
         &op,
         shape.clone(),
-        "f64, same Q8_1 operands",
+        "f64, same int8 operands",
         cmp,
         Contract::Rel(1e-5, "f32 sum order"),
     )];
@@ -321,15 +358,7 @@ fn mmvq(
         };
         matmul(&wr, &x, &mut cpu);
         let cmp = compare(&got, &cpu, |i| exact[i].1);
-        // The CPU rounds activations to Q8_0 (same codes and scale as Q8_1) for the 32-element
-        // formats and to Q8_K (one f32 scale per 256) for K-quants.
-        let contract = match ty {
-            GgmlType::Q4K | GgmlType::Q5K | GgmlType::Q6K => {
-                Contract::Rel(2e-3, "int8 activations: Q8_1 here, Q8_K on the CPU")
-            }
-            _ => Contract::Rel(1e-5, "same int8 activations, f32 sum order"),
-        };
-        out_rows.push(row(&op, shape, "cpu matmul::matmul", cmp, contract));
+        out_rows.push(row(&op, shape, "cpu matmul::matmul", cmp, SAME_INT8));
     }
     Ok(out_rows)
 }

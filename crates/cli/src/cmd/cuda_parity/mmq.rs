@@ -5,7 +5,7 @@ use super::checks::{normal, poisoned, row};
 use super::{compare, Contract, Row};
 use anyhow::Result;
 use ferrolm_cpu::matmul::{matmul, WeightRef};
-use ferrolm_cuda::ops::{QuantMatrix, MMQ_TILES, Q8_1_BLOCK_BYTES};
+use ferrolm_cuda::ops::{ActQuant, QuantMatrix, MMQ_TILES, Q8_1_BLOCK_BYTES};
 use ferrolm_cuda::{CudaDevice, Kernels};
 use ferrolm_gguf::GgmlType;
 use rand::rngs::StdRng;
@@ -37,7 +37,8 @@ pub fn mmq(
     let xd = dev.upload(&x)?;
     let mut xq = dev.upload(&vec![0u8; n * cols / 32 * Q8_1_BLOCK_BYTES])?;
     let mut out = poisoned(dev, n * rows)?;
-    k.quantize.q8_1(&xd, cols, &mut xq)?;
+    let mode = ActQuant::for_weight(ty, cols); // as the backend quantizes for this weight
+    k.quantize.rows(&xd, n, cols, mode, &mut xq)?;
     k.mmq.matmul(&w, &xq, n, &mut out)?;
     dev.sync()?;
     let got = dev.download(&out)?;
@@ -64,14 +65,7 @@ pub fn mmq(
         })
         .collect();
     let cmp = compare(&got, &cpu, |i| scale[i]);
-    // As for mmvq: the CPU rounds activations to Q8_0 (same codes and scale as Q8_1) for the
-    // 32-element formats and to Q8_K (one f32 scale per 256) for K-quants.
-    let contract = match ty {
-        GgmlType::Q4K | GgmlType::Q5K | GgmlType::Q6K => {
-            Contract::Rel(2e-3, "int8 activations: Q8_1 here, Q8_K on the CPU")
-        }
-        _ => Contract::Rel(1e-5, "same int8 activations, f32 sum order"),
-    };
+    let contract = super::checks::SAME_INT8;
     let auto = k.mmq.tile_for(ty, rows, n);
     let mut out_rows = vec![row(
         &format!("mmq {ty} (tile {})", MMQ_TILES[auto].name),

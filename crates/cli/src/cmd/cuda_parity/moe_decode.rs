@@ -8,8 +8,8 @@ use anyhow::Result;
 use ferrolm_cpu::matmul::{matmul, WeightRef};
 use ferrolm_cpu::moe::route;
 use ferrolm_cpu::norm::swiglu;
+use ferrolm_cuda::ops::{dequantize_blocks, QuantMatrix, Q8_1_BLOCK_BYTES};
 use ferrolm_cuda::ops::{MoeDecode, MoeDecodeWork, MoeExperts, MoeRouteWork, MoeRouter};
-use ferrolm_cuda::ops::{QuantMatrix, Q8_1_BLOCK_BYTES};
 use ferrolm_cuda::{CudaDevice, Kernels};
 use ferrolm_gguf::GgmlType;
 use ferrolm_model::backend::MoeGating;
@@ -272,12 +272,8 @@ fn decode(
         outs.push(dev.download(&out)?);
     }
     let h = dev.download(work.h())?;
-    let hq = ferrolm_quant::dequantize_to_vec(
-        GgmlType::Q8_1,
-        &dev.download(work.h_q8_1())?,
-        n * kk * ff,
-    )?;
-    let xf = ferrolm_quant::dequantize_to_vec(GgmlType::Q8_1, &dev.download(&xq)?, n * d)?;
+    let hq = dequantize_blocks(&dev.download(work.h_q8_1())?);
+    let xf = dequantize_blocks(&dev.download(&xq)?);
 
     // f64 on the GPU's operands, and the CPU's f32 path, slot by slot.
     let (mut h64, mut h_scale) = (vec![0f32; n * kk * ff], vec![0f64; n * kk * ff]);
