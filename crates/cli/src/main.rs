@@ -42,9 +42,19 @@ enum Command {
     CudaParity(cmd::cuda_parity::CudaParityArgs),
 }
 
+/// llama.cpp spells the GPU layer count `-ngl N` (one dash, three letters), which clap would read
+/// as `-n gl`: rewritten to `--n-gpu-layers` before parsing.
+fn llama_cpp_spellings(args: impl Iterator<Item = String>) -> impl Iterator<Item = String> {
+    args.map(|a| match a.strip_prefix("-ngl") {
+        Some("") => "--n-gpu-layers".to_owned(),
+        Some(rest) if rest.starts_with('=') => format!("--n-gpu-layers{rest}"),
+        _ => a,
+    })
+}
+
 fn main() -> ExitCode {
     restore_default_sigpipe();
-    let cli = Cli::parse();
+    let cli = Cli::parse_from(llama_cpp_spellings(std::env::args()));
     let result = match cli.command {
         Command::Pull(args) => cmd::pull::run(args),
         Command::Inspect(args) => cmd::inspect::run(args),
@@ -75,5 +85,32 @@ fn restore_default_sigpipe() {
     // SAFETY: called first thing in main, before any thread exists.
     unsafe {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::llama_cpp_spellings;
+
+    #[test]
+    fn ngl_with_one_dash() {
+        let args = [
+            "ferrolm", "run", "-ngl", "12", "-ngl=3", "-n", "4", "--ngl", "5",
+        ];
+        let out: Vec<String> = llama_cpp_spellings(args.iter().map(|s| s.to_string())).collect();
+        assert_eq!(
+            out,
+            [
+                "ferrolm",
+                "run",
+                "--n-gpu-layers",
+                "12",
+                "--n-gpu-layers=3",
+                "-n",
+                "4",
+                "--ngl",
+                "5"
+            ]
+        );
     }
 }

@@ -74,6 +74,7 @@ fn batched_all_positions_match_llama_cpp_and_step_mode() {
             assert!((a - b.as_f64().unwrap()).abs() <= 1e-3);
         }
     }
+    // llama.cpp's one-dash `-ngl`: 0 keeps every block on the CPU.
     let stepped = rows(&logits(&[
         "-m",
         &model,
@@ -83,6 +84,8 @@ fn batched_all_positions_match_llama_cpp_and_step_mode() {
         "--step",
         "--cache-type",
         "f32",
+        "-ngl",
+        "0",
     ]));
     for (a, b) in ours.iter().flatten().zip(stepped.iter().flatten()) {
         assert!((a - b).abs() <= 1e-3, "batched {a} vs step {b}");

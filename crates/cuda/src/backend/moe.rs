@@ -60,7 +60,7 @@ impl CudaBackend {
                 .route(x.buf(), n, router, route, &mut ids, &mut weights)
         })?;
 
-        let r = if n <= MOE_DECODE_MAX_TOKENS {
+        let r = if n <= MOE_DECODE_MAX_TOKENS && MoeDecodeWork::supports(k, w.n_ff) {
             let decode = match &mut scratch.decode {
                 Some(d) if d.n_used == k && d.n_ff == w.n_ff && d.n_embd == x.width => d,
                 slot => slot.insert(MoeDecodeWork::new(dev, MOE_DECODE_MAX_TOKENS, &experts)?),

@@ -101,7 +101,10 @@ impl CudaModel {
         })?;
         dev.sync().map_err(cuda)?;
         // The fused norms quantize for the projections that follow them (K-quants: Q8_K).
-        if let Some(q) = file.tensor(&format!("blk.{first_layer}.attn_q.weight")) {
+        let first_proj = ["attn_q", "attn_qkv", "ffn_gate"]
+            .iter()
+            .find_map(|t| file.tensor(&format!("blk.{first_layer}.{t}.weight")));
+        if let Some(q) = first_proj {
             let cols = q.dims.first().map_or(0, |&c| c as usize);
             backend.set_norm_quant(ActQuant::for_weight(q.ty, cols));
         }

@@ -88,6 +88,12 @@ impl MoeDecodeWork {
         })
     }
 
+    /// Whether the decode kernels take `k` experts a token of width `n_ff` at their full
+    /// token count (else the caller takes the grouped GEMM).
+    pub fn supports(k: usize, n_ff: usize) -> bool {
+        check_work(MOE_DECODE_MAX_TOKENS, k, n_ff).is_ok()
+    }
+
     /// The last call's SwiGLU output, `[n*k][n_ff]` (for parity checks).
     pub fn h(&self) -> &CudaSlice<f32> {
         &self.h

@@ -43,7 +43,8 @@ impl ActQuant {
 }
 
 fn q8k_enabled() -> bool {
-    std::env::var("FERROLM_CUDA_Q8K").map_or(true, |v| v != "0")
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("FERROLM_CUDA_Q8K").map_or(true, |v| v != "0"))
 }
 
 /// The values of activation blocks read back from the device (for parity checks).
