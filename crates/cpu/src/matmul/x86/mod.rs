@@ -12,6 +12,7 @@
 mod gemm;
 mod gemv;
 mod kquant;
+mod lanes;
 
 use super::act::Acts;
 use super::formats::{self, Format};
@@ -63,7 +64,8 @@ pub(super) fn gemv<F: SimdFormat>(
     }
 }
 
-/// Prefill: `out` (`[n][rows]`) through repacked weight tiles.
+/// Prefill: `out` (`[n][rows]`) through repacked weight tiles, or for lane-order formats
+/// (Q8_0) through `lanes`' tiles on the blocks as stored.
 pub(super) fn gemm<F: SimdFormat>(
     isa: Isa,
     w: &[F::Block],
@@ -73,7 +75,11 @@ pub(super) fn gemm<F: SimdFormat>(
     pairs: usize,
     out: &mut [f32],
 ) {
-    gemm::gemm::<F>(isa, w, rows, bpr, acts, pairs, out);
+    if F::LANES {
+        lanes::gemm::<F>(isa, w, rows, bpr, acts, out);
+    } else {
+        gemm::gemm::<F>(isa, w, rows, bpr, acts, pairs, out);
+    }
 }
 
 #[inline]
