@@ -1,8 +1,15 @@
-//! Prefill for lane-order formats (Q8_0, see `matmul::lanes`): tiles of `R` rows × `T` tokens,
-//! one 256-bit accumulator per row and token whose eight lanes are the order's eight lanes.
-//! Blocks are read in place (no repacking): per block and row the codes are loaded once and
-//! their magnitudes taken, then per token the activation codes take the weight's signs and one
-//! byte dot (`vpdpbusd`, or `vpmaddubsw` + `vpmaddwd` on AVX2) gives the eight lane sums.
+//! Prefill for lane-order formats (Q8_0, see `matmul::lanes`): tiles of rows × tokens, one
+//! accumulator per row and token whose eight lanes are the order's eight lanes. Blocks are read
+//! in place (no repacking).
+//!
+//! AVX-512 (`pairs`): tokens go in pairs, one per 256-bit half of a 512-bit accumulator; the
+//! weight's codes (biased to unsigned) meet both tokens' codes in one `vpdpbusd` whose lanes
+//! start at `-128·Σx`, so one conversion, one `d·dx` product and one fused multiply-add per
+//! block take two tokens' eight lanes in.
+//!
+//! AVX2: per block and row the codes are loaded once and their magnitudes taken, then per token
+//! the activation codes take the weight's signs and `vpmaddubsw` + `vpmaddwd` give the eight
+//! lane sums.
 //!
 //! Tasks own runs of tokens and write whole output rows; within a task rows are visited a range
 //! at a time so the range's blocks stay in L2 across the task's token tiles.
@@ -18,8 +25,9 @@ use std::ops::Range;
 /// Weight bytes a task keeps hot while it sweeps its tokens.
 const BLOCK_BYTES: usize = 256 << 10;
 
-/// Tile shape: rows × tokens (AVX-512 has 32 vector registers, AVX2 16).
-const AVX512_TILE: (usize, usize) = (4, 4);
+/// Tile shape: rows × tokens (AVX-512 has 32 vector registers, AVX2 16). On AVX-512 the
+/// tokens go in pairs, one per half of a 512-bit accumulator ([`pairs`]).
+const AVX512_TILE: (usize, usize) = (4, 8);
 const AVX2_TILE: (usize, usize) = (2, 4);
 
 /// `out` (`[n][rows]`) for `w`'s `rows` rows of `bpr` blocks.
@@ -41,7 +49,7 @@ pub(super) fn gemm<F: SimdFormat>(
         AVX2_TILE.1
     };
     let per_task = chunk_len(acts.n, tile_t, 2).next_multiple_of(tile_t);
-    let rows_per_range = (BLOCK_BYTES / (bpr * size_of::<F::Block>())).max(4);
+    let rows_per_range = (BLOCK_BYTES / (bpr * size_of::<F::Block>())).max(4) / 4 * 4;
     out.par_chunks_mut(per_task * rows)
         .enumerate()
         .for_each(|(i, o)| {
@@ -53,17 +61,31 @@ pub(super) fn gemm<F: SimdFormat>(
                 acts,
                 t0: i * per_task,
             };
+            if isa == Isa::Avx512 {
+                PAIRS.with_borrow_mut(|buf| {
+                    // SAFETY: `isa` was detected on this CPU by `matmul_with`'s caller.
+                    unsafe { pairs::prepare(&job, o.len() / rows, buf) };
+                    for r0 in (0..rows).step_by(rows_per_range) {
+                        let r1 = (r0 + rows_per_range).min(rows);
+                        // SAFETY: as above.
+                        unsafe { pairs::task(&job, buf, r0..r1, o) };
+                    }
+                });
+                return;
+            }
             for r0 in (0..rows).step_by(rows_per_range) {
                 let r1 = (r0 + rows_per_range).min(rows);
                 // SAFETY: `isa` was detected on this CPU by `matmul_with`'s caller.
-                unsafe {
-                    match isa {
-                        Isa::Avx512 => task_avx512(&job, r0..r1, o),
-                        _ => task_avx2(&job, r0..r1, o),
-                    }
-                }
+                unsafe { task_avx2(&job, r0..r1, o) }
             }
         });
+}
+
+thread_local! {
+    /// A task's token pairs (`pairs::prepare`), kept between calls.
+    static PAIRS: std::cell::RefCell<Vec<pairs::PairBlock>> = const {
+        std::cell::RefCell::new(Vec::new())
+    };
 }
 
 /// Every block's scale as f32, `[row][block]`.
@@ -94,17 +116,7 @@ trait LaneDot {
     unsafe fn dot(mag: __m256i, x: __m256i) -> __m256i;
 }
 
-struct Vnni;
 struct Maddubs;
-
-impl LaneDot for Vnni {
-    const TILE: (usize, usize) = AVX512_TILE;
-    #[inline]
-    #[target_feature(enable = "avx2,avx512vl,avx512vnni")]
-    unsafe fn dot(mag: __m256i, x: __m256i) -> __m256i {
-        _mm256_dpbusd_epi32(_mm256_setzero_si256(), mag, x)
-    }
-}
 
 impl LaneDot for Maddubs {
     const TILE: (usize, usize) = AVX2_TILE;
@@ -115,11 +127,6 @@ impl LaneDot for Maddubs {
     unsafe fn dot(mag: __m256i, x: __m256i) -> __m256i {
         _mm256_madd_epi16(_mm256_maddubs_epi16(mag, x), _mm256_set1_epi16(1))
     }
-}
-
-#[target_feature(enable = "avx2,fma,avx512f,avx512vl,avx512vnni")]
-unsafe fn task_avx512<F: SimdFormat>(job: &Job<'_, F>, rows: Range<usize>, out: &mut [f32]) {
-    task::<F, Vnni>(job, rows, out)
 }
 
 #[target_feature(enable = "avx2,fma")]
@@ -138,25 +145,19 @@ unsafe fn task<F: SimdFormat, D: LaneDot>(job: &Job<'_, F>, rows: Range<usize>, 
     let (whole_t, whole_r) = (nt / tt * tt, rows.start + rows.len() / tr * tr);
     for t in (0..nt).step_by(tt) {
         for r in (rows.start..rows.end).step_by(tr) {
-            match (t < whole_t, r < whole_r, tr) {
-                (true, true, 4) => tile::<F, D, 4, 4>(job, r, t, out),
-                (true, true, _) => tile::<F, D, 2, 4>(job, r, t, out),
-                (true, false, _) => {
+            match (t < whole_t, r < whole_r) {
+                (true, true) => tile::<F, D, 2, 4>(job, r, t, out),
+                (true, false) => {
                     for r in r..rows.end {
                         tile::<F, D, 1, 4>(job, r, t, out);
                     }
                 }
-                (false, true, 4) => {
-                    for t in t..nt {
-                        tile::<F, D, 4, 1>(job, r, t, out);
-                    }
-                }
-                (false, true, _) => {
+                (false, true) => {
                     for t in t..nt {
                         tile::<F, D, 2, 1>(job, r, t, out);
                     }
                 }
-                (false, false, _) => {
+                (false, false) => {
                     for t in t..nt {
                         for r in r..rows.end {
                             tile::<F, D, 1, 1>(job, r, t, out);
@@ -205,6 +206,157 @@ unsafe fn tile<F: SimdFormat, D: LaneDot, const R: usize, const T: usize>(
     for (i, acc) in acc.iter().enumerate() {
         for (j, v) in acc.iter().enumerate() {
             out[(t + j) * job.rows + r0 + i] = hsum(*v);
+        }
+    }
+}
+
+/// AVX-512 with VNNI: tokens in pairs, one per 256-bit half, so that one `vpdpbusd` gives
+/// the eight lane sums of a block for both tokens, one conversion and one fused multiply-add
+/// (by `d·dx` of each token in its half) take them into the lanes, and each half keeps its
+/// token's eight lanes in block order, folded once at the end.
+///
+/// The weight's codes go in as stored plus 128 (unsigned), the activation's as they are
+/// (signed); each lane's sum starts at `-128·Σx` of its four activation codes, so it ends at
+/// `Σ q·x` exactly.
+mod pairs {
+    use super::{hsum, Job, SimdFormat, AVX512_TILE};
+    use std::arch::x86_64::*;
+    use std::ops::Range;
+
+    /// Two tokens' share of one block: their codes, their lanes' starting sums and their
+    /// scales, the first token in the low half of each.
+    #[derive(Clone, Copy)]
+    pub(super) struct PairBlock {
+        x: __m512i,
+        start: __m512i,
+        dx: __m512,
+    }
+
+    /// `buf` (`[pair][block]`) for the task's `nt` tokens; an odd last token is paired with
+    /// itself.
+    ///
+    /// # Safety
+    /// AVX-512F/BW/VL and VNNI must be available.
+    #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl,avx512vnni")]
+    pub(super) unsafe fn prepare<F: SimdFormat>(
+        job: &Job<'_, F>,
+        nt: usize,
+        buf: &mut Vec<PairBlock>,
+    ) {
+        let bpr = job.bpr;
+        buf.clear();
+        buf.reserve(nt.div_ceil(2) * bpr);
+        for t in (0..nt).step_by(2) {
+            let (a, b) = (job.t0 + t, job.t0 + (t + 1).min(nt - 1));
+            let (xa, xb) = (
+                &job.acts.codes(a)[..bpr * 32],
+                &job.acts.codes(b)[..bpr * 32],
+            );
+            let (da, db) = (&job.acts.d(a)[..bpr], &job.acts.d(b)[..bpr]);
+            for k in 0..bpr {
+                let lo = _mm256_loadu_si256(xa[32 * k..].as_ptr().cast());
+                let hi = _mm256_loadu_si256(xb[32 * k..].as_ptr().cast());
+                let x = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi);
+                let sum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(i8::MIN), x);
+                let dx = _mm512_insertf64x4::<1>(
+                    _mm512_castpd256_pd512(_mm256_castps_pd(_mm256_set1_ps(da[k]))),
+                    _mm256_castps_pd(_mm256_set1_ps(db[k])),
+                );
+                buf.push(PairBlock {
+                    x,
+                    start: _mm512_sub_epi32(_mm512_setzero_si512(), sum),
+                    dx: _mm512_castpd_ps(dx),
+                });
+            }
+        }
+    }
+
+    /// The task's tokens × `rows`, into `out` (`[tokens][rows]`, the task's part), from
+    /// `prepare`'s `buf`.
+    ///
+    /// # Safety
+    /// As `prepare`.
+    #[target_feature(enable = "avx2,fma,avx512f,avx512bw,avx512vl,avx512vnni")]
+    pub(super) unsafe fn task<F: SimdFormat>(
+        job: &Job<'_, F>,
+        buf: &[PairBlock],
+        rows: Range<usize>,
+        out: &mut [f32],
+    ) {
+        const TR: usize = AVX512_TILE.0;
+        const TP: usize = AVX512_TILE.1 / 2;
+        let nt = out.len() / job.rows;
+        let np = nt.div_ceil(2);
+        assert!(buf.len() >= np * job.bpr);
+        let (whole_p, whole_r) = (np / TP * TP, rows.start + rows.len() / TR * TR);
+        for p in (0..np).step_by(TP) {
+            for r in (rows.start..rows.end).step_by(TR) {
+                match (p < whole_p, r < whole_r) {
+                    (true, true) => tile::<F, TR, TP>(job, buf, r, p, out),
+                    (true, false) => {
+                        for r in r..rows.end {
+                            tile::<F, 1, TP>(job, buf, r, p, out);
+                        }
+                    }
+                    (false, true) => {
+                        for p in p..np {
+                            tile::<F, TR, 1>(job, buf, r, p, out);
+                        }
+                    }
+                    (false, false) => {
+                        for p in p..np {
+                            for r in r..rows.end {
+                                tile::<F, 1, 1>(job, buf, r, p, out);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Rows `r0..r0 + R` × the task's token pairs `p0..p0 + P`.
+    ///
+    /// # Safety
+    /// As `task`, into which it is inlined; `buf` holds pairs `p0..p0 + P`.
+    #[inline(always)]
+    unsafe fn tile<F: SimdFormat, const R: usize, const P: usize>(
+        job: &Job<'_, F>,
+        buf: &[PairBlock],
+        r0: usize,
+        p0: usize,
+        out: &mut [f32],
+    ) {
+        let bpr = job.bpr;
+        let w = &job.w[r0 * bpr..(r0 + R) * bpr];
+        let scales = &job.scales[r0 * bpr..(r0 + R) * bpr];
+        // Bounds are settled here; the loop reads through raw pointers.
+        let x: [*const PairBlock; P] =
+            std::array::from_fn(|j| buf[(p0 + j) * bpr..][..bpr].as_ptr());
+        let mut acc = [[_mm512_setzero_ps(); P]; R];
+        for b in 0..bpr {
+            for (i, acc) in acc.iter_mut().enumerate() {
+                let q = F::codes32x2(w.get_unchecked(i * bpr + b));
+                let d = _mm512_set1_ps(*scales.get_unchecked(i * bpr + b));
+                for (j, acc) in acc.iter_mut().enumerate() {
+                    let e = &*x[j].add(b);
+                    let dot = _mm512_dpbusd_epi32(e.start, q, e.x);
+                    // `d·dx` per half: the same f32 product as a scalar `d * dx`.
+                    let s = _mm512_mul_ps(d, e.dx);
+                    *acc = _mm512_fmadd_ps(s, _mm512_cvtepi32_ps(dot), *acc);
+                }
+            }
+        }
+        let nt = out.len() / job.rows;
+        for (i, acc) in acc.iter().enumerate() {
+            for (j, v) in acc.iter().enumerate() {
+                let t = 2 * (p0 + j);
+                out[t * job.rows + r0 + i] = hsum(_mm512_castps512_ps256(*v));
+                if t + 1 < nt {
+                    let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(*v)));
+                    out[(t + 1) * job.rows + r0 + i] = hsum(hi);
+                }
+            }
         }
     }
 }

@@ -27,6 +27,16 @@ pub(in crate::matmul) trait SimdFormat: Format {
     /// AVX2 must be available.
     unsafe fn codes32(b: &Self::Block, c: usize) -> __m256i;
 
+    /// [`codes32`](Self::codes32) of the first 32 elements in both halves of a 512-bit vector.
+    ///
+    /// # Safety
+    /// AVX-512F must be available.
+    #[inline]
+    #[target_feature(enable = "avx2,avx512f")]
+    unsafe fn codes32x2(b: &Self::Block) -> __m512i {
+        _mm512_broadcast_i64x4(Self::codes32(b, 0))
+    }
+
     /// [`Format::params`] of consecutive blocks, converting scales with F16C.
     ///
     /// # Safety
@@ -169,5 +179,15 @@ impl SimdFormat for formats::Q8_0 {
     #[target_feature(enable = "avx2")]
     unsafe fn codes32(b: &Self::Block, _: usize) -> __m256i {
         _mm256_xor_si256(load32(&b.qs), _mm256_set1_epi8(i8::MIN))
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,avx512f")]
+    unsafe fn codes32x2(b: &Self::Block) -> __m512i {
+        // Loaded straight into both halves, then biased.
+        _mm512_xor_si512(
+            _mm512_broadcast_i64x4(load32(&b.qs)),
+            _mm512_set1_epi8(i8::MIN),
+        )
     }
 }
