@@ -47,6 +47,14 @@ pub(super) trait Format: Send + Sync + 'static {
     /// in its tiled kernel, blocks in its one-row kernel (see `matmul::Order`).
     const INT_SCALES: bool = false;
 
+    /// Eight-lane order (Q8_0): each output keeps eight f32 lanes, lane `l` taking the integer
+    /// dot of elements `4l..4l + 4` of every block, added as `fma(scale·dx, dot, lane)`, and
+    /// the lanes are folded at the end as `((0+4) + (2+6)) + ((1+5) + (3+7))`. This is the
+    /// arithmetic of every Q8_0 dot in llama.cpp's x86 build: its prefill matmul (llamafile's
+    /// tiled kernel, taken for two tokens or more) and its row dot (decode, experts) alike.
+    /// See `matmul::lanes`.
+    const LANES: bool = false;
+
     /// For `INT_SCALES` formats: the block's `(d, dmin)`, and per unit (`ELEMS / UNIT`) the
     /// integer scale and min.
     fn int_params(
@@ -148,6 +156,7 @@ impl Format for Q8_0 {
     const UNIT: usize = 32;
     const WIDE: bool = true;
     const BIAS: i32 = 128;
+    const LANES: bool = true;
     fn params(b: &BlockQ8_0, h: impl Fn(u16) -> f32, scale: &mut [f32], off: &mut [f32]) {
         (scale[0], off[0]) = (h(f16_le(b.d)), 0.0);
     }

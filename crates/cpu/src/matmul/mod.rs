@@ -14,7 +14,9 @@
 //!
 //! Q4_K instead follows llama.cpp's x86 arithmetic exactly (integer scales, one f32 step per
 //! pair of units or per block, mins in their own accumulator: `Format::INT_SCALES`, [`Order`]),
-//! so that its results are bit-identical with llama.cpp's, on every level and path.
+//! so that its results are bit-identical with llama.cpp's, on every level and path. Q8_0
+//! likewise keeps llama.cpp's eight f32 lanes per output (`Format::LANES`, `lanes`); its
+//! prefill takes `x86::lanes`' tiles straight from the blocks instead of the repacked GEMM.
 //!
 //! - Few tokens (decode, n < 4): each weight row is decoded in registers 32 codes at a time and
 //!   dotted with each token (`x86::gemv`); rows are prefetched ahead and split over rayon tasks.
@@ -41,6 +43,7 @@
 mod act;
 mod float;
 mod formats;
+mod lanes;
 mod quantized;
 mod reference;
 mod scalar;

@@ -16,6 +16,9 @@ pub(super) fn gemv<F: Format>(
     if F::INT_SCALES {
         return gemv_int_scales::<F>(w, bpr, acts, pairs, out);
     }
+    if F::LANES {
+        return super::lanes::gemv::<F>(w, bpr, acts, out);
+    }
     let upb = F::ELEMS / F::UNIT;
     let mut scale = vec![0f32; bpr * upb];
     let mut off = vec![0f32; bpr * upb];

@@ -333,3 +333,73 @@ fn integer_scale_kernels_agree_bit_for_bit() {
         assert_eq!(dense == by_rows, n < 4, "n={n}");
     }
 }
+
+/// Q8_0 follows llama.cpp's eight-lane order (`Format::LANES`) on every level and path: per
+/// output, lane `l` adds `fma(d·dx, Σ q·x over elements 4l..4l+4 of the block, lane)` block by
+/// block, and the lanes fold as ((0+4)+(2+6))+((1+5)+(3+7)). Checked bit for bit against that
+/// arithmetic written out here from the blocks themselves, including codes of -128 and shapes
+/// off every tile.
+#[test]
+fn q8_0_kernels_keep_eight_lanes_bit_for_bit() {
+    use ferrolm_quant::{BlockQ8_0, LegacyBlock};
+    let mut rng = StdRng::seed_from_u64(47);
+    for &(n, rows, cols) in &[
+        (1, 37, 512),
+        (2, 9, 256),
+        (3, 45, 256),
+        (7, 33, 768),
+        (22, 70, 512),
+    ] {
+        let mut data = weight(&mut rng, GgmlType::Q8_0, rows, cols);
+        // A few codes at -128, which only hand-made files hold.
+        for i in (0..data.len()).step_by(977) {
+            if i % 34 >= 2 {
+                data[i] = 0x80;
+            }
+        }
+        let w = WeightRef {
+            ty: GgmlType::Q8_0,
+            data: &data,
+            rows,
+            cols,
+        };
+        let x = activations(&mut rng, n, cols);
+        let blocks: &[BlockQ8_0] = bytemuck::cast_slice(&data);
+        let mut want = vec![0f32; n * rows];
+        for t in 0..n {
+            let xq: Vec<BlockQ8_0> = x[t * cols..][..cols]
+                .chunks_exact(32)
+                .map(|c| BlockQ8_0::quantize(c.try_into().unwrap()))
+                .collect();
+            for r in 0..rows {
+                let mut l = [0f32; 8];
+                for (wb, xb) in blocks[r * cols / 32..][..cols / 32].iter().zip(&xq) {
+                    let s = wb.d() * xb.d();
+                    for (k, lane) in l.iter_mut().enumerate() {
+                        let dot: i32 = (4 * k..4 * k + 4)
+                            .map(|i| i32::from(wb.codes()[i]) * i32::from(xb.codes()[i]))
+                            .sum();
+                        *lane = s.mul_add(dot as f32, *lane);
+                    }
+                }
+                want[t * rows + r] =
+                    ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
+            }
+        }
+        for isa in Isa::available() {
+            for path in paths(isa) {
+                let mut got = vec![f32::NAN; n * rows];
+                matmul_with(isa, path, &w, &x, &mut got);
+                let bad = got
+                    .iter()
+                    .zip(&want)
+                    .filter(|(a, b)| a.to_bits() != b.to_bits());
+                assert_eq!(
+                    bad.count(),
+                    0,
+                    "{isa:?} {path:?} n={n} rows={rows} cols={cols}"
+                );
+            }
+        }
+    }
+}

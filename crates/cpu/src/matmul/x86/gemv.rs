@@ -285,7 +285,8 @@ unsafe fn gather_dm(first: *const u8, idx: __m256i, mask: __m256i) -> (__m256, _
 }
 
 /// One row of a legacy format (one unit per block) for every token: the scales of 8 blocks come
-/// from one gather, fused with their dots, so the row is walked once per token.
+/// from one gather, fused with their dots, so the row is walked once per token. Lane-order
+/// formats (Q8_0) keep a single accumulator, whose lanes are `matmul::lanes`' eight.
 ///
 /// # Safety
 /// As `rows`.
@@ -327,7 +328,7 @@ unsafe fn legacy_row<F: SimdFormat, D: Dot>(
                     eff.as_ptr().add(j),
                 )
             };
-            if nb == 8 {
+            if nb == 8 && !F::LANES {
                 for j in 0..8 {
                     let (v, e) = chunk::<F, D>(row.get_unchecked(g + j), 0, at(j), signed);
                     acc[j % 4] = _mm256_fmadd_ps(v, e, acc[j % 4]);
@@ -338,6 +339,11 @@ unsafe fn legacy_row<F: SimdFormat, D: Dot>(
                     acc[0] = _mm256_fmadd_ps(v, e, acc[0]);
                 }
             }
+        }
+        if F::LANES {
+            // One accumulator, its lanes folded once: `matmul::lanes`' order.
+            *ov = hsum(acc[0]);
+            continue;
         }
         let sum = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
         *ov = hsum(_mm256_add_ps(sum, offsets));

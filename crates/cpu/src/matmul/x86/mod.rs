@@ -12,6 +12,7 @@
 mod gemm;
 mod gemv;
 mod kquant;
+mod lanes;
 
 use super::act::Acts;
 use super::formats::{self, Format};
@@ -25,6 +26,16 @@ pub(in crate::matmul) trait SimdFormat: Format {
     /// # Safety
     /// AVX2 must be available.
     unsafe fn codes32(b: &Self::Block, c: usize) -> __m256i;
+
+    /// [`codes32`](Self::codes32) of the first 32 elements in both halves of a 512-bit vector.
+    ///
+    /// # Safety
+    /// AVX-512F must be available.
+    #[inline]
+    #[target_feature(enable = "avx2,avx512f")]
+    unsafe fn codes32x2(b: &Self::Block) -> __m512i {
+        _mm512_broadcast_i64x4(Self::codes32(b, 0))
+    }
 
     /// [`Format::params`] of consecutive blocks, converting scales with F16C.
     ///
@@ -63,7 +74,8 @@ pub(super) fn gemv<F: SimdFormat>(
     }
 }
 
-/// Prefill: `out` (`[n][rows]`) through repacked weight tiles.
+/// Prefill: `out` (`[n][rows]`) through repacked weight tiles, or for lane-order formats
+/// (Q8_0) through `lanes`' tiles on the blocks as stored.
 pub(super) fn gemm<F: SimdFormat>(
     isa: Isa,
     w: &[F::Block],
@@ -73,7 +85,11 @@ pub(super) fn gemm<F: SimdFormat>(
     pairs: usize,
     out: &mut [f32],
 ) {
-    gemm::gemm::<F>(isa, w, rows, bpr, acts, pairs, out);
+    if F::LANES {
+        lanes::gemm::<F>(isa, w, rows, bpr, acts, out);
+    } else {
+        gemm::gemm::<F>(isa, w, rows, bpr, acts, pairs, out);
+    }
 }
 
 #[inline]
@@ -163,5 +179,15 @@ impl SimdFormat for formats::Q8_0 {
     #[target_feature(enable = "avx2")]
     unsafe fn codes32(b: &Self::Block, _: usize) -> __m256i {
         _mm256_xor_si256(load32(&b.qs), _mm256_set1_epi8(i8::MIN))
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,avx512f")]
+    unsafe fn codes32x2(b: &Self::Block) -> __m512i {
+        // Loaded straight into both halves, then biased.
+        _mm512_xor_si512(
+            _mm512_broadcast_i64x4(load32(&b.qs)),
+            _mm512_set1_epi8(i8::MIN),
+        )
     }
 }
