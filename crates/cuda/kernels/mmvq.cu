@@ -113,6 +113,23 @@ MMVQ_FORMAT(q4_k, GGML_TYPE_Q4_K)
 MMVQ_FORMAT(q5_k, GGML_TYPE_Q5_K)
 MMVQ_FORMAT(q6_k, GGML_TYPE_Q6_K)
 
+// The pair kernels' outputs for row `row`, from the two finished dots: with GLU, silu(a) * b
+// (swiglu_f32's expression, so fused and unfused agree bit for bit); without, each that exists.
+template <bool GLU>
+static __device__ __forceinline__ void store_pair(const float (&ab)[2], int row, bool has_a,
+                                                  bool has_b, float *dst_a, float *dst_b) {
+    if (GLU) {
+        dst_a[row] = silu_mul(ab[0], ab[1]);
+    } else {
+        if (has_a) {
+            dst_a[row] = ab[0];
+        }
+        if (has_b) {
+            dst_b[row] = ab[1];
+        }
+    }
+}
+
 // Two mat-vecs over one Q8_1 activation row in one launch, for decode: row r of A and row r of
 // B (both in format TYPE, same ncols). With GLU, dst_a[r] = silu(A[r]·y) * (B[r]·y) (gate and
 // up with SwiGLU fused; nrows_a == nrows_b); without, dst_a[r] = A[r]·y for r < nrows_a and
@@ -164,19 +181,8 @@ static __device__ __forceinline__ void mul_mat_vec_q_pair(
         }
         acc[i] = warp_sum(acc[i]);
     }
-    if (threadIdx.x != 0) {
-        return;
-    }
-    if (GLU) {
-        // swiglu_f32's expression, so fused and unfused agree bit for bit.
-        dst_a[row] = silu_mul(acc[0], acc[1]);
-    } else {
-        if (has_a) {
-            dst_a[row] = acc[0];
-        }
-        if (has_b) {
-            dst_b[row] = acc[1];
-        }
+    if (threadIdx.x == 0) {
+        store_pair<GLU>(acc, row, has_a, has_b, dst_a, dst_b);
     }
 }
 
@@ -281,18 +287,8 @@ static __device__ __forceinline__ void mul_mat_vec_q_wide_pair(
     }
     ab[0] = warp_sum(ab[0]);
     ab[1] = warp_sum(ab[1]);
-    if (threadIdx.x != 0) {
-        return;
-    }
-    if (GLU) {
-        dst_a[row] = silu_mul(ab[0], ab[1]);
-    } else {
-        if (has_a) {
-            dst_a[row] = ab[0];
-        }
-        if (has_b) {
-            dst_b[row] = ab[1];
-        }
+    if (threadIdx.x == 0) {
+        store_pair<GLU>(ab, row, has_a, has_b, dst_a, dst_b);
     }
 }
 

@@ -252,8 +252,7 @@ impl MoeDecode {
         // (work sized for max_n >= N); a block per NWARPS * gate_rows(N) rows and slot.
         unsafe { b.launch(cfg) }.during(format!("launching moe gate/up for {}", e.gate.ty))?;
 
-        let mode = ActQuant::for_weight(e.down.ty, ff);
-        self.quantize.rows(&work.h, n * k, ff, mode, &mut work.hq)?;
+        self.quantize_h(e, n, work)?;
 
         let down = &self.down[&(e.down.ty, n)];
         let cfg = LaunchConfig {
@@ -273,6 +272,13 @@ impl MoeDecode {
         // weights, N x n_embd floats updated; a block per down_rows(N) output rows.
         unsafe { b.launch(cfg) }.during(format!("launching moe down for {}", e.down.ty))?;
         Ok(())
+    }
+
+    /// `h` of `n` tokens' slots as the down projection's activations (its CPU partner format).
+    fn quantize_h(&self, e: &MoeExperts, n: usize, work: &mut MoeDecodeWork) -> Result<()> {
+        let (rows, ff) = (n * e.n_used, e.n_ff);
+        let mode = ActQuant::for_weight(e.down.ty, ff);
+        self.quantize.rows(&work.h, rows, ff, mode, &mut work.hq)
     }
 
     /// The bisecting path: the same dots one slot and one matrix a launch.
@@ -306,8 +312,7 @@ impl MoeDecode {
         // SAFETY: swiglu_f32(gate, up, n): n floats each, gate updated in place.
         unsafe { b.launch(cfg) }.during("launching moe swiglu")?;
 
-        let mode = ActQuant::for_weight(e.down.ty, ff);
-        self.quantize.rows(&work.h, n * k, ff, mode, &mut work.hq)?;
+        self.quantize_h(e, n, work)?;
         for s in 0..n * k {
             self.slot_matvec(e.down, &work.hq, ids, &mut work.down, s, s, ne)?;
         }

@@ -210,30 +210,16 @@ impl NormRope {
         base: f32,
         mode: Rope,
     ) -> Result<()> {
-        let n_tokens = positions.len();
-        let wq = rope_width(q.len(), n_tokens, head_dim);
-        let wk = rope_width(k.len(), n_tokens, head_dim);
-        let theta_scale = theta_scale(base, head_dim);
-        let (nt, iwq, iwk, hd) = (
-            int(n_tokens, "rope tokens"),
-            int(wq, "rope width"),
-            int(wk, "rope width"),
-            int(head_dim, "head_dim"),
-        );
+        let sh = QkRope::new(q.len(), k.len(), positions.len(), head_dim, base);
         let f = match mode {
             Rope::Normal => &self.rope_qk_norm,
             Rope::Neox => &self.rope_qk_neox,
         };
         let cfg = pairs_cfg((q.len() + k.len()) / 2);
         let mut b = self.stream.launch_builder(f);
-        b.arg(q)
-            .arg(k)
-            .arg(positions)
-            .arg(&nt)
-            .arg(&iwq)
-            .arg(&iwk)
-            .arg(&hd)
-            .arg(&theta_scale);
+        b.arg(q).arg(k).arg(positions);
+        b.arg(&sh.n_tokens).arg(&sh.width_q).arg(&sh.width_k);
+        b.arg(&sh.head_dim).arg(&sh.theta_scale);
         // SAFETY: rope_qk_*_f32(q, k, pos, n, wq, wk, hd, theta_scale): n rows of wq and wk
         // floats, n positions; one thread per pair of either.
         unsafe { b.launch(cfg) }.during("launching rope_qk")?;
@@ -256,31 +242,26 @@ impl NormRope {
         base: f32,
         mode: Rope,
     ) -> Option<Result<()>> {
-        let (n_tokens, n) = (positions.len(), wq.len());
-        let wq_len = rope_width(q.len(), n_tokens, head_dim);
-        let wk_len = rope_width(k.len(), n_tokens, head_dim);
+        let sh = QkRope::new(q.len(), k.len(), positions.len(), head_dim, base);
+        let n = wq.len();
+        let (width_q, width_k) = (sh.width_q as usize, sh.width_k as usize);
         let whole_heads = n == wk.len() && n.is_multiple_of(head_dim);
-        if !whole_heads || !wq_len.is_multiple_of(n) || !wk_len.is_multiple_of(n) {
+        if !whole_heads || !width_q.is_multiple_of(n) || !width_k.is_multiple_of(n) {
             return None;
         }
-        let groups = (q.len() + k.len()) / n;
-        let (nt, iwq, iwk, ni, hd) = (
-            int(n_tokens, "rope tokens"),
-            int(wq_len, "rope width"),
-            int(wk_len, "rope width"),
-            int(n, "norm group"),
-            int(head_dim, "head_dim"),
-        );
-        let theta_scale = theta_scale(base, head_dim);
         let f = match mode {
             Rope::Normal => &self.qk_norm_rope_norm,
             Rope::Neox => &self.qk_norm_rope_neox,
         };
-        let cfg = norm_cfg(groups, n);
+        let cfg = norm_cfg((q.len() + k.len()) / n, n);
+        let ni = int(n, "norm group");
         let mut b = self.stream.launch_builder(f);
         b.arg(q).arg(wq).arg(k).arg(wk).arg(positions);
-        b.arg(&nt).arg(&iwq).arg(&iwk).arg(&ni).arg(&hd);
-        b.arg(&theta_scale).arg(&eps);
+        b.arg(&sh.n_tokens)
+            .arg(&sh.width_q)
+            .arg(&sh.width_k)
+            .arg(&ni);
+        b.arg(&sh.head_dim).arg(&sh.theta_scale).arg(&eps);
         // SAFETY: qk_norm_rope_*_f32(q, wq, k, wk, pos, n_tokens, width_q, width_k, n,
         // head_dim, theta_scale, eps): n_tokens rows of width_q and width_k floats, n-float
         // weights, n_tokens positions; a block per n-element group of q then of k.
@@ -289,6 +270,27 @@ impl NormRope {
                 .during("launching qk_norm_rope")
                 .map(drop),
         )
+    }
+}
+
+/// The kernel arguments that rotating q and k together takes (checked as [`rope_width`]).
+struct QkRope {
+    n_tokens: i32,
+    width_q: i32,
+    width_k: i32,
+    head_dim: i32,
+    theta_scale: f32,
+}
+
+impl QkRope {
+    fn new(q_len: usize, k_len: usize, n_tokens: usize, head_dim: usize, base: f32) -> Self {
+        Self {
+            n_tokens: int(n_tokens, "rope tokens"),
+            width_q: int(rope_width(q_len, n_tokens, head_dim), "rope width"),
+            width_k: int(rope_width(k_len, n_tokens, head_dim), "rope width"),
+            head_dim: int(head_dim, "head_dim"),
+            theta_scale: theta_scale(base, head_dim),
+        }
     }
 }
 
