@@ -132,6 +132,23 @@ static __device__ __forceinline__ bool moe_tile(const int *index, int n_expert, 
 }
 
 
+// out = rows row0.. of one expert matrix w times the tile's activation rows yrow, in `order`
+// (MMQ_ORDER_SUBS or MMQ_ORDER_BLOCKS). The caller syncs after filling yrow.
+template <int TYPE>
+static __device__ __forceinline__ void moe_k_loop_one(char *smem, const void *w, int nrows,
+                                                      int row0, const block_q8_1 *y,
+                                                      const int *yrow, int ncols, int order,
+                                                      float (&out)[MoeTileCfg::TM][MoeTileCfg::TN][4]) {
+    typedef MoeTileCfg C;
+    float acc[1][C::TM][C::TN][4], accm[1][C::TM][C::TN][4];
+    mmq_acc_zero<C>(acc[0]);
+    mmq_acc_zero<C>(accm[0]);
+    const void *const w1[1] = {w};
+    mmq_k_loop<TYPE, C, 1, MMQ_ORDERS_BLOCKS>(smem, w1, nrows, row0, y, yrow, ncols, order, acc,
+                                              accm);
+    mmq_acc_result<C>(acc[0], accm[0], out);
+}
+
 template <int TYPE>
 static __device__ __forceinline__ void moe_gate_up(const void *__restrict__ vgate,
                                                    const void *__restrict__ vup,
@@ -139,7 +156,8 @@ static __device__ __forceinline__ void moe_gate_up(const void *__restrict__ vgat
                                                    const int *__restrict__ sorted,
                                                    const int *__restrict__ index,
                                                    float *__restrict__ h, int n_embd, int n_ff,
-                                                   int n_expert, int n_used, int expert) {
+                                                   int n_expert, int n_used, int expert,
+                                                   int order) {
     typedef WeightFormat<TYPE> F;
     typedef MoeTileCfg C;
     extern __shared__ __align__(16) char moe_smem[];
@@ -157,12 +175,26 @@ static __device__ __forceinline__ void moe_gate_up(const void *__restrict__ vgat
     const void *const w[2] = {(const typename F::block *)vgate + (size_t)t.e * n_ff * bpr,
                               (const typename F::block *)vup + (size_t)t.e * n_ff * bpr};
 
-    // One activation tile per k step serves both matrices: acc[0] gate, acc[1] up.
-    float acc[2][C::TM][C::TN][4];
-    mmq_acc_zero<C>(acc[0]);
-    mmq_acc_zero<C>(acc[1]);
-    __syncthreads();
-    mmq_k_loop<TYPE, C, 2>(moe_smem, w, n_ff, row0, xq, yrow, n_embd, acc);
+    float gate[C::TM][C::TN][4], up[C::TM][C::TN][4];
+    __syncthreads(); // yrow
+    if (F::int_scales && order == MMQ_ORDER_BLOCKS) {
+        // The integer-scale order keeps a second accumulator and the block sums: one matrix
+        // at a time, so that they fit the registers (the k loop ends with a barrier, so the
+        // second may restage at once).
+        moe_k_loop_one<TYPE>(moe_smem, w[0], n_ff, row0, xq, yrow, n_embd, order, gate);
+        moe_k_loop_one<TYPE>(moe_smem, w[1], n_ff, row0, xq, yrow, n_embd, order, up);
+    } else {
+        // One activation tile per k step serves both matrices: acc[0] gate, acc[1] up.
+        float acc[2][C::TM][C::TN][4], accm[2][C::TM][C::TN][4];
+        mmq_acc_zero<C>(acc[0]);
+        mmq_acc_zero<C>(acc[1]);
+        mmq_acc_zero<C>(accm[0]);
+        mmq_acc_zero<C>(accm[1]);
+        mmq_k_loop<TYPE, C, 2, 1 << MMQ_ORDER_SUBS>(moe_smem, w, n_ff, row0, xq, yrow, n_embd,
+                                                    MMQ_ORDER_SUBS, acc, accm);
+        mmq_acc_result<C>(acc[0], accm[0], gate);
+        mmq_acc_result<C>(acc[1], accm[1], up);
+    }
 
 #pragma unroll
     for (int tm = 0; tm < C::TM; ++tm) {
@@ -172,7 +204,7 @@ static __device__ __forceinline__ void moe_gate_up(const void *__restrict__ vgat
             for (int i = 0; i < 4; ++i) {
                 const int row = row0 + mmq_acc_row<C>(tm, i), q = t.p0 + mmq_acc_col<C>(tn, i);
                 if (row < n_ff && q < t.p_end) {
-                    h[(size_t)q * n_ff + row] = silu_mul(acc[0][tm][tn][i], acc[1][tm][tn][i]);
+                    h[(size_t)q * n_ff + row] = silu_mul(gate[tm][tn][i], up[tm][tn][i]);
                 }
             }
         }
@@ -186,7 +218,7 @@ static __device__ __forceinline__ void moe_down(const void *__restrict__ vdown,
                                                 const int *__restrict__ index,
                                                 const float *__restrict__ weights,
                                                 float *__restrict__ y, int n_ff, int n_embd,
-                                                int n_expert, int expert) {
+                                                int n_expert, int expert, int order) {
     typedef WeightFormat<TYPE> F;
     typedef MoeTileCfg C;
     extern __shared__ __align__(16) char moe_smem[];
@@ -204,11 +236,10 @@ static __device__ __forceinline__ void moe_down(const void *__restrict__ vdown,
     }
     const int bpr = n_ff / F::qk, row0 = blockIdx.x * C::BM;
     const void *const w[1] = {(const typename F::block *)vdown + (size_t)t.e * n_embd * bpr};
+    __syncthreads(); // yrow, pair
 
-    float acc[1][C::TM][C::TN][4];
-    mmq_acc_zero<C>(acc[0]);
-    __syncthreads();
-    mmq_k_loop<TYPE, C, 1>(moe_smem, w, n_embd, row0, hq, yrow, n_ff, acc);
+    float out[C::TM][C::TN][4];
+    moe_k_loop_one<TYPE>(moe_smem, w[0], n_embd, row0, hq, yrow, n_ff, order, out);
 
 #pragma unroll
     for (int tm = 0; tm < C::TM; ++tm) {
@@ -219,7 +250,7 @@ static __device__ __forceinline__ void moe_down(const void *__restrict__ vdown,
                 const int row = row0 + mmq_acc_row<C>(tm, i), c = mmq_acc_col<C>(tn, i);
                 if (row < n_embd && t.p0 + c < t.p_end) {
                     const int p = pair[c];
-                    y[(size_t)p * n_embd + row] = weights[p] * acc[0][tm][tn][i];
+                    y[(size_t)p * n_embd + row] = weights[p] * out[tm][tn][i];
                 }
             }
         }
@@ -249,16 +280,17 @@ extern "C" __global__ void moe_combine(const float *__restrict__ y, const int *_
         const void *__restrict__ vgate, const void *__restrict__ vup,                               \
         const block_q8_1 *__restrict__ xq, const int *__restrict__ sorted,                          \
         const int *__restrict__ index, float *__restrict__ h, int n_embd, int n_ff, int n_expert,   \
-        int n_used, int expert) {                                                                   \
+        int n_used, int expert, int order) {                                                        \
         moe_gate_up<TYPE>(vgate, vup, xq, sorted, index, h, n_embd, n_ff, n_expert, n_used,         \
-                          expert);                                                                  \
+                          expert, order);                                                           \
     }                                                                                               \
     extern "C" __global__ void __launch_bounds__(MoeTileCfg::THREADS) moe_down_##NAME(                      \
         const void *__restrict__ vdown, const block_q8_1 *__restrict__ hq,                          \
         const int *__restrict__ sorted, const int *__restrict__ index,                              \
         const float *__restrict__ weights, float *__restrict__ y, int n_ff, int n_embd,             \
-        int n_expert, int expert) {                                                                 \
-        moe_down<TYPE>(vdown, hq, sorted, index, weights, y, n_ff, n_embd, n_expert, expert);      \
+        int n_expert, int expert, int order) {                                                      \
+        moe_down<TYPE>(vdown, hq, sorted, index, weights, y, n_ff, n_embd, n_expert, expert,       \
+                       order);                                                                      \
     }
 
 MOE_ENTRIES(q4_0, GGML_TYPE_Q4_0)

@@ -56,6 +56,15 @@ pub fn all(dev: &CudaDevice, k: &Kernels, rng: &mut StdRng) -> Result<Vec<Row>> 
         push("mmq", super::mmq::mmq(dev, k, rng, ty, 1027, 2048, 77));
         push("mmq", super::mmq::mmq(dev, k, rng, ty, 515, 2048, 201));
     }
+    // Q4_K's integer-scale order: pairs for 20 tokens and blocks for the last 2; blocks only.
+    push(
+        "mmq",
+        super::mmq::mmq(dev, k, rng, GgmlType::Q4K, 256, 1024, 22),
+    );
+    push(
+        "mmq",
+        super::mmq::mmq(dev, k, rng, GgmlType::Q4K, 256, 1024, 3),
+    );
     for case in super::moe::cases() {
         push("moe_gemm", super::moe::moe_block(dev, k, rng, case));
     }
