@@ -1,4 +1,8 @@
 //! `kernels/gemm_f32.cu`: f32 weights times f32 activations, for float matrices.
+//!
+//! Contract: each output is one f32 FMA chain over the columns in order (any tile shape gives
+//! the same bits); against the CPU's float matmul, whose SIMD dot keeps several lanes, only the
+//! summation order differs (`cuda-parity`).
 
 use super::{int, QuantMatrix};
 use crate::device::CudaDevice;
@@ -8,7 +12,10 @@ use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKern
 use ferrolm_gguf::GgmlType;
 use std::sync::Arc;
 
-const TILE: u32 = 16;
+/// The kernel's block (GEMM_T × GEMM_T threads) and tile (GEMM_BM rows × GEMM_BN tokens).
+const THREADS_XY: u32 = 16;
+const BLOCK_ROWS: usize = 64;
+const BLOCK_TOKENS: usize = 64;
 
 pub struct GemmF32 {
     stream: Arc<CudaStream>,
@@ -44,11 +51,11 @@ impl GemmF32 {
         );
         let cfg = LaunchConfig {
             grid_dim: (
-                w.rows.div_ceil(TILE as usize) as u32,
-                n.div_ceil(TILE as usize) as u32,
+                w.rows.div_ceil(BLOCK_ROWS) as u32,
+                n.div_ceil(BLOCK_TOKENS) as u32,
                 1,
             ),
-            block_dim: (TILE, TILE, 1),
+            block_dim: (THREADS_XY, THREADS_XY, 1),
             shared_mem_bytes: 0,
         };
         let mut b = self.stream.launch_builder(&self.gemm);
