@@ -131,24 +131,6 @@ static __device__ __forceinline__ bool moe_tile(const int *index, int n_expert, 
     return t.p0 < t.p_end;
 }
 
-
-// out = rows row0.. of one expert matrix w times the tile's activation rows yrow, in `order`
-// (MMQ_ORDER_SUBS or MMQ_ORDER_BLOCKS). The caller syncs after filling yrow.
-template <int TYPE>
-static __device__ __forceinline__ void moe_k_loop_one(char *smem, const void *w, int nrows,
-                                                      int row0, const block_q8_1 *y,
-                                                      const int *yrow, int ncols, int order,
-                                                      float (&out)[MoeTileCfg::TM][MoeTileCfg::TN][4]) {
-    typedef MoeTileCfg C;
-    float acc[1][C::TM][C::TN][4], accm[1][C::TM][C::TN][4];
-    mmq_acc_zero<C>(acc[0]);
-    mmq_acc_zero<C>(accm[0]);
-    const void *const w1[1] = {w};
-    mmq_k_loop<TYPE, C, 1, MMQ_ORDERS_BLOCKS>(smem, w1, nrows, row0, y, yrow, ncols, order, acc,
-                                              accm);
-    mmq_acc_result<C>(acc[0], accm[0], out);
-}
-
 template <int TYPE>
 static __device__ __forceinline__ void moe_gate_up(const void *__restrict__ vgate,
                                                    const void *__restrict__ vup,
@@ -175,26 +157,18 @@ static __device__ __forceinline__ void moe_gate_up(const void *__restrict__ vgat
     const void *const w[2] = {(const typename F::block *)vgate + (size_t)t.e * n_ff * bpr,
                               (const typename F::block *)vup + (size_t)t.e * n_ff * bpr};
 
-    float gate[C::TM][C::TN][4], up[C::TM][C::TN][4];
+    // One activation tile per k step serves both matrices: acc[0] gate, acc[1] up.
+    float acc[2][C::TM][C::TN][4], accm[2][C::TM][C::TN][4], gate[C::TM][C::TN][4],
+        up[C::TM][C::TN][4];
+    mmq_acc_zero<C>(acc[0]);
+    mmq_acc_zero<C>(acc[1]);
+    mmq_acc_zero<C>(accm[0]);
+    mmq_acc_zero<C>(accm[1]);
     __syncthreads(); // yrow
-    if (F::int_scales && order == MMQ_ORDER_BLOCKS) {
-        // The integer-scale order keeps a second accumulator and the block sums: one matrix
-        // at a time, so that they fit the registers (the k loop ends with a barrier, so the
-        // second may restage at once).
-        moe_k_loop_one<TYPE>(moe_smem, w[0], n_ff, row0, xq, yrow, n_embd, order, gate);
-        moe_k_loop_one<TYPE>(moe_smem, w[1], n_ff, row0, xq, yrow, n_embd, order, up);
-    } else {
-        // One activation tile per k step serves both matrices: acc[0] gate, acc[1] up.
-        float acc[2][C::TM][C::TN][4], accm[2][C::TM][C::TN][4];
-        mmq_acc_zero<C>(acc[0]);
-        mmq_acc_zero<C>(acc[1]);
-        mmq_acc_zero<C>(accm[0]);
-        mmq_acc_zero<C>(accm[1]);
-        mmq_k_loop<TYPE, C, 2, 1 << MMQ_ORDER_SUBS>(moe_smem, w, n_ff, row0, xq, yrow, n_embd,
-                                                    MMQ_ORDER_SUBS, acc, accm);
-        mmq_acc_result<C>(acc[0], accm[0], gate);
-        mmq_acc_result<C>(acc[1], accm[1], up);
-    }
+    mmq_k_loop<TYPE, C, 2, MMQ_ORDERS_BLOCKS>(moe_smem, w, n_ff, row0, xq, yrow, n_embd, order,
+                                              acc, accm);
+    mmq_acc_result<C>(acc[0], accm[0], gate);
+    mmq_acc_result<C>(acc[1], accm[1], up);
 
 #pragma unroll
     for (int tm = 0; tm < C::TM; ++tm) {
@@ -238,8 +212,12 @@ static __device__ __forceinline__ void moe_down(const void *__restrict__ vdown,
     const void *const w[1] = {(const typename F::block *)vdown + (size_t)t.e * n_embd * bpr};
     __syncthreads(); // yrow, pair
 
-    float out[C::TM][C::TN][4];
-    moe_k_loop_one<TYPE>(moe_smem, w[0], n_embd, row0, hq, yrow, n_ff, order, out);
+    float acc[1][C::TM][C::TN][4], accm[1][C::TM][C::TN][4], out[C::TM][C::TN][4];
+    mmq_acc_zero<C>(acc[0]);
+    mmq_acc_zero<C>(accm[0]);
+    mmq_k_loop<TYPE, C, 1, MMQ_ORDERS_BLOCKS>(moe_smem, w, n_embd, row0, hq, yrow, n_ff, order,
+                                              acc, accm);
+    mmq_acc_result<C>(acc[0], accm[0], out);
 
 #pragma unroll
     for (int tm = 0; tm < C::TM; ++tm) {
