@@ -34,14 +34,16 @@ run() { env $1 $B logits -m $G/$2.gguf --backend cuda --all --tokens "$toks" $3 
 for m in tiny-llama-q4_k_m tiny-qwen3moe-q8_0 tiny-olmoe-q4_k_m; do
   run X=1 $m --step $m-step; run FERROLM_CUDA_FUSE=0 $m --step $m-nofuse; run FERROLM_CUDA_GRAPH=0 $m --step $m-nograph
   run FERROLM_CUDA_FUSE=0 $m "" $m-batch-nofuse
-  run X=1 $m "" $m-batch; run FERROLM_ATTN_MMA=0 $m "" $m-scalarattn; run FERROLM_CUDA_MMQ=0 $m "" $m-nommq
+  run X=1 $m "" $m-batch; run FERROLM_CUDA_MMQ=0 $m "" $m-nommq
+  # The two f32 prefill kernels, both forced (36 rows would take ggml's f16 arithmetic).
+  run FERROLM_ATTN_MMA=0 $m "" $m-scalarattn; run FERROLM_ATTN_MMA=1 $m "" $m-mmaattn
   run FERROLM_MMVQ_WIDE=0 $m --step $m-narrow; run "FERROLM_MMVQ_WIDE=0 FERROLM_CUDA_FUSE=0" $m --step $m-narrow-nofuse
   python3 $T/same_logits.py /tmp/$m-step.json /tmp/$m-nofuse.json
   python3 $T/same_logits.py /tmp/$m-batch.json /tmp/$m-batch-nofuse.json
   python3 $T/same_logits.py /tmp/$m-step.json /tmp/$m-narrow.json 0.2
   python3 $T/same_logits.py /tmp/$m-narrow.json /tmp/$m-narrow-nofuse.json
   python3 $T/same_logits.py /tmp/$m-step.json /tmp/$m-nograph.json
-  python3 $T/same_logits.py /tmp/$m-batch.json /tmp/$m-scalarattn.json 0.2
+  python3 $T/same_logits.py /tmp/$m-mmaattn.json /tmp/$m-scalarattn.json 0.2
   python3 $T/same_logits.py /tmp/$m-batch.json /tmp/$m-nommq.json 0.2
   # Batches under 64 rows take ggml's f16 attention, decode steps f32: compare on f32.
   run FERROLM_ATTN=f32 $m "" $m-batch-f32; python3 $T/same_logits.py /tmp/$m-batch-f32.json /tmp/$m-step.json 0.2
