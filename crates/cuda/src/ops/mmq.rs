@@ -264,11 +264,11 @@ impl Mmq {
         }
         let mut blocks = HashMap::new();
         let t = BLOCKS_TILE;
-        for ty in [GgmlType::Q4K] {
-            let name = format!("mmq_{}_blocks", super::kernel_suffix(ty));
-            let smem = smem_bytes(ty, t.bm, t.bn, 1);
-            blocks.insert(ty, GemmFn::load(dev, &MMQ, &name, smem, 32 * t.warps)?);
-        }
+        // The integer-scale formats (MmqOrder::integer_scales).
+        let ty = GgmlType::Q4K;
+        let name = format!("mmq_{}_blocks", super::kernel_suffix(ty));
+        let smem = smem_bytes(ty, t.bm, t.bn, 1);
+        blocks.insert(ty, GemmFn::load(dev, &MMQ, &name, smem, 32 * t.warps)?);
         Ok(Self {
             stream: dev.stream().clone(),
             fns,
