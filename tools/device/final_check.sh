@@ -1,8 +1,9 @@
 #!/bin/bash
 # The device checks in two phases, each within one device call (10 minutes):
 #   check: kernel parity (and --time), the golden bars on CUDA, each fast-path switch against
-#          its default, `serve` on CUDA; synthesizes the benchmark models meanwhile;
-#   bench: the benchmarks and the stage breakdowns, on the models the check phase made.
+#          its default, `serve` on CUDA;
+#   bench: synthesizes the benchmark models (the machine starts bare on most calls), then the
+#          benchmarks and the stage breakdowns.
 # Usage on the GPU machine, from the repo root (writes under $OUT):
 #   bash tools/device/final_check.sh check|bench BIN_DIR GOLDEN_DIR
 PHASE=$1
@@ -14,10 +15,6 @@ export FERROLM_CACHE=${FERROLM_CACHE:-/tmp/ferrolm-cache}
 mkdir -p $M
 
 if [ "$PHASE" = check ]; then
-( for p in smollm2-1.7b olmoe-1b-7b qwen3-8b; do
-    [ -s $M/$p.gguf ] || $B synth --preset $p --type q4_k_m -o $M/$p.gguf > /dev/null 2>&1; echo "synth $p rc=$?"
-  done ) > $OUT/synth.txt 2>&1 &
-synth_pid=$!
 
 timeout 120 $B cuda-parity --seed 11 > $OUT/parity.txt 2>&1; echo "parity rc=$? $(tail -1 $OUT/parity.txt)"
 if [ -n "$TIME" ]; then # TIME=1: the kernel timing tables too (a few minutes)
@@ -37,14 +34,16 @@ run() { env $1 $B logits -m $G/$2.gguf --backend cuda --all --tokens "$toks" $3 
 for m in tiny-llama-q4_k_m tiny-qwen3moe-q8_0 tiny-olmoe-q4_k_m; do
   run X=1 $m --step $m-step; run FERROLM_CUDA_FUSE=0 $m --step $m-nofuse; run FERROLM_CUDA_GRAPH=0 $m --step $m-nograph
   run FERROLM_CUDA_FUSE=0 $m "" $m-batch-nofuse
-  run X=1 $m "" $m-batch; run FERROLM_ATTN_MMA=0 $m "" $m-scalarattn; run FERROLM_CUDA_MMQ=0 $m "" $m-nommq
+  run X=1 $m "" $m-batch; run FERROLM_CUDA_MMQ=0 $m "" $m-nommq
+  # The two f32 prefill kernels, both forced (36 rows would take ggml's f16 arithmetic).
+  run FERROLM_ATTN_MMA=0 $m "" $m-scalarattn; run FERROLM_ATTN_MMA=1 $m "" $m-mmaattn
   run FERROLM_MMVQ_WIDE=0 $m --step $m-narrow; run "FERROLM_MMVQ_WIDE=0 FERROLM_CUDA_FUSE=0" $m --step $m-narrow-nofuse
   python3 $T/same_logits.py /tmp/$m-step.json /tmp/$m-nofuse.json
   python3 $T/same_logits.py /tmp/$m-batch.json /tmp/$m-batch-nofuse.json
   python3 $T/same_logits.py /tmp/$m-step.json /tmp/$m-narrow.json 0.2
   python3 $T/same_logits.py /tmp/$m-narrow.json /tmp/$m-narrow-nofuse.json
   python3 $T/same_logits.py /tmp/$m-step.json /tmp/$m-nograph.json
-  python3 $T/same_logits.py /tmp/$m-batch.json /tmp/$m-scalarattn.json 0.2
+  python3 $T/same_logits.py /tmp/$m-mmaattn.json /tmp/$m-scalarattn.json 0.2
   python3 $T/same_logits.py /tmp/$m-batch.json /tmp/$m-nommq.json 0.2
   # Batches under 64 rows take ggml's f16 attention, decode steps f32: compare on f32.
   run FERROLM_ATTN=f32 $m "" $m-batch-f32; python3 $T/same_logits.py /tmp/$m-batch-f32.json /tmp/$m-step.json 0.2
@@ -56,6 +55,8 @@ done 2>&1 | tee -a $OUT/switches.txt
 for m in tiny-qwen3moe-q8_0 tiny-qwen3moe-q4_k_m tiny-olmoe-q4_k_m; do
   run X=1 $m --step $m-step; run X=1 $m "" $m-batch
   run FERROLM_MOE_FUSED=0 $m --step $m-nomoefuse; run FERROLM_MOE_GROUPED=0 $m "" $m-ungrouped
+  run FERROLM_CUDA_INT_SCALES=0 $m "" $m-subs
+  python3 $T/same_logits.py /tmp/$m-batch.json /tmp/$m-subs.json 0.2
   run FERROLM_MMVQ_WIDE=0 $m --step $m-narrow; run "FERROLM_MMVQ_WIDE=0 FERROLM_MOE_FUSED=0" $m --step $m-narrow-nomoefuse
   python3 $T/same_logits.py /tmp/$m-step.json /tmp/$m-nomoefuse.json
   python3 $T/same_logits.py /tmp/$m-batch.json /tmp/$m-ungrouped.json
@@ -77,12 +78,14 @@ wait $pids
 python3 -c "import json;r=[json.load(open(f'/tmp/c{i}.json')) for i in range(1,5)];print([x['usage'] for x in r]);print('all equal' if len({x['choices'][0]['text'] for x in r})==1 else 'differ')"
 curl -s -m 2 localhost:18080/metrics | grep -E "^ferrolm_(slots_active|generated_tokens_total|batch_steps_total)"
 kill $sp
-
-wait $synth_pid
-cat $OUT/synth.txt
 fi
 
 if [ "$PHASE" = bench ]; then
+for p in smollm2-1.7b olmoe-1b-7b qwen3-8b; do
+  ( [ -s $M/$p.gguf ] || $B synth --preset $p --type q4_k_m -o $M/$p.gguf > /dev/null 2>&1
+    echo "synth $p rc=$?" ) &
+done
+wait
 echo "== benchmarks"
 for p in smollm2-1.7b qwen3-8b olmoe-1b-7b; do
   timeout 100 $B bench -m $M/$p.gguf --backend cuda -p 512,2048 -n 128 -r 3 2>&1 | grep '|' | tail -3

@@ -17,6 +17,9 @@ docs/parity.md). Paths come from the environment:
 import json, os, shutil, subprocess, sys
 import numpy as np
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import dumps  # noqa: E402
+
 root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 GOLD = os.environ.get('GOLDEN', os.path.join(root, '..', 'shared', 'golden'))
 LL = os.environ.get('LLAMA', '/work/llamacpp/llama_cpp_python-0.3.36/vendor/llama.cpp/build/bin')
@@ -40,29 +43,9 @@ out = subprocess.run([FER, 'logits', '-m', model, '--all', '--tokens', ' '.join(
                      capture_output=True, text=True).stdout
 np.array(json.loads(out)['logits'], dtype=np.float32).tofile(f'{b}/logits.f32')
 
-names = ['attn_norm', 'Qcur', 'Kcur', 'Vcur', 'kqv_out', 'attn_out', 'ffn_inp', 'ffn_norm',
-         'ffn_gate', 'ffn_up', 'ffn_swiglu', 'ffn_out', 'l_out']
-order = [f'{n}-{il}' for il in range(256) if os.path.exists(f'{b}/attn_norm-{il}.f32')
-         for n in names] + ['logits']
-n_tok, first = len(ids), None
-print(f'{stem} case {case}: {n_tok} tokens')
-for n in order:
-    pa, pb = f'{a}/{n}.f32', f'{b}/{n}.f32'
-    if not (os.path.exists(pa) and os.path.exists(pb)):
-        continue
-    x, y = np.fromfile(pa, dtype=np.float32), np.fromfile(pb, dtype=np.float32)
-    if x.size != y.size:
-        print(f'{n:14s} sizes differ: {x.size} vs {y.size}')
-        continue
-    bad = x.view(np.uint32) != y.view(np.uint32)
-    diff = np.abs(x - y)
-    rel = diff / np.maximum(np.abs(x), 1e-30)
-    rows = sorted(set((np.nonzero(bad)[0] // (x.size // n_tok)).tolist()))
-    more = '...' if len(rows) > 8 else ''
-    print(f'{n:14s} not identical {int(bad.sum()):7d}/{x.size:7d}  max abs {diff.max():.3e}'
-          f'  max rel {rel.max():.3e}  rows {rows[:8]}{more}')
-    if bad.any() and first is None:
-        first = n
+print(f'{stem} case {case}: {len(ids)} tokens')
+first = dumps.compare(a, b, len(ids))
+n_tok = len(ids)
 ref = np.fromfile(f'{a}/logits.f32', dtype=np.float32).reshape(n_tok, -1)
 ours = np.fromfile(f'{b}/logits.f32', dtype=np.float32).reshape(n_tok, -1)
 print(f'top-1 against this llama.cpp: {int((ref.argmax(1) == ours.argmax(1)).sum())}/{n_tok};'

@@ -28,22 +28,26 @@ pub fn moe(x: &Mat, w: &MoeWeights<CpuWeight<'_>>, gating: MoeGating, out: &mut 
     let mut logits = vec![0f32; n * w.n_expert];
     matmul(&w.router.mat, &x.data, &mut logits);
 
-    // Tokens per expert, with their routing weights.
-    let mut groups: Vec<Vec<(usize, f32)>> = vec![Vec::new(); w.n_expert];
+    // Tokens per expert, with their slot and routing weight.
+    let k = w.n_expert_used;
+    let mut groups: Vec<Vec<(usize, usize, f32)>> = vec![Vec::new(); w.n_expert];
     for (t, row) in logits.chunks_exact_mut(w.n_expert).enumerate() {
-        for (e, weight) in route(row, w.n_expert_used, gating) {
-            groups[e].push((t, weight));
+        for (slot, (e, weight)) in route(row, k, gating).into_iter().enumerate() {
+            groups[e].push((t, slot, weight));
         }
     }
 
-    out.data.fill(0.0);
+    // Each (token, slot)'s weighted expert output; summed per token in slot order below, as
+    // llama.cpp adds its per-slot views.
+    let mut slots = vec![0f32; n * k * d];
+    let mut used = vec![false; n * k];
     for (e, tokens) in groups.iter().enumerate() {
         if tokens.is_empty() {
             continue;
         }
         let m = tokens.len();
         let mut xe = Vec::with_capacity(m * d);
-        for &(t, _) in tokens {
+        for &(t, _, _) in tokens {
             xe.extend_from_slice(&x.data[t * d..(t + 1) * d]);
         }
         let mut gate = vec![0f32; m * w.n_ff];
@@ -60,9 +64,19 @@ pub fn moe(x: &Mat, w: &MoeWeights<CpuWeight<'_>>, gating: MoeGating, out: &mut 
         swiglu(&mut gate, &up);
         let mut down = vec![0f32; m * d];
         matmul_ordered(rows, &w.down.mat.slice_rows(e * d, d), &gate, &mut down);
-        for (&(t, weight), row) in tokens.iter().zip(down.chunks_exact(d)) {
-            for (o, &v) in out.data[t * d..(t + 1) * d].iter_mut().zip(row) {
-                *o += weight * v;
+        for (&(t, slot, weight), row) in tokens.iter().zip(down.chunks_exact(d)) {
+            let p = t * k + slot;
+            used[p] = true;
+            for (o, &v) in slots[p * d..(p + 1) * d].iter_mut().zip(row) {
+                *o = weight * v;
+            }
+        }
+    }
+    out.data.fill(0.0);
+    for (t, o) in out.data.chunks_exact_mut(d).enumerate() {
+        for p in (t * k..(t + 1) * k).filter(|&p| used[p]) {
+            for (o, &v) in o.iter_mut().zip(&slots[p * d..(p + 1) * d]) {
+                *o += v;
             }
         }
     }

@@ -274,22 +274,50 @@ static __device__ __forceinline__ void attn_prefill(
     }
 }
 
+// Σ prod[0..D) in the order of ggml's x86 f16 dot product (the CPU's attention::dot_f16): 64
+// elements a step into sixteen lanes of four accumulators (lane l of accumulator a takes
+// element 16a + l), the accumulators folded (0+2) + (1+3), the lanes halved 8, 4, 2, 1. Every
+// warp computes it (lanes 0-15 hold the lanes) and all its lanes return it.
+template <int D>
+static __device__ __forceinline__ float dot_f16_order(const float *prod, int lane) {
+    float r = 0.0f;
+    if (lane < 16) {
+        float a[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            a[i] = prod[16 * i + lane];
+#pragma unroll
+            for (int step = 1; step < D / 64; ++step) {
+                a[i] += prod[64 * step + 16 * i + lane];
+            }
+        }
+        r = (a[0] + a[2]) + (a[1] + a[3]);
+    }
+#pragma unroll
+    for (int width = 8; width >= 1; width /= 2) {
+        r += __shfl_down_sync(FULL_MASK, r, width);
+    }
+    return __shfl_sync(FULL_MASK, r, 0);
+}
+
 // ggml's CPU flash attention for ubatches under 64 rows (ggml_compute_forward_flash_attn_ext_f16
 // _one_chunk), reproduced so that CUDA agrees with llama.cpp's CPU, and ferrolm's, which does the
 // same (crates/cpu/src/attention.rs): Q rounded to f16, each score an f32 dot of f16 values times
 // scale, keys in order with an online softmax, the output accumulated in f16 and rounded at every
-// step (V·vs added by an FMA), the running sum S = S·ms + vs by an FMA. Only the score's
-// summation order differs from the CPU's. grid (n_q, n_head), block D threads (thread j owns
-// element j of the row's output).
+// step (V·vs added by an FMA), the running sum S = S·ms + vs by an FMA, and the score summed
+// in the CPU's order (dot_f16_order). Only e^x may round differently (libm's expf there, the
+// correctly rounded value here). grid (n_q, n_head), block D threads (thread j owns element j
+// of the row's output).
 template <int D>
 static __device__ __forceinline__ void attn_prefill_f16ref(
     const float *__restrict__ q, const uint16_t *__restrict__ kc, const uint16_t *__restrict__ vc,
     const uint32_t *__restrict__ pos, float *__restrict__ out, int n_q, int n_head, int n_kv_head,
     int n_ctx, float scale) {
-    __shared__ float partial[2][D / WARP_SIZE];
+    static_assert(D % 64 == 0 && D <= 128, "dot_f16 order: 64 or 128");
+    __shared__ float prod[2][D];
     const int t = blockIdx.x, h = blockIdx.y, j = threadIdx.x;
     const int g = h / (n_head / n_kv_head);
-    const int lane = j % WARP_SIZE, warp = j / WARP_SIZE;
+    const int lane = j % WARP_SIZE;
     const size_t row = ((size_t)t * n_head + h) * D;
     const float qj = __half2float(__float2half_rn(q[row + j]));
     const uint16_t *kh = kc + (size_t)g * n_ctx * D;
@@ -298,18 +326,10 @@ static __device__ __forceinline__ void attn_prefill_f16ref(
     __half acc = __float2half_rn(0.0f);
     const int n_keys = (int)pos[t] + 1;
     for (int key = 0; key < n_keys; ++key) {
-        const float p = warp_sum(qj * f16_bits_to_f32(kh[(size_t)key * D + j]));
-        float *buf = partial[key % 2]; // alternating buffers: one barrier a key
-        if (lane == 0) {
-            buf[warp] = p;
-        }
+        float *buf = prod[key % 2]; // alternating buffers: one barrier a key
+        buf[j] = qj * f16_bits_to_f32(kh[(size_t)key * D + j]); // exact: f16 × f16
         __syncthreads();
-        float dot = 0.0f;
-#pragma unroll
-        for (int w = 0; w < D / WARP_SIZE; ++w) {
-            dot += buf[w];
-        }
-        const float s = dot * scale;
+        const float s = __fmul_rn(dot_f16_order<D>(buf, lane), scale); // not fused below
         float ms = 1.0f, vs = 1.0f;
         if (s > m) {
             ms = exp_rn(m - s);

@@ -6,7 +6,8 @@
 //
 // Launch (crates/cuda/src/ops/mmq.rs must agree): block (32, C::NWARPS), grid
 // (ceil(nrows / C::BM), ceil(ntok / C::BN)), MmqSmem<TYPE, C, 1>::bytes of dynamic shared
-// memory; ncols a multiple of MMQ_BK. Every tile shape gives the same bits (mmq_mma.cuh).
+// memory; ncols a multiple of MMQ_BK; `order` one of MMQ_ORDER_* (mmq_mma.cuh: how
+// integer-scale formats sum, ignored by the others). Every tile shape gives the same bits.
 #include "common.cuh"
 #include "quant.cuh"
 #include "mmq_tile.cuh"
@@ -18,11 +19,11 @@ typedef MmqCfg<128, 128, 4, 2> MmqTile128x128;
 typedef MmqCfg<128, 64, 4, 2> MmqTile128x64;
 typedef MmqCfg<64, 64, 2, 2> MmqTile64x64;
 
-template <int TYPE, class C>
+template <int TYPE, class C, int ORDERS>
 static __device__ __forceinline__ void mul_mat_q(const void *__restrict__ vx,
                                                  const block_q8_1 *__restrict__ vy,
                                                  float *__restrict__ dst, int ncols, int nrows,
-                                                 int ntok) {
+                                                 int ntok, int order) {
     extern __shared__ __align__(16) char mmq_smem[];
     __shared__ int yrow[C::BN];
     mmq_check_smem<TYPE, C, 1>();
@@ -32,11 +33,12 @@ static __device__ __forceinline__ void mul_mat_q(const void *__restrict__ vx,
     for (int i = tid; i < C::BN; i += C::THREADS) {
         yrow[i] = tok0 + i < ntok ? tok0 + i : -1; // tokens past the end are zeros
     }
-    float acc[1][C::TM][C::TN][4];
+    float acc[1][C::TM][C::TN][4], accm[1][C::TM][C::TN][4];
     mmq_acc_zero<C>(acc[0]);
+    mmq_acc_zero<C>(accm[0]);
     const void *const w[1] = {vx};
     __syncthreads();
-    mmq_k_loop<TYPE, C, 1>(mmq_smem, w, nrows, row0, vy, yrow, ncols, acc);
+    mmq_k_loop<TYPE, C, 1, ORDERS>(mmq_smem, w, nrows, row0, vy, yrow, ncols, order, acc, accm);
 
 #pragma unroll
     for (int tm = 0; tm < C::TM; ++tm) {
@@ -46,7 +48,7 @@ static __device__ __forceinline__ void mul_mat_q(const void *__restrict__ vx,
             for (int i = 0; i < 4; ++i) {
                 const int row = row0 + mmq_acc_row<C>(tm, i), tok = tok0 + mmq_acc_col<C>(tn, i);
                 if (row < nrows && tok < ntok) {
-                    dst[(size_t)tok * nrows + row] = acc[0][tm][tn][i];
+                    dst[(size_t)tok * nrows + row] = acc[0][tm][tn][i] - accm[0][tm][tn][i];
                 }
             }
         }
@@ -56,8 +58,17 @@ static __device__ __forceinline__ void mul_mat_q(const void *__restrict__ vx,
 #define MMQ_ENTRY(NAME, TYPE, TILE)                                                                 \
     extern "C" __global__ void __launch_bounds__(MmqTile##TILE::THREADS)                            \
         mmq_##NAME##_##TILE(const void *__restrict__ vx, const block_q8_1 *__restrict__ vy,         \
-                            float *__restrict__ dst, int ncols, int nrows, int ntok) {              \
-        mul_mat_q<TYPE, MmqTile##TILE>(vx, vy, dst, ncols, nrows, ntok);                            \
+                            float *__restrict__ dst, int ncols, int nrows, int ntok, int order) {   \
+        mul_mat_q<TYPE, MmqTile##TILE, MMQ_ORDERS_DENSE>(vx, vy, dst, ncols, nrows, ntok, order);   \
+    }
+
+// The last n % 4 tokens of an integer-scale format's GEMM (MMQ_ORDER_BLOCKS), at most 3
+// tokens: the smallest tile.
+#define MMQ_BLOCKS_ENTRY(NAME, TYPE)                                                                \
+    extern "C" __global__ void __launch_bounds__(MmqTile64x64::THREADS)                             \
+        mmq_##NAME##_blocks(const void *__restrict__ vx, const block_q8_1 *__restrict__ vy,         \
+                            float *__restrict__ dst, int ncols, int nrows, int ntok, int order) {   \
+        mul_mat_q<TYPE, MmqTile64x64, MMQ_ORDERS_BLOCKS>(vx, vy, dst, ncols, nrows, ntok, order);   \
     }
 
 #define MMQ_FORMAT(NAME, TYPE)                                                                      \
@@ -69,5 +80,6 @@ MMQ_FORMAT(q4_0, GGML_TYPE_Q4_0)
 MMQ_FORMAT(q4_1, GGML_TYPE_Q4_1)
 MMQ_FORMAT(q8_0, GGML_TYPE_Q8_0)
 MMQ_FORMAT(q4_k, GGML_TYPE_Q4_K)
+MMQ_BLOCKS_ENTRY(q4_k, GGML_TYPE_Q4_K)
 MMQ_FORMAT(q5_k, GGML_TYPE_Q5_K)
 MMQ_FORMAT(q6_k, GGML_TYPE_Q6_K)

@@ -7,8 +7,18 @@
 // acc). Every rounding is pinned with __fmaf_rn / __fmul_rn, so results do not depend on the
 // compiler's contraction choices.
 //
+// Integer-scale order (F::int_scales, Q4_K, with Q8_K activations: one d_y per block): the
+// arithmetic of llama.cpp's CPU, and of ferrolm's (crates/cpu matmul, `Format::INT_SCALES`).
+// The sub-blocks' dots times their 6-bit scales are summed exactly over a pair of sub-blocks
+// (MMQ_ORDER_PAIRS) or the whole block (MMQ_ORDER_BLOCKS), then acc = fma(Σ, d·d_y, acc); the
+// mins times the activation sums go the same way into accm = fma(Σ m·Σq_y, dmin·d_y, accm),
+// and the result is acc - accm. The results are the CPU's bits. Which order a token takes is
+// the caller's: the CPU's dense matmul takes pairs for the first n - n % 4 of n >= 4 tokens,
+// blocks for the rest; its expert matmuls take blocks. MMQ_ORDER_SUBS keeps the per-sub-block
+// arithmetic above (FERROLM_CUDA_INT_SCALES=0, and activations that are not Q8_K).
+//
 // Accumulator acc[tm][tn][i] of a thread holds tile row mmq_acc_row<C>(tm, i) and tile column
-// (activation row) mmq_acc_col<C>(tn, i).
+// (activation row) mmq_acc_col<C>(tn, i); accm likewise (zero unless int_scales).
 #pragma once
 #ifndef FERROLM_COMMON_CUH
 #error "include common.cuh, quant.cuh and mmq_tile.cuh before mmq_mma.cuh"
@@ -53,6 +63,187 @@ template <class C> static __device__ __forceinline__ int mmq_acc_row(int tm, int
 
 template <class C> static __device__ __forceinline__ int mmq_acc_col(int tn, int i) {
     return (threadIdx.y / C::WARPS_M) * C::WN + 8 * tn + 2 * (threadIdx.x % 4) + i % 2;
+}
+
+#define MMQ_ORDER_SUBS 0
+#define MMQ_ORDER_PAIRS 1
+#define MMQ_ORDER_BLOCKS 2
+// Which orders a kernel compiles (a bit per MMQ_ORDER_*): each adds its registers to the
+// kernel's, so an entry point takes only those it runs.
+#define MMQ_ORDERS_DENSE ((1 << MMQ_ORDER_SUBS) | (1 << MMQ_ORDER_PAIRS))
+#define MMQ_ORDERS_BLOCKS ((1 << MMQ_ORDER_SUBS) | (1 << MMQ_ORDER_BLOCKS))
+
+// The block's d and dmin of the thread's rows (integer-scale formats).
+template <class C> struct MmqRowScales {
+    float d[C::TM][2], dmin[C::TM][2];
+};
+
+template <class C>
+static __device__ __forceinline__ MmqRowScales<C> mmq_row_scales(const float *wrow) {
+    MmqRowScales<C> rs;
+    const int wr = (threadIdx.y % C::WARPS_M) * C::WM, g = threadIdx.x / 4;
+#pragma unroll
+    for (int tm = 0; tm < C::TM; ++tm) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int r = wr + 16 * tm + g + 8 * h;
+            rs.d[tm][h] = wrow[r];
+            rs.dmin[tm][h] = wrow[C::BM + r];
+        }
+    }
+    return rs;
+}
+
+// Integer-scale order, pairs: per pair of sub-blocks the two MMAs' dots times the scales
+// (products and their sum are integers below 2^24, so exact in f32), then one fma each into
+// acc and accm.
+template <int TYPE, class C, int NMAT>
+static __device__ __forceinline__ void mmq_mma_pairs(const char *smem, const char *yraw,
+                                                     float (&acc)[C::TM][C::TN][4],
+                                                     float (&accm)[C::TM][C::TN][4]) {
+    typedef MmqSmem<TYPE, C, NMAT> L;
+    const float *wsc = (const float *)(smem + L::wsc);
+    const float *wm = wsc + MMQ_SUBS * C::BM;
+    const float2 *ysc = (const float2 *)(smem + L::ysc);
+    const int lane = threadIdx.x, g = lane / 4, t4 = lane % 4;
+    const int wr = (threadIdx.y % C::WARPS_M) * C::WM, wc = (threadIdx.y / C::WARPS_M) * C::WN;
+    const unsigned a_addr = (unsigned)__cvta_generic_to_shared(smem + L::wq) +
+                            (wr + lane % 16) * MMQ_WQ_STRIDE + 16 * (lane / 16);
+    const MmqRowScales<C> rs = mmq_row_scales<C>(wsc + 3 * MMQ_SUBS * C::BM);
+#pragma unroll
+    for (int p = 0; p < MMQ_SUBS / 2; ++p) {
+        int a[2][C::TM][4];
+        float sc[2][C::TM][2], m[2][C::TM][2];
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+            const int s = 2 * p + j;
+#pragma unroll
+            for (int tm = 0; tm < C::TM; ++tm) {
+                ldmatrix_x4(a[j][tm], a_addr + 16 * tm * MMQ_WQ_STRIDE + 32 * s);
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const int r = s * C::BM + wr + 16 * tm + g + 8 * h;
+                    sc[j][tm][h] = wsc[r];
+                    m[j][tm][h] = wm[r];
+                }
+            }
+        }
+#pragma unroll
+        for (int tn = 0; tn < C::TN; ++tn) {
+            const int n = wc + 8 * tn;
+            int b[2][2];
+            float bs[2][2], dy[2];
+#pragma unroll
+            for (int j = 0; j < 2; ++j) {
+                const int s = 2 * p + j;
+                const int *yq = (const int *)(yraw + (n + g) * MMQ_Y_STRIDE + 36 * s + 4);
+                b[j][0] = yq[t4];
+                b[j][1] = yq[4 + t4];
+                // Columns n + 2t4 and n + 2t4 + 1: {d_y, Σq_y} of each.
+                const float4 ys = *(const float4 *)&ysc[s * C::BN + n + 2 * t4];
+                bs[j][0] = ys.y;
+                bs[j][1] = ys.w;
+                dy[0] = ys.x; // one d_y per block (Q8_K)
+                dy[1] = ys.z;
+            }
+#pragma unroll
+            for (int tm = 0; tm < C::TM; ++tm) {
+                int i0[4] = {MMQ_BIAS, MMQ_BIAS, MMQ_BIAS, MMQ_BIAS};
+                int i1[4] = {MMQ_BIAS, MMQ_BIAS, MMQ_BIAS, MMQ_BIAS};
+                mma_s8_k32(i0, a[0][tm], b[0]);
+                mma_s8_k32(i1, a[1][tm], b[1]);
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {
+                    const int h = i / 2, c = i % 2;
+                    const float isum = __fmaf_rn(sc[1][tm][h], mmq_unbias(i1[i]),
+                                                 __fmul_rn(sc[0][tm][h], mmq_unbias(i0[i])));
+                    acc[tm][tn][i] =
+                        __fmaf_rn(isum, __fmul_rn(rs.d[tm][h], dy[c]), acc[tm][tn][i]);
+                    const float imin = __fmaf_rn(m[1][tm][h], bs[1][c],
+                                                 __fmul_rn(m[0][tm][h], bs[0][c]));
+                    accm[tm][tn][i] =
+                        __fmaf_rn(imin, __fmul_rn(rs.dmin[tm][h], dy[c]), accm[tm][tn][i]);
+                }
+            }
+        }
+    }
+}
+
+// Integer-scale order, blocks: per output the eight sub-blocks' dots times their scales summed
+// in an int (exact) and converted once; then the mins, Σ m·Σq_y in f32 (products and sums
+// below 2^22: exact), both into their accumulators.
+template <int TYPE, class C, int NMAT>
+static __device__ __forceinline__ void mmq_mma_blocks(const char *smem, const char *yraw,
+                                                      float (&acc)[C::TM][C::TN][4],
+                                                      float (&accm)[C::TM][C::TN][4]) {
+    typedef MmqSmem<TYPE, C, NMAT> L;
+    const float *wsc = (const float *)(smem + L::wsc);
+    const float *wm = wsc + MMQ_SUBS * C::BM;
+    const int *wsi = (const int *)(wsc + 2 * MMQ_SUBS * C::BM);
+    const float2 *ysc = (const float2 *)(smem + L::ysc);
+    const int lane = threadIdx.x, g = lane / 4, t4 = lane % 4;
+    const int wr = (threadIdx.y % C::WARPS_M) * C::WM, wc = (threadIdx.y / C::WARPS_M) * C::WN;
+    const unsigned a_addr = (unsigned)__cvta_generic_to_shared(smem + L::wq) +
+                            (wr + lane % 16) * MMQ_WQ_STRIDE + 16 * (lane / 16);
+    int isum[C::TM][C::TN][4];
+#pragma unroll
+    for (int s = 0; s < MMQ_SUBS; ++s) {
+        int a[C::TM][4], sc[C::TM][2];
+#pragma unroll
+        for (int tm = 0; tm < C::TM; ++tm) {
+            ldmatrix_x4(a[tm], a_addr + 16 * tm * MMQ_WQ_STRIDE + 32 * s);
+            sc[tm][0] = wsi[s * C::BM + wr + 16 * tm + g];
+            sc[tm][1] = wsi[s * C::BM + wr + 16 * tm + g + 8];
+        }
+#pragma unroll
+        for (int tn = 0; tn < C::TN; ++tn) {
+            const int *yq = (const int *)(yraw + (wc + 8 * tn + g) * MMQ_Y_STRIDE + 36 * s + 4);
+            const int b[2] = {yq[t4], yq[4 + t4]};
+#pragma unroll
+            for (int tm = 0; tm < C::TM; ++tm) {
+                int dot[4] = {0, 0, 0, 0};
+                mma_s8_k32(dot, a[tm], b);
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {
+                    isum[tm][tn][i] = s == 0 ? sc[tm][i / 2] * dot[i]
+                                             : isum[tm][tn][i] + sc[tm][i / 2] * dot[i];
+                }
+            }
+        }
+    }
+    const MmqRowScales<C> rs = mmq_row_scales<C>(wsc + 3 * MMQ_SUBS * C::BM);
+#pragma unroll
+    for (int tm = 0; tm < C::TM; ++tm) {
+        float m[MMQ_SUBS][2];
+#pragma unroll
+        for (int s = 0; s < MMQ_SUBS; ++s) {
+            m[s][0] = wm[s * C::BM + wr + 16 * tm + g];
+            m[s][1] = wm[s * C::BM + wr + 16 * tm + g + 8];
+        }
+#pragma unroll
+        for (int tn = 0; tn < C::TN; ++tn) {
+            const int n = wc + 8 * tn + 2 * t4;
+            float imin[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+            for (int s = 0; s < MMQ_SUBS; ++s) {
+                const float4 ys = *(const float4 *)&ysc[s * C::BN + n];
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {
+                    imin[i] = __fmaf_rn(m[s][i / 2], i % 2 ? ys.w : ys.y, imin[i]);
+                }
+            }
+            const float4 y0 = *(const float4 *)&ysc[n];
+            const float dy[2] = {y0.x, y0.z};
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const int h = i / 2, c = i % 2;
+                acc[tm][tn][i] = __fmaf_rn((float)isum[tm][tn][i],
+                                           __fmul_rn(rs.d[tm][h], dy[c]), acc[tm][tn][i]);
+                accm[tm][tn][i] = __fmaf_rn(imin[i], __fmul_rn(rs.dmin[tm][h], dy[c]),
+                                            accm[tm][tn][i]);
+            }
+        }
+    }
 }
 
 // acc += the product of the unpacked weight tile and the staged activations `yraw` (call
@@ -137,15 +328,35 @@ template <class C> static __device__ __forceinline__ void mmq_acc_zero(float (&a
     }
 }
 
-// The whole k loop of a tile: acc[mat] = rows row0.. of w[mat] (nrows × ncols, a weight
-// matrix in format TYPE) times activation rows yrow[0..BN) of y (Q8_1 rows of ncols), for
-// NMAT matrices that share the activations (MoE gate and up). ncols % MMQ_BK == 0. The
-// caller zeroes acc, fills yrow and syncs before; `smem` holds MmqSmem<TYPE, C, NMAT>::bytes.
-template <int TYPE, class C, int NMAT>
+// out = acc - accm, the GEMM's result.
+template <class C>
+static __device__ __forceinline__ void mmq_acc_result(const float (&acc)[C::TM][C::TN][4],
+                                                      const float (&accm)[C::TM][C::TN][4],
+                                                      float (&out)[C::TM][C::TN][4]) {
+#pragma unroll
+    for (int tm = 0; tm < C::TM; ++tm) {
+#pragma unroll
+        for (int tn = 0; tn < C::TN; ++tn) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                out[tm][tn][i] = acc[tm][tn][i] - accm[tm][tn][i];
+            }
+        }
+    }
+}
+
+// The whole k loop of a tile: acc[mat] - accm[mat] = rows row0.. of w[mat] (nrows × ncols, a
+// weight matrix in format TYPE) times activation rows yrow[0..BN) of y (Q8_1 rows of ncols),
+// for NMAT matrices that share the activations (MoE gate and up), in MMQ_ORDER_* `order`
+// (one of ORDERS; any other sums as MMQ_ORDER_SUBS).
+// ncols % MMQ_BK == 0. The caller zeroes acc and accm, fills yrow and syncs before; `smem`
+// holds MmqSmem<TYPE, C, NMAT>::bytes.
+template <int TYPE, class C, int NMAT, int ORDERS>
 static __device__ __forceinline__ void mmq_k_loop(char *smem, const void *const (&w)[NMAT],
                                                   int nrows, int row0, const block_q8_1 *y,
-                                                  const int *yrow, int ncols,
-                                                  float (&acc)[NMAT][C::TM][C::TN][4]) {
+                                                  const int *yrow, int ncols, int order,
+                                                  float (&acc)[NMAT][C::TM][C::TN][4],
+                                                  float (&accm)[NMAT][C::TM][C::TN][4]) {
     typedef WeightFormat<TYPE> F;
     typedef MmqSmem<TYPE, C, NMAT> L;
     const size_t w_row = (size_t)(ncols / F::qk) * sizeof(typename F::block);
@@ -172,13 +383,22 @@ static __device__ __forceinline__ void mmq_k_loop(char *smem, const void *const 
             cp_async_wait<0>();
         }
         __syncthreads(); // every thread's copies of step ks have landed
-        mmq_act_scales<TYPE, C, NMAT>(smem, smem + L::y_raw_at(st));
+        mmq_act_scales<TYPE, C, NMAT>(smem, smem + L::y_raw_at(st), order != MMQ_ORDER_SUBS);
 #pragma unroll
         for (int mat = 0; mat < NMAT; ++mat) {
             mmq_unpack_weights<TYPE, C, NMAT>(smem, smem + L::w_raw_at(st, mat), w_row, nrows,
-                                              row0, ks * MMQ_BK);
+                                              row0, ks * MMQ_BK, order != MMQ_ORDER_SUBS);
             __syncthreads();
-            mmq_mma<TYPE, C, NMAT>(smem, smem + L::y_raw_at(st), acc[mat]);
+            const char *yraw = smem + L::y_raw_at(st);
+            constexpr bool PAIRS = F::int_scales && (ORDERS >> MMQ_ORDER_PAIRS & 1);
+            constexpr bool BLOCKS = F::int_scales && (ORDERS >> MMQ_ORDER_BLOCKS & 1);
+            if (PAIRS && order == MMQ_ORDER_PAIRS) {
+                mmq_mma_pairs<TYPE, C, NMAT>(smem, yraw, acc[mat], accm[mat]);
+            } else if (BLOCKS && order == MMQ_ORDER_BLOCKS) {
+                mmq_mma_blocks<TYPE, C, NMAT>(smem, yraw, acc[mat], accm[mat]);
+            } else {
+                mmq_mma<TYPE, C, NMAT>(smem, yraw, acc[mat]);
+            }
             __syncthreads(); // the unpacked tile and this stage are free again
         }
     }

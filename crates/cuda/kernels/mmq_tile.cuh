@@ -51,14 +51,21 @@ template <int TYPE> struct MmqRaw {
     static constexpr bool aligned = bytes % 16 == 0;
     static constexpr int stride = aligned ? bytes : (bytes + 14 + 15) / 16 * 16;
     static constexpr int chunks = stride / 16;
-    // f32 scales kept per unpacked (row, sub-block): d, d of the high 16, m.
-    static constexpr int scales = 1 + (F::scale16 ? 1 : 0) + (F::has_min ? 1 : 0);
+    // 32-bit scales kept per unpacked (row, sub-block): d, d of the high 16, m; integer-scale
+    // formats keep their 6-bit scale as f32 and as int, and the min as f32 instead.
+    static constexpr int scales =
+        F::int_scales ? 3 : 1 + (F::scale16 ? 1 : 0) + (F::has_min ? 1 : 0);
+    // Per unpacked row: the block's d and dmin (integer-scale formats, one block a k step).
+    static constexpr int row_scales = F::int_scales ? 2 : 0;
+    static_assert(!F::int_scales || F::qk == MMQ_BK, "integer-scale formats: one block a k step");
 };
 
 // Dynamic shared memory, in bytes from its start (all offsets multiples of 16):
 //   stage s (2 of them): NMAT raw weight tiles [BM][MmqRaw::stride], raw Q8_1 [BN][Y_STRIDE];
-//   one unpacked weight tile: codes [BM][WQ_STRIDE], scales [scales][SUBS][BM] f32;
-//   activation scales [SUBS][BN] of float2 {d_y, d_y Σq_y}.
+//   one unpacked weight tile: codes [BM][WQ_STRIDE], scales [scales][SUBS][BM] and
+//   [row_scales][BM], 32 bits each;
+//   activation scales [SUBS][BN] of float2 {d_y, d_y Σq_y} ({d_y, Σq_y} for integer-scale
+//   formats).
 // crates/cuda/src/ops/mmq.rs (smem_bytes) computes `bytes` the same way; kernels trap if
 // launched with less.
 template <int TYPE, class C, int NMAT> struct MmqSmem {
@@ -67,7 +74,7 @@ template <int TYPE, class C, int NMAT> struct MmqSmem {
     static constexpr int stage = NMAT * w_raw + C::BN * MMQ_Y_STRIDE;
     static constexpr int wq = 2 * stage;
     static constexpr int wsc = wq + C::BM * MMQ_WQ_STRIDE;
-    static constexpr int ysc = wsc + R::scales * MMQ_SUBS * C::BM * 4;
+    static constexpr int ysc = wsc + (R::scales * MMQ_SUBS + R::row_scales) * C::BM * 4;
     static constexpr int bytes = ysc + MMQ_SUBS * C::BN * 8;
     static __device__ __forceinline__ int w_raw_at(int s, int mat) { return s * stage + mat * w_raw; }
     static __device__ __forceinline__ int y_raw_at(int s) { return s * stage + NMAT * w_raw; }
@@ -139,11 +146,13 @@ static __device__ __forceinline__ void mmq_stage_acts(char *dst, const char *y, 
 }
 
 // Raw weight blocks (staged by mmq_stage_weights for the same row0, k0) → int8 codes and
-// scales of the unpacked tile. Thread i takes row i % BM, so scale stores hit distinct banks.
+// scales of the unpacked tile (integer-scale formats in the integer-scale order: their 6-bit
+// scales and mins and the block's d and dmin). Thread i takes row i % BM, so scale stores hit
+// distinct banks.
 template <int TYPE, class C, int NMAT>
 static __device__ __forceinline__ void mmq_unpack_weights(char *smem, const char *raw,
                                                           size_t row_bytes, int nrows, int row0,
-                                                          int k0) {
+                                                          int k0, bool int_order) {
     typedef WeightFormat<TYPE> F;
     typedef MmqRaw<TYPE> R;
     typedef MmqSmem<TYPE, C, NMAT> L;
@@ -164,6 +173,21 @@ static __device__ __forceinline__ void mmq_unpack_weights(char *smem, const char
         int4 *dst = (int4 *)(smem + L::wq + r * MMQ_WQ_STRIDE + 32 * s);
         dst[0] = make_int4(q[0], q[1], q[2], q[3]);
         dst[1] = make_int4(q[4], q[5], q[6], q[7]);
+        if constexpr (F::int_scales) {
+            if (int_order) {
+                int sc, mi;
+                float bd, bdmin;
+                F::tile_scales_int(b, s, sc, mi, bd, bdmin);
+                wsc[(0 * MMQ_SUBS + s) * C::BM + r] = (float)sc;
+                wsc[(1 * MMQ_SUBS + s) * C::BM + r] = (float)mi;
+                ((int *)wsc)[(2 * MMQ_SUBS + s) * C::BM + r] = sc;
+                if (s == 0) {
+                    wsc[3 * MMQ_SUBS * C::BM + r] = bd;
+                    wsc[3 * MMQ_SUBS * C::BM + C::BM + r] = bdmin;
+                }
+                continue;
+            }
+        }
         int k = 0;
         wsc[(k++ * MMQ_SUBS + s) * C::BM + r] = d[0];
         if (F::scale16) {
@@ -176,9 +200,12 @@ static __device__ __forceinline__ void mmq_unpack_weights(char *smem, const char
 }
 
 // d_y and d_y * Σq_y of each staged activation sub-block (the sum only where the weights have
-// a minimum to multiply it by). Zero-filled rows give d_y = 0.
+// a minimum to multiply it by; integer-scale formats in their order keep Σq_y itself, exact in
+// f32).
+// Zero-filled rows give d_y = 0.
 template <int TYPE, class C, int NMAT>
-static __device__ __forceinline__ void mmq_act_scales(char *smem, const char *yraw) {
+static __device__ __forceinline__ void mmq_act_scales(char *smem, const char *yraw,
+                                                      bool int_order) {
     typedef MmqSmem<TYPE, C, NMAT> L;
     float2 *ysc = (float2 *)(smem + L::ysc);
     const int tid = threadIdx.y * WARP_SIZE + threadIdx.x;
@@ -193,6 +220,7 @@ static __device__ __forceinline__ void mmq_act_scales(char *smem, const char *yr
                 sum = sum_bytes(get_int_b4(b->qs, j), sum);
             }
         }
-        ysc[s * C::BN + n] = make_float2(d, d * (float)sum);
+        const bool raw_sum = WeightFormat<TYPE>::int_scales && int_order;
+        ysc[s * C::BN + n] = make_float2(d, raw_sum ? (float)sum : d * (float)sum);
     }
 }

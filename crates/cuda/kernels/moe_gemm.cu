@@ -131,7 +131,6 @@ static __device__ __forceinline__ bool moe_tile(const int *index, int n_expert, 
     return t.p0 < t.p_end;
 }
 
-
 template <int TYPE>
 static __device__ __forceinline__ void moe_gate_up(const void *__restrict__ vgate,
                                                    const void *__restrict__ vup,
@@ -139,7 +138,8 @@ static __device__ __forceinline__ void moe_gate_up(const void *__restrict__ vgat
                                                    const int *__restrict__ sorted,
                                                    const int *__restrict__ index,
                                                    float *__restrict__ h, int n_embd, int n_ff,
-                                                   int n_expert, int n_used, int expert) {
+                                                   int n_expert, int n_used, int expert,
+                                                   int order) {
     typedef WeightFormat<TYPE> F;
     typedef MoeTileCfg C;
     extern __shared__ __align__(16) char moe_smem[];
@@ -158,11 +158,17 @@ static __device__ __forceinline__ void moe_gate_up(const void *__restrict__ vgat
                               (const typename F::block *)vup + (size_t)t.e * n_ff * bpr};
 
     // One activation tile per k step serves both matrices: acc[0] gate, acc[1] up.
-    float acc[2][C::TM][C::TN][4];
+    float acc[2][C::TM][C::TN][4], accm[2][C::TM][C::TN][4], gate[C::TM][C::TN][4],
+        up[C::TM][C::TN][4];
     mmq_acc_zero<C>(acc[0]);
     mmq_acc_zero<C>(acc[1]);
-    __syncthreads();
-    mmq_k_loop<TYPE, C, 2>(moe_smem, w, n_ff, row0, xq, yrow, n_embd, acc);
+    mmq_acc_zero<C>(accm[0]);
+    mmq_acc_zero<C>(accm[1]);
+    __syncthreads(); // yrow
+    mmq_k_loop<TYPE, C, 2, MMQ_ORDERS_BLOCKS>(moe_smem, w, n_ff, row0, xq, yrow, n_embd, order,
+                                              acc, accm);
+    mmq_acc_result<C>(acc[0], accm[0], gate);
+    mmq_acc_result<C>(acc[1], accm[1], up);
 
 #pragma unroll
     for (int tm = 0; tm < C::TM; ++tm) {
@@ -172,7 +178,7 @@ static __device__ __forceinline__ void moe_gate_up(const void *__restrict__ vgat
             for (int i = 0; i < 4; ++i) {
                 const int row = row0 + mmq_acc_row<C>(tm, i), q = t.p0 + mmq_acc_col<C>(tn, i);
                 if (row < n_ff && q < t.p_end) {
-                    h[(size_t)q * n_ff + row] = silu_mul(acc[0][tm][tn][i], acc[1][tm][tn][i]);
+                    h[(size_t)q * n_ff + row] = silu_mul(gate[tm][tn][i], up[tm][tn][i]);
                 }
             }
         }
@@ -186,7 +192,7 @@ static __device__ __forceinline__ void moe_down(const void *__restrict__ vdown,
                                                 const int *__restrict__ index,
                                                 const float *__restrict__ weights,
                                                 float *__restrict__ y, int n_ff, int n_embd,
-                                                int n_expert, int expert) {
+                                                int n_expert, int expert, int order) {
     typedef WeightFormat<TYPE> F;
     typedef MoeTileCfg C;
     extern __shared__ __align__(16) char moe_smem[];
@@ -204,11 +210,14 @@ static __device__ __forceinline__ void moe_down(const void *__restrict__ vdown,
     }
     const int bpr = n_ff / F::qk, row0 = blockIdx.x * C::BM;
     const void *const w[1] = {(const typename F::block *)vdown + (size_t)t.e * n_embd * bpr};
+    __syncthreads(); // yrow, pair
 
-    float acc[1][C::TM][C::TN][4];
+    float acc[1][C::TM][C::TN][4], accm[1][C::TM][C::TN][4], out[C::TM][C::TN][4];
     mmq_acc_zero<C>(acc[0]);
-    __syncthreads();
-    mmq_k_loop<TYPE, C, 1>(moe_smem, w, n_embd, row0, hq, yrow, n_ff, acc);
+    mmq_acc_zero<C>(accm[0]);
+    mmq_k_loop<TYPE, C, 1, MMQ_ORDERS_BLOCKS>(moe_smem, w, n_embd, row0, hq, yrow, n_ff, order,
+                                              acc, accm);
+    mmq_acc_result<C>(acc[0], accm[0], out);
 
 #pragma unroll
     for (int tm = 0; tm < C::TM; ++tm) {
@@ -219,7 +228,7 @@ static __device__ __forceinline__ void moe_down(const void *__restrict__ vdown,
                 const int row = row0 + mmq_acc_row<C>(tm, i), c = mmq_acc_col<C>(tn, i);
                 if (row < n_embd && t.p0 + c < t.p_end) {
                     const int p = pair[c];
-                    y[(size_t)p * n_embd + row] = weights[p] * acc[0][tm][tn][i];
+                    y[(size_t)p * n_embd + row] = weights[p] * out[tm][tn][i];
                 }
             }
         }
@@ -249,16 +258,17 @@ extern "C" __global__ void moe_combine(const float *__restrict__ y, const int *_
         const void *__restrict__ vgate, const void *__restrict__ vup,                               \
         const block_q8_1 *__restrict__ xq, const int *__restrict__ sorted,                          \
         const int *__restrict__ index, float *__restrict__ h, int n_embd, int n_ff, int n_expert,   \
-        int n_used, int expert) {                                                                   \
+        int n_used, int expert, int order) {                                                        \
         moe_gate_up<TYPE>(vgate, vup, xq, sorted, index, h, n_embd, n_ff, n_expert, n_used,         \
-                          expert);                                                                  \
+                          expert, order);                                                           \
     }                                                                                               \
     extern "C" __global__ void __launch_bounds__(MoeTileCfg::THREADS) moe_down_##NAME(                      \
         const void *__restrict__ vdown, const block_q8_1 *__restrict__ hq,                          \
         const int *__restrict__ sorted, const int *__restrict__ index,                              \
         const float *__restrict__ weights, float *__restrict__ y, int n_ff, int n_embd,             \
-        int n_expert, int expert) {                                                                 \
-        moe_down<TYPE>(vdown, hq, sorted, index, weights, y, n_ff, n_embd, n_expert, expert);      \
+        int n_expert, int expert, int order) {                                                      \
+        moe_down<TYPE>(vdown, hq, sorted, index, weights, y, n_ff, n_embd, n_expert, expert,       \
+                       order);                                                                      \
     }
 
 MOE_ENTRIES(q4_0, GGML_TYPE_Q4_0)

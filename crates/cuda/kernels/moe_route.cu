@@ -6,15 +6,12 @@
 // Launches (crates/cuda/src/ops/moe_route.rs must agree):
 // - moe_logits_small (n <= ROUTE_SMALL_N tokens, decode): block ROUTE_THREADS, grid n_expert;
 //   the block's threads split one expert's row and keep every token's sum.
-// - moe_logits_tiled (any n): block (16, 16), grid (ceil(n_expert / 64), ceil(n / 64)); a plain
-//   shared-memory tiled f32 GEMM, 4 × 4 outputs a thread.
+// - more tokens take gemm_f32.cu's f32 GEMM (the router is an n_expert × n_embd f32 matrix).
 // - moe_topk: block (32, TOPK_WARPS), grid ceil(n / TOPK_WARPS).
 #include "common.cuh"
 
 #define ROUTE_THREADS 128
 #define ROUTE_SMALL_N 8
-#define TILE 64
-#define TILE_K 16
 #define TOPK_WARPS 4
 // Experts a lane holds: n_expert <= 32 * TOPK_PER_LANE.
 #define TOPK_PER_LANE 8
@@ -64,56 +61,6 @@ extern "C" __global__ void __launch_bounds__(ROUTE_THREADS)
             s += partial[p][threadIdx.x];
         }
         logits[(size_t)threadIdx.x * n_expert + e] = s;
-    }
-}
-
-// The same product for any n: a 64-token × 64-expert tile a block, 16-deep slices of both
-// operands staged in shared memory (stored k-major, so the inner loop reads rows).
-extern "C" __global__ void __launch_bounds__(256)
-    moe_logits_tiled(const float *__restrict__ x, const float *__restrict__ w,
-                     float *__restrict__ logits, int n, int n_embd, int n_expert) {
-    __shared__ float xs[TILE_K][TILE + 1];
-    __shared__ float ws[TILE_K][TILE + 1];
-    const int tx = threadIdx.x, ty = threadIdx.y, tid = ty * 16 + tx;
-    const int e0 = blockIdx.x * TILE, t0 = blockIdx.y * TILE;
-    float acc[4][4] = {};
-    for (int k0 = 0; k0 < n_embd; k0 += TILE_K) {
-        // 64 × 16 of each operand, 4 a thread; consecutive threads read consecutive columns.
-#pragma unroll
-        for (int l = 0; l < 4; ++l) {
-            const int idx = tid + 256 * l, r = idx / TILE_K, c = idx % TILE_K;
-            const int t = t0 + r, e = e0 + r, k = k0 + c;
-            xs[c][r] = t < n && k < n_embd ? x[(size_t)t * n_embd + k] : 0.0f;
-            ws[c][r] = e < n_expert && k < n_embd ? w[(size_t)e * n_embd + k] : 0.0f;
-        }
-        __syncthreads();
-#pragma unroll
-        for (int c = 0; c < TILE_K; ++c) {
-            float a[4], b[4];
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                a[i] = xs[c][ty + 16 * i];
-                b[i] = ws[c][tx + 16 * i];
-            }
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-#pragma unroll
-                for (int j = 0; j < 4; ++j) {
-                    acc[i][j] += a[i] * b[j];
-                }
-            }
-        }
-        __syncthreads();
-    }
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-            const int t = t0 + ty + 16 * i, e = e0 + tx + 16 * j;
-            if (t < n && e < n_expert) {
-                logits[(size_t)t * n_expert + e] = acc[i][j];
-            }
-        }
     }
 }
 

@@ -136,6 +136,7 @@ template <> struct WeightFormat<GGML_TYPE_Q4_0> {
     static constexpr int qk = 32, qi = 4, vdr = 2;
     static constexpr bool scale16 = false; // one scale per 32 elements (mmq)
     static constexpr bool has_min = false; // m != 0 in tile_codes (mmq)
+    static constexpr bool int_scales = false; // see WeightFormat<GGML_TYPE_Q4_K>
     static constexpr bool wide = false; // no vec_dot_wide (mmvq.cuh)
 
     // iqs in {0, 2}: codes ints iqs, iqs + 1 (low nibbles: elements 4iqs.., high: 16 + 4iqs..).
@@ -172,6 +173,7 @@ template <> struct WeightFormat<GGML_TYPE_Q4_1> {
     static constexpr int qk = 32, qi = 4, vdr = 2;
     static constexpr bool scale16 = false; // one scale per 32 elements (mmq)
     static constexpr bool has_min = true; // m != 0 in tile_codes (mmq)
+    static constexpr bool int_scales = false; // see WeightFormat<GGML_TYPE_Q4_K>
     static constexpr bool wide = false; // no vec_dot_wide (mmvq.cuh)
 
     static __device__ __forceinline__ float vec_dot(const block *b, const block_q8_1 *y, int iqs) {
@@ -207,6 +209,7 @@ template <> struct WeightFormat<GGML_TYPE_Q8_0> {
     static constexpr int qk = 32, qi = 8, vdr = 2;
     static constexpr bool scale16 = false; // one scale per 32 elements (mmq)
     static constexpr bool has_min = false; // m != 0 in tile_codes (mmq)
+    static constexpr bool int_scales = false; // see WeightFormat<GGML_TYPE_Q4_K>
     static constexpr bool wide = false; // no vec_dot_wide (mmvq.cuh)
 
     static __device__ __forceinline__ float vec_dot(const block *b, const block_q8_1 *y, int iqs) {
@@ -237,6 +240,10 @@ template <> struct WeightFormat<GGML_TYPE_Q4_K> {
     static constexpr int qk = QK_K, qi = 32, vdr = 2;
     static constexpr bool scale16 = false; // one scale per 32 elements (mmq)
     static constexpr bool has_min = true; // m != 0 in tile_codes (mmq)
+    static constexpr bool int_scales = true; // tile_scales_int (mmq)
+    // mmq sums the sub-blocks' integer dots times their 6-bit scales in integers, and the mins
+    // times the activation sums in a second accumulator, as llama.cpp's CPU does for Q4_K
+    // (mmq_mma.cuh, "integer-scale order").
 
     static __device__ __forceinline__ float vec_dot(const block *b, const block_q8_1 *y, int iqs) {
         const int t = iqs / 2, g = t / 4, l4 = t % 4;
@@ -302,6 +309,18 @@ template <> struct WeightFormat<GGML_TYPE_Q4_K> {
         d[0] = d[1] = f16_bits_to_f32(b->d) * (float)((aux[0] >> (8 * h)) & 0xff);
         m = -f16_bits_to_f32(b->dmin) * (float)((aux[1] >> (8 * h)) & 0xff);
     }
+
+    // For the integer-scale order: sub-block sub's 6-bit scale and min, and the block's d and
+    // dmin (the codes are tile_codes').
+    static __device__ __forceinline__ void tile_scales_int(const block *b, int sub, int &sc,
+                                                           int &m, float &d, float &dmin) {
+        uint16_t aux[2];
+        scales_k4(b->scales, sub / 2, aux);
+        sc = (aux[0] >> (8 * (sub % 2))) & 0xff;
+        m = (aux[1] >> (8 * (sub % 2))) & 0xff;
+        d = f16_bits_to_f32(b->d);
+        dmin = f16_bits_to_f32(b->dmin);
+    }
 };
 
 template <> struct WeightFormat<GGML_TYPE_Q5_K> {
@@ -309,6 +328,7 @@ template <> struct WeightFormat<GGML_TYPE_Q5_K> {
     static constexpr int qk = QK_K, qi = 32, vdr = 2;
     static constexpr bool scale16 = false; // one scale per 32 elements (mmq)
     static constexpr bool has_min = true; // m != 0 in tile_codes (mmq)
+    static constexpr bool int_scales = false; // see WeightFormat<GGML_TYPE_Q4_K>
     static constexpr bool wide = false; // no vec_dot_wide (mmvq.cuh)
 
     static __device__ __forceinline__ float vec_dot(const block *b, const block_q8_1 *y, int iqs) {
@@ -362,6 +382,7 @@ template <> struct WeightFormat<GGML_TYPE_Q6_K> {
     static constexpr int qk = QK_K, qi = 32, vdr = 1;
     static constexpr bool scale16 = true; // a scale per 16 elements: d[0], d[1] (mmq)
     static constexpr bool has_min = false; // m != 0 in tile_codes (mmq)
+    static constexpr bool int_scales = false; // see WeightFormat<GGML_TYPE_Q4_K>
 
     static __device__ __forceinline__ float vec_dot(const block *b, const block_q8_1 *y, int iqs) {
         const int n = iqs / 16, r = iqs % 16, half = r / 8, l4 = r % 8;

@@ -2,12 +2,15 @@
 //! (prefill), in three compiled tile shapes.
 //!
 //! Contract: the same bits for every tile shape (each output adds its per-sub-block terms in
-//! the same order with pinned f32 roundings, see `mmq_mma.cuh`); against the CPU's matmul the
-//! integer dots are exact and only f32 scale products and sums round (`cuda-parity` checks
-//! both). `FERROLM_MMQ_TILE=auto|128x128|128x64|64x64` picks the shape (default `auto`:
-//! [`auto_tile`]); `FERROLM_CUDA_MMQ=0` turns the GEMM off altogether (backend).
+//! the same order with pinned f32 roundings, see `mmq_mma.cuh`). Against the CPU's matmul:
+//! Q4_K with Q8_K activations is bit-identical (the CPU's integer-scale order, [`MmqOrder`]);
+//! for the other formats the integer dots are exact and only f32 scale products and sums
+//! round (`cuda-parity` checks both). `FERROLM_MMQ_TILE=auto|128x128|128x64|64x64` picks the
+//! shape (default `auto`: [`auto_tile`]); `FERROLM_CUDA_MMQ=0` turns the GEMM off altogether
+//! (backend); `FERROLM_CUDA_INT_SCALES=0` gives Q4_K the per-sub-block order of the other
+//! formats.
 
-use super::{int, QuantMatrix};
+use super::{int, ActQuant, QuantMatrix};
 use crate::device::CudaDevice;
 use crate::error::{CudaError, DriverContext, Result};
 use crate::kernels::{KernelFile, MMQ};
@@ -51,6 +54,9 @@ pub const MMQ_TILES: [MmqTile; 3] = [
         warps: 4,
     },
 ];
+
+/// The tile of the `mmq_<type>_blocks` entry points.
+const BLOCKS_TILE: MmqTile = MMQ_TILES[2];
 
 /// Guessed relative speed of a full SM on each tile shape (larger tiles reuse each loaded
 /// fragment more); to be replaced by the H200 figures of `cuda-parity --time`.
@@ -100,6 +106,55 @@ pub fn auto_tile(rows: usize, n: usize, sms: usize, blocks_per_sm: impl Fn(usize
     best.1
 }
 
+/// How a GEMM sums an output's terms (the kernels' MMQ_ORDER_*, mmq_mma.cuh).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MmqOrder {
+    /// One f32 step per 32-element sub-block: every format but the integer-scale ones.
+    Subs = 0,
+    /// Integer-scale formats: scaled dots summed in integers per pair of sub-blocks.
+    Pairs = 1,
+    /// Integer-scale formats: scaled dots summed in integers per 256-element block.
+    Blocks = 2,
+}
+
+impl MmqOrder {
+    /// Whether `ty` weights of `cols` columns take the CPU's integer-scale order: Q4_K with
+    /// Q8_K activations (one scale per block, which that order needs), unless
+    /// `FERROLM_CUDA_INT_SCALES=0`.
+    pub fn integer_scales(ty: GgmlType, cols: usize) -> bool {
+        static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        let on =
+            *ON.get_or_init(|| std::env::var("FERROLM_CUDA_INT_SCALES").map_or(true, |v| v != "0"));
+        on && ty == GgmlType::Q4K && ActQuant::for_weight(ty, cols) == ActQuant::Q8K
+    }
+
+    /// The launches of a dense `n`-token GEMM as (first token, tokens, order), as the CPU's
+    /// dense matmul orders them (`ferrolm_cpu::matmul::Order::Dense`): pairs for the first
+    /// `n - n % 4` tokens when `n >= 4`, blocks for the rest.
+    pub fn dense(ty: GgmlType, cols: usize, n: usize) -> Vec<(usize, usize, MmqOrder)> {
+        if !Self::integer_scales(ty, cols) {
+            return vec![(0, n, MmqOrder::Subs)];
+        }
+        let pairs = if n >= 4 { n - n % 4 } else { 0 };
+        [
+            (0, pairs, MmqOrder::Pairs),
+            (pairs, n - pairs, MmqOrder::Blocks),
+        ]
+        .into_iter()
+        .filter(|&(_, len, _)| len > 0)
+        .collect()
+    }
+
+    /// The order of an expert GEMM: the CPU's expert matmuls take blocks.
+    pub fn experts(ty: GgmlType, cols: usize) -> MmqOrder {
+        if Self::integer_scales(ty, cols) {
+            MmqOrder::Blocks
+        } else {
+            MmqOrder::Subs
+        }
+    }
+}
+
 /// Bytes of dynamic shared memory of a GEMM block over `nmat` matrices of `ty` sharing one
 /// activation tile: `MmqSmem<TYPE, C, NMAT>::bytes` of mmq_tile.cuh, computed the same way.
 pub(super) fn smem_bytes(ty: GgmlType, bm: usize, bn: usize, nmat: usize) -> usize {
@@ -114,9 +169,15 @@ pub(super) fn smem_bytes(ty: GgmlType, bm: usize, bn: usize, nmat: usize) -> usi
     };
     let scale16 = ty == GgmlType::Q6K;
     let has_min = matches!(ty, GgmlType::Q4_1 | GgmlType::Q4K | GgmlType::Q5K);
-    let scales = 1 + scale16 as usize + has_min as usize;
+    let int_scales = ty == GgmlType::Q4K;
+    // Per (row, sub-block) and per row (MmqRaw::scales, row_scales).
+    let (scales, row_scales) = if int_scales {
+        (3, 2)
+    } else {
+        (1 + scale16 as usize + has_min as usize, 0)
+    };
     let stage = nmat * bm * raw_stride + bn * Y_STRIDE;
-    2 * stage + bm * WQ_STRIDE + scales * SUBS * bm * 4 + SUBS * bn * 8
+    2 * stage + bm * WQ_STRIDE + (scales * SUBS + row_scales) * bm * 4 + SUBS * bn * 8
 }
 
 /// A GEMM entry point allowed its dynamic shared memory: `None` where the device offers less
@@ -179,6 +240,8 @@ pub struct Mmq {
     stream: Arc<CudaStream>,
     /// (type, index in MMQ_TILES) -> entry point `mmq_<type>_<tile>`.
     fns: HashMap<(GgmlType, usize), GemmFn>,
+    /// Integer-scale formats: `mmq_<type>_blocks`, the [`MmqOrder::Blocks`] tail (64x64 tile).
+    blocks: HashMap<GgmlType, GemmFn>,
     sms: usize,
     /// FERROLM_MMQ_TILE, when not auto.
     forced: Option<usize>,
@@ -199,9 +262,17 @@ impl Mmq {
                 fns.insert((ty, i), GemmFn::load(dev, &MMQ, &name, smem, 32 * t.warps)?);
             }
         }
+        let mut blocks = HashMap::new();
+        let t = BLOCKS_TILE;
+        // The integer-scale formats (MmqOrder::integer_scales).
+        let ty = GgmlType::Q4K;
+        let name = format!("mmq_{}_blocks", super::kernel_suffix(ty));
+        let smem = smem_bytes(ty, t.bm, t.bn, 1);
+        blocks.insert(ty, GemmFn::load(dev, &MMQ, &name, smem, 32 * t.warps)?);
         Ok(Self {
             stream: dev.stream().clone(),
             fns,
+            blocks,
             sms,
             forced,
         })
@@ -264,31 +335,47 @@ impl Mmq {
         if n == 0 || w.rows == 0 {
             return Ok(());
         }
-        let cfg = LaunchConfig {
-            grid_dim: (
-                int(w.rows.div_ceil(t.bm), "mmq row tiles") as u32,
-                int(n.div_ceil(t.bn), "mmq token tiles") as u32,
-                1,
-            ),
-            block_dim: (32, t.warps, 1),
-            shared_mem_bytes: g.smem as u32,
-        };
-        let (cols, rows, ntok) = (
-            int(w.cols, "mmq cols"),
-            int(w.rows, "mmq rows"),
-            int(n, "mmq tokens"),
-        );
-        let mut b = self.stream.launch_builder(f);
-        b.arg(&w.data)
-            .arg(xq)
-            .arg(out)
-            .arg(&cols)
-            .arg(&rows)
-            .arg(&ntok);
-        // SAFETY: mmq_<type>_<tile>(vx, vy, dst, ncols, nrows, ntok): rows x cols weights,
-        // ntok Q8_1 rows of cols elements, ntok x rows floats out; cols % 256 == 0 checked
-        // above, grid covers every (row, token) tile, shared memory as the kernel lays it out.
-        unsafe { b.launch(cfg) }.during(format!("launching mmq for {} ({})", w.ty, t.name))?;
+        let row_q8 = super::Quantize::q8_1_bytes(1, w.cols);
+        for (tok0, ntok, order) in MmqOrder::dense(w.ty, w.cols, n) {
+            let (f, t, g) = if order == MmqOrder::Blocks {
+                let g = self.blocks.get(&w.ty).ok_or_else(|| {
+                    CudaError::Invalid(format!("mmq: no block-order kernel for {}", w.ty))
+                })?;
+                (g.get(&format!("mmq {} blocks", w.ty))?, &BLOCKS_TILE, g)
+            } else {
+                (f, t, g)
+            };
+            let cfg = LaunchConfig {
+                grid_dim: (
+                    int(w.rows.div_ceil(t.bm), "mmq row tiles") as u32,
+                    int(ntok.div_ceil(t.bn), "mmq token tiles") as u32,
+                    1,
+                ),
+                block_dim: (32, t.warps, 1),
+                shared_mem_bytes: g.smem as u32,
+            };
+            let xs = xq.slice(tok0 * row_q8..(tok0 + ntok) * row_q8);
+            let mut os = out.slice_mut(tok0 * w.rows..(tok0 + ntok) * w.rows);
+            let (cols, rows, ntok, order) = (
+                int(w.cols, "mmq cols"),
+                int(w.rows, "mmq rows"),
+                int(ntok, "mmq tokens"),
+                order as i32,
+            );
+            let mut b = self.stream.launch_builder(f);
+            b.arg(&w.data)
+                .arg(&xs)
+                .arg(&mut os)
+                .arg(&cols)
+                .arg(&rows)
+                .arg(&ntok)
+                .arg(&order);
+            // SAFETY: mmq_<type>_<tile>(vx, vy, dst, ncols, nrows, ntok, order): rows x cols
+            // weights, ntok Q8_1 rows of cols elements, ntok x rows floats out (the views);
+            // cols % 256 == 0 checked above, grid covers every (row, token) tile, shared memory
+            // as the kernel lays it out.
+            unsafe { b.launch(cfg) }.during(format!("launching mmq for {} ({})", w.ty, t.name))?;
+        }
         Ok(())
     }
 }

@@ -3,7 +3,8 @@
 //! SwiGLU fused, down scaled by the routing weight, slots combined in order).
 //!
 //! Contract: the same int8 arithmetic as [`Mmq`](super::Mmq) (weights × Q8_1 activations,
-//! exact integer dots, f32 scale products), with `h = silu(gate) * up` rounded to Q8_1 before
+//! exact integer dots, f32 scale products; Q4_K in the CPU expert matmuls' integer-scale
+//! order, [`MmqOrder::experts`]), with `h = silu(gate) * up` rounded to Q8_1 before
 //! the down GEMM, as the CPU's matmul rounds its input. `cuda-parity` holds it to
 //! `|cuda - cpu| ≤ 5e-3 · Σ_slot w · Σ_j |down[r][j] · h[j]|` against the CPU's per-expert loop
 //! (int8 rounding twice, Q8_1 here and Q8_K there). Deterministic: no atomics, slots summed in
@@ -12,7 +13,7 @@
 //! `FERROLM_MOE_GROUPED=0` launches the GEMMs once per expert (each launch reads its segment
 //! from device memory) instead of once for all experts, for bisecting the tile-to-expert map.
 
-use super::mmq::{smem_bytes, GemmFn, FORMATS, MMQ_BK};
+use super::mmq::{smem_bytes, GemmFn, MmqOrder, FORMATS, MMQ_BK};
 use super::{int, stride_blocks, ActQuant, MoeExperts, Quantize};
 use crate::device::CudaDevice;
 use crate::error::{CudaError, DriverContext, Result};
@@ -258,6 +259,8 @@ impl MoeGemm {
             int(e, "experts"),
             int(k, "experts used"),
         );
+        let gate_up_order = MmqOrder::experts(experts.gate.ty, d) as i32;
+        let down_order = MmqOrder::experts(experts.down.ty, ff) as i32;
         // (expert, tile slots) per launch: one for all, or one per expert.
         let pair_tiles = pairs.div_ceil(MOE_BN);
         let launches: Vec<(i32, usize)> = if grouped {
@@ -278,9 +281,10 @@ impl MoeGemm {
                     .arg(&ffi)
                     .arg(&ei)
                     .arg(&ki)
-                    .arg(&expert);
+                    .arg(&expert)
+                    .arg(&gate_up_order);
                 // SAFETY: moe_gate_up_<type>(gate, up, xq, sorted, index, h, n_embd, n_ff, E, k,
-                // expert): shapes checked above; h has pairs × n_ff floats, and a block writes only
+                // expert, order): shapes checked above; h has pairs × n_ff floats, and a block writes only
                 // sorted positions below offsets[E] <= pairs.
                 unsafe { b.launch(gemm_cfg(ff, slots, gate_up_g.smem)?) }
                     .during(format!("launching moe_gate_up for {}", experts.gate.ty))?;
@@ -302,9 +306,10 @@ impl MoeGemm {
                     .arg(&ffi)
                     .arg(&ci)
                     .arg(&ei)
-                    .arg(&expert);
+                    .arg(&expert)
+                    .arg(&down_order);
                 // SAFETY: moe_down_<type>(down, hq, sorted, index, weights, y, n_ff, n_embd, E,
-                // expert): y has pairs × n_embd floats, written at pair ids < pairs.
+                // expert, order): y has pairs × n_embd floats, written at pair ids < pairs.
                 unsafe { b.launch(gemm_cfg(d, slots, down_g.smem)?) }
                     .during(format!("launching moe_down for {}", experts.down.ty))?;
             }

@@ -6,7 +6,7 @@
 //! k-th and (k+1)-th probabilities are within f32 noise of each other (the logits are summed in
 //! another order); weights within f32 rounding (`expf` against Rust's `exp`, another sum order).
 
-use super::{int, QuantMatrix};
+use super::{int, GemmF32, QuantMatrix};
 use crate::device::CudaDevice;
 use crate::error::{CudaError, DriverContext, Result};
 use crate::kernels::MOE_ROUTE;
@@ -115,7 +115,8 @@ impl MoeRouteWork {
 pub struct MoeRoute {
     stream: Arc<CudaStream>,
     logits_small: CudaFunction,
-    logits_tiled: CudaFunction,
+    /// Logits for more than SMALL_N tokens: the f32 GEMM.
+    gemm: GemmF32,
     topk: CudaFunction,
 }
 
@@ -125,7 +126,7 @@ impl MoeRoute {
         Ok(Self {
             stream: dev.stream().clone(),
             logits_small: f("moe_logits_small")?,
-            logits_tiled: f("moe_logits_tiled")?,
+            gemm: GemmF32::load(dev)?,
             topk: f("moe_topk")?,
         })
     }
@@ -167,31 +168,26 @@ impl MoeRoute {
             int(k, "moe k"),
         );
         // The small kernel loads 4 floats at a time.
-        let (f, cfg) = if n <= SMALL_N && d.is_multiple_of(4) {
+        if n <= SMALL_N && d.is_multiple_of(4) {
             let cfg = LaunchConfig {
                 grid_dim: (ne as u32, 1, 1),
                 block_dim: (128, 1, 1),
                 shared_mem_bytes: 0,
             };
-            (&self.logits_small, cfg)
+            let mut b = self.stream.launch_builder(&self.logits_small);
+            b.arg(x)
+                .arg(&router.w)
+                .arg(&mut work.logits)
+                .arg(&ni)
+                .arg(&di)
+                .arg(&nei);
+            // SAFETY: moe_logits_small(x, w, logits, n, n_embd, n_expert): n x n_embd and
+            // n_expert x n_embd floats in, n x n_expert out (work holds max_n >= n rows).
+            unsafe { b.launch(cfg) }.during("launching moe router logits")?;
         } else {
-            let cfg = LaunchConfig {
-                grid_dim: (ne.div_ceil(64) as u32, n.div_ceil(64) as u32, 1),
-                block_dim: (16, 16, 1),
-                shared_mem_bytes: 0,
-            };
-            (&self.logits_tiled, cfg)
-        };
-        let mut b = self.stream.launch_builder(f);
-        b.arg(x)
-            .arg(&router.w)
-            .arg(&mut work.logits)
-            .arg(&ni)
-            .arg(&di)
-            .arg(&nei);
-        // SAFETY: moe_logits_*(x, w, logits, n, n_embd, n_expert): n x n_embd and
-        // n_expert x n_embd floats in, n x n_expert out (work holds max_n >= n rows).
-        unsafe { b.launch(cfg) }.during("launching moe router logits")?;
+            self.gemm
+                .matmul_raw(&router.w, ne, d, x, n, &mut work.logits)?;
+        }
 
         let renorm = i32::from(router.renorm);
         let cfg = LaunchConfig {

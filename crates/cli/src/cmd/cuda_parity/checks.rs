@@ -44,6 +44,7 @@ pub fn all(dev: &CudaDevice, k: &Kernels, rng: &mut StdRng) -> Result<Vec<Row>> 
     push("rms_norm", rms_norm(dev, k, rng));
     push("rope", rope_both(dev, k, rng));
     push("elementwise", elementwise(dev, k, rng));
+    push("gemm_f32", gemm_f32(dev, k, rng));
     for ty in MMVQ_TYPES {
         push("mmvq", mmvq(dev, k, rng, ty, 4096, 4096, 1));
         // Several activation rows and an odd row count (the kernel's two-row blocks).
@@ -56,6 +57,15 @@ pub fn all(dev: &CudaDevice, k: &Kernels, rng: &mut StdRng) -> Result<Vec<Row>> 
         push("mmq", super::mmq::mmq(dev, k, rng, ty, 1027, 2048, 77));
         push("mmq", super::mmq::mmq(dev, k, rng, ty, 515, 2048, 201));
     }
+    // Q4_K's integer-scale order: pairs for 20 tokens and blocks for the last 2; blocks only.
+    push(
+        "mmq",
+        super::mmq::mmq(dev, k, rng, GgmlType::Q4K, 256, 1024, 22),
+    );
+    push(
+        "mmq",
+        super::mmq::mmq(dev, k, rng, GgmlType::Q4K, 256, 1024, 3),
+    );
     for case in super::moe::cases() {
         push("moe_gemm", super::moe::moe_block(dev, k, rng, case));
     }
@@ -238,6 +248,51 @@ fn rope_both(dev: &CudaDevice, k: &Kernels, rng: &mut StdRng) -> Result<Vec<Row>
             "cpu rope::rope",
             cmp,
             Contract::Rel(1e-6, "cosf/sinf within 2 ulp"),
+        ));
+    }
+    Ok(rows)
+}
+
+/// The f32 GEMM against the CPU's float matmul, on a wide shape (64-token tiles) and a router's
+/// (64 rows: 16-token tiles).
+fn gemm_f32(dev: &CudaDevice, k: &Kernels, rng: &mut StdRng) -> Result<Vec<Row>> {
+    let mut rows = Vec::new();
+    for (nrows, cols, n) in [(4096, 1024, 512), (64, 2048, 512)] {
+        let w = normal(rng, nrows * cols, 1.0);
+        let x = normal(rng, n * cols, 1.0);
+        let wd = dev.upload(&w)?;
+        let xd = dev.upload(&x)?;
+        let mut out = poisoned(dev, n * nrows)?;
+        k.gemm_f32.matmul_raw(&wd, nrows, cols, &xd, n, &mut out)?;
+        dev.sync()?;
+        let got = dev.download(&out)?;
+        let mut want = vec![0f32; n * nrows];
+        let bytes: Vec<u8> = w.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let wr = WeightRef {
+            ty: GgmlType::F32,
+            data: &bytes,
+            rows: nrows,
+            cols,
+        };
+        matmul(&wr, &x, &mut want);
+        // Σ|w·x| per output, in f64.
+        let scale: Vec<f64> = (0..n * nrows)
+            .into_par_iter()
+            .map(|i| {
+                let (t, r) = (i / nrows, i % nrows);
+                let (a, b) = (&w[r * cols..][..cols], &x[t * cols..][..cols]);
+                a.iter()
+                    .zip(b)
+                    .map(|(&p, &q)| (p as f64 * q as f64).abs())
+                    .sum()
+            })
+            .collect();
+        rows.push(row(
+            "gemm_f32",
+            format!("{nrows}×{cols} · {n} rows"),
+            "cpu matmul::matmul (F32)",
+            compare(&got, &want, |i| scale[i]),
+            Contract::Rel(1e-6, "f32 sum order"),
         ));
     }
     Ok(rows)

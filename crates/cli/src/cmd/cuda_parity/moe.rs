@@ -6,7 +6,7 @@
 use super::checks::{normal, poisoned, row};
 use super::{compare, Contract, Row};
 use anyhow::Result;
-use ferrolm_cpu::matmul::{matmul, WeightRef};
+use ferrolm_cpu::matmul::{matmul_ordered, Order, WeightRef};
 use ferrolm_cpu::norm::swiglu;
 use ferrolm_cuda::ops::{MoeExperts, MoeWork, QuantMatrix};
 use ferrolm_cuda::{CudaDevice, Kernels};
@@ -202,6 +202,7 @@ fn cpu_moe(
     let down = wref(c.down, dq, c.n_expert * d, ff);
     let down_f = ferrolm_quant::dequantize_to_vec(c.down, dq, c.n_expert * d * ff)?;
     let (mut out, mut scale) = (vec![0f32; n * d], vec![0f64; n * d]);
+    let mut slots = vec![0f32; n * c.k * d];
     for e in 0..c.n_expert {
         let pairs: Vec<usize> = (0..n * c.k).filter(|&p| ids[p] == e as i32).collect();
         if pairs.is_empty() {
@@ -213,11 +214,12 @@ fn cpu_moe(
             .flat_map(|&p| x[p / c.k * d..][..d].iter().copied())
             .collect();
         let (mut g, mut u) = (vec![0f32; m * ff], vec![0f32; m * ff]);
-        matmul(&gate.slice_rows(e * ff, ff), &xe, &mut g);
-        matmul(&up.slice_rows(e * ff, ff), &xe, &mut u);
+        // One token at a time, as ferrolm_cpu::moe (and llama.cpp) run expert matmuls.
+        matmul_ordered(Order::Rows, &gate.slice_rows(e * ff, ff), &xe, &mut g);
+        matmul_ordered(Order::Rows, &up.slice_rows(e * ff, ff), &xe, &mut u);
         swiglu(&mut g, &u);
         let mut y = vec![0f32; m * d];
-        matmul(&down.slice_rows(e * d, d), &g, &mut y);
+        matmul_ordered(Order::Rows, &down.slice_rows(e * d, d), &g, &mut y);
         let wd = &down_f[e * d * ff..][..d * ff];
         // [m][d] of Σ_j |down[r][j] · h[j]|.
         let mags: Vec<f64> = (0..m * d)
@@ -233,9 +235,15 @@ fn cpu_moe(
         for (j, &p) in pairs.iter().enumerate() {
             let t = p / c.k;
             for r in 0..d {
-                out[t * d + r] += weights[p] * y[j * d + r];
+                slots[p * d + r] = weights[p] * y[j * d + r];
                 scale[t * d + r] += weights[p] as f64 * mags[j * d + r];
             }
+        }
+    }
+    // Per token, the slots in order (ferrolm_cpu::moe, llama.cpp's per-slot adds).
+    for (p, y) in slots.chunks_exact(d).enumerate() {
+        for (o, &v) in out[p / c.k * d..][..d].iter_mut().zip(y) {
+            *o += v;
         }
     }
     Ok((out, scale))
