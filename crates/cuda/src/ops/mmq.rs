@@ -5,8 +5,8 @@
 //! the same order with pinned f32 roundings, see `mmq_mma.cuh`). Against the CPU's matmul:
 //! Q4_K with Q8_K activations is bit-identical (the CPU's integer-scale order, [`MmqOrder`]),
 //! and so are Q4_0, Q4_1 and Q5_K; Q8_0 is bit-identical on its eight-lane kernel
-//! (`mmq_q8_0_lanes`, CUDA cores; `FERROLM_CUDA_Q8_0_LANES=0` takes the tensor-core GEMM, whose
-//! f32 sums are in another order); for Q6_K the integer dots are exact and only f32 scale
+//! (`mmq_q8_0_lanes`, CUDA cores, ubatches under [`Q8_0_LANES_MAX_TOKENS`];
+//! `FERROLM_CUDA_Q8_0_LANES=0` takes the tensor-core GEMM, whose f32 sums are in another order); for Q6_K the integer dots are exact and only f32 scale
 //! products and sums round (`cuda-parity` checks all of them). `FERROLM_MMQ_TILE=auto|128x128|128x64|64x64` picks the
 //! shape (default `auto`: [`auto_tile`]); `FERROLM_CUDA_MMQ=0` turns the GEMM off altogether
 //! (backend); `FERROLM_CUDA_INT_SCALES=0` gives Q4_K the per-sub-block order of the other
@@ -56,6 +56,10 @@ pub const MMQ_TILES: [MmqTile; 3] = [
         warps: 4,
     },
 ];
+
+/// Q8_0 GEMMs of fewer rows take the eight-lane kernel (the CPU's bits, at about a quarter of
+/// the tensor-core GEMM's speed on the H200: affordable for short ubatches only).
+pub const Q8_0_LANES_MAX_TOKENS: usize = 256;
 
 /// The tile of the `mmq_<type>_blocks` entry points.
 const BLOCKS_TILE: MmqTile = MMQ_TILES[2];
@@ -346,7 +350,9 @@ impl Mmq {
             return Ok(());
         }
         if let (GgmlType::Q8_0, Some(lanes)) = (w.ty, &self.q8_0_lanes) {
-            return self.matmul_q8_0_lanes(lanes, w, xq, n, out);
+            if n < Q8_0_LANES_MAX_TOKENS {
+                return self.matmul_q8_0_lanes(lanes, w, xq, n, out);
+            }
         }
         let row_q8 = super::Quantize::q8_1_bytes(1, w.cols);
         for (tok0, ntok, order) in MmqOrder::dense(w.ty, w.cols, n) {
@@ -392,9 +398,10 @@ impl Mmq {
         Ok(())
     }
 
-    /// Whether Q8_0 weights take the eight-lane kernel (`FERROLM_CUDA_Q8_0_LANES` not `0`).
-    pub fn q8_0_lanes(&self) -> bool {
-        self.q8_0_lanes.is_some()
+    /// Whether `n` activation rows of Q8_0 weights take the eight-lane kernel: ubatches under
+    /// [`Q8_0_LANES_MAX_TOKENS`] unless `FERROLM_CUDA_Q8_0_LANES=0`.
+    pub fn q8_0_lanes_for(&self, n: usize) -> bool {
+        self.q8_0_lanes.is_some() && n < Q8_0_LANES_MAX_TOKENS
     }
 
     /// Q8_0 weights on `mmq_q8_0_lanes` (the CPU's eight-lane order; shapes checked by the
