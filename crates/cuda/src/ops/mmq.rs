@@ -449,6 +449,14 @@ mod tests {
     use super::*;
 
     #[test]
+    fn q8_0_lanes_launch_matches_the_kernel() {
+        let src = MMQ.source;
+        assert!(src.contains("#define LANES_T 16"));
+        assert!(src.contains("#define LANES_RM 4"));
+        assert!(src.contains("#define LANES_RN 2"));
+    }
+
+    #[test]
     fn env_names_a_tile_or_auto() {
         assert_eq!(tile_from_env(None).unwrap(), None);
         assert_eq!(tile_from_env(Some("auto")).unwrap(), None);
