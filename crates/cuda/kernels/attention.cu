@@ -345,6 +345,67 @@ static __device__ __forceinline__ void attn_prefill_f16ref(
     out[row + j] = __half2float(acc) * (1.0f / l);
 }
 
+// The CPU's f32 attention (crates/cpu/src/attention.rs, for ubatches of 64 rows and more):
+// each score a dot of f32 q and the cache's values summed in eight lanes (lane i takes elements
+// 8c + i in order), the lanes added in order, times scale; softmax as norm::softmax (maximum,
+// e^(s - max) summed key by key, times 1 / Σ); the output Σ_k w_k · v_k key by key, products
+// and sums rounded apart. The scores are computed three times (maximum, sum, output) rather
+// than kept, so any number of keys fits. Only e^x may round differently (libm's expf there).
+// grid (n_q, n_head), block D threads (thread j owns element j of the row's output).
+template <int D>
+static __device__ __forceinline__ float f32ref_dot(const float *prod, int lane) {
+    float a = 0.0f;
+    if (lane < 8) {
+#pragma unroll
+        for (int c = 0; c < D / 8; ++c) {
+            a = __fadd_rn(a, prod[8 * c + lane]);
+        }
+    }
+    float r = __shfl_sync(FULL_MASK, a, 0);
+#pragma unroll
+    for (int i = 1; i < 8; ++i) {
+        r = __fadd_rn(r, __shfl_sync(FULL_MASK, a, i));
+    }
+    return r;
+}
+
+template <int D>
+static __device__ __forceinline__ void attn_prefill_f32ref(
+    const float *__restrict__ q, const uint16_t *__restrict__ kc, const uint16_t *__restrict__ vc,
+    const uint32_t *__restrict__ pos, float *__restrict__ out, int n_q, int n_head, int n_kv_head,
+    int n_ctx, float scale) {
+    __shared__ float prod[2][D];
+    const int t = blockIdx.x, h = blockIdx.y, j = threadIdx.x, lane = j % WARP_SIZE;
+    const int g = h / (n_head / n_kv_head);
+    const size_t row = ((size_t)t * n_head + h) * D;
+    const float qj = q[row + j];
+    const uint16_t *kh = kc + (size_t)g * n_ctx * D;
+    const uint16_t *vh = vc + (size_t)g * n_ctx * D;
+    const int n_keys = (int)pos[t] + 1;
+    int step = 0; // alternating buffers: one barrier a score
+    auto score = [&](int key) {
+        float *buf = prod[step++ % 2];
+        buf[j] = __fmul_rn(qj, f16_bits_to_f32(kh[(size_t)key * D + j]));
+        __syncthreads();
+        return __fmul_rn(f32ref_dot<D>(buf, lane), scale);
+    };
+    float m = ATTN_NEG_INF;
+    for (int key = 0; key < n_keys; ++key) {
+        m = fmaxf(m, score(key));
+    }
+    float sum = 0.0f;
+    for (int key = 0; key < n_keys; ++key) {
+        sum = __fadd_rn(sum, exp_rn(__fsub_rn(score(key), m)));
+    }
+    const float inv = __fdiv_rn(1.0f, sum);
+    float o = 0.0f;
+    for (int key = 0; key < n_keys; ++key) {
+        const float w = __fmul_rn(exp_rn(__fsub_rn(score(key), m)), inv);
+        o = __fadd_rn(o, __fmul_rn(w, f16_bits_to_f32(vh[(size_t)key * D + j])));
+    }
+    out[row + j] = o;
+}
+
 #define ATTN_INSTANCES(D)                                                                         \
     extern "C" __global__ void attn_decode_split_d##D(                                           \
         const float *q, const uint16_t *kc, const uint16_t *vc, const uint32_t *pos,              \
@@ -357,6 +418,11 @@ static __device__ __forceinline__ void attn_prefill_f16ref(
         const float *q, const uint16_t *kc, const uint16_t *vc, const uint32_t *pos, float *out,  \
         int n_q, int n_head, int n_kv_head, int n_ctx, float scale) {                             \
         attn_prefill_f16ref<D>(q, kc, vc, pos, out, n_q, n_head, n_kv_head, n_ctx, scale);        \
+    }                                                                                             \
+    extern "C" __global__ void attn_prefill_f32ref_d##D(                                          \
+        const float *q, const uint16_t *kc, const uint16_t *vc, const uint32_t *pos, float *out,  \
+        int n_q, int n_head, int n_kv_head, int n_ctx, float scale) {                             \
+        attn_prefill_f32ref<D>(q, kc, vc, pos, out, n_q, n_head, n_kv_head, n_ctx, scale);        \
     }                                                                                             \
     extern "C" __global__ void attn_prefill_d##D(const float *q, const uint16_t *kc,              \
                                                  const uint16_t *vc, const uint32_t *pos,         \

@@ -1,6 +1,6 @@
 //! `kernels/attention.cu`: the f16 KV cache, flash-decoding, the scalar tiled prefill and the
 //! ggml-arithmetic prefill for short ubatches; `kernels/flash_attn.cu`: the tensor-core prefill
-//! (the default from [`MMA_MIN_ROWS`] query rows; `FERROLM_ATTN_MMA=0` or `=1` forces the scalar
+//! (the default from [`GGML_SMALL_ROWS`] query rows; `FERROLM_ATTN_MMA=0` or `=1` forces the scalar
 //! or the tensor-core kernel at every size, `FERROLM_ATTN=f32` takes the scalar f32 kernel
 //! instead of the ggml-arithmetic one below it).
 //!
@@ -42,13 +42,21 @@ pub enum PrefillKernel {
     /// attention.cu's attn_prefill_f16ref: ggml's CPU arithmetic for short ubatches (f16 Q and
     /// output accumulator, keys in order), which the CPU backend reproduces too.
     F16Ref,
+    /// attention.cu's attn_prefill_f32ref: the CPU's f32 arithmetic in its order (the CPU's
+    /// path from 64 rows), for ubatches under [`REF_MAX_ROWS`] rows.
+    F32Ref,
 }
 
-/// Below this many query rows a short ubatch's attention costs little either way, and it runs
-/// ggml's CPU arithmetic (as llama.cpp's CPU and ferrolm's do below 64 rows), where the
-/// tensor-core kernel's f16 rounding of Q and P moved the tiny q8_0 goldens from 181-183/185 to
-/// 178-179/185 top-1 on the H200.
-pub const MMA_MIN_ROWS: usize = 64;
+/// From this many query rows prefill takes the tensor-core kernel: below, the ubatch is short
+/// enough that attention in the CPU's arithmetic costs little beside its GEMMs, and it keeps the
+/// backends' results the same (the tiny goldens' 115-token passes differ in every layer on the
+/// tensor-core kernel's f16 Q and P).
+pub const REF_MAX_ROWS: usize = 256;
+
+/// Below this many query rows a short ubatch runs ggml's CPU arithmetic (as llama.cpp's CPU and
+/// ferrolm's do below 64 rows), where the tensor-core kernel's f16 rounding of Q and P had moved
+/// the tiny q8_0 goldens from 181-183/185 to 178-179/185 top-1 on the H200.
+pub const GGML_SMALL_ROWS: usize = 64;
 
 impl PrefillKernel {
     /// `FERROLM_ATTN_MMA=0` forces the scalar kernel, `=1` the MMA one; unset (or anything
@@ -61,15 +69,16 @@ impl PrefillKernel {
         }
     }
 
-    /// The kernel for `n_q` query rows unless forced; below [`MMA_MIN_ROWS`], ggml's
-    /// arithmetic unless `ggml_small` is off (`FERROLM_ATTN=f32`).
+    /// The kernel for `n_q` query rows unless forced: below [`GGML_SMALL_ROWS`], ggml's
+    /// arithmetic unless `ggml_small` is off (`FERROLM_ATTN=f32`); then the CPU's f32
+    /// arithmetic below [`REF_MAX_ROWS`]; the tensor-core kernel from there.
     pub fn for_rows(forced: Option<Self>, n_q: usize, ggml_small: bool) -> Self {
-        forced.unwrap_or(if n_q >= MMA_MIN_ROWS {
+        forced.unwrap_or(if n_q >= REF_MAX_ROWS {
             PrefillKernel::Mma
-        } else if ggml_small {
+        } else if n_q < GGML_SMALL_ROWS && ggml_small {
             PrefillKernel::F16Ref
         } else {
-            PrefillKernel::Scalar
+            PrefillKernel::F32Ref
         })
     }
 
@@ -159,6 +168,7 @@ pub struct Attention {
     /// Short ubatches on ggml's arithmetic ([`PrefillKernel::F16Ref`]), unless `FERROLM_ATTN=f32`.
     ggml_small: bool,
     prefill_f16ref: Vec<CudaFunction>,
+    prefill_f32ref: Vec<CudaFunction>,
     /// Decode combines the splits in the split kernel's last block per head (one launch), or
     /// with `FERROLM_CUDA_FUSE=0` in a second kernel; the same arithmetic either way.
     fused_combine: bool,
@@ -221,6 +231,10 @@ impl Attention {
             prefill_f16ref: ATTN_HEAD_DIMS
                 .iter()
                 .map(|d| f(format!("attn_prefill_f16ref_d{d}")))
+                .collect::<Result<_>>()?,
+            prefill_f32ref: ATTN_HEAD_DIMS
+                .iter()
+                .map(|d| f(format!("attn_prefill_f32ref_d{d}")))
                 .collect::<Result<_>>()?,
             fused_combine: std::env::var("FERROLM_CUDA_FUSE").map_or(true, |v| v != "0"),
         })
@@ -390,8 +404,12 @@ impl Attention {
                     shared_mem_bytes: 0,
                 },
             ),
-            PrefillKernel::F16Ref => (
-                &self.prefill_f16ref[di],
+            PrefillKernel::F16Ref | PrefillKernel::F32Ref => (
+                if kernel == PrefillKernel::F16Ref {
+                    &self.prefill_f16ref[di]
+                } else {
+                    &self.prefill_f32ref[di]
+                },
                 LaunchConfig {
                     grid_dim: (n_q as u32, n_head as u32, 1),
                     block_dim: (cache.head_dim as u32, 1, 1),
@@ -422,7 +440,7 @@ impl Attention {
             .arg(&nkv)
             .arg(&nctx)
             .arg(&scale);
-        // SAFETY: attn_prefill[_f16ref]_dD and flash_attn_prefill_dD take (q, kc, vc, pos, out, n_q,
+        // SAFETY: attn_prefill[_f16ref|_f32ref]_dD and flash_attn_prefill_dD take (q, kc, vc, pos, out, n_q,
         // n_head, n_kv_head, n_ctx, scale): n_q rows in and out, positions below n_ctx (the
         // caller's); the flash kernel's dynamic shared memory is the size it was raised to.
         unsafe { b.launch(cfg) }.during("launching attention prefill")?;
@@ -436,17 +454,22 @@ mod tests {
 
     #[test]
     fn prefill_kernel_by_rows_unless_forced() {
-        use PrefillKernel::{F16Ref, Mma, Scalar};
+        use PrefillKernel::{F16Ref, F32Ref, Mma, Scalar};
         assert_eq!(PrefillKernel::for_rows(None, 1, true), F16Ref);
         assert_eq!(
-            PrefillKernel::for_rows(None, MMA_MIN_ROWS - 1, true),
+            PrefillKernel::for_rows(None, GGML_SMALL_ROWS - 1, true),
             F16Ref
         );
         assert_eq!(
-            PrefillKernel::for_rows(None, MMA_MIN_ROWS - 1, false),
-            Scalar
+            PrefillKernel::for_rows(None, GGML_SMALL_ROWS - 1, false),
+            F32Ref
         );
-        assert_eq!(PrefillKernel::for_rows(None, MMA_MIN_ROWS, true), Mma);
+        assert_eq!(PrefillKernel::for_rows(None, GGML_SMALL_ROWS, true), F32Ref);
+        assert_eq!(
+            PrefillKernel::for_rows(None, REF_MAX_ROWS - 1, true),
+            F32Ref
+        );
+        assert_eq!(PrefillKernel::for_rows(None, REF_MAX_ROWS, true), Mma);
         assert_eq!(PrefillKernel::for_rows(None, 2048, false), Mma);
         assert_eq!(PrefillKernel::for_rows(Some(Mma), 9, true), Mma);
         assert_eq!(PrefillKernel::for_rows(Some(Scalar), 2048, true), Scalar);

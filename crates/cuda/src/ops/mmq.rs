@@ -3,9 +3,11 @@
 //!
 //! Contract: the same bits for every tile shape (each output adds its per-sub-block terms in
 //! the same order with pinned f32 roundings, see `mmq_mma.cuh`). Against the CPU's matmul:
-//! Q4_K with Q8_K activations is bit-identical (the CPU's integer-scale order, [`MmqOrder`]);
-//! for the other formats the integer dots are exact and only f32 scale products and sums
-//! round (`cuda-parity` checks both). `FERROLM_MMQ_TILE=auto|128x128|128x64|64x64` picks the
+//! Q4_K with Q8_K activations is bit-identical (the CPU's integer-scale order, [`MmqOrder`]),
+//! and so are Q4_0, Q4_1 and Q5_K; Q8_0 is bit-identical on its eight-lane kernel
+//! (`mmq_q8_0_lanes`, CUDA cores, ubatches under [`Q8_0_LANES_MAX_TOKENS`];
+//! `FERROLM_CUDA_Q8_0_LANES=0` takes the tensor-core GEMM, whose f32 sums are in another order); for Q6_K the integer dots are exact and only f32 scale
+//! products and sums round (`cuda-parity` checks all of them). `FERROLM_MMQ_TILE=auto|128x128|128x64|64x64` picks the
 //! shape (default `auto`: [`auto_tile`]); `FERROLM_CUDA_MMQ=0` turns the GEMM off altogether
 //! (backend); `FERROLM_CUDA_INT_SCALES=0` gives Q4_K the per-sub-block order of the other
 //! formats.
@@ -54,6 +56,10 @@ pub const MMQ_TILES: [MmqTile; 3] = [
         warps: 4,
     },
 ];
+
+/// Q8_0 GEMMs of fewer rows take the eight-lane kernel (the CPU's bits, at about a quarter of
+/// the tensor-core GEMM's speed on the H200: affordable for short ubatches only).
+pub const Q8_0_LANES_MAX_TOKENS: usize = 256;
 
 /// The tile of the `mmq_<type>_blocks` entry points.
 const BLOCKS_TILE: MmqTile = MMQ_TILES[2];
@@ -242,6 +248,8 @@ pub struct Mmq {
     fns: HashMap<(GgmlType, usize), GemmFn>,
     /// Integer-scale formats: `mmq_<type>_blocks`, the [`MmqOrder::Blocks`] tail (64x64 tile).
     blocks: HashMap<GgmlType, GemmFn>,
+    /// Q8_0 in the CPU's eight-lane order, unless `FERROLM_CUDA_Q8_0_LANES=0`.
+    q8_0_lanes: Option<CudaFunction>,
     sms: usize,
     /// FERROLM_MMQ_TILE, when not auto.
     forced: Option<usize>,
@@ -269,10 +277,16 @@ impl Mmq {
         let name = format!("mmq_{}_blocks", super::kernel_suffix(ty));
         let smem = smem_bytes(ty, t.bm, t.bn, 1);
         blocks.insert(ty, GemmFn::load(dev, &MMQ, &name, smem, 32 * t.warps)?);
+        let lanes_on = std::env::var("FERROLM_CUDA_Q8_0_LANES").map_or(true, |v| v != "0");
+        let q8_0_lanes = match lanes_on {
+            true => Some(dev.function(&MMQ, "mmq_q8_0_lanes")?),
+            false => None,
+        };
         Ok(Self {
             stream: dev.stream().clone(),
             fns,
             blocks,
+            q8_0_lanes,
             sms,
             forced,
         })
@@ -335,6 +349,11 @@ impl Mmq {
         if n == 0 || w.rows == 0 {
             return Ok(());
         }
+        if let (GgmlType::Q8_0, Some(lanes)) = (w.ty, &self.q8_0_lanes) {
+            if n < Q8_0_LANES_MAX_TOKENS {
+                return self.matmul_q8_0_lanes(lanes, w, xq, n, out);
+            }
+        }
         let row_q8 = super::Quantize::q8_1_bytes(1, w.cols);
         for (tok0, ntok, order) in MmqOrder::dense(w.ty, w.cols, n) {
             let (f, t, g) = if order == MmqOrder::Blocks {
@@ -378,11 +397,64 @@ impl Mmq {
         }
         Ok(())
     }
+
+    /// Whether `n` activation rows of Q8_0 weights take the eight-lane kernel: ubatches under
+    /// [`Q8_0_LANES_MAX_TOKENS`] unless `FERROLM_CUDA_Q8_0_LANES=0`.
+    pub fn q8_0_lanes_for(&self, n: usize) -> bool {
+        self.q8_0_lanes.is_some() && n < Q8_0_LANES_MAX_TOKENS
+    }
+
+    /// Q8_0 weights on `mmq_q8_0_lanes` (the CPU's eight-lane order; shapes checked by the
+    /// caller).
+    fn matmul_q8_0_lanes(
+        &self,
+        f: &CudaFunction,
+        w: &QuantMatrix,
+        xq: &CudaSlice<u8>,
+        n: usize,
+        out: &mut CudaSlice<f32>,
+    ) -> Result<()> {
+        const T: usize = 16; // the kernel's LANES_T
+        let cfg = LaunchConfig {
+            grid_dim: (
+                int(w.rows.div_ceil(4 * T), "mmq row tiles") as u32,
+                int(n.div_ceil(2 * T), "mmq token tiles") as u32,
+                1,
+            ),
+            block_dim: (T as u32, T as u32, 1),
+            shared_mem_bytes: 0,
+        };
+        let (cols, rows, ntok) = (
+            int(w.cols, "mmq cols"),
+            int(w.rows, "mmq rows"),
+            int(n, "mmq tokens"),
+        );
+        let mut b = self.stream.launch_builder(f);
+        b.arg(&w.data)
+            .arg(xq)
+            .arg(out)
+            .arg(&cols)
+            .arg(&rows)
+            .arg(&ntok);
+        // SAFETY: mmq_q8_0_lanes(vx, vy, dst, ncols, nrows, ntok): rows x cols Q8_0 weights,
+        // n activation rows of cols, n x rows floats out (sizes asserted by matmul_tile); the
+        // grid covers every (row, token) tile.
+        unsafe { b.launch(cfg) }.during("launching mmq_q8_0_lanes")?;
+        Ok(())
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn q8_0_lanes_launch_matches_the_kernel() {
+        let src = MMQ.source;
+        assert!(src.contains("#define LANES_T 16"));
+        assert!(src.contains("#define LANES_RM 4"));
+        assert!(src.contains("#define LANES_RN 2"));
+    }
 
     #[test]
     fn env_names_a_tile_or_auto() {

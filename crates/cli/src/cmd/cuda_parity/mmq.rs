@@ -65,8 +65,10 @@ pub fn mmq(
         })
         .collect();
     let cmp = compare(&got, &cpu, |i| scale[i]);
-    // Q4_K with Q8_K activations follows the CPU's integer-scale order: the CPU's bits.
-    let contract = if MmqOrder::integer_scales(ty, cols) {
+    // Q4_K with Q8_K activations follows the CPU's integer-scale order, Q8_0 under 256 rows its
+    // eight lanes (unless FERROLM_CUDA_Q8_0_LANES=0): the CPU's bits.
+    let q8_0_lanes = ty == GgmlType::Q8_0 && k.mmq.q8_0_lanes_for(n);
+    let contract = if MmqOrder::integer_scales(ty, cols) || q8_0_lanes {
         Contract::Exact
     } else {
         super::checks::SAME_INT8
