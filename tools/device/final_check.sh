@@ -45,6 +45,8 @@ for m in tiny-llama-q4_k_m tiny-qwen3moe-q8_0 tiny-olmoe-q4_k_m; do
   python3 $T/same_logits.py /tmp/$m-step.json /tmp/$m-nograph.json
   python3 $T/same_logits.py /tmp/$m-mmaattn.json /tmp/$m-scalarattn.json 0.2
   python3 $T/same_logits.py /tmp/$m-batch.json /tmp/$m-nommq.json 0.2
+  # Q8_0 GEMMs under 256 rows: the eight-lane kernel against the tensor-core one.
+  run FERROLM_CUDA_Q8_0_LANES=0 $m "" $m-mmaq8; python3 $T/same_logits.py /tmp/$m-batch.json /tmp/$m-mmaq8.json 0.2
   # Batches under 64 rows take ggml's f16 attention, decode steps f32: compare on f32.
   run FERROLM_ATTN=f32 $m "" $m-batch-f32; python3 $T/same_logits.py /tmp/$m-batch-f32.json /tmp/$m-step.json 0.2
 done 2>&1 | tee $OUT/switches.txt
