@@ -456,6 +456,23 @@ mod tests {
         assert!(src.contains("#define LANES_RN 2"));
     }
 
+    /// The launches of a dense GEMM follow the CPU's `Order::Dense`: pairs for whole groups of
+    /// four tokens, blocks for the rest (and for calls under four tokens); other formats one
+    /// launch in the per-sub-block order; expert GEMMs blocks. (FERROLM_CUDA_INT_SCALES unset.)
+    #[test]
+    fn integer_scale_order_splits_like_the_cpu() {
+        use MmqOrder::{Blocks, Pairs, Subs};
+        let dense = |ty, n| MmqOrder::dense(ty, 4096, n);
+        assert_eq!(dense(GgmlType::Q4K, 22), [(0, 20, Pairs), (20, 2, Blocks)]);
+        assert_eq!(dense(GgmlType::Q4K, 512), [(0, 512, Pairs)]);
+        assert_eq!(dense(GgmlType::Q4K, 3), [(0, 3, Blocks)]);
+        assert_eq!(dense(GgmlType::Q4K, 4), [(0, 4, Pairs)]);
+        assert_eq!(dense(GgmlType::Q6K, 22), [(0, 22, Subs)]);
+        assert_eq!(dense(GgmlType::Q8_0, 22), [(0, 22, Subs)]);
+        assert_eq!(MmqOrder::experts(GgmlType::Q4K, 2048), Blocks);
+        assert_eq!(MmqOrder::experts(GgmlType::Q6K, 1024), Subs);
+    }
+
     #[test]
     fn env_names_a_tile_or_auto() {
         assert_eq!(tile_from_env(None).unwrap(), None);
@@ -477,6 +494,11 @@ mod tests {
         assert_eq!(
             smem_bytes(GgmlType::Q6K, 64, 64, 2),
             2 * (2 * 64 * 224 + 64 * 304) + 64 * 272 + 2 * 8 * 64 * 4 + 8 * 64 * 8
+        );
+        // Q4_K (integer scales): sc as f32 and as int, m per sub-block; d, dmin per row.
+        assert_eq!(
+            smem_bytes(GgmlType::Q4K, 128, 128, 1),
+            2 * (128 * 144 + 128 * 304) + 128 * 272 + (3 * 8 + 2) * 128 * 4 + 8 * 128 * 8
         );
         // Every dense shape fits the H100/H200's 227 KiB.
         for &ty in FORMATS {
