@@ -253,6 +253,22 @@ fn rope_both(dev: &CudaDevice, k: &Kernels, rng: &mut StdRng) -> Result<Vec<Row>
     Ok(rows)
 }
 
+/// `[n][rows]` of (`Σ w·x`, `Σ |w·x|`) in f64 for weights `w` (`rows` × `cols`) and the rows
+/// of `x`: the exact product, and the magnitude matmul errors are measured against.
+pub(super) fn products(w: &[f32], x: &[f32], rows: usize, cols: usize) -> Vec<(f64, f64)> {
+    (0..x.len() / cols * rows)
+        .into_par_iter()
+        .map(|i| {
+            let (j, r) = (i / rows, i % rows);
+            let (wr, xr) = (&w[r * cols..][..cols], &x[j * cols..][..cols]);
+            wr.iter().zip(xr).fold((0.0, 0.0), |(s, m), (&a, &b)| {
+                let p = a as f64 * b as f64;
+                (s + p, m + p.abs())
+            })
+        })
+        .collect()
+}
+
 /// The f32 GEMM against the CPU's float matmul, on a wide shape (64-token tiles) and a router's
 /// (64 rows: 16-token tiles).
 fn gemm_f32(dev: &CudaDevice, k: &Kernels, rng: &mut StdRng) -> Result<Vec<Row>> {
@@ -275,23 +291,12 @@ fn gemm_f32(dev: &CudaDevice, k: &Kernels, rng: &mut StdRng) -> Result<Vec<Row>>
             cols,
         };
         matmul(&wr, &x, &mut want);
-        // Σ|w·x| per output, in f64.
-        let scale: Vec<f64> = (0..n * nrows)
-            .into_par_iter()
-            .map(|i| {
-                let (t, r) = (i / nrows, i % nrows);
-                let (a, b) = (&w[r * cols..][..cols], &x[t * cols..][..cols]);
-                a.iter()
-                    .zip(b)
-                    .map(|(&p, &q)| (p as f64 * q as f64).abs())
-                    .sum()
-            })
-            .collect();
+        let exact = products(&w, &x, nrows, cols);
         rows.push(row(
             "gemm_f32",
             format!("{nrows}×{cols} · {n} rows"),
             "cpu matmul::matmul (F32)",
-            compare(&got, &want, |i| scale[i]),
+            compare(&got, &want, |i| exact[i].1),
             Contract::Rel(1e-6, "f32 sum order"),
         ));
     }
@@ -380,18 +385,7 @@ fn mmvq(
 
     let wf = ferrolm_quant::dequantize_to_vec(ty, &wq, rows * cols)?;
     let xf = dequantize_blocks(&xq);
-    // [n][rows] of (Σ w·x, Σ |w·x|) in f64.
-    let exact: Vec<(f64, f64)> = (0..n * rows)
-        .into_par_iter()
-        .map(|i| {
-            let (j, r) = (i / rows, i % rows);
-            let (wr, xr) = (&wf[r * cols..][..cols], &xf[j * cols..][..cols]);
-            wr.iter().zip(xr).fold((0.0, 0.0), |(s, m), (&a, &b)| {
-                let p = a as f64 * b as f64;
-                (s + p, m + p.abs())
-            })
-        })
-        .collect();
+    let exact = products(&wf, &xf, rows, cols);
     let want: Vec<f32> = exact.iter().map(|e| e.0 as f32).collect();
     let shape = format!("{rows}×{cols} · {n} col{}", if n > 1 { "s" } else { "" });
     let op = format!("mmvq {ty}");

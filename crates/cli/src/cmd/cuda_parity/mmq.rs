@@ -9,7 +9,6 @@ use ferrolm_cuda::ops::{ActQuant, MmqOrder, QuantMatrix, MMQ_TILES, Q8_1_BLOCK_B
 use ferrolm_cuda::{CudaDevice, Kernels};
 use ferrolm_gguf::GgmlType;
 use rand::rngs::StdRng;
-use rayon::prelude::*;
 
 /// Weight formats with a CUDA GEMM.
 pub const MMQ_TYPES: [GgmlType; 6] = [
@@ -52,19 +51,8 @@ pub fn mmq(
     };
     matmul(&wr, &x, &mut cpu);
     let wf = ferrolm_quant::dequantize_to_vec(ty, &wq, rows * cols)?;
-    // [n][rows] of Σ |w·x| in f64.
-    let scale: Vec<f64> = (0..n * rows)
-        .into_par_iter()
-        .map(|i| {
-            let (j, r) = (i / rows, i % rows);
-            let (wr, xr) = (&wf[r * cols..][..cols], &x[j * cols..][..cols]);
-            wr.iter()
-                .zip(xr)
-                .map(|(&a, &b)| (a as f64 * b as f64).abs())
-                .sum()
-        })
-        .collect();
-    let cmp = compare(&got, &cpu, |i| scale[i]);
+    let exact = super::checks::products(&wf, &x, rows, cols);
+    let cmp = compare(&got, &cpu, |i| exact[i].1);
     // Q4_K with Q8_K activations follows the CPU's integer-scale order, Q8_0 under 256 rows its
     // eight lanes (unless FERROLM_CUDA_Q8_0_LANES=0): the CPU's bits.
     let q8_0_lanes = ty == GgmlType::Q8_0 && k.mmq.q8_0_lanes_for(n);

@@ -210,14 +210,7 @@ fn expert_rows(q: &[u8], ty: GgmlType, e: usize, rows: usize, cols: usize) -> Re
 
 /// `Σ w·x` and `Σ |w·x|` in f64 of every row of `w` (`cols` wide) with `x`.
 fn dots(w: &[f32], x: &[f32]) -> Vec<(f64, f64)> {
-    w.par_chunks_exact(x.len())
-        .map(|r| {
-            r.iter().zip(x).fold((0.0, 0.0), |(s, m), (&a, &b)| {
-                let p = a as f64 * b as f64;
-                (s + p, m + p.abs())
-            })
-        })
-        .collect()
+    super::checks::products(w, x, w.len() / x.len(), x.len())
 }
 
 /// Token routes that share experts: from a pool of 16 when n > 1, token 1 (if any) the same
