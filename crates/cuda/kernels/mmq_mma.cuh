@@ -65,6 +65,22 @@ template <class C> static __device__ __forceinline__ int mmq_acc_col(int tn, int
     return (threadIdx.y / C::WARPS_M) * C::WN + 8 * tn + 2 * (threadIdx.x % 4) + i % 2;
 }
 
+// A thread's place in the tile: its MMA fragment coordinates (g = lane / 4, t4 = lane % 4), its
+// warp's first weight row wr and token wc, and the shared address its ldmatrix reads from in
+// the unpacked weight codes `wq`.
+struct MmqWarp {
+    int g, t4, wr, wc;
+    unsigned a_addr;
+};
+
+template <class C> static __device__ __forceinline__ MmqWarp mmq_warp(const char *wq) {
+    const int lane = threadIdx.x;
+    const int wr = (threadIdx.y % C::WARPS_M) * C::WM, wc = (threadIdx.y / C::WARPS_M) * C::WN;
+    const unsigned a_addr = (unsigned)__cvta_generic_to_shared(wq) +
+                            (wr + lane % 16) * MMQ_WQ_STRIDE + 16 * (lane / 16);
+    return {lane / 4, lane % 4, wr, wc, a_addr};
+}
+
 #define MMQ_ORDER_SUBS 0
 #define MMQ_ORDER_PAIRS 1
 #define MMQ_ORDER_BLOCKS 2
@@ -105,10 +121,7 @@ static __device__ __forceinline__ void mmq_mma_pairs(const char *smem, const cha
     const float *wsc = (const float *)(smem + L::wsc);
     const float *wm = wsc + MMQ_SUBS * C::BM;
     const float2 *ysc = (const float2 *)(smem + L::ysc);
-    const int lane = threadIdx.x, g = lane / 4, t4 = lane % 4;
-    const int wr = (threadIdx.y % C::WARPS_M) * C::WM, wc = (threadIdx.y / C::WARPS_M) * C::WN;
-    const unsigned a_addr = (unsigned)__cvta_generic_to_shared(smem + L::wq) +
-                            (wr + lane % 16) * MMQ_WQ_STRIDE + 16 * (lane / 16);
+    const auto [g, t4, wr, wc, a_addr] = mmq_warp<C>(smem + L::wq);
     const MmqRowScales<C> rs = mmq_row_scales<C>(wsc + 3 * MMQ_SUBS * C::BM);
 #pragma unroll
     for (int p = 0; p < MMQ_SUBS / 2; ++p) {
@@ -181,10 +194,7 @@ static __device__ __forceinline__ void mmq_mma_blocks(const char *smem, const ch
     const float *wm = wsc + MMQ_SUBS * C::BM;
     const int *wsi = (const int *)(wsc + 2 * MMQ_SUBS * C::BM);
     const float2 *ysc = (const float2 *)(smem + L::ysc);
-    const int lane = threadIdx.x, g = lane / 4, t4 = lane % 4;
-    const int wr = (threadIdx.y % C::WARPS_M) * C::WM, wc = (threadIdx.y / C::WARPS_M) * C::WN;
-    const unsigned a_addr = (unsigned)__cvta_generic_to_shared(smem + L::wq) +
-                            (wr + lane % 16) * MMQ_WQ_STRIDE + 16 * (lane / 16);
+    const auto [g, t4, wr, wc, a_addr] = mmq_warp<C>(smem + L::wq);
     int isum[C::TM][C::TN][4];
 #pragma unroll
     for (int s = 0; s < MMQ_SUBS; ++s) {
@@ -256,10 +266,7 @@ static __device__ __forceinline__ void mmq_mma(const char *smem, const char *yra
     constexpr bool S16 = F::scale16, MIN = F::has_min;
     const float *wsc = (const float *)(smem + L::wsc);
     const float2 *ysc = (const float2 *)(smem + L::ysc);
-    const int lane = threadIdx.x, g = lane / 4, t4 = lane % 4;
-    const int wr = (threadIdx.y % C::WARPS_M) * C::WM, wc = (threadIdx.y / C::WARPS_M) * C::WN;
-    const unsigned a_addr = (unsigned)__cvta_generic_to_shared(smem + L::wq) +
-                            (wr + lane % 16) * MMQ_WQ_STRIDE + 16 * (lane / 16);
+    const auto [g, t4, wr, wc, a_addr] = mmq_warp<C>(smem + L::wq);
 #pragma unroll
     for (int s = 0; s < MMQ_SUBS; ++s) {
         int a[C::TM][4];
