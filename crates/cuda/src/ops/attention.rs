@@ -200,6 +200,13 @@ fn query_rows(q: usize, out: usize, positions: usize, n_head: usize, cache: &KvC
 impl Attention {
     pub fn load(dev: &CudaDevice) -> Result<Self> {
         let f = |name: String| dev.function(&ATTENTION, &name);
+        // `<stem>_d<D>` for each of ATTN_HEAD_DIMS.
+        let per_dim = |stem: &str| -> Result<Vec<CudaFunction>> {
+            ATTN_HEAD_DIMS
+                .iter()
+                .map(|d| f(format!("{stem}_d{d}")))
+                .collect()
+        };
         let flash = ATTN_HEAD_DIMS
             .iter()
             .map(|&d| {
@@ -217,25 +224,13 @@ impl Attention {
             stream: dev.stream().clone(),
             kv_store: f("kv_store_f16".into())?,
             combine: f("attn_decode_combine".into())?,
-            decode: ATTN_HEAD_DIMS
-                .iter()
-                .map(|d| f(format!("attn_decode_split_d{d}")))
-                .collect::<Result<_>>()?,
-            prefill: ATTN_HEAD_DIMS
-                .iter()
-                .map(|d| f(format!("attn_prefill_d{d}")))
-                .collect::<Result<_>>()?,
+            decode: per_dim("attn_decode_split")?,
+            prefill: per_dim("attn_prefill")?,
             flash,
             prefill_kernel: PrefillKernel::from_env(),
             ggml_small: PrefillKernel::ggml_small_from_env(),
-            prefill_f16ref: ATTN_HEAD_DIMS
-                .iter()
-                .map(|d| f(format!("attn_prefill_f16ref_d{d}")))
-                .collect::<Result<_>>()?,
-            prefill_f32ref: ATTN_HEAD_DIMS
-                .iter()
-                .map(|d| f(format!("attn_prefill_f32ref_d{d}")))
-                .collect::<Result<_>>()?,
+            prefill_f16ref: per_dim("attn_prefill_f16ref")?,
+            prefill_f32ref: per_dim("attn_prefill_f32ref")?,
             fused_combine: std::env::var("FERROLM_CUDA_FUSE").map_or(true, |v| v != "0"),
         })
     }
