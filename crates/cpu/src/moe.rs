@@ -37,10 +37,9 @@ pub fn moe(x: &Mat, w: &MoeWeights<CpuWeight<'_>>, gating: MoeGating, out: &mut 
         }
     }
 
-    // Each (token, slot)'s weighted expert output; summed per token in slot order below, as
-    // llama.cpp adds its per-slot views.
+    // Each (token, slot)'s weighted expert output (route fills all k slots of every token);
+    // summed per token in slot order below, as llama.cpp adds its per-slot views.
     let mut slots = vec![0f32; n * k * d];
-    let mut used = vec![false; n * k];
     for (e, tokens) in groups.iter().enumerate() {
         if tokens.is_empty() {
             continue;
@@ -66,16 +65,15 @@ pub fn moe(x: &Mat, w: &MoeWeights<CpuWeight<'_>>, gating: MoeGating, out: &mut 
         matmul_ordered(rows, &w.down.mat.slice_rows(e * d, d), &gate, &mut down);
         for (&(t, slot, weight), row) in tokens.iter().zip(down.chunks_exact(d)) {
             let p = t * k + slot;
-            used[p] = true;
             for (o, &v) in slots[p * d..(p + 1) * d].iter_mut().zip(row) {
                 *o = weight * v;
             }
         }
     }
     out.data.fill(0.0);
-    for (t, o) in out.data.chunks_exact_mut(d).enumerate() {
-        for p in (t * k..(t + 1) * k).filter(|&p| used[p]) {
-            for (o, &v) in o.iter_mut().zip(&slots[p * d..(p + 1) * d]) {
+    for (o, token_slots) in out.data.chunks_exact_mut(d).zip(slots.chunks_exact(k * d)) {
+        for slot in token_slots.chunks_exact(d) {
+            for (o, &v) in o.iter_mut().zip(slot) {
                 *o += v;
             }
         }
