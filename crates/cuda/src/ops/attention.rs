@@ -1,8 +1,9 @@
-//! `kernels/attention.cu`: the f16 KV cache, flash-decoding, the scalar tiled prefill and the
-//! ggml-arithmetic prefill for short ubatches; `kernels/flash_attn.cu`: the tensor-core prefill
-//! (the default from [`GGML_SMALL_ROWS`] query rows; `FERROLM_ATTN_MMA=0` or `=1` forces the scalar
-//! or the tensor-core kernel at every size, `FERROLM_ATTN=f32` takes the scalar f32 kernel
-//! instead of the ggml-arithmetic one below it).
+//! `kernels/attention.cu`: the f16 KV cache, flash-decoding, the scalar tiled prefill, and the
+//! prefills in the CPU's arithmetic for short ubatches (ggml's below [`GGML_SMALL_ROWS`] rows,
+//! the CPU's f32 order below [`REF_MAX_ROWS`]); `kernels/flash_attn.cu`: the tensor-core
+//! prefill (the default from [`REF_MAX_ROWS`] query rows). `FERROLM_ATTN_MMA=0` or `=1` forces
+//! the scalar or the tensor-core kernel at every size; `FERROLM_ATTN=f32` takes the f32 order
+//! instead of ggml's arithmetic below [`GGML_SMALL_ROWS`].
 //!
 //! Positions live in device memory (`CudaSlice<u32>`), so a captured graph replays with new
 //! positions without re-capture; the split count of decode is fixed per [`DecodeWork`] for the
@@ -435,9 +436,10 @@ impl Attention {
             .arg(&nkv)
             .arg(&nctx)
             .arg(&scale);
-        // SAFETY: attn_prefill[_f16ref|_f32ref]_dD and flash_attn_prefill_dD take (q, kc, vc, pos, out, n_q,
-        // n_head, n_kv_head, n_ctx, scale): n_q rows in and out, positions below n_ctx (the
-        // caller's); the flash kernel's dynamic shared memory is the size it was raised to.
+        // SAFETY: attn_prefill[_f16ref|_f32ref]_dD and flash_attn_prefill_dD take (q, kc, vc,
+        // pos, out, n_q, n_head, n_kv_head, n_ctx, scale): n_q rows in and out, positions below
+        // n_ctx (the caller's); the flash kernel's dynamic shared memory is the size it was
+        // raised to.
         unsafe { b.launch(cfg) }.during("launching attention prefill")?;
         Ok(())
     }

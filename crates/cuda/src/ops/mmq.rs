@@ -6,8 +6,9 @@
 //! Q4_K with Q8_K activations is bit-identical (the CPU's integer-scale order, [`MmqOrder`]),
 //! and so are Q4_0, Q4_1 and Q5_K; Q8_0 is bit-identical on its eight-lane kernel
 //! (`mmq_q8_0_lanes`, CUDA cores, ubatches under [`Q8_0_LANES_MAX_TOKENS`];
-//! `FERROLM_CUDA_Q8_0_LANES=0` takes the tensor-core GEMM, whose f32 sums are in another order); for Q6_K the integer dots are exact and only f32 scale
-//! products and sums round (`cuda-parity` checks all of them). `FERROLM_MMQ_TILE=auto|128x128|128x64|64x64` picks the
+//! `FERROLM_CUDA_Q8_0_LANES=0` takes the tensor-core GEMM, whose f32 sums are in another
+//! order); for Q6_K the integer dots are exact and only f32 scale products and sums round
+//! (`cuda-parity` checks all of them). `FERROLM_MMQ_TILE=auto|128x128|128x64|64x64` picks the
 //! shape (default `auto`: [`auto_tile`]); `FERROLM_CUDA_MMQ=0` turns the GEMM off altogether
 //! (backend); `FERROLM_CUDA_INT_SCALES=0` gives Q4_K the per-sub-block order of the other
 //! formats.
