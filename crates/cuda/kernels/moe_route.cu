@@ -6,7 +6,9 @@
 // Launches (crates/cuda/src/ops/moe_route.rs must agree):
 // - moe_logits_small (n <= ROUTE_SMALL_N tokens, decode): block ROUTE_THREADS, grid n_expert;
 //   the block's threads split one expert's row and keep every token's sum.
-// - more tokens take gemm_f32.cu's f32 GEMM (the router is an n_expert × n_embd f32 matrix).
+// - more tokens: moe_logits_rows, block (32, ROWS_WARPS), grid ceil(n / ROWS_T), dynamic shared
+//   memory ROWS_T * n_embd floats (n_embd <= ROWS_MAX_EMBD, n_embd % 4 == 0);
+// - anything else takes gemm_f32.cu's f32 GEMM (the router is an n_expert × n_embd matrix).
 // - moe_topk: block (32, TOPK_WARPS), grid ceil(n / TOPK_WARPS).
 #include "common.cuh"
 
@@ -61,6 +63,74 @@ extern "C" __global__ void __launch_bounds__(ROUTE_THREADS)
             s += partial[p][threadIdx.x];
         }
         logits[(size_t)threadIdx.x * n_expert + e] = s;
+    }
+}
+
+#define ROWS_T 8
+#define ROWS_WARPS 8
+#define ROWS_EXPERTS 4
+#define ROWS_MAX_EMBD 4096
+
+// logits[t][e] for a block of ROWS_T tokens and every expert. The router is a few rows with a
+// long k, so the tokens' rows stay in shared memory and each warp walks ROWS_EXPERTS expert
+// rows at once, its lanes splitting k (16-byte loads along the row), then a warp sum: every
+// SM gets work even for a few hundred tokens, and each x load serves four experts.
+extern "C" __global__ void __launch_bounds__(ROWS_WARPS *WARP_SIZE)
+    moe_logits_rows(const float *__restrict__ x, const float *__restrict__ w,
+                    float *__restrict__ logits, int n, int n_embd, int n_expert) {
+    extern __shared__ float4 xs[]; // [ROWS_T][n_embd / 4]
+    const int t0 = blockIdx.x * ROWS_T, nt = min(ROWS_T, n - t0);
+    const int n4 = n_embd / 4, lane = threadIdx.x;
+    for (int i = threadIdx.y * WARP_SIZE + lane; i < ROWS_T * n4; i += ROWS_WARPS * WARP_SIZE) {
+        const int t = i / n4;
+        xs[i] = t < nt ? ((const float4 *)(x + (size_t)(t0 + t) * n_embd))[i % n4]
+                       : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+    __syncthreads();
+    for (int e0 = ROWS_EXPERTS * threadIdx.y; e0 < n_expert; e0 += ROWS_EXPERTS * ROWS_WARPS) {
+        const float4 *we[ROWS_EXPERTS];
+#pragma unroll
+        for (int j = 0; j < ROWS_EXPERTS; ++j) {
+            // Rows past n_expert re-read the last one; their sums are not written.
+            we[j] = (const float4 *)(w + (size_t)min(e0 + j, n_expert - 1) * n_embd);
+        }
+        float acc[ROWS_EXPERTS][ROWS_T];
+#pragma unroll
+        for (int j = 0; j < ROWS_EXPERTS; ++j) {
+#pragma unroll
+            for (int t = 0; t < ROWS_T; ++t) {
+                acc[j][t] = 0.0f;
+            }
+        }
+#pragma unroll 2
+        for (int c = lane; c < n4; c += WARP_SIZE) {
+            float4 wv[ROWS_EXPERTS];
+#pragma unroll
+            for (int j = 0; j < ROWS_EXPERTS; ++j) {
+                wv[j] = __ldg(we[j] + c);
+            }
+#pragma unroll
+            for (int t = 0; t < ROWS_T; ++t) {
+                const float4 xv = xs[t * n4 + c];
+#pragma unroll
+                for (int j = 0; j < ROWS_EXPERTS; ++j) {
+                    acc[j][t] = fmaf(wv[j].x, xv.x, acc[j][t]);
+                    acc[j][t] = fmaf(wv[j].y, xv.y, acc[j][t]);
+                    acc[j][t] = fmaf(wv[j].z, xv.z, acc[j][t]);
+                    acc[j][t] = fmaf(wv[j].w, xv.w, acc[j][t]);
+                }
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < ROWS_EXPERTS; ++j) {
+#pragma unroll
+            for (int t = 0; t < ROWS_T; ++t) {
+                const float s = warp_sum(acc[j][t]);
+                if (lane == t && t < nt && e0 + j < n_expert) {
+                    logits[(size_t)(t0 + t) * n_expert + e0 + j] = s;
+                }
+            }
+        }
     }
 }
 

@@ -5,11 +5,14 @@
 //! Contract against the CPU's `moe::route`: the same ids, slot for slot, except where the CPU's
 //! k-th and (k+1)-th probabilities are within f32 noise of each other (the logits are summed in
 //! another order); weights within f32 rounding (`expf` against Rust's `exp`, another sum order).
+//! Logits of more than a few tokens take `moe_logits_rows` (lane partial sums, then a warp sum);
+//! `FERROLM_MOE_ROUTER_ROWS=0` takes the f32 GEMM instead (one chain per logit), for bisecting.
 
 use super::{int, GemmF32, QuantMatrix};
 use crate::device::CudaDevice;
 use crate::error::{CudaError, DriverContext, Result};
 use crate::kernels::MOE_ROUTE;
+use cudarc::driver::sys::CUfunction_attribute;
 use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
 use std::sync::Arc;
 
@@ -17,9 +20,13 @@ use std::sync::Arc;
 pub const MOE_MAX_EXPERTS: usize = 256;
 /// Most experts a token may use (one lane of a warp a slot).
 pub const MOE_MAX_USED: usize = 32;
-/// Up to this many tokens the logits take the mat-vec kernel, above it the tiled one.
+/// Up to this many tokens the logits take the mat-vec kernel, above it the row-block one.
 const SMALL_N: usize = 8;
 const TOPK_WARPS: u32 = 4;
+/// `moe_logits_rows`: tokens a block, warps a block, widest row it stages.
+const ROWS_T: usize = 8;
+const ROWS_WARPS: u32 = 8;
+const ROWS_MAX_EMBD: usize = 4096;
 
 /// One layer's router: `ffn_gate_inp`, f32 `[n_expert][n_embd]`, and how its top-k is used.
 pub struct MoeRouter {
@@ -115,18 +122,33 @@ impl MoeRouteWork {
 pub struct MoeRoute {
     stream: Arc<CudaStream>,
     logits_small: CudaFunction,
-    /// Logits for more than SMALL_N tokens: the f32 GEMM.
+    /// Logits for more than SMALL_N tokens (rows of at most ROWS_MAX_EMBD).
+    logits_rows: CudaFunction,
+    /// Logits for wider rows, or with `FERROLM_MOE_ROUTER_ROWS=0`: the f32 GEMM.
     gemm: GemmF32,
+    rows_on: bool,
     topk: CudaFunction,
 }
 
 impl MoeRoute {
     pub fn load(dev: &CudaDevice) -> Result<Self> {
         let f = |name| dev.function(&MOE_ROUTE, name);
+        let logits_rows = f("moe_logits_rows")?;
+        dev.context()
+            .bind_to_thread()
+            .during("binding the context")?;
+        logits_rows
+            .set_attribute(
+                CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                (ROWS_T * ROWS_MAX_EMBD * 4) as i32,
+            )
+            .during("allowing moe_logits_rows its shared memory")?;
         Ok(Self {
             stream: dev.stream().clone(),
             logits_small: f("moe_logits_small")?,
+            logits_rows,
             gemm: GemmF32::load(dev)?,
+            rows_on: std::env::var("FERROLM_MOE_ROUTER_ROWS").map_or(true, |v| v != "0"),
             topk: f("moe_topk")?,
         })
     }
@@ -184,6 +206,23 @@ impl MoeRoute {
             // SAFETY: moe_logits_small(x, w, logits, n, n_embd, n_expert): n x n_embd and
             // n_expert x n_embd floats in, n x n_expert out (work holds max_n >= n rows).
             unsafe { b.launch(cfg) }.during("launching moe router logits")?;
+        } else if self.rows_on && d.is_multiple_of(4) && d <= ROWS_MAX_EMBD {
+            let cfg = LaunchConfig {
+                grid_dim: (n.div_ceil(ROWS_T) as u32, 1, 1),
+                block_dim: (32, ROWS_WARPS, 1),
+                shared_mem_bytes: (ROWS_T * d * 4) as u32,
+            };
+            let mut b = self.stream.launch_builder(&self.logits_rows);
+            b.arg(x)
+                .arg(&router.w)
+                .arg(&mut work.logits)
+                .arg(&ni)
+                .arg(&di)
+                .arg(&nei);
+            // SAFETY: moe_logits_rows(x, w, logits, n, n_embd, n_expert): n x n_embd and
+            // n_expert x n_embd floats in, n x n_expert out; ROWS_T rows of n_embd <=
+            // ROWS_MAX_EMBD floats of shared memory (allowed at load).
+            unsafe { b.launch(cfg) }.during("launching moe router logits (rows)")?;
         } else {
             self.gemm
                 .matmul_raw(&router.w, ne, d, x, n, &mut work.logits)?;
@@ -254,6 +293,9 @@ mod tests {
         assert!(src.contains("#define TOPK_PER_LANE 8") && MOE_MAX_EXPERTS == 32 * 8);
         assert!(src.contains(&format!("#define ROUTE_SMALL_N {SMALL_N}")));
         assert!(src.contains(&format!("#define TOPK_WARPS {TOPK_WARPS}")));
+        assert!(src.contains(&format!("#define ROWS_T {ROWS_T}")));
+        assert!(src.contains(&format!("#define ROWS_WARPS {ROWS_WARPS}")));
+        assert!(src.contains(&format!("#define ROWS_MAX_EMBD {ROWS_MAX_EMBD}")));
         assert_eq!(MOE_MAX_USED, 32, "one lane a slot");
     }
 }

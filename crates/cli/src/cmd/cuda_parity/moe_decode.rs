@@ -25,7 +25,7 @@ const TIE: f64 = 1e-4;
 
 pub fn all(dev: &CudaDevice, k: &Kernels, rng: &mut StdRng) -> Result<Vec<Row>> {
     let mut rows = Vec::new();
-    for n in [1, 512] {
+    for n in [1, 37, 512] {
         rows.extend(routing(dev, k, rng, 64, 8, MoeGating::SoftmaxTopK, n)?);
         rows.extend(routing(
             dev,

@@ -1,0 +1,23 @@
+#!/bin/bash
+# Per-kernel GPU time of one bench run, and the stall profile of chosen kernels, with ncu
+# (clocks left as they are: --clock-control none). Writes under $OUT.
+# Usage on the GPU machine, from the repo root:
+#   bash tools/device/profile.sh BIN MODEL NAME "BENCH ARGS" [KERNEL_REGEX SKIP]...
+# e.g. profile.sh bin/ferrolm m/qwen3-8b.gguf q8b "-p 2048 -n 0 --ubatch-size 2048" mmq_q6_k 3
+B=$1; M=$2; NAME=$3; ARGS=$4; shift 4
+T=$(dirname "$0")
+NCU="ncu --clock-control none --cache-control none"
+# -r 1 still runs one warm-up pass first: the sums cover two prompt passes.
+$NCU --csv --print-units base --metrics gpu__time_duration.sum \
+  $B bench -m $M --backend cuda $ARGS -r 1 > /tmp/$NAME-ncu.csv 2> /tmp/$NAME-ncu.err
+python3 $T/kernel_times.py /tmp/$NAME-ncu.csv 2 > $OUT/$NAME-kernels.txt
+head -25 $OUT/$NAME-kernels.txt; tail -1 $OUT/$NAME-kernels.txt
+while [ $# -ge 2 ]; do
+  $NCU -k regex:$1 --launch-skip $2 --launch-count 1 --import-source no \
+    --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section Occupancy \
+    --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section InstructionStats \
+    --section LaunchStats --section SourceCounters \
+    $B bench -m $M --backend cuda $ARGS -r 1 > $OUT/$NAME-$1.txt 2>&1
+  grep -E "Duration|Registers|Theoretical Occ|Achieved Occ|Issued Ipc|No Eligible|Warp Cycles Per Issued|Stall|Bank|Throughput" $OUT/$NAME-$1.txt | head -40
+  shift 2
+done
