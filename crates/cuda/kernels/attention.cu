@@ -349,61 +349,101 @@ static __device__ __forceinline__ void attn_prefill_f16ref(
 // each score a dot of f32 q and the cache's values summed in eight lanes (lane i takes elements
 // 8c + i in order), the lanes added in order, times scale; softmax as norm::softmax (maximum,
 // e^(s - max) summed key by key, times 1 / Σ); the output Σ_k w_k · v_k key by key, products
-// and sums rounded apart. The scores are computed three times (maximum, sum, output) rather
-// than kept, so any number of keys fits. Only e^x may round differently (libm's expf there).
-// grid (n_q, n_head), block D threads (thread j owns element j of the row's output).
-template <int D>
-static __device__ __forceinline__ float f32ref_dot(const float *prod, int lane) {
-    float a = 0.0f;
-    if (lane < 8) {
+// and sums rounded apart. Only e^x may round differently (libm's expf there).
+//
+// A warp per (query row, head), F32REF_WARPS a block, grid ceil(n_q · n_head / F32REF_WARPS):
+// lane 8g + i keeps lane i of key k0 + g's dot, four keys at a time, so no barriers; the
+// scores are computed three times (maximum, sum, output) rather than kept, so any number of
+// keys fits.
+#define F32REF_WARPS 4
+
+template <int D> struct F32RefRow {
+    float q[D / 8]; // q[8c + i] for this lane's i
+    const uint16_t *k;
+    int n_keys, g, i;
+    float scale;
+    // The score of key k0 + g (the caller keeps it below n_keys for the lanes it reads).
+    __device__ __forceinline__ float score(int k0) const {
+        const int key = min(k0 + g, n_keys - 1);
+        const uint16_t *kr = k + (size_t)key * D;
+        float a = 0.0f;
 #pragma unroll
         for (int c = 0; c < D / 8; ++c) {
-            a = __fadd_rn(a, prod[8 * c + lane]);
+            a = __fadd_rn(a, __fmul_rn(q[c], f16_bits_to_f32(kr[8 * c + i])));
         }
-    }
-    float r = __shfl_sync(FULL_MASK, a, 0);
+        float r = __shfl_sync(FULL_MASK, a, 8 * g);
 #pragma unroll
-    for (int i = 1; i < 8; ++i) {
-        r = __fadd_rn(r, __shfl_sync(FULL_MASK, a, i));
+        for (int l = 1; l < 8; ++l) {
+            r = __fadd_rn(r, __shfl_sync(FULL_MASK, a, 8 * g + l));
+        }
+        return __fmul_rn(r, scale);
     }
-    return r;
-}
+};
 
 template <int D>
 static __device__ __forceinline__ void attn_prefill_f32ref(
     const float *__restrict__ q, const uint16_t *__restrict__ kc, const uint16_t *__restrict__ vc,
     const uint32_t *__restrict__ pos, float *__restrict__ out, int n_q, int n_head, int n_kv_head,
     int n_ctx, float scale) {
-    __shared__ float prod[2][D];
-    const int t = blockIdx.x, h = blockIdx.y, j = threadIdx.x, lane = j % WARP_SIZE;
-    const int g = h / (n_head / n_kv_head);
+    const int lane = threadIdx.x % WARP_SIZE;
+    const int w = blockIdx.x * F32REF_WARPS + threadIdx.x / WARP_SIZE;
+    if (w >= n_q * n_head) {
+        return; // the whole warp
+    }
+    const int t = w / n_head, h = w % n_head;
+    const int kvh = h / (n_head / n_kv_head);
     const size_t row = ((size_t)t * n_head + h) * D;
-    const float qj = q[row + j];
-    const uint16_t *kh = kc + (size_t)g * n_ctx * D;
-    const uint16_t *vh = vc + (size_t)g * n_ctx * D;
-    const int n_keys = (int)pos[t] + 1;
-    int step = 0; // alternating buffers: one barrier a score
-    auto score = [&](int key) {
-        float *buf = prod[step++ % 2];
-        buf[j] = __fmul_rn(qj, f16_bits_to_f32(kh[(size_t)key * D + j]));
-        __syncthreads();
-        return __fmul_rn(f32ref_dot<D>(buf, lane), scale);
-    };
+    F32RefRow<D> r;
+    r.g = lane / 8;
+    r.i = lane % 8;
+#pragma unroll
+    for (int c = 0; c < D / 8; ++c) {
+        r.q[c] = q[row + 8 * c + r.i];
+    }
+    r.k = kc + (size_t)kvh * n_ctx * D;
+    r.n_keys = (int)pos[t] + 1;
+    r.scale = scale;
+    const uint16_t *vh = vc + (size_t)kvh * n_ctx * D;
+
     float m = ATTN_NEG_INF;
-    for (int key = 0; key < n_keys; ++key) {
-        m = fmaxf(m, score(key));
+    for (int k0 = 0; k0 < r.n_keys; k0 += 4) {
+        const float s = r.score(k0);
+        if (k0 + r.g < r.n_keys) {
+            m = fmaxf(m, s);
+        }
+    }
+#pragma unroll
+    for (int off = 8; off < WARP_SIZE; off *= 2) {
+        m = fmaxf(m, __shfl_xor_sync(FULL_MASK, m, off));
     }
     float sum = 0.0f;
-    for (int key = 0; key < n_keys; ++key) {
-        sum = __fadd_rn(sum, exp_rn(__fsub_rn(score(key), m)));
+    for (int k0 = 0; k0 < r.n_keys; k0 += 4) {
+        const float e = exp_rn(__fsub_rn(r.score(k0), m));
+        for (int g = 0; g < 4 && k0 + g < r.n_keys; ++g) {
+            sum = __fadd_rn(sum, __shfl_sync(FULL_MASK, e, 8 * g));
+        }
     }
     const float inv = __fdiv_rn(1.0f, sum);
-    float o = 0.0f;
-    for (int key = 0; key < n_keys; ++key) {
-        const float w = __fmul_rn(exp_rn(__fsub_rn(score(key), m)), inv);
-        o = __fadd_rn(o, __fmul_rn(w, f16_bits_to_f32(vh[(size_t)key * D + j])));
+    float o[D / WARP_SIZE];
+#pragma unroll
+    for (int j = 0; j < D / WARP_SIZE; ++j) {
+        o[j] = 0.0f;
     }
-    out[row + j] = o;
+    for (int k0 = 0; k0 < r.n_keys; k0 += 4) {
+        const float wk = __fmul_rn(exp_rn(__fsub_rn(r.score(k0), m)), inv);
+        for (int g = 0; g < 4 && k0 + g < r.n_keys; ++g) {
+            const float wg = __shfl_sync(FULL_MASK, wk, 8 * g);
+            const uint16_t *vr = vh + (size_t)(k0 + g) * D;
+#pragma unroll
+            for (int j = 0; j < D / WARP_SIZE; ++j) {
+                o[j] = __fadd_rn(o[j], __fmul_rn(wg, f16_bits_to_f32(vr[lane + WARP_SIZE * j])));
+            }
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < D / WARP_SIZE; ++j) {
+        out[row + lane + WARP_SIZE * j] = o[j];
+    }
 }
 
 #define ATTN_INSTANCES(D)                                                                         \

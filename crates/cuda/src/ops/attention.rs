@@ -54,6 +54,9 @@ pub enum PrefillKernel {
 /// tensor-core kernel's f16 Q and P).
 pub const REF_MAX_ROWS: usize = 256;
 
+/// Warps a block of attn_prefill_f32ref (the kernel's F32REF_WARPS), one per (row, head).
+const F32REF_WARPS: usize = 4;
+
 /// Below this many query rows a short ubatch runs ggml's CPU arithmetic (as llama.cpp's CPU and
 /// ferrolm's do below 64 rows), where the tensor-core kernel's f16 rounding of Q and P had moved
 /// the tiny q8_0 goldens from 181-183/185 to 178-179/185 top-1 on the H200.
@@ -400,12 +403,20 @@ impl Attention {
                     shared_mem_bytes: 0,
                 },
             ),
-            PrefillKernel::F16Ref | PrefillKernel::F32Ref => (
-                if kernel == PrefillKernel::F16Ref {
-                    &self.prefill_f16ref[di]
-                } else {
-                    &self.prefill_f32ref[di]
+            PrefillKernel::F32Ref => (
+                &self.prefill_f32ref[di],
+                LaunchConfig {
+                    grid_dim: (
+                        int((n_q * n_head).div_ceil(F32REF_WARPS), "f32ref blocks") as u32,
+                        1,
+                        1,
+                    ),
+                    block_dim: ((F32REF_WARPS * 32) as u32, 1, 1),
+                    shared_mem_bytes: 0,
                 },
+            ),
+            PrefillKernel::F16Ref => (
+                &self.prefill_f16ref[di],
                 LaunchConfig {
                     grid_dim: (n_q as u32, n_head as u32, 1),
                     block_dim: (cache.head_dim as u32, 1, 1),
@@ -470,6 +481,12 @@ mod tests {
         assert_eq!(PrefillKernel::for_rows(None, 2048, false), Mma);
         assert_eq!(PrefillKernel::for_rows(Some(Mma), 9, true), Mma);
         assert_eq!(PrefillKernel::for_rows(Some(Scalar), 2048, true), Scalar);
+    }
+
+    #[test]
+    fn f32ref_block_matches_the_kernel() {
+        let src = crate::kernels::ATTENTION.source;
+        assert!(src.contains(&format!("#define F32REF_WARPS {F32REF_WARPS}")));
     }
 
     #[test]
