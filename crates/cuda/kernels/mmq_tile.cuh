@@ -44,13 +44,16 @@ template <int BM_, int BN_, int WARPS_M_, int WARPS_N_> struct MmqCfg {
 
 // One weight row's raw bytes per k step. Q6_K's 210-byte blocks are only 2-byte aligned, so
 // its copy covers the aligned 16-byte chunks around them (at most 14 bytes before) and the
-// unpack starts `start % 16` bytes in; every other format's bytes are 16-byte multiples.
+// unpack starts `start % 16` bytes in; every other format's bytes are 16-byte multiples. Row
+// strides are 16 bytes past a multiple of 128 where the format allows (Q4_0, Q8_0, Q4_K, and
+// Q6_K padded to 272), so eight rows' 16-byte loads at one offset fall in distinct banks.
 template <int TYPE> struct MmqRaw {
     typedef WeightFormat<TYPE> F;
     static constexpr int bytes = (MMQ_BK / F::qk) * (int)sizeof(typename F::block);
     static constexpr bool aligned = bytes % 16 == 0;
-    static constexpr int stride = aligned ? bytes : (bytes + 14 + 15) / 16 * 16;
-    static constexpr int chunks = stride / 16;
+    static constexpr int around = (bytes + 14 + 15) / 16 * 16;
+    static constexpr int stride = aligned ? bytes : around + (144 - around % 128) % 128;
+    static constexpr int chunks = (aligned ? bytes : around) / 16;
     // 32-bit scales kept per unpacked (row, sub-block): d, d of the high 16, m; integer-scale
     // formats keep their 6-bit scale as f32 and as int, and the min as f32 instead.
     static constexpr int scales =
@@ -145,10 +148,61 @@ static __device__ __forceinline__ void mmq_stage_acts(char *dst, const char *y, 
     }
 }
 
+// Sub-blocks a thread unpacks at once: F::unpack_group where the format has one, else 1.
+template <class F, class = void> struct MmqGroup {
+    static constexpr int value = 1;
+};
+template <class F> struct MmqGroup<F, decltype((void)F::unpack_group, void())> {
+    static constexpr int value = F::unpack_group;
+};
+
+// Where row r's staged block for this k step starts, in bytes from the row's shared copy.
+template <int TYPE>
+static __device__ __forceinline__ int mmq_raw_delta(size_t row_bytes, int nrows, int row0, int r,
+                                                    int k0) {
+    if (MmqRaw<TYPE>::aligned) {
+        return 0;
+    }
+    const int row = min(row0 + r, nrows - 1);
+    return (int)(mmq_raw_start<TYPE>(row_bytes, row, k0) & 15);
+}
+
+// Sub-block s of unpacked row r: its scales (integer-scale formats in the integer-scale order:
+// their 6-bit scale and min, and at s == 0 the block's d and dmin).
+template <int TYPE, class C>
+static __device__ __forceinline__ void mmq_store_scales(float *wsc, const typename WeightFormat<TYPE>::block *b,
+                                                        int r, int s, float (&d)[2], float m,
+                                                        bool int_order) {
+    typedef WeightFormat<TYPE> F;
+    if constexpr (F::int_scales) {
+        if (int_order) {
+            int sc, mi;
+            float bd, bdmin;
+            F::tile_scales_int(b, s, sc, mi, bd, bdmin);
+            wsc[(0 * MMQ_SUBS + s) * C::BM + r] = (float)sc;
+            wsc[(1 * MMQ_SUBS + s) * C::BM + r] = (float)mi;
+            ((int *)wsc)[(2 * MMQ_SUBS + s) * C::BM + r] = sc;
+            if (s == 0) {
+                wsc[3 * MMQ_SUBS * C::BM + r] = bd;
+                wsc[3 * MMQ_SUBS * C::BM + C::BM + r] = bdmin;
+            }
+            return;
+        }
+    }
+    int k = 0;
+    wsc[(k++ * MMQ_SUBS + s) * C::BM + r] = d[0];
+    if (F::scale16) {
+        wsc[(k++ * MMQ_SUBS + s) * C::BM + r] = d[1];
+    }
+    if (F::has_min) {
+        wsc[(k * MMQ_SUBS + s) * C::BM + r] = m;
+    }
+}
+
 // Raw weight blocks (staged by mmq_stage_weights for the same row0, k0) → int8 codes and
-// scales of the unpacked tile (integer-scale formats in the integer-scale order: their 6-bit
-// scales and mins and the block's d and dmin). Thread i takes row i % BM, so scale stores hit
-// distinct banks.
+// scales of the unpacked tile. Thread i takes row i % BM, so lanes take consecutive rows: the
+// scale stores hit distinct banks, and so do the 16-byte loads of grouped formats (8 lanes a
+// phase, rows 16 bytes apart modulo 128).
 template <int TYPE, class C, int NMAT>
 static __device__ __forceinline__ void mmq_unpack_weights(char *smem, const char *raw,
                                                           size_t row_bytes, int nrows, int row0,
@@ -156,45 +210,35 @@ static __device__ __forceinline__ void mmq_unpack_weights(char *smem, const char
     typedef WeightFormat<TYPE> F;
     typedef MmqRaw<TYPE> R;
     typedef MmqSmem<TYPE, C, NMAT> L;
+    typedef typename F::block Block;
+    constexpr int G = MmqGroup<F>::value;
     float *wsc = (float *)(smem + L::wsc);
     const int tid = threadIdx.y * WARP_SIZE + threadIdx.x;
-    for (int i = tid; i < C::BM * MMQ_SUBS; i += C::THREADS) {
-        const int r = i % C::BM, s = i / C::BM;
-        int delta = 0;
-        if (!R::aligned) {
-            const int row = min(row0 + r, nrows - 1);
-            delta = (int)(mmq_raw_start<TYPE>(row_bytes, row, k0) & 15);
-        }
-        const typename F::block *b =
-            (const typename F::block *)(raw + r * R::stride + delta) + 32 * s / F::qk;
-        int q[8];
-        float d[2], m;
-        F::tile_codes(b, (32 * s % F::qk) / 32, q, d, m);
-        int4 *dst = (int4 *)(smem + L::wq + r * MMQ_WQ_STRIDE + 32 * s);
-        dst[0] = make_int4(q[0], q[1], q[2], q[3]);
-        dst[1] = make_int4(q[4], q[5], q[6], q[7]);
-        if constexpr (F::int_scales) {
-            if (int_order) {
-                int sc, mi;
-                float bd, bdmin;
-                F::tile_scales_int(b, s, sc, mi, bd, bdmin);
-                wsc[(0 * MMQ_SUBS + s) * C::BM + r] = (float)sc;
-                wsc[(1 * MMQ_SUBS + s) * C::BM + r] = (float)mi;
-                ((int *)wsc)[(2 * MMQ_SUBS + s) * C::BM + r] = sc;
-                if (s == 0) {
-                    wsc[3 * MMQ_SUBS * C::BM + r] = bd;
-                    wsc[3 * MMQ_SUBS * C::BM + C::BM + r] = bdmin;
-                }
-                continue;
+    for (int i = tid; i < C::BM * (MMQ_SUBS / G); i += C::THREADS) {
+        const int r = i % C::BM, grp = i / C::BM;
+        const int delta = mmq_raw_delta<TYPE>(row_bytes, nrows, row0, r, k0);
+        const char *row = raw + r * R::stride;
+        int q[8 * G];
+        float d[G][2], m[G];
+        if constexpr (G > 1) {
+            static_assert(F::qk == MMQ_BK, "grouped formats: one block a k step");
+            F::tile_group_codes(row, delta, grp, q);
+#pragma unroll
+            for (int j = 0; j < G; ++j) {
+                F::tile_sub_scales((const Block *)(row + delta), G * grp + j, d[j], m[j]);
             }
+        } else {
+            const Block *b = (const Block *)(row + delta) + 32 * grp / F::qk;
+            F::tile_codes(b, (32 * grp % F::qk) / 32, q, d[0], m[0]);
         }
-        int k = 0;
-        wsc[(k++ * MMQ_SUBS + s) * C::BM + r] = d[0];
-        if (F::scale16) {
-            wsc[(k++ * MMQ_SUBS + s) * C::BM + r] = d[1];
-        }
-        if (F::has_min) {
-            wsc[(k * MMQ_SUBS + s) * C::BM + r] = m;
+#pragma unroll
+        for (int j = 0; j < G; ++j) {
+            const int s = G * grp + j;
+            int4 *dst = (int4 *)(smem + L::wq + r * MMQ_WQ_STRIDE + 32 * s);
+            dst[0] = make_int4(q[8 * j], q[8 * j + 1], q[8 * j + 2], q[8 * j + 3]);
+            dst[1] = make_int4(q[8 * j + 4], q[8 * j + 5], q[8 * j + 6], q[8 * j + 7]);
+            const Block *b = (const Block *)(row + delta) + 32 * s / F::qk;
+            mmq_store_scales<TYPE, C>(wsc, b, r, s, d[j], m[j], int_order);
         }
     }
 }

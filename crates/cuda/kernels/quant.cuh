@@ -5,7 +5,9 @@
 // call), `vec_dot`, which returns one thread's share of `block · activations`, and for mmq
 // `tile_codes`: one 32-element sub-block as int8 codes with x = d * code + m (`scale16`
 // formats: d[0] for the first 16 elements, d[1] for the last 16; `has_min` formats have an
-// m != 0). Kernels
+// m != 0). Q4_K and Q6_K instead give mmq a group of sub-blocks at a time from 16-byte loads
+// (`unpack_group`, `tile_group_codes`, scales from `tile_sub_scales`): their per-sub-block
+// 4-byte loads, one row a lane, were most of the GEMM's shared-memory bank conflicts. Kernels
 // (mmvq.cu, mmq.cu) are templates over these traits; there is no per-type copy of a kernel.
 //
 // The structs are the on-disk GGUF layouts (ferrolm-quant's `Block*` structs), read in place.
@@ -107,6 +109,42 @@ static __device__ __forceinline__ int get_int_b2(const void *x, int i32) {
 
 static __device__ __forceinline__ int get_int_b4(const void *x, int i32) {
     return ((const int *)x)[i32];
+}
+
+// N ints from byte `ofs` (even) of a 16-byte-aligned shared row, through 16-byte loads of the
+// chunks around them (reads up to 16 bytes past the last: the caller's buffer must hold them).
+template <int O, int N>
+static __device__ __forceinline__ void words_from_chunks(const int (&w)[N + 4], int sh,
+                                                         int (&out)[N]) {
+#pragma unroll
+    for (int k = 0; k < N; ++k) {
+        out[k] = __funnelshift_r(w[O + k], w[O + k + 1], sh);
+    }
+}
+
+template <int N>
+static __device__ __forceinline__ void load_words_b2(const char *row, int ofs, int (&out)[N]) {
+    static_assert(N % 4 == 0, "whole chunks");
+    const int4 *c = (const int4 *)(row + (ofs & ~15));
+    int w[N + 4];
+#pragma unroll
+    for (int i = 0; i < N / 4 + 1; ++i) {
+        const int4 v = c[i];
+        w[4 * i] = v.x;
+        w[4 * i + 1] = v.y;
+        w[4 * i + 2] = v.z;
+        w[4 * i + 3] = v.w;
+    }
+    // Whole ints start O = (ofs % 16) / 4 ints in, and a 2-byte offset shifts by 16 bits. The
+    // branch is uniform wherever the rows of a tile share their alignment (row sizes that are
+    // multiples of 16 bytes).
+    const int sh = (ofs & 3) * 8;
+    switch ((ofs >> 2) & 3) {
+    case 0: words_from_chunks<0, N>(w, sh, out); break;
+    case 1: words_from_chunks<1, N>(w, sh, out); break;
+    case 2: words_from_chunks<2, N>(w, sh, out); break;
+    default: words_from_chunks<3, N>(w, sh, out); break;
+    }
 }
 
 // Sum of the four signed bytes of u, added to acc.
@@ -295,23 +333,33 @@ template <> struct WeightFormat<GGML_TYPE_Q4_K> {
         return f16_bits_to_f32(b->d) * sumf_d - f16_bits_to_f32(b->dmin) * sumf_m;
     }
 
-    // Sub-block sub: nibble sub % 2 of bytes 32 (sub / 2)..+32, scale and min number sub.
-    static __device__ __forceinline__ void tile_codes(const block *b, int sub, int q[8],
-                                                      float d[2], float &m) {
-        const int g = sub / 2, h = sub % 2;
+    // mmq: pair p (sub-blocks 2p, 2p + 1, low and high nibbles of code bytes 32p..+32) of the
+    // block at byte `ofs` of a 16-byte-aligned shared row; q[8j + i] is int i of sub-block 2p + j.
+    static constexpr int unpack_group = 2;
+    static __device__ __forceinline__ void tile_group_codes(const char *row, int ofs, int p,
+                                                            int (&q)[16]) {
+        const int4 *v = (const int4 *)(row + ofs + 16 + 32 * p); // qs follows 16 bytes of head
+        const int4 a = v[0], b = v[1];
+        const int w[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
-            q[i] = (get_int_b4(b->qs + 32 * g, i) >> (4 * h)) & 0x0F0F0F0F;
+            q[i] = w[i] & 0x0F0F0F0F;
+            q[8 + i] = (w[i] >> 4) & 0x0F0F0F0F;
         }
+    }
+
+    // Sub-block sub's scale d (both halves) and offset m, x = d * code + m.
+    static __device__ __forceinline__ void tile_sub_scales(const block *b, int sub, float d[2],
+                                                           float &m) {
         uint16_t aux[2];
-        scales_k4(b->scales, g, aux);
+        scales_k4(b->scales, sub / 2, aux);
         // Bytes by shifts, not through a pointer: that would put aux in local memory.
-        d[0] = d[1] = f16_bits_to_f32(b->d) * (float)((aux[0] >> (8 * h)) & 0xff);
-        m = -f16_bits_to_f32(b->dmin) * (float)((aux[1] >> (8 * h)) & 0xff);
+        d[0] = d[1] = f16_bits_to_f32(b->d) * (float)((aux[0] >> (8 * (sub % 2))) & 0xff);
+        m = -f16_bits_to_f32(b->dmin) * (float)((aux[1] >> (8 * (sub % 2))) & 0xff);
     }
 
     // For the integer-scale order: sub-block sub's 6-bit scale and min, and the block's d and
-    // dmin (the codes are tile_codes').
+    // dmin (the codes are tile_group_codes').
     static __device__ __forceinline__ void tile_scales_int(const block *b, int sub, int &sc,
                                                            int &m, float &d, float &dmin) {
         uint16_t aux[2];
@@ -434,22 +482,34 @@ template <> struct WeightFormat<GGML_TYPE_Q6_K> {
         return f16_bits_to_f32(b->d) * sumf;
     }
 
-    // Sub-block sub = 4h + j (h the 128-element half): element 32j + l of half h has its low
-    // nibble in ql[64h + 32(j % 2) + l] (bits 4(j / 2)..) and its high two bits in
-    // qh[32h + l] (bits 2j..); scales 8h + 2j (l < 16) and 8h + 2j + 1. Codes are stored 32
-    // above their value: the int8 code is q - 32, so m = 0.
-    static __device__ __forceinline__ void tile_codes(const block *b, int sub, int q[8],
-                                                      float d[2], float &m) {
-        const int h = sub / 4, j = sub % 4;
+    // mmq: half h (sub-blocks 4h..4h + 3) of the block at byte `ofs` (even: 210-byte blocks)
+    // of a 16-byte-aligned shared row. Element 32j + l of the half has its low nibble in
+    // ql[64h + 32(j % 2) + l] (bits 4(j / 2)..) and its high two bits in qh[32h + l] (bits
+    // 2j..); codes are stored 32 above their value, so the int8 code is q - 32 and m = 0.
+    // q[8j + i] is int i of sub-block 4h + j.
+    static constexpr int unpack_group = 4;
+    static __device__ __forceinline__ void tile_group_codes(const char *row, int ofs, int h,
+                                                            int (&q)[32]) {
+        int lo[16], hi[8];
+        load_words_b2<16>(row, ofs + 64 * h, lo);
+        load_words_b2<8>(row, ofs + 128 + 32 * h, hi);
 #pragma unroll
-        for (int i = 0; i < 8; ++i) {
-            const int lo = (get_int_b2(b->ql, 16 * h + 8 * (j % 2) + i) >> (4 * (j / 2))) & 0x0F0F0F0F;
-            const int hi = ((get_int_b2(b->qh, 8 * h + i) >> (2 * j)) & 0x03030303) << 4;
-            q[i] = __vsub4(lo | hi, 0x20202020);
+        for (int j = 0; j < 4; ++j) {
+#pragma unroll
+            for (int i = 0; i < 8; ++i) {
+                const int l4 = (lo[8 * (j % 2) + i] >> (4 * (j / 2))) & 0x0F0F0F0F;
+                const int h2 = ((hi[i] >> (2 * j)) & 0x03030303) << 4;
+                q[8 * j + i] = __vsub4(l4 | h2, 0x20202020);
+            }
         }
+    }
+
+    // Sub-block sub's two scales (elements 0-15, 16-31); m = 0.
+    static __device__ __forceinline__ void tile_sub_scales(const block *b, int sub, float d[2],
+                                                           float &m) {
         const float db = f16_bits_to_f32(b->d);
-        d[0] = db * (float)b->scales[8 * h + 2 * j];
-        d[1] = db * (float)b->scales[8 * h + 2 * j + 1];
+        d[0] = db * (float)b->scales[2 * sub];
+        d[1] = db * (float)b->scales[2 * sub + 1];
         m = 0.0f;
     }
 };

@@ -169,10 +169,12 @@ pub(super) fn smem_bytes(ty: GgmlType, bm: usize, bn: usize, nmat: usize) -> usi
     const Y_STRIDE: usize = 304;
     const WQ_STRIDE: usize = 272;
     let raw = MMQ_BK / ty.block_elems() * ty.block_bytes();
+    // MmqRaw::stride: unaligned rows (Q6_K) padded to 16 bytes past a multiple of 128.
     let raw_stride = if raw.is_multiple_of(16) {
         raw
     } else {
-        (raw + 14).div_ceil(16) * 16
+        let around = (raw + 14).div_ceil(16) * 16;
+        around + (144 - around % 128) % 128
     };
     let scale16 = ty == GgmlType::Q6K;
     let has_min = matches!(ty, GgmlType::Q4_1 | GgmlType::Q4K | GgmlType::Q5K);
@@ -491,10 +493,11 @@ mod tests {
             smem_bytes(GgmlType::Q8_0, 128, 128, 1),
             2 * (128 * 272 + 128 * 304) + 128 * 272 + 8 * 128 * 4 + 8 * 128 * 8
         );
-        // Q6_K rows of 210 bytes copy 224 (2-byte aligned starts); d, d_hi per sub-block.
+        // Q6_K rows of 210 bytes copy 224 (2-byte aligned starts) into rows of 272 (16 past a
+        // multiple of 128); d, d_hi per sub-block.
         assert_eq!(
             smem_bytes(GgmlType::Q6K, 64, 64, 2),
-            2 * (2 * 64 * 224 + 64 * 304) + 64 * 272 + 2 * 8 * 64 * 4 + 8 * 64 * 8
+            2 * (2 * 64 * 272 + 64 * 304) + 64 * 272 + 2 * 8 * 64 * 4 + 8 * 64 * 8
         );
         // Q4_K (integer scales): sc as f32 and as int, m per sub-block; d, dmin per row.
         assert_eq!(
