@@ -17,7 +17,9 @@ while [ $# -ge 2 ]; do
     --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section Occupancy \
     --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section InstructionStats \
     --section LaunchStats --section SourceCounters \
+    --metrics regex:smsp__average_warps_issue_stalled_.*_per_issue_active.ratio \
     $B bench -m $M --backend cuda $ARGS -r 1 > $OUT/$NAME-$1.txt 2>&1
-  grep -E "Duration|Registers|Theoretical Occ|Achieved Occ|Issued Ipc|No Eligible|Warp Cycles Per Issued|Stall|Bank|Throughput" $OUT/$NAME-$1.txt | head -40
+  grep -E "Duration|Registers Per|Issued Ipc A|No Eligible|Warp Cycles Per Issued|excessive" $OUT/$NAME-$1.txt | head -12
+  grep -E "issue_stalled" $OUT/$NAME-$1.txt | sort -k3 -n -r | head -8
   shift 2
 done
