@@ -223,9 +223,11 @@ static __device__ __forceinline__ void mmq_unpack_weights(char *smem, const char
         if constexpr (G > 1) {
             static_assert(F::qk == MMQ_BK, "grouped formats: one block a k step");
             F::tile_group_codes(row, delta, grp, q);
+            if (!(F::int_scales && int_order)) { // else mmq_store_scales reads its own
 #pragma unroll
-            for (int j = 0; j < G; ++j) {
-                F::tile_sub_scales((const Block *)(row + delta), G * grp + j, d[j], m[j]);
+                for (int j = 0; j < G; ++j) {
+                    F::tile_sub_scales((const Block *)(row + delta), G * grp + j, d[j], m[j]);
+                }
             }
         } else {
             const Block *b = (const Block *)(row + delta) + 32 * grp / F::qk;

@@ -52,7 +52,7 @@ pub enum PrefillKernel {
 /// enough that attention in the CPU's arithmetic costs little beside its GEMMs, and it keeps the
 /// backends' results the same (the tiny goldens' 115-token passes differ in every layer on the
 /// tensor-core kernel's f16 Q and P).
-pub const REF_MAX_ROWS: usize = 256;
+pub const REF_MAX_ROWS: usize = super::CPU_ORDER_MAX_ROWS;
 
 /// Warps a block of attn_prefill_f32ref (the kernel's F32REF_WARPS), one per (row, head).
 const F32REF_WARPS: usize = 4;

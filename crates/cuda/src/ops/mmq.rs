@@ -3,15 +3,17 @@
 //!
 //! Contract: the same bits for every tile shape (each output adds its per-sub-block terms in
 //! the same order with pinned f32 roundings, see `mmq_mma.cuh`). Against the CPU's matmul:
-//! Q4_K with Q8_K activations is bit-identical (the CPU's integer-scale order, [`MmqOrder`]),
+//! Q4_K with Q8_K activations is bit-identical under 256 rows (the CPU's integer-scale order,
+//! [`MmqOrder`]),
 //! and so are Q4_0, Q4_1 and Q5_K; Q8_0 is bit-identical on its eight-lane kernel
 //! (`mmq_q8_0_lanes`, CUDA cores, ubatches under [`Q8_0_LANES_MAX_TOKENS`];
 //! `FERROLM_CUDA_Q8_0_LANES=0` takes the tensor-core GEMM, whose f32 sums are in another
 //! order); for Q6_K the integer dots are exact and only f32 scale products and sums round
 //! (`cuda-parity` checks all of them). `FERROLM_MMQ_TILE=auto|128x128|128x64|64x64` picks the
 //! shape (default `auto`: [`auto_tile`]); `FERROLM_CUDA_MMQ=0` turns the GEMM off altogether
-//! (backend); `FERROLM_CUDA_INT_SCALES=0` gives Q4_K the per-sub-block order of the other
-//! formats.
+//! (backend). Q4_K's integer-scale order is for ubatches under `CPU_ORDER_MAX_ROWS` rows;
+//! longer ones take the per-sub-block order of the other formats, within f32 rounding of the
+//! CPU (`FERROLM_CUDA_INT_SCALES=0` or `=1` forces one order for every ubatch).
 
 use super::{int, ActQuant, QuantMatrix};
 use crate::device::CudaDevice;
@@ -60,7 +62,7 @@ pub const MMQ_TILES: [MmqTile; 3] = [
 
 /// Q8_0 GEMMs of fewer rows take the eight-lane kernel (the CPU's bits, at about a quarter of
 /// the tensor-core GEMM's speed on the H200: affordable for short ubatches only).
-pub const Q8_0_LANES_MAX_TOKENS: usize = 256;
+pub const Q8_0_LANES_MAX_TOKENS: usize = super::CPU_ORDER_MAX_ROWS;
 
 /// The tile of the `mmq_<type>_blocks` entry points.
 const BLOCKS_TILE: MmqTile = MMQ_TILES[2];
@@ -125,21 +127,28 @@ pub enum MmqOrder {
 }
 
 impl MmqOrder {
-    /// Whether `ty` weights of `cols` columns take the CPU's integer-scale order: Q4_K with
-    /// Q8_K activations (one scale per block, which that order needs), unless
-    /// `FERROLM_CUDA_INT_SCALES=0`.
-    pub fn integer_scales(ty: GgmlType, cols: usize) -> bool {
-        static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-        let on =
-            *ON.get_or_init(|| std::env::var("FERROLM_CUDA_INT_SCALES").map_or(true, |v| v != "0"));
-        on && ty == GgmlType::Q4K && ActQuant::for_weight(ty, cols) == ActQuant::Q8K
+    /// Whether `ty` weights of `cols` columns take the CPU's integer-scale order in a GEMM of
+    /// an `n`-row ubatch: Q4_K with Q8_K activations (one scale per block, which that order
+    /// needs) under [`CPU_ORDER_MAX_ROWS`](super::CPU_ORDER_MAX_ROWS) rows. The order costs
+    /// 10% of a long prompt (a second accumulator and the exact pair sums), so long ubatches
+    /// take the per-sub-block order. `FERROLM_CUDA_INT_SCALES=0` or `=1` forces either.
+    pub fn integer_scales(ty: GgmlType, cols: usize, n: usize) -> bool {
+        static FORCED: std::sync::OnceLock<Option<bool>> = std::sync::OnceLock::new();
+        let forced = *FORCED.get_or_init(|| {
+            std::env::var("FERROLM_CUDA_INT_SCALES")
+                .ok()
+                .map(|v| v != "0")
+        });
+        forced.unwrap_or(n < super::CPU_ORDER_MAX_ROWS)
+            && ty == GgmlType::Q4K
+            && ActQuant::for_weight(ty, cols) == ActQuant::Q8K
     }
 
     /// The launches of a dense `n`-token GEMM as (first token, tokens, order), as the CPU's
     /// dense matmul orders them (`ferrolm_cpu::matmul::Order::Dense`): pairs for the first
     /// `n - n % 4` tokens when `n >= 4`, blocks for the rest.
     pub fn dense(ty: GgmlType, cols: usize, n: usize) -> Vec<(usize, usize, MmqOrder)> {
-        if !Self::integer_scales(ty, cols) {
+        if !Self::integer_scales(ty, cols, n) {
             return vec![(0, n, MmqOrder::Subs)];
         }
         let pairs = if n >= 4 { n - n % 4 } else { 0 };
@@ -152,9 +161,10 @@ impl MmqOrder {
         .collect()
     }
 
-    /// The order of an expert GEMM: the CPU's expert matmuls take blocks.
-    pub fn experts(ty: GgmlType, cols: usize) -> MmqOrder {
-        if Self::integer_scales(ty, cols) {
+    /// The order of the expert GEMMs of an `n`-token ubatch: the CPU's expert matmuls take
+    /// blocks.
+    pub fn experts(ty: GgmlType, cols: usize, n: usize) -> MmqOrder {
+        if Self::integer_scales(ty, cols, n) {
             MmqOrder::Blocks
         } else {
             MmqOrder::Subs
@@ -461,19 +471,27 @@ mod tests {
 
     /// The launches of a dense GEMM follow the CPU's `Order::Dense`: pairs for whole groups of
     /// four tokens, blocks for the rest (and for calls under four tokens); other formats one
-    /// launch in the per-sub-block order; expert GEMMs blocks. (FERROLM_CUDA_INT_SCALES unset.)
+    /// launch in the per-sub-block order; expert GEMMs blocks; from 256 rows every format the
+    /// per-sub-block order. (FERROLM_CUDA_INT_SCALES unset.)
     #[test]
     fn integer_scale_order_splits_like_the_cpu() {
         use MmqOrder::{Blocks, Pairs, Subs};
         let dense = |ty, n| MmqOrder::dense(ty, 4096, n);
         assert_eq!(dense(GgmlType::Q4K, 22), [(0, 20, Pairs), (20, 2, Blocks)]);
-        assert_eq!(dense(GgmlType::Q4K, 512), [(0, 512, Pairs)]);
+        assert_eq!(dense(GgmlType::Q4K, 252), [(0, 252, Pairs)]);
+        assert_eq!(
+            dense(GgmlType::Q4K, 255),
+            [(0, 252, Pairs), (252, 3, Blocks)]
+        );
+        assert_eq!(dense(GgmlType::Q4K, 256), [(0, 256, Subs)]);
+        assert_eq!(dense(GgmlType::Q4K, 512), [(0, 512, Subs)]);
         assert_eq!(dense(GgmlType::Q4K, 3), [(0, 3, Blocks)]);
         assert_eq!(dense(GgmlType::Q4K, 4), [(0, 4, Pairs)]);
         assert_eq!(dense(GgmlType::Q6K, 22), [(0, 22, Subs)]);
         assert_eq!(dense(GgmlType::Q8_0, 22), [(0, 22, Subs)]);
-        assert_eq!(MmqOrder::experts(GgmlType::Q4K, 2048), Blocks);
-        assert_eq!(MmqOrder::experts(GgmlType::Q6K, 1024), Subs);
+        assert_eq!(MmqOrder::experts(GgmlType::Q4K, 2048, 255), Blocks);
+        assert_eq!(MmqOrder::experts(GgmlType::Q4K, 2048, 2048), Subs);
+        assert_eq!(MmqOrder::experts(GgmlType::Q6K, 1024, 8), Subs);
     }
 
     #[test]

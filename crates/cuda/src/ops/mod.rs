@@ -28,6 +28,13 @@ pub use quantize::{dequantize_blocks, ActQuant, Quantize, Q8_1_BLOCK_BYTES};
 
 use crate::device::CudaDevice;
 use crate::error::Result;
+
+/// Ubatches of fewer rows run prefill in the CPU's arithmetic where a kernel offers it
+/// (attention's f32 order, Q8_0's eight lanes, Q4_K's integer scales: the CPU's bits, which
+/// keeps the tiny goldens' figures the CPU's); from this many rows the tensor-core kernels take
+/// over, within f32 rounding of the CPU. Short ubatches cost little beside the whole prompt;
+/// long ones are where the speed is.
+pub const CPU_ORDER_MAX_ROWS: usize = 256;
 use ferrolm_gguf::GgmlType;
 
 /// A format's suffix in kernel entry points (`mmvq_q4_k_n1`, `embed_f16`): ggml's type name,

@@ -4,7 +4,7 @@
 //!
 //! Contract: the same int8 arithmetic as [`Mmq`](super::Mmq) (weights × Q8_1 activations,
 //! exact integer dots, f32 scale products; Q4_K in the CPU expert matmuls' integer-scale
-//! order, [`MmqOrder::experts`]), with `h = silu(gate) * up` rounded to Q8_1 before
+//! order under 256 tokens, [`MmqOrder::experts`]), with `h = silu(gate) * up` rounded to Q8_1 before
 //! the down GEMM, as the CPU's matmul rounds its input. `cuda-parity` holds it to
 //! `|cuda - cpu| ≤ 5e-3 · Σ_slot w · Σ_j |down[r][j] · h[j]|` against the CPU's per-expert loop
 //! (int8 rounding twice, Q8_1 here and Q8_K there). Deterministic: no atomics, slots summed in
@@ -259,8 +259,8 @@ impl MoeGemm {
             int(e, "experts"),
             int(k, "experts used"),
         );
-        let gate_up_order = MmqOrder::experts(experts.gate.ty, d) as i32;
-        let down_order = MmqOrder::experts(experts.down.ty, ff) as i32;
+        let gate_up_order = MmqOrder::experts(experts.gate.ty, d, n) as i32;
+        let down_order = MmqOrder::experts(experts.down.ty, ff, n) as i32;
         // (expert, tile slots) per launch: one for all, or one per expert.
         let pair_tiles = pairs.div_ceil(MOE_BN);
         let launches: Vec<(i32, usize)> = if grouped {

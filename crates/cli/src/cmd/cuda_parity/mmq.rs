@@ -53,10 +53,11 @@ pub fn mmq(
     let wf = ferrolm_quant::dequantize_to_vec(ty, &wq, rows * cols)?;
     let exact = super::checks::products(&wf, &x, rows, cols);
     let cmp = compare(&got, &cpu, |i| exact[i].1);
-    // Q4_K with Q8_K activations follows the CPU's integer-scale order, Q8_0 under 256 rows its
-    // eight lanes (unless FERROLM_CUDA_Q8_0_LANES=0): the CPU's bits.
+    // Under 256 rows Q4_K with Q8_K activations follows the CPU's integer-scale order, Q8_0 its
+    // eight lanes (unless FERROLM_CUDA_INT_SCALES / FERROLM_CUDA_Q8_0_LANES say otherwise): the
+    // CPU's bits.
     let q8_0_lanes = ty == GgmlType::Q8_0 && k.mmq.q8_0_lanes_for(n);
-    let contract = if MmqOrder::integer_scales(ty, cols) || q8_0_lanes {
+    let contract = if MmqOrder::integer_scales(ty, cols, n) || q8_0_lanes {
         Contract::Exact
     } else {
         super::checks::SAME_INT8
