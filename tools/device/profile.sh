@@ -7,10 +7,11 @@
 B=$1; M=$2; NAME=$3; ARGS=$4; shift 4
 T=$(dirname "$0")
 NCU="ncu --clock-control none --cache-control none"
-# -r 1 still runs one warm-up pass first: the sums cover two prompt passes.
+# -r 1 still runs one warm-up pass first: the sums cover two passes (DIV=2, the default divisor;
+# a decode run of -n N tokens: DIV=2N for per-token figures).
 $NCU --csv --print-units base --metrics gpu__time_duration.sum \
   $B bench -m $M --backend cuda $ARGS -r 1 > /tmp/$NAME-ncu.csv 2> /tmp/$NAME-ncu.err
-python3 $T/kernel_times.py /tmp/$NAME-ncu.csv 2 > $OUT/$NAME-kernels.txt
+python3 $T/kernel_times.py /tmp/$NAME-ncu.csv ${DIV:-2} > $OUT/$NAME-kernels.txt
 head -25 $OUT/$NAME-kernels.txt; tail -1 $OUT/$NAME-kernels.txt
 while [ $# -ge 2 ]; do
   $NCU -k regex:$1 --launch-skip $2 --launch-count 1 --import-source no \
