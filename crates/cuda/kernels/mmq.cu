@@ -55,16 +55,20 @@ static __device__ __forceinline__ void mul_mat_q(const void *__restrict__ vx,
     }
 }
 
-// Q8_0 in the CPU's eight-lane order (ferrolm_cpu::matmul::lanes, which is llama.cpp's x86
-// Q8_0 arithmetic): per output, lane l adds fma(d_w · d_y, Σ_{i<4} w[4l+i] · y[4l+i], lane)
-// block after block, and the lanes fold ((0+4) + (2+6)) + ((1+5) + (3+7)) at the end. An MMA
-// sums 32 products at once, so this runs on the CUDA cores: one dp4a a lane, its integer
-// (|dot| <= 4 · 128 · 128 < 2^22) made f32 by the MMQ_BIAS trick. Bit-identical to the CPU.
+// The CUDA-core GEMM for 32-element block formats, in the CPU's arithmetic, for what the
+// tensor-core tiles do not take: short Q8_0 ubatches, and rows whose length is not a multiple
+// of MMQ_BK (SmolLM2-135M's 576). Bit-identical to the CPU:
+// - Q8_0 in the CPU's eight-lane order (ferrolm_cpu::matmul::lanes, llama.cpp's x86 Q8_0
+//   arithmetic): per output, lane l adds fma(d_w · d_y, Σ_{i<4} w[4l+i] · y[4l+i], lane) block
+//   after block, and the lanes fold ((0+4) + (2+6)) + ((1+5) + (3+7)) at the end;
+// - Q4_0 and Q4_1 in the per-block chain of mmq_mma.cuh's MMQ_ORDER_SUBS (the CPU's order):
+//   acc = fma(d_w · d_y, Σ w·y, acc), then acc = fma(m_w, d_y Σy, acc) for Q4_1.
+// Integer dots are exact (dp4a; |dot| <= 32 · 128 · 128 < 2^22 made f32 by the MMQ_BIAS trick).
 //
 // Launch (mmq.rs agrees): block (LANES_T, LANES_T), grid (ceil(nrows / LANES_BM),
-// ceil(ntok / LANES_BN)). Thread (tx, ty) owns rows tx + LANES_T·i (i < LANES_RM) and tokens
-// ty + LANES_T·j (j < LANES_RN) of the tile; LANES_KB blocks of 32 columns a step, staged in
-// shared memory as aligned ints (a Q8_0 block is 34 bytes, 2-byte aligned).
+// ceil(ntok / LANES_BN)); ncols % 32 == 0. Thread (tx, ty) owns rows tx + LANES_T·i
+// (i < LANES_RM) and tokens ty + LANES_T·j (j < LANES_RN) of the tile; LANES_KB blocks of 32
+// columns a step, staged in shared memory as aligned int8 codes (blocks are 2-byte aligned).
 #define LANES_T 16
 #define LANES_RM 4
 #define LANES_RN 2
@@ -72,57 +76,72 @@ static __device__ __forceinline__ void mul_mat_q(const void *__restrict__ vx,
 #define LANES_BN (LANES_T * LANES_RN)
 #define LANES_KB 4
 
-extern "C" __global__ void __launch_bounds__(LANES_T *LANES_T)
-    mmq_q8_0_lanes(const void *__restrict__ vx, const block_q8_1 *__restrict__ vy,
-                   float *__restrict__ dst, int ncols, int nrows, int ntok) {
+template <int TYPE>
+static __device__ __forceinline__ void mmq_small(const void *__restrict__ vx,
+                                                 const block_q8_1 *__restrict__ vy,
+                                                 float *__restrict__ dst, int ncols, int nrows,
+                                                 int ntok) {
+    typedef WeightFormat<TYPE> F;
+    static_assert(F::qk == 32 && !F::scale16, "32-element blocks with one scale");
+    constexpr bool LANES = TYPE == GGML_TYPE_Q8_0, MIN = F::has_min;
+    constexpr int NL = LANES ? 8 : 1;
     // Rows padded to 9 ints: a warp's 16 rows then fall in distinct banks.
     __shared__ int wq[LANES_KB][LANES_BM][9];
-    __shared__ float wd[LANES_KB][LANES_BM];
+    __shared__ float wd[LANES_KB][LANES_BM], wm[LANES_KB][LANES_BM];
     __shared__ int yq[LANES_KB][LANES_BN][9];
-    __shared__ float yd[LANES_KB][LANES_BN];
+    __shared__ float yd[LANES_KB][LANES_BN], ys[LANES_KB][LANES_BN];
     const int tx = threadIdx.x, ty = threadIdx.y, tid = ty * LANES_T + tx;
     const int row0 = blockIdx.x * LANES_BM, tok0 = blockIdx.y * LANES_BN;
     const int nblk = ncols / QK8_1;
-    const block_q8_0 *w = (const block_q8_0 *)vx;
-    float lanes[LANES_RM][LANES_RN][8];
+    const typename F::block *w = (const typename F::block *)vx;
+    float acc[LANES_RM][LANES_RN][NL];
 #pragma unroll
     for (int i = 0; i < LANES_RM; ++i) {
 #pragma unroll
         for (int j = 0; j < LANES_RN; ++j) {
 #pragma unroll
-            for (int l = 0; l < 8; ++l) {
-                lanes[i][j][l] = 0.0f;
+            for (int l = 0; l < NL; ++l) {
+                acc[i][j][l] = 0.0f;
             }
         }
     }
     for (int b0 = 0; b0 < nblk; b0 += LANES_KB) {
         // One weight block a thread (row e / KB, block e % KB); zeros past the matrix leave
-        // the lanes unchanged.
+        // the sums unchanged.
         for (int e = tid; e < LANES_BM * LANES_KB; e += LANES_T * LANES_T) {
             const int r = e / LANES_KB, kb = e % LANES_KB, b = b0 + kb;
-            const bool in = row0 + r < nrows && b < nblk;
-            const block_q8_0 *blk = w + (size_t)(row0 + r) * nblk + b;
+            int q[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+            float d[2] = {0.0f, 0.0f}, m = 0.0f;
+            if (row0 + r < nrows && b < nblk) {
+                F::tile_codes(w + (size_t)(row0 + r) * nblk + b, 0, q, d, m);
+            }
 #pragma unroll
             for (int l = 0; l < 8; ++l) {
-                wq[kb][r][l] = in ? get_int_b2(blk->qs, l) : 0;
+                wq[kb][r][l] = q[l];
             }
-            wd[kb][r] = in ? f16_bits_to_f32(blk->d) : 0.0f;
+            wd[kb][r] = d[0];
+            wm[kb][r] = m;
         }
         for (int e = tid; e < LANES_BN * LANES_KB; e += LANES_T * LANES_T) {
             const int t = e / LANES_KB, kb = e % LANES_KB, b = b0 + kb;
             const bool in = tok0 + t < ntok && b < nblk;
             const block_q8_1 *blk = vy + (size_t)(tok0 + t) * nblk + b;
+            int sum = 0;
 #pragma unroll
             for (int l = 0; l < 8; ++l) {
-                yq[kb][t][l] = in ? get_int_b4(blk->qs, l) : 0;
+                const int v = in ? get_int_b4(blk->qs, l) : 0;
+                yq[kb][t][l] = v;
+                sum = sum_bytes(v, sum);
             }
-            yd[kb][t] = in ? blk->d : 0.0f;
+            const float dy = in ? blk->d : 0.0f;
+            yd[kb][t] = dy;
+            ys[kb][t] = dy * (float)sum; // as mmq_act_scales
         }
         __syncthreads();
 #pragma unroll
         for (int kb = 0; kb < LANES_KB; ++kb) {
             int x[LANES_RN][8];
-            float dy[LANES_RN];
+            float dy[LANES_RN], sy[LANES_RN];
 #pragma unroll
             for (int j = 0; j < LANES_RN; ++j) {
 #pragma unroll
@@ -130,6 +149,7 @@ extern "C" __global__ void __launch_bounds__(LANES_T *LANES_T)
                     x[j][l] = yq[kb][ty + LANES_T * j][l];
                 }
                 dy[j] = yd[kb][ty + LANES_T * j];
+                sy[j] = ys[kb][ty + LANES_T * j];
             }
 #pragma unroll
             for (int i = 0; i < LANES_RM; ++i) {
@@ -138,14 +158,26 @@ extern "C" __global__ void __launch_bounds__(LANES_T *LANES_T)
                 for (int l = 0; l < 8; ++l) {
                     q[l] = wq[kb][tx + LANES_T * i][l];
                 }
-                const float dw = wd[kb][tx + LANES_T * i];
+                const float dw = wd[kb][tx + LANES_T * i], mw = wm[kb][tx + LANES_T * i];
 #pragma unroll
                 for (int j = 0; j < LANES_RN; ++j) {
                     const float s = __fmul_rn(dw, dy[j]);
+                    if (LANES) {
 #pragma unroll
-                    for (int l = 0; l < 8; ++l) {
-                        const float dot = mmq_unbias(dp4a(q[l], x[j][l], MMQ_BIAS));
-                        lanes[i][j][l] = __fmaf_rn(s, dot, lanes[i][j][l]);
+                        for (int l = 0; l < 8; ++l) {
+                            const float dot = mmq_unbias(dp4a(q[l], x[j][l], MMQ_BIAS));
+                            acc[i][j][l] = __fmaf_rn(s, dot, acc[i][j][l]);
+                        }
+                    } else {
+                        int dot = MMQ_BIAS;
+#pragma unroll
+                        for (int l = 0; l < 8; ++l) {
+                            dot = dp4a(q[l], x[j][l], dot);
+                        }
+                        acc[i][j][0] = __fmaf_rn(s, mmq_unbias(dot), acc[i][j][0]);
+                        if (MIN) {
+                            acc[i][j][0] = __fmaf_rn(mw, sy[j], acc[i][j][0]);
+                        }
                     }
                 }
             }
@@ -158,14 +190,29 @@ extern "C" __global__ void __launch_bounds__(LANES_T *LANES_T)
         for (int j = 0; j < LANES_RN; ++j) {
             const int row = row0 + tx + LANES_T * i, tok = tok0 + ty + LANES_T * j;
             if (row < nrows && tok < ntok) {
-                const float *l = lanes[i][j];
-                const float h0 = __fadd_rn(l[0], l[4]), h1 = __fadd_rn(l[1], l[5]);
-                const float h2 = __fadd_rn(l[2], l[6]), h3 = __fadd_rn(l[3], l[7]);
-                dst[(size_t)tok * nrows + row] = __fadd_rn(__fadd_rn(h0, h2), __fadd_rn(h1, h3));
+                const float *l = acc[i][j];
+                float out = l[0];
+                if (LANES) {
+                    const float h0 = __fadd_rn(l[0], l[4 % NL]), h1 = __fadd_rn(l[1 % NL], l[5 % NL]);
+                    const float h2 = __fadd_rn(l[2 % NL], l[6 % NL]), h3 = __fadd_rn(l[3 % NL], l[7 % NL]);
+                    out = __fadd_rn(__fadd_rn(h0, h2), __fadd_rn(h1, h3));
+                }
+                dst[(size_t)tok * nrows + row] = out;
             }
         }
     }
 }
+
+#define MMQ_SMALL_ENTRY(NAME, TYPE)                                                                 \
+    extern "C" __global__ void __launch_bounds__(LANES_T *LANES_T)                                 \
+        NAME(const void *__restrict__ vx, const block_q8_1 *__restrict__ vy,                        \
+             float *__restrict__ dst, int ncols, int nrows, int ntok) {                             \
+        mmq_small<TYPE>(vx, vy, dst, ncols, nrows, ntok);                                           \
+    }
+
+MMQ_SMALL_ENTRY(mmq_q8_0_lanes, GGML_TYPE_Q8_0)
+MMQ_SMALL_ENTRY(mmq_q4_0_chain, GGML_TYPE_Q4_0)
+MMQ_SMALL_ENTRY(mmq_q4_1_chain, GGML_TYPE_Q4_1)
 
 #define MMQ_ENTRY(NAME, TYPE, TILE)                                                                 \
     extern "C" __global__ void __launch_bounds__(MmqTile##TILE::THREADS)                            \

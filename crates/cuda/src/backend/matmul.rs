@@ -4,7 +4,7 @@
 
 use super::{CudaAct, CudaBackend, CudaWeight};
 use crate::error::Result;
-use crate::ops::{ActQuant, Mmq, PairOut, QuantMatrix, Quantize, MMQ_BK, MMVQ_MAX_COLS};
+use crate::ops::{ActQuant, Mmq, PairOut, QuantMatrix, Quantize, MMVQ_MAX_COLS};
 use cudarc::driver::CudaSlice;
 use ferrolm_gguf::GgmlType;
 
@@ -34,7 +34,7 @@ impl CudaBackend {
         if n <= MMVQ_MAX_COLS {
             return self.k.mmvq.matvec(w, xq, n, out.buf_mut());
         }
-        if self.use_mmq && Mmq::supports(w.ty) && w.cols.is_multiple_of(MMQ_BK) {
+        if self.use_mmq && Mmq::supports(w.ty, w.cols) {
             return self.k.mmq.matmul(w, xq, n, out.buf_mut());
         }
         // No GEMM for this format or shape: mat-vec over slices of rows.

@@ -8,7 +8,8 @@
 //! and so are Q4_0, Q4_1 and Q5_K; Q8_0 is bit-identical on its eight-lane kernel
 //! (`mmq_q8_0_lanes`, CUDA cores, ubatches under [`Q8_0_LANES_MAX_TOKENS`];
 //! `FERROLM_CUDA_Q8_0_LANES=0` takes the tensor-core GEMM, whose f32 sums are in another
-//! order); for Q6_K the integer dots are exact and only f32 scale products and sums round
+//! order). Rows whose length is not a multiple of [`MMQ_BK`] (SmolLM2-135M's 576) take the
+//! CUDA-core kernels of [`SMALL_FORMATS`], bit-identical too; for Q6_K the integer dots are exact and only f32 scale products and sums round
 //! (`cuda-parity` checks all of them). `FERROLM_MMQ_TILE=auto|128x128|128x64|64x64` picks the
 //! shape (default `auto`: [`auto_tile`]); `FERROLM_CUDA_MMQ=0` turns the GEMM off altogether
 //! (backend). Q4_K's integer-scale order is for ubatches under `CPU_ORDER_MAX_ROWS` rows;
@@ -63,6 +64,13 @@ pub const MMQ_TILES: [MmqTile; 3] = [
 /// Q8_0 GEMMs of fewer rows take the eight-lane kernel (the CPU's bits, at about a quarter of
 /// the tensor-core GEMM's speed on the H200: affordable for short ubatches only).
 pub const Q8_0_LANES_MAX_TOKENS: usize = super::CPU_ORDER_MAX_ROWS;
+
+/// Formats with a CUDA-core kernel in the CPU's arithmetic (mmq.cu's mmq_small), by entry point.
+pub const SMALL_FORMATS: [(GgmlType, &str); 3] = [
+    (GgmlType::Q8_0, "mmq_q8_0_lanes"),
+    (GgmlType::Q4_0, "mmq_q4_0_chain"),
+    (GgmlType::Q4_1, "mmq_q4_1_chain"),
+];
 
 /// The tile of the `mmq_<type>_blocks` entry points.
 const BLOCKS_TILE: MmqTile = MMQ_TILES[2];
@@ -261,8 +269,11 @@ pub struct Mmq {
     fns: HashMap<(GgmlType, usize), GemmFn>,
     /// Integer-scale formats: `mmq_<type>_blocks`, the [`MmqOrder::Blocks`] tail (64x64 tile).
     blocks: HashMap<GgmlType, GemmFn>,
-    /// Q8_0 in the CPU's eight-lane order, unless `FERROLM_CUDA_Q8_0_LANES=0`.
-    q8_0_lanes: Option<CudaFunction>,
+    /// The CUDA-core kernels of [`SMALL_FORMATS`] in the CPU's arithmetic (`mmq_q8_0_lanes`,
+    /// `mmq_q4_{0,1}_chain`): rows of any multiple of 32, and short Q8_0 ubatches.
+    small: HashMap<GgmlType, CudaFunction>,
+    /// Short Q8_0 ubatches on the eight-lane kernel, unless `FERROLM_CUDA_Q8_0_LANES=0`.
+    q8_0_lanes: bool,
     sms: usize,
     /// FERROLM_MMQ_TILE, when not auto.
     forced: Option<usize>,
@@ -290,24 +301,32 @@ impl Mmq {
         let name = format!("mmq_{}_blocks", super::kernel_suffix(ty));
         let smem = smem_bytes(ty, t.bm, t.bn, 1);
         blocks.insert(ty, GemmFn::load(dev, &MMQ, &name, smem, 32 * t.warps)?);
-        let lanes_on = std::env::var("FERROLM_CUDA_Q8_0_LANES").map_or(true, |v| v != "0");
-        let q8_0_lanes = match lanes_on {
-            true => Some(dev.function(&MMQ, "mmq_q8_0_lanes")?),
-            false => None,
-        };
+        let q8_0_lanes = std::env::var("FERROLM_CUDA_Q8_0_LANES").map_or(true, |v| v != "0");
+        let mut small = HashMap::new();
+        for (ty, name) in SMALL_FORMATS {
+            small.insert(ty, dev.function(&MMQ, name)?);
+        }
         Ok(Self {
             stream: dev.stream().clone(),
             fns,
             blocks,
+            small,
             q8_0_lanes,
             sms,
             forced,
         })
     }
 
-    /// Whether `ty` has a kernel; `cols` must also be a multiple of [`MMQ_BK`].
-    pub fn supports(ty: GgmlType) -> bool {
+    /// Whether `ty` weights of `cols` columns have a GEMM: the tensor-core tiles for rows of
+    /// a multiple of [`MMQ_BK`], the CUDA-core kernels of [`SMALL_FORMATS`] for any multiple
+    /// of 32.
+    pub fn supports(ty: GgmlType, cols: usize) -> bool {
         FORMATS.contains(&ty)
+            && (cols.is_multiple_of(MMQ_BK) || (Self::small_format(ty) && cols.is_multiple_of(32)))
+    }
+
+    fn small_format(ty: GgmlType) -> bool {
+        SMALL_FORMATS.iter().any(|&(t, _)| t == ty)
     }
 
     /// The tile (index in [`MMQ_TILES`]) [`matmul`](Self::matmul) uses for `rows` × `n`.
@@ -348,10 +367,12 @@ impl Mmq {
             .get(&(w.ty, tile))
             .ok_or_else(|| CudaError::Invalid(format!("mmq: no kernel for {} weights", w.ty)))?;
         let f = g.get(&format!("mmq {} tile {}", w.ty, t.name))?;
-        if !w.cols.is_multiple_of(MMQ_BK) {
+        if !Self::supports(w.ty, w.cols) {
             return Err(CudaError::Invalid(format!(
-                "mmq: {} columns is not a multiple of {MMQ_BK}",
-                w.cols
+                "mmq: {} rows of {} columns (a multiple of {MMQ_BK}, or of 32 for {:?})",
+                w.ty,
+                w.cols,
+                SMALL_FORMATS.map(|f| f.0)
             )));
         }
         assert!(
@@ -362,10 +383,8 @@ impl Mmq {
         if n == 0 || w.rows == 0 {
             return Ok(());
         }
-        if let (GgmlType::Q8_0, Some(lanes)) = (w.ty, &self.q8_0_lanes) {
-            if n < Q8_0_LANES_MAX_TOKENS {
-                return self.matmul_q8_0_lanes(lanes, w, xq, n, out);
-            }
+        if !w.cols.is_multiple_of(MMQ_BK) || self.q8_0_lanes_for(w.ty, n) {
+            return self.matmul_small(w, xq, n, out);
         }
         let row_q8 = super::Quantize::q8_1_bytes(1, w.cols);
         for (tok0, ntok, order) in MmqOrder::dense(w.ty, w.cols, n) {
@@ -411,17 +430,16 @@ impl Mmq {
         Ok(())
     }
 
-    /// Whether `n` activation rows of Q8_0 weights take the eight-lane kernel: ubatches under
-    /// [`Q8_0_LANES_MAX_TOKENS`] unless `FERROLM_CUDA_Q8_0_LANES=0`.
-    pub fn q8_0_lanes_for(&self, n: usize) -> bool {
-        self.q8_0_lanes.is_some() && n < Q8_0_LANES_MAX_TOKENS
+    /// Whether `n` activation rows of `ty` weights take the eight-lane kernel although the
+    /// tensor-core tiles could: Q8_0 ubatches under [`Q8_0_LANES_MAX_TOKENS`] unless
+    /// `FERROLM_CUDA_Q8_0_LANES=0`.
+    pub fn q8_0_lanes_for(&self, ty: GgmlType, n: usize) -> bool {
+        ty == GgmlType::Q8_0 && self.q8_0_lanes && n < Q8_0_LANES_MAX_TOKENS
     }
 
-    /// Q8_0 weights on `mmq_q8_0_lanes` (the CPU's eight-lane order; shapes checked by the
-    /// caller).
-    fn matmul_q8_0_lanes(
+    /// `ty` weights on their CUDA-core kernel (the CPU's order; shapes checked by the caller).
+    fn matmul_small(
         &self,
-        f: &CudaFunction,
         w: &QuantMatrix,
         xq: &CudaSlice<u8>,
         n: usize,
@@ -442,6 +460,7 @@ impl Mmq {
             int(w.rows, "mmq rows"),
             int(n, "mmq tokens"),
         );
+        let f = &self.small[&w.ty];
         let mut b = self.stream.launch_builder(f);
         b.arg(&w.data)
             .arg(xq)
@@ -449,10 +468,10 @@ impl Mmq {
             .arg(&cols)
             .arg(&rows)
             .arg(&ntok);
-        // SAFETY: mmq_q8_0_lanes(vx, vy, dst, ncols, nrows, ntok): rows x cols Q8_0 weights,
-        // n activation rows of cols, n x rows floats out (sizes asserted by matmul_tile); the
-        // grid covers every (row, token) tile.
-        unsafe { b.launch(cfg) }.during("launching mmq_q8_0_lanes")?;
+        // SAFETY: mmq_<type>_{lanes,chain}(vx, vy, dst, ncols, nrows, ntok): rows x cols
+        // weights, n activation rows of cols (a multiple of 32), n x rows floats out (sizes
+        // asserted by matmul_tile); the grid covers every (row, token) tile.
+        unsafe { b.launch(cfg) }.during(format!("launching the {} CUDA-core GEMM", w.ty))?;
         Ok(())
     }
 }

@@ -18,7 +18,7 @@ pub use attention::{Attention, DecodeWork, KvCache, PrefillKernel, ATTN_HEAD_DIM
 pub use elementwise::Elementwise;
 pub use embed::Embed;
 pub use gemm_f32::GemmF32;
-pub use mmq::{auto_tile, Mmq, MmqOrder, MmqTile, MMQ_BK, MMQ_TILES};
+pub use mmq::{auto_tile, Mmq, MmqOrder, MmqTile, MMQ_BK, MMQ_TILES, SMALL_FORMATS};
 pub use mmvq::{wide_enabled as mmvq_wide_enabled, Mmvq, PairOut, QuantMatrix, MMVQ_MAX_COLS};
 pub use moe_decode::{MoeDecode, MoeDecodeWork, MOE_DECODE_MAX_TOKENS};
 pub use moe_gemm::{MoeGemm, MoeWork};

@@ -57,6 +57,10 @@ pub fn all(dev: &CudaDevice, k: &Kernels, rng: &mut StdRng) -> Result<Vec<Row>> 
         push("mmq", super::mmq::mmq(dev, k, rng, ty, 1027, 2048, 77));
         push("mmq", super::mmq::mmq(dev, k, rng, ty, 515, 2048, 201));
     }
+    // Rows of 576 (SmolLM2-135M's width): the CUDA-core kernels, in the CPU's order.
+    for (ty, _) in ferrolm_cuda::ops::SMALL_FORMATS {
+        push("mmq", super::mmq::mmq(dev, k, rng, ty, 1027, 576, 77));
+    }
     // Q4_K's integer-scale order: pairs for 20 tokens and blocks for the last 2; blocks only.
     push(
         "mmq",

@@ -5,7 +5,7 @@ use super::checks::{normal, poisoned, row};
 use super::{compare, Contract, Row};
 use anyhow::Result;
 use ferrolm_cpu::matmul::{matmul, WeightRef};
-use ferrolm_cuda::ops::{ActQuant, MmqOrder, QuantMatrix, MMQ_TILES, Q8_1_BLOCK_BYTES};
+use ferrolm_cuda::ops::{ActQuant, MmqOrder, QuantMatrix, MMQ_BK, MMQ_TILES, Q8_1_BLOCK_BYTES};
 use ferrolm_cuda::{CudaDevice, Kernels};
 use ferrolm_gguf::GgmlType;
 use rand::rngs::StdRng;
@@ -54,10 +54,11 @@ pub fn mmq(
     let exact = super::checks::products(&wf, &x, rows, cols);
     let cmp = compare(&got, &cpu, |i| exact[i].1);
     // Under 256 rows Q4_K with Q8_K activations follows the CPU's integer-scale order, Q8_0 its
-    // eight lanes (unless FERROLM_CUDA_INT_SCALES / FERROLM_CUDA_Q8_0_LANES say otherwise): the
+    // eight lanes (unless FERROLM_CUDA_INT_SCALES / FERROLM_CUDA_Q8_0_LANES say otherwise).
+    // Rows not a multiple of 256 take the CUDA-core kernels, in the CPU's order too: the
     // CPU's bits.
-    let q8_0_lanes = ty == GgmlType::Q8_0 && k.mmq.q8_0_lanes_for(n);
-    let contract = if MmqOrder::integer_scales(ty, cols, n) || q8_0_lanes {
+    let small = k.mmq.q8_0_lanes_for(ty, n) || !cols.is_multiple_of(MMQ_BK);
+    let contract = if MmqOrder::integer_scales(ty, cols, n) || small {
         Contract::Exact
     } else {
         super::checks::SAME_INT8
