@@ -253,6 +253,64 @@ extern "C" __global__ void moe_combine(const float *__restrict__ y, const int *_
     }
 }
 
+// Float experts (F32/F16/BF16 files, held as f32 since upload): each (token, slot) pair's FFN
+// straight from the routes, a warp per output (lanes split k, then a warp sum), for models
+// whose experts have no int8 kernel. p = t·n_used + slot, e = ids[p]; pairs without an expert
+// give zeros, which moe_combine skips.
+// Launch: block (32, FLOAT_WARPS), grid (npairs, ceil(n_ff or n_embd / FLOAT_WARPS)).
+#define FLOAT_WARPS 8
+
+// h[p][j] = silu(gate_e[j] · x_t) · (up_e[j] · x_t).
+extern "C" __global__ void __launch_bounds__(FLOAT_WARPS *WARP_SIZE)
+    moe_f32_gate_up(const float *__restrict__ gate, const float *__restrict__ up,
+                    const float *__restrict__ x, const int *__restrict__ ids,
+                    float *__restrict__ h, int n_embd, int n_ff, int n_expert, int n_used) {
+    const int p = blockIdx.x, j = blockIdx.y * FLOAT_WARPS + threadIdx.y, lane = threadIdx.x;
+    const int e = ids[p];
+    if (j >= n_ff) {
+        return;
+    }
+    float sg = 0.0f, su = 0.0f;
+    if (e >= 0 && e < n_expert) {
+        const float *xr = x + (size_t)(p / n_used) * n_embd;
+        const float *g = gate + ((size_t)e * n_ff + j) * n_embd;
+        const float *u = up + ((size_t)e * n_ff + j) * n_embd;
+        for (int c = lane; c < n_embd; c += WARP_SIZE) {
+            sg = fmaf(g[c], xr[c], sg);
+            su = fmaf(u[c], xr[c], su);
+        }
+    }
+    sg = warp_sum(sg);
+    su = warp_sum(su);
+    if (lane == 0) {
+        h[(size_t)p * n_ff + j] = e >= 0 && e < n_expert ? silu_mul(sg, su) : 0.0f;
+    }
+}
+
+// y[p][i] = weights[p] · (down_e[i] · h[p]).
+extern "C" __global__ void __launch_bounds__(FLOAT_WARPS *WARP_SIZE)
+    moe_f32_down(const float *__restrict__ down, const float *__restrict__ h,
+                 const int *__restrict__ ids, const float *__restrict__ weights,
+                 float *__restrict__ y, int n_ff, int n_embd, int n_expert) {
+    const int p = blockIdx.x, i = blockIdx.y * FLOAT_WARPS + threadIdx.y, lane = threadIdx.x;
+    const int e = ids[p];
+    if (i >= n_embd) {
+        return;
+    }
+    float s = 0.0f;
+    if (e >= 0 && e < n_expert) {
+        const float *dr = down + ((size_t)e * n_embd + i) * n_ff;
+        const float *hr = h + (size_t)p * n_ff;
+        for (int c = lane; c < n_ff; c += WARP_SIZE) {
+            s = fmaf(dr[c], hr[c], s);
+        }
+    }
+    s = warp_sum(s);
+    if (lane == 0) {
+        y[(size_t)p * n_embd + i] = e >= 0 && e < n_expert ? weights[p] * s : 0.0f;
+    }
+}
+
 #define MOE_ENTRIES(NAME, TYPE)                                                                     \
     extern "C" __global__ void __launch_bounds__(MoeTileCfg::THREADS) moe_gate_up_##NAME(                   \
         const void *__restrict__ vgate, const void *__restrict__ vup,                               \

@@ -4,7 +4,9 @@
 
 use super::{CudaAct, CudaBackend, CudaWeight};
 use crate::error::{CudaError, DriverContext, Result};
-use crate::ops::{MoeDecodeWork, MoeExperts, MoeRouteWork, MoeWork, MOE_DECODE_MAX_TOKENS};
+use crate::ops::{
+    is_float, MoeDecodeWork, MoeExperts, MoeRouteWork, MoeWork, MOE_DECODE_MAX_TOKENS,
+};
 use ferrolm_model::weights::MoeWeights;
 
 /// Scratch of the MoE kernels, shared by every layer (they all have the same shape) and grown
@@ -60,7 +62,9 @@ impl CudaBackend {
                 .route(x.buf(), n, router, route, &mut ids, &mut weights)
         })?;
 
-        let r = if n <= MOE_DECODE_MAX_TOKENS && MoeDecodeWork::supports(k, w.n_ff) {
+        // Float experts have no int8 decode kernels: their GEMM path takes any token count.
+        let decode = n <= MOE_DECODE_MAX_TOKENS && !is_float(&experts);
+        let r = if decode && MoeDecodeWork::supports(k, w.n_ff) {
             let decode = match &mut scratch.decode {
                 Some(d) if d.n_used == k && d.n_ff == w.n_ff && d.n_embd == x.width => d,
                 slot => slot.insert(MoeDecodeWork::new(dev, MOE_DECODE_MAX_TOKENS, &experts)?),

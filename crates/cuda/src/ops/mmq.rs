@@ -486,6 +486,25 @@ mod tests {
         assert!(src.contains("#define LANES_T 16"));
         assert!(src.contains("#define LANES_RM 4"));
         assert!(src.contains("#define LANES_RN 2"));
+        for (ty, name) in SMALL_FORMATS {
+            assert!(FORMATS.contains(&ty), "{ty}");
+            assert!(src.contains(&format!("MMQ_SMALL_ENTRY({name}, ")), "{name}");
+        }
+    }
+
+    /// Rows of a multiple of 256 for every format; of 32 only where a CUDA-core kernel exists
+    /// (SmolLM2-135M's 576-wide rows are Q4_1 and Q8_0).
+    #[test]
+    fn shapes_with_a_gemm() {
+        assert!(Mmq::supports(GgmlType::Q4K, 4096));
+        assert!(Mmq::supports(GgmlType::Q6K, 1536));
+        assert!(!Mmq::supports(GgmlType::Q4K, 576));
+        assert!(!Mmq::supports(GgmlType::Q5K, 576));
+        assert!(Mmq::supports(GgmlType::Q4_1, 576));
+        assert!(Mmq::supports(GgmlType::Q4_0, 96));
+        assert!(Mmq::supports(GgmlType::Q8_0, 576));
+        assert!(!Mmq::supports(GgmlType::Q8_0, 48));
+        assert!(!Mmq::supports(GgmlType::F16, 4096));
     }
 
     /// The launches of a dense GEMM follow the CPU's `Order::Dense`: pairs for whole groups of

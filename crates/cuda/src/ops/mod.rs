@@ -21,7 +21,7 @@ pub use gemm_f32::GemmF32;
 pub use mmq::{auto_tile, Mmq, MmqOrder, MmqTile, MMQ_BK, MMQ_TILES, SMALL_FORMATS};
 pub use mmvq::{wide_enabled as mmvq_wide_enabled, Mmvq, PairOut, QuantMatrix, MMVQ_MAX_COLS};
 pub use moe_decode::{MoeDecode, MoeDecodeWork, MOE_DECODE_MAX_TOKENS};
-pub use moe_gemm::{MoeGemm, MoeWork};
+pub use moe_gemm::{is_float, MoeGemm, MoeWork};
 pub use moe_route::{MoeExperts, MoeRoute, MoeRouteWork, MoeRouter, MOE_MAX_EXPERTS, MOE_MAX_USED};
 pub use norm_rope::{NormRope, Rope};
 pub use quantize::{dequantize_blocks, ActQuant, Quantize, Q8_1_BLOCK_BYTES};

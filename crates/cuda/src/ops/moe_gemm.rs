@@ -10,6 +10,10 @@
 //! (int8 rounding twice, Q8_1 here and Q8_K there). Deterministic: no atomics, slots summed in
 //! order, the same inputs give the same bits; the per-expert fallback gives the same bits too.
 //!
+//! Experts held as floats (F32/F16/BF16 files) take `moe_f32_gate_up`/`moe_f32_down` instead,
+//! a warp per output straight from the routes, f32 throughout (within f32 summation order of
+//! the CPU), for any token count.
+//!
 //! `FERROLM_MOE_GROUPED=0` launches the GEMMs once per expert (each launch reads its segment
 //! from device memory) instead of once for all experts, for bisecting the tile-to-expert map.
 
@@ -32,14 +36,23 @@ const INDEX_THREADS: u32 = 256;
 /// Rows of one quantize launch (its grid's y dimension), so pairs per batch at most this.
 const MAX_PAIRS: usize = 65_535;
 
+/// Warps a block of the float-expert kernels (moe_gemm.cu's FLOAT_WARPS).
+const FLOAT_WARPS: usize = 8;
+
+/// Experts held as floats (F32/F16/BF16 files): they take `moe_f32_*`, not the int8 GEMMs.
+pub fn is_float(x: &MoeExperts) -> bool {
+    [x.gate, x.up, x.down].iter().all(|m| m.ty == GgmlType::F32)
+}
+
 /// What the grouped kernels need of a layer's experts, beyond [`MoeExperts::check`]'s shapes:
-/// formats with a GEMM kernel and widths in whole k-steps.
+/// formats with a GEMM kernel and widths in whole k-steps (float experts: any width).
 fn check(x: &MoeExperts) -> Result<()> {
     let (e, ff, d) = (x.n_expert, x.n_ff, x.n_embd());
     let bad = |what: String| Err(CudaError::Invalid(format!("moe_gemm: {what}")));
     if e == 0 || x.n_used == 0 || x.n_used > e {
         return bad(format!("{} of {e} experts per token", x.n_used));
     }
+    let float = is_float(x);
     if x.gate.ty != x.up.ty {
         return bad(format!("gate {} and up {} differ", x.gate.ty, x.up.ty));
     }
@@ -54,11 +67,11 @@ fn check(x: &MoeExperts) -> Result<()> {
                 m.rows, m.cols
             ));
         }
-        if !FORMATS.contains(&m.ty) {
+        if !float && !FORMATS.contains(&m.ty) {
             return bad(format!("no kernel for {} {name} weights", m.ty));
         }
     }
-    if !d.is_multiple_of(MMQ_BK) || !ff.is_multiple_of(MMQ_BK) {
+    if !float && (!d.is_multiple_of(MMQ_BK) || !ff.is_multiple_of(MMQ_BK)) {
         return bad(format!(
             "n_embd {d} and n_ff {ff} must be multiples of {MMQ_BK}"
         ));
@@ -151,6 +164,8 @@ pub struct MoeGemm {
     count: CudaFunction,
     scatter: CudaFunction,
     combine: CudaFunction,
+    /// Float experts: moe_f32_gate_up, moe_f32_down.
+    float: (CudaFunction, CudaFunction),
     /// type -> (moe_gate_up_<type>, moe_down_<type>).
     gemms: HashMap<GgmlType, (GemmFn, GemmFn)>,
     grouped: bool,
@@ -185,6 +200,10 @@ impl MoeGemm {
             count: dev.function(&MOE_GEMM, "moe_count")?,
             scatter: dev.function(&MOE_GEMM, "moe_scatter")?,
             combine: dev.function(&MOE_GEMM, "moe_combine")?,
+            float: (
+                dev.function(&MOE_GEMM, "moe_f32_gate_up")?,
+                dev.function(&MOE_GEMM, "moe_f32_down")?,
+            ),
             gemms,
             grouped: std::env::var("FERROLM_MOE_GROUPED").map_or(true, |v| v != "0"),
         })
@@ -242,6 +261,9 @@ impl MoeGemm {
         }
         if n == 0 {
             return Ok(());
+        }
+        if is_float(experts) {
+            return self.forward_float(x, n, ids, weights, experts, work, out);
         }
         let st = self.stream.clone();
         crate::profile::span(&st, "moe.index", || {
@@ -316,6 +338,80 @@ impl MoeGemm {
             Ok(())
         });
         down_span?;
+        self.combine(work, ids, n, out)
+    }
+
+    /// [`forward`](Self::forward) for float experts: `moe_f32_gate_up` and `moe_f32_down` per
+    /// (token, slot) pair straight from the routes (no index, no quantization), then the
+    /// combine. Shapes checked by the caller.
+    #[allow(clippy::too_many_arguments)]
+    fn forward_float(
+        &self,
+        x: &CudaSlice<f32>,
+        n: usize,
+        ids: &CudaSlice<i32>,
+        weights: &CudaSlice<f32>,
+        experts: &MoeExperts,
+        work: &mut MoeWork,
+        out: &mut CudaSlice<f32>,
+    ) -> Result<()> {
+        let (d, ff, e, k) = (work.n_embd, work.n_ff, work.n_expert, work.n_used);
+        let (ci, ffi, ei, ki) = (
+            int(d, "n_embd"),
+            int(ff, "n_ff"),
+            int(e, "experts"),
+            int(k, "experts used"),
+        );
+        let cfg = |rows: usize| LaunchConfig {
+            grid_dim: ((n * k) as u32, rows.div_ceil(FLOAT_WARPS) as u32, 1),
+            block_dim: (32, FLOAT_WARPS as u32, 1),
+            shared_mem_bytes: 0,
+        };
+        let st = self.stream.clone();
+        crate::profile::span(&st, "moe.gate_up", || {
+            let mut b = self.stream.launch_builder(&self.float.0);
+            b.arg(&experts.gate.data)
+                .arg(&experts.up.data)
+                .arg(x)
+                .arg(ids)
+                .arg(&mut work.h)
+                .arg(&ci)
+                .arg(&ffi)
+                .arg(&ei)
+                .arg(&ki);
+            // SAFETY: moe_f32_gate_up(gate, up, x, ids, h, n_embd, n_ff, E, k): E·n_ff rows of
+            // n_embd floats each, n rows of x, n·k ids, h holds n·k rows of n_ff (n·k <=
+            // MAX_PAIRS, checked by forward_with).
+            unsafe { b.launch(cfg(ff)) }.during("launching moe_f32_gate_up")
+        })?;
+        crate::profile::span(&st, "moe.down", || {
+            let mut b = self.stream.launch_builder(&self.float.1);
+            b.arg(&experts.down.data)
+                .arg(&work.h)
+                .arg(ids)
+                .arg(weights)
+                .arg(&mut work.y)
+                .arg(&ffi)
+                .arg(&ci)
+                .arg(&ei);
+            // SAFETY: moe_f32_down(down, h, ids, weights, y, n_ff, n_embd, E): E·n_embd rows of
+            // n_ff floats, n·k rows of h, ids and weights; y holds n·k rows of n_embd.
+            unsafe { b.launch(cfg(d)) }.during("launching moe_f32_down")
+        })?;
+        self.combine(work, ids, n, out)
+    }
+
+    /// out[t] = Σ_slot y[t·k + slot] over the slots with an expert, in slot order.
+    fn combine(
+        &self,
+        work: &MoeWork,
+        ids: &CudaSlice<i32>,
+        n: usize,
+        out: &mut CudaSlice<f32>,
+    ) -> Result<()> {
+        let (d, k, e) = (work.n_embd, work.n_used, work.n_expert);
+        let (ci, ki, ei) = (int(d, "n_embd"), int(k, "experts used"), int(e, "experts"));
+        let st = self.stream.clone();
         let (ni, total) = (int(n, "tokens"), n * d);
         let mut b = self.stream.launch_builder(&self.combine);
         b.arg(&work.y)
