@@ -189,45 +189,45 @@ impl MoeRoute {
             int(ne, "moe experts"),
             int(k, "moe k"),
         );
-        // The small kernel loads 4 floats at a time.
-        if n <= SMALL_N && d.is_multiple_of(4) {
+        // Both logits kernels load 4 floats at a time and take the same arguments: the
+        // mat-vec for a few tokens, the row-block kernel for more (rows of at most
+        // ROWS_MAX_EMBD in shared memory); anything else the f32 GEMM.
+        let logits = if n <= SMALL_N && d.is_multiple_of(4) {
             let cfg = LaunchConfig {
                 grid_dim: (ne as u32, 1, 1),
                 block_dim: (128, 1, 1),
                 shared_mem_bytes: 0,
             };
-            let mut b = self.stream.launch_builder(&self.logits_small);
-            b.arg(x)
-                .arg(&router.w)
-                .arg(&mut work.logits)
-                .arg(&ni)
-                .arg(&di)
-                .arg(&nei);
-            // SAFETY: moe_logits_small(x, w, logits, n, n_embd, n_expert): n x n_embd and
-            // n_expert x n_embd floats in, n x n_expert out (work holds max_n >= n rows).
-            unsafe { b.launch(cfg) }.during("launching moe router logits")?;
+            Some((&self.logits_small, cfg))
         } else if self.rows_on && d.is_multiple_of(4) && d <= ROWS_MAX_EMBD {
             let cfg = LaunchConfig {
                 grid_dim: (n.div_ceil(ROWS_T) as u32, 1, 1),
                 block_dim: (32, ROWS_WARPS, 1),
                 shared_mem_bytes: (ROWS_T * d * 4) as u32,
             };
-            let mut b = self.stream.launch_builder(&self.logits_rows);
-            b.arg(x)
-                .arg(&router.w)
-                .arg(&mut work.logits)
-                .arg(&ni)
-                .arg(&di)
-                .arg(&nei);
-            // SAFETY: moe_logits_rows(x, w, logits, n, n_embd, n_expert): n x n_embd and
-            // n_expert x n_embd floats in, n x n_expert out; ROWS_T rows of n_embd <=
-            // ROWS_MAX_EMBD floats of shared memory (allowed at load).
-            unsafe { b.launch(cfg) }.during("launching moe router logits (rows)")?;
+            Some((&self.logits_rows, cfg))
         } else {
-            self.gemm
-                .matmul_raw(&router.w, ne, d, x, n, &mut work.logits)?;
+            None
+        };
+        match logits {
+            Some((f, cfg)) => {
+                let mut b = self.stream.launch_builder(f);
+                b.arg(x)
+                    .arg(&router.w)
+                    .arg(&mut work.logits)
+                    .arg(&ni)
+                    .arg(&di)
+                    .arg(&nei);
+                // SAFETY: moe_logits_{small,rows}(x, w, logits, n, n_embd, n_expert): n x
+                // n_embd and n_expert x n_embd floats in, n x n_expert out (work holds max_n
+                // >= n rows); the rows kernel's ROWS_T rows of n_embd <= ROWS_MAX_EMBD floats
+                // of shared memory were allowed at load.
+                unsafe { b.launch(cfg) }.during("launching moe router logits")?;
+            }
+            None => self
+                .gemm
+                .matmul_raw(&router.w, ne, d, x, n, &mut work.logits)?,
         }
-
         let renorm = i32::from(router.renorm);
         let cfg = LaunchConfig {
             grid_dim: (n.div_ceil(TOPK_WARPS as usize) as u32, 1, 1),
