@@ -145,6 +145,11 @@ impl CudaDevice {
         &self.name
     }
 
+    /// (major, minor).
+    pub fn compute_capability(&self) -> (i32, i32) {
+        self.cc
+    }
+
     pub fn target(&self) -> &Target {
         &self.target
     }

@@ -16,6 +16,8 @@
 //!   the build machine has NVRTC), used without NVRTC when one fits the device.
 //! - [`device`]: one GPU, its stream, buffers, and modules loaded on first use.
 //! - [`ops`]: one thin launcher per kernel family, shaped like the CPU backend's functions.
+//! - [`plan`]: every kernel choice (switches, thresholds, tiles, orders) in one value, built
+//!   once from the device and the environment; the launchers take its answers.
 //! - [`backend`]: the model's `Backend` ops on those launchers, and [`CudaModel`], which runs
 //!   the forward pass with decode steps replayed as CUDA graphs.
 
@@ -28,6 +30,7 @@ pub mod kernels;
 pub mod libs;
 pub mod nvrtc;
 pub mod ops;
+pub mod plan;
 pub mod profile;
 
 pub use backend::{CudaBackend, CudaCache, CudaModel};
@@ -35,3 +38,4 @@ pub use cudarc::driver::{CudaSlice, CudaStream};
 pub use device::{CudaDevice, ModuleOrigin};
 pub use error::{CudaError, Result};
 pub use ops::Kernels;
+pub use plan::Plan;

@@ -1,13 +1,16 @@
 //! `FERROLM_CUDA_PROFILE=1`: device time per stage of the forward pass, from CUDA events
 //! recorded around each stage (no synchronization between stages, so the figures are the
 //! kernels' own time plus the gaps between them, not host launch overhead). Profiling turns
-//! graph replay off, since events cannot be recorded inside a capture.
+//! graph replay off, since events cannot be recorded inside a capture. The plan parses the
+//! switch; whoever builds one ([`CudaBackend`](crate::CudaBackend), `cuda-parity`) turns
+//! recording on here with [`set_enabled`].
 //!
 //! Stages are named by the backend ("attention", "moe.gate_up", ...); [`report`] waits for the
 //! device and sums every span recorded since the last [`reset`].
 
 use cudarc::driver::{sys, CudaEvent, CudaStream};
-use std::sync::{Mutex, OnceLock};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
 
 struct Span {
     name: &'static str,
@@ -17,9 +20,16 @@ struct Span {
 
 static SPANS: Mutex<Vec<Span>> = Mutex::new(Vec::new());
 
+static ON: AtomicBool = AtomicBool::new(false);
+
+/// Whether spans are recorded (process-wide, as the spans are).
 pub fn enabled() -> bool {
-    static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| std::env::var("FERROLM_CUDA_PROFILE").is_ok_and(|v| v != "0"))
+    ON.load(Ordering::Relaxed)
+}
+
+/// Turns recording on or off (the plan's `profile`).
+pub fn set_enabled(on: bool) {
+    ON.store(on, Ordering::Relaxed);
 }
 
 /// Runs `f`, which queues work on `stream`, and records its device time under `name`.

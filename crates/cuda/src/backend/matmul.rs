@@ -1,10 +1,13 @@
-//! Matrix products on the device: activations quantized to Q8_1 once per input (or taken from
-//! the norm that produced them), mat-vec for up to eight rows, the int8 GEMM above that, and
-//! the decode fusions (paired mat-vecs, SwiGLU in the mat-vec).
+//! Matrix products on the device: activations quantized once per input as the plan pairs them
+//! with the weight (or taken from the norm that produced them), then the kernel the plan picks
+//! for the shape (mat-vec for up to eight rows, the int8 GEMM above that), and the decode
+//! fusions (paired mat-vecs, SwiGLU in the mat-vec).
 
 use super::{CudaAct, CudaBackend, CudaWeight};
+use crate::error::CudaError;
 use crate::error::Result;
-use crate::ops::{ActQuant, Mmq, PairOut, QuantMatrix, Quantize, MMVQ_MAX_COLS};
+use crate::ops::{ActQuant, PairOut, QuantMatrix, Quantize, MMVQ_MAX_COLS};
+use crate::plan::Matmul;
 use cudarc::driver::CudaSlice;
 use ferrolm_gguf::GgmlType;
 
@@ -23,7 +26,8 @@ impl CudaBackend {
         Ok(xq)
     }
 
-    /// `out = x · Wᵀ` for a quantized `w`, `x` already in Q8_1.
+    /// `out = x · Wᵀ` for a quantized `w`, `x` already quantized for it, on the kernel the
+    /// plan picks for the shape.
     pub(super) fn qmatmul(
         &self,
         w: &QuantMatrix,
@@ -31,21 +35,23 @@ impl CudaBackend {
         out: &mut CudaAct,
     ) -> Result<()> {
         let n = out.rows;
-        if n <= MMVQ_MAX_COLS {
-            return self.k.mmvq.matvec(w, xq, n, out.buf_mut());
+        match self.plan.matmul(w.ty, w.rows, w.cols, n) {
+            Matmul::MatVec { wide } => self.k.mmvq.matvec(wide, w, xq, n, out.buf_mut()),
+            Matmul::Gemm(how) => self.k.mmq.matmul(&how, w, xq, n, out.buf_mut()),
+            Matmul::MatVecSlices { wide } => {
+                let row_q8 = Quantize::q8_1_bytes(1, w.cols);
+                for r0 in (0..n).step_by(MMVQ_MAX_COLS) {
+                    let m = MMVQ_MAX_COLS.min(n - r0);
+                    let xs = xq.slice(r0 * row_q8..(r0 + m) * row_q8);
+                    let mut os = out.buf_mut().slice_mut(r0 * w.rows..(r0 + m) * w.rows);
+                    self.k.mmvq.matvec_view(wide, w, &xs, m, &mut os)?;
+                }
+                Ok(())
+            }
+            Matmul::Float => Err(CudaError::Invalid(
+                "an f32 weight given quantized activations".into(),
+            )),
         }
-        if self.use_mmq && Mmq::supports(w.ty, w.cols) {
-            return self.k.mmq.matmul(w, xq, n, out.buf_mut());
-        }
-        // No GEMM for this format or shape: mat-vec over slices of rows.
-        let row_q8 = Quantize::q8_1_bytes(1, w.cols);
-        for r0 in (0..n).step_by(MMVQ_MAX_COLS) {
-            let m = MMVQ_MAX_COLS.min(n - r0);
-            let xs = xq.slice(r0 * row_q8..(r0 + m) * row_q8);
-            let mut os = out.buf_mut().slice_mut(r0 * w.rows..(r0 + m) * w.rows);
-            self.k.mmvq.matvec_view(w, &xs, m, &mut os)?;
-        }
-        Ok(())
     }
 
     pub(super) fn matmul_all(
@@ -77,12 +83,12 @@ impl CudaBackend {
                 i += 1;
                 continue;
             }
-            let mode = ActQuant::for_weight(m.ty, m.cols);
+            let mode = self.plan.act_quant(m.ty, m.cols);
             let run = ws[i..]
                 .iter()
                 .take_while(|w| {
                     let w = w.matrix();
-                    w.ty != GgmlType::F32 && ActQuant::for_weight(w.ty, w.cols) == mode
+                    w.ty != GgmlType::F32 && self.plan.act_quant(w.ty, w.cols) == mode
                 })
                 .count();
             self.with_q8(x, mode, |xq| {
@@ -91,10 +97,11 @@ impl CudaBackend {
                     let m = ws[j].matrix();
                     // One token: two matrices of one format share a launch (q and k, say).
                     let pair = j + 1 < i + run && same_format(m, ws[j + 1].matrix());
-                    if x.rows == 1 && self.fuse && pair {
+                    if self.plan.pair_matvec(x.rows) && pair {
                         let (a, b) = outs[j..].split_at_mut(1);
                         let out = PairOut::Both(a[0].buf_mut(), b[0].buf_mut());
-                        self.k.mmvq.pair(m, ws[j + 1].matrix(), xq, out)?;
+                        let wide = self.plan.matvec_wide(m.ty);
+                        self.k.mmvq.pair(wide, m, ws[j + 1].matrix(), xq, out)?;
                         j += 2;
                         continue;
                     }
@@ -180,10 +187,13 @@ impl CudaBackend {
         up: &mut CudaAct,
     ) -> Result<()> {
         let (g, u) = (wg.matrix(), wu.matrix());
-        let mode = ActQuant::for_weight(g.ty, g.cols);
+        let mode = self.plan.act_quant(g.ty, g.cols);
         match &x.q8 {
-            Some((xq, m)) if *m == mode && x.rows == 1 && self.fuse && same_format(g, u) => {
-                self.k.mmvq.pair(g, u, xq, PairOut::Glu(gate.buf_mut()))
+            Some((xq, m)) if *m == mode && self.plan.pair_matvec(x.rows) && same_format(g, u) => {
+                let wide = self.plan.matvec_wide(g.ty);
+                self.k
+                    .mmvq
+                    .pair(wide, g, u, xq, PairOut::Glu(gate.buf_mut()))
             }
             _ => {
                 self.matmul_all(&[wg, wu], x, &mut [gate, up])?;

@@ -22,7 +22,8 @@ pub use weights::{device_bytes, CudaWeight};
 
 use crate::device::CudaDevice;
 use crate::error::{CudaError, DriverContext, Result};
-use crate::ops::{ActQuant, DecodeWork, Kernels, Rope, MMVQ_MAX_COLS};
+use crate::ops::{ActQuant, DecodeWork, Kernels, Rope};
+use crate::plan::{Attn, DeviceFacts, Plan, Switches, DECODE_MAX_ROWS};
 use cudarc::driver::CudaSlice;
 use ferrolm_model::backend::{AttnShape, Backend, MoeGating, RopeMode, SeqRows};
 use ferrolm_model::weights::MoeWeights;
@@ -37,11 +38,6 @@ struct Inputs {
     positions: CudaSlice<u32>,
 }
 
-/// Which quantized-GEMM path a batch of more than [`MMVQ_MAX_COLS`] rows takes.
-fn mmq_enabled() -> bool {
-    std::env::var("FERROLM_CUDA_MMQ").map_or(true, |v| v != "0")
-}
-
 pub struct CudaBackend {
     dev: Arc<CudaDevice>,
     k: Kernels,
@@ -52,10 +48,8 @@ pub struct CudaBackend {
     moe: Mutex<moe::MoeScratch>,
     inputs: Mutex<HashMap<usize, Inputs>>,
     error: Mutex<Option<CudaError>>,
-    use_mmq: bool,
-    /// Decode fusions (shared norm/quantize, paired mat-vecs, SwiGLU in the mat-vec), all
-    /// bit-identical to the separate kernels; `FERROLM_CUDA_FUSE=0` turns them off.
-    fuse: bool,
+    /// Every kernel choice: which kernel, tile and order for a shape, and the fusions.
+    plan: Plan,
     /// How the fused norms quantize their output: for the matmuls that follow, which the model
     /// sets from its weights ([`Self::set_norm_quant`]); a matmul wanting the other quantizes
     /// again.
@@ -64,7 +58,11 @@ pub struct CudaBackend {
 
 impl CudaBackend {
     pub fn new(dev: Arc<CudaDevice>) -> Result<Self> {
+        // The switches first: a bad value fails before any kernel is compiled.
+        let switches = Switches::from_env()?;
         let k = Kernels::load(&dev)?;
+        let plan = Plan::new(switches, DeviceFacts::read(&dev, &k)?);
+        crate::profile::set_enabled(plan.profile());
         let stream = dev.stream().clone();
         Ok(Self {
             k,
@@ -75,8 +73,7 @@ impl CudaBackend {
             moe: Mutex::new(moe::MoeScratch::default()),
             inputs: Mutex::new(HashMap::new()),
             error: Mutex::new(None),
-            use_mmq: mmq_enabled(),
-            fuse: std::env::var("FERROLM_CUDA_FUSE").map_or(true, |v| v != "0"),
+            plan,
             norm_q8k: AtomicBool::new(false),
             dev,
         })
@@ -100,6 +97,22 @@ impl CudaBackend {
 
     pub fn device(&self) -> &CudaDevice {
         &self.dev
+    }
+
+    pub fn plan(&self) -> &Plan {
+        &self.plan
+    }
+
+    /// Flash-decoding scratch for one cache of `n_ctx` positions: room for the most rows the
+    /// plan sends to decode attention, and the plan's splits for that context.
+    pub(super) fn decode_work(
+        &self,
+        n_head: usize,
+        head_dim: usize,
+        n_ctx: usize,
+    ) -> Result<DecodeWork> {
+        let splits = self.plan.decode_splits(n_ctx);
+        DecodeWork::new(&self.dev, DECODE_MAX_ROWS, n_head, head_dim, splits)
     }
 
     /// Copies the pass's token ids and their positions to the device.
@@ -255,14 +268,17 @@ impl CudaBackend {
     ) -> Result<()> {
         let kv = &mut cache.layers[layer - cache.first_layer];
         self.k.attention.store(kv, k, v, positions)?;
-        if positions.len() <= cache.work.max_q {
-            self.k
-                .attention
-                .decode(q, kv, positions, shape.n_head, &mut cache.work, out)
-        } else {
-            self.k
-                .attention
-                .prefill(q, kv, positions, shape.n_head, out)
+        let n_head = shape.n_head;
+        match self.plan.attention(positions.len()) {
+            Attn::Decode { fused_combine } => {
+                let work = &mut cache.work;
+                let a = &self.k.attention;
+                a.decode(fused_combine, q, kv, positions, n_head, work, out)
+            }
+            Attn::Prefill(kernel) => {
+                let a = &self.k.attention;
+                a.prefill(kernel, q, kv, positions, n_head, out)
+            }
         }
     }
 
@@ -335,7 +351,7 @@ impl Backend for CudaBackend {
             return;
         }
         let r = crate::profile::span(self.dev.stream(), "norm", || {
-            if self.fuse && x.width.is_multiple_of(32) {
+            if self.plan.fused_norm(x.width) {
                 self.norm_q8(x, w, eps, out, self.norm_quant(x.width))
             } else {
                 self.k
@@ -357,7 +373,7 @@ impl Backend for CudaBackend {
         if acc.rows == 0 || [&*acc, x, &*out].iter().any(|a| a.buf.is_none()) {
             return;
         }
-        if !self.fuse || !acc.width.is_multiple_of(32) {
+        if !self.plan.fused_norm(acc.width) {
             self.add(acc, x);
             return self.rms_norm(acc, w, eps, out);
         }
@@ -442,7 +458,7 @@ impl Backend for CudaBackend {
         base: f32,
         mode: RopeMode,
     ) {
-        if !self.fuse {
+        if !self.plan.fuse() {
             self.rope(q, head_dim, positions, base, mode);
             return self.rope(k, head_dim, positions, base, mode);
         }
@@ -482,7 +498,7 @@ impl Backend for CudaBackend {
             b.rms_norm_groups(k, k_norm, eps);
             b.rope_qk(q, k, head_dim, positions, base, mode);
         };
-        if !self.fuse {
+        if !self.plan.fuse() {
             return unfused(self, q, k);
         }
         if q.rows == 0 || q.buf.is_none() || k.buf.is_none() {
@@ -584,24 +600,6 @@ impl Backend for CudaBackend {
             }
         }
     }
-}
-
-/// Split-K work buffers sized for decode batches of up to this many rows.
-const DECODE_MAX_Q: usize = MMVQ_MAX_COLS;
-
-fn decode_work(
-    dev: &CudaDevice,
-    n_head: usize,
-    head_dim: usize,
-    n_ctx: usize,
-) -> Result<DecodeWork> {
-    DecodeWork::new(
-        dev,
-        DECODE_MAX_Q,
-        n_head,
-        head_dim,
-        DecodeWork::default_splits(n_ctx),
-    )
 }
 
 fn rope_kind(mode: RopeMode) -> Rope {

@@ -1,12 +1,12 @@
-//! The MoE FFN on the GPU: routing (softmax and top-k on the device), then the fused expert
-//! mat-vecs for up to [`MOE_DECODE_MAX_TOKENS`] tokens, or the grouped expert GEMM for more.
-//! Nothing here waits for the device, so a decode step with MoE layers is still one graph.
+//! The MoE FFN on the GPU: routing (softmax and top-k on the device), then the path the plan
+//! picks for the ubatch: the expert mat-vecs for up to [`MOE_DECODE_MAX_TOKENS`] tokens, the
+//! expert GEMMs for more. Nothing here waits for the device, so a decode step with MoE layers
+//! is still one graph.
 
 use super::{CudaAct, CudaBackend, CudaWeight};
 use crate::error::{CudaError, DriverContext, Result};
-use crate::ops::{
-    is_float, MoeDecodeWork, MoeExperts, MoeRouteWork, MoeWork, MOE_DECODE_MAX_TOKENS,
-};
+use crate::ops::{MoeDecodeWork, MoeExperts, MoeRouteWork, MoeWork, MOE_DECODE_MAX_TOKENS};
+use crate::plan::{MoePath, MoeShape};
 use ferrolm_model::weights::MoeWeights;
 
 /// Scratch of the MoE kernels, shared by every layer (they all have the same shape) and grown
@@ -56,43 +56,51 @@ impl CudaBackend {
             Some(r) if r.max_n >= n && r.n_expert == w.n_expert => r,
             slot => slot.insert(MoeRouteWork::new(dev, n.max(GEMM_MIN_TOKENS), w.n_expert)?),
         };
+        let logits = self.plan.router_logits(n, router.n_embd);
         crate::profile::span(dev.stream(), "moe.route", || {
             self.k
                 .moe_route
-                .route(x.buf(), n, router, route, &mut ids, &mut weights)
+                .route(logits, x.buf(), n, router, route, &mut ids, &mut weights)
         })?;
 
-        // Float experts have no int8 decode kernels: their GEMM path takes any token count.
-        let decode = n <= MOE_DECODE_MAX_TOKENS && !is_float(&experts);
-        let r = if decode && MoeDecodeWork::supports(k, w.n_ff) {
-            let decode = match &mut scratch.decode {
-                Some(d) if d.n_used == k && d.n_ff == w.n_ff && d.n_embd == x.width => d,
-                slot => slot.insert(MoeDecodeWork::new(dev, MOE_DECODE_MAX_TOKENS, &experts)?),
-            };
-            let o = out.buf_mut();
-            // The fused kernel adds into its output, as into a residual.
-            dev.stream()
-                .memset_zeros(o)
-                .during("clearing the MoE output")?;
-            let mode = crate::ops::ActQuant::for_weight(experts.gate.ty, x.width);
-            self.with_q8(x, mode, |xq| {
-                crate::profile::span(dev.stream(), "moe.decode", || {
-                    self.k
-                        .moe_decode
-                        .forward(xq, n, &ids, &weights, &experts, decode, o)
+        let r = match self.plan.moe(&MoeShape::new(&experts, n)) {
+            MoePath::MatVec(how) => {
+                let decode = match &mut scratch.decode {
+                    Some(d) if d.n_used == k && d.n_ff == w.n_ff && d.n_embd == x.width => d,
+                    slot => slot.insert(MoeDecodeWork::new(dev, MOE_DECODE_MAX_TOKENS, &experts)?),
+                };
+                let o = out.buf_mut();
+                // The fused kernel adds into its output, as into a residual.
+                dev.stream()
+                    .memset_zeros(o)
+                    .during("clearing the MoE output")?;
+                self.with_q8(x, how.x_quant, |xq| {
+                    crate::profile::span(dev.stream(), "moe.decode", || {
+                        self.k
+                            .moe_decode
+                            .forward(&how, xq, n, &ids, &weights, &experts, decode, o)
+                    })
                 })
-            })
-        } else {
-            let gemm = match &mut scratch.gemm {
-                Some((max, g)) if *max >= n => g,
-                slot => {
-                    let max = n.max(GEMM_MIN_TOKENS);
-                    &mut slot.insert((max, MoeWork::new(dev, max, &experts)?)).1
-                }
-            };
-            self.k
-                .moe_gemm
-                .forward(x.buf(), n, &ids, &weights, &experts, gemm, out.buf_mut())
+            }
+            MoePath::Gemm(how) => {
+                let gemm = match &mut scratch.gemm {
+                    Some((max, g)) if *max >= n => g,
+                    slot => {
+                        let max = n.max(GEMM_MIN_TOKENS);
+                        &mut slot.insert((max, MoeWork::new(dev, max, &experts)?)).1
+                    }
+                };
+                self.k.moe_gemm.forward(
+                    &how,
+                    x.buf(),
+                    n,
+                    &ids,
+                    &weights,
+                    &experts,
+                    gemm,
+                    out.buf_mut(),
+                )
+            }
         };
         self.ids.give(ids);
         self.acts.give(weights);

@@ -1,10 +1,11 @@
 //! A model on the GPU: weights uploaded after a fit check, caches, and forward passes, with
 //! single-token decode steps captured once per cache as a CUDA graph and replayed.
 
-use super::{decode_work, CudaAct, CudaBackend, CudaWeight};
+use super::{CudaAct, CudaBackend, CudaWeight};
 use crate::device::CudaDevice;
 use crate::error::{CudaError, DriverContext, Result};
-use crate::ops::{ActQuant, DecodeWork, KvCache};
+use crate::ops::{DecodeWork, KvCache};
+use crate::plan::Plan;
 use cudarc::driver::{sys, CudaGraph};
 use ferrolm_gguf::GgufFile;
 use ferrolm_model::backend::Backend;
@@ -15,11 +16,10 @@ use ferrolm_model::weights::ModelWeights;
 use ferrolm_model::{Config, ModelError};
 use std::sync::Arc;
 
-/// `FERROLM_CUDA_GRAPH=0` runs every decode step op by op, for bisecting.
-fn graphs_enabled() -> bool {
-    std::env::var("FERROLM_CUDA_GRAPH").map_or(true, |v| v != "0")
-        && std::env::var_os("FERROLM_DUMP_DIR").is_none()
-        && !crate::profile::enabled()
+/// Whether decode steps are replayed as graphs: as the plan says (`FERROLM_CUDA_GRAPH=0` runs
+/// every step op by op, for bisecting; profiling too), and never while dumping activations.
+fn graphs_enabled(plan: &Plan) -> bool {
+    plan.graphs() && std::env::var_os("FERROLM_DUMP_DIR").is_none()
 }
 
 /// Headroom kept free beyond the weights: activations, the cuBLAS-free kernels' scratch, and
@@ -106,7 +106,7 @@ impl CudaModel {
             .find_map(|t| file.tensor(&format!("blk.{first_layer}.{t}.weight")));
         if let Some(q) = first_proj {
             let cols = q.dims.first().map_or(0, |&c| c as usize);
-            backend.set_norm_quant(ActQuant::for_weight(q.ty, cols));
+            backend.set_norm_quant(backend.plan().act_quant(q.ty, cols));
         }
         Ok(Self {
             cfg,
@@ -145,7 +145,7 @@ impl CudaModel {
             layers,
             first_layer: self.first_layer,
             n_ctx,
-            work: decode_work(dev, cfg.n_head, cfg.head_dim, n_ctx)?,
+            work: self.backend.decode_work(cfg.n_head, cfg.head_dim, n_ctx)?,
             graph: None,
             eager_decodes: 0,
             graph_failed: false,
@@ -171,7 +171,7 @@ impl CudaModel {
         if let [only] = seqs {
             let cache = &mut *only.cache;
             let is_step = tokens.len() == 1 && logit_rows == [0];
-            if is_step && graphs_enabled() && !cache.graph_failed {
+            if is_step && graphs_enabled(self.backend.plan()) && !cache.graph_failed {
                 if let Some(g) = &cache.graph {
                     g.graph.launch().during("replaying the decode graph")?;
                     return self.read_logits(&g.logits);

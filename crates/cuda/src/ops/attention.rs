@@ -1,9 +1,7 @@
 //! `kernels/attention.cu`: the f16 KV cache, flash-decoding, the scalar tiled prefill, and the
-//! prefills in the CPU's arithmetic for short ubatches (ggml's below [`GGML_SMALL_ROWS`] rows,
-//! the CPU's f32 order below [`REF_MAX_ROWS`]); `kernels/flash_attn.cu`: the tensor-core
-//! prefill (the default from [`REF_MAX_ROWS`] query rows). `FERROLM_ATTN_MMA=0` or `=1` forces
-//! the scalar or the tensor-core kernel at every size; `FERROLM_ATTN=f32` takes the f32 order
-//! instead of ggml's arithmetic below [`GGML_SMALL_ROWS`].
+//! prefills in the CPU's arithmetic for short ubatches (ggml's, and the CPU's f32 order);
+//! `kernels/flash_attn.cu`: the tensor-core prefill. Which one runs a ubatch, and whether
+//! decode combines its splits in the split kernel, is the plan's (`Plan::attention`).
 //!
 //! Positions live in device memory (`CudaSlice<u32>`), so a captured graph replays with new
 //! positions without re-capture; the split count of decode is fixed per [`DecodeWork`] for the
@@ -44,53 +42,12 @@ pub enum PrefillKernel {
     /// output accumulator, keys in order), which the CPU backend reproduces too.
     F16Ref,
     /// attention.cu's attn_prefill_f32ref: the CPU's f32 arithmetic in its order (the CPU's
-    /// path from 64 rows), for ubatches under [`REF_MAX_ROWS`] rows.
+    /// path from 64 rows), for short ubatches.
     F32Ref,
 }
 
-/// From this many query rows prefill takes the tensor-core kernel: below, the ubatch is short
-/// enough that attention in the CPU's arithmetic costs little beside its GEMMs, and it keeps the
-/// backends' results the same (the tiny goldens' 115-token passes differ in every layer on the
-/// tensor-core kernel's f16 Q and P).
-pub const REF_MAX_ROWS: usize = super::CPU_ORDER_MAX_ROWS;
-
 /// Warps a block of attn_prefill_f32ref (the kernel's F32REF_WARPS), one per (row, head).
 const F32REF_WARPS: usize = 4;
-
-/// Below this many query rows a short ubatch runs ggml's CPU arithmetic (as llama.cpp's CPU and
-/// ferrolm's do below 64 rows), where the tensor-core kernel's f16 rounding of Q and P had moved
-/// the tiny q8_0 goldens from 181-183/185 to 178-179/185 top-1 on the H200.
-pub const GGML_SMALL_ROWS: usize = 64;
-
-impl PrefillKernel {
-    /// `FERROLM_ATTN_MMA=0` forces the scalar kernel, `=1` the MMA one; unset (or anything
-    /// else), `None`: chosen by the number of query rows.
-    pub fn from_env() -> Option<Self> {
-        match std::env::var("FERROLM_ATTN_MMA").as_deref() {
-            Ok("0") => Some(PrefillKernel::Scalar),
-            Ok("1") => Some(PrefillKernel::Mma),
-            _ => None,
-        }
-    }
-
-    /// The kernel for `n_q` query rows unless forced: below [`GGML_SMALL_ROWS`], ggml's
-    /// arithmetic unless `ggml_small` is off (`FERROLM_ATTN=f32`); then the CPU's f32
-    /// arithmetic below [`REF_MAX_ROWS`]; the tensor-core kernel from there.
-    pub fn for_rows(forced: Option<Self>, n_q: usize, ggml_small: bool) -> Self {
-        forced.unwrap_or(if n_q >= REF_MAX_ROWS {
-            PrefillKernel::Mma
-        } else if n_q < GGML_SMALL_ROWS && ggml_small {
-            PrefillKernel::F16Ref
-        } else {
-            PrefillKernel::F32Ref
-        })
-    }
-
-    /// `FERROLM_ATTN=f32` (the CPU's switch too): short ubatches in f32, not ggml's arithmetic.
-    pub fn ggml_small_from_env() -> bool {
-        std::env::var("FERROLM_ATTN").map_or(true, |v| v != "f32")
-    }
-}
 
 /// One layer's keys and values on the device, f16 bits, head-major
 /// `[n_kv_head][n_ctx][head_dim]` as the CPU's `LayerKv`.
@@ -150,12 +107,6 @@ impl DecodeWork {
             head_dim,
         })
     }
-
-    /// Splits for a cache of `n_ctx` positions: about 128 keys each at full context, at most
-    /// 64 (with 32 heads that is 2048 blocks, plenty for 132 SMs).
-    pub fn default_splits(n_ctx: usize) -> usize {
-        n_ctx.div_ceil(128).clamp(1, 64)
-    }
 }
 
 pub struct Attention {
@@ -166,16 +117,8 @@ pub struct Attention {
     decode: Vec<CudaFunction>,
     prefill: Vec<CudaFunction>,
     flash: Vec<CudaFunction>,
-    /// What [`prefill`](Attention::prefill) runs, fixed at load from the environment.
-    /// Forced by `FERROLM_ATTN_MMA`, else chosen per call by the number of rows.
-    pub prefill_kernel: Option<PrefillKernel>,
-    /// Short ubatches on ggml's arithmetic ([`PrefillKernel::F16Ref`]), unless `FERROLM_ATTN=f32`.
-    ggml_small: bool,
     prefill_f16ref: Vec<CudaFunction>,
     prefill_f32ref: Vec<CudaFunction>,
-    /// Decode combines the splits in the split kernel's last block per head (one launch), or
-    /// with `FERROLM_CUDA_FUSE=0` in a second kernel; the same arithmetic either way.
-    fused_combine: bool,
 }
 
 fn dim_index(head_dim: usize) -> Result<usize> {
@@ -231,11 +174,8 @@ impl Attention {
             decode: per_dim("attn_decode_split")?,
             prefill: per_dim("attn_prefill")?,
             flash,
-            prefill_kernel: PrefillKernel::from_env(),
-            ggml_small: PrefillKernel::ggml_small_from_env(),
             prefill_f16ref: per_dim("attn_prefill_f16ref")?,
             prefill_f32ref: per_dim("attn_prefill_f32ref")?,
-            fused_combine: std::env::var("FERROLM_CUDA_FUSE").map_or(true, |v| v != "0"),
         })
     }
 
@@ -282,9 +222,13 @@ impl Attention {
     }
 
     /// Decode: `out[t][h] = softmax(q[t][h] · K[0..=pos[t]][g]ᵀ / sqrt(d)) · V[..][g]` for a few
-    /// query rows (at most `work.max_q`), split over `work.n_split` blocks per head.
+    /// query rows (at most `work.max_q`), split over `work.n_split` blocks per head. With
+    /// `fused_combine` the split kernel's last block per head combines the splits (one launch),
+    /// else a second kernel does; the same arithmetic either way.
+    #[allow(clippy::too_many_arguments)]
     pub fn decode(
         &self,
+        fused_combine: bool,
         q: &CudaSlice<f32>,
         cache: &KvCache,
         positions: &CudaSlice<u32>,
@@ -304,7 +248,7 @@ impl Attention {
             int(cache.n_kv_head, "n_kv_head"),
             int(cache.n_ctx, "n_ctx"),
         );
-        let fused = self.fused_combine;
+        let fused = fused_combine;
         let mut b = self.stream.launch_builder(f);
         b.arg(q)
             .arg(&cache.k)
@@ -358,25 +302,10 @@ impl Attention {
     }
 
     /// Prefill: the same as [`decode`](Self::decode) for a ubatch of any number of query rows,
-    /// on the kernel forced at load ([`PrefillKernel::from_env`]) or chosen by the row count
-    /// ([`PrefillKernel::for_rows`]).
+    /// on `kernel` (the plan's `prefill_kernel`; parity checks run each). Scalar: one warp per
+    /// (row, head), K/V tiles staged in shared memory as f32. Mma: FA_BQ (row, head) pairs of
+    /// one KV group per block, f16 tensor cores, K/V tiles copied asynchronously.
     pub fn prefill(
-        &self,
-        q: &CudaSlice<f32>,
-        cache: &KvCache,
-        positions: &CudaSlice<u32>,
-        n_head: usize,
-        out: &mut CudaSlice<f32>,
-    ) -> Result<()> {
-        let n_q = positions.len();
-        let kernel = PrefillKernel::for_rows(self.prefill_kernel, n_q, self.ggml_small);
-        self.prefill_with(kernel, q, cache, positions, n_head, out)
-    }
-
-    /// [`prefill`](Self::prefill) on a named kernel (parity checks run both). Scalar: one warp
-    /// per (row, head), K/V tiles staged in shared memory as f32. Mma: FA_BQ (row, head) pairs
-    /// of one KV group per block, f16 tensor cores, K/V tiles copied asynchronously.
-    pub fn prefill_with(
         &self,
         kernel: PrefillKernel,
         q: &CudaSlice<f32>,
@@ -461,39 +390,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn prefill_kernel_by_rows_unless_forced() {
-        use PrefillKernel::{F16Ref, F32Ref, Mma, Scalar};
-        assert_eq!(PrefillKernel::for_rows(None, 1, true), F16Ref);
-        assert_eq!(
-            PrefillKernel::for_rows(None, GGML_SMALL_ROWS - 1, true),
-            F16Ref
-        );
-        assert_eq!(
-            PrefillKernel::for_rows(None, GGML_SMALL_ROWS - 1, false),
-            F32Ref
-        );
-        assert_eq!(PrefillKernel::for_rows(None, GGML_SMALL_ROWS, true), F32Ref);
-        assert_eq!(
-            PrefillKernel::for_rows(None, REF_MAX_ROWS - 1, true),
-            F32Ref
-        );
-        assert_eq!(PrefillKernel::for_rows(None, REF_MAX_ROWS, true), Mma);
-        assert_eq!(PrefillKernel::for_rows(None, 2048, false), Mma);
-        assert_eq!(PrefillKernel::for_rows(Some(Mma), 9, true), Mma);
-        assert_eq!(PrefillKernel::for_rows(Some(Scalar), 2048, true), Scalar);
-    }
-
-    #[test]
     fn f32ref_block_matches_the_kernel() {
         let src = crate::kernels::ATTENTION.source;
         assert!(src.contains(&format!("#define F32REF_WARPS {F32REF_WARPS}")));
     }
 
     #[test]
-    fn splits_and_head_dims() {
-        assert_eq!(DecodeWork::default_splits(1), 1);
-        assert_eq!(DecodeWork::default_splits(1000), 8);
-        assert_eq!(DecodeWork::default_splits(1 << 20), 64);
+    fn head_dims() {
         assert_eq!(dim_index(64).unwrap(), 0);
         assert_eq!(dim_index(128).unwrap(), 1);
         assert!(dim_index(80).is_err());

@@ -1,25 +1,22 @@
 //! `kernels/mmq.cu`: quantized weight times many Q8_1 activation rows on the int8 tensor cores
-//! (prefill), in three compiled tile shapes.
+//! (prefill), in three compiled tile shapes, and the CUDA-core kernels in the CPU's arithmetic.
+//! Which kernel, tile and order a GEMM takes is the plan's ([`Gemm`], `crate::plan`).
 //!
 //! Contract: the same bits for every tile shape (each output adds its per-sub-block terms in
 //! the same order with pinned f32 roundings, see `mmq_mma.cuh`). Against the CPU's matmul:
-//! Q4_K with Q8_K activations is bit-identical under 256 rows (the CPU's integer-scale order,
-//! [`MmqOrder`]),
-//! and so are Q4_0, Q4_1 and Q5_K; Q8_0 is bit-identical on its eight-lane kernel
-//! (`mmq_q8_0_lanes`, CUDA cores, ubatches under [`Q8_0_LANES_MAX_TOKENS`];
-//! `FERROLM_CUDA_Q8_0_LANES=0` takes the tensor-core GEMM, whose f32 sums are in another
-//! order). Rows whose length is not a multiple of [`MMQ_BK`] (SmolLM2-135M's 576) take the
-//! CUDA-core kernels of [`SMALL_FORMATS`], bit-identical too; for Q6_K the integer dots are exact and only f32 scale products and sums round
-//! (`cuda-parity` checks all of them). `FERROLM_MMQ_TILE=auto|128x128|128x64|64x64` picks the
-//! shape (default `auto`: [`auto_tile`]); `FERROLM_CUDA_MMQ=0` turns the GEMM off altogether
-//! (backend). Q4_K's integer-scale order is for ubatches under `CPU_ORDER_MAX_ROWS` rows;
-//! longer ones take the per-sub-block order of the other formats, within f32 rounding of the
-//! CPU (`FERROLM_CUDA_INT_SCALES=0` or `=1` forces one order for every ubatch).
+//! Q4_K with Q8_K activations is bit-identical in the CPU's integer-scale order
+//! ([`MmqOrder::Pairs`] and [`MmqOrder::Blocks`]), and so are Q4_0, Q4_1 and Q5_K; Q8_0 is
+//! bit-identical on its eight-lane kernel (`mmq_q8_0_lanes`, CUDA cores; the tensor-core GEMM's
+//! f32 sums are in another order). Rows whose length is not a multiple of [`MMQ_BK`]
+//! (SmolLM2-135M's 576) take the CUDA-core kernels of [`SMALL_FORMATS`], bit-identical too; for
+//! Q6_K the integer dots are exact and only f32 scale products and sums round (`cuda-parity`
+//! checks all of them).
 
-use super::{int, ActQuant, QuantMatrix};
+use super::{int, QuantMatrix};
 use crate::device::CudaDevice;
 use crate::error::{CudaError, DriverContext, Result};
 use crate::kernels::{KernelFile, MMQ};
+use crate::plan::Gemm;
 use cudarc::driver::sys::{CUdevice_attribute, CUfunction_attribute};
 use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
 use ferrolm_gguf::GgmlType;
@@ -39,7 +36,7 @@ pub struct MmqTile {
     pub warps: u32,
 }
 
-/// Largest first: [`auto_tile`] prefers the front.
+/// Largest first: the plan's `auto_tile` prefers the front.
 pub const MMQ_TILES: [MmqTile; 3] = [
     MmqTile {
         name: "128x128",
@@ -61,10 +58,6 @@ pub const MMQ_TILES: [MmqTile; 3] = [
     },
 ];
 
-/// Q8_0 GEMMs of fewer rows take the eight-lane kernel (the CPU's bits, at about a quarter of
-/// the tensor-core GEMM's speed on the H200: affordable for short ubatches only).
-pub const Q8_0_LANES_MAX_TOKENS: usize = super::CPU_ORDER_MAX_ROWS;
-
 /// Formats with a CUDA-core kernel in the CPU's arithmetic (mmq.cu's mmq_small), by entry point.
 pub const SMALL_FORMATS: [(GgmlType, &str); 3] = [
     (GgmlType::Q8_0, "mmq_q8_0_lanes"),
@@ -74,10 +67,6 @@ pub const SMALL_FORMATS: [(GgmlType, &str); 3] = [
 
 /// The tile of the `mmq_<type>_blocks` entry points.
 const BLOCKS_TILE: MmqTile = MMQ_TILES[2];
-
-/// Guessed relative speed of a full SM on each tile shape (larger tiles reuse each loaded
-/// fragment more); to be replaced by the H200 figures of `cuda-parity --time`.
-const TILE_SPEED: [f64; 3] = [1.0, 0.85, 0.75];
 
 /// Weight formats with an mmq instance.
 pub(super) const FORMATS: &[GgmlType] = &[
@@ -89,40 +78,6 @@ pub(super) const FORMATS: &[GgmlType] = &[
     GgmlType::Q6K,
 ];
 
-/// The tile named by `FERROLM_MMQ_TILE` (`None`: auto).
-pub fn tile_from_env(value: Option<&str>) -> Result<Option<usize>> {
-    match value.map(str::trim) {
-        None | Some("") | Some("auto") => Ok(None),
-        Some(v) => match MMQ_TILES.iter().position(|t| t.name == v) {
-            Some(i) => Ok(Some(i)),
-            None => Err(CudaError::Invalid(format!(
-                "FERROLM_MMQ_TILE={v}: want auto, {}",
-                MMQ_TILES.map(|t| t.name).join(", ")
-            ))),
-        },
-    }
-}
-
-/// The tile for `rows` × `n` on `sms` multiprocessors, given how many blocks of each tile fit
-/// one (0: the tile does not fit this device): the best guessed speed times the share of the
-/// last wave that is busy. Small GEMMs get small tiles so that every SM has work.
-pub fn auto_tile(rows: usize, n: usize, sms: usize, blocks_per_sm: impl Fn(usize) -> u32) -> usize {
-    let mut best = (0.0, MMQ_TILES.len() - 1);
-    for (i, t) in MMQ_TILES.iter().enumerate() {
-        let slots = sms * blocks_per_sm(i) as usize;
-        if slots == 0 {
-            continue;
-        }
-        let tiles = rows.div_ceil(t.bm) * n.div_ceil(t.bn);
-        let busy = tiles as f64 / (tiles.div_ceil(slots) * slots) as f64;
-        let score = busy * TILE_SPEED[i];
-        if score > best.0 {
-            best = (score, i);
-        }
-    }
-    best.1
-}
-
 /// How a GEMM sums an output's terms (the kernels' MMQ_ORDER_*, mmq_mma.cuh).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MmqOrder {
@@ -132,52 +87,6 @@ pub enum MmqOrder {
     Pairs = 1,
     /// Integer-scale formats: scaled dots summed in integers per 256-element block.
     Blocks = 2,
-}
-
-impl MmqOrder {
-    /// Whether `ty` weights of `cols` columns take the CPU's integer-scale order in a GEMM of
-    /// an `n`-row ubatch: Q4_K with Q8_K activations (one scale per block, which that order
-    /// needs) under [`CPU_ORDER_MAX_ROWS`](super::CPU_ORDER_MAX_ROWS) rows. The order costs
-    /// 10% of a long prompt (a second accumulator and the exact pair sums), so long ubatches
-    /// take the per-sub-block order. `FERROLM_CUDA_INT_SCALES=0` or `=1` forces either.
-    pub fn integer_scales(ty: GgmlType, cols: usize, n: usize) -> bool {
-        static FORCED: std::sync::OnceLock<Option<bool>> = std::sync::OnceLock::new();
-        let forced = *FORCED.get_or_init(|| {
-            std::env::var("FERROLM_CUDA_INT_SCALES")
-                .ok()
-                .map(|v| v != "0")
-        });
-        forced.unwrap_or(n < super::CPU_ORDER_MAX_ROWS)
-            && ty == GgmlType::Q4K
-            && ActQuant::for_weight(ty, cols) == ActQuant::Q8K
-    }
-
-    /// The launches of a dense `n`-token GEMM as (first token, tokens, order), as the CPU's
-    /// dense matmul orders them (`ferrolm_cpu::matmul::Order::Dense`): pairs for the first
-    /// `n - n % 4` tokens when `n >= 4`, blocks for the rest.
-    pub fn dense(ty: GgmlType, cols: usize, n: usize) -> Vec<(usize, usize, MmqOrder)> {
-        if !Self::integer_scales(ty, cols, n) {
-            return vec![(0, n, MmqOrder::Subs)];
-        }
-        let pairs = if n >= 4 { n - n % 4 } else { 0 };
-        [
-            (0, pairs, MmqOrder::Pairs),
-            (pairs, n - pairs, MmqOrder::Blocks),
-        ]
-        .into_iter()
-        .filter(|&(_, len, _)| len > 0)
-        .collect()
-    }
-
-    /// The order of the expert GEMMs of an `n`-token ubatch: the CPU's expert matmuls take
-    /// blocks.
-    pub fn experts(ty: GgmlType, cols: usize, n: usize) -> MmqOrder {
-        if Self::integer_scales(ty, cols, n) {
-            MmqOrder::Blocks
-        } else {
-            MmqOrder::Subs
-        }
-    }
 }
 
 /// Bytes of dynamic shared memory of a GEMM block over `nmat` matrices of `ty` sharing one
@@ -272,20 +181,10 @@ pub struct Mmq {
     /// The CUDA-core kernels of [`SMALL_FORMATS`] in the CPU's arithmetic (`mmq_q8_0_lanes`,
     /// `mmq_q4_{0,1}_chain`): rows of any multiple of 32, and short Q8_0 ubatches.
     small: HashMap<GgmlType, CudaFunction>,
-    /// Short Q8_0 ubatches on the eight-lane kernel, unless `FERROLM_CUDA_Q8_0_LANES=0`.
-    q8_0_lanes: bool,
-    sms: usize,
-    /// FERROLM_MMQ_TILE, when not auto.
-    forced: Option<usize>,
 }
 
 impl Mmq {
     pub fn load(dev: &CudaDevice) -> Result<Self> {
-        let forced = tile_from_env(std::env::var("FERROLM_MMQ_TILE").ok().as_deref())?;
-        let sms = dev
-            .context()
-            .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
-            .during("reading the SM count")? as usize;
         let mut fns = HashMap::new();
         for &ty in FORMATS {
             for (i, t) in MMQ_TILES.iter().enumerate() {
@@ -296,12 +195,11 @@ impl Mmq {
         }
         let mut blocks = HashMap::new();
         let t = BLOCKS_TILE;
-        // The integer-scale formats (MmqOrder::integer_scales).
+        // The integer-scale formats (the plan's integer_scales).
         let ty = GgmlType::Q4K;
         let name = format!("mmq_{}_blocks", super::kernel_suffix(ty));
         let smem = smem_bytes(ty, t.bm, t.bn, 1);
         blocks.insert(ty, GemmFn::load(dev, &MMQ, &name, smem, 32 * t.warps)?);
-        let q8_0_lanes = std::env::var("FERROLM_CUDA_Q8_0_LANES").map_or(true, |v| v != "0");
         let mut small = HashMap::new();
         for (ty, name) in SMALL_FORMATS {
             small.insert(ty, dev.function(&MMQ, name)?);
@@ -311,9 +209,6 @@ impl Mmq {
             fns,
             blocks,
             small,
-            q8_0_lanes,
-            sms,
-            forced,
         })
     }
 
@@ -329,44 +224,31 @@ impl Mmq {
         SMALL_FORMATS.iter().any(|&(t, _)| t == ty)
     }
 
-    /// The tile (index in [`MMQ_TILES`]) [`matmul`](Self::matmul) uses for `rows` × `n`.
-    pub fn tile_for(&self, ty: GgmlType, rows: usize, n: usize) -> usize {
-        self.forced.unwrap_or_else(|| {
-            auto_tile(rows, n, self.sms, |i| {
-                self.fns.get(&(ty, i)).map_or(0, |f| f.blocks_per_sm)
+    /// Blocks of each tile shape one SM holds (occupancy at the shared memory each needs; 0:
+    /// the tile does not fit this device), per format: what the plan's tile choice weighs.
+    pub fn blocks_per_sm(&self) -> Vec<(GgmlType, [u32; 3])> {
+        FORMATS
+            .iter()
+            .map(|&ty| {
+                let fits =
+                    std::array::from_fn(|i| self.fns.get(&(ty, i)).map_or(0, |f| f.blocks_per_sm));
+                (ty, fits)
             })
-        })
+            .collect()
     }
 
     /// `out[t][r] = W[r] · x[t]` for the `n` Q8_1 rows of `xq` (`w.cols` elements each, from
-    /// [`Quantize::q8_1`](super::Quantize::q8_1)); `out` holds `n * w.rows` floats.
+    /// [`Quantize::q8_1`](super::Quantize::q8_1)), as `how` says (the plan's
+    /// [`gemm`](crate::plan::Plan::gemm)); `out` holds `n * w.rows` floats. Every tile gives
+    /// the same bits.
     pub fn matmul(
         &self,
+        how: &Gemm,
         w: &QuantMatrix,
         xq: &CudaSlice<u8>,
         n: usize,
         out: &mut CudaSlice<f32>,
     ) -> Result<()> {
-        self.matmul_tile(self.tile_for(w.ty, w.rows, n), w, xq, n, out)
-    }
-
-    /// [`matmul`](Self::matmul) with tile `MMQ_TILES[tile]` (same bits, other speed).
-    pub fn matmul_tile(
-        &self,
-        tile: usize,
-        w: &QuantMatrix,
-        xq: &CudaSlice<u8>,
-        n: usize,
-        out: &mut CudaSlice<f32>,
-    ) -> Result<()> {
-        let t = MMQ_TILES
-            .get(tile)
-            .ok_or_else(|| CudaError::Invalid(format!("mmq: no tile {tile}")))?;
-        let g = self
-            .fns
-            .get(&(w.ty, tile))
-            .ok_or_else(|| CudaError::Invalid(format!("mmq: no kernel for {} weights", w.ty)))?;
-        let f = g.get(&format!("mmq {} tile {}", w.ty, t.name))?;
         if !Self::supports(w.ty, w.cols) {
             return Err(CudaError::Invalid(format!(
                 "mmq: {} rows of {} columns (a multiple of {MMQ_BK}, or of 32 for {:?})",
@@ -380,14 +262,39 @@ impl Mmq {
             "mmq: activations too small"
         );
         assert!(out.len() >= n * w.rows, "mmq: out too small");
+        let (tile, launches) = match how {
+            Gemm::Small => {
+                if n == 0 || w.rows == 0 {
+                    return Ok(());
+                }
+                return self.matmul_small(w, xq, n, out);
+            }
+            Gemm::Tiles { tile, launches } => (*tile, launches),
+        };
+        if !w.cols.is_multiple_of(MMQ_BK) {
+            return Err(CudaError::Invalid(format!(
+                "mmq: {} rows of {} columns take the CUDA-core kernel, not tiles",
+                w.ty, w.cols
+            )));
+        }
+        let t = MMQ_TILES
+            .get(tile)
+            .ok_or_else(|| CudaError::Invalid(format!("mmq: no tile {tile}")))?;
+        let g = self
+            .fns
+            .get(&(w.ty, tile))
+            .ok_or_else(|| CudaError::Invalid(format!("mmq: no kernel for {} weights", w.ty)))?;
+        let f = g.get(&format!("mmq {} tile {}", w.ty, t.name))?;
+        assert_eq!(
+            launches.iter().map(|l| l.1).sum::<usize>(),
+            n,
+            "mmq: launches for another token count"
+        );
         if n == 0 || w.rows == 0 {
             return Ok(());
         }
-        if !w.cols.is_multiple_of(MMQ_BK) || self.q8_0_lanes_for(w.ty, n) {
-            return self.matmul_small(w, xq, n, out);
-        }
         let row_q8 = super::Quantize::q8_1_bytes(1, w.cols);
-        for (tok0, ntok, order) in MmqOrder::dense(w.ty, w.cols, n) {
+        for &(tok0, ntok, order) in launches {
             let (f, t, g) = if order == MmqOrder::Blocks {
                 let g = self.blocks.get(&w.ty).ok_or_else(|| {
                     CudaError::Invalid(format!("mmq: no block-order kernel for {}", w.ty))
@@ -430,13 +337,6 @@ impl Mmq {
         Ok(())
     }
 
-    /// Whether `n` activation rows of `ty` weights take the eight-lane kernel although the
-    /// tensor-core tiles could: Q8_0 ubatches under [`Q8_0_LANES_MAX_TOKENS`] unless
-    /// `FERROLM_CUDA_Q8_0_LANES=0`.
-    pub fn q8_0_lanes_for(&self, ty: GgmlType, n: usize) -> bool {
-        ty == GgmlType::Q8_0 && self.q8_0_lanes && n < Q8_0_LANES_MAX_TOKENS
-    }
-
     /// `ty` weights on their CUDA-core kernel (the CPU's order; shapes checked by the caller).
     fn matmul_small(
         &self,
@@ -460,7 +360,9 @@ impl Mmq {
             int(w.rows, "mmq rows"),
             int(n, "mmq tokens"),
         );
-        let f = &self.small[&w.ty];
+        let f = self.small.get(&w.ty).ok_or_else(|| {
+            CudaError::Invalid(format!("mmq: no CUDA-core kernel for {} weights", w.ty))
+        })?;
         let mut b = self.stream.launch_builder(f);
         b.arg(&w.data)
             .arg(xq)
@@ -507,40 +409,6 @@ mod tests {
         assert!(!Mmq::supports(GgmlType::F16, 4096));
     }
 
-    /// The launches of a dense GEMM follow the CPU's `Order::Dense`: pairs for whole groups of
-    /// four tokens, blocks for the rest (and for calls under four tokens); other formats one
-    /// launch in the per-sub-block order; expert GEMMs blocks; from 256 rows every format the
-    /// per-sub-block order. (FERROLM_CUDA_INT_SCALES unset.)
-    #[test]
-    fn integer_scale_order_splits_like_the_cpu() {
-        use MmqOrder::{Blocks, Pairs, Subs};
-        let dense = |ty, n| MmqOrder::dense(ty, 4096, n);
-        assert_eq!(dense(GgmlType::Q4K, 22), [(0, 20, Pairs), (20, 2, Blocks)]);
-        assert_eq!(dense(GgmlType::Q4K, 252), [(0, 252, Pairs)]);
-        assert_eq!(
-            dense(GgmlType::Q4K, 255),
-            [(0, 252, Pairs), (252, 3, Blocks)]
-        );
-        assert_eq!(dense(GgmlType::Q4K, 256), [(0, 256, Subs)]);
-        assert_eq!(dense(GgmlType::Q4K, 512), [(0, 512, Subs)]);
-        assert_eq!(dense(GgmlType::Q4K, 3), [(0, 3, Blocks)]);
-        assert_eq!(dense(GgmlType::Q4K, 4), [(0, 4, Pairs)]);
-        assert_eq!(dense(GgmlType::Q6K, 22), [(0, 22, Subs)]);
-        assert_eq!(dense(GgmlType::Q8_0, 22), [(0, 22, Subs)]);
-        assert_eq!(MmqOrder::experts(GgmlType::Q4K, 2048, 255), Blocks);
-        assert_eq!(MmqOrder::experts(GgmlType::Q4K, 2048, 2048), Subs);
-        assert_eq!(MmqOrder::experts(GgmlType::Q6K, 1024, 8), Subs);
-    }
-
-    #[test]
-    fn env_names_a_tile_or_auto() {
-        assert_eq!(tile_from_env(None).unwrap(), None);
-        assert_eq!(tile_from_env(Some("auto")).unwrap(), None);
-        assert_eq!(tile_from_env(Some("64x64")).unwrap(), Some(2));
-        let e = tile_from_env(Some("256x256")).unwrap_err().to_string();
-        assert!(e.contains("128x128") && e.contains("256x256"), "{e}");
-    }
-
     /// The layout sums of mmq_tile.cuh worked by hand for two shapes.
     #[test]
     fn shared_memory_matches_the_kernel_layout() {
@@ -570,17 +438,5 @@ mod tests {
                 );
             }
         }
-    }
-
-    #[test]
-    fn auto_fills_the_gpu_before_it_grows_tiles() {
-        // H200: 132 SMs; one block of the 128-row tiles per SM, two of 64×64.
-        let occ = |i: usize| if i == 2 { 2 } else { 1 };
-        // 8192 × 512: 256 tiles of 128×128, two nearly full waves.
-        assert_eq!(auto_tile(8192, 512, 132, occ), 0);
-        // 2048 × 512: 64 tiles of 128×128 leave half the SMs idle; 128 of 128×64 do not.
-        assert_eq!(auto_tile(2048, 512, 132, occ), 1);
-        // A tile that fits nowhere is never chosen.
-        assert_eq!(auto_tile(8192, 512, 132, |i| if i == 0 { 0 } else { 1 }), 1);
     }
 }

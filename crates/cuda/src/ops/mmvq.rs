@@ -1,8 +1,8 @@
 //! `kernels/mmvq.cu`: quantized weight times up to 8 Q8_1 activation rows (decode).
 //!
-//! Q4_K takes the wide kernels (a warp per row, 16 code bytes a lane per load) unless
-//! `FERROLM_MMVQ_WIDE=0`; the two differ only in f32 summation order. (The switch also covers
-//! the MoE decode kernels' wide walk, for Q4_K and Q6_K.)
+//! Q4_K has wide kernels too (a warp per row, 16 code bytes a lane per load); the two differ
+//! only in f32 summation order. The caller says which to launch (the plan's `matvec_wide`,
+//! off with `FERROLM_MMVQ_WIDE=0`).
 
 use super::int;
 use crate::device::CudaDevice;
@@ -13,7 +13,6 @@ use cudarc::driver::{
 };
 use ferrolm_gguf::GgmlType;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 /// Activation rows one launch takes (the kernel's MMVQ_MAX_COLS).
@@ -35,11 +34,6 @@ const FORMATS: &[GgmlType] = &[
 /// Not Q6_K: its wide walk is slower than the block-per-row kernel as a dense mat-vec
 /// (2-byte-aligned blocks: twelve 16-bit loads a lane), docs/perf.md.
 const WIDE_FORMATS: &[GgmlType] = &[GgmlType::Q4K];
-
-/// `FERROLM_MMVQ_WIDE=0` turns the wide kernels off, for bisecting.
-pub fn wide_enabled() -> bool {
-    std::env::var("FERROLM_MMVQ_WIDE").map_or(true, |v| v != "0")
-}
 
 /// A weight matrix on the device, in its ggml block format: `rows` rows of `cols` elements.
 pub struct QuantMatrix {
@@ -83,8 +77,6 @@ pub struct Mmvq {
     /// The same entry points' wide versions, for [`WIDE_FORMATS`].
     wide_fns: HashMap<(GgmlType, usize), CudaFunction>,
     wide_pairs: HashMap<(GgmlType, bool), CudaFunction>,
-    /// Whether Q4_K and Q6_K take the wide kernels (`FERROLM_MMVQ_WIDE`, or [`Self::set_wide`]).
-    wide: AtomicBool,
 }
 
 /// What [`Mmvq::pair`] writes.
@@ -132,18 +124,12 @@ impl Mmvq {
             pairs,
             wide_fns,
             wide_pairs,
-            wide: AtomicBool::new(wide_enabled()),
         })
     }
 
-    /// Chooses the wide kernels (the default) or the block-per-row ones for Q4_K;
-    /// for `cuda-parity --time`, which times both.
-    pub fn set_wide(&self, on: bool) {
-        self.wide.store(on, Ordering::Relaxed);
-    }
-
-    fn is_wide(&self, ty: GgmlType) -> bool {
-        self.wide.load(Ordering::Relaxed) && WIDE_FORMATS.contains(&ty)
+    /// Whether `ty` has wide kernels.
+    pub fn has_wide(ty: GgmlType) -> bool {
+        WIDE_FORMATS.contains(&ty)
     }
 
     pub fn supports(ty: GgmlType) -> bool {
@@ -152,29 +138,32 @@ impl Mmvq {
 
     /// `out[j][r] = W[r] · x[j]` for the `n` (1..=8) Q8_1 rows of `xq` (`w.cols` elements each,
     /// from [`Quantize::q8_1`](super::Quantize::q8_1)); `out` holds `n * w.rows` floats.
+    /// `wide`: the wide kernels (a format [`Self::has_wide`]), else the block-per-row ones.
     pub fn matvec(
         &self,
+        wide: bool,
         w: &QuantMatrix,
         xq: &CudaSlice<u8>,
         n: usize,
         out: &mut CudaSlice<f32>,
     ) -> Result<()> {
-        self.matvec_view(w, &xq.as_view(), n, &mut out.as_view_mut())
+        self.matvec_view(wide, w, &xq.as_view(), n, &mut out.as_view_mut())
     }
 
     /// [`Self::matvec`] over views, so a caller can run a larger batch in slices of rows.
     pub fn matvec_view(
         &self,
+        wide: bool,
         w: &QuantMatrix,
         xq: &CudaView<u8>,
         n: usize,
         out: &mut CudaViewMut<f32>,
     ) -> Result<()> {
-        let wide = self.is_wide(w.ty);
         let fns = if wide { &self.wide_fns } else { &self.fns };
         let f = fns.get(&(w.ty, n)).ok_or_else(|| {
+            let walk = if wide { "wide " } else { "" };
             CudaError::Invalid(format!(
-                "mmvq: no kernel for {} weights and {n} activation rows",
+                "mmvq: no {walk}kernel for {} weights and {n} activation rows",
                 w.ty
             ))
         })?;
@@ -200,9 +189,11 @@ impl Mmvq {
     }
 
     /// Two mat-vecs of one Q8_1 row in one launch, bit-identical to two [`Self::matvec`] calls
-    /// (and, for [`PairOut::Glu`], to a following SwiGLU). `a` and `b` share format and width.
+    /// (and, for [`PairOut::Glu`], to a following SwiGLU). `a` and `b` share format and width;
+    /// `wide` as for [`Self::matvec`].
     pub fn pair(
         &self,
+        wide: bool,
         a: &QuantMatrix,
         b: &QuantMatrix,
         xq: &CudaSlice<u8>,
@@ -217,7 +208,6 @@ impl Mmvq {
             "mmvq pair: activations too small"
         );
         let glu = matches!(out, PairOut::Glu(_));
-        let wide = self.is_wide(a.ty);
         let pairs = if wide { &self.wide_pairs } else { &self.pairs };
         let f = pairs.get(&(a.ty, glu)).ok_or_else(|| {
             CudaError::Invalid(format!("mmvq pair: no kernel for {} weights", a.ty))

@@ -1,6 +1,8 @@
 //! One thin launcher per kernel family. Each holds its loaded functions and the stream, checks
 //! shapes on the host (a wrong size is a panic, as in the CPU crate: it is a caller's bug), and
-//! only queues work: nothing here synchronizes. Launch errors are returned.
+//! only queues work: nothing here synchronizes. Launch errors are returned. Where a family has
+//! several kernels for one op, the caller passes the choice (the plan's, `crate::plan`); no
+//! launcher reads the environment.
 
 mod attention;
 mod elementwise;
@@ -18,23 +20,19 @@ pub use attention::{Attention, DecodeWork, KvCache, PrefillKernel, ATTN_HEAD_DIM
 pub use elementwise::Elementwise;
 pub use embed::Embed;
 pub use gemm_f32::GemmF32;
-pub use mmq::{auto_tile, Mmq, MmqOrder, MmqTile, MMQ_BK, MMQ_TILES, SMALL_FORMATS};
-pub use mmvq::{wide_enabled as mmvq_wide_enabled, Mmvq, PairOut, QuantMatrix, MMVQ_MAX_COLS};
+pub use mmq::{Mmq, MmqOrder, MmqTile, MMQ_BK, MMQ_TILES, SMALL_FORMATS};
+pub use mmvq::{Mmvq, PairOut, QuantMatrix, MMVQ_MAX_COLS};
 pub use moe_decode::{MoeDecode, MoeDecodeWork, MOE_DECODE_MAX_TOKENS};
 pub use moe_gemm::{is_float, MoeGemm, MoeWork};
-pub use moe_route::{MoeExperts, MoeRoute, MoeRouteWork, MoeRouter, MOE_MAX_EXPERTS, MOE_MAX_USED};
+pub use moe_route::{
+    MoeExperts, MoeRoute, MoeRouteWork, MoeRouter, MOE_MAX_EXPERTS, MOE_MAX_USED,
+    ROUTER_ROWS_MAX_EMBD, ROUTER_SMALL_N,
+};
 pub use norm_rope::{NormRope, Rope};
 pub use quantize::{dequantize_blocks, ActQuant, Quantize, Q8_1_BLOCK_BYTES};
 
 use crate::device::CudaDevice;
 use crate::error::Result;
-
-/// Ubatches of fewer rows run prefill in the CPU's arithmetic where a kernel offers it
-/// (attention's f32 order, Q8_0's eight lanes, Q4_K's integer scales: the CPU's bits, which
-/// keeps the tiny goldens' figures the CPU's); from this many rows the tensor-core kernels take
-/// over, within f32 rounding of the CPU. Short ubatches cost little beside the whole prompt;
-/// long ones are where the speed is.
-pub const CPU_ORDER_MAX_ROWS: usize = 256;
 use ferrolm_gguf::GgmlType;
 
 /// A format's suffix in kernel entry points (`mmvq_q4_k_n1`, `embed_f16`): ggml's type name,

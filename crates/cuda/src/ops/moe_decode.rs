@@ -4,17 +4,19 @@
 //! Fused (the default): one launch for gate, up and SwiGLU of every slot, one quantize of `h`
 //! to Q8_1, one launch for down with the weighted slot-order sum into the residual. A token
 //! sharing an expert with another reuses the leader slot's weight reads (a mat-mat over the
-//! expert's members). `FERROLM_MOE_FUSED=0` takes the per-slot path instead: a gate, an up and
-//! a down mat-vec launch per slot, then swiglu, quantize and combine launches; both read the ids
-//! from device memory, and the two paths agree bit for bit (every dot is the same warp walk).
+//! expert's members). The per-slot path (`FERROLM_MOE_FUSED=0`): a gate, an up and a down
+//! mat-vec launch per slot, then swiglu, quantize and combine launches; both read the ids from
+//! device memory, and the two paths agree bit for bit (every dot is the same warp walk). Which
+//! path, and the wide or narrow walk for Q4_K and Q6_K, is the caller's ([`ExpertMatVec`]).
 //!
 //! Nothing here allocates or waits on the host: scratch lives in [`MoeDecodeWork`], and a
 //! captured graph replays with new ids and weights.
 
-use super::{int, stride_blocks, ActQuant, MoeExperts, Quantize};
+use super::{int, stride_blocks, MoeExperts, Quantize};
 use crate::device::CudaDevice;
 use crate::error::{CudaError, DriverContext, Result};
 use crate::kernels::{ELEMENTWISE, MOE_DECODE};
+use crate::plan::ExpertMatVec;
 use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
 use ferrolm_gguf::GgmlType;
 use std::collections::HashMap;
@@ -105,43 +107,52 @@ impl MoeDecodeWork {
     }
 }
 
+/// Formats whose kernels walk wide by default and have `narrow_` entry points too.
+fn has_narrow(ty: GgmlType) -> bool {
+    matches!(ty, GgmlType::Q4K | GgmlType::Q6K)
+}
+
 pub struct MoeDecode {
     stream: Arc<CudaStream>,
     quantize: Quantize,
-    fused: bool,
-    /// (type, tokens) -> `moe_gate_up_<type>_n<tokens>` / `moe_down_<type>_n<tokens>`.
-    gate_up: HashMap<(GgmlType, usize), CudaFunction>,
-    down: HashMap<(GgmlType, usize), CudaFunction>,
-    slot_matvec: HashMap<GgmlType, CudaFunction>,
+    /// (type, tokens, narrow) -> `moe_gate_up_[narrow_]<type>_n<tokens>` /
+    /// `moe_down_[narrow_]<type>_n<tokens>`.
+    gate_up: HashMap<(GgmlType, usize, bool), CudaFunction>,
+    down: HashMap<(GgmlType, usize, bool), CudaFunction>,
+    /// (type, narrow) -> `moe_slot_matvec_[narrow_]<type>`.
+    slot_matvec: HashMap<(GgmlType, bool), CudaFunction>,
     combine: CudaFunction,
     swiglu: CudaFunction,
 }
 
 impl MoeDecode {
-    /// Loads the kernels; `FERROLM_MOE_FUSED=0` selects the per-slot path.
+    /// Loads the kernels, the narrow walks of Q4_K and Q6_K too.
     pub fn load(dev: &CudaDevice) -> Result<Self> {
         let (mut gate_up, mut down, mut slot_matvec) =
             (HashMap::new(), HashMap::new(), HashMap::new());
-        // Q4_K and Q6_K: the wide walk unless FERROLM_MMVQ_WIDE=0 (see ops::mmvq).
-        let narrow = !super::mmvq::wide_enabled();
         for &ty in FORMATS {
             let suffix = super::kernel_suffix(ty);
-            let name = match ty {
-                GgmlType::Q4K | GgmlType::Q6K if narrow => format!("narrow_{suffix}"),
-                _ => suffix,
-            };
-            for n in 1..=MOE_DECODE_MAX_TOKENS {
-                let f = |op: &str| dev.function(&MOE_DECODE, &format!("moe_{op}_{name}_n{n}"));
-                gate_up.insert((ty, n), f("gate_up")?);
-                down.insert((ty, n), f("down")?);
+            for narrow in [false, true] {
+                if narrow && !has_narrow(ty) {
+                    continue;
+                }
+                let name = if narrow {
+                    format!("narrow_{suffix}")
+                } else {
+                    suffix.clone()
+                };
+                for n in 1..=MOE_DECODE_MAX_TOKENS {
+                    let f = |op: &str| dev.function(&MOE_DECODE, &format!("moe_{op}_{name}_n{n}"));
+                    gate_up.insert((ty, n, narrow), f("gate_up")?);
+                    down.insert((ty, n, narrow), f("down")?);
+                }
+                let f = dev.function(&MOE_DECODE, &format!("moe_slot_matvec_{name}"))?;
+                slot_matvec.insert((ty, narrow), f);
             }
-            let f = dev.function(&MOE_DECODE, &format!("moe_slot_matvec_{name}"))?;
-            slot_matvec.insert(ty, f);
         }
         Ok(Self {
             stream: dev.stream().clone(),
             quantize: Quantize::load(dev)?,
-            fused: std::env::var("FERROLM_MOE_FUSED").map_or(true, |v| v.trim() != "0"),
             gate_up,
             down,
             slot_matvec,
@@ -154,25 +165,15 @@ impl MoeDecode {
         FORMATS.contains(&ty)
     }
 
-    /// Whether [`forward`](Self::forward) takes the fused kernels (gate and up of one format)
-    /// or the per-slot path.
-    pub fn fused(&self) -> bool {
-        self.fused
-    }
-
-    /// Overrides `FERROLM_MOE_FUSED` (parity checks run both paths).
-    pub fn set_fused(&mut self, fused: bool) {
-        self.fused = fused;
-    }
-
     /// Adds the experts' output for the `n` (1..=8) Q8_1 rows of `x_q8_1` (`n_embd` each) to
     /// `residual` (`n` rows of `n_embd`), the experts `ids[t*k + j]` weighted by
     /// `weights[t*k + j]` (as [`MoeRoute::route`](super::MoeRoute::route) leaves them). An id
-    /// outside `0..n_expert` contributes nothing. Gate and up in different formats take the
-    /// per-slot path.
+    /// outside `0..n_expert` contributes nothing. `how` (the plan's) picks the fused kernels
+    /// (gate and up of one format) or the per-slot path, the walk, and `h`'s quantization.
     #[allow(clippy::too_many_arguments)]
     pub fn forward(
         &self,
+        how: &ExpertMatVec,
         x_q8_1: &CudaSlice<u8>,
         n: usize,
         ids: &CudaSlice<i32>,
@@ -209,16 +210,23 @@ impl MoeDecode {
                 )));
             }
         }
-        if self.fused && experts.gate.ty == experts.up.ty {
-            self.fused_forward(x_q8_1, n, ids, weights, experts, work, residual)
+        if how.fused {
+            if experts.gate.ty != experts.up.ty {
+                return Err(CudaError::Invalid(format!(
+                    "moe decode: fused kernels for gate {} and up {}",
+                    experts.gate.ty, experts.up.ty
+                )));
+            }
+            self.fused_forward(how, x_q8_1, n, ids, weights, experts, work, residual)
         } else {
-            self.per_slot_forward(x_q8_1, n, ids, weights, experts, work, residual)
+            self.per_slot_forward(how, x_q8_1, n, ids, weights, experts, work, residual)
         }
     }
 
     #[allow(clippy::too_many_arguments)]
     fn fused_forward(
         &self,
+        how: &ExpertMatVec,
         x_q8_1: &CudaSlice<u8>,
         n: usize,
         ids: &CudaSlice<i32>,
@@ -230,7 +238,7 @@ impl MoeDecode {
         let (k, ff, d) = (e.n_used, e.n_ff, e.n_embd());
         let ints = Ints::new(d, ff, e.n_expert, k);
         let block = (32, NWARPS, 1);
-        let gate_up = &self.gate_up[&(e.gate.ty, n)];
+        let gate_up = &self.gate_up[&(e.gate.ty, n, narrow(how, e.gate.ty))];
         let cfg = LaunchConfig {
             grid_dim: (
                 ff.div_ceil(NWARPS as usize * gate_rows(n)) as u32,
@@ -252,9 +260,9 @@ impl MoeDecode {
         // (work sized for max_n >= N); a block per NWARPS * gate_rows(N) rows and slot.
         unsafe { b.launch(cfg) }.during(format!("launching moe gate/up for {}", e.gate.ty))?;
 
-        self.quantize_h(e, n, work)?;
+        self.quantize_h(how, e, n, work)?;
 
-        let down = &self.down[&(e.down.ty, n)];
+        let down = &self.down[&(e.down.ty, n, narrow(how, e.down.ty))];
         let cfg = LaunchConfig {
             grid_dim: (d.div_ceil(down_rows(n)) as u32, 1, 1),
             block_dim: block,
@@ -275,16 +283,23 @@ impl MoeDecode {
     }
 
     /// `h` of `n` tokens' slots as the down projection's activations (its CPU partner format).
-    fn quantize_h(&self, e: &MoeExperts, n: usize, work: &mut MoeDecodeWork) -> Result<()> {
+    fn quantize_h(
+        &self,
+        how: &ExpertMatVec,
+        e: &MoeExperts,
+        n: usize,
+        work: &mut MoeDecodeWork,
+    ) -> Result<()> {
         let (rows, ff) = (n * e.n_used, e.n_ff);
-        let mode = ActQuant::for_weight(e.down.ty, ff);
-        self.quantize.rows(&work.h, rows, ff, mode, &mut work.hq)
+        self.quantize
+            .rows(&work.h, rows, ff, how.h_quant, &mut work.hq)
     }
 
     /// The bisecting path: the same dots one slot and one matrix a launch.
     #[allow(clippy::too_many_arguments)]
     fn per_slot_forward(
         &self,
+        how: &ExpertMatVec,
         x_q8_1: &CudaSlice<u8>,
         n: usize,
         ids: &CudaSlice<i32>,
@@ -297,8 +312,8 @@ impl MoeDecode {
         let ne = int(e.n_expert, "moe experts");
         for s in 0..n * k {
             let t = s / k;
-            self.slot_matvec(e.gate, x_q8_1, ids, &mut work.h, s, t, ne)?;
-            self.slot_matvec(e.up, x_q8_1, ids, &mut work.up, s, t, ne)?;
+            self.slot_matvec(how, e.gate, x_q8_1, ids, &mut work.h, s, t, ne)?;
+            self.slot_matvec(how, e.up, x_q8_1, ids, &mut work.up, s, t, ne)?;
         }
         let len = int(n * k * ff, "moe h");
         let threads = 256;
@@ -312,9 +327,9 @@ impl MoeDecode {
         // SAFETY: swiglu_f32(gate, up, n): n floats each, gate updated in place.
         unsafe { b.launch(cfg) }.during("launching moe swiglu")?;
 
-        self.quantize_h(e, n, work)?;
+        self.quantize_h(how, e, n, work)?;
         for s in 0..n * k {
-            self.slot_matvec(e.down, &work.hq, ids, &mut work.down, s, s, ne)?;
+            self.slot_matvec(how, e.down, &work.hq, ids, &mut work.down, s, s, ne)?;
         }
 
         let ints = Ints::new(d, ff, e.n_expert, k);
@@ -337,6 +352,7 @@ impl MoeDecode {
     #[allow(clippy::too_many_arguments)]
     fn slot_matvec(
         &self,
+        how: &ExpertMatVec,
         w: &super::QuantMatrix,
         x: &CudaSlice<u8>,
         ids: &CudaSlice<i32>,
@@ -353,7 +369,8 @@ impl MoeDecode {
             block_dim: (32, NWARPS, 1),
             shared_mem_bytes: 0,
         };
-        let mut b = self.stream.launch_builder(&self.slot_matvec[&w.ty]);
+        let f = &self.slot_matvec[&(w.ty, narrow(how, w.ty))];
+        let mut b = self.stream.launch_builder(f);
         b.arg(&w.data).arg(x).arg(ids).arg(dst);
         b.arg(&si).arg(&xi).arg(&ri).arg(&ci).arg(&n_expert);
         // SAFETY: moe_slot_matvec_*(w, x, ids, dst, slot, x_row, rows, cols, n_expert):
@@ -362,6 +379,11 @@ impl MoeDecode {
         unsafe { b.launch(cfg) }.during(format!("launching moe mat-vec for {}", w.ty))?;
         Ok(())
     }
+}
+
+/// Whether `ty` takes its `narrow_` entry points under `how`.
+fn narrow(how: &ExpertMatVec, ty: GgmlType) -> bool {
+    !how.wide && has_narrow(ty)
 }
 
 /// The kernels' int shape arguments.

@@ -4,7 +4,7 @@
 //!
 //! Contract: the same int8 arithmetic as [`Mmq`](super::Mmq) (weights × Q8_1 activations,
 //! exact integer dots, f32 scale products; Q4_K in the CPU expert matmuls' integer-scale
-//! order under 256 tokens, [`MmqOrder::experts`]), with `h = silu(gate) * up` rounded to Q8_1 before
+//! order under 256 tokens, the plan's `expert_order`), with `h = silu(gate) * up` rounded to Q8_1 before
 //! the down GEMM, as the CPU's matmul rounds its input. `cuda-parity` holds it to
 //! `|cuda - cpu| ≤ 5e-3 · Σ_slot w · Σ_j |down[r][j] · h[j]|` against the CPU's per-expert loop
 //! (int8 rounding twice, Q8_1 here and Q8_K there). Deterministic: no atomics, slots summed in
@@ -14,14 +14,16 @@
 //! a warp per output straight from the routes, f32 throughout (within f32 summation order of
 //! the CPU), for any token count.
 //!
-//! `FERROLM_MOE_GROUPED=0` launches the GEMMs once per expert (each launch reads its segment
-//! from device memory) instead of once for all experts, for bisecting the tile-to-expert map.
+//! Not grouped (`FERROLM_MOE_GROUPED=0`), the GEMMs launch once per expert (each launch reads
+//! its segment from device memory) instead of once for all experts, for bisecting the
+//! tile-to-expert map. Which path, orders and quantizations: the plan's ([`ExpertGemm`]).
 
-use super::mmq::{smem_bytes, GemmFn, MmqOrder, FORMATS, MMQ_BK};
-use super::{int, stride_blocks, ActQuant, MoeExperts, Quantize};
+use super::mmq::{smem_bytes, GemmFn, FORMATS, MMQ_BK};
+use super::{int, stride_blocks, MoeExperts, Quantize};
 use crate::device::CudaDevice;
 use crate::error::{CudaError, DriverContext, Result};
 use crate::kernels::MOE_GEMM;
+use crate::plan::ExpertGemm;
 use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
 use ferrolm_gguf::GgmlType;
 use std::collections::HashMap;
@@ -168,7 +170,6 @@ pub struct MoeGemm {
     float: (CudaFunction, CudaFunction),
     /// type -> (moe_gate_up_<type>, moe_down_<type>).
     gemms: HashMap<GgmlType, (GemmFn, GemmFn)>,
-    grouped: bool,
 }
 
 impl MoeGemm {
@@ -205,37 +206,17 @@ impl MoeGemm {
                 dev.function(&MOE_GEMM, "moe_f32_down")?,
             ),
             gemms,
-            grouped: std::env::var("FERROLM_MOE_GROUPED").map_or(true, |v| v != "0"),
         })
     }
 
-    /// Whether `FERROLM_MOE_GROUPED` left the one-launch-for-all-experts path on.
-    pub fn grouped(&self) -> bool {
-        self.grouped
-    }
-
     /// `out[t] = Σ_slot weights[t·k + slot] · down_e(silu(gate_e · x[t]) · (up_e · x[t]))`
-    /// with `e = ids[t·k + slot]`, for the `n` rows of `x` (`k = n_used`); a pair whose id is
-    /// not an expert adds nothing. Queued on the stream; no synchronisation, no allocation.
+    /// with `e = ids[t·k + slot]`, for the `n` rows of `x` (`k = n_used`), as `how` says (the
+    /// plan's: float kernels, or the int8 GEMMs grouped or per expert); a pair whose id is not
+    /// an expert adds nothing. Queued on the stream; no synchronisation, no allocation.
     #[allow(clippy::too_many_arguments)]
     pub fn forward(
         &self,
-        x: &CudaSlice<f32>,
-        n: usize,
-        ids: &CudaSlice<i32>,
-        weights: &CudaSlice<f32>,
-        experts: &MoeExperts,
-        work: &mut MoeWork,
-        out: &mut CudaSlice<f32>,
-    ) -> Result<()> {
-        self.forward_with(self.grouped, x, n, ids, weights, experts, work, out)
-    }
-
-    /// [`forward`](Self::forward) on the grouped path (`true`) or the per-expert loop.
-    #[allow(clippy::too_many_arguments)]
-    pub fn forward_with(
-        &self,
-        grouped: bool,
+        how: &ExpertGemm,
         x: &CudaSlice<f32>,
         n: usize,
         ids: &CudaSlice<i32>,
@@ -262,14 +243,28 @@ impl MoeGemm {
         if n == 0 {
             return Ok(());
         }
-        if is_float(experts) {
-            return self.forward_float(x, n, ids, weights, experts, work, out);
-        }
+        let (grouped, x_quant, h_quant, gate_up_order, down_order) = match *how {
+            ExpertGemm::Float if is_float(experts) => {
+                return self.forward_float(x, n, ids, weights, experts, work, out);
+            }
+            ExpertGemm::Int8 {
+                grouped,
+                x_quant,
+                h_quant,
+                gate_up,
+                down,
+            } if !is_float(experts) => (grouped, x_quant, h_quant, gate_up as i32, down as i32),
+            _ => {
+                return Err(CudaError::Invalid(format!(
+                    "moe_gemm: {how:?} for {} experts",
+                    experts.gate.ty
+                )))
+            }
+        };
         let st = self.stream.clone();
         crate::profile::span(&st, "moe.index", || {
             self.build_index(ids, n, work)?;
-            let mode = ActQuant::for_weight(experts.gate.ty, d);
-            self.quantize.rows(x, n, d, mode, &mut work.xq)
+            self.quantize.rows(x, n, d, x_quant, &mut work.xq)
         })?;
         let gate_up_g = &self.gemms[&experts.gate.ty].0;
         let down_g = &self.gemms[&experts.down.ty].1;
@@ -281,8 +276,6 @@ impl MoeGemm {
             int(e, "experts"),
             int(k, "experts used"),
         );
-        let gate_up_order = MmqOrder::experts(experts.gate.ty, d, n) as i32;
-        let down_order = MmqOrder::experts(experts.down.ty, ff, n) as i32;
         // (expert, tile slots) per launch: one for all, or one per expert.
         let pair_tiles = pairs.div_ceil(MOE_BN);
         let launches: Vec<(i32, usize)> = if grouped {
@@ -315,8 +308,8 @@ impl MoeGemm {
         });
         gate_up_span?;
         let down_span = crate::profile::span(&st, "moe.down", || -> Result<()> {
-            let mode = ActQuant::for_weight(experts.down.ty, ff);
-            self.quantize.rows(&work.h, pairs, ff, mode, &mut work.hq)?;
+            self.quantize
+                .rows(&work.h, pairs, ff, h_quant, &mut work.hq)?;
             for &(expert, slots) in &launches {
                 let mut b = self.stream.launch_builder(down_fn);
                 b.arg(&experts.down.data)

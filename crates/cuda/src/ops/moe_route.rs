@@ -5,13 +5,14 @@
 //! Contract against the CPU's `moe::route`: the same ids, slot for slot, except where the CPU's
 //! k-th and (k+1)-th probabilities are within f32 noise of each other (the logits are summed in
 //! another order); weights within f32 rounding (`expf` against Rust's `exp`, another sum order).
-//! Logits of more than a few tokens take `moe_logits_rows` (lane partial sums, then a warp sum);
-//! `FERROLM_MOE_ROUTER_ROWS=0` takes the f32 GEMM instead (one chain per logit), for bisecting.
+//! Logits of more than a few tokens take `moe_logits_rows` (lane partial sums, then a warp sum)
+//! or the f32 GEMM (one chain per logit), as the plan says ([`RouterLogits`]).
 
 use super::{int, GemmF32, QuantMatrix};
 use crate::device::CudaDevice;
 use crate::error::{CudaError, DriverContext, Result};
 use crate::kernels::MOE_ROUTE;
+use crate::plan::RouterLogits;
 use cudarc::driver::sys::CUfunction_attribute;
 use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
 use std::sync::Arc;
@@ -20,13 +21,13 @@ use std::sync::Arc;
 pub const MOE_MAX_EXPERTS: usize = 256;
 /// Most experts a token may use (one lane of a warp a slot).
 pub const MOE_MAX_USED: usize = 32;
-/// Up to this many tokens the logits take the mat-vec kernel, above it the row-block one.
-const SMALL_N: usize = 8;
+/// Most tokens the logits' mat-vec kernel takes (the kernel's ROUTE_SMALL_N).
+pub const ROUTER_SMALL_N: usize = 8;
 const TOPK_WARPS: u32 = 4;
 /// `moe_logits_rows`: tokens a block, warps a block, widest row it stages.
 const ROWS_T: usize = 8;
 const ROWS_WARPS: u32 = 8;
-const ROWS_MAX_EMBD: usize = 4096;
+pub const ROUTER_ROWS_MAX_EMBD: usize = 4096;
 
 /// One layer's router: `ffn_gate_inp`, f32 `[n_expert][n_embd]`, and how its top-k is used.
 pub struct MoeRouter {
@@ -122,11 +123,10 @@ impl MoeRouteWork {
 pub struct MoeRoute {
     stream: Arc<CudaStream>,
     logits_small: CudaFunction,
-    /// Logits for more than SMALL_N tokens (rows of at most ROWS_MAX_EMBD).
+    /// Logits for more than ROUTER_SMALL_N tokens (rows of at most ROUTER_ROWS_MAX_EMBD).
     logits_rows: CudaFunction,
     /// Logits for wider rows, or with `FERROLM_MOE_ROUTER_ROWS=0`: the f32 GEMM.
     gemm: GemmF32,
-    rows_on: bool,
     topk: CudaFunction,
 }
 
@@ -140,7 +140,7 @@ impl MoeRoute {
         logits_rows
             .set_attribute(
                 CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                (ROWS_T * ROWS_MAX_EMBD * 4) as i32,
+                (ROWS_T * ROUTER_ROWS_MAX_EMBD * 4) as i32,
             )
             .during("allowing moe_logits_rows its shared memory")?;
         Ok(Self {
@@ -148,15 +148,17 @@ impl MoeRoute {
             logits_small: f("moe_logits_small")?,
             logits_rows,
             gemm: GemmF32::load(dev)?,
-            rows_on: std::env::var("FERROLM_MOE_ROUTER_ROWS").map_or(true, |v| v != "0"),
             topk: f("moe_topk")?,
         })
     }
 
     /// Routes the `n` f32 rows of `x` (`router.n_embd` each): `ids[t*k + j]` is token `t`'s
-    /// `j`-th most probable expert, `weights[t*k + j]` its weight (k = `router.n_used`).
+    /// `j`-th most probable expert, `weights[t*k + j]` its weight (k = `router.n_used`); the
+    /// logits on the kernel `logits` names (the plan's `router_logits`).
+    #[allow(clippy::too_many_arguments)]
     pub fn route(
         &self,
+        logits: RouterLogits,
         x: &CudaSlice<f32>,
         n: usize,
         router: &MoeRouter,
@@ -191,23 +193,34 @@ impl MoeRoute {
         );
         // Both logits kernels load 4 floats at a time and take the same arguments: the
         // mat-vec for a few tokens, the row-block kernel for more (rows of at most
-        // ROWS_MAX_EMBD in shared memory); anything else the f32 GEMM.
-        let logits = if n <= SMALL_N && d.is_multiple_of(4) {
-            let cfg = LaunchConfig {
-                grid_dim: (ne as u32, 1, 1),
-                block_dim: (128, 1, 1),
-                shared_mem_bytes: 0,
-            };
-            Some((&self.logits_small, cfg))
-        } else if self.rows_on && d.is_multiple_of(4) && d <= ROWS_MAX_EMBD {
-            let cfg = LaunchConfig {
-                grid_dim: (n.div_ceil(ROWS_T) as u32, 1, 1),
-                block_dim: (32, ROWS_WARPS, 1),
-                shared_mem_bytes: (ROWS_T * d * 4) as u32,
-            };
-            Some((&self.logits_rows, cfg))
-        } else {
-            None
+        // ROUTER_ROWS_MAX_EMBD in shared memory); anything else the f32 GEMM.
+        let by4 = d.is_multiple_of(4);
+        let logits = match logits {
+            RouterLogits::MatVec => {
+                assert!(
+                    n <= ROUTER_SMALL_N && by4,
+                    "moe route: {n} tokens of {d} on the mat-vec"
+                );
+                let cfg = LaunchConfig {
+                    grid_dim: (ne as u32, 1, 1),
+                    block_dim: (128, 1, 1),
+                    shared_mem_bytes: 0,
+                };
+                Some((&self.logits_small, cfg))
+            }
+            RouterLogits::Rows => {
+                assert!(
+                    by4 && d <= ROUTER_ROWS_MAX_EMBD,
+                    "moe route: rows of {d} on the row kernel"
+                );
+                let cfg = LaunchConfig {
+                    grid_dim: (n.div_ceil(ROWS_T) as u32, 1, 1),
+                    block_dim: (32, ROWS_WARPS, 1),
+                    shared_mem_bytes: (ROWS_T * d * 4) as u32,
+                };
+                Some((&self.logits_rows, cfg))
+            }
+            RouterLogits::Gemm => None,
         };
         match logits {
             Some((f, cfg)) => {
@@ -220,7 +233,7 @@ impl MoeRoute {
                     .arg(&nei);
                 // SAFETY: moe_logits_{small,rows}(x, w, logits, n, n_embd, n_expert): n x
                 // n_embd and n_expert x n_embd floats in, n x n_expert out (work holds max_n
-                // >= n rows); the rows kernel's ROWS_T rows of n_embd <= ROWS_MAX_EMBD floats
+                // >= n rows); the rows kernel's ROWS_T rows of n_embd <= ROUTER_ROWS_MAX_EMBD floats
                 // of shared memory were allowed at load.
                 unsafe { b.launch(cfg) }.during("launching moe router logits")?;
             }
@@ -291,11 +304,11 @@ mod tests {
     fn limits_match_the_kernel() {
         let src = MOE_ROUTE.source;
         assert!(src.contains("#define TOPK_PER_LANE 8") && MOE_MAX_EXPERTS == 32 * 8);
-        assert!(src.contains(&format!("#define ROUTE_SMALL_N {SMALL_N}")));
+        assert!(src.contains(&format!("#define ROUTE_SMALL_N {ROUTER_SMALL_N}")));
         assert!(src.contains(&format!("#define TOPK_WARPS {TOPK_WARPS}")));
         assert!(src.contains(&format!("#define ROWS_T {ROWS_T}")));
         assert!(src.contains(&format!("#define ROWS_WARPS {ROWS_WARPS}")));
-        assert!(src.contains(&format!("#define ROWS_MAX_EMBD {ROWS_MAX_EMBD}")));
+        assert!(src.contains(&format!("#define ROWS_MAX_EMBD {ROUTER_ROWS_MAX_EMBD}")));
         assert_eq!(MOE_MAX_USED, 32, "one lane a slot");
     }
 }

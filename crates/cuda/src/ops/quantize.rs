@@ -1,16 +1,15 @@
 //! `kernels/quantize.cu`: f32 rows to the activation blocks of the int8 kernels.
 //!
 //! The blocks have ggml's Q8_1 layout (32 codes a block) with an f32 scale and no sum. They are
-//! quantized the way llama.cpp's CPU quantizes activations for the weight they meet
-//! ([`ActQuant::for_weight`]): K-quant weights get Q8_K's codes and one scale per 256 values,
-//! the others Q8_1's. With `FERROLM_CUDA_Q8K=0` every activation is Q8_1, for bisecting.
+//! quantized the way llama.cpp's CPU quantizes activations for the weight they meet (the
+//! plan's `act_quant`): K-quant weights get Q8_K's codes and one scale per 256 values, the
+//! others Q8_1's. With `FERROLM_CUDA_Q8K=0` every activation is Q8_1, for bisecting.
 
 use super::int;
 use crate::device::CudaDevice;
 use crate::error::{DriverContext, Result};
 use crate::kernels::QUANTIZE;
 use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
-use ferrolm_gguf::GgmlType;
 use std::sync::Arc;
 
 /// Bytes of one 32-code activation block: f32 d, 32 codes.
@@ -24,27 +23,6 @@ pub enum ActQuant {
     Q8_1,
     /// ggml's Q8_K: one scale per 256 values, codes rounded half to even.
     Q8K,
-}
-
-impl ActQuant {
-    /// The partner format llama.cpp's CPU uses for `ty` (Q8_K for K-quants), for rows of
-    /// `cols` values.
-    pub fn for_weight(ty: GgmlType, cols: usize) -> Self {
-        let k_quant = matches!(
-            ty,
-            GgmlType::Q2K | GgmlType::Q3K | GgmlType::Q4K | GgmlType::Q5K | GgmlType::Q6K
-        );
-        if k_quant && cols.is_multiple_of(256) && q8k_enabled() {
-            Self::Q8K
-        } else {
-            Self::Q8_1
-        }
-    }
-}
-
-fn q8k_enabled() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("FERROLM_CUDA_Q8K").map_or(true, |v| v != "0"))
 }
 
 /// The values of activation blocks read back from the device (for parity checks).
@@ -135,16 +113,7 @@ impl Quantize {
 
 #[cfg(test)]
 mod tests {
-    use super::{dequantize_blocks, ActQuant};
-    use ferrolm_gguf::GgmlType;
-
-    #[test]
-    fn partner_formats() {
-        assert_eq!(ActQuant::for_weight(GgmlType::Q4K, 4096), ActQuant::Q8K);
-        assert_eq!(ActQuant::for_weight(GgmlType::Q6K, 256), ActQuant::Q8K);
-        assert_eq!(ActQuant::for_weight(GgmlType::Q8_0, 4096), ActQuant::Q8_1);
-        assert_eq!(ActQuant::for_weight(GgmlType::Q4_1, 4096), ActQuant::Q8_1);
-    }
+    use super::dequantize_blocks;
 
     #[test]
     fn blocks_read_back() {

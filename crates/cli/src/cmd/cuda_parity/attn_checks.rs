@@ -10,7 +10,7 @@ use anyhow::Result;
 use ferrolm_cpu::attention::{attention, LayerKv};
 use ferrolm_cpu::KvType;
 use ferrolm_cuda::ops::{DecodeWork, KvCache, PrefillKernel, QuantMatrix};
-use ferrolm_cuda::{CudaDevice, Kernels};
+use ferrolm_cuda::{CudaDevice, Kernels, Plan};
 use ferrolm_gguf::GgmlType;
 use ferrolm_model::backend::AttnShape;
 use rand::rngs::StdRng;
@@ -51,21 +51,43 @@ const PREFILLS: [Path; 3] = [
 /// 64-row blocks then mix tokens and heads, and the last is ragged); 512 rows after a 300-token
 /// prefix (GQA 32/8, D 128); 2048 rows after a 100-token prefix (GQA 32/8, D 64); a 2048-token
 /// prompt with 32 heads of 128, one KV head each.
-pub fn all(dev: &CudaDevice, k: &Kernels, rng: &mut StdRng) -> Result<Vec<Row>> {
-    let mut rows = attn(dev, k, rng, (32, 8, 128), 1024, 1000, 3, &[Path::Decode])?;
+pub fn all(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) -> Result<Vec<Row>> {
+    let mut rows = attn(
+        dev,
+        k,
+        plan,
+        rng,
+        (32, 8, 128),
+        1024,
+        1000,
+        3,
+        &[Path::Decode],
+    )?;
     for (shape, n_ctx, n_pos, n_q) in [
         ((9, 3, 64), 128, 77, 77),
         ((32, 8, 128), 1024, 812, 512),
         ((32, 8, 64), 2304, 2148, 2048),
         ((32, 32, 128), 2048, 2048, 2048),
     ] {
-        rows.extend(attn(dev, k, rng, shape, n_ctx, n_pos, n_q, &PREFILLS)?);
+        rows.extend(attn(
+            dev, k, plan, rng, shape, n_ctx, n_pos, n_q, &PREFILLS,
+        )?);
     }
     // Short ubatches on ggml's arithmetic: 37 rows from position 0 (the goldens' passes), and
     // 40 rows after a 200-token prefix with GQA.
     let f16ref = [Path::Prefill(PrefillKernel::F16Ref)];
-    rows.extend(attn(dev, k, rng, (4, 2, 64), 128, 37, 37, &f16ref)?);
-    rows.extend(attn(dev, k, rng, (32, 8, 128), 512, 240, 40, &f16ref)?);
+    rows.extend(attn(dev, k, plan, rng, (4, 2, 64), 128, 37, 37, &f16ref)?);
+    rows.extend(attn(
+        dev,
+        k,
+        plan,
+        rng,
+        (32, 8, 128),
+        512,
+        240,
+        40,
+        &f16ref,
+    )?);
     rows.extend(embed(dev, k, rng)?);
     Ok(rows)
 }
@@ -91,6 +113,7 @@ fn f16_round(x: &[f32]) -> Result<Vec<f32>> {
 fn attn(
     dev: &CudaDevice,
     k: &Kernels,
+    plan: &Plan,
     rng: &mut StdRng,
     (n_head, n_kv_head, head_dim): (usize, usize, usize),
     n_ctx: usize,
@@ -165,15 +188,17 @@ fn attn(
         let mut out = poisoned(dev, q.len())?;
         let (op, contract, reference, want) = match path {
             Path::Decode => {
-                let splits = DecodeWork::default_splits(n_ctx);
+                let splits = plan.decode_splits(n_ctx);
                 let mut work = DecodeWork::new(dev, n_q, n_head, head_dim, splits)?;
+                // The combine fused into the split kernel as the backend runs it (the plan's).
+                let fused = plan.fuse();
                 k.attention
-                    .decode(&qd, &cache, &pd, n_head, &mut work, &mut out)?;
+                    .decode(fused, &qd, &cache, &pd, n_head, &mut work, &mut out)?;
                 ("attn_decode (split)", ATTN, F32_REF, &want)
             }
             Path::Prefill(kernel) => {
                 k.attention
-                    .prefill_with(kernel, &qd, &cache, &pd, n_head, &mut out)?;
+                    .prefill(kernel, &qd, &cache, &pd, n_head, &mut out)?;
                 match kernel {
                     PrefillKernel::Scalar => ("attn_prefill (scalar)", ATTN, F32_REF, &want),
                     PrefillKernel::Mma => ("attn_prefill (f16 mma)", ATTN_MMA, F32_REF, &want),
@@ -224,10 +249,7 @@ pub fn time_prefill(dev: &CudaDevice, k: &Kernels, rng: &mut StdRng) -> Result<(
         let mut out = poisoned(dev, n_q * width)?;
         let flops = 4.0 * (head_dim * n_head) as f64 * (n_q * (n_q + 1) / 2) as f64;
         for kernel in [PrefillKernel::Scalar, PrefillKernel::Mma] {
-            let run = |out: &mut _| {
-                k.attention
-                    .prefill_with(kernel, &qd, &cache, &pd, n_head, out)
-            };
+            let run = |out: &mut _| k.attention.prefill(kernel, &qd, &cache, &pd, n_head, out);
             run(&mut out)?;
             let iters = 20;
             let ms = dev.time_ms(|| {

@@ -6,7 +6,7 @@ use anyhow::Result;
 use ferrolm_cpu::matmul::{matmul, WeightRef};
 use ferrolm_cpu::{norm, rope};
 use ferrolm_cuda::ops::{dequantize_blocks, ActQuant, QuantMatrix, Rope, Q8_1_BLOCK_BYTES};
-use ferrolm_cuda::{CudaDevice, CudaSlice, Kernels};
+use ferrolm_cuda::{CudaDevice, CudaSlice, Kernels, Plan};
 use ferrolm_gguf::GgmlType;
 use ferrolm_model::backend::RopeMode;
 use rand::rngs::StdRng;
@@ -26,7 +26,7 @@ const MMVQ_TYPES: [GgmlType; 6] = [
 
 /// Runs every check; one that errors (a launch failure, say) becomes a failing row, and the
 /// rest still run.
-pub fn all(dev: &CudaDevice, k: &Kernels, rng: &mut StdRng) -> Result<Vec<Row>> {
+pub fn all(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) -> Result<Vec<Row>> {
     let mut rows = Vec::new();
     let mut push = |name: &str, r: Result<Vec<Row>>| match r {
         Ok(v) => rows.extend(v),
@@ -46,35 +46,44 @@ pub fn all(dev: &CudaDevice, k: &Kernels, rng: &mut StdRng) -> Result<Vec<Row>> 
     push("elementwise", elementwise(dev, k, rng));
     push("gemm_f32", gemm_f32(dev, k, rng));
     for ty in MMVQ_TYPES {
-        push("mmvq", mmvq(dev, k, rng, ty, 4096, 4096, 1));
+        push("mmvq", mmvq(dev, k, plan, rng, ty, 4096, 4096, 1));
         // Several activation rows and an odd row count (the kernel's two-row blocks).
-        push("mmvq", mmvq(dev, k, rng, ty, 1027, 2048, 3));
+        push("mmvq", mmvq(dev, k, plan, rng, ty, 1027, 2048, 3));
     }
     for ty in super::mmq::MMQ_TYPES {
-        push("mmq", super::mmq::mmq(dev, k, rng, ty, 4096, 4096, 512));
+        push(
+            "mmq",
+            super::mmq::mmq(dev, k, plan, rng, ty, 4096, 4096, 512),
+        );
         // Rows and tokens that are not multiples of any tile; the second with several token
         // tiles of every shape.
-        push("mmq", super::mmq::mmq(dev, k, rng, ty, 1027, 2048, 77));
-        push("mmq", super::mmq::mmq(dev, k, rng, ty, 515, 2048, 201));
+        push(
+            "mmq",
+            super::mmq::mmq(dev, k, plan, rng, ty, 1027, 2048, 77),
+        );
+        push(
+            "mmq",
+            super::mmq::mmq(dev, k, plan, rng, ty, 515, 2048, 201),
+        );
     }
     // Rows of 576 (SmolLM2-135M's width): the CUDA-core kernels, in the CPU's order.
     for (ty, _) in ferrolm_cuda::ops::SMALL_FORMATS {
-        push("mmq", super::mmq::mmq(dev, k, rng, ty, 1027, 576, 77));
+        push("mmq", super::mmq::mmq(dev, k, plan, rng, ty, 1027, 576, 77));
     }
     // Q4_K's integer-scale order: pairs for 20 tokens and blocks for the last 2; blocks only.
     push(
         "mmq",
-        super::mmq::mmq(dev, k, rng, GgmlType::Q4K, 256, 1024, 22),
+        super::mmq::mmq(dev, k, plan, rng, GgmlType::Q4K, 256, 1024, 22),
     );
     push(
         "mmq",
-        super::mmq::mmq(dev, k, rng, GgmlType::Q4K, 256, 1024, 3),
+        super::mmq::mmq(dev, k, plan, rng, GgmlType::Q4K, 256, 1024, 3),
     );
     for case in super::moe::cases() {
-        push("moe_gemm", super::moe::moe_block(dev, k, rng, case));
+        push("moe_gemm", super::moe::moe_block(dev, k, plan, rng, case));
     }
-    push("attention", super::attn_checks::all(dev, k, rng));
-    push("moe", super::moe_decode::all(dev, k, rng));
+    push("attention", super::attn_checks::all(dev, k, plan, rng));
+    push("moe", super::moe_decode::all(dev, k, plan, rng));
     Ok(rows)
 }
 
@@ -364,9 +373,11 @@ fn elementwise(dev: &CudaDevice, k: &Kernels, rng: &mut StdRng) -> Result<Vec<Ro
 /// `W · x` for `n` activation rows: against the f64 product of the very operands the kernel
 /// saw (the dequantized weights and the Q8_1 activations it read back), and for one row
 /// against the CPU's matmul.
+#[allow(clippy::too_many_arguments)]
 fn mmvq(
     dev: &CudaDevice,
     k: &Kernels,
+    plan: &Plan,
     rng: &mut StdRng,
     ty: GgmlType,
     rows: usize,
@@ -380,9 +391,9 @@ fn mmvq(
     let mut xq = dev.upload(&vec![0u8; n * cols / 32 * Q8_1_BLOCK_BYTES])?;
     let mut out = poisoned(dev, n * rows)?;
     // As the backend does: the partner format llama.cpp's CPU uses (Q8_K for K-quants).
-    let mode = ActQuant::for_weight(ty, cols);
+    let mode = plan.act_quant(ty, cols);
     k.quantize.rows(&xd, n, cols, mode, &mut xq)?;
-    k.mmvq.matvec(&w, &xq, n, &mut out)?;
+    k.mmvq.matvec(plan.matvec_wide(ty), &w, &xq, n, &mut out)?;
     dev.sync()?;
     let got = dev.download(&out)?;
     let xq = dev.download(&xq)?;
@@ -445,14 +456,13 @@ pub fn time_mmvq(dev: &CudaDevice, k: &Kernels, rng: &mut StdRng) -> Result<()> 
                 &[(false, "block")]
             };
             for &(wide, name) in variants {
-                k.mmvq.set_wide(wide);
                 for w in &ws {
-                    k.mmvq.matvec(w, &xq, 1, &mut out)?;
+                    k.mmvq.matvec(wide, w, &xq, 1, &mut out)?;
                 }
                 let iters = 200;
                 let ms = dev.time_ms(|| {
                     for i in 0..iters {
-                        k.mmvq.matvec(&ws[i % copies], &xq, 1, &mut out)?;
+                        k.mmvq.matvec(wide, &ws[i % copies], &xq, 1, &mut out)?;
                     }
                     Ok(())
                 })?;
@@ -466,6 +476,5 @@ pub fn time_mmvq(dev: &CudaDevice, k: &Kernels, rng: &mut StdRng) -> Result<()> 
             }
         }
     }
-    k.mmvq.set_wide(ferrolm_cuda::ops::mmvq_wide_enabled());
     Ok(())
 }

@@ -5,8 +5,9 @@ use super::checks::{normal, poisoned, row};
 use super::{compare, Contract, Row};
 use anyhow::Result;
 use ferrolm_cpu::matmul::{matmul, WeightRef};
-use ferrolm_cuda::ops::{ActQuant, MmqOrder, QuantMatrix, MMQ_BK, MMQ_TILES, Q8_1_BLOCK_BYTES};
-use ferrolm_cuda::{CudaDevice, Kernels};
+use ferrolm_cuda::ops::{QuantMatrix, MMQ_BK, MMQ_TILES, Q8_1_BLOCK_BYTES};
+use ferrolm_cuda::plan::Gemm;
+use ferrolm_cuda::{CudaDevice, Kernels, Plan};
 use ferrolm_gguf::GgmlType;
 use rand::rngs::StdRng;
 
@@ -21,9 +22,11 @@ pub const MMQ_TYPES: [GgmlType; 6] = [
 ];
 
 /// `W · x` for `n` activation rows against the CPU's matmul; errors relative to `Σ|w·x|`.
+#[allow(clippy::too_many_arguments)]
 pub fn mmq(
     dev: &CudaDevice,
     k: &Kernels,
+    plan: &Plan,
     rng: &mut StdRng,
     ty: GgmlType,
     rows: usize,
@@ -36,9 +39,10 @@ pub fn mmq(
     let xd = dev.upload(&x)?;
     let mut xq = dev.upload(&vec![0u8; n * cols / 32 * Q8_1_BLOCK_BYTES])?;
     let mut out = poisoned(dev, n * rows)?;
-    let mode = ActQuant::for_weight(ty, cols); // as the backend quantizes for this weight
+    let mode = plan.act_quant(ty, cols); // as the backend quantizes for this weight
     k.quantize.rows(&xd, n, cols, mode, &mut xq)?;
-    k.mmq.matmul(&w, &xq, n, &mut out)?;
+    let how = plan.gemm(ty, rows, cols, n);
+    k.mmq.matmul(&how, &w, &xq, n, &mut out)?;
     dev.sync()?;
     let got = dev.download(&out)?;
 
@@ -57,13 +61,14 @@ pub fn mmq(
     // eight lanes (unless FERROLM_CUDA_INT_SCALES / FERROLM_CUDA_Q8_0_LANES say otherwise).
     // Rows not a multiple of 256 take the CUDA-core kernels, in the CPU's order too: the
     // CPU's bits.
-    let small = k.mmq.q8_0_lanes_for(ty, n) || !cols.is_multiple_of(MMQ_BK);
-    let contract = if MmqOrder::integer_scales(ty, cols, n) || small {
+    let small = plan.q8_0_lanes(ty, n) || !cols.is_multiple_of(MMQ_BK);
+    debug_assert_eq!(small, how == Gemm::Small);
+    let contract = if plan.integer_scales(ty, cols, n) || small {
         Contract::Exact
     } else {
         super::checks::SAME_INT8
     };
-    let auto = k.mmq.tile_for(ty, rows, n);
+    let auto = plan.tile(ty, rows, n);
     let mut out_rows = vec![row(
         &format!("mmq {ty} (tile {})", MMQ_TILES[auto].name),
         format!("{rows}×{cols} · {n} rows"),
@@ -74,7 +79,8 @@ pub fn mmq(
     // Every tile shape adds each output's terms in the same order: the same bits.
     for (i, t) in MMQ_TILES.iter().enumerate() {
         let mut out_t = poisoned(dev, n * rows)?;
-        k.mmq.matmul_tile(i, &w, &xq, n, &mut out_t)?;
+        k.mmq
+            .matmul(&how.clone().with_tile(i), &w, &xq, n, &mut out_t)?;
         dev.sync()?;
         let got_t = dev.download(&out_t)?;
         out_rows.push(row(

@@ -5,7 +5,7 @@
 use super::checks::{normal, poisoned};
 use anyhow::Result;
 use ferrolm_cuda::ops::{QuantMatrix, MMQ_TILES, Q8_1_BLOCK_BYTES};
-use ferrolm_cuda::{CudaDevice, Kernels};
+use ferrolm_cuda::{CudaDevice, Kernels, Plan};
 use ferrolm_gguf::GgmlType;
 use rand::rngs::StdRng;
 
@@ -72,7 +72,7 @@ fn tops(rows: usize, cols: usize, n: usize, ms: f64) -> f64 {
 
 /// Prints one table of TOPS (2·rows·cols·n / median time) per format, shape, token count and
 /// tile (and the default choice), then each model's GEMM time per layer by tile.
-pub fn time_mmq(dev: &CudaDevice, k: &Kernels, rng: &mut StdRng) -> Result<()> {
+pub fn time_mmq(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) -> Result<()> {
     let ncols = MMQ_TILES.len() + 1;
     // ms[type][shape][tokens][tile, or the last: default]
     let mut ms = vec![vec![vec![vec![0f64; ncols]; TOKENS.len()]; SHAPES.len()]; TYPES.len()];
@@ -90,11 +90,14 @@ pub fn time_mmq(dev: &CudaDevice, k: &Kernels, rng: &mut StdRng) -> Result<()> {
                 k.quantize.q8_1(&xd, s.cols, &mut xq)?;
                 let mut out = poisoned(dev, n * s.rows)?;
                 let row = &mut ms[ti][si][ni];
+                let how = plan.gemm(ty, s.rows, s.cols, n);
                 for (tile, slot) in row.iter_mut().enumerate().take(MMQ_TILES.len()) {
-                    *slot = median_ms(dev, || k.mmq.matmul_tile(tile, &w, &xq, n, &mut out))?;
+                    let how = how.clone().with_tile(tile);
+                    *slot = median_ms(dev, || k.mmq.matmul(&how, &w, &xq, n, &mut out))?;
                 }
-                ms[ti][si][ni][ncols - 1] = median_ms(dev, || k.mmq.matmul(&w, &xq, n, &mut out))?;
-                picked[ti][si][ni] = MMQ_TILES[k.mmq.tile_for(ty, s.rows, n)].name;
+                ms[ti][si][ni][ncols - 1] =
+                    median_ms(dev, || k.mmq.matmul(&how, &w, &xq, n, &mut out))?;
+                picked[ti][si][ni] = MMQ_TILES[plan.tile(ty, s.rows, n)].name;
             }
         }
     }

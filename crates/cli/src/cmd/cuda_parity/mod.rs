@@ -17,7 +17,7 @@ mod moe_decode;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use ferrolm_cuda::{CudaDevice, Kernels};
+use ferrolm_cuda::{CudaDevice, Kernels, Plan};
 use rand::SeedableRng;
 use std::time::Instant;
 
@@ -101,6 +101,9 @@ pub fn run(args: CudaParityArgs) -> Result<()> {
     eprintln!("device: {}", dev.describe());
     let t = Instant::now();
     let k = Kernels::load(&dev)?;
+    // The kernel choices the backend would make under this environment's switches.
+    let plan = Plan::load(&dev, &k)?;
+    ferrolm_cuda::profile::set_enabled(plan.profile());
     eprintln!(
         "kernels ready in {:.1} s (embedded, NVRTC, or the cubin cache in {})",
         t.elapsed().as_secs_f64(),
@@ -115,7 +118,7 @@ pub fn run(args: CudaParityArgs) -> Result<()> {
     eprintln!("seed: {seed}");
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
 
-    let rows = checks::all(&dev, &k, &mut rng)?;
+    let rows = checks::all(&dev, &k, &plan, &mut rng)?;
     println!("| op | shape | reference | max abs | max rel | contract | result |");
     println!("|---|---|---|---|---|---|---|");
     for r in &rows {
@@ -132,9 +135,9 @@ pub fn run(args: CudaParityArgs) -> Result<()> {
     }
     if args.time {
         checks::time_mmvq(&dev, &k, &mut rng)?;
-        mmq_time::time_mmq(&dev, &k, &mut rng)?;
-        moe::time_moe(&dev, &k, &mut rng)?;
-        moe_decode::time_decode(&dev, &k, &mut rng)?;
+        mmq_time::time_mmq(&dev, &k, &plan, &mut rng)?;
+        moe::time_moe(&dev, &k, &plan, &mut rng)?;
+        moe_decode::time_decode(&dev, &k, &plan, &mut rng)?;
         attn_checks::time_prefill(&dev, &k, &mut rng)?;
     }
     let failed = rows.iter().filter(|r| !r.pass()).count();

@@ -9,7 +9,8 @@ use anyhow::Result;
 use ferrolm_cpu::matmul::{matmul_ordered, Order, WeightRef};
 use ferrolm_cpu::norm::swiglu;
 use ferrolm_cuda::ops::{MoeExperts, MoeWork, QuantMatrix};
-use ferrolm_cuda::{CudaDevice, Kernels};
+use ferrolm_cuda::plan::MoeShape;
+use ferrolm_cuda::{CudaDevice, Kernels, Plan};
 use ferrolm_gguf::GgmlType;
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
@@ -91,7 +92,13 @@ fn host_index(ids: &[i32], n_expert: usize) -> (Vec<i32>, Vec<i32>) {
 }
 
 /// Index, grouped block against the CPU, and the per-expert fallback against the grouped path.
-pub fn moe_block(dev: &CudaDevice, k: &Kernels, rng: &mut StdRng, c: MoeCase) -> Result<Vec<Row>> {
+pub fn moe_block(
+    dev: &CudaDevice,
+    k: &Kernels,
+    plan: &Plan,
+    rng: &mut StdRng,
+    c: MoeCase,
+) -> Result<Vec<Row>> {
     let (n, e, d, ff) = (c.n, c.n_expert, c.n_embd, c.n_ff);
     let gate_up_ty = GgmlType::Q4K;
     let gq = ferrolm_quant::quantize_to_vec(gate_up_ty, &normal(rng, e * ff * d, 1.0))?;
@@ -115,14 +122,17 @@ pub fn moe_block(dev: &CudaDevice, k: &Kernels, rng: &mut StdRng, c: MoeCase) ->
     let mut work = MoeWork::new(dev, n, &experts)?;
     let (xd, idsd, wd) = (dev.upload(&x)?, dev.upload(&ids)?, dev.upload(&weights)?);
     let mut out = poisoned(dev, n * d)?;
+    // The backend's orders and quantizations for this shape, grouped and then per expert.
+    let how = plan.expert_gemm(&MoeShape::new(&experts, n));
+    let grouped = how.with_grouped(true);
     k.moe_gemm
-        .forward_with(true, &xd, n, &idsd, &wd, &experts, &mut work, &mut out)?;
+        .forward(&grouped, &xd, n, &idsd, &wd, &experts, &mut work, &mut out)?;
     dev.sync()?;
     let got = dev.download(&out)?;
     let (index, sorted) = (dev.download(work.index())?, dev.download(work.sorted())?);
     let mut out_loop = poisoned(dev, n * d)?;
-    k.moe_gemm.forward_with(
-        false,
+    k.moe_gemm.forward(
+        &how.with_grouped(false),
         &xd,
         n,
         &idsd,
@@ -251,7 +261,7 @@ fn cpu_moe(
 
 /// Preliminary timing of the whole grouped block at OLMoE-1B-7B's shape (64 experts, top-8,
 /// 2048→1024→2048, Q4_K gate/up, Q6_K down) for 2048 tokens: TFLOP/s as 2·pairs·3·d·ff / time.
-pub fn time_moe(dev: &CudaDevice, k: &Kernels, rng: &mut StdRng) -> Result<()> {
+pub fn time_moe(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) -> Result<()> {
     let c = MoeCase {
         n: 2048,
         n_expert: 64,
@@ -291,10 +301,12 @@ pub fn time_moe(dev: &CudaDevice, k: &Kernels, rng: &mut StdRng) -> Result<()> {
     );
     println!("| path | ms / call | TFLOP/s |");
     println!("|---|---|---|");
+    let how = plan.expert_gemm(&MoeShape::new(&experts, c.n));
     for grouped in [true, false] {
+        let how = how.with_grouped(grouped);
         let mut call = || {
             k.moe_gemm
-                .forward_with(grouped, &xd, c.n, &idsd, &wd, &experts, &mut work, &mut out)
+                .forward(&how, &xd, c.n, &idsd, &wd, &experts, &mut work, &mut out)
         };
         call()?;
         let iters = 10;

@@ -9,8 +9,9 @@ use ferrolm_cpu::matmul::{matmul, WeightRef};
 use ferrolm_cpu::moe::route;
 use ferrolm_cpu::norm::swiglu;
 use ferrolm_cuda::ops::{dequantize_blocks, QuantMatrix, Q8_1_BLOCK_BYTES};
-use ferrolm_cuda::ops::{MoeDecode, MoeDecodeWork, MoeExperts, MoeRouteWork, MoeRouter};
-use ferrolm_cuda::{CudaDevice, Kernels};
+use ferrolm_cuda::ops::{MoeDecodeWork, MoeExperts, MoeRouteWork, MoeRouter};
+use ferrolm_cuda::plan::{ExpertMatVec, MoeShape};
+use ferrolm_cuda::{CudaDevice, Kernels, Plan};
 use ferrolm_gguf::GgmlType;
 use ferrolm_model::backend::MoeGating;
 use rand::rngs::StdRng;
@@ -23,13 +24,23 @@ const OLMOE: (usize, usize, usize, usize) = (2048, 1024, 64, 8);
 /// Ids may differ from the CPU's only between probabilities this close (relative).
 const TIE: f64 = 1e-4;
 
-pub fn all(dev: &CudaDevice, k: &Kernels, rng: &mut StdRng) -> Result<Vec<Row>> {
+pub fn all(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) -> Result<Vec<Row>> {
     let mut rows = Vec::new();
     for n in [1, 37, 512] {
-        rows.extend(routing(dev, k, rng, 64, 8, MoeGating::SoftmaxTopK, n)?);
         rows.extend(routing(
             dev,
             k,
+            plan,
+            rng,
+            64,
+            8,
+            MoeGating::SoftmaxTopK,
+            n,
+        )?);
+        rows.extend(routing(
+            dev,
+            k,
+            plan,
             rng,
             128,
             8,
@@ -40,7 +51,7 @@ pub fn all(dev: &CudaDevice, k: &Kernels, rng: &mut StdRng) -> Result<Vec<Row>> 
     let ex = Experts::random(dev, rng)?;
     for down in [GgmlType::Q4K, GgmlType::Q6K] {
         for n in [1, 2, 5, 8] {
-            rows.extend(decode(dev, k, rng, &ex, down, n)?);
+            rows.extend(decode(dev, k, plan, rng, &ex, down, n)?);
         }
     }
     Ok(rows)
@@ -49,9 +60,11 @@ pub fn all(dev: &CudaDevice, k: &Kernels, rng: &mut StdRng) -> Result<Vec<Row>> 
 /// Routing of `n` tokens over `ne` experts, top-`kk`: ids slot by slot (the CPU's probability
 /// of the GPU's pick against the CPU's probability at that rank), then the weights of the
 /// tokens whose ids all agree.
+#[allow(clippy::too_many_arguments)]
 fn routing(
     dev: &CudaDevice,
     k: &Kernels,
+    plan: &Plan,
     rng: &mut StdRng,
     ne: usize,
     kk: usize,
@@ -67,6 +80,7 @@ fn routing(
     let mut ids = dev.upload(&vec![-7i32; n * kk])?;
     let mut weights = dev.upload(&vec![f32::NAN; n * kk])?;
     k.moe_route.route(
+        plan.router_logits(n, d),
         &dev.upload(&x)?,
         n,
         &router,
@@ -240,6 +254,7 @@ fn random_routes(rng: &mut StdRng, n: usize) -> (Vec<i32>, Vec<f32>) {
 fn decode(
     dev: &CudaDevice,
     k: &Kernels,
+    plan: &Plan,
     rng: &mut StdRng,
     ex: &Experts,
     down_ty: GgmlType,
@@ -254,13 +269,18 @@ fn decode(
     let mut xq = dev.upload(&vec![0u8; n * d / 32 * Q8_1_BLOCK_BYTES])?;
     k.quantize.q8_1(&dev.upload(&x)?, d, &mut xq)?;
     let mut work = MoeDecodeWork::new(dev, n, &experts)?;
-    let mut per_slot = MoeDecode::load(dev)?;
-    per_slot.set_fused(false);
+    // The backend's way (fused unless FERROLM_MOE_FUSED=0), and the per-slot path.
+    let how = plan.expert_matvec(&MoeShape::new(&experts, n));
+    let per_slot = ExpertMatVec {
+        fused: false,
+        ..how
+    };
     let mut outs = Vec::new();
     // Per-slot first: the work buffers are left holding the fused path's h.
-    for path in [&per_slot, &k.moe_decode] {
+    for path in [&per_slot, &how] {
         let mut out = dev.upload(&res)?;
-        path.forward(&xq, n, &idd, &wd, &experts, &mut work, &mut out)?;
+        k.moe_decode
+            .forward(path, &xq, n, &idd, &wd, &experts, &mut work, &mut out)?;
         dev.sync()?;
         outs.push(dev.download(&out)?);
     }
@@ -371,7 +391,7 @@ fn decode(
 /// Fused decode of one token at OLMoE's shape: 8 experts' gate, up and down read once a call,
 /// the expert sets rotated over all 64 (gate+up+down well past the L2), CUDA events around 200
 /// calls; GB/s counts the selected experts' weight bytes.
-pub fn time_decode(dev: &CudaDevice, k: &Kernels, rng: &mut StdRng) -> Result<()> {
+pub fn time_decode(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) -> Result<()> {
     let (d, ff, ne, kk) = OLMOE;
     let ex = Experts::random(dev, rng)?;
     let mut xq = dev.upload(&vec![0u8; d / 32 * Q8_1_BLOCK_BYTES])?;
@@ -388,9 +408,10 @@ pub fn time_decode(dev: &CudaDevice, k: &Kernels, rng: &mut StdRng) -> Result<()
     for down in [GgmlType::Q4K, GgmlType::Q6K] {
         let experts = ex.view(down);
         let mut work = MoeDecodeWork::new(dev, 1, &experts)?;
+        let how = plan.expert_matvec(&MoeShape::new(&experts, 1));
         let mut call = |ids| {
             k.moe_decode
-                .forward(&xq, 1, ids, &wd, &experts, &mut work, &mut out)
+                .forward(&how, &xq, 1, ids, &wd, &experts, &mut work, &mut out)
         };
         for ids in &sets {
             call(ids)?;

@@ -1,0 +1,187 @@
+//! What the plan answers, as plain data: the launchers in `ops` take these as arguments and
+//! launch what they say.
+
+use crate::ops::{ActQuant, MmqOrder, PrefillKernel, MMQ_TILES};
+use ferrolm_gguf::GgmlType;
+use std::fmt;
+
+/// How `out = x · Wᵀ` runs for `n` activation rows.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Matmul {
+    /// Weights held as f32 (float files, formats without an int8 kernel): `gemm_f32` on the
+    /// f32 activations.
+    Float,
+    /// `mmvq`, every row in one launch; `wide`: the warp-per-row kernels.
+    MatVec { wide: bool },
+    /// The int8 GEMM (`mmq`).
+    Gemm(Gemm),
+    /// `mmvq` over slices of its most rows: no GEMM for this format or width, or
+    /// `FERROLM_CUDA_MMQ=0`.
+    MatVecSlices { wide: bool },
+}
+
+/// How an `mmq` GEMM runs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Gemm {
+    /// The CUDA-core kernel in the CPU's arithmetic (`mmq_small`: `mmq_q8_0_lanes`,
+    /// `mmq_q4_{0,1}_chain`): widths that are not whole k-steps, and short Q8_0 ubatches.
+    Small,
+    /// The tensor-core tiles `MMQ_TILES[tile]`, one launch per `(first token, tokens, order)`
+    /// (the [`MmqOrder::Blocks`] tail on its own 64×64 entry point).
+    Tiles {
+        tile: usize,
+        launches: Vec<(usize, usize, MmqOrder)>,
+    },
+}
+
+impl Gemm {
+    /// The same launches on another tile (the same bits; `Small` stays itself).
+    pub fn with_tile(self, tile: usize) -> Self {
+        match self {
+            Gemm::Small => Gemm::Small,
+            Gemm::Tiles { launches, .. } => Gemm::Tiles { tile, launches },
+        }
+    }
+}
+
+impl fmt::Display for Gemm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Gemm::Small => write!(f, "mmq_small"),
+            Gemm::Tiles { tile, launches } => {
+                write!(f, "mmq {}", MMQ_TILES[*tile].name)?;
+                for (t0, n, order) in launches {
+                    write!(f, " {order:?}[{t0}..{}]", t0 + n)?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+impl fmt::Display for Matmul {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let walk = |wide: bool| if wide { "wide" } else { "narrow" };
+        match self {
+            Matmul::Float => write!(f, "gemm_f32"),
+            Matmul::MatVec { wide } => write!(f, "mmvq ({})", walk(*wide)),
+            Matmul::Gemm(g) => write!(f, "{g}"),
+            Matmul::MatVecSlices { wide } => write!(f, "mmvq in 8-row slices ({})", walk(*wide)),
+        }
+    }
+}
+
+/// Which attention kernel runs a ubatch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Attn {
+    /// Flash-decoding over the cache's splits; `fused_combine`: the splits are combined in
+    /// the split kernel's last block per head (else in `attn_decode_combine`).
+    Decode { fused_combine: bool },
+    /// A prefill kernel over the whole ubatch.
+    Prefill(PrefillKernel),
+}
+
+/// Which kernel computes an MoE router's logits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RouterLogits {
+    /// `moe_logits_small`: a block per expert, for a few tokens.
+    MatVec,
+    /// `moe_logits_rows`: tokens staged in shared memory, lane partial sums.
+    Rows,
+    /// The f32 GEMM, one chain per logit.
+    Gemm,
+}
+
+/// What the MoE choice depends on: a ubatch's tokens and its layer's expert shapes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MoeShape {
+    pub tokens: usize,
+    pub gate: GgmlType,
+    pub up: GgmlType,
+    pub down: GgmlType,
+    pub n_embd: usize,
+    pub n_ff: usize,
+    /// Experts a token uses.
+    pub n_used: usize,
+}
+
+impl MoeShape {
+    /// The shape of `n` tokens through `experts`.
+    pub fn new(experts: &crate::ops::MoeExperts, tokens: usize) -> Self {
+        Self {
+            tokens,
+            gate: experts.gate.ty,
+            up: experts.up.ty,
+            down: experts.down.ty,
+            n_embd: experts.n_embd(),
+            n_ff: experts.n_ff,
+            n_used: experts.n_used,
+        }
+    }
+
+    /// Experts held as floats (F32/F16/BF16 files).
+    pub fn is_float(&self) -> bool {
+        [self.gate, self.up, self.down]
+            .iter()
+            .all(|&t| t == GgmlType::F32)
+    }
+}
+
+/// How `moe_decode` runs a few tokens' experts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ExpertMatVec {
+    /// The fused kernels (gate+up+SwiGLU, then down) rather than per-slot mat-vecs.
+    pub fused: bool,
+    /// Q4_K and Q6_K on the wide walk (else their `narrow_` entry points).
+    pub wide: bool,
+    /// How `x` is quantized for gate and up, and `h` for down.
+    pub x_quant: ActQuant,
+    pub h_quant: ActQuant,
+}
+
+/// How `moe_gemm` runs a ubatch's experts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExpertGemm {
+    /// Float experts: `moe_f32_gate_up` and `moe_f32_down` straight from the routes.
+    Float,
+    /// The int8 GEMMs: one launch for all experts (`grouped`) or one per expert, in these
+    /// orders, on activations quantized so.
+    Int8 {
+        grouped: bool,
+        x_quant: ActQuant,
+        h_quant: ActQuant,
+        gate_up: MmqOrder,
+        down: MmqOrder,
+    },
+}
+
+impl ExpertGemm {
+    /// The same GEMMs, in one launch for all experts or one per expert (float: itself).
+    pub fn with_grouped(self, grouped: bool) -> Self {
+        match self {
+            ExpertGemm::Int8 {
+                x_quant,
+                h_quant,
+                gate_up,
+                down,
+                ..
+            } => ExpertGemm::Int8 {
+                grouped,
+                x_quant,
+                h_quant,
+                gate_up,
+                down,
+            },
+            float => float,
+        }
+    }
+}
+
+/// Which MoE path a ubatch takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MoePath {
+    /// `moe_decode` (a few tokens).
+    MatVec(ExpertMatVec),
+    /// `moe_gemm`.
+    Gemm(ExpertGemm),
+}

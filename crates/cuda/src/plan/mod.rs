@@ -1,0 +1,370 @@
+//! The CUDA backend's kernel plan: one value, built once from the device (SM count, compute
+//! capability, how many blocks of each GEMM tile an SM holds) and the environment's switches,
+//! that answers every "which kernel runs this shape" question the launchers used to answer
+//! themselves. The launchers in `ops` take its answers ([`Matmul`], [`Gemm`], [`Attn`],
+//! [`MoePath`], [`RouterLogits`], [`ActQuant`]) as arguments and launch what they are told.
+//!
+//! Kernel-compiled limits (rows one mat-vec launch takes, tokens of the MoE decode kernels,
+//! the GEMM tile shapes, widths the router's row kernel stages) stay next to their launchers;
+//! the thresholds that are choices live here. docs/architecture.md has the table of what runs
+//! when.
+
+mod answers;
+mod switches;
+#[cfg(test)]
+mod tests;
+
+pub use answers::{Attn, ExpertGemm, ExpertMatVec, Gemm, Matmul, MoePath, MoeShape, RouterLogits};
+pub use switches::{tile_from_env, Switches};
+
+use crate::device::CudaDevice;
+use crate::error::{DriverContext, Result};
+use crate::ops::{
+    ActQuant, Kernels, Mmq, MmqOrder, Mmvq, MoeDecodeWork, PrefillKernel, MMQ_BK, MMQ_TILES,
+    MMVQ_MAX_COLS, MOE_DECODE_MAX_TOKENS, ROUTER_ROWS_MAX_EMBD, ROUTER_SMALL_N,
+};
+use cudarc::driver::sys::CUdevice_attribute;
+use ferrolm_gguf::GgmlType;
+use std::fmt;
+
+/// Ubatches of fewer rows run prefill in the CPU's arithmetic where a kernel offers it
+/// (attention's f32 order, Q8_0's eight lanes, Q4_K's integer scales: the CPU's bits, which
+/// keeps the tiny goldens' figures the CPU's); from this many rows the tensor-core kernels take
+/// over, within f32 rounding of the CPU. Short ubatches cost little beside the whole prompt;
+/// long ones are where the speed is.
+pub const CPU_ORDER_MAX_ROWS: usize = 256;
+
+/// From this many query rows prefill takes the tensor-core kernel: below, the ubatch is short
+/// enough that attention in the CPU's arithmetic costs little beside its GEMMs, and it keeps the
+/// backends' results the same (the tiny goldens' 115-token passes differ in every layer on the
+/// tensor-core kernel's f16 Q and P).
+pub const REF_MAX_ROWS: usize = CPU_ORDER_MAX_ROWS;
+
+/// Below this many query rows a short ubatch runs ggml's CPU arithmetic (as llama.cpp's CPU and
+/// ferrolm's do below 64 rows), where the tensor-core kernel's f16 rounding of Q and P had moved
+/// the tiny q8_0 goldens from 181-183/185 to 178-179/185 top-1 on the H200.
+pub const GGML_SMALL_ROWS: usize = 64;
+
+/// Q8_0 GEMMs of fewer rows take the eight-lane kernel (the CPU's bits, at about a quarter of
+/// the tensor-core GEMM's speed on the H200: affordable for short ubatches only).
+pub const Q8_0_LANES_MAX_TOKENS: usize = CPU_ORDER_MAX_ROWS;
+
+/// Ubatches of up to this many rows take the mat-vec kernels and flash-decoding (the decode
+/// work buffers are sized for it): all the rows one mat-vec launch takes.
+pub const DECODE_MAX_ROWS: usize = MMVQ_MAX_COLS;
+
+/// Guessed relative speed of a full SM on each tile shape of [`MMQ_TILES`] (larger tiles
+/// reuse each loaded fragment more); to be replaced by the H200 figures of
+/// `cuda-parity --time`.
+const TILE_SPEED: [f64; 3] = [1.0, 0.85, 0.75];
+
+/// What the plan needs of the device.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeviceFacts {
+    /// Multiprocessors.
+    pub sms: usize,
+    /// Compute capability (major, minor).
+    pub cc: (i32, i32),
+    /// Blocks of each [`MMQ_TILES`] shape one SM holds, per GEMM format (0: the tile does not
+    /// fit this device); a format not listed fits none.
+    pub mmq_blocks_per_sm: Vec<(GgmlType, [u32; 3])>,
+}
+
+impl DeviceFacts {
+    /// Read from the device and its loaded GEMM kernels.
+    pub fn read(dev: &CudaDevice, k: &Kernels) -> Result<Self> {
+        let sms = dev
+            .context()
+            .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+            .during("reading the SM count")? as usize;
+        Ok(Self {
+            sms,
+            cc: dev.compute_capability(),
+            mmq_blocks_per_sm: k.mmq.blocks_per_sm(),
+        })
+    }
+}
+
+/// Every kernel choice of the CUDA backend; see the module header.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Plan {
+    switches: Switches,
+    device: DeviceFacts,
+}
+
+impl Plan {
+    pub fn new(switches: Switches, device: DeviceFacts) -> Self {
+        Self { switches, device }
+    }
+
+    /// The plan for `dev`, its kernels loaded as `k`, under the process environment's
+    /// switches.
+    pub fn load(dev: &CudaDevice, k: &Kernels) -> Result<Self> {
+        Ok(Self::new(Switches::from_env()?, DeviceFacts::read(dev, k)?))
+    }
+
+    pub fn switches(&self) -> &Switches {
+        &self.switches
+    }
+
+    pub fn device(&self) -> &DeviceFacts {
+        &self.device
+    }
+
+    /// The decode fusions: norm+quantize, paired mat-vecs, SwiGLU in the mat-vec, q/k
+    /// norm+RoPE, RoPE of q and k in one launch (all bit-identical to the separate kernels).
+    pub fn fuse(&self) -> bool {
+        self.switches.fuse
+    }
+
+    /// Whether a norm over rows of `width` runs fused with its activation quantization.
+    pub fn fused_norm(&self, width: usize) -> bool {
+        self.switches.fuse && width.is_multiple_of(32)
+    }
+
+    /// Whether two mat-vecs of one format over `rows` activation rows share a launch.
+    pub fn pair_matvec(&self, rows: usize) -> bool {
+        self.switches.fuse && rows == 1
+    }
+
+    /// Whether decode steps may be captured and replayed as CUDA graphs (the runner also
+    /// needs no debug dumps): not while profiling, whose events a capture cannot hold.
+    pub fn graphs(&self) -> bool {
+        self.switches.graphs && !self.switches.profile
+    }
+
+    /// Stage timing from CUDA events (`FERROLM_CUDA_PROFILE`).
+    pub fn profile(&self) -> bool {
+        self.switches.profile
+    }
+
+    /// How activations meeting `ty` weights of `cols` columns are quantized: as llama.cpp's
+    /// CPU pairs them, Q8_K for K-quants (rows of whole 256-blocks), Q8_1 otherwise.
+    pub fn act_quant(&self, ty: GgmlType, cols: usize) -> ActQuant {
+        let k_quant = matches!(
+            ty,
+            GgmlType::Q2K | GgmlType::Q3K | GgmlType::Q4K | GgmlType::Q5K | GgmlType::Q6K
+        );
+        if k_quant && cols.is_multiple_of(256) && self.switches.q8k {
+            ActQuant::Q8K
+        } else {
+            ActQuant::Q8_1
+        }
+    }
+
+    /// The product of `n` activation rows with `ty` weights of `rows` × `cols`: mat-vec up to
+    /// [`DECODE_MAX_ROWS`] rows, the GEMM above where the format and width have one, mat-vec
+    /// slices otherwise.
+    pub fn matmul(&self, ty: GgmlType, rows: usize, cols: usize, n: usize) -> Matmul {
+        let wide = self.matvec_wide(ty);
+        if ty == GgmlType::F32 {
+            Matmul::Float
+        } else if n <= DECODE_MAX_ROWS {
+            Matmul::MatVec { wide }
+        } else if self.switches.mmq && Mmq::supports(ty, cols) {
+            Matmul::Gemm(self.gemm(ty, rows, cols, n))
+        } else {
+            Matmul::MatVecSlices { wide }
+        }
+    }
+
+    /// Whether mat-vecs of `ty` take the wide (warp-per-row) kernels.
+    pub fn matvec_wide(&self, ty: GgmlType) -> bool {
+        self.switches.mmvq_wide && Mmvq::has_wide(ty)
+    }
+
+    /// The GEMM of `n` rows with `ty` weights of `rows` × `cols` (a shape [`Mmq::supports`]):
+    /// the CUDA-core kernel for widths that are not whole k-steps and short Q8_0 ubatches, the
+    /// tensor-core tiles otherwise.
+    pub fn gemm(&self, ty: GgmlType, rows: usize, cols: usize, n: usize) -> Gemm {
+        if !cols.is_multiple_of(MMQ_BK) || self.q8_0_lanes(ty, n) {
+            Gemm::Small
+        } else {
+            Gemm::Tiles {
+                tile: self.tile(ty, rows, n),
+                launches: self.dense_order(ty, cols, n),
+            }
+        }
+    }
+
+    /// Whether `n` activation rows of `ty` weights take the eight-lane kernel although the
+    /// tensor-core tiles could: Q8_0 ubatches under [`Q8_0_LANES_MAX_TOKENS`] unless
+    /// `FERROLM_CUDA_Q8_0_LANES=0`.
+    pub fn q8_0_lanes(&self, ty: GgmlType, n: usize) -> bool {
+        ty == GgmlType::Q8_0 && self.switches.q8_0_lanes && n < Q8_0_LANES_MAX_TOKENS
+    }
+
+    /// The tile (index in [`MMQ_TILES`]) of a `ty` GEMM over `rows` × `n`: `FERROLM_MMQ_TILE`,
+    /// or [`auto_tile`] on this device.
+    pub fn tile(&self, ty: GgmlType, rows: usize, n: usize) -> usize {
+        let fits = self
+            .device
+            .mmq_blocks_per_sm
+            .iter()
+            .find(|(t, _)| *t == ty)
+            .map_or([0; 3], |(_, b)| *b);
+        self.switches
+            .mmq_tile
+            .unwrap_or_else(|| auto_tile(rows, n, self.device.sms, |i| fits[i]))
+    }
+
+    /// Whether `ty` weights of `cols` columns take the CPU's integer-scale order in a GEMM of
+    /// an `n`-row ubatch: Q4_K with Q8_K activations (one scale per block, which that order
+    /// needs) under [`CPU_ORDER_MAX_ROWS`] rows. The order costs 10% of a long prompt (a second
+    /// accumulator and the exact pair sums), so long ubatches take the per-sub-block order.
+    /// `FERROLM_CUDA_INT_SCALES=0` or `=1` forces either.
+    pub fn integer_scales(&self, ty: GgmlType, cols: usize, n: usize) -> bool {
+        self.switches.int_scales.unwrap_or(n < CPU_ORDER_MAX_ROWS)
+            && ty == GgmlType::Q4K
+            && self.act_quant(ty, cols) == ActQuant::Q8K
+    }
+
+    /// The launches of a dense `n`-token GEMM as (first token, tokens, order), as the CPU's
+    /// dense matmul orders them (`ferrolm_cpu::matmul::Order::Dense`): pairs for the first
+    /// `n - n % 4` tokens when `n >= 4`, blocks for the rest.
+    pub fn dense_order(
+        &self,
+        ty: GgmlType,
+        cols: usize,
+        n: usize,
+    ) -> Vec<(usize, usize, MmqOrder)> {
+        if !self.integer_scales(ty, cols, n) {
+            return vec![(0, n, MmqOrder::Subs)];
+        }
+        let pairs = if n >= 4 { n - n % 4 } else { 0 };
+        [
+            (0, pairs, MmqOrder::Pairs),
+            (pairs, n - pairs, MmqOrder::Blocks),
+        ]
+        .into_iter()
+        .filter(|&(_, len, _)| len > 0)
+        .collect()
+    }
+
+    /// The order of the expert GEMMs of an `n`-token ubatch: the CPU's expert matmuls take
+    /// blocks.
+    pub fn expert_order(&self, ty: GgmlType, cols: usize, n: usize) -> MmqOrder {
+        if self.integer_scales(ty, cols, n) {
+            MmqOrder::Blocks
+        } else {
+            MmqOrder::Subs
+        }
+    }
+
+    /// Attention of a ubatch of `rows` query rows: flash-decoding up to [`DECODE_MAX_ROWS`],
+    /// a prefill kernel above.
+    pub fn attention(&self, rows: usize) -> Attn {
+        if rows <= DECODE_MAX_ROWS {
+            Attn::Decode {
+                fused_combine: self.switches.fuse,
+            }
+        } else {
+            Attn::Prefill(self.prefill_kernel(rows))
+        }
+    }
+
+    /// The prefill kernel for `n_q` query rows unless `FERROLM_ATTN_MMA` forces one: below
+    /// [`GGML_SMALL_ROWS`], ggml's arithmetic unless `FERROLM_ATTN=f32`; then the CPU's f32
+    /// arithmetic below [`REF_MAX_ROWS`]; the tensor-core kernel from there.
+    pub fn prefill_kernel(&self, n_q: usize) -> PrefillKernel {
+        match self.switches.attn_mma {
+            Some(true) => PrefillKernel::Mma,
+            Some(false) => PrefillKernel::Scalar,
+            None if n_q >= REF_MAX_ROWS => PrefillKernel::Mma,
+            None if n_q < GGML_SMALL_ROWS && self.switches.attn_ggml_small => PrefillKernel::F16Ref,
+            None => PrefillKernel::F32Ref,
+        }
+    }
+
+    /// Flash-decoding splits for a cache of `n_ctx` positions: about 128 keys each at full
+    /// context, at most 64 (with 32 heads that is 2048 blocks, plenty for 132 SMs).
+    pub fn decode_splits(&self, n_ctx: usize) -> usize {
+        n_ctx.div_ceil(128).clamp(1, 64)
+    }
+
+    /// The MoE FFN of a ubatch: the decode kernels for a few tokens of int8 experts they
+    /// take, the expert GEMMs otherwise (float experts: their f32 kernels, any token count).
+    pub fn moe(&self, s: &MoeShape) -> MoePath {
+        if s.tokens <= MOE_DECODE_MAX_TOKENS
+            && !s.is_float()
+            && MoeDecodeWork::supports(s.n_used, s.n_ff)
+        {
+            MoePath::MatVec(self.expert_matvec(s))
+        } else {
+            MoePath::Gemm(self.expert_gemm(s))
+        }
+    }
+
+    /// How the decode kernels run `s` (fused where gate and up share a format).
+    pub fn expert_matvec(&self, s: &MoeShape) -> ExpertMatVec {
+        ExpertMatVec {
+            fused: self.switches.moe_fused && s.gate == s.up,
+            wide: self.switches.mmvq_wide,
+            x_quant: self.act_quant(s.gate, s.n_embd),
+            h_quant: self.act_quant(s.down, s.n_ff),
+        }
+    }
+
+    /// How the expert GEMMs run `s`.
+    pub fn expert_gemm(&self, s: &MoeShape) -> ExpertGemm {
+        if s.is_float() {
+            return ExpertGemm::Float;
+        }
+        ExpertGemm::Int8 {
+            grouped: self.switches.moe_grouped,
+            x_quant: self.act_quant(s.gate, s.n_embd),
+            h_quant: self.act_quant(s.down, s.n_ff),
+            gate_up: self.expert_order(s.gate, s.n_embd, s.tokens),
+            down: self.expert_order(s.down, s.n_ff, s.tokens),
+        }
+    }
+
+    /// The router logits of `n` tokens of `n_embd`: the mat-vec kernel for a few tokens, the
+    /// row-block kernel for more (rows it can stage), the f32 GEMM otherwise or with
+    /// `FERROLM_MOE_ROUTER_ROWS=0`. Both kernels load four floats at a time.
+    pub fn router_logits(&self, n: usize, n_embd: usize) -> RouterLogits {
+        let by4 = n_embd.is_multiple_of(4);
+        if n <= ROUTER_SMALL_N && by4 {
+            RouterLogits::MatVec
+        } else if self.switches.moe_router_rows && by4 && n_embd <= ROUTER_ROWS_MAX_EMBD {
+            RouterLogits::Rows
+        } else {
+            RouterLogits::Gemm
+        }
+    }
+}
+
+/// The tile for `rows` × `n` on `sms` multiprocessors, given how many blocks of each tile fit
+/// one (0: the tile does not fit this device): the best guessed speed times the share of the
+/// last wave that is busy. Small GEMMs get small tiles so that every SM has work.
+pub fn auto_tile(rows: usize, n: usize, sms: usize, blocks_per_sm: impl Fn(usize) -> u32) -> usize {
+    let mut best = (0.0, MMQ_TILES.len() - 1);
+    for (i, t) in MMQ_TILES.iter().enumerate() {
+        let slots = sms * blocks_per_sm(i) as usize;
+        if slots == 0 {
+            continue;
+        }
+        let tiles = rows.div_ceil(t.bm) * n.div_ceil(t.bn);
+        let busy = tiles as f64 / (tiles.div_ceil(slots) * slots) as f64;
+        let score = busy * TILE_SPEED[i];
+        if score > best.0 {
+            best = (score, i);
+        }
+    }
+    best.1
+}
+
+/// The device, then one line per switch, then the thresholds.
+impl fmt::Display for Plan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let d = &self.device;
+        writeln!(f, "device: {} SMs, cc {}.{}", d.sms, d.cc.0, d.cc.1)?;
+        write!(f, "{}", self.switches)?;
+        writeln!(
+            f,
+            "rows: mat-vec and decode attention <= {DECODE_MAX_ROWS}, MoE decode <= \
+             {MOE_DECODE_MAX_TOKENS}, ggml attention < {GGML_SMALL_ROWS}, CPU order < \
+             {CPU_ORDER_MAX_ROWS}"
+        )
+    }
+}

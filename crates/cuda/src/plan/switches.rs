@@ -1,0 +1,253 @@
+//! The run-time `FERROLM_*` switches of the CUDA backend, each parsed once, from an environment
+//! given as a lookup (the process environment, or a map in tests), with an error that names
+//! the variable and the values it takes.
+//!
+//! Every value that worked before the plan keeps its meaning: `0` turns a default-on switch
+//! off, `1` (or an empty value, or none) leaves it on. Values that used to be read as "not 0"
+//! by accident (`maybe`, `false`) are errors now, so a typo no longer silently keeps a default.
+
+use crate::error::{CudaError, Result};
+use crate::ops::MMQ_TILES;
+use std::fmt;
+
+/// Every switch, with its default where unset. Toolchain variables (`FERROLM_CUDA_AOT`,
+/// `FERROLM_CACHE`, `FERROLM_NVRTC`, `FERROLM_CUDA_INCLUDE`) and `FERROLM_DUMP_DIR` are not
+/// kernel choices and are read elsewhere.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Switches {
+    /// `FERROLM_CUDA_MMQ`: the int8 GEMM for batches over the mat-vec's rows (else mat-vec
+    /// slices).
+    pub mmq: bool,
+    /// `FERROLM_CUDA_FUSE`: the decode fusions (norm+quantize, paired mat-vecs, SwiGLU in the
+    /// mat-vec, q/k norm+RoPE, RoPE of q and k, decode attention's combine in the split kernel).
+    pub fuse: bool,
+    /// `FERROLM_CUDA_GRAPH`: decode steps replayed as CUDA graphs.
+    pub graphs: bool,
+    /// `FERROLM_ATTN_MMA`: prefill attention forced onto the tensor-core kernel (`Some(true)`)
+    /// or the scalar f32 one (`Some(false)`); `None`: by rows.
+    pub attn_mma: Option<bool>,
+    /// `FERROLM_ATTN` not `f32`: ubatches under 64 rows in ggml's f16 attention arithmetic.
+    pub attn_ggml_small: bool,
+    /// `FERROLM_CUDA_INT_SCALES`: Q4_K GEMMs forced into (`Some(true)`) or out of the CPU's
+    /// integer-scale order; `None`: by rows.
+    pub int_scales: Option<bool>,
+    /// `FERROLM_MMQ_TILE`: the GEMM tile, an index in [`MMQ_TILES`]; `None`: auto.
+    pub mmq_tile: Option<usize>,
+    /// `FERROLM_CUDA_Q8_0_LANES`: short Q8_0 ubatches on the eight-lane CUDA-core kernel.
+    pub q8_0_lanes: bool,
+    /// `FERROLM_MOE_GROUPED`: MoE prefill GEMMs in one launch for all experts.
+    pub moe_grouped: bool,
+    /// `FERROLM_MMVQ_WIDE`: the wide (warp-per-row) mat-vec and MoE decode walks.
+    pub mmvq_wide: bool,
+    /// `FERROLM_MOE_FUSED`: MoE decode on the fused kernels (else per-slot mat-vecs).
+    pub moe_fused: bool,
+    /// `FERROLM_MOE_ROUTER_ROWS`: router logits of many tokens on `moe_logits_rows`.
+    pub moe_router_rows: bool,
+    /// `FERROLM_CUDA_Q8K`: K-quant weights meet Q8_K activations (else Q8_1).
+    pub q8k: bool,
+    /// `FERROLM_CUDA_PROFILE`: stage timing from CUDA events (turns graphs off).
+    pub profile: bool,
+}
+
+impl Default for Switches {
+    fn default() -> Self {
+        Self {
+            mmq: true,
+            fuse: true,
+            graphs: true,
+            attn_mma: None,
+            attn_ggml_small: true,
+            int_scales: None,
+            mmq_tile: None,
+            q8_0_lanes: true,
+            moe_grouped: true,
+            mmvq_wide: true,
+            moe_fused: true,
+            moe_router_rows: true,
+            q8k: true,
+            profile: false,
+        }
+    }
+}
+
+/// The environment's value for a name; trimmed, and empty is unset.
+fn value(env: &dyn Fn(&str) -> Option<String>, name: &str) -> Option<String> {
+    env(name)
+        .map(|v| v.trim().to_owned())
+        .filter(|v| !v.is_empty())
+}
+
+fn bad(name: &str, v: &str, want: &str) -> CudaError {
+    CudaError::Invalid(format!("{name}={v}: want {want}"))
+}
+
+/// `0` or `1`; unset is `default`.
+fn flag(env: &dyn Fn(&str) -> Option<String>, name: &str, default: bool) -> Result<bool> {
+    match value(env, name).as_deref() {
+        None => Ok(default),
+        Some("0") => Ok(false),
+        Some("1") => Ok(true),
+        Some(v) => {
+            let (on, off) = if default {
+                (", the default", "")
+            } else {
+                ("", ", the default")
+            };
+            Err(bad(name, v, &format!("0 (off{off}) or 1 (on{on})")))
+        }
+    }
+}
+
+/// `0` or `1` forces; unset (or `auto` where `auto_ok`) leaves the choice to the plan.
+fn forced(env: &dyn Fn(&str) -> Option<String>, name: &str, auto_ok: bool) -> Result<Option<bool>> {
+    match value(env, name).as_deref() {
+        None => Ok(None),
+        Some("auto") if auto_ok => Ok(None),
+        Some("0") => Ok(Some(false)),
+        Some("1") => Ok(Some(true)),
+        Some(v) => {
+            let auto = if auto_ok { ", auto" } else { "" };
+            Err(bad(
+                name,
+                v,
+                &format!("0, 1{auto} or unset (chosen by rows)"),
+            ))
+        }
+    }
+}
+
+/// The tile named by `FERROLM_MMQ_TILE` (`None`: auto).
+pub fn tile_from_env(v: Option<&str>) -> Result<Option<usize>> {
+    match v.map(str::trim) {
+        None | Some("") | Some("auto") => Ok(None),
+        Some(v) => match MMQ_TILES.iter().position(|t| t.name == v) {
+            Some(i) => Ok(Some(i)),
+            None => Err(bad(
+                "FERROLM_MMQ_TILE",
+                v,
+                &format!("auto, {}", MMQ_TILES.map(|t| t.name).join(", ")),
+            )),
+        },
+    }
+}
+
+impl Switches {
+    /// Every switch from the process environment.
+    pub fn from_env() -> Result<Self> {
+        Self::parse(&|name| std::env::var(name).ok())
+    }
+
+    /// Every switch from `env` (a name to its value, `None` when unset).
+    pub fn parse(env: &dyn Fn(&str) -> Option<String>) -> Result<Self> {
+        let attn_ggml_small = match value(env, "FERROLM_ATTN").as_deref() {
+            None | Some("ggml") => true,
+            Some("f32") => false,
+            Some(v) => return Err(bad("FERROLM_ATTN", v, "f32, or ggml (the default)")),
+        };
+        Ok(Self {
+            mmq: flag(env, "FERROLM_CUDA_MMQ", true)?,
+            fuse: flag(env, "FERROLM_CUDA_FUSE", true)?,
+            graphs: flag(env, "FERROLM_CUDA_GRAPH", true)?,
+            attn_mma: forced(env, "FERROLM_ATTN_MMA", true)?,
+            attn_ggml_small,
+            int_scales: forced(env, "FERROLM_CUDA_INT_SCALES", false)?,
+            mmq_tile: tile_from_env(value(env, "FERROLM_MMQ_TILE").as_deref())?,
+            q8_0_lanes: flag(env, "FERROLM_CUDA_Q8_0_LANES", true)?,
+            moe_grouped: flag(env, "FERROLM_MOE_GROUPED", true)?,
+            mmvq_wide: flag(env, "FERROLM_MMVQ_WIDE", true)?,
+            moe_fused: flag(env, "FERROLM_MOE_FUSED", true)?,
+            moe_router_rows: flag(env, "FERROLM_MOE_ROUTER_ROWS", true)?,
+            q8k: flag(env, "FERROLM_CUDA_Q8K", true)?,
+            profile: flag(env, "FERROLM_CUDA_PROFILE", false)?,
+        })
+    }
+}
+
+/// `0`/`1`, as the variable is set.
+fn bit(on: bool) -> &'static str {
+    if on {
+        "1"
+    } else {
+        "0"
+    }
+}
+
+fn tri(v: Option<bool>) -> &'static str {
+    v.map_or("auto", bit)
+}
+
+/// One line a switch: `NAME=value  what it does`.
+impl fmt::Display for Switches {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let tile = self.mmq_tile.map_or("auto", |i| MMQ_TILES[i].name);
+        let attn = if self.attn_ggml_small { "ggml" } else { "f32" };
+        let lines: [(&str, &str, &str); 14] = [
+            (
+                "FERROLM_CUDA_MMQ",
+                bit(self.mmq),
+                "int8 GEMM above 8 rows (0: mat-vec slices)",
+            ),
+            ("FERROLM_CUDA_FUSE", bit(self.fuse), "decode fusions"),
+            (
+                "FERROLM_CUDA_GRAPH",
+                bit(self.graphs),
+                "decode steps as CUDA graphs",
+            ),
+            (
+                "FERROLM_ATTN_MMA",
+                tri(self.attn_mma),
+                "prefill attention: 1 tensor cores, 0 scalar",
+            ),
+            (
+                "FERROLM_ATTN",
+                attn,
+                "attention under 64 rows: ggml's f16 arithmetic or f32",
+            ),
+            (
+                "FERROLM_CUDA_INT_SCALES",
+                tri(self.int_scales),
+                "Q4_K GEMM in the CPU's order",
+            ),
+            ("FERROLM_MMQ_TILE", tile, "GEMM tile shape"),
+            (
+                "FERROLM_CUDA_Q8_0_LANES",
+                bit(self.q8_0_lanes),
+                "short Q8_0 GEMMs on 8 lanes",
+            ),
+            (
+                "FERROLM_MOE_GROUPED",
+                bit(self.moe_grouped),
+                "MoE GEMM: one launch for all experts",
+            ),
+            (
+                "FERROLM_MMVQ_WIDE",
+                bit(self.mmvq_wide),
+                "wide mat-vec and MoE decode walks",
+            ),
+            (
+                "FERROLM_MOE_FUSED",
+                bit(self.moe_fused),
+                "MoE decode on the fused kernels",
+            ),
+            (
+                "FERROLM_MOE_ROUTER_ROWS",
+                bit(self.moe_router_rows),
+                "router logits row kernel",
+            ),
+            (
+                "FERROLM_CUDA_Q8K",
+                bit(self.q8k),
+                "Q8_K activations for K-quants",
+            ),
+            (
+                "FERROLM_CUDA_PROFILE",
+                bit(self.profile),
+                "stage timing (graphs off)",
+            ),
+        ];
+        for (name, v, what) in lines {
+            writeln!(f, "{name:<24} {v:<8} {what}")?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,414 @@
+//! The plan's answers, without a GPU: plans built from explicit environments and an H200's
+//! facts.
+
+use super::*;
+use crate::ops::MmqOrder::{Blocks, Pairs, Subs};
+use crate::plan::switches::tile_from_env;
+use GgmlType::{F32, Q4K, Q4_0, Q4_1, Q6K, Q8_0};
+
+/// An H200: 132 SMs, cc 9.0; one block of the 128-row tiles per SM, two of 64×64.
+fn h200() -> DeviceFacts {
+    let formats = [Q4_0, Q4_1, Q8_0, Q4K, GgmlType::Q5K, Q6K];
+    DeviceFacts {
+        sms: 132,
+        cc: (9, 0),
+        mmq_blocks_per_sm: formats.iter().map(|&t| (t, [1, 1, 2])).collect(),
+    }
+}
+
+fn parse(vars: &[(&str, &str)]) -> Result<Switches> {
+    let vars: Vec<(String, String)> = vars
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    Switches::parse(&|name| vars.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone()))
+}
+
+/// The plan under `vars` (the rest unset) on an H200.
+fn plan(vars: &[(&str, &str)]) -> Plan {
+    Plan::new(parse(vars).unwrap(), h200())
+}
+
+fn err(vars: &[(&str, &str)]) -> String {
+    parse(vars).unwrap_err().to_string()
+}
+
+#[test]
+fn unset_empty_and_documented_values() {
+    assert_eq!(parse(&[]).unwrap(), Switches::default());
+    assert_eq!(
+        parse(&[("FERROLM_CUDA_MMQ", "")]).unwrap(),
+        Switches::default()
+    );
+    assert_eq!(
+        parse(&[("FERROLM_CUDA_FUSE", "1")]).unwrap(),
+        Switches::default()
+    );
+    assert!(!parse(&[("FERROLM_CUDA_FUSE", "0")]).unwrap().fuse);
+    assert!(!parse(&[("FERROLM_MOE_FUSED", " 0 ")]).unwrap().moe_fused);
+    assert!(parse(&[("FERROLM_CUDA_PROFILE", "1")]).unwrap().profile);
+    assert!(!parse(&[("FERROLM_ATTN", "f32")]).unwrap().attn_ggml_small);
+    let s = parse(&[
+        ("FERROLM_ATTN_MMA", "auto"),
+        ("FERROLM_CUDA_INT_SCALES", "0"),
+    ])
+    .unwrap();
+    assert_eq!((s.attn_mma, s.int_scales), (None, Some(false)));
+    assert_eq!(
+        parse(&[("FERROLM_MMQ_TILE", "64x64")]).unwrap().mmq_tile,
+        Some(2)
+    );
+}
+
+#[test]
+fn bad_values_name_the_variable_and_the_choices() {
+    let e = err(&[("FERROLM_CUDA_MMQ", "maybe")]);
+    assert!(
+        e.contains("FERROLM_CUDA_MMQ=maybe") && e.contains("0 (off)"),
+        "{e}"
+    );
+    let e = err(&[("FERROLM_CUDA_PROFILE", "yes")]);
+    assert!(e.contains("FERROLM_CUDA_PROFILE=yes") && e.contains("0 (off, the default"));
+    let e = err(&[("FERROLM_ATTN_MMA", "2")]);
+    assert!(
+        e.contains("FERROLM_ATTN_MMA=2") && e.contains("auto"),
+        "{e}"
+    );
+    let e = err(&[("FERROLM_CUDA_INT_SCALES", "auto")]);
+    assert!(e.contains("FERROLM_CUDA_INT_SCALES=auto"), "{e}");
+    let e = err(&[("FERROLM_ATTN", "f16")]);
+    assert!(e.contains("FERROLM_ATTN=f16") && e.contains("f32"), "{e}");
+    let e = err(&[("FERROLM_MMQ_TILE", "256x256")]);
+    assert!(e.contains("128x128") && e.contains("256x256"), "{e}");
+    for name in [
+        "FERROLM_CUDA_FUSE",
+        "FERROLM_CUDA_GRAPH",
+        "FERROLM_CUDA_Q8_0_LANES",
+        "FERROLM_MOE_GROUPED",
+        "FERROLM_MMVQ_WIDE",
+        "FERROLM_MOE_FUSED",
+        "FERROLM_MOE_ROUTER_ROWS",
+        "FERROLM_CUDA_Q8K",
+    ] {
+        assert!(err(&[(name, "off")]).contains(&format!("{name}=off")));
+    }
+}
+
+#[test]
+fn tile_names() {
+    assert_eq!(tile_from_env(None).unwrap(), None);
+    assert_eq!(tile_from_env(Some("auto")).unwrap(), None);
+    assert_eq!(tile_from_env(Some("64x64")).unwrap(), Some(2));
+}
+
+/// One line a switch, then the device and thresholds.
+#[test]
+fn display_prints_every_switch() {
+    let text = plan(&[("FERROLM_MMQ_TILE", "128x64")]).to_string();
+    assert_eq!(text.lines().count(), 16, "{text}");
+    assert!(text.contains("132 SMs, cc 9.0"));
+    assert!(text
+        .lines()
+        .any(|l| l.starts_with("FERROLM_MMQ_TILE") && l.contains("128x64")));
+    assert!(text
+        .lines()
+        .any(|l| l.starts_with("FERROLM_CUDA_MMQ") && l.contains(" 1 ")));
+}
+
+#[test]
+fn partner_formats() {
+    let p = plan(&[]);
+    assert_eq!(p.act_quant(Q4K, 4096), ActQuant::Q8K);
+    assert_eq!(p.act_quant(Q6K, 256), ActQuant::Q8K);
+    assert_eq!(p.act_quant(Q4K, 576), ActQuant::Q8_1);
+    assert_eq!(p.act_quant(Q8_0, 4096), ActQuant::Q8_1);
+    assert_eq!(p.act_quant(Q4_1, 4096), ActQuant::Q8_1);
+    let off = plan(&[("FERROLM_CUDA_Q8K", "0")]);
+    assert_eq!(off.act_quant(Q4K, 4096), ActQuant::Q8_1);
+}
+
+#[test]
+fn auto_fills_the_gpu_before_it_grows_tiles() {
+    let occ = |i: usize| if i == 2 { 2 } else { 1 };
+    // 8192 × 512: 256 tiles of 128×128, two nearly full waves.
+    assert_eq!(auto_tile(8192, 512, 132, occ), 0);
+    // 2048 × 512: 64 tiles of 128×128 leave half the SMs idle; 128 of 128×64 do not.
+    assert_eq!(auto_tile(2048, 512, 132, occ), 1);
+    // A tile that fits nowhere is never chosen.
+    assert_eq!(auto_tile(8192, 512, 132, |i| if i == 0 { 0 } else { 1 }), 1);
+}
+
+/// The launches of a dense GEMM follow the CPU's `Order::Dense`: pairs for whole groups of
+/// four tokens, blocks for the rest (and for calls under four tokens); other formats one
+/// launch in the per-sub-block order; expert GEMMs blocks; from 256 rows every format the
+/// per-sub-block order.
+#[test]
+fn integer_scale_order_splits_like_the_cpu() {
+    let p = plan(&[]);
+    let dense = |ty, n| p.dense_order(ty, 4096, n);
+    assert_eq!(dense(Q4K, 22), [(0, 20, Pairs), (20, 2, Blocks)]);
+    assert_eq!(dense(Q4K, 252), [(0, 252, Pairs)]);
+    assert_eq!(dense(Q4K, 255), [(0, 252, Pairs), (252, 3, Blocks)]);
+    assert_eq!(dense(Q4K, 256), [(0, 256, Subs)]);
+    assert_eq!(dense(Q4K, 512), [(0, 512, Subs)]);
+    assert_eq!(dense(Q4K, 3), [(0, 3, Blocks)]);
+    assert_eq!(dense(Q4K, 4), [(0, 4, Pairs)]);
+    assert_eq!(dense(Q6K, 22), [(0, 22, Subs)]);
+    assert_eq!(dense(Q8_0, 22), [(0, 22, Subs)]);
+    assert_eq!(p.expert_order(Q4K, 2048, 255), Blocks);
+    assert_eq!(p.expert_order(Q4K, 2048, 2048), Subs);
+    assert_eq!(p.expert_order(Q6K, 1024, 8), Subs);
+}
+
+#[test]
+fn int_scales_switch_forces_either_order() {
+    let on = plan(&[("FERROLM_CUDA_INT_SCALES", "1")]);
+    assert_eq!(
+        on.dense_order(Q4K, 4096, 514),
+        [(0, 512, Pairs), (512, 2, Blocks)]
+    );
+    assert_eq!(on.expert_order(Q4K, 2048, 2048), Blocks);
+    let off = plan(&[("FERROLM_CUDA_INT_SCALES", "0")]);
+    assert_eq!(off.dense_order(Q4K, 4096, 22), [(0, 22, Subs)]);
+    // Q8_1 activations have no per-block scale: never the integer order.
+    let q8_1 = plan(&[("FERROLM_CUDA_INT_SCALES", "1"), ("FERROLM_CUDA_Q8K", "0")]);
+    assert_eq!(q8_1.dense_order(Q4K, 4096, 22), [(0, 22, Subs)]);
+}
+
+fn tiles(tile: usize, launches: &[(usize, usize, MmqOrder)]) -> Matmul {
+    Matmul::Gemm(Gemm::Tiles {
+        tile,
+        launches: launches.to_vec(),
+    })
+}
+
+/// The dense matmuls of the four benchmark presets (Q4_K_M: Q4_K, with Q6_K for some
+/// `ffn_down`) at 1, 8, 100, 512 and 2048 tokens on an H200.
+#[test]
+fn benchmark_shapes() {
+    let p = plan(&[]);
+    let wide = Matmul::MatVec { wide: true };
+    let narrow = Matmul::MatVec { wide: false };
+    // (type, rows, cols, tile at 100, 512, 2048 tokens)
+    let shapes = [
+        (Q4K, 8192, 2048, [1, 0, 0]),  // smollm2-1.7b gate/up
+        (Q4K, 2048, 2048, [1, 1, 0]),  // smollm2-1.7b q, olmoe-1b-7b q
+        (Q6K, 2048, 8192, [1, 1, 0]),  // smollm2-1.7b down
+        (Q4K, 12288, 4096, [0, 0, 0]), // qwen3-8b gate/up
+        (Q4K, 4096, 4096, [1, 0, 0]),  // qwen3-8b q
+        (Q4K, 1024, 4096, [1, 1, 0]),  // qwen3-8b k
+        (Q6K, 4096, 12288, [1, 0, 0]), // qwen3-8b down
+        (Q4K, 4096, 2048, [1, 0, 0]),  // qwen3-30b-a3b q
+        (Q4K, 512, 2048, [1, 1, 1]),   // qwen3-30b-a3b k
+        (Q4K, 2048, 4096, [1, 1, 0]),  // qwen3-30b-a3b o
+    ];
+    for (ty, rows, cols, tile) in shapes {
+        let mv = if ty == Q4K { &wide } else { &narrow };
+        assert_eq!(&p.matmul(ty, rows, cols, 1), mv);
+        assert_eq!(&p.matmul(ty, rows, cols, 8), mv);
+        let short = if ty == Q4K { Pairs } else { Subs };
+        assert_eq!(
+            p.matmul(ty, rows, cols, 100),
+            tiles(tile[0], &[(0, 100, short)])
+        );
+        assert_eq!(
+            p.matmul(ty, rows, cols, 512),
+            tiles(tile[1], &[(0, 512, Subs)])
+        );
+        assert_eq!(
+            p.matmul(ty, rows, cols, 2048),
+            tiles(tile[2], &[(0, 2048, Subs)])
+        );
+    }
+}
+
+#[test]
+fn matmul_switches_and_formats() {
+    let p = plan(&[]);
+    assert_eq!(p.matmul(F32, 2048, 2048, 1), Matmul::Float);
+    assert_eq!(
+        p.matmul(Q4K, 2048, 2048, 9),
+        tiles(0, &[(0, 8, Pairs), (8, 1, Blocks)])
+    );
+    // SmolLM2-135M's 576-wide rows: the CUDA-core kernel for Q8_0, slices for Q4_K.
+    assert_eq!(p.matmul(Q8_0, 576, 576, 100), Matmul::Gemm(Gemm::Small));
+    let slices = Matmul::MatVecSlices { wide: true };
+    assert_eq!(p.matmul(Q4K, 1536, 576, 100), slices);
+    // Q8_0 on eight lanes under 256 rows, unless switched off.
+    assert_eq!(p.matmul(Q8_0, 2048, 2048, 255), Matmul::Gemm(Gemm::Small));
+    assert_eq!(p.matmul(Q8_0, 2048, 2048, 256), tiles(1, &[(0, 256, Subs)]));
+    let lanes_off = plan(&[("FERROLM_CUDA_Q8_0_LANES", "0")]);
+    assert_eq!(
+        lanes_off.matmul(Q8_0, 2048, 2048, 100),
+        tiles(1, &[(0, 100, Subs)])
+    );
+    let no_mmq = plan(&[("FERROLM_CUDA_MMQ", "0")]);
+    assert_eq!(no_mmq.matmul(Q4K, 2048, 2048, 512), slices);
+    let tile = plan(&[("FERROLM_MMQ_TILE", "64x64")]);
+    assert_eq!(
+        tile.matmul(Q4K, 2048, 2048, 512),
+        tiles(2, &[(0, 512, Subs)])
+    );
+    let narrow = plan(&[("FERROLM_MMVQ_WIDE", "0")]);
+    assert_eq!(
+        narrow.matmul(Q4K, 2048, 2048, 1),
+        Matmul::MatVec { wide: false }
+    );
+    assert_eq!(Gemm::Small.with_tile(0), Gemm::Small);
+}
+
+#[test]
+fn fusions_follow_the_switch() {
+    let (on, off) = (plan(&[]), plan(&[("FERROLM_CUDA_FUSE", "0")]));
+    assert!(on.fused_norm(2048) && !on.fused_norm(2047) && !off.fused_norm(2048));
+    assert!(on.pair_matvec(1) && !on.pair_matvec(2) && !off.pair_matvec(1));
+    assert_eq!(
+        off.attention(1),
+        Attn::Decode {
+            fused_combine: false
+        }
+    );
+    assert!(on.graphs() && !plan(&[("FERROLM_CUDA_GRAPH", "0")]).graphs());
+    assert!(
+        !plan(&[("FERROLM_CUDA_PROFILE", "1")]).graphs(),
+        "profiling turns graphs off"
+    );
+}
+
+#[test]
+fn attention_by_rows_unless_forced() {
+    use PrefillKernel::{F16Ref, F32Ref, Mma, Scalar};
+    let p = plan(&[]);
+    let prefill = |p: &Plan, n| p.attention(n);
+    assert_eq!(
+        prefill(&p, 1),
+        Attn::Decode {
+            fused_combine: true
+        }
+    );
+    assert_eq!(
+        prefill(&p, 8),
+        Attn::Decode {
+            fused_combine: true
+        }
+    );
+    assert_eq!(prefill(&p, 9), Attn::Prefill(F16Ref));
+    assert_eq!(prefill(&p, GGML_SMALL_ROWS - 1), Attn::Prefill(F16Ref));
+    assert_eq!(prefill(&p, GGML_SMALL_ROWS), Attn::Prefill(F32Ref));
+    assert_eq!(prefill(&p, 100), Attn::Prefill(F32Ref));
+    assert_eq!(prefill(&p, REF_MAX_ROWS - 1), Attn::Prefill(F32Ref));
+    assert_eq!(prefill(&p, REF_MAX_ROWS), Attn::Prefill(Mma));
+    assert_eq!(prefill(&p, 2048), Attn::Prefill(Mma));
+    let f32 = plan(&[("FERROLM_ATTN", "f32")]);
+    assert_eq!(prefill(&f32, 9), Attn::Prefill(F32Ref));
+    assert_eq!(prefill(&f32, 2048), Attn::Prefill(Mma));
+    let mma = plan(&[("FERROLM_ATTN_MMA", "1")]);
+    assert_eq!(prefill(&mma, 9), Attn::Prefill(Mma));
+    assert_eq!(
+        mma.attention(1),
+        Attn::Decode {
+            fused_combine: true
+        }
+    );
+    let scalar = plan(&[("FERROLM_ATTN_MMA", "0")]);
+    assert_eq!(prefill(&scalar, 2048), Attn::Prefill(Scalar));
+}
+
+#[test]
+fn decode_splits_by_context() {
+    let p = plan(&[]);
+    assert_eq!(p.decode_splits(1), 1);
+    assert_eq!(p.decode_splits(1000), 8);
+    assert_eq!(p.decode_splits(1 << 20), 64);
+}
+
+/// OLMoE-1B-7B (64 experts, top-8, n_ff 1024) and Qwen3-30B-A3B (128, top-8, n_ff 768).
+#[test]
+fn moe_path_by_tokens() {
+    let p = plan(&[]);
+    let shape = |tokens, n_embd, n_ff, down| MoeShape {
+        tokens,
+        gate: Q4K,
+        up: Q4K,
+        down,
+        n_embd,
+        n_ff,
+        n_used: 8,
+    };
+    let q8k = ActQuant::Q8K;
+    for (n_embd, n_ff) in [(2048, 1024), (2048, 768)] {
+        for down in [Q4K, Q6K] {
+            let decode = MoePath::MatVec(ExpertMatVec {
+                fused: true,
+                wide: true,
+                x_quant: q8k,
+                h_quant: q8k,
+            });
+            assert_eq!(p.moe(&shape(1, n_embd, n_ff, down)), decode);
+            assert_eq!(p.moe(&shape(8, n_embd, n_ff, down)), decode);
+            for (n, gate_up) in [(100, Blocks), (512, Subs), (2048, Subs)] {
+                let down_order = if down == Q4K { gate_up } else { Subs };
+                let want = MoePath::Gemm(ExpertGemm::Int8 {
+                    grouped: true,
+                    x_quant: q8k,
+                    h_quant: q8k,
+                    gate_up,
+                    down: down_order,
+                });
+                assert_eq!(p.moe(&shape(n, n_embd, n_ff, down)), want, "{n} tokens");
+            }
+        }
+    }
+    let float = MoeShape {
+        gate: F32,
+        up: F32,
+        down: F32,
+        ..shape(1, 2048, 1024, F32)
+    };
+    assert_eq!(p.moe(&float), MoePath::Gemm(ExpertGemm::Float));
+    // Gate and up of two formats: the per-slot path.
+    let mixed = MoeShape {
+        up: Q6K,
+        ..shape(1, 2048, 1024, Q6K)
+    };
+    assert!(matches!(p.moe(&mixed), MoePath::MatVec(m) if !m.fused));
+    // More slots than the decode kernels take: the GEMM from the first token.
+    let many = MoeShape {
+        n_used: 17,
+        ..shape(8, 2048, 1024, Q6K)
+    };
+    assert!(matches!(p.moe(&many), MoePath::Gemm(_)));
+}
+
+#[test]
+fn moe_switches() {
+    let s = |tokens| MoeShape {
+        tokens,
+        gate: Q4K,
+        up: Q4K,
+        down: Q6K,
+        n_embd: 2048,
+        n_ff: 1024,
+        n_used: 8,
+    };
+    let unfused = plan(&[("FERROLM_MOE_FUSED", "0"), ("FERROLM_MMVQ_WIDE", "0")]);
+    assert!(matches!(unfused.moe(&s(1)), MoePath::MatVec(m) if !m.fused && !m.wide));
+    let per_expert = plan(&[("FERROLM_MOE_GROUPED", "0")]);
+    assert!(matches!(
+        per_expert.moe(&s(512)),
+        MoePath::Gemm(ExpertGemm::Int8 { grouped: false, .. })
+    ));
+}
+
+#[test]
+fn router_logits_by_tokens() {
+    let p = plan(&[]);
+    assert_eq!(p.router_logits(8, 2048), RouterLogits::MatVec);
+    assert_eq!(p.router_logits(9, 2048), RouterLogits::Rows);
+    assert_eq!(p.router_logits(2048, 4096), RouterLogits::Rows);
+    assert_eq!(p.router_logits(2048, 8192), RouterLogits::Gemm);
+    assert_eq!(p.router_logits(1, 2050), RouterLogits::Gemm);
+    let off = plan(&[("FERROLM_MOE_ROUTER_ROWS", "0")]);
+    assert_eq!(off.router_logits(8, 2048), RouterLogits::MatVec);
+    assert_eq!(off.router_logits(9, 2048), RouterLogits::Gemm);
+}
