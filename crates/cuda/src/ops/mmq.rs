@@ -372,7 +372,7 @@ impl Mmq {
             .arg(&ntok);
         // SAFETY: mmq_<type>_{lanes,chain}(vx, vy, dst, ncols, nrows, ntok): rows x cols
         // weights, n activation rows of cols (a multiple of 32), n x rows floats out (sizes
-        // asserted by matmul_tile); the grid covers every (row, token) tile.
+        // asserted by matmul); the grid covers every (row, token) tile.
         unsafe { b.launch(cfg) }.during(format!("launching the {} CUDA-core GEMM", w.ty))?;
         Ok(())
     }

@@ -374,7 +374,7 @@ impl MoeGemm {
                 .arg(&ki);
             // SAFETY: moe_f32_gate_up(gate, up, x, ids, h, n_embd, n_ff, E, k): E·n_ff rows of
             // n_embd floats each, n rows of x, n·k ids, h holds n·k rows of n_ff (n·k <=
-            // MAX_PAIRS, checked by forward_with).
+            // MAX_PAIRS, checked by forward).
             unsafe { b.launch(cfg(ff)) }.during("launching moe_f32_gate_up")
         })?;
         crate::profile::span(&st, "moe.down", || {
