@@ -226,7 +226,7 @@ impl Mmq {
 
     /// Blocks of each tile shape one SM holds (occupancy at the shared memory each needs; 0:
     /// the tile does not fit this device), per format: what the plan's tile choice weighs.
-    pub fn blocks_per_sm(&self) -> Vec<(GgmlType, [u32; 3])> {
+    pub fn blocks_per_sm(&self) -> Vec<(GgmlType, [u32; MMQ_TILES.len()])> {
         FORMATS
             .iter()
             .map(|&ty| {

@@ -56,7 +56,10 @@ pub const DECODE_MAX_ROWS: usize = MMVQ_MAX_COLS;
 /// Guessed relative speed of a full SM on each tile shape of [`MMQ_TILES`] (larger tiles
 /// reuse each loaded fragment more); to be replaced by the H200 figures of
 /// `cuda-parity --time`.
-const TILE_SPEED: [f64; 3] = [1.0, 0.85, 0.75];
+const TILE_SPEED: [f64; TILES] = [1.0, 0.85, 0.75];
+
+/// Tile shapes of the GEMM.
+const TILES: usize = MMQ_TILES.len();
 
 /// What the plan needs of the device.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -67,7 +70,7 @@ pub struct DeviceFacts {
     pub cc: (i32, i32),
     /// Blocks of each [`MMQ_TILES`] shape one SM holds, per GEMM format (0: the tile does not
     /// fit this device); a format not listed fits none.
-    pub mmq_blocks_per_sm: Vec<(GgmlType, [u32; 3])>,
+    pub mmq_blocks_per_sm: Vec<(GgmlType, [u32; TILES])>,
 }
 
 impl DeviceFacts {
@@ -202,7 +205,7 @@ impl Plan {
             .mmq_blocks_per_sm
             .iter()
             .find(|(t, _)| *t == ty)
-            .map_or([0; 3], |(_, b)| *b);
+            .map_or([0; TILES], |(_, b)| *b);
         self.switches
             .mmq_tile
             .unwrap_or_else(|| auto_tile(rows, n, self.device.sms, |i| fits[i]))
