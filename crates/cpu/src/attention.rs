@@ -1,5 +1,6 @@
 //! Causal attention with grouped-query heads over an f16 KV cache.
 
+use crate::plan::CpuPlan;
 use half::f16;
 use half::slice::HalfFloatSliceExt;
 use rayon::prelude::*;
@@ -97,16 +98,6 @@ impl LayerKv {
 
 pub use ferrolm_model::backend::AttnShape;
 
-/// llama.cpp's CPU flash attention switches to f32 tiles at this many query tokens.
-const GGML_FA_TILE_Q: usize = 64;
-
-/// Whether a call reproduces ggml's small-batch flash-attention rounding (see [`attention`]).
-fn ggml_small_batch_numerics(kv: &LayerKv, n_tokens: usize) -> bool {
-    static PRECISE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    let precise = *PRECISE.get_or_init(|| std::env::var("FERROLM_ATTN").is_ok_and(|v| v == "f32"));
-    kv.ty == KvType::F16 && n_tokens < GGML_FA_TILE_Q && !precise
-}
-
 /// `out[t][h] = softmax(q[t][h] · K[0..=pos_t][g]ᵀ / sqrt(d)) · V[0..=pos_t][g]` with
 /// `g = h / (n_head / n_kv_head)`. The cached history is widened to f32 once per call, then
 /// (token, head) pairs run in parallel over plain f32 loops the compiler vectorises.
@@ -116,8 +107,15 @@ fn ggml_small_batch_numerics(kv: &LayerKv, n_tokens: usize) -> bool {
 /// and fewer tokens (decode), it reproduces ggml's `flash_attn_ext_f16_one_chunk`: q rounded
 /// to f16 and an online softmax whose V accumulator is rounded to f16 at every step. That
 /// costs a little precision and buys agreement with llama.cpp's default configuration;
-/// `FERROLM_ATTN=f32` turns it off.
-pub fn attention(q: &[f32], kv: &LayerKv, positions: &[u32], shape: AttnShape, out: &mut [f32]) {
+/// `FERROLM_ATTN=f32` turns it off. `plan` decides which ([`CpuPlan::attention_ggml_f16`]).
+pub fn attention(
+    plan: &CpuPlan,
+    q: &[f32],
+    kv: &LayerKv,
+    positions: &[u32],
+    shape: AttnShape,
+    out: &mut [f32],
+) {
     let AttnShape {
         n_head,
         n_kv_head,
@@ -132,7 +130,7 @@ pub fn attention(q: &[f32], kv: &LayerKv, positions: &[u32], shape: AttnShape, o
         .enumerate()
         .for_each(|(g, (k, v))| kv.head_f32(g, n_keys_max, k, v));
 
-    let ggml_f16 = ggml_small_batch_numerics(kv, positions.len());
+    let ggml_f16 = plan.attention_ggml_f16(kv.ty, positions.len());
     let q_width = n_head * head_dim;
     let group = n_head / n_kv_head;
     let scale = 1.0 / (head_dim as f32).sqrt();
@@ -325,7 +323,7 @@ mod tests {
         kv.store(0, &k, &v);
         let positions: Vec<u32> = (0..n as u32).collect();
         let mut out = vec![0.0; q.len()];
-        attention(&q, &kv, &positions, s, &mut out);
+        attention(&CpuPlan::detect(), &q, &kv, &positions, s, &mut out);
         let want = reference(&q, &kv, &positions, s);
         for (a, b) in out.iter().zip(&want) {
             assert!((*a as f64 - b).abs() < 1e-5, "{a} vs {b}");
@@ -352,7 +350,7 @@ mod tests {
         let mut kv16 = LayerKv::new(KvType::F16, 8, 1, 64);
         kv16.store(0, &k, &v);
         let mut out16 = vec![0.0; q.len()];
-        attention(&q, &kv16, &positions, s, &mut out16);
+        attention(&CpuPlan::detect(), &q, &kv16, &positions, s, &mut out16);
         let want = reference(&q, &kv16, &positions, s);
         let mut worst = 0f64;
         for (a, b) in out16.iter().zip(&want) {

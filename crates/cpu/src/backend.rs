@@ -2,6 +2,7 @@
 
 use crate::attention::{attention, KvType, LayerKv};
 use crate::matmul::{matmul, WeightRef};
+use crate::plan::CpuPlan;
 use crate::{norm, rope};
 use ferrolm_gguf::GgmlType;
 use ferrolm_model::backend::{AttnShape, Backend, MoeGating, RopeMode, SeqRows};
@@ -73,9 +74,30 @@ impl CpuCache {
     }
 }
 
-/// The CPU backend for weights that borrow from a map living for `'a`.
-#[derive(Default)]
-pub struct CpuBackend<'a>(std::marker::PhantomData<&'a ()>);
+/// The CPU backend for weights that borrow from a map living for `'a`, running what its plan
+/// says.
+pub struct CpuBackend<'a> {
+    plan: CpuPlan,
+    weights: std::marker::PhantomData<&'a ()>,
+}
+
+impl CpuBackend<'_> {
+    pub fn new(plan: CpuPlan) -> Self {
+        Self {
+            plan,
+            weights: std::marker::PhantomData,
+        }
+    }
+
+    pub fn plan(&self) -> &CpuPlan {
+        &self.plan
+    }
+
+    /// For the settings a caller changes after loading (batch-invariant mode).
+    pub fn plan_mut(&mut self) -> &mut CpuPlan {
+        &mut self.plan
+    }
+}
 
 impl<'a> Backend for CpuBackend<'a> {
     type Weight = CpuWeight<'a>;
@@ -104,7 +126,7 @@ impl<'a> Backend for CpuBackend<'a> {
     }
 
     fn matmul(&self, w: &CpuWeight<'a>, x: &Mat, out: &mut Mat) {
-        matmul(&w.mat, &x.data, &mut out.data);
+        matmul(&self.plan, &w.mat, &x.data, &mut out.data);
     }
 
     fn add_bias(&self, x: &mut Mat, b: &CpuWeight<'a>) {
@@ -144,6 +166,7 @@ impl<'a> Backend for CpuBackend<'a> {
             );
             let out_rows = rows_of(out, &r);
             attention(
+                &self.plan,
                 &q.data[rows_of(q, &r)],
                 kv,
                 &positions[r.clone()],
@@ -158,7 +181,7 @@ impl<'a> Backend for CpuBackend<'a> {
     }
 
     fn moe(&self, x: &Mat, w: &MoeWeights<CpuWeight<'a>>, gating: MoeGating, out: &mut Mat) {
-        crate::moe::moe(x, w, gating, out);
+        crate::moe::moe(&self.plan, x, w, gating, out);
     }
 
     fn add(&self, acc: &mut Mat, x: &Mat) {

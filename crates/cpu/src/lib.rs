@@ -7,7 +7,9 @@ pub mod backend;
 pub mod matmul;
 pub mod moe;
 pub mod norm;
+pub mod plan;
 pub mod rope;
 
 pub use attention::KvType;
 pub use backend::{CpuBackend, CpuCache, CpuWeight, Mat};
+pub use plan::{CpuPlan, PlanError};

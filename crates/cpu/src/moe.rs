@@ -4,6 +4,7 @@
 use crate::backend::{CpuWeight, Mat};
 use crate::matmul::{matmul, matmul_ordered, Order};
 use crate::norm::{softmax, swiglu};
+use crate::plan::CpuPlan;
 use ferrolm_model::backend::MoeGating;
 use ferrolm_model::weights::MoeWeights;
 
@@ -23,10 +24,16 @@ pub fn route(logits: &mut [f32], k: usize, gating: MoeGating) -> Vec<(usize, f32
     picked
 }
 
-pub fn moe(x: &Mat, w: &MoeWeights<CpuWeight<'_>>, gating: MoeGating, out: &mut Mat) {
+pub fn moe(
+    plan: &CpuPlan,
+    x: &Mat,
+    w: &MoeWeights<CpuWeight<'_>>,
+    gating: MoeGating,
+    out: &mut Mat,
+) {
     let (n, d) = (x.rows(), x.width);
     let mut logits = vec![0f32; n * w.n_expert];
-    matmul(&w.router.mat, &x.data, &mut logits);
+    matmul(plan, &w.router.mat, &x.data, &mut logits);
 
     // Tokens per expert, with their slot and routing weight.
     let k = w.n_expert_used;
@@ -54,15 +61,28 @@ pub fn moe(x: &Mat, w: &MoeWeights<CpuWeight<'_>>, gating: MoeGating, out: &mut 
         // llama.cpp's expert matmuls go one token at a time.
         let rows = Order::Rows;
         matmul_ordered(
+            plan,
             rows,
             &w.gate.mat.slice_rows(e * w.n_ff, w.n_ff),
             &xe,
             &mut gate,
         );
-        matmul_ordered(rows, &w.up.mat.slice_rows(e * w.n_ff, w.n_ff), &xe, &mut up);
+        matmul_ordered(
+            plan,
+            rows,
+            &w.up.mat.slice_rows(e * w.n_ff, w.n_ff),
+            &xe,
+            &mut up,
+        );
         swiglu(&mut gate, &up);
         let mut down = vec![0f32; m * d];
-        matmul_ordered(rows, &w.down.mat.slice_rows(e * d, d), &gate, &mut down);
+        matmul_ordered(
+            plan,
+            rows,
+            &w.down.mat.slice_rows(e * d, d),
+            &gate,
+            &mut down,
+        );
         for (&(t, slot, weight), row) in tokens.iter().zip(down.chunks_exact(d)) {
             let p = t * k + slot;
             for (o, &v) in slots[p * d..(p + 1) * d].iter_mut().zip(row) {

@@ -1,7 +1,7 @@
 //! The forward pass cut into embed / layers / head, as `-ngl` runs it across two backends,
 //! computes exactly what the whole pass does, at every cut point.
 
-use ferrolm_cpu::{CpuBackend, CpuCache, CpuWeight, KvType};
+use ferrolm_cpu::{CpuBackend, CpuCache, CpuPlan, CpuWeight, KvType};
 use ferrolm_gguf::GgufFile;
 use ferrolm_model::backend::{Backend, SeqRows};
 use ferrolm_model::forward::{embed, forward, head, layers};
@@ -18,7 +18,7 @@ fn every_cut_point_gives_the_whole_pass_bit_for_bit() {
         let file = GgufFile::open(path).unwrap();
         let cfg = Config::from_gguf(&file).unwrap();
         let w = ModelWeights::load(&cfg, &file, CpuWeight::new).unwrap();
-        let b = CpuBackend::default();
+        let b = CpuBackend::new(CpuPlan::detect());
         let tokens: Vec<u32> = (0..12).map(|i| (i * 7 + 3) % cfg.n_vocab as u32).collect();
         let positions: Vec<u32> = (0..tokens.len() as u32).collect();
         let rows = [tokens.len() - 1];

@@ -37,8 +37,9 @@
 //! `|fast - reference| ≤ 2e-6 · Σ_c |x'_c · w'_c|` for every type, level and path (see
 //! `tests.rs` for why that bound).
 //!
-//! Setting `FERROLM_CPU_MATMUL=reference` forces the reference path (for bisecting);
-//! `scalar` or `avx2` cap the kernel level (never above what the CPU has).
+//! Which level and kernel run is the [`CpuPlan`]'s decision (`FERROLM_CPU_MATMUL=reference`
+//! forces the reference path, for bisecting; `scalar` or `avx2` cap the kernel level; the row
+//! threshold between the two kernels; batch-invariant mode): [`matmul`] takes the plan.
 
 mod act;
 mod float;
@@ -52,9 +53,9 @@ mod tests;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
+use crate::plan::{CpuPlan, MatmulMode};
 use ferrolm_gguf::GgmlType;
 pub use reference::matmul_reference;
-use std::sync::OnceLock;
 
 /// A weight matrix viewed in place: `rows` rows of `cols` elements of type `ty`.
 #[derive(Clone, Copy, Debug)]
@@ -139,8 +140,8 @@ impl Isa {
     }
 }
 
-/// How a quantized matmul is evaluated. `Auto` picks by the number of tokens; the others exist
-/// so tests reach both kernels at every size.
+/// How a quantized matmul is evaluated. `Auto` lets the plan pick by the number of tokens; the
+/// others exist so tests reach both kernels at every size.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Path {
     Auto,
@@ -148,44 +149,6 @@ pub enum Path {
     Gemv,
     /// Repacked weight tiles times several tokens (the prefill kernel; not at scalar level).
     Gemm,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Mode {
-    Reference,
-    Fast(Isa),
-}
-
-/// Read once: the environment switch applies to the whole process.
-fn mode() -> Mode {
-    static MODE: OnceLock<Mode> = OnceLock::new();
-    *MODE.get_or_init(|| {
-        let var = std::env::var("FERROLM_CPU_MATMUL").ok();
-        parse_mode(var.as_deref(), Isa::detect())
-    })
-}
-
-fn parse_mode(var: Option<&str>, best: Isa) -> Mode {
-    match var {
-        Some("reference") => Mode::Reference,
-        Some("scalar") => Mode::Fast(Isa::Scalar),
-        Some("avx2") => Mode::Fast(best.min(Isa::Avx2)),
-        _ => Mode::Fast(best),
-    }
-}
-
-static BATCH_INVARIANT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-/// Batch-invariant mode, for a server batching several sequences: `Path::Auto` then takes the
-/// GEMM kernel at every row count (SIMD levels only), whose rows are computed independently of
-/// each other, so a sequence's logits no longer depend on how many rows share its pass. Off,
-/// one to three rows take the faster mat-vec kernel, which sums in another order.
-pub fn set_batch_invariant(on: bool) {
-    BATCH_INVARIANT.store(on, std::sync::atomic::Ordering::Relaxed);
-}
-
-fn batch_invariant() -> bool {
-    BATCH_INVARIANT.load(std::sync::atomic::Ordering::Relaxed)
 }
 
 /// For integer-scale formats (Q4_K, see `formats::Format::INT_SCALES`): how many leading
@@ -201,35 +164,40 @@ pub enum Order {
     Rows,
 }
 
-impl Order {
-    fn pair_tokens(self, n: usize) -> usize {
-        match self {
-            Order::Dense if n >= 4 && !batch_invariant() => n - n % 4,
-            _ => 0,
-        }
-    }
-}
-
-/// `out[t][r] = Σ_c x[t][c] · W[r][c]` for `n = x.len() / cols` tokens.
-pub fn matmul(w: &WeightRef, x: &[f32], out: &mut [f32]) {
-    matmul_ordered(Order::Dense, w, x, out)
+/// `out[t][r] = Σ_c x[t][c] · W[r][c]` for `n = x.len() / cols` tokens, as `plan` says.
+pub fn matmul(plan: &CpuPlan, w: &WeightRef, x: &[f32], out: &mut [f32]) {
+    matmul_ordered(plan, Order::Dense, w, x, out)
 }
 
 /// [`matmul`] with an explicit [`Order`] (the MoE experts take `Order::Rows`).
-pub fn matmul_ordered(order: Order, w: &WeightRef, x: &[f32], out: &mut [f32]) {
-    match mode() {
-        Mode::Reference => matmul_reference(w, x, out),
-        Mode::Fast(isa) => matmul_full(isa, Path::Auto, order, w, x, out),
+pub fn matmul_ordered(plan: &CpuPlan, order: Order, w: &WeightRef, x: &[f32], out: &mut [f32]) {
+    match plan.matmul_mode() {
+        MatmulMode::Reference => matmul_reference(w, x, out),
+        MatmulMode::Fast(isa) => matmul_planned(plan, isa, Path::Auto, order, w, x, out),
     }
 }
 
-/// [`matmul`] on a given kernel level and path. `isa` must be one of [`Isa::available`].
+/// [`matmul`] on a given kernel level and path, with no switches set (`Path::Auto` picks as
+/// the default plan does). `isa` must be one of [`Isa::available`].
 pub fn matmul_with(isa: Isa, path: Path, w: &WeightRef, x: &[f32], out: &mut [f32]) {
     matmul_full(isa, path, Order::Dense, w, x, out)
 }
 
 /// [`matmul_with`] with an explicit [`Order`].
 pub fn matmul_full(isa: Isa, path: Path, order: Order, w: &WeightRef, x: &[f32], out: &mut [f32]) {
+    matmul_planned(&CpuPlan::with_isa(isa), isa, path, order, w, x, out)
+}
+
+/// The fast path at level `isa`; `Path::Auto` and the order's pair count as `plan` decides.
+fn matmul_planned(
+    plan: &CpuPlan,
+    isa: Isa,
+    path: Path,
+    order: Order,
+    w: &WeightRef,
+    x: &[f32],
+    out: &mut [f32],
+) {
     assert!(isa <= Isa::detect(), "{isa:?} is not available on this CPU");
     assert!(x.len().is_multiple_of(w.cols), "x is not whole rows");
     assert_eq!(
@@ -238,7 +206,12 @@ pub fn matmul_full(isa: Isa, path: Path, order: Order, w: &WeightRef, x: &[f32],
         "out has the wrong size"
     );
     assert_eq!(w.data.len(), w.rows * w.row_bytes(), "weight data size");
-    let pairs = order.pair_tokens(x.len() / w.cols);
+    let n = x.len() / w.cols;
+    let path = match path {
+        Path::Auto => plan.quantized_path(isa, n),
+        chosen => chosen,
+    };
+    let pairs = plan.pair_tokens(order, n);
     if !quantized::matmul(isa, path, pairs, w, x, out) && !float::matmul(isa, w, x, out) {
         matmul_reference(w, x, out);
     }

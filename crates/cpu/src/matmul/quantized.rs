@@ -8,9 +8,6 @@ use ferrolm_gguf::GgmlType;
 use rayon::prelude::*;
 use std::borrow::Cow;
 
-/// From this many tokens on, repacking the weights for the tiled kernel pays for itself.
-pub(super) const GEMM_MIN_TOKENS: usize = 4;
-
 /// Multiply-adds a decode task should at least have, so rayon's dispatch stays small beside it.
 const GEMV_MIN_TASK_MACS: usize = 1 << 16;
 
@@ -24,6 +21,7 @@ impl<F: Format> Native for F {}
 
 /// Runs the matmul if `w.ty` is a quantized format with kernels; false otherwise.
 ///
+/// `path`: the kernel the plan chose (`Gemv` or `Gemm`; the scalar level has only the first).
 /// `pairs`: integer-scale formats sum the first `pairs` tokens per pair of units (see
 /// [`super::Order`]).
 pub(super) fn matmul(
@@ -86,12 +84,8 @@ fn run<F: Native>(k: Kernel, w: &WeightRef, x: &[f32], out: &mut [f32]) {
     } else {
         F::BIAS
     };
-    let gemm = isa != Isa::Scalar
-        && match path {
-            Path::Auto => n >= GEMM_MIN_TOKENS || super::batch_invariant(),
-            Path::Gemm => true,
-            Path::Gemv => false,
-        };
+    debug_assert_ne!(path, Path::Auto, "the plan resolves the path");
+    let gemm = isa != Isa::Scalar && path == Path::Gemm;
     let lanes = !gemm && isa != Isa::Scalar;
     let acts = Acts::quantize(activation_type(F::TY), F::UNIT, bias, lanes, x, w.cols);
     if gemm {
