@@ -1,7 +1,7 @@
 //! A model loaded onto a backend, ready to run forward passes.
 
 use crate::session::EngineError;
-use ferrolm_cpu::{CpuBackend, CpuCache, CpuWeight, KvType};
+use ferrolm_cpu::{CpuBackend, CpuCache, CpuPlan, CpuWeight, KvType};
 use ferrolm_cuda::{CudaCache, CudaDevice, CudaModel};
 use ferrolm_gguf::GgufFile;
 use ferrolm_model::backend::{Backend, SeqRows};
@@ -54,9 +54,11 @@ impl<'a> CpuModel<'a> {
             .num_threads(rayon::current_num_threads())
             .build()
             .map_err(|e| ferrolm_model::ModelError::Invalid(format!("thread pool: {e}")))?;
+        let plan =
+            CpuPlan::from_env().map_err(|e| ferrolm_model::ModelError::Invalid(e.to_string()))?;
         Ok(Self {
             weights,
-            backend: CpuBackend::default(),
+            backend: CpuBackend::new(plan),
             pool,
         })
     }
@@ -122,6 +124,20 @@ impl<'a> Model<'a> {
         match self.exec {
             Exec::Cpu(_) => 512,
             Exec::Cuda(_) | Exec::Split { .. } => 2048,
+        }
+    }
+
+    /// Batch-invariant mode, for a server batching sequences: every forward pass's results
+    /// no longer depend on its batch's row count (the CPU matmul then uses one kernel at every
+    /// size, see `CpuPlan::set_batch_invariant`), so a greedy answer is the same alone or under
+    /// load; the cost is the mat-vec kernel's speed at one row. It applies to the blocks that
+    /// run on the CPU.
+    pub fn set_batch_invariant(&mut self, on: bool) {
+        match &mut self.exec {
+            Exec::Cpu(cpu) | Exec::Split { cpu, .. } => {
+                cpu.backend.plan_mut().set_batch_invariant(on)
+            }
+            Exec::Cuda(_) => {}
         }
     }
 

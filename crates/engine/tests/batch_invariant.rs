@@ -1,16 +1,15 @@
 //! Batch-invariant mode (what `ferrolm serve` runs in): a sequence's logits are bit-identical
-//! whether it runs alone or stacked with others, at every step. Its own test binary, since the
-//! mode is process-wide.
+//! whether it runs alone or stacked with others, at every step.
 
 use ferrolm_engine::{argmax, Logits, Model, SeqInput, Session};
 use ferrolm_gguf::GgufFile;
 
 #[test]
 fn batched_logits_equal_each_sequence_alone_bit_for_bit() {
-    ferrolm_engine::set_batch_invariant(true);
     let path = ferrolm_hub::resolve_default(true).expect("the default model (ferrolm pull)");
     let file = GgufFile::open(path).unwrap();
-    let model = Model::load(&file).unwrap();
+    let mut model = Model::load(&file).unwrap();
+    model.set_batch_invariant(true);
     let prompts: [&[u32]; 3] = [&[1, 504, 3458, 282], &[1, 9690, 314, 253, 1462, 30], &[42]];
     let steps = 6;
 

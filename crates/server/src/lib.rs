@@ -49,8 +49,6 @@ pub struct ServeOptions {
 
 /// Binds, prints the address on stderr, and serves until Ctrl-C.
 pub fn serve(engine: Engine, opts: ServeOptions) -> std::io::Result<()> {
-    // A request's answer must not depend on which others share its batch.
-    ferrolm_engine::set_batch_invariant(true);
     let metrics = std::sync::Arc::new(metrics::Metrics::new(opts.parallel));
     let (handle, sched) = scheduler::Scheduler::new(engine, &opts, metrics.clone())
         .map_err(|e| std::io::Error::other(e.to_string()))?;

@@ -56,7 +56,10 @@ pub fn run(args: ServeArgs) -> Result<()> {
     // The server runs until the process ends; leaking the model once gives the engine
     // thread and the handlers the 'static borrows they need.
     let file: &'static GgufFile = Box::leak(Box::new(GgufFile::open(&path)?));
-    let model: &'static Model<'static> = Box::leak(Box::new(args.model.load(file)?));
+    let mut model = args.model.load(file)?;
+    // A request's answer must not depend on which others share its batch.
+    model.set_batch_invariant(true);
+    let model: &'static Model<'static> = Box::leak(Box::new(model));
     let tok: &'static Tokenizer = Box::leak(Box::new(Tokenizer::from_gguf(file)?));
     let template: &'static ChatTemplate = Box::leak(Box::new(ChatTemplate::from_gguf(file, tok)?));
     let model_id = args.alias.clone().unwrap_or_else(|| {

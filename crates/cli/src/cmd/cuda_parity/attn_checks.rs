@@ -8,7 +8,7 @@ use super::checks::{normal, poisoned, row};
 use super::{compare, Contract, Row};
 use anyhow::Result;
 use ferrolm_cpu::attention::{attention, LayerKv};
-use ferrolm_cpu::KvType;
+use ferrolm_cpu::{CpuPlan, KvType};
 use ferrolm_cuda::ops::{DecodeWork, KvCache, PrefillKernel, QuantMatrix};
 use ferrolm_cuda::{CudaDevice, Kernels, Plan};
 use ferrolm_gguf::GgmlType;
@@ -121,6 +121,8 @@ fn attn(
     n_q: usize,
     paths: &[Path],
 ) -> Result<Vec<Row>> {
+    // The CPU side as the engine runs it (FERROLM_CPU_MATMUL, FERROLM_ATTN).
+    let cpu_plan = CpuPlan::from_env()?;
     let width = n_kv_head * head_dim;
     let (keys, values) = (
         normal(rng, n_pos * width, 1.0),
@@ -175,12 +177,12 @@ fn attn(
         head_dim,
     };
     let mut want = vec![0f32; q.len()];
-    attention(&q, &kv, &positions, shape, &mut want);
+    attention(&cpu_plan, &q, &kv, &positions, shape, &mut want);
     // The CPU takes ggml's small-batch arithmetic with an f16 cache (of the same values).
     let mut kv16 = LayerKv::new(KvType::F16, n_ctx, n_kv_head, head_dim);
     kv16.store(0, &kr, &vr);
     let mut want_ggml = vec![0f32; q.len()];
-    attention(&q, &kv16, &positions, shape, &mut want_ggml);
+    attention(&cpu_plan, &q, &kv16, &positions, shape, &mut want_ggml);
     let scale = magnitudes(&q, &kr, &vr, &positions, shape);
 
     let (qd, pd) = (dev.upload(&q)?, dev.upload(&positions)?);

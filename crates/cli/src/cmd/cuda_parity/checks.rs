@@ -4,7 +4,7 @@
 use super::{compare, Contract, Row};
 use anyhow::Result;
 use ferrolm_cpu::matmul::{matmul, WeightRef};
-use ferrolm_cpu::{norm, rope};
+use ferrolm_cpu::{norm, rope, CpuPlan};
 use ferrolm_cuda::ops::{dequantize_blocks, ActQuant, QuantMatrix, Rope, Q8_1_BLOCK_BYTES};
 use ferrolm_cuda::{CudaDevice, CudaSlice, Kernels, Plan};
 use ferrolm_gguf::GgmlType;
@@ -285,6 +285,8 @@ pub(super) fn products(w: &[f32], x: &[f32], rows: usize, cols: usize) -> Vec<(f
 /// The f32 GEMM against the CPU's float matmul, on a wide shape (64-token tiles) and a router's
 /// (64 rows: 16-token tiles).
 fn gemm_f32(dev: &CudaDevice, k: &Kernels, rng: &mut StdRng) -> Result<Vec<Row>> {
+    // The CPU side as the engine runs it (FERROLM_CPU_MATMUL, FERROLM_ATTN).
+    let cpu_plan = CpuPlan::from_env()?;
     let mut rows = Vec::new();
     for (nrows, cols, n) in [(4096, 1024, 512), (64, 2048, 512)] {
         let w = normal(rng, nrows * cols, 1.0);
@@ -303,7 +305,7 @@ fn gemm_f32(dev: &CudaDevice, k: &Kernels, rng: &mut StdRng) -> Result<Vec<Row>>
             rows: nrows,
             cols,
         };
-        matmul(&wr, &x, &mut want);
+        matmul(&cpu_plan, &wr, &x, &mut want);
         let exact = products(&w, &x, nrows, cols);
         rows.push(row(
             "gemm_f32",
@@ -384,6 +386,8 @@ fn mmvq(
     cols: usize,
     n: usize,
 ) -> Result<Vec<Row>> {
+    // The CPU side as the engine runs it (FERROLM_CPU_MATMUL, FERROLM_ATTN).
+    let cpu_plan = CpuPlan::from_env()?;
     let wq = ferrolm_quant::quantize_to_vec(ty, &normal(rng, rows * cols, 1.0))?;
     let x = normal(rng, n * cols, 1.0);
     let w = QuantMatrix::upload(dev, ty, rows, cols, &wq)?;
@@ -420,7 +424,7 @@ fn mmvq(
             rows,
             cols,
         };
-        matmul(&wr, &x, &mut cpu);
+        matmul(&cpu_plan, &wr, &x, &mut cpu);
         let cmp = compare(&got, &cpu, |i| exact[i].1);
         out_rows.push(row(&op, shape, "cpu matmul::matmul", cmp, SAME_INT8));
     }

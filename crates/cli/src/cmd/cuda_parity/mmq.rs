@@ -5,6 +5,7 @@ use super::checks::{normal, poisoned, row};
 use super::{compare, Contract, Row};
 use anyhow::Result;
 use ferrolm_cpu::matmul::{matmul, WeightRef};
+use ferrolm_cpu::CpuPlan;
 use ferrolm_cuda::ops::{QuantMatrix, MMQ_BK, MMQ_TILES, Q8_1_BLOCK_BYTES};
 use ferrolm_cuda::plan::Gemm;
 use ferrolm_cuda::{CudaDevice, Kernels, Plan};
@@ -33,6 +34,8 @@ pub fn mmq(
     cols: usize,
     n: usize,
 ) -> Result<Vec<Row>> {
+    // The CPU side as the engine runs it (FERROLM_CPU_MATMUL, FERROLM_ATTN).
+    let cpu_plan = CpuPlan::from_env()?;
     let wq = ferrolm_quant::quantize_to_vec(ty, &normal(rng, rows * cols, 1.0))?;
     let x = normal(rng, n * cols, 1.0);
     let w = QuantMatrix::upload(dev, ty, rows, cols, &wq)?;
@@ -53,7 +56,7 @@ pub fn mmq(
         rows,
         cols,
     };
-    matmul(&wr, &x, &mut cpu);
+    matmul(&cpu_plan, &wr, &x, &mut cpu);
     let wf = ferrolm_quant::dequantize_to_vec(ty, &wq, rows * cols)?;
     let exact = super::checks::products(&wf, &x, rows, cols);
     let cmp = compare(&got, &cpu, |i| exact[i].1);

@@ -8,6 +8,7 @@ use super::{compare, Contract, Row};
 use anyhow::Result;
 use ferrolm_cpu::matmul::{matmul_ordered, Order, WeightRef};
 use ferrolm_cpu::norm::swiglu;
+use ferrolm_cpu::CpuPlan;
 use ferrolm_cuda::ops::{MoeExperts, MoeWork, QuantMatrix};
 use ferrolm_cuda::plan::MoeShape;
 use ferrolm_cuda::{CudaDevice, Kernels, Plan};
@@ -200,6 +201,8 @@ fn cpu_moe(
     ids: &[i32],
     weights: &[f32],
 ) -> Result<(Vec<f32>, Vec<f64>)> {
+    // The CPU side as the engine runs it (FERROLM_CPU_MATMUL, FERROLM_ATTN).
+    let cpu_plan = CpuPlan::from_env()?;
     let (n, d, ff) = (c.n, c.n_embd, c.n_ff);
     let wref = |ty, data, rows, cols| WeightRef {
         ty,
@@ -225,11 +228,29 @@ fn cpu_moe(
             .collect();
         let (mut g, mut u) = (vec![0f32; m * ff], vec![0f32; m * ff]);
         // One token at a time, as ferrolm_cpu::moe (and llama.cpp) run expert matmuls.
-        matmul_ordered(Order::Rows, &gate.slice_rows(e * ff, ff), &xe, &mut g);
-        matmul_ordered(Order::Rows, &up.slice_rows(e * ff, ff), &xe, &mut u);
+        matmul_ordered(
+            &cpu_plan,
+            Order::Rows,
+            &gate.slice_rows(e * ff, ff),
+            &xe,
+            &mut g,
+        );
+        matmul_ordered(
+            &cpu_plan,
+            Order::Rows,
+            &up.slice_rows(e * ff, ff),
+            &xe,
+            &mut u,
+        );
         swiglu(&mut g, &u);
         let mut y = vec![0f32; m * d];
-        matmul_ordered(Order::Rows, &down.slice_rows(e * d, d), &g, &mut y);
+        matmul_ordered(
+            &cpu_plan,
+            Order::Rows,
+            &down.slice_rows(e * d, d),
+            &g,
+            &mut y,
+        );
         let wd = &down_f[e * d * ff..][..d * ff];
         // [m][d] of Σ_j |down[r][j] · h[j]|.
         let mags: Vec<f64> = (0..m * d)

@@ -8,6 +8,7 @@ use anyhow::Result;
 use ferrolm_cpu::matmul::{matmul, WeightRef};
 use ferrolm_cpu::moe::route;
 use ferrolm_cpu::norm::swiglu;
+use ferrolm_cpu::CpuPlan;
 use ferrolm_cuda::ops::{dequantize_blocks, QuantMatrix, Q8_1_BLOCK_BYTES};
 use ferrolm_cuda::ops::{MoeDecodeWork, MoeExperts, MoeRouteWork, MoeRouter};
 use ferrolm_cuda::plan::{ExpertMatVec, MoeShape};
@@ -71,6 +72,8 @@ fn routing(
     gating: MoeGating,
     n: usize,
 ) -> Result<Vec<Row>> {
+    // The CPU side as the engine runs it (FERROLM_CPU_MATMUL, FERROLM_ATTN).
+    let cpu_plan = CpuPlan::from_env()?;
     let d = OLMOE.0;
     let x = normal(rng, n * d, 1.0);
     let w = normal(rng, ne * d, 0.05);
@@ -99,7 +102,7 @@ fn routing(
         cols: d,
     };
     let mut probs = vec![0f32; n * ne];
-    matmul(&wr, &x, &mut probs);
+    matmul(&cpu_plan, &wr, &x, &mut probs);
     let (mut got_p, mut want_p, mut got_w, mut want_w) = (vec![], vec![], vec![], vec![]);
     let (mut valid, mut ties) = (true, 0);
     for (t, p) in probs.chunks_exact_mut(ne).enumerate() {
@@ -260,6 +263,8 @@ fn decode(
     down_ty: GgmlType,
     n: usize,
 ) -> Result<Vec<Row>> {
+    // The CPU side as the engine runs it (FERROLM_CPU_MATMUL, FERROLM_ATTN).
+    let cpu_plan = CpuPlan::from_env()?;
     let (d, ff, _, kk) = OLMOE;
     let experts = ex.view(down_ty);
     let x = normal(rng, n * d, 1.0);
@@ -332,11 +337,11 @@ fn decode(
             all.slice_rows(e * rows, rows)
         };
         let (mut cg, mut cu, mut cd) = (vec![0f32; ff], vec![0f32; ff], vec![0f32; d]);
-        matmul(&wref(gq, GgmlType::Q4K, ff, d), xt, &mut cg);
-        matmul(&wref(uq, GgmlType::Q4K, ff, d), xt, &mut cu);
+        matmul(&cpu_plan, &wref(gq, GgmlType::Q4K, ff, d), xt, &mut cg);
+        matmul(&cpu_plan, &wref(uq, GgmlType::Q4K, ff, d), xt, &mut cu);
         let (gx, ux) = (dots(&g, xt), dots(&u, xt));
         swiglu(&mut cg, &cu);
-        matmul(&wref(dq, down_ty, d, ff), &cg, &mut cd);
+        matmul(&cpu_plan, &wref(dq, down_ty, d, ff), &cg, &mut cd);
         let dh = dots(&dn, &cg);
         // Down's magnitude, plus what an error in h (bounded as above) can move it by.
         let hb: Vec<f32> = (0..ff).map(|c| bound(&gx, &ux, c) as f32).collect();
