@@ -108,13 +108,14 @@ impl CpuPlan {
         };
         const ATTN: &str = "FERROLM_ATTN";
         let attn_f32 = match get(ATTN).as_deref() {
-            None => false,
+            // `ggml` names the default, as the CUDA plan accepts it.
+            None | Some("ggml") => false,
             Some("f32") => true,
             Some(other) => {
                 return Err(PlanError {
                     var: ATTN,
                     value: other.to_owned(),
-                    expected: "f32",
+                    expected: "f32, or ggml (the default)",
                 })
             }
         };
@@ -247,6 +248,7 @@ mod tests {
         assert!(p.attention_ggml_f16(KvType::F16, 63));
         assert!(!p.attention_ggml_f16(KvType::F16, 64));
         assert!(!p.attention_ggml_f16(KvType::F32, 1));
+        assert_eq!(plan(Isa::Avx2, &[("FERROLM_ATTN", "ggml")]).unwrap(), p);
         let f32 = plan(Isa::Avx2, &[("FERROLM_ATTN", "f32")]).unwrap();
         assert!(!f32.attention_ggml_f16(KvType::F16, 1));
     }
