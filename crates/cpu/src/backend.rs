@@ -1,13 +1,15 @@
-//! The CPU implementation of the model's coarse ops.
+//! The CPU implementation of the model's coarse ops. Nothing here can fail (the error type is
+//! [`Infallible`]); the pass inputs are host copies.
 
 use crate::attention::{attention, KvType, LayerKv};
 use crate::matmul::{matmul, WeightRef};
 use crate::plan::CpuPlan;
 use crate::{norm, rope};
 use ferrolm_gguf::GgmlType;
-use ferrolm_model::backend::{AttnShape, Backend, MoeGating, RopeMode, SeqRows};
+use ferrolm_model::backend::{AttnShape, Backend, InputRows, PassInputs, RopeMode, SeqRows};
 use ferrolm_model::weights::MoeWeights;
-use ferrolm_model::{Config, ModelError, Result};
+use ferrolm_model::{Config, ModelError, Result, TensorId};
+use std::convert::Infallible;
 
 /// A weight as the CPU holds it: the mapped blocks, plus an f32 copy for the small 1-D
 /// tensors (norms, biases) that are used elementwise.
@@ -17,9 +19,10 @@ pub struct CpuWeight<'a> {
 }
 
 impl<'a> CpuWeight<'a> {
-    pub fn new(name: &str, ty: GgmlType, dims: &[u64], data: &'a [u8]) -> Result<Self> {
+    /// The tensor `id` of the file (its name only for errors).
+    pub fn new(id: TensorId, ty: GgmlType, dims: &[u64], data: &'a [u8]) -> Result<Self> {
         ferrolm_quant::codec(ty).map_err(|e| ModelError::Tensor {
-            name: name.to_owned(),
+            name: id.name(),
             what: e.to_string(),
         })?;
         let cols = dims[0] as usize;
@@ -52,6 +55,18 @@ pub struct Mat {
 impl Mat {
     pub fn rows(&self) -> usize {
         self.data.len() / self.width
+    }
+}
+
+/// A pass's token ids and positions, copied from the host.
+pub struct CpuInputs {
+    pub tokens: Vec<u32>,
+    pub positions: Vec<u32>,
+}
+
+impl InputRows for CpuInputs {
+    fn rows(&self) -> usize {
+        self.tokens.len()
     }
 }
 
@@ -103,38 +118,71 @@ impl<'a> Backend for CpuBackend<'a> {
     type Weight = CpuWeight<'a>;
     type Act = Mat;
     type Cache = CpuCache;
+    type Inputs = CpuInputs;
+    type Error = Infallible;
 
-    fn alloc(&self, n: usize, width: usize) -> Mat {
-        Mat {
+    fn inputs(&self, pass: &PassInputs<'_>) -> Result<CpuInputs, Infallible> {
+        Ok(CpuInputs {
+            tokens: pass.tokens.to_vec(),
+            positions: pass.positions.to_vec(),
+        })
+    }
+
+    fn alloc(&self, n: usize, width: usize) -> Result<Mat, Infallible> {
+        Ok(Mat {
             data: vec![0.0; n * width],
             width,
-        }
+        })
     }
 
-    fn embed(&self, table: &CpuWeight<'a>, ids: &[u32], out: &mut Mat) {
-        for (&id, row) in ids.iter().zip(out.data.chunks_exact_mut(out.width)) {
+    fn embed(
+        &self,
+        table: &CpuWeight<'a>,
+        inp: &CpuInputs,
+        out: &mut Mat,
+    ) -> Result<(), Infallible> {
+        for (&id, row) in inp.tokens.iter().zip(out.data.chunks_exact_mut(out.width)) {
             table.mat.dequantize_row(id as usize, row);
         }
+        Ok(())
     }
 
-    fn rms_norm(&self, x: &Mat, w: &CpuWeight<'a>, eps: f32, out: &mut Mat) {
+    fn rms_norm(
+        &self,
+        x: &Mat,
+        w: &CpuWeight<'a>,
+        eps: f32,
+        out: &mut Mat,
+    ) -> Result<(), Infallible> {
         norm::rms_norm(&x.data, w.f32s(), eps, &mut out.data);
+        Ok(())
     }
 
-    fn rms_norm_groups(&self, x: &mut Mat, w: &CpuWeight<'a>, eps: f32) {
+    fn rms_norm_groups(&self, x: &mut Mat, w: &CpuWeight<'a>, eps: f32) -> Result<(), Infallible> {
         norm::rms_norm_inplace(&mut x.data, w.f32s(), eps);
+        Ok(())
     }
 
-    fn matmul(&self, w: &CpuWeight<'a>, x: &Mat, out: &mut Mat) {
+    fn matmul(&self, w: &CpuWeight<'a>, x: &Mat, out: &mut Mat) -> Result<(), Infallible> {
         matmul(&self.plan, &w.mat, &x.data, &mut out.data);
+        Ok(())
     }
 
-    fn add_bias(&self, x: &mut Mat, b: &CpuWeight<'a>) {
+    fn add_bias(&self, x: &mut Mat, b: &CpuWeight<'a>) -> Result<(), Infallible> {
         norm::add_bias(&mut x.data, b.f32s());
+        Ok(())
     }
 
-    fn rope(&self, x: &mut Mat, head_dim: usize, positions: &[u32], base: f32, mode: RopeMode) {
-        rope::rope(&mut x.data, head_dim, positions, base, mode);
+    fn rope(
+        &self,
+        x: &mut Mat,
+        head_dim: usize,
+        inp: &CpuInputs,
+        base: f32,
+        mode: RopeMode,
+    ) -> Result<(), Infallible> {
+        rope::rope(&mut x.data, head_dim, &inp.positions, base, mode);
+        Ok(())
     }
 
     fn attention(
@@ -144,10 +192,11 @@ impl<'a> Backend for CpuBackend<'a> {
         q: &Mat,
         k: &Mat,
         v: &Mat,
-        positions: &[u32],
+        inp: &CpuInputs,
         shape: AttnShape,
         out: &mut Mat,
-    ) {
+    ) -> Result<(), Infallible> {
+        let positions = &inp.positions;
         // Each sequence is its own call on its own rows, so a sequence's numerics (including
         // the small-batch f16 rounding, chosen by its row count) do not depend on its
         // neighbours in the batch.
@@ -174,32 +223,36 @@ impl<'a> Backend for CpuBackend<'a> {
                 &mut out.data[out_rows],
             );
         }
+        Ok(())
     }
 
-    fn swiglu(&self, gate: &mut Mat, up: &Mat) {
+    fn swiglu(&self, gate: &mut Mat, up: &Mat) -> Result<(), Infallible> {
         norm::swiglu(&mut gate.data, &up.data);
+        Ok(())
     }
 
-    fn moe(&self, x: &Mat, w: &MoeWeights<CpuWeight<'a>>, gating: MoeGating, out: &mut Mat) {
-        crate::moe::moe(&self.plan, x, w, gating, out);
+    fn moe(&self, x: &Mat, w: &MoeWeights<CpuWeight<'a>>, out: &mut Mat) -> Result<(), Infallible> {
+        crate::moe::moe(&self.plan, x, w, out);
+        Ok(())
     }
 
-    fn add(&self, acc: &mut Mat, x: &Mat) {
+    fn add(&self, acc: &mut Mat, x: &Mat) -> Result<(), Infallible> {
         norm::add_assign(&mut acc.data, &x.data);
+        Ok(())
     }
 
-    fn select_rows(&self, x: &Mat, rows: &[usize]) -> Mat {
+    fn select_rows(&self, x: &Mat, rows: &[usize]) -> Result<Mat, Infallible> {
         let mut data = Vec::with_capacity(rows.len() * x.width);
         for &r in rows {
             data.extend_from_slice(&x.data[r * x.width..(r + 1) * x.width]);
         }
-        Mat {
+        Ok(Mat {
             data,
             width: x.width,
-        }
+        })
     }
 
-    fn to_host(&self, x: &Mat) -> Vec<f32> {
-        x.data.clone()
+    fn to_host(&self, x: &Mat) -> Result<Vec<f32>, Infallible> {
+        Ok(x.data.clone())
     }
 }

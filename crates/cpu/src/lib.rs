@@ -1,6 +1,6 @@
 //! CPU kernels and the CPU backend. Activations are row-major f32 `[n_tokens][width]`;
 //! weights are ggml tensors (row `r` of a `[cols, rows]` ggml tensor is output feature `r`),
-//! read in place from the map.
+//! read in place from the map. [`CpuModel`] runs the shared forward pass on them.
 
 pub mod attention;
 pub mod backend;
@@ -9,7 +9,9 @@ pub mod moe;
 pub mod norm;
 pub mod plan;
 pub mod rope;
+pub mod runner;
 
 pub use attention::KvType;
-pub use backend::{CpuBackend, CpuCache, CpuWeight, Mat};
+pub use backend::{CpuBackend, CpuCache, CpuInputs, CpuWeight, Mat};
 pub use plan::{CpuPlan, PlanError};
+pub use runner::CpuModel;

@@ -24,13 +24,9 @@ pub fn route(logits: &mut [f32], k: usize, gating: MoeGating) -> Vec<(usize, f32
     picked
 }
 
-pub fn moe(
-    plan: &CpuPlan,
-    x: &Mat,
-    w: &MoeWeights<CpuWeight<'_>>,
-    gating: MoeGating,
-    out: &mut Mat,
-) {
+/// The MoE FFN of `x` into `out`, routed as `w.gating` says.
+pub fn moe(plan: &CpuPlan, x: &Mat, w: &MoeWeights<CpuWeight<'_>>, out: &mut Mat) {
+    let gating = w.gating;
     let (n, d) = (x.rows(), x.width);
     let mut logits = vec![0f32; n * w.n_expert];
     matmul(plan, &w.router.mat, &x.data, &mut logits);

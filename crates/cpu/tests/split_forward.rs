@@ -3,7 +3,7 @@
 
 use ferrolm_cpu::{CpuBackend, CpuCache, CpuPlan, CpuWeight, KvType};
 use ferrolm_gguf::GgufFile;
-use ferrolm_model::backend::{Backend, SeqRows};
+use ferrolm_model::backend::{Backend, PassInputs, SeqRows};
 use ferrolm_model::forward::{embed, forward, head, layers};
 use ferrolm_model::weights::ModelWeights;
 use ferrolm_model::Config;
@@ -22,15 +22,18 @@ fn every_cut_point_gives_the_whole_pass_bit_for_bit() {
         let tokens: Vec<u32> = (0..12).map(|i| (i * 7 + 3) % cfg.n_vocab as u32).collect();
         let positions: Vec<u32> = (0..tokens.len() as u32).collect();
         let rows = [tokens.len() - 1];
+        let Ok(inp) = b.inputs(&PassInputs {
+            tokens: &tokens,
+            positions: &positions,
+        });
 
         let mut cache = CpuCache::new(&cfg, 32, KvType::F16);
         let mut seqs = [SeqRows {
             cache: &mut cache,
             rows: 0..tokens.len(),
         }];
-        let whole = b.to_host(&forward(
-            &b, &cfg, &w, &mut seqs, &tokens, &positions, &rows,
-        ));
+        let Ok(logits) = forward(&b, &cfg, &w, &mut seqs, &inp, &rows);
+        let Ok(whole) = b.to_host(&logits);
 
         for cut in 0..=cfg.n_layer {
             let mut cache = CpuCache::new(&cfg, 32, KvType::F16);
@@ -38,21 +41,15 @@ fn every_cut_point_gives_the_whole_pass_bit_for_bit() {
                 cache: &mut cache,
                 rows: 0..tokens.len(),
             }];
-            let mut x = embed(&b, &cfg, &w, &tokens);
-            layers(&b, &cfg, &w, &mut seqs, &mut x, &positions, 0..cut);
+            let Ok(mut x) = embed(&b, &cfg, &w, &inp);
+            let Ok(()) = layers(&b, &cfg, &w, &mut seqs, &mut x, &inp, 0..cut);
             // What crosses between backends: the residual stream as host floats.
-            let mut moved = b.alloc(tokens.len(), cfg.n_embd);
-            moved.data.copy_from_slice(&b.to_host(&x));
-            layers(
-                &b,
-                &cfg,
-                &w,
-                &mut seqs,
-                &mut moved,
-                &positions,
-                cut..cfg.n_layer,
-            );
-            let split = b.to_host(&head(&b, &cfg, &w, &moved, &rows));
+            let Ok(mut moved) = b.alloc(tokens.len(), cfg.n_embd);
+            let Ok(host) = b.to_host(&x);
+            moved.data.copy_from_slice(&host);
+            let Ok(()) = layers(&b, &cfg, &w, &mut seqs, &mut moved, &inp, cut..cfg.n_layer);
+            let Ok(logits) = head(&b, &cfg, &w, &moved, &rows);
+            let Ok(split) = b.to_host(&logits);
             assert!(
                 split == whole,
                 "{stem}: cut after {cut} layers changes the logits"

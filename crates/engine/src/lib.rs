@@ -8,6 +8,8 @@ mod session;
 
 pub use batch::{SeqCache, SeqInput};
 pub use ferrolm_cpu::KvType;
+/// Device time per stage of the CUDA backend's passes (`FERROLM_CUDA_PROFILE`), for `bench`.
+pub use ferrolm_cuda::profile as cuda_profile;
 pub use generate::{generate, held_back, GenerateParams, GenerateStats, StopReason};
 pub use model::{Cache, Device, Model};
 pub use sampler::{argmax, Sampler, SamplerConfig};

@@ -1,13 +1,11 @@
 //! A model loaded onto a backend, ready to run forward passes.
 
 use crate::session::EngineError;
-use ferrolm_cpu::{CpuBackend, CpuCache, CpuPlan, CpuWeight, KvType};
+use ferrolm_cpu::{CpuCache, CpuModel, KvType};
 use ferrolm_cuda::{CudaCache, CudaDevice, CudaModel};
 use ferrolm_gguf::GgufFile;
-use ferrolm_model::backend::{Backend, SeqRows};
-use ferrolm_model::forward::{embed, forward, layers};
-use ferrolm_model::weights::ModelWeights;
-use ferrolm_model::{Config, Result};
+use ferrolm_model::backend::{PassInputs, SeqRows};
+use ferrolm_model::{Config, ModelRunner, Result};
 use std::sync::Arc;
 
 /// Where a model runs.
@@ -37,33 +35,6 @@ enum Exec<'a> {
     },
 }
 
-struct CpuModel<'a> {
-    weights: ModelWeights<CpuWeight<'a>>,
-    backend: CpuBackend<'a>,
-    /// The forward pass runs inside this pool: every parallel op then starts from a worker
-    /// thread instead of waking the pool from outside, which matters at one token per pass.
-    pool: rayon::ThreadPool,
-}
-
-impl<'a> CpuModel<'a> {
-    fn load(cfg: &Config, file: &'a GgufFile) -> Result<Self> {
-        let weights = ModelWeights::load(cfg, file, |name, ty, dims, data| {
-            CpuWeight::new(name, ty, dims, data)
-        })?;
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(rayon::current_num_threads())
-            .build()
-            .map_err(|e| ferrolm_model::ModelError::Invalid(format!("thread pool: {e}")))?;
-        let plan =
-            CpuPlan::from_env().map_err(|e| ferrolm_model::ModelError::Invalid(e.to_string()))?;
-        Ok(Self {
-            weights,
-            backend: CpuBackend::new(plan),
-            pool,
-        })
-    }
-}
-
 /// The KV cache of one sequence, on the model's device.
 pub enum Cache {
     Cpu(CpuCache),
@@ -78,6 +49,14 @@ impl Device {
         CudaDevice::new(ordinal)
             .map(|d| Device::Cuda(Arc::new(d)))
             .map_err(|e| EngineError::Backend(e.to_string()))
+    }
+
+    /// "cpu", or the GPU's description.
+    pub fn describe(&self) -> String {
+        match self {
+            Device::Cpu => "cpu".into(),
+            Device::Cuda(d) => d.describe(),
+        }
     }
 }
 
@@ -105,12 +84,12 @@ impl<'a> Model<'a> {
     pub fn load_split(file: &'a GgufFile, device: &Device, first_gpu_layer: usize) -> Result<Self> {
         let cfg = Config::from_gguf(file)?;
         let exec = match device {
-            Device::Cpu => Exec::Cpu(CpuModel::load(&cfg, file)?),
+            Device::Cpu => Exec::Cpu(CpuModel::load(file)?),
             Device::Cuda(dev) if first_gpu_layer == 0 => {
                 Exec::Cuda(CudaModel::load(file, dev.clone())?)
             }
             Device::Cuda(dev) => Exec::Split {
-                cpu: CpuModel::load(&cfg, file)?,
+                cpu: CpuModel::load(file)?,
                 gpu: CudaModel::load_from_layer(file, dev.clone(), first_gpu_layer)?,
             },
         };
@@ -134,9 +113,7 @@ impl<'a> Model<'a> {
     /// run on the CPU.
     pub fn set_batch_invariant(&mut self, on: bool) {
         match &mut self.exec {
-            Exec::Cpu(cpu) | Exec::Split { cpu, .. } => {
-                cpu.backend.plan_mut().set_batch_invariant(on)
-            }
+            Exec::Cpu(cpu) | Exec::Split { cpu, .. } => cpu.set_batch_invariant(on),
             Exec::Cuda(_) => {}
         }
     }
@@ -168,12 +145,11 @@ impl<'a> Model<'a> {
                 .map_err(|e| EngineError::Backend(e.to_string()))
         };
         match &self.exec {
-            Exec::Cpu(_) => Ok(Cache::Cpu(CpuCache::new(&self.cfg, n_ctx, kv_type))),
+            Exec::Cpu(m) => Ok(Cache::Cpu(m.new_cache(n_ctx, kv_type))),
             Exec::Cuda(m) => gpu_cache(m).map(Cache::Cuda),
-            Exec::Split { gpu, .. } => Ok(Cache::Split(
-                CpuCache::new(&self.cfg, n_ctx, kv_type),
-                gpu_cache(gpu)?,
-            )),
+            Exec::Split { cpu, gpu } => {
+                Ok(Cache::Split(cpu.new_cache(n_ctx, kv_type), gpu_cache(gpu)?))
+            }
         }
     }
 
@@ -195,8 +171,9 @@ impl<'a> Model<'a> {
         )
     }
 
-    /// The one place a forward pass is started: on the CPU inside the model's pool, on the GPU
-    /// through [`CudaModel`] (which replays single-token steps of one sequence as a graph).
+    /// The one place a forward pass is started: on the CPU through [`CpuModel`] (inside its
+    /// pool), on the GPU through [`CudaModel`] (which replays single-token steps of one
+    /// sequence as a graph).
     pub(crate) fn forward_rows(
         &self,
         seqs: &mut [SeqRows<'_, Cache>],
@@ -204,27 +181,16 @@ impl<'a> Model<'a> {
         positions: &[u32],
         logit_rows: &[usize],
     ) -> Result<Vec<f32>, EngineError> {
+        let pass = PassInputs { tokens, positions };
         match &self.exec {
-            Exec::Cpu(m) => {
-                let mut cpu = narrow(seqs, |c| match c {
-                    Cache::Cpu(c) => Some(c),
-                    _ => None,
-                })?;
-                Ok(m.pool.install(|| {
-                    let logits = forward(
-                        &m.backend, &self.cfg, &m.weights, &mut cpu, tokens, positions, logit_rows,
-                    );
-                    m.backend.to_host(&logits)
-                }))
-            }
-            Exec::Cuda(m) => {
-                let mut gpu = narrow(seqs, |c| match c {
-                    Cache::Cuda(c) => Some(&mut **c),
-                    _ => None,
-                })?;
-                m.forward_rows(&mut gpu, tokens, positions, logit_rows)
-                    .map_err(|e| EngineError::Backend(e.to_string()))
-            }
+            Exec::Cpu(m) => run(m, seqs, &pass, logit_rows, |c| match c {
+                Cache::Cpu(c) => Some(c),
+                _ => None,
+            }),
+            Exec::Cuda(m) => run(m, seqs, &pass, logit_rows, |c| match c {
+                Cache::Cuda(c) => Some(&mut **c),
+                _ => None,
+            }),
             Exec::Split { cpu, gpu } => {
                 let (mut on_cpu, mut on_gpu) = (Vec::new(), Vec::new());
                 for s in seqs.iter_mut() {
@@ -241,25 +207,28 @@ impl<'a> Model<'a> {
                     });
                 }
                 // The first blocks on the CPU; the residual stream crosses to the GPU once.
-                let x = cpu.pool.install(|| {
-                    let mut x = embed(&cpu.backend, &self.cfg, &cpu.weights, tokens);
-                    let cut = 0..gpu.first_layer();
-                    layers(
-                        &cpu.backend,
-                        &self.cfg,
-                        &cpu.weights,
-                        &mut on_cpu,
-                        &mut x,
-                        positions,
-                        cut,
-                    );
-                    x.data
-                });
-                gpu.forward_from_host(&mut on_gpu, &x, tokens, positions, logit_rows)
+                let x = cpu.forward_to_host(&mut on_cpu, &pass, 0..gpu.first_layer());
+                gpu.forward_from_host(&mut on_gpu, &x, &pass, logit_rows)
                     .map_err(|e| EngineError::Backend(e.to_string()))
             }
         }
     }
+}
+
+/// A pass on one runner, with the batch's caches narrowed to its own cache type.
+fn run<'s, 'c, R: ModelRunner>(
+    m: &R,
+    seqs: &'s mut [SeqRows<'c, Cache>],
+    pass: &PassInputs<'_>,
+    logit_rows: &[usize],
+    pick: impl Fn(&'s mut Cache) -> Option<&'s mut R::Cache>,
+) -> Result<Vec<f32>, EngineError>
+where
+    R::Cache: 's,
+{
+    let mut own = narrow(seqs, pick)?;
+    m.forward_rows(&mut own, pass, logit_rows)
+        .map_err(|e| EngineError::Backend(e.to_string()))
 }
 
 /// The batch's caches as the device's own cache type; an error when one lives elsewhere.

@@ -1,5 +1,9 @@
 //! The coarse ops a forward pass is written against. A backend may fuse what it likes behind
 //! them; the architectures in [`crate::forward`] only say what is computed, in which order.
+//!
+//! Every op returns a `Result` with the backend's own error type (uninhabited where a backend
+//! cannot fail), and the pass's token ids and positions reach the ops as one value
+//! ([`Backend::Inputs`]) that the backend makes once per pass from [`PassInputs`].
 
 use crate::weights::MoeWeights;
 use std::ops::Range;
@@ -30,6 +34,27 @@ pub enum MoeGating {
     SoftmaxTopKRenorm,
 }
 
+/// What a pass runs over, as host values: one token id and one position per row. Which rows
+/// belong to which sequence travels beside it, as [`SeqRows`], with each sequence's cache.
+#[derive(Clone, Copy, Debug)]
+pub struct PassInputs<'a> {
+    pub tokens: &'a [u32],
+    pub positions: &'a [u32],
+}
+
+impl PassInputs<'_> {
+    /// Rows (tokens) in the pass.
+    pub fn rows(&self) -> usize {
+        self.tokens.len()
+    }
+}
+
+/// A pass's inputs as a backend holds them ([`Backend::Inputs`]): all the forward pass itself
+/// asks of them is how many rows they cover.
+pub trait InputRows {
+    fn rows(&self) -> usize;
+}
+
 /// One sequence of a batch: its KV cache and the rows of the batch's activations that are its
 /// tokens. A batch's sequences own disjoint, contiguous row ranges in order; within a range the
 /// tokens are consecutive positions of that sequence (`positions[rows]`), as a ubatch is.
@@ -45,43 +70,78 @@ pub trait Backend {
     type Act;
     /// The KV cache of one sequence, all layers.
     type Cache;
+    /// A pass's token ids and positions where the ops read them (host copies on the CPU,
+    /// device buffers on a GPU), made once per pass by [`Self::inputs`].
+    type Inputs: InputRows;
+    /// What an op can fail with; [`std::convert::Infallible`] where nothing can.
+    type Error;
 
-    fn alloc(&self, n: usize, width: usize) -> Self::Act;
-    /// Row `ids[t]` of the embedding table into row `t` of `out`.
-    fn embed(&self, table: &Self::Weight, ids: &[u32], out: &mut Self::Act);
-    fn rms_norm(&self, x: &Self::Act, w: &Self::Weight, eps: f32, out: &mut Self::Act);
+    /// The pass's inputs, uploaded (or copied) once for every op of the pass to read.
+    fn inputs(&self, pass: &PassInputs<'_>) -> Result<Self::Inputs, Self::Error>;
+    fn alloc(&self, n: usize, width: usize) -> Result<Self::Act, Self::Error>;
+    /// Row `tokens[t]` of the embedding table into row `t` of `out`.
+    fn embed(
+        &self,
+        table: &Self::Weight,
+        inp: &Self::Inputs,
+        out: &mut Self::Act,
+    ) -> Result<(), Self::Error>;
+    fn rms_norm(
+        &self,
+        x: &Self::Act,
+        w: &Self::Weight,
+        eps: f32,
+        out: &mut Self::Act,
+    ) -> Result<(), Self::Error>;
     /// RMS norm applied to each `len(w)`-wide group of every row, in place.
-    fn rms_norm_groups(&self, x: &mut Self::Act, w: &Self::Weight, eps: f32);
+    fn rms_norm_groups(
+        &self,
+        x: &mut Self::Act,
+        w: &Self::Weight,
+        eps: f32,
+    ) -> Result<(), Self::Error>;
     /// `out = x · Wᵀ`.
-    fn matmul(&self, w: &Self::Weight, x: &Self::Act, out: &mut Self::Act);
+    fn matmul(
+        &self,
+        w: &Self::Weight,
+        x: &Self::Act,
+        out: &mut Self::Act,
+    ) -> Result<(), Self::Error>;
     /// `outs[i] = x · ws[i]ᵀ` for several weights over the same input (q/k/v, gate/up), so a
     /// backend can prepare `x` once (quantize it, say) for all of them.
-    fn matmul_many(&self, ws: &[&Self::Weight], x: &Self::Act, outs: &mut [&mut Self::Act]) {
+    fn matmul_many(
+        &self,
+        ws: &[&Self::Weight],
+        x: &Self::Act,
+        outs: &mut [&mut Self::Act],
+    ) -> Result<(), Self::Error> {
         for (w, out) in ws.iter().zip(outs.iter_mut()) {
-            self.matmul(w, x, out);
+            self.matmul(w, x, out)?;
         }
+        Ok(())
     }
-    fn add_bias(&self, x: &mut Self::Act, b: &Self::Weight);
+    fn add_bias(&self, x: &mut Self::Act, b: &Self::Weight) -> Result<(), Self::Error>;
+    /// Rotary embeddings of every row at its position (`inp`).
     fn rope(
         &self,
         x: &mut Self::Act,
         head_dim: usize,
-        positions: &[u32],
+        inp: &Self::Inputs,
         base: f32,
         mode: RopeMode,
-    );
+    ) -> Result<(), Self::Error>;
     /// [`Self::rope`] of the queries and the keys, which a backend may run as one pass.
     fn rope_qk(
         &self,
         q: &mut Self::Act,
         k: &mut Self::Act,
         head_dim: usize,
-        positions: &[u32],
+        inp: &Self::Inputs,
         base: f32,
         mode: RopeMode,
-    ) {
-        self.rope(q, head_dim, positions, base, mode);
-        self.rope(k, head_dim, positions, base, mode);
+    ) -> Result<(), Self::Error> {
+        self.rope(q, head_dim, inp, base, mode)?;
+        self.rope(k, head_dim, inp, base, mode)
     }
     /// The per-head (or whole-row) RMS norms of the queries and keys, then [`Self::rope_qk`]:
     /// one pass on a backend that can.
@@ -94,20 +154,20 @@ pub trait Backend {
         k_norm: &Self::Weight,
         eps: f32,
         head_dim: usize,
-        positions: &[u32],
+        inp: &Self::Inputs,
         base: f32,
         mode: RopeMode,
-    ) {
-        self.rms_norm_groups(q, q_norm, eps);
-        self.rms_norm_groups(k, k_norm, eps);
-        self.rope_qk(q, k, head_dim, positions, base, mode);
+    ) -> Result<(), Self::Error> {
+        self.rms_norm_groups(q, q_norm, eps)?;
+        self.rms_norm_groups(k, k_norm, eps)?;
+        self.rope_qk(q, k, head_dim, inp, base, mode)
     }
-    /// For each sequence of `seqs`: stores its rows of `k`, `v` at their `positions` in layer
-    /// `layer` of its cache, then causal attention of its rows of `q` over everything that
-    /// cache holds up to each token's position, into the same rows of `out`. Sequences never
-    /// see each other's keys. Everything else in a forward pass is row-wise, so this is the one
-    /// op that knows a batch holds several sequences. A batch of one sequence covering all
-    /// rows must compute exactly what a single-sequence call always did.
+    /// For each sequence of `seqs`: stores its rows of `k`, `v` at their positions (`inp`) in
+    /// layer `layer` of its cache, then causal attention of its rows of `q` over everything
+    /// that cache holds up to each token's position, into the same rows of `out`. Sequences
+    /// never see each other's keys. Everything else in a forward pass is row-wise, so this is
+    /// the one op that knows a batch holds several sequences. A batch of one sequence covering
+    /// all rows must compute exactly what a single-sequence call always did.
     #[allow(clippy::too_many_arguments)]
     fn attention(
         &self,
@@ -116,22 +176,22 @@ pub trait Backend {
         q: &Self::Act,
         k: &Self::Act,
         v: &Self::Act,
-        positions: &[u32],
+        inp: &Self::Inputs,
         shape: AttnShape,
         out: &mut Self::Act,
-    );
+    ) -> Result<(), Self::Error>;
     /// `gate = silu(gate) * up`.
-    fn swiglu(&self, gate: &mut Self::Act, up: &Self::Act);
-    /// Routes every token, runs its experts and writes their weighted sum to `out`.
+    fn swiglu(&self, gate: &mut Self::Act, up: &Self::Act) -> Result<(), Self::Error>;
+    /// Routes every token (as `w.gating` says), runs its experts and writes their weighted sum
+    /// to `out`.
     fn moe(
         &self,
         x: &Self::Act,
         w: &MoeWeights<Self::Weight>,
-        gating: MoeGating,
         out: &mut Self::Act,
-    );
+    ) -> Result<(), Self::Error>;
     /// `acc += x`.
-    fn add(&self, acc: &mut Self::Act, x: &Self::Act);
+    fn add(&self, acc: &mut Self::Act, x: &Self::Act) -> Result<(), Self::Error>;
     /// `acc += x`, then `out = rms_norm(acc) * w`: the residual add and the next norm, which a
     /// backend may run as one pass.
     fn add_rms_norm(
@@ -141,9 +201,9 @@ pub trait Backend {
         w: &Self::Weight,
         eps: f32,
         out: &mut Self::Act,
-    ) {
-        self.add(acc, x);
-        self.rms_norm(acc, w, eps, out);
+    ) -> Result<(), Self::Error> {
+        self.add(acc, x)?;
+        self.rms_norm(acc, w, eps, out)
     }
     /// `gate = silu(x · Wgᵀ) * (x · Wuᵀ)`, the SwiGLU FFN's first half; `up` is scratch.
     fn ffn_glu(
@@ -153,12 +213,19 @@ pub trait Backend {
         x: &Self::Act,
         gate: &mut Self::Act,
         up: &mut Self::Act,
-    ) {
-        self.matmul_many(&[wg, wu], x, &mut [gate, up]);
-        self.swiglu(gate, up);
+    ) -> Result<(), Self::Error> {
+        self.matmul_many(&[wg, wu], x, &mut [gate, up])?;
+        self.swiglu(gate, up)
     }
     /// Copies the chosen rows of `x` into a new activation.
-    fn select_rows(&self, x: &Self::Act, rows: &[usize]) -> Self::Act;
+    fn select_rows(&self, x: &Self::Act, rows: &[usize]) -> Result<Self::Act, Self::Error>;
     /// Reads activations back as host floats, row-major.
-    fn to_host(&self, x: &Self::Act) -> Vec<f32>;
+    fn to_host(&self, x: &Self::Act) -> Result<Vec<f32>, Self::Error>;
+    /// Called by the forward pass with each named intermediate (`attn_norm`, `Qcur`, `l_out`,
+    /// …, llama.cpp's graph names) of block `layer`: nothing by default; the dump adapter
+    /// ([`crate::dump::Dump`]) writes them out.
+    fn tap(&self, name: &str, layer: usize, x: &Self::Act) -> Result<(), Self::Error> {
+        let _ = (name, layer, x);
+        Ok(())
+    }
 }

@@ -3,22 +3,15 @@
 //! All five share one pre-norm block; they differ only in the switches read off `Config`:
 //! q/k/v biases (qwen2), q/k RMS norms per head (qwen3, qwen3moe) or over the whole width
 //! (olmoe), the RoPE pairing, and a dense or mixture-of-experts FFN.
+//!
+//! The pass names its intermediates to the backend ([`Backend::tap`], llama.cpp's graph names),
+//! which does nothing with them unless it is the dump adapter ([`crate::dump::Dump`]).
 
 use crate::arch::Arch;
-use crate::backend::{AttnShape, Backend, MoeGating, RopeMode, SeqRows};
+
+use crate::backend::{AttnShape, Backend, InputRows, MoeGating, RopeMode, SeqRows};
 use crate::config::Config;
 use crate::weights::{Ffn, ModelWeights};
-
-/// With `FERROLM_DUMP_DIR` set, intermediate activations are written there as raw f32 files
-/// named like llama.cpp's graph tensors (`attn_norm-0.f32`), for bisecting against its
-/// eval callback. Off (one env lookup per pass) otherwise.
-fn dump<B: Backend>(b: &B, dir: &Option<std::path::PathBuf>, name: &str, layer: usize, x: &B::Act) {
-    if let Some(dir) = dir {
-        let data = b.to_host(x);
-        let bytes: Vec<u8> = data.iter().flat_map(|v| v.to_le_bytes()).collect();
-        let _ = std::fs::write(dir.join(format!("{name}-{layer}.f32")), bytes);
-    }
-}
 
 pub fn rope_mode(arch: Arch) -> RopeMode {
     match arch {
@@ -34,8 +27,9 @@ pub fn moe_gating(arch: Arch) -> MoeGating {
     }
 }
 
-/// Runs `tokens` (at `positions`, already checked to fit each cache) through the model and
-/// returns the logits of the rows listed in `logit_rows`, `[rows][n_vocab]`.
+/// Runs the pass's tokens (at their positions, already checked to fit each cache; `inp`, made
+/// by [`Backend::inputs`]) through the model and returns the logits of the rows listed in
+/// `logit_rows`, `[rows][n_vocab]`.
 ///
 /// The batch may hold several sequences (`seqs`, each a contiguous range of rows with its own
 /// KV cache): every op but attention runs over all rows at once, so decoding N sequences
@@ -45,12 +39,11 @@ pub fn forward<B: Backend>(
     cfg: &Config,
     w: &ModelWeights<B::Weight>,
     seqs: &mut [SeqRows<'_, B::Cache>],
-    tokens: &[u32],
-    positions: &[u32],
+    inp: &B::Inputs,
     logit_rows: &[usize],
-) -> B::Act {
-    let mut x = embed(b, cfg, w, tokens);
-    layers(b, cfg, w, seqs, &mut x, positions, 0..cfg.n_layer);
+) -> Result<B::Act, B::Error> {
+    let mut x = embed(b, cfg, w, inp)?;
+    layers(b, cfg, w, seqs, &mut x, inp, 0..cfg.n_layer)?;
     head(b, cfg, w, &x, logit_rows)
 }
 
@@ -59,11 +52,11 @@ pub fn embed<B: Backend>(
     b: &B,
     cfg: &Config,
     w: &ModelWeights<B::Weight>,
-    tokens: &[u32],
-) -> B::Act {
-    let mut x = b.alloc(tokens.len(), cfg.n_embd);
-    b.embed(&w.token_embd, tokens, &mut x);
-    x
+    inp: &B::Inputs,
+) -> Result<B::Act, B::Error> {
+    let mut x = b.alloc(inp.rows(), cfg.n_embd)?;
+    b.embed(&w.token_embd, inp, &mut x)?;
+    Ok(x)
 }
 
 /// Runs the blocks `range` over the residual stream `x` (one row per position). Split points
@@ -75,13 +68,13 @@ pub fn layers<B: Backend>(
     w: &ModelWeights<B::Weight>,
     seqs: &mut [SeqRows<'_, B::Cache>],
     x: &mut B::Act,
-    positions: &[u32],
+    inp: &B::Inputs,
     range: std::ops::Range<usize>,
-) {
+) -> Result<(), B::Error> {
     if range.is_empty() {
-        return;
+        return Ok(());
     }
-    let n = positions.len();
+    let n = inp.rows();
     let shape = AttnShape {
         n_head: cfg.n_head,
         n_kv_head: cfg.n_head_kv,
@@ -90,17 +83,13 @@ pub fn layers<B: Backend>(
     let mode = rope_mode(cfg.arch);
     let (q_width, kv_width) = (cfg.n_head * cfg.head_dim, cfg.n_head_kv * cfg.head_dim);
 
-    let dir = std::env::var_os("FERROLM_DUMP_DIR").map(std::path::PathBuf::from);
-    let mut h = b.alloc(n, cfg.n_embd);
-    let mut q = b.alloc(n, q_width);
-    let mut k = b.alloc(n, kv_width);
-    let mut v = b.alloc(n, cfg.n_head_kv * cfg.head_dim_v);
-    let mut attn = b.alloc(n, cfg.n_head * cfg.head_dim_v);
-    let mut proj = b.alloc(n, cfg.n_embd);
+    let mut h = b.alloc(n, cfg.n_embd)?;
+    let mut q = b.alloc(n, q_width)?;
+    let mut k = b.alloc(n, kv_width)?;
+    let mut v = b.alloc(n, cfg.n_head_kv * cfg.head_dim_v)?;
+    let mut attn = b.alloc(n, cfg.n_head * cfg.head_dim_v)?;
+    let mut proj = b.alloc(n, cfg.n_embd)?;
 
-    // Dumping needs every intermediate on its own; otherwise the backend may fuse the residual
-    // adds into the following norms and SwiGLU into the gate/up matmul.
-    let fuse = dir.is_none();
     let first = range.start;
     for (il, layer) in w
         .layers
@@ -111,82 +100,50 @@ pub fn layers<B: Backend>(
     {
         let a = &layer.attn;
         if il == first {
-            b.rms_norm(x, &a.norm, cfg.rms_eps, &mut h);
-        } else if fuse {
-            // The previous layer's FFN output joins the residual here.
-            b.add_rms_norm(x, &proj, &a.norm, cfg.rms_eps, &mut h);
+            b.rms_norm(x, &a.norm, cfg.rms_eps, &mut h)?;
         } else {
-            b.add(x, &proj);
-            dump(b, &dir, "l_out", il - 1, x);
-            b.rms_norm(x, &a.norm, cfg.rms_eps, &mut h);
+            // The previous layer's FFN output joins the residual here.
+            b.add_rms_norm(x, &proj, &a.norm, cfg.rms_eps, &mut h)?;
+            b.tap("l_out", il - 1, x)?;
         }
-        dump(b, &dir, "attn_norm", il, &h);
-        b.matmul_many(&[&a.q, &a.k, &a.v], &h, &mut [&mut q, &mut k, &mut v]);
+        b.tap("attn_norm", il, &h)?;
+        b.matmul_many(&[&a.q, &a.k, &a.v], &h, &mut [&mut q, &mut k, &mut v])?;
         if let Some([bq, bk, bv]) = &a.qkv_bias {
-            b.add_bias(&mut q, bq);
-            b.add_bias(&mut k, bk);
-            b.add_bias(&mut v, bv);
+            b.add_bias(&mut q, bq)?;
+            b.add_bias(&mut k, bk)?;
+            b.add_bias(&mut v, bv)?;
         }
         // The norm weight's length says whether it is per head or over the whole width.
         let (hd, base) = (cfg.head_dim, cfg.rope_freq_base);
         match (&a.q_norm, &a.k_norm) {
-            // One pass where the backend can, unless the queries are dumped between the steps.
-            (Some(qn), Some(kn)) if dir.is_none() => b.qk_norm_rope(
-                &mut q,
-                &mut k,
-                qn,
-                kn,
-                cfg.rms_eps,
-                hd,
-                positions,
-                base,
-                mode,
-            ),
-            norms => {
-                if let (Some(qn), Some(kn)) = norms {
-                    b.rms_norm_groups(&mut q, qn, cfg.rms_eps);
-                    b.rms_norm_groups(&mut k, kn, cfg.rms_eps);
-                }
-                dump(b, &dir, "Qpre", il, &q);
-                b.rope_qk(&mut q, &mut k, hd, positions, base, mode);
+            (Some(qn), Some(kn)) => {
+                b.qk_norm_rope(&mut q, &mut k, qn, kn, cfg.rms_eps, hd, inp, base, mode)?
             }
+            _ => b.rope_qk(&mut q, &mut k, hd, inp, base, mode)?,
         }
-        dump(b, &dir, "Vcur", il, &v);
-        dump(b, &dir, "Kcur", il, &k);
-        dump(b, &dir, "Qcur", il, &q);
-        b.attention(seqs, il, &q, &k, &v, positions, shape, &mut attn);
-        dump(b, &dir, "kqv_out", il, &attn);
-        b.matmul(&a.output, &attn, &mut proj);
-        dump(b, &dir, "attn_out", il, &proj);
-        if fuse {
-            b.add_rms_norm(x, &proj, &layer.ffn_norm, cfg.rms_eps, &mut h);
-        } else {
-            b.add(x, &proj);
-            dump(b, &dir, "ffn_inp", il, x);
-            b.rms_norm(x, &layer.ffn_norm, cfg.rms_eps, &mut h);
-            dump(b, &dir, "ffn_norm", il, &h);
-        }
+        b.tap("Vcur", il, &v)?;
+        b.tap("Kcur", il, &k)?;
+        b.tap("Qcur", il, &q)?;
+        b.attention(seqs, il, &q, &k, &v, inp, shape, &mut attn)?;
+        b.tap("kqv_out", il, &attn)?;
+        b.matmul(&a.output, &attn, &mut proj)?;
+        b.tap("attn_out", il, &proj)?;
+        b.add_rms_norm(x, &proj, &layer.ffn_norm, cfg.rms_eps, &mut h)?;
+        b.tap("ffn_inp", il, x)?;
+        b.tap("ffn_norm", il, &h)?;
         match &layer.ffn {
             Ffn::Dense(f) => {
-                let mut gate = b.alloc(n, cfg.n_ff);
-                let mut up = b.alloc(n, cfg.n_ff);
-                if fuse {
-                    b.ffn_glu(&f.gate, &f.up, &h, &mut gate, &mut up);
-                } else {
-                    b.matmul_many(&[&f.gate, &f.up], &h, &mut [&mut gate, &mut up]);
-                    dump(b, &dir, "ffn_gate", il, &gate);
-                    dump(b, &dir, "ffn_up", il, &up);
-                    b.swiglu(&mut gate, &up);
-                    dump(b, &dir, "ffn_swiglu", il, &gate);
-                }
-                b.matmul(&f.down, &gate, &mut proj);
+                let mut gate = b.alloc(n, cfg.n_ff)?;
+                let mut up = b.alloc(n, cfg.n_ff)?;
+                b.ffn_glu(&f.gate, &f.up, &h, &mut gate, &mut up)?;
+                b.matmul(&f.down, &gate, &mut proj)?;
             }
-            Ffn::Moe(m) => b.moe(&h, m, moe_gating(cfg.arch), &mut proj),
+            Ffn::Moe(m) => b.moe(&h, m, &mut proj)?,
         }
-        dump(b, &dir, "ffn_out", il, &proj);
+        b.tap("ffn_out", il, &proj)?;
     }
-    b.add(x, &proj);
-    dump(b, &dir, "l_out", range.end - 1, x);
+    b.add(x, &proj)?;
+    b.tap("l_out", range.end - 1, x)
 }
 
 /// The output norm and projection of the rows `logit_rows` of `x`.
@@ -196,15 +153,15 @@ pub fn head<B: Backend>(
     w: &ModelWeights<B::Weight>,
     x: &B::Act,
     logit_rows: &[usize],
-) -> B::Act {
+) -> Result<B::Act, B::Error> {
     if logit_rows.is_empty() {
         // A prefill chunk that is not the prompt's last: only the cache was wanted.
         return b.alloc(0, cfg.n_vocab);
     }
-    let last = b.select_rows(x, logit_rows);
-    let mut normed = b.alloc(logit_rows.len(), cfg.n_embd);
-    b.rms_norm(&last, &w.output_norm, cfg.rms_eps, &mut normed);
-    let mut logits = b.alloc(logit_rows.len(), cfg.n_vocab);
-    b.matmul(w.output(), &normed, &mut logits);
-    logits
+    let last = b.select_rows(x, logit_rows)?;
+    let mut normed = b.alloc(logit_rows.len(), cfg.n_embd)?;
+    b.rms_norm(&last, &w.output_norm, cfg.rms_eps, &mut normed)?;
+    let mut logits = b.alloc(logit_rows.len(), cfg.n_vocab)?;
+    b.matmul(w.output(), &normed, &mut logits)?;
+    Ok(logits)
 }

@@ -1,14 +1,118 @@
-//! Every tensor an architecture needs, named and shaped as llama.cpp expects.
+//! Every tensor an architecture needs, identified by role ([`TensorId`]), named and shaped as
+//! llama.cpp expects.
 //!
-//! This is the one place that knows tensor names: weight loading, synthesis and the
-//! golden-file tests all go through [`tensor_specs`].
+//! This is the one place that knows tensor names ([`TensorId::name`]): weight loading,
+//! synthesis and the golden-file tests all go through [`tensor_specs`], and backends see only
+//! the ids.
 
 use crate::arch::Arch;
 use crate::config::Config;
 
-/// What a tensor is for; synthesis uses it to pick a sensible random distribution.
+/// What a tensor is for, in a model: the part of a block (or of the model around the blocks) it
+/// belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum TensorRole {
+    TokenEmbd,
+    /// The output projection (absent when tied to [`TensorRole::TokenEmbd`]).
+    Output,
+    OutputNorm,
+    AttnNorm,
+    AttnQ,
+    AttnK,
+    AttnV,
+    /// qwen2's projection biases.
+    AttnQBias,
+    AttnKBias,
+    AttnVBias,
+    AttnOutput,
+    /// Query/key RMS norms: per head (qwen3, qwen3moe) or over the whole width (olmoe).
+    AttnQNorm,
+    AttnKNorm,
+    FfnNorm,
+    FfnGate,
+    FfnUp,
+    FfnDown,
+    /// The MoE router.
+    FfnGateInp,
+    /// Stacks of every expert's matrices.
+    FfnGateExps,
+    FfnUpExps,
+    FfnDownExps,
+}
+
+impl TensorRole {
+    /// The GGUF name, within its block for a per-layer tensor.
+    fn stem(self) -> &'static str {
+        use TensorRole::*;
+        match self {
+            TokenEmbd => "token_embd.weight",
+            Output => "output.weight",
+            OutputNorm => "output_norm.weight",
+            AttnNorm => "attn_norm.weight",
+            AttnQ => "attn_q.weight",
+            AttnK => "attn_k.weight",
+            AttnV => "attn_v.weight",
+            AttnQBias => "attn_q.bias",
+            AttnKBias => "attn_k.bias",
+            AttnVBias => "attn_v.bias",
+            AttnOutput => "attn_output.weight",
+            AttnQNorm => "attn_q_norm.weight",
+            AttnKNorm => "attn_k_norm.weight",
+            FfnNorm => "ffn_norm.weight",
+            FfnGate => "ffn_gate.weight",
+            FfnUp => "ffn_up.weight",
+            FfnDown => "ffn_down.weight",
+            FfnGateInp => "ffn_gate_inp.weight",
+            FfnGateExps => "ffn_gate_exps.weight",
+            FfnUpExps => "ffn_up_exps.weight",
+            FfnDownExps => "ffn_down_exps.weight",
+        }
+    }
+
+    /// A stack of every expert's matrices (the expert is the outermost dimension).
+    pub fn is_expert_stack(self) -> bool {
+        matches!(
+            self,
+            TensorRole::FfnGateExps | TensorRole::FfnUpExps | TensorRole::FfnDownExps
+        )
+    }
+}
+
+/// Which tensor of a model: its block (`None` for the embedding, output norm and projection)
+/// and its role there.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct TensorId {
+    pub layer: Option<usize>,
+    pub role: TensorRole,
+}
+
+impl TensorId {
+    /// A tensor outside the blocks.
+    pub fn global(role: TensorRole) -> Self {
+        Self { layer: None, role }
+    }
+
+    /// A tensor of block `layer`.
+    pub fn block(layer: usize, role: TensorRole) -> Self {
+        Self {
+            layer: Some(layer),
+            role,
+        }
+    }
+
+    /// The tensor's name in a GGUF file, e.g. `blk.3.attn_q.weight`.
+    pub fn name(&self) -> String {
+        match self.layer {
+            Some(layer) => block_tensor(layer, self.role.stem()),
+            None => self.role.stem().to_owned(),
+        }
+    }
+}
+
+/// What kind of values a tensor holds; synthesis uses it to pick a sensible random
+/// distribution.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Role {
+pub enum TensorKind {
     /// A matrix (or stack of expert matrices) applied to activations of width `dims[0]`.
     Weight,
     /// RMS-norm gains.
@@ -19,18 +123,21 @@ pub enum Role {
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TensorSpec {
+    pub id: TensorId,
+    /// `id.name()`.
     pub name: String,
     /// ggml order: `dims[0]` is the row length.
     pub dims: Vec<u64>,
-    pub role: Role,
+    pub kind: TensorKind,
 }
 
 impl TensorSpec {
-    fn new(name: impl Into<String>, dims: &[usize], role: Role) -> Self {
+    fn new(id: TensorId, dims: &[usize], kind: TensorKind) -> Self {
         Self {
-            name: name.into(),
+            id,
+            name: id.name(),
             dims: dims.iter().map(|&d| d as u64).collect(),
-            role,
+            kind,
         }
     }
 
@@ -46,69 +153,92 @@ pub fn block_tensor(layer: usize, name: &str) -> String {
 
 /// The tensors `cfg` needs, in the order llama.cpp's converter writes them.
 pub fn tensor_specs(cfg: &Config) -> Vec<TensorSpec> {
-    use Role::*;
+    use TensorKind::*;
+    use TensorRole::*;
     let d = cfg.n_embd;
     let q_width = cfg.n_head * cfg.head_dim;
     let k_width = cfg.n_head_kv * cfg.head_dim;
     let v_width = cfg.n_head_kv * cfg.head_dim_v;
     let o_width = cfg.n_head * cfg.head_dim_v;
 
+    let global = TensorId::global;
     let mut out = vec![TensorSpec::new(
-        "token_embd.weight",
+        global(TokenEmbd),
         &[d, cfg.n_vocab],
         Weight,
     )];
     if !cfg.tied_embeddings {
-        out.push(TensorSpec::new("output.weight", &[d, cfg.n_vocab], Weight));
+        out.push(TensorSpec::new(global(Output), &[d, cfg.n_vocab], Weight));
     }
-    out.push(TensorSpec::new("output_norm.weight", &[d], Norm));
+    out.push(TensorSpec::new(global(OutputNorm), &[d], Norm));
 
     for i in 0..cfg.n_layer {
-        let mut t = |name: &str, dims: &[usize], role| {
-            out.push(TensorSpec::new(block_tensor(i, name), dims, role))
+        let mut t = |role, dims: &[usize], kind| {
+            out.push(TensorSpec::new(TensorId::block(i, role), dims, kind))
         };
-        t("attn_norm.weight", &[d], Norm);
+        t(AttnNorm, &[d], Norm);
         let biased = cfg.arch == Arch::Qwen2;
-        for (proj, width) in [
-            ("attn_q", q_width),
-            ("attn_k", k_width),
-            ("attn_v", v_width),
+        for (proj, bias, width) in [
+            (AttnQ, AttnQBias, q_width),
+            (AttnK, AttnKBias, k_width),
+            (AttnV, AttnVBias, v_width),
         ] {
-            t(&format!("{proj}.weight"), &[d, width], Weight);
+            t(proj, &[d, width], Weight);
             if biased {
-                t(&format!("{proj}.bias"), &[width], Bias);
+                t(bias, &[width], Bias);
             }
         }
-        t("attn_output.weight", &[o_width, d], Weight);
+        t(AttnOutput, &[o_width, d], Weight);
         match cfg.arch {
             // Per-head norms: one gain vector shared by every head.
             Arch::Qwen3 | Arch::Qwen3Moe => {
-                t("attn_q_norm.weight", &[cfg.head_dim], Norm);
-                t("attn_k_norm.weight", &[cfg.head_dim], Norm);
+                t(AttnQNorm, &[cfg.head_dim], Norm);
+                t(AttnKNorm, &[cfg.head_dim], Norm);
             }
             // Norms over the whole projection, as in OLMoE's reference code. (llama.cpp sizes
             // both by n_embd, which is the same thing for OLMoE's equal head counts.)
             Arch::Olmoe => {
-                t("attn_q_norm.weight", &[q_width], Norm);
-                t("attn_k_norm.weight", &[k_width], Norm);
+                t(AttnQNorm, &[q_width], Norm);
+                t(AttnKNorm, &[k_width], Norm);
             }
             Arch::Llama | Arch::Qwen2 => {}
         }
-        t("ffn_norm.weight", &[d], Norm);
+        t(FfnNorm, &[d], Norm);
         match &cfg.moe {
             None => {
-                t("ffn_gate.weight", &[d, cfg.n_ff], Weight);
-                t("ffn_up.weight", &[d, cfg.n_ff], Weight);
-                t("ffn_down.weight", &[cfg.n_ff, d], Weight);
+                t(FfnGate, &[d, cfg.n_ff], Weight);
+                t(FfnUp, &[d, cfg.n_ff], Weight);
+                t(FfnDown, &[cfg.n_ff, d], Weight);
             }
             Some(m) => {
                 let (e, ff) = (m.n_expert, m.n_ff_exp);
-                t("ffn_gate_inp.weight", &[d, e], Weight);
-                t("ffn_gate_exps.weight", &[d, ff, e], Weight);
-                t("ffn_up_exps.weight", &[d, ff, e], Weight);
-                t("ffn_down_exps.weight", &[ff, d, e], Weight);
+                t(FfnGateInp, &[d, e], Weight);
+                t(FfnGateExps, &[d, ff, e], Weight);
+                t(FfnUpExps, &[d, ff, e], Weight);
+                t(FfnDownExps, &[ff, d, e], Weight);
             }
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{TensorId, TensorRole};
+
+    #[test]
+    fn ids_name_gguf_tensors() {
+        assert_eq!(
+            TensorId::block(12, TensorRole::AttnQ).name(),
+            "blk.12.attn_q.weight"
+        );
+        assert_eq!(
+            TensorId::block(0, TensorRole::FfnGateInp).name(),
+            "blk.0.ffn_gate_inp.weight"
+        );
+        assert_eq!(
+            TensorId::global(TensorRole::TokenEmbd).name(),
+            "token_embd.weight"
+        );
+    }
 }

@@ -4,12 +4,14 @@
 mod arch;
 pub mod backend;
 mod config;
+pub mod dump;
 mod error;
 pub mod forward;
 mod layout;
 pub mod policy;
 pub mod presets;
 mod quantize;
+mod runner;
 mod stream;
 mod synth;
 mod vocab;
@@ -18,10 +20,11 @@ pub mod weights;
 pub use arch::Arch;
 pub use config::{key, Config, MoeConfig};
 pub use error::{ModelError, Result};
-pub use layout::{block_tensor, tensor_specs, Role, TensorSpec};
+pub use layout::{block_tensor, tensor_specs, TensorId, TensorKind, TensorRole, TensorSpec};
 pub use policy::{choose_types, FileType, PolicyModel, TensorRef};
 pub use presets::{preset, Preset};
 pub use quantize::{plan_quantize, quantize_gguf};
+pub use runner::ModelRunner;
 pub use stream::Progress;
 pub use synth::{Synth, VocabKind};
 

@@ -6,7 +6,7 @@
 
 use crate::config::Config;
 use crate::error::{ModelError, Result};
-use crate::layout::{tensor_specs, Role, TensorSpec};
+use crate::layout::{tensor_specs, TensorKind, TensorSpec};
 use crate::policy::{choose_types, FileType, PolicyModel, TensorRef};
 use crate::presets::{self, preset};
 use crate::stream::{encode_chunks, write_streaming, Progress};
@@ -121,10 +121,10 @@ impl Synth {
 /// keeps activations near unit scale layer after layer (and logits near unit scale), so a
 /// forward pass stays finite; norm gains sit near 1.
 fn distribution(spec: &TensorSpec) -> (f32, f32) {
-    match spec.role {
-        Role::Weight => (0.0, 1.0 / (spec.dims[0] as f32).sqrt()),
-        Role::Norm => (1.0, 0.02),
-        Role::Bias => (0.0, 0.02),
+    match spec.kind {
+        TensorKind::Weight => (0.0, 1.0 / (spec.dims[0] as f32).sqrt()),
+        TensorKind::Norm => (1.0, 0.02),
+        TensorKind::Bias => (0.0, 0.02),
     }
 }
 

@@ -1,8 +1,9 @@
 //! Model weights bound by role, generic over how a backend holds a tensor.
 
+use crate::backend::MoeGating;
 use crate::config::Config;
 use crate::error::{ModelError, Result};
-use crate::layout::{block_tensor, tensor_specs};
+use crate::layout::{tensor_specs, TensorId, TensorRole};
 use ferrolm_gguf::{GgmlType, GgufFile};
 
 pub struct AttnWeights<W> {
@@ -34,6 +35,8 @@ pub struct MoeWeights<W> {
     pub n_expert: usize,
     pub n_expert_used: usize,
     pub n_ff: usize,
+    /// How the router's top-k probabilities become expert weights (from the architecture).
+    pub gating: MoeGating,
 }
 
 pub enum Ffn<W> {
@@ -61,11 +64,11 @@ impl<W> ModelWeights<W> {
     }
 
     /// Binds every tensor `cfg` needs. Each is checked against the layout's shape, then handed
-    /// to `load` (name, type, data) to become a backend weight.
+    /// to `load` (id, type, dims, data) to become a backend weight.
     pub fn load<'f>(
         cfg: &Config,
         file: &'f GgufFile,
-        mut load: impl FnMut(&str, GgmlType, &[u64], &'f [u8]) -> Result<W>,
+        mut load: impl FnMut(TensorId, GgmlType, &[u64], &'f [u8]) -> Result<W>,
     ) -> Result<Self> {
         let mut table = std::collections::HashMap::new();
         for spec in tensor_specs(cfg) {
@@ -76,52 +79,50 @@ impl<W> ModelWeights<W> {
                     what: format!("has shape {:?}, the model needs {:?}", info.dims, spec.dims),
                 });
             }
-            let w = load(&spec.name, info.ty, &info.dims, file.tensor_data(info))?;
-            table.insert(spec.name, w);
+            let w = load(spec.id, info.ty, &info.dims, file.tensor_data(info))?;
+            table.insert(spec.id, w);
         }
-        let mut take = |name: &str| {
-            table.remove(name).ok_or_else(|| ModelError::Tensor {
-                name: name.to_owned(),
+        let mut take = |id: TensorId| {
+            table.remove(&id).ok_or_else(|| ModelError::Tensor {
+                name: id.name(),
                 what: "missing".into(),
             })
         };
+        use TensorRole::*;
         let mut layers = Vec::with_capacity(cfg.n_layer);
         for i in 0..cfg.n_layer {
-            let mut t = |n: &str| take(&block_tensor(i, n));
-            let has = |n: &str| file.tensor(&block_tensor(i, n)).is_some();
+            let mut t = |role| take(TensorId::block(i, role));
+            let has = |role| file.tensor(&TensorId::block(i, role).name()).is_some();
             let attn = AttnWeights {
-                norm: t("attn_norm.weight")?,
-                q: t("attn_q.weight")?,
-                k: t("attn_k.weight")?,
-                v: t("attn_v.weight")?,
-                output: t("attn_output.weight")?,
-                qkv_bias: if has("attn_q.bias") {
-                    Some([t("attn_q.bias")?, t("attn_k.bias")?, t("attn_v.bias")?])
+                norm: t(AttnNorm)?,
+                q: t(AttnQ)?,
+                k: t(AttnK)?,
+                v: t(AttnV)?,
+                output: t(AttnOutput)?,
+                qkv_bias: if has(AttnQBias) {
+                    Some([t(AttnQBias)?, t(AttnKBias)?, t(AttnVBias)?])
                 } else {
                     None
                 },
-                q_norm: has("attn_q_norm.weight")
-                    .then(|| t("attn_q_norm.weight"))
-                    .transpose()?,
-                k_norm: has("attn_k_norm.weight")
-                    .then(|| t("attn_k_norm.weight"))
-                    .transpose()?,
+                q_norm: has(AttnQNorm).then(|| t(AttnQNorm)).transpose()?,
+                k_norm: has(AttnKNorm).then(|| t(AttnKNorm)).transpose()?,
             };
-            let ffn_norm = t("ffn_norm.weight")?;
+            let ffn_norm = t(FfnNorm)?;
             let ffn = match &cfg.moe {
                 None => Ffn::Dense(DenseFfn {
-                    gate: t("ffn_gate.weight")?,
-                    up: t("ffn_up.weight")?,
-                    down: t("ffn_down.weight")?,
+                    gate: t(FfnGate)?,
+                    up: t(FfnUp)?,
+                    down: t(FfnDown)?,
                 }),
                 Some(m) => Ffn::Moe(MoeWeights {
-                    router: t("ffn_gate_inp.weight")?,
-                    gate: t("ffn_gate_exps.weight")?,
-                    up: t("ffn_up_exps.weight")?,
-                    down: t("ffn_down_exps.weight")?,
+                    router: t(FfnGateInp)?,
+                    gate: t(FfnGateExps)?,
+                    up: t(FfnUpExps)?,
+                    down: t(FfnDownExps)?,
                     n_expert: m.n_expert,
                     n_expert_used: m.n_expert_used,
                     n_ff: m.n_ff_exp,
+                    gating: crate::forward::moe_gating(cfg.arch),
                 }),
             };
             layers.push(LayerWeights {
@@ -130,13 +131,14 @@ impl<W> ModelWeights<W> {
                 ffn,
             });
         }
+        let global = TensorId::global;
         Ok(ModelWeights {
-            token_embd: take("token_embd.weight")?,
-            output_norm: take("output_norm.weight")?,
+            token_embd: take(global(TokenEmbd))?,
+            output_norm: take(global(OutputNorm))?,
             output: if cfg.tied_embeddings {
                 None
             } else {
-                Some(take("output.weight")?)
+                Some(take(global(Output))?)
             },
             layers,
         })

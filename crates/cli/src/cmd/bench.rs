@@ -102,15 +102,15 @@ pub fn run(args: BenchArgs) -> Result<()> {
             Ok((n_prompt + n_gen) as f64 / start.elapsed().as_secs_f64())
         };
         once()?; // warm-up: page in the weights, size the allocator
-        ferrolm_cuda::profile::reset();
+        ferrolm_engine::cuda_profile::reset();
         let samples = (0..args.reps)
             .map(|_| once())
             .collect::<Result<Vec<f64>>>()?;
-        if ferrolm_cuda::profile::enabled() {
+        if ferrolm_engine::cuda_profile::enabled() {
             // FERROLM_CUDA_PROFILE: device time per stage of one repetition (pp or tg test).
             eprintln!(
                 "\nstages of one repetition (pp {n_prompt}, tg {n_gen}; graphs off):\n{}",
-                ferrolm_cuda::profile::report(args.reps)
+                ferrolm_engine::cuda_profile::report(args.reps)
             );
         }
         let avg = samples.iter().sum::<f64>() / samples.len() as f64;

@@ -2,11 +2,9 @@
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
-use ferrolm_cuda::CudaDevice;
 use ferrolm_engine::{Device, KvType, Model, Session};
 use ferrolm_gguf::GgufFile;
 use std::path::PathBuf;
-use std::sync::Arc;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum BackendChoice {
@@ -65,15 +63,15 @@ impl ModelOpts {
         if self.n_gpu_layers == 0 {
             return Ok(Device::Cpu);
         }
-        let open = || CudaDevice::new(0).map(|d| Device::Cuda(Arc::new(d)));
+        let open = || Device::cuda(0);
         let device = match self.backend {
             BackendChoice::Cpu => Device::Cpu,
             // The error says what is missing (driver, GPU, NVRTC).
             BackendChoice::Cuda => open().context("--backend cuda")?,
             BackendChoice::Auto => open().unwrap_or(Device::Cpu),
         };
-        if let Device::Cuda(d) = &device {
-            eprintln!("ferrolm: using {}", d.describe());
+        if let Device::Cuda(_) = &device {
+            eprintln!("ferrolm: using {}", device.describe());
         }
         Ok(device)
     }

@@ -1,26 +1,49 @@
-//! Activations on the device, lent from the backend's pools.
+//! What a pass's ops read and write on the device, lent from the backend's pools: activations
+//! ([`CudaAct`]) and the pass's token ids and positions ([`CudaInputs`]).
 
 use super::pool::Pool;
+use crate::error::{DriverContext, Result};
 use crate::ops::ActQuant;
-use cudarc::driver::CudaSlice;
+use cudarc::driver::{CudaSlice, CudaStream};
+use ferrolm_model::backend::{InputRows, PassInputs};
+use std::mem::ManuallyDrop;
 use std::sync::Arc;
 
 /// Row-major activations on the device: `rows` of `width` floats, returned to the pools on
 /// drop.
 pub struct CudaAct {
-    pub(super) buf: Option<CudaSlice<f32>>,
+    /// Taken out only by `drop`, to go back to `pool`.
+    buf: ManuallyDrop<CudaSlice<f32>>,
     /// The same values as activation blocks (and how they were quantized), when an op produced
     /// them alongside (a norm feeding matmuls); dropped by anything that writes `buf`.
     pub(super) q8: Option<(CudaSlice<u8>, ActQuant)>,
     pub rows: usize,
     pub width: usize,
-    pub(super) pool: Arc<Pool<f32>>,
-    pub(super) bytes: Arc<Pool<u8>>,
+    pool: Arc<Pool<f32>>,
+    bytes: Arc<Pool<u8>>,
 }
 
 impl CudaAct {
+    /// `rows × width` activations in `buf`, a buffer of `pool`'s.
+    pub(super) fn new(
+        buf: CudaSlice<f32>,
+        rows: usize,
+        width: usize,
+        pool: Arc<Pool<f32>>,
+        bytes: Arc<Pool<u8>>,
+    ) -> Self {
+        Self {
+            buf: ManuallyDrop::new(buf),
+            q8: None,
+            rows,
+            width,
+            pool,
+            bytes,
+        }
+    }
+
     pub(super) fn buf(&self) -> &CudaSlice<f32> {
-        self.buf.as_ref().expect("live activation")
+        &self.buf
     }
 
     /// For writing: the Q8_1 copy no longer matches and goes back to its pool.
@@ -28,17 +51,85 @@ impl CudaAct {
         if let Some((q, _)) = self.q8.take() {
             self.bytes.give(q);
         }
-        self.buf.as_mut().expect("live activation")
+        &mut self.buf
     }
 }
 
 impl Drop for CudaAct {
     fn drop(&mut self) {
-        if let Some(b) = self.buf.take() {
-            self.pool.give(b);
-        }
+        // SAFETY: `buf` is taken once, here, and never touched after.
+        let buf = unsafe { ManuallyDrop::take(&mut self.buf) };
+        self.pool.give(buf);
         if let Some((q, _)) = self.q8.take() {
             self.bytes.give(q);
         }
+    }
+}
+
+/// A pass's token ids and positions on the device, copied once per pass; every op of the pass
+/// reads them here. A captured decode graph keeps the ones it was captured with and has them
+/// rewritten before each replay ([`Self::write`]).
+pub struct CudaInputs {
+    /// Taken out only by `drop`, to go back to `pool`.
+    tokens: ManuallyDrop<CudaSlice<u32>>,
+    positions: ManuallyDrop<CudaSlice<u32>>,
+    rows: usize,
+    pool: Arc<Pool<u32>>,
+}
+
+impl CudaInputs {
+    /// Buffers for `rows` tokens from `pool` (unspecified contents until [`Self::write`]).
+    pub(super) fn take(pool: &Arc<Pool<u32>>, rows: usize) -> Result<Self> {
+        Ok(Self {
+            tokens: ManuallyDrop::new(pool.take(rows)?),
+            positions: ManuallyDrop::new(pool.take(rows)?),
+            rows,
+            pool: pool.clone(),
+        })
+    }
+
+    /// Copies the pass's token ids and positions in (same row count).
+    pub(super) fn write(&mut self, stream: &Arc<CudaStream>, pass: &PassInputs<'_>) -> Result<()> {
+        assert_eq!(
+            pass.positions.len(),
+            pass.tokens.len(),
+            "one position per token"
+        );
+        assert_eq!(pass.tokens.len(), self.rows, "inputs of another batch size");
+        stream
+            .memcpy_htod(pass.tokens, &mut *self.tokens)
+            .during("copying token ids")?;
+        stream
+            .memcpy_htod(pass.positions, &mut *self.positions)
+            .during("copying positions")?;
+        Ok(())
+    }
+
+    pub(super) fn tokens(&self) -> &CudaSlice<u32> {
+        &self.tokens
+    }
+
+    pub(super) fn positions(&self) -> &CudaSlice<u32> {
+        &self.positions
+    }
+}
+
+impl InputRows for CudaInputs {
+    fn rows(&self) -> usize {
+        self.rows
+    }
+}
+
+impl Drop for CudaInputs {
+    fn drop(&mut self) {
+        // SAFETY: both buffers are taken once, here, and never touched after.
+        let (t, p) = unsafe {
+            (
+                ManuallyDrop::take(&mut self.tokens),
+                ManuallyDrop::take(&mut self.positions),
+            )
+        };
+        self.pool.give(t);
+        self.pool.give(p);
     }
 }

@@ -1,13 +1,12 @@
 //! The CUDA implementation of the model's coarse ops ([`Backend`]), and [`CudaModel`], which
 //! runs the shared forward pass on it and replays decode steps as CUDA graphs.
 //!
-//! Ops only queue work on the device's one stream. The trait's ops cannot return errors, so
-//! the first failure is kept ([`CudaBackend::take_error`]) and the pass reports it at the end.
+//! Ops only queue work on the device's one stream; the first that fails ends the pass with
+//! its error.
 //!
-//! Token ids and positions are copied to the device once per pass ([`CudaBackend::set_inputs`])
-//! into buffers kept per batch size; the ops read them there and ignore the host copies the
-//! trait hands them. A captured decode graph therefore needs only those two values rewritten
-//! before each replay.
+//! Token ids and positions are copied to the device once per pass ([`CudaInputs`], made by
+//! [`Backend::inputs`]) and the ops read them there. A captured decode graph keeps the inputs
+//! it was captured with, so a replay needs only those two values rewritten.
 
 mod act;
 mod matmul;
@@ -16,7 +15,7 @@ mod pool;
 mod runner;
 mod weights;
 
-pub use act::CudaAct;
+pub use act::{CudaAct, CudaInputs};
 pub use runner::{CudaCache, CudaModel};
 pub use weights::{device_bytes, CudaWeight};
 
@@ -25,18 +24,11 @@ use crate::error::{CudaError, DriverContext, Result};
 use crate::ops::{ActQuant, DecodeWork, Kernels, Rope};
 use crate::plan::{Attn, DeviceFacts, Plan, Switches, DECODE_MAX_ROWS};
 use cudarc::driver::CudaSlice;
-use ferrolm_model::backend::{AttnShape, Backend, MoeGating, RopeMode, SeqRows};
+use ferrolm_model::backend::{AttnShape, Backend, PassInputs, RopeMode, SeqRows};
 use ferrolm_model::weights::MoeWeights;
 use pool::Pool;
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-
-/// The ids and positions of one batch size's passes.
-struct Inputs {
-    tokens: CudaSlice<u32>,
-    positions: CudaSlice<u32>,
-}
 
 pub struct CudaBackend {
     dev: Arc<CudaDevice>,
@@ -44,10 +36,9 @@ pub struct CudaBackend {
     acts: Arc<Pool<f32>>,
     bytes: Arc<Pool<u8>>,
     ids: Pool<i32>,
-    u32s: Pool<u32>,
+    /// Pass inputs, and the positions of one sequence of a batch.
+    u32s: Arc<Pool<u32>>,
     moe: Mutex<moe::MoeScratch>,
-    inputs: Mutex<HashMap<usize, Inputs>>,
-    error: Mutex<Option<CudaError>>,
     /// Every kernel choice: which kernel, tile and order for a shape, and the fusions.
     plan: Plan,
     /// How the fused norms quantize their output: for the matmuls that follow, which the model
@@ -69,10 +60,8 @@ impl CudaBackend {
             acts: Arc::new(Pool::new(stream.clone())),
             bytes: Arc::new(Pool::new(stream.clone())),
             ids: Pool::new(stream.clone()),
-            u32s: Pool::new(stream),
+            u32s: Arc::new(Pool::new(stream)),
             moe: Mutex::new(moe::MoeScratch::default()),
-            inputs: Mutex::new(HashMap::new()),
-            error: Mutex::new(None),
             plan,
             norm_q8k: AtomicBool::new(false),
             dev,
@@ -115,28 +104,6 @@ impl CudaBackend {
         DecodeWork::new(&self.dev, DECODE_MAX_ROWS, n_head, head_dim, splits)
     }
 
-    /// Copies the pass's token ids and their positions to the device.
-    pub fn set_inputs(&self, tokens: &[u32], positions: &[u32]) -> Result<()> {
-        let n = tokens.len();
-        assert_eq!(positions.len(), n, "one position per token");
-        let mut map = self.inputs.lock().expect("inputs poisoned");
-        let inp = match map.entry(n) {
-            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
-            std::collections::hash_map::Entry::Vacant(e) => e.insert(Inputs {
-                tokens: self.dev.zeros(n.max(1))?,
-                positions: self.dev.zeros(n.max(1))?,
-            }),
-        };
-        let stream = self.dev.stream();
-        stream
-            .memcpy_htod(tokens, &mut inp.tokens)
-            .during("copying token ids")?;
-        stream
-            .memcpy_htod(positions, &mut inp.positions)
-            .during("copying positions")?;
-        Ok(())
-    }
-
     /// Activations holding `x` (`rows × width` host floats).
     pub fn act_from_host(&self, x: &[f32], rows: usize, width: usize) -> Result<CudaAct> {
         assert_eq!(x.len(), rows * width, "act_from_host: shape");
@@ -148,44 +115,22 @@ impl CudaBackend {
         Ok(act)
     }
 
-    /// The first error since the last call, if any.
-    pub fn take_error(&self) -> Option<CudaError> {
-        self.error.lock().expect("error slot poisoned").take()
-    }
-
-    fn check(&self, r: Result<()>) {
-        if let Err(e) = r {
-            self.error
-                .lock()
-                .expect("error slot poisoned")
-                .get_or_insert(e);
-        }
-    }
-
-    fn set_capturing(&self, on: bool) {
+    pub(super) fn set_capturing(&self, on: bool) {
         self.acts.set_capturing(on);
         self.bytes.set_capturing(on);
         self.ids.set_capturing(on);
         self.u32s.set_capturing(on);
     }
 
-    fn with_inputs<R>(&self, n: usize, f: impl FnOnce(&Inputs) -> Result<R>) -> Result<R> {
-        let map = self.inputs.lock().expect("inputs poisoned");
-        let inp = map.get(&n).ok_or_else(|| {
-            CudaError::Invalid(format!("no inputs set for a batch of {n} tokens"))
-        })?;
-        f(inp)
-    }
-
     fn try_alloc(&self, n: usize, width: usize) -> Result<CudaAct> {
-        Ok(CudaAct {
-            buf: Some(self.acts.take(n * width)?),
-            q8: None,
-            rows: n,
+        let buf = self.acts.take(n * width)?;
+        Ok(CudaAct::new(
+            buf,
+            n,
             width,
-            pool: self.acts.clone(),
-            bytes: self.bytes.clone(),
-        })
+            self.acts.clone(),
+            self.bytes.clone(),
+        ))
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -196,11 +141,12 @@ impl CudaBackend {
         q: &CudaAct,
         k: &CudaAct,
         v: &CudaAct,
+        inp: &CudaInputs,
         shape: AttnShape,
         out: &mut CudaAct,
     ) -> Result<()> {
         let n = q.rows;
-        self.with_inputs(n, |inp| {
+        {
             if let [only] = seqs {
                 if only.rows == (0..n) {
                     let (q, k, v) = (q.buf(), k.buf(), v.buf());
@@ -210,7 +156,7 @@ impl CudaBackend {
                         q,
                         k,
                         v,
-                        &inp.positions,
+                        inp.positions(),
                         shape,
                         out.buf_mut(),
                     );
@@ -235,7 +181,7 @@ impl CudaBackend {
                 let (tq, tk, tv) = (rows_of(q)?, rows_of(k)?, rows_of(v)?);
                 let mut tpos = self.u32s.take(r.len())?;
                 stream
-                    .memcpy_dtod(&inp.positions.slice(r.clone()), &mut tpos)
+                    .memcpy_dtod(&inp.positions().slice(r.clone()), &mut tpos)
                     .during("gathering a sequence's positions")?;
                 let mut tout = self.acts.take(r.len() * out.width)?;
                 self.attend(s.cache, layer, &tq, &tk, &tv, &tpos, shape, &mut tout)?;
@@ -250,7 +196,7 @@ impl CudaBackend {
                 self.u32s.give(tpos);
             }
             Ok(())
-        })
+        }
     }
 
     /// Stores one sequence's k/v at its positions, then attention of its queries.
@@ -304,53 +250,37 @@ impl CudaBackend {
     }
 }
 
-/// Records what was asked of a pass that had already failed, as zero-size placeholder rows,
-/// so the pass can run to its end and report the first error.
-fn placeholder(b: &CudaBackend, n: usize, width: usize) -> CudaAct {
-    CudaAct {
-        buf: None,
-        q8: None,
-        rows: n,
-        width,
-        pool: b.acts.clone(),
-        bytes: b.bytes.clone(),
-    }
-}
-
 impl Backend for CudaBackend {
     type Weight = CudaWeight;
     type Act = CudaAct;
     type Cache = CudaCache;
+    type Inputs = CudaInputs;
+    type Error = CudaError;
 
-    fn alloc(&self, n: usize, width: usize) -> CudaAct {
-        match self.try_alloc(n, width) {
-            Ok(a) => a,
-            Err(e) => {
-                self.check(Err(e));
-                placeholder(self, n, width)
-            }
-        }
+    /// Buffers of the pass's size from the pool, the two copies made now.
+    fn inputs(&self, pass: &PassInputs<'_>) -> Result<CudaInputs> {
+        let mut inp = CudaInputs::take(&self.u32s, pass.rows())?;
+        inp.write(self.dev.stream(), pass)?;
+        Ok(inp)
     }
 
-    fn embed(&self, table: &CudaWeight, ids: &[u32], out: &mut CudaAct) {
-        if out.buf.is_none() {
-            return;
-        }
-        let r = crate::profile::span(self.dev.stream(), "embed", || {
-            self.with_inputs(ids.len(), |inp| {
-                self.k
-                    .embed
-                    .gather(table.gather_table(), &inp.tokens, out.buf_mut())
-            })
-        });
-        self.check(r);
+    fn alloc(&self, n: usize, width: usize) -> Result<CudaAct> {
+        self.try_alloc(n, width)
     }
 
-    fn rms_norm(&self, x: &CudaAct, w: &CudaWeight, eps: f32, out: &mut CudaAct) {
-        if x.rows == 0 || x.buf.is_none() || out.buf.is_none() {
-            return;
+    fn embed(&self, table: &CudaWeight, inp: &CudaInputs, out: &mut CudaAct) -> Result<()> {
+        crate::profile::span(self.dev.stream(), "embed", || {
+            self.k
+                .embed
+                .gather(table.gather_table(), inp.tokens(), out.buf_mut())
+        })
+    }
+
+    fn rms_norm(&self, x: &CudaAct, w: &CudaWeight, eps: f32, out: &mut CudaAct) -> Result<()> {
+        if x.rows == 0 {
+            return Ok(());
         }
-        let r = crate::profile::span(self.dev.stream(), "norm", || {
+        crate::profile::span(self.dev.stream(), "norm", || {
             if self.plan.fused_norm(x.width) {
                 self.norm_q8(x, w, eps, out, self.norm_quant(x.width))
             } else {
@@ -358,8 +288,7 @@ impl Backend for CudaBackend {
                     .norm_rope
                     .rms_norm(x.buf(), w.vector(), eps, out.buf_mut())
             }
-        });
-        self.check(r);
+        })
     }
 
     fn add_rms_norm(
@@ -369,18 +298,17 @@ impl Backend for CudaBackend {
         w: &CudaWeight,
         eps: f32,
         out: &mut CudaAct,
-    ) {
-        if acc.rows == 0 || [&*acc, x, &*out].iter().any(|a| a.buf.is_none()) {
-            return;
+    ) -> Result<()> {
+        if acc.rows == 0 {
+            return Ok(());
         }
         if !self.plan.fused_norm(acc.width) {
-            self.add(acc, x);
+            self.add(acc, x)?;
             return self.rms_norm(acc, w, eps, out);
         }
-        let r = crate::profile::span(self.dev.stream(), "norm", || {
+        crate::profile::span(self.dev.stream(), "norm", || {
             self.norm_q8_add(acc, x, w, eps, out, self.norm_quant(acc.width))
-        });
-        self.check(r);
+        })
     }
 
     fn ffn_glu(
@@ -390,63 +318,65 @@ impl Backend for CudaBackend {
         x: &CudaAct,
         gate: &mut CudaAct,
         up: &mut CudaAct,
-    ) {
-        if x.rows == 0 || [x, &*gate, &*up].iter().any(|a| a.buf.is_none()) {
-            return;
+    ) -> Result<()> {
+        if x.rows == 0 {
+            return Ok(());
         }
-        let r = crate::profile::span(self.dev.stream(), "ffn.gate_up", || {
+        crate::profile::span(self.dev.stream(), "ffn.gate_up", || {
             self.glu(wg, wu, x, gate, up)
-        });
-        self.check(r);
+        })
     }
 
-    fn rms_norm_groups(&self, x: &mut CudaAct, w: &CudaWeight, eps: f32) {
-        if x.rows == 0 || x.buf.is_none() {
-            return;
+    fn rms_norm_groups(&self, x: &mut CudaAct, w: &CudaWeight, eps: f32) -> Result<()> {
+        if x.rows == 0 {
+            return Ok(());
         }
-        let r = crate::profile::span(self.dev.stream(), "qk_norm", || {
+        crate::profile::span(self.dev.stream(), "qk_norm", || {
             self.k
                 .norm_rope
                 .rms_norm_groups(x.buf_mut(), w.vector(), eps)
-        });
-        self.check(r);
+        })
     }
 
-    fn matmul(&self, w: &CudaWeight, x: &CudaAct, out: &mut CudaAct) {
-        self.matmul_many(&[w], x, &mut [out]);
+    fn matmul(&self, w: &CudaWeight, x: &CudaAct, out: &mut CudaAct) -> Result<()> {
+        self.matmul_many(&[w], x, &mut [out])
     }
 
-    fn matmul_many(&self, ws: &[&CudaWeight], x: &CudaAct, outs: &mut [&mut CudaAct]) {
-        if x.buf.is_none() || outs.iter().any(|o| o.buf.is_none()) {
-            return;
+    fn matmul_many(
+        &self,
+        ws: &[&CudaWeight],
+        x: &CudaAct,
+        outs: &mut [&mut CudaAct],
+    ) -> Result<()> {
+        crate::profile::span(self.dev.stream(), "matmul", || self.matmul_all(ws, x, outs))
+    }
+
+    fn add_bias(&self, x: &mut CudaAct, b: &CudaWeight) -> Result<()> {
+        if x.rows == 0 {
+            return Ok(());
         }
-        let r = crate::profile::span(self.dev.stream(), "matmul", || self.matmul_all(ws, x, outs));
-        self.check(r);
-    }
-
-    fn add_bias(&self, x: &mut CudaAct, b: &CudaWeight) {
-        if x.rows == 0 || x.buf.is_none() {
-            return;
-        }
-        let r = crate::profile::span(self.dev.stream(), "bias", || {
+        crate::profile::span(self.dev.stream(), "bias", || {
             self.k.elementwise.add_bias(x.buf_mut(), b.vector())
-        });
-        self.check(r);
+        })
     }
 
-    fn rope(&self, x: &mut CudaAct, head_dim: usize, positions: &[u32], base: f32, mode: RopeMode) {
-        if x.rows == 0 || x.buf.is_none() {
-            return;
+    fn rope(
+        &self,
+        x: &mut CudaAct,
+        head_dim: usize,
+        inp: &CudaInputs,
+        base: f32,
+        mode: RopeMode,
+    ) -> Result<()> {
+        if x.rows == 0 {
+            return Ok(());
         }
         let mode = rope_kind(mode);
-        let r = crate::profile::span(self.dev.stream(), "rope", || {
-            self.with_inputs(positions.len(), |inp| {
-                self.k
-                    .norm_rope
-                    .rope(x.buf_mut(), head_dim, &inp.positions, base, mode)
-            })
-        });
-        self.check(r);
+        crate::profile::span(self.dev.stream(), "rope", || {
+            self.k
+                .norm_rope
+                .rope(x.buf_mut(), head_dim, inp.positions(), base, mode)
+        })
     }
 
     fn rope_qk(
@@ -454,31 +384,28 @@ impl Backend for CudaBackend {
         q: &mut CudaAct,
         k: &mut CudaAct,
         head_dim: usize,
-        positions: &[u32],
+        inp: &CudaInputs,
         base: f32,
         mode: RopeMode,
-    ) {
+    ) -> Result<()> {
         if !self.plan.fuse() {
-            self.rope(q, head_dim, positions, base, mode);
-            return self.rope(k, head_dim, positions, base, mode);
+            self.rope(q, head_dim, inp, base, mode)?;
+            return self.rope(k, head_dim, inp, base, mode);
         }
-        if q.rows == 0 || q.buf.is_none() || k.buf.is_none() {
-            return;
+        if q.rows == 0 {
+            return Ok(());
         }
         let mode = rope_kind(mode);
-        let r = crate::profile::span(self.dev.stream(), "rope", || {
-            self.with_inputs(positions.len(), |inp| {
-                self.k.norm_rope.rope_qk(
-                    q.buf_mut(),
-                    k.buf_mut(),
-                    head_dim,
-                    &inp.positions,
-                    base,
-                    mode,
-                )
-            })
-        });
-        self.check(r);
+        crate::profile::span(self.dev.stream(), "rope", || {
+            self.k.norm_rope.rope_qk(
+                q.buf_mut(),
+                k.buf_mut(),
+                head_dim,
+                inp.positions(),
+                base,
+                mode,
+            )
+        })
     }
 
     fn qk_norm_rope(
@@ -489,36 +416,33 @@ impl Backend for CudaBackend {
         k_norm: &CudaWeight,
         eps: f32,
         head_dim: usize,
-        positions: &[u32],
+        inp: &CudaInputs,
         base: f32,
         mode: RopeMode,
-    ) {
+    ) -> Result<()> {
         let unfused = |b: &Self, q: &mut CudaAct, k: &mut CudaAct| {
-            b.rms_norm_groups(q, q_norm, eps);
-            b.rms_norm_groups(k, k_norm, eps);
-            b.rope_qk(q, k, head_dim, positions, base, mode);
+            b.rms_norm_groups(q, q_norm, eps)?;
+            b.rms_norm_groups(k, k_norm, eps)?;
+            b.rope_qk(q, k, head_dim, inp, base, mode)
         };
         if !self.plan.fuse() {
             return unfused(self, q, k);
         }
-        if q.rows == 0 || q.buf.is_none() || k.buf.is_none() {
-            return;
+        if q.rows == 0 {
+            return Ok(());
         }
         let kind = rope_kind(mode);
         let r = crate::profile::span(self.dev.stream(), "qk_norm_rope", || {
-            self.with_inputs(positions.len(), |inp| {
-                let (wq, wk) = (q_norm.vector(), k_norm.vector());
-                let (qb, kb) = (q.buf_mut(), k.buf_mut());
-                self.k
-                    .norm_rope
-                    .qk_norm_rope(qb, wq, kb, wk, eps, head_dim, &inp.positions, base, kind)
-                    .transpose()
-            })
-        });
+            let (wq, wk) = (q_norm.vector(), k_norm.vector());
+            let (qb, kb) = (q.buf_mut(), k.buf_mut());
+            self.k
+                .norm_rope
+                .qk_norm_rope(qb, wq, kb, wk, eps, head_dim, inp.positions(), base, kind)
+                .transpose()
+        })?;
         match r {
-            Ok(Some(())) => {}
-            Ok(None) => unfused(self, q, k), // groups that are not whole heads
-            Err(e) => self.check(Err(e)),
+            Some(()) => Ok(()),
+            None => unfused(self, q, k), // groups that are not whole heads
         }
     }
 
@@ -529,76 +453,50 @@ impl Backend for CudaBackend {
         q: &CudaAct,
         k: &CudaAct,
         v: &CudaAct,
-        _positions: &[u32],
+        inp: &CudaInputs,
         shape: AttnShape,
         out: &mut CudaAct,
-    ) {
-        if q.rows == 0 || [q, k, v].iter().any(|a| a.buf.is_none()) || out.buf.is_none() {
-            return;
+    ) -> Result<()> {
+        if q.rows == 0 {
+            return Ok(());
         }
-        let r = crate::profile::span(self.dev.stream(), "attention", || {
-            self.try_attention(seqs, layer, q, k, v, shape, out)
-        });
-        self.check(r);
+        crate::profile::span(self.dev.stream(), "attention", || {
+            self.try_attention(seqs, layer, q, k, v, inp, shape, out)
+        })
     }
 
-    fn swiglu(&self, gate: &mut CudaAct, up: &CudaAct) {
-        if gate.rows == 0 || gate.buf.is_none() || up.buf.is_none() {
-            return;
+    fn swiglu(&self, gate: &mut CudaAct, up: &CudaAct) -> Result<()> {
+        if gate.rows == 0 {
+            return Ok(());
         }
-        let r = crate::profile::span(self.dev.stream(), "swiglu", || {
+        crate::profile::span(self.dev.stream(), "swiglu", || {
             self.k.elementwise.swiglu(gate.buf_mut(), up.buf())
-        });
-        self.check(r);
+        })
     }
 
-    /// The gating mode was fixed when the router was uploaded ([`CudaWeight::Router`]).
-    fn moe(&self, x: &CudaAct, w: &MoeWeights<CudaWeight>, _gating: MoeGating, out: &mut CudaAct) {
-        if x.buf.is_none() || out.buf.is_none() {
-            return;
-        }
-        let r = self.try_moe(x, w, out);
-        self.check(r);
+    /// The gating mode was fixed when the router was uploaded ([`CudaWeight::Router`]), from
+    /// the same architecture `w.gating` comes from; [`Self::try_moe`] checks they agree.
+    fn moe(&self, x: &CudaAct, w: &MoeWeights<CudaWeight>, out: &mut CudaAct) -> Result<()> {
+        self.try_moe(x, w, out)
     }
 
-    fn add(&self, acc: &mut CudaAct, x: &CudaAct) {
-        if acc.rows == 0 || acc.buf.is_none() || x.buf.is_none() {
-            return;
+    fn add(&self, acc: &mut CudaAct, x: &CudaAct) -> Result<()> {
+        if acc.rows == 0 {
+            return Ok(());
         }
-        let r = crate::profile::span(self.dev.stream(), "add", || {
+        crate::profile::span(self.dev.stream(), "add", || {
             self.k.elementwise.add(acc.buf_mut(), x.buf())
-        });
-        self.check(r);
+        })
     }
 
-    fn select_rows(&self, x: &CudaAct, rows: &[usize]) -> CudaAct {
-        if x.buf.is_none() {
-            return placeholder(self, rows.len(), x.width);
-        }
-        match self.try_select_rows(x, rows) {
-            Ok(a) => a,
-            Err(e) => {
-                self.check(Err(e));
-                placeholder(self, rows.len(), x.width)
-            }
-        }
+    fn select_rows(&self, x: &CudaAct, rows: &[usize]) -> Result<CudaAct> {
+        self.try_select_rows(x, rows)
     }
 
-    fn to_host(&self, x: &CudaAct) -> Vec<f32> {
-        let Some(buf) = &x.buf else {
-            return vec![0.0; x.rows * x.width];
-        };
-        let r = self.dev.download(buf);
-        match r {
-            Ok(mut v) => {
-                v.truncate(x.rows * x.width);
-                v
-            }
-            Err(e) => {
-                self.check(Err(e));
-                vec![0.0; x.rows * x.width]
-            }
-        }
+    fn to_host(&self, x: &CudaAct) -> Result<Vec<f32>> {
+        let mut v = self.dev.download(x.buf())?;
+        v.truncate(x.rows * x.width);
+        Ok(v)
     }
 }
 

@@ -7,6 +7,7 @@ use super::{CudaAct, CudaBackend, CudaWeight};
 use crate::error::{CudaError, DriverContext, Result};
 use crate::ops::{MoeDecodeWork, MoeExperts, MoeRouteWork, MoeWork, MOE_DECODE_MAX_TOKENS};
 use crate::plan::{MoePath, MoeShape};
+use ferrolm_model::backend::MoeGating;
 use ferrolm_model::weights::MoeWeights;
 
 /// Scratch of the MoE kernels, shared by every layer (they all have the same shape) and grown
@@ -38,6 +39,13 @@ impl CudaBackend {
                 "an MoE router not uploaded as one".into(),
             ));
         };
+        // The router applies its gating itself (fixed at upload); it must be the weights'.
+        if router.renorm != (w.gating == MoeGating::SoftmaxTopKRenorm) {
+            return Err(CudaError::Invalid(format!(
+                "an MoE router uploaded for another gating than {:?}",
+                w.gating
+            )));
+        }
         let experts = MoeExperts {
             gate: w.gate.matrix(),
             up: w.up.matrix(),

@@ -1,25 +1,28 @@
-//! A model on the GPU: weights uploaded after a fit check, caches, and forward passes, with
-//! single-token decode steps captured once per cache as a CUDA graph and replayed.
+//! A model on the GPU ([`CudaModel`]): weights uploaded after a fit check, caches, and forward
+//! passes, with single-token decode steps captured once per cache as a CUDA graph and
+//! replayed. The same shape as the CPU's `CpuModel`, behind [`ModelRunner`].
 
-use super::{CudaAct, CudaBackend, CudaWeight};
+use super::{CudaAct, CudaBackend, CudaInputs, CudaWeight};
 use crate::device::CudaDevice;
 use crate::error::{CudaError, DriverContext, Result};
 use crate::ops::{DecodeWork, KvCache};
 use crate::plan::Plan;
 use cudarc::driver::{sys, CudaGraph};
-use ferrolm_gguf::GgufFile;
-use ferrolm_model::backend::Backend;
-use ferrolm_model::backend::{MoeGating, SeqRows};
+use ferrolm_gguf::{GgmlType, GgufFile};
+use ferrolm_model::backend::{Backend, MoeGating, PassInputs, SeqRows};
+use ferrolm_model::dump::{dump_dir_from_env, Dump};
 use ferrolm_model::forward::{forward, head, layers, moe_gating};
-use ferrolm_model::tensor_specs;
 use ferrolm_model::weights::ModelWeights;
-use ferrolm_model::{Config, ModelError};
+use ferrolm_model::{tensor_specs, TensorId, TensorRole};
+use ferrolm_model::{Config, ModelError, ModelRunner};
+use std::ops::Range;
+use std::path::PathBuf;
 use std::sync::Arc;
 
 /// Whether decode steps are replayed as graphs: as the plan says (`FERROLM_CUDA_GRAPH=0` runs
 /// every step op by op, for bisecting; profiling too), and never while dumping activations.
-fn graphs_enabled(plan: &Plan) -> bool {
-    plan.graphs() && std::env::var_os("FERROLM_DUMP_DIR").is_none()
+fn graphs_enabled(plan: &Plan, dumping: bool) -> bool {
+    plan.graphs() && !dumping
 }
 
 /// Headroom kept free beyond the weights: activations, the cuBLAS-free kernels' scratch, and
@@ -32,12 +35,16 @@ pub struct CudaModel {
     weights: ModelWeights<CudaWeight>,
     /// Blocks before this one stay on the CPU (`-ngl`); the GPU holds the rest and the head.
     first_layer: usize,
+    /// `FERROLM_DUMP_DIR`, read at load: every pass then runs through [`Dump`], op by op.
+    dump: Option<PathBuf>,
 }
 
 /// A decode step captured for one cache: replaying it reruns the whole token.
 struct DecodeGraph {
     graph: CudaGraph,
-    /// The logits buffer the graph writes; held out of the pool while the graph lives.
+    /// The token id and position the graph reads, rewritten before each replay; held out of
+    /// the pool while the graph lives, as is the logits buffer it writes.
+    inputs: CudaInputs,
     logits: CudaAct,
 }
 
@@ -88,31 +95,35 @@ impl CudaModel {
         check_fit(&cfg, file, &dev, first_layer)?;
         let cuda = |e: CudaError| ModelError::Invalid(format!("CUDA: {e}"));
         let backend = CudaBackend::new(dev.clone()).map_err(cuda)?;
+        // The same gating the weights carry (`MoeWeights::gating`), which the router applies.
         let renorm = moe_gating(cfg.arch) == MoeGating::SoftmaxTopKRenorm;
         let n_used = cfg.moe.as_ref().map_or(0, |m| m.n_expert_used);
-        let weights = ModelWeights::load(&cfg, file, |name, ty, dims, data| {
-            if !on_gpu(&cfg, name, first_layer) {
+        // The first block's query projection: what the fused norms quantize for.
+        let first_q = TensorId::block(first_layer, TensorRole::AttnQ);
+        let mut first_proj: Option<(GgmlType, usize)> = None;
+        let weights = ModelWeights::load(&cfg, file, |id, ty, dims, data| {
+            if id == first_q {
+                first_proj = Some((ty, dims.first().map_or(0, |&c| c as usize)));
+            }
+            if !on_gpu(&cfg, id, first_layer) {
                 Ok(CudaWeight::Absent)
-            } else if name.ends_with("ffn_gate_inp.weight") {
-                super::weights::upload_router(&dev, name, ty, dims, data, n_used, renorm)
+            } else if id.role == TensorRole::FfnGateInp {
+                super::weights::upload_router(&dev, id, ty, dims, data, n_used, renorm)
             } else {
-                super::weights::upload(&dev, name, ty, dims, data)
+                super::weights::upload(&dev, id, ty, dims, data)
             }
         })?;
         dev.sync().map_err(cuda)?;
         // The fused norms quantize for the projections that follow them (K-quants: Q8_K).
-        let first_proj = ["attn_q", "attn_qkv", "ffn_gate"]
-            .iter()
-            .find_map(|t| file.tensor(&format!("blk.{first_layer}.{t}.weight")));
-        if let Some(q) = first_proj {
-            let cols = q.dims.first().map_or(0, |&c| c as usize);
-            backend.set_norm_quant(backend.plan().act_quant(q.ty, cols));
+        if let Some((ty, cols)) = first_proj {
+            backend.set_norm_quant(backend.plan().act_quant(ty, cols));
         }
         Ok(Self {
             cfg,
             backend,
             weights,
             first_layer,
+            dump: dump_dir_from_env(),
         })
     }
 
@@ -152,40 +163,6 @@ impl CudaModel {
         })
     }
 
-    /// Logits `[logit_rows.len()][n_vocab]` for a batch of sequences (`seqs`, each its cache
-    /// and its rows of `tokens`, at `positions`). A single sequence's one-token step is
-    /// captured as a graph on its second occurrence for that cache and replayed after.
-    pub fn forward_rows(
-        &self,
-        seqs: &mut [SeqRows<'_, CudaCache>],
-        tokens: &[u32],
-        positions: &[u32],
-        logit_rows: &[usize],
-    ) -> Result<Vec<f32>> {
-        if self.first_layer > 0 {
-            return Err(CudaError::Invalid(
-                "this model's first blocks run on the CPU: use forward_from_host".into(),
-            ));
-        }
-        self.backend.set_inputs(tokens, positions)?;
-        if let [only] = seqs {
-            let cache = &mut *only.cache;
-            let is_step = tokens.len() == 1 && logit_rows == [0];
-            if is_step && graphs_enabled(self.backend.plan()) && !cache.graph_failed {
-                if let Some(g) = &cache.graph {
-                    g.graph.launch().during("replaying the decode graph")?;
-                    return self.read_logits(&g.logits);
-                }
-                if cache.eager_decodes >= 1 {
-                    return self.capture_step(cache, tokens, positions);
-                }
-                cache.eager_decodes += 1;
-            }
-        }
-        let logits = self.run(seqs, tokens, positions, logit_rows);
-        self.read_logits(&logits)
-    }
-
     /// The blocks from [`Self::first_layer`] and the head, for a residual stream `x` (rows of
     /// `n_embd` floats) computed on the CPU by the blocks before. No graphs: each step uploads
     /// its stream.
@@ -193,97 +170,143 @@ impl CudaModel {
         &self,
         seqs: &mut [SeqRows<'_, CudaCache>],
         x: &[f32],
-        tokens: &[u32],
-        positions: &[u32],
+        pass: &PassInputs<'_>,
         logit_rows: &[usize],
     ) -> Result<Vec<f32>> {
         let b = &self.backend;
-        b.set_inputs(tokens, positions)?;
-        let mut act = b.act_from_host(x, tokens.len(), self.cfg.n_embd)?;
-        let (cfg, w) = (&self.cfg, &self.weights);
-        layers(
-            b,
-            cfg,
-            w,
-            seqs,
-            &mut act,
-            positions,
-            self.first_layer..cfg.n_layer,
-        );
-        let logits = head(b, cfg, w, &act, logit_rows);
+        let inp = b.inputs(pass)?;
+        let mut act = b.act_from_host(x, pass.rows(), self.cfg.n_embd)?;
+        let blocks = self.first_layer..self.cfg.n_layer;
+        let logits = match &self.dump {
+            Some(dir) => {
+                let d = Dump::new(b, dir);
+                blocks_and_head(&d, self, seqs, &mut act, &inp, blocks, logit_rows)
+            }
+            None => blocks_and_head(b, self, seqs, &mut act, &inp, blocks, logit_rows),
+        }?;
         self.read_logits(&logits)
     }
 
-    /// The trait's host positions go along; the CUDA ops read the device copy set before.
+    /// The whole pass on the backend (through [`Dump`] when dumping).
     fn run(
         &self,
         seqs: &mut [SeqRows<'_, CudaCache>],
-        tokens: &[u32],
-        positions: &[u32],
+        inp: &CudaInputs,
         rows: &[usize],
-    ) -> CudaAct {
-        forward(
-            &self.backend,
-            &self.cfg,
-            &self.weights,
-            seqs,
-            tokens,
-            positions,
-            rows,
-        )
-    }
-
-    fn read_logits(&self, logits: &CudaAct) -> Result<Vec<f32>> {
-        let host = self.backend.to_host(logits);
-        match self.backend.take_error() {
-            Some(e) => Err(e),
-            None => Ok(host),
+    ) -> Result<CudaAct> {
+        let (cfg, w) = (&self.cfg, &self.weights);
+        match &self.dump {
+            Some(dir) => forward(&Dump::new(&self.backend, dir), cfg, w, seqs, inp, rows),
+            None => forward(&self.backend, cfg, w, seqs, inp, rows),
         }
     }
 
-    /// Captures one decode step, then replays it (capture only records).
-    fn capture_step(
-        &self,
-        cache: &mut CudaCache,
-        tokens: &[u32],
-        positions: &[u32],
-    ) -> Result<Vec<f32>> {
+    fn read_logits(&self, logits: &CudaAct) -> Result<Vec<f32>> {
+        self.backend.to_host(logits)
+    }
+
+    /// Captures one decode step, then replays it (capture only records). The inputs are
+    /// copied before the capture starts and stay with the graph.
+    fn capture_step(&self, cache: &mut CudaCache, pass: &PassInputs<'_>) -> Result<Vec<f32>> {
         let b = &self.backend;
+        let inputs = b.inputs(pass)?;
         let stream = b.device().stream().clone();
         stream
             .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
             .during("starting graph capture")?;
         b.set_capturing(true);
-        let logits = self.run(
-            &mut [SeqRows { cache, rows: 0..1 }],
-            tokens,
-            positions,
-            &[0],
-        );
+        // An op that fails stops the pass here; the capture still ends before anything else.
+        let ran = self.run(&mut [SeqRows { cache, rows: 0..1 }], &inputs, &[0]);
         b.set_capturing(false);
         let captured = stream.end_capture(sys::CUgraphInstantiate_flags(0));
-        let failed = b.take_error();
-        match (captured, failed) {
-            (Ok(Some(graph)), None) => {
+        match (captured, ran) {
+            (Ok(Some(graph)), Ok(logits)) => {
                 graph.launch().during("launching the decode graph")?;
-                let g = cache.graph.insert(DecodeGraph { graph, logits });
+                let g = cache.graph.insert(DecodeGraph {
+                    graph,
+                    inputs,
+                    logits,
+                });
                 self.read_logits(&g.logits)
             }
             // Whatever went wrong, the step is still owed: run it op by op, and stop trying
             // to capture for this cache.
-            _ => {
+            (_, ran) => {
                 cache.graph_failed = true;
-                drop(logits);
-                let logits = self.run(
-                    &mut [SeqRows { cache, rows: 0..1 }],
-                    tokens,
-                    positions,
-                    &[0],
-                );
+                drop(ran);
+                let logits = self.run(&mut [SeqRows { cache, rows: 0..1 }], &inputs, &[0])?;
                 self.read_logits(&logits)
             }
         }
     }
+}
+
+impl ModelRunner for CudaModel {
+    type Cache = CudaCache;
+    type Error = CudaError;
+
+    fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    /// A single sequence's one-token step is captured as a graph on its second occurrence for
+    /// that cache and replayed after, with the step's token and position rewritten.
+    fn forward_rows(
+        &self,
+        seqs: &mut [SeqRows<'_, CudaCache>],
+        pass: &PassInputs<'_>,
+        logit_rows: &[usize],
+    ) -> Result<Vec<f32>> {
+        if self.first_layer > 0 {
+            return Err(CudaError::Invalid(
+                "this model's first blocks run on the CPU: use forward_from_host".into(),
+            ));
+        }
+        if let [only] = seqs {
+            let cache = &mut *only.cache;
+            let is_step = pass.rows() == 1 && logit_rows == [0];
+            if is_step
+                && graphs_enabled(self.backend.plan(), self.dump.is_some())
+                && !cache.graph_failed
+            {
+                if let Some(g) = &mut cache.graph {
+                    g.inputs.write(self.backend.device().stream(), pass)?;
+                    g.graph.launch().during("replaying the decode graph")?;
+                    return self.read_logits(&g.logits);
+                }
+                if cache.eager_decodes >= 1 {
+                    return self.capture_step(cache, pass);
+                }
+                cache.eager_decodes += 1;
+            }
+        }
+        let inp = self.backend.inputs(pass)?;
+        let logits = self.run(seqs, &inp, logit_rows)?;
+        self.read_logits(&logits)
+    }
+}
+
+/// Blocks `blocks` over `x`, then the head, on `b` (the backend, or it wrapped in [`Dump`]).
+fn blocks_and_head<B>(
+    b: &B,
+    m: &CudaModel,
+    seqs: &mut [SeqRows<'_, CudaCache>],
+    x: &mut CudaAct,
+    inp: &CudaInputs,
+    blocks: Range<usize>,
+    logit_rows: &[usize],
+) -> Result<CudaAct>
+where
+    B: Backend<
+        Weight = CudaWeight,
+        Act = CudaAct,
+        Cache = CudaCache,
+        Inputs = CudaInputs,
+        Error = CudaError,
+    >,
+{
+    layers(b, &m.cfg, &m.weights, seqs, x, inp, blocks)?;
+    head(b, &m.cfg, &m.weights, x, logit_rows)
 }
 
 /// Fails with how many layers would fit when the weights do not fit in free device memory.
@@ -303,12 +326,12 @@ fn check_fit(
         let Some(info) = file.tensor(&spec.name) else {
             continue; // ModelWeights::load reports missing tensors
         };
-        if !on_gpu(cfg, &spec.name, first_layer) {
+        if !on_gpu(cfg, spec.id, first_layer) {
             continue;
         }
-        let bytes = super::weights::device_bytes(&spec.name, info.ty, &info.dims);
+        let bytes = super::weights::device_bytes(spec.id, info.ty, &info.dims);
         total += bytes;
-        if let Some(layer) = layer_of(&spec.name) {
+        if let Some(layer) = spec.id.layer {
             if layer < cfg.n_layer {
                 per_layer[layer] += bytes;
             }
@@ -344,25 +367,20 @@ fn layers_that_fit(per_layer: &[u64], fixed: u64, free: u64) -> usize {
         .count()
 }
 
-/// Whether tensor `name` is uploaded when blocks `first_layer..` run on the GPU.
-fn on_gpu(cfg: &Config, name: &str, first_layer: usize) -> bool {
-    match layer_of(name) {
+/// Whether tensor `id` is uploaded when blocks `first_layer..` run on the GPU.
+fn on_gpu(cfg: &Config, id: TensorId, first_layer: usize) -> bool {
+    match id.layer {
         Some(layer) => layer >= first_layer,
         // The embedding is looked up on the CPU when blocks run there, unless it is also the
         // output projection.
-        None if name == "token_embd.weight" => first_layer == 0 || cfg.tied_embeddings,
+        None if id.role == TensorRole::TokenEmbd => first_layer == 0 || cfg.tied_embeddings,
         None => true,
     }
 }
 
-/// `blk.N.…` → N.
-fn layer_of(name: &str) -> Option<usize> {
-    name.strip_prefix("blk.")?.split('.').next()?.parse().ok()
-}
-
 #[cfg(test)]
 mod tests {
-    use super::{layer_of, layers_that_fit};
+    use super::layers_that_fit;
 
     #[test]
     fn fit_counts_whole_layers() {
@@ -370,12 +388,5 @@ mod tests {
         assert_eq!(layers_that_fit(&[10, 10, 10], 5, 26), 2);
         assert_eq!(layers_that_fit(&[10, 10, 10], 5, 14), 0);
         assert_eq!(layers_that_fit(&[10, 10, 10], 50, 14), 0);
-    }
-
-    #[test]
-    fn layer_numbers_from_names() {
-        assert_eq!(layer_of("blk.12.attn_q.weight"), Some(12));
-        assert_eq!(layer_of("output.weight"), None);
-        assert_eq!(layer_of("blk.x.attn_q.weight"), None);
     }
 }

@@ -6,7 +6,7 @@ use crate::ops::{Embed, Mmvq, MoeRouter, QuantMatrix};
 use crate::Result as CudaResult;
 use cudarc::driver::CudaSlice;
 use ferrolm_gguf::GgmlType;
-use ferrolm_model::{ModelError, Result};
+use ferrolm_model::{ModelError, Result, TensorId, TensorRole};
 
 pub enum CudaWeight {
     /// Norm weights and biases, as f32.
@@ -60,8 +60,13 @@ pub fn device_type(ty: GgmlType) -> GgmlType {
     }
 }
 
-/// Device bytes a tensor of `dims` in `ty` takes (for the fit check before uploading).
-pub fn device_bytes(name: &str, ty: GgmlType, dims: &[u64]) -> u64 {
+/// Whether tensor `id`, held as `dty`, also needs an f32 copy for the embedding gather.
+fn needs_gather_copy(id: TensorId, dty: GgmlType) -> bool {
+    id.role == TensorRole::TokenEmbd && !Embed::supports(dty)
+}
+
+/// Device bytes tensor `id` of `dims` in `ty` takes (for the fit check before uploading).
+pub fn device_bytes(id: TensorId, ty: GgmlType, dims: &[u64]) -> u64 {
     let elems: u64 = dims.iter().product();
     if dims.len() == 1 {
         return elems * 4;
@@ -69,7 +74,7 @@ pub fn device_bytes(name: &str, ty: GgmlType, dims: &[u64]) -> u64 {
     let dty = device_type(ty);
     let (be, bb) = dty.block_geometry();
     let mut bytes = elems / be as u64 * bb as u64;
-    if name == "token_embd.weight" && !Embed::supports(dty) {
+    if needs_gather_copy(id, dty) {
         bytes += elems * 4;
     }
     bytes
@@ -93,14 +98,15 @@ fn f32_matrix(dev: &CudaDevice, rows: usize, cols: usize, v: &[f32]) -> CudaResu
     QuantMatrix::upload(dev, GgmlType::F32, rows, cols, bytemuck::cast_slice(v))
 }
 
-/// Uploads one tensor of the file.
+/// Uploads tensor `id` of the file.
 pub fn upload(
     dev: &CudaDevice,
-    name: &str,
+    id: TensorId,
     ty: GgmlType,
     dims: &[u64],
     data: &[u8],
 ) -> Result<CudaWeight> {
+    let name = &id.name();
     let cols = dims[0] as usize;
     let rows = dims[1..].iter().product::<u64>() as usize;
     if dims.len() == 1 {
@@ -119,7 +125,7 @@ pub fn upload(
         }
     };
     let mat = upload()?;
-    let gather = if name == "token_embd.weight" && !Embed::supports(dty) {
+    let gather = if needs_gather_copy(id, dty) {
         let v = dequantize(name, ty, rows * cols, data)?;
         Some(f32_matrix(dev, rows, cols, &v).map_err(|e| cuda_err(name, e))?)
     } else {
@@ -131,13 +137,14 @@ pub fn upload(
 /// Uploads an MoE router: `n_used` experts per token, renormalised (qwen3moe) or not (olmoe).
 pub fn upload_router(
     dev: &CudaDevice,
-    name: &str,
+    id: TensorId,
     ty: GgmlType,
     dims: &[u64],
     data: &[u8],
     n_used: usize,
     renorm: bool,
 ) -> Result<CudaWeight> {
+    let name = &id.name();
     let (n_embd, n_expert) = (dims[0] as usize, dims[1..].iter().product::<u64>() as usize);
     let v = dequantize(name, ty, n_embd * n_expert, data)?;
     MoeRouter::upload(dev, &v, n_expert, n_embd, n_used, renorm)

@@ -1,0 +1,23 @@
+//! What the engine asks of a model loaded on one backend ([`ModelRunner`]): the CPU's
+//! `CpuModel` and the GPU's `CudaModel` have the same shape (load, a cache per sequence,
+//! forward passes over [`SeqRows`] and [`PassInputs`]), each in its own backend crate.
+
+use crate::backend::{PassInputs, SeqRows};
+use crate::config::Config;
+
+pub trait ModelRunner {
+    /// The KV cache of one sequence.
+    type Cache;
+    type Error: std::fmt::Display;
+
+    fn config(&self) -> &Config;
+
+    /// Logits `[logit_rows.len()][n_vocab]` for a batch of sequences (`seqs`, each its cache
+    /// and its rows of the pass).
+    fn forward_rows(
+        &self,
+        seqs: &mut [SeqRows<'_, Self::Cache>],
+        pass: &PassInputs<'_>,
+        logit_rows: &[usize],
+    ) -> Result<Vec<f32>, Self::Error>;
+}
