@@ -1,7 +1,7 @@
 //! The dump adapter (`FERROLM_DUMP_DIR`) changes nothing about a pass's results, and writes
 //! every intermediate the unfused forward pass used to: fused ops run as their parts.
 
-use ferrolm_cpu::{CpuBackend, CpuCache, CpuWeight, KvType};
+use ferrolm_cpu::{CpuBackend, CpuCache, CpuPlan, CpuWeight, KvType};
 use ferrolm_gguf::GgufFile;
 use ferrolm_model::backend::{Backend, PassInputs, SeqRows};
 use ferrolm_model::dump::Dump;
@@ -35,7 +35,7 @@ fn dumping_keeps_the_logits_and_writes_every_name() {
     let file = GgufFile::open(path).unwrap();
     let cfg = Config::from_gguf(&file).unwrap();
     let w = ModelWeights::load(&cfg, &file, CpuWeight::new).unwrap();
-    let b = CpuBackend::default();
+    let b = CpuBackend::new(CpuPlan::detect());
     let tokens: Vec<u32> = (0..5).map(|i| (i * 7 + 3) % cfg.n_vocab as u32).collect();
     let positions: Vec<u32> = (0..tokens.len() as u32).collect();
     let pass = PassInputs {
