@@ -8,15 +8,6 @@ use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKern
 use ferrolm_gguf::GgmlType;
 use std::sync::Arc;
 
-/// Table formats with a gather kernel (entry points `embed_<suffix>`).
-const FORMATS: &[GgmlType] = &[
-    GgmlType::F32,
-    GgmlType::F16,
-    GgmlType::Q8_0,
-    GgmlType::Q4K,
-    GgmlType::Q6K,
-];
-
 const THREADS: u32 = 256;
 
 pub struct Embed {
@@ -26,9 +17,9 @@ pub struct Embed {
 
 impl Embed {
     pub fn load(dev: &CudaDevice) -> Result<Self> {
-        let fns = FORMATS
-            .iter()
-            .map(|&ty| {
+        // Table formats with a gather kernel (entry points `embed_<suffix>`).
+        let fns = super::formats::with(|f| f.embed)
+            .map(|ty| {
                 let name = super::kernel_suffix(ty);
                 Ok((ty, dev.function(&EMBED, &format!("embed_{name}"))?))
             })
@@ -40,7 +31,7 @@ impl Embed {
     }
 
     pub fn supports(ty: GgmlType) -> bool {
-        FORMATS.contains(&ty)
+        super::formats::has(ty, |f| f.embed)
     }
 
     /// `out[t] = dequantize(table[ids[t]])`: `ids.len()` rows of `table.cols` floats. Ids are

@@ -8,9 +8,9 @@
 //! ([`MmqOrder::Pairs`] and [`MmqOrder::Blocks`]), and so are Q4_0, Q4_1 and Q5_K; Q8_0 is
 //! bit-identical on its eight-lane kernel (`mmq_q8_0_lanes`, CUDA cores; the tensor-core GEMM's
 //! f32 sums are in another order). Rows whose length is not a multiple of [`MMQ_BK`]
-//! (SmolLM2-135M's 576) take the CUDA-core kernels of [`SMALL_FORMATS`], bit-identical too; for
-//! Q6_K the integer dots are exact and only f32 scale products and sums round (`cuda-parity`
-//! checks all of them).
+//! (SmolLM2-135M's 576) take the CUDA-core kernels (the formats with a `small_gemm`,
+//! [`formats`](super::formats)), bit-identical too; for Q6_K the integer dots are exact and only
+//! f32 scale products and sums round (`cuda-parity` checks all of them).
 
 use super::{int, QuantMatrix};
 use crate::device::CudaDevice;
@@ -58,25 +58,8 @@ pub const MMQ_TILES: [MmqTile; 3] = [
     },
 ];
 
-/// Formats with a CUDA-core kernel in the CPU's arithmetic (mmq.cu's mmq_small), by entry point.
-pub const SMALL_FORMATS: [(GgmlType, &str); 3] = [
-    (GgmlType::Q8_0, "mmq_q8_0_lanes"),
-    (GgmlType::Q4_0, "mmq_q4_0_chain"),
-    (GgmlType::Q4_1, "mmq_q4_1_chain"),
-];
-
 /// The tile of the `mmq_<type>_blocks` entry points.
 const BLOCKS_TILE: MmqTile = MMQ_TILES[2];
-
-/// Weight formats with an mmq instance.
-pub(super) const FORMATS: &[GgmlType] = &[
-    GgmlType::Q4_0,
-    GgmlType::Q4_1,
-    GgmlType::Q8_0,
-    GgmlType::Q4K,
-    GgmlType::Q5K,
-    GgmlType::Q6K,
-];
 
 /// How a GEMM sums an output's terms (the kernels' MMQ_ORDER_*, mmq_mma.cuh).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -178,15 +161,16 @@ pub struct Mmq {
     fns: HashMap<(GgmlType, usize), GemmFn>,
     /// Integer-scale formats: `mmq_<type>_blocks`, the [`MmqOrder::Blocks`] tail (64x64 tile).
     blocks: HashMap<GgmlType, GemmFn>,
-    /// The CUDA-core kernels of [`SMALL_FORMATS`] in the CPU's arithmetic (`mmq_q8_0_lanes`,
-    /// `mmq_q4_{0,1}_chain`): rows of any multiple of 32, and short Q8_0 ubatches.
+    /// The CUDA-core kernels in the CPU's arithmetic (`small_gemm` of
+    /// [`formats`](super::formats): `mmq_q8_0_lanes`, `mmq_q4_{0,1}_chain`): rows of any
+    /// multiple of 32, and short Q8_0 ubatches.
     small: HashMap<GgmlType, CudaFunction>,
 }
 
 impl Mmq {
     pub fn load(dev: &CudaDevice) -> Result<Self> {
         let mut fns = HashMap::new();
-        for &ty in FORMATS {
+        for ty in super::formats::with(|f| f.gemm) {
             for (i, t) in MMQ_TILES.iter().enumerate() {
                 let name = format!("mmq_{}_{}", super::kernel_suffix(ty), t.name);
                 let smem = smem_bytes(ty, t.bm, t.bn, 1);
@@ -196,12 +180,13 @@ impl Mmq {
         let mut blocks = HashMap::new();
         let t = BLOCKS_TILE;
         // The integer-scale formats (the plan's integer_scales).
-        let ty = GgmlType::Q4K;
-        let name = format!("mmq_{}_blocks", super::kernel_suffix(ty));
-        let smem = smem_bytes(ty, t.bm, t.bn, 1);
-        blocks.insert(ty, GemmFn::load(dev, &MMQ, &name, smem, 32 * t.warps)?);
+        for ty in super::formats::with(|f| f.gemm_blocks) {
+            let name = format!("mmq_{}_blocks", super::kernel_suffix(ty));
+            let smem = smem_bytes(ty, t.bm, t.bn, 1);
+            blocks.insert(ty, GemmFn::load(dev, &MMQ, &name, smem, 32 * t.warps)?);
+        }
         let mut small = HashMap::new();
-        for (ty, name) in SMALL_FORMATS {
+        for (ty, name) in super::formats::small_gemms() {
             small.insert(ty, dev.function(&MMQ, name)?);
         }
         Ok(Self {
@@ -213,23 +198,19 @@ impl Mmq {
     }
 
     /// Whether `ty` weights of `cols` columns have a GEMM: the tensor-core tiles for rows of
-    /// a multiple of [`MMQ_BK`], the CUDA-core kernels of [`SMALL_FORMATS`] for any multiple
-    /// of 32.
+    /// a multiple of [`MMQ_BK`], the CUDA-core kernels (`small_gemm` of
+    /// [`formats`](super::formats)) for any multiple of 32.
     pub fn supports(ty: GgmlType, cols: usize) -> bool {
-        FORMATS.contains(&ty)
-            && (cols.is_multiple_of(MMQ_BK) || (Self::small_format(ty) && cols.is_multiple_of(32)))
-    }
-
-    fn small_format(ty: GgmlType) -> bool {
-        SMALL_FORMATS.iter().any(|&(t, _)| t == ty)
+        let small = super::formats::has(ty, |f| f.small_gemm.is_some());
+        super::formats::has(ty, |f| f.gemm)
+            && (cols.is_multiple_of(MMQ_BK) || (small && cols.is_multiple_of(32)))
     }
 
     /// Blocks of each tile shape one SM holds (occupancy at the shared memory each needs; 0:
     /// the tile does not fit this device), per format: what the plan's tile choice weighs.
     pub fn blocks_per_sm(&self) -> Vec<(GgmlType, [u32; MMQ_TILES.len()])> {
-        FORMATS
-            .iter()
-            .map(|&ty| {
+        super::formats::with(|f| f.gemm)
+            .map(|ty| {
                 let fits =
                     std::array::from_fn(|i| self.fns.get(&(ty, i)).map_or(0, |f| f.blocks_per_sm));
                 (ty, fits)
@@ -254,7 +235,9 @@ impl Mmq {
                 "mmq: {} rows of {} columns (a multiple of {MMQ_BK}, or of 32 for {:?})",
                 w.ty,
                 w.cols,
-                SMALL_FORMATS.map(|f| f.0)
+                super::formats::small_gemms()
+                    .map(|f| f.0)
+                    .collect::<Vec<_>>()
             )));
         }
         assert!(
@@ -388,10 +371,6 @@ mod tests {
         assert!(src.contains("#define LANES_T 16"));
         assert!(src.contains("#define LANES_RM 4"));
         assert!(src.contains("#define LANES_RN 2"));
-        for (ty, name) in SMALL_FORMATS {
-            assert!(FORMATS.contains(&ty), "{ty}");
-            assert!(src.contains(&format!("MMQ_SMALL_ENTRY({name}, ")), "{name}");
-        }
     }
 
     /// Rows of a multiple of 256 for every format; of 32 only where a CUDA-core kernel exists
@@ -429,7 +408,7 @@ mod tests {
             2 * (128 * 144 + 128 * 304) + 128 * 272 + (3 * 8 + 2) * 128 * 4 + 8 * 128 * 8
         );
         // Every dense shape fits the H100/H200's 227 KiB.
-        for &ty in FORMATS {
+        for ty in crate::ops::formats::with(|f| f.gemm) {
             for t in MMQ_TILES {
                 assert!(
                     smem_bytes(ty, t.bm, t.bn, 1) <= 227 * 1024,

@@ -20,21 +20,6 @@ pub const MMVQ_MAX_COLS: usize = 8;
 /// Warps per block (the kernel's MMVQ_NWARPS).
 const NWARPS: u32 = 4;
 
-/// Weight formats with an mmvq instance (entry points `mmvq_<suffix>_n<rows>`).
-const FORMATS: &[GgmlType] = &[
-    GgmlType::Q4_0,
-    GgmlType::Q4_1,
-    GgmlType::Q8_0,
-    GgmlType::Q4K,
-    GgmlType::Q5K,
-    GgmlType::Q6K,
-];
-
-/// Formats with wide kernels (`mmvq_wide_<suffix>_n<rows>`, `mmvq_wide_{pair,glu}_<suffix>`).
-/// Not Q6_K: its wide walk is slower than the block-per-row kernel as a dense mat-vec
-/// (2-byte-aligned blocks: twelve 16-bit loads a lane), docs/perf.md.
-const WIDE_FORMATS: &[GgmlType] = &[GgmlType::Q4K];
-
 /// A weight matrix on the device, in its ggml block format: `rows` rows of `cols` elements.
 pub struct QuantMatrix {
     pub ty: GgmlType,
@@ -74,7 +59,10 @@ pub struct Mmvq {
     fns: HashMap<(GgmlType, usize), CudaFunction>,
     /// (type, glu) -> `mmvq_glu_<type>` or `mmvq_pair_<type>`.
     pairs: HashMap<(GgmlType, bool), CudaFunction>,
-    /// The same entry points' wide versions, for [`WIDE_FORMATS`].
+    /// The same entry points' wide versions, for the formats with `matvec_wide`
+    /// ([`formats`](super::formats)). Not Q6_K: its wide walk is slower than the block-per-row
+    /// kernel as a dense mat-vec (2-byte-aligned blocks: twelve 16-bit loads a lane),
+    /// docs/perf.md.
     wide_fns: HashMap<(GgmlType, usize), CudaFunction>,
     wide_pairs: HashMap<(GgmlType, bool), CudaFunction>,
 }
@@ -91,7 +79,7 @@ impl Mmvq {
     pub fn load(dev: &CudaDevice) -> Result<Self> {
         let mut fns = HashMap::new();
         let mut pairs = HashMap::new();
-        for &ty in FORMATS {
+        for ty in super::formats::with(|f| f.matvec) {
             let name = super::kernel_suffix(ty);
             for n in 1..=MMVQ_MAX_COLS {
                 fns.insert((ty, n), dev.function(&MMVQ, &format!("mmvq_{name}_n{n}"))?);
@@ -107,7 +95,7 @@ impl Mmvq {
         }
         let mut wide_fns = HashMap::new();
         let mut wide_pairs = HashMap::new();
-        for &ty in WIDE_FORMATS {
+        for ty in super::formats::with(|f| f.matvec_wide) {
             let name = super::kernel_suffix(ty);
             for n in 1..=MMVQ_MAX_COLS {
                 let f = dev.function(&MMVQ, &format!("mmvq_wide_{name}_n{n}"))?;
@@ -129,11 +117,12 @@ impl Mmvq {
 
     /// Whether `ty` has wide kernels.
     pub fn has_wide(ty: GgmlType) -> bool {
-        WIDE_FORMATS.contains(&ty)
+        super::formats::has(ty, |f| f.matvec_wide)
     }
 
+    /// Whether `ty` weights have a mat-vec (the formats the device holds weights in).
     pub fn supports(ty: GgmlType) -> bool {
-        FORMATS.contains(&ty)
+        super::formats::has(ty, |f| f.matvec)
     }
 
     /// `out[j][r] = W[r] · x[j]` for the `n` (1..=8) Q8_1 rows of `xq` (`w.cols` elements each,

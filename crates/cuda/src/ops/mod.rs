@@ -7,6 +7,7 @@
 mod attention;
 mod elementwise;
 mod embed;
+pub mod formats;
 mod gemm_f32;
 mod mmq;
 mod mmvq;
@@ -20,7 +21,7 @@ pub use attention::{Attention, DecodeWork, KvCache, PrefillKernel, ATTN_HEAD_DIM
 pub use elementwise::Elementwise;
 pub use embed::Embed;
 pub use gemm_f32::GemmF32;
-pub use mmq::{Mmq, MmqOrder, MmqTile, MMQ_BK, MMQ_TILES, SMALL_FORMATS};
+pub use mmq::{Mmq, MmqOrder, MmqTile, MMQ_BK, MMQ_TILES};
 pub use mmvq::{Mmvq, PairOut, QuantMatrix, MMVQ_MAX_COLS};
 pub use moe_decode::{MoeDecode, MoeDecodeWork, MOE_DECODE_MAX_TOKENS};
 pub use moe_gemm::{is_float, MoeGemm, MoeWork};
@@ -36,7 +37,7 @@ use crate::error::Result;
 use ferrolm_gguf::GgmlType;
 
 /// A format's suffix in kernel entry points (`mmvq_q4_k_n1`, `embed_f16`): ggml's type name,
-/// lower-cased, so the table of supported types is the only list to keep.
+/// lower-cased, so the table of supported types ([`formats`]) is the only list to keep.
 fn kernel_suffix(ty: GgmlType) -> String {
     ty.name().to_ascii_lowercase()
 }

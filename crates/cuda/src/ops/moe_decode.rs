@@ -47,16 +47,6 @@ fn down_rows(n: usize) -> usize {
     }
 }
 
-/// Weight formats with MoE decode kernels (entry points `moe_*_<suffix>[_n<tokens>]`).
-const FORMATS: &[GgmlType] = &[
-    GgmlType::Q4_0,
-    GgmlType::Q4_1,
-    GgmlType::Q8_0,
-    GgmlType::Q4K,
-    GgmlType::Q5K,
-    GgmlType::Q6K,
-];
-
 /// Scratch for up to `max_n` tokens of one expert shape, allocated once.
 pub struct MoeDecodeWork {
     /// `[slot][n_ff]`: SwiGLU output (the per-slot path's gate product first).
@@ -130,7 +120,8 @@ impl MoeDecode {
     pub fn load(dev: &CudaDevice) -> Result<Self> {
         let (mut gate_up, mut down, mut slot_matvec) =
             (HashMap::new(), HashMap::new(), HashMap::new());
-        for &ty in FORMATS {
+        // Entry points `moe_*_<suffix>[_n<tokens>]` of the formats with expert kernels.
+        for ty in super::formats::with(|f| f.experts) {
             let suffix = super::kernel_suffix(ty);
             for narrow in [false, true] {
                 if narrow && !has_narrow(ty) {
@@ -162,7 +153,7 @@ impl MoeDecode {
     }
 
     pub fn supports(ty: GgmlType) -> bool {
-        FORMATS.contains(&ty)
+        super::formats::has(ty, |f| f.experts)
     }
 
     /// Adds the experts' output for the `n` (1..=8) Q8_1 rows of `x_q8_1` (`n_embd` each) to
@@ -452,9 +443,5 @@ mod tests {
         assert!(src.contains(&format!(
             "MOE_ENTRIES(NAME, TYPE, {MOE_DECODE_MAX_TOKENS}, WIDE)"
         )));
-        for &ty in FORMATS {
-            let line = format!("MOE_FORMAT({}, ", super::super::kernel_suffix(ty));
-            assert!(src.contains(&line), "{line} missing from moe_decode.cu");
-        }
     }
 }

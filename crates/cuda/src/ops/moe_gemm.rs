@@ -18,7 +18,8 @@
 //! its segment from device memory) instead of once for all experts, for bisecting the
 //! tile-to-expert map. Which path, orders and quantizations: the plan's ([`ExpertGemm`]).
 
-use super::mmq::{smem_bytes, GemmFn, FORMATS, MMQ_BK};
+use super::formats;
+use super::mmq::{smem_bytes, GemmFn, MMQ_BK};
 use super::{int, stride_blocks, MoeExperts, Quantize};
 use crate::device::CudaDevice;
 use crate::error::{CudaError, DriverContext, Result};
@@ -41,9 +42,12 @@ const MAX_PAIRS: usize = 65_535;
 /// Warps a block of the float-expert kernels (moe_gemm.cu's FLOAT_WARPS).
 const FLOAT_WARPS: usize = 8;
 
-/// Experts held as floats (F32/F16/BF16 files): they take `moe_f32_*`, not the int8 GEMMs.
+/// Experts held as floats (F32/F16/BF16 files, held as F32): they take `moe_f32_*`, not the
+/// int8 GEMMs.
 pub fn is_float(x: &MoeExperts) -> bool {
-    [x.gate, x.up, x.down].iter().all(|m| m.ty == GgmlType::F32)
+    [x.gate, x.up, x.down]
+        .iter()
+        .all(|m| formats::has(m.ty, |f| f.float))
 }
 
 /// What the grouped kernels need of a layer's experts, beyond [`MoeExperts::check`]'s shapes:
@@ -69,7 +73,7 @@ fn check(x: &MoeExperts) -> Result<()> {
                 m.rows, m.cols
             ));
         }
-        if !float && !FORMATS.contains(&m.ty) {
+        if !float && !formats::has(m.ty, |f| f.experts) {
             return bad(format!("no kernel for {} {name} weights", m.ty));
         }
     }
@@ -175,7 +179,7 @@ pub struct MoeGemm {
 impl MoeGemm {
     pub fn load(dev: &CudaDevice) -> Result<Self> {
         let mut gemms = HashMap::new();
-        for &ty in FORMATS {
+        for ty in formats::with(|f| f.experts) {
             let name = super::kernel_suffix(ty);
             let threads = 32 * MOE_WARPS;
             // Gate and up share the activation tile: two raw weight tiles per stage.

@@ -14,7 +14,8 @@ use rand::Rng;
 use rand_distr::{Distribution, Normal};
 use rayon::prelude::*;
 
-/// Weight formats with a CUDA mat-vec.
+/// Weight formats with a CUDA mat-vec, in the table's order (a test holds this and the other
+/// lists of checked formats to `ferrolm_cuda::ops::formats`).
 const MMVQ_TYPES: [GgmlType; 6] = [
     GgmlType::Q4_0,
     GgmlType::Q4_1,
@@ -23,6 +24,9 @@ const MMVQ_TYPES: [GgmlType; 6] = [
     GgmlType::Q5K,
     GgmlType::Q6K,
 ];
+
+/// Weight formats with a CUDA-core GEMM, in the order the results list them.
+const SMALL_GEMM_TYPES: [GgmlType; 3] = [GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1];
 
 /// Runs every check; one that errors (a launch failure, say) becomes a failing row, and the
 /// rest still run.
@@ -67,7 +71,7 @@ pub fn all(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) -> Resu
         );
     }
     // Rows of 576 (SmolLM2-135M's width): the CUDA-core kernels, in the CPU's order.
-    for (ty, _) in ferrolm_cuda::ops::SMALL_FORMATS {
+    for ty in SMALL_GEMM_TYPES {
         push("mmq", super::mmq::mmq(dev, k, plan, rng, ty, 1027, 576, 77));
     }
     // Q4_K's integer-scale order: pairs for 20 tokens and blocks for the last 2; blocks only.
@@ -481,4 +485,29 @@ pub fn time_mmvq(dev: &CudaDevice, k: &Kernels, rng: &mut StdRng) -> Result<()> 
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ferrolm_cuda::ops::formats::{self, Format};
+    use std::collections::BTreeSet;
+
+    /// Every format with a kernel is checked: the lists here keep the order of the printed
+    /// results, `ferrolm_cuda::ops::formats` says which formats have which kernel.
+    #[test]
+    fn checked_formats_are_the_tables() {
+        let set =
+            |v: &mut dyn Iterator<Item = GgmlType>| v.map(|t| t as u32).collect::<BTreeSet<_>>();
+        let table = |has: fn(&Format) -> bool| set(&mut formats::with(has));
+        assert_eq!(set(&mut MMVQ_TYPES.into_iter()), table(|f| f.matvec));
+        assert_eq!(
+            set(&mut super::super::mmq::MMQ_TYPES.into_iter()),
+            table(|f| f.gemm)
+        );
+        assert_eq!(
+            set(&mut SMALL_GEMM_TYPES.into_iter()),
+            set(&mut formats::small_gemms().map(|f| f.0))
+        );
+    }
 }
