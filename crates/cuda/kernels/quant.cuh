@@ -7,8 +7,10 @@
 // formats: d[0] for the first 16 elements, d[1] for the last 16; `has_min` formats have an
 // m != 0). Q4_K and Q6_K instead give mmq a group of sub-blocks at a time from 16-byte loads
 // (`unpack_group`, `tile_group_codes`, scales from `tile_sub_scales`): their per-sub-block
-// 4-byte loads, one row a lane, were most of the GEMM's shared-memory bank conflicts. Kernels
-// (mmvq.cu, mmq.cu) are templates over these traits; there is no per-type copy of a kernel.
+// 4-byte loads, one row a lane, were most of the GEMM's shared-memory bank conflicts. The
+// formats with an embedding gather also give `dequant`: one element as f32, in the roundings
+// of ferrolm-quant's dequantize. Kernels (mmvq.cu, mmq.cu, embed.cu) are templates over these
+// traits; there is no per-type copy of a kernel.
 //
 // The structs are the on-disk GGUF layouts (ferrolm-quant's `Block*` structs), read in place.
 // f16 fields are raw bits (`uint16_t`), converted with f16_bits_to_f32.
@@ -268,6 +270,11 @@ template <> struct WeightFormat<GGML_TYPE_Q8_0> {
         d[0] = d[1] = f16_bits_to_f32(b->d);
         m = 0.0f;
     }
+
+    // Element i as f32, x = q * d, rounded as ferrolm-quant's dequantize (embed.cu).
+    static __device__ __forceinline__ float dequant(const block *b, int i) {
+        return __fmul_rn((float)b->qs[i], f16_bits_to_f32(b->d));
+    }
 };
 
 // Q4_K and Q5_K: iqs in {0, 2, .., 30}; with t = iqs / 2, the thread takes bytes
@@ -368,6 +375,20 @@ template <> struct WeightFormat<GGML_TYPE_Q4_K> {
         m = (aux[1] >> (8 * (sub % 2))) & 0xff;
         d = f16_bits_to_f32(b->d);
         dmin = f16_bits_to_f32(b->dmin);
+    }
+
+    // Element i as f32, rounded as ferrolm-quant's dequantize (embed.cu): sub-block j = i / 32,
+    // x = (d * sc) * q - dmin * m, each product rounded on its own (__fmul_rn: NVRTC would
+    // fuse them), q the low (j even) or high nibble of code byte 32 (j / 2) + i % 32.
+    static __device__ __forceinline__ float dequant(const block *b, int i) {
+        const int j = i / 32;
+        int sc, m;
+        float d, dmin;
+        tile_scales_int(b, j, sc, m, d, dmin);
+        const float dl = __fmul_rn(d, (float)sc);
+        const float ml = __fmul_rn(dmin, (float)m);
+        const int q = (b->qs[32 * (j / 2) + i % 32] >> (4 * (j % 2))) & 0xF;
+        return __fsub_rn(__fmul_rn(dl, (float)q), ml);
     }
 };
 
@@ -511,6 +532,22 @@ template <> struct WeightFormat<GGML_TYPE_Q6_K> {
         d[0] = db * (float)b->scales[2 * sub];
         d[1] = db * (float)b->scales[2 * sub + 1];
         m = 0.0f;
+    }
+
+    // Element i as f32, rounded as ferrolm-quant's dequantize (embed.cu): x = (d * scales[i /
+    // 16]) * (q - 32), products unfused; in half n = i / 128, with r = i % 128, l = r % 32,
+    // quarter c = r / 32: the low nibble of ql[64n + l + 32 (c % 2)] (c < 2) or its high
+    // nibble (c >= 2), and bits 2c of qh[32n + l] (ggml's dequantize_row_q6_K). d is read a
+    // byte at a time: blocks of 210 bytes leave it only 2-byte aligned.
+    static __device__ __forceinline__ float dequant(const block *b, int i) {
+        const int n = i / 128, r = i % 128, l = r % 32, c = r / 32;
+        const uint8_t ql = b->ql[64 * n + l + 32 * (c % 2)];
+        const int lo = c < 2 ? (ql & 0xF) : (ql >> 4);
+        const int hi = (b->qh[32 * n + l] >> (2 * c)) & 3;
+        const int q = (lo | (hi << 4)) - 32;
+        const uint16_t d = (uint16_t)(((const uint8_t *)&b->d)[0] | (((const uint8_t *)&b->d)[1] << 8));
+        const float dl = __fmul_rn(f16_bits_to_f32(d), (float)b->scales[i / 16]);
+        return __fmul_rn(dl, (float)q);
     }
 };
 
