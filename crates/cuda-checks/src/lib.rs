@@ -1,6 +1,9 @@
-//! `ferrolm cuda-parity`: every CUDA op against its CPU counterpart on fresh random data, as a
-//! table of errors and contracts. Run it on the GPU machine before any speed claim; it exits
-//! non-zero when an op breaks its contract.
+//! Kernel checks: every CUDA op against its CPU counterpart on fresh random data, as a table of
+//! errors and contracts. `ferrolm cuda-parity` is a thin command over [`run`]; run it on the GPU
+//! machine before any speed claim: it fails when an op breaks its contract.
+//!
+//! This crate calls the launchers of `ferrolm_cuda::ops` directly (the cuda crate's kernel-check
+//! surface) and the CPU crate's functions as the reference; nothing in the engine depends on it.
 //!
 //! Errors are measured elementwise as `|cuda - ref|`, and relative to a scale that fits the
 //! op: `|ref|` for elementwise ops, the pair's norm for RoPE, and `Σ|x·w|` (the sum of the
@@ -16,22 +19,19 @@ mod moe;
 mod moe_decode;
 
 use anyhow::{bail, Context, Result};
-use clap::Args;
 use ferrolm_cuda::{CudaDevice, Kernels, Plan};
 use rand::SeedableRng;
 use std::time::Instant;
 
-#[derive(Args, Debug)]
-pub struct CudaParityArgs {
+/// What [`run`] checks, and where.
+#[derive(Clone, Debug, Default)]
+pub struct Options {
     /// CUDA device ordinal.
-    #[arg(long, default_value_t = 0)]
     pub device: usize,
-    /// Seed of the random data (default: fresh each run; the seed used is printed).
-    #[arg(long)]
+    /// Seed of the random data (`None`: fresh each run; the seed used is printed).
     pub seed: Option<u64>,
-    /// Also time the quantized mat-vec, the GEMM, the MoE GEMM, the fused MoE decode and prefill
-    /// attention (preliminary figures, not a benchmark).
-    #[arg(long)]
+    /// Also time the quantized mat-vec, the GEMM, the MoE GEMM, the fused MoE decode and
+    /// prefill attention (preliminary figures, not a benchmark).
     pub time: bool,
 }
 
@@ -96,8 +96,11 @@ pub fn compare(got: &[f32], want: &[f32], scale: impl Fn(usize) -> f64) -> (f64,
     (max_abs, max_rel, clean)
 }
 
-pub fn run(args: CudaParityArgs) -> Result<()> {
-    let dev = CudaDevice::new(args.device).context("cuda-parity")?;
+/// Runs every check on `opts.device`, prints the table to stdout (and progress, the seed and the
+/// kernel images used to stderr); an error when the device cannot run them or an op breaks its
+/// contract.
+pub fn run(opts: &Options) -> Result<()> {
+    let dev = CudaDevice::new(opts.device).context("cuda-parity")?;
     eprintln!("device: {}", dev.describe());
     let t = Instant::now();
     let k = Kernels::load(&dev)?;
@@ -110,7 +113,7 @@ pub fn run(args: CudaParityArgs) -> Result<()> {
         ferrolm_cuda::cache::dir().map_or("(none)".into(), |d| d.display().to_string())
     );
     aot::check_origins(&dev)?;
-    let seed = args.seed.unwrap_or_else(|| {
+    let seed = opts.seed.unwrap_or_else(|| {
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos() as u64)
@@ -133,7 +136,7 @@ pub fn run(args: CudaParityArgs) -> Result<()> {
             if r.pass() { "PASS" } else { "FAIL" }
         );
     }
-    if args.time {
+    if opts.time {
         checks::time_mmvq(&dev, &k, &mut rng)?;
         mmq_time::time_mmq(&dev, &k, &plan, &mut rng)?;
         moe::time_moe(&dev, &k, &plan, &mut rng)?;
