@@ -110,7 +110,7 @@ pub fn run(opts: &Options) -> Result<()> {
     eprintln!(
         "kernels ready in {:.1} s (embedded, NVRTC, or the cubin cache in {})",
         t.elapsed().as_secs_f64(),
-        ferrolm_cuda::cache::dir().map_or("(none)".into(), |d| d.display().to_string())
+        ferrolm_cuda::kernel_cache_dir().map_or("(none)".into(), |d| d.display().to_string())
     );
     aot::check_origins(&dev)?;
     let seed = opts.seed.unwrap_or_else(|| {

@@ -34,9 +34,18 @@ impl AotImage {
     }
 }
 
-// BUILT_WITH: the NVRTC version of the images (None: none embedded); ARCHS: the architectures
-// asked for; SKIPPED: why none were embedded; IMAGES: the images, sorted by file and arch.
-include!(concat!(env!("OUT_DIR"), "/aot_table.rs"));
+/// The table `build.rs` wrote. BUILT_WITH: the NVRTC version of the images (None: none
+/// embedded); ARCHS: the architectures asked for; SKIPPED: why none were embedded; IMAGES: the
+/// images, sorted by file and arch. ARCHS and SKIPPED are for the tests.
+#[cfg_attr(not(test), allow(dead_code))]
+mod table {
+    use super::AotImage;
+    include!(concat!(env!("OUT_DIR"), "/aot_table.rs"));
+}
+pub use table::BUILT_WITH;
+use table::IMAGES;
+#[cfg(test)]
+use table::{ARCHS, SKIPPED};
 
 /// Whether embedded images may be used: not turned off by `FERROLM_CUDA_AOT=0`, and a driver
 /// that loads what this NVRTC compiled (a cubin needs a driver of its CUDA major version or
@@ -84,7 +93,8 @@ pub fn embedded_archs() -> String {
 /// 64-bit, little-endian, machine EM_CUDA (190), the number in `e_flags`. Where depends on the
 /// header's ABI version: bits 8..16 from ABI 8 (CUDA 12.8 on), the low byte before. The `a` of
 /// an arch-specific target does not show there (NVRTC 13.0 writes the same flags for sm_90 and
-/// sm_90a).
+/// sm_90a). For the tests of the embedded images.
+#[cfg(test)]
 pub fn cubin_sm(image: &[u8]) -> Result<u32, String> {
     let header = image.get(..64).ok_or("shorter than an ELF header")?;
     if &header[..4] != b"\x7fELF" {

@@ -42,11 +42,6 @@ pub fn key(tc: &Toolchain, file: &KernelFile, target: &Target) -> String {
     )
 }
 
-/// The cached image, if there is one.
-pub fn load(key: &str) -> Option<Vec<u8>> {
-    std::fs::read(dir()?.join(key)).ok()
-}
-
 /// Stores an image in the cache folder.
 pub fn store(key: &str, image: &[u8]) {
     if let Some(dir) = dir() {

@@ -36,7 +36,7 @@ pub struct CudaDevice {
 /// Where a loaded module's image came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ModuleOrigin {
-    /// Embedded at build time ([`aot`]).
+    /// Embedded at build time (`aot`).
     Embedded,
     /// Compiled by NVRTC here, or taken from the disk cache.
     Compiled,

@@ -3,37 +3,44 @@
 //! own architecture, and the device plumbing they need.
 //!
 //! Nothing here links against CUDA: cudarc opens the driver (`libcuda.so.1`) and NVRTC
-//! (`libnvrtc.so.13`) with `dlopen` when they are first needed ([`libs`]), so the binary builds
+//! (`libnvrtc.so.13`) with `dlopen` when they are first needed (`libs`), so the binary builds
 //! and runs on machines without CUDA, and asking for a GPU there is an ordinary error.
 //!
 //! Layers, bottom up:
-//! - [`libs`]: finding the driver, NVRTC and the CUDA headers (`cuda_fp16.h`).
+//! - `libs`: finding the driver, NVRTC and the CUDA headers (`cuda_fp16.h`).
 //! - [`kernels`]: the kernel sources, embedded with `include_str!`.
 //! - [`nvrtc`]: compiling one kernel file for one target (cubin, or PTX for newer GPUs than
 //!   NVRTC knows); errors name the file and line.
-//! - [`cache`]: compiled images on disk, keyed by source hash, target and NVRTC version.
-//! - [`aot`]: the images `build.rs` compiled ahead of time (sm_80, sm_86, sm_89, sm_90a when
+//! - `cache`: compiled images on disk, keyed by source hash, target and NVRTC version.
+//! - `aot`: the images `build.rs` compiled ahead of time (sm_80, sm_86, sm_89, sm_90a when
 //!   the build machine has NVRTC), used without NVRTC when one fits the device.
-//! - [`device`]: one GPU, its stream, buffers, and modules loaded on first use.
+//! - `device`: one GPU ([`CudaDevice`]), its stream, buffers, and modules loaded on first use.
 //! - [`ops`]: one thin launcher per kernel family, shaped like the CPU backend's functions.
 //! - [`plan`]: every kernel choice (switches, thresholds, tiles, orders) in one value, built
 //!   once from the device and the environment; the launchers take its answers.
-//! - [`backend`]: the model's `Backend` ops on those launchers, and [`CudaModel`], which runs
-//!   the forward pass with decode steps replayed as CUDA graphs.
+//! - `backend`: the model's `Backend` ops on those launchers ([`CudaBackend`]), and
+//!   [`CudaModel`], which runs the forward pass with decode steps replayed as CUDA graphs.
+//!
+//! Public surface: what the engine needs ([`CudaDevice`], [`CudaModel`], [`CudaCache`]), the
+//! CLI's `bench` ([`profile`]), and the kernel-check surface: [`ops`], [`Kernels`] and [`plan`]
+//! for `ferrolm-cuda-checks` (`ferrolm cuda-parity`), [`kernels`] and [`nvrtc`] for the compile
+//! test (`tests/compile_kernels.rs`). The rest is private; `build.rs` includes `cache`, `error`,
+//! `kernels`, `libs` and `nvrtc` by path.
 
-pub mod aot;
-pub mod backend;
-pub mod cache;
-pub mod device;
+mod aot;
+mod backend;
+mod cache;
+mod device;
 mod error;
 pub mod kernels;
-pub mod libs;
+mod libs;
 pub mod nvrtc;
 pub mod ops;
 pub mod plan;
 pub mod profile;
 
 pub use backend::{CudaBackend, CudaCache, CudaModel};
+pub use cache::dir as kernel_cache_dir;
 pub use cudarc::driver::{CudaSlice, CudaStream};
 pub use device::{CudaDevice, ModuleOrigin};
 pub use error::{CudaError, Result};

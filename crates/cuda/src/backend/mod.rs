@@ -17,7 +17,7 @@ mod weights;
 
 pub use act::{CudaAct, CudaInputs};
 pub use runner::{CudaCache, CudaModel};
-pub use weights::{device_bytes, CudaWeight};
+pub use weights::CudaWeight;
 
 use crate::device::CudaDevice;
 use crate::error::{CudaError, DriverContext, Result};

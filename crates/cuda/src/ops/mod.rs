@@ -3,6 +3,10 @@
 //! only queues work: nothing here synchronizes. Launch errors are returned. Where a family has
 //! several kernels for one op, the caller passes the choice (the plan's, `crate::plan`); no
 //! launcher reads the environment.
+//!
+//! Outside this crate, this module is the kernel-check surface: `ferrolm-cuda-checks` drives
+//! the launchers directly against the CPU's functions. The backend's tuning constants and
+//! helpers stay crate-private.
 
 mod attention;
 mod elementwise;
@@ -17,18 +21,18 @@ mod moe_route;
 mod norm_rope;
 mod quantize;
 
-pub use attention::{Attention, DecodeWork, KvCache, PrefillKernel, ATTN_HEAD_DIMS};
+pub use attention::{Attention, DecodeWork, KvCache, PrefillKernel};
 pub use elementwise::Elementwise;
 pub use embed::Embed;
 pub use gemm_f32::GemmF32;
 pub use mmq::{Mmq, MmqOrder, MmqTile, MMQ_BK, MMQ_TILES};
-pub use mmvq::{Mmvq, PairOut, QuantMatrix, MMVQ_MAX_COLS};
-pub use moe_decode::{MoeDecode, MoeDecodeWork, MOE_DECODE_MAX_TOKENS};
-pub use moe_gemm::{is_float, MoeGemm, MoeWork};
-pub use moe_route::{
-    MoeExperts, MoeRoute, MoeRouteWork, MoeRouter, MOE_MAX_EXPERTS, MOE_MAX_USED,
-    ROUTER_ROWS_MAX_EMBD, ROUTER_SMALL_N,
-};
+pub(crate) use mmvq::MMVQ_MAX_COLS;
+pub use mmvq::{Mmvq, PairOut, QuantMatrix};
+pub(crate) use moe_decode::MOE_DECODE_MAX_TOKENS;
+pub use moe_decode::{MoeDecode, MoeDecodeWork};
+pub use moe_gemm::{MoeGemm, MoeWork};
+pub use moe_route::{MoeExperts, MoeRoute, MoeRouteWork, MoeRouter};
+pub(crate) use moe_route::{ROUTER_ROWS_MAX_EMBD, ROUTER_SMALL_N};
 pub use norm_rope::{NormRope, Rope};
 pub use quantize::{dequantize_blocks, ActQuant, Quantize, Q8_1_BLOCK_BYTES};
 
