@@ -3,16 +3,16 @@
 //! kernel for one, is a row (or a field) here plus its instances in `kernels/*.cu`; a test
 //! checks the two against each other, both ways.
 //!
-//! | format | mat-vec | wide | GEMM | blocks | CUDA-core GEMM | experts | embed | float |
-//! |---|---|---|---|---|---|---|---|---|
-//! | F32 | | | | | | | ✓ | ✓ |
-//! | F16 | | | | | | | ✓ | |
-//! | Q4_0 | ✓ | | ✓ | | `mmq_q4_0_chain` | ✓ | | |
-//! | Q4_1 | ✓ | | ✓ | | `mmq_q4_1_chain` | ✓ | | |
-//! | Q8_0 | ✓ | | ✓ | | `mmq_q8_0_lanes` | ✓ | ✓ | |
-//! | Q4_K | ✓ | ✓ | ✓ | ✓ | | ✓ | ✓ | |
-//! | Q5_K | ✓ | | ✓ | | | ✓ | | |
-//! | Q6_K | ✓ | | ✓ | | | ✓ | ✓ | |
+//! | format | mat-vec | wide | GEMM | blocks | CUDA-core GEMM | experts | narrow | embed | float |
+//! |---|---|---|---|---|---|---|---|---|---|
+//! | F32 | | | | | | | | ✓ | ✓ |
+//! | F16 | | | | | | | | ✓ | |
+//! | Q4_0 | ✓ | | ✓ | | `mmq_q4_0_chain` | ✓ | | | |
+//! | Q4_1 | ✓ | | ✓ | | `mmq_q4_1_chain` | ✓ | | | |
+//! | Q8_0 | ✓ | | ✓ | | `mmq_q8_0_lanes` | ✓ | | ✓ | |
+//! | Q4_K | ✓ | ✓ | ✓ | ✓ | | ✓ | ✓ | ✓ | |
+//! | Q5_K | ✓ | | ✓ | | | ✓ | | | |
+//! | Q6_K | ✓ | | ✓ | | | ✓ | ✓ | ✓ | |
 //!
 //! Weights of a format without a mat-vec are held on the device as F32 (dequantized at
 //! upload, `backend::weights`), so F16, BF16 and the other ggml formats run as floats.
@@ -42,6 +42,9 @@ pub struct Format {
     /// `moe_down_<s>`) and decode (`moe_decode.cu`: `moe_{gate_up,down}_<s>_n<1..=8>`,
     /// `moe_slot_matvec_<s>`).
     pub experts: bool,
+    /// The expert decode kernels' narrow walk beside their default wide one
+    /// (`FERROLM_MMVQ_WIDE=0`), `moe_decode.cu`: `moe_*_narrow_<s>[_n<1..=8>]`.
+    pub experts_narrow: bool,
     /// Embedding gather, `embed.cu`: `embed_<s>`.
     pub embed: bool,
     /// Multiplied in f32: dense weights by `gemm_f32.cu`, experts by `moe_gemm.cu`'s
@@ -59,6 +62,7 @@ impl Format {
         gemm_blocks: false,
         small_gemm: None,
         experts: false,
+        experts_narrow: false,
         embed: false,
         float: false,
     };
@@ -104,11 +108,13 @@ pub const FORMATS: [Format; 8] = [
     Format {
         matvec_wide: true,
         gemm_blocks: true,
+        experts_narrow: true,
         embed: true,
         ..Format::int8(GgmlType::Q4K)
     },
     Format::int8(GgmlType::Q5K),
     Format {
+        experts_narrow: true,
         embed: true,
         ..Format::int8(GgmlType::Q6K)
     },
@@ -189,11 +195,12 @@ mod tests {
                 .collect();
             assert_eq!(found, suffixes(has), "{} {macro_name}", file.name);
         }
-        // moe_decode.cu's narrow walks (FERROLM_MMVQ_WIDE=0) are variants of expert formats.
-        let narrow = instances(&MOE_DECODE, "MOE_FORMAT");
-        for name in narrow.iter().filter_map(|n| n.strip_prefix("narrow_")) {
-            assert!(suffixes(|f| f.experts).contains(name), "narrow_{name}");
-        }
+        // moe_decode.cu's narrow walks (FERROLM_MMVQ_WIDE=0).
+        let narrow: BTreeSet<String> = instances(&MOE_DECODE, "MOE_FORMAT")
+            .iter()
+            .filter_map(|n| n.strip_prefix("narrow_").map(str::to_owned))
+            .collect();
+        assert_eq!(narrow, suffixes(|f| f.experts_narrow));
         // The CUDA-core GEMMs by entry point and type.
         let small: BTreeSet<String> = MMQ
             .source
@@ -221,6 +228,7 @@ mod tests {
         for f in FORMATS {
             assert!(!f.gemm || f.matvec, "{}", f.ty);
             assert!(!f.experts || f.matvec, "{}", f.ty);
+            assert!(!f.experts_narrow || f.experts, "{}", f.ty);
             assert!(!f.matvec_wide || f.matvec, "{}", f.ty);
             assert!(!f.gemm_blocks || f.gemm, "{}", f.ty);
             assert!(f.small_gemm.is_none() || f.gemm, "{}", f.ty);

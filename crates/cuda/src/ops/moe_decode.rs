@@ -97,9 +97,10 @@ impl MoeDecodeWork {
     }
 }
 
-/// Formats whose kernels walk wide by default and have `narrow_` entry points too.
+/// Formats whose kernels walk wide by default and have `narrow_` entry points too
+/// (`experts_narrow` of [`formats`](super::formats)).
 fn has_narrow(ty: GgmlType) -> bool {
-    matches!(ty, GgmlType::Q4K | GgmlType::Q6K)
+    super::formats::has(ty, |f| f.experts_narrow)
 }
 
 pub struct MoeDecode {
