@@ -119,11 +119,12 @@ impl MoeShape {
         }
     }
 
-    /// Experts held as floats (F32/F16/BF16 files).
+    /// Experts held as floats (F32/F16/BF16 files, held as F32: the `float` formats of
+    /// [`formats`](crate::ops::formats)).
     pub fn is_float(&self) -> bool {
         [self.gate, self.up, self.down]
             .iter()
-            .all(|&t| t == GgmlType::F32)
+            .all(|&t| crate::ops::formats::has(t, |f| f.float))
     }
 }
 
