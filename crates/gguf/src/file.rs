@@ -44,6 +44,20 @@ impl GgufFile {
             path: path.clone(),
             err,
         };
+        // Only a regular file is a model: opening a pipe would block, and a directory or a
+        // device fails later with a confusing OS error.
+        let kind = fs::metadata(&path).map_err(io)?.file_type();
+        if !kind.is_file() {
+            let what = if kind.is_dir() {
+                "is a directory"
+            } else {
+                "is not a regular file (a pipe, socket or device)"
+            };
+            return Err(GgufError::Invalid {
+                path,
+                what: format!("{what}; give the path of a .gguf model file"),
+            });
+        }
         let file = fs::File::open(&path).map_err(io)?;
         // SAFETY: the map is read-only. Like every mmap reader we rely on nobody truncating
         // the file while it is open; all offsets are validated against its length at open.

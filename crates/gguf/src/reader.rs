@@ -234,6 +234,20 @@ pub(crate) fn parse(buf: &[u8]) -> Result<Parsed, String> {
             }
         }
     }
+    // Two tensors must not share bytes: a changed type or shape would otherwise make one
+    // tensor's data silently alias another's.
+    let mut spans: Vec<(u64, u64, &str)> = tensors
+        .iter()
+        .filter(|t| t.n_bytes > 0)
+        .map(|t| (t.offset, t.offset + t.n_bytes, t.name.as_str()))
+        .collect();
+    spans.sort_unstable();
+    if let Some(w) = spans.windows(2).find(|w| w[0].1 > w[1].0) {
+        return Err(format!(
+            "tensor `{}` (data at offset {}..{}) overlaps tensor `{}` (from offset {}); the file is corrupt",
+            w[0].2, w[0].0, w[0].1, w[1].2, w[1].0
+        ));
+    }
     Ok(Parsed {
         version,
         metadata,
