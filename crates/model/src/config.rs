@@ -115,6 +115,30 @@ impl Config {
             tied_embeddings: f.tensor("output.weight").is_none(),
         };
         cfg.validate()?;
+        // Every per-block structure is sized by block_count: check it against the blocks the
+        // file has tensors for before anything is allocated per block.
+        let blocks = f
+            .tensors()
+            .iter()
+            .filter_map(|t| {
+                t.name
+                    .strip_prefix("blk.")?
+                    .split('.')
+                    .next()?
+                    .parse::<usize>()
+                    .ok()
+            })
+            .max()
+            .map_or(0, |last| last + 1);
+        if cfg.n_layer > blocks {
+            return Err(ModelError::Hparam {
+                key: k("block_count"),
+                what: format!(
+                    "is {}, but the file has tensors for {blocks} blocks; the file is corrupt or incomplete",
+                    cfg.n_layer
+                ),
+            });
+        }
         Ok(cfg)
     }
 
