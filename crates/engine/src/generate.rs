@@ -58,6 +58,10 @@ pub fn generate(
     params: &GenerateParams,
     mut emit: impl FnMut(&str),
 ) -> Result<GenerateStats, EngineError> {
+    if prompt.is_empty() {
+        // The last prompt position's logits are where the first token comes from.
+        return Err(EngineError::EmptyPrompt);
+    }
     if session.n_past() + prompt.len() > session.n_ctx() {
         return Err(EngineError::ContextFull {
             need: session.n_past() + prompt.len(),

@@ -2,6 +2,7 @@
 
 mod batch;
 mod generate;
+mod memory;
 mod model;
 mod sampler;
 mod session;
@@ -11,6 +12,7 @@ pub use ferrolm_cpu::KvType;
 /// Device time per stage of the CUDA backend's passes (`FERROLM_CUDA_PROFILE`), for `bench`.
 pub use ferrolm_cuda::profile as cuda_profile;
 pub use generate::{generate, held_back, GenerateParams, GenerateStats, StopReason};
+pub use memory::available_ram;
 pub use model::{Cache, Device, Model};
 pub use sampler::{argmax, Sampler, SamplerConfig};
 pub use session::{common_prefix, EngineError, Logits, Session};

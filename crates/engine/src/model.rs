@@ -132,6 +132,17 @@ impl<'a> Model<'a> {
         }
     }
 
+    /// Blocks whose KV cache is in RAM, and the GPU with the blocks whose cache it holds.
+    pub(crate) fn kv_split(&self) -> (usize, Option<(&CudaDevice, usize)>) {
+        let n = self.cfg.n_layer;
+        match &self.exec {
+            Exec::Cpu(_) => (n, None),
+            Exec::Cuda(m) => (0, Some((m.device(), n))),
+            // The CPU side's cache has every block (see `new_cache`).
+            Exec::Split { gpu, .. } => (n, Some((gpu.device(), n - gpu.first_layer()))),
+        }
+    }
+
     /// A KV cache for `n_ctx` positions. The GPU keeps its cache in f16 only.
     pub fn new_cache(&self, n_ctx: usize, kv_type: KvType) -> Result<Cache, EngineError> {
         let gpu_cache = |m: &CudaModel| {

@@ -9,6 +9,8 @@ pub enum EngineError {
     ContextFull { need: usize, n_ctx: usize },
     #[error("token id {id} is out of range: the vocabulary has {n_vocab} tokens")]
     TokenOutOfRange { id: u32, n_vocab: usize },
+    #[error("the prompt is empty: there is nothing to generate from")]
+    EmptyPrompt,
     #[error("decoding generated text: {0}")]
     Decode(String),
     #[error("{0}")]

@@ -1,0 +1,95 @@
+//! Sizes that come from flags (`-c`, `--parallel`) checked against the memory they imply
+//! before anything is allocated: the KV caches in RAM (CPU blocks) and in GPU memory (GPU
+//! blocks). An error says how much is needed, how much there is, and what would fit.
+
+use crate::model::Model;
+use crate::session::EngineError;
+use ferrolm_cpu::KvType;
+
+/// Bytes of KV cache one position costs on the CPU side and on the GPU side of `model`.
+fn per_position(model: &Model, kv_type: KvType) -> (u64, u64) {
+    let cfg = &model.cfg;
+    let (cpu_layers, gpu) = model.kv_split();
+    let elem = match kv_type {
+        KvType::F16 => 2,
+        KvType::F32 => 4,
+    };
+    // The CPU cache holds keys and values of `head_dim` each; the GPU's is f16 with the
+    // value width of its own.
+    let cpu = (cpu_layers * cfg.n_head_kv * cfg.head_dim * 2 * elem) as u64;
+    let gpu = gpu.map_or(0, |(_, layers)| {
+        (layers * cfg.n_head_kv * (cfg.head_dim + cfg.head_dim_v) * 2) as u64
+    });
+    (cpu, gpu)
+}
+
+/// RAM the kernel says can be had without swapping (`MemAvailable`); `None` where unknown.
+pub fn available_ram() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+fn gib(b: u64) -> String {
+    format!("{:.1} GiB", b as f64 / (1u64 << 30) as f64)
+}
+
+impl Model<'_> {
+    /// Checks that `n_seqs` KV caches of `n_ctx` positions fit in the memory left, before any
+    /// is made. The error names what is needed, what is free, and the largest `-c` that fits.
+    pub fn check_kv_fits(
+        &self,
+        n_ctx: usize,
+        kv_type: KvType,
+        n_seqs: usize,
+    ) -> Result<(), EngineError> {
+        if n_ctx == 0 || n_seqs == 0 {
+            return Err(EngineError::Backend(
+                "the context size (-c) and the number of sequences must be at least 1".into(),
+            ));
+        }
+        let (cpu, gpu) = per_position(self, kv_type);
+        let seqs = if n_seqs > 1 {
+            format!(" x {n_seqs} slots")
+        } else {
+            String::new()
+        };
+        let check = |per_pos: u64, free: u64, place: &str| -> Result<(), EngineError> {
+            let per_ctx = per_pos.saturating_mul(n_seqs as u64);
+            let need = per_ctx.saturating_mul(n_ctx as u64);
+            // A tenth of what is free stays for activations, the weights' pages, the rest.
+            let usable = free / 10 * 9;
+            if per_ctx == 0 || need <= usable {
+                return Ok(());
+            }
+            let fit = usable / per_ctx;
+            let advice = if fit == 0 {
+                match n_seqs {
+                    1 => "not even one position fits".to_owned(),
+                    _ => "lower --parallel".to_owned(),
+                }
+            } else if n_seqs > 1 {
+                format!("-c {fit} or fewer slots (--parallel) would fit")
+            } else {
+                format!("-c {fit} or less would fit")
+            };
+            Err(EngineError::Backend(format!(
+                "a KV cache of {n_ctx} positions{seqs} needs {} of {place}, {} is available; {advice}",
+                gib(need),
+                gib(free)
+            )))
+        };
+        if let Some(free) = available_ram() {
+            check(cpu, free, "RAM")?;
+        }
+        if let Some((dev, _)) = self.kv_split().1 {
+            let (free, _) = dev
+                .context()
+                .mem_get_info()
+                .map_err(|e| EngineError::Backend(format!("CUDA: reading free memory: {e}")))?;
+            check(gpu, free as u64, "GPU memory")?;
+        }
+        Ok(())
+    }
+}
