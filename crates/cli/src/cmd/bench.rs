@@ -85,6 +85,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
     };
     for (n_prompt, n_gen) in tests {
         let n_ctx = n_prompt + n_gen;
+        args.model.check_fits(&model, n_ctx, 1)?;
         let mut once = || -> Result<f64> {
             let mut s = Session::with_kv_type(&model, n_ctx, args.model.kv_type());
             s.set_ubatch(args.ubatch);

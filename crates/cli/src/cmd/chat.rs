@@ -48,12 +48,13 @@ enum Input {
 }
 
 pub fn run(args: ChatArgs) -> Result<()> {
+    args.sampling.validate()?;
     let path = args.model.prepare()?;
     let file = GgufFile::open(&path)?;
     let model = args.model.load(&file)?;
     let tok = Tokenizer::from_gguf(&file)?;
     let template = ChatTemplate::from_gguf(&file, &tok)?;
-    let session = args.model.session(&model);
+    let session = args.model.session(&model)?;
 
     let (tx, rx) = mpsc::channel();
     let generating = Arc::new(AtomicBool::new(false));

@@ -32,13 +32,13 @@ pub struct ModelOpts {
     #[arg(long = "n-gpu-layers", visible_alias = "ngl", default_value_t = -1, allow_negative_numbers = true)]
     pub n_gpu_layers: i32,
     /// CPU threads (default: all cores).
-    #[arg(short = 't', long = "threads")]
+    #[arg(short = 't', long = "threads", allow_negative_numbers = true)]
     pub threads: Option<usize>,
     /// KV cache element type: f16 (llama.cpp's default) or f32 (exact).
     #[arg(long = "cache-type", visible_alias = "ctk", value_enum, default_value_t = CacheType::F16)]
     pub cache_type: CacheType,
     /// Context size in tokens (default: the model's, capped at 4096).
-    #[arg(short = 'c', long = "ctx-size")]
+    #[arg(short = 'c', long = "ctx-size", allow_negative_numbers = true)]
     pub ctx_size: Option<usize>,
 }
 
@@ -46,8 +46,12 @@ impl ModelOpts {
     /// Resolves the model path and sizes the thread pool.
     pub fn prepare(&self) -> Result<PathBuf> {
         if let Some(t) = self.threads {
-            if t == 0 {
-                bail!("-t/--threads must be at least 1");
+            let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+            if t == 0 || t > 4 * cores {
+                bail!(
+                    "-t/--threads is {t}; it must be between 1 and {} (this machine has {cores} cores)",
+                    4 * cores
+                );
             }
             // Fails only if a pool already exists, which cannot happen this early.
             let _ = rayon::ThreadPoolBuilder::new()
@@ -103,9 +107,17 @@ impl ModelOpts {
         }
     }
 
-    /// A session on `model` with the chosen context size and cache type.
-    pub fn session<'m, 'a>(&self, model: &'m Model<'a>) -> Session<'m, 'a> {
-        Session::with_kv_type(model, self.n_ctx(model.cfg.n_ctx), self.kv_type())
+    /// Checks that `n_seqs` KV caches of `n_ctx` positions fit in memory (RAM, GPU memory),
+    /// before any is allocated; the error says what would fit.
+    pub fn check_fits(&self, model: &Model, n_ctx: usize, n_seqs: usize) -> Result<()> {
+        Ok(model.check_kv_fits(n_ctx, self.kv_type(), n_seqs)?)
+    }
+
+    /// A session on `model` with the chosen context size and cache type, checked to fit.
+    pub fn session<'m, 'a>(&self, model: &'m Model<'a>) -> Result<Session<'m, 'a>> {
+        let n_ctx = self.n_ctx(model.cfg.n_ctx);
+        self.check_fits(model, n_ctx, 1)?;
+        Ok(Session::with_kv_type(model, n_ctx, self.kv_type()))
     }
 }
 

@@ -47,6 +47,7 @@ pub fn run(args: LogitsArgs) -> Result<()> {
     let model = args.model.load(&file)?;
     let n_vocab = model.cfg.n_vocab;
     let n_ctx = args.model.n_ctx(model.cfg.n_ctx).max(ids.len());
+    args.model.check_fits(&model, n_ctx, 1)?;
     let mut session = Session::with_kv_type(&model, n_ctx, args.model.kv_type());
     let which = if args.all { Logits::All } else { Logits::Last };
     let rows = if args.step {

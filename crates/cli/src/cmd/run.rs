@@ -13,25 +13,34 @@ use std::path::PathBuf;
 #[derive(Args, Debug, Clone)]
 pub struct SamplingOpts {
     /// Temperature; 0 means greedy.
-    #[arg(long = "temp", default_value_t = 0.8)]
+    #[arg(long = "temp", default_value_t = 0.8, allow_negative_numbers = true)]
     pub temperature: f32,
     /// Keep the K most likely tokens (0: all).
-    #[arg(long = "top-k", default_value_t = 40)]
+    #[arg(long = "top-k", default_value_t = 40, allow_negative_numbers = true)]
     pub top_k: usize,
     /// Keep the smallest set of tokens whose probability reaches P (1: off).
-    #[arg(long = "top-p", default_value_t = 0.95)]
+    #[arg(long = "top-p", default_value_t = 0.95, allow_negative_numbers = true)]
     pub top_p: f32,
     /// Drop tokens less likely than P times the best one (0: off).
-    #[arg(long = "min-p", default_value_t = 0.05)]
+    #[arg(long = "min-p", default_value_t = 0.05, allow_negative_numbers = true)]
     pub min_p: f32,
     /// Penalise recently seen tokens (1: off).
-    #[arg(long = "repeat-penalty", default_value_t = 1.0)]
+    #[arg(
+        long = "repeat-penalty",
+        default_value_t = 1.0,
+        allow_negative_numbers = true
+    )]
     pub repeat_penalty: f32,
     /// Seed for sampling.
     #[arg(long, default_value_t = 0xF0F0_1234)]
     pub seed: u64,
     /// Tokens to generate at most.
-    #[arg(short = 'n', long = "n-predict", default_value_t = 128)]
+    #[arg(
+        short = 'n',
+        long = "n-predict",
+        default_value_t = 128,
+        allow_negative_numbers = true
+    )]
     pub n_predict: usize,
     /// Stop when the output contains this text (repeatable).
     #[arg(long = "stop")]
@@ -39,6 +48,32 @@ pub struct SamplingOpts {
 }
 
 impl SamplingOpts {
+    /// The same ranges the server accepts for its fields; one line naming the flag if not.
+    pub fn validate(&self) -> Result<()> {
+        let range = |flag: &str, v: f32, lo: f32, hi: f32| {
+            if (lo..=hi).contains(&v) {
+                Ok(())
+            } else {
+                Err(anyhow::anyhow!(
+                    "{flag} is {v}; it must be between {lo} and {hi}"
+                ))
+            }
+        };
+        range("--temp", self.temperature, 0.0, 2.0)?;
+        range("--top-p", self.top_p, 0.0, 1.0)?;
+        range("--min-p", self.min_p, 0.0, 1.0)?;
+        if !(self.repeat_penalty.is_finite() && self.repeat_penalty > 0.0) {
+            bail!(
+                "--repeat-penalty is {}; it must be a positive number (1: off)",
+                self.repeat_penalty
+            );
+        }
+        if self.stop.iter().any(String::is_empty) {
+            bail!("--stop \"\" would stop at once; give a non-empty stop string");
+        }
+        Ok(())
+    }
+
     pub fn sampler(&self) -> Sampler {
         Sampler::new(SamplerConfig {
             temperature: self.temperature,
@@ -78,6 +113,7 @@ pub struct RunArgs {
 }
 
 pub fn run(args: RunArgs) -> Result<()> {
+    args.sampling.validate()?;
     let prompt = match (&args.prompt, &args.file) {
         (Some(p), _) => p.clone(),
         (None, Some(f)) => {
@@ -97,7 +133,10 @@ pub fn run(args: RunArgs) -> Result<()> {
         prompt
     };
     let ids = tok.encode(&text, true, true)?;
-    let mut session = args.model.session(&model);
+    if ids.is_empty() {
+        bail!("the prompt is empty: give some text with -p TEXT or -f FILE");
+    }
+    let mut session = args.model.session(&model)?;
     let mut sampler = args.sampling.sampler();
     let mut stdout = std::io::stdout().lock();
     let stats = generate(

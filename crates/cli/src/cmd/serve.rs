@@ -62,6 +62,9 @@ pub fn run(args: ServeArgs) -> Result<()> {
     let model: &'static Model<'static> = Box::leak(Box::new(model));
     let tok: &'static Tokenizer = Box::leak(Box::new(Tokenizer::from_gguf(file)?));
     let template: &'static ChatTemplate = Box::leak(Box::new(ChatTemplate::from_gguf(file, tok)?));
+    let n_ctx = args.model.n_ctx(model.cfg.n_ctx);
+    // Every slot's cache is made at start: check them all against memory first.
+    args.model.check_fits(model, n_ctx, args.parallel)?;
     let model_id = args.alias.clone().unwrap_or_else(|| {
         path.file_stem()
             .map_or("model".into(), |s| s.to_string_lossy().into_owned())
@@ -71,7 +74,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
         model_id,
         api_key: args.api_key.clone(),
         parallel: args.parallel,
-        n_ctx: args.model.n_ctx(model.cfg.n_ctx),
+        n_ctx,
         kv_type: args.model.kv_type(),
         ubatch: args.ubatch,
         queue: args.queue,
