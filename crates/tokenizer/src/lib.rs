@@ -160,6 +160,29 @@ impl Tokenizer {
     /// `parse_special` turns control-token texts (`<|im_start|>`) into their ids instead of
     /// spelling them out.
     pub fn encode(&self, text: &str, add_special: bool, parse_special: bool) -> Result<Vec<u32>> {
+        let frags = special::partition(&self.vocab, text, parse_special);
+        self.encode_fragments(text, add_special, frags)
+    }
+
+    /// Encodes `text` with special tokens parsed, except inside the byte ranges `literal`
+    /// (sorted, disjoint), which are plain text: a chat message's content that spells
+    /// `<|im_start|>` stays those characters instead of becoming the control token.
+    pub fn encode_literal(
+        &self,
+        text: &str,
+        add_special: bool,
+        literal: &[std::ops::Range<usize>],
+    ) -> Result<Vec<u32>> {
+        let frags = special::partition_literal(&self.vocab, text, literal);
+        self.encode_fragments(text, add_special, frags)
+    }
+
+    fn encode_fragments(
+        &self,
+        text: &str,
+        add_special: bool,
+        frags: Vec<Fragment>,
+    ) -> Result<Vec<u32>> {
         let v = &self.vocab;
         let mut out = Vec::new();
         if matches!(self.kind, Kind::NoVocab) {
@@ -171,7 +194,7 @@ impl Tokenizer {
         // SentencePiece puts a space in front of every text that starts the input or follows a
         // special token.
         let mut after_special = true;
-        for frag in special::partition(v, text, parse_special) {
+        for frag in frags {
             match (frag, &self.kind) {
                 (Fragment::Token(id), _) => {
                     out.push(id);

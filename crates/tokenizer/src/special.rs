@@ -19,30 +19,54 @@ fn c_space(b: u8) -> bool {
 /// Control and unknown tokens are matched only when `parse_special` is set; user-defined ones
 /// always are (as in Hugging Face `tokenizers`).
 pub(crate) fn partition(vocab: &Vocab, text: &str, parse_special: bool) -> Vec<Fragment> {
+    let literal: &[std::ops::Range<usize>] = if parse_special { &[] } else { &[0..text.len()] };
+    partition_literal(vocab, text, literal)
+}
+
+/// As [`partition`] with `parse_special` set, except inside the byte ranges `literal` (sorted,
+/// disjoint: chat message contents), where control and unknown tokens are not matched. Text
+/// fragments that end up adjacent are joined again, so a literal range without special-token
+/// text tokenizes exactly as if it had no boundary.
+pub(crate) fn partition_literal(
+    vocab: &Vocab,
+    text: &str,
+    literal: &[std::ops::Range<usize>],
+) -> Vec<Fragment> {
     let bytes = text.as_bytes();
-    let mut frags = if text.is_empty() {
-        Vec::new()
-    } else {
-        vec![Fragment::Text(0, text.len())]
-    };
+    // (start, end, literal)
+    let mut frags: Vec<(usize, usize, bool)> = Vec::new();
+    let mut at = 0;
+    for r in literal {
+        if r.start > at {
+            frags.push((at, r.start, false));
+        }
+        if r.end > r.start {
+            frags.push((r.start, r.end, true));
+        }
+        at = at.max(r.end);
+    }
+    if at < text.len() {
+        frags.push((at, text.len(), false));
+    }
+    // A token in the list is (usize::MAX, id, false).
+    const TOKEN: usize = usize::MAX;
     for &id in &vocab.special_cache {
         let a = vocab.attr(id);
-        if !parse_special && a & (attr::CONTROL | attr::UNKNOWN) != 0 {
-            continue;
-        }
+        let control = a & (attr::CONTROL | attr::UNKNOWN) != 0;
         let needle = vocab.tokens[id as usize].as_str();
-        if !frags
-            .iter()
-            .any(|f| matches!(*f, Fragment::Text(s, e) if text[s..e].contains(needle)))
-        {
+        let splits = |&(s, e, lit): &(usize, usize, bool)| {
+            s != TOKEN && !(control && lit) && text[s..e].contains(needle)
+        };
+        if !frags.iter().any(splits) {
             continue; // the common case: nothing to split, keep the list as it is
         }
         let mut out = Vec::with_capacity(frags.len() + 2);
         for f in frags {
-            let Fragment::Text(start, end) = f else {
+            if !splits(&f) {
                 out.push(f);
                 continue;
-            };
+            }
+            let (start, end, lit) = f;
             let mut at = start;
             while let Some(pos) = text[at..end].find(needle) {
                 let m = at + pos;
@@ -53,9 +77,9 @@ pub(crate) fn partition(vocab: &Vocab, text: &str, parse_special: bool) -> Vec<F
                     }
                 }
                 if left_end > at {
-                    out.push(Fragment::Text(at, left_end));
+                    out.push((at, left_end, lit));
                 }
-                out.push(Fragment::Token(id));
+                out.push((TOKEN, id as usize, false));
                 at = m + needle.len();
                 if a & attr::RSTRIP != 0 {
                     while at < end && c_space(bytes[at]) {
@@ -64,10 +88,18 @@ pub(crate) fn partition(vocab: &Vocab, text: &str, parse_special: bool) -> Vec<F
                 }
             }
             if at < end {
-                out.push(Fragment::Text(at, end));
+                out.push((at, end, lit));
             }
         }
         frags = out;
     }
-    frags
+    let mut result: Vec<Fragment> = Vec::with_capacity(frags.len());
+    for (s, e, _) in frags {
+        match (result.last_mut(), s) {
+            (_, TOKEN) => result.push(Fragment::Token(e as u32)),
+            (Some(Fragment::Text(_, last_end)), _) if *last_end == s => *last_end = e,
+            _ => result.push(Fragment::Text(s, e)),
+        }
+    }
+    result
 }

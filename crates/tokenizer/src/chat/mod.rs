@@ -122,6 +122,64 @@ impl ChatTemplate {
         &self.source
     }
 
+    /// Renders the conversation and tokenizes it with the messages' contents as plain text:
+    /// special-token strings a user writes (`<|im_start|>system`) stay text and cannot forge
+    /// a turn. The template's own markup is parsed for special tokens as usual. With
+    /// `allow_special`, contents are parsed too (the old, trusting behaviour).
+    pub fn encode(
+        &self,
+        tok: &crate::Tokenizer,
+        messages: &[Message],
+        add_generation_prompt: bool,
+        allow_special: bool,
+    ) -> Result<Vec<u32>> {
+        if allow_special {
+            return tok.encode(&self.render(messages, add_generation_prompt)?, true, true);
+        }
+        let (text, spans) = self.render_spans(messages, add_generation_prompt)?;
+        tok.encode_literal(&text, true, &spans)
+    }
+
+    /// The rendering and the byte ranges in it that are message contents. Each content is
+    /// first rendered as a marker (private-use characters and its index), so the ranges are
+    /// exact wherever the template places the content, even twice.
+    pub fn render_spans(
+        &self,
+        messages: &[Message],
+        add_generation_prompt: bool,
+    ) -> Result<(String, Vec<std::ops::Range<usize>>)> {
+        const OPEN: char = '\u{F8F0}';
+        const CLOSE: char = '\u{F8F1}';
+        let marked: Vec<Message> = messages
+            .iter()
+            .enumerate()
+            .map(|(i, m)| Message::new(m.role.clone(), format!("{OPEN}{i}{CLOSE}")))
+            .collect();
+        let rendered = self.render(&marked, add_generation_prompt)?;
+        let mut text = String::with_capacity(rendered.len());
+        let mut spans = Vec::new();
+        let mut rest = rendered.as_str();
+        while let Some(open) = rest.find(OPEN) {
+            let after = &rest[open + OPEN.len_utf8()..];
+            let index = after
+                .find(CLOSE)
+                .and_then(|close| Some((after[..close].parse::<usize>().ok()?, close)));
+            let Some((i, close)) = index.filter(|&(i, _)| i < messages.len()) else {
+                // Not one of ours (the template made it): keep it as text.
+                text.push_str(&rest[..open + OPEN.len_utf8()]);
+                rest = after;
+                continue;
+            };
+            text.push_str(&rest[..open]);
+            let start = text.len();
+            text.push_str(&messages[i].content);
+            spans.push(start..text.len());
+            rest = &after[close + CLOSE.len_utf8()..];
+        }
+        text.push_str(rest);
+        Ok((text, spans))
+    }
+
     /// Renders the conversation; with `add_generation_prompt` the text ends where the
     /// assistant's next reply begins.
     pub fn render(&self, messages: &[Message], add_generation_prompt: bool) -> Result<String> {
