@@ -8,17 +8,19 @@
 //!    long prompt delays the others by at most one ubatch per step;
 //! 4. samples each sequence that got logits and streams its text; finished ones free their slot.
 //!
-//! Handlers reach it only through [`Handle::submit`]: a bounded queue (full: the caller
-//! answers 429) and, per request, an unbounded channel of [`Event`]s back.
+//! Handlers reach it only through [`Handle::submit`]: a queue that admits a request whenever
+//! a slot is free or fewer than `--queue` wait (else the caller answers 429), decided under
+//! one lock with the engine's count of free slots; queued requests whose client has gone are
+//! dropped before the bound is checked. Per request, an unbounded channel of [`Event`]s back.
 
 use crate::api::GenParams;
 use crate::metrics::Metrics;
 use crate::sequence::Sequence;
 use crate::{Engine, ServeOptions};
 use ferrolm_engine::{EngineError, Logits, SeqCache, SeqInput};
+use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
-use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TryRecvError, TrySendError};
-use std::sync::Arc;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Instant;
 use tokio::sync::mpsc::UnboundedSender;
 
@@ -80,26 +82,75 @@ pub enum SubmitError {
     Closed,
 }
 
+/// The waiting room between the handlers and the engine. Admission is decided here, under
+/// one lock with the engine's count of free slots, so a request is accepted whenever a slot is
+/// free or a queue place is (no race with the engine taking jobs or releasing slots).
+struct Queue {
+    jobs: VecDeque<Job>,
+    /// Slots with no sequence and no job on its way to them.
+    free: usize,
+    /// Every [`Handle`] is gone: the engine finishes what it has and stops.
+    closed: bool,
+}
+
+struct Shared {
+    queue: Mutex<Queue>,
+    /// Signalled when a job arrives or the queue closes.
+    ready: Condvar,
+    /// Jobs that may wait beyond the free slots (`--queue`).
+    capacity: usize,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, Queue> {
+        // A panic while holding the lock leaves the queue consistent (every change is one
+        // push, pop, retain or assignment): keep serving.
+        self.queue.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// Closes the queue when the last [`Handle`] is dropped.
+struct Alive(Arc<Shared>);
+
+impl Drop for Alive {
+    fn drop(&mut self) {
+        self.0.lock().closed = true;
+        self.0.ready.notify_all();
+    }
+}
+
 /// The handlers' side: cheap to clone.
 #[derive(Clone)]
 pub struct Handle {
-    tx: SyncSender<Job>,
+    shared: Arc<Shared>,
+    _alive: Arc<Alive>,
     metrics: Arc<Metrics>,
 }
 
 impl Handle {
     pub fn submit(&self, job: Job) -> Result<(), SubmitError> {
-        // Counted before the send so the engine's decrement never goes below zero.
+        let mut q = self.shared.lock();
+        if q.closed {
+            return Err(SubmitError::Closed);
+        }
+        // Jobs whose client has gone hold no place in the queue.
+        let before = q.jobs.len();
+        q.jobs.retain(|j| !j.events.is_closed());
+        let dropped = before - q.jobs.len();
+        if dropped > 0 {
+            self.metrics
+                .queue_depth
+                .fetch_sub(dropped, Ordering::Relaxed);
+            self.metrics.cancelled.fetch_add(dropped, Ordering::Relaxed);
+        }
+        if q.jobs.len() >= q.free + self.shared.capacity {
+            return Err(SubmitError::QueueFull);
+        }
+        q.jobs.push_back(job);
         self.metrics.queue_depth.fetch_add(1, Ordering::Relaxed);
-        let result = self.tx.try_send(job);
-        if result.is_err() {
-            self.metrics.queue_depth.fetch_sub(1, Ordering::Relaxed);
-        }
-        match result {
-            Ok(()) => Ok(()),
-            Err(TrySendError::Full(_)) => Err(SubmitError::QueueFull),
-            Err(TrySendError::Disconnected(_)) => Err(SubmitError::Closed),
-        }
+        drop(q);
+        self.shared.ready.notify_one();
+        Ok(())
     }
 }
 
@@ -110,7 +161,7 @@ struct Slot {
 
 pub struct Scheduler {
     engine: Engine,
-    rx: Receiver<Job>,
+    shared: Arc<Shared>,
     slots: Vec<Slot>,
     ubatch: usize,
     n_ctx: usize,
@@ -124,8 +175,17 @@ impl Scheduler {
         opts: &ServeOptions,
         metrics: Arc<Metrics>,
     ) -> Result<(Handle, Self), EngineError> {
-        let (tx, rx) = sync_channel(opts.queue.max(1));
-        let slots = (0..opts.parallel.max(1))
+        let parallel = opts.parallel.max(1);
+        let shared = Arc::new(Shared {
+            queue: Mutex::new(Queue {
+                jobs: VecDeque::new(),
+                free: parallel,
+                closed: false,
+            }),
+            ready: Condvar::new(),
+            capacity: opts.queue,
+        });
+        let slots = (0..parallel)
             .map(|_| {
                 Ok(Slot {
                     cache: engine.model.new_cache(opts.n_ctx, opts.kv_type)?,
@@ -134,12 +194,13 @@ impl Scheduler {
             })
             .collect::<Result<_, EngineError>>()?;
         let handle = Handle {
-            tx,
+            shared: shared.clone(),
+            _alive: Arc::new(Alive(shared.clone())),
             metrics: metrics.clone(),
         };
         let sched = Self {
             engine,
-            rx,
+            shared,
             slots,
             ubatch: opts.ubatch.max(1),
             n_ctx: opts.n_ctx,
@@ -164,20 +225,27 @@ impl Scheduler {
     /// the queue is closed and nothing is left to do.
     fn admit(&mut self) -> bool {
         while let Some(free) = self.slots.iter().position(|s| s.seq.is_none()) {
-            let job = if self.active() == 0 {
-                match self.rx.recv() {
-                    Ok(job) => job,
-                    Err(_) => return false,
+            let job = {
+                let mut q = self.shared.lock();
+                if self.active() == 0 {
+                    while q.jobs.is_empty() && !q.closed {
+                        q = self.shared.ready.wait(q).unwrap_or_else(|p| p.into_inner());
+                    }
                 }
-            } else {
-                match self.rx.try_recv() {
-                    Ok(job) => job,
-                    Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
-                }
+                let Some(job) = q.jobs.pop_front() else {
+                    if q.closed && self.active() == 0 {
+                        return false;
+                    }
+                    break;
+                };
+                // The job takes a free slot: the admission bound stays the same.
+                q.free = q.free.saturating_sub(1);
+                job
             };
             self.metrics.queue_depth.fetch_sub(1, Ordering::Relaxed);
             if job.events.is_closed() {
                 self.metrics.cancelled.fetch_add(1, Ordering::Relaxed);
+                self.shared.lock().free += 1;
                 continue;
             }
             self.metrics
@@ -189,10 +257,11 @@ impl Scheduler {
         true
     }
 
+    /// Publishes the active count, and the free slots to the queue's admission bound.
     fn publish_active(&self) {
-        self.metrics
-            .slots_active
-            .store(self.active(), Ordering::Relaxed);
+        let active = self.active();
+        self.metrics.slots_active.store(active, Ordering::Relaxed);
+        self.shared.lock().free = self.slots.len() - active;
     }
 
     fn drop_cancelled(&mut self) {
