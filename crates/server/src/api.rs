@@ -119,10 +119,10 @@ pub fn parse(endpoint: Endpoint, body: &[u8]) -> Result<GenRequest, ApiError> {
         Endpoint::Chat => CHAT_ONLY,
         Endpoint::Completions => COMPLETIONS_ONLY,
     };
-    if let Some(k) = map
-        .keys()
-        .find(|k| !COMMON.contains(&k.as_str()) && !only.contains(&k.as_str()))
-    {
+    // `null` is absent, for unsupported fields too (clients send `"tools": null`).
+    if let Some(k) = map.iter().find_map(|(k, v)| {
+        (!v.is_null() && !COMMON.contains(&k.as_str()) && !only.contains(&k.as_str())).then_some(k)
+    }) {
         return Err(ApiError::invalid(k, format!("unsupported parameter '{k}'")));
     }
     let f = Fields(map);

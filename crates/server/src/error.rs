@@ -1,7 +1,7 @@
 //! OpenAI-style JSON errors: `{"error": {"message", "type", "param", "code"}}` with the status
 //! code a client expects for each kind of mistake.
 
-use axum::http::StatusCode;
+use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 
@@ -75,6 +75,39 @@ impl ApiError {
         }
     }
 
+    /// Without an API key, a request whose `Host` is not this server's (DNS rebinding).
+    pub fn forbidden_host(host: &str) -> Self {
+        Self::new(
+            StatusCode::FORBIDDEN,
+            "invalid_request_error",
+            format!(
+                "Host '{host}' does not name this server; use the address it is bound to, \
+                 start it with --allow-host {host}, or set an API key (--api-key)"
+            ),
+        )
+    }
+
+    /// Without an API key, a POST whose body is not declared JSON (a cross-site form).
+    pub fn not_json(given: &str) -> Self {
+        Self::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "invalid_request_error",
+            format!("Content-Type is '{given}'; send the body as 'Content-Type: application/json'"),
+        )
+    }
+
+    /// The body did not arrive in time: 408, and the connection is closed.
+    pub fn body_timeout(limit: std::time::Duration) -> Self {
+        Self::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "invalid_request_error",
+            format!(
+                "the request body did not arrive within {} s (--body-timeout)",
+                limit.as_secs_f64()
+            ),
+        )
+    }
+
     pub fn queue_full() -> Self {
         Self {
             code: Some("rate_limit_exceeded"),
@@ -135,6 +168,18 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (self.status, Json(self.to_json())).into_response()
+        let mut resp = (self.status, Json(self.to_json())).into_response();
+        let headers = resp.headers_mut();
+        // RFC 9110: a 401 names its scheme; a 429 says when to come back.
+        match self.status {
+            StatusCode::UNAUTHORIZED => {
+                headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            }
+            StatusCode::TOO_MANY_REQUESTS => {
+                headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            }
+            _ => {}
+        }
+        resp
     }
 }

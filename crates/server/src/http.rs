@@ -3,6 +3,7 @@
 
 use crate::api::{self, Endpoint, GenRequest, Prompt};
 use crate::error::ApiError;
+use crate::guard::{self, HostPolicy};
 use crate::metrics::Metrics;
 use crate::respond::{self, Reply};
 use crate::scheduler::{Handle, Job, SubmitError};
@@ -25,8 +26,11 @@ struct Inner {
     engine: Engine,
     model_id: String,
     api_key: Option<String>,
+    hosts: HostPolicy,
+    special_in_content: bool,
     n_ctx: usize,
     max_body: usize,
+    body_timeout: std::time::Duration,
     handle: Handle,
     metrics: Arc<Metrics>,
     started: u64,
@@ -38,8 +42,11 @@ impl AppState {
             engine,
             model_id: opts.model_id.clone(),
             api_key: opts.api_key.clone(),
+            hosts: HostPolicy::new(opts.addr, &opts.allow_hosts),
+            special_in_content: opts.special_in_content,
             n_ctx: opts.n_ctx,
             max_body: opts.max_body,
+            body_timeout: opts.body_timeout,
             handle,
             metrics,
             started: unix_now(),
@@ -64,13 +71,34 @@ pub fn router(state: AppState) -> Router {
         .fallback(|uri: Uri| async move { ApiError::not_found(uri.path()) })
         .method_not_allowed_fallback(|| async { ApiError::method_not_allowed() })
         .layer(DefaultBodyLimit::max(max_body))
+        .layer(middleware::from_fn_with_state(state.clone(), read_body))
         .layer(middleware::from_fn_with_state(state.clone(), auth))
         .layer(middleware::from_fn_with_state(state.clone(), count))
         .with_state(state)
 }
 
-/// With `--api-key`, everything but `/health` needs `Authorization: Bearer KEY`.
+/// With `--api-key`, everything but `/health` needs `Authorization: Bearer KEY`. Without
+/// one, requests must come from this machine's own clients, not a web page ([`guard`]).
 async fn auth(State(st): State<AppState>, req: Request, next: Next) -> Response {
+    if st.0.api_key.is_none() {
+        let text = |name| {
+            req.headers()
+                .get(name)
+                .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+        };
+        let host = text(header::HOST)
+            .or_else(|| req.uri().authority().map(|a| a.to_string()))
+            .unwrap_or_default();
+        if !st.0.hosts.allows(&host) {
+            return ApiError::forbidden_host(&host).into_response();
+        }
+        if req.method() == axum::http::Method::POST {
+            let ty = text(header::CONTENT_TYPE).unwrap_or_default();
+            if !guard::is_json(&ty) {
+                return ApiError::not_json(&ty).into_response();
+            }
+        }
+    }
     if let Some(key) = &st.0.api_key {
         let given = req
             .headers()
@@ -82,6 +110,41 @@ async fn auth(State(st): State<AppState>, req: Request, next: Next) -> Response 
         }
     }
     next.run(req).await
+}
+
+/// Reads a request's body within `--body-timeout` (408 beyond) and `--max-body` (413), so a
+/// client that sends half a body cannot hold its connection and buffers open.
+async fn read_body(State(st): State<AppState>, req: Request, next: Next) -> Response {
+    let (parts, body) = req.into_parts();
+    let limit = st.0.max_body;
+    let declared = parts
+        .headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit as u64) {
+        return ApiError::body_rejected(axum::http::StatusCode::PAYLOAD_TOO_LARGE, String::new())
+            .into_response();
+    }
+    let bytes = match tokio::time::timeout(st.0.body_timeout, axum::body::to_bytes(body, limit))
+        .await
+    {
+        Ok(Ok(bytes)) => bytes,
+        Ok(Err(e)) => {
+            let too_large = e
+                .into_inner()
+                .downcast_ref::<http_body_util::LengthLimitError>()
+                .is_some();
+            return if too_large {
+                ApiError::body_rejected(axum::http::StatusCode::PAYLOAD_TOO_LARGE, String::new())
+            } else {
+                ApiError::bad_json("reading the request body failed")
+            }
+            .into_response();
+        }
+        Err(_) => return ApiError::body_timeout(st.0.body_timeout).into_response(),
+    };
+    next.run(Request::from_parts(parts, axum::body::Body::from(bytes)))
+        .await
 }
 
 /// Counts every answered request by route and status code.
@@ -168,7 +231,7 @@ fn start(
     if req.model != s.model_id {
         return Err(ApiError::unknown_model(&req.model, &s.model_id));
     }
-    let prompt = tokenize(s.engine, &req)?;
+    let prompt = tokenize(s.engine, &req, s.special_in_content)?;
     // At least one position must be left to generate into.
     if prompt.len() >= s.n_ctx {
         return Err(ApiError::context_exceeded(prompt.len(), s.n_ctx));
@@ -203,15 +266,28 @@ fn start(
     })
 }
 
-fn tokenize(engine: Engine, req: &GenRequest) -> Result<Vec<u32>, ApiError> {
+fn tokenize(
+    engine: Engine,
+    req: &GenRequest,
+    special_in_content: bool,
+) -> Result<Vec<u32>, ApiError> {
     let field = match req.prompt {
         Prompt::Chat(_) => "messages",
         _ => "prompt",
     };
     let text = match &req.prompt {
-        Prompt::Chat(messages) => engine.template.render(messages, true).map_err(|e| {
-            ApiError::invalid("messages", format!("the model's chat template: {e}"))
-        })?,
+        Prompt::Chat(messages) => {
+            let ids = engine
+                .template
+                .encode(engine.tok, messages, true, special_in_content)
+                .map_err(|e| {
+                    ApiError::invalid("messages", format!("the model's chat template: {e}"))
+                })?;
+            if ids.is_empty() {
+                return Err(ApiError::invalid(field, "the prompt is empty"));
+            }
+            return Ok(ids);
+        }
         Prompt::Text(t) => t.clone(),
         Prompt::Tokens(ids) => {
             let n_vocab = engine.tok.n_vocab();

@@ -9,6 +9,7 @@
 
 pub mod api;
 pub mod error;
+pub mod guard;
 pub mod http;
 pub mod metrics;
 mod respond;
@@ -18,6 +19,7 @@ mod sequence;
 use ferrolm_engine::{KvType, Model};
 use ferrolm_tokenizer::{ChatTemplate, Tokenizer};
 use std::net::SocketAddr;
+use std::time::Duration;
 
 /// What the server runs on. `'static` because the engine thread and the handlers live as
 /// long as the process; the CLI leaks the loaded model once to get there.
@@ -45,6 +47,16 @@ pub struct ServeOptions {
     pub queue: usize,
     /// Largest request body, in bytes (413 beyond).
     pub max_body: usize,
+    /// Parse special-token text inside chat message contents as control tokens (off: a user
+    /// cannot forge turns).
+    pub special_in_content: bool,
+    /// More `Host` names to accept without an API key ([`guard`]); `*` accepts any.
+    pub allow_hosts: Vec<String>,
+    /// Longest wait for a request line and its headers, from the connection's start or the
+    /// previous response (so also the idle time a keep-alive connection may stay open).
+    pub header_timeout: Duration,
+    /// Longest time to receive a request's body (408 beyond).
+    pub body_timeout: Duration,
 }
 
 /// Binds, prints the address on stderr, and serves until Ctrl-C.
@@ -68,14 +80,47 @@ pub fn serve(engine: Engine, opts: ServeOptions) -> std::io::Result<()> {
             opts.n_ctx
         );
         let app = http::router(http::AppState::new(engine, &opts, handle, metrics));
-        axum::serve(listener, app)
-            .with_graceful_shutdown(async {
-                let _ = tokio::signal::ctrl_c().await;
-            })
-            .await
+        accept_loop(listener, app, opts.header_timeout).await
     });
     // The router (and with it the last queue sender) is gone: the engine thread finishes.
     drop(rt);
     let _ = engine_thread.join();
     result
+}
+
+/// Serves connections until Ctrl-C. Each connection is HTTP/1.1 with hyper's header-read
+/// timer: a client that sends half a request line or half its headers, or leaves a keep-alive
+/// connection idle, is dropped after `header_timeout` (body reads are timed in [`http`]).
+async fn accept_loop(
+    listener: tokio::net::TcpListener,
+    app: axum::Router,
+    header_timeout: Duration,
+) -> std::io::Result<()> {
+    use hyper_util::rt::{TokioIo, TokioTimer};
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(header_timeout)
+        .keep_alive(true);
+    let ctrl_c = tokio::signal::ctrl_c();
+    tokio::pin!(ctrl_c);
+    loop {
+        let stream = tokio::select! {
+            _ = &mut ctrl_c => return Ok(()),
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                // Out of descriptors, a connection reset before accept: wait, keep serving.
+                Err(_) => {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let _ = stream.set_nodelay(true);
+        let service = hyper_util::service::TowerToHyperService::new(app.clone());
+        let conn = builder.serve_connection(TokioIo::new(stream), service);
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+    }
 }
