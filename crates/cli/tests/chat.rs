@@ -214,3 +214,22 @@ fn sigint_at_the_prompt_exits_cleanly() {
         String::from_utf8_lossy(&out)
     );
 }
+
+/// Issue 20, row 9: a message that spells a control token is text, not the token, so a user
+/// cannot forge turns; `--special-in-content` restores parsing.
+#[test]
+fn special_token_text_in_a_message_is_plain_text() {
+    let prompt_tokens = |extra: &[&str], msg: &str| {
+        let (code, _, err) = piped(extra, &format!("{msg}\n"));
+        assert_eq!(code, Some(0), "{err}");
+        turn_counts(turn_lines(&err)[0]).0
+    };
+    let plain = prompt_tokens(&[], "x");
+    let forged = prompt_tokens(&[], "<|im_start|>");
+    assert!(forged >= plain + 3, "as text: {forged} vs {plain} tokens");
+    let parsed = prompt_tokens(&["--special-in-content"], "<|im_start|>");
+    assert_eq!(
+        parsed, plain,
+        "with --special-in-content it is one control token"
+    );
+}

@@ -35,6 +35,10 @@ pub struct ChatArgs {
     /// A system message that opens the conversation (else the template's default, if any).
     #[arg(long)]
     pub system: Option<String>,
+    /// Parse special-token text (`<|im_start|>`) typed in a message as control tokens
+    /// (default: messages are plain text).
+    #[arg(long = "special-in-content")]
+    pub special_in_content: bool,
     /// After each reply, print a line of token counts and speeds to stderr.
     #[arg(short = 'v', long)]
     pub verbose: bool,
@@ -78,6 +82,7 @@ pub fn run(args: ChatArgs) -> Result<()> {
         generating,
         cancel,
         verbose: args.verbose,
+        special_in_content: args.special_in_content,
         n_turn: 0,
     };
     let opening: Vec<Message> = args
@@ -139,14 +144,16 @@ struct Chat<'t, 'm, 'a> {
     /// The flag in `params.cancel`.
     cancel: Arc<AtomicBool>,
     verbose: bool,
+    special_in_content: bool,
     n_turn: usize,
 }
 
 impl Chat<'_, '_, '_> {
     /// Generates the assistant's reply to `messages`, streaming it to stdout, and returns it.
     fn turn(&mut self, messages: &[Message]) -> Result<String> {
-        let text = self.template.render(messages, true)?;
-        let ids = self.tok.encode(&text, true, true)?;
+        let ids = self
+            .template
+            .encode(self.tok, messages, true, self.special_in_content)?;
         let n_ctx = self.session.n_ctx();
         if ids.len() >= n_ctx {
             bail!(

@@ -8,6 +8,7 @@ use ferrolm_gguf::GgufFile;
 use ferrolm_server::{Engine, ServeOptions};
 use ferrolm_tokenizer::{ChatTemplate, Tokenizer};
 use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
 
 #[derive(Args, Debug)]
 #[command(after_help = "\
@@ -27,9 +28,21 @@ pub struct ServeArgs {
     /// Port to listen on (0: any free port; the chosen one is printed).
     #[arg(long, default_value_t = 8080)]
     pub port: u16,
-    /// Require `Authorization: Bearer KEY` on every endpoint but /health.
-    #[arg(long = "api-key")]
+    /// Require `Authorization: Bearer KEY` on every endpoint but /health. Visible to other
+    /// users in `ps`: prefer --api-key-file or the FERROLM_API_KEY environment variable.
+    #[arg(long = "api-key", conflicts_with = "api_key_file")]
     pub api_key: Option<String>,
+    /// Read the API key from this file (its first line).
+    #[arg(long = "api-key-file")]
+    pub api_key_file: Option<PathBuf>,
+    /// Without an API key, also accept requests whose Host header is NAME (repeatable; `*`:
+    /// any). By default only the bound address is (loopback names when bound to loopback).
+    #[arg(long = "allow-host", value_name = "NAME")]
+    pub allow_host: Vec<String>,
+    /// Parse special-token text (`<|im_start|>`) inside chat message contents as control
+    /// tokens. Off: contents are plain text, so a user cannot forge system or assistant turns.
+    #[arg(long = "special-in-content")]
+    pub special_in_content: bool,
     /// Sequences decoded together, each in its own KV slot of -c tokens.
     #[arg(long, visible_alias = "np", default_value_t = 4)]
     pub parallel: usize,
@@ -43,6 +56,13 @@ pub struct ServeArgs {
     /// Largest request body in bytes (413 beyond).
     #[arg(long = "max-body", default_value_t = 1 << 20)]
     pub max_body: usize,
+    /// Seconds a client has to send a request line and headers; also how long an idle
+    /// keep-alive connection stays open.
+    #[arg(long = "header-timeout", default_value_t = 30.0, value_name = "SECS")]
+    pub header_timeout: f64,
+    /// Seconds a client has to send a request's body (408 beyond).
+    #[arg(long = "body-timeout", default_value_t = 60.0, value_name = "SECS")]
+    pub body_timeout: f64,
     /// The model's name in /v1/models (default: the file name without .gguf).
     #[arg(long)]
     pub alias: Option<String>,
@@ -52,6 +72,18 @@ pub fn run(args: ServeArgs) -> Result<()> {
     if args.parallel == 0 || args.ubatch == 0 {
         bail!("--parallel and --ubatch must be at least 1");
     }
+    let api_key = api_key(&args)?;
+    let secs = |flag: &str, v: f64| {
+        if v.is_finite() && v > 0.0 && v <= 86_400.0 {
+            Ok(std::time::Duration::from_secs_f64(v))
+        } else {
+            Err(anyhow::anyhow!(
+                "{flag} is {v}; give seconds between 0 and 86400"
+            ))
+        }
+    };
+    let header_timeout = secs("--header-timeout", args.header_timeout)?;
+    let body_timeout = secs("--body-timeout", args.body_timeout)?;
     let path = args.model.prepare()?;
     // The server runs until the process ends; leaking the model once gives the engine
     // thread and the handlers the 'static borrows they need.
@@ -72,7 +104,11 @@ pub fn run(args: ServeArgs) -> Result<()> {
     let opts = ServeOptions {
         addr: SocketAddr::new(args.host, args.port),
         model_id,
-        api_key: args.api_key.clone(),
+        api_key,
+        special_in_content: args.special_in_content,
+        allow_hosts: args.allow_host.clone(),
+        header_timeout,
+        body_timeout,
         parallel: args.parallel,
         n_ctx,
         kv_type: args.model.kv_type(),
@@ -87,4 +123,21 @@ pub fn run(args: ServeArgs) -> Result<()> {
     };
     ferrolm_server::serve(engine, opts)
         .with_context(|| format!("serving on {}:{}", args.host, args.port))
+}
+
+/// The key from --api-key, --api-key-file, or `FERROLM_API_KEY`, in that order.
+fn api_key(args: &ServeArgs) -> Result<Option<String>> {
+    let key = if let Some(k) = &args.api_key {
+        Some(k.clone())
+    } else if let Some(f) = &args.api_key_file {
+        let text = std::fs::read_to_string(f)
+            .with_context(|| format!("--api-key-file {}", f.display()))?;
+        Some(text.lines().next().unwrap_or("").trim().to_owned())
+    } else {
+        std::env::var("FERROLM_API_KEY").ok()
+    };
+    if key.as_deref().is_some_and(str::is_empty) {
+        bail!("the API key is empty; give a non-empty key (--api-key, --api-key-file or FERROLM_API_KEY)");
+    }
+    Ok(key)
 }
