@@ -19,8 +19,10 @@ fn c_space(b: u8) -> bool {
 /// Control and unknown tokens are matched only when `parse_special` is set; user-defined ones
 /// always are (as in Hugging Face `tokenizers`).
 pub(crate) fn partition(vocab: &Vocab, text: &str, parse_special: bool) -> Vec<Fragment> {
-    let literal: &[std::ops::Range<usize>] = if parse_special { &[] } else { &[0..text.len()] };
-    partition_literal(vocab, text, literal)
+    // One literal range over everything: only user-defined tokens are matched.
+    let whole = std::iter::once(0..text.len());
+    let literal: Vec<std::ops::Range<usize>> = whole.filter(|_| !parse_special).collect();
+    partition_literal(vocab, text, &literal)
 }
 
 /// As [`partition`] with `parse_special` set, except inside the byte ranges `literal` (sorted,
