@@ -83,6 +83,7 @@ impl<'a> Model<'a> {
     /// `device` (all of it when `first_gpu_layer` is 0; everything on the CPU for `Device::Cpu`).
     pub fn load_split(file: &'a GgufFile, device: &Device, first_gpu_layer: usize) -> Result<Self> {
         let cfg = Config::from_gguf(file)?;
+        cfg.check_blocks(file)?;
         let exec = match device {
             Device::Cpu => Exec::Cpu(CpuModel::load(file)?),
             Device::Cuda(dev) if first_gpu_layer == 0 => {

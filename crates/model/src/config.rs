@@ -115,8 +115,13 @@ impl Config {
             tied_embeddings: f.tensor("output.weight").is_none(),
         };
         cfg.validate()?;
-        // Every per-block structure is sized by block_count: check it against the blocks the
-        // file has tensors for before anything is allocated per block.
+        Ok(cfg)
+    }
+
+    /// Checks `block_count` against the blocks `f` has tensors for. Every per-block structure
+    /// (tensor specs, layers, caches) is sized by it: a loader calls this before allocating
+    /// anything per block, so a file claiming 2^32 blocks fails at once.
+    pub fn check_blocks(&self, f: &GgufFile) -> Result<()> {
         let blocks = f
             .tensors()
             .iter()
@@ -130,16 +135,16 @@ impl Config {
             })
             .max()
             .map_or(0, |last| last + 1);
-        if cfg.n_layer > blocks {
+        if self.n_layer > blocks {
             return Err(ModelError::Hparam {
-                key: k("block_count"),
+                key: key(self.arch, "block_count"),
                 what: format!(
                     "is {}, but the file has tensors for {blocks} blocks; the file is corrupt or incomplete",
-                    cfg.n_layer
+                    self.n_layer
                 ),
             });
         }
-        Ok(cfg)
+        Ok(())
     }
 
     /// Checks the hyperparameters are usable together; errors name the offending key.
