@@ -88,7 +88,7 @@ pub fn serve(engine: Engine, opts: ServeOptions) -> std::io::Result<()> {
     result
 }
 
-/// Serves connections until Ctrl-C. Each connection is HTTP/1.1 with hyper's header-read
+/// Serves connections until Ctrl-C, then lets the requests in flight finish. Each connection is HTTP/1.1 with hyper's header-read
 /// timer: a client that sends half a request line or half its headers, or leaves a keep-alive
 /// connection idle, is dropped after `header_timeout` (body reads are timed in [`http`]).
 async fn accept_loop(
@@ -102,11 +102,12 @@ async fn accept_loop(
         .timer(TokioTimer::new())
         .header_read_timeout(header_timeout)
         .keep_alive(true);
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let ctrl_c = tokio::signal::ctrl_c();
     tokio::pin!(ctrl_c);
     loop {
         let stream = tokio::select! {
-            _ = &mut ctrl_c => return Ok(()),
+            _ = &mut ctrl_c => break,
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => stream,
                 // Out of descriptors, a connection reset before accept: wait, keep serving.
@@ -118,9 +119,12 @@ async fn accept_loop(
         };
         let _ = stream.set_nodelay(true);
         let service = hyper_util::service::TowerToHyperService::new(app.clone());
-        let conn = builder.serve_connection(TokioIo::new(stream), service);
+        let conn = graceful.watch(builder.serve_connection(TokioIo::new(stream), service));
         tokio::spawn(async move {
             let _ = conn.await;
         });
     }
+    drop(listener);
+    graceful.shutdown().await;
+    Ok(())
 }
