@@ -88,9 +88,10 @@ pub fn serve(engine: Engine, opts: ServeOptions) -> std::io::Result<()> {
     result
 }
 
-/// Serves connections until Ctrl-C, then lets the requests in flight finish. Each connection is HTTP/1.1 with hyper's header-read
-/// timer: a client that sends half a request line or half its headers, or leaves a keep-alive
-/// connection idle, is dropped after `header_timeout` (body reads are timed in [`http`]).
+/// Serves connections until Ctrl-C, then lets the requests in flight finish. Each connection
+/// is HTTP/1.1 with hyper's header-read timer: a client that sends half a request line or half
+/// its headers, or leaves a keep-alive connection idle, is dropped after `header_timeout`
+/// (body reads are timed in [`http`]).
 async fn accept_loop(
     listener: tokio::net::TcpListener,
     app: axum::Router,
