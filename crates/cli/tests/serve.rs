@@ -84,6 +84,18 @@ impl Server {
             .unwrap_or_else(|| panic!("no {name} in /metrics:\n{text}"))
     }
 
+    /// Waits (up to 20 s) until a request holds a slot.
+    fn wait_busy(&self) {
+        let t0 = Instant::now();
+        while self.metric("ferrolm_slots_active") < 1.0 {
+            assert!(
+                t0.elapsed() < Duration::from_secs(20),
+                "the first request never started"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
     /// Waits until no slot holds a sequence and nothing is queued.
     fn wait_idle(&self, within: Duration) {
         let t0 = Instant::now();
@@ -618,14 +630,7 @@ fn nulls_retry_after_www_authenticate_and_key_sources() {
     let auth = server.auth();
     let first =
         std::thread::spawn(move || http(port, "POST", "/v1/completions", &auth, long.as_bytes()));
-    let t0 = Instant::now();
-    while server.metric("ferrolm_slots_active") < 1.0 {
-        assert!(
-            t0.elapsed() < Duration::from_secs(20),
-            "the first request never started"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    server.wait_busy();
     let body = chat_body(&server.model, "hi", "");
     let (text, _) = raw(
         server.port,
@@ -686,14 +691,7 @@ fn queued_requests_of_gone_clients_free_the_queue() {
     let port = server.port;
     let first =
         std::thread::spawn(move || http(port, "POST", "/v1/completions", &[], long.as_bytes()));
-    let t0 = Instant::now();
-    while server.metric("ferrolm_slots_active") < 1.0 {
-        assert!(
-            t0.elapsed() < Duration::from_secs(20),
-            "the first request never started"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    server.wait_busy();
     let body = chat_body(&server.model, "hi", "");
     let request = format!(
         "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n\
@@ -707,6 +705,7 @@ fn queued_requests_of_gone_clients_free_the_queue() {
             s
         })
         .collect();
+    let t0 = Instant::now();
     while server.metric("ferrolm_queue_depth") < 2.0 {
         assert!(
             t0.elapsed() < Duration::from_secs(20),
