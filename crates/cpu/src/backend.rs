@@ -87,6 +87,15 @@ impl CpuCache {
     pub fn n_ctx(&self) -> usize {
         self.layers.first().map_or(0, LayerKv::n_ctx)
     }
+
+    /// Bytes one position of a [`Self::new`] cache takes: keys and values of every block.
+    pub fn bytes_per_position(cfg: &Config, ty: KvType) -> u64 {
+        let elem = match ty {
+            KvType::F16 => 2,
+            KvType::F32 => 4,
+        };
+        (cfg.n_layer * cfg.n_head_kv * cfg.head_dim * 2 * elem) as u64
+    }
 }
 
 /// The CPU backend for weights that borrow from a map living for `'a`, running what its plan

@@ -6,23 +6,6 @@ use crate::model::Model;
 use crate::session::EngineError;
 use ferrolm_cpu::KvType;
 
-/// Bytes of KV cache one position costs on the CPU side and on the GPU side of `model`.
-fn per_position(model: &Model, kv_type: KvType) -> (u64, u64) {
-    let cfg = &model.cfg;
-    let (cpu_layers, gpu) = model.kv_split();
-    let elem = match kv_type {
-        KvType::F16 => 2,
-        KvType::F32 => 4,
-    };
-    // The CPU cache holds keys and values of `head_dim` each; the GPU's is f16 with the
-    // value width of its own.
-    let cpu = (cpu_layers * cfg.n_head_kv * cfg.head_dim * 2 * elem) as u64;
-    let gpu = gpu.map_or(0, |(_, layers)| {
-        (layers * cfg.n_head_kv * (cfg.head_dim + cfg.head_dim_v) * 2) as u64
-    });
-    (cpu, gpu)
-}
-
 /// RAM the kernel says can be had without swapping (`MemAvailable`); `None` where unknown.
 pub fn available_ram() -> Option<u64> {
     let text = std::fs::read_to_string("/proc/meminfo").ok()?;
@@ -49,7 +32,7 @@ impl Model<'_> {
                 "the context size (-c) and the number of sequences must be at least 1".into(),
             ));
         }
-        let (cpu, gpu) = per_position(self, kv_type);
+        let (cpu, gpu) = self.kv_bytes_per_position(kv_type);
         let seqs = if n_seqs > 1 {
             format!(" x {n_seqs} slots")
         } else {
@@ -83,12 +66,12 @@ impl Model<'_> {
         if let Some(free) = available_ram() {
             check(cpu, free, "RAM")?;
         }
-        if let Some((dev, _)) = self.kv_split().1 {
+        if let Some((dev, per_pos)) = gpu {
             let (free, _) = dev
                 .context()
                 .mem_get_info()
                 .map_err(|e| EngineError::Backend(format!("CUDA: reading free memory: {e}")))?;
-            check(gpu, free as u64, "GPU memory")?;
+            check(per_pos, free as u64, "GPU memory")?;
         }
         Ok(())
     }

@@ -133,14 +133,18 @@ impl<'a> Model<'a> {
         }
     }
 
-    /// Blocks whose KV cache is in RAM, and the GPU with the blocks whose cache it holds.
-    pub(crate) fn kv_split(&self) -> (usize, Option<(&CudaDevice, usize)>) {
-        let n = self.cfg.n_layer;
+    /// Bytes one position of a [`Self::new_cache`] cache takes in RAM, and on the GPU (with
+    /// the device) when part of it lives there: each as its cache type reckons it.
+    pub(crate) fn kv_bytes_per_position(
+        &self,
+        kv_type: KvType,
+    ) -> (u64, Option<(&CudaDevice, u64)>) {
+        let ram = || CpuCache::bytes_per_position(&self.cfg, kv_type);
         match &self.exec {
-            Exec::Cpu(_) => (n, None),
-            Exec::Cuda(m) => (0, Some((m.device(), n))),
+            Exec::Cpu(_) => (ram(), None),
+            Exec::Cuda(m) => (0, Some((m.device(), m.kv_bytes_per_position()))),
             // The CPU side's cache has every block (see `new_cache`).
-            Exec::Split { gpu, .. } => (n, Some((gpu.device(), n - gpu.first_layer()))),
+            Exec::Split { gpu, .. } => (ram(), Some((gpu.device(), gpu.kv_bytes_per_position()))),
         }
     }
 

@@ -135,12 +135,20 @@ impl CudaModel {
         self.backend.device()
     }
 
+    /// Bytes one position of a [`Self::new_cache`] cache takes: f16 keys and values of the
+    /// blocks on this GPU.
+    pub fn kv_bytes_per_position(&self) -> u64 {
+        let cfg = &self.cfg;
+        let n_layer = cfg.n_layer - self.first_layer;
+        (n_layer * cfg.n_head_kv * (cfg.head_dim + cfg.head_dim_v) * 2) as u64
+    }
+
     /// A cache for `n_ctx` positions; a clear error when it does not fit.
     pub fn new_cache(&self, n_ctx: usize) -> Result<CudaCache> {
         let cfg = &self.cfg;
         let dev = self.backend.device();
         let n_layer = cfg.n_layer - self.first_layer;
-        let need = (n_layer * n_ctx * cfg.n_head_kv * (cfg.head_dim + cfg.head_dim_v) * 2) as u64;
+        let need = self.kv_bytes_per_position() * n_ctx as u64;
         let (free, _) = dev.context().mem_get_info().during("reading free memory")?;
         if need + RESERVE_BYTES / 2 > free as u64 {
             return Err(CudaError::Invalid(format!(
