@@ -51,6 +51,20 @@ fn refused(args: &[&str], want: &str) {
     );
 }
 
+/// `ferrolm logits` of three tokens on `path` (CPU) is refused as [`refused`] says.
+fn logits_refused(path: &str, want: &str) {
+    let args = [
+        "logits",
+        "-m",
+        path,
+        "--tokens",
+        "1 2 3",
+        "--backend",
+        "cpu",
+    ];
+    refused(&args, want);
+}
+
 #[test]
 fn an_empty_prompt_is_refused_not_a_panic() {
     refused(&["run", "-p", "", "-n", "5", "-t", "2"], "prompt is empty");
@@ -118,18 +132,7 @@ fn a_block_count_past_the_tensors_is_refused_before_allocating() {
         assert_eq!(b[at..at + 4], 4u32.to_le_bytes());
         b[at + 4..at + 8].copy_from_slice(&u32::MAX.to_le_bytes());
     });
-    refused(
-        &[
-            "logits",
-            "-m",
-            &path,
-            "--tokens",
-            "1 2 3",
-            "--backend",
-            "cpu",
-        ],
-        "block_count",
-    );
+    logits_refused(&path, "block_count");
 }
 
 #[test]
@@ -144,18 +147,7 @@ fn overlapping_tensor_data_is_refused_at_load() {
         assert_eq!(b[at..at + 4], 8u32.to_le_bytes(), "token_embd is Q8_0");
         b[at..at + 4].copy_from_slice(&1u32.to_le_bytes());
     });
-    refused(
-        &[
-            "logits",
-            "-m",
-            &path,
-            "--tokens",
-            "1 2 3",
-            "--backend",
-            "cpu",
-        ],
-        "overlaps",
-    );
+    logits_refused(&path, "overlaps");
     refused(&["inspect", &path], "overlaps");
 }
 
