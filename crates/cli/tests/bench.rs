@@ -57,3 +57,42 @@ fn cuda_backend_is_a_clear_error_until_it_exists() {
     let err = String::from_utf8(out.stderr).unwrap();
     assert!(err.contains("--backend cuda"), "{err}");
 }
+
+/// `-d` (llama-bench's `--n-depth`): every test at every depth, `n_depth` in the JSON and
+/// `@ dN` in the table, as llama-bench reports them.
+#[test]
+fn depth_runs_each_test_after_a_cached_prefix() {
+    let model = format!(
+        "{}/../../../shared/golden/tiny-qwen3-q8_0.gguf",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let bench = |format: &str| {
+        let out = Command::new(env!("CARGO_BIN_EXE_ferrolm"))
+            .args([
+                "bench", "-m", &model, "-p", "8", "-n", "2", "-d", "0,40", "-r", "1", "-t", "1",
+                "-o", format,
+            ])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let v: serde_json::Value = serde_json::from_str(&bench("json")).unwrap();
+    let tests: Vec<(u64, u64, u64)> = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            let n = |k: &str| r[k].as_u64().unwrap();
+            (n("n_prompt"), n("n_gen"), n("n_depth"))
+        })
+        .collect();
+    assert_eq!(tests, vec![(8, 0, 0), (0, 2, 0), (8, 0, 40), (0, 2, 40)]);
+    let table = bench("md");
+    assert!(table.contains("| pp8 |"), "{table}");
+    assert!(table.contains("| tg2 @ d40 |"), "{table}");
+}

@@ -27,6 +27,10 @@ pub struct BenchArgs {
     /// Tokens to generate (tg), comma-separated; 0 skips.
     #[arg(short = 'n', long = "n-gen", default_value = "128")]
     pub n_gen: String,
+    /// Tokens already in the cache before each test (llama-bench's `-d`), comma-separated; each
+    /// test runs at every depth. The prefix is evaluated untimed, before every repetition.
+    #[arg(short = 'd', long = "n-depth", default_value = "0")]
+    pub n_depth: String,
     /// Timed repetitions of each test.
     #[arg(short = 'r', long = "repetitions", default_value_t = 5)]
     pub reps: usize,
@@ -47,6 +51,7 @@ struct Record {
     n_ubatch: usize,
     n_prompt: usize,
     n_gen: usize,
+    n_depth: usize,
     avg_ts: f64,
     stddev_ts: f64,
     samples_ts: Vec<f64>,
@@ -75,6 +80,15 @@ pub fn run(args: BenchArgs) -> Result<()> {
         "nothing to run: give -p or -n greater than 0"
     );
 
+    let depths: Vec<usize> = parse_ids(&args.n_depth)?
+        .into_iter()
+        .map(|d| d as usize)
+        .collect();
+    let tests: Vec<(usize, usize, usize)> = depths
+        .iter()
+        .flat_map(|&d| tests.iter().map(move |&(p, g)| (p, g, d)))
+        .collect();
+
     let mut rng = rand::rngs::StdRng::seed_from_u64(1234);
     let n_vocab = model.cfg.n_vocab as u32;
     let mut records = Vec::new();
@@ -83,8 +97,8 @@ pub fn run(args: BenchArgs) -> Result<()> {
     } else {
         "CUDA".to_owned()
     };
-    for (n_prompt, n_gen) in tests {
-        let n_ctx = n_prompt + n_gen;
+    for (n_prompt, n_gen, n_depth) in tests {
+        let n_ctx = n_depth + n_prompt + n_gen;
         args.model.check_fits(&model, n_ctx, 1)?;
         let mut once = || -> Result<f64> {
             let mut s = Session::with_kv_type(&model, n_ctx, args.model.kv_type());
@@ -93,6 +107,10 @@ pub fn run(args: BenchArgs) -> Result<()> {
             let tokens: Vec<u32> = (0..n_prompt.max(n_gen))
                 .map(|_| rng.gen_range(0..n_vocab))
                 .collect();
+            if n_depth > 0 {
+                let prefix: Vec<u32> = (0..n_depth).map(|_| rng.gen_range(0..n_vocab)).collect();
+                s.eval(&prefix, Logits::Last)?;
+            }
             let start = Instant::now();
             if n_prompt > 0 {
                 s.eval(&tokens[..n_prompt], Logits::Last)?;
@@ -110,7 +128,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
         if ferrolm_engine::cuda_profile::enabled() {
             // FERROLM_CUDA_PROFILE: device time per stage of one repetition (pp or tg test).
             eprintln!(
-                "\nstages of one repetition (pp {n_prompt}, tg {n_gen}; graphs off):\n{}",
+                "\nstages of one repetition (pp {n_prompt}, tg {n_gen}, depth {n_depth}; graphs off; the untimed prefix included):\n{}",
                 ferrolm_engine::cuda_profile::report(args.reps)
             );
         }
@@ -126,6 +144,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
             n_ubatch: args.ubatch,
             n_prompt,
             n_gen,
+            n_depth,
             avg_ts: avg,
             stddev_ts: var.sqrt(),
             samples_ts: samples,
@@ -135,11 +154,14 @@ pub fn run(args: BenchArgs) -> Result<()> {
                 println!("| model | size | params | backend | threads | test | t/s |");
                 println!("|---|---:|---:|---|---:|---:|---:|");
             }
-            let test = if n_prompt > 0 {
+            let mut test = if n_prompt > 0 {
                 format!("pp{n_prompt}")
             } else {
                 format!("tg{n_gen}")
             };
+            if n_depth > 0 {
+                test += &format!(" @ d{n_depth}"); // as llama-bench names it
+            }
             println!(
                 "| {} | {:.2} MiB | {:.2} M | {} | {} | {test} | {:.2} ± {:.2} |",
                 path.file_name()
