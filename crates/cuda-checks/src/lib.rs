@@ -19,7 +19,7 @@ mod moe;
 mod moe_decode;
 
 use anyhow::{bail, Context, Result};
-use ferrolm_cuda::{CudaDevice, Kernels, Plan};
+use ferrolm_cuda::{CudaDevice, Plan};
 use rand::SeedableRng;
 use std::time::Instant;
 
@@ -103,9 +103,8 @@ pub fn run(opts: &Options) -> Result<()> {
     let dev = CudaDevice::new(opts.device).context("cuda-parity")?;
     eprintln!("device: {}", dev.describe());
     let t = Instant::now();
-    let k = Kernels::load(&dev)?;
-    // The kernel choices the backend would make under this environment's switches.
-    let plan = Plan::load(&dev, &k)?;
+    // The kernels and choices the backend would make under this environment's switches.
+    let (k, plan) = Plan::load(&dev)?;
     ferrolm_cuda::profile::set_enabled(plan.profile());
     eprintln!(
         "kernels ready in {:.1} s (embedded, NVRTC, or the cubin cache in {})",

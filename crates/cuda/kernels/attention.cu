@@ -18,6 +18,7 @@ extern "C" __global__ void kv_store_f16(const float *__restrict__ k, const float
                                         uint16_t *__restrict__ kc, uint16_t *__restrict__ vc,
                                         const uint32_t *__restrict__ pos0, int n, int n_kv_head,
                                         int head_dim, int n_ctx) {
+    dependent_launch_entry();
     const int width = n_kv_head * head_dim;
     const size_t total = (size_t)n * width;
     const size_t p0 = *pos0;
@@ -202,6 +203,7 @@ extern "C" __global__ void attn_decode_combine(const float *__restrict__ part_m,
                                                const float *__restrict__ part_acc,
                                                float *__restrict__ out, int n_head, int n_split,
                                                int head_dim) {
+    dependent_launch_entry();
     combine_head(part_m, part_l, part_acc, out, n_head, n_split, head_dim, blockIdx.x,
                  blockIdx.y);
 }
@@ -451,23 +453,27 @@ static __device__ __forceinline__ void attn_prefill_f32ref(
         const float *q, const uint16_t *kc, const uint16_t *vc, const uint32_t *pos,              \
         float *part_m, float *part_l, float *part_acc, int *done, float *out, int n_head,         \
         int n_kv_head, int n_ctx, float scale) {                                                  \
+        dependent_launch_entry();                                                                 \
         attn_decode_split<D>(q, kc, vc, pos, part_m, part_l, part_acc, done, out, n_head,         \
                              n_kv_head, n_ctx, scale);                                            \
     }                                                                                             \
     extern "C" __global__ void attn_prefill_f16ref_d##D(                                          \
         const float *q, const uint16_t *kc, const uint16_t *vc, const uint32_t *pos, float *out,  \
         int n_q, int n_head, int n_kv_head, int n_ctx, float scale) {                             \
+        dependent_launch_entry();                                                                 \
         attn_prefill_f16ref<D>(q, kc, vc, pos, out, n_q, n_head, n_kv_head, n_ctx, scale);        \
     }                                                                                             \
     extern "C" __global__ void attn_prefill_f32ref_d##D(                                          \
         const float *q, const uint16_t *kc, const uint16_t *vc, const uint32_t *pos, float *out,  \
         int n_q, int n_head, int n_kv_head, int n_ctx, float scale) {                             \
+        dependent_launch_entry();                                                                 \
         attn_prefill_f32ref<D>(q, kc, vc, pos, out, n_q, n_head, n_kv_head, n_ctx, scale);        \
     }                                                                                             \
     extern "C" __global__ void attn_prefill_d##D(const float *q, const uint16_t *kc,              \
                                                  const uint16_t *vc, const uint32_t *pos,         \
                                                  float *out, int n_q, int n_head, int n_kv_head,  \
                                                  int n_ctx, float scale) {                        \
+        dependent_launch_entry();                                                                 \
         attn_prefill<D>(q, kc, vc, pos, out, n_q, n_head, n_kv_head, n_ctx, scale);               \
     }
 

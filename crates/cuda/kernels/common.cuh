@@ -68,6 +68,18 @@ static __device__ __forceinline__ float warp_max(float v) {
 // Sum over a whole 1-D block (blockDim.x a multiple of 32, at most 1024); every thread gets the
 // result. `scratch` holds 32 values. The order of additions is fixed by the block size alone,
 // so a given launch is deterministic.
+// The first statement of every kernel (crates/cuda/src/ops/launch.rs checks it). Under
+// programmatic dependent launch (sm_90+, the plan's FERROLM_CUDA_PDL) this kernel's blocks may be
+// scheduled before the kernel ahead of it on the stream has finished: wait for it and for its
+// writes, then let the kernel after this one be scheduled in turn. Without the launch attribute
+// both instructions return at once.
+static __device__ __forceinline__ void dependent_launch_entry() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 template <typename T>
 static __device__ __forceinline__ T block_sum(T v, T *scratch) {
     const int lane = threadIdx.x % WARP_SIZE;

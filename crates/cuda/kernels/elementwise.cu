@@ -8,6 +8,7 @@
 
 // acc += x.
 extern "C" __global__ void add_f32(float *__restrict__ acc, const float *__restrict__ x, int n) {
+    dependent_launch_entry();
     GRID_STRIDE(i, n) {
         acc[i] += x[i];
     }
@@ -16,6 +17,7 @@ extern "C" __global__ void add_f32(float *__restrict__ acc, const float *__restr
 // x[t] += b for every width-element row t.
 extern "C" __global__ void add_bias_f32(float *__restrict__ x, const float *__restrict__ b, int n,
                                         int width) {
+    dependent_launch_entry();
     GRID_STRIDE(i, n) {
         x[i] += b[i % width];
     }
@@ -24,6 +26,7 @@ extern "C" __global__ void add_bias_f32(float *__restrict__ x, const float *__re
 // gate = silu(gate) * up = gate / (1 + exp(-gate)) * up.
 extern "C" __global__ void swiglu_f32(float *__restrict__ gate, const float *__restrict__ up,
                                       int n) {
+    dependent_launch_entry();
     GRID_STRIDE(i, n) {
         gate[i] = silu_mul(gate[i], up[i]);
     }

@@ -53,6 +53,7 @@ static __device__ __forceinline__ void embed_rows(const uint8_t *__restrict__ ta
 #define EMBED_INSTANCE(NAME, TYPE)                                                                \
     extern "C" __global__ void embed_##NAME(const uint8_t *table, const uint32_t *ids,            \
                                             float *out, int n, int cols) {                        \
+        dependent_launch_entry();                                                                 \
         embed_rows<TYPE>(table, ids, out, n, cols);                                               \
     }
 

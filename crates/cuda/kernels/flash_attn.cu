@@ -294,6 +294,7 @@ static __device__ __forceinline__ void flash_prefill(
     extern "C" __global__ void __launch_bounds__(FA_NWARPS *WARP_SIZE) flash_attn_prefill_d##D(  \
         const float *q, const uint16_t *kc, const uint16_t *vc, const uint32_t *pos, float *out,  \
         int n_q, int n_head, int n_kv_head, int n_ctx, float scale) {                             \
+        dependent_launch_entry();                                                                 \
         flash_prefill<D>(q, kc, vc, pos, out, n_q, n_head, n_kv_head, n_ctx, scale);              \
     }
 

@@ -86,11 +86,13 @@ static __device__ __forceinline__ void gemm_f32_tile(const float *__restrict__ w
 extern "C" __global__ void __launch_bounds__(GEMM_T *GEMM_T)
     gemm_f32(const float *__restrict__ w, const float *__restrict__ x, float *__restrict__ dst,
              int ncols, int nrows, int ntok) {
+    dependent_launch_entry();
     gemm_f32_tile<4>(w, x, dst, ncols, nrows, ntok);
 }
 
 extern "C" __global__ void __launch_bounds__(GEMM_T *GEMM_T)
     gemm_f32_narrow(const float *__restrict__ w, const float *__restrict__ x,
                     float *__restrict__ dst, int ncols, int nrows, int ntok) {
+    dependent_launch_entry();
     gemm_f32_tile<1>(w, x, dst, ncols, nrows, ntok);
 }

@@ -207,6 +207,7 @@ static __device__ __forceinline__ void mmq_small(const void *__restrict__ vx,
     extern "C" __global__ void __launch_bounds__(LANES_T *LANES_T)                                 \
         NAME(const void *__restrict__ vx, const block_q8_1 *__restrict__ vy,                        \
              float *__restrict__ dst, int ncols, int nrows, int ntok) {                             \
+        dependent_launch_entry();                                                                   \
         mmq_small<TYPE>(vx, vy, dst, ncols, nrows, ntok);                                           \
     }
 
@@ -218,6 +219,7 @@ MMQ_SMALL_ENTRY(mmq_q4_1_chain, GGML_TYPE_Q4_1)
     extern "C" __global__ void __launch_bounds__(MmqTile##TILE::THREADS)                            \
         mmq_##NAME##_##TILE(const void *__restrict__ vx, const block_q8_1 *__restrict__ vy,         \
                             float *__restrict__ dst, int ncols, int nrows, int ntok, int order) {   \
+        dependent_launch_entry();                                                                   \
         mul_mat_q<TYPE, MmqTile##TILE, MMQ_ORDERS_DENSE>(vx, vy, dst, ncols, nrows, ntok, order);   \
     }
 
@@ -227,6 +229,7 @@ MMQ_SMALL_ENTRY(mmq_q4_1_chain, GGML_TYPE_Q4_1)
     extern "C" __global__ void __launch_bounds__(MmqTile64x64::THREADS)                             \
         mmq_##NAME##_blocks(const void *__restrict__ vx, const block_q8_1 *__restrict__ vy,         \
                             float *__restrict__ dst, int ncols, int nrows, int ntok, int order) {   \
+        dependent_launch_entry();                                                                   \
         mul_mat_q<TYPE, MmqTile64x64, MMQ_ORDERS_BLOCKS>(vx, vy, dst, ncols, nrows, ntok, order);   \
     }
 

@@ -93,6 +93,7 @@ static __device__ __forceinline__ void mul_mat_vec_q(const void *__restrict__ vx
     extern "C" __global__ void __launch_bounds__(MMVQ_NWARPS *WARP_SIZE)                            \
         mmvq_##NAME##_n##N(const void *__restrict__ vx, const block_q8_1 *__restrict__ vy,          \
                            float *__restrict__ dst, int ncols_x, int nrows_x) {                    \
+        dependent_launch_entry();                                                                  \
         mul_mat_vec_q<TYPE, N>(vx, vy, dst, ncols_x, nrows_x);                                      \
     }
 
@@ -191,12 +192,14 @@ static __device__ __forceinline__ void mul_mat_vec_q_pair(
         const void *__restrict__ va, const void *__restrict__ vb,                                   \
         const block_q8_1 *__restrict__ vy, float *__restrict__ dst_a, float *__restrict__ dst_b,   \
         int ncols_x, int nrows_a, int nrows_b) {                                                    \
+        dependent_launch_entry();                                                                   \
         mul_mat_vec_q_pair<TYPE, false>(va, vb, vy, dst_a, dst_b, ncols_x, nrows_a, nrows_b);      \
     }                                                                                               \
     extern "C" __global__ void __launch_bounds__(MMVQ_NWARPS *WARP_SIZE) mmvq_glu_##NAME(          \
         const void *__restrict__ va, const void *__restrict__ vb,                                   \
         const block_q8_1 *__restrict__ vy, float *__restrict__ dst_a, float *__restrict__ dst_b,   \
         int ncols_x, int nrows_a, int nrows_b) {                                                    \
+        dependent_launch_entry();                                                                   \
         mul_mat_vec_q_pair<TYPE, true>(va, vb, vy, dst_a, dst_b, ncols_x, nrows_a, nrows_b);       \
     }
 
@@ -296,6 +299,7 @@ static __device__ __forceinline__ void mul_mat_vec_q_wide_pair(
     extern "C" __global__ void __launch_bounds__(MMVQ_NWARPS *WARP_SIZE)                            \
         mmvq_wide_##NAME##_n##N(const void *__restrict__ vx, const block_q8_1 *__restrict__ vy,     \
                                 float *__restrict__ dst, int ncols_x, int nrows_x) {               \
+        dependent_launch_entry();                                                                  \
         mul_mat_vec_q_wide<TYPE, N>(vx, vy, dst, ncols_x, nrows_x);                                 \
     }
 
@@ -312,12 +316,14 @@ static __device__ __forceinline__ void mul_mat_vec_q_wide_pair(
         const void *__restrict__ va, const void *__restrict__ vb,                                   \
         const block_q8_1 *__restrict__ vy, float *__restrict__ dst_a, float *__restrict__ dst_b,   \
         int ncols_x, int nrows_a, int nrows_b) {                                                    \
+        dependent_launch_entry();                                                                   \
         mul_mat_vec_q_wide_pair<TYPE, false>(va, vb, vy, dst_a, dst_b, ncols_x, nrows_a, nrows_b); \
     }                                                                                               \
     extern "C" __global__ void __launch_bounds__(MMVQ_NWARPS *WARP_SIZE) mmvq_wide_glu_##NAME(     \
         const void *__restrict__ va, const void *__restrict__ vb,                                   \
         const block_q8_1 *__restrict__ vy, float *__restrict__ dst_a, float *__restrict__ dst_b,   \
         int ncols_x, int nrows_a, int nrows_b) {                                                    \
+        dependent_launch_entry();                                                                   \
         mul_mat_vec_q_wide_pair<TYPE, true>(va, vb, vy, dst_a, dst_b, ncols_x, nrows_a, nrows_b);  \
     }
 

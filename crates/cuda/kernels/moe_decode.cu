@@ -267,6 +267,7 @@ moe_slot_matvec(const void *__restrict__ w, const block_q8_1 *__restrict__ x,
 extern "C" __global__ void moe_combine(const float *__restrict__ d,
                                        const float *__restrict__ weights, float *__restrict__ out,
                                        int n, int n_embd, int k) {
+    dependent_launch_entry();
     const int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= n_embd) {
         return;
@@ -283,6 +284,7 @@ extern "C" __global__ void moe_combine(const float *__restrict__ d,
                                   const block_q8_1 *__restrict__ x, const int *__restrict__ ids,    \
                                   float *__restrict__ h, int n_embd, int n_ff, int n_expert,        \
                                   int k) {                                                          \
+        dependent_launch_entry();                                                                   \
         moe_gate_up<TYPE, N, WIDE>(gate, up, x, ids, h, n_embd, n_ff, n_expert, k);                 \
     }                                                                                               \
     extern "C" __global__ void __launch_bounds__(MOE_NWARPS *WARP_SIZE, MOE_MIN_BLOCKS(N))          \
@@ -290,6 +292,7 @@ extern "C" __global__ void moe_combine(const float *__restrict__ d,
                                const int *__restrict__ ids, const float *__restrict__ weights,      \
                                float *__restrict__ out, int n_embd, int n_ff, int n_expert,         \
                                int k) {                                                             \
+        dependent_launch_entry();                                                                   \
         moe_down<TYPE, N, WIDE>(down, hq, ids, weights, out, n_embd, n_ff, n_expert, k);            \
     }
 
@@ -306,6 +309,7 @@ extern "C" __global__ void moe_combine(const float *__restrict__ d,
         moe_slot_matvec_##NAME(const void *__restrict__ w, const block_q8_1 *__restrict__ x,        \
                                const int *__restrict__ ids, float *__restrict__ dst, int slot,      \
                                int x_row, int rows, int cols, int n_expert) {                       \
+        dependent_launch_entry();                                                                   \
         moe_slot_matvec<TYPE, WIDE>(w, x, ids, dst, slot, x_row, rows, cols, n_expert);             \
     }
 

@@ -34,6 +34,7 @@ typedef MmqCfg<64, 64, 2, 2> MoeTileCfg;
 // Block e: counts[e] = #{p : ids[p] == e}. Grid (E), block (MOE_INDEX_THREADS).
 extern "C" __global__ void moe_count(const int *__restrict__ ids, int npairs, int n_expert,
                                      int *__restrict__ index) {
+    dependent_launch_entry();
     __shared__ int scratch[32];
     const int e = blockIdx.x;
     int c = 0;
@@ -50,6 +51,7 @@ extern "C" __global__ void moe_count(const int *__restrict__ ids, int npairs, in
 // e in ascending order at sorted[offsets[e]..]. Grid (E), block (MOE_INDEX_THREADS).
 extern "C" __global__ void moe_scatter(const int *__restrict__ ids, int npairs, int n_expert,
                                        int *__restrict__ index, int *__restrict__ sorted) {
+    dependent_launch_entry();
     __shared__ int scratch[32];
     __shared__ int warp_count[MOE_INDEX_THREADS / WARP_SIZE];
     const int e = blockIdx.x;
@@ -239,6 +241,7 @@ static __device__ __forceinline__ void moe_down(const void *__restrict__ vdown,
 extern "C" __global__ void moe_combine(const float *__restrict__ y, const int *__restrict__ ids,
                                        float *__restrict__ out, int ntok, int n_used, int n_embd,
                                        int n_expert) {
+    dependent_launch_entry();
     const int total = ntok * n_embd;
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
         const int t = i / n_embd, d = i % n_embd;
@@ -265,6 +268,7 @@ extern "C" __global__ void __launch_bounds__(FLOAT_WARPS *WARP_SIZE)
     moe_f32_gate_up(const float *__restrict__ gate, const float *__restrict__ up,
                     const float *__restrict__ x, const int *__restrict__ ids,
                     float *__restrict__ h, int n_embd, int n_ff, int n_expert, int n_used) {
+    dependent_launch_entry();
     const int p = blockIdx.x, j = blockIdx.y * FLOAT_WARPS + threadIdx.y, lane = threadIdx.x;
     const int e = ids[p];
     if (j >= n_ff) {
@@ -292,6 +296,7 @@ extern "C" __global__ void __launch_bounds__(FLOAT_WARPS *WARP_SIZE)
     moe_f32_down(const float *__restrict__ down, const float *__restrict__ h,
                  const int *__restrict__ ids, const float *__restrict__ weights,
                  float *__restrict__ y, int n_ff, int n_embd, int n_expert) {
+    dependent_launch_entry();
     const int p = blockIdx.x, i = blockIdx.y * FLOAT_WARPS + threadIdx.y, lane = threadIdx.x;
     const int e = ids[p];
     if (i >= n_embd) {
@@ -317,6 +322,7 @@ extern "C" __global__ void __launch_bounds__(FLOAT_WARPS *WARP_SIZE)
         const block_q8_1 *__restrict__ xq, const int *__restrict__ sorted,                          \
         const int *__restrict__ index, float *__restrict__ h, int n_embd, int n_ff, int n_expert,   \
         int n_used, int expert, int order) {                                                        \
+        dependent_launch_entry();                                                                   \
         moe_gate_up<TYPE>(vgate, vup, xq, sorted, index, h, n_embd, n_ff, n_expert, n_used,         \
                           expert, order);                                                           \
     }                                                                                               \
@@ -325,6 +331,7 @@ extern "C" __global__ void __launch_bounds__(FLOAT_WARPS *WARP_SIZE)
         const int *__restrict__ sorted, const int *__restrict__ index,                              \
         const float *__restrict__ weights, float *__restrict__ y, int n_ff, int n_embd,             \
         int n_expert, int expert, int order) {                                                      \
+        dependent_launch_entry();                                                                   \
         moe_down<TYPE>(vdown, hq, sorted, index, weights, y, n_ff, n_embd, n_expert, expert,       \
                        order);                                                                      \
     }

@@ -25,6 +25,7 @@
 extern "C" __global__ void __launch_bounds__(ROUTE_THREADS)
     moe_logits_small(const float *__restrict__ x, const float *__restrict__ w,
                      float *__restrict__ logits, int n, int n_embd, int n_expert) {
+    dependent_launch_entry();
     const int e = blockIdx.x;
     const float4 *we = (const float4 *)(w + (size_t)e * n_embd);
     const int n4 = n_embd / 4;
@@ -78,6 +79,7 @@ extern "C" __global__ void __launch_bounds__(ROUTE_THREADS)
 extern "C" __global__ void __launch_bounds__(ROWS_WARPS *WARP_SIZE)
     moe_logits_rows(const float *__restrict__ x, const float *__restrict__ w,
                     float *__restrict__ logits, int n, int n_embd, int n_expert) {
+    dependent_launch_entry();
     extern __shared__ float4 xs[]; // [ROWS_T][n_embd / 4]
     const int t0 = blockIdx.x * ROWS_T, nt = min(ROWS_T, n - t0);
     const int n4 = n_embd / 4, lane = threadIdx.x;
@@ -145,6 +147,7 @@ static __device__ __forceinline__ bool ranks_before(float p, int e, float q, int
 extern "C" __global__ void __launch_bounds__(TOPK_WARPS *WARP_SIZE)
     moe_topk(const float *__restrict__ logits, int *__restrict__ ids, float *__restrict__ weights,
              int n, int n_expert, int k, int renorm) {
+    dependent_launch_entry();
     const int t = blockIdx.x * TOPK_WARPS + threadIdx.y;
     if (t >= n) {
         return; // whole warps

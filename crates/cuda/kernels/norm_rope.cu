@@ -29,6 +29,7 @@ static __device__ __forceinline__ void rms_norm_group(const float *x, const floa
 // blockIdx.x is the group.
 extern "C" __global__ void rms_norm_f32(const float *x, const float *__restrict__ w, float *out,
                                         int n, float eps) {
+    dependent_launch_entry();
     rms_norm_group(x, w, out, n, eps, blockIdx.x);
 }
 
@@ -40,6 +41,7 @@ extern "C" __global__ void add_rms_norm_q8_1_f32(float *x, const float *__restri
                                                  const float *__restrict__ w, float *out,
                                                  block_q8_1 *__restrict__ outq, int n, float eps,
                                                  int q8k) {
+    dependent_launch_entry();
     __shared__ double scratch[32];
     const size_t base = (size_t)blockIdx.x * n;
     double sum = 0.0;
@@ -104,12 +106,14 @@ static __device__ __forceinline__ void rope(float *x, const uint32_t *__restrict
 
 extern "C" __global__ void rope_norm_f32(float *x, const uint32_t *__restrict__ pos, int n_tokens,
                                          int width, int head_dim, float theta_scale) {
+    dependent_launch_entry();
     rope<false>(x, pos, n_tokens, width, head_dim, theta_scale,
                 blockIdx.x * blockDim.x + threadIdx.x);
 }
 
 extern "C" __global__ void rope_neox_f32(float *x, const uint32_t *__restrict__ pos, int n_tokens,
                                          int width, int head_dim, float theta_scale) {
+    dependent_launch_entry();
     rope<true>(x, pos, n_tokens, width, head_dim, theta_scale,
                blockIdx.x * blockDim.x + threadIdx.x);
 }
@@ -132,12 +136,14 @@ static __device__ __forceinline__ void rope_qk(float *q, float *k, const uint32_
 extern "C" __global__ void rope_qk_norm_f32(float *q, float *k, const uint32_t *__restrict__ pos,
                                             int n_tokens, int width_q, int width_k, int head_dim,
                                             float theta_scale) {
+    dependent_launch_entry();
     rope_qk<false>(q, k, pos, n_tokens, width_q, width_k, head_dim, theta_scale);
 }
 
 extern "C" __global__ void rope_qk_neox_f32(float *q, float *k, const uint32_t *__restrict__ pos,
                                             int n_tokens, int width_q, int width_k, int head_dim,
                                             float theta_scale) {
+    dependent_launch_entry();
     rope_qk<true>(q, k, pos, n_tokens, width_q, width_k, head_dim, theta_scale);
 }
 
@@ -169,6 +175,7 @@ extern "C" __global__ void qk_norm_rope_norm_f32(float *q, const float *__restri
                                                  const uint32_t *__restrict__ pos, int n_tokens,
                                                  int width_q, int width_k, int n, int head_dim,
                                                  float theta_scale, float eps) {
+    dependent_launch_entry();
     qk_norm_rope<false>(q, wq, k, wk, pos, n_tokens, width_q, width_k, n, head_dim, theta_scale,
                         eps);
 }
@@ -178,6 +185,7 @@ extern "C" __global__ void qk_norm_rope_neox_f32(float *q, const float *__restri
                                                  const uint32_t *__restrict__ pos, int n_tokens,
                                                  int width_q, int width_k, int n, int head_dim,
                                                  float theta_scale, float eps) {
+    dependent_launch_entry();
     qk_norm_rope<true>(q, wq, k, wk, pos, n_tokens, width_q, width_k, n, head_dim, theta_scale,
                        eps);
 }

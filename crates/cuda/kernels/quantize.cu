@@ -9,6 +9,7 @@
 // (ceil(cols / blockDim.x), rows). cols must be a multiple of 32.
 extern "C" __global__ void quantize_q8_1(const float *__restrict__ x, block_q8_1 *__restrict__ y,
                                          int cols) {
+    dependent_launch_entry();
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= cols) {
         return; // whole warps only, since cols % 32 == 0
@@ -21,6 +22,7 @@ extern "C" __global__ void quantize_q8_1(const float *__restrict__ x, block_q8_1
 // warps per block), rows). cols must be a multiple of 256.
 extern "C" __global__ void quantize_q8_k(const float *__restrict__ x, block_q8_1 *__restrict__ y,
                                          int cols) {
+    dependent_launch_entry();
     const int g = (blockIdx.x * blockDim.x + threadIdx.x) / WARP_SIZE;
     if (g >= cols / QK_K) {
         return; // whole warps

@@ -22,7 +22,7 @@ pub use weights::CudaWeight;
 use crate::device::CudaDevice;
 use crate::error::{CudaError, DriverContext, Result};
 use crate::ops::{ActQuant, DecodeWork, Kernels, Rope};
-use crate::plan::{Attn, DeviceFacts, Plan, Switches, DECODE_MAX_ROWS};
+use crate::plan::{Attn, Plan, DECODE_MAX_ROWS};
 use cudarc::driver::CudaSlice;
 use ferrolm_model::backend::{AttnShape, Backend, PassInputs, RopeMode, SeqRows};
 use ferrolm_model::weights::MoeWeights;
@@ -49,10 +49,7 @@ pub struct CudaBackend {
 
 impl CudaBackend {
     pub fn new(dev: Arc<CudaDevice>) -> Result<Self> {
-        // The switches first: a bad value fails before any kernel is compiled.
-        let switches = Switches::from_env()?;
-        let k = Kernels::load(&dev)?;
-        let plan = Plan::new(switches, DeviceFacts::read(&dev, &k)?);
+        let (k, plan) = Plan::load(&dev)?;
         crate::profile::set_enabled(plan.profile());
         let stream = dev.stream().clone();
         Ok(Self {

@@ -8,12 +8,12 @@
 //! same reason (each split takes `ceil(n_keys / n_split)` keys, computed on the device).
 
 use super::int;
+use super::launch::Launcher;
 use crate::device::CudaDevice;
 use crate::error::{CudaError, DriverContext, Result};
 use crate::kernels::{ATTENTION, FLASH_ATTN};
 use cudarc::driver::sys::CUfunction_attribute;
-use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
-use std::sync::Arc;
+use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig};
 
 /// Warps per attention block (the kernel's ATTN_NWARPS).
 const NWARPS: usize = 4;
@@ -110,7 +110,7 @@ impl DecodeWork {
 }
 
 pub struct Attention {
-    stream: Arc<CudaStream>,
+    launch: Launcher,
     kv_store: CudaFunction,
     combine: CudaFunction,
     /// Per entry of ATTN_HEAD_DIMS.
@@ -145,7 +145,7 @@ fn query_rows(q: usize, out: usize, positions: usize, n_head: usize, cache: &KvC
 }
 
 impl Attention {
-    pub fn load(dev: &CudaDevice) -> Result<Self> {
+    pub fn load(dev: &CudaDevice, launch: &Launcher) -> Result<Self> {
         let f = |name: String| dev.function(&ATTENTION, &name);
         // `<stem>_d<D>` for each of ATTN_HEAD_DIMS.
         let per_dim = |stem: &str| -> Result<Vec<CudaFunction>> {
@@ -168,7 +168,7 @@ impl Attention {
             })
             .collect::<Result<_>>()?;
         Ok(Self {
-            stream: dev.stream().clone(),
+            launch: launch.clone(),
             kv_store: f("kv_store_f16".into())?,
             combine: f("attn_decode_combine".into())?,
             decode: per_dim("attn_decode_split")?,
@@ -200,7 +200,7 @@ impl Attention {
             int(cache.head_dim, "head_dim"),
             int(cache.n_ctx, "n_ctx"),
         );
-        let mut b = self.stream.launch_builder(&self.kv_store);
+        let mut b = self.launch.builder(&self.kv_store);
         b.arg(k)
             .arg(v)
             .arg(&mut cache.k)
@@ -249,7 +249,7 @@ impl Attention {
             int(cache.n_ctx, "n_ctx"),
         );
         let fused = fused_combine;
-        let mut b = self.stream.launch_builder(f);
+        let mut b = self.launch.builder(f);
         b.arg(q)
             .arg(&cache.k)
             .arg(&cache.v)
@@ -282,7 +282,7 @@ impl Attention {
             int(work.n_split, "n_split"),
             int(cache.head_dim, "head_dim"),
         );
-        let mut b = self.stream.launch_builder(&self.combine);
+        let mut b = self.launch.builder(&self.combine);
         b.arg(&work.m)
             .arg(&work.l)
             .arg(&work.acc)
@@ -365,7 +365,7 @@ impl Attention {
                 )
             }
         };
-        let mut b = self.stream.launch_builder(f);
+        let mut b = self.launch.builder(f);
         b.arg(q)
             .arg(&cache.k)
             .arg(&cache.v)

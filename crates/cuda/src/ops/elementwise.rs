@@ -1,16 +1,16 @@
 //! `kernels/elementwise.cu`: add, add_bias, swiglu on f32 buffers.
 
+use super::launch::Launcher;
 use super::{int, stride_blocks};
 use crate::device::CudaDevice;
 use crate::error::{DriverContext, Result};
 use crate::kernels::ELEMENTWISE;
-use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
-use std::sync::Arc;
+use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig};
 
 const THREADS: u32 = 256;
 
 pub struct Elementwise {
-    stream: Arc<CudaStream>,
+    launch: Launcher,
     add: CudaFunction,
     add_bias: CudaFunction,
     swiglu: CudaFunction,
@@ -25,9 +25,9 @@ fn cfg(n: usize) -> LaunchConfig {
 }
 
 impl Elementwise {
-    pub fn load(dev: &CudaDevice) -> Result<Self> {
+    pub fn load(dev: &CudaDevice, launch: &Launcher) -> Result<Self> {
         Ok(Self {
-            stream: dev.stream().clone(),
+            launch: launch.clone(),
             add: dev.function(&ELEMENTWISE, "add_f32")?,
             add_bias: dev.function(&ELEMENTWISE, "add_bias_f32")?,
             swiglu: dev.function(&ELEMENTWISE, "swiglu_f32")?,
@@ -38,7 +38,7 @@ impl Elementwise {
     pub fn add(&self, acc: &mut CudaSlice<f32>, x: &CudaSlice<f32>) -> Result<()> {
         assert_eq!(acc.len(), x.len(), "add: lengths differ");
         let n = int(acc.len(), "add length");
-        let mut b = self.stream.launch_builder(&self.add);
+        let mut b = self.launch.builder(&self.add);
         b.arg(acc).arg(x).arg(&n);
         // SAFETY: add_f32(float*, const float*, int) over n elements of both buffers.
         unsafe { b.launch(cfg(n as usize)) }.during("launching add_f32")?;
@@ -55,7 +55,7 @@ impl Elementwise {
             int(x.len(), "add_bias length"),
             int(bias.len(), "bias width"),
         );
-        let mut b = self.stream.launch_builder(&self.add_bias);
+        let mut b = self.launch.builder(&self.add_bias);
         b.arg(x).arg(bias).arg(&n).arg(&width);
         // SAFETY: add_bias_f32(float*, const float*, int n, int width); bias has width floats.
         unsafe { b.launch(cfg(n as usize)) }.during("launching add_bias_f32")?;
@@ -66,7 +66,7 @@ impl Elementwise {
     pub fn swiglu(&self, gate: &mut CudaSlice<f32>, up: &CudaSlice<f32>) -> Result<()> {
         assert_eq!(gate.len(), up.len(), "swiglu: lengths differ");
         let n = int(gate.len(), "swiglu length");
-        let mut b = self.stream.launch_builder(&self.swiglu);
+        let mut b = self.launch.builder(&self.swiglu);
         b.arg(gate).arg(up).arg(&n);
         // SAFETY: swiglu_f32(float*, const float*, int) over n elements of both buffers.
         unsafe { b.launch(cfg(n as usize)) }.during("launching swiglu_f32")?;

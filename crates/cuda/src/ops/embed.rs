@@ -1,22 +1,22 @@
 //! `kernels/embed.cu`: token embedding rows gathered from a ggml-format table, as f32.
 
+use super::launch::Launcher;
 use super::{int, stride_blocks, QuantMatrix};
 use crate::device::CudaDevice;
 use crate::error::{CudaError, DriverContext, Result};
 use crate::kernels::EMBED;
-use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig};
 use ferrolm_gguf::GgmlType;
-use std::sync::Arc;
 
 const THREADS: u32 = 256;
 
 pub struct Embed {
-    stream: Arc<CudaStream>,
+    launch: Launcher,
     fns: Vec<(GgmlType, CudaFunction)>,
 }
 
 impl Embed {
-    pub fn load(dev: &CudaDevice) -> Result<Self> {
+    pub fn load(dev: &CudaDevice, launch: &Launcher) -> Result<Self> {
         // Table formats with a gather kernel (entry points `embed_<suffix>`).
         let fns = super::formats::with(|f| f.embed)
             .map(|ty| {
@@ -25,7 +25,7 @@ impl Embed {
             })
             .collect::<Result<_>>()?;
         Ok(Self {
-            stream: dev.stream().clone(),
+            launch: launch.clone(),
             fns,
         })
     }
@@ -54,7 +54,7 @@ impl Embed {
         assert!(out.len() >= total, "embed: out too small");
         let (n, cols) = (int(ids.len(), "embed rows"), int(table.cols, "embed cols"));
         let _ = int(total, "embed elements");
-        let mut b = self.stream.launch_builder(f);
+        let mut b = self.launch.builder(f);
         b.arg(&table.data).arg(ids).arg(out).arg(&n).arg(&cols);
         let cfg = LaunchConfig {
             grid_dim: (stride_blocks(total, THREADS), 1, 1),

@@ -4,16 +4,14 @@
 //! the same bits); against the CPU's float matmul, whose SIMD dot keeps several lanes, only the
 //! summation order differs (`cuda-parity`).
 
+use super::launch::Launcher;
 use super::{int, QuantMatrix};
 use crate::device::CudaDevice;
 use crate::error::{DriverContext, Result};
 use crate::kernels::GEMM_F32;
 use cudarc::driver::sys::CUdevice_attribute;
-use cudarc::driver::{
-    CudaFunction, CudaSlice, CudaStream, DeviceRepr, LaunchConfig, PushKernelArg,
-};
+use cudarc::driver::{CudaFunction, CudaSlice, DeviceRepr, LaunchConfig};
 use ferrolm_gguf::GgmlType;
-use std::sync::Arc;
 
 /// The kernels' block (GEMM_T × GEMM_T threads), rows a block (GEMM_BM), and tokens a block
 /// of `gemm_f32` and `gemm_f32_narrow`.
@@ -23,20 +21,20 @@ const BLOCK_TOKENS: usize = 64;
 const NARROW_TOKENS: usize = 16;
 
 pub struct GemmF32 {
-    stream: Arc<CudaStream>,
+    launch: Launcher,
     gemm: CudaFunction,
     narrow: CudaFunction,
     sms: usize,
 }
 
 impl GemmF32 {
-    pub fn load(dev: &CudaDevice) -> Result<Self> {
+    pub fn load(dev: &CudaDevice, launch: &Launcher) -> Result<Self> {
         let sms = dev
             .context()
             .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
             .during("reading the SM count")? as usize;
         Ok(Self {
-            stream: dev.stream().clone(),
+            launch: launch.clone(),
             gemm: dev.function(&GEMM_F32, "gemm_f32")?,
             narrow: dev.function(&GEMM_F32, "gemm_f32_narrow")?,
             sms,
@@ -95,7 +93,7 @@ impl GemmF32 {
             int(rows, "gemm rows"),
             int(n, "gemm tokens"),
         );
-        let mut b = self.stream.launch_builder(f);
+        let mut b = self.launch.builder(f);
         b.arg(w).arg(x).arg(out).arg(&cols).arg(&rows).arg(&ntok);
         // SAFETY: gemm_f32{,_narrow}(w, x, dst, ncols, nrows, ntok): w holds rows*cols floats,
         // x n*cols, dst n*rows (asserted above); the grid covers every (row, token) tile.

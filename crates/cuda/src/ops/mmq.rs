@@ -12,16 +12,16 @@
 //! [`formats`](super::formats)), bit-identical too; for Q6_K the integer dots are exact and only
 //! f32 scale products and sums round (`cuda-parity` checks all of them).
 
+use super::launch::Launcher;
 use super::{int, QuantMatrix};
 use crate::device::CudaDevice;
 use crate::error::{CudaError, DriverContext, Result};
 use crate::kernels::{KernelFile, MMQ};
 use crate::plan::Gemm;
 use cudarc::driver::sys::{CUdevice_attribute, CUfunction_attribute};
-use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig};
 use ferrolm_gguf::GgmlType;
 use std::collections::HashMap;
-use std::sync::Arc;
 
 /// Columns of one k step (the kernel's MMQ_BK): weight columns must be a multiple of it.
 pub const MMQ_BK: usize = 256;
@@ -156,7 +156,7 @@ impl GemmFn {
 }
 
 pub struct Mmq {
-    stream: Arc<CudaStream>,
+    launch: Launcher,
     /// (type, index in MMQ_TILES) -> entry point `mmq_<type>_<tile>`.
     fns: HashMap<(GgmlType, usize), GemmFn>,
     /// Integer-scale formats: `mmq_<type>_blocks`, the [`MmqOrder::Blocks`] tail (64x64 tile).
@@ -168,7 +168,7 @@ pub struct Mmq {
 }
 
 impl Mmq {
-    pub fn load(dev: &CudaDevice) -> Result<Self> {
+    pub fn load(dev: &CudaDevice, launch: &Launcher) -> Result<Self> {
         let mut fns = HashMap::new();
         for ty in super::formats::with(|f| f.gemm) {
             for (i, t) in MMQ_TILES.iter().enumerate() {
@@ -190,7 +190,7 @@ impl Mmq {
             small.insert(ty, dev.function(&MMQ, name)?);
         }
         Ok(Self {
-            stream: dev.stream().clone(),
+            launch: launch.clone(),
             fns,
             blocks,
             small,
@@ -303,7 +303,7 @@ impl Mmq {
                 int(ntok, "mmq tokens"),
                 order as i32,
             );
-            let mut b = self.stream.launch_builder(f);
+            let mut b = self.launch.builder(f);
             b.arg(&w.data)
                 .arg(&xs)
                 .arg(&mut os)
@@ -346,7 +346,7 @@ impl Mmq {
         let f = self.small.get(&w.ty).ok_or_else(|| {
             CudaError::Invalid(format!("mmq: no CUDA-core kernel for {} weights", w.ty))
         })?;
-        let mut b = self.stream.launch_builder(f);
+        let mut b = self.launch.builder(f);
         b.arg(&w.data)
             .arg(xq)
             .arg(out)

@@ -5,15 +5,13 @@
 //! off with `FERROLM_MMVQ_WIDE=0`).
 
 use super::int;
+use super::launch::Launcher;
 use crate::device::CudaDevice;
 use crate::error::{CudaError, DriverContext, Result};
 use crate::kernels::MMVQ;
-use cudarc::driver::{
-    CudaFunction, CudaSlice, CudaStream, CudaView, CudaViewMut, LaunchConfig, PushKernelArg,
-};
+use cudarc::driver::{CudaFunction, CudaSlice, CudaView, CudaViewMut, LaunchConfig};
 use ferrolm_gguf::GgmlType;
 use std::collections::HashMap;
-use std::sync::Arc;
 
 /// Activation rows one launch takes (the kernel's MMVQ_MAX_COLS).
 pub const MMVQ_MAX_COLS: usize = 8;
@@ -54,7 +52,7 @@ impl QuantMatrix {
 }
 
 pub struct Mmvq {
-    stream: Arc<CudaStream>,
+    launch: Launcher,
     /// (type, activation rows) -> entry point `mmvq_<type>_n<rows>`.
     fns: HashMap<(GgmlType, usize), CudaFunction>,
     /// (type, glu) -> `mmvq_glu_<type>` or `mmvq_pair_<type>`.
@@ -76,7 +74,7 @@ pub enum PairOut<'a> {
 }
 
 impl Mmvq {
-    pub fn load(dev: &CudaDevice) -> Result<Self> {
+    pub fn load(dev: &CudaDevice, launch: &Launcher) -> Result<Self> {
         let mut fns = HashMap::new();
         let mut pairs = HashMap::new();
         for ty in super::formats::with(|f| f.matvec) {
@@ -107,7 +105,7 @@ impl Mmvq {
             }
         }
         Ok(Self {
-            stream: dev.stream().clone(),
+            launch: launch.clone(),
             fns,
             pairs,
             wide_fns,
@@ -169,7 +167,7 @@ impl Mmvq {
             shared_mem_bytes: 0,
         };
         let (cols, rows) = (int(w.cols, "mmvq cols"), int(w.rows, "mmvq rows"));
-        let mut b = self.stream.launch_builder(f);
+        let mut b = self.launch.builder(f);
         b.arg(&w.data).arg(xq).arg(out).arg(&cols).arg(&rows);
         // SAFETY: mmvq_[wide_]*_nN(vx, vy, dst, ncols, nrows): rows x cols weights, N Q8_1 rows
         // of cols elements, N x rows floats out, one block per rows_per_block rows.
@@ -212,7 +210,7 @@ impl Mmvq {
             int(a.rows, "mmvq rows"),
             int(b.rows, "mmvq rows"),
         );
-        let mut l = self.stream.launch_builder(f);
+        let mut l = self.launch.builder(f);
         l.arg(&a.data).arg(&b.data).arg(xq);
         match out {
             PairOut::Both(oa, ob) => {

@@ -13,6 +13,7 @@ mod elementwise;
 mod embed;
 pub mod formats;
 mod gemm_f32;
+pub mod launch;
 mod mmq;
 mod mmvq;
 mod moe_decode;
@@ -62,19 +63,22 @@ pub struct Kernels {
 }
 
 impl Kernels {
-    pub fn load(dev: &CudaDevice) -> Result<Self> {
+    /// Every kernel, launched with programmatic dependent launch when `dependent` (the plan's
+    /// [`crate::plan::Plan::dependent_launch`]).
+    pub fn load(dev: &CudaDevice, dependent: bool) -> Result<Self> {
+        let launch = &launch::Launcher::new(dev.stream().clone(), dependent);
         Ok(Self {
-            elementwise: Elementwise::load(dev)?,
-            norm_rope: NormRope::load(dev)?,
-            quantize: Quantize::load(dev)?,
-            mmvq: Mmvq::load(dev)?,
-            mmq: Mmq::load(dev)?,
-            moe_gemm: MoeGemm::load(dev)?,
-            attention: Attention::load(dev)?,
-            embed: Embed::load(dev)?,
-            gemm_f32: GemmF32::load(dev)?,
-            moe_route: MoeRoute::load(dev)?,
-            moe_decode: MoeDecode::load(dev)?,
+            elementwise: Elementwise::load(dev, launch)?,
+            norm_rope: NormRope::load(dev, launch)?,
+            quantize: Quantize::load(dev, launch)?,
+            mmvq: Mmvq::load(dev, launch)?,
+            mmq: Mmq::load(dev, launch)?,
+            moe_gemm: MoeGemm::load(dev, launch)?,
+            attention: Attention::load(dev, launch)?,
+            embed: Embed::load(dev, launch)?,
+            gemm_f32: GemmF32::load(dev, launch)?,
+            moe_route: MoeRoute::load(dev, launch)?,
+            moe_decode: MoeDecode::load(dev, launch)?,
         })
     }
 }

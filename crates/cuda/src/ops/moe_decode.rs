@@ -12,15 +12,15 @@
 //! Nothing here allocates or waits on the host: scratch lives in [`MoeDecodeWork`], and a
 //! captured graph replays with new ids and weights.
 
+use super::launch::Launcher;
 use super::{int, stride_blocks, MoeExperts, Quantize};
 use crate::device::CudaDevice;
 use crate::error::{CudaError, DriverContext, Result};
 use crate::kernels::{ELEMENTWISE, MOE_DECODE};
 use crate::plan::ExpertMatVec;
-use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig};
 use ferrolm_gguf::GgmlType;
 use std::collections::HashMap;
-use std::sync::Arc;
 
 /// Most tokens one call takes (the kernels' NTOK instances).
 pub const MOE_DECODE_MAX_TOKENS: usize = 8;
@@ -104,7 +104,7 @@ fn has_narrow(ty: GgmlType) -> bool {
 }
 
 pub struct MoeDecode {
-    stream: Arc<CudaStream>,
+    launch: Launcher,
     quantize: Quantize,
     /// (type, tokens, narrow) -> `moe_gate_up_[narrow_]<type>_n<tokens>` /
     /// `moe_down_[narrow_]<type>_n<tokens>`.
@@ -118,7 +118,7 @@ pub struct MoeDecode {
 
 impl MoeDecode {
     /// Loads the kernels, the narrow walks of Q4_K and Q6_K too.
-    pub fn load(dev: &CudaDevice) -> Result<Self> {
+    pub fn load(dev: &CudaDevice, launch: &Launcher) -> Result<Self> {
         let (mut gate_up, mut down, mut slot_matvec) =
             (HashMap::new(), HashMap::new(), HashMap::new());
         // Entry points `moe_*_<suffix>[_n<tokens>]` of the formats with expert kernels.
@@ -143,8 +143,8 @@ impl MoeDecode {
             }
         }
         Ok(Self {
-            stream: dev.stream().clone(),
-            quantize: Quantize::load(dev)?,
+            launch: launch.clone(),
+            quantize: Quantize::load(dev, launch)?,
             gate_up,
             down,
             slot_matvec,
@@ -240,7 +240,7 @@ impl MoeDecode {
             block_dim: block,
             shared_mem_bytes: 0,
         };
-        let mut b = self.stream.launch_builder(gate_up);
+        let mut b = self.launch.builder(gate_up);
         b.arg(&e.gate.data).arg(&e.up.data).arg(x_q8_1).arg(ids);
         b.arg(&mut work.h)
             .arg(&ints.d)
@@ -260,7 +260,7 @@ impl MoeDecode {
             block_dim: block,
             shared_mem_bytes: 0,
         };
-        let mut b = self.stream.launch_builder(down);
+        let mut b = self.launch.builder(down);
         b.arg(&e.down.data).arg(&work.hq).arg(ids).arg(weights);
         b.arg(residual)
             .arg(&ints.d)
@@ -314,7 +314,7 @@ impl MoeDecode {
             block_dim: (threads, 1, 1),
             shared_mem_bytes: 0,
         };
-        let mut b = self.stream.launch_builder(&self.swiglu);
+        let mut b = self.launch.builder(&self.swiglu);
         b.arg(&mut work.h).arg(&work.up).arg(&len);
         // SAFETY: swiglu_f32(gate, up, n): n floats each, gate updated in place.
         unsafe { b.launch(cfg) }.during("launching moe swiglu")?;
@@ -331,7 +331,7 @@ impl MoeDecode {
             block_dim: (128, 1, 1),
             shared_mem_bytes: 0,
         };
-        let mut b = self.stream.launch_builder(&self.combine);
+        let mut b = self.launch.builder(&self.combine);
         b.arg(&work.down).arg(weights).arg(residual);
         b.arg(&ni).arg(&ints.d).arg(&ints.k);
         // SAFETY: moe_combine(d, weights, out, n, n_embd, k): n*k x n_embd and n*k floats in,
@@ -362,7 +362,7 @@ impl MoeDecode {
             shared_mem_bytes: 0,
         };
         let f = &self.slot_matvec[&(w.ty, narrow(how, w.ty))];
-        let mut b = self.stream.launch_builder(f);
+        let mut b = self.launch.builder(f);
         b.arg(&w.data).arg(x).arg(ids).arg(dst);
         b.arg(&si).arg(&xi).arg(&ri).arg(&ci).arg(&n_expert);
         // SAFETY: moe_slot_matvec_*(w, x, ids, dst, slot, x_row, rows, cols, n_expert):

@@ -19,16 +19,16 @@
 //! tile-to-expert map. Which path, orders and quantizations: the plan's ([`ExpertGemm`]).
 
 use super::formats;
+use super::launch::Launcher;
 use super::mmq::{smem_bytes, GemmFn, MMQ_BK};
 use super::{int, stride_blocks, MoeExperts, Quantize};
 use crate::device::CudaDevice;
 use crate::error::{CudaError, DriverContext, Result};
 use crate::kernels::MOE_GEMM;
 use crate::plan::ExpertGemm;
-use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig};
 use ferrolm_gguf::GgmlType;
 use std::collections::HashMap;
-use std::sync::Arc;
 
 /// The GEMM tile of moe_gemm.cu (its MoeTileCfg): weight rows, pair rows, warps.
 const MOE_BM: usize = 64;
@@ -165,7 +165,7 @@ impl MoeWork {
 }
 
 pub struct MoeGemm {
-    stream: Arc<CudaStream>,
+    launch: Launcher,
     quantize: Quantize,
     count: CudaFunction,
     scatter: CudaFunction,
@@ -177,7 +177,7 @@ pub struct MoeGemm {
 }
 
 impl MoeGemm {
-    pub fn load(dev: &CudaDevice) -> Result<Self> {
+    pub fn load(dev: &CudaDevice, launch: &Launcher) -> Result<Self> {
         let mut gemms = HashMap::new();
         for ty in formats::with(|f| f.experts) {
             let name = super::kernel_suffix(ty);
@@ -200,8 +200,8 @@ impl MoeGemm {
             gemms.insert(ty, (gate_up, down));
         }
         Ok(Self {
-            stream: dev.stream().clone(),
-            quantize: Quantize::load(dev)?,
+            launch: launch.clone(),
+            quantize: Quantize::load(dev, launch)?,
             count: dev.function(&MOE_GEMM, "moe_count")?,
             scatter: dev.function(&MOE_GEMM, "moe_scatter")?,
             combine: dev.function(&MOE_GEMM, "moe_combine")?,
@@ -265,7 +265,7 @@ impl MoeGemm {
                 )))
             }
         };
-        let st = self.stream.clone();
+        let st = self.launch.stream().clone();
         crate::profile::span(&st, "moe.index", || {
             self.build_index(ids, n, work)?;
             self.quantize.rows(x, n, d, x_quant, &mut work.xq)
@@ -289,7 +289,7 @@ impl MoeGemm {
         };
         let gate_up_span = crate::profile::span(&st, "moe.gate_up", || -> Result<()> {
             for &(expert, slots) in &launches {
-                let mut b = self.stream.launch_builder(gate_up);
+                let mut b = self.launch.builder(gate_up);
                 b.arg(&experts.gate.data)
                     .arg(&experts.up.data)
                     .arg(&work.xq)
@@ -315,7 +315,7 @@ impl MoeGemm {
             self.quantize
                 .rows(&work.h, pairs, ff, h_quant, &mut work.hq)?;
             for &(expert, slots) in &launches {
-                let mut b = self.stream.launch_builder(down_fn);
+                let mut b = self.launch.builder(down_fn);
                 b.arg(&experts.down.data)
                     .arg(&work.hq)
                     .arg(&work.sorted)
@@ -364,9 +364,9 @@ impl MoeGemm {
             block_dim: (32, FLOAT_WARPS as u32, 1),
             shared_mem_bytes: 0,
         };
-        let st = self.stream.clone();
+        let st = self.launch.stream().clone();
         crate::profile::span(&st, "moe.gate_up", || {
-            let mut b = self.stream.launch_builder(&self.float.0);
+            let mut b = self.launch.builder(&self.float.0);
             b.arg(&experts.gate.data)
                 .arg(&experts.up.data)
                 .arg(x)
@@ -382,7 +382,7 @@ impl MoeGemm {
             unsafe { b.launch(cfg(ff)) }.during("launching moe_f32_gate_up")
         })?;
         crate::profile::span(&st, "moe.down", || {
-            let mut b = self.stream.launch_builder(&self.float.1);
+            let mut b = self.launch.builder(&self.float.1);
             b.arg(&experts.down.data)
                 .arg(&work.h)
                 .arg(ids)
@@ -408,9 +408,9 @@ impl MoeGemm {
     ) -> Result<()> {
         let (d, k, e) = (work.n_embd, work.n_used, work.n_expert);
         let (ci, ki, ei) = (int(d, "n_embd"), int(k, "experts used"), int(e, "experts"));
-        let st = self.stream.clone();
+        let st = self.launch.stream().clone();
         let (ni, total) = (int(n, "tokens"), n * d);
-        let mut b = self.stream.launch_builder(&self.combine);
+        let mut b = self.launch.builder(&self.combine);
         b.arg(&work.y)
             .arg(ids)
             .arg(out)
@@ -446,11 +446,11 @@ impl MoeGemm {
             block_dim: (INDEX_THREADS, 1, 1),
             shared_mem_bytes: 0,
         };
-        let mut b = self.stream.launch_builder(&self.count);
+        let mut b = self.launch.builder(&self.count);
         b.arg(ids).arg(&pi).arg(&ei).arg(&mut work.index);
         // SAFETY: moe_count(ids, pairs, E, index): block e writes index[e], e < E.
         unsafe { b.launch(cfg) }.during("launching moe_count")?;
-        let mut b = self.stream.launch_builder(&self.scatter);
+        let mut b = self.launch.builder(&self.scatter);
         b.arg(ids)
             .arg(&pi)
             .arg(&ei)

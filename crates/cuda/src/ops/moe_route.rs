@@ -8,14 +8,14 @@
 //! Logits of more than a few tokens take `moe_logits_rows` (lane partial sums, then a warp sum)
 //! or the f32 GEMM (one chain per logit), as the plan says ([`RouterLogits`]).
 
+use super::launch::Launcher;
 use super::{int, GemmF32, QuantMatrix};
 use crate::device::CudaDevice;
 use crate::error::{CudaError, DriverContext, Result};
 use crate::kernels::MOE_ROUTE;
 use crate::plan::RouterLogits;
 use cudarc::driver::sys::CUfunction_attribute;
-use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
-use std::sync::Arc;
+use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig};
 
 /// Most experts a router may have (the kernel's 32 × TOPK_PER_LANE).
 pub const MOE_MAX_EXPERTS: usize = 256;
@@ -121,7 +121,7 @@ impl MoeRouteWork {
 }
 
 pub struct MoeRoute {
-    stream: Arc<CudaStream>,
+    launch: Launcher,
     logits_small: CudaFunction,
     /// Logits for more than ROUTER_SMALL_N tokens (rows of at most ROUTER_ROWS_MAX_EMBD).
     logits_rows: CudaFunction,
@@ -131,7 +131,7 @@ pub struct MoeRoute {
 }
 
 impl MoeRoute {
-    pub fn load(dev: &CudaDevice) -> Result<Self> {
+    pub fn load(dev: &CudaDevice, launch: &Launcher) -> Result<Self> {
         let f = |name| dev.function(&MOE_ROUTE, name);
         let logits_rows = f("moe_logits_rows")?;
         dev.context()
@@ -144,10 +144,10 @@ impl MoeRoute {
             )
             .during("allowing moe_logits_rows its shared memory")?;
         Ok(Self {
-            stream: dev.stream().clone(),
+            launch: launch.clone(),
             logits_small: f("moe_logits_small")?,
             logits_rows,
-            gemm: GemmF32::load(dev)?,
+            gemm: GemmF32::load(dev, launch)?,
             topk: f("moe_topk")?,
         })
     }
@@ -224,7 +224,7 @@ impl MoeRoute {
         };
         match logits {
             Some((f, cfg)) => {
-                let mut b = self.stream.launch_builder(f);
+                let mut b = self.launch.builder(f);
                 b.arg(x)
                     .arg(&router.w)
                     .arg(&mut work.logits)
@@ -247,7 +247,7 @@ impl MoeRoute {
             block_dim: (32, TOPK_WARPS, 1),
             shared_mem_bytes: 0,
         };
-        let mut b = self.stream.launch_builder(&self.topk);
+        let mut b = self.launch.builder(&self.topk);
         b.arg(&work.logits)
             .arg(ids)
             .arg(weights)

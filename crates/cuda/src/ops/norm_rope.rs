@@ -1,11 +1,11 @@
 //! `kernels/norm_rope.cu`: RMS norm (whole rows, or per-head groups in place) and RoPE.
 
+use super::launch::Launcher;
 use super::{int, ActQuant};
 use crate::device::CudaDevice;
 use crate::error::{DriverContext, Result};
 use crate::kernels::NORM_ROPE;
-use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
-use std::sync::Arc;
+use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig};
 
 /// How a head's dimensions are paired (ferrolm_model's `RopeMode`, without the dependency).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -17,7 +17,7 @@ pub enum Rope {
 }
 
 pub struct NormRope {
-    stream: Arc<CudaStream>,
+    launch: Launcher,
     rms_norm: CudaFunction,
     add_rms_norm_q8_1: CudaFunction,
     rope_norm: CudaFunction,
@@ -41,9 +41,9 @@ fn norm_cfg(groups: usize, n: usize) -> LaunchConfig {
 }
 
 impl NormRope {
-    pub fn load(dev: &CudaDevice) -> Result<Self> {
+    pub fn load(dev: &CudaDevice, launch: &Launcher) -> Result<Self> {
         Ok(Self {
-            stream: dev.stream().clone(),
+            launch: launch.clone(),
             rms_norm: dev.function(&NORM_ROPE, "rms_norm_f32")?,
             add_rms_norm_q8_1: dev.function(&NORM_ROPE, "add_rms_norm_q8_1_f32")?,
             rope_norm: dev.function(&NORM_ROPE, "rope_norm_f32")?,
@@ -66,7 +66,7 @@ impl NormRope {
         assert_eq!(x.len(), out.len(), "rms_norm: x and out differ");
         assert!(x.len().is_multiple_of(w.len()), "rms_norm: not whole rows");
         let n = int(w.len(), "rms_norm width");
-        let mut b = self.stream.launch_builder(&self.rms_norm);
+        let mut b = self.launch.builder(&self.rms_norm);
         b.arg(x).arg(w).arg(out).arg(&n).arg(&eps);
         // SAFETY: rms_norm_f32(x, w, out, n, eps), one block per n-element row of x and out.
         unsafe { b.launch(norm_cfg(x.len() / w.len(), w.len())) }
@@ -130,7 +130,7 @@ impl NormRope {
         let n = int(w.len(), "rms_norm width");
         let cfg = norm_cfg(x.len() / w.len(), w.len());
         let null = 0u64;
-        let mut b = self.stream.launch_builder(&self.add_rms_norm_q8_1);
+        let mut b = self.launch.builder(&self.add_rms_norm_q8_1);
         b.arg(x);
         match add {
             Some(a) => b.arg(a),
@@ -157,7 +157,7 @@ impl NormRope {
         let n = int(w.len(), "rms_norm group");
         let cfg = norm_cfg(x.len() / w.len(), w.len());
         let x: &CudaSlice<f32> = x; // read and written through one pointer, by one thread each
-        let mut b = self.stream.launch_builder(&self.rms_norm);
+        let mut b = self.launch.builder(&self.rms_norm);
         b.arg(x).arg(w).arg(x).arg(&n).arg(&eps);
         // SAFETY: as rms_norm with out == x, which the kernel allows.
         unsafe { b.launch(cfg) }.during("launching rms_norm_f32 in place")?;
@@ -187,7 +187,7 @@ impl NormRope {
             Rope::Neox => &self.rope_neox,
         };
         let cfg = pairs_cfg(x.len() / 2);
-        let mut b = self.stream.launch_builder(f);
+        let mut b = self.launch.builder(f);
         b.arg(x)
             .arg(positions)
             .arg(&nt)
@@ -216,7 +216,7 @@ impl NormRope {
             Rope::Neox => &self.rope_qk_neox,
         };
         let cfg = pairs_cfg((q.len() + k.len()) / 2);
-        let mut b = self.stream.launch_builder(f);
+        let mut b = self.launch.builder(f);
         b.arg(q).arg(k).arg(positions);
         b.arg(&sh.n_tokens).arg(&sh.width_q).arg(&sh.width_k);
         b.arg(&sh.head_dim).arg(&sh.theta_scale);
@@ -255,7 +255,7 @@ impl NormRope {
         };
         let cfg = norm_cfg((q.len() + k.len()) / n, n);
         let ni = int(n, "norm group");
-        let mut b = self.stream.launch_builder(f);
+        let mut b = self.launch.builder(f);
         b.arg(q).arg(wq).arg(k).arg(wk).arg(positions);
         b.arg(&sh.n_tokens)
             .arg(&sh.width_q)

@@ -6,11 +6,11 @@
 //! others Q8_1's. With `FERROLM_CUDA_Q8K=0` every activation is Q8_1, for bisecting.
 
 use super::int;
+use super::launch::Launcher;
 use crate::device::CudaDevice;
 use crate::error::{DriverContext, Result};
 use crate::kernels::QUANTIZE;
-use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
-use std::sync::Arc;
+use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig};
 
 /// Bytes of one 32-code activation block: f32 d, 32 codes.
 pub const Q8_1_BLOCK_BYTES: usize = 36;
@@ -37,15 +37,15 @@ pub fn dequantize_blocks(bytes: &[u8]) -> Vec<f32> {
 }
 
 pub struct Quantize {
-    stream: Arc<CudaStream>,
+    launch: Launcher,
     q8_1: CudaFunction,
     q8_k: CudaFunction,
 }
 
 impl Quantize {
-    pub fn load(dev: &CudaDevice) -> Result<Self> {
+    pub fn load(dev: &CudaDevice, launch: &Launcher) -> Result<Self> {
         Ok(Self {
-            stream: dev.stream().clone(),
+            launch: launch.clone(),
             q8_1: dev.function(&QUANTIZE, "quantize_q8_1")?,
             q8_k: dev.function(&QUANTIZE, "quantize_q8_k")?,
         })
@@ -102,7 +102,7 @@ impl Quantize {
             block_dim: (THREADS, 1, 1),
             shared_mem_bytes: 0,
         };
-        let mut b = self.stream.launch_builder(f);
+        let mut b = self.launch.builder(f);
         b.arg(x).arg(out).arg(&c);
         // SAFETY: quantize_q8_{1,k}(x, y, cols): rows x cols floats in, rows x cols/32 blocks
         // out, the grid as each kernel's comment asks.

@@ -88,6 +88,11 @@ impl DeviceFacts {
     }
 }
 
+/// Programmatic dependent launch: Hopper (sm_90) and later, unless `FERROLM_CUDA_PDL=0`.
+fn dependent_launch(switches: &Switches, cc: (i32, i32)) -> bool {
+    switches.pdl && cc.0 >= 9
+}
+
 /// Every kernel choice of the CUDA backend; see the module header.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Plan {
@@ -100,10 +105,19 @@ impl Plan {
         Self { switches, device }
     }
 
-    /// The plan for `dev`, its kernels loaded as `k`, under the process environment's
-    /// switches.
-    pub fn load(dev: &CudaDevice, k: &Kernels) -> Result<Self> {
-        Ok(Self::new(Switches::from_env()?, DeviceFacts::read(dev, k)?))
+    /// `dev`'s kernels and the plan for them, under the process environment's switches. The
+    /// switches come first, so that a bad value fails before any kernel is compiled; the way
+    /// kernels are launched is fixed as they load.
+    pub fn load(dev: &CudaDevice) -> Result<(Kernels, Self)> {
+        let switches = Switches::from_env()?;
+        let k = Kernels::load(dev, dependent_launch(&switches, dev.compute_capability()))?;
+        let plan = Self::new(switches, DeviceFacts::read(dev, &k)?);
+        Ok((k, plan))
+    }
+
+    /// Kernels launched with programmatic dependent launch (`ops/launch.rs`).
+    pub fn dependent_launch(&self) -> bool {
+        dependent_launch(&self.switches, self.device.cc)
     }
 
     pub fn switches(&self) -> &Switches {

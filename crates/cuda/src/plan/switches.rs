@@ -45,6 +45,9 @@ pub struct Switches {
     pub moe_router_rows: bool,
     /// `FERROLM_CUDA_Q8K`: K-quant weights meet Q8_K activations (else Q8_1).
     pub q8k: bool,
+    /// `FERROLM_CUDA_PDL`: programmatic dependent launch on sm_90+ (each kernel's blocks
+    /// scheduled while the one before finishes; see `ops/launch.rs`).
+    pub pdl: bool,
     /// `FERROLM_CUDA_PROFILE`: stage timing from CUDA events (turns graphs off).
     pub profile: bool,
 }
@@ -65,6 +68,7 @@ impl Default for Switches {
             moe_fused: true,
             moe_router_rows: true,
             q8k: true,
+            pdl: true,
             profile: false,
         }
     }
@@ -158,6 +162,7 @@ impl Switches {
             moe_fused: flag(env, "FERROLM_MOE_FUSED", true)?,
             moe_router_rows: flag(env, "FERROLM_MOE_ROUTER_ROWS", true)?,
             q8k: flag(env, "FERROLM_CUDA_Q8K", true)?,
+            pdl: flag(env, "FERROLM_CUDA_PDL", true)?,
             profile: flag(env, "FERROLM_CUDA_PROFILE", false)?,
         })
     }
@@ -181,7 +186,7 @@ impl fmt::Display for Switches {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let tile = self.mmq_tile.map_or("auto", |i| MMQ_TILES[i].name);
         let attn = if self.attn_ggml_small { "ggml" } else { "f32" };
-        let lines: [(&str, &str, &str); 14] = [
+        let lines: [(&str, &str, &str); 15] = [
             (
                 "FERROLM_CUDA_MMQ",
                 bit(self.mmq),
@@ -238,6 +243,11 @@ impl fmt::Display for Switches {
                 "FERROLM_CUDA_Q8K",
                 bit(self.q8k),
                 "Q8_K activations for K-quants",
+            ),
+            (
+                "FERROLM_CUDA_PDL",
+                bit(self.pdl),
+                "programmatic dependent launch (sm_90+)",
             ),
             (
                 "FERROLM_CUDA_PROFILE",

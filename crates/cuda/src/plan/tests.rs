@@ -89,6 +89,7 @@ fn bad_values_name_the_variable_and_the_choices() {
         "FERROLM_MOE_FUSED",
         "FERROLM_MOE_ROUTER_ROWS",
         "FERROLM_CUDA_Q8K",
+        "FERROLM_CUDA_PDL",
     ] {
         assert!(err(&[(name, "off")]).contains(&format!("{name}=off")));
     }
@@ -105,7 +106,7 @@ fn tile_names() {
 #[test]
 fn display_prints_every_switch() {
     let text = plan(&[("FERROLM_MMQ_TILE", "128x64")]).to_string();
-    assert_eq!(text.lines().count(), 16, "{text}");
+    assert_eq!(text.lines().count(), 17, "{text}");
     assert!(text.contains("132 SMs, cc 9.0"));
     assert!(text
         .lines()
@@ -411,4 +412,16 @@ fn router_logits_by_tokens() {
     let off = plan(&[("FERROLM_MOE_ROUTER_ROWS", "0")]);
     assert_eq!(off.router_logits(8, 2048), RouterLogits::MatVec);
     assert_eq!(off.router_logits(9, 2048), RouterLogits::Gemm);
+}
+
+/// Programmatic dependent launch: on from Hopper on, off before it or when switched off.
+#[test]
+fn dependent_launch_from_hopper_unless_off() {
+    assert!(plan(&[]).dependent_launch());
+    assert!(!plan(&[("FERROLM_CUDA_PDL", "0")]).dependent_launch());
+    let ampere = DeviceFacts {
+        cc: (8, 0),
+        ..h200()
+    };
+    assert!(!Plan::new(parse(&[]).unwrap(), ampere).dependent_launch());
 }

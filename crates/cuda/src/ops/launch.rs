@@ -1,0 +1,195 @@
+//! Kernel launches. Every launcher builds its launch here, so how a kernel starts is decided in
+//! one place: with programmatic dependent launch (PDL, sm_90+) the next kernel's blocks are
+//! scheduled while the one before finishes, and wait in `dependent_launch_entry()`
+//! (`kernels/common.cuh`) until its writes are visible. That hides most of the gap between
+//! two kernels of a decode step (about a microsecond each, 200-400 kernels a token).
+//!
+//! Every kernel calls `dependent_launch_entry()` before it touches global memory (checked by
+//! `every_kernel_waits_for_the_one_before` below), so a chain of overlapped kernels still runs
+//! in stream order.
+
+use cudarc::driver::{
+    sys, CudaFunction, CudaSlice, CudaStream, CudaView, CudaViewMut, DevicePtr, DevicePtrMut,
+    DriverError, LaunchConfig,
+};
+use std::ffi::c_void;
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+/// A stream, and whether launches on it may overlap the kernel before (the plan's
+/// [`crate::plan::Plan::dependent_launch`]).
+#[derive(Clone)]
+pub struct Launcher {
+    stream: Arc<CudaStream>,
+    dependent: bool,
+}
+
+impl Launcher {
+    pub fn new(stream: Arc<CudaStream>, dependent: bool) -> Self {
+        Self { stream, dependent }
+    }
+
+    pub fn stream(&self) -> &Arc<CudaStream> {
+        &self.stream
+    }
+
+    /// A launch of `func`; push its arguments in the kernel's parameter order.
+    pub fn builder<'a>(&'a self, func: &'a CudaFunction) -> Launch<'a> {
+        Launch {
+            launcher: self,
+            func,
+            args: Vec::with_capacity(16),
+        }
+    }
+}
+
+/// One kernel argument: a device address (kept by value here) or a host value the caller keeps
+/// alive until the launch.
+pub enum Arg<'a> {
+    Device(sys::CUdeviceptr),
+    Value(*const c_void, PhantomData<&'a ()>),
+}
+
+/// What may be passed to a kernel: device buffers (by address) and plain scalars.
+pub trait KernelArg<'a> {
+    fn to_arg(self, stream: &CudaStream) -> Arg<'a>;
+}
+
+impl<'a, T> KernelArg<'a> for &'a CudaSlice<T> {
+    fn to_arg(self, stream: &CudaStream) -> Arg<'a> {
+        Arg::Device(self.device_ptr(stream).0)
+    }
+}
+
+impl<'a, T> KernelArg<'a> for &'a mut CudaSlice<T> {
+    fn to_arg(self, stream: &CudaStream) -> Arg<'a> {
+        Arg::Device(self.device_ptr_mut(stream).0)
+    }
+}
+
+impl<'a, T> KernelArg<'a> for &'a CudaView<'_, T> {
+    fn to_arg(self, stream: &CudaStream) -> Arg<'a> {
+        Arg::Device(self.device_ptr(stream).0)
+    }
+}
+
+impl<'a, T> KernelArg<'a> for &'a mut CudaViewMut<'_, T> {
+    fn to_arg(self, stream: &CudaStream) -> Arg<'a> {
+        Arg::Device(self.device_ptr_mut(stream).0)
+    }
+}
+
+macro_rules! scalar_args {
+    ($($t:ty),*) => {$(
+        impl<'a> KernelArg<'a> for &'a $t {
+            fn to_arg(self, _: &CudaStream) -> Arg<'a> {
+                Arg::Value(self as *const $t as *const c_void, PhantomData)
+            }
+        }
+    )*};
+}
+scalar_args!(i32, u32, i64, u64, f32, f64);
+
+/// A launch being built; see [`Launcher::builder`].
+pub struct Launch<'a> {
+    launcher: &'a Launcher,
+    func: &'a CudaFunction,
+    args: Vec<Arg<'a>>,
+}
+
+impl<'a> Launch<'a> {
+    pub fn arg(&mut self, a: impl KernelArg<'a>) -> &mut Self {
+        let arg = a.to_arg(&self.launcher.stream);
+        self.args.push(arg);
+        self
+    }
+
+    /// Enqueues the kernel on the launcher's stream (captured into a graph when one is being
+    /// captured).
+    ///
+    /// # Safety
+    /// The arguments must be the kernel's parameters, in order, with the types it declares, and
+    /// the kernel must stay within the buffers it is given.
+    pub unsafe fn launch(&mut self, cfg: LaunchConfig) -> Result<(), DriverError> {
+        let stream = &self.launcher.stream;
+        stream.context().bind_to_thread()?;
+        // Device addresses are passed by reference too: keep them in place while the driver
+        // reads the parameter list.
+        let addresses: Vec<sys::CUdeviceptr> = self
+            .args
+            .iter()
+            .map(|a| match a {
+                Arg::Device(p) => *p,
+                Arg::Value(..) => 0,
+            })
+            .collect();
+        let mut params: Vec<*mut c_void> = self
+            .args
+            .iter()
+            .zip(&addresses)
+            .map(|(a, p)| match a {
+                Arg::Device(_) => p as *const sys::CUdeviceptr as *mut c_void,
+                Arg::Value(v, _) => *v as *mut c_void,
+            })
+            .collect();
+        let mut attr = sys::CUlaunchAttribute {
+            id: sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
+            pad: [0; 4],
+            value: std::mem::zeroed(),
+        };
+        attr.value.programmaticStreamSerializationAllowed = 1;
+        let config = sys::CUlaunchConfig {
+            gridDimX: cfg.grid_dim.0,
+            gridDimY: cfg.grid_dim.1,
+            gridDimZ: cfg.grid_dim.2,
+            blockDimX: cfg.block_dim.0,
+            blockDimY: cfg.block_dim.1,
+            blockDimZ: cfg.block_dim.2,
+            sharedMemBytes: cfg.shared_mem_bytes,
+            hStream: stream.cu_stream(),
+            attrs: &mut attr,
+            numAttrs: u32::from(self.launcher.dependent),
+        };
+        // SAFETY: the caller vouches for the parameters; `params`, `addresses` and `attr`
+        // outlive the call, which copies them.
+        sys::cuLaunchKernelEx(
+            &config,
+            self.func.cu_function(),
+            params.as_mut_ptr(),
+            std::ptr::null_mut(),
+        )
+        .result()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// Every `__global__` kernel starts with `dependent_launch_entry();`: a kernel that touched
+    /// memory before it would read the previous kernel's output while it is still being written.
+    #[test]
+    fn every_kernel_waits_for_the_one_before() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/kernels");
+        let mut kernels = 0;
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            let src = std::fs::read_to_string(&path).unwrap();
+            let mut rest = src.as_str();
+            while let Some(at) = rest.find("__global__") {
+                rest = &rest[at + "__global__".len()..];
+                // The body starts at the first `{` after the parameter list.
+                let open = rest.find('{').unwrap();
+                let body =
+                    rest[open + 1..].trim_start_matches(|c: char| c.is_whitespace() || c == '\\');
+                let name: String = rest[..open].chars().take(80).collect();
+                assert!(
+                    body.starts_with("dependent_launch_entry();"),
+                    "{}: kernel `{}` does not start with dependent_launch_entry();",
+                    path.display(),
+                    name.trim()
+                );
+                kernels += 1;
+            }
+        }
+        assert!(kernels > 30, "found only {kernels} kernels");
+    }
+}
