@@ -5,6 +5,8 @@
 // Launch (crates/cuda/src/ops/mmvq.rs must agree): block (32, MMVQ_NWARPS), grid
 // ceil(nrows / mmvq_rows(ncols)). All the block's threads walk the row's weight blocks together
 // (mmvq_accumulate in mmvq.cuh); the partial sums meet in shared memory and one warp reduces them.
+// Every entry's last parameter, `prefetch`, has the block ask L2 for its weight rows before it
+// waits for the kernel ahead (weights_to_l2_then_wait in mmvq.cuh); the results do not change.
 #include "common.cuh"
 #include "quant.cuh"
 #include "mmvq.cuh"
@@ -92,8 +94,9 @@ static __device__ __forceinline__ void mul_mat_vec_q(const void *__restrict__ vx
 #define MMVQ_ENTRY(NAME, TYPE, N)                                                                   \
     extern "C" __global__ void __launch_bounds__(MMVQ_NWARPS *WARP_SIZE)                            \
         mmvq_##NAME##_n##N(const void *__restrict__ vx, const block_q8_1 *__restrict__ vy,          \
-                           float *__restrict__ dst, int ncols_x, int nrows_x) {                    \
-        dependent_launch_entry();                                                                  \
+                           float *__restrict__ dst, int ncols_x, int nrows_x, int prefetch) {      \
+        weights_to_l2_then_wait<TYPE>(prefetch, vx, nullptr, ncols_x, nrows_x, 0,                  \
+                                      blockIdx.x * MmvqRows<N>::value, MmvqRows<N>::value);         \
         mul_mat_vec_q<TYPE, N>(vx, vy, dst, ncols_x, nrows_x);                                      \
     }
 
@@ -191,15 +194,17 @@ static __device__ __forceinline__ void mul_mat_vec_q_pair(
     extern "C" __global__ void __launch_bounds__(MMVQ_NWARPS *WARP_SIZE) mmvq_pair_##NAME(         \
         const void *__restrict__ va, const void *__restrict__ vb,                                   \
         const block_q8_1 *__restrict__ vy, float *__restrict__ dst_a, float *__restrict__ dst_b,   \
-        int ncols_x, int nrows_a, int nrows_b) {                                                    \
-        dependent_launch_entry();                                                                   \
+        int ncols_x, int nrows_a, int nrows_b, int prefetch) {                                      \
+        weights_to_l2_then_wait<TYPE>(prefetch, va, vb, ncols_x, nrows_a, nrows_b,                  \
+                                      blockIdx.x, 1);                                               \
         mul_mat_vec_q_pair<TYPE, false>(va, vb, vy, dst_a, dst_b, ncols_x, nrows_a, nrows_b);      \
     }                                                                                               \
     extern "C" __global__ void __launch_bounds__(MMVQ_NWARPS *WARP_SIZE) mmvq_glu_##NAME(          \
         const void *__restrict__ va, const void *__restrict__ vb,                                   \
         const block_q8_1 *__restrict__ vy, float *__restrict__ dst_a, float *__restrict__ dst_b,   \
-        int ncols_x, int nrows_a, int nrows_b) {                                                    \
-        dependent_launch_entry();                                                                   \
+        int ncols_x, int nrows_a, int nrows_b, int prefetch) {                                      \
+        weights_to_l2_then_wait<TYPE>(prefetch, va, vb, ncols_x, nrows_a, nrows_b,                  \
+                                      blockIdx.x, 1);                                               \
         mul_mat_vec_q_pair<TYPE, true>(va, vb, vy, dst_a, dst_b, ncols_x, nrows_a, nrows_b);       \
     }
 
@@ -298,8 +303,10 @@ static __device__ __forceinline__ void mul_mat_vec_q_wide_pair(
 #define MMVQ_WIDE_ENTRY(NAME, TYPE, N)                                                              \
     extern "C" __global__ void __launch_bounds__(MMVQ_NWARPS *WARP_SIZE)                            \
         mmvq_wide_##NAME##_n##N(const void *__restrict__ vx, const block_q8_1 *__restrict__ vy,     \
-                                float *__restrict__ dst, int ncols_x, int nrows_x) {               \
-        dependent_launch_entry();                                                                  \
+                                float *__restrict__ dst, int ncols_x, int nrows_x, int prefetch) { \
+        weights_to_l2_then_wait<TYPE>(prefetch, vx, nullptr, ncols_x, nrows_x, 0,                  \
+                                      blockIdx.x * MMVQ_NWARPS * MmvqRows<N>::value,                \
+                                      MMVQ_NWARPS * MmvqRows<N>::value);                            \
         mul_mat_vec_q_wide<TYPE, N>(vx, vy, dst, ncols_x, nrows_x);                                 \
     }
 
@@ -315,15 +322,17 @@ static __device__ __forceinline__ void mul_mat_vec_q_wide_pair(
     extern "C" __global__ void __launch_bounds__(MMVQ_NWARPS *WARP_SIZE) mmvq_wide_pair_##NAME(    \
         const void *__restrict__ va, const void *__restrict__ vb,                                   \
         const block_q8_1 *__restrict__ vy, float *__restrict__ dst_a, float *__restrict__ dst_b,   \
-        int ncols_x, int nrows_a, int nrows_b) {                                                    \
-        dependent_launch_entry();                                                                   \
+        int ncols_x, int nrows_a, int nrows_b, int prefetch) {                                      \
+        weights_to_l2_then_wait<TYPE>(prefetch, va, vb, ncols_x, nrows_a, nrows_b,                  \
+                                      blockIdx.x * MMVQ_NWARPS, MMVQ_NWARPS);                       \
         mul_mat_vec_q_wide_pair<TYPE, false>(va, vb, vy, dst_a, dst_b, ncols_x, nrows_a, nrows_b); \
     }                                                                                               \
     extern "C" __global__ void __launch_bounds__(MMVQ_NWARPS *WARP_SIZE) mmvq_wide_glu_##NAME(     \
         const void *__restrict__ va, const void *__restrict__ vb,                                   \
         const block_q8_1 *__restrict__ vy, float *__restrict__ dst_a, float *__restrict__ dst_b,   \
-        int ncols_x, int nrows_a, int nrows_b) {                                                    \
-        dependent_launch_entry();                                                                   \
+        int ncols_x, int nrows_a, int nrows_b, int prefetch) {                                      \
+        weights_to_l2_then_wait<TYPE>(prefetch, va, vb, ncols_x, nrows_a, nrows_b,                  \
+                                      blockIdx.x * MMVQ_NWARPS, MMVQ_NWARPS);                       \
         mul_mat_vec_q_wide_pair<TYPE, true>(va, vb, vy, dst_a, dst_b, ncols_x, nrows_a, nrows_b);  \
     }
 

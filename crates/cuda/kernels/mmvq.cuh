@@ -105,3 +105,40 @@ mmvq_accumulate_warp(const typename WeightFormat<TYPE>::block *const (&rows)[ROW
                                                               lane, acc);
     }
 }
+
+// Asks L2 for rows [row0, row0 + count) of a weight matrix (clamped to nrows), spread over the
+// block's threads, a 128-byte line each. Weights never depend on an earlier kernel, so a kernel
+// may do this before waiting for the one ahead of it: under programmatic dependent launch
+// (ops/launch.rs) its weights then stream in while that kernel finishes.
+template <int TYPE>
+static __device__ __forceinline__ void prefetch_rows_l2(const void *w, int ncols, int nrows,
+                                                        int row0, int count) {
+    typedef WeightFormat<TYPE> F;
+    const size_t row_bytes = (size_t)(ncols / F::qk) * sizeof(typename F::block);
+    const int row1 = min(nrows, row0 + count);
+    if (row0 >= row1) {
+        return;
+    }
+    const char *p = (const char *)w + (size_t)row0 * row_bytes;
+    const size_t bytes = (size_t)(row1 - row0) * row_bytes;
+    const int tid = threadIdx.y * blockDim.x + threadIdx.x, nt = blockDim.x * blockDim.y;
+    for (size_t off = (size_t)tid * 128; off < bytes; off += (size_t)nt * 128) {
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(p + off));
+    }
+}
+
+// A mat-vec kernel's first statement in place of dependent_launch_entry(): its block's weight
+// rows of `a` (and of `b`, when given) requested from L2 when `prefetch`, then the wait.
+template <int TYPE>
+static __device__ __forceinline__ void weights_to_l2_then_wait(int prefetch, const void *a,
+                                                               const void *b, int ncols,
+                                                               int nrows_a, int nrows_b,
+                                                               int row0, int count) {
+    if (prefetch) {
+        prefetch_rows_l2<TYPE>(a, ncols, nrows_a, row0, count);
+        if (b != nullptr) {
+            prefetch_rows_l2<TYPE>(b, ncols, nrows_b, row0, count);
+        }
+    }
+    dependent_launch_entry();
+}

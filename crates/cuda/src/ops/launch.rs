@@ -16,17 +16,31 @@ use std::ffi::c_void;
 use std::marker::PhantomData;
 use std::sync::Arc;
 
-/// A stream, and whether launches on it may overlap the kernel before (the plan's
-/// [`crate::plan::Plan::dependent_launch`]).
+/// How kernels start; the plan's [`crate::plan::Plan::launch_mode`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LaunchMode {
+    /// Programmatic dependent launch: a kernel's blocks may be scheduled before the kernel
+    /// ahead of it has finished.
+    pub dependent: bool,
+    /// Mat-vec kernels ask L2 for their weight rows before they wait (only useful when
+    /// `dependent`: otherwise there is nothing to overlap).
+    pub weight_prefetch: bool,
+}
+
+/// A stream, and how launches on it start.
 #[derive(Clone)]
 pub struct Launcher {
     stream: Arc<CudaStream>,
-    dependent: bool,
+    mode: LaunchMode,
 }
 
 impl Launcher {
-    pub fn new(stream: Arc<CudaStream>, dependent: bool) -> Self {
-        Self { stream, dependent }
+    pub fn new(stream: Arc<CudaStream>, mode: LaunchMode) -> Self {
+        Self { stream, mode }
+    }
+
+    pub fn mode(&self) -> LaunchMode {
+        self.mode
     }
 
     pub fn stream(&self) -> &Arc<CudaStream> {
@@ -148,7 +162,7 @@ impl<'a> Launch<'a> {
             sharedMemBytes: cfg.shared_mem_bytes,
             hStream: stream.cu_stream(),
             attrs: &mut attr,
-            numAttrs: u32::from(self.launcher.dependent),
+            numAttrs: u32::from(self.launcher.mode.dependent),
         };
         // SAFETY: the caller vouches for the parameters; `params`, `addresses` and `attr`
         // outlive the call, which copies them.
@@ -164,8 +178,9 @@ impl<'a> Launch<'a> {
 
 #[cfg(test)]
 mod tests {
-    /// Every `__global__` kernel starts with `dependent_launch_entry();`: a kernel that touched
-    /// memory before it would read the previous kernel's output while it is still being written.
+    /// Every `__global__` kernel starts with `dependent_launch_entry();` (or, in the mat-vecs,
+    /// `weights_to_l2_then_wait<...>(...)`, which only touches read-only weights before it): a
+    /// kernel that read memory before it could see the previous kernel's output half written.
     #[test]
     fn every_kernel_waits_for_the_one_before() {
         let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/kernels");
@@ -182,7 +197,8 @@ mod tests {
                     rest[open + 1..].trim_start_matches(|c: char| c.is_whitespace() || c == '\\');
                 let name: String = rest[..open].chars().take(80).collect();
                 assert!(
-                    body.starts_with("dependent_launch_entry();"),
+                    body.starts_with("dependent_launch_entry();")
+                        || body.starts_with("weights_to_l2_then_wait<"),
                     "{}: kernel `{}` does not start with dependent_launch_entry();",
                     path.display(),
                     name.trim()

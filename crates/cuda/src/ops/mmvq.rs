@@ -167,10 +167,16 @@ impl Mmvq {
             shared_mem_bytes: 0,
         };
         let (cols, rows) = (int(w.cols, "mmvq cols"), int(w.rows, "mmvq rows"));
+        let prefetch = i32::from(self.launch.mode().weight_prefetch);
         let mut b = self.launch.builder(f);
-        b.arg(&w.data).arg(xq).arg(out).arg(&cols).arg(&rows);
-        // SAFETY: mmvq_[wide_]*_nN(vx, vy, dst, ncols, nrows): rows x cols weights, N Q8_1 rows
-        // of cols elements, N x rows floats out, one block per rows_per_block rows.
+        b.arg(&w.data)
+            .arg(xq)
+            .arg(out)
+            .arg(&cols)
+            .arg(&rows)
+            .arg(&prefetch);
+        // SAFETY: mmvq_[wide_]*_nN(vx, vy, dst, ncols, nrows, prefetch): rows x cols weights, N
+        // Q8_1 rows of cols elements, N x rows floats out, one block per rows_per_block rows.
         unsafe { b.launch(cfg) }.during(format!("launching mmvq for {}", w.ty))?;
         Ok(())
     }
@@ -210,6 +216,7 @@ impl Mmvq {
             int(a.rows, "mmvq rows"),
             int(b.rows, "mmvq rows"),
         );
+        let prefetch = i32::from(self.launch.mode().weight_prefetch);
         let mut l = self.launch.builder(f);
         l.arg(&a.data).arg(&b.data).arg(xq);
         match out {
@@ -219,8 +226,9 @@ impl Mmvq {
                     "mmvq pair: out too small"
                 );
                 l.arg(oa).arg(ob);
-                l.arg(&cols).arg(&rows_a).arg(&rows_b);
-                // SAFETY: mmvq_pair_*(va, vb, vy, dst_a, dst_b, ncols, nrows_a, nrows_b): both
+                l.arg(&cols).arg(&rows_a).arg(&rows_b).arg(&prefetch);
+                // SAFETY: mmvq_pair_*(va, vb, vy, dst_a, dst_b, ncols, nrows_a, nrows_b,
+                // prefetch): both
                 // matrices hold their rows of cols elements, outputs their row counts.
                 unsafe { l.launch(cfg) }.during(format!("launching mmvq pair for {}", a.ty))?;
             }
@@ -229,7 +237,7 @@ impl Mmvq {
                 assert!(o.len() >= a.rows, "mmvq glu: out too small");
                 let o: &CudaSlice<f32> = o;
                 l.arg(o).arg(o);
-                l.arg(&cols).arg(&rows_a).arg(&rows_b);
+                l.arg(&cols).arg(&rows_a).arg(&rows_b).arg(&prefetch);
                 // SAFETY: as above; with GLU only dst_a is written.
                 unsafe { l.launch(cfg) }.during(format!("launching mmvq glu for {}", a.ty))?;
             }

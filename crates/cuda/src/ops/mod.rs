@@ -63,10 +63,9 @@ pub struct Kernels {
 }
 
 impl Kernels {
-    /// Every kernel, launched with programmatic dependent launch when `dependent` (the plan's
-    /// [`crate::plan::Plan::dependent_launch`]).
-    pub fn load(dev: &CudaDevice, dependent: bool) -> Result<Self> {
-        let launch = &launch::Launcher::new(dev.stream().clone(), dependent);
+    /// Every kernel, launched as `mode` says (the plan's [`crate::plan::Plan::launch_mode`]).
+    pub fn load(dev: &CudaDevice, mode: launch::LaunchMode) -> Result<Self> {
+        let launch = &launch::Launcher::new(dev.stream().clone(), mode);
         Ok(Self {
             elementwise: Elementwise::load(dev, launch)?,
             norm_rope: NormRope::load(dev, launch)?,

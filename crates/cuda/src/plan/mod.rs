@@ -19,6 +19,7 @@ pub use switches::{tile_from_env, Switches};
 
 use crate::device::CudaDevice;
 use crate::error::{DriverContext, Result};
+use crate::ops::launch::LaunchMode;
 use crate::ops::{
     ActQuant, Kernels, Mmq, MmqOrder, Mmvq, MoeDecodeWork, PrefillKernel, MMQ_BK, MMQ_TILES,
     MMVQ_MAX_COLS, MOE_DECODE_MAX_TOKENS, ROUTER_ROWS_MAX_EMBD, ROUTER_SMALL_N,
@@ -88,9 +89,14 @@ impl DeviceFacts {
     }
 }
 
-/// Programmatic dependent launch: Hopper (sm_90) and later, unless `FERROLM_CUDA_PDL=0`.
-fn dependent_launch(switches: &Switches, cc: (i32, i32)) -> bool {
-    switches.pdl && cc.0 >= 9
+/// Programmatic dependent launch on Hopper (sm_90) and later, unless `FERROLM_CUDA_PDL=0`; the
+/// weight prefetch with it, unless `FERROLM_CUDA_PREFETCH=0`.
+fn launch_mode(switches: &Switches, cc: (i32, i32)) -> LaunchMode {
+    let dependent = switches.pdl && cc.0 >= 9;
+    LaunchMode {
+        dependent,
+        weight_prefetch: dependent && switches.prefetch,
+    }
 }
 
 /// Every kernel choice of the CUDA backend; see the module header.
@@ -110,14 +116,15 @@ impl Plan {
     /// kernels are launched is fixed as they load.
     pub fn load(dev: &CudaDevice) -> Result<(Kernels, Self)> {
         let switches = Switches::from_env()?;
-        let k = Kernels::load(dev, dependent_launch(&switches, dev.compute_capability()))?;
+        let k = Kernels::load(dev, launch_mode(&switches, dev.compute_capability()))?;
         let plan = Self::new(switches, DeviceFacts::read(dev, &k)?);
         Ok((k, plan))
     }
 
-    /// Kernels launched with programmatic dependent launch (`ops/launch.rs`).
-    pub fn dependent_launch(&self) -> bool {
-        dependent_launch(&self.switches, self.device.cc)
+    /// How kernels start (`ops/launch.rs`): programmatic dependent launch, and the mat-vecs'
+    /// weight prefetch under it.
+    pub fn launch_mode(&self) -> LaunchMode {
+        launch_mode(&self.switches, self.device.cc)
     }
 
     pub fn switches(&self) -> &Switches {

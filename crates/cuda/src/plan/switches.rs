@@ -48,6 +48,9 @@ pub struct Switches {
     /// `FERROLM_CUDA_PDL`: programmatic dependent launch on sm_90+ (each kernel's blocks
     /// scheduled while the one before finishes; see `ops/launch.rs`).
     pub pdl: bool,
+    /// `FERROLM_CUDA_PREFETCH`: under PDL, mat-vecs ask L2 for their weights before waiting
+    /// for the kernel ahead.
+    pub prefetch: bool,
     /// `FERROLM_CUDA_PROFILE`: stage timing from CUDA events (turns graphs off).
     pub profile: bool,
 }
@@ -69,6 +72,7 @@ impl Default for Switches {
             moe_router_rows: true,
             q8k: true,
             pdl: true,
+            prefetch: true,
             profile: false,
         }
     }
@@ -163,6 +167,7 @@ impl Switches {
             moe_router_rows: flag(env, "FERROLM_MOE_ROUTER_ROWS", true)?,
             q8k: flag(env, "FERROLM_CUDA_Q8K", true)?,
             pdl: flag(env, "FERROLM_CUDA_PDL", true)?,
+            prefetch: flag(env, "FERROLM_CUDA_PREFETCH", true)?,
             profile: flag(env, "FERROLM_CUDA_PROFILE", false)?,
         })
     }
@@ -186,7 +191,7 @@ impl fmt::Display for Switches {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let tile = self.mmq_tile.map_or("auto", |i| MMQ_TILES[i].name);
         let attn = if self.attn_ggml_small { "ggml" } else { "f32" };
-        let lines: [(&str, &str, &str); 15] = [
+        let lines: [(&str, &str, &str); 16] = [
             (
                 "FERROLM_CUDA_MMQ",
                 bit(self.mmq),
@@ -248,6 +253,11 @@ impl fmt::Display for Switches {
                 "FERROLM_CUDA_PDL",
                 bit(self.pdl),
                 "programmatic dependent launch (sm_90+)",
+            ),
+            (
+                "FERROLM_CUDA_PREFETCH",
+                bit(self.prefetch),
+                "mat-vec weights to L2 before the wait (with PDL)",
             ),
             (
                 "FERROLM_CUDA_PROFILE",

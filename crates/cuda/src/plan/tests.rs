@@ -90,6 +90,7 @@ fn bad_values_name_the_variable_and_the_choices() {
         "FERROLM_MOE_ROUTER_ROWS",
         "FERROLM_CUDA_Q8K",
         "FERROLM_CUDA_PDL",
+        "FERROLM_CUDA_PREFETCH",
     ] {
         assert!(err(&[(name, "off")]).contains(&format!("{name}=off")));
     }
@@ -106,7 +107,7 @@ fn tile_names() {
 #[test]
 fn display_prints_every_switch() {
     let text = plan(&[("FERROLM_MMQ_TILE", "128x64")]).to_string();
-    assert_eq!(text.lines().count(), 17, "{text}");
+    assert_eq!(text.lines().count(), 18, "{text}");
     assert!(text.contains("132 SMs, cc 9.0"));
     assert!(text
         .lines()
@@ -414,14 +415,32 @@ fn router_logits_by_tokens() {
     assert_eq!(off.router_logits(9, 2048), RouterLogits::Gemm);
 }
 
-/// Programmatic dependent launch: on from Hopper on, off before it or when switched off.
+/// Programmatic dependent launch: on from Hopper on, off before it or when switched off; the
+/// weight prefetch only with it.
 #[test]
 fn dependent_launch_from_hopper_unless_off() {
-    assert!(plan(&[]).dependent_launch());
-    assert!(!plan(&[("FERROLM_CUDA_PDL", "0")]).dependent_launch());
+    let both = LaunchMode {
+        dependent: true,
+        weight_prefetch: true,
+    };
+    assert_eq!(plan(&[]).launch_mode(), both);
+    assert_eq!(
+        plan(&[("FERROLM_CUDA_PDL", "0")]).launch_mode(),
+        LaunchMode::default()
+    );
+    assert_eq!(
+        plan(&[("FERROLM_CUDA_PREFETCH", "0")]).launch_mode(),
+        LaunchMode {
+            weight_prefetch: false,
+            ..both
+        }
+    );
     let ampere = DeviceFacts {
         cc: (8, 0),
         ..h200()
     };
-    assert!(!Plan::new(parse(&[]).unwrap(), ampere).dependent_launch());
+    assert_eq!(
+        Plan::new(parse(&[]).unwrap(), ampere).launch_mode(),
+        LaunchMode::default()
+    );
 }
