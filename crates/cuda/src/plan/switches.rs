@@ -48,8 +48,9 @@ pub struct Switches {
     /// `FERROLM_CUDA_PDL`: programmatic dependent launch on sm_90+ (each kernel's blocks
     /// scheduled while the one before finishes; see `ops/launch.rs`).
     pub pdl: bool,
-    /// `FERROLM_CUDA_PREFETCH`: under PDL, mat-vecs ask L2 for their weights before waiting
-    /// for the kernel ahead.
+    /// `FERROLM_CUDA_PREFETCH=1`: under PDL, mat-vecs ask L2 for their weights before waiting
+    /// for the kernel ahead. Off by default: measured 4.5% slower on qwen3-8b, 1% on
+    /// smollm2-1.7b, 1% faster on olmoe-1b-7b (docs/perf.md, "Issue 15").
     pub prefetch: bool,
     /// `FERROLM_CUDA_PROFILE`: stage timing from CUDA events (turns graphs off).
     pub profile: bool,
@@ -72,7 +73,7 @@ impl Default for Switches {
             moe_router_rows: true,
             q8k: true,
             pdl: true,
-            prefetch: true,
+            prefetch: false,
             profile: false,
         }
     }
@@ -167,7 +168,7 @@ impl Switches {
             moe_router_rows: flag(env, "FERROLM_MOE_ROUTER_ROWS", true)?,
             q8k: flag(env, "FERROLM_CUDA_Q8K", true)?,
             pdl: flag(env, "FERROLM_CUDA_PDL", true)?,
-            prefetch: flag(env, "FERROLM_CUDA_PREFETCH", true)?,
+            prefetch: flag(env, "FERROLM_CUDA_PREFETCH", false)?,
             profile: flag(env, "FERROLM_CUDA_PROFILE", false)?,
         })
     }

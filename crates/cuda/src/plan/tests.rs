@@ -416,24 +416,28 @@ fn router_logits_by_tokens() {
 }
 
 /// Programmatic dependent launch: on from Hopper on, off before it or when switched off; the
-/// weight prefetch only with it.
+/// weight prefetch only when asked for, and only with it.
 #[test]
 fn dependent_launch_from_hopper_unless_off() {
-    let both = LaunchMode {
+    let pdl = LaunchMode {
         dependent: true,
-        weight_prefetch: true,
+        weight_prefetch: false,
     };
-    assert_eq!(plan(&[]).launch_mode(), both);
+    assert_eq!(plan(&[]).launch_mode(), pdl);
     assert_eq!(
         plan(&[("FERROLM_CUDA_PDL", "0")]).launch_mode(),
         LaunchMode::default()
     );
     assert_eq!(
-        plan(&[("FERROLM_CUDA_PREFETCH", "0")]).launch_mode(),
+        plan(&[("FERROLM_CUDA_PREFETCH", "1")]).launch_mode(),
         LaunchMode {
-            weight_prefetch: false,
-            ..both
+            weight_prefetch: true,
+            ..pdl
         }
+    );
+    assert_eq!(
+        plan(&[("FERROLM_CUDA_PDL", "0"), ("FERROLM_CUDA_PREFETCH", "1")]).launch_mode(),
+        LaunchMode::default()
     );
     let ampere = DeviceFacts {
         cc: (8, 0),
