@@ -42,13 +42,24 @@ enum Command {
     CudaParity(cmd::cuda_parity::CudaParityArgs),
 }
 
-/// llama.cpp spells the GPU layer count `-ngl N` (one dash, three letters), which clap would read
-/// as `-n gl`: rewritten to `--n-gpu-layers` before parsing.
+/// llama.cpp's one-dash multi-letter flags, which clap would read as short flags with a value
+/// (`-ngl N` as `-n gl`): rewritten to their long names before parsing.
+const ONE_DASH: [(&str, &str); 3] = [
+    ("-ngl", "--n-gpu-layers"),
+    ("-ctk", "--cache-type-k"),
+    ("-ctv", "--cache-type-v"),
+];
+
 fn llama_cpp_spellings(args: impl Iterator<Item = String>) -> impl Iterator<Item = String> {
-    args.map(|a| match a.strip_prefix("-ngl") {
-        Some("") => "--n-gpu-layers".to_owned(),
-        Some(rest) if rest.starts_with('=') => format!("--n-gpu-layers{rest}"),
-        _ => a,
+    args.map(|a| {
+        for (short, long) in ONE_DASH {
+            match a.strip_prefix(short) {
+                Some("") => return long.to_owned(),
+                Some(rest) if rest.starts_with('=') => return format!("{long}{rest}"),
+                _ => {}
+            }
+        }
+        a
     })
 }
 
@@ -91,6 +102,32 @@ fn restore_default_sigpipe() {
 #[cfg(test)]
 mod tests {
     use super::llama_cpp_spellings;
+
+    #[test]
+    fn cache_types_with_one_dash() {
+        let args = [
+            "ferrolm",
+            "logits",
+            "-ctk",
+            "q8_0",
+            "-ctv=q4_0",
+            "--ctk",
+            "f16",
+        ];
+        let out: Vec<String> = llama_cpp_spellings(args.iter().map(|s| s.to_string())).collect();
+        assert_eq!(
+            out,
+            [
+                "ferrolm",
+                "logits",
+                "--cache-type-k",
+                "q8_0",
+                "--cache-type-v=q4_0",
+                "--ctk",
+                "f16"
+            ]
+        );
+    }
 
     #[test]
     fn ngl_with_one_dash() {

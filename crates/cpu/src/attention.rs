@@ -1,113 +1,29 @@
-//! Causal attention with grouped-query heads over an f16 KV cache.
+//! Causal attention with grouped-query heads over the KV cache (`kv`: f32, f16, q8_0, q4_0).
 
-use crate::plan::CpuPlan;
+pub use crate::kv::LayerKv;
+use crate::kv::{KvElem, KV_BLOCK};
+use crate::plan::{AttnPath, CpuPlan};
+use ferrolm_quant::{BlockQ8_0, LegacyBlock};
 use half::f16;
-use half::slice::HalfFloatSliceExt;
 use rayon::prelude::*;
-
-/// Element type of the KV cache, as llama.cpp's `-ctk/-ctv`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum KvType {
-    /// llama.cpp's default: half the memory of f32 at well under int8 error.
-    #[default]
-    F16,
-    /// Exact: what llama.cpp's "precise" configuration uses.
-    F32,
-}
-
-enum Store {
-    F16(Vec<f16>),
-    F32(Vec<f32>),
-}
-
-impl Store {
-    fn new(ty: KvType, len: usize) -> Self {
-        match ty {
-            KvType::F16 => Store::F16(vec![f16::ZERO; len]),
-            KvType::F32 => Store::F32(vec![0.0; len]),
-        }
-    }
-
-    fn write(&mut self, at: usize, src: &[f32]) {
-        match self {
-            Store::F16(v) => v[at..at + src.len()].convert_from_f32_slice(src),
-            Store::F32(v) => v[at..at + src.len()].copy_from_slice(src),
-        }
-    }
-
-    fn read(&self, at: usize, dst: &mut [f32]) {
-        match self {
-            Store::F16(v) => v[at..at + dst.len()].convert_to_f32_slice(dst),
-            Store::F32(v) => dst.copy_from_slice(&v[at..at + dst.len()]),
-        }
-    }
-}
-
-/// One layer's keys and values. Head-major (`[n_kv_head][n_ctx][head_dim]`) so one head's
-/// history is a contiguous run that widens to f32 in one vectorised pass.
-pub struct LayerKv {
-    k: Store,
-    v: Store,
-    ty: KvType,
-    n_ctx: usize,
-    n_kv_head: usize,
-    head_dim: usize,
-}
-
-impl LayerKv {
-    pub fn new(ty: KvType, n_ctx: usize, n_kv_head: usize, head_dim: usize) -> Self {
-        let len = n_ctx * n_kv_head * head_dim;
-        Self {
-            k: Store::new(ty, len),
-            v: Store::new(ty, len),
-            ty,
-            n_ctx,
-            n_kv_head,
-            head_dim,
-        }
-    }
-
-    pub fn n_ctx(&self) -> usize {
-        self.n_ctx
-    }
-
-    fn at(&self, g: usize, p: usize) -> usize {
-        (g * self.n_ctx + p) * self.head_dim
-    }
-
-    /// Stores rows of `k` and `v` (`[n][n_kv_head * head_dim]`) at positions `pos0..pos0+n`.
-    pub fn store(&mut self, pos0: usize, k: &[f32], v: &[f32]) {
-        let hd = self.head_dim;
-        let width = self.n_kv_head * hd;
-        for (t, (kr, vr)) in k.chunks_exact(width).zip(v.chunks_exact(width)).enumerate() {
-            for g in 0..self.n_kv_head {
-                let at = self.at(g, pos0 + t);
-                self.k.write(at, &kr[g * hd..(g + 1) * hd]);
-                self.v.write(at, &vr[g * hd..(g + 1) * hd]);
-            }
-        }
-    }
-
-    /// Positions `0..n` of head `g`'s keys and values, widened to f32.
-    fn head_f32(&self, g: usize, n: usize, k: &mut [f32], v: &mut [f32]) {
-        let at = self.at(g, 0);
-        self.k.read(at, &mut k[..n * self.head_dim]);
-        self.v.read(at, &mut v[..n * self.head_dim]);
-    }
-}
 
 pub use ferrolm_model::backend::AttnShape;
 
 /// `out[t][h] = softmax(q[t][h] · K[0..=pos_t][g]ᵀ / sqrt(d)) · V[0..=pos_t][g]` with
-/// `g = h / (n_head / n_kv_head)`. The cached history is widened to f32 once per call, then
-/// (token, head) pairs run in parallel over plain f32 loops the compiler vectorises.
+/// `g = h / (n_head / n_kv_head)`. The cached history is read once per call (widened to f32,
+/// or unpacked to codes), then (token, head) pairs run in parallel.
 ///
-/// Contract: with an f32 cache, or a ubatch of at least 64 tokens, the arithmetic is f32
-/// throughout, as llama.cpp's precise path and its tiled flash attention. With an f16 cache
-/// and fewer tokens (decode), it reproduces ggml's `flash_attn_ext_f16_one_chunk`: q rounded
-/// to f16 and an online softmax whose V accumulator is rounded to f16 at every step. That
-/// costs a little precision and buys agreement with llama.cpp's default configuration;
-/// `FERROLM_ATTN=f32` turns it off. `plan` decides which ([`CpuPlan::attention_ggml_f16`]).
+/// Contract (`plan` decides which, [`CpuPlan::attention_path`]):
+/// - [`AttnPath::F32`]: f32 throughout over the cached values (dequantized where quantized),
+///   as llama.cpp's precise path and its tiled flash attention: an f32 cache, an f16 cache
+///   with a ubatch of at least 64 tokens, or any cache with `FERROLM_ATTN=f32`.
+/// - [`AttnPath::OneChunk`]: ggml's `flash_attn_ext_f16_one_chunk`, which llama.cpp runs for
+///   f16 caches under 64 rows and for quantized or mixed caches at every size. The score of a
+///   key is the K type's `vec_dot` against q converted to K's `vec_dot_type`: f16 K takes q
+///   rounded to f16 ([`dot_f16`]); q8_0/q4_0 K take q quantized to Q8_0 and integer dots per
+///   block, summed in ggml's eight x86 lanes ([`dot_q8_lanes`]). Then an online softmax over
+///   the keys in order whose V accumulator is f16 for an f16 V (rounded at every step) and
+///   f32 otherwise (V rows dequantized, `y += v·w` as fused multiply-adds).
 pub fn attention(
     plan: &CpuPlan,
     q: &[f32],
@@ -123,77 +39,213 @@ pub fn attention(
     } = shape;
     let n_keys_max = positions.iter().max().map_or(0, |&p| p as usize + 1);
     let span = n_keys_max * head_dim;
-    let mut keys = vec![0f32; n_kv_head * span];
+    let path = plan.attention_path(kv.ty, positions.len());
+    let k_codes = path == AttnPath::OneChunk && kv.ty.k.is_quantized();
     let mut values = vec![0f32; n_kv_head * span];
-    keys.par_chunks_mut(span)
-        .zip(values.par_chunks_mut(span))
+    // Keys as f32, or (quantized keys on the one-chunk path) as codes and block scales.
+    let (mut keys, mut codes, mut scales) = if k_codes {
+        (
+            vec![],
+            vec![0i8; n_kv_head * span],
+            vec![0f32; n_kv_head * span / KV_BLOCK],
+        )
+    } else {
+        (vec![0f32; n_kv_head * span], vec![], vec![])
+    };
+    values
+        .par_chunks_mut(span)
         .enumerate()
-        .for_each(|(g, (k, v))| kv.head_f32(g, n_keys_max, k, v));
+        .for_each(|(g, v)| kv.values_f32(g, n_keys_max, v));
+    if k_codes {
+        codes
+            .par_chunks_mut(span)
+            .zip(scales.par_chunks_mut(span / KV_BLOCK))
+            .enumerate()
+            .for_each(|(g, (c, d))| kv.key_codes(g, n_keys_max, c, d));
+    } else {
+        keys.par_chunks_mut(span)
+            .enumerate()
+            .for_each(|(g, k)| kv.keys_f32(g, n_keys_max, k));
+    }
 
-    let ggml_f16 = plan.attention_ggml_f16(kv.ty, positions.len());
     let q_width = n_head * head_dim;
     let group = n_head / n_kv_head;
     let scale = 1.0 / (head_dim as f32).sqrt();
     out.par_chunks_mut(head_dim).enumerate().for_each_init(
-        || (Vec::with_capacity(n_keys_max), vec![0f32; head_dim]),
-        |(scores, q16), (i, o)| {
+        || (Vec::with_capacity(n_keys_max), QRow::new(head_dim)),
+        |(scores, qrow), (i, o)| {
             let (t, h) = (i / n_head, i % n_head);
             let g = h / group;
-            let mut qh = &q[t * q_width + h * head_dim..][..head_dim];
-            if ggml_f16 {
-                for (d, &s) in q16.iter_mut().zip(qh) {
-                    *d = f16::from_f32(s).to_f32();
-                }
-                qh = q16;
-            }
+            let qh = &q[t * q_width + h * head_dim..][..head_dim];
             let n_keys = positions[t] as usize + 1;
-            let k = &keys[g * span..][..n_keys * head_dim];
             let v = &values[g * span..][..n_keys * head_dim];
             scores.clear();
-            if ggml_f16 {
-                scores.extend(k.chunks_exact(head_dim).map(|kh| dot_f16(qh, kh) * scale));
-                online_softmax_f16_accumulator(scores, v, o);
+            if path == AttnPath::F32 {
+                let k = &keys[g * span..][..n_keys * head_dim];
+                scores.extend(k.chunks_exact(head_dim).map(|kh| dot(qh, kh) * scale));
+                crate::norm::softmax(scores);
+                o.fill(0.0);
+                for (&w, vh) in scores.iter().zip(v.chunks_exact(head_dim)) {
+                    for (ov, &vv) in o.iter_mut().zip(vh) {
+                        *ov += w * vv;
+                    }
+                }
                 return;
             }
-            scores.extend(k.chunks_exact(head_dim).map(|kh| dot(qh, kh) * scale));
-            crate::norm::softmax(scores);
-            o.fill(0.0);
-            for (&w, vh) in scores.iter().zip(v.chunks_exact(head_dim)) {
-                for (ov, &vv) in o.iter_mut().zip(vh) {
-                    *ov += w * vv;
+            match kv.ty.k {
+                KvElem::F32 => {
+                    let k = &keys[g * span..][..n_keys * head_dim];
+                    scores.extend(k.chunks_exact(head_dim).map(|kh| dot(qh, kh) * scale));
+                }
+                KvElem::F16 => {
+                    let k = &keys[g * span..][..n_keys * head_dim];
+                    let q16 = qrow.f16(qh);
+                    scores.extend(k.chunks_exact(head_dim).map(|kh| dot_f16(q16, kh) * scale));
+                }
+                KvElem::Q8_0 | KvElem::Q4_0 => {
+                    let (qc, qd) = qrow.q8_0(qh);
+                    let kc = &codes[g * span..][..n_keys * head_dim];
+                    let kd = &scales[g * span / KV_BLOCK..][..n_keys * head_dim / KV_BLOCK];
+                    let per_key = head_dim / KV_BLOCK;
+                    scores.extend(
+                        kc.chunks_exact(head_dim)
+                            .zip(kd.chunks_exact(per_key))
+                            .map(|(kc, kd)| dot_q8_lanes(kc, kd, qc, qd) * scale),
+                    );
                 }
             }
+            online_softmax(kv.ty.v == KvElem::F16, scores, v, o);
         },
     );
 }
 
-/// ggml's one-chunk flash attention over precomputed scores: a running maximum, the V
-/// accumulator kept in f16 (rescaled when the maximum grows), one division at the end. The
-/// V update and the running sum are fused multiply-adds, as ggml's (the sum by the C
-/// compiler's contraction of `S*ms + vs`).
-fn online_softmax_f16_accumulator(scores: &[f32], v: &[f32], out: &mut [f32]) {
+/// A query row converted to K's `vec_dot_type`, in buffers reused across rows.
+struct QRow {
+    f16: Vec<f32>,
+    codes: Vec<i8>,
+    d: Vec<f32>,
+}
+
+impl QRow {
+    fn new(head_dim: usize) -> Self {
+        Self {
+            f16: vec![0.0; head_dim],
+            codes: vec![0; head_dim],
+            d: vec![0.0; head_dim / KV_BLOCK],
+        }
+    }
+
+    /// `q` rounded to f16 (each value then exactly an f16).
+    fn f16(&mut self, q: &[f32]) -> &[f32] {
+        for (d, &s) in self.f16.iter_mut().zip(q) {
+            *d = f16::from_f32(s).to_f32();
+        }
+        &self.f16
+    }
+
+    /// `q` quantized to Q8_0 blocks: codes and one scale per 32.
+    fn q8_0(&mut self, q: &[f32]) -> (&[i8], &[f32]) {
+        for ((x, c), d) in q
+            .chunks_exact(KV_BLOCK)
+            .zip(self.codes.chunks_exact_mut(KV_BLOCK))
+            .zip(&mut self.d)
+        {
+            let b = BlockQ8_0::quantize(x.try_into().expect("whole blocks"));
+            c.copy_from_slice(b.codes());
+            *d = b.d();
+        }
+        (&self.codes, &self.d)
+    }
+}
+
+/// ggml's x86 `vec_dot_q8_0_q8_0` / `vec_dot_q4_0_q8_0` (AVX2 build): per 32-element block,
+/// eight lanes each take the exact integer dot of 4 consecutive elements as
+/// `lane = fma(dk · dq, dot, lane)`, and the lanes fold as a 256-bit register is halved
+/// (`hsum_float_8`). `kc`/`qc` are signed codes (Q4_0's with the 8 already taken off).
+fn dot_q8_lanes(kc: &[i8], kd: &[f32], qc: &[i8], qd: &[f32]) -> f32 {
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("fma") {
         // SAFETY: FMA was just detected.
-        return unsafe { online_softmax_fma(scores, v, out) };
+        return unsafe { dot_q8_lanes_fma(kc, kd, qc, qd) };
     }
-    online_softmax_body(scores, v, out)
+    dot_q8_lanes_body(kc, kd, qc, qd)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "fma")]
+unsafe fn dot_q8_lanes_fma(kc: &[i8], kd: &[f32], qc: &[i8], qd: &[f32]) -> f32 {
+    dot_q8_lanes_body(kc, kd, qc, qd)
+}
+
+#[inline(always)]
+fn dot_q8_lanes_body(kc: &[i8], kd: &[f32], qc: &[i8], qd: &[f32]) -> f32 {
+    let mut lanes = [0f32; 8];
+    for (((kb, &dk), qb), &dq) in kc
+        .chunks_exact(KV_BLOCK)
+        .zip(kd)
+        .zip(qc.chunks_exact(KV_BLOCK))
+        .zip(qd)
+    {
+        let s = dk * dq;
+        for (l, lane) in lanes.iter_mut().enumerate() {
+            let dot: i32 = (4 * l..4 * l + 4)
+                .map(|i| i32::from(kb[i]) * i32::from(qb[i]))
+                .sum();
+            *lane = s.mul_add(dot as f32, *lane);
+        }
+    }
+    let h = [
+        lanes[0] + lanes[4],
+        lanes[1] + lanes[5],
+        lanes[2] + lanes[6],
+        lanes[3] + lanes[7],
+    ];
+    (h[0] + h[2]) + (h[1] + h[3])
+}
+
+/// ggml's one-chunk flash attention over precomputed scores: a running maximum, the V
+/// accumulator (f16 when `f16_acc`, rounded at every step, else f32) rescaled when the maximum
+/// grows, one division at the end. The V update and the running sum are fused multiply-adds,
+/// as ggml's (the sum by the C compiler's contraction of `S*ms + vs`).
+fn online_softmax(f16_acc: bool, scores: &[f32], v: &[f32], out: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("fma") {
+        // SAFETY: FMA was just detected.
+        return unsafe {
+            if f16_acc {
+                online_softmax_fma::<true>(scores, v, out)
+            } else {
+                online_softmax_fma::<false>(scores, v, out)
+            }
+        };
+    }
+    if f16_acc {
+        online_softmax_body::<true>(scores, v, out)
+    } else {
+        online_softmax_body::<false>(scores, v, out)
+    }
 }
 
 /// The same, with `mul_add` as one instruction rather than a library call.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "fma")]
-unsafe fn online_softmax_fma(scores: &[f32], v: &[f32], out: &mut [f32]) {
-    online_softmax_body(scores, v, out)
+unsafe fn online_softmax_fma<const F16_ACC: bool>(scores: &[f32], v: &[f32], out: &mut [f32]) {
+    online_softmax_body::<F16_ACC>(scores, v, out)
 }
 
 #[inline(always)]
-fn online_softmax_body(scores: &[f32], v: &[f32], out: &mut [f32]) {
+fn online_softmax_body<const F16_ACC: bool>(scores: &[f32], v: &[f32], out: &mut [f32]) {
     let head_dim = out.len();
     let (mut m, mut sum) = (f32::NEG_INFINITY, 0f32);
-    // The accumulator's values, each always exactly an f16.
+    // With an f16 accumulator its values are always exactly f16s.
     out.fill(0.0);
-    let round = |x: f32| f16::from_f32(x).to_f32();
+    let round = |x: f32| {
+        if F16_ACC {
+            f16::from_f32(x).to_f32()
+        } else {
+            x
+        }
+    };
     for (&s, vh) in scores.iter().zip(v.chunks_exact(head_dim)) {
         let (ms, vs) = if s > m {
             let ms = (m - s).exp();
@@ -265,17 +317,18 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kv::KvType;
 
     fn kv_k(kv: &LayerKv, g: usize, p: usize, i: usize) -> f64 {
-        let mut row = vec![0f32; kv.head_dim];
-        kv.k.read(kv.at(g, p), &mut row);
-        row[i] as f64
+        let mut rows = vec![0f32; (p + 1) * kv.head_dim];
+        kv.keys_f32(g, p + 1, &mut rows);
+        rows[p * kv.head_dim + i] as f64
     }
 
     fn kv_v(kv: &LayerKv, g: usize, p: usize, i: usize) -> f64 {
-        let mut row = vec![0f32; kv.head_dim];
-        kv.v.read(kv.at(g, p), &mut row);
-        row[i] as f64
+        let mut rows = vec![0f32; (p + 1) * kv.head_dim];
+        kv.values_f32(g, p + 1, &mut rows);
+        rows[p * kv.head_dim + i] as f64
     }
 
     /// Plain f64 attention over the cached values.
@@ -358,5 +411,70 @@ mod tests {
         }
         assert!(worst < 1e-2, "f16 accumulation error {worst}");
         assert!(worst > 1e-6, "the f16 path was not taken ({worst})");
+    }
+
+    /// Quantized caches run ggml's one-chunk path at every size: q quantized to Q8_0, integer
+    /// dots, f32 accumulation. The result stays near the exact attention over the cached
+    /// (dequantized) values, yet is not the f32 path's (q's quantization shows), and the
+    /// `FERROLM_ATTN=f32` reference reads the same dequantized values.
+    #[test]
+    fn quantized_caches_take_the_one_chunk_path() {
+        let s = AttnShape {
+            n_head: 4,
+            n_kv_head: 2,
+            head_dim: 64,
+        };
+        let n = 70;
+        let val = |i: usize| ((i * 7919 % 997) as f32 / 997.0 - 0.5) * 3.0;
+        let k: Vec<f32> = (0..n * 128).map(val).collect();
+        let v: Vec<f32> = (0..n * 128).map(|i| val(i + 13)).collect();
+        let q: Vec<f32> = (0..n * 256).map(|i| val(i + 29)).collect();
+        let positions: Vec<u32> = (0..n as u32).collect();
+        let exact = CpuPlan::detect();
+        let f32_plan = CpuPlan::with_attention_f32();
+        for ty in [
+            KvType::Q8_0,
+            KvType::new(KvElem::Q4_0, KvElem::Q4_0),
+            KvType::new(KvElem::Q8_0, KvElem::F16),
+            KvType::new(KvElem::F16, KvElem::Q8_0),
+        ] {
+            let mut kv = LayerKv::new(ty, n, 2, 64);
+            kv.store(0, &k, &v);
+            let want = reference(&q, &kv, &positions, s);
+            let (mut out, mut out32) = (vec![0.0; q.len()], vec![0.0; q.len()]);
+            attention(&exact, &q, &kv, &positions, s, &mut out);
+            attention(&f32_plan, &q, &kv, &positions, s, &mut out32);
+            let worst = |o: &[f32]| {
+                o.iter()
+                    .zip(&want)
+                    .map(|(a, b)| (*a as f64 - b).abs())
+                    .fold(0f64, f64::max)
+            };
+            assert!(worst(&out) < 3e-2, "{ty}: one-chunk error {}", worst(&out));
+            assert!(worst(&out) > 1e-5, "{ty}: the one-chunk path was not taken");
+            assert!(
+                worst(&out32) < 1e-5,
+                "{ty}: f32 reference error {}",
+                worst(&out32)
+            );
+        }
+    }
+
+    /// The eight-lane integer dot is the exact dot of the dequantized values up to f32 rounding.
+    #[test]
+    fn q8_lanes_dot_is_the_block_dot() {
+        let kc: Vec<i8> = (0..96).map(|i| ((i * 37) % 255) as i8).collect();
+        let qc: Vec<i8> = (0..96).map(|i| ((i * 91 + 7) % 255) as i8).collect();
+        let (kd, qd) = ([0.013f32, 0.5, 0.0071], [0.25f32, 0.031, 1.5]);
+        let exact: f64 = (0..96)
+            .map(|i| {
+                f64::from(kc[i]) * f64::from(kd[i / 32]) * f64::from(qc[i]) * f64::from(qd[i / 32])
+            })
+            .sum();
+        let got = dot_q8_lanes(&kc, &kd, &qc, &qd) as f64;
+        assert!(
+            (got - exact).abs() <= 1e-5 * exact.abs().max(1.0),
+            "{got} vs {exact}"
+        );
     }
 }

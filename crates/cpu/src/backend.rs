@@ -1,7 +1,8 @@
 //! The CPU implementation of the model's coarse ops. Nothing here can fail (the error type is
 //! [`Infallible`]); the pass inputs are host copies.
 
-use crate::attention::{attention, KvType, LayerKv};
+use crate::attention::attention;
+use crate::kv::{KvType, LayerKv};
 use crate::matmul::{matmul, WeightRef};
 use crate::plan::CpuPlan;
 use crate::{norm, rope};
@@ -88,13 +89,10 @@ impl CpuCache {
         self.layers.first().map_or(0, LayerKv::n_ctx)
     }
 
-    /// Bytes one position of a [`Self::new`] cache takes: keys and values of every block.
+    /// Bytes one position of a [`Self::new`] cache takes: keys and values of every block, in
+    /// their element types (quantized: whole blocks).
     pub fn bytes_per_position(cfg: &Config, ty: KvType) -> u64 {
-        let elem = match ty {
-            KvType::F16 => 2,
-            KvType::F32 => 4,
-        };
-        (cfg.n_layer * cfg.n_head_kv * cfg.head_dim * 2 * elem) as u64
+        (cfg.n_layer * cfg.n_head_kv * ty.bytes_per_head(cfg.head_dim)) as u64
     }
 }
 

@@ -4,6 +4,7 @@
 
 pub mod attention;
 pub mod backend;
+pub mod kv;
 pub mod matmul;
 pub mod moe;
 pub mod norm;
@@ -11,7 +12,7 @@ pub mod plan;
 pub mod rope;
 pub mod runner;
 
-pub use attention::KvType;
 pub use backend::{CpuBackend, CpuCache, CpuInputs, CpuWeight, Mat};
-pub use plan::{CpuPlan, PlanError};
+pub use kv::{KvElem, KvType};
+pub use plan::{AttnPath, CpuPlan, PlanError};
 pub use runner::CpuModel;

@@ -7,12 +7,12 @@
 //! | matmul level | `FERROLM_CPU_MATMUL`: unset the best this CPU runs (AVX-512 VNNI, AVX2, scalar); `avx2`/`scalar` cap it; `reference` dequantizes and sums in f32 |
 //! | quantized matmul kernel for `n` rows | mat-vec (`gemv`) under [`GEMM_MIN_TOKENS`] rows, tiled `gemm` from there; `gemm` at every row count in batch-invariant mode; always the mat-vec at scalar level |
 //! | Q4_K accumulation order | dense matmuls: pairs of units for the first `n - n % 4` rows when `n ≥ 4` (llama.cpp's tiled pass), whole blocks for the rest; experts and batch-invariant mode: blocks for every row |
-//! | attention numerics | ggml's small-batch f16 rounding over an f16 cache under [`GGML_FA_TILE_Q`] rows, f32 otherwise; `FERROLM_ATTN=f32`: f32 always |
+//! | attention numerics ([`AttnPath`]) | ggml's one-chunk flash attention over an f16 cache under [`GGML_FA_TILE_Q`] rows and over quantized or mixed caches (`-ctk`/`-ctv`) at every size; f32 otherwise; `FERROLM_ATTN=f32`: f32 always (quantized caches dequantized) |
 //!
 //! How work is split over threads (task sizes, cache blocking) stays next to each kernel: it
 //! never changes a result.
 
-use crate::attention::KvType;
+use crate::kv::{KvElem, KvType};
 use crate::matmul::{Isa, Order, Path};
 use std::fmt;
 
@@ -26,6 +26,16 @@ pub const DENSE_PAIR_GROUP: usize = 4;
 
 /// llama.cpp's CPU flash attention switches to f32 tiles at this many query rows.
 pub const GGML_FA_TILE_Q: usize = 64;
+
+/// How attention is evaluated (see `attention::attention`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AttnPath {
+    /// f32 throughout over the cached values, widened or dequantized.
+    F32,
+    /// ggml's `flash_attn_ext_f16_one_chunk`: q converted to K's `vec_dot_type`, an online
+    /// softmax with V accumulated in f16 (f16 V) or f32 (other V types).
+    OneChunk,
+}
 
 /// How matmuls are evaluated (`FERROLM_CPU_MATMUL`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -162,10 +172,26 @@ impl CpuPlan {
         }
     }
 
-    /// Whether attention over a `kv` cache for `n` query rows reproduces ggml's small-batch
-    /// flash-attention rounding (q and the V accumulator in f16, see `attention`).
-    pub fn attention_ggml_f16(&self, kv: KvType, n: usize) -> bool {
-        kv == KvType::F16 && n < GGML_FA_TILE_Q && !self.attn_f32
+    /// The arithmetic of attention over a `kv` cache for `n` query rows: what ggml's CPU flash
+    /// attention runs for the same cache (its tiled f32 kernel takes only f16/f32 caches with
+    /// K and V of one type, from [`GGML_FA_TILE_Q`] rows), and f32 for an f32 cache (llama.cpp's
+    /// precise configuration has no flash attention).
+    pub fn attention_path(&self, kv: KvType, n: usize) -> AttnPath {
+        let f16 = kv == KvType::F16 && n < GGML_FA_TILE_Q;
+        let other = kv.k != kv.v || kv.k.is_quantized() || kv.v.is_quantized();
+        if self.attn_f32 || kv == KvType::new(KvElem::F32, KvElem::F32) || !(f16 || other) {
+            AttnPath::F32
+        } else {
+            AttnPath::OneChunk
+        }
+    }
+
+    /// `FERROLM_ATTN=f32` (tests compare against it).
+    pub fn with_attention_f32() -> Self {
+        Self {
+            attn_f32: true,
+            ..Self::detect()
+        }
     }
 }
 
@@ -185,7 +211,10 @@ impl fmt::Display for CpuPlan {
             if self.attn_f32 {
                 "f32".to_owned()
             } else {
-                format!("ggml f16 under {GGML_FA_TILE_Q} rows over an f16 cache")
+                format!(
+                    "ggml one-chunk under {GGML_FA_TILE_Q} rows over an f16 cache, always over \
+                     a quantized one"
+                )
             },
             on_off(self.batch_invariant)
         )
@@ -245,12 +274,20 @@ mod tests {
     #[test]
     fn attention_switch_turns_off_the_ggml_rounding() {
         let p = plan(Isa::Avx2, &[]).unwrap();
-        assert!(p.attention_ggml_f16(KvType::F16, 63));
-        assert!(!p.attention_ggml_f16(KvType::F16, 64));
-        assert!(!p.attention_ggml_f16(KvType::F32, 1));
+        let q4 = KvType::new(KvElem::Q4_0, KvElem::Q4_0);
+        let mixed = KvType::new(KvElem::F16, KvElem::Q8_0);
+        assert_eq!(p.attention_path(KvType::F16, 63), AttnPath::OneChunk);
+        assert_eq!(p.attention_path(KvType::F16, 64), AttnPath::F32);
+        assert_eq!(p.attention_path(KvType::F32, 1), AttnPath::F32);
+        for kv in [KvType::Q8_0, q4, mixed] {
+            assert_eq!(p.attention_path(kv, 1), AttnPath::OneChunk);
+            assert_eq!(p.attention_path(kv, 512), AttnPath::OneChunk);
+        }
         assert_eq!(plan(Isa::Avx2, &[("FERROLM_ATTN", "ggml")]).unwrap(), p);
         let f32 = plan(Isa::Avx2, &[("FERROLM_ATTN", "f32")]).unwrap();
-        assert!(!f32.attention_ggml_f16(KvType::F16, 1));
+        for kv in [KvType::F16, KvType::Q8_0, q4, mixed] {
+            assert_eq!(f32.attention_path(kv, 1), AttnPath::F32);
+        }
     }
 
     #[test]
@@ -264,8 +301,8 @@ mod tests {
         let r = plan(Isa::Avx2, &[("FERROLM_CPU_MATMUL", "reference")]).unwrap();
         assert_eq!(
             r.to_string(),
-            "matmul reference, attention ggml f16 under 64 rows over an f16 cache, \
-             batch-invariant off"
+            "matmul reference, attention ggml one-chunk under 64 rows over an f16 cache, \
+             always over a quantized one, batch-invariant off"
         );
     }
 }

@@ -9,7 +9,7 @@ use super::{compare, Contract, Row};
 use anyhow::Result;
 use ferrolm_cpu::attention::{attention, LayerKv};
 use ferrolm_cpu::{CpuPlan, KvType};
-use ferrolm_cuda::ops::{DecodeWork, KvCache, PrefillKernel, QuantMatrix};
+use ferrolm_cuda::ops::{DecodeWork, KvCache, KvFormat, PrefillKernel, QuantMatrix};
 use ferrolm_cuda::{CudaDevice, Kernels, Plan};
 use ferrolm_gguf::GgmlType;
 use ferrolm_model::backend::AttnShape;
@@ -19,7 +19,7 @@ use rayon::prelude::*;
 
 /// f32 softmax and sums in another order (expf against Rust's exp, a split or tiled online
 /// softmax against a two-pass one), measured against `Σ p·|v|` (see [`magnitudes`]).
-const ATTN: Contract = Contract::Rel(1e-5, "f32 accumulation order");
+pub(crate) const ATTN: Contract = Contract::Rel(1e-5, "f32 accumulation order");
 
 /// The tensor-core prefill rounds q·scale and the probabilities P to f16 (unit roundoff
 /// u = 2⁻¹¹ ≈ 4.9e-4 each) and accumulates in f32, measured against `Σ p·|v|`. A numpy model
@@ -89,6 +89,7 @@ pub fn all(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) -> Resu
         &f16ref,
     )?);
     rows.extend(embed(dev, k, rng)?);
+    rows.extend(super::kv_checks::all(dev, k, plan, rng)?);
     Ok(rows)
 }
 
@@ -128,7 +129,7 @@ fn attn(
         normal(rng, n_pos * width, 1.0),
         normal(rng, n_pos * width, 1.0),
     );
-    let mut cache = KvCache::new(dev, n_ctx, n_kv_head, head_dim)?;
+    let mut cache = KvCache::new(dev, KvFormat::F16, n_ctx, n_kv_head, head_dim)?;
     let prefix = n_pos - n_q;
     for (from, to) in [(0, prefix), (prefix, n_pos)] {
         if from == to {
@@ -153,7 +154,8 @@ fn attn(
                 for d in 0..head_dim {
                     let at = (p * n_kv_head + h) * head_dim + d;
                     let b = u16::from_le_bytes([want_bits[2 * at], want_bits[2 * at + 1]]);
-                    store_ok &= g[(h * n_ctx + p) * head_dim + d] == b;
+                    let c = 2 * ((h * n_ctx + p) * head_dim + d);
+                    store_ok &= u16::from_le_bytes([g[c], g[c + 1]]) == b;
                 }
             }
         }
@@ -238,7 +240,7 @@ pub fn time_prefill(dev: &CudaDevice, k: &Kernels, rng: &mut StdRng) -> Result<(
     println!("|---|---|---|---|");
     for head_dim in [64, 128] {
         let width = n_head * head_dim;
-        let mut cache = KvCache::new(dev, n_q, n_head, head_dim)?;
+        let mut cache = KvCache::new(dev, KvFormat::F16, n_q, n_head, head_dim)?;
         let (kd, vd, pos0) = (
             dev.upload(&normal(rng, n_q * width, 1.0))?,
             dev.upload(&normal(rng, n_q * width, 1.0))?,
@@ -269,7 +271,13 @@ pub fn time_prefill(dev: &CudaDevice, k: &Kernels, rng: &mut StdRng) -> Result<(
 
 /// For each output element, `Σ_k p_k·|v_k[d]|` in f64: the magnitude its rounding error
 /// grows with (the output itself may cancel to near zero), as `Σ|x·w|` for dot products.
-fn magnitudes(q: &[f32], k: &[f32], v: &[f32], positions: &[u32], shape: AttnShape) -> Vec<f64> {
+pub(crate) fn magnitudes(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    positions: &[u32],
+    shape: AttnShape,
+) -> Vec<f64> {
     let AttnShape {
         n_head,
         n_kv_head,

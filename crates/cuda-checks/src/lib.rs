@@ -13,6 +13,7 @@
 mod aot;
 mod attn_checks;
 mod checks;
+mod kv_checks;
 mod mmq;
 mod mmq_time;
 mod moe;

@@ -1,10 +1,13 @@
-// Causal attention with grouped-query heads over an f16 head-major KV cache
-// ([n_kv_head][n_ctx][head_dim], as crates/cpu/src/attention.rs's LayerKv), f32 accumulation.
+// Causal attention with grouped-query heads over a head-major KV cache ([n_kv_head][n_ctx]
+// [head_dim], as crates/cpu/src/kv.rs's LayerKv), f32 accumulation. The cache is f16, or
+// (-ctk/-ctv q8_0, q4_0) quant.cuh's blocks of 32 elements, which flash-decoding and the scalar
+// prefill read through KvF16 / KvBlocks (dequantized to f32 per element, as the CPU's).
 //
 // Positions and key counts are read from device memory, so a captured CUDA graph replays with
 // new positions without re-capture. Query head h reads KV head h / (n_head / n_kv_head).
 // Scores are dot(q, k) * scale, as the CPU computes them; exponentials use expf (not __expf).
 #include "common.cuh"
+#include "quant.cuh"
 
 // Keys one prefill block stages in shared memory per tile.
 #define ATTN_TILE_K 32
@@ -30,6 +33,67 @@ extern "C" __global__ void kv_store_f16(const float *__restrict__ k, const float
         kc[at] = f32_to_f16_bits(k[i]);
         vc[at] = f32_to_f16_bits(v[i]);
     }
+}
+
+// The cache's element types: element i of a head's history (i = key * D + j) as f32.
+struct KvF16 {
+    static constexpr int qk = 1, bytes = 2;
+    static __device__ __forceinline__ float get(const uint8_t *p, size_t i) {
+        return f16_bits_to_f32(((const uint16_t *)p)[i]);
+    }
+};
+
+template <int TYPE> struct KvBlocks {
+    typedef WeightFormat<TYPE> W;
+    static constexpr int qk = W::qk, bytes = sizeof(typename W::block);
+    static __device__ __forceinline__ float get(const uint8_t *p, size_t i) {
+        return W::dequant((const typename W::block *)p + i / qk, (int)(i % qk));
+    }
+};
+
+// One KV head's history in a cache of format F, from element `first` (a multiple of 32).
+template <typename F> struct KvHead {
+    const uint8_t *p;
+    __device__ __forceinline__ KvHead(const void *cache, size_t first)
+        : p((const uint8_t *)cache + first / F::qk * F::bytes) {}
+    __device__ __forceinline__ float operator()(size_t i) const { return F::get(p, i); }
+};
+
+// kc/vc[g][pos0 + t][:] = blocks of k/v[t][g*head_dim..], one warp per 32-element block (the
+// CPU's quantizers, quant.cuh). Grid-stride over blocks, whole warps; head_dim % 32 == 0.
+template <typename BLOCK, void (*QUANTIZE)(float, BLOCK *)>
+static __device__ __forceinline__ void kv_store_blocks(const float *__restrict__ k,
+                                                       const float *__restrict__ v, BLOCK *kc,
+                                                       BLOCK *vc, const uint32_t *pos0, int n,
+                                                       int n_kv_head, int head_dim, int n_ctx) {
+    dependent_launch_entry();
+    const int width = n_kv_head * head_dim;
+    const size_t blocks = (size_t)n * width / 32;
+    const size_t p0 = *pos0;
+    const size_t warps = (size_t)gridDim.x * blockDim.x / WARP_SIZE;
+    for (size_t b = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) / WARP_SIZE; b < blocks;
+         b += warps) {
+        const size_t i = b * 32 + threadIdx.x % WARP_SIZE;
+        const size_t t = i / width;
+        const int c = (int)(i % width), g = c / head_dim, d = c % head_dim;
+        const size_t at = (((size_t)g * n_ctx + p0 + t) * head_dim + d) / 32;
+        QUANTIZE(k[i], kc + at);
+        QUANTIZE(v[i], vc + at);
+    }
+}
+
+extern "C" __global__ void kv_store_q8_0(const float *k, const float *v, block_q8_0 *kc,
+                                         block_q8_0 *vc, const uint32_t *pos0, int n,
+                                         int n_kv_head, int head_dim, int n_ctx) {
+    kv_store_blocks<block_q8_0, quantize_q8_0_warp>(k, v, kc, vc, pos0, n, n_kv_head, head_dim,
+                                                    n_ctx);
+}
+
+extern "C" __global__ void kv_store_q4_0(const float *k, const float *v, block_q4_0 *kc,
+                                         block_q4_0 *vc, const uint32_t *pos0, int n,
+                                         int n_kv_head, int head_dim, int n_ctx) {
+    kv_store_blocks<block_q4_0, quantize_q4_0_warp>(k, v, kc, vc, pos0, n, n_kv_head, head_dim,
+                                                    n_ctx);
 }
 
 // One warp's online softmax state for one query row: lane holds dims lane + 32 i.
@@ -104,9 +168,9 @@ static __device__ __forceinline__ void combine_head(const float *part_m, const f
 // chunk of ceil(n_keys / n_split) keys; warps stripe over it. Writes part_m/part_l
 // [n_q][n_head][n_split] and part_acc [n_q][n_head][n_split][D] (unnormalised). With `done`
 // not null, the head's last block to finish then combines them into out as pass 2 would.
-template <int D>
+template <int D, typename F>
 static __device__ __forceinline__ void attn_decode_split(
-    const float *__restrict__ q, const uint16_t *__restrict__ kc, const uint16_t *__restrict__ vc,
+    const float *__restrict__ q, const void *__restrict__ kc, const void *__restrict__ vc,
     const uint32_t *__restrict__ pos, float *__restrict__ part_m, float *__restrict__ part_l,
     float *__restrict__ part_acc, int *__restrict__ done, float *__restrict__ out, int n_head,
     int n_kv_head, int n_ctx, float scale) {
@@ -123,21 +187,19 @@ static __device__ __forceinline__ void attn_decode_split(
         sq[j] = q[((size_t)t * n_head + h) * D + j];
     }
     __syncthreads();
-    const uint16_t *kh = kc + (size_t)g * n_ctx * D;
-    const uint16_t *vh = vc + (size_t)g * n_ctx * D;
+    const KvHead<F> kh(kc, (size_t)g * n_ctx * D), vh(vc, (size_t)g * n_ctx * D);
     WarpState<D> st;
     st.init();
     for (int key = k0 + warp; key < k1; key += ATTN_NWARPS) {
-        const uint16_t *kr = kh + (size_t)key * D;
+        const size_t r = (size_t)key * D;
         float dot = 0.0f;
 #pragma unroll
         for (int i = 0; i < D / WARP_SIZE; ++i) {
             const int j = lane + WARP_SIZE * i;
-            dot += sq[j] * f16_bits_to_f32(kr[j]);
+            dot += sq[j] * kh(r + j);
         }
         const float s = warp_sum(dot) * scale;
-        const uint16_t *vr = vh + (size_t)key * D;
-        st.add(s, [vr](int j) { return f16_bits_to_f32(vr[j]); });
+        st.add(s, [vh, r](int j) { return vh(r + j); });
     }
     float m, l;
     merge_warps<D>(st, sm, sl, sacc, m, l);
@@ -211,9 +273,9 @@ extern "C" __global__ void attn_decode_combine(const float *__restrict__ part_m,
 // Flash attention over a ubatch: grid (ceil(n_q / ATTN_NWARPS), n_head); block ATTN_NWARPS
 // warps, one query row each. K/V tiles of ATTN_TILE_K keys are staged in shared memory as f32
 // by the whole block; query t sees keys 0..pos[t].
-template <int D>
+template <int D, typename F>
 static __device__ __forceinline__ void attn_prefill(
-    const float *__restrict__ q, const uint16_t *__restrict__ kc, const uint16_t *__restrict__ vc,
+    const float *__restrict__ q, const void *__restrict__ kc, const void *__restrict__ vc,
     const uint32_t *__restrict__ pos, float *__restrict__ out, int n_q, int n_head, int n_kv_head,
     int n_ctx, float scale) {
     __shared__ float sk[ATTN_TILE_K * D];
@@ -239,8 +301,7 @@ static __device__ __forceinline__ void attn_prefill(
     }
     __syncthreads();
     const int n_keys = s_keys;
-    const uint16_t *kh = kc + (size_t)g * n_ctx * D;
-    const uint16_t *vh = vc + (size_t)g * n_ctx * D;
+    const KvHead<F> kh(kc, (size_t)g * n_ctx * D), vh(vc, (size_t)g * n_ctx * D);
     const float *qr = sq + warp * D;
     WarpState<D> st;
     st.init();
@@ -248,8 +309,8 @@ static __device__ __forceinline__ void attn_prefill(
         const int nk = min(ATTN_TILE_K, n_keys - k0);
         __syncthreads(); // the previous tile is no longer read
         for (int i = threadIdx.x; i < nk * D; i += blockDim.x) {
-            sk[i] = f16_bits_to_f32(kh[(size_t)k0 * D + i]);
-            sv[i] = f16_bits_to_f32(vh[(size_t)k0 * D + i]);
+            sk[i] = kh((size_t)k0 * D + i);
+            sv[i] = vh((size_t)k0 * D + i);
         }
         __syncthreads();
         const int upto = min(nk, my_keys - k0); // causal: keys < my_keys
@@ -454,8 +515,8 @@ static __device__ __forceinline__ void attn_prefill_f32ref(
         float *part_m, float *part_l, float *part_acc, int *done, float *out, int n_head,         \
         int n_kv_head, int n_ctx, float scale) {                                                  \
         dependent_launch_entry();                                                                 \
-        attn_decode_split<D>(q, kc, vc, pos, part_m, part_l, part_acc, done, out, n_head,         \
-                             n_kv_head, n_ctx, scale);                                            \
+        attn_decode_split<D, KvF16>(q, kc, vc, pos, part_m, part_l, part_acc, done, out, n_head,  \
+                                    n_kv_head, n_ctx, scale);                                     \
     }                                                                                             \
     extern "C" __global__ void attn_prefill_f16ref_d##D(                                          \
         const float *q, const uint16_t *kc, const uint16_t *vc, const uint32_t *pos, float *out,  \
@@ -474,8 +535,31 @@ static __device__ __forceinline__ void attn_prefill_f32ref(
                                                  float *out, int n_q, int n_head, int n_kv_head,  \
                                                  int n_ctx, float scale) {                        \
         dependent_launch_entry();                                                                 \
-        attn_prefill<D>(q, kc, vc, pos, out, n_q, n_head, n_kv_head, n_ctx, scale);               \
+        attn_prefill<D, KvF16>(q, kc, vc, pos, out, n_q, n_head, n_kv_head, n_ctx, scale);        \
     }
 
 ATTN_INSTANCES(64)
 ATTN_INSTANCES(128)
+
+// Flash-decoding and the scalar prefill over a quantized cache (NAME: q8_0, q4_0).
+#define ATTN_QUANT_INSTANCES(NAME, TYPE, D)                                                      \
+    extern "C" __global__ void attn_decode_split_##NAME##_d##D(                                  \
+        const float *q, const void *kc, const void *vc, const uint32_t *pos, float *part_m,      \
+        float *part_l, float *part_acc, int *done, float *out, int n_head, int n_kv_head,        \
+        int n_ctx, float scale) {                                                                \
+        dependent_launch_entry();                                                                \
+        attn_decode_split<D, KvBlocks<TYPE>>(q, kc, vc, pos, part_m, part_l, part_acc, done,     \
+                                             out, n_head, n_kv_head, n_ctx, scale);              \
+    }                                                                                            \
+    extern "C" __global__ void attn_prefill_##NAME##_d##D(                                       \
+        const float *q, const void *kc, const void *vc, const uint32_t *pos, float *out,         \
+        int n_q, int n_head, int n_kv_head, int n_ctx, float scale) {                            \
+        dependent_launch_entry();                                                                \
+        attn_prefill<D, KvBlocks<TYPE>>(q, kc, vc, pos, out, n_q, n_head, n_kv_head, n_ctx,      \
+                                        scale);                                                  \
+    }
+
+ATTN_QUANT_INSTANCES(q8_0, GGML_TYPE_Q8_0, 64)
+ATTN_QUANT_INSTANCES(q8_0, GGML_TYPE_Q8_0, 128)
+ATTN_QUANT_INSTANCES(q4_0, GGML_TYPE_Q4_0, 64)
+ATTN_QUANT_INSTANCES(q4_0, GGML_TYPE_Q4_0, 128)

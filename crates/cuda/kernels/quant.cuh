@@ -206,6 +206,12 @@ template <> struct WeightFormat<GGML_TYPE_Q4_0> {
         d[0] = d[1] = f16_bits_to_f32(b->d);
         m = 0.0f;
     }
+
+    // Element i as f32, x = (q - 8) * d, rounded as ferrolm-quant's dequantize (the KV cache).
+    static __device__ __forceinline__ float dequant(const block *b, int i) {
+        const int q = i < 16 ? (b->qs[i] & 0x0F) : (b->qs[i - 16] >> 4);
+        return __fmul_rn((float)(q - 8), f16_bits_to_f32(b->d));
+    }
 };
 
 template <> struct WeightFormat<GGML_TYPE_Q4_1> {
@@ -562,6 +568,51 @@ static __device__ __forceinline__ void quantize_q8_1_warp(float x, block_q8_1 *b
     b->qs[threadIdx.x % WARP_SIZE] = (int8_t)(int)roundf(x * id);
     if (threadIdx.x % WARP_SIZE == 0) {
         b->d = __half2float(__float2half_rn(d));
+    }
+}
+
+// Q8_0 of the 32 values of a warp (lane i holds x[i]) into b, as ferrolm-quant's
+// BlockQ8_0::quantize (ggml's quantize_row_q8_0_ref): d = absmax / 127, q = round(x / d) half
+// away from zero, d stored as f16.
+static __device__ __forceinline__ void quantize_q8_0_warp(float x, block_q8_0 *b) {
+    const float amax = warp_max(fabsf(x));
+    const float d = amax / 127.0f;
+    const float id = d == 0.0f ? 0.0f : 1.0f / d;
+    b->qs[threadIdx.x % WARP_SIZE] = (int8_t)(int)roundf(__fmul_rn(x, id));
+    if (threadIdx.x % WARP_SIZE == 0) {
+        b->d = f32_to_f16_bits(d);
+    }
+}
+
+// Q4_0 of the 32 values of a warp into b, as BlockQ4_0::quantize (ggml's quantize_row_q4_0_ref):
+// the first value of largest magnitude, sign kept, maps to code 0: d = max / -8, q =
+// min(15, (int)(x / d + 8.5)) truncated, packed two a byte (element i low, i + 16 high).
+static __device__ __forceinline__ void quantize_q4_0_warp(float x, block_q4_0 *b) {
+    const int lane = threadIdx.x % WARP_SIZE;
+    float best = fabsf(x), best_v = x;
+    int best_i = lane;
+#pragma unroll
+    for (int offset = WARP_SIZE / 2; offset > 0; offset >>= 1) {
+        const float ob = __shfl_xor_sync(FULL_MASK, best, offset);
+        const float ov = __shfl_xor_sync(FULL_MASK, best_v, offset);
+        const int oi = __shfl_xor_sync(FULL_MASK, best_i, offset);
+        if (ob > best || (ob == best && oi < best_i)) {
+            best = ob;
+            best_v = ov;
+            best_i = oi;
+        }
+    }
+    const float max = best == 0.0f ? 0.0f : best_v; // no magnitude above 0: +0, as the CPU
+    const float d = max / -8.0f;
+    const float id = d == 0.0f ? 0.0f : 1.0f / d;
+    const float c = __fadd_rn(__fmul_rn(x, id), 8.5f);
+    const int q = min(15, c <= 0.0f ? 0 : (int)c); // Rust's saturating `as u8`
+    const int hi = __shfl_down_sync(FULL_MASK, q, 16);
+    if (lane < 16) {
+        b->qs[lane] = (uint8_t)(q | (hi << 4));
+    }
+    if (lane == 0) {
+        b->d = f32_to_f16_bits(d);
     }
 }
 

@@ -21,7 +21,7 @@
 //! - `backend`: the model's `Backend` ops on those launchers ([`CudaBackend`]), and
 //!   [`CudaModel`], which runs the forward pass with decode steps replayed as CUDA graphs.
 //!
-//! Public surface: what the engine needs ([`CudaDevice`], [`CudaModel`], [`CudaCache`]), the
+//! Public surface: what the engine needs ([`CudaDevice`], [`CudaModel`], [`CudaCache`], [`KvFormat`]), the
 //! CLI's `bench` ([`profile`]), and the kernel-check surface: [`ops`], [`Kernels`] and [`plan`]
 //! for `ferrolm-cuda-checks` (`ferrolm cuda-parity`), [`kernels`] and [`nvrtc`] for the compile
 //! test (`tests/compile_kernels.rs`). The rest is private; `build.rs` includes `cache`, `error`,
@@ -44,5 +44,5 @@ pub use cache::dir as kernel_cache_dir;
 pub use cudarc::driver::{CudaSlice, CudaStream};
 pub use device::{CudaDevice, ModuleOrigin};
 pub use error::{CudaError, Result};
-pub use ops::Kernels;
+pub use ops::{Kernels, KvFormat};
 pub use plan::Plan;

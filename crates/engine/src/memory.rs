@@ -32,7 +32,8 @@ impl Model<'_> {
                 "the context size (-c) and the number of sequences must be at least 1".into(),
             ));
         }
-        let (cpu, gpu) = self.kv_bytes_per_position(kv_type);
+        self.check_kv_type(kv_type)?;
+        let (cpu, gpu) = self.kv_bytes_per_position(kv_type)?;
         let seqs = if n_seqs > 1 {
             format!(" x {n_seqs} slots")
         } else {

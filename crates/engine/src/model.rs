@@ -1,8 +1,8 @@
 //! A model loaded onto a backend, ready to run forward passes.
 
 use crate::session::EngineError;
-use ferrolm_cpu::{CpuCache, CpuModel, KvType};
-use ferrolm_cuda::{CudaCache, CudaDevice, CudaModel};
+use ferrolm_cpu::{CpuCache, CpuModel, KvElem, KvType};
+use ferrolm_cuda::{CudaCache, CudaDevice, CudaModel, KvFormat};
 use ferrolm_gguf::GgufFile;
 use ferrolm_model::backend::{PassInputs, SeqRows};
 use ferrolm_model::{Config, ModelRunner, Result};
@@ -134,29 +134,45 @@ impl<'a> Model<'a> {
     }
 
     /// Bytes one position of a [`Self::new_cache`] cache takes in RAM, and on the GPU (with
-    /// the device) when part of it lives there: each as its cache type reckons it.
+    /// the device) when part of it lives there: each as its cache type reckons it. An error
+    /// when the device cannot keep a cache of `kv_type` (see [`Self::new_cache`]).
     pub(crate) fn kv_bytes_per_position(
         &self,
         kv_type: KvType,
-    ) -> (u64, Option<(&CudaDevice, u64)>) {
+    ) -> Result<(u64, Option<(&CudaDevice, u64)>), EngineError> {
         let ram = || CpuCache::bytes_per_position(&self.cfg, kv_type);
-        match &self.exec {
+        Ok(match &self.exec {
             Exec::Cpu(_) => (ram(), None),
-            Exec::Cuda(m) => (0, Some((m.device(), m.kv_bytes_per_position()))),
+            Exec::Cuda(m) => (
+                0,
+                Some((m.device(), m.kv_bytes_per_position(gpu_kv(kv_type)?))),
+            ),
             // The CPU side's cache has every block (see `new_cache`).
-            Exec::Split { gpu, .. } => (ram(), Some((gpu.device(), gpu.kv_bytes_per_position()))),
-        }
+            Exec::Split { gpu, .. } => (
+                ram(),
+                Some((gpu.device(), gpu.kv_bytes_per_position(gpu_kv(kv_type)?))),
+            ),
+        })
     }
 
-    /// A KV cache for `n_ctx` positions. The GPU keeps its cache in f16 only.
+    /// Checks that this model can keep a cache of `kv_type` (quantized types need heads of
+    /// whole 32-element blocks; the GPU keeps K and V in one type).
+    pub fn check_kv_type(&self, kv_type: KvType) -> Result<(), EngineError> {
+        kv_type
+            .check(self.cfg.head_dim)
+            .map_err(EngineError::Backend)?;
+        if let Exec::Cuda(_) | Exec::Split { .. } = self.exec {
+            gpu_kv(kv_type)?;
+        }
+        Ok(())
+    }
+
+    /// A KV cache for `n_ctx` positions in `kv_type`: f32, f16, q8_0 or q4_0 for K and V
+    /// separately on the CPU; on the GPU f16, q8_0 or q4_0, the same for both.
     pub fn new_cache(&self, n_ctx: usize, kv_type: KvType) -> Result<Cache, EngineError> {
+        self.check_kv_type(kv_type)?;
         let gpu_cache = |m: &CudaModel| {
-            if kv_type != KvType::F16 {
-                return Err(EngineError::Backend(
-                    "the CUDA backend keeps its KV cache in f16 only".into(),
-                ));
-            }
-            m.new_cache(n_ctx)
+            m.new_cache(n_ctx, gpu_kv(kv_type)?)
                 .map(Box::new)
                 .map_err(|e| EngineError::Backend(e.to_string()))
         };
@@ -228,6 +244,20 @@ impl<'a> Model<'a> {
                     .map_err(|e| EngineError::Backend(e.to_string()))
             }
         }
+    }
+}
+
+/// The GPU's cache format for `kv`: K and V of one type, f16 or a block format.
+fn gpu_kv(kv: KvType) -> Result<KvFormat, EngineError> {
+    match (kv.k, kv.v) {
+        (KvElem::F16, KvElem::F16) => Ok(KvFormat::F16),
+        (KvElem::Q8_0, KvElem::Q8_0) => Ok(KvFormat::Q8_0),
+        (KvElem::Q4_0, KvElem::Q4_0) => Ok(KvFormat::Q4_0),
+        _ => Err(EngineError::Backend(format!(
+            "the CUDA backend keeps K and V in one type, f16, q8_0 or q4_0 (-ctk {} -ctv {} \
+             asked); use --backend cpu for other caches",
+            kv.k, kv.v
+        ))),
     }
 }
 

@@ -2,7 +2,7 @@
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
-use ferrolm_engine::{Device, KvType, Model, Session};
+use ferrolm_engine::{Device, KvElem, KvType, Model, Session};
 use ferrolm_gguf::GgufFile;
 use std::path::PathBuf;
 
@@ -14,10 +14,26 @@ pub enum BackendChoice {
     Auto,
 }
 
+/// A KV cache element type, by llama.cpp's names.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum CacheType {
     F16,
     F32,
+    #[value(name = "q8_0")]
+    Q8_0,
+    #[value(name = "q4_0")]
+    Q4_0,
+}
+
+impl From<CacheType> for KvElem {
+    fn from(c: CacheType) -> Self {
+        match c {
+            CacheType::F16 => KvElem::F16,
+            CacheType::F32 => KvElem::F32,
+            CacheType::Q8_0 => KvElem::Q8_0,
+            CacheType::Q4_0 => KvElem::Q4_0,
+        }
+    }
 }
 
 #[derive(Args, Debug, Clone)]
@@ -34,9 +50,27 @@ pub struct ModelOpts {
     /// CPU threads (default: all cores).
     #[arg(short = 't', long = "threads", allow_negative_numbers = true)]
     pub threads: Option<usize>,
-    /// KV cache element type: f16 (llama.cpp's default) or f32 (exact).
-    #[arg(long = "cache-type", visible_alias = "ctk", value_enum, default_value_t = CacheType::F16)]
-    pub cache_type: CacheType,
+    /// KV cache element type of K and V both (default f16, llama.cpp's; f32 is exact); -ctk
+    /// and -ctv set each.
+    #[arg(long = "cache-type", value_enum, value_name = "TYPE")]
+    pub cache_type: Option<CacheType>,
+    /// K cache type (llama.cpp's -ctk): f16, f32, q8_0 or q4_0.
+    #[arg(
+        long = "cache-type-k",
+        visible_alias = "ctk",
+        value_enum,
+        value_name = "TYPE"
+    )]
+    pub cache_type_k: Option<CacheType>,
+    /// V cache type (llama.cpp's -ctv): f16, f32, q8_0 or q4_0. Attention over a quantized V
+    /// is always flash attention in ferrolm (llama.cpp requires -fa for it).
+    #[arg(
+        long = "cache-type-v",
+        visible_alias = "ctv",
+        value_enum,
+        value_name = "TYPE"
+    )]
+    pub cache_type_v: Option<CacheType>,
     /// Context size in tokens (default: the model's, capped at 4096).
     #[arg(short = 'c', long = "ctx-size", allow_negative_numbers = true)]
     pub ctx_size: Option<usize>,
@@ -100,11 +134,14 @@ impl ModelOpts {
         self.ctx_size.unwrap_or(model_ctx.min(4096))
     }
 
+    /// The cache types `-ctk`, `-ctv` and `--cache-type` ask for (each of K and V: its own
+    /// flag, else `--cache-type`, else f16).
     pub fn kv_type(&self) -> KvType {
-        match self.cache_type {
-            CacheType::F16 => KvType::F16,
-            CacheType::F32 => KvType::F32,
-        }
+        let pick = |own: Option<CacheType>| own.or(self.cache_type).unwrap_or(CacheType::F16);
+        KvType::new(
+            pick(self.cache_type_k).into(),
+            pick(self.cache_type_v).into(),
+        )
     }
 
     /// Checks that `n_seqs` KV caches of `n_ctx` positions fit in memory (RAM, GPU memory),

@@ -210,7 +210,7 @@ impl CudaBackend {
         let kv = &mut cache.layers[layer - cache.first_layer];
         self.k.attention.store(kv, k, v, positions)?;
         let n_head = shape.n_head;
-        match self.plan.attention(positions.len()) {
+        match self.plan.attention(positions.len(), kv.format) {
             Attn::Decode { fused_combine } => {
                 let work = &mut cache.work;
                 let a = &self.k.attention;

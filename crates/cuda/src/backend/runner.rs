@@ -5,7 +5,7 @@
 use super::{CudaAct, CudaBackend, CudaInputs, CudaWeight};
 use crate::device::CudaDevice;
 use crate::error::{CudaError, DriverContext, Result};
-use crate::ops::{DecodeWork, KvCache};
+use crate::ops::{DecodeWork, KvCache, KvFormat};
 use crate::plan::Plan;
 use cudarc::driver::{sys, CudaGraph};
 use ferrolm_gguf::{GgmlType, GgufFile};
@@ -52,7 +52,8 @@ struct DecodeGraph {
 // thread at a time (`&mut`); the driver requires no more than that serialization.
 unsafe impl Send for DecodeGraph {}
 
-/// Every layer's f16 KV cache for one sequence, its decode scratch, and its decode graph.
+/// Every layer's KV cache for one sequence (f16, q8_0 or q4_0), its decode scratch, and its
+/// decode graph.
 pub struct CudaCache {
     /// Blocks `first_layer..`: `layers[i]` is block `first_layer + i`.
     pub(super) layers: Vec<KvCache>,
@@ -135,20 +136,21 @@ impl CudaModel {
         self.backend.device()
     }
 
-    /// Bytes one position of a [`Self::new_cache`] cache takes: f16 keys and values of the
-    /// blocks on this GPU.
-    pub fn kv_bytes_per_position(&self) -> u64 {
+    /// Bytes one position of a [`Self::new_cache`] cache in `kv` takes: keys and values of
+    /// the blocks on this GPU (quantized: whole blocks).
+    pub fn kv_bytes_per_position(&self, kv: KvFormat) -> u64 {
         let cfg = &self.cfg;
         let n_layer = cfg.n_layer - self.first_layer;
-        (n_layer * cfg.n_head_kv * (cfg.head_dim + cfg.head_dim_v) * 2) as u64
+        (n_layer * cfg.n_head_kv * (kv.row_bytes(cfg.head_dim) + kv.row_bytes(cfg.head_dim_v)))
+            as u64
     }
 
-    /// A cache for `n_ctx` positions; a clear error when it does not fit.
-    pub fn new_cache(&self, n_ctx: usize) -> Result<CudaCache> {
+    /// A cache for `n_ctx` positions in `kv`; a clear error when it does not fit.
+    pub fn new_cache(&self, n_ctx: usize, kv: KvFormat) -> Result<CudaCache> {
         let cfg = &self.cfg;
         let dev = self.backend.device();
         let n_layer = cfg.n_layer - self.first_layer;
-        let need = self.kv_bytes_per_position() * n_ctx as u64;
+        let need = self.kv_bytes_per_position(kv) * n_ctx as u64;
         let (free, _) = dev.context().mem_get_info().during("reading free memory")?;
         if need + RESERVE_BYTES / 2 > free as u64 {
             return Err(CudaError::Invalid(format!(
@@ -158,7 +160,7 @@ impl CudaModel {
             )));
         }
         let layers = (0..n_layer)
-            .map(|_| KvCache::new(dev, n_ctx, cfg.n_head_kv, cfg.head_dim))
+            .map(|_| KvCache::new(dev, kv, n_ctx, cfg.n_head_kv, cfg.head_dim))
             .collect::<Result<_>>()?;
         Ok(CudaCache {
             layers,

@@ -1,4 +1,4 @@
-//! `kernels/attention.cu`: the f16 KV cache, flash-decoding, the scalar tiled prefill, and the
+//! `kernels/attention.cu`: the KV cache (f16, or q8_0/q4_0 blocks: [`KvFormat`]), flash-decoding, the scalar tiled prefill, and the
 //! prefills in the CPU's arithmetic for short ubatches (ggml's, and the CPU's f32 order);
 //! `kernels/flash_attn.cu`: the tensor-core prefill. Which one runs a ubatch, and whether
 //! decode combines its splits in the split kernel, is the plan's (`Plan::attention`).
@@ -49,22 +49,85 @@ pub enum PrefillKernel {
 /// Warps a block of attn_prefill_f32ref (the kernel's F32REF_WARPS), one per (row, head).
 const F32REF_WARPS: usize = 4;
 
-/// One layer's keys and values on the device, f16 bits, head-major
+/// The KV cache's element type on the device (`-ctk`/`-ctv`, one type for both).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum KvFormat {
+    #[default]
+    F16,
+    /// quant.cuh's `block_q8_0`: an f16 scale and 32 codes, 34 bytes.
+    Q8_0,
+    /// quant.cuh's `block_q4_0`: an f16 scale and 32 nibbles, 18 bytes.
+    Q4_0,
+}
+
+impl KvFormat {
+    const ALL: [KvFormat; 3] = [KvFormat::F16, KvFormat::Q8_0, KvFormat::Q4_0];
+
+    /// llama.cpp's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            KvFormat::F16 => "f16",
+            KvFormat::Q8_0 => "q8_0",
+            KvFormat::Q4_0 => "q4_0",
+        }
+    }
+
+    pub fn is_quantized(self) -> bool {
+        self != KvFormat::F16
+    }
+
+    /// Bytes of a row of `elems` elements (a multiple of 32 for the block formats).
+    pub fn row_bytes(self, elems: usize) -> usize {
+        match self {
+            KvFormat::F16 => 2 * elems,
+            KvFormat::Q8_0 => elems / 32 * 34,
+            KvFormat::Q4_0 => elems / 32 * 18,
+        }
+    }
+
+    fn index(self) -> usize {
+        self as usize
+    }
+
+    /// The kernels' name infix: `attn_decode_split_q8_0_d64`; f16's have none.
+    fn infix(self) -> String {
+        match self {
+            KvFormat::F16 => String::new(),
+            q => format!("_{}", q.name()),
+        }
+    }
+}
+
+/// One layer's keys and values on the device as bytes of `format`, head-major
 /// `[n_kv_head][n_ctx][head_dim]` as the CPU's `LayerKv`.
 pub struct KvCache {
-    pub k: CudaSlice<u16>,
-    pub v: CudaSlice<u16>,
+    pub k: CudaSlice<u8>,
+    pub v: CudaSlice<u8>,
+    pub format: KvFormat,
     pub n_ctx: usize,
     pub n_kv_head: usize,
     pub head_dim: usize,
 }
 
 impl KvCache {
-    pub fn new(dev: &CudaDevice, n_ctx: usize, n_kv_head: usize, head_dim: usize) -> Result<Self> {
-        let len = n_ctx * n_kv_head * head_dim;
+    pub fn new(
+        dev: &CudaDevice,
+        format: KvFormat,
+        n_ctx: usize,
+        n_kv_head: usize,
+        head_dim: usize,
+    ) -> Result<Self> {
+        if format.is_quantized() && !head_dim.is_multiple_of(32) {
+            return Err(CudaError::Invalid(format!(
+                "a {} KV cache needs a head size that is a multiple of 32, not {head_dim}",
+                format.name()
+            )));
+        }
+        let bytes = n_ctx * n_kv_head * format.row_bytes(head_dim);
         Ok(Self {
-            k: dev.zeros(len)?,
-            v: dev.zeros(len)?,
+            k: dev.zeros(bytes)?,
+            v: dev.zeros(bytes)?,
+            format,
             n_ctx,
             n_kv_head,
             head_dim,
@@ -111,11 +174,13 @@ impl DecodeWork {
 
 pub struct Attention {
     launch: Launcher,
-    kv_store: CudaFunction,
+    /// Per [`KvFormat`].
+    kv_store: Vec<CudaFunction>,
     combine: CudaFunction,
-    /// Per entry of ATTN_HEAD_DIMS.
-    decode: Vec<CudaFunction>,
-    prefill: Vec<CudaFunction>,
+    /// Per [`KvFormat`], then per entry of ATTN_HEAD_DIMS.
+    decode: Vec<Vec<CudaFunction>>,
+    prefill: Vec<Vec<CudaFunction>>,
+    /// Per entry of ATTN_HEAD_DIMS (f16 caches only).
     flash: Vec<CudaFunction>,
     prefill_f16ref: Vec<CudaFunction>,
     prefill_f32ref: Vec<CudaFunction>,
@@ -169,18 +234,28 @@ impl Attention {
             .collect::<Result<_>>()?;
         Ok(Self {
             launch: launch.clone(),
-            kv_store: f("kv_store_f16".into())?,
+            kv_store: KvFormat::ALL
+                .iter()
+                .map(|q| f(format!("kv_store_{}", q.name())))
+                .collect::<Result<_>>()?,
             combine: f("attn_decode_combine".into())?,
-            decode: per_dim("attn_decode_split")?,
-            prefill: per_dim("attn_prefill")?,
+            decode: KvFormat::ALL
+                .iter()
+                .map(|q| per_dim(&format!("attn_decode_split{}", q.infix())))
+                .collect::<Result<_>>()?,
+            prefill: KvFormat::ALL
+                .iter()
+                .map(|q| per_dim(&format!("attn_prefill{}", q.infix())))
+                .collect::<Result<_>>()?,
             flash,
             prefill_f16ref: per_dim("attn_prefill_f16ref")?,
             prefill_f32ref: per_dim("attn_prefill_f32ref")?,
         })
     }
 
-    /// Stores rows of `k` and `v` (`[n][n_kv_head * head_dim]` f32) as f16 at positions
-    /// `pos0[0]..pos0[0] + n`; the caller keeps them inside the cache.
+    /// Stores rows of `k` and `v` (`[n][n_kv_head * head_dim]` f32) in the cache's format (f16,
+    /// or blocks quantized as ferrolm-quant quantizes them) at positions `pos0[0]..pos0[0] + n`;
+    /// the caller keeps them inside the cache.
     pub fn store(
         &self,
         cache: &mut KvCache,
@@ -200,7 +275,7 @@ impl Attention {
             int(cache.head_dim, "head_dim"),
             int(cache.n_ctx, "n_ctx"),
         );
-        let mut b = self.launch.builder(&self.kv_store);
+        let mut b = self.launch.builder(&self.kv_store[cache.format.index()]);
         b.arg(k)
             .arg(v)
             .arg(&mut cache.k)
@@ -215,9 +290,11 @@ impl Attention {
             block_dim: (256, 1, 1),
             shared_mem_bytes: 0,
         };
-        // SAFETY: kv_store_f16(k, v, kc, vc, pos0, n, n_kv_head, head_dim, n_ctx): n rows of
-        // width floats in, caches of n_ctx * width halves; pos0 + n <= n_ctx is the caller's.
-        unsafe { b.launch(cfg) }.during("launching kv_store_f16")?;
+        // SAFETY: kv_store_{f16,q8_0,q4_0}(k, v, kc, vc, pos0, n, n_kv_head, head_dim, n_ctx):
+        // n rows of width floats in, caches of n_ctx rows of width elements in their format
+        // (KvCache::new: head_dim a multiple of 32 for blocks; one thread per element, whole
+        // warps since width is then too); pos0 + n <= n_ctx is the caller's.
+        unsafe { b.launch(cfg) }.during("launching kv_store")?;
         Ok(())
     }
 
@@ -236,7 +313,7 @@ impl Attention {
         work: &mut DecodeWork,
         out: &mut CudaSlice<f32>,
     ) -> Result<()> {
-        let f = &self.decode[dim_index(cache.head_dim)?];
+        let f = &self.decode[cache.format.index()][dim_index(cache.head_dim)?];
         let n_q = query_rows(q.len(), out.len(), positions.len(), n_head, cache);
         assert!(
             n_q <= work.max_q && n_head == work.n_head && cache.head_dim == work.head_dim,
@@ -315,6 +392,12 @@ impl Attention {
         out: &mut CudaSlice<f32>,
     ) -> Result<()> {
         let di = dim_index(cache.head_dim)?;
+        if cache.format.is_quantized() && kernel != PrefillKernel::Scalar {
+            return Err(CudaError::Invalid(format!(
+                "attention: the {kernel:?} prefill reads f16 caches only, not {}",
+                cache.format.name()
+            )));
+        }
         let n_q = query_rows(q.len(), out.len(), positions.len(), n_head, cache);
         let scale = 1.0 / (cache.head_dim as f32).sqrt();
         let (nq, nh, nkv, nctx) = (
@@ -325,7 +408,7 @@ impl Attention {
         );
         let (f, cfg) = match kernel {
             PrefillKernel::Scalar => (
-                &self.prefill[di],
+                &self.prefill[cache.format.index()][di],
                 LaunchConfig {
                     grid_dim: (n_q.div_ceil(NWARPS) as u32, n_head as u32, 1),
                     block_dim: ((NWARPS * 32) as u32, 1, 1),
@@ -376,7 +459,8 @@ impl Attention {
             .arg(&nkv)
             .arg(&nctx)
             .arg(&scale);
-        // SAFETY: attn_prefill[_f16ref|_f32ref]_dD and flash_attn_prefill_dD take (q, kc, vc,
+        // SAFETY: attn_prefill[_f16ref|_f32ref|_q8_0|_q4_0]_dD and flash_attn_prefill_dD take
+        // (q, kc, vc,
         // pos, out, n_q, n_head, n_kv_head, n_ctx, scale): n_q rows in and out, positions below
         // n_ctx (the caller's); the flash kernel's dynamic shared memory is the size it was
         // raised to.
@@ -393,6 +477,23 @@ mod tests {
     fn f32ref_block_matches_the_kernel() {
         let src = crate::kernels::ATTENTION.source;
         assert!(src.contains(&format!("#define F32REF_WARPS {F32REF_WARPS}")));
+    }
+
+    /// Every format's kernels are instantiated in attention.cu under the names loaded.
+    #[test]
+    fn every_kv_format_has_its_kernels() {
+        let src = crate::kernels::ATTENTION.source;
+        for q in KvFormat::ALL {
+            assert!(src.contains(&format!("kv_store_{}(", q.name())), "{q:?}");
+            if q.is_quantized() {
+                let inst = format!("ATTN_QUANT_INSTANCES({}, ", q.name());
+                assert_eq!(src.matches(&inst).count(), ATTN_HEAD_DIMS.len(), "{q:?}");
+            }
+        }
+        assert_eq!(
+            KvFormat::Q8_0.row_bytes(64) * 64,
+            KvFormat::F16.row_bytes(64) * 34
+        );
     }
 
     #[test]

@@ -265,7 +265,7 @@ fn fusions_follow_the_switch() {
     assert!(on.fused_norm(2048) && !on.fused_norm(2047) && !off.fused_norm(2048));
     assert!(on.pair_matvec(1) && !on.pair_matvec(2) && !off.pair_matvec(1));
     assert_eq!(
-        off.attention(1),
+        off.attention(1, KvFormat::F16),
         Attn::Decode {
             fused_combine: false
         }
@@ -281,7 +281,7 @@ fn fusions_follow_the_switch() {
 fn attention_by_rows_unless_forced() {
     use PrefillKernel::{F16Ref, F32Ref, Mma, Scalar};
     let p = plan(&[]);
-    let prefill = |p: &Plan, n| p.attention(n);
+    let prefill = |p: &Plan, n| p.attention(n, KvFormat::F16);
     assert_eq!(
         prefill(&p, 1),
         Attn::Decode {
@@ -307,13 +307,21 @@ fn attention_by_rows_unless_forced() {
     let mma = plan(&[("FERROLM_ATTN_MMA", "1")]);
     assert_eq!(prefill(&mma, 9), Attn::Prefill(Mma));
     assert_eq!(
-        mma.attention(1),
+        mma.attention(1, KvFormat::F16),
         Attn::Decode {
             fused_combine: true
         }
     );
     let scalar = plan(&[("FERROLM_ATTN_MMA", "0")]);
     assert_eq!(prefill(&scalar, 2048), Attn::Prefill(Scalar));
+    // A quantized cache: decode as f16's, every prefill on the kernel that reads blocks.
+    for q in [KvFormat::Q8_0, KvFormat::Q4_0] {
+        for n in [9, GGML_SMALL_ROWS, 2048] {
+            assert_eq!(p.attention(n, q), Attn::Prefill(Scalar));
+            assert_eq!(mma.attention(n, q), Attn::Prefill(Scalar));
+        }
+        assert_eq!(p.attention(8, q), p.attention(8, KvFormat::F16));
+    }
 }
 
 #[test]
