@@ -7,8 +7,11 @@ instead and applies the same bars: F32 files max |dlogit| <= 2e-2 and no top-1 m
 llama.cpp's margin is >= 0.05; quantized files top-1 agreement >= 97% and p95 |dlogit| <= 0.1.
 
 usage: golden_check.py FERROLM GOLDEN_DIR STEM [STEM...]   (extra args after -- go to ferrolm)
+The model file is the one the golden names ("model"), in GOLDEN_DIR or, when set, $GOLDEN_MODELS
+(the goldens of goldens/kv-cache name the files of ../shared/golden).
 """
 import json
+import os
 import subprocess
 import sys
 
@@ -25,8 +28,10 @@ def cases(path):
 
 def check(ferrolm, gdir, stem, extra):
     diffs, agree, total, clear = [], 0, 0, 0
+    model = os.path.join(os.environ.get("GOLDEN_MODELS", gdir),
+                         json.load(open(f"{gdir}/{stem}.json"))["model"])
     for tokens, want in cases(f"{gdir}/{stem}.json"):
-        cmd = [ferrolm, "logits", "-m", f"{gdir}/{stem}.gguf", "--all", "-c", "256",
+        cmd = [ferrolm, "logits", "-m", model, "--all", "-c", "256",
                "--tokens", " ".join(map(str, tokens))] + extra
         out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
         got = np.array(json.loads(out)["logits"], dtype=np.float64)[: len(want)]

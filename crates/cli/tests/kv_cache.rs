@@ -1,0 +1,148 @@
+//! The quantized KV cache (`-ctk`/`-ctv`) through the binary: the tiny models against
+//! llama.cpp goldens made with the same cache type (`goldens/kv-cache`, made by
+//! `tools/goldens/make_kv_goldens.py`), with the bars of the f16 goldens
+//! (`crates/engine/tests/golden_tiny.rs`), the cache's size per position, and bad flags.
+
+use serde_json::Value;
+use std::process::{Command, Output};
+
+fn shared(name: &str) -> String {
+    format!(
+        "{}/../../../shared/golden/{name}",
+        env!("CARGO_MANIFEST_DIR")
+    )
+}
+
+fn ferrolm(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_ferrolm"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn argmax(x: &[f64]) -> usize {
+    (0..x.len()).max_by(|&a, &b| x[a].total_cmp(&x[b])).unwrap()
+}
+
+fn floats(v: &Value) -> Vec<f64> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap())
+        .collect()
+}
+
+/// Teacher-forced logits of every golden case (prompt and greedy tokens as one sequence, as
+/// golden_tiny.rs compares) on the CPU with `cache` (`-ctk X -ctv Y`), against the golden
+/// `goldens/kv-cache/{stem}-kv{kv}.json`: top-1 agreement ≥ 97% and p95 |Δlogit| ≤ 0.1.
+fn check(stem: &str, kv: &str, cache: &[&str]) {
+    let path = format!(
+        "{}/../../goldens/kv-cache/{stem}-kv{kv}.json",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let g: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let model = shared(g["model"].as_str().unwrap());
+    let (mut diffs, mut agree, mut total) = (Vec::new(), 0, 0);
+    for case in g["cases"].as_array().unwrap() {
+        let greedy = case["greedy"].as_array().unwrap();
+        let tokens: Vec<String> = case["prompt"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .chain(&greedy[..greedy.len() - 1])
+            .map(Value::to_string)
+            .collect();
+        let mut want: Vec<Vec<f64>> = case["prompt_logits"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(floats)
+            .collect();
+        want.extend(case["greedy_logits"].as_array().unwrap()[1..].iter().map(floats));
+        let tokens = tokens.join(" ");
+        let mut args = vec![
+            "logits", "-m", &model, "--backend", "cpu", "--all", "-c", "256", "--tokens", &tokens,
+        ];
+        args.extend_from_slice(cache);
+        let out = ferrolm(&args);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let ours: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let rows: Vec<Vec<f64>> = ours["logits"].as_array().unwrap().iter().map(floats).collect();
+        assert_eq!(rows.len(), want.len());
+        for (row, want) in rows.iter().zip(&want) {
+            diffs.extend(row.iter().zip(want).map(|(a, b)| (a - b).abs()));
+            total += 1;
+            agree += usize::from(argmax(row) == argmax(want));
+        }
+    }
+    diffs.sort_by(f64::total_cmp);
+    let p95 = diffs[diffs.len() * 95 / 100];
+    println!(
+        "{stem} {}: max |Δ| {:.3e}, p95 |Δ| {p95:.3e}, top-1 {agree}/{total}",
+        cache.join(" "),
+        diffs.last().unwrap()
+    );
+    assert!(agree * 100 >= total * 97, "{stem}: top-1 {agree}/{total}");
+    assert!(p95 <= 0.1, "{stem}: p95 |Δlogit| {p95}");
+}
+
+macro_rules! goldens {
+    ($kv:literal, $flags:expr, $($name:ident: $stem:literal),* $(,)?) => {
+        $(
+            #[test]
+            fn $name() {
+                check($stem, $kv, &$flags);
+            }
+        )*
+    };
+}
+
+goldens!("q8_0", ["-ctk", "q8_0", "-ctv", "q8_0"],
+    q8_0_cache_llama_q8_0: "tiny-llama-q8_0",
+    q8_0_cache_qwen3_q8_0: "tiny-qwen3-q8_0",
+    q8_0_cache_olmoe_q8_0: "tiny-olmoe-q8_0",
+    q8_0_cache_qwen3moe_q8_0: "tiny-qwen3moe-q8_0",
+    q8_0_cache_llama_q4_k_m: "tiny-llama-q4_k_m",
+    q8_0_cache_qwen3_q4_k_m: "tiny-qwen3-q4_k_m",
+    q8_0_cache_olmoe_q4_k_m: "tiny-olmoe-q4_k_m",
+    q8_0_cache_qwen3moe_q4_k_m: "tiny-qwen3moe-q4_k_m",
+);
+
+/// `-c` far beyond memory: the error states what the cache needs, as its types size it.
+fn needed_gib(cache: &[&str]) -> f64 {
+    let model = shared("tiny-llama-q8_0.gguf");
+    let mut args = vec!["logits", "-m", &model, "--tokens", "1 2", "-c", "10000000000"];
+    args.extend_from_slice(cache);
+    let out = ferrolm(&args);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8(out.stderr).unwrap();
+    let gib = err
+        .split(" needs ")
+        .nth(1)
+        .and_then(|s| s.split(" GiB").next())
+        .unwrap_or_else(|| panic!("no size in {err:?}"));
+    gib.parse().unwrap()
+}
+
+/// Bytes per position come from the cache's own types: q8_0 keeps 34 bytes per 32 elements,
+/// 34/64 of f16's; q4_0 18/64; each of K and V on its own flag, `--cache-type` both.
+#[test]
+fn cache_size_follows_the_cache_types() {
+    let f16 = needed_gib(&[]);
+    let ratio = |cache: &[&str]| needed_gib(cache) / f16;
+    let close = |a: f64, b: f64| (a - b).abs() < 1e-4;
+    assert!(close(ratio(&["-ctk", "q8_0", "-ctv", "q8_0"]), 34.0 / 64.0));
+    assert!(close(ratio(&["--cache-type", "q8_0"]), 34.0 / 64.0));
+    assert!(close(ratio(&["--cache-type-k=q4_0", "-ctv=q4_0"]), 18.0 / 64.0));
+    assert!(close(ratio(&["-ctk", "q8_0"]), (34.0 / 32.0 + 2.0) / 4.0));
+    assert!(close(ratio(&["--cache-type", "f32", "-ctv", "f16"]), 6.0 / 4.0));
+}
+
+#[test]
+fn a_bad_cache_type_names_the_flag() {
+    let model = shared("tiny-llama-q8_0.gguf");
+    let out = ferrolm(&["logits", "-m", &model, "--tokens", "1", "-ctv", "q5_1"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(err.contains("--cache-type-v") && err.contains("q8_0"), "{err}");
+}

@@ -1,0 +1,45 @@
+#!/bin/bash
+# The quantized KV cache (-ctk/-ctv q8_0, q4_0) on the GPU machine, within one device call:
+#   1. cuda-parity: the q8_0/q4_0 store against ferrolm_quant's blocks (bit-identical), and
+#      flash-decoding and the scalar prefill over each against the CPU's attention over a cache
+#      of the same type (its f32 path and its ggml one-chunk path);
+#   2. the goldens of goldens/kv-cache (llama.cpp, q8_0 cache, flash attention) on CUDA with
+#      -ctk q8_0 -ctv q8_0, the bars of golden_tiny.rs; the same files with q4_0, reported;
+#   3. decode steps against a batched pass, and the f16 cache, on the same tokens (argmax).
+# Usage on the GPU machine, from the repo root (writes under $OUT):
+#   bash tools/device/kv_cache_check.sh BIN_DIR GOLDEN_DIR
+B=$1/ferrolm
+G=$2
+T=$(dirname "$0")
+K=goldens/kv-cache
+export FERROLM_CACHE=${FERROLM_CACHE:-/tmp/ferrolm-cache}
+OUT=${OUT:-/tmp}
+
+echo "== cuda-parity (quantized cache rows)"
+timeout 180 $B cuda-parity --seed 21 > $OUT/parity.txt 2>&1; echo "parity rc=$? $(tail -1 $OUT/parity.txt)"
+grep -E "q8_0|q4_0" $OUT/parity.txt | grep -E "kv_store|attn_"
+
+stems=$(cd $K && ls *-kvq8_0.json | sed 's/\.json$//' | tr '\n' ' ')
+echo "== goldens on CUDA, -ctk q8_0 -ctv q8_0"
+GOLDEN_MODELS=$G python3 $T/golden_check.py $B $K $stems -- --backend cuda -ctk q8_0 -ctv q8_0 2>&1 | tee $OUT/kv_goldens.txt
+echo "== the same on the CPU of this machine"
+GOLDEN_MODELS=$G python3 $T/golden_check.py $B $K $stems -- --backend cpu -ctk q8_0 -ctv q8_0 2>&1 | tee -a $OUT/kv_goldens.txt
+echo "== q4_0 on CUDA (against the q8_0-cache goldens; reported, not a bar)"
+GOLDEN_MODELS=$G python3 $T/golden_check.py $B $K $stems -- --backend cuda -ctk q4_0 -ctv q4_0 2>&1 | tee -a $OUT/kv_goldens.txt
+
+echo "== CUDA against the CPU, q8_0 cache, 300 tokens batched and 40 stepped (argmax agreement)"
+toks=$(python3 -c "print(' '.join(str(i * 7 % 509) for i in range(300)))")
+for m in tiny-llama-q8_0 tiny-qwen3moe-q4_k_m tiny-olmoe-q8_0; do
+  for mode in "" --step; do
+    t=$toks; [ -n "$mode" ] && t=$(echo $toks | cut -d' ' -f1-40)
+    $B logits -m $G/$m.gguf --backend cuda --all --tokens "$t" -ctk q8_0 -ctv q8_0 $mode > /tmp/$m-gpu.json
+    $B logits -m $G/$m.gguf --backend cpu --all --tokens "$t" -ctk q8_0 -ctv q8_0 $mode > /tmp/$m-cpu.json
+    python3 - /tmp/$m-gpu.json /tmp/$m-cpu.json "$m ${mode:-batched}" <<'PY'
+import json, sys
+import numpy as np
+a, b = (np.array(json.load(open(p))["logits"]) for p in sys.argv[1:3])
+agree = (a.argmax(1) == b.argmax(1)).mean()
+print(f"{sys.argv[3]}: rows {len(a)}, max |d| {np.abs(a - b).max():.3e}, top-1 agreement {agree:.3f}")
+PY
+  done
+done
