@@ -58,16 +58,38 @@ fn check(stem: &str, kv: &str, cache: &[&str]) {
             .iter()
             .map(floats)
             .collect();
-        want.extend(case["greedy_logits"].as_array().unwrap()[1..].iter().map(floats));
+        want.extend(
+            case["greedy_logits"].as_array().unwrap()[1..]
+                .iter()
+                .map(floats),
+        );
         let tokens = tokens.join(" ");
         let mut args = vec![
-            "logits", "-m", &model, "--backend", "cpu", "--all", "-c", "256", "--tokens", &tokens,
+            "logits",
+            "-m",
+            &model,
+            "--backend",
+            "cpu",
+            "--all",
+            "-c",
+            "256",
+            "--tokens",
+            &tokens,
         ];
         args.extend_from_slice(cache);
         let out = ferrolm(&args);
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let ours: Value = serde_json::from_slice(&out.stdout).unwrap();
-        let rows: Vec<Vec<f64>> = ours["logits"].as_array().unwrap().iter().map(floats).collect();
+        let rows: Vec<Vec<f64>> = ours["logits"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(floats)
+            .collect();
         assert_eq!(rows.len(), want.len());
         for (row, want) in rows.iter().zip(&want) {
             diffs.extend(row.iter().zip(want).map(|(a, b)| (a - b).abs()));
@@ -111,7 +133,15 @@ goldens!("q8_0", ["-ctk", "q8_0", "-ctv", "q8_0"],
 /// `-c` far beyond memory: the error states what the cache needs, as its types size it.
 fn needed_gib(cache: &[&str]) -> f64 {
     let model = shared("tiny-llama-q8_0.gguf");
-    let mut args = vec!["logits", "-m", &model, "--tokens", "1 2", "-c", "10000000000"];
+    let mut args = vec![
+        "logits",
+        "-m",
+        &model,
+        "--tokens",
+        "1 2",
+        "-c",
+        "10000000000",
+    ];
     args.extend_from_slice(cache);
     let out = ferrolm(&args);
     assert_eq!(out.status.code(), Some(2));
@@ -133,9 +163,15 @@ fn cache_size_follows_the_cache_types() {
     let close = |a: f64, b: f64| (a - b).abs() < 1e-4;
     assert!(close(ratio(&["-ctk", "q8_0", "-ctv", "q8_0"]), 34.0 / 64.0));
     assert!(close(ratio(&["--cache-type", "q8_0"]), 34.0 / 64.0));
-    assert!(close(ratio(&["--cache-type-k=q4_0", "-ctv=q4_0"]), 18.0 / 64.0));
+    assert!(close(
+        ratio(&["--cache-type-k=q4_0", "-ctv=q4_0"]),
+        18.0 / 64.0
+    ));
     assert!(close(ratio(&["-ctk", "q8_0"]), (34.0 / 32.0 + 2.0) / 4.0));
-    assert!(close(ratio(&["--cache-type", "f32", "-ctv", "f16"]), 6.0 / 4.0));
+    assert!(close(
+        ratio(&["--cache-type", "f32", "-ctv", "f16"]),
+        6.0 / 4.0
+    ));
 }
 
 #[test]
@@ -144,5 +180,8 @@ fn a_bad_cache_type_names_the_flag() {
     let out = ferrolm(&["logits", "-m", &model, "--tokens", "1", "-ctv", "q5_1"]);
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8(out.stderr).unwrap();
-    assert!(err.contains("--cache-type-v") && err.contains("q8_0"), "{err}");
+    assert!(
+        err.contains("--cache-type-v") && err.contains("q8_0"),
+        "{err}"
+    );
 }

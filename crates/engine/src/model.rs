@@ -139,7 +139,7 @@ impl<'a> Model<'a> {
     pub(crate) fn kv_bytes_per_position(
         &self,
         kv_type: KvType,
-    ) -> Result<(u64, Option<(&CudaDevice, u64)>), EngineError> {
+    ) -> Result<KvBytes<'_>, EngineError> {
         let ram = || CpuCache::bytes_per_position(&self.cfg, kv_type);
         Ok(match &self.exec {
             Exec::Cpu(_) => (ram(), None),
@@ -246,6 +246,9 @@ impl<'a> Model<'a> {
         }
     }
 }
+
+/// Bytes per position in RAM, and on a GPU (with the device).
+pub(crate) type KvBytes<'d> = (u64, Option<(&'d CudaDevice, u64)>);
 
 /// The GPU's cache format for `kv`: K and V of one type, f16 or a block format.
 fn gpu_kv(kv: KvType) -> Result<KvFormat, EngineError> {
