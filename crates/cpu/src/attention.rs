@@ -1,5 +1,6 @@
 //! Causal attention with grouped-query heads over the KV cache (`kv`: f32, f16, q8_0, q4_0).
 
+use crate::hadamard;
 pub use crate::kv::LayerKv;
 use crate::kv::{KvElem, KV_BLOCK};
 use crate::plan::{AttnPath, CpuPlan};
@@ -12,6 +13,9 @@ pub use ferrolm_model::backend::AttnShape;
 /// `out[t][h] = softmax(q[t][h] · K[0..=pos_t][g]ᵀ / sqrt(d)) · V[0..=pos_t][g]` with
 /// `g = h / (n_head / n_kv_head)`. The cached history is read once per call (widened to f32,
 /// or unpacked to codes), then (token, head) pairs run in parallel.
+///
+/// A quantized cache may hold its keys or values rotated (`hadamard`, as llama.cpp does): q is
+/// rotated as the keys were, and the output rotated back.
 ///
 /// Contract (`plan` decides which, [`CpuPlan::attention_path`]):
 /// - [`AttnPath::F32`]: f32 throughout over the cached values (dequantized where quantized),
@@ -68,6 +72,19 @@ pub fn attention(
             .for_each(|(g, k)| kv.keys_f32(g, n_keys_max, k));
     }
 
+    // The cache's rotation (llama.cpp's, see `hadamard`): q as the keys were, the output back.
+    let rotated_q;
+    let q = match kv.k_rot {
+        Some(n) => {
+            rotated_q = {
+                let mut r = q.to_vec();
+                r.par_chunks_mut(n).for_each(|c| hadamard::rotate(c, n));
+                r
+            };
+            &rotated_q[..]
+        }
+        None => q,
+    };
     let q_width = n_head * head_dim;
     let group = n_head / n_kv_head;
     let scale = 1.0 / (head_dim as f32).sqrt();
@@ -117,6 +134,9 @@ pub fn attention(
             online_softmax(kv.ty.v == KvElem::F16, scores, v, o);
         },
     );
+    if let Some(n) = kv.v_rot {
+        out.par_chunks_mut(n).for_each(|c| hadamard::rotate(c, n));
+    }
 }
 
 /// A query row converted to K's `vec_dot_type`, in buffers reused across rows.
@@ -319,16 +339,25 @@ mod tests {
     use super::*;
     use crate::kv::KvType;
 
+    /// The cached key (value) element, rotated back where the cache rotates.
     fn kv_k(kv: &LayerKv, g: usize, p: usize, i: usize) -> f64 {
         let mut rows = vec![0f32; (p + 1) * kv.head_dim];
         kv.keys_f32(g, p + 1, &mut rows);
-        rows[p * kv.head_dim + i] as f64
+        let row = &mut rows[p * kv.head_dim..];
+        if let Some(n) = kv.k_rot {
+            hadamard::rotate(row, n);
+        }
+        row[i] as f64
     }
 
     fn kv_v(kv: &LayerKv, g: usize, p: usize, i: usize) -> f64 {
         let mut rows = vec![0f32; (p + 1) * kv.head_dim];
         kv.values_f32(g, p + 1, &mut rows);
-        rows[p * kv.head_dim + i] as f64
+        let row = &mut rows[p * kv.head_dim..];
+        if let Some(n) = kv.v_rot {
+            hadamard::rotate(row, n);
+        }
+        row[i] as f64
     }
 
     /// Plain f64 attention over the cached values.

@@ -5,8 +5,11 @@
 //! 34 bytes; `block_q4_0`: an f16 scale and 32 nibbles, 18 bytes), quantized per 32 elements of
 //! a row by `ferrolm_quant`'s quantizers, as ggml's `set_rows` quantizes a row into its cache.
 //! A head's row is `head_dim` elements, so blocks never straddle heads (`head_dim` must be a
-//! multiple of 32: [`KvType::check`]).
+//! multiple of 32: [`KvType::check`]). As llama.cpp, a quantized K (V) is stored rotated by a
+//! Walsh-Hadamard matrix when the head size is a multiple of 64 (`hadamard`): attention rotates
+//! q to match, and its output back.
 
+use crate::hadamard;
 use ferrolm_quant::{BlockQ4_0, BlockQ8_0, LegacyBlock};
 use half::f16;
 use half::slice::HalfFloatSliceExt;
@@ -207,6 +210,10 @@ pub struct LayerKv {
     n_ctx: usize,
     n_kv_head: usize,
     pub(crate) head_dim: usize,
+    /// The rotation of stored keys (and of q), of stored values (and back, of the output):
+    /// chunk sizes, `None` for none.
+    pub(crate) k_rot: Option<usize>,
+    pub(crate) v_rot: Option<usize>,
 }
 
 impl LayerKv {
@@ -224,6 +231,8 @@ impl LayerKv {
             n_ctx,
             n_kv_head,
             head_dim,
+            k_rot: ty.k.is_quantized().then(|| hadamard::k_rotation(head_dim)).flatten(),
+            v_rot: ty.v.is_quantized().then(|| hadamard::v_rotation(head_dim)).flatten(),
         }
     }
 
@@ -236,14 +245,25 @@ impl LayerKv {
     }
 
     /// Stores rows of `k` and `v` (`[n][n_kv_head * head_dim]`) at positions `pos0..pos0+n`.
+    /// Quantized types may store them rotated (see the module header).
     pub fn store(&mut self, pos0: usize, k: &[f32], v: &[f32]) {
         let hd = self.head_dim;
         let width = self.n_kv_head * hd;
+        let rotated = |x: &[f32], rot: Option<usize>, buf: &mut Vec<f32>| {
+            buf.clear();
+            buf.extend_from_slice(x);
+            if let Some(n) = rot {
+                hadamard::rotate(buf, n);
+            }
+        };
+        let (mut kb, mut vb) = (Vec::with_capacity(width), Vec::with_capacity(width));
         for (t, (kr, vr)) in k.chunks_exact(width).zip(v.chunks_exact(width)).enumerate() {
+            rotated(kr, self.k_rot, &mut kb);
+            rotated(vr, self.v_rot, &mut vb);
             for g in 0..self.n_kv_head {
                 let at = self.at(g, pos0 + t);
-                self.k.write(at, &kr[g * hd..(g + 1) * hd]);
-                self.v.write(at, &vr[g * hd..(g + 1) * hd]);
+                self.k.write(at, &kb[g * hd..(g + 1) * hd]);
+                self.v.write(at, &vb[g * hd..(g + 1) * hd]);
             }
         }
     }
@@ -302,10 +322,13 @@ mod tests {
             for (i, (&x, &q)) in f.iter().zip(&c).enumerate() {
                 assert_eq!(x, f32::from(q) * d[i / 32], "{elem} element {i}");
             }
-            // Position 1 of head 1 holds the second head's part of the row, near its values.
-            for (a, b) in f[64..].iter().zip(&row[64..]) {
-                assert!((a - b).abs() <= 7.2 / if elem == KvElem::Q8_0 { 127.0 } else { 7.0 });
-            }
+            // Position 1 of head 1 holds the second head's part of the row, near its values
+            // once rotated back (the cache rotates heads of 64).
+            assert_eq!(kv.k_rot, Some(64));
+            hadamard::rotate(&mut f[64..], 64);
+            let step = 7.2 / if elem == KvElem::Q8_0 { 127.0 } else { 7.0 };
+            let sq: f32 = f[64..].iter().zip(&row[64..]).map(|(a, b)| (a - b) * (a - b)).sum();
+            assert!((sq / 64.0).sqrt() <= step / 2.0, "{elem}: rms error {}", (sq / 64.0).sqrt());
         }
     }
 }

@@ -4,6 +4,7 @@
 
 pub mod attention;
 pub mod backend;
+pub mod hadamard;
 pub mod kv;
 pub mod matmul;
 pub mod moe;
