@@ -163,14 +163,14 @@ impl QRow {
         &self.f16
     }
 
-    /// `q` quantized to Q8_0 blocks: codes and one scale per 32.
+    /// `q` quantized to Q8_0 blocks as ggml's x86 `from_float` does: codes and one scale per 32.
     fn q8_0(&mut self, q: &[f32]) -> (&[i8], &[f32]) {
         for ((x, c), d) in q
             .chunks_exact(KV_BLOCK)
             .zip(self.codes.chunks_exact_mut(KV_BLOCK))
             .zip(&mut self.d)
         {
-            let b = BlockQ8_0::quantize(x.try_into().expect("whole blocks"));
+            let b = BlockQ8_0::quantize_x86(x.try_into().expect("whole blocks"));
             c.copy_from_slice(b.codes());
             *d = b.d();
         }

@@ -63,13 +63,19 @@ mod tests {
     #[test]
     fn rotation_is_sylvesters_matrix_and_self_inverse() {
         for n in [64usize, 128] {
-            let x: Vec<f32> = (0..n).map(|i| ((i * 37 % 29) as f32 - 14.0) / 7.0).collect();
+            let x: Vec<f32> = (0..n)
+                .map(|i| ((i * 37 % 29) as f32 - 14.0) / 7.0)
+                .collect();
             let mut y = x.clone();
             rotate(&mut y, n);
             for (i, &yi) in y.iter().enumerate() {
                 let want: f64 = (0..n)
                     .map(|j| {
-                        let s = if (i & j).count_ones() % 2 == 0 { 1.0 } else { -1.0 };
+                        let s = if (i & j).count_ones() % 2 == 0 {
+                            1.0
+                        } else {
+                            -1.0
+                        };
                         s * f64::from(x[j])
                     })
                     .sum::<f64>()

@@ -3,7 +3,9 @@
 //!
 //! Quantized types store llama.cpp's blocks (`block_q8_0`: an f16 scale and 32 signed codes,
 //! 34 bytes; `block_q4_0`: an f16 scale and 32 nibbles, 18 bytes), quantized per 32 elements of
-//! a row by `ferrolm_quant`'s quantizers, as ggml's `set_rows` quantizes a row into its cache.
+//! a row by `ferrolm_quant`'s quantizers as ggml's `set_rows` quantizes a row into its cache
+//! with the CPU's `from_float`: `BlockQ8_0::quantize_x86` (the x86 `quantize_row_q8_0`: ties
+//! to even), `BlockQ4_0::quantize` (`quantize_row_q4_0_ref`).
 //! A head's row is `head_dim` elements, so blocks never straddle heads (`head_dim` must be a
 //! multiple of 32: [`KvType::check`]). As llama.cpp, a quantized K (V) is stored rotated by a
 //! Walsh-Hadamard matrix when the head size is a multiple of 64 (`hadamard`): attention rotates
@@ -157,7 +159,11 @@ impl Store {
         match self {
             Store::F32(v) => v[at..at + src.len()].copy_from_slice(src),
             Store::F16(v) => v[at..at + src.len()].convert_from_f32_slice(src),
-            Store::Q8_0(v) => quantize_into(&mut v[blocks], src),
+            Store::Q8_0(v) => {
+                for (b, x) in v[blocks].iter_mut().zip(src.chunks_exact(KV_BLOCK)) {
+                    *b = BlockQ8_0::quantize_x86(x.try_into().expect("whole blocks"));
+                }
+            }
             Store::Q4_0(v) => quantize_into(&mut v[blocks], src),
         }
     }
@@ -231,8 +237,16 @@ impl LayerKv {
             n_ctx,
             n_kv_head,
             head_dim,
-            k_rot: ty.k.is_quantized().then(|| hadamard::k_rotation(head_dim)).flatten(),
-            v_rot: ty.v.is_quantized().then(|| hadamard::v_rotation(head_dim)).flatten(),
+            k_rot: ty
+                .k
+                .is_quantized()
+                .then(|| hadamard::k_rotation(head_dim))
+                .flatten(),
+            v_rot: ty
+                .v
+                .is_quantized()
+                .then(|| hadamard::v_rotation(head_dim))
+                .flatten(),
         }
     }
 
@@ -327,8 +341,16 @@ mod tests {
             assert_eq!(kv.k_rot, Some(64));
             hadamard::rotate(&mut f[64..], 64);
             let step = 7.2 / if elem == KvElem::Q8_0 { 127.0 } else { 7.0 };
-            let sq: f32 = f[64..].iter().zip(&row[64..]).map(|(a, b)| (a - b) * (a - b)).sum();
-            assert!((sq / 64.0).sqrt() <= step / 2.0, "{elem}: rms error {}", (sq / 64.0).sqrt());
+            let sq: f32 = f[64..]
+                .iter()
+                .zip(&row[64..])
+                .map(|(a, b)| (a - b) * (a - b))
+                .sum();
+            assert!(
+                (sq / 64.0).sqrt() <= step / 2.0,
+                "{elem}: rms error {}",
+                (sq / 64.0).sqrt()
+            );
         }
     }
 }

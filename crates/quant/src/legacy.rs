@@ -103,6 +103,23 @@ fn min_max(x: &[f32; QK]) -> (f32, f32) {
 mod tests {
     use super::*;
 
+    /// The x86 Q8_0 quantizer rounds ties to even and scales by 127 / absmax; the reference
+    /// rounds them away from zero. Elsewhere they agree.
+    #[test]
+    fn q8_0_x86_rounds_ties_to_even() {
+        let mut x = [0.0f32; QK];
+        x[0] = 127.0; // d = 1, both scales exactly 1
+        x[1] = 0.5;
+        x[2] = -2.5;
+        x[3] = 1.25;
+        let (r, v) = (BlockQ8_0::quantize(&x), BlockQ8_0::quantize_x86(&x));
+        assert_eq!(r.d, v.d);
+        assert_eq!(&r.codes()[..4], &[127, 1, -3, 1]);
+        assert_eq!(&v.codes()[..4], &[127, 0, -2, 1]);
+        let zero = BlockQ8_0::quantize_x86(&[0.0; QK]);
+        assert_eq!((zero.d(), zero.codes()), (0.0, &[0i8; QK]));
+    }
+
     #[test]
     fn block_structs_match_ggml_geometry() {
         fn check<B: LegacyBlock>() {

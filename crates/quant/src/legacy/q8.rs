@@ -35,6 +35,21 @@ impl BlockQ8_0 {
     pub fn codes(&self) -> &[i8; QK] {
         bytemuck::cast_ref(&self.qs)
     }
+
+    /// ggml's x86 `quantize_row_q8_0` (the AVX/AVX2 build's `from_float` for Q8_0, which fills
+    /// its quantized KV cache and quantizes q for it): the same `d = absmax / 127`, but codes
+    /// `x · (127 / absmax)` rounded half to even (`_mm256_round_ps`), where the reference
+    /// ([`LegacyBlock::quantize`]) multiplies by `1 / d` and rounds half away from zero. The
+    /// two differ by one code now and then.
+    pub fn quantize_x86(x: &[f32; QK]) -> Self {
+        let amax = q8simd::absmax(x);
+        let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
+        let qs = std::array::from_fn(|i| (x[i] * id).round_ties_even() as i8 as u8);
+        Self {
+            d: to_f16_le(amax / 127.0),
+            qs,
+        }
+    }
 }
 
 impl BlockQ8_1 {
