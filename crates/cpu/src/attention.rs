@@ -4,7 +4,7 @@ use crate::hadamard;
 pub use crate::kv::LayerKv;
 use crate::kv::{KvElem, KV_BLOCK};
 use crate::plan::{AttnPath, CpuPlan};
-use ferrolm_quant::{BlockQ8_0, LegacyBlock};
+use ferrolm_quant::BlockQ8_0;
 use half::f16;
 use rayon::prelude::*;
 

@@ -1,21 +1,23 @@
-//! Quantized KV cache checks of `cuda-parity` (`-ctk/-ctv q8_0`, `q4_0`): the store's blocks
-//! against `ferrolm_quant`'s quantizers byte for byte, then flash-decoding and the scalar
-//! prefill (the kernels the plan picks over a quantized cache) against the CPU's attention over
-//! a cache of the same type: its f32 path (`FERROLM_ATTN=f32`: the same dequantized keys and
-//! values, so only the f32 order differs) and its default path, ggml's one-chunk arithmetic,
-//! which quantizes q to Q8_0 for the integer dot products where the GPU keeps q in f32.
+//! Quantized KV cache checks of `cuda-parity` (`-ctk/-ctv q8_0`, `q4_0`): the Hadamard rotation
+//! against the CPU's (bit-identical), the store's blocks of rotated rows against
+//! `ferrolm_quant`'s quantizers byte for byte, then flash-decoding and the scalar prefill (the
+//! kernels the plan picks over a quantized cache), with q rotated and the output rotated back
+//! as the backend does, against the CPU's attention over a cache of the same type: its f32
+//! path (`FERROLM_ATTN=f32`: the same dequantized keys and values, so only the f32 order
+//! differs) and its default path, ggml's one-chunk arithmetic, which quantizes q to Q8_0 for
+//! the integer dot products where the GPU keeps q in f32.
 
 use super::attn_checks::{magnitudes, ATTN};
 use super::checks::{normal, poisoned, row};
 use super::{compare, Contract, Row};
 use anyhow::Result;
 use ferrolm_cpu::attention::{attention, LayerKv};
-use ferrolm_cpu::{CpuPlan, KvElem, KvType};
+use ferrolm_cpu::{hadamard, CpuPlan, KvElem, KvType};
 use ferrolm_cuda::ops::{DecodeWork, KvCache, KvFormat, PrefillKernel};
 use ferrolm_cuda::plan::Attn;
-use ferrolm_cuda::{CudaDevice, Kernels, Plan};
-use ferrolm_gguf::GgmlType;
+use ferrolm_cuda::{CudaDevice, CudaSlice, Kernels, Plan};
 use ferrolm_model::backend::AttnShape;
+use ferrolm_quant::{BlockQ4_0, BlockQ8_0, LegacyBlock};
 use rand::rngs::StdRng;
 
 /// The CPU quantizes q to Q8_0 (a code step of max|q|/127 per 32) for its integer dots; the GPU
@@ -23,15 +25,32 @@ use rand::rngs::StdRng;
 /// about as much of `Σ p·|v|`; a wrong block, scale or nibble is off by O(0.1) or more.
 const ATTN_Q8_Q: Contract = Contract::Rel(3e-2, "q as Q8_0 on the CPU, f32 here");
 
-/// Each quantized format: decode (3 rows after 997 positions, GQA 32/8, D 128), and the scalar
-/// prefill on a 77-token prompt (9/3 heads of 64) and 300 rows after a 212-token prefix.
+/// The rotation on its own; then each quantized format: decode (3 rows after 997 positions,
+/// GQA 32/8, D 128), and the scalar prefill on a 77-token prompt (9/3 heads of 64) and 300 rows
+/// after a 212-token prefix.
 pub fn all(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) -> Result<Vec<Row>> {
     let mut rows = Vec::new();
-    for (format, elem, ty) in [
-        (KvFormat::Q8_0, KvElem::Q8_0, GgmlType::Q8_0),
-        (KvFormat::Q4_0, KvElem::Q4_0, GgmlType::Q4_0),
+    for n in [64, 128] {
+        let x = normal(rng, 300 * n, 1.0);
+        let mut d = dev.upload(&x)?;
+        k.elementwise.hadamard(&mut d, n)?;
+        let mut want = x.clone();
+        hadamard::rotate(&mut want, n);
+        dev.sync()?;
+        let got = dev.download(&d)?;
+        rows.push(row(
+            "hadamard (kv rotation)",
+            format!("300 chunks of {n}"),
+            "ferrolm_cpu::hadamard::rotate",
+            compare(&got, &want, |i| f64::from(want[i].abs())),
+            Contract::Exact,
+        ));
+    }
+    for (format, elem) in [
+        (KvFormat::Q8_0, KvElem::Q8_0),
+        (KvFormat::Q4_0, KvElem::Q4_0),
     ] {
-        let q = Quant { format, elem, ty };
+        let q = Quant { format, elem };
         rows.extend(q.check(dev, k, plan, rng, (32, 8, 128), 1024, 1000, 3)?);
         rows.extend(q.check(dev, k, plan, rng, (9, 3, 64), 128, 77, 77)?);
         rows.extend(q.check(dev, k, plan, rng, (32, 8, 128), 512, 512, 300)?);
@@ -39,14 +58,44 @@ pub fn all(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) -> Resu
     Ok(rows)
 }
 
-/// One cache format, by its three names.
+/// One cache format, by its two names.
 struct Quant {
     format: KvFormat,
     elem: KvElem,
-    ty: GgmlType,
 }
 
 impl Quant {
+    /// A row's blocks as the CPU's cache quantizes them (`ferrolm_cpu::kv`).
+    fn blocks(&self, x: &[f32]) -> Vec<u8> {
+        let mut out = Vec::new();
+        for c in x.chunks_exact(32) {
+            let c: &[f32; 32] = c.try_into().expect("whole blocks");
+            match self.format {
+                KvFormat::Q4_0 => {
+                    out.extend_from_slice(bytemuck::bytes_of(&BlockQ4_0::quantize(c)))
+                }
+                _ => out.extend_from_slice(bytemuck::bytes_of(&BlockQ8_0::quantize_x86(c))),
+            }
+        }
+        out
+    }
+
+    /// A device copy of `x` rotated in chunks of `rot` (none: a plain copy), as the backend
+    /// rotates q, k and v for a quantized cache.
+    fn upload(
+        &self,
+        dev: &CudaDevice,
+        k: &Kernels,
+        x: &[f32],
+        rot: Option<usize>,
+    ) -> Result<CudaSlice<f32>> {
+        let mut d = dev.upload(x)?;
+        if let Some(n) = rot {
+            k.elementwise.hadamard(&mut d, n)?;
+        }
+        Ok(d)
+    }
+
     /// Stores `n_pos - n_q` positions, then `n_q` more, and attends with the last `n_q` as
     /// queries on the kernel the plan picks for `n_q` rows over this format.
     #[allow(clippy::too_many_arguments)]
@@ -75,25 +124,28 @@ impl Quant {
             }
             let r = from * width..to * width;
             let (kd, vd, pos0) = (
-                dev.upload(&keys[r.clone()])?,
-                dev.upload(&values[r])?,
+                self.upload(dev, k, &keys[r.clone()], cache.k_rot)?,
+                self.upload(dev, k, &values[r], cache.v_rot)?,
                 dev.upload(&[from as u32])?,
             );
             k.attention.store(&mut cache, &kd, &vd, &pos0)?;
         }
         let shape_s = format!("{n_head}/{n_kv_head} heads, d {head_dim}, {n_q} q at {prefix}..");
 
-        // The store: each head's row as ferrolm_quant quantizes it, head-major.
+        // The store: each head's row rotated and quantized as the CPU's cache does, head-major.
         let row_bytes = self.format.row_bytes(head_dim);
         let mut store_ok = true;
-        for (got, want) in [
-            (dev.download(&cache.k)?, &keys),
-            (dev.download(&cache.v)?, &values),
+        for (got, want, rot) in [
+            (dev.download(&cache.k)?, &keys, cache.k_rot),
+            (dev.download(&cache.v)?, &values, cache.v_rot),
         ] {
             for p in 0..n_pos {
                 for g in 0..n_kv_head {
-                    let x = &want[p * width + g * head_dim..][..head_dim];
-                    let blocks = ferrolm_quant::quantize_to_vec(self.ty, x)?;
+                    let mut x = want[p * width + g * head_dim..][..head_dim].to_vec();
+                    if let Some(n) = rot {
+                        hadamard::rotate(&mut x, n);
+                    }
+                    let blocks = self.blocks(&x);
                     let at = (g * n_ctx + p) * row_bytes;
                     store_ok &= got[at..at + row_bytes] == blocks[..];
                 }
@@ -136,13 +188,13 @@ impl Quant {
             shape,
             &mut want_ggml,
         );
-        let dequant = |x: &[f32]| -> Result<Vec<f32>> {
-            let b = ferrolm_quant::quantize_to_vec(self.ty, x)?;
-            Ok(ferrolm_quant::dequantize_to_vec(self.ty, &b, x.len())?)
-        };
-        let scale = magnitudes(&q, &dequant(&keys)?, &dequant(&values)?, &positions, shape);
+        // The scale of the errors: the exact attention's (the cache is near these values).
+        let scale = magnitudes(&q, &keys, &values, &positions, shape);
 
-        let (qd, pd) = (dev.upload(&q)?, dev.upload(&positions)?);
+        let (qd, pd) = (
+            self.upload(dev, k, &q, cache.k_rot)?,
+            dev.upload(&positions)?,
+        );
         let mut out = poisoned(dev, q.len())?;
         let op = match plan.attention(n_q, self.format) {
             Attn::Decode { fused_combine } => {
@@ -163,6 +215,9 @@ impl Quant {
                 format!("attn_prefill {name} (scalar)")
             }
         };
+        if let Some(n) = cache.v_rot {
+            k.elementwise.hadamard(&mut out, n)?;
+        }
         dev.sync()?;
         let got = dev.download(&out)?;
         rows.push(row(

@@ -572,13 +572,13 @@ static __device__ __forceinline__ void quantize_q8_1_warp(float x, block_q8_1 *b
 }
 
 // Q8_0 of the 32 values of a warp (lane i holds x[i]) into b, as ferrolm-quant's
-// BlockQ8_0::quantize (ggml's quantize_row_q8_0_ref): d = absmax / 127, q = round(x / d) half
-// away from zero, d stored as f16.
+// BlockQ8_0::quantize_x86 (ggml's x86 quantize_row_q8_0, what llama.cpp fills a q8_0 KV cache
+// with): d = absmax / 127 stored as f16, q = x · (127 / absmax) rounded half to even.
 static __device__ __forceinline__ void quantize_q8_0_warp(float x, block_q8_0 *b) {
     const float amax = warp_max(fabsf(x));
     const float d = amax / 127.0f;
-    const float id = d == 0.0f ? 0.0f : 1.0f / d;
-    b->qs[threadIdx.x % WARP_SIZE] = (int8_t)(int)roundf(__fmul_rn(x, id));
+    const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+    b->qs[threadIdx.x % WARP_SIZE] = (int8_t)__float2int_rn(__fmul_rn(x, id));
     if (threadIdx.x % WARP_SIZE == 0) {
         b->d = f32_to_f16_bits(d);
     }

@@ -208,19 +208,50 @@ impl CudaBackend {
         out: &mut CudaSlice<f32>,
     ) -> Result<()> {
         let kv = &mut cache.layers[layer - cache.first_layer];
+        // A quantized cache holds k and v rotated (llama.cpp's Hadamard rotation): q is
+        // rotated as k, the output rotated back; copies, the inputs stay as they are.
+        let rotated = |x: &CudaSlice<f32>, rot: Option<usize>| -> Result<Option<CudaSlice<f32>>> {
+            let Some(n) = rot else { return Ok(None) };
+            let mut t = self.acts.take(x.len())?;
+            self.dev
+                .stream()
+                .memcpy_dtod(x, &mut t)
+                .during("copying rows to rotate")?;
+            self.k.elementwise.hadamard(&mut t, n)?;
+            Ok(Some(t))
+        };
+        let (rq, rk, rv) = (
+            rotated(q, kv.k_rot)?,
+            rotated(k, kv.k_rot)?,
+            rotated(v, kv.v_rot)?,
+        );
+        let (q, k, v) = (
+            rq.as_ref().unwrap_or(q),
+            rk.as_ref().unwrap_or(k),
+            rv.as_ref().unwrap_or(v),
+        );
         self.k.attention.store(kv, k, v, positions)?;
         let n_head = shape.n_head;
+        let a = &self.k.attention;
         match self.plan.attention(positions.len(), kv.format) {
-            Attn::Decode { fused_combine } => {
-                let work = &mut cache.work;
-                let a = &self.k.attention;
-                a.decode(fused_combine, q, kv, positions, n_head, work, out)
-            }
-            Attn::Prefill(kernel) => {
-                let a = &self.k.attention;
-                a.prefill(kernel, q, kv, positions, n_head, out)
-            }
+            Attn::Decode { fused_combine } => a.decode(
+                fused_combine,
+                q,
+                kv,
+                positions,
+                n_head,
+                &mut cache.work,
+                out,
+            )?,
+            Attn::Prefill(kernel) => a.prefill(kernel, q, kv, positions, n_head, out)?,
         }
+        if let Some(n) = kv.v_rot {
+            self.k.elementwise.hadamard(out, n)?;
+        }
+        for t in [rq, rk, rv].into_iter().flatten() {
+            self.acts.give(t);
+        }
+        Ok(())
     }
 
     fn try_select_rows(&self, x: &CudaAct, rows: &[usize]) -> Result<CudaAct> {

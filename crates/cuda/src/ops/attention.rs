@@ -107,6 +107,11 @@ pub struct KvCache {
     pub n_ctx: usize,
     pub n_kv_head: usize,
     pub head_dim: usize,
+    /// llama.cpp's Walsh-Hadamard rotation of a quantized cache, as the CPU's `LayerKv`: k (and
+    /// q) rotated in chunks of `k_rot`, v in chunks of `v_rot` (and the output back); the
+    /// caller rotates (`Elementwise::hadamard`), the kernels see rotated values only.
+    pub k_rot: Option<usize>,
+    pub v_rot: Option<usize>,
 }
 
 impl KvCache {
@@ -124,6 +129,9 @@ impl KvCache {
             )));
         }
         let bytes = n_ctx * n_kv_head * format.row_bytes(head_dim);
+        // As ferrolm_cpu::hadamard: K in the largest power of two from 64 dividing head_dim,
+        // V in 64s, when 64 divides head_dim (head_dim is 64 or 128 here).
+        let rot = (format.is_quantized() && head_dim.is_multiple_of(64)).then_some(64);
         Ok(Self {
             k: dev.zeros(bytes)?,
             v: dev.zeros(bytes)?,
@@ -131,6 +139,8 @@ impl KvCache {
             n_ctx,
             n_kv_head,
             head_dim,
+            k_rot: rot.map(|_| 1 << head_dim.trailing_zeros().min(7)),
+            v_rot: rot,
         })
     }
 }

@@ -1,4 +1,5 @@
-//! `kernels/elementwise.cu`: add, add_bias, swiglu on f32 buffers.
+//! `kernels/elementwise.cu`: add, add_bias, swiglu on f32 buffers; the Hadamard rotation of a
+//! quantized KV cache.
 
 use super::launch::Launcher;
 use super::{int, stride_blocks};
@@ -14,6 +15,7 @@ pub struct Elementwise {
     add: CudaFunction,
     add_bias: CudaFunction,
     swiglu: CudaFunction,
+    hadamard: CudaFunction,
 }
 
 fn cfg(n: usize) -> LaunchConfig {
@@ -31,6 +33,7 @@ impl Elementwise {
             add: dev.function(&ELEMENTWISE, "add_f32")?,
             add_bias: dev.function(&ELEMENTWISE, "add_bias_f32")?,
             swiglu: dev.function(&ELEMENTWISE, "swiglu_f32")?,
+            hadamard: dev.function(&ELEMENTWISE, "hadamard_f32")?,
         })
     }
 
@@ -70,6 +73,28 @@ impl Elementwise {
         b.arg(gate).arg(up).arg(&n);
         // SAFETY: swiglu_f32(float*, const float*, int) over n elements of both buffers.
         unsafe { b.launch(cfg(n as usize)) }.during("launching swiglu_f32")?;
+        Ok(())
+    }
+
+    /// Rotates each chunk of `n` elements of `x` by the orthonormal Walsh-Hadamard matrix, in
+    /// place, as the CPU's `hadamard::rotate` (bit-identical); `n` is 64 or 128.
+    pub fn hadamard(&self, x: &mut CudaSlice<f32>, n: usize) -> Result<()> {
+        assert!(
+            (n == 64 || n == 128) && x.len().is_multiple_of(n),
+            "hadamard: chunks of {n}"
+        );
+        let chunks = int(x.len() / n, "hadamard chunks");
+        let (scale, ni) = (1.0 / (n as f32).sqrt(), int(n, "hadamard size"));
+        let mut b = self.stream.launch_builder(&self.hadamard);
+        b.arg(x).arg(&scale).arg(&ni);
+        let cfg = LaunchConfig {
+            grid_dim: (chunks as u32, 1, 1),
+            block_dim: (n as u32, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: hadamard_f32(float *x, float scale, int n): a block of n <= 128 threads per
+        // chunk of n floats, chunks * n = x.len().
+        unsafe { b.launch(cfg) }.during("launching hadamard_f32")?;
         Ok(())
     }
 }
