@@ -130,6 +130,48 @@ goldens!("q8_0", ["-ctk", "q8_0", "-ctv", "q8_0"],
     q8_0_cache_qwen3moe_q4_k_m: "tiny-qwen3moe-q4_k_m",
 );
 
+// q4_0 holds the same bars against llama.cpp with a q4_0 cache.
+goldens!("q4_0", ["--cache-type", "q4_0"],
+    q4_0_cache_llama_q8_0: "tiny-llama-q8_0",
+    q4_0_cache_qwen3_q8_0: "tiny-qwen3-q8_0",
+    q4_0_cache_olmoe_q8_0: "tiny-olmoe-q8_0",
+    q4_0_cache_qwen3moe_q8_0: "tiny-qwen3moe-q8_0",
+    q4_0_cache_llama_q4_k_m: "tiny-llama-q4_k_m",
+    q4_0_cache_qwen3_q4_k_m: "tiny-qwen3-q4_k_m",
+    q4_0_cache_olmoe_q4_k_m: "tiny-olmoe-q4_k_m",
+    q4_0_cache_qwen3moe_q4_k_m: "tiny-qwen3moe-q4_k_m",
+);
+
+/// The default model (SmolLM2-135M) with a q8_0 cache keeps the bar its f16 cache has against
+/// llama.cpp's greedy continuations (`run.rs`): the first 30 characters on 3 of the 5 prompts.
+#[test]
+fn default_model_generates_with_a_q8_0_cache() {
+    let path = format!(
+        "{}/../../../shared/golden/smollm2-135m-instruct-q4_1.json",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let g: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let mut matched = 0;
+    for case in g["generate"].as_array().unwrap() {
+        let prompt = case["text"].as_str().unwrap();
+        let want = case["greedy_text_until_eos"].as_str().unwrap();
+        let out = ferrolm(&[
+            "run", "-p", prompt, "--temp", "0", "-n", "16", "-t", "2", "-ctk", "q8_0", "-ctv",
+            "q8_0",
+        ]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = String::from_utf8(out.stdout).unwrap();
+        let n = want.chars().take(30).map(char::len_utf8).sum::<usize>();
+        println!("{prompt:?}: {text:?}");
+        matched += usize::from(text.get(..n) == want.get(..n));
+    }
+    assert!(matched >= 3, "only {matched} of 5 continuations match");
+}
+
 /// `-c` far beyond memory: the error states what the cache needs, as its types size it.
 fn needed_gib(cache: &[&str]) -> f64 {
     let model = shared("tiny-llama-q8_0.gguf");
