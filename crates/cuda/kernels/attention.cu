@@ -66,7 +66,6 @@ static __device__ __forceinline__ void kv_store_blocks(const float *__restrict__
                                                        const float *__restrict__ v, BLOCK *kc,
                                                        BLOCK *vc, const uint32_t *pos0, int n,
                                                        int n_kv_head, int head_dim, int n_ctx) {
-    dependent_launch_entry();
     const int width = n_kv_head * head_dim;
     const size_t blocks = (size_t)n * width / 32;
     const size_t p0 = *pos0;
@@ -85,6 +84,7 @@ static __device__ __forceinline__ void kv_store_blocks(const float *__restrict__
 extern "C" __global__ void kv_store_q8_0(const float *k, const float *v, block_q8_0 *kc,
                                          block_q8_0 *vc, const uint32_t *pos0, int n,
                                          int n_kv_head, int head_dim, int n_ctx) {
+    dependent_launch_entry();
     kv_store_blocks<block_q8_0, quantize_q8_0_warp>(k, v, kc, vc, pos0, n, n_kv_head, head_dim,
                                                     n_ctx);
 }
@@ -92,6 +92,7 @@ extern "C" __global__ void kv_store_q8_0(const float *k, const float *v, block_q
 extern "C" __global__ void kv_store_q4_0(const float *k, const float *v, block_q4_0 *kc,
                                          block_q4_0 *vc, const uint32_t *pos0, int n,
                                          int n_kv_head, int head_dim, int n_ctx) {
+    dependent_launch_entry();
     kv_store_blocks<block_q4_0, quantize_q4_0_warp>(k, v, kc, vc, pos0, n, n_kv_head, head_dim,
                                                     n_ctx);
 }

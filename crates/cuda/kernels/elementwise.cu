@@ -37,6 +37,7 @@ extern "C" __global__ void swiglu_f32(float *__restrict__ gate, const float *__r
 // then butterflies (u, v) -> (u + v, u - v) over strides 1, 2, .. n/2, in place, in the CPU's
 // roundings. A block of n threads per chunk (thread j owns element j), grid: the chunks.
 extern "C" __global__ void hadamard_f32(float *__restrict__ x, float scale, int n) {
+    dependent_launch_entry();
     __shared__ float s[128];
     float *row = x + (size_t)blockIdx.x * n;
     const int j = threadIdx.x;

@@ -85,7 +85,7 @@ impl Elementwise {
         );
         let chunks = int(x.len() / n, "hadamard chunks");
         let (scale, ni) = (1.0 / (n as f32).sqrt(), int(n, "hadamard size"));
-        let mut b = self.stream.launch_builder(&self.hadamard);
+        let mut b = self.launch.builder(&self.hadamard);
         b.arg(x).arg(&scale).arg(&ni);
         let cfg = LaunchConfig {
             grid_dim: (chunks as u32, 1, 1),
