@@ -3,8 +3,8 @@
 #   1. cuda-parity: the q8_0/q4_0 store against ferrolm_quant's blocks (bit-identical), and
 #      flash-decoding and the scalar prefill over each against the CPU's attention over a cache
 #      of the same type (its f32 path and its ggml one-chunk path);
-#   2. the goldens of goldens/kv-cache (llama.cpp, q8_0 cache, flash attention) on CUDA with
-#      -ctk q8_0 -ctv q8_0, the bars of golden_tiny.rs; the same files with q4_0, reported;
+#   2. the goldens of goldens/kv-cache (llama.cpp with a q8_0 or q4_0 cache, flash attention) on
+#      CUDA with the same -ctk/-ctv, the bars of golden_tiny.rs, and on this machine's CPU;
 #   3. decode steps against a batched pass, and the f16 cache, on the same tokens (argmax).
 # Usage on the GPU machine, from the repo root (writes under $OUT):
 #   bash tools/device/kv_cache_check.sh BIN_DIR GOLDEN_DIR
@@ -17,15 +17,15 @@ OUT=${OUT:-/tmp}
 
 echo "== cuda-parity (quantized cache rows)"
 timeout 180 $B cuda-parity --seed 21 > $OUT/parity.txt 2>&1; echo "parity rc=$? $(tail -1 $OUT/parity.txt)"
-grep -E "q8_0|q4_0" $OUT/parity.txt | grep -E "kv_store|attn_"
+grep -E "hadamard|kv_store f32→q|attn_(decode|prefill) q" $OUT/parity.txt
 
-stems=$(cd $K && ls *-kvq8_0.json | sed 's/\.json$//' | tr '\n' ' ')
-echo "== goldens on CUDA, -ctk q8_0 -ctv q8_0"
-GOLDEN_MODELS=$G python3 $T/golden_check.py $B $K $stems -- --backend cuda -ctk q8_0 -ctv q8_0 2>&1 | tee $OUT/kv_goldens.txt
-echo "== the same on the CPU of this machine"
-GOLDEN_MODELS=$G python3 $T/golden_check.py $B $K $stems -- --backend cpu -ctk q8_0 -ctv q8_0 2>&1 | tee -a $OUT/kv_goldens.txt
-echo "== q4_0 on CUDA (against the q8_0-cache goldens; reported, not a bar)"
-GOLDEN_MODELS=$G python3 $T/golden_check.py $B $K $stems -- --backend cuda -ctk q4_0 -ctv q4_0 2>&1 | tee -a $OUT/kv_goldens.txt
+for t in q8_0 q4_0; do
+  stems=$(cd $K && ls *-kv$t.json | sed 's/\.json$//' | tr '\n' ' ')
+  for b in cuda cpu; do
+    echo "== goldens, --backend $b -ctk $t -ctv $t"
+    GOLDEN_MODELS=$G python3 $T/golden_check.py $B $K $stems -- --backend $b -ctk $t -ctv $t 2>&1 | tee -a $OUT/kv_goldens.txt
+  done
+done
 
 echo "== CUDA against the CPU, q8_0 cache, 300 tokens batched and 40 stepped (argmax agreement)"
 toks=$(python3 -c "print(' '.join(str(i * 7 % 509) for i in range(300)))")
