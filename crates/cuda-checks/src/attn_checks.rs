@@ -36,9 +36,17 @@ const ATTN_F32REF: Contract = Contract::Rel(1e-6, "the CPU's order; e^x rounding
 /// What one attention check runs over the same cache and queries.
 #[derive(Clone, Copy)]
 enum Path {
-    Decode,
+    /// Flash-decoding; `grouped`: a block per KV head (`attn_decode_group_*`).
+    Decode {
+        grouped: bool,
+    },
     Prefill(PrefillKernel),
 }
+
+const DECODES: [Path; 2] = [
+    Path::Decode { grouped: false },
+    Path::Decode { grouped: true },
+];
 
 const PREFILLS: [Path; 3] = [
     Path::Prefill(PrefillKernel::Scalar),
@@ -52,17 +60,15 @@ const PREFILLS: [Path; 3] = [
 /// prefix (GQA 32/8, D 128); 2048 rows after a 100-token prefix (GQA 32/8, D 64); a 2048-token
 /// prompt with 32 heads of 128, one KV head each.
 pub fn all(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) -> Result<Vec<Row>> {
-    let mut rows = attn(
-        dev,
-        k,
-        plan,
-        rng,
-        (32, 8, 128),
-        1024,
-        1000,
-        3,
-        &[Path::Decode],
-    )?;
+    let mut rows = attn(dev, k, plan, rng, (32, 8, 128), 1024, 1000, 3, &DECODES)?;
+    // Decode by KV group at every group size it has, MHA to 8 heads a group, both head sizes.
+    for (shape, n_ctx, n_pos) in [
+        ((16, 16, 128), 4096, 4000),
+        ((16, 8, 64), 300, 77),
+        ((32, 4, 128), 20000, 16500),
+    ] {
+        rows.extend(attn(dev, k, plan, rng, shape, n_ctx, n_pos, 1, &DECODES)?);
+    }
     for (shape, n_ctx, n_pos, n_q) in [
         ((9, 3, 64), 128, 77, 77),
         ((32, 8, 128), 1024, 812, 512),
@@ -191,14 +197,20 @@ fn attn(
     for &path in paths {
         let mut out = poisoned(dev, q.len())?;
         let (op, contract, reference, want) = match path {
-            Path::Decode => {
+            Path::Decode { grouped } => {
                 let splits = plan.decode_splits(n_ctx);
                 let mut work = DecodeWork::new(dev, n_q, n_head, head_dim, splits)?;
                 // The combine fused into the split kernel as the backend runs it (the plan's).
                 let fused = plan.fuse();
-                k.attention
-                    .decode(fused, &qd, &cache, &pd, n_head, &mut work, &mut out)?;
-                ("attn_decode (split)", ATTN, F32_REF, &want)
+                k.attention.decode(
+                    fused, grouped, &qd, &cache, &pd, n_head, &mut work, &mut out,
+                )?;
+                let op = if grouped {
+                    "attn_decode (by KV group)"
+                } else {
+                    "attn_decode (split)"
+                };
+                (op, ATTN, F32_REF, &want)
             }
             Path::Prefill(kernel) => {
                 k.attention

@@ -196,12 +196,23 @@ impl Quant {
             dev.upload(&positions)?,
         );
         let mut out = poisoned(dev, q.len())?;
-        let op = match plan.attention(n_q, self.format) {
-            Attn::Decode { fused_combine } => {
+        let op = match plan.attention(n_q, self.format, n_head / n_kv_head) {
+            Attn::Decode {
+                fused_combine,
+                grouped,
+            } => {
                 let mut work =
                     DecodeWork::new(dev, n_q, n_head, head_dim, plan.decode_splits(n_ctx))?;
-                k.attention
-                    .decode(fused_combine, &qd, &cache, &pd, n_head, &mut work, &mut out)?;
+                k.attention.decode(
+                    fused_combine,
+                    grouped,
+                    &qd,
+                    &cache,
+                    &pd,
+                    n_head,
+                    &mut work,
+                    &mut out,
+                )?;
                 format!("attn_decode {name}")
             }
             Attn::Prefill(kernel) => {

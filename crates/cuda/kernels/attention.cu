@@ -564,3 +564,192 @@ ATTN_QUANT_INSTANCES(q8_0, GGML_TYPE_Q8_0, 64)
 ATTN_QUANT_INSTANCES(q8_0, GGML_TYPE_Q8_0, 128)
 ATTN_QUANT_INSTANCES(q4_0, GGML_TYPE_Q4_0, 64)
 ATTN_QUANT_INSTANCES(q4_0, GGML_TYPE_Q4_0, 128)
+// Flash-decoding by KV group (f16 cache), pass 1 and the fused combine: the G = n_head /
+// n_kv_head query heads that share a KV head read its keys and values once, a block per (split,
+// KV head, query row). Each warp takes 32 keys at a time, a key a lane: the lane's K row comes in
+// 16-byte loads and is dotted with all G queries (shared memory, broadcast), the warp's online
+// softmax steps once per 32 keys, and V is read a row per key with each lane holding D / 32
+// elements, the keys' weights passed by shuffles. Against attn_decode_split (a key per warp step,
+// one query head a block): the same formula, f32 sums in another order. Partials as
+// attn_decode_split writes them (per query head), so attn_decode_combine and combine_head serve
+// both; with `done`, the group's last block combines its G heads.
+// grid (n_split, n_kv_head, n_q); block ATTN_NWARPS warps.
+template <int D, int G>
+static __device__ __forceinline__ void attn_decode_group(
+    const float *__restrict__ q, const uint16_t *__restrict__ kc, const uint16_t *__restrict__ vc,
+    const uint32_t *__restrict__ pos, float *__restrict__ part_m, float *__restrict__ part_l,
+    float *__restrict__ part_acc, int *__restrict__ done, float *__restrict__ out, int n_head,
+    int n_ctx, float scale) {
+    constexpr int DL = D / WARP_SIZE; // V elements a lane holds
+    static_assert(DL == 2 || DL == 4, "head sizes 64 and 128");
+    __shared__ __align__(16) float sq[G][D];
+    __shared__ float sm[ATTN_NWARPS][G], sl[ATTN_NWARPS][G];
+    __shared__ float sacc[ATTN_NWARPS][G][D];
+    const int split = blockIdx.x, n_split = gridDim.x, g = blockIdx.y, t = blockIdx.z;
+    const int h0 = g * G;
+    const int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE;
+    const int n_keys = (int)pos[t] + 1;
+    const int chunk = (n_keys + n_split - 1) / n_split;
+    const int k0 = split * chunk, k1 = min(n_keys, k0 + chunk);
+    for (int i = threadIdx.x; i < G * D; i += blockDim.x) {
+        sq[i / D][i % D] = q[((size_t)t * n_head + h0) * D + i];
+    }
+    __syncthreads();
+    const uint16_t *kh = kc + (size_t)g * n_ctx * D;
+    const uint16_t *vh = vc + (size_t)g * n_ctx * D;
+    float m[G], l[G], acc[G][DL];
+#pragma unroll
+    for (int i = 0; i < G; ++i) {
+        m[i] = ATTN_NEG_INF;
+        l[i] = 0.0f;
+#pragma unroll
+        for (int j = 0; j < DL; ++j) {
+            acc[i][j] = 0.0f;
+        }
+    }
+    for (int base = k0 + warp * WARP_SIZE; base < k1; base += ATTN_NWARPS * WARP_SIZE) {
+        const int key = base + lane;
+        const bool live = key < k1;
+        float s[G];
+#pragma unroll
+        for (int i = 0; i < G; ++i) {
+            s[i] = 0.0f;
+        }
+        if (live) {
+            const uint4 *kr = (const uint4 *)(kh + (size_t)key * D);
+#pragma unroll
+            for (int c = 0; c < D / 8; ++c) {
+                const uint4 w = kr[c];
+                const uint32_t words[4] = {w.x, w.y, w.z, w.w};
+                float kf[8];
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    kf[2 * e] = f16_bits_to_f32((uint16_t)(words[e] & 0xffff));
+                    kf[2 * e + 1] = f16_bits_to_f32((uint16_t)(words[e] >> 16));
+                }
+#pragma unroll
+                for (int i = 0; i < G; ++i) {
+                    const float4 qa = *(const float4 *)&sq[i][c * 8];
+                    const float4 qb = *(const float4 *)&sq[i][c * 8 + 4];
+                    s[i] += qa.x * kf[0] + qa.y * kf[1] + qa.z * kf[2] + qa.w * kf[3] +
+                            qb.x * kf[4] + qb.y * kf[5] + qb.z * kf[6] + qb.w * kf[7];
+                }
+            }
+        }
+        // The tile's online softmax step, a head at a time; p[i] is this lane's key's weight.
+        float p[G];
+#pragma unroll
+        for (int i = 0; i < G; ++i) {
+            const float sc = live ? s[i] * scale : ATTN_NEG_INF;
+            const float m_new = fmaxf(m[i], warp_max(sc));
+            const float corr = expf(m[i] - m_new); // 0 on the first tile (m = -inf)
+            p[i] = live ? expf(sc - m_new) : 0.0f;
+            l[i] = l[i] * corr + warp_sum(p[i]);
+#pragma unroll
+            for (int j = 0; j < DL; ++j) {
+                acc[i][j] *= corr;
+            }
+            m[i] = m_new;
+        }
+        const int nk = min(WARP_SIZE, k1 - base);
+#pragma unroll 4
+        for (int kk = 0; kk < nk; ++kk) {
+            const uint16_t *vr = vh + (size_t)(base + kk) * D + lane * DL;
+            float vf[DL];
+            if constexpr (DL == 4) {
+                const uint2 w = *(const uint2 *)vr;
+                vf[0] = f16_bits_to_f32((uint16_t)(w.x & 0xffff));
+                vf[1] = f16_bits_to_f32((uint16_t)(w.x >> 16));
+                vf[2] = f16_bits_to_f32((uint16_t)(w.y & 0xffff));
+                vf[3] = f16_bits_to_f32((uint16_t)(w.y >> 16));
+            } else {
+                const uint32_t w = *(const uint32_t *)vr;
+                vf[0] = f16_bits_to_f32((uint16_t)(w & 0xffff));
+                vf[1] = f16_bits_to_f32((uint16_t)(w >> 16));
+            }
+#pragma unroll
+            for (int i = 0; i < G; ++i) {
+                const float pk = __shfl_sync(FULL_MASK, p[i], kk);
+#pragma unroll
+                for (int j = 0; j < DL; ++j) {
+                    acc[i][j] += pk * vf[j];
+                }
+            }
+        }
+    }
+    // The block's warps merged per head, as merge_warps does for one head.
+#pragma unroll
+    for (int i = 0; i < G; ++i) {
+        if (lane == 0) {
+            sm[warp][i] = m[i];
+            sl[warp][i] = l[i];
+        }
+#pragma unroll
+        for (int j = 0; j < DL; ++j) {
+            sacc[warp][i][lane * DL + j] = acc[i][j];
+        }
+    }
+    __syncthreads();
+    for (int i = 0; i < G; ++i) {
+        float mm = ATTN_NEG_INF;
+        for (int w = 0; w < ATTN_NWARPS; ++w) {
+            mm = fmaxf(mm, sm[w][i]);
+        }
+        const size_t part = ((size_t)t * n_head + h0 + i) * n_split + split;
+        for (int j = threadIdx.x; j < D; j += blockDim.x) {
+            float a = 0.0f;
+            for (int w = 0; w < ATTN_NWARPS; ++w) {
+                a += sm[w][i] == ATTN_NEG_INF ? 0.0f : sacc[w][i][j] * expf(sm[w][i] - mm);
+            }
+            part_acc[part * D + j] = a;
+        }
+        if (threadIdx.x == 0) {
+            float ll = 0.0f;
+            for (int w = 0; w < ATTN_NWARPS; ++w) {
+                ll += sm[w][i] == ATTN_NEG_INF ? 0.0f : sl[w][i] * expf(sm[w][i] - mm);
+            }
+            part_m[part] = mm; // -inf for an empty split
+            part_l[part] = ll;
+        }
+    }
+    if (done == nullptr) {
+        return; // attn_decode_combine runs next
+    }
+    // The group's last split block to finish combines its G heads (counted on head h0's
+    // counter) and resets the counter for the next launch or graph replay.
+    __shared__ bool last;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int *c = done + (size_t)t * n_head + h0;
+        last = atomicAdd(c, 1) == n_split - 1;
+        if (last) {
+            *c = 0;
+        }
+    }
+    __syncthreads();
+    if (last) {
+        __threadfence();
+        for (int i = 0; i < G; ++i) {
+            combine_head(part_m, part_l, part_acc, out, n_head, n_split, D, h0 + i, t);
+        }
+    }
+}
+
+#define ATTN_GROUP_INSTANCE(D, G)                                                                 \
+    extern "C" __global__ void __launch_bounds__(ATTN_NWARPS *WARP_SIZE)                          \
+        attn_decode_group_d##D##_g##G(const float *q, const uint16_t *kc, const uint16_t *vc,    \
+                                      const uint32_t *pos, float *part_m, float *part_l,          \
+                                      float *part_acc, int *done, float *out, int n_head,         \
+                                      int n_ctx, float scale) {                                   \
+        dependent_launch_entry();                                                                 \
+        attn_decode_group<D, G>(q, kc, vc, pos, part_m, part_l, part_acc, done, out, n_head,      \
+                                n_ctx, scale);                                                    \
+    }
+#define ATTN_GROUP_INSTANCES(D)                                                                   \
+    ATTN_GROUP_INSTANCE(D, 1)                                                                     \
+    ATTN_GROUP_INSTANCE(D, 2)                                                                     \
+    ATTN_GROUP_INSTANCE(D, 4)                                                                     \
+    ATTN_GROUP_INSTANCE(D, 8)
+ATTN_GROUP_INSTANCES(64)
+ATTN_GROUP_INSTANCES(128)

@@ -233,9 +233,16 @@ impl CudaBackend {
         self.k.attention.store(kv, k, v, positions)?;
         let n_head = shape.n_head;
         let a = &self.k.attention;
-        match self.plan.attention(positions.len(), kv.format) {
-            Attn::Decode { fused_combine } => a.decode(
+        match self
+            .plan
+            .attention(positions.len(), kv.format, n_head / kv.n_kv_head)
+        {
+            Attn::Decode {
                 fused_combine,
+                grouped,
+            } => a.decode(
+                fused_combine,
+                grouped,
                 q,
                 kv,
                 positions,

@@ -19,6 +19,8 @@ use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig};
 const NWARPS: usize = 4;
 /// Head sizes with a kernel instance.
 pub const ATTN_HEAD_DIMS: [usize; 2] = [64, 128];
+/// Query heads per KV head that `attn_decode_group_*` has instances for.
+pub const ATTN_GROUPS: [usize; 4] = [1, 2, 4, 8];
 /// flash_attn.cu's tile: FA_BQ query rows (16 per warp, FA_NWARPS warps) per block, and its
 /// shared memory: FA_STAGES stages of a K and a V tile of FA_BK keys, rows padded by FA_PAD.
 const FA_NWARPS: usize = 4;
@@ -190,6 +192,8 @@ pub struct Attention {
     /// Per [`KvFormat`], then per entry of ATTN_HEAD_DIMS.
     decode: Vec<Vec<CudaFunction>>,
     prefill: Vec<Vec<CudaFunction>>,
+    /// Per entry of ATTN_HEAD_DIMS, then of ATTN_GROUPS (f16 caches only).
+    decode_group: Vec<Vec<CudaFunction>>,
     /// Per entry of ATTN_HEAD_DIMS (f16 caches only).
     flash: Vec<CudaFunction>,
     prefill_f16ref: Vec<CudaFunction>,
@@ -257,6 +261,15 @@ impl Attention {
                 .iter()
                 .map(|q| per_dim(&format!("attn_prefill{}", q.infix())))
                 .collect::<Result<_>>()?,
+            decode_group: ATTN_HEAD_DIMS
+                .iter()
+                .map(|d| {
+                    ATTN_GROUPS
+                        .iter()
+                        .map(|g| f(format!("attn_decode_group_d{d}_g{g}")))
+                        .collect::<Result<_>>()
+                })
+                .collect::<Result<_>>()?,
             flash,
             prefill_f16ref: per_dim("attn_prefill_f16ref")?,
             prefill_f32ref: per_dim("attn_prefill_f32ref")?,
@@ -311,11 +324,15 @@ impl Attention {
     /// Decode: `out[t][h] = softmax(q[t][h] · K[0..=pos[t]][g]ᵀ / sqrt(d)) · V[..][g]` for a few
     /// query rows (at most `work.max_q`), split over `work.n_split` blocks per head. With
     /// `fused_combine` the split kernel's last block per head combines the splits (one launch),
-    /// else a second kernel does; the same arithmetic either way.
+    /// else a second kernel does; the same arithmetic either way. `grouped`: a block per KV
+    /// head reads its keys and values once for all the query heads that share them
+    /// (`attn_decode_group_*`; f16 caches, the group sizes of [`ATTN_GROUPS`]), else a block
+    /// per query head (`attn_decode_split_*`).
     #[allow(clippy::too_many_arguments)]
     pub fn decode(
         &self,
         fused_combine: bool,
+        grouped: bool,
         q: &CudaSlice<f32>,
         cache: &KvCache,
         positions: &CudaSlice<u32>,
@@ -336,31 +353,66 @@ impl Attention {
             int(cache.n_ctx, "n_ctx"),
         );
         let fused = fused_combine;
-        let mut b = self.launch.builder(f);
-        b.arg(q)
-            .arg(&cache.k)
-            .arg(&cache.v)
-            .arg(positions)
-            .arg(&mut work.m)
-            .arg(&mut work.l)
-            .arg(&mut work.acc);
         let null = 0u64; // a null pointer: no fused combine
-        if fused {
-            b.arg(&mut work.done).arg(&mut *out);
+        if grouped {
+            let group = n_head / cache.n_kv_head;
+            let gi = ATTN_GROUPS.iter().position(|&g| g == group);
+            let (Some(gi), KvFormat::F16) = (gi, cache.format) else {
+                return Err(CudaError::Invalid(format!(
+                    "decode by KV group: no kernel for {group} heads a group, {} cache",
+                    cache.format.name()
+                )));
+            };
+            let f = &self.decode_group[dim_index(cache.head_dim)?][gi];
+            let mut b = self.launch.builder(f);
+            b.arg(q)
+                .arg(&cache.k)
+                .arg(&cache.v)
+                .arg(positions)
+                .arg(&mut work.m)
+                .arg(&mut work.l)
+                .arg(&mut work.acc);
+            if fused {
+                b.arg(&mut work.done).arg(&mut *out);
+            } else {
+                b.arg(&null).arg(&null);
+            }
+            b.arg(&nh).arg(&nctx).arg(&scale);
+            let cfg = LaunchConfig {
+                grid_dim: (work.n_split as u32, cache.n_kv_head as u32, n_q as u32),
+                block_dim: ((NWARPS * 32) as u32, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            // SAFETY: attn_decode_group_dD_gG(q, kc, vc, pos, m, l, acc, done, out, n_head,
+            // n_ctx, scale) with G = n_head / n_kv_head: as attn_decode_split below, a block
+            // per (split, KV head, query row); f16 cache rows of D elements (16-byte aligned).
+            unsafe { b.launch(cfg) }.during("launching attn_decode_group")?;
         } else {
-            b.arg(&null).arg(&null);
+            let mut b = self.launch.builder(f);
+            b.arg(q)
+                .arg(&cache.k)
+                .arg(&cache.v)
+                .arg(positions)
+                .arg(&mut work.m)
+                .arg(&mut work.l)
+                .arg(&mut work.acc);
+            if fused {
+                b.arg(&mut work.done).arg(&mut *out);
+            } else {
+                b.arg(&null).arg(&null);
+            }
+            b.arg(&nh).arg(&nkv).arg(&nctx).arg(&scale);
+            let cfg = LaunchConfig {
+                grid_dim: (work.n_split as u32, n_head as u32, n_q as u32),
+                block_dim: ((NWARPS * 32) as u32, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            // SAFETY: attn_decode_split_dD(q, kc, vc, pos, m, l, acc, done, out, n_head,
+            // n_kv_head, n_ctx, scale): n_q rows of q, positions below n_ctx (the caller's),
+            // partials and counters sized by work (max_q >= n_q rows), out n_q * n_head *
+            // head_dim floats, or done and out null when the combine kernel follows.
+            unsafe { b.launch(cfg) }.during("launching attn_decode_split")?;
         }
-        b.arg(&nh).arg(&nkv).arg(&nctx).arg(&scale);
-        let cfg = LaunchConfig {
-            grid_dim: (work.n_split as u32, n_head as u32, n_q as u32),
-            block_dim: ((NWARPS * 32) as u32, 1, 1),
-            shared_mem_bytes: 0,
-        };
-        // SAFETY: attn_decode_split_dD(q, kc, vc, pos, m, l, acc, done, out, n_head, n_kv_head,
-        // n_ctx, scale): n_q rows of q, positions below n_ctx (the caller's), partials and
-        // counters sized by work (max_q >= n_q rows), out n_q * n_head * head_dim floats, or
-        // done and out null when the combine kernel follows.
-        unsafe { b.launch(cfg) }.during("launching attn_decode_split")?;
         if fused {
             return Ok(());
         }

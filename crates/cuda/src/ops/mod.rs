@@ -22,7 +22,7 @@ mod moe_route;
 mod norm_rope;
 mod quantize;
 
-pub use attention::{Attention, DecodeWork, KvCache, KvFormat, PrefillKernel};
+pub use attention::{Attention, DecodeWork, KvCache, KvFormat, PrefillKernel, ATTN_GROUPS};
 pub use elementwise::Elementwise;
 pub use embed::Embed;
 pub use gemm_f32::GemmF32;

@@ -75,8 +75,9 @@ impl fmt::Display for Matmul {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Attn {
     /// Flash-decoding over the cache's splits; `fused_combine`: the splits are combined in
-    /// the split kernel's last block per head (else in `attn_decode_combine`).
-    Decode { fused_combine: bool },
+    /// the split kernel's last block per head (else in `attn_decode_combine`); `grouped`: a
+    /// block per KV head and split serves all its query heads (`attn_decode_group_*`).
+    Decode { fused_combine: bool, grouped: bool },
     /// A prefill kernel over the whole ubatch.
     Prefill(PrefillKernel),
 }

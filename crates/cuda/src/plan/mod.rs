@@ -21,8 +21,8 @@ use crate::device::CudaDevice;
 use crate::error::{DriverContext, Result};
 use crate::ops::launch::LaunchMode;
 use crate::ops::{
-    ActQuant, Kernels, KvFormat, Mmq, MmqOrder, Mmvq, MoeDecodeWork, PrefillKernel, MMQ_BK,
-    MMQ_TILES, MMVQ_MAX_COLS, MOE_DECODE_MAX_TOKENS, ROUTER_ROWS_MAX_EMBD, ROUTER_SMALL_N,
+    ActQuant, Kernels, KvFormat, Mmq, MmqOrder, Mmvq, MoeDecodeWork, PrefillKernel, ATTN_GROUPS,
+    MMQ_BK, MMQ_TILES, MMVQ_MAX_COLS, MOE_DECODE_MAX_TOKENS, ROUTER_ROWS_MAX_EMBD, ROUTER_SMALL_N,
 };
 use cudarc::driver::sys::CUdevice_attribute;
 use ferrolm_gguf::GgmlType;
@@ -278,10 +278,15 @@ impl Plan {
     /// Attention of a ubatch of `rows` query rows over a cache of `kv`: flash-decoding up to
     /// [`DECODE_MAX_ROWS`], a prefill kernel above; over a quantized cache (`-ctk q8_0`) the
     /// scalar prefill, the one that reads its blocks (dequantized per element, f32 after).
-    pub fn attention(&self, rows: usize, kv: KvFormat) -> Attn {
+    /// Decode by KV group (`group` query heads a KV head) where an f16 cache and the group size
+    /// have a kernel, unless `FERROLM_ATTN_GROUPED=0`.
+    pub fn attention(&self, rows: usize, kv: KvFormat, group: usize) -> Attn {
         if rows <= DECODE_MAX_ROWS {
             Attn::Decode {
                 fused_combine: self.switches.fuse,
+                grouped: self.switches.attn_grouped
+                    && kv == KvFormat::F16
+                    && ATTN_GROUPS.contains(&group),
             }
         } else if kv.is_quantized() {
             Attn::Prefill(PrefillKernel::Scalar)

@@ -45,6 +45,9 @@ pub struct Switches {
     pub moe_router_rows: bool,
     /// `FERROLM_CUDA_Q8K`: K-quant weights meet Q8_K activations (else Q8_1).
     pub q8k: bool,
+    /// `FERROLM_ATTN_GROUPED`: decode attention a block per KV head and split, for all the
+    /// query heads that share it (else a block per query head).
+    pub attn_grouped: bool,
     /// `FERROLM_CUDA_PDL`: programmatic dependent launch on sm_90+ (each kernel's blocks
     /// scheduled while the one before finishes; see `ops/launch.rs`).
     pub pdl: bool,
@@ -72,6 +75,7 @@ impl Default for Switches {
             moe_fused: true,
             moe_router_rows: true,
             q8k: true,
+            attn_grouped: true,
             pdl: true,
             prefetch: false,
             profile: false,
@@ -167,6 +171,7 @@ impl Switches {
             moe_fused: flag(env, "FERROLM_MOE_FUSED", true)?,
             moe_router_rows: flag(env, "FERROLM_MOE_ROUTER_ROWS", true)?,
             q8k: flag(env, "FERROLM_CUDA_Q8K", true)?,
+            attn_grouped: flag(env, "FERROLM_ATTN_GROUPED", true)?,
             pdl: flag(env, "FERROLM_CUDA_PDL", true)?,
             prefetch: flag(env, "FERROLM_CUDA_PREFETCH", false)?,
             profile: flag(env, "FERROLM_CUDA_PROFILE", false)?,
@@ -192,7 +197,7 @@ impl fmt::Display for Switches {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let tile = self.mmq_tile.map_or("auto", |i| MMQ_TILES[i].name);
         let attn = if self.attn_ggml_small { "ggml" } else { "f32" };
-        let lines: [(&str, &str, &str); 16] = [
+        let lines: [(&str, &str, &str); 17] = [
             (
                 "FERROLM_CUDA_MMQ",
                 bit(self.mmq),
@@ -249,6 +254,11 @@ impl fmt::Display for Switches {
                 "FERROLM_CUDA_Q8K",
                 bit(self.q8k),
                 "Q8_K activations for K-quants",
+            ),
+            (
+                "FERROLM_ATTN_GROUPED",
+                bit(self.attn_grouped),
+                "decode attention by KV group",
             ),
             (
                 "FERROLM_CUDA_PDL",

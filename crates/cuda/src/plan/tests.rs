@@ -91,6 +91,7 @@ fn bad_values_name_the_variable_and_the_choices() {
         "FERROLM_CUDA_Q8K",
         "FERROLM_CUDA_PDL",
         "FERROLM_CUDA_PREFETCH",
+        "FERROLM_ATTN_GROUPED",
     ] {
         assert!(err(&[(name, "off")]).contains(&format!("{name}=off")));
     }
@@ -107,7 +108,7 @@ fn tile_names() {
 #[test]
 fn display_prints_every_switch() {
     let text = plan(&[("FERROLM_MMQ_TILE", "128x64")]).to_string();
-    assert_eq!(text.lines().count(), 18, "{text}");
+    assert_eq!(text.lines().count(), 19, "{text}");
     assert!(text.contains("132 SMs, cc 9.0"));
     assert!(text
         .lines()
@@ -265,9 +266,10 @@ fn fusions_follow_the_switch() {
     assert!(on.fused_norm(2048) && !on.fused_norm(2047) && !off.fused_norm(2048));
     assert!(on.pair_matvec(1) && !on.pair_matvec(2) && !off.pair_matvec(1));
     assert_eq!(
-        off.attention(1, KvFormat::F16),
+        off.attention(1, KvFormat::F16, 4),
         Attn::Decode {
-            fused_combine: false
+            fused_combine: false,
+            grouped: true
         }
     );
     assert!(on.graphs() && !plan(&[("FERROLM_CUDA_GRAPH", "0")]).graphs());
@@ -281,19 +283,13 @@ fn fusions_follow_the_switch() {
 fn attention_by_rows_unless_forced() {
     use PrefillKernel::{F16Ref, F32Ref, Mma, Scalar};
     let p = plan(&[]);
-    let prefill = |p: &Plan, n| p.attention(n, KvFormat::F16);
-    assert_eq!(
-        prefill(&p, 1),
-        Attn::Decode {
-            fused_combine: true
-        }
-    );
-    assert_eq!(
-        prefill(&p, 8),
-        Attn::Decode {
-            fused_combine: true
-        }
-    );
+    let prefill = |p: &Plan, n| p.attention(n, KvFormat::F16, 4);
+    let decode = Attn::Decode {
+        fused_combine: true,
+        grouped: true,
+    };
+    assert_eq!(prefill(&p, 1), decode);
+    assert_eq!(prefill(&p, 8), decode);
     assert_eq!(prefill(&p, 9), Attn::Prefill(F16Ref));
     assert_eq!(prefill(&p, GGML_SMALL_ROWS - 1), Attn::Prefill(F16Ref));
     assert_eq!(prefill(&p, GGML_SMALL_ROWS), Attn::Prefill(F32Ref));
@@ -306,22 +302,41 @@ fn attention_by_rows_unless_forced() {
     assert_eq!(prefill(&f32, 2048), Attn::Prefill(Mma));
     let mma = plan(&[("FERROLM_ATTN_MMA", "1")]);
     assert_eq!(prefill(&mma, 9), Attn::Prefill(Mma));
-    assert_eq!(
-        mma.attention(1, KvFormat::F16),
-        Attn::Decode {
-            fused_combine: true
-        }
-    );
+    assert_eq!(mma.attention(1, KvFormat::F16, 4), decode);
     let scalar = plan(&[("FERROLM_ATTN_MMA", "0")]);
     assert_eq!(prefill(&scalar, 2048), Attn::Prefill(Scalar));
-    // A quantized cache: decode as f16's, every prefill on the kernel that reads blocks.
+    // A quantized cache: decode a block per query head, every prefill on the kernel that
+    // reads blocks.
     for q in [KvFormat::Q8_0, KvFormat::Q4_0] {
         for n in [9, GGML_SMALL_ROWS, 2048] {
-            assert_eq!(p.attention(n, q), Attn::Prefill(Scalar));
-            assert_eq!(mma.attention(n, q), Attn::Prefill(Scalar));
+            assert_eq!(p.attention(n, q, 4), Attn::Prefill(Scalar));
+            assert_eq!(mma.attention(n, q, 4), Attn::Prefill(Scalar));
         }
-        assert_eq!(p.attention(8, q), p.attention(8, KvFormat::F16));
+        assert_eq!(
+            p.attention(8, q, 4),
+            Attn::Decode {
+                fused_combine: true,
+                grouped: false
+            }
+        );
     }
+}
+
+/// Decode by KV group where a kernel has the group size (f16 caches), unless switched off.
+#[test]
+fn decode_grouped_for_the_group_sizes_it_has() {
+    let grouped = |p: &Plan, group| match p.attention(1, KvFormat::F16, group) {
+        Attn::Decode { grouped, .. } => grouped,
+        other => panic!("{other:?}"),
+    };
+    let p = plan(&[]);
+    for g in [1, 2, 4, 8] {
+        assert!(grouped(&p, g), "group {g}");
+    }
+    for g in [3, 5, 6, 16] {
+        assert!(!grouped(&p, g), "group {g}");
+    }
+    assert!(!grouped(&plan(&[("FERROLM_ATTN_GROUPED", "0")]), 4));
 }
 
 #[test]
