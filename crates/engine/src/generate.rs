@@ -1,5 +1,10 @@
 //! The generation loop: prefill the prompt, then sample, stream and stop.
+//!
+//! With a grammar, each sampled token is committed to the sequence's matcher at once and the
+//! next token's mask is computed on a helper thread while the forward pass for this token
+//! runs ([`overlap`]), so constrained decoding adds little to a step.
 
+use crate::constraint::{overlap, Grammar, TokenMask};
 use crate::sampler::Sampler;
 use crate::session::{EngineError, Logits, Session};
 use ferrolm_tokenizer::Tokenizer;
@@ -16,6 +21,9 @@ pub struct GenerateParams {
     /// When set (e.g. by a Ctrl-C handler), generation ends before the next token is sampled.
     /// Checked once per token, not during the prompt's prefill.
     pub cancel: Option<Arc<AtomicBool>>,
+    /// Structured output: every token is chosen within this grammar, and generation ends
+    /// (as [`StopReason::Eog`]) when the grammar is complete.
+    pub grammar: Option<Grammar>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -69,7 +77,14 @@ pub fn generate(
         });
     }
     let t0 = Instant::now();
-    let mut logits = session.eval(prompt, Logits::Last)?;
+    let mut matcher = params.grammar.as_ref().map(Grammar::matcher);
+    // The first mask is computed during the prefill.
+    let (logits, mask) = overlap(
+        || session.eval(prompt, Logits::Last),
+        || matcher.as_mut().map(|m| m.compute_mask()).transpose(),
+    );
+    let mut logits = logits?;
+    let mut mask: Option<TokenMask> = mask?;
     let prompt_secs = t0.elapsed().as_secs_f64();
     sampler.accept(prompt);
 
@@ -89,12 +104,16 @@ pub fn generate(
             stop = StopReason::Cancelled;
             break;
         }
-        let next = sampler.sample(&logits);
+        let next = sampler.sample_masked(&logits, mask.as_ref());
         if tok.is_eog(next) {
             stop = StopReason::Eog;
             break;
         }
         tokens.push(next);
+        if let Some(m) = matcher.as_mut() {
+            m.accept(next)?;
+        }
+        let complete = matcher.as_ref().is_some_and(|m| m.is_finished());
         pending.push_str(
             &decoder
                 .push(next)
@@ -117,6 +136,10 @@ pub fn generate(
             emit(&pending[..ready]);
             pending.drain(..ready);
         }
+        if complete {
+            stop = StopReason::Eog;
+            break;
+        }
         if tokens.len() == params.n_predict {
             break;
         }
@@ -124,7 +147,12 @@ pub fn generate(
             stop = StopReason::ContextFull;
             break;
         }
-        logits = session.eval(&[next], Logits::Last)?;
+        let (l, m) = overlap(
+            || session.eval(&[next], Logits::Last),
+            || matcher.as_mut().map(|m| m.compute_mask()).transpose(),
+        );
+        logits = l?;
+        mask = m?;
     }
     if stop != StopReason::StopString {
         pending.push_str(&decoder.finish());

@@ -1,6 +1,7 @@
 //! Running a model: loading it onto a backend, sessions with their KV cache, sampling.
 
 mod batch;
+pub mod constraint;
 mod generate;
 mod memory;
 mod model;

@@ -1,8 +1,10 @@
 //! Choosing the next token from logits.
 //!
 //! The chain follows llama.cpp's default order: repetition penalty, top-k, top-p, min-p,
-//! temperature, then a seeded draw. Temperature 0 means greedy.
+//! temperature, then a seeded draw. Temperature 0 means greedy. A grammar's [`TokenMask`]
+//! (structured output) comes first: disallowed tokens get -inf, so no mode can pick them.
 
+use crate::constraint::TokenMask;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -78,23 +80,36 @@ impl Sampler {
     }
 
     pub fn sample(&mut self, logits: &[f32]) -> u32 {
-        let token = self.choose(logits);
+        self.sample_masked(logits, None)
+    }
+
+    /// As [`Self::sample`], choosing only among the tokens `mask` allows.
+    pub fn sample_masked(&mut self, logits: &[f32], mask: Option<&TokenMask>) -> u32 {
+        let token = self.choose(logits, mask);
         self.history.push(token);
         token
     }
 
-    fn choose(&mut self, logits: &[f32]) -> u32 {
+    fn choose(&mut self, logits: &[f32], mask: Option<&TokenMask>) -> u32 {
         let mut logits = logits.to_vec();
         self.apply_repeat_penalty(&mut logits);
+        if let Some(mask) = mask {
+            mask.apply(&mut logits);
+        }
         if self.cfg.temperature <= 0.0 {
             return argmax(&logits);
         }
-        // Candidates sorted by logit, best first.
+        // Candidates sorted by logit, best first; masked-out tokens are no candidates.
         let mut cand: Vec<(u32, f32)> = logits
             .iter()
             .enumerate()
+            .filter(|(_, &l)| mask.is_none() || l > f32::NEG_INFINITY)
             .map(|(i, &l)| (i as u32, l))
             .collect();
+        if cand.is_empty() {
+            // A mask that allows nothing (never from llguidance): fall back to the argmax.
+            return argmax(&logits);
+        }
         let k = if self.cfg.top_k == 0 {
             cand.len()
         } else {

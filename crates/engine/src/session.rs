@@ -15,6 +15,8 @@ pub enum EngineError {
     Decode(String),
     #[error("{0}")]
     Backend(String),
+    #[error(transparent)]
+    Constraint(#[from] crate::constraint::ConstraintError),
 }
 
 /// Which positions of an evaluated batch get logits.
