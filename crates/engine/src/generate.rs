@@ -4,7 +4,7 @@
 //! next token's mask is computed on a helper thread while the forward pass for this token
 //! runs ([`overlap`]), so constrained decoding adds little to a step.
 
-use crate::constraint::{overlap, Grammar, TokenMask};
+use crate::constraint::{overlap, ConstraintError, Grammar, TokenMask, TokenMatcher};
 use crate::sampler::Sampler;
 use crate::session::{EngineError, Logits, Session};
 use ferrolm_tokenizer::Tokenizer;
@@ -79,10 +79,7 @@ pub fn generate(
     let t0 = Instant::now();
     let mut matcher = params.grammar.as_ref().map(Grammar::matcher);
     // The first mask is computed during the prefill.
-    let (logits, mask) = overlap(
-        || session.eval(prompt, Logits::Last),
-        || matcher.as_mut().map(|m| m.compute_mask()).transpose(),
-    );
+    let (logits, mask) = eval_beside(session, prompt, matcher.as_mut());
     let mut logits = logits?;
     let mut mask: Option<TokenMask> = mask?;
     let prompt_secs = t0.elapsed().as_secs_f64();
@@ -147,10 +144,7 @@ pub fn generate(
             stop = StopReason::ContextFull;
             break;
         }
-        let (l, m) = overlap(
-            || session.eval(&[next], Logits::Last),
-            || matcher.as_mut().map(|m| m.compute_mask()).transpose(),
-        );
+        let (l, m) = eval_beside(session, &[next], matcher.as_mut());
         logits = l?;
         mask = m?;
     }
@@ -166,6 +160,27 @@ pub fn generate(
         stop,
         tokens,
     })
+}
+
+/// Evaluates `tokens` for the last position's logits; with a matcher, its next mask is
+/// computed on a helper thread meanwhile.
+#[allow(clippy::type_complexity)]
+fn eval_beside(
+    session: &mut Session,
+    tokens: &[u32],
+    matcher: Option<&mut TokenMatcher>,
+) -> (
+    Result<Vec<f32>, EngineError>,
+    Result<Option<TokenMask>, ConstraintError>,
+) {
+    match matcher {
+        None => (session.eval(tokens, Logits::Last), Ok(None)),
+        Some(m) => {
+            let (logits, mask) =
+                overlap(|| session.eval(tokens, Logits::Last), || m.compute_mask());
+            (logits, mask.map(Some))
+        }
+    }
 }
 
 /// Bytes at the end of `text` that could still grow into a stop string: a streaming caller

@@ -2,6 +2,7 @@
 //! unsupported features are refused instead of silently ignored.
 
 use crate::error::ApiError;
+use crate::structured::{self, Constraint};
 use ferrolm_engine::SamplerConfig;
 use ferrolm_tokenizer::Message;
 use serde_json::{Map, Value};
@@ -31,6 +32,8 @@ pub struct GenParams {
     pub frequency_penalty: f32,
     /// `Some(k)`: report each token's log-probability and its `k` best alternatives.
     pub logprobs: Option<usize>,
+    /// Structured output (`response_format`, `grammar`), compiled before the job is queued.
+    pub constraint: Option<Constraint>,
 }
 
 #[derive(Clone, Debug)]
@@ -59,6 +62,8 @@ const COMMON: &[&str] = &[
     "logprobs",
     "n",
     "user",
+    "response_format",
+    "grammar",
 ];
 const CHAT_ONLY: &[&str] = &["messages", "top_logprobs", "max_completion_tokens"];
 const COMPLETIONS_ONLY: &[&str] = &["prompt", "echo", "suffix", "best_of"];
@@ -206,6 +211,7 @@ fn params(endpoint: Endpoint, f: &Fields) -> Result<GenParams, ApiError> {
         presence_penalty: f.number("presence_penalty", -2.0, 2.0)?.unwrap_or(0.0) as f32,
         frequency_penalty: f.number("frequency_penalty", -2.0, 2.0)?.unwrap_or(0.0) as f32,
         logprobs,
+        constraint: structured::parse(f.0)?,
     })
 }
 
@@ -370,6 +376,11 @@ mod tests {
                 Chat,
                 r#"{"model":"m","messages":[{"role":"user","content":"x"}],"tools":[]}"#,
                 Some("tools"),
+            ),
+            (
+                Completions,
+                r#"{"model":"m","prompt":"a","response_format":{"type":"xml"}}"#,
+                Some("response_format"),
             ),
             (
                 Chat,

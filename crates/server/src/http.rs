@@ -7,6 +7,7 @@ use crate::guard::{self, HostPolicy};
 use crate::metrics::Metrics;
 use crate::respond::{self, Reply};
 use crate::scheduler::{Handle, Job, SubmitError};
+use crate::structured::LazyVocab;
 use crate::{Engine, ServeOptions};
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
@@ -34,6 +35,7 @@ struct Inner {
     handle: Handle,
     metrics: Arc<Metrics>,
     started: u64,
+    vocab: LazyVocab,
 }
 
 impl AppState {
@@ -50,6 +52,7 @@ impl AppState {
             handle,
             metrics,
             started: unix_now(),
+            vocab: LazyVocab::default(),
         }))
     }
 }
@@ -236,9 +239,18 @@ fn start(
     if prompt.len() >= s.n_ctx {
         return Err(ApiError::context_exceeded(prompt.len(), s.n_ctx));
     }
+    let grammar = match &req.params.constraint {
+        None => None,
+        // Compiling takes milliseconds (more the first time): let tokio move other tasks off
+        // this worker meanwhile.
+        Some(c) => Some(tokio::task::block_in_place(|| {
+            s.vocab.compile(c, s.engine.tok, s.engine.model.cfg.n_vocab)
+        })?),
+    };
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
     let job = Job {
         prompt,
+        grammar,
         params: req.params.clone(),
         events: tx,
         enqueued: arrived,

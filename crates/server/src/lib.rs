@@ -15,6 +15,7 @@ pub mod metrics;
 mod respond;
 pub mod scheduler;
 mod sequence;
+pub mod structured;
 
 use ferrolm_engine::{KvType, Model};
 use ferrolm_tokenizer::{ChatTemplate, Tokenizer};

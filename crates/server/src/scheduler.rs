@@ -8,6 +8,9 @@
 //!    long prompt delays the others by at most one ubatch per step;
 //! 4. samples each sequence that got logits and streams its text; finished ones free their slot.
 //!
+//! Sequences with a grammar commit each sampled token at once; the masks for their next tokens
+//! are computed on a helper thread while step 3's forward pass runs.
+//!
 //! Handlers reach it only through [`Handle::submit`]: a queue that admits a request whenever
 //! a slot is free or fewer than `--queue` wait (else the caller answers 429), decided under
 //! one lock with the engine's count of free slots; queued requests whose client has gone are
@@ -17,6 +20,7 @@ use crate::api::GenParams;
 use crate::metrics::Metrics;
 use crate::sequence::Sequence;
 use crate::{Engine, ServeOptions};
+use ferrolm_engine::constraint::{overlap, Grammar};
 use ferrolm_engine::{EngineError, Logits, SeqCache, SeqInput};
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
@@ -70,6 +74,8 @@ pub enum Event {
 /// A request for the engine: prompt tokens, already checked to fit a slot's context.
 pub struct Job {
     pub prompt: Vec<u32>,
+    /// The compiled `response_format` / `grammar`, if any.
+    pub grammar: Option<Grammar>,
     pub params: GenParams,
     pub events: UnboundedSender<Event>,
     pub enqueued: Instant,
@@ -297,6 +303,14 @@ impl Scheduler {
             return;
         }
         plan.sort_by_key(|p| p.0);
+        // Grammar state whose next mask is due, taken out of its sequence for the helper.
+        let mut masking: Vec<_> = plan
+            .iter()
+            .filter_map(|&(i, _, _)| {
+                let seq = self.slots[i].seq.as_mut()?;
+                seq.take_masking().map(|m| (i, m))
+            })
+            .collect();
         let result = {
             let mut inputs = Vec::with_capacity(plan.len());
             let mut next = plan.iter().peekable();
@@ -314,10 +328,28 @@ impl Scheduler {
             }
             // A panic in a kernel fails this batch's requests, not the whole server.
             let model = self.engine.model;
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                model.forward_batch(&mut inputs).map_err(|e| e.to_string())
-            }))
-            .unwrap_or_else(|_| Err("the forward pass panicked (see the server's log)".into()))
+            let mut forward = || {
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    model.forward_batch(&mut inputs).map_err(|e| e.to_string())
+                }))
+                .unwrap_or_else(|_| Err("the forward pass panicked (see the server's log)".into()))
+            };
+            let (result, masked) = if masking.is_empty() {
+                (forward(), masking)
+            } else {
+                overlap(forward, || {
+                    for (_, m) in &mut masking {
+                        m.compute_mask();
+                    }
+                    masking
+                })
+            };
+            for (i, m) in masked {
+                if let Some(seq) = self.slots[i].seq.as_mut() {
+                    seq.put_masking(m);
+                }
+            }
+            result
         };
         self.metrics.steps.fetch_add(1, Ordering::Relaxed);
         let logits = match result {

@@ -1,7 +1,10 @@
 //! One request's sequence inside the scheduler: where its prompt is, how it samples, and how
 //! its text is streamed (stop strings held back, UTF-8 completed) to the request's channel.
+//! With a grammar, its matcher sits in [`Constrained`]; the scheduler takes it out while the
+//! next mask is computed beside a forward pass ([`Sequence::take_masking`]).
 
 use crate::scheduler::{Event, FinishReason, Job, TokenLogprob};
+use ferrolm_engine::constraint::{ConstraintError, TokenMask, TokenMatcher};
 use ferrolm_engine::{held_back, Sampler};
 use ferrolm_tokenizer::{StreamDecoder, Tokenizer};
 use std::collections::HashMap;
@@ -27,6 +30,24 @@ pub(crate) struct Sequence {
     /// Ended by a stop string: what follows it is never sent.
     hit_stop: bool,
     pub first_token_at: Option<Instant>,
+    /// The grammar's state; `None` without a grammar, and while the scheduler holds it.
+    constrained: Option<Constrained>,
+}
+
+/// A sequence's matcher and the mask for its next token.
+pub(crate) struct Constrained {
+    matcher: TokenMatcher,
+    /// `None` while due: computed beside the next forward pass.
+    mask: Option<Result<TokenMask, ConstraintError>>,
+}
+
+impl Constrained {
+    /// Computes the next mask unless it is already there.
+    pub fn compute_mask(&mut self) {
+        if self.mask.is_none() {
+            self.mask = Some(self.matcher.compute_mask());
+        }
+    }
 }
 
 impl Sequence {
@@ -46,6 +67,10 @@ impl Sequence {
             n_ctx,
             hit_stop: false,
             first_token_at: None,
+            constrained: job.grammar.as_ref().map(|g| Constrained {
+                matcher: g.matcher(),
+                mask: None,
+            }),
             job,
         }
     }
@@ -76,6 +101,20 @@ impl Sequence {
         self.n_past += n;
     }
 
+    /// The grammar state when its next mask is due, for the scheduler to compute beside the
+    /// forward pass; given back with [`Self::put_masking`].
+    pub fn take_masking(&mut self) -> Option<Constrained> {
+        if self.constrained.as_ref()?.mask.is_none() {
+            self.constrained.take()
+        } else {
+            None
+        }
+    }
+
+    pub fn put_masking(&mut self, c: Constrained) {
+        self.constrained = Some(c);
+    }
+
     /// Samples from this step's logits and streams the token. `Some` when the sequence is
     /// done (its `Done` event is then sent by the scheduler).
     pub fn on_logits(&mut self, logits: &[f32], tok: &Tokenizer) -> Option<FinishReason> {
@@ -86,11 +125,27 @@ impl Sequence {
                 *l -= p.presence_penalty + p.frequency_penalty * c as f32;
             }
         }
-        let next = self.sampler.sample(&logits);
+        let mask = match self.constrained.as_mut().map(|c| {
+            c.compute_mask();
+            c.mask.take().expect("computed")
+        }) {
+            None => None,
+            Some(Ok(mask)) => Some(mask),
+            Some(Err(e)) => return self.fail(e),
+        };
+        let next = self.sampler.sample_masked(&logits, mask.as_ref());
         let logprob = p.logprobs.map(|k| token_logprob(&logits, next, k, tok));
         self.first_token_at.get_or_insert_with(Instant::now);
         if tok.is_eog(next) {
             return Some(FinishReason::Stop);
+        }
+        // Committed now; the next mask is computed during the next forward pass.
+        let mut complete = false;
+        if let Some(c) = self.constrained.as_mut() {
+            if let Err(e) = c.matcher.accept(next) {
+                return self.fail(e);
+            }
+            complete = c.matcher.is_finished();
         }
         self.n_gen += 1;
         *self.counts.entry(next).or_default() += 1;
@@ -114,6 +169,9 @@ impl Sequence {
         let ready = self.pending.len() - held_back(&self.pending, stop);
         let text: String = self.pending.drain(..ready).collect();
         self.send(text, logprob);
+        if complete {
+            return Some(FinishReason::Stop);
+        }
         if self.n_gen >= self.max_tokens || self.n_past >= self.n_ctx {
             return Some(FinishReason::Length);
         }
@@ -130,6 +188,14 @@ impl Sequence {
         if !text.is_empty() {
             self.send(text, None);
         }
+    }
+
+    /// The grammar failed (an llguidance limit or bug, never the client's input): the request
+    /// gets a 5xx and the sequence ends.
+    fn fail(&mut self, e: ConstraintError) -> Option<FinishReason> {
+        let _ = self.job.events.send(Event::Failed(e.to_string()));
+        self.hit_stop = true;
+        Some(FinishReason::Stop)
     }
 
     pub fn n_gen(&self) -> usize {

@@ -77,7 +77,7 @@ pub fn run(args: ChatArgs) -> Result<()> {
         sampler: args.sampling.sampler(),
         params: GenerateParams {
             cancel: Some(cancel.clone()),
-            ..args.sampling.params()
+            ..args.sampling.params(&tok, model.cfg.n_vocab)?
         },
         generating,
         cancel,

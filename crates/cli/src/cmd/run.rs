@@ -3,6 +3,7 @@
 use super::common::ModelOpts;
 use anyhow::{bail, Context, Result};
 use clap::Args;
+use ferrolm_engine::constraint::{ConstraintVocab, GrammarSpec};
 use ferrolm_engine::{generate, GenerateParams, Sampler, SamplerConfig};
 use ferrolm_gguf::GgufFile;
 use ferrolm_tokenizer::{ChatTemplate, Message, Tokenizer};
@@ -45,6 +46,18 @@ pub struct SamplingOpts {
     /// Stop when the output contains this text (repeatable).
     #[arg(long = "stop")]
     pub stop: Vec<String>,
+    /// Constrain the output to JSON valid against the schema in FILE.
+    #[arg(
+        short = 'j',
+        long = "json-schema",
+        value_name = "FILE",
+        conflicts_with = "grammar"
+    )]
+    pub json_schema: Option<PathBuf>,
+    /// Constrain the output to the grammar in FILE: GBNF (llama.cpp's), or llguidance Lark
+    /// when the file starts with `%llguidance` or ends in `.lark`.
+    #[arg(long = "grammar", value_name = "FILE")]
+    pub grammar: Option<PathBuf>,
 }
 
 impl SamplingOpts {
@@ -86,12 +99,56 @@ impl SamplingOpts {
         })
     }
 
-    pub fn params(&self) -> GenerateParams {
-        GenerateParams {
+    /// Generation parameters; with `--json-schema` or `--grammar`, the constraint compiled
+    /// against the model's vocabulary (`n_vocab`: the logits' width).
+    pub fn params(&self, tok: &Tokenizer, n_vocab: usize) -> Result<GenerateParams> {
+        let grammar = match self.grammar_spec()? {
+            None => None,
+            Some((flag, spec)) => {
+                let vocab = ConstraintVocab::new(tok, n_vocab)?;
+                Some(
+                    vocab
+                        .compile(&spec)
+                        .map_err(|e| anyhow::anyhow!("{flag}: {e}"))?,
+                )
+            }
+        };
+        Ok(GenerateParams {
             n_predict: self.n_predict,
             stop: self.stop.clone(),
             cancel: None,
+            grammar,
+        })
+    }
+
+    /// The constraint the flags ask for, with the flag's name for messages.
+    fn grammar_spec(&self) -> Result<Option<(&'static str, GrammarSpec)>> {
+        let read = |flag: &str, f: &PathBuf| {
+            std::fs::read_to_string(f).with_context(|| format!("{flag} {}", f.display()))
+        };
+        if let Some(f) = &self.json_schema {
+            let text = read("--json-schema", f)?;
+            let schema = serde_json::from_str(&text).map_err(|e| {
+                anyhow::anyhow!("--json-schema {}: not valid JSON ({e})", f.display())
+            })?;
+            return Ok(Some((
+                "--json-schema",
+                GrammarSpec::JsonSchema {
+                    schema,
+                    strict: true,
+                },
+            )));
         }
+        if let Some(f) = &self.grammar {
+            let text = read("--grammar", f)?;
+            let spec = if f.extension().is_some_and(|e| e == "lark") {
+                GrammarSpec::Lark(text)
+            } else {
+                GrammarSpec::from_grammar_text(&text)
+            };
+            return Ok(Some(("--grammar", spec)));
+        }
+        Ok(None)
     }
 }
 
@@ -136,20 +193,14 @@ pub fn run(args: RunArgs) -> Result<()> {
     if ids.is_empty() {
         bail!("the prompt is empty: give some text with -p TEXT or -f FILE");
     }
+    let params = args.sampling.params(&tok, model.cfg.n_vocab)?;
     let mut session = args.model.session(&model)?;
     let mut sampler = args.sampling.sampler();
     let mut stdout = std::io::stdout().lock();
-    let stats = generate(
-        &mut session,
-        &mut sampler,
-        &tok,
-        &ids,
-        &args.sampling.params(),
-        |piece| {
-            let _ = stdout.write_all(piece.as_bytes());
-            let _ = stdout.flush();
-        },
-    )?;
+    let stats = generate(&mut session, &mut sampler, &tok, &ids, &params, |piece| {
+        let _ = stdout.write_all(piece.as_bytes());
+        let _ = stdout.flush();
+    })?;
     writeln!(stdout)?;
     eprintln!(
         "prompt: {} tokens, {:.2} t/s | generation: {} tokens, {:.2} t/s",
