@@ -45,6 +45,10 @@ pub struct GenerateStats {
     pub gen_secs: f64,
     pub stop: StopReason,
     pub tokens: Vec<u32>,
+    /// With a grammar: time spent computing masks (on the helper thread), and how long the
+    /// loop waited for a mask after its forward pass had finished (the part not hidden).
+    pub mask_secs: f64,
+    pub mask_wait_secs: f64,
 }
 
 impl GenerateStats {
@@ -79,7 +83,8 @@ pub fn generate(
     let t0 = Instant::now();
     let mut matcher = params.grammar.as_ref().map(Grammar::matcher);
     // The first mask is computed during the prefill.
-    let (logits, mask) = eval_beside(session, prompt, matcher.as_mut());
+    let mut timing = MaskTiming::default();
+    let (logits, mask) = eval_beside(session, prompt, matcher.as_mut(), &mut timing);
     let mut logits = logits?;
     let mut mask: Option<TokenMask> = mask?;
     let prompt_secs = t0.elapsed().as_secs_f64();
@@ -144,7 +149,7 @@ pub fn generate(
             stop = StopReason::ContextFull;
             break;
         }
-        let (l, m) = eval_beside(session, &[next], matcher.as_mut());
+        let (l, m) = eval_beside(session, &[next], matcher.as_mut(), &mut timing);
         logits = l?;
         mask = m?;
     }
@@ -159,7 +164,15 @@ pub fn generate(
         gen_secs: t1.elapsed().as_secs_f64(),
         stop,
         tokens,
+        mask_secs: timing.compute,
+        mask_wait_secs: timing.wait,
     })
+}
+
+#[derive(Default)]
+struct MaskTiming {
+    compute: f64,
+    wait: f64,
 }
 
 /// Evaluates `tokens` for the last position's logits; with a matcher, its next mask is
@@ -169,18 +182,24 @@ fn eval_beside(
     session: &mut Session,
     tokens: &[u32],
     matcher: Option<&mut TokenMatcher>,
+    timing: &mut MaskTiming,
 ) -> (
     Result<Vec<f32>, EngineError>,
     Result<Option<TokenMask>, ConstraintError>,
 ) {
-    match matcher {
-        None => (session.eval(tokens, Logits::Last), Ok(None)),
-        Some(m) => {
-            let (logits, mask) =
-                overlap(|| session.eval(tokens, Logits::Last), || m.compute_mask());
-            (logits, mask.map(Some))
-        }
-    }
+    let Some(m) = matcher else {
+        return (session.eval(tokens, Logits::Last), Ok(None));
+    };
+    let ((logits, evaluated), (mask, compute)) = overlap(
+        || (session.eval(tokens, Logits::Last), Instant::now()),
+        || {
+            let t = Instant::now();
+            (m.compute_mask(), t.elapsed().as_secs_f64())
+        },
+    );
+    timing.compute += compute;
+    timing.wait += evaluated.elapsed().as_secs_f64();
+    (logits, mask.map(Some))
 }
 
 /// Bytes at the end of `text` that could still grow into a stop string: a streaming caller

@@ -282,6 +282,8 @@ mod tests {
             gen_secs: 1.0,
             stop: StopReason::Cancelled,
             tokens: vec![1, 2, 3],
+            mask_secs: 0.0,
+            mask_wait_secs: 0.0,
         };
         assert_eq!(
             stats_line(2, 40, &s),

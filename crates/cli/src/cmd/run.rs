@@ -202,8 +202,19 @@ pub fn run(args: RunArgs) -> Result<()> {
         let _ = stdout.flush();
     })?;
     writeln!(stdout)?;
+    let constraint = if params.grammar.is_some() {
+        // Per mask: its cost, and the part the forward pass did not hide.
+        let per = |secs: f64| secs * 1e3 / (stats.n_gen + 1) as f64;
+        format!(
+            " | masks: {:.3} ms each, {:.3} ms waited",
+            per(stats.mask_secs),
+            per(stats.mask_wait_secs)
+        )
+    } else {
+        String::new()
+    };
     eprintln!(
-        "prompt: {} tokens, {:.2} t/s | generation: {} tokens, {:.2} t/s",
+        "prompt: {} tokens, {:.2} t/s | generation: {} tokens, {:.2} t/s{constraint}",
         stats.n_prompt,
         stats.prompt_tps(),
         stats.n_gen,
