@@ -382,7 +382,7 @@ mod tests {
             "start: g_root\n\
              g_root: g_greeting (\",\" g_ws g_name)? \"!\"{1,3}\n\
              g_greeting: \"hi\" | \"hello\"\n\
-             g_name: /[A-Z]/ /[a-z\\x{2D}]/* | \"étét\"\n\
+             g_name: /[A-Z]/ /[a-z\\x{2D}]/* | \"été\"\n\
              g_ws: /[\\x{20}\\x{9}]/+ | /(?s:.)/\n"
         );
     }
