@@ -4,3 +4,6 @@
 
 mod json;
 pub mod parse;
+pub mod request;
+
+pub use request::{Tool, ToolChoice, ToolRequest};

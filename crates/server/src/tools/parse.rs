@@ -37,6 +37,15 @@ pub struct Parsed {
     pub calls: Vec<Call>,
 }
 
+/// The whole reply: at most one call unless `parallel`.
+pub fn reply(format: ToolFormat, text: &str, parallel: bool) -> Parsed {
+    let mut p = parse(format, text, false);
+    if !parallel {
+        p.calls.truncate(1);
+    }
+    p
+}
+
 /// Reads `text` in `format`; `partial`: the reply is still being generated.
 pub fn parse(format: ToolFormat, text: &str, partial: bool) -> Parsed {
     let mut p = match format {
@@ -233,7 +242,7 @@ impl ToolStream {
 
     /// The reply is complete: the rest, and whether it called tools.
     pub fn finish(&mut self) -> (Vec<Delta>, bool) {
-        let p = parse(self.format, &self.text, false);
+        let p = reply(self.format, &self.text, !self.single);
         let called = !p.calls.is_empty();
         (self.deltas(p), called)
     }
