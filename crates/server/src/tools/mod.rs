@@ -2,6 +2,7 @@
 //! the model's reply read back into OpenAI `tool_calls` ([`parse`]), and the constraint
 //! that makes a forced call valid ([`constrain`]).
 
+pub mod constrain;
 mod json;
 pub mod parse;
 pub mod request;

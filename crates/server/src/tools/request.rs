@@ -10,6 +10,8 @@ pub struct Tool {
     pub name: String,
     /// The arguments' JSON schema (`{"type": "object", "properties": {}}` when not given).
     pub parameters: Value,
+    /// `strict`: every schema keyword must be enforced when the call is forced.
+    pub strict: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -174,14 +176,16 @@ fn parse_tool(i: usize, t: &Value) -> Result<Tool, ApiError> {
             format!("{} must be a string", at(".function.description")),
         ));
     }
-    if f.get("strict")
-        .is_some_and(|d| !d.is_boolean() && !d.is_null())
-    {
-        return Err(invalid(
-            &at(".function.strict"),
-            format!("{} must be true or false", at(".function.strict")),
-        ));
-    }
+    let strict = match f.get("strict") {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => *b,
+        Some(_) => {
+            return Err(invalid(
+                &at(".function.strict"),
+                format!("{} must be true or false", at(".function.strict")),
+            ))
+        }
+    };
     let parameters = match f.get("parameters") {
         None | Some(Value::Null) => json!({"type": "object", "properties": {}}),
         Some(p @ Value::Object(o)) if o.get("type").is_none_or(|ty| ty == "object") => p.clone(),
@@ -196,7 +200,11 @@ fn parse_tool(i: usize, t: &Value) -> Result<Tool, ApiError> {
             ))
         }
     };
-    Ok(Tool { name, parameters })
+    Ok(Tool {
+        name,
+        parameters,
+        strict,
+    })
 }
 
 /// OpenAI's rule for function names.
