@@ -62,88 +62,29 @@ fn forced_calls_admit_only_valid_calls() {
             .join("\n")
     };
     use ToolFormat::{Generic, Hermes};
+    let required = json!("required");
+    let auto = json!("auto");
+    #[rustfmt::skip]
     let cases = [
         // (format, tool_choice, parallel, output, accepted)
-        (
-            Generic,
-            &named,
-            false,
-            format!(r#"{{"tool_call": {add}}}"#),
-            true,
-        ),
-        (
-            Generic,
-            &named,
-            false,
-            format!(r#"{{"tool_call": {weather}}}"#),
-            false,
-        ),
-        (
-            Generic,
-            &named,
-            false,
-            format!(r#"{{"tool_call": {bad_args}}}"#),
-            false,
-        ),
-        (
-            Generic,
-            &named,
-            false,
-            r#"{"response": "hi"}"#.into(),
-            false,
-        ),
-        (
-            Generic,
-            &json!("required"),
-            true,
-            format!(r#"{{"tool_calls": [{weather}, {add}]}}"#),
-            true,
-        ),
-        (
-            Generic,
-            &json!("required"),
-            true,
-            r#"{"tool_calls": []}"#.into(),
-            false,
-        ),
-        (
-            Generic,
-            &json!("auto"),
-            false,
-            r#"{"response": "hi"}"#.into(),
-            true,
-        ),
-        (
-            Generic,
-            &json!("auto"),
-            false,
-            format!(r#"{{"tool_call": {weather}}}"#),
-            true,
-        ),
-        (Generic, &json!("auto"), false, "hi".into(), false),
+        (Generic, &named, false, format!(r#"{{"tool_call": {add}}}"#), true),
+        (Generic, &named, false, format!(r#"{{"tool_call": {weather}}}"#), false),
+        (Generic, &named, false, format!(r#"{{"tool_call": {bad_args}}}"#), false),
+        (Generic, &named, false, r#"{"response": "hi"}"#.into(), false),
+        (Generic, &required, true, format!(r#"{{"tool_calls": [{weather}, {add}]}}"#), true),
+        (Generic, &required, true, r#"{"tool_calls": []}"#.into(), false),
+        (Generic, &auto, false, r#"{"response": "hi"}"#.into(), true),
+        (Generic, &auto, false, format!(r#"{{"tool_call": {weather}}}"#), true),
+        (Generic, &auto, false, "hi".into(), false),
         (Hermes, &named, false, hermes(&[add]), true),
-        (
-            Hermes,
-            &named,
-            false,
-            format!("Sure. {}", hermes(&[add])),
-            false,
-        ),
+        (Hermes, &named, false, format!("Sure. {}", hermes(&[add])), false),
         (Hermes, &named, false, hermes(&[bad_args]), false),
-        (
-            Hermes,
-            &json!("required"),
-            true,
-            hermes(&[add, weather]),
-            true,
-        ),
-        (
-            Hermes,
-            &json!("required"),
-            false,
-            hermes(&[add, weather]),
-            false,
-        ),
+        (Hermes, &required, true, hermes(&[add, weather]), true),
+        (Hermes, &required, false, hermes(&[add, weather]), false),
+        // A named function is called once, parallel calls or not.
+        (Hermes, &named, true, hermes(&[add, add]), false),
+        (Generic, &named, true, format!(r#"{{"tool_calls": [{add}]}}"#), true),
+        (Generic, &named, true, format!(r#"{{"tool_calls": [{add}, {add}]}}"#), false),
     ];
     for (format, choice, parallel, text, want) in cases {
         let req = tools_request(choice.clone(), parallel);

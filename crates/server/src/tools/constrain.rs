@@ -2,11 +2,11 @@
 //! `required` or naming a function, generation is constrained to a valid call (the tool's
 //! name and its parameters' schema), in the format the model was asked to use.
 //! - Generic format: the JSON reply as a JSON schema, `{"tool_call": CALL}` (or
-//!   `{"tool_calls": [CALL, ...]}` with parallel calls). With `auto`, llama.cpp's choice:
-//!   that or `{"response": "..."}`, so a model that cannot follow the instructions still
-//!   answers in the shape that is read back.
-//! - Hermes: Lark, `<tool_call>\n` CALL `\n</tool_call>` (repeated with parallel calls);
-//!   `auto` is left free (the model may answer in text).
+//!   `{"tool_calls": [CALL, ...]}` with parallel calls; one when a function is named). With
+//!   `auto`, llama.cpp's choice: that or `{"response": "..."}`, so a model that cannot follow
+//!   the instructions still answers in the shape that is read back.
+//! - Hermes: Lark, `<tool_call>\n` CALL `\n</tool_call>` (repeated with parallel calls and
+//!   `required`); `auto` is left free (the model may answer in text).
 //!
 //! A CALL is `{"name": NAME, "arguments": PARAMETERS}` with no other keys: one schema per
 //! tool, `anyOf` when several may be called. The JSON is written as the templates show it to
@@ -21,6 +21,8 @@ use serde_json::{json, Value};
 /// The grammar for `req` in `format`; `None` when the reply is free.
 pub fn spec(format: ToolFormat, req: &ToolRequest) -> Option<GrammarSpec> {
     let auto = req.choice == ToolChoice::Auto;
+    // A named function is called once, as OpenAI does.
+    let named = matches!(req.choice, ToolChoice::Function(_));
     let tools: Vec<&Tool> = match req.forced() {
         Some(t) => t,
         None if auto && format == ToolFormat::Generic => req.tools.iter().collect(),
@@ -43,10 +45,11 @@ pub fn spec(format: ToolFormat, req: &ToolRequest) -> Option<GrammarSpec> {
     match format {
         ToolFormat::Generic => {
             let calls = if req.parallel {
-                object(
-                    "tool_calls",
-                    json!({"type": "array", "items": call, "minItems": 1}),
-                )
+                let mut list = json!({"type": "array", "items": call, "minItems": 1});
+                if named {
+                    list["maxItems"] = json!(1);
+                }
+                object("tool_calls", list)
             } else {
                 object("tool_call", call)
             };
@@ -61,7 +64,11 @@ pub fn spec(format: ToolFormat, req: &ToolRequest) -> Option<GrammarSpec> {
             })
         }
         ToolFormat::Hermes => {
-            let more = if req.parallel { " (\"\\n\" call)*" } else { "" };
+            let more = if req.parallel && !named {
+                " (\"\\n\" call)*"
+            } else {
+                ""
+            };
             let mut lark = format!(
                 "start: call{more}\ncall: \"<tool_call>\\n\" args \"\\n</tool_call>\"\nargs: %json "
             );
