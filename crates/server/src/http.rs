@@ -8,7 +8,7 @@ use crate::metrics::Metrics;
 use crate::respond::{self, Reply};
 use crate::scheduler::{Handle, Job, SubmitError};
 use crate::structured::LazyVocab;
-use crate::tools::ToolRequest;
+use crate::tools::{constrain, ToolRequest};
 use crate::{Engine, ServeOptions};
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
@@ -241,7 +241,12 @@ fn start(
     if prompt.len() >= s.n_ctx {
         return Err(ApiError::context_exceeded(prompt.len(), s.n_ctx));
     }
-    let grammar = match &req.params.constraint {
+    let constraint = constrain::choose(
+        s.engine.template.tool_format(),
+        req.tools.as_ref(),
+        req.params.constraint.as_ref(),
+    )?;
+    let grammar = match &constraint {
         None => None,
         // Compiling takes milliseconds (more the first time): let tokio move other tasks off
         // this worker meanwhile.

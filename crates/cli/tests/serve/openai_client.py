@@ -169,6 +169,7 @@ def tools():
     refused("tools[0].function.parameters",
             tools=[{"type": "function", "function": {"name": "f", "parameters": [1, 2]}}])
     refused("tool_choice", tools=[WEATHER], tool_choice={"type": "function", "function": {"name": "nope"}})
+    refused("tool_choice", tools=[WEATHER], tool_choice="required", response_format={"type": "json_object"})
     forced = [({"type": "function", "function": {"name": "get_weather"}}, ["get_weather"], True),
               ("required", ["get_weather", "add"], False)]
     for choice, names, parallel in forced:

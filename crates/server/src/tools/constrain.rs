@@ -14,9 +14,42 @@
 //! fill `max_tokens` with spaces).
 
 use super::{Tool, ToolChoice, ToolRequest};
+use crate::error::ApiError;
+use crate::structured::Constraint;
 use ferrolm_engine::constraint::GrammarSpec;
 use ferrolm_tokenizer::chat::ToolFormat;
 use serde_json::{json, Value};
+
+/// What a chat request's reply must match: a forced call's grammar, or the structured-output
+/// one (`response_format`, `grammar`). A forced call with either is a 400, as llama.cpp
+/// refuses a grammar with tools; with `auto`, structured output wins.
+pub fn choose(
+    format: ToolFormat,
+    tools: Option<&ToolRequest>,
+    structured: Option<&Constraint>,
+) -> Result<Option<Constraint>, ApiError> {
+    let Some(req) = tools.filter(|t| t.active()) else {
+        return Ok(structured.cloned());
+    };
+    match (structured, spec(format, req)) {
+        (Some(c), _) if req.forced().is_some() => Err(ApiError::invalid(
+            "tool_choice",
+            format!(
+                "a forced tool call ('tool_choice' {}) cannot be combined with '{}'",
+                match &req.choice {
+                    ToolChoice::Function(n) => format!("naming '{n}'"),
+                    _ => "\"required\"".into(),
+                },
+                c.field
+            ),
+        )),
+        (Some(c), _) => Ok(Some(c.clone())),
+        (None, spec) => Ok(spec.map(|spec| Constraint {
+            field: "tools",
+            spec,
+        })),
+    }
+}
 
 /// The grammar for `req` in `format`; `None` when the reply is free.
 pub fn spec(format: ToolFormat, req: &ToolRequest) -> Option<GrammarSpec> {
