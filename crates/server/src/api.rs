@@ -527,4 +527,44 @@ mod tests {
         };
         assert_eq!(m[1].content, "hi");
     }
+
+    #[test]
+    fn tool_turns_parse_and_bad_ones_name_messages() {
+        let call = r#"{"id":"call_1","type":"function","function":{"name":"f","arguments":"{}"}}"#;
+        let body = format!(
+            r#"{{"model":"m","messages":[{{"role":"user","content":"x"}},
+                {{"role":"assistant","content":null,"tool_calls":[{call}]}},
+                {{"role":"tool","tool_call_id":"call_1","content":"42"}}],
+                "tools":[{{"type":"function","function":{{"name":"f"}}}}],
+                "tool_choice":"required","parallel_tool_calls":false}}"#
+        );
+        let r = parse(Endpoint::Chat, body.as_bytes()).unwrap();
+        let Prompt::Chat(m) = r.prompt else {
+            panic!("a chat prompt")
+        };
+        assert_eq!(m[1].content, "");
+        assert_eq!(m[1].tool_calls.as_ref().unwrap().len(), 1);
+        assert_eq!(m[2].tool_call_id.as_deref(), Some("call_1"));
+        let t = r.tools.unwrap();
+        assert!(!t.parallel && t.forced().is_some());
+        for bad in [
+            r#"{"role":"tool","content":"42"}"#,
+            r#"{"role":"assistant","content":null}"#,
+            r#"{"role":"assistant","content":null,"tool_calls":[{"id":"c","function":{"name":"f"}}]}"#,
+            r#"{"role":"assistant","tool_calls":{"id":"c"}}"#,
+        ] {
+            let body = format!(r#"{{"model":"m","messages":[{bad}]}}"#);
+            assert_eq!(
+                err(Endpoint::Chat, &body).param.as_deref(),
+                Some("messages"),
+                "{bad}"
+            );
+        }
+        // Completions take no tools.
+        let e = err(
+            Endpoint::Completions,
+            r#"{"model":"m","prompt":"a","tools":[{"type":"function","function":{"name":"f"}}]}"#,
+        );
+        assert_eq!(e.param.as_deref(), Some("tools"));
+    }
 }

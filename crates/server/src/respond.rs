@@ -148,8 +148,15 @@ fn tool_message(choice: &mut Value, p: &parse::Parsed, reason: FinishReason) {
                    "function": {"name": c.name, "arguments": c.arguments}})
         })
         .collect();
-    if reason == FinishReason::Stop {
-        choice["finish_reason"] = json!("tool_calls");
+    choice["finish_reason"] = json!(finish_reason(reason, true));
+}
+
+/// "tool_calls" when the model stopped after calling; a reply cut by `max_tokens` stays
+/// "length".
+fn finish_reason(reason: FinishReason, called: bool) -> &'static str {
+    match reason {
+        FinishReason::Stop if called => "tool_calls",
+        r => r.as_str(),
     }
 }
 
@@ -252,19 +259,17 @@ pub fn stream(mut reply: Reply) -> Sse<ReceiverStream<Result<SseEvent, Infallibl
                 }) => {
                     reply.finished();
                     let mut chunks = vec![];
-                    let mut reason = reason.as_str();
+                    let mut called = false;
                     if let Some(t) = tools.as_mut() {
-                        let (deltas, called) = t.finish();
+                        let (deltas, c) = t.finish();
                         for d in deltas {
                             let lp = reply.logprobs(&std::mem::take(&mut held_lps));
                             chunks.push(reply.delta_chunk(d, lp));
                         }
-                        if called && reason == FinishReason::Stop.as_str() {
-                            reason = "tool_calls";
-                        }
+                        called = c;
                     }
                     let mut c = reply.choice(true, "", None, None);
-                    c["finish_reason"] = json!(reason);
+                    c["finish_reason"] = json!(finish_reason(reason, called));
                     if reply.endpoint == Endpoint::Chat {
                         c["delta"] = json!({});
                     }
@@ -283,7 +288,8 @@ pub fn stream(mut reply: Reply) -> Sse<ReceiverStream<Result<SseEvent, Infallibl
                 Some(Event::Failed(e)) => vec![ApiError::internal(e).to_json()],
                 None => vec![ApiError::internal("the engine dropped the request").to_json()],
             };
-            let is_error = chunk[0].get("error").is_some();
+            // A token may add nothing yet (UTF-8, a stop string or markup held back).
+            let is_error = chunk.first().is_some_and(|c| c.get("error").is_some());
             for c in chunk {
                 if out.send(Ok(send(c))).await.is_err() {
                     return;
