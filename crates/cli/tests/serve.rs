@@ -28,6 +28,15 @@ fn curl(server: &Server, path: &str, body: &str) -> Option<String> {
     Some(String::from_utf8(out.stdout).unwrap())
 }
 
+/// Tool calls through the real client: forced calls whose arguments validate against their
+/// schema, streamed and not; a tool result accepted back; `tool_choice: "none"`; bad tools.
+#[test]
+fn openai_client_tool_calls() {
+    let server = Server::start(&[]);
+    let out = python_client(&server, &["tools"]);
+    assert!(out.contains("tools ok"), "{out}");
+}
+
 #[test]
 fn openai_client_and_curl_chat_completions_streaming_stop() {
     let server = Server::start(&[]);

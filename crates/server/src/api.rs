@@ -3,6 +3,7 @@
 
 use crate::error::ApiError;
 use crate::structured::{self, Constraint};
+use crate::tools::{self, ToolRequest};
 use ferrolm_engine::SamplerConfig;
 use ferrolm_tokenizer::Message;
 use serde_json::{Map, Value};
@@ -44,6 +45,8 @@ pub struct GenRequest {
     /// `stream_options.include_usage`: a last chunk with token counts.
     pub include_usage: bool,
     pub params: GenParams,
+    /// Chat's `tools`, `tool_choice` and `parallel_tool_calls`, when it offers tools.
+    pub tools: Option<ToolRequest>,
 }
 
 const COMMON: &[&str] = &[
@@ -65,7 +68,14 @@ const COMMON: &[&str] = &[
     "response_format",
     "grammar",
 ];
-const CHAT_ONLY: &[&str] = &["messages", "top_logprobs", "max_completion_tokens"];
+const CHAT_ONLY: &[&str] = &[
+    "messages",
+    "top_logprobs",
+    "max_completion_tokens",
+    "tools",
+    "tool_choice",
+    "parallel_tool_calls",
+];
 const COMPLETIONS_ONLY: &[&str] = &["prompt", "echo", "suffix", "best_of"];
 
 /// A typed view of the body's fields; `null` counts as absent, as OpenAI's API treats it.
@@ -159,12 +169,21 @@ pub fn parse(endpoint: Endpoint, body: &[u8]) -> Result<GenRequest, ApiError> {
             ))
         }
     };
+    let tools = match endpoint {
+        Endpoint::Chat => tools::request::parse(
+            f.get("tools"),
+            f.get("tool_choice"),
+            f.boolean("parallel_tool_calls")?,
+        )?,
+        Endpoint::Completions => None,
+    };
     Ok(GenRequest {
         model,
         prompt,
         stream,
         include_usage,
         params: params(endpoint, &f)?,
+        tools,
     })
 }
 
@@ -255,16 +274,74 @@ fn messages(v: Option<&Value>) -> Result<Vec<Message>, ApiError> {
                 .get("role")
                 .and_then(Value::as_str)
                 .ok_or_else(|| bad(format!("messages[{i}] needs a string 'role'")))?;
-            if !["system", "developer", "user", "assistant"].contains(&role) {
+            if !["system", "developer", "user", "assistant", "tool"].contains(&role) {
                 return Err(bad(format!(
                     "messages[{i}]: role '{role}' is not supported (system, developer, user, \
-                     assistant)"
+                     assistant, tool)"
                 )));
             }
             let role = if role == "developer" { "system" } else { role };
-            Ok(Message::new(role, content(m.get("content"), i)?))
+            let tool_calls = match role {
+                "assistant" => tool_calls(m.get("tool_calls"), i)?,
+                _ => None,
+            };
+            // An assistant turn that only calls tools has no content.
+            let text = match m.get("content") {
+                None | Some(Value::Null) if tool_calls.is_some() => String::new(),
+                v => content(v, i)?,
+            };
+            let mut msg = Message::new(role, text);
+            msg.tool_calls = tool_calls;
+            if role == "tool" {
+                msg.tool_call_id = Some(
+                    m.get("tool_call_id")
+                        .and_then(Value::as_str)
+                        .ok_or_else(|| {
+                            bad(format!(
+                                "messages[{i}]: a tool message needs a string 'tool_call_id'"
+                            ))
+                        })?
+                        .to_owned(),
+                );
+                msg.name = m.get("name").and_then(Value::as_str).map(str::to_owned);
+            }
+            Ok(msg)
         })
         .collect()
+}
+
+/// An assistant turn's `tool_calls`: `[{id, type: "function", function: {name, arguments}}]`,
+/// kept as sent (templates read them as Hugging Face passes them). `None` when absent or empty.
+fn tool_calls(v: Option<&Value>, i: usize) -> Result<Option<Vec<Value>>, ApiError> {
+    let calls = match v {
+        None | Some(Value::Null) => return Ok(None),
+        Some(Value::Array(calls)) if calls.is_empty() => return Ok(None),
+        Some(Value::Array(calls)) => calls,
+        Some(_) => {
+            return Err(ApiError::invalid(
+                "messages",
+                format!("messages[{i}].tool_calls must be an array"),
+            ))
+        }
+    };
+    for (j, c) in calls.iter().enumerate() {
+        let f = c.get("function");
+        let ok = c.get("id").is_some_and(Value::is_string)
+            && c.get("type").is_none_or(|t| t == "function")
+            && f.and_then(|f| f.get("name")).is_some_and(Value::is_string)
+            && f.and_then(|f| f.get("arguments"))
+                .is_some_and(Value::is_string);
+        if !ok {
+            return Err(ApiError::invalid(
+                "messages",
+                format!(
+                    "messages[{i}].tool_calls[{j}] must be {{\"id\": string, \"type\": \
+                     \"function\", \"function\": {{\"name\": string, \"arguments\": string}}}}"
+                ),
+            ));
+        }
+    }
+    Ok(Some(calls.clone()))
 }
 
 /// A message's content: a string, or an array of `{"type": "text", "text": ...}` parts.
@@ -449,5 +526,45 @@ mod tests {
             panic!("a chat prompt")
         };
         assert_eq!(m[1].content, "hi");
+    }
+
+    #[test]
+    fn tool_turns_parse_and_bad_ones_name_messages() {
+        let call = r#"{"id":"call_1","type":"function","function":{"name":"f","arguments":"{}"}}"#;
+        let body = format!(
+            r#"{{"model":"m","messages":[{{"role":"user","content":"x"}},
+                {{"role":"assistant","content":null,"tool_calls":[{call}]}},
+                {{"role":"tool","tool_call_id":"call_1","content":"42"}}],
+                "tools":[{{"type":"function","function":{{"name":"f"}}}}],
+                "tool_choice":"required","parallel_tool_calls":false}}"#
+        );
+        let r = parse(Endpoint::Chat, body.as_bytes()).unwrap();
+        let Prompt::Chat(m) = r.prompt else {
+            panic!("a chat prompt")
+        };
+        assert_eq!(m[1].content, "");
+        assert_eq!(m[1].tool_calls.as_ref().unwrap().len(), 1);
+        assert_eq!(m[2].tool_call_id.as_deref(), Some("call_1"));
+        let t = r.tools.unwrap();
+        assert!(!t.parallel && t.forced().is_some());
+        for bad in [
+            r#"{"role":"tool","content":"42"}"#,
+            r#"{"role":"assistant","content":null}"#,
+            r#"{"role":"assistant","content":null,"tool_calls":[{"id":"c","function":{"name":"f"}}]}"#,
+            r#"{"role":"assistant","tool_calls":{"id":"c"}}"#,
+        ] {
+            let body = format!(r#"{{"model":"m","messages":[{bad}]}}"#);
+            assert_eq!(
+                err(Endpoint::Chat, &body).param.as_deref(),
+                Some("messages"),
+                "{bad}"
+            );
+        }
+        // Completions take no tools.
+        let e = err(
+            Endpoint::Completions,
+            r#"{"model":"m","prompt":"a","tools":[{"type":"function","function":{"name":"f"}}]}"#,
+        );
+        assert_eq!(e.param.as_deref(), Some("tools"));
     }
 }

@@ -8,6 +8,7 @@ use crate::metrics::Metrics;
 use crate::respond::{self, Reply};
 use crate::scheduler::{Handle, Job, SubmitError};
 use crate::structured::LazyVocab;
+use crate::tools::{constrain, ToolRequest};
 use crate::{Engine, ServeOptions};
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
@@ -17,6 +18,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use ferrolm_tokenizer::chat::ToolPrompt;
 use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
@@ -239,7 +241,12 @@ fn start(
     if prompt.len() >= s.n_ctx {
         return Err(ApiError::context_exceeded(prompt.len(), s.n_ctx));
     }
-    let grammar = match &req.params.constraint {
+    let constraint = constrain::choose(
+        s.engine.template.tool_format(),
+        req.tools.as_ref(),
+        req.params.constraint.as_ref(),
+    )?;
+    let grammar = match &constraint {
         None => None,
         // Compiling takes milliseconds (more the first time): let tokio move other tasks off
         // this worker meanwhile.
@@ -264,7 +271,13 @@ fn start(
         Endpoint::Chat => "chatcmpl",
         Endpoint::Completions => "cmpl",
     };
+    let tools = req
+        .tools
+        .as_ref()
+        .filter(|t| t.active())
+        .map(|t| (s.engine.template.tool_format(), t.parallel));
     Ok(Reply {
+        tools,
         endpoint,
         id: format!("{prefix}-{:016x}", rand::random::<u64>()),
         created: unix_now(),
@@ -289,9 +302,16 @@ fn tokenize(
     };
     let text = match &req.prompt {
         Prompt::Chat(messages) => {
+            let tools = req.tools.as_ref().filter(|t| t.active()).map(prompt_tools);
             let ids = engine
                 .template
-                .encode(engine.tok, messages, true, special_in_content)
+                .encode_with_tools(
+                    engine.tok,
+                    messages,
+                    tools.as_ref(),
+                    true,
+                    special_in_content,
+                )
                 .map_err(|e| {
                     ApiError::invalid("messages", format!("the model's chat template: {e}"))
                 })?;
@@ -320,4 +340,12 @@ fn tokenize(
         return Err(ApiError::invalid(field, "the prompt is empty"));
     }
     Ok(ids)
+}
+
+/// The tools as the chat template is given them.
+fn prompt_tools(t: &ToolRequest) -> ToolPrompt {
+    ToolPrompt {
+        tools: t.raw.clone(),
+        parallel: t.parallel,
+    }
 }

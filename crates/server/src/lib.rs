@@ -16,6 +16,7 @@ mod respond;
 pub mod scheduler;
 mod sequence;
 pub mod structured;
+pub mod tools;
 
 use ferrolm_engine::{KvType, Model};
 use ferrolm_tokenizer::{ChatTemplate, Tokenizer};

@@ -5,9 +5,11 @@ use crate::api::Endpoint;
 use crate::error::ApiError;
 use crate::metrics::Metrics;
 use crate::scheduler::{Event, FinishReason, TokenLogprob};
+use crate::tools::parse::{self, call_id, Delta, ToolStream};
 use axum::response::sse::{Event as SseEvent, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use ferrolm_tokenizer::chat::ToolFormat;
 use serde_json::{json, Value};
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -24,6 +26,8 @@ pub struct Reply {
     pub stream: bool,
     pub include_usage: bool,
     pub logprobs: bool,
+    /// The reply is read for tool calls in this format (`parallel_tool_calls` with it).
+    pub tools: Option<(ToolFormat, bool)>,
     pub events: UnboundedReceiver<Event>,
     pub arrived: Instant,
     pub metrics: Arc<Metrics>,
@@ -101,10 +105,58 @@ impl Reply {
         })
     }
 
+    /// A streamed piece of a message read for tool calls, as OpenAI's chunk delta.
+    fn delta_chunk(&self, d: Delta, lp: Option<Value>) -> Value {
+        let delta = match d {
+            Delta::Content(text) => json!({ "content": text }),
+            Delta::CallStart { index, id, name } => json!({"tool_calls": [{
+                "index": index, "id": id, "type": "function",
+                "function": {"name": name, "arguments": ""},
+            }]}),
+            Delta::CallArguments { index, fragment } => json!({"tool_calls": [{
+                "index": index, "function": {"arguments": fragment},
+            }]}),
+        };
+        let choice = json!({"index": 0, "delta": delta, "logprobs": lp, "finish_reason": null});
+        self.object(true, json!([choice]))
+    }
+
     fn finished(&self) {
         self.metrics
             .request_seconds
             .observe(self.arrived.elapsed().as_secs_f64());
+    }
+}
+
+/// A chat choice's message as the calls and content read from the reply: content `null` when
+/// there is none, `finish_reason` "tool_calls" when the model stopped after calling.
+fn tool_message(choice: &mut Value, p: &parse::Parsed, reason: FinishReason) {
+    let msg = &mut choice["message"];
+    msg["content"] = if p.content.is_empty() && !p.calls.is_empty() {
+        Value::Null
+    } else {
+        json!(p.content)
+    };
+    if p.calls.is_empty() {
+        return;
+    }
+    msg["tool_calls"] = p
+        .calls
+        .iter()
+        .map(|c| {
+            json!({"id": call_id(), "type": "function",
+                   "function": {"name": c.name, "arguments": c.arguments}})
+        })
+        .collect();
+    choice["finish_reason"] = json!(finish_reason(reason, true));
+}
+
+/// "tool_calls" when the model stopped after calling; a reply cut by `max_tokens` stays
+/// "length".
+fn finish_reason(reason: FinishReason, called: bool) -> &'static str {
+    match reason {
+        FinishReason::Stop if called => "tool_calls",
+        r => r.as_str(),
     }
 }
 
@@ -135,7 +187,10 @@ pub async fn collect(mut reply: Reply) -> Response {
                 n_gen,
             } => {
                 reply.finished();
-                let choice = reply.choice(false, &text, reply.logprobs(&lps), Some(reason));
+                let mut choice = reply.choice(false, &text, reply.logprobs(&lps), Some(reason));
+                if let Some((format, parallel)) = reply.tools {
+                    tool_message(&mut choice, &parse::reply(format, &text, parallel), reason);
+                }
                 let mut body = reply.object(false, json!([choice]));
                 body["usage"] = usage(n_prompt, n_gen);
                 return Json(body).into_response();
@@ -165,12 +220,29 @@ pub fn stream(mut reply: Reply) -> Sse<ReceiverStream<Result<SseEvent, Infallibl
             }
         }
         let mut offset = 0;
+        let mut tools = reply
+            .tools
+            .map(|(f, parallel)| ToolStream::new(f, parallel));
+        // Log-probabilities of tokens whose text is not sent yet (held back by the reader).
+        let mut held_lps = Vec::new();
         loop {
             let ev = tokio::select! {
                 ev = reply.events.recv() => ev,
                 _ = out.closed() => return,
             };
             let chunk = match ev {
+                Some(Event::Token { text, logprob }) if tools.is_some() => {
+                    held_lps.extend(logprob.map(|l| (l, offset)));
+                    offset += text.len();
+                    let deltas = tools.as_mut().map_or(vec![], |t| t.push(&text));
+                    deltas
+                        .into_iter()
+                        .map(|d| {
+                            let lp = reply.logprobs(&std::mem::take(&mut held_lps));
+                            reply.delta_chunk(d, lp)
+                        })
+                        .collect()
+                }
                 Some(Event::Token { text, logprob }) => {
                     let lps: Vec<_> = logprob.into_iter().map(|l| (l, offset)).collect();
                     offset += text.len();
@@ -186,11 +258,22 @@ pub fn stream(mut reply: Reply) -> Sse<ReceiverStream<Result<SseEvent, Infallibl
                     n_gen,
                 }) => {
                     reply.finished();
-                    let mut c = reply.choice(true, "", None, Some(reason));
+                    let mut chunks = vec![];
+                    let mut called = false;
+                    if let Some(t) = tools.as_mut() {
+                        let (deltas, c) = t.finish();
+                        for d in deltas {
+                            let lp = reply.logprobs(&std::mem::take(&mut held_lps));
+                            chunks.push(reply.delta_chunk(d, lp));
+                        }
+                        called = c;
+                    }
+                    let mut c = reply.choice(true, "", None, None);
+                    c["finish_reason"] = json!(finish_reason(reason, called));
                     if reply.endpoint == Endpoint::Chat {
                         c["delta"] = json!({});
                     }
-                    let mut chunks = vec![reply.object(true, json!([c]))];
+                    chunks.push(reply.object(true, json!([c])));
                     if reply.include_usage {
                         let mut u = reply.object(true, json!([]));
                         u["usage"] = usage(n_prompt, n_gen);
@@ -205,7 +288,8 @@ pub fn stream(mut reply: Reply) -> Sse<ReceiverStream<Result<SseEvent, Infallibl
                 Some(Event::Failed(e)) => vec![ApiError::internal(e).to_json()],
                 None => vec![ApiError::internal("the engine dropped the request").to_json()],
             };
-            let is_error = chunk[0].get("error").is_some();
+            // A token may add nothing yet (UTF-8, a stop string or markup held back).
+            let is_error = chunk.first().is_some_and(|c| c.get("error").is_some());
             for c in chunk {
                 if out.send(Ok(send(c))).await.is_err() {
                     return;

@@ -1,8 +1,11 @@
 //! Chat templates rendered by MiniJinja against Hugging Face's Jinja2 rendering, which
-//! `fixtures/gen_chat_fixtures.py` produced into `fixtures/chat/cases.json`.
+//! `fixtures/gen_chat_fixtures.py` produced into `fixtures/chat/cases.json`: plain
+//! conversations, and tools with calls and results (Qwen3's template natively, SmolLM2's in
+//! the generic format).
 
 mod common;
 
+use ferrolm_tokenizer::chat::ToolPrompt;
 use ferrolm_tokenizer::chat::CHATML_TEMPLATE;
 use ferrolm_tokenizer::{ChatTemplate, Message, Tokenizer};
 use serde_json::Value;
@@ -18,11 +21,25 @@ fn read(name: &str) -> String {
 }
 
 fn messages(v: &Value) -> Vec<Message> {
+    let text = |m: &Value, k: &str| m.get(k).and_then(Value::as_str).map(str::to_owned);
     v.as_array()
         .unwrap()
         .iter()
-        .map(|m| Message::new(m["role"].as_str().unwrap(), m["content"].as_str().unwrap()))
+        .map(|m| Message {
+            tool_calls: m.get("tool_calls").and_then(Value::as_array).cloned(),
+            tool_call_id: text(m, "tool_call_id"),
+            name: text(m, "name"),
+            ..Message::new(m["role"].as_str().unwrap(), m["content"].as_str().unwrap())
+        })
         .collect()
+}
+
+/// The case's tools, when it has any.
+fn tools(c: &Value) -> Option<ToolPrompt> {
+    Some(ToolPrompt {
+        tools: c.get("tools")?.as_array()?.clone(),
+        parallel: c["parallel_tool_calls"].as_bool().unwrap_or(false),
+    })
 }
 
 fn cases() -> Vec<Value> {
@@ -33,7 +50,7 @@ fn cases() -> Vec<Value> {
 #[test]
 fn templates_render_as_hugging_face_does() {
     let cases = cases();
-    assert!(cases.len() >= 10);
+    assert!(cases.len() >= 17);
     for c in cases {
         let name = c["template"].as_str().unwrap();
         let agp = c["add_generation_prompt"].as_bool().unwrap();
@@ -43,7 +60,7 @@ fn templates_render_as_hugging_face_does() {
             c["eos_token"].as_str().unwrap(),
         )
         .unwrap();
-        let got = t.render(&messages(&c["messages"]), agp);
+        let got = t.render_with_tools(&messages(&c["messages"]), tools(&c).as_ref(), agp);
         match (&c["expected"], &c["error"]) {
             (Value::String(want), _) => {
                 assert_eq!(got.unwrap(), *want, "{name}, add_generation_prompt={agp}")
@@ -76,7 +93,7 @@ fn smollm2_template_from_the_model() {
     assert_eq!(t.source(), read("smollm2.jinja"));
     let mut checked = 0;
     for c in cases() {
-        if c["template"] != "smollm2.jinja" {
+        if c["template"] != "smollm2.jinja" || c.get("tools").is_some() {
             continue;
         }
         assert_eq!(c["bos_token"], tok.token_text(tok.bos().unwrap()).unwrap());

@@ -2,6 +2,9 @@
 
 Usage: openai_client.py BASE_URL MODEL MODE [ARGS]
   MODE api:  chat and completions, streaming and not, stop, logprobs, usage, and errors.
+  MODE tools: tool calls: forced (named and required), streamed and not, arguments validated
+       against the tool's schema (jsonschema); a tool result sent back; tool_choice none;
+       bad tools refused with the field named.
   MODE load CLIENTS REQUESTS MAX_TOKENS [--count-mismatches]: concurrent greedy clients; every
        answer must equal the single-request answer (or, with the flag, mismatches are only
        counted). Prints one JSON line of figures (latency p50/p99, tokens/s).
@@ -97,6 +100,117 @@ def api():
     print("api ok")
 
 
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "Get the current weather in a city.",
+    "parameters": {"type": "object", "properties": {
+        "city": {"type": "string", "minLength": 1, "maxLength": 30},
+        "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
+        "required": ["city", "unit"], "additionalProperties": False}}}
+ADD = {"type": "function", "function": {
+    "name": "add", "description": "Add two integers.",
+    "parameters": {"type": "object", "properties": {
+        "a": {"type": "integer", "minimum": -1000, "maximum": 1000},
+        "b": {"type": "integer", "minimum": -1000, "maximum": 1000}},
+        "required": ["a", "b"], "additionalProperties": False}}}
+SCHEMAS = {t["function"]["name"]: t["function"]["parameters"] for t in (WEATHER, ADD)}
+ASK = [{"role": "user", "content": "What is the weather like in Paris today?"}]
+
+
+def valid_call(call, names):
+    """A tool_calls entry: OpenAI's shape, a known name, arguments that validate."""
+    import jsonschema
+    check(call.type == "function" and call.id.startswith("call_") and len(call.id) > 8, f"call: {call}")
+    check(call.function.name in names, f"name {call.function.name} not in {names}")
+    args = json.loads(call.function.arguments)
+    jsonschema.validate(args, SCHEMAS[call.function.name])
+    return args
+
+
+def streamed_calls(**kw):
+    """Streams a chat request; the calls assembled from the deltas, content, finish_reason."""
+    calls, content, finish, firsts = {}, "", None, []
+    for ch in client.chat.completions.create(stream=True, **kw):
+        if not ch.choices:
+            continue
+        d, c = ch.choices[0].delta, ch.choices[0]
+        content += d.content or ""
+        for tc in d.tool_calls or []:
+            if tc.index not in calls:
+                # The first delta of a call: index, id, type and name; arguments may start.
+                check(tc.id and tc.type == "function" and tc.function.name, f"first delta {tc}")
+                firsts.append(tc)
+                calls[tc.index] = {"id": tc.id, "name": tc.function.name, "arguments": ""}
+            else:
+                check(tc.id is None and (tc.function.name is None), f"later delta repeats the head: {tc}")
+            calls[tc.index]["arguments"] += tc.function.arguments or ""
+        finish = c.finish_reason or finish
+    return [calls[i] for i in sorted(calls)], content, finish
+
+
+def tools():
+    # tool_choice "none": plain content, streamed the same.
+    kw = dict(model=MODEL, messages=ASK, tools=[WEATHER, ADD], tool_choice="none",
+              max_tokens=16, temperature=0)
+    plain = client.chat.completions.create(**kw).choices[0]
+    check(plain.message.tool_calls is None and plain.message.content, f"none: {plain}")
+    calls, content, _ = streamed_calls(**kw)
+    check(calls == [] and content == plain.message.content, f"none streamed: {content!r}")
+
+    # Bad tools: a 400 that names the field.
+    def refused(param, **kw):
+        try:
+            client.chat.completions.create(model=MODEL, messages=ASK, max_tokens=4, **kw)
+        except openai.BadRequestError as e:
+            check(e.body and e.body.get("param") == param and param in e.body.get("message", ""),
+                  f"{param}: {e.body}")
+            return
+        sys.exit(f"FAILED: expected a 400 naming {param} for {kw}")
+    refused("tools[1].function.name", tools=[WEATHER, {"type": "function", "function": {"parameters": {}}}])
+    refused("tools[0].function.parameters",
+            tools=[{"type": "function", "function": {"name": "f", "parameters": [1, 2]}}])
+    refused("tool_choice", tools=[WEATHER], tool_choice={"type": "function", "function": {"name": "nope"}})
+    refused("tool_choice", tools=[WEATHER], tool_choice="required", response_format={"type": "json_object"})
+    forced = [({"type": "function", "function": {"name": "get_weather"}}, ["get_weather"], True),
+              ("required", ["get_weather", "add"], False)]
+    for choice, names, parallel in forced:
+        kw = dict(model=MODEL, messages=ASK, tools=[WEATHER, ADD], tool_choice=choice,
+                  parallel_tool_calls=parallel, max_tokens=120, temperature=0)
+        r = client.chat.completions.create(**kw)
+        c = r.choices[0]
+        check(c.finish_reason == "tool_calls", f"{choice}: finish_reason {c.finish_reason}: {r}")
+        check(c.message.content in (None, ""), f"{choice}: content beside a forced call: {c.message}")
+        check(len(c.message.tool_calls) == 1, f"{choice}: one call: {c.message.tool_calls}")
+        args = valid_call(c.message.tool_calls[0], names)
+
+        # Streamed: the same greedy call, assembled from its deltas; no markup as content.
+        calls, content, finish = streamed_calls(**kw)
+        check(finish == "tool_calls" and content == "", f"{choice} streamed: {finish!r} {content!r}")
+        check(len(calls) == 1 and calls[0]["name"] == c.message.tool_calls[0].function.name,
+              f"{choice} streamed calls: {calls}")
+        check(json.loads(calls[0]["arguments"]) == args, f"streamed {calls[0]} != {args}")
+        check(calls[0]["arguments"] == c.message.tool_calls[0].function.arguments, "same text")
+        check(calls[0]["id"].startswith("call_"), "streamed id")
+
+    # The call goes back with its result; the model answers in text.
+    r = client.chat.completions.create(model=MODEL, messages=ASK, tools=[WEATHER],
+                                       tool_choice="required", max_tokens=120, temperature=0)
+    call = r.choices[0].message
+    history = ASK + [call.model_dump(exclude_none=True),
+                     {"role": "tool", "tool_call_id": call.tool_calls[0].id,
+                      "content": json.dumps({"temperature_c": 18, "sky": "clear"})}]
+    for choice in ("none", "auto"):
+        r = client.chat.completions.create(model=MODEL, messages=history, tools=[WEATHER],
+                                           tool_choice=choice, max_tokens=40, temperature=0)
+        m = r.choices[0].message
+        check(r.choices[0].finish_reason in ("stop", "length", "tool_calls"), f"round trip: {r}")
+        if choice == "none":
+            check(m.tool_calls is None and m.content, f"tool_choice none gives text: {m}")
+        for tc in m.tool_calls or []:
+            valid_call(tc, ["get_weather"])
+
+    print("tools ok")
+
+
 def load(clients, requests, max_tokens, strict):
     def ask(i):
         # Two prompts, alternating, so batches mix sequences of different lengths.
@@ -141,6 +255,8 @@ def load(clients, requests, max_tokens, strict):
 
 if MODE == "api":
     api()
+elif MODE == "tools":
+    tools()
 elif MODE == "load":
     load(int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6]), "--count-mismatches" not in sys.argv)
 else:

@@ -9,6 +9,7 @@
 
 mod clock;
 mod pyjson;
+pub mod tools;
 
 use crate::error::{Result, TokenizerError};
 use crate::Tokenizer;
@@ -17,12 +18,27 @@ use minijinja::syntax::SyntaxConfig;
 use minijinja::value::Serde;
 use minijinja::{context, Environment, Error, ErrorKind};
 use serde::Serialize;
+use serde_json::Value;
+pub use tools::{ToolFormat, ToolPrompt, ToolSupport};
 
-/// One chat turn.
+/// One chat turn, as Hugging Face passes it to a template. The tool fields are left out of
+/// the template's view when absent (`message.tool_calls is defined` must be false then).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Message {
     pub role: String,
+    /// A `null` content (an assistant turn that only calls tools) is the empty string, as
+    /// llama.cpp passes it: templates concatenate and search it.
     pub content: String,
+    /// An assistant turn's calls, as OpenAI's API carries them: `{id, type: "function",
+    /// function: {name, arguments}}`, `arguments` the JSON string the model produced.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<Value>>,
+    /// A `tool` turn: the call it answers.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
+    /// A `tool` turn: the function that produced it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
 }
 
 impl Message {
@@ -30,6 +46,9 @@ impl Message {
         Self {
             role: role.into(),
             content: content.into(),
+            tool_calls: None,
+            tool_call_id: None,
+            name: None,
         }
     }
 }
@@ -44,6 +63,8 @@ pub struct ChatTemplate {
     source: String,
     bos_token: String,
     eos_token: String,
+    /// What the template does with tools, found by rendering probes at load.
+    tool_support: ToolSupport,
 }
 
 fn template_error(e: Error) -> TokenizerError {
@@ -105,12 +126,15 @@ impl ChatTemplate {
         env.add_function("strftime_now", |fmt: String| clock::strftime_now(&fmt));
         env.add_template_owned(NAME, source.to_owned())
             .map_err(template_error)?;
-        Ok(Self {
+        let mut t = Self {
             env,
             source: source.to_owned(),
             bos_token: bos_token.to_owned(),
             eos_token: eos_token.to_owned(),
-        })
+            tool_support: ToolSupport::default(),
+        };
+        t.tool_support = ToolSupport::probe(|m, tools| t.render_raw(m, tools, true).ok());
+        Ok(t)
     }
 
     /// The ChatML fallback.
@@ -120,6 +144,17 @@ impl ChatTemplate {
 
     pub fn source(&self) -> &str {
         &self.source
+    }
+
+    /// What the template renders of tools, calls and tool results.
+    pub fn tool_support(&self) -> ToolSupport {
+        self.tool_support
+    }
+
+    /// The format the model is asked to call tools in: its own (`<tool_call>` tags) when the
+    /// template describes tools that way, else the generic JSON reply of [`tools`].
+    pub fn tool_format(&self) -> ToolFormat {
+        ToolFormat::of(self.tool_support, &self.source)
     }
 
     /// Renders the conversation and tokenizes it with the messages' contents as plain text:
@@ -133,10 +168,23 @@ impl ChatTemplate {
         add_generation_prompt: bool,
         allow_special: bool,
     ) -> Result<Vec<u32>> {
+        self.encode_with_tools(tok, messages, None, add_generation_prompt, allow_special)
+    }
+
+    /// [`Self::encode`] with tools the model may call ([`Self::render_with_tools`]).
+    pub fn encode_with_tools(
+        &self,
+        tok: &crate::Tokenizer,
+        messages: &[Message],
+        tools: Option<&ToolPrompt>,
+        add_generation_prompt: bool,
+        allow_special: bool,
+    ) -> Result<Vec<u32>> {
         if allow_special {
-            return tok.encode(&self.render(messages, add_generation_prompt)?, true, true);
+            let text = self.render_with_tools(messages, tools, add_generation_prompt)?;
+            return tok.encode(&text, true, true);
         }
-        let (text, spans) = self.render_spans(messages, add_generation_prompt)?;
+        let (text, spans) = self.render_spans(messages, tools, add_generation_prompt)?;
         tok.encode_literal(&text, true, &spans)
     }
 
@@ -146,16 +194,21 @@ impl ChatTemplate {
     pub fn render_spans(
         &self,
         messages: &[Message],
+        tools: Option<&ToolPrompt>,
         add_generation_prompt: bool,
     ) -> Result<(String, Vec<std::ops::Range<usize>>)> {
         const OPEN: char = '\u{F8F0}';
         const CLOSE: char = '\u{F8F1}';
+        let (messages, tools) = self.with_tools(messages, tools);
         let marked: Vec<Message> = messages
             .iter()
             .enumerate()
-            .map(|(i, m)| Message::new(m.role.clone(), format!("{OPEN}{i}{CLOSE}")))
+            .map(|(i, m)| Message {
+                content: format!("{OPEN}{i}{CLOSE}"),
+                ..m.clone()
+            })
             .collect();
-        let rendered = self.render(&marked, add_generation_prompt)?;
+        let rendered = self.render_raw(&marked, tools, add_generation_prompt)?;
         let mut text = String::with_capacity(rendered.len());
         let mut spans = Vec::new();
         let mut rest = rendered.as_str();
@@ -183,9 +236,42 @@ impl ChatTemplate {
     /// Renders the conversation; with `add_generation_prompt` the text ends where the
     /// assistant's next reply begins.
     pub fn render(&self, messages: &[Message], add_generation_prompt: bool) -> Result<String> {
+        self.render_raw(messages, None, add_generation_prompt)
+    }
+
+    /// Renders the conversation with the tools the model may call, as `apply_chat_template(
+    /// messages, tools=...)` does: the template receives `tools` (OpenAI's function tools, as
+    /// the client sent them) and the messages' `tool_calls` and `tool` turns. A template that
+    /// does not render them gets them in the generic format instead ([`tools`]).
+    pub fn render_with_tools(
+        &self,
+        messages: &[Message],
+        tools: Option<&ToolPrompt>,
+        add_generation_prompt: bool,
+    ) -> Result<String> {
+        let (messages, tools) = self.with_tools(messages, tools);
+        self.render_raw(&messages, tools, add_generation_prompt)
+    }
+
+    /// The messages and `tools` the template is given: rewritten for what it cannot render.
+    fn with_tools<'a>(
+        &self,
+        messages: &'a [Message],
+        tools: Option<&'a ToolPrompt>,
+    ) -> (std::borrow::Cow<'a, [Message]>, Option<&'a [Value]>) {
+        tools::adapt(self.tool_support, messages, tools)
+    }
+
+    fn render_raw(
+        &self,
+        messages: &[Message],
+        tools: Option<&[Value]>,
+        add_generation_prompt: bool,
+    ) -> Result<String> {
         let tmpl = self.env.get_template(NAME).map_err(template_error)?;
         tmpl.render(context! {
             messages => Serde(messages),
+            tools => tools.map(Serde),
             add_generation_prompt,
             bos_token => &self.bos_token,
             eos_token => &self.eos_token,
