@@ -26,8 +26,8 @@ const DEFAULT_WINDOW: usize = 512;
 
 #[derive(Args, Debug)]
 #[command(
-    after_help = "-c/--ctx-size is the window: 512 unless given, as for llama-perplexity. \
-Prints the running estimate after each window, as llama-perplexity does ([1]x,[2]y,...), then \
+    mut_arg("ctx_size", |a| a.help("Window size in tokens (default: 512, as for llama-perplexity)")),
+    after_help = "Prints the running estimate after each window, as llama-perplexity does ([1]x,[2]y,...), then \
 `Final estimate: PPL = X +/- Y`."
 )]
 pub struct PerplexityArgs {
