@@ -14,10 +14,10 @@ their sum in f64); the running perplexity after each window and the final one wi
 llama.cpp's defaults otherwise: F16 KV cache, flash attention auto, 2 threads.
 
 The cases (the test runs the same ones):
-- smollm2: the default model on the text, n_ctx 128, 8 windows;
+- smollm2: the default model on the text, n_ctx 256, every window (13);
 - smollm2-bos: the same file with tokenizer.ggml.add_bos_token set to true (the byte patched
   in a copy, as the test does), so that BOS leads the text and replaces each window's first
-  token; 4 windows;
+  token; n_ctx 256, 8 windows;
 - tiny-*: the golden tiny models (no vocabulary) on the text's UTF-8 bytes as token ids,
   n_ctx 256, every window.
 """
@@ -114,11 +114,11 @@ def patch_add_bos(src, dst):
 def main():
     smollm2, golden_dir, out = sys.argv[1:4]
     cases = {}
-    cases["smollm2"] = perplexity(smollm2, 128, 8)
+    cases["smollm2"] = perplexity(smollm2, 256, None)
     with tempfile.TemporaryDirectory() as d:
         patched = os.path.join(d, "smollm2-bos.gguf")
         patch_add_bos(smollm2, patched)
-        cases["smollm2-bos"] = perplexity(patched, 128, 4)
+        cases["smollm2-bos"] = perplexity(patched, 256, 8)
     assert cases["smollm2-bos"]["add_bos"] and not cases["smollm2"]["add_bos"]
     ids = list(open(TEXT, "rb").read())
     for stem in TINY:
