@@ -34,6 +34,8 @@ enum Command {
     Bench(cmd::bench::BenchArgs),
     /// Print the logits of given token ids as JSON (the parity interface).
     Logits(cmd::logits::LogitsArgs),
+    /// Measure a model's perplexity on a text, as llama-perplexity does.
+    Perplexity(cmd::perplexity::PerplexityArgs),
     /// Write a random-weight model with the exact shapes of a real one.
     Synth(cmd::synth::SynthArgs),
     /// Quantize an F32/F16/BF16 model, choosing each tensor's type as llama.cpp does.
@@ -75,6 +77,7 @@ fn main() -> ExitCode {
         Command::Chat(args) => cmd::chat::run(args),
         Command::Serve(args) => cmd::serve::run(args),
         Command::Tokenize(args) => cmd::tokenize::run(args),
+        Command::Perplexity(args) => cmd::perplexity::run(args),
         Command::Synth(args) => cmd::synth::run(args),
         Command::Quantize(args) => cmd::quantize::run(args),
         Command::CudaParity(args) => cmd::cuda_parity::run(args),

@@ -6,6 +6,7 @@ pub mod common;
 pub mod cuda_parity;
 pub mod inspect;
 pub mod logits;
+pub mod perplexity;
 pub mod pull;
 pub mod quantize;
 pub mod run;
