@@ -1,6 +1,7 @@
 // Elementwise f32 ops of the forward pass, each the CPU's expression (crates/cpu/src/norm.rs)
 // with the same rounding order. Grid-stride loops: any grid size is correct.
 #include "common.cuh"
+#include "quant.cuh"
 
 #define GRID_STRIDE(i, n)                                                                           \
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (size_t)(n);                \
@@ -49,4 +50,26 @@ extern "C" __global__ void hadamard_f32(float *__restrict__ x, float scale, int 
         s[j] = (j & len) ? __fsub_rn(u, v) : __fadd_rn(u, v);
     }
     row[j] = s[j];
+}
+
+// x rounded through Q8_0 blocks in place: each 32 values become f16(d) · q with d and q from
+// quantize_q8_0_warp, the x86 quantizer the CPU applies to a query before its integer dots with a
+// q8_0 or q4_0 K (llama.cpp's vec_dot_type). Scores of a query so rounded, taken in f32 against the
+// dequantized keys, are the CPU's integer dots up to f32 rounding: each product of two codes times
+// their f16 scales is exact in f32. Grid-stride over warps, a block of 32 values a warp; n a
+// multiple of 32.
+extern "C" __global__ void round_q8_0_f32(float *__restrict__ x, int n) {
+    dependent_launch_entry();
+    __shared__ block_q8_0 blocks[256 / WARP_SIZE];
+    const int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE;
+    block_q8_0 *b = &blocks[warp];
+    const int warps = gridDim.x * blockDim.x / WARP_SIZE;
+    for (int w = (blockIdx.x * blockDim.x + threadIdx.x) / WARP_SIZE; w * WARP_SIZE < n;
+         w += warps) {
+        float *v = x + (size_t)w * WARP_SIZE;
+        quantize_q8_0_warp(v[lane], b);
+        __syncwarp();
+        v[lane] = f16_bits_to_f32(b->d) * (float)b->qs[lane];
+        __syncwarp(); // the block is reused by the next step
+    }
 }

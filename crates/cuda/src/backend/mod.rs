@@ -210,21 +210,30 @@ impl CudaBackend {
         let kv = &mut cache.layers[layer - cache.first_layer];
         // A quantized cache holds k and v rotated (llama.cpp's Hadamard rotation): q is
         // rotated as k, the output rotated back; copies, the inputs stay as they are.
-        let rotated = |x: &CudaSlice<f32>, rot: Option<usize>| -> Result<Option<CudaSlice<f32>>> {
-            let Some(n) = rot else { return Ok(None) };
+        let copy = |x: &CudaSlice<f32>| -> Result<CudaSlice<f32>> {
             let mut t = self.acts.take(x.len())?;
             self.dev
                 .stream()
                 .memcpy_dtod(x, &mut t)
                 .during("copying rows to rotate")?;
+            Ok(t)
+        };
+        let rotated = |x: &CudaSlice<f32>, rot: Option<usize>| -> Result<Option<CudaSlice<f32>>> {
+            let Some(n) = rot else { return Ok(None) };
+            let mut t = copy(x)?;
             self.k.elementwise.hadamard(&mut t, n)?;
             Ok(Some(t))
         };
-        let (rq, rk, rv) = (
-            rotated(q, kv.k_rot)?,
-            rotated(k, kv.k_rot)?,
-            rotated(v, kv.v_rot)?,
-        );
+        let mut rq = rotated(q, kv.k_rot)?;
+        if self.plan.round_query(kv.format) {
+            let mut t = match rq {
+                Some(t) => t,
+                None => copy(q)?,
+            };
+            self.k.elementwise.round_q8_0(&mut t)?;
+            rq = Some(t);
+        }
+        let (rk, rv) = (rotated(k, kv.k_rot)?, rotated(v, kv.v_rot)?);
         let (q, k, v) = (
             rq.as_ref().unwrap_or(q),
             rk.as_ref().unwrap_or(k),

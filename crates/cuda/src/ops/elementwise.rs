@@ -16,6 +16,7 @@ pub struct Elementwise {
     add_bias: CudaFunction,
     swiglu: CudaFunction,
     hadamard: CudaFunction,
+    round_q8_0: CudaFunction,
 }
 
 fn cfg(n: usize) -> LaunchConfig {
@@ -34,6 +35,7 @@ impl Elementwise {
             add_bias: dev.function(&ELEMENTWISE, "add_bias_f32")?,
             swiglu: dev.function(&ELEMENTWISE, "swiglu_f32")?,
             hadamard: dev.function(&ELEMENTWISE, "hadamard_f32")?,
+            round_q8_0: dev.function(&ELEMENTWISE, "round_q8_0_f32")?,
         })
     }
 
@@ -95,6 +97,24 @@ impl Elementwise {
         // SAFETY: hadamard_f32(float *x, float scale, int n): a block of n <= 128 threads per
         // chunk of n floats, chunks * n = x.len().
         unsafe { b.launch(cfg) }.during("launching hadamard_f32")?;
+        Ok(())
+    }
+
+    /// `x` rounded through Q8_0 blocks in place (each 32 values to `f16(d) · q`, the x86
+    /// quantizer the CPU quantizes a query with before dotting it with a quantized K).
+    pub fn round_q8_0(&self, x: &mut CudaSlice<f32>) -> Result<()> {
+        assert!(x.len().is_multiple_of(32), "round_q8_0: not whole blocks");
+        let n = int(x.len(), "round_q8_0 length");
+        let mut b = self.launch.builder(&self.round_q8_0);
+        b.arg(x).arg(&n);
+        let cfg = LaunchConfig {
+            grid_dim: (stride_blocks(n as usize, THREADS), 1, 1),
+            block_dim: (THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: round_q8_0_f32(float *x, int n): n (a multiple of 32) floats, whole warps of
+        // a 256-thread block (its shared blocks are sized for 8 warps).
+        unsafe { b.launch(cfg) }.during("launching round_q8_0_f32")?;
         Ok(())
     }
 }

@@ -295,6 +295,13 @@ impl Plan {
         }
     }
 
+    /// Queries rounded through Q8_0 before attention over a quantized cache, as the CPU (and
+    /// llama.cpp) quantizes them for its integer dots with q8_0/q4_0 keys; not under
+    /// `FERROLM_ATTN=f32`, which on the CPU too keeps them f32.
+    pub fn round_query(&self, kv: KvFormat) -> bool {
+        kv.is_quantized() && self.switches.attn_ggml_small
+    }
+
     /// The prefill kernel for `n_q` query rows unless `FERROLM_ATTN_MMA` forces one: below
     /// [`GGML_SMALL_ROWS`], ggml's arithmetic unless `FERROLM_ATTN=f32`; then the CPU's f32
     /// arithmetic below [`REF_MAX_ROWS`]; the tensor-core kernel from there.

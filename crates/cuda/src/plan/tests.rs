@@ -471,3 +471,13 @@ fn dependent_launch_from_hopper_unless_off() {
         LaunchMode::default()
     );
 }
+
+/// Queries round through Q8_0 over a quantized cache (the CPU's integer dots), not over f16 nor
+/// under `FERROLM_ATTN=f32`.
+#[test]
+fn queries_round_for_a_quantized_cache() {
+    let p = plan(&[]);
+    assert!(p.round_query(KvFormat::Q8_0) && p.round_query(KvFormat::Q4_0));
+    assert!(!p.round_query(KvFormat::F16));
+    assert!(!plan(&[("FERROLM_ATTN", "f32")]).round_query(KvFormat::Q8_0));
+}
