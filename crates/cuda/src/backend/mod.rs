@@ -215,7 +215,7 @@ impl CudaBackend {
             self.dev
                 .stream()
                 .memcpy_dtod(x, &mut t)
-                .during("copying rows to rotate")?;
+                .during("copying attention rows")?;
             Ok(t)
         };
         let rotated = |x: &CudaSlice<f32>, rot: Option<usize>| -> Result<Option<CudaSlice<f32>>> {

@@ -353,8 +353,8 @@ impl Attention {
             int(cache.n_ctx, "n_ctx"),
         );
         let fused = fused_combine;
-        let null = 0u64; // a null pointer: no fused combine
-        if grouped {
+        // A block per (split, query head) or, grouped, per (split, KV head).
+        let (f, blocks_y, kernel) = if grouped {
             let group = n_head / cache.n_kv_head;
             let gi = ATTN_GROUPS.iter().position(|&g| g == group);
             let (Some(gi), KvFormat::F16) = (gi, cache.format) else {
@@ -364,55 +364,41 @@ impl Attention {
                 )));
             };
             let f = &self.decode_group[dim_index(cache.head_dim)?][gi];
-            let mut b = self.launch.builder(f);
-            b.arg(q)
-                .arg(&cache.k)
-                .arg(&cache.v)
-                .arg(positions)
-                .arg(&mut work.m)
-                .arg(&mut work.l)
-                .arg(&mut work.acc);
-            if fused {
-                b.arg(&mut work.done).arg(&mut *out);
-            } else {
-                b.arg(&null).arg(&null);
-            }
-            b.arg(&nh).arg(&nctx).arg(&scale);
-            let cfg = LaunchConfig {
-                grid_dim: (work.n_split as u32, cache.n_kv_head as u32, n_q as u32),
-                block_dim: ((NWARPS * 32) as u32, 1, 1),
-                shared_mem_bytes: 0,
-            };
-            // SAFETY: attn_decode_group_dD_gG(q, kc, vc, pos, m, l, acc, done, out, n_head,
-            // n_ctx, scale) with G = n_head / n_kv_head: as attn_decode_split below, a block
-            // per (split, KV head, query row); f16 cache rows of D elements (16-byte aligned).
-            unsafe { b.launch(cfg) }.during("launching attn_decode_group")?;
+            (f, cache.n_kv_head, "attn_decode_group")
         } else {
-            let mut b = self.launch.builder(f);
-            b.arg(q)
-                .arg(&cache.k)
-                .arg(&cache.v)
-                .arg(positions)
-                .arg(&mut work.m)
-                .arg(&mut work.l)
-                .arg(&mut work.acc);
-            if fused {
-                b.arg(&mut work.done).arg(&mut *out);
-            } else {
-                b.arg(&null).arg(&null);
-            }
-            b.arg(&nh).arg(&nkv).arg(&nctx).arg(&scale);
-            let cfg = LaunchConfig {
-                grid_dim: (work.n_split as u32, n_head as u32, n_q as u32),
-                block_dim: ((NWARPS * 32) as u32, 1, 1),
-                shared_mem_bytes: 0,
-            };
-            // SAFETY: attn_decode_split_dD(q, kc, vc, pos, m, l, acc, done, out, n_head,
-            // n_kv_head, n_ctx, scale): n_q rows of q, positions below n_ctx (the caller's),
-            // partials and counters sized by work (max_q >= n_q rows), out n_q * n_head *
-            // head_dim floats, or done and out null when the combine kernel follows.
-            unsafe { b.launch(cfg) }.during("launching attn_decode_split")?;
+            (f, n_head, "attn_decode_split")
+        };
+        let null = 0u64; // a null pointer: no fused combine
+        let mut b = self.launch.builder(f);
+        b.arg(q)
+            .arg(&cache.k)
+            .arg(&cache.v)
+            .arg(positions)
+            .arg(&mut work.m)
+            .arg(&mut work.l)
+            .arg(&mut work.acc);
+        if fused {
+            b.arg(&mut work.done).arg(&mut *out);
+        } else {
+            b.arg(&null).arg(&null);
         }
+        b.arg(&nh);
+        if !grouped {
+            b.arg(&nkv); // the grouped kernel's KV head is its block
+        }
+        b.arg(&nctx).arg(&scale);
+        let cfg = LaunchConfig {
+            grid_dim: (work.n_split as u32, blocks_y as u32, n_q as u32),
+            block_dim: ((NWARPS * 32) as u32, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: attn_decode_split_dD(q, kc, vc, pos, m, l, acc, done, out, n_head, n_kv_head,
+        // n_ctx, scale), or attn_decode_group_dD_gG(.. out, n_head, n_ctx, scale) with G =
+        // n_head / n_kv_head over an f16 cache (rows of D elements, 16-byte aligned): n_q rows
+        // of q, positions below n_ctx (the caller's), partials and counters sized by work
+        // (max_q >= n_q rows), out n_q * n_head * head_dim floats, or done and out null when the
+        // combine kernel follows.
+        unsafe { b.launch(cfg) }.during(format!("launching {kernel}"))?;
         if fused {
             return Ok(());
         }
