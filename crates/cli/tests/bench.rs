@@ -3,16 +3,19 @@
 
 use std::process::Command;
 
-#[test]
-fn json_report_has_llama_bench_fields() {
-    let model = format!(
-        "{}/../../../shared/golden/tiny-olmoe-q8_0.gguf",
+/// A tiny golden model's path.
+fn golden(stem: &str) -> String {
+    format!(
+        "{}/../../../shared/golden/{stem}.gguf",
         env!("CARGO_MANIFEST_DIR")
-    );
+    )
+}
+
+/// `ferrolm bench ARGS`'s stdout; a failed run fails the test with its stderr.
+fn bench(args: &[&str]) -> String {
     let out = Command::new(env!("CARGO_BIN_EXE_ferrolm"))
-        .args([
-            "bench", "-m", &model, "-p", "16,8", "-n", "4", "-r", "2", "-o", "json", "-t", "1",
-        ])
+        .arg("bench")
+        .args(args)
         .output()
         .unwrap();
     assert!(
@@ -20,7 +23,16 @@ fn json_report_has_llama_bench_fields() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[test]
+fn json_report_has_llama_bench_fields() {
+    let model = golden("tiny-olmoe-q8_0");
+    let json = bench(&[
+        "-m", &model, "-p", "16,8", "-n", "4", "-r", "2", "-o", "json", "-t", "1",
+    ]);
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
     let records = v.as_array().unwrap();
     let tests: Vec<(u64, u64)> = records
         .iter()
@@ -62,26 +74,13 @@ fn cuda_backend_is_a_clear_error_until_it_exists() {
 /// `@ dN` in the table, as llama-bench reports them.
 #[test]
 fn depth_runs_each_test_after_a_cached_prefix() {
-    let model = format!(
-        "{}/../../../shared/golden/tiny-qwen3-q8_0.gguf",
-        env!("CARGO_MANIFEST_DIR")
-    );
-    let bench = |format: &str| {
-        let out = Command::new(env!("CARGO_BIN_EXE_ferrolm"))
-            .args([
-                "bench", "-m", &model, "-p", "8", "-n", "2", "-d", "0,40", "-r", "1", "-t", "1",
-                "-o", format,
-            ])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).unwrap()
+    let model = golden("tiny-qwen3-q8_0");
+    let run = |format: &str| {
+        bench(&[
+            "-m", &model, "-p", "8", "-n", "2", "-d", "0,40", "-r", "1", "-t", "1", "-o", format,
+        ])
     };
-    let v: serde_json::Value = serde_json::from_str(&bench("json")).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&run("json")).unwrap();
     let tests: Vec<(u64, u64, u64)> = v
         .as_array()
         .unwrap()
@@ -92,7 +91,7 @@ fn depth_runs_each_test_after_a_cached_prefix() {
         })
         .collect();
     assert_eq!(tests, vec![(8, 0, 0), (0, 2, 0), (8, 0, 40), (0, 2, 40)]);
-    let table = bench("md");
+    let table = run("md");
     assert!(table.contains("| pp8 |"), "{table}");
     assert!(table.contains("| tg2 @ d40 |"), "{table}");
 }
