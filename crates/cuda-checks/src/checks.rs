@@ -376,6 +376,67 @@ fn elementwise(dev: &CudaDevice, k: &Kernels, rng: &mut StdRng) -> Result<Vec<Ro
     Ok(rows)
 }
 
+/// A matmul check's operands: a random `rows × cols` weight of `ty` (its blocks on the host
+/// and on the device) and `n` random activation rows, quantized on the device as the backend
+/// quantizes them for this weight (the partner format llama.cpp's CPU uses: Q8_K for K-quants),
+/// and a poisoned output.
+pub struct MatmulCase {
+    pub ty: GgmlType,
+    pub rows: usize,
+    pub cols: usize,
+    pub wq: Vec<u8>,
+    pub x: Vec<f32>,
+    pub w: QuantMatrix,
+    pub xq: CudaSlice<u8>,
+    pub out: CudaSlice<f32>,
+}
+
+impl MatmulCase {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        dev: &CudaDevice,
+        k: &Kernels,
+        plan: &Plan,
+        rng: &mut StdRng,
+        ty: GgmlType,
+        rows: usize,
+        cols: usize,
+        n: usize,
+    ) -> Result<Self> {
+        let wq = ferrolm_quant::quantize_to_vec(ty, &normal(rng, rows * cols, 1.0))?;
+        let x = normal(rng, n * cols, 1.0);
+        let w = QuantMatrix::upload(dev, ty, rows, cols, &wq)?;
+        let xd = dev.upload(&x)?;
+        let mut xq = dev.upload(&vec![0u8; n * cols / 32 * Q8_1_BLOCK_BYTES])?;
+        k.quantize
+            .rows(&xd, n, cols, plan.act_quant(ty, cols), &mut xq)?;
+        Ok(Self {
+            ty,
+            rows,
+            cols,
+            wq,
+            x,
+            w,
+            xq,
+            out: poisoned(dev, n * rows)?,
+        })
+    }
+
+    /// The CPU's matmul of the same weight and activations, as the engine runs it
+    /// (`FERROLM_CPU_MATMUL`, `FERROLM_ATTN`).
+    pub fn cpu(&self) -> Result<Vec<f32>> {
+        let mut cpu = vec![0f32; self.x.len() / self.cols * self.rows];
+        let wr = WeightRef {
+            ty: self.ty,
+            data: &self.wq,
+            rows: self.rows,
+            cols: self.cols,
+        };
+        matmul(&CpuPlan::from_env()?, &wr, &self.x, &mut cpu);
+        Ok(cpu)
+    }
+}
+
 /// `W · x` for `n` activation rows: against the f64 product of the very operands the kernel
 /// saw (the dequantized weights and the Q8_1 activations it read back), and for one row
 /// against the CPU's matmul.
@@ -390,23 +451,15 @@ fn mmvq(
     cols: usize,
     n: usize,
 ) -> Result<Vec<Row>> {
-    // The CPU side as the engine runs it (FERROLM_CPU_MATMUL, FERROLM_ATTN).
-    let cpu_plan = CpuPlan::from_env()?;
-    let wq = ferrolm_quant::quantize_to_vec(ty, &normal(rng, rows * cols, 1.0))?;
-    let x = normal(rng, n * cols, 1.0);
-    let w = QuantMatrix::upload(dev, ty, rows, cols, &wq)?;
-    let xd = dev.upload(&x)?;
-    let mut xq = dev.upload(&vec![0u8; n * cols / 32 * Q8_1_BLOCK_BYTES])?;
-    let mut out = poisoned(dev, n * rows)?;
-    // As the backend does: the partner format llama.cpp's CPU uses (Q8_K for K-quants).
-    let mode = plan.act_quant(ty, cols);
-    k.quantize.rows(&xd, n, cols, mode, &mut xq)?;
-    k.mmvq.matvec(plan.matvec_wide(ty), &w, &xq, n, &mut out)?;
+    let mut case = MatmulCase::new(dev, k, plan, rng, ty, rows, cols, n)?;
+    let (w, wq) = (&case.w, &case.wq);
+    k.mmvq
+        .matvec(plan.matvec_wide(ty), w, &case.xq, n, &mut case.out)?;
     dev.sync()?;
-    let got = dev.download(&out)?;
-    let xq = dev.download(&xq)?;
+    let got = dev.download(&case.out)?;
+    let xq = dev.download(&case.xq)?;
 
-    let wf = ferrolm_quant::dequantize_to_vec(ty, &wq, rows * cols)?;
+    let wf = ferrolm_quant::dequantize_to_vec(ty, wq, rows * cols)?;
     let xf = dequantize_blocks(&xq);
     let exact = products(&wf, &xf, rows, cols);
     let want: Vec<f32> = exact.iter().map(|e| e.0 as f32).collect();
@@ -421,14 +474,7 @@ fn mmvq(
         Contract::Rel(1e-5, "f32 sum order"),
     )];
     if n == 1 {
-        let mut cpu = vec![0f32; n * rows];
-        let wr = WeightRef {
-            ty,
-            data: &wq,
-            rows,
-            cols,
-        };
-        matmul(&cpu_plan, &wr, &x, &mut cpu);
+        let cpu = case.cpu()?;
         let cmp = compare(&got, &cpu, |i| exact[i].1);
         out_rows.push(row(&op, shape, "cpu matmul::matmul", cmp, SAME_INT8));
     }

@@ -1,12 +1,10 @@
 //! `cuda-parity` rows and timing for the prefill GEMM (`mmq.cu`): many activation rows on the
 //! int8 tensor cores, against the CPU's `matmul`.
 
-use super::checks::{normal, poisoned, row};
+use super::checks::{poisoned, row, MatmulCase};
 use super::{compare, Contract, Row};
 use anyhow::Result;
-use ferrolm_cpu::matmul::{matmul, WeightRef};
-use ferrolm_cpu::CpuPlan;
-use ferrolm_cuda::ops::{QuantMatrix, MMQ_BK, MMQ_TILES, Q8_1_BLOCK_BYTES};
+use ferrolm_cuda::ops::{MMQ_BK, MMQ_TILES};
 use ferrolm_cuda::plan::Gemm;
 use ferrolm_cuda::{CudaDevice, Kernels, Plan};
 use ferrolm_gguf::GgmlType;
@@ -34,31 +32,16 @@ pub fn mmq(
     cols: usize,
     n: usize,
 ) -> Result<Vec<Row>> {
-    // The CPU side as the engine runs it (FERROLM_CPU_MATMUL, FERROLM_ATTN).
-    let cpu_plan = CpuPlan::from_env()?;
-    let wq = ferrolm_quant::quantize_to_vec(ty, &normal(rng, rows * cols, 1.0))?;
-    let x = normal(rng, n * cols, 1.0);
-    let w = QuantMatrix::upload(dev, ty, rows, cols, &wq)?;
-    let xd = dev.upload(&x)?;
-    let mut xq = dev.upload(&vec![0u8; n * cols / 32 * Q8_1_BLOCK_BYTES])?;
-    let mut out = poisoned(dev, n * rows)?;
-    let mode = plan.act_quant(ty, cols); // as the backend quantizes for this weight
-    k.quantize.rows(&xd, n, cols, mode, &mut xq)?;
+    let mut case = MatmulCase::new(dev, k, plan, rng, ty, rows, cols, n)?;
     let how = plan.gemm(ty, rows, cols, n);
-    k.mmq.matmul(&how, &w, &xq, n, &mut out)?;
+    k.mmq.matmul(&how, &case.w, &case.xq, n, &mut case.out)?;
     dev.sync()?;
-    let got = dev.download(&out)?;
+    let got = dev.download(&case.out)?;
 
-    let mut cpu = vec![0f32; n * rows];
-    let wr = WeightRef {
-        ty,
-        data: &wq,
-        rows,
-        cols,
-    };
-    matmul(&cpu_plan, &wr, &x, &mut cpu);
-    let wf = ferrolm_quant::dequantize_to_vec(ty, &wq, rows * cols)?;
-    let exact = super::checks::products(&wf, &x, rows, cols);
+    let cpu = case.cpu()?;
+    let wf = ferrolm_quant::dequantize_to_vec(ty, &case.wq, rows * cols)?;
+    let exact = super::checks::products(&wf, &case.x, rows, cols);
+    let (w, xq) = (&case.w, &case.xq);
     let cmp = compare(&got, &cpu, |i| exact[i].1);
     // Under 256 rows Q4_K with Q8_K activations follows the CPU's integer-scale order, Q8_0 its
     // eight lanes (unless FERROLM_CUDA_INT_SCALES / FERROLM_CUDA_Q8_0_LANES say otherwise).
@@ -83,7 +66,7 @@ pub fn mmq(
     for (i, t) in MMQ_TILES.iter().enumerate() {
         let mut out_t = poisoned(dev, n * rows)?;
         k.mmq
-            .matmul(&how.clone().with_tile(i), &w, &xq, n, &mut out_t)?;
+            .matmul(&how.clone().with_tile(i), w, xq, n, &mut out_t)?;
         dev.sync()?;
         let got_t = dev.download(&out_t)?;
         out_rows.push(row(
