@@ -198,7 +198,7 @@ fn attn(
         let mut out = poisoned(dev, q.len())?;
         let (op, contract, reference, want) = match path {
             Path::Decode { grouped } => {
-                let splits = plan.decode_splits(n_ctx);
+                let splits = plan.decode_splits(n_ctx, n_kv_head);
                 let mut work = DecodeWork::new(dev, n_q, n_head, head_dim, splits)?;
                 // The combine fused into the split kernel as the backend runs it (the plan's).
                 let fused = plan.fuse();

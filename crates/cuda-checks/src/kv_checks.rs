@@ -201,8 +201,13 @@ impl Quant {
                 fused_combine,
                 grouped,
             } => {
-                let mut work =
-                    DecodeWork::new(dev, n_q, n_head, head_dim, plan.decode_splits(n_ctx))?;
+                let mut work = DecodeWork::new(
+                    dev,
+                    n_q,
+                    n_head,
+                    head_dim,
+                    plan.decode_splits(n_ctx, n_kv_head),
+                )?;
                 k.attention.decode(
                     fused_combine,
                     grouped,

@@ -160,9 +160,14 @@ static __device__ __forceinline__ void merge_warps(const WarpState<D> &st, float
     l_out = l;
 }
 
-static __device__ __forceinline__ void combine_head(const float *part_m, const float *part_l,
-                                                    const float *part_acc, float *out, int n_head,
-                                                    int n_split, int head_dim, int h, int t);
+#define ATTN_MAX_SPLITS 256
+#define ATTN_MAX_COMBINE_HEADS 8
+// Floats of shared scratch combine_heads needs for nh heads.
+#define ATTN_COMBINE_SCRATCH(NH) (512 + ATTN_MAX_COMBINE_HEADS + (NH) * ATTN_MAX_SPLITS)
+static __device__ __noinline__ void combine_heads(const float *part_m, const float *part_l,
+                                                  const float *part_acc, float *out, int n_head,
+                                                  int n_split, int head_dim, int h0, int nh,
+                                                  int t, float *scratch);
 
 // Flash-decoding, pass 1. grid (n_split, n_head, n_q); block ATTN_NWARPS warps.
 // q: [n_q][n_head][D]; query t sees keys 0..pos[t] (inclusive). Split s takes a contiguous
@@ -218,6 +223,7 @@ static __device__ __forceinline__ void attn_decode_split(
     // The head's last split block to finish combines (the pass-2 kernel's arithmetic, so the
     // result is the same), and resets the counter for the next launch or graph replay.
     __shared__ bool last;
+    __shared__ __align__(16) float scratch[ATTN_COMBINE_SCRATCH(1)];
     __threadfence(); // this block's partials are visible before it is counted
     __syncthreads();
     if (threadIdx.x == 0) {
@@ -230,33 +236,70 @@ static __device__ __forceinline__ void attn_decode_split(
     __syncthreads();
     if (last) {
         __threadfence();
-        combine_head(part_m, part_l, part_acc, out, n_head, n_split, D, h, t);
+        combine_heads(part_m, part_l, part_acc, out, n_head, n_split, D, h, 1, t, scratch);
     }
 }
 
-// Flash-decoding's combine of head h of query row t: out = Σ_s acc_s e^(m_s - m) / Σ_s l_s
-// e^(m_s - m) over the non-empty splits, in split order; threads share out the head's elements.
-// Loads bypass L1 (__ldcg): in the split kernel's fused use, other blocks wrote the partials.
-static __device__ __forceinline__ void combine_head(const float *part_m, const float *part_l,
-                                                    const float *part_acc, float *out, int n_head,
-                                                    int n_split, int head_dim, int h, int t) {
-    const size_t base = ((size_t)t * n_head + h) * n_split;
-    float m = ATTN_NEG_INF;
-    for (int s = 0; s < n_split; ++s) {
-        m = fmaxf(m, __ldcg(part_m + base + s));
-    }
-    for (int j = threadIdx.x; j < head_dim; j += blockDim.x) {
-        float l = 0.0f, a = 0.0f;
-        for (int s = 0; s < n_split; ++s) {
-            const float ms = __ldcg(part_m + base + s);
-            if (ms == ATTN_NEG_INF) {
-                continue;
-            }
-            const float w = expf(ms - m);
-            l += __ldcg(part_l + base + s) * w;
-            a += __ldcg(part_acc + (base + s) * head_dim + j) * w;
+// Flash-decoding's combine of heads h0 .. h0 + nh - 1 of query row t, by the whole block:
+// out = Σ_s acc_s w_s / Σ_s l_s w_s with w_s = e^(m_s - m) over the splits (0 for an empty one,
+// whose acc is 0). First a warp a head finds m, the weights (kept in shared memory) and the sum;
+// then the block's threads take a float4 of the head each, in ATTN_COMBINE_ROWS interleaved sets
+// of splits, so many independent loads are in flight (the tail of a fused launch is one block),
+// and the sets are added in order. Loads bypass L1 (__ldcg): in the fused use, other blocks wrote
+// the partials. blockDim.x: a multiple of 32 and of head_dim / 4, at most 128; `scratch`:
+// ATTN_COMBINE_SCRATCH(nh) floats of shared memory, 16-byte aligned.
+static __device__ __noinline__ void combine_heads(const float *part_m, const float *part_l,
+                                                  const float *part_acc, float *out, int n_head,
+                                                  int n_split, int head_dim, int h0, int nh,
+                                                  int t, float *scratch) {
+    float *red = scratch, *sl = red + 512, *sw = sl + ATTN_MAX_COMBINE_HEADS;
+    const int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE;
+    const int n_warps = blockDim.x / WARP_SIZE;
+    for (int i = warp; i < nh; i += n_warps) {
+        const size_t base = ((size_t)t * n_head + h0 + i) * n_split;
+        float m = ATTN_NEG_INF;
+        for (int s = lane; s < n_split; s += WARP_SIZE) {
+            m = fmaxf(m, __ldcg(part_m + base + s));
         }
-        out[((size_t)t * n_head + h) * head_dim + j] = a / l;
+        m = warp_max(m);
+        float l = 0.0f;
+        for (int s = lane; s < n_split; s += WARP_SIZE) {
+            const float ms = __ldcg(part_m + base + s);
+            const float w = ms == ATTN_NEG_INF ? 0.0f : expf(ms - m);
+            sw[i * n_split + s] = w;
+            l += __ldcg(part_l + base + s) * w;
+        }
+        l = warp_sum(l);
+        if (lane == 0) {
+            sl[i] = l;
+        }
+    }
+    __syncthreads();
+    const int n_chunk = head_dim / 4;
+    const int c = threadIdx.x % n_chunk, r = threadIdx.x / n_chunk, rows = blockDim.x / n_chunk;
+    for (int i = 0; i < nh; ++i) {
+        const size_t base = ((size_t)t * n_head + h0 + i) * n_split;
+        const float *w = sw + i * n_split;
+        float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll 8
+        for (int s = r; s < n_split; s += rows) {
+            const float4 v = __ldcg((const float4 *)(part_acc + (base + s) * head_dim) + c);
+            const float ws = w[s];
+            a.x += ws * v.x;
+            a.y += ws * v.y;
+            a.z += ws * v.z;
+            a.w += ws * v.w;
+        }
+        *(float4 *)&red[r * head_dim + 4 * c] = a; // rows * head_dim = 4 * blockDim.x <= 512
+        __syncthreads();
+        for (int j = threadIdx.x; j < head_dim; j += blockDim.x) {
+            float sum = 0.0f;
+            for (int rr = 0; rr < rows; ++rr) {
+                sum += red[rr * head_dim + j];
+            }
+            out[((size_t)t * n_head + h0 + i) * head_dim + j] = sum / sl[i];
+        }
+        __syncthreads();
     }
 }
 
@@ -267,8 +310,9 @@ extern "C" __global__ void attn_decode_combine(const float *__restrict__ part_m,
                                                float *__restrict__ out, int n_head, int n_split,
                                                int head_dim) {
     dependent_launch_entry();
-    combine_head(part_m, part_l, part_acc, out, n_head, n_split, head_dim, blockIdx.x,
-                 blockIdx.y);
+    __shared__ __align__(16) float scratch[ATTN_COMBINE_SCRATCH(1)];
+    combine_heads(part_m, part_l, part_acc, out, n_head, n_split, head_dim, blockIdx.x, 1,
+                  blockIdx.y, scratch);
 }
 
 // Flash attention over a ubatch: grid (ceil(n_q / ATTN_NWARPS), n_head); block ATTN_NWARPS
@@ -566,150 +610,267 @@ ATTN_QUANT_INSTANCES(q4_0, GGML_TYPE_Q4_0, 64)
 ATTN_QUANT_INSTANCES(q4_0, GGML_TYPE_Q4_0, 128)
 // Flash-decoding by KV group (f16 cache), pass 1 and the fused combine: the G = n_head /
 // n_kv_head query heads that share a KV head read its keys and values once, a block per (split,
-// KV head, query row). Each warp takes 32 keys at a time, a key a lane: the lane's K row comes in
-// 16-byte loads and is dotted with all G queries (shared memory, broadcast), the warp's online
-// softmax steps once per 32 keys, and V is read a row per key with each lane holding D / 32
-// elements, the keys' weights passed by shuffles. Against attn_decode_split (a key per warp step,
-// one query head a block): the same formula, f32 sums in another order. Partials as
-// attn_decode_split writes them (per query head), so attn_decode_combine and combine_head serve
-// both; with `done`, the group's last block combines its G heads.
-// grid (n_split, n_kv_head, n_q); block ATTN_NWARPS warps.
+// KV head, query row). The walk is bound by memory latency, so K and V come into shared memory
+// by cp.async, ATTN_GROUP_TILE keys a tile, ATTN_GROUP_STAGES tiles in flight, while the block
+// works on an earlier tile:
+// - scores: thread (key, part) dots a quarter of the key's row (16-byte chunks part + 4j) with
+//   all G queries, and two shuffles add the quarters; K rows are stored with chunk bit 2 flipped
+//   on odd keys, so the eight lanes of a shared-memory phase hit eight bank groups;
+// - softmax and V: a warp a head (G >= 4; heads w and w + 4 for G = 8) or, for G < 4, 4 / G
+//   warps a head, each a contiguous share of the tile's keys; a lane holds D / 32 elements of
+//   the head's output, reads a V row a key and takes the key's weight by a shuffle. Warps that
+//   share a head merge at the end, in warp order.
+// Against attn_decode_split (a key per warp step, one query head a block): the same formula,
+// f32 sums in another order. Partials as attn_decode_split writes them (per query head), so
+// attn_decode_combine and combine_heads serve both; with `done`, the group's last block
+// combines its G heads. grid (n_split, n_kv_head, n_q); block ATTN_NWARPS warps; dynamic
+// shared memory attn_group_smem_bytes(D, G) (crates/cuda/src/ops/attention.rs agrees).
+#define ATTN_GROUP_TILE 32
+#define ATTN_GROUP_STAGES 3
+
+template <int D, int G> struct GroupLayout {
+    static constexpr int CHUNKS = D / 8;                       // 16-byte chunks a row
+    static constexpr int TILE_BYTES = ATTN_GROUP_TILE * D * 2; // K or V of one tile
+    static constexpr int STAGE_BYTES = 2 * TILE_BYTES;
+    static constexpr int Q_OFFSET = ATTN_GROUP_STAGES * STAGE_BYTES;
+    static constexpr int S_OFFSET = Q_OFFSET + G * D * 4;
+    static constexpr int BYTES = S_OFFSET + G * ATTN_GROUP_TILE * 4;
+    // Warps a head (each a share of a tile's keys) and heads a warp.
+    static constexpr int WK = G >= ATTN_NWARPS ? 1 : ATTN_NWARPS / G;
+    static constexpr int HW = G >= ATTN_NWARPS ? G / ATTN_NWARPS : 1;
+    static constexpr int KPW = ATTN_GROUP_TILE / WK; // keys a warp takes of a tile
+};
+
+// Starts the copy of tile `tile` (keys base.. of the block's range, n of them live) into stage
+// `stage`: every thread D / 16 chunks, zero-filled past the live keys.
+template <int D, int G>
+static __device__ __forceinline__ void group_load_tile(char *smem, const uint16_t *kh,
+                                                       const uint16_t *vh, int base, int n,
+                                                       int stage) {
+    typedef GroupLayout<D, G> L;
+    char *sk = smem + stage * L::STAGE_BYTES, *sv = sk + L::TILE_BYTES;
+    constexpr int PER_TENSOR = ATTN_GROUP_TILE * L::CHUNKS;
+#pragma unroll
+    for (int it = 0; it < 2 * PER_TENSOR / (ATTN_NWARPS * WARP_SIZE); ++it) {
+        const int idx = threadIdx.x + it * ATTN_NWARPS * WARP_SIZE;
+        const bool is_v = idx >= PER_TENSOR;
+        const int rem = is_v ? idx - PER_TENSOR : idx;
+        const int r = rem / L::CHUNKS, c = rem % L::CHUNKS;
+        const bool live = r < n;
+        const uint16_t *src = (is_v ? vh : kh) + (size_t)(base + (live ? r : 0)) * D + 8 * c;
+        const int pc = is_v ? c : c ^ ((r & 1) << 2);
+        cp_async16((is_v ? sv : sk) + (r * L::CHUNKS + pc) * 16, src, live ? 16 : 0);
+    }
+}
+
+// A lane's DL consecutive f16 elements of a V row in shared memory, as f32.
+template <int DL> static __device__ __forceinline__ void v_row_f16(const uint16_t *r, float *out) {
+    if constexpr (DL == 4) {
+        const uint2 w = *(const uint2 *)r;
+        out[0] = f16_bits_to_f32((uint16_t)(w.x & 0xffff));
+        out[1] = f16_bits_to_f32((uint16_t)(w.x >> 16));
+        out[2] = f16_bits_to_f32((uint16_t)(w.y & 0xffff));
+        out[3] = f16_bits_to_f32((uint16_t)(w.y >> 16));
+    } else {
+        const uint32_t w = *(const uint32_t *)r;
+        out[0] = f16_bits_to_f32((uint16_t)(w & 0xffff));
+        out[1] = f16_bits_to_f32((uint16_t)(w >> 16));
+    }
+}
+
 template <int D, int G>
 static __device__ __forceinline__ void attn_decode_group(
     const float *__restrict__ q, const uint16_t *__restrict__ kc, const uint16_t *__restrict__ vc,
     const uint32_t *__restrict__ pos, float *__restrict__ part_m, float *__restrict__ part_l,
     float *__restrict__ part_acc, int *__restrict__ done, float *__restrict__ out, int n_head,
     int n_ctx, float scale) {
-    constexpr int DL = D / WARP_SIZE; // V elements a lane holds
+    typedef GroupLayout<D, G> L;
+    constexpr int DL = D / WARP_SIZE; // output elements a lane holds
     static_assert(DL == 2 || DL == 4, "head sizes 64 and 128");
-    __shared__ __align__(16) float sq[G][D];
-    __shared__ float sm[ATTN_NWARPS][G], sl[ATTN_NWARPS][G];
-    __shared__ float sacc[ATTN_NWARPS][G][D];
+    static_assert(ATTN_NWARPS == 4 && ATTN_GROUP_TILE == 32, "thread (key, part) per tile");
+    extern __shared__ __align__(16) char smem[];
+    float *sq = (float *)(smem + L::Q_OFFSET);
+    float *ss = (float *)(smem + L::S_OFFSET); // [G][tile] scaled scores
     const int split = blockIdx.x, n_split = gridDim.x, g = blockIdx.y, t = blockIdx.z;
     const int h0 = g * G;
     const int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE;
     const int n_keys = (int)pos[t] + 1;
     const int chunk = (n_keys + n_split - 1) / n_split;
     const int k0 = split * chunk, k1 = min(n_keys, k0 + chunk);
-    for (int i = threadIdx.x; i < G * D; i += blockDim.x) {
-        sq[i / D][i % D] = q[((size_t)t * n_head + h0) * D + i];
-    }
-    __syncthreads();
+    const int n_tiles = k1 > k0 ? (k1 - k0 + ATTN_GROUP_TILE - 1) / ATTN_GROUP_TILE : 0;
     const uint16_t *kh = kc + (size_t)g * n_ctx * D;
     const uint16_t *vh = vc + (size_t)g * n_ctx * D;
-    float m[G], l[G], acc[G][DL];
 #pragma unroll
-    for (int i = 0; i < G; ++i) {
-        m[i] = ATTN_NEG_INF;
-        l[i] = 0.0f;
+    for (int s = 0; s < ATTN_GROUP_STAGES - 1; ++s) {
+        if (s < n_tiles) {
+            const int base = k0 + s * ATTN_GROUP_TILE;
+            group_load_tile<D, G>(smem, kh, vh, base, min(ATTN_GROUP_TILE, k1 - base), s);
+        }
+        cp_async_commit(); // possibly empty: group i stays tile i
+    }
+    for (int i = threadIdx.x; i < G * D; i += blockDim.x) {
+        sq[i] = q[((size_t)t * n_head + h0) * D + i];
+    }
+    // This warp's heads (warp % G + ATTN_NWARPS u) and its share of each tile's keys.
+    const int hw0 = L::WK == 1 ? warp : warp % G, kw0 = L::WK == 1 ? 0 : (warp / G) * L::KPW;
+    float m[L::HW], l[L::HW], acc[L::HW][DL];
+#pragma unroll
+    for (int u = 0; u < L::HW; ++u) {
+        m[u] = ATTN_NEG_INF;
+        l[u] = 0.0f;
 #pragma unroll
         for (int j = 0; j < DL; ++j) {
-            acc[i][j] = 0.0f;
+            acc[u][j] = 0.0f;
         }
     }
-    for (int base = k0 + warp * WARP_SIZE; base < k1; base += ATTN_NWARPS * WARP_SIZE) {
-        const int key = base + lane;
-        const bool live = key < k1;
+    const int key = threadIdx.x / 4, part = threadIdx.x % 4; // the scores' thread roles
+    for (int it = 0; it < n_tiles; ++it) {
+        cp_async_wait<ATTN_GROUP_STAGES - 2>(); // this thread's copies of tile it
+        __syncthreads(); // everyone's; and tile it - 1's stage is free to refill
+        {
+            const int nt = it + ATTN_GROUP_STAGES - 1;
+            if (nt < n_tiles) {
+                const int base = k0 + nt * ATTN_GROUP_TILE;
+                group_load_tile<D, G>(smem, kh, vh, base, min(ATTN_GROUP_TILE, k1 - base),
+                                      nt % ATTN_GROUP_STAGES);
+            }
+            cp_async_commit();
+        }
+        const char *sk = smem + (it % ATTN_GROUP_STAGES) * L::STAGE_BYTES;
+        const uint16_t *sv = (const uint16_t *)(sk + L::TILE_BYTES);
+        const int base = k0 + it * ATTN_GROUP_TILE, n_live = min(ATTN_GROUP_TILE, k1 - base);
+        // Scores (every lane computes, so the shuffles see the whole warp; dead keys unused).
         float s[G];
 #pragma unroll
         for (int i = 0; i < G; ++i) {
             s[i] = 0.0f;
         }
-        if (live) {
-            const uint4 *kr = (const uint4 *)(kh + (size_t)key * D);
 #pragma unroll
-            for (int c = 0; c < D / 8; ++c) {
-                const uint4 w = kr[c];
-                const uint32_t words[4] = {w.x, w.y, w.z, w.w};
-                float kf[8];
+        for (int j = 0; j < L::CHUNKS / 4; ++j) {
+            const int c = part + 4 * j;
+            const uint4 w =
+                *(const uint4 *)(sk + (key * L::CHUNKS + (c ^ ((key & 1) << 2))) * 16);
+            const uint32_t words[4] = {w.x, w.y, w.z, w.w};
+            float kf[8];
 #pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    kf[2 * e] = f16_bits_to_f32((uint16_t)(words[e] & 0xffff));
-                    kf[2 * e + 1] = f16_bits_to_f32((uint16_t)(words[e] >> 16));
-                }
-#pragma unroll
-                for (int i = 0; i < G; ++i) {
-                    const float4 qa = *(const float4 *)&sq[i][c * 8];
-                    const float4 qb = *(const float4 *)&sq[i][c * 8 + 4];
-                    s[i] += qa.x * kf[0] + qa.y * kf[1] + qa.z * kf[2] + qa.w * kf[3] +
-                            qb.x * kf[4] + qb.y * kf[5] + qb.z * kf[6] + qb.w * kf[7];
-                }
-            }
-        }
-        // The tile's online softmax step, a head at a time; p[i] is this lane's key's weight.
-        float p[G];
-#pragma unroll
-        for (int i = 0; i < G; ++i) {
-            const float sc = live ? s[i] * scale : ATTN_NEG_INF;
-            const float m_new = fmaxf(m[i], warp_max(sc));
-            const float corr = expf(m[i] - m_new); // 0 on the first tile (m = -inf)
-            p[i] = live ? expf(sc - m_new) : 0.0f;
-            l[i] = l[i] * corr + warp_sum(p[i]);
-#pragma unroll
-            for (int j = 0; j < DL; ++j) {
-                acc[i][j] *= corr;
-            }
-            m[i] = m_new;
-        }
-        const int nk = min(WARP_SIZE, k1 - base);
-#pragma unroll 4
-        for (int kk = 0; kk < nk; ++kk) {
-            const uint16_t *vr = vh + (size_t)(base + kk) * D + lane * DL;
-            float vf[DL];
-            if constexpr (DL == 4) {
-                const uint2 w = *(const uint2 *)vr;
-                vf[0] = f16_bits_to_f32((uint16_t)(w.x & 0xffff));
-                vf[1] = f16_bits_to_f32((uint16_t)(w.x >> 16));
-                vf[2] = f16_bits_to_f32((uint16_t)(w.y & 0xffff));
-                vf[3] = f16_bits_to_f32((uint16_t)(w.y >> 16));
-            } else {
-                const uint32_t w = *(const uint32_t *)vr;
-                vf[0] = f16_bits_to_f32((uint16_t)(w & 0xffff));
-                vf[1] = f16_bits_to_f32((uint16_t)(w >> 16));
+            for (int e = 0; e < 4; ++e) {
+                kf[2 * e] = f16_bits_to_f32((uint16_t)(words[e] & 0xffff));
+                kf[2 * e + 1] = f16_bits_to_f32((uint16_t)(words[e] >> 16));
             }
 #pragma unroll
             for (int i = 0; i < G; ++i) {
-                const float pk = __shfl_sync(FULL_MASK, p[i], kk);
+                const float4 qa = *(const float4 *)&sq[i * D + c * 8];
+                const float4 qb = *(const float4 *)&sq[i * D + c * 8 + 4];
+                s[i] += qa.x * kf[0] + qa.y * kf[1] + qa.z * kf[2] + qa.w * kf[3] +
+                        qb.x * kf[4] + qb.y * kf[5] + qb.z * kf[6] + qb.w * kf[7];
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < G; ++i) {
+            s[i] += __shfl_xor_sync(FULL_MASK, s[i], 1);
+            s[i] += __shfl_xor_sync(FULL_MASK, s[i], 2);
+            if (part == 0 && key < n_live) {
+                ss[i * ATTN_GROUP_TILE + key] = s[i] * scale;
+            }
+        }
+        __syncthreads();
+        // Softmax step and V for this warp's heads over its keys kw0 .. kw0 + KPW.
+        const int nk = min(L::KPW, n_live - kw0); // warp-uniform
+        if (nk <= 0) {
+            continue;
+        }
+#pragma unroll
+        for (int u = 0; u < L::HW; ++u) {
+            const int hi = hw0 + ATTN_NWARPS * u;
+            const bool live = lane < nk;
+            const float sc = live ? ss[hi * ATTN_GROUP_TILE + kw0 + lane] : ATTN_NEG_INF;
+            const float m_new = fmaxf(m[u], warp_max(sc));
+            const float corr = expf(m[u] - m_new); // 0 on the first tile (m = -inf)
+            const float p = live ? expf(sc - m_new) : 0.0f;
+            l[u] = l[u] * corr + warp_sum(p);
+#pragma unroll
+            for (int j = 0; j < DL; ++j) {
+                acc[u][j] *= corr;
+            }
+            m[u] = m_new;
+            // Eight keys at a time, their rows and weights fetched before the FMAs (a
+            // latency chain a key otherwise); keys in order either way.
+            const uint16_t *vbase = sv + kw0 * D + lane * DL;
+            int kk = 0;
+            for (; kk + 8 <= nk; kk += 8) {
+                float vf[8][DL], pk[8];
+#pragma unroll
+                for (int e = 0; e < 8; ++e) {
+                    v_row_f16<DL>(vbase + (kk + e) * D, vf[e]);
+                    pk[e] = __shfl_sync(FULL_MASK, p, kk + e);
+                }
+#pragma unroll
+                for (int e = 0; e < 8; ++e) {
+#pragma unroll
+                    for (int j = 0; j < DL; ++j) {
+                        acc[u][j] += pk[e] * vf[e][j];
+                    }
+                }
+            }
+            for (; kk < nk; ++kk) {
+                float vf[DL];
+                v_row_f16<DL>(vbase + kk * D, vf);
+                const float pk = __shfl_sync(FULL_MASK, p, kk);
 #pragma unroll
                 for (int j = 0; j < DL; ++j) {
-                    acc[i][j] += pk * vf[j];
+                    acc[u][j] += pk * vf[j];
                 }
             }
         }
     }
-    // The block's warps merged per head, as merge_warps does for one head.
+    cp_async_wait<0>();
+    __syncthreads(); // the stages are free: the warps' states meet there
+    // Warps that share a head merge in warp order (warp hi, hi + G, ..); a lone warp writes.
+    float *sm = (float *)smem, *sl = sm + ATTN_NWARPS * L::HW;
+    float *sacc = sl + ATTN_NWARPS * L::HW; // [warp][u][D]
 #pragma unroll
-    for (int i = 0; i < G; ++i) {
+    for (int u = 0; u < L::HW; ++u) {
         if (lane == 0) {
-            sm[warp][i] = m[i];
-            sl[warp][i] = l[i];
+            sm[warp * L::HW + u] = m[u];
+            sl[warp * L::HW + u] = l[u];
         }
 #pragma unroll
         for (int j = 0; j < DL; ++j) {
-            sacc[warp][i][lane * DL + j] = acc[i][j];
+            sacc[(warp * L::HW + u) * D + lane * DL + j] = acc[u][j];
         }
     }
     __syncthreads();
-    for (int i = 0; i < G; ++i) {
-        float mm = ATTN_NEG_INF;
-        for (int w = 0; w < ATTN_NWARPS; ++w) {
-            mm = fmaxf(mm, sm[w][i]);
-        }
-        const size_t part = ((size_t)t * n_head + h0 + i) * n_split + split;
-        for (int j = threadIdx.x; j < D; j += blockDim.x) {
-            float a = 0.0f;
-            for (int w = 0; w < ATTN_NWARPS; ++w) {
-                a += sm[w][i] == ATTN_NEG_INF ? 0.0f : sacc[w][i][j] * expf(sm[w][i] - mm);
+    if (warp < (L::WK == 1 ? ATTN_NWARPS : G)) {
+#pragma unroll
+        for (int u = 0; u < L::HW; ++u) {
+            const int hi = hw0 + ATTN_NWARPS * u;
+            float mm = ATTN_NEG_INF;
+            for (int wk = 0; wk < L::WK; ++wk) {
+                mm = fmaxf(mm, sm[(warp + G * wk) * L::HW + u]);
             }
-            part_acc[part * D + j] = a;
-        }
-        if (threadIdx.x == 0) {
-            float ll = 0.0f;
-            for (int w = 0; w < ATTN_NWARPS; ++w) {
-                ll += sm[w][i] == ATTN_NEG_INF ? 0.0f : sl[w][i] * expf(sm[w][i] - mm);
+            float ll = 0.0f, a[DL];
+#pragma unroll
+            for (int j = 0; j < DL; ++j) {
+                a[j] = 0.0f;
             }
-            part_m[part] = mm; // -inf for an empty split
-            part_l[part] = ll;
+            for (int wk = 0; wk < L::WK; ++wk) {
+                const int w = (warp + G * wk) * L::HW + u;
+                const float f = sm[w] == ATTN_NEG_INF ? 0.0f : expf(sm[w] - mm);
+                ll += sl[w] * f;
+#pragma unroll
+                for (int j = 0; j < DL; ++j) {
+                    a[j] += sacc[w * D + lane * DL + j] * f;
+                }
+            }
+            const size_t pidx = ((size_t)t * n_head + h0 + hi) * n_split + split;
+#pragma unroll
+            for (int j = 0; j < DL; ++j) {
+                part_acc[pidx * D + lane * DL + j] = a[j];
+            }
+            if (lane == 0) {
+                part_m[pidx] = mm; // -inf for an empty split
+                part_l[pidx] = ll;
+            }
         }
     }
     if (done == nullptr) {
@@ -730,9 +891,8 @@ static __device__ __forceinline__ void attn_decode_group(
     __syncthreads();
     if (last) {
         __threadfence();
-        for (int i = 0; i < G; ++i) {
-            combine_head(part_m, part_l, part_acc, out, n_head, n_split, D, h0 + i, t);
-        }
+        combine_heads(part_m, part_l, part_acc, out, n_head, n_split, D, h0, G, t,
+                      (float *)smem); // the stages are free again
     }
 }
 

@@ -80,6 +80,26 @@ static __device__ __forceinline__ void dependent_launch_entry() {
 #endif
 }
 
+// 16 bytes global → shared (address d) without registers, bypassing L1 (sm_80+); only the
+// first `src_bytes` are read, the rest of the 16 are zero-filled.
+static __device__ __forceinline__ void cp_async16_to(uint32_t d, const void *src, int src_bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src),
+                 "r"(src_bytes));
+}
+
+static __device__ __forceinline__ void cp_async16(void *dst, const void *src, int src_bytes) {
+    cp_async16_to((uint32_t)__cvta_generic_to_shared(dst), src, src_bytes);
+}
+
+static __device__ __forceinline__ void cp_async_commit() {
+    asm volatile("cp.async.commit_group;\n" ::);
+}
+
+// Wait until at most N committed groups of this thread are still in flight.
+template <int N> static __device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
 template <typename T>
 static __device__ __forceinline__ T block_sum(T v, T *scratch) {
     const int lane = threadIdx.x % WARP_SIZE;

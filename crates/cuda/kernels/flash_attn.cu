@@ -34,21 +34,6 @@ static __device__ __forceinline__ uint32_t fa_smem(const void *p) {
     return (uint32_t)__cvta_generic_to_shared(p);
 }
 
-// 16 bytes global → shared, bypassing L1; zero-filled (nothing read) when !valid.
-static __device__ __forceinline__ void fa_cp_async16(uint32_t dst, const void *src, bool valid) {
-    const int n = valid ? 16 : 0;
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n));
-}
-
-static __device__ __forceinline__ void fa_cp_async_commit() {
-    asm volatile("cp.async.commit_group;\n" ::);
-}
-
-// Waits until at most one committed group is still in flight.
-static __device__ __forceinline__ void fa_cp_async_wait_one() {
-    asm volatile("cp.async.wait_group 1;\n" ::);
-}
-
 // Four 8×8 b16 matrices; lanes 8i..8i+7 give the row addresses of matrix i. Lane T receives
 // (row T/4, columns 2(T%4), +1) of each, or with .trans (rows 2(T%4), +1, column T/4).
 static __device__ __forceinline__ void fa_ldmatrix_x4(uint32_t r[4], uint32_t addr) {
@@ -95,8 +80,8 @@ static __device__ __forceinline__ void fa_load_tile(uint16_t *stage, const uint1
         const bool valid = k0 + key < n_keys;
         const size_t at = valid ? (size_t)(k0 + key) * D + 8 * c : 0;
         const uint32_t dst = fa_smem(stage + key * STRIDE + 8 * c);
-        fa_cp_async16(dst, kh + at, valid);
-        fa_cp_async16(dst + TILE * 2, vh + at, valid);
+        cp_async16_to(dst, kh + at, valid ? 16 : 0);
+        cp_async16_to(dst + TILE * 2, vh + at, valid ? 16 : 0);
     }
 }
 
@@ -176,15 +161,15 @@ static __device__ __forceinline__ void flash_prefill(
 
     const int n_tiles = (n_keys + FA_BK - 1) / FA_BK;
     fa_load_tile<D>(fa_tiles, kh, vh, 0, n_keys);
-    fa_cp_async_commit();
+    cp_async_commit();
     for (int it = 0; it < n_tiles; ++it) {
         const int k0 = it * FA_BK;
         if (it + 1 < n_tiles) {
             fa_load_tile<D>(fa_tiles + ((it + 1) % FA_STAGES) * 2 * TILE, kh, vh, k0 + FA_BK,
                             n_keys);
         }
-        fa_cp_async_commit(); // possibly empty: keeps "all but one group" meaning tile it
-        fa_cp_async_wait_one();
+        cp_async_commit(); // possibly empty: keeps "all but one group" meaning tile it
+        cp_async_wait<1>();
         __syncthreads();
         const uint16_t *ks = fa_tiles + (it % FA_STAGES) * 2 * TILE;
         const uint16_t *vs = ks + TILE;

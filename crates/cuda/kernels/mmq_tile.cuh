@@ -89,23 +89,6 @@ static __device__ __forceinline__ unsigned mmq_dynamic_smem() {
     return n;
 }
 
-// 16 bytes global → shared without registers; only the first `src_bytes` are read, the rest
-// of the 16 are zero-filled.
-static __device__ __forceinline__ void cp_async16(void *dst, const void *src, int src_bytes) {
-    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src),
-                 "r"(src_bytes));
-}
-
-static __device__ __forceinline__ void cp_async_commit() {
-    asm volatile("cp.async.commit_group;\n" ::);
-}
-
-// Wait until at most N committed groups of this thread are still in flight.
-template <int N> static __device__ __forceinline__ void cp_async_wait() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
-
 // Where weight row `row`'s blocks for columns k0.. start, in bytes from the matrix.
 template <int TYPE>
 static __device__ __forceinline__ size_t mmq_raw_start(size_t row_bytes, int row, int k0) {

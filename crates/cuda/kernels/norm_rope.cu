@@ -33,19 +33,60 @@ extern "C" __global__ void rms_norm_f32(const float *x, const float *__restrict_
     rms_norm_group(x, w, out, n, eps, blockIdx.x);
 }
 
+// Elements a thread keeps in registers between add_rms_norm_q8_1_f32's two passes (rows past
+// NORM_REGS * blockDim.x read the rest again).
+#define NORM_REGS 8
+
+struct NormWeights {
+    float v[NORM_REGS];
+};
+
+// The thread's norm weights (i = threadIdx.x + k * blockDim.x), loaded before the wait for the
+// kernel ahead: they are model weights, which no kernel writes, so under PDL their load
+// overlaps that kernel's tail.
+static __device__ __forceinline__ NormWeights norm_weights_then_wait(const float *__restrict__ w,
+                                                                     int n) {
+    NormWeights r;
+#pragma unroll
+    for (int k = 0; k < NORM_REGS; ++k) {
+        const int i = threadIdx.x + k * blockDim.x;
+        r.v[k] = i < n ? w[i] : 0.0f;
+    }
+    dependent_launch_entry();
+    return r;
+}
+
 // The fusion of add_f32, rms_norm_f32 and quantize_q8_1 (or quantize_q8_k when q8k), bit for
 // bit: when `add` is not null, x += add first (written back); then out = rms_norm(x) * w as
 // rms_norm_f32, and outq = the activation blocks of out. Launch as rms_norm_f32 (same block
-// size: the sum's order depends on it); n a multiple of 32 (of 256 with q8k).
+// size: the sum's order depends on it); n a multiple of 32 (of 256 with q8k). A decode step's
+// row is one block, so its latency is the kernel's: the weights come before the wait and x
+// stays in registers between the passes.
 extern "C" __global__ void add_rms_norm_q8_1_f32(float *x, const float *__restrict__ add,
                                                  const float *__restrict__ w, float *out,
                                                  block_q8_1 *__restrict__ outq, int n, float eps,
                                                  int q8k) {
-    dependent_launch_entry();
+    const NormWeights wr = norm_weights_then_wait(w, n);
     __shared__ double scratch[32];
     const size_t base = (size_t)blockIdx.x * n;
+    const int tail = threadIdx.x + NORM_REGS * blockDim.x; // first element not in registers
+    float xr[NORM_REGS];
     double sum = 0.0;
-    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+#pragma unroll
+    for (int k = 0; k < NORM_REGS; ++k) {
+        const int i = threadIdx.x + k * blockDim.x;
+        if (i < n) {
+            float xi = x[base + i];
+            if (add != nullptr) {
+                xi += add[base + i];
+                x[base + i] = xi;
+            }
+            xr[k] = xi;
+            const double v = xi;
+            sum += v * v;
+        }
+    }
+    for (int i = tail; i < n; i += blockDim.x) {
         float xi = x[base + i];
         if (add != nullptr) {
             xi += add[base + i];
@@ -57,11 +98,22 @@ extern "C" __global__ void add_rms_norm_q8_1_f32(float *x, const float *__restri
     sum = block_sum(sum, scratch);
     const float mean = (float)(sum / (double)n);
     const float scale = 1.0f / sqrtf(mean + eps);
-    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    // A warp's 32 consecutive elements are one Q8_1 block (blockDim.x is a multiple of 32).
+#pragma unroll
+    for (int k = 0; k < NORM_REGS; ++k) {
+        const int i = threadIdx.x + k * blockDim.x;
+        if (i < n) {
+            const float o = __fmul_rn(__fmul_rn(xr[k], scale), wr.v[k]);
+            out[base + i] = o;
+            if (!q8k) {
+                quantize_q8_1_warp(o, outq + (base + i) / QK8_1);
+            }
+        }
+    }
+    for (int i = tail; i < n; i += blockDim.x) {
         const float o = __fmul_rn(__fmul_rn(x[base + i], scale), w[i]);
         out[base + i] = o;
         if (!q8k) {
-            // A warp's 32 consecutive elements are one block (blockDim.x is a multiple of 32).
             quantize_q8_1_warp(o, outq + (base + i) / QK8_1);
         }
     }

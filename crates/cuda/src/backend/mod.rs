@@ -94,10 +94,11 @@ impl CudaBackend {
     pub(super) fn decode_work(
         &self,
         n_head: usize,
+        n_kv_head: usize,
         head_dim: usize,
         n_ctx: usize,
     ) -> Result<DecodeWork> {
-        let splits = self.plan.decode_splits(n_ctx);
+        let splits = self.plan.decode_splits(n_ctx, n_kv_head);
         DecodeWork::new(&self.dev, DECODE_MAX_ROWS, n_head, head_dim, splits)
     }
 

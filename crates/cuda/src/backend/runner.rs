@@ -166,7 +166,9 @@ impl CudaModel {
             layers,
             first_layer: self.first_layer,
             n_ctx,
-            work: self.backend.decode_work(cfg.n_head, cfg.head_dim, n_ctx)?,
+            work: self
+                .backend
+                .decode_work(cfg.n_head, cfg.n_head_kv, cfg.head_dim, n_ctx)?,
             graph: None,
             eager_decodes: 0,
             graph_failed: false,

@@ -21,6 +21,9 @@ const NWARPS: usize = 4;
 pub const ATTN_HEAD_DIMS: [usize; 2] = [64, 128];
 /// Query heads per KV head that `attn_decode_group_*` has instances for.
 pub const ATTN_GROUPS: [usize; 4] = [1, 2, 4, 8];
+/// The most flash-decoding splits: the combine keeps a weight a split per head in shared
+/// memory (attention.cu's ATTN_MAX_SPLITS).
+pub const ATTN_MAX_SPLITS: usize = 256;
 /// flash_attn.cu's tile: FA_BQ query rows (16 per warp, FA_NWARPS warps) per block, and its
 /// shared memory: FA_STAGES stages of a K and a V tile of FA_BK keys, rows padded by FA_PAD.
 const FA_NWARPS: usize = 4;
@@ -28,6 +31,15 @@ const FA_BQ: usize = 16 * FA_NWARPS;
 const FA_BK: usize = 64;
 const FA_STAGES: usize = 2;
 const FA_PAD: usize = 8;
+
+/// attention.cu's grouped decode kernel: ATTN_GROUP_STAGES stages of a K and a V tile of
+/// ATTN_GROUP_TILE f16 rows, then the G queries and the tile's G × ATTN_GROUP_TILE scores (f32).
+const GROUP_STAGES: usize = 3;
+const GROUP_TILE: usize = 32;
+
+fn group_smem_bytes(head_dim: usize, group: usize) -> usize {
+    GROUP_STAGES * 2 * GROUP_TILE * head_dim * 2 + group * head_dim * 4 + group * GROUP_TILE * 4
+}
 
 fn flash_smem_bytes(head_dim: usize) -> usize {
     FA_STAGES * 2 * FA_BK * (head_dim + FA_PAD) * std::mem::size_of::<u16>()
@@ -169,7 +181,10 @@ impl DecodeWork {
         head_dim: usize,
         n_split: usize,
     ) -> Result<Self> {
-        assert!(n_split > 0, "decode: no splits");
+        assert!(
+            (1..=ATTN_MAX_SPLITS).contains(&n_split),
+            "decode: {n_split} splits"
+        );
         let parts = max_q * n_head * n_split;
         Ok(Self {
             m: dev.zeros(parts)?,
@@ -266,7 +281,15 @@ impl Attention {
                 .map(|d| {
                     ATTN_GROUPS
                         .iter()
-                        .map(|g| f(format!("attn_decode_group_d{d}_g{g}")))
+                        .map(|&g| {
+                            let func = f(format!("attn_decode_group_d{d}_g{g}"))?;
+                            func.set_attribute(
+                                CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                int(group_smem_bytes(*d, g), "group shared memory"),
+                            )
+                            .during("raising attn_decode_group's shared-memory limit")?;
+                            Ok(func)
+                        })
                         .collect::<Result<_>>()
                 })
                 .collect::<Result<_>>()?,
@@ -354,7 +377,7 @@ impl Attention {
         );
         let fused = fused_combine;
         // A block per (split, query head) or, grouped, per (split, KV head).
-        let (f, blocks_y, kernel) = if grouped {
+        let (f, blocks_y, kernel, smem) = if grouped {
             let group = n_head / cache.n_kv_head;
             let gi = ATTN_GROUPS.iter().position(|&g| g == group);
             let (Some(gi), KvFormat::F16) = (gi, cache.format) else {
@@ -364,9 +387,10 @@ impl Attention {
                 )));
             };
             let f = &self.decode_group[dim_index(cache.head_dim)?][gi];
-            (f, cache.n_kv_head, "attn_decode_group")
+            let smem = group_smem_bytes(cache.head_dim, group);
+            (f, cache.n_kv_head, "attn_decode_group", smem)
         } else {
-            (f, n_head, "attn_decode_split")
+            (f, n_head, "attn_decode_split", 0)
         };
         let null = 0u64; // a null pointer: no fused combine
         let mut b = self.launch.builder(f);
@@ -390,7 +414,7 @@ impl Attention {
         let cfg = LaunchConfig {
             grid_dim: (work.n_split as u32, blocks_y as u32, n_q as u32),
             block_dim: ((NWARPS * 32) as u32, 1, 1),
-            shared_mem_bytes: 0,
+            shared_mem_bytes: smem as u32,
         };
         // SAFETY: attn_decode_split_dD(q, kc, vc, pos, m, l, acc, done, out, n_head, n_kv_head,
         // n_ctx, scale), or attn_decode_group_dD_gG(.. out, n_head, n_ctx, scale) with G =

@@ -22,7 +22,9 @@ mod moe_route;
 mod norm_rope;
 mod quantize;
 
-pub use attention::{Attention, DecodeWork, KvCache, KvFormat, PrefillKernel, ATTN_GROUPS};
+pub use attention::{
+    Attention, DecodeWork, KvCache, KvFormat, PrefillKernel, ATTN_GROUPS, ATTN_MAX_SPLITS,
+};
 pub use elementwise::Elementwise;
 pub use embed::Embed;
 pub use gemm_f32::GemmF32;

@@ -22,7 +22,8 @@ use crate::error::{DriverContext, Result};
 use crate::ops::launch::LaunchMode;
 use crate::ops::{
     ActQuant, Kernels, KvFormat, Mmq, MmqOrder, Mmvq, MoeDecodeWork, PrefillKernel, ATTN_GROUPS,
-    MMQ_BK, MMQ_TILES, MMVQ_MAX_COLS, MOE_DECODE_MAX_TOKENS, ROUTER_ROWS_MAX_EMBD, ROUTER_SMALL_N,
+    ATTN_MAX_SPLITS, MMQ_BK, MMQ_TILES, MMVQ_MAX_COLS, MOE_DECODE_MAX_TOKENS, ROUTER_ROWS_MAX_EMBD,
+    ROUTER_SMALL_N,
 };
 use cudarc::driver::sys::CUdevice_attribute;
 use ferrolm_gguf::GgmlType;
@@ -53,6 +54,10 @@ pub const Q8_0_LANES_MAX_TOKENS: usize = CPU_ORDER_MAX_ROWS;
 /// Ubatches of up to this many rows take the mat-vec kernels and flash-decoding (the decode
 /// work buffers are sized for it): all the rows one mat-vec launch takes.
 pub const DECODE_MAX_ROWS: usize = MMVQ_MAX_COLS;
+/// Decode attention's blocks an SM, when the context is long enough to give them work.
+pub const DECODE_BLOCKS_PER_SM: usize = 4;
+/// The fewest keys a flash-decoding split takes at full context.
+pub const DECODE_MIN_SPLIT_KEYS: usize = 128;
 
 /// Guessed relative speed of a full SM on each tile shape of [`MMQ_TILES`] (larger tiles
 /// reuse each loaded fragment more); to be replaced by the H200 figures of
@@ -315,10 +320,20 @@ impl Plan {
         }
     }
 
-    /// Flash-decoding splits for a cache of `n_ctx` positions: about 128 keys each at full
-    /// context, at most 64 (with 32 heads that is 2048 blocks, plenty for 132 SMs).
-    pub fn decode_splits(&self, n_ctx: usize) -> usize {
-        n_ctx.div_ceil(128).clamp(1, 64)
+    /// Flash-decoding splits for a cache of `n_ctx` positions and `n_kv_head` KV heads (a block
+    /// per split and KV head, or query head): about [`DECODE_BLOCKS_PER_SM`] blocks an SM, but no
+    /// split under [`DECODE_MIN_SPLIT_KEYS`] keys at full context; at most [`ATTN_MAX_SPLITS`].
+    /// `FERROLM_ATTN_SPLIT_KEYS` fixes the keys a split instead. At 16k keys on the H200 the
+    /// best fixed choice was 256 keys for 8 KV heads and 512 for 16: 512 blocks either way
+    /// (docs/perf.md, "Issue 15, step 3").
+    pub fn decode_splits(&self, n_ctx: usize, n_kv_head: usize) -> usize {
+        let splits = match self.switches.attn_split_keys {
+            Some(keys) => n_ctx.div_ceil(keys),
+            None => n_ctx
+                .div_ceil(DECODE_MIN_SPLIT_KEYS)
+                .min((DECODE_BLOCKS_PER_SM * self.device.sms).div_ceil(n_kv_head.max(1))),
+        };
+        splits.clamp(1, ATTN_MAX_SPLITS)
     }
 
     /// The MoE FFN of a ubatch: the decode kernels for a few tokens of int8 experts they

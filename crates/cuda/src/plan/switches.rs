@@ -48,6 +48,9 @@ pub struct Switches {
     /// `FERROLM_ATTN_GROUPED`: decode attention a block per KV head and split, for all the
     /// query heads that share it (else a block per query head).
     pub attn_grouped: bool,
+    /// `FERROLM_ATTN_SPLIT_KEYS`: decode attention's keys a split at full context (splits are
+    /// `n_ctx / this`, 1 to `ATTN_MAX_SPLITS`); `None`: the plan's choice by blocks.
+    pub attn_split_keys: Option<usize>,
     /// `FERROLM_CUDA_PDL`: programmatic dependent launch on sm_90+ (each kernel's blocks
     /// scheduled while the one before finishes; see `ops/launch.rs`).
     pub pdl: bool,
@@ -76,6 +79,7 @@ impl Default for Switches {
             moe_router_rows: true,
             q8k: true,
             attn_grouped: true,
+            attn_split_keys: None,
             pdl: true,
             prefetch: false,
             profile: false,
@@ -129,6 +133,28 @@ fn forced(env: &dyn Fn(&str) -> Option<String>, name: &str, auto_ok: bool) -> Re
     }
 }
 
+/// A whole number in `range`; unset or `auto` is `None`.
+fn count(
+    env: &dyn Fn(&str) -> Option<String>,
+    name: &str,
+    range: std::ops::RangeInclusive<usize>,
+) -> Result<Option<usize>> {
+    match value(env, name).as_deref() {
+        None | Some("auto") => Ok(None),
+        Some(v) => match v.parse() {
+            Ok(n) if range.contains(&n) => Ok(Some(n)),
+            _ => {
+                let want = format!(
+                    "auto (the default) or a whole number from {} to {}",
+                    range.start(),
+                    range.end()
+                );
+                Err(bad(name, v, &want))
+            }
+        },
+    }
+}
+
 /// The tile named by `FERROLM_MMQ_TILE` (`None`: auto).
 pub fn tile_from_env(v: Option<&str>) -> Result<Option<usize>> {
     match v.map(str::trim) {
@@ -172,6 +198,7 @@ impl Switches {
             moe_router_rows: flag(env, "FERROLM_MOE_ROUTER_ROWS", true)?,
             q8k: flag(env, "FERROLM_CUDA_Q8K", true)?,
             attn_grouped: flag(env, "FERROLM_ATTN_GROUPED", true)?,
+            attn_split_keys: count(env, "FERROLM_ATTN_SPLIT_KEYS", 16..=65536)?,
             pdl: flag(env, "FERROLM_CUDA_PDL", true)?,
             prefetch: flag(env, "FERROLM_CUDA_PREFETCH", false)?,
             profile: flag(env, "FERROLM_CUDA_PROFILE", false)?,
@@ -197,7 +224,10 @@ impl fmt::Display for Switches {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let tile = self.mmq_tile.map_or("auto", |i| MMQ_TILES[i].name);
         let attn = if self.attn_ggml_small { "ggml" } else { "f32" };
-        let lines: [(&str, &str, &str); 17] = [
+        let split_keys = self
+            .attn_split_keys
+            .map_or("auto".to_owned(), |k| k.to_string());
+        let lines: [(&str, &str, &str); 18] = [
             (
                 "FERROLM_CUDA_MMQ",
                 bit(self.mmq),
@@ -259,6 +289,11 @@ impl fmt::Display for Switches {
                 "FERROLM_ATTN_GROUPED",
                 bit(self.attn_grouped),
                 "decode attention by KV group",
+            ),
+            (
+                "FERROLM_ATTN_SPLIT_KEYS",
+                &split_keys,
+                "decode attention: keys a split at full context",
             ),
             (
                 "FERROLM_CUDA_PDL",

@@ -78,6 +78,11 @@ fn bad_values_name_the_variable_and_the_choices() {
     assert!(e.contains("FERROLM_CUDA_INT_SCALES=auto"), "{e}");
     let e = err(&[("FERROLM_ATTN", "f16")]);
     assert!(e.contains("FERROLM_ATTN=f16") && e.contains("f32"), "{e}");
+    let e = err(&[("FERROLM_ATTN_SPLIT_KEYS", "8")]);
+    assert!(
+        e.contains("FERROLM_ATTN_SPLIT_KEYS=8") && e.contains("16 to"),
+        "{e}"
+    );
     let e = err(&[("FERROLM_MMQ_TILE", "256x256")]);
     assert!(e.contains("128x128") && e.contains("256x256"), "{e}");
     for name in [
@@ -108,7 +113,7 @@ fn tile_names() {
 #[test]
 fn display_prints_every_switch() {
     let text = plan(&[("FERROLM_MMQ_TILE", "128x64")]).to_string();
-    assert_eq!(text.lines().count(), 19, "{text}");
+    assert_eq!(text.lines().count(), 20, "{text}");
     assert!(text.contains("132 SMs, cc 9.0"));
     assert!(text
         .lines()
@@ -341,10 +346,16 @@ fn decode_grouped_for_the_group_sizes_it_has() {
 
 #[test]
 fn decode_splits_by_context() {
-    let p = plan(&[]);
-    assert_eq!(p.decode_splits(1), 1);
-    assert_eq!(p.decode_splits(1000), 8);
-    assert_eq!(p.decode_splits(1 << 20), 64);
+    let p = plan(&[]); // 132 SMs: 528 blocks
+    assert_eq!(p.decode_splits(1, 8), 1);
+    assert_eq!(p.decode_splits(1000, 8), 8);
+    assert_eq!(p.decode_splits(16_512, 8), 66);
+    assert_eq!(p.decode_splits(16_512, 16), 33);
+    assert_eq!(p.decode_splits(1 << 20, 1), ATTN_MAX_SPLITS);
+    let p = plan(&[("FERROLM_ATTN_SPLIT_KEYS", "256")]);
+    assert_eq!(p.decode_splits(16_384, 8), 64);
+    assert_eq!(p.decode_splits(16_384, 16), 64);
+    assert_eq!(plan(&[("FERROLM_ATTN_SPLIT_KEYS", "auto")]), plan(&[]));
 }
 
 /// OLMoE-1B-7B (64 experts, top-8, n_ff 1024) and Qwen3-30B-A3B (128, top-8, n_ff 768).
