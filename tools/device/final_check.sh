@@ -28,6 +28,8 @@ python3 $T/golden_check.py $B $G $golden_stems -- --backend cuda 2>&1 | tee $OUT
 echo "== the same with FERROLM_CUDA_Q8K=0 (Q8_1 activations for K-quants too)"
 FERROLM_CUDA_Q8K=0 python3 $T/golden_check.py $B $G $(echo $golden_stems | tr ' ' '\n' | grep q4_k_m) -- --backend cuda 2>&1 | tee -a $OUT/goldens.txt
 
+echo "== shape-space goldens on CUDA (goldens/shape-space: every golden; known gaps as the CPU test's)"
+python3 $T/golden_check.py $B goldens/shape-space -- --backend cuda 2>&1 | tee $OUT/shape_space.txt
 echo "== fast-path switches"
 toks=$(seq -s ' ' 3 7 250)
 run() { env $1 $B logits -m $G/$2.gguf --backend cuda --all --tokens "$toks" $3 > /tmp/$4.json 2>/dev/null; }

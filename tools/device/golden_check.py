@@ -6,9 +6,14 @@ the AOT cubins and the device run can carry only so much. This drives `ferrolm l
 instead and applies the same bars: F32 files max |dlogit| <= 2e-2 and no top-1 miss where
 llama.cpp's margin is >= 0.05; quantized files top-1 agreement >= 97% and p95 |dlogit| <= 0.1.
 
-usage: golden_check.py FERROLM GOLDEN_DIR STEM [STEM...]   (extra args after -- go to ferrolm)
-The model file is the one the golden names ("model"), in GOLDEN_DIR or, when set, $GOLDEN_MODELS
-(the goldens of goldens/kv-cache name the files of ../shared/golden).
+usage: golden_check.py FERROLM GOLDEN_DIR [STEM...]   (extra args after -- go to ferrolm)
+No STEM: every golden (*.json) in GOLDEN_DIR, e.g. goldens/shape-space. The model file is the
+one the golden names ("model"), in GOLDEN_DIR or, when set, $GOLDEN_MODELS (the goldens of
+goldens/kv-cache name the files of ../shared/golden).
+
+Shape-space goldens listed in KNOWN_GAPS of crates/engine/tests/golden_shape_space.rs are held
+there to a looser top-1 bar; this script applies the full bar and prints them as FAIL, with
+`(known gap)`, without failing the run for them.
 """
 import json
 import os
@@ -24,6 +29,10 @@ def cases(path):
         tokens = c["prompt"] + c["greedy"][:-1]
         want = c["prompt_logits"] + c["greedy_logits"][1:]
         yield tokens, np.array(want, dtype=np.float64)
+
+
+# As crates/engine/tests/golden_shape_space.rs's KNOWN_GAPS: stem -> top-1 floor (percent).
+KNOWN_GAPS = {"llama-d256-h128-gqa2-l3-q4_k_m": 93, "qwen3moe-d320-h64-gqa5-e8k2-q4_k_m": 95}
 
 
 def check(ferrolm, gdir, stem, extra):
@@ -49,8 +58,12 @@ def check(ferrolm, gdir, stem, extra):
         ok = mx <= 2e-2 and clear == 0
     else:
         ok = agree * 100 >= total * 97 and p95 <= 0.1
+    gap = KNOWN_GAPS.get(stem) if os.path.basename(os.path.normpath(gdir)) == "shape-space" else None
+    note = f" (known gap, floor {gap}%)" if gap and not ok else ""
     print(f"{'PASS' if ok else 'FAIL'} {stem}: max |d| {mx:.3e}, p95 |d| {p95:.3e}, "
-          f"top-1 {agree}/{total} ({clear} clear misses)")
+          f"top-1 {agree}/{total} ({clear} clear misses){note}", flush=True)
+    if gap and not ok:
+        return agree * 100 >= total * gap and p95 <= 0.1
     return ok
 
 
@@ -59,6 +72,8 @@ def main():
     extra = args[args.index("--") + 1:] if "--" in args else []
     args = args[: args.index("--")] if "--" in args else args
     ferrolm, gdir, stems = args[0], args[1], args[2:]
+    if not stems:
+        stems = sorted(f[:-5] for f in os.listdir(gdir) if f.endswith(".json"))
     results = [check(ferrolm, gdir, s, extra) for s in stems]
     sys.exit(0 if all(results) else 1)
 

@@ -9,6 +9,7 @@ use ferrolm_cuda::ops::{dequantize_blocks, ActQuant, QuantMatrix, Rope, Q8_1_BLO
 use ferrolm_cuda::{CudaDevice, CudaSlice, Kernels, Plan};
 use ferrolm_gguf::GgmlType;
 use ferrolm_model::backend::RopeMode;
+use ferrolm_quant::BlockQ8_1;
 use rand::rngs::StdRng;
 use rand::Rng;
 use rand_distr::{Distribution, Normal};
@@ -127,8 +128,8 @@ pub(super) const SAME_INT8: Contract = Contract::Rel(
     "same int8 activations (Q8_K for K-quants), f32 sum order",
 );
 
-/// Both activation quantizers against ferrolm-quant's Q8_1 and Q8_K, code for code and scale
-/// for scale.
+/// Both activation quantizers against ferrolm-quant's (the CPU matmul's) Q8_1 and Q8_K, code
+/// for code and scale for scale.
 fn quantize_q8_1(dev: &CudaDevice, k: &Kernels, rng: &mut StdRng) -> Result<Vec<Row>> {
     let (n, cols) = (4, 4096);
     let mut x = normal(rng, n * cols, 1.0);
@@ -151,11 +152,12 @@ fn quantize_q8_1(dev: &CudaDevice, k: &Kernels, rng: &mut StdRng) -> Result<Vec<
         let got = dev.download(&yd)?;
         // The expected blocks: the CPU's codes, its scale as an f32.
         let want = match mode {
-            ActQuant::Q8_1 => ferrolm_quant::quantize_to_vec(GgmlType::Q8_1, &x)?
-                .chunks_exact(36)
-                .flat_map(|b| {
-                    let d = half::f16::from_le_bytes([b[0], b[1]]).to_f32();
-                    d.to_le_bytes().into_iter().chain(b[4..].iter().copied())
+            // The CPU matmul's Q8_0/Q8_1 activations: ggml's x86 quantizer.
+            ActQuant::Q8_1 => x
+                .chunks_exact(32)
+                .flat_map(|c| {
+                    let b = BlockQ8_1::quantize_x86(c.try_into().expect("whole blocks"));
+                    b.d().to_le_bytes().into_iter().chain(b.qs)
                 })
                 .collect::<Vec<u8>>(),
             // BlockQ8K: f32 d, 256 codes, 16 sums.

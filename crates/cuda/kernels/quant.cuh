@@ -559,13 +559,14 @@ template <> struct WeightFormat<GGML_TYPE_Q6_K> {
 
 // ---- activation quantizers (quantize.cu, and the fused norms of norm_rope.cu) ----------------
 
-// Q8_1 of the 32 values a warp holds (one each, lane = position): d = absmax / 127, codes
-// round(x / d) half away from zero, d stored as its f16 rounding (ggml's quantize_row_q8_1_ref).
+// Q8_1 of the 32 values a warp holds (one each, lane = position) as the CPU backend makes it
+// (ferrolm-quant's BlockQ8_1::quantize_x86, ggml's x86 quantize_row_q8_0/_q8_1): d = absmax /
+// 127, codes x · (127 / absmax) rounded half to even, d stored as its f16 rounding.
 static __device__ __forceinline__ void quantize_q8_1_warp(float x, block_q8_1 *b) {
     const float amax = warp_max(fabsf(x));
     const float d = amax / 127.0f;
-    const float id = d == 0.0f ? 0.0f : 1.0f / d;
-    b->qs[threadIdx.x % WARP_SIZE] = (int8_t)(int)roundf(x * id);
+    const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+    b->qs[threadIdx.x % WARP_SIZE] = (int8_t)__float2int_rn(__fmul_rn(x, id));
     if (threadIdx.x % WARP_SIZE == 0) {
         b->d = __half2float(__float2half_rn(d));
     }

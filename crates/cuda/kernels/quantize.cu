@@ -1,6 +1,6 @@
-// f32 activations to the activation blocks of quant.cuh, bit for bit as ferrolm-quant (and
-// ggml's reference quantizers) produce them: Q8_1 (BlockQ8_1::quantize: d = absmax / 127, q =
-// round(x / d) half away from zero, d rounded to f16) or Q8_K (BlockQ8K::quantize). IEEE
+// f32 activations to the activation blocks of quant.cuh, bit for bit as the CPU backend (and
+// llama.cpp's x86 CPU backend) quantizes them: Q8_1 (BlockQ8_1::quantize_x86: d = absmax / 127,
+// q = x · (127 / absmax) rounded half to even, d rounded to f16) or Q8_K (BlockQ8K::quantize). IEEE
 // division and no fused multiply-adds on these paths (NVRTC's defaults: prec-div, no fast math).
 #include "common.cuh"
 #include "quant.cuh"

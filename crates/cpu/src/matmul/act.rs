@@ -5,7 +5,7 @@
 //! their integer dots from so that the bias cancels exactly.
 
 use ferrolm_gguf::GgmlType;
-use ferrolm_quant::{BlockQ8K, BlockQ8_0, BlockQ8_1, LegacyBlock, SuperBlock, QK_K};
+use ferrolm_quant::{BlockQ8K, BlockQ8_0, SuperBlock, QK_K};
 use rayon::prelude::*;
 
 /// Below this many elements the rows are quantized on the calling thread: a rayon dispatch
@@ -145,8 +145,7 @@ fn quantize_row(
     sum: &mut [i32],
 ) {
     match ty {
-        GgmlType::Q8_0 => legacy_row::<BlockQ8_0>(x, codes, d, s, |b| (b.d(), *b.codes())),
-        GgmlType::Q8_1 => legacy_row::<BlockQ8_1>(x, codes, d, s, |b| (b.d(), *b.codes())),
+        GgmlType::Q8_0 | GgmlType::Q8_1 => legacy_row(x, codes, d, s, legacy_block),
         GgmlType::Q8K => {
             let per_unit = unit / 16;
             for ((((x, codes), d), s), sum) in x
@@ -169,13 +168,39 @@ fn quantize_row(
     }
 }
 
+/// One Q8_0 (or Q8_1: the same codes and scale) activation block as llama.cpp's x86 CPU
+/// backend quantizes it (`quantize_row_q8_0`/`_q8_1`, AVX2: `127 / absmax`, half to even):
+/// (scale, codes).
+pub(super) fn legacy_block(x: &[f32; 32]) -> (f32, [i8; 32]) {
+    let b = BlockQ8_0::quantize_x86(x);
+    (b.d(), *b.codes())
+}
+
+/// `x` rounded through the activation format `ty` (Q8_0, Q8_1 or Q8_K) and back, with the
+/// quantizers [`Acts::quantize`] uses: the reference path's operands.
+pub(super) fn round_trip(ty: GgmlType, x: &[f32]) -> Vec<f32> {
+    match ty {
+        GgmlType::Q8_0 | GgmlType::Q8_1 => x
+            .chunks_exact(32)
+            .flat_map(|c| {
+                let (d, q) = legacy_block(c.try_into().expect("whole blocks"));
+                q.map(|q| f32::from(q) * d)
+            })
+            .collect(),
+        _ => {
+            let q = ferrolm_quant::quantize_to_vec(ty, x).expect("whole blocks");
+            ferrolm_quant::dequantize_to_vec(ty, &q, x.len()).expect("sizes match")
+        }
+    }
+}
+
 /// Q8_0 and Q8_1 rows, with units of 32 (the only unit size their weights use).
-fn legacy_row<B: LegacyBlock>(
+fn legacy_row(
     x: &[f32],
     codes: &mut [i8],
     d: &mut [f32],
     s: &mut [f32],
-    parts: impl Fn(&B) -> (f32, [i8; 32]),
+    block: fn(&[f32; 32]) -> (f32, [i8; 32]),
 ) {
     for (((x, codes), d), s) in x
         .chunks_exact(32)
@@ -183,7 +208,7 @@ fn legacy_row<B: LegacyBlock>(
         .zip(d)
         .zip(s)
     {
-        let (scale, q) = parts(&B::quantize(x.try_into().expect("a whole block")));
+        let (scale, q) = block(x.try_into().expect("a whole block"));
         codes.copy_from_slice(&q);
         *d = scale;
         *s = scale * q.iter().map(|&v| i32::from(v)).sum::<i32>() as f32;

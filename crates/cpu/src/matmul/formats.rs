@@ -47,7 +47,7 @@ pub(super) trait Format: Send + Sync + 'static {
     /// in its tiled kernel, blocks in its one-row kernel (see `matmul::Order`).
     const INT_SCALES: bool = false;
 
-    /// Eight-lane order (Q8_0): each output keeps eight f32 lanes, lane `l` taking the integer
+    /// Eight-lane order (Q8_0, Q5_0): each output keeps eight f32 lanes, lane `l` taking the integer
     /// dot of elements `4l..4l + 4` of every block, added as `fma(scale·dx, dot, lane)`, and
     /// the lanes are folded at the end as `((0+4) + (2+6)) + ((1+5) + (3+7))`. This is the
     /// arithmetic of every Q8_0 dot in llama.cpp's x86 build: its prefill matmul (llamafile's
@@ -121,6 +121,9 @@ impl Format for Q4_1 {
 impl Format for Q5_0 {
     const TY: GgmlType = GgmlType::Q5_0;
     const BIAS: i32 = 16;
+    /// llama.cpp's x86 Q5_0 dot (`ggml_vec_dot_q5_0_q8_0`, and llamafile's tiled prefill) has
+    /// Q8_0's eight lanes.
+    const LANES: bool = true;
     type Block = BlockQ5_0;
     const ELEMS: usize = 32;
     const UNIT: usize = 32;

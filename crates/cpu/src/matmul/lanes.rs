@@ -1,4 +1,4 @@
-//! The eight-lane order of `Format::LANES` formats (Q8_0), shared by every level.
+//! The eight-lane order of `Format::LANES` formats (Q8_0, Q5_0), shared by every level.
 //!
 //! Per output (a weight row against a token) there are eight f32 lanes. For each 32-element
 //! block, lane `l` takes the exact integer dot of elements `4l..4l + 4`, converted, and adds it

@@ -2,7 +2,9 @@
 //!
 //! # Fast path
 //! The activation rows are quantized once per call into the weight's partner format
-//! ([`activation_type`]: Q8_0, Q8_1 or Q8_K, with `ferrolm_quant`'s own block quantizers), then
+//! ([`activation_type`]: Q8_0, Q8_1 or Q8_K) as llama.cpp's x86 CPU backend does (Q8_0/Q8_1:
+//! ggml's AVX2 `quantize_row_q8_0`, `127 / absmax` and half to even, `BlockQ8_0::quantize_x86`;
+//! Q8_K: its reference quantizer, which x86 builds use), then
 //! every weight block is dotted with the activation blocks in integers, as llama.cpp does.
 //! Every quantized format is seen the same way (`formats`): units of 16 or 32 elements with
 //! unsigned 8-bit codes, a scale, and either a constant code bias (symmetric formats: Q4_0,
@@ -14,8 +16,8 @@
 //!
 //! Q4_K instead follows llama.cpp's x86 arithmetic exactly (integer scales, one f32 step per
 //! pair of units or per block, mins in their own accumulator: `Format::INT_SCALES`, [`Order`]),
-//! so that its results are bit-identical with llama.cpp's, on every level and path. Q8_0
-//! likewise keeps llama.cpp's eight f32 lanes per output (`Format::LANES`, `lanes`); its
+//! so that its results are bit-identical with llama.cpp's, on every level and path. Q8_0 and
+//! Q5_0 likewise keep llama.cpp's eight f32 lanes per output (`Format::LANES`, `lanes`); their
 //! prefill takes `x86::lanes`' tiles straight from the blocks instead of the repacked GEMM.
 //!
 //! - Few tokens (decode, n < 4): each weight row is decoded in registers 32 codes at a time and

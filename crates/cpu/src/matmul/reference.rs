@@ -12,9 +12,7 @@ const ROWS_PER_TASK: usize = 16;
 /// `x` as the weight's partner format sees it: quantized and dequantized back. Matching
 /// llama.cpp's activation rounding keeps our logits within its own noise.
 pub(super) fn round_activations(ty: GgmlType, x: &[f32]) -> Vec<f32> {
-    let act = activation_type(ty);
-    let q = ferrolm_quant::quantize_to_vec(act, x).expect("activation rows are whole blocks");
-    ferrolm_quant::dequantize_to_vec(act, &q, x.len()).expect("sizes match")
+    super::act::round_trip(activation_type(ty), x)
 }
 
 /// `out[t][r] = Σ_c x[t][c] · W[r][c]`, the reference way (see the module doc).

@@ -319,71 +319,85 @@ fn integer_scale_kernels_agree_bit_for_bit() {
     }
 }
 
-/// Q8_0 follows llama.cpp's eight-lane order (`Format::LANES`) on every level and path: per
-/// output, lane `l` adds `fma(d·dx, Σ q·x over elements 4l..4l+4 of the block, lane)` block by
-/// block, and the lanes fold as ((0+4)+(2+6))+((1+5)+(3+7)). Checked bit for bit against that
-/// arithmetic written out here from the blocks themselves, including codes of -128 and shapes
-/// off every tile.
+/// Q8_0 and Q5_0 follow llama.cpp's eight-lane order (`Format::LANES`) on every level and
+/// path: per output, lane `l` adds `fma(d·dx, Σ q·x over elements 4l..4l+4 of the block, lane)`
+/// block by block, and the lanes fold as ((0+4)+(2+6))+((1+5)+(3+7)). Checked bit for bit
+/// against that arithmetic written out here from the blocks themselves (activations from
+/// ggml's x86 Q8_0 quantizer), including Q8_0 codes of -128 and shapes off every tile.
 #[test]
-fn q8_0_kernels_keep_eight_lanes_bit_for_bit() {
-    use ferrolm_quant::{BlockQ8_0, LegacyBlock};
+fn lane_order_kernels_keep_eight_lanes_bit_for_bit() {
+    use ferrolm_quant::BlockQ8_0;
     let mut rng = StdRng::seed_from_u64(47);
-    for &(n, rows, cols) in &[
-        (1, 37, 512),
-        (2, 9, 256),
-        (3, 45, 256),
-        (7, 33, 768),
-        (22, 70, 512),
-    ] {
-        let mut data = weight(&mut rng, GgmlType::Q8_0, rows, cols);
-        // A few codes at -128, which only hand-made files hold.
-        for i in (0..data.len()).step_by(977) {
-            if i % 34 >= 2 {
-                data[i] = 0x80;
-            }
-        }
-        let w = WeightRef {
-            ty: GgmlType::Q8_0,
-            data: &data,
-            rows,
-            cols,
-        };
-        let x = activations(&mut rng, n, cols);
-        let blocks: &[BlockQ8_0] = bytemuck::cast_slice(&data);
-        let mut want = vec![0f32; n * rows];
-        for t in 0..n {
-            let xq: Vec<BlockQ8_0> = x[t * cols..][..cols]
-                .chunks_exact(32)
-                .map(|c| BlockQ8_0::quantize(c.try_into().unwrap()))
-                .collect();
-            for r in 0..rows {
-                let mut l = [0f32; 8];
-                for (wb, xb) in blocks[r * cols / 32..][..cols / 32].iter().zip(&xq) {
-                    let s = wb.d() * xb.d();
-                    for (k, lane) in l.iter_mut().enumerate() {
-                        let dot: i32 = (4 * k..4 * k + 4)
-                            .map(|i| i32::from(wb.codes()[i]) * i32::from(xb.codes()[i]))
-                            .sum();
-                        *lane = s.mul_add(dot as f32, *lane);
+    for ty in [GgmlType::Q8_0, GgmlType::Q5_0] {
+        let block_bytes = ty.block_bytes();
+        for &(n, rows, cols) in &[
+            (1, 37, 512),
+            (2, 9, 256),
+            (3, 45, 256),
+            (7, 33, 768),
+            (22, 70, 512),
+        ] {
+            let mut data = weight(&mut rng, ty, rows, cols);
+            if ty == GgmlType::Q8_0 {
+                // A few codes at -128, which only hand-made files hold.
+                for i in (0..data.len()).step_by(977) {
+                    if i % 34 >= 2 {
+                        data[i] = 0x80;
                     }
                 }
-                want[t * rows + r] =
-                    ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
             }
-        }
-        for isa in Isa::available() {
-            for path in paths(isa) {
-                let mut got = vec![f32::NAN; n * rows];
-                matmul_with(isa, path, &w, &x, &mut got);
-                let bad = got
-                    .iter()
-                    .zip(&want)
-                    .filter(|(a, b)| a.to_bits() != b.to_bits());
-                assert_eq!(
-                    bad.count(),
-                    0,
-                    "{isa:?} {path:?} n={n} rows={rows} cols={cols}"
-                );
+            let w = WeightRef {
+                ty,
+                data: &data,
+                rows,
+                cols,
+            };
+            // Each block's scale and signed codes, from its values (exact: d · q in f32).
+            let blocks: Vec<(f32, [i32; 32])> = data
+                .chunks_exact(block_bytes)
+                .map(|b| {
+                    let d = half::f16::from_le_bytes([b[0], b[1]]).to_f32();
+                    let mut v = [0f32; 32];
+                    ferrolm_quant::dequantize(ty, b, &mut v).unwrap();
+                    (d, v.map(|v| if d == 0.0 { 0 } else { (v / d) as i32 }))
+                })
+                .collect();
+            let x = activations(&mut rng, n, cols);
+            let mut want = vec![0f32; n * rows];
+            for t in 0..n {
+                let xq: Vec<BlockQ8_0> = x[t * cols..][..cols]
+                    .chunks_exact(32)
+                    .map(|c| BlockQ8_0::quantize_x86(c.try_into().unwrap()))
+                    .collect();
+                for r in 0..rows {
+                    let mut l = [0f32; 8];
+                    for ((wd, wq), xb) in blocks[r * cols / 32..][..cols / 32].iter().zip(&xq) {
+                        let s = wd * xb.d();
+                        for (k, lane) in l.iter_mut().enumerate() {
+                            let dot: i32 = (4 * k..4 * k + 4)
+                                .map(|i| wq[i] * i32::from(xb.codes()[i]))
+                                .sum();
+                            *lane = s.mul_add(dot as f32, *lane);
+                        }
+                    }
+                    want[t * rows + r] =
+                        ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
+                }
+            }
+            for isa in Isa::available() {
+                for path in paths(isa) {
+                    let mut got = vec![f32::NAN; n * rows];
+                    matmul_with(isa, path, &w, &x, &mut got);
+                    let bad = got
+                        .iter()
+                        .zip(&want)
+                        .filter(|(a, b)| a.to_bits() != b.to_bits());
+                    assert_eq!(
+                        bad.count(),
+                        0,
+                        "{ty} {isa:?} {path:?} n={n} rows={rows} cols={cols}"
+                    );
+                }
             }
         }
     }

@@ -5,6 +5,8 @@
 
 #![allow(dead_code)]
 
+pub mod logits;
+
 use ferrolm_engine::{Device, KvType, Model};
 use ferrolm_gguf::GgufFile;
 

@@ -36,23 +36,42 @@ impl BlockQ8_0 {
         bytemuck::cast_ref(&self.qs)
     }
 
-    /// ggml's x86 `quantize_row_q8_0` (the AVX/AVX2 build's `from_float` for Q8_0, which fills
-    /// its quantized KV cache and quantizes q for it): the same `d = absmax / 127`, but codes
-    /// `x · (127 / absmax)` rounded half to even (`_mm256_round_ps`), where the reference
-    /// ([`LegacyBlock::quantize`]) multiplies by `1 / d` and rounds half away from zero. The
-    /// two differ by one code now and then.
+    /// ggml's x86 `quantize_row_q8_0` (the AVX/AVX2 build's `from_float` for Q8_0: how
+    /// llama.cpp's CPU backend quantizes matmul activations for Q4_0/Q5_0/Q8_0 weights, and
+    /// its quantized KV cache): the same `d = absmax / 127`, but codes `x · (127 / absmax)`
+    /// rounded half to even (`_mm256_round_ps`), where the reference
+    /// ([`LegacyBlock::quantize`], which writes weights) multiplies by `1 / d` and rounds half
+    /// away from zero. The two differ by one code now and then.
     pub fn quantize_x86(x: &[f32; QK]) -> Self {
-        let amax = q8simd::absmax(x);
-        let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
-        let qs = std::array::from_fn(|i| (x[i] * id).round_ties_even() as i8 as u8);
+        let (d, qs, _) = x86_codes(x);
         Self {
-            d: to_f16_le(amax / 127.0),
+            d: to_f16_le(d),
             qs,
         }
     }
 }
 
+/// (f32 scale, codes, sum of codes) as ggml's x86 Q8_0/Q8_1 activation quantizers make them.
+fn x86_codes(x: &[f32; QK]) -> (f32, [u8; QK], i32) {
+    let amax = q8simd::absmax(x);
+    let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
+    let mut codes = [0i8; QK];
+    let sum = q8simd::round_even(x, id, &mut codes);
+    (amax / 127.0, bytemuck::cast(codes), sum)
+}
+
 impl BlockQ8_1 {
+    /// ggml's x86 `quantize_row_q8_1` (activations for Q4_1/Q5_1 weights): codes as
+    /// [`BlockQ8_0::quantize_x86`], `s = d · Σ codes` in f16.
+    pub fn quantize_x86(x: &[f32; QK]) -> Self {
+        let (d, qs, sum) = x86_codes(x);
+        Self {
+            d: to_f16_le(d),
+            s: to_f16_le(d * sum as f32),
+            qs,
+        }
+    }
+
     pub fn d(&self) -> f32 {
         f16_le(self.d)
     }

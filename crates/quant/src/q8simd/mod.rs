@@ -66,6 +66,19 @@ pub(crate) fn round_away<const N: usize>(x: &[f32; N], scale: f32, out: &mut [i8
     portable::round_away(x, scale, out)
 }
 
+/// `out[i] = (x[i] * scale).round_ties_even() as i8` (Rust's saturating cast, NaN to 0), as
+/// ggml's x86 `quantize_row_q8_0`/`_q8_1` round (`_mm256_round_ps`, nearest even). Returns
+/// the sum of the codes.
+#[inline]
+pub(crate) fn round_even<const N: usize>(x: &[f32; N], scale: f32, out: &mut [i8; N]) -> i32 {
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2() {
+        // SAFETY: AVX2 was detected on this CPU.
+        return unsafe { avx2::round_even(x, scale, out) };
+    }
+    portable::round_even(x, scale, out)
+}
+
 /// `out[i] = nearest_int(scale * x[i]).min(127) as i8`, with ggml's magic-number
 /// `nearest_int` (`((v + 1.5·2²³) - 1.5·2²³) as i32`, half to even) and a truncating final
 /// cast, exactly as the Q8_K reference writes it.
@@ -188,6 +201,17 @@ pub(crate) mod portable {
         let mut sum = 0;
         for (o, &v) in out.iter_mut().zip(x) {
             *o = round_away_i8(v * scale);
+            sum += i32::from(*o);
+        }
+        sum
+    }
+
+    pub(crate) fn round_even<const N: usize>(x: &[f32; N], scale: f32, out: &mut [i8; N]) -> i32 {
+        let mut sum = 0;
+        for (o, &v) in out.iter_mut().zip(x) {
+            // Clamping first matches the saturating cast: rounding is monotonic and the
+            // bounds are integers.
+            *o = magic_round(clamp_i8(v * scale)).1 as i8;
             sum += i32::from(*o);
         }
         sum

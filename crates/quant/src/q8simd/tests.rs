@@ -30,6 +30,10 @@ mod reference {
         v.round() as i8
     }
 
+    pub fn round_even(v: f32) -> i8 {
+        v.round_ties_even() as i8
+    }
+
     pub fn nearest(v: f32) -> i8 {
         (((v + MAGIC) - MAGIC) as i32).min(127) as i8
     }
@@ -63,6 +67,7 @@ struct Kernels {
     absmax256: fn(&[f32; 256]) -> f32,
     first_absmax: fn(&[f32; 256]) -> f32,
     round_away: fn(&[f32; 32], f32, &mut [i8; 32]) -> i32,
+    round_even: fn(&[f32; 32], f32, &mut [i8; 32]) -> i32,
     nearest: fn(&[f32; 256], f32, &mut [i8; 256]),
     sums16: fn(&[i8; 256]) -> [i16; 16],
 }
@@ -76,6 +81,7 @@ fn kernels() -> Vec<Kernels> {
             absmax256: portable::absmax,
             first_absmax: portable::first_absmax,
             round_away: portable::round_away,
+            round_even: portable::round_even,
             nearest: portable::nearest,
             sums16: portable::sums16,
         },
@@ -85,6 +91,7 @@ fn kernels() -> Vec<Kernels> {
             absmax256: absmax,
             first_absmax,
             round_away,
+            round_even,
             nearest,
             sums16,
         },
@@ -98,6 +105,7 @@ fn kernels() -> Vec<Kernels> {
             absmax256: |x| unsafe { avx2::absmax(x) },
             first_absmax: |x| unsafe { avx2::first_absmax(x) },
             round_away: |x, s, o| unsafe { avx2::round_away(x, s, o) },
+            round_even: |x, s, o| unsafe { avx2::round_even(x, s, o) },
             nearest: |x, s, o| unsafe { avx2::nearest(x, s, o) },
             sums16: |q| unsafe { avx2::sums16(q) },
         });
@@ -238,6 +246,10 @@ fn codes_equal_the_scalar_rounding() {
                     let want: [i8; 32] = std::array::from_fn(|i| reference::round_away(x32[i] * s));
                     assert_eq!(q, want, "{} round_away scale {s:e}: {x32:?}", k.name);
                     assert_eq!(sum, want.iter().map(|&q| i32::from(q)).sum::<i32>());
+                    let sum = (k.round_even)(x32, s, &mut q);
+                    let want: [i8; 32] = std::array::from_fn(|i| reference::round_even(x32[i] * s));
+                    assert_eq!(q, want, "{} round_even scale {s:e}: {x32:?}", k.name);
+                    assert_eq!(sum, want.iter().map(|&q| i32::from(q)).sum::<i32>());
                 }
                 let mut q = [0i8; 256];
                 (k.nearest)(x, s, &mut q);
@@ -269,6 +281,10 @@ fn sweep(k: &Kernels, step: u64) {
             (k.round_away)(c, 1.0, &mut q);
             for (&q, &v) in q.iter().zip(c) {
                 assert_eq!(q, reference::round_away(v), "{} round_away({v:e})", k.name);
+            }
+            (k.round_even)(c, 1.0, &mut q);
+            for (&q, &v) in q.iter().zip(c) {
+                assert_eq!(q, reference::round_even(v), "{} round_even({v:e})", k.name);
             }
         }
         bits += 256 * step;
@@ -305,6 +321,32 @@ fn q8_0_and_q8_1_blocks_equal_the_scalar_quantizer() {
         let sum: i32 = qs.iter().map(|&q| i32::from(q as i8)).sum();
         let s = f32_to_f16_bits(sum as f32 * d).to_le_bytes();
         assert_eq!(BlockQ8_1::quantize(x), BlockQ8_1 { d: d16, s, qs }, "{x:?}");
+    }
+}
+
+/// ggml's x86 `quantize_row_q8_0`/`_q8_1`, written out: `id = 127 / absmax`, codes rounded
+/// half to even, `s` from the codes' sum.
+#[test]
+fn x86_q8_0_and_q8_1_blocks_equal_ggml_x86_quantizer() {
+    for x in blocks(32, 5) {
+        let x: &[f32; 32] = x.as_slice().try_into().unwrap();
+        let amax = reference::absmax(x);
+        let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
+        let qs: [i8; 32] = std::array::from_fn(|j| reference::round_even(x[j] * id));
+        let d16 = f32_to_f16_bits(amax / 127.0).to_le_bytes();
+        let sum: i32 = qs.iter().map(|&q| i32::from(q)).sum();
+        let qs = bytemuck::cast::<_, [u8; 32]>(qs);
+        assert_eq!(
+            BlockQ8_0::quantize_x86(x),
+            BlockQ8_0 { d: d16, qs },
+            "{x:?}"
+        );
+        let s = f32_to_f16_bits(amax / 127.0 * sum as f32).to_le_bytes();
+        assert_eq!(
+            BlockQ8_1::quantize_x86(x),
+            BlockQ8_1 { d: d16, s, qs },
+            "{x:?}"
+        );
     }
 }
 

@@ -1,4 +1,4 @@
-//! Prefill for lane-order formats (Q8_0, see `matmul::lanes`): tiles of rows × tokens, one
+//! Prefill for lane-order formats (Q8_0, Q5_0, see `matmul::lanes`): tiles of rows × tokens, one
 //! accumulator per row and token whose eight lanes are the order's eight lanes. Blocks are read
 //! in place (no repacking).
 //!
@@ -39,8 +39,8 @@ pub(super) fn gemm<F: SimdFormat>(
     acts: &Acts,
     out: &mut [f32],
 ) {
-    // Signed codes are the stored ones with the sign bit flipped (`tile`).
-    debug_assert!(F::LANES && F::ELEMS == 32 && F::UNIT == 32 && F::BIAS == 128);
+    // Signed codes are the stored ones less the bias, which fits a byte (`tile`).
+    debug_assert!(F::LANES && F::ELEMS == 32 && F::UNIT == 32 && (1..=128).contains(&F::BIAS));
     // SAFETY: only reached from levels with AVX2 and F16C (`gemm`'s caller checked).
     let scales = unsafe { weight_scales::<F>(w) };
     let tile_t = if isa == Isa::Avx512 {
@@ -193,7 +193,7 @@ unsafe fn tile<F: SimdFormat, D: LaneDot, const R: usize, const T: usize>(
         for (i, acc) in acc.iter_mut().enumerate() {
             // The stored codes are `q + BIAS`: back to signed `q`.
             let q = F::codes32(w.get_unchecked(i * bpr + b), 0);
-            let q = _mm256_xor_si256(q, _mm256_set1_epi8(i8::MIN));
+            let q = _mm256_sub_epi8(q, _mm256_set1_epi8(F::BIAS as u8 as i8));
             let mag = _mm256_abs_epi8(q);
             let d = *scales.get_unchecked(i * bpr + b);
             for (j, acc) in acc.iter_mut().enumerate() {
@@ -215,8 +215,8 @@ unsafe fn tile<F: SimdFormat, D: LaneDot, const R: usize, const T: usize>(
 /// (by `d·dx` of each token in its half) take them into the lanes, and each half keeps its
 /// token's eight lanes in block order, folded once at the end.
 ///
-/// The weight's codes go in as stored plus 128 (unsigned), the activation's as they are
-/// (signed); each lane's sum starts at `-128·Σx` of its four activation codes, so it ends at
+/// The weight's codes go in as stored, `q + BIAS` (unsigned), the activation's as they are
+/// (signed); each lane's sum starts at `-BIAS·Σx` of its four activation codes, so it ends at
 /// `Σ q·x` exactly.
 mod pairs {
     use super::{hsum, Job, SimdFormat, AVX512_TILE};
@@ -257,7 +257,8 @@ mod pairs {
                 let lo = _mm256_loadu_si256(xa[32 * k..].as_ptr().cast());
                 let hi = _mm256_loadu_si256(xb[32 * k..].as_ptr().cast());
                 let x = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi);
-                let sum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(i8::MIN), x);
+                let bias = _mm512_set1_epi8(F::BIAS as u8 as i8);
+                let sum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), bias, x);
                 let dx = _mm512_insertf64x4::<1>(
                     _mm512_castpd256_pd512(_mm256_castps_pd(_mm256_set1_ps(da[k]))),
                     _mm256_castps_pd(_mm256_set1_ps(db[k])),
