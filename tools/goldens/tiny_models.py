@@ -124,7 +124,8 @@ def write(path, s: Shape):
         return (0.1 * rng.standard_normal(n)).astype(np.float32)
 
     d, q_w, kv_w = s.n_embd, s.n_head * hd, s.n_head_kv * hd
-    w.add_tensor("token_embd.weight", rng.standard_normal((s.n_vocab, d)).astype(np.float32))
+    # Scaled as a projection, so a tied output gives logits of order 1 as an untied one does.
+    w.add_tensor("token_embd.weight", mat(s.n_vocab, d))
     if not s.tied:
         w.add_tensor("output.weight", mat(s.n_vocab, d))
     w.add_tensor("output_norm.weight", norm(d))
