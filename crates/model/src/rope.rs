@@ -250,7 +250,7 @@ mod tests {
         assert_eq!((r.freq_scale, r.ext_factor), (0.25, 1.0));
         // llama.cpp cancels the gain ggml applies: what it hands ggml is 1 here.
         assert!((r.attn_factor - 1.0).abs() < 1e-6);
-        // 128 * ln(32768 / (32 * 2π)) / (2 ln 1e6) = 16.7 → 16; β_slow 1: 41.3 → 42.
-        assert_eq!(r.corr_dims, [16.0, 42.0]);
+        // 128 * ln(32768 / (32 * 2π)) / (2 ln 1e6) = 23.6 → 23; β_slow 1: 39.65 → 40.
+        assert_eq!(r.corr_dims, [23.0, 40.0]);
     }
 }
