@@ -32,7 +32,8 @@ impl RopeScalingKind {
 /// The RoPE scaling a model file asks for. The default is no scaling.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct RopeScaling {
-    /// `rope.scaling.type`; absent means `linear`, as in llama.cpp (a no-op at factor 1).
+    /// `rope.scaling.type`; absent means `linear`, as in llama.cpp (`None` here at factor 1,
+    /// which is the same computation).
     pub kind: RopeScalingKind,
     /// `rope.scaling.factor` (or the older `rope.scale_linear`); absent or 0 means 1.
     pub factor: f32,
@@ -90,7 +91,14 @@ impl RopeScaling {
                 None => default,
             })
         };
+        let factor = match f.get(&k("rope.scaling.factor")) {
+            Some(_) => f.get_f32(&k("rope.scaling.factor"))?,
+            None => f32_or("rope.scale_linear", 0.0)?,
+        };
+        let factor = if factor == 0.0 { 1.0 } else { factor };
         let kind = match f.get(&k("rope.scaling.type")) {
+            // llama.cpp reads an absent type as linear, which at factor 1 is no scaling.
+            None if factor == 1.0 => RopeScalingKind::None,
             None => RopeScalingKind::Linear,
             Some(_) => match f.get_str(&k("rope.scaling.type"))? {
                 "none" => RopeScalingKind::None,
@@ -104,14 +112,10 @@ impl RopeScaling {
                 }
             },
         };
-        let factor = match f.get(&k("rope.scaling.factor")) {
-            Some(_) => f.get_f32(&k("rope.scaling.factor"))?,
-            None => f32_or("rope.scale_linear", 0.0)?,
-        };
         let n_ctx_orig_key = k("rope.scaling.original_context_length");
         let s = Self {
             kind,
-            factor: if factor == 0.0 { 1.0 } else { factor },
+            factor,
             n_ctx_orig: match f.get(&n_ctx_orig_key) {
                 Some(_) => Some(f.get_usize(&n_ctx_orig_key)?),
                 None => None,
