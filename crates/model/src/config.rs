@@ -152,7 +152,8 @@ impl Config {
                 None => 10000.0,
             },
             rope_scaling: RopeScaling::from_gguf(f, arch)?,
-            rope_freqs: has("rope_freqs.weight"),
+            // llama.cpp binds llama3's factors for llama only; elsewhere the tensor is unknown.
+            rope_freqs: arch == Arch::Llama && has("rope_freqs.weight"),
             rms_eps: f.get_f32(&k("attention.layer_norm_rms_epsilon"))?,
             tied_embeddings: !has("output.weight"),
             biases: match arch {
