@@ -34,6 +34,13 @@ const READ: [&str; 15] = [
     "expert_feed_forward_length",
 ];
 
+/// `<arch>.*` keys known to change nothing, with the reason (llama.cpp does not read them
+/// either).
+const NO_EFFECT: [(&str, &str); 1] = [(
+    "tensor_data_layout",
+    "old converters' note on how they permuted q and k; the tensors are in llama.cpp's order",
+)];
+
 /// Refuses a file with an `<arch>.*` key the loader does not read, naming it.
 pub fn check_keys(f: &GgufFile, arch: Arch) -> Result<()> {
     let prefix = format!("{}.", arch.name());
@@ -42,6 +49,7 @@ pub fn check_keys(f: &GgufFile, arch: Arch) -> Result<()> {
             continue;
         };
         let known = READ.contains(&suffix)
+            || NO_EFFECT.iter().any(|(k, _)| *k == suffix)
             || crate::rope::KEYS.contains(&suffix)
             || arch.extra_keys().contains(&suffix);
         if !known {
