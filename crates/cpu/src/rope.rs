@@ -124,4 +124,37 @@ mod tests {
         assert!((x[1] as f64 - t1.cos()).abs() < 1e-6);
         assert!((x[3] as f64 - t1.sin()).abs() < 1e-6);
     }
+
+    /// Frequency factors and YaRN against ggml's formulas in f64.
+    #[test]
+    fn factors_and_yarn_match_f64_formulas() {
+        let (hd, base, pos) = (16usize, 10000f64, 1234u32);
+        let factors: Vec<f32> = (0..hd / 2).map(|i| 1.0 + i as f32 * 0.5).collect();
+        let r = Rope {
+            mode: RopeMode::Neox,
+            base: base as f32,
+            freq_scale: 0.25,
+            ext_factor: 1.0,
+            attn_factor: 0.9,
+            corr_dims: [2.0, 5.0],
+        };
+        let orig: Vec<f32> = (0..hd).map(|i| (i as f32 * 0.37).sin()).collect();
+        let mut x = orig.clone();
+        rope(&mut x, hd, &[pos], &r, Some(&factors));
+        let mscale = 0.9 * (1.0 + 0.1 * 4f64.ln());
+        for i in 0..hd / 2 {
+            let extrap = pos as f64 * base.powf(-2.0 * i as f64 / hd as f64) / factors[i] as f64;
+            let interp = 0.25 * extrap;
+            let y = (i as f64 - 2.0) / 3.0;
+            let mix = 1.0 - y.clamp(0.0, 1.0);
+            let theta = interp * (1.0 - mix) + extrap * mix;
+            let (x0, x1) = (orig[i] as f64, orig[i + hd / 2] as f64);
+            let (c, s) = (theta.cos() * mscale, theta.sin() * mscale);
+            assert!((x[i] as f64 - (x0 * c - x1 * s)).abs() < 1e-3, "pair {i}");
+            assert!(
+                (x[i + hd / 2] as f64 - (x0 * s + x1 * c)).abs() < 1e-3,
+                "pair {i}"
+            );
+        }
+    }
 }
