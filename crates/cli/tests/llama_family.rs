@@ -169,6 +169,18 @@ fn an_unknown_tensor_is_refused_by_name() {
         &[],
     );
     refused(&path, &["unknown tensor 'blk.2.attn_norm.weight'"]);
+    // llama.cpp binds llama3's factors for llama only.
+    let path = rewrite(
+        "qwen2-yarn-f32",
+        dir.path(),
+        &[],
+        &[("rope_freqs.weight", vec![1.0; 16])],
+        &[],
+    );
+    refused(
+        &path,
+        &["unknown tensor 'rope_freqs.weight' for architecture qwen2"],
+    );
 }
 
 #[test]
