@@ -25,6 +25,9 @@ fi
 echo "== goldens on CUDA (f16 cache)"
 golden_stems=$(cd $G && ls *.json | sed 's/\.json$//' | tr '\n' ' ')
 python3 $T/golden_check.py $B $G $golden_stems -- --backend cuda 2>&1 | tee $OUT/goldens.txt
+echo "== llama-family goldens on CUDA (rope_freqs, linear/YaRN scaling, Mixtral MoE, biases)"
+lf=goldens/llama-family
+python3 $T/golden_check.py $B $lf $(cd $lf && ls *.json | sed 's/\.json$//' | tr '\n' ' ') -- --backend cuda 2>&1 | tee -a $OUT/goldens.txt
 echo "== the same with FERROLM_CUDA_Q8K=0 (Q8_1 activations for K-quants too)"
 FERROLM_CUDA_Q8K=0 python3 $T/golden_check.py $B $G $(echo $golden_stems | tr ' ' '\n' | grep q4_k_m) -- --backend cuda 2>&1 | tee -a $OUT/goldens.txt
 

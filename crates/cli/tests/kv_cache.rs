@@ -3,7 +3,10 @@
 //! `tools/goldens/make_kv_goldens.py`), with the bars of the f16 goldens
 //! (`crates/engine/tests/golden_tiny.rs`), the cache's size per position, and bad flags.
 
+mod golden;
+
 use serde_json::Value;
+use std::path::Path;
 use std::process::{Command, Output};
 
 fn shared(name: &str) -> String {
@@ -20,92 +23,17 @@ fn ferrolm(args: &[&str]) -> Output {
         .unwrap()
 }
 
-fn argmax(x: &[f64]) -> usize {
-    (0..x.len()).max_by(|&a, &b| x[a].total_cmp(&x[b])).unwrap()
-}
-
-fn floats(v: &Value) -> Vec<f64> {
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_f64().unwrap())
-        .collect()
-}
-
-/// Teacher-forced logits of every golden case (prompt and greedy tokens as one sequence, as
-/// golden_tiny.rs compares) on the CPU with `cache` (`-ctk X -ctv Y`), against the golden
-/// `goldens/kv-cache/{stem}-kv{kv}.json`: top-1 agreement ≥ 97% and p95 |Δlogit| ≤ 0.1.
+/// Teacher-forced logits of every golden case on the CPU with `cache` (`-ctk X -ctv Y`),
+/// against the golden `goldens/kv-cache/{stem}-kv{kv}.json`, with the bars of the quantized
+/// goldens (`golden::check_quantized`).
 fn check(stem: &str, kv: &str, cache: &[&str]) {
     let path = format!(
         "{}/../../goldens/kv-cache/{stem}-kv{kv}.json",
         env!("CARGO_MANIFEST_DIR")
     );
-    let g: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
-    let model = shared(g["model"].as_str().unwrap());
-    let (mut diffs, mut agree, mut total) = (Vec::new(), 0, 0);
-    for case in g["cases"].as_array().unwrap() {
-        let greedy = case["greedy"].as_array().unwrap();
-        let tokens: Vec<String> = case["prompt"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .chain(&greedy[..greedy.len() - 1])
-            .map(Value::to_string)
-            .collect();
-        let mut want: Vec<Vec<f64>> = case["prompt_logits"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(floats)
-            .collect();
-        want.extend(
-            case["greedy_logits"].as_array().unwrap()[1..]
-                .iter()
-                .map(floats),
-        );
-        let tokens = tokens.join(" ");
-        let mut args = vec![
-            "logits",
-            "-m",
-            &model,
-            "--backend",
-            "cpu",
-            "--all",
-            "-c",
-            "256",
-            "--tokens",
-            &tokens,
-        ];
-        args.extend_from_slice(cache);
-        let out = ferrolm(&args);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let ours: Value = serde_json::from_slice(&out.stdout).unwrap();
-        let rows: Vec<Vec<f64>> = ours["logits"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(floats)
-            .collect();
-        assert_eq!(rows.len(), want.len());
-        for (row, want) in rows.iter().zip(&want) {
-            diffs.extend(row.iter().zip(want).map(|(a, b)| (a - b).abs()));
-            total += 1;
-            agree += usize::from(argmax(row) == argmax(want));
-        }
-    }
-    diffs.sort_by(f64::total_cmp);
-    let p95 = diffs[diffs.len() * 95 / 100];
-    println!(
-        "{stem} {}: max |Δ| {:.3e}, p95 |Δ| {p95:.3e}, top-1 {agree}/{total}",
-        cache.join(" "),
-        diffs.last().unwrap()
-    );
-    assert!(agree * 100 >= total * 97, "{stem}: top-1 {agree}/{total}");
-    assert!(p95 <= 0.1, "{stem}: p95 |Δlogit| {p95}");
+    let models = shared("");
+    let stats = golden::compare(Path::new(&path), Path::new(&models), cache);
+    golden::check_quantized(&stats, stem);
 }
 
 macro_rules! goldens {

@@ -7,7 +7,7 @@ use crate::matmul::{matmul, WeightRef};
 use crate::plan::CpuPlan;
 use crate::{norm, rope};
 use ferrolm_gguf::GgmlType;
-use ferrolm_model::backend::{AttnShape, Backend, InputRows, PassInputs, RopeMode, SeqRows};
+use ferrolm_model::backend::{AttnShape, Backend, InputRows, PassInputs, Rope, SeqRows};
 use ferrolm_model::weights::MoeWeights;
 use ferrolm_model::{Config, ModelError, Result, TensorId};
 use std::convert::Infallible;
@@ -185,10 +185,11 @@ impl<'a> Backend for CpuBackend<'a> {
         x: &mut Mat,
         head_dim: usize,
         inp: &CpuInputs,
-        base: f32,
-        mode: RopeMode,
+        r: &Rope,
+        factors: Option<&CpuWeight<'a>>,
     ) -> Result<(), Infallible> {
-        rope::rope(&mut x.data, head_dim, &inp.positions, base, mode);
+        let factors = factors.map(CpuWeight::f32s);
+        rope::rope(&mut x.data, head_dim, &inp.positions, r, factors);
         Ok(())
     }
 

@@ -5,10 +5,13 @@ use super::{compare, Contract, Row};
 use anyhow::Result;
 use ferrolm_cpu::matmul::{matmul, WeightRef};
 use ferrolm_cpu::{norm, rope, CpuPlan};
-use ferrolm_cuda::ops::{dequantize_blocks, ActQuant, QuantMatrix, Rope, Q8_1_BLOCK_BYTES};
+use ferrolm_cuda::ops::{
+    dequantize_blocks, ActQuant, QuantMatrix, Rope, RopeArgs, RopeScale, Q8_1_BLOCK_BYTES,
+};
 use ferrolm_cuda::{CudaDevice, CudaSlice, Kernels, Plan};
 use ferrolm_gguf::GgmlType;
-use ferrolm_model::backend::RopeMode;
+use ferrolm_model::backend::{Rope as ModelRope, RopeMode};
+use ferrolm_model::rope::{RopeScaling, RopeScalingKind};
 use ferrolm_quant::BlockQ8_1;
 use rand::rngs::StdRng;
 use rand::Rng;
@@ -233,25 +236,63 @@ fn rms_norm(dev: &CudaDevice, k: &Kernels, rng: &mut StdRng) -> Result<Vec<Row>>
 fn rope_both(dev: &CudaDevice, k: &Kernels, rng: &mut StdRng) -> Result<Vec<Row>> {
     let (n, heads, hd) = (7, 32, 128);
     let width = heads * hd;
+    // llama3-like frequency divisors (1..8) and YaRN ×4 from a 4096-position original context.
+    let factors: Vec<f32> = (0..hd / 2).map(|_| rng.gen_range(1.0..8.0)).collect();
+    let yarn = RopeScaling {
+        kind: RopeScalingKind::Yarn,
+        factor: 4.0,
+        n_ctx_orig: Some(4096),
+        ..RopeScaling::default()
+    };
     let mut rows = Vec::new();
-    for (mode, base, name) in [
-        (RopeMode::Normal, 10_000.0f32, "rope normal"),
-        (RopeMode::Neox, 1_000_000.0, "rope neox"),
+    for (mode, base, scaled, name) in [
+        (RopeMode::Normal, 10_000.0f32, false, "rope normal"),
+        (RopeMode::Neox, 1_000_000.0, false, "rope neox"),
+        (
+            RopeMode::Normal,
+            500_000.0,
+            true,
+            "rope normal, factors + yarn",
+        ),
+        (
+            RopeMode::Neox,
+            1_000_000.0,
+            true,
+            "rope neox, factors + yarn",
+        ),
     ] {
         let x = normal(rng, n * width, 1.0);
         let mut pos: Vec<u32> = (0..n).map(|_| rng.gen_range(0..32_768)).collect();
         pos[0] = 0;
         let (mut xd, pd) = (dev.upload(&x)?, dev.upload(&pos)?);
-        let m = match mode {
-            RopeMode::Normal => Rope::Normal,
-            RopeMode::Neox => Rope::Neox,
+        let model_rope = if scaled {
+            yarn.params(mode, base, hd, 16_384)
+        } else {
+            ModelRope::plain(mode, base)
         };
-        k.norm_rope.rope(&mut xd, hd, &pd, base, m)?;
+        let ff = scaled.then_some(&factors[..]);
+        let ffd = ff.map(|f| dev.upload(f)).transpose()?;
+        let args = RopeArgs {
+            base,
+            mode: match mode {
+                RopeMode::Normal => Rope::Normal,
+                RopeMode::Neox => Rope::Neox,
+            },
+            scale: RopeScale {
+                freq_scale: model_rope.freq_scale,
+                ext_factor: model_rope.ext_factor,
+                mscale: model_rope.magnitude(),
+                corr_low: model_rope.corr_dims[0],
+                corr_high: model_rope.corr_dims[1],
+            },
+            factors: ffd.as_ref(),
+        };
+        k.norm_rope.rope(&mut xd, hd, &pd, &args)?;
         dev.sync()?;
         let got = dev.download(&xd)?;
         let mut want = x.clone();
-        rope::rope(&mut want, hd, &pos, base, mode);
-        // A rotation keeps each pair's norm: errors are measured against it.
+        rope::rope(&mut want, hd, &pos, &model_rope, ff);
+        // A rotation keeps each pair's norm (times the magnitude): errors are measured against it.
         let partner = |i: usize| {
             let h = i % hd;
             let p = match mode {

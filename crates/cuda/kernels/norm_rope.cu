@@ -126,13 +126,23 @@ extern "C" __global__ void add_rms_norm_q8_1_f32(float *x, const float *__restri
     }
 }
 
+// The scaling part of ggml_rope_ext's parameters (RopeScale in ops/norm_rope.rs): angles times
+// freq_scale, mixed with the unscaled ones by YaRN's ramp over [corr_low, corr_high] when
+// ext_factor != 0; cos and sin times mscale (the magnitude, YaRN's gain included, computed on
+// the host as the CPU computes it). No scaling: 1, 0, 1, 0, 0.
+struct RopeScale {
+    float freq_scale, ext_factor, mscale, corr_low, corr_high;
+};
+
 // x: [n_tokens][width], width = heads * head_dim, rotated in place; token t at position pos[t]
 // (device memory, so a captured graph can replay with new positions). One thread per pair.
-// theta_scale = base^(-2/head_dim), computed once on the host as the CPU does.
+// theta_scale = base^(-2/head_dim), computed once on the host as the CPU does; ff: head_dim / 2
+// frequency divisors (llama3's rope_freqs) or null. Each step as crates/cpu/src/rope.rs rounds it.
 template <bool NEOX>
 static __device__ __forceinline__ void rope(float *x, const uint32_t *__restrict__ pos,
                                             int n_tokens, int width, int head_dim,
-                                            float theta_scale, int idx) {
+                                            float theta_scale, const float *__restrict__ ff,
+                                            RopeScale rs, int idx) {
     const int half = head_dim / 2;
     const int pairs_per_row = width / 2;
     if (idx >= n_tokens * pairs_per_row) {
@@ -145,8 +155,19 @@ static __device__ __forceinline__ void rope(float *x, const uint32_t *__restrict
     for (int k = 0; k < i; ++k) {
         theta = __fmul_rn(theta, theta_scale);
     }
+    // ggml's rope_yarn: divide by the pair's factor, interpolate, mix by the ramp.
+    const float theta_extrap = ff ? __fdiv_rn(theta, ff[i]) : theta;
+    const float theta_interp = __fmul_rn(rs.freq_scale, theta_extrap);
+    float angle = theta_interp;
+    if (rs.ext_factor != 0.0f) {
+        const float y = __fdiv_rn(__fsub_rn((float)i, rs.corr_low),
+                                  fmaxf(0.001f, __fsub_rn(rs.corr_high, rs.corr_low)));
+        const float ramp_mix = __fmul_rn(__fsub_rn(1.0f, fminf(1.0f, fmaxf(0.0f, y))), rs.ext_factor);
+        angle = __fmaf_rn(theta_interp, __fsub_rn(1.0f, ramp_mix), __fmul_rn(theta_extrap, ramp_mix));
+    }
     // Correctly rounded (nearly always) as the CPU's libm cosf/sinf, from double evaluations.
-    const float c = (float)cos((double)theta), s = (float)sin((double)theta);
+    const float c = __fmul_rn((float)cos((double)angle), rs.mscale);
+    const float s = __fmul_rn((float)sin((double)angle), rs.mscale);
     const int a = NEOX ? i : 2 * i;
     const int b = NEOX ? i + half : 2 * i + 1;
     float *h = x + (size_t)t * width + (size_t)head * head_dim;
@@ -157,16 +178,18 @@ static __device__ __forceinline__ void rope(float *x, const uint32_t *__restrict
 }
 
 extern "C" __global__ void rope_norm_f32(float *x, const uint32_t *__restrict__ pos, int n_tokens,
-                                         int width, int head_dim, float theta_scale) {
+                                         int width, int head_dim, float theta_scale,
+                                         const float *__restrict__ ff, RopeScale rs) {
     dependent_launch_entry();
-    rope<false>(x, pos, n_tokens, width, head_dim, theta_scale,
+    rope<false>(x, pos, n_tokens, width, head_dim, theta_scale, ff, rs,
                 blockIdx.x * blockDim.x + threadIdx.x);
 }
 
 extern "C" __global__ void rope_neox_f32(float *x, const uint32_t *__restrict__ pos, int n_tokens,
-                                         int width, int head_dim, float theta_scale) {
+                                         int width, int head_dim, float theta_scale,
+                                         const float *__restrict__ ff, RopeScale rs) {
     dependent_launch_entry();
-    rope<true>(x, pos, n_tokens, width, head_dim, theta_scale,
+    rope<true>(x, pos, n_tokens, width, head_dim, theta_scale, ff, rs,
                blockIdx.x * blockDim.x + threadIdx.x);
 }
 
@@ -175,28 +198,31 @@ extern "C" __global__ void rope_neox_f32(float *x, const uint32_t *__restrict__ 
 template <bool NEOX>
 static __device__ __forceinline__ void rope_qk(float *q, float *k, const uint32_t *pos,
                                                int n_tokens, int width_q, int width_k,
-                                               int head_dim, float theta_scale) {
+                                               int head_dim, float theta_scale,
+                                               const float *ff, RopeScale rs) {
     const int idx = blockIdx.x * blockDim.x + threadIdx.x;
     const int q_pairs = n_tokens * width_q / 2;
     if (idx < q_pairs) {
-        rope<NEOX>(q, pos, n_tokens, width_q, head_dim, theta_scale, idx);
+        rope<NEOX>(q, pos, n_tokens, width_q, head_dim, theta_scale, ff, rs, idx);
     } else {
-        rope<NEOX>(k, pos, n_tokens, width_k, head_dim, theta_scale, idx - q_pairs);
+        rope<NEOX>(k, pos, n_tokens, width_k, head_dim, theta_scale, ff, rs, idx - q_pairs);
     }
 }
 
 extern "C" __global__ void rope_qk_norm_f32(float *q, float *k, const uint32_t *__restrict__ pos,
                                             int n_tokens, int width_q, int width_k, int head_dim,
-                                            float theta_scale) {
+                                            float theta_scale, const float *__restrict__ ff,
+                                            RopeScale rs) {
     dependent_launch_entry();
-    rope_qk<false>(q, k, pos, n_tokens, width_q, width_k, head_dim, theta_scale);
+    rope_qk<false>(q, k, pos, n_tokens, width_q, width_k, head_dim, theta_scale, ff, rs);
 }
 
 extern "C" __global__ void rope_qk_neox_f32(float *q, float *k, const uint32_t *__restrict__ pos,
                                             int n_tokens, int width_q, int width_k, int head_dim,
-                                            float theta_scale) {
+                                            float theta_scale, const float *__restrict__ ff,
+                                            RopeScale rs) {
     dependent_launch_entry();
-    rope_qk<true>(q, k, pos, n_tokens, width_q, width_k, head_dim, theta_scale);
+    rope_qk<true>(q, k, pos, n_tokens, width_q, width_k, head_dim, theta_scale, ff, rs);
 }
 
 // The q/k norms and RoPE of one pass in one launch, bit for bit as rms_norm_f32 in place on q,
@@ -208,7 +234,7 @@ template <bool NEOX>
 static __device__ __forceinline__ void
 qk_norm_rope(float *q, const float *__restrict__ wq, float *k, const float *__restrict__ wk,
              const uint32_t *__restrict__ pos, int n_tokens, int width_q, int width_k, int n,
-             int head_dim, float theta_scale, float eps) {
+             int head_dim, float theta_scale, const float *ff, RopeScale rs, float eps) {
     const int gq = n_tokens * width_q / n;
     const bool is_q = (int)blockIdx.x < gq;
     const int g = is_q ? blockIdx.x : blockIdx.x - gq;
@@ -218,7 +244,7 @@ qk_norm_rope(float *q, const float *__restrict__ wq, float *k, const float *__re
     __syncthreads(); // the rotation pairs elements that other threads normalized
     const int first_pair = g * (n / 2); // rope's pair index: row-major, width / 2 a row
     for (int p = threadIdx.x; p < n / 2; p += blockDim.x) {
-        rope<NEOX>(x, pos, n_tokens, width, head_dim, theta_scale, first_pair + p);
+        rope<NEOX>(x, pos, n_tokens, width, head_dim, theta_scale, ff, rs, first_pair + p);
     }
 }
 
@@ -226,18 +252,20 @@ extern "C" __global__ void qk_norm_rope_norm_f32(float *q, const float *__restri
                                                  const float *__restrict__ wk,
                                                  const uint32_t *__restrict__ pos, int n_tokens,
                                                  int width_q, int width_k, int n, int head_dim,
-                                                 float theta_scale, float eps) {
+                                                 float theta_scale, const float *__restrict__ ff,
+                                                 RopeScale rs, float eps) {
     dependent_launch_entry();
-    qk_norm_rope<false>(q, wq, k, wk, pos, n_tokens, width_q, width_k, n, head_dim, theta_scale,
-                        eps);
+    qk_norm_rope<false>(q, wq, k, wk, pos, n_tokens, width_q, width_k, n, head_dim, theta_scale, ff,
+                        rs, eps);
 }
 
 extern "C" __global__ void qk_norm_rope_neox_f32(float *q, const float *__restrict__ wq, float *k,
                                                  const float *__restrict__ wk,
                                                  const uint32_t *__restrict__ pos, int n_tokens,
                                                  int width_q, int width_k, int n, int head_dim,
-                                                 float theta_scale, float eps) {
+                                                 float theta_scale, const float *__restrict__ ff,
+                                                 RopeScale rs, float eps) {
     dependent_launch_entry();
-    qk_norm_rope<true>(q, wq, k, wk, pos, n_tokens, width_q, width_k, n, head_dim, theta_scale,
-                       eps);
+    qk_norm_rope<true>(q, wq, k, wk, pos, n_tokens, width_q, width_k, n, head_dim, theta_scale, ff,
+                       rs, eps);
 }

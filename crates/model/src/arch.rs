@@ -52,6 +52,26 @@ impl Arch {
         matches!(self, Arch::Olmoe | Arch::Qwen3Moe)
     }
 
+    /// Whether `<arch>.expert_count` may make the FFN a mixture of experts: always for the MoE
+    /// architectures, and for llama (Mixtral-style files).
+    pub const fn allows_moe(self) -> bool {
+        matches!(self, Arch::Llama | Arch::Olmoe | Arch::Qwen3Moe)
+    }
+
+    /// Tensors a file of this architecture may carry that no computation uses, with the
+    /// reason; each a name within a block (`attn_rot_embd.weight`) or a global name. llama.cpp
+    /// refuses a file with a tensor it does not load ("wrong number of tensors"), so none of
+    /// these architectures lists any: a new one declares here what llama.cpp skips for it.
+    pub const fn unused_tensors(self) -> &'static [(&'static str, &'static str)] {
+        &[]
+    }
+
+    /// `<arch>.*` keys this architecture reads beyond the ones every architecture reads
+    /// ([`crate::known`]).
+    pub const fn extra_keys(self) -> &'static [&'static str] {
+        &[]
+    }
+
     /// Whether `output.weight` may be absent, the output then sharing `token_embd.weight`.
     pub const fn allows_tied_output(self) -> bool {
         !matches!(self, Arch::Olmoe)

@@ -17,6 +17,55 @@ pub enum RopeMode {
     Neox,
 }
 
+/// How positions become rotation angles: the parameters llama.cpp hands `ggml_rope_ext`,
+/// derived once per model from its RoPE keys ([`crate::rope::RopeScaling::params`]). A plain
+/// RoPE has `freq_scale` 1, `ext_factor` 0 and `attn_factor` 1, and rotates exactly as before
+/// any scaling existed.
+///
+/// Pair `i` of a head at position `p` (ggml's `rope_yarn`): `theta_extrap = p * base^(-2i/d) /
+/// ff[i]` (`ff`: the frequency factors, `rope_freqs.weight`, or 1), `theta_interp = freq_scale *
+/// theta_extrap`; with `ext_factor` 0 the angle is `theta_interp`, else the two mix by YaRN's
+/// ramp over `corr_dims` and the magnitude gains `1 + 0.1 ln(1 / freq_scale)`. Both cos and sin
+/// are multiplied by `attn_factor` (times that gain).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Rope {
+    pub mode: RopeMode,
+    /// `{arch}.rope.freq_base`.
+    pub base: f32,
+    /// `1 / rope.scaling.factor` (1 without scaling).
+    pub freq_scale: f32,
+    /// YaRN's extrapolation mix (1 for YaRN, 0 otherwise).
+    pub ext_factor: f32,
+    /// The magnitude of cos and sin (llama.cpp's `yarn_attn_factor`, as its context derives it).
+    pub attn_factor: f32,
+    /// YaRN's correction range in pair indices, `[low, high]`.
+    pub corr_dims: [f32; 2],
+}
+
+impl Rope {
+    /// The magnitude of cos and sin: `attn_factor`, times YaRN's gain
+    /// `1 + 0.1 ln(1 / freq_scale)` when `ext_factor` is not 0 (as ggml's `rope_yarn`).
+    pub fn magnitude(&self) -> f32 {
+        if self.ext_factor != 0.0 {
+            self.attn_factor * (1.0 + 0.1 * (1.0 / self.freq_scale).ln())
+        } else {
+            self.attn_factor
+        }
+    }
+
+    /// Unscaled RoPE of `base`.
+    pub fn plain(mode: RopeMode, base: f32) -> Self {
+        Self {
+            mode,
+            base,
+            freq_scale: 1.0,
+            ext_factor: 0.0,
+            attn_factor: 1.0,
+            corr_dims: [0.0, 0.0],
+        }
+    }
+}
+
 /// Attention geometry of one layer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct AttnShape {
@@ -121,14 +170,16 @@ pub trait Backend {
         Ok(())
     }
     fn add_bias(&self, x: &mut Self::Act, b: &Self::Weight) -> Result<(), Self::Error>;
-    /// Rotary embeddings of every row at its position (`inp`).
+    /// Rotary embeddings of every row at its position (`inp`), as `rope` says; `factors` are
+    /// the per-pair frequency divisors (`rope_freqs.weight`, `head_dim / 2` floats) if the
+    /// model has them.
     fn rope(
         &self,
         x: &mut Self::Act,
         head_dim: usize,
         inp: &Self::Inputs,
-        base: f32,
-        mode: RopeMode,
+        rope: &Rope,
+        factors: Option<&Self::Weight>,
     ) -> Result<(), Self::Error>;
     /// [`Self::rope`] of the queries and the keys, which a backend may run as one pass.
     fn rope_qk(
@@ -137,11 +188,11 @@ pub trait Backend {
         k: &mut Self::Act,
         head_dim: usize,
         inp: &Self::Inputs,
-        base: f32,
-        mode: RopeMode,
+        rope: &Rope,
+        factors: Option<&Self::Weight>,
     ) -> Result<(), Self::Error> {
-        self.rope(q, head_dim, inp, base, mode)?;
-        self.rope(k, head_dim, inp, base, mode)
+        self.rope(q, head_dim, inp, rope, factors)?;
+        self.rope(k, head_dim, inp, rope, factors)
     }
     /// The per-head (or whole-row) RMS norms of the queries and keys, then [`Self::rope_qk`]:
     /// one pass on a backend that can.
@@ -155,12 +206,12 @@ pub trait Backend {
         eps: f32,
         head_dim: usize,
         inp: &Self::Inputs,
-        base: f32,
-        mode: RopeMode,
+        rope: &Rope,
+        factors: Option<&Self::Weight>,
     ) -> Result<(), Self::Error> {
         self.rms_norm_groups(q, q_norm, eps)?;
         self.rms_norm_groups(k, k_norm, eps)?;
-        self.rope_qk(q, k, head_dim, inp, base, mode)
+        self.rope_qk(q, k, head_dim, inp, rope, factors)
     }
     /// For each sequence of `seqs`: stores its rows of `k`, `v` at their positions (`inp`) in
     /// layer `layer` of its cache, then causal attention of its rows of `q` over everything

@@ -1,7 +1,9 @@
 //! Hyperparameters, read from and written to the `<arch>.*` GGUF keys llama.cpp uses.
 
 use crate::arch::Arch;
+use crate::backend::Rope;
 use crate::error::{ModelError, Result};
+use crate::rope::RopeScaling;
 use ferrolm_gguf::{GgufFile, GgufWriter};
 
 /// The mixture-of-experts part of a model.
@@ -40,10 +42,28 @@ pub struct Config {
     pub n_ctx: usize,
     /// `<arch>.rope.freq_base` (defaults to 10000)
     pub rope_freq_base: f32,
+    /// `<arch>.rope.scaling.*`
+    pub rope_scaling: RopeScaling,
+    /// The file has `rope_freqs.weight`, llama3's per-pair frequency divisors.
+    pub rope_freqs: bool,
     /// `<arch>.attention.layer_norm_rms_epsilon`
     pub rms_eps: f32,
     /// No `output.weight`: the output projection reuses `token_embd.weight`.
     pub tied_embeddings: bool,
+    /// Which optional biases the blocks have.
+    pub biases: Biases,
+}
+
+/// Projection biases. qwen2 always has q/k/v biases; llama may have any of these (llama.cpp
+/// loads each as optional); the others have none.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Biases {
+    /// `attn_{q,k,v}.bias`
+    pub qkv: bool,
+    /// `attn_output.bias`
+    pub attn_out: bool,
+    /// `ffn_{gate,up,down}.bias`
+    pub ffn: bool,
 }
 
 /// The full key for hyperparameter `suffix` of `arch`, e.g. `llama.block_count`.
@@ -68,7 +88,8 @@ impl Config {
         // Without explicit head sizes, llama.cpp splits the embedding evenly over the heads.
         let even_split = n_embd.checked_div(n_head).unwrap_or(0);
         let n_ff = f.get_usize(&k("feed_forward_length"))?;
-        let moe = if arch.is_moe() {
+        // Mixtral-style files are llama with experts; llama.cpp reads a count of 0 as dense.
+        let moe = if arch.is_moe() || (arch.allows_moe() && opt("expert_count")? > Some(0)) {
             let n_expert = f.get_usize(&k("expert_count"))?;
             let n_expert_used = f.get_usize(&k("expert_used_count"))?;
             let n_ff_exp = match arch {
@@ -95,13 +116,32 @@ impl Config {
             },
         };
         let rope_key = k("rope.freq_base");
+        let head_dim = opt("attention.key_length")?.unwrap_or(even_split);
+        // Partial rotary embeddings are not implemented; llama.cpp itself requires the whole
+        // (even-split) head for llama.
+        if let Some(n_rot) = opt("rope.dimension_count")? {
+            let want = if arch == Arch::Llama {
+                even_split
+            } else {
+                head_dim
+            };
+            if n_rot != want {
+                return Err(ModelError::Hparam {
+                    key: k("rope.dimension_count"),
+                    what: format!(
+                        "{n_rot} rotated dimensions of {want}: only whole-head RoPE is supported"
+                    ),
+                });
+            }
+        }
+        let has = |name: &str| f.tensor(name).is_some();
         let cfg = Config {
             arch,
             n_embd,
             n_layer: f.get_usize(&k("block_count"))?,
             n_head,
             n_head_kv: opt("attention.head_count_kv")?.unwrap_or(n_head),
-            head_dim: opt("attention.key_length")?.unwrap_or(even_split),
+            head_dim,
             head_dim_v: opt("attention.value_length")?.unwrap_or(even_split),
             n_ff,
             moe,
@@ -111,9 +151,25 @@ impl Config {
                 Some(_) => f.get_f32(&rope_key)?,
                 None => 10000.0,
             },
+            rope_scaling: RopeScaling::from_gguf(f, arch)?,
+            // llama.cpp binds llama3's factors for llama only; elsewhere the tensor is unknown.
+            rope_freqs: arch == Arch::Llama && has("rope_freqs.weight"),
             rms_eps: f.get_f32(&k("attention.layer_norm_rms_epsilon"))?,
-            tied_embeddings: f.tensor("output.weight").is_none(),
+            tied_embeddings: !has("output.weight"),
+            biases: match arch {
+                Arch::Qwen2 => Biases {
+                    qkv: true,
+                    ..Biases::default()
+                },
+                Arch::Llama => Biases {
+                    qkv: has("blk.0.attn_q.bias"),
+                    attn_out: has("blk.0.attn_output.bias"),
+                    ffn: has("blk.0.ffn_gate.bias"),
+                },
+                _ => Biases::default(),
+            },
         };
+        crate::known::check_keys(f, arch)?;
         cfg.validate()?;
         Ok(cfg)
     }
@@ -194,13 +250,13 @@ impl Config {
         }
         match (&self.moe, self.arch.is_moe()) {
             (None, true) => return bad("expert_count", "missing for an MoE architecture".into()),
-            (Some(_), false) => {
+            (Some(_), false) if !self.arch.allows_moe() => {
                 return bad(
                     "expert_count",
                     format!("{} is not an MoE architecture", self.arch),
                 )
             }
-            (Some(m), true) => {
+            (Some(m), _) => {
                 if m.n_expert == 0 {
                     return bad("expert_count", "must be positive".into());
                 }
@@ -243,6 +299,7 @@ impl Config {
         w.set(&k("attention.head_count_kv"), u(self.n_head_kv));
         w.set(&k("rope.freq_base"), self.rope_freq_base);
         w.set(&k("attention.layer_norm_rms_epsilon"), self.rms_eps);
+        self.rope_scaling.write_to(w, self.arch);
         // Qwen3 checkpoints carry an explicit head_dim, and llama.cpp's converter writes it.
         let explicit = matches!(self.arch, Arch::Qwen3 | Arch::Qwen3Moe);
         let even_split = self.n_embd / self.n_head;
@@ -258,6 +315,13 @@ impl Config {
             }
         }
         w.set(&k("vocab_size"), u(self.n_vocab));
+    }
+
+    /// What RoPE does in every block: the mode of the architecture, the base and the scaling.
+    pub fn rope(&self) -> Rope {
+        let mode = crate::forward::rope_mode(self.arch);
+        self.rope_scaling
+            .params(mode, self.rope_freq_base, self.head_dim, self.n_ctx)
     }
 
     /// Query heads sharing one key/value head.

@@ -6,7 +6,7 @@
 //! values between the parts can be written too (`Qpre`, `ffn_gate`, `ffn_up`, `ffn_swiglu`);
 //! those take the layer of the most recent tap.
 
-use crate::backend::{AttnShape, Backend, PassInputs, RopeMode, SeqRows};
+use crate::backend::{AttnShape, Backend, PassInputs, Rope, SeqRows};
 use crate::weights::MoeWeights;
 use std::cell::Cell;
 use std::path::{Path, PathBuf};
@@ -98,10 +98,10 @@ impl<B: Backend> Backend for Dump<'_, B> {
         x: &mut B::Act,
         head_dim: usize,
         inp: &B::Inputs,
-        base: f32,
-        mode: RopeMode,
+        rope: &Rope,
+        factors: Option<&B::Weight>,
     ) -> Result<(), B::Error> {
-        self.inner.rope(x, head_dim, inp, base, mode)
+        self.inner.rope(x, head_dim, inp, rope, factors)
     }
 
     /// The queries as they enter RoPE (after their norm, if any) are `Qpre`.
@@ -111,11 +111,11 @@ impl<B: Backend> Backend for Dump<'_, B> {
         k: &mut B::Act,
         head_dim: usize,
         inp: &B::Inputs,
-        base: f32,
-        mode: RopeMode,
+        rope: &Rope,
+        factors: Option<&B::Weight>,
     ) -> Result<(), B::Error> {
         self.write("Qpre", self.layer.get(), q)?;
-        self.inner.rope_qk(q, k, head_dim, inp, base, mode)
+        self.inner.rope_qk(q, k, head_dim, inp, rope, factors)
     }
 
     fn qk_norm_rope(
@@ -127,12 +127,12 @@ impl<B: Backend> Backend for Dump<'_, B> {
         eps: f32,
         head_dim: usize,
         inp: &B::Inputs,
-        base: f32,
-        mode: RopeMode,
+        rope: &Rope,
+        factors: Option<&B::Weight>,
     ) -> Result<(), B::Error> {
         self.inner.rms_norm_groups(q, q_norm, eps)?;
         self.inner.rms_norm_groups(k, k_norm, eps)?;
-        self.rope_qk(q, k, head_dim, inp, base, mode)
+        self.rope_qk(q, k, head_dim, inp, rope, factors)
     }
 
     fn attention(

@@ -1,8 +1,9 @@
 //! The forward pass of every supported architecture, written once against [`Backend`].
 //!
 //! All five share one pre-norm block; they differ only in the switches read off `Config`:
-//! q/k/v biases (qwen2), q/k RMS norms per head (qwen3, qwen3moe) or over the whole width
-//! (olmoe), the RoPE pairing, and a dense or mixture-of-experts FFN.
+//! q/k/v biases (qwen2; llama's optional biases), q/k RMS norms per head (qwen3, qwen3moe) or
+//! over the whole width (olmoe), the RoPE pairing and scaling (and llama3's frequency factors),
+//! and a dense or mixture-of-experts FFN (Mixtral-style files are llama with experts).
 //!
 //! The pass names its intermediates to the backend ([`Backend::tap`], llama.cpp's graph names),
 //! which does nothing with them unless it is the dump adapter ([`crate::dump::Dump`]).
@@ -20,9 +21,11 @@ pub fn rope_mode(arch: Arch) -> RopeMode {
     }
 }
 
+/// llama (Mixtral) and qwen3moe renormalize the top-k weights (llama.cpp's `norm_w`); olmoe
+/// does not.
 pub fn moe_gating(arch: Arch) -> MoeGating {
     match arch {
-        Arch::Qwen3Moe => MoeGating::SoftmaxTopKRenorm,
+        Arch::Qwen3Moe | Arch::Llama => MoeGating::SoftmaxTopKRenorm,
         _ => MoeGating::SoftmaxTopK,
     }
 }
@@ -80,7 +83,8 @@ pub fn layers<B: Backend>(
         n_kv_head: cfg.n_head_kv,
         head_dim: cfg.head_dim,
     };
-    let mode = rope_mode(cfg.arch);
+    let rope = cfg.rope();
+    let factors = w.rope_freqs.as_ref();
     let (q_width, kv_width) = (cfg.n_head * cfg.head_dim, cfg.n_head_kv * cfg.head_dim);
 
     let mut h = b.alloc(n, cfg.n_embd)?;
@@ -114,12 +118,12 @@ pub fn layers<B: Backend>(
             b.add_bias(&mut v, bv)?;
         }
         // The norm weight's length says whether it is per head or over the whole width.
-        let (hd, base) = (cfg.head_dim, cfg.rope_freq_base);
+        let hd = cfg.head_dim;
         match (&a.q_norm, &a.k_norm) {
             (Some(qn), Some(kn)) => {
-                b.qk_norm_rope(&mut q, &mut k, qn, kn, cfg.rms_eps, hd, inp, base, mode)?
+                b.qk_norm_rope(&mut q, &mut k, qn, kn, cfg.rms_eps, hd, inp, &rope, factors)?
             }
-            _ => b.rope_qk(&mut q, &mut k, hd, inp, base, mode)?,
+            _ => b.rope_qk(&mut q, &mut k, hd, inp, &rope, factors)?,
         }
         b.tap("Vcur", il, &v)?;
         b.tap("Kcur", il, &k)?;
@@ -127,6 +131,9 @@ pub fn layers<B: Backend>(
         b.attention(seqs, il, &q, &k, &v, inp, shape, &mut attn)?;
         b.tap("kqv_out", il, &attn)?;
         b.matmul(&a.output, &attn, &mut proj)?;
+        if let Some(bo) = &a.output_bias {
+            b.add_bias(&mut proj, bo)?;
+        }
         b.tap("attn_out", il, &proj)?;
         b.add_rms_norm(x, &proj, &layer.ffn_norm, cfg.rms_eps, &mut h)?;
         b.tap("ffn_inp", il, x)?;
@@ -135,8 +142,20 @@ pub fn layers<B: Backend>(
             Ffn::Dense(f) => {
                 let mut gate = b.alloc(n, cfg.n_ff)?;
                 let mut up = b.alloc(n, cfg.n_ff)?;
-                b.ffn_glu(&f.gate, &f.up, &h, &mut gate, &mut up)?;
+                match &f.bias {
+                    None => b.ffn_glu(&f.gate, &f.up, &h, &mut gate, &mut up)?,
+                    // Each bias joins its projection before the SwiGLU, as llama.cpp's build_ffn.
+                    Some([bg, bu, _]) => {
+                        b.matmul_many(&[&f.gate, &f.up], &h, &mut [&mut gate, &mut up])?;
+                        b.add_bias(&mut gate, bg)?;
+                        b.add_bias(&mut up, bu)?;
+                        b.swiglu(&mut gate, &up)?;
+                    }
+                }
                 b.matmul(&f.down, &gate, &mut proj)?;
+                if let Some([_, _, bd]) = &f.bias {
+                    b.add_bias(&mut proj, bd)?;
+                }
             }
             Ffn::Moe(m) => b.moe(&h, m, &mut proj)?,
         }

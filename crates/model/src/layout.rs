@@ -16,15 +16,19 @@ pub enum TensorRole {
     /// The output projection (absent when tied to [`TensorRole::TokenEmbd`]).
     Output,
     OutputNorm,
+    /// llama3's per-pair RoPE frequency divisors (`head_dim / 2` floats), shared by all blocks.
+    RopeFreqs,
     AttnNorm,
     AttnQ,
     AttnK,
     AttnV,
-    /// qwen2's projection biases.
+    /// q/k/v projection biases: qwen2's, and llama's when present.
     AttnQBias,
     AttnKBias,
     AttnVBias,
     AttnOutput,
+    /// llama's optional bias of the attention output.
+    AttnOutputBias,
     /// Query/key RMS norms: per head (qwen3, qwen3moe) or over the whole width (olmoe).
     AttnQNorm,
     AttnKNorm,
@@ -32,6 +36,10 @@ pub enum TensorRole {
     FfnGate,
     FfnUp,
     FfnDown,
+    /// llama's optional FFN biases.
+    FfnGateBias,
+    FfnUpBias,
+    FfnDownBias,
     /// The MoE router.
     FfnGateInp,
     /// Stacks of every expert's matrices.
@@ -48,6 +56,7 @@ impl TensorRole {
             TokenEmbd => "token_embd.weight",
             Output => "output.weight",
             OutputNorm => "output_norm.weight",
+            RopeFreqs => "rope_freqs.weight",
             AttnNorm => "attn_norm.weight",
             AttnQ => "attn_q.weight",
             AttnK => "attn_k.weight",
@@ -56,12 +65,16 @@ impl TensorRole {
             AttnKBias => "attn_k.bias",
             AttnVBias => "attn_v.bias",
             AttnOutput => "attn_output.weight",
+            AttnOutputBias => "attn_output.bias",
             AttnQNorm => "attn_q_norm.weight",
             AttnKNorm => "attn_k_norm.weight",
             FfnNorm => "ffn_norm.weight",
             FfnGate => "ffn_gate.weight",
             FfnUp => "ffn_up.weight",
             FfnDown => "ffn_down.weight",
+            FfnGateBias => "ffn_gate.bias",
+            FfnUpBias => "ffn_up.bias",
+            FfnDownBias => "ffn_down.bias",
             FfnGateInp => "ffn_gate_inp.weight",
             FfnGateExps => "ffn_gate_exps.weight",
             FfnUpExps => "ffn_up_exps.weight",
@@ -171,13 +184,21 @@ pub fn tensor_specs(cfg: &Config) -> Vec<TensorSpec> {
         out.push(TensorSpec::new(global(Output), &[d, cfg.n_vocab], Weight));
     }
     out.push(TensorSpec::new(global(OutputNorm), &[d], Norm));
+    if cfg.rope_freqs {
+        // Divisors near 1 when synthesized, as the Norm kind draws them.
+        out.push(TensorSpec::new(
+            global(RopeFreqs),
+            &[cfg.head_dim / 2],
+            Norm,
+        ));
+    }
 
     for i in 0..cfg.n_layer {
         let mut t = |role, dims: &[usize], kind| {
             out.push(TensorSpec::new(TensorId::block(i, role), dims, kind))
         };
         t(AttnNorm, &[d], Norm);
-        let biased = cfg.arch == Arch::Qwen2;
+        let biased = cfg.biases.qkv;
         for (proj, bias, width) in [
             (AttnQ, AttnQBias, q_width),
             (AttnK, AttnKBias, k_width),
@@ -189,6 +210,9 @@ pub fn tensor_specs(cfg: &Config) -> Vec<TensorSpec> {
             }
         }
         t(AttnOutput, &[o_width, d], Weight);
+        if cfg.biases.attn_out {
+            t(AttnOutputBias, &[d], Bias);
+        }
         match cfg.arch {
             // Per-head norms: one gain vector shared by every head.
             Arch::Qwen3 | Arch::Qwen3Moe => {
@@ -209,6 +233,11 @@ pub fn tensor_specs(cfg: &Config) -> Vec<TensorSpec> {
                 t(FfnGate, &[d, cfg.n_ff], Weight);
                 t(FfnUp, &[d, cfg.n_ff], Weight);
                 t(FfnDown, &[cfg.n_ff, d], Weight);
+                if cfg.biases.ffn {
+                    t(FfnGateBias, &[cfg.n_ff], Bias);
+                    t(FfnUpBias, &[cfg.n_ff], Bias);
+                    t(FfnDownBias, &[d], Bias);
+                }
             }
             Some(m) => {
                 let (e, ff) = (m.n_expert, m.n_ff_exp);

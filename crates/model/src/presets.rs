@@ -4,7 +4,8 @@
 //! llama.cpp-made golden files (2 layers, d 256, vocab 512, 8 experts with top-3).
 
 use crate::arch::Arch;
-use crate::config::{Config, MoeConfig};
+use crate::config::{Biases, Config, MoeConfig};
+use crate::rope::RopeScaling;
 
 pub struct Preset {
     pub name: &'static str,
@@ -49,8 +50,14 @@ fn shape(arch: Arch, n_embd: usize, n_layer: usize, n_head: usize, n_head_kv: us
         n_vocab: 0,
         n_ctx: 4096,
         rope_freq_base: 10000.0,
+        rope_scaling: RopeScaling::default(),
+        rope_freqs: false,
         rms_eps: 1e-5,
         tied_embeddings: false,
+        biases: Biases {
+            qkv: arch == Arch::Qwen2,
+            ..Biases::default()
+        },
     }
 }
 

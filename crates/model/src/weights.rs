@@ -12,8 +12,10 @@ pub struct AttnWeights<W> {
     pub k: W,
     pub v: W,
     pub output: W,
-    /// qwen2: biases of q, k, v.
+    /// Biases of q, k, v (qwen2; llama when present).
     pub qkv_bias: Option<[W; 3]>,
+    /// The output projection's bias (llama, when present).
+    pub output_bias: Option<W>,
     /// qwen3/qwen3moe (per head) and olmoe (whole width).
     pub q_norm: Option<W>,
     pub k_norm: Option<W>,
@@ -23,6 +25,8 @@ pub struct DenseFfn<W> {
     pub gate: W,
     pub up: W,
     pub down: W,
+    /// Biases of gate, up and down (llama, when present).
+    pub bias: Option<[W; 3]>,
 }
 
 /// Experts are stacked: expert `e` owns rows `e*n_ff..(e+1)*n_ff` of `gate`/`up` and rows
@@ -53,6 +57,8 @@ pub struct LayerWeights<W> {
 pub struct ModelWeights<W> {
     pub token_embd: W,
     pub output_norm: W,
+    /// llama3's RoPE frequency divisors, when the file has them.
+    pub rope_freqs: Option<W>,
     /// `None` when tied to `token_embd`.
     pub output: Option<W>,
     pub layers: Vec<LayerWeights<W>>,
@@ -64,12 +70,14 @@ impl<W> ModelWeights<W> {
     }
 
     /// Binds every tensor `cfg` needs. Each is checked against the layout's shape, then handed
-    /// to `load` (id, type, dims, data) to become a backend weight.
+    /// to `load` (id, type, dims, data) to become a backend weight. A file with a tensor the
+    /// layout does not bind is refused first ([`crate::known::check_tensors`]).
     pub fn load<'f>(
         cfg: &Config,
         file: &'f GgufFile,
         mut load: impl FnMut(TensorId, GgmlType, &[u64], &'f [u8]) -> Result<W>,
     ) -> Result<Self> {
+        crate::known::check_tensors(cfg, file)?;
         let mut table = std::collections::HashMap::new();
         for spec in tensor_specs(cfg) {
             let info = file.require_tensor(&spec.name)?;
@@ -93,17 +101,19 @@ impl<W> ModelWeights<W> {
         for i in 0..cfg.n_layer {
             let mut t = |role| take(TensorId::block(i, role));
             let has = |role| file.tensor(&TensorId::block(i, role).name()).is_some();
+            let b = cfg.biases;
             let attn = AttnWeights {
                 norm: t(AttnNorm)?,
                 q: t(AttnQ)?,
                 k: t(AttnK)?,
                 v: t(AttnV)?,
                 output: t(AttnOutput)?,
-                qkv_bias: if has(AttnQBias) {
+                qkv_bias: if b.qkv {
                     Some([t(AttnQBias)?, t(AttnKBias)?, t(AttnVBias)?])
                 } else {
                     None
                 },
+                output_bias: b.attn_out.then(|| t(AttnOutputBias)).transpose()?,
                 q_norm: has(AttnQNorm).then(|| t(AttnQNorm)).transpose()?,
                 k_norm: has(AttnKNorm).then(|| t(AttnKNorm)).transpose()?,
             };
@@ -113,6 +123,11 @@ impl<W> ModelWeights<W> {
                     gate: t(FfnGate)?,
                     up: t(FfnUp)?,
                     down: t(FfnDown)?,
+                    bias: if b.ffn {
+                        Some([t(FfnGateBias)?, t(FfnUpBias)?, t(FfnDownBias)?])
+                    } else {
+                        None
+                    },
                 }),
                 Some(m) => Ffn::Moe(MoeWeights {
                     router: t(FfnGateInp)?,
@@ -135,6 +150,11 @@ impl<W> ModelWeights<W> {
         Ok(ModelWeights {
             token_embd: take(global(TokenEmbd))?,
             output_norm: take(global(OutputNorm))?,
+            rope_freqs: if cfg.rope_freqs {
+                Some(take(global(RopeFreqs))?)
+            } else {
+                None
+            },
             output: if cfg.tied_embeddings {
                 None
             } else {

@@ -183,3 +183,33 @@ fn bad_metadata_is_reported_by_key() {
         Err(ModelError::Tensor { .. })
     ));
 }
+
+/// RoPE scaling survives a write and a read, and a file with llama3's `rope_freqs.weight` is
+/// read as having it.
+#[test]
+fn rope_scaling_round_trips() {
+    use ferrolm_model::rope::{RopeScaling, RopeScalingKind};
+    let mut cfg = preset("tiny-llama").unwrap().config;
+    cfg.rope_scaling = RopeScaling {
+        kind: RopeScalingKind::Yarn,
+        factor: 4.0,
+        n_ctx_orig: Some(32768),
+        attn_factor: 0.5,
+        ..RopeScaling::default()
+    };
+    let read = Config::from_gguf(&config_file(&cfg, |w| {
+        if !cfg.tied_embeddings {
+            w.add_tensor("output.weight", GgmlType::F32, &[1]).unwrap();
+        }
+        w.add_tensor("rope_freqs.weight", GgmlType::F32, &[32])
+            .unwrap();
+    }))
+    .unwrap();
+    assert_eq!(read.rope_scaling, cfg.rope_scaling);
+    assert!(read.rope_freqs);
+    let rope = read.rope();
+    assert_eq!((rope.freq_scale, rope.ext_factor), (0.25, 1.0));
+    // llama.cpp's YaRN gain, cancelled before ggml applies it again, times the file's factor.
+    assert!((rope.attn_factor - 0.5).abs() < 1e-6);
+    assert!((rope.magnitude() - 0.5 * (1.0 + 0.1 * 4f32.ln())).abs() < 1e-6);
+}

@@ -21,10 +21,12 @@ pub use weights::CudaWeight;
 
 use crate::device::CudaDevice;
 use crate::error::{CudaError, DriverContext, Result};
-use crate::ops::{ActQuant, DecodeWork, Kernels, Rope};
+use crate::ops::{ActQuant, DecodeWork, Kernels, Rope, RopeArgs, RopeScale};
 use crate::plan::{Attn, Plan, DECODE_MAX_ROWS};
 use cudarc::driver::CudaSlice;
-use ferrolm_model::backend::{AttnShape, Backend, PassInputs, RopeMode, SeqRows};
+use ferrolm_model::backend::{
+    AttnShape, Backend, PassInputs, Rope as ModelRope, RopeMode, SeqRows,
+};
 use ferrolm_model::weights::MoeWeights;
 use pool::Pool;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -408,17 +410,17 @@ impl Backend for CudaBackend {
         x: &mut CudaAct,
         head_dim: usize,
         inp: &CudaInputs,
-        base: f32,
-        mode: RopeMode,
+        rope: &ModelRope,
+        factors: Option<&CudaWeight>,
     ) -> Result<()> {
         if x.rows == 0 {
             return Ok(());
         }
-        let mode = rope_kind(mode);
+        let args = rope_args(rope, factors);
         crate::profile::span(self.dev.stream(), "rope", || {
             self.k
                 .norm_rope
-                .rope(x.buf_mut(), head_dim, inp.positions(), base, mode)
+                .rope(x.buf_mut(), head_dim, inp.positions(), &args)
         })
     }
 
@@ -428,26 +430,21 @@ impl Backend for CudaBackend {
         k: &mut CudaAct,
         head_dim: usize,
         inp: &CudaInputs,
-        base: f32,
-        mode: RopeMode,
+        rope: &ModelRope,
+        factors: Option<&CudaWeight>,
     ) -> Result<()> {
         if !self.plan.fuse() {
-            self.rope(q, head_dim, inp, base, mode)?;
-            return self.rope(k, head_dim, inp, base, mode);
+            self.rope(q, head_dim, inp, rope, factors)?;
+            return self.rope(k, head_dim, inp, rope, factors);
         }
         if q.rows == 0 {
             return Ok(());
         }
-        let mode = rope_kind(mode);
+        let args = rope_args(rope, factors);
         crate::profile::span(self.dev.stream(), "rope", || {
-            self.k.norm_rope.rope_qk(
-                q.buf_mut(),
-                k.buf_mut(),
-                head_dim,
-                inp.positions(),
-                base,
-                mode,
-            )
+            self.k
+                .norm_rope
+                .rope_qk(q.buf_mut(), k.buf_mut(), head_dim, inp.positions(), &args)
         })
     }
 
@@ -460,13 +457,13 @@ impl Backend for CudaBackend {
         eps: f32,
         head_dim: usize,
         inp: &CudaInputs,
-        base: f32,
-        mode: RopeMode,
+        rope: &ModelRope,
+        factors: Option<&CudaWeight>,
     ) -> Result<()> {
         let unfused = |b: &Self, q: &mut CudaAct, k: &mut CudaAct| {
             b.rms_norm_groups(q, q_norm, eps)?;
             b.rms_norm_groups(k, k_norm, eps)?;
-            b.rope_qk(q, k, head_dim, inp, base, mode)
+            b.rope_qk(q, k, head_dim, inp, rope, factors)
         };
         if !self.plan.fuse() {
             return unfused(self, q, k);
@@ -474,13 +471,13 @@ impl Backend for CudaBackend {
         if q.rows == 0 {
             return Ok(());
         }
-        let kind = rope_kind(mode);
+        let args = rope_args(rope, factors);
         let r = crate::profile::span(self.dev.stream(), "qk_norm_rope", || {
             let (wq, wk) = (q_norm.vector(), k_norm.vector());
             let (qb, kb) = (q.buf_mut(), k.buf_mut());
             self.k
                 .norm_rope
-                .qk_norm_rope(qb, wq, kb, wk, eps, head_dim, inp.positions(), base, kind)
+                .qk_norm_rope(qb, wq, kb, wk, eps, head_dim, inp.positions(), &args)
                 .transpose()
         })?;
         match r {
@@ -543,9 +540,21 @@ impl Backend for CudaBackend {
     }
 }
 
-fn rope_kind(mode: RopeMode) -> Rope {
-    match mode {
-        RopeMode::Normal => Rope::Normal,
-        RopeMode::Neox => Rope::Neox,
+/// The model's RoPE as the kernels take it.
+fn rope_args<'a>(rope: &ModelRope, factors: Option<&'a CudaWeight>) -> RopeArgs<'a> {
+    RopeArgs {
+        base: rope.base,
+        mode: match rope.mode {
+            RopeMode::Normal => Rope::Normal,
+            RopeMode::Neox => Rope::Neox,
+        },
+        scale: RopeScale {
+            freq_scale: rope.freq_scale,
+            ext_factor: rope.ext_factor,
+            mscale: rope.magnitude(),
+            corr_low: rope.corr_dims[0],
+            corr_high: rope.corr_dims[1],
+        },
+        factors: factors.map(CudaWeight::vector),
     }
 }

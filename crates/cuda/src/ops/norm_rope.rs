@@ -1,6 +1,6 @@
 //! `kernels/norm_rope.cu`: RMS norm (whole rows, or per-head groups in place) and RoPE.
 
-use super::launch::Launcher;
+use super::launch::{Arg, KernelArg, Launch, Launcher};
 use super::{int, ActQuant};
 use crate::device::CudaDevice;
 use crate::error::{DriverContext, Result};
@@ -14,6 +14,61 @@ pub enum Rope {
     Normal,
     /// Halves (i, i + d/2).
     Neox,
+}
+
+/// The scaling part of `ggml_rope_ext`'s parameters as the kernels take them (`RopeScale` in
+/// `kernels/norm_rope.cu`, passed by value): `mscale` is the magnitude, YaRN's gain included,
+/// computed on the host as the CPU computes it.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RopeScale {
+    pub freq_scale: f32,
+    pub ext_factor: f32,
+    pub mscale: f32,
+    pub corr_low: f32,
+    pub corr_high: f32,
+}
+
+impl RopeScale {
+    /// Plain RoPE.
+    pub const NONE: Self = Self {
+        freq_scale: 1.0,
+        ext_factor: 0.0,
+        mscale: 1.0,
+        corr_low: 0.0,
+        corr_high: 0.0,
+    };
+}
+
+impl<'a> KernelArg<'a> for &'a RopeScale {
+    fn to_arg(self, _: &cudarc::driver::CudaStream) -> Arg<'a> {
+        Arg::Value(
+            self as *const RopeScale as *const std::ffi::c_void,
+            std::marker::PhantomData,
+        )
+    }
+}
+
+/// What a rotation takes besides the activations: the base, the pairing, the scaling and the
+/// per-pair frequency divisors (`head_dim / 2` floats) if the model has them.
+#[derive(Clone, Copy)]
+pub struct RopeArgs<'a> {
+    pub base: f32,
+    pub mode: Rope,
+    pub scale: RopeScale,
+    pub factors: Option<&'a CudaSlice<f32>>,
+}
+
+impl RopeArgs<'_> {
+    /// Appends `theta_scale, ff|null, rs` for heads of `head_dim`.
+    fn push<'a>(&'a self, b: &mut Launch<'a>, theta_scale: &'a f32, null: &'a u64) {
+        b.arg(theta_scale);
+        match self.factors {
+            Some(f) => b.arg(f),
+            None => b.arg(null),
+        };
+        b.arg(&self.scale);
+    }
 }
 
 pub struct NormRope {
@@ -171,31 +226,28 @@ impl NormRope {
         x: &mut CudaSlice<f32>,
         head_dim: usize,
         positions: &CudaSlice<u32>,
-        base: f32,
-        mode: Rope,
+        rope: &RopeArgs<'_>,
     ) -> Result<()> {
         let n_tokens = positions.len();
         let width = rope_width(x.len(), n_tokens, head_dim);
-        let theta_scale = theta_scale(base, head_dim);
+        let theta_scale = theta_scale(rope.base, head_dim);
+        let null = 0u64;
         let (nt, w, hd) = (
             int(n_tokens, "rope tokens"),
             int(width, "rope width"),
             int(head_dim, "head_dim"),
         );
-        let f = match mode {
+        let f = match rope.mode {
             Rope::Normal => &self.rope_norm,
             Rope::Neox => &self.rope_neox,
         };
         let cfg = pairs_cfg(x.len() / 2);
+        check_factors(rope, head_dim);
         let mut b = self.launch.builder(f);
-        b.arg(x)
-            .arg(positions)
-            .arg(&nt)
-            .arg(&w)
-            .arg(&hd)
-            .arg(&theta_scale);
-        // SAFETY: rope_*_f32(x, pos, n_tokens, width, head_dim, theta_scale), one thread per
-        // pair of x, n_tokens positions.
+        b.arg(x).arg(positions).arg(&nt).arg(&w).arg(&hd);
+        rope.push(&mut b, &theta_scale, &null);
+        // SAFETY: rope_*_f32(x, pos, n_tokens, width, head_dim, theta_scale, ff|null, rs), one
+        // thread per pair of x, n_tokens positions, head_dim / 2 factors (checked).
         unsafe { b.launch(cfg) }.during("launching rope")?;
         Ok(())
     }
@@ -207,21 +259,23 @@ impl NormRope {
         k: &mut CudaSlice<f32>,
         head_dim: usize,
         positions: &CudaSlice<u32>,
-        base: f32,
-        mode: Rope,
+        rope: &RopeArgs<'_>,
     ) -> Result<()> {
-        let sh = QkRope::new(q.len(), k.len(), positions.len(), head_dim, base);
-        let f = match mode {
+        let sh = QkRope::new(q.len(), k.len(), positions.len(), head_dim, rope.base);
+        let f = match rope.mode {
             Rope::Normal => &self.rope_qk_norm,
             Rope::Neox => &self.rope_qk_neox,
         };
         let cfg = pairs_cfg((q.len() + k.len()) / 2);
+        check_factors(rope, head_dim);
+        let null = 0u64;
         let mut b = self.launch.builder(f);
         b.arg(q).arg(k).arg(positions);
         b.arg(&sh.n_tokens).arg(&sh.width_q).arg(&sh.width_k);
-        b.arg(&sh.head_dim).arg(&sh.theta_scale);
-        // SAFETY: rope_qk_*_f32(q, k, pos, n, wq, wk, hd, theta_scale): n rows of wq and wk
-        // floats, n positions; one thread per pair of either.
+        b.arg(&sh.head_dim);
+        rope.push(&mut b, &sh.theta_scale, &null);
+        // SAFETY: rope_qk_*_f32(q, k, pos, n, wq, wk, hd, theta_scale, ff|null, rs): n rows of
+        // wq and wk floats, n positions, hd / 2 factors (checked); one thread per pair of either.
         unsafe { b.launch(cfg) }.during("launching rope_qk")?;
         Ok(())
     }
@@ -239,20 +293,21 @@ impl NormRope {
         eps: f32,
         head_dim: usize,
         positions: &CudaSlice<u32>,
-        base: f32,
-        mode: Rope,
+        rope: &RopeArgs<'_>,
     ) -> Option<Result<()>> {
-        let sh = QkRope::new(q.len(), k.len(), positions.len(), head_dim, base);
+        let sh = QkRope::new(q.len(), k.len(), positions.len(), head_dim, rope.base);
         let n = wq.len();
         let (width_q, width_k) = (sh.width_q as usize, sh.width_k as usize);
         let whole_heads = n == wk.len() && n.is_multiple_of(head_dim);
         if !whole_heads || !width_q.is_multiple_of(n) || !width_k.is_multiple_of(n) {
             return None;
         }
-        let f = match mode {
+        let f = match rope.mode {
             Rope::Normal => &self.qk_norm_rope_norm,
             Rope::Neox => &self.qk_norm_rope_neox,
         };
+        check_factors(rope, head_dim);
+        let null = 0u64;
         let cfg = norm_cfg((q.len() + k.len()) / n, n);
         let ni = int(n, "norm group");
         let mut b = self.launch.builder(f);
@@ -261,10 +316,13 @@ impl NormRope {
             .arg(&sh.width_q)
             .arg(&sh.width_k)
             .arg(&ni);
-        b.arg(&sh.head_dim).arg(&sh.theta_scale).arg(&eps);
+        b.arg(&sh.head_dim);
+        rope.push(&mut b, &sh.theta_scale, &null);
+        b.arg(&eps);
         // SAFETY: qk_norm_rope_*_f32(q, wq, k, wk, pos, n_tokens, width_q, width_k, n,
-        // head_dim, theta_scale, eps): n_tokens rows of width_q and width_k floats, n-float
-        // weights, n_tokens positions; a block per n-element group of q then of k.
+        // head_dim, theta_scale, ff|null, rs, eps): n_tokens rows of width_q and width_k
+        // floats, n-float weights, n_tokens positions, head_dim / 2 factors (checked); a block
+        // per n-element group of q then of k.
         Some(
             unsafe { b.launch(cfg) }
                 .during("launching qk_norm_rope")
@@ -304,6 +362,13 @@ fn rope_width(len: usize, n_tokens: usize, head_dim: usize) -> usize {
         "rope: head_dim"
     );
     width
+}
+
+/// The kernels read `head_dim / 2` factors when given any.
+fn check_factors(rope: &RopeArgs<'_>, head_dim: usize) {
+    if let Some(f) = rope.factors {
+        assert_eq!(f.len(), head_dim / 2, "rope: frequency factors");
+    }
 }
 
 /// `base^(-2 / head_dim)` as the CPU computes it, so both build the same angles.
