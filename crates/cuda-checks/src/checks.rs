@@ -91,6 +91,7 @@ pub fn all(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) -> Resu
         push("moe_gemm", super::moe::moe_block(dev, k, plan, rng, case));
     }
     push("attention", super::attn_checks::all(dev, k, plan, rng));
+    push("attention", super::attn_rows::all(dev, k, plan, rng));
     push("moe", super::moe_decode::all(dev, k, plan, rng));
     Ok(rows)
 }

@@ -61,6 +61,7 @@ pub const MOE_GEMM: KernelFile = kernel_file!("moe_gemm.cu");
 pub const QUANTIZE: KernelFile = kernel_file!("quantize.cu");
 pub const ATTENTION: KernelFile = kernel_file!("attention.cu");
 pub const FLASH_ATTN: KernelFile = kernel_file!("flash_attn.cu");
+pub const ATTENTION_ROWS: KernelFile = kernel_file!("attention_rows.cu");
 pub const EMBED: KernelFile = kernel_file!("embed.cu");
 pub const GEMM_F32: KernelFile = kernel_file!("gemm_f32.cu");
 pub const MOE_ROUTE: KernelFile = kernel_file!("moe_route.cu");
@@ -76,6 +77,7 @@ pub const FILES: &[KernelFile] = &[
     QUANTIZE,
     ATTENTION,
     FLASH_ATTN,
+    ATTENTION_ROWS,
     EMBED,
     GEMM_F32,
     MOE_ROUTE,

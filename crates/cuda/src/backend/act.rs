@@ -3,7 +3,7 @@
 
 use super::pool::Pool;
 use crate::error::{DriverContext, Result};
-use crate::ops::ActQuant;
+use crate::ops::{ActQuant, RowsTable};
 use cudarc::driver::{CudaSlice, CudaStream};
 use ferrolm_model::backend::{InputRows, PassInputs};
 use std::mem::ManuallyDrop;
@@ -75,6 +75,9 @@ pub struct CudaInputs {
     positions: ManuallyDrop<CudaSlice<u32>>,
     rows: usize,
     pool: Arc<Pool<u32>>,
+    /// Where each row's sequence keeps its keys and values, when the pass's decode rows of
+    /// several sequences take one attention launch a layer (`backend/rows.rs`).
+    pub(super) rows_table: Option<RowsTable>,
 }
 
 impl CudaInputs {
@@ -85,6 +88,7 @@ impl CudaInputs {
             positions: ManuallyDrop::new(pool.take(rows)?),
             rows,
             pool: pool.clone(),
+            rows_table: None,
         })
     }
 
@@ -111,6 +115,10 @@ impl CudaInputs {
 
     pub(super) fn positions(&self) -> &CudaSlice<u32> {
         &self.positions
+    }
+
+    pub(super) fn rows_table(&self) -> Option<&RowsTable> {
+        self.rows_table.as_ref()
     }
 }
 

@@ -9,9 +9,11 @@
 //! it was captured with, so a replay needs only those two values rewritten.
 
 mod act;
+mod batch_graph;
 mod matmul;
 mod moe;
 mod pool;
+mod rows;
 mod runner;
 mod weights;
 
@@ -161,40 +163,12 @@ impl CudaBackend {
                 );
             }
         }
-        // Several sequences: each one's rows copied into buffers of their own, since the
-        // kernels take whole buffers. (The server's batches; a single sequence never pays.)
-        let stream = self.dev.stream();
-        for s in seqs.iter_mut() {
-            let r = s.rows.clone();
-            if r.is_empty() {
-                continue;
-            }
-            let rows_of = |a: &CudaAct| -> Result<CudaSlice<f32>> {
-                let mut t = self.acts.take(r.len() * a.width)?;
-                let src = a.buf().slice(r.start * a.width..r.end * a.width);
-                stream
-                    .memcpy_dtod(&src, &mut t)
-                    .during("gathering a sequence's rows")?;
-                Ok(t)
-            };
-            let (tq, tk, tv) = (rows_of(q)?, rows_of(k)?, rows_of(v)?);
-            let mut tpos = self.u32s.take(r.len())?;
-            stream
-                .memcpy_dtod(&inp.positions().slice(r.clone()), &mut tpos)
-                .during("gathering a sequence's positions")?;
-            let mut tout = self.acts.take(r.len() * out.width)?;
-            self.attend(s.cache, layer, &tq, &tk, &tv, &tpos, shape, &mut tout)?;
-            let w = out.width;
-            let mut dst = out.buf_mut().slice_mut(r.start * w..r.end * w);
-            stream
-                .memcpy_dtod(&tout, &mut dst)
-                .during("scattering attention rows")?;
-            for t in [tq, tk, tv, tout] {
-                self.acts.give(t);
-            }
-            self.u32s.give(tpos);
+        // Several sequences: decode rows in one launch a layer when the pass carries a rows
+        // table (the runner built it), else each sequence on its own kernels.
+        match inp.rows_table() {
+            Some(table) => self.attend_rows(table, seqs, layer, q, k, v, inp, shape, out),
+            None => self.attend_each(seqs.iter_mut(), layer, q, k, v, inp, shape, out),
         }
-        Ok(())
     }
 
     /// Stores one sequence's k/v at its positions, then attention of its queries.

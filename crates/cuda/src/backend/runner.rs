@@ -2,6 +2,7 @@
 //! passes, with single-token decode steps captured once per cache as a CUDA graph and
 //! replayed. The same shape as the CPU's `CpuModel`, behind [`ModelRunner`].
 
+use super::batch_graph::BatchGraphs;
 use super::{CudaAct, CudaBackend, CudaInputs, CudaWeight};
 use crate::device::CudaDevice;
 use crate::error::{CudaError, DriverContext, Result};
@@ -17,7 +18,7 @@ use ferrolm_model::{tensor_specs, TensorId, TensorRole};
 use ferrolm_model::{Config, ModelError, ModelRunner};
 use std::ops::Range;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 /// Whether decode steps are replayed as graphs: as the plan says (`FERROLM_CUDA_GRAPH=0` runs
 /// every step op by op, for bisecting; profiling too), and never while dumping activations.
@@ -31,12 +32,14 @@ const RESERVE_BYTES: u64 = 512 << 20;
 
 pub struct CudaModel {
     pub cfg: Config,
-    backend: CudaBackend,
+    pub(super) backend: CudaBackend,
     weights: ModelWeights<CudaWeight>,
     /// Blocks before this one stay on the CPU (`-ngl`); the GPU holds the rest and the head.
-    first_layer: usize,
+    pub(super) first_layer: usize,
     /// `FERROLM_DUMP_DIR`, read at load: every pass then runs through [`Dump`], op by op.
-    dump: Option<PathBuf>,
+    pub(super) dump: Option<PathBuf>,
+    /// Multi-sequence decode steps captured as graphs (`batch_graph.rs`).
+    pub(super) batch_graphs: Mutex<BatchGraphs>,
 }
 
 /// A decode step captured for one cache: replaying it reruns the whole token.
@@ -125,6 +128,7 @@ impl CudaModel {
             weights,
             first_layer,
             dump: dump_dir_from_env(),
+            batch_graphs: Mutex::default(),
         })
     }
 
@@ -175,6 +179,36 @@ impl CudaModel {
         })
     }
 
+    /// Positions `0..n` of every layer of `src` copied into `dst` (caches of this model, one
+    /// format and size): a shared prompt's keys and values given to another sequence.
+    pub fn copy_cache_prefix(&self, src: &CudaCache, dst: &mut CudaCache, n: usize) -> Result<()> {
+        if src.n_ctx != dst.n_ctx || n > src.n_ctx || src.layers.len() != dst.layers.len() {
+            return Err(CudaError::Invalid(format!(
+                "copying {n} positions between caches of {} and {} positions",
+                src.n_ctx, dst.n_ctx
+            )));
+        }
+        let stream = self.backend.device().stream();
+        for (s, d) in src.layers.iter().zip(dst.layers.iter_mut()) {
+            if s.format != d.format {
+                return Err(CudaError::Invalid(
+                    "copying between KV caches of two formats".into(),
+                ));
+            }
+            // Head-major: each head's first n rows are one run.
+            let row = s.format.row_bytes(s.head_dim);
+            for g in 0..s.n_kv_head {
+                let r = g * s.n_ctx * row..(g * s.n_ctx + n) * row;
+                for (from, to) in [(&s.k, &mut d.k), (&s.v, &mut d.v)] {
+                    stream
+                        .memcpy_dtod(&from.slice(r.clone()), &mut to.slice_mut(r.clone()))
+                        .during("copying a cache prefix")?;
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// The blocks from [`Self::first_layer`] and the head, for a residual stream `x` (rows of
     /// `n_embd` floats) computed on the CPU by the blocks before. No graphs: each step uploads
     /// its stream.
@@ -186,7 +220,8 @@ impl CudaModel {
         logit_rows: &[usize],
     ) -> Result<Vec<f32>> {
         let b = &self.backend;
-        let inp = b.inputs(pass)?;
+        let mut inp = b.inputs(pass)?;
+        inp.rows_table = b.rows_table(seqs, pass.rows(), self.cfg.n_head)?;
         let mut act = b.act_from_host(x, pass.rows(), self.cfg.n_embd)?;
         let blocks = self.first_layer..self.cfg.n_layer;
         let logits = match &self.dump {
@@ -200,7 +235,7 @@ impl CudaModel {
     }
 
     /// The whole pass on the backend (through [`Dump`] when dumping).
-    fn run(
+    pub(super) fn run(
         &self,
         seqs: &mut [SeqRows<'_, CudaCache>],
         inp: &CudaInputs,
@@ -262,7 +297,10 @@ impl ModelRunner for CudaModel {
     }
 
     /// A single sequence's one-token step is captured as a graph on its second occurrence for
-    /// that cache and replayed after, with the step's token and position rewritten.
+    /// that cache and replayed after, with the step's token and position rewritten; a step of
+    /// several sequences likewise per padded batch size (`batch_graph.rs`). Other passes of
+    /// several sequences carry a rows table, so their decode rows take one attention launch a
+    /// layer (`rows.rs`).
     fn forward_rows(
         &self,
         seqs: &mut [SeqRows<'_, CudaCache>],
@@ -292,7 +330,13 @@ impl ModelRunner for CudaModel {
                 cache.eager_decodes += 1;
             }
         }
-        let inp = self.backend.inputs(pass)?;
+        if let Some(logits) = self.batch_step(seqs, pass, logit_rows)? {
+            return Ok(logits);
+        }
+        let mut inp = self.backend.inputs(pass)?;
+        inp.rows_table = self
+            .backend
+            .rows_table(seqs, pass.rows(), self.cfg.n_head)?;
         let logits = self.run(seqs, &inp, logit_rows)?;
         self.read_logits(&logits)
     }

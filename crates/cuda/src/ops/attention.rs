@@ -162,11 +162,11 @@ impl KvCache {
 /// Per-split partial results of flash-decoding: room for `max_q` query rows of `n_head`
 /// heads, `n_split` splits each.
 pub struct DecodeWork {
-    m: CudaSlice<f32>,
-    l: CudaSlice<f32>,
-    acc: CudaSlice<f32>,
+    pub(super) m: CudaSlice<f32>,
+    pub(super) l: CudaSlice<f32>,
+    pub(super) acc: CudaSlice<f32>,
     /// `[max_q][n_head]` finished-split counters of the fused combine, zero between launches.
-    done: CudaSlice<i32>,
+    pub(super) done: CudaSlice<i32>,
     pub max_q: usize,
     pub n_head: usize,
     pub n_split: usize,

@@ -9,6 +9,7 @@
 //! helpers stay crate-private.
 
 mod attention;
+mod attention_rows;
 mod elementwise;
 mod embed;
 pub mod formats;
@@ -25,6 +26,7 @@ mod quantize;
 pub use attention::{
     Attention, DecodeWork, KvCache, KvFormat, PrefillKernel, ATTN_GROUPS, ATTN_MAX_SPLITS,
 };
+pub use attention_rows::{AttentionRows, RowSeq, RowsTable, ROWS_MAX_GROUP};
 pub use elementwise::Elementwise;
 pub use embed::Embed;
 pub use gemm_f32::GemmF32;
@@ -58,6 +60,7 @@ pub struct Kernels {
     pub mmq: Mmq,
     pub moe_gemm: MoeGemm,
     pub attention: Attention,
+    pub attention_rows: AttentionRows,
     pub embed: Embed,
     pub gemm_f32: GemmF32,
     pub moe_route: MoeRoute,
@@ -76,6 +79,7 @@ impl Kernels {
             mmq: Mmq::load(dev, launch)?,
             moe_gemm: MoeGemm::load(dev, launch)?,
             attention: Attention::load(dev, launch)?,
+            attention_rows: AttentionRows::load(dev, launch)?,
             embed: Embed::load(dev, launch)?,
             gemm_f32: GemmF32::load(dev, launch)?,
             moe_route: MoeRoute::load(dev, launch)?,

@@ -21,9 +21,9 @@ use crate::device::CudaDevice;
 use crate::error::{DriverContext, Result};
 use crate::ops::launch::LaunchMode;
 use crate::ops::{
-    ActQuant, Kernels, KvFormat, Mmq, MmqOrder, Mmvq, MoeDecodeWork, PrefillKernel, ATTN_GROUPS,
-    ATTN_MAX_SPLITS, MMQ_BK, MMQ_TILES, MMVQ_MAX_COLS, MOE_DECODE_MAX_TOKENS, ROUTER_ROWS_MAX_EMBD,
-    ROUTER_SMALL_N,
+    ActQuant, AttentionRows, Kernels, KvFormat, Mmq, MmqOrder, Mmvq, MoeDecodeWork, PrefillKernel,
+    ATTN_GROUPS, ATTN_MAX_SPLITS, MMQ_BK, MMQ_TILES, MMVQ_MAX_COLS, MOE_DECODE_MAX_TOKENS,
+    ROUTER_ROWS_MAX_EMBD, ROUTER_SMALL_N,
 };
 use cudarc::driver::sys::CUdevice_attribute;
 use ferrolm_gguf::GgmlType;
@@ -58,6 +58,9 @@ pub const DECODE_MAX_ROWS: usize = MMVQ_MAX_COLS;
 pub const DECODE_BLOCKS_PER_SM: usize = 4;
 /// The fewest keys a flash-decoding split takes at full context.
 pub const DECODE_MIN_SPLIT_KEYS: usize = 128;
+
+/// The largest multi-sequence decode step captured as a graph ([`Plan::batch_graph_size`]).
+pub const BATCH_GRAPH_MAX: usize = 256;
 
 /// Guessed relative speed of a full SM on each tile shape of [`MMQ_TILES`] (larger tiles
 /// reuse each loaded fragment more); to be replaced by the H200 figures of
@@ -318,6 +321,31 @@ impl Plan {
             None if n_q < GGML_SMALL_ROWS && self.switches.attn_ggml_small => PrefillKernel::F16Ref,
             None => PrefillKernel::F32Ref,
         }
+    }
+
+    /// Whether the decode rows of several sequences (each at most [`DECODE_MAX_ROWS`] rows)
+    /// take one attention launch per layer, each row reading its own sequence's cache
+    /// (`attn_decode_rows_*`): f16 caches, head sizes and group sizes it has instances for,
+    /// unless `FERROLM_ATTN_BATCHED=0`. Sequences of more rows keep their prefill kernels.
+    pub fn batched_attention(
+        &self,
+        kv: KvFormat,
+        n_head: usize,
+        n_kv_head: usize,
+        head_dim: usize,
+    ) -> bool {
+        self.switches.attn_batched
+            && kv == KvFormat::F16
+            && AttentionRows::supports(n_head, n_kv_head, head_dim)
+    }
+
+    /// The batch size a multi-sequence decode step of `n` sequences is padded to and captured
+    /// at as a CUDA graph (one graph per size), or `None` when such steps run op by op: a
+    /// power of two from 2 up to [`BATCH_GRAPH_MAX`], so a handful of graphs serve every
+    /// batch; padding rows cost their share of the row-wise ops and nothing in attention.
+    pub fn batch_graph_size(&self, n: usize) -> Option<usize> {
+        (self.graphs() && self.switches.attn_batched && (2..=BATCH_GRAPH_MAX).contains(&n))
+            .then(|| n.next_power_of_two())
     }
 
     /// Flash-decoding splits for a cache of `n_ctx` positions and `n_kv_head` KV heads (a block

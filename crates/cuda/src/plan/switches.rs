@@ -51,6 +51,10 @@ pub struct Switches {
     /// `FERROLM_ATTN_SPLIT_KEYS`: decode attention's keys a split at full context (splits are
     /// `n_ctx / this`, 1 to `ATTN_MAX_SPLITS`); `None`: the plan's choice by blocks.
     pub attn_split_keys: Option<usize>,
+    /// `FERROLM_ATTN_BATCHED`: decode attention of several sequences in one launch per layer
+    /// (`attn_decode_rows_*`, each row through its sequence's cache) instead of a launch per
+    /// sequence over copied rows.
+    pub attn_batched: bool,
     /// `FERROLM_CUDA_PDL`: programmatic dependent launch on sm_90+ (each kernel's blocks
     /// scheduled while the one before finishes; see `ops/launch.rs`).
     pub pdl: bool,
@@ -80,6 +84,7 @@ impl Default for Switches {
             q8k: true,
             attn_grouped: true,
             attn_split_keys: None,
+            attn_batched: true,
             pdl: true,
             prefetch: false,
             profile: false,
@@ -199,6 +204,7 @@ impl Switches {
             q8k: flag(env, "FERROLM_CUDA_Q8K", true)?,
             attn_grouped: flag(env, "FERROLM_ATTN_GROUPED", true)?,
             attn_split_keys: count(env, "FERROLM_ATTN_SPLIT_KEYS", 16..=65536)?,
+            attn_batched: flag(env, "FERROLM_ATTN_BATCHED", true)?,
             pdl: flag(env, "FERROLM_CUDA_PDL", true)?,
             prefetch: flag(env, "FERROLM_CUDA_PREFETCH", false)?,
             profile: flag(env, "FERROLM_CUDA_PROFILE", false)?,
@@ -227,7 +233,7 @@ impl fmt::Display for Switches {
         let split_keys = self
             .attn_split_keys
             .map_or("auto".to_owned(), |k| k.to_string());
-        let lines: [(&str, &str, &str); 18] = [
+        let lines: [(&str, &str, &str); 19] = [
             (
                 "FERROLM_CUDA_MMQ",
                 bit(self.mmq),
@@ -294,6 +300,11 @@ impl fmt::Display for Switches {
                 "FERROLM_ATTN_SPLIT_KEYS",
                 &split_keys,
                 "decode attention: keys a split at full context",
+            ),
+            (
+                "FERROLM_ATTN_BATCHED",
+                bit(self.attn_batched),
+                "decode attention of a batch's sequences in one launch",
             ),
             (
                 "FERROLM_CUDA_PDL",

@@ -97,6 +97,7 @@ fn bad_values_name_the_variable_and_the_choices() {
         "FERROLM_CUDA_PDL",
         "FERROLM_CUDA_PREFETCH",
         "FERROLM_ATTN_GROUPED",
+        "FERROLM_ATTN_BATCHED",
     ] {
         assert!(err(&[(name, "off")]).contains(&format!("{name}=off")));
     }
@@ -113,7 +114,7 @@ fn tile_names() {
 #[test]
 fn display_prints_every_switch() {
     let text = plan(&[("FERROLM_MMQ_TILE", "128x64")]).to_string();
-    assert_eq!(text.lines().count(), 20, "{text}");
+    assert_eq!(text.lines().count(), 21, "{text}");
     assert!(text.contains("132 SMs, cc 9.0"));
     assert!(text
         .lines()
@@ -491,4 +492,30 @@ fn queries_round_for_a_quantized_cache() {
     assert!(p.round_query(KvFormat::Q8_0) && p.round_query(KvFormat::Q4_0));
     assert!(!p.round_query(KvFormat::F16));
     assert!(!plan(&[("FERROLM_ATTN", "f32")]).round_query(KvFormat::Q8_0));
+}
+
+/// One launch for a batch's decode rows where the kernel has the shape (f16, groups up to 8,
+/// heads of 64 or 128), unless switched off; multi-sequence steps captured at powers of two.
+#[test]
+fn batched_decode_attention_and_its_graph_sizes() {
+    let p = plan(&[]);
+    assert!(p.batched_attention(KvFormat::F16, 9, 3, 64));
+    assert!(p.batched_attention(KvFormat::F16, 32, 4, 128));
+    assert!(!p.batched_attention(KvFormat::Q8_0, 32, 4, 128));
+    assert!(!p.batched_attention(KvFormat::F16, 64, 4, 128));
+    assert!(!p.batched_attention(KvFormat::F16, 32, 32, 80));
+    let off = plan(&[("FERROLM_ATTN_BATCHED", "0")]);
+    assert!(!off.batched_attention(KvFormat::F16, 9, 3, 64));
+    let sizes: Vec<Option<usize>> = [1, 2, 3, 8, 33, 256, 257]
+        .map(|n| p.batch_graph_size(n))
+        .into();
+    assert_eq!(
+        sizes,
+        [None, Some(2), Some(4), Some(8), Some(64), Some(256), None]
+    );
+    assert_eq!(off.batch_graph_size(8), None);
+    assert_eq!(
+        plan(&[("FERROLM_CUDA_GRAPH", "0")]).batch_graph_size(8),
+        None
+    );
 }

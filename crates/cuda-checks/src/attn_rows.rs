@@ -1,0 +1,253 @@
+//! `cuda-parity` checks of the batched decode attention (`attn_decode_rows_*` and
+//! `kv_store_rows_f16`, one launch for several sequences through a rows table): sequences of
+//! different cache sizes (so different split counts), lengths and row counts in one batch,
+//! plus a row the launch does not serve, against
+//! - the per-sequence path (`attn_decode_group_*`, fused combine, each sequence alone with its
+//!   cache's split count): bit-identical where that kernel has the group size, else within
+//!   f32 summation order of `attn_decode_split_*`;
+//! - the CPU's attention over an f32 cache of the same f16-rounded keys and values (which also
+//!   checks that each row's k and v were stored in its own cache at its position);
+//! - zeros for the row not served.
+
+use super::attn_checks::{magnitudes, ATTN};
+use super::checks::{normal, poisoned, row};
+use super::{compare, Contract, Row};
+use anyhow::Result;
+use ferrolm_cpu::attention::{attention, LayerKv};
+use ferrolm_cpu::{CpuPlan, KvType};
+use ferrolm_cuda::ops::{DecodeWork, KvCache, KvFormat, RowSeq, RowsTable, ATTN_GROUPS};
+use ferrolm_cuda::{CudaDevice, Kernels, Plan};
+use ferrolm_gguf::GgmlType;
+use ferrolm_model::backend::AttnShape;
+use rand::rngs::StdRng;
+
+/// The layers each sequence's cache has; the checks attend in the last, so a wrong layer
+/// offset in the table reads zeros.
+const LAYERS: usize = 2;
+
+/// One sequence of the batch: its cache size, the positions already cached, its new rows.
+struct Seq {
+    n_ctx: usize,
+    cached: usize,
+    rows: usize,
+}
+
+/// Five sequences (cache sizes 64 to 4096, so 1 to 32 splits; 0 to 3000 cached positions; one
+/// of two rows) and one row no sequence owns, at each head shape: group sizes 1, 3, 4 and 8,
+/// head sizes 64 and 128.
+pub fn all(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) -> Result<Vec<Row>> {
+    let seqs = [
+        Seq {
+            n_ctx: 64,
+            cached: 0,
+            rows: 1,
+        },
+        Seq {
+            n_ctx: 4096,
+            cached: 3000,
+            rows: 1,
+        },
+        Seq {
+            n_ctx: 256,
+            cached: 37,
+            rows: 2,
+        },
+        Seq {
+            n_ctx: 1024,
+            cached: 1022,
+            rows: 1,
+        },
+        Seq {
+            n_ctx: 512,
+            cached: 130,
+            rows: 1,
+        },
+    ];
+    let mut rows = Vec::new();
+    for shape in [
+        (16, 16, 128),
+        (9, 3, 64),
+        (32, 8, 128),
+        (32, 4, 128),
+        (16, 8, 64),
+    ] {
+        rows.extend(batch(dev, k, plan, rng, shape, &seqs)?);
+    }
+    Ok(rows)
+}
+
+fn f16_round(x: &[f32]) -> Result<Vec<f32>> {
+    let bits = ferrolm_quant::quantize_to_vec(GgmlType::F16, x)?;
+    Ok(ferrolm_quant::dequantize_to_vec(
+        GgmlType::F16,
+        &bits,
+        x.len(),
+    )?)
+}
+
+fn batch(
+    dev: &CudaDevice,
+    k: &Kernels,
+    plan: &Plan,
+    rng: &mut StdRng,
+    (n_head, n_kv_head, head_dim): (usize, usize, usize),
+    seqs: &[Seq],
+) -> Result<Vec<Row>> {
+    let cpu_plan = CpuPlan::from_env()?;
+    let width = n_kv_head * head_dim;
+    let q_width = n_head * head_dim;
+    let shape = AttnShape {
+        n_head,
+        n_kv_head,
+        head_dim,
+    };
+    // Each sequence: caches, every position's k and v (cached and new), its decode work.
+    let mut caches: Vec<Vec<KvCache>> = Vec::new();
+    let mut works: Vec<DecodeWork> = Vec::new();
+    let mut kvs: Vec<(Vec<f32>, Vec<f32>)> = Vec::new();
+    for s in seqs {
+        let n_pos = s.cached + s.rows;
+        let (keys, values) = (
+            normal(rng, n_pos * width, 1.0),
+            normal(rng, n_pos * width, 1.0),
+        );
+        let mut layers = Vec::new();
+        for _ in 0..LAYERS {
+            layers.push(KvCache::new(
+                dev,
+                KvFormat::F16,
+                s.n_ctx,
+                n_kv_head,
+                head_dim,
+            )?);
+        }
+        if s.cached > 0 {
+            let r = 0..s.cached * width;
+            let (kd, vd) = (dev.upload(&keys[r.clone()])?, dev.upload(&values[r])?);
+            k.attention
+                .store(&mut layers[LAYERS - 1], &kd, &vd, &dev.upload(&[0u32])?)?;
+        }
+        caches.push(layers);
+        let splits = plan.decode_splits(s.n_ctx, n_kv_head);
+        works.push(DecodeWork::new(dev, s.rows, n_head, head_dim, splits)?);
+        kvs.push((keys, values));
+    }
+
+    // The batch: each sequence's new rows in turn, then one row no sequence owns.
+    let n_rows = seqs.iter().map(|s| s.rows).sum::<usize>() + 1;
+    let (mut q, mut kb, mut vb, mut pos) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for (s, (keys, values)) in seqs.iter().zip(&kvs) {
+        let r = s.cached * width..(s.cached + s.rows) * width;
+        kb.extend_from_slice(&keys[r.clone()]);
+        vb.extend_from_slice(&values[r]);
+        pos.extend((s.cached..s.cached + s.rows).map(|p| p as u32));
+    }
+    q.extend(normal(rng, n_rows * q_width, 1.0));
+    kb.extend(normal(rng, width, 1.0));
+    vb.extend(normal(rng, width, 1.0));
+    pos.push(7);
+    let grid = works.iter().map(|w| w.n_split).max().unwrap_or(1);
+    let mut table = RowsTable::new(dev, LAYERS, n_rows, grid)?;
+    let mut served: Vec<Option<RowSeq<'_>>> = Vec::new();
+    for ((s, layers), work) in seqs.iter().zip(&caches).zip(&works) {
+        for slot in 0..s.rows {
+            served.push(Some(RowSeq { layers, work, slot }));
+        }
+    }
+    served.push(None);
+    table.write(dev.stream(), &served)?;
+    drop(served);
+    let (qd, kd, vd, pd) = (
+        dev.upload(&q)?,
+        dev.upload(&kb)?,
+        dev.upload(&vb)?,
+        dev.upload(&pos)?,
+    );
+    let mut out = poisoned(dev, n_rows * q_width)?;
+    let a = &k.attention_rows;
+    a.store(&table, LAYERS - 1, &kd, &vd, &pd, n_kv_head, head_dim)?;
+    a.decode(
+        &table,
+        LAYERS - 1,
+        &qd,
+        &pd,
+        n_head,
+        n_kv_head,
+        head_dim,
+        &mut out,
+    )?;
+    dev.sync()?;
+    let got = dev.download(&out)?;
+
+    // The per-sequence path over the same caches (the batched store filled them), and the CPU.
+    let group = n_head / n_kv_head;
+    let grouped = ATTN_GROUPS.contains(&group);
+    let (mut per_seq, mut want, mut scale) = (Vec::new(), Vec::new(), Vec::new());
+    let mut row0 = 0;
+    for ((s, layers), (keys, values)) in seqs.iter().zip(&caches).zip(&kvs) {
+        let qs = &q[row0 * q_width..(row0 + s.rows) * q_width];
+        let ps = &pos[row0..row0 + s.rows];
+        let mut work = DecodeWork::new(
+            dev,
+            s.rows,
+            n_head,
+            head_dim,
+            plan.decode_splits(s.n_ctx, n_kv_head),
+        )?;
+        let mut o = poisoned(dev, qs.len())?;
+        let (qsd, psd) = (dev.upload(qs)?, dev.upload(ps)?);
+        let cache = &layers[LAYERS - 1];
+        k.attention
+            .decode(true, grouped, &qsd, cache, &psd, n_head, &mut work, &mut o)?;
+        per_seq.extend(dev.download(&o)?);
+        let (kr, vr) = (f16_round(keys)?, f16_round(values)?);
+        let mut kv = LayerKv::new(KvType::F32, s.n_ctx, n_kv_head, head_dim);
+        kv.store(0, &kr, &vr);
+        let mut w = vec![0f32; qs.len()];
+        attention(&cpu_plan, qs, &kv, ps, shape, &mut w);
+        want.extend(w);
+        scale.extend(magnitudes(qs, &kr, &vr, ps, shape));
+        row0 += s.rows;
+    }
+    let owned = row0 * q_width;
+    let desc = format!(
+        "{n_head}/{n_kv_head} heads, d {head_dim}, {} seqs ({} rows) + 1 unowned",
+        seqs.len(),
+        row0
+    );
+    let mut rows = Vec::new();
+    let mut cmp = compare(&got[..owned], &per_seq, |i| scale[i]);
+    let (reference, contract) = if grouped {
+        // Same bits, not merely a zero difference (which -0.0 against 0.0 would pass).
+        cmp.2 &= got[..owned]
+            .iter()
+            .zip(&per_seq)
+            .all(|(a, b)| a.to_bits() == b.to_bits());
+        ("attn_decode_group, each seq alone", Contract::Exact)
+    } else {
+        ("attn_decode_split, each seq alone", ATTN)
+    };
+    rows.push(row(
+        "attn_decode_rows",
+        desc.clone(),
+        reference,
+        cmp,
+        contract,
+    ));
+    rows.push(row(
+        "attn_decode_rows",
+        desc.clone(),
+        "cpu attention, f32 cache of f16 values",
+        compare(&got[..owned], &want, |i| scale[i]),
+        ATTN,
+    ));
+    let zeros = got[owned..].iter().all(|&x| x == 0.0);
+    rows.push(row(
+        "attn_decode_rows (row not served)",
+        desc,
+        "zeros",
+        (if zeros { 0.0 } else { f64::NAN }, 0.0, zeros),
+        Contract::Exact,
+    ));
+    Ok(rows)
+}

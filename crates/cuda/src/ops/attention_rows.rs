@@ -1,0 +1,300 @@
+//! `kernels/attention_rows.cu`: decode attention for every sequence of a pass in one launch
+//! per layer, and their keys and values stored in one launch, each row reading and writing its
+//! own sequence's cache through a per-row table ([`RowsTable`]) instead of a launch per
+//! sequence over rows copied out and back.
+//!
+//! Contract: a row's output is bit-identical to `Attention::decode` with `grouped` and the
+//! fused combine (`attn_decode_group_*`) run for its sequence alone with the same split count
+//! (its cache's [`DecodeWork`]); for group sizes that kernel lacks (3, 5, 6, 7), the same
+//! arithmetic, so within f32 summation order of `attn_decode_split_*`. A row's result never
+//! depends on the other rows. f16 caches, head sizes 64 and 128, up to 8 query heads a KV head.
+//!
+//! The table holds device addresses (each layer's K and V, the row's decode partials) and is
+//! rewritten in place, so a captured graph replays over other sequences' caches; paging the
+//! cache later changes only what the table holds and how the kernels index it.
+
+use super::attention::{DecodeWork, KvCache, KvFormat, ATTN_HEAD_DIMS};
+use super::int;
+use super::launch::Launcher;
+use crate::device::CudaDevice;
+use crate::error::{CudaError, DriverContext, Result};
+use crate::kernels::ATTENTION_ROWS;
+use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, DevicePtr, LaunchConfig};
+use std::sync::Arc;
+
+/// Warps per block (the kernel's ROWS_NWARPS).
+const NWARPS: usize = 4;
+/// The most query heads a KV head that the kernel has instances for (1..=8).
+pub const ROWS_MAX_GROUP: usize = 8;
+
+/// Where one row of a pass reads and writes: its sequence's layers and that sequence's decode
+/// work, at slot `slot` (the row's index among its sequence's rows).
+pub struct RowSeq<'a> {
+    pub layers: &'a [KvCache],
+    pub work: &'a DecodeWork,
+    pub slot: usize,
+}
+
+/// The per-row table of a pass on the device (the layout in `attention_rows.cu`'s header):
+/// every layer's K and V address per row, the row's partials, its cache's size and its split
+/// count (0: a row the launch does not serve).
+pub struct RowsTable {
+    /// `[n_layer][2][n_rows]`.
+    kv: CudaSlice<u64>,
+    /// `[4][n_rows]`: partial m, l, acc and the split counters, at the row's slot.
+    work: CudaSlice<u64>,
+    /// `[2][n_rows]`: n_ctx, n_split.
+    meta: CudaSlice<i32>,
+    pub n_rows: usize,
+    pub n_layer: usize,
+    /// The grid's splits: at least every served row's split count (fixed, so that a captured
+    /// launch serves later contents).
+    pub grid_split: usize,
+    /// Whether any row is served.
+    pub serves_any: bool,
+}
+
+fn addr<T>(s: &CudaSlice<T>, stream: &CudaStream) -> u64 {
+    s.device_ptr(stream).0
+}
+
+impl RowsTable {
+    /// An empty table (no row served) for `n_rows` rows of `n_layer` layers, launching
+    /// `grid_split` splits.
+    pub fn new(dev: &CudaDevice, n_layer: usize, n_rows: usize, grid_split: usize) -> Result<Self> {
+        assert!(
+            n_rows > 0 && n_layer > 0 && grid_split > 0,
+            "rows table: empty"
+        );
+        Ok(Self {
+            kv: dev.zeros(n_layer * 2 * n_rows)?,
+            work: dev.zeros(4 * n_rows)?,
+            meta: dev.zeros(2 * n_rows)?,
+            n_rows,
+            n_layer,
+            grid_split,
+            serves_any: false,
+        })
+    }
+
+    /// Rewrites the table: row `t` served as `rows[t]` says, or not at all for `None`. Every
+    /// served row's cache is f16 with `n_layer` layers, and its work has room for its slot;
+    /// its split count must fit the grid.
+    pub fn write(&mut self, stream: &Arc<CudaStream>, rows: &[Option<RowSeq<'_>>]) -> Result<()> {
+        let n = self.n_rows;
+        if rows.len() != n {
+            return Err(CudaError::Invalid(format!(
+                "rows table of {n} rows written with {}",
+                rows.len()
+            )));
+        }
+        let (mut kv, mut work, mut meta) = (
+            vec![0u64; self.n_layer * 2 * n],
+            vec![0u64; 4 * n],
+            vec![0i32; 2 * n],
+        );
+        let mut any = false;
+        for (t, row) in rows.iter().enumerate() {
+            let Some(r) = row else { continue };
+            let w = r.work;
+            let bad = r.layers.len() != self.n_layer
+                || r.slot >= w.max_q
+                || w.n_split > self.grid_split
+                || r.layers.iter().any(|l| l.format != KvFormat::F16);
+            if bad {
+                return Err(CudaError::Invalid(format!(
+                    "rows table: row {t} has a cache of {} layers, slot {} of {}, {} splits \
+                     (grid {}), or a cache that is not f16",
+                    r.layers.len(),
+                    r.slot,
+                    w.max_q,
+                    w.n_split,
+                    self.grid_split
+                )));
+            }
+            for (i, l) in r.layers.iter().enumerate() {
+                kv[i * 2 * n + t] = addr(&l.k, stream);
+                kv[i * 2 * n + n + t] = addr(&l.v, stream);
+            }
+            // The slot's partials: [n_head][n_split] floats, their acc rows, n_head counters.
+            let parts = w.n_head * w.n_split;
+            work[t] = addr(&w.m, stream) + (r.slot * parts * 4) as u64;
+            work[n + t] = addr(&w.l, stream) + (r.slot * parts * 4) as u64;
+            work[2 * n + t] = addr(&w.acc, stream) + (r.slot * parts * w.head_dim * 4) as u64;
+            work[3 * n + t] = addr(&w.done, stream) + (r.slot * w.n_head * 4) as u64;
+            meta[t] = int(r.layers[0].n_ctx, "n_ctx");
+            meta[n + t] = int(w.n_split, "n_split");
+            any = true;
+        }
+        stream
+            .memcpy_htod(&kv, &mut self.kv)
+            .during("copying the rows table")?;
+        stream
+            .memcpy_htod(&work, &mut self.work)
+            .during("copying the rows table")?;
+        stream
+            .memcpy_htod(&meta, &mut self.meta)
+            .during("copying the rows table")?;
+        self.serves_any = any;
+        Ok(())
+    }
+}
+
+pub struct AttentionRows {
+    launch: Launcher,
+    store: CudaFunction,
+    /// Per entry of ATTN_HEAD_DIMS, then per group size 1..=ROWS_MAX_GROUP.
+    decode: Vec<Vec<CudaFunction>>,
+}
+
+impl AttentionRows {
+    pub fn load(dev: &CudaDevice, launch: &Launcher) -> Result<Self> {
+        let f = |name: String| dev.function(&ATTENTION_ROWS, &name);
+        Ok(Self {
+            launch: launch.clone(),
+            store: f("kv_store_rows_f16".into())?,
+            decode: ATTN_HEAD_DIMS
+                .iter()
+                .map(|d| {
+                    (1..=ROWS_MAX_GROUP)
+                        .map(|g| f(format!("attn_decode_rows_d{d}_g{g}")))
+                        .collect::<Result<_>>()
+                })
+                .collect::<Result<_>>()?,
+        })
+    }
+
+    /// Whether one launch can serve a model of these heads (else the per-sequence path).
+    pub fn supports(n_head: usize, n_kv_head: usize, head_dim: usize) -> bool {
+        n_kv_head > 0
+            && n_head.is_multiple_of(n_kv_head)
+            && (1..=ROWS_MAX_GROUP).contains(&(n_head / n_kv_head))
+            && ATTN_HEAD_DIMS.contains(&head_dim)
+    }
+
+    /// Stores every served row's k and v (`[n_rows][n_kv_head * head_dim]` f32) in layer
+    /// `layer` (of the table) of its cache, at the row's position.
+    #[allow(clippy::too_many_arguments)]
+    pub fn store(
+        &self,
+        table: &RowsTable,
+        layer: usize,
+        k: &CudaSlice<f32>,
+        v: &CudaSlice<f32>,
+        positions: &CudaSlice<u32>,
+        n_kv_head: usize,
+        head_dim: usize,
+    ) -> Result<()> {
+        let n = table.n_rows;
+        assert!(layer < table.n_layer, "rows store: layer out of the table");
+        assert!(
+            k.len() >= n * n_kv_head * head_dim && v.len() == k.len() && positions.len() >= n,
+            "rows store: shapes"
+        );
+        let kv = table.kv.slice(layer * 2 * n..(layer + 1) * 2 * n);
+        let (nr, nkv, hd) = (
+            int(n, "rows"),
+            int(n_kv_head, "n_kv_head"),
+            int(head_dim, "head_dim"),
+        );
+        let mut b = self.launch.builder(&self.store);
+        b.arg(k)
+            .arg(v)
+            .arg(&kv)
+            .arg(&table.meta)
+            .arg(positions)
+            .arg(&nr)
+            .arg(&nkv)
+            .arg(&hd);
+        let cfg = LaunchConfig {
+            grid_dim: (super::stride_blocks(n * n_kv_head * head_dim, 256), 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: kv_store_rows_f16(k, v, kv, meta, pos, n_rows, n_kv_head, head_dim): n_rows
+        // rows in; the table's rows address f16 caches of meta's n_ctx positions and this
+        // head shape (RowsTable::write checked their format; positions below n_ctx are the
+        // caller's, as for every store).
+        unsafe { b.launch(cfg) }.during("launching kv_store_rows_f16")?;
+        Ok(())
+    }
+
+    /// Decode attention of every served row over its own cache's layer `layer`: `out[t] =
+    /// softmax(q[t] · K[0..=pos[t]]ᵀ / sqrt(d)) · V` per head; rows not served get zeros.
+    #[allow(clippy::too_many_arguments)]
+    pub fn decode(
+        &self,
+        table: &RowsTable,
+        layer: usize,
+        q: &CudaSlice<f32>,
+        positions: &CudaSlice<u32>,
+        n_head: usize,
+        n_kv_head: usize,
+        head_dim: usize,
+        out: &mut CudaSlice<f32>,
+    ) -> Result<()> {
+        let n = table.n_rows;
+        if !Self::supports(n_head, n_kv_head, head_dim) {
+            return Err(CudaError::Invalid(format!(
+                "batched decode attention: no kernel for {n_head} heads over {n_kv_head}, \
+                 head size {head_dim}"
+            )));
+        }
+        assert!(layer < table.n_layer, "rows decode: layer out of the table");
+        let width = n * n_head * head_dim;
+        assert!(
+            q.len() >= width && out.len() >= width && positions.len() >= n,
+            "rows decode: shapes"
+        );
+        let di = ATTN_HEAD_DIMS
+            .iter()
+            .position(|&d| d == head_dim)
+            .expect("supported");
+        let f = &self.decode[di][n_head / n_kv_head - 1];
+        let kv = table.kv.slice(layer * 2 * n..(layer + 1) * 2 * n);
+        let nh = int(n_head, "n_head");
+        let scale = 1.0 / (head_dim as f32).sqrt();
+        let mut b = self.launch.builder(f);
+        b.arg(q)
+            .arg(&kv)
+            .arg(&table.meta)
+            .arg(&table.work)
+            .arg(positions)
+            .arg(out)
+            .arg(&nh)
+            .arg(&scale);
+        let cfg = LaunchConfig {
+            grid_dim: (table.grid_split as u32, n_kv_head as u32, n as u32),
+            block_dim: ((NWARPS * 32) as u32, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: attn_decode_rows_dD_gG(q, kv, meta, work, pos, out, n_head, scale) with G =
+        // n_head / n_kv_head: n_rows rows of q and out; each served row's caches (f16, D per
+        // row, 16-byte aligned allocations) and partials (its slot of a DecodeWork of its
+        // n_split, which the grid covers) were checked by RowsTable::write; positions below
+        // each cache's n_ctx are the caller's.
+        unsafe { b.launch(cfg) }.during("launching attn_decode_rows")?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every instance the launcher loads exists in the kernel file.
+    #[test]
+    fn every_group_has_its_kernel() {
+        let src = ATTENTION_ROWS.source;
+        assert!(src.contains(&format!("#define ROWS_NWARPS {NWARPS}")));
+        for d in ATTN_HEAD_DIMS {
+            assert!(src.contains(&format!("ROWS_INSTANCES({d})")));
+        }
+        for g in 1..=ROWS_MAX_GROUP {
+            assert!(src.contains(&format!("ROWS_INSTANCE(D, {g})")));
+        }
+        assert!(AttentionRows::supports(9, 3, 64));
+        assert!(!AttentionRows::supports(64, 4, 128)); // 16 a group
+        assert!(!AttentionRows::supports(8, 8, 80));
+    }
+}
