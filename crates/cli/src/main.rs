@@ -46,10 +46,15 @@ enum Command {
 
 /// llama.cpp's one-dash multi-letter flags, which clap would read as short flags with a value
 /// (`-ngl N` as `-n gl`): rewritten to their long names before parsing.
-const ONE_DASH: [(&str, &str); 3] = [
+const ONE_DASH: [(&str, &str); 7] = [
     ("-ngl", "--n-gpu-layers"),
     ("-ctk", "--cache-type-k"),
     ("-ctv", "--cache-type-v"),
+    // llama-batched-bench's, for `ferrolm bench`'s batched mode.
+    ("-npp", "--npp"),
+    ("-ntg", "--ntg"),
+    ("-npl", "--npl"),
+    ("-pps", "--pps"),
 ];
 
 fn llama_cpp_spellings(args: impl Iterator<Item = String>) -> impl Iterator<Item = String> {

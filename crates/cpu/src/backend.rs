@@ -89,6 +89,13 @@ impl CpuCache {
         self.layers.first().map_or(0, LayerKv::n_ctx)
     }
 
+    /// Positions `0..n` of every layer of `src` (same model, type) copied into this cache.
+    pub fn copy_prefix_from(&mut self, src: &CpuCache, n: usize) {
+        for (d, s) in self.layers.iter_mut().zip(&src.layers) {
+            d.copy_prefix_from(s, n);
+        }
+    }
+
     /// Bytes one position of a [`Self::new`] cache takes: keys and values of every block, in
     /// their element types (quantized: whole blocks).
     pub fn bytes_per_position(cfg: &Config, ty: KvType) -> u64 {

@@ -168,6 +168,19 @@ impl Store {
         }
     }
 
+    /// Copies elements `at..at + len` of `src` (a store of the same type) into the same
+    /// place; `at` and `len` are whole blocks for the quantized types.
+    fn copy_from(&mut self, src: &Store, at: usize, len: usize) {
+        let blocks = at / KV_BLOCK..(at + len) / KV_BLOCK;
+        match (self, src) {
+            (Store::F32(d), Store::F32(s)) => d[at..at + len].copy_from_slice(&s[at..at + len]),
+            (Store::F16(d), Store::F16(s)) => d[at..at + len].copy_from_slice(&s[at..at + len]),
+            (Store::Q8_0(d), Store::Q8_0(s)) => d[blocks.clone()].copy_from_slice(&s[blocks]),
+            (Store::Q4_0(d), Store::Q4_0(s)) => d[blocks.clone()].copy_from_slice(&s[blocks]),
+            _ => panic!("copying between KV stores of different types"),
+        }
+    }
+
     /// Elements `at..at + dst.len()` as f32 (dequantized: `d · q`, ggml's `to_float`).
     fn read(&self, at: usize, dst: &mut [f32]) {
         let blocks = at / KV_BLOCK..(at + dst.len()) / KV_BLOCK;
@@ -279,6 +292,25 @@ impl LayerKv {
                 self.k.write(at, &kb[g * hd..(g + 1) * hd]);
                 self.v.write(at, &vb[g * hd..(g + 1) * hd]);
             }
+        }
+    }
+
+    /// Positions `0..n` of `src` (a cache of the same type and shape) copied into this one:
+    /// a shared prompt's keys and values given to another sequence. Panics on a cache of
+    /// another type or shape (the caller's mistake).
+    pub fn copy_prefix_from(&mut self, src: &LayerKv, n: usize) {
+        assert!(
+            self.ty == src.ty
+                && self.n_kv_head == src.n_kv_head
+                && self.head_dim == src.head_dim
+                && self.n_ctx == src.n_ctx
+                && n <= self.n_ctx,
+            "copy_prefix_from: caches of another type or shape"
+        );
+        for g in 0..self.n_kv_head {
+            let at = self.at(g, 0);
+            self.k.copy_from(&src.k, at, n * self.head_dim);
+            self.v.copy_from(&src.v, at, n * self.head_dim);
         }
     }
 

@@ -185,6 +185,37 @@ impl<'a> Model<'a> {
         }
     }
 
+    /// Positions `0..n` of `src` copied into `dst`, two caches of this model made with the
+    /// same size and type: a shared prompt prefilled once and given to other sequences.
+    pub fn copy_cache_prefix(
+        &self,
+        src: &Cache,
+        dst: &mut Cache,
+        n: usize,
+    ) -> Result<(), EngineError> {
+        if n > src.n_ctx() || src.n_ctx() != dst.n_ctx() {
+            return Err(EngineError::Backend(format!(
+                "copying {n} positions between caches of {} and {} positions",
+                src.n_ctx(),
+                dst.n_ctx()
+            )));
+        }
+        let gpu = |m: &CudaModel, s: &CudaCache, d: &mut CudaCache| {
+            m.copy_cache_prefix(s, d, n)
+                .map_err(|e| EngineError::Backend(e.to_string()))
+        };
+        match (&self.exec, src, dst) {
+            (Exec::Cpu(_), Cache::Cpu(s), Cache::Cpu(d)) => d.copy_prefix_from(s, n),
+            (Exec::Cuda(m), Cache::Cuda(s), Cache::Cuda(d)) => gpu(m, s, d)?,
+            (Exec::Split { gpu: m, .. }, Cache::Split(cs, gs), Cache::Split(cd, gd)) => {
+                cd.copy_prefix_from(cs, n);
+                gpu(m, gs, gd)?;
+            }
+            _ => return Err(wrong_device()),
+        }
+        Ok(())
+    }
+
     /// Logits `[logit_rows.len()][n_vocab]` for `tokens` placed at `pos0..`.
     pub(crate) fn forward(
         &self,

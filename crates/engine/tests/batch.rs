@@ -1,7 +1,7 @@
 //! Continuous batching's engine half on the default model: several sequences in one forward
 //! pass against each run alone.
 
-use ferrolm_engine::{argmax, Logits, Model, SeqInput, Session};
+use ferrolm_engine::{argmax, KvType, Logits, Model, SeqInput, Session};
 use ferrolm_gguf::GgufFile;
 
 fn model_file() -> GgufFile {
@@ -118,4 +118,49 @@ fn bad_input_is_an_error_not_a_panic() {
         logits: None,
     }]);
     assert!(err.is_err());
+}
+
+/// A prompt prefilled once and copied into other caches (`Model::copy_cache_prefix`, what
+/// `ferrolm bench -pps` does) continues exactly as if each sequence had prefilled it: the
+/// next step's logits equal a session's that evaluated the prompt itself, for an f16 and a
+/// quantized cache.
+#[test]
+fn a_copied_prompt_prefix_continues_as_its_own_prefill() {
+    let file = model_file();
+    let mut model = Model::load(&file).unwrap();
+    model.set_batch_invariant(true); // the batch's shape then leaves every row's bits alone
+    let prompt: &[u32] = &[1, 504, 3458, 282, 9690];
+    for kv in [KvType::F16, KvType::Q8_0] {
+        let mut alone = Session::with_kv_type(&model, 16, kv);
+        alone.eval(prompt, Logits::Last).unwrap();
+        let want = alone.eval(&[42], Logits::Last).unwrap();
+
+        let mut src = model.new_cache(16, kv).unwrap();
+        model
+            .forward_batch(&mut [SeqInput {
+                cache: &mut src,
+                tokens: prompt,
+                pos0: 0,
+                logits: None,
+            }])
+            .unwrap();
+        let mut dst = model.new_cache(16, kv).unwrap();
+        model
+            .copy_cache_prefix(&src, &mut dst, prompt.len())
+            .unwrap();
+        let got = model
+            .forward_batch(&mut [SeqInput {
+                cache: &mut dst,
+                tokens: &[42],
+                pos0: prompt.len(),
+                logits: Some(Logits::Last),
+            }])
+            .unwrap();
+        assert!(
+            got[0] == want,
+            "{kv:?}: the copied prefix gives other logits"
+        );
+        let small = model.new_cache(8, kv).unwrap();
+        assert!(model.copy_cache_prefix(&small, &mut dst, 4).is_err());
+    }
 }

@@ -39,6 +39,9 @@ pub struct BenchArgs {
     pub ubatch: usize,
     #[arg(short = 'o', long = "output", value_enum, default_value_t = OutputFormat::Md)]
     pub output: OutputFormat,
+    /// llama-batched-bench's mode: `-npp`, `-ntg`, `-npl`, `-pps`, `--output-format`.
+    #[command(flatten)]
+    pub batched: super::bench_batched::BatchedArgs,
 }
 
 #[derive(Serialize)]
@@ -58,6 +61,9 @@ struct Record {
 }
 
 pub fn run(args: BenchArgs) -> Result<()> {
+    if args.batched.requested() {
+        return super::bench_batched::run(&args);
+    }
     ensure!(args.reps >= 1, "-r must be at least 1");
     let path = args.model.prepare()?;
     let file = GgufFile::open(&path)?;

@@ -1,6 +1,7 @@
 //! One module per subcommand.
 
 pub mod bench;
+pub mod bench_batched;
 pub mod chat;
 pub mod common;
 pub mod cuda_parity;
