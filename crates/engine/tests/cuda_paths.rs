@@ -85,3 +85,90 @@ fn stepped_decode_matches_batched_prefill() {
     // order and the int8 flips it sets off, as above; 8e-2 measured on the H200.
     assert!(d < 0.2, "max |Δlogit| {d}");
 }
+
+/// Every step's logits of five sequences run together (prompts of 3, 17, 40, 1 and 9 tokens
+/// prefilled in one pass, then 10 one-token steps with fixed tokens, the second sequence
+/// leaving after step 5 so the padded batch size changes from 8 to 4), under `env`.
+fn batch_schedule(file: &GgufFile, env: &[(&str, &str)]) -> Vec<Vec<f32>> {
+    for (k, v) in env {
+        // SAFETY (edition 2021: safe fn): as in `run`.
+        std::env::set_var(k, v);
+    }
+    let model = Model::load_on(file, &Device::cuda(0).expect("a GPU")).unwrap();
+    for (k, _) in env {
+        std::env::remove_var(k);
+    }
+    let n_vocab = model.cfg.n_vocab as u32;
+    let lens = [3usize, 17, 40, 1, 9];
+    let mut caches: Vec<_> = lens
+        .iter()
+        .map(|_| model.new_cache(128, ferrolm_engine::KvType::F16).unwrap())
+        .collect();
+    let prompts: Vec<Vec<u32>> = lens
+        .iter()
+        .enumerate()
+        .map(|(s, &n)| {
+            (0..n as u32)
+                .map(|i| (i * 37 + 11 * s as u32 + 5) % n_vocab)
+                .collect()
+        })
+        .collect();
+    let mut steps = Vec::new();
+    let mut seqs: Vec<ferrolm_engine::SeqInput> = caches
+        .iter_mut()
+        .zip(&prompts)
+        .map(|(cache, p)| ferrolm_engine::SeqInput {
+            cache,
+            tokens: p,
+            pos0: 0,
+            logits: Some(Logits::Last),
+        })
+        .collect();
+    steps.push(model.forward_batch(&mut seqs).unwrap().concat());
+    drop(seqs);
+    for step in 0..10u32 {
+        let tokens: Vec<[u32; 1]> = (0..lens.len() as u32)
+            .map(|s| [(step * 31 + s * 7 + 3) % n_vocab])
+            .collect();
+        let mut seqs: Vec<ferrolm_engine::SeqInput> = caches
+            .iter_mut()
+            .zip(&tokens)
+            .zip(&lens)
+            .enumerate()
+            .filter(|(s, _)| step < 5 || *s != 1)
+            .map(|(_, ((cache, t), &n))| ferrolm_engine::SeqInput {
+                cache,
+                tokens: t,
+                pos0: n + step as usize,
+                logits: Some(Logits::Last),
+            })
+            .collect();
+        steps.push(model.forward_batch(&mut seqs).unwrap().concat());
+    }
+    steps
+}
+
+/// The one-launch batched decode attention (with multi-sequence steps as padded graphs)
+/// against a launch per sequence (`FERROLM_ATTN_BATCHED=0`) and against itself op by op
+/// (`FERROLM_CUDA_GRAPH=0`, no padding): attention gives the per-sequence kernel's bits, so
+/// what differs is the matmuls' kernels at other row counts (mat-vec widths, mmq against
+/// mat-vec once a padded step passes 8 rows): the int8 flips of `mmq_agrees_with_matvec`.
+#[test]
+#[ignore = "needs a GPU"]
+fn batched_decode_attention_matches_a_launch_per_sequence() {
+    for stem in ["tiny-llama-q4_k_m", "tiny-olmoe-q4_k_m", "tiny-qwen3-q8_0"] {
+        let file = golden_file(stem);
+        let on = batch_schedule(&file, &[]);
+        let off = batch_schedule(&file, &[("FERROLM_ATTN_BATCHED", "0")]);
+        let eager = batch_schedule(&file, &[("FERROLM_CUDA_GRAPH", "0")]);
+        for (name, other) in [("per-sequence launches", &off), ("op by op", &eager)] {
+            let d = on
+                .iter()
+                .zip(other)
+                .map(|(a, b)| max_abs_diff(a, b))
+                .fold(0.0, f32::max);
+            println!("{stem}: batched vs {name}: max |Δlogit| {d:.3e}");
+            assert!(d < 0.1, "{stem}: batched vs {name}: max |Δlogit| {d}");
+        }
+    }
+}
