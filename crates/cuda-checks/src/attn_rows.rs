@@ -2,11 +2,11 @@
 //! `kv_store_rows_f16`, one launch for several sequences through a rows table): sequences of
 //! different cache sizes (so different split counts), lengths and row counts in one batch,
 //! plus a row the launch does not serve, against
-//! - the per-sequence path (`attn_decode_group_*`, fused combine, each sequence alone with its
-//!   cache's split count): bit-identical where that kernel has the group size, else within
-//!   f32 summation order of `attn_decode_split_*`;
+//! - the per-sequence path (`Attention::decode` as the backend runs a sequence alone: by KV
+//!   group where it has the group size, else split), within f32 summation order;
 //! - the CPU's attention over an f32 cache of the same f16-rounded keys and values (which also
 //!   checks that each row's k and v were stored in its own cache at its position);
+//! - the same row launched alone (a table of one row): the same bits, whatever shares the batch;
 //! - zeros for the row not served.
 
 use super::attn_checks::{magnitudes, ATTN};
@@ -32,8 +32,8 @@ struct Seq {
     rows: usize,
 }
 
-/// Five sequences (cache sizes 64 to 4096, so 1 to 32 splits; 0 to 3000 cached positions; one
-/// of two rows) and one row no sequence owns, at each head shape: group sizes 1, 3, 4 and 8,
+/// Five sequences (cache sizes 64 to 4096; 1 to 3001 keys, so 1 to 12 splits; one of two rows)
+/// and one row no sequence owns, at each head shape: group sizes 1, 3, 4 and 8,
 /// head sizes 64 and 128.
 pub fn all(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) -> Result<Vec<Row>> {
     let seqs = [
@@ -146,15 +146,29 @@ fn batch(
     kb.extend(normal(rng, width, 1.0));
     vb.extend(normal(rng, width, 1.0));
     pos.push(7);
-    let grid = works.iter().map(|w| w.n_split).max().unwrap_or(1);
-    let mut table = RowsTable::new(dev, LAYERS, n_rows, grid)?;
+    // Each row's splits as the backend picks them, from its own key count.
+    let split_of =
+        |t: usize, work: &DecodeWork| plan.rows_splits(pos[t] as usize + 1, work.n_split);
     let mut served: Vec<Option<RowSeq<'_>>> = Vec::new();
     for ((s, layers), work) in seqs.iter().zip(&caches).zip(&works) {
         for slot in 0..s.rows {
-            served.push(Some(RowSeq { layers, work, slot }));
+            let n_split = split_of(served.len(), work);
+            served.push(Some(RowSeq {
+                layers,
+                work,
+                slot,
+                n_split,
+            }));
         }
     }
     served.push(None);
+    let grid = served
+        .iter()
+        .flatten()
+        .map(|r| r.n_split)
+        .max()
+        .unwrap_or(1);
+    let mut table = RowsTable::new(dev, LAYERS, n_rows, grid)?;
     table.write(dev.stream(), &served)?;
     drop(served);
     let (qd, kd, vd, pd) = (
@@ -216,23 +230,54 @@ fn batch(
         row0
     );
     let mut rows = Vec::new();
-    let mut cmp = compare(&got[..owned], &per_seq, |i| scale[i]);
-    let (reference, contract) = if grouped {
-        // Same bits, not merely a zero difference (which -0.0 against 0.0 would pass).
-        cmp.2 &= got[..owned]
-            .iter()
-            .zip(&per_seq)
-            .all(|(a, b)| a.to_bits() == b.to_bits());
-        ("attn_decode_group, each seq alone", Contract::Exact)
+    let reference = if grouped {
+        "attn_decode_group, each seq alone"
     } else {
-        ("attn_decode_split, each seq alone", ATTN)
+        "attn_decode_split, each seq alone"
     };
     rows.push(row(
         "attn_decode_rows",
         desc.clone(),
         reference,
-        cmp,
-        contract,
+        compare(&got[..owned], &per_seq, |i| scale[i]),
+        ATTN,
+    ));
+    // The longest sequence's row (the most splits) launched alone: the same bits.
+    let t = seqs[0].rows;
+    let mut alone = RowsTable::new(dev, LAYERS, 1, split_of(t, &works[1]))?;
+    let only = RowSeq {
+        layers: &caches[1],
+        work: &works[1],
+        slot: 0,
+        n_split: split_of(t, &works[1]),
+    };
+    alone.write(dev.stream(), &[Some(only)])?;
+    let (q1, p1) = (
+        dev.upload(&q[t * q_width..(t + 1) * q_width])?,
+        dev.upload(&pos[t..t + 1])?,
+    );
+    let mut o1 = poisoned(dev, q_width)?;
+    a.decode(
+        &alone,
+        LAYERS - 1,
+        &q1,
+        &p1,
+        n_head,
+        n_kv_head,
+        head_dim,
+        &mut o1,
+    )?;
+    let o1 = dev.download(&o1)?;
+    let same = o1
+        .iter()
+        .zip(&got[t * q_width..(t + 1) * q_width])
+        .all(|(x, y)| x.to_bits() == y.to_bits());
+    rows.push(row(
+        "attn_decode_rows (a row alone)",
+        desc.clone(),
+        "the same row in the batch",
+        (if same { 0.0 } else { f64::NAN }, 0.0, same),
+        Contract::Exact,
     ));
     rows.push(row(
         "attn_decode_rows",

@@ -5,18 +5,20 @@
 // The table, per row t of the pass (n_rows = gridDim.z of the attention kernel):
 //   kv[t], kv[n_rows + t]           this layer's K and V of the row's sequence: head-major
 //                                   [n_kv_head][n_ctx][D] f16, as attention.cu's caches
-//   meta[t], meta[n_rows + t]       that cache's n_ctx, and the row's split count (0: the row
-//                                   is not in this launch: another path serves it, or padding)
+//   meta[t], meta[n_rows + t]       that cache's n_ctx, and the row's split count, at most its
+//                                   work's (0: the row is not in this launch: another path
+//                                   serves it, or padding)
 //   work[t], work[n_rows + t], work[2 n_rows + t], work[3 n_rows + t]
 //                                   the row's flash-decoding partials m, l, acc and its
 //                                   finished-split counters, already offset to the row's slot
-//                                   (its sequence's DecodeWork, [n_head][n_split] per slot)
+//                                   (its sequence's DecodeWork; the row's [n_head][n_split]
+//                                   partials at the start of its slot)
 // Paging the cache later changes only how kv[] turns a position into an address.
 //
-// The arithmetic per row is attention.cu's attn_decode_group's (f16 keys dotted a lane per key
-// with the G query heads of a KV head, the warp's online softmax per 32 keys, V rows a lane per
-// D / 32 elements, warps merged, the group's last split block combining), so a row gives the
-// same bits as that kernel run for its sequence alone with the same split count.
+// The arithmetic per row is flash-decoding's (f16 keys dotted a lane per key with the G query
+// heads of a KV head, the warp's online softmax per 32 keys, V rows a lane per D / 32 elements,
+// warps merged, the group's last split block combining the splits in order): a row's bits
+// depend on its own query, cache and split count only, never on the other rows.
 #include "common.cuh"
 
 #define ROWS_NWARPS 4

@@ -150,9 +150,9 @@ fn batch_schedule(file: &GgufFile, env: &[(&str, &str)]) -> Vec<Vec<f32>> {
 
 /// The one-launch batched decode attention (with multi-sequence steps as padded graphs)
 /// against a launch per sequence (`FERROLM_ATTN_BATCHED=0`) and against itself op by op
-/// (`FERROLM_CUDA_GRAPH=0`, no padding): attention gives the per-sequence kernel's bits, so
-/// what differs is the matmuls' kernels at other row counts (mat-vec widths, mmq against
-/// mat-vec once a padded step passes 8 rows): the int8 flips of `mmq_agrees_with_matvec`.
+/// (`FERROLM_CUDA_GRAPH=0`, no padding): attention in another f32 order than the per-sequence
+/// kernels, the matmuls' kernels at other row counts (mat-vec widths, mmq against mat-vec once
+/// a padded step passes 8 rows), and the int8 flips both set off, as `mmq_agrees_with_matvec`.
 #[test]
 #[ignore = "needs a GPU"]
 fn batched_decode_attention_matches_a_launch_per_sequence() {

@@ -67,9 +67,12 @@ impl CudaModel {
         if !b.batches_attention(seqs, self.cfg.n_head) {
             return Ok(None);
         }
+        // The grid as wide as this step's most splits: a graph a (size, splits), so that rows
+        // growing past a split's keys get a graph of their own rather than idle blocks here.
         let grid = seqs
             .iter()
-            .map(|s| s.cache.work.n_split)
+            .zip(pass.positions)
+            .map(|(s, &p)| b.plan().rows_splits(p as usize + 1, s.cache.work.n_split))
             .max()
             .expect("n >= 2");
         let key = (size, grid);
@@ -88,14 +91,14 @@ impl CudaModel {
         if let Some(g) = state.graphs.get_mut(&key) {
             g.inputs.write(&stream, &padded)?;
             let table = g.inputs.rows_table.as_mut().expect("captured with a table");
-            table.write(&stream, &served(seqs, size))?;
+            table.write(&stream, &served(b.plan(), seqs, &positions, size))?;
             g.graph.launch().during("replaying a batch graph")?;
             return self.first_logits(&g.logits, n).map(Some);
         }
         let mut inputs = b.inputs(&padded)?;
         let n_layer = seqs[0].cache.layers.len();
         let mut table = RowsTable::new(b.device(), n_layer, size, grid)?;
-        table.write(&stream, &served(seqs, size))?;
+        table.write(&stream, &served(b.plan(), seqs, &positions, size))?;
         inputs.rows_table = Some(table);
         let all: Vec<usize> = (0..size).collect();
         let runs = state.eager.entry(key).or_insert(0);

@@ -6,24 +6,29 @@
 use super::{CudaAct, CudaBackend, CudaCache, CudaInputs};
 use crate::error::{DriverContext, Result};
 use crate::ops::{RowSeq, RowsTable};
-use crate::plan::DECODE_MAX_ROWS;
+use crate::plan::{Plan, DECODE_MAX_ROWS};
 use cudarc::driver::CudaSlice;
 use ferrolm_model::backend::{AttnShape, SeqRows};
 
-/// What the one launch serves of a pass of `n_rows` rows: every row of a sequence of at most
-/// [`DECODE_MAX_ROWS`] rows, with its cache and its slot among that sequence's rows; `None`
-/// for the rest (longer sequences, padding rows).
+/// What the one launch serves of a pass of `n_rows` rows at `positions`: every row of a
+/// sequence of at most [`DECODE_MAX_ROWS`] rows, with its cache, its slot among that
+/// sequence's rows and its splits (the plan's for its key count); `None` for the rest (longer
+/// sequences, padding rows).
 pub(super) fn served<'a>(
+    plan: &Plan,
     seqs: &'a [SeqRows<'_, CudaCache>],
+    positions: &[u32],
     n_rows: usize,
 ) -> Vec<Option<RowSeq<'a>>> {
     let mut rows: Vec<Option<RowSeq<'a>>> = (0..n_rows).map(|_| None).collect();
     for s in seqs.iter().filter(|s| s.rows.len() <= DECODE_MAX_ROWS) {
         for (slot, r) in s.rows.clone().enumerate() {
+            let n_keys = positions[r] as usize + 1;
             rows[r] = Some(RowSeq {
                 layers: &s.cache.layers,
                 work: &s.cache.work,
                 slot,
+                n_split: plan.rows_splits(n_keys, s.cache.work.n_split),
             });
         }
     }
@@ -47,19 +52,20 @@ impl CudaBackend {
             })
     }
 
-    /// The pass's rows table when [`Self::batches_attention`] says so and some sequence has
-    /// decode rows; `grid_split` at least the splits of every cache in it.
+    /// The pass's rows table (rows at `positions`) when [`Self::batches_attention`] says so
+    /// and some sequence has decode rows; the grid as wide as its rows' most splits.
     pub(super) fn rows_table(
         &self,
         seqs: &[SeqRows<'_, CudaCache>],
-        n_rows: usize,
+        positions: &[u32],
         n_head: usize,
     ) -> Result<Option<RowsTable>> {
         if !self.batches_attention(seqs, n_head) {
             return Ok(None);
         }
-        let rows = served(seqs, n_rows);
-        let Some(grid) = rows.iter().flatten().map(|r| r.work.n_split).max() else {
+        let n_rows = positions.len();
+        let rows = served(&self.plan, seqs, positions, n_rows);
+        let Some(grid) = rows.iter().flatten().map(|r| r.n_split).max() else {
             return Ok(None);
         };
         let n_layer = seqs[0].cache.layers.len();

@@ -221,7 +221,7 @@ impl CudaModel {
     ) -> Result<Vec<f32>> {
         let b = &self.backend;
         let mut inp = b.inputs(pass)?;
-        inp.rows_table = b.rows_table(seqs, pass.rows(), self.cfg.n_head)?;
+        inp.rows_table = b.rows_table(seqs, pass.positions, self.cfg.n_head)?;
         let mut act = b.act_from_host(x, pass.rows(), self.cfg.n_embd)?;
         let blocks = self.first_layer..self.cfg.n_layer;
         let logits = match &self.dump {
@@ -336,7 +336,7 @@ impl ModelRunner for CudaModel {
         let mut inp = self.backend.inputs(pass)?;
         inp.rows_table = self
             .backend
-            .rows_table(seqs, pass.rows(), self.cfg.n_head)?;
+            .rows_table(seqs, pass.positions, self.cfg.n_head)?;
         let logits = self.run(seqs, &inp, logit_rows)?;
         self.read_logits(&logits)
     }

@@ -3,11 +3,12 @@
 //! own sequence's cache through a per-row table ([`RowsTable`]) instead of a launch per
 //! sequence over rows copied out and back.
 //!
-//! Contract: a row's output is bit-identical to `Attention::decode` with `grouped` and the
-//! fused combine (`attn_decode_group_*`) run for its sequence alone with the same split count
-//! (its cache's [`DecodeWork`]); for group sizes that kernel lacks (3, 5, 6, 7), the same
-//! arithmetic, so within f32 summation order of `attn_decode_split_*`. A row's result never
-//! depends on the other rows. f16 caches, head sizes 64 and 128, up to 8 query heads a KV head.
+//! Contract: the same formula as `Attention::decode` (flash-decoding, f32 softmax and sums)
+//! in another f32 summation order, so within `cuda-parity`'s f32 attention bound of the
+//! per-sequence kernels and of the CPU. A row's bits depend only on its own query, its
+//! sequence's cache and its split count, which the caller derives from the row's own key count
+//! ([`crate::plan::Plan::rows_splits`]): never on the other rows of the batch. f16 caches,
+//! head sizes 64 and 128, up to 8 query heads a KV head.
 //!
 //! The table holds device addresses (each layer's K and V, the row's decode partials) and is
 //! rewritten in place, so a captured graph replays over other sequences' caches; paging the
@@ -28,11 +29,13 @@ const NWARPS: usize = 4;
 pub const ROWS_MAX_GROUP: usize = 8;
 
 /// Where one row of a pass reads and writes: its sequence's layers and that sequence's decode
-/// work, at slot `slot` (the row's index among its sequence's rows).
+/// work, at slot `slot` (the row's index among its sequence's rows), split `n_split` ways (at
+/// most the work's splits).
 pub struct RowSeq<'a> {
     pub layers: &'a [KvCache],
     pub work: &'a DecodeWork,
     pub slot: usize,
+    pub n_split: usize,
 }
 
 /// The per-row table of a pass on the device (the layout in `attention_rows.cu`'s header):
@@ -99,15 +102,17 @@ impl RowsTable {
             let w = r.work;
             let bad = r.layers.len() != self.n_layer
                 || r.slot >= w.max_q
-                || w.n_split > self.grid_split
+                || r.n_split == 0
+                || r.n_split > w.n_split.min(self.grid_split)
                 || r.layers.iter().any(|l| l.format != KvFormat::F16);
             if bad {
                 return Err(CudaError::Invalid(format!(
                     "rows table: row {t} has a cache of {} layers, slot {} of {}, {} splits \
-                     (grid {}), or a cache that is not f16",
+                     (its work {}, the grid {}), or a cache that is not f16",
                     r.layers.len(),
                     r.slot,
                     w.max_q,
+                    r.n_split,
                     w.n_split,
                     self.grid_split
                 )));
@@ -116,14 +121,15 @@ impl RowsTable {
                 kv[i * 2 * n + t] = addr(&l.k, stream);
                 kv[i * 2 * n + n + t] = addr(&l.v, stream);
             }
-            // The slot's partials: [n_head][n_split] floats, their acc rows, n_head counters.
+            // The slot's partials: [n_head][n_split] floats (the row uses the first
+            // n_head * r.n_split), their acc rows, n_head counters.
             let parts = w.n_head * w.n_split;
             work[t] = addr(&w.m, stream) + (r.slot * parts * 4) as u64;
             work[n + t] = addr(&w.l, stream) + (r.slot * parts * 4) as u64;
             work[2 * n + t] = addr(&w.acc, stream) + (r.slot * parts * w.head_dim * 4) as u64;
             work[3 * n + t] = addr(&w.done, stream) + (r.slot * w.n_head * 4) as u64;
             meta[t] = int(r.layers[0].n_ctx, "n_ctx");
-            meta[n + t] = int(w.n_split, "n_split");
+            meta[n + t] = int(r.n_split, "n_split");
             any = true;
         }
         stream
@@ -270,9 +276,9 @@ impl AttentionRows {
         };
         // SAFETY: attn_decode_rows_dD_gG(q, kv, meta, work, pos, out, n_head, scale) with G =
         // n_head / n_kv_head: n_rows rows of q and out; each served row's caches (f16, D per
-        // row, 16-byte aligned allocations) and partials (its slot of a DecodeWork of its
-        // n_split, which the grid covers) were checked by RowsTable::write; positions below
-        // each cache's n_ctx are the caller's.
+        // row, 16-byte aligned allocations) and partials (its slot of a DecodeWork of at least
+        // its split count, which the grid covers) were checked by RowsTable::write; positions
+        // below each cache's n_ctx are the caller's.
         unsafe { b.launch(cfg) }.during("launching attn_decode_rows")?;
         Ok(())
     }

@@ -59,6 +59,10 @@ pub const DECODE_BLOCKS_PER_SM: usize = 4;
 /// The fewest keys a flash-decoding split takes at full context.
 pub const DECODE_MIN_SPLIT_KEYS: usize = 128;
 
+/// Keys a split of the batched decode attention takes ([`Plan::rows_splits`]): two passes of
+/// its block's four warps over 32 keys each.
+pub const ROWS_SPLIT_KEYS: usize = 256;
+
 /// The largest multi-sequence decode step captured as a graph ([`Plan::batch_graph_size`]).
 pub const BATCH_GRAPH_MAX: usize = 256;
 
@@ -337,6 +341,14 @@ impl Plan {
         self.switches.attn_batched
             && kv == KvFormat::F16
             && AttentionRows::supports(n_head, n_kv_head, head_dim)
+    }
+
+    /// Splits of one row of the batched decode attention with `n_keys` keys: one a
+    /// [`ROWS_SPLIT_KEYS`] keys, at most `cap` (its sequence's partials). From the row's own key
+    /// count only, so that a row's bits never depend on what else shares its batch; a batch of
+    /// many rows fills the GPU with rows rather than with splits.
+    pub fn rows_splits(&self, n_keys: usize, cap: usize) -> usize {
+        n_keys.div_ceil(ROWS_SPLIT_KEYS).clamp(1, cap.max(1))
     }
 
     /// The batch size a multi-sequence decode step of `n` sequences is padded to and captured

@@ -514,6 +514,11 @@ fn batched_decode_attention_and_its_graph_sizes() {
         [None, Some(2), Some(4), Some(8), Some(64), Some(256), None]
     );
     assert_eq!(off.batch_graph_size(8), None);
+    // Splits from the row's own keys, capped by its cache's partials.
+    let splits: Vec<usize> = [(1, 8), (256, 8), (257, 8), (4000, 8), (4000, 0)]
+        .map(|(keys, cap)| p.rows_splits(keys, cap))
+        .into();
+    assert_eq!(splits, [1, 1, 2, 8, 1]);
     assert_eq!(
         plan(&[("FERROLM_CUDA_GRAPH", "0")]).batch_graph_size(8),
         None
