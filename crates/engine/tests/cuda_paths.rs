@@ -149,7 +149,8 @@ fn batch_schedule(file: &GgufFile, env: &[(&str, &str)]) -> Vec<Vec<f32>> {
 }
 
 /// The one-launch batched decode attention (with multi-sequence steps as padded graphs)
-/// against a launch per sequence (`FERROLM_ATTN_BATCHED=0`) and against itself op by op
+/// (`FERROLM_ATTN_BATCHED=1`, off by default until measured) against a launch per sequence
+/// (`FERROLM_ATTN_BATCHED=0`) and against itself op by op
 /// (`FERROLM_CUDA_GRAPH=0`, no padding): attention in another f32 order than the per-sequence
 /// kernels, the matmuls' kernels at other row counts (mat-vec widths, mmq against mat-vec once
 /// a padded step passes 8 rows), and the int8 flips both set off, as `mmq_agrees_with_matvec`.
@@ -158,9 +159,12 @@ fn batch_schedule(file: &GgufFile, env: &[(&str, &str)]) -> Vec<Vec<f32>> {
 fn batched_decode_attention_matches_a_launch_per_sequence() {
     for stem in ["tiny-llama-q4_k_m", "tiny-olmoe-q4_k_m", "tiny-qwen3-q8_0"] {
         let file = golden_file(stem);
-        let on = batch_schedule(&file, &[]);
+        let on = batch_schedule(&file, &[("FERROLM_ATTN_BATCHED", "1")]);
         let off = batch_schedule(&file, &[("FERROLM_ATTN_BATCHED", "0")]);
-        let eager = batch_schedule(&file, &[("FERROLM_CUDA_GRAPH", "0")]);
+        let eager = batch_schedule(
+            &file,
+            &[("FERROLM_ATTN_BATCHED", "1"), ("FERROLM_CUDA_GRAPH", "0")],
+        );
         for (name, other) in [("per-sequence launches", &off), ("op by op", &eager)] {
             let d = on
                 .iter()
