@@ -54,6 +54,16 @@ pub fn swiglu(gate: &mut [f32], up: &[f32]) {
     }
 }
 
+/// gpt-oss's gated activation (ggml's `swiglu_oai`), in place in `gate`: the gate clamped
+/// above at `limit`, `up` to `±limit`, then `g · sigmoid(alpha · g) · (u + 1)`.
+pub fn swiglu_oai(gate: &mut [f32], up: &[f32], alpha: f32, limit: f32) {
+    for (g, &u) in gate.iter_mut().zip(up) {
+        let x = g.min(limit);
+        let y = u.clamp(-limit, limit);
+        *g = x / (1.0 + (alpha * -x).exp()) * (y + 1.0);
+    }
+}
+
 /// Numerically stable softmax in place.
 pub fn softmax(x: &mut [f32]) {
     let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
