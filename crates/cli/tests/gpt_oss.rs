@@ -12,12 +12,19 @@ fn dir() -> PathBuf {
 }
 
 /// MXFP4 experts, the rest F32, against llama.cpp's precise configuration (no flash attention,
-/// F32 cache): the F32 bars.
+/// F32 cache). The experts' activations are quantized to Q8_0, so this is a quantized file and
+/// takes the quantized bars; but it is computed as llama.cpp computes it (the MXFP4 dots in its
+/// order, the sinks and the window in its softmax), so the typical logit is the golden's to its
+/// 6 digits: p95 |Δ| ≤ 1e-4 and no clear top-1 miss. (A few positions differ by up to ~0.03
+/// where an activation lands on the other side of a Q8_0 rounding boundary after f32 matmuls
+/// that differ in the last bit; one position's keys carry that to the rest of its case.)
 #[test]
 fn tiny_gpt_oss_f32_matches_llama_cpp() {
     let json = dir().join("tiny-gpt-oss-mxfp4-f32.json");
     let s = golden::compare(&json, &dir(), &["--cache-type", "f32"]);
-    golden::check_f32(&s, "tiny-gpt-oss-mxfp4-f32");
+    golden::check_quantized(&s, "tiny-gpt-oss-mxfp4-f32");
+    assert!(s.p95_abs <= 1e-4, "p95 |Δlogit| {}", s.p95_abs);
+    assert_eq!(s.clear_misses, 0, "top-1 differs where the margin is clear");
 }
 
 /// llama.cpp's `MXFP4_MOE` file type (experts MXFP4, other matrices Q8_0), as the released

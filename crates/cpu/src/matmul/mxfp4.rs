@@ -22,7 +22,7 @@ fn quantize_acts(x: &[f32]) -> Acts {
     let (codes, d) = x
         .chunks_exact(QK_MXFP4)
         .map(|c| {
-            let b = BlockQ8_0::quantize(c.try_into().expect("whole blocks"));
+            let b = BlockQ8_0::quantize_x86(c.try_into().expect("whole blocks"));
             (*b.codes(), b.d())
         })
         .unzip();
