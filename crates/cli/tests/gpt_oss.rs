@@ -35,3 +35,34 @@ fn tiny_gpt_oss_q8_0_matches_llama_cpp() {
     let s = golden::compare(&json, &dir(), &[]);
     golden::check_quantized(&s, "tiny-gpt-oss-mxfp4-q8_0");
 }
+
+/// A file without the sliding window (which llama.cpp requires for gpt-oss) is refused with
+/// the key's name, not run with full attention everywhere.
+#[test]
+fn missing_sliding_window_is_named() {
+    use ferrolm_gguf::{GgufFile, GgufWriter};
+    let src = GgufFile::open(dir().join("tiny-gpt-oss-mxfp4-f32.gguf")).unwrap();
+    let mut w = GgufWriter::new();
+    for (k, v) in src.metadata() {
+        if k != "gpt-oss.attention.sliding_window" {
+            w.set(k, v.clone());
+        }
+    }
+    for t in src.tensors() {
+        w.add_tensor(&t.name, t.ty, &t.dims).unwrap();
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("no-window.gguf");
+    let mut out = w.create(&path).unwrap();
+    for t in src.tensors() {
+        out.write_tensor(src.tensor_data(t)).unwrap();
+    }
+    out.finish().unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_ferrolm"))
+        .args(["logits", "-m", path.to_str().unwrap(), "--tokens", "1 2"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(err.contains("gpt-oss.attention.sliding_window"), "{err}");
+}

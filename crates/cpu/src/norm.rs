@@ -100,6 +100,22 @@ mod tests {
         }
     }
 
+    /// ggml's `swiglu_oai` with gpt-oss's constants: the gate clamped above only, up both ways.
+    #[test]
+    fn swiglu_oai_clamps_as_ggml() {
+        let mut g = vec![1.0f32, 9.0, -9.0, 0.5];
+        let u = [2.0f32, 9.0, -9.0, -0.5];
+        swiglu_oai(&mut g, &u, 1.702, 7.0);
+        let f = |x: f64, y: f64| x / (1.0 + (-1.702 * x).exp()) * (y + 1.0);
+        let want = [f(1.0, 2.0), f(7.0, 7.0), f(-9.0, -7.0), f(0.5, -0.5)];
+        for (a, b) in g.iter().zip(want) {
+            assert!(
+                (*a as f64 - b).abs() < 1e-5 * b.abs().max(1.0),
+                "{a} vs {b}"
+            );
+        }
+    }
+
     #[test]
     fn softmax_sums_to_one_and_survives_large_inputs() {
         let mut x = vec![1000.0, 1001.0, 999.0];

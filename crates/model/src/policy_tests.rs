@@ -151,13 +151,8 @@ fn file_type_names_and_numbers_round_trip() {
 /// biases F32; about 12.1 GB.
 #[test]
 fn gpt_oss_20b_mxfp4_moe_types() {
-    let synth = crate::Synth::new(
-        "gpt-oss-20b",
-        FileType::Mxfp4Moe,
-        0,
-        crate::VocabKind::None,
-    )
-    .unwrap();
+    let synth =
+        crate::Synth::new("gpt-oss-20b", FileType::Mxfp4Moe, 0, crate::VocabKind::None).unwrap();
     let (plan, _) = synth.plan().unwrap();
     let ty = |name: &str| {
         plan.tensors()

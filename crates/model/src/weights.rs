@@ -129,11 +129,7 @@ impl<W> ModelWeights<W> {
                 q_norm: has(AttnQNorm).then(|| t(AttnQNorm)).transpose()?,
                 k_norm: has(AttnKNorm).then(|| t(AttnKNorm)).transpose()?,
                 sinks: has(AttnSinks).then(|| t(AttnSinks)).transpose()?,
-                window: cfg
-                    .swa
-                    .as_ref()
-                    .filter(|s| s.slides(i))
-                    .map(|s| s.window),
+                window: cfg.swa.as_ref().filter(|s| s.slides(i)).map(|s| s.window),
             };
             let gpt_oss = cfg.arch == Arch::GptOss;
             let ffn_norm = t(if gpt_oss { AttnPostNorm } else { FfnNorm })?;

@@ -60,7 +60,9 @@ impl BlockMxfp4 {
     /// largest magnitude lands among the top E2M1 values), then each element's nearest value
     /// (the first of equals).
     pub fn quantize(x: &[f32; QK_MXFP4]) -> Self {
-        let amax = x.iter().fold(0f32, |m, v| if m < v.abs() { v.abs() } else { m });
+        let amax = x
+            .iter()
+            .fold(0f32, |m, v| if m < v.abs() { v.abs() } else { m });
         // The cast wraps like ggml's on x86 (through a 32-bit integer) for the tiny amaxes
         // whose exponent falls below the format's.
         let e = if amax > 0.0 {
@@ -124,7 +126,11 @@ mod tests {
         let d = e8m0_to_f32_half(e);
         let q: [u8; 32] = std::array::from_fn(|i| ((i * 7 + 3) % 16) as u8);
         let x: [f32; 32] = std::array::from_fn(|i| {
-            let k = if i == 5 { -12 } else { KVALUES[usize::from(q[i])] };
+            let k = if i == 5 {
+                -12
+            } else {
+                KVALUES[usize::from(q[i])]
+            };
             f32::from(k) * d
         });
         let b = BlockMxfp4::quantize(&x);

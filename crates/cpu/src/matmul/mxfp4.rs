@@ -52,8 +52,7 @@ pub(super) fn matmul(w: &WeightRef, x: &[f32], out: &mut [f32]) {
 /// `out[r][t]` for the rows of `w` (`bpr` blocks each) and every token.
 fn rows(w: &[BlockMxfp4], bpr: usize, acts: &[Acts], out: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
-    {
+    if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
         // SAFETY: AVX2 and FMA were just detected.
         return unsafe { rows_avx2(w, bpr, acts, out) };
     }
