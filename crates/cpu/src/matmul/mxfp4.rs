@@ -6,10 +6,11 @@
 //! values with the 32 activation codes, and add it as
 //! `acc = fma(dot, e8m0_half(e) · d_x, acc)`. This module does the same per output, so for the
 //! same Q8_0 activation blocks its results are bit-identical with llama.cpp's. The activation
-//! blocks are quantized as every other format's here (`BlockQ8_0::quantize`).
+//! blocks are quantized as llama.cpp's x86 build quantizes them (`BlockQ8_0::quantize_x86`,
+//! rounding half to even), where the other formats here take the reference quantizer.
 
 use super::{chunk_len, transpose_into, WeightRef};
-use ferrolm_quant::{BlockMxfp4, BlockQ8_0, LegacyBlock, QK_MXFP4};
+use ferrolm_quant::{BlockMxfp4, BlockQ8_0, QK_MXFP4};
 use rayon::prelude::*;
 
 /// One token's activations as Q8_0 blocks: codes and f16-rounded scales.
