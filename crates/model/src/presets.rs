@@ -14,7 +14,7 @@ pub struct Preset {
 }
 
 /// Every preset name, for help texts and error messages.
-pub const NAMES: [&str; 11] = [
+pub const NAMES: [&str; 12] = [
     "olmoe-1b-7b",
     "gpt-oss-20b",
     "qwen3-30b-a3b",
@@ -26,6 +26,7 @@ pub const NAMES: [&str; 11] = [
     "tiny-qwen3",
     "tiny-olmoe",
     "tiny-qwen3moe",
+    "tiny-gpt-oss",
 ];
 
 fn moe(n_expert: usize, n_expert_used: usize, n_ff_exp: usize) -> Option<MoeConfig> {
@@ -195,6 +196,29 @@ pub fn preset(name: &str) -> Option<Preset> {
                 rope_freq_base: 1e6,
                 rms_eps: 1e-6,
                 ..shape(Arch::Qwen3Moe, 256, 2, 4, 2)
+            },
+        ),
+        "tiny-gpt-oss" => (
+            "2-layer gpt-oss (block 0 slides over 16), 8 experts, top-4, YaRN x32",
+            Config {
+                n_ff: 256,
+                moe: moe(8, 4, 256),
+                n_vocab: 512,
+                n_ctx: 131072,
+                rope_freq_base: 150000.0,
+                rope_scaling: RopeScaling {
+                    kind: RopeScalingKind::Yarn,
+                    factor: 32.0,
+                    n_ctx_orig: Some(4096),
+                    ..RopeScaling::default()
+                },
+                swa: Some(Swa {
+                    window: 16,
+                    period: 2,
+                }),
+                head_dim: 64,
+                head_dim_v: 64,
+                ..shape(Arch::GptOss, 256, 2, 8, 2)
             },
         ),
         _ => return None,
