@@ -211,3 +211,41 @@ fn bad_arguments_exit_2() {
         );
     }
 }
+
+/// gpt-oss as llama.cpp's `MXFP4_MOE` lays it out: the same type for every tensor as
+/// llama.cpp's quantizer gave the golden model of this shape (`goldens/gpt-oss`), and ferrolm
+/// runs the file.
+#[test]
+fn tiny_gpt_oss_mxfp4_moe_has_llama_cpp_types_and_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = synth(
+        dir.path(),
+        "g.gguf",
+        &["--preset", "tiny-gpt-oss", "--type", "mxfp4_moe"],
+    );
+    let f = check_layout(&path, "tiny-gpt-oss");
+    let reference = GgufFile::open(format!(
+        "{}/../../goldens/gpt-oss/tiny-gpt-oss-mxfp4-q8_0.gguf",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .unwrap();
+    assert_eq!(f.tensors().len(), reference.tensors().len());
+    for t in f.tensors() {
+        let r = reference.require_tensor(&t.name).unwrap();
+        assert_eq!((t.ty, &t.dims), (r.ty, &r.dims), "{}", t.name);
+    }
+    let out = ferrolm(&[
+        "logits",
+        "-m",
+        path.to_str().unwrap(),
+        "--tokens",
+        "1 2 3",
+        "--backend",
+        "cpu",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

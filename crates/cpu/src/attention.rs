@@ -28,12 +28,21 @@ pub use ferrolm_model::backend::AttnShape;
 ///   block, summed in ggml's eight x86 lanes ([`dot_q8_lanes`]). Then an online softmax over
 ///   the keys in order whose V accumulator is f16 for an f16 V (rounded at every step) and
 ///   f32 otherwise (V rows dequantized, `y += v·w` as fused multiply-adds).
+///
+/// `window`: each token sees only the keys of the last `window` positions up to its own
+/// (llama.cpp's standard sliding window; the others are masked to -inf there, which adds
+/// nothing to either path). `sinks`: a logit per query head that joins the softmax's maximum
+/// and denominator but has no value row (gpt-oss), as ggml's `soft_max` with sinks and its
+/// flash attention's closing sink step compute it.
+#[allow(clippy::too_many_arguments)]
 pub fn attention(
     plan: &CpuPlan,
     q: &[f32],
     kv: &LayerKv,
     positions: &[u32],
     shape: AttnShape,
+    window: Option<usize>,
+    sinks: Option<&[f32]>,
     out: &mut [f32],
 ) {
     let AttnShape {
@@ -95,12 +104,18 @@ pub fn attention(
             let g = h / group;
             let qh = &q[t * q_width + h * head_dim..][..head_dim];
             let n_keys = positions[t] as usize + 1;
-            let v = &values[g * span..][..n_keys * head_dim];
+            // Keys `first..n_keys` are visible: all of them, or the window's.
+            let first = window.map_or(0, |w| n_keys.saturating_sub(w));
+            let sink = sinks.map(|s| s[h]);
+            let v = &values[g * span..][first * head_dim..n_keys * head_dim];
             scores.clear();
             if path == AttnPath::F32 {
-                let k = &keys[g * span..][..n_keys * head_dim];
+                let k = &keys[g * span..][first * head_dim..n_keys * head_dim];
                 scores.extend(k.chunks_exact(head_dim).map(|kh| dot(qh, kh) * scale));
-                crate::norm::softmax(scores);
+                match sink {
+                    None => crate::norm::softmax(scores),
+                    Some(s) => softmax_with_sink(scores, s),
+                }
                 o.fill(0.0);
                 for (&w, vh) in scores.iter().zip(v.chunks_exact(head_dim)) {
                     for (ov, &vv) in o.iter_mut().zip(vh) {
@@ -111,19 +126,19 @@ pub fn attention(
             }
             match kv.ty.k {
                 KvElem::F32 => {
-                    let k = &keys[g * span..][..n_keys * head_dim];
+                    let k = &keys[g * span..][first * head_dim..n_keys * head_dim];
                     scores.extend(k.chunks_exact(head_dim).map(|kh| dot(qh, kh) * scale));
                 }
                 KvElem::F16 => {
-                    let k = &keys[g * span..][..n_keys * head_dim];
+                    let k = &keys[g * span..][first * head_dim..n_keys * head_dim];
                     let q16 = qrow.f16(qh);
                     scores.extend(k.chunks_exact(head_dim).map(|kh| dot_f16(q16, kh) * scale));
                 }
                 KvElem::Q8_0 | KvElem::Q4_0 => {
                     let (qc, qd) = qrow.q8_0(qh);
-                    let kc = &codes[g * span..][..n_keys * head_dim];
-                    let kd = &scales[g * span / KV_BLOCK..][..n_keys * head_dim / KV_BLOCK];
                     let per_key = head_dim / KV_BLOCK;
+                    let kc = &codes[g * span..][first * head_dim..n_keys * head_dim];
+                    let kd = &scales[g * span / KV_BLOCK..][first * per_key..n_keys * per_key];
                     scores.extend(
                         kc.chunks_exact(head_dim)
                             .zip(kd.chunks_exact(per_key))
@@ -131,7 +146,7 @@ pub fn attention(
                     );
                 }
             }
-            online_softmax(kv.ty.v == KvElem::F16, scores, v, o);
+            online_softmax(kv.ty.v == KvElem::F16, scores, v, sink, o);
         },
     );
     if let Some(n) = kv.v_rot {
@@ -227,34 +242,44 @@ fn dot_q8_lanes_body(kc: &[i8], kd: &[f32], qc: &[i8], qd: &[f32]) -> f32 {
 /// accumulator (f16 when `f16_acc`, rounded at every step, else f32) rescaled when the maximum
 /// grows, one division at the end. The V update and the running sum are fused multiply-adds,
 /// as ggml's (the sum by the C compiler's contraction of `S*ms + vs`).
-fn online_softmax(f16_acc: bool, scores: &[f32], v: &[f32], out: &mut [f32]) {
+fn online_softmax(f16_acc: bool, scores: &[f32], v: &[f32], sink: Option<f32>, out: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("fma") {
         // SAFETY: FMA was just detected.
         return unsafe {
             if f16_acc {
-                online_softmax_fma::<true>(scores, v, out)
+                online_softmax_fma::<true>(scores, v, sink, out)
             } else {
-                online_softmax_fma::<false>(scores, v, out)
+                online_softmax_fma::<false>(scores, v, sink, out)
             }
         };
     }
     if f16_acc {
-        online_softmax_body::<true>(scores, v, out)
+        online_softmax_body::<true>(scores, v, sink, out)
     } else {
-        online_softmax_body::<false>(scores, v, out)
+        online_softmax_body::<false>(scores, v, sink, out)
     }
 }
 
 /// The same, with `mul_add` as one instruction rather than a library call.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "fma")]
-unsafe fn online_softmax_fma<const F16_ACC: bool>(scores: &[f32], v: &[f32], out: &mut [f32]) {
-    online_softmax_body::<F16_ACC>(scores, v, out)
+unsafe fn online_softmax_fma<const F16_ACC: bool>(
+    scores: &[f32],
+    v: &[f32],
+    sink: Option<f32>,
+    out: &mut [f32],
+) {
+    online_softmax_body::<F16_ACC>(scores, v, sink, out)
 }
 
 #[inline(always)]
-fn online_softmax_body<const F16_ACC: bool>(scores: &[f32], v: &[f32], out: &mut [f32]) {
+fn online_softmax_body<const F16_ACC: bool>(
+    scores: &[f32],
+    v: &[f32],
+    sink: Option<f32>,
+    out: &mut [f32],
+) {
     let head_dim = out.len();
     let (mut m, mut sum) = (f32::NEG_INFINITY, 0f32);
     // With an f16 accumulator its values are always exactly f16s.
@@ -282,9 +307,39 @@ fn online_softmax_body<const F16_ACC: bool>(scores: &[f32], v: &[f32], out: &mut
         }
         sum = sum.mul_add(ms, vs);
     }
+    // The sink joins after the keys, on the f32 accumulator (ggml converts an f16 one first):
+    // it rescales the values if it is the new maximum, and adds its weight to the sum.
+    if let Some(s) = sink {
+        let (ms, vs) = if s > m {
+            let ms = (m - s).exp();
+            for a in out.iter_mut() {
+                *a *= ms;
+            }
+            (ms, 1.0)
+        } else {
+            (1.0, (s - m).exp())
+        };
+        sum = sum.mul_add(ms, vs);
+    }
     let inv = 1.0 / sum;
     for a in out.iter_mut() {
         *a *= inv;
+    }
+}
+
+/// Softmax in place with a sink logit `s` in the maximum and the denominator, as ggml's
+/// `soft_max` with sinks: the exponentials' sum in f64, the sink's term added after.
+fn softmax_with_sink(x: &mut [f32], s: f32) {
+    let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max).max(s);
+    let mut sum = 0f64;
+    for v in x.iter_mut() {
+        *v = (*v - max).exp();
+        sum += f64::from(*v);
+    }
+    sum += f64::from((s - max).exp());
+    let inv = (1.0 / sum) as f32;
+    for v in x.iter_mut() {
+        *v *= inv;
     }
 }
 
@@ -335,175 +390,5 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::kv::KvType;
-
-    /// The cached key (value) element, rotated back where the cache rotates.
-    fn kv_k(kv: &LayerKv, g: usize, p: usize, i: usize) -> f64 {
-        let mut rows = vec![0f32; (p + 1) * kv.head_dim];
-        kv.keys_f32(g, p + 1, &mut rows);
-        let row = &mut rows[p * kv.head_dim..];
-        if let Some(n) = kv.k_rot {
-            hadamard::rotate(row, n);
-        }
-        row[i] as f64
-    }
-
-    fn kv_v(kv: &LayerKv, g: usize, p: usize, i: usize) -> f64 {
-        let mut rows = vec![0f32; (p + 1) * kv.head_dim];
-        kv.values_f32(g, p + 1, &mut rows);
-        let row = &mut rows[p * kv.head_dim..];
-        if let Some(n) = kv.v_rot {
-            hadamard::rotate(row, n);
-        }
-        row[i] as f64
-    }
-
-    /// Plain f64 attention over the cached values.
-    fn reference(q: &[f32], kv: &LayerKv, positions: &[u32], s: AttnShape) -> Vec<f64> {
-        let qw = s.n_head * s.head_dim;
-        let mut out = vec![0.0; q.len()];
-        for (t, &pos) in positions.iter().enumerate() {
-            for h in 0..s.n_head {
-                let g = h / (s.n_head / s.n_kv_head);
-                let qh = &q[t * qw + h * s.head_dim..][..s.head_dim];
-                let scores: Vec<f64> = (0..=pos as usize)
-                    .map(|p| {
-                        (0..s.head_dim)
-                            .map(|i| qh[i] as f64 * kv_k(kv, g, p, i))
-                            .sum::<f64>()
-                            / (s.head_dim as f64).sqrt()
-                    })
-                    .collect();
-                let m = scores.iter().cloned().fold(f64::MIN, f64::max);
-                let z: f64 = scores.iter().map(|x| (x - m).exp()).sum();
-                for (p, sc) in scores.iter().enumerate() {
-                    let w = (sc - m).exp() / z;
-                    for i in 0..s.head_dim {
-                        out[t * qw + h * s.head_dim + i] += w * kv_v(kv, g, p, i);
-                    }
-                }
-            }
-        }
-        out
-    }
-
-    #[test]
-    fn causal_gqa_matches_f64_reference() {
-        let s = AttnShape {
-            n_head: 4,
-            n_kv_head: 2,
-            head_dim: 8,
-        };
-        let n = 5;
-        let val = |i: usize| ((i * 7919 % 97) as f32 / 97.0 - 0.5) * 2.0;
-        let k: Vec<f32> = (0..n * 16).map(val).collect();
-        let v: Vec<f32> = (0..n * 16).map(|i| val(i + 11)).collect();
-        let q: Vec<f32> = (0..n * 32).map(|i| val(i + 5)).collect();
-        let mut kv = LayerKv::new(KvType::F32, 8, 2, 8);
-        kv.store(0, &k, &v);
-        let positions: Vec<u32> = (0..n as u32).collect();
-        let mut out = vec![0.0; q.len()];
-        attention(&CpuPlan::detect(), &q, &kv, &positions, s, &mut out);
-        let want = reference(&q, &kv, &positions, s);
-        for (a, b) in out.iter().zip(&want) {
-            assert!((*a as f64 - b).abs() < 1e-5, "{a} vs {b}");
-        }
-        // The first token sees only itself: its output is its own value row.
-        assert!((out[0] - v[0]).abs() < 1e-2);
-    }
-
-    /// With an f16 cache and a small batch, the ggml-style f16 accumulator is in use: the
-    /// result stays within f16 rounding of the exact answer, but is not the f32 result.
-    #[test]
-    fn small_f16_batches_round_like_ggml() {
-        let s = AttnShape {
-            n_head: 2,
-            n_kv_head: 1,
-            head_dim: 64,
-        };
-        let n = 6;
-        let val = |i: usize| ((i * 7919 % 997) as f32 / 997.0 - 0.5) * 3.0;
-        let k: Vec<f32> = (0..n * 64).map(val).collect();
-        let v: Vec<f32> = (0..n * 64).map(|i| val(i + 13)).collect();
-        let q: Vec<f32> = (0..n * 128).map(|i| val(i + 29)).collect();
-        let positions: Vec<u32> = (0..n as u32).collect();
-        let mut kv16 = LayerKv::new(KvType::F16, 8, 1, 64);
-        kv16.store(0, &k, &v);
-        let mut out16 = vec![0.0; q.len()];
-        attention(&CpuPlan::detect(), &q, &kv16, &positions, s, &mut out16);
-        let want = reference(&q, &kv16, &positions, s);
-        let mut worst = 0f64;
-        for (a, b) in out16.iter().zip(&want) {
-            worst = worst.max((*a as f64 - b).abs());
-        }
-        assert!(worst < 1e-2, "f16 accumulation error {worst}");
-        assert!(worst > 1e-6, "the f16 path was not taken ({worst})");
-    }
-
-    /// Quantized caches run ggml's one-chunk path at every size: q quantized to Q8_0, integer
-    /// dots, f32 accumulation. The result stays near the exact attention over the cached
-    /// (dequantized) values, yet is not the f32 path's (q's quantization shows), and the
-    /// `FERROLM_ATTN=f32` reference reads the same dequantized values.
-    #[test]
-    fn quantized_caches_take_the_one_chunk_path() {
-        let s = AttnShape {
-            n_head: 4,
-            n_kv_head: 2,
-            head_dim: 64,
-        };
-        let n = 70;
-        let val = |i: usize| ((i * 7919 % 997) as f32 / 997.0 - 0.5) * 3.0;
-        let k: Vec<f32> = (0..n * 128).map(val).collect();
-        let v: Vec<f32> = (0..n * 128).map(|i| val(i + 13)).collect();
-        let q: Vec<f32> = (0..n * 256).map(|i| val(i + 29)).collect();
-        let positions: Vec<u32> = (0..n as u32).collect();
-        let exact = CpuPlan::detect();
-        let f32_plan = CpuPlan::with_attention_f32();
-        for ty in [
-            KvType::Q8_0,
-            KvType::new(KvElem::Q4_0, KvElem::Q4_0),
-            KvType::new(KvElem::Q8_0, KvElem::F16),
-            KvType::new(KvElem::F16, KvElem::Q8_0),
-        ] {
-            let mut kv = LayerKv::new(ty, n, 2, 64);
-            kv.store(0, &k, &v);
-            let want = reference(&q, &kv, &positions, s);
-            let (mut out, mut out32) = (vec![0.0; q.len()], vec![0.0; q.len()]);
-            attention(&exact, &q, &kv, &positions, s, &mut out);
-            attention(&f32_plan, &q, &kv, &positions, s, &mut out32);
-            let worst = |o: &[f32]| {
-                o.iter()
-                    .zip(&want)
-                    .map(|(a, b)| (*a as f64 - b).abs())
-                    .fold(0f64, f64::max)
-            };
-            assert!(worst(&out) < 3e-2, "{ty}: one-chunk error {}", worst(&out));
-            assert!(worst(&out) > 1e-5, "{ty}: the one-chunk path was not taken");
-            assert!(
-                worst(&out32) < 1e-5,
-                "{ty}: f32 reference error {}",
-                worst(&out32)
-            );
-        }
-    }
-
-    /// The eight-lane integer dot is the exact dot of the dequantized values up to f32 rounding.
-    #[test]
-    fn q8_lanes_dot_is_the_block_dot() {
-        let kc: Vec<i8> = (0..96).map(|i| ((i * 37) % 255) as i8).collect();
-        let qc: Vec<i8> = (0..96).map(|i| ((i * 91 + 7) % 255) as i8).collect();
-        let (kd, qd) = ([0.013f32, 0.5, 0.0071], [0.25f32, 0.031, 1.5]);
-        let exact: f64 = (0..96)
-            .map(|i| {
-                f64::from(kc[i]) * f64::from(kd[i / 32]) * f64::from(qc[i]) * f64::from(qd[i / 32])
-            })
-            .sum();
-        let got = dot_q8_lanes(&kc, &kd, &qc, &qd) as f64;
-        assert!(
-            (got - exact).abs() <= 1e-5 * exact.abs().max(1.0),
-            "{got} vs {exact}"
-        );
-    }
-}
+#[path = "attention_tests.rs"]
+mod tests;

@@ -42,7 +42,7 @@ impl<'a> CpuWeight<'a> {
         Ok(Self { mat, vec })
     }
 
-    fn f32s(&self) -> &[f32] {
+    pub(crate) fn f32s(&self) -> &[f32] {
         self.vec.as_deref().expect("a 1-D weight")
     }
 }
@@ -209,8 +209,11 @@ impl<'a> Backend for CpuBackend<'a> {
         v: &Mat,
         inp: &CpuInputs,
         shape: AttnShape,
+        window: Option<usize>,
+        sinks: Option<&CpuWeight<'a>>,
         out: &mut Mat,
     ) -> Result<(), Infallible> {
+        let sinks = sinks.map(CpuWeight::f32s);
         let positions = &inp.positions;
         // Each sequence is its own call on its own rows, so a sequence's numerics (including
         // the small-batch f16 rounding, chosen by its row count) do not depend on its
@@ -235,6 +238,8 @@ impl<'a> Backend for CpuBackend<'a> {
                 kv,
                 &positions[r.clone()],
                 shape,
+                window,
+                sinks,
                 &mut out.data[out_rows],
             );
         }

@@ -5,23 +5,51 @@ use crate::backend::{CpuWeight, Mat};
 use crate::matmul::{matmul, matmul_ordered, Order};
 use crate::norm::{softmax, swiglu};
 use crate::plan::CpuPlan;
-use ferrolm_model::backend::MoeGating;
+use ferrolm_model::backend::{MoeAct, MoeGating};
 use ferrolm_model::weights::MoeWeights;
 
 /// The experts chosen for one token and their weights.
 pub fn route(logits: &mut [f32], k: usize, gating: MoeGating) -> Vec<(usize, f32)> {
-    softmax(logits);
+    if gating != MoeGating::TopKSoftmax {
+        softmax(logits);
+    }
     let mut order: Vec<usize> = (0..logits.len()).collect();
     // Stable sort: among equal probabilities the lower expert id wins, deterministically.
     order.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]));
     let mut picked: Vec<(usize, f32)> = order[..k].iter().map(|&e| (e, logits[e])).collect();
-    if gating == MoeGating::SoftmaxTopKRenorm {
-        let sum: f32 = picked.iter().map(|p| p.1).sum();
-        for p in &mut picked {
-            p.1 /= sum;
+    match gating {
+        MoeGating::SoftmaxTopKRenorm => {
+            let sum: f32 = picked.iter().map(|p| p.1).sum();
+            for p in &mut picked {
+                p.1 /= sum;
+            }
         }
+        // The chosen logits, in the order chosen, through one softmax.
+        MoeGating::TopKSoftmax => {
+            let mut w: Vec<f32> = picked.iter().map(|p| p.1).collect();
+            softmax(&mut w);
+            for (p, w) in picked.iter_mut().zip(w) {
+                p.1 = w;
+            }
+        }
+        MoeGating::SoftmaxTopK => {}
     }
     picked
+}
+
+/// Adds row `e` of a stacked `[width][n_expert]` bias to every row of `x`.
+fn add_expert_bias(b: &CpuWeight<'_>, e: usize, x: &mut [f32]) {
+    let mut row = vec![0f32; b.mat.cols];
+    b.mat.dequantize_row(e, &mut row);
+    crate::norm::add_bias(x, &row);
+}
+
+/// The experts' gated activation, `gate = act(gate, up)`.
+fn activate(act: MoeAct, gate: &mut [f32], up: &[f32]) {
+    match act {
+        MoeAct::Swiglu => swiglu(gate, up),
+        MoeAct::SwigluOai { alpha, limit } => crate::norm::swiglu_oai(gate, up, alpha, limit),
+    }
 }
 
 /// The MoE FFN of `x` into `out`, routed as `w.gating` says.
@@ -30,6 +58,9 @@ pub fn moe(plan: &CpuPlan, x: &Mat, w: &MoeWeights<CpuWeight<'_>>, out: &mut Mat
     let (n, d) = (x.rows(), x.width);
     let mut logits = vec![0f32; n * w.n_expert];
     matmul(plan, &w.router.mat, &x.data, &mut logits);
+    if let Some(b) = &w.router_bias {
+        crate::norm::add_bias(&mut logits, b.f32s());
+    }
 
     // Tokens per expert, with their slot and routing weight.
     let k = w.n_expert_used;
@@ -70,7 +101,11 @@ pub fn moe(plan: &CpuPlan, x: &Mat, w: &MoeWeights<CpuWeight<'_>>, out: &mut Mat
             &xe,
             &mut up,
         );
-        swiglu(&mut gate, &up);
+        if let Some([bg, bu, _]) = &w.biases {
+            add_expert_bias(bg, e, &mut gate);
+            add_expert_bias(bu, e, &mut up);
+        }
+        activate(w.act, &mut gate, &up);
         let mut down = vec![0f32; m * d];
         matmul_ordered(
             plan,
@@ -79,6 +114,9 @@ pub fn moe(plan: &CpuPlan, x: &Mat, w: &MoeWeights<CpuWeight<'_>>, out: &mut Mat
             &gate,
             &mut down,
         );
+        if let Some([_, _, bd]) = &w.biases {
+            add_expert_bias(bd, e, &mut down);
+        }
         for (&(t, slot, weight), row) in tokens.iter().zip(down.chunks_exact(d)) {
             let p = t * k + slot;
             for (o, &v) in slots[p * d..(p + 1) * d].iter_mut().zip(row) {

@@ -54,6 +54,16 @@ pub fn swiglu(gate: &mut [f32], up: &[f32]) {
     }
 }
 
+/// gpt-oss's gated activation (ggml's `swiglu_oai`), in place in `gate`: the gate clamped
+/// above at `limit`, `up` to `±limit`, then `g · sigmoid(alpha · g) · (u + 1)`.
+pub fn swiglu_oai(gate: &mut [f32], up: &[f32], alpha: f32, limit: f32) {
+    for (g, &u) in gate.iter_mut().zip(up) {
+        let x = g.min(limit);
+        let y = u.clamp(-limit, limit);
+        *g = x / (1.0 + (alpha * -x).exp()) * (y + 1.0);
+    }
+}
+
 /// Numerically stable softmax in place.
 pub fn softmax(x: &mut [f32]) {
     let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
@@ -87,6 +97,22 @@ mod tests {
                 let want = row[i] as f64 / (ms + 1e-5).sqrt() * w[i] as f64;
                 assert!((out[t * 32 + i] as f64 - want).abs() < 1e-5);
             }
+        }
+    }
+
+    /// ggml's `swiglu_oai` with gpt-oss's constants: the gate clamped above only, up both ways.
+    #[test]
+    fn swiglu_oai_clamps_as_ggml() {
+        let mut g = vec![1.0f32, 9.0, -9.0, 0.5];
+        let u = [2.0f32, 9.0, -9.0, -0.5];
+        swiglu_oai(&mut g, &u, 1.702, 7.0);
+        let f = |x: f64, y: f64| x / (1.0 + (-1.702 * x).exp()) * (y + 1.0);
+        let want = [f(1.0, 2.0), f(7.0, 7.0), f(-9.0, -7.0), f(0.5, -0.5)];
+        for (a, b) in g.iter().zip(want) {
+            assert!(
+                (*a as f64 - b).abs() < 1e-5 * b.abs().max(1.0),
+                "{a} vs {b}"
+            );
         }
     }
 

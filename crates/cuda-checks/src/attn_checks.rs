@@ -185,12 +185,21 @@ fn attn(
         head_dim,
     };
     let mut want = vec![0f32; q.len()];
-    attention(&cpu_plan, &q, &kv, &positions, shape, &mut want);
+    attention(&cpu_plan, &q, &kv, &positions, shape, None, None, &mut want);
     // The CPU takes ggml's small-batch arithmetic with an f16 cache (of the same values).
     let mut kv16 = LayerKv::new(KvType::F16, n_ctx, n_kv_head, head_dim);
     kv16.store(0, &kr, &vr);
     let mut want_ggml = vec![0f32; q.len()];
-    attention(&cpu_plan, &q, &kv16, &positions, shape, &mut want_ggml);
+    attention(
+        &cpu_plan,
+        &q,
+        &kv16,
+        &positions,
+        shape,
+        None,
+        None,
+        &mut want_ggml,
+    );
     let scale = magnitudes(&q, &kr, &vr, &positions, shape);
 
     let (qd, pd) = (dev.upload(&q)?, dev.upload(&positions)?);

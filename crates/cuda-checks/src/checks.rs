@@ -20,13 +20,14 @@ use rayon::prelude::*;
 
 /// Weight formats with a CUDA mat-vec, in the table's order (a test holds this and the other
 /// lists of checked formats to `ferrolm_cuda::ops::formats`).
-const MMVQ_TYPES: [GgmlType; 6] = [
+const MMVQ_TYPES: [GgmlType; 7] = [
     GgmlType::Q4_0,
     GgmlType::Q4_1,
     GgmlType::Q8_0,
     GgmlType::Q4K,
     GgmlType::Q5K,
     GgmlType::Q6K,
+    GgmlType::Mxfp4,
 ];
 
 /// Weight formats with a CUDA-core GEMM, in the order the results list them.

@@ -177,6 +177,8 @@ impl Quant {
             &kv,
             &positions,
             shape,
+            None,
+            None,
             &mut want_f32,
         );
         let mut want_ggml = vec![0f32; q.len()];
@@ -186,6 +188,8 @@ impl Quant {
             &kv,
             &positions,
             shape,
+            None,
+            None,
             &mut want_ggml,
         );
         // The scale of the errors: the exact attention's (the cache is near these values).

@@ -116,6 +116,7 @@ MMVQ_FORMAT(q8_0, GGML_TYPE_Q8_0)
 MMVQ_FORMAT(q4_k, GGML_TYPE_Q4_K)
 MMVQ_FORMAT(q5_k, GGML_TYPE_Q5_K)
 MMVQ_FORMAT(q6_k, GGML_TYPE_Q6_K)
+MMVQ_FORMAT(mxfp4, GGML_TYPE_MXFP4)
 
 // The pair kernels' outputs for row `row`, from the two finished dots: with GLU, silu(a) * b
 // (swiglu_f32's expression, so fused and unfused agree bit for bit); without, each that exists.
@@ -214,6 +215,7 @@ MMVQ_PAIR_ENTRIES(q8_0, GGML_TYPE_Q8_0)
 MMVQ_PAIR_ENTRIES(q4_k, GGML_TYPE_Q4_K)
 MMVQ_PAIR_ENTRIES(q5_k, GGML_TYPE_Q5_K)
 MMVQ_PAIR_ENTRIES(q6_k, GGML_TYPE_Q6_K)
+MMVQ_PAIR_ENTRIES(mxfp4, GGML_TYPE_MXFP4)
 
 // ---- the wide walk (mmvq.cuh): a warp per row, for Q4_K --------------------------------------
 // (Q6_K has a wide walk too, which the MoE kernels use, but as a dense mat-vec it measured slower

@@ -32,6 +32,7 @@
 #define GGML_TYPE_Q4_K 12
 #define GGML_TYPE_Q5_K 13
 #define GGML_TYPE_Q6_K 14
+#define GGML_TYPE_MXFP4 39
 
 #define QK8_1 32
 #define QK_K 256
@@ -100,6 +101,14 @@ struct block_q6_K {
 };
 static_assert(sizeof(block_q6_K) == 210, "block_q6_K");
 
+// MXFP4: x = kvalues_mxfp4[q] * 2^(e - 128) (ggml's doubled E2M1 values, so the E8M0 scale
+// 2^(e - 127) is halved); nibbles as Q4_0. 17 bytes: later blocks are only byte-aligned.
+struct block_mxfp4 {
+    uint8_t e;
+    uint8_t qs[16];
+};
+static_assert(sizeof(block_mxfp4) == 17, "block_mxfp4");
+
 // ---- helpers --------------------------------------------------------------------------------
 
 // Four bytes at int index i32 of a 2-byte-aligned array (blocks of 18, 34 or 210 bytes leave
@@ -107,6 +116,13 @@ static_assert(sizeof(block_q6_K) == 210, "block_q6_K");
 static __device__ __forceinline__ int get_int_b2(const void *x, int i32) {
     const uint16_t *x16 = (const uint16_t *)x;
     return (int)((uint32_t)x16[2 * i32] | ((uint32_t)x16[2 * i32 + 1] << 16));
+}
+
+// Four bytes at int index i32 of a byte-aligned array (MXFP4's 17-byte blocks).
+static __device__ __forceinline__ int get_int_b1(const void *x, int i32) {
+    const uint8_t *x8 = (const uint8_t *)x + 4 * i32;
+    return (int)((uint32_t)x8[0] | ((uint32_t)x8[1] << 8) | ((uint32_t)x8[2] << 16) |
+                 ((uint32_t)x8[3] << 24));
 }
 
 static __device__ __forceinline__ int get_int_b4(const void *x, int i32) {
@@ -661,3 +677,48 @@ static __device__ __forceinline__ void quantize_q8_k_warp(const float *x, block_
         b->d = best == 0.0f ? 0.0f : __fdiv_rn(1.0f, iscale);
     }
 }
+
+// ggml's e2m1 values, doubled (kvalues_mxfp4), as the bytes of four ints for __byte_perm.
+static __device__ __forceinline__ int mxfp4_values(int nibbles) {
+    // Values 0..7 (0, 1, 2, 3, 4, 6, 8, 12) and 8..15 (their negatives, -0 as 0), 4 a word.
+    const uint32_t lo0 = 0x03020100u, lo1 = 0x0c080604u;
+    const uint32_t hi0 = 0xfdfeff00u, hi1 = 0xf4f8fafcu;
+    int out = 0;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+        const uint32_t q = ((uint32_t)nibbles >> (8 * k)) & 0x0F;
+        const uint32_t lo = __byte_perm(lo0, lo1, q & 7);
+        const uint32_t hi = __byte_perm(hi0, hi1, q & 7);
+        out |= (int)(((q & 8) ? hi : lo) & 0xFF) << (8 * k);
+    }
+    return out;
+}
+
+// 2^(e - 128) as an f32, bit for bit as ggml's ggml_e8m0_to_fp32_half (and ferrolm-quant's).
+static __device__ __forceinline__ float e8m0_to_f32_half(uint8_t e) {
+    const uint32_t bits = e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23;
+    return __uint_as_float(bits);
+}
+
+// MXFP4 (gpt-oss's experts): iqs in {0, 2}, as Q4_0, with the nibbles mapped to the doubled
+// E2M1 values; the integer dot is exact, as the CPU's.
+template <> struct WeightFormat<GGML_TYPE_MXFP4> {
+    typedef block_mxfp4 block;
+    static constexpr int qk = 32, qi = 4, vdr = 2;
+    static constexpr bool scale16 = false; // one scale per 32 elements (mmq)
+    static constexpr bool has_min = false; // m != 0 in tile_codes (mmq)
+    static constexpr bool int_scales = false; // see WeightFormat<GGML_TYPE_Q4_K>
+    static constexpr bool wide = false; // no vec_dot_wide (mmvq.cuh)
+
+    static __device__ __forceinline__ float vec_dot(const block *b, const block_q8_1 *y, int iqs) {
+        int sumi = 0;
+#pragma unroll
+        for (int i = 0; i < vdr; ++i) {
+            const int v = get_int_b1(b->qs, iqs + i);
+            sumi = dp4a(mxfp4_values(v & 0x0F0F0F0F), get_int_b4(y->qs, iqs + i), sumi);
+            sumi = dp4a(mxfp4_values((v >> 4) & 0x0F0F0F0F), get_int_b4(y->qs, iqs + i + qi),
+                        sumi);
+        }
+        return e8m0_to_f32_half(b->e) * y->d * (float)sumi;
+    }
+};

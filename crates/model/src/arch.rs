@@ -15,15 +15,20 @@ pub enum Arch {
     Olmoe,
     /// Qwen3-MoE: Qwen3 attention with an MoE FFN whose experts have their own width.
     Qwen3Moe,
+    /// gpt-oss (llama.cpp's `LLM_ARCH_OPENAI_MOE`): biased projections, attention sinks,
+    /// sliding-window attention on alternate blocks, YaRN RoPE, and an MoE with biased experts
+    /// (MXFP4 in released files), `swiglu_oai` and a softmax over the chosen experts' logits.
+    GptOss,
 }
 
 impl Arch {
-    pub const ALL: [Arch; 5] = [
+    pub const ALL: [Arch; 6] = [
         Arch::Llama,
         Arch::Qwen2,
         Arch::Qwen3,
         Arch::Olmoe,
         Arch::Qwen3Moe,
+        Arch::GptOss,
     ];
 
     pub const fn name(self) -> &'static str {
@@ -33,6 +38,7 @@ impl Arch {
             Arch::Qwen3 => "qwen3",
             Arch::Olmoe => "olmoe",
             Arch::Qwen3Moe => "qwen3moe",
+            Arch::GptOss => "gpt-oss",
         }
     }
 
@@ -49,7 +55,7 @@ impl Arch {
     }
 
     pub const fn is_moe(self) -> bool {
-        matches!(self, Arch::Olmoe | Arch::Qwen3Moe)
+        matches!(self, Arch::Olmoe | Arch::Qwen3Moe | Arch::GptOss)
     }
 
     /// Whether `<arch>.expert_count` may make the FFN a mixture of experts: always for the MoE
@@ -69,12 +75,20 @@ impl Arch {
     /// `<arch>.*` keys this architecture reads beyond the ones every architecture reads
     /// ([`crate::known`]).
     pub const fn extra_keys(self) -> &'static [&'static str] {
-        &[]
+        match self {
+            // Read by `Config::from_gguf` (the SWA base is refused unless it equals the base).
+            Arch::GptOss => &[
+                "attention.sliding_window",
+                "attention.sliding_window_pattern",
+                "rope.freq_base_swa",
+            ],
+            _ => &[],
+        }
     }
 
     /// Whether `output.weight` may be absent, the output then sharing `token_embd.weight`.
     pub const fn allows_tied_output(self) -> bool {
-        !matches!(self, Arch::Olmoe)
+        !matches!(self, Arch::Olmoe | Arch::GptOss)
     }
 }
 

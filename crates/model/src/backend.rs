@@ -81,6 +81,19 @@ pub enum MoeGating {
     SoftmaxTopK,
     /// Softmax over all experts, top-k, renormalised to sum to 1 (qwen3moe).
     SoftmaxTopKRenorm,
+    /// Top-k of the logits, then a softmax over the k chosen (gpt-oss; llama.cpp's
+    /// `SOFTMAX_WEIGHT`).
+    TopKSoftmax,
+}
+
+/// The gated activation of an MoE expert, `act(gate, up)`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum MoeAct {
+    /// `silu(gate) · up`.
+    Swiglu,
+    /// gpt-oss's (ggml's `swiglu_oai`): `g = min(gate, limit)`, `u = clamp(up, ±limit)`,
+    /// `g · sigmoid(alpha · g) · (u + 1)`.
+    SwigluOai { alpha: f32, limit: f32 },
 }
 
 /// What a pass runs over, as host values: one token id and one position per row. Which rows
@@ -219,6 +232,10 @@ pub trait Backend {
     /// never see each other's keys. Everything else in a forward pass is row-wise, so this is
     /// the one op that knows a batch holds several sequences. A batch of one sequence covering
     /// all rows must compute exactly what a single-sequence call always did.
+    ///
+    /// `window`: sliding-window attention, a token at position `p` sees only the keys at
+    /// `p - window < pos <= p` (llama.cpp's standard SWA). `sinks`: one learned logit per query
+    /// head that joins each softmax's denominator (gpt-oss's attention sinks), `n_head` floats.
     #[allow(clippy::too_many_arguments)]
     fn attention(
         &self,
@@ -229,6 +246,8 @@ pub trait Backend {
         v: &Self::Act,
         inp: &Self::Inputs,
         shape: AttnShape,
+        window: Option<usize>,
+        sinks: Option<&Self::Weight>,
         out: &mut Self::Act,
     ) -> Result<(), Self::Error>;
     /// `gate = silu(gate) * up`.

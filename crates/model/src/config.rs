@@ -18,6 +18,24 @@ pub struct MoeConfig {
     pub n_ff_exp: usize,
 }
 
+/// Sliding-window attention on some blocks (gpt-oss), as llama.cpp's standard SWA.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Swa {
+    /// `<arch>.attention.sliding_window`: a token sees itself and the `window - 1` before it.
+    pub window: usize,
+    /// `<arch>.attention.sliding_window_pattern` (gpt-oss: 2 when absent): in every run of
+    /// `period` blocks the last attends over everything and the others over the window
+    /// (llama.cpp's `set_swa_pattern`); 0 makes every block slide.
+    pub period: usize,
+}
+
+impl Swa {
+    /// Whether block `layer` attends over the window.
+    pub fn slides(&self, layer: usize) -> bool {
+        self.period == 0 || layer % self.period < self.period - 1
+    }
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub struct Config {
     pub arch: Arch,
@@ -52,6 +70,8 @@ pub struct Config {
     pub tied_embeddings: bool,
     /// Which optional biases the blocks have.
     pub biases: Biases,
+    /// Sliding-window attention, where the architecture has it (gpt-oss).
+    pub swa: Option<Swa>,
 }
 
 /// Projection biases. qwen2 always has q/k/v biases; llama may have any of these (llama.cpp
@@ -87,7 +107,14 @@ impl Config {
         let n_head = f.get_usize(&k("attention.head_count"))?;
         // Without explicit head sizes, llama.cpp splits the embedding evenly over the heads.
         let even_split = n_embd.checked_div(n_head).unwrap_or(0);
-        let n_ff = f.get_usize(&k("feed_forward_length"))?;
+        // gpt-oss's experts are its only FFN: llama.cpp reads their width alone.
+        let n_ff = match arch {
+            Arch::GptOss => match opt("feed_forward_length")? {
+                Some(v) => v,
+                None => f.get_usize(&k("expert_feed_forward_length"))?,
+            },
+            _ => f.get_usize(&k("feed_forward_length"))?,
+        };
         // Mixtral-style files are llama with experts; llama.cpp reads a count of 0 as dense.
         let moe = if arch.is_moe() || (arch.allows_moe() && opt("expert_count")? > Some(0)) {
             let n_expert = f.get_usize(&k("expert_count"))?;
@@ -95,6 +122,7 @@ impl Config {
             let n_ff_exp = match arch {
                 Arch::Qwen3Moe => opt("expert_feed_forward_length")?
                     .unwrap_or(n_ff.checked_div(n_expert_used).unwrap_or(0)),
+                Arch::GptOss => f.get_usize(&k("expert_feed_forward_length"))?,
                 _ => n_ff,
             };
             Some(MoeConfig {
@@ -166,9 +194,21 @@ impl Config {
                     attn_out: has("blk.0.attn_output.bias"),
                     ffn: has("blk.0.ffn_gate.bias"),
                 },
+                Arch::GptOss => Biases {
+                    qkv: true,
+                    attn_out: true,
+                    ffn: false,
+                },
                 _ => Biases::default(),
             },
+            swa: match arch {
+                Arch::GptOss => Some(read_swa(f, arch, opt("attention.sliding_window")?)?),
+                _ => None,
+            },
         };
+        if arch == Arch::GptOss {
+            check_gpt_oss_rope(f, &cfg)?;
+        }
         crate::known::check_keys(f, arch)?;
         cfg.validate()?;
         Ok(cfg)
@@ -278,6 +318,11 @@ impl Config {
             }
             (None, false) => {}
         }
+        if let Some(swa) = &self.swa {
+            if swa.window == 0 {
+                return bad("attention.sliding_window", "must be positive".into());
+            }
+        }
         if self.tied_embeddings && !self.arch.allows_tied_output() {
             return Err(ModelError::Tensor {
                 name: "output.weight".into(),
@@ -301,7 +346,7 @@ impl Config {
         w.set(&k("attention.layer_norm_rms_epsilon"), self.rms_eps);
         self.rope_scaling.write_to(w, self.arch);
         // Qwen3 checkpoints carry an explicit head_dim, and llama.cpp's converter writes it.
-        let explicit = matches!(self.arch, Arch::Qwen3 | Arch::Qwen3Moe);
+        let explicit = matches!(self.arch, Arch::Qwen3 | Arch::Qwen3Moe | Arch::GptOss);
         let even_split = self.n_embd / self.n_head;
         if explicit || self.head_dim != even_split || self.head_dim_v != even_split {
             w.set(&k("attention.key_length"), u(self.head_dim));
@@ -310,9 +355,18 @@ impl Config {
         if let Some(m) = &self.moe {
             w.set(&k("expert_count"), u(m.n_expert));
             w.set(&k("expert_used_count"), u(m.n_expert_used));
-            if self.arch == Arch::Qwen3Moe {
+            if matches!(self.arch, Arch::Qwen3Moe | Arch::GptOss) {
                 w.set(&k("expert_feed_forward_length"), u(m.n_ff_exp));
             }
+        }
+        if let Some(swa) = &self.swa {
+            w.set(&k("attention.sliding_window"), u(swa.window));
+            if swa.period != 2 {
+                w.set(&k("attention.sliding_window_pattern"), u(swa.period));
+            }
+        }
+        if self.arch == Arch::GptOss {
+            w.set(&k("rope.dimension_count"), u(self.head_dim));
         }
         w.set(&k("vocab_size"), u(self.n_vocab));
     }
@@ -332,4 +386,35 @@ impl Config {
     pub fn n_expert(&self) -> usize {
         self.moe.as_ref().map_or(0, |m| m.n_expert)
     }
+}
+
+/// gpt-oss's sliding window (required, as in llama.cpp) and its pattern (a period; llama.cpp
+/// also takes a per-block array, which ferrolm refuses by name rather than misread).
+fn read_swa(f: &GgufFile, arch: Arch, window: Option<usize>) -> Result<Swa> {
+    let window = window.ok_or_else(|| ModelError::Hparam {
+        key: key(arch, "attention.sliding_window"),
+        what: "missing (gpt-oss attends over a sliding window on alternate blocks)".into(),
+    })?;
+    let pattern = key(arch, "attention.sliding_window_pattern");
+    let period = match f.get(&pattern) {
+        None => 2,
+        Some(_) => f.get_usize(&pattern).map_err(|_| ModelError::Hparam {
+            key: pattern.clone(),
+            what: "only a period (an integer) is supported, not a per-block array".into(),
+        })?,
+    };
+    Ok(Swa { window, period })
+}
+
+/// A RoPE base of their own for gpt-oss's sliding blocks (`rope.freq_base_swa`, which
+/// llama.cpp reads) is not implemented: refused by name unless it equals the base.
+fn check_gpt_oss_rope(f: &GgufFile, cfg: &Config) -> Result<()> {
+    let base_swa = key(cfg.arch, "rope.freq_base_swa");
+    if f.get(&base_swa).is_some() && f.get_f32(&base_swa)? != cfg.rope_freq_base {
+        return Err(ModelError::Hparam {
+            key: base_swa,
+            what: "a RoPE base of its own for the sliding blocks is not supported".into(),
+        });
+    }
+    Ok(())
 }

@@ -144,9 +144,12 @@ impl<B: Backend> Backend for Dump<'_, B> {
         v: &B::Act,
         inp: &B::Inputs,
         shape: AttnShape,
+        window: Option<usize>,
+        sinks: Option<&B::Weight>,
         out: &mut B::Act,
     ) -> Result<(), B::Error> {
-        self.inner.attention(seqs, layer, q, k, v, inp, shape, out)
+        self.inner
+            .attention(seqs, layer, q, k, v, inp, shape, window, sinks, out)
     }
 
     fn swiglu(&self, gate: &mut B::Act, up: &B::Act) -> Result<(), B::Error> {

@@ -1,23 +1,25 @@
 //! The forward pass of every supported architecture, written once against [`Backend`].
 //!
-//! All five share one pre-norm block; they differ only in the switches read off `Config`:
-//! q/k/v biases (qwen2; llama's optional biases), q/k RMS norms per head (qwen3, qwen3moe) or
-//! over the whole width (olmoe), the RoPE pairing and scaling (and llama3's frequency factors),
-//! and a dense or mixture-of-experts FFN (Mixtral-style files are llama with experts).
+//! All six share one pre-norm block; they differ only in the switches read off `Config` and
+//! the weights present: q/k/v biases (qwen2, gpt-oss; llama's optional biases), q/k RMS norms
+//! per head (qwen3, qwen3moe) or over the whole width (olmoe), the RoPE pairing and scaling
+//! (and llama3's frequency factors), an output bias, attention sinks and sliding windows
+//! (gpt-oss), and a dense or mixture-of-experts FFN (Mixtral-style files are llama with
+//! experts).
 //!
 //! The pass names its intermediates to the backend ([`Backend::tap`], llama.cpp's graph names),
 //! which does nothing with them unless it is the dump adapter ([`crate::dump::Dump`]).
 
 use crate::arch::Arch;
 
-use crate::backend::{AttnShape, Backend, InputRows, MoeGating, RopeMode, SeqRows};
+use crate::backend::{AttnShape, Backend, InputRows, MoeAct, MoeGating, RopeMode, SeqRows};
 use crate::config::Config;
 use crate::weights::{Ffn, ModelWeights};
 
 pub fn rope_mode(arch: Arch) -> RopeMode {
     match arch {
         Arch::Llama => RopeMode::Normal,
-        Arch::Qwen2 | Arch::Qwen3 | Arch::Olmoe | Arch::Qwen3Moe => RopeMode::Neox,
+        Arch::Qwen2 | Arch::Qwen3 | Arch::Olmoe | Arch::Qwen3Moe | Arch::GptOss => RopeMode::Neox,
     }
 }
 
@@ -26,7 +28,19 @@ pub fn rope_mode(arch: Arch) -> RopeMode {
 pub fn moe_gating(arch: Arch) -> MoeGating {
     match arch {
         Arch::Qwen3Moe | Arch::Llama => MoeGating::SoftmaxTopKRenorm,
+        Arch::GptOss => MoeGating::TopKSoftmax,
         _ => MoeGating::SoftmaxTopK,
+    }
+}
+
+pub fn moe_act(arch: Arch) -> MoeAct {
+    match arch {
+        // ggml's constants for gpt-oss (llama.cpp's `LLM_FFN_SWIGLU_OAI_MOE`).
+        Arch::GptOss => MoeAct::SwigluOai {
+            alpha: 1.702,
+            limit: 7.0,
+        },
+        _ => MoeAct::Swiglu,
     }
 }
 
@@ -128,7 +142,8 @@ pub fn layers<B: Backend>(
         b.tap("Vcur", il, &v)?;
         b.tap("Kcur", il, &k)?;
         b.tap("Qcur", il, &q)?;
-        b.attention(seqs, il, &q, &k, &v, inp, shape, &mut attn)?;
+        let sinks = a.sinks.as_ref();
+        b.attention(seqs, il, &q, &k, &v, inp, shape, a.window, sinks, &mut attn)?;
         b.tap("kqv_out", il, &attn)?;
         b.matmul(&a.output, &attn, &mut proj)?;
         if let Some(bo) = &a.output_bias {

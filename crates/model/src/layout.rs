@@ -46,6 +46,15 @@ pub enum TensorRole {
     FfnGateExps,
     FfnUpExps,
     FfnDownExps,
+    /// gpt-oss: one learned logit per query head joining each softmax (attention sinks).
+    AttnSinks,
+    /// gpt-oss: the norm before the MoE (llama.cpp's `attn_post_norm`), in place of `ffn_norm`.
+    AttnPostNorm,
+    /// gpt-oss: the router's bias, and each expert's biases (`[width][n_expert]`).
+    FfnGateInpBias,
+    FfnGateExpsBias,
+    FfnUpExpsBias,
+    FfnDownExpsBias,
 }
 
 impl TensorRole {
@@ -79,6 +88,12 @@ impl TensorRole {
             FfnGateExps => "ffn_gate_exps.weight",
             FfnUpExps => "ffn_up_exps.weight",
             FfnDownExps => "ffn_down_exps.weight",
+            AttnSinks => "attn_sinks.weight",
+            AttnPostNorm => "post_attention_norm.weight",
+            FfnGateInpBias => "ffn_gate_inp.bias",
+            FfnGateExpsBias => "ffn_gate_exps.bias",
+            FfnUpExpsBias => "ffn_up_exps.bias",
+            FfnDownExpsBias => "ffn_down_exps.bias",
         }
     }
 
@@ -193,6 +208,10 @@ pub fn tensor_specs(cfg: &Config) -> Vec<TensorSpec> {
         ));
     }
 
+    if cfg.arch == Arch::GptOss {
+        gpt_oss_blocks(cfg, &mut out);
+        return out;
+    }
     for i in 0..cfg.n_layer {
         let mut t = |role, dims: &[usize], kind| {
             out.push(TensorSpec::new(TensorId::block(i, role), dims, kind))
@@ -225,7 +244,7 @@ pub fn tensor_specs(cfg: &Config) -> Vec<TensorSpec> {
                 t(AttnQNorm, &[q_width], Norm);
                 t(AttnKNorm, &[k_width], Norm);
             }
-            Arch::Llama | Arch::Qwen2 => {}
+            Arch::Llama | Arch::Qwen2 | Arch::GptOss => {}
         }
         t(FfnNorm, &[d], Norm);
         match &cfg.moe {
@@ -249,6 +268,41 @@ pub fn tensor_specs(cfg: &Config) -> Vec<TensorSpec> {
         }
     }
     out
+}
+
+/// gpt-oss's blocks, in the order of llama.cpp's converter: biased q/k/v/output projections,
+/// the sinks, the norm before the MoE, and the router and experts with their biases.
+fn gpt_oss_blocks(cfg: &Config, out: &mut Vec<TensorSpec>) {
+    use TensorKind::*;
+    use TensorRole::*;
+    let d = cfg.n_embd;
+    let (q_width, kv_width) = (cfg.n_head * cfg.head_dim, cfg.n_head_kv * cfg.head_dim);
+    let m = cfg.moe.as_ref().expect("gpt-oss is an MoE architecture");
+    let (e, ff) = (m.n_expert, m.n_ff_exp);
+    for i in 0..cfg.n_layer {
+        let mut t = |role, dims: &[usize], kind| {
+            out.push(TensorSpec::new(TensorId::block(i, role), dims, kind))
+        };
+        t(AttnNorm, &[d], Norm);
+        t(AttnQ, &[d, q_width], Weight);
+        t(AttnQBias, &[q_width], Bias);
+        t(AttnK, &[d, kv_width], Weight);
+        t(AttnKBias, &[kv_width], Bias);
+        t(AttnV, &[d, kv_width], Weight);
+        t(AttnVBias, &[kv_width], Bias);
+        t(AttnOutput, &[q_width, d], Weight);
+        t(AttnOutputBias, &[d], Bias);
+        t(AttnSinks, &[cfg.n_head], Bias);
+        t(AttnPostNorm, &[d], Norm);
+        t(FfnGateInp, &[d, e], Weight);
+        t(FfnGateInpBias, &[e], Bias);
+        t(FfnGateExps, &[d, ff, e], Weight);
+        t(FfnGateExpsBias, &[ff, e], Bias);
+        t(FfnUpExps, &[d, ff, e], Weight);
+        t(FfnUpExpsBias, &[ff, e], Bias);
+        t(FfnDownExps, &[ff, d, e], Weight);
+        t(FfnDownExpsBias, &[d, e], Bias);
+    }
 }
 
 #[cfg(test)]

@@ -26,10 +26,13 @@ pub enum FileType {
     Q4KM,
     Q5KM,
     Q6K,
+    /// llama.cpp's `MXFP4_MOE`, gpt-oss's released type: expert stacks MXFP4, other matrices
+    /// Q8_0.
+    Mxfp4Moe,
 }
 
 impl FileType {
-    pub const ALL: [FileType; 13] = [
+    pub const ALL: [FileType; 14] = [
         Self::F32,
         Self::F16,
         Self::Bf16,
@@ -43,6 +46,7 @@ impl FileType {
         Self::Q4KM,
         Self::Q5KM,
         Self::Q6K,
+        Self::Mxfp4Moe,
     ];
 
     pub const fn name(self) -> &'static str {
@@ -60,6 +64,7 @@ impl FileType {
             Self::Q4KM => "q4_k_m",
             Self::Q5KM => "q5_k_m",
             Self::Q6K => "q6_k",
+            Self::Mxfp4Moe => "mxfp4_moe",
         }
     }
 
@@ -91,6 +96,7 @@ impl FileType {
             Self::Q5KM => 17,
             Self::Q6K => 18,
             Self::Bf16 => 32,
+            Self::Mxfp4Moe => 38,
         }
     }
 
@@ -114,6 +120,7 @@ impl FileType {
             Self::Q4KM => GgmlType::Q4K,
             Self::Q5KM => GgmlType::Q5K,
             Self::Q6K => GgmlType::Q6K,
+            Self::Mxfp4Moe => GgmlType::Mxfp4,
         }
     }
 
@@ -277,10 +284,17 @@ impl State {
         if !self.ftype.is_quantized() {
             return Ok(base);
         }
+        let cat = category(t.name);
+        if self.ftype == F::Mxfp4Moe {
+            // llama.cpp: the output (or a tied embedding) and every 2-D matrix Q8_0, the
+            // expert stacks (a third dimension above 1) MXFP4.
+            let output = cat == Category::Output || (cat == Category::TokenEmbd && self.tied);
+            let stack = t.dims.get(2).is_some_and(|&e| e > 1);
+            return fallback(t, if stack && !output { G::Mxfp4 } else { G::Q8_0 });
+        }
         let m = self.model;
         let eight_experts = m.n_expert == 8;
         let mut ty = base;
-        let cat = category(t.name);
         let is_output = cat == Category::Output || (cat == Category::TokenEmbd && self.tied);
         match cat {
             _ if is_output => {

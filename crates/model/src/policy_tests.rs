@@ -145,3 +145,34 @@ fn file_type_names_and_numbers_round_trip() {
     }
     assert_eq!(FileType::from_name("q4_k"), None);
 }
+
+/// gpt-oss-20b as llama.cpp's `MXFP4_MOE` lays it out (ggml-org's released file): expert stacks
+/// MXFP4, the embedding, output and attention matrices Q8_0, the router, norms, sinks and
+/// biases F32; about 12.1 GB.
+#[test]
+fn gpt_oss_20b_mxfp4_moe_types() {
+    let synth =
+        crate::Synth::new("gpt-oss-20b", FileType::Mxfp4Moe, 0, crate::VocabKind::None).unwrap();
+    let (plan, _) = synth.plan().unwrap();
+    let ty = |name: &str| {
+        plan.tensors()
+            .iter()
+            .find(|t| t.name == name)
+            .unwrap_or_else(|| panic!("{name}"))
+            .ty
+    };
+    for name in ["ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"] {
+        assert_eq!(ty(&format!("blk.5.{name}.weight")), GgmlType::Mxfp4);
+        assert_eq!(ty(&format!("blk.5.{name}.bias")), GgmlType::F32);
+    }
+    for name in ["attn_q", "attn_k", "attn_v", "attn_output"] {
+        assert_eq!(ty(&format!("blk.0.{name}.weight")), GgmlType::Q8_0);
+    }
+    assert_eq!(ty("token_embd.weight"), GgmlType::Q8_0);
+    assert_eq!(ty("output.weight"), GgmlType::Q8_0);
+    assert_eq!(ty("blk.0.ffn_gate_inp.weight"), GgmlType::F32);
+    assert_eq!(ty("blk.0.attn_sinks.weight"), GgmlType::F32);
+    assert_eq!(ty("blk.0.post_attention_norm.weight"), GgmlType::F32);
+    let gb = synth.file_size().unwrap() as f64 / 1e9;
+    assert!((12.0..12.2).contains(&gb), "{gb} GB");
+}

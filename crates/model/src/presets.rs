@@ -4,8 +4,8 @@
 //! llama.cpp-made golden files (2 layers, d 256, vocab 512, 8 experts with top-3).
 
 use crate::arch::Arch;
-use crate::config::{Biases, Config, MoeConfig};
-use crate::rope::RopeScaling;
+use crate::config::{Biases, Config, MoeConfig, Swa};
+use crate::rope::{RopeScaling, RopeScalingKind};
 
 pub struct Preset {
     pub name: &'static str,
@@ -14,8 +14,9 @@ pub struct Preset {
 }
 
 /// Every preset name, for help texts and error messages.
-pub const NAMES: [&str; 10] = [
+pub const NAMES: [&str; 12] = [
     "olmoe-1b-7b",
+    "gpt-oss-20b",
     "qwen3-30b-a3b",
     "smollm2-1.7b",
     "smollm2-135m",
@@ -25,6 +26,7 @@ pub const NAMES: [&str; 10] = [
     "tiny-qwen3",
     "tiny-olmoe",
     "tiny-qwen3moe",
+    "tiny-gpt-oss",
 ];
 
 fn moe(n_expert: usize, n_expert_used: usize, n_ff_exp: usize) -> Option<MoeConfig> {
@@ -55,9 +57,11 @@ fn shape(arch: Arch, n_embd: usize, n_layer: usize, n_head: usize, n_head_kv: us
         rms_eps: 1e-5,
         tied_embeddings: false,
         biases: Biases {
-            qkv: arch == Arch::Qwen2,
+            qkv: matches!(arch, Arch::Qwen2 | Arch::GptOss),
+            attn_out: arch == Arch::GptOss,
             ..Biases::default()
         },
+        swa: None,
     }
 }
 
@@ -85,6 +89,29 @@ pub fn preset(name: &str) -> Option<Preset> {
                 rope_freq_base: 1e6,
                 rms_eps: 1e-6,
                 ..shape(Arch::Qwen3Moe, 2048, 48, 32, 4)
+            },
+        ),
+        "gpt-oss-20b" => (
+            "gpt-oss-20b: 32 experts, top-4, sliding window 128 on alternate blocks, YaRN x32",
+            Config {
+                head_dim: 64,
+                head_dim_v: 64,
+                n_ff: 2880,
+                moe: moe(32, 4, 2880),
+                n_vocab: 201088,
+                n_ctx: 131072,
+                rope_freq_base: 150000.0,
+                rope_scaling: RopeScaling {
+                    kind: RopeScalingKind::Yarn,
+                    factor: 32.0,
+                    n_ctx_orig: Some(4096),
+                    ..RopeScaling::default()
+                },
+                swa: Some(Swa {
+                    window: 128,
+                    period: 2,
+                }),
+                ..shape(Arch::GptOss, 2880, 24, 64, 8)
             },
         ),
         "smollm2-1.7b" => (
@@ -169,6 +196,29 @@ pub fn preset(name: &str) -> Option<Preset> {
                 rope_freq_base: 1e6,
                 rms_eps: 1e-6,
                 ..shape(Arch::Qwen3Moe, 256, 2, 4, 2)
+            },
+        ),
+        "tiny-gpt-oss" => (
+            "2-layer gpt-oss (block 0 slides over 16), 8 experts, top-4, YaRN x32",
+            Config {
+                n_ff: 256,
+                moe: moe(8, 4, 256),
+                n_vocab: 512,
+                n_ctx: 131072,
+                rope_freq_base: 150000.0,
+                rope_scaling: RopeScaling {
+                    kind: RopeScalingKind::Yarn,
+                    factor: 32.0,
+                    n_ctx_orig: Some(4096),
+                    ..RopeScaling::default()
+                },
+                swa: Some(Swa {
+                    window: 16,
+                    period: 2,
+                }),
+                head_dim: 64,
+                head_dim_v: 64,
+                ..shape(Arch::GptOss, 256, 2, 8, 2)
             },
         ),
         _ => return None,

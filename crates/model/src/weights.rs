@@ -1,6 +1,7 @@
 //! Model weights bound by role, generic over how a backend holds a tensor.
 
-use crate::backend::MoeGating;
+use crate::arch::Arch;
+use crate::backend::{MoeAct, MoeGating};
 use crate::config::Config;
 use crate::error::{ModelError, Result};
 use crate::layout::{tensor_specs, TensorId, TensorRole};
@@ -19,6 +20,10 @@ pub struct AttnWeights<W> {
     /// qwen3/qwen3moe (per head) and olmoe (whole width).
     pub q_norm: Option<W>,
     pub k_norm: Option<W>,
+    /// gpt-oss: a logit per query head that joins each softmax.
+    pub sinks: Option<W>,
+    /// gpt-oss: this block attends over a sliding window of this many positions.
+    pub window: Option<usize>,
 }
 
 pub struct DenseFfn<W> {
@@ -41,6 +46,13 @@ pub struct MoeWeights<W> {
     pub n_ff: usize,
     /// How the router's top-k probabilities become expert weights (from the architecture).
     pub gating: MoeGating,
+    /// The experts' gated activation (from the architecture).
+    pub act: MoeAct,
+    /// gpt-oss: the router's bias (`n_expert`), added to its logits.
+    pub router_bias: Option<W>,
+    /// gpt-oss: the experts' gate, up and down biases, `[width][n_expert]` each (expert `e`'s is
+    /// row `e`).
+    pub biases: Option<[W; 3]>,
 }
 
 pub enum Ffn<W> {
@@ -116,8 +128,11 @@ impl<W> ModelWeights<W> {
                 output_bias: b.attn_out.then(|| t(AttnOutputBias)).transpose()?,
                 q_norm: has(AttnQNorm).then(|| t(AttnQNorm)).transpose()?,
                 k_norm: has(AttnKNorm).then(|| t(AttnKNorm)).transpose()?,
+                sinks: has(AttnSinks).then(|| t(AttnSinks)).transpose()?,
+                window: cfg.swa.as_ref().filter(|s| s.slides(i)).map(|s| s.window),
             };
-            let ffn_norm = t(FfnNorm)?;
+            let gpt_oss = cfg.arch == Arch::GptOss;
+            let ffn_norm = t(if gpt_oss { AttnPostNorm } else { FfnNorm })?;
             let ffn = match &cfg.moe {
                 None => Ffn::Dense(DenseFfn {
                     gate: t(FfnGate)?,
@@ -138,6 +153,13 @@ impl<W> ModelWeights<W> {
                     n_expert_used: m.n_expert_used,
                     n_ff: m.n_ff_exp,
                     gating: crate::forward::moe_gating(cfg.arch),
+                    act: crate::forward::moe_act(cfg.arch),
+                    router_bias: gpt_oss.then(|| t(FfnGateInpBias)).transpose()?,
+                    biases: if gpt_oss {
+                        Some([t(FfnGateExpsBias)?, t(FfnUpExpsBias)?, t(FfnDownExpsBias)?])
+                    } else {
+                        None
+                    },
                 }),
             };
             layers.push(LayerWeights {

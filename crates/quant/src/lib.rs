@@ -7,11 +7,13 @@
 mod float;
 mod kquant;
 mod legacy;
+mod mxfp4;
 mod q8simd;
 
 pub use ferrolm_gguf::GgmlType;
 pub use kquant::{BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K, SuperBlock, QK_K};
 pub use legacy::{BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, BlockQ8_1, LegacyBlock};
+pub use mxfp4::{e8m0_to_f32_half, BlockMxfp4, KVALUES as MXFP4_VALUES, QK_MXFP4};
 use rayon::prelude::*;
 
 /// One block format: how a block of `ty.block_elems()` floats maps to `ty.block_bytes()` bytes.
@@ -48,6 +50,7 @@ pub fn codec(ty: GgmlType) -> Result<&'static Codec, QuantError> {
         .iter()
         .chain(legacy::CODECS)
         .chain(kquant::CODECS)
+        .chain(mxfp4::CODECS)
         .find(|c| c.ty == ty)
         .ok_or(QuantError::Unsupported(ty))
 }
@@ -58,6 +61,7 @@ pub fn supported_types() -> impl Iterator<Item = GgmlType> {
         .iter()
         .chain(legacy::CODECS)
         .chain(kquant::CODECS)
+        .chain(mxfp4::CODECS)
         .map(|c| c.ty)
 }
 

@@ -47,6 +47,7 @@ mod act;
 mod float;
 mod formats;
 mod lanes;
+mod mxfp4;
 mod quantized;
 mod reference;
 mod scalar;
@@ -96,7 +97,7 @@ impl<'a> WeightRef<'a> {
 pub fn activation_type(ty: GgmlType) -> GgmlType {
     use GgmlType::*;
     match ty {
-        Q4_0 | Q5_0 | Q8_0 => Q8_0,
+        Q4_0 | Q5_0 | Q8_0 | Mxfp4 => Q8_0,
         Q4_1 | Q5_1 => Q8_1,
         Q2K | Q3K | Q4K | Q5K | Q6K => Q8K,
         other => other,

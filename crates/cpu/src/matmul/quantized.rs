@@ -44,6 +44,8 @@ pub(super) fn matmul(
         GgmlType::Q4K => run::<formats::Q4K>(k, w, x, out),
         GgmlType::Q5K => run::<formats::Q5K>(k, w, x, out),
         GgmlType::Q6K => run::<formats::Q6K>(k, w, x, out),
+        // One kernel for every level: llama.cpp's order is sequential per output.
+        GgmlType::Mxfp4 => super::mxfp4::matmul(w, x, out),
         _ => return false,
     }
     true

@@ -469,8 +469,15 @@ impl Backend for CudaBackend {
         v: &CudaAct,
         inp: &CudaInputs,
         shape: AttnShape,
+        window: Option<usize>,
+        sinks: Option<&CudaWeight>,
         out: &mut CudaAct,
     ) -> Result<()> {
+        if window.is_some() || sinks.is_some() {
+            return Err(CudaError::Invalid(
+                "sliding-window attention and attention sinks have no CUDA kernels yet".into(),
+            ));
+        }
         if q.rows == 0 {
             return Ok(());
         }

@@ -7,7 +7,7 @@ use super::{CudaAct, CudaBackend, CudaWeight};
 use crate::error::{CudaError, DriverContext, Result};
 use crate::ops::{MoeDecodeWork, MoeExperts, MoeRouteWork, MoeWork, MOE_DECODE_MAX_TOKENS};
 use crate::plan::{MoePath, MoeShape};
-use ferrolm_model::backend::MoeGating;
+use ferrolm_model::backend::{MoeAct, MoeGating};
 use ferrolm_model::weights::MoeWeights;
 
 /// Scratch of the MoE kernels, shared by every layer (they all have the same shape) and grown
@@ -39,6 +39,11 @@ impl CudaBackend {
                 "an MoE router not uploaded as one".into(),
             ));
         };
+        if w.router_bias.is_some() || w.biases.is_some() || w.act != MoeAct::Swiglu {
+            return Err(CudaError::Invalid(
+                "biased experts and swiglu_oai (gpt-oss) have no CUDA kernels yet".into(),
+            ));
+        }
         // The router applies its gating itself (fixed at upload); it must be the weights'.
         if router.renorm != (w.gating == MoeGating::SoftmaxTopKRenorm) {
             return Err(CudaError::Invalid(format!(

@@ -13,6 +13,7 @@
 //! | Q4_K | ✓ | ✓ | ✓ | ✓ | | ✓ | ✓ | ✓ | |
 //! | Q5_K | ✓ | | ✓ | | | ✓ | | | |
 //! | Q6_K | ✓ | | ✓ | | | ✓ | ✓ | ✓ | |
+//! | MXFP4 | ✓ | | | | | | | | |
 //!
 //! Weights of a format without a mat-vec are held on the device as F32 (dequantized at
 //! upload, `backend::weights`), so F16, BF16 and the other ggml formats run as floats.
@@ -80,7 +81,7 @@ impl Format {
 }
 
 /// Every format a kernel takes, in ggml type order.
-pub const FORMATS: [Format; 8] = [
+pub const FORMATS: [Format; 9] = [
     Format {
         ty: GgmlType::F32,
         embed: true,
@@ -117,6 +118,12 @@ pub const FORMATS: [Format; 8] = [
         experts_narrow: true,
         embed: true,
         ..Format::int8(GgmlType::Q6K)
+    },
+    // gpt-oss's experts; dense MXFP4 matrices for now (no GEMM or expert kernels yet).
+    Format {
+        ty: GgmlType::Mxfp4,
+        matvec: true,
+        ..Format::NONE
     },
 ];
 

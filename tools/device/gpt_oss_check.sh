@@ -1,0 +1,34 @@
+#!/bin/bash
+# gpt-oss on the GPU machine, in one device call (writes under $OUT):
+#   1. the CUDA MXFP4 mat-vec against the CPU (cuda-parity's `mmvq MXFP4` rows);
+#   2. the tiny gpt-oss goldens through the CLI on the CPU (CUDA refuses gpt-oss until its
+#      kernels exist: the refusal is checked too);
+#   3. `ferrolm synth --preset gpt-oss-20b --type mxfp4_moe` (12.1 GB) loads and runs in
+#      llama.cpp's llama-bench, and ferrolm reads the same file.
+# Usage, from the repo root, with llama.cpp unpacked as ../shared/bench/README.md says:
+#   bash tools/device/gpt_oss_check.sh BIN_DIR LLAMA_BIN_DIR
+B=$1/ferrolm
+L=$2
+T=$(dirname "$0")
+M=target/device-models # ignored, so it stays between calls while the machine is warm
+export FERROLM_CACHE=${FERROLM_CACHE:-/tmp/ferrolm-cache}
+mkdir -p $M
+
+echo "== cuda-parity: MXFP4 mat-vec"
+timeout 180 $B cuda-parity --seed 11 > $OUT/parity.txt 2>&1
+echo "parity rc=$? $(tail -1 $OUT/parity.txt)"
+grep -i mxfp4 $OUT/parity.txt
+
+echo "== tiny gpt-oss goldens (CPU)"
+G=goldens/gpt-oss
+python3 $T/golden_check.py $B $G tiny-gpt-oss-mxfp4-q8_0 -- --backend cpu 2>&1 | tee $OUT/goldens.txt
+python3 $T/golden_check.py $B $G tiny-gpt-oss-mxfp4-f32 -- --backend cpu --cache-type f32 2>&1 | tee -a $OUT/goldens.txt
+echo "== CUDA refuses gpt-oss by name (expected: an error naming --backend cpu)"
+$B logits -m $G/tiny-gpt-oss-mxfp4-q8_0.gguf --tokens "1 2 3" --backend cuda 2>&1 | tail -1
+
+echo "== gpt-oss-20b (mxfp4_moe) in llama-bench"
+F=$M/gpt-oss-20b-mxfp4_moe.gguf
+[ -f $F ] || timeout 300 $B synth --preset gpt-oss-20b --type mxfp4_moe -o $F 2>&1 | tail -1
+ls -l $F
+timeout 240 $L/llama-bench -m $F -ngl 99 -fa 1 -p 512 -n 32 -r 1 2>&1 | tail -6 | tee $OUT/llama-bench.txt
+$B inspect $F 2>&1 | head -20
