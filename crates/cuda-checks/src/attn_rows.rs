@@ -218,7 +218,7 @@ fn batch(
         let mut kv = LayerKv::new(KvType::F32, s.n_ctx, n_kv_head, head_dim);
         kv.store(0, &kr, &vr);
         let mut w = vec![0f32; qs.len()];
-        attention(&cpu_plan, qs, &kv, ps, shape, &mut w);
+        attention(&cpu_plan, qs, &kv, ps, shape, None, None, &mut w);
         want.extend(w);
         scale.extend(magnitudes(qs, &kr, &vr, ps, shape));
         row0 += s.rows;
