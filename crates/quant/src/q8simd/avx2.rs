@@ -124,37 +124,27 @@ pub(super) unsafe fn round_away<const N: usize>(
     scale: f32,
     out: &mut [i8; N],
 ) -> i32 {
-    const { assert!(N.is_multiple_of(32)) };
-    let (s, lo, hi) = (
-        _mm256_set1_ps(scale),
-        _mm256_set1_ps(-128.0),
-        _mm256_set1_ps(127.0),
-    );
-    let mut sum = _mm256_setzero_si256();
-    for (c, o) in x.chunks_exact(32).zip(out.chunks_exact_mut(32)) {
-        let mut q = [_mm256_setzero_si256(); 4];
-        for (i, q) in q.iter_mut().enumerate() {
-            // NaN converts to 0; clamping to the i8 range before rounding matches the
-            // saturating cast after it (rounding is monotonic and the bounds are integers).
-            let v = nan_to_zero(_mm256_mul_ps(load(c, 8 * i), s));
-            *q = round_away_epi32(_mm256_min_ps(_mm256_max_ps(v, lo), hi));
-            sum = _mm256_add_epi32(sum, *q);
-        }
-        low_bytes(q, o);
-    }
-    let sum = _mm_add_epi32(
-        _mm256_castsi256_si128(sum),
-        _mm256_extracti128_si256::<1>(sum),
-    );
-    let sum = _mm_add_epi32(sum, _mm_shuffle_epi32::<0b01_00_11_10>(sum));
-    let sum = _mm_add_epi32(sum, _mm_shuffle_epi32::<0b10_11_00_01>(sum));
-    _mm_cvtsi128_si32(sum)
+    round_codes::<N, false>(x, scale, out)
 }
 
 /// # Safety
 /// AVX2 must be available.
 #[target_feature(enable = "avx2")]
 pub(super) unsafe fn round_even<const N: usize>(
+    x: &[f32; N],
+    scale: f32,
+    out: &mut [i8; N],
+) -> i32 {
+    round_codes::<N, true>(x, scale, out)
+}
+
+/// The codes of `x * scale`, rounded half to even (`EVEN`) or half away from zero, and their
+/// sum.
+///
+/// # Safety
+/// AVX2 must be available.
+#[target_feature(enable = "avx2")]
+unsafe fn round_codes<const N: usize, const EVEN: bool>(
     x: &[f32; N],
     scale: f32,
     out: &mut [i8; N],
@@ -169,12 +159,17 @@ pub(super) unsafe fn round_even<const N: usize>(
     for (c, o) in x.chunks_exact(32).zip(out.chunks_exact_mut(32)) {
         let mut q = [_mm256_setzero_si256(); 4];
         for (i, q) in q.iter_mut().enumerate() {
-            // NaN to 0 and clamped to the i8 range first, as in `round_away`.
+            // NaN converts to 0; clamping to the i8 range before rounding matches the
+            // saturating cast after it (rounding is monotonic and the bounds are integers).
             let v = nan_to_zero(_mm256_mul_ps(load(c, 8 * i), s));
             let v = _mm256_min_ps(_mm256_max_ps(v, lo), hi);
-            *q = _mm256_cvtps_epi32(_mm256_round_ps::<
-                { _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC },
-            >(v));
+            *q = if EVEN {
+                _mm256_cvtps_epi32(_mm256_round_ps::<
+                    { _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC },
+                >(v))
+            } else {
+                round_away_epi32(v)
+            };
             sum = _mm256_add_epi32(sum, *q);
         }
         low_bytes(q, o);
