@@ -6,7 +6,8 @@ use anyhow::Result;
 use ferrolm_cpu::matmul::{matmul, WeightRef};
 use ferrolm_cpu::{norm, rope, CpuPlan};
 use ferrolm_cuda::ops::{
-    dequantize_blocks, ActQuant, QuantMatrix, Rope, RopeArgs, RopeScale, Q8_1_BLOCK_BYTES,
+    dequantize_blocks, rope_table_len, ActQuant, QuantMatrix, Rope, RopeArgs, RopeScale,
+    Q8_1_BLOCK_BYTES,
 };
 use ferrolm_cuda::{CudaDevice, CudaSlice, Kernels, Plan};
 use ferrolm_gguf::GgmlType;
@@ -288,10 +289,32 @@ fn rope_both(dev: &CudaDevice, k: &Kernels, rng: &mut StdRng) -> Result<Vec<Row>
                 corr_high: model_rope.corr_dims[1],
             },
             factors: ffd.as_ref(),
+            table: None,
         };
         k.norm_rope.rope(&mut xd, hd, &pd, &args)?;
+        // The same rotation reading a table of the pass's angles: the same bits.
+        let mut table = dev.upload(&vec![0u32; rope_table_len(n, hd)])?;
+        k.norm_rope.rope_table(&mut table, hd, &pd, &args)?;
+        let mut xt = dev.upload(&x)?;
+        let with_table = RopeArgs {
+            table: Some(&table),
+            ..args
+        };
+        k.norm_rope.rope(&mut xt, hd, &pd, &with_table)?;
         dev.sync()?;
         let got = dev.download(&xd)?;
+        let same = dev
+            .download(&xt)?
+            .iter()
+            .zip(&got)
+            .all(|(a, b)| a.to_bits() == b.to_bits());
+        rows.push(row(
+            &format!("{name}, from a table"),
+            format!("{n}×{heads}×{hd}"),
+            "the same rotation computing its angles",
+            (if same { 0.0 } else { f64::NAN }, 0.0, same),
+            Contract::Exact,
+        ));
         let mut want = x.clone();
         rope::rope(&mut want, hd, &pos, &model_rope, ff);
         // A rotation keeps each pair's norm (times the magnitude): errors are measured against it.

@@ -11,7 +11,7 @@ use ferrolm_cpu::norm::swiglu;
 use ferrolm_cpu::CpuPlan;
 use ferrolm_cuda::ops::{dequantize_blocks, QuantMatrix, Q8_1_BLOCK_BYTES};
 use ferrolm_cuda::ops::{MoeDecodeWork, MoeExperts, MoeRouteWork, MoeRouter};
-use ferrolm_cuda::plan::{ExpertMatVec, MoeShape};
+use ferrolm_cuda::plan::{ExpertMatVec, MoeShape, RouterLogits};
 use ferrolm_cuda::{CudaDevice, Kernels, Plan};
 use ferrolm_gguf::GgmlType;
 use ferrolm_model::backend::MoeGating;
@@ -82,17 +82,43 @@ fn routing(
     let mut work = MoeRouteWork::new(dev, n, ne)?;
     let mut ids = dev.upload(&vec![-7i32; n * kk])?;
     let mut weights = dev.upload(&vec![f32::NAN; n * kk])?;
-    k.moe_route.route(
-        plan.router_logits(n, d),
-        &dev.upload(&x)?,
-        n,
-        &router,
-        &mut work,
-        &mut ids,
-        &mut weights,
-    )?;
+    let xd = dev.upload(&x)?;
+    let logits = plan.router_logits(n, d);
+    k.moe_route
+        .route(logits, &xd, n, &router, &mut work, &mut ids, &mut weights)?;
     dev.sync()?;
     let (gids, gw) = (dev.download(&ids)?, dev.download(&weights)?);
+    // The one-launch routing against the two launches it fuses: the same bits (twice, so the
+    // second launch shows the block counter was left at zero).
+    let mut fused_rows = Vec::new();
+    if logits == RouterLogits::MatVecTopk {
+        let mut same = true;
+        for _ in 0..2 {
+            k.moe_route.route(
+                RouterLogits::MatVec,
+                &xd,
+                n,
+                &router,
+                &mut work,
+                &mut ids,
+                &mut weights,
+            )?;
+            dev.sync()?;
+            let (ui, uw) = (dev.download(&ids)?, dev.download(&weights)?);
+            same &= ui == gids && uw.iter().zip(&gw).all(|(a, b)| a.to_bits() == b.to_bits());
+            k.moe_route
+                .route(logits, &xd, n, &router, &mut work, &mut ids, &mut weights)?;
+            dev.sync()?;
+            same &= dev.download(&ids)? == gids;
+        }
+        fused_rows.push(row(
+            "moe_route_small (logits + top-k in one launch)",
+            format!("{n} tok, {ne} experts, top-{kk}"),
+            "moe_logits_small then moe_topk",
+            (if same { 0.0 } else { f64::NAN }, 0.0, same),
+            Contract::Exact,
+        ));
+    }
 
     let wb: Vec<u8> = w.iter().flat_map(|v| v.to_le_bytes()).collect();
     let wr = WeightRef {
@@ -131,7 +157,7 @@ fn routing(
         "{n} tok, {ne} experts, top-{kk}{}",
         if renorm { ", renorm" } else { "" }
     );
-    Ok(vec![
+    let mut rows = vec![
         row(
             "moe route ids (p of pick vs p at rank)",
             shape.clone(),
@@ -149,7 +175,9 @@ fn routing(
             w_cmp,
             Contract::Rel(1e-4, "logits' f32 sum order, made relative by exp"),
         ),
-    ])
+    ];
+    rows.extend(fused_rows);
+    Ok(rows)
 }
 
 /// Random stacked experts at OLMoE's shape: Q4_K gate and up, down in Q4_K and in Q6_K.

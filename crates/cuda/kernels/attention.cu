@@ -303,7 +303,9 @@ static __device__ __noinline__ void combine_heads(const float *part_m, const flo
     }
 }
 
-// Flash-decoding, pass 2: grid (n_head, n_q), block D threads; out [n_q][n_head][D].
+// Flash-decoding, pass 2: grid (n_head, n_q), block ATTN_NWARPS warps (the split kernels'
+// block, so that combine_heads sums in the same sets as their fused combine); out
+// [n_q][n_head][D].
 extern "C" __global__ void attn_decode_combine(const float *__restrict__ part_m,
                                                const float *__restrict__ part_l,
                                                const float *__restrict__ part_acc,

@@ -229,29 +229,48 @@ template <int TYPE, int NCOLS>
 static __device__ __forceinline__ void mul_mat_vec_q_wide(const void *__restrict__ vx,
                                                           const block_q8_1 *__restrict__ vy,
                                                           float *__restrict__ dst, int ncols_x,
-                                                          int nrows_x) {
+                                                          int nrows_x, int stage) {
     typedef WeightFormat<TYPE> F;
     constexpr int ROWS = MmvqRows<NCOLS>::value;
+    const int blocks_per_row = ncols_x / F::qk;
+    const int blocks_per_col_y = ncols_x / QK8_1;
+    // With `stage`, the activations come through shared memory (every warp of the block first).
+    extern __shared__ int4 mmvq_stage[];
+    Q8Shared ys{};
+    if (stage) {
+        ys = stage_q8_1(mmvq_stage, vy, NCOLS * blocks_per_col_y);
+        __syncthreads();
+    }
     const int row0 = (blockIdx.x * MMVQ_NWARPS + threadIdx.y) * ROWS;
     if (row0 >= nrows_x) {
         return; // whole warps
     }
-    const int blocks_per_row = ncols_x / F::qk;
-    const int blocks_per_col_y = ncols_x / QK8_1;
     const typename F::block *x = (const typename F::block *)vx;
     const typename F::block *rows[ROWS];
 #pragma unroll
     for (int i = 0; i < ROWS; ++i) {
         rows[i] = x + (size_t)min(row0 + i, nrows_x - 1) * blocks_per_row;
     }
-    const block_q8_1 *cols[NCOLS];
-#pragma unroll
-    for (int j = 0; j < NCOLS; ++j) {
-        cols[j] = vy + (size_t)j * blocks_per_col_y;
-    }
     float acc[NCOLS][ROWS] = {};
-    mmvq_accumulate_wide<TYPE, NCOLS, ROWS, WIDE_UNROLL(NCOLS)>(rows, cols, NCOLS, blocks_per_row,
-                                                                threadIdx.x, acc);
+    if (stage) {
+        Q8Shared cols[NCOLS];
+#pragma unroll
+        for (int j = 0; j < NCOLS; ++j) {
+            cols[j] = Q8Shared{ys.q + 2 * j * blocks_per_col_y, ys.s + j * blocks_per_col_y};
+        }
+        mmvq_accumulate_wide<TYPE, NCOLS, ROWS, WIDE_UNROLL(NCOLS)>(rows, cols, NCOLS,
+                                                                    blocks_per_row, threadIdx.x,
+                                                                    acc);
+    } else {
+        Q8Global cols[NCOLS];
+#pragma unroll
+        for (int j = 0; j < NCOLS; ++j) {
+            cols[j] = Q8Global{vy + (size_t)j * blocks_per_col_y};
+        }
+        mmvq_accumulate_wide<TYPE, NCOLS, ROWS, WIDE_UNROLL(NCOLS)>(rows, cols, NCOLS,
+                                                                    blocks_per_row, threadIdx.x,
+                                                                    acc);
+    }
 #pragma unroll
     for (int j = 0; j < NCOLS; ++j) {
 #pragma unroll
@@ -264,25 +283,14 @@ static __device__ __forceinline__ void mul_mat_vec_q_wide(const void *__restrict
     }
 }
 
-// The pair and GLU kernels' contract (see mul_mat_vec_q_pair) with a warp per row r. A row that
-// only one matrix has is walked alone, so every dot is summed as mul_mat_vec_q_wide<TYPE, 1>
-// sums it.
-template <int TYPE, bool GLU>
-static __device__ __forceinline__ void mul_mat_vec_q_wide_pair(
-    const void *__restrict__ va, const void *__restrict__ vb, const block_q8_1 *__restrict__ vy,
-    float *__restrict__ dst_a, float *__restrict__ dst_b, int ncols_x, int nrows_a, int nrows_b) {
-    typedef WeightFormat<TYPE> F;
-    typedef typename F::block B;
-    const int row = blockIdx.x * MMVQ_NWARPS + threadIdx.y;
-    const bool has_a = row < nrows_a, has_b = row < nrows_b;
-    if (!has_a && !has_b) {
-        return; // whole warps
-    }
-    const int blocks_per_row = ncols_x / F::qk;
-    const B *a = (const B *)va + (size_t)row * blocks_per_row;
-    const B *b = (const B *)vb + (size_t)row * blocks_per_row;
-    const block_q8_1 *const cols[1] = {vy};
-    float ab[2] = {0.0f, 0.0f};
+// A row's one or two dots from the activations `y` (Q8Global or Q8Shared).
+template <int TYPE, typename A>
+static __device__ __forceinline__ void wide_pair_dots(const typename WeightFormat<TYPE>::block *a,
+                                                      const typename WeightFormat<TYPE>::block *b,
+                                                      bool has_a, bool has_b, const A &y,
+                                                      int blocks_per_row, float (&ab)[2]) {
+    typedef typename WeightFormat<TYPE>::block B;
+    const A cols[1] = {y};
     if (has_a && has_b) {
         const B *const rows[2] = {a, b};
         float acc[1][2] = {};
@@ -295,6 +303,38 @@ static __device__ __forceinline__ void mul_mat_vec_q_wide_pair(
         mmvq_accumulate_wide<TYPE, 1, 1, 4>(rows, cols, 1, blocks_per_row, threadIdx.x, acc);
         ab[has_a ? 0 : 1] = acc[0][0];
     }
+}
+
+// The pair and GLU kernels' contract (see mul_mat_vec_q_pair) with a warp per row r. A row that
+// only one matrix has is walked alone, so every dot is summed as mul_mat_vec_q_wide<TYPE, 1>
+// sums it.
+template <int TYPE, bool GLU>
+static __device__ __forceinline__ void mul_mat_vec_q_wide_pair(
+    const void *__restrict__ va, const void *__restrict__ vb, const block_q8_1 *__restrict__ vy,
+    float *__restrict__ dst_a, float *__restrict__ dst_b, int ncols_x, int nrows_a, int nrows_b,
+    int stage) {
+    typedef WeightFormat<TYPE> F;
+    typedef typename F::block B;
+    const int blocks_per_row = ncols_x / F::qk;
+    extern __shared__ int4 mmvq_stage[];
+    Q8Shared ys{};
+    if (stage) {
+        ys = stage_q8_1(mmvq_stage, vy, ncols_x / QK8_1);
+        __syncthreads();
+    }
+    const int row = blockIdx.x * MMVQ_NWARPS + threadIdx.y;
+    const bool has_a = row < nrows_a, has_b = row < nrows_b;
+    if (!has_a && !has_b) {
+        return; // whole warps
+    }
+    const B *a = (const B *)va + (size_t)row * blocks_per_row;
+    const B *b = (const B *)vb + (size_t)row * blocks_per_row;
+    float ab[2] = {0.0f, 0.0f};
+    if (stage) {
+        wide_pair_dots<TYPE>(a, b, has_a, has_b, ys, blocks_per_row, ab);
+    } else {
+        wide_pair_dots<TYPE>(a, b, has_a, has_b, Q8Global{vy}, blocks_per_row, ab);
+    }
     ab[0] = warp_sum(ab[0]);
     ab[1] = warp_sum(ab[1]);
     if (threadIdx.x == 0) {
@@ -305,11 +345,12 @@ static __device__ __forceinline__ void mul_mat_vec_q_wide_pair(
 #define MMVQ_WIDE_ENTRY(NAME, TYPE, N)                                                              \
     extern "C" __global__ void __launch_bounds__(MMVQ_NWARPS *WARP_SIZE)                            \
         mmvq_wide_##NAME##_n##N(const void *__restrict__ vx, const block_q8_1 *__restrict__ vy,     \
-                                float *__restrict__ dst, int ncols_x, int nrows_x, int prefetch) { \
+                                float *__restrict__ dst, int ncols_x, int nrows_x, int prefetch,   \
+                                int stage) {                                                        \
         weights_to_l2_then_wait<TYPE>(prefetch, vx, nullptr, ncols_x, nrows_x, 0,                  \
                                       blockIdx.x * MMVQ_NWARPS * MmvqRows<N>::value,                \
                                       MMVQ_NWARPS * MmvqRows<N>::value);                            \
-        mul_mat_vec_q_wide<TYPE, N>(vx, vy, dst, ncols_x, nrows_x);                                 \
+        mul_mat_vec_q_wide<TYPE, N>(vx, vy, dst, ncols_x, nrows_x, stage);                          \
     }
 
 #define MMVQ_WIDE_FORMAT(NAME, TYPE)                                                                \
@@ -324,18 +365,20 @@ static __device__ __forceinline__ void mul_mat_vec_q_wide_pair(
     extern "C" __global__ void __launch_bounds__(MMVQ_NWARPS *WARP_SIZE) mmvq_wide_pair_##NAME(    \
         const void *__restrict__ va, const void *__restrict__ vb,                                   \
         const block_q8_1 *__restrict__ vy, float *__restrict__ dst_a, float *__restrict__ dst_b,   \
-        int ncols_x, int nrows_a, int nrows_b, int prefetch) {                                      \
+        int ncols_x, int nrows_a, int nrows_b, int prefetch, int stage) {                           \
         weights_to_l2_then_wait<TYPE>(prefetch, va, vb, ncols_x, nrows_a, nrows_b,                  \
                                       blockIdx.x * MMVQ_NWARPS, MMVQ_NWARPS);                       \
-        mul_mat_vec_q_wide_pair<TYPE, false>(va, vb, vy, dst_a, dst_b, ncols_x, nrows_a, nrows_b); \
+        mul_mat_vec_q_wide_pair<TYPE, false>(va, vb, vy, dst_a, dst_b, ncols_x, nrows_a, nrows_b,  \
+                                             stage); \
     }                                                                                               \
     extern "C" __global__ void __launch_bounds__(MMVQ_NWARPS *WARP_SIZE) mmvq_wide_glu_##NAME(     \
         const void *__restrict__ va, const void *__restrict__ vb,                                   \
         const block_q8_1 *__restrict__ vy, float *__restrict__ dst_a, float *__restrict__ dst_b,   \
-        int ncols_x, int nrows_a, int nrows_b, int prefetch) {                                      \
+        int ncols_x, int nrows_a, int nrows_b, int prefetch, int stage) {                           \
         weights_to_l2_then_wait<TYPE>(prefetch, va, vb, ncols_x, nrows_a, nrows_b,                  \
                                       blockIdx.x * MMVQ_NWARPS, MMVQ_NWARPS);                       \
-        mul_mat_vec_q_wide_pair<TYPE, true>(va, vb, vy, dst_a, dst_b, ncols_x, nrows_a, nrows_b);  \
+        mul_mat_vec_q_wide_pair<TYPE, true>(va, vb, vy, dst_a, dst_b, ncols_x, nrows_a, nrows_b,  \
+                                             stage);  \
     }
 
 MMVQ_WIDE_FORMAT(q4_k, GGML_TYPE_Q4_K)

@@ -66,11 +66,11 @@ mmvq_accumulate(const typename WeightFormat<TYPE>::block *const (&rows)[ROWS],
 // depends only on the row length (as above: never on ROWS, NCOLS or UNROLL).
 #define WIDE_LANES 8
 
-template <int TYPE, int NCOLS, int ROWS, int UNROLL>
+template <int TYPE, int NCOLS, int ROWS, int UNROLL, typename A>
 static __device__ __forceinline__ void
 mmvq_accumulate_wide(const typename WeightFormat<TYPE>::block *const (&rows)[ROWS],
-                     const block_q8_1 *const (&cols)[NCOLS], int ncols, int blocks_per_row,
-                     int lane, float (&acc)[NCOLS][ROWS]) {
+                     const A (&cols)[NCOLS], int ncols, int blocks_per_row, int lane,
+                     float (&acc)[NCOLS][ROWS]) {
     typedef WeightFormat<TYPE> F;
     static_assert(F::wide, "no vec_dot_wide for this format");
     constexpr int BLOCKS_PER_STEP = WARP_SIZE / WIDE_LANES;
@@ -83,7 +83,7 @@ mmvq_accumulate_wide(const typename WeightFormat<TYPE>::block *const (&rows)[ROW
             if (j < ncols) {
 #pragma unroll
                 for (int i = 0; i < ROWS; ++i) {
-                    acc[j][i] += F::vec_dot_wide(rows[i] + kbx, cols[j] + kby, t);
+                    acc[j][i] += F::vec_dot_wide(rows[i] + kbx, cols[j], kby, t);
                 }
             }
         }
@@ -91,19 +91,49 @@ mmvq_accumulate_wide(const typename WeightFormat<TYPE>::block *const (&rows)[ROW
 }
 
 // A warp's walk over its rows: the wide walk when WIDE and the format has one, else the walk
-// above with the warp as the group. Callers reduce acc with warp_sum.
-template <int TYPE, int NCOLS, int ROWS, int UNROLL, bool WIDE>
+// above with the warp as the group (which reads activations from global memory only: A is
+// Q8Global there). Callers reduce acc with warp_sum.
+template <int TYPE, int NCOLS, int ROWS, int UNROLL, bool WIDE, typename A>
 static __device__ __forceinline__ void
 mmvq_accumulate_warp(const typename WeightFormat<TYPE>::block *const (&rows)[ROWS],
-                     const block_q8_1 *const (&cols)[NCOLS], int ncols, int blocks_per_row,
-                     int lane, float (&acc)[NCOLS][ROWS]) {
+                     const A (&cols)[NCOLS], int ncols, int blocks_per_row, int lane,
+                     float (&acc)[NCOLS][ROWS]) {
     if constexpr (WIDE && WeightFormat<TYPE>::wide) {
         mmvq_accumulate_wide<TYPE, NCOLS, ROWS, UNROLL>(rows, cols, ncols, blocks_per_row, lane,
                                                         acc);
     } else {
-        mmvq_accumulate<TYPE, NCOLS, ROWS, WARP_SIZE, UNROLL>(rows, cols, ncols, blocks_per_row,
+        const block_q8_1 *ptrs[NCOLS];
+#pragma unroll
+        for (int j = 0; j < NCOLS; ++j) {
+            ptrs[j] = cols[j].y;
+        }
+        mmvq_accumulate<TYPE, NCOLS, ROWS, WARP_SIZE, UNROLL>(rows, ptrs, ncols, blocks_per_row,
                                                               lane, acc);
     }
+}
+
+// Shared memory stage_q8_1 needs for n Q8_1 blocks: 32 code bytes and a 4-byte scale each.
+#define Q8_STAGE_BYTES(n) ((n) * 36)
+
+// Copies Q8_1 blocks [0, n) of y into `smem` (16-byte aligned,
+// Q8_STAGE_BYTES(n)) as Q8Shared reads them: the n blocks' codes, then their scales. By all of
+// the block's threads, with coalesced 4-byte loads; the caller syncs before reading. Wide walks
+// read every activation block once a row: from shared memory, a 16-byte load where global
+// memory took four 4-byte ones at 36-byte strides (uncoalesced, and throttling the load queue).
+static __device__ __forceinline__ Q8Shared stage_q8_1(void *smem, const block_q8_1 *y, int n) {
+    int *q = (int *)smem;
+    float *d = (float *)smem + 8 * n;
+    const int *src = (const int *)y;
+    const int tid = threadIdx.y * blockDim.x + threadIdx.x, nt = blockDim.x * blockDim.y;
+    for (int i = tid; i < 9 * n; i += nt) {
+        const int b = i / 9, w = i % 9, v = src[i];
+        if (w == 0) {
+            d[b] = __int_as_float(v);
+        } else {
+            q[8 * b + w - 1] = v;
+        }
+    }
+    return Q8Shared{(const int4 *)q, d};
 }
 
 // Asks L2 for rows [row0, row0 + count) of a weight matrix (clamped to nrows), spread over the

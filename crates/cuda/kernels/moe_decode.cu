@@ -92,10 +92,21 @@ template <int TYPE, int NTOK, bool WIDE>
 static __device__ __forceinline__ void
 moe_gate_up(const void *__restrict__ gate, const void *__restrict__ up,
             const block_q8_1 *__restrict__ x, const int *__restrict__ ids, float *__restrict__ h,
-            int n_embd, int n_ff, int n_expert, int k) {
+            int n_embd, int n_ff, int n_expert, int k, int stage) {
     typedef WeightFormat<TYPE> F;
     typedef typename F::block B;
     constexpr int GR = MOE_GATE_ROWS(NTOK);
+    const int bpc = n_embd / QK8_1;
+    // With `stage`, the NTOK tokens' activations come through shared memory (mmvq.cuh; wide
+    // walks only).
+    constexpr bool CAN_STAGE = WIDE && F::wide;
+    const bool staged = CAN_STAGE && stage;
+    extern __shared__ int4 moe_stage[];
+    Q8Shared xs{};
+    if (staged) {
+        xs = stage_q8_1(moe_stage, x, NTOK * bpc);
+        __syncthreads();
+    }
     const int s = blockIdx.y, r0 = (blockIdx.x * MOE_NWARPS + threadIdx.y) * GR;
     if (r0 >= n_ff) {
         return; // whole warps
@@ -117,7 +128,7 @@ moe_gate_up(const void *__restrict__ gate, const void *__restrict__ up,
     if (pop_slot(first) != s) {
         return; // an earlier slot leads this expert
     }
-    const int bpr = n_embd / F::qk, bpc = n_embd / QK8_1;
+    const int bpr = n_embd / F::qk;
     // rows[i]: gate row r0 + i, rows[GR + i]: the same row of up. A row past n_ff re-reads the
     // last one; never written.
     const B *rows[2 * GR];
@@ -134,14 +145,28 @@ moe_gate_up(const void *__restrict__ gate, const void *__restrict__ up,
         if (live == 0) {
             return;
         }
-        const block_q8_1 *cols[NTOK];
-#pragma unroll
-        for (int j = 0; j < NTOK; ++j) {
-            cols[j] = x + (size_t)(member[j] >= 0 ? member[j] / k : 0) * bpc;
-        }
         float acc[NTOK][2 * GR] = {};
-        mmvq_accumulate_warp<TYPE, NTOK, 2 * GR, MOE_UNROLL(NTOK), WIDE>(rows, cols, live, bpr,
-                                                                        threadIdx.x, acc);
+        if constexpr (CAN_STAGE) {
+            if (staged) {
+                Q8Shared cols[NTOK];
+#pragma unroll
+                for (int j = 0; j < NTOK; ++j) {
+                    const int t = member[j] >= 0 ? member[j] / k : 0;
+                    cols[j] = Q8Shared{xs.q + 2 * t * bpc, xs.s + t * bpc};
+                }
+                mmvq_accumulate_warp<TYPE, NTOK, 2 * GR, MOE_UNROLL(NTOK), WIDE>(
+                    rows, cols, live, bpr, threadIdx.x, acc);
+            }
+        }
+        if (!staged) {
+            Q8Global cols[NTOK];
+#pragma unroll
+            for (int j = 0; j < NTOK; ++j) {
+                cols[j] = Q8Global{x + (size_t)(member[j] >= 0 ? member[j] / k : 0) * bpc};
+            }
+            mmvq_accumulate_warp<TYPE, NTOK, 2 * GR, MOE_UNROLL(NTOK), WIDE>(rows, cols, live, bpr,
+                                                                            threadIdx.x, acc);
+        }
 #pragma unroll
         for (int j = 0; j < NTOK; ++j) {
 #pragma unroll
@@ -159,12 +184,22 @@ template <int TYPE, int NTOK, bool WIDE>
 static __device__ __forceinline__ void
 moe_down(const void *__restrict__ down, const block_q8_1 *__restrict__ hq,
          const int *__restrict__ ids, const float *__restrict__ weights, float *__restrict__ out,
-         int n_embd, int n_ff, int n_expert, int k) {
+         int n_embd, int n_ff, int n_expert, int k, int stage) {
     typedef WeightFormat<TYPE> F;
     typedef typename F::block B;
     constexpr int DR = MOE_DOWN_ROWS(NTOK);
     const int nslots = NTOK * k, c0 = blockIdx.x * DR;
     const int bpr = n_ff / F::qk, bpc = n_ff / QK8_1;
+    // With `stage`, every slot's activations come through shared memory (mmvq.cuh; wide walks
+    // only).
+    constexpr bool CAN_STAGE = WIDE && F::wide;
+    const bool staged = CAN_STAGE && stage;
+    extern __shared__ int4 moe_stage[];
+    Q8Shared hs{};
+    if (staged) {
+        hs = stage_q8_1(moe_stage, hq, nslots * bpc);
+        __syncthreads();
+    }
     // d[i][s]: row c0 + i of slot s's down product.
     __shared__ float d[DR][MOE_MAX_SLOTS];
 
@@ -204,13 +239,25 @@ moe_down(const void *__restrict__ down, const block_q8_1 *__restrict__ hq,
             if (live == 0) {
                 break;
             }
-            const block_q8_1 *cols[NTOK];
-#pragma unroll
-            for (int j = 0; j < NTOK; ++j) {
-                cols[j] = hq + (size_t)(member[j] >= 0 ? member[j] : 0) * bpc;
-            }
             float acc[NTOK][DR] = {};
-            if (valid) {
+            if constexpr (CAN_STAGE) {
+                if (valid && staged) {
+                    Q8Shared cols[NTOK];
+#pragma unroll
+                    for (int j = 0; j < NTOK; ++j) {
+                        const int m = member[j] >= 0 ? member[j] : 0;
+                        cols[j] = Q8Shared{hs.q + 2 * m * bpc, hs.s + m * bpc};
+                    }
+                    mmvq_accumulate_warp<TYPE, NTOK, DR, MOE_UNROLL(NTOK), WIDE>(
+                        rows, cols, live, bpr, threadIdx.x, acc);
+                }
+            }
+            if (valid && !staged) {
+                Q8Global cols[NTOK];
+#pragma unroll
+                for (int j = 0; j < NTOK; ++j) {
+                    cols[j] = Q8Global{hq + (size_t)(member[j] >= 0 ? member[j] : 0) * bpc};
+                }
                 mmvq_accumulate_warp<TYPE, NTOK, DR, MOE_UNROLL(NTOK), WIDE>(
                     rows, cols, live, bpr, threadIdx.x, acc);
             }
@@ -252,7 +299,7 @@ moe_slot_matvec(const void *__restrict__ w, const block_q8_1 *__restrict__ x,
     const bool valid = e >= 0 && e < n_expert;
     const int bpr = cols / F::qk;
     const B *const row[1] = {(const B *)w + ((size_t)(valid ? e : 0) * rows + r) * bpr};
-    const block_q8_1 *const col[1] = {x + (size_t)x_row * (cols / QK8_1)};
+    const Q8Global col[1] = {Q8Global{x + (size_t)x_row * (cols / QK8_1)}};
     float acc[1][1] = {};
     if (valid) {
         mmvq_accumulate_warp<TYPE, 1, 1, MOE_UNROLL(1), WIDE>(row, col, 1, bpr, threadIdx.x, acc);
@@ -283,17 +330,17 @@ extern "C" __global__ void moe_combine(const float *__restrict__ d,
         moe_gate_up_##NAME##_n##N(const void *__restrict__ gate, const void *__restrict__ up,       \
                                   const block_q8_1 *__restrict__ x, const int *__restrict__ ids,    \
                                   float *__restrict__ h, int n_embd, int n_ff, int n_expert,        \
-                                  int k) {                                                          \
+                                  int k, int stage) {                                               \
         dependent_launch_entry();                                                                   \
-        moe_gate_up<TYPE, N, WIDE>(gate, up, x, ids, h, n_embd, n_ff, n_expert, k);                 \
+        moe_gate_up<TYPE, N, WIDE>(gate, up, x, ids, h, n_embd, n_ff, n_expert, k, stage);          \
     }                                                                                               \
     extern "C" __global__ void __launch_bounds__(MOE_NWARPS *WARP_SIZE, MOE_MIN_BLOCKS(N))          \
         moe_down_##NAME##_n##N(const void *__restrict__ down, const block_q8_1 *__restrict__ hq,    \
                                const int *__restrict__ ids, const float *__restrict__ weights,      \
                                float *__restrict__ out, int n_embd, int n_ff, int n_expert,         \
-                               int k) {                                                             \
+                               int k, int stage) {                                                  \
         dependent_launch_entry();                                                                   \
-        moe_down<TYPE, N, WIDE>(down, hq, ids, weights, out, n_embd, n_ff, n_expert, k);            \
+        moe_down<TYPE, N, WIDE>(down, hq, ids, weights, out, n_embd, n_ff, n_expert, k, stage);     \
     }
 
 #define MOE_FORMAT(NAME, TYPE, WIDE)                                                                \

@@ -10,6 +10,8 @@
 //   memory ROWS_T * n_embd floats (n_embd <= ROWS_MAX_EMBD, n_embd % 4 == 0);
 // - anything else takes gemm_f32.cu's f32 GEMM (the router is an n_expert × n_embd matrix).
 // - moe_topk: block (32, TOPK_WARPS), grid ceil(n / TOPK_WARPS).
+// - moe_route_small: both in one launch for n <= ROUTE_SMALL_N tokens, as moe_logits_small,
+//   with a counter (one u32, zero between launches).
 #include "common.cuh"
 
 #define ROUTE_THREADS 128
@@ -22,10 +24,9 @@
 // logits[t][e] = Σ_i x[t][i] · w[e][i] for t < n <= ROUTE_SMALL_N, n_embd % 4 == 0 (the host
 // checks). 16-byte loads, and the walk unrolled so that a row's loads are in flight together:
 // one expert row is only a few KB, so latency, not bandwidth, sets this kernel's time.
-extern "C" __global__ void __launch_bounds__(ROUTE_THREADS)
-    moe_logits_small(const float *__restrict__ x, const float *__restrict__ w,
-                     float *__restrict__ logits, int n, int n_embd, int n_expert) {
-    dependent_launch_entry();
+static __device__ __forceinline__ void logits_small(const float *__restrict__ x,
+                                                    const float *__restrict__ w, float *logits,
+                                                    int n, int n_embd, int n_expert) {
     const int e = blockIdx.x;
     const float4 *we = (const float4 *)(w + (size_t)e * n_embd);
     const int n4 = n_embd / 4;
@@ -65,6 +66,13 @@ extern "C" __global__ void __launch_bounds__(ROUTE_THREADS)
         }
         logits[(size_t)threadIdx.x * n_expert + e] = s;
     }
+}
+
+extern "C" __global__ void __launch_bounds__(ROUTE_THREADS)
+    moe_logits_small(const float *__restrict__ x, const float *__restrict__ w,
+                     float *__restrict__ logits, int n, int n_embd, int n_expert) {
+    dependent_launch_entry();
+    logits_small(x, w, logits, n, n_embd, n_expert);
 }
 
 #define ROWS_T 8
@@ -144,16 +152,9 @@ static __device__ __forceinline__ bool ranks_before(float p, int e, float q, int
 // Softmax and top-k of one token's logits, one warp: lane l holds experts l, l + 32, ...; k
 // rounds of a warp-wide arg-max, the winner struck out (probabilities are >= 0, so -1 is below
 // every live one). Lane j keeps slot j (k <= 32).
-extern "C" __global__ void __launch_bounds__(TOPK_WARPS *WARP_SIZE)
-    moe_topk(const float *__restrict__ logits, int *__restrict__ ids, float *__restrict__ weights,
-             int n, int n_expert, int k, int renorm) {
-    dependent_launch_entry();
-    const int t = blockIdx.x * TOPK_WARPS + threadIdx.y;
-    if (t >= n) {
-        return; // whole warps
-    }
-    const int lane = threadIdx.x;
-    const float *l = logits + (size_t)t * n_expert;
+static __device__ __forceinline__ void topk_token(const float *l, int *__restrict__ ids,
+                                                  float *__restrict__ weights, int t,
+                                                  int n_expert, int k, int renorm, int lane) {
     float p[TOPK_PER_LANE];
     float mx = NEG_INF;
 #pragma unroll
@@ -220,5 +221,51 @@ extern "C" __global__ void __launch_bounds__(TOPK_WARPS *WARP_SIZE)
     if (lane < k) {
         ids[(size_t)t * k + lane] = my_e;
         weights[(size_t)t * k + lane] = my_p;
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(TOPK_WARPS *WARP_SIZE)
+    moe_topk(const float *__restrict__ logits, int *__restrict__ ids, float *__restrict__ weights,
+             int n, int n_expert, int k, int renorm) {
+    dependent_launch_entry();
+    const int t = blockIdx.x * TOPK_WARPS + threadIdx.y;
+    if (t < n) { // whole warps
+        topk_token(logits + (size_t)t * n_expert, ids, weights, t, n_expert, k, renorm,
+                   threadIdx.x);
+    }
+}
+
+// moe_logits_small then moe_topk in one launch (decode's routing was two short launches a
+// layer): every block writes its expert's logits as moe_logits_small does, and the last block
+// to finish (counted in *done, which it resets for the next launch) takes the softmax and top-k
+// of every token as moe_topk does, a warp a token. The same bits as the two kernels.
+extern "C" __global__ void __launch_bounds__(ROUTE_THREADS)
+    moe_route_small(const float *__restrict__ x, const float *__restrict__ w, float *logits,
+                    int *__restrict__ ids, float *__restrict__ weights, unsigned *done, int n,
+                    int n_embd, int n_expert, int k, int renorm) {
+    dependent_launch_entry();
+    logits_small(x, w, logits, n, n_embd, n_expert);
+    __shared__ bool last;
+    __threadfence(); // this block's logits before its count
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        last = atomicAdd(done, 1u) == gridDim.x - 1;
+    }
+    __syncthreads();
+    if (!last) {
+        return;
+    }
+    __threadfence();
+    __shared__ float ls[ROUTE_SMALL_N * 32 * TOPK_PER_LANE];
+    for (int i = threadIdx.x; i < n * n_expert; i += ROUTE_THREADS) {
+        ls[i] = __ldcg(logits + i); // from L2: other blocks wrote them
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        *done = 0;
+    }
+    const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
+    for (int t = warp; t < n; t += ROUTE_THREADS / WARP_SIZE) {
+        topk_token(ls + t * n_expert, ids, weights, t, n_expert, k, renorm, lane);
     }
 }

@@ -134,24 +134,14 @@ struct RopeScale {
     float freq_scale, ext_factor, mscale, corr_low, corr_high;
 };
 
-// x: [n_tokens][width], width = heads * head_dim, rotated in place; token t at position pos[t]
-// (device memory, so a captured graph can replay with new positions). One thread per pair.
-// theta_scale = base^(-2/head_dim), computed once on the host as the CPU does; ff: head_dim / 2
-// frequency divisors (llama3's rope_freqs) or null. Each step as crates/cpu/src/rope.rs rounds it.
-template <bool NEOX>
-static __device__ __forceinline__ void rope(float *x, const uint32_t *__restrict__ pos,
-                                            int n_tokens, int width, int head_dim,
-                                            float theta_scale, const float *__restrict__ ff,
-                                            RopeScale rs, int idx) {
-    const int half = head_dim / 2;
-    const int pairs_per_row = width / 2;
-    if (idx >= n_tokens * pairs_per_row) {
-        return;
-    }
-    const int t = idx / pairs_per_row, p = idx % pairs_per_row;
-    const int head = p / half, i = p % half;
+// cos and sin (times mscale) of pair i's angle at position p, each step rounded as
+// crates/cpu/src/rope.rs rounds it. theta_scale = base^(-2/head_dim), computed once on the host
+// as the CPU does; ff: head_dim / 2 frequency divisors (llama3's rope_freqs) or null.
+static __device__ __forceinline__ float2 rope_cos_sin(uint32_t p, int i, float theta_scale,
+                                                      const float *__restrict__ ff,
+                                                      RopeScale rs) {
     // ggml's angle: pos * theta_scale^i by repeated multiplication, rounded at each step.
-    float theta = (float)pos[t];
+    float theta = (float)p;
     for (int k = 0; k < i; ++k) {
         theta = __fmul_rn(theta, theta_scale);
     }
@@ -166,8 +156,43 @@ static __device__ __forceinline__ void rope(float *x, const uint32_t *__restrict
         angle = __fmaf_rn(theta_interp, __fsub_rn(1.0f, ramp_mix), __fmul_rn(theta_extrap, ramp_mix));
     }
     // Correctly rounded (nearly always) as the CPU's libm cosf/sinf, from double evaluations.
-    const float c = __fmul_rn((float)cos((double)angle), rs.mscale);
-    const float s = __fmul_rn((float)sin((double)angle), rs.mscale);
+    return make_float2(__fmul_rn((float)cos((double)angle), rs.mscale),
+                       __fmul_rn((float)sin((double)angle), rs.mscale));
+}
+
+// table[t * half + i] = rope_cos_sin(pos[t], i, ...) for every token and pair of a pass: made
+// once a pass, then read by every layer's rotation instead of each head rebuilding its angle
+// chain and double cos/sin. One thread an entry.
+extern "C" __global__ void rope_table_f32(float2 *__restrict__ table,
+                                          const uint32_t *__restrict__ pos, int n_tokens, int half,
+                                          float theta_scale, const float *__restrict__ ff,
+                                          RopeScale rs) {
+    dependent_launch_entry();
+    const int idx = blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx < n_tokens * half) {
+        table[idx] = rope_cos_sin(pos[idx / half], idx % half, theta_scale, ff, rs);
+    }
+}
+
+// x: [n_tokens][width], width = heads * head_dim, rotated in place; token t at position pos[t]
+// (device memory, so a captured graph can replay with new positions). One thread per pair.
+// cos and sin from `table` (rope_table_f32 of the same pass and arguments) or, when it is null,
+// computed here: the same bits either way.
+template <bool NEOX>
+static __device__ __forceinline__ void rope(float *x, const uint32_t *__restrict__ pos,
+                                            int n_tokens, int width, int head_dim,
+                                            float theta_scale, const float *__restrict__ ff,
+                                            RopeScale rs, const float2 *__restrict__ table,
+                                            int idx) {
+    const int half = head_dim / 2;
+    const int pairs_per_row = width / 2;
+    if (idx >= n_tokens * pairs_per_row) {
+        return;
+    }
+    const int t = idx / pairs_per_row, p = idx % pairs_per_row;
+    const int head = p / half, i = p % half;
+    const float2 cs = table ? table[t * half + i] : rope_cos_sin(pos[t], i, theta_scale, ff, rs);
+    const float c = cs.x, s = cs.y;
     const int a = NEOX ? i : 2 * i;
     const int b = NEOX ? i + half : 2 * i + 1;
     float *h = x + (size_t)t * width + (size_t)head * head_dim;
@@ -179,17 +204,19 @@ static __device__ __forceinline__ void rope(float *x, const uint32_t *__restrict
 
 extern "C" __global__ void rope_norm_f32(float *x, const uint32_t *__restrict__ pos, int n_tokens,
                                          int width, int head_dim, float theta_scale,
-                                         const float *__restrict__ ff, RopeScale rs) {
+                                         const float *__restrict__ ff, RopeScale rs,
+                                         const float2 *__restrict__ table) {
     dependent_launch_entry();
-    rope<false>(x, pos, n_tokens, width, head_dim, theta_scale, ff, rs,
+    rope<false>(x, pos, n_tokens, width, head_dim, theta_scale, ff, rs, table,
                 blockIdx.x * blockDim.x + threadIdx.x);
 }
 
 extern "C" __global__ void rope_neox_f32(float *x, const uint32_t *__restrict__ pos, int n_tokens,
                                          int width, int head_dim, float theta_scale,
-                                         const float *__restrict__ ff, RopeScale rs) {
+                                         const float *__restrict__ ff, RopeScale rs,
+                                         const float2 *__restrict__ table) {
     dependent_launch_entry();
-    rope<true>(x, pos, n_tokens, width, head_dim, theta_scale, ff, rs,
+    rope<true>(x, pos, n_tokens, width, head_dim, theta_scale, ff, rs, table,
                blockIdx.x * blockDim.x + threadIdx.x);
 }
 
@@ -199,30 +226,31 @@ template <bool NEOX>
 static __device__ __forceinline__ void rope_qk(float *q, float *k, const uint32_t *pos,
                                                int n_tokens, int width_q, int width_k,
                                                int head_dim, float theta_scale,
-                                               const float *ff, RopeScale rs) {
+                                               const float *ff, RopeScale rs,
+                                               const float2 *table) {
     const int idx = blockIdx.x * blockDim.x + threadIdx.x;
     const int q_pairs = n_tokens * width_q / 2;
     if (idx < q_pairs) {
-        rope<NEOX>(q, pos, n_tokens, width_q, head_dim, theta_scale, ff, rs, idx);
+        rope<NEOX>(q, pos, n_tokens, width_q, head_dim, theta_scale, ff, rs, table, idx);
     } else {
-        rope<NEOX>(k, pos, n_tokens, width_k, head_dim, theta_scale, ff, rs, idx - q_pairs);
+        rope<NEOX>(k, pos, n_tokens, width_k, head_dim, theta_scale, ff, rs, table, idx - q_pairs);
     }
 }
 
 extern "C" __global__ void rope_qk_norm_f32(float *q, float *k, const uint32_t *__restrict__ pos,
                                             int n_tokens, int width_q, int width_k, int head_dim,
                                             float theta_scale, const float *__restrict__ ff,
-                                            RopeScale rs) {
+                                            RopeScale rs, const float2 *__restrict__ table) {
     dependent_launch_entry();
-    rope_qk<false>(q, k, pos, n_tokens, width_q, width_k, head_dim, theta_scale, ff, rs);
+    rope_qk<false>(q, k, pos, n_tokens, width_q, width_k, head_dim, theta_scale, ff, rs, table);
 }
 
 extern "C" __global__ void rope_qk_neox_f32(float *q, float *k, const uint32_t *__restrict__ pos,
                                             int n_tokens, int width_q, int width_k, int head_dim,
                                             float theta_scale, const float *__restrict__ ff,
-                                            RopeScale rs) {
+                                            RopeScale rs, const float2 *__restrict__ table) {
     dependent_launch_entry();
-    rope_qk<true>(q, k, pos, n_tokens, width_q, width_k, head_dim, theta_scale, ff, rs);
+    rope_qk<true>(q, k, pos, n_tokens, width_q, width_k, head_dim, theta_scale, ff, rs, table);
 }
 
 // The q/k norms and RoPE of one pass in one launch, bit for bit as rms_norm_f32 in place on q,
@@ -234,7 +262,8 @@ template <bool NEOX>
 static __device__ __forceinline__ void
 qk_norm_rope(float *q, const float *__restrict__ wq, float *k, const float *__restrict__ wk,
              const uint32_t *__restrict__ pos, int n_tokens, int width_q, int width_k, int n,
-             int head_dim, float theta_scale, const float *ff, RopeScale rs, float eps) {
+             int head_dim, float theta_scale, const float *ff, RopeScale rs,
+             const float2 *table, float eps) {
     const int gq = n_tokens * width_q / n;
     const bool is_q = (int)blockIdx.x < gq;
     const int g = is_q ? blockIdx.x : blockIdx.x - gq;
@@ -244,7 +273,8 @@ qk_norm_rope(float *q, const float *__restrict__ wq, float *k, const float *__re
     __syncthreads(); // the rotation pairs elements that other threads normalized
     const int first_pair = g * (n / 2); // rope's pair index: row-major, width / 2 a row
     for (int p = threadIdx.x; p < n / 2; p += blockDim.x) {
-        rope<NEOX>(x, pos, n_tokens, width, head_dim, theta_scale, ff, rs, first_pair + p);
+        rope<NEOX>(x, pos, n_tokens, width, head_dim, theta_scale, ff, rs, table,
+                   first_pair + p);
     }
 }
 
@@ -253,10 +283,11 @@ extern "C" __global__ void qk_norm_rope_norm_f32(float *q, const float *__restri
                                                  const uint32_t *__restrict__ pos, int n_tokens,
                                                  int width_q, int width_k, int n, int head_dim,
                                                  float theta_scale, const float *__restrict__ ff,
-                                                 RopeScale rs, float eps) {
+                                                 RopeScale rs, const float2 *__restrict__ table,
+                                                 float eps) {
     dependent_launch_entry();
     qk_norm_rope<false>(q, wq, k, wk, pos, n_tokens, width_q, width_k, n, head_dim, theta_scale, ff,
-                        rs, eps);
+                        rs, table, eps);
 }
 
 extern "C" __global__ void qk_norm_rope_neox_f32(float *q, const float *__restrict__ wq, float *k,
@@ -264,8 +295,9 @@ extern "C" __global__ void qk_norm_rope_neox_f32(float *q, const float *__restri
                                                  const uint32_t *__restrict__ pos, int n_tokens,
                                                  int width_q, int width_k, int n, int head_dim,
                                                  float theta_scale, const float *__restrict__ ff,
-                                                 RopeScale rs, float eps) {
+                                                 RopeScale rs, const float2 *__restrict__ table,
+                                                 float eps) {
     dependent_launch_entry();
     qk_norm_rope<true>(q, wq, k, wk, pos, n_tokens, width_q, width_k, n, head_dim, theta_scale, ff,
-                       rs, eps);
+                       rs, table, eps);
 }

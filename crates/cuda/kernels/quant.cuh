@@ -49,6 +49,36 @@ struct block_q8_1 {
 };
 static_assert(sizeof(block_q8_1) == 36, "block_q8_1");
 
+// Where a wide walk (mmvq.cuh) reads its Q8_1 activations: block `blk`'s scale, and its codes as
+// four ints (`part` 0-1: bytes 16·part..) or two (`part` 0-3: bytes 8·part..). The same values
+// either way; only the loads differ.
+// Q8Global: the blocks as quantize.cu wrote them (4-byte aligned: the loads are 4 bytes wide).
+struct Q8Global {
+    const block_q8_1 *y;
+    __device__ __forceinline__ float d(int blk) const { return y[blk].d; }
+    __device__ __forceinline__ int4 q16(int blk, int part) const {
+        const int *p = (const int *)y[blk].qs + 4 * part;
+        return make_int4(p[0], p[1], p[2], p[3]);
+    }
+    __device__ __forceinline__ int2 q8(int blk, int part) const {
+        const int *p = (const int *)y[blk].qs + 2 * part;
+        return make_int2(p[0], p[1]);
+    }
+};
+
+// Q8Shared: blocks staged in shared memory by stage_q8_1 (mmvq.cuh), codes (32 bytes a block,
+// 16-byte aligned) apart from scales: one 16- or 8-byte shared load where Q8Global makes four
+// or two global ones.
+struct Q8Shared {
+    const int4 *q;
+    const float *s;
+    __device__ __forceinline__ float d(int blk) const { return s[blk]; }
+    __device__ __forceinline__ int4 q16(int blk, int part) const { return q[2 * blk + part]; }
+    __device__ __forceinline__ int2 q8(int blk, int part) const {
+        return ((const int2 *)q)[4 * blk + part];
+    }
+};
+
 // x = d * (q - 8); element i < 16 in the low nibble of qs[i], element 16 + i in the high one.
 struct block_q4_0 {
     uint16_t d;
@@ -337,25 +367,28 @@ template <> struct WeightFormat<GGML_TYPE_Q4_K> {
     // The wide walk (mmvq.cuh), WIDE_LANES = 8 lanes a block: lane t takes code bytes
     // 16t..16t+15 in one 16-byte load, half h = t % 2 of group g = t / 2, i.e. 16 elements of
     // sub-block 2g (low nibbles) and the same 16 of sub-block 2g + 1 (high nibbles).
+    // Activation block kby + 2g + j (j = 0, 1) from `y` (Q8Global or Q8Shared).
     static constexpr bool wide = true;
-    static __device__ __forceinline__ float vec_dot_wide(const block *b, const block_q8_1 *y,
+    template <typename A>
+    static __device__ __forceinline__ float vec_dot_wide(const block *b, const A &y, int kby,
                                                          int t) {
         const int g = t / 2, h = t % 2;
         const int4 v4 = __ldg((const int4 *)(b->qs + 16 * t));
         const int v[4] = {v4.x, v4.y, v4.z, v4.w};
         uint16_t aux[2];
         scales_k4(b->scales, g, aux);
-        const block_q8_1 *y0 = y + 2 * g, *y1 = y0 + 1;
+        const int4 a0 = y.q16(kby + 2 * g, h), a1 = y.q16(kby + 2 * g + 1, h);
+        const int u0s[4] = {a0.x, a0.y, a0.z, a0.w}, u1s[4] = {a1.x, a1.y, a1.z, a1.w};
         int dot0 = 0, dot1 = 0, sum0 = 0, sum1 = 0;
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
-            const int u0 = get_int_b4(y0->qs, 4 * h + i), u1 = get_int_b4(y1->qs, 4 * h + i);
+            const int u0 = u0s[i], u1 = u1s[i];
             dot0 = dp4a(v[i] & 0x0F0F0F0F, u0, dot0);
             dot1 = dp4a((v[i] >> 4) & 0x0F0F0F0F, u1, dot1);
             sum0 = sum_bytes(u0, sum0);
             sum1 = sum_bytes(u1, sum1);
         }
-        const float d0 = y0->d, d1 = y1->d;
+        const float d0 = y.d(kby + 2 * g), d1 = y.d(kby + 2 * g + 1);
         const int sc0 = aux[0] & 0xff, sc1 = aux[0] >> 8, m0 = aux[1] & 0xff, m1 = aux[1] >> 8;
         const float sumf_d = d0 * (float)(dot0 * sc0) + d1 * (float)(dot1 * sc1);
         const float sumf_m = d0 * (float)(sum0 * m0) + d1 * (float)(sum1 * m1);
@@ -497,8 +530,10 @@ template <> struct WeightFormat<GGML_TYPE_Q6_K> {
     // l = 8r..8r+7 (r = t % 4) of 128-element half n = t / 4, i.e. ql bytes 64n + l and
     // 64n + 32 + l and qh bytes 32n + l, which hold elements 128n + 32k + l for k = 0..3
     // (activation block 4n + k, scale 8n + 2k + r / 2). Blocks are only 2-byte aligned.
+    // Activation block kby + 4n + k from `y` (Q8Global or Q8Shared).
     static constexpr bool wide = true;
-    static __device__ __forceinline__ float vec_dot_wide(const block *b, const block_q8_1 *y,
+    template <typename A>
+    static __device__ __forceinline__ float vec_dot_wide(const block *b, const A &y, int kby,
                                                          int t) {
         const int n = t / 4, r = t % 4;
         const int lo[2][2] = {{get_int_b2(b->ql, 16 * n + 2 * r), get_int_b2(b->ql, 16 * n + 2 * r + 1)},
@@ -508,11 +543,13 @@ template <> struct WeightFormat<GGML_TYPE_Q6_K> {
         float sumf = 0.0f;
 #pragma unroll
         for (int k = 0; k < 4; ++k) {
-            const block_q8_1 *yk = y + 4 * n + k;
+            const int yk = kby + 4 * n + k;
+            const int2 a = y.q8(yk, r);
+            const int us[2] = {a.x, a.y};
             int dot = 0, sum = 0;
 #pragma unroll
             for (int i = 0; i < 2; ++i) {
-                const int u = get_int_b4(yk->qs, 2 * r + i);
+                const int u = us[i];
                 const int q = ((lo[k % 2][i] >> (4 * (k / 2))) & 0x0F0F0F0F) |
                               (((hi[i] >> (2 * k)) & 0x03030303) << 4);
                 dot = dp4a(q, u, dot);
@@ -520,7 +557,7 @@ template <> struct WeightFormat<GGML_TYPE_Q6_K> {
             }
             // Codes are stored 32 above their value: subtract 32 * sum(u) exactly.
             const int sc = b->scales[8 * n + 2 * k + r / 2];
-            sumf += yk->d * (float)((dot - 32 * sum) * sc);
+            sumf += y.d(yk) * (float)((dot - 32 * sum) * sc);
         }
         return f16_bits_to_f32(b->d) * sumf;
     }

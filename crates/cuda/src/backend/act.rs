@@ -6,6 +6,7 @@ use crate::error::{DriverContext, Result};
 use crate::ops::{ActQuant, RowsTable};
 use cudarc::driver::{CudaSlice, CudaStream};
 use ferrolm_model::backend::{InputRows, PassInputs};
+use std::cell::{Ref, RefCell};
 use std::mem::ManuallyDrop;
 use std::sync::Arc;
 
@@ -78,6 +79,28 @@ pub struct CudaInputs {
     /// Where each row's sequence keeps its keys and values, when the pass's decode rows of
     /// several sequences take one attention launch a layer (`backend/rows.rs`).
     pub(super) rows_table: Option<RowsTable>,
+    /// The pass's RoPE cos/sin table, made by the first rotation that asks
+    /// ([`Self::rope_table`]).
+    rope_table: RefCell<Option<RopeTable>>,
+}
+
+/// A RoPE table (`rope_table_f32`) and the rotation arguments it was made for.
+struct RopeTable {
+    key: RopeKey,
+    buf: CudaSlice<u32>,
+    /// Made from the positions now in the inputs: false after [`CudaInputs::write`] until made
+    /// again. (A captured graph remakes it itself: the launch that made it is in the graph.)
+    current: bool,
+}
+
+/// What a RoPE table depends on besides the positions: the head size and the rotation's
+/// arguments (the factors by the address of their weight, which does not move during a pass).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) struct RopeKey {
+    pub head_dim: usize,
+    pub base_bits: u32,
+    pub scale_bits: [u32; 5],
+    pub factors: usize,
 }
 
 impl CudaInputs {
@@ -89,6 +112,7 @@ impl CudaInputs {
             rows,
             pool: pool.clone(),
             rows_table: None,
+            rope_table: RefCell::new(None),
         })
     }
 
@@ -106,7 +130,44 @@ impl CudaInputs {
         stream
             .memcpy_htod(pass.positions, &mut *self.positions)
             .during("copying positions")?;
+        if let Some(t) = self.rope_table.get_mut() {
+            t.current = false;
+        }
         Ok(())
+    }
+
+    /// The pass's RoPE table for `key`, made by `make` (into a buffer of
+    /// [`rope_table_len`](crate::ops::rope_table_len) `u32`s) when it is not made yet for
+    /// these positions. `None` when the pass already holds a table for other arguments (a
+    /// model whose layers rotate differently): that rotation computes its own angles.
+    pub(super) fn rope_table(
+        &self,
+        key: RopeKey,
+        make: impl FnOnce(&mut CudaSlice<u32>) -> Result<()>,
+    ) -> Result<Option<Ref<'_, CudaSlice<u32>>>> {
+        let mut cell = self.rope_table.borrow_mut();
+        if cell.is_none() {
+            let buf = self
+                .pool
+                .take(crate::ops::rope_table_len(self.rows, key.head_dim))?;
+            *cell = Some(RopeTable {
+                key,
+                buf,
+                current: false,
+            });
+        }
+        let t = cell.as_mut().expect("made above");
+        if t.key != key {
+            return Ok(None);
+        }
+        if !t.current {
+            make(&mut t.buf)?;
+            t.current = true;
+        }
+        drop(cell);
+        Ok(Some(Ref::map(self.rope_table.borrow(), |t| {
+            &t.as_ref().expect("made above").buf
+        })))
     }
 
     pub(super) fn tokens(&self) -> &CudaSlice<u32> {
@@ -139,5 +200,8 @@ impl Drop for CudaInputs {
         };
         self.pool.give(t);
         self.pool.give(p);
+        if let Some(table) = self.rope_table.get_mut().take() {
+            self.pool.give(table.buf);
+        }
     }
 }

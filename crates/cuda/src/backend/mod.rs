@@ -17,6 +17,7 @@ mod rows;
 mod runner;
 mod weights;
 
+use act::RopeKey;
 pub use act::{CudaAct, CudaInputs};
 pub use runner::{CudaCache, CudaModel};
 pub use weights::CudaWeight;
@@ -31,6 +32,7 @@ use ferrolm_model::backend::{
 };
 use ferrolm_model::weights::MoeWeights;
 use pool::Pool;
+use std::cell::Ref;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -133,6 +135,44 @@ impl CudaBackend {
             self.acts.clone(),
             self.bytes.clone(),
         ))
+    }
+
+    /// The pass's RoPE table for this rotation (made now if the pass has none yet), or `None`
+    /// when the plan takes no tables or the pass's table is another rotation's.
+    fn rope_table<'a>(
+        &self,
+        inp: &'a CudaInputs,
+        head_dim: usize,
+        rope: &ModelRope,
+        factors: Option<&CudaWeight>,
+    ) -> Result<Option<Ref<'a, CudaSlice<u32>>>> {
+        if !self.plan.rope_table() {
+            return Ok(None);
+        }
+        let args = rope_args(rope, factors);
+        let s = args.scale;
+        let key = RopeKey {
+            head_dim,
+            base_bits: args.base.to_bits(),
+            scale_bits: [
+                s.freq_scale,
+                s.ext_factor,
+                s.mscale,
+                s.corr_low,
+                s.corr_high,
+            ]
+            .map(f32::to_bits),
+            factors: args
+                .factors
+                .map_or(0, |f| f as *const CudaSlice<f32> as usize),
+        };
+        inp.rope_table(key, |buf| {
+            crate::profile::span(self.dev.stream(), "rope_table", || {
+                self.k
+                    .norm_rope
+                    .rope_table(buf, head_dim, inp.positions(), &args)
+            })
+        })
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -390,7 +430,11 @@ impl Backend for CudaBackend {
         if x.rows == 0 {
             return Ok(());
         }
-        let args = rope_args(rope, factors);
+        let table = self.rope_table(inp, head_dim, rope, factors)?;
+        let args = RopeArgs {
+            table: table.as_deref(),
+            ..rope_args(rope, factors)
+        };
         crate::profile::span(self.dev.stream(), "rope", || {
             self.k
                 .norm_rope
@@ -414,7 +458,11 @@ impl Backend for CudaBackend {
         if q.rows == 0 {
             return Ok(());
         }
-        let args = rope_args(rope, factors);
+        let table = self.rope_table(inp, head_dim, rope, factors)?;
+        let args = RopeArgs {
+            table: table.as_deref(),
+            ..rope_args(rope, factors)
+        };
         crate::profile::span(self.dev.stream(), "rope", || {
             self.k
                 .norm_rope
@@ -445,7 +493,11 @@ impl Backend for CudaBackend {
         if q.rows == 0 {
             return Ok(());
         }
-        let args = rope_args(rope, factors);
+        let table = self.rope_table(inp, head_dim, rope, factors)?;
+        let args = RopeArgs {
+            table: table.as_deref(),
+            ..rope_args(rope, factors)
+        };
         let r = crate::profile::span(self.dev.stream(), "qk_norm_rope", || {
             let (wq, wk) = (q_norm.vector(), k_norm.vector());
             let (qb, kb) = (q.buf_mut(), k.buf_mut());
@@ -537,5 +589,6 @@ fn rope_args<'a>(rope: &ModelRope, factors: Option<&'a CudaWeight>) -> RopeArgs<
             corr_high: rope.corr_dims[1],
         },
         factors: factors.map(CudaWeight::vector),
+        table: None,
     }
 }

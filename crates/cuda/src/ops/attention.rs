@@ -439,9 +439,11 @@ impl Attention {
             .arg(&nh)
             .arg(&ns)
             .arg(&hd);
+        // The split kernels' block size: combine_heads sums the splits in sets that follow
+        // the block size, so the fused combine and this one give the same bits.
         let cfg = LaunchConfig {
             grid_dim: (n_head as u32, n_q as u32, 1),
-            block_dim: (cache.head_dim as u32, 1, 1),
+            block_dim: ((NWARPS * 32) as u32, 1, 1),
             shared_mem_bytes: 0,
         };
         // SAFETY: attn_decode_combine(m, l, acc, out, n_head, n_split, head_dim) over the

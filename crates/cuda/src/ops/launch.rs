@@ -26,6 +26,9 @@ pub struct LaunchMode {
     /// Mat-vec kernels ask L2 for their weight rows before they wait (only useful when
     /// `dependent`: otherwise there is nothing to overlap).
     pub weight_prefetch: bool,
+    /// Wide mat-vec walks (dense and MoE) read their activations from a copy in shared memory
+    /// (`stage_q8_1`, kernels/mmvq.cuh) where it fits: the same bits.
+    pub stage_activations: bool,
 }
 
 /// A stream, and how launches on it start.

@@ -5,7 +5,7 @@
 //! off with `FERROLM_MMVQ_WIDE=0`).
 
 use super::int;
-use super::launch::Launcher;
+use super::launch::{LaunchMode, Launcher};
 use crate::device::CudaDevice;
 use crate::error::{CudaError, DriverContext, Result};
 use crate::kernels::MMVQ;
@@ -161,10 +161,11 @@ impl Mmvq {
         assert!(out.len() >= n * w.rows, "mmvq: out too small");
         // Rows a warp (wide) or a block takes: one for a single column, else two.
         let rows_per_block = if n == 1 { 1 } else { 2 } * if wide { NWARPS as usize } else { 1 };
+        let (stage, smem) = stage_args(self.launch.mode(), wide, n * w.cols / 32);
         let cfg = LaunchConfig {
             grid_dim: (w.rows.div_ceil(rows_per_block) as u32, 1, 1),
             block_dim: (32, NWARPS, 1),
-            shared_mem_bytes: 0,
+            shared_mem_bytes: smem,
         };
         let (cols, rows) = (int(w.cols, "mmvq cols"), int(w.rows, "mmvq rows"));
         let prefetch = i32::from(self.launch.mode().weight_prefetch);
@@ -175,8 +176,12 @@ impl Mmvq {
             .arg(&cols)
             .arg(&rows)
             .arg(&prefetch);
-        // SAFETY: mmvq_[wide_]*_nN(vx, vy, dst, ncols, nrows, prefetch): rows x cols weights, N
-        // Q8_1 rows of cols elements, N x rows floats out, one block per rows_per_block rows.
+        if wide {
+            b.arg(&stage);
+        }
+        // SAFETY: mmvq_[wide_]*_nN(vx, vy, dst, ncols, nrows, prefetch[, stage]): rows x cols
+        // weights, N Q8_1 rows of cols elements, N x rows floats out, one block per
+        // rows_per_block rows; with stage, the shared bytes of N * cols / 32 staged blocks.
         unsafe { b.launch(cfg) }.during(format!("launching mmvq for {}", w.ty))?;
         Ok(())
     }
@@ -206,10 +211,11 @@ impl Mmvq {
             CudaError::Invalid(format!("mmvq pair: no kernel for {} weights", a.ty))
         })?;
         let rows_per_block = if wide { NWARPS as usize } else { 1 };
+        let (stage, smem) = stage_args(self.launch.mode(), wide, a.cols / 32);
         let cfg = LaunchConfig {
             grid_dim: (a.rows.max(b.rows).div_ceil(rows_per_block) as u32, 1, 1),
             block_dim: (32, NWARPS, 1),
-            shared_mem_bytes: 0,
+            shared_mem_bytes: smem,
         };
         let (cols, rows_a, rows_b) = (
             int(a.cols, "mmvq cols"),
@@ -227,9 +233,12 @@ impl Mmvq {
                 );
                 l.arg(oa).arg(ob);
                 l.arg(&cols).arg(&rows_a).arg(&rows_b).arg(&prefetch);
-                // SAFETY: mmvq_pair_*(va, vb, vy, dst_a, dst_b, ncols, nrows_a, nrows_b,
-                // prefetch): both
-                // matrices hold their rows of cols elements, outputs their row counts.
+                if wide {
+                    l.arg(&stage);
+                }
+                // SAFETY: mmvq_[wide_]pair_*(va, vb, vy, dst_a, dst_b, ncols, nrows_a, nrows_b,
+                // prefetch[, stage]): both matrices hold their rows of cols elements, outputs
+                // their row counts; with stage, the shared bytes of cols / 32 staged blocks.
                 unsafe { l.launch(cfg) }.during(format!("launching mmvq pair for {}", a.ty))?;
             }
             PairOut::Glu(o) => {
@@ -238,10 +247,28 @@ impl Mmvq {
                 let o: &CudaSlice<f32> = o;
                 l.arg(o).arg(o);
                 l.arg(&cols).arg(&rows_a).arg(&rows_b).arg(&prefetch);
+                if wide {
+                    l.arg(&stage);
+                }
                 // SAFETY: as above; with GLU only dst_a is written.
                 unsafe { l.launch(cfg) }.during(format!("launching mmvq glu for {}", a.ty))?;
             }
         }
         Ok(())
+    }
+}
+
+/// The largest activation copy a wide walk stages in shared memory: the default dynamic limit
+/// (no opt-in attribute needed).
+const STAGE_MAX_BYTES: usize = 48 * 1024;
+
+/// `(stage, shared bytes)` for a wide walk over `blocks` Q8_1 activation blocks: staged
+/// (`stage_q8_1`, 36 bytes a block) when the launch mode asks and the copy fits, else `(0, 0)`.
+pub(super) fn stage_args(mode: LaunchMode, wide: bool, blocks: usize) -> (i32, u32) {
+    let bytes = blocks * 36;
+    if mode.stage_activations && wide && bytes <= STAGE_MAX_BYTES {
+        (1, bytes as u32)
+    } else {
+        (0, 0)
     }
 }

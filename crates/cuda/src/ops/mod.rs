@@ -38,7 +38,7 @@ pub use moe_decode::{MoeDecode, MoeDecodeWork};
 pub use moe_gemm::{MoeGemm, MoeWork};
 pub use moe_route::{MoeExperts, MoeRoute, MoeRouteWork, MoeRouter};
 pub(crate) use moe_route::{ROUTER_ROWS_MAX_EMBD, ROUTER_SMALL_N};
-pub use norm_rope::{NormRope, Rope, RopeArgs, RopeScale};
+pub use norm_rope::{rope_table_len, NormRope, Rope, RopeArgs, RopeScale};
 pub use quantize::{dequantize_blocks, ActQuant, Quantize, Q8_1_BLOCK_BYTES};
 
 use crate::device::CudaDevice;

@@ -13,6 +13,7 @@
 //! captured graph replays with new ids and weights.
 
 use super::launch::Launcher;
+use super::mmvq::stage_args;
 use super::{int, stride_blocks, MoeExperts, Quantize};
 use crate::device::CudaDevice;
 use crate::error::{CudaError, DriverContext, Result};
@@ -231,6 +232,8 @@ impl MoeDecode {
         let ints = Ints::new(d, ff, e.n_expert, k);
         let block = (32, NWARPS, 1);
         let gate_up = &self.gate_up[&(e.gate.ty, n, narrow(how, e.gate.ty))];
+        let mode = self.launch.mode();
+        let (stage, smem) = stage_args(mode, walks_wide(how, e.gate.ty), n * d / 32);
         let cfg = LaunchConfig {
             grid_dim: (
                 ff.div_ceil(NWARPS as usize * gate_rows(n)) as u32,
@@ -238,7 +241,7 @@ impl MoeDecode {
                 1,
             ),
             block_dim: block,
-            shared_mem_bytes: 0,
+            shared_mem_bytes: smem,
         };
         let mut b = self.launch.builder(gate_up);
         b.arg(&e.gate.data).arg(&e.up.data).arg(x_q8_1).arg(ids);
@@ -246,19 +249,22 @@ impl MoeDecode {
             .arg(&ints.d)
             .arg(&ints.ff)
             .arg(&ints.ne)
-            .arg(&ints.k);
-        // SAFETY: moe_gate_up_*_nN(gate, up, x, ids, h, n_embd, n_ff, n_expert, k): stacked
-        // [n_expert*n_ff][n_embd] weights, N Q8_1 rows, N*k ids, N*k x n_ff floats out
-        // (work sized for max_n >= N); a block per NWARPS * gate_rows(N) rows and slot.
+            .arg(&ints.k)
+            .arg(&stage);
+        // SAFETY: moe_gate_up_*_nN(gate, up, x, ids, h, n_embd, n_ff, n_expert, k, stage):
+        // stacked [n_expert*n_ff][n_embd] weights, N Q8_1 rows, N*k ids, N*k x n_ff floats out
+        // (work sized for max_n >= N); a block per NWARPS * gate_rows(N) rows and slot; with
+        // stage, the shared bytes of the N rows' staged blocks.
         unsafe { b.launch(cfg) }.during(format!("launching moe gate/up for {}", e.gate.ty))?;
 
         self.quantize_h(how, e, n, work)?;
 
         let down = &self.down[&(e.down.ty, n, narrow(how, e.down.ty))];
+        let (stage, smem) = stage_args(mode, walks_wide(how, e.down.ty), n * k * ff / 32);
         let cfg = LaunchConfig {
             grid_dim: (d.div_ceil(down_rows(n)) as u32, 1, 1),
             block_dim: block,
-            shared_mem_bytes: 0,
+            shared_mem_bytes: smem,
         };
         let mut b = self.launch.builder(down);
         b.arg(&e.down.data).arg(&work.hq).arg(ids).arg(weights);
@@ -266,10 +272,12 @@ impl MoeDecode {
             .arg(&ints.d)
             .arg(&ints.ff)
             .arg(&ints.ne)
-            .arg(&ints.k);
-        // SAFETY: moe_down_*_nN(down, hq, ids, weights, out, n_embd, n_ff, n_expert, k):
-        // stacked [n_expert*n_embd][n_ff] weights, N*k Q8_1 rows of n_ff, N*k ids and
-        // weights, N x n_embd floats updated; a block per down_rows(N) output rows.
+            .arg(&ints.k)
+            .arg(&stage);
+        // SAFETY: moe_down_*_nN(down, hq, ids, weights, out, n_embd, n_ff, n_expert, k,
+        // stage): stacked [n_expert*n_embd][n_ff] weights, N*k Q8_1 rows of n_ff, N*k ids and
+        // weights, N x n_embd floats updated; a block per down_rows(N) output rows; with
+        // stage, the shared bytes of the N*k rows' staged blocks.
         unsafe { b.launch(cfg) }.during(format!("launching moe down for {}", e.down.ty))?;
         Ok(())
     }
@@ -376,6 +384,11 @@ impl MoeDecode {
 /// Whether `ty` takes its `narrow_` entry points under `how`.
 fn narrow(how: &ExpertMatVec, ty: GgmlType) -> bool {
     !how.wide && has_narrow(ty)
+}
+
+/// Whether `ty`'s experts take the wide walk (the one that can read staged activations).
+fn walks_wide(how: &ExpertMatVec, ty: GgmlType) -> bool {
+    how.wide && has_narrow(ty)
 }
 
 /// The kernels' int shape arguments.

@@ -6,7 +6,9 @@
 //! k-th and (k+1)-th probabilities are within f32 noise of each other (the logits are summed in
 //! another order); weights within f32 rounding (`expf` against Rust's `exp`, another sum order).
 //! Logits of more than a few tokens take `moe_logits_rows` (lane partial sums, then a warp sum)
-//! or the f32 GEMM (one chain per logit), as the plan says ([`RouterLogits`]).
+//! or the f32 GEMM (one chain per logit), as the plan says ([`RouterLogits`]); those of a few
+//! take `moe_logits_small`, with the top-k in the same launch (`moe_route_small`, the same bits)
+//! among the decode fusions.
 
 use super::launch::Launcher;
 use super::{int, GemmF32, QuantMatrix};
@@ -106,6 +108,8 @@ impl MoeExperts<'_> {
 /// capture routing).
 pub struct MoeRouteWork {
     logits: CudaSlice<f32>,
+    /// `moe_route_small`'s count of finished blocks: zero between launches.
+    done: CudaSlice<u32>,
     pub max_n: usize,
     pub n_expert: usize,
 }
@@ -114,6 +118,7 @@ impl MoeRouteWork {
     pub fn new(dev: &CudaDevice, max_n: usize, n_expert: usize) -> Result<Self> {
         Ok(Self {
             logits: dev.zeros(max_n * n_expert)?,
+            done: dev.zeros(1)?,
             max_n,
             n_expert,
         })
@@ -123,6 +128,8 @@ impl MoeRouteWork {
 pub struct MoeRoute {
     launch: Launcher,
     logits_small: CudaFunction,
+    /// `logits_small` and `topk` in one launch.
+    route_small: CudaFunction,
     /// Logits for more than ROUTER_SMALL_N tokens (rows of at most ROUTER_ROWS_MAX_EMBD).
     logits_rows: CudaFunction,
     /// Logits for wider rows, or with `FERROLM_MOE_ROUTER_ROWS=0`: the f32 GEMM.
@@ -146,6 +153,7 @@ impl MoeRoute {
         Ok(Self {
             launch: launch.clone(),
             logits_small: f("moe_logits_small")?,
+            route_small: f("moe_route_small")?,
             logits_rows,
             gemm: GemmF32::load(dev, launch)?,
             topk: f("moe_topk")?,
@@ -195,7 +203,28 @@ impl MoeRoute {
         // mat-vec for a few tokens, the row-block kernel for more (rows of at most
         // ROUTER_ROWS_MAX_EMBD in shared memory); anything else the f32 GEMM.
         let by4 = d.is_multiple_of(4);
+        let renorm = i32::from(router.renorm);
         let logits = match logits {
+            RouterLogits::MatVecTopk => {
+                assert!(
+                    n <= ROUTER_SMALL_N && by4,
+                    "moe route: {n} tokens of {d} on the mat-vec"
+                );
+                let cfg = LaunchConfig {
+                    grid_dim: (ne as u32, 1, 1),
+                    block_dim: (128, 1, 1),
+                    shared_mem_bytes: 0,
+                };
+                let mut b = self.launch.builder(&self.route_small);
+                b.arg(x).arg(&router.w).arg(&mut work.logits);
+                b.arg(ids).arg(weights).arg(&mut work.done);
+                b.arg(&ni).arg(&di).arg(&nei).arg(&ki).arg(&renorm);
+                // SAFETY: moe_route_small(x, w, logits, ids, weights, done, n, n_embd, n_expert,
+                // k, renorm): as moe_logits_small then moe_topk below, and one u32 counter
+                // that is zero between launches (made zero, reset by each launch's last block).
+                unsafe { b.launch(cfg) }.during("launching moe routing")?;
+                return Ok(());
+            }
             RouterLogits::MatVec => {
                 assert!(
                     n <= ROUTER_SMALL_N && by4,
@@ -241,7 +270,6 @@ impl MoeRoute {
                 .gemm
                 .matmul_raw(&router.w, ne, d, x, n, &mut work.logits)?,
         }
-        let renorm = i32::from(router.renorm);
         let cfg = LaunchConfig {
             grid_dim: (n.div_ceil(TOPK_WARPS as usize) as u32, 1, 1),
             block_dim: (32, TOPK_WARPS, 1),

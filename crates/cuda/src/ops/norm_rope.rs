@@ -50,17 +50,20 @@ impl<'a> KernelArg<'a> for &'a RopeScale {
 }
 
 /// What a rotation takes besides the activations: the base, the pairing, the scaling and the
-/// per-pair frequency divisors (`head_dim / 2` floats) if the model has them.
+/// per-pair frequency divisors (`head_dim / 2` floats) if the model has them; and, when the
+/// pass has made one for these arguments ([`NormRope::rope_table`]), the table of its cos/sin.
 #[derive(Clone, Copy)]
 pub struct RopeArgs<'a> {
     pub base: f32,
     pub mode: Rope,
     pub scale: RopeScale,
     pub factors: Option<&'a CudaSlice<f32>>,
+    /// `[rows][head_dim / 2]` (cos, sin) pairs as f32 bits, from `rope_table_f32`.
+    pub table: Option<&'a CudaSlice<u32>>,
 }
 
 impl RopeArgs<'_> {
-    /// Appends `theta_scale, ff|null, rs` for heads of `head_dim`.
+    /// Appends `theta_scale, ff|null, rs, table|null` for heads of `head_dim`.
     fn push<'a>(&'a self, b: &mut Launch<'a>, theta_scale: &'a f32, null: &'a u64) {
         b.arg(theta_scale);
         match self.factors {
@@ -68,13 +71,24 @@ impl RopeArgs<'_> {
             None => b.arg(null),
         };
         b.arg(&self.scale);
+        match self.table {
+            Some(t) => b.arg(t),
+            None => b.arg(null),
+        };
     }
+}
+
+/// The `u32`s a RoPE table of `rows` positions takes for heads of `head_dim`: a (cos, sin) pair
+/// of f32 a rotated pair.
+pub fn rope_table_len(rows: usize, head_dim: usize) -> usize {
+    rows * head_dim
 }
 
 pub struct NormRope {
     launch: Launcher,
     rms_norm: CudaFunction,
     add_rms_norm_q8_1: CudaFunction,
+    rope_table: CudaFunction,
     rope_norm: CudaFunction,
     rope_neox: CudaFunction,
     rope_qk_norm: CudaFunction,
@@ -101,6 +115,7 @@ impl NormRope {
             launch: launch.clone(),
             rms_norm: dev.function(&NORM_ROPE, "rms_norm_f32")?,
             add_rms_norm_q8_1: dev.function(&NORM_ROPE, "add_rms_norm_q8_1_f32")?,
+            rope_table: dev.function(&NORM_ROPE, "rope_table_f32")?,
             rope_norm: dev.function(&NORM_ROPE, "rope_norm_f32")?,
             rope_neox: dev.function(&NORM_ROPE, "rope_neox_f32")?,
             rope_qk_norm: dev.function(&NORM_ROPE, "rope_qk_norm_f32")?,
@@ -219,6 +234,45 @@ impl NormRope {
         Ok(())
     }
 
+    /// Fills `table` with the cos and sin of every (position, pair) angle for heads of
+    /// `head_dim` ([`rope_table_len`] `u32`s), as the rotations would compute them; `rope`'s own
+    /// table is ignored. The rotations given it in [`RopeArgs::table`] read it instead: the
+    /// same bits, without the angle chain and double cos/sin for every head of every layer.
+    pub fn rope_table(
+        &self,
+        table: &mut CudaSlice<u32>,
+        head_dim: usize,
+        positions: &CudaSlice<u32>,
+        rope: &RopeArgs<'_>,
+    ) -> Result<()> {
+        let n_tokens = positions.len();
+        assert!(head_dim.is_multiple_of(2), "rope table: head_dim");
+        assert!(
+            table.len() >= rope_table_len(n_tokens, head_dim),
+            "rope table: too small"
+        );
+        check_factors(rope, head_dim);
+        let theta_scale = theta_scale(rope.base, head_dim);
+        let (nt, half) = (int(n_tokens, "rope tokens"), int(head_dim / 2, "head_dim"));
+        let null = 0u64;
+        let table: &CudaSlice<u32> = table;
+        let mut b = self.launch.builder(&self.rope_table);
+        b.arg(table)
+            .arg(positions)
+            .arg(&nt)
+            .arg(&half)
+            .arg(&theta_scale);
+        match rope.factors {
+            Some(f) => b.arg(f),
+            None => b.arg(&null),
+        };
+        b.arg(&rope.scale);
+        // SAFETY: rope_table_f32(table, pos, n_tokens, half, theta_scale, ff|null, rs): one
+        // thread per entry, n_tokens * half float2 entries in table (asserted), half factors.
+        unsafe { b.launch(pairs_cfg(n_tokens * head_dim / 2)) }.during("launching rope_table")?;
+        Ok(())
+    }
+
     /// Rotates every `head_dim` head of every row of `x` in place; row `t` is at position
     /// `positions[t]` (one row per position).
     pub fn rope(
@@ -242,12 +296,13 @@ impl NormRope {
             Rope::Neox => &self.rope_neox,
         };
         let cfg = pairs_cfg(x.len() / 2);
-        check_factors(rope, head_dim);
+        check_rope(rope, positions.len(), head_dim);
         let mut b = self.launch.builder(f);
         b.arg(x).arg(positions).arg(&nt).arg(&w).arg(&hd);
         rope.push(&mut b, &theta_scale, &null);
-        // SAFETY: rope_*_f32(x, pos, n_tokens, width, head_dim, theta_scale, ff|null, rs), one
-        // thread per pair of x, n_tokens positions, head_dim / 2 factors (checked).
+        // SAFETY: rope_*_f32(x, pos, n_tokens, width, head_dim, theta_scale, ff|null, rs,
+        // table|null), one thread per pair of x, n_tokens positions, head_dim / 2 factors and a
+        // table of n_tokens rows (checked).
         unsafe { b.launch(cfg) }.during("launching rope")?;
         Ok(())
     }
@@ -267,15 +322,16 @@ impl NormRope {
             Rope::Neox => &self.rope_qk_neox,
         };
         let cfg = pairs_cfg((q.len() + k.len()) / 2);
-        check_factors(rope, head_dim);
+        check_rope(rope, positions.len(), head_dim);
         let null = 0u64;
         let mut b = self.launch.builder(f);
         b.arg(q).arg(k).arg(positions);
         b.arg(&sh.n_tokens).arg(&sh.width_q).arg(&sh.width_k);
         b.arg(&sh.head_dim);
         rope.push(&mut b, &sh.theta_scale, &null);
-        // SAFETY: rope_qk_*_f32(q, k, pos, n, wq, wk, hd, theta_scale, ff|null, rs): n rows of
-        // wq and wk floats, n positions, hd / 2 factors (checked); one thread per pair of either.
+        // SAFETY: rope_qk_*_f32(q, k, pos, n, wq, wk, hd, theta_scale, ff|null, rs, table|null):
+        // n rows of wq and wk floats, n positions, hd / 2 factors and a table of n rows
+        // (checked); one thread per pair of either.
         unsafe { b.launch(cfg) }.during("launching rope_qk")?;
         Ok(())
     }
@@ -306,7 +362,7 @@ impl NormRope {
             Rope::Normal => &self.qk_norm_rope_norm,
             Rope::Neox => &self.qk_norm_rope_neox,
         };
-        check_factors(rope, head_dim);
+        check_rope(rope, positions.len(), head_dim);
         let null = 0u64;
         let cfg = norm_cfg((q.len() + k.len()) / n, n);
         let ni = int(n, "norm group");
@@ -320,9 +376,9 @@ impl NormRope {
         rope.push(&mut b, &sh.theta_scale, &null);
         b.arg(&eps);
         // SAFETY: qk_norm_rope_*_f32(q, wq, k, wk, pos, n_tokens, width_q, width_k, n,
-        // head_dim, theta_scale, ff|null, rs, eps): n_tokens rows of width_q and width_k
-        // floats, n-float weights, n_tokens positions, head_dim / 2 factors (checked); a block
-        // per n-element group of q then of k.
+        // head_dim, theta_scale, ff|null, rs, table|null, eps): n_tokens rows of width_q and
+        // width_k floats, n-float weights, n_tokens positions, head_dim / 2 factors and a table
+        // of n_tokens rows (checked); a block per n-element group of q then of k.
         Some(
             unsafe { b.launch(cfg) }
                 .during("launching qk_norm_rope")
@@ -368,6 +424,17 @@ fn rope_width(len: usize, n_tokens: usize, head_dim: usize) -> usize {
 fn check_factors(rope: &RopeArgs<'_>, head_dim: usize) {
     if let Some(f) = rope.factors {
         assert_eq!(f.len(), head_dim / 2, "rope: frequency factors");
+    }
+}
+
+/// [`check_factors`], and a table of all `n_tokens` rows when given one.
+fn check_rope(rope: &RopeArgs<'_>, n_tokens: usize, head_dim: usize) {
+    check_factors(rope, head_dim);
+    if let Some(t) = rope.table {
+        assert!(
+            t.len() >= rope_table_len(n_tokens, head_dim),
+            "rope: table rows"
+        );
     }
 }
 

@@ -87,6 +87,8 @@ pub enum Attn {
 pub enum RouterLogits {
     /// `moe_logits_small`: a block per expert, for a few tokens.
     MatVec,
+    /// `moe_route_small`: the same, and the top-k in the last block to finish (one launch).
+    MatVecTopk,
     /// `moe_logits_rows`: tokens staged in shared memory, lane partial sums.
     Rows,
     /// The f32 GEMM, one chain per logit.

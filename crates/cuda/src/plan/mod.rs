@@ -108,6 +108,7 @@ fn launch_mode(switches: &Switches, cc: (i32, i32)) -> LaunchMode {
     LaunchMode {
         dependent,
         weight_prefetch: dependent && switches.prefetch,
+        stage_activations: switches.stage,
     }
 }
 
@@ -151,6 +152,12 @@ impl Plan {
     /// norm+RoPE, RoPE of q and k in one launch (all bit-identical to the separate kernels).
     pub fn fuse(&self) -> bool {
         self.switches.fuse
+    }
+
+    /// Whether a pass's rotations read one RoPE table made once a pass (bit-identical to each
+    /// computing its own angles).
+    pub fn rope_table(&self) -> bool {
+        self.switches.rope_table
     }
 
     /// Whether a norm over rows of `width` runs fused with its activation quantization.
@@ -413,12 +420,15 @@ impl Plan {
         }
     }
 
-    /// The router logits of `n` tokens of `n_embd`: the mat-vec kernel for a few tokens, the
-    /// row-block kernel for more (rows it can stage), the f32 GEMM otherwise or with
-    /// `FERROLM_MOE_ROUTER_ROWS=0`. Both kernels load four floats at a time.
+    /// The router logits of `n` tokens of `n_embd`: the mat-vec kernel for a few tokens (with
+    /// the top-k in the same launch among the decode fusions), the row-block kernel for more
+    /// (rows it can stage), the f32 GEMM otherwise or with `FERROLM_MOE_ROUTER_ROWS=0`. Both
+    /// kernels load four floats at a time.
     pub fn router_logits(&self, n: usize, n_embd: usize) -> RouterLogits {
         let by4 = n_embd.is_multiple_of(4);
-        if n <= ROUTER_SMALL_N && by4 {
+        if n <= ROUTER_SMALL_N && by4 && self.switches.fuse {
+            RouterLogits::MatVecTopk
+        } else if n <= ROUTER_SMALL_N && by4 {
             RouterLogits::MatVec
         } else if self.switches.moe_router_rows && by4 && n_embd <= ROUTER_ROWS_MAX_EMBD {
             RouterLogits::Rows

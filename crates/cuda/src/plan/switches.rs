@@ -55,6 +55,9 @@ pub struct Switches {
     /// (`attn_decode_rows_*`, each row through its sequence's cache) instead of a launch per
     /// sequence over copied rows.
     pub attn_batched: bool,
+    /// `FERROLM_ROPE_TABLE`: RoPE's cos/sin made once a pass into a table that every layer's
+    /// rotation reads (else each computes its own; the same bits).
+    pub rope_table: bool,
     /// `FERROLM_CUDA_PDL`: programmatic dependent launch on sm_90+ (each kernel's blocks
     /// scheduled while the one before finishes; see `ops/launch.rs`).
     pub pdl: bool,
@@ -62,6 +65,9 @@ pub struct Switches {
     /// for the kernel ahead. Off by default: measured 4.5% slower on qwen3-8b, 1% on
     /// smollm2-1.7b, 1% faster on olmoe-1b-7b (docs/perf.md, "Issue 15").
     pub prefetch: bool,
+    /// `FERROLM_MMVQ_STAGE`: wide mat-vec walks read their activations from a copy in shared
+    /// memory (else from global memory; the same bits).
+    pub stage: bool,
     /// `FERROLM_CUDA_PROFILE`: stage timing from CUDA events (turns graphs off).
     pub profile: bool,
 }
@@ -85,8 +91,10 @@ impl Default for Switches {
             attn_grouped: true,
             attn_split_keys: None,
             attn_batched: false,
+            rope_table: true,
             pdl: true,
             prefetch: false,
+            stage: true,
             profile: false,
         }
     }
@@ -205,8 +213,10 @@ impl Switches {
             attn_grouped: flag(env, "FERROLM_ATTN_GROUPED", true)?,
             attn_split_keys: count(env, "FERROLM_ATTN_SPLIT_KEYS", 16..=65536)?,
             attn_batched: flag(env, "FERROLM_ATTN_BATCHED", false)?,
+            rope_table: flag(env, "FERROLM_ROPE_TABLE", true)?,
             pdl: flag(env, "FERROLM_CUDA_PDL", true)?,
             prefetch: flag(env, "FERROLM_CUDA_PREFETCH", false)?,
+            stage: flag(env, "FERROLM_MMVQ_STAGE", true)?,
             profile: flag(env, "FERROLM_CUDA_PROFILE", false)?,
         })
     }
@@ -233,7 +243,7 @@ impl fmt::Display for Switches {
         let split_keys = self
             .attn_split_keys
             .map_or("auto".to_owned(), |k| k.to_string());
-        let lines: [(&str, &str, &str); 19] = [
+        let lines: [(&str, &str, &str); 21] = [
             (
                 "FERROLM_CUDA_MMQ",
                 bit(self.mmq),
@@ -307,6 +317,11 @@ impl fmt::Display for Switches {
                 "decode attention of a batch's sequences in one launch",
             ),
             (
+                "FERROLM_ROPE_TABLE",
+                bit(self.rope_table),
+                "RoPE cos/sin once a pass, read by every layer",
+            ),
+            (
                 "FERROLM_CUDA_PDL",
                 bit(self.pdl),
                 "programmatic dependent launch (sm_90+)",
@@ -315,6 +330,11 @@ impl fmt::Display for Switches {
                 "FERROLM_CUDA_PREFETCH",
                 bit(self.prefetch),
                 "mat-vec weights to L2 before the wait (with PDL)",
+            ),
+            (
+                "FERROLM_MMVQ_STAGE",
+                bit(self.stage),
+                "wide mat-vecs read activations from shared memory",
             ),
             (
                 "FERROLM_CUDA_PROFILE",

@@ -98,6 +98,8 @@ fn bad_values_name_the_variable_and_the_choices() {
         "FERROLM_CUDA_PREFETCH",
         "FERROLM_ATTN_GROUPED",
         "FERROLM_ATTN_BATCHED",
+        "FERROLM_ROPE_TABLE",
+        "FERROLM_MMVQ_STAGE",
     ] {
         assert!(err(&[(name, "off")]).contains(&format!("{name}=off")));
     }
@@ -114,7 +116,7 @@ fn tile_names() {
 #[test]
 fn display_prints_every_switch() {
     let text = plan(&[("FERROLM_MMQ_TILE", "128x64")]).to_string();
-    assert_eq!(text.lines().count(), 21, "{text}");
+    assert_eq!(text.lines().count(), 23, "{text}");
     assert!(text.contains("132 SMs, cc 9.0"));
     assert!(text
         .lines()
@@ -440,28 +442,39 @@ fn moe_switches() {
 #[test]
 fn router_logits_by_tokens() {
     let p = plan(&[]);
-    assert_eq!(p.router_logits(8, 2048), RouterLogits::MatVec);
+    assert_eq!(p.router_logits(8, 2048), RouterLogits::MatVecTopk);
+    let unfused = plan(&[("FERROLM_CUDA_FUSE", "0")]);
+    assert_eq!(unfused.router_logits(8, 2048), RouterLogits::MatVec);
     assert_eq!(p.router_logits(9, 2048), RouterLogits::Rows);
     assert_eq!(p.router_logits(2048, 4096), RouterLogits::Rows);
     assert_eq!(p.router_logits(2048, 8192), RouterLogits::Gemm);
     assert_eq!(p.router_logits(1, 2050), RouterLogits::Gemm);
     let off = plan(&[("FERROLM_MOE_ROUTER_ROWS", "0")]);
-    assert_eq!(off.router_logits(8, 2048), RouterLogits::MatVec);
+    assert_eq!(off.router_logits(8, 2048), RouterLogits::MatVecTopk);
     assert_eq!(off.router_logits(9, 2048), RouterLogits::Gemm);
 }
 
 /// Programmatic dependent launch: on from Hopper on, off before it or when switched off; the
-/// weight prefetch only when asked for, and only with it.
+/// weight prefetch only when asked for, and only with it. Staged activations unless switched
+/// off, on any device.
 #[test]
 fn dependent_launch_from_hopper_unless_off() {
+    let staged = LaunchMode {
+        stage_activations: true,
+        ..LaunchMode::default()
+    };
     let pdl = LaunchMode {
         dependent: true,
-        weight_prefetch: false,
+        ..staged
     };
     assert_eq!(plan(&[]).launch_mode(), pdl);
+    assert_eq!(plan(&[("FERROLM_CUDA_PDL", "0")]).launch_mode(), staged);
     assert_eq!(
-        plan(&[("FERROLM_CUDA_PDL", "0")]).launch_mode(),
-        LaunchMode::default()
+        plan(&[("FERROLM_MMVQ_STAGE", "0")]).launch_mode(),
+        LaunchMode {
+            stage_activations: false,
+            ..pdl
+        }
     );
     assert_eq!(
         plan(&[("FERROLM_CUDA_PREFETCH", "1")]).launch_mode(),
@@ -472,16 +485,13 @@ fn dependent_launch_from_hopper_unless_off() {
     );
     assert_eq!(
         plan(&[("FERROLM_CUDA_PDL", "0"), ("FERROLM_CUDA_PREFETCH", "1")]).launch_mode(),
-        LaunchMode::default()
+        staged
     );
     let ampere = DeviceFacts {
         cc: (8, 0),
         ..h200()
     };
-    assert_eq!(
-        Plan::new(parse(&[]).unwrap(), ampere).launch_mode(),
-        LaunchMode::default()
-    );
+    assert_eq!(Plan::new(parse(&[]).unwrap(), ampere).launch_mode(), staged);
 }
 
 /// Queries round through Q8_0 over a quantized cache (the CPU's integer dots), not over f16 nor
