@@ -65,8 +65,10 @@ pub struct Switches {
     /// for the kernel ahead. Off by default: measured 4.5% slower on qwen3-8b, 1% on
     /// smollm2-1.7b, 1% faster on olmoe-1b-7b (docs/perf.md, "Issue 15").
     pub prefetch: bool,
-    /// `FERROLM_MMVQ_STAGE`: wide mat-vec walks read their activations from a copy in shared
-    /// memory (else from global memory; the same bits).
+    /// `FERROLM_MMVQ_STAGE=1`: wide mat-vec walks read their activations from a copy in shared
+    /// memory (else from global memory; the same bits). Off by default: one decode token
+    /// measured 2-6% slower on olmoe-1b-7b and smollm2-1.7b, level on qwen3-8b (docs/perf.md,
+    /// "Issue 15, step 4"); kept for several columns, where each copy serves more rows.
     pub stage: bool,
     /// `FERROLM_CUDA_PROFILE`: stage timing from CUDA events (turns graphs off).
     pub profile: bool,
@@ -94,7 +96,7 @@ impl Default for Switches {
             rope_table: true,
             pdl: true,
             prefetch: false,
-            stage: true,
+            stage: false,
             profile: false,
         }
     }
@@ -216,7 +218,7 @@ impl Switches {
             rope_table: flag(env, "FERROLM_ROPE_TABLE", true)?,
             pdl: flag(env, "FERROLM_CUDA_PDL", true)?,
             prefetch: flag(env, "FERROLM_CUDA_PREFETCH", false)?,
-            stage: flag(env, "FERROLM_MMVQ_STAGE", true)?,
+            stage: flag(env, "FERROLM_MMVQ_STAGE", false)?,
             profile: flag(env, "FERROLM_CUDA_PROFILE", false)?,
         })
     }

@@ -455,24 +455,21 @@ fn router_logits_by_tokens() {
 }
 
 /// Programmatic dependent launch: on from Hopper on, off before it or when switched off; the
-/// weight prefetch only when asked for, and only with it. Staged activations unless switched
-/// off, on any device.
+/// weight prefetch only when asked for, and only with it. Staged activations only when asked
+/// for, on any device.
 #[test]
 fn dependent_launch_from_hopper_unless_off() {
-    let staged = LaunchMode {
-        stage_activations: true,
-        ..LaunchMode::default()
-    };
+    let plain = LaunchMode::default();
     let pdl = LaunchMode {
         dependent: true,
-        ..staged
+        ..plain
     };
     assert_eq!(plan(&[]).launch_mode(), pdl);
-    assert_eq!(plan(&[("FERROLM_CUDA_PDL", "0")]).launch_mode(), staged);
+    assert_eq!(plan(&[("FERROLM_CUDA_PDL", "0")]).launch_mode(), plain);
     assert_eq!(
-        plan(&[("FERROLM_MMVQ_STAGE", "0")]).launch_mode(),
+        plan(&[("FERROLM_MMVQ_STAGE", "1")]).launch_mode(),
         LaunchMode {
-            stage_activations: false,
+            stage_activations: true,
             ..pdl
         }
     );
@@ -485,13 +482,13 @@ fn dependent_launch_from_hopper_unless_off() {
     );
     assert_eq!(
         plan(&[("FERROLM_CUDA_PDL", "0"), ("FERROLM_CUDA_PREFETCH", "1")]).launch_mode(),
-        staged
+        plain
     );
     let ampere = DeviceFacts {
         cc: (8, 0),
         ..h200()
     };
-    assert_eq!(Plan::new(parse(&[]).unwrap(), ampere).launch_mode(), staged);
+    assert_eq!(Plan::new(parse(&[]).unwrap(), ampere).launch_mode(), plain);
 }
 
 /// Queries round through Q8_0 over a quantized cache (the CPU's integer dots), not over f16 nor
