@@ -149,7 +149,7 @@ fn batch_schedule(file: &GgufFile, env: &[(&str, &str)]) -> Vec<Vec<f32>> {
 }
 
 /// The one-launch batched decode attention (with multi-sequence steps as padded graphs)
-/// (`FERROLM_ATTN_BATCHED=1`, off by default until measured) against a launch per sequence
+/// (`FERROLM_ATTN_BATCHED=1`, the default) against a launch per sequence
 /// (`FERROLM_ATTN_BATCHED=0`) and against itself op by op
 /// (`FERROLM_CUDA_GRAPH=0`, no padding): attention in another f32 order than the per-sequence
 /// kernels, the matmuls' kernels at other row counts (mat-vec widths, mmq against mat-vec once

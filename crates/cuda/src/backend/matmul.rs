@@ -35,7 +35,7 @@ impl CudaBackend {
         out: &mut CudaAct,
     ) -> Result<()> {
         let n = out.rows;
-        match self.plan.matmul(w.ty, w.rows, w.cols, n) {
+        match self.gemm_plan().matmul(w.ty, w.rows, w.cols, n) {
             Matmul::MatVec { wide } => self.k.mmvq.matvec(wide, w, xq, n, out.buf_mut()),
             Matmul::Gemm(how) => self.k.mmq.matmul(&how, w, xq, n, out.buf_mut()),
             Matmul::MatVecSlices { wide } => {

@@ -47,6 +47,10 @@ pub struct CudaBackend {
     moe: Mutex<moe::MoeScratch>,
     /// Every kernel choice: which kernel, tile and order for a shape, and the fusions.
     plan: Plan,
+    /// The GEMM choices of passes of several sequences ([`Plan::for_sequence_batches`]), taken
+    /// while `multi_seq` says the pass running is one.
+    batch_plan: Plan,
+    multi_seq: AtomicBool,
     /// How the fused norms quantize their output: for the matmuls that follow, which the model
     /// sets from its weights ([`Self::set_norm_quant`]); a matmul wanting the other quantizes
     /// again.
@@ -65,7 +69,9 @@ impl CudaBackend {
             ids: Pool::new(stream.clone()),
             u32s: Arc::new(Pool::new(stream)),
             moe: Mutex::new(moe::MoeScratch::default()),
+            batch_plan: plan.for_sequence_batches(),
             plan,
+            multi_seq: AtomicBool::new(false),
             norm_q8k: AtomicBool::new(false),
             dev,
         })
@@ -84,6 +90,21 @@ impl CudaBackend {
             ActQuant::Q8K
         } else {
             ActQuant::Q8_1
+        }
+    }
+
+    /// Whether the passes that follow hold several sequences (set by the runner before each
+    /// pass): their GEMMs then take [`Plan::for_sequence_batches`]' choices.
+    pub(super) fn set_multi_seq(&self, several: bool) {
+        self.multi_seq.store(several, Ordering::Relaxed);
+    }
+
+    /// The plan a GEMM or MoE choice of the running pass takes.
+    fn gemm_plan(&self) -> &Plan {
+        if self.multi_seq.load(Ordering::Relaxed) {
+            &self.batch_plan
+        } else {
+            &self.plan
         }
     }
 

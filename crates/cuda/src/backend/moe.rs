@@ -76,7 +76,7 @@ impl CudaBackend {
                 .route(logits, x.buf(), n, router, route, &mut ids, &mut weights)
         })?;
 
-        let r = match self.plan.moe(&MoeShape::new(&experts, n)) {
+        let r = match self.gemm_plan().moe(&MoeShape::new(&experts, n)) {
             MoePath::MatVec(how) => {
                 let decode = match &mut scratch.decode {
                     Some(d) if d.n_used == k && d.n_ff == w.n_ff && d.n_embd == x.width => d,

@@ -227,6 +227,7 @@ impl CudaModel {
         logit_rows: &[usize],
     ) -> Result<Vec<f32>> {
         let b = &self.backend;
+        b.set_multi_seq(seqs.len() > 1);
         let mut inp = b.inputs(pass)?;
         inp.rows_table = b.rows_table(seqs, pass.positions, self.cfg.n_head)?;
         let mut act = b.act_from_host(x, pass.rows(), self.cfg.n_embd)?;
@@ -249,6 +250,7 @@ impl CudaModel {
         rows: &[usize],
     ) -> Result<CudaAct> {
         let (cfg, w) = (&self.cfg, &self.weights);
+        self.backend.set_multi_seq(seqs.len() > 1);
         match &self.dump {
             Some(dir) => forward(&Dump::new(&self.backend, dir), cfg, w, seqs, inp, rows),
             None => forward(&self.backend, cfg, w, seqs, inp, rows),

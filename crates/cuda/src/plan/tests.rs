@@ -505,8 +505,7 @@ fn queries_round_for_a_quantized_cache() {
 /// heads of 64 or 128), unless switched off; multi-sequence steps captured at powers of two.
 #[test]
 fn batched_decode_attention_and_its_graph_sizes() {
-    // Off by default until it is measured on a GPU (docs/architecture.md).
-    assert!(!plan(&[]).batched_attention(KvFormat::F16, 9, 3, 64));
+    assert!(plan(&[]).batched_attention(KvFormat::F16, 9, 3, 64));
     let p = plan(&[("FERROLM_ATTN_BATCHED", "1")]);
     assert!(p.batched_attention(KvFormat::F16, 9, 3, 64));
     assert!(p.batched_attention(KvFormat::F16, 32, 4, 128));
@@ -532,4 +531,22 @@ fn batched_decode_attention_and_its_graph_sizes() {
         plan(&[("FERROLM_ATTN_BATCHED", "1"), ("FERROLM_CUDA_GRAPH", "0")]).batch_graph_size(8),
         None
     );
+}
+
+/// Passes of several sequences take the tensor-core orders at any size; a forced CPU order
+/// stays forced.
+#[test]
+fn sequence_batches_take_the_fast_orders() {
+    let one = plan(&[]);
+    let many = one.for_sequence_batches();
+    assert!(one.integer_scales(GgmlType::Q4K, 4096, 32));
+    assert!(!many.integer_scales(GgmlType::Q4K, 4096, 32));
+    assert!(one.q8_0_lanes(GgmlType::Q8_0, 32));
+    assert!(!many.q8_0_lanes(GgmlType::Q8_0, 32));
+    assert_eq!(
+        many.dense_order(GgmlType::Q4K, 4096, 32),
+        vec![(0, 32, MmqOrder::Subs)]
+    );
+    let forced = plan(&[("FERROLM_CUDA_INT_SCALES", "1")]).for_sequence_batches();
+    assert!(forced.integer_scales(GgmlType::Q4K, 4096, 32));
 }
