@@ -12,6 +12,7 @@ mod layout;
 pub mod policy;
 pub mod presets;
 mod quantize;
+mod recipe;
 pub mod rope;
 mod runner;
 mod stream;
@@ -26,6 +27,7 @@ pub use layout::{block_tensor, tensor_specs, TensorId, TensorKind, TensorRole, T
 pub use policy::{choose_types, FileType, PolicyModel, TensorRef};
 pub use presets::{preset, Preset};
 pub use quantize::{plan_quantize, quantize_gguf};
+pub use recipe::{synth_recipe, write_recipe, Init, Recipe, RecipeTensor};
 pub use runner::ModelRunner;
 pub use stream::Progress;
 pub use synth::{Synth, VocabKind};

@@ -1,18 +1,25 @@
-//! `ferrolm synth`: a random-weight GGUF with a real model's exact shapes.
+//! `ferrolm synth`: a random-weight GGUF with a real model's exact shapes, or the model a
+//! recipe determines (the golden models under `goldens/`; see `ferrolm_model::Recipe`).
 
 use super::tooling::{file_type_parser, with_threads, Bar};
 use anyhow::{Context, Result};
 use clap::builder::PossibleValuesParser;
 use clap::{Args, ValueEnum};
-use ferrolm_model::{presets, FileType, Synth, VocabKind};
+use ferrolm_model::{presets, synth_recipe, FileType, Recipe, Synth, VocabKind};
 use std::path::PathBuf;
 
 #[derive(Args)]
 #[command(after_help = preset_help())]
 pub struct SynthArgs {
     /// Model shape (see the list below).
-    #[arg(long, value_parser = PossibleValuesParser::new(presets::NAMES))]
-    pub preset: String,
+    #[arg(long, value_parser = PossibleValuesParser::new(presets::NAMES),
+          required_unless_present = "recipe", conflicts_with = "recipe")]
+    pub preset: Option<String>,
+    /// A recipe (JSON: metadata, tensors and how to draw them, a seed) instead of a preset:
+    /// `--type f32` writes it as declared, other types are that file quantized as llama.cpp's
+    /// quantizer would. `--seed` and `--vocab` do not apply.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["seed", "vocab"])]
+    pub recipe: Option<PathBuf>,
     /// File type; tensors get llama.cpp's per-tensor choices for it (as llama-quantize).
     #[arg(long = "type", value_name = "TYPE", value_parser = file_type_parser())]
     pub ftype: FileType,
@@ -20,12 +27,12 @@ pub struct SynthArgs {
     #[arg(short, long, value_name = "FILE")]
     pub output: PathBuf,
     /// Seed for the weights: the same seed gives the same file, on any number of threads.
-    #[arg(long, default_value_t = 0)]
-    pub seed: u64,
+    #[arg(long)]
+    pub seed: Option<u64>,
     /// Tokenizer metadata: `none` (token ids only, `no_vocab`) or a small synthetic
     /// byte-level BPE vocabulary padded to the model's vocab size.
-    #[arg(long, value_enum, default_value_t = Vocab::None)]
-    pub vocab: Vocab,
+    #[arg(long, value_enum)]
+    pub vocab: Option<Vocab>,
     /// Worker threads (default: one per core).
     #[arg(long)]
     pub threads: Option<usize>,
@@ -47,16 +54,35 @@ fn preset_help() -> String {
 }
 
 pub fn run(args: SynthArgs) -> Result<()> {
-    let vocab = match args.vocab {
+    let Some(preset) = &args.preset else {
+        return run_recipe(&args);
+    };
+    let vocab = match args.vocab.unwrap_or(Vocab::None) {
         Vocab::None => VocabKind::None,
         Vocab::Bpe => VocabKind::Bpe,
     };
-    let synth = Synth::new(&args.preset, args.ftype, args.seed, vocab)?;
+    let synth = Synth::new(preset, args.ftype, args.seed.unwrap_or(0), vocab)?;
     let (plan, specs) = synth.plan()?;
     let total = plan.tensors().iter().map(|t| t.n_bytes).sum();
-    let bar = Bar::new(total, &format!("{} {}", args.preset, args.ftype));
+    let bar = Bar::new(total, &format!("{preset} {}", args.ftype));
     with_threads(args.threads, || synth.write(&args.output, &|n| bar.inc(n)))?
         .with_context(|| format!("writing {}", args.output.display()))?;
     bar.done(&args.output, specs.len());
+    Ok(())
+}
+
+fn run_recipe(args: &SynthArgs) -> Result<()> {
+    let path = args
+        .recipe
+        .as_ref()
+        .expect("clap requires --preset or --recipe");
+    let recipe = Recipe::open(path)?;
+    let total = recipe.plan()?.tensors().iter().map(|t| t.n_bytes).sum();
+    let bar = Bar::new(total, &format!("{} {}", path.display(), args.ftype));
+    with_threads(args.threads, || {
+        synth_recipe(&recipe, args.ftype, &args.output, &|n| bar.inc(n))
+    })?
+    .with_context(|| format!("writing {}", args.output.display()))?;
+    bar.done(&args.output, recipe.tensors.len());
     Ok(())
 }
