@@ -1,22 +1,18 @@
-"""Tiny random llama-family GGUF models, written as llama.cpp's converter lays them out.
+"""Recipes of tiny random llama-family models, laid out as llama.cpp's converter writes them.
 
-A library for golden generators (tools/goldens/make_llama_family.py; the shape-space generator
-can call it too): `Shape` says what to vary, `write(path, shape)` writes an F32 file, and
-`quantize(src, dst, ftype)` makes a quantized copy with llama.cpp's own quantizer.
-
-Needs the `gguf` package (pinned in .ci/requirements.txt) and, for `quantize`, llama-cpp-python.
+A library for golden generators (tools/goldens/make_llama_family.py): `Shape` says what to
+vary and `recipe(shape)` is its recipe (golden_lib.Recipe), which `ferrolm synth --recipe`
+turns into the F32 file. Matrices are normal with std 1/sqrt(fan_in), norms 1 +- 0.1, biases
+0.1; llama3's RoPE factors are computed as convert_hf_to_gguf.py does.
 """
-import ctypes
 import math
+import os
+import sys
 from dataclasses import dataclass, field
 from typing import Optional
 
-import gguf
-import numpy as np
-
-# llama_ftype values of llama.cpp's quantizer (llama.h).
-FTYPES = {"q4_0": 2, "q4_1": 3, "q8_0": 7, "q5_0": 8, "q5_1": 9, "q2_k": 10, "q3_k_m": 12,
-          "q4_k_s": 14, "q4_k_m": 15, "q5_k_m": 17, "q6_k": 18}
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from golden_lib import Recipe  # noqa: E402
 
 
 @dataclass
@@ -70,108 +66,91 @@ def llama3_factors(head_dim, base, factor, low, high, orig):
         else:
             smooth = (orig / wavelen - low) / (high - low)
             out.append(1 / ((1 - smooth) / factor + smooth))
-    return np.array(out, dtype=np.float32)
+    return out
 
 
-def write(path, s: Shape):
-    rng = np.random.default_rng(s.seed)
+def recipe(s: Shape, about=""):
+    """The recipe of `s`: metadata as gguf-py's writer orders it, tensors as the converter
+    lays them out, all F32."""
     hd = s.head_dim or s.n_embd // s.n_head
     a = s.arch
-    w = gguf.GGUFWriter(path, a)
-    w.add_name(f"tiny-{a}-synthetic")
-    w.add_context_length(s.n_ctx)
-    w.add_embedding_length(s.n_embd)
-    w.add_block_count(s.n_layer)
-    w.add_feed_forward_length(s.n_ff)
-    w.add_head_count(s.n_head)
-    w.add_head_count_kv(s.n_head_kv)
+    r = Recipe(s.seed, about)
+    r.kv("general.architecture", "string", a)
+    r.kv("general.name", "string", f"tiny-{a}-synthetic")
+    for key, v in (("context_length", s.n_ctx), ("embedding_length", s.n_embd),
+                   ("block_count", s.n_layer), ("feed_forward_length", s.n_ff),
+                   ("attention.head_count", s.n_head), ("attention.head_count_kv", s.n_head_kv)):
+        r.kv(f"{a}.{key}", "u32", v)
     if s.head_dim is not None or a in ("qwen3", "qwen3moe"):
-        w.add_key_length(hd)
-        w.add_value_length(hd)
-    w.add_rope_freq_base(s.rope_base)
-    w.add_layer_norm_rms_eps(s.rms_eps)
-    w.add_vocab_size(s.n_vocab)
+        r.kv(f"{a}.attention.key_length", "u32", hd)
+        r.kv(f"{a}.attention.value_length", "u32", hd)
+    r.kv(f"{a}.rope.freq_base", "f32", s.rope_base)
+    r.kv(f"{a}.attention.layer_norm_rms_epsilon", "f32", s.rms_eps)
+    r.kv(f"{a}.vocab_size", "u32", s.n_vocab)
     if s.scaling is not None:
-        kind = {"linear": gguf.RopeScalingType.LINEAR, "yarn": gguf.RopeScalingType.YARN}
-        w.add_rope_scaling_type(kind[s.scaling.kind])
-        w.add_rope_scaling_factor(s.scaling.factor)
+        r.kv(f"{a}.rope.scaling.type", "string", s.scaling.kind)
+        r.kv(f"{a}.rope.scaling.factor", "f32", s.scaling.factor)
         if s.scaling.original_context_length is not None:
-            w.add_rope_scaling_orig_ctx_len(s.scaling.original_context_length)
+            r.kv(f"{a}.rope.scaling.original_context_length", "u32",
+                 s.scaling.original_context_length)
         if s.scaling.attn_factor is not None:
-            w.add_rope_scaling_attn_factors(s.scaling.attn_factor)
+            r.kv(f"{a}.rope.scaling.attn_factor", "f32", s.scaling.attn_factor)
     if s.n_expert:
-        w.add_expert_count(s.n_expert)
-        w.add_expert_used_count(s.n_expert_used)
+        r.kv(f"{a}.expert_count", "u32", s.n_expert)
+        r.kv(f"{a}.expert_used_count", "u32", s.n_expert_used)
         if a == "qwen3moe":
-            w.add_expert_feed_forward_length(s.n_ff_exp)
+            r.kv(f"{a}.expert_feed_forward_length", "u32", s.n_ff_exp)
     for k, v in s.extra.items():
-        if isinstance(v, str):
-            w.add_string(k, v)
-        elif isinstance(v, float):
-            w.add_float32(k, v)
-        else:
-            w.add_uint32(k, v)
-    w.add_tokenizer_model("no_vocab")
-    w.add_file_type(0)
+        r.kv(k, "string" if isinstance(v, str) else "f32" if isinstance(v, float) else "u32", v)
+    r.kv("tokenizer.ggml.model", "string", "no_vocab")
+    r.kv("general.file_type", "u32", 0)
 
-    def mat(rows, cols, *stack):  # ggml dims [cols, rows, *stack]; numpy's shape is reversed
-        return (rng.standard_normal((*stack[::-1], rows, cols)) / math.sqrt(cols)).astype(np.float32)
+    def mat(name, rows, cols, *stack):  # ggml dims [cols, rows, *stack]
+        r.normal(name, (cols, rows, *stack), 0, 1 / math.sqrt(cols))
 
-    def norm(n):
-        return (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32)
+    def norm(name, n):
+        r.normal(name, (n,), 1, 0.1)
 
-    def bias(n):
-        return (0.1 * rng.standard_normal(n)).astype(np.float32)
+    def bias(name, n):
+        r.normal(name, (n,), 0, 0.1)
 
     d, q_w, kv_w = s.n_embd, s.n_head * hd, s.n_head_kv * hd
     # Scaled as a projection, so a tied output gives logits of order 1 as an untied one does.
-    w.add_tensor("token_embd.weight", mat(s.n_vocab, d))
+    mat("token_embd.weight", s.n_vocab, d)
     if not s.tied:
-        w.add_tensor("output.weight", mat(s.n_vocab, d))
-    w.add_tensor("output_norm.weight", norm(d))
+        mat("output.weight", s.n_vocab, d)
+    norm("output_norm.weight", d)
     if s.llama3_rope is not None:
-        w.add_tensor("rope_freqs.weight", llama3_factors(hd, s.rope_base, *s.llama3_rope))
+        factors = llama3_factors(hd, s.rope_base, *s.llama3_rope)
+        r.values("rope_freqs.weight", (len(factors),), factors)
     biased = s.attn_bias or a == "qwen2"
     for i in range(s.n_layer):
         b = f"blk.{i}."
-        w.add_tensor(b + "attn_norm.weight", norm(d))
+        norm(b + "attn_norm.weight", d)
         for name, width in (("attn_q", q_w), ("attn_k", kv_w), ("attn_v", kv_w)):
-            w.add_tensor(b + name + ".weight", mat(width, d))
+            mat(b + name + ".weight", width, d)
             if biased:
-                w.add_tensor(b + name + ".bias", bias(width))
-        w.add_tensor(b + "attn_output.weight", mat(d, q_w))
+                bias(b + name + ".bias", width)
+        mat(b + "attn_output.weight", d, q_w)
         if s.attn_bias and a == "llama":
-            w.add_tensor(b + "attn_output.bias", bias(d))
+            bias(b + "attn_output.bias", d)
         if a in ("qwen3", "qwen3moe"):
-            w.add_tensor(b + "attn_q_norm.weight", norm(hd))
-            w.add_tensor(b + "attn_k_norm.weight", norm(hd))
-        w.add_tensor(b + "ffn_norm.weight", norm(d))
+            norm(b + "attn_q_norm.weight", hd)
+            norm(b + "attn_k_norm.weight", hd)
+        norm(b + "ffn_norm.weight", d)
         if s.n_expert:
             ff = s.n_ff_exp or s.n_ff
             e = s.n_expert
-            w.add_tensor(b + "ffn_gate_inp.weight", mat(e, d))
-            w.add_tensor(b + "ffn_gate_exps.weight", mat(ff, d, e))
-            w.add_tensor(b + "ffn_up_exps.weight", mat(ff, d, e))
-            w.add_tensor(b + "ffn_down_exps.weight", mat(d, ff, e))
+            mat(b + "ffn_gate_inp.weight", e, d)
+            mat(b + "ffn_gate_exps.weight", ff, d, e)
+            mat(b + "ffn_up_exps.weight", ff, d, e)
+            mat(b + "ffn_down_exps.weight", d, ff, e)
         else:
-            w.add_tensor(b + "ffn_gate.weight", mat(s.n_ff, d))
-            w.add_tensor(b + "ffn_up.weight", mat(s.n_ff, d))
-            w.add_tensor(b + "ffn_down.weight", mat(d, s.n_ff))
+            mat(b + "ffn_gate.weight", s.n_ff, d)
+            mat(b + "ffn_up.weight", s.n_ff, d)
+            mat(b + "ffn_down.weight", d, s.n_ff)
             if s.ffn_bias:
-                w.add_tensor(b + "ffn_gate.bias", bias(s.n_ff))
-                w.add_tensor(b + "ffn_up.bias", bias(s.n_ff))
-                w.add_tensor(b + "ffn_down.bias", bias(d))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-
-
-def quantize(src, dst, ftype):
-    """llama.cpp's own quantizer (llama-cpp-python): `ftype` is a key of FTYPES."""
-    import llama_cpp as L
-    p = L.llama_model_quantize_default_params()
-    p.ftype = FTYPES[ftype]
-    p.nthread = 2
-    rc = L.llama_model_quantize(str(src).encode(), str(dst).encode(), ctypes.byref(p))
-    assert rc == 0, f"quantize {src} -> {ftype}: {rc}"
+                bias(b + "ffn_gate.bias", s.n_ff)
+                bias(b + "ffn_up.bias", s.n_ff)
+                bias(b + "ffn_down.bias", d)
+    return r
