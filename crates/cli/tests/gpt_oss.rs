@@ -1,11 +1,13 @@
 //! gpt-oss on the CPU against llama.cpp: tiny random models with everything a released file
 //! has (MXFP4 experts with biases, attention sinks, a sliding window on block 0, YaRN, biased
-//! projections), made with their goldens by `tools/goldens/make_gpt_oss_goldens.py` into
-//! `goldens/gpt-oss`; the bars are the tiny goldens' (`golden`).
+//! projections), their recipe and goldens made by `tools/goldens/make_gpt_oss_goldens.py` into
+//! `goldens/gpt-oss` (the models are regenerated from the recipe, byte for byte the files
+//! llama.cpp ran); the bars are the tiny goldens' (`golden`).
 
 mod golden;
 
-use std::path::PathBuf;
+use ferrolm_gguf::{GgufFile, GgufWriter, TensorInfo, Value};
+use std::path::{Path, PathBuf};
 
 fn dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../goldens/gpt-oss")
@@ -20,8 +22,7 @@ fn dir() -> PathBuf {
 /// that differ in the last bit; one position's keys carry that to the rest of its case.)
 #[test]
 fn tiny_gpt_oss_f32_matches_llama_cpp() {
-    let json = dir().join("tiny-gpt-oss-mxfp4-f32.json");
-    let s = golden::compare(&json, &dir(), &["--cache-type", "f32"]);
+    let s = golden::compare(&f32_json(), &["--cache-type", "f32"]);
     golden::check_quantized(&s, "tiny-gpt-oss-mxfp4-f32");
     assert!(s.p95_abs <= 1e-4, "p95 |Δlogit| {}", s.p95_abs);
     assert_eq!(s.clear_misses, 0, "top-1 differs where the margin is clear");
@@ -31,38 +32,88 @@ fn tiny_gpt_oss_f32_matches_llama_cpp() {
 /// files are, against llama.cpp's defaults (flash attention, F16 cache).
 #[test]
 fn tiny_gpt_oss_q8_0_matches_llama_cpp() {
-    let json = dir().join("tiny-gpt-oss-mxfp4-q8_0.json");
-    let s = golden::compare(&json, &dir(), &[]);
+    let json = dir().join("tiny-gpt-oss-mxfp4-q8_0.json.gz");
+    let s = golden::compare(&json, &[]);
     golden::check_quantized(&s, "tiny-gpt-oss-mxfp4-q8_0");
+}
+
+fn f32_json() -> PathBuf {
+    dir().join("tiny-gpt-oss-mxfp4-f32.json.gz")
+}
+
+/// A copy of the golden F32 model in `tmp` as `name`, without the key `drop`, with the keys
+/// of `set`, and with each tensor's bytes as `data` gives them (`None`: unchanged).
+fn variant(
+    tmp: &Path,
+    name: &str,
+    drop: &str,
+    set: &[(&str, Value)],
+    data: &dyn Fn(&TensorInfo) -> Option<Vec<u8>>,
+) -> PathBuf {
+    let src = GgufFile::open(golden::model(&f32_json())).unwrap();
+    let mut w = GgufWriter::new();
+    for (k, v) in src.metadata() {
+        if k != drop {
+            w.set(k, v.clone());
+        }
+    }
+    for (k, v) in set {
+        w.set(k, v.clone());
+    }
+    for t in src.tensors() {
+        w.add_tensor(&t.name, t.ty, &t.dims).unwrap();
+    }
+    let path = tmp.join(name);
+    let mut out = w.create(&path).unwrap();
+    for t in src.tensors() {
+        let bytes = data(t).unwrap_or_else(|| src.tensor_data(t).to_vec());
+        out.write_tensor(&bytes).unwrap();
+    }
+    out.finish().unwrap();
+    path
+}
+
+/// The goldens can fail: the same model without its sinks (each -1e30, so it weighs nothing in
+/// the softmax) or without its window (one wider than every case) misses the bars by far, so
+/// an engine that ignored either would too.
+#[test]
+fn without_sinks_or_window_the_golden_fails() {
+    let tmp = tempfile::tempdir().unwrap();
+    let no_sinks = variant(tmp.path(), "no-sinks.gguf", "", &[], &|t| {
+        t.name.ends_with("attn_sinks.weight").then(|| {
+            let n = t.n_elements() as usize;
+            (-1e30f32).to_le_bytes().repeat(n)
+        })
+    });
+    let window = "gpt-oss.attention.sliding_window";
+    let no_window = variant(
+        tmp.path(),
+        "no-window.gguf",
+        "",
+        &[(window, Value::U32(4096))],
+        &|_| None,
+    );
+    for (what, model) in [
+        ("without sinks", no_sinks),
+        ("without the window", no_window),
+    ] {
+        let s = golden::compare_on(&f32_json(), &model, &["--cache-type", "f32"]);
+        assert!(s.check(false).is_err(), "{what}: {s} still meets the bars");
+    }
 }
 
 /// A file without the sliding window (which llama.cpp requires for gpt-oss) is refused with
 /// the key's name, not run with full attention everywhere.
 #[test]
 fn missing_sliding_window_is_named() {
-    use ferrolm_gguf::{GgufFile, GgufWriter};
-    let src = GgufFile::open(dir().join("tiny-gpt-oss-mxfp4-f32.gguf")).unwrap();
-    let mut w = GgufWriter::new();
-    for (k, v) in src.metadata() {
-        if k != "gpt-oss.attention.sliding_window" {
-            w.set(k, v.clone());
-        }
-    }
-    for t in src.tensors() {
-        w.add_tensor(&t.name, t.ty, &t.dims).unwrap();
-    }
     let tmp = tempfile::tempdir().unwrap();
-    let path = tmp.path().join("no-window.gguf");
-    let mut out = w.create(&path).unwrap();
-    for t in src.tensors() {
-        out.write_tensor(src.tensor_data(t)).unwrap();
-    }
-    out.finish().unwrap();
+    let window = "gpt-oss.attention.sliding_window";
+    let path = variant(tmp.path(), "no-window.gguf", window, &[], &|_| None);
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_ferrolm"))
         .args(["logits", "-m", path.to_str().unwrap(), "--tokens", "1 2"])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8(out.stderr).unwrap();
-    assert!(err.contains("gpt-oss.attention.sliding_window"), "{err}");
+    assert!(err.contains(window), "{err}");
 }

@@ -24,15 +24,14 @@ fn ferrolm(args: &[&str]) -> Output {
 }
 
 /// Teacher-forced logits of every golden case on the CPU with `cache` (`-ctk X -ctv Y`),
-/// against the golden `goldens/kv-cache/{stem}-kv{kv}.json`, with the bars of the quantized
-/// goldens (`golden::check_quantized`).
+/// against the golden `goldens/kv-cache/{stem}-kv{kv}.json.gz` (its model is the shared tiny
+/// one), with the bars of the quantized goldens (`golden::check_quantized`).
 fn check(stem: &str, kv: &str, cache: &[&str]) {
     let path = format!(
-        "{}/../../goldens/kv-cache/{stem}-kv{kv}.json",
+        "{}/../../goldens/kv-cache/{stem}-kv{kv}.json.gz",
         env!("CARGO_MANIFEST_DIR")
     );
-    let models = shared("");
-    let stats = golden::compare(Path::new(&path), Path::new(&models), cache);
+    let stats = golden::compare(Path::new(&path), cache);
     golden::check_quantized(&stats, stem);
 }
 

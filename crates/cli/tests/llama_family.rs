@@ -1,7 +1,8 @@
 //! The llama family, complete (issue 19): llama3 RoPE factors (`rope_freqs.weight`), linear and
 //! YaRN RoPE scaling, Mixtral-style MoE under llama, llama's optional biases, Qwen2/Qwen3 with
 //! YaRN, each against llama.cpp goldens (`goldens/llama-family`, made by
-//! `tools/goldens/make_llama_family.py`) with the bars every golden meets; and nothing silent:
+//! `tools/goldens/make_llama_family.py`; the models regenerated from their recipes, byte for
+//! byte the files llama.cpp ran) with the bars every golden meets; and nothing silent:
 //! an unknown tensor or key is refused by name.
 
 mod golden;
@@ -14,15 +15,23 @@ fn goldens() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../goldens/llama-family")
 }
 
-/// The golden `{stem}.json` on the CPU with an f32 cache: every golden here is made in
-/// llama.cpp's precise configuration (F32 KV cache, no flash attention), the Q8_0 ones too.
-fn stats(stem: &str, models: &Path) -> golden::Stats {
-    let json = goldens().join(format!("{stem}.json"));
-    golden::compare(&json, models, &["--cache-type", "f32"])
+fn json(stem: &str) -> PathBuf {
+    goldens().join(format!("{stem}.json.gz"))
+}
+
+/// The golden `{stem}.json.gz` on the CPU with an f32 cache, on `model` (the golden's own
+/// when `None`): every golden here is made in llama.cpp's precise configuration (F32 KV
+/// cache, no flash attention), the Q8_0 ones too.
+fn stats(stem: &str, model: Option<&Path>) -> ferrolm_testkit::Stats {
+    let flags = ["--cache-type", "f32"];
+    match model {
+        None => golden::compare(&json(stem), &flags),
+        Some(m) => golden::compare_on(&json(stem), m, &flags),
+    }
 }
 
 fn check(stem: &str) {
-    let s = stats(stem, &goldens());
+    let s = stats(stem, None);
     if stem.ends_with("f32") {
         golden::check_f32(&s, stem);
     } else {
@@ -54,7 +63,7 @@ goldens!(
     qwen3_yarn_f32: "qwen3-yarn-f32",
 );
 
-/// A copy of the golden model `stem.gguf` (same name, in `dir`) without the tensor and keys
+/// A copy of the golden model of `stem` (as `dir/stem.gguf`) without the tensors and keys
 /// `drop` names, plus the tensors of `add` (name, F32 values) and the keys of `set`.
 fn rewrite(
     stem: &str,
@@ -63,7 +72,7 @@ fn rewrite(
     add: &[(&str, Vec<f32>)],
     set: &[(&str, Value)],
 ) -> PathBuf {
-    let src = GgufFile::open(goldens().join(format!("{stem}.gguf"))).unwrap();
+    let src = GgufFile::open(golden::model(&json(stem))).unwrap();
     let mut w = GgufWriter::new();
     for (k, v) in src.metadata() {
         if !drop.contains(&k.as_str()) {
@@ -123,8 +132,8 @@ fn each_feature_moves_the_logits_past_the_bar() {
     ];
     for (stem, drop) in cases {
         let dir = tempfile::tempdir().unwrap();
-        rewrite(stem, dir.path(), drop, &[], &[]);
-        let s = stats(stem, dir.path());
+        let path = rewrite(stem, dir.path(), drop, &[], &[]);
+        let s = stats(stem, Some(&path));
         assert!(
             s.max_abs > 0.1,
             "{stem} without {drop:?}: max |Δlogit| {} is within reach of the bar",

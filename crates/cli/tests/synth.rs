@@ -224,11 +224,13 @@ fn tiny_gpt_oss_mxfp4_moe_has_llama_cpp_types_and_runs() {
         &["--preset", "tiny-gpt-oss", "--type", "mxfp4_moe"],
     );
     let f = check_layout(&path, "tiny-gpt-oss");
-    let reference = GgufFile::open(format!(
-        "{}/../../goldens/gpt-oss/tiny-gpt-oss-mxfp4-q8_0.gguf",
+    let json = format!(
+        "{}/../../goldens/gpt-oss/tiny-gpt-oss-mxfp4-q8_0.json.gz",
         env!("CARGO_MANIFEST_DIR")
-    ))
-    .unwrap();
+    );
+    let reference = ferrolm_testkit::Golden::open(Path::new(&json))
+        .model_path(Path::new(env!("CARGO_TARGET_TMPDIR")));
+    let reference = GgufFile::open(reference).unwrap();
     assert_eq!(f.tensors().len(), reference.tensors().len());
     for t in f.tensors() {
         let r = reference.require_tensor(&t.name).unwrap();
@@ -248,4 +250,73 @@ fn tiny_gpt_oss_mxfp4_moe_has_llama_cpp_types_and_runs() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// `synth --recipe` through the binary makes, for a quantized type, the very file llama.cpp's
+/// quantizer made of the recipe's F32 file (the golden holds its sha256).
+#[test]
+fn recipe_gives_llama_cpp_s_quantized_file() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../goldens/shape-space");
+    let recipe = root.join("qwen3-d320-h80-gqa2-tied.recipe.json");
+    let golden =
+        ferrolm_testkit::Golden::open(&root.join("qwen3-d320-h80-gqa2-tied-q4_k_m.json.gz"));
+    let dir = tempfile::tempdir().unwrap();
+    let path = synth(
+        dir.path(),
+        "r.gguf",
+        &["--recipe", recipe.to_str().unwrap(), "--type", "q4_k_m"],
+    );
+    assert_eq!(
+        ferrolm_testkit::sha256(&path),
+        golden.json["model_sha256"].as_str().unwrap()
+    );
+}
+
+#[test]
+fn bad_recipes_exit_2_naming_the_problem() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases = [
+        (
+            r#"{"seed": 1, "metadata": [], "tensors": [], "extra": 1}"#,
+            "extra",
+        ),
+        (
+            r#"{"seed": 1, "metadata": [["a.b", "u8", 300]], "tensors": []}"#,
+            "a.b",
+        ),
+        (
+            r#"{"seed": 1, "metadata": [], "tensors": [{"name": "x", "shape": [4], "init": {"values": [1]}}]}"#,
+            "`x`",
+        ),
+    ];
+    for (i, (text, want)) in cases.iter().enumerate() {
+        let recipe = dir.path().join(format!("{i}.json"));
+        std::fs::write(&recipe, text).unwrap();
+        let out = dir.path().join(format!("{i}.gguf"));
+        let r = ferrolm(&[
+            "synth",
+            "--recipe",
+            recipe.to_str().unwrap(),
+            "--type",
+            "f32",
+            "-o",
+            out.to_str().unwrap(),
+        ]);
+        let err = String::from_utf8_lossy(&r.stderr);
+        assert_eq!(r.status.code(), Some(2), "{err}");
+        assert!(err.contains(want), "{err:?} does not name {want:?}");
+    }
+    // --recipe and --preset together are refused by clap.
+    let r = ferrolm(&[
+        "synth",
+        "--recipe",
+        "r.json",
+        "--preset",
+        "tiny-llama",
+        "--type",
+        "f32",
+        "-o",
+        "x.gguf",
+    ]);
+    assert_eq!(r.status.code(), Some(2));
 }

@@ -11,13 +11,9 @@ use ferrolm_engine::{Device, KvType, Model};
 use ferrolm_gguf::GgufFile;
 
 pub fn golden(name: &str) -> String {
-    match std::env::var("FERROLM_GOLDEN_DIR") {
-        Ok(dir) => format!("{dir}/{name}"),
-        Err(_) => format!(
-            "{}/../../../shared/golden/{name}",
-            env!("CARGO_MANIFEST_DIR")
-        ),
-    }
+    ferrolm_testkit::shared_golden(name)
+        .to_string_lossy()
+        .into_owned()
 }
 
 pub fn on_cuda() -> bool {
