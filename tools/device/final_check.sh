@@ -6,6 +6,8 @@
 #          benchmarks and the stage breakdowns.
 # Usage on the GPU machine, from the repo root (writes under $OUT):
 #   bash tools/device/final_check.sh check|bench BIN_DIR GOLDEN_DIR
+# GOLDEN_DIR holds the shared tiny goldens and their models; the goldens under goldens/ name
+# recipes instead, whose models golden_check.py makes with BIN_DIR/ferrolm (sha256-checked).
 PHASE=$1
 B=$2/ferrolm
 G=$3
@@ -26,12 +28,12 @@ echo "== goldens on CUDA (f16 cache)"
 golden_stems=$(cd $G && ls *.json | sed 's/\.json$//' | tr '\n' ' ')
 python3 $T/golden_check.py $B $G $golden_stems -- --backend cuda 2>&1 | tee $OUT/goldens.txt
 echo "== llama-family goldens on CUDA (rope_freqs, linear/YaRN scaling, Mixtral MoE, biases)"
-lf=goldens/llama-family
-python3 $T/golden_check.py $B $lf $(cd $lf && ls *.json | sed 's/\.json$//' | tr '\n' ' ') -- --backend cuda 2>&1 | tee -a $OUT/goldens.txt
+# Every golden of the folder; golden_check.py makes each model from its recipe with $B first.
+python3 $T/golden_check.py $B goldens/llama-family -- --backend cuda 2>&1 | tee -a $OUT/goldens.txt
 echo "== the same with FERROLM_CUDA_Q8K=0 (Q8_1 activations for K-quants too)"
 FERROLM_CUDA_Q8K=0 python3 $T/golden_check.py $B $G $(echo $golden_stems | tr ' ' '\n' | grep q4_k_m) -- --backend cuda 2>&1 | tee -a $OUT/goldens.txt
 
-echo "== shape-space goldens on CUDA (goldens/shape-space: every golden; known gaps as the CPU test's)"
+echo "== shape-space goldens on CUDA (goldens/shape-space: every golden, models from recipes; known gaps as the CPU test's)"
 python3 $T/golden_check.py $B goldens/shape-space -- --backend cuda 2>&1 | tee $OUT/shape_space.txt
 echo "== fast-path switches"
 toks=$(seq -s ' ' 3 7 250)

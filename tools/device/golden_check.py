@@ -7,47 +7,72 @@ instead and applies the same bars: F32 files max |dlogit| <= 2e-2 and no top-1 m
 llama.cpp's margin is >= 0.05; quantized files top-1 agreement >= 97% and p95 |dlogit| <= 0.1.
 
 usage: golden_check.py FERROLM GOLDEN_DIR [STEM...]   (extra args after -- go to ferrolm)
-No STEM: every golden (*.json) in GOLDEN_DIR, e.g. goldens/shape-space. The model file is the
-one the golden names ("model"), in GOLDEN_DIR or, when set, $GOLDEN_MODELS (the goldens of
+No STEM: every golden (*.json or *.json.gz) in GOLDEN_DIR, e.g. goldens/shape-space. A golden
+that names a recipe (goldens/shape-space, llama-family, gpt-oss) has its model made by
+`FERROLM synth --recipe` into a temporary folder first, and checked against the golden's
+sha256 (a mismatch is a FAIL: the file is not the one llama.cpp ran). Otherwise the model is
+the file the golden names, in GOLDEN_DIR or, when set, $GOLDEN_MODELS (the goldens of
 goldens/kv-cache name the files of ../shared/golden).
 
 Shape-space goldens listed in KNOWN_GAPS of crates/engine/tests/golden_shape_space.rs are held
 there to a looser top-1 bar; this script applies the full bar and prints them as FAIL, with
 `(known gap)`, without failing the run for them.
 """
+import gzip
+import hashlib
 import json
 import os
 import subprocess
 import sys
+import tempfile
 
 import numpy as np
 
+# As crates/engine/tests/golden_shape_space.rs's KNOWN_GAPS: stem -> top-1 floor (percent).
+KNOWN_GAPS = {}
 
-def cases(path):
-    g = json.load(open(path))
+
+def read(path):
+    return json.load(gzip.open(path) if path.endswith(".gz") else open(path))
+
+
+def golden_path(gdir, stem):
+    plain = os.path.join(gdir, f"{stem}.json")
+    return plain if os.path.exists(plain) else plain + ".gz"
+
+
+def model_for(ferrolm, gdir, g, tmp):
+    """The golden's model: made from its recipe (sha256-checked), or found by name."""
+    if "recipe" not in g:
+        return os.path.join(os.environ.get("GOLDEN_MODELS", gdir), g["model"]), None
+    path = os.path.join(tmp, g["model"])
+    if not os.path.exists(path):
+        subprocess.run([ferrolm, "synth", "--recipe", os.path.join(gdir, g["recipe"]),
+                        "--type", g["type"], "-o", path], check=True, capture_output=True)
+    sha = hashlib.sha256(open(path, "rb").read()).hexdigest()
+    if sha != g["model_sha256"]:
+        return path, f"model sha256 {sha[:12]}… is not llama.cpp's {g['model_sha256'][:12]}…"
+    return path, None
+
+
+def check(ferrolm, gdir, stem, extra, tmp):
+    g = read(golden_path(gdir, stem))
+    model, wrong = model_for(ferrolm, gdir, g, tmp)
+    if wrong:
+        print(f"FAIL {stem}: {wrong}", flush=True)
+        return False
+    diffs, agree, total, clear = [], 0, 0, 0
     for c in g["cases"]:
         tokens = c["prompt"] + c["greedy"][:-1]
-        want = c["prompt_logits"] + c["greedy_logits"][1:]
-        yield tokens, np.array(want, dtype=np.float64)
-
-
-# As crates/engine/tests/golden_shape_space.rs's KNOWN_GAPS: stem -> top-1 floor (percent).
-KNOWN_GAPS = {"llama-d256-h128-gqa2-l3-q4_k_m": 93, "qwen3moe-d320-h64-gqa5-e8k2-q4_k_m": 95}
-
-
-def check(ferrolm, gdir, stem, extra):
-    diffs, agree, total, clear = [], 0, 0, 0
-    model = os.path.join(os.environ.get("GOLDEN_MODELS", gdir),
-                         json.load(open(f"{gdir}/{stem}.json"))["model"])
-    for tokens, want in cases(f"{gdir}/{stem}.json"):
+        want = np.array(c["prompt_logits"] + c["greedy_logits"][1:], dtype=np.float64)
         cmd = [ferrolm, "logits", "-m", model, "--all", "-c", "256",
                "--tokens", " ".join(map(str, tokens))] + extra
         out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
         got = np.array(json.loads(out)["logits"], dtype=np.float64)[: len(want)]
         diffs.append(np.abs(got - want).ravel())
-        for g, w in zip(got, want):
+        for a, w in zip(got, want):
             total += 1
-            if g.argmax() == w.argmax():
+            if a.argmax() == w.argmax():
                 agree += 1
             else:
                 top = np.sort(w)[::-1]
@@ -73,8 +98,10 @@ def main():
     args = args[: args.index("--")] if "--" in args else args
     ferrolm, gdir, stems = args[0], args[1], args[2:]
     if not stems:
-        stems = sorted(f[:-5] for f in os.listdir(gdir) if f.endswith(".json"))
-    results = [check(ferrolm, gdir, s, extra) for s in stems]
+        stems = sorted(f.split(".json")[0] for f in os.listdir(gdir)
+                       if f.endswith((".json", ".json.gz")) and not f.endswith(".recipe.json"))
+    with tempfile.TemporaryDirectory() as tmp:
+        results = [check(ferrolm, gdir, s, extra, tmp) for s in stems]
     sys.exit(0 if all(results) else 1)
 
 

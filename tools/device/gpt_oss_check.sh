@@ -19,12 +19,14 @@ timeout 180 $B cuda-parity --seed 11 > $OUT/parity.txt 2>&1
 echo "parity rc=$? $(tail -1 $OUT/parity.txt)"
 grep -i mxfp4 $OUT/parity.txt
 
-echo "== tiny gpt-oss goldens (CPU)"
+echo "== tiny gpt-oss goldens (CPU; golden_check.py makes the models from the recipe with $B)"
 G=goldens/gpt-oss
 python3 $T/golden_check.py $B $G tiny-gpt-oss-mxfp4-q8_0 -- --backend cpu 2>&1 | tee $OUT/goldens.txt
 python3 $T/golden_check.py $B $G tiny-gpt-oss-mxfp4-f32 -- --backend cpu --cache-type f32 2>&1 | tee -a $OUT/goldens.txt
 echo "== CUDA refuses gpt-oss by name (expected: an error naming --backend cpu)"
-$B logits -m $G/tiny-gpt-oss-mxfp4-q8_0.gguf --tokens "1 2 3" --backend cuda 2>&1 | tail -1
+tiny=$(mktemp -d)/tiny-gpt-oss-mxfp4-q8_0.gguf
+$B synth --recipe $G/tiny-gpt-oss.recipe.json --type mxfp4_moe -o $tiny > /dev/null 2>&1
+$B logits -m $tiny --tokens "1 2 3" --backend cuda 2>&1 | tail -1
 
 echo "== gpt-oss-20b (mxfp4_moe) in llama-bench"
 F=$M/gpt-oss-20b-mxfp4_moe.gguf

@@ -20,7 +20,7 @@ timeout 180 $B cuda-parity --seed 21 > $OUT/parity.txt 2>&1; echo "parity rc=$? 
 grep -E "hadamard|kv_store f32→q|attn_(decode|prefill) q" $OUT/parity.txt
 
 for t in q8_0 q4_0; do
-  stems=$(cd $K && ls *-kv$t.json | sed 's/\.json$//' | tr '\n' ' ')
+  stems=$(cd $K && ls *-kv$t.json.gz | sed 's/\.json\.gz$//' | tr '\n' ' ')
   for b in cuda cpu; do
     echo "== goldens, --backend $b -ctk $t -ctv $t"
     GOLDEN_MODELS=$G python3 $T/golden_check.py $B $K $stems -- --backend $b -ctk $t -ctv $t 2>&1 | tee -a $OUT/kv_goldens.txt
