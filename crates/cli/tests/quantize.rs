@@ -38,8 +38,10 @@ fn rmse(a: &[f32], b: &[f32]) -> f64 {
     (sum / a.len() as f64).sqrt()
 }
 
-/// Quantizes llama.cpp's F32 source as `reference` was made, then checks every tensor has
-/// llama.cpp's type, no more than 2% more error than llama.cpp's, and the metadata matches.
+/// Quantizes llama.cpp's F32 source as `reference` was made, then checks the file is
+/// llama.cpp's byte for byte (its key and tensor order, its codes: the golden models under
+/// `goldens/` rely on it), and, to say where if not, every tensor has llama.cpp's type, no more
+/// than 2% more error than llama.cpp's, and the metadata matches.
 fn check_against_llama_cpp(source: &str, reference: &str, ftype: &str) {
     let dir = tempfile::tempdir().unwrap();
     let out_path = dir.path().join("out.gguf");
@@ -79,6 +81,10 @@ fn check_against_llama_cpp(source: &str, reference: &str, ftype: &str) {
             t.ty
         );
     }
+    assert!(
+        std::fs::read(&out_path).unwrap() == std::fs::read(golden(reference)).unwrap(),
+        "{reference}: not byte for byte llama.cpp's file"
+    );
 }
 
 #[test]
