@@ -37,8 +37,9 @@ def read(path):
 
 
 def golden_path(gdir, stem):
+    """STEM.json.gz, or STEM.json where there is no compressed one (../shared/golden)."""
     plain = os.path.join(gdir, f"{stem}.json")
-    return plain if os.path.exists(plain) else plain + ".gz"
+    return plain + ".gz" if os.path.exists(plain + ".gz") else plain
 
 
 def model_for(ferrolm, gdir, g, tmp):
@@ -98,8 +99,8 @@ def main():
     args = args[: args.index("--")] if "--" in args else args
     ferrolm, gdir, stems = args[0], args[1], args[2:]
     if not stems:
-        stems = sorted(f.split(".json")[0] for f in os.listdir(gdir)
-                       if f.endswith((".json", ".json.gz")) and not f.endswith(".recipe.json"))
+        stems = sorted({f.split(".json")[0] for f in os.listdir(gdir)
+                        if f.endswith((".json", ".json.gz")) and not f.endswith(".recipe.json")})
     with tempfile.TemporaryDirectory() as tmp:
         results = [check(ferrolm, gdir, s, extra, tmp) for s in stems]
     sys.exit(0 if all(results) else 1)
