@@ -21,9 +21,11 @@ use rayon::prelude::*;
 
 /// Weight formats with a CUDA mat-vec, in the table's order (a test holds this and the other
 /// lists of checked formats to `ferrolm_cuda::ops::formats`).
-const MMVQ_TYPES: [GgmlType; 7] = [
+const MMVQ_TYPES: [GgmlType; 9] = [
     GgmlType::Q4_0,
     GgmlType::Q4_1,
+    GgmlType::Q5_0,
+    GgmlType::Q5_1,
     GgmlType::Q8_0,
     GgmlType::Q4K,
     GgmlType::Q5K,
@@ -32,7 +34,13 @@ const MMVQ_TYPES: [GgmlType; 7] = [
 ];
 
 /// Weight formats with a CUDA-core GEMM, in the order the results list them.
-const SMALL_GEMM_TYPES: [GgmlType; 3] = [GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1];
+const SMALL_GEMM_TYPES: [GgmlType; 5] = [
+    GgmlType::Q8_0,
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q5_0,
+    GgmlType::Q5_1,
+];
 
 /// Runs every check; one that errors (a launch failure, say) becomes a failing row, and the
 /// rest still run.
@@ -79,6 +87,14 @@ pub fn all(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) -> Resu
     // Rows of 576 (SmolLM2-135M's width): the CUDA-core kernels, in the CPU's order.
     for ty in SMALL_GEMM_TYPES {
         push("mmq", super::mmq::mmq(dev, k, plan, rng, ty, 1027, 576, 77));
+    }
+    // Qwen2.5-0.5B's 896 and the shape-space goldens' 96-wide rows (Q5_0/Q5_1 there).
+    for ty in [GgmlType::Q5_0, GgmlType::Q5_1] {
+        push(
+            "mmq",
+            super::mmq::mmq(dev, k, plan, rng, ty, 4864, 896, 300),
+        );
+        push("mmq", super::mmq::mmq(dev, k, plan, rng, ty, 200, 96, 9));
     }
     // Q4_K's integer-scale order: pairs for 20 tokens and blocks for the last 2; blocks only.
     push(

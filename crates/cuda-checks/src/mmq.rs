@@ -11,11 +11,13 @@ use ferrolm_gguf::GgmlType;
 use rand::rngs::StdRng;
 
 /// Weight formats with a CUDA GEMM.
-pub const MMQ_TYPES: [GgmlType; 6] = [
+pub const MMQ_TYPES: [GgmlType; 8] = [
     GgmlType::Q8_0,
     GgmlType::Q4K,
     GgmlType::Q4_0,
     GgmlType::Q4_1,
+    GgmlType::Q5_0,
+    GgmlType::Q5_1,
     GgmlType::Q5K,
     GgmlType::Q6K,
 ];
@@ -43,11 +45,12 @@ pub fn mmq(
     let exact = super::checks::products(&wf, &case.x, rows, cols);
     let (w, xq) = (&case.w, &case.xq);
     let cmp = compare(&got, &cpu, |i| exact[i].1);
-    // Under 256 rows Q4_K with Q8_K activations follows the CPU's integer-scale order, Q8_0 its
-    // eight lanes (unless FERROLM_CUDA_INT_SCALES / FERROLM_CUDA_Q8_0_LANES say otherwise).
+    // Under 256 rows Q4_K with Q8_K activations follows the CPU's integer-scale order, Q8_0 and
+    // Q5_0 its eight lanes (unless FERROLM_CUDA_INT_SCALES / FERROLM_CUDA_Q8_0_LANES say
+    // otherwise).
     // Rows not a multiple of 256 take the CUDA-core kernels, in the CPU's order too: the
     // CPU's bits.
-    let small = plan.q8_0_lanes(ty, n) || !cols.is_multiple_of(MMQ_BK);
+    let small = plan.lanes(ty, n) || !cols.is_multiple_of(MMQ_BK);
     debug_assert_eq!(small, how == Gemm::Small);
     let contract = if plan.integer_scales(ty, cols, n) || small {
         Contract::Exact

@@ -28,11 +28,13 @@ pub struct MoeCase {
     pub live: usize,
     pub n_embd: usize,
     pub n_ff: usize,
+    pub gate_up: GgmlType,
     pub down: GgmlType,
 }
 
 /// The cases `cuda-parity` runs: OLMoE's widths with 16 experts, Q4_K gate/up and both down
-/// formats of Q4_K_M files, then a few tokens with empty experts at Qwen3-MoE's n_ff.
+/// formats of Q4_K_M files, then a few tokens with empty experts at Qwen3-MoE's n_ff, then the
+/// legacy 5-bit formats (Q5_0/Q5_1 files, Q4_K_M's fallback for odd widths) both ways round.
 pub fn cases() -> Vec<MoeCase> {
     let olmoe = |n, down| MoeCase {
         n,
@@ -41,6 +43,7 @@ pub fn cases() -> Vec<MoeCase> {
         live: 16,
         n_embd: 2048,
         n_ff: 1024,
+        gate_up: GgmlType::Q4K,
         down,
     };
     let few = |n| MoeCase {
@@ -49,11 +52,18 @@ pub fn cases() -> Vec<MoeCase> {
         n_ff: 768,
         ..olmoe(n, GgmlType::Q6K)
     };
+    let q5 = |n, gate_up, down| MoeCase {
+        n,
+        gate_up,
+        ..olmoe(n, down)
+    };
     vec![
         olmoe(512, GgmlType::Q4K),
         olmoe(512, GgmlType::Q6K),
         few(1),
         few(3),
+        q5(300, GgmlType::Q5_0, GgmlType::Q5_1),
+        q5(77, GgmlType::Q5_1, GgmlType::Q5_0),
     ]
 }
 
@@ -101,7 +111,7 @@ pub fn moe_block(
     c: MoeCase,
 ) -> Result<Vec<Row>> {
     let (n, e, d, ff) = (c.n, c.n_expert, c.n_embd, c.n_ff);
-    let gate_up_ty = GgmlType::Q4K;
+    let gate_up_ty = c.gate_up;
     let gq = ferrolm_quant::quantize_to_vec(gate_up_ty, &normal(rng, e * ff * d, 1.0))?;
     let uq = ferrolm_quant::quantize_to_vec(gate_up_ty, &normal(rng, e * ff * d, 1.0))?;
     // Small down weights keep h·down near the size of x, as in a trained model.
@@ -210,8 +220,8 @@ fn cpu_moe(
         rows,
         cols,
     };
-    let gate = wref(GgmlType::Q4K, gq, c.n_expert * ff, d);
-    let up = wref(GgmlType::Q4K, uq, c.n_expert * ff, d);
+    let gate = wref(c.gate_up, gq, c.n_expert * ff, d);
+    let up = wref(c.gate_up, uq, c.n_expert * ff, d);
     let down = wref(c.down, dq, c.n_expert * d, ff);
     let down_f = ferrolm_quant::dequantize_to_vec(c.down, dq, c.n_expert * d * ff)?;
     let (mut out, mut scale) = (vec![0f32; n * d], vec![0f64; n * d]);
@@ -290,6 +300,7 @@ pub fn time_moe(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) ->
         live: 64,
         n_embd: 2048,
         n_ff: 1024,
+        gate_up: GgmlType::Q4K,
         down: GgmlType::Q6K,
     };
     let (e, d, ff) = (c.n_expert, c.n_embd, c.n_ff);

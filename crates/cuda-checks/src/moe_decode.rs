@@ -49,9 +49,18 @@ pub fn all(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) -> Resu
             n,
         )?);
     }
-    let ex = Experts::random(dev, rng)?;
+    let ex = Experts::random(dev, rng, GgmlType::Q4K, &[GgmlType::Q4K, GgmlType::Q6K])?;
     for down in [GgmlType::Q4K, GgmlType::Q6K] {
         for n in [1, 2, 5, 8] {
+            rows.extend(decode(dev, k, plan, rng, &ex, down, n)?);
+        }
+    }
+    drop(ex);
+    // The legacy 5-bit formats (Q5_0/Q5_1 files, and Q4_K_M's fallback for widths that are
+    // not multiples of 256).
+    let ex = Experts::random(dev, rng, GgmlType::Q5_0, &[GgmlType::Q5_1, GgmlType::Q5_0])?;
+    for down in [GgmlType::Q5_1, GgmlType::Q5_0] {
+        for n in [1, 5] {
             rows.extend(decode(dev, k, plan, rng, &ex, down, n)?);
         }
     }
@@ -180,7 +189,7 @@ fn routing(
     Ok(rows)
 }
 
-/// Random stacked experts at OLMoE's shape: Q4_K gate and up, down in Q4_K and in Q6_K.
+/// Random stacked experts at OLMoE's shape: gate and up in one format, down in several.
 struct Experts {
     gate: (Vec<u8>, QuantMatrix),
     up: (Vec<u8>, QuantMatrix),
@@ -188,7 +197,12 @@ struct Experts {
 }
 
 impl Experts {
-    fn random(dev: &CudaDevice, rng: &mut StdRng) -> Result<Self> {
+    fn random(
+        dev: &CudaDevice,
+        rng: &mut StdRng,
+        gate_up: GgmlType,
+        downs: &[GgmlType],
+    ) -> Result<Self> {
         let (d, ff, ne, _) = OLMOE;
         let mut make = |ty, rows, cols| -> Result<(Vec<u8>, QuantMatrix)> {
             let q = random_matrix(rng, ty, rows, cols, 0.05)?;
@@ -196,12 +210,12 @@ impl Experts {
             Ok((q, m))
         };
         Ok(Self {
-            gate: make(GgmlType::Q4K, ne * ff, d)?,
-            up: make(GgmlType::Q4K, ne * ff, d)?,
-            down: vec![
-                make(GgmlType::Q4K, ne * d, ff)?,
-                make(GgmlType::Q6K, ne * d, ff)?,
-            ],
+            gate: make(gate_up, ne * ff, d)?,
+            up: make(gate_up, ne * ff, d)?,
+            down: downs
+                .iter()
+                .map(|&ty| make(ty, ne * d, ff))
+                .collect::<Result<_>>()?,
         })
     }
 
@@ -329,11 +343,12 @@ fn decode(
     );
     let (mut cpu, mut cpu_scale) = (res.clone(), out_scale.clone());
     let (gq, uq, dq) = (&ex.gate.0, &ex.up.0, &ex.down(down_ty).0);
+    let gu_ty = ex.gate.1.ty;
     for s in 0..n * kk {
         let (t, e) = (s / kk, ids[s] as usize);
         let (g, u, dn) = (
-            expert_rows(gq, GgmlType::Q4K, e, ff, d)?,
-            expert_rows(uq, GgmlType::Q4K, e, ff, d)?,
+            expert_rows(gq, gu_ty, e, ff, d)?,
+            expert_rows(uq, gu_ty, e, ff, d)?,
             expert_rows(dq, down_ty, e, d, ff)?,
         );
         let (gd, ud) = (dots(&g, &xf[t * d..][..d]), dots(&u, &xf[t * d..][..d]));
@@ -353,7 +368,8 @@ fn decode(
             out_scale[t * d + c] += w * m;
         }
 
-        // The CPU: its own activations (Q8_K for these formats), f32 throughout.
+        // The CPU: its own activations (Q8_K for K-quants, Q8_0/Q8_1 for the legacy formats:
+        // the GPU's codes and scales there), f32 throughout.
         let xt = &x[t * d..][..d];
         let wref = |q, ty, rows: usize, cols| {
             let all = WeightRef {
@@ -365,8 +381,8 @@ fn decode(
             all.slice_rows(e * rows, rows)
         };
         let (mut cg, mut cu, mut cd) = (vec![0f32; ff], vec![0f32; ff], vec![0f32; d]);
-        matmul(&cpu_plan, &wref(gq, GgmlType::Q4K, ff, d), xt, &mut cg);
-        matmul(&cpu_plan, &wref(uq, GgmlType::Q4K, ff, d), xt, &mut cu);
+        matmul(&cpu_plan, &wref(gq, gu_ty, ff, d), xt, &mut cg);
+        matmul(&cpu_plan, &wref(uq, gu_ty, ff, d), xt, &mut cu);
         let (gx, ux) = (dots(&g, xt), dots(&u, xt));
         swiglu(&mut cg, &cu);
         matmul(&cpu_plan, &wref(dq, down_ty, d, ff), &cg, &mut cd);
@@ -384,7 +400,8 @@ fn decode(
             cpu_scale[t * d + c] += w * (dh[c].1 + spread);
         }
     }
-    let shape = format!("OLMoE 2048/1024, 64 experts top-8, {n} tok, Q4_K gate/up, {down_ty} down");
+    let shape =
+        format!("OLMoE 2048/1024, 64 experts top-8, {n} tok, {gu_ty} gate/up, {down_ty} down");
     let fused = &outs[1];
     Ok(vec![
         row(
@@ -415,7 +432,7 @@ fn decode(
             compare(fused, &cpu, |i| cpu_scale[i]),
             Contract::Rel(
                 5e-3,
-                "int8 activations twice (x, h): Q8_1 here, Q8_K on the CPU",
+                "int8 activations twice (x, h): Q8_1 here, Q8_K on the CPU for K-quants",
             ),
         ),
     ])
@@ -426,7 +443,7 @@ fn decode(
 /// calls; GB/s counts the selected experts' weight bytes.
 pub fn time_decode(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) -> Result<()> {
     let (d, ff, ne, kk) = OLMOE;
-    let ex = Experts::random(dev, rng)?;
+    let ex = Experts::random(dev, rng, GgmlType::Q4K, &[GgmlType::Q4K, GgmlType::Q6K])?;
     let mut xq = dev.upload(&vec![0u8; d / 32 * Q8_1_BLOCK_BYTES])?;
     k.quantize
         .q8_1(&dev.upload(&normal(rng, d, 1.0))?, d, &mut xq)?;

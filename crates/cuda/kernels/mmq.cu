@@ -56,13 +56,15 @@ static __device__ __forceinline__ void mul_mat_q(const void *__restrict__ vx,
 }
 
 // The CUDA-core GEMM for 32-element block formats, in the CPU's arithmetic, for what the
-// tensor-core tiles do not take: short Q8_0 ubatches, and rows whose length is not a multiple
-// of MMQ_BK (SmolLM2-135M's 576). Bit-identical to the CPU:
-// - Q8_0 in the CPU's eight-lane order (ferrolm_cpu::matmul::lanes, llama.cpp's x86 Q8_0
-//   arithmetic): per output, lane l adds fma(d_w · d_y, Σ_{i<4} w[4l+i] · y[4l+i], lane) block
-//   after block, and the lanes fold ((0+4) + (2+6)) + ((1+5) + (3+7)) at the end;
-// - Q4_0 and Q4_1 in the per-block chain of mmq_mma.cuh's MMQ_ORDER_SUBS (the CPU's order):
-//   acc = fma(d_w · d_y, Σ w·y, acc), then acc = fma(m_w, d_y Σy, acc) for Q4_1.
+// tensor-core tiles do not take: short Q8_0 and Q5_0 ubatches, and rows whose length is not a
+// multiple of MMQ_BK (SmolLM2-135M's 576, Qwen2.5-0.5B's 896). Bit-identical to the CPU:
+// - Q8_0 and Q5_0 in the CPU's eight-lane order (ferrolm_cpu::matmul::lanes, llama.cpp's x86
+//   Q8_0 and Q5_0 arithmetic): per output, lane l adds fma(d_w · d_y, Σ_{i<4} w[4l+i] ·
+//   y[4l+i], lane) block after block (Q5_0's w = q - 16), and the lanes fold ((0+4) + (2+6)) +
+//   ((1+5) + (3+7)) at the end;
+// - Q4_0, Q4_1 and Q5_1 in the per-block chain of mmq_mma.cuh's MMQ_ORDER_SUBS (the CPU's
+//   order): acc = fma(d_w · d_y, Σ w·y, acc), then acc = fma(m_w, d_y Σy, acc) for Q4_1 and
+//   Q5_1.
 // Integer dots are exact (dp4a; |dot| <= 32 · 128 · 128 < 2^22 made f32 by the MMQ_BIAS trick).
 //
 // Launch (mmq.rs agrees): block (LANES_T, LANES_T), grid (ceil(nrows / LANES_BM),
@@ -83,7 +85,7 @@ static __device__ __forceinline__ void mmq_small(const void *__restrict__ vx,
                                                  int ntok) {
     typedef WeightFormat<TYPE> F;
     static_assert(F::qk == 32 && !F::scale16, "32-element blocks with one scale");
-    constexpr bool LANES = TYPE == GGML_TYPE_Q8_0, MIN = F::has_min;
+    constexpr bool LANES = TYPE == GGML_TYPE_Q8_0 || TYPE == GGML_TYPE_Q5_0, MIN = F::has_min;
     constexpr int NL = LANES ? 8 : 1;
     // Rows padded to 9 ints: a warp's 16 rows then fall in distinct banks.
     __shared__ int wq[LANES_KB][LANES_BM][9];
@@ -214,6 +216,8 @@ static __device__ __forceinline__ void mmq_small(const void *__restrict__ vx,
 MMQ_SMALL_ENTRY(mmq_q8_0_lanes, GGML_TYPE_Q8_0)
 MMQ_SMALL_ENTRY(mmq_q4_0_chain, GGML_TYPE_Q4_0)
 MMQ_SMALL_ENTRY(mmq_q4_1_chain, GGML_TYPE_Q4_1)
+MMQ_SMALL_ENTRY(mmq_q5_0_lanes, GGML_TYPE_Q5_0)
+MMQ_SMALL_ENTRY(mmq_q5_1_chain, GGML_TYPE_Q5_1)
 
 #define MMQ_ENTRY(NAME, TYPE, TILE)                                                                 \
     extern "C" __global__ void __launch_bounds__(MmqTile##TILE::THREADS)                            \
@@ -240,6 +244,8 @@ MMQ_SMALL_ENTRY(mmq_q4_1_chain, GGML_TYPE_Q4_1)
 
 MMQ_FORMAT(q4_0, GGML_TYPE_Q4_0)
 MMQ_FORMAT(q4_1, GGML_TYPE_Q4_1)
+MMQ_FORMAT(q5_0, GGML_TYPE_Q5_0)
+MMQ_FORMAT(q5_1, GGML_TYPE_Q5_1)
 MMQ_FORMAT(q8_0, GGML_TYPE_Q8_0)
 MMQ_FORMAT(q4_k, GGML_TYPE_Q4_K)
 MMQ_BLOCKS_ENTRY(q4_k, GGML_TYPE_Q4_K)

@@ -362,6 +362,8 @@ extern "C" __global__ void moe_combine(const float *__restrict__ d,
 
 MOE_FORMAT(q4_0, GGML_TYPE_Q4_0, true)
 MOE_FORMAT(q4_1, GGML_TYPE_Q4_1, true)
+MOE_FORMAT(q5_0, GGML_TYPE_Q5_0, true)
+MOE_FORMAT(q5_1, GGML_TYPE_Q5_1, true)
 MOE_FORMAT(q8_0, GGML_TYPE_Q8_0, true)
 MOE_FORMAT(q4_k, GGML_TYPE_Q4_K, true)
 MOE_FORMAT(q5_k, GGML_TYPE_Q5_K, true)

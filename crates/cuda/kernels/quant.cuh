@@ -28,6 +28,8 @@
 // ggml type ids (GgmlType in crates/gguf), used as template arguments.
 #define GGML_TYPE_Q4_0 2
 #define GGML_TYPE_Q4_1 3
+#define GGML_TYPE_Q5_0 6
+#define GGML_TYPE_Q5_1 7
 #define GGML_TYPE_Q8_0 8
 #define GGML_TYPE_Q4_K 12
 #define GGML_TYPE_Q5_K 13
@@ -93,6 +95,24 @@ struct block_q4_1 {
     uint8_t qs[16];
 };
 static_assert(sizeof(block_q4_1) == 20, "block_q4_1");
+
+// x = d * (q - 16), q 5 bits: the low 4 as Q4_0's nibbles, bit i of qh (little-endian u32)
+// the fifth bit of element i. 22 bytes: later blocks are only 2-byte aligned.
+struct block_q5_0 {
+    uint16_t d;
+    uint8_t qh[4];
+    uint8_t qs[16];
+};
+static_assert(sizeof(block_q5_0) == 22, "block_q5_0");
+
+// x = d * q + m; codes as Q5_0.
+struct block_q5_1 {
+    uint16_t d;
+    uint16_t m;
+    uint8_t qh[4];
+    uint8_t qs[16];
+};
+static_assert(sizeof(block_q5_1) == 24, "block_q5_1");
 
 // x = d * q.
 struct block_q8_0 {
@@ -195,6 +215,18 @@ static __device__ __forceinline__ void load_words_b2(const char *row, int ofs, i
     }
 }
 
+// Bits 0..3 of h4 as bit 4 of bytes 0..3: the fifth bits of four Q5_0/Q5_1 codes in place.
+static __device__ __forceinline__ int q5_high_bits(int h4) {
+    return ((h4 & 1) << 4) | ((h4 & 2) << 11) | ((h4 & 4) << 18) | ((h4 & 8) << 25);
+}
+
+// Int i (0..3) of a Q5_0/Q5_1 block's codes from its qs int v and qh word: the low nibbles
+// (elements 4i..4i + 3, hi = 0) or the high ones (elements 16 + 4i.., hi = 1), as 5-bit
+// unsigned bytes.
+static __device__ __forceinline__ int q5_codes(int v, int qh, int i, int hi) {
+    return ((v >> (4 * hi)) & 0x0F0F0F0F) | q5_high_bits((qh >> (16 * hi + 4 * i)) & 0xF);
+}
+
 // Sum of the four signed bytes of u, added to acc.
 static __device__ __forceinline__ int sum_bytes(int u, int acc) {
     return dp4a(0x01010101, u, acc);
@@ -290,6 +322,85 @@ template <> struct WeightFormat<GGML_TYPE_Q4_1> {
             const int v = get_int_b4(b->qs, i);
             q[i] = v & 0x0F0F0F0F;
             q[i + 4] = (v >> 4) & 0x0F0F0F0F;
+        }
+        d[0] = d[1] = f16_bits_to_f32(b->d);
+        m = f16_bits_to_f32(b->m);
+    }
+};
+
+// Q5_0 and Q5_1: the walk of Q4_0 and Q4_1 (iqs in {0, 2}), the fifth bits from qh. The code
+// bias (16) of Q5_0 and the minimum of Q5_1 go through the exact integer sum of the
+// activation codes, as for Q4_0 and Q4_1.
+template <> struct WeightFormat<GGML_TYPE_Q5_0> {
+    typedef block_q5_0 block;
+    static constexpr int qk = 32, qi = 4, vdr = 2;
+    static constexpr bool scale16 = false; // one scale per 32 elements (mmq)
+    static constexpr bool has_min = false; // m != 0 in tile_codes (mmq)
+    static constexpr bool int_scales = false; // see WeightFormat<GGML_TYPE_Q4_K>
+    static constexpr bool wide = false; // no vec_dot_wide (mmvq.cuh)
+
+    static __device__ __forceinline__ float vec_dot(const block *b, const block_q8_1 *y, int iqs) {
+        const int qh = get_int_b2(b->qh, 0);
+        int sumi = 0, sumu = 0;
+#pragma unroll
+        for (int i = 0; i < vdr; ++i) {
+            const int v = get_int_b2(b->qs, iqs + i);
+            const int u0 = get_int_b4(y->qs, iqs + i);
+            const int u1 = get_int_b4(y->qs, iqs + i + qi);
+            sumi = dp4a(q5_codes(v, qh, iqs + i, 0), u0, sumi);
+            sumi = dp4a(q5_codes(v, qh, iqs + i, 1), u1, sumi);
+            sumu = sum_bytes(u0, sum_bytes(u1, sumu));
+        }
+        return f16_bits_to_f32(b->d) * y->d * (float)(sumi - 16 * sumu);
+    }
+
+    // mmq: the 32 codes as int8 (q - 16), x = d * code.
+    static __device__ __forceinline__ void tile_codes(const block *b, int sub, int q[8],
+                                                      float d[2], float &m) {
+        const int qh = get_int_b2(b->qh, 0);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const int v = get_int_b2(b->qs, i);
+            q[i] = __vsub4(q5_codes(v, qh, i, 0), 0x10101010);
+            q[i + 4] = __vsub4(q5_codes(v, qh, i, 1), 0x10101010);
+        }
+        d[0] = d[1] = f16_bits_to_f32(b->d);
+        m = 0.0f;
+    }
+};
+
+template <> struct WeightFormat<GGML_TYPE_Q5_1> {
+    typedef block_q5_1 block;
+    static constexpr int qk = 32, qi = 4, vdr = 2;
+    static constexpr bool scale16 = false; // one scale per 32 elements (mmq)
+    static constexpr bool has_min = true; // m != 0 in tile_codes (mmq)
+    static constexpr bool int_scales = false; // see WeightFormat<GGML_TYPE_Q4_K>
+    static constexpr bool wide = false; // no vec_dot_wide (mmvq.cuh)
+
+    static __device__ __forceinline__ float vec_dot(const block *b, const block_q8_1 *y, int iqs) {
+        const int qh = get_int_b4(b->qh, 0);
+        int sumi = 0, sumu = 0;
+#pragma unroll
+        for (int i = 0; i < vdr; ++i) {
+            const int v = get_int_b4(b->qs, iqs + i);
+            const int u0 = get_int_b4(y->qs, iqs + i);
+            const int u1 = get_int_b4(y->qs, iqs + i + qi);
+            sumi = dp4a(q5_codes(v, qh, iqs + i, 0), u0, sumi);
+            sumi = dp4a(q5_codes(v, qh, iqs + i, 1), u1, sumi);
+            sumu = sum_bytes(u0, sum_bytes(u1, sumu));
+        }
+        const float d8 = y->d;
+        return f16_bits_to_f32(b->d) * d8 * (float)sumi + f16_bits_to_f32(b->m) * d8 * (float)sumu;
+    }
+
+    static __device__ __forceinline__ void tile_codes(const block *b, int sub, int q[8],
+                                                      float d[2], float &m) {
+        const int qh = get_int_b4(b->qh, 0);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const int v = get_int_b4(b->qs, i);
+            q[i] = q5_codes(v, qh, i, 0);
+            q[i + 4] = q5_codes(v, qh, i, 1);
         }
         d[0] = d[1] = f16_bits_to_f32(b->d);
         m = f16_bits_to_f32(b->m);

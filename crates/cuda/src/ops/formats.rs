@@ -9,6 +9,8 @@
 //! | F16 | | | | | | | | ✓ | |
 //! | Q4_0 | ✓ | | ✓ | | `mmq_q4_0_chain` | ✓ | | | |
 //! | Q4_1 | ✓ | | ✓ | | `mmq_q4_1_chain` | ✓ | | | |
+//! | Q5_0 | ✓ | | ✓ | | `mmq_q5_0_lanes` | ✓ | | | |
+//! | Q5_1 | ✓ | | ✓ | | `mmq_q5_1_chain` | ✓ | | | |
 //! | Q8_0 | ✓ | | ✓ | | `mmq_q8_0_lanes` | ✓ | | ✓ | |
 //! | Q4_K | ✓ | ✓ | ✓ | ✓ | | ✓ | ✓ | ✓ | |
 //! | Q5_K | ✓ | | ✓ | | | ✓ | | | |
@@ -37,8 +39,12 @@ pub struct Format {
     /// The GEMM's integer-scale block order (`MmqOrder::Blocks`), `mmq.cu`: `mmq_<s>_blocks`.
     pub gemm_blocks: bool,
     /// A CUDA-core GEMM in the CPU's arithmetic (`mmq.cu`'s `mmq_small`), by entry point: rows
-    /// of any multiple of 32, and short Q8_0 ubatches.
+    /// of any multiple of 32, and short ubatches of the `lanes` formats.
     pub small_gemm: Option<&'static str>,
+    /// The CPU sums this format in eight f32 lanes (`ferrolm_cpu::matmul`'s `Format::LANES`:
+    /// Q8_0, Q5_0), which the tensor-core tiles do not: its `small_gemm` (`mmq_<s>_lanes`)
+    /// does, and takes its short ubatches too (the plan's `lanes`).
+    pub lanes: bool,
     /// Int8 MoE expert kernels: the grouped GEMM (`moe_gemm.cu`: `moe_gate_up_<s>`,
     /// `moe_down_<s>`) and decode (`moe_decode.cu`: `moe_{gate_up,down}_<s>_n<1..=8>`,
     /// `moe_slot_matvec_<s>`).
@@ -62,6 +68,7 @@ impl Format {
         gemm: false,
         gemm_blocks: false,
         small_gemm: None,
+        lanes: false,
         experts: false,
         experts_narrow: false,
         embed: false,
@@ -81,7 +88,7 @@ impl Format {
 }
 
 /// Every format a kernel takes, in ggml type order.
-pub const FORMATS: [Format; 9] = [
+pub const FORMATS: [Format; 11] = [
     Format {
         ty: GgmlType::F32,
         embed: true,
@@ -102,7 +109,17 @@ pub const FORMATS: [Format; 9] = [
         ..Format::int8(GgmlType::Q4_1)
     },
     Format {
+        small_gemm: Some("mmq_q5_0_lanes"),
+        lanes: true,
+        ..Format::int8(GgmlType::Q5_0)
+    },
+    Format {
+        small_gemm: Some("mmq_q5_1_chain"),
+        ..Format::int8(GgmlType::Q5_1)
+    },
+    Format {
         small_gemm: Some("mmq_q8_0_lanes"),
+        lanes: true,
         embed: true,
         ..Format::int8(GgmlType::Q8_0)
     },
@@ -239,6 +256,9 @@ mod tests {
             assert!(!f.matvec_wide || f.matvec, "{}", f.ty);
             assert!(!f.gemm_blocks || f.gemm, "{}", f.ty);
             assert!(f.small_gemm.is_none() || f.gemm, "{}", f.ty);
+            // The eight-lane formats' CUDA-core kernels are the lane kernels.
+            let lanes_kernel = f.small_gemm.is_some_and(|n| n.ends_with("_lanes"));
+            assert_eq!(f.lanes, lanes_kernel, "{}", f.ty);
             assert!(!(f.float && f.matvec), "{}", f.ty);
         }
         assert!(has(GgmlType::Q4K, |f| f.matvec_wide));

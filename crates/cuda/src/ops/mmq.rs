@@ -5,9 +5,9 @@
 //! Contract: the same bits for every tile shape (each output adds its per-sub-block terms in
 //! the same order with pinned f32 roundings, see `mmq_mma.cuh`). Against the CPU's matmul:
 //! Q4_K with Q8_K activations is bit-identical in the CPU's integer-scale order
-//! ([`MmqOrder::Pairs`] and [`MmqOrder::Blocks`]), and so are Q4_0, Q4_1 and Q5_K; Q8_0 is
-//! bit-identical on its eight-lane kernel (`mmq_q8_0_lanes`, CUDA cores; the tensor-core GEMM's
-//! f32 sums are in another order). Rows whose length is not a multiple of [`MMQ_BK`]
+//! ([`MmqOrder::Pairs`] and [`MmqOrder::Blocks`]), and so are Q4_0, Q4_1, Q5_1 and Q5_K; Q8_0
+//! and Q5_0 are bit-identical on their eight-lane kernels (`mmq_q8_0_lanes`, `mmq_q5_0_lanes`,
+//! CUDA cores; the tensor-core GEMM's f32 sums are in another order). Rows whose length is not a multiple of [`MMQ_BK`]
 //! (SmolLM2-135M's 576) take the CUDA-core kernels (the formats with a `small_gemm`,
 //! [`formats`](super::formats)), bit-identical too; for Q6_K the integer dots are exact and only
 //! f32 scale products and sums round (`cuda-parity` checks all of them).
@@ -87,7 +87,10 @@ pub(super) fn smem_bytes(ty: GgmlType, bm: usize, bn: usize, nmat: usize) -> usi
         around + (144 - around % 128) % 128
     };
     let scale16 = ty == GgmlType::Q6K;
-    let has_min = matches!(ty, GgmlType::Q4_1 | GgmlType::Q4K | GgmlType::Q5K);
+    let has_min = matches!(
+        ty,
+        GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4K | GgmlType::Q5K
+    );
     let int_scales = ty == GgmlType::Q4K;
     // Per (row, sub-block) and per row (MmqRaw::scales, row_scales).
     let (scales, row_scales) = if int_scales {
@@ -162,8 +165,8 @@ pub struct Mmq {
     /// Integer-scale formats: `mmq_<type>_blocks`, the [`MmqOrder::Blocks`] tail (64x64 tile).
     blocks: HashMap<GgmlType, GemmFn>,
     /// The CUDA-core kernels in the CPU's arithmetic (`small_gemm` of
-    /// [`formats`](super::formats): `mmq_q8_0_lanes`, `mmq_q4_{0,1}_chain`): rows of any
-    /// multiple of 32, and short Q8_0 ubatches.
+    /// [`formats`](super::formats): `mmq_{q8_0,q5_0}_lanes`, `mmq_{q4_0,q4_1,q5_1}_chain`):
+    /// rows of any multiple of 32, and short ubatches of the eight-lane formats.
     small: HashMap<GgmlType, CudaFunction>,
 }
 
@@ -374,7 +377,7 @@ mod tests {
     }
 
     /// Rows of a multiple of 256 for every format; of 32 only where a CUDA-core kernel exists
-    /// (SmolLM2-135M's 576-wide rows are Q4_1 and Q8_0).
+    /// (SmolLM2-135M's 576-wide rows are Q4_1 and Q8_0; Qwen2.5-0.5B's 896 have Q5_0).
     #[test]
     fn shapes_with_a_gemm() {
         assert!(Mmq::supports(GgmlType::Q4K, 4096));
@@ -384,6 +387,9 @@ mod tests {
         assert!(Mmq::supports(GgmlType::Q4_1, 576));
         assert!(Mmq::supports(GgmlType::Q4_0, 96));
         assert!(Mmq::supports(GgmlType::Q8_0, 576));
+        // Qwen2.5-0.5B's 896-wide rows, and the shape-space goldens' Q5_0/Q5_1 fallbacks.
+        assert!(Mmq::supports(GgmlType::Q5_0, 896));
+        assert!(Mmq::supports(GgmlType::Q5_1, 96));
         assert!(!Mmq::supports(GgmlType::Q8_0, 48));
         assert!(!Mmq::supports(GgmlType::F16, 4096));
     }
@@ -406,6 +412,11 @@ mod tests {
         assert_eq!(
             smem_bytes(GgmlType::Q4K, 128, 128, 1),
             2 * (128 * 144 + 128 * 304) + 128 * 272 + (3 * 8 + 2) * 128 * 4 + 8 * 128 * 8
+        );
+        // Q5_1: 8 blocks of 24 bytes a k step; d and m per sub-block.
+        assert_eq!(
+            smem_bytes(GgmlType::Q5_1, 128, 128, 1),
+            2 * (128 * 192 + 128 * 304) + 128 * 272 + 2 * 8 * 128 * 4 + 8 * 128 * 8
         );
         // Every dense shape fits the H100/H200's 227 KiB.
         for ty in crate::ops::formats::with(|f| f.gemm) {

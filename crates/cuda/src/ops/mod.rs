@@ -111,6 +111,8 @@ mod tests {
             (GgmlType::F16, "f16"),
             (GgmlType::Q4_0, "q4_0"),
             (GgmlType::Q4_1, "q4_1"),
+            (GgmlType::Q5_0, "q5_0"),
+            (GgmlType::Q5_1, "q5_1"),
             (GgmlType::Q8_0, "q8_0"),
             (GgmlType::Q4K, "q4_k"),
             (GgmlType::Q5K, "q5_k"),

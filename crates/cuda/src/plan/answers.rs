@@ -23,8 +23,9 @@ pub enum Matmul {
 /// How an `mmq` GEMM runs.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Gemm {
-    /// The CUDA-core kernel in the CPU's arithmetic (`mmq_small`: `mmq_q8_0_lanes`,
-    /// `mmq_q4_{0,1}_chain`): widths that are not whole k-steps, and short Q8_0 ubatches.
+    /// The CUDA-core kernel in the CPU's arithmetic (`mmq_small`: `mmq_{q8_0,q5_0}_lanes`,
+    /// `mmq_{q4_0,q4_1,q5_1}_chain`): widths that are not whole k-steps, and short Q8_0 and
+    /// Q5_0 ubatches.
     Small,
     /// The tensor-core tiles `MMQ_TILES[tile]`, one launch per `(first token, tokens, order)`
     /// (the [`MmqOrder::Blocks`] tail on its own 64×64 entry point).

@@ -21,9 +21,9 @@ use crate::device::CudaDevice;
 use crate::error::{DriverContext, Result};
 use crate::ops::launch::LaunchMode;
 use crate::ops::{
-    ActQuant, AttentionRows, Kernels, KvFormat, Mmq, MmqOrder, Mmvq, MoeDecodeWork, PrefillKernel,
-    ATTN_GROUPS, ATTN_MAX_SPLITS, MMQ_BK, MMQ_TILES, MMVQ_MAX_COLS, MOE_DECODE_MAX_TOKENS,
-    ROUTER_ROWS_MAX_EMBD, ROUTER_SMALL_N,
+    formats, ActQuant, AttentionRows, Kernels, KvFormat, Mmq, MmqOrder, Mmvq, MoeDecodeWork,
+    PrefillKernel, ATTN_GROUPS, ATTN_MAX_SPLITS, MMQ_BK, MMQ_TILES, MMVQ_MAX_COLS,
+    MOE_DECODE_MAX_TOKENS, ROUTER_ROWS_MAX_EMBD, ROUTER_SMALL_N,
 };
 use cudarc::driver::sys::CUdevice_attribute;
 use ferrolm_gguf::GgmlType;
@@ -47,9 +47,10 @@ pub const REF_MAX_ROWS: usize = CPU_ORDER_MAX_ROWS;
 /// the tiny q8_0 goldens from 181-183/185 to 178-179/185 top-1 on the H200.
 pub const GGML_SMALL_ROWS: usize = 64;
 
-/// Q8_0 GEMMs of fewer rows take the eight-lane kernel (the CPU's bits, at about a quarter of
-/// the tensor-core GEMM's speed on the H200: affordable for short ubatches only).
-pub const Q8_0_LANES_MAX_TOKENS: usize = CPU_ORDER_MAX_ROWS;
+/// Q8_0 and Q5_0 GEMMs of fewer rows take the eight-lane kernels (the CPU's bits, at about a
+/// quarter of the tensor-core GEMM's speed on the H200 for Q8_0: affordable for short ubatches
+/// only).
+pub const LANES_MAX_TOKENS: usize = CPU_ORDER_MAX_ROWS;
 
 /// Ubatches of up to this many rows take the mat-vec kernels and flash-decoding (the decode
 /// work buffers are sized for it): all the rows one mat-vec launch takes.
@@ -230,10 +231,10 @@ impl Plan {
     }
 
     /// The GEMM of `n` rows with `ty` weights of `rows` × `cols` (a shape [`Mmq::supports`]):
-    /// the CUDA-core kernel for widths that are not whole k-steps and short Q8_0 ubatches, the
-    /// tensor-core tiles otherwise.
+    /// the CUDA-core kernel for widths that are not whole k-steps and short ubatches of the
+    /// eight-lane formats ([`Plan::lanes`]), the tensor-core tiles otherwise.
     pub fn gemm(&self, ty: GgmlType, rows: usize, cols: usize, n: usize) -> Gemm {
-        if !cols.is_multiple_of(MMQ_BK) || self.q8_0_lanes(ty, n) {
+        if !cols.is_multiple_of(MMQ_BK) || self.lanes(ty, n) {
             Gemm::Small
         } else {
             Gemm::Tiles {
@@ -244,10 +245,11 @@ impl Plan {
     }
 
     /// Whether `n` activation rows of `ty` weights take the eight-lane kernel although the
-    /// tensor-core tiles could: Q8_0 ubatches under [`Q8_0_LANES_MAX_TOKENS`] unless
+    /// tensor-core tiles could: ubatches under [`LANES_MAX_TOKENS`] of the formats the CPU sums
+    /// in eight lanes (Q8_0, Q5_0: `lanes` of the formats table), unless
     /// `FERROLM_CUDA_Q8_0_LANES=0`.
-    pub fn q8_0_lanes(&self, ty: GgmlType, n: usize) -> bool {
-        ty == GgmlType::Q8_0 && self.switches.q8_0_lanes && n < Q8_0_LANES_MAX_TOKENS
+    pub fn lanes(&self, ty: GgmlType, n: usize) -> bool {
+        formats::has(ty, |f| f.lanes) && self.switches.q8_0_lanes && n < LANES_MAX_TOKENS
     }
 
     /// The tile (index in [`MMQ_TILES`]) of a `ty` GEMM over `rows` × `n`: `FERROLM_MMQ_TILE`,

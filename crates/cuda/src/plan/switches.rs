@@ -33,7 +33,8 @@ pub struct Switches {
     pub int_scales: Option<bool>,
     /// `FERROLM_MMQ_TILE`: the GEMM tile, an index in [`MMQ_TILES`]; `None`: auto.
     pub mmq_tile: Option<usize>,
-    /// `FERROLM_CUDA_Q8_0_LANES`: short Q8_0 ubatches on the eight-lane CUDA-core kernel.
+    /// `FERROLM_CUDA_Q8_0_LANES`: short Q8_0 and Q5_0 ubatches on the eight-lane CUDA-core
+    /// kernels.
     pub q8_0_lanes: bool,
     /// `FERROLM_MOE_GROUPED`: MoE prefill GEMMs in one launch for all experts.
     pub moe_grouped: bool,

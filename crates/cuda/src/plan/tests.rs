@@ -4,11 +4,11 @@
 use super::*;
 use crate::ops::MmqOrder::{Blocks, Pairs, Subs};
 use crate::plan::switches::tile_from_env;
-use GgmlType::{F32, Q4K, Q4_0, Q4_1, Q6K, Q8_0};
+use GgmlType::{F32, Q4K, Q4_0, Q4_1, Q5_0, Q5_1, Q6K, Q8_0};
 
 /// An H200: 132 SMs, cc 9.0; one block of the 128-row tiles per SM, two of 64×64.
 fn h200() -> DeviceFacts {
-    let formats = [Q4_0, Q4_1, Q8_0, Q4K, GgmlType::Q5K, Q6K];
+    let formats = [Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4K, GgmlType::Q5K, Q6K];
     DeviceFacts {
         sms: 132,
         cc: (9, 0),
@@ -248,9 +248,21 @@ fn matmul_switches_and_formats() {
     // Q8_0 on eight lanes under 256 rows, unless switched off.
     assert_eq!(p.matmul(Q8_0, 2048, 2048, 255), Matmul::Gemm(Gemm::Small));
     assert_eq!(p.matmul(Q8_0, 2048, 2048, 256), tiles(1, &[(0, 256, Subs)]));
+    // Q5_0, summed in eight lanes on the CPU too; Q5_1 (a per-block chain) on the tiles.
+    assert_eq!(p.matmul(Q5_0, 2048, 2048, 255), Matmul::Gemm(Gemm::Small));
+    assert_eq!(p.matmul(Q5_0, 2048, 2048, 256), tiles(1, &[(0, 256, Subs)]));
+    assert_eq!(p.matmul(Q5_1, 2048, 2048, 100), tiles(1, &[(0, 100, Subs)]));
+    // Qwen2.5-0.5B's 896-wide rows: the CUDA-core kernels for both.
+    assert_eq!(p.matmul(Q5_0, 896, 896, 300), Matmul::Gemm(Gemm::Small));
+    assert_eq!(p.matmul(Q5_1, 4864, 896, 300), Matmul::Gemm(Gemm::Small));
+    assert_eq!(p.act_quant(Q5_0, 896), ActQuant::Q8_1);
     let lanes_off = plan(&[("FERROLM_CUDA_Q8_0_LANES", "0")]);
     assert_eq!(
         lanes_off.matmul(Q8_0, 2048, 2048, 100),
+        tiles(1, &[(0, 100, Subs)])
+    );
+    assert_eq!(
+        lanes_off.matmul(Q5_0, 2048, 2048, 100),
         tiles(1, &[(0, 100, Subs)])
     );
     let no_mmq = plan(&[("FERROLM_CUDA_MMQ", "0")]);
@@ -541,8 +553,8 @@ fn sequence_batches_take_the_fast_orders() {
     let many = one.for_sequence_batches();
     assert!(one.integer_scales(GgmlType::Q4K, 4096, 32));
     assert!(!many.integer_scales(GgmlType::Q4K, 4096, 32));
-    assert!(one.q8_0_lanes(GgmlType::Q8_0, 32));
-    assert!(!many.q8_0_lanes(GgmlType::Q8_0, 32));
+    assert!(one.lanes(GgmlType::Q8_0, 32) && one.lanes(GgmlType::Q5_0, 32));
+    assert!(!many.lanes(GgmlType::Q8_0, 32) && !many.lanes(GgmlType::Q5_0, 32));
     assert_eq!(
         many.dense_order(GgmlType::Q4K, 4096, 32),
         vec![(0, 32, MmqOrder::Subs)]
