@@ -108,6 +108,12 @@ pub fn all(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) -> Resu
     for case in super::moe::cases() {
         push("moe_gemm", super::moe::moe_block(dev, k, plan, rng, case));
     }
+    for case in super::moe::slice_cases() {
+        push(
+            "moe_slices",
+            super::moe::moe_slices(dev, k, plan, rng, case),
+        );
+    }
     push("attention", super::attn_checks::all(dev, k, plan, rng));
     push("attention", super::attn_rows::all(dev, k, plan, rng));
     push("moe", super::moe_decode::all(dev, k, plan, rng));

@@ -9,8 +9,8 @@ use anyhow::Result;
 use ferrolm_cpu::matmul::{matmul_ordered, Order, WeightRef};
 use ferrolm_cpu::norm::swiglu;
 use ferrolm_cpu::CpuPlan;
-use ferrolm_cuda::ops::{MoeExperts, MoeWork, QuantMatrix};
-use ferrolm_cuda::plan::MoeShape;
+use ferrolm_cuda::ops::{MoeDecodeWork, MoeExperts, MoeSliceWork, MoeWork, QuantMatrix, Quantize};
+use ferrolm_cuda::plan::{MoePath, MoeShape};
 use ferrolm_cuda::{CudaDevice, Kernels, Plan};
 use ferrolm_gguf::GgmlType;
 use rand::rngs::StdRng;
@@ -65,6 +65,33 @@ pub fn cases() -> Vec<MoeCase> {
         q5(300, GgmlType::Q5_0, GgmlType::Q5_1),
         q5(77, GgmlType::Q5_1, GgmlType::Q5_0),
     ]
+}
+
+/// The cases of the decode kernels in slices (`moe_slices`): int8 experts of widths the GEMM
+/// does not take, the shape-space goldens' (OLMoE d256 with n_ff 96, Q4_K gate/up and Q8_0
+/// down; d320 with n_ff 64 and Q5_0 gate/up).
+pub fn slice_cases() -> Vec<MoeCase> {
+    let d256 = MoeCase {
+        n: 76,
+        n_expert: 6,
+        k: 2,
+        live: 6,
+        n_embd: 256,
+        n_ff: 96,
+        gate_up: GgmlType::Q4K,
+        down: GgmlType::Q8_0,
+    };
+    let d320 = MoeCase {
+        n: 15,
+        n_expert: 12,
+        k: 5,
+        live: 12,
+        n_embd: 320,
+        n_ff: 64,
+        gate_up: GgmlType::Q5_0,
+        ..d256
+    };
+    vec![d256, d320]
 }
 
 /// Distinct experts per token from the first `live`, and positive weights summing to one.
@@ -197,6 +224,71 @@ pub fn moe_block(
             Contract::Exact,
         ),
     ])
+}
+
+/// The decode kernels in slices of 8 tokens (the plan's path for these shapes) against the
+/// CPU's per-expert loop, with the bound of the grouped GEMM's row.
+pub fn moe_slices(
+    dev: &CudaDevice,
+    k: &Kernels,
+    plan: &Plan,
+    rng: &mut StdRng,
+    c: MoeCase,
+) -> Result<Vec<Row>> {
+    let (n, e, d, ff) = (c.n, c.n_expert, c.n_embd, c.n_ff);
+    let gq = ferrolm_quant::quantize_to_vec(c.gate_up, &normal(rng, e * ff * d, 1.0))?;
+    let uq = ferrolm_quant::quantize_to_vec(c.gate_up, &normal(rng, e * ff * d, 1.0))?;
+    let dq = ferrolm_quant::quantize_to_vec(c.down, &normal(rng, e * d * ff, 0.05))?;
+    let x = normal(rng, n * d, 1.0);
+    let (ids, weights) = routes(rng, &c);
+    let gate = QuantMatrix::upload(dev, c.gate_up, e * ff, d, &gq)?;
+    let up = QuantMatrix::upload(dev, c.gate_up, e * ff, d, &uq)?;
+    let down = QuantMatrix::upload(dev, c.down, e * d, ff, &dq)?;
+    let experts = MoeExperts {
+        gate: &gate,
+        up: &up,
+        down: &down,
+        n_expert: e,
+        n_used: c.k,
+        n_ff: ff,
+    };
+    let MoePath::MatVecSlices(how) = plan.moe(&MoeShape::new(&experts, n)) else {
+        anyhow::bail!("the plan takes another MoE path for {n} tokens of n_ff {ff}");
+    };
+    let mut xq = dev.zeros(Quantize::q8_1_bytes(n, d))?;
+    k.quantize
+        .rows(&dev.upload(&x)?, n, d, how.x_quant, &mut xq)?;
+    let mut work = MoeDecodeWork::new(dev, 8, &experts)?;
+    let mut slices = MoeSliceWork::new(dev, &experts)?;
+    let (idsd, wd) = (dev.upload(&ids)?, dev.upload(&weights)?);
+    let mut out = dev.upload(&vec![0f32; n * d])?;
+    k.moe_decode.forward_slices(
+        &how,
+        &xq,
+        n,
+        &idsd,
+        &wd,
+        &experts,
+        &mut work,
+        &mut slices,
+        &mut out,
+    )?;
+    dev.sync()?;
+    let got = dev.download(&out)?;
+    let (want, scale) = cpu_moe(&c, &gq, &uq, &dq, &x, &ids, &weights)?;
+    Ok(vec![row(
+        &format!(
+            "moe decode in slices, {} gate/up, {} down",
+            c.gate_up, c.down
+        ),
+        format!("{n} tok × top-{} of {e}, {d}→{ff}→{d}", c.k),
+        "cpu per-expert matmul, swiglu",
+        compare(&got, &want, |i| scale[i]),
+        Contract::Rel(
+            5e-3,
+            "int8 x and h: Q8_1 here, Q8_K on the CPU for K-quants; vs Σ_slot w·Σ|down·h|",
+        ),
+    )])
 }
 
 /// The CPU's per-expert computation with the given routes, and per output element the scale

@@ -1,11 +1,14 @@
 //! The MoE FFN on the GPU: routing (softmax and top-k on the device), then the path the plan
 //! picks for the ubatch: the expert mat-vecs for up to [`MOE_DECODE_MAX_TOKENS`] tokens, the
-//! expert GEMMs for more. Nothing here waits for the device, so a decode step with MoE layers
+//! expert GEMMs for more (or the mat-vecs in slices, for int8 experts of widths the GEMMs do
+//! not take). Nothing here waits for the device, so a decode step with MoE layers
 //! is still one graph.
 
 use super::{CudaAct, CudaBackend, CudaWeight};
 use crate::error::{CudaError, DriverContext, Result};
-use crate::ops::{MoeDecodeWork, MoeExperts, MoeRouteWork, MoeWork, MOE_DECODE_MAX_TOKENS};
+use crate::ops::{
+    MoeDecodeWork, MoeExperts, MoeRouteWork, MoeSliceWork, MoeWork, MOE_DECODE_MAX_TOKENS,
+};
 use crate::plan::{MoePath, MoeShape};
 use ferrolm_model::backend::{MoeAct, MoeGating};
 use ferrolm_model::weights::MoeWeights;
@@ -17,6 +20,7 @@ use ferrolm_model::weights::MoeWeights;
 pub struct MoeScratch {
     route: Option<MoeRouteWork>,
     decode: Option<MoeDecodeWork>,
+    slices: Option<MoeSliceWork>,
     gemm: Option<(usize, MoeWork)>,
 }
 
@@ -76,8 +80,10 @@ impl CudaBackend {
                 .route(logits, x.buf(), n, router, route, &mut ids, &mut weights)
         })?;
 
-        let r = match self.gemm_plan().moe(&MoeShape::new(&experts, n)) {
-            MoePath::MatVec(how) => {
+        let path = self.gemm_plan().moe(&MoeShape::new(&experts, n));
+        let r = match path {
+            MoePath::MatVec(how) | MoePath::MatVecSlices(how) => {
+                let scratch = &mut *scratch;
                 let decode = match &mut scratch.decode {
                     Some(d) if d.n_used == k && d.n_ff == w.n_ff && d.n_embd == x.width => d,
                     slot => slot.insert(MoeDecodeWork::new(dev, MOE_DECODE_MAX_TOKENS, &experts)?),
@@ -87,11 +93,20 @@ impl CudaBackend {
                 dev.stream()
                     .memset_zeros(o)
                     .during("clearing the MoE output")?;
+                let slices = match (&path, &mut scratch.slices) {
+                    (MoePath::MatVec(_), _) => None,
+                    (_, Some(s)) if s.n_used == k && s.n_embd == x.width => Some(s),
+                    (_, slot) => Some(slot.insert(MoeSliceWork::new(dev, &experts)?)),
+                };
                 self.with_q8(x, how.x_quant, |xq| {
                     crate::profile::span(dev.stream(), "moe.decode", || {
-                        self.k
-                            .moe_decode
-                            .forward(&how, xq, n, &ids, &weights, &experts, decode, o)
+                        let md = &self.k.moe_decode;
+                        match slices {
+                            None => md.forward(&how, xq, n, &ids, &weights, &experts, decode, o),
+                            Some(s) => md.forward_slices(
+                                &how, xq, n, &ids, &weights, &experts, decode, s, o,
+                            ),
+                        }
                     })
                 })
             }

@@ -20,6 +20,7 @@ mod mmvq;
 mod moe_decode;
 mod moe_gemm;
 mod moe_route;
+mod moe_slices;
 mod norm_rope;
 mod quantize;
 
@@ -38,6 +39,7 @@ pub use moe_decode::{MoeDecode, MoeDecodeWork};
 pub use moe_gemm::{MoeGemm, MoeWork};
 pub use moe_route::{MoeExperts, MoeRoute, MoeRouteWork, MoeRouter};
 pub(crate) use moe_route::{ROUTER_ROWS_MAX_EMBD, ROUTER_SMALL_N};
+pub use moe_slices::MoeSliceWork;
 pub use norm_rope::{rope_table_len, NormRope, Rope, RopeArgs, RopeScale};
 pub use quantize::{dequantize_blocks, ActQuant, Quantize, Q8_1_BLOCK_BYTES};
 

@@ -158,6 +158,11 @@ impl MoeDecode {
         super::formats::has(ty, |f| f.experts)
     }
 
+    /// The stream the kernels are queued on (`moe_slices` copies on it too).
+    pub(super) fn stream(&self) -> &std::sync::Arc<cudarc::driver::CudaStream> {
+        self.launch.stream()
+    }
+
     /// Adds the experts' output for the `n` (1..=8) Q8_1 rows of `x_q8_1` (`n_embd` each) to
     /// `residual` (`n` rows of `n_embd`), the experts `ids[t*k + j]` weighted by
     /// `weights[t*k + j]` (as [`MoeRoute::route`](super::MoeRoute::route) leaves them). An id

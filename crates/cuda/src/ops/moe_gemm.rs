@@ -77,7 +77,7 @@ fn check(x: &MoeExperts) -> Result<()> {
             return bad(format!("no kernel for {} {name} weights", m.ty));
         }
     }
-    if !float && (!d.is_multiple_of(MMQ_BK) || !ff.is_multiple_of(MMQ_BK)) {
+    if !float && !MoeGemm::supports_widths(d, ff) {
         return bad(format!(
             "n_embd {d} and n_ff {ff} must be multiples of {MMQ_BK}"
         ));
@@ -177,6 +177,12 @@ pub struct MoeGemm {
 }
 
 impl MoeGemm {
+    /// Whether the int8 GEMMs take experts of these widths: whole k-steps (float experts take
+    /// any; the plan runs the others through `moe_decode` in slices).
+    pub fn supports_widths(n_embd: usize, n_ff: usize) -> bool {
+        n_embd.is_multiple_of(MMQ_BK) && n_ff.is_multiple_of(MMQ_BK)
+    }
+
     pub fn load(dev: &CudaDevice, launch: &Launcher) -> Result<Self> {
         let mut gemms = HashMap::new();
         for ty in formats::with(|f| f.experts) {

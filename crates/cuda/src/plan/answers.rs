@@ -187,6 +187,9 @@ impl ExpertGemm {
 pub enum MoePath {
     /// `moe_decode` (a few tokens).
     MatVec(ExpertMatVec),
+    /// `moe_decode` over slices of its most tokens, for int8 experts the GEMM does not take
+    /// (`n_embd` or `n_ff` not a multiple of 256: the shape-space goldens' 64 and 96, say).
+    MatVecSlices(ExpertMatVec),
     /// `moe_gemm`.
     Gemm(ExpertGemm),
 }

@@ -22,7 +22,7 @@ use crate::error::{DriverContext, Result};
 use crate::ops::launch::LaunchMode;
 use crate::ops::{
     formats, ActQuant, AttentionRows, Kernels, KvFormat, Mmq, MmqOrder, Mmvq, MoeDecodeWork,
-    PrefillKernel, ATTN_GROUPS, ATTN_MAX_SPLITS, MMQ_BK, MMQ_TILES, MMVQ_MAX_COLS,
+    MoeGemm, PrefillKernel, ATTN_GROUPS, ATTN_MAX_SPLITS, MMQ_BK, MMQ_TILES, MMVQ_MAX_COLS,
     MOE_DECODE_MAX_TOKENS, ROUTER_ROWS_MAX_EMBD, ROUTER_SMALL_N,
 };
 use cudarc::driver::sys::CUdevice_attribute;
@@ -399,13 +399,14 @@ impl Plan {
     }
 
     /// The MoE FFN of a ubatch: the decode kernels for a few tokens of int8 experts they
-    /// take, the expert GEMMs otherwise (float experts: their f32 kernels, any token count).
+    /// take, and in slices for more tokens of int8 experts whose widths the GEMM does not
+    /// take; the expert GEMMs otherwise (float experts: their f32 kernels, any token count).
     pub fn moe(&self, s: &MoeShape) -> MoePath {
-        if s.tokens <= MOE_DECODE_MAX_TOKENS
-            && !s.is_float()
-            && MoeDecodeWork::supports(s.n_used, s.n_ff)
-        {
+        let decode = !s.is_float() && MoeDecodeWork::supports(s.n_used, s.n_ff);
+        if decode && s.tokens <= MOE_DECODE_MAX_TOKENS {
             MoePath::MatVec(self.expert_matvec(s))
+        } else if decode && !MoeGemm::supports_widths(s.n_embd, s.n_ff) {
+            MoePath::MatVecSlices(self.expert_matvec(s))
         } else {
             MoePath::Gemm(self.expert_gemm(s))
         }

@@ -429,6 +429,23 @@ fn moe_path_by_tokens() {
         ..shape(8, 2048, 1024, Q6K)
     };
     assert!(matches!(p.moe(&many), MoePath::Gemm(_)));
+    // Int8 experts of widths the GEMM does not take (the shape-space goldens: n_ff 96, n_embd
+    // 320): the decode kernels in slices; floats still their own kernels.
+    for (n_embd, n_ff) in [(256, 96), (320, 64)] {
+        let odd = shape(76, n_embd, n_ff, Q8_0);
+        assert!(matches!(p.moe(&odd), MoePath::MatVecSlices(m) if m.fused));
+        assert!(matches!(
+            p.moe(&shape(8, n_embd, n_ff, Q8_0)),
+            MoePath::MatVec(_)
+        ));
+        let float = MoeShape {
+            gate: F32,
+            up: F32,
+            down: F32,
+            ..odd
+        };
+        assert_eq!(p.moe(&float), MoePath::Gemm(ExpertGemm::Float));
+    }
 }
 
 #[test]
