@@ -277,7 +277,7 @@ impl fmt::Display for Switches {
             (
                 "FERROLM_CUDA_Q8_0_LANES",
                 bit(self.q8_0_lanes),
-                "short Q8_0 GEMMs on 8 lanes",
+                "short Q8_0/Q5_0 GEMMs on 8 lanes",
             ),
             (
                 "FERROLM_MOE_GROUPED",
