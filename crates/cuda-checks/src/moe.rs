@@ -69,7 +69,7 @@ pub fn cases() -> Vec<MoeCase> {
 
 /// The cases of the decode kernels in slices (`moe_slices`): int8 experts of widths the GEMM
 /// does not take, the shape-space goldens' (OLMoE d256 with n_ff 96, Q4_K gate/up and Q8_0
-/// down; d320 with n_ff 64 and Q5_0 gate/up).
+/// down; d320 with n_ff 64 and Q5_0 gate/up), and Q5_1 gate/up with Q5_0 down.
 pub fn slice_cases() -> Vec<MoeCase> {
     let d256 = MoeCase {
         n: 76,
@@ -91,7 +91,13 @@ pub fn slice_cases() -> Vec<MoeCase> {
         gate_up: GgmlType::Q5_0,
         ..d256
     };
-    vec![d256, d320]
+    let q5_1 = MoeCase {
+        n: 20,
+        gate_up: GgmlType::Q5_1,
+        down: GgmlType::Q5_0,
+        ..d320
+    };
+    vec![d256, d320, q5_1]
 }
 
 /// Distinct experts per token from the first `live`, and positive weights summing to one.

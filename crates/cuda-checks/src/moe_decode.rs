@@ -49,18 +49,14 @@ pub fn all(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) -> Resu
             n,
         )?);
     }
-    let ex = Experts::random(dev, rng, GgmlType::Q4K, &[GgmlType::Q4K, GgmlType::Q6K])?;
-    for down in [GgmlType::Q4K, GgmlType::Q6K] {
-        for n in [1, 2, 5, 8] {
-            rows.extend(decode(dev, k, plan, rng, &ex, down, n)?);
-        }
-    }
-    drop(ex);
-    // The legacy 5-bit formats (Q5_0/Q5_1 files, and Q4_K_M's fallback for widths that are
-    // not multiples of 256).
-    let ex = Experts::random(dev, rng, GgmlType::Q5_0, &[GgmlType::Q5_1, GgmlType::Q5_0])?;
-    for down in [GgmlType::Q5_1, GgmlType::Q5_0] {
-        for n in [1, 5] {
+    // Down also in the legacy 5-bit formats (Q5_0/Q5_1 files, Q4_K_M's fallback for widths
+    // that are not multiples of 256); their gate/up: `moe::moe_slices`'s rows.
+    let downs = [GgmlType::Q4K, GgmlType::Q6K, GgmlType::Q5_0, GgmlType::Q5_1];
+    let ex = Experts::random(dev, rng, GgmlType::Q4K, &downs)?;
+    for down in downs {
+        let legacy = matches!(down, GgmlType::Q5_0 | GgmlType::Q5_1);
+        let ns: &[usize] = if legacy { &[1, 5] } else { &[1, 2, 5, 8] };
+        for &n in ns {
             rows.extend(decode(dev, k, plan, rng, &ex, down, n)?);
         }
     }
