@@ -119,6 +119,11 @@ impl<'a> Model<'a> {
         }
     }
 
+    /// Every block runs on the CPU (no part on a GPU).
+    pub fn is_cpu_only(&self) -> bool {
+        matches!(self.exec, Exec::Cpu(_))
+    }
+
     /// "cpu", or the GPU's description.
     pub fn device_name(&self) -> String {
         match &self.exec {

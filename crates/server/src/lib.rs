@@ -12,6 +12,7 @@ pub mod error;
 pub mod guard;
 pub mod http;
 pub mod metrics;
+pub mod prefix;
 mod respond;
 pub mod scheduler;
 mod sequence;
@@ -43,8 +44,13 @@ pub struct ServeOptions {
     /// Context per slot, in tokens.
     pub n_ctx: usize,
     pub kv_type: KvType,
-    /// Most prompt tokens prefilled in one step, across all sequences.
-    pub ubatch: usize,
+    /// Tokens one step's forward pass takes, across all sequences (`--batch-size`): a token
+    /// per decoding sequence, prompt chunks in the rest.
+    pub batch: usize,
+    /// Start new sequences from cached prompt prefixes ([`prefix`]).
+    pub prefix_cache: bool,
+    /// Greedy answers bit-identical whatever shares the batch (on a GPU: a pass per sequence).
+    pub deterministic: bool,
     /// Requests that may wait for a slot; beyond this they get 429.
     pub queue: usize,
     /// Largest request body, in bytes (413 beyond).

@@ -54,6 +54,10 @@ pub struct Metrics {
     pub slots_active: AtomicUsize,
     pub queue_depth: AtomicUsize,
     pub prompt_tokens: AtomicUsize,
+    /// Prompt tokens run through the model (prefill work).
+    pub prompt_tokens_computed: AtomicUsize,
+    /// Prompt tokens whose cache entries were reused instead ([`crate::prefix`]).
+    pub prompt_tokens_cached: AtomicUsize,
     pub generated_tokens: AtomicUsize,
     /// Requests whose client went away before they finished.
     pub cancelled: AtomicUsize,
@@ -73,6 +77,8 @@ impl Metrics {
             slots_active: AtomicUsize::new(0),
             queue_depth: AtomicUsize::new(0),
             prompt_tokens: AtomicUsize::new(0),
+            prompt_tokens_computed: AtomicUsize::new(0),
+            prompt_tokens_cached: AtomicUsize::new(0),
             generated_tokens: AtomicUsize::new(0),
             cancelled: AtomicUsize::new(0),
             steps: AtomicU64::new(0),
@@ -104,12 +110,24 @@ impl Metrics {
         }
         drop(map);
         let load = |a: &AtomicUsize| a.load(Ordering::Relaxed);
-        let simple: [(&str, &str, &str, String); 7] = [
+        let simple: [(&str, &str, &str, String); 9] = [
             (
                 "ferrolm_prompt_tokens_total",
                 "counter",
                 "Prompt tokens of finished requests.",
                 load(&self.prompt_tokens).to_string(),
+            ),
+            (
+                "ferrolm_prompt_tokens_computed_total",
+                "counter",
+                "Prompt tokens run through the model (prefill work).",
+                load(&self.prompt_tokens_computed).to_string(),
+            ),
+            (
+                "ferrolm_prompt_tokens_cached_total",
+                "counter",
+                "Prompt tokens reused from a cached prefix instead of computed.",
+                load(&self.prompt_tokens_cached).to_string(),
             ),
             (
                 "ferrolm_generated_tokens_total",

@@ -160,11 +160,12 @@ fn finish_reason(reason: FinishReason, called: bool) -> &'static str {
     }
 }
 
-fn usage(n_prompt: usize, n_gen: usize) -> Value {
+fn usage(n_prompt: usize, n_cached: usize, n_gen: usize) -> Value {
     json!({
         "prompt_tokens": n_prompt,
         "completion_tokens": n_gen,
         "total_tokens": n_prompt + n_gen,
+        "prompt_tokens_details": {"cached_tokens": n_cached},
     })
 }
 
@@ -184,6 +185,7 @@ pub async fn collect(mut reply: Reply) -> Response {
             Event::Done {
                 reason,
                 n_prompt,
+                n_cached,
                 n_gen,
             } => {
                 reply.finished();
@@ -192,7 +194,7 @@ pub async fn collect(mut reply: Reply) -> Response {
                     tool_message(&mut choice, &parse::reply(format, &text, parallel), reason);
                 }
                 let mut body = reply.object(false, json!([choice]));
-                body["usage"] = usage(n_prompt, n_gen);
+                body["usage"] = usage(n_prompt, n_cached, n_gen);
                 return Json(body).into_response();
             }
             Event::Failed(e) => return ApiError::internal(e).into_response(),
@@ -255,6 +257,7 @@ pub fn stream(mut reply: Reply) -> Sse<ReceiverStream<Result<SseEvent, Infallibl
                 Some(Event::Done {
                     reason,
                     n_prompt,
+                    n_cached,
                     n_gen,
                 }) => {
                     reply.finished();
@@ -276,7 +279,7 @@ pub fn stream(mut reply: Reply) -> Sse<ReceiverStream<Result<SseEvent, Infallibl
                     chunks.push(reply.object(true, json!([c])));
                     if reply.include_usage {
                         let mut u = reply.object(true, json!([]));
-                        u["usage"] = usage(n_prompt, n_gen);
+                        u["usage"] = usage(n_prompt, n_cached, n_gen);
                         chunks.push(u);
                     }
                     for c in chunks {

@@ -1,12 +1,21 @@
 //! Continuous batching on a dedicated thread.
 //!
 //! The scheduler owns `parallel` KV slots. Each step it:
-//! 1. admits queued requests into free slots (requests join between steps, never mid-pass);
+//! 1. admits queued requests into free slots (requests join between steps, never mid-pass),
+//!    each starting from the longest prefix of its prompt some slot's cache already holds
+//!    ([`crate::prefix`]);
 //! 2. drops sequences whose client is gone (its event channel is closed), freeing the slot;
-//! 3. runs ONE forward pass over every active sequence: one token for each decoding sequence,
-//!    plus prompt chunks of the prefilling ones, at most `ubatch` prompt tokens in all, so a
-//!    long prompt delays the others by at most one ubatch per step;
+//! 3. runs ONE forward pass over every active sequence under a token budget (`--batch-size`):
+//!    one token for each decoding sequence (never held back), then chunks of the prefilling
+//!    ones' prompts, oldest request first, in what is left (at least an eighth of the budget,
+//!    so prompts never starve). A long prompt is prefilled over several steps, and the
+//!    sequences already generating get a token at each of them;
 //! 4. samples each sequence that got logits and streams its text; finished ones free their slot.
+//!
+//! Deterministic mode on a GPU (`--deterministic`) runs each sequence in a pass of its own,
+//! its prompt cut into chunks as it would be alone and no prefix reused: the GPU's batched
+//! kernels are not row-independent. On the CPU the passes are (batch-invariant mode), so the
+//! batch stays shared there.
 //!
 //! Sequences with a grammar commit each sampled token at once; the masks for their next tokens
 //! are computed on a helper thread while step 3's forward pass runs.
@@ -18,6 +27,7 @@
 
 use crate::api::GenParams;
 use crate::metrics::Metrics;
+use crate::prefix::{self, SlotView};
 use crate::sequence::Sequence;
 use crate::{Engine, ServeOptions};
 use ferrolm_engine::constraint::{overlap, Grammar};
@@ -65,6 +75,8 @@ pub enum Event {
     Done {
         reason: FinishReason,
         n_prompt: usize,
+        /// Prompt tokens reused from a cache, not computed (`usage.prompt_tokens_details`).
+        n_cached: usize,
         n_gen: usize,
     },
     /// The engine failed on this request (a 5xx: never the client's fault).
@@ -162,15 +174,25 @@ impl Handle {
 
 struct Slot {
     cache: SeqCache,
+    /// The tokens at positions `0..len` of `cache`: what a later prompt may reuse.
+    tokens: Vec<u32>,
     seq: Option<Sequence>,
+    /// The admission count when a sequence last took this slot.
+    last_used: u64,
 }
 
 pub struct Scheduler {
     engine: Engine,
     shared: Arc<Shared>,
     slots: Vec<Slot>,
-    ubatch: usize,
+    /// Tokens per step (`--batch-size`).
+    batch: usize,
     n_ctx: usize,
+    /// Reuse cached prompt prefixes (off: `--no-prefix-cache`, or deterministic on a GPU).
+    prefix_cache: bool,
+    /// A pass per sequence, prompt chunks as alone (deterministic mode on a GPU).
+    solo: bool,
+    admitted: u64,
     metrics: Arc<Metrics>,
 }
 
@@ -195,7 +217,9 @@ impl Scheduler {
             .map(|_| {
                 Ok(Slot {
                     cache: engine.model.new_cache(opts.n_ctx, opts.kv_type)?,
+                    tokens: Vec::new(),
                     seq: None,
+                    last_used: 0,
                 })
             })
             .collect::<Result<_, EngineError>>()?;
@@ -204,12 +228,16 @@ impl Scheduler {
             _alive: Arc::new(Alive(shared.clone())),
             metrics: metrics.clone(),
         };
+        let solo = opts.deterministic && !engine.model.is_cpu_only();
         let sched = Self {
             engine,
             shared,
             slots,
-            ubatch: opts.ubatch.max(1),
+            batch: opts.batch.max(1),
             n_ctx: opts.n_ctx,
+            prefix_cache: opts.prefix_cache && !solo,
+            solo,
+            admitted: 0,
             metrics,
         };
         Ok((handle, sched))
@@ -230,7 +258,7 @@ impl Scheduler {
     /// Fills free slots from the queue, blocking only when nothing is running. False when
     /// the queue is closed and nothing is left to do.
     fn admit(&mut self) -> bool {
-        while let Some(free) = self.slots.iter().position(|s| s.seq.is_none()) {
+        while self.slots.iter().any(|s| s.seq.is_none()) {
             let job = {
                 let mut q = self.shared.lock();
                 if self.active() == 0 {
@@ -257,10 +285,59 @@ impl Scheduler {
             self.metrics
                 .queue_seconds
                 .observe(job.enqueued.elapsed().as_secs_f64());
-            self.slots[free].seq = Some(Sequence::new(job, self.engine.tok, self.n_ctx));
+            self.start(job);
         }
         self.publish_active();
         true
+    }
+
+    /// Puts `job` in a free slot, from the longest cached prefix of its prompt.
+    fn start(&mut self, job: Job) {
+        let views: Vec<SlotView> = self
+            .slots
+            .iter()
+            .map(|s| SlotView {
+                tokens: &s.tokens,
+                free: s.seq.is_none(),
+                last_used: s.last_used,
+            })
+            .collect();
+        let place = prefix::place(&views, &job.prompt, self.prefix_cache)
+            .expect("admit takes a job only while a slot is free");
+        let mut reused = place.reused;
+        if let Some(from) = place.copy_from {
+            if let Err(e) = self.copy_prefix(from, place.slot, reused) {
+                // The target's cache may be half written: it holds nothing reusable.
+                eprintln!("ferrolm serve: copying a cached prefix failed ({e}); computing it");
+                self.slots[place.slot].tokens.clear();
+                reused = 0;
+            }
+        }
+        self.admitted += 1;
+        let slot = &mut self.slots[place.slot];
+        slot.tokens.truncate(reused);
+        slot.last_used = self.admitted;
+        self.metrics
+            .prompt_tokens_cached
+            .fetch_add(reused, Ordering::Relaxed);
+        slot.seq = Some(Sequence::new(job, self.engine.tok, self.n_ctx, reused));
+    }
+
+    /// Copies the first `n` positions of slot `from`'s cache into slot `to`'s.
+    fn copy_prefix(&mut self, from: usize, to: usize, n: usize) -> Result<(), EngineError> {
+        let (src, dst) = if from < to {
+            let (a, b) = self.slots.split_at_mut(to);
+            (&a[from], &mut b[0])
+        } else {
+            let (a, b) = self.slots.split_at_mut(from);
+            (&b[0], &mut a[to])
+        };
+        self.engine
+            .model
+            .copy_cache_prefix(&src.cache, &mut dst.cache, n)?;
+        dst.tokens.clear();
+        dst.tokens.extend_from_slice(&src.tokens[..n]);
+        Ok(())
     }
 
     /// Publishes the active count, and the free slots to the queue's admission bound.
@@ -280,29 +357,46 @@ impl Scheduler {
         self.publish_active();
     }
 
-    /// One forward pass over every active sequence, then sampling.
-    fn step(&mut self) {
-        // (slot, tokens fed, wants logits), in slot order. Decoding sequences are planned
-        // first: a token each, never held back by a prefill.
+    /// This step's work: (slot, tokens fed, wants logits), in slot order. Decoding sequences
+    /// get a token each, never held back by a prefill; prompt chunks share what is left of
+    /// the budget, oldest request first.
+    fn plan(&self) -> Vec<(usize, usize, bool)> {
         let mut plan = Vec::new();
-        let mut budget = self.ubatch;
-        for prefill in [false, true] {
-            for (i, slot) in self.slots.iter().enumerate() {
-                let Some(seq) = &slot.seq else { continue };
-                if seq.prefilling() != prefill || (prefill && budget == 0) {
-                    continue;
-                }
-                let (tokens, logits) = seq.input(budget);
-                if prefill {
-                    budget -= tokens.len();
-                }
-                plan.push((i, tokens.len(), logits));
+        let mut prefilling = Vec::new();
+        for (i, slot) in self.slots.iter().enumerate() {
+            let Some(seq) = &slot.seq else { continue };
+            if seq.prefilling() {
+                prefilling.push((seq.job.enqueued, i));
+            } else {
+                plan.push((i, 1, true));
             }
         }
+        prefilling.sort();
+        let mut budget = self
+            .batch
+            .saturating_sub(plan.len())
+            .max(self.batch.div_ceil(8));
+        for (_, i) in prefilling {
+            // Alone (solo), a prompt's chunks do not depend on what else is running.
+            let room = if self.solo { self.batch } else { budget };
+            if room == 0 {
+                break;
+            }
+            let seq = self.slots[i].seq.as_ref().expect("listed as active");
+            let (tokens, logits) = seq.input(room);
+            budget = budget.saturating_sub(tokens.len());
+            plan.push((i, tokens.len(), logits));
+        }
+        plan.sort_by_key(|p| p.0);
+        plan
+    }
+
+    /// One forward pass over every active sequence (a pass each when solo), then sampling.
+    fn step(&mut self) {
+        let plan = self.plan();
         if plan.is_empty() {
             return;
         }
-        plan.sort_by_key(|p| p.0);
         // Grammar state whose next mask is due, taken out of its sequence for the helper.
         let mut masking: Vec<_> = plan
             .iter()
@@ -327,10 +421,17 @@ impl Scheduler {
                 });
             }
             // A panic in a kernel fails this batch's requests, not the whole server.
-            let model = self.engine.model;
+            let (model, solo) = (self.engine.model, self.solo);
             let mut forward = || {
                 std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    model.forward_batch(&mut inputs).map_err(|e| e.to_string())
+                    if !solo {
+                        return model.forward_batch(&mut inputs).map_err(|e| e.to_string());
+                    }
+                    let mut out = Vec::with_capacity(inputs.len());
+                    for one in inputs.chunks_mut(1) {
+                        out.extend(model.forward_batch(one).map_err(|e| e.to_string())?);
+                    }
+                    Ok(out)
                 }))
                 .unwrap_or_else(|_| Err("the forward pass panicked (see the server's log)".into()))
             };
@@ -358,7 +459,10 @@ impl Scheduler {
                 // Prompts are checked to fit before they are queued, so this is a bug: fail
                 // the batch's requests rather than the server.
                 for &(i, _, _) in &plan {
-                    if let Some(seq) = self.slots[i].seq.take() {
+                    let slot = &mut self.slots[i];
+                    // What the pass wrote is unknown: nothing in the cache is reused.
+                    slot.tokens.clear();
+                    if let Some(seq) = slot.seq.take() {
                         let _ = seq.job.events.send(Event::Failed(e.clone()));
                     }
                 }
@@ -367,10 +471,14 @@ impl Scheduler {
             }
         };
         for (&(i, n, _), l) in plan.iter().zip(logits) {
-            let seq = self.slots[i]
-                .seq
-                .as_mut()
-                .expect("planned slots are active");
+            let slot = &mut self.slots[i];
+            let seq = slot.seq.as_mut().expect("planned slots are active");
+            if seq.prefilling() {
+                self.metrics
+                    .prompt_tokens_computed
+                    .fetch_add(n, Ordering::Relaxed);
+            }
+            slot.tokens.extend_from_slice(seq.input(n).0);
             seq.advance(n);
             if l.is_empty() {
                 continue;
@@ -398,6 +506,7 @@ impl Scheduler {
         let _ = seq.job.events.send(Event::Done {
             reason,
             n_prompt,
+            n_cached: seq.n_cached,
             n_gen,
         });
     }

@@ -17,6 +17,8 @@ pub(crate) struct Sequence {
     fed: usize,
     /// Positions in the cache.
     pub n_past: usize,
+    /// Prompt tokens whose cache entries came from a reused prefix ([`crate::prefix`]).
+    pub n_cached: usize,
     /// The last sampled token, fed at the next step.
     last: u32,
     n_gen: usize,
@@ -51,13 +53,17 @@ impl Constrained {
 }
 
 impl Sequence {
-    pub fn new(job: Job, tok: &'static Tokenizer, n_ctx: usize) -> Self {
+    /// A sequence whose cache already holds the first `cached` prompt tokens (less than the
+    /// prompt's length: its last token is always evaluated).
+    pub fn new(job: Job, tok: &'static Tokenizer, n_ctx: usize, cached: usize) -> Self {
         let mut sampler = Sampler::new(job.params.sampler.clone());
         sampler.accept(&job.prompt);
+        debug_assert!(cached < job.prompt.len());
         Self {
             sampler,
-            fed: 0,
-            n_past: 0,
+            fed: cached,
+            n_past: cached,
+            n_cached: cached,
             last: 0,
             n_gen: 0,
             counts: HashMap::new(),

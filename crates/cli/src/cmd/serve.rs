@@ -46,10 +46,26 @@ pub struct ServeArgs {
     /// Sequences decoded together, each in its own KV slot of -c tokens.
     #[arg(long, visible_alias = "np", default_value_t = 4)]
     pub parallel: usize,
-    /// Most prompt tokens prefilled per step, across requests: the longest a new prompt
-    /// delays the sequences already generating.
-    #[arg(long, default_value_t = 256)]
-    pub ubatch: usize,
+    /// Tokens per step, across requests: one for each generating sequence, prompt chunks in
+    /// the rest (at least an eighth of it). A long prompt is prefilled over several steps, the
+    /// generating sequences getting a token at each.
+    #[arg(
+        short = 'b',
+        long = "batch-size",
+        visible_alias = "ubatch",
+        default_value_t = 256
+    )]
+    pub batch_size: usize,
+    /// Never start a request from another's cached prompt prefix (by default the longest
+    /// cached prefix of at least a few dozen tokens is reused; `usage` reports it as
+    /// `prompt_tokens_details.cached_tokens`).
+    #[arg(long = "no-prefix-cache")]
+    pub no_prefix_cache: bool,
+    /// Greedy answers bit-identical whatever shares the batch. The CPU always is; on a GPU
+    /// each sequence then runs in a forward pass of its own, without prefix reuse (slower
+    /// under load).
+    #[arg(long)]
+    pub deterministic: bool,
     /// Requests that may wait for a slot before the server answers 429.
     #[arg(long, default_value_t = 64)]
     pub queue: usize,
@@ -69,8 +85,8 @@ pub struct ServeArgs {
 }
 
 pub fn run(args: ServeArgs) -> Result<()> {
-    if args.parallel == 0 || args.ubatch == 0 {
-        bail!("--parallel and --ubatch must be at least 1");
+    if args.parallel == 0 || args.batch_size == 0 {
+        bail!("--parallel and --batch-size must be at least 1");
     }
     let api_key = api_key(&args)?;
     let secs = |flag: &str, v: f64| {
@@ -112,7 +128,9 @@ pub fn run(args: ServeArgs) -> Result<()> {
         parallel: args.parallel,
         n_ctx,
         kv_type: args.model.kv_type(),
-        ubatch: args.ubatch,
+        batch: args.batch_size,
+        prefix_cache: !args.no_prefix_cache,
+        deterministic: args.deterministic,
         queue: args.queue,
         max_body: args.max_body,
     };

@@ -27,8 +27,15 @@ impl Server {
 
     /// As [`Server::start`], with environment variables and the key requests must carry.
     pub fn start_with(extra: &[&str], env: &[(&str, &str)], key: Option<String>) -> Server {
+        // 512 tokens of context unless the test gives its own.
+        let ctx: &[&str] = if extra.contains(&"-c") {
+            &[]
+        } else {
+            &["-c", "512"]
+        };
         let mut child = Command::new(env!("CARGO_BIN_EXE_ferrolm"))
-            .args(["serve", "--port", "0", "-c", "512"])
+            .args(["serve", "--port", "0"])
+            .args(ctx)
             .args(extra)
             .envs(env.iter().copied())
             .stderr(Stdio::piped())
