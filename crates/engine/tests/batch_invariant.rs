@@ -57,3 +57,30 @@ fn batched_logits_equal_each_sequence_alone_bit_for_bit() {
         }
     }
 }
+
+/// A prompt's logits do not depend on how it is cut into chunks (the server's cut depends on
+/// its load and on how long a reused prefix is): one 150-row pass, or chunks of 37, 64 or 113
+/// rows (the f16 cache's attention arithmetic would otherwise differ under and over 64 rows).
+#[test]
+fn chunking_a_prompt_does_not_change_its_logits() {
+    let path = ferrolm_hub::resolve_default(true).expect("the default model (ferrolm pull)");
+    let file = GgufFile::open(path).unwrap();
+    let mut model = Model::load(&file).unwrap();
+    model.set_batch_invariant(true);
+    let prompt: Vec<u32> = (0..150).map(|i| (i * 7919 + 13) % 49152).collect();
+    let logits = |cut: usize| {
+        let mut s = Session::new(&model, 256);
+        s.set_ubatch(cut);
+        let mut rows = s.eval(&prompt, Logits::Last).unwrap();
+        // And a decode step after it, which reads every cached row.
+        rows.extend(s.eval(&[argmax(&rows)], Logits::Last).unwrap());
+        rows
+    };
+    let whole = logits(150);
+    for cut in [37, 64, 113] {
+        assert!(
+            logits(cut) == whole,
+            "chunks of {cut} rows change the logits"
+        );
+    }
+}

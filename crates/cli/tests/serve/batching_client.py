@@ -2,12 +2,16 @@
 prefilled between decode steps, and deterministic answers under load.
 
 Usage: batching_client.py BASE_URL MODEL MODE [ARGS]
-  MODE prefix BASE_URL_OFF N RULES: N chat requests sharing a system prompt of RULES sentences
+  MODE prefix BASE_URL_OFF N RULES [text]: N chat requests sharing a system prompt of RULES sentences
        against a server with prefix reuse (BASE_URL) and one without (BASE_URL_OFF): the first
        alone, a follow-up turn of its conversation, then the rest 4 at a time; completions
        and a streamed request too. Every answer (text and log-probabilities) must equal the
-       one without reuse; every request after the first must report cached_tokens > 0 (none
+       one without reuse (with `text`, the text only: a GPU's prefill arithmetic depends on
+       its chunks' row counts); every request after the first must report cached_tokens > 0 (none
        without reuse). Prints one JSON line of figures (prompt tokens, cached, /metrics).
+  MODE shared N RULES: the figures alone: N chat requests sharing a system prompt of RULES
+       sentences, the first alone and the rest 4 at a time; prompt tokens, cached tokens and
+       the prefill work the server's /metrics counted, with the wall time.
   MODE interleave LONG_WORDS: while one request streams, a prompt of about LONG_WORDS words
        arrives; the streaming one must receive tokens between the long one's arrival and its
        first token, and both answers must equal their answers alone. Then a prompt past the
@@ -76,7 +80,7 @@ def system_prompt(rules):
     return "You answer questions about a bakery's price list.\n" + "\n".join(lines)
 
 
-def prefix(base_off, n, rules):
+def prefix(base_off, n, rules, text_only):
     off = client_for(base_off)
     system = system_prompt(rules)
     ask = [[{"role": "system", "content": system},
@@ -91,7 +95,9 @@ def prefix(base_off, n, rules):
                        {"role": "user", "content": "And which one is baked on Friday?"}]
     again = chat(client, follow)
     check(again["cached"] >= got[0]["prompt"], f"follow-up reused {again['cached']} of {got[0]}")
-    check(again == dict(chat(off, follow), cached=again["cached"]), "follow-up differs from no reuse")
+    plain = chat(off, follow)
+    check(again["text"] == plain["text"], f"follow-up {again['text']!r} != {plain['text']!r}")
+    check(text_only or again["lps"] == plain["lps"], "follow-up log-probabilities differ")
 
     def worker(k):
         for i in range(1 + k, n, 4):
@@ -104,7 +110,7 @@ def prefix(base_off, n, rules):
     for i, (g, w) in enumerate(zip(got, want)):
         check(g is not None, f"request {i} failed")
         check(g["text"] == w["text"], f"request {i}: {g['text']!r} with reuse, {w['text']!r} without")
-        check(g["lps"] == w["lps"], f"request {i}: log-probabilities differ with reuse")
+        check(text_only or g["lps"] == w["lps"], f"request {i}: log-probabilities differ with reuse")
         check(g["prompt"] == w["prompt"], f"request {i}: prompt_tokens {g['prompt']} != {w['prompt']}")
         check(i == 0 or 0 < g["cached"] < g["prompt"], f"request {i}: cached_tokens {g['cached']}")
 
@@ -130,6 +136,30 @@ def prefix(base_off, n, rules):
         "requests": n, "prompt_tokens": sum(g["prompt"] for g in got),
         "cached_tokens": sum(g["cached"] for g in got),
         "metrics_reuse": metrics(BASE), "metrics_off": metrics(base_off),
+    }))
+
+
+def shared(n, rules):
+    system = system_prompt(rules)
+    ask = [[{"role": "system", "content": system},
+            {"role": "user", "content": f"Which cake costs {i + 4} dollars?"}] for i in range(n)]
+    t0 = time.monotonic()
+    got = [chat(client, ask[0])] + [None] * (n - 1)
+
+    def worker(k):
+        for i in range(1 + k, n, 4):
+            got[i] = chat(client, ask[i])
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    check(all(got), "every request answered")
+    print(json.dumps({
+        "requests": n, "wall_s": round(time.monotonic() - t0, 1),
+        "first_prompt_tokens": got[0]["prompt"],
+        "prompt_tokens": sum(g["prompt"] for g in got), "cached_tokens": sum(g["cached"] for g in got),
+        "metrics": metrics(BASE),
     }))
 
 
@@ -201,7 +231,9 @@ def determinism(n):
 
 
 if MODE == "prefix":
-    prefix(sys.argv[4], int(sys.argv[5]), int(sys.argv[6]))
+    prefix(sys.argv[4], int(sys.argv[5]), int(sys.argv[6]), sys.argv[7:] == ["text"])
+elif MODE == "shared":
+    shared(int(sys.argv[4]), int(sys.argv[5]))
 elif MODE == "interleave":
     interleave(int(sys.argv[4]))
 elif MODE == "determinism":
