@@ -7,7 +7,7 @@
 //! | matmul level | `FERROLM_CPU_MATMUL`: unset the best this CPU runs (AVX-512 VNNI, AVX2, scalar); `avx2`/`scalar` cap it; `reference` dequantizes and sums in f32 |
 //! | quantized matmul kernel for `n` rows | mat-vec (`gemv`) under [`GEMM_MIN_TOKENS`] rows, tiled `gemm` from there; `gemm` at every row count in batch-invariant mode; always the mat-vec at scalar level |
 //! | Q4_K accumulation order | dense matmuls: pairs of units for the first `n - n % 4` rows when `n ≥ 4` (llama.cpp's tiled pass), whole blocks for the rest; experts and batch-invariant mode: blocks for every row |
-//! | attention numerics ([`AttnPath`]) | ggml's one-chunk flash attention over an f16 cache under [`GGML_FA_TILE_Q`] rows and over quantized or mixed caches (`-ctk`/`-ctv`) at every size; f32 otherwise; batch-invariant mode: one-chunk over an f16 cache at every size; `FERROLM_ATTN=f32`: f32 always (quantized caches dequantized) |
+//! | attention numerics ([`AttnPath`]) | ggml's one-chunk flash attention over an f16 cache under [`GGML_FA_TILE_Q`] rows and over quantized or mixed caches (`-ctk`/`-ctv`) at every size; f32 otherwise; batch-invariant mode: f32 over an f16 cache at every size; `FERROLM_ATTN=f32`: f32 always (quantized caches dequantized) |
 //!
 //! How work is split over threads (task sizes, cache blocking) stays next to each kernel: it
 //! never changes a result.
@@ -140,9 +140,10 @@ impl CpuPlan {
     /// the tiled kernel at every row count (SIMD levels), whose rows are computed independently
     /// of each other, so a sequence's logits do not depend on how many rows share its pass.
     /// Off, one to three rows take the faster mat-vec kernel, which sums in another order.
-    /// Attention over an f16 cache then takes the one-chunk arithmetic at every row count (as a
-    /// decode row does), so a prompt row's result does not depend on how its prompt was cut
-    /// into chunks (a server's chunks depend on its load and on a reused prefix's length).
+    /// Attention over an f16 cache then takes the f32 arithmetic at every row count, so a
+    /// prompt row's result does not depend on how its prompt was cut into chunks (a server's
+    /// chunks depend on its load and on a reused prefix's length). Not ggml's one-chunk
+    /// rounding under 64 rows, which is also 5-7x slower over a long prompt's chunks.
     pub fn set_batch_invariant(&mut self, on: bool) {
         self.batch_invariant = on;
     }
@@ -180,7 +181,7 @@ impl CpuPlan {
     /// K and V of one type, from [`GGML_FA_TILE_Q`] rows), and f32 for an f32 cache (llama.cpp's
     /// precise configuration has no flash attention).
     pub fn attention_path(&self, kv: KvType, n: usize) -> AttnPath {
-        let f16 = kv == KvType::F16 && (n < GGML_FA_TILE_Q || self.batch_invariant);
+        let f16 = kv == KvType::F16 && n < GGML_FA_TILE_Q && !self.batch_invariant;
         let other = kv.k != kv.v || kv.k.is_quantized() || kv.v.is_quantized();
         if self.attn_f32 || kv == KvType::new(KvElem::F32, KvElem::F32) || !(f16 || other) {
             AttnPath::F32
@@ -214,7 +215,7 @@ impl fmt::Display for CpuPlan {
             if self.attn_f32 {
                 "f32".to_owned()
             } else if self.batch_invariant {
-                "ggml one-chunk at every size over an f16 or quantized cache".to_owned()
+                "f32 over an f16 cache, ggml one-chunk over a quantized one".to_owned()
             } else {
                 format!(
                     "ggml one-chunk under {GGML_FA_TILE_Q} rows over an f16 cache, always over \
@@ -270,10 +271,11 @@ mod tests {
         assert_eq!(p.pair_tokens(Order::Dense, 3), 0);
         assert_eq!(p.pair_tokens(Order::Dense, 11), 8);
         assert_eq!(p.pair_tokens(Order::Rows, 11), 0);
-        assert_eq!(p.attention_path(KvType::F16, 512), AttnPath::F32);
+        assert_eq!(p.attention_path(KvType::F16, 1), AttnPath::OneChunk);
         p.set_batch_invariant(true);
-        assert_eq!(p.attention_path(KvType::F16, 512), AttnPath::OneChunk);
-        assert_eq!(p.attention_path(KvType::F32, 512), AttnPath::F32);
+        assert_eq!(p.attention_path(KvType::F16, 1), AttnPath::F32);
+        assert_eq!(p.attention_path(KvType::F16, 512), AttnPath::F32);
+        assert_eq!(p.attention_path(KvType::Q8_0, 1), AttnPath::OneChunk);
         assert_eq!(p.quantized_path(Isa::Avx2, 1), Path::Gemm);
         assert_eq!(p.quantized_path(Isa::Scalar, 1), Path::Gemv);
         assert_eq!(p.pair_tokens(Order::Dense, 11), 0);
