@@ -503,6 +503,9 @@ impl Scheduler {
             m.first_token_seconds
                 .observe((t - seq.job.enqueued).as_secs_f64());
         }
+        // The slot is free before the client hears of it: a request sent the moment this one
+        // is answered must find it free (with `--queue 0`, else it would get a 429).
+        self.publish_active();
         let _ = seq.job.events.send(Event::Done {
             reason,
             n_prompt,
