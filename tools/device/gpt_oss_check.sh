@@ -15,7 +15,7 @@ export FERROLM_CACHE=${FERROLM_CACHE:-/tmp/ferrolm-cache}
 mkdir -p $M
 
 echo "== cuda-parity: MXFP4 mat-vec"
-timeout 180 $B cuda-parity --seed 11 > $OUT/parity.txt 2>&1
+timeout 300 $B cuda-parity --seed 11 > $OUT/parity.txt 2>&1
 echo "parity rc=$? $(tail -1 $OUT/parity.txt)"
 grep -i mxfp4 $OUT/parity.txt
 

@@ -16,7 +16,7 @@ export FERROLM_CACHE=${FERROLM_CACHE:-/tmp/ferrolm-cache}
 OUT=${OUT:-/tmp}
 
 echo "== cuda-parity (quantized cache rows)"
-timeout 180 $B cuda-parity --seed 21 > $OUT/parity.txt 2>&1; echo "parity rc=$? $(tail -1 $OUT/parity.txt)"
+timeout 300 $B cuda-parity --seed 21 > $OUT/parity.txt 2>&1; echo "parity rc=$? $(tail -1 $OUT/parity.txt)"
 grep -E "hadamard|kv_store f32→q|attn_(decode|prefill) q" $OUT/parity.txt
 
 for t in q8_0 q4_0; do
