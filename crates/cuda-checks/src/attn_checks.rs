@@ -214,6 +214,24 @@ fn attn(
                 k.attention.decode(
                     fused, grouped, &qd, &cache, &pd, n_head, &mut work, &mut out,
                 )?;
+                // The combine kernel on its own (FERROLM_CUDA_FUSE=0) sums as the fused one.
+                let mut alone = poisoned(dev, q.len())?;
+                k.attention.decode(
+                    !fused, grouped, &qd, &cache, &pd, n_head, &mut work, &mut alone,
+                )?;
+                dev.sync()?;
+                let same = dev
+                    .download(&alone)?
+                    .iter()
+                    .zip(&dev.download(&out)?)
+                    .all(|(a, b)| a.to_bits() == b.to_bits());
+                rows.push(row(
+                    "attn_decode combine, fused / its own kernel",
+                    format!("{n_head}/{n_kv_head} heads, d {head_dim}, {splits} splits"),
+                    "the other combine",
+                    (if same { 0.0 } else { f64::NAN }, 0.0, same),
+                    Contract::Exact,
+                ));
                 let op = if grouped {
                     "attn_decode (by KV group)"
                 } else {
