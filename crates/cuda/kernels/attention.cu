@@ -665,21 +665,6 @@ static __device__ __forceinline__ void group_load_tile(char *smem, const uint16_
     }
 }
 
-// A lane's DL consecutive f16 elements of a V row in shared memory, as f32.
-template <int DL> static __device__ __forceinline__ void v_row_f16(const uint16_t *r, float *out) {
-    if constexpr (DL == 4) {
-        const uint2 w = *(const uint2 *)r;
-        out[0] = f16_bits_to_f32((uint16_t)(w.x & 0xffff));
-        out[1] = f16_bits_to_f32((uint16_t)(w.x >> 16));
-        out[2] = f16_bits_to_f32((uint16_t)(w.y & 0xffff));
-        out[3] = f16_bits_to_f32((uint16_t)(w.y >> 16));
-    } else {
-        const uint32_t w = *(const uint32_t *)r;
-        out[0] = f16_bits_to_f32((uint16_t)(w & 0xffff));
-        out[1] = f16_bits_to_f32((uint16_t)(w >> 16));
-    }
-}
-
 template <int D, int G>
 static __device__ __forceinline__ void attn_decode_group(
     const float *__restrict__ q, const uint16_t *__restrict__ kc, const uint16_t *__restrict__ vc,

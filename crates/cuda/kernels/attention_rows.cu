@@ -173,19 +173,8 @@ static __device__ __forceinline__ void attn_decode_rows(
         const int nk = min(WARP_SIZE, k1 - base);
 #pragma unroll 4
         for (int kk = 0; kk < nk; ++kk) {
-            const uint16_t *vr = vh + (size_t)(base + kk) * D + lane * DL;
             float vf[DL];
-            if constexpr (DL == 4) {
-                const uint2 w = *(const uint2 *)vr;
-                vf[0] = f16_bits_to_f32((uint16_t)(w.x & 0xffff));
-                vf[1] = f16_bits_to_f32((uint16_t)(w.x >> 16));
-                vf[2] = f16_bits_to_f32((uint16_t)(w.y & 0xffff));
-                vf[3] = f16_bits_to_f32((uint16_t)(w.y >> 16));
-            } else {
-                const uint32_t w = *(const uint32_t *)vr;
-                vf[0] = f16_bits_to_f32((uint16_t)(w & 0xffff));
-                vf[1] = f16_bits_to_f32((uint16_t)(w >> 16));
-            }
+            v_row_f16<DL>(vh + (size_t)(base + kk) * D + lane * DL, vf);
 #pragma unroll
             for (int i = 0; i < G; ++i) {
                 const float pk = __shfl_sync(FULL_MASK, p[i], kk);

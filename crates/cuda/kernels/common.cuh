@@ -30,6 +30,22 @@ static __device__ __forceinline__ uint16_t f32_to_f16_bits(float x) {
     return __half_as_ushort(__float2half_rn(x));
 }
 
+// DL (2 or 4) consecutive f16 elements at r (a lane's share of a V row, in global or shared
+// memory, 4- or 8-byte aligned), as f32.
+template <int DL> static __device__ __forceinline__ void v_row_f16(const uint16_t *r, float *out) {
+    if constexpr (DL == 4) {
+        const uint2 w = *(const uint2 *)r;
+        out[0] = f16_bits_to_f32((uint16_t)(w.x & 0xffff));
+        out[1] = f16_bits_to_f32((uint16_t)(w.x >> 16));
+        out[2] = f16_bits_to_f32((uint16_t)(w.y & 0xffff));
+        out[3] = f16_bits_to_f32((uint16_t)(w.y >> 16));
+    } else {
+        const uint32_t w = *(const uint32_t *)r;
+        out[0] = f16_bits_to_f32((uint16_t)(w & 0xffff));
+        out[1] = f16_bits_to_f32((uint16_t)(w >> 16));
+    }
+}
+
 // Four signed-byte products added to c (sm_61+: one instruction).
 static __device__ __forceinline__ int dp4a(int a, int b, int c) {
     return __dp4a(a, b, c);

@@ -239,12 +239,7 @@ static __device__ __forceinline__ void mul_mat_vec_q_wide(const void *__restrict
     const int blocks_per_row = ncols_x / F::qk;
     const int blocks_per_col_y = ncols_x / QK8_1;
     // With `stage`, the activations come through shared memory (every warp of the block first).
-    extern __shared__ int4 mmvq_stage[];
-    Q8Shared ys{};
-    if (stage) {
-        ys = stage_q8_1(mmvq_stage, vy, NCOLS * blocks_per_col_y);
-        __syncthreads();
-    }
+    const Q8Shared ys = stage_q8_1(stage, vy, NCOLS * blocks_per_col_y);
     const int row0 = (blockIdx.x * MMVQ_NWARPS + threadIdx.y) * ROWS;
     if (row0 >= nrows_x) {
         return; // whole warps
@@ -320,12 +315,7 @@ static __device__ __forceinline__ void mul_mat_vec_q_wide_pair(
     typedef WeightFormat<TYPE> F;
     typedef typename F::block B;
     const int blocks_per_row = ncols_x / F::qk;
-    extern __shared__ int4 mmvq_stage[];
-    Q8Shared ys{};
-    if (stage) {
-        ys = stage_q8_1(mmvq_stage, vy, ncols_x / QK8_1);
-        __syncthreads();
-    }
+    const Q8Shared ys = stage_q8_1(stage, vy, ncols_x / QK8_1);
     const int row = blockIdx.x * MMVQ_NWARPS + threadIdx.y;
     const bool has_a = row < nrows_a, has_b = row < nrows_b;
     if (!has_a && !has_b) {

@@ -115,14 +115,19 @@ mmvq_accumulate_warp(const typename WeightFormat<TYPE>::block *const (&rows)[ROW
 // Shared memory stage_q8_1 needs for n Q8_1 blocks: 32 code bytes and a 4-byte scale each.
 #define Q8_STAGE_BYTES(n) ((n) * 36)
 
-// Copies Q8_1 blocks [0, n) of y into `smem` (16-byte aligned,
-// Q8_STAGE_BYTES(n)) as Q8Shared reads them: the n blocks' codes, then their scales. By all of
-// the block's threads, with coalesced 4-byte loads; the caller syncs before reading. Wide walks
-// read every activation block once a row: from shared memory, a 16-byte load where global
-// memory took four 4-byte ones at 36-byte strides (uncoalesced, and throttling the load queue).
-static __device__ __forceinline__ Q8Shared stage_q8_1(void *smem, const block_q8_1 *y, int n) {
-    int *q = (int *)smem;
-    float *d = (float *)smem + 8 * n;
+// With `stage`, copies Q8_1 blocks [0, n) of y into the block's dynamic shared memory
+// (Q8_STAGE_BYTES(n), given at launch) as Q8Shared reads them: the n blocks' codes, then their
+// scales; by all of the block's threads, with coalesced 4-byte loads, then a barrier. Without,
+// an empty view (and no barrier). Every thread of the block calls it, before any returns. Wide
+// walks read every activation block once a row: from shared memory, a 16-byte load where
+// global memory took four 4-byte ones at 36-byte strides.
+static __device__ __forceinline__ Q8Shared stage_q8_1(bool stage, const block_q8_1 *y, int n) {
+    extern __shared__ int4 q8_stage[];
+    if (!stage) {
+        return Q8Shared{};
+    }
+    int *q = (int *)q8_stage;
+    float *d = (float *)q8_stage + 8 * n;
     const int *src = (const int *)y;
     const int tid = threadIdx.y * blockDim.x + threadIdx.x, nt = blockDim.x * blockDim.y;
     for (int i = tid; i < 9 * n; i += nt) {
@@ -133,6 +138,7 @@ static __device__ __forceinline__ Q8Shared stage_q8_1(void *smem, const block_q8
             q[8 * b + w - 1] = v;
         }
     }
+    __syncthreads();
     return Q8Shared{(const int4 *)q, d};
 }
 

@@ -101,12 +101,7 @@ moe_gate_up(const void *__restrict__ gate, const void *__restrict__ up,
     // walks only).
     constexpr bool CAN_STAGE = WIDE && F::wide;
     const bool staged = CAN_STAGE && stage;
-    extern __shared__ int4 moe_stage[];
-    Q8Shared xs{};
-    if (staged) {
-        xs = stage_q8_1(moe_stage, x, NTOK * bpc);
-        __syncthreads();
-    }
+    const Q8Shared xs = stage_q8_1(staged, x, NTOK * bpc);
     const int s = blockIdx.y, r0 = (blockIdx.x * MOE_NWARPS + threadIdx.y) * GR;
     if (r0 >= n_ff) {
         return; // whole warps
@@ -194,12 +189,7 @@ moe_down(const void *__restrict__ down, const block_q8_1 *__restrict__ hq,
     // only).
     constexpr bool CAN_STAGE = WIDE && F::wide;
     const bool staged = CAN_STAGE && stage;
-    extern __shared__ int4 moe_stage[];
-    Q8Shared hs{};
-    if (staged) {
-        hs = stage_q8_1(moe_stage, hq, nslots * bpc);
-        __syncthreads();
-    }
+    const Q8Shared hs = stage_q8_1(staged, hq, nslots * bpc);
     // d[i][s]: row c0 + i of slot s's down product.
     __shared__ float d[DR][MOE_MAX_SLOTS];
 
