@@ -205,7 +205,7 @@ impl MoeRoute {
         let by4 = d.is_multiple_of(4);
         let renorm = i32::from(router.renorm);
         let logits = match logits {
-            RouterLogits::MatVecTopk => {
+            RouterLogits::MatVec | RouterLogits::MatVecTopk => {
                 assert!(
                     n <= ROUTER_SMALL_N && by4,
                     "moe route: {n} tokens of {d} on the mat-vec"
@@ -215,27 +215,20 @@ impl MoeRoute {
                     block_dim: (128, 1, 1),
                     shared_mem_bytes: 0,
                 };
-                let mut b = self.launch.builder(&self.route_small);
-                b.arg(x).arg(&router.w).arg(&mut work.logits);
-                b.arg(ids).arg(weights).arg(&mut work.done);
-                b.arg(&ni).arg(&di).arg(&nei).arg(&ki).arg(&renorm);
-                // SAFETY: moe_route_small(x, w, logits, ids, weights, done, n, n_embd, n_expert,
-                // k, renorm): as moe_logits_small then moe_topk below, and one u32 counter
-                // that is zero between launches (made zero, reset by each launch's last block).
-                unsafe { b.launch(cfg) }.during("launching moe routing")?;
-                return Ok(());
-            }
-            RouterLogits::MatVec => {
-                assert!(
-                    n <= ROUTER_SMALL_N && by4,
-                    "moe route: {n} tokens of {d} on the mat-vec"
-                );
-                let cfg = LaunchConfig {
-                    grid_dim: (ne as u32, 1, 1),
-                    block_dim: (128, 1, 1),
-                    shared_mem_bytes: 0,
-                };
-                Some((&self.logits_small, cfg))
+                if logits == RouterLogits::MatVec {
+                    Some((&self.logits_small, cfg))
+                } else {
+                    let mut b = self.launch.builder(&self.route_small);
+                    b.arg(x).arg(&router.w).arg(&mut work.logits);
+                    b.arg(ids).arg(weights).arg(&mut work.done);
+                    b.arg(&ni).arg(&di).arg(&nei).arg(&ki).arg(&renorm);
+                    // SAFETY: moe_route_small(x, w, logits, ids, weights, done, n, n_embd,
+                    // n_expert, k, renorm): as moe_logits_small then moe_topk below, and one u32
+                    // counter that is zero between launches (made zero, reset by each launch's
+                    // last block).
+                    unsafe { b.launch(cfg) }.during("launching moe routing")?;
+                    return Ok(());
+                }
             }
             RouterLogits::Rows => {
                 assert!(

@@ -10,7 +10,9 @@ use super::{MoeExperts, Quantize};
 use crate::device::CudaDevice;
 use crate::error::{DriverContext, Result};
 use crate::plan::ExpertMatVec;
-use cudarc::driver::CudaSlice;
+use cudarc::driver::{CudaSlice, CudaStream, DeviceRepr};
+use std::ops::Range;
+use std::sync::Arc;
 
 /// One slice's inputs and output, for one expert shape (`n_used`, `n_embd`), allocated once.
 pub struct MoeSliceWork {
@@ -69,31 +71,11 @@ impl MoeDecode {
         let stream = self.stream();
         for t0 in (0..n).step_by(MOE_DECODE_MAX_TOKENS) {
             let m = (n - t0).min(MOE_DECODE_MAX_TOKENS);
-            let copy = "copying an MoE slice";
-            stream
-                .memcpy_dtod(
-                    &x_q8_1.slice(t0 * row_q8..(t0 + m) * row_q8),
-                    &mut slices.xq.slice_mut(..m * row_q8),
-                )
-                .during(copy)?;
-            stream
-                .memcpy_dtod(
-                    &ids.slice(t0 * k..(t0 + m) * k),
-                    &mut slices.ids.slice_mut(..m * k),
-                )
-                .during(copy)?;
-            stream
-                .memcpy_dtod(
-                    &weights.slice(t0 * k..(t0 + m) * k),
-                    &mut slices.weights.slice_mut(..m * k),
-                )
-                .during(copy)?;
-            stream
-                .memcpy_dtod(
-                    &residual.slice(t0 * d..(t0 + m) * d),
-                    &mut slices.out.slice_mut(..m * d),
-                )
-                .during(copy)?;
+            let rows = t0..t0 + m;
+            copy_rows(stream, x_q8_1, rows.clone(), row_q8, &mut slices.xq, 0..m)?;
+            copy_rows(stream, ids, rows.clone(), k, &mut slices.ids, 0..m)?;
+            copy_rows(stream, weights, rows.clone(), k, &mut slices.weights, 0..m)?;
+            copy_rows(stream, residual, rows.clone(), d, &mut slices.out, 0..m)?;
             self.forward(
                 how,
                 &slices.xq,
@@ -104,13 +86,26 @@ impl MoeDecode {
                 work,
                 &mut slices.out,
             )?;
-            stream
-                .memcpy_dtod(
-                    &slices.out.slice(..m * d),
-                    &mut residual.slice_mut(t0 * d..(t0 + m) * d),
-                )
-                .during(copy)?;
+            copy_rows(stream, &slices.out, 0..m, d, residual, rows)?;
         }
         Ok(())
     }
+}
+
+/// Rows `from` of `src` into rows `to` of `dst` (as many), rows of `width` elements.
+fn copy_rows<T: DeviceRepr>(
+    stream: &Arc<CudaStream>,
+    src: &CudaSlice<T>,
+    from: Range<usize>,
+    width: usize,
+    dst: &mut CudaSlice<T>,
+    to: Range<usize>,
+) -> Result<()> {
+    stream
+        .memcpy_dtod(
+            &src.slice(from.start * width..from.end * width),
+            &mut dst.slice_mut(to.start * width..to.end * width),
+        )
+        .during("copying an MoE slice")?;
+    Ok(())
 }
