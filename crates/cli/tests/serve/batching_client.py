@@ -64,6 +64,15 @@ def cached(usage):
     return d.cached_tokens if d else None
 
 
+def in_threads(work, args):
+    """work(a) for every a of args, each in a thread of its own; returns when all are done."""
+    threads = [threading.Thread(target=work, args=(a,)) for a in args]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
 def chat(c, messages, max_tokens=8):
     r = c.chat.completions.create(model=MODEL, messages=messages, max_tokens=max_tokens,
                                   temperature=0, logprobs=True, top_logprobs=3)
@@ -102,11 +111,7 @@ def prefix(base_off, n, rules, text_only):
     def worker(k):
         for i in range(1 + k, n, 4):
             got[i] = chat(client, ask[i])
-    threads = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    in_threads(worker, range(4))
     for i, (g, w) in enumerate(zip(got, want)):
         check(g is not None, f"request {i} failed")
         check(g["text"] == w["text"], f"request {i}: {g['text']!r} with reuse, {w['text']!r} without")
@@ -149,11 +154,7 @@ def shared(n, rules):
     def worker(k):
         for i in range(1 + k, n, 4):
             got[i] = chat(client, ask[i])
-    threads = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    in_threads(worker, range(4))
     check(all(got), "every request answered")
     print(json.dumps({
         "requests": n, "wall_s": round(time.monotonic() - t0, 1),
@@ -219,11 +220,7 @@ def determinism(n):
 
     def worker(i):
         together[i] = ask(prompts[i])
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    in_threads(worker, range(n))
     for i, (a, b) in enumerate(zip(alone, together)):
         check(b is not None, f"request {i} failed")
         check(a == b, f"request {i}: alone {a[0]!r}, under load {b[0]!r} (or their logprobs differ)")
