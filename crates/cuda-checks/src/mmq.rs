@@ -36,7 +36,15 @@ pub fn mmq(
 ) -> Result<Vec<Row>> {
     let mut case = MatmulCase::new(dev, k, plan, rng, ty, rows, cols, n)?;
     let how = plan.gemm(ty, rows, cols, n);
-    k.mmq.matmul(&how, &case.w, &case.xq, n, &mut case.out)?;
+    let mut scratch = dev.zeros::<f32>(how.scratch(n, rows).max(1))?;
+    k.mmq.matmul(
+        &how,
+        &case.w,
+        &case.xq,
+        n,
+        &mut case.out,
+        Some(&mut scratch),
+    )?;
     dev.sync()?;
     let got = dev.download(&case.out)?;
 
@@ -57,7 +65,7 @@ pub fn mmq(
     } else {
         super::checks::SAME_INT8
     };
-    let auto = plan.tile(ty, rows, n);
+    let auto = plan.tile(ty, rows, cols, n);
     let mut out_rows = vec![row(
         &format!("mmq {ty} (tile {})", MMQ_TILES[auto].name),
         format!("{rows}×{cols} · {n} rows"),
@@ -68,8 +76,14 @@ pub fn mmq(
     // Every tile shape adds each output's terms in the same order: the same bits.
     for (i, t) in MMQ_TILES.iter().enumerate() {
         let mut out_t = poisoned(dev, n * rows)?;
-        k.mmq
-            .matmul(&how.clone().with_tile(i), w, xq, n, &mut out_t)?;
+        k.mmq.matmul(
+            &how.clone().with_tile(i),
+            w,
+            xq,
+            n,
+            &mut out_t,
+            Some(&mut scratch),
+        )?;
         dev.sync()?;
         let got_t = dev.download(&out_t)?;
         out_rows.push(row(
@@ -80,5 +94,56 @@ pub fn mmq(
             Contract::Exact,
         ));
     }
+    out_rows.extend(split_k(dev, k, plan, &case, &cpu, &exact, rows, cols, n)?);
     Ok(out_rows)
+}
+
+/// The tensor-core GEMM (a batched step's order) with k split four ways (split-K,
+/// `FERROLM_MMQ_SPLIT_K`): against the CPU within the tensor-core contract, and twice, the
+/// same bits (each tile's shares are added in split order, whichever finishes first; the
+/// counters reset themselves for the second launch).
+#[allow(clippy::too_many_arguments)]
+fn split_k(
+    dev: &CudaDevice,
+    k: &Kernels,
+    plan: &Plan,
+    case: &MatmulCase,
+    cpu: &[f32],
+    exact: &[(f64, f64)],
+    rows: usize,
+    cols: usize,
+    n: usize,
+) -> Result<Vec<Row>> {
+    let ways = (cols / MMQ_BK).min(4);
+    let how = plan.for_sequence_batches().gemm(case.ty, rows, cols, n);
+    if how == Gemm::Small || ways < 2 {
+        return Ok(Vec::new());
+    }
+    let how = how.with_splits(ways);
+    let mut scratch = dev.zeros::<f32>(how.scratch(n, rows))?;
+    let mut runs = Vec::new();
+    for _ in 0..2 {
+        let mut out = poisoned(dev, n * rows)?;
+        k.mmq
+            .matmul(&how, &case.w, &case.xq, n, &mut out, Some(&mut scratch))?;
+        dev.sync()?;
+        runs.push(dev.download(&out)?);
+    }
+    let shape = format!("{rows}×{cols} · {n} rows");
+    Ok(vec![
+        row(
+            &format!("mmq {} split-k {ways}", case.ty),
+            shape.clone(),
+            "cpu matmul::matmul",
+            compare(&runs[0], cpu, |i| exact[i].1),
+            super::checks::SAME_INT8,
+        ),
+        row(
+            &format!("mmq {} split-k {ways} (again)", case.ty),
+            shape,
+            "its first run",
+            compare(&runs[1], &runs[0], |_| 1.0),
+            Contract::Exact,
+        ),
+    ])
 }

@@ -91,13 +91,17 @@ pub fn time_mmq(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) ->
                 let mut out = poisoned(dev, n * s.rows)?;
                 let row = &mut ms[ti][si][ni];
                 let how = plan.gemm(ty, s.rows, s.cols, n);
+                let mut scratch = dev.zeros::<f32>(how.scratch(n, s.rows).max(1))?;
                 for (tile, slot) in row.iter_mut().enumerate().take(MMQ_TILES.len()) {
                     let how = how.clone().with_tile(tile);
-                    *slot = median_ms(dev, || k.mmq.matmul(&how, &w, &xq, n, &mut out))?;
+                    *slot = median_ms(dev, || {
+                        k.mmq.matmul(&how, &w, &xq, n, &mut out, Some(&mut scratch))
+                    })?;
                 }
-                ms[ti][si][ni][ncols - 1] =
-                    median_ms(dev, || k.mmq.matmul(&how, &w, &xq, n, &mut out))?;
-                picked[ti][si][ni] = MMQ_TILES[plan.tile(ty, s.rows, n)].name;
+                ms[ti][si][ni][ncols - 1] = median_ms(dev, || {
+                    k.mmq.matmul(&how, &w, &xq, n, &mut out, Some(&mut scratch))
+                })?;
+                picked[ti][si][ni] = MMQ_TILES[plan.tile(ty, s.rows, s.cols, n)].name;
             }
         }
     }

@@ -5,27 +5,36 @@
 // extern "C" entry points at the end only name instances: mmq_<format>_<tile>.
 //
 // Launch (crates/cuda/src/ops/mmq.rs must agree): block (32, C::NWARPS), grid
-// (ceil(nrows / C::BM), ceil(ntok / C::BN)), MmqSmem<TYPE, C, 1>::bytes of dynamic shared
-// memory; ncols a multiple of MMQ_BK; `order` one of MMQ_ORDER_* (mmq_mma.cuh: how
+// (ceil(nrows / C::BM), ceil(ntok / C::BN), splits), MmqSmem<TYPE, C, 1>::bytes of dynamic
+// shared memory; ncols a multiple of MMQ_BK; `order` one of MMQ_ORDER_* (mmq_mma.cuh: how
 // integer-scale formats sum, ignored by the others). Every tile shape gives the same bits.
+// Split-K (splits > 1, for GEMMs whose tiles alone leave SMs idle: a batched decode step's
+// few rows): share z takes k steps z·split_steps.. into part[z] (splits × ntok × nrows
+// floats), and each tile's last share adds them in z order into dst; done[] holds a zeroed
+// counter per tile (x + y·gridDim.x). Bits depend on the split count, not on timing.
 #include "common.cuh"
 #include "quant.cuh"
 #include "mmq_tile.cuh"
 #include "mmq_mma.cuh"
 
 // The tile shapes (mmq.rs MMQ_TILES): 8 warps of 32 × 64, 8 warps of 32 × 32, 4 warps of
-// 32 × 32 (two blocks fit an SM: for matrices too small to fill the GPU with larger tiles).
+// 32 × 32 (two blocks fit an SM: for matrices too small to fill the GPU with larger tiles),
+// and 4 warps of 32 × 32 over 32 tokens (a batched decode step's few rows: a 64-token tile
+// would compute half or more of its columns for nothing).
 typedef MmqCfg<128, 128, 4, 2> MmqTile128x128;
 typedef MmqCfg<128, 64, 4, 2> MmqTile128x64;
 typedef MmqCfg<64, 64, 2, 2> MmqTile64x64;
+typedef MmqCfg<128, 32, 4, 1> MmqTile128x32;
 
 template <int TYPE, class C, int ORDERS>
 static __device__ __forceinline__ void mul_mat_q(const void *__restrict__ vx,
                                                  const block_q8_1 *__restrict__ vy,
                                                  float *__restrict__ dst, int ncols, int nrows,
-                                                 int ntok, int order) {
+                                                 int ntok, int order, float *__restrict__ part,
+                                                 unsigned *__restrict__ done, int split_steps) {
     extern __shared__ __align__(16) char mmq_smem[];
     __shared__ int yrow[C::BN];
+    __shared__ bool last;
     mmq_check_smem<TYPE, C, 1>();
 
     const int tid = threadIdx.y * WARP_SIZE + threadIdx.x;
@@ -38,8 +47,13 @@ static __device__ __forceinline__ void mul_mat_q(const void *__restrict__ vx,
     mmq_acc_zero<C>(accm[0]);
     const void *const w[1] = {vx};
     __syncthreads();
-    mmq_k_loop<TYPE, C, 1, ORDERS>(mmq_smem, w, nrows, row0, vy, yrow, ncols, order, acc, accm);
+    const int splits = gridDim.z, ks0 = blockIdx.z * split_steps;
+    const int ks1 = splits == 1 ? ncols / MMQ_BK : min(ncols / MMQ_BK, ks0 + split_steps);
+    mmq_k_loop<TYPE, C, 1, ORDERS>(mmq_smem, w, nrows, row0, vy, yrow, ncols, order, acc, accm,
+                                   ks0, ks1);
 
+    // Unsplit, the tile goes straight to dst; a split writes its share to part[z] instead.
+    float *out = splits == 1 ? dst : part + (size_t)blockIdx.z * ntok * nrows;
 #pragma unroll
     for (int tm = 0; tm < C::TM; ++tm) {
 #pragma unroll
@@ -48,10 +62,42 @@ static __device__ __forceinline__ void mul_mat_q(const void *__restrict__ vx,
             for (int i = 0; i < 4; ++i) {
                 const int row = row0 + mmq_acc_row<C>(tm, i), tok = tok0 + mmq_acc_col<C>(tn, i);
                 if (row < nrows && tok < ntok) {
-                    dst[(size_t)tok * nrows + row] = acc[0][tm][tn][i] - accm[0][tm][tn][i];
+                    out[(size_t)tok * nrows + row] = acc[0][tm][tn][i] - accm[0][tm][tn][i];
                 }
             }
         }
+    }
+    if (splits == 1) {
+        return;
+    }
+    // The tile's last share to finish (counted in done[tile], which it resets for the next
+    // launch) adds the shares in split order, whichever finished first: the same bits every
+    // run.
+    const int tile = blockIdx.y * gridDim.x + blockIdx.x;
+    __threadfence(); // this share before its count
+    __syncthreads();
+    if (tid == 0) {
+        last = atomicAdd(done + tile, 1u) == (unsigned)splits - 1;
+    }
+    __syncthreads();
+    if (!last) {
+        return;
+    }
+    __threadfence();
+    const size_t plane = (size_t)ntok * nrows;
+    for (int e = tid; e < C::BM * C::BN; e += C::THREADS) {
+        const int row = row0 + e % C::BM, tok = tok0 + e / C::BM;
+        if (row < nrows && tok < ntok) {
+            const float *p = part + (size_t)tok * nrows + row;
+            float sum = __ldcg(p); // from L2: other blocks wrote them
+            for (int z = 1; z < splits; ++z) {
+                sum = __fadd_rn(sum, __ldcg(p + z * plane));
+            }
+            dst[(size_t)tok * nrows + row] = sum;
+        }
+    }
+    if (tid == 0) {
+        done[tile] = 0;
     }
 }
 
@@ -222,9 +268,12 @@ MMQ_SMALL_ENTRY(mmq_q5_1_chain, GGML_TYPE_Q5_1)
 #define MMQ_ENTRY(NAME, TYPE, TILE)                                                                 \
     extern "C" __global__ void __launch_bounds__(MmqTile##TILE::THREADS)                            \
         mmq_##NAME##_##TILE(const void *__restrict__ vx, const block_q8_1 *__restrict__ vy,         \
-                            float *__restrict__ dst, int ncols, int nrows, int ntok, int order) {   \
+                            float *__restrict__ dst, int ncols, int nrows, int ntok, int order,     \
+                            float *__restrict__ part, unsigned *__restrict__ done,                  \
+                            int split_steps) {                                                      \
         dependent_launch_entry();                                                                   \
-        mul_mat_q<TYPE, MmqTile##TILE, MMQ_ORDERS_DENSE>(vx, vy, dst, ncols, nrows, ntok, order);   \
+        mul_mat_q<TYPE, MmqTile##TILE, MMQ_ORDERS_DENSE>(vx, vy, dst, ncols, nrows, ntok, order,    \
+                                                         part, done, split_steps);                  \
     }
 
 // The last n % 4 tokens of an integer-scale format's GEMM (MMQ_ORDER_BLOCKS), at most 3
@@ -234,13 +283,15 @@ MMQ_SMALL_ENTRY(mmq_q5_1_chain, GGML_TYPE_Q5_1)
         mmq_##NAME##_blocks(const void *__restrict__ vx, const block_q8_1 *__restrict__ vy,         \
                             float *__restrict__ dst, int ncols, int nrows, int ntok, int order) {   \
         dependent_launch_entry();                                                                   \
-        mul_mat_q<TYPE, MmqTile64x64, MMQ_ORDERS_BLOCKS>(vx, vy, dst, ncols, nrows, ntok, order);   \
+        mul_mat_q<TYPE, MmqTile64x64, MMQ_ORDERS_BLOCKS>(vx, vy, dst, ncols, nrows, ntok, order,    \
+                                                         nullptr, nullptr, 0);                      \
     }
 
 #define MMQ_FORMAT(NAME, TYPE)                                                                      \
     MMQ_ENTRY(NAME, TYPE, 128x128)                                                                  \
     MMQ_ENTRY(NAME, TYPE, 128x64)                                                                   \
-    MMQ_ENTRY(NAME, TYPE, 64x64)
+    MMQ_ENTRY(NAME, TYPE, 64x64)                                                                    \
+    MMQ_ENTRY(NAME, TYPE, 128x32)
 
 MMQ_FORMAT(q4_0, GGML_TYPE_Q4_0)
 MMQ_FORMAT(q4_1, GGML_TYPE_Q4_1)

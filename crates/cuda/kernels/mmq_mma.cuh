@@ -357,18 +357,23 @@ static __device__ __forceinline__ void mmq_acc_result(const float (&acc)[C::TM][
 // for NMAT matrices that share the activations (MoE gate and up), in MMQ_ORDER_* `order`
 // (one of ORDERS; any other sums as MMQ_ORDER_SUBS).
 // ncols % MMQ_BK == 0. The caller zeroes acc and accm, fills yrow and syncs before; `smem`
-// holds MmqSmem<TYPE, C, NMAT>::bytes.
+// holds MmqSmem<TYPE, C, NMAT>::bytes. A split-K share takes k steps ks0..ks1 only.
 template <int TYPE, class C, int NMAT, int ORDERS>
 static __device__ __forceinline__ void mmq_k_loop(char *smem, const void *const (&w)[NMAT],
                                                   int nrows, int row0, const block_q8_1 *y,
                                                   const int *yrow, int ncols, int order,
                                                   float (&acc)[NMAT][C::TM][C::TN][4],
-                                                  float (&accm)[NMAT][C::TM][C::TN][4]) {
+                                                  float (&accm)[NMAT][C::TM][C::TN][4],
+                                                  int ks0 = 0, int ks1 = -1) {
     typedef WeightFormat<TYPE> F;
     typedef MmqSmem<TYPE, C, NMAT> L;
     const size_t w_row = (size_t)(ncols / F::qk) * sizeof(typename F::block);
     const size_t y_row = (size_t)(ncols / QK8_1) * sizeof(block_q8_1);
-    const int steps = ncols / MMQ_BK;
+    // k steps ks0..ks1 (a split-K share; all of them by default).
+    const int steps = ks1 < 0 ? ncols / MMQ_BK : ks1;
+    if (ks0 >= steps) {
+        return;
+    }
     // Stage `st` of the ring receives k step `ks`.
     auto stage = [&](int ks, int st) {
 #pragma unroll
@@ -379,9 +384,9 @@ static __device__ __forceinline__ void mmq_k_loop(char *smem, const void *const 
         mmq_stage_acts<C>(smem + L::y_raw_at(st), (const char *)y, y_row, yrow, ks * MMQ_BK);
         cp_async_commit();
     };
-    stage(0, 0);
-    for (int ks = 0; ks < steps; ++ks) {
-        const int st = ks & 1;
+    stage(ks0, 0);
+    for (int ks = ks0; ks < steps; ++ks) {
+        const int st = (ks - ks0) & 1;
         // The other stage was last read before the previous step's final barrier.
         if (ks + 1 < steps) {
             stage(ks + 1, st ^ 1);

@@ -37,7 +37,19 @@ impl CudaBackend {
         let n = out.rows;
         match self.gemm_plan().matmul(w.ty, w.rows, w.cols, n) {
             Matmul::MatVec { wide } => self.k.mmvq.matvec(wide, w, xq, n, out.buf_mut()),
-            Matmul::Gemm(how) => self.k.mmq.matmul(&how, w, xq, n, out.buf_mut()),
+            Matmul::Gemm(how) => {
+                let floats = how.scratch(n, w.rows);
+                if floats == 0 {
+                    return self.k.mmq.matmul(&how, w, xq, n, out.buf_mut(), None);
+                }
+                let mut scratch = self.acts.take(floats)?;
+                let done = self
+                    .k
+                    .mmq
+                    .matmul(&how, w, xq, n, out.buf_mut(), Some(&mut scratch));
+                self.acts.give(scratch);
+                done
+            }
             Matmul::MatVecSlices { wide } => {
                 let row_q8 = Quantize::q8_1_bytes(1, w.cols);
                 for r0 in (0..n).step_by(MMVQ_MAX_COLS) {

@@ -36,8 +36,9 @@ pub struct MmqTile {
     pub warps: u32,
 }
 
-/// Largest first: the plan's `auto_tile` prefers the front.
-pub const MMQ_TILES: [MmqTile; 3] = [
+/// Largest first (the plan's `auto_tile` prefers the front), then the 32-token tile for a
+/// batched decode step's few rows.
+pub const MMQ_TILES: [MmqTile; 4] = [
     MmqTile {
         name: "128x128",
         bm: 128,
@@ -56,7 +57,19 @@ pub const MMQ_TILES: [MmqTile; 3] = [
         bn: 64,
         warps: 4,
     },
+    MmqTile {
+        name: "128x32",
+        bm: 128,
+        bn: 32,
+        warps: 4,
+    },
 ];
+
+/// Tiles a split-K launch may have: the kernels' per-tile counters (`Mmq::done`).
+pub const MMQ_SPLIT_TILES: usize = 4096;
+
+/// The most split-K shares of one tile.
+pub const MMQ_MAX_SPLITS: usize = 16;
 
 /// The tile of the `mmq_<type>_blocks` entry points.
 const BLOCKS_TILE: MmqTile = MMQ_TILES[2];
@@ -168,6 +181,8 @@ pub struct Mmq {
     /// [`formats`](super::formats): `mmq_{q8_0,q5_0}_lanes`, `mmq_{q4_0,q4_1,q5_1}_chain`):
     /// rows of any multiple of 32, and short ubatches of the eight-lane formats.
     small: HashMap<GgmlType, CudaFunction>,
+    /// Split-K launches' per-tile counters: zeroed once, each reset by its tile's last share.
+    done: CudaSlice<u32>,
 }
 
 impl Mmq {
@@ -197,6 +212,7 @@ impl Mmq {
             fns,
             blocks,
             small,
+            done: dev.zeros(MMQ_SPLIT_TILES)?,
         })
     }
 
@@ -224,7 +240,7 @@ impl Mmq {
     /// `out[t][r] = W[r] · x[t]` for the `n` Q8_1 rows of `xq` (`w.cols` elements each, from
     /// [`Quantize::q8_1`](super::Quantize::q8_1)), as `how` says (the plan's
     /// [`gemm`](crate::plan::Plan::gemm)); `out` holds `n * w.rows` floats. Every tile gives
-    /// the same bits.
+    /// the same bits. A split-K `how` needs `scratch` of [`Gemm::scratch`] floats.
     pub fn matmul(
         &self,
         how: &Gemm,
@@ -232,6 +248,7 @@ impl Mmq {
         xq: &CudaSlice<u8>,
         n: usize,
         out: &mut CudaSlice<f32>,
+        scratch: Option<&mut CudaSlice<f32>>,
     ) -> Result<()> {
         if !Self::supports(w.ty, w.cols) {
             return Err(CudaError::Invalid(format!(
@@ -248,14 +265,18 @@ impl Mmq {
             "mmq: activations too small"
         );
         assert!(out.len() >= n * w.rows, "mmq: out too small");
-        let (tile, launches) = match how {
+        let (tile, launches, splits) = match how {
             Gemm::Small => {
                 if n == 0 || w.rows == 0 {
                     return Ok(());
                 }
                 return self.matmul_small(w, xq, n, out);
             }
-            Gemm::Tiles { tile, launches } => (*tile, launches),
+            Gemm::Tiles {
+                tile,
+                launches,
+                splits,
+            } => (*tile, launches, *splits),
         };
         if !w.cols.is_multiple_of(MMQ_BK) {
             return Err(CudaError::Invalid(format!(
@@ -280,6 +301,22 @@ impl Mmq {
             return Ok(());
         }
         let row_q8 = super::Quantize::q8_1_bytes(1, w.cols);
+        let steps = w.cols / MMQ_BK;
+        // Shares of at least one step each; a count past the steps would leave some empty.
+        let splits = splits.clamp(1, steps.min(MMQ_MAX_SPLITS));
+        let split_steps = steps.div_ceil(splits);
+        let splits = steps.div_ceil(split_steps);
+        let need = how.scratch(n, w.rows).min(splits * n * w.rows);
+        let part = match scratch {
+            _ if splits == 1 => None,
+            Some(s) if s.len() >= need => Some(s),
+            _ => {
+                return Err(CudaError::Invalid(format!(
+                    "mmq: split-K in {splits} needs {need} floats of scratch"
+                )))
+            }
+        };
+        let mut part = part;
         for &(tok0, ntok, order) in launches {
             let (f, t, g) = if order == MmqOrder::Blocks {
                 let g = self.blocks.get(&w.ty).ok_or_else(|| {
@@ -289,23 +326,33 @@ impl Mmq {
             } else {
                 (f, t, g)
             };
+            // Split only the per-sub-block order (the CPU-order launches keep their bits).
+            let z = if order == MmqOrder::Subs { splits } else { 1 };
+            let tiles = w.rows.div_ceil(t.bm) * ntok.div_ceil(t.bn);
+            if z > 1 && tiles > MMQ_SPLIT_TILES {
+                return Err(CudaError::Invalid(format!(
+                    "mmq: split-K over {tiles} tiles (at most {MMQ_SPLIT_TILES})"
+                )));
+            }
             let cfg = LaunchConfig {
                 grid_dim: (
                     int(w.rows.div_ceil(t.bm), "mmq row tiles") as u32,
                     int(ntok.div_ceil(t.bn), "mmq token tiles") as u32,
-                    1,
+                    z as u32,
                 ),
                 block_dim: (32, t.warps, 1),
                 shared_mem_bytes: g.smem as u32,
             };
             let xs = xq.slice(tok0 * row_q8..(tok0 + ntok) * row_q8);
             let mut os = out.slice_mut(tok0 * w.rows..(tok0 + ntok) * w.rows);
+            let blocks = order == MmqOrder::Blocks;
             let (cols, rows, ntok, order) = (
                 int(w.cols, "mmq cols"),
                 int(w.rows, "mmq rows"),
                 int(ntok, "mmq tokens"),
                 order as i32,
             );
+            let split_steps = int(split_steps, "mmq split steps");
             let mut b = self.launch.builder(f);
             b.arg(&w.data)
                 .arg(&xs)
@@ -314,10 +361,21 @@ impl Mmq {
                 .arg(&rows)
                 .arg(&ntok)
                 .arg(&order);
-            // SAFETY: mmq_<type>_<tile>(vx, vy, dst, ncols, nrows, ntok, order): rows x cols
-            // weights, ntok Q8_1 rows of cols elements, ntok x rows floats out (the views);
-            // cols % 256 == 0 checked above, grid covers every (row, token) tile, shared memory
-            // as the kernel lays it out.
+            if !blocks {
+                // The blocks entry takes no split arguments. Unsplit, the kernel touches
+                // neither pointer: the counters stand in for the scratch.
+                match part.as_deref_mut() {
+                    Some(p) if z > 1 => b.arg(p),
+                    _ => b.arg(&self.done),
+                };
+                b.arg(&self.done).arg(&split_steps);
+            }
+            // SAFETY: mmq_<type>_<tile>(vx, vy, dst, ncols, nrows, ntok, order, part, done,
+            // split_steps): rows x cols weights, ntok Q8_1 rows of cols elements, ntok x rows
+            // floats out (the views); cols % 256 == 0 checked above, grid covers every (row,
+            // token) tile and z shares of split_steps k steps, scratch of z × ntok × rows
+            // floats (checked above; ntok <= n), a counter per tile (tiles checked above),
+            // shared memory as the kernel lays it out.
             unsafe { b.launch(cfg) }.during(format!("launching mmq for {} ({})", w.ty, t.name))?;
         }
         Ok(())

@@ -29,9 +29,13 @@ pub enum Gemm {
     Small,
     /// The tensor-core tiles `MMQ_TILES[tile]`, one launch per `(first token, tokens, order)`
     /// (the [`MmqOrder::Blocks`] tail on its own 64×64 entry point).
+    /// `splits` > 1: each tile's k steps shared by that many blocks (split-K), the shares
+    /// added in a fixed order (within f32 rounding of `splits` 1; [`MmqOrder::Subs`] launches
+    /// only).
     Tiles {
         tile: usize,
         launches: Vec<(usize, usize, MmqOrder)>,
+        splits: usize,
     },
 }
 
@@ -40,7 +44,33 @@ impl Gemm {
     pub fn with_tile(self, tile: usize) -> Self {
         match self {
             Gemm::Small => Gemm::Small,
-            Gemm::Tiles { launches, .. } => Gemm::Tiles { tile, launches },
+            Gemm::Tiles {
+                launches, splits, ..
+            } => Gemm::Tiles {
+                tile,
+                launches,
+                splits,
+            },
+        }
+    }
+
+    /// The same launches with k split `splits` ways (`Small` stays itself).
+    pub fn with_splits(self, splits: usize) -> Self {
+        match self {
+            Gemm::Small => Gemm::Small,
+            Gemm::Tiles { tile, launches, .. } => Gemm::Tiles {
+                tile,
+                launches,
+                splits,
+            },
+        }
+    }
+
+    /// Floats of the split-K scratch a GEMM of `n` × `rows` outputs needs (0 unsplit).
+    pub fn scratch(&self, n: usize, rows: usize) -> usize {
+        match self {
+            Gemm::Tiles { splits, .. } if *splits > 1 => splits * n * rows,
+            _ => 0,
         }
     }
 }
@@ -49,10 +79,17 @@ impl fmt::Display for Gemm {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Gemm::Small => write!(f, "mmq_small"),
-            Gemm::Tiles { tile, launches } => {
+            Gemm::Tiles {
+                tile,
+                launches,
+                splits,
+            } => {
                 write!(f, "mmq {}", MMQ_TILES[*tile].name)?;
                 for (t0, n, order) in launches {
                     write!(f, " {order:?}[{t0}..{}]", t0 + n)?;
+                }
+                if *splits > 1 {
+                    write!(f, " split-k {splits}")?;
                 }
                 Ok(())
             }

@@ -22,8 +22,8 @@ use crate::error::{DriverContext, Result};
 use crate::ops::launch::LaunchMode;
 use crate::ops::{
     formats, ActQuant, AttentionRows, Kernels, KvFormat, Mmq, MmqOrder, Mmvq, MoeDecodeWork,
-    MoeGemm, PrefillKernel, ATTN_GROUPS, ATTN_MAX_SPLITS, MMQ_BK, MMQ_TILES, MMVQ_MAX_COLS,
-    MOE_DECODE_MAX_TOKENS, ROUTER_ROWS_MAX_EMBD, ROUTER_SMALL_N,
+    MoeGemm, PrefillKernel, ATTN_GROUPS, ATTN_MAX_SPLITS, MMQ_BK, MMQ_MAX_SPLITS, MMQ_SPLIT_TILES,
+    MMQ_TILES, MMVQ_MAX_COLS, MOE_DECODE_MAX_TOKENS, ROUTER_ROWS_MAX_EMBD, ROUTER_SMALL_N,
 };
 use cudarc::driver::sys::CUdevice_attribute;
 use ferrolm_gguf::GgmlType;
@@ -60,6 +60,10 @@ pub const DECODE_BLOCKS_PER_SM: usize = 4;
 /// The fewest keys a flash-decoding split takes at full context.
 pub const DECODE_MIN_SPLIT_KEYS: usize = 128;
 
+/// The fewest k steps ([`MMQ_BK`] columns) a split-K share takes: a share's first step has no
+/// copy in flight to hide behind.
+pub const SPLIT_MIN_STEPS: usize = 2;
+
 /// Keys a split of the batched decode attention takes ([`Plan::rows_splits`]): two passes of
 /// its block's four warps over 32 keys each.
 pub const ROWS_SPLIT_KEYS: usize = 256;
@@ -70,7 +74,7 @@ pub const BATCH_GRAPH_MAX: usize = 256;
 /// Guessed relative speed of a full SM on each tile shape of [`MMQ_TILES`] (larger tiles
 /// reuse each loaded fragment more); to be replaced by the H200 figures of
 /// `cuda-parity --time`.
-const TILE_SPEED: [f64; TILES] = [1.0, 0.85, 0.75];
+const TILE_SPEED: [f64; TILES] = [1.0, 0.85, 0.75, 0.75];
 
 /// Tile shapes of the GEMM.
 const TILES: usize = MMQ_TILES.len();
@@ -118,11 +122,17 @@ fn launch_mode(switches: &Switches, cc: (i32, i32)) -> LaunchMode {
 pub struct Plan {
     switches: Switches,
     device: DeviceFacts,
+    /// The plan of passes of several sequences ([`Plan::for_sequence_batches`]).
+    sequence_batches: bool,
 }
 
 impl Plan {
     pub fn new(switches: Switches, device: DeviceFacts) -> Self {
-        Self { switches, device }
+        Self {
+            switches,
+            device,
+            sequence_batches: false,
+        }
     }
 
     /// `dev`'s kernels and the plan for them, under the process environment's switches. The
@@ -159,6 +169,7 @@ impl Plan {
         let mut p = self.clone();
         p.switches.int_scales = Some(self.switches.int_scales.unwrap_or(false));
         p.switches.q8_0_lanes = false;
+        p.sequence_batches = true;
         p
     }
 
@@ -237,11 +248,47 @@ impl Plan {
         if !cols.is_multiple_of(MMQ_BK) || self.lanes(ty, n) {
             Gemm::Small
         } else {
+            let tile = self.tile(ty, rows, cols, n);
             Gemm::Tiles {
-                tile: self.tile(ty, rows, n),
+                tile,
                 launches: self.dense_order(ty, cols, n),
+                splits: self.k_splits(ty, tile, rows, cols, n),
             }
         }
+    }
+
+    /// The k steps a `ty` GEMM of `n` rows over `cols` columns may split (0: none): under
+    /// `FERROLM_MMQ_SPLIT_K`, where it sums in the per-sub-block order and is held to the
+    /// tensor-core contract (within f32 rounding of the CPU) rather than to the CPU's bits:
+    /// passes of several sequences ([`Plan::for_sequence_batches`]) and ubatches of
+    /// [`CPU_ORDER_MAX_ROWS`] rows or more.
+    fn split_steps(&self, ty: GgmlType, cols: usize, n: usize) -> usize {
+        let contract = self.sequence_batches || n >= CPU_ORDER_MAX_ROWS;
+        if self.switches.split_k && contract && !self.integer_scales(ty, cols, n) {
+            cols / MMQ_BK
+        } else {
+            0
+        }
+    }
+
+    /// The split-K ways of a `ty` GEMM over `rows` × `n` on `tile` ([`split_ways`]): where
+    /// its tiles leave slots idle (a batched decode step's 9-64 rows give one column of tiles:
+    /// qwen3-8b's 4096-row matrices 32 blocks on 132 SMs), shares in the idle slots; 1 where
+    /// the tiles alone fill the GPU or [`Plan::split_steps`] says no.
+    pub fn k_splits(&self, ty: GgmlType, tile: usize, rows: usize, cols: usize, n: usize) -> usize {
+        let t = MMQ_TILES[tile];
+        let slots = self.device.sms * self.blocks_per_sm(ty)[tile] as usize;
+        let tiles = rows.div_ceil(t.bm) * n.div_ceil(t.bn);
+        split_ways(tiles, slots, self.split_steps(ty, cols, n))
+    }
+
+    /// Blocks of each tile shape of `ty` one SM holds (0: none fit, or no GEMM for `ty`).
+    fn blocks_per_sm(&self, ty: GgmlType) -> [u32; TILES] {
+        self.device
+            .mmq_blocks_per_sm
+            .iter()
+            .find(|(t, _)| *t == ty)
+            .map_or([0; TILES], |(_, b)| *b)
     }
 
     /// Whether `n` activation rows of `ty` weights take the eight-lane kernel although the
@@ -252,18 +299,21 @@ impl Plan {
         formats::has(ty, |f| f.lanes) && self.switches.q8_0_lanes && n < LANES_MAX_TOKENS
     }
 
-    /// The tile (index in [`MMQ_TILES`]) of a `ty` GEMM over `rows` × `n`: `FERROLM_MMQ_TILE`,
-    /// or [`auto_tile`] on this device.
-    pub fn tile(&self, ty: GgmlType, rows: usize, n: usize) -> usize {
-        let fits = self
-            .device
-            .mmq_blocks_per_sm
-            .iter()
-            .find(|(t, _)| *t == ty)
-            .map_or([0; TILES], |(_, b)| *b);
+    /// The tile (index in [`MMQ_TILES`]) of a `ty` GEMM over `rows` × `n` with `cols`
+    /// columns: `FERROLM_MMQ_TILE`, or [`auto_tile`] on this device. A pass of several
+    /// sequences weighs the tiles with their split-K ways; a long prompt's ubatch keeps the
+    /// choice measured without them (its splits come after: pp512 and pp2048 of qwen3-8b rose
+    /// 3% with them, docs/perf.md).
+    pub fn tile(&self, ty: GgmlType, rows: usize, cols: usize, n: usize) -> usize {
+        let fits = self.blocks_per_sm(ty);
+        let steps = if self.sequence_batches {
+            self.split_steps(ty, cols, n)
+        } else {
+            0
+        };
         self.switches
             .mmq_tile
-            .unwrap_or_else(|| auto_tile(rows, n, self.device.sms, |i| fits[i]))
+            .unwrap_or_else(|| auto_tile(rows, n, steps, self.device.sms, |i| fits[i]))
     }
 
     /// Whether `ty` weights of `cols` columns take the CPU's integer-scale order in a GEMM of
@@ -454,10 +504,38 @@ impl Plan {
     }
 }
 
+/// The split-K ways of a GEMM of `tiles` tiles with `slots` block slots on the GPU and
+/// `steps` k steps it may split (0: none): as many shares as the idle slots take, each at
+/// least [`SPLIT_MIN_STEPS`] steps, at most [`MMQ_MAX_SPLITS`], none empty; 1 where the tiles
+/// alone fill half the slots or more.
+pub fn split_ways(tiles: usize, slots: usize, steps: usize) -> usize {
+    if tiles == 0 || tiles > MMQ_SPLIT_TILES {
+        return 1;
+    }
+    let ways = (slots / tiles)
+        .min(steps / SPLIT_MIN_STEPS)
+        .min(MMQ_MAX_SPLITS);
+    if ways < 2 {
+        return 1;
+    }
+    // The steps a share rounded up, then the shares that takes.
+    steps.div_ceil(steps.div_ceil(ways))
+}
+
 /// The tile for `rows` × `n` on `sms` multiprocessors, given how many blocks of each tile fit
-/// one (0: the tile does not fit this device): the best guessed speed times the share of the
-/// last wave that is busy. Small GEMMs get small tiles so that every SM has work.
-pub fn auto_tile(rows: usize, n: usize, sms: usize, blocks_per_sm: impl Fn(usize) -> u32) -> usize {
+/// one (0: the tile does not fit this device) and the k steps split-K may share out (0: none):
+/// the best guessed speed times the share of the GPU's slot time that does work (the last
+/// wave's idle slots, and a share's steps rounded up) and the share of the tiles' columns
+/// that are tokens. Small GEMMs get small tiles so that every SM has work; a batched decode
+/// step's 9-32 rows get the 32-column tile, split over the slots its tiles leave idle, rather
+/// than a 128-column one three quarters empty.
+pub fn auto_tile(
+    rows: usize,
+    n: usize,
+    steps: usize,
+    sms: usize,
+    blocks_per_sm: impl Fn(usize) -> u32,
+) -> usize {
     let mut best = (0.0, MMQ_TILES.len() - 1);
     for (i, t) in MMQ_TILES.iter().enumerate() {
         let slots = sms * blocks_per_sm(i) as usize;
@@ -465,8 +543,12 @@ pub fn auto_tile(rows: usize, n: usize, sms: usize, blocks_per_sm: impl Fn(usize
             continue;
         }
         let tiles = rows.div_ceil(t.bm) * n.div_ceil(t.bn);
-        let busy = tiles as f64 / (tiles.div_ceil(slots) * slots) as f64;
-        let score = busy * TILE_SPEED[i];
+        let ways = split_ways(tiles, slots, steps);
+        let (blocks, k) = (tiles * ways, steps.max(1));
+        let slot_time = blocks.div_ceil(slots) * slots * k.div_ceil(ways);
+        let busy = (tiles * k) as f64 / slot_time as f64;
+        let used = n as f64 / (n.div_ceil(t.bn) * t.bn).max(1) as f64;
+        let score = busy * used * TILE_SPEED[i];
         if score > best.0 {
             best = (score, i);
         }

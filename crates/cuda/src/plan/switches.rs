@@ -71,6 +71,10 @@ pub struct Switches {
     /// measured 2-6% slower on olmoe-1b-7b and smollm2-1.7b, level on qwen3-8b (docs/perf.md,
     /// "Issue 15, step 4"); kept for several columns, where each copy serves more rows.
     pub stage: bool,
+    /// `FERROLM_MMQ_SPLIT_K`: GEMMs whose tiles leave SMs idle split k over more blocks,
+    /// where the plan's contract is the tensor-core one (a batched decode step's few rows;
+    /// long prompts). Within f32 rounding of the unsplit sum.
+    pub split_k: bool,
     /// `FERROLM_CUDA_PROFILE`: stage timing from CUDA events (turns graphs off).
     pub profile: bool,
 }
@@ -98,6 +102,7 @@ impl Default for Switches {
             pdl: true,
             prefetch: false,
             stage: false,
+            split_k: true,
             profile: false,
         }
     }
@@ -220,6 +225,7 @@ impl Switches {
             pdl: flag(env, "FERROLM_CUDA_PDL", true)?,
             prefetch: flag(env, "FERROLM_CUDA_PREFETCH", false)?,
             stage: flag(env, "FERROLM_MMVQ_STAGE", false)?,
+            split_k: flag(env, "FERROLM_MMQ_SPLIT_K", true)?,
             profile: flag(env, "FERROLM_CUDA_PROFILE", false)?,
         })
     }
@@ -246,7 +252,7 @@ impl fmt::Display for Switches {
         let split_keys = self
             .attn_split_keys
             .map_or("auto".to_owned(), |k| k.to_string());
-        let lines: [(&str, &str, &str); 21] = [
+        let lines: [(&str, &str, &str); 22] = [
             (
                 "FERROLM_CUDA_MMQ",
                 bit(self.mmq),
@@ -338,6 +344,11 @@ impl fmt::Display for Switches {
                 "FERROLM_MMVQ_STAGE",
                 bit(self.stage),
                 "wide mat-vecs read activations from shared memory",
+            ),
+            (
+                "FERROLM_MMQ_SPLIT_K",
+                bit(self.split_k),
+                "GEMMs that leave SMs idle split k",
             ),
             (
                 "FERROLM_CUDA_PROFILE",

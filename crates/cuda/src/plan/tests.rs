@@ -6,13 +6,14 @@ use crate::ops::MmqOrder::{Blocks, Pairs, Subs};
 use crate::plan::switches::tile_from_env;
 use GgmlType::{F32, Q4K, Q4_0, Q4_1, Q5_0, Q5_1, Q6K, Q8_0};
 
-/// An H200: 132 SMs, cc 9.0; one block of the 128-row tiles per SM, two of 64×64.
+/// An H200: 132 SMs, cc 9.0; one block of the 128×128 and 128×64 tiles per SM, two of 64×64
+/// and 128×32.
 fn h200() -> DeviceFacts {
     let formats = [Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4K, GgmlType::Q5K, Q6K];
     DeviceFacts {
         sms: 132,
         cc: (9, 0),
-        mmq_blocks_per_sm: formats.iter().map(|&t| (t, [1, 1, 2])).collect(),
+        mmq_blocks_per_sm: formats.iter().map(|&t| (t, [1, 1, 2, 2])).collect(),
     }
 }
 
@@ -100,6 +101,7 @@ fn bad_values_name_the_variable_and_the_choices() {
         "FERROLM_ATTN_BATCHED",
         "FERROLM_ROPE_TABLE",
         "FERROLM_MMVQ_STAGE",
+        "FERROLM_MMQ_SPLIT_K",
     ] {
         assert!(err(&[(name, "off")]).contains(&format!("{name}=off")));
     }
@@ -116,7 +118,7 @@ fn tile_names() {
 #[test]
 fn display_prints_every_switch() {
     let text = plan(&[("FERROLM_MMQ_TILE", "128x64")]).to_string();
-    assert_eq!(text.lines().count(), 23, "{text}");
+    assert_eq!(text.lines().count(), 24, "{text}");
     assert!(text.contains("132 SMs, cc 9.0"));
     assert!(text
         .lines()
@@ -142,11 +144,14 @@ fn partner_formats() {
 fn auto_fills_the_gpu_before_it_grows_tiles() {
     let occ = |i: usize| if i == 2 { 2 } else { 1 };
     // 8192 × 512: 256 tiles of 128×128, two nearly full waves.
-    assert_eq!(auto_tile(8192, 512, 132, occ), 0);
+    assert_eq!(auto_tile(8192, 512, 0, 132, occ), 0);
     // 2048 × 512: 64 tiles of 128×128 leave half the SMs idle; 128 of 128×64 do not.
-    assert_eq!(auto_tile(2048, 512, 132, occ), 1);
+    assert_eq!(auto_tile(2048, 512, 0, 132, occ), 1);
     // A tile that fits nowhere is never chosen.
-    assert_eq!(auto_tile(8192, 512, 132, |i| if i == 0 { 0 } else { 1 }), 1);
+    assert_eq!(
+        auto_tile(8192, 512, 0, 132, |i| if i == 0 { 0 } else { 1 }),
+        1
+    );
 }
 
 /// The launches of a dense GEMM follow the CPU's `Order::Dense`: pairs for whole groups of
@@ -187,9 +192,14 @@ fn int_scales_switch_forces_either_order() {
 }
 
 fn tiles(tile: usize, launches: &[(usize, usize, MmqOrder)]) -> Matmul {
+    split(tile, launches, 1)
+}
+
+fn split(tile: usize, launches: &[(usize, usize, MmqOrder)], splits: usize) -> Matmul {
     Matmul::Gemm(Gemm::Tiles {
         tile,
         launches: launches.to_vec(),
+        splits,
     })
 }
 
@@ -200,20 +210,20 @@ fn benchmark_shapes() {
     let p = plan(&[]);
     let wide = Matmul::MatVec { wide: true };
     let narrow = Matmul::MatVec { wide: false };
-    // (type, rows, cols, tile at 100, 512, 2048 tokens)
+    // (type, rows, cols, tile at 100, 512, 2048 tokens, split-K ways at 512)
     let shapes = [
-        (Q4K, 8192, 2048, [1, 0, 0]),  // smollm2-1.7b gate/up
-        (Q4K, 2048, 2048, [1, 1, 0]),  // smollm2-1.7b q, olmoe-1b-7b q
-        (Q6K, 2048, 8192, [1, 1, 0]),  // smollm2-1.7b down
-        (Q4K, 12288, 4096, [0, 0, 0]), // qwen3-8b gate/up
-        (Q4K, 4096, 4096, [1, 0, 0]),  // qwen3-8b q
-        (Q4K, 1024, 4096, [1, 1, 0]),  // qwen3-8b k
-        (Q6K, 4096, 12288, [1, 0, 0]), // qwen3-8b down
-        (Q4K, 4096, 2048, [1, 0, 0]),  // qwen3-30b-a3b q
-        (Q4K, 512, 2048, [1, 1, 1]),   // qwen3-30b-a3b k
-        (Q4K, 2048, 4096, [1, 1, 0]),  // qwen3-30b-a3b o
+        (Q4K, 8192, 2048, [1, 0, 0], 1),  // smollm2-1.7b gate/up
+        (Q4K, 2048, 2048, [1, 1, 0], 1),  // smollm2-1.7b q, olmoe-1b-7b q
+        (Q6K, 2048, 8192, [1, 1, 0], 1),  // smollm2-1.7b down
+        (Q4K, 12288, 4096, [0, 0, 0], 1), // qwen3-8b gate/up
+        (Q4K, 4096, 4096, [1, 0, 0], 1),  // qwen3-8b q
+        (Q4K, 1024, 4096, [1, 1, 0], 2),  // qwen3-8b k: 64 tiles of 132
+        (Q6K, 4096, 12288, [1, 0, 0], 1), // qwen3-8b down
+        (Q4K, 4096, 2048, [1, 0, 0], 1),  // qwen3-30b-a3b q
+        (Q4K, 512, 2048, [1, 1, 1], 4),   // qwen3-30b-a3b k: 32 tiles
+        (Q4K, 2048, 4096, [1, 1, 0], 1),  // qwen3-30b-a3b o
     ];
-    for (ty, rows, cols, tile) in shapes {
+    for (ty, rows, cols, tile, ways) in shapes {
         let mv = if ty == Q4K { &wide } else { &narrow };
         assert_eq!(&p.matmul(ty, rows, cols, 1), mv);
         assert_eq!(&p.matmul(ty, rows, cols, 8), mv);
@@ -224,7 +234,7 @@ fn benchmark_shapes() {
         );
         assert_eq!(
             p.matmul(ty, rows, cols, 512),
-            tiles(tile[1], &[(0, 512, Subs)])
+            split(tile[1], &[(0, 512, Subs)], ways)
         );
         assert_eq!(
             p.matmul(ty, rows, cols, 2048),
@@ -233,13 +243,49 @@ fn benchmark_shapes() {
     }
 }
 
+/// A batched decode step's 9-64 rows: one column of 64-wide tiles, k split over the SMs its
+/// tiles leave idle (qwen3-8b's shapes); never in a single sequence's short ubatch, whose
+/// GEMMs keep the CPU's bits, nor under `FERROLM_MMQ_SPLIT_K=0`.
+#[test]
+fn batched_steps_split_k() {
+    let batches = plan(&[]).for_sequence_batches();
+    let sub = |n| [(0, n, Subs)];
+    // (rows, cols, (tile, ways) to 32 rows, at 64): q (32 tiles), k (8 tiles: shares of 2
+    // steps), gate/up (96 tiles), down (Q6_K, 48 steps). 128×32 tiles to 32 rows where
+    // splitting fills the GPU with them.
+    for (ty, rows, cols, few, many) in [
+        (Q4K, 4096, 4096, (3, 8), (1, 4)),
+        (Q4K, 1024, 4096, (1, 8), (1, 8)),
+        (Q4K, 12288, 4096, (3, 2), (1, 1)),
+        (Q6K, 4096, 12288, (3, 8), (1, 4)),
+    ] {
+        for (n, (tile, ways)) in [(9, few), (32, few), (64, many)] {
+            assert_eq!(
+                batches.matmul(ty, rows, cols, n),
+                split(tile, &sub(n), ways),
+                "{ty} {rows}x{cols} at {n}"
+            );
+        }
+    }
+    // 128 rows: one column of 128-wide tiles, four shares.
+    assert_eq!(batches.matmul(Q4K, 4096, 4096, 128), split(0, &sub(128), 4));
+    let single = plan(&[]);
+    assert_eq!(
+        single.matmul(Q4K, 4096, 4096, 32),
+        tiles(1, &[(0, 32, Pairs)])
+    );
+    assert_eq!(single.matmul(Q6K, 4096, 12288, 32), tiles(1, &sub(32)));
+    let off = plan(&[("FERROLM_MMQ_SPLIT_K", "0")]).for_sequence_batches();
+    assert_eq!(off.matmul(Q4K, 4096, 4096, 32), tiles(1, &sub(32)));
+}
+
 #[test]
 fn matmul_switches_and_formats() {
     let p = plan(&[]);
     assert_eq!(p.matmul(F32, 2048, 2048, 1), Matmul::Float);
     assert_eq!(
         p.matmul(Q4K, 2048, 2048, 9),
-        tiles(0, &[(0, 8, Pairs), (8, 1, Blocks)])
+        tiles(1, &[(0, 8, Pairs), (8, 1, Blocks)])
     );
     // SmolLM2-135M's 576-wide rows: the CUDA-core kernel for Q8_0, slices for Q4_K.
     assert_eq!(p.matmul(Q8_0, 576, 576, 100), Matmul::Gemm(Gemm::Small));
@@ -247,10 +293,17 @@ fn matmul_switches_and_formats() {
     assert_eq!(p.matmul(Q4K, 1536, 576, 100), slices);
     // Q8_0 on eight lanes under 256 rows, unless switched off.
     assert_eq!(p.matmul(Q8_0, 2048, 2048, 255), Matmul::Gemm(Gemm::Small));
-    assert_eq!(p.matmul(Q8_0, 2048, 2048, 256), tiles(1, &[(0, 256, Subs)]));
+    // From 256 rows the tensor-core contract: 64 tiles on 132 SMs split k in two.
+    assert_eq!(
+        p.matmul(Q8_0, 2048, 2048, 256),
+        split(1, &[(0, 256, Subs)], 2)
+    );
     // Q5_0, summed in eight lanes on the CPU too; Q5_1 (a per-block chain) on the tiles.
     assert_eq!(p.matmul(Q5_0, 2048, 2048, 255), Matmul::Gemm(Gemm::Small));
-    assert_eq!(p.matmul(Q5_0, 2048, 2048, 256), tiles(1, &[(0, 256, Subs)]));
+    assert_eq!(
+        p.matmul(Q5_0, 2048, 2048, 256),
+        split(1, &[(0, 256, Subs)], 2)
+    );
     assert_eq!(p.matmul(Q5_1, 2048, 2048, 100), tiles(1, &[(0, 100, Subs)]));
     // Qwen2.5-0.5B's 896-wide rows: the CUDA-core kernels for both.
     assert_eq!(p.matmul(Q5_0, 896, 896, 300), Matmul::Gemm(Gemm::Small));
