@@ -17,8 +17,16 @@ use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig};
 
 /// Warps per attention block (the kernel's ATTN_NWARPS).
 const NWARPS: usize = 4;
-/// Head sizes with a kernel instance.
-pub const ATTN_HEAD_DIMS: [usize; 2] = [64, 128];
+/// Head sizes with a kernel instance: every one the CPU runs, to 256 (the tiny llama-family
+/// goldens' 32, 64, Qwen-style and Phi's 80, 96, 128, Gemma 3's 256). Each family takes them
+/// all (decode split and by KV group, the batched rows, the scalar, F16Ref and F32Ref
+/// prefills), except the block caches (whole 32-element blocks: not 80) and the tensor-core
+/// prefill ([`MMA_HEAD_DIMS`]).
+pub const ATTN_HEAD_DIMS: [usize; 6] = [32, 64, 80, 96, 128, 256];
+/// Head sizes of the tensor-core prefill: at 256 its Q fragments and O accumulator would not
+/// fit a thread's registers, and the plan runs the scalar prefill instead
+/// (`Plan::prefill_kernel`).
+pub const MMA_HEAD_DIMS: [usize; 5] = [32, 64, 80, 96, 128];
 /// Query heads per KV head that `attn_decode_group_*` has instances for.
 pub const ATTN_GROUPS: [usize; 4] = [1, 2, 4, 8];
 /// The most flash-decoding splits: the combine keeps a weight a split per head in shared
@@ -90,6 +98,12 @@ impl KvFormat {
         self != KvFormat::F16
     }
 
+    /// Whether a cache of this format can hold heads of `head_dim` (block formats: whole
+    /// 32-element blocks a row, as the CPU's `KvType::check`).
+    pub fn holds(self, head_dim: usize) -> bool {
+        !self.is_quantized() || head_dim.is_multiple_of(32)
+    }
+
     /// Bytes of a row of `elems` elements (a multiple of 32 for the block formats).
     pub fn row_bytes(self, elems: usize) -> usize {
         match self {
@@ -136,15 +150,16 @@ impl KvCache {
         n_kv_head: usize,
         head_dim: usize,
     ) -> Result<Self> {
-        if format.is_quantized() && !head_dim.is_multiple_of(32) {
+        if !format.holds(head_dim) {
             return Err(CudaError::Invalid(format!(
                 "a {} KV cache needs a head size that is a multiple of 32, not {head_dim}",
                 format.name()
             )));
         }
+        dim_index(head_dim)?; // a model the kernels cannot attend for fails at load
         let bytes = n_ctx * n_kv_head * format.row_bytes(head_dim);
-        // As ferrolm_cpu::hadamard: K in the largest power of two from 64 dividing head_dim,
-        // V in 64s, when 64 divides head_dim (head_dim is 64 or 128 here).
+        // As ferrolm_cpu::hadamard: K in the largest power of two from 64 dividing head_dim
+        // (at most 256 among ATTN_HEAD_DIMS), V in 64s, when 64 divides head_dim.
         let rot = (format.is_quantized() && head_dim.is_multiple_of(64)).then_some(64);
         Ok(Self {
             k: dev.zeros(bytes)?,
@@ -153,7 +168,7 @@ impl KvCache {
             n_ctx,
             n_kv_head,
             head_dim,
-            k_rot: rot.map(|_| 1 << head_dim.trailing_zeros().min(7)),
+            k_rot: rot.map(|_| 1 << head_dim.trailing_zeros()),
             v_rot: rot,
         })
     }
@@ -204,13 +219,14 @@ pub struct Attention {
     /// Per [`KvFormat`].
     kv_store: Vec<CudaFunction>,
     combine: CudaFunction,
-    /// Per [`KvFormat`], then per entry of ATTN_HEAD_DIMS.
-    decode: Vec<Vec<CudaFunction>>,
-    prefill: Vec<Vec<CudaFunction>>,
+    /// Per [`KvFormat`], then per entry of ATTN_HEAD_DIMS (`None`: a size the format cannot
+    /// hold).
+    decode: Vec<Vec<Option<CudaFunction>>>,
+    prefill: Vec<Vec<Option<CudaFunction>>>,
     /// Per entry of ATTN_HEAD_DIMS, then of ATTN_GROUPS (f16 caches only).
     decode_group: Vec<Vec<CudaFunction>>,
-    /// Per entry of ATTN_HEAD_DIMS (f16 caches only).
-    flash: Vec<CudaFunction>,
+    /// Per entry of ATTN_HEAD_DIMS (f16 caches only; `None` past MMA_HEAD_DIMS).
+    flash: Vec<Option<CudaFunction>>,
     prefill_f16ref: Vec<CudaFunction>,
     prefill_f32ref: Vec<CudaFunction>,
 }
@@ -220,6 +236,22 @@ fn dim_index(head_dim: usize) -> Result<usize> {
         .iter()
         .position(|&d| d == head_dim)
         .ok_or_else(|| CudaError::Invalid(format!("attention: no kernel for head_dim {head_dim}")))
+}
+
+/// The kernel of `cache`'s format and head size among `per_dim` (one format's, by
+/// ATTN_HEAD_DIMS).
+fn kernel_for<'a>(
+    per_dim: &'a [Option<CudaFunction>],
+    cache: &KvCache,
+    what: &str,
+) -> Result<&'a CudaFunction> {
+    per_dim[dim_index(cache.head_dim)?].as_ref().ok_or_else(|| {
+        CudaError::Invalid(format!(
+            "attention {what}: no {} kernel for head_dim {}",
+            cache.format.name(),
+            cache.head_dim
+        ))
+    })
 }
 
 /// Checks the shapes shared by decode and prefill; returns the number of query rows.
@@ -248,9 +280,23 @@ impl Attention {
                 .map(|d| f(format!("{stem}_d{d}")))
                 .collect()
         };
+        // The same for a cache format, at the sizes it holds.
+        let per_format = |stem: &str, q: KvFormat| -> Result<Vec<Option<CudaFunction>>> {
+            ATTN_HEAD_DIMS
+                .iter()
+                .map(|&d| {
+                    q.holds(d)
+                        .then(|| f(format!("{stem}{}_d{d}", q.infix())))
+                        .transpose()
+                })
+                .collect()
+        };
         let flash = ATTN_HEAD_DIMS
             .iter()
             .map(|&d| {
+                if !MMA_HEAD_DIMS.contains(&d) {
+                    return Ok(None);
+                }
                 let func = dev.function(&FLASH_ATTN, &format!("flash_attn_prefill_d{d}"))?;
                 // Above 48 KiB a block gets dynamic shared memory only when asked for.
                 func.set_attribute(
@@ -258,7 +304,7 @@ impl Attention {
                     int(flash_smem_bytes(d), "flash shared memory"),
                 )
                 .during("raising flash_attn_prefill's shared-memory limit")?;
-                Ok(func)
+                Ok(Some(func))
             })
             .collect::<Result<_>>()?;
         Ok(Self {
@@ -270,11 +316,11 @@ impl Attention {
             combine: f("attn_decode_combine".into())?,
             decode: KvFormat::ALL
                 .iter()
-                .map(|q| per_dim(&format!("attn_decode_split{}", q.infix())))
+                .map(|&q| per_format("attn_decode_split", q))
                 .collect::<Result<_>>()?,
             prefill: KvFormat::ALL
                 .iter()
-                .map(|q| per_dim(&format!("attn_prefill{}", q.infix())))
+                .map(|&q| per_format("attn_prefill", q))
                 .collect::<Result<_>>()?,
             decode_group: ATTN_HEAD_DIMS
                 .iter()
@@ -363,7 +409,7 @@ impl Attention {
         work: &mut DecodeWork,
         out: &mut CudaSlice<f32>,
     ) -> Result<()> {
-        let f = &self.decode[cache.format.index()][dim_index(cache.head_dim)?];
+        let f = kernel_for(&self.decode[cache.format.index()], cache, "decode")?;
         let n_q = query_rows(q.len(), out.len(), positions.len(), n_head, cache);
         assert!(
             n_q <= work.max_q && n_head == work.n_head && cache.head_dim == work.head_dim,
@@ -482,7 +528,7 @@ impl Attention {
         );
         let (f, cfg) = match kernel {
             PrefillKernel::Scalar => (
-                &self.prefill[cache.format.index()][di],
+                kernel_for(&self.prefill[cache.format.index()], cache, "prefill")?,
                 LaunchConfig {
                     grid_dim: (n_q.div_ceil(NWARPS) as u32, n_head as u32, 1),
                     block_dim: ((NWARPS * 32) as u32, 1, 1),
@@ -505,15 +551,23 @@ impl Attention {
                 &self.prefill_f16ref[di],
                 LaunchConfig {
                     grid_dim: (n_q as u32, n_head as u32, 1),
-                    block_dim: (cache.head_dim as u32, 1, 1),
+                    // Whole warps: its sums shuffle across every lane.
+                    block_dim: (cache.head_dim.next_multiple_of(32) as u32, 1, 1),
                     shared_mem_bytes: 0,
                 },
             ),
             PrefillKernel::Mma => {
                 let rows = n_q * (n_head / cache.n_kv_head);
                 let blocks = int(rows.div_ceil(FA_BQ), "flash blocks") as u32;
+                let Some(f) = &self.flash[di] else {
+                    return Err(CudaError::Invalid(format!(
+                        "attention: the tensor-core prefill takes head sizes {MMA_HEAD_DIMS:?}, \
+                         not {} (the plan runs the scalar one)",
+                        cache.head_dim
+                    )));
+                };
                 (
-                    &self.flash[di],
+                    f,
                     LaunchConfig {
                         grid_dim: (blocks, cache.n_kv_head as u32, 1),
                         block_dim: ((FA_NWARPS * 32) as u32, 1, 1),
@@ -553,17 +607,29 @@ mod tests {
         assert!(src.contains(&format!("#define F32REF_WARPS {F32REF_WARPS}")));
     }
 
-    /// Every format's kernels are instantiated in attention.cu under the names loaded.
+    /// Every kernel the launcher loads is instantiated in attention.cu / flash_attn.cu, at
+    /// every head size its table lists, and no block-cache kernel at a size blocks cannot hold.
     #[test]
-    fn every_kv_format_has_its_kernels() {
-        let src = crate::kernels::ATTENTION.source;
+    fn every_head_size_has_its_kernels() {
+        let (src, flash) = (crate::kernels::ATTENTION.source, FLASH_ATTN.source);
         for q in KvFormat::ALL {
             assert!(src.contains(&format!("kv_store_{}(", q.name())), "{q:?}");
-            if q.is_quantized() {
-                let inst = format!("ATTN_QUANT_INSTANCES({}, ", q.name());
-                assert_eq!(src.matches(&inst).count(), ATTN_HEAD_DIMS.len(), "{q:?}");
-            }
         }
+        for d in ATTN_HEAD_DIMS {
+            assert!(src.contains(&format!("\nATTN_INSTANCES({d})\n")), "{d}");
+            assert!(src.contains(&format!("\nATTN_GROUP_INSTANCES({d})")), "{d}");
+            let quant = format!("ATTN_QUANT_INSTANCES(NAME, TYPE, {d})");
+            assert_eq!(src.contains(&quant), KvFormat::Q8_0.holds(d), "{d}");
+            let mma = format!("\nFLASH_INSTANCE({d})");
+            assert_eq!(flash.contains(&mma), MMA_HEAD_DIMS.contains(&d), "{d}");
+        }
+        for q in [KvFormat::Q8_0, KvFormat::Q4_0] {
+            assert!(
+                src.contains(&format!("ATTN_QUANT_HEADS({}, ", q.name())),
+                "{q:?}"
+            );
+        }
+        assert!(!KvFormat::Q4_0.holds(80) && KvFormat::F16.holds(80));
         assert_eq!(
             KvFormat::Q8_0.row_bytes(64) * 64,
             KvFormat::F16.row_bytes(64) * 34
@@ -572,11 +638,16 @@ mod tests {
 
     #[test]
     fn head_dims() {
-        assert_eq!(dim_index(64).unwrap(), 0);
-        assert_eq!(dim_index(128).unwrap(), 1);
-        assert!(dim_index(80).is_err());
+        assert_eq!(dim_index(32).unwrap(), 0);
+        assert_eq!(dim_index(80).unwrap(), 2);
+        assert_eq!(dim_index(256).unwrap(), 5);
+        assert!(dim_index(48).is_err());
+        assert!(dim_index(512).is_err());
         // 2 stages of K and V tiles, 64 keys of (D + 8) halves: the kernel's layout.
         assert_eq!(flash_smem_bytes(64), 36_864);
+        assert_eq!(flash_smem_bytes(80), 45_056);
         assert_eq!(flash_smem_bytes(128), 69_632);
+        // The grouped decode at 256 and 8 heads a group: 105 KiB, within an sm_80 block's 163.
+        assert_eq!(group_smem_bytes(256, 8), 107_520);
     }
 }

@@ -25,7 +25,8 @@ mod norm_rope;
 mod quantize;
 
 pub use attention::{
-    Attention, DecodeWork, KvCache, KvFormat, PrefillKernel, ATTN_GROUPS, ATTN_MAX_SPLITS,
+    Attention, DecodeWork, KvCache, KvFormat, PrefillKernel, ATTN_GROUPS, ATTN_HEAD_DIMS,
+    ATTN_MAX_SPLITS, MMA_HEAD_DIMS,
 };
 pub use attention_rows::{AttentionRows, RowSeq, RowsTable, ROWS_MAX_GROUP};
 pub use elementwise::Elementwise;
