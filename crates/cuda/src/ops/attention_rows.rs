@@ -14,8 +14,9 @@
 //! rewritten in place, so a captured graph replays over other sequences' caches; paging the
 //! cache later changes only what the table holds and how the kernels index it.
 
-use super::attention::{DecodeWork, KvCache, KvFormat, ATTN_HEAD_DIMS};
+use super::attention::{DecodeWork, ATTN_HEAD_DIMS};
 use super::int;
+use super::kv_cache::{KvCache, KvFormat};
 use super::launch::Launcher;
 use crate::device::CudaDevice;
 use crate::error::{CudaError, DriverContext, Result};
