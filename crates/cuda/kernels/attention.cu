@@ -672,8 +672,9 @@ ATTN_QUANT_HEADS(q4_0, GGML_TYPE_Q4_0)
 // Flash-decoding by KV group (f16 cache), pass 1 and the fused combine: the G = n_head /
 // n_kv_head query heads that share a KV head read its keys and values once, a block per (split,
 // KV head, query row). The walk is bound by memory latency, so K and V come into shared memory
-// by cp.async, ATTN_GROUP_TILE keys a tile, ATTN_GROUP_STAGES tiles in flight, while the block
-// works on an earlier tile:
+// by cp.async, ATTN_GROUP_TILE keys a tile, ATTN_GROUP_STAGES tiles in flight (two for heads
+// over 128: three tiles of 256 and 8 heads a group would take 105 KiB, past the 99 KiB a block
+// gets on sm_86/sm_89), while the block works on an earlier tile:
 // - scores: thread (key, part) dots a quarter of the key's row (16-byte chunks part + 4j) with
 //   all G queries, and two shuffles add the quarters; where a row is whole 128-byte lines (D a
 //   multiple of 64), K rows are stored with chunk bit 2 flipped on odd keys, so the eight lanes
@@ -696,7 +697,8 @@ template <int D, int G> struct GroupLayout {
     static constexpr int SWIZZLE = CHUNKS % 8 == 0 ? 4 : 0;    // K's chunk flip on odd keys
     static constexpr int TILE_BYTES = ATTN_GROUP_TILE * D * 2; // K or V of one tile
     static constexpr int STAGE_BYTES = 2 * TILE_BYTES;
-    static constexpr int Q_OFFSET = ATTN_GROUP_STAGES * STAGE_BYTES;
+    static constexpr int STAGES = D > 128 ? 2 : ATTN_GROUP_STAGES; // tiles in flight
+    static constexpr int Q_OFFSET = STAGES * STAGE_BYTES;
     static constexpr int S_OFFSET = Q_OFFSET + G * D * 4;
     static constexpr int BYTES = S_OFFSET + G * ATTN_GROUP_TILE * 4;
     // Warps a head (each a share of a tile's keys) and heads a warp.
@@ -750,7 +752,7 @@ static __device__ __forceinline__ void attn_decode_group(
     const uint16_t *kh = kc + (size_t)g * n_ctx * D;
     const uint16_t *vh = vc + (size_t)g * n_ctx * D;
 #pragma unroll
-    for (int s = 0; s < ATTN_GROUP_STAGES - 1; ++s) {
+    for (int s = 0; s < L::STAGES - 1; ++s) {
         if (s < n_tiles) {
             const int base = k0 + s * ATTN_GROUP_TILE;
             group_load_tile<D, G>(smem, kh, vh, base, min(ATTN_GROUP_TILE, k1 - base), s);
@@ -774,18 +776,18 @@ static __device__ __forceinline__ void attn_decode_group(
     }
     const int key = threadIdx.x / 4, part = threadIdx.x % 4; // the scores' thread roles
     for (int it = 0; it < n_tiles; ++it) {
-        cp_async_wait<ATTN_GROUP_STAGES - 2>(); // this thread's copies of tile it
+        cp_async_wait<L::STAGES - 2>(); // this thread's copies of tile it
         __syncthreads(); // everyone's; and tile it - 1's stage is free to refill
         {
-            const int nt = it + ATTN_GROUP_STAGES - 1;
+            const int nt = it + L::STAGES - 1;
             if (nt < n_tiles) {
                 const int base = k0 + nt * ATTN_GROUP_TILE;
                 group_load_tile<D, G>(smem, kh, vh, base, min(ATTN_GROUP_TILE, k1 - base),
-                                      nt % ATTN_GROUP_STAGES);
+                                      nt % L::STAGES);
             }
             cp_async_commit();
         }
-        const char *sk = smem + (it % ATTN_GROUP_STAGES) * L::STAGE_BYTES;
+        const char *sk = smem + (it % L::STAGES) * L::STAGE_BYTES;
         const uint16_t *sv = (const uint16_t *)(sk + L::TILE_BYTES);
         const int base = k0 + it * ATTN_GROUP_TILE, n_live = min(ATTN_GROUP_TILE, k1 - base);
         // Scores (every lane computes, so the shuffles see the whole warp; dead keys unused).

@@ -42,13 +42,15 @@ const FA_BK: usize = 64;
 const FA_STAGES: usize = 2;
 const FA_PAD: usize = 8;
 
-/// attention.cu's grouped decode kernel: ATTN_GROUP_STAGES stages of a K and a V tile of
+/// attention.cu's grouped decode kernel: ATTN_GROUP_STAGES stages (two for heads over 128, so
+/// that 256 with 8 heads a group fits sm_86/sm_89's 99 KiB a block) of a K and a V tile of
 /// ATTN_GROUP_TILE f16 rows, then the G queries and the tile's G × ATTN_GROUP_TILE scores (f32).
 const GROUP_STAGES: usize = 3;
 const GROUP_TILE: usize = 32;
 
 fn group_smem_bytes(head_dim: usize, group: usize) -> usize {
-    GROUP_STAGES * 2 * GROUP_TILE * head_dim * 2 + group * head_dim * 4 + group * GROUP_TILE * 4
+    let stages = if head_dim > 128 { 2 } else { GROUP_STAGES };
+    stages * 2 * GROUP_TILE * head_dim * 2 + group * head_dim * 4 + group * GROUP_TILE * 4
 }
 
 fn flash_smem_bytes(head_dim: usize) -> usize {
@@ -546,7 +548,14 @@ mod tests {
         assert_eq!(flash_smem_bytes(64), 36_864);
         assert_eq!(flash_smem_bytes(80), 45_056);
         assert_eq!(flash_smem_bytes(128), 69_632);
-        // The grouped decode at 256 and 8 heads a group: 105 KiB, within an sm_80 block's 163.
-        assert_eq!(group_smem_bytes(256, 8), 107_520);
+        // The grouped decode at 256 and 8 heads a group, two stages: 73 KiB, within the 99 KiB
+        // of an sm_86/sm_89 block (the most of any size); three stages at 128.
+        assert_eq!(group_smem_bytes(256, 8), 74_752);
+        assert_eq!(group_smem_bytes(128, 8), 54_272);
+        let most = ATTN_HEAD_DIMS
+            .map(|d| group_smem_bytes(d, 8))
+            .into_iter()
+            .max();
+        assert!(most.unwrap() <= 99 * 1024);
     }
 }
