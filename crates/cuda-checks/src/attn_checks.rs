@@ -9,7 +9,7 @@ use super::{compare, Contract, Row};
 use anyhow::Result;
 use ferrolm_cpu::attention::{attention, LayerKv};
 use ferrolm_cpu::{CpuPlan, KvType};
-use ferrolm_cuda::ops::{DecodeWork, KvCache, KvFormat, PrefillKernel, QuantMatrix};
+use ferrolm_cuda::ops::{DecodeWork, KvCache, KvFormat, PrefillKernel, QuantMatrix, MMA_HEAD_DIMS};
 use ferrolm_cuda::{CudaDevice, Kernels, Plan};
 use ferrolm_gguf::GgmlType;
 use ferrolm_model::backend::AttnShape;
@@ -34,7 +34,7 @@ const F32_REF: &str = "cpu attention, f32 cache of f16 values";
 const ATTN_F32REF: Contract = Contract::Rel(1e-6, "the CPU's order; e^x rounding");
 
 /// What one attention check runs over the same cache and queries.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, PartialEq)]
 enum Path {
     /// Flash-decoding; `grouped`: a block per KV head (`attn_decode_group_*`).
     Decode {
@@ -58,7 +58,7 @@ const PREFILLS: [Path; 3] = [
 /// both kernels: a 77-token prompt from position 0 with groups of 3 (the tensor-core kernel's
 /// 64-row blocks then mix tokens and heads, and the last is ragged); 512 rows after a 300-token
 /// prefix (GQA 32/8, D 128); 2048 rows after a 100-token prefix (GQA 32/8, D 64); a 2048-token
-/// prompt with 32 heads of 128, one KV head each.
+/// prompt with 32 heads of 128, one KV head each. Then every other head size ([`other_heads`]).
 pub fn all(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) -> Result<Vec<Row>> {
     let mut rows = attn(dev, k, plan, rng, (32, 8, 128), 1024, 1000, 3, &DECODES)?;
     // Decode by KV group at every group size it has, MHA to 8 heads a group, both head sizes.
@@ -94,8 +94,44 @@ pub fn all(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) -> Resu
         40,
         &f16ref,
     )?);
+    rows.extend(other_heads(dev, k, plan, rng)?);
     rows.extend(embed(dev, k, rng)?);
     rows.extend(super::kv_checks::all(dev, k, plan, rng)?);
+    Ok(rows)
+}
+
+/// The head sizes past 64 and 128 (the tiny llama-family goldens' 32; 80, which is not whole
+/// 32s a lane nor 64s a dot step; 96; Gemma 3's 256), each on every kernel: decode split and by
+/// KV group at group sizes 1, 2, 4 and 8 (up to 1000 cached keys, several splits); the prefills
+/// on a 77-token prompt with groups of 3 and on 300 rows after a 300-token prefix (GQA 8/2);
+/// ggml's arithmetic on 37 rows from 0 and 40 after a 200-token prefix. The tensor-core
+/// prefill takes heads to 128 (`MMA_HEAD_DIMS`); at 256 the plan runs the scalar one.
+fn other_heads(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) -> Result<Vec<Row>> {
+    let mut rows = Vec::new();
+    for d in [32, 80, 96, 256] {
+        for ((n_head, n_kv_head), n_ctx, n_pos, n_q) in [
+            ((16, 4), 1024, 1000, 3),
+            ((8, 1), 640, 555, 1),
+            ((6, 6), 300, 77, 2),
+            ((8, 4), 128, 40, 1),
+        ] {
+            let shape = (n_head, n_kv_head, d);
+            rows.extend(attn(dev, k, plan, rng, shape, n_ctx, n_pos, n_q, &DECODES)?);
+        }
+        let prefills: Vec<Path> = PREFILLS
+            .into_iter()
+            .filter(|p| *p != Path::Prefill(PrefillKernel::Mma) || MMA_HEAD_DIMS.contains(&d))
+            .collect();
+        for (shape, n_ctx, n_pos, n_q) in [((9, 3, d), 128, 77, 77), ((8, 2, d), 640, 600, 300)] {
+            rows.extend(attn(
+                dev, k, plan, rng, shape, n_ctx, n_pos, n_q, &prefills,
+            )?);
+        }
+        let f16ref = [Path::Prefill(PrefillKernel::F16Ref)];
+        for (shape, n_ctx, n_pos, n_q) in [((4, 2, d), 128, 37, 37), ((8, 2, d), 512, 240, 40)] {
+            rows.extend(attn(dev, k, plan, rng, shape, n_ctx, n_pos, n_q, &f16ref)?);
+        }
+    }
     Ok(rows)
 }
 

@@ -33,8 +33,8 @@ struct Seq {
 }
 
 /// Five sequences (cache sizes 64 to 4096; 1 to 3001 keys, so 1 to 12 splits; one of two rows)
-/// and one row no sequence owns, at each head shape: group sizes 1, 3, 4 and 8,
-/// head sizes 64 and 128.
+/// and one row no sequence owns, at each head shape: group sizes 1 to 8, every head size of
+/// `ATTN_HEAD_DIMS` (32, 64, 80, 96, 128, 256).
 pub fn all(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) -> Result<Vec<Row>> {
     let seqs = [
         Seq {
@@ -70,6 +70,13 @@ pub fn all(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) -> Resu
         (32, 8, 128),
         (32, 4, 128),
         (16, 8, 64),
+        (8, 8, 80),
+        (10, 2, 80),
+        (12, 4, 96),
+        (8, 4, 32),
+        (14, 2, 32),
+        (16, 2, 256),
+        (6, 6, 256),
     ] {
         rows.extend(batch(dev, k, plan, rng, shape, &seqs)?);
     }

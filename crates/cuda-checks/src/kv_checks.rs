@@ -25,12 +25,14 @@ use rand::rngs::StdRng;
 /// about as much of `Σ p·|v|`; a wrong block, scale or nibble is off by O(0.1) or more.
 const ATTN_Q8_Q: Contract = Contract::Rel(3e-2, "q as Q8_0 on the CPU, f32 here");
 
-/// The rotation on its own; then each quantized format: decode (3 rows after 997 positions,
-/// GQA 32/8, D 128), and the scalar prefill on a 77-token prompt (9/3 heads of 64) and 300 rows
-/// after a 212-token prefix.
+/// The rotation on its own (chunks of 64, 128 and Gemma 3's 256); then each quantized format:
+/// decode (3 rows after 997 positions, GQA 32/8, D 128), and the scalar prefill on a 77-token
+/// prompt (9/3 heads of 64) and 300 rows after a 212-token prefix; then the other head sizes
+/// a block cache holds: decode at D 256 (K rotated in 256s) and 32, the scalar prefill at 96
+/// (no rotation: 64 does not divide it).
 pub fn all(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) -> Result<Vec<Row>> {
     let mut rows = Vec::new();
-    for n in [64, 128] {
+    for n in [64, 128, 256] {
         let x = normal(rng, 300 * n, 1.0);
         let mut d = dev.upload(&x)?;
         k.elementwise.hadamard(&mut d, n)?;
@@ -54,6 +56,9 @@ pub fn all(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) -> Resu
         rows.extend(q.check(dev, k, plan, rng, (32, 8, 128), 1024, 1000, 3)?);
         rows.extend(q.check(dev, k, plan, rng, (9, 3, 64), 128, 77, 77)?);
         rows.extend(q.check(dev, k, plan, rng, (32, 8, 128), 512, 512, 300)?);
+        rows.extend(q.check(dev, k, plan, rng, (16, 4, 256), 512, 400, 3)?);
+        rows.extend(q.check(dev, k, plan, rng, (8, 8, 32), 128, 77, 2)?);
+        rows.extend(q.check(dev, k, plan, rng, (12, 4, 96), 256, 200, 100)?);
     }
     Ok(rows)
 }
@@ -200,7 +205,7 @@ impl Quant {
             dev.upload(&positions)?,
         );
         let mut out = poisoned(dev, q.len())?;
-        let op = match plan.attention(n_q, self.format, n_head / n_kv_head) {
+        let op = match plan.attention(n_q, self.format, n_head / n_kv_head, head_dim) {
             Attn::Decode {
                 fused_combine,
                 grouped,

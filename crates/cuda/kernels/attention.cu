@@ -97,15 +97,17 @@ extern "C" __global__ void kv_store_q4_0(const float *k, const float *v, block_q
                                                     n_ctx);
 }
 
-// One warp's online softmax state for one query row: lane holds dims lane + 32 i.
+// One warp's online softmax state for one query row: lane holds dims lane + 32 i (those of
+// the row: LaneDims).
 template <int D> struct WarpState {
-    float m, l, acc[D / WARP_SIZE];
+    typedef LaneDims<D> L;
+    float m, l, acc[L::N];
 
     __device__ __forceinline__ void init() {
         m = ATTN_NEG_INF;
         l = 0.0f;
 #pragma unroll
-        for (int i = 0; i < D / WARP_SIZE; ++i) {
+        for (int i = 0; i < L::N; ++i) {
             acc[i] = 0.0f;
         }
     }
@@ -117,8 +119,11 @@ template <int D> struct WarpState {
         const float p = expf(s - m_new);
         l = l * corr + p;
 #pragma unroll
-        for (int i = 0; i < D / WARP_SIZE; ++i) {
-            acc[i] = acc[i] * corr + p * vrow(threadIdx.x % WARP_SIZE + WARP_SIZE * i);
+        for (int i = 0; i < L::N; ++i) {
+            const int j = threadIdx.x % WARP_SIZE + WARP_SIZE * i;
+            if (L::in_row(j)) {
+                acc[i] = acc[i] * corr + p * vrow(j);
+            }
         }
         m = m_new;
     }
@@ -135,8 +140,10 @@ static __device__ __forceinline__ void merge_warps(const WarpState<D> &st, float
         sl[warp] = st.l;
     }
 #pragma unroll
-    for (int i = 0; i < D / WARP_SIZE; ++i) {
-        sacc_w[warp * D + lane + WARP_SIZE * i] = st.acc[i];
+    for (int i = 0; i < LaneDims<D>::N; ++i) {
+        if (LaneDims<D>::in_row(lane + WARP_SIZE * i)) {
+            sacc_w[warp * D + lane + WARP_SIZE * i] = st.acc[i];
+        }
     }
     __syncthreads();
     float m = ATTN_NEG_INF;
@@ -200,9 +207,11 @@ static __device__ __forceinline__ void attn_decode_split(
         const size_t r = (size_t)key * D;
         float dot = 0.0f;
 #pragma unroll
-        for (int i = 0; i < D / WARP_SIZE; ++i) {
+        for (int i = 0; i < LaneDims<D>::N; ++i) {
             const int j = lane + WARP_SIZE * i;
-            dot += sq[j] * kh(r + j);
+            if (LaneDims<D>::in_row(j)) {
+                dot += sq[j] * kh(r + j);
+            }
         }
         const float s = warp_sum(dot) * scale;
         st.add(s, [vh, r](int j) { return vh(r + j); });
@@ -246,8 +255,10 @@ static __device__ __forceinline__ void attn_decode_split(
 // then the block's threads take a float4 of the head each, in ATTN_COMBINE_ROWS interleaved sets
 // of splits, so many independent loads are in flight (the tail of a fused launch is one block),
 // and the sets are added in order. Loads bypass L1 (__ldcg): in the fused use, other blocks wrote
-// the partials. blockDim.x: a multiple of 32 and of head_dim / 4, at most 128; `scratch`:
-// ATTN_COMBINE_SCRATCH(nh) floats of shared memory, 16-byte aligned.
+// the partials. A set is blockDim.x / (head_dim / 4) threads' worth of float4s; where head_dim / 4
+// does not divide blockDim.x (80, 96) the threads past the last whole set stay idle. blockDim.x:
+// a multiple of 32, at least head_dim / 4, at most 128; `scratch`: ATTN_COMBINE_SCRATCH(nh)
+// floats of shared memory, 16-byte aligned.
 static __device__ __noinline__ void combine_heads(const float *part_m, const float *part_l,
                                                   const float *part_acc, float *out, int n_head,
                                                   int n_split, int head_dim, int h0, int nh,
@@ -282,7 +293,7 @@ static __device__ __noinline__ void combine_heads(const float *part_m, const flo
         const float *w = sw + i * n_split;
         float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll 8
-        for (int s = r; s < n_split; s += rows) {
+        for (int s = r; s < n_split && r < rows; s += rows) {
             const float4 v = __ldcg((const float4 *)(part_acc + (base + s) * head_dim) + c);
             const float ws = w[s];
             a.x += ws * v.x;
@@ -290,7 +301,9 @@ static __device__ __noinline__ void combine_heads(const float *part_m, const flo
             a.z += ws * v.z;
             a.w += ws * v.w;
         }
-        *(float4 *)&red[r * head_dim + 4 * c] = a; // rows * head_dim = 4 * blockDim.x <= 512
+        if (r < rows) {
+            *(float4 *)&red[r * head_dim + 4 * c] = a; // rows * head_dim <= 4 * blockDim.x <= 512
+        }
         __syncthreads();
         for (int j = threadIdx.x; j < head_dim; j += blockDim.x) {
             float sum = 0.0f;
@@ -318,15 +331,18 @@ extern "C" __global__ void attn_decode_combine(const float *__restrict__ part_m,
 }
 
 // Flash attention over a ubatch: grid (ceil(n_q / ATTN_NWARPS), n_head); block ATTN_NWARPS
-// warps, one query row each. K/V tiles of ATTN_TILE_K keys are staged in shared memory as f32
-// by the whole block; query t sees keys 0..pos[t].
+// warps, one query row each. K/V tiles of ATTN_TILE_K keys (half that for heads over 128, so
+// that the f32 tiles stay within 48 KiB of static shared memory) are staged in shared memory as
+// f32 by the whole block; query t sees keys 0..pos[t].
 template <int D, typename F>
 static __device__ __forceinline__ void attn_prefill(
     const float *__restrict__ q, const void *__restrict__ kc, const void *__restrict__ vc,
     const uint32_t *__restrict__ pos, float *__restrict__ out, int n_q, int n_head, int n_kv_head,
     int n_ctx, float scale) {
-    __shared__ float sk[ATTN_TILE_K * D];
-    __shared__ float sv[ATTN_TILE_K * D];
+    typedef LaneDims<D> L;
+    constexpr int TILE = D > 128 ? ATTN_TILE_K / 2 : ATTN_TILE_K;
+    __shared__ float sk[TILE * D];
+    __shared__ float sv[TILE * D];
     __shared__ float sq[ATTN_NWARPS * D];
     __shared__ int s_keys;
     const int h = blockIdx.y, g = h / (n_head / n_kv_head);
@@ -342,9 +358,11 @@ static __device__ __forceinline__ void attn_prefill(
         atomicMax(&s_keys, my_keys);
     }
 #pragma unroll
-    for (int i = 0; i < D / WARP_SIZE; ++i) {
+    for (int i = 0; i < L::N; ++i) {
         const int j = lane + WARP_SIZE * i;
-        sq[warp * D + j] = active ? q[((size_t)t * n_head + h) * D + j] : 0.0f;
+        if (L::in_row(j)) {
+            sq[warp * D + j] = active ? q[((size_t)t * n_head + h) * D + j] : 0.0f;
+        }
     }
     __syncthreads();
     const int n_keys = s_keys;
@@ -352,8 +370,8 @@ static __device__ __forceinline__ void attn_prefill(
     const float *qr = sq + warp * D;
     WarpState<D> st;
     st.init();
-    for (int k0 = 0; k0 < n_keys; k0 += ATTN_TILE_K) {
-        const int nk = min(ATTN_TILE_K, n_keys - k0);
+    for (int k0 = 0; k0 < n_keys; k0 += TILE) {
+        const int nk = min(TILE, n_keys - k0);
         __syncthreads(); // the previous tile is no longer read
         for (int i = threadIdx.x; i < nk * D; i += blockDim.x) {
             sk[i] = kh((size_t)k0 * D + i);
@@ -365,9 +383,11 @@ static __device__ __forceinline__ void attn_prefill(
             const float *kr = sk + kk * D;
             float dot = 0.0f;
 #pragma unroll
-            for (int i = 0; i < D / WARP_SIZE; ++i) {
+            for (int i = 0; i < L::N; ++i) {
                 const int j = lane + WARP_SIZE * i;
-                dot += qr[j] * kr[j];
+                if (L::in_row(j)) {
+                    dot += qr[j] * kr[j];
+                }
             }
             const float s = warp_sum(dot) * scale;
             const float *vr = sv + kk * D;
@@ -379,19 +399,25 @@ static __device__ __forceinline__ void attn_prefill(
     }
     const float inv = 1.0f / st.l;
 #pragma unroll
-    for (int i = 0; i < D / WARP_SIZE; ++i) {
-        out[((size_t)t * n_head + h) * D + lane + WARP_SIZE * i] = st.acc[i] * inv;
+    for (int i = 0; i < L::N; ++i) {
+        const int j = lane + WARP_SIZE * i;
+        if (L::in_row(j)) {
+            out[((size_t)t * n_head + h) * D + j] = st.acc[i] * inv;
+        }
     }
 }
 
 // Σ prod[0..D) in the order of ggml's x86 f16 dot product (the CPU's attention::dot_f16): 64
 // elements a step into sixteen lanes of four accumulators (lane l of accumulator a takes
-// element 16a + l), the accumulators folded (0+2) + (1+3), the lanes halved 8, 4, 2, 1. Every
-// warp computes it (lanes 0-15 hold the lanes) and all its lanes return it.
+// element 16a + l), the accumulators folded (0+2) + (1+3), the lanes halved 8, 4, 2, 1; then
+// the elements past the last whole 64 (heads of 32, 80, 96) added one by one in f64, rounded to
+// f32 at the end (ggml's leftover loop, which sums in ggml_float). Every warp computes it
+// (lanes 0-15 hold the lanes, lane 0 the leftovers) and all its lanes return it.
 template <int D>
 static __device__ __forceinline__ float dot_f16_order(const float *prod, int lane) {
+    constexpr int WHOLE = D / 64 * 64;
     float r = 0.0f;
-    if (lane < 16) {
+    if (WHOLE > 0 && lane < 16) {
         float a[4];
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
@@ -407,6 +433,15 @@ static __device__ __forceinline__ float dot_f16_order(const float *prod, int lan
     for (int width = 8; width >= 1; width /= 2) {
         r += __shfl_down_sync(FULL_MASK, r, width);
     }
+    if constexpr (WHOLE < D) {
+        if (lane == 0) {
+            double sum = (double)r;
+            for (int j = WHOLE; j < D; ++j) {
+                sum = __dadd_rn(sum, (double)prod[j]);
+            }
+            r = (float)sum;
+        }
+    }
     return __shfl_sync(FULL_MASK, r, 0);
 }
 
@@ -416,18 +451,20 @@ static __device__ __forceinline__ float dot_f16_order(const float *prod, int lan
 // scale, keys in order with an online softmax, the output accumulated in f16 and rounded at every
 // step (V·vs added by an FMA), the running sum S = S·ms + vs by an FMA, and the score summed
 // in the CPU's order (dot_f16_order). Only e^x may round differently (libm's expf there, the
-// correctly rounded value here). grid (n_q, n_head), block D threads (thread j owns element j
-// of the row's output).
+// correctly rounded value here). grid (n_q, n_head), block D threads rounded up to whole warps
+// (thread j < D owns element j of the row's output; the others, for D = 80, only take part in
+// the warps' sums).
 template <int D>
 static __device__ __forceinline__ void attn_prefill_f16ref(
     const float *__restrict__ q, const uint16_t *__restrict__ kc, const uint16_t *__restrict__ vc,
     const uint32_t *__restrict__ pos, float *__restrict__ out, int n_q, int n_head, int n_kv_head,
     int n_ctx, float scale) {
-    static_assert(D % 64 == 0 && D <= 128, "dot_f16 order: 64 or 128");
     __shared__ float prod[2][D];
-    const int t = blockIdx.x, h = blockIdx.y, j = threadIdx.x;
+    const int t = blockIdx.x, h = blockIdx.y;
     const int g = h / (n_head / n_kv_head);
-    const int lane = j % WARP_SIZE;
+    const int lane = threadIdx.x % WARP_SIZE;
+    const bool own = threadIdx.x < D;
+    const int j = own ? threadIdx.x : 0; // an element the idle threads read harmlessly
     const size_t row = ((size_t)t * n_head + h) * D;
     const float qj = __half2float(__float2half_rn(q[row + j]));
     const uint16_t *kh = kc + (size_t)g * n_ctx * D;
@@ -437,7 +474,9 @@ static __device__ __forceinline__ void attn_prefill_f16ref(
     const int n_keys = (int)pos[t] + 1;
     for (int key = 0; key < n_keys; ++key) {
         float *buf = prod[key % 2]; // alternating buffers: one barrier a key
-        buf[j] = qj * f16_bits_to_f32(kh[(size_t)key * D + j]); // exact: f16 × f16
+        if (own) {
+            buf[j] = qj * f16_bits_to_f32(kh[(size_t)key * D + j]); // exact: f16 × f16
+        }
         __syncthreads();
         const float s = __fmul_rn(dot_f16_order<D>(buf, lane), scale); // not fused below
         float ms = 1.0f, vs = 1.0f;
@@ -452,7 +491,9 @@ static __device__ __forceinline__ void attn_prefill_f16ref(
         acc = __float2half_rn(__fmaf_rn(v, vs, __half2float(acc)));
         l = __fmaf_rn(l, ms, vs);
     }
-    out[row + j] = __half2float(acc) * (1.0f / l);
+    if (own) {
+        out[row + j] = __half2float(acc) * (1.0f / l);
+    }
 }
 
 // The CPU's f32 attention (crates/cpu/src/attention.rs, for ubatches of 64 rows and more):
@@ -534,9 +575,10 @@ static __device__ __forceinline__ void attn_prefill_f32ref(
         }
     }
     const float inv = __fdiv_rn(1.0f, sum);
-    float o[D / WARP_SIZE];
+    typedef LaneDims<D> L;
+    float o[L::N];
 #pragma unroll
-    for (int j = 0; j < D / WARP_SIZE; ++j) {
+    for (int j = 0; j < L::N; ++j) {
         o[j] = 0.0f;
     }
     for (int k0 = 0; k0 < r.n_keys; k0 += 4) {
@@ -545,14 +587,18 @@ static __device__ __forceinline__ void attn_prefill_f32ref(
             const float wg = __shfl_sync(FULL_MASK, wk, 8 * g);
             const uint16_t *vr = vh + (size_t)(k0 + g) * D;
 #pragma unroll
-            for (int j = 0; j < D / WARP_SIZE; ++j) {
-                o[j] = __fadd_rn(o[j], __fmul_rn(wg, f16_bits_to_f32(vr[lane + WARP_SIZE * j])));
+            for (int j = 0; j < L::N; ++j) {
+                if (L::in_row(lane + WARP_SIZE * j)) {
+                    o[j] = __fadd_rn(o[j], __fmul_rn(wg, f16_bits_to_f32(vr[lane + WARP_SIZE * j])));
+                }
             }
         }
     }
 #pragma unroll
-    for (int j = 0; j < D / WARP_SIZE; ++j) {
-        out[row + lane + WARP_SIZE * j] = o[j];
+    for (int j = 0; j < L::N; ++j) {
+        if (L::in_row(lane + WARP_SIZE * j)) {
+            out[row + lane + WARP_SIZE * j] = o[j];
+        }
     }
 }
 
@@ -585,8 +631,14 @@ static __device__ __forceinline__ void attn_prefill_f32ref(
         attn_prefill<D, KvF16>(q, kc, vc, pos, out, n_q, n_head, n_kv_head, n_ctx, scale);        \
     }
 
+// Every head size the CPU runs, to 256 (llama-family tiny 32, Qwen-style and Phi 80, 96,
+// Gemma 3's 256); ops/attention.rs's ATTN_HEAD_DIMS lists them.
+ATTN_INSTANCES(32)
 ATTN_INSTANCES(64)
+ATTN_INSTANCES(80)
+ATTN_INSTANCES(96)
 ATTN_INSTANCES(128)
+ATTN_INSTANCES(256)
 
 // Flash-decoding and the scalar prefill over a quantized cache (NAME: q8_0, q4_0).
 #define ATTN_QUANT_INSTANCES(NAME, TYPE, D)                                                      \
@@ -606,22 +658,32 @@ ATTN_INSTANCES(128)
                                         scale);                                                  \
     }
 
-ATTN_QUANT_INSTANCES(q8_0, GGML_TYPE_Q8_0, 64)
-ATTN_QUANT_INSTANCES(q8_0, GGML_TYPE_Q8_0, 128)
-ATTN_QUANT_INSTANCES(q4_0, GGML_TYPE_Q4_0, 64)
-ATTN_QUANT_INSTANCES(q4_0, GGML_TYPE_Q4_0, 128)
+// The head sizes whose rows are whole 32-element blocks (not 80: KvCache::new refuses a
+// quantized cache for it, as the CPU's KvType::check does).
+#define ATTN_QUANT_HEADS(NAME, TYPE)                                                             \
+    ATTN_QUANT_INSTANCES(NAME, TYPE, 32)                                                         \
+    ATTN_QUANT_INSTANCES(NAME, TYPE, 64)                                                         \
+    ATTN_QUANT_INSTANCES(NAME, TYPE, 96)                                                         \
+    ATTN_QUANT_INSTANCES(NAME, TYPE, 128)                                                        \
+    ATTN_QUANT_INSTANCES(NAME, TYPE, 256)
+ATTN_QUANT_HEADS(q8_0, GGML_TYPE_Q8_0)
+ATTN_QUANT_HEADS(q4_0, GGML_TYPE_Q4_0)
+
 // Flash-decoding by KV group (f16 cache), pass 1 and the fused combine: the G = n_head /
 // n_kv_head query heads that share a KV head read its keys and values once, a block per (split,
 // KV head, query row). The walk is bound by memory latency, so K and V come into shared memory
-// by cp.async, ATTN_GROUP_TILE keys a tile, ATTN_GROUP_STAGES tiles in flight, while the block
-// works on an earlier tile:
+// by cp.async, ATTN_GROUP_TILE keys a tile, ATTN_GROUP_STAGES tiles in flight (two for heads
+// over 128: three tiles of 256 and 8 heads a group would take 105 KiB, past the 99 KiB a block
+// gets on sm_86/sm_89), while the block works on an earlier tile:
 // - scores: thread (key, part) dots a quarter of the key's row (16-byte chunks part + 4j) with
-//   all G queries, and two shuffles add the quarters; K rows are stored with chunk bit 2 flipped
-//   on odd keys, so the eight lanes of a shared-memory phase hit eight bank groups;
+//   all G queries, and two shuffles add the quarters; where a row is whole 128-byte lines (D a
+//   multiple of 64), K rows are stored with chunk bit 2 flipped on odd keys, so the eight lanes
+//   of a shared-memory phase hit eight bank groups;
 // - softmax and V: a warp a head (G >= 4; heads w and w + 4 for G = 8) or, for G < 4, 4 / G
-//   warps a head, each a contiguous share of the tile's keys; a lane holds D / 32 elements of
-//   the head's output, reads a V row a key and takes the key's weight by a shuffle. Warps that
-//   share a head merge at the end, in warp order.
+//   warps a head, each a contiguous share of the tile's keys; a lane holds ceil(D / 32)
+//   consecutive elements of the head's output (LaneDims), reads its share of a V row a key and
+//   takes the key's weight by a shuffle. Warps that share a head merge at the end, in warp
+//   order.
 // Against attn_decode_split (a key per warp step, one query head a block): the same formula,
 // f32 sums in another order. Partials as attn_decode_split writes them (per query head), so
 // attn_decode_combine and combine_heads serve both; with `done`, the group's last block
@@ -632,9 +694,11 @@ ATTN_QUANT_INSTANCES(q4_0, GGML_TYPE_Q4_0, 128)
 
 template <int D, int G> struct GroupLayout {
     static constexpr int CHUNKS = D / 8;                       // 16-byte chunks a row
+    static constexpr int SWIZZLE = CHUNKS % 8 == 0 ? 4 : 0;    // K's chunk flip on odd keys
     static constexpr int TILE_BYTES = ATTN_GROUP_TILE * D * 2; // K or V of one tile
     static constexpr int STAGE_BYTES = 2 * TILE_BYTES;
-    static constexpr int Q_OFFSET = ATTN_GROUP_STAGES * STAGE_BYTES;
+    static constexpr int STAGES = D > 128 ? 2 : ATTN_GROUP_STAGES; // tiles in flight
+    static constexpr int Q_OFFSET = STAGES * STAGE_BYTES;
     static constexpr int S_OFFSET = Q_OFFSET + G * D * 4;
     static constexpr int BYTES = S_OFFSET + G * ATTN_GROUP_TILE * 4;
     // Warps a head (each a share of a tile's keys) and heads a warp.
@@ -652,6 +716,7 @@ static __device__ __forceinline__ void group_load_tile(char *smem, const uint16_
     typedef GroupLayout<D, G> L;
     char *sk = smem + stage * L::STAGE_BYTES, *sv = sk + L::TILE_BYTES;
     constexpr int PER_TENSOR = ATTN_GROUP_TILE * L::CHUNKS;
+    static_assert(2 * PER_TENSOR % (ATTN_NWARPS * WARP_SIZE) == 0, "whole copy rounds");
 #pragma unroll
     for (int it = 0; it < 2 * PER_TENSOR / (ATTN_NWARPS * WARP_SIZE); ++it) {
         const int idx = threadIdx.x + it * ATTN_NWARPS * WARP_SIZE;
@@ -660,7 +725,7 @@ static __device__ __forceinline__ void group_load_tile(char *smem, const uint16_
         const int r = rem / L::CHUNKS, c = rem % L::CHUNKS;
         const bool live = r < n;
         const uint16_t *src = (is_v ? vh : kh) + (size_t)(base + (live ? r : 0)) * D + 8 * c;
-        const int pc = is_v ? c : c ^ ((r & 1) << 2);
+        const int pc = is_v ? c : c ^ ((r & 1) * L::SWIZZLE);
         cp_async16((is_v ? sv : sk) + (r * L::CHUNKS + pc) * 16, src, live ? 16 : 0);
     }
 }
@@ -672,8 +737,7 @@ static __device__ __forceinline__ void attn_decode_group(
     float *__restrict__ part_acc, int *__restrict__ done, float *__restrict__ out, int n_head,
     int n_ctx, float scale) {
     typedef GroupLayout<D, G> L;
-    constexpr int DL = D / WARP_SIZE; // output elements a lane holds
-    static_assert(DL == 2 || DL == 4, "head sizes 64 and 128");
+    constexpr int DL = LaneDims<D>::N; // output elements a lane holds
     static_assert(ATTN_NWARPS == 4 && ATTN_GROUP_TILE == 32, "thread (key, part) per tile");
     extern __shared__ __align__(16) char smem[];
     float *sq = (float *)(smem + L::Q_OFFSET);
@@ -688,7 +752,7 @@ static __device__ __forceinline__ void attn_decode_group(
     const uint16_t *kh = kc + (size_t)g * n_ctx * D;
     const uint16_t *vh = vc + (size_t)g * n_ctx * D;
 #pragma unroll
-    for (int s = 0; s < ATTN_GROUP_STAGES - 1; ++s) {
+    for (int s = 0; s < L::STAGES - 1; ++s) {
         if (s < n_tiles) {
             const int base = k0 + s * ATTN_GROUP_TILE;
             group_load_tile<D, G>(smem, kh, vh, base, min(ATTN_GROUP_TILE, k1 - base), s);
@@ -712,18 +776,18 @@ static __device__ __forceinline__ void attn_decode_group(
     }
     const int key = threadIdx.x / 4, part = threadIdx.x % 4; // the scores' thread roles
     for (int it = 0; it < n_tiles; ++it) {
-        cp_async_wait<ATTN_GROUP_STAGES - 2>(); // this thread's copies of tile it
+        cp_async_wait<L::STAGES - 2>(); // this thread's copies of tile it
         __syncthreads(); // everyone's; and tile it - 1's stage is free to refill
         {
-            const int nt = it + ATTN_GROUP_STAGES - 1;
+            const int nt = it + L::STAGES - 1;
             if (nt < n_tiles) {
                 const int base = k0 + nt * ATTN_GROUP_TILE;
                 group_load_tile<D, G>(smem, kh, vh, base, min(ATTN_GROUP_TILE, k1 - base),
-                                      nt % ATTN_GROUP_STAGES);
+                                      nt % L::STAGES);
             }
             cp_async_commit();
         }
-        const char *sk = smem + (it % ATTN_GROUP_STAGES) * L::STAGE_BYTES;
+        const char *sk = smem + (it % L::STAGES) * L::STAGE_BYTES;
         const uint16_t *sv = (const uint16_t *)(sk + L::TILE_BYTES);
         const int base = k0 + it * ATTN_GROUP_TILE, n_live = min(ATTN_GROUP_TILE, k1 - base);
         // Scores (every lane computes, so the shuffles see the whole warp; dead keys unused).
@@ -733,10 +797,13 @@ static __device__ __forceinline__ void attn_decode_group(
             s[i] = 0.0f;
         }
 #pragma unroll
-        for (int j = 0; j < L::CHUNKS / 4; ++j) {
+        for (int j = 0; j < (L::CHUNKS + 3) / 4; ++j) {
             const int c = part + 4 * j;
+            if (L::CHUNKS % 4 != 0 && c >= L::CHUNKS) {
+                break; // D = 80: the row's last round has two chunks
+            }
             const uint4 w =
-                *(const uint4 *)(sk + (key * L::CHUNKS + (c ^ ((key & 1) << 2))) * 16);
+                *(const uint4 *)(sk + (key * L::CHUNKS + (c ^ ((key & 1) * L::SWIZZLE))) * 16);
             const uint32_t words[4] = {w.x, w.y, w.z, w.w};
             float kf[8];
 #pragma unroll
@@ -782,13 +849,13 @@ static __device__ __forceinline__ void attn_decode_group(
             m[u] = m_new;
             // Eight keys at a time, their rows and weights fetched before the FMAs (a
             // latency chain a key otherwise); keys in order either way.
-            const uint16_t *vbase = sv + kw0 * D + lane * DL;
+            const uint16_t *vrows = sv + kw0 * D;
             int kk = 0;
             for (; kk + 8 <= nk; kk += 8) {
                 float vf[8][DL], pk[8];
 #pragma unroll
                 for (int e = 0; e < 8; ++e) {
-                    v_row_f16<DL>(vbase + (kk + e) * D, vf[e]);
+                    v_row_f16<D>(vrows + (kk + e) * D, lane, vf[e]);
                     pk[e] = __shfl_sync(FULL_MASK, p, kk + e);
                 }
 #pragma unroll
@@ -801,7 +868,7 @@ static __device__ __forceinline__ void attn_decode_group(
             }
             for (; kk < nk; ++kk) {
                 float vf[DL];
-                v_row_f16<DL>(vbase + kk * D, vf);
+                v_row_f16<D>(vrows + kk * D, lane, vf);
                 const float pk = __shfl_sync(FULL_MASK, p, kk);
 #pragma unroll
                 for (int j = 0; j < DL; ++j) {
@@ -823,7 +890,9 @@ static __device__ __forceinline__ void attn_decode_group(
         }
 #pragma unroll
         for (int j = 0; j < DL; ++j) {
-            sacc[(warp * L::HW + u) * D + lane * DL + j] = acc[u][j];
+            if (LaneDims<D>::in_row(lane * DL + j)) {
+                sacc[(warp * L::HW + u) * D + lane * DL + j] = acc[u][j];
+            }
         }
     }
     __syncthreads();
@@ -846,13 +915,17 @@ static __device__ __forceinline__ void attn_decode_group(
                 ll += sl[w] * f;
 #pragma unroll
                 for (int j = 0; j < DL; ++j) {
-                    a[j] += sacc[w * D + lane * DL + j] * f;
+                    if (LaneDims<D>::in_row(lane * DL + j)) {
+                        a[j] += sacc[w * D + lane * DL + j] * f;
+                    }
                 }
             }
             const size_t pidx = ((size_t)t * n_head + h0 + hi) * n_split + split;
 #pragma unroll
             for (int j = 0; j < DL; ++j) {
-                part_acc[pidx * D + lane * DL + j] = a[j];
+                if (LaneDims<D>::in_row(lane * DL + j)) {
+                    part_acc[pidx * D + lane * DL + j] = a[j];
+                }
             }
             if (lane == 0) {
                 part_m[pidx] = mm; // -inf for an empty split
@@ -898,5 +971,9 @@ static __device__ __forceinline__ void attn_decode_group(
     ATTN_GROUP_INSTANCE(D, 2)                                                                     \
     ATTN_GROUP_INSTANCE(D, 4)                                                                     \
     ATTN_GROUP_INSTANCE(D, 8)
+ATTN_GROUP_INSTANCES(32)
 ATTN_GROUP_INSTANCES(64)
+ATTN_GROUP_INSTANCES(80)
+ATTN_GROUP_INSTANCES(96)
 ATTN_GROUP_INSTANCES(128)
+ATTN_GROUP_INSTANCES(256)

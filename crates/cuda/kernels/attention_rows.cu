@@ -16,9 +16,10 @@
 // Paging the cache later changes only how kv[] turns a position into an address.
 //
 // The arithmetic per row is flash-decoding's (f16 keys dotted a lane per key with the G query
-// heads of a KV head, the warp's online softmax per 32 keys, V rows a lane per D / 32 elements,
-// warps merged, the group's last split block combining the splits in order): a row's bits
-// depend on its own query, cache and split count only, never on the other rows.
+// heads of a KV head, the warp's online softmax per 32 keys, V rows a lane per ceil(D / 32)
+// elements (common.cuh's LaneDims), warps merged, the group's last split block combining the
+// splits in order): a row's bits depend on its own query, cache and split count only, never on
+// the other rows.
 #include "common.cuh"
 
 #define ROWS_NWARPS 4
@@ -79,8 +80,7 @@ static __device__ __forceinline__ void attn_decode_rows(
     const float *__restrict__ q, const unsigned long long *__restrict__ kv,
     const int *__restrict__ meta, const unsigned long long *__restrict__ work,
     const uint32_t *__restrict__ pos, float *__restrict__ out, int n_head, float scale) {
-    constexpr int DL = D / WARP_SIZE; // V elements a lane holds
-    static_assert(DL == 2 || DL == 4, "head sizes 64 and 128");
+    constexpr int DL = LaneDims<D>::N; // V elements a lane holds
     const int n_rows = gridDim.z;
     const int split = blockIdx.x, g = blockIdx.y, t = blockIdx.z;
     const int n_split = meta[n_rows + t];
@@ -174,7 +174,7 @@ static __device__ __forceinline__ void attn_decode_rows(
 #pragma unroll 4
         for (int kk = 0; kk < nk; ++kk) {
             float vf[DL];
-            v_row_f16<DL>(vh + (size_t)(base + kk) * D + lane * DL, vf);
+            v_row_f16<D>(vh + (size_t)(base + kk) * D, lane, vf);
 #pragma unroll
             for (int i = 0; i < G; ++i) {
                 const float pk = __shfl_sync(FULL_MASK, p[i], kk);
@@ -194,7 +194,9 @@ static __device__ __forceinline__ void attn_decode_rows(
         }
 #pragma unroll
         for (int j = 0; j < DL; ++j) {
-            sacc[warp][i][lane * DL + j] = acc[i][j];
+            if (LaneDims<D>::in_row(lane * DL + j)) {
+                sacc[warp][i][lane * DL + j] = acc[i][j];
+            }
         }
     }
     __syncthreads();
@@ -260,5 +262,11 @@ static __device__ __forceinline__ void attn_decode_rows(
     ROWS_INSTANCE(D, 6)                                                                           \
     ROWS_INSTANCE(D, 7)                                                                           \
     ROWS_INSTANCE(D, 8)
+// Every head size of ops/attention.rs's ATTN_HEAD_DIMS (static shared memory: at 256 and 8
+// heads a group, 40 KiB of the 48).
+ROWS_INSTANCES(32)
 ROWS_INSTANCES(64)
+ROWS_INSTANCES(80)
+ROWS_INSTANCES(96)
 ROWS_INSTANCES(128)
+ROWS_INSTANCES(256)

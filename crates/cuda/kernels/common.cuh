@@ -30,19 +30,40 @@ static __device__ __forceinline__ uint16_t f32_to_f16_bits(float x) {
     return __half_as_ushort(__float2half_rn(x));
 }
 
-// DL (2 or 4) consecutive f16 elements at r (a lane's share of a V row, in global or shared
-// memory, 4- or 8-byte aligned), as f32.
-template <int DL> static __device__ __forceinline__ void v_row_f16(const uint16_t *r, float *out) {
-    if constexpr (DL == 4) {
-        const uint2 w = *(const uint2 *)r;
-        out[0] = f16_bits_to_f32((uint16_t)(w.x & 0xffff));
-        out[1] = f16_bits_to_f32((uint16_t)(w.x >> 16));
-        out[2] = f16_bits_to_f32((uint16_t)(w.y & 0xffff));
-        out[3] = f16_bits_to_f32((uint16_t)(w.y >> 16));
-    } else {
+// A row of D elements shared by the 32 lanes of a warp: each lane holds N = ceil(D / 32) of them
+// (lane + 32 i, or lane * N + i, as the kernel lays them out). For a D that is not a multiple of
+// 32 (80) some slots fall past the row: in_row says which exist; the others are never read or
+// written (their values stay zero).
+template <int D> struct LaneDims {
+    static constexpr int N = (D + WARP_SIZE - 1) / WARP_SIZE;
+    static __device__ __forceinline__ bool in_row(int j) { return D % WARP_SIZE == 0 || j < D; }
+};
+
+// A lane's share of a V row of D f16 elements (row: its first element, in global or shared
+// memory, 4-byte aligned), as f32: the N consecutive elements from lane * N, zeros past the row.
+// Whole shares (D a multiple of 64) load 8 or 4 bytes at a time.
+template <int D>
+static __device__ __forceinline__ void v_row_f16(const uint16_t *row, int lane, float *out) {
+    constexpr int N = LaneDims<D>::N;
+    const uint16_t *r = row + lane * N;
+    if constexpr (D % WARP_SIZE == 0 && N % 4 == 0) {
+#pragma unroll
+        for (int i = 0; i < N / 4; ++i) {
+            const uint2 w = ((const uint2 *)r)[i];
+            out[4 * i] = f16_bits_to_f32((uint16_t)(w.x & 0xffff));
+            out[4 * i + 1] = f16_bits_to_f32((uint16_t)(w.x >> 16));
+            out[4 * i + 2] = f16_bits_to_f32((uint16_t)(w.y & 0xffff));
+            out[4 * i + 3] = f16_bits_to_f32((uint16_t)(w.y >> 16));
+        }
+    } else if constexpr (D % WARP_SIZE == 0 && N == 2) {
         const uint32_t w = *(const uint32_t *)r;
         out[0] = f16_bits_to_f32((uint16_t)(w & 0xffff));
         out[1] = f16_bits_to_f32((uint16_t)(w >> 16));
+    } else {
+#pragma unroll
+        for (int i = 0; i < N; ++i) {
+            out[i] = LaneDims<D>::in_row(lane * N + i) ? f16_bits_to_f32(r[i]) : 0.0f;
+        }
     }
 }
 

@@ -34,12 +34,12 @@ extern "C" __global__ void swiglu_f32(float *__restrict__ gate, const float *__r
 }
 
 // The Walsh-Hadamard rotation of a quantized KV cache (crates/cpu/src/hadamard.rs, ggml's
-// ggml_compute_forward_fwht): each chunk of n (a power of two, 64 or 128) scaled by 1/sqrt(n),
+// ggml_compute_forward_fwht): each chunk of n (a power of two, 64 to 256) scaled by 1/sqrt(n),
 // then butterflies (u, v) -> (u + v, u - v) over strides 1, 2, .. n/2, in place, in the CPU's
 // roundings. A block of n threads per chunk (thread j owns element j), grid: the chunks.
 extern "C" __global__ void hadamard_f32(float *__restrict__ x, float scale, int n) {
     dependent_launch_entry();
-    __shared__ float s[128];
+    __shared__ float s[256];
     float *row = x + (size_t)blockIdx.x * n;
     const int j = threadIdx.x;
     s[j] = __fmul_rn(row[j], scale);

@@ -42,6 +42,13 @@ static __device__ __forceinline__ void fa_ldmatrix_x4(uint32_t r[4], uint32_t ad
                  : "r"(addr));
 }
 
+// Two 8×8 b16 matrices: lanes 0-7 and 8-15 give the row addresses (the others' are unused).
+static __device__ __forceinline__ void fa_ldmatrix_x2(uint32_t r[2], uint32_t addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n"
+                 : "=r"(r[0]), "=r"(r[1])
+                 : "r"(addr));
+}
+
 static __device__ __forceinline__ void fa_ldmatrix_x4_trans(uint32_t r[4], uint32_t addr) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
@@ -92,7 +99,8 @@ static __device__ __forceinline__ void flash_prefill(
     int n_ctx, float scale) {
     constexpr int STRIDE = D + FA_PAD; // halves per shared row
     constexpr int TILE = FA_BK * STRIDE;
-    constexpr int DK = D / 16;      // k-steps of S = Q·Kᵀ
+    static_assert(D % 16 == 0 && D <= 128, "whole k-steps; O and Q fit the registers to 128");
+    constexpr int DK = D / 16;      // k-steps of S = Q·Kᵀ (odd for D = 80)
     constexpr int DN = D / 8;       // 8-wide column tiles of O
     constexpr int KN = FA_BK / 8;   // 8-key column tiles of S
     constexpr int KC = FA_BK / 16;  // 16-key k-steps of O += P·V
@@ -175,7 +183,8 @@ static __device__ __forceinline__ void flash_prefill(
         const uint16_t *vs = ks + TILE;
 
         // S = Q·Kᵀ: 16 rows × FA_BK keys per warp. One ldmatrix.x4 gives the B fragments of two
-        // k-steps of one 8-key tile (K rows are the B columns, so no transpose).
+        // k-steps of one 8-key tile (K rows are the B columns, so no transpose); an odd last
+        // k-step (D = 80) takes an x2.
         float s[KN][4];
 #pragma unroll
         for (int j = 0; j < KN; ++j) {
@@ -184,12 +193,18 @@ static __device__ __forceinline__ void flash_prefill(
                 s[j][e] = 0.0f;
             }
 #pragma unroll
-            for (int kk = 0; kk < DK; kk += 2) {
+            for (int kk = 0; kk + 1 < DK; kk += 2) {
                 uint32_t b[4];
                 fa_ldmatrix_x4(b, fa_smem(ks + (8 * j + lane % 8) * STRIDE + 16 * kk +
                                           8 * (lane / 8)));
                 fa_mma(s[j], qf[kk], b[0], b[1]);
                 fa_mma(s[j], qf[kk + 1], b[2], b[3]);
+            }
+            if constexpr (DK % 2 != 0) {
+                uint32_t b[2];
+                fa_ldmatrix_x2(b, fa_smem(ks + (8 * j + lane % 8) * STRIDE + 16 * (DK - 1) +
+                                          8 * (lane / 8 % 2)));
+                fa_mma(s[j], qf[DK - 1], b[0], b[1]);
             }
         }
         // Causal mask: element e of tile j is row g + 8(e / 2), key k0 + 8j + 2t4 + e % 2.
@@ -283,5 +298,10 @@ static __device__ __forceinline__ void flash_prefill(
         flash_prefill<D>(q, kc, vc, pos, out, n_q, n_head, n_kv_head, n_ctx, scale);              \
     }
 
+// Head sizes to 128 (ops/attention.rs's MMA_HEAD_DIMS); at 256 the Q fragments and the O
+// accumulator alone would take 192 registers a thread, so the plan runs the scalar prefill.
+FLASH_INSTANCE(32)
 FLASH_INSTANCE(64)
+FLASH_INSTANCE(80)
+FLASH_INSTANCE(96)
 FLASH_INSTANCE(128)

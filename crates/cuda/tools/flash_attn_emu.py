@@ -1,5 +1,6 @@
-"""Lane-level host emulation of kernels/flash_attn.cu, for checking its fragment indexing
-without a GPU: `python3 crates/cuda/tools/flash_attn_emu.py` (numpy only).
+"""Lane-level host emulation of kernels/flash_attn.cu, for checking its fragment indexing at every
+head size it takes (32, 64, 80, 96, 128) without a GPU: `python3 crates/cuda/tools/flash_attn_emu.py`
+(numpy only).
 
 ldmatrix and mma.m16n8k16 are modelled from the PTX ISA's fragment layouts; the kernel body
 below mirrors the .cu index expressions one for one (keep them in step when the kernel
@@ -13,10 +14,11 @@ FA_NWARPS, FA_BK, FA_PAD = 4, 64, 8
 FA_BQ = 16 * FA_NWARPS
 f16 = lambda x: np.float32(np.float16(x))
 
-def ldmatrix(smem, addrs, trans):
-    # addrs[lane] = half offset of row (lane%8) of matrix lane//8. Returns r[lane][4] of (lo, hi).
-    out = [[None]*4 for _ in range(32)]
-    for mtx in range(4):
+def ldmatrix(smem, addrs, trans, n_mtx=4):
+    # addrs[lane] = half offset of row (lane%8) of matrix lane//8 (lanes past 8·n_mtx unused).
+    # Returns r[lane][n_mtx] of (lo, hi).
+    out = [[None]*n_mtx for _ in range(32)]
+    for mtx in range(n_mtx):
         rows = [smem[addrs[8*mtx + i]: addrs[8*mtx + i] + 8] for i in range(8)]
         M = np.array(rows)  # M[row][col]
         for T in range(32):
@@ -92,10 +94,13 @@ def kernel(q, kc, vc, pos, out, n_q, n_head, n_kv, n_ctx, scale, D, bx, gx, by):
             L = [W[(warp, l)] for l in range(32)]
             s = [[[0.0]*4 for _ in range(32)] for _ in range(KN)]
             for j in range(KN):
-                for kk in range(0, DK, 2):
+                for kk in range(0, DK - 1, 2):
                     b = ldmatrix(smem, [ks + (8*j + l % 8) * STRIDE + 16*kk + 8*(l//8) for l in range(32)], False)
                     mma(s[j], [L[l]['qf'][kk] for l in range(32)], [b[l][0] for l in range(32)], [b[l][1] for l in range(32)])
                     mma(s[j], [L[l]['qf'][kk+1] for l in range(32)], [b[l][2] for l in range(32)], [b[l][3] for l in range(32)])
+                if DK % 2:  # an odd last k-step (D 80): ldmatrix.x2
+                    b = ldmatrix(smem, [ks + (8*j + l % 8) * STRIDE + 16*(DK-1) + 8*((l//8) % 2) for l in range(32)], False, 2)
+                    mma(s[j], [L[l]['qf'][DK-1] for l in range(32)], [b[l][0] for l in range(32)], [b[l][1] for l in range(32)])
             for l in range(32):
                 st = L[l]; t4 = l % 4
                 if k0 + FA_BK > all_see:
@@ -164,4 +169,7 @@ def check(n_head, n_kv, D, n_ctx, n_pos, n_q):
 
 ok = check(6, 2, 64, 160, 77, 37)  # prefix 40, group 3, ragged
 ok &= check(2, 1, 128, 200, 150, 70)  # prefix 80, group 2, D 128, 3 tiles
+ok &= check(3, 1, 80, 160, 100, 40)  # D 80: an odd number of k-steps, group 3
+ok &= check(2, 2, 32, 160, 130, 70)  # D 32: one x4 a key tile
+ok &= check(2, 1, 96, 160, 90, 30)  # D 96
 raise SystemExit(0 if ok else 1)

@@ -280,10 +280,12 @@ impl CudaBackend {
         self.k.attention.store(kv, k, v, positions)?;
         let n_head = shape.n_head;
         let a = &self.k.attention;
-        match self
-            .plan
-            .attention(positions.len(), kv.format, n_head / kv.n_kv_head)
-        {
+        match self.plan.attention(
+            positions.len(),
+            kv.format,
+            n_head / kv.n_kv_head,
+            kv.head_dim,
+        ) {
             Attn::Decode {
                 fused_combine,
                 grouped,

@@ -1,5 +1,6 @@
-//! `kernels/attention.cu`: the KV cache (f16, or q8_0/q4_0 blocks: [`KvFormat`]), flash-decoding, the scalar tiled prefill, and the
-//! prefills in the CPU's arithmetic for short ubatches (ggml's, and the CPU's f32 order);
+//! `kernels/attention.cu`: the KV store (into `kv_cache.rs`'s [`KvCache`]), flash-decoding,
+//! the scalar tiled prefill, and the prefills in the CPU's arithmetic for short ubatches
+//! (ggml's, and the CPU's f32 order);
 //! `kernels/flash_attn.cu`: the tensor-core prefill. Which one runs a ubatch, and whether
 //! decode combines its splits in the split kernel, is the plan's (`Plan::attention`).
 //!
@@ -8,6 +9,7 @@
 //! same reason (each split takes `ceil(n_keys / n_split)` keys, computed on the device).
 
 use super::int;
+use super::kv_cache::{KvCache, KvFormat};
 use super::launch::Launcher;
 use crate::device::CudaDevice;
 use crate::error::{CudaError, DriverContext, Result};
@@ -17,8 +19,16 @@ use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig};
 
 /// Warps per attention block (the kernel's ATTN_NWARPS).
 const NWARPS: usize = 4;
-/// Head sizes with a kernel instance.
-pub const ATTN_HEAD_DIMS: [usize; 2] = [64, 128];
+/// Head sizes with a kernel instance: every one the CPU runs, to 256 (the tiny llama-family
+/// goldens' 32, 64, Qwen-style and Phi's 80, 96, 128, Gemma 3's 256). Each family takes them
+/// all (decode split and by KV group, the batched rows, the scalar, F16Ref and F32Ref
+/// prefills), except the block caches (whole 32-element blocks: not 80) and the tensor-core
+/// prefill ([`MMA_HEAD_DIMS`]).
+pub const ATTN_HEAD_DIMS: [usize; 6] = [32, 64, 80, 96, 128, 256];
+/// Head sizes of the tensor-core prefill: at 256 its Q fragments and O accumulator would not
+/// fit a thread's registers, and the plan runs the scalar prefill instead
+/// (`Plan::prefill_kernel`).
+pub const MMA_HEAD_DIMS: [usize; 5] = [32, 64, 80, 96, 128];
 /// Query heads per KV head that `attn_decode_group_*` has instances for.
 pub const ATTN_GROUPS: [usize; 4] = [1, 2, 4, 8];
 /// The most flash-decoding splits: the combine keeps a weight a split per head in shared
@@ -32,13 +42,15 @@ const FA_BK: usize = 64;
 const FA_STAGES: usize = 2;
 const FA_PAD: usize = 8;
 
-/// attention.cu's grouped decode kernel: ATTN_GROUP_STAGES stages of a K and a V tile of
+/// attention.cu's grouped decode kernel: ATTN_GROUP_STAGES stages (two for heads over 128, so
+/// that 256 with 8 heads a group fits sm_86/sm_89's 99 KiB a block) of a K and a V tile of
 /// ATTN_GROUP_TILE f16 rows, then the G queries and the tile's G × ATTN_GROUP_TILE scores (f32).
 const GROUP_STAGES: usize = 3;
 const GROUP_TILE: usize = 32;
 
 fn group_smem_bytes(head_dim: usize, group: usize) -> usize {
-    GROUP_STAGES * 2 * GROUP_TILE * head_dim * 2 + group * head_dim * 4 + group * GROUP_TILE * 4
+    let stages = if head_dim > 128 { 2 } else { GROUP_STAGES };
+    stages * 2 * GROUP_TILE * head_dim * 2 + group * head_dim * 4 + group * GROUP_TILE * 4
 }
 
 fn flash_smem_bytes(head_dim: usize) -> usize {
@@ -62,102 +74,6 @@ pub enum PrefillKernel {
 
 /// Warps a block of attn_prefill_f32ref (the kernel's F32REF_WARPS), one per (row, head).
 const F32REF_WARPS: usize = 4;
-
-/// The KV cache's element type on the device (`-ctk`/`-ctv`, one type for both).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum KvFormat {
-    #[default]
-    F16,
-    /// quant.cuh's `block_q8_0`: an f16 scale and 32 codes, 34 bytes.
-    Q8_0,
-    /// quant.cuh's `block_q4_0`: an f16 scale and 32 nibbles, 18 bytes.
-    Q4_0,
-}
-
-impl KvFormat {
-    const ALL: [KvFormat; 3] = [KvFormat::F16, KvFormat::Q8_0, KvFormat::Q4_0];
-
-    /// llama.cpp's name.
-    pub fn name(self) -> &'static str {
-        match self {
-            KvFormat::F16 => "f16",
-            KvFormat::Q8_0 => "q8_0",
-            KvFormat::Q4_0 => "q4_0",
-        }
-    }
-
-    pub fn is_quantized(self) -> bool {
-        self != KvFormat::F16
-    }
-
-    /// Bytes of a row of `elems` elements (a multiple of 32 for the block formats).
-    pub fn row_bytes(self, elems: usize) -> usize {
-        match self {
-            KvFormat::F16 => 2 * elems,
-            KvFormat::Q8_0 => elems / 32 * 34,
-            KvFormat::Q4_0 => elems / 32 * 18,
-        }
-    }
-
-    fn index(self) -> usize {
-        self as usize
-    }
-
-    /// The kernels' name infix: `attn_decode_split_q8_0_d64`; f16's have none.
-    fn infix(self) -> String {
-        match self {
-            KvFormat::F16 => String::new(),
-            q => format!("_{}", q.name()),
-        }
-    }
-}
-
-/// One layer's keys and values on the device as bytes of `format`, head-major
-/// `[n_kv_head][n_ctx][head_dim]` as the CPU's `LayerKv`.
-pub struct KvCache {
-    pub k: CudaSlice<u8>,
-    pub v: CudaSlice<u8>,
-    pub format: KvFormat,
-    pub n_ctx: usize,
-    pub n_kv_head: usize,
-    pub head_dim: usize,
-    /// llama.cpp's Walsh-Hadamard rotation of a quantized cache, as the CPU's `LayerKv`: k (and
-    /// q) rotated in chunks of `k_rot`, v in chunks of `v_rot` (and the output back); the
-    /// caller rotates (`Elementwise::hadamard`), the kernels see rotated values only.
-    pub k_rot: Option<usize>,
-    pub v_rot: Option<usize>,
-}
-
-impl KvCache {
-    pub fn new(
-        dev: &CudaDevice,
-        format: KvFormat,
-        n_ctx: usize,
-        n_kv_head: usize,
-        head_dim: usize,
-    ) -> Result<Self> {
-        if format.is_quantized() && !head_dim.is_multiple_of(32) {
-            return Err(CudaError::Invalid(format!(
-                "a {} KV cache needs a head size that is a multiple of 32, not {head_dim}",
-                format.name()
-            )));
-        }
-        let bytes = n_ctx * n_kv_head * format.row_bytes(head_dim);
-        // As ferrolm_cpu::hadamard: K in the largest power of two from 64 dividing head_dim,
-        // V in 64s, when 64 divides head_dim (head_dim is 64 or 128 here).
-        let rot = (format.is_quantized() && head_dim.is_multiple_of(64)).then_some(64);
-        Ok(Self {
-            k: dev.zeros(bytes)?,
-            v: dev.zeros(bytes)?,
-            format,
-            n_ctx,
-            n_kv_head,
-            head_dim,
-            k_rot: rot.map(|_| 1 << head_dim.trailing_zeros().min(7)),
-            v_rot: rot,
-        })
-    }
-}
 
 /// Per-split partial results of flash-decoding: room for `max_q` query rows of `n_head`
 /// heads, `n_split` splits each.
@@ -204,22 +120,39 @@ pub struct Attention {
     /// Per [`KvFormat`].
     kv_store: Vec<CudaFunction>,
     combine: CudaFunction,
-    /// Per [`KvFormat`], then per entry of ATTN_HEAD_DIMS.
-    decode: Vec<Vec<CudaFunction>>,
-    prefill: Vec<Vec<CudaFunction>>,
+    /// Per [`KvFormat`], then per entry of ATTN_HEAD_DIMS (`None`: a size the format cannot
+    /// hold).
+    decode: Vec<Vec<Option<CudaFunction>>>,
+    prefill: Vec<Vec<Option<CudaFunction>>>,
     /// Per entry of ATTN_HEAD_DIMS, then of ATTN_GROUPS (f16 caches only).
     decode_group: Vec<Vec<CudaFunction>>,
-    /// Per entry of ATTN_HEAD_DIMS (f16 caches only).
-    flash: Vec<CudaFunction>,
+    /// Per entry of ATTN_HEAD_DIMS (f16 caches only; `None` past MMA_HEAD_DIMS).
+    flash: Vec<Option<CudaFunction>>,
     prefill_f16ref: Vec<CudaFunction>,
     prefill_f32ref: Vec<CudaFunction>,
 }
 
-fn dim_index(head_dim: usize) -> Result<usize> {
+pub(super) fn dim_index(head_dim: usize) -> Result<usize> {
     ATTN_HEAD_DIMS
         .iter()
         .position(|&d| d == head_dim)
         .ok_or_else(|| CudaError::Invalid(format!("attention: no kernel for head_dim {head_dim}")))
+}
+
+/// The kernel of `cache`'s format and head size among `per_dim` (one format's, by
+/// ATTN_HEAD_DIMS).
+fn kernel_for<'a>(
+    per_dim: &'a [Option<CudaFunction>],
+    cache: &KvCache,
+    what: &str,
+) -> Result<&'a CudaFunction> {
+    per_dim[dim_index(cache.head_dim)?].as_ref().ok_or_else(|| {
+        CudaError::Invalid(format!(
+            "attention {what}: no {} kernel for head_dim {}",
+            cache.format.name(),
+            cache.head_dim
+        ))
+    })
 }
 
 /// Checks the shapes shared by decode and prefill; returns the number of query rows.
@@ -248,9 +181,23 @@ impl Attention {
                 .map(|d| f(format!("{stem}_d{d}")))
                 .collect()
         };
+        // The same for a cache format, at the sizes it holds.
+        let per_format = |stem: &str, q: KvFormat| -> Result<Vec<Option<CudaFunction>>> {
+            ATTN_HEAD_DIMS
+                .iter()
+                .map(|&d| {
+                    q.holds(d)
+                        .then(|| f(format!("{stem}{}_d{d}", q.infix())))
+                        .transpose()
+                })
+                .collect()
+        };
         let flash = ATTN_HEAD_DIMS
             .iter()
             .map(|&d| {
+                if !MMA_HEAD_DIMS.contains(&d) {
+                    return Ok(None);
+                }
                 let func = dev.function(&FLASH_ATTN, &format!("flash_attn_prefill_d{d}"))?;
                 // Above 48 KiB a block gets dynamic shared memory only when asked for.
                 func.set_attribute(
@@ -258,7 +205,7 @@ impl Attention {
                     int(flash_smem_bytes(d), "flash shared memory"),
                 )
                 .during("raising flash_attn_prefill's shared-memory limit")?;
-                Ok(func)
+                Ok(Some(func))
             })
             .collect::<Result<_>>()?;
         Ok(Self {
@@ -270,11 +217,11 @@ impl Attention {
             combine: f("attn_decode_combine".into())?,
             decode: KvFormat::ALL
                 .iter()
-                .map(|q| per_dim(&format!("attn_decode_split{}", q.infix())))
+                .map(|&q| per_format("attn_decode_split", q))
                 .collect::<Result<_>>()?,
             prefill: KvFormat::ALL
                 .iter()
-                .map(|q| per_dim(&format!("attn_prefill{}", q.infix())))
+                .map(|&q| per_format("attn_prefill", q))
                 .collect::<Result<_>>()?,
             decode_group: ATTN_HEAD_DIMS
                 .iter()
@@ -363,7 +310,7 @@ impl Attention {
         work: &mut DecodeWork,
         out: &mut CudaSlice<f32>,
     ) -> Result<()> {
-        let f = &self.decode[cache.format.index()][dim_index(cache.head_dim)?];
+        let f = kernel_for(&self.decode[cache.format.index()], cache, "decode")?;
         let n_q = query_rows(q.len(), out.len(), positions.len(), n_head, cache);
         assert!(
             n_q <= work.max_q && n_head == work.n_head && cache.head_dim == work.head_dim,
@@ -482,7 +429,7 @@ impl Attention {
         );
         let (f, cfg) = match kernel {
             PrefillKernel::Scalar => (
-                &self.prefill[cache.format.index()][di],
+                kernel_for(&self.prefill[cache.format.index()], cache, "prefill")?,
                 LaunchConfig {
                     grid_dim: (n_q.div_ceil(NWARPS) as u32, n_head as u32, 1),
                     block_dim: ((NWARPS * 32) as u32, 1, 1),
@@ -505,15 +452,23 @@ impl Attention {
                 &self.prefill_f16ref[di],
                 LaunchConfig {
                     grid_dim: (n_q as u32, n_head as u32, 1),
-                    block_dim: (cache.head_dim as u32, 1, 1),
+                    // Whole warps: its sums shuffle across every lane.
+                    block_dim: (cache.head_dim.next_multiple_of(32) as u32, 1, 1),
                     shared_mem_bytes: 0,
                 },
             ),
             PrefillKernel::Mma => {
                 let rows = n_q * (n_head / cache.n_kv_head);
                 let blocks = int(rows.div_ceil(FA_BQ), "flash blocks") as u32;
+                let Some(f) = &self.flash[di] else {
+                    return Err(CudaError::Invalid(format!(
+                        "attention: the tensor-core prefill takes head sizes {MMA_HEAD_DIMS:?}, \
+                         not {} (the plan runs the scalar one)",
+                        cache.head_dim
+                    )));
+                };
                 (
-                    &self.flash[di],
+                    f,
                     LaunchConfig {
                         grid_dim: (blocks, cache.n_kv_head as u32, 1),
                         block_dim: ((FA_NWARPS * 32) as u32, 1, 1),
@@ -553,17 +508,29 @@ mod tests {
         assert!(src.contains(&format!("#define F32REF_WARPS {F32REF_WARPS}")));
     }
 
-    /// Every format's kernels are instantiated in attention.cu under the names loaded.
+    /// Every kernel the launcher loads is instantiated in attention.cu / flash_attn.cu, at
+    /// every head size its table lists, and no block-cache kernel at a size blocks cannot hold.
     #[test]
-    fn every_kv_format_has_its_kernels() {
-        let src = crate::kernels::ATTENTION.source;
+    fn every_head_size_has_its_kernels() {
+        let (src, flash) = (crate::kernels::ATTENTION.source, FLASH_ATTN.source);
         for q in KvFormat::ALL {
             assert!(src.contains(&format!("kv_store_{}(", q.name())), "{q:?}");
-            if q.is_quantized() {
-                let inst = format!("ATTN_QUANT_INSTANCES({}, ", q.name());
-                assert_eq!(src.matches(&inst).count(), ATTN_HEAD_DIMS.len(), "{q:?}");
-            }
         }
+        for d in ATTN_HEAD_DIMS {
+            assert!(src.contains(&format!("\nATTN_INSTANCES({d})\n")), "{d}");
+            assert!(src.contains(&format!("\nATTN_GROUP_INSTANCES({d})")), "{d}");
+            let quant = format!("ATTN_QUANT_INSTANCES(NAME, TYPE, {d})");
+            assert_eq!(src.contains(&quant), KvFormat::Q8_0.holds(d), "{d}");
+            let mma = format!("\nFLASH_INSTANCE({d})");
+            assert_eq!(flash.contains(&mma), MMA_HEAD_DIMS.contains(&d), "{d}");
+        }
+        for q in [KvFormat::Q8_0, KvFormat::Q4_0] {
+            assert!(
+                src.contains(&format!("ATTN_QUANT_HEADS({}, ", q.name())),
+                "{q:?}"
+            );
+        }
+        assert!(!KvFormat::Q4_0.holds(80) && KvFormat::F16.holds(80));
         assert_eq!(
             KvFormat::Q8_0.row_bytes(64) * 64,
             KvFormat::F16.row_bytes(64) * 34
@@ -572,11 +539,23 @@ mod tests {
 
     #[test]
     fn head_dims() {
-        assert_eq!(dim_index(64).unwrap(), 0);
-        assert_eq!(dim_index(128).unwrap(), 1);
-        assert!(dim_index(80).is_err());
+        assert_eq!(dim_index(32).unwrap(), 0);
+        assert_eq!(dim_index(80).unwrap(), 2);
+        assert_eq!(dim_index(256).unwrap(), 5);
+        assert!(dim_index(48).is_err());
+        assert!(dim_index(512).is_err());
         // 2 stages of K and V tiles, 64 keys of (D + 8) halves: the kernel's layout.
         assert_eq!(flash_smem_bytes(64), 36_864);
+        assert_eq!(flash_smem_bytes(80), 45_056);
         assert_eq!(flash_smem_bytes(128), 69_632);
+        // The grouped decode at 256 and 8 heads a group, two stages: 73 KiB, within the 99 KiB
+        // of an sm_86/sm_89 block (the most of any size); three stages at 128.
+        assert_eq!(group_smem_bytes(256, 8), 74_752);
+        assert_eq!(group_smem_bytes(128, 8), 54_272);
+        let most = ATTN_HEAD_DIMS
+            .map(|d| group_smem_bytes(d, 8))
+            .into_iter()
+            .max();
+        assert!(most.unwrap() <= 99 * 1024);
     }
 }

@@ -8,14 +8,15 @@
 //! per-sequence kernels and of the CPU. A row's bits depend only on its own query, its
 //! sequence's cache and its split count, which the caller derives from the row's own key count
 //! ([`crate::plan::Plan::rows_splits`]): never on the other rows of the batch. f16 caches,
-//! head sizes 64 and 128, up to 8 query heads a KV head.
+//! every head size of [`ATTN_HEAD_DIMS`], up to 8 query heads a KV head.
 //!
 //! The table holds device addresses (each layer's K and V, the row's decode partials) and is
 //! rewritten in place, so a captured graph replays over other sequences' caches; paging the
 //! cache later changes only what the table holds and how the kernels index it.
 
-use super::attention::{DecodeWork, KvCache, KvFormat, ATTN_HEAD_DIMS};
+use super::attention::{DecodeWork, ATTN_HEAD_DIMS};
 use super::int;
+use super::kv_cache::{KvCache, KvFormat};
 use super::launch::Launcher;
 use crate::device::CudaDevice;
 use crate::error::{CudaError, DriverContext, Result};
@@ -300,7 +301,9 @@ mod tests {
             assert!(src.contains(&format!("ROWS_INSTANCE(D, {g})")));
         }
         assert!(AttentionRows::supports(9, 3, 64));
+        assert!(AttentionRows::supports(8, 8, 80));
+        assert!(AttentionRows::supports(8, 1, 256));
         assert!(!AttentionRows::supports(64, 4, 128)); // 16 a group
-        assert!(!AttentionRows::supports(8, 8, 80));
+        assert!(!AttentionRows::supports(8, 8, 48));
     }
 }

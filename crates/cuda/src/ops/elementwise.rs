@@ -79,10 +79,11 @@ impl Elementwise {
     }
 
     /// Rotates each chunk of `n` elements of `x` by the orthonormal Walsh-Hadamard matrix, in
-    /// place, as the CPU's `hadamard::rotate` (bit-identical); `n` is 64 or 128.
+    /// place, as the CPU's `hadamard::rotate` (bit-identical); `n` is 64, 128 or 256 (K's
+    /// rotation of heads of 256).
     pub fn hadamard(&self, x: &mut CudaSlice<f32>, n: usize) -> Result<()> {
         assert!(
-            (n == 64 || n == 128) && x.len().is_multiple_of(n),
+            [64, 128, 256].contains(&n) && x.len().is_multiple_of(n),
             "hadamard: chunks of {n}"
         );
         let chunks = int(x.len() / n, "hadamard chunks");
@@ -94,7 +95,7 @@ impl Elementwise {
             block_dim: (n as u32, 1, 1),
             shared_mem_bytes: 0,
         };
-        // SAFETY: hadamard_f32(float *x, float scale, int n): a block of n <= 128 threads per
+        // SAFETY: hadamard_f32(float *x, float scale, int n): a block of n <= 256 threads per
         // chunk of n floats, chunks * n = x.len().
         unsafe { b.launch(cfg) }.during("launching hadamard_f32")?;
         Ok(())

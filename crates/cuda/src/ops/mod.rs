@@ -14,6 +14,7 @@ mod elementwise;
 mod embed;
 pub mod formats;
 mod gemm_f32;
+mod kv_cache;
 pub mod launch;
 mod mmq;
 mod mmvq;
@@ -25,13 +26,19 @@ mod norm_rope;
 mod quantize;
 
 pub use attention::{
-    Attention, DecodeWork, KvCache, KvFormat, PrefillKernel, ATTN_GROUPS, ATTN_MAX_SPLITS,
+    Attention, DecodeWork, PrefillKernel, ATTN_GROUPS, ATTN_HEAD_DIMS, ATTN_MAX_SPLITS,
+    MMA_HEAD_DIMS,
 };
 pub use attention_rows::{AttentionRows, RowSeq, RowsTable, ROWS_MAX_GROUP};
 pub use elementwise::Elementwise;
 pub use embed::Embed;
 pub use gemm_f32::GemmF32;
+<<<<<<< HEAD
 pub use mmq::{Mmq, MmqOrder, MmqTile, MMQ_BK, MMQ_MAX_SPLITS, MMQ_SPLIT_TILES, MMQ_TILES};
+=======
+pub use kv_cache::{KvCache, KvFormat};
+pub use mmq::{Mmq, MmqOrder, MmqTile, MMQ_BK, MMQ_TILES};
+>>>>>>> heads
 pub(crate) use mmvq::MMVQ_MAX_COLS;
 pub use mmvq::{Mmvq, PairOut, QuantMatrix};
 pub(crate) use moe_decode::MOE_DECODE_MAX_TOKENS;

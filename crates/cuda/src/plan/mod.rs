@@ -22,8 +22,9 @@ use crate::error::{DriverContext, Result};
 use crate::ops::launch::LaunchMode;
 use crate::ops::{
     formats, ActQuant, AttentionRows, Kernels, KvFormat, Mmq, MmqOrder, Mmvq, MoeDecodeWork,
-    MoeGemm, PrefillKernel, ATTN_GROUPS, ATTN_MAX_SPLITS, MMQ_BK, MMQ_MAX_SPLITS, MMQ_SPLIT_TILES,
-    MMQ_TILES, MMVQ_MAX_COLS, MOE_DECODE_MAX_TOKENS, ROUTER_ROWS_MAX_EMBD, ROUTER_SMALL_N,
+    MoeGemm, PrefillKernel, ATTN_GROUPS, ATTN_MAX_SPLITS, MMA_HEAD_DIMS, MMQ_BK, MMQ_MAX_SPLITS,
+    MMQ_SPLIT_TILES, MMQ_TILES, MMVQ_MAX_COLS, MOE_DECODE_MAX_TOKENS, ROUTER_ROWS_MAX_EMBD,
+    ROUTER_SMALL_N,
 };
 use cudarc::driver::sys::CUdevice_attribute;
 use ferrolm_gguf::GgmlType;
@@ -363,8 +364,9 @@ impl Plan {
     /// [`DECODE_MAX_ROWS`], a prefill kernel above; over a quantized cache (`-ctk q8_0`) the
     /// scalar prefill, the one that reads its blocks (dequantized per element, f32 after).
     /// Decode by KV group (`group` query heads a KV head) where an f16 cache and the group size
-    /// have a kernel, unless `FERROLM_ATTN_GROUPED=0`.
-    pub fn attention(&self, rows: usize, kv: KvFormat, group: usize) -> Attn {
+    /// have a kernel, unless `FERROLM_ATTN_GROUPED=0`. Every head size of `ATTN_HEAD_DIMS` has
+    /// every decode kernel; for prefill see [`Plan::prefill_kernel`].
+    pub fn attention(&self, rows: usize, kv: KvFormat, group: usize, head_dim: usize) -> Attn {
         if rows <= DECODE_MAX_ROWS {
             Attn::Decode {
                 fused_combine: self.switches.fuse,
@@ -375,7 +377,7 @@ impl Plan {
         } else if kv.is_quantized() {
             Attn::Prefill(PrefillKernel::Scalar)
         } else {
-            Attn::Prefill(self.prefill_kernel(rows))
+            Attn::Prefill(self.prefill_kernel(rows, head_dim))
         }
     }
 
@@ -386,16 +388,24 @@ impl Plan {
         kv.is_quantized() && self.switches.attn_ggml_small
     }
 
-    /// The prefill kernel for `n_q` query rows unless `FERROLM_ATTN_MMA` forces one: below
-    /// [`GGML_SMALL_ROWS`], ggml's arithmetic unless `FERROLM_ATTN=f32`; then the CPU's f32
-    /// arithmetic below [`REF_MAX_ROWS`]; the tensor-core kernel from there.
-    pub fn prefill_kernel(&self, n_q: usize) -> PrefillKernel {
-        match self.switches.attn_mma {
+    /// The prefill kernel for `n_q` query rows of heads of `head_dim` unless `FERROLM_ATTN_MMA`
+    /// forces one: below [`GGML_SMALL_ROWS`], ggml's arithmetic unless `FERROLM_ATTN=f32`; then
+    /// the CPU's f32 arithmetic below [`REF_MAX_ROWS`]; the tensor-core kernel from there. Heads
+    /// the tensor-core kernel does not take (256, past [`MMA_HEAD_DIMS`]: its Q fragments and O
+    /// accumulator would not fit a thread's registers) run the scalar prefill wherever it would
+    /// have run, forced or not: the same f32 formula as the reference paths.
+    pub fn prefill_kernel(&self, n_q: usize, head_dim: usize) -> PrefillKernel {
+        let kernel = match self.switches.attn_mma {
             Some(true) => PrefillKernel::Mma,
             Some(false) => PrefillKernel::Scalar,
             None if n_q >= REF_MAX_ROWS => PrefillKernel::Mma,
             None if n_q < GGML_SMALL_ROWS && self.switches.attn_ggml_small => PrefillKernel::F16Ref,
             None => PrefillKernel::F32Ref,
+        };
+        if kernel == PrefillKernel::Mma && !MMA_HEAD_DIMS.contains(&head_dim) {
+            PrefillKernel::Scalar
+        } else {
+            kernel
         }
     }
 

@@ -339,7 +339,7 @@ fn fusions_follow_the_switch() {
     assert!(on.fused_norm(2048) && !on.fused_norm(2047) && !off.fused_norm(2048));
     assert!(on.pair_matvec(1) && !on.pair_matvec(2) && !off.pair_matvec(1));
     assert_eq!(
-        off.attention(1, KvFormat::F16, 4),
+        off.attention(1, KvFormat::F16, 4, 128),
         Attn::Decode {
             fused_combine: false,
             grouped: true
@@ -356,7 +356,7 @@ fn fusions_follow_the_switch() {
 fn attention_by_rows_unless_forced() {
     use PrefillKernel::{F16Ref, F32Ref, Mma, Scalar};
     let p = plan(&[]);
-    let prefill = |p: &Plan, n| p.attention(n, KvFormat::F16, 4);
+    let prefill = |p: &Plan, n| p.attention(n, KvFormat::F16, 4, 128);
     let decode = Attn::Decode {
         fused_combine: true,
         grouped: true,
@@ -375,18 +375,18 @@ fn attention_by_rows_unless_forced() {
     assert_eq!(prefill(&f32, 2048), Attn::Prefill(Mma));
     let mma = plan(&[("FERROLM_ATTN_MMA", "1")]);
     assert_eq!(prefill(&mma, 9), Attn::Prefill(Mma));
-    assert_eq!(mma.attention(1, KvFormat::F16, 4), decode);
+    assert_eq!(mma.attention(1, KvFormat::F16, 4, 128), decode);
     let scalar = plan(&[("FERROLM_ATTN_MMA", "0")]);
     assert_eq!(prefill(&scalar, 2048), Attn::Prefill(Scalar));
     // A quantized cache: decode a block per query head, every prefill on the kernel that
     // reads blocks.
     for q in [KvFormat::Q8_0, KvFormat::Q4_0] {
         for n in [9, GGML_SMALL_ROWS, 2048] {
-            assert_eq!(p.attention(n, q, 4), Attn::Prefill(Scalar));
-            assert_eq!(mma.attention(n, q, 4), Attn::Prefill(Scalar));
+            assert_eq!(p.attention(n, q, 4, 128), Attn::Prefill(Scalar));
+            assert_eq!(mma.attention(n, q, 4, 128), Attn::Prefill(Scalar));
         }
         assert_eq!(
-            p.attention(8, q, 4),
+            p.attention(8, q, 4, 128),
             Attn::Decode {
                 fused_combine: true,
                 grouped: false
@@ -398,7 +398,7 @@ fn attention_by_rows_unless_forced() {
 /// Decode by KV group where a kernel has the group size (f16 caches), unless switched off.
 #[test]
 fn decode_grouped_for_the_group_sizes_it_has() {
-    let grouped = |p: &Plan, group| match p.attention(1, KvFormat::F16, group) {
+    let grouped = |p: &Plan, group| match p.attention(1, KvFormat::F16, group, 128) {
         Attn::Decode { grouped, .. } => grouped,
         other => panic!("{other:?}"),
     };
@@ -584,7 +584,8 @@ fn queries_round_for_a_quantized_cache() {
 }
 
 /// One launch for a batch's decode rows where the kernel has the shape (f16, groups up to 8,
-/// heads of 64 or 128), unless switched off; multi-sequence steps captured at powers of two.
+/// the head sizes of ATTN_HEAD_DIMS), unless switched off; multi-sequence steps captured at
+/// powers of two.
 #[test]
 fn batched_decode_attention_and_its_graph_sizes() {
     assert!(plan(&[]).batched_attention(KvFormat::F16, 9, 3, 64));
@@ -593,7 +594,8 @@ fn batched_decode_attention_and_its_graph_sizes() {
     assert!(p.batched_attention(KvFormat::F16, 32, 4, 128));
     assert!(!p.batched_attention(KvFormat::Q8_0, 32, 4, 128));
     assert!(!p.batched_attention(KvFormat::F16, 64, 4, 128));
-    assert!(!p.batched_attention(KvFormat::F16, 32, 32, 80));
+    assert!(p.batched_attention(KvFormat::F16, 32, 32, 80));
+    assert!(!p.batched_attention(KvFormat::F16, 32, 32, 48));
     let off = plan(&[("FERROLM_ATTN_BATCHED", "0")]);
     assert!(!off.batched_attention(KvFormat::F16, 9, 3, 64));
     let sizes: Vec<Option<usize>> = [1, 2, 3, 8, 33, 256, 257]
@@ -631,4 +633,28 @@ fn sequence_batches_take_the_fast_orders() {
     );
     let forced = plan(&[("FERROLM_CUDA_INT_SCALES", "1")]).for_sequence_batches();
     assert!(forced.integer_scales(GgmlType::Q4K, 4096, 32));
+}
+
+/// Every head size has every decode kernel; prefill of heads past [`MMA_HEAD_DIMS`] (256)
+/// takes the scalar kernel wherever the tensor-core one would run, forced or not.
+#[test]
+fn attention_at_every_head_size() {
+    use crate::ops::ATTN_HEAD_DIMS;
+    use PrefillKernel::{F16Ref, F32Ref, Mma, Scalar};
+    let (p, mma) = (plan(&[]), plan(&[("FERROLM_ATTN_MMA", "1")]));
+    let decode = Attn::Decode {
+        fused_combine: true,
+        grouped: true,
+    };
+    assert_eq!(ATTN_HEAD_DIMS, [32, 64, 80, 96, 128, 256]);
+    for d in ATTN_HEAD_DIMS {
+        let long = if d <= 128 { Mma } else { Scalar };
+        assert_eq!(p.attention(1, KvFormat::F16, 4, d), decode, "{d}");
+        assert_eq!(p.attention(9, KvFormat::F16, 4, d), Attn::Prefill(F16Ref));
+        assert_eq!(p.attention(100, KvFormat::F16, 4, d), Attn::Prefill(F32Ref));
+        assert_eq!(p.attention(2048, KvFormat::F16, 4, d), Attn::Prefill(long));
+        assert_eq!(mma.attention(9, KvFormat::F16, 4, d), Attn::Prefill(long));
+        assert!(p.batched_attention(KvFormat::F16, 8, 2, d), "{d}");
+    }
+    assert!(!MMA_HEAD_DIMS.contains(&256));
 }
