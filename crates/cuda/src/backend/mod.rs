@@ -568,6 +568,19 @@ impl Backend for CudaBackend {
         })
     }
 
+    /// gemma3's ops: refused at load ([`crate::CudaModel::load`]) before any of them runs.
+    fn geglu(&self, _gate: &mut CudaAct, _up: &CudaAct) -> Result<()> {
+        Err(CudaError::Invalid(
+            "GELU (gemma3's FFN) has no CUDA kernel yet".into(),
+        ))
+    }
+
+    fn scale(&self, _x: &mut CudaAct, _s: f32) -> Result<()> {
+        Err(CudaError::Invalid(
+            "scaling activations (gemma3's embeddings) has no CUDA kernel yet".into(),
+        ))
+    }
+
     /// The gating mode was fixed when the router was uploaded ([`CudaWeight::Router`]), from
     /// the same architecture `w.gating` comes from; [`Self::try_moe`] checks they agree.
     fn moe(&self, x: &CudaAct, w: &MoeWeights<CudaWeight>, out: &mut CudaAct) -> Result<()> {
