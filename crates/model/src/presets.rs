@@ -14,10 +14,12 @@ pub struct Preset {
 }
 
 /// Every preset name, for help texts and error messages.
-pub const NAMES: [&str; 15] = [
+pub const NAMES: [&str; 17] = [
     "olmoe-1b-7b",
     "gpt-oss-20b",
+    "gemma3-27b",
     "gemma3-4b",
+    "gemma3-1b",
     "gemma3-270m",
     "qwen3-30b-a3b",
     "smollm2-1.7b",
@@ -149,6 +151,28 @@ pub fn preset(name: &str) -> Option<Preset> {
                     ..RopeScaling::default()
                 },
                 ..gemma3(2560, 34, 8, 4, 1024)
+            },
+        ),
+        "gemma3-27b" => (
+            "gemma-3-27b-it's text model: 62 blocks, head size 128, queries scaled by 1/sqrt(168)",
+            Config {
+                head_dim: 128,
+                head_dim_v: 128,
+                n_ff: 21504,
+                n_ctx: 131072,
+                rope_scaling: RopeScaling {
+                    kind: RopeScalingKind::Linear,
+                    factor: 8.0,
+                    ..RopeScaling::default()
+                },
+                ..gemma3(5376, 62, 32, 16, 1024)
+            },
+        ),
+        "gemma3-1b" => (
+            "gemma-3-1b-it: 26 blocks (every 6th global), window 512",
+            Config {
+                n_ff: 6912,
+                ..gemma3(1152, 26, 4, 1, 512)
             },
         ),
         "gemma3-270m" => (
