@@ -458,11 +458,35 @@ fn elementwise(dev: &CudaDevice, k: &Kernels, rng: &mut StdRng) -> Result<Vec<Ro
     let cmp = compare(&got, &want, |i| want[i].abs() as f64);
     rows.push(row(
         "swiglu",
-        shape,
+        shape.clone(),
         "cpu norm::swiglu",
         cmp,
         Contract::Rel(1e-6, "expf within 2 ulp, then 3 roundings"),
     ));
+
+    // gemma3's ops: GELU's tanh form on gates of either sign and the embedding scale.
+    let got = run(&|ad| k.elementwise.geglu(ad, &bd))?;
+    let mut want = a.clone();
+    norm::geglu(&mut want, &b);
+    // tanh's last-bit error near -1 is cancelled by the 1 + tanh, so it is bounded relative to
+    // |x · up| / 2, not to the (tiny) result of a very negative gate.
+    let cmp = compare(&got, &want, |i| {
+        (0.5 * a[i] * b[i]).abs().max(want[i].abs()) as f64
+    });
+    rows.push(row(
+        "geglu",
+        shape.clone(),
+        "cpu norm::geglu",
+        cmp,
+        Contract::Rel(1e-6, "tanhf within 2 ulp, relative to |x·up|/2"),
+    ));
+
+    let s = 2560f32.sqrt();
+    let got = run(&|ad| k.elementwise.scale(ad, s))?;
+    let mut want = a.clone();
+    norm::scale(&mut want, s);
+    let cmp = compare(&got, &want, |i| want[i].abs() as f64);
+    rows.push(row("scale", shape, "cpu norm::scale", cmp, Contract::Exact));
     Ok(rows)
 }
 

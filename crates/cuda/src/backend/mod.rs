@@ -568,17 +568,22 @@ impl Backend for CudaBackend {
         })
     }
 
-    /// gemma3's ops: refused at load ([`crate::CudaModel::load`]) before any of them runs.
-    fn geglu(&self, _gate: &mut CudaAct, _up: &CudaAct) -> Result<()> {
-        Err(CudaError::Invalid(
-            "GELU (gemma3's FFN) has no CUDA kernel yet".into(),
-        ))
+    fn geglu(&self, gate: &mut CudaAct, up: &CudaAct) -> Result<()> {
+        if gate.rows == 0 {
+            return Ok(());
+        }
+        crate::profile::span(self.dev.stream(), "geglu", || {
+            self.k.elementwise.geglu(gate.buf_mut(), up.buf())
+        })
     }
 
-    fn scale(&self, _x: &mut CudaAct, _s: f32) -> Result<()> {
-        Err(CudaError::Invalid(
-            "scaling activations (gemma3's embeddings) has no CUDA kernel yet".into(),
-        ))
+    fn scale(&self, x: &mut CudaAct, s: f32) -> Result<()> {
+        if x.rows == 0 {
+            return Ok(());
+        }
+        crate::profile::span(self.dev.stream(), "scale", || {
+            self.k.elementwise.scale(x.buf_mut(), s)
+        })
     }
 
     /// The gating mode was fixed when the router was uploaded ([`CudaWeight::Router`]), from
