@@ -402,18 +402,20 @@ impl Config {
     /// `get_rope_freq_scale` give it (YaRN's correction dimensions from that base, as ggml
     /// derives them per call); every other block as [`Self::rope`].
     pub fn rope_for(&self, layer: usize) -> Rope {
-        match &self.swa {
-            Some(swa) if swa.slides(layer) && swa.rope_base.is_some() => {
-                let base = swa.rope_base.unwrap_or(self.rope_freq_base);
-                let mode = crate::forward::rope_mode(self.arch);
-                let mut r = self
-                    .rope_scaling
-                    .params(mode, base, self.head_dim, self.n_ctx);
-                r.freq_scale = 1.0;
-                r
-            }
-            _ => self.rope(),
-        }
+        let own_base = self
+            .swa
+            .as_ref()
+            .filter(|s| s.slides(layer))
+            .and_then(|s| s.rope_base);
+        let Some(base) = own_base else {
+            return self.rope();
+        };
+        let mode = crate::forward::rope_mode(self.arch);
+        let mut r = self
+            .rope_scaling
+            .params(mode, base, self.head_dim, self.n_ctx);
+        r.freq_scale = 1.0;
+        r
     }
 
     /// The factor on the residual stream's start: gemma3 scales its token embeddings by
