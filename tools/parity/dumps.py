@@ -4,8 +4,9 @@ import os
 
 import numpy as np
 
-NAMES = ['attn_norm', 'Qpre', 'Qcur', 'Kcur', 'Vcur', 'kqv_out', 'attn_out', 'ffn_inp',
-         'ffn_norm', 'ffn_gate', 'ffn_up', 'ffn_swiglu', 'ffn_out', 'l_out']
+NAMES = ['attn_norm', 'Qpre', 'Qcur', 'Kcur', 'Vcur', 'kqv_out', 'attn_out',
+         'attn_post_norm', 'ffn_inp', 'ffn_norm', 'ffn_gate', 'ffn_up', 'ffn_swiglu', 'ffn_out',
+         'ffn_post_norm', 'l_out']
 
 
 def compare(a, b, n_tok):

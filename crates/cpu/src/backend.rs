@@ -251,6 +251,16 @@ impl<'a> Backend for CpuBackend<'a> {
         Ok(())
     }
 
+    fn geglu(&self, gate: &mut Mat, up: &Mat) -> Result<(), Infallible> {
+        norm::geglu(&mut gate.data, &up.data);
+        Ok(())
+    }
+
+    fn scale(&self, x: &mut Mat, s: f32) -> Result<(), Infallible> {
+        norm::scale(&mut x.data, s);
+        Ok(())
+    }
+
     fn moe(&self, x: &Mat, w: &MoeWeights<CpuWeight<'a>>, out: &mut Mat) -> Result<(), Infallible> {
         crate::moe::moe(&self.plan, x, w, out);
         Ok(())

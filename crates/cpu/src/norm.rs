@@ -54,6 +54,24 @@ pub fn swiglu(gate: &mut [f32], up: &[f32]) {
     }
 }
 
+/// GeGLU: `gate = gelu(gate) * up`, in place in `gate`, with GELU's tanh form as ggml writes
+/// it (`ggml_gelu_f32`): `0.5 x (1 + tanh(sqrt(2/π) x (1 + 0.044715 x²)))`.
+pub fn geglu(gate: &mut [f32], up: &[f32]) {
+    const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+    const COEF_A: f32 = 0.044715;
+    for (g, &u) in gate.iter_mut().zip(up) {
+        let x = *g;
+        *g = 0.5 * x * (1.0 + (SQRT_2_OVER_PI * x * (1.0 + COEF_A * x * x)).tanh()) * u;
+    }
+}
+
+/// `x *= s`, elementwise.
+pub fn scale(x: &mut [f32], s: f32) {
+    for v in x {
+        *v *= s;
+    }
+}
+
 /// gpt-oss's gated activation (ggml's `swiglu_oai`), in place in `gate`: the gate clamped
 /// above at `limit`, `up` to `±limit`, then `g · sigmoid(alpha · g) · (u + 1)`.
 pub fn swiglu_oai(gate: &mut [f32], up: &[f32], alpha: f32, limit: f32) {
@@ -112,6 +130,25 @@ mod tests {
             assert!(
                 (*a as f64 - b).abs() < 1e-5 * b.abs().max(1.0),
                 "{a} vs {b}"
+            );
+        }
+    }
+
+    /// GELU's tanh form against its f64 definition, at points where it differs from the erf
+    /// form and from SiLU.
+    #[test]
+    fn geglu_is_the_tanh_gelu_times_up() {
+        let xs = [-4.0f32, -1.5, -0.3, 0.0, 0.7, 2.0, 6.0];
+        let up = [1.0f32, 2.0, -1.0, 3.0, 0.5, -2.0, 1.5];
+        let mut g = xs.to_vec();
+        geglu(&mut g, &up);
+        for ((&x, &u), &got) in xs.iter().zip(&up).zip(&g) {
+            let x = x as f64;
+            let c = (2.0 / std::f64::consts::PI).sqrt();
+            let want = 0.5 * x * (1.0 + (c * (x + 0.044715 * x * x * x)).tanh()) * u as f64;
+            assert!(
+                (got as f64 - want).abs() < 1e-6,
+                "gelu({x}) * {u}: {got} vs {want}"
             );
         }
     }

@@ -1,7 +1,7 @@
 //! The checks behind `cuda-parity`, one function per op: random inputs, the CUDA op on
 //! NaN-poisoned outputs, the CPU op (or an f64 evaluation), and a [`Row`].
 
-use super::{compare, Contract, Row};
+use super::{compare, elementwise, Contract, Row};
 use anyhow::Result;
 use ferrolm_cpu::matmul::{matmul, WeightRef};
 use ferrolm_cpu::{norm, rope, CpuPlan};
@@ -61,7 +61,7 @@ pub fn all(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) -> Resu
     push("quantize_q8_1", quantize_q8_1(dev, k, rng));
     push("rms_norm", rms_norm(dev, k, rng));
     push("rope", rope_both(dev, k, rng));
-    push("elementwise", elementwise(dev, k, rng));
+    push("elementwise", elementwise::elementwise(dev, k, rng));
     push("gemm_f32", gemm_f32(dev, k, rng));
     for ty in MMVQ_TYPES {
         push("mmvq", mmvq(dev, k, plan, rng, ty, 4096, 4096, 1));
@@ -409,60 +409,6 @@ fn gemm_f32(dev: &CudaDevice, k: &Kernels, rng: &mut StdRng) -> Result<Vec<Row>>
             Contract::Rel(1e-6, "f32 sum order"),
         ));
     }
-    Ok(rows)
-}
-
-fn elementwise(dev: &CudaDevice, k: &Kernels, rng: &mut StdRng) -> Result<Vec<Row>> {
-    let (n, d) = (5, 4096);
-    let a = normal(rng, n * d, 3.0);
-    let b = normal(rng, n * d, 1.0);
-    let bias = normal(rng, d, 1.0);
-    let run = |f: &dyn Fn(&mut CudaSlice<f32>) -> ferrolm_cuda::Result<()>| -> Result<Vec<f32>> {
-        let mut ad = dev.upload(&a)?;
-        f(&mut ad)?;
-        dev.sync()?;
-        Ok(dev.download(&ad)?)
-    };
-    let bd = dev.upload(&b)?;
-    let biasd = dev.upload(&bias)?;
-    let shape = format!("{n}×{d}");
-    let mut rows = Vec::new();
-
-    let got = run(&|ad| k.elementwise.add(ad, &bd))?;
-    let mut want = a.clone();
-    norm::add_assign(&mut want, &b);
-    let cmp = compare(&got, &want, |i| want[i].abs() as f64);
-    rows.push(row(
-        "add",
-        shape.clone(),
-        "cpu norm::add_assign",
-        cmp,
-        Contract::Exact,
-    ));
-
-    let got = run(&|ad| k.elementwise.add_bias(ad, &biasd))?;
-    let mut want = a.clone();
-    norm::add_bias(&mut want, &bias);
-    let cmp = compare(&got, &want, |i| want[i].abs() as f64);
-    rows.push(row(
-        "add_bias",
-        shape.clone(),
-        "cpu norm::add_bias",
-        cmp,
-        Contract::Exact,
-    ));
-
-    let got = run(&|ad| k.elementwise.swiglu(ad, &bd))?;
-    let mut want = a.clone();
-    norm::swiglu(&mut want, &b);
-    let cmp = compare(&got, &want, |i| want[i].abs() as f64);
-    rows.push(row(
-        "swiglu",
-        shape,
-        "cpu norm::swiglu",
-        cmp,
-        Contract::Rel(1e-6, "expf within 2 ulp, then 3 roundings"),
-    ));
     Ok(rows)
 }
 

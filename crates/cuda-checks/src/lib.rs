@@ -14,6 +14,7 @@ mod aot;
 mod attn_checks;
 mod attn_rows;
 mod checks;
+mod elementwise;
 mod kv_checks;
 mod mmq;
 mod mmq_time;

@@ -33,6 +33,30 @@ extern "C" __global__ void swiglu_f32(float *__restrict__ gate, const float *__r
     }
 }
 
+// gate = gelu(gate) * up, GELU's tanh form as the CPU writes it (norm::geglu):
+// 0.5 x (1 + tanh(sqrt(2/pi) x (1 + 0.044715 x^2))) * up, each product and sum rounded in the
+// CPU's order (no contraction); tanhf is within 2 ulp of the CPU's tanh.
+extern "C" __global__ void geglu_f32(float *__restrict__ gate, const float *__restrict__ up,
+                                     int n) {
+    dependent_launch_entry();
+    const float sqrt_2_over_pi = 0.7978846f, coef_a = 0.044715f;
+    GRID_STRIDE(i, n) {
+        const float x = gate[i];
+        const float inner = __fmul_rn(__fmul_rn(sqrt_2_over_pi, x),
+                                      __fadd_rn(1.0f, __fmul_rn(__fmul_rn(coef_a, x), x)));
+        const float g = __fmul_rn(__fmul_rn(0.5f, x), __fadd_rn(1.0f, tanhf(inner)));
+        gate[i] = __fmul_rn(g, up[i]);
+    }
+}
+
+// x *= s (gemma3's embedding scale).
+extern "C" __global__ void scale_f32(float *__restrict__ x, float s, int n) {
+    dependent_launch_entry();
+    GRID_STRIDE(i, n) {
+        x[i] = __fmul_rn(x[i], s);
+    }
+}
+
 // The Walsh-Hadamard rotation of a quantized KV cache (crates/cpu/src/hadamard.rs, ggml's
 // ggml_compute_forward_fwht): each chunk of n (a power of two, 64 to 256) scaled by 1/sqrt(n),
 // then butterflies (u, v) -> (u + v, u - v) over strides 1, 2, .. n/2, in place, in the CPU's

@@ -19,16 +19,21 @@ pub enum Arch {
     /// sliding-window attention on alternate blocks, YaRN RoPE, and an MoE with biased experts
     /// (MXFP4 in released files), `swiglu_oai` and a softmax over the chosen experts' logits.
     GptOss,
+    /// Gemma 3: embeddings scaled by `sqrt(n_embd)`, per-head q/k RMS norms, RMS norms after
+    /// attention and after the FFN, a GELU-gated FFN, and five sliding-window blocks (RoPE base
+    /// 10000, unscaled) to every global one.
+    Gemma3,
 }
 
 impl Arch {
-    pub const ALL: [Arch; 6] = [
+    pub const ALL: [Arch; 7] = [
         Arch::Llama,
         Arch::Qwen2,
         Arch::Qwen3,
         Arch::Olmoe,
         Arch::Qwen3Moe,
         Arch::GptOss,
+        Arch::Gemma3,
     ];
 
     pub const fn name(self) -> &'static str {
@@ -39,6 +44,7 @@ impl Arch {
             Arch::Olmoe => "olmoe",
             Arch::Qwen3Moe => "qwen3moe",
             Arch::GptOss => "gpt-oss",
+            Arch::Gemma3 => "gemma3",
         }
     }
 
@@ -82,6 +88,9 @@ impl Arch {
                 "attention.sliding_window_pattern",
                 "rope.freq_base_swa",
             ],
+            // The window is required; llama.cpp fixes the pattern (every 6th block global) and
+            // the sliding blocks' RoPE base (10000) for gemma3, so neither is a key here.
+            Arch::Gemma3 => &["attention.sliding_window"],
             _ => &[],
         }
     }

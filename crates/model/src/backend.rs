@@ -96,6 +96,16 @@ pub enum MoeAct {
     SwigluOai { alpha: f32, limit: f32 },
 }
 
+/// The gated activation of a dense FFN, `act(gate) · up`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GluAct {
+    /// `silu(gate) · up` (every architecture but gemma3).
+    Swiglu,
+    /// `gelu(gate) · up` with GELU's tanh form (gemma3; llama.cpp's `LLM_FFN_GELU` gated in
+    /// parallel, ggml's `geglu`).
+    Geglu,
+}
+
 /// What a pass runs over, as host values: one token id and one position per row. Which rows
 /// belong to which sequence travels beside it, as [`SeqRows`], with each sequence's cache.
 #[derive(Clone, Copy, Debug)]
@@ -252,6 +262,11 @@ pub trait Backend {
     ) -> Result<(), Self::Error>;
     /// `gate = silu(gate) * up`.
     fn swiglu(&self, gate: &mut Self::Act, up: &Self::Act) -> Result<(), Self::Error>;
+    /// `gate = gelu(gate) * up`, GELU's tanh form:
+    /// `0.5 x (1 + tanh(sqrt(2/π) (x + 0.044715 x³)))`.
+    fn geglu(&self, gate: &mut Self::Act, up: &Self::Act) -> Result<(), Self::Error>;
+    /// `x *= s`, every element.
+    fn scale(&self, x: &mut Self::Act, s: f32) -> Result<(), Self::Error>;
     /// Routes every token (as `w.gating` says), runs its experts and writes their weighted sum
     /// to `out`.
     fn moe(

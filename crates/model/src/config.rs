@@ -18,15 +18,19 @@ pub struct MoeConfig {
     pub n_ff_exp: usize,
 }
 
-/// Sliding-window attention on some blocks (gpt-oss), as llama.cpp's standard SWA.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// Sliding-window attention on some blocks (gpt-oss, gemma3), as llama.cpp's standard SWA.
+#[derive(Clone, Debug, PartialEq)]
 pub struct Swa {
     /// `<arch>.attention.sliding_window`: a token sees itself and the `window - 1` before it.
     pub window: usize,
-    /// `<arch>.attention.sliding_window_pattern` (gpt-oss: 2 when absent): in every run of
-    /// `period` blocks the last attends over everything and the others over the window
-    /// (llama.cpp's `set_swa_pattern`); 0 makes every block slide.
+    /// `<arch>.attention.sliding_window_pattern` (gpt-oss: 2 when absent; gemma3: always 6):
+    /// in every run of `period` blocks the last attends over everything and the others over
+    /// the window (llama.cpp's `set_swa_pattern`); 0 makes every block slide.
     pub period: usize,
+    /// The sliding blocks' own RoPE base, unscaled (gemma3: 10000, llama.cpp's
+    /// `rope_freq_base_train_swa` with `rope_freq_scale_train_swa` 1); `None`: they rotate as
+    /// the global blocks do.
+    pub rope_base: Option<f32>,
 }
 
 impl Swa {
@@ -70,9 +74,14 @@ pub struct Config {
     pub tied_embeddings: bool,
     /// Which optional biases the blocks have.
     pub biases: Biases,
-    /// Sliding-window attention, where the architecture has it (gpt-oss).
+    /// Sliding-window attention, where the architecture has it (gpt-oss, gemma3).
     pub swa: Option<Swa>,
 }
+
+/// llama.cpp's gemma3 period: five sliding blocks, then a global one.
+pub const GEMMA3_SWA_PERIOD: usize = 6;
+/// llama.cpp's RoPE base of gemma3's sliding blocks.
+pub const GEMMA3_SWA_ROPE_BASE: f32 = 10000.0;
 
 /// Projection biases. qwen2 always has q/k/v biases; llama may have any of these (llama.cpp
 /// loads each as optional); the others have none.
@@ -203,6 +212,11 @@ impl Config {
             },
             swa: match arch {
                 Arch::GptOss => Some(read_swa(f, arch, opt("attention.sliding_window")?)?),
+                Arch::Gemma3 => Some(Swa {
+                    window: required_window(arch, opt("attention.sliding_window")?)?,
+                    period: GEMMA3_SWA_PERIOD,
+                    rope_base: Some(GEMMA3_SWA_ROPE_BASE),
+                }),
                 _ => None,
             },
         };
@@ -346,7 +360,10 @@ impl Config {
         w.set(&k("attention.layer_norm_rms_epsilon"), self.rms_eps);
         self.rope_scaling.write_to(w, self.arch);
         // Qwen3 checkpoints carry an explicit head_dim, and llama.cpp's converter writes it.
-        let explicit = matches!(self.arch, Arch::Qwen3 | Arch::Qwen3Moe | Arch::GptOss);
+        let explicit = matches!(
+            self.arch,
+            Arch::Qwen3 | Arch::Qwen3Moe | Arch::GptOss | Arch::Gemma3
+        );
         let even_split = self.n_embd / self.n_head;
         if explicit || self.head_dim != even_split || self.head_dim_v != even_split {
             w.set(&k("attention.key_length"), u(self.head_dim));
@@ -361,7 +378,8 @@ impl Config {
         }
         if let Some(swa) = &self.swa {
             w.set(&k("attention.sliding_window"), u(swa.window));
-            if swa.period != 2 {
+            // gemma3's period is fixed by llama.cpp, not a key.
+            if self.arch == Arch::GptOss && swa.period != 2 {
                 w.set(&k("attention.sliding_window_pattern"), u(swa.period));
             }
         }
@@ -371,11 +389,51 @@ impl Config {
         w.set(&k("vocab_size"), u(self.n_vocab));
     }
 
-    /// What RoPE does in every block: the mode of the architecture, the base and the scaling.
+    /// What RoPE does in the global blocks: the mode of the architecture, the base and the
+    /// scaling.
     pub fn rope(&self) -> Rope {
         let mode = crate::forward::rope_mode(self.arch);
         self.rope_scaling
             .params(mode, self.rope_freq_base, self.head_dim, self.n_ctx)
+    }
+
+    /// What RoPE does in block `layer`: a sliding block with a base of its own (gemma3) rotates
+    /// with that base and no frequency scaling, as llama.cpp's `get_rope_freq_base` /
+    /// `get_rope_freq_scale` give it (YaRN's correction dimensions from that base, as ggml
+    /// derives them per call); every other block as [`Self::rope`].
+    pub fn rope_for(&self, layer: usize) -> Rope {
+        let own_base = self
+            .swa
+            .as_ref()
+            .filter(|s| s.slides(layer))
+            .and_then(|s| s.rope_base);
+        let Some(base) = own_base else {
+            return self.rope();
+        };
+        let mode = crate::forward::rope_mode(self.arch);
+        let mut r = self
+            .rope_scaling
+            .params(mode, base, self.head_dim, self.n_ctx);
+        r.freq_scale = 1.0;
+        r
+    }
+
+    /// The factor on the residual stream's start: gemma3 scales its token embeddings by
+    /// `sqrt(n_embd)` (in f32, as llama.cpp's `ggml_scale`).
+    pub fn embd_scale(&self) -> Option<f32> {
+        (self.arch == Arch::Gemma3).then(|| (self.n_embd as f32).sqrt())
+    }
+
+    /// A factor on the queries after RoPE, for attention scales other than the
+    /// `1 / sqrt(head_dim)` every attention op applies. llama.cpp scales gemma3's queries by
+    /// `1 / sqrt(n_embd / n_head)` when the file has 62 blocks (its "27B" type, Gemma's
+    /// `query_pre_attn_scalar`) and by `1 / sqrt(key_length)` otherwise, which is the default.
+    pub fn q_scale(&self) -> Option<f32> {
+        if self.arch != Arch::Gemma3 || self.n_layer != 62 {
+            return None;
+        }
+        let want = 1.0 / ((self.n_embd / self.n_head) as f32).sqrt();
+        Some(want * (self.head_dim as f32).sqrt())
     }
 
     /// Query heads sharing one key/value head.
@@ -388,13 +446,20 @@ impl Config {
     }
 }
 
-/// gpt-oss's sliding window (required, as in llama.cpp) and its pattern (a period; llama.cpp
-/// also takes a per-block array, which ferrolm refuses by name rather than misread).
-fn read_swa(f: &GgufFile, arch: Arch, window: Option<usize>) -> Result<Swa> {
-    let window = window.ok_or_else(|| ModelError::Hparam {
+/// The sliding window, required for gpt-oss and gemma3 (as in llama.cpp for gpt-oss; newer
+/// llama.cpp runs a gemma3 file without one as all-global, a variant ferrolm does not
+/// implement).
+fn required_window(arch: Arch, window: Option<usize>) -> Result<usize> {
+    window.ok_or_else(|| ModelError::Hparam {
         key: key(arch, "attention.sliding_window"),
-        what: "missing (gpt-oss attends over a sliding window on alternate blocks)".into(),
-    })?;
+        what: format!("missing ({arch} attends over a sliding window on some blocks)"),
+    })
+}
+
+/// gpt-oss's sliding window and its pattern (a period; llama.cpp also takes a per-block array,
+/// which ferrolm refuses by name rather than misread).
+fn read_swa(f: &GgufFile, arch: Arch, window: Option<usize>) -> Result<Swa> {
+    let window = required_window(arch, window)?;
     let pattern = key(arch, "attention.sliding_window_pattern");
     let period = match f.get(&pattern) {
         None => 2,
@@ -403,7 +468,11 @@ fn read_swa(f: &GgufFile, arch: Arch, window: Option<usize>) -> Result<Swa> {
             what: "only a period (an integer) is supported, not a per-block array".into(),
         })?,
     };
-    Ok(Swa { window, period })
+    Ok(Swa {
+        window,
+        period,
+        rope_base: None,
+    })
 }
 
 /// A RoPE base of their own for gpt-oss's sliding blocks (`rope.freq_base_swa`, which

@@ -156,6 +156,14 @@ impl<B: Backend> Backend for Dump<'_, B> {
         self.inner.swiglu(gate, up)
     }
 
+    fn geglu(&self, gate: &mut B::Act, up: &B::Act) -> Result<(), B::Error> {
+        self.inner.geglu(gate, up)
+    }
+
+    fn scale(&self, x: &mut B::Act, s: f32) -> Result<(), B::Error> {
+        self.inner.scale(x, s)
+    }
+
     fn moe(&self, x: &B::Act, w: &MoeWeights<B::Weight>, out: &mut B::Act) -> Result<(), B::Error> {
         self.inner.moe(x, w, out)
     }

@@ -1,25 +1,36 @@
 //! The forward pass of every supported architecture, written once against [`Backend`].
 //!
-//! All six share one pre-norm block; they differ only in the switches read off `Config` and
+//! All seven share one pre-norm block; they differ only in the switches read off `Config` and
 //! the weights present: q/k/v biases (qwen2, gpt-oss; llama's optional biases), q/k RMS norms
-//! per head (qwen3, qwen3moe) or over the whole width (olmoe), the RoPE pairing and scaling
-//! (and llama3's frequency factors), an output bias, attention sinks and sliding windows
-//! (gpt-oss), and a dense or mixture-of-experts FFN (Mixtral-style files are llama with
-//! experts).
+//! per head (qwen3, qwen3moe, gemma3) or over the whole width (olmoe), the RoPE pairing and
+//! scaling (and llama3's frequency factors; gemma3's sliding blocks' own base), an output
+//! bias, attention sinks (gpt-oss) and sliding windows (gpt-oss, gemma3), gemma3's scaled
+//! embeddings and norms after attention and FFN, and a dense FFN (SwiGLU, or gemma3's GELU)
+//! or a mixture of experts (Mixtral-style files are llama with experts).
 //!
 //! The pass names its intermediates to the backend ([`Backend::tap`], llama.cpp's graph names),
 //! which does nothing with them unless it is the dump adapter ([`crate::dump::Dump`]).
 
 use crate::arch::Arch;
 
-use crate::backend::{AttnShape, Backend, InputRows, MoeAct, MoeGating, RopeMode, SeqRows};
+use crate::backend::{AttnShape, Backend, GluAct, InputRows, MoeAct, MoeGating, RopeMode, SeqRows};
 use crate::config::Config;
 use crate::weights::{Ffn, ModelWeights};
 
 pub fn rope_mode(arch: Arch) -> RopeMode {
     match arch {
         Arch::Llama => RopeMode::Normal,
-        Arch::Qwen2 | Arch::Qwen3 | Arch::Olmoe | Arch::Qwen3Moe | Arch::GptOss => RopeMode::Neox,
+        Arch::Qwen2 | Arch::Qwen3 | Arch::Olmoe | Arch::Qwen3Moe | Arch::GptOss | Arch::Gemma3 => {
+            RopeMode::Neox
+        }
+    }
+}
+
+/// The dense FFN's gated activation.
+pub fn glu_act(arch: Arch) -> GluAct {
+    match arch {
+        Arch::Gemma3 => GluAct::Geglu,
+        _ => GluAct::Swiglu,
     }
 }
 
@@ -73,6 +84,10 @@ pub fn embed<B: Backend>(
 ) -> Result<B::Act, B::Error> {
     let mut x = b.alloc(inp.rows(), cfg.n_embd)?;
     b.embed(&w.token_embd, inp, &mut x)?;
+    if let Some(s) = cfg.embd_scale() {
+        b.scale(&mut x, s)?;
+        b.tap("inp_scaled", 0, &x)?;
+    }
     Ok(x)
 }
 
@@ -97,8 +112,9 @@ pub fn layers<B: Backend>(
         n_kv_head: cfg.n_head_kv,
         head_dim: cfg.head_dim,
     };
-    let rope = cfg.rope();
     let factors = w.rope_freqs.as_ref();
+    let q_scale = cfg.q_scale();
+    let act = glu_act(cfg.arch);
     let (q_width, kv_width) = (cfg.n_head * cfg.head_dim, cfg.n_head_kv * cfg.head_dim);
 
     let mut h = b.alloc(n, cfg.n_embd)?;
@@ -107,6 +123,9 @@ pub fn layers<B: Backend>(
     let mut v = b.alloc(n, cfg.n_head_kv * cfg.head_dim_v)?;
     let mut attn = b.alloc(n, cfg.n_head * cfg.head_dim_v)?;
     let mut proj = b.alloc(n, cfg.n_embd)?;
+    // gemma3's norms of the attention and FFN outputs write here, then trade places with proj.
+    let post_norms = w.layers.iter().any(|l| l.attn_post_norm.is_some());
+    let mut post = b.alloc(if post_norms { n } else { 0 }, cfg.n_embd)?;
 
     let first = range.start;
     for (il, layer) in w
@@ -133,6 +152,7 @@ pub fn layers<B: Backend>(
         }
         // The norm weight's length says whether it is per head or over the whole width.
         let hd = cfg.head_dim;
+        let rope = cfg.rope_for(il);
         match (&a.q_norm, &a.k_norm) {
             (Some(qn), Some(kn)) => {
                 b.qk_norm_rope(&mut q, &mut k, qn, kn, cfg.rms_eps, hd, inp, &rope, factors)?
@@ -142,6 +162,9 @@ pub fn layers<B: Backend>(
         b.tap("Vcur", il, &v)?;
         b.tap("Kcur", il, &k)?;
         b.tap("Qcur", il, &q)?;
+        if let Some(s) = q_scale {
+            b.scale(&mut q, s)?;
+        }
         let sinks = a.sinks.as_ref();
         b.attention(seqs, il, &q, &k, &v, inp, shape, a.window, sinks, &mut attn)?;
         b.tap("kqv_out", il, &attn)?;
@@ -150,6 +173,11 @@ pub fn layers<B: Backend>(
             b.add_bias(&mut proj, bo)?;
         }
         b.tap("attn_out", il, &proj)?;
+        if let Some(pn) = &layer.attn_post_norm {
+            b.rms_norm(&proj, pn, cfg.rms_eps, &mut post)?;
+            std::mem::swap(&mut proj, &mut post);
+            b.tap("attn_post_norm", il, &proj)?;
+        }
         b.add_rms_norm(x, &proj, &layer.ffn_norm, cfg.rms_eps, &mut h)?;
         b.tap("ffn_inp", il, x)?;
         b.tap("ffn_norm", il, &h)?;
@@ -158,13 +186,22 @@ pub fn layers<B: Backend>(
                 let mut gate = b.alloc(n, cfg.n_ff)?;
                 let mut up = b.alloc(n, cfg.n_ff)?;
                 match &f.bias {
-                    None => b.ffn_glu(&f.gate, &f.up, &h, &mut gate, &mut up)?,
+                    None if act == GluAct::Swiglu => {
+                        b.ffn_glu(&f.gate, &f.up, &h, &mut gate, &mut up)?
+                    }
+                    None => {
+                        b.matmul_many(&[&f.gate, &f.up], &h, &mut [&mut gate, &mut up])?;
+                        b.geglu(&mut gate, &up)?;
+                    }
                     // Each bias joins its projection before the SwiGLU, as llama.cpp's build_ffn.
                     Some([bg, bu, _]) => {
                         b.matmul_many(&[&f.gate, &f.up], &h, &mut [&mut gate, &mut up])?;
                         b.add_bias(&mut gate, bg)?;
                         b.add_bias(&mut up, bu)?;
-                        b.swiglu(&mut gate, &up)?;
+                        match act {
+                            GluAct::Swiglu => b.swiglu(&mut gate, &up)?,
+                            GluAct::Geglu => b.geglu(&mut gate, &up)?,
+                        }
                     }
                 }
                 b.matmul(&f.down, &gate, &mut proj)?;
@@ -175,6 +212,11 @@ pub fn layers<B: Backend>(
             Ffn::Moe(m) => b.moe(&h, m, &mut proj)?,
         }
         b.tap("ffn_out", il, &proj)?;
+        if let Some(pn) = &layer.ffn_post_norm {
+            b.rms_norm(&proj, pn, cfg.rms_eps, &mut post)?;
+            std::mem::swap(&mut proj, &mut post);
+            b.tap("ffn_post_norm", il, &proj)?;
+        }
     }
     b.add(x, &proj)?;
     b.tap("l_out", range.end - 1, x)

@@ -48,8 +48,11 @@ pub enum TensorRole {
     FfnDownExps,
     /// gpt-oss: one learned logit per query head joining each softmax (attention sinks).
     AttnSinks,
-    /// gpt-oss: the norm before the MoE (llama.cpp's `attn_post_norm`), in place of `ffn_norm`.
+    /// gpt-oss: the norm before the MoE (llama.cpp's `attn_post_norm`), in place of `ffn_norm`;
+    /// gemma3: the norm of the attention's output, before it joins the residual stream.
     AttnPostNorm,
+    /// gemma3: the norm of the FFN's output, before it joins the residual stream.
+    FfnPostNorm,
     /// gpt-oss: the router's bias, and each expert's biases (`[width][n_expert]`).
     FfnGateInpBias,
     FfnGateExpsBias,
@@ -90,6 +93,7 @@ impl TensorRole {
             FfnDownExps => "ffn_down_exps.weight",
             AttnSinks => "attn_sinks.weight",
             AttnPostNorm => "post_attention_norm.weight",
+            FfnPostNorm => "post_ffw_norm.weight",
             FfnGateInpBias => "ffn_gate_inp.bias",
             FfnGateExpsBias => "ffn_gate_exps.bias",
             FfnUpExpsBias => "ffn_up_exps.bias",
@@ -234,7 +238,7 @@ pub fn tensor_specs(cfg: &Config) -> Vec<TensorSpec> {
         }
         match cfg.arch {
             // Per-head norms: one gain vector shared by every head.
-            Arch::Qwen3 | Arch::Qwen3Moe => {
+            Arch::Qwen3 | Arch::Qwen3Moe | Arch::Gemma3 => {
                 t(AttnQNorm, &[cfg.head_dim], Norm);
                 t(AttnKNorm, &[cfg.head_dim], Norm);
             }
@@ -245,6 +249,10 @@ pub fn tensor_specs(cfg: &Config) -> Vec<TensorSpec> {
                 t(AttnKNorm, &[k_width], Norm);
             }
             Arch::Llama | Arch::Qwen2 | Arch::GptOss => {}
+        }
+        let post_norms = cfg.arch == Arch::Gemma3;
+        if post_norms {
+            t(AttnPostNorm, &[d], Norm);
         }
         t(FfnNorm, &[d], Norm);
         match &cfg.moe {
@@ -265,6 +273,9 @@ pub fn tensor_specs(cfg: &Config) -> Vec<TensorSpec> {
                 t(FfnUpExps, &[d, ff, e], Weight);
                 t(FfnDownExps, &[ff, d, e], Weight);
             }
+        }
+        if post_norms {
+            t(FfnPostNorm, &[d], Norm);
         }
     }
     out

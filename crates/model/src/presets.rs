@@ -4,7 +4,7 @@
 //! llama.cpp-made golden files (2 layers, d 256, vocab 512, 8 experts with top-3).
 
 use crate::arch::Arch;
-use crate::config::{Biases, Config, MoeConfig, Swa};
+use crate::config::{Biases, Config, MoeConfig, Swa, GEMMA3_SWA_PERIOD, GEMMA3_SWA_ROPE_BASE};
 use crate::rope::{RopeScaling, RopeScalingKind};
 
 pub struct Preset {
@@ -14,9 +14,13 @@ pub struct Preset {
 }
 
 /// Every preset name, for help texts and error messages.
-pub const NAMES: [&str; 12] = [
+pub const NAMES: [&str; 17] = [
     "olmoe-1b-7b",
     "gpt-oss-20b",
+    "gemma3-27b",
+    "gemma3-4b",
+    "gemma3-1b",
+    "gemma3-270m",
     "qwen3-30b-a3b",
     "smollm2-1.7b",
     "smollm2-135m",
@@ -27,6 +31,7 @@ pub const NAMES: [&str; 12] = [
     "tiny-olmoe",
     "tiny-qwen3moe",
     "tiny-gpt-oss",
+    "tiny-gemma3",
 ];
 
 fn moe(n_expert: usize, n_expert_used: usize, n_ff_exp: usize) -> Option<MoeConfig> {
@@ -62,6 +67,26 @@ fn shape(arch: Arch, n_embd: usize, n_layer: usize, n_head: usize, n_head_kv: us
             ..Biases::default()
         },
         swa: None,
+    }
+}
+
+/// gemma3's shape (head size 256, tied output, RMS epsilon 1e-6, global RoPE base 1e6,
+/// sliding blocks over `window` with llama.cpp's fixed period and base).
+fn gemma3(n_embd: usize, n_layer: usize, n_head: usize, n_head_kv: usize, window: usize) -> Config {
+    Config {
+        head_dim: 256,
+        head_dim_v: 256,
+        n_vocab: 262144,
+        n_ctx: 32768,
+        rope_freq_base: 1e6,
+        rms_eps: 1e-6,
+        tied_embeddings: true,
+        swa: Some(Swa {
+            window,
+            period: GEMMA3_SWA_PERIOD,
+            rope_base: Some(GEMMA3_SWA_ROPE_BASE),
+        }),
+        ..shape(Arch::Gemma3, n_embd, n_layer, n_head, n_head_kv)
     }
 }
 
@@ -110,8 +135,51 @@ pub fn preset(name: &str) -> Option<Preset> {
                 swa: Some(Swa {
                     window: 128,
                     period: 2,
+                    rope_base: None,
                 }),
                 ..shape(Arch::GptOss, 2880, 24, 64, 8)
+            },
+        ),
+        "gemma3-4b" => (
+            "gemma-3-4b-it's text model: 34 blocks (every 6th global), window 1024, linear RoPE x8",
+            Config {
+                n_ff: 10240,
+                n_ctx: 131072,
+                rope_scaling: RopeScaling {
+                    kind: RopeScalingKind::Linear,
+                    factor: 8.0,
+                    ..RopeScaling::default()
+                },
+                ..gemma3(2560, 34, 8, 4, 1024)
+            },
+        ),
+        "gemma3-27b" => (
+            "gemma-3-27b-it's text model: 62 blocks, head size 128, queries scaled by 1/sqrt(168)",
+            Config {
+                head_dim: 128,
+                head_dim_v: 128,
+                n_ff: 21504,
+                n_ctx: 131072,
+                rope_scaling: RopeScaling {
+                    kind: RopeScalingKind::Linear,
+                    factor: 8.0,
+                    ..RopeScaling::default()
+                },
+                ..gemma3(5376, 62, 32, 16, 1024)
+            },
+        ),
+        "gemma3-1b" => (
+            "gemma-3-1b-it: 26 blocks (every 6th global), window 512",
+            Config {
+                n_ff: 6912,
+                ..gemma3(1152, 26, 4, 1, 512)
+            },
+        ),
+        "gemma3-270m" => (
+            "gemma-3-270m: 18 blocks (every 6th global), window 512",
+            Config {
+                n_ff: 2048,
+                ..gemma3(640, 18, 4, 1, 512)
             },
         ),
         "smollm2-1.7b" => (
@@ -215,10 +283,27 @@ pub fn preset(name: &str) -> Option<Preset> {
                 swa: Some(Swa {
                     window: 16,
                     period: 2,
+                    rope_base: None,
                 }),
                 head_dim: 64,
                 head_dim_v: 64,
                 ..shape(Arch::GptOss, 256, 2, 8, 2)
+            },
+        ),
+        "tiny-gemma3" => (
+            "7-block gemma3 (block 5 global, the others over a window of 16), linear RoPE x8",
+            Config {
+                head_dim: 128,
+                head_dim_v: 128,
+                n_ff: 512,
+                n_vocab: 512,
+                n_ctx: 131072,
+                rope_scaling: RopeScaling {
+                    kind: RopeScalingKind::Linear,
+                    factor: 8.0,
+                    ..RopeScaling::default()
+                },
+                ..gemma3(256, 7, 4, 2, 16)
             },
         ),
         _ => return None,

@@ -64,6 +64,10 @@ pub struct LayerWeights<W> {
     pub attn: AttnWeights<W>,
     pub ffn_norm: W,
     pub ffn: Ffn<W>,
+    /// gemma3: RMS norms of the attention's and the FFN's outputs, each applied before the
+    /// output joins the residual stream.
+    pub attn_post_norm: Option<W>,
+    pub ffn_post_norm: Option<W>,
 }
 
 pub struct ModelWeights<W> {
@@ -162,10 +166,15 @@ impl<W> ModelWeights<W> {
                     },
                 }),
             };
+            let post_norms = cfg.arch == Arch::Gemma3;
+            let attn_post_norm = post_norms.then(|| t(AttnPostNorm)).transpose()?;
+            let ffn_post_norm = post_norms.then(|| t(FfnPostNorm)).transpose()?;
             layers.push(LayerWeights {
                 attn,
                 ffn_norm,
                 ffn,
+                attn_post_norm,
+                ffn_post_norm,
             });
         }
         let global = TensorId::global;

@@ -213,3 +213,28 @@ fn rope_scaling_round_trips() {
     assert!((rope.attn_factor - 0.5).abs() < 1e-6);
     assert!((rope.magnitude() - 0.5 * (1.0 + 0.1 * 4f32.ln())).abs() < 1e-6);
 }
+
+/// gemma3 as llama.cpp's loader reads it: every 6th block global, the sliding ones rotating
+/// with base 10000 unscaled and the global ones with the file's base and linear scaling,
+/// embeddings times sqrt(n_embd), and the queries rescaled only for the 62-block (27B) shape,
+/// whose `1 / sqrt(n_embd / n_head)` is not the attention's own `1 / sqrt(head_dim)`.
+#[test]
+fn gemma3_blocks_slide_rotate_and_scale_as_llama_cpp() {
+    let cfg = preset("gemma3-4b").unwrap().config;
+    let swa = cfg.swa.as_ref().unwrap();
+    let sliding: Vec<bool> = (0..12).map(|l| swa.slides(l)).collect();
+    let want = [true, true, true, true, true, false];
+    assert_eq!(sliding, [want, want].concat());
+    let (local, global) = (cfg.rope_for(0), cfg.rope_for(5));
+    assert_eq!((local.base, local.freq_scale), (10000.0, 1.0));
+    assert_eq!((global.base, global.freq_scale), (1e6, 0.125));
+    assert_eq!(cfg.embd_scale(), Some(2560f32.sqrt()));
+    assert_eq!(cfg.q_scale(), None);
+    let big = preset("gemma3-27b").unwrap().config;
+    let q = big.q_scale().unwrap() / (big.head_dim as f32).sqrt();
+    assert!((q - 1.0 / 168f32.sqrt()).abs() < 1e-7, "{q}");
+    // Every other architecture rotates each block alike.
+    let qwen = preset("qwen3-8b").unwrap().config;
+    assert_eq!(qwen.rope_for(0), qwen.rope());
+    assert_eq!((qwen.embd_scale(), qwen.q_scale()), (None, None));
+}

@@ -570,6 +570,24 @@ impl Backend for CudaBackend {
         })
     }
 
+    fn geglu(&self, gate: &mut CudaAct, up: &CudaAct) -> Result<()> {
+        if gate.rows == 0 {
+            return Ok(());
+        }
+        crate::profile::span(self.dev.stream(), "geglu", || {
+            self.k.elementwise.geglu(gate.buf_mut(), up.buf())
+        })
+    }
+
+    fn scale(&self, x: &mut CudaAct, s: f32) -> Result<()> {
+        if x.rows == 0 {
+            return Ok(());
+        }
+        crate::profile::span(self.dev.stream(), "scale", || {
+            self.k.elementwise.scale(x.buf_mut(), s)
+        })
+    }
+
     /// The gating mode was fixed when the router was uploaded ([`CudaWeight::Router`]), from
     /// the same architecture `w.gating` comes from; [`Self::try_moe`] checks they agree.
     fn moe(&self, x: &CudaAct, w: &MoeWeights<CudaWeight>, out: &mut CudaAct) -> Result<()> {

@@ -95,12 +95,16 @@ impl CudaModel {
         first_layer: usize,
     ) -> ferrolm_model::Result<Self> {
         let cfg = Config::from_gguf(file)?;
-        if cfg.arch == ferrolm_model::Arch::GptOss {
-            // MXFP4 experts, attention sinks, sliding windows and the biased MoE have no CUDA
-            // kernels yet.
-            return Err(ModelError::Invalid(
-                "CUDA: gpt-oss runs on the CPU only for now; use --backend cpu (or -ngl 0)".into(),
-            ));
+        // gpt-oss: MXFP4 experts, attention sinks, sliding windows and the biased MoE have no
+        // CUDA kernels yet; gemma3: sliding windows and GELU.
+        if matches!(
+            cfg.arch,
+            ferrolm_model::Arch::GptOss | ferrolm_model::Arch::Gemma3
+        ) {
+            return Err(ModelError::Invalid(format!(
+                "CUDA: {} runs on the CPU only for now; use --backend cpu (or -ngl 0)",
+                cfg.arch
+            )));
         }
         let first_layer = first_layer.min(cfg.n_layer);
         check_fit(&cfg, file, &dev, first_layer)?;

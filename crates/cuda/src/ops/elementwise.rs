@@ -1,5 +1,5 @@
-//! `kernels/elementwise.cu`: add, add_bias, swiglu on f32 buffers; the Hadamard rotation of a
-//! quantized KV cache.
+//! `kernels/elementwise.cu`: add, add_bias, swiglu, geglu, scale on f32 buffers; the Hadamard
+//! rotation of a quantized KV cache.
 
 use super::launch::Launcher;
 use super::{int, stride_blocks};
@@ -15,6 +15,8 @@ pub struct Elementwise {
     add: CudaFunction,
     add_bias: CudaFunction,
     swiglu: CudaFunction,
+    geglu: CudaFunction,
+    scale: CudaFunction,
     hadamard: CudaFunction,
     round_q8_0: CudaFunction,
 }
@@ -34,6 +36,8 @@ impl Elementwise {
             add: dev.function(&ELEMENTWISE, "add_f32")?,
             add_bias: dev.function(&ELEMENTWISE, "add_bias_f32")?,
             swiglu: dev.function(&ELEMENTWISE, "swiglu_f32")?,
+            geglu: dev.function(&ELEMENTWISE, "geglu_f32")?,
+            scale: dev.function(&ELEMENTWISE, "scale_f32")?,
             hadamard: dev.function(&ELEMENTWISE, "hadamard_f32")?,
             round_q8_0: dev.function(&ELEMENTWISE, "round_q8_0_f32")?,
         })
@@ -75,6 +79,27 @@ impl Elementwise {
         b.arg(gate).arg(up).arg(&n);
         // SAFETY: swiglu_f32(float*, const float*, int) over n elements of both buffers.
         unsafe { b.launch(cfg(n as usize)) }.during("launching swiglu_f32")?;
+        Ok(())
+    }
+
+    /// `gate = gelu(gate) * up`, GELU's tanh form (the CPU's `norm::geglu`).
+    pub fn geglu(&self, gate: &mut CudaSlice<f32>, up: &CudaSlice<f32>) -> Result<()> {
+        assert_eq!(gate.len(), up.len(), "geglu: lengths differ");
+        let n = int(gate.len(), "geglu length");
+        let mut b = self.launch.builder(&self.geglu);
+        b.arg(gate).arg(up).arg(&n);
+        // SAFETY: geglu_f32(float*, const float*, int) over n elements of both buffers.
+        unsafe { b.launch(cfg(n as usize)) }.during("launching geglu_f32")?;
+        Ok(())
+    }
+
+    /// `x *= s`.
+    pub fn scale(&self, x: &mut CudaSlice<f32>, s: f32) -> Result<()> {
+        let n = int(x.len(), "scale length");
+        let mut b = self.launch.builder(&self.scale);
+        b.arg(x).arg(&s).arg(&n);
+        // SAFETY: scale_f32(float*, float, int) over n elements of x.
+        unsafe { b.launch(cfg(n as usize)) }.during("launching scale_f32")?;
         Ok(())
     }
 
