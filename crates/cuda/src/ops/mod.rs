@@ -33,12 +33,8 @@ pub use attention_rows::{AttentionRows, RowSeq, RowsTable, ROWS_MAX_GROUP};
 pub use elementwise::Elementwise;
 pub use embed::Embed;
 pub use gemm_f32::GemmF32;
-<<<<<<< HEAD
-pub use mmq::{Mmq, MmqOrder, MmqTile, MMQ_BK, MMQ_MAX_SPLITS, MMQ_SPLIT_TILES, MMQ_TILES};
-=======
 pub use kv_cache::{KvCache, KvFormat};
-pub use mmq::{Mmq, MmqOrder, MmqTile, MMQ_BK, MMQ_TILES};
->>>>>>> heads
+pub use mmq::{Mmq, MmqOrder, MmqTile, MMQ_BK, MMQ_MAX_SPLITS, MMQ_SPLIT_TILES, MMQ_TILES};
 pub(crate) use mmvq::MMVQ_MAX_COLS;
 pub use mmvq::{Mmvq, PairOut, QuantMatrix};
 pub(crate) use moe_decode::MOE_DECODE_MAX_TOKENS;
