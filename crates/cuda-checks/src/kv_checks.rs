@@ -22,8 +22,10 @@ use rand::rngs::StdRng;
 
 /// The CPU quantizes q to Q8_0 (a code step of max|q|/127 per 32) for its integer dots; the GPU
 /// keeps q in f32. On N(0, 1) data the scores then differ by ~0.006 (D 128), the outputs by
-/// about as much of `Σ p·|v|`; a wrong block, scale or nibble is off by O(0.1) or more.
-const ATTN_Q8_Q: Contract = Contract::Rel(3e-2, "q as Q8_0 on the CPU, f32 here");
+/// about as much of `Σ p·|v|`; a wrong block, scale or nibble is off by O(0.1) or more. At
+/// head size 64 (Q8_0's step relatively coarser) over q4_0 keys, seed 11's draw of session 10
+/// reached 3.8e-2 (the same kernel's f32-order row, its contract, at 6e-7), hence 5e-2.
+const ATTN_Q8_Q: Contract = Contract::Rel(5e-2, "q as Q8_0 on the CPU, f32 here");
 
 /// The rotation on its own (chunks of 64, 128 and Gemma 3's 256); then each quantized format:
 /// decode (3 rows after 997 positions, GQA 32/8, D 128), and the scalar prefill on a 77-token
