@@ -35,7 +35,7 @@ const ATTN_F32REF: Contract = Contract::Rel(1e-6, "the CPU's order; e^x rounding
 
 /// What one attention check runs over the same cache and queries.
 #[derive(Clone, Copy, PartialEq)]
-enum Path {
+pub(crate) enum Path {
     /// Flash-decoding; `grouped`: a block per KV head (`attn_decode_group_*`).
     Decode {
         grouped: bool,
@@ -43,12 +43,12 @@ enum Path {
     Prefill(PrefillKernel),
 }
 
-const DECODES: [Path; 2] = [
+pub(crate) const DECODES: [Path; 2] = [
     Path::Decode { grouped: false },
     Path::Decode { grouped: true },
 ];
 
-const PREFILLS: [Path; 3] = [
+pub(crate) const PREFILLS: [Path; 3] = [
     Path::Prefill(PrefillKernel::Scalar),
     Path::Prefill(PrefillKernel::Mma),
     Path::Prefill(PrefillKernel::F32Ref),
@@ -60,14 +60,27 @@ const PREFILLS: [Path; 3] = [
 /// prefix (GQA 32/8, D 128); 2048 rows after a 100-token prefix (GQA 32/8, D 64); a 2048-token
 /// prompt with 32 heads of 128, one KV head each. Then every other head size ([`other_heads`]).
 pub fn all(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) -> Result<Vec<Row>> {
-    let mut rows = attn(dev, k, plan, rng, (32, 8, 128), 1024, 1000, 3, &DECODES)?;
+    let mut rows = attn(
+        dev,
+        k,
+        plan,
+        rng,
+        (32, 8, 128),
+        1024,
+        1000,
+        3,
+        &DECODES,
+        None,
+    )?;
     // Decode by KV group at every group size it has, MHA to 8 heads a group, both head sizes.
     for (shape, n_ctx, n_pos) in [
         ((16, 16, 128), 4096, 4000),
         ((16, 8, 64), 300, 77),
         ((32, 4, 128), 20000, 16500),
     ] {
-        rows.extend(attn(dev, k, plan, rng, shape, n_ctx, n_pos, 1, &DECODES)?);
+        rows.extend(attn(
+            dev, k, plan, rng, shape, n_ctx, n_pos, 1, &DECODES, None,
+        )?);
     }
     for (shape, n_ctx, n_pos, n_q) in [
         ((9, 3, 64), 128, 77, 77),
@@ -76,13 +89,24 @@ pub fn all(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) -> Resu
         ((32, 32, 128), 2048, 2048, 2048),
     ] {
         rows.extend(attn(
-            dev, k, plan, rng, shape, n_ctx, n_pos, n_q, &PREFILLS,
+            dev, k, plan, rng, shape, n_ctx, n_pos, n_q, &PREFILLS, None,
         )?);
     }
     // Short ubatches on ggml's arithmetic: 37 rows from position 0 (the goldens' passes), and
     // 40 rows after a 200-token prefix with GQA.
     let f16ref = [Path::Prefill(PrefillKernel::F16Ref)];
-    rows.extend(attn(dev, k, plan, rng, (4, 2, 64), 128, 37, 37, &f16ref)?);
+    rows.extend(attn(
+        dev,
+        k,
+        plan,
+        rng,
+        (4, 2, 64),
+        128,
+        37,
+        37,
+        &f16ref,
+        None,
+    )?);
     rows.extend(attn(
         dev,
         k,
@@ -93,6 +117,7 @@ pub fn all(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) -> Resu
         240,
         40,
         &f16ref,
+        None,
     )?);
     rows.extend(other_heads(dev, k, plan, rng)?);
     rows.extend(embed(dev, k, rng)?);
@@ -116,7 +141,9 @@ fn other_heads(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) -> 
             ((8, 4), 128, 40, 1),
         ] {
             let shape = (n_head, n_kv_head, d);
-            rows.extend(attn(dev, k, plan, rng, shape, n_ctx, n_pos, n_q, &DECODES)?);
+            rows.extend(attn(
+                dev, k, plan, rng, shape, n_ctx, n_pos, n_q, &DECODES, None,
+            )?);
         }
         let prefills: Vec<Path> = PREFILLS
             .into_iter()
@@ -124,12 +151,14 @@ fn other_heads(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) -> 
             .collect();
         for (shape, n_ctx, n_pos, n_q) in [((9, 3, d), 128, 77, 77), ((8, 2, d), 640, 600, 300)] {
             rows.extend(attn(
-                dev, k, plan, rng, shape, n_ctx, n_pos, n_q, &prefills,
+                dev, k, plan, rng, shape, n_ctx, n_pos, n_q, &prefills, None,
             )?);
         }
         let f16ref = [Path::Prefill(PrefillKernel::F16Ref)];
         for (shape, n_ctx, n_pos, n_q) in [((4, 2, d), 128, 37, 37), ((8, 2, d), 512, 240, 40)] {
-            rows.extend(attn(dev, k, plan, rng, shape, n_ctx, n_pos, n_q, &f16ref)?);
+            rows.extend(attn(
+                dev, k, plan, rng, shape, n_ctx, n_pos, n_q, &f16ref, None,
+            )?);
         }
     }
     Ok(rows)
@@ -151,9 +180,10 @@ fn f16_round(x: &[f32]) -> Result<Vec<f32>> {
 }
 
 /// Stores `n_pos - n_q` positions (the prefix), then `n_q` more at the next position, and
-/// attends with those last `n_q` as queries on each of `paths`.
+/// attends with those last `n_q` as queries on each of `paths`, over a sliding `window` of
+/// positions where given (the CPU's too).
 #[allow(clippy::too_many_arguments)]
-fn attn(
+pub(crate) fn attn(
     dev: &CudaDevice,
     k: &Kernels,
     plan: &Plan,
@@ -163,6 +193,7 @@ fn attn(
     n_pos: usize,
     n_q: usize,
     paths: &[Path],
+    window: Option<usize>,
 ) -> Result<Vec<Row>> {
     // The CPU side as the engine runs it (FERROLM_CPU_MATMUL, FERROLM_ATTN).
     let cpu_plan = CpuPlan::from_env()?;
@@ -221,7 +252,9 @@ fn attn(
         head_dim,
     };
     let mut want = vec![0f32; q.len()];
-    attention(&cpu_plan, &q, &kv, &positions, shape, None, None, &mut want);
+    attention(
+        &cpu_plan, &q, &kv, &positions, shape, window, None, &mut want,
+    );
     // The CPU takes ggml's small-batch arithmetic with an f16 cache (of the same values).
     let mut kv16 = LayerKv::new(KvType::F16, n_ctx, n_kv_head, head_dim);
     kv16.store(0, &kr, &vr);
@@ -232,28 +265,31 @@ fn attn(
         &kv16,
         &positions,
         shape,
-        None,
+        window,
         None,
         &mut want_ggml,
     );
-    let scale = magnitudes(&q, &kr, &vr, &positions, shape);
+    let scale = magnitudes(&q, &kr, &vr, &positions, shape, window);
 
     let (qd, pd) = (dev.upload(&q)?, dev.upload(&positions)?);
     for &path in paths {
         let mut out = poisoned(dev, q.len())?;
         let (op, contract, reference, want) = match path {
             Path::Decode { grouped } => {
-                let splits = plan.decode_splits(n_ctx, n_kv_head);
-                let mut work = DecodeWork::new(dev, n_q, n_head, head_dim, splits)?;
-                // The combine fused into the split kernel as the backend runs it (the plan's).
+                let cap = plan.decode_splits(n_ctx, n_kv_head);
+                let mut work = DecodeWork::new(dev, n_q, n_head, head_dim, cap)?;
+                // The splits and the combine fused into the split kernel as the backend runs
+                // them (the plan's).
+                let splits = plan.window_splits(cap, window, n_kv_head);
                 let fused = plan.fuse();
+                let (w, ns) = (window, splits);
                 k.attention.decode(
-                    fused, grouped, &qd, &cache, &pd, n_head, &mut work, &mut out,
+                    fused, grouped, &qd, &cache, &pd, n_head, w, ns, &mut work, &mut out,
                 )?;
                 // The combine kernel on its own (FERROLM_CUDA_FUSE=0) sums as the fused one.
                 let mut alone = poisoned(dev, q.len())?;
                 k.attention.decode(
-                    !fused, grouped, &qd, &cache, &pd, n_head, &mut work, &mut alone,
+                    !fused, grouped, &qd, &cache, &pd, n_head, w, ns, &mut work, &mut alone,
                 )?;
                 dev.sync()?;
                 let same = dev
@@ -277,7 +313,7 @@ fn attn(
             }
             Path::Prefill(kernel) => {
                 k.attention
-                    .prefill(kernel, &qd, &cache, &pd, n_head, &mut out)?;
+                    .prefill(kernel, &qd, &cache, &pd, n_head, window, &mut out)?;
                 match kernel {
                     PrefillKernel::Scalar => ("attn_prefill (scalar)", ATTN, F32_REF, &want),
                     PrefillKernel::Mma => ("attn_prefill (f16 mma)", ATTN_MMA, F32_REF, &want),
@@ -295,9 +331,10 @@ fn attn(
         };
         dev.sync()?;
         let got = dev.download(&out)?;
+        let win = window.map_or(String::new(), |w| format!(", window {w}"));
         rows.push(row(
             op,
-            format!("{n_head}/{n_kv_head} heads, d {head_dim}, {n_q} q at {prefix}.."),
+            format!("{n_head}/{n_kv_head} heads, d {head_dim}, {n_q} q at {prefix}..{win}"),
             reference,
             compare(&got, want, |i| scale[i]),
             contract,
@@ -328,7 +365,10 @@ pub fn time_prefill(dev: &CudaDevice, k: &Kernels, rng: &mut StdRng) -> Result<(
         let mut out = poisoned(dev, n_q * width)?;
         let flops = 4.0 * (head_dim * n_head) as f64 * (n_q * (n_q + 1) / 2) as f64;
         for kernel in [PrefillKernel::Scalar, PrefillKernel::Mma] {
-            let run = |out: &mut _| k.attention.prefill(kernel, &qd, &cache, &pd, n_head, out);
+            let run = |out: &mut _| {
+                k.attention
+                    .prefill(kernel, &qd, &cache, &pd, n_head, None, out)
+            };
             run(&mut out)?;
             let iters = 20;
             let ms = dev.time_ms(|| {
@@ -344,14 +384,16 @@ pub fn time_prefill(dev: &CudaDevice, k: &Kernels, rng: &mut StdRng) -> Result<(
     Ok(())
 }
 
-/// For each output element, `Σ_k p_k·|v_k[d]|` in f64: the magnitude its rounding error
-/// grows with (the output itself may cancel to near zero), as `Σ|x·w|` for dot products.
+/// For each output element, `Σ_k p_k·|v_k[d]|` in f64 over the keys the row sees (its
+/// `window`'s, or all): the magnitude its rounding error grows with (the output itself may
+/// cancel to near zero), as `Σ|x·w|` for dot products.
 pub(crate) fn magnitudes(
     q: &[f32],
     k: &[f32],
     v: &[f32],
     positions: &[u32],
     shape: AttnShape,
+    window: Option<usize>,
 ) -> Vec<f64> {
     let AttnShape {
         n_head,
@@ -368,8 +410,9 @@ pub(crate) fn magnitudes(
             let g = h / group;
             let qh = &q[i * head_dim..][..head_dim];
             let n_keys = positions[t] as usize + 1;
+            let first = window.map_or(0, |w| n_keys.saturating_sub(w));
             let at = |p: usize| p * width + g * head_dim;
-            let s: Vec<f64> = (0..n_keys)
+            let s: Vec<f64> = (first..n_keys)
                 .map(|p| {
                     let kh = &k[at(p)..][..head_dim];
                     qh.iter()
@@ -382,7 +425,7 @@ pub(crate) fn magnitudes(
             let m = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
             let e: Vec<f64> = s.iter().map(|&x| (x - m).exp()).collect();
             let sum: f64 = e.iter().sum();
-            for (p, &w) in e.iter().enumerate() {
+            for (p, &w) in (first..).zip(&e) {
                 for (od, &vv) in o.iter_mut().zip(&v[at(p)..][..head_dim]) {
                     *od += w / sum * (vv as f64).abs();
                 }

@@ -26,10 +26,10 @@ use rand::rngs::StdRng;
 const LAYERS: usize = 2;
 
 /// One sequence of the batch: its cache size, the positions already cached, its new rows.
-struct Seq {
-    n_ctx: usize,
-    cached: usize,
-    rows: usize,
+pub(crate) struct Seq {
+    pub n_ctx: usize,
+    pub cached: usize,
+    pub rows: usize,
 }
 
 /// Five sequences (cache sizes 64 to 4096; 1 to 3001 keys, so 1 to 12 splits; one of two rows)
@@ -78,7 +78,7 @@ pub fn all(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) -> Resu
         (16, 2, 256),
         (6, 6, 256),
     ] {
-        rows.extend(batch(dev, k, plan, rng, shape, &seqs)?);
+        rows.extend(batch(dev, k, plan, rng, shape, &seqs, None)?);
     }
     Ok(rows)
 }
@@ -92,13 +92,15 @@ fn f16_round(x: &[f32]) -> Result<Vec<f32>> {
     )?)
 }
 
-fn batch(
+/// One batch of `seqs` at one head shape, every row over a sliding `window` where given.
+pub(crate) fn batch(
     dev: &CudaDevice,
     k: &Kernels,
     plan: &Plan,
     rng: &mut StdRng,
     (n_head, n_kv_head, head_dim): (usize, usize, usize),
     seqs: &[Seq],
+    window: Option<usize>,
 ) -> Result<Vec<Row>> {
     let cpu_plan = CpuPlan::from_env()?;
     let width = n_kv_head * head_dim;
@@ -195,6 +197,7 @@ fn batch(
         n_head,
         n_kv_head,
         head_dim,
+        window,
         &mut out,
     )?;
     dev.sync()?;
@@ -208,33 +211,32 @@ fn batch(
     for ((s, layers), (keys, values)) in seqs.iter().zip(&caches).zip(&kvs) {
         let qs = &q[row0 * q_width..(row0 + s.rows) * q_width];
         let ps = &pos[row0..row0 + s.rows];
-        let mut work = DecodeWork::new(
-            dev,
-            s.rows,
-            n_head,
-            head_dim,
-            plan.decode_splits(s.n_ctx, n_kv_head),
-        )?;
+        let cap = plan.decode_splits(s.n_ctx, n_kv_head);
+        let mut work = DecodeWork::new(dev, s.rows, n_head, head_dim, cap)?;
+        let splits = plan.window_splits(cap, window, n_kv_head);
         let mut o = poisoned(dev, qs.len())?;
         let (qsd, psd) = (dev.upload(qs)?, dev.upload(ps)?);
         let cache = &layers[LAYERS - 1];
-        k.attention
-            .decode(true, grouped, &qsd, cache, &psd, n_head, &mut work, &mut o)?;
+        let w = &mut work;
+        k.attention.decode(
+            true, grouped, &qsd, cache, &psd, n_head, window, splits, w, &mut o,
+        )?;
         per_seq.extend(dev.download(&o)?);
         let (kr, vr) = (f16_round(keys)?, f16_round(values)?);
         let mut kv = LayerKv::new(KvType::F32, s.n_ctx, n_kv_head, head_dim);
         kv.store(0, &kr, &vr);
         let mut w = vec![0f32; qs.len()];
-        attention(&cpu_plan, qs, &kv, ps, shape, None, None, &mut w);
+        attention(&cpu_plan, qs, &kv, ps, shape, window, None, &mut w);
         want.extend(w);
-        scale.extend(magnitudes(qs, &kr, &vr, ps, shape));
+        scale.extend(magnitudes(qs, &kr, &vr, ps, shape, window));
         row0 += s.rows;
     }
     let owned = row0 * q_width;
     let desc = format!(
-        "{n_head}/{n_kv_head} heads, d {head_dim}, {} seqs ({} rows) + 1 unowned",
+        "{n_head}/{n_kv_head} heads, d {head_dim}, {} seqs ({} rows) + 1 unowned{}",
         seqs.len(),
-        row0
+        row0,
+        window.map_or(String::new(), |w| format!(", window {w}"))
     );
     let mut rows = Vec::new();
     let reference = if grouped {
@@ -272,6 +274,7 @@ fn batch(
         n_head,
         n_kv_head,
         head_dim,
+        window,
         &mut o1,
     )?;
     let o1 = dev.download(&o1)?;

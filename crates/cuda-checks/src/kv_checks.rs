@@ -54,7 +54,11 @@ pub fn all(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) -> Resu
         (KvFormat::Q8_0, KvElem::Q8_0),
         (KvFormat::Q4_0, KvElem::Q4_0),
     ] {
-        let q = Quant { format, elem };
+        let q = Quant {
+            format,
+            elem,
+            window: None,
+        };
         rows.extend(q.check(dev, k, plan, rng, (32, 8, 128), 1024, 1000, 3)?);
         rows.extend(q.check(dev, k, plan, rng, (9, 3, 64), 128, 77, 77)?);
         rows.extend(q.check(dev, k, plan, rng, (32, 8, 128), 512, 512, 300)?);
@@ -65,10 +69,11 @@ pub fn all(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) -> Resu
     Ok(rows)
 }
 
-/// One cache format, by its two names.
-struct Quant {
-    format: KvFormat,
-    elem: KvElem,
+/// One cache format, by its two names, attended over a sliding `window` where given.
+pub(crate) struct Quant {
+    pub format: KvFormat,
+    pub elem: KvElem,
+    pub window: Option<usize>,
 }
 
 impl Quant {
@@ -106,7 +111,7 @@ impl Quant {
     /// Stores `n_pos - n_q` positions, then `n_q` more, and attends with the last `n_q` as
     /// queries on the kernel the plan picks for `n_q` rows over this format.
     #[allow(clippy::too_many_arguments)]
-    fn check(
+    pub(crate) fn check(
         &self,
         dev: &CudaDevice,
         k: &Kernels,
@@ -137,7 +142,11 @@ impl Quant {
             );
             k.attention.store(&mut cache, &kd, &vd, &pos0)?;
         }
-        let shape_s = format!("{n_head}/{n_kv_head} heads, d {head_dim}, {n_q} q at {prefix}..");
+        let win = self
+            .window
+            .map_or(String::new(), |w| format!(", window {w}"));
+        let shape_s =
+            format!("{n_head}/{n_kv_head} heads, d {head_dim}, {n_q} q at {prefix}..{win}");
 
         // The store: each head's row rotated and quantized as the CPU's cache does, head-major.
         let row_bytes = self.format.row_bytes(head_dim);
@@ -184,7 +193,7 @@ impl Quant {
             &kv,
             &positions,
             shape,
-            None,
+            self.window,
             None,
             &mut want_f32,
         );
@@ -195,12 +204,12 @@ impl Quant {
             &kv,
             &positions,
             shape,
-            None,
+            self.window,
             None,
             &mut want_ggml,
         );
         // The scale of the errors: the exact attention's (the cache is near these values).
-        let scale = magnitudes(&q, &keys, &values, &positions, shape);
+        let scale = magnitudes(&q, &keys, &values, &positions, shape, self.window);
 
         let (qd, pd) = (
             self.upload(dev, k, &q, cache.k_rot)?,
@@ -212,13 +221,9 @@ impl Quant {
                 fused_combine,
                 grouped,
             } => {
-                let mut work = DecodeWork::new(
-                    dev,
-                    n_q,
-                    n_head,
-                    head_dim,
-                    plan.decode_splits(n_ctx, n_kv_head),
-                )?;
+                let cap = plan.decode_splits(n_ctx, n_kv_head);
+                let mut work = DecodeWork::new(dev, n_q, n_head, head_dim, cap)?;
+                let splits = plan.window_splits(cap, self.window, n_kv_head);
                 k.attention.decode(
                     fused_combine,
                     grouped,
@@ -226,6 +231,8 @@ impl Quant {
                     &cache,
                     &pd,
                     n_head,
+                    self.window,
+                    splits,
                     &mut work,
                     &mut out,
                 )?;
@@ -238,7 +245,7 @@ impl Quant {
                     "the plan's kernel for {name}"
                 );
                 k.attention
-                    .prefill(kernel, &qd, &cache, &pd, n_head, &mut out)?;
+                    .prefill(kernel, &qd, &cache, &pd, n_head, self.window, &mut out)?;
                 format!("attn_prefill {name} (scalar)")
             }
         };

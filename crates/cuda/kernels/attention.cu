@@ -6,6 +6,9 @@
 // Positions and key counts are read from device memory, so a captured CUDA graph replays with
 // new positions without re-capture. Query head h reads KV head h / (n_head / n_kv_head).
 // Scores are dot(q, k) * scale, as the CPU computes them; exponentials use expf (not __expf).
+// Every kernel takes `window`: a sliding window (gemma3, gpt-oss) of that many positions ending
+// at the query's own (common.cuh's attn_first_key), or 0 for every key from 0. Keys before the
+// window are skipped, not masked: whole splits and tiles start at the first visible key.
 #include "common.cuh"
 #include "quant.cuh"
 
@@ -177,8 +180,9 @@ static __device__ __noinline__ void combine_heads(const float *part_m, const flo
                                                   int t, float *scratch);
 
 // Flash-decoding, pass 1. grid (n_split, n_head, n_q); block ATTN_NWARPS warps.
-// q: [n_q][n_head][D]; query t sees keys 0..pos[t] (inclusive). Split s takes a contiguous
-// chunk of ceil(n_keys / n_split) keys; warps stripe over it. Writes part_m/part_l
+// q: [n_q][n_head][D]; query t sees keys first..pos[t] (inclusive; first = attn_first_key, 0
+// without a window). Split s takes a contiguous chunk of ceil(visible / n_split) of them, so a
+// windowed layer reads only its window at any depth; warps stripe over it. Writes part_m/part_l
 // [n_q][n_head][n_split] and part_acc [n_q][n_head][n_split][D] (unnormalised). With `done`
 // not null, the head's last block to finish then combines them into out as pass 2 would.
 template <int D, typename F>
@@ -186,16 +190,16 @@ static __device__ __forceinline__ void attn_decode_split(
     const float *__restrict__ q, const void *__restrict__ kc, const void *__restrict__ vc,
     const uint32_t *__restrict__ pos, float *__restrict__ part_m, float *__restrict__ part_l,
     float *__restrict__ part_acc, int *__restrict__ done, float *__restrict__ out, int n_head,
-    int n_kv_head, int n_ctx, float scale) {
+    int n_kv_head, int n_ctx, float scale, int window) {
     __shared__ float sq[D];
     __shared__ float sm[ATTN_NWARPS], sl[ATTN_NWARPS];
     __shared__ float sacc[ATTN_NWARPS * D];
     const int split = blockIdx.x, n_split = gridDim.x, h = blockIdx.y, t = blockIdx.z;
     const int g = h / (n_head / n_kv_head);
     const int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE;
-    const int n_keys = (int)pos[t] + 1;
-    const int chunk = (n_keys + n_split - 1) / n_split;
-    const int k0 = split * chunk, k1 = min(n_keys, k0 + chunk);
+    const int n_keys = (int)pos[t] + 1, first = attn_first_key(n_keys, window);
+    const int chunk = (n_keys - first + n_split - 1) / n_split;
+    const int k0 = first + split * chunk, k1 = min(n_keys, k0 + chunk);
     for (int j = threadIdx.x; j < D; j += blockDim.x) {
         sq[j] = q[((size_t)t * n_head + h) * D + j];
     }
@@ -333,29 +337,33 @@ extern "C" __global__ void attn_decode_combine(const float *__restrict__ part_m,
 // Flash attention over a ubatch: grid (ceil(n_q / ATTN_NWARPS), n_head); block ATTN_NWARPS
 // warps, one query row each. K/V tiles of ATTN_TILE_K keys (half that for heads over 128, so
 // that the f32 tiles stay within 48 KiB of static shared memory) are staged in shared memory as
-// f32 by the whole block; query t sees keys 0..pos[t].
+// f32 by the whole block, from the first key any of its rows sees; query t sees keys
+// attn_first_key(pos[t] + 1, window)..pos[t].
 template <int D, typename F>
 static __device__ __forceinline__ void attn_prefill(
     const float *__restrict__ q, const void *__restrict__ kc, const void *__restrict__ vc,
     const uint32_t *__restrict__ pos, float *__restrict__ out, int n_q, int n_head, int n_kv_head,
-    int n_ctx, float scale) {
+    int n_ctx, float scale, int window) {
     typedef LaneDims<D> L;
     constexpr int TILE = D > 128 ? ATTN_TILE_K / 2 : ATTN_TILE_K;
     __shared__ float sk[TILE * D];
     __shared__ float sv[TILE * D];
     __shared__ float sq[ATTN_NWARPS * D];
-    __shared__ int s_keys;
+    __shared__ int s_keys, s_first;
     const int h = blockIdx.y, g = h / (n_head / n_kv_head);
     const int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE;
     const int t = blockIdx.x * ATTN_NWARPS + warp;
     const bool active = t < n_q;
     const int my_keys = active ? (int)pos[t] + 1 : 0;
+    const int my_first = attn_first_key(my_keys, window);
     if (threadIdx.x == 0) {
         s_keys = 0;
+        s_first = 0x7fffffff;
     }
     __syncthreads();
-    if (lane == 0) {
+    if (lane == 0 && active) {
         atomicMax(&s_keys, my_keys);
+        atomicMin(&s_first, my_first);
     }
 #pragma unroll
     for (int i = 0; i < L::N; ++i) {
@@ -365,12 +373,12 @@ static __device__ __forceinline__ void attn_prefill(
         }
     }
     __syncthreads();
-    const int n_keys = s_keys;
+    const int n_keys = s_keys, block_first = s_first; // the block has an active row
     const KvHead<F> kh(kc, (size_t)g * n_ctx * D), vh(vc, (size_t)g * n_ctx * D);
     const float *qr = sq + warp * D;
     WarpState<D> st;
     st.init();
-    for (int k0 = 0; k0 < n_keys; k0 += TILE) {
+    for (int k0 = block_first; k0 < n_keys; k0 += TILE) {
         const int nk = min(TILE, n_keys - k0);
         __syncthreads(); // the previous tile is no longer read
         for (int i = threadIdx.x; i < nk * D; i += blockDim.x) {
@@ -379,7 +387,8 @@ static __device__ __forceinline__ void attn_prefill(
         }
         __syncthreads();
         const int upto = min(nk, my_keys - k0); // causal: keys < my_keys
-        for (int kk = 0; kk < upto; ++kk) {
+        // Window: keys >= my_first (a warp-uniform bound, so the sums' shuffles stay whole).
+        for (int kk = max(0, my_first - k0); kk < upto; ++kk) {
             const float *kr = sk + kk * D;
             float dot = 0.0f;
 #pragma unroll
@@ -458,7 +467,7 @@ template <int D>
 static __device__ __forceinline__ void attn_prefill_f16ref(
     const float *__restrict__ q, const uint16_t *__restrict__ kc, const uint16_t *__restrict__ vc,
     const uint32_t *__restrict__ pos, float *__restrict__ out, int n_q, int n_head, int n_kv_head,
-    int n_ctx, float scale) {
+    int n_ctx, float scale, int window) {
     __shared__ float prod[2][D];
     const int t = blockIdx.x, h = blockIdx.y;
     const int g = h / (n_head / n_kv_head);
@@ -472,7 +481,7 @@ static __device__ __forceinline__ void attn_prefill_f16ref(
     float m = ATTN_NEG_INF, l = 0.0f;
     __half acc = __float2half_rn(0.0f);
     const int n_keys = (int)pos[t] + 1;
-    for (int key = 0; key < n_keys; ++key) {
+    for (int key = attn_first_key(n_keys, window); key < n_keys; ++key) {
         float *buf = prod[key % 2]; // alternating buffers: one barrier a key
         if (own) {
             buf[j] = qj * f16_bits_to_f32(kh[(size_t)key * D + j]); // exact: f16 × f16
@@ -535,7 +544,7 @@ template <int D>
 static __device__ __forceinline__ void attn_prefill_f32ref(
     const float *__restrict__ q, const uint16_t *__restrict__ kc, const uint16_t *__restrict__ vc,
     const uint32_t *__restrict__ pos, float *__restrict__ out, int n_q, int n_head, int n_kv_head,
-    int n_ctx, float scale) {
+    int n_ctx, float scale, int window) {
     const int lane = threadIdx.x % WARP_SIZE;
     const int w = blockIdx.x * F32REF_WARPS + threadIdx.x / WARP_SIZE;
     if (w >= n_q * n_head) {
@@ -554,10 +563,12 @@ static __device__ __forceinline__ void attn_prefill_f32ref(
     r.k = kc + (size_t)kvh * n_ctx * D;
     r.n_keys = (int)pos[t] + 1;
     r.scale = scale;
+    // The window's keys first..n_keys - 1, in order (the CPU's slice of them).
+    const int first = attn_first_key(r.n_keys, window);
     const uint16_t *vh = vc + (size_t)kvh * n_ctx * D;
 
     float m = ATTN_NEG_INF;
-    for (int k0 = 0; k0 < r.n_keys; k0 += 4) {
+    for (int k0 = first; k0 < r.n_keys; k0 += 4) {
         const float s = r.score(k0);
         if (k0 + r.g < r.n_keys) {
             m = fmaxf(m, s);
@@ -568,7 +579,7 @@ static __device__ __forceinline__ void attn_prefill_f32ref(
         m = fmaxf(m, __shfl_xor_sync(FULL_MASK, m, off));
     }
     float sum = 0.0f;
-    for (int k0 = 0; k0 < r.n_keys; k0 += 4) {
+    for (int k0 = first; k0 < r.n_keys; k0 += 4) {
         const float e = exp_rn(__fsub_rn(r.score(k0), m));
         for (int g = 0; g < 4 && k0 + g < r.n_keys; ++g) {
             sum = __fadd_rn(sum, __shfl_sync(FULL_MASK, e, 8 * g));
@@ -581,7 +592,7 @@ static __device__ __forceinline__ void attn_prefill_f32ref(
     for (int j = 0; j < L::N; ++j) {
         o[j] = 0.0f;
     }
-    for (int k0 = 0; k0 < r.n_keys; k0 += 4) {
+    for (int k0 = first; k0 < r.n_keys; k0 += 4) {
         const float wk = __fmul_rn(exp_rn(__fsub_rn(r.score(k0), m)), inv);
         for (int g = 0; g < 4 && k0 + g < r.n_keys; ++g) {
             const float wg = __shfl_sync(FULL_MASK, wk, 8 * g);
@@ -606,29 +617,32 @@ static __device__ __forceinline__ void attn_prefill_f32ref(
     extern "C" __global__ void attn_decode_split_d##D(                                           \
         const float *q, const uint16_t *kc, const uint16_t *vc, const uint32_t *pos,              \
         float *part_m, float *part_l, float *part_acc, int *done, float *out, int n_head,         \
-        int n_kv_head, int n_ctx, float scale) {                                                  \
+        int n_kv_head, int n_ctx, float scale, int window) {                                      \
         dependent_launch_entry();                                                                 \
         attn_decode_split<D, KvF16>(q, kc, vc, pos, part_m, part_l, part_acc, done, out, n_head,  \
-                                    n_kv_head, n_ctx, scale);                                     \
+                                    n_kv_head, n_ctx, scale, window);                             \
     }                                                                                             \
     extern "C" __global__ void attn_prefill_f16ref_d##D(                                          \
         const float *q, const uint16_t *kc, const uint16_t *vc, const uint32_t *pos, float *out,  \
-        int n_q, int n_head, int n_kv_head, int n_ctx, float scale) {                             \
+        int n_q, int n_head, int n_kv_head, int n_ctx, float scale, int window) {                 \
         dependent_launch_entry();                                                                 \
-        attn_prefill_f16ref<D>(q, kc, vc, pos, out, n_q, n_head, n_kv_head, n_ctx, scale);        \
+        attn_prefill_f16ref<D>(q, kc, vc, pos, out, n_q, n_head, n_kv_head, n_ctx, scale,         \
+                                window);                                                          \
     }                                                                                             \
     extern "C" __global__ void attn_prefill_f32ref_d##D(                                          \
         const float *q, const uint16_t *kc, const uint16_t *vc, const uint32_t *pos, float *out,  \
-        int n_q, int n_head, int n_kv_head, int n_ctx, float scale) {                             \
+        int n_q, int n_head, int n_kv_head, int n_ctx, float scale, int window) {                 \
         dependent_launch_entry();                                                                 \
-        attn_prefill_f32ref<D>(q, kc, vc, pos, out, n_q, n_head, n_kv_head, n_ctx, scale);        \
+        attn_prefill_f32ref<D>(q, kc, vc, pos, out, n_q, n_head, n_kv_head, n_ctx, scale,         \
+                                window);                                                          \
     }                                                                                             \
     extern "C" __global__ void attn_prefill_d##D(const float *q, const uint16_t *kc,              \
                                                  const uint16_t *vc, const uint32_t *pos,         \
                                                  float *out, int n_q, int n_head, int n_kv_head,  \
-                                                 int n_ctx, float scale) {                        \
+                                                 int n_ctx, float scale, int window) {            \
         dependent_launch_entry();                                                                 \
-        attn_prefill<D, KvF16>(q, kc, vc, pos, out, n_q, n_head, n_kv_head, n_ctx, scale);        \
+        attn_prefill<D, KvF16>(q, kc, vc, pos, out, n_q, n_head, n_kv_head, n_ctx, scale,         \
+                               window);                                                           \
     }
 
 // Every head size the CPU runs, to 256 (llama-family tiny 32, Qwen-style and Phi 80, 96,
@@ -645,17 +659,17 @@ ATTN_INSTANCES(256)
     extern "C" __global__ void attn_decode_split_##NAME##_d##D(                                  \
         const float *q, const void *kc, const void *vc, const uint32_t *pos, float *part_m,      \
         float *part_l, float *part_acc, int *done, float *out, int n_head, int n_kv_head,        \
-        int n_ctx, float scale) {                                                                \
+        int n_ctx, float scale, int window) {                                                    \
         dependent_launch_entry();                                                                \
         attn_decode_split<D, KvBlocks<TYPE>>(q, kc, vc, pos, part_m, part_l, part_acc, done,     \
-                                             out, n_head, n_kv_head, n_ctx, scale);              \
+                                             out, n_head, n_kv_head, n_ctx, scale, window);      \
     }                                                                                            \
     extern "C" __global__ void attn_prefill_##NAME##_d##D(                                       \
         const float *q, const void *kc, const void *vc, const uint32_t *pos, float *out,         \
-        int n_q, int n_head, int n_kv_head, int n_ctx, float scale) {                            \
+        int n_q, int n_head, int n_kv_head, int n_ctx, float scale, int window) {                \
         dependent_launch_entry();                                                                \
         attn_prefill<D, KvBlocks<TYPE>>(q, kc, vc, pos, out, n_q, n_head, n_kv_head, n_ctx,      \
-                                        scale);                                                  \
+                                        scale, window);                                          \
     }
 
 // The head sizes whose rows are whole 32-element blocks (not 80: KvCache::new refuses a
@@ -735,7 +749,7 @@ static __device__ __forceinline__ void attn_decode_group(
     const float *__restrict__ q, const uint16_t *__restrict__ kc, const uint16_t *__restrict__ vc,
     const uint32_t *__restrict__ pos, float *__restrict__ part_m, float *__restrict__ part_l,
     float *__restrict__ part_acc, int *__restrict__ done, float *__restrict__ out, int n_head,
-    int n_ctx, float scale) {
+    int n_ctx, float scale, int window) {
     typedef GroupLayout<D, G> L;
     constexpr int DL = LaneDims<D>::N; // output elements a lane holds
     static_assert(ATTN_NWARPS == 4 && ATTN_GROUP_TILE == 32, "thread (key, part) per tile");
@@ -745,9 +759,9 @@ static __device__ __forceinline__ void attn_decode_group(
     const int split = blockIdx.x, n_split = gridDim.x, g = blockIdx.y, t = blockIdx.z;
     const int h0 = g * G;
     const int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE;
-    const int n_keys = (int)pos[t] + 1;
-    const int chunk = (n_keys + n_split - 1) / n_split;
-    const int k0 = split * chunk, k1 = min(n_keys, k0 + chunk);
+    const int n_keys = (int)pos[t] + 1, first = attn_first_key(n_keys, window);
+    const int chunk = (n_keys - first + n_split - 1) / n_split;
+    const int k0 = first + split * chunk, k1 = min(n_keys, k0 + chunk);
     const int n_tiles = k1 > k0 ? (k1 - k0 + ATTN_GROUP_TILE - 1) / ATTN_GROUP_TILE : 0;
     const uint16_t *kh = kc + (size_t)g * n_ctx * D;
     const uint16_t *vh = vc + (size_t)g * n_ctx * D;
@@ -961,10 +975,10 @@ static __device__ __forceinline__ void attn_decode_group(
         attn_decode_group_d##D##_g##G(const float *q, const uint16_t *kc, const uint16_t *vc,    \
                                       const uint32_t *pos, float *part_m, float *part_l,          \
                                       float *part_acc, int *done, float *out, int n_head,         \
-                                      int n_ctx, float scale) {                                   \
+                                      int n_ctx, float scale, int window) {                       \
         dependent_launch_entry();                                                                 \
         attn_decode_group<D, G>(q, kc, vc, pos, part_m, part_l, part_acc, done, out, n_head,      \
-                                n_ctx, scale);                                                    \
+                                n_ctx, scale, window);                                            \
     }
 #define ATTN_GROUP_INSTANCES(D)                                                                   \
     ATTN_GROUP_INSTANCE(D, 1)                                                                     \

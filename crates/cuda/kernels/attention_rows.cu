@@ -75,11 +75,13 @@ static __device__ __forceinline__ void rows_combine_head(const float *part_m, co
 }
 
 // grid (max split count, n_kv_head, n_rows); block ROWS_NWARPS warps. q, out: [n_rows][n_head][D].
+// `window`: the layer's sliding window (0: none); a row sees keys attn_first_key..pos[t].
 template <int D, int G>
 static __device__ __forceinline__ void attn_decode_rows(
     const float *__restrict__ q, const unsigned long long *__restrict__ kv,
     const int *__restrict__ meta, const unsigned long long *__restrict__ work,
-    const uint32_t *__restrict__ pos, float *__restrict__ out, int n_head, float scale) {
+    const uint32_t *__restrict__ pos, float *__restrict__ out, int n_head, float scale,
+    int window) {
     constexpr int DL = LaneDims<D>::N; // V elements a lane holds
     const int n_rows = gridDim.z;
     const int split = blockIdx.x, g = blockIdx.y, t = blockIdx.z;
@@ -107,9 +109,10 @@ static __device__ __forceinline__ void attn_decode_rows(
     __shared__ float sacc[ROWS_NWARPS][G][D];
     const int h0 = g * G;
     const int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE;
-    const int n_keys = (int)pos[t] + 1;
-    const int chunk = (n_keys + n_split - 1) / n_split;
-    const int k0 = split * chunk, k1 = min(n_keys, k0 + chunk);
+    // The row's visible keys (its window's, or all: attn_first_key), split evenly.
+    const int n_keys = (int)pos[t] + 1, first = attn_first_key(n_keys, window);
+    const int chunk = (n_keys - first + n_split - 1) / n_split;
+    const int k0 = first + split * chunk, k1 = min(n_keys, k0 + chunk);
     for (int i = threadIdx.x; i < G * D; i += blockDim.x) {
         sq[i / D][i % D] = q[((size_t)t * n_head + h0) * D + i];
     }
@@ -248,9 +251,10 @@ static __device__ __forceinline__ void attn_decode_rows(
     extern "C" __global__ void __launch_bounds__(ROWS_NWARPS *WARP_SIZE)                          \
         attn_decode_rows_d##D##_g##G(const float *q, const unsigned long long *kv,              \
                                      const int *meta, const unsigned long long *work,            \
-                                     const uint32_t *pos, float *out, int n_head, float scale) { \
+                                     const uint32_t *pos, float *out, int n_head, float scale,  \
+                                     int window) {                                               \
         dependent_launch_entry();                                                                 \
-        attn_decode_rows<D, G>(q, kv, meta, work, pos, out, n_head, scale);                       \
+        attn_decode_rows<D, G>(q, kv, meta, work, pos, out, n_head, scale, window);               \
     }
 // Every group size up to 8 (SmolLM2's 3, Qwen2.5's 7 too): one query head a KV head to 8.
 #define ROWS_INSTANCES(D)                                                                         \

@@ -39,6 +39,13 @@ template <int D> struct LaneDims {
     static __device__ __forceinline__ bool in_row(int j) { return D % WARP_SIZE == 0 || j < D; }
 };
 
+// The first key a query sees whose own is key n_keys - 1: with a sliding window of `window`
+// positions (gemma3, gpt-oss) the keys (p - window, p], as the CPU's attention takes them
+// (crates/cpu/src/attention.rs: n_keys.saturating_sub(window)); every key from 0 for window 0.
+static __device__ __forceinline__ int attn_first_key(int n_keys, int window) {
+    return window > 0 ? max(0, n_keys - window) : 0;
+}
+
 // A lane's share of a V row of D f16 elements (row: its first element, in global or shared
 // memory, 4-byte aligned), as f32: the N consecutive elements from lane * N, zeros past the row.
 // Whole shares (D a multiple of 64) load 8 or 4 bytes at a time.

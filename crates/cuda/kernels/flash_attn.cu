@@ -2,8 +2,8 @@
 // f16 head-major KV cache of attention.cu ([n_kv_head][n_ctx][D]). The scalar attn_prefill in
 // attention.cu computes the same function in f32 and stays as the reference path.
 //
-//   out[t][h] = Σ_k softmax_k(q[t][h] · K[k][g] / sqrt(D)) · V[k][g],  k = 0..=pos[t],
-//   g = h / (n_head / n_kv_head).
+//   out[t][h] = Σ_k softmax_k(q[t][h] · K[k][g] / sqrt(D)) · V[k][g],  k = first..=pos[t],
+//   g = h / (n_head / n_kv_head), first = attn_first_key(pos[t] + 1, window) (0 without one).
 //
 // Rounding (the contract stated in cuda-parity): Q is scaled by scale·log2(e) and rounded to
 // f16 once; the probabilities P = 2^(S - m) are rounded to f16 before P·V, and the row sums l
@@ -16,8 +16,10 @@
 // head) pair of one KV group, numbered token-major (row r: token r / group, head r % group of
 // the group), so the K/V tiles it stages serve every query head that shares them. Warp w owns
 // rows 16w..16w+15. Key tiles of FA_BK keys are copied with cp.async, two stages deep, and only
-// up to the largest position of the block's rows; a tile is masked only when some row of the
-// block stops inside it. Rows past n_q are computed as if at position 0 and never written.
+// up to the largest position of the block's rows, from the tile of the first key any of them
+// sees (a sliding window skips the tiles before it); a tile is masked only when some row of
+// the block stops inside it or, with a window, starts after its first key. Rows past n_q are
+// computed as if at position 0 and never written.
 #include "common.cuh"
 
 #define FA_NWARPS 4
@@ -77,6 +79,12 @@ static __device__ __forceinline__ float fa_hi(uint32_t x) {
     return f16_bits_to_f32((uint16_t)(x >> 16));
 }
 
+// A running maximum to subtract: 0 while a row has seen no key (m = -inf), so that every score
+// (-inf too) minus it is -inf or finite and its exponent 0 or finite, never NaN.
+static __device__ __forceinline__ float fa_finite(float m) {
+    return m == FA_NEG_INF ? 0.0f : m;
+}
+
 // Queues the copy of keys k0..k0+FA_BK-1 of K and V into one stage; keys >= n_keys are zeros.
 template <int D>
 static __device__ __forceinline__ void fa_load_tile(uint16_t *stage, const uint16_t *kh,
@@ -96,7 +104,7 @@ template <int D>
 static __device__ __forceinline__ void flash_prefill(
     const float *__restrict__ q, const uint16_t *__restrict__ kc, const uint16_t *__restrict__ vc,
     const uint32_t *__restrict__ pos, float *__restrict__ out, int n_q, int n_head, int n_kv_head,
-    int n_ctx, float scale) {
+    int n_ctx, float scale, int window) {
     constexpr int STRIDE = D + FA_PAD; // halves per shared row
     constexpr int TILE = FA_BK * STRIDE;
     static_assert(D % 16 == 0 && D <= 128, "whole k-steps; O and Q fit the registers to 128");
@@ -119,7 +127,7 @@ static __device__ __forceinline__ void flash_prefill(
     }
     __syncthreads();
     // This thread's two rows (fragment rows g and g + 8 of its warp).
-    int row_pos[2];
+    int row_pos[2], row_first[2];
     bool active[2];
     size_t row_at[2]; // element offset of the row in q and out
 #pragma unroll
@@ -127,6 +135,7 @@ static __device__ __forceinline__ void flash_prefill(
         const int r = row_base + 8 * i, t = r / group;
         active[i] = t < n_q;
         row_pos[i] = active[i] ? (int)pos[t] : 0;
+        row_first[i] = attn_first_key(row_pos[i] + 1, window);
         row_at[i] = ((size_t)t * n_head + kvh * group + r % group) * D;
         if (active[i] && t4 == 0) {
             atomicMax(&s_max_pos, row_pos[i]);
@@ -154,6 +163,9 @@ static __device__ __forceinline__ void flash_prefill(
     __syncthreads();
     const int n_keys = s_max_pos + 1;  // keys any row of the block sees
     const int all_see = s_min_pos + 1; // keys every row sees: no mask needed below this
+    // The window: keys from the first the earliest row sees; below the last row's first key
+    // some row masks (never when window is 0: both are 0).
+    const int lo = attn_first_key(all_see, window), masked_below = attn_first_key(n_keys, window);
     const uint16_t *kh = kc + (size_t)kvh * n_ctx * D;
     const uint16_t *vh = vc + (size_t)kvh * n_ctx * D;
 
@@ -167,11 +179,11 @@ static __device__ __forceinline__ void flash_prefill(
     }
     float m[2] = {FA_NEG_INF, FA_NEG_INF}, l[2] = {0.0f, 0.0f};
 
-    const int n_tiles = (n_keys + FA_BK - 1) / FA_BK;
-    fa_load_tile<D>(fa_tiles, kh, vh, 0, n_keys);
+    const int tile0 = lo / FA_BK, n_tiles = (n_keys + FA_BK - 1) / FA_BK - tile0;
+    fa_load_tile<D>(fa_tiles, kh, vh, tile0 * FA_BK, n_keys);
     cp_async_commit();
     for (int it = 0; it < n_tiles; ++it) {
-        const int k0 = it * FA_BK;
+        const int k0 = (tile0 + it) * FA_BK;
         if (it + 1 < n_tiles) {
             fa_load_tile<D>(fa_tiles + ((it + 1) % FA_STAGES) * 2 * TILE, kh, vh, k0 + FA_BK,
                             n_keys);
@@ -207,21 +219,25 @@ static __device__ __forceinline__ void flash_prefill(
                 fa_mma(s[j], qf[DK - 1], b[0], b[1]);
             }
         }
-        // Causal mask: element e of tile j is row g + 8(e / 2), key k0 + 8j + 2t4 + e % 2.
-        if (k0 + FA_BK > all_see) {
+        // Causal and window mask: element e of tile j is row g + 8(e / 2), key k0 + 8j + 2t4 +
+        // e % 2.
+        if (k0 + FA_BK > all_see || k0 < masked_below) {
 #pragma unroll
             for (int j = 0; j < KN; ++j) {
 #pragma unroll
                 for (int e = 0; e < 4; ++e) {
-                    if (k0 + 8 * j + 2 * t4 + e % 2 > row_pos[e / 2]) {
+                    const int key = k0 + 8 * j + 2 * t4 + e % 2;
+                    if (key > row_pos[e / 2] || key < row_first[e / 2]) {
                         s[j][e] = FA_NEG_INF;
                     }
                 }
             }
         }
 
-        // Online softmax. Key 0 is in the first tile and every row sees it, so m is finite
-        // from the first tile on and m - m_new is never -inf - -inf.
+        // Online softmax. Without a window key 0 is in the first tile and every row sees it;
+        // with one a row may see none of a tile before its first key, so its m stays -inf
+        // until then: the exponents then subtract 0 instead (corr e^-inf = 0, P 0), never
+        // -inf - -inf.
         float m_new[2] = {m[0], m[1]};
 #pragma unroll
         for (int j = 0; j < KN; ++j) {
@@ -232,7 +248,7 @@ static __device__ __forceinline__ void flash_prefill(
         for (int i = 0; i < 2; ++i) { // the four lanes of a row hold its 64 keys
             m_new[i] = fmaxf(m_new[i], __shfl_xor_sync(FULL_MASK, m_new[i], 1));
             m_new[i] = fmaxf(m_new[i], __shfl_xor_sync(FULL_MASK, m_new[i], 2));
-            const float corr = exp2f(m[i] - m_new[i]); // 0 on the first tile
+            const float corr = exp2f(m[i] - fa_finite(m_new[i])); // 0 on a row's first keys
             m[i] = m_new[i];
             l[i] *= corr;
 #pragma unroll
@@ -250,7 +266,8 @@ static __device__ __forceinline__ void flash_prefill(
 #pragma unroll
                 for (int i = 0; i < 2; ++i) {
                     const float *sj = s[2 * c + h];
-                    const uint32_t p = fa_pack(exp2f(sj[2 * i] - m[i]), exp2f(sj[2 * i + 1] - m[i]));
+                    const float mi = fa_finite(m[i]);
+                    const uint32_t p = fa_pack(exp2f(sj[2 * i] - mi), exp2f(sj[2 * i + 1] - mi));
                     pf[c][2 * h + i] = p;
                     l[i] += fa_lo(p) + fa_hi(p);
                 }
@@ -293,9 +310,9 @@ static __device__ __forceinline__ void flash_prefill(
 #define FLASH_INSTANCE(D)                                                                         \
     extern "C" __global__ void __launch_bounds__(FA_NWARPS *WARP_SIZE) flash_attn_prefill_d##D(  \
         const float *q, const uint16_t *kc, const uint16_t *vc, const uint32_t *pos, float *out,  \
-        int n_q, int n_head, int n_kv_head, int n_ctx, float scale) {                             \
+        int n_q, int n_head, int n_kv_head, int n_ctx, float scale, int window) {                 \
         dependent_launch_entry();                                                                 \
-        flash_prefill<D>(q, kc, vc, pos, out, n_q, n_head, n_kv_head, n_ctx, scale);              \
+        flash_prefill<D>(q, kc, vc, pos, out, n_q, n_head, n_kv_head, n_ctx, scale, window);      \
     }
 
 // Head sizes to 128 (ops/attention.rs's MMA_HEAD_DIMS); at 256 the Q fragments and the O

@@ -206,6 +206,7 @@ impl CudaBackend {
         v: &CudaAct,
         inp: &CudaInputs,
         shape: AttnShape,
+        window: Option<usize>,
         out: &mut CudaAct,
     ) -> Result<()> {
         let n = q.rows;
@@ -220,19 +221,22 @@ impl CudaBackend {
                     v,
                     inp.positions(),
                     shape,
+                    window,
                     out.buf_mut(),
                 );
             }
         }
         // Several sequences: decode rows in one launch a layer when the pass carries a rows
         // table (the runner built it), else each sequence on its own kernels.
+        let w = window;
         match inp.rows_table() {
-            Some(table) => self.attend_rows(table, seqs, layer, q, k, v, inp, shape, out),
-            None => self.attend_each(seqs.iter_mut(), layer, q, k, v, inp, shape, out),
+            Some(table) => self.attend_rows(table, seqs, layer, q, k, v, inp, shape, w, out),
+            None => self.attend_each(seqs.iter_mut(), layer, q, k, v, inp, shape, w, out),
         }
     }
 
-    /// Stores one sequence's k/v at its positions, then attention of its queries.
+    /// Stores one sequence's k/v at its positions, then attention of its queries (over the
+    /// layer's sliding `window` where it has one).
     #[allow(clippy::too_many_arguments)]
     fn attend(
         &self,
@@ -243,6 +247,7 @@ impl CudaBackend {
         v: &CudaSlice<f32>,
         positions: &CudaSlice<u32>,
         shape: AttnShape,
+        window: Option<usize>,
         out: &mut CudaSlice<f32>,
     ) -> Result<()> {
         let kv = &mut cache.layers[layer - cache.first_layer];
@@ -289,17 +294,23 @@ impl CudaBackend {
             Attn::Decode {
                 fused_combine,
                 grouped,
-            } => a.decode(
-                fused_combine,
-                grouped,
-                q,
-                kv,
-                positions,
-                n_head,
-                &mut cache.work,
-                out,
-            )?,
-            Attn::Prefill(kernel) => a.prefill(kernel, q, kv, positions, n_head, out)?,
+            } => {
+                let work = &mut cache.work;
+                let splits = self.plan.window_splits(work.n_split, window, kv.n_kv_head);
+                a.decode(
+                    fused_combine,
+                    grouped,
+                    q,
+                    kv,
+                    positions,
+                    n_head,
+                    window,
+                    splits,
+                    work,
+                    out,
+                )?
+            }
+            Attn::Prefill(kernel) => a.prefill(kernel, q, kv, positions, n_head, window, out)?,
         }
         if let Some(n) = kv.v_rot {
             self.k.elementwise.hadamard(out, n)?;
@@ -548,16 +559,16 @@ impl Backend for CudaBackend {
         sinks: Option<&CudaWeight>,
         out: &mut CudaAct,
     ) -> Result<()> {
-        if window.is_some() || sinks.is_some() {
+        if sinks.is_some() {
             return Err(CudaError::Invalid(
-                "sliding-window attention and attention sinks have no CUDA kernels yet".into(),
+                "attention sinks have no CUDA kernels yet".into(),
             ));
         }
         if q.rows == 0 {
             return Ok(());
         }
         crate::profile::span(self.dev.stream(), "attention", || {
-            self.try_attention(seqs, layer, q, k, v, inp, shape, out)
+            self.try_attention(seqs, layer, q, k, v, inp, shape, window, out)
         })
     }
 

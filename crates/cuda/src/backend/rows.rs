@@ -87,6 +87,7 @@ impl CudaBackend {
         v: &CudaAct,
         inp: &CudaInputs,
         shape: AttnShape,
+        window: Option<usize>,
         out: &mut CudaAct,
     ) -> Result<()> {
         let first = &seqs[0].cache;
@@ -103,10 +104,11 @@ impl CudaBackend {
             shape.n_head,
             n_kv_head,
             head_dim,
+            window,
             out.buf_mut(),
         )?;
         let longer = seqs.iter_mut().filter(|s| s.rows.len() > DECODE_MAX_ROWS);
-        self.attend_each(longer, layer, q, k, v, inp, shape, out)
+        self.attend_each(longer, layer, q, k, v, inp, shape, window, out)
     }
 
     /// Each sequence on its own kernels: its rows copied into buffers of their own (the
@@ -121,6 +123,7 @@ impl CudaBackend {
         v: &CudaAct,
         inp: &CudaInputs,
         shape: AttnShape,
+        window: Option<usize>,
         out: &mut CudaAct,
     ) -> Result<()> {
         let stream = self.dev.stream();
@@ -143,7 +146,9 @@ impl CudaBackend {
                 .memcpy_dtod(&inp.positions().slice(r.clone()), &mut tpos)
                 .during("gathering a sequence's positions")?;
             let mut tout = self.acts.take(r.len() * out.width)?;
-            self.attend(s.cache, layer, &tq, &tk, &tv, &tpos, shape, &mut tout)?;
+            self.attend(
+                s.cache, layer, &tq, &tk, &tv, &tpos, shape, window, &mut tout,
+            )?;
             let w = out.width;
             let mut dst = out.buf_mut().slice_mut(r.start * w..r.end * w);
             stream

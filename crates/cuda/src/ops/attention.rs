@@ -4,6 +4,10 @@
 //! `kernels/flash_attn.cu`: the tensor-core prefill. Which one runs a ubatch, and whether
 //! decode combines its splits in the split kernel, is the plan's (`Plan::attention`).
 //!
+//! Every kernel takes a sliding window ([`window_arg`]: a query at position p sees keys
+//! p - window < k <= p, as the CPU's attention; none sees every key from 0), and skips the
+//! keys before it rather than masking them.
+//!
 //! Positions live in device memory (`CudaSlice<u32>`), so a captured graph replays with new
 //! positions without re-capture; the split count of decode is fixed per [`DecodeWork`] for the
 //! same reason (each split takes `ceil(n_keys / n_split)` keys, computed on the device).
@@ -155,6 +159,17 @@ fn kernel_for<'a>(
     })
 }
 
+/// The kernels' `window` argument: the window's positions, or 0 for none.
+pub(super) fn window_arg(window: Option<usize>) -> Result<i32> {
+    match window {
+        Some(0) => Err(CudaError::Invalid(
+            "attention: a window of 0 positions".into(),
+        )),
+        Some(w) => Ok(int(w, "window")),
+        None => Ok(0),
+    }
+}
+
 /// Checks the shapes shared by decode and prefill; returns the number of query rows.
 fn query_rows(q: usize, out: usize, positions: usize, n_head: usize, cache: &KvCache) -> usize {
     let width = n_head * cache.head_dim;
@@ -291,8 +306,10 @@ impl Attention {
         Ok(())
     }
 
-    /// Decode: `out[t][h] = softmax(q[t][h] · K[0..=pos[t]][g]ᵀ / sqrt(d)) · V[..][g]` for a few
-    /// query rows (at most `work.max_q`), split over `work.n_split` blocks per head. With
+    /// Decode: `out[t][h] = softmax(q[t][h] · K[first..=pos[t]][g]ᵀ / sqrt(d)) · V[..][g]` for a
+    /// few query rows (at most `work.max_q`), `first` the window's first key (0 without one),
+    /// split over `n_split` blocks per head (at most `work.n_split`: a windowed layer may take
+    /// fewer, its window being shorter than the context the work was sized for). With
     /// `fused_combine` the split kernel's last block per head combines the splits (one launch),
     /// else a second kernel does; the same arithmetic either way. `grouped`: a block per KV
     /// head reads its keys and values once for all the query heads that share them
@@ -307,6 +324,8 @@ impl Attention {
         cache: &KvCache,
         positions: &CudaSlice<u32>,
         n_head: usize,
+        window: Option<usize>,
+        n_split: usize,
         work: &mut DecodeWork,
         out: &mut CudaSlice<f32>,
     ) -> Result<()> {
@@ -316,6 +335,12 @@ impl Attention {
             n_q <= work.max_q && n_head == work.n_head && cache.head_dim == work.head_dim,
             "decode: work buffers of another shape"
         );
+        assert!(
+            (1..=work.n_split).contains(&n_split),
+            "decode: {n_split} splits, work for {}",
+            work.n_split
+        );
+        let win = window_arg(window)?;
         let scale = 1.0 / (cache.head_dim as f32).sqrt();
         let (nh, nkv, nctx) = (
             int(n_head, "n_head"),
@@ -357,27 +382,25 @@ impl Attention {
         if !grouped {
             b.arg(&nkv); // the grouped kernel's KV head is its block
         }
-        b.arg(&nctx).arg(&scale);
+        b.arg(&nctx).arg(&scale).arg(&win);
         let cfg = LaunchConfig {
-            grid_dim: (work.n_split as u32, blocks_y as u32, n_q as u32),
+            grid_dim: (n_split as u32, blocks_y as u32, n_q as u32),
             block_dim: ((NWARPS * 32) as u32, 1, 1),
             shared_mem_bytes: smem as u32,
         };
         // SAFETY: attn_decode_split_dD(q, kc, vc, pos, m, l, acc, done, out, n_head, n_kv_head,
-        // n_ctx, scale), or attn_decode_group_dD_gG(.. out, n_head, n_ctx, scale) with G =
-        // n_head / n_kv_head over an f16 cache (rows of D elements, 16-byte aligned): n_q rows
-        // of q, positions below n_ctx (the caller's), partials and counters sized by work
-        // (max_q >= n_q rows), out n_q * n_head * head_dim floats, or done and out null when the
-        // combine kernel follows.
+        // n_ctx, scale, window), or attn_decode_group_dD_gG(.. out, n_head, n_ctx, scale,
+        // window) with G = n_head / n_kv_head over an f16 cache (rows of D elements, 16-byte
+        // aligned): n_q rows of q, positions below n_ctx (the caller's), partials and counters
+        // sized by work (max_q >= n_q rows, n_split <= its splits: the partials are laid out by
+        // the grid's split count), out n_q * n_head * head_dim floats, or done and out null when
+        // the combine kernel follows.
         unsafe { b.launch(cfg) }.during(format!("launching {kernel}"))?;
         if fused {
             return Ok(());
         }
 
-        let (ns, hd) = (
-            int(work.n_split, "n_split"),
-            int(cache.head_dim, "head_dim"),
-        );
+        let (ns, hd) = (int(n_split, "n_split"), int(cache.head_dim, "head_dim"));
         let mut b = self.launch.builder(&self.combine);
         b.arg(&work.m)
             .arg(&work.l)
@@ -399,10 +422,11 @@ impl Attention {
         Ok(())
     }
 
-    /// Prefill: the same as [`decode`](Self::decode) for a ubatch of any number of query rows,
-    /// on `kernel` (the plan's `prefill_kernel`; parity checks run each). Scalar: one warp per
-    /// (row, head), K/V tiles staged in shared memory as f32. Mma: FA_BQ (row, head) pairs of
-    /// one KV group per block, f16 tensor cores, K/V tiles copied asynchronously.
+    /// Prefill: the same as [`decode`](Self::decode) (`window` too) for a ubatch of any number
+    /// of query rows, on `kernel` (the plan's `prefill_kernel`; parity checks run each). Scalar:
+    /// one warp per (row, head), K/V tiles staged in shared memory as f32. Mma: FA_BQ (row,
+    /// head) pairs of one KV group per block, f16 tensor cores, K/V tiles copied asynchronously.
+    #[allow(clippy::too_many_arguments)]
     pub fn prefill(
         &self,
         kernel: PrefillKernel,
@@ -410,9 +434,11 @@ impl Attention {
         cache: &KvCache,
         positions: &CudaSlice<u32>,
         n_head: usize,
+        window: Option<usize>,
         out: &mut CudaSlice<f32>,
     ) -> Result<()> {
         let di = dim_index(cache.head_dim)?;
+        let win = window_arg(window)?;
         if cache.format.is_quantized() && kernel != PrefillKernel::Scalar {
             return Err(CudaError::Invalid(format!(
                 "attention: the {kernel:?} prefill reads f16 caches only, not {}",
@@ -487,12 +513,12 @@ impl Attention {
             .arg(&nh)
             .arg(&nkv)
             .arg(&nctx)
-            .arg(&scale);
+            .arg(&scale)
+            .arg(&win);
         // SAFETY: attn_prefill[_f16ref|_f32ref|_q8_0|_q4_0]_dD and flash_attn_prefill_dD take
-        // (q, kc, vc,
-        // pos, out, n_q, n_head, n_kv_head, n_ctx, scale): n_q rows in and out, positions below
-        // n_ctx (the caller's); the flash kernel's dynamic shared memory is the size it was
-        // raised to.
+        // (q, kc, vc, pos, out, n_q, n_head, n_kv_head, n_ctx, scale, window): n_q rows in and
+        // out, positions below n_ctx (the caller's); the flash kernel's dynamic shared memory is
+        // the size it was raised to.
         unsafe { b.launch(cfg) }.during("launching attention prefill")?;
         Ok(())
     }

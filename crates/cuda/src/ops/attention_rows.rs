@@ -14,7 +14,7 @@
 //! rewritten in place, so a captured graph replays over other sequences' caches; paging the
 //! cache later changes only what the table holds and how the kernels index it.
 
-use super::attention::{DecodeWork, ATTN_HEAD_DIMS};
+use super::attention::{window_arg, DecodeWork, ATTN_HEAD_DIMS};
 use super::int;
 use super::kv_cache::{KvCache, KvFormat};
 use super::launch::Launcher;
@@ -227,7 +227,8 @@ impl AttentionRows {
     }
 
     /// Decode attention of every served row over its own cache's layer `layer`: `out[t] =
-    /// softmax(q[t] · K[0..=pos[t]]ᵀ / sqrt(d)) · V` per head; rows not served get zeros.
+    /// softmax(q[t] · K[first..=pos[t]]ᵀ / sqrt(d)) · V` per head, `first` the layer's
+    /// `window`'s first key (0 without one); rows not served get zeros.
     #[allow(clippy::too_many_arguments)]
     pub fn decode(
         &self,
@@ -238,9 +239,11 @@ impl AttentionRows {
         n_head: usize,
         n_kv_head: usize,
         head_dim: usize,
+        window: Option<usize>,
         out: &mut CudaSlice<f32>,
     ) -> Result<()> {
         let n = table.n_rows;
+        let win = window_arg(window)?;
         if !Self::supports(n_head, n_kv_head, head_dim) {
             return Err(CudaError::Invalid(format!(
                 "batched decode attention: no kernel for {n_head} heads over {n_kv_head}, \
@@ -269,17 +272,18 @@ impl AttentionRows {
             .arg(positions)
             .arg(out)
             .arg(&nh)
-            .arg(&scale);
+            .arg(&scale)
+            .arg(&win);
         let cfg = LaunchConfig {
             grid_dim: (table.grid_split as u32, n_kv_head as u32, n as u32),
             block_dim: ((NWARPS * 32) as u32, 1, 1),
             shared_mem_bytes: 0,
         };
-        // SAFETY: attn_decode_rows_dD_gG(q, kv, meta, work, pos, out, n_head, scale) with G =
-        // n_head / n_kv_head: n_rows rows of q and out; each served row's caches (f16, D per
-        // row, 16-byte aligned allocations) and partials (its slot of a DecodeWork of at least
-        // its split count, which the grid covers) were checked by RowsTable::write; positions
-        // below each cache's n_ctx are the caller's.
+        // SAFETY: attn_decode_rows_dD_gG(q, kv, meta, work, pos, out, n_head, scale, window)
+        // with G = n_head / n_kv_head: n_rows rows of q and out; each served row's caches (f16,
+        // D per row, 16-byte aligned allocations) and partials (its slot of a DecodeWork of at
+        // least its split count, which the grid covers) were checked by RowsTable::write;
+        // positions below each cache's n_ctx are the caller's.
         unsafe { b.launch(cfg) }.during("launching attn_decode_rows")?;
         Ok(())
     }

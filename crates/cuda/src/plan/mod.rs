@@ -458,6 +458,17 @@ impl Plan {
         splits.clamp(1, ATTN_MAX_SPLITS)
     }
 
+    /// Flash-decoding splits of a layer whose cache's work holds `cap` ([`Self::decode_splits`]
+    /// of its context): a sliding window's keys are split as a context of the window's length
+    /// would be (so that a window of 512 at a 32k context is not cut into slivers of a few keys
+    /// whose combine costs more than the walk), never more than `cap`; without a window, `cap`.
+    pub fn window_splits(&self, cap: usize, window: Option<usize>, n_kv_head: usize) -> usize {
+        match window {
+            Some(w) => self.decode_splits(w, n_kv_head).min(cap).max(1),
+            None => cap,
+        }
+    }
+
     /// The MoE FFN of a ubatch: the decode kernels for a few tokens of int8 experts they
     /// take, and in slices for more tokens of int8 experts whose widths the GEMM does not
     /// take; the expert GEMMs otherwise (float experts: their f32 kernels, any token count).

@@ -426,6 +426,19 @@ fn decode_splits_by_context() {
     assert_eq!(plan(&[("FERROLM_ATTN_SPLIT_KEYS", "auto")]), plan(&[]));
 }
 
+/// A windowed layer splits its window as a context of that length, within the cache's work.
+#[test]
+fn window_splits_follow_the_window() {
+    let p = plan(&[]);
+    let cap = p.decode_splits(32_768, 8); // 66: the work a 32k cache gets
+    assert_eq!(p.window_splits(cap, None, 8), cap);
+    assert_eq!(p.window_splits(cap, Some(512), 8), 4); // gemma3-1b's window
+    assert_eq!(p.window_splits(cap, Some(1024), 8), 8); // gemma3-4b's
+    assert_eq!(p.window_splits(cap, Some(128), 8), 1); // gpt-oss's
+    assert_eq!(p.window_splits(2, Some(1024), 8), 2); // a short cache's work bounds it
+    assert_eq!(p.window_splits(cap, Some(1 << 20), 8), cap);
+}
+
 /// OLMoE-1B-7B (64 experts, top-8, n_ff 1024) and Qwen3-30B-A3B (128, top-8, n_ff 768).
 #[test]
 fn moe_path_by_tokens() {
