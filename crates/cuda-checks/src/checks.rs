@@ -116,6 +116,10 @@ pub fn all(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) -> Resu
     }
     push("attention", super::attn_checks::all(dev, k, plan, rng));
     push("attention", super::attn_rows::all(dev, k, plan, rng));
+    push(
+        "attention window",
+        super::window_checks::all(dev, k, plan, rng),
+    );
     push("moe", super::moe_decode::all(dev, k, plan, rng));
     Ok(rows)
 }
