@@ -49,6 +49,7 @@ pub fn attention(
         n_head,
         n_kv_head,
         head_dim,
+        ..
     } = shape;
     let n_keys_max = positions.iter().max().map_or(0, |&p| p as usize + 1);
     let span = n_keys_max * head_dim;
@@ -96,7 +97,7 @@ pub fn attention(
     };
     let q_width = n_head * head_dim;
     let group = n_head / n_kv_head;
-    let scale = 1.0 / (head_dim as f32).sqrt();
+    let scale = shape.scale();
     out.par_chunks_mut(head_dim).enumerate().for_each_init(
         || (Vec::with_capacity(n_keys_max), QRow::new(head_dim)),
         |(scores, qrow), (i, o)| {

@@ -77,6 +77,7 @@ fn windows_and_sinks_match_f64_reference() {
         n_head: 4,
         n_kv_head: 2,
         head_dim: 64,
+        kq_scale: None,
     };
     let val = |i: usize| ((i * 7919 % 997) as f32 / 997.0 - 0.5) * 3.0;
     let sinks = [3.0f32, -2.0, 0.5, 8.0];
@@ -131,6 +132,7 @@ fn causal_gqa_matches_f64_reference() {
         n_head: 4,
         n_kv_head: 2,
         head_dim: 8,
+        kq_scale: None,
     };
     let n = 5;
     let val = |i: usize| ((i * 7919 % 97) as f32 / 97.0 - 0.5) * 2.0;
@@ -167,6 +169,7 @@ fn small_f16_batches_round_like_ggml() {
         n_head: 2,
         n_kv_head: 1,
         head_dim: 64,
+        kq_scale: None,
     };
     let n = 6;
     let val = |i: usize| ((i * 7919 % 997) as f32 / 997.0 - 0.5) * 3.0;
@@ -206,6 +209,7 @@ fn quantized_caches_take_the_one_chunk_path() {
         n_head: 4,
         n_kv_head: 2,
         head_dim: 64,
+        kq_scale: None,
     };
     let n = 70;
     let val = |i: usize| ((i * 7919 % 997) as f32 / 997.0 - 0.5) * 3.0;

@@ -7,7 +7,7 @@ use crate::matmul::{matmul, WeightRef};
 use crate::plan::CpuPlan;
 use crate::{norm, rope};
 use ferrolm_gguf::GgmlType;
-use ferrolm_model::backend::{AttnShape, Backend, InputRows, PassInputs, Rope, SeqRows};
+use ferrolm_model::backend::{AttnShape, Backend, ColCopy, InputRows, PassInputs, Rope, SeqRows};
 use ferrolm_model::weights::MoeWeights;
 use ferrolm_model::{Config, ModelError, Result, TensorId};
 use std::convert::Infallible;
@@ -258,6 +258,20 @@ impl<'a> Backend for CpuBackend<'a> {
 
     fn scale(&self, x: &mut Mat, s: f32) -> Result<(), Infallible> {
         norm::scale(&mut x.data, s);
+        Ok(())
+    }
+
+    fn copy_cols(&self, src: &Mat, dst: &mut Mat, c: ColCopy) -> Result<(), Infallible> {
+        for (s, d) in src
+            .data
+            .chunks_exact(src.width)
+            .zip(dst.data.chunks_exact_mut(dst.width))
+        {
+            for i in 0..c.count {
+                let from = &s[c.src_off + i * c.src_step..][..c.width];
+                d[c.dst_off + i * c.dst_step..][..c.width].copy_from_slice(from);
+            }
+        }
         Ok(())
     }
 

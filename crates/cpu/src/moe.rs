@@ -67,7 +67,8 @@ pub fn moe(plan: &CpuPlan, x: &Mat, w: &MoeWeights<CpuWeight<'_>>, out: &mut Mat
     let mut groups: Vec<Vec<(usize, usize, f32)>> = vec![Vec::new(); w.n_expert];
     for (t, row) in logits.chunks_exact_mut(w.n_expert).enumerate() {
         for (slot, (e, weight)) in route(row, k, gating).into_iter().enumerate() {
-            groups[e].push((t, slot, weight));
+            // deepseek2's expert_weights_scale (1 elsewhere), on the weights as llama.cpp.
+            groups[e].push((t, slot, weight * w.weights_scale));
         }
     }
 

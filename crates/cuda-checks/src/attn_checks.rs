@@ -250,6 +250,7 @@ pub(crate) fn attn(
         n_head,
         n_kv_head,
         head_dim,
+        kq_scale: None,
     };
     let mut want = vec![0f32; q.len()];
     attention(
@@ -399,6 +400,7 @@ pub(crate) fn magnitudes(
         n_head,
         n_kv_head,
         head_dim,
+        ..
     } = shape;
     let (width, group) = (n_kv_head * head_dim, n_head / n_kv_head);
     let scale = 1.0 / (head_dim as f64).sqrt();

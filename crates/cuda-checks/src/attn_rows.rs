@@ -109,6 +109,7 @@ pub(crate) fn batch(
         n_head,
         n_kv_head,
         head_dim,
+        kq_scale: None,
     };
     // Each sequence: caches, every position's k and v (cached and new), its decode work.
     let mut caches: Vec<Vec<KvCache>> = Vec::new();

@@ -185,6 +185,7 @@ impl Quant {
             n_head,
             n_kv_head,
             head_dim,
+            kq_scale: None,
         };
         let mut want_f32 = vec![0f32; q.len()];
         attention(

@@ -23,10 +23,14 @@ pub enum Arch {
     /// attention and after the FFN, a GELU-gated FFN, and five sliding-window blocks (RoPE base
     /// 10000, unscaled) to every global one.
     Gemma3,
+    /// DeepSeek-V2 (and V2-Lite): multi-head latent attention (keys and values decompressed
+    /// from a low-rank vector, a RoPE part shared by the heads, YaRN with DeepSeek's mscale),
+    /// leading dense blocks, then a softmax-gated MoE with shared experts.
+    Deepseek2,
 }
 
 impl Arch {
-    pub const ALL: [Arch; 7] = [
+    pub const ALL: [Arch; 8] = [
         Arch::Llama,
         Arch::Qwen2,
         Arch::Qwen3,
@@ -34,6 +38,7 @@ impl Arch {
         Arch::Qwen3Moe,
         Arch::GptOss,
         Arch::Gemma3,
+        Arch::Deepseek2,
     ];
 
     pub const fn name(self) -> &'static str {
@@ -45,6 +50,7 @@ impl Arch {
             Arch::Qwen3Moe => "qwen3moe",
             Arch::GptOss => "gpt-oss",
             Arch::Gemma3 => "gemma3",
+            Arch::Deepseek2 => "deepseek2",
         }
     }
 
@@ -61,13 +67,19 @@ impl Arch {
     }
 
     pub const fn is_moe(self) -> bool {
-        matches!(self, Arch::Olmoe | Arch::Qwen3Moe | Arch::GptOss)
+        matches!(
+            self,
+            Arch::Olmoe | Arch::Qwen3Moe | Arch::GptOss | Arch::Deepseek2
+        )
     }
 
     /// Whether `<arch>.expert_count` may make the FFN a mixture of experts: always for the MoE
     /// architectures, and for llama (Mixtral-style files).
     pub const fn allows_moe(self) -> bool {
-        matches!(self, Arch::Llama | Arch::Olmoe | Arch::Qwen3Moe)
+        matches!(
+            self,
+            Arch::Llama | Arch::Olmoe | Arch::Qwen3Moe | Arch::Deepseek2
+        )
     }
 
     /// Tensors a file of this architecture may carry that no computation uses, with the
@@ -91,6 +103,7 @@ impl Arch {
             // The window is required; llama.cpp fixes the pattern (every 6th block global) and
             // the sliding blocks' RoPE base (10000) for gemma3, so neither is a key here.
             Arch::Gemma3 => &["attention.sliding_window"],
+            Arch::Deepseek2 => &crate::deepseek2::KEYS,
             _ => &[],
         }
     }

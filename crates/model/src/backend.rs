@@ -67,11 +67,22 @@ impl Rope {
 }
 
 /// Attention geometry of one layer.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct AttnShape {
     pub n_head: usize,
     pub n_kv_head: usize,
     pub head_dim: usize,
+    /// The factor on `q·k`: `None` for `1 / sqrt(head_dim)`; deepseek2's `mscale² /
+    /// sqrt(head_dim)` (as llama.cpp hands its attention the scale, not scaled queries).
+    pub kq_scale: Option<f32>,
+}
+
+impl AttnShape {
+    /// The factor on `q·k`.
+    pub fn scale(&self) -> f32 {
+        self.kq_scale
+            .unwrap_or_else(|| 1.0 / (self.head_dim as f32).sqrt())
+    }
 }
 
 /// How the router's top-k probabilities become expert weights.
@@ -104,6 +115,33 @@ pub enum GluAct {
     /// `gelu(gate) · up` with GELU's tanh form (gemma3; llama.cpp's `LLM_FFN_GELU` gated in
     /// parallel, ggml's `geglu`).
     Geglu,
+}
+
+/// A strided copy of columns ([`Backend::copy_cols`]): in every row, `count` runs of `width`
+/// values, run `i` read from column `src_off + i * src_step` and written from column
+/// `dst_off + i * dst_step`. deepseek2's attention splits and joins its heads' parts with it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ColCopy {
+    pub width: usize,
+    pub count: usize,
+    pub src_off: usize,
+    pub src_step: usize,
+    pub dst_off: usize,
+    pub dst_step: usize,
+}
+
+impl ColCopy {
+    /// One run of `width` columns from `src_off` to `dst_off`.
+    pub fn one(width: usize, src_off: usize, dst_off: usize) -> Self {
+        Self {
+            width,
+            count: 1,
+            src_off,
+            src_step: 0,
+            dst_off,
+            dst_step: 0,
+        }
+    }
 }
 
 /// What a pass runs over, as host values: one token id and one position per row. Which rows
@@ -267,6 +305,14 @@ pub trait Backend {
     fn geglu(&self, gate: &mut Self::Act, up: &Self::Act) -> Result<(), Self::Error>;
     /// `x *= s`, every element.
     fn scale(&self, x: &mut Self::Act, s: f32) -> Result<(), Self::Error>;
+    /// Copies columns of every row of `src` into the same row of `dst`, as `c` says; the
+    /// other columns of `dst` keep their values.
+    fn copy_cols(
+        &self,
+        src: &Self::Act,
+        dst: &mut Self::Act,
+        c: ColCopy,
+    ) -> Result<(), Self::Error>;
     /// Routes every token (as `w.gating` says), runs its experts and writes their weighted sum
     /// to `out`.
     fn moe(

@@ -2,6 +2,7 @@
 
 use crate::arch::Arch;
 use crate::backend::Rope;
+pub use crate::deepseek2::Deepseek2;
 use crate::error::{ModelError, Result};
 use crate::rope::RopeScaling;
 use ferrolm_gguf::{GgufFile, GgufWriter};
@@ -76,6 +77,8 @@ pub struct Config {
     pub biases: Biases,
     /// Sliding-window attention, where the architecture has it (gpt-oss, gemma3).
     pub swa: Option<Swa>,
+    /// deepseek2's latent attention and MoE extras.
+    pub deepseek2: Option<Deepseek2>,
 }
 
 /// llama.cpp's gemma3 period: five sliding blocks, then a global one.
@@ -131,7 +134,7 @@ impl Config {
             let n_ff_exp = match arch {
                 Arch::Qwen3Moe => opt("expert_feed_forward_length")?
                     .unwrap_or(n_ff.checked_div(n_expert_used).unwrap_or(0)),
-                Arch::GptOss => f.get_usize(&k("expert_feed_forward_length"))?,
+                Arch::GptOss | Arch::Deepseek2 => f.get_usize(&k("expert_feed_forward_length"))?,
                 _ => n_ff,
             };
             Some(MoeConfig {
@@ -156,7 +159,8 @@ impl Config {
         let head_dim = opt("attention.key_length")?.unwrap_or(even_split);
         // Partial rotary embeddings are not implemented; llama.cpp itself requires the whole
         // (even-split) head for llama.
-        if let Some(n_rot) = opt("rope.dimension_count")? {
+        // deepseek2 rotates a tail of each head: its own reader checks the count.
+        if let Some(n_rot) = opt("rope.dimension_count")?.filter(|_| arch != Arch::Deepseek2) {
             let want = if arch == Arch::Llama {
                 even_split
             } else {
@@ -172,10 +176,11 @@ impl Config {
             }
         }
         let has = |name: &str| f.tensor(name).is_some();
+        let n_layer = f.get_usize(&k("block_count"))?;
         let cfg = Config {
             arch,
             n_embd,
-            n_layer: f.get_usize(&k("block_count"))?,
+            n_layer,
             n_head,
             n_head_kv: opt("attention.head_count_kv")?.unwrap_or(n_head),
             head_dim,
@@ -217,6 +222,10 @@ impl Config {
                     period: GEMMA3_SWA_PERIOD,
                     rope_base: Some(GEMMA3_SWA_ROPE_BASE),
                 }),
+                _ => None,
+            },
+            deepseek2: match arch {
+                Arch::Deepseek2 => Some(Deepseek2::from_gguf(f, n_layer, n_vocab, head_dim)?),
                 _ => None,
             },
         };
@@ -337,6 +346,9 @@ impl Config {
                 return bad("attention.sliding_window", "must be positive".into());
             }
         }
+        if let Some(ds) = &self.deepseek2 {
+            ds.validate(self)?;
+        }
         if self.tied_embeddings && !self.arch.allows_tied_output() {
             return Err(ModelError::Tensor {
                 name: "output.weight".into(),
@@ -362,7 +374,7 @@ impl Config {
         // Qwen3 checkpoints carry an explicit head_dim, and llama.cpp's converter writes it.
         let explicit = matches!(
             self.arch,
-            Arch::Qwen3 | Arch::Qwen3Moe | Arch::GptOss | Arch::Gemma3
+            Arch::Qwen3 | Arch::Qwen3Moe | Arch::GptOss | Arch::Gemma3 | Arch::Deepseek2
         );
         let even_split = self.n_embd / self.n_head;
         if explicit || self.head_dim != even_split || self.head_dim_v != even_split {
@@ -372,7 +384,7 @@ impl Config {
         if let Some(m) = &self.moe {
             w.set(&k("expert_count"), u(m.n_expert));
             w.set(&k("expert_used_count"), u(m.n_expert_used));
-            if matches!(self.arch, Arch::Qwen3Moe | Arch::GptOss) {
+            if matches!(self.arch, Arch::Qwen3Moe | Arch::GptOss | Arch::Deepseek2) {
                 w.set(&k("expert_feed_forward_length"), u(m.n_ff_exp));
             }
         }
@@ -386,6 +398,9 @@ impl Config {
         if self.arch == Arch::GptOss {
             w.set(&k("rope.dimension_count"), u(self.head_dim));
         }
+        if let Some(ds) = &self.deepseek2 {
+            ds.write_to(w);
+        }
         w.set(&k("vocab_size"), u(self.n_vocab));
     }
 
@@ -394,7 +409,13 @@ impl Config {
     pub fn rope(&self) -> Rope {
         let mode = crate::forward::rope_mode(self.arch);
         self.rope_scaling
-            .params(mode, self.rope_freq_base, self.head_dim, self.n_ctx)
+            .params(mode, self.rope_freq_base, self.rope_dims(), self.n_ctx)
+    }
+
+    /// Rotated dimensions of a head: its tail of `rope.dimension_count` for deepseek2, else
+    /// the whole head.
+    pub fn rope_dims(&self) -> usize {
+        self.deepseek2.as_ref().map_or(self.head_dim, |ds| ds.n_rot)
     }
 
     /// What RoPE does in block `layer`: a sliding block with a base of its own (gemma3) rotates
@@ -434,6 +455,15 @@ impl Config {
         }
         let want = 1.0 / ((self.n_embd / self.n_head) as f32).sqrt();
         Some(want * (self.head_dim as f32).sqrt())
+    }
+
+    /// The factor on `q·k` where it is not `1 / sqrt(head_dim)`: deepseek2's `mscale² /
+    /// sqrt(key_length)` (llama.cpp's `kq_scale`, in its f32 order).
+    pub fn kq_scale(&self) -> Option<f32> {
+        (self.arch == Arch::Deepseek2).then(|| {
+            let m = self.rope_scaling.deepseek2_mscale();
+            m * m / (self.head_dim as f32).sqrt()
+        })
     }
 
     /// Query heads sharing one key/value head.

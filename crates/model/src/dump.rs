@@ -6,7 +6,7 @@
 //! values between the parts can be written too (`Qpre`, `ffn_gate`, `ffn_up`, `ffn_swiglu`);
 //! those take the layer of the most recent tap.
 
-use crate::backend::{AttnShape, Backend, PassInputs, Rope, SeqRows};
+use crate::backend::{AttnShape, Backend, ColCopy, PassInputs, Rope, SeqRows};
 use crate::weights::MoeWeights;
 use std::cell::Cell;
 use std::path::{Path, PathBuf};
@@ -162,6 +162,10 @@ impl<B: Backend> Backend for Dump<'_, B> {
 
     fn scale(&self, x: &mut B::Act, s: f32) -> Result<(), B::Error> {
         self.inner.scale(x, s)
+    }
+
+    fn copy_cols(&self, src: &B::Act, dst: &mut B::Act, c: ColCopy) -> Result<(), B::Error> {
+        self.inner.copy_cols(src, dst, c)
     }
 
     fn moe(&self, x: &B::Act, w: &MoeWeights<B::Weight>, out: &mut B::Act) -> Result<(), B::Error> {

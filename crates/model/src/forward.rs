@@ -6,7 +6,9 @@
 //! scaling (and llama3's frequency factors; gemma3's sliding blocks' own base), an output
 //! bias, attention sinks (gpt-oss) and sliding windows (gpt-oss, gemma3), gemma3's scaled
 //! embeddings and norms after attention and FFN, and a dense FFN (SwiGLU, or gemma3's GELU)
-//! or a mixture of experts (Mixtral-style files are llama with experts).
+//! or a mixture of experts (Mixtral-style files are llama with experts). deepseek2's latent
+//! attention runs in [`crate::mla`] in place of the q/k/v projections and their RoPE, and its
+//! MoE blocks add shared experts.
 //!
 //! The pass names its intermediates to the backend ([`Backend::tap`], llama.cpp's graph names),
 //! which does nothing with them unless it is the dump adapter ([`crate::dump::Dump`]).
@@ -15,11 +17,11 @@ use crate::arch::Arch;
 
 use crate::backend::{AttnShape, Backend, GluAct, InputRows, MoeAct, MoeGating, RopeMode, SeqRows};
 use crate::config::Config;
-use crate::weights::{Ffn, ModelWeights};
+use crate::weights::{AttnWeights, Ffn, ModelWeights};
 
 pub fn rope_mode(arch: Arch) -> RopeMode {
     match arch {
-        Arch::Llama => RopeMode::Normal,
+        Arch::Llama | Arch::Deepseek2 => RopeMode::Normal,
         Arch::Qwen2 | Arch::Qwen3 | Arch::Olmoe | Arch::Qwen3Moe | Arch::GptOss | Arch::Gemma3 => {
             RopeMode::Neox
         }
@@ -107,13 +109,7 @@ pub fn layers<B: Backend>(
         return Ok(());
     }
     let n = inp.rows();
-    let shape = AttnShape {
-        n_head: cfg.n_head,
-        n_kv_head: cfg.n_head_kv,
-        head_dim: cfg.head_dim,
-    };
     let factors = w.rope_freqs.as_ref();
-    let q_scale = cfg.q_scale();
     let act = glu_act(cfg.arch);
     let (q_width, kv_width) = (cfg.n_head * cfg.head_dim, cfg.n_head_kv * cfg.head_dim);
 
@@ -125,7 +121,17 @@ pub fn layers<B: Backend>(
     let mut proj = b.alloc(n, cfg.n_embd)?;
     // gemma3's norms of the attention and FFN outputs write here, then trade places with proj.
     let post_norms = w.layers.iter().any(|l| l.attn_post_norm.is_some());
-    let mut post = b.alloc(if post_norms { n } else { 0 }, cfg.n_embd)?;
+    // deepseek2's shared experts write their output here too.
+    let post_rows = post_norms || cfg.deepseek2.is_some();
+    let mut post = b.alloc(if post_rows { n } else { 0 }, cfg.n_embd)?;
+    let mut mla_bufs = match &cfg.deepseek2 {
+        Some(ds) => Some(crate::mla::MlaBufs::new(b, cfg, ds, n)?),
+        None => None,
+    };
+    // deepseek2's shared experts, one dense FFN this wide.
+    let shexp_ff = cfg.deepseek2.as_ref().map_or(0, |ds| {
+        ds.n_shared * cfg.moe.as_ref().map_or(0, |m| m.n_ff_exp)
+    });
 
     let first = range.start;
     for (il, layer) in w
@@ -144,29 +150,23 @@ pub fn layers<B: Backend>(
             b.tap("l_out", il - 1, x)?;
         }
         b.tap("attn_norm", il, &h)?;
-        b.matmul_many(&[&a.q, &a.k, &a.v], &h, &mut [&mut q, &mut k, &mut v])?;
-        if let Some([bq, bk, bv]) = &a.qkv_bias {
-            b.add_bias(&mut q, bq)?;
-            b.add_bias(&mut k, bk)?;
-            b.add_bias(&mut v, bv)?;
+        if let (Some(ds), Some(mla), Some(bufs)) = (&cfg.deepseek2, &a.mla, &mut mla_bufs) {
+            let (q, k) = (&mut q, &mut k);
+            crate::mla::attention(b, cfg, ds, a, mla, &h, seqs, il, inp, bufs, q, k, &mut attn)?;
+        } else {
+            attend(
+                b,
+                cfg,
+                a,
+                factors,
+                &h,
+                seqs,
+                il,
+                inp,
+                [&mut q, &mut k, &mut v],
+                &mut attn,
+            )?;
         }
-        // The norm weight's length says whether it is per head or over the whole width.
-        let hd = cfg.head_dim;
-        let rope = cfg.rope_for(il);
-        match (&a.q_norm, &a.k_norm) {
-            (Some(qn), Some(kn)) => {
-                b.qk_norm_rope(&mut q, &mut k, qn, kn, cfg.rms_eps, hd, inp, &rope, factors)?
-            }
-            _ => b.rope_qk(&mut q, &mut k, hd, inp, &rope, factors)?,
-        }
-        b.tap("Vcur", il, &v)?;
-        b.tap("Kcur", il, &k)?;
-        b.tap("Qcur", il, &q)?;
-        if let Some(s) = q_scale {
-            b.scale(&mut q, s)?;
-        }
-        let sinks = a.sinks.as_ref();
-        b.attention(seqs, il, &q, &k, &v, inp, shape, a.window, sinks, &mut attn)?;
         b.tap("kqv_out", il, &attn)?;
         b.matmul(&a.output, &attn, &mut proj)?;
         if let Some(bo) = &a.output_bias {
@@ -209,7 +209,18 @@ pub fn layers<B: Backend>(
                     b.add_bias(&mut proj, bd)?;
                 }
             }
-            Ffn::Moe(m) => b.moe(&h, m, &mut proj)?,
+            Ffn::Moe(m) => {
+                b.moe(&h, m, &mut proj)?;
+                if let Some(s) = &layer.ffn_shexp {
+                    b.tap("ffn_moe_out", il, &proj)?;
+                    let mut gate = b.alloc(n, shexp_ff)?;
+                    let mut up = b.alloc(n, shexp_ff)?;
+                    b.ffn_glu(&s.gate, &s.up, &h, &mut gate, &mut up)?;
+                    b.matmul(&s.down, &gate, &mut post)?;
+                    b.tap("ffn_shexp", il, &post)?;
+                    b.add(&mut proj, &post)?;
+                }
+            }
         }
         b.tap("ffn_out", il, &proj)?;
         if let Some(pn) = &layer.ffn_post_norm {
@@ -220,6 +231,53 @@ pub fn layers<B: Backend>(
     }
     b.add(x, &proj)?;
     b.tap("l_out", range.end - 1, x)
+}
+
+/// The q/k/v projections, their biases, norms and RoPE, and attention over the cache, of
+/// block `il` over the normed input `x`, into `out`; `[q, k, v]` are scratch.
+#[allow(clippy::too_many_arguments)]
+fn attend<B: Backend>(
+    b: &B,
+    cfg: &Config,
+    a: &AttnWeights<B::Weight>,
+    factors: Option<&B::Weight>,
+    x: &B::Act,
+    seqs: &mut [SeqRows<'_, B::Cache>],
+    il: usize,
+    inp: &B::Inputs,
+    [q, k, v]: [&mut B::Act; 3],
+    out: &mut B::Act,
+) -> Result<(), B::Error> {
+    let shape = AttnShape {
+        n_head: cfg.n_head,
+        n_kv_head: cfg.n_head_kv,
+        head_dim: cfg.head_dim,
+        kq_scale: None,
+    };
+    b.matmul_many(&[&a.q, &a.k, &a.v], x, &mut [&mut *q, &mut *k, &mut *v])?;
+    if let Some([bq, bk, bv]) = &a.qkv_bias {
+        b.add_bias(q, bq)?;
+        b.add_bias(k, bk)?;
+        b.add_bias(v, bv)?;
+    }
+    // The norm weight's length says whether it is per head or over the whole width.
+    let hd = cfg.head_dim;
+    let rope = cfg.rope_for(il);
+    match (&a.q_norm, &a.k_norm) {
+        (Some(qn), Some(kn)) => {
+            b.qk_norm_rope(q, k, qn, kn, cfg.rms_eps, hd, inp, &rope, factors)?
+        }
+        _ => b.rope_qk(q, k, hd, inp, &rope, factors)?,
+    }
+    b.tap("Vcur", il, v)?;
+    b.tap("Kcur", il, k)?;
+    b.tap("Qcur", il, q)?;
+    if let Some(s) = cfg.q_scale() {
+        b.scale(q, s)?;
+    }
+    let sinks = a.sinks.as_ref();
+    b.attention(seqs, il, q, k, v, inp, shape, a.window, sinks, out)?;
+    Ok(())
 }
 
 /// The output norm and projection of the rows `logit_rows` of `x`.

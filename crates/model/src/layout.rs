@@ -58,6 +58,20 @@ pub enum TensorRole {
     FfnGateExpsBias,
     FfnUpExpsBias,
     FfnDownExpsBias,
+    /// deepseek2: queries through a low-rank pair with a norm between (absent in V2-Lite,
+    /// which has `attn_q`).
+    AttnQA,
+    AttnQANorm,
+    AttnQB,
+    /// deepseek2: the compressed key/value vector and the shared RoPE key part, its norm, and
+    /// its decompression into every head's unrotated key part and value.
+    AttnKvAMqa,
+    AttnKvANorm,
+    AttnKvB,
+    /// deepseek2: the shared experts, one dense FFN beside the routed ones.
+    FfnGateShexp,
+    FfnUpShexp,
+    FfnDownShexp,
 }
 
 impl TensorRole {
@@ -98,6 +112,15 @@ impl TensorRole {
             FfnGateExpsBias => "ffn_gate_exps.bias",
             FfnUpExpsBias => "ffn_up_exps.bias",
             FfnDownExpsBias => "ffn_down_exps.bias",
+            AttnQA => "attn_q_a.weight",
+            AttnQANorm => "attn_q_a_norm.weight",
+            AttnQB => "attn_q_b.weight",
+            AttnKvAMqa => "attn_kv_a_mqa.weight",
+            AttnKvANorm => "attn_kv_a_norm.weight",
+            AttnKvB => "attn_kv_b.weight",
+            FfnGateShexp => "ffn_gate_shexp.weight",
+            FfnUpShexp => "ffn_up_shexp.weight",
+            FfnDownShexp => "ffn_down_shexp.weight",
         }
     }
 
@@ -164,7 +187,7 @@ pub struct TensorSpec {
 }
 
 impl TensorSpec {
-    fn new(id: TensorId, dims: &[usize], kind: TensorKind) -> Self {
+    pub(crate) fn new(id: TensorId, dims: &[usize], kind: TensorKind) -> Self {
         Self {
             id,
             name: id.name(),
@@ -216,6 +239,10 @@ pub fn tensor_specs(cfg: &Config) -> Vec<TensorSpec> {
         gpt_oss_blocks(cfg, &mut out);
         return out;
     }
+    if let Some(ds) = &cfg.deepseek2 {
+        crate::deepseek2::blocks(cfg, ds, &mut out);
+        return out;
+    }
     for i in 0..cfg.n_layer {
         let mut t = |role, dims: &[usize], kind| {
             out.push(TensorSpec::new(TensorId::block(i, role), dims, kind))
@@ -248,7 +275,7 @@ pub fn tensor_specs(cfg: &Config) -> Vec<TensorSpec> {
                 t(AttnQNorm, &[q_width], Norm);
                 t(AttnKNorm, &[k_width], Norm);
             }
-            Arch::Llama | Arch::Qwen2 | Arch::GptOss => {}
+            Arch::Llama | Arch::Qwen2 | Arch::GptOss | Arch::Deepseek2 => {}
         }
         let post_norms = cfg.arch == Arch::Gemma3;
         if post_norms {

@@ -4,11 +4,13 @@
 mod arch;
 pub mod backend;
 mod config;
+mod deepseek2;
 pub mod dump;
 mod error;
 pub mod forward;
 mod known;
 mod layout;
+mod mla;
 pub mod policy;
 pub mod presets;
 mod quantize;
@@ -21,7 +23,7 @@ mod vocab;
 pub mod weights;
 
 pub use arch::Arch;
-pub use config::{key, Biases, Config, MoeConfig};
+pub use config::{key, Biases, Config, Deepseek2, MoeConfig};
 pub use error::{ModelError, Result};
 pub use layout::{block_tensor, tensor_specs, TensorId, TensorKind, TensorRole, TensorSpec};
 pub use policy::{choose_types, FileType, PolicyModel, TensorRef};

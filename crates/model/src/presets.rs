@@ -67,6 +67,7 @@ fn shape(arch: Arch, n_embd: usize, n_layer: usize, n_head: usize, n_head_kv: us
             ..Biases::default()
         },
         swa: None,
+        deepseek2: None,
     }
 }
 

@@ -49,6 +49,11 @@ pub struct RopeScaling {
     /// `rope.scaling.yarn_beta_fast` / `yarn_beta_slow` (defaults 32 and 1).
     pub yarn_beta_fast: f32,
     pub yarn_beta_slow: f32,
+    /// deepseek2's `rope.scaling.yarn_log_multiplier` as the file has it: 0.1 times the
+    /// checkpoint's `mscale_all_dim` (0 when absent). llama.cpp divides it back by 0.1 and,
+    /// with it, keeps cos and sin at magnitude `attn_factor` and moves YaRN's gain into the
+    /// attention scale instead ([`Self::deepseek2_mscale`]).
+    pub yarn_log_mul: f32,
 }
 
 impl Default for RopeScaling {
@@ -62,6 +67,7 @@ impl Default for RopeScaling {
             yarn_attn_factor: 1.0,
             yarn_beta_fast: 32.0,
             yarn_beta_slow: 1.0,
+            yarn_log_mul: 0.0,
         }
     }
 }
@@ -128,6 +134,12 @@ impl RopeScaling {
             yarn_attn_factor: f32_or("rope.scaling.yarn_attn_factor", 1.0)?,
             yarn_beta_fast: f32_or("rope.scaling.yarn_beta_fast", 32.0)?,
             yarn_beta_slow: f32_or("rope.scaling.yarn_beta_slow", 1.0)?,
+            // Read for deepseek2 alone (elsewhere the key is refused as unknown).
+            yarn_log_mul: if arch == Arch::Deepseek2 {
+                f32_or("rope.scaling.yarn_log_multiplier", 0.0)?
+            } else {
+                0.0
+            },
         };
         s.validate(arch)?;
         Ok(s)
@@ -180,6 +192,26 @@ impl RopeScaling {
         if self.attn_factor != 1.0 {
             w.set(&k("rope.scaling.attn_factor"), self.attn_factor);
         }
+        if self.yarn_log_mul != 0.0 {
+            w.set(&k("rope.scaling.yarn_log_multiplier"), self.yarn_log_mul);
+        }
+    }
+
+    /// `mscale_all_dim`, as llama.cpp holds it (the file's value over 0.1, in f32).
+    fn mscale_all_dim(&self) -> f32 {
+        self.yarn_log_mul / 0.1
+    }
+
+    /// deepseek2's attention `mscale` (llama.cpp's `deepseek2` graph): the attention scale is
+    /// `mscale² / sqrt(key_length)` with `mscale = attn_factor_org · (1 + 0.1 · mscale_all_dim ·
+    /// ln(1 / freq_scale))`, where `attn_factor_org` is the factor RoPE's cos and sin end up
+    /// with (`rope.scaling.attn_factor`, times `yarn_attn_factor` without YaRN).
+    pub fn deepseek2_mscale(&self) -> f32 {
+        let r = self.params(RopeMode::Normal, 10000.0, 2, 1);
+        // `1 / freq_scale` in f32, as llama.cpp derives it.
+        let f = 1.0 / r.freq_scale;
+        let org = r.attn_factor * (1.0 + 0.1 * f.ln());
+        org * (1.0 + 0.1 * self.mscale_all_dim() * f.ln())
     }
 
     /// The parameters of `ggml_rope_ext` for heads of `n_dims` rotated dimensions: llama.cpp's
@@ -207,7 +239,14 @@ impl RopeScaling {
                     0.1 * scale.ln() + 1.0
                 }
             };
-            attn_factor = gain(factor) / (1.0 + 0.1 * factor.ln());
+            // With a log multiplier llama.cpp's context takes deepseek2's mscale equal to
+            // mscale_all_dim, so its ratio of gains is 1: only ggml's own gain is cancelled.
+            let gain = if self.yarn_log_mul != 0.0 {
+                1.0
+            } else {
+                gain(factor)
+            };
+            attn_factor = gain / (1.0 + 0.1 * factor.ln());
         }
         attn_factor *= self.attn_factor;
         let n_ctx_orig = self.n_ctx_orig.unwrap_or(n_ctx) as f32;

@@ -9,8 +9,11 @@ use ferrolm_gguf::{GgmlType, GgufFile};
 
 pub struct AttnWeights<W> {
     pub norm: W,
+    /// deepseek2: `attn_q` (or `attn_q_b`, after [`MlaWeights::q_a`]).
     pub q: W,
+    /// deepseek2: `attn_kv_a_mqa` (the compressed key/value and the shared RoPE key part).
     pub k: W,
+    /// deepseek2: `attn_kv_b` (the compressed vector into every head's key and value).
     pub v: W,
     pub output: W,
     /// Biases of q, k, v (qwen2; llama when present).
@@ -24,6 +27,16 @@ pub struct AttnWeights<W> {
     pub sinks: Option<W>,
     /// gpt-oss: this block attends over a sliding window of this many positions.
     pub window: Option<usize>,
+    /// deepseek2's latent attention (its `q`, `k`, `v` then mean what their docs say).
+    pub mla: Option<MlaWeights<W>>,
+}
+
+/// deepseek2's attention weights beyond [`AttnWeights`]'s projections.
+pub struct MlaWeights<W> {
+    /// `attn_q_a` and `attn_q_a_norm`, when queries go through a low rank (not V2-Lite).
+    pub q_a: Option<[W; 2]>,
+    /// `attn_kv_a_norm`: the compressed key/value vector's RMS norm.
+    pub kv_a_norm: W,
 }
 
 pub struct DenseFfn<W> {
@@ -53,6 +66,9 @@ pub struct MoeWeights<W> {
     /// gpt-oss: the experts' gate, up and down biases, `[width][n_expert]` each (expert `e`'s is
     /// row `e`).
     pub biases: Option<[W; 3]>,
+    /// A factor on the chosen experts' weights after gating (deepseek2's
+    /// `expert_weights_scale`; 1 elsewhere).
+    pub weights_scale: f32,
 }
 
 pub enum Ffn<W> {
@@ -68,6 +84,8 @@ pub struct LayerWeights<W> {
     /// output joins the residual stream.
     pub attn_post_norm: Option<W>,
     pub ffn_post_norm: Option<W>,
+    /// deepseek2: the shared experts, a dense FFN whose output joins the MoE's.
+    pub ffn_shexp: Option<DenseFfn<W>>,
 }
 
 pub struct ModelWeights<W> {
@@ -118,11 +136,32 @@ impl<W> ModelWeights<W> {
             let mut t = |role| take(TensorId::block(i, role));
             let has = |role| file.tensor(&TensorId::block(i, role).name()).is_some();
             let b = cfg.biases;
+            let ds = cfg.deepseek2.as_ref();
+            let mla = ds
+                .map(|ds| -> Result<_> {
+                    Ok(MlaWeights {
+                        q_a: if ds.q_lora_rank > 0 {
+                            Some([t(AttnQA)?, t(AttnQANorm)?])
+                        } else {
+                            None
+                        },
+                        kv_a_norm: t(AttnKvANorm)?,
+                    })
+                })
+                .transpose()?;
+            let [q, k, v] = match ds {
+                Some(ds) => [
+                    t(if ds.q_lora_rank > 0 { AttnQB } else { AttnQ })?,
+                    t(AttnKvAMqa)?,
+                    t(AttnKvB)?,
+                ],
+                None => [t(AttnQ)?, t(AttnK)?, t(AttnV)?],
+            };
             let attn = AttnWeights {
                 norm: t(AttnNorm)?,
-                q: t(AttnQ)?,
-                k: t(AttnK)?,
-                v: t(AttnV)?,
+                q,
+                k,
+                v,
                 output: t(AttnOutput)?,
                 qkv_bias: if b.qkv {
                     Some([t(AttnQBias)?, t(AttnKBias)?, t(AttnVBias)?])
@@ -134,10 +173,15 @@ impl<W> ModelWeights<W> {
                 k_norm: has(AttnKNorm).then(|| t(AttnKNorm)).transpose()?,
                 sinks: has(AttnSinks).then(|| t(AttnSinks)).transpose()?,
                 window: cfg.swa.as_ref().filter(|s| s.slides(i)).map(|s| s.window),
+                mla,
             };
             let gpt_oss = cfg.arch == Arch::GptOss;
             let ffn_norm = t(if gpt_oss { AttnPostNorm } else { FfnNorm })?;
-            let ffn = match &cfg.moe {
+            let moe = cfg
+                .moe
+                .as_ref()
+                .filter(|_| !ds.is_some_and(|ds| ds.dense(i)));
+            let ffn = match moe {
                 None => Ffn::Dense(DenseFfn {
                     gate: t(FfnGate)?,
                     up: t(FfnUp)?,
@@ -156,7 +200,10 @@ impl<W> ModelWeights<W> {
                     n_expert: m.n_expert,
                     n_expert_used: m.n_expert_used,
                     n_ff: m.n_ff_exp,
-                    gating: crate::forward::moe_gating(cfg.arch),
+                    gating: match ds {
+                        Some(ds) if ds.weights_norm => MoeGating::SoftmaxTopKRenorm,
+                        _ => crate::forward::moe_gating(cfg.arch),
+                    },
                     act: crate::forward::moe_act(cfg.arch),
                     router_bias: gpt_oss.then(|| t(FfnGateInpBias)).transpose()?,
                     biases: if gpt_oss {
@@ -164,7 +211,17 @@ impl<W> ModelWeights<W> {
                     } else {
                         None
                     },
+                    weights_scale: ds.map_or(1.0, |ds| ds.weights_scale),
                 }),
+            };
+            let ffn_shexp = match (&ffn, ds) {
+                (Ffn::Moe(_), Some(_)) => Some(DenseFfn {
+                    gate: t(FfnGateShexp)?,
+                    up: t(FfnUpShexp)?,
+                    down: t(FfnDownShexp)?,
+                    bias: None,
+                }),
+                _ => None,
             };
             let post_norms = cfg.arch == Arch::Gemma3;
             let attn_post_norm = post_norms.then(|| t(AttnPostNorm)).transpose()?;
@@ -175,6 +232,7 @@ impl<W> ModelWeights<W> {
                 ffn,
                 attn_post_norm,
                 ffn_post_norm,
+                ffn_shexp,
             });
         }
         let global = TensorId::global;

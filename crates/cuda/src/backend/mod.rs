@@ -28,7 +28,7 @@ use crate::ops::{ActQuant, DecodeWork, Kernels, Rope, RopeArgs, RopeScale};
 use crate::plan::{Attn, Plan, DECODE_MAX_ROWS};
 use cudarc::driver::CudaSlice;
 use ferrolm_model::backend::{
-    AttnShape, Backend, PassInputs, Rope as ModelRope, RopeMode, SeqRows,
+    AttnShape, Backend, ColCopy, PassInputs, Rope as ModelRope, RopeMode, SeqRows,
 };
 use ferrolm_model::weights::MoeWeights;
 use pool::Pool;
@@ -559,9 +559,10 @@ impl Backend for CudaBackend {
         sinks: Option<&CudaWeight>,
         out: &mut CudaAct,
     ) -> Result<()> {
-        if sinks.is_some() {
+        if sinks.is_some() || shape.kq_scale.is_some() {
             return Err(CudaError::Invalid(
-                "attention sinks have no CUDA kernels yet".into(),
+                "attention sinks and scales other than 1/sqrt(head size) have no CUDA kernels yet"
+                    .into(),
             ));
         }
         if q.rows == 0 {
@@ -588,6 +589,13 @@ impl Backend for CudaBackend {
         crate::profile::span(self.dev.stream(), "geglu", || {
             self.k.elementwise.geglu(gate.buf_mut(), up.buf())
         })
+    }
+
+    /// deepseek2's op: refused at load ([`crate::CudaModel::load`]) before it runs.
+    fn copy_cols(&self, _src: &CudaAct, _dst: &mut CudaAct, _c: ColCopy) -> Result<()> {
+        Err(CudaError::Invalid(
+            "column copies (deepseek2's attention) have no CUDA kernel yet".into(),
+        ))
     }
 
     fn scale(&self, x: &mut CudaAct, s: f32) -> Result<()> {
