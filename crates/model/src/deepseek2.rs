@@ -191,9 +191,9 @@ impl Deepseek2 {
         let k = |s: &str| key(Arch::Deepseek2, s);
         let u = |v: usize| v as u32;
         w.set(&k("leading_dense_block_count"), u(self.n_dense_lead));
-        if self.q_lora_rank > 0 {
-            w.set(&k("attention.q_lora_rank"), u(self.q_lora_rank));
-        }
+        // 0 (queries through attn_q) is written too: llama.cpp requires the key outside its
+        // lite block counts.
+        w.set(&k("attention.q_lora_rank"), u(self.q_lora_rank));
         w.set(&k("attention.kv_lora_rank"), u(self.kv_lora_rank));
         w.set(&k("rope.dimension_count"), u(self.n_rot));
         w.set(&k("expert_shared_count"), u(self.n_shared));

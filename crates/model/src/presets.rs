@@ -4,7 +4,9 @@
 //! llama.cpp-made golden files (2 layers, d 256, vocab 512, 8 experts with top-3).
 
 use crate::arch::Arch;
-use crate::config::{Biases, Config, MoeConfig, Swa, GEMMA3_SWA_PERIOD, GEMMA3_SWA_ROPE_BASE};
+use crate::config::{
+    Biases, Config, Deepseek2, MoeConfig, Swa, GEMMA3_SWA_PERIOD, GEMMA3_SWA_ROPE_BASE,
+};
 use crate::rope::{RopeScaling, RopeScalingKind};
 
 pub struct Preset {
@@ -14,13 +16,14 @@ pub struct Preset {
 }
 
 /// Every preset name, for help texts and error messages.
-pub const NAMES: [&str; 17] = [
+pub const NAMES: [&str; 19] = [
     "olmoe-1b-7b",
     "gpt-oss-20b",
     "gemma3-27b",
     "gemma3-4b",
     "gemma3-1b",
     "gemma3-270m",
+    "deepseek2-lite",
     "qwen3-30b-a3b",
     "smollm2-1.7b",
     "smollm2-135m",
@@ -32,6 +35,7 @@ pub const NAMES: [&str; 17] = [
     "tiny-qwen3moe",
     "tiny-gpt-oss",
     "tiny-gemma3",
+    "tiny-deepseek2",
 ];
 
 fn moe(n_expert: usize, n_expert_used: usize, n_ff_exp: usize) -> Option<MoeConfig> {
@@ -88,6 +92,33 @@ fn gemma3(n_embd: usize, n_layer: usize, n_head: usize, n_head_kv: usize, window
             rope_base: Some(GEMMA3_SWA_ROPE_BASE),
         }),
         ..shape(Arch::Gemma3, n_embd, n_layer, n_head, n_head_kv)
+    }
+}
+
+/// deepseek2 with DeepSeek-V2-Lite's attention and RoPE (YaRN ×40 over 4096 with
+/// `mscale_all_dim` 0.707, which the converter writes as `yarn_log_multiplier` 0.0707), RMS
+/// epsilon 1e-6 and an untied output; `ds` and the head sizes say the rest.
+fn deepseek2(
+    n_embd: usize,
+    n_layer: usize,
+    n_head: usize,
+    heads: [usize; 2],
+    ds: Deepseek2,
+) -> Config {
+    Config {
+        head_dim: heads[0],
+        head_dim_v: heads[1],
+        n_ctx: 163840,
+        rms_eps: 1e-6,
+        rope_scaling: RopeScaling {
+            kind: RopeScalingKind::Yarn,
+            factor: 40.0,
+            n_ctx_orig: Some(4096),
+            yarn_log_mul: 0.0707,
+            ..RopeScaling::default()
+        },
+        deepseek2: Some(ds),
+        ..shape(Arch::Deepseek2, n_embd, n_layer, n_head, n_head)
     }
 }
 
@@ -181,6 +212,30 @@ pub fn preset(name: &str) -> Option<Preset> {
             Config {
                 n_ff: 2048,
                 ..gemma3(640, 18, 4, 1, 512)
+            },
+        ),
+        "deepseek2-lite" => (
+            "DeepSeek-V2-Lite: 27 blocks (1 dense, then 64 experts top-6 + 2 shared), \
+             latent attention (kv rank 512, heads 128+64 / 128), YaRN x40",
+            Config {
+                n_ff: 10944,
+                moe: moe(64, 6, 1408),
+                n_vocab: 102400,
+                ..deepseek2(
+                    2048,
+                    27,
+                    16,
+                    [192, 128],
+                    Deepseek2 {
+                        q_lora_rank: 0,
+                        kv_lora_rank: 512,
+                        n_rot: 64,
+                        n_dense_lead: 1,
+                        n_shared: 2,
+                        weights_scale: 1.0,
+                        weights_norm: false,
+                    },
+                )
             },
         ),
         "smollm2-1.7b" => (
@@ -305,6 +360,30 @@ pub fn preset(name: &str) -> Option<Preset> {
                     ..RopeScaling::default()
                 },
                 ..gemma3(256, 7, 4, 2, 16)
+            },
+        ),
+        "tiny-deepseek2" => (
+            "4-block deepseek2 (1 dense, then 8 experts top-3 + 2 shared), kv rank 256, \
+             heads 64+32 / 64, YaRN x40",
+            Config {
+                n_ff: 512,
+                moe: moe(8, 3, 256),
+                n_vocab: 512,
+                ..deepseek2(
+                    256,
+                    4,
+                    4,
+                    [96, 64],
+                    Deepseek2 {
+                        q_lora_rank: 0,
+                        kv_lora_rank: 256,
+                        n_rot: 32,
+                        n_dense_lead: 1,
+                        n_shared: 2,
+                        weights_scale: 2.0,
+                        weights_norm: false,
+                    },
+                )
             },
         ),
         _ => return None,

@@ -238,3 +238,54 @@ fn gemma3_blocks_slide_rotate_and_scale_as_llama_cpp() {
     assert_eq!(qwen.rope_for(0), qwen.rope());
     assert_eq!((qwen.embd_scale(), qwen.q_scale()), (None, None));
 }
+
+/// deepseek2's YaRN as llama.cpp's context and graph derive it for DeepSeek-V2-Lite (factor
+/// 40, `mscale_all_dim` 0.707): cos and sin keep magnitude 1 (what ggml is handed cancels its
+/// own gain), RoPE covers the 64-dim tail of the 192-dim key head, and the attention scale is
+/// `mscale² / sqrt(192)` with `mscale = 1 + 0.1 · 0.707 · ln 40`. Without the multiplier
+/// llama.cpp's `attn_factor_org` is YaRN's own gain `1 + 0.1 ln 40`, so that is the mscale.
+#[test]
+fn deepseek2_yarn_scales_as_llama_cpp() {
+    let cfg = preset("deepseek2-lite").unwrap().config;
+    let r = cfg.rope();
+    assert_eq!((r.freq_scale, r.ext_factor), (1.0 / 40.0, 1.0));
+    assert!((r.magnitude() - 1.0).abs() < 1e-6, "{}", r.magnitude());
+    assert_eq!(cfg.rope_dims(), 64);
+    // ggml_rope_yarn_corr_dims for 64 dims, base 10000, 4096 positions: 10.7 → 10, 22.9 → 23.
+    assert_eq!(r.corr_dims, [10.0, 23.0]);
+    let mscale = 1.0 + 0.1 * 0.707 * 40f32.ln();
+    let want = mscale * mscale / 192f32.sqrt();
+    let got = cfg.kq_scale().unwrap();
+    assert!((got - want).abs() < 1e-6, "{got} vs {want}");
+    let mut plain = cfg.clone();
+    plain.rope_scaling.yarn_log_mul = 0.0;
+    let gain = 1.0 + 0.1 * 40f32.ln();
+    let got = plain.kq_scale().unwrap();
+    assert!((got - gain * gain / 192f32.sqrt()).abs() < 1e-6, "{got}");
+    assert_eq!(preset("qwen3-8b").unwrap().config.kq_scale(), None);
+}
+
+/// The tiny-deepseek2 preset is the golden recipe's model (`goldens/deepseek2`).
+#[test]
+fn tiny_deepseek2_preset_is_the_golden_recipe() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../goldens/deepseek2/tiny-deepseek2.recipe.json"
+    );
+    let recipe = ferrolm_model::Recipe::open(std::path::Path::new(path)).unwrap();
+    let f = in_memory(recipe.plan().unwrap());
+    let cfg = Config::from_gguf(&f).unwrap();
+    assert_eq!(preset("tiny-deepseek2").unwrap().config, cfg);
+    let mut names: Vec<_> = tensor_specs(&cfg)
+        .into_iter()
+        .map(|s| (s.name, s.dims))
+        .collect();
+    let mut file: Vec<_> = f
+        .tensors()
+        .iter()
+        .map(|t| (t.name.clone(), t.dims.clone()))
+        .collect();
+    names.sort();
+    file.sort();
+    assert_eq!(names, file);
+}

@@ -4,12 +4,14 @@ use ferrolm_model::{preset, tensor_specs, FileType, Synth, VocabKind};
 
 /// (preset, parameters of the real checkpoint, tensors llama.cpp's GGUF has,
 ///  size of llama.cpp's Q4_K_M file in bytes, where we know it)
-const REAL: [(&str, u64, usize, Option<f64>); 5] = [
+const REAL: [(&str, u64, usize, Option<f64>); 6] = [
     ("olmoe-1b-7b", 6_919_000_000, 195, Some(4.21e9)),
     ("qwen3-30b-a3b", 30_532_000_000, 579, Some(18.55e9)),
     ("smollm2-1.7b", 1_711_000_000, 218, Some(1.05e9)),
     ("qwen3-8b", 8_191_000_000, 399, Some(5.02e9)),
     ("smollm2-135m", 134_515_008, 272, None),
+    // 15.7B parameters; 3 global tensors, 10 in the dense block, 14 in each of the 26 MoE ones.
+    ("deepseek2-lite", 15_706_000_000, 377, None),
 ];
 
 #[test]
