@@ -19,6 +19,10 @@ The recipe (`tiny-deepseek2.recipe.json`, golden_lib.py) is made into three mode
 - `tiny-deepseek2-q8_0`, `tiny-deepseek2-q4_k_m`: llama.cpp's quantizer, goldens with
   llama.cpp's defaults (flash attention on the CPU, F16 KV cache).
 
+A second recipe, `tiny-deepseek2-qlora.recipe.json`, is the same model with its queries through
+a rank of 256 (`attn_q_a` → `attn_q_a_norm` → `attn_q_b`, as the full DeepSeek-V2), made into
+`tiny-deepseek2-qlora-f32` (precise) and `tiny-deepseek2-qlora-q8_0` (defaults).
+
 Goldens as golden_lib.py makes them; prompts of 7, 33 and 100 random ids, 16 greedy steps;
 logits to 6 significant digits. Each golden holds the sha256 of the model file llama.cpp ran.
 
@@ -39,7 +43,7 @@ N_VOCAB = 512
 PROMPTS, GREEDY = (7, 33, 100), 16
 
 
-def recipe(seed=0):
+def recipe(seed=0, q_lora=0):
     r = Recipe(seed, "tiny deepseek2 (tools/goldens/make_deepseek2_goldens.py)")
     r.kv("general.architecture", "string", ARCH)
     r.kv("general.name", "string", "tiny-deepseek2-synthetic")
@@ -58,7 +62,7 @@ def recipe(seed=0):
                        ("expert_count", "u32", N_EXPERT),
                        ("expert_used_count", "u32", N_USED),
                        ("leading_dense_block_count", "u32", N_DENSE),
-                       ("attention.q_lora_rank", "u32", 0),
+                       ("attention.q_lora_rank", "u32", q_lora),
                        ("attention.kv_lora_rank", "u32", KV_RANK),
                        ("rope.dimension_count", "u32", ROT),
                        ("expert_feed_forward_length", "u32", N_FF_EXP),
@@ -87,7 +91,12 @@ def recipe(seed=0):
     for i in range(N_LAYER):
         b = f"blk.{i}."
         norm(b + "attn_norm.weight", D)
-        mat(b + "attn_q.weight", N_HEAD * k_head, D)
+        if q_lora:
+            mat(b + "attn_q_a.weight", q_lora, D)
+            norm(b + "attn_q_a_norm.weight", q_lora)
+            mat(b + "attn_q_b.weight", N_HEAD * k_head, q_lora)
+        else:
+            mat(b + "attn_q.weight", N_HEAD * k_head, D)
         mat(b + "attn_kv_a_mqa.weight", KV_RANK + ROT, D)
         norm(b + "attn_kv_a_norm.weight", KV_RANK)
         mat(b + "attn_kv_b.weight", N_HEAD * (NOPE + V_HEAD), KV_RANK)
@@ -120,6 +129,12 @@ def main():
     for ftype, cfg, seed in (("f32", PRECISE, 31), ("q8_0", DEFAULTS, 32),
                              ("q4_k_m", DEFAULTS, 33)):
         out = make_golden(ferrolm, path, ftype, out_dir, f"tiny-deepseek2-{ftype}", cfg,
+                          lambda nv: random_prompts(seed, PROMPTS, nv), GREEDY, digits=6)
+        print(out, flush=True)
+    path = os.path.join(out_dir, "tiny-deepseek2-qlora.recipe.json")
+    recipe(q_lora=256).save(path)
+    for ftype, cfg, seed in (("f32", PRECISE, 34), ("q8_0", DEFAULTS, 35)):
+        out = make_golden(ferrolm, path, ftype, out_dir, f"tiny-deepseek2-qlora-{ftype}", cfg,
                           lambda nv: random_prompts(seed, PROMPTS, nv), GREEDY, digits=6)
         print(out, flush=True)
 

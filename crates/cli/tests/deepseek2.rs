@@ -32,6 +32,16 @@ fn tiny_deepseek2_quantized_match_llama_cpp() {
     }
 }
 
+/// Queries through the low rank (`attn_q_a`, its norm, `attn_q_b`: the full DeepSeek-V2's
+/// form) against llama.cpp, precise and with its defaults.
+#[test]
+fn tiny_deepseek2_q_lora_matches_llama_cpp() {
+    let s = golden::compare(&json("qlora-f32"), &["--cache-type", "f32"]);
+    golden::check_f32(&s, "tiny-deepseek2-qlora-f32");
+    let s = golden::compare(&json("qlora-q8_0"), &[]);
+    golden::check_quantized(&s, "tiny-deepseek2-qlora-q8_0");
+}
+
 /// A copy of the golden F32 model in `tmp` as `name`, without the key `drop` and with the keys
 /// of `set`.
 fn variant(tmp: &Path, name: &str, drop: &str, set: &[(&str, Value)]) -> PathBuf {

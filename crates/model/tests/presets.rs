@@ -11,7 +11,7 @@ const REAL: [(&str, u64, usize, Option<f64>); 6] = [
     ("qwen3-8b", 8_191_000_000, 399, Some(5.02e9)),
     ("smollm2-135m", 134_515_008, 272, None),
     // 15.7B parameters; 3 global tensors, 10 in the dense block, 14 in each of the 26 MoE ones.
-    ("deepseek2-lite", 15_706_000_000, 377, None),
+    ("deepseek2-lite", 15_706_484_224, 377, None),
 ];
 
 #[test]
