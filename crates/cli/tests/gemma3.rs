@@ -7,7 +7,7 @@
 
 mod golden;
 
-use ferrolm_gguf::{GgufFile, GgufWriter, Value};
+use ferrolm_gguf::Value;
 use std::path::{Path, PathBuf};
 
 fn json(ty: &str) -> PathBuf {
@@ -34,26 +34,7 @@ fn tiny_gemma3_quantized_match_llama_cpp() {
 /// A copy of the golden F32 model in `tmp` as `name`, without the key `drop` and with the keys
 /// of `set`.
 fn variant(tmp: &Path, name: &str, drop: &str, set: &[(&str, Value)]) -> PathBuf {
-    let src = GgufFile::open(golden::model(&json("f32"))).unwrap();
-    let mut w = GgufWriter::new();
-    for (k, v) in src.metadata() {
-        if k != drop {
-            w.set(k, v.clone());
-        }
-    }
-    for (k, v) in set {
-        w.set(k, v.clone());
-    }
-    for t in src.tensors() {
-        w.add_tensor(&t.name, t.ty, &t.dims).unwrap();
-    }
-    let path = tmp.join(name);
-    let mut out = w.create(&path).unwrap();
-    for t in src.tensors() {
-        out.write_tensor(src.tensor_data(t)).unwrap();
-    }
-    out.finish().unwrap();
-    path
+    golden::variant(&json("f32"), tmp, name, drop, set, &|_| None)
 }
 
 /// The golden can fail: the same model with a window wider than every case (no block slides)

@@ -6,7 +6,7 @@
 
 mod golden;
 
-use ferrolm_gguf::{GgufFile, GgufWriter, TensorInfo, Value};
+use ferrolm_gguf::{TensorInfo, Value};
 use std::path::{Path, PathBuf};
 
 fn dir() -> PathBuf {
@@ -50,27 +50,7 @@ fn variant(
     set: &[(&str, Value)],
     data: &dyn Fn(&TensorInfo) -> Option<Vec<u8>>,
 ) -> PathBuf {
-    let src = GgufFile::open(golden::model(&f32_json())).unwrap();
-    let mut w = GgufWriter::new();
-    for (k, v) in src.metadata() {
-        if k != drop {
-            w.set(k, v.clone());
-        }
-    }
-    for (k, v) in set {
-        w.set(k, v.clone());
-    }
-    for t in src.tensors() {
-        w.add_tensor(&t.name, t.ty, &t.dims).unwrap();
-    }
-    let path = tmp.join(name);
-    let mut out = w.create(&path).unwrap();
-    for t in src.tensors() {
-        let bytes = data(t).unwrap_or_else(|| src.tensor_data(t).to_vec());
-        out.write_tensor(&bytes).unwrap();
-    }
-    out.finish().unwrap();
-    path
+    golden::variant(&f32_json(), tmp, name, drop, set, data)
 }
 
 /// The goldens can fail: the same model without its sinks (each -1e30, so it weighs nothing in

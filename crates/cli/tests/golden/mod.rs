@@ -86,3 +86,37 @@ pub fn check_quantized(s: &Stats, what: &str) {
         panic!("{what}: {e}");
     }
 }
+
+/// A copy of the model of the golden at `json` in `dir` as `name`, without the key `drop`,
+/// with the keys of `set`, and with each tensor's bytes as `data` gives them (`None`:
+/// unchanged): the goldens' "can fail" variants.
+pub fn variant(
+    json: &Path,
+    dir: &Path,
+    name: &str,
+    drop: &str,
+    set: &[(&str, ferrolm_gguf::Value)],
+    data: &dyn Fn(&ferrolm_gguf::TensorInfo) -> Option<Vec<u8>>,
+) -> PathBuf {
+    let src = ferrolm_gguf::GgufFile::open(model(json)).unwrap();
+    let mut w = ferrolm_gguf::GgufWriter::new();
+    for (k, v) in src.metadata() {
+        if k != drop {
+            w.set(k, v.clone());
+        }
+    }
+    for (k, v) in set {
+        w.set(k, v.clone());
+    }
+    for t in src.tensors() {
+        w.add_tensor(&t.name, t.ty, &t.dims).unwrap();
+    }
+    let path = dir.join(name);
+    let mut out = w.create(&path).unwrap();
+    for t in src.tensors() {
+        let bytes = data(t).unwrap_or_else(|| src.tensor_data(t).to_vec());
+        out.write_tensor(&bytes).unwrap();
+    }
+    out.finish().unwrap();
+    path
+}

@@ -306,8 +306,8 @@ impl Mmq {
         let splits = splits.clamp(1, steps.min(MMQ_MAX_SPLITS));
         let split_steps = steps.div_ceil(splits);
         let splits = steps.div_ceil(split_steps);
-        let need = how.scratch(n, w.rows).min(splits * n * w.rows);
-        let part = match scratch {
+        let need = splits * n * w.rows;
+        let mut part = match scratch {
             _ if splits == 1 => None,
             Some(s) if s.len() >= need => Some(s),
             _ => {
@@ -316,7 +316,6 @@ impl Mmq {
                 )))
             }
         };
-        let mut part = part;
         for &(tok0, ntok, order) in launches {
             let (f, t, g) = if order == MmqOrder::Blocks {
                 let g = self.blocks.get(&w.ty).ok_or_else(|| {
