@@ -1,5 +1,6 @@
 //! `cuda-parity` checks of `kernels/elementwise.cu`'s forward-pass ops (add, add_bias, swiglu,
-//! geglu, scale) against the CPU's `norm` functions, on one random 5×4096 batch.
+//! geglu, scale) against the CPU's `norm` functions, on one random 5×4096 batch, and the
+//! strided column copy (deepseek2's attention) against the same copy on the host.
 
 use super::checks::{normal, row};
 use super::{compare, Contract, Row};
@@ -82,6 +83,35 @@ pub(super) fn elementwise(dev: &CudaDevice, k: &Kernels, rng: &mut StdRng) -> Re
     let mut want = a.clone();
     norm::scale(&mut want, s);
     let cmp = compare(&got, &want, |i| want[i].abs() as f64);
-    rows.push(row("scale", shape, "cpu norm::scale", cmp, Contract::Exact));
+    rows.push(row(
+        "scale",
+        shape.clone(),
+        "cpu norm::scale",
+        cmp,
+        Contract::Exact,
+    ));
+
+    // deepseek2-lite's value heads out of its decompressed kv (16 heads of 128 + 128) into
+    // heads of 192, and one run (the compressed part) at an offset.
+    for (what, runs, dw) in [
+        ("copy_cols heads", [128, 16, 128, 256, 0, 192], 16 * 192),
+        ("copy_cols one run", [512, 1, 64, 0, 8, 0], 520),
+    ] {
+        let [width, count, so, ss, doff, ds] = runs;
+        let mut dst = dev.upload(&vec![0f32; n * dw])?;
+        k.elementwise
+            .copy_cols(&dev.upload(&a)?, d, &mut dst, dw, n, runs)?;
+        dev.sync()?;
+        let got = dev.download(&dst)?;
+        let mut want = vec![0f32; n * dw];
+        for r in 0..n {
+            for i in 0..count {
+                let from = &a[r * d + so + i * ss..][..width];
+                want[r * dw + doff + i * ds..][..width].copy_from_slice(from);
+            }
+        }
+        let cmp = compare(&got, &want, |i| want[i].abs() as f64);
+        rows.push(row(what, shape.clone(), "host copy", cmp, Contract::Exact));
+    }
     Ok(rows)
 }

@@ -57,6 +57,24 @@ extern "C" __global__ void scale_f32(float *__restrict__ x, float s, int n) {
     }
 }
 
+// A strided copy of columns (the CPU's copy_cols, deepseek2's latent attention): in each of
+// `rows` rows, `count` runs of `width` values, run i read from column src_off + i * src_step
+// of a src_width row and written from column dst_off + i * dst_step of a dst_width row.
+// Element e of the grid walks row, run and column in that order.
+extern "C" __global__ void copy_cols_f32(float *__restrict__ dst, const float *__restrict__ src,
+                                         int rows, int width, int count, int src_width,
+                                         int src_off, int src_step, int dst_width, int dst_off,
+                                         int dst_step) {
+    dependent_launch_entry();
+    const size_t per_row = (size_t)count * width;
+    GRID_STRIDE(e, per_row * rows) {
+        const size_t row = e / per_row;
+        const int run = (int)((e % per_row) / width), col = (int)(e % width);
+        dst[row * dst_width + dst_off + (size_t)run * dst_step + col] =
+            src[row * src_width + src_off + (size_t)run * src_step + col];
+    }
+}
+
 // The Walsh-Hadamard rotation of a quantized KV cache (crates/cpu/src/hadamard.rs, ggml's
 // ggml_compute_forward_fwht): each chunk of n (a power of two, 64 to 256) scaled by 1/sqrt(n),
 // then butterflies (u, v) -> (u + v, u - v) over strides 1, 2, .. n/2, in place, in the CPU's

@@ -592,10 +592,27 @@ impl Backend for CudaBackend {
     }
 
     /// deepseek2's op: refused at load ([`crate::CudaModel::load`]) before it runs.
-    fn copy_cols(&self, _src: &CudaAct, _dst: &mut CudaAct, _c: ColCopy) -> Result<()> {
-        Err(CudaError::Invalid(
-            "column copies (deepseek2's attention) have no CUDA kernel yet".into(),
-        ))
+    fn copy_cols(&self, src: &CudaAct, dst: &mut CudaAct, c: ColCopy) -> Result<()> {
+        let last = |off: usize, step: usize| off + c.count.saturating_sub(1) * step + c.width;
+        if src.rows != dst.rows
+            || (c.count > 0
+                && (last(c.src_off, c.src_step) > src.width
+                    || last(c.dst_off, c.dst_step) > dst.width))
+        {
+            return Err(CudaError::Invalid(format!(
+                "column copy {c:?} between {}x{} and {}x{} activations",
+                src.rows, src.width, dst.rows, dst.width
+            )));
+        }
+        let runs = [
+            c.width, c.count, c.src_off, c.src_step, c.dst_off, c.dst_step,
+        ];
+        let (sw, dw) = (src.width, dst.width);
+        crate::profile::span(self.dev.stream(), "copy_cols", || {
+            self.k
+                .elementwise
+                .copy_cols(src.buf(), sw, dst.buf_mut(), dw, src.rows, runs)
+        })
     }
 
     fn scale(&self, x: &mut CudaAct, s: f32) -> Result<()> {

@@ -79,6 +79,10 @@ impl CudaBackend {
                 .moe_route
                 .route(logits, x.buf(), n, router, route, &mut ids, &mut weights)
         })?;
+        // deepseek2's expert_weights_scale, on the gated weights as the CPU (same product).
+        if w.weights_scale != 1.0 {
+            self.k.elementwise.scale(&mut weights, w.weights_scale)?;
+        }
 
         let path = self.gemm_plan().moe(&MoeShape::new(&experts, n));
         let r = match path {

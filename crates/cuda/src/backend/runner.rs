@@ -157,8 +157,8 @@ impl CudaModel {
     pub fn kv_bytes_per_position(&self, kv: KvFormat) -> u64 {
         let cfg = &self.cfg;
         let n_layer = cfg.n_layer - self.first_layer;
-        (n_layer * cfg.n_head_kv * (kv.row_bytes(cfg.head_dim) + kv.row_bytes(cfg.head_dim_v)))
-            as u64
+        // Values as wide as keys: the cache holds them so (deepseek2's are padded).
+        (n_layer * cfg.n_head_kv * 2 * kv.row_bytes(cfg.head_dim)) as u64
     }
 
     /// A cache for `n_ctx` positions in `kv`; a clear error when it does not fit.

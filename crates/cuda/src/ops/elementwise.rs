@@ -1,5 +1,5 @@
-//! `kernels/elementwise.cu`: add, add_bias, swiglu, geglu, scale on f32 buffers; the Hadamard
-//! rotation of a quantized KV cache.
+//! `kernels/elementwise.cu`: add, add_bias, swiglu, geglu, scale and strided column copies on
+//! f32 buffers; the Hadamard rotation of a quantized KV cache.
 
 use super::launch::Launcher;
 use super::{int, stride_blocks};
@@ -17,6 +17,7 @@ pub struct Elementwise {
     swiglu: CudaFunction,
     geglu: CudaFunction,
     scale: CudaFunction,
+    copy_cols: CudaFunction,
     hadamard: CudaFunction,
     round_q8_0: CudaFunction,
 }
@@ -38,6 +39,7 @@ impl Elementwise {
             swiglu: dev.function(&ELEMENTWISE, "swiglu_f32")?,
             geglu: dev.function(&ELEMENTWISE, "geglu_f32")?,
             scale: dev.function(&ELEMENTWISE, "scale_f32")?,
+            copy_cols: dev.function(&ELEMENTWISE, "copy_cols_f32")?,
             hadamard: dev.function(&ELEMENTWISE, "hadamard_f32")?,
             round_q8_0: dev.function(&ELEMENTWISE, "round_q8_0_f32")?,
         })
@@ -100,6 +102,44 @@ impl Elementwise {
         b.arg(x).arg(&s).arg(&n);
         // SAFETY: scale_f32(float*, float, int) over n elements of x.
         unsafe { b.launch(cfg(n as usize)) }.during("launching scale_f32")?;
+        Ok(())
+    }
+
+    /// In each of `rows` rows (`src_width` and `dst_width` wide), `count` runs of `width`
+    /// columns: run `i` from column `src_off + i * src_step` to `dst_off + i * dst_step`
+    /// (the CPU's `copy_cols`). The caller has checked that every run lies inside its row.
+    #[allow(clippy::too_many_arguments)]
+    pub fn copy_cols(
+        &self,
+        src: &CudaSlice<f32>,
+        src_width: usize,
+        dst: &mut CudaSlice<f32>,
+        dst_width: usize,
+        rows: usize,
+        runs: [usize; 6],
+    ) -> Result<()> {
+        let [width, count, src_off, src_step, dst_off, dst_step] = runs;
+        assert!(
+            src.len() >= rows * src_width && dst.len() >= rows * dst_width,
+            "copy_cols: buffers shorter than their rows"
+        );
+        let total = rows * width * count;
+        if total == 0 {
+            return Ok(());
+        }
+        let args = [
+            rows, width, count, src_width, src_off, src_step, dst_width, dst_off, dst_step,
+        ]
+        .map(|v| int(v, "a copy_cols size"));
+        int(total, "copy_cols elements");
+        let mut b = self.launch.builder(&self.copy_cols);
+        b.arg(dst).arg(src);
+        for a in &args {
+            b.arg(a);
+        }
+        // SAFETY: copy_cols_f32(float*, const float*, nine ints); every run lies inside its
+        // row (checked by the caller) and both buffers hold their rows (asserted above).
+        unsafe { b.launch(cfg(total)) }.during("launching copy_cols_f32")?;
         Ok(())
     }
 
