@@ -591,7 +591,7 @@ impl Backend for CudaBackend {
         })
     }
 
-    /// deepseek2's op: refused at load ([`crate::CudaModel::load`]) before it runs.
+    /// deepseek2's latent attention splits and joins its heads' parts with it.
     fn copy_cols(&self, src: &CudaAct, dst: &mut CudaAct, c: ColCopy) -> Result<()> {
         let last = |off: usize, step: usize| off + c.count.saturating_sub(1) * step + c.width;
         if src.rows != dst.rows
