@@ -1,6 +1,6 @@
-//! `kernels/attention.cu`: the KV store (into `kv_cache.rs`'s [`KvCache`]), flash-decoding,
-//! the scalar tiled prefill, and the prefills in the CPU's arithmetic for short ubatches
-//! (ggml's, and the CPU's f32 order);
+//! `kernels/attention.cu`: the KV store (into `kv_cache.rs`'s [`KvCache`]) and flash-decoding;
+//! `kernels/attention_prefill.cu`: the scalar tiled prefill, and the prefills in the CPU's
+//! arithmetic for short ubatches (ggml's, and the CPU's f32 order);
 //! `kernels/flash_attn.cu`: the tensor-core prefill. Which one runs a ubatch, and whether
 //! decode combines its splits in the split kernel, is the plan's (`Plan::attention`).
 //!
@@ -17,7 +17,7 @@ use super::kv_cache::{KvCache, KvFormat};
 use super::launch::Launcher;
 use crate::device::CudaDevice;
 use crate::error::{CudaError, DriverContext, Result};
-use crate::kernels::{ATTENTION, FLASH_ATTN};
+use crate::kernels::{KernelFile, ATTENTION, ATTENTION_PREFILL, FLASH_ATTN};
 use cudarc::driver::sys::CUfunction_attribute;
 use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig};
 
@@ -189,20 +189,23 @@ fn query_rows(q: usize, out: usize, positions: usize, n_head: usize, cache: &KvC
 impl Attention {
     pub fn load(dev: &CudaDevice, launch: &Launcher) -> Result<Self> {
         let f = |name: String| dev.function(&ATTENTION, &name);
-        // `<stem>_d<D>` for each of ATTN_HEAD_DIMS.
-        let per_dim = |stem: &str| -> Result<Vec<CudaFunction>> {
+        // `<stem>_d<D>` of `file` for each of ATTN_HEAD_DIMS.
+        let per_dim = |file: &'static KernelFile, stem: &str| -> Result<Vec<CudaFunction>> {
             ATTN_HEAD_DIMS
                 .iter()
-                .map(|d| f(format!("{stem}_d{d}")))
+                .map(|d| dev.function(file, &format!("{stem}_d{d}")))
                 .collect()
         };
         // The same for a cache format, at the sizes it holds.
-        let per_format = |stem: &str, q: KvFormat| -> Result<Vec<Option<CudaFunction>>> {
+        let per_format = |file: &'static KernelFile,
+                          stem: &str,
+                          q: KvFormat|
+         -> Result<Vec<Option<CudaFunction>>> {
             ATTN_HEAD_DIMS
                 .iter()
                 .map(|&d| {
                     q.holds(d)
-                        .then(|| f(format!("{stem}{}_d{d}", q.infix())))
+                        .then(|| dev.function(file, &format!("{stem}{}_d{d}", q.infix())))
                         .transpose()
                 })
                 .collect()
@@ -232,11 +235,11 @@ impl Attention {
             combine: f("attn_decode_combine".into())?,
             decode: KvFormat::ALL
                 .iter()
-                .map(|&q| per_format("attn_decode_split", q))
+                .map(|&q| per_format(&ATTENTION, "attn_decode_split", q))
                 .collect::<Result<_>>()?,
             prefill: KvFormat::ALL
                 .iter()
-                .map(|&q| per_format("attn_prefill", q))
+                .map(|&q| per_format(&ATTENTION_PREFILL, "attn_prefill", q))
                 .collect::<Result<_>>()?,
             decode_group: ATTN_HEAD_DIMS
                 .iter()
@@ -256,8 +259,8 @@ impl Attention {
                 })
                 .collect::<Result<_>>()?,
             flash,
-            prefill_f16ref: per_dim("attn_prefill_f16ref")?,
-            prefill_f32ref: per_dim("attn_prefill_f32ref")?,
+            prefill_f16ref: per_dim(&ATTENTION_PREFILL, "attn_prefill_f16ref")?,
+            prefill_f32ref: per_dim(&ATTENTION_PREFILL, "attn_prefill_f32ref")?,
         })
     }
 
@@ -530,31 +533,37 @@ mod tests {
 
     #[test]
     fn f32ref_block_matches_the_kernel() {
-        let src = crate::kernels::ATTENTION.source;
+        let src = ATTENTION_PREFILL.source;
         assert!(src.contains(&format!("#define F32REF_WARPS {F32REF_WARPS}")));
     }
 
-    /// Every kernel the launcher loads is instantiated in attention.cu / flash_attn.cu, at
-    /// every head size its table lists, and no block-cache kernel at a size blocks cannot hold.
+    /// Every kernel the launcher loads is instantiated in attention.cu, attention_prefill.cu
+    /// and flash_attn.cu, at every head size its table lists, and no block-cache kernel at a
+    /// size blocks cannot hold.
     #[test]
     fn every_head_size_has_its_kernels() {
-        let (src, flash) = (crate::kernels::ATTENTION.source, FLASH_ATTN.source);
+        let (src, flash) = (ATTENTION.source, FLASH_ATTN.source);
         for q in KvFormat::ALL {
             assert!(src.contains(&format!("kv_store_{}(", q.name())), "{q:?}");
         }
         for d in ATTN_HEAD_DIMS {
-            assert!(src.contains(&format!("\nATTN_INSTANCES({d})\n")), "{d}");
             assert!(src.contains(&format!("\nATTN_GROUP_INSTANCES({d})")), "{d}");
-            let quant = format!("ATTN_QUANT_INSTANCES(NAME, TYPE, {d})");
-            assert_eq!(src.contains(&quant), KvFormat::Q8_0.holds(d), "{d}");
             let mma = format!("\nFLASH_INSTANCE({d})");
             assert_eq!(flash.contains(&mma), MMA_HEAD_DIMS.contains(&d), "{d}");
         }
-        for q in [KvFormat::Q8_0, KvFormat::Q4_0] {
-            assert!(
-                src.contains(&format!("ATTN_QUANT_HEADS({}, ", q.name())),
-                "{q:?}"
-            );
+        // Decode and prefill instance each head size and format with macros of the same names.
+        for src in [ATTENTION.source, ATTENTION_PREFILL.source] {
+            for d in ATTN_HEAD_DIMS {
+                assert!(src.contains(&format!("\nATTN_INSTANCES({d})\n")), "{d}");
+                let quant = format!("ATTN_QUANT_INSTANCES(NAME, TYPE, {d})");
+                assert_eq!(src.contains(&quant), KvFormat::Q8_0.holds(d), "{d}");
+            }
+            for q in [KvFormat::Q8_0, KvFormat::Q4_0] {
+                assert!(
+                    src.contains(&format!("ATTN_QUANT_HEADS({}, ", q.name())),
+                    "{q:?}"
+                );
+            }
         }
         assert!(!KvFormat::Q4_0.holds(80) && KvFormat::F16.holds(80));
         assert_eq!(
