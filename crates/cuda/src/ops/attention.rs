@@ -61,6 +61,31 @@ fn flash_smem_bytes(head_dim: usize) -> usize {
     FA_STAGES * 2 * FA_BK * (head_dim + FA_PAD) * std::mem::size_of::<u16>()
 }
 
+/// What shapes each head's softmax besides its keys: the factor on `q·k`, the sliding window
+/// and the sinks. Every attention kernel takes all three.
+#[derive(Clone, Copy)]
+pub struct AttnSoftmax<'a> {
+    /// The factor on `q·k`: `AttnShape::scale` (`1 / sqrt(head size)`, or deepseek2's).
+    pub scale: f32,
+    /// A query at position p sees keys p - window < k <= p ([`window_arg`]); `None`: every key
+    /// from 0.
+    pub window: Option<usize>,
+    /// gpt-oss's attention sinks: one logit per query head (`n_head` floats) that joins the
+    /// softmax's maximum and denominator and has no value row.
+    pub sinks: Option<&'a CudaSlice<f32>>,
+}
+
+impl AttnSoftmax<'_> {
+    /// `1 / sqrt(head_dim)`, over `window`, no sinks.
+    pub fn plain(head_dim: usize, window: Option<usize>) -> Self {
+        Self {
+            scale: 1.0 / (head_dim as f32).sqrt(),
+            window,
+            sinks: None,
+        }
+    }
+}
+
 /// Which kernel computes prefill attention.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PrefillKernel {
@@ -309,7 +334,7 @@ impl Attention {
         Ok(())
     }
 
-    /// Decode: `out[t][h] = softmax(q[t][h] · K[first..=pos[t]][g]ᵀ / sqrt(d)) · V[..][g]` for a
+    /// Decode: `out[t][h] = softmax(q[t][h] · K[first..=pos[t]][g]ᵀ · scale) · V[..][g]` for a
     /// few query rows (at most `work.max_q`), `first` the window's first key (0 without one),
     /// split over `n_split` blocks per head (at most `work.n_split`: a windowed layer may take
     /// fewer, its window being shorter than the context the work was sized for). With
@@ -327,7 +352,7 @@ impl Attention {
         cache: &KvCache,
         positions: &CudaSlice<u32>,
         n_head: usize,
-        window: Option<usize>,
+        sm: AttnSoftmax<'_>,
         n_split: usize,
         work: &mut DecodeWork,
         out: &mut CudaSlice<f32>,
@@ -343,8 +368,8 @@ impl Attention {
             "decode: {n_split} splits, work for {}",
             work.n_split
         );
-        let win = window_arg(window)?;
-        let scale = 1.0 / (cache.head_dim as f32).sqrt();
+        let win = window_arg(sm.window)?;
+        let scale = sm.scale;
         let (nh, nkv, nctx) = (
             int(n_head, "n_head"),
             int(cache.n_kv_head, "n_kv_head"),
@@ -425,7 +450,7 @@ impl Attention {
         Ok(())
     }
 
-    /// Prefill: the same as [`decode`](Self::decode) (`window` too) for a ubatch of any number
+    /// Prefill: the same as [`decode`](Self::decode) (`sm` too) for a ubatch of any number
     /// of query rows, on `kernel` (the plan's `prefill_kernel`; parity checks run each). Scalar:
     /// one warp per (row, head), K/V tiles staged in shared memory as f32. Mma: FA_BQ (row,
     /// head) pairs of one KV group per block, f16 tensor cores, K/V tiles copied asynchronously.
@@ -437,11 +462,11 @@ impl Attention {
         cache: &KvCache,
         positions: &CudaSlice<u32>,
         n_head: usize,
-        window: Option<usize>,
+        sm: AttnSoftmax<'_>,
         out: &mut CudaSlice<f32>,
     ) -> Result<()> {
         let di = dim_index(cache.head_dim)?;
-        let win = window_arg(window)?;
+        let win = window_arg(sm.window)?;
         if cache.format.is_quantized() && kernel != PrefillKernel::Scalar {
             return Err(CudaError::Invalid(format!(
                 "attention: the {kernel:?} prefill reads f16 caches only, not {}",
@@ -449,7 +474,7 @@ impl Attention {
             )));
         }
         let n_q = query_rows(q.len(), out.len(), positions.len(), n_head, cache);
-        let scale = 1.0 / (cache.head_dim as f32).sqrt();
+        let scale = sm.scale;
         let (nq, nh, nkv, nctx) = (
             int(n_q, "query rows"),
             int(n_head, "n_head"),
