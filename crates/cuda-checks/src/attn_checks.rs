@@ -9,7 +9,9 @@ use super::{compare, Contract, Row};
 use anyhow::Result;
 use ferrolm_cpu::attention::{attention, LayerKv};
 use ferrolm_cpu::{CpuPlan, KvType};
-use ferrolm_cuda::ops::{DecodeWork, KvCache, KvFormat, PrefillKernel, QuantMatrix, MMA_HEAD_DIMS};
+use ferrolm_cuda::ops::{
+    AttnSoftmax, DecodeWork, KvCache, KvFormat, PrefillKernel, QuantMatrix, MMA_HEAD_DIMS,
+};
 use ferrolm_cuda::{CudaDevice, Kernels, Plan};
 use ferrolm_gguf::GgmlType;
 use ferrolm_model::backend::AttnShape;
@@ -32,6 +34,41 @@ const F32_REF: &str = "cpu attention, f32 cache of f16 values";
 /// The CPU's f32 arithmetic in its order: only e^x rounds differently (libm's expf there, the
 /// correctly rounded value here), one ulp in a weight now and then.
 const ATTN_F32REF: Contract = Contract::Rel(1e-6, "the CPU's order; e^x rounding");
+
+/// What a check's softmax takes besides its keys, on both sides: a sliding window, gpt-oss's
+/// sinks (random logits a query head, drawn by the check, N(0, 2): some above every score of
+/// their row, some far below), a factor on `q·k` other than `1 / sqrt(head size)`.
+#[derive(Clone, Copy, Default)]
+pub(crate) struct Softmax {
+    pub window: Option<usize>,
+    pub sinks: bool,
+    pub kq_scale: Option<f32>,
+}
+
+impl From<Option<usize>> for Softmax {
+    fn from(window: Option<usize>) -> Self {
+        Self {
+            window,
+            ..Self::default()
+        }
+    }
+}
+
+impl Softmax {
+    /// The rows' description of what is not the default.
+    pub fn describe(&self) -> String {
+        let mut d = self
+            .window
+            .map_or(String::new(), |w| format!(", window {w}"));
+        if self.sinks {
+            d += ", sinks";
+        }
+        if let Some(s) = self.kq_scale {
+            d += &format!(", kq_scale {s}");
+        }
+        d
+    }
+}
 
 /// What one attention check runs over the same cache and queries.
 #[derive(Clone, Copy, PartialEq)]
@@ -179,11 +216,30 @@ fn f16_round(x: &[f32]) -> Result<Vec<f32>> {
     )?)
 }
 
-/// Stores `n_pos - n_q` positions (the prefix), then `n_q` more at the next position, and
-/// attends with those last `n_q` as queries on each of `paths`, over a sliding `window` of
-/// positions where given (the CPU's too).
+/// [`attn_with`] over a sliding `window` of positions where given, without sinks, scaled by
+/// `1 / sqrt(head size)`.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn attn(
+    dev: &CudaDevice,
+    k: &Kernels,
+    plan: &Plan,
+    rng: &mut StdRng,
+    shape: (usize, usize, usize),
+    n_ctx: usize,
+    n_pos: usize,
+    n_q: usize,
+    paths: &[Path],
+    window: Option<usize>,
+) -> Result<Vec<Row>> {
+    let sm = Softmax::from(window);
+    attn_with(dev, k, plan, rng, shape, n_ctx, n_pos, n_q, paths, sm)
+}
+
+/// Stores `n_pos - n_q` positions (the prefix), then `n_q` more at the next position, and
+/// attends with those last `n_q` as queries on each of `paths`, with the window, sinks and
+/// scale `sm` gives (the CPU's too).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn attn_with(
     dev: &CudaDevice,
     k: &Kernels,
     plan: &Plan,
@@ -193,8 +249,9 @@ pub(crate) fn attn(
     n_pos: usize,
     n_q: usize,
     paths: &[Path],
-    window: Option<usize>,
+    sm: Softmax,
 ) -> Result<Vec<Row>> {
+    let window = sm.window;
     // The CPU side as the engine runs it (FERROLM_CPU_MATMUL, FERROLM_ATTN).
     let cpu_plan = CpuPlan::from_env()?;
     let width = n_kv_head * head_dim;
@@ -250,11 +307,13 @@ pub(crate) fn attn(
         n_head,
         n_kv_head,
         head_dim,
-        kq_scale: None,
+        kq_scale: sm.kq_scale,
     };
+    let sinks = sm.sinks.then(|| normal(rng, n_head, 2.0));
+    let sinks = sinks.as_deref();
     let mut want = vec![0f32; q.len()];
     attention(
-        &cpu_plan, &q, &kv, &positions, shape, window, None, &mut want,
+        &cpu_plan, &q, &kv, &positions, shape, window, sinks, &mut want,
     );
     // The CPU takes ggml's small-batch arithmetic with an f16 cache (of the same values).
     let mut kv16 = LayerKv::new(KvType::F16, n_ctx, n_kv_head, head_dim);
@@ -267,10 +326,16 @@ pub(crate) fn attn(
         &positions,
         shape,
         window,
-        None,
+        sinks,
         &mut want_ggml,
     );
-    let scale = magnitudes(&q, &kr, &vr, &positions, shape, window);
+    let scale = magnitudes_with(&q, &kr, &vr, &positions, shape, window, sinks);
+    let sinks_d = sinks.map(|s| dev.upload(s)).transpose()?;
+    let dsm = AttnSoftmax {
+        scale: shape.scale(),
+        window,
+        sinks: sinks_d.as_ref(),
+    };
 
     let (qd, pd) = (dev.upload(&q)?, dev.upload(&positions)?);
     for &path in paths {
@@ -283,7 +348,7 @@ pub(crate) fn attn(
                 // them (the plan's).
                 let splits = plan.window_splits(cap, window, n_kv_head);
                 let fused = plan.fuse();
-                let (w, ns) = (window, splits);
+                let (w, ns) = (dsm, splits);
                 k.attention.decode(
                     fused, grouped, &qd, &cache, &pd, n_head, w, ns, &mut work, &mut out,
                 )?;
@@ -314,7 +379,7 @@ pub(crate) fn attn(
             }
             Path::Prefill(kernel) => {
                 k.attention
-                    .prefill(kernel, &qd, &cache, &pd, n_head, window, &mut out)?;
+                    .prefill(kernel, &qd, &cache, &pd, n_head, dsm, &mut out)?;
                 match kernel {
                     PrefillKernel::Scalar => ("attn_prefill (scalar)", ATTN, F32_REF, &want),
                     PrefillKernel::Mma => ("attn_prefill (f16 mma)", ATTN_MMA, F32_REF, &want),
@@ -332,7 +397,7 @@ pub(crate) fn attn(
         };
         dev.sync()?;
         let got = dev.download(&out)?;
-        let win = window.map_or(String::new(), |w| format!(", window {w}"));
+        let win = sm.describe();
         rows.push(row(
             op,
             format!("{n_head}/{n_kv_head} heads, d {head_dim}, {n_q} q at {prefix}..{win}"),
@@ -365,10 +430,11 @@ pub fn time_prefill(dev: &CudaDevice, k: &Kernels, rng: &mut StdRng) -> Result<(
         let pd = dev.upload(&positions)?;
         let mut out = poisoned(dev, n_q * width)?;
         let flops = 4.0 * (head_dim * n_head) as f64 * (n_q * (n_q + 1) / 2) as f64;
+        let plain = AttnSoftmax::plain(head_dim, None);
         for kernel in [PrefillKernel::Scalar, PrefillKernel::Mma] {
             let run = |out: &mut _| {
                 k.attention
-                    .prefill(kernel, &qd, &cache, &pd, n_head, None, out)
+                    .prefill(kernel, &qd, &cache, &pd, n_head, plain, out)
             };
             run(&mut out)?;
             let iters = 20;
@@ -385,9 +451,7 @@ pub fn time_prefill(dev: &CudaDevice, k: &Kernels, rng: &mut StdRng) -> Result<(
     Ok(())
 }
 
-/// For each output element, `Σ_k p_k·|v_k[d]|` in f64 over the keys the row sees (its
-/// `window`'s, or all): the magnitude its rounding error grows with (the output itself may
-/// cancel to near zero), as `Σ|x·w|` for dot products.
+/// [`magnitudes_with`] without sinks.
 pub(crate) fn magnitudes(
     q: &[f32],
     k: &[f32],
@@ -396,6 +460,22 @@ pub(crate) fn magnitudes(
     shape: AttnShape,
     window: Option<usize>,
 ) -> Vec<f64> {
+    magnitudes_with(q, k, v, positions, shape, window, None)
+}
+
+/// For each output element, `Σ_k p_k·|v_k[d]|` in f64 over the keys the row sees (its
+/// `window`'s, or all), with the row's sink in the softmax where given: the magnitude its
+/// rounding error grows with (the output itself may cancel to near zero), as `Σ|x·w|` for dot
+/// products.
+pub(crate) fn magnitudes_with(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    positions: &[u32],
+    shape: AttnShape,
+    window: Option<usize>,
+    sinks: Option<&[f32]>,
+) -> Vec<f64> {
     let AttnShape {
         n_head,
         n_kv_head,
@@ -403,7 +483,7 @@ pub(crate) fn magnitudes(
         ..
     } = shape;
     let (width, group) = (n_kv_head * head_dim, n_head / n_kv_head);
-    let scale = 1.0 / (head_dim as f64).sqrt();
+    let scale = f64::from(shape.scale());
     let mut out = vec![0f64; q.len()];
     out.par_chunks_exact_mut(head_dim)
         .enumerate()
@@ -424,9 +504,14 @@ pub(crate) fn magnitudes(
                         * scale
                 })
                 .collect();
-            let m = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+            let sink = sinks.map(|x| f64::from(x[h]));
+            let m = s
+                .iter()
+                .cloned()
+                .chain(sink)
+                .fold(f64::NEG_INFINITY, f64::max);
             let e: Vec<f64> = s.iter().map(|&x| (x - m).exp()).collect();
-            let sum: f64 = e.iter().sum();
+            let sum: f64 = e.iter().sum::<f64>() + sink.map_or(0.0, |x| (x - m).exp());
             for (p, &w) in (first..).zip(&e) {
                 for (od, &vv) in o.iter_mut().zip(&v[at(p)..][..head_dim]) {
                     *od += w / sum * (vv as f64).abs();

@@ -9,13 +9,15 @@
 //! - the same row launched alone (a table of one row): the same bits, whatever shares the batch;
 //! - zeros for the row not served.
 
-use super::attn_checks::{magnitudes, ATTN};
+use super::attn_checks::{magnitudes_with, Softmax, ATTN};
 use super::checks::{normal, poisoned, row};
 use super::{compare, Contract, Row};
 use anyhow::Result;
 use ferrolm_cpu::attention::{attention, LayerKv};
 use ferrolm_cpu::{CpuPlan, KvType};
-use ferrolm_cuda::ops::{DecodeWork, KvCache, KvFormat, RowSeq, RowsTable, ATTN_GROUPS};
+use ferrolm_cuda::ops::{
+    AttnSoftmax, DecodeWork, KvCache, KvFormat, RowSeq, RowsTable, ATTN_GROUPS,
+};
 use ferrolm_cuda::{CudaDevice, Kernels, Plan};
 use ferrolm_gguf::GgmlType;
 use ferrolm_model::backend::AttnShape;
@@ -78,7 +80,7 @@ pub fn all(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) -> Resu
         (16, 2, 256),
         (6, 6, 256),
     ] {
-        rows.extend(batch(dev, k, plan, rng, shape, &seqs, None)?);
+        rows.extend(batch(dev, k, plan, rng, shape, &seqs, Softmax::default())?);
     }
     Ok(rows)
 }
@@ -92,7 +94,8 @@ fn f16_round(x: &[f32]) -> Result<Vec<f32>> {
     )?)
 }
 
-/// One batch of `seqs` at one head shape, every row over a sliding `window` where given.
+/// One batch of `seqs` at one head shape, every row with the window, sinks and scale `sm`
+/// gives.
 pub(crate) fn batch(
     dev: &CudaDevice,
     k: &Kernels,
@@ -100,8 +103,9 @@ pub(crate) fn batch(
     rng: &mut StdRng,
     (n_head, n_kv_head, head_dim): (usize, usize, usize),
     seqs: &[Seq],
-    window: Option<usize>,
+    sm: Softmax,
 ) -> Result<Vec<Row>> {
+    let window = sm.window;
     let cpu_plan = CpuPlan::from_env()?;
     let width = n_kv_head * head_dim;
     let q_width = n_head * head_dim;
@@ -109,7 +113,15 @@ pub(crate) fn batch(
         n_head,
         n_kv_head,
         head_dim,
-        kq_scale: None,
+        kq_scale: sm.kq_scale,
+    };
+    let sinks = sm.sinks.then(|| normal(rng, n_head, 2.0));
+    let sinks = sinks.as_deref();
+    let sinks_d = sinks.map(|s| dev.upload(s)).transpose()?;
+    let dsm = AttnSoftmax {
+        scale: shape.scale(),
+        window,
+        sinks: sinks_d.as_ref(),
     };
     // Each sequence: caches, every position's k and v (cached and new), its decode work.
     let mut caches: Vec<Vec<KvCache>> = Vec::new();
@@ -198,7 +210,7 @@ pub(crate) fn batch(
         n_head,
         n_kv_head,
         head_dim,
-        window,
+        dsm,
         &mut out,
     )?;
     dev.sync()?;
@@ -220,16 +232,16 @@ pub(crate) fn batch(
         let cache = &layers[LAYERS - 1];
         let w = &mut work;
         k.attention.decode(
-            true, grouped, &qsd, cache, &psd, n_head, window, splits, w, &mut o,
+            true, grouped, &qsd, cache, &psd, n_head, dsm, splits, w, &mut o,
         )?;
         per_seq.extend(dev.download(&o)?);
         let (kr, vr) = (f16_round(keys)?, f16_round(values)?);
         let mut kv = LayerKv::new(KvType::F32, s.n_ctx, n_kv_head, head_dim);
         kv.store(0, &kr, &vr);
         let mut w = vec![0f32; qs.len()];
-        attention(&cpu_plan, qs, &kv, ps, shape, window, None, &mut w);
+        attention(&cpu_plan, qs, &kv, ps, shape, window, sinks, &mut w);
         want.extend(w);
-        scale.extend(magnitudes(qs, &kr, &vr, ps, shape, window));
+        scale.extend(magnitudes_with(qs, &kr, &vr, ps, shape, window, sinks));
         row0 += s.rows;
     }
     let owned = row0 * q_width;
@@ -237,7 +249,7 @@ pub(crate) fn batch(
         "{n_head}/{n_kv_head} heads, d {head_dim}, {} seqs ({} rows) + 1 unowned{}",
         seqs.len(),
         row0,
-        window.map_or(String::new(), |w| format!(", window {w}"))
+        sm.describe()
     );
     let mut rows = Vec::new();
     let reference = if grouped {
@@ -275,7 +287,7 @@ pub(crate) fn batch(
         n_head,
         n_kv_head,
         head_dim,
-        window,
+        dsm,
         &mut o1,
     )?;
     let o1 = dev.download(&o1)?;

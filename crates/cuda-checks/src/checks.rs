@@ -120,6 +120,10 @@ pub fn all(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) -> Resu
         "attention window",
         super::window_checks::all(dev, k, plan, rng),
     );
+    push(
+        "attention softmax",
+        super::softmax_checks::all(dev, k, plan, rng),
+    );
     push("moe", super::moe_decode::all(dev, k, plan, rng));
     Ok(rows)
 }

@@ -13,7 +13,7 @@ use super::{compare, Contract, Row};
 use anyhow::Result;
 use ferrolm_cpu::attention::{attention, LayerKv};
 use ferrolm_cpu::{hadamard, CpuPlan, KvElem, KvType};
-use ferrolm_cuda::ops::{DecodeWork, KvCache, KvFormat, PrefillKernel};
+use ferrolm_cuda::ops::{AttnSoftmax, DecodeWork, KvCache, KvFormat, PrefillKernel};
 use ferrolm_cuda::plan::Attn;
 use ferrolm_cuda::{CudaDevice, CudaSlice, Kernels, Plan};
 use ferrolm_model::backend::AttnShape;
@@ -232,7 +232,7 @@ impl Quant {
                     &cache,
                     &pd,
                     n_head,
-                    self.window,
+                    AttnSoftmax::plain(head_dim, self.window),
                     splits,
                     &mut work,
                     &mut out,
@@ -245,8 +245,9 @@ impl Quant {
                     PrefillKernel::Scalar,
                     "the plan's kernel for {name}"
                 );
+                let plain = AttnSoftmax::plain(head_dim, self.window);
                 k.attention
-                    .prefill(kernel, &qd, &cache, &pd, n_head, self.window, &mut out)?;
+                    .prefill(kernel, &qd, &cache, &pd, n_head, plain, &mut out)?;
                 format!("attn_prefill {name} (scalar)")
             }
         };

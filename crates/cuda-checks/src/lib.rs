@@ -20,6 +20,7 @@ mod mmq;
 mod mmq_time;
 mod moe;
 mod moe_decode;
+mod softmax_checks;
 mod window_checks;
 
 use anyhow::{bail, Context, Result};

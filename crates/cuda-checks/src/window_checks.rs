@@ -105,7 +105,7 @@ pub fn all(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) -> Resu
         rows,
     });
     for (shape, window) in [((8, 1, 256), 512), ((9, 3, 64), 100), ((16, 8, 128), 1024)] {
-        rows.extend(batch(dev, k, plan, rng, shape, &seqs, Some(window))?);
+        rows.extend(batch(dev, k, plan, rng, shape, &seqs, Some(window).into())?);
     }
     // Quantized caches: decode past the window, the scalar prefill from 0.
     for (format, elem) in [

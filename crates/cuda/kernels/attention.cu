@@ -1,23 +1,7 @@
-// Causal attention with grouped-query heads over a head-major KV cache ([n_kv_head][n_ctx]
-// [head_dim], as crates/cpu/src/kv.rs's LayerKv), f32 accumulation. The cache is f16, or
-// (-ctk/-ctv q8_0, q4_0) quant.cuh's blocks of 32 elements, which flash-decoding and the scalar
-// prefill read through KvF16 / KvBlocks (dequantized to f32 per element, as the CPU's).
-//
-// Positions and key counts are read from device memory, so a captured CUDA graph replays with
-// new positions without re-capture. Query head h reads KV head h / (n_head / n_kv_head).
-// Scores are dot(q, k) * scale, as the CPU computes them; exponentials use expf (not __expf).
-// Every kernel takes `window`: a sliding window (gemma3, gpt-oss) of that many positions ending
-// at the query's own (common.cuh's attn_first_key), or 0 for every key from 0. Keys before the
-// window are skipped, not masked: whole splits and tiles start at the first visible key.
-#include "common.cuh"
-#include "quant.cuh"
-
-// Keys one prefill block stages in shared memory per tile.
-#define ATTN_TILE_K 32
-// Warps per attention block (decode: keys striped across warps; prefill: one query each).
-#define ATTN_NWARPS 4
-// No math.h under NVRTC: -inf from its bits.
-#define ATTN_NEG_INF __int_as_float(0xff800000)
+// Causal attention with grouped-query heads over the KV cache (attention.cuh has the cache
+// layout and its conventions): the KV store and flash-decoding, per query head and by KV
+// group, with its combine. The prefills are attention_prefill.cu's.
+#include "attention.cuh"
 
 // kc/vc[g][pos0 + t][:] = f16(k/v[t][g*head_dim..]); k, v: [n][n_kv_head * head_dim] f32.
 extern "C" __global__ void kv_store_f16(const float *__restrict__ k, const float *__restrict__ v,
@@ -37,30 +21,6 @@ extern "C" __global__ void kv_store_f16(const float *__restrict__ k, const float
         vc[at] = f32_to_f16_bits(v[i]);
     }
 }
-
-// The cache's element types: element i of a head's history (i = key * D + j) as f32.
-struct KvF16 {
-    static constexpr int qk = 1, bytes = 2;
-    static __device__ __forceinline__ float get(const uint8_t *p, size_t i) {
-        return f16_bits_to_f32(((const uint16_t *)p)[i]);
-    }
-};
-
-template <int TYPE> struct KvBlocks {
-    typedef WeightFormat<TYPE> W;
-    static constexpr int qk = W::qk, bytes = sizeof(typename W::block);
-    static __device__ __forceinline__ float get(const uint8_t *p, size_t i) {
-        return W::dequant((const typename W::block *)p + i / qk, (int)(i % qk));
-    }
-};
-
-// One KV head's history in a cache of format F, from element `first` (a multiple of 32).
-template <typename F> struct KvHead {
-    const uint8_t *p;
-    __device__ __forceinline__ KvHead(const void *cache, size_t first)
-        : p((const uint8_t *)cache + first / F::qk * F::bytes) {}
-    __device__ __forceinline__ float operator()(size_t i) const { return F::get(p, i); }
-};
 
 // kc/vc[g][pos0 + t][:] = blocks of k/v[t][g*head_dim..], one warp per 32-element block (the
 // CPU's quantizers, quant.cuh). Grid-stride over blocks, whole warps; head_dim % 32 == 0.
@@ -99,38 +59,6 @@ extern "C" __global__ void kv_store_q4_0(const float *k, const float *v, block_q
     kv_store_blocks<block_q4_0, quantize_q4_0_warp>(k, v, kc, vc, pos0, n, n_kv_head, head_dim,
                                                     n_ctx);
 }
-
-// One warp's online softmax state for one query row: lane holds dims lane + 32 i (those of
-// the row: LaneDims).
-template <int D> struct WarpState {
-    typedef LaneDims<D> L;
-    float m, l, acc[L::N];
-
-    __device__ __forceinline__ void init() {
-        m = ATTN_NEG_INF;
-        l = 0.0f;
-#pragma unroll
-        for (int i = 0; i < L::N; ++i) {
-            acc[i] = 0.0f;
-        }
-    }
-
-    // Adds key with score s and value row vrow (f32, lane-strided).
-    template <typename VROW> __device__ __forceinline__ void add(float s, VROW vrow) {
-        const float m_new = fmaxf(m, s);
-        const float corr = expf(m - m_new); // 0 on the first key (m = -inf)
-        const float p = expf(s - m_new);
-        l = l * corr + p;
-#pragma unroll
-        for (int i = 0; i < L::N; ++i) {
-            const int j = threadIdx.x % WARP_SIZE + WARP_SIZE * i;
-            if (L::in_row(j)) {
-                acc[i] = acc[i] * corr + p * vrow(j);
-            }
-        }
-        m = m_new;
-    }
-};
 
 // Merges the ATTN_NWARPS warp states of a block (through shared memory) into warp 0's view:
 // returns in every thread of the block the merged m and l; sacc[D] holds the merged acc.
@@ -334,285 +262,6 @@ extern "C" __global__ void attn_decode_combine(const float *__restrict__ part_m,
                   blockIdx.y, scratch);
 }
 
-// Flash attention over a ubatch: grid (ceil(n_q / ATTN_NWARPS), n_head); block ATTN_NWARPS
-// warps, one query row each. K/V tiles of ATTN_TILE_K keys (half that for heads over 128, so
-// that the f32 tiles stay within 48 KiB of static shared memory) are staged in shared memory as
-// f32 by the whole block, from the first key any of its rows sees; query t sees keys
-// attn_first_key(pos[t] + 1, window)..pos[t].
-template <int D, typename F>
-static __device__ __forceinline__ void attn_prefill(
-    const float *__restrict__ q, const void *__restrict__ kc, const void *__restrict__ vc,
-    const uint32_t *__restrict__ pos, float *__restrict__ out, int n_q, int n_head, int n_kv_head,
-    int n_ctx, float scale, int window) {
-    typedef LaneDims<D> L;
-    constexpr int TILE = D > 128 ? ATTN_TILE_K / 2 : ATTN_TILE_K;
-    __shared__ float sk[TILE * D];
-    __shared__ float sv[TILE * D];
-    __shared__ float sq[ATTN_NWARPS * D];
-    __shared__ int s_keys, s_first;
-    const int h = blockIdx.y, g = h / (n_head / n_kv_head);
-    const int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE;
-    const int t = blockIdx.x * ATTN_NWARPS + warp;
-    const bool active = t < n_q;
-    const int my_keys = active ? (int)pos[t] + 1 : 0;
-    const int my_first = attn_first_key(my_keys, window);
-    if (threadIdx.x == 0) {
-        s_keys = 0;
-        s_first = 0x7fffffff;
-    }
-    __syncthreads();
-    if (lane == 0 && active) {
-        atomicMax(&s_keys, my_keys);
-        atomicMin(&s_first, my_first);
-    }
-#pragma unroll
-    for (int i = 0; i < L::N; ++i) {
-        const int j = lane + WARP_SIZE * i;
-        if (L::in_row(j)) {
-            sq[warp * D + j] = active ? q[((size_t)t * n_head + h) * D + j] : 0.0f;
-        }
-    }
-    __syncthreads();
-    const int n_keys = s_keys, block_first = s_first; // the block has an active row
-    const KvHead<F> kh(kc, (size_t)g * n_ctx * D), vh(vc, (size_t)g * n_ctx * D);
-    const float *qr = sq + warp * D;
-    WarpState<D> st;
-    st.init();
-    for (int k0 = block_first; k0 < n_keys; k0 += TILE) {
-        const int nk = min(TILE, n_keys - k0);
-        __syncthreads(); // the previous tile is no longer read
-        for (int i = threadIdx.x; i < nk * D; i += blockDim.x) {
-            sk[i] = kh((size_t)k0 * D + i);
-            sv[i] = vh((size_t)k0 * D + i);
-        }
-        __syncthreads();
-        const int upto = min(nk, my_keys - k0); // causal: keys < my_keys
-        // Window: keys >= my_first (a warp-uniform bound, so the sums' shuffles stay whole).
-        for (int kk = max(0, my_first - k0); kk < upto; ++kk) {
-            const float *kr = sk + kk * D;
-            float dot = 0.0f;
-#pragma unroll
-            for (int i = 0; i < L::N; ++i) {
-                const int j = lane + WARP_SIZE * i;
-                if (L::in_row(j)) {
-                    dot += qr[j] * kr[j];
-                }
-            }
-            const float s = warp_sum(dot) * scale;
-            const float *vr = sv + kk * D;
-            st.add(s, [vr](int j) { return vr[j]; });
-        }
-    }
-    if (!active) {
-        return;
-    }
-    const float inv = 1.0f / st.l;
-#pragma unroll
-    for (int i = 0; i < L::N; ++i) {
-        const int j = lane + WARP_SIZE * i;
-        if (L::in_row(j)) {
-            out[((size_t)t * n_head + h) * D + j] = st.acc[i] * inv;
-        }
-    }
-}
-
-// Σ prod[0..D) in the order of ggml's x86 f16 dot product (the CPU's attention::dot_f16): 64
-// elements a step into sixteen lanes of four accumulators (lane l of accumulator a takes
-// element 16a + l), the accumulators folded (0+2) + (1+3), the lanes halved 8, 4, 2, 1; then
-// the elements past the last whole 64 (heads of 32, 80, 96) added one by one in f64, rounded to
-// f32 at the end (ggml's leftover loop, which sums in ggml_float). Every warp computes it
-// (lanes 0-15 hold the lanes, lane 0 the leftovers) and all its lanes return it.
-template <int D>
-static __device__ __forceinline__ float dot_f16_order(const float *prod, int lane) {
-    constexpr int WHOLE = D / 64 * 64;
-    float r = 0.0f;
-    if (WHOLE > 0 && lane < 16) {
-        float a[4];
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            a[i] = prod[16 * i + lane];
-#pragma unroll
-            for (int step = 1; step < D / 64; ++step) {
-                a[i] += prod[64 * step + 16 * i + lane];
-            }
-        }
-        r = (a[0] + a[2]) + (a[1] + a[3]);
-    }
-#pragma unroll
-    for (int width = 8; width >= 1; width /= 2) {
-        r += __shfl_down_sync(FULL_MASK, r, width);
-    }
-    if constexpr (WHOLE < D) {
-        if (lane == 0) {
-            double sum = (double)r;
-            for (int j = WHOLE; j < D; ++j) {
-                sum = __dadd_rn(sum, (double)prod[j]);
-            }
-            r = (float)sum;
-        }
-    }
-    return __shfl_sync(FULL_MASK, r, 0);
-}
-
-// ggml's CPU flash attention for ubatches under 64 rows (ggml_compute_forward_flash_attn_ext_f16
-// _one_chunk), reproduced so that CUDA agrees with llama.cpp's CPU, and ferrolm's, which does the
-// same (crates/cpu/src/attention.rs): Q rounded to f16, each score an f32 dot of f16 values times
-// scale, keys in order with an online softmax, the output accumulated in f16 and rounded at every
-// step (V·vs added by an FMA), the running sum S = S·ms + vs by an FMA, and the score summed
-// in the CPU's order (dot_f16_order). Only e^x may round differently (libm's expf there, the
-// correctly rounded value here). grid (n_q, n_head), block D threads rounded up to whole warps
-// (thread j < D owns element j of the row's output; the others, for D = 80, only take part in
-// the warps' sums).
-template <int D>
-static __device__ __forceinline__ void attn_prefill_f16ref(
-    const float *__restrict__ q, const uint16_t *__restrict__ kc, const uint16_t *__restrict__ vc,
-    const uint32_t *__restrict__ pos, float *__restrict__ out, int n_q, int n_head, int n_kv_head,
-    int n_ctx, float scale, int window) {
-    __shared__ float prod[2][D];
-    const int t = blockIdx.x, h = blockIdx.y;
-    const int g = h / (n_head / n_kv_head);
-    const int lane = threadIdx.x % WARP_SIZE;
-    const bool own = threadIdx.x < D;
-    const int j = own ? threadIdx.x : 0; // an element the idle threads read harmlessly
-    const size_t row = ((size_t)t * n_head + h) * D;
-    const float qj = __half2float(__float2half_rn(q[row + j]));
-    const uint16_t *kh = kc + (size_t)g * n_ctx * D;
-    const uint16_t *vh = vc + (size_t)g * n_ctx * D;
-    float m = ATTN_NEG_INF, l = 0.0f;
-    __half acc = __float2half_rn(0.0f);
-    const int n_keys = (int)pos[t] + 1;
-    for (int key = attn_first_key(n_keys, window); key < n_keys; ++key) {
-        float *buf = prod[key % 2]; // alternating buffers: one barrier a key
-        if (own) {
-            buf[j] = qj * f16_bits_to_f32(kh[(size_t)key * D + j]); // exact: f16 × f16
-        }
-        __syncthreads();
-        const float s = __fmul_rn(dot_f16_order<D>(buf, lane), scale); // not fused below
-        float ms = 1.0f, vs = 1.0f;
-        if (s > m) {
-            ms = exp_rn(m - s);
-            m = s;
-            acc = __float2half_rn(__half2float(acc) * ms);
-        } else {
-            vs = exp_rn(s - m);
-        }
-        const float v = f16_bits_to_f32(vh[(size_t)key * D + j]);
-        acc = __float2half_rn(__fmaf_rn(v, vs, __half2float(acc)));
-        l = __fmaf_rn(l, ms, vs);
-    }
-    if (own) {
-        out[row + j] = __half2float(acc) * (1.0f / l);
-    }
-}
-
-// The CPU's f32 attention (crates/cpu/src/attention.rs, for ubatches of 64 rows and more):
-// each score a dot of f32 q and the cache's values summed in eight lanes (lane i takes elements
-// 8c + i in order), the lanes added in order, times scale; softmax as norm::softmax (maximum,
-// e^(s - max) summed key by key, times 1 / Σ); the output Σ_k w_k · v_k key by key, products
-// and sums rounded apart. Only e^x may round differently (libm's expf there).
-//
-// A warp per (query row, head), F32REF_WARPS a block, grid ceil(n_q · n_head / F32REF_WARPS):
-// lane 8g + i keeps lane i of key k0 + g's dot, four keys at a time, so no barriers; the
-// scores are computed three times (maximum, sum, output) rather than kept, so any number of
-// keys fits.
-#define F32REF_WARPS 4
-
-template <int D> struct F32RefRow {
-    float q[D / 8]; // q[8c + i] for this lane's i
-    const uint16_t *k;
-    int n_keys, g, i;
-    float scale;
-    // The score of key k0 + g (the caller keeps it below n_keys for the lanes it reads).
-    __device__ __forceinline__ float score(int k0) const {
-        const int key = min(k0 + g, n_keys - 1);
-        const uint16_t *kr = k + (size_t)key * D;
-        float a = 0.0f;
-#pragma unroll
-        for (int c = 0; c < D / 8; ++c) {
-            a = __fadd_rn(a, __fmul_rn(q[c], f16_bits_to_f32(kr[8 * c + i])));
-        }
-        float r = __shfl_sync(FULL_MASK, a, 8 * g);
-#pragma unroll
-        for (int l = 1; l < 8; ++l) {
-            r = __fadd_rn(r, __shfl_sync(FULL_MASK, a, 8 * g + l));
-        }
-        return __fmul_rn(r, scale);
-    }
-};
-
-template <int D>
-static __device__ __forceinline__ void attn_prefill_f32ref(
-    const float *__restrict__ q, const uint16_t *__restrict__ kc, const uint16_t *__restrict__ vc,
-    const uint32_t *__restrict__ pos, float *__restrict__ out, int n_q, int n_head, int n_kv_head,
-    int n_ctx, float scale, int window) {
-    const int lane = threadIdx.x % WARP_SIZE;
-    const int w = blockIdx.x * F32REF_WARPS + threadIdx.x / WARP_SIZE;
-    if (w >= n_q * n_head) {
-        return; // the whole warp
-    }
-    const int t = w / n_head, h = w % n_head;
-    const int kvh = h / (n_head / n_kv_head);
-    const size_t row = ((size_t)t * n_head + h) * D;
-    F32RefRow<D> r;
-    r.g = lane / 8;
-    r.i = lane % 8;
-#pragma unroll
-    for (int c = 0; c < D / 8; ++c) {
-        r.q[c] = q[row + 8 * c + r.i];
-    }
-    r.k = kc + (size_t)kvh * n_ctx * D;
-    r.n_keys = (int)pos[t] + 1;
-    r.scale = scale;
-    // The window's keys first..n_keys - 1, in order (the CPU's slice of them).
-    const int first = attn_first_key(r.n_keys, window);
-    const uint16_t *vh = vc + (size_t)kvh * n_ctx * D;
-
-    float m = ATTN_NEG_INF;
-    for (int k0 = first; k0 < r.n_keys; k0 += 4) {
-        const float s = r.score(k0);
-        if (k0 + r.g < r.n_keys) {
-            m = fmaxf(m, s);
-        }
-    }
-#pragma unroll
-    for (int off = 8; off < WARP_SIZE; off *= 2) {
-        m = fmaxf(m, __shfl_xor_sync(FULL_MASK, m, off));
-    }
-    float sum = 0.0f;
-    for (int k0 = first; k0 < r.n_keys; k0 += 4) {
-        const float e = exp_rn(__fsub_rn(r.score(k0), m));
-        for (int g = 0; g < 4 && k0 + g < r.n_keys; ++g) {
-            sum = __fadd_rn(sum, __shfl_sync(FULL_MASK, e, 8 * g));
-        }
-    }
-    const float inv = __fdiv_rn(1.0f, sum);
-    typedef LaneDims<D> L;
-    float o[L::N];
-#pragma unroll
-    for (int j = 0; j < L::N; ++j) {
-        o[j] = 0.0f;
-    }
-    for (int k0 = first; k0 < r.n_keys; k0 += 4) {
-        const float wk = __fmul_rn(exp_rn(__fsub_rn(r.score(k0), m)), inv);
-        for (int g = 0; g < 4 && k0 + g < r.n_keys; ++g) {
-            const float wg = __shfl_sync(FULL_MASK, wk, 8 * g);
-            const uint16_t *vr = vh + (size_t)(k0 + g) * D;
-#pragma unroll
-            for (int j = 0; j < L::N; ++j) {
-                if (L::in_row(lane + WARP_SIZE * j)) {
-                    o[j] = __fadd_rn(o[j], __fmul_rn(wg, f16_bits_to_f32(vr[lane + WARP_SIZE * j])));
-                }
-            }
-        }
-    }
-#pragma unroll
-    for (int j = 0; j < L::N; ++j) {
-        if (L::in_row(lane + WARP_SIZE * j)) {
-            out[row + lane + WARP_SIZE * j] = o[j];
-        }
-    }
-}
-
 #define ATTN_INSTANCES(D)                                                                         \
     extern "C" __global__ void attn_decode_split_d##D(                                           \
         const float *q, const uint16_t *kc, const uint16_t *vc, const uint32_t *pos,              \
@@ -621,28 +270,6 @@ static __device__ __forceinline__ void attn_prefill_f32ref(
         dependent_launch_entry();                                                                 \
         attn_decode_split<D, KvF16>(q, kc, vc, pos, part_m, part_l, part_acc, done, out, n_head,  \
                                     n_kv_head, n_ctx, scale, window);                             \
-    }                                                                                             \
-    extern "C" __global__ void attn_prefill_f16ref_d##D(                                          \
-        const float *q, const uint16_t *kc, const uint16_t *vc, const uint32_t *pos, float *out,  \
-        int n_q, int n_head, int n_kv_head, int n_ctx, float scale, int window) {                 \
-        dependent_launch_entry();                                                                 \
-        attn_prefill_f16ref<D>(q, kc, vc, pos, out, n_q, n_head, n_kv_head, n_ctx, scale,         \
-                                window);                                                          \
-    }                                                                                             \
-    extern "C" __global__ void attn_prefill_f32ref_d##D(                                          \
-        const float *q, const uint16_t *kc, const uint16_t *vc, const uint32_t *pos, float *out,  \
-        int n_q, int n_head, int n_kv_head, int n_ctx, float scale, int window) {                 \
-        dependent_launch_entry();                                                                 \
-        attn_prefill_f32ref<D>(q, kc, vc, pos, out, n_q, n_head, n_kv_head, n_ctx, scale,         \
-                                window);                                                          \
-    }                                                                                             \
-    extern "C" __global__ void attn_prefill_d##D(const float *q, const uint16_t *kc,              \
-                                                 const uint16_t *vc, const uint32_t *pos,         \
-                                                 float *out, int n_q, int n_head, int n_kv_head,  \
-                                                 int n_ctx, float scale, int window) {            \
-        dependent_launch_entry();                                                                 \
-        attn_prefill<D, KvF16>(q, kc, vc, pos, out, n_q, n_head, n_kv_head, n_ctx, scale,         \
-                               window);                                                           \
     }
 
 // Every head size the CPU runs, to 256 (llama-family tiny 32, Qwen-style and Phi 80, 96,
@@ -654,7 +281,7 @@ ATTN_INSTANCES(96)
 ATTN_INSTANCES(128)
 ATTN_INSTANCES(256)
 
-// Flash-decoding and the scalar prefill over a quantized cache (NAME: q8_0, q4_0).
+// Flash-decoding over a quantized cache (NAME: q8_0, q4_0).
 #define ATTN_QUANT_INSTANCES(NAME, TYPE, D)                                                      \
     extern "C" __global__ void attn_decode_split_##NAME##_d##D(                                  \
         const float *q, const void *kc, const void *vc, const uint32_t *pos, float *part_m,      \
@@ -663,13 +290,6 @@ ATTN_INSTANCES(256)
         dependent_launch_entry();                                                                \
         attn_decode_split<D, KvBlocks<TYPE>>(q, kc, vc, pos, part_m, part_l, part_acc, done,     \
                                              out, n_head, n_kv_head, n_ctx, scale, window);      \
-    }                                                                                            \
-    extern "C" __global__ void attn_prefill_##NAME##_d##D(                                       \
-        const float *q, const void *kc, const void *vc, const uint32_t *pos, float *out,         \
-        int n_q, int n_head, int n_kv_head, int n_ctx, float scale, int window) {                \
-        dependent_launch_entry();                                                                \
-        attn_prefill<D, KvBlocks<TYPE>>(q, kc, vc, pos, out, n_q, n_head, n_kv_head, n_ctx,      \
-                                        scale, window);                                          \
     }
 
 // The head sizes whose rows are whole 32-element blocks (not 80: KvCache::new refuses a

@@ -51,6 +51,7 @@ pub const HEADERS: &[KernelFile] = &[
     kernel_file!("mmq_tile.cuh"),
     kernel_file!("mmvq.cuh"),
     kernel_file!("mmq_mma.cuh"),
+    kernel_file!("attention.cuh"),
 ];
 
 pub const ELEMENTWISE: KernelFile = kernel_file!("elementwise.cu");
@@ -60,6 +61,7 @@ pub const MMQ: KernelFile = kernel_file!("mmq.cu");
 pub const MOE_GEMM: KernelFile = kernel_file!("moe_gemm.cu");
 pub const QUANTIZE: KernelFile = kernel_file!("quantize.cu");
 pub const ATTENTION: KernelFile = kernel_file!("attention.cu");
+pub const ATTENTION_PREFILL: KernelFile = kernel_file!("attention_prefill.cu");
 pub const FLASH_ATTN: KernelFile = kernel_file!("flash_attn.cu");
 pub const ATTENTION_ROWS: KernelFile = kernel_file!("attention_rows.cu");
 pub const EMBED: KernelFile = kernel_file!("embed.cu");
@@ -76,6 +78,7 @@ pub const FILES: &[KernelFile] = &[
     MOE_GEMM,
     QUANTIZE,
     ATTENTION,
+    ATTENTION_PREFILL,
     FLASH_ATTN,
     ATTENTION_ROWS,
     EMBED,

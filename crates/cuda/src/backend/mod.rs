@@ -24,7 +24,7 @@ pub use weights::CudaWeight;
 
 use crate::device::CudaDevice;
 use crate::error::{CudaError, DriverContext, Result};
-use crate::ops::{ActQuant, DecodeWork, Kernels, Rope, RopeArgs, RopeScale};
+use crate::ops::{ActQuant, AttnSoftmax, DecodeWork, Kernels, Rope, RopeArgs, RopeScale};
 use crate::plan::{Attn, Plan, DECODE_MAX_ROWS};
 use cudarc::driver::CudaSlice;
 use ferrolm_model::backend::{
@@ -206,37 +206,28 @@ impl CudaBackend {
         v: &CudaAct,
         inp: &CudaInputs,
         shape: AttnShape,
-        window: Option<usize>,
+        sm: AttnSoftmax<'_>,
         out: &mut CudaAct,
     ) -> Result<()> {
         let n = q.rows;
         if let [only] = seqs {
             if only.rows == (0..n) {
                 let (q, k, v) = (q.buf(), k.buf(), v.buf());
-                return self.attend(
-                    only.cache,
-                    layer,
-                    q,
-                    k,
-                    v,
-                    inp.positions(),
-                    shape,
-                    window,
-                    out.buf_mut(),
-                );
+                let pos = inp.positions();
+                let out = out.buf_mut();
+                return self.attend(only.cache, layer, q, k, v, pos, shape, sm, out);
             }
         }
         // Several sequences: decode rows in one launch a layer when the pass carries a rows
         // table (the runner built it), else each sequence on its own kernels.
-        let w = window;
         match inp.rows_table() {
-            Some(table) => self.attend_rows(table, seqs, layer, q, k, v, inp, shape, w, out),
-            None => self.attend_each(seqs.iter_mut(), layer, q, k, v, inp, shape, w, out),
+            Some(table) => self.attend_rows(table, seqs, layer, q, k, v, inp, shape, sm, out),
+            None => self.attend_each(seqs.iter_mut(), layer, q, k, v, inp, shape, sm, out),
         }
     }
 
-    /// Stores one sequence's k/v at its positions, then attention of its queries (over the
-    /// layer's sliding `window` where it has one).
+    /// Stores one sequence's k/v at its positions, then attention of its queries (scaled,
+    /// windowed and with sinks as `sm` says).
     #[allow(clippy::too_many_arguments)]
     fn attend(
         &self,
@@ -247,7 +238,7 @@ impl CudaBackend {
         v: &CudaSlice<f32>,
         positions: &CudaSlice<u32>,
         shape: AttnShape,
-        window: Option<usize>,
+        sm: AttnSoftmax<'_>,
         out: &mut CudaSlice<f32>,
     ) -> Result<()> {
         let kv = &mut cache.layers[layer - cache.first_layer];
@@ -296,7 +287,9 @@ impl CudaBackend {
                 grouped,
             } => {
                 let work = &mut cache.work;
-                let splits = self.plan.window_splits(work.n_split, window, kv.n_kv_head);
+                let splits = self
+                    .plan
+                    .window_splits(work.n_split, sm.window, kv.n_kv_head);
                 a.decode(
                     fused_combine,
                     grouped,
@@ -304,13 +297,13 @@ impl CudaBackend {
                     kv,
                     positions,
                     n_head,
-                    window,
+                    sm,
                     splits,
                     work,
                     out,
                 )?
             }
-            Attn::Prefill(kernel) => a.prefill(kernel, q, kv, positions, n_head, window, out)?,
+            Attn::Prefill(kernel) => a.prefill(kernel, q, kv, positions, n_head, sm, out)?,
         }
         if let Some(n) = kv.v_rot {
             self.k.elementwise.hadamard(out, n)?;
@@ -559,17 +552,21 @@ impl Backend for CudaBackend {
         sinks: Option<&CudaWeight>,
         out: &mut CudaAct,
     ) -> Result<()> {
-        if sinks.is_some() || shape.kq_scale.is_some() {
+        if sinks.is_some() {
             return Err(CudaError::Invalid(
-                "attention sinks and scales other than 1/sqrt(head size) have no CUDA kernels yet"
-                    .into(),
+                "attention sinks have no CUDA kernels yet".into(),
             ));
         }
         if q.rows == 0 {
             return Ok(());
         }
+        let sm = AttnSoftmax {
+            scale: shape.scale(),
+            window,
+            sinks: None,
+        };
         crate::profile::span(self.dev.stream(), "attention", || {
-            self.try_attention(seqs, layer, q, k, v, inp, shape, window, out)
+            self.try_attention(seqs, layer, q, k, v, inp, shape, sm, out)
         })
     }
 

@@ -5,7 +5,7 @@
 
 use super::{CudaAct, CudaBackend, CudaCache, CudaInputs};
 use crate::error::{DriverContext, Result};
-use crate::ops::{RowSeq, RowsTable};
+use crate::ops::{AttnSoftmax, RowSeq, RowsTable};
 use crate::plan::{Plan, DECODE_MAX_ROWS};
 use cudarc::driver::CudaSlice;
 use ferrolm_model::backend::{AttnShape, SeqRows};
@@ -87,7 +87,7 @@ impl CudaBackend {
         v: &CudaAct,
         inp: &CudaInputs,
         shape: AttnShape,
-        window: Option<usize>,
+        sm: AttnSoftmax<'_>,
         out: &mut CudaAct,
     ) -> Result<()> {
         let first = &seqs[0].cache;
@@ -104,11 +104,11 @@ impl CudaBackend {
             shape.n_head,
             n_kv_head,
             head_dim,
-            window,
+            sm,
             out.buf_mut(),
         )?;
         let longer = seqs.iter_mut().filter(|s| s.rows.len() > DECODE_MAX_ROWS);
-        self.attend_each(longer, layer, q, k, v, inp, shape, window, out)
+        self.attend_each(longer, layer, q, k, v, inp, shape, sm, out)
     }
 
     /// Each sequence on its own kernels: its rows copied into buffers of their own (the
@@ -123,7 +123,7 @@ impl CudaBackend {
         v: &CudaAct,
         inp: &CudaInputs,
         shape: AttnShape,
-        window: Option<usize>,
+        sm: AttnSoftmax<'_>,
         out: &mut CudaAct,
     ) -> Result<()> {
         let stream = self.dev.stream();
@@ -146,9 +146,7 @@ impl CudaBackend {
                 .memcpy_dtod(&inp.positions().slice(r.clone()), &mut tpos)
                 .during("gathering a sequence's positions")?;
             let mut tout = self.acts.take(r.len() * out.width)?;
-            self.attend(
-                s.cache, layer, &tq, &tk, &tv, &tpos, shape, window, &mut tout,
-            )?;
+            self.attend(s.cache, layer, &tq, &tk, &tv, &tpos, shape, sm, &mut tout)?;
             let w = out.width;
             let mut dst = out.buf_mut().slice_mut(r.start * w..r.end * w);
             stream

@@ -1,6 +1,6 @@
-//! `kernels/attention.cu`: the KV store (into `kv_cache.rs`'s [`KvCache`]), flash-decoding,
-//! the scalar tiled prefill, and the prefills in the CPU's arithmetic for short ubatches
-//! (ggml's, and the CPU's f32 order);
+//! `kernels/attention.cu`: the KV store (into `kv_cache.rs`'s [`KvCache`]) and flash-decoding;
+//! `kernels/attention_prefill.cu`: the scalar tiled prefill, and the prefills in the CPU's
+//! arithmetic for short ubatches (ggml's, and the CPU's f32 order);
 //! `kernels/flash_attn.cu`: the tensor-core prefill. Which one runs a ubatch, and whether
 //! decode combines its splits in the split kernel, is the plan's (`Plan::attention`).
 //!
@@ -17,7 +17,7 @@ use super::kv_cache::{KvCache, KvFormat};
 use super::launch::Launcher;
 use crate::device::CudaDevice;
 use crate::error::{CudaError, DriverContext, Result};
-use crate::kernels::{ATTENTION, FLASH_ATTN};
+use crate::kernels::{KernelFile, ATTENTION, ATTENTION_PREFILL, FLASH_ATTN};
 use cudarc::driver::sys::CUfunction_attribute;
 use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig};
 
@@ -59,6 +59,31 @@ fn group_smem_bytes(head_dim: usize, group: usize) -> usize {
 
 fn flash_smem_bytes(head_dim: usize) -> usize {
     FA_STAGES * 2 * FA_BK * (head_dim + FA_PAD) * std::mem::size_of::<u16>()
+}
+
+/// What shapes each head's softmax besides its keys: the factor on `q·k`, the sliding window
+/// and the sinks. Every attention kernel takes all three.
+#[derive(Clone, Copy)]
+pub struct AttnSoftmax<'a> {
+    /// The factor on `q·k`: `AttnShape::scale` (`1 / sqrt(head size)`, or deepseek2's).
+    pub scale: f32,
+    /// A query at position p sees keys p - window < k <= p ([`window_arg`]); `None`: every key
+    /// from 0.
+    pub window: Option<usize>,
+    /// gpt-oss's attention sinks: one logit per query head (`n_head` floats) that joins the
+    /// softmax's maximum and denominator and has no value row.
+    pub sinks: Option<&'a CudaSlice<f32>>,
+}
+
+impl AttnSoftmax<'_> {
+    /// `1 / sqrt(head_dim)`, over `window`, no sinks.
+    pub fn plain(head_dim: usize, window: Option<usize>) -> Self {
+        Self {
+            scale: 1.0 / (head_dim as f32).sqrt(),
+            window,
+            sinks: None,
+        }
+    }
 }
 
 /// Which kernel computes prefill attention.
@@ -189,20 +214,23 @@ fn query_rows(q: usize, out: usize, positions: usize, n_head: usize, cache: &KvC
 impl Attention {
     pub fn load(dev: &CudaDevice, launch: &Launcher) -> Result<Self> {
         let f = |name: String| dev.function(&ATTENTION, &name);
-        // `<stem>_d<D>` for each of ATTN_HEAD_DIMS.
-        let per_dim = |stem: &str| -> Result<Vec<CudaFunction>> {
+        // `<stem>_d<D>` of `file` for each of ATTN_HEAD_DIMS.
+        let per_dim = |file: &'static KernelFile, stem: &str| -> Result<Vec<CudaFunction>> {
             ATTN_HEAD_DIMS
                 .iter()
-                .map(|d| f(format!("{stem}_d{d}")))
+                .map(|d| dev.function(file, &format!("{stem}_d{d}")))
                 .collect()
         };
         // The same for a cache format, at the sizes it holds.
-        let per_format = |stem: &str, q: KvFormat| -> Result<Vec<Option<CudaFunction>>> {
+        let per_format = |file: &'static KernelFile,
+                          stem: &str,
+                          q: KvFormat|
+         -> Result<Vec<Option<CudaFunction>>> {
             ATTN_HEAD_DIMS
                 .iter()
                 .map(|&d| {
                     q.holds(d)
-                        .then(|| f(format!("{stem}{}_d{d}", q.infix())))
+                        .then(|| dev.function(file, &format!("{stem}{}_d{d}", q.infix())))
                         .transpose()
                 })
                 .collect()
@@ -232,11 +260,11 @@ impl Attention {
             combine: f("attn_decode_combine".into())?,
             decode: KvFormat::ALL
                 .iter()
-                .map(|&q| per_format("attn_decode_split", q))
+                .map(|&q| per_format(&ATTENTION, "attn_decode_split", q))
                 .collect::<Result<_>>()?,
             prefill: KvFormat::ALL
                 .iter()
-                .map(|&q| per_format("attn_prefill", q))
+                .map(|&q| per_format(&ATTENTION_PREFILL, "attn_prefill", q))
                 .collect::<Result<_>>()?,
             decode_group: ATTN_HEAD_DIMS
                 .iter()
@@ -256,8 +284,8 @@ impl Attention {
                 })
                 .collect::<Result<_>>()?,
             flash,
-            prefill_f16ref: per_dim("attn_prefill_f16ref")?,
-            prefill_f32ref: per_dim("attn_prefill_f32ref")?,
+            prefill_f16ref: per_dim(&ATTENTION_PREFILL, "attn_prefill_f16ref")?,
+            prefill_f32ref: per_dim(&ATTENTION_PREFILL, "attn_prefill_f32ref")?,
         })
     }
 
@@ -306,7 +334,7 @@ impl Attention {
         Ok(())
     }
 
-    /// Decode: `out[t][h] = softmax(q[t][h] · K[first..=pos[t]][g]ᵀ / sqrt(d)) · V[..][g]` for a
+    /// Decode: `out[t][h] = softmax(q[t][h] · K[first..=pos[t]][g]ᵀ · scale) · V[..][g]` for a
     /// few query rows (at most `work.max_q`), `first` the window's first key (0 without one),
     /// split over `n_split` blocks per head (at most `work.n_split`: a windowed layer may take
     /// fewer, its window being shorter than the context the work was sized for). With
@@ -324,7 +352,7 @@ impl Attention {
         cache: &KvCache,
         positions: &CudaSlice<u32>,
         n_head: usize,
-        window: Option<usize>,
+        sm: AttnSoftmax<'_>,
         n_split: usize,
         work: &mut DecodeWork,
         out: &mut CudaSlice<f32>,
@@ -340,8 +368,8 @@ impl Attention {
             "decode: {n_split} splits, work for {}",
             work.n_split
         );
-        let win = window_arg(window)?;
-        let scale = 1.0 / (cache.head_dim as f32).sqrt();
+        let win = window_arg(sm.window)?;
+        let scale = sm.scale;
         let (nh, nkv, nctx) = (
             int(n_head, "n_head"),
             int(cache.n_kv_head, "n_kv_head"),
@@ -422,7 +450,7 @@ impl Attention {
         Ok(())
     }
 
-    /// Prefill: the same as [`decode`](Self::decode) (`window` too) for a ubatch of any number
+    /// Prefill: the same as [`decode`](Self::decode) (`sm` too) for a ubatch of any number
     /// of query rows, on `kernel` (the plan's `prefill_kernel`; parity checks run each). Scalar:
     /// one warp per (row, head), K/V tiles staged in shared memory as f32. Mma: FA_BQ (row,
     /// head) pairs of one KV group per block, f16 tensor cores, K/V tiles copied asynchronously.
@@ -434,11 +462,11 @@ impl Attention {
         cache: &KvCache,
         positions: &CudaSlice<u32>,
         n_head: usize,
-        window: Option<usize>,
+        sm: AttnSoftmax<'_>,
         out: &mut CudaSlice<f32>,
     ) -> Result<()> {
         let di = dim_index(cache.head_dim)?;
-        let win = window_arg(window)?;
+        let win = window_arg(sm.window)?;
         if cache.format.is_quantized() && kernel != PrefillKernel::Scalar {
             return Err(CudaError::Invalid(format!(
                 "attention: the {kernel:?} prefill reads f16 caches only, not {}",
@@ -446,7 +474,7 @@ impl Attention {
             )));
         }
         let n_q = query_rows(q.len(), out.len(), positions.len(), n_head, cache);
-        let scale = 1.0 / (cache.head_dim as f32).sqrt();
+        let scale = sm.scale;
         let (nq, nh, nkv, nctx) = (
             int(n_q, "query rows"),
             int(n_head, "n_head"),
@@ -530,31 +558,37 @@ mod tests {
 
     #[test]
     fn f32ref_block_matches_the_kernel() {
-        let src = crate::kernels::ATTENTION.source;
+        let src = ATTENTION_PREFILL.source;
         assert!(src.contains(&format!("#define F32REF_WARPS {F32REF_WARPS}")));
     }
 
-    /// Every kernel the launcher loads is instantiated in attention.cu / flash_attn.cu, at
-    /// every head size its table lists, and no block-cache kernel at a size blocks cannot hold.
+    /// Every kernel the launcher loads is instantiated in attention.cu, attention_prefill.cu
+    /// and flash_attn.cu, at every head size its table lists, and no block-cache kernel at a
+    /// size blocks cannot hold.
     #[test]
     fn every_head_size_has_its_kernels() {
-        let (src, flash) = (crate::kernels::ATTENTION.source, FLASH_ATTN.source);
+        let (src, flash) = (ATTENTION.source, FLASH_ATTN.source);
         for q in KvFormat::ALL {
             assert!(src.contains(&format!("kv_store_{}(", q.name())), "{q:?}");
         }
         for d in ATTN_HEAD_DIMS {
-            assert!(src.contains(&format!("\nATTN_INSTANCES({d})\n")), "{d}");
             assert!(src.contains(&format!("\nATTN_GROUP_INSTANCES({d})")), "{d}");
-            let quant = format!("ATTN_QUANT_INSTANCES(NAME, TYPE, {d})");
-            assert_eq!(src.contains(&quant), KvFormat::Q8_0.holds(d), "{d}");
             let mma = format!("\nFLASH_INSTANCE({d})");
             assert_eq!(flash.contains(&mma), MMA_HEAD_DIMS.contains(&d), "{d}");
         }
-        for q in [KvFormat::Q8_0, KvFormat::Q4_0] {
-            assert!(
-                src.contains(&format!("ATTN_QUANT_HEADS({}, ", q.name())),
-                "{q:?}"
-            );
+        // Decode and prefill instance each head size and format with macros of the same names.
+        for src in [ATTENTION.source, ATTENTION_PREFILL.source] {
+            for d in ATTN_HEAD_DIMS {
+                assert!(src.contains(&format!("\nATTN_INSTANCES({d})\n")), "{d}");
+                let quant = format!("ATTN_QUANT_INSTANCES(NAME, TYPE, {d})");
+                assert_eq!(src.contains(&quant), KvFormat::Q8_0.holds(d), "{d}");
+            }
+            for q in [KvFormat::Q8_0, KvFormat::Q4_0] {
+                assert!(
+                    src.contains(&format!("ATTN_QUANT_HEADS({}, ", q.name())),
+                    "{q:?}"
+                );
+            }
         }
         assert!(!KvFormat::Q4_0.holds(80) && KvFormat::F16.holds(80));
         assert_eq!(

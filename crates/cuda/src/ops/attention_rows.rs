@@ -14,7 +14,7 @@
 //! rewritten in place, so a captured graph replays over other sequences' caches; paging the
 //! cache later changes only what the table holds and how the kernels index it.
 
-use super::attention::{window_arg, DecodeWork, ATTN_HEAD_DIMS};
+use super::attention::{window_arg, AttnSoftmax, DecodeWork, ATTN_HEAD_DIMS};
 use super::int;
 use super::kv_cache::{KvCache, KvFormat};
 use super::launch::Launcher;
@@ -227,8 +227,8 @@ impl AttentionRows {
     }
 
     /// Decode attention of every served row over its own cache's layer `layer`: `out[t] =
-    /// softmax(q[t] · K[first..=pos[t]]ᵀ / sqrt(d)) · V` per head, `first` the layer's
-    /// `window`'s first key (0 without one); rows not served get zeros.
+    /// softmax(q[t] · K[first..=pos[t]]ᵀ · scale) · V` per head, `first` the window's first key
+    /// (0 without one; `sm` as `Attention::decode` takes it); rows not served get zeros.
     #[allow(clippy::too_many_arguments)]
     pub fn decode(
         &self,
@@ -239,11 +239,11 @@ impl AttentionRows {
         n_head: usize,
         n_kv_head: usize,
         head_dim: usize,
-        window: Option<usize>,
+        sm: AttnSoftmax<'_>,
         out: &mut CudaSlice<f32>,
     ) -> Result<()> {
         let n = table.n_rows;
-        let win = window_arg(window)?;
+        let win = window_arg(sm.window)?;
         if !Self::supports(n_head, n_kv_head, head_dim) {
             return Err(CudaError::Invalid(format!(
                 "batched decode attention: no kernel for {n_head} heads over {n_kv_head}, \
@@ -263,7 +263,7 @@ impl AttentionRows {
         let f = &self.decode[di][n_head / n_kv_head - 1];
         let kv = table.kv.slice(layer * 2 * n..(layer + 1) * 2 * n);
         let nh = int(n_head, "n_head");
-        let scale = 1.0 / (head_dim as f32).sqrt();
+        let scale = sm.scale;
         let mut b = self.launch.builder(f);
         b.arg(q)
             .arg(&kv)

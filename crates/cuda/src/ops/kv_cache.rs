@@ -1,7 +1,7 @@
 //! The KV cache on the device: its element types ([`KvFormat`]: f16, or llama.cpp's q8_0/q4_0
 //! blocks) and one layer's keys and values ([`KvCache`]), head-major as the CPU's `LayerKv`, at
-//! the head sizes `kernels/attention.cu` has kernels for (`ATTN_HEAD_DIMS`); the kernels that
-//! store into it and attend over it are `attention.rs`'s.
+//! the head sizes `kernels/attention.cu` and `attention_prefill.cu` have kernels for
+//! (`ATTN_HEAD_DIMS`); the kernels that store into it and attend over it are `attention.rs`'s.
 
 use super::attention::dim_index;
 use crate::device::CudaDevice;

@@ -26,8 +26,8 @@ mod norm_rope;
 mod quantize;
 
 pub use attention::{
-    Attention, DecodeWork, PrefillKernel, ATTN_GROUPS, ATTN_HEAD_DIMS, ATTN_MAX_SPLITS,
-    MMA_HEAD_DIMS,
+    Attention, AttnSoftmax, DecodeWork, PrefillKernel, ATTN_GROUPS, ATTN_HEAD_DIMS,
+    ATTN_MAX_SPLITS, MMA_HEAD_DIMS,
 };
 pub use attention_rows::{AttentionRows, RowSeq, RowsTable, ROWS_MAX_GROUP};
 pub use elementwise::Elementwise;

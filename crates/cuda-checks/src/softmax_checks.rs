@@ -1,0 +1,77 @@
+//! `cuda-parity` checks of what the attention kernels take besides keys and values: a factor on
+//! `q·k` other than `1 / sqrt(head size)` (deepseek2's `kq_scale`). Every kernel the plan can
+//! pick runs it against the CPU's attention with the same factor, under the contract of the
+//! kernel it extends ([`super::attn_checks`]'s rows: the same reference, the same bounds).
+
+use super::attn_checks::{attn_with, Path, Softmax, DECODES, PREFILLS};
+use super::attn_rows::{batch, Seq};
+use super::Row;
+use anyhow::Result;
+use ferrolm_cuda::ops::PrefillKernel;
+use ferrolm_cuda::{CudaDevice, Kernels, Plan};
+use rand::rngs::StdRng;
+
+/// Every path: decode (split and by KV group), the four prefills, the batched decode rows.
+const ALL_PREFILLS: [Path; 4] = [
+    PREFILLS[0],
+    PREFILLS[1],
+    PREFILLS[2],
+    Path::Prefill(PrefillKernel::F16Ref),
+];
+
+/// The batched rows' sequences: 1 to 3001 keys, several splits.
+fn seqs() -> [Seq; 3] {
+    [(64, 0, 1), (4096, 3000, 1), (256, 37, 2)].map(|(n_ctx, cached, rows)| Seq {
+        n_ctx,
+        cached,
+        rows,
+    })
+}
+
+/// (query heads, KV heads, head size), cache size, cached + new positions, query rows.
+type Case = ((usize, usize, usize), usize, usize, usize);
+
+/// Runs `paths` on each case over `sm`.
+#[allow(clippy::too_many_arguments)]
+fn each(
+    dev: &CudaDevice,
+    k: &Kernels,
+    plan: &Plan,
+    rng: &mut StdRng,
+    cases: &[Case],
+    paths: &[Path],
+    sm: Softmax,
+    rows: &mut Vec<Row>,
+) -> Result<()> {
+    for &(shape, n_ctx, n_pos, n_q) in cases {
+        rows.extend(attn_with(
+            dev, k, plan, rng, shape, n_ctx, n_pos, n_q, paths, sm,
+        )?);
+    }
+    Ok(())
+}
+
+pub fn all(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) -> Result<Vec<Row>> {
+    let mut rows = Vec::new();
+    // deepseek2-lite's factor (YaRN's mscale² / sqrt(192)) at other head sizes: decode at depth,
+    // a prompt from 0 and a ubatch after a prefix.
+    let scaled = Softmax {
+        kq_scale: Some(0.1147),
+        ..Softmax::default()
+    };
+    let decode = [((16, 4, 128), 1024, 1000, 3), ((8, 8, 64), 4096, 4000, 1)];
+    each(dev, k, plan, rng, &decode, &DECODES, scaled, &mut rows)?;
+    let prefill = [((9, 3, 64), 128, 77, 77), ((8, 2, 128), 640, 600, 40)];
+    each(
+        dev,
+        k,
+        plan,
+        rng,
+        &prefill,
+        &ALL_PREFILLS,
+        scaled,
+        &mut rows,
+    )?;
+    rows.extend(batch(dev, k, plan, rng, (8, 2, 128), &seqs(), scaled)?);
+    Ok(rows)
+}
