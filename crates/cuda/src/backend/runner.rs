@@ -96,12 +96,8 @@ impl CudaModel {
     ) -> ferrolm_model::Result<Self> {
         let cfg = Config::from_gguf(file)?;
         // gpt-oss: MXFP4 experts, attention sinks and the biased MoE have no CUDA kernels yet
-        // (its sliding windows have: every attention kernel takes one, as gemma3 runs them);
-        // deepseek2: its latent attention's column copies, scale and narrower value heads.
-        if matches!(
-            cfg.arch,
-            ferrolm_model::Arch::GptOss | ferrolm_model::Arch::Deepseek2
-        ) {
+        // (its sliding windows have: every attention kernel takes one, as gemma3 runs them).
+        if cfg.arch == ferrolm_model::Arch::GptOss {
             return Err(ModelError::Invalid(format!(
                 "CUDA: {} runs on the CPU only for now; use --backend cpu (or -ngl 0)",
                 cfg.arch
