@@ -223,3 +223,23 @@ def make_golden(ferrolm, recipe_path, ftype, out_dir, stem, cfg, prompts, greedy
         out = os.path.join(out_dir, f"{stem}.json.gz")
         write_golden(out, fields, nv, cfg, cases)
     return out
+
+
+def make_arch_goldens(argv, recipes, prompt_lengths, greedy, digits=6):
+    """The command line of the architecture golden makers (`[--ferrolm BIN] OUT_DIR`): each
+    `(recipe_name, recipe, cases)` saved as `OUT_DIR/recipe_name.recipe.json`, then a golden per
+    case `(ftype, stem, cfg, seed)`, its prompts random ids of `prompt_lengths` drawn from
+    `seed`. Prints each golden's path."""
+    ferrolm = DEFAULT_FERROLM
+    if argv[:1] == ["--ferrolm"]:
+        ferrolm, argv = argv[1], argv[2:]
+    out_dir = argv[0]
+    os.makedirs(out_dir, exist_ok=True)
+    for name, recipe, cases in recipes:
+        path = os.path.join(out_dir, f"{name}.recipe.json")
+        recipe.save(path)
+        for ftype, stem, cfg, seed in cases:
+            out = make_golden(ferrolm, path, ftype, out_dir, stem, cfg,
+                              lambda nv, seed=seed: random_prompts(seed, prompt_lengths, nv),
+                              greedy, digits=digits)
+            print(out, flush=True)

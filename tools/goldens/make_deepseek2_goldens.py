@@ -33,7 +33,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from golden_lib import DEFAULT_FERROLM, DEFAULTS, PRECISE, Recipe, make_golden, random_prompts  # noqa: E402
+from golden_lib import DEFAULTS, PRECISE, Recipe, make_arch_goldens  # noqa: E402
 
 ARCH = "deepseek2"
 D, N_LAYER, N_DENSE, N_HEAD, N_FF = 256, 4, 1, 4, 512
@@ -118,25 +118,14 @@ def recipe(seed=0, q_lora=0):
 
 
 def main():
-    args = sys.argv[1:]
-    ferrolm = DEFAULT_FERROLM
-    if args[:1] == ["--ferrolm"]:
-        ferrolm, args = args[1], args[2:]
-    out_dir = args[0]
-    os.makedirs(out_dir, exist_ok=True)
-    path = os.path.join(out_dir, "tiny-deepseek2.recipe.json")
-    recipe().save(path)
-    for ftype, cfg, seed in (("f32", PRECISE, 31), ("q8_0", DEFAULTS, 32),
-                             ("q4_k_m", DEFAULTS, 33)):
-        out = make_golden(ferrolm, path, ftype, out_dir, f"tiny-deepseek2-{ftype}", cfg,
-                          lambda nv: random_prompts(seed, PROMPTS, nv), GREEDY, digits=6)
-        print(out, flush=True)
-    path = os.path.join(out_dir, "tiny-deepseek2-qlora.recipe.json")
-    recipe(q_lora=256).save(path)
-    for ftype, cfg, seed in (("f32", PRECISE, 34), ("q8_0", DEFAULTS, 35)):
-        out = make_golden(ferrolm, path, ftype, out_dir, f"tiny-deepseek2-qlora-{ftype}", cfg,
-                          lambda nv: random_prompts(seed, PROMPTS, nv), GREEDY, digits=6)
-        print(out, flush=True)
+    direct = [(t, f"tiny-deepseek2-{t}", cfg, seed)
+              for t, cfg, seed in (("f32", PRECISE, 31), ("q8_0", DEFAULTS, 32),
+                                   ("q4_k_m", DEFAULTS, 33))]
+    qlora = [(t, f"tiny-deepseek2-qlora-{t}", cfg, seed)
+             for t, cfg, seed in (("f32", PRECISE, 34), ("q8_0", DEFAULTS, 35))]
+    make_arch_goldens(sys.argv[1:], [("tiny-deepseek2", recipe(), direct),
+                                     ("tiny-deepseek2-qlora", recipe(q_lora=256), qlora)],
+                      PROMPTS, GREEDY)
 
 
 if __name__ == "__main__":

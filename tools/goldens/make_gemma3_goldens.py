@@ -28,7 +28,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from golden_lib import DEFAULT_FERROLM, DEFAULTS, PRECISE, Recipe, make_golden, random_prompts  # noqa: E402
+from golden_lib import DEFAULTS, PRECISE, Recipe, make_arch_goldens  # noqa: E402
 
 ARCH = "gemma3"
 D, N_LAYER, N_HEAD, N_HEAD_KV, HEAD, N_FF = 256, 7, 4, 2, 128, 512
@@ -84,19 +84,10 @@ def recipe(seed=0):
 
 
 def main():
-    args = sys.argv[1:]
-    ferrolm = DEFAULT_FERROLM
-    if args[:1] == ["--ferrolm"]:
-        ferrolm, args = args[1], args[2:]
-    out_dir = args[0]
-    os.makedirs(out_dir, exist_ok=True)
-    path = os.path.join(out_dir, "tiny-gemma3.recipe.json")
-    recipe().save(path)
-    for ftype, cfg, seed in (("f32", PRECISE, 21), ("q8_0", DEFAULTS, 22),
-                             ("q4_k_m", DEFAULTS, 23)):
-        out = make_golden(ferrolm, path, ftype, out_dir, f"tiny-gemma3-{ftype}", cfg,
-                          lambda nv: random_prompts(seed, PROMPTS, nv), GREEDY, digits=6)
-        print(out, flush=True)
+    cases = [(t, f"tiny-gemma3-{t}", cfg, seed)
+             for t, cfg, seed in (("f32", PRECISE, 21), ("q8_0", DEFAULTS, 22),
+                                  ("q4_k_m", DEFAULTS, 23))]
+    make_arch_goldens(sys.argv[1:], [("tiny-gemma3", recipe(), cases)], PROMPTS, GREEDY)
 
 
 if __name__ == "__main__":

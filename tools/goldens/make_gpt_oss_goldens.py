@@ -28,7 +28,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from golden_lib import DEFAULT_FERROLM, DEFAULTS, PRECISE, Recipe, make_golden, random_prompts  # noqa: E402
+from golden_lib import DEFAULTS, PRECISE, Recipe, make_arch_goldens  # noqa: E402
 
 ARCH = "gpt-oss"
 D, N_LAYER, N_HEAD, N_HEAD_KV, HEAD = 256, 2, 8, 2, 64
@@ -95,19 +95,9 @@ def recipe(seed=0):
 
 
 def main():
-    args = sys.argv[1:]
-    ferrolm = DEFAULT_FERROLM
-    if args[:1] == ["--ferrolm"]:
-        ferrolm, args = args[1], args[2:]
-    out_dir = args[0]
-    os.makedirs(out_dir, exist_ok=True)
-    path = os.path.join(out_dir, "tiny-gpt-oss.recipe.json")
-    recipe().save(path)
-    for ftype, stem, cfg, seed in (("f32", "tiny-gpt-oss-mxfp4-f32", PRECISE, 11),
-                                   ("mxfp4_moe", "tiny-gpt-oss-mxfp4-q8_0", DEFAULTS, 12)):
-        out = make_golden(ferrolm, path, ftype, out_dir, stem, cfg,
-                          lambda nv: random_prompts(seed, PROMPTS, nv), GREEDY, digits=6)
-        print(out, flush=True)
+    cases = [("f32", "tiny-gpt-oss-mxfp4-f32", PRECISE, 11),
+             ("mxfp4_moe", "tiny-gpt-oss-mxfp4-q8_0", DEFAULTS, 12)]
+    make_arch_goldens(sys.argv[1:], [("tiny-gpt-oss", recipe(), cases)], PROMPTS, GREEDY)
 
 
 if __name__ == "__main__":
