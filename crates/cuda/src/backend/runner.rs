@@ -95,8 +95,8 @@ impl CudaModel {
         first_layer: usize,
     ) -> ferrolm_model::Result<Self> {
         let cfg = Config::from_gguf(file)?;
-        // gpt-oss: MXFP4 experts, attention sinks and the biased MoE have no CUDA kernels yet
-        // (its sliding windows have: every attention kernel takes one, as gemma3 runs them).
+        // gpt-oss: its MXFP4 expert kernels and the biased experts with swiglu_oai are not in
+        // yet (its attention sinks, sliding windows and router gating are).
         if cfg.arch == ferrolm_model::Arch::GptOss {
             return Err(ModelError::Invalid(format!(
                 "CUDA: {} runs on the CPU only for now; use --backend cpu (or -ngl 0)",
