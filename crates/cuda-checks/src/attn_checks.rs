@@ -163,14 +163,14 @@ pub fn all(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) -> Resu
 }
 
 /// The head sizes past 64 and 128 (the tiny llama-family goldens' 32; 80, which is not whole
-/// 32s a lane nor 64s a dot step; 96; Gemma 3's 256), each on every kernel: decode split and by
+/// 32s a lane nor 64s a dot step; 96; deepseek2's 192; Gemma 3's 256), each on every kernel: decode split and by
 /// KV group at group sizes 1, 2, 4 and 8 (up to 1000 cached keys, several splits); the prefills
 /// on a 77-token prompt with groups of 3 and on 300 rows after a 300-token prefix (GQA 8/2);
 /// ggml's arithmetic on 37 rows from 0 and 40 after a 200-token prefix. The tensor-core
-/// prefill takes heads to 128 (`MMA_HEAD_DIMS`); at 256 the plan runs the scalar one.
+/// prefill takes heads to 128 (`MMA_HEAD_DIMS`); at 192 and 256 the plan runs the scalar one.
 fn other_heads(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) -> Result<Vec<Row>> {
     let mut rows = Vec::new();
-    for d in [32, 80, 96, 256] {
+    for d in [32, 80, 96, 192, 256] {
         for ((n_head, n_kv_head), n_ctx, n_pos, n_q) in [
             ((16, 4), 1024, 1000, 3),
             ((8, 1), 640, 555, 1),

@@ -36,7 +36,7 @@ pub(crate) struct Seq {
 
 /// Five sequences (cache sizes 64 to 4096; 1 to 3001 keys, so 1 to 12 splits; one of two rows)
 /// and one row no sequence owns, at each head shape: group sizes 1 to 8, every head size of
-/// `ATTN_HEAD_DIMS` (32, 64, 80, 96, 128, 256).
+/// `ATTN_HEAD_DIMS` (32, 64, 80, 96, 128, 192, 256).
 pub fn all(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) -> Result<Vec<Row>> {
     let seqs = [
         Seq {
@@ -79,6 +79,8 @@ pub fn all(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) -> Resu
         (14, 2, 32),
         (16, 2, 256),
         (6, 6, 256),
+        (16, 16, 192),
+        (8, 2, 192),
     ] {
         rows.extend(batch(dev, k, plan, rng, shape, &seqs, Softmax::default())?);
     }

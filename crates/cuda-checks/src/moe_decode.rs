@@ -48,6 +48,17 @@ pub fn all(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) -> Resu
             MoeGating::SoftmaxTopKRenorm,
             n,
         )?);
+        // gpt-oss-20b's router: 32 experts, top-4 of the biased logits, softmax over the 4.
+        rows.extend(routing(
+            dev,
+            k,
+            plan,
+            rng,
+            32,
+            4,
+            MoeGating::TopKSoftmax,
+            n,
+        )?);
     }
     // Down also in the legacy 5-bit formats (Q5_0/Q5_1 files, Q4_K_M's fallback for widths
     // that are not multiples of 256); their gate/up: `moe::moe_slices`'s rows.
@@ -83,14 +94,31 @@ fn routing(
     let x = normal(rng, n * d, 1.0);
     let w = normal(rng, ne * d, 0.05);
     let renorm = gating == MoeGating::SoftmaxTopKRenorm;
-    let router = MoeRouter::upload(dev, &w, ne, d, kk, renorm)?;
+    let mut router = MoeRouter::upload(dev, &w, ne, d, kk, renorm)?;
+    // gpt-oss's gating comes with the router's bias, added to the logits before the top-k.
+    let oai = gating == MoeGating::TopKSoftmax;
+    let bias = oai.then(|| normal(rng, ne, 0.5));
+    if oai {
+        router = router.topk_softmax();
+    }
+    let bias_d = bias.as_ref().map(|b| dev.upload(b)).transpose()?;
+    let bd = bias_d.as_ref();
     let mut work = MoeRouteWork::new(dev, n, ne)?;
     let mut ids = dev.upload(&vec![-7i32; n * kk])?;
     let mut weights = dev.upload(&vec![f32::NAN; n * kk])?;
     let xd = dev.upload(&x)?;
     let logits = plan.router_logits(n, d);
-    k.moe_route
-        .route(logits, &xd, n, &router, &mut work, &mut ids, &mut weights)?;
+    let r = &k.moe_route;
+    r.route_biased(
+        logits,
+        &xd,
+        n,
+        &router,
+        bd,
+        &mut work,
+        &mut ids,
+        &mut weights,
+    )?;
     dev.sync()?;
     let (gids, gw) = (dev.download(&ids)?, dev.download(&weights)?);
     // The one-launch routing against the two launches it fuses: the same bits (twice, so the
@@ -99,11 +127,12 @@ fn routing(
     if logits == RouterLogits::MatVecTopk {
         let mut same = true;
         for _ in 0..2 {
-            k.moe_route.route(
+            k.moe_route.route_biased(
                 RouterLogits::MatVec,
                 &xd,
                 n,
                 &router,
+                bd,
                 &mut work,
                 &mut ids,
                 &mut weights,
@@ -111,8 +140,16 @@ fn routing(
             dev.sync()?;
             let (ui, uw) = (dev.download(&ids)?, dev.download(&weights)?);
             same &= ui == gids && uw.iter().zip(&gw).all(|(a, b)| a.to_bits() == b.to_bits());
-            k.moe_route
-                .route(logits, &xd, n, &router, &mut work, &mut ids, &mut weights)?;
+            r.route_biased(
+                logits,
+                &xd,
+                n,
+                &router,
+                bd,
+                &mut work,
+                &mut ids,
+                &mut weights,
+            )?;
             dev.sync()?;
             same &= dev.download(&ids)? == gids;
         }
@@ -137,7 +174,13 @@ fn routing(
     let (mut got_p, mut want_p, mut got_w, mut want_w) = (vec![], vec![], vec![], vec![]);
     let (mut valid, mut ties) = (true, 0);
     for (t, p) in probs.chunks_exact_mut(ne).enumerate() {
-        let picked = route(p, kk, gating); // leaves the probabilities in p
+        if let Some(b) = &bias {
+            for (l, b) in p.iter_mut().zip(b) {
+                *l += b;
+            }
+        }
+        // Leaves the probabilities in p (the biased logits for gpt-oss's gating).
+        let picked = route(p, kk, gating);
         let mut sorted: Vec<f32> = p.to_vec();
         sorted.sort_by(|a, b| b.total_cmp(a));
         let g = &gids[t * kk..][..kk];
@@ -155,12 +198,18 @@ fn routing(
             ties += 1;
         }
     }
-    let mut ids_cmp = compare(&got_p, &want_p, |i| want_p[i] as f64);
+    // Logits (gpt-oss's gating) may sit near 0: their noise is relative to 1, not to them.
+    let floor = if oai { 1.0 } else { 0.0 };
+    let mut ids_cmp = compare(&got_p, &want_p, |i| (want_p[i].abs() as f64).max(floor));
     ids_cmp.2 &= valid;
     let w_cmp = compare(&got_w, &want_w, |i| want_w[i] as f64);
     let shape = format!(
         "{n} tok, {ne} experts, top-{kk}{}",
-        if renorm { ", renorm" } else { "" }
+        match gating {
+            MoeGating::SoftmaxTopKRenorm => ", renorm",
+            MoeGating::TopKSoftmax => ", biased logits, softmax of the top-k",
+            MoeGating::SoftmaxTopK => "",
+        }
     );
     let mut rows = vec![
         row(

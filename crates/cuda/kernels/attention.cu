@@ -105,7 +105,7 @@ static __device__ __forceinline__ void merge_warps(const WarpState<D> &st, float
 static __device__ __noinline__ void combine_heads(const float *part_m, const float *part_l,
                                                   const float *part_acc, float *out, int n_head,
                                                   int n_split, int head_dim, int h0, int nh,
-                                                  int t, float *scratch);
+                                                  int t, const float *sinks, float *scratch);
 
 // Flash-decoding, pass 1. grid (n_split, n_head, n_q); block ATTN_NWARPS warps.
 // q: [n_q][n_head][D]; query t sees keys first..pos[t] (inclusive; first = attn_first_key, 0
@@ -118,7 +118,7 @@ static __device__ __forceinline__ void attn_decode_split(
     const float *__restrict__ q, const void *__restrict__ kc, const void *__restrict__ vc,
     const uint32_t *__restrict__ pos, float *__restrict__ part_m, float *__restrict__ part_l,
     float *__restrict__ part_acc, int *__restrict__ done, float *__restrict__ out, int n_head,
-    int n_kv_head, int n_ctx, float scale, int window) {
+    int n_kv_head, int n_ctx, float scale, int window, const float *__restrict__ sinks) {
     __shared__ float sq[D];
     __shared__ float sm[ATTN_NWARPS], sl[ATTN_NWARPS];
     __shared__ float sacc[ATTN_NWARPS * D];
@@ -177,14 +177,15 @@ static __device__ __forceinline__ void attn_decode_split(
     __syncthreads();
     if (last) {
         __threadfence();
-        combine_heads(part_m, part_l, part_acc, out, n_head, n_split, D, h, 1, t, scratch);
+        combine_heads(part_m, part_l, part_acc, out, n_head, n_split, D, h, 1, t, sinks, scratch);
     }
 }
 
 // Flash-decoding's combine of heads h0 .. h0 + nh - 1 of query row t, by the whole block:
 // out = Σ_s acc_s w_s / Σ_s l_s w_s with w_s = e^(m_s - m) over the splits (0 for an empty one,
-// whose acc is 0). First a warp a head finds m, the weights (kept in shared memory) and the sum;
-// then the block's threads take a float4 of the head each, in ATTN_COMBINE_ROWS interleaved sets
+// whose acc is 0), the head's sink (if `sinks`) in m and the denominator. First a warp a head
+// finds m, the weights (kept in shared memory) and the sum; then the block's threads take a
+// float4 of the head each, in ATTN_COMBINE_ROWS interleaved sets
 // of splits, so many independent loads are in flight (the tail of a fused launch is one block),
 // and the sets are added in order. Loads bypass L1 (__ldcg): in the fused use, other blocks wrote
 // the partials. A set is blockDim.x / (head_dim / 4) threads' worth of float4s; where head_dim / 4
@@ -194,7 +195,7 @@ static __device__ __forceinline__ void attn_decode_split(
 static __device__ __noinline__ void combine_heads(const float *part_m, const float *part_l,
                                                   const float *part_acc, float *out, int n_head,
                                                   int n_split, int head_dim, int h0, int nh,
-                                                  int t, float *scratch) {
+                                                  int t, const float *sinks, float *scratch) {
     float *red = scratch, *sl = red + 512, *sw = sl + ATTN_MAX_COMBINE_HEADS;
     const int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE;
     const int n_warps = blockDim.x / WARP_SIZE;
@@ -205,6 +206,8 @@ static __device__ __noinline__ void combine_heads(const float *part_m, const flo
             m = fmaxf(m, __ldcg(part_m + base + s));
         }
         m = warp_max(m);
+        const float sink = sinks != nullptr ? sinks[h0 + i] : ATTN_NEG_INF;
+        m = fmaxf(m, sink);
         float l = 0.0f;
         for (int s = lane; s < n_split; s += WARP_SIZE) {
             const float ms = __ldcg(part_m + base + s);
@@ -213,6 +216,9 @@ static __device__ __noinline__ void combine_heads(const float *part_m, const flo
             l += __ldcg(part_l + base + s) * w;
         }
         l = warp_sum(l);
+        if (sinks != nullptr) {
+            l += expf(sink - m); // the sink's weight: no value row
+        }
         if (lane == 0) {
             sl[i] = l;
         }
@@ -255,30 +261,31 @@ extern "C" __global__ void attn_decode_combine(const float *__restrict__ part_m,
                                                const float *__restrict__ part_l,
                                                const float *__restrict__ part_acc,
                                                float *__restrict__ out, int n_head, int n_split,
-                                               int head_dim) {
+                                               int head_dim, const float *__restrict__ sinks) {
     dependent_launch_entry();
     __shared__ __align__(16) float scratch[ATTN_COMBINE_SCRATCH(1)];
     combine_heads(part_m, part_l, part_acc, out, n_head, n_split, head_dim, blockIdx.x, 1,
-                  blockIdx.y, scratch);
+                  blockIdx.y, sinks, scratch);
 }
 
 #define ATTN_INSTANCES(D)                                                                         \
     extern "C" __global__ void attn_decode_split_d##D(                                           \
         const float *q, const uint16_t *kc, const uint16_t *vc, const uint32_t *pos,              \
         float *part_m, float *part_l, float *part_acc, int *done, float *out, int n_head,         \
-        int n_kv_head, int n_ctx, float scale, int window) {                                      \
+        int n_kv_head, int n_ctx, float scale, int window, const float *sinks) {                  \
         dependent_launch_entry();                                                                 \
         attn_decode_split<D, KvF16>(q, kc, vc, pos, part_m, part_l, part_acc, done, out, n_head,  \
-                                    n_kv_head, n_ctx, scale, window);                             \
+                                    n_kv_head, n_ctx, scale, window, sinks);                      \
     }
 
 // Every head size the CPU runs, to 256 (llama-family tiny 32, Qwen-style and Phi 80, 96,
-// Gemma 3's 256); ops/attention.rs's ATTN_HEAD_DIMS lists them.
+// deepseek2's key head 192, Gemma 3's 256); ops/attention.rs's ATTN_HEAD_DIMS lists them.
 ATTN_INSTANCES(32)
 ATTN_INSTANCES(64)
 ATTN_INSTANCES(80)
 ATTN_INSTANCES(96)
 ATTN_INSTANCES(128)
+ATTN_INSTANCES(192)
 ATTN_INSTANCES(256)
 
 // Flash-decoding over a quantized cache (NAME: q8_0, q4_0).
@@ -286,10 +293,11 @@ ATTN_INSTANCES(256)
     extern "C" __global__ void attn_decode_split_##NAME##_d##D(                                  \
         const float *q, const void *kc, const void *vc, const uint32_t *pos, float *part_m,      \
         float *part_l, float *part_acc, int *done, float *out, int n_head, int n_kv_head,        \
-        int n_ctx, float scale, int window) {                                                    \
+        int n_ctx, float scale, int window, const float *sinks) {                                \
         dependent_launch_entry();                                                                \
         attn_decode_split<D, KvBlocks<TYPE>>(q, kc, vc, pos, part_m, part_l, part_acc, done,     \
-                                             out, n_head, n_kv_head, n_ctx, scale, window);      \
+                                             out, n_head, n_kv_head, n_ctx, scale, window,       \
+                                             sinks);                                             \
     }
 
 // The head sizes whose rows are whole 32-element blocks (not 80: KvCache::new refuses a
@@ -299,6 +307,7 @@ ATTN_INSTANCES(256)
     ATTN_QUANT_INSTANCES(NAME, TYPE, 64)                                                         \
     ATTN_QUANT_INSTANCES(NAME, TYPE, 96)                                                         \
     ATTN_QUANT_INSTANCES(NAME, TYPE, 128)                                                        \
+    ATTN_QUANT_INSTANCES(NAME, TYPE, 192)                                                        \
     ATTN_QUANT_INSTANCES(NAME, TYPE, 256)
 ATTN_QUANT_HEADS(q8_0, GGML_TYPE_Q8_0)
 ATTN_QUANT_HEADS(q4_0, GGML_TYPE_Q4_0)
@@ -369,7 +378,7 @@ static __device__ __forceinline__ void attn_decode_group(
     const float *__restrict__ q, const uint16_t *__restrict__ kc, const uint16_t *__restrict__ vc,
     const uint32_t *__restrict__ pos, float *__restrict__ part_m, float *__restrict__ part_l,
     float *__restrict__ part_acc, int *__restrict__ done, float *__restrict__ out, int n_head,
-    int n_ctx, float scale, int window) {
+    int n_ctx, float scale, int window, const float *__restrict__ sinks) {
     typedef GroupLayout<D, G> L;
     constexpr int DL = LaneDims<D>::N; // output elements a lane holds
     static_assert(ATTN_NWARPS == 4 && ATTN_GROUP_TILE == 32, "thread (key, part) per tile");
@@ -585,7 +594,7 @@ static __device__ __forceinline__ void attn_decode_group(
     __syncthreads();
     if (last) {
         __threadfence();
-        combine_heads(part_m, part_l, part_acc, out, n_head, n_split, D, h0, G, t,
+        combine_heads(part_m, part_l, part_acc, out, n_head, n_split, D, h0, G, t, sinks,
                       (float *)smem); // the stages are free again
     }
 }
@@ -595,10 +604,10 @@ static __device__ __forceinline__ void attn_decode_group(
         attn_decode_group_d##D##_g##G(const float *q, const uint16_t *kc, const uint16_t *vc,    \
                                       const uint32_t *pos, float *part_m, float *part_l,          \
                                       float *part_acc, int *done, float *out, int n_head,         \
-                                      int n_ctx, float scale, int window) {                       \
+                                      int n_ctx, float scale, int window, const float *sinks) {   \
         dependent_launch_entry();                                                                 \
         attn_decode_group<D, G>(q, kc, vc, pos, part_m, part_l, part_acc, done, out, n_head,      \
-                                n_ctx, scale, window);                                            \
+                                n_ctx, scale, window, sinks);                                     \
     }
 #define ATTN_GROUP_INSTANCES(D)                                                                   \
     ATTN_GROUP_INSTANCE(D, 1)                                                                     \
@@ -610,4 +619,5 @@ ATTN_GROUP_INSTANCES(64)
 ATTN_GROUP_INSTANCES(80)
 ATTN_GROUP_INSTANCES(96)
 ATTN_GROUP_INSTANCES(128)
+ATTN_GROUP_INSTANCES(192)
 ATTN_GROUP_INSTANCES(256)

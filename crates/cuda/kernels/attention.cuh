@@ -12,6 +12,9 @@
 // Every kernel takes `window`: a sliding window (gemma3, gpt-oss) of that many positions ending
 // at the query's own (common.cuh's attn_first_key), or 0 for every key from 0. Keys before the
 // window are skipped, not masked: whole splits and tiles start at the first visible key.
+// Every kernel takes `sinks` too: null, or one logit per query head (gpt-oss's attention sinks)
+// that joins the head's softmax maximum and denominator and has no value row, as ggml's
+// soft_max with sinks; flash-decoding adds it once, in the combine of its splits.
 #pragma once
 #include "common.cuh"
 #include "quant.cuh"
@@ -74,6 +77,18 @@ template <int D> struct WarpState {
             if (L::in_row(j)) {
                 acc[i] = acc[i] * corr + p * vrow(j);
             }
+        }
+        m = m_new;
+    }
+
+    // Joins a sink logit s (gpt-oss): in the maximum and the sum, with no value row.
+    __device__ __forceinline__ void add_sink(float s) {
+        const float m_new = fmaxf(m, s);
+        const float corr = expf(m - m_new);
+        l = l * corr + expf(s - m_new);
+#pragma unroll
+        for (int i = 0; i < L::N; ++i) {
+            acc[i] *= corr;
         }
         m = m_new;
     }

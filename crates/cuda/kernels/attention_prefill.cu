@@ -12,7 +12,7 @@ template <int D, typename F>
 static __device__ __forceinline__ void attn_prefill(
     const float *__restrict__ q, const void *__restrict__ kc, const void *__restrict__ vc,
     const uint32_t *__restrict__ pos, float *__restrict__ out, int n_q, int n_head, int n_kv_head,
-    int n_ctx, float scale, int window) {
+    int n_ctx, float scale, int window, const float *__restrict__ sinks) {
     typedef LaneDims<D> L;
     constexpr int TILE = D > 128 ? ATTN_TILE_K / 2 : ATTN_TILE_K;
     __shared__ float sk[TILE * D];
@@ -75,6 +75,9 @@ static __device__ __forceinline__ void attn_prefill(
     if (!active) {
         return;
     }
+    if (sinks != nullptr) {
+        st.add_sink(sinks[h]);
+    }
     const float inv = 1.0f / st.l;
 #pragma unroll
     for (int i = 0; i < L::N; ++i) {
@@ -136,7 +139,7 @@ template <int D>
 static __device__ __forceinline__ void attn_prefill_f16ref(
     const float *__restrict__ q, const uint16_t *__restrict__ kc, const uint16_t *__restrict__ vc,
     const uint32_t *__restrict__ pos, float *__restrict__ out, int n_q, int n_head, int n_kv_head,
-    int n_ctx, float scale, int window) {
+    int n_ctx, float scale, int window, const float *__restrict__ sinks) {
     __shared__ float prod[2][D];
     const int t = blockIdx.x, h = blockIdx.y;
     const int g = h / (n_head / n_kv_head);
@@ -169,8 +172,22 @@ static __device__ __forceinline__ void attn_prefill_f16ref(
         acc = __float2half_rn(__fmaf_rn(v, vs, __half2float(acc)));
         l = __fmaf_rn(l, ms, vs);
     }
+    float a = __half2float(acc);
+    if (sinks != nullptr) {
+        // The CPU's closing sink step (ggml's): on the f32 accumulator, rescaled if the sink is
+        // the new maximum, its weight added to the sum.
+        const float sk = sinks[h];
+        float ms = 1.0f, vs = 1.0f;
+        if (sk > m) {
+            ms = exp_rn(m - sk);
+            a = __fmul_rn(a, ms);
+        } else {
+            vs = exp_rn(sk - m);
+        }
+        l = __fmaf_rn(l, ms, vs);
+    }
     if (own) {
-        out[row + j] = __half2float(acc) * (1.0f / l);
+        out[row + j] = a * (1.0f / l);
     }
 }
 
@@ -213,7 +230,7 @@ template <int D>
 static __device__ __forceinline__ void attn_prefill_f32ref(
     const float *__restrict__ q, const uint16_t *__restrict__ kc, const uint16_t *__restrict__ vc,
     const uint32_t *__restrict__ pos, float *__restrict__ out, int n_q, int n_head, int n_kv_head,
-    int n_ctx, float scale, int window) {
+    int n_ctx, float scale, int window, const float *__restrict__ sinks) {
     const int lane = threadIdx.x % WARP_SIZE;
     const int w = blockIdx.x * F32REF_WARPS + threadIdx.x / WARP_SIZE;
     if (w >= n_q * n_head) {
@@ -247,14 +264,28 @@ static __device__ __forceinline__ void attn_prefill_f32ref(
     for (int off = 8; off < WARP_SIZE; off *= 2) {
         m = fmaxf(m, __shfl_xor_sync(FULL_MASK, m, off));
     }
+    // With a sink, the CPU's softmax_with_sink: the sink in the maximum, the sum in f64 with the
+    // sink's term last, 1 / Σ rounded from f64.
+    const bool sink = sinks != nullptr;
+    const float sk = sink ? sinks[h] : 0.0f;
+    if (sink) {
+        m = fmaxf(m, sk);
+    }
     float sum = 0.0f;
+    double dsum = 0.0;
     for (int k0 = first; k0 < r.n_keys; k0 += 4) {
         const float e = exp_rn(__fsub_rn(r.score(k0), m));
         for (int g = 0; g < 4 && k0 + g < r.n_keys; ++g) {
-            sum = __fadd_rn(sum, __shfl_sync(FULL_MASK, e, 8 * g));
+            const float eg = __shfl_sync(FULL_MASK, e, 8 * g);
+            if (sink) {
+                dsum = __dadd_rn(dsum, (double)eg);
+            } else {
+                sum = __fadd_rn(sum, eg);
+            }
         }
     }
-    const float inv = __fdiv_rn(1.0f, sum);
+    const float inv = sink ? (float)__ddiv_rn(1.0, __dadd_rn(dsum, (double)exp_rn(sk - m)))
+                           : __fdiv_rn(1.0f, sum);
     typedef LaneDims<D> L;
     float o[L::N];
 #pragma unroll
@@ -284,44 +315,49 @@ static __device__ __forceinline__ void attn_prefill_f32ref(
 #define ATTN_INSTANCES(D)                                                                         \
     extern "C" __global__ void attn_prefill_f16ref_d##D(                                          \
         const float *q, const uint16_t *kc, const uint16_t *vc, const uint32_t *pos, float *out,  \
-        int n_q, int n_head, int n_kv_head, int n_ctx, float scale, int window) {                 \
+        int n_q, int n_head, int n_kv_head, int n_ctx, float scale, int window,                   \
+        const float *sinks) {                                                                     \
         dependent_launch_entry();                                                                 \
         attn_prefill_f16ref<D>(q, kc, vc, pos, out, n_q, n_head, n_kv_head, n_ctx, scale,         \
-                                window);                                                          \
+                                window, sinks);                                                   \
     }                                                                                             \
     extern "C" __global__ void attn_prefill_f32ref_d##D(                                          \
         const float *q, const uint16_t *kc, const uint16_t *vc, const uint32_t *pos, float *out,  \
-        int n_q, int n_head, int n_kv_head, int n_ctx, float scale, int window) {                 \
+        int n_q, int n_head, int n_kv_head, int n_ctx, float scale, int window,                   \
+        const float *sinks) {                                                                     \
         dependent_launch_entry();                                                                 \
         attn_prefill_f32ref<D>(q, kc, vc, pos, out, n_q, n_head, n_kv_head, n_ctx, scale,         \
-                                window);                                                          \
+                                window, sinks);                                                   \
     }                                                                                             \
     extern "C" __global__ void attn_prefill_d##D(const float *q, const uint16_t *kc,              \
                                                  const uint16_t *vc, const uint32_t *pos,         \
                                                  float *out, int n_q, int n_head, int n_kv_head,  \
-                                                 int n_ctx, float scale, int window) {            \
+                                                 int n_ctx, float scale, int window,              \
+                                                 const float *sinks) {                            \
         dependent_launch_entry();                                                                 \
         attn_prefill<D, KvF16>(q, kc, vc, pos, out, n_q, n_head, n_kv_head, n_ctx, scale,         \
-                               window);                                                           \
+                               window, sinks);                                                    \
     }
 
 // Every head size the CPU runs, to 256 (llama-family tiny 32, Qwen-style and Phi 80, 96,
-// Gemma 3's 256); ops/attention.rs's ATTN_HEAD_DIMS lists them.
+// deepseek2's key head 192, Gemma 3's 256); ops/attention.rs's ATTN_HEAD_DIMS lists them.
 ATTN_INSTANCES(32)
 ATTN_INSTANCES(64)
 ATTN_INSTANCES(80)
 ATTN_INSTANCES(96)
 ATTN_INSTANCES(128)
+ATTN_INSTANCES(192)
 ATTN_INSTANCES(256)
 
 // The scalar prefill over a quantized cache (NAME: q8_0, q4_0).
 #define ATTN_QUANT_INSTANCES(NAME, TYPE, D)                                                      \
     extern "C" __global__ void attn_prefill_##NAME##_d##D(                                       \
         const float *q, const void *kc, const void *vc, const uint32_t *pos, float *out,         \
-        int n_q, int n_head, int n_kv_head, int n_ctx, float scale, int window) {                \
+        int n_q, int n_head, int n_kv_head, int n_ctx, float scale, int window,                  \
+        const float *sinks) {                                                                    \
         dependent_launch_entry();                                                                \
         attn_prefill<D, KvBlocks<TYPE>>(q, kc, vc, pos, out, n_q, n_head, n_kv_head, n_ctx,      \
-                                        scale, window);                                          \
+                                        scale, window, sinks);                                   \
     }
 
 // The head sizes whose rows are whole 32-element blocks (not 80: KvCache::new refuses a
@@ -331,6 +367,7 @@ ATTN_INSTANCES(256)
     ATTN_QUANT_INSTANCES(NAME, TYPE, 64)                                                         \
     ATTN_QUANT_INSTANCES(NAME, TYPE, 96)                                                         \
     ATTN_QUANT_INSTANCES(NAME, TYPE, 128)                                                        \
+    ATTN_QUANT_INSTANCES(NAME, TYPE, 192)                                                        \
     ATTN_QUANT_INSTANCES(NAME, TYPE, 256)
 ATTN_QUANT_HEADS(q8_0, GGML_TYPE_Q8_0)
 ATTN_QUANT_HEADS(q4_0, GGML_TYPE_Q4_0)

@@ -50,15 +50,19 @@ extern "C" __global__ void kv_store_rows_f16(const float *__restrict__ k,
 }
 
 // Head h's combine for one row: out = Σ_s acc_s e^(m_s - m) / Σ_s l_s e^(m_s - m) over the
-// non-empty splits in split order (attention.cu's combine_head; partials of the row's slot).
+// non-empty splits in split order (attention.cu's combine_head; partials of the row's slot),
+// the head's sink (if `sinks`) in m and the denominator.
 static __device__ __forceinline__ void rows_combine_head(const float *part_m, const float *part_l,
                                                          const float *part_acc, float *out_row,
-                                                         int n_split, int head_dim, int h) {
+                                                         int n_split, int head_dim, int h,
+                                                         const float *sinks) {
     const size_t base = (size_t)h * n_split;
     float m = ROWS_NEG_INF;
     for (int s = 0; s < n_split; ++s) {
         m = fmaxf(m, __ldcg(part_m + base + s));
     }
+    const float sink = sinks != nullptr ? sinks[h] : ROWS_NEG_INF;
+    m = fmaxf(m, sink);
     for (int j = threadIdx.x; j < head_dim; j += blockDim.x) {
         float l = 0.0f, a = 0.0f;
         for (int s = 0; s < n_split; ++s) {
@@ -70,18 +74,22 @@ static __device__ __forceinline__ void rows_combine_head(const float *part_m, co
             l += __ldcg(part_l + base + s) * w;
             a += __ldcg(part_acc + (base + s) * head_dim + j) * w;
         }
+        if (sinks != nullptr) {
+            l += expf(sink - m); // the sink's weight: no value row
+        }
         out_row[(size_t)h * head_dim + j] = a / l;
     }
 }
 
 // grid (max split count, n_kv_head, n_rows); block ROWS_NWARPS warps. q, out: [n_rows][n_head][D].
 // `window`: the layer's sliding window (0: none); a row sees keys attn_first_key..pos[t].
+// `sinks`: null, or a logit per query head joining the combine (attention.cuh).
 template <int D, int G>
 static __device__ __forceinline__ void attn_decode_rows(
     const float *__restrict__ q, const unsigned long long *__restrict__ kv,
     const int *__restrict__ meta, const unsigned long long *__restrict__ work,
     const uint32_t *__restrict__ pos, float *__restrict__ out, int n_head, float scale,
-    int window) {
+    int window, const float *__restrict__ sinks) {
     constexpr int DL = LaneDims<D>::N; // V elements a lane holds
     const int n_rows = gridDim.z;
     const int split = blockIdx.x, g = blockIdx.y, t = blockIdx.z;
@@ -242,7 +250,7 @@ static __device__ __forceinline__ void attn_decode_rows(
         __threadfence();
         for (int i = 0; i < G; ++i) {
             rows_combine_head(part_m, part_l, part_acc, out + (size_t)t * n_head * D, n_split, D,
-                              h0 + i);
+                              h0 + i, sinks);
         }
     }
 }
@@ -252,9 +260,9 @@ static __device__ __forceinline__ void attn_decode_rows(
         attn_decode_rows_d##D##_g##G(const float *q, const unsigned long long *kv,              \
                                      const int *meta, const unsigned long long *work,            \
                                      const uint32_t *pos, float *out, int n_head, float scale,  \
-                                     int window) {                                               \
+                                     int window, const float *sinks) {                           \
         dependent_launch_entry();                                                                 \
-        attn_decode_rows<D, G>(q, kv, meta, work, pos, out, n_head, scale, window);               \
+        attn_decode_rows<D, G>(q, kv, meta, work, pos, out, n_head, scale, window, sinks);        \
     }
 // Every group size up to 8 (SmolLM2's 3, Qwen2.5's 7 too): one query head a KV head to 8.
 #define ROWS_INSTANCES(D)                                                                         \
@@ -273,4 +281,5 @@ ROWS_INSTANCES(64)
 ROWS_INSTANCES(80)
 ROWS_INSTANCES(96)
 ROWS_INSTANCES(128)
+ROWS_INSTANCES(192)
 ROWS_INSTANCES(256)

@@ -19,7 +19,8 @@
 // up to the largest position of the block's rows, from the tile of the first key any of them
 // sees (a sliding window skips the tiles before it); a tile is masked only when some row of
 // the block stops inside it or, with a window, starts after its first key. Rows past n_q are
-// computed as if at position 0 and never written.
+// computed as if at position 0 and never written. A head's sink (`sinks` not null) joins its
+// row's maximum and sum once, after the keys.
 #include "common.cuh"
 
 #define FA_NWARPS 4
@@ -104,7 +105,7 @@ template <int D>
 static __device__ __forceinline__ void flash_prefill(
     const float *__restrict__ q, const uint16_t *__restrict__ kc, const uint16_t *__restrict__ vc,
     const uint32_t *__restrict__ pos, float *__restrict__ out, int n_q, int n_head, int n_kv_head,
-    int n_ctx, float scale, int window) {
+    int n_ctx, float scale, int window, const float *__restrict__ sinks) {
     constexpr int STRIDE = D + FA_PAD; // halves per shared row
     constexpr int TILE = FA_BK * STRIDE;
     static_assert(D % 16 == 0 && D <= 128, "whole k-steps; O and Q fit the registers to 128");
@@ -127,7 +128,7 @@ static __device__ __forceinline__ void flash_prefill(
     }
     __syncthreads();
     // This thread's two rows (fragment rows g and g + 8 of its warp).
-    int row_pos[2], row_first[2];
+    int row_pos[2], row_first[2], row_head[2];
     bool active[2];
     size_t row_at[2]; // element offset of the row in q and out
 #pragma unroll
@@ -136,7 +137,8 @@ static __device__ __forceinline__ void flash_prefill(
         active[i] = t < n_q;
         row_pos[i] = active[i] ? (int)pos[t] : 0;
         row_first[i] = attn_first_key(row_pos[i] + 1, window);
-        row_at[i] = ((size_t)t * n_head + kvh * group + r % group) * D;
+        row_head[i] = kvh * group + r % group;
+        row_at[i] = ((size_t)t * n_head + row_head[i]) * D;
         if (active[i] && t4 == 0) {
             atomicMax(&s_max_pos, row_pos[i]);
             atomicMin(&s_min_pos, row_pos[i]);
@@ -298,7 +300,15 @@ static __device__ __forceinline__ void flash_prefill(
         if (!active[i]) {
             continue;
         }
-        const float inv = 1.0f / l[i];
+        // The head's sink (gpt-oss), in the log2 domain: in the maximum and the sum, no value.
+        float corr = 1.0f;
+        if (sinks != nullptr) {
+            const float sk = sinks[row_head[i]] * FA_LOG2E;
+            const float m_new = fmaxf(m[i], sk);
+            corr = exp2f(m[i] - m_new);
+            l[i] = l[i] * corr + exp2f(sk - m_new);
+        }
+        const float inv = corr / l[i];
 #pragma unroll
         for (int j = 0; j < DN; ++j) {
             *(float2 *)(out + row_at[i] + 8 * j + 2 * t4) =
@@ -310,9 +320,11 @@ static __device__ __forceinline__ void flash_prefill(
 #define FLASH_INSTANCE(D)                                                                         \
     extern "C" __global__ void __launch_bounds__(FA_NWARPS *WARP_SIZE) flash_attn_prefill_d##D(  \
         const float *q, const uint16_t *kc, const uint16_t *vc, const uint32_t *pos, float *out,  \
-        int n_q, int n_head, int n_kv_head, int n_ctx, float scale, int window) {                 \
+        int n_q, int n_head, int n_kv_head, int n_ctx, float scale, int window,                   \
+        const float *sinks) {                                                                     \
         dependent_launch_entry();                                                                 \
-        flash_prefill<D>(q, kc, vc, pos, out, n_q, n_head, n_kv_head, n_ctx, scale, window);      \
+        flash_prefill<D>(q, kc, vc, pos, out, n_q, n_head, n_kv_head, n_ctx, scale, window,       \
+                         sinks);                                                                  \
     }
 
 // Head sizes to 128 (ops/attention.rs's MMA_HEAD_DIMS); at 256 the Q fragments and the O

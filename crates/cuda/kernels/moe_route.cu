@@ -2,6 +2,10 @@
 // per token, as the CPU's moe::route: probabilities p = exp(l - max) * (1 / Σ exp), experts taken
 // in descending p with ties to the lower id, optionally renormalised p / Σ picked p (summed in
 // slot order). Outputs ids[t][k] (i32) and weights[t][k] (f32), slot 0 the most probable.
+// The top-k's `gating` (the CPU's MoeGating): 0 keeps the picked probabilities, 1 renormalises
+// them, 2 (gpt-oss) takes the top-k of the logits themselves and a softmax over the k picked
+// (in slot order, as the CPU's norm::softmax). `bias`: null, or the router's bias (gpt-oss),
+// added to each logit before anything else.
 //
 // Launches (crates/cuda/src/ops/moe_route.rs must agree):
 // - moe_logits_small (n <= ROUTE_SMALL_N tokens, decode): block ROUTE_THREADS, grid n_expert;
@@ -154,34 +158,44 @@ static __device__ __forceinline__ bool ranks_before(float p, int e, float q, int
 // every live one). Lane j keeps slot j (k <= 32).
 static __device__ __forceinline__ void topk_token(const float *l, int *__restrict__ ids,
                                                   float *__restrict__ weights, int t,
-                                                  int n_expert, int k, int renorm, int lane) {
+                                                  int n_expert, int k, int gating,
+                                                  const float *__restrict__ bias, int lane) {
     float p[TOPK_PER_LANE];
     float mx = NEG_INF;
 #pragma unroll
     for (int i = 0; i < TOPK_PER_LANE; ++i) {
         const int e = lane + WARP_SIZE * i;
-        p[i] = e < n_expert ? l[e] : NEG_INF;
+        if (e < n_expert) {
+            p[i] = bias != nullptr ? __fadd_rn(l[e], bias[e]) : l[e];
+        } else {
+            p[i] = NEG_INF;
+        }
         mx = fmaxf(mx, p[i]);
     }
-    mx = warp_max(mx);
-    float sum = 0.0f;
+    // Logits ranked as they are (gating 2): struck out to -inf; probabilities (>= 0) to -1.
+    const bool raw = gating == 2;
+    if (!raw) {
+        mx = warp_max(mx);
+        float sum = 0.0f;
 #pragma unroll
-    for (int i = 0; i < TOPK_PER_LANE; ++i) {
-        const int e = lane + WARP_SIZE * i;
-        p[i] = e < n_expert ? exp_rn(p[i] - mx) : -1.0f;
-        sum += e < n_expert ? p[i] : 0.0f;
-    }
-    const float inv = 1.0f / warp_sum(sum);
+        for (int i = 0; i < TOPK_PER_LANE; ++i) {
+            const int e = lane + WARP_SIZE * i;
+            p[i] = e < n_expert ? exp_rn(p[i] - mx) : -1.0f;
+            sum += e < n_expert ? p[i] : 0.0f;
+        }
+        const float inv = 1.0f / warp_sum(sum);
 #pragma unroll
-    for (int i = 0; i < TOPK_PER_LANE; ++i) {
-        p[i] = p[i] >= 0.0f ? p[i] * inv : -1.0f;
+        for (int i = 0; i < TOPK_PER_LANE; ++i) {
+            p[i] = p[i] >= 0.0f ? p[i] * inv : -1.0f;
+        }
     }
+    const float struck = raw ? NEG_INF : -1.0f;
 
     int my_e = 0;
     float my_p = 0.0f;
     for (int j = 0; j < k; ++j) {
         // This lane's best: a later i has a higher id, so only a strictly greater p wins.
-        float bp = -2.0f;
+        float bp = raw ? NEG_INF : -2.0f;
         int be = n_expert;
 #pragma unroll
         for (int i = 0; i < TOPK_PER_LANE; ++i) {
@@ -202,7 +216,7 @@ static __device__ __forceinline__ void topk_token(const float *l, int *__restric
 #pragma unroll
         for (int i = 0; i < TOPK_PER_LANE; ++i) {
             if (lane + WARP_SIZE * i == be) {
-                p[i] = -1.0f;
+                p[i] = struck;
             }
         }
         if (lane == j) {
@@ -210,13 +224,26 @@ static __device__ __forceinline__ void topk_token(const float *l, int *__restric
             my_p = bp;
         }
     }
-    if (renorm) {
+    if (gating == 1) {
         // Slot order, as the CPU's iterator sum.
         float s = 0.0f;
         for (int j = 0; j < k; ++j) {
             s += __shfl_sync(FULL_MASK, my_p, j);
         }
         my_p = my_p / s;
+    } else if (raw) {
+        // The k picked logits through one softmax, as norm::softmax: the maximum, e^(l - max)
+        // summed in slot order, times 1 / Σ.
+        float m = NEG_INF;
+        for (int j = 0; j < k; ++j) {
+            m = fmaxf(m, __shfl_sync(FULL_MASK, my_p, j));
+        }
+        const float e = exp_rn(__fsub_rn(my_p, m));
+        float s = 0.0f;
+        for (int j = 0; j < k; ++j) {
+            s = __fadd_rn(s, __shfl_sync(FULL_MASK, e, j));
+        }
+        my_p = __fmul_rn(e, __fdiv_rn(1.0f, s));
     }
     if (lane < k) {
         ids[(size_t)t * k + lane] = my_e;
@@ -226,11 +253,11 @@ static __device__ __forceinline__ void topk_token(const float *l, int *__restric
 
 extern "C" __global__ void __launch_bounds__(TOPK_WARPS *WARP_SIZE)
     moe_topk(const float *__restrict__ logits, int *__restrict__ ids, float *__restrict__ weights,
-             int n, int n_expert, int k, int renorm) {
+             int n, int n_expert, int k, int gating, const float *__restrict__ bias) {
     dependent_launch_entry();
     const int t = blockIdx.x * TOPK_WARPS + threadIdx.y;
     if (t < n) { // whole warps
-        topk_token(logits + (size_t)t * n_expert, ids, weights, t, n_expert, k, renorm,
+        topk_token(logits + (size_t)t * n_expert, ids, weights, t, n_expert, k, gating, bias,
                    threadIdx.x);
     }
 }
@@ -242,7 +269,8 @@ extern "C" __global__ void __launch_bounds__(TOPK_WARPS *WARP_SIZE)
 extern "C" __global__ void __launch_bounds__(ROUTE_THREADS)
     moe_route_small(const float *__restrict__ x, const float *__restrict__ w, float *logits,
                     int *__restrict__ ids, float *__restrict__ weights, unsigned *done, int n,
-                    int n_embd, int n_expert, int k, int renorm) {
+                    int n_embd, int n_expert, int k, int gating,
+                    const float *__restrict__ bias) {
     dependent_launch_entry();
     logits_small(x, w, logits, n, n_embd, n_expert);
     __shared__ bool last;
@@ -266,6 +294,6 @@ extern "C" __global__ void __launch_bounds__(ROUTE_THREADS)
     }
     const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
     for (int t = warp; t < n; t += ROUTE_THREADS / WARP_SIZE) {
-        topk_token(ls + t * n_expert, ids, weights, t, n_expert, k, renorm, lane);
+        topk_token(ls + t * n_expert, ids, weights, t, n_expert, k, gating, bias, lane);
     }
 }

@@ -552,18 +552,13 @@ impl Backend for CudaBackend {
         sinks: Option<&CudaWeight>,
         out: &mut CudaAct,
     ) -> Result<()> {
-        if sinks.is_some() {
-            return Err(CudaError::Invalid(
-                "attention sinks have no CUDA kernels yet".into(),
-            ));
-        }
         if q.rows == 0 {
             return Ok(());
         }
         let sm = AttnSoftmax {
             scale: shape.scale(),
             window,
-            sinks: None,
+            sinks: sinks.map(CudaWeight::vector),
         };
         crate::profile::span(self.dev.stream(), "attention", || {
             self.try_attention(seqs, layer, q, k, v, inp, shape, sm, out)

@@ -43,13 +43,15 @@ impl CudaBackend {
                 "an MoE router not uploaded as one".into(),
             ));
         };
-        if w.router_bias.is_some() || w.biases.is_some() || w.act != MoeAct::Swiglu {
+        if w.biases.is_some() || w.act != MoeAct::Swiglu {
             return Err(CudaError::Invalid(
                 "biased experts and swiglu_oai (gpt-oss) have no CUDA kernels yet".into(),
             ));
         }
         // The router applies its gating itself (fixed at upload); it must be the weights'.
-        if router.renorm != (w.gating == MoeGating::SoftmaxTopKRenorm) {
+        if router.renorm != (w.gating == MoeGating::SoftmaxTopKRenorm)
+            || router.topk_softmax != (w.gating == MoeGating::TopKSoftmax)
+        {
             return Err(CudaError::Invalid(format!(
                 "an MoE router uploaded for another gating than {:?}",
                 w.gating
@@ -74,10 +76,18 @@ impl CudaBackend {
             slot => slot.insert(MoeRouteWork::new(dev, n.max(GEMM_MIN_TOKENS), w.n_expert)?),
         };
         let logits = self.plan.router_logits(n, router.n_embd);
+        let bias = w.router_bias.as_ref().map(CudaWeight::vector); // gpt-oss
         crate::profile::span(dev.stream(), "moe.route", || {
-            self.k
-                .moe_route
-                .route(logits, x.buf(), n, router, route, &mut ids, &mut weights)
+            self.k.moe_route.route_biased(
+                logits,
+                x.buf(),
+                n,
+                router,
+                bias,
+                route,
+                &mut ids,
+                &mut weights,
+            )
         })?;
         // deepseek2's expert_weights_scale, on the gated weights as the CPU (same product).
         if w.weights_scale != 1.0 {

@@ -10,7 +10,7 @@ use crate::ops::{DecodeWork, KvCache, KvFormat};
 use crate::plan::Plan;
 use cudarc::driver::{sys, CudaGraph};
 use ferrolm_gguf::{GgmlType, GgufFile};
-use ferrolm_model::backend::{Backend, MoeGating, PassInputs, SeqRows};
+use ferrolm_model::backend::{Backend, PassInputs, SeqRows};
 use ferrolm_model::dump::{dump_dir_from_env, Dump};
 use ferrolm_model::forward::{forward, head, layers, moe_gating};
 use ferrolm_model::weights::ModelWeights;
@@ -95,8 +95,8 @@ impl CudaModel {
         first_layer: usize,
     ) -> ferrolm_model::Result<Self> {
         let cfg = Config::from_gguf(file)?;
-        // gpt-oss: MXFP4 experts, attention sinks and the biased MoE have no CUDA kernels yet
-        // (its sliding windows have: every attention kernel takes one, as gemma3 runs them).
+        // gpt-oss: its MXFP4 expert kernels and the biased experts with swiglu_oai are not in
+        // yet (its attention sinks, sliding windows and router gating are).
         if cfg.arch == ferrolm_model::Arch::GptOss {
             return Err(ModelError::Invalid(format!(
                 "CUDA: {} runs on the CPU only for now; use --backend cpu (or -ngl 0)",
@@ -108,7 +108,7 @@ impl CudaModel {
         let cuda = |e: CudaError| ModelError::Invalid(format!("CUDA: {e}"));
         let backend = CudaBackend::new(dev.clone()).map_err(cuda)?;
         // The same gating the weights carry (`MoeWeights::gating`), which the router applies.
-        let renorm = moe_gating(cfg.arch) == MoeGating::SoftmaxTopKRenorm;
+        let gating = moe_gating(cfg.arch);
         let n_used = cfg.moe.as_ref().map_or(0, |m| m.n_expert_used);
         // The first block's query projection: what the fused norms quantize for.
         let first_q = TensorId::block(first_layer, TensorRole::AttnQ);
@@ -120,7 +120,7 @@ impl CudaModel {
             if !on_gpu(&cfg, id, first_layer) {
                 Ok(CudaWeight::Absent)
             } else if id.role == TensorRole::FfnGateInp {
-                super::weights::upload_router(&dev, id, ty, dims, data, n_used, renorm)
+                super::weights::upload_router(&dev, id, ty, dims, data, n_used, gating)
             } else {
                 super::weights::upload(&dev, id, ty, dims, data)
             }

@@ -6,6 +6,7 @@ use crate::ops::{Embed, Mmvq, MoeRouter, QuantMatrix};
 use crate::Result as CudaResult;
 use cudarc::driver::CudaSlice;
 use ferrolm_gguf::GgmlType;
+use ferrolm_model::backend::MoeGating;
 use ferrolm_model::{ModelError, Result, TensorId, TensorRole};
 
 pub enum CudaWeight {
@@ -134,7 +135,8 @@ pub fn upload(
     Ok(CudaWeight::Matrix { mat, gather })
 }
 
-/// Uploads an MoE router: `n_used` experts per token, renormalised (qwen3moe) or not (olmoe).
+/// Uploads an MoE router: `n_used` experts per token, gated as `gating` says (applied by the
+/// router's top-k).
 pub fn upload_router(
     dev: &CudaDevice,
     id: TensorId,
@@ -142,12 +144,17 @@ pub fn upload_router(
     dims: &[u64],
     data: &[u8],
     n_used: usize,
-    renorm: bool,
+    gating: MoeGating,
 ) -> Result<CudaWeight> {
     let name = &id.name();
     let (n_embd, n_expert) = (dims[0] as usize, dims[1..].iter().product::<u64>() as usize);
     let v = dequantize(name, ty, n_embd * n_expert, data)?;
+    let renorm = gating == MoeGating::SoftmaxTopKRenorm;
     MoeRouter::upload(dev, &v, n_expert, n_embd, n_used, renorm)
+        .map(|r| match gating {
+            MoeGating::TopKSoftmax => r.topk_softmax(),
+            _ => r,
+        })
         .map(CudaWeight::Router)
         .map_err(|e| cuda_err(name, e))
 }

@@ -24,13 +24,13 @@ use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig};
 /// Warps per attention block (the kernel's ATTN_NWARPS).
 const NWARPS: usize = 4;
 /// Head sizes with a kernel instance: every one the CPU runs, to 256 (the tiny llama-family
-/// goldens' 32, 64, Qwen-style and Phi's 80, 96, 128, Gemma 3's 256). Each family takes them
-/// all (decode split and by KV group, the batched rows, the scalar, F16Ref and F32Ref
-/// prefills), except the block caches (whole 32-element blocks: not 80) and the tensor-core
-/// prefill ([`MMA_HEAD_DIMS`]).
-pub const ATTN_HEAD_DIMS: [usize; 6] = [32, 64, 80, 96, 128, 256];
-/// Head sizes of the tensor-core prefill: at 256 its Q fragments and O accumulator would not
-/// fit a thread's registers, and the plan runs the scalar prefill instead
+/// goldens' 32, 64, Qwen-style and Phi's 80, 96, 128, deepseek2's key head 192 (128 + 64 RoPE,
+/// its values padded to it), Gemma 3's 256). Each family takes them all (decode split and by
+/// KV group, the batched rows, the scalar, F16Ref and F32Ref prefills), except the block
+/// caches (whole 32-element blocks: not 80) and the tensor-core prefill ([`MMA_HEAD_DIMS`]).
+pub const ATTN_HEAD_DIMS: [usize; 7] = [32, 64, 80, 96, 128, 192, 256];
+/// Head sizes of the tensor-core prefill: at 192 and 256 its Q fragments and O accumulator
+/// would not fit a thread's registers, and the plan runs the scalar prefill instead
 /// (`Plan::prefill_kernel`).
 pub const MMA_HEAD_DIMS: [usize; 5] = [32, 64, 80, 96, 128];
 /// Query heads per KV head that `attn_decode_group_*` has instances for.
@@ -193,6 +193,18 @@ pub(super) fn window_arg(window: Option<usize>) -> Result<i32> {
         Some(w) => Ok(int(w, "window")),
         None => Ok(0),
     }
+}
+
+/// The kernels' `sinks` argument (a null pointer for none), `n_head` logits at least.
+pub(super) fn sinks_arg<'a>(sm: &AttnSoftmax<'a>, n_head: usize) -> Option<&'a CudaSlice<f32>> {
+    if let Some(s) = sm.sinks {
+        assert!(
+            s.len() >= n_head,
+            "attention: {} sinks for {n_head} heads",
+            s.len()
+        );
+    }
+    sm.sinks
 }
 
 /// Checks the shapes shared by decode and prefill; returns the number of query rows.
@@ -370,6 +382,7 @@ impl Attention {
         );
         let win = window_arg(sm.window)?;
         let scale = sm.scale;
+        let sinks = sinks_arg(&sm, n_head);
         let (nh, nkv, nctx) = (
             int(n_head, "n_head"),
             int(cache.n_kv_head, "n_kv_head"),
@@ -410,15 +423,15 @@ impl Attention {
         if !grouped {
             b.arg(&nkv); // the grouped kernel's KV head is its block
         }
-        b.arg(&nctx).arg(&scale).arg(&win);
+        b.arg(&nctx).arg(&scale).arg(&win).arg(sinks);
         let cfg = LaunchConfig {
             grid_dim: (n_split as u32, blocks_y as u32, n_q as u32),
             block_dim: ((NWARPS * 32) as u32, 1, 1),
             shared_mem_bytes: smem as u32,
         };
         // SAFETY: attn_decode_split_dD(q, kc, vc, pos, m, l, acc, done, out, n_head, n_kv_head,
-        // n_ctx, scale, window), or attn_decode_group_dD_gG(.. out, n_head, n_ctx, scale,
-        // window) with G = n_head / n_kv_head over an f16 cache (rows of D elements, 16-byte
+        // n_ctx, scale, window, sinks), or attn_decode_group_dD_gG(.. out, n_head, n_ctx, scale,
+        // window, sinks) (sinks null or n_head floats: sinks_arg) with G = n_head / n_kv_head over an f16 cache (rows of D elements, 16-byte
         // aligned): n_q rows of q, positions below n_ctx (the caller's), partials and counters
         // sized by work (max_q >= n_q rows, n_split <= its splits: the partials are laid out by
         // the grid's split count), out n_q * n_head * head_dim floats, or done and out null when
@@ -436,7 +449,8 @@ impl Attention {
             .arg(out)
             .arg(&nh)
             .arg(&ns)
-            .arg(&hd);
+            .arg(&hd)
+            .arg(sinks);
         // The split kernels' block size: combine_heads sums the splits in sets that follow
         // the block size, so the fused combine and this one give the same bits.
         let cfg = LaunchConfig {
@@ -444,8 +458,8 @@ impl Attention {
             block_dim: ((NWARPS * 32) as u32, 1, 1),
             shared_mem_bytes: 0,
         };
-        // SAFETY: attn_decode_combine(m, l, acc, out, n_head, n_split, head_dim) over the
-        // partials written just above; out holds n_q * n_head * head_dim floats.
+        // SAFETY: attn_decode_combine(m, l, acc, out, n_head, n_split, head_dim, sinks) over
+        // the partials written just above; out holds n_q * n_head * head_dim floats.
         unsafe { b.launch(cfg) }.during("launching attn_decode_combine")?;
         Ok(())
     }
@@ -475,6 +489,7 @@ impl Attention {
         }
         let n_q = query_rows(q.len(), out.len(), positions.len(), n_head, cache);
         let scale = sm.scale;
+        let sinks = sinks_arg(&sm, n_head);
         let (nq, nh, nkv, nctx) = (
             int(n_q, "query rows"),
             int(n_head, "n_head"),
@@ -542,11 +557,12 @@ impl Attention {
             .arg(&nkv)
             .arg(&nctx)
             .arg(&scale)
-            .arg(&win);
+            .arg(&win)
+            .arg(sinks);
         // SAFETY: attn_prefill[_f16ref|_f32ref|_q8_0|_q4_0]_dD and flash_attn_prefill_dD take
-        // (q, kc, vc, pos, out, n_q, n_head, n_kv_head, n_ctx, scale, window): n_q rows in and
-        // out, positions below n_ctx (the caller's); the flash kernel's dynamic shared memory is
-        // the size it was raised to.
+        // (q, kc, vc, pos, out, n_q, n_head, n_kv_head, n_ctx, scale, window, sinks): n_q rows
+        // in and out, positions below n_ctx (the caller's), sinks null or n_head floats; the
+        // flash kernel's dynamic shared memory is the size it was raised to.
         unsafe { b.launch(cfg) }.during("launching attention prefill")?;
         Ok(())
     }
@@ -601,7 +617,8 @@ mod tests {
     fn head_dims() {
         assert_eq!(dim_index(32).unwrap(), 0);
         assert_eq!(dim_index(80).unwrap(), 2);
-        assert_eq!(dim_index(256).unwrap(), 5);
+        assert_eq!(dim_index(192).unwrap(), 5);
+        assert_eq!(dim_index(256).unwrap(), 6);
         assert!(dim_index(48).is_err());
         assert!(dim_index(512).is_err());
         // 2 stages of K and V tiles, 64 keys of (D + 8) halves: the kernel's layout.
@@ -612,6 +629,7 @@ mod tests {
         // of an sm_86/sm_89 block (the most of any size); three stages at 128.
         assert_eq!(group_smem_bytes(256, 8), 74_752);
         assert_eq!(group_smem_bytes(128, 8), 54_272);
+        assert_eq!(group_smem_bytes(192, 8), 56_320);
         let most = ATTN_HEAD_DIMS
             .map(|d| group_smem_bytes(d, 8))
             .into_iter()

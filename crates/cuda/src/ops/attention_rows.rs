@@ -14,7 +14,7 @@
 //! rewritten in place, so a captured graph replays over other sequences' caches; paging the
 //! cache later changes only what the table holds and how the kernels index it.
 
-use super::attention::{window_arg, AttnSoftmax, DecodeWork, ATTN_HEAD_DIMS};
+use super::attention::{sinks_arg, window_arg, AttnSoftmax, DecodeWork, ATTN_HEAD_DIMS};
 use super::int;
 use super::kv_cache::{KvCache, KvFormat};
 use super::launch::Launcher;
@@ -264,6 +264,7 @@ impl AttentionRows {
         let kv = table.kv.slice(layer * 2 * n..(layer + 1) * 2 * n);
         let nh = int(n_head, "n_head");
         let scale = sm.scale;
+        let sinks = sinks_arg(&sm, n_head);
         let mut b = self.launch.builder(f);
         b.arg(q)
             .arg(&kv)
@@ -273,14 +274,15 @@ impl AttentionRows {
             .arg(out)
             .arg(&nh)
             .arg(&scale)
-            .arg(&win);
+            .arg(&win)
+            .arg(sinks);
         let cfg = LaunchConfig {
             grid_dim: (table.grid_split as u32, n_kv_head as u32, n as u32),
             block_dim: ((NWARPS * 32) as u32, 1, 1),
             shared_mem_bytes: 0,
         };
-        // SAFETY: attn_decode_rows_dD_gG(q, kv, meta, work, pos, out, n_head, scale, window)
-        // with G = n_head / n_kv_head: n_rows rows of q and out; each served row's caches (f16,
+        // SAFETY: attn_decode_rows_dD_gG(q, kv, meta, work, pos, out, n_head, scale, window,
+        // sinks) (sinks null or n_head floats) with G = n_head / n_kv_head: n_rows rows of q and out; each served row's caches (f16,
         // D per row, 16-byte aligned allocations) and partials (its slot of a DecodeWork of at
         // least its split count, which the grid covers) were checked by RowsTable::write;
         // positions below each cache's n_ctx are the caller's.

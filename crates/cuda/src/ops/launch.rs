@@ -79,6 +79,13 @@ impl<'a, T> KernelArg<'a> for &'a CudaSlice<T> {
     }
 }
 
+/// An optional buffer: its address, or a null pointer for `None`.
+impl<'a, T> KernelArg<'a> for Option<&'a CudaSlice<T>> {
+    fn to_arg(self, stream: &CudaStream) -> Arg<'a> {
+        self.map_or(Arg::Device(0), |s| s.to_arg(stream))
+    }
+}
+
 impl<'a, T> KernelArg<'a> for &'a mut CudaSlice<T> {
     fn to_arg(self, stream: &CudaStream) -> Arg<'a> {
         Arg::Device(self.device_ptr_mut(stream).0)

@@ -40,6 +40,9 @@ pub struct MoeRouter {
     pub n_used: usize,
     /// Renormalise the k picked probabilities to sum to 1 (qwen3moe) or keep them (olmoe).
     pub renorm: bool,
+    /// gpt-oss's gating instead: the top-k of the logits, then a softmax over the k picked
+    /// ([`Self::topk_softmax`]).
+    pub topk_softmax: bool,
 }
 
 impl MoeRouter {
@@ -58,7 +61,26 @@ impl MoeRouter {
             n_embd,
             n_used,
             renorm,
+            topk_softmax: false,
         })
+    }
+
+    /// The same router gating as gpt-oss: top-k of the logits, softmax over the k picked.
+    pub fn topk_softmax(self) -> Self {
+        Self {
+            renorm: false,
+            topk_softmax: true,
+            ..self
+        }
+    }
+
+    /// The kernels' `gating` argument (moe_route.cu).
+    fn gating_arg(&self) -> i32 {
+        if self.topk_softmax {
+            2
+        } else {
+            i32::from(self.renorm)
+        }
     }
 }
 
@@ -174,6 +196,30 @@ impl MoeRoute {
         ids: &mut CudaSlice<i32>,
         weights: &mut CudaSlice<f32>,
     ) -> Result<()> {
+        self.route_biased(logits, x, n, router, None, work, ids, weights)
+    }
+
+    /// [`Self::route`] with the router's bias (gpt-oss; `n_expert` floats) added to every
+    /// token's logits before the top-k.
+    #[allow(clippy::too_many_arguments)]
+    pub fn route_biased(
+        &self,
+        logits: RouterLogits,
+        x: &CudaSlice<f32>,
+        n: usize,
+        router: &MoeRouter,
+        bias: Option<&CudaSlice<f32>>,
+        work: &mut MoeRouteWork,
+        ids: &mut CudaSlice<i32>,
+        weights: &mut CudaSlice<f32>,
+    ) -> Result<()> {
+        if let Some(b) = bias {
+            assert!(
+                b.len() >= router.n_expert,
+                "moe route: a bias of {}",
+                b.len()
+            );
+        }
         let (ne, d, k) = (router.n_expert, router.n_embd, router.n_used);
         assert!(
             n <= work.max_n && work.n_expert == ne,
@@ -203,7 +249,7 @@ impl MoeRoute {
         // mat-vec for a few tokens, the row-block kernel for more (rows of at most
         // ROUTER_ROWS_MAX_EMBD in shared memory); anything else the f32 GEMM.
         let by4 = d.is_multiple_of(4);
-        let renorm = i32::from(router.renorm);
+        let gating = router.gating_arg();
         let logits = match logits {
             RouterLogits::MatVec | RouterLogits::MatVecTopk => {
                 assert!(
@@ -221,11 +267,16 @@ impl MoeRoute {
                     let mut b = self.launch.builder(&self.route_small);
                     b.arg(x).arg(&router.w).arg(&mut work.logits);
                     b.arg(ids).arg(weights).arg(&mut work.done);
-                    b.arg(&ni).arg(&di).arg(&nei).arg(&ki).arg(&renorm);
+                    b.arg(&ni)
+                        .arg(&di)
+                        .arg(&nei)
+                        .arg(&ki)
+                        .arg(&gating)
+                        .arg(bias);
                     // SAFETY: moe_route_small(x, w, logits, ids, weights, done, n, n_embd,
-                    // n_expert, k, renorm): as moe_logits_small then moe_topk below, and one u32
-                    // counter that is zero between launches (made zero, reset by each launch's
-                    // last block).
+                    // n_expert, k, gating, bias): as moe_logits_small then moe_topk below, and
+                    // one u32 counter that is zero between launches (made zero, reset by each
+                    // launch's last block).
                     unsafe { b.launch(cfg) }.during("launching moe routing")?;
                     return Ok(());
                 }
@@ -275,9 +326,11 @@ impl MoeRoute {
             .arg(&ni)
             .arg(&nei)
             .arg(&ki)
-            .arg(&renorm);
-        // SAFETY: moe_topk(logits, ids, weights, n, n_expert, k, renorm): n x n_expert floats
-        // in, n x k ids and weights out; k <= 32 and n_expert <= 256 (checked at upload).
+            .arg(&gating)
+            .arg(bias);
+        // SAFETY: moe_topk(logits, ids, weights, n, n_expert, k, gating, bias): n x n_expert
+        // floats in, n x k ids and weights out, bias null or n_expert floats (checked above);
+        // k <= 32 and n_expert <= 256 (checked at upload).
         unsafe { b.launch(cfg) }.during("launching moe top-k")?;
         Ok(())
     }

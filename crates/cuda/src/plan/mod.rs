@@ -391,9 +391,9 @@ impl Plan {
     /// The prefill kernel for `n_q` query rows of heads of `head_dim` unless `FERROLM_ATTN_MMA`
     /// forces one: below [`GGML_SMALL_ROWS`], ggml's arithmetic unless `FERROLM_ATTN=f32`; then
     /// the CPU's f32 arithmetic below [`REF_MAX_ROWS`]; the tensor-core kernel from there. Heads
-    /// the tensor-core kernel does not take (256, past [`MMA_HEAD_DIMS`]: its Q fragments and O
-    /// accumulator would not fit a thread's registers) run the scalar prefill wherever it would
-    /// have run, forced or not: the same f32 formula as the reference paths.
+    /// the tensor-core kernel does not take (192, 256, past [`MMA_HEAD_DIMS`]: its Q fragments
+    /// and O accumulator would not fit a thread's registers) run the scalar prefill wherever it
+    /// would have run, forced or not: the same f32 formula as the reference paths.
     pub fn prefill_kernel(&self, n_q: usize, head_dim: usize) -> PrefillKernel {
         let kernel = match self.switches.attn_mma {
             Some(true) => PrefillKernel::Mma,

@@ -648,7 +648,7 @@ fn sequence_batches_take_the_fast_orders() {
     assert!(forced.integer_scales(GgmlType::Q4K, 4096, 32));
 }
 
-/// Every head size has every decode kernel; prefill of heads past [`MMA_HEAD_DIMS`] (256)
+/// Every head size has every decode kernel; prefill of heads past [`MMA_HEAD_DIMS`] (192, 256)
 /// takes the scalar kernel wherever the tensor-core one would run, forced or not.
 #[test]
 fn attention_at_every_head_size() {
@@ -659,7 +659,7 @@ fn attention_at_every_head_size() {
         fused_combine: true,
         grouped: true,
     };
-    assert_eq!(ATTN_HEAD_DIMS, [32, 64, 80, 96, 128, 256]);
+    assert_eq!(ATTN_HEAD_DIMS, [32, 64, 80, 96, 128, 192, 256]);
     for d in ATTN_HEAD_DIMS {
         let long = if d <= 128 { Mma } else { Scalar };
         assert_eq!(p.attention(1, KvFormat::F16, 4, d), decode, "{d}");
@@ -669,5 +669,5 @@ fn attention_at_every_head_size() {
         assert_eq!(mma.attention(9, KvFormat::F16, 4, d), Attn::Prefill(long));
         assert!(p.batched_attention(KvFormat::F16, 8, 2, d), "{d}");
     }
-    assert!(!MMA_HEAD_DIMS.contains(&256));
+    assert!(!MMA_HEAD_DIMS.contains(&192) && !MMA_HEAD_DIMS.contains(&256));
 }
