@@ -34,12 +34,13 @@ const MMVQ_TYPES: [GgmlType; 9] = [
 ];
 
 /// Weight formats with a CUDA-core GEMM, in the order the results list them.
-const SMALL_GEMM_TYPES: [GgmlType; 5] = [
+const SMALL_GEMM_TYPES: [GgmlType; 6] = [
     GgmlType::Q8_0,
     GgmlType::Q4_0,
     GgmlType::Q4_1,
     GgmlType::Q5_0,
     GgmlType::Q5_1,
+    GgmlType::Mxfp4,
 ];
 
 /// Runs every check; one that errors (a launch failure, say) becomes a failing row, and the
@@ -96,6 +97,9 @@ pub fn all(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) -> Resu
         );
         push("mmq", super::mmq::mmq(dev, k, plan, rng, ty, 200, 96, 9));
     }
+    // gpt-oss's 2880-wide rows: MXFP4 on its CUDA-core chain.
+    let gpt_oss = super::mmq::mmq(dev, k, plan, rng, GgmlType::Mxfp4, 1027, 2880, 77);
+    push("mmq", gpt_oss);
     // Q4_K's integer-scale order: pairs for 20 tokens and blocks for the last 2; blocks only.
     push(
         "mmq",

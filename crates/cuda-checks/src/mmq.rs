@@ -11,7 +11,7 @@ use ferrolm_gguf::GgmlType;
 use rand::rngs::StdRng;
 
 /// Weight formats with a CUDA GEMM.
-pub const MMQ_TYPES: [GgmlType; 8] = [
+pub const MMQ_TYPES: [GgmlType; 9] = [
     GgmlType::Q8_0,
     GgmlType::Q4K,
     GgmlType::Q4_0,
@@ -20,6 +20,7 @@ pub const MMQ_TYPES: [GgmlType; 8] = [
     GgmlType::Q5_1,
     GgmlType::Q5K,
     GgmlType::Q6K,
+    GgmlType::Mxfp4,
 ];
 
 /// `W · x` for `n` activation rows against the CPU's matmul; errors relative to `Σ|w·x|`.

@@ -34,7 +34,8 @@ pub struct MoeCase {
 
 /// The cases `cuda-parity` runs: OLMoE's widths with 16 experts, Q4_K gate/up and both down
 /// formats of Q4_K_M files, then a few tokens with empty experts at Qwen3-MoE's n_ff, then the
-/// legacy 5-bit formats (Q5_0/Q5_1 files, Q4_K_M's fallback for odd widths) both ways round.
+/// legacy 5-bit formats (Q5_0/Q5_1 files, Q4_K_M's fallback for odd widths) both ways round,
+/// then MXFP4 experts (gpt-oss's format) at GEMM widths, many tokens and a few.
 pub fn cases() -> Vec<MoeCase> {
     let olmoe = |n, down| MoeCase {
         n,
@@ -64,12 +65,19 @@ pub fn cases() -> Vec<MoeCase> {
         few(3),
         q5(300, GgmlType::Q5_0, GgmlType::Q5_1),
         q5(77, GgmlType::Q5_1, GgmlType::Q5_0),
+        q5(300, GgmlType::Mxfp4, GgmlType::Mxfp4),
+        MoeCase {
+            gate_up: GgmlType::Mxfp4,
+            down: GgmlType::Mxfp4,
+            ..few(3)
+        },
     ]
 }
 
 /// The cases of the decode kernels in slices (`moe_slices`): int8 experts of widths the GEMM
 /// does not take, the shape-space goldens' (OLMoE d256 with n_ff 96, Q4_K gate/up and Q8_0
-/// down; d320 with n_ff 64 and Q5_0 gate/up), and Q5_1 gate/up with Q5_0 down.
+/// down; d320 with n_ff 64 and Q5_0 gate/up), Q5_1 gate/up with Q5_0 down, and MXFP4 experts
+/// at gpt-oss's widths (2880 → 2880, top-4; 6 experts, not its 32, to keep the CPU side short).
 pub fn slice_cases() -> Vec<MoeCase> {
     let d256 = MoeCase {
         n: 76,
@@ -97,7 +105,17 @@ pub fn slice_cases() -> Vec<MoeCase> {
         down: GgmlType::Q5_0,
         ..d320
     };
-    vec![d256, d320, q5_1]
+    let gpt_oss = MoeCase {
+        n: 20,
+        n_expert: 6,
+        k: 4,
+        live: 6,
+        n_embd: 2880,
+        n_ff: 2880,
+        gate_up: GgmlType::Mxfp4,
+        down: GgmlType::Mxfp4,
+    };
+    vec![d256, d320, q5_1, gpt_oss]
 }
 
 /// Distinct experts per token from the first `live`, and positive weights summing to one.

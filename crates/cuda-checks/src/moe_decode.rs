@@ -71,6 +71,11 @@ pub fn all(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) -> Resu
             rows.extend(decode(dev, k, plan, rng, &ex, down, n)?);
         }
     }
+    // MXFP4 experts (gpt-oss's format) throughout, at OLMoE's shape.
+    let mx = Experts::random(dev, rng, GgmlType::Mxfp4, &[GgmlType::Mxfp4])?;
+    for n in [1, 3, 8] {
+        rows.extend(decode(dev, k, plan, rng, &mx, GgmlType::Mxfp4, n)?);
+    }
     Ok(rows)
 }
 

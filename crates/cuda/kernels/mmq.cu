@@ -108,9 +108,10 @@ static __device__ __forceinline__ void mul_mat_q(const void *__restrict__ vx,
 //   Q8_0 and Q5_0 arithmetic): per output, lane l adds fma(d_w · d_y, Σ_{i<4} w[4l+i] ·
 //   y[4l+i], lane) block after block (Q5_0's w = q - 16), and the lanes fold ((0+4) + (2+6)) +
 //   ((1+5) + (3+7)) at the end;
-// - Q4_0, Q4_1 and Q5_1 in the per-block chain of mmq_mma.cuh's MMQ_ORDER_SUBS (the CPU's
-//   order): acc = fma(d_w · d_y, Σ w·y, acc), then acc = fma(m_w, d_y Σy, acc) for Q4_1 and
-//   Q5_1.
+// - Q4_0, Q4_1, Q5_1 and MXFP4 in the per-block chain of mmq_mma.cuh's MMQ_ORDER_SUBS (the
+//   CPU's order; MXFP4's w are the doubled E2M1 values, d_w the halved E8M0 scale, as
+//   ferrolm_cpu's mxfp4 matmul and llama.cpp's x86 MXFP4 gemm): acc = fma(d_w · d_y, Σ w·y,
+//   acc), then acc = fma(m_w, d_y Σy, acc) for Q4_1 and Q5_1.
 // Integer dots are exact (dp4a; |dot| <= 32 · 128 · 128 < 2^22 made f32 by the MMQ_BIAS trick).
 //
 // Launch (mmq.rs agrees): block (LANES_T, LANES_T), grid (ceil(nrows / LANES_BM),
@@ -264,6 +265,7 @@ MMQ_SMALL_ENTRY(mmq_q4_0_chain, GGML_TYPE_Q4_0)
 MMQ_SMALL_ENTRY(mmq_q4_1_chain, GGML_TYPE_Q4_1)
 MMQ_SMALL_ENTRY(mmq_q5_0_lanes, GGML_TYPE_Q5_0)
 MMQ_SMALL_ENTRY(mmq_q5_1_chain, GGML_TYPE_Q5_1)
+MMQ_SMALL_ENTRY(mmq_mxfp4_chain, GGML_TYPE_MXFP4)
 
 #define MMQ_ENTRY(NAME, TYPE, TILE)                                                                 \
     extern "C" __global__ void __launch_bounds__(MmqTile##TILE::THREADS)                            \
@@ -302,3 +304,4 @@ MMQ_FORMAT(q4_k, GGML_TYPE_Q4_K)
 MMQ_BLOCKS_ENTRY(q4_k, GGML_TYPE_Q4_K)
 MMQ_FORMAT(q5_k, GGML_TYPE_Q5_K)
 MMQ_FORMAT(q6_k, GGML_TYPE_Q6_K)
+MMQ_FORMAT(mxfp4, GGML_TYPE_MXFP4)

@@ -42,16 +42,17 @@ template <int BM_, int BN_, int WARPS_M_, int WARPS_N_> struct MmqCfg {
     static_assert(WM % 16 == 0 && WN % 8 == 0 && TM >= 1 && TN >= 1, "warp tile");
 };
 
-// One weight row's raw bytes per k step. Q6_K's 210-byte blocks are only 2-byte aligned, so
-// its copy covers the aligned 16-byte chunks around them (at most 14 bytes before) and the
-// unpack starts `start % 16` bytes in; every other format's bytes are 16-byte multiples. Row
-// strides are 16 bytes past a multiple of 128 where the format allows (Q4_0, Q8_0, Q4_K, and
-// Q6_K padded to 272), so eight rows' 16-byte loads at one offset fall in distinct banks.
+// One weight row's raw bytes per k step. Q6_K's 210-byte blocks are only 2-byte aligned and
+// MXFP4's 17-byte blocks byte-aligned, so their copy covers the aligned 16-byte chunks around
+// them (at most 16 - alignof(block) bytes before) and the unpack starts `start % 16` bytes in;
+// every other format's bytes are 16-byte multiples. Row strides are 16 bytes past a multiple
+// of 128 where the format allows (Q4_0, Q8_0, Q4_K, and Q6_K and MXFP4 padded to 272), so
+// eight rows' 16-byte loads at one offset fall in distinct banks.
 template <int TYPE> struct MmqRaw {
     typedef WeightFormat<TYPE> F;
     static constexpr int bytes = (MMQ_BK / F::qk) * (int)sizeof(typename F::block);
     static constexpr bool aligned = bytes % 16 == 0;
-    static constexpr int around = (bytes + 14 + 15) / 16 * 16;
+    static constexpr int around = (bytes + 16 - (int)alignof(typename F::block) + 15) / 16 * 16;
     static constexpr int stride = aligned ? bytes : around + (144 - around % 128) % 128;
     static constexpr int chunks = (aligned ? bytes : around) / 16;
     // 32-bit scales kept per unpacked (row, sub-block): d, d of the high 16, m; integer-scale
@@ -109,9 +110,12 @@ static __device__ __forceinline__ void mmq_stage_weights(char *dst, const char *
         const int r = i / R::chunks, c = i % R::chunks;
         const int row = min(row0 + r, nrows - 1);
         const size_t src = (mmq_raw_start<TYPE>(row_bytes, row, k0) & ~(size_t)15) + 16 * c;
-        // Only the unaligned format's last chunk can reach past the matrix: read what is there.
-        const int n = R::aligned || total - src >= 16 ? 16 : (int)(total - src);
-        cp_async16(dst + r * R::stride + 16 * c, x + src, n);
+        // Only the unaligned formats' last chunks can reach past the matrix: read what is
+        // there (MXFP4's last chunk can lie wholly past it: none of it, from the matrix's
+        // start).
+        const size_t left = src < total ? total - src : 0;
+        const int n = R::aligned || left >= 16 ? 16 : (int)left;
+        cp_async16(dst + r * R::stride + 16 * c, x + (n > 0 ? src : 0), n);
     }
 }
 

@@ -358,6 +358,7 @@ MOE_FORMAT(q8_0, GGML_TYPE_Q8_0, true)
 MOE_FORMAT(q4_k, GGML_TYPE_Q4_K, true)
 MOE_FORMAT(q5_k, GGML_TYPE_Q5_K, true)
 MOE_FORMAT(q6_k, GGML_TYPE_Q6_K, true)
+MOE_FORMAT(mxfp4, GGML_TYPE_MXFP4, true)
 // FERROLM_MMVQ_WIDE=0: the narrow walk for the formats that have a wide one.
 MOE_FORMAT(narrow_q4_k, GGML_TYPE_Q4_K, false)
 MOE_FORMAT(narrow_q6_k, GGML_TYPE_Q6_K, false)

@@ -869,4 +869,18 @@ template <> struct WeightFormat<GGML_TYPE_MXFP4> {
         }
         return e8m0_to_f32_half(b->e) * y->d * (float)sumi;
     }
+
+    // mmq: the 32 doubled E2M1 values as int8 codes (|code| <= 12), x = d * code with the
+    // halved E8M0 scale as d: the CPU's integer dot and its per-block scale product.
+    static __device__ __forceinline__ void tile_codes(const block *b, int sub, int q[8],
+                                                      float d[2], float &m) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const int v = get_int_b1(b->qs, i);
+            q[i] = mxfp4_values(v & 0x0F0F0F0F);
+            q[i + 4] = mxfp4_values((v >> 4) & 0x0F0F0F0F);
+        }
+        d[0] = d[1] = e8m0_to_f32_half(b->e);
+        m = 0.0f;
+    }
 };

@@ -15,7 +15,7 @@
 //! | Q4_K | ✓ | ✓ | ✓ | ✓ | | ✓ | ✓ | ✓ | |
 //! | Q5_K | ✓ | | ✓ | | | ✓ | | | |
 //! | Q6_K | ✓ | | ✓ | | | ✓ | ✓ | ✓ | |
-//! | MXFP4 | ✓ | | | | | | | | |
+//! | MXFP4 | ✓ | | ✓ | | `mmq_mxfp4_chain` | ✓ | | | |
 //!
 //! Weights of a format without a mat-vec are held on the device as F32 (dequantized at
 //! upload, `backend::weights`), so F16, BF16 and the other ggml formats run as floats.
@@ -136,11 +136,10 @@ pub const FORMATS: [Format; 11] = [
         embed: true,
         ..Format::int8(GgmlType::Q6K)
     },
-    // gpt-oss's experts; dense MXFP4 matrices for now (no GEMM or expert kernels yet).
+    // gpt-oss's experts; the CPU sums its blocks in a per-block chain, as Q4_0's.
     Format {
-        ty: GgmlType::Mxfp4,
-        matvec: true,
-        ..Format::NONE
+        small_gemm: Some("mmq_mxfp4_chain"),
+        ..Format::int8(GgmlType::Mxfp4)
     },
 ];
 

@@ -5,7 +5,7 @@
 //! Contract: the same bits for every tile shape (each output adds its per-sub-block terms in
 //! the same order with pinned f32 roundings, see `mmq_mma.cuh`). Against the CPU's matmul:
 //! Q4_K with Q8_K activations is bit-identical in the CPU's integer-scale order
-//! ([`MmqOrder::Pairs`] and [`MmqOrder::Blocks`]), and so are Q4_0, Q4_1, Q5_1 and Q5_K; Q8_0
+//! ([`MmqOrder::Pairs`] and [`MmqOrder::Blocks`]), and so are Q4_0, Q4_1, Q5_1, Q5_K and MXFP4; Q8_0
 //! and Q5_0 are bit-identical on their eight-lane kernels (`mmq_q8_0_lanes`, `mmq_q5_0_lanes`,
 //! CUDA cores; the tensor-core GEMM's f32 sums are in another order). Rows whose length is not a multiple of [`MMQ_BK`]
 //! (SmolLM2-135M's 576) take the CUDA-core kernels (the formats with a `small_gemm`,
@@ -92,11 +92,14 @@ pub(super) fn smem_bytes(ty: GgmlType, bm: usize, bn: usize, nmat: usize) -> usi
     const Y_STRIDE: usize = 304;
     const WQ_STRIDE: usize = 272;
     let raw = MMQ_BK / ty.block_elems() * ty.block_bytes();
-    // MmqRaw::stride: unaligned rows (Q6_K) padded to 16 bytes past a multiple of 128.
+    // MmqRaw::stride: unaligned rows (Q6_K, MXFP4) copied from the 16-byte boundary before
+    // them (up to 16 - alignof(block) bytes: MXFP4's 17-byte blocks are byte-aligned, the
+    // others 2-byte), padded to 16 bytes past a multiple of 128.
     let raw_stride = if raw.is_multiple_of(16) {
         raw
     } else {
-        let around = (raw + 14).div_ceil(16) * 16;
+        let align = if ty == GgmlType::Mxfp4 { 1 } else { 2 };
+        let around = (raw + 16 - align).div_ceil(16) * 16;
         around + (144 - around % 128) % 128
     };
     let scale16 = ty == GgmlType::Q6K;
@@ -448,6 +451,9 @@ mod tests {
         assert!(Mmq::supports(GgmlType::Q5_0, 896));
         assert!(Mmq::supports(GgmlType::Q5_1, 96));
         assert!(!Mmq::supports(GgmlType::Q8_0, 48));
+        // gpt-oss's 2880-wide rows (MXFP4 experts) on the CUDA-core chain; 4096 on the tiles.
+        assert!(Mmq::supports(GgmlType::Mxfp4, 2880));
+        assert!(Mmq::supports(GgmlType::Mxfp4, 4096));
         assert!(!Mmq::supports(GgmlType::F16, 4096));
     }
 
@@ -469,6 +475,12 @@ mod tests {
         assert_eq!(
             smem_bytes(GgmlType::Q4K, 128, 128, 1),
             2 * (128 * 144 + 128 * 304) + 128 * 272 + (3 * 8 + 2) * 128 * 4 + 8 * 128 * 8
+        );
+        // MXFP4: 8 blocks of 17 bytes (136) copy 160 (byte-aligned starts: up to 15 bytes
+        // before) into rows of 272; d per sub-block.
+        assert_eq!(
+            smem_bytes(GgmlType::Mxfp4, 128, 64, 1),
+            2 * (128 * 272 + 64 * 304) + 128 * 272 + 8 * 128 * 4 + 8 * 64 * 8
         );
         // Q5_1: 8 blocks of 24 bytes a k step; d and m per sub-block.
         assert_eq!(

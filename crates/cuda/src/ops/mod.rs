@@ -122,6 +122,7 @@ mod tests {
             (GgmlType::Q4K, "q4_k"),
             (GgmlType::Q5K, "q5_k"),
             (GgmlType::Q6K, "q6_k"),
+            (GgmlType::Mxfp4, "mxfp4"),
         ] {
             assert_eq!(kernel_suffix(ty), suffix);
         }

@@ -13,6 +13,8 @@ mod answers;
 mod switches;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_mxfp4;
 
 pub use answers::{Attn, ExpertGemm, ExpertMatVec, Gemm, Matmul, MoePath, MoeShape, RouterLogits};
 pub use switches::{tile_from_env, Switches};

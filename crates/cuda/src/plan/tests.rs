@@ -8,8 +8,18 @@ use GgmlType::{F32, Q4K, Q4_0, Q4_1, Q5_0, Q5_1, Q6K, Q8_0};
 
 /// An H200: 132 SMs, cc 9.0; one block of the 128×128 and 128×64 tiles per SM, two of 64×64
 /// and 128×32.
-fn h200() -> DeviceFacts {
-    let formats = [Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4K, GgmlType::Q5K, Q6K];
+pub(super) fn h200() -> DeviceFacts {
+    let formats = [
+        Q4_0,
+        Q4_1,
+        Q5_0,
+        Q5_1,
+        Q8_0,
+        Q4K,
+        GgmlType::Q5K,
+        Q6K,
+        GgmlType::Mxfp4,
+    ];
     DeviceFacts {
         sms: 132,
         cc: (9, 0),
@@ -26,7 +36,7 @@ fn parse(vars: &[(&str, &str)]) -> Result<Switches> {
 }
 
 /// The plan under `vars` (the rest unset) on an H200.
-fn plan(vars: &[(&str, &str)]) -> Plan {
+pub(super) fn plan(vars: &[(&str, &str)]) -> Plan {
     Plan::new(parse(vars).unwrap(), h200())
 }
 
@@ -191,7 +201,7 @@ fn int_scales_switch_forces_either_order() {
     assert_eq!(q8_1.dense_order(Q4K, 4096, 22), [(0, 22, Subs)]);
 }
 
-fn tiles(tile: usize, launches: &[(usize, usize, MmqOrder)]) -> Matmul {
+pub(super) fn tiles(tile: usize, launches: &[(usize, usize, MmqOrder)]) -> Matmul {
     split(tile, launches, 1)
 }
 

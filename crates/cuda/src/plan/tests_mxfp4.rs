@@ -1,0 +1,59 @@
+//! The plan's answers for MXFP4 weights (gpt-oss's experts; dense MXFP4 matrices in parity
+//! checks): the kernels of a Q4_0-like format, a per-block chain on the CPU.
+
+use super::tests::{plan, tiles};
+use super::*;
+use crate::ops::MmqOrder::Subs;
+use GgmlType::Mxfp4;
+
+#[test]
+fn mxfp4_dense_gemm() {
+    let p = plan(&[]);
+    // Q8_1 activations (the CPU's x86 Q8_0 codes and scales), never Q8_K.
+    assert_eq!(p.act_quant(Mxfp4, 4096), ActQuant::Q8_1);
+    assert!(!p.lanes(Mxfp4, 32) && !p.integer_scales(Mxfp4, 4096, 32));
+    // Rows of a multiple of 256 on the tiles, in the per-sub-block order at any token count.
+    assert_eq!(
+        p.matmul(Mxfp4, 2048, 2048, 100),
+        tiles(1, &[(0, 100, Subs)])
+    );
+    // gpt-oss's 2880-wide rows: the CUDA-core chain.
+    assert_eq!(p.matmul(Mxfp4, 2880, 2880, 300), Matmul::Gemm(Gemm::Small));
+    assert_eq!(
+        p.matmul(Mxfp4, 2880, 2880, 1),
+        Matmul::MatVec { wide: false }
+    );
+}
+
+/// gpt-oss-20b's experts (32, top-4, 2880 → 2880 → 2880): the decode kernels, and in slices
+/// for more tokens (2880 is no multiple of 256); experts of GEMM widths take the grouped GEMM.
+#[test]
+fn mxfp4_experts() {
+    let p = plan(&[]);
+    let shape = |tokens, n_embd, n_ff| MoeShape {
+        tokens,
+        gate: Mxfp4,
+        up: Mxfp4,
+        down: Mxfp4,
+        n_embd,
+        n_ff,
+        n_used: 4,
+    };
+    let how = ExpertMatVec {
+        fused: true,
+        wide: true,
+        x_quant: ActQuant::Q8_1,
+        h_quant: ActQuant::Q8_1,
+    };
+    assert_eq!(p.moe(&shape(1, 2880, 2880)), MoePath::MatVec(how));
+    assert_eq!(p.moe(&shape(8, 2880, 2880)), MoePath::MatVec(how));
+    assert_eq!(p.moe(&shape(512, 2880, 2880)), MoePath::MatVecSlices(how));
+    let gemm = MoePath::Gemm(ExpertGemm::Int8 {
+        grouped: true,
+        x_quant: ActQuant::Q8_1,
+        h_quant: ActQuant::Q8_1,
+        gate_up: Subs,
+        down: Subs,
+    });
+    assert_eq!(p.moe(&shape(512, 2048, 1024)), gemm);
+}
