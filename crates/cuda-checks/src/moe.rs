@@ -7,11 +7,13 @@ use super::checks::{normal, poisoned, row};
 use super::{compare, Contract, Row};
 use anyhow::Result;
 use ferrolm_cpu::matmul::{matmul_ordered, Order, WeightRef};
-use ferrolm_cpu::norm::swiglu;
+use ferrolm_cpu::norm::{add_bias, swiglu, swiglu_oai};
 use ferrolm_cpu::CpuPlan;
-use ferrolm_cuda::ops::{MoeDecodeWork, MoeExperts, MoeSliceWork, MoeWork, QuantMatrix, Quantize};
+use ferrolm_cuda::ops::{
+    ExpertEpilogue, MoeDecodeWork, MoeExperts, MoeSliceWork, MoeWork, QuantMatrix, Quantize,
+};
 use ferrolm_cuda::plan::{MoePath, MoeShape};
-use ferrolm_cuda::{CudaDevice, Kernels, Plan};
+use ferrolm_cuda::{CudaDevice, CudaSlice, Kernels, Plan};
 use ferrolm_gguf::GgmlType;
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
@@ -30,6 +32,41 @@ pub struct MoeCase {
     pub n_ff: usize,
     pub gate_up: GgmlType,
     pub down: GgmlType,
+    /// gpt-oss's epilogue: random expert biases and swiglu_oai (alpha 1.702, limit 7).
+    pub oai: bool,
+}
+
+/// gpt-oss's swiglu_oai constants (ferrolm_model's `moe_act`).
+const OAI: (f32, f32) = (1.702, 7.0);
+
+/// The expert biases of a case (gate, up, down: `[n_expert][width]`), empty without `oai`.
+fn biases(rng: &mut StdRng, c: &MoeCase) -> [Vec<f32>; 3] {
+    if !c.oai {
+        return Default::default();
+    }
+    let (e, ff, d) = (c.n_expert, c.n_ff, c.n_embd);
+    [
+        normal(rng, e * ff, 1.0),
+        normal(rng, e * ff, 1.0),
+        normal(rng, e * d, 0.5),
+    ]
+}
+
+/// The device copies of `biases` (as bytes, the way the backend holds them).
+fn upload_biases(dev: &CudaDevice, b: &[Vec<f32>; 3]) -> Result<Option<[CudaSlice<u8>; 3]>> {
+    if b[0].is_empty() {
+        return Ok(None);
+    }
+    let up =
+        |v: &Vec<f32>| dev.upload(&v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>());
+    Ok(Some([up(&b[0])?, up(&b[1])?, up(&b[2])?]))
+}
+
+fn epilogue<'a>(c: &MoeCase, b: &'a Option<[CudaSlice<u8>; 3]>) -> ExpertEpilogue<'a> {
+    ExpertEpilogue {
+        biases: b.as_ref().map(|[g, u, d]| [g, u, d]),
+        swiglu_oai: c.oai.then_some(OAI),
+    }
 }
 
 /// The cases `cuda-parity` runs: OLMoE's widths with 16 experts, Q4_K gate/up and both down
@@ -46,6 +83,7 @@ pub fn cases() -> Vec<MoeCase> {
         n_ff: 1024,
         gate_up: GgmlType::Q4K,
         down,
+        oai: false,
     };
     let few = |n| MoeCase {
         n,
@@ -71,6 +109,10 @@ pub fn cases() -> Vec<MoeCase> {
             down: GgmlType::Mxfp4,
             ..few(3)
         },
+        MoeCase {
+            oai: true,
+            ..q5(300, GgmlType::Mxfp4, GgmlType::Mxfp4)
+        },
     ]
 }
 
@@ -88,6 +130,7 @@ pub fn slice_cases() -> Vec<MoeCase> {
         n_ff: 96,
         gate_up: GgmlType::Q4K,
         down: GgmlType::Q8_0,
+        oai: false,
     };
     let d320 = MoeCase {
         n: 15,
@@ -114,8 +157,13 @@ pub fn slice_cases() -> Vec<MoeCase> {
         n_ff: 2880,
         gate_up: GgmlType::Mxfp4,
         down: GgmlType::Mxfp4,
+        oai: false,
     };
-    vec![d256, d320, q5_1, gpt_oss]
+    let gpt_oss_biased = MoeCase {
+        oai: true,
+        ..gpt_oss
+    };
+    vec![d256, d320, q5_1, gpt_oss, gpt_oss_biased]
 }
 
 /// Distinct experts per token from the first `live`, and positive weights summing to one.
@@ -169,6 +217,8 @@ pub fn moe_block(
     let dq = ferrolm_quant::quantize_to_vec(c.down, &normal(rng, e * d * ff, 0.05))?;
     let x = normal(rng, n * d, 1.0);
     let (ids, weights) = routes(rng, &c);
+    let bias = biases(rng, &c);
+    let bias_dev = upload_biases(dev, &bias)?;
 
     let gate = QuantMatrix::upload(dev, gate_up_ty, e * ff, d, &gq)?;
     let up = QuantMatrix::upload(dev, gate_up_ty, e * ff, d, &uq)?;
@@ -180,6 +230,7 @@ pub fn moe_block(
         n_expert: e,
         n_used: c.k,
         n_ff: ff,
+        epilogue: epilogue(&c, &bias_dev),
     };
     let mut work = MoeWork::new(dev, n, &experts)?;
     let (xd, idsd, wd) = (dev.upload(&x)?, dev.upload(&ids)?, dev.upload(&weights)?);
@@ -215,12 +266,13 @@ pub fn moe_block(
     );
     index_cmp.2 &= index == want_index && sorted[..n * c.k] == want_sorted[..];
 
-    let (want, scale) = cpu_moe(&c, &gq, &uq, &dq, &x, &ids, &weights)?;
+    let (want, scale) = cpu_moe(&c, &gq, &uq, &dq, &bias, &x, &ids, &weights)?;
     let shape = format!(
         "{n} tok × top-{} of {e} ({} live), {d}→{ff}→{d}",
         c.k, c.live
     );
-    let types = format!("{gate_up_ty} gate/up, {} down", c.down);
+    let oai = if c.oai { ", biases, swiglu_oai" } else { "" };
+    let types = format!("{gate_up_ty} gate/up, {} down{oai}", c.down);
     let loop_cmp = compare(&got_loop, &got, |i| got[i].abs() as f64);
     Ok(vec![
         row(
@@ -265,6 +317,8 @@ pub fn moe_slices(
     let dq = ferrolm_quant::quantize_to_vec(c.down, &normal(rng, e * d * ff, 0.05))?;
     let x = normal(rng, n * d, 1.0);
     let (ids, weights) = routes(rng, &c);
+    let bias = biases(rng, &c);
+    let bias_dev = upload_biases(dev, &bias)?;
     let gate = QuantMatrix::upload(dev, c.gate_up, e * ff, d, &gq)?;
     let up = QuantMatrix::upload(dev, c.gate_up, e * ff, d, &uq)?;
     let down = QuantMatrix::upload(dev, c.down, e * d, ff, &dq)?;
@@ -275,6 +329,7 @@ pub fn moe_slices(
         n_expert: e,
         n_used: c.k,
         n_ff: ff,
+        epilogue: epilogue(&c, &bias_dev),
     };
     let MoePath::MatVecSlices(how) = plan.moe(&MoeShape::new(&experts, n)) else {
         anyhow::bail!("the plan takes another MoE path for {n} tokens of n_ff {ff}");
@@ -299,11 +354,13 @@ pub fn moe_slices(
     )?;
     dev.sync()?;
     let got = dev.download(&out)?;
-    let (want, scale) = cpu_moe(&c, &gq, &uq, &dq, &x, &ids, &weights)?;
+    let (want, scale) = cpu_moe(&c, &gq, &uq, &dq, &bias, &x, &ids, &weights)?;
     Ok(vec![row(
         &format!(
-            "moe decode in slices, {} gate/up, {} down",
-            c.gate_up, c.down
+            "moe decode in slices, {} gate/up, {} down{}",
+            c.gate_up,
+            c.down,
+            if c.oai { ", biases, swiglu_oai" } else { "" }
         ),
         format!("{n} tok × top-{} of {e}, {d}→{ff}→{d}", c.k),
         "cpu per-expert matmul, swiglu",
@@ -323,6 +380,7 @@ fn cpu_moe(
     gq: &[u8],
     uq: &[u8],
     dq: &[u8],
+    bias: &[Vec<f32>; 3],
     x: &[f32],
     ids: &[i32],
     weights: &[f32],
@@ -368,7 +426,14 @@ fn cpu_moe(
             &xe,
             &mut u,
         );
-        swiglu(&mut g, &u);
+        // As ferrolm_cpu::moe: the biases join before the activation and the routing weight.
+        if c.oai {
+            add_bias(&mut g, &bias[0][e * ff..][..ff]);
+            add_bias(&mut u, &bias[1][e * ff..][..ff]);
+            swiglu_oai(&mut g, &u, OAI.0, OAI.1);
+        } else {
+            swiglu(&mut g, &u);
+        }
         let mut y = vec![0f32; m * d];
         matmul_ordered(
             &cpu_plan,
@@ -377,6 +442,9 @@ fn cpu_moe(
             &g,
             &mut y,
         );
+        if c.oai {
+            add_bias(&mut y, &bias[2][e * d..][..d]);
+        }
         let wd = &down_f[e * d * ff..][..d * ff];
         // [m][d] of Σ_j |down[r][j] · h[j]|.
         let mags: Vec<f64> = (0..m * d)
@@ -418,6 +486,7 @@ pub fn time_moe(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) ->
         n_ff: 1024,
         gate_up: GgmlType::Q4K,
         down: GgmlType::Q6K,
+        oai: false,
     };
     let (e, d, ff) = (c.n_expert, c.n_embd, c.n_ff);
     // 256 rows of real blocks, repeated: the kernels' speed does not depend on the values.
@@ -437,6 +506,7 @@ pub fn time_moe(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) ->
         n_expert: e,
         n_used: c.k,
         n_ff: ff,
+        epilogue: Default::default(),
     };
     let mut work = MoeWork::new(dev, c.n, &experts)?;
     let (ids, weights) = routes(rng, &c);

@@ -282,6 +282,7 @@ impl Experts {
             n_expert: ne,
             n_used: kk,
             n_ff: ff,
+            epilogue: Default::default(),
         }
     }
 }

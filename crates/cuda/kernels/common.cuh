@@ -92,6 +92,38 @@ static __device__ __forceinline__ float silu_mul(float g, float u) {
     return __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, exp_rn(-g))), u);
 }
 
+// gpt-oss's swiglu_oai of one element (the CPU's norm::swiglu_oai): the gate clamped above at
+// `limit`, the up clamped to +-limit, x / (1 + exp(alpha * -x)) * (y + 1), step by step.
+static __device__ __forceinline__ float swiglu_oai(float g, float u, float alpha, float limit) {
+    const float x = fminf(g, limit), y = fminf(fmaxf(u, -limit), limit);
+    return __fmul_rn(__fdiv_rn(x, __fadd_rn(1.0f, exp_rn(__fmul_rn(alpha, -x)))),
+                     __fadd_rn(y, 1.0f));
+}
+
+// The experts' epilogue (moe_decode.cu, moe_gemm.cu): gpt-oss's biases, [n_expert][rows] f32
+// each, added to the gate, up and down products before the activation and the routing weight
+// (the CPU's order), and its swiglu_oai when limit > 0; null biases and limit 0 for the other
+// models, whose kernels keep their bits.
+struct ExpertEpilogue {
+    const float *gate_bias, *up_bias, *down_bias;
+    float alpha, limit;
+
+    // act(gate + gate_bias, up + up_bias) of row `row` of expert e's n_ff.
+    __device__ __forceinline__ float act(int e, int row, int n_ff, float g, float u) const {
+        if (gate_bias != nullptr) {
+            const size_t i = (size_t)e * n_ff + row;
+            g = __fadd_rn(g, gate_bias[i]);
+            u = __fadd_rn(u, up_bias[i]);
+        }
+        return limit > 0.0f ? swiglu_oai(g, u, alpha, limit) : silu_mul(g, u);
+    }
+
+    // down + down_bias of row `row` of expert e's n_embd.
+    __device__ __forceinline__ float down(int e, int row, int n_embd, float v) const {
+        return down_bias != nullptr ? __fadd_rn(v, down_bias[(size_t)e * n_embd + row]) : v;
+    }
+};
+
 template <typename T>
 static __device__ __forceinline__ T warp_sum(T v) {
 #pragma unroll

@@ -33,6 +33,15 @@ extern "C" __global__ void swiglu_f32(float *__restrict__ gate, const float *__r
     }
 }
 
+// gate = swiglu_oai(gate, up) (gpt-oss's experts; common.cuh).
+extern "C" __global__ void swiglu_oai_f32(float *__restrict__ gate, const float *__restrict__ up,
+                                          int n, float alpha, float limit) {
+    dependent_launch_entry();
+    GRID_STRIDE(i, n) {
+        gate[i] = swiglu_oai(gate[i], up[i], alpha, limit);
+    }
+}
+
 // gate = gelu(gate) * up, GELU's tanh form as the CPU writes it (norm::geglu):
 // 0.5 x (1 + tanh(sqrt(2/pi) x (1 + 0.044715 x^2))) * up, each product and sum rounded in the
 // CPU's order (no contraction); tanhf is within 2 ulp of the CPU's tanh.

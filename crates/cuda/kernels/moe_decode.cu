@@ -1,6 +1,8 @@
 // MoE experts for decode (1..8 tokens), the router's choices read from device memory:
 //   h[s]   = silu(gate_e · x[t]) * (up_e · x[t])          for every slot s = t*k + j, e = ids[s]
 //   out[t] += Σ_j weights[t*k+j] · (down_e · hq[t*k+j])    (hq: h quantized to Q8_1, quantize.cu)
+// (gpt-oss: each product plus its expert's bias, and swiglu_oai for silu: common.cuh's
+// ExpertEpilogue.)
 // Gate/up and down are stacked [n_expert * rows][cols] matrices in a ggml block format; expert
 // e owns rows e*rows.. . Dots go through mmvq.cuh's walk (quant.cuh's dp4a dot products).
 //
@@ -92,7 +94,7 @@ template <int TYPE, int NTOK, bool WIDE>
 static __device__ __forceinline__ void
 moe_gate_up(const void *__restrict__ gate, const void *__restrict__ up,
             const block_q8_1 *__restrict__ x, const int *__restrict__ ids, float *__restrict__ h,
-            int n_embd, int n_ff, int n_expert, int k, int stage) {
+            int n_embd, int n_ff, int n_expert, int k, int stage, ExpertEpilogue ep) {
     typedef WeightFormat<TYPE> F;
     typedef typename F::block B;
     constexpr int GR = MOE_GATE_ROWS(NTOK);
@@ -168,7 +170,7 @@ moe_gate_up(const void *__restrict__ gate, const void *__restrict__ up,
             for (int i = 0; i < GR; ++i) {
                 const float g = warp_sum(acc[j][i]), u = warp_sum(acc[j][GR + i]);
                 if (threadIdx.x == 0 && j < live && r0 + i < n_ff) {
-                    h[(size_t)member[j] * n_ff + r0 + i] = silu_mul(g, u);
+                    h[(size_t)member[j] * n_ff + r0 + i] = ep.act(e, r0 + i, n_ff, g, u);
                 }
             }
         }
@@ -179,7 +181,7 @@ template <int TYPE, int NTOK, bool WIDE>
 static __device__ __forceinline__ void
 moe_down(const void *__restrict__ down, const block_q8_1 *__restrict__ hq,
          const int *__restrict__ ids, const float *__restrict__ weights, float *__restrict__ out,
-         int n_embd, int n_ff, int n_expert, int k, int stage) {
+         int n_embd, int n_ff, int n_expert, int k, int stage, ExpertEpilogue ep) {
     typedef WeightFormat<TYPE> F;
     typedef typename F::block B;
     constexpr int DR = MOE_DOWN_ROWS(NTOK);
@@ -257,7 +259,8 @@ moe_down(const void *__restrict__ down, const block_q8_1 *__restrict__ hq,
                 for (int i = 0; i < DR; ++i) {
                     const float v = warp_sum(acc[j][i]);
                     if (threadIdx.x == 0 && j < live) {
-                        d[i][member[j]] = v;
+                        // A bad id's row stays 0 (bias too); a row past n_embd is never read.
+                        d[i][member[j]] = valid ? ep.down(e, min(c0 + i, n_embd - 1), n_embd, v) : v;
                     }
                 }
             }
@@ -278,7 +281,7 @@ template <int TYPE, bool WIDE>
 static __device__ __forceinline__ void
 moe_slot_matvec(const void *__restrict__ w, const block_q8_1 *__restrict__ x,
                 const int *__restrict__ ids, float *__restrict__ dst, int slot, int x_row,
-                int rows, int cols, int n_expert) {
+                int rows, int cols, int n_expert, const float *__restrict__ bias) {
     typedef WeightFormat<TYPE> F;
     typedef typename F::block B;
     const int r = blockIdx.x * MOE_NWARPS + threadIdx.y;
@@ -296,7 +299,9 @@ moe_slot_matvec(const void *__restrict__ w, const block_q8_1 *__restrict__ x,
     }
     const float v = warp_sum(acc[0][0]);
     if (threadIdx.x == 0) {
-        dst[(size_t)slot * rows + r] = v;
+        // gpt-oss's expert bias (null for the other models): the fused kernels' epilogue.
+        dst[(size_t)slot * rows + r] =
+            valid && bias != nullptr ? __fadd_rn(v, bias[(size_t)e * rows + r]) : v;
     }
 }
 
@@ -320,17 +325,20 @@ extern "C" __global__ void moe_combine(const float *__restrict__ d,
         moe_gate_up_##NAME##_n##N(const void *__restrict__ gate, const void *__restrict__ up,       \
                                   const block_q8_1 *__restrict__ x, const int *__restrict__ ids,    \
                                   float *__restrict__ h, int n_embd, int n_ff, int n_expert,        \
-                                  int k, int stage) {                                               \
+                                  int k, int stage, const float *__restrict__ gate_bias,            \
+                                  const float *__restrict__ up_bias, float alpha, float limit) {    \
         dependent_launch_entry();                                                                   \
-        moe_gate_up<TYPE, N, WIDE>(gate, up, x, ids, h, n_embd, n_ff, n_expert, k, stage);          \
+        const ExpertEpilogue ep{gate_bias, up_bias, nullptr, alpha, limit};                         \
+        moe_gate_up<TYPE, N, WIDE>(gate, up, x, ids, h, n_embd, n_ff, n_expert, k, stage, ep);      \
     }                                                                                               \
     extern "C" __global__ void __launch_bounds__(MOE_NWARPS *WARP_SIZE, MOE_MIN_BLOCKS(N))          \
         moe_down_##NAME##_n##N(const void *__restrict__ down, const block_q8_1 *__restrict__ hq,    \
                                const int *__restrict__ ids, const float *__restrict__ weights,      \
                                float *__restrict__ out, int n_embd, int n_ff, int n_expert,         \
-                               int k, int stage) {                                                  \
+                               int k, int stage, const float *__restrict__ down_bias) {             \
         dependent_launch_entry();                                                                   \
-        moe_down<TYPE, N, WIDE>(down, hq, ids, weights, out, n_embd, n_ff, n_expert, k, stage);     \
+        const ExpertEpilogue ep{nullptr, nullptr, down_bias, 0.0f, 0.0f};                           \
+        moe_down<TYPE, N, WIDE>(down, hq, ids, weights, out, n_embd, n_ff, n_expert, k, stage, ep); \
     }
 
 #define MOE_FORMAT(NAME, TYPE, WIDE)                                                                \
@@ -345,9 +353,10 @@ extern "C" __global__ void moe_combine(const float *__restrict__ d,
     extern "C" __global__ void __launch_bounds__(MOE_NWARPS *WARP_SIZE)                             \
         moe_slot_matvec_##NAME(const void *__restrict__ w, const block_q8_1 *__restrict__ x,        \
                                const int *__restrict__ ids, float *__restrict__ dst, int slot,      \
-                               int x_row, int rows, int cols, int n_expert) {                       \
+                               int x_row, int rows, int cols, int n_expert,                         \
+                               const float *__restrict__ bias) {                                    \
         dependent_launch_entry();                                                                   \
-        moe_slot_matvec<TYPE, WIDE>(w, x, ids, dst, slot, x_row, rows, cols, n_expert);             \
+        moe_slot_matvec<TYPE, WIDE>(w, x, ids, dst, slot, x_row, rows, cols, n_expert, bias);       \
     }
 
 MOE_FORMAT(q4_0, GGML_TYPE_Q4_0, true)

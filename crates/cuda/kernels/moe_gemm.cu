@@ -10,6 +10,8 @@
 //      position q (token t, expert e), SwiGLU fused into the GEMM's epilogue.
 //   3. (quantize.cu turns h into Q8_1, rows in sorted order.)
 //   4. moe_down_<type>: y[p] = weights[p] * (down_e · h[q]), stored by pair id p.
+//   (gpt-oss: each product plus its expert's bias and swiglu_oai for silu, common.cuh's
+//   ExpertEpilogue; null biases for the other models.)
 //   5. moe_combine: out[t] = Σ_slot y[t * n_used + slot], slots in order (no atomics).
 //
 // GEMM launch (crates/cuda/src/ops/moe_gemm.rs must agree), BM, BN from MoeTileCfg below:
@@ -141,7 +143,7 @@ static __device__ __forceinline__ void moe_gate_up(const void *__restrict__ vgat
                                                    const int *__restrict__ index,
                                                    float *__restrict__ h, int n_embd, int n_ff,
                                                    int n_expert, int n_used, int expert,
-                                                   int order) {
+                                                   int order, ExpertEpilogue ep) {
     typedef WeightFormat<TYPE> F;
     typedef MoeTileCfg C;
     extern __shared__ __align__(16) char moe_smem[];
@@ -180,7 +182,7 @@ static __device__ __forceinline__ void moe_gate_up(const void *__restrict__ vgat
             for (int i = 0; i < 4; ++i) {
                 const int row = row0 + mmq_acc_row<C>(tm, i), q = t.p0 + mmq_acc_col<C>(tn, i);
                 if (row < n_ff && q < t.p_end) {
-                    h[(size_t)q * n_ff + row] = silu_mul(gate[tm][tn][i], up[tm][tn][i]);
+                    h[(size_t)q * n_ff + row] = ep.act(t.e, row, n_ff, gate[tm][tn][i], up[tm][tn][i]);
                 }
             }
         }
@@ -194,7 +196,8 @@ static __device__ __forceinline__ void moe_down(const void *__restrict__ vdown,
                                                 const int *__restrict__ index,
                                                 const float *__restrict__ weights,
                                                 float *__restrict__ y, int n_ff, int n_embd,
-                                                int n_expert, int expert, int order) {
+                                                int n_expert, int expert, int order,
+                                                ExpertEpilogue ep) {
     typedef WeightFormat<TYPE> F;
     typedef MoeTileCfg C;
     extern __shared__ __align__(16) char moe_smem[];
@@ -230,7 +233,7 @@ static __device__ __forceinline__ void moe_down(const void *__restrict__ vdown,
                 const int row = row0 + mmq_acc_row<C>(tm, i), c = mmq_acc_col<C>(tn, i);
                 if (row < n_embd && t.p0 + c < t.p_end) {
                     const int p = pair[c];
-                    y[(size_t)p * n_embd + row] = weights[p] * out[tm][tn][i];
+                    y[(size_t)p * n_embd + row] = weights[p] * ep.down(t.e, row, n_embd, out[tm][tn][i]);
                 }
             }
         }
@@ -321,19 +324,22 @@ extern "C" __global__ void __launch_bounds__(FLOAT_WARPS *WARP_SIZE)
         const void *__restrict__ vgate, const void *__restrict__ vup,                               \
         const block_q8_1 *__restrict__ xq, const int *__restrict__ sorted,                          \
         const int *__restrict__ index, float *__restrict__ h, int n_embd, int n_ff, int n_expert,   \
-        int n_used, int expert, int order) {                                                        \
+        int n_used, int expert, int order, const float *__restrict__ gate_bias,                     \
+        const float *__restrict__ up_bias, float alpha, float limit) {                              \
         dependent_launch_entry();                                                                   \
+        const ExpertEpilogue ep{gate_bias, up_bias, nullptr, alpha, limit};                         \
         moe_gate_up<TYPE>(vgate, vup, xq, sorted, index, h, n_embd, n_ff, n_expert, n_used,         \
-                          expert, order);                                                           \
+                          expert, order, ep);                                                       \
     }                                                                                               \
     extern "C" __global__ void __launch_bounds__(MoeTileCfg::THREADS) moe_down_##NAME(                      \
         const void *__restrict__ vdown, const block_q8_1 *__restrict__ hq,                          \
         const int *__restrict__ sorted, const int *__restrict__ index,                              \
         const float *__restrict__ weights, float *__restrict__ y, int n_ff, int n_embd,             \
-        int n_expert, int expert, int order) {                                                      \
+        int n_expert, int expert, int order, const float *__restrict__ down_bias) {                 \
         dependent_launch_entry();                                                                   \
+        const ExpertEpilogue ep{nullptr, nullptr, down_bias, 0.0f, 0.0f};                           \
         moe_down<TYPE>(vdown, hq, sorted, index, weights, y, n_ff, n_embd, n_expert, expert,       \
-                       order);                                                                      \
+                       order, ep);                                                                  \
     }
 
 MOE_ENTRIES(q4_0, GGML_TYPE_Q4_0)

@@ -7,9 +7,11 @@
 use super::{CudaAct, CudaBackend, CudaWeight};
 use crate::error::{CudaError, DriverContext, Result};
 use crate::ops::{
-    MoeDecodeWork, MoeExperts, MoeRouteWork, MoeSliceWork, MoeWork, MOE_DECODE_MAX_TOKENS,
+    ExpertEpilogue, MoeDecodeWork, MoeExperts, MoeRouteWork, MoeSliceWork, MoeWork,
+    MOE_DECODE_MAX_TOKENS,
 };
 use crate::plan::{MoePath, MoeShape};
+use ferrolm_gguf::GgmlType;
 use ferrolm_model::backend::{MoeAct, MoeGating};
 use ferrolm_model::weights::MoeWeights;
 
@@ -43,11 +45,7 @@ impl CudaBackend {
                 "an MoE router not uploaded as one".into(),
             ));
         };
-        if w.biases.is_some() || w.act != MoeAct::Swiglu {
-            return Err(CudaError::Invalid(
-                "biased experts and swiglu_oai (gpt-oss) have no CUDA kernels yet".into(),
-            ));
-        }
+        let epilogue = expert_epilogue(w)?;
         // The router applies its gating itself (fixed at upload); it must be the weights'.
         if router.renorm != (w.gating == MoeGating::SoftmaxTopKRenorm)
             || router.topk_softmax != (w.gating == MoeGating::TopKSoftmax)
@@ -64,6 +62,7 @@ impl CudaBackend {
             n_expert: w.n_expert,
             n_used: w.n_expert_used,
             n_ff: w.n_ff,
+            epilogue,
         };
         let k = w.n_expert_used;
         let mut ids = self.ids.take(n * k)?;
@@ -148,4 +147,31 @@ impl CudaBackend {
         self.acts.give(weights);
         r
     }
+}
+
+/// gpt-oss's expert biases (f32 `[n_expert][width]` matrices on the device) and activation, as
+/// the expert kernels take them.
+fn expert_epilogue(w: &MoeWeights<CudaWeight>) -> Result<ExpertEpilogue<'_>> {
+    let biases = match &w.biases {
+        None => None,
+        Some(b) => {
+            let [g, u, d] = [&b[0], &b[1], &b[2]].map(|b| match b {
+                CudaWeight::Matrix { mat, .. } if mat.ty == GgmlType::F32 => Some(&mat.data),
+                _ => None,
+            });
+            match (g, u, d) {
+                (Some(g), Some(u), Some(d)) => Some([g, u, d]),
+                _ => {
+                    return Err(CudaError::Invalid(
+                        "expert biases not held as f32 matrices".into(),
+                    ))
+                }
+            }
+        }
+    };
+    let swiglu_oai = match w.act {
+        MoeAct::Swiglu => None,
+        MoeAct::SwigluOai { alpha, limit } => Some((alpha, limit)),
+    };
+    Ok(ExpertEpilogue { biases, swiglu_oai })
 }

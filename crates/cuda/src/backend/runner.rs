@@ -95,14 +95,6 @@ impl CudaModel {
         first_layer: usize,
     ) -> ferrolm_model::Result<Self> {
         let cfg = Config::from_gguf(file)?;
-        // gpt-oss: its MXFP4 expert kernels and the biased experts with swiglu_oai are not in
-        // yet (its attention sinks, sliding windows and router gating are).
-        if cfg.arch == ferrolm_model::Arch::GptOss {
-            return Err(ModelError::Invalid(format!(
-                "CUDA: {} runs on the CPU only for now; use --backend cpu (or -ngl 0)",
-                cfg.arch
-            )));
-        }
         let first_layer = first_layer.min(cfg.n_layer);
         check_fit(&cfg, file, &dev, first_layer)?;
         let cuda = |e: CudaError| ModelError::Invalid(format!("CUDA: {e}"));

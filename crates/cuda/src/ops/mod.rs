@@ -40,7 +40,7 @@ pub use mmvq::{Mmvq, PairOut, QuantMatrix};
 pub(crate) use moe_decode::MOE_DECODE_MAX_TOKENS;
 pub use moe_decode::{MoeDecode, MoeDecodeWork};
 pub use moe_gemm::{MoeGemm, MoeWork};
-pub use moe_route::{MoeExperts, MoeRoute, MoeRouteWork, MoeRouter};
+pub use moe_route::{ExpertEpilogue, MoeExperts, MoeRoute, MoeRouteWork, MoeRouter};
 pub(crate) use moe_route::{ROUTER_ROWS_MAX_EMBD, ROUTER_SMALL_N};
 pub use moe_slices::MoeSliceWork;
 pub use norm_rope::{rope_table_len, NormRope, Rope, RopeArgs, RopeScale};

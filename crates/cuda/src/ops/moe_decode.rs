@@ -115,6 +115,7 @@ pub struct MoeDecode {
     slot_matvec: HashMap<(GgmlType, bool), CudaFunction>,
     combine: CudaFunction,
     swiglu: CudaFunction,
+    swiglu_oai: CudaFunction,
 }
 
 impl MoeDecode {
@@ -151,6 +152,7 @@ impl MoeDecode {
             slot_matvec,
             combine: dev.function(&MOE_DECODE, "moe_combine")?,
             swiglu: dev.function(&ELEMENTWISE, "swiglu_f32")?,
+            swiglu_oai: dev.function(&ELEMENTWISE, "swiglu_oai_f32")?,
         })
     }
 
@@ -248,6 +250,7 @@ impl MoeDecode {
             block_dim: block,
             shared_mem_bytes: smem,
         };
+        let (alpha, limit) = e.epilogue.act_args();
         let mut b = self.launch.builder(gate_up);
         b.arg(&e.gate.data).arg(&e.up.data).arg(x_q8_1).arg(ids);
         b.arg(&mut work.h)
@@ -256,10 +259,15 @@ impl MoeDecode {
             .arg(&ints.ne)
             .arg(&ints.k)
             .arg(&stage);
-        // SAFETY: moe_gate_up_*_nN(gate, up, x, ids, h, n_embd, n_ff, n_expert, k, stage):
-        // stacked [n_expert*n_ff][n_embd] weights, N Q8_1 rows, N*k ids, N*k x n_ff floats out
-        // (work sized for max_n >= N); a block per NWARPS * gate_rows(N) rows and slot; with
-        // stage, the shared bytes of the N rows' staged blocks.
+        b.arg(e.epilogue.bias(0))
+            .arg(e.epilogue.bias(1))
+            .arg(&alpha)
+            .arg(&limit);
+        // SAFETY: moe_gate_up_*_nN(gate, up, x, ids, h, n_embd, n_ff, n_expert, k, stage,
+        // gate_bias, up_bias, alpha, limit): stacked [n_expert*n_ff][n_embd] weights, N Q8_1
+        // rows, N*k ids, N*k x n_ff floats out (work sized for max_n >= N); biases of
+        // [n_expert][n_ff] floats or null (MoeExperts::check); a block per NWARPS *
+        // gate_rows(N) rows and slot; with stage, the shared bytes of the N rows' staged blocks.
         unsafe { b.launch(cfg) }.during(format!("launching moe gate/up for {}", e.gate.ty))?;
 
         self.quantize_h(how, e, n, work)?;
@@ -278,11 +286,13 @@ impl MoeDecode {
             .arg(&ints.ff)
             .arg(&ints.ne)
             .arg(&ints.k)
-            .arg(&stage);
+            .arg(&stage)
+            .arg(e.epilogue.bias(2));
         // SAFETY: moe_down_*_nN(down, hq, ids, weights, out, n_embd, n_ff, n_expert, k,
-        // stage): stacked [n_expert*n_embd][n_ff] weights, N*k Q8_1 rows of n_ff, N*k ids and
-        // weights, N x n_embd floats updated; a block per down_rows(N) output rows; with
-        // stage, the shared bytes of the N*k rows' staged blocks.
+        // stage, down_bias): stacked [n_expert*n_embd][n_ff] weights, N*k Q8_1 rows of n_ff,
+        // N*k ids and weights, N x n_embd floats updated, a bias of [n_expert][n_embd] floats
+        // or null; a block per down_rows(N) output rows; with stage, the shared bytes of the
+        // N*k rows' staged blocks.
         unsafe { b.launch(cfg) }.during(format!("launching moe down for {}", e.down.ty))?;
         Ok(())
     }
@@ -315,10 +325,11 @@ impl MoeDecode {
     ) -> Result<()> {
         let (k, ff, d) = (e.n_used, e.n_ff, e.n_embd());
         let ne = int(e.n_expert, "moe experts");
+        let ep = &e.epilogue;
         for s in 0..n * k {
             let t = s / k;
-            self.slot_matvec(how, e.gate, x_q8_1, ids, &mut work.h, s, t, ne)?;
-            self.slot_matvec(how, e.up, x_q8_1, ids, &mut work.up, s, t, ne)?;
+            self.slot_matvec(how, e.gate, ep.bias(0), x_q8_1, ids, &mut work.h, s, t, ne)?;
+            self.slot_matvec(how, e.up, ep.bias(1), x_q8_1, ids, &mut work.up, s, t, ne)?;
         }
         let len = int(n * k * ff, "moe h");
         let threads = 256;
@@ -327,14 +338,39 @@ impl MoeDecode {
             block_dim: (threads, 1, 1),
             shared_mem_bytes: 0,
         };
-        let mut b = self.launch.builder(&self.swiglu);
-        b.arg(&mut work.h).arg(&work.up).arg(&len);
-        // SAFETY: swiglu_f32(gate, up, n): n floats each, gate updated in place.
-        unsafe { b.launch(cfg) }.during("launching moe swiglu")?;
+        match ep.swiglu_oai {
+            None => {
+                let mut b = self.launch.builder(&self.swiglu);
+                b.arg(&mut work.h).arg(&work.up).arg(&len);
+                // SAFETY: swiglu_f32(gate, up, n): n floats each, gate updated in place.
+                unsafe { b.launch(cfg) }.during("launching moe swiglu")?;
+            }
+            Some((alpha, limit)) => {
+                let mut b = self.launch.builder(&self.swiglu_oai);
+                b.arg(&mut work.h)
+                    .arg(&work.up)
+                    .arg(&len)
+                    .arg(&alpha)
+                    .arg(&limit);
+                // SAFETY: swiglu_oai_f32(gate, up, n, alpha, limit): n floats each, gate
+                // updated in place.
+                unsafe { b.launch(cfg) }.during("launching moe swiglu_oai")?;
+            }
+        }
 
         self.quantize_h(how, e, n, work)?;
         for s in 0..n * k {
-            self.slot_matvec(how, e.down, &work.hq, ids, &mut work.down, s, s, ne)?;
+            self.slot_matvec(
+                how,
+                e.down,
+                ep.bias(2),
+                &work.hq,
+                ids,
+                &mut work.down,
+                s,
+                s,
+                ne,
+            )?;
         }
 
         let ints = Ints::new(d, ff, e.n_expert, k);
@@ -359,6 +395,7 @@ impl MoeDecode {
         &self,
         how: &ExpertMatVec,
         w: &super::QuantMatrix,
+        bias: Option<&CudaSlice<u8>>,
         x: &CudaSlice<u8>,
         ids: &CudaSlice<i32>,
         dst: &mut CudaSlice<f32>,
@@ -377,10 +414,16 @@ impl MoeDecode {
         let f = &self.slot_matvec[&(w.ty, narrow(how, w.ty))];
         let mut b = self.launch.builder(f);
         b.arg(&w.data).arg(x).arg(ids).arg(dst);
-        b.arg(&si).arg(&xi).arg(&ri).arg(&ci).arg(&n_expert);
-        // SAFETY: moe_slot_matvec_*(w, x, ids, dst, slot, x_row, rows, cols, n_expert):
+        b.arg(&si)
+            .arg(&xi)
+            .arg(&ri)
+            .arg(&ci)
+            .arg(&n_expert)
+            .arg(bias);
+        // SAFETY: moe_slot_matvec_*(w, x, ids, dst, slot, x_row, rows, cols, n_expert, bias):
         // [n_expert*rows][cols] weights, Q8_1 rows of cols (x_row among them), ids[slot],
-        // dst row `slot` of `rows` floats (work sized for every slot).
+        // dst row `slot` of `rows` floats (work sized for every slot), a bias of
+        // [n_expert][rows] floats or null.
         unsafe { b.launch(cfg) }.during(format!("launching moe mat-vec for {}", w.ty))?;
         Ok(())
     }

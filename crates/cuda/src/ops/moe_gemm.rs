@@ -253,8 +253,10 @@ impl MoeGemm {
         if n == 0 {
             return Ok(());
         }
+        let ep = experts.epilogue;
+        let (alpha, limit) = ep.act_args();
         let (grouped, x_quant, h_quant, gate_up_order, down_order) = match *how {
-            ExpertGemm::Float if is_float(experts) => {
+            ExpertGemm::Float if is_float(experts) && ep.biases.is_none() && limit == 0.0 => {
                 return self.forward_float(x, n, ids, weights, experts, work, out);
             }
             ExpertGemm::Int8 {
@@ -264,6 +266,13 @@ impl MoeGemm {
                 gate_up,
                 down,
             } if !is_float(experts) => (grouped, x_quant, h_quant, gate_up as i32, down as i32),
+            ExpertGemm::Float if is_float(experts) => {
+                return Err(CudaError::Invalid(
+                    "moe_gemm: float experts with biases or swiglu_oai (gpt-oss's) have no \
+                     kernel; quantize the experts (MXFP4, as released)"
+                        .into(),
+                ))
+            }
             _ => {
                 return Err(CudaError::Invalid(format!(
                     "moe_gemm: {how:?} for {} experts",
@@ -307,10 +316,15 @@ impl MoeGemm {
                     .arg(&ei)
                     .arg(&ki)
                     .arg(&expert)
-                    .arg(&gate_up_order);
+                    .arg(&gate_up_order)
+                    .arg(ep.bias(0))
+                    .arg(ep.bias(1))
+                    .arg(&alpha)
+                    .arg(&limit);
                 // SAFETY: moe_gate_up_<type>(gate, up, xq, sorted, index, h, n_embd, n_ff, E, k,
-                // expert, order): shapes checked above; h has pairs × n_ff floats, and a block writes only
-                // sorted positions below offsets[E] <= pairs.
+                // expert, order, gate_bias, up_bias, alpha, limit): shapes checked above (the
+                // biases [E][n_ff] floats or null); h has pairs × n_ff floats, and a block writes
+                // only sorted positions below offsets[E] <= pairs.
                 unsafe { b.launch(gemm_cfg(ff, slots, gate_up_g.smem)?) }
                     .during(format!("launching moe_gate_up for {}", experts.gate.ty))?;
             }
@@ -332,9 +346,11 @@ impl MoeGemm {
                     .arg(&ci)
                     .arg(&ei)
                     .arg(&expert)
-                    .arg(&down_order);
+                    .arg(&down_order)
+                    .arg(ep.bias(2));
                 // SAFETY: moe_down_<type>(down, hq, sorted, index, weights, y, n_ff, n_embd, E,
-                // expert, order): y has pairs × n_embd floats, written at pair ids < pairs.
+                // expert, order, down_bias): y has pairs × n_embd floats, written at pair ids <
+                // pairs; the bias [E][n_embd] floats or null.
                 unsafe { b.launch(gemm_cfg(d, slots, down_g.smem)?) }
                     .during(format!("launching moe_down for {}", experts.down.ty))?;
             }

@@ -96,6 +96,33 @@ pub struct MoeExperts<'a> {
     /// Experts a token uses (k).
     pub n_used: usize,
     pub n_ff: usize,
+    /// gpt-oss's biases and activation; the default (none, SwiGLU) for the other models.
+    pub epilogue: ExpertEpilogue<'a>,
+}
+
+/// What the expert kernels add after their products (`kernels/common.cuh`'s
+/// `ExpertEpilogue`): gpt-oss's per-expert biases, added to the gate and up products before
+/// the activation and to the down product before its routing weight, as the CPU does; and its
+/// `swiglu_oai` in place of SwiGLU.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ExpertEpilogue<'a> {
+    /// Gate, up and down biases, f32 `[n_expert][n_ff]`, `[n_expert][n_ff]` and
+    /// `[n_expert][n_embd]`.
+    pub biases: Option<[&'a CudaSlice<u8>; 3]>,
+    /// `swiglu_oai`'s (alpha, limit); `None`: SwiGLU.
+    pub swiglu_oai: Option<(f32, f32)>,
+}
+
+impl<'a> ExpertEpilogue<'a> {
+    /// One of the three biases (0 gate, 1 up, 2 down), or none: the kernels take a null.
+    pub fn bias(&self, which: usize) -> Option<&'a CudaSlice<u8>> {
+        self.biases.map(|b| b[which])
+    }
+
+    /// The kernels' (alpha, limit): limit 0 selects SwiGLU.
+    pub fn act_args(&self) -> (f32, f32) {
+        self.swiglu_oai.unwrap_or((0.0, 0.0))
+    }
 }
 
 impl MoeExperts<'_> {
@@ -123,6 +150,21 @@ impl MoeExperts<'_> {
             "moe: {} of {e} experts",
             self.n_used
         );
+        if let Some(b) = self.epilogue.biases {
+            for (name, bias, rows) in [("gate", b[0], ff), ("up", b[1], ff), ("down", b[2], d)] {
+                assert!(
+                    bias.len() >= e * rows * 4,
+                    "moe {name} bias: {} bytes for {e} experts of {rows}",
+                    bias.len()
+                );
+            }
+        }
+        if let Some((_, limit)) = self.epilogue.swiglu_oai {
+            assert!(
+                limit > 0.0,
+                "moe: swiglu_oai's limit {limit} is not positive"
+            );
+        }
     }
 }
 
