@@ -100,6 +100,19 @@ pub fn all(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) -> Resu
     // gpt-oss's 2880-wide rows: MXFP4 on its CUDA-core chain.
     let gpt_oss = super::mmq::mmq(dev, k, plan, rng, GgmlType::Mxfp4, 1027, 2880, 77);
     push("mmq", gpt_oss);
+    // Rows that are not whole k steps on the tiles (long ubatches), the last step partly zero:
+    // gpt-oss's 2880 (Q8_0 attention, MXFP4; rows 4-byte aligned only) and SmolLM2's 576.
+    for (ty, cols) in [
+        (GgmlType::Q8_0, 2880),
+        (GgmlType::Mxfp4, 2880),
+        (GgmlType::Q4_0, 2880),
+        (GgmlType::Q4_1, 576),
+    ] {
+        push(
+            "mmq",
+            super::mmq::mmq(dev, k, plan, rng, ty, 1027, cols, 300),
+        );
+    }
     // Q4_K's integer-scale order: pairs for 20 tokens and blocks for the last 2; blocks only.
     push(
         "mmq",

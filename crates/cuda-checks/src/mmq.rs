@@ -59,8 +59,9 @@ pub fn mmq(
     // otherwise).
     // Rows not a multiple of 256 take the CUDA-core kernels, in the CPU's order too: the
     // CPU's bits.
-    let small = plan.lanes(ty, n) || !cols.is_multiple_of(MMQ_BK);
-    debug_assert_eq!(small, how == Gemm::Small);
+    // Rows not a multiple of 256 in short ubatches likewise (longer ones take the tiles, the
+    // last k step partly zero).
+    let small = how == Gemm::Small;
     let contract = if plan.integer_scales(ty, cols, n) || small {
         Contract::Exact
     } else {
@@ -115,7 +116,7 @@ fn split_k(
     cols: usize,
     n: usize,
 ) -> Result<Vec<Row>> {
-    let ways = (cols / MMQ_BK).min(4);
+    let ways = cols.div_ceil(MMQ_BK).min(4);
     let how = plan.for_sequence_batches().gemm(case.ty, rows, cols, n);
     if how == Gemm::Small || ways < 2 {
         return Ok(Vec::new());

@@ -52,6 +52,16 @@ fn biases(rng: &mut StdRng, c: &MoeCase) -> [Vec<f32>; 3] {
     ]
 }
 
+/// The gate/up weights' spread: with swiglu_oai, gate and up of about 3 (the biases' 1
+/// beside), so that its clamps at ±7 are reached now and then, not always.
+fn gate_up_sigma(c: &MoeCase) -> f32 {
+    if c.oai {
+        3.0 / (c.n_embd as f32).sqrt()
+    } else {
+        1.0
+    }
+}
+
 /// The device copies of `biases` (as bytes, the way the backend holds them).
 fn upload_biases(dev: &CudaDevice, b: &[Vec<f32>; 3]) -> Result<Option<[CudaSlice<u8>; 3]>> {
     if b[0].is_empty() {
@@ -112,6 +122,18 @@ pub fn cases() -> Vec<MoeCase> {
         MoeCase {
             oai: true,
             ..q5(300, GgmlType::Mxfp4, GgmlType::Mxfp4)
+        },
+        // gpt-oss's widths (2880 → 2880, not whole k steps: the last partly zero), top-4.
+        MoeCase {
+            n: 300,
+            n_expert: 8,
+            k: 4,
+            live: 8,
+            n_embd: 2880,
+            n_ff: 2880,
+            gate_up: GgmlType::Mxfp4,
+            down: GgmlType::Mxfp4,
+            oai: true,
         },
     ]
 }
@@ -211,8 +233,9 @@ pub fn moe_block(
 ) -> Result<Vec<Row>> {
     let (n, e, d, ff) = (c.n, c.n_expert, c.n_embd, c.n_ff);
     let gate_up_ty = c.gate_up;
-    let gq = ferrolm_quant::quantize_to_vec(gate_up_ty, &normal(rng, e * ff * d, 1.0))?;
-    let uq = ferrolm_quant::quantize_to_vec(gate_up_ty, &normal(rng, e * ff * d, 1.0))?;
+    let sigma = gate_up_sigma(&c);
+    let gq = ferrolm_quant::quantize_to_vec(gate_up_ty, &normal(rng, e * ff * d, sigma))?;
+    let uq = ferrolm_quant::quantize_to_vec(gate_up_ty, &normal(rng, e * ff * d, sigma))?;
     // Small down weights keep h·down near the size of x, as in a trained model.
     let dq = ferrolm_quant::quantize_to_vec(c.down, &normal(rng, e * d * ff, 0.05))?;
     let x = normal(rng, n * d, 1.0);
@@ -312,8 +335,9 @@ pub fn moe_slices(
     c: MoeCase,
 ) -> Result<Vec<Row>> {
     let (n, e, d, ff) = (c.n, c.n_expert, c.n_embd, c.n_ff);
-    let gq = ferrolm_quant::quantize_to_vec(c.gate_up, &normal(rng, e * ff * d, 1.0))?;
-    let uq = ferrolm_quant::quantize_to_vec(c.gate_up, &normal(rng, e * ff * d, 1.0))?;
+    let sigma = gate_up_sigma(&c);
+    let gq = ferrolm_quant::quantize_to_vec(c.gate_up, &normal(rng, e * ff * d, sigma))?;
+    let uq = ferrolm_quant::quantize_to_vec(c.gate_up, &normal(rng, e * ff * d, sigma))?;
     let dq = ferrolm_quant::quantize_to_vec(c.down, &normal(rng, e * d * ff, 0.05))?;
     let x = normal(rng, n * d, 1.0);
     let (ids, weights) = routes(rng, &c);

@@ -167,6 +167,29 @@ static __device__ __forceinline__ void cp_async16(void *dst, const void *src, in
     cp_async16_to((uint32_t)__cvta_generic_to_shared(dst), src, src_bytes);
 }
 
+static __device__ __forceinline__ void cp_async4(void *dst, const void *src, int src_bytes) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(
+                     (uint32_t)__cvta_generic_to_shared(dst)),
+                 "l"(src), "r"(src_bytes));
+}
+
+// 16 bytes to dst (src_bytes of them from src, the rest zero), asynchronously: one copy where
+// src is 16-byte aligned, else four of 4 bytes (src then 4-byte aligned: the rows of a
+// 32-element block format whose length is not a multiple of 256). `base` stands in for src
+// where nothing is read.
+static __device__ __forceinline__ void cp_async16_any(char *dst, const char *src, int src_bytes,
+                                                      const char *base) {
+    if (((size_t)src & 15) == 0) {
+        cp_async16(dst, src_bytes > 0 ? src : base, src_bytes);
+        return;
+    }
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+        const int n = max(0, min(4, src_bytes - 4 * j));
+        cp_async4(dst + 4 * j, n > 0 ? src + 4 * j : base, n);
+    }
+}
+
 static __device__ __forceinline__ void cp_async_commit() {
     asm volatile("cp.async.commit_group;\n" ::);
 }

@@ -6,7 +6,8 @@
 //
 // Launch (crates/cuda/src/ops/mmq.rs must agree): block (32, C::NWARPS), grid
 // (ceil(nrows / C::BM), ceil(ntok / C::BN), splits), MmqSmem<TYPE, C, 1>::bytes of dynamic
-// shared memory; ncols a multiple of MMQ_BK; `order` one of MMQ_ORDER_* (mmq_mma.cuh: how
+// shared memory; ncols a multiple of MMQ_BK (of 32 for 32-element block formats: the last k
+// step partly zero, mmq_tile.cuh); `order` one of MMQ_ORDER_* (mmq_mma.cuh: how
 // integer-scale formats sum, ignored by the others). Every tile shape gives the same bits.
 // Split-K (splits > 1, for GEMMs whose tiles alone leave SMs idle: a batched decode step's
 // few rows): share z takes k steps z·split_steps.. into part[z] (splits × ntok × nrows
@@ -48,7 +49,8 @@ static __device__ __forceinline__ void mul_mat_q(const void *__restrict__ vx,
     const void *const w[1] = {vx};
     __syncthreads();
     const int splits = gridDim.z, ks0 = blockIdx.z * split_steps;
-    const int ks1 = splits == 1 ? ncols / MMQ_BK : min(ncols / MMQ_BK, ks0 + split_steps);
+    const int steps = mmq_k_steps(ncols);
+    const int ks1 = splits == 1 ? steps : min(steps, ks0 + split_steps);
     mmq_k_loop<TYPE, C, 1, ORDERS>(mmq_smem, w, nrows, row0, vy, yrow, ncols, order, acc, accm,
                                    ks0, ks1);
 

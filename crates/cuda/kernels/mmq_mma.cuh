@@ -356,7 +356,8 @@ static __device__ __forceinline__ void mmq_acc_result(const float (&acc)[C::TM][
 // weight matrix in format TYPE) times activation rows yrow[0..BN) of y (Q8_1 rows of ncols),
 // for NMAT matrices that share the activations (MoE gate and up), in MMQ_ORDER_* `order`
 // (one of ORDERS; any other sums as MMQ_ORDER_SUBS).
-// ncols % MMQ_BK == 0. The caller zeroes acc and accm, fills yrow and syncs before; `smem`
+// ncols % MMQ_BK == 0, or ncols % 32 == 0 for 32-element block formats (mmq_k_steps). The
+// caller zeroes acc and accm, fills yrow and syncs before; `smem`
 // holds MmqSmem<TYPE, C, NMAT>::bytes. A split-K share takes k steps ks0..ks1 only.
 template <int TYPE, class C, int NMAT, int ORDERS>
 static __device__ __forceinline__ void mmq_k_loop(char *smem, const void *const (&w)[NMAT],
@@ -370,7 +371,7 @@ static __device__ __forceinline__ void mmq_k_loop(char *smem, const void *const 
     const size_t w_row = (size_t)(ncols / F::qk) * sizeof(typename F::block);
     const size_t y_row = (size_t)(ncols / QK8_1) * sizeof(block_q8_1);
     // k steps ks0..ks1 (a split-K share; all of them by default).
-    const int steps = ks1 < 0 ? ncols / MMQ_BK : ks1;
+    const int steps = ks1 < 0 ? mmq_k_steps(ncols) : ks1;
     if (ks0 >= steps) {
         return;
     }
@@ -379,9 +380,10 @@ static __device__ __forceinline__ void mmq_k_loop(char *smem, const void *const 
 #pragma unroll
         for (int mat = 0; mat < NMAT; ++mat) {
             mmq_stage_weights<TYPE, C>(smem + L::w_raw_at(st, mat), (const char *)w[mat], w_row,
-                                       nrows, row0, ks * MMQ_BK);
+                                       nrows, row0, ks * MMQ_BK, ncols);
         }
-        mmq_stage_acts<C>(smem + L::y_raw_at(st), (const char *)y, y_row, yrow, ks * MMQ_BK);
+        mmq_stage_acts<C>(smem + L::y_raw_at(st), (const char *)y, y_row, yrow, ks * MMQ_BK,
+                          ncols);
         cp_async_commit();
     };
     stage(ks0, 0);

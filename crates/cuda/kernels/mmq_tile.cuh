@@ -90,6 +90,20 @@ static __device__ __forceinline__ unsigned mmq_dynamic_smem() {
     return n;
 }
 
+// k steps of a row of ncols: the last one partial where ncols is not a multiple of MMQ_BK
+// (32-element block formats only: rows of 2880 in gpt-oss). Its missing sub-blocks are staged
+// as zero bytes, weights and activations alike, which unpack to codes and scales that add
+// exactly nothing (a zero scale, or zero codes against a zero activation block).
+static __device__ __forceinline__ int mmq_k_steps(int ncols) {
+    return (ncols + MMQ_BK - 1) / MMQ_BK;
+}
+
+// Bytes of a k step from k0 that exist in a row of ncols, for blocks of `block_bytes` per
+// `qk` elements.
+static __device__ __forceinline__ int mmq_step_bytes(int k0, int ncols, int qk, int block_bytes) {
+    return min(MMQ_BK, ncols - k0) / qk * block_bytes;
+}
+
 // Where weight row `row`'s blocks for columns k0.. start, in bytes from the matrix.
 template <int TYPE>
 static __device__ __forceinline__ size_t mmq_raw_start(size_t row_bytes, int row, int k0) {
@@ -98,40 +112,48 @@ static __device__ __forceinline__ size_t mmq_raw_start(size_t row_bytes, int row
 }
 
 // Queue the copy of weight rows row0..row0+BM (rows past nrows re-read the last one; their
-// results are never written), columns k0..k0+MMQ_BK, of a matrix of nrows × row_bytes.
+// results are never written), columns k0..k0+MMQ_BK of a matrix of nrows × row_bytes with
+// rows of ncols (columns past ncols: zero bytes).
 template <int TYPE, class C>
 static __device__ __forceinline__ void mmq_stage_weights(char *dst, const char *x,
                                                          size_t row_bytes, int nrows, int row0,
-                                                         int k0) {
+                                                         int k0, int ncols) {
+    typedef WeightFormat<TYPE> F;
     typedef MmqRaw<TYPE> R;
     const int tid = threadIdx.y * WARP_SIZE + threadIdx.x;
-    const size_t total = (size_t)nrows * row_bytes;
+    const int step_bytes = mmq_step_bytes(k0, ncols, F::qk, (int)sizeof(typename F::block));
     for (int i = tid; i < C::BM * R::chunks; i += C::THREADS) {
         const int r = i / R::chunks, c = i % R::chunks;
         const int row = min(row0 + r, nrows - 1);
-        const size_t src = (mmq_raw_start<TYPE>(row_bytes, row, k0) & ~(size_t)15) + 16 * c;
-        // Only the unaligned formats' last chunks can reach past the matrix: read what is
-        // there (MXFP4's last chunk can lie wholly past it: none of it, from the matrix's
-        // start).
-        const size_t left = src < total ? total - src : 0;
-        const int n = R::aligned || left >= 16 ? 16 : (int)left;
-        cp_async16(dst + r * R::stride + 16 * c, x + (n > 0 ? src : 0), n);
+        const size_t start = mmq_raw_start<TYPE>(row_bytes, row, k0);
+        // The unaligned formats copy the 16-byte chunks around their blocks (unpacked from
+        // `start % 16` bytes in); the others their blocks from `start`, which rows of a length
+        // that is not a multiple of MMQ_BK leave only 4-byte aligned (cp_async16_any).
+        const size_t src = (R::aligned ? start : start & ~(size_t)15) + 16 * c;
+        // Only this step's blocks of this row are read: nothing past the matrix, and a
+        // partial last step stops at the row's end; the rest of a chunk is zero-filled.
+        const size_t end = start + step_bytes;
+        const int n = src >= end ? 0 : (int)min((size_t)16, end - src);
+        cp_async16_any(dst + r * R::stride + 16 * c, x + src, n, x);
     }
 }
 
-// Queue the copy of activation rows yrow[0..BN) (Q8_1 rows of row_bytes; a negative yrow is
-// a row of zeros), columns k0..k0+MMQ_BK.
+// Queue the copy of activation rows yrow[0..BN) (Q8_1 rows of row_bytes, ncols elements; a
+// negative yrow is a row of zeros), columns k0..k0+MMQ_BK (past ncols: zero bytes).
 template <class C>
 static __device__ __forceinline__ void mmq_stage_acts(char *dst, const char *y, size_t row_bytes,
-                                                      const int *yrow, int k0) {
+                                                      const int *yrow, int k0, int ncols) {
     constexpr int CHUNKS = MMQ_Y_ROW / 16;
     const int tid = threadIdx.y * WARP_SIZE + threadIdx.x;
     const size_t kofs = (size_t)(k0 / QK8_1) * sizeof(block_q8_1);
+    const int step_bytes = mmq_step_bytes(k0, ncols, QK8_1, (int)sizeof(block_q8_1));
     for (int i = tid; i < C::BN * CHUNKS; i += C::THREADS) {
         const int n = i / CHUNKS, c = i % CHUNKS;
         const int row = yrow[n];
-        const char *src = y + (row >= 0 ? (size_t)row * row_bytes + kofs + 16 * c : 0);
-        cp_async16(dst + n * MMQ_Y_STRIDE + 16 * c, src, row >= 0 ? 16 : 0);
+        const int bytes = row >= 0 ? max(0, min(16, step_bytes - 16 * c)) : 0;
+        // Rows of a length that is not a multiple of 128 are 4-byte aligned only.
+        const char *src = y + (bytes > 0 ? (size_t)row * row_bytes + kofs + 16 * c : 0);
+        cp_async16_any(dst + n * MMQ_Y_STRIDE + 16 * c, src, bytes, y);
     }
 }
 

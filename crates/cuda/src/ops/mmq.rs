@@ -219,13 +219,34 @@ impl Mmq {
         })
     }
 
-    /// Whether `ty` weights of `cols` columns have a GEMM: the tensor-core tiles for rows of
-    /// a multiple of [`MMQ_BK`], the CUDA-core kernels (`small_gemm` of
+    /// Whether `ty` weights of `cols` columns have a GEMM: the tensor-core tiles
+    /// ([`Mmq::tiles_take`]), or the CUDA-core kernels (`small_gemm` of
     /// [`formats`](super::formats)) for any multiple of 32.
     pub fn supports(ty: GgmlType, cols: usize) -> bool {
         let small = super::formats::has(ty, |f| f.small_gemm.is_some());
         super::formats::has(ty, |f| f.gemm)
-            && (cols.is_multiple_of(MMQ_BK) || (small && cols.is_multiple_of(32)))
+            && (Self::tiles_take(ty, cols) || (small && cols.is_multiple_of(32)))
+    }
+
+    /// Whether the tensor-core tiles take rows of `cols` `ty` weights: whole k steps, or for
+    /// the 32-element block formats any multiple of 32 whose rows (and Q8_1 activation rows)
+    /// are 4-byte aligned, the last step partly zero (`mmq_tile.cuh`'s `mmq_k_steps`):
+    /// gpt-oss's 2880.
+    pub fn tiles_take(ty: GgmlType, cols: usize) -> bool {
+        if cols.is_multiple_of(MMQ_BK) {
+            return true;
+        }
+        let row_bytes = cols / 32 * ty.block_bytes();
+        // Blocks of bytes not a multiple of 16 are staged through the aligned chunks around
+        // them (MXFP4), at any alignment.
+        let around = !(MMQ_BK / 32 * ty.block_bytes()).is_multiple_of(16);
+        ty.block_elems() == 32 && cols.is_multiple_of(32) && (around || row_bytes.is_multiple_of(4))
+    }
+
+    /// k steps of rows of `cols` columns (the last one partial unless a multiple of
+    /// [`MMQ_BK`]).
+    pub fn k_steps(cols: usize) -> usize {
+        cols.div_ceil(MMQ_BK)
     }
 
     /// Blocks of each tile shape one SM holds (occupancy at the shared memory each needs; 0:
@@ -281,7 +302,7 @@ impl Mmq {
                 splits,
             } => (*tile, launches, *splits),
         };
-        if !w.cols.is_multiple_of(MMQ_BK) {
+        if !Self::tiles_take(w.ty, w.cols) {
             return Err(CudaError::Invalid(format!(
                 "mmq: {} rows of {} columns take the CUDA-core kernel, not tiles",
                 w.ty, w.cols
@@ -304,7 +325,7 @@ impl Mmq {
             return Ok(());
         }
         let row_q8 = super::Quantize::q8_1_bytes(1, w.cols);
-        let steps = w.cols / MMQ_BK;
+        let steps = Self::k_steps(w.cols);
         // Shares of at least one step each; a count past the steps would leave some empty.
         let splits = splits.clamp(1, steps.min(MMQ_MAX_SPLITS));
         let split_steps = steps.div_ceil(splits);

@@ -77,9 +77,10 @@ fn check(x: &MoeExperts) -> Result<()> {
             return bad(format!("no kernel for {} {name} weights", m.ty));
         }
     }
-    if !float && !MoeGemm::supports_widths(d, ff) {
+    if !float && !MoeGemm::supports_widths(x.gate.ty, x.down.ty, d, ff) {
         return bad(format!(
-            "n_embd {d} and n_ff {ff} must be multiples of {MMQ_BK}"
+            "n_embd {d} and n_ff {ff} are not rows the GEMM tiles take ({MMQ_BK}s, or 32s of \
+             4-byte aligned rows of a 32-element block format)"
         ));
     }
     Ok(())
@@ -179,8 +180,10 @@ pub struct MoeGemm {
 impl MoeGemm {
     /// Whether the int8 GEMMs take experts of these widths: whole k-steps (float experts take
     /// any; the plan runs the others through `moe_decode` in slices).
-    pub fn supports_widths(n_embd: usize, n_ff: usize) -> bool {
-        n_embd.is_multiple_of(MMQ_BK) && n_ff.is_multiple_of(MMQ_BK)
+    /// Whether the GEMM tiles take experts of `gate_up` and `down` weights of these widths
+    /// ([`Mmq::tiles_take`](super::Mmq::tiles_take)).
+    pub fn supports_widths(gate_up: GgmlType, down: GgmlType, n_embd: usize, n_ff: usize) -> bool {
+        super::Mmq::tiles_take(gate_up, n_embd) && super::Mmq::tiles_take(down, n_ff)
     }
 
     pub fn load(dev: &CudaDevice, launch: &Launcher) -> Result<Self> {

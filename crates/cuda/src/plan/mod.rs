@@ -24,7 +24,7 @@ use crate::error::{DriverContext, Result};
 use crate::ops::launch::LaunchMode;
 use crate::ops::{
     formats, ActQuant, AttentionRows, Kernels, KvFormat, Mmq, MmqOrder, Mmvq, MoeDecodeWork,
-    MoeGemm, PrefillKernel, ATTN_GROUPS, ATTN_MAX_SPLITS, MMA_HEAD_DIMS, MMQ_BK, MMQ_MAX_SPLITS,
+    MoeGemm, PrefillKernel, ATTN_GROUPS, ATTN_MAX_SPLITS, MMA_HEAD_DIMS, MMQ_MAX_SPLITS,
     MMQ_SPLIT_TILES, MMQ_TILES, MMVQ_MAX_COLS, MOE_DECODE_MAX_TOKENS, ROUTER_ROWS_MAX_EMBD,
     ROUTER_SMALL_N,
 };
@@ -63,7 +63,7 @@ pub const DECODE_BLOCKS_PER_SM: usize = 4;
 /// The fewest keys a flash-decoding split takes at full context.
 pub const DECODE_MIN_SPLIT_KEYS: usize = 128;
 
-/// The fewest k steps ([`MMQ_BK`] columns) a split-K share takes: a share's first step has no
+/// The fewest k steps ([`MMQ_BK`](crate::ops::MMQ_BK) columns) a split-K share takes: a share's first step has no
 /// copy in flight to hide behind.
 pub const SPLIT_MIN_STEPS: usize = 2;
 
@@ -248,7 +248,12 @@ impl Plan {
     /// the CUDA-core kernel for widths that are not whole k-steps and short ubatches of the
     /// eight-lane formats ([`Plan::lanes`]), the tensor-core tiles otherwise.
     pub fn gemm(&self, ty: GgmlType, rows: usize, cols: usize, n: usize) -> Gemm {
-        if !cols.is_multiple_of(MMQ_BK) || self.lanes(ty, n) {
+        // Rows of a partial last k step keep the CPU's kernel where the CPU's bits are owed.
+        let tail = !cols.is_multiple_of(crate::ops::MMQ_BK);
+        if !Mmq::tiles_take(ty, cols)
+            || self.lanes(ty, n)
+            || (tail && !self.tensor_core_contract(n))
+        {
             Gemm::Small
         } else {
             let tile = self.tile(ty, rows, cols, n);
@@ -266,12 +271,19 @@ impl Plan {
     /// passes of several sequences ([`Plan::for_sequence_batches`]) and ubatches of
     /// [`CPU_ORDER_MAX_ROWS`] rows or more.
     fn split_steps(&self, ty: GgmlType, cols: usize, n: usize) -> usize {
-        let contract = self.sequence_batches || n >= CPU_ORDER_MAX_ROWS;
+        let contract = self.tensor_core_contract(n);
         if self.switches.split_k && contract && !self.integer_scales(ty, cols, n) {
-            cols / MMQ_BK
+            Mmq::k_steps(cols)
         } else {
             0
         }
+    }
+
+    /// Whether a GEMM of `n` rows is held to the tensor-core contract (within f32 rounding of
+    /// the CPU) rather than to the CPU's bits: passes of several sequences
+    /// ([`Plan::for_sequence_batches`]) and ubatches of [`CPU_ORDER_MAX_ROWS`] rows or more.
+    fn tensor_core_contract(&self, n: usize) -> bool {
+        self.sequence_batches || n >= CPU_ORDER_MAX_ROWS
     }
 
     /// The split-K ways of a `ty` GEMM over `rows` × `n` on `tile` ([`split_ways`]): where
@@ -478,7 +490,7 @@ impl Plan {
         let decode = !s.is_float() && MoeDecodeWork::supports(s.n_used, s.n_ff);
         if decode && s.tokens <= MOE_DECODE_MAX_TOKENS {
             MoePath::MatVec(self.expert_matvec(s))
-        } else if decode && !MoeGemm::supports_widths(s.n_embd, s.n_ff) {
+        } else if decode && !MoeGemm::supports_widths(s.gate, s.down, s.n_embd, s.n_ff) {
             MoePath::MatVecSlices(self.expert_matvec(s))
         } else {
             MoePath::Gemm(self.expert_gemm(s))

@@ -315,9 +315,14 @@ fn matmul_switches_and_formats() {
         split(1, &[(0, 256, Subs)], 2)
     );
     assert_eq!(p.matmul(Q5_1, 2048, 2048, 100), tiles(1, &[(0, 100, Subs)]));
-    // Qwen2.5-0.5B's 896-wide rows: the CUDA-core kernels for both.
-    assert_eq!(p.matmul(Q5_0, 896, 896, 300), Matmul::Gemm(Gemm::Small));
-    assert_eq!(p.matmul(Q5_1, 4864, 896, 300), Matmul::Gemm(Gemm::Small));
+    // Qwen2.5-0.5B's 896-wide rows: the CUDA-core kernels for both in short ubatches, the
+    // tiles (the last k step partly zero) from 256 rows.
+    assert_eq!(p.matmul(Q5_0, 896, 896, 255), Matmul::Gemm(Gemm::Small));
+    assert_eq!(p.matmul(Q5_1, 4864, 896, 255), Matmul::Gemm(Gemm::Small));
+    for ty in [Q5_0, Q5_1] {
+        let how = p.matmul(ty, 4864, 896, 300);
+        assert!(matches!(how, Matmul::Gemm(Gemm::Tiles { .. })), "{how:?}");
+    }
     assert_eq!(p.act_quant(Q5_0, 896), ActQuant::Q8_1);
     let lanes_off = plan(&[("FERROLM_CUDA_Q8_0_LANES", "0")]);
     assert_eq!(

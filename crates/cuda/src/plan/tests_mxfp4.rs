@@ -17,16 +17,22 @@ fn mxfp4_dense_gemm() {
         p.matmul(Mxfp4, 2048, 2048, 100),
         tiles(1, &[(0, 100, Subs)])
     );
-    // gpt-oss's 2880-wide rows: the CUDA-core chain.
-    assert_eq!(p.matmul(Mxfp4, 2880, 2880, 300), Matmul::Gemm(Gemm::Small));
+    // gpt-oss's 2880-wide rows: the CUDA-core chain in short ubatches (the CPU's bits), the
+    // tiles from 256 rows (the last k step partly zero).
+    assert_eq!(p.matmul(Mxfp4, 2880, 2880, 255), Matmul::Gemm(Gemm::Small));
+    assert!(matches!(
+        p.matmul(Mxfp4, 2880, 2880, 300),
+        Matmul::Gemm(Gemm::Tiles { .. })
+    ));
     assert_eq!(
         p.matmul(Mxfp4, 2880, 2880, 1),
         Matmul::MatVec { wide: false }
     );
 }
 
-/// gpt-oss-20b's experts (32, top-4, 2880 → 2880 → 2880): the decode kernels, and in slices
-/// for more tokens (2880 is no multiple of 256); experts of GEMM widths take the grouped GEMM.
+/// gpt-oss-20b's experts (32, top-4, 2880 → 2880 → 2880): the decode kernels, and the grouped
+/// GEMM for more tokens (2880 is no multiple of 256: its last k step partly zero), as for
+/// experts of whole k steps.
 #[test]
 fn mxfp4_experts() {
     let p = plan(&[]);
@@ -47,7 +53,7 @@ fn mxfp4_experts() {
     };
     assert_eq!(p.moe(&shape(1, 2880, 2880)), MoePath::MatVec(how));
     assert_eq!(p.moe(&shape(8, 2880, 2880)), MoePath::MatVec(how));
-    assert_eq!(p.moe(&shape(512, 2880, 2880)), MoePath::MatVecSlices(how));
+
     let gemm = MoePath::Gemm(ExpertGemm::Int8 {
         grouped: true,
         x_quant: ActQuant::Q8_1,
@@ -56,4 +62,6 @@ fn mxfp4_experts() {
         down: Subs,
     });
     assert_eq!(p.moe(&shape(512, 2048, 1024)), gemm);
+    assert_eq!(p.moe(&shape(512, 2880, 2880)), gemm);
+    assert_eq!(p.moe(&shape(9, 2880, 2880)), gemm);
 }
