@@ -138,10 +138,12 @@ pub fn cases() -> Vec<MoeCase> {
     ]
 }
 
-/// The cases of the decode kernels in slices (`moe_slices`): int8 experts of widths the GEMM
-/// does not take, the shape-space goldens' (OLMoE d256 with n_ff 96, Q4_K gate/up and Q8_0
-/// down; d320 with n_ff 64 and Q5_0 gate/up), Q5_1 gate/up with Q5_0 down, and MXFP4 experts
-/// at gpt-oss's widths (2880 → 2880, top-4; 6 experts, not its 32, to keep the CPU side short).
+/// The cases of the decode kernels in slices (`moe_slices`; widths the GEMM tiles take run
+/// the grouped GEMM's rows instead): int8 experts of widths the GEMM once did not take, the
+/// shape-space goldens' (OLMoE d256 with n_ff 96, Q4_K gate/up and Q8_0 down; d320 with n_ff
+/// 64 and Q5_0 gate/up), Q5_1 gate/up with Q5_0 down, and MXFP4 experts
+/// at gpt-oss's widths (2880 → 2880, top-4; 6 experts, not its 32, to keep the CPU side short)
+/// for 8 tokens, the decode kernels' most (one slice), plain and with its biases and swiglu_oai.
 pub fn slice_cases() -> Vec<MoeCase> {
     let d256 = MoeCase {
         n: 76,
@@ -171,7 +173,7 @@ pub fn slice_cases() -> Vec<MoeCase> {
         ..d320
     };
     let gpt_oss = MoeCase {
-        n: 20,
+        n: 8,
         n_expert: 6,
         k: 4,
         live: 6,
@@ -355,8 +357,10 @@ pub fn moe_slices(
         n_ff: ff,
         epilogue: epilogue(&c, &bias_dev),
     };
-    let MoePath::MatVecSlices(how) = plan.moe(&MoeShape::new(&experts, n)) else {
-        anyhow::bail!("the plan takes another MoE path for {n} tokens of n_ff {ff}");
+    // Widths the GEMM tiles take go to the grouped GEMM from 9 tokens: that path's rows.
+    let how = match plan.moe(&MoeShape::new(&experts, n)) {
+        MoePath::MatVecSlices(how) | MoePath::MatVec(how) => how,
+        MoePath::Gemm(_) => return moe_block(dev, k, plan, rng, c),
     };
     let mut xq = dev.zeros(Quantize::q8_1_bytes(n, d))?;
     k.quantize
