@@ -286,14 +286,15 @@ impl<'a> Model<'a> {
 /// Bytes per position in RAM, and on a GPU (with the device).
 pub(crate) type KvBytes<'d> = (u64, Option<(&'d CudaDevice, u64)>);
 
-/// The GPU's cache format for `kv`: K and V of one type, f16 or a block format.
+/// The GPU's cache format for `kv`: K and V of one type, f16, f32 or a block format.
 fn gpu_kv(kv: KvType) -> Result<KvFormat, EngineError> {
     match (kv.k, kv.v) {
         (KvElem::F16, KvElem::F16) => Ok(KvFormat::F16),
+        (KvElem::F32, KvElem::F32) => Ok(KvFormat::F32),
         (KvElem::Q8_0, KvElem::Q8_0) => Ok(KvFormat::Q8_0),
         (KvElem::Q4_0, KvElem::Q4_0) => Ok(KvFormat::Q4_0),
         _ => Err(EngineError::Backend(format!(
-            "the CUDA backend keeps K and V in one type, f16, q8_0 or q4_0 (-ctk {} -ctv {} \
+            "the CUDA backend keeps K and V in one type, f16, f32, q8_0 or q4_0 (-ctk {} -ctv {} \
              asked); use --backend cpu for other caches",
             kv.k, kv.v
         ))),
