@@ -335,3 +335,23 @@ fn narrow<'s, 'c, C>(
 fn wrong_device() -> EngineError {
     EngineError::Backend("a KV cache used with a model on another device".into())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The GPU takes K and V of one type, f32 included (the F32 goldens' cache); a mixed pair
+    /// is an error naming both flags' values.
+    #[test]
+    fn gpu_cache_formats() {
+        let one = |e| gpu_kv(KvType::new(e, e)).unwrap();
+        assert_eq!(one(KvElem::F16), KvFormat::F16);
+        assert_eq!(one(KvElem::F32), KvFormat::F32);
+        assert_eq!(one(KvElem::Q8_0), KvFormat::Q8_0);
+        assert_eq!(one(KvElem::Q4_0), KvFormat::Q4_0);
+        let err = gpu_kv(KvType::new(KvElem::F32, KvElem::F16))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("-ctk f32 -ctv f16"), "{err}");
+    }
+}
