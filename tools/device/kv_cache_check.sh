@@ -6,14 +6,47 @@
 #   2. the goldens of goldens/kv-cache (llama.cpp with a q8_0 or q4_0 cache, flash attention) on
 #      CUDA with the same -ctk/-ctv, the bars of golden_tiny.rs, and on this machine's CPU;
 #   3. decode steps against a batched pass, and the f16 cache, on the same tokens (argmax).
+# With a third argument `f32`, the f32 cache (--cache-type f32, llama.cpp's precise
+# configuration) instead:
+#   1. cuda-parity's "attention f32 cache" rows: the store (bit-identical), flash-decoding (one
+#      split and the plan's), the scalar and CPU-order prefills, with a window, sinks and
+#      kq_scale, against the CPU over an f32 cache (≤ 1e-5 rel; the CPU-order prefill 1e-6);
+#   2. every golden made with llama.cpp's F32 KV cache (its `reference` says so: the F32 files
+#      of ../shared/golden and goldens/{deepseek2,gemma3,gpt-oss,llama-family,shape-space}) on
+#      CUDA with --cache-type f32, the bars of golden_tiny.rs (F32 files max |dlogit| <= 2e-2).
 # Usage on the GPU machine, from the repo root (writes under $OUT):
-#   bash tools/device/kv_cache_check.sh BIN_DIR GOLDEN_DIR
+#   bash tools/device/kv_cache_check.sh BIN_DIR GOLDEN_DIR [f32]
 B=$1/ferrolm
 G=$2
 T=$(dirname "$0")
 K=goldens/kv-cache
 export FERROLM_CACHE=${FERROLM_CACHE:-/tmp/ferrolm-cache}
 OUT=${OUT:-/tmp}
+
+if [ "$3" = f32 ]; then
+  echo "== cuda-parity (f32 cache rows)"
+  timeout 300 $B cuda-parity --seed 21 > $OUT/parity.txt 2>&1; echo "parity rc=$? $(tail -1 $OUT/parity.txt)"
+  grep -E "kv_store f32→f32|attn_(decode|prefill) f32" $OUT/parity.txt
+  echo "f32 cache rows failing: $(grep -E 'f32→f32|attn_(decode|prefill) f32' $OUT/parity.txt | grep -c '| FAIL |')"
+  echo "rows failing (all): $(grep -c '| FAIL |' $OUT/parity.txt)"; grep '| FAIL |' $OUT/parity.txt | head -20
+  # The stems of DIR whose golden was made with llama.cpp's F32 KV cache.
+  f32_stems() {
+    python3 - "$1" <<'PY'
+import glob, gzip, json, os, sys
+for f in sorted(glob.glob(os.path.join(sys.argv[1], "*.json*"))):
+    d = json.load(gzip.open(f) if f.endswith(".gz") else open(f))
+    if isinstance(d, dict) and "F32 KV cache" in d.get("reference", ""):
+        print(os.path.basename(f).split(".json")[0])
+PY
+  }
+  for d in $G goldens/deepseek2 goldens/gemma3 goldens/gpt-oss goldens/llama-family goldens/shape-space; do
+    stems=$(f32_stems $d | tr '\n' ' ')
+    [ -z "$stems" ] && continue
+    echo "== $d, --backend cuda --cache-type f32: $stems"
+    timeout 240 python3 $T/golden_check.py $B $d $stems -- --backend cuda --cache-type f32 2>&1 | tee -a $OUT/f32_goldens.txt
+  done
+  exit 0
+fi
 
 echo "== cuda-parity (quantized cache rows)"
 timeout 300 $B cuda-parity --seed 21 > $OUT/parity.txt 2>&1; echo "parity rc=$? $(tail -1 $OUT/parity.txt)"

@@ -33,7 +33,7 @@ const F32_REF: &str = "cpu attention, f32 cache of f16 values";
 
 /// The CPU's f32 arithmetic in its order: only e^x rounds differently (libm's expf there, the
 /// correctly rounded value here), one ulp in a weight now and then.
-const ATTN_F32REF: Contract = Contract::Rel(1e-6, "the CPU's order; e^x rounding");
+pub(crate) const ATTN_F32REF: Contract = Contract::Rel(1e-6, "the CPU's order; e^x rounding");
 
 /// What a check's softmax takes besides its keys, on both sides: a sliding window, gpt-oss's
 /// sinks (random logits a query head, drawn by the check, N(0, 2): some above every score of

@@ -141,6 +141,10 @@ pub fn all(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) -> Resu
         "attention softmax",
         super::softmax_checks::all(dev, k, plan, rng),
     );
+    push(
+        "attention f32 cache",
+        super::f32kv_checks::all(dev, k, plan, rng),
+    );
     push("moe", super::moe_decode::all(dev, k, plan, rng));
     Ok(rows)
 }

@@ -15,6 +15,7 @@ mod attn_checks;
 mod attn_rows;
 mod checks;
 mod elementwise;
+mod f32kv_checks;
 mod kv_checks;
 mod mmq;
 mod mmq_time;

@@ -22,6 +22,25 @@ extern "C" __global__ void kv_store_f16(const float *__restrict__ k, const float
     }
 }
 
+// kc/vc[g][pos0 + t][:] = k/v[t][g*head_dim..] as they are (-ctk f32: the CPU's f32 cache).
+extern "C" __global__ void kv_store_f32(const float *__restrict__ k, const float *__restrict__ v,
+                                        float *__restrict__ kc, float *__restrict__ vc,
+                                        const uint32_t *__restrict__ pos0, int n, int n_kv_head,
+                                        int head_dim, int n_ctx) {
+    dependent_launch_entry();
+    const int width = n_kv_head * head_dim;
+    const size_t total = (size_t)n * width;
+    const size_t p0 = *pos0;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+         i += (size_t)gridDim.x * blockDim.x) {
+        const size_t t = i / width;
+        const int c = (int)(i % width), g = c / head_dim, d = c % head_dim;
+        const size_t at = ((size_t)g * n_ctx + p0 + t) * head_dim + d;
+        kc[at] = k[i];
+        vc[at] = v[i];
+    }
+}
+
 // kc/vc[g][pos0 + t][:] = blocks of k/v[t][g*head_dim..], one warp per 32-element block (the
 // CPU's quantizers, quant.cuh). Grid-stride over blocks, whole warps; head_dim % 32 == 0.
 template <typename BLOCK, void (*QUANTIZE)(float, BLOCK *)>
@@ -288,29 +307,31 @@ ATTN_INSTANCES(128)
 ATTN_INSTANCES(192)
 ATTN_INSTANCES(256)
 
-// Flash-decoding over a quantized cache (NAME: q8_0, q4_0).
-#define ATTN_QUANT_INSTANCES(NAME, TYPE, D)                                                      \
+// Flash-decoding over a cache of element type F (NAME: q8_0, q4_0, f32; attention.cuh's
+// KvBlocks / KvF32).
+#define ATTN_TYPED_INSTANCES(NAME, F, D)                                                         \
     extern "C" __global__ void attn_decode_split_##NAME##_d##D(                                  \
         const float *q, const void *kc, const void *vc, const uint32_t *pos, float *part_m,      \
         float *part_l, float *part_acc, int *done, float *out, int n_head, int n_kv_head,        \
         int n_ctx, float scale, int window, const float *sinks) {                                \
         dependent_launch_entry();                                                                \
-        attn_decode_split<D, KvBlocks<TYPE>>(q, kc, vc, pos, part_m, part_l, part_acc, done,     \
-                                             out, n_head, n_kv_head, n_ctx, scale, window,       \
-                                             sinks);                                             \
+        attn_decode_split<D, F>(q, kc, vc, pos, part_m, part_l, part_acc, done, out, n_head,     \
+                                n_kv_head, n_ctx, scale, window, sinks);                         \
     }
 
 // The head sizes whose rows are whole 32-element blocks (not 80: KvCache::new refuses a
-// quantized cache for it, as the CPU's KvType::check does).
-#define ATTN_QUANT_HEADS(NAME, TYPE)                                                             \
-    ATTN_QUANT_INSTANCES(NAME, TYPE, 32)                                                         \
-    ATTN_QUANT_INSTANCES(NAME, TYPE, 64)                                                         \
-    ATTN_QUANT_INSTANCES(NAME, TYPE, 96)                                                         \
-    ATTN_QUANT_INSTANCES(NAME, TYPE, 128)                                                        \
-    ATTN_QUANT_INSTANCES(NAME, TYPE, 192)                                                        \
-    ATTN_QUANT_INSTANCES(NAME, TYPE, 256)
-ATTN_QUANT_HEADS(q8_0, GGML_TYPE_Q8_0)
-ATTN_QUANT_HEADS(q4_0, GGML_TYPE_Q4_0)
+// block cache for it, as the CPU's KvType::check does); an f32 cache holds 80 too.
+#define ATTN_TYPED_HEADS(NAME, F)                                                                \
+    ATTN_TYPED_INSTANCES(NAME, F, 32)                                                            \
+    ATTN_TYPED_INSTANCES(NAME, F, 64)                                                            \
+    ATTN_TYPED_INSTANCES(NAME, F, 96)                                                            \
+    ATTN_TYPED_INSTANCES(NAME, F, 128)                                                           \
+    ATTN_TYPED_INSTANCES(NAME, F, 192)                                                           \
+    ATTN_TYPED_INSTANCES(NAME, F, 256)
+ATTN_TYPED_HEADS(q8_0, KvBlocks<GGML_TYPE_Q8_0>)
+ATTN_TYPED_HEADS(q4_0, KvBlocks<GGML_TYPE_Q4_0>)
+ATTN_TYPED_HEADS(f32, KvF32)
+ATTN_TYPED_INSTANCES(f32, KvF32, 80)
 
 // Flash-decoding by KV group (f16 cache), pass 1 and the fused combine: the G = n_head /
 // n_kv_head query heads that share a KV head read its keys and values once, a block per (split,

@@ -2,9 +2,10 @@
 // prefills): the cache layout, its element types and the warp's online softmax state.
 //
 // Causal attention with grouped-query heads over a head-major KV cache ([n_kv_head][n_ctx]
-// [head_dim], as crates/cpu/src/kv.rs's LayerKv), f32 accumulation. The cache is f16, or
-// (-ctk/-ctv q8_0, q4_0) quant.cuh's blocks of 32 elements, which flash-decoding and the scalar
-// prefill read through KvF16 / KvBlocks (dequantized to f32 per element, as the CPU's).
+// [head_dim], as crates/cpu/src/kv.rs's LayerKv), f32 accumulation. The cache is f16, f32
+// (-ctk/-ctv f32), or (q8_0, q4_0) quant.cuh's blocks of 32 elements, which flash-decoding and
+// the scalar prefill read through KvF16 / KvF32 / KvBlocks (dequantized to f32 per element, as
+// the CPU's).
 //
 // Positions and key counts are read from device memory, so a captured CUDA graph replays with
 // new positions without re-capture. Query head h reads KV head h / (n_head / n_kv_head).
@@ -31,6 +32,13 @@ struct KvF16 {
     static constexpr int qk = 1, bytes = 2;
     static __device__ __forceinline__ float get(const uint8_t *p, size_t i) {
         return f16_bits_to_f32(((const uint16_t *)p)[i]);
+    }
+};
+
+struct KvF32 {
+    static constexpr int qk = 1, bytes = 4;
+    static __device__ __forceinline__ float get(const uint8_t *p, size_t i) {
+        return ((const float *)p)[i];
     }
 };
 

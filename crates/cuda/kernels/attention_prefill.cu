@@ -195,7 +195,8 @@ static __device__ __forceinline__ void attn_prefill_f16ref(
 // each score a dot of f32 q and the cache's values summed in eight lanes (lane i takes elements
 // 8c + i in order), the lanes added in order, times scale; softmax as norm::softmax (maximum,
 // e^(s - max) summed key by key, times 1 / Σ); the output Σ_k w_k · v_k key by key, products
-// and sums rounded apart. Only e^x may round differently (libm's expf there).
+// and sums rounded apart. Only e^x may round differently (libm's expf there). Over an f16
+// cache, or an f32 one (attn_prefill_f32ref_f32_*: the CPU's path for -ctk f32 at any size).
 //
 // A warp per (query row, head), F32REF_WARPS a block, grid ceil(n_q · n_head / F32REF_WARPS):
 // lane 8g + i keeps lane i of key k0 + g's dot, four keys at a time, so no barriers; the
@@ -203,19 +204,19 @@ static __device__ __forceinline__ void attn_prefill_f16ref(
 // keys fits.
 #define F32REF_WARPS 4
 
-template <int D> struct F32RefRow {
+template <int D, typename F> struct F32RefRow {
     float q[D / 8]; // q[8c + i] for this lane's i
-    const uint16_t *k;
+    const uint8_t *k; // the KV head's keys (KvHead<F>: element `key * D + j`)
     int n_keys, g, i;
     float scale;
     // The score of key k0 + g (the caller keeps it below n_keys for the lanes it reads).
     __device__ __forceinline__ float score(int k0) const {
         const int key = min(k0 + g, n_keys - 1);
-        const uint16_t *kr = k + (size_t)key * D;
+        const size_t kr = (size_t)key * D;
         float a = 0.0f;
 #pragma unroll
         for (int c = 0; c < D / 8; ++c) {
-            a = __fadd_rn(a, __fmul_rn(q[c], f16_bits_to_f32(kr[8 * c + i])));
+            a = __fadd_rn(a, __fmul_rn(q[c], F::get(k, kr + 8 * c + i)));
         }
         float r = __shfl_sync(FULL_MASK, a, 8 * g);
 #pragma unroll
@@ -226,9 +227,9 @@ template <int D> struct F32RefRow {
     }
 };
 
-template <int D>
+template <int D, typename F>
 static __device__ __forceinline__ void attn_prefill_f32ref(
-    const float *__restrict__ q, const uint16_t *__restrict__ kc, const uint16_t *__restrict__ vc,
+    const float *__restrict__ q, const void *__restrict__ kc, const void *__restrict__ vc,
     const uint32_t *__restrict__ pos, float *__restrict__ out, int n_q, int n_head, int n_kv_head,
     int n_ctx, float scale, int window, const float *__restrict__ sinks) {
     const int lane = threadIdx.x % WARP_SIZE;
@@ -239,19 +240,19 @@ static __device__ __forceinline__ void attn_prefill_f32ref(
     const int t = w / n_head, h = w % n_head;
     const int kvh = h / (n_head / n_kv_head);
     const size_t row = ((size_t)t * n_head + h) * D;
-    F32RefRow<D> r;
+    F32RefRow<D, F> r;
     r.g = lane / 8;
     r.i = lane % 8;
 #pragma unroll
     for (int c = 0; c < D / 8; ++c) {
         r.q[c] = q[row + 8 * c + r.i];
     }
-    r.k = kc + (size_t)kvh * n_ctx * D;
+    r.k = KvHead<F>(kc, (size_t)kvh * n_ctx * D).p;
     r.n_keys = (int)pos[t] + 1;
     r.scale = scale;
     // The window's keys first..n_keys - 1, in order (the CPU's slice of them).
     const int first = attn_first_key(r.n_keys, window);
-    const uint16_t *vh = vc + (size_t)kvh * n_ctx * D;
+    const KvHead<F> vh(vc, (size_t)kvh * n_ctx * D);
 
     float m = ATTN_NEG_INF;
     for (int k0 = first; k0 < r.n_keys; k0 += 4) {
@@ -296,11 +297,11 @@ static __device__ __forceinline__ void attn_prefill_f32ref(
         const float wk = __fmul_rn(exp_rn(__fsub_rn(r.score(k0), m)), inv);
         for (int g = 0; g < 4 && k0 + g < r.n_keys; ++g) {
             const float wg = __shfl_sync(FULL_MASK, wk, 8 * g);
-            const uint16_t *vr = vh + (size_t)(k0 + g) * D;
+            const size_t vr = (size_t)(k0 + g) * D;
 #pragma unroll
             for (int j = 0; j < L::N; ++j) {
                 if (L::in_row(lane + WARP_SIZE * j)) {
-                    o[j] = __fadd_rn(o[j], __fmul_rn(wg, f16_bits_to_f32(vr[lane + WARP_SIZE * j])));
+                    o[j] = __fadd_rn(o[j], __fmul_rn(wg, vh(vr + lane + WARP_SIZE * j)));
                 }
             }
         }
@@ -326,8 +327,16 @@ static __device__ __forceinline__ void attn_prefill_f32ref(
         int n_q, int n_head, int n_kv_head, int n_ctx, float scale, int window,                   \
         const float *sinks) {                                                                     \
         dependent_launch_entry();                                                                 \
-        attn_prefill_f32ref<D>(q, kc, vc, pos, out, n_q, n_head, n_kv_head, n_ctx, scale,         \
-                                window, sinks);                                                   \
+        attn_prefill_f32ref<D, KvF16>(q, kc, vc, pos, out, n_q, n_head, n_kv_head, n_ctx, scale,  \
+                                      window, sinks);                                             \
+    }                                                                                             \
+    extern "C" __global__ void attn_prefill_f32ref_f32_d##D(                                      \
+        const float *q, const float *kc, const float *vc, const uint32_t *pos, float *out,        \
+        int n_q, int n_head, int n_kv_head, int n_ctx, float scale, int window,                   \
+        const float *sinks) {                                                                     \
+        dependent_launch_entry();                                                                 \
+        attn_prefill_f32ref<D, KvF32>(q, kc, vc, pos, out, n_q, n_head, n_kv_head, n_ctx, scale,  \
+                                      window, sinks);                                             \
     }                                                                                             \
     extern "C" __global__ void attn_prefill_d##D(const float *q, const uint16_t *kc,              \
                                                  const uint16_t *vc, const uint32_t *pos,         \
@@ -349,25 +358,28 @@ ATTN_INSTANCES(128)
 ATTN_INSTANCES(192)
 ATTN_INSTANCES(256)
 
-// The scalar prefill over a quantized cache (NAME: q8_0, q4_0).
-#define ATTN_QUANT_INSTANCES(NAME, TYPE, D)                                                      \
+// The scalar prefill over a cache of element type F (NAME: q8_0, q4_0, f32; attention.cuh's
+// KvBlocks / KvF32).
+#define ATTN_TYPED_INSTANCES(NAME, F, D)                                                         \
     extern "C" __global__ void attn_prefill_##NAME##_d##D(                                       \
         const float *q, const void *kc, const void *vc, const uint32_t *pos, float *out,         \
         int n_q, int n_head, int n_kv_head, int n_ctx, float scale, int window,                  \
         const float *sinks) {                                                                    \
         dependent_launch_entry();                                                                \
-        attn_prefill<D, KvBlocks<TYPE>>(q, kc, vc, pos, out, n_q, n_head, n_kv_head, n_ctx,      \
-                                        scale, window, sinks);                                   \
+        attn_prefill<D, F>(q, kc, vc, pos, out, n_q, n_head, n_kv_head, n_ctx, scale, window,    \
+                           sinks);                                                               \
     }
 
 // The head sizes whose rows are whole 32-element blocks (not 80: KvCache::new refuses a
-// quantized cache for it, as the CPU's KvType::check does).
-#define ATTN_QUANT_HEADS(NAME, TYPE)                                                             \
-    ATTN_QUANT_INSTANCES(NAME, TYPE, 32)                                                         \
-    ATTN_QUANT_INSTANCES(NAME, TYPE, 64)                                                         \
-    ATTN_QUANT_INSTANCES(NAME, TYPE, 96)                                                         \
-    ATTN_QUANT_INSTANCES(NAME, TYPE, 128)                                                        \
-    ATTN_QUANT_INSTANCES(NAME, TYPE, 192)                                                        \
-    ATTN_QUANT_INSTANCES(NAME, TYPE, 256)
-ATTN_QUANT_HEADS(q8_0, GGML_TYPE_Q8_0)
-ATTN_QUANT_HEADS(q4_0, GGML_TYPE_Q4_0)
+// block cache for it, as the CPU's KvType::check does); an f32 cache holds 80 too.
+#define ATTN_TYPED_HEADS(NAME, F)                                                                \
+    ATTN_TYPED_INSTANCES(NAME, F, 32)                                                            \
+    ATTN_TYPED_INSTANCES(NAME, F, 64)                                                            \
+    ATTN_TYPED_INSTANCES(NAME, F, 96)                                                            \
+    ATTN_TYPED_INSTANCES(NAME, F, 128)                                                           \
+    ATTN_TYPED_INSTANCES(NAME, F, 192)                                                           \
+    ATTN_TYPED_INSTANCES(NAME, F, 256)
+ATTN_TYPED_HEADS(q8_0, KvBlocks<GGML_TYPE_Q8_0>)
+ATTN_TYPED_HEADS(q4_0, KvBlocks<GGML_TYPE_Q4_0>)
+ATTN_TYPED_HEADS(f32, KvF32)
+ATTN_TYPED_INSTANCES(f32, KvF32, 80)

@@ -286,14 +286,15 @@ impl<'a> Model<'a> {
 /// Bytes per position in RAM, and on a GPU (with the device).
 pub(crate) type KvBytes<'d> = (u64, Option<(&'d CudaDevice, u64)>);
 
-/// The GPU's cache format for `kv`: K and V of one type, f16 or a block format.
+/// The GPU's cache format for `kv`: K and V of one type, f16, f32 or a block format.
 fn gpu_kv(kv: KvType) -> Result<KvFormat, EngineError> {
     match (kv.k, kv.v) {
         (KvElem::F16, KvElem::F16) => Ok(KvFormat::F16),
+        (KvElem::F32, KvElem::F32) => Ok(KvFormat::F32),
         (KvElem::Q8_0, KvElem::Q8_0) => Ok(KvFormat::Q8_0),
         (KvElem::Q4_0, KvElem::Q4_0) => Ok(KvFormat::Q4_0),
         _ => Err(EngineError::Backend(format!(
-            "the CUDA backend keeps K and V in one type, f16, q8_0 or q4_0 (-ctk {} -ctv {} \
+            "the CUDA backend keeps K and V in one type, f16, f32, q8_0 or q4_0 (-ctk {} -ctv {} \
              asked); use --backend cpu for other caches",
             kv.k, kv.v
         ))),
@@ -333,4 +334,24 @@ fn narrow<'s, 'c, C>(
 
 fn wrong_device() -> EngineError {
     EngineError::Backend("a KV cache used with a model on another device".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The GPU takes K and V of one type, f32 included (the F32 goldens' cache); a mixed pair
+    /// is an error naming both flags' values.
+    #[test]
+    fn gpu_cache_formats() {
+        let one = |e| gpu_kv(KvType::new(e, e)).unwrap();
+        assert_eq!(one(KvElem::F16), KvFormat::F16);
+        assert_eq!(one(KvElem::F32), KvFormat::F32);
+        assert_eq!(one(KvElem::Q8_0), KvFormat::Q8_0);
+        assert_eq!(one(KvElem::Q4_0), KvFormat::Q4_0);
+        let err = gpu_kv(KvType::new(KvElem::F32, KvElem::F16))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("-ctk f32 -ctv f16"), "{err}");
+    }
 }

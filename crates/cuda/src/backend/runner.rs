@@ -55,7 +55,7 @@ struct DecodeGraph {
 // thread at a time (`&mut`); the driver requires no more than that serialization.
 unsafe impl Send for DecodeGraph {}
 
-/// Every layer's KV cache for one sequence (f16, q8_0 or q4_0), its decode scratch, and its
+/// Every layer's KV cache for one sequence (f16, f32, q8_0 or q4_0), its decode scratch, and its
 /// decode graph.
 pub struct CudaCache {
     /// Blocks `first_layer..`: `layers[i]` is block `first_layer + i`.

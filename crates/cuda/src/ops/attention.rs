@@ -97,8 +97,20 @@ pub enum PrefillKernel {
     /// output accumulator, keys in order), which the CPU backend reproduces too.
     F16Ref,
     /// attention.cu's attn_prefill_f32ref: the CPU's f32 arithmetic in its order (the CPU's
-    /// path from 64 rows), for short ubatches.
+    /// path from 64 rows, and at every size over an f32 cache), for short ubatches.
     F32Ref,
+}
+
+impl PrefillKernel {
+    /// Whether this kernel reads a cache of `format`: the scalar prefill every format, the
+    /// CPU-order one f16 and f32, the tensor-core and ggml-order ones f16 only.
+    pub fn reads(self, format: KvFormat) -> bool {
+        match self {
+            PrefillKernel::Scalar => true,
+            PrefillKernel::F32Ref => matches!(format, KvFormat::F16 | KvFormat::F32),
+            PrefillKernel::Mma | PrefillKernel::F16Ref => format == KvFormat::F16,
+        }
+    }
 }
 
 /// Warps a block of attn_prefill_f32ref (the kernel's F32REF_WARPS), one per (row, head).
@@ -158,7 +170,8 @@ pub struct Attention {
     /// Per entry of ATTN_HEAD_DIMS (f16 caches only; `None` past MMA_HEAD_DIMS).
     flash: Vec<Option<CudaFunction>>,
     prefill_f16ref: Vec<CudaFunction>,
-    prefill_f32ref: Vec<CudaFunction>,
+    /// Per [`KvFormat`] (`None` but f16 and f32), then per entry of ATTN_HEAD_DIMS.
+    prefill_f32ref: Vec<Option<Vec<CudaFunction>>>,
 }
 
 pub(super) fn dim_index(head_dim: usize) -> Result<usize> {
@@ -297,12 +310,21 @@ impl Attention {
                 .collect::<Result<_>>()?,
             flash,
             prefill_f16ref: per_dim(&ATTENTION_PREFILL, "attn_prefill_f16ref")?,
-            prefill_f32ref: per_dim(&ATTENTION_PREFILL, "attn_prefill_f32ref")?,
+            prefill_f32ref: KvFormat::ALL
+                .iter()
+                .map(|&q| {
+                    let stem = format!("attn_prefill_f32ref{}", q.infix());
+                    PrefillKernel::F32Ref
+                        .reads(q)
+                        .then(|| per_dim(&ATTENTION_PREFILL, &stem))
+                        .transpose()
+                })
+                .collect::<Result<_>>()?,
         })
     }
 
     /// Stores rows of `k` and `v` (`[n][n_kv_head * head_dim]` f32) in the cache's format (f16,
-    /// or blocks quantized as ferrolm-quant quantizes them) at positions `pos0[0]..pos0[0] + n`;
+    /// f32 as they are, or blocks quantized as ferrolm-quant quantizes them) at positions `pos0[0]..pos0[0] + n`;
     /// the caller keeps them inside the cache.
     pub fn store(
         &self,
@@ -338,7 +360,7 @@ impl Attention {
             block_dim: (256, 1, 1),
             shared_mem_bytes: 0,
         };
-        // SAFETY: kv_store_{f16,q8_0,q4_0}(k, v, kc, vc, pos0, n, n_kv_head, head_dim, n_ctx):
+        // SAFETY: kv_store_{f16,q8_0,q4_0,f32}(k, v, kc, vc, pos0, n, n_kv_head, head_dim, n_ctx):
         // n rows of width floats in, caches of n_ctx rows of width elements in their format
         // (KvCache::new: head_dim a multiple of 32 for blocks; one thread per element, whole
         // warps since width is then too); pos0 + n <= n_ctx is the caller's.
@@ -481,9 +503,9 @@ impl Attention {
     ) -> Result<()> {
         let di = dim_index(cache.head_dim)?;
         let win = window_arg(sm.window)?;
-        if cache.format.is_quantized() && kernel != PrefillKernel::Scalar {
+        if !kernel.reads(cache.format) {
             return Err(CudaError::Invalid(format!(
-                "attention: the {kernel:?} prefill reads f16 caches only, not {}",
+                "attention: the {kernel:?} prefill does not read {} caches",
                 cache.format.name()
             )));
         }
@@ -506,7 +528,9 @@ impl Attention {
                 },
             ),
             PrefillKernel::F32Ref => (
-                &self.prefill_f32ref[di],
+                &self.prefill_f32ref[cache.format.index()]
+                    .as_ref()
+                    .expect("PrefillKernel::reads")[di],
                 LaunchConfig {
                     grid_dim: (
                         int((n_q * n_head).div_ceil(F32REF_WARPS), "f32ref blocks") as u32,
@@ -559,7 +583,8 @@ impl Attention {
             .arg(&scale)
             .arg(&win)
             .arg(sinks);
-        // SAFETY: attn_prefill[_f16ref|_f32ref|_q8_0|_q4_0]_dD and flash_attn_prefill_dD take
+        // SAFETY: attn_prefill[_f16ref|_f32ref|_f32ref_f32|_q8_0|_q4_0|_f32]_dD and
+        // flash_attn_prefill_dD take
         // (q, kc, vc, pos, out, n_q, n_head, n_kv_head, n_ctx, scale, window, sinks): n_q rows
         // in and out, positions below n_ctx (the caller's), sinks null or n_head floats; the
         // flash kernel's dynamic shared memory is the size it was raised to.
@@ -592,21 +617,31 @@ mod tests {
             let mma = format!("\nFLASH_INSTANCE({d})");
             assert_eq!(flash.contains(&mma), MMA_HEAD_DIMS.contains(&d), "{d}");
         }
-        // Decode and prefill instance each head size and format with macros of the same names.
+        // Decode and prefill instance each head size and format with macros of the same names:
+        // the block formats at the sizes of whole blocks, f32 at every size (80 on its own).
         for src in [ATTENTION.source, ATTENTION_PREFILL.source] {
             for d in ATTN_HEAD_DIMS {
                 assert!(src.contains(&format!("\nATTN_INSTANCES({d})\n")), "{d}");
-                let quant = format!("ATTN_QUANT_INSTANCES(NAME, TYPE, {d})");
-                assert_eq!(src.contains(&quant), KvFormat::Q8_0.holds(d), "{d}");
+                let typed = format!("ATTN_TYPED_INSTANCES(NAME, F, {d})");
+                assert_eq!(src.contains(&typed), KvFormat::Q8_0.holds(d), "{d}");
             }
-            for q in [KvFormat::Q8_0, KvFormat::Q4_0] {
-                assert!(
-                    src.contains(&format!("ATTN_QUANT_HEADS({}, ", q.name())),
-                    "{q:?}"
-                );
+            for (q, f) in [
+                (KvFormat::Q8_0, "KvBlocks<GGML_TYPE_Q8_0>"),
+                (KvFormat::Q4_0, "KvBlocks<GGML_TYPE_Q4_0>"),
+                (KvFormat::F32, "KvF32"),
+            ] {
+                let heads = format!("\nATTN_TYPED_HEADS({}, {f})\n", q.name());
+                assert!(src.contains(&heads), "{q:?}");
             }
+            assert!(src.contains("\nATTN_TYPED_INSTANCES(f32, KvF32, 80)\n"));
         }
+        // The CPU-order prefill over f32 caches, in the same macro as its f16 instance.
+        assert!(ATTENTION_PREFILL
+            .source
+            .contains("void attn_prefill_f32ref_f32_d##D("));
         assert!(!KvFormat::Q4_0.holds(80) && KvFormat::F16.holds(80));
+        assert!(ATTN_HEAD_DIMS.iter().all(|&d| KvFormat::F32.holds(d)));
+        assert_eq!(KvFormat::F32.row_bytes(80), 320);
         assert_eq!(
             KvFormat::Q8_0.row_bytes(64) * 64,
             KvFormat::F16.row_bytes(64) * 34

@@ -1,5 +1,5 @@
-//! The KV cache on the device: its element types ([`KvFormat`]: f16, or llama.cpp's q8_0/q4_0
-//! blocks) and one layer's keys and values ([`KvCache`]), head-major as the CPU's `LayerKv`, at
+//! The KV cache on the device: its element types ([`KvFormat`]: f16, f32, or llama.cpp's
+//! q8_0/q4_0 blocks) and one layer's keys and values ([`KvCache`]), head-major as the CPU's `LayerKv`, at
 //! the head sizes `kernels/attention.cu` and `attention_prefill.cu` have kernels for
 //! (`ATTN_HEAD_DIMS`); the kernels that store into it and attend over it are `attention.rs`'s.
 
@@ -9,6 +9,8 @@ use crate::error::{CudaError, Result};
 use cudarc::driver::CudaSlice;
 
 /// The KV cache's element type on the device (`-ctk`/`-ctv`, one type for both).
+/// [`ALL`](Self::ALL) lists them in the order of [`index`](Self::index) (the launcher's
+/// per-format tables).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum KvFormat {
     #[default]
@@ -17,10 +19,16 @@ pub enum KvFormat {
     Q8_0,
     /// quant.cuh's `block_q4_0`: an f16 scale and 32 nibbles, 18 bytes.
     Q4_0,
+    /// Plain f32 (`-ctk f32 -ctv f32`, llama.cpp's precise configuration): 4 bytes an
+    /// element, any head size. Read by the kernels that take an element type (flash-decoding
+    /// a query head a block, the scalar and CPU-order prefills), not by the f16-only ones.
+    F32,
 }
 
 impl KvFormat {
-    pub(super) const ALL: [KvFormat; 3] = [KvFormat::F16, KvFormat::Q8_0, KvFormat::Q4_0];
+    /// In [`index`](Self::index) order.
+    pub(super) const ALL: [KvFormat; 4] =
+        [KvFormat::F16, KvFormat::Q8_0, KvFormat::Q4_0, KvFormat::F32];
 
     /// llama.cpp's name.
     pub fn name(self) -> &'static str {
@@ -28,17 +36,21 @@ impl KvFormat {
             KvFormat::F16 => "f16",
             KvFormat::Q8_0 => "q8_0",
             KvFormat::Q4_0 => "q4_0",
+            KvFormat::F32 => "f32",
         }
     }
 
-    pub fn is_quantized(self) -> bool {
-        self != KvFormat::F16
+    /// A block format (q8_0, q4_0; ggml's `ggml_is_quantized`): rows of whole 32-element
+    /// blocks, rotated by llama.cpp's Walsh-Hadamard transform, queries rounded through Q8_0
+    /// for the CPU's integer dots. Not f16 or f32.
+    pub fn is_block(self) -> bool {
+        matches!(self, KvFormat::Q8_0 | KvFormat::Q4_0)
     }
 
     /// Whether a cache of this format can hold heads of `head_dim` (block formats: whole
     /// 32-element blocks a row, as the CPU's `KvType::check`).
     pub fn holds(self, head_dim: usize) -> bool {
-        !self.is_quantized() || head_dim.is_multiple_of(32)
+        !self.is_block() || head_dim.is_multiple_of(32)
     }
 
     /// Bytes of a row of `elems` elements (a multiple of 32 for the block formats).
@@ -47,6 +59,7 @@ impl KvFormat {
             KvFormat::F16 => 2 * elems,
             KvFormat::Q8_0 => elems / 32 * 34,
             KvFormat::Q4_0 => elems / 32 * 18,
+            KvFormat::F32 => 4 * elems,
         }
     }
 
@@ -54,7 +67,8 @@ impl KvFormat {
         self as usize
     }
 
-    /// The kernels' name infix: `attn_decode_split_q8_0_d64`; f16's have none.
+    /// The kernels' name infix: `attn_decode_split_q8_0_d64`, `attn_prefill_f32_d80`; f16's
+    /// have none.
     pub(super) fn infix(self) -> String {
         match self {
             KvFormat::F16 => String::new(),
@@ -97,7 +111,7 @@ impl KvCache {
         let bytes = n_ctx * n_kv_head * format.row_bytes(head_dim);
         // As ferrolm_cpu::hadamard: K in the largest power of two from 64 dividing head_dim
         // (at most 256 among ATTN_HEAD_DIMS), V in 64s, when 64 divides head_dim.
-        let rot = (format.is_quantized() && head_dim.is_multiple_of(64)).then_some(64);
+        let rot = (format.is_block() && head_dim.is_multiple_of(64)).then_some(64);
         Ok(Self {
             k: dev.zeros(bytes)?,
             v: dev.zeros(bytes)?,

@@ -14,6 +14,8 @@ mod switches;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
+mod tests_f32kv;
+#[cfg(test)]
 mod tests_mxfp4;
 
 pub use answers::{Attn, ExpertGemm, ExpertMatVec, Gemm, Matmul, MoePath, MoeShape, RouterLogits};
@@ -375,8 +377,9 @@ impl Plan {
     }
 
     /// Attention of a ubatch of `rows` query rows over a cache of `kv`: flash-decoding up to
-    /// [`DECODE_MAX_ROWS`], a prefill kernel above; over a quantized cache (`-ctk q8_0`) the
-    /// scalar prefill, the one that reads its blocks (dequantized per element, f32 after).
+    /// [`DECODE_MAX_ROWS`], a prefill kernel above; over a block cache (`-ctk q8_0`) the
+    /// scalar prefill, the one that reads its blocks (dequantized per element, f32 after); over
+    /// an f32 cache see [`Plan::prefill_kernel_f32`].
     /// Decode by KV group (`group` query heads a KV head) where an f16 cache and the group size
     /// have a kernel, unless `FERROLM_ATTN_GROUPED=0`. Every head size of `ATTN_HEAD_DIMS` has
     /// every decode kernel; for prefill see [`Plan::prefill_kernel`].
@@ -388,8 +391,10 @@ impl Plan {
                     && kv == KvFormat::F16
                     && ATTN_GROUPS.contains(&group),
             }
-        } else if kv.is_quantized() {
+        } else if kv.is_block() {
             Attn::Prefill(PrefillKernel::Scalar)
+        } else if kv == KvFormat::F32 {
+            Attn::Prefill(self.prefill_kernel_f32(rows))
         } else {
             Attn::Prefill(self.prefill_kernel(rows, head_dim))
         }
@@ -399,7 +404,19 @@ impl Plan {
     /// llama.cpp) quantizes them for its integer dots with q8_0/q4_0 keys; not under
     /// `FERROLM_ATTN=f32`, which on the CPU too keeps them f32.
     pub fn round_query(&self, kv: KvFormat) -> bool {
-        kv.is_quantized() && self.switches.attn_ggml_small
+        kv.is_block() && self.switches.attn_ggml_small
+    }
+
+    /// The prefill kernel over an f32 cache (`-ctk f32`, the CPU's f32 path at every size):
+    /// the CPU's f32 order below [`REF_MAX_ROWS`], the scalar prefill from there or when
+    /// `FERROLM_ATTN_MMA` forces a kernel (the tensor-core and ggml-order kernels read f16
+    /// only). Both are f32 throughout; only the order of the sums differs.
+    pub fn prefill_kernel_f32(&self, n_q: usize) -> PrefillKernel {
+        if self.switches.attn_mma.is_none() && n_q < REF_MAX_ROWS {
+            PrefillKernel::F32Ref
+        } else {
+            PrefillKernel::Scalar
+        }
     }
 
     /// The prefill kernel for `n_q` query rows of heads of `head_dim` unless `FERROLM_ATTN_MMA`
