@@ -1,6 +1,8 @@
 #!/bin/bash
 # gpt-oss on the GPU machine, in one device call (writes under $OUT):
-#   1. cuda-parity (one run, the whole table in $OUT/parity.txt): the MXFP4 mat-vec rows, and
+#   1. cuda-parity (one run, the whole table in $OUT/parity.txt): the MXFP4 rows (`mmvq MXFP4`,
+#      `mmq MXFP4`: tiles, split-k, the chain at 576 and 2880 wide; `moe block ... MXFP4`,
+#      `moe decode in slices, MXFP4`, the `moe decode` rows of `... MXFP4 gate/up`), and
 #      the rows of gpt-oss's attention and routing: sinks on every attention kernel (decode of
 #      one split and of several, by KV group, the batched rows, the four prefills; with and
 #      without a window of 128), kq_scale and head size 192 (deepseek2-lite's 16/16 heads), the
@@ -18,7 +20,7 @@ M=target/device-models # ignored, so it stays between calls while the machine is
 export FERROLM_CACHE=${FERROLM_CACHE:-/tmp/ferrolm-cache}
 mkdir -p $M
 
-echo "== cuda-parity: MXFP4 mat-vec, sinks, kq_scale, head 192, gpt-oss routing"
+echo "== cuda-parity: MXFP4 mat-vec, GEMM and experts, sinks, kq_scale, head 192, gpt-oss routing"
 timeout 420 $B cuda-parity --seed 11 > $OUT/parity.txt 2>&1
 echo "parity rc=$? $(tail -1 $OUT/parity.txt)"
 grep -i mxfp4 $OUT/parity.txt
