@@ -14,6 +14,8 @@ mod switches;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
+mod tests_attention;
+#[cfg(test)]
 mod tests_f32kv;
 #[cfg(test)]
 mod tests_mxfp4;
