@@ -7,10 +7,11 @@
 #      one split and of several, by KV group, the batched rows, the four prefills; with and
 #      without a window of 128), kq_scale and head size 192 (deepseek2-lite's 16/16 heads), the
 #      biased top-k-softmax routing (32 experts, top-4);
-#   2. the tiny gpt-oss goldens through the CLI on the CPU (CUDA refuses gpt-oss until its
-#      kernels exist: the refusal is checked too);
-#   3. `ferrolm synth --preset gpt-oss-20b --type mxfp4_moe` (12.1 GB) loads and runs in
-#      llama.cpp's llama-bench, and ferrolm reads the same file.
+#   2. the tiny gpt-oss goldens through the CLI on the CPU and on CUDA (the F32 one with the
+#      f32 cache, as llama.cpp made it), and on CUDA with the per-slot experts
+#      (FERROLM_MOE_FUSED=0);
+#   3. `ferrolm synth --preset gpt-oss-20b --type mxfp4_moe` (12.1 GB) in llama.cpp's llama-bench
+#      and in ferrolm bench, pp2048 and tg128 (the issue's bar: 1.2x on both).
 # Usage, from the repo root, with llama.cpp unpacked as ../shared/bench/README.md says:
 #   bash tools/device/gpt_oss_check.sh BIN_DIR LLAMA_BIN_DIR
 B=$1/ferrolm
@@ -31,14 +32,14 @@ echo "== tiny gpt-oss goldens (CPU; golden_check.py makes the models from the re
 G=goldens/gpt-oss
 python3 $T/golden_check.py $B $G tiny-gpt-oss-mxfp4-q8_0 -- --backend cpu 2>&1 | tee $OUT/goldens.txt
 python3 $T/golden_check.py $B $G tiny-gpt-oss-mxfp4-f32 -- --backend cpu --cache-type f32 2>&1 | tee -a $OUT/goldens.txt
-echo "== CUDA refuses gpt-oss by name (expected: an error naming --backend cpu)"
-tiny=$(mktemp -d)/tiny-gpt-oss-mxfp4-q8_0.gguf
-$B synth --recipe $G/tiny-gpt-oss.recipe.json --type mxfp4_moe -o $tiny > /dev/null 2>&1
-$B logits -m $tiny --tokens "1 2 3" --backend cuda 2>&1 | tail -1
+echo "== tiny gpt-oss goldens on CUDA"
+python3 $T/golden_check.py $B $G tiny-gpt-oss-mxfp4-q8_0 -- --backend cuda 2>&1 | tee -a $OUT/goldens.txt
+python3 $T/golden_check.py $B $G tiny-gpt-oss-mxfp4-f32 -- --backend cuda --cache-type f32 2>&1 | tee -a $OUT/goldens.txt
+FERROLM_MOE_FUSED=0 python3 $T/golden_check.py $B $G tiny-gpt-oss-mxfp4-q8_0 -- --backend cuda 2>&1 | sed 's/^/per-slot: /' | tee -a $OUT/goldens.txt
 
-echo "== gpt-oss-20b (mxfp4_moe) in llama-bench"
+echo "== gpt-oss-20b (mxfp4_moe): llama-bench, then ferrolm bench on the same file"
 F=$M/gpt-oss-20b-mxfp4_moe.gguf
 [ -f $F ] || timeout 300 $B synth --preset gpt-oss-20b --type mxfp4_moe -o $F 2>&1 | tail -1
 ls -l $F
-timeout 240 $L/llama-bench -m $F -ngl 99 -fa 1 -p 2048 -n 128 -r 1 2>&1 | tail -6 | tee $OUT/llama-bench.txt
-$B inspect $F 2>&1 | head -20
+timeout 240 $L/llama-bench -m $F -ngl 99 -fa 1 -p 2048 -n 128 -ub 512,2048 -r 2 2>&1 | grep -E '^\|' | tee $OUT/llama-bench.txt
+timeout 240 $B bench -m $F --backend cuda -p 2048 -n 128 --ubatch-size 2048 -r 2 2>&1 | grep -E '^\||error' | tee $OUT/ferrolm-bench.txt
