@@ -1,0 +1,130 @@
+//! One layer's attention on the GPU: a single sequence's keys and values stored into its cache
+//! and attended over by the kernel the plan picks; several sequences through the batched rows
+//! table (`rows.rs`) or one after another.
+
+use super::{CudaAct, CudaBackend, CudaCache, CudaInputs};
+use crate::error::{DriverContext, Result};
+use crate::ops::AttnSoftmax;
+use crate::plan::Attn;
+use cudarc::driver::CudaSlice;
+use ferrolm_model::backend::{AttnShape, SeqRows};
+
+impl CudaBackend {
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn try_attention(
+        &self,
+        seqs: &mut [SeqRows<'_, CudaCache>],
+        layer: usize,
+        q: &CudaAct,
+        k: &CudaAct,
+        v: &CudaAct,
+        inp: &CudaInputs,
+        shape: AttnShape,
+        sm: AttnSoftmax<'_>,
+        out: &mut CudaAct,
+    ) -> Result<()> {
+        let n = q.rows;
+        if let [only] = seqs {
+            if only.rows == (0..n) {
+                let (q, k, v) = (q.buf(), k.buf(), v.buf());
+                let pos = inp.positions();
+                let out = out.buf_mut();
+                return self.attend(only.cache, layer, q, k, v, pos, shape, sm, out);
+            }
+        }
+        // Several sequences: decode rows in one launch a layer when the pass carries a rows
+        // table (the runner built it), else each sequence on its own kernels.
+        match inp.rows_table() {
+            Some(table) => self.attend_rows(table, seqs, layer, q, k, v, inp, shape, sm, out),
+            None => self.attend_each(seqs.iter_mut(), layer, q, k, v, inp, shape, sm, out),
+        }
+    }
+
+    /// Stores one sequence's k/v at its positions, then attention of its queries (scaled,
+    /// windowed and with sinks as `sm` says).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn attend(
+        &self,
+        cache: &mut CudaCache,
+        layer: usize,
+        q: &CudaSlice<f32>,
+        k: &CudaSlice<f32>,
+        v: &CudaSlice<f32>,
+        positions: &CudaSlice<u32>,
+        shape: AttnShape,
+        sm: AttnSoftmax<'_>,
+        out: &mut CudaSlice<f32>,
+    ) -> Result<()> {
+        let kv = &mut cache.layers[layer - cache.first_layer];
+        // A quantized cache holds k and v rotated (llama.cpp's Hadamard rotation): q is
+        // rotated as k, the output rotated back; copies, the inputs stay as they are.
+        let copy = |x: &CudaSlice<f32>| -> Result<CudaSlice<f32>> {
+            let mut t = self.acts.take(x.len())?;
+            self.dev
+                .stream()
+                .memcpy_dtod(x, &mut t)
+                .during("copying attention rows")?;
+            Ok(t)
+        };
+        let rotated = |x: &CudaSlice<f32>, rot: Option<usize>| -> Result<Option<CudaSlice<f32>>> {
+            let Some(n) = rot else { return Ok(None) };
+            let mut t = copy(x)?;
+            self.k.elementwise.hadamard(&mut t, n)?;
+            Ok(Some(t))
+        };
+        let mut rq = rotated(q, kv.k_rot)?;
+        if self.plan.round_query(kv.format) {
+            let mut t = match rq {
+                Some(t) => t,
+                None => copy(q)?,
+            };
+            self.k.elementwise.round_q8_0(&mut t)?;
+            rq = Some(t);
+        }
+        let (rk, rv) = (rotated(k, kv.k_rot)?, rotated(v, kv.v_rot)?);
+        let (q, k, v) = (
+            rq.as_ref().unwrap_or(q),
+            rk.as_ref().unwrap_or(k),
+            rv.as_ref().unwrap_or(v),
+        );
+        self.k.attention.store(kv, k, v, positions)?;
+        let n_head = shape.n_head;
+        let a = &self.k.attention;
+        match self.plan.attention(
+            positions.len(),
+            kv.format,
+            n_head / kv.n_kv_head,
+            kv.head_dim,
+        ) {
+            Attn::Decode {
+                fused_combine,
+                grouped,
+            } => {
+                let work = &mut cache.work;
+                let splits = self
+                    .plan
+                    .window_splits(work.n_split, sm.window, kv.n_kv_head);
+                a.decode(
+                    fused_combine,
+                    grouped,
+                    q,
+                    kv,
+                    positions,
+                    n_head,
+                    sm,
+                    splits,
+                    work,
+                    out,
+                )?
+            }
+            Attn::Prefill(kernel) => a.prefill(kernel, q, kv, positions, n_head, sm, out)?,
+        }
+        if let Some(n) = kv.v_rot {
+            self.k.elementwise.hadamard(out, n)?;
+        }
+        for t in [rq, rk, rv].into_iter().flatten() {
+            self.acts.give(t);
+        }
+        Ok(())
+    }
+}
