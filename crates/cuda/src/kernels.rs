@@ -48,6 +48,7 @@ macro_rules! kernel_file {
 pub const HEADERS: &[KernelFile] = &[
     kernel_file!("common.cuh"),
     kernel_file!("quant.cuh"),
+    kernel_file!("quant_k.cuh"),
     kernel_file!("mmq_tile.cuh"),
     kernel_file!("mmvq.cuh"),
     kernel_file!("mmq_mma.cuh"),
