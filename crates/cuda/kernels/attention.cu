@@ -3,42 +3,47 @@
 // group, with its combine. The prefills are attention_prefill.cu's.
 #include "attention.cuh"
 
-// kc/vc[g][pos0 + t][:] = f16(k/v[t][g*head_dim..]); k, v: [n][n_kv_head * head_dim] f32.
+// kc/vc[g][pos0 + t][:] = k/v[t][g*head_dim..] as the cache's elements: f16 bits, or f32 as
+// they are (-ctk f32: the CPU's f32 cache); k, v: [n][n_kv_head * head_dim] f32.
+static __device__ __forceinline__ uint16_t kv_elem(float x, uint16_t *) {
+    return f32_to_f16_bits(x);
+}
+static __device__ __forceinline__ float kv_elem(float x, float *) {
+    return x;
+}
+
+template <typename T>
+static __device__ __forceinline__ void kv_store(const float *__restrict__ k,
+                                                const float *__restrict__ v, T *__restrict__ kc,
+                                                T *__restrict__ vc, const uint32_t *__restrict__ pos0,
+                                                int n, int n_kv_head, int head_dim, int n_ctx) {
+    const int width = n_kv_head * head_dim;
+    const size_t total = (size_t)n * width;
+    const size_t p0 = *pos0;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+         i += (size_t)gridDim.x * blockDim.x) {
+        const size_t t = i / width;
+        const int c = (int)(i % width), g = c / head_dim, d = c % head_dim;
+        const size_t at = ((size_t)g * n_ctx + p0 + t) * head_dim + d;
+        kc[at] = kv_elem(k[i], kc);
+        vc[at] = kv_elem(v[i], vc);
+    }
+}
+
 extern "C" __global__ void kv_store_f16(const float *__restrict__ k, const float *__restrict__ v,
                                         uint16_t *__restrict__ kc, uint16_t *__restrict__ vc,
                                         const uint32_t *__restrict__ pos0, int n, int n_kv_head,
                                         int head_dim, int n_ctx) {
     dependent_launch_entry();
-    const int width = n_kv_head * head_dim;
-    const size_t total = (size_t)n * width;
-    const size_t p0 = *pos0;
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
-         i += (size_t)gridDim.x * blockDim.x) {
-        const size_t t = i / width;
-        const int c = (int)(i % width), g = c / head_dim, d = c % head_dim;
-        const size_t at = ((size_t)g * n_ctx + p0 + t) * head_dim + d;
-        kc[at] = f32_to_f16_bits(k[i]);
-        vc[at] = f32_to_f16_bits(v[i]);
-    }
+    kv_store(k, v, kc, vc, pos0, n, n_kv_head, head_dim, n_ctx);
 }
 
-// kc/vc[g][pos0 + t][:] = k/v[t][g*head_dim..] as they are (-ctk f32: the CPU's f32 cache).
 extern "C" __global__ void kv_store_f32(const float *__restrict__ k, const float *__restrict__ v,
                                         float *__restrict__ kc, float *__restrict__ vc,
                                         const uint32_t *__restrict__ pos0, int n, int n_kv_head,
                                         int head_dim, int n_ctx) {
     dependent_launch_entry();
-    const int width = n_kv_head * head_dim;
-    const size_t total = (size_t)n * width;
-    const size_t p0 = *pos0;
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
-         i += (size_t)gridDim.x * blockDim.x) {
-        const size_t t = i / width;
-        const int c = (int)(i % width), g = c / head_dim, d = c % head_dim;
-        const size_t at = ((size_t)g * n_ctx + p0 + t) * head_dim + d;
-        kc[at] = k[i];
-        vc[at] = v[i];
-    }
+    kv_store(k, v, kc, vc, pos0, n, n_kv_head, head_dim, n_ctx);
 }
 
 // kc/vc[g][pos0 + t][:] = blocks of k/v[t][g*head_dim..], one warp per 32-element block (the
