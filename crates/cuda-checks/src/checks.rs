@@ -542,6 +542,7 @@ fn mmvq(
         let cpu = case.cpu()?;
         let cmp = compare(&got, &cpu, |i| exact[i].1);
         out_rows.push(row(&op, shape, "cpu matmul::matmul", cmp, SAME_INT8));
+        out_rows.extend(super::mmvq_bias::rows(dev, k, plan, rng, &case, &got)?);
     }
     Ok(out_rows)
 }

@@ -19,6 +19,7 @@ mod f32kv_checks;
 mod kv_checks;
 mod mmq;
 mod mmq_time;
+mod mmvq_bias;
 mod moe;
 mod moe_decode;
 mod softmax_checks;

@@ -46,14 +46,18 @@ template <int BM_, int BN_, int WARPS_M_, int WARPS_N_> struct MmqCfg {
 // MXFP4's 17-byte blocks byte-aligned, so their copy covers the aligned 16-byte chunks around
 // them (at most 16 - alignof(block) bytes before) and the unpack starts `start % 16` bytes in;
 // every other format's bytes are 16-byte multiples. Row strides are 16 bytes past a multiple
-// of 128 where the format allows (Q4_0, Q8_0, Q4_K, and Q6_K and MXFP4 padded to 272), so
-// eight rows' 16-byte loads at one offset fall in distinct banks.
+// of 128 where the format allows (Q4_0, Q8_0, Q4_K, and Q6_K padded to 272), so eight rows'
+// 16-byte loads at one offset fall in distinct banks. MXFP4 takes the smallest odd multiple of
+// 16 (176): eight rows still start in distinct 16-byte bank groups, and the grouped gate/up
+// GEMM's two matrices then fit two blocks an SM (105 KB each, against 129 KB at 272).
 template <int TYPE> struct MmqRaw {
     typedef WeightFormat<TYPE> F;
     static constexpr int bytes = (MMQ_BK / F::qk) * (int)sizeof(typename F::block);
     static constexpr bool aligned = bytes % 16 == 0;
     static constexpr int around = (bytes + 16 - (int)alignof(typename F::block) + 15) / 16 * 16;
-    static constexpr int stride = aligned ? bytes : around + (144 - around % 128) % 128;
+    static constexpr int stride = aligned                    ? bytes
+                                  : TYPE == GGML_TYPE_MXFP4 ? around + 16 * (1 - around / 16 % 2)
+                                                            : around + (144 - around % 128) % 128;
     static constexpr int chunks = (aligned ? bytes : around) / 16;
     // 32-bit scales kept per unpacked (row, sub-block): d, d of the high 16, m; integer-scale
     // formats keep their 6-bit scale as f32 and as int, and the min as f32 instead.

@@ -5,14 +5,22 @@
 // Launch (crates/cuda/src/ops/mmvq.rs must agree): block (32, MMVQ_NWARPS), grid
 // ceil(nrows / mmvq_rows(ncols)). All the block's threads walk the row's weight blocks together
 // (mmvq_accumulate in mmvq.cuh); the partial sums meet in shared memory and one warp reduces them.
-// Every entry's last parameter, `prefetch`, has the block ask L2 for its weight rows before it
-// waits for the kernel ahead (weights_to_l2_then_wait in mmvq.cuh); the results do not change.
+// Every entry's `prefetch` has the block ask L2 for its weight rows before it waits for the
+// kernel ahead (weights_to_l2_then_wait in mmvq.cuh); the results do not change. `bias` (and
+// the pair kernels' bias_a, bias_b): null, or a vector added to each output row (q/k/v/o
+// biases), as add_bias_f32 adds it, so fused and separate agree bit for bit.
 #include "common.cuh"
 #include "quant.cuh"
 #include "mmvq.cuh"
 
 #define MMVQ_NWARPS 4
 #define MMVQ_MAX_COLS 8
+
+// Output v of row `row`, plus that row's bias when there is one.
+static __device__ __forceinline__ float with_bias(float v, const float *__restrict__ bias,
+                                                  int row) {
+    return bias != nullptr ? __fadd_rn(v, bias[row]) : v;
+}
 
 // Rows per CUDA block: with several columns, two rows share each activation load.
 template <int NCOLS> struct MmvqRows {
@@ -22,7 +30,8 @@ template <int NCOLS> struct MmvqRows {
 template <int TYPE, int NCOLS>
 static __device__ __forceinline__ void mul_mat_vec_q(const void *__restrict__ vx,
                                                      const block_q8_1 *__restrict__ vy,
-                                                     float *__restrict__ dst, int ncols_x,
+                                                     float *__restrict__ dst,
+                                                     const float *__restrict__ bias, int ncols_x,
                                                      int nrows_x) {
     typedef WeightFormat<TYPE> F;
     constexpr int ROWS = MmvqRows<NCOLS>::value;
@@ -85,7 +94,7 @@ static __device__ __forceinline__ void mul_mat_vec_q(const void *__restrict__ vx
             acc[j][i] = warp_sum(acc[j][i]);
             // Compile-time i: the accumulators stay in registers.
             if (threadIdx.x == i && row0 + i < nrows_x) {
-                dst[(size_t)j * nrows_x + row0 + i] = acc[j][i];
+                dst[(size_t)j * nrows_x + row0 + i] = with_bias(acc[j][i], bias, row0 + i);
             }
         }
     }
@@ -94,10 +103,11 @@ static __device__ __forceinline__ void mul_mat_vec_q(const void *__restrict__ vx
 #define MMVQ_ENTRY(NAME, TYPE, N)                                                                   \
     extern "C" __global__ void __launch_bounds__(MMVQ_NWARPS *WARP_SIZE)                            \
         mmvq_##NAME##_n##N(const void *__restrict__ vx, const block_q8_1 *__restrict__ vy,          \
-                           float *__restrict__ dst, int ncols_x, int nrows_x, int prefetch) {      \
+                           float *__restrict__ dst, const float *__restrict__ bias, int ncols_x,   \
+                           int nrows_x, int prefetch) {                                             \
         weights_to_l2_then_wait<TYPE>(prefetch, vx, nullptr, ncols_x, nrows_x, 0,                  \
                                       blockIdx.x * MmvqRows<N>::value, MmvqRows<N>::value);         \
-        mul_mat_vec_q<TYPE, N>(vx, vy, dst, ncols_x, nrows_x);                                      \
+        mul_mat_vec_q<TYPE, N>(vx, vy, dst, bias, ncols_x, nrows_x);                                \
     }
 
 #define MMVQ_FORMAT(NAME, TYPE)                                                                     \
@@ -124,15 +134,16 @@ MMVQ_FORMAT(mxfp4, GGML_TYPE_MXFP4)
 // (swiglu_f32's expression, so fused and unfused agree bit for bit); without, each that exists.
 template <bool GLU>
 static __device__ __forceinline__ void store_pair(const float (&ab)[2], int row, bool has_a,
-                                                  bool has_b, float *dst_a, float *dst_b) {
+                                                  bool has_b, float *dst_a, float *dst_b,
+                                                  const float *bias_a, const float *bias_b) {
     if (GLU) {
         dst_a[row] = silu_mul(ab[0], ab[1]);
     } else {
         if (has_a) {
-            dst_a[row] = ab[0];
+            dst_a[row] = with_bias(ab[0], bias_a, row);
         }
         if (has_b) {
-            dst_b[row] = ab[1];
+            dst_b[row] = with_bias(ab[1], bias_b, row);
         }
     }
 }
@@ -146,7 +157,8 @@ static __device__ __forceinline__ void store_pair(const float (&ab)[2], int row,
 template <int TYPE, bool GLU>
 static __device__ __forceinline__ void mul_mat_vec_q_pair(
     const void *__restrict__ va, const void *__restrict__ vb, const block_q8_1 *__restrict__ vy,
-    float *__restrict__ dst_a, float *__restrict__ dst_b, int ncols_x, int nrows_a, int nrows_b) {
+    float *__restrict__ dst_a, float *__restrict__ dst_b, const float *__restrict__ bias_a,
+    const float *__restrict__ bias_b, int ncols_x, int nrows_a, int nrows_b) {
     typedef WeightFormat<TYPE> F;
     constexpr int THREADS = MMVQ_NWARPS * WARP_SIZE;
     constexpr int THREADS_PER_BLOCK = F::qi / F::vdr;
@@ -189,7 +201,7 @@ static __device__ __forceinline__ void mul_mat_vec_q_pair(
         acc[i] = warp_sum(acc[i]);
     }
     if (threadIdx.x == 0) {
-        store_pair<GLU>(acc, row, has_a, has_b, dst_a, dst_b);
+        store_pair<GLU>(acc, row, has_a, has_b, dst_a, dst_b, bias_a, bias_b);
     }
 }
 
@@ -197,18 +209,22 @@ static __device__ __forceinline__ void mul_mat_vec_q_pair(
     extern "C" __global__ void __launch_bounds__(MMVQ_NWARPS *WARP_SIZE) mmvq_pair_##NAME(         \
         const void *__restrict__ va, const void *__restrict__ vb,                                   \
         const block_q8_1 *__restrict__ vy, float *__restrict__ dst_a, float *__restrict__ dst_b,   \
-        int ncols_x, int nrows_a, int nrows_b, int prefetch) {                                      \
+        const float *__restrict__ bias_a, const float *__restrict__ bias_b, int ncols_x,            \
+        int nrows_a, int nrows_b, int prefetch) {                                                   \
         weights_to_l2_then_wait<TYPE>(prefetch, va, vb, ncols_x, nrows_a, nrows_b,                  \
                                       blockIdx.x, 1);                                               \
-        mul_mat_vec_q_pair<TYPE, false>(va, vb, vy, dst_a, dst_b, ncols_x, nrows_a, nrows_b);      \
+        mul_mat_vec_q_pair<TYPE, false>(va, vb, vy, dst_a, dst_b, bias_a, bias_b, ncols_x, nrows_a, \
+                                        nrows_b);                                                   \
     }                                                                                               \
     extern "C" __global__ void __launch_bounds__(MMVQ_NWARPS *WARP_SIZE) mmvq_glu_##NAME(          \
         const void *__restrict__ va, const void *__restrict__ vb,                                   \
         const block_q8_1 *__restrict__ vy, float *__restrict__ dst_a, float *__restrict__ dst_b,   \
-        int ncols_x, int nrows_a, int nrows_b, int prefetch) {                                      \
+        const float *__restrict__ bias_a, const float *__restrict__ bias_b, int ncols_x,            \
+        int nrows_a, int nrows_b, int prefetch) {                                                   \
         weights_to_l2_then_wait<TYPE>(prefetch, va, vb, ncols_x, nrows_a, nrows_b,                  \
                                       blockIdx.x, 1);                                               \
-        mul_mat_vec_q_pair<TYPE, true>(va, vb, vy, dst_a, dst_b, ncols_x, nrows_a, nrows_b);       \
+        mul_mat_vec_q_pair<TYPE, true>(va, vb, vy, dst_a, dst_b, bias_a, bias_b, ncols_x, nrows_a,  \
+                                       nrows_b);                                                    \
     }
 
 MMVQ_PAIR_ENTRIES(q4_0, GGML_TYPE_Q4_0)
@@ -232,8 +248,9 @@ MMVQ_PAIR_ENTRIES(mxfp4, GGML_TYPE_MXFP4)
 template <int TYPE, int NCOLS>
 static __device__ __forceinline__ void mul_mat_vec_q_wide(const void *__restrict__ vx,
                                                           const block_q8_1 *__restrict__ vy,
-                                                          float *__restrict__ dst, int ncols_x,
-                                                          int nrows_x, int stage) {
+                                                          float *__restrict__ dst,
+                                                          const float *__restrict__ bias,
+                                                          int ncols_x, int nrows_x, int stage) {
     typedef WeightFormat<TYPE> F;
     constexpr int ROWS = MmvqRows<NCOLS>::value;
     const int blocks_per_row = ncols_x / F::qk;
@@ -276,7 +293,7 @@ static __device__ __forceinline__ void mul_mat_vec_q_wide(const void *__restrict
         for (int i = 0; i < ROWS; ++i) {
             const float v = warp_sum(acc[j][i]);
             if (threadIdx.x == 0 && row0 + i < nrows_x) {
-                dst[(size_t)j * nrows_x + row0 + i] = v;
+                dst[(size_t)j * nrows_x + row0 + i] = with_bias(v, bias, row0 + i);
             }
         }
     }
@@ -310,8 +327,8 @@ static __device__ __forceinline__ void wide_pair_dots(const typename WeightForma
 template <int TYPE, bool GLU>
 static __device__ __forceinline__ void mul_mat_vec_q_wide_pair(
     const void *__restrict__ va, const void *__restrict__ vb, const block_q8_1 *__restrict__ vy,
-    float *__restrict__ dst_a, float *__restrict__ dst_b, int ncols_x, int nrows_a, int nrows_b,
-    int stage) {
+    float *__restrict__ dst_a, float *__restrict__ dst_b, const float *__restrict__ bias_a,
+    const float *__restrict__ bias_b, int ncols_x, int nrows_a, int nrows_b, int stage) {
     typedef WeightFormat<TYPE> F;
     typedef typename F::block B;
     const int blocks_per_row = ncols_x / F::qk;
@@ -332,19 +349,19 @@ static __device__ __forceinline__ void mul_mat_vec_q_wide_pair(
     ab[0] = warp_sum(ab[0]);
     ab[1] = warp_sum(ab[1]);
     if (threadIdx.x == 0) {
-        store_pair<GLU>(ab, row, has_a, has_b, dst_a, dst_b);
+        store_pair<GLU>(ab, row, has_a, has_b, dst_a, dst_b, bias_a, bias_b);
     }
 }
 
 #define MMVQ_WIDE_ENTRY(NAME, TYPE, N)                                                              \
     extern "C" __global__ void __launch_bounds__(MMVQ_NWARPS *WARP_SIZE)                            \
         mmvq_wide_##NAME##_n##N(const void *__restrict__ vx, const block_q8_1 *__restrict__ vy,     \
-                                float *__restrict__ dst, int ncols_x, int nrows_x, int prefetch,   \
-                                int stage) {                                                        \
+                                float *__restrict__ dst, const float *__restrict__ bias,            \
+                                int ncols_x, int nrows_x, int prefetch, int stage) {                \
         weights_to_l2_then_wait<TYPE>(prefetch, vx, nullptr, ncols_x, nrows_x, 0,                  \
                                       blockIdx.x * MMVQ_NWARPS * MmvqRows<N>::value,                \
                                       MMVQ_NWARPS * MmvqRows<N>::value);                            \
-        mul_mat_vec_q_wide<TYPE, N>(vx, vy, dst, ncols_x, nrows_x, stage);                          \
+        mul_mat_vec_q_wide<TYPE, N>(vx, vy, dst, bias, ncols_x, nrows_x, stage);                    \
     }
 
 #define MMVQ_WIDE_FORMAT(NAME, TYPE)                                                                \
@@ -359,20 +376,22 @@ static __device__ __forceinline__ void mul_mat_vec_q_wide_pair(
     extern "C" __global__ void __launch_bounds__(MMVQ_NWARPS *WARP_SIZE) mmvq_wide_pair_##NAME(    \
         const void *__restrict__ va, const void *__restrict__ vb,                                   \
         const block_q8_1 *__restrict__ vy, float *__restrict__ dst_a, float *__restrict__ dst_b,   \
-        int ncols_x, int nrows_a, int nrows_b, int prefetch, int stage) {                           \
+        const float *__restrict__ bias_a, const float *__restrict__ bias_b, int ncols_x,            \
+        int nrows_a, int nrows_b, int prefetch, int stage) {                                        \
         weights_to_l2_then_wait<TYPE>(prefetch, va, vb, ncols_x, nrows_a, nrows_b,                  \
                                       blockIdx.x * MMVQ_NWARPS, MMVQ_NWARPS);                       \
-        mul_mat_vec_q_wide_pair<TYPE, false>(va, vb, vy, dst_a, dst_b, ncols_x, nrows_a, nrows_b,  \
-                                             stage); \
+        mul_mat_vec_q_wide_pair<TYPE, false>(va, vb, vy, dst_a, dst_b, bias_a, bias_b, ncols_x,    \
+                                             nrows_a, nrows_b, stage);                              \
     }                                                                                               \
     extern "C" __global__ void __launch_bounds__(MMVQ_NWARPS *WARP_SIZE) mmvq_wide_glu_##NAME(     \
         const void *__restrict__ va, const void *__restrict__ vb,                                   \
         const block_q8_1 *__restrict__ vy, float *__restrict__ dst_a, float *__restrict__ dst_b,   \
-        int ncols_x, int nrows_a, int nrows_b, int prefetch, int stage) {                           \
+        const float *__restrict__ bias_a, const float *__restrict__ bias_b, int ncols_x,            \
+        int nrows_a, int nrows_b, int prefetch, int stage) {                                        \
         weights_to_l2_then_wait<TYPE>(prefetch, va, vb, ncols_x, nrows_a, nrows_b,                  \
                                       blockIdx.x * MMVQ_NWARPS, MMVQ_NWARPS);                       \
-        mul_mat_vec_q_wide_pair<TYPE, true>(va, vb, vy, dst_a, dst_b, ncols_x, nrows_a, nrows_b,  \
-                                             stage);  \
+        mul_mat_vec_q_wide_pair<TYPE, true>(va, vb, vy, dst_a, dst_b, bias_a, bias_b, ncols_x,     \
+                                            nrows_a, nrows_b, stage);                               \
     }
 
 MMVQ_WIDE_FORMAT(q4_k, GGML_TYPE_Q4_K)

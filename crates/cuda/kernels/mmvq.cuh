@@ -59,13 +59,12 @@ mmvq_accumulate(const typename WeightFormat<TYPE>::block *const (&rows)[ROWS],
     }
 }
 
-// The wide walk, for formats with a vec_dot_wide (Q4_K, Q6_K): one warp per row, WIDE_LANES
-// lanes a weight block, so a warp step covers WARP_SIZE / WIDE_LANES blocks and each lane loads
-// 16-24 bytes of codes at once (against 4-8 in the walk above): about half the instructions per
-// weight byte, and more bytes in flight per warp. The order of additions into each accumulator
-// depends only on the row length (as above: never on ROWS, NCOLS or UNROLL).
-#define WIDE_LANES 8
-
+// The wide walk, for formats with a vec_dot_wide (Q4_K, Q6_K, MXFP4): one warp per row,
+// F::wide_lanes lanes a weight block (8 for the K-quants, 1 for MXFP4), so a warp step covers
+// WARP_SIZE / wide_lanes blocks and each lane loads 16-24 bytes of codes at once (against 4-8
+// in the walk above): fewer instructions per weight byte, and more bytes in flight per warp.
+// The order of additions into each accumulator depends only on the row length (as above: never
+// on ROWS, NCOLS or UNROLL).
 template <int TYPE, int NCOLS, int ROWS, int UNROLL, typename A>
 static __device__ __forceinline__ void
 mmvq_accumulate_wide(const typename WeightFormat<TYPE>::block *const (&rows)[ROWS],
@@ -73,10 +72,10 @@ mmvq_accumulate_wide(const typename WeightFormat<TYPE>::block *const (&rows)[ROW
                      float (&acc)[NCOLS][ROWS]) {
     typedef WeightFormat<TYPE> F;
     static_assert(F::wide, "no vec_dot_wide for this format");
-    constexpr int BLOCKS_PER_STEP = WARP_SIZE / WIDE_LANES;
-    const int t = lane % WIDE_LANES;
+    constexpr int LANES = F::wide_lanes, BLOCKS_PER_STEP = WARP_SIZE / LANES;
+    const int t = lane % LANES;
 #pragma unroll UNROLL
-    for (int kbx = lane / WIDE_LANES; kbx < blocks_per_row; kbx += BLOCKS_PER_STEP) {
+    for (int kbx = lane / LANES; kbx < blocks_per_row; kbx += BLOCKS_PER_STEP) {
         const int kby = kbx * (F::qk / QK8_1);
 #pragma unroll
         for (int j = 0; j < NCOLS; ++j) {

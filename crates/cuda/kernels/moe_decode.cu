@@ -15,14 +15,15 @@
 //
 // Exactness: every dot is a warp of 32 threads walking one row, and its bits do not depend on
 // how many columns or rows share the walk (mmvq.cuh), so the fused kernels and the per-slot
-// path below (FERROLM_MOE_FUSED=0) agree bit for bit. Q4_K and Q6_K take mmvq.cuh's wide walk;
-// the `_narrow` entries (FERROLM_MMVQ_WIDE=0) keep the narrow one.
+// path below (FERROLM_MOE_FUSED=0) agree bit for bit. Q4_K, Q6_K and MXFP4 take mmvq.cuh's
+// wide walk; the `_narrow` entries (FERROLM_MMVQ_WIDE=0) keep the narrow one.
 //
 // Launches (crates/cuda/src/ops/moe_decode.rs must agree), block (32, MOE_NWARPS) each:
 // - moe_gate_up_<type>_n<NTOK>: grid (ceil(n_ff / (MOE_NWARPS * MOE_GATE_ROWS(NTOK))), NTOK * k);
 //   warp = MOE_GATE_ROWS(NTOK) rows of gate and the same of up.
 // - moe_down_<type>_n<NTOK>: grid ceil(n_embd / MOE_DOWN_ROWS(NTOK)); the block's warps share out
-//   the leading experts, each warp MOE_DOWN_ROWS(NTOK) output rows of its experts.
+//   the leading experts, each warp MOE_DOWN_ROWS(NTOK) output rows of its experts, or half of
+//   them when there are at most MOE_NWARPS / 2 leaders (moe_down_tasks).
 // - moe_slot_matvec_<type>: grid ceil(rows / MOE_NWARPS); warp = one row of one slot's expert.
 // - moe_combine: grid ceil(n_embd / 128), 128 threads.
 #include "common.cuh"
@@ -177,25 +178,79 @@ moe_gate_up(const void *__restrict__ gate, const void *__restrict__ up,
     }
 }
 
-template <int TYPE, int NTOK, bool WIDE>
+// Rows [r0, r0 + TR) of block row c0's down products for the slots of one leading expert e
+// (mask: its slots), into d[r0 + i][slot].
+template <int TYPE, int NTOK, bool WIDE, int TR, int DR>
 static __device__ __forceinline__ void
-moe_down(const void *__restrict__ down, const block_q8_1 *__restrict__ hq,
-         const int *__restrict__ ids, const float *__restrict__ weights, float *__restrict__ out,
-         int n_embd, int n_ff, int n_expert, int k, int stage, ExpertEpilogue ep) {
+moe_down_walk(const void *__restrict__ down, const block_q8_1 *__restrict__ hq, Q8Shared hs,
+              bool staged, int e, uint32_t (&mask)[MOE_MASK_WORDS], int c0, int r0, int n_embd,
+              int n_ff, int n_expert, ExpertEpilogue ep, float (&d)[DR][MOE_MAX_SLOTS]) {
     typedef WeightFormat<TYPE> F;
     typedef typename F::block B;
-    constexpr int DR = MOE_DOWN_ROWS(NTOK);
-    const int nslots = NTOK * k, c0 = blockIdx.x * DR;
-    const int bpr = n_ff / F::qk, bpc = n_ff / QK8_1;
-    // With `stage`, every slot's activations come through shared memory (mmvq.cuh; wide walks
-    // only).
     constexpr bool CAN_STAGE = WIDE && F::wide;
-    const bool staged = CAN_STAGE && stage;
-    const Q8Shared hs = stage_q8_1(staged, hq, nslots * bpc);
-    // d[i][s]: row c0 + i of slot s's down product.
-    __shared__ float d[DR][MOE_MAX_SLOTS];
+    const int bpr = n_ff / F::qk, bpc = n_ff / QK8_1;
+    const bool valid = e >= 0 && e < n_expert;
+    const B *rows[TR];
+#pragma unroll
+    for (int i = 0; i < TR; ++i) {
+        // A row past n_embd re-reads the last one; never written.
+        const size_t row = (size_t)(valid ? e : 0) * n_embd + min(c0 + r0 + i, n_embd - 1);
+        rows[i] = (const B *)down + row * bpr;
+    }
+    for (;;) {
+        int member[NTOK];
+        const int live = take_members<NTOK>(mask, member);
+        if (live == 0) {
+            return;
+        }
+        float acc[NTOK][TR] = {};
+        if constexpr (CAN_STAGE) {
+            if (valid && staged) {
+                Q8Shared cols[NTOK];
+#pragma unroll
+                for (int j = 0; j < NTOK; ++j) {
+                    const int m = member[j] >= 0 ? member[j] : 0;
+                    cols[j] = Q8Shared{hs.q + 2 * m * bpc, hs.s + m * bpc};
+                }
+                mmvq_accumulate_warp<TYPE, NTOK, TR, MOE_UNROLL(NTOK), WIDE>(rows, cols, live, bpr,
+                                                                            threadIdx.x, acc);
+            }
+        }
+        if (valid && !staged) {
+            Q8Global cols[NTOK];
+#pragma unroll
+            for (int j = 0; j < NTOK; ++j) {
+                cols[j] = Q8Global{hq + (size_t)(member[j] >= 0 ? member[j] : 0) * bpc};
+            }
+            mmvq_accumulate_warp<TYPE, NTOK, TR, MOE_UNROLL(NTOK), WIDE>(rows, cols, live, bpr,
+                                                                        threadIdx.x, acc);
+        }
+#pragma unroll
+        for (int j = 0; j < NTOK; ++j) {
+#pragma unroll
+            for (int i = 0; i < TR; ++i) {
+                const float v = warp_sum(acc[j][i]);
+                if (threadIdx.x == 0 && j < live) {
+                    // A bad id's row stays 0 (bias too); a row past n_embd is never read.
+                    const int c = min(c0 + r0 + i, n_embd - 1);
+                    d[r0 + i][member[j]] = valid ? ep.down(e, c, n_embd, v) : v;
+                }
+            }
+        }
+    }
+}
 
-    // Every warp walks the same leaders in slot order and takes every MOE_NWARPS-th.
+// The block's warps walk the leading experts in slot order as tasks: task t goes to warp
+// t % MOE_NWARPS. A leader is one task of all DR rows, or, when there are few leaders (top-4
+// routing of one token leaves half of the warps without one), two tasks of DR / 2 rows each.
+// A row's dot is the same walk either way (mmvq.cuh), so the split changes no bits.
+template <int TYPE, int NTOK, bool WIDE, int PARTS>
+static __device__ __forceinline__ void
+moe_down_tasks(const void *__restrict__ down, const block_q8_1 *__restrict__ hq, Q8Shared hs,
+               bool staged, const int *__restrict__ ids, int nslots, int c0, int n_embd,
+               int n_ff, int n_expert, ExpertEpilogue ep,
+               float (&d)[MOE_DOWN_ROWS(NTOK)][MOE_MAX_SLOTS]) {
+    constexpr int DR = MOE_DOWN_ROWS(NTOK), TR = DR / PARTS;
     uint32_t todo[MOE_MASK_WORDS];
 #pragma unroll
     for (int w = 0; w < MOE_MASK_WORDS; ++w) {
@@ -205,7 +260,7 @@ moe_down(const void *__restrict__ down, const block_q8_1 *__restrict__ hq,
     for (int nth = 0;; ++nth) {
         const int s = pop_slot(todo);
         if (s < 0) {
-            break;
+            return;
         }
         const int e = ids[s];
         uint32_t mask[MOE_MASK_WORDS];
@@ -214,57 +269,63 @@ moe_down(const void *__restrict__ down, const block_q8_1 *__restrict__ hq,
         for (int w = 0; w < MOE_MASK_WORDS; ++w) {
             todo[w] &= ~mask[w];
         }
-        if (nth % MOE_NWARPS != threadIdx.y) {
-            continue;
-        }
-        const bool valid = e >= 0 && e < n_expert;
-        const B *rows[DR];
 #pragma unroll
-        for (int i = 0; i < DR; ++i) {
-            // A row past n_embd re-reads the last one; never written.
-            const size_t row = (size_t)(valid ? e : 0) * n_embd + min(c0 + i, n_embd - 1);
-            rows[i] = (const B *)down + row * bpr;
-        }
-        for (;;) {
-            int member[NTOK];
-            const int live = take_members<NTOK>(mask, member);
-            if (live == 0) {
-                break;
-            }
-            float acc[NTOK][DR] = {};
-            if constexpr (CAN_STAGE) {
-                if (valid && staged) {
-                    Q8Shared cols[NTOK];
+        for (int part = 0; part < PARTS; ++part) {
+            if ((nth * PARTS + part) % MOE_NWARPS == (int)threadIdx.y) {
+                uint32_t left[MOE_MASK_WORDS];
 #pragma unroll
-                    for (int j = 0; j < NTOK; ++j) {
-                        const int m = member[j] >= 0 ? member[j] : 0;
-                        cols[j] = Q8Shared{hs.q + 2 * m * bpc, hs.s + m * bpc};
-                    }
-                    mmvq_accumulate_warp<TYPE, NTOK, DR, MOE_UNROLL(NTOK), WIDE>(
-                        rows, cols, live, bpr, threadIdx.x, acc);
+                for (int w = 0; w < MOE_MASK_WORDS; ++w) {
+                    left[w] = mask[w];
                 }
-            }
-            if (valid && !staged) {
-                Q8Global cols[NTOK];
-#pragma unroll
-                for (int j = 0; j < NTOK; ++j) {
-                    cols[j] = Q8Global{hq + (size_t)(member[j] >= 0 ? member[j] : 0) * bpc};
-                }
-                mmvq_accumulate_warp<TYPE, NTOK, DR, MOE_UNROLL(NTOK), WIDE>(
-                    rows, cols, live, bpr, threadIdx.x, acc);
-            }
-#pragma unroll
-            for (int j = 0; j < NTOK; ++j) {
-#pragma unroll
-                for (int i = 0; i < DR; ++i) {
-                    const float v = warp_sum(acc[j][i]);
-                    if (threadIdx.x == 0 && j < live) {
-                        // A bad id's row stays 0 (bias too); a row past n_embd is never read.
-                        d[i][member[j]] = valid ? ep.down(e, min(c0 + i, n_embd - 1), n_embd, v) : v;
-                    }
-                }
+                moe_down_walk<TYPE, NTOK, WIDE, TR, DR>(down, hq, hs, staged, e, left, c0,
+                                                        part * TR, n_embd, n_ff, n_expert, ep, d);
             }
         }
+    }
+}
+
+// Distinct experts among the launch's slots.
+static __device__ __forceinline__ int moe_leaders(const int *__restrict__ ids, int nslots) {
+    uint32_t todo[MOE_MASK_WORDS];
+#pragma unroll
+    for (int w = 0; w < MOE_MASK_WORDS; ++w) {
+        const int q = WARP_SIZE * w + threadIdx.x;
+        todo[w] = __ballot_sync(FULL_MASK, q < nslots);
+    }
+    int leaders = 0;
+    for (int s; (s = pop_slot(todo)) >= 0; ++leaders) {
+        uint32_t mask[MOE_MASK_WORDS];
+        slots_of(ids, nslots, ids[s], mask);
+#pragma unroll
+        for (int w = 0; w < MOE_MASK_WORDS; ++w) {
+            todo[w] &= ~mask[w];
+        }
+    }
+    return leaders;
+}
+
+template <int TYPE, int NTOK, bool WIDE>
+static __device__ __forceinline__ void
+moe_down(const void *__restrict__ down, const block_q8_1 *__restrict__ hq,
+         const int *__restrict__ ids, const float *__restrict__ weights, float *__restrict__ out,
+         int n_embd, int n_ff, int n_expert, int k, int stage, ExpertEpilogue ep) {
+    typedef WeightFormat<TYPE> F;
+    constexpr int DR = MOE_DOWN_ROWS(NTOK);
+    const int nslots = NTOK * k, c0 = blockIdx.x * DR;
+    const int bpc = n_ff / QK8_1;
+    // With `stage`, every slot's activations come through shared memory (mmvq.cuh; wide walks
+    // only).
+    constexpr bool CAN_STAGE = WIDE && F::wide;
+    const bool staged = CAN_STAGE && stage;
+    const Q8Shared hs = stage_q8_1(staged, hq, nslots * bpc);
+    // d[i][s]: row c0 + i of slot s's down product.
+    __shared__ float d[DR][MOE_MAX_SLOTS];
+    if (DR % 2 == 0 && 2 * moe_leaders(ids, nslots) <= MOE_NWARPS) {
+        moe_down_tasks<TYPE, NTOK, WIDE, (DR % 2 == 0 ? 2 : 1)>(
+            down, hq, hs, staged, ids, nslots, c0, n_embd, n_ff, n_expert, ep, d);
+    } else {
+        moe_down_tasks<TYPE, NTOK, WIDE, 1>(down, hq, hs, staged, ids, nslots, c0, n_embd, n_ff,
+                                            n_expert, ep, d);
     }
     __syncthreads();
     const int tid = threadIdx.y * WARP_SIZE + threadIdx.x;
@@ -371,3 +432,4 @@ MOE_FORMAT(mxfp4, GGML_TYPE_MXFP4, true)
 // FERROLM_MMVQ_WIDE=0: the narrow walk for the formats that have a wide one.
 MOE_FORMAT(narrow_q4_k, GGML_TYPE_Q4_K, false)
 MOE_FORMAT(narrow_q6_k, GGML_TYPE_Q6_K, false)
+MOE_FORMAT(narrow_mxfp4, GGML_TYPE_MXFP4, false)

@@ -547,20 +547,48 @@ static __device__ __forceinline__ void quantize_q8_k_warp(const float *x, block_
     }
 }
 
-// ggml's e2m1 values, doubled (kvalues_mxfp4), as the bytes of four ints for __byte_perm.
-static __device__ __forceinline__ int mxfp4_values(int nibbles) {
-    // Values 0..7 (0, 1, 2, 3, 4, 6, 8, 12) and 8..15 (their negatives, -0 as 0), 4 a word.
-    const uint32_t lo0 = 0x03020100u, lo1 = 0x0c080604u;
-    const uint32_t hi0 = 0xfdfeff00u, hi1 = 0xf4f8fafcu;
-    int out = 0;
+// ggml's e2m1 values, doubled (kvalues_mxfp4), of the eight 4-bit codes in `v` (two a byte):
+// .x byte k is the value of byte k's low nibble, .y of its high nibble. Per half of v, one
+// permute picks each code's magnitude from the table of codes 0-7, one from that of 8-15 (the
+// negatives), and a third keeps the one the code's sign bit names; two more gather the halves.
+static __device__ __forceinline__ int2 mxfp4_values(int v) {
+    const uint32_t pos0 = 0x03020100u, pos1 = 0x0c080604u; // 0, 1, 2, 3 | 4, 6, 8, 12
+    const uint32_t neg0 = 0xfdfeff00u, neg1 = 0xf4f8fafcu; // their negatives (-0 as 0)
+    const uint32_t idx = (uint32_t)v & 0x77777777u;         // selectors 0-7: byte of (pos0, pos1)
+    const uint32_t side = ((uint32_t)v & 0x88888888u) >> 1; // 4 where the sign bit is set
+    uint32_t half[2];
 #pragma unroll
-    for (int k = 0; k < 4; ++k) {
-        const uint32_t q = ((uint32_t)nibbles >> (8 * k)) & 0x0F;
-        const uint32_t lo = __byte_perm(lo0, lo1, q & 7);
-        const uint32_t hi = __byte_perm(hi0, hi1, q & 7);
-        out |= (int)(((q & 8) ? hi : lo) & 0xFF) << (8 * k);
+    for (int h = 0; h < 2; ++h) {
+        // Codes of bytes 2h and 2h + 1 in nibble order (low, high, low, high).
+        const uint32_t s = (idx >> (16 * h)) & 0xFFFFu;
+        const uint32_t p = __byte_perm(pos0, pos1, s), n = __byte_perm(neg0, neg1, s);
+        half[h] = __byte_perm(p, n, 0x3210u | ((side >> (16 * h)) & 0xFFFFu));
     }
-    return out;
+    return make_int2((int)__byte_perm(half[0], half[1], 0x6420u),
+                     (int)__byte_perm(half[0], half[1], 0x7531u));
+}
+
+// Block b's E8M0 exponent, and its 16 code bytes as four ints, from the five aligned 4-byte
+// words around the block: blocks of 17 bytes are only byte-aligned, and byte loads cost an
+// instruction a byte. The words end at the 4-byte boundary after the block's last byte, never
+// further: device MXFP4 buffers are padded past their last block (QuantMatrix::upload), and
+// staged GEMM rows hold the 16-byte chunks around their blocks (mmq_tile.cuh).
+static __device__ __forceinline__ uint8_t mxfp4_load(const block_mxfp4 *b, int (&codes)[4]) {
+    const size_t at = (size_t)b;
+    const int *w = (const int *)(at & ~(size_t)3);
+    const int o = (int)(at & 3);
+    int v[5];
+#pragma unroll
+    for (int k = 0; k < 5; ++k) {
+        v[k] = w[k];
+    }
+    // The codes start at byte o + 1 of the window: word 1 itself when o == 3.
+    const int sh = 8 * ((o + 1) & 3);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        codes[i] = o == 3 ? v[i + 1] : (int)__funnelshift_r(v[i], v[i + 1], sh);
+    }
+    return (uint8_t)((uint32_t)v[0] >> (8 * o));
 }
 
 // 2^(e - 128) as an f32, bit for bit as ggml's ggml_e8m0_to_fp32_half (and ferrolm-quant's).
@@ -577,31 +605,53 @@ template <> struct WeightFormat<GGML_TYPE_MXFP4> {
     static constexpr bool scale16 = false; // one scale per 32 elements (mmq)
     static constexpr bool has_min = false; // m != 0 in tile_codes (mmq)
     static constexpr bool int_scales = false; // see WeightFormat<GGML_TYPE_Q4_K>
-    static constexpr bool wide = false; // no vec_dot_wide (mmvq.cuh)
 
     static __device__ __forceinline__ float vec_dot(const block *b, const block_q8_1 *y, int iqs) {
         int sumi = 0;
 #pragma unroll
         for (int i = 0; i < vdr; ++i) {
-            const int v = get_int_b1(b->qs, iqs + i);
-            sumi = dp4a(mxfp4_values(v & 0x0F0F0F0F), get_int_b4(y->qs, iqs + i), sumi);
-            sumi = dp4a(mxfp4_values((v >> 4) & 0x0F0F0F0F), get_int_b4(y->qs, iqs + i + qi),
-                        sumi);
+            const int2 v = mxfp4_values(get_int_b1(b->qs, iqs + i));
+            sumi = dp4a(v.x, get_int_b4(y->qs, iqs + i), sumi);
+            sumi = dp4a(v.y, get_int_b4(y->qs, iqs + i + qi), sumi);
         }
         return e8m0_to_f32_half(b->e) * y->d * (float)sumi;
+    }
+
+    // The wide walk (mmvq.cuh), wide_lanes = 1: a lane takes a whole block (mxfp4_load's five
+    // aligned words), activation block kby from `y` (Q8Global or Q8Shared). Each block's
+    // product is vec_dot's expression; only the f32 sum over blocks goes another way.
+    static constexpr bool wide = true;
+    static constexpr int wide_lanes = 1;
+    template <typename A>
+    static __device__ __forceinline__ float vec_dot_wide(const block *b, const A &y, int kby,
+                                                         int) {
+        int codes[4];
+        const uint8_t e = mxfp4_load(b, codes);
+        const int4 a0 = y.q16(kby, 0), a1 = y.q16(kby, 1);
+        const int lo[4] = {a0.x, a0.y, a0.z, a0.w}, hi[4] = {a1.x, a1.y, a1.z, a1.w};
+        int sumi = 0;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const int2 v = mxfp4_values(codes[i]);
+            sumi = dp4a(v.x, lo[i], sumi);
+            sumi = dp4a(v.y, hi[i], sumi);
+        }
+        return e8m0_to_f32_half(e) * y.d(kby) * (float)sumi;
     }
 
     // mmq: the 32 doubled E2M1 values as int8 codes (|code| <= 12), x = d * code with the
     // halved E8M0 scale as d: the CPU's integer dot and its per-block scale product.
     static __device__ __forceinline__ void tile_codes(const block *b, int sub, int q[8],
                                                       float d[2], float &m) {
+        int codes[4];
+        const uint8_t e = mxfp4_load(b, codes);
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
-            const int v = get_int_b1(b->qs, i);
-            q[i] = mxfp4_values(v & 0x0F0F0F0F);
-            q[i + 4] = mxfp4_values((v >> 4) & 0x0F0F0F0F);
+            const int2 v = mxfp4_values(codes[i]);
+            q[i] = v.x;
+            q[i + 4] = v.y;
         }
-        d[0] = d[1] = e8m0_to_f32_half(b->e);
+        d[0] = d[1] = e8m0_to_f32_half(e);
         m = 0.0f;
     }
 };

@@ -40,11 +40,12 @@ template <> struct WeightFormat<GGML_TYPE_Q4_K> {
         return f16_bits_to_f32(b->d) * sumf_d - f16_bits_to_f32(b->dmin) * sumf_m;
     }
 
-    // The wide walk (mmvq.cuh), WIDE_LANES = 8 lanes a block: lane t takes code bytes
+    // The wide walk (mmvq.cuh), wide_lanes = 8 lanes a block: lane t takes code bytes
     // 16t..16t+15 in one 16-byte load, half h = t % 2 of group g = t / 2, i.e. 16 elements of
     // sub-block 2g (low nibbles) and the same 16 of sub-block 2g + 1 (high nibbles).
     // Activation block kby + 2g + j (j = 0, 1) from `y` (Q8Global or Q8Shared).
     static constexpr bool wide = true;
+    static constexpr int wide_lanes = 8;
     template <typename A>
     static __device__ __forceinline__ float vec_dot_wide(const block *b, const A &y, int kby,
                                                          int t) {
@@ -202,12 +203,13 @@ template <> struct WeightFormat<GGML_TYPE_Q6_K> {
         return f16_bits_to_f32(b->d) * sumf;
     }
 
-    // The wide walk (mmvq.cuh), WIDE_LANES = 8 lanes a block: lane t takes positions
+    // The wide walk (mmvq.cuh), wide_lanes = 8 lanes a block: lane t takes positions
     // l = 8r..8r+7 (r = t % 4) of 128-element half n = t / 4, i.e. ql bytes 64n + l and
     // 64n + 32 + l and qh bytes 32n + l, which hold elements 128n + 32k + l for k = 0..3
     // (activation block 4n + k, scale 8n + 2k + r / 2). Blocks are only 2-byte aligned.
     // Activation block kby + 4n + k from `y` (Q8Global or Q8Shared).
     static constexpr bool wide = true;
+    static constexpr int wide_lanes = 8;
     template <typename A>
     static __device__ __forceinline__ float vec_dot_wide(const block *b, const A &y, int kby,
                                                          int t) {

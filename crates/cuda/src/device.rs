@@ -251,6 +251,19 @@ impl CudaDevice {
             .during(format!("copying {} bytes to the device", size_of_val(host)))
     }
 
+    /// `host` followed by `pad` zeroed elements.
+    pub fn upload_padded<T: DeviceRepr + ValidAsZeroBits>(
+        &self,
+        host: &[T],
+        pad: usize,
+    ) -> Result<CudaSlice<T>> {
+        let mut dev = self.zeros::<T>(host.len() + pad)?;
+        self.stream
+            .memcpy_htod(host, &mut dev.slice_mut(..host.len()))
+            .during(format!("copying {} bytes to the device", size_of_val(host)))?;
+        Ok(dev)
+    }
+
     pub fn download<T: DeviceRepr + Default + Clone>(&self, dev: &CudaSlice<T>) -> Result<Vec<T>> {
         self.stream
             .clone_dtoh(dev)

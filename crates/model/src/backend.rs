@@ -231,6 +231,21 @@ pub trait Backend {
         Ok(())
     }
     fn add_bias(&self, x: &mut Self::Act, b: &Self::Weight) -> Result<(), Self::Error>;
+    /// [`Self::matmul_many`], then `biases[i]` added to `outs[i]` (the q/k/v and attention
+    /// output biases): a backend may add them in the products' own epilogue.
+    fn matmul_many_bias(
+        &self,
+        ws: &[&Self::Weight],
+        biases: &[&Self::Weight],
+        x: &Self::Act,
+        outs: &mut [&mut Self::Act],
+    ) -> Result<(), Self::Error> {
+        self.matmul_many(ws, x, outs)?;
+        for (b, out) in biases.iter().zip(outs.iter_mut()) {
+            self.add_bias(out, b)?;
+        }
+        Ok(())
+    }
     /// Rotary embeddings of every row at its position (`inp`), as `rope` says; `factors` are
     /// the per-pair frequency divisors (`rope_freqs.weight`, `head_dim / 2` floats) if the
     /// model has them.

@@ -93,6 +93,16 @@ impl<B: Backend> Backend for Dump<'_, B> {
         self.inner.add_bias(x, b)
     }
 
+    fn matmul_many_bias(
+        &self,
+        ws: &[&B::Weight],
+        biases: &[&B::Weight],
+        x: &B::Act,
+        outs: &mut [&mut B::Act],
+    ) -> Result<(), B::Error> {
+        self.inner.matmul_many_bias(ws, biases, x, outs)
+    }
+
     fn rope(
         &self,
         x: &mut B::Act,

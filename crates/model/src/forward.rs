@@ -168,9 +168,9 @@ pub fn layers<B: Backend>(
             )?;
         }
         b.tap("kqv_out", il, &attn)?;
-        b.matmul(&a.output, &attn, &mut proj)?;
-        if let Some(bo) = &a.output_bias {
-            b.add_bias(&mut proj, bo)?;
+        match &a.output_bias {
+            Some(bo) => b.matmul_many_bias(&[&a.output], &[bo], &attn, &mut [&mut proj])?,
+            None => b.matmul(&a.output, &attn, &mut proj)?,
         }
         b.tap("attn_out", il, &proj)?;
         if let Some(pn) = &layer.attn_post_norm {
@@ -254,11 +254,10 @@ fn attend<B: Backend>(
         head_dim: cfg.head_dim,
         kq_scale: None,
     };
-    b.matmul_many(&[&a.q, &a.k, &a.v], x, &mut [&mut *q, &mut *k, &mut *v])?;
-    if let Some([bq, bk, bv]) = &a.qkv_bias {
-        b.add_bias(q, bq)?;
-        b.add_bias(k, bk)?;
-        b.add_bias(v, bv)?;
+    let (ws, outs) = (&[&a.q, &a.k, &a.v], &mut [&mut *q, &mut *k, &mut *v]);
+    match &a.qkv_bias {
+        Some([bq, bk, bv]) => b.matmul_many_bias(ws, &[bq, bk, bv], x, outs)?,
+        None => b.matmul_many(ws, x, outs)?,
     }
     // The norm weight's length says whether it is per head or over the whole width.
     let hd = cfg.head_dim;

@@ -26,16 +26,39 @@ impl CudaBackend {
         Ok(xq)
     }
 
-    /// `out = x · Wᵀ` for a quantized `w`, `x` already quantized for it, on the kernel the
-    /// plan picks for the shape.
+    /// `out = x · Wᵀ (+ bias)` for a quantized `w`, `x` already quantized for it, on the
+    /// kernel the plan picks for the shape; the bias in the mat-vec's launch where the plan
+    /// says so, else added after.
     pub(super) fn qmatmul(
         &self,
         w: &QuantMatrix,
         xq: &CudaSlice<u8>,
         out: &mut CudaAct,
+        bias: Option<&CudaSlice<f32>>,
     ) -> Result<()> {
         let n = out.rows;
-        match self.gemm_plan().matmul(w.ty, w.rows, w.cols, n) {
+        let plan = self.gemm_plan().matmul(w.ty, w.rows, w.cols, n);
+        if let (Matmul::MatVec { wide }, Some(b)) = (&plan, bias) {
+            if self.plan.bias_in_matvec() {
+                return self.k.mmvq.matvec_bias(*wide, w, xq, n, out.buf_mut(), b);
+            }
+        }
+        self.qmatmul_plain(plan, w, xq, out)?;
+        match bias {
+            Some(b) => self.k.elementwise.add_bias(out.buf_mut(), b),
+            None => Ok(()),
+        }
+    }
+
+    fn qmatmul_plain(
+        &self,
+        plan: Matmul,
+        w: &QuantMatrix,
+        xq: &CudaSlice<u8>,
+        out: &mut CudaAct,
+    ) -> Result<()> {
+        let n = out.rows;
+        match plan {
             Matmul::MatVec { wide } => self.k.mmvq.matvec(wide, w, xq, n, out.buf_mut()),
             Matmul::Gemm(how) => {
                 let floats = how.scratch(n, w.rows);
@@ -56,7 +79,7 @@ impl CudaBackend {
                     let m = MMVQ_MAX_COLS.min(n - r0);
                     let xs = xq.slice(r0 * row_q8..(r0 + m) * row_q8);
                     let mut os = out.buf_mut().slice_mut(r0 * w.rows..(r0 + m) * w.rows);
-                    self.k.mmvq.matvec_view(wide, w, &xs, m, &mut os)?;
+                    self.k.mmvq.matvec_view(wide, w, &xs, m, &mut os, None)?;
                 }
                 Ok(())
             }
@@ -66,20 +89,32 @@ impl CudaBackend {
         }
     }
 
+    /// `outs[i] = x · ws[i]ᵀ`, plus `biases[i]` when `biases` is not empty (one a weight).
     pub(super) fn matmul_all(
         &self,
         ws: &[&CudaWeight],
+        biases: &[&CudaWeight],
         x: &CudaAct,
         outs: &mut [&mut CudaAct],
     ) -> Result<()> {
+        assert!(
+            biases.is_empty() || biases.len() == ws.len(),
+            "a bias for every weight or none"
+        );
         if x.rows == 0 {
             return Ok(());
         }
+        let bias = |j: usize| biases.get(j).map(|b| b.vector());
+        let float = |j: usize, m: &QuantMatrix, out: &mut CudaAct| -> Result<()> {
+            self.k.gemm_f32.matmul(m, x.buf(), x.rows, out.buf_mut())?;
+            match bias(j) {
+                Some(b) => self.k.elementwise.add_bias(out.buf_mut(), b),
+                None => Ok(()),
+            }
+        };
         if ws.iter().all(|w| w.matrix().ty == GgmlType::F32) {
-            for (w, out) in ws.iter().zip(outs.iter_mut()) {
-                self.k
-                    .gemm_f32
-                    .matmul(w.matrix(), x.buf(), x.rows, out.buf_mut())?;
+            for (j, (w, out)) in ws.iter().zip(outs.iter_mut()).enumerate() {
+                float(j, w.matrix(), out)?;
             }
             return Ok(());
         }
@@ -89,9 +124,7 @@ impl CudaBackend {
         while i < ws.len() {
             let m = ws[i].matrix();
             if m.ty == GgmlType::F32 {
-                self.k
-                    .gemm_f32
-                    .matmul(m, x.buf(), x.rows, outs[i].buf_mut())?;
+                float(i, m, outs[i])?;
                 i += 1;
                 continue;
             }
@@ -113,11 +146,24 @@ impl CudaBackend {
                         let (a, b) = outs[j..].split_at_mut(1);
                         let out = PairOut::Both(a[0].buf_mut(), b[0].buf_mut());
                         let wide = self.plan.matvec_wide(m.ty);
-                        self.k.mmvq.pair(wide, m, ws[j + 1].matrix(), xq, out)?;
+                        let fused = match (bias(j), bias(j + 1)) {
+                            (Some(ba), Some(bb)) if self.plan.bias_in_matvec() => Some([ba, bb]),
+                            _ => None,
+                        };
+                        self.k
+                            .mmvq
+                            .pair(wide, m, ws[j + 1].matrix(), xq, out, fused)?;
+                        if fused.is_none() {
+                            for jj in [j, j + 1] {
+                                if let Some(b) = bias(jj) {
+                                    self.k.elementwise.add_bias(outs[jj].buf_mut(), b)?;
+                                }
+                            }
+                        }
                         j += 2;
                         continue;
                     }
-                    self.qmatmul(m, xq, outs[j])?;
+                    self.qmatmul(m, xq, outs[j], bias(j))?;
                     j += 1;
                 }
                 Ok(())
@@ -205,10 +251,10 @@ impl CudaBackend {
                 let wide = self.plan.matvec_wide(g.ty);
                 self.k
                     .mmvq
-                    .pair(wide, g, u, xq, PairOut::Glu(gate.buf_mut()))
+                    .pair(wide, g, u, xq, PairOut::Glu(gate.buf_mut()), None)
             }
             _ => {
-                self.matmul_all(&[wg, wu], x, &mut [gate, up])?;
+                self.matmul_all(&[wg, wu], &[], x, &mut [gate, up])?;
                 self.k.elementwise.swiglu(gate.buf_mut(), up.buf())
             }
         }

@@ -317,7 +317,21 @@ impl Backend for CudaBackend {
         x: &CudaAct,
         outs: &mut [&mut CudaAct],
     ) -> Result<()> {
-        crate::profile::span(self.dev.stream(), "matmul", || self.matmul_all(ws, x, outs))
+        crate::profile::span(self.dev.stream(), "matmul", || {
+            self.matmul_all(ws, &[], x, outs)
+        })
+    }
+
+    fn matmul_many_bias(
+        &self,
+        ws: &[&CudaWeight],
+        biases: &[&CudaWeight],
+        x: &CudaAct,
+        outs: &mut [&mut CudaAct],
+    ) -> Result<()> {
+        crate::profile::span(self.dev.stream(), "matmul", || {
+            self.matmul_all(ws, biases, x, outs)
+        })
     }
 
     fn add_bias(&self, x: &mut CudaAct, b: &CudaWeight) -> Result<()> {

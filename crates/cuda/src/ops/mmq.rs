@@ -94,12 +94,15 @@ pub(super) fn smem_bytes(ty: GgmlType, bm: usize, bn: usize, nmat: usize) -> usi
     let raw = MMQ_BK / ty.block_elems() * ty.block_bytes();
     // MmqRaw::stride: unaligned rows (Q6_K, MXFP4) copied from the 16-byte boundary before
     // them (up to 16 - alignof(block) bytes: MXFP4's 17-byte blocks are byte-aligned, the
-    // others 2-byte), padded to 16 bytes past a multiple of 128.
+    // others 2-byte), padded to 16 bytes past a multiple of 128 (Q6_K) or to an odd multiple
+    // of 16 (MXFP4).
     let raw_stride = if raw.is_multiple_of(16) {
         raw
+    } else if ty == GgmlType::Mxfp4 {
+        let around = (raw + 15).div_ceil(16) * 16;
+        around + 16 * (1 - around / 16 % 2)
     } else {
-        let align = if ty == GgmlType::Mxfp4 { 1 } else { 2 };
-        let around = (raw + 16 - align).div_ceil(16) * 16;
+        let around = (raw + 14).div_ceil(16) * 16;
         around + (144 - around % 128) % 128
     };
     let scale16 = ty == GgmlType::Q6K;
@@ -498,11 +501,13 @@ mod tests {
             2 * (128 * 144 + 128 * 304) + 128 * 272 + (3 * 8 + 2) * 128 * 4 + 8 * 128 * 8
         );
         // MXFP4: 8 blocks of 17 bytes (136) copy 160 (byte-aligned starts: up to 15 bytes
-        // before) into rows of 272; d per sub-block.
+        // before) into rows of 176 (an odd multiple of 16); d per sub-block. The grouped
+        // gate/up tile (64 × 64, two matrices) then takes 105 KB: two blocks an SM.
         assert_eq!(
             smem_bytes(GgmlType::Mxfp4, 128, 64, 1),
-            2 * (128 * 272 + 64 * 304) + 128 * 272 + 8 * 128 * 4 + 8 * 64 * 8
+            2 * (128 * 176 + 64 * 304) + 128 * 272 + 8 * 128 * 4 + 8 * 64 * 8
         );
+        assert_eq!(smem_bytes(GgmlType::Mxfp4, 64, 64, 2), 107_520);
         // Q5_1: 8 blocks of 24 bytes a k step; d and m per sub-block.
         assert_eq!(
             smem_bytes(GgmlType::Q5_1, 128, 128, 1),

@@ -42,14 +42,23 @@ impl QuantMatrix {
                 data.len()
             )));
         }
+        let data = if ty == GgmlType::Mxfp4 {
+            dev.upload_padded(data, MXFP4_PAD)?
+        } else {
+            dev.upload(data)?
+        };
         Ok(Self {
             ty,
             rows,
             cols,
-            data: dev.upload(data)?,
+            data,
         })
     }
 }
+
+/// Zero bytes after an MXFP4 matrix's last block: the kernels read a block's 17 bytes as the
+/// aligned 4-byte words around it (quant.cuh's `mxfp4_load`), up to 3 bytes past its end.
+const MXFP4_PAD: usize = 16;
 
 pub struct Mmvq {
     launch: Launcher,
@@ -134,10 +143,27 @@ impl Mmvq {
         n: usize,
         out: &mut CudaSlice<f32>,
     ) -> Result<()> {
-        self.matvec_view(wide, w, &xq.as_view(), n, &mut out.as_view_mut())
+        self.matvec_view(wide, w, &xq.as_view(), n, &mut out.as_view_mut(), None)
     }
 
-    /// [`Self::matvec`] over views, so a caller can run a larger batch in slices of rows.
+    /// [`Self::matvec`] plus `bias[r]` on every output row `r`, in the same launch: the bits of
+    /// a separate add_bias after it.
+    pub fn matvec_bias(
+        &self,
+        wide: bool,
+        w: &QuantMatrix,
+        xq: &CudaSlice<u8>,
+        n: usize,
+        out: &mut CudaSlice<f32>,
+        bias: &CudaSlice<f32>,
+    ) -> Result<()> {
+        assert!(bias.len() >= w.rows, "mmvq: bias too short");
+        let (xq, mut out) = (xq.as_view(), out.as_view_mut());
+        self.matvec_view(wide, w, &xq, n, &mut out, Some(bias))
+    }
+
+    /// [`Self::matvec`] over views, so a caller can run a larger batch in slices of rows;
+    /// with `bias`, as [`Self::matvec_bias`].
     pub fn matvec_view(
         &self,
         wide: bool,
@@ -145,6 +171,7 @@ impl Mmvq {
         xq: &CudaView<u8>,
         n: usize,
         out: &mut CudaViewMut<f32>,
+        bias: Option<&CudaSlice<f32>>,
     ) -> Result<()> {
         let fns = if wide { &self.wide_fns } else { &self.fns };
         let f = fns.get(&(w.ty, n)).ok_or_else(|| {
@@ -169,26 +196,29 @@ impl Mmvq {
         };
         let (cols, rows) = (int(w.cols, "mmvq cols"), int(w.rows, "mmvq rows"));
         let prefetch = i32::from(self.launch.mode().weight_prefetch);
+        let null = 0u64;
         let mut b = self.launch.builder(f);
-        b.arg(&w.data)
-            .arg(xq)
-            .arg(out)
-            .arg(&cols)
-            .arg(&rows)
-            .arg(&prefetch);
+        b.arg(&w.data).arg(xq).arg(out);
+        match bias {
+            Some(v) => b.arg(v),
+            None => b.arg(&null),
+        };
+        b.arg(&cols).arg(&rows).arg(&prefetch);
         if wide {
             b.arg(&stage);
         }
-        // SAFETY: mmvq_[wide_]*_nN(vx, vy, dst, ncols, nrows, prefetch[, stage]): rows x cols
-        // weights, N Q8_1 rows of cols elements, N x rows floats out, one block per
-        // rows_per_block rows; with stage, the shared bytes of N * cols / 32 staged blocks.
+        // SAFETY: mmvq_[wide_]*_nN(vx, vy, dst, bias, ncols, nrows, prefetch[, stage]): rows x
+        // cols weights, N Q8_1 rows of cols elements, N x rows floats out, rows floats of bias
+        // or null, one block per rows_per_block rows; with stage, the shared bytes of
+        // N * cols / 32 staged blocks.
         unsafe { b.launch(cfg) }.during(format!("launching mmvq for {}", w.ty))?;
         Ok(())
     }
 
     /// Two mat-vecs of one Q8_1 row in one launch, bit-identical to two [`Self::matvec`] calls
     /// (and, for [`PairOut::Glu`], to a following SwiGLU). `a` and `b` share format and width;
-    /// `wide` as for [`Self::matvec`].
+    /// `wide` as for [`Self::matvec`]. `biases` (with [`PairOut::Both`] only): each output's
+    /// bias vector, as [`Self::matvec_bias`].
     pub fn pair(
         &self,
         wide: bool,
@@ -196,6 +226,7 @@ impl Mmvq {
         b: &QuantMatrix,
         xq: &CudaSlice<u8>,
         out: PairOut<'_>,
+        biases: Option<[&CudaSlice<f32>; 2]>,
     ) -> Result<()> {
         assert!(
             a.ty == b.ty && a.cols == b.cols,
@@ -223,6 +254,7 @@ impl Mmvq {
             int(b.rows, "mmvq rows"),
         );
         let prefetch = i32::from(self.launch.mode().weight_prefetch);
+        let null = 0u64;
         let mut l = self.launch.builder(f);
         l.arg(&a.data).arg(&b.data).arg(xq);
         match out {
@@ -232,20 +264,32 @@ impl Mmvq {
                     "mmvq pair: out too small"
                 );
                 l.arg(oa).arg(ob);
+                match biases {
+                    Some([ba, bb]) => {
+                        assert!(
+                            ba.len() >= a.rows && bb.len() >= b.rows,
+                            "mmvq pair: bias too short"
+                        );
+                        l.arg(ba).arg(bb)
+                    }
+                    None => l.arg(&null).arg(&null),
+                };
                 l.arg(&cols).arg(&rows_a).arg(&rows_b).arg(&prefetch);
                 if wide {
                     l.arg(&stage);
                 }
-                // SAFETY: mmvq_[wide_]pair_*(va, vb, vy, dst_a, dst_b, ncols, nrows_a, nrows_b,
-                // prefetch[, stage]): both matrices hold their rows of cols elements, outputs
-                // their row counts; with stage, the shared bytes of cols / 32 staged blocks.
+                // SAFETY: mmvq_[wide_]pair_*(va, vb, vy, dst_a, dst_b, bias_a, bias_b, ncols,
+                // nrows_a, nrows_b, prefetch[, stage]): both matrices hold their rows of cols
+                // elements, outputs and biases (or nulls) their row counts; with stage, the
+                // shared bytes of cols / 32 staged blocks.
                 unsafe { l.launch(cfg) }.during(format!("launching mmvq pair for {}", a.ty))?;
             }
             PairOut::Glu(o) => {
                 assert_eq!(a.rows, b.rows, "mmvq glu: gate and up differ");
                 assert!(o.len() >= a.rows, "mmvq glu: out too small");
+                assert!(biases.is_none(), "mmvq glu: no biases");
                 let o: &CudaSlice<f32> = o;
-                l.arg(o).arg(o);
+                l.arg(o).arg(o).arg(&null).arg(&null);
                 l.arg(&cols).arg(&rows_a).arg(&rows_b).arg(&prefetch);
                 if wide {
                     l.arg(&stage);

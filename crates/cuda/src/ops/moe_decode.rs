@@ -7,7 +7,7 @@
 //! expert's members). The per-slot path (`FERROLM_MOE_FUSED=0`): a gate, an up and a down
 //! mat-vec launch per slot, then swiglu, quantize and combine launches; both read the ids from
 //! device memory, and the two paths agree bit for bit (every dot is the same warp walk). Which
-//! path, and the wide or narrow walk for Q4_K and Q6_K, is the caller's ([`ExpertMatVec`]).
+//! path, and the wide or narrow walk for Q4_K, Q6_K and MXFP4, is the caller's ([`ExpertMatVec`]).
 //!
 //! Nothing here allocates or waits on the host: scratch lives in [`MoeDecodeWork`], and a
 //! captured graph replays with new ids and weights.

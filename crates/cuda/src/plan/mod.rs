@@ -181,8 +181,15 @@ impl Plan {
     }
 
     /// The decode fusions: norm+quantize, paired mat-vecs, SwiGLU in the mat-vec, q/k
-    /// norm+RoPE, RoPE of q and k in one launch (all bit-identical to the separate kernels).
+    /// norm+RoPE, RoPE of q and k in one launch, biases in the mat-vec (all bit-identical to
+    /// the separate kernels).
     pub fn fuse(&self) -> bool {
+        self.switches.fuse
+    }
+
+    /// Whether a mat-vec adds its outputs' bias in its own launch (the q/k/v and attention
+    /// output biases), bit-identical to an add_bias after it.
+    pub fn bias_in_matvec(&self) -> bool {
         self.switches.fuse
     }
 
