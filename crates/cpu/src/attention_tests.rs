@@ -264,3 +264,32 @@ fn q8_lanes_dot_is_the_block_dot() {
         "{got} vs {exact}"
     );
 }
+
+/// The F16C accumulator gives the scalar one's bits: head sizes with and without a tail of
+/// fewer than eight, a rising maximum (rescales), with and without a sink.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn f16c_accumulator_is_the_scalar_one() {
+    if !(std::arch::is_x86_feature_detected!("fma") && std::arch::is_x86_feature_detected!("f16c"))
+    {
+        return; // nothing to compare on this CPU
+    }
+    for head_dim in [64, 68, 5] {
+        let n_keys = 37;
+        // Scores that rise and fall, so the maximum moves several times; values of both signs.
+        let scores: Vec<f32> = (0..n_keys)
+            .map(|i| ((i * 7 % 11) as f32 - 5.0) * 0.37 + i as f32 * 0.05)
+            .collect();
+        let v: Vec<f32> = (0..n_keys * head_dim)
+            .map(|i| ((i * 13 % 29) as f32 - 14.0) * 0.113)
+            .collect();
+        for sink in [None, Some(0.3f32), Some(9.0)] {
+            let (mut want, mut got) = (vec![0f32; head_dim], vec![0f32; head_dim]);
+            online_softmax_body::<true>(&scores, &v, sink, &mut want);
+            // SAFETY: FMA and F16C were detected above.
+            unsafe { online_softmax_f16c(&scores, &v, sink, &mut got) };
+            let bits = |x: &[f32]| x.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&got), bits(&want), "head {head_dim}, sink {sink:?}");
+        }
+    }
+}
