@@ -519,7 +519,7 @@ fn mmvq(
     let mut case = MatmulCase::new(dev, k, plan, rng, ty, rows, cols, n)?;
     let (w, wq) = (&case.w, &case.wq);
     k.mmvq
-        .matvec(plan.matvec_wide(ty), w, &case.xq, n, &mut case.out)?;
+        .matvec(plan.matvec_wide(ty), w, &case.xq, n, &mut case.out, None)?;
     dev.sync()?;
     let got = dev.download(&case.out)?;
     let xq = dev.download(&case.xq)?;
@@ -577,12 +577,13 @@ pub fn time_mmvq(dev: &CudaDevice, k: &Kernels, rng: &mut StdRng) -> Result<()> 
             };
             for &(wide, name) in variants {
                 for w in &ws {
-                    k.mmvq.matvec(wide, w, &xq, 1, &mut out)?;
+                    k.mmvq.matvec(wide, w, &xq, 1, &mut out, None)?;
                 }
                 let iters = 200;
                 let ms = dev.time_ms(|| {
                     for i in 0..iters {
-                        k.mmvq.matvec(wide, &ws[i % copies], &xq, 1, &mut out)?;
+                        k.mmvq
+                            .matvec(wide, &ws[i % copies], &xq, 1, &mut out, None)?;
                     }
                     Ok(())
                 })?;

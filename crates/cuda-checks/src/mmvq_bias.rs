@@ -27,7 +27,8 @@ pub fn rows(
     let want: Vec<f32> = plain.iter().zip(&bias).map(|(v, b)| v + b).collect();
 
     let mut single = poisoned(dev, n)?;
-    k.mmvq.matvec_bias(wide, w, &case.xq, 1, &mut single, &bd)?;
+    k.mmvq
+        .matvec(wide, w, &case.xq, 1, &mut single, Some(&bd))?;
     let (mut a, mut b) = (poisoned(dev, n)?, poisoned(dev, n)?);
     let out = PairOut::Both(&mut a, &mut b);
     k.mmvq.pair(wide, w, w, &case.xq, out, Some([&bd, &bd]))?;

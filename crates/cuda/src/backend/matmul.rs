@@ -40,7 +40,7 @@ impl CudaBackend {
         let plan = self.gemm_plan().matmul(w.ty, w.rows, w.cols, n);
         if let (Matmul::MatVec { wide }, Some(b)) = (&plan, bias) {
             if self.plan.bias_in_matvec() {
-                return self.k.mmvq.matvec_bias(*wide, w, xq, n, out.buf_mut(), b);
+                return self.k.mmvq.matvec(*wide, w, xq, n, out.buf_mut(), Some(b));
             }
         }
         self.qmatmul_plain(plan, w, xq, out)?;
@@ -59,7 +59,7 @@ impl CudaBackend {
     ) -> Result<()> {
         let n = out.rows;
         match plan {
-            Matmul::MatVec { wide } => self.k.mmvq.matvec(wide, w, xq, n, out.buf_mut()),
+            Matmul::MatVec { wide } => self.k.mmvq.matvec(wide, w, xq, n, out.buf_mut(), None),
             Matmul::Gemm(how) => {
                 let floats = how.scratch(n, w.rows);
                 if floats == 0 {

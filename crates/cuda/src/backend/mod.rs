@@ -317,9 +317,7 @@ impl Backend for CudaBackend {
         x: &CudaAct,
         outs: &mut [&mut CudaAct],
     ) -> Result<()> {
-        crate::profile::span(self.dev.stream(), "matmul", || {
-            self.matmul_all(ws, &[], x, outs)
-        })
+        self.matmul_many_bias(ws, &[], x, outs)
     }
 
     fn matmul_many_bias(

@@ -135,6 +135,8 @@ impl Mmvq {
     /// `out[j][r] = W[r] · x[j]` for the `n` (1..=8) Q8_1 rows of `xq` (`w.cols` elements each,
     /// from [`Quantize::q8_1`](super::Quantize::q8_1)); `out` holds `n * w.rows` floats.
     /// `wide`: the wide kernels (a format [`Self::has_wide`]), else the block-per-row ones.
+    /// With `bias`, `bias[r]` is added to every output row `r` in the same launch: the bits of
+    /// a separate add_bias after it.
     pub fn matvec(
         &self,
         wide: bool,
@@ -142,28 +144,12 @@ impl Mmvq {
         xq: &CudaSlice<u8>,
         n: usize,
         out: &mut CudaSlice<f32>,
+        bias: Option<&CudaSlice<f32>>,
     ) -> Result<()> {
-        self.matvec_view(wide, w, &xq.as_view(), n, &mut out.as_view_mut(), None)
+        self.matvec_view(wide, w, &xq.as_view(), n, &mut out.as_view_mut(), bias)
     }
 
-    /// [`Self::matvec`] plus `bias[r]` on every output row `r`, in the same launch: the bits of
-    /// a separate add_bias after it.
-    pub fn matvec_bias(
-        &self,
-        wide: bool,
-        w: &QuantMatrix,
-        xq: &CudaSlice<u8>,
-        n: usize,
-        out: &mut CudaSlice<f32>,
-        bias: &CudaSlice<f32>,
-    ) -> Result<()> {
-        assert!(bias.len() >= w.rows, "mmvq: bias too short");
-        let (xq, mut out) = (xq.as_view(), out.as_view_mut());
-        self.matvec_view(wide, w, &xq, n, &mut out, Some(bias))
-    }
-
-    /// [`Self::matvec`] over views, so a caller can run a larger batch in slices of rows;
-    /// with `bias`, as [`Self::matvec_bias`].
+    /// [`Self::matvec`] over views, so a caller can run a larger batch in slices of rows.
     pub fn matvec_view(
         &self,
         wide: bool,
@@ -186,6 +172,10 @@ impl Mmvq {
             "mmvq: activations too small"
         );
         assert!(out.len() >= n * w.rows, "mmvq: out too small");
+        assert!(
+            bias.is_none_or(|b| b.len() >= w.rows),
+            "mmvq: bias too short"
+        );
         // Rows a warp (wide) or a block takes: one for a single column, else two.
         let rows_per_block = if n == 1 { 1 } else { 2 } * if wide { NWARPS as usize } else { 1 };
         let (stage, smem) = stage_args(self.launch.mode(), wide, n * w.cols / 32);
@@ -218,7 +208,7 @@ impl Mmvq {
     /// Two mat-vecs of one Q8_1 row in one launch, bit-identical to two [`Self::matvec`] calls
     /// (and, for [`PairOut::Glu`], to a following SwiGLU). `a` and `b` share format and width;
     /// `wide` as for [`Self::matvec`]. `biases` (with [`PairOut::Both`] only): each output's
-    /// bias vector, as [`Self::matvec_bias`].
+    /// bias vector, as [`Self::matvec`]'s `bias`.
     pub fn pair(
         &self,
         wide: bool,
