@@ -85,6 +85,14 @@ pub fn all(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) -> Resu
             super::mmq::mmq(dev, k, plan, rng, ty, 515, 2048, 201),
         );
     }
+    for ty in super::mmvq_mma::MMA_MV_TYPES {
+        for (rows, cols, n) in super::mmvq_mma::MMA_MV_CASES {
+            push(
+                "mmvq_mma",
+                super::mmvq_mma::mmvq_mma(dev, k, plan, rng, ty, rows, cols, n),
+            );
+        }
+    }
     // Rows of 576 (SmolLM2-135M's width): the CUDA-core kernels, in the CPU's order.
     for ty in SMALL_GEMM_TYPES {
         push("mmq", super::mmq::mmq(dev, k, plan, rng, ty, 1027, 576, 77));
@@ -180,7 +188,7 @@ pub(super) fn row(
 /// Against the CPU's matmul, which quantizes activations to the same partner format: the
 /// codes and scales agree, so only the f32 order of the scale products differs (Q8_0 on the
 /// CPU for 32-element formats has Q8_1's codes and scale).
-pub(super) const SAME_INT8: Contract = Contract::Rel(
+pub(crate) const SAME_INT8: Contract = Contract::Rel(
     1e-5,
     "same int8 activations (Q8_K for K-quants), f32 sum order",
 );
@@ -617,6 +625,10 @@ mod tests {
         assert_eq!(
             set(&mut super::super::mmq::MMQ_TYPES.into_iter()),
             table(|f| f.gemm)
+        );
+        assert_eq!(
+            set(&mut super::super::mmvq_mma::MMA_MV_TYPES.into_iter()),
+            table(|f| f.matvec_mma)
         );
         assert_eq!(
             set(&mut SMALL_GEMM_TYPES.into_iter()),

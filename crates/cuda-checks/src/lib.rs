@@ -20,6 +20,7 @@ mod kv_checks;
 mod mmq;
 mod mmq_time;
 mod mmvq_bias;
+mod mmvq_mma;
 mod moe;
 mod moe_decode;
 mod softmax_checks;

@@ -58,6 +58,7 @@ pub const HEADERS: &[KernelFile] = &[
 pub const ELEMENTWISE: KernelFile = kernel_file!("elementwise.cu");
 pub const NORM_ROPE: KernelFile = kernel_file!("norm_rope.cu");
 pub const MMVQ: KernelFile = kernel_file!("mmvq.cu");
+pub const MMVQ_MMA: KernelFile = kernel_file!("mmvq_mma.cu");
 pub const MMQ: KernelFile = kernel_file!("mmq.cu");
 pub const MOE_GEMM: KernelFile = kernel_file!("moe_gemm.cu");
 pub const QUANTIZE: KernelFile = kernel_file!("quantize.cu");
@@ -75,6 +76,7 @@ pub const FILES: &[KernelFile] = &[
     ELEMENTWISE,
     NORM_ROPE,
     MMVQ,
+    MMVQ_MMA,
     MMQ,
     MOE_GEMM,
     QUANTIZE,

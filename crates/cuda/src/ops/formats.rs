@@ -3,19 +3,19 @@
 //! kernel for one, is a row (or a field) here plus its instances in `kernels/*.cu`; a test
 //! checks the two against each other, both ways.
 //!
-//! | format | mat-vec | wide | GEMM | blocks | CUDA-core GEMM | experts | narrow | embed | float |
-//! |---|---|---|---|---|---|---|---|---|---|
-//! | F32 | | | | | | | | ✓ | ✓ |
-//! | F16 | | | | | | | | ✓ | |
-//! | Q4_0 | ✓ | | ✓ | | `mmq_q4_0_chain` | ✓ | | | |
-//! | Q4_1 | ✓ | | ✓ | | `mmq_q4_1_chain` | ✓ | | | |
-//! | Q5_0 | ✓ | | ✓ | | `mmq_q5_0_lanes` | ✓ | | | |
-//! | Q5_1 | ✓ | | ✓ | | `mmq_q5_1_chain` | ✓ | | | |
-//! | Q8_0 | ✓ | | ✓ | | `mmq_q8_0_lanes` | ✓ | | ✓ | |
-//! | Q4_K | ✓ | ✓ | ✓ | ✓ | | ✓ | ✓ | ✓ | |
-//! | Q5_K | ✓ | | ✓ | | | ✓ | | | |
-//! | Q6_K | ✓ | | ✓ | | | ✓ | ✓ | ✓ | |
-//! | MXFP4 | ✓ | | ✓ | | `mmq_mxfp4_chain` | ✓ | ✓ | | |
+//! | format | mat-vec | wide | MMA mat-vec | GEMM | blocks | CUDA-core GEMM | experts | narrow | embed | float |
+//! |---|---|---|---|---|---|---|---|---|---|---|
+//! | F32 | | | | | | | | | ✓ | ✓ |
+//! | F16 | | | | | | | | | ✓ | |
+//! | Q4_0 | ✓ | | | ✓ | | `mmq_q4_0_chain` | ✓ | | | |
+//! | Q4_1 | ✓ | | | ✓ | | `mmq_q4_1_chain` | ✓ | | | |
+//! | Q5_0 | ✓ | | | ✓ | | `mmq_q5_0_lanes` | ✓ | | | |
+//! | Q5_1 | ✓ | | | ✓ | | `mmq_q5_1_chain` | ✓ | | | |
+//! | Q8_0 | ✓ | | | ✓ | | `mmq_q8_0_lanes` | ✓ | | ✓ | |
+//! | Q4_K | ✓ | ✓ | ✓ | ✓ | ✓ | | ✓ | ✓ | ✓ | |
+//! | Q5_K | ✓ | | | ✓ | | | ✓ | | | |
+//! | Q6_K | ✓ | | ✓ | ✓ | | | ✓ | ✓ | ✓ | |
+//! | MXFP4 | ✓ | | | ✓ | | `mmq_mxfp4_chain` | ✓ | ✓ | | |
 //!
 //! Weights of a format without a mat-vec are held on the device as F32 (dequantized at
 //! upload, `backend::weights`), so F16, BF16 and the other ggml formats run as floats.
@@ -33,6 +33,9 @@ pub struct Format {
     /// The mat-vec's wide walk (a warp per row), `mmvq.cu`: `mmvq_wide_<s>_n<1..=8>`,
     /// `mmvq_wide_{pair,glu}_<s>`.
     pub matvec_wide: bool,
+    /// The mat-vec on the tensor cores for the steps of a batched decode (2-64 rows),
+    /// `mmvq_mma.cu`: `mmvq_mma_<s>_m<MT>_t<NT>` (`MMA_MV_FORMAT`).
+    pub matvec_mma: bool,
     /// Int8 tensor-core GEMM, `mmq.cu`: `mmq_<s>_<tile>` for every tile of `MMQ_TILES`, rows
     /// of a multiple of `MMQ_BK`.
     pub gemm: bool,
@@ -65,6 +68,7 @@ impl Format {
         ty: GgmlType::F32,
         matvec: false,
         matvec_wide: false,
+        matvec_mma: false,
         gemm: false,
         gemm_blocks: false,
         small_gemm: None,
@@ -125,6 +129,7 @@ pub const FORMATS: [Format; 11] = [
     },
     Format {
         matvec_wide: true,
+        matvec_mma: true,
         gemm_blocks: true,
         experts_narrow: true,
         embed: true,
@@ -132,6 +137,7 @@ pub const FORMATS: [Format; 11] = [
     },
     Format::int8(GgmlType::Q5K),
     Format {
+        matvec_mma: true,
         experts_narrow: true,
         embed: true,
         ..Format::int8(GgmlType::Q6K)
@@ -164,7 +170,7 @@ pub fn small_gemms() -> impl Iterator<Item = (GgmlType, &'static str)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::{KernelFile, EMBED, MMQ, MMVQ, MOE_DECODE, MOE_GEMM};
+    use crate::kernels::{KernelFile, EMBED, MMQ, MMVQ, MMVQ_MMA, MOE_DECODE, MOE_GEMM};
     use crate::ops::kernel_suffix;
     use std::collections::BTreeSet;
 
@@ -207,6 +213,7 @@ mod tests {
             ),
             (&MMVQ, "MMVQ_PAIR_ENTRIES", |f| f.matvec),
             (&MMVQ, "MMVQ_WIDE_FORMAT", |f| f.matvec_wide),
+            (&MMVQ_MMA, "MMA_MV_FORMAT", |f| f.matvec_mma),
             (&MMQ, "MMQ_FORMAT", |f| f.gemm),
             (&MMQ, "MMQ_BLOCKS_ENTRY", |f| f.gemm_blocks),
             (&MOE_GEMM, "MOE_ENTRIES", |f| f.experts),
@@ -254,6 +261,7 @@ mod tests {
             assert!(!f.experts || f.matvec, "{}", f.ty);
             assert!(!f.experts_narrow || f.experts, "{}", f.ty);
             assert!(!f.matvec_wide || f.matvec, "{}", f.ty);
+            assert!(!f.matvec_mma || f.matvec, "{}", f.ty);
             assert!(!f.gemm_blocks || f.gemm, "{}", f.ty);
             assert!(f.small_gemm.is_none() || f.gemm, "{}", f.ty);
             // The eight-lane formats' CUDA-core kernels are the lane kernels.

@@ -18,6 +18,7 @@ mod kv_cache;
 pub mod launch;
 mod mmq;
 mod mmvq;
+mod mmvq_mma;
 mod moe_decode;
 mod moe_gemm;
 mod moe_route;
@@ -37,6 +38,7 @@ pub use kv_cache::{KvCache, KvFormat};
 pub use mmq::{Mmq, MmqOrder, MmqTile, MMQ_BK, MMQ_MAX_SPLITS, MMQ_SPLIT_TILES, MMQ_TILES};
 pub(crate) use mmvq::MMVQ_MAX_COLS;
 pub use mmvq::{Mmvq, PairOut, QuantMatrix};
+pub use mmvq_mma::{MmvqMma, MMA_MV_MAX_ROWS};
 pub(crate) use moe_decode::MOE_DECODE_MAX_TOKENS;
 pub use moe_decode::{MoeDecode, MoeDecodeWork};
 pub use moe_gemm::{MoeGemm, MoeWork};
@@ -62,6 +64,7 @@ pub struct Kernels {
     pub norm_rope: NormRope,
     pub quantize: Quantize,
     pub mmvq: Mmvq,
+    pub mmvq_mma: MmvqMma,
     pub mmq: Mmq,
     pub moe_gemm: MoeGemm,
     pub attention: Attention,
@@ -81,6 +84,7 @@ impl Kernels {
             norm_rope: NormRope::load(dev, launch)?,
             quantize: Quantize::load(dev, launch)?,
             mmvq: Mmvq::load(dev, launch)?,
+            mmvq_mma: MmvqMma::load(dev, launch)?,
             mmq: Mmq::load(dev, launch)?,
             moe_gemm: MoeGemm::load(dev, launch)?,
             attention: Attention::load(dev, launch)?,

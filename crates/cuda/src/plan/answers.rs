@@ -15,6 +15,10 @@ pub enum Matmul {
     MatVec { wide: bool },
     /// The int8 GEMM (`mmq`).
     Gemm(Gemm),
+    /// `mmvq_mma`, the tensor-core mat-vec of a batched decode step's 2-64 rows;
+    /// `two_tiles`: 32 weight rows a warp (else 16); `l2_prefetch`: the next weights asked of
+    /// L2 rather than held in registers.
+    MatVecMma { two_tiles: bool, l2_prefetch: bool },
     /// `mmvq` over slices of its most rows: no GEMM for this format or width, or
     /// `FERROLM_CUDA_MMQ=0`.
     MatVecSlices { wide: bool },
@@ -104,6 +108,14 @@ impl fmt::Display for Matmul {
             Matmul::Float => write!(f, "gemm_f32"),
             Matmul::MatVec { wide } => write!(f, "mmvq ({})", walk(*wide)),
             Matmul::Gemm(g) => write!(f, "{g}"),
+            Matmul::MatVecMma {
+                two_tiles,
+                l2_prefetch,
+            } => {
+                let rows = if *two_tiles { 32 } else { 16 };
+                let ahead = if *l2_prefetch { "L2" } else { "registers" };
+                write!(f, "mmvq_mma ({rows} rows a warp, next weights in {ahead})")
+            }
             Matmul::MatVecSlices { wide } => write!(f, "mmvq in 8-row slices ({})", walk(*wide)),
         }
     }

@@ -27,10 +27,10 @@ use crate::device::CudaDevice;
 use crate::error::{DriverContext, Result};
 use crate::ops::launch::LaunchMode;
 use crate::ops::{
-    formats, ActQuant, AttentionRows, Kernels, KvFormat, Mmq, MmqOrder, Mmvq, MoeDecodeWork,
-    MoeGemm, PrefillKernel, ATTN_GROUPS, ATTN_MAX_SPLITS, MMA_HEAD_DIMS, MMQ_MAX_SPLITS,
-    MMQ_SPLIT_TILES, MMQ_TILES, MMVQ_MAX_COLS, MOE_DECODE_MAX_TOKENS, ROUTER_ROWS_MAX_EMBD,
-    ROUTER_SMALL_N,
+    formats, ActQuant, AttentionRows, Kernels, KvFormat, Mmq, MmqOrder, Mmvq, MmvqMma,
+    MoeDecodeWork, MoeGemm, PrefillKernel, ATTN_GROUPS, ATTN_MAX_SPLITS, MMA_HEAD_DIMS,
+    MMA_MV_MAX_ROWS, MMQ_MAX_SPLITS, MMQ_SPLIT_TILES, MMQ_TILES, MMVQ_MAX_COLS,
+    MOE_DECODE_MAX_TOKENS, ROUTER_ROWS_MAX_EMBD, ROUTER_SMALL_N,
 };
 use cudarc::driver::sys::CUdevice_attribute;
 use ferrolm_gguf::GgmlType;
@@ -62,6 +62,9 @@ pub const LANES_MAX_TOKENS: usize = CPU_ORDER_MAX_ROWS;
 /// Ubatches of up to this many rows take the mat-vec kernels and flash-decoding (the decode
 /// work buffers are sized for it): all the rows one mat-vec launch takes.
 pub const DECODE_MAX_ROWS: usize = MMVQ_MAX_COLS;
+/// From this many rows of a batched step the tensor-core mat-vec's warps take two 16-row
+/// tiles (each activation load then serves twice the weights).
+pub const MMA_MV_TWO_TILES_ROWS: usize = 33;
 /// Decode attention's blocks an SM, when the context is long enough to give them work.
 pub const DECODE_BLOCKS_PER_SM: usize = 4;
 /// The fewest keys a flash-decoding split takes at full context.
@@ -234,13 +237,19 @@ impl Plan {
         }
     }
 
-    /// The product of `n` activation rows with `ty` weights of `rows` × `cols`: mat-vec up to
-    /// [`DECODE_MAX_ROWS`] rows, the GEMM above where the format and width have one, mat-vec
-    /// slices otherwise.
+    /// The product of `n` activation rows with `ty` weights of `rows` × `cols`: in a pass of
+    /// several sequences, the tensor-core mat-vec for 2-64 rows where the format has it
+    /// ([`Plan::mma_matvec`]); else mat-vec up to [`DECODE_MAX_ROWS`] rows, the GEMM above
+    /// where the format and width have one, mat-vec slices otherwise.
     pub fn matmul(&self, ty: GgmlType, rows: usize, cols: usize, n: usize) -> Matmul {
         let wide = self.matvec_wide(ty);
         if ty == GgmlType::F32 {
             Matmul::Float
+        } else if let Some(two_tiles) = self.mma_matvec(ty, cols, n) {
+            Matmul::MatVecMma {
+                two_tiles,
+                l2_prefetch: self.switches.mma_l2_prefetch,
+            }
         } else if n <= DECODE_MAX_ROWS {
             Matmul::MatVec { wide }
         } else if self.switches.mmq && Mmq::supports(ty, cols) {
@@ -248,6 +257,26 @@ impl Plan {
         } else {
             Matmul::MatVecSlices { wide }
         }
+    }
+
+    /// Whether `n` rows of a `ty` product over `cols` take the tensor-core mat-vec
+    /// (`FERROLM_MMVQ_MMA`), and if so whether a warp takes two 16-row tiles: passes of several
+    /// sequences only (its contract is the tensor-core one; a single sequence's decode keeps
+    /// mmvq's bits), 2 to [`MMA_MV_MAX_ROWS`] rows. Two tiles from [`MMA_MV_TWO_TILES_ROWS`]
+    /// rows, where the activation loads a weight would otherwise double (or as
+    /// `FERROLM_MMVQ_MMA_TILES` says).
+    pub fn mma_matvec(&self, ty: GgmlType, cols: usize, n: usize) -> Option<bool> {
+        let take = self.sequence_batches
+            && self.switches.mma_matvec
+            && (2..=MMA_MV_MAX_ROWS).contains(&n)
+            && MmvqMma::supports(ty, cols);
+        take.then(|| {
+            let two = match self.switches.mma_row_tiles {
+                Some(t) => t == 2,
+                None => n >= MMA_MV_TWO_TILES_ROWS,
+            };
+            two && MmvqMma::has_two_tiles(n)
+        })
     }
 
     /// Whether mat-vecs of `ty` take the wide (warp-per-row) kernels.

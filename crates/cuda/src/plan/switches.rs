@@ -75,6 +75,17 @@ pub struct Switches {
     /// where the plan's contract is the tensor-core one (a batched decode step's few rows;
     /// long prompts). Within f32 rounding of the unsplit sum.
     pub split_k: bool,
+    /// `FERROLM_MMVQ_MMA`: a batched decode step's 2-64 rows on the tensor-core mat-vec
+    /// (`mmvq_mma.cu`, weights read once into MMA fragments), where its format has one; else
+    /// the mat-vec (up to 8 rows) or the GEMM.
+    pub mma_matvec: bool,
+    /// `FERROLM_MMVQ_MMA_TILES`: weight-row tiles of 16 a warp of that kernel takes (1 or 2);
+    /// `None`: the plan's choice by rows.
+    pub mma_row_tiles: Option<usize>,
+    /// `FERROLM_MMVQ_MMA_L2`: that kernel asks L2 for its next weights instead of loading
+    /// them into registers ahead (the same bits; 5-17% faster a qwen3-8b step of 8-64
+    /// sequences on the H200, docs/perf.md).
+    pub mma_l2_prefetch: bool,
     /// `FERROLM_CUDA_PROFILE`: stage timing from CUDA events (turns graphs off).
     pub profile: bool,
 }
@@ -103,6 +114,9 @@ impl Default for Switches {
             prefetch: false,
             stage: false,
             split_k: true,
+            mma_matvec: true,
+            mma_row_tiles: None,
+            mma_l2_prefetch: true,
             profile: false,
         }
     }
@@ -226,6 +240,9 @@ impl Switches {
             prefetch: flag(env, "FERROLM_CUDA_PREFETCH", false)?,
             stage: flag(env, "FERROLM_MMVQ_STAGE", false)?,
             split_k: flag(env, "FERROLM_MMQ_SPLIT_K", true)?,
+            mma_matvec: flag(env, "FERROLM_MMVQ_MMA", true)?,
+            mma_row_tiles: count(env, "FERROLM_MMVQ_MMA_TILES", 1..=2)?,
+            mma_l2_prefetch: flag(env, "FERROLM_MMVQ_MMA_L2", true)?,
             profile: flag(env, "FERROLM_CUDA_PROFILE", false)?,
         })
     }
@@ -252,7 +269,10 @@ impl fmt::Display for Switches {
         let split_keys = self
             .attn_split_keys
             .map_or("auto".to_owned(), |k| k.to_string());
-        let lines: [(&str, &str, &str); 22] = [
+        let row_tiles = self
+            .mma_row_tiles
+            .map_or("auto".to_owned(), |k| k.to_string());
+        let lines: [(&str, &str, &str); 25] = [
             (
                 "FERROLM_CUDA_MMQ",
                 bit(self.mmq),
@@ -349,6 +369,21 @@ impl fmt::Display for Switches {
                 "FERROLM_MMQ_SPLIT_K",
                 bit(self.split_k),
                 "GEMMs that leave SMs idle split k",
+            ),
+            (
+                "FERROLM_MMVQ_MMA",
+                bit(self.mma_matvec),
+                "batched decode's 2-64 rows on the tensor-core mat-vec",
+            ),
+            (
+                "FERROLM_MMVQ_MMA_TILES",
+                &row_tiles,
+                "16-row tiles a warp of the tensor-core mat-vec takes",
+            ),
+            (
+                "FERROLM_MMVQ_MMA_L2",
+                bit(self.mma_l2_prefetch),
+                "tensor-core mat-vec: next weights asked of L2, not registers",
             ),
             (
                 "FERROLM_CUDA_PROFILE",

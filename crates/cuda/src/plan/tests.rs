@@ -4,7 +4,7 @@
 use super::*;
 use crate::ops::MmqOrder::{Blocks, Pairs, Subs};
 use crate::plan::switches::tile_from_env;
-use GgmlType::{F32, Q4K, Q4_0, Q4_1, Q5_0, Q5_1, Q6K, Q8_0};
+use GgmlType::{F32, Q4K, Q4_0, Q4_1, Q5K, Q5_0, Q5_1, Q6K, Q8_0};
 
 /// An H200: 132 SMs, cc 9.0; one block of the 128×128 and 128×64 tiles per SM, two of 64×64
 /// and 128×32.
@@ -128,7 +128,7 @@ fn tile_names() {
 #[test]
 fn display_prints_every_switch() {
     let text = plan(&[("FERROLM_MMQ_TILE", "128x64")]).to_string();
-    assert_eq!(text.lines().count(), 24, "{text}");
+    assert_eq!(text.lines().count(), 27, "{text}");
     assert!(text.contains("132 SMs, cc 9.0"));
     assert!(text
         .lines()
@@ -258,7 +258,7 @@ fn benchmark_shapes() {
 /// GEMMs keep the CPU's bits, nor under `FERROLM_MMQ_SPLIT_K=0`.
 #[test]
 fn batched_steps_split_k() {
-    let batches = plan(&[]).for_sequence_batches();
+    let batches = plan(&[("FERROLM_MMVQ_MMA", "0")]).for_sequence_batches();
     let sub = |n| [(0, n, Subs)];
     // (rows, cols, (tile, ways) to 32 rows, at 64): q (32 tiles), k (8 tiles: shares of 2
     // steps), gate/up (96 tiles), down (Q6_K, 48 steps). 128×32 tiles to 32 rows where
@@ -285,8 +285,61 @@ fn batched_steps_split_k() {
         tiles(1, &[(0, 32, Pairs)])
     );
     assert_eq!(single.matmul(Q6K, 4096, 12288, 32), tiles(1, &sub(32)));
-    let off = plan(&[("FERROLM_MMQ_SPLIT_K", "0")]).for_sequence_batches();
+    let off =
+        plan(&[("FERROLM_MMQ_SPLIT_K", "0"), ("FERROLM_MMVQ_MMA", "0")]).for_sequence_batches();
     assert_eq!(off.matmul(Q4K, 4096, 4096, 32), tiles(1, &sub(32)));
+}
+
+/// A batched decode step's 2-64 rows of Q4_K and Q6_K weights take the tensor-core mat-vec,
+/// two row tiles a warp from 33 rows; a single sequence's passes, other formats, widths that
+/// are not whole super-blocks and more rows keep their kernels.
+#[test]
+fn batched_steps_take_the_mma_matvec() {
+    let batches = plan(&[]).for_sequence_batches();
+    let mma = |two_tiles| Matmul::MatVecMma {
+        two_tiles,
+        l2_prefetch: true,
+    };
+    for ty in [Q4K, Q6K] {
+        for (n, two) in [
+            (2, false),
+            (8, false),
+            (9, false),
+            (32, false),
+            (33, true),
+            (64, true),
+        ] {
+            assert_eq!(batches.matmul(ty, 4096, 4096, n), mma(two), "{ty} at {n}");
+        }
+    }
+    assert_eq!(
+        batches.matmul(Q4K, 4096, 4096, 1),
+        Matmul::MatVec { wide: true }
+    );
+    assert!(matches!(
+        batches.matmul(Q4K, 4096, 4096, 65),
+        Matmul::Gemm(_)
+    ));
+    assert!(matches!(
+        batches.matmul(Q5K, 4096, 4096, 32),
+        Matmul::Gemm(_)
+    ));
+    assert!(!matches!(
+        batches.matmul(Q4K, 2048, 576, 32),
+        Matmul::MatVecMma { .. }
+    ));
+    let single = plan(&[]);
+    assert_eq!(
+        single.matmul(Q4K, 4096, 4096, 8),
+        Matmul::MatVec { wide: true }
+    );
+    let one_tile = plan(&[("FERROLM_MMVQ_MMA_TILES", "1")]).for_sequence_batches();
+    assert_eq!(one_tile.matmul(Q4K, 4096, 4096, 64), mma(false));
+    let off = plan(&[("FERROLM_MMVQ_MMA", "0")]).for_sequence_batches();
+    assert_eq!(
+        off.matmul(Q4K, 4096, 4096, 8),
+        Matmul::MatVec { wide: true }
+    );
 }
 
 #[test]

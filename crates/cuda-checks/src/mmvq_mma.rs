@@ -1,0 +1,90 @@
+//! `cuda-parity` rows for the tensor-core mat-vec of batched decode steps (`mmvq_mma.cu`):
+//! against the CPU's matmul within the tensor-core contract, with one and two 16-row tiles a
+//! warp and either prefetch (all the same bits).
+
+use super::checks::{poisoned, row, MatmulCase, SAME_INT8};
+use super::{compare, Contract, Row};
+use anyhow::Result;
+use ferrolm_cuda::ops::MmvqMma;
+use ferrolm_cuda::{CudaDevice, Kernels, Plan};
+use ferrolm_gguf::GgmlType;
+use rand::rngs::StdRng;
+
+/// Weight formats with the kernel.
+pub const MMA_MV_TYPES: [GgmlType; 2] = [GgmlType::Q4K, GgmlType::Q6K];
+
+/// The shapes checked: a full column tile, tiles with idle columns, rows that are not whole
+/// 16- or 32-row tiles, and the widths of a batched step (qwen3-8b's 4096 and 12288).
+pub const MMA_MV_CASES: [(usize, usize, usize); 5] = [
+    (4096, 4096, 8),
+    (1027, 4096, 2),
+    (515, 12_288, 21),
+    (1000, 2048, 40),
+    (4096, 1024, 64),
+];
+
+/// `W · x` for `n` rows against the CPU's matmul, each way the kernel can run.
+#[allow(clippy::too_many_arguments)]
+pub fn mmvq_mma(
+    dev: &CudaDevice,
+    k: &Kernels,
+    plan: &Plan,
+    rng: &mut StdRng,
+    ty: GgmlType,
+    rows: usize,
+    cols: usize,
+    n: usize,
+) -> Result<Vec<Row>> {
+    // Activations quantized as a batched step's are (Q8_K for K-quants).
+    let batched = plan.for_sequence_batches();
+    let case = MatmulCase::new(dev, k, &batched, rng, ty, rows, cols, n)?;
+    let cpu = case.cpu()?;
+    let wf = ferrolm_quant::dequantize_to_vec(ty, &case.wq, rows * cols)?;
+    let exact = super::checks::products(&wf, &case.x, rows, cols);
+    let shape = format!("{rows}×{cols} · {n} rows");
+    let mut out_rows = Vec::new();
+    let tiles: &[bool] = if MmvqMma::has_two_tiles(n) {
+        &[false, true]
+    } else {
+        &[false]
+    };
+    let mut first: Option<Vec<f32>> = None;
+    for &two in tiles {
+        let mut runs = Vec::new();
+        for l2 in [false, true] {
+            let mut out = poisoned(dev, n * rows)?;
+            k.mmvq_mma.matmul(two, l2, &case.w, &case.xq, n, &mut out)?;
+            dev.sync()?;
+            runs.push(dev.download(&out)?);
+        }
+        let name = format!("mmvq_mma {ty} ({} rows a warp)", if two { 32 } else { 16 });
+        out_rows.push(row(
+            &name,
+            shape.clone(),
+            "cpu matmul::matmul",
+            compare(&runs[0], &cpu, |i| exact[i].1),
+            SAME_INT8,
+        ));
+        out_rows.push(row(
+            &format!("{name}, L2 prefetch"),
+            shape.clone(),
+            "register prefetch",
+            compare(&runs[1], &runs[0], |_| 1.0),
+            Contract::Exact,
+        ));
+        // Two row tiles a warp: the same sums in the same order as one.
+        if let Some(one) = &first {
+            out_rows.push(row(
+                &format!("{name} (against 16 rows a warp)"),
+                shape.clone(),
+                "16 rows a warp",
+                compare(&runs[0], one, |_| 1.0),
+                Contract::Exact,
+            ));
+        }
+        if first.is_none() {
+            first = Some(runs.swap_remove(0));
+        }
+    }
+    Ok(out_rows)
+}

@@ -1,0 +1,425 @@
+// Quantized weights times 2-64 Q8_1 activation rows on the tensor cores, for the steps of a
+// batched decode (one token of each of several sequences): dst[j][row] = W[row] · y[j].
+//
+// Where mmq.cu unpacks a weight tile into shared memory and mmvq.cu dots rows on CUDA cores,
+// here each warp loads its weights straight into the int8 MMA's A fragments (registers) and
+// reuses them for every activation row: the weights are read once a launch, with no shared
+// memory stage and no barrier in the k loop, so a step of 64 sequences costs little more than
+// one of 8 (the activations, a few hundred KB, stay in L1/L2).
+//
+// Launch (crates/cuda/src/ops/mmvq_mma.rs must agree): block (32, MMA_MV_WARPS), grid
+// ceil(nrows / (16 MT)); entry mmvq_mma[_l2]_<type>_m<MT>_t<NT> takes up to 8 NT activation rows
+// (`_l2`: the next super-block's weights asked of L2 instead of loaded into registers ahead).
+// A warp holds MT tiles of 16 weight rows; the block's warps take interleaved super-blocks of
+// the same rows (warp w: super-blocks w, w + MMA_MV_WARPS, ..), and their sums meet in shared
+// memory in a fixed order. K must be a multiple of 256 (the K-quants' super-block).
+//
+// Rounding contract: mmq's per-sub-block order (mmq_mma.cuh): per 32-wide sub-block the MMA's
+// integer dot is exact, then acc = fma(d_w * d_y, isum, acc) and, with a minimum, acc =
+// fma(m_w, d_y Σq_y, acc); Q6_K adds fma(d_y, d_lo * isum_lo + d_hi * isum_hi, acc). Each
+// warp's sub-blocks go in ascending order, then the warps' sums are added in the order of
+// mma_matvec_reduce. Within f32 rounding of the CPU (the tensor-core contract, cuda-parity),
+// the same bits every run.
+#include "common.cuh"
+#include "quant.cuh"
+#include "mmvq.cuh"
+
+#define MMA_MV_WARPS 8
+#define MMA_MV_BIAS 0x4B400000
+
+// mma.sync int8 shapes (as mmq_mma.cuh's, which needs the tile headers).
+static __device__ __forceinline__ void mv_mma_k32(int c[4], const int a[4], const int b[2]) {
+    asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 "
+        "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+        : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+static __device__ __forceinline__ void mv_mma_k16(int c[4], int a0, int a1, int b) {
+    asm("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 "
+        "{%0, %1, %2, %3}, {%4, %5}, {%6}, {%0, %1, %2, %3};\n"
+        : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+        : "r"(a0), "r"(a1), "r"(b));
+}
+
+// Integer accumulators start at 1.5 * 2^23 as f32 bits; one exact f32 subtraction gives the
+// integer sum (|isum| < 2^22), without the int-to-float conversion (mmq_mma.cuh's MMQ_BIAS).
+static __device__ __forceinline__ float mv_unbias(int biased) {
+    return __int_as_float(biased) - 12582912.0f;
+}
+
+// Weight bytes read once: past L1.
+static __device__ __forceinline__ int2 ld_stream2(const void *p) {
+    int2 v;
+    asm("ld.global.nc.L1::no_allocate.v2.s32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
+    return v;
+}
+
+static __device__ __forceinline__ int4 ld_stream4(const void *p) {
+    int4 v;
+    asm("ld.global.nc.L1::no_allocate.v4.s32 {%0, %1, %2, %3}, [%4];"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+        : "l"(p));
+    return v;
+}
+
+// Byte k (0-3) of w, sign-extended.
+static __device__ __forceinline__ int sbyte(int w, int k) { return (int)(int8_t)(w >> (8 * k)); }
+
+// One weight format's fragments. A thread (g = lane / 4, t = lane % 4) holds, per tile of 16
+// rows, rows g and g + 8: `load` issues one super-block's loads into a `Raw`, `frag` unpacks
+// sub-block s of it (A fragment and scales), `acts` gives the thread's B fragment of activation
+// block yb (of the row its column g names) in the k order the A fragments use, and `dot` runs
+// the sub-block's MMAs into c as the contract says.
+template <int TYPE> struct MmaRows;
+
+// Q4_K: one k32 MMA a sub-block. The k order within a sub-block is permuted so that a lane's
+// codes are 8 consecutive bytes: MMA slots 4t..4t+3 hold elements 8t..8t+3 and slots 16 + 4t..
+// elements 8t + 4..; the activations are read in the same order.
+template <> struct MmaRows<GGML_TYPE_Q4_K> {
+    typedef block_q4_K block;
+    static constexpr bool has_min = true;
+    struct Raw {
+        int4 head[2];   // d, dmin, scales of rows g, g + 8
+        int2 q[2][4];   // code bytes 32p + 8t.. of each row, pairs p = 0..3
+    };
+
+    static __device__ __forceinline__ void load(Raw &r, const block *b0, const block *b1,
+                                                int t) {
+        const block *b[2] = {b0, b1};
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            r.head[h] = ld_stream4(b[h]);
+#pragma unroll
+            for (int p = 0; p < 4; ++p) {
+                r.q[h][p] = ld_stream2(b[h]->qs + 32 * p + 8 * t);
+            }
+        }
+    }
+
+    static __device__ __forceinline__ void acts(const block_q8_1 *yb, int t, int (&b)[2]) {
+        const int *q = (const int *)yb->qs; // 4-byte aligned only
+        b[0] = q[2 * t];
+        b[1] = q[2 * t + 1];
+    }
+
+    // Sub-block s of rows g, g + 8: the A fragment, and d_w = d * sc, m_w = -dmin * m of each
+    // row (tile_sub_scales' roundings).
+    struct Frag {
+        int a[4];
+        float dw[2], mw[2];
+    };
+
+    static __device__ __forceinline__ Frag frag(const Raw &r, int s) {
+        Frag f;
+        const int p = s / 2, sh = 4 * (s % 2);
+        f.a[0] = (r.q[0][p].x >> sh) & 0x0F0F0F0F;
+        f.a[1] = (r.q[1][p].x >> sh) & 0x0F0F0F0F;
+        f.a[2] = (r.q[0][p].y >> sh) & 0x0F0F0F0F;
+        f.a[3] = (r.q[1][p].y >> sh) & 0x0F0F0F0F;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int4 hd = r.head[h];
+            // 16-bit word k of the 12 scale bytes (head bytes 4..15), as scales_k4 reads them.
+            const int w[3] = {hd.y, hd.z, hd.w};
+            auto s16 = [&](int k) { return (uint32_t)(w[k / 2] >> (16 * (k % 2))) & 0xffffu; };
+            const int j = s / 2;
+            uint32_t sc2, m2;
+            if (j < 2) {
+                sc2 = s16(j) & 0x3f3f;
+                m2 = s16(j + 2) & 0x3f3f;
+            } else {
+                sc2 = (s16(j + 2) & 0x0f0f) | ((s16(j - 2) & 0xc0c0) >> 2);
+                m2 = ((s16(j + 2) >> 4) & 0x0f0f) | ((s16(j) & 0xc0c0) >> 2);
+            }
+            const int sc = (sc2 >> (8 * (s % 2))) & 0xff, m = (m2 >> (8 * (s % 2))) & 0xff;
+            f.dw[h] = f16_bits_to_f32((uint16_t)(hd.x & 0xffff)) * (float)sc;
+            f.mw[h] = -f16_bits_to_f32((uint16_t)((uint32_t)hd.x >> 16)) * (float)m;
+        }
+        return f;
+    }
+
+    // c[i] (row g + 8 (i / 2), column 2t + i % 2) += the sub-block's product; dy, sy: d_y and
+    // d_y Σq_y of the thread's two columns.
+    static __device__ __forceinline__ void dot(const Frag &f, const int (&b)[2],
+                                               const float (&dy)[2], const float (&sy)[2],
+                                               float (&c)[4]) {
+        int isum[4] = {MMA_MV_BIAS, MMA_MV_BIAS, MMA_MV_BIAS, MMA_MV_BIAS};
+        mv_mma_k32(isum, f.a, b);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            c[i] = __fmaf_rn(__fmul_rn(f.dw[i / 2], dy[i % 2]), mv_unbias(isum[i]), c[i]);
+            c[i] = __fmaf_rn(f.mw[i / 2], sy[i % 2], c[i]);
+        }
+    }
+};
+
+// Q6_K: a scale per 16 elements, so two k16 MMAs a sub-block, in the natural k order. Blocks
+// are 210 bytes (2-byte aligned): 16-bit loads, through L1 (a lane's words share sectors).
+template <> struct MmaRows<GGML_TYPE_Q6_K> {
+    typedef block_q6_K block;
+    static constexpr bool has_min = false;
+    struct Raw {
+        int lo[2][8];   // ql words 64n + 32q + 16c + 4t, index 4n + 2q + c
+        int hi[2][4];   // qh words 32n + 16c + 4t, index 2n + c
+        int sc[2][4];   // the 16 int8 scales
+        int d[2];
+    };
+
+    static __device__ __forceinline__ void load(Raw &r, const block *b0, const block *b1,
+                                                int t) {
+        const block *b[2] = {b0, b1};
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+#pragma unroll
+            for (int i = 0; i < 8; ++i) {
+                r.lo[h][i] = get_int_b2(b[h]->ql, 4 * i + t); // byte 16 i + 4t
+            }
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                r.hi[h][i] = get_int_b2(b[h]->qh, 4 * i + t);
+                r.sc[h][i] = get_int_b2(b[h]->scales, i);
+            }
+            r.d[h] = *(const uint16_t *)&b[h]->d;
+        }
+    }
+
+    static __device__ __forceinline__ void acts(const block_q8_1 *yb, int t, int (&b)[2]) {
+        const int *q = (const int *)yb->qs;
+        b[0] = q[t];
+        b[1] = q[4 + t];
+    }
+
+    // Sub-block s of rows g, g + 8: a[half][row] (int8 codes, 32 subtracted), d[half][row].
+    struct Frag {
+        int a[2][2];
+        float d[2][2];
+    };
+
+    static __device__ __forceinline__ Frag frag(const Raw &r, int s) {
+        Frag f;
+        const int n = s / 4, j = s % 4;
+#pragma unroll
+        for (int hc = 0; hc < 2; ++hc) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int lo = r.lo[h][4 * n + 2 * (j % 2) + hc], hi = r.hi[h][2 * n + hc];
+                const int q = ((lo >> (4 * (j / 2))) & 0x0F0F0F0F) |
+                              (((hi >> (2 * j)) & 0x03030303) << 4);
+                f.a[hc][h] = (int)__vsub4((unsigned)q, 0x20202020u);
+                const int k = 2 * s + hc;
+                f.d[hc][h] =
+                    f16_bits_to_f32((uint16_t)r.d[h]) * (float)sbyte(r.sc[h][k / 4], k % 4);
+            }
+        }
+        return f;
+    }
+
+    static __device__ __forceinline__ void dot(const Frag &f, const int (&b)[2],
+                                               const float (&dy)[2], const float (&)[2],
+                                               float (&c)[4]) {
+        int lo[4] = {MMA_MV_BIAS, MMA_MV_BIAS, MMA_MV_BIAS, MMA_MV_BIAS};
+        int hi[4] = {MMA_MV_BIAS, MMA_MV_BIAS, MMA_MV_BIAS, MMA_MV_BIAS};
+        mv_mma_k16(lo, f.a[0][0], f.a[0][1], b[0]);
+        mv_mma_k16(hi, f.a[1][0], f.a[1][1], b[1]);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const float x = __fmaf_rn(f.d[1][i / 2], mv_unbias(hi[i]),
+                                      __fmul_rn(f.d[0][i / 2], mv_unbias(lo[i])));
+            c[i] = __fmaf_rn(dy[i % 2], x, c[i]);
+        }
+    }
+};
+
+// The sums of the block's warps, added in a fixed order: warps 4-7 into 0-3, then 1-3 into 0
+// (acc = ((w0 + w4) + (w1 + w5)) + (w2 + w6) + (w3 + w7)); warp 0 returns true and holds them.
+template <int N>
+static __device__ __forceinline__ bool mma_matvec_reduce(float (&acc)[N]) {
+    static_assert(MMA_MV_WARPS == 8, "two rounds of four");
+    __shared__ float part[4][N][WARP_SIZE];
+    const int w = threadIdx.y, lane = threadIdx.x;
+    if (w >= 4) {
+#pragma unroll
+        for (int i = 0; i < N; ++i) {
+            part[w - 4][i][lane] = acc[i];
+        }
+    }
+    __syncthreads();
+    if (w < 4) {
+#pragma unroll
+        for (int i = 0; i < N; ++i) {
+            acc[i] += part[w][i][lane];
+        }
+    }
+    __syncthreads();
+    if (w >= 1 && w < 4) {
+#pragma unroll
+        for (int i = 0; i < N; ++i) {
+            part[w - 1][i][lane] = acc[i];
+        }
+    }
+    __syncthreads();
+    if (w != 0) {
+        return false;
+    }
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+        acc[i] = acc[i] + part[0][i][lane] + part[1][i][lane] + part[2][i][lane];
+    }
+    return true;
+}
+
+template <int TYPE, int MT, int NT, bool REG_PREFETCH>
+static __device__ __forceinline__ void mma_matvec(const void *__restrict__ vx,
+                                                  const block_q8_1 *__restrict__ vy,
+                                                  float *__restrict__ dst, int ncols_x,
+                                                  int nrows_x, int nrows_y) {
+    typedef MmaRows<TYPE> R;
+    typedef typename R::block block;
+    const int lane = threadIdx.x, g = lane / 4, t = lane % 4;
+    const int bpr = ncols_x / QK_K, ybpr = ncols_x / QK8_1;
+    const int row0 = blockIdx.x * 16 * MT;
+    const block *x = (const block *)vx;
+
+    // Rows and columns past the end re-read the last one (never written).
+    const block *rows[MT][2];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            rows[mt][h] = x + (size_t)min(row0 + 16 * mt + g + 8 * h, nrows_x - 1) * bpr;
+        }
+    }
+    // The first activation block of row j (clamped), recomputed where used: pointers kept for
+    // every tile would hold 6 registers a tile.
+    auto yrow = [&](int j) { return vy + min(j, nrows_y - 1) * ybpr; };
+
+    float acc[MT * NT * 4];
+#pragma unroll
+    for (int i = 0; i < MT * NT * 4; ++i) {
+        acc[i] = 0.0f;
+    }
+    // REG_PREFETCH: the next super-block's weights are loaded into registers while this one's
+    // MMAs run (bytes in flight, at the cost of registers: one block an SM with two row
+    // tiles); else they are only asked of L2 (prefetch.global.L2), and loaded at the top of
+    // their own iteration, leaving the registers to more warps.
+    typename R::Raw cur[MT], next[MT];
+    int kb = threadIdx.y;
+    if (REG_PREFETCH && kb < bpr) {
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+            R::load(cur[mt], rows[mt][0] + kb, rows[mt][1] + kb, t);
+        }
+    }
+#pragma unroll 1
+    for (; kb < bpr; kb += MMA_MV_WARPS) {
+        const int kn = min(kb + MMA_MV_WARPS, bpr - 1);
+        if constexpr (REG_PREFETCH) {
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) {
+                R::load(next[mt], rows[mt][0] + kn, rows[mt][1] + kn, t);
+            }
+        } else {
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) {
+                R::load(cur[mt], rows[mt][0] + kb, rows[mt][1] + kb, t);
+                // Lane l asks for 128-byte line l % 2 of the tile's row l / 2.
+                const int r = min(row0 + 16 * mt + lane / 2, nrows_x - 1);
+                const char *p = (const char *)(x + (size_t)r * bpr + kn) + 128 * (lane % 2);
+                asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+            }
+        }
+#pragma unroll
+        for (int s = 0; s < QK_K / QK8_1; ++s) {
+            const int yb = kb * (QK_K / QK8_1) + s;
+            typename R::Frag f[MT];
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) {
+                f[mt] = R::frag(cur[mt], s);
+            }
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt) {
+                int b[2];
+                R::acts(yrow(8 * nt + g) + yb, t, b);
+                // Loaded, not shuffled from the lanes that read those columns' codes: the
+                // shuffle waits for their load, 5-10% slower a step (H200).
+                const float dy[2] = {yrow(8 * nt + 2 * t)[yb].d, yrow(8 * nt + 2 * t + 1)[yb].d};
+                float sy[2] = {0.0f, 0.0f};
+                if constexpr (R::has_min) {
+                    // Σq_y of columns 2t, 2t + 1: an MMA against all-ones weights.
+                    const int ones[4] = {0x01010101, 0x01010101, 0x01010101, 0x01010101};
+                    int ys[4] = {MMA_MV_BIAS, MMA_MV_BIAS, MMA_MV_BIAS, MMA_MV_BIAS};
+                    mv_mma_k32(ys, ones, b);
+                    sy[0] = __fmul_rn(dy[0], mv_unbias(ys[0]));
+                    sy[1] = __fmul_rn(dy[1], mv_unbias(ys[1]));
+                }
+#pragma unroll
+                for (int mt = 0; mt < MT; ++mt) {
+                    R::dot(f[mt], b, dy, sy, *(float(*)[4])(acc + 4 * (mt * NT + nt)));
+                }
+            }
+        }
+        if constexpr (REG_PREFETCH) {
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) {
+                cur[mt] = next[mt];
+            }
+        }
+    }
+
+    if (!mma_matvec_reduce(acc)) {
+        return;
+    }
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const int row = row0 + 16 * mt + g + 8 * (i / 2), col = 8 * nt + 2 * t + i % 2;
+                if (row < nrows_x && col < nrows_y) {
+                    dst[(size_t)col * nrows_x + row] = acc[4 * (mt * NT + nt) + i];
+                }
+            }
+        }
+    }
+}
+
+// Two blocks an SM (128 registers a thread) with one row tile a warp, one block with two; the
+// L2-prefetch entries (`_l2_`) leave the registers of the weights in flight to the compiler.
+#define MMA_MV_ENTRY(NAME, TYPE, MT, NT)                                                            \
+    extern "C" __global__ void __launch_bounds__(MMA_MV_WARPS *WARP_SIZE, 3 - MT)                   \
+        mmvq_mma_##NAME##_m##MT##_t##NT(const void *__restrict__ vx,                                \
+                                        const block_q8_1 *__restrict__ vy,                          \
+                                        float *__restrict__ dst, int ncols_x, int nrows_x,          \
+                                        int nrows_y, int prefetch) {                                \
+        weights_to_l2_then_wait<TYPE>(prefetch, vx, nullptr, ncols_x, nrows_x, 0,                  \
+                                      blockIdx.x * 16 * MT, 16 * MT);                               \
+        mma_matvec<TYPE, MT, NT, true>(vx, vy, dst, ncols_x, nrows_x, nrows_y);                     \
+    }                                                                                               \
+    extern "C" __global__ void __launch_bounds__(MMA_MV_WARPS *WARP_SIZE, 3 - MT)                   \
+        mmvq_mma_l2_##NAME##_m##MT##_t##NT(const void *__restrict__ vx,                             \
+                                           const block_q8_1 *__restrict__ vy,                       \
+                                           float *__restrict__ dst, int ncols_x, int nrows_x,       \
+                                           int nrows_y, int prefetch) {                             \
+        weights_to_l2_then_wait<TYPE>(prefetch, vx, nullptr, ncols_x, nrows_x, 0,                  \
+                                      blockIdx.x * 16 * MT, 16 * MT);                               \
+        mma_matvec<TYPE, MT, NT, false>(vx, vy, dst, ncols_x, nrows_x, nrows_y);                    \
+    }
+
+#define MMA_MV_FORMAT(NAME, TYPE)                                                                   \
+    MMA_MV_ENTRY(NAME, TYPE, 1, 1)                                                                  \
+    MMA_MV_ENTRY(NAME, TYPE, 1, 2)                                                                  \
+    MMA_MV_ENTRY(NAME, TYPE, 1, 3)                                                                  \
+    MMA_MV_ENTRY(NAME, TYPE, 1, 4)                                                                  \
+    MMA_MV_ENTRY(NAME, TYPE, 1, 5)                                                                  \
+    MMA_MV_ENTRY(NAME, TYPE, 1, 6)                                                                  \
+    MMA_MV_ENTRY(NAME, TYPE, 1, 7)                                                                  \
+    MMA_MV_ENTRY(NAME, TYPE, 1, 8)                                                                  \
+    MMA_MV_ENTRY(NAME, TYPE, 2, 5)                                                                  \
+    MMA_MV_ENTRY(NAME, TYPE, 2, 6)                                                                  \
+    MMA_MV_ENTRY(NAME, TYPE, 2, 7)                                                                  \
+    MMA_MV_ENTRY(NAME, TYPE, 2, 8)
+
+MMA_MV_FORMAT(q4_k, GGML_TYPE_Q4_K)
+MMA_MV_FORMAT(q6_k, GGML_TYPE_Q6_K)
