@@ -1,11 +1,11 @@
 //! `cuda-parity` rows for the tensor-core mat-vec of batched decode steps (`mmvq_mma.cu`):
 //! against the CPU's matmul within the tensor-core contract, with one and two 16-row tiles a
-//! warp and either prefetch (all the same bits).
+//! warp and either way of reading Q8_K's scales (all the same bits).
 
 use super::checks::{poisoned, row, MatmulCase, SAME_INT8};
 use super::{compare, Contract, Row};
 use anyhow::Result;
-use ferrolm_cuda::ops::MmvqMma;
+use ferrolm_cuda::ops::{ActQuant, MmvqMma};
 use ferrolm_cuda::{CudaDevice, Kernels, Plan};
 use ferrolm_gguf::GgmlType;
 use rand::rngs::StdRng;
@@ -38,6 +38,7 @@ pub fn mmvq_mma(
     // Activations quantized as a batched step's are (Q8_K for K-quants).
     let batched = plan.for_sequence_batches();
     let case = MatmulCase::new(dev, k, &batched, rng, ty, rows, cols, n)?;
+    let q8k = batched.act_quant(ty, cols) == ActQuant::Q8K;
     let cpu = case.cpu()?;
     let wf = ferrolm_quant::dequantize_to_vec(ty, &case.wq, rows * cols)?;
     let exact = super::checks::products(&wf, &case.x, rows, cols);
@@ -51,9 +52,12 @@ pub fn mmvq_mma(
     let mut first: Option<Vec<f32>> = None;
     for &two in tiles {
         let mut runs = Vec::new();
-        for l2 in [false, true] {
+        // Twice as the plan says (Q8_K's scale read once a super-block), then from every
+        // block, as for Q8_1 activations: the same values, so the same bits each time.
+        for q8k in [q8k, q8k, false] {
             let mut out = poisoned(dev, n * rows)?;
-            k.mmvq_mma.matmul(two, l2, &case.w, &case.xq, n, &mut out)?;
+            k.mmvq_mma
+                .matmul(two, q8k, &case.w, &case.xq, n, &mut out)?;
             dev.sync()?;
             runs.push(dev.download(&out)?);
         }
@@ -65,13 +69,15 @@ pub fn mmvq_mma(
             compare(&runs[0], &cpu, |i| exact[i].1),
             SAME_INT8,
         ));
-        out_rows.push(row(
-            &format!("{name}, L2 prefetch"),
-            shape.clone(),
-            "register prefetch",
-            compare(&runs[1], &runs[0], |_| 1.0),
-            Contract::Exact,
-        ));
+        for (i, what) in [(1, "again"), (2, "scales a block")] {
+            out_rows.push(row(
+                &format!("{name} ({what})"),
+                shape.clone(),
+                "its first run",
+                compare(&runs[i], &runs[0], |_| 1.0),
+                Contract::Exact,
+            ));
+        }
         // Two row tiles a warp: the same sums in the same order as one.
         if let Some(one) = &first {
             out_rows.push(row(

@@ -4,12 +4,11 @@
 // Where mmq.cu unpacks a weight tile into shared memory and mmvq.cu dots rows on CUDA cores,
 // here each warp loads its weights straight into the int8 MMA's A fragments (registers) and
 // reuses them for every activation row: the weights are read once a launch, with no shared
-// memory stage and no barrier in the k loop, so a step of 64 sequences costs little more than
-// one of 8 (the activations, a few hundred KB, stay in L1/L2).
+// memory stage and no barrier in the k loop. The activations come from L1/L2 (a few hundred
+// KB); at 33-64 rows their loads are most of the kernel's (docs/perf.md, issue 16).
 //
 // Launch (crates/cuda/src/ops/mmvq_mma.rs must agree): block (32, MMA_MV_WARPS), grid
-// ceil(nrows / (16 MT)); entry mmvq_mma[_l2]_<type>_m<MT>_t<NT> takes up to 8 NT activation rows
-// (`_l2`: the next super-block's weights asked of L2 instead of loaded into registers ahead).
+// ceil(nrows / (16 MT)); entry mmvq_mma_<type>_m<MT>_t<NT> takes up to 8 NT activation rows.
 // A warp holds MT tiles of 16 weight rows; the block's warps take interleaved super-blocks of
 // the same rows (warp w: super-blocks w, w + MMA_MV_WARPS, ..), and their sums meet in shared
 // memory in a fixed order. K must be a multiple of 256 (the K-quants' super-block).
@@ -23,30 +22,14 @@
 #include "common.cuh"
 #include "quant.cuh"
 #include "mmvq.cuh"
+#include "mmq_tile.cuh"
+#include "mmq_mma.cuh" // the int8 MMA wrappers and the biased integer accumulators
 
 #define MMA_MV_WARPS 8
-#define MMA_MV_BIAS 0x4B400000
-
-// mma.sync int8 shapes (as mmq_mma.cuh's, which needs the tile headers).
-static __device__ __forceinline__ void mv_mma_k32(int c[4], const int a[4], const int b[2]) {
-    asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 "
-        "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-        : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-
-static __device__ __forceinline__ void mv_mma_k16(int c[4], int a0, int a1, int b) {
-    asm("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 "
-        "{%0, %1, %2, %3}, {%4, %5}, {%6}, {%0, %1, %2, %3};\n"
-        : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
-        : "r"(a0), "r"(a1), "r"(b));
-}
-
-// Integer accumulators start at 1.5 * 2^23 as f32 bits; one exact f32 subtraction gives the
-// integer sum (|isum| < 2^22), without the int-to-float conversion (mmq_mma.cuh's MMQ_BIAS).
-static __device__ __forceinline__ float mv_unbias(int biased) {
-    return __int_as_float(biased) - 12582912.0f;
-}
+// `flags` bits (ops/mmvq_mma.rs): the activations are Q8_K (one scale a super-block, written in
+// each of its 8 blocks); the activation buffer is 8-byte aligned.
+#define MMA_MV_Q8K_SCALES 1
+#define MMA_MV_Y_ALIGNED8 2
 
 // Weight bytes read once: past L1.
 static __device__ __forceinline__ int2 ld_stream2(const void *p) {
@@ -97,10 +80,18 @@ template <> struct MmaRows<GGML_TYPE_Q4_K> {
         }
     }
 
-    static __device__ __forceinline__ void acts(const block_q8_1 *yb, int t, int (&b)[2]) {
-        const int *q = (const int *)yb->qs; // 4-byte aligned only
-        b[0] = q[2 * t];
-        b[1] = q[2 * t + 1];
+    // aligned8: the lane's 8 bytes are 8-byte aligned (odd blocks of an 8-aligned buffer).
+    static __device__ __forceinline__ void acts(const block_q8_1 *yb, int t, bool aligned8,
+                                                int (&b)[2]) {
+        if (aligned8) {
+            const int2 v = *(const int2 *)(yb->qs + 8 * t);
+            b[0] = v.x;
+            b[1] = v.y;
+        } else {
+            const int *q = (const int *)yb->qs;
+            b[0] = q[2 * t];
+            b[1] = q[2 * t + 1];
+        }
     }
 
     // Sub-block s of rows g, g + 8: the A fragment, and d_w = d * sc, m_w = -dmin * m of each
@@ -144,11 +135,11 @@ template <> struct MmaRows<GGML_TYPE_Q4_K> {
     static __device__ __forceinline__ void dot(const Frag &f, const int (&b)[2],
                                                const float (&dy)[2], const float (&sy)[2],
                                                float (&c)[4]) {
-        int isum[4] = {MMA_MV_BIAS, MMA_MV_BIAS, MMA_MV_BIAS, MMA_MV_BIAS};
-        mv_mma_k32(isum, f.a, b);
+        int isum[4] = {MMQ_BIAS, MMQ_BIAS, MMQ_BIAS, MMQ_BIAS};
+        mma_s8_k32(isum, f.a, b);
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
-            c[i] = __fmaf_rn(__fmul_rn(f.dw[i / 2], dy[i % 2]), mv_unbias(isum[i]), c[i]);
+            c[i] = __fmaf_rn(__fmul_rn(f.dw[i / 2], dy[i % 2]), mmq_unbias(isum[i]), c[i]);
             c[i] = __fmaf_rn(f.mw[i / 2], sy[i % 2], c[i]);
         }
     }
@@ -184,7 +175,7 @@ template <> struct MmaRows<GGML_TYPE_Q6_K> {
         }
     }
 
-    static __device__ __forceinline__ void acts(const block_q8_1 *yb, int t, int (&b)[2]) {
+    static __device__ __forceinline__ void acts(const block_q8_1 *yb, int t, bool, int (&b)[2]) {
         const int *q = (const int *)yb->qs;
         b[0] = q[t];
         b[1] = q[4 + t];
@@ -218,14 +209,14 @@ template <> struct MmaRows<GGML_TYPE_Q6_K> {
     static __device__ __forceinline__ void dot(const Frag &f, const int (&b)[2],
                                                const float (&dy)[2], const float (&)[2],
                                                float (&c)[4]) {
-        int lo[4] = {MMA_MV_BIAS, MMA_MV_BIAS, MMA_MV_BIAS, MMA_MV_BIAS};
-        int hi[4] = {MMA_MV_BIAS, MMA_MV_BIAS, MMA_MV_BIAS, MMA_MV_BIAS};
-        mv_mma_k16(lo, f.a[0][0], f.a[0][1], b[0]);
-        mv_mma_k16(hi, f.a[1][0], f.a[1][1], b[1]);
+        int lo[4] = {MMQ_BIAS, MMQ_BIAS, MMQ_BIAS, MMQ_BIAS};
+        int hi[4] = {MMQ_BIAS, MMQ_BIAS, MMQ_BIAS, MMQ_BIAS};
+        mma_s8_k16(lo, f.a[0][0], f.a[0][1], b[0]);
+        mma_s8_k16(hi, f.a[1][0], f.a[1][1], b[1]);
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
-            const float x = __fmaf_rn(f.d[1][i / 2], mv_unbias(hi[i]),
-                                      __fmul_rn(f.d[0][i / 2], mv_unbias(lo[i])));
+            const float x = __fmaf_rn(f.d[1][i / 2], mmq_unbias(hi[i]),
+                                      __fmul_rn(f.d[0][i / 2], mmq_unbias(lo[i])));
             c[i] = __fmaf_rn(dy[i % 2], x, c[i]);
         }
     }
@@ -269,11 +260,11 @@ static __device__ __forceinline__ bool mma_matvec_reduce(float (&acc)[N]) {
     return true;
 }
 
-template <int TYPE, int MT, int NT, bool REG_PREFETCH>
+template <int TYPE, int MT, int NT>
 static __device__ __forceinline__ void mma_matvec(const void *__restrict__ vx,
                                                   const block_q8_1 *__restrict__ vy,
                                                   float *__restrict__ dst, int ncols_x,
-                                                  int nrows_x, int nrows_y) {
+                                                  int nrows_x, int nrows_y, int flags) {
     typedef MmaRows<TYPE> R;
     typedef typename R::block block;
     const int lane = threadIdx.x, g = lane / 4, t = lane % 4;
@@ -299,39 +290,36 @@ static __device__ __forceinline__ void mma_matvec(const void *__restrict__ vx,
     for (int i = 0; i < MT * NT * 4; ++i) {
         acc[i] = 0.0f;
     }
-    // REG_PREFETCH: the next super-block's weights are loaded into registers while this one's
-    // MMAs run (bytes in flight, at the cost of registers: one block an SM with two row
-    // tiles); else they are only asked of L2 (prefetch.global.L2), and loaded at the top of
-    // their own iteration, leaving the registers to more warps.
-    typename R::Raw cur[MT], next[MT];
-    int kb = threadIdx.y;
-    if (REG_PREFETCH && kb < bpr) {
+    // The next super-block's weights are asked of L2 while this one's MMAs run, and loaded at
+    // the top of their own iteration. Loading them into registers ahead instead held 48 more
+    // registers a thread with two row tiles, and was 0-7% slower a step (H200, docs/perf.md).
+    typename R::Raw cur[MT];
+#pragma unroll 1
+    for (int kb = threadIdx.y; kb < bpr; kb += MMA_MV_WARPS) {
+        const int kn = min(kb + MMA_MV_WARPS, bpr - 1);
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
             R::load(cur[mt], rows[mt][0] + kb, rows[mt][1] + kb, t);
+            // Lane l asks for 128-byte line l % 2 of the tile's row l / 2.
+            const int r = min(row0 + 16 * mt + lane / 2, nrows_x - 1);
+            const char *p = (const char *)(x + (size_t)r * bpr + kn) + 128 * (lane % 2);
+            asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
         }
-    }
-#pragma unroll 1
-    for (; kb < bpr; kb += MMA_MV_WARPS) {
-        const int kn = min(kb + MMA_MV_WARPS, bpr - 1);
-        if constexpr (REG_PREFETCH) {
+        // Q8_K activations: one scale a super-block, in each of its 8 blocks; read once.
+        float dsb[NT][2];
+        if (flags & MMA_MV_Q8K_SCALES) {
 #pragma unroll
-            for (int mt = 0; mt < MT; ++mt) {
-                R::load(next[mt], rows[mt][0] + kn, rows[mt][1] + kn, t);
-            }
-        } else {
-#pragma unroll
-            for (int mt = 0; mt < MT; ++mt) {
-                R::load(cur[mt], rows[mt][0] + kb, rows[mt][1] + kb, t);
-                // Lane l asks for 128-byte line l % 2 of the tile's row l / 2.
-                const int r = min(row0 + 16 * mt + lane / 2, nrows_x - 1);
-                const char *p = (const char *)(x + (size_t)r * bpr + kn) + 128 * (lane % 2);
-                asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+            for (int nt = 0; nt < NT; ++nt) {
+                dsb[nt][0] = yrow(8 * nt + 2 * t)[kb * (QK_K / QK8_1)].d;
+                dsb[nt][1] = yrow(8 * nt + 2 * t + 1)[kb * (QK_K / QK8_1)].d;
             }
         }
 #pragma unroll
         for (int s = 0; s < QK_K / QK8_1; ++s) {
             const int yb = kb * (QK_K / QK8_1) + s;
+            // Rows of 36-byte blocks are 8-byte multiples (widths of 256s): odd blocks of an
+            // 8-aligned buffer give a lane its 8 code bytes in one load.
+            const bool aligned8 = (flags & MMA_MV_Y_ALIGNED8) && s % 2 == 1;
             typename R::Frag f[MT];
 #pragma unroll
             for (int mt = 0; mt < MT; ++mt) {
@@ -340,29 +328,25 @@ static __device__ __forceinline__ void mma_matvec(const void *__restrict__ vx,
 #pragma unroll
             for (int nt = 0; nt < NT; ++nt) {
                 int b[2];
-                R::acts(yrow(8 * nt + g) + yb, t, b);
+                R::acts(yrow(8 * nt + g) + yb, t, aligned8, b);
                 // Loaded, not shuffled from the lanes that read those columns' codes: the
                 // shuffle waits for their load, 5-10% slower a step (H200).
-                const float dy[2] = {yrow(8 * nt + 2 * t)[yb].d, yrow(8 * nt + 2 * t + 1)[yb].d};
+                const bool q8k = flags & MMA_MV_Q8K_SCALES;
+                const float dy[2] = {q8k ? dsb[nt][0] : yrow(8 * nt + 2 * t)[yb].d,
+                                     q8k ? dsb[nt][1] : yrow(8 * nt + 2 * t + 1)[yb].d};
                 float sy[2] = {0.0f, 0.0f};
                 if constexpr (R::has_min) {
                     // Σq_y of columns 2t, 2t + 1: an MMA against all-ones weights.
                     const int ones[4] = {0x01010101, 0x01010101, 0x01010101, 0x01010101};
-                    int ys[4] = {MMA_MV_BIAS, MMA_MV_BIAS, MMA_MV_BIAS, MMA_MV_BIAS};
-                    mv_mma_k32(ys, ones, b);
-                    sy[0] = __fmul_rn(dy[0], mv_unbias(ys[0]));
-                    sy[1] = __fmul_rn(dy[1], mv_unbias(ys[1]));
+                    int ys[4] = {MMQ_BIAS, MMQ_BIAS, MMQ_BIAS, MMQ_BIAS};
+                    mma_s8_k32(ys, ones, b);
+                    sy[0] = __fmul_rn(dy[0], mmq_unbias(ys[0]));
+                    sy[1] = __fmul_rn(dy[1], mmq_unbias(ys[1]));
                 }
 #pragma unroll
                 for (int mt = 0; mt < MT; ++mt) {
                     R::dot(f[mt], b, dy, sy, *(float(*)[4])(acc + 4 * (mt * NT + nt)));
                 }
-            }
-        }
-        if constexpr (REG_PREFETCH) {
-#pragma unroll
-            for (int mt = 0; mt < MT; ++mt) {
-                cur[mt] = next[mt];
             }
         }
     }
@@ -385,26 +369,16 @@ static __device__ __forceinline__ void mma_matvec(const void *__restrict__ vx,
     }
 }
 
-// Two blocks an SM (128 registers a thread) with one row tile a warp, one block with two; the
-// L2-prefetch entries (`_l2_`) leave the registers of the weights in flight to the compiler.
+// Two blocks an SM (128 registers a thread) with one row tile a warp, one block with two.
 #define MMA_MV_ENTRY(NAME, TYPE, MT, NT)                                                            \
     extern "C" __global__ void __launch_bounds__(MMA_MV_WARPS *WARP_SIZE, 3 - MT)                   \
         mmvq_mma_##NAME##_m##MT##_t##NT(const void *__restrict__ vx,                                \
                                         const block_q8_1 *__restrict__ vy,                          \
                                         float *__restrict__ dst, int ncols_x, int nrows_x,          \
-                                        int nrows_y, int prefetch) {                                \
+                                        int nrows_y, int prefetch, int flags) {                     \
         weights_to_l2_then_wait<TYPE>(prefetch, vx, nullptr, ncols_x, nrows_x, 0,                  \
                                       blockIdx.x * 16 * MT, 16 * MT);                               \
-        mma_matvec<TYPE, MT, NT, true>(vx, vy, dst, ncols_x, nrows_x, nrows_y);                     \
-    }                                                                                               \
-    extern "C" __global__ void __launch_bounds__(MMA_MV_WARPS *WARP_SIZE, 3 - MT)                   \
-        mmvq_mma_l2_##NAME##_m##MT##_t##NT(const void *__restrict__ vx,                             \
-                                           const block_q8_1 *__restrict__ vy,                       \
-                                           float *__restrict__ dst, int ncols_x, int nrows_x,       \
-                                           int nrows_y, int prefetch) {                             \
-        weights_to_l2_then_wait<TYPE>(prefetch, vx, nullptr, ncols_x, nrows_x, 0,                  \
-                                      blockIdx.x * 16 * MT, 16 * MT);                               \
-        mma_matvec<TYPE, MT, NT, false>(vx, vy, dst, ncols_x, nrows_x, nrows_y);                    \
+        mma_matvec<TYPE, MT, NT>(vx, vy, dst, ncols_x, nrows_x, nrows_y, flags);                    \
     }
 
 #define MMA_MV_FORMAT(NAME, TYPE)                                                                   \

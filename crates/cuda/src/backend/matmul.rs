@@ -60,13 +60,11 @@ impl CudaBackend {
         let n = out.rows;
         match plan {
             Matmul::MatVec { wide } => self.k.mmvq.matvec(wide, w, xq, n, out.buf_mut(), None),
-            Matmul::MatVecMma {
-                two_tiles,
-                l2_prefetch,
-            } => self
-                .k
-                .mmvq_mma
-                .matmul(two_tiles, l2_prefetch, w, xq, n, out.buf_mut()),
+            Matmul::MatVecMma { two_tiles, q8k } => {
+                self.k
+                    .mmvq_mma
+                    .matmul(two_tiles, q8k, w, xq, n, out.buf_mut())
+            }
             Matmul::Gemm(how) => {
                 let floats = how.scratch(n, w.rows);
                 if floats == 0 {

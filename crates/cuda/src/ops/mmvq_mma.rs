@@ -9,7 +9,7 @@ use super::QuantMatrix;
 use crate::device::CudaDevice;
 use crate::error::{CudaError, DriverContext, Result};
 use crate::kernels::MMVQ_MMA;
-use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig};
+use cudarc::driver::{CudaFunction, CudaSlice, DevicePtr, LaunchConfig};
 use ferrolm_gguf::GgmlType;
 use std::collections::HashMap;
 
@@ -20,14 +20,16 @@ pub const MMA_MV_MAX_ROWS: usize = 64;
 const WARPS: u32 = 8;
 /// Column tiles from which a two-row-tile entry (`_m2`) exists.
 const TWO_TILES_FROM: usize = 5;
+/// The kernel's `flags` bits (MMA_MV_Q8K_SCALES, MMA_MV_Y_ALIGNED8).
+const FLAG_Q8K_SCALES: i32 = 1;
+const FLAG_Y_ALIGNED8: i32 = 2;
 /// Elements a K-quant super-block holds: the width must be whole super-blocks.
 const SUPER_BLOCK: usize = 256;
 
 pub struct MmvqMma {
     launch: Launcher,
-    /// (type, L2 prefetch, row tiles a warp, column tiles) ->
-    /// `mmvq_mma[_l2]_<type>_m<MT>_t<NT>`.
-    fns: HashMap<(GgmlType, bool, usize, usize), CudaFunction>,
+    /// (type, row tiles a warp, column tiles) -> `mmvq_mma_<type>_m<MT>_t<NT>`.
+    fns: HashMap<(GgmlType, usize, usize), CudaFunction>,
 }
 
 impl MmvqMma {
@@ -40,10 +42,8 @@ impl MmvqMma {
                     if mt == 2 && nt < TWO_TILES_FROM {
                         continue;
                     }
-                    for (l2, kind) in [(false, ""), (true, "l2_")] {
-                        let entry = format!("mmvq_mma_{kind}{name}_m{mt}_t{nt}");
-                        fns.insert((ty, l2, mt, nt), dev.function(&MMVQ_MMA, &entry)?);
-                    }
+                    let entry = format!("mmvq_mma_{name}_m{mt}_t{nt}");
+                    fns.insert((ty, mt, nt), dev.function(&MMVQ_MMA, &entry)?);
                 }
             }
         }
@@ -65,20 +65,19 @@ impl MmvqMma {
 
     /// `out[j][r] = W[r] · x[j]` for the `n` (1..=64) Q8_1 rows of `xq`; `out` holds
     /// `n * w.rows` floats. `two_tiles`: each warp takes 32 weight rows (16 otherwise), which
-    /// halves the activation loads a weight ([`Self::has_two_tiles`] must hold). `l2_prefetch`:
-    /// the next weights are asked of L2 rather than loaded into registers ahead (the same
-    /// bits).
+    /// halves the activation loads a weight ([`Self::has_two_tiles`] must hold). `q8k`: `xq` is Q8_K (one scale a super-block, in each of its blocks), read once
+    /// a super-block (the same bits as reading each block's).
     pub fn matmul(
         &self,
         two_tiles: bool,
-        l2_prefetch: bool,
+        q8k: bool,
         w: &QuantMatrix,
         xq: &CudaSlice<u8>,
         n: usize,
         out: &mut CudaSlice<f32>,
     ) -> Result<()> {
         let (mt, nt) = (if two_tiles { 2 } else { 1 }, n.div_ceil(8));
-        let f = self.fns.get(&(w.ty, l2_prefetch, mt, nt)).ok_or_else(|| {
+        let f = self.fns.get(&(w.ty, mt, nt)).ok_or_else(|| {
             CudaError::Invalid(format!(
                 "mmvq_mma: no kernel for {} weights, {n} rows, {mt} row tiles",
                 w.ty
@@ -109,6 +108,8 @@ impl MmvqMma {
             int(n, "mmvq_mma activation rows"),
         );
         let prefetch = i32::from(self.launch.mode().weight_prefetch);
+        let aligned8 = xq.device_ptr(self.launch.stream()).0 % 8 == 0;
+        let flags = i32::from(q8k) * FLAG_Q8K_SCALES + i32::from(aligned8) * FLAG_Y_ALIGNED8;
         let mut b = self.launch.builder(f);
         b.arg(&w.data)
             .arg(xq)
@@ -116,10 +117,11 @@ impl MmvqMma {
             .arg(&cols)
             .arg(&rows)
             .arg(&rows_y)
-            .arg(&prefetch);
-        // SAFETY: mmvq_mma_*_m<MT>_t<NT>(vx, vy, dst, ncols, nrows, nrows_y, prefetch): rows x
-        // cols weights (cols whole super-blocks), n <= 8 NT Q8_1 rows of cols elements, n x rows
-        // floats out; one block per 16 MT rows.
+            .arg(&prefetch)
+            .arg(&flags);
+        // SAFETY: mmvq_mma_*_m<MT>_t<NT>(vx, vy, dst, ncols, nrows, nrows_y, prefetch, flags):
+        // rows x cols weights (cols whole super-blocks), n <= 8 NT Q8_1 rows of cols elements
+        // (Q8_K's when flags says so), n x rows floats out; one block per 16 MT rows.
         unsafe { b.launch(cfg) }.during(format!("launching mmvq_mma for {}", w.ty))?;
         Ok(())
     }

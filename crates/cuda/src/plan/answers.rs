@@ -16,9 +16,9 @@ pub enum Matmul {
     /// The int8 GEMM (`mmq`).
     Gemm(Gemm),
     /// `mmvq_mma`, the tensor-core mat-vec of a batched decode step's 2-64 rows;
-    /// `two_tiles`: 32 weight rows a warp (else 16); `l2_prefetch`: the next weights asked of
-    /// L2 rather than held in registers.
-    MatVecMma { two_tiles: bool, l2_prefetch: bool },
+    /// `two_tiles`: 32 weight rows a warp (else 16); `q8k`: the activations are Q8_K
+    /// ([`ActQuant`]), their scale read once a super-block.
+    MatVecMma { two_tiles: bool, q8k: bool },
     /// `mmvq` over slices of its most rows: no GEMM for this format or width, or
     /// `FERROLM_CUDA_MMQ=0`.
     MatVecSlices { wide: bool },
@@ -108,13 +108,12 @@ impl fmt::Display for Matmul {
             Matmul::Float => write!(f, "gemm_f32"),
             Matmul::MatVec { wide } => write!(f, "mmvq ({})", walk(*wide)),
             Matmul::Gemm(g) => write!(f, "{g}"),
-            Matmul::MatVecMma {
-                two_tiles,
-                l2_prefetch,
-            } => {
-                let rows = if *two_tiles { 32 } else { 16 };
-                let ahead = if *l2_prefetch { "L2" } else { "registers" };
-                write!(f, "mmvq_mma ({rows} rows a warp, next weights in {ahead})")
+            Matmul::MatVecMma { two_tiles, .. } => {
+                write!(
+                    f,
+                    "mmvq_mma ({} rows a warp)",
+                    if *two_tiles { 32 } else { 16 }
+                )
             }
             Matmul::MatVecSlices { wide } => write!(f, "mmvq in 8-row slices ({})", walk(*wide)),
         }

@@ -248,7 +248,8 @@ impl Plan {
         } else if let Some(two_tiles) = self.mma_matvec(ty, cols, n) {
             Matmul::MatVecMma {
                 two_tiles,
-                l2_prefetch: self.switches.mma_l2_prefetch,
+                // The activations are quantized as act_quant says (backend::matmul_all).
+                q8k: self.act_quant(ty, cols) == ActQuant::Q8K,
             }
         } else if n <= DECODE_MAX_ROWS {
             Matmul::MatVec { wide }

@@ -82,10 +82,6 @@ pub struct Switches {
     /// `FERROLM_MMVQ_MMA_TILES`: weight-row tiles of 16 a warp of that kernel takes (1 or 2);
     /// `None`: the plan's choice by rows.
     pub mma_row_tiles: Option<usize>,
-    /// `FERROLM_MMVQ_MMA_L2`: that kernel asks L2 for its next weights instead of loading
-    /// them into registers ahead (the same bits; 5-17% faster a qwen3-8b step of 8-64
-    /// sequences on the H200, docs/perf.md).
-    pub mma_l2_prefetch: bool,
     /// `FERROLM_CUDA_PROFILE`: stage timing from CUDA events (turns graphs off).
     pub profile: bool,
 }
@@ -116,7 +112,6 @@ impl Default for Switches {
             split_k: true,
             mma_matvec: true,
             mma_row_tiles: None,
-            mma_l2_prefetch: true,
             profile: false,
         }
     }
@@ -242,7 +237,6 @@ impl Switches {
             split_k: flag(env, "FERROLM_MMQ_SPLIT_K", true)?,
             mma_matvec: flag(env, "FERROLM_MMVQ_MMA", true)?,
             mma_row_tiles: count(env, "FERROLM_MMVQ_MMA_TILES", 1..=2)?,
-            mma_l2_prefetch: flag(env, "FERROLM_MMVQ_MMA_L2", true)?,
             profile: flag(env, "FERROLM_CUDA_PROFILE", false)?,
         })
     }
@@ -272,7 +266,7 @@ impl fmt::Display for Switches {
         let row_tiles = self
             .mma_row_tiles
             .map_or("auto".to_owned(), |k| k.to_string());
-        let lines: [(&str, &str, &str); 25] = [
+        let lines: [(&str, &str, &str); 24] = [
             (
                 "FERROLM_CUDA_MMQ",
                 bit(self.mmq),
@@ -379,11 +373,6 @@ impl fmt::Display for Switches {
                 "FERROLM_MMVQ_MMA_TILES",
                 &row_tiles,
                 "16-row tiles a warp of the tensor-core mat-vec takes",
-            ),
-            (
-                "FERROLM_MMVQ_MMA_L2",
-                bit(self.mma_l2_prefetch),
-                "tensor-core mat-vec: next weights asked of L2, not registers",
             ),
             (
                 "FERROLM_CUDA_PROFILE",

@@ -128,7 +128,7 @@ fn tile_names() {
 #[test]
 fn display_prints_every_switch() {
     let text = plan(&[("FERROLM_MMQ_TILE", "128x64")]).to_string();
-    assert_eq!(text.lines().count(), 27, "{text}");
+    assert_eq!(text.lines().count(), 26, "{text}");
     assert!(text.contains("132 SMs, cc 9.0"));
     assert!(text
         .lines()
@@ -298,7 +298,7 @@ fn batched_steps_take_the_mma_matvec() {
     let batches = plan(&[]).for_sequence_batches();
     let mma = |two_tiles| Matmul::MatVecMma {
         two_tiles,
-        l2_prefetch: true,
+        q8k: true,
     };
     for ty in [Q4K, Q6K] {
         for (n, two) in [
