@@ -292,7 +292,8 @@ static __device__ __forceinline__ void mma_matvec(const void *__restrict__ vx,
     }
     // The next super-block's weights are asked of L2 while this one's MMAs run, and loaded at
     // the top of their own iteration. Loading them into registers ahead instead held 48 more
-    // registers a thread with two row tiles, and was 0-7% slower a step (H200, docs/perf.md).
+    // registers a thread with two row tiles: 3-11% slower a step at 8-32 rows, level at 64
+    // (H200, docs/perf.md).
     typename R::Raw cur[MT];
 #pragma unroll 1
     for (int kb = threadIdx.y; kb < bpr; kb += MMA_MV_WARPS) {
@@ -330,7 +331,7 @@ static __device__ __forceinline__ void mma_matvec(const void *__restrict__ vx,
                 int b[2];
                 R::acts(yrow(8 * nt + g) + yb, t, aligned8, b);
                 // Loaded, not shuffled from the lanes that read those columns' codes: the
-                // shuffle waits for their load, 5-10% slower a step (H200).
+                // shuffle waits for their load, 3-6% slower a step at 8-32 rows (H200).
                 const bool q8k = flags & MMA_MV_Q8K_SCALES;
                 const float dy[2] = {q8k ? dsb[nt][0] : yrow(8 * nt + 2 * t)[yb].d,
                                      q8k ? dsb[nt][1] : yrow(8 * nt + 2 * t + 1)[yb].d};

@@ -1,7 +1,8 @@
 //! Matrix products on the device: activations quantized once per input as the plan pairs them
 //! with the weight (or taken from the norm that produced them), then the kernel the plan picks
-//! for the shape (mat-vec for up to eight rows, the int8 GEMM above that), and the decode
-//! fusions (paired mat-vecs, SwiGLU in the mat-vec).
+//! for the shape (mat-vec for up to eight rows, the int8 GEMM above that; a batched decode
+//! step's 2-64 rows on the tensor-core mat-vec), and the decode fusions (paired mat-vecs,
+//! SwiGLU in the mat-vec).
 
 use super::{CudaAct, CudaBackend, CudaWeight};
 use crate::error::CudaError;
@@ -26,13 +27,14 @@ impl CudaBackend {
         Ok(xq)
     }
 
-    /// `out = x · Wᵀ (+ bias)` for a quantized `w`, `x` already quantized for it, on the
-    /// kernel the plan picks for the shape; the bias in the mat-vec's launch where the plan
-    /// says so, else added after.
+    /// `out = x · Wᵀ (+ bias)` for a quantized `w`, `x` already quantized for it (`xq`, as
+    /// `mode`), on the kernel the plan picks for the shape; the bias in the mat-vec's launch
+    /// where the plan says so, else added after.
     pub(super) fn qmatmul(
         &self,
         w: &QuantMatrix,
         xq: &CudaSlice<u8>,
+        mode: ActQuant,
         out: &mut CudaAct,
         bias: Option<&CudaSlice<f32>>,
     ) -> Result<()> {
@@ -43,7 +45,7 @@ impl CudaBackend {
                 return self.k.mmvq.matvec(*wide, w, xq, n, out.buf_mut(), Some(b));
             }
         }
-        self.qmatmul_plain(plan, w, xq, out)?;
+        self.qmatmul_plain(plan, w, xq, mode, out)?;
         match bias {
             Some(b) => self.k.elementwise.add_bias(out.buf_mut(), b),
             None => Ok(()),
@@ -55,12 +57,14 @@ impl CudaBackend {
         plan: Matmul,
         w: &QuantMatrix,
         xq: &CudaSlice<u8>,
+        mode: ActQuant,
         out: &mut CudaAct,
     ) -> Result<()> {
         let n = out.rows;
         match plan {
             Matmul::MatVec { wide } => self.k.mmvq.matvec(wide, w, xq, n, out.buf_mut(), None),
-            Matmul::MatVecMma { two_tiles, q8k } => {
+            Matmul::MatVecMma { two_tiles } => {
+                let q8k = mode == ActQuant::Q8K;
                 self.k
                     .mmvq_mma
                     .matmul(two_tiles, q8k, w, xq, n, out.buf_mut())
@@ -168,7 +172,7 @@ impl CudaBackend {
                         j += 2;
                         continue;
                     }
-                    self.qmatmul(m, xq, outs[j], bias(j))?;
+                    self.qmatmul(m, xq, mode, outs[j], bias(j))?;
                     j += 1;
                 }
                 Ok(())

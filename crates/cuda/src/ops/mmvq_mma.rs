@@ -65,8 +65,9 @@ impl MmvqMma {
 
     /// `out[j][r] = W[r] · x[j]` for the `n` (1..=64) Q8_1 rows of `xq`; `out` holds
     /// `n * w.rows` floats. `two_tiles`: each warp takes 32 weight rows (16 otherwise), which
-    /// halves the activation loads a weight ([`Self::has_two_tiles`] must hold). `q8k`: `xq` is Q8_K (one scale a super-block, in each of its blocks), read once
-    /// a super-block (the same bits as reading each block's).
+    /// halves the activation loads a weight ([`Self::has_two_tiles`] must hold). `q8k`: `xq`
+    /// is Q8_K (one scale a super-block, in each of its blocks), read once a super-block (the
+    /// same bits as reading each block's).
     pub fn matmul(
         &self,
         two_tiles: bool,

@@ -16,9 +16,8 @@ pub enum Matmul {
     /// The int8 GEMM (`mmq`).
     Gemm(Gemm),
     /// `mmvq_mma`, the tensor-core mat-vec of a batched decode step's 2-64 rows;
-    /// `two_tiles`: 32 weight rows a warp (else 16); `q8k`: the activations are Q8_K
-    /// ([`ActQuant`]), their scale read once a super-block.
-    MatVecMma { two_tiles: bool, q8k: bool },
+    /// `two_tiles`: 32 weight rows a warp (else 16).
+    MatVecMma { two_tiles: bool },
     /// `mmvq` over slices of its most rows: no GEMM for this format or width, or
     /// `FERROLM_CUDA_MMQ=0`.
     MatVecSlices { wide: bool },
@@ -108,7 +107,7 @@ impl fmt::Display for Matmul {
             Matmul::Float => write!(f, "gemm_f32"),
             Matmul::MatVec { wide } => write!(f, "mmvq ({})", walk(*wide)),
             Matmul::Gemm(g) => write!(f, "{g}"),
-            Matmul::MatVecMma { two_tiles, .. } => {
+            Matmul::MatVecMma { two_tiles } => {
                 write!(
                     f,
                     "mmvq_mma ({} rows a warp)",

@@ -246,11 +246,7 @@ impl Plan {
         if ty == GgmlType::F32 {
             Matmul::Float
         } else if let Some(two_tiles) = self.mma_matvec(ty, cols, n) {
-            Matmul::MatVecMma {
-                two_tiles,
-                // The activations are quantized as act_quant says (backend::matmul_all).
-                q8k: self.act_quant(ty, cols) == ActQuant::Q8K,
-            }
+            Matmul::MatVecMma { two_tiles }
         } else if n <= DECODE_MAX_ROWS {
             Matmul::MatVec { wide }
         } else if self.switches.mmq && Mmq::supports(ty, cols) {

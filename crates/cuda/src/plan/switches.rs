@@ -79,8 +79,8 @@ pub struct Switches {
     /// (`mmvq_mma.cu`, weights read once into MMA fragments), where its format has one; else
     /// the mat-vec (up to 8 rows) or the GEMM.
     pub mma_matvec: bool,
-    /// `FERROLM_MMVQ_MMA_TILES`: weight-row tiles of 16 a warp of that kernel takes (1 or 2);
-    /// `None`: the plan's choice by rows.
+    /// `FERROLM_MMVQ_MMA_TILES`: weight-row tiles of 16 a warp of that kernel takes (1 or 2;
+    /// two exist from 33 rows, below which 2 means 1); `None`: the plan's choice by rows.
     pub mma_row_tiles: Option<usize>,
     /// `FERROLM_CUDA_PROFILE`: stage timing from CUDA events (turns graphs off).
     pub profile: bool,

@@ -296,10 +296,7 @@ fn batched_steps_split_k() {
 #[test]
 fn batched_steps_take_the_mma_matvec() {
     let batches = plan(&[]).for_sequence_batches();
-    let mma = |two_tiles| Matmul::MatVecMma {
-        two_tiles,
-        q8k: true,
-    };
+    let mma = |two_tiles| Matmul::MatVecMma { two_tiles };
     for ty in [Q4K, Q6K] {
         for (n, two) in [
             (2, false),
