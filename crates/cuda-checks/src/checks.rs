@@ -497,6 +497,12 @@ impl MatmulCase {
 
     /// The CPU's matmul of the same weight and activations, as the engine runs it
     /// (`FERROLM_CPU_MATMUL`, `FERROLM_ATTN`).
+    /// [`products`] of the dequantized weights and the f32 activations.
+    pub fn products(&self) -> Result<Vec<(f64, f64)>> {
+        let wf = ferrolm_quant::dequantize_to_vec(self.ty, &self.wq, self.rows * self.cols)?;
+        Ok(products(&wf, &self.x, self.rows, self.cols))
+    }
+
     pub fn cpu(&self) -> Result<Vec<f32>> {
         let mut cpu = vec![0f32; self.x.len() / self.cols * self.rows];
         let wr = WeightRef {

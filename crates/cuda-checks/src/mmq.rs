@@ -50,8 +50,7 @@ pub fn mmq(
     let got = dev.download(&case.out)?;
 
     let cpu = case.cpu()?;
-    let wf = ferrolm_quant::dequantize_to_vec(ty, &case.wq, rows * cols)?;
-    let exact = super::checks::products(&wf, &case.x, rows, cols);
+    let exact = case.products()?;
     let (w, xq) = (&case.w, &case.xq);
     let cmp = compare(&got, &cpu, |i| exact[i].1);
     // Under 256 rows Q4_K with Q8_K activations follows the CPU's integer-scale order, Q8_0 and

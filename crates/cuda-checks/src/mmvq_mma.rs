@@ -40,8 +40,7 @@ pub fn mmvq_mma(
     let case = MatmulCase::new(dev, k, &batched, rng, ty, rows, cols, n)?;
     let q8k = batched.act_quant(ty, cols) == ActQuant::Q8K;
     let cpu = case.cpu()?;
-    let wf = ferrolm_quant::dequantize_to_vec(ty, &case.wq, rows * cols)?;
-    let exact = super::checks::products(&wf, &case.x, rows, cols);
+    let exact = case.products()?;
     let shape = format!("{rows}×{cols} · {n} rows");
     let mut out_rows = Vec::new();
     let tiles: &[bool] = if MmvqMma::has_two_tiles(n) {

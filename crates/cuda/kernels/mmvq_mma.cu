@@ -61,7 +61,6 @@ template <int TYPE> struct MmaRows;
 // elements 8t + 4..; the activations are read in the same order.
 template <> struct MmaRows<GGML_TYPE_Q4_K> {
     typedef block_q4_K block;
-    static constexpr bool has_min = true;
     struct Raw {
         int4 head[2];   // d, dmin, scales of rows g, g + 8
         int2 q[2][4];   // code bytes 32p + 8t.. of each row, pairs p = 0..3
@@ -149,7 +148,6 @@ template <> struct MmaRows<GGML_TYPE_Q4_K> {
 // are 210 bytes (2-byte aligned): 16-bit loads, through L1 (a lane's words share sectors).
 template <> struct MmaRows<GGML_TYPE_Q6_K> {
     typedef block_q6_K block;
-    static constexpr bool has_min = false;
     struct Raw {
         int lo[2][8];   // ql words 64n + 32q + 16c + 4t, index 4n + 2q + c
         int hi[2][4];   // qh words 32n + 16c + 4t, index 2n + c
@@ -336,7 +334,7 @@ static __device__ __forceinline__ void mma_matvec(const void *__restrict__ vx,
                 const float dy[2] = {q8k ? dsb[nt][0] : yrow(8 * nt + 2 * t)[yb].d,
                                      q8k ? dsb[nt][1] : yrow(8 * nt + 2 * t + 1)[yb].d};
                 float sy[2] = {0.0f, 0.0f};
-                if constexpr (R::has_min) {
+                if constexpr (WeightFormat<TYPE>::has_min) {
                     // Σq_y of columns 2t, 2t + 1: an MMA against all-ones weights.
                     const int ones[4] = {0x01010101, 0x01010101, 0x01010101, 0x01010101};
                     int ys[4] = {MMQ_BIAS, MMQ_BIAS, MMQ_BIAS, MMQ_BIAS};

@@ -18,7 +18,8 @@ use std::collections::HashMap;
 pub const MMA_MV_MAX_ROWS: usize = 64;
 /// Warps per block (the kernel's MMA_MV_WARPS): they split a row's super-blocks.
 const WARPS: u32 = 8;
-/// Column tiles from which a two-row-tile entry (`_m2`) exists.
+/// Column tiles from which a two-row-tile entry (`_m2`) exists: below, the activation loads
+/// are few enough that twice the warps (one tile each) pay more.
 const TWO_TILES_FROM: usize = 5;
 /// The kernel's `flags` bits (MMA_MV_Q8K_SCALES, MMA_MV_Y_ALIGNED8).
 const FLAG_Q8K_SCALES: i32 = 1;

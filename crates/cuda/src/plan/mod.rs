@@ -62,9 +62,6 @@ pub const LANES_MAX_TOKENS: usize = CPU_ORDER_MAX_ROWS;
 /// Ubatches of up to this many rows take the mat-vec kernels and flash-decoding (the decode
 /// work buffers are sized for it): all the rows one mat-vec launch takes.
 pub const DECODE_MAX_ROWS: usize = MMVQ_MAX_COLS;
-/// From this many rows of a batched step the tensor-core mat-vec's warps take two 16-row
-/// tiles (each activation load then serves twice the weights).
-pub const MMA_MV_TWO_TILES_ROWS: usize = 33;
 /// Decode attention's blocks an SM, when the context is long enough to give them work.
 pub const DECODE_BLOCKS_PER_SM: usize = 4;
 /// The fewest keys a flash-decoding split takes at full context.
@@ -259,21 +256,15 @@ impl Plan {
     /// Whether `n` rows of a `ty` product over `cols` take the tensor-core mat-vec
     /// (`FERROLM_MMVQ_MMA`), and if so whether a warp takes two 16-row tiles: passes of several
     /// sequences only (its contract is the tensor-core one; a single sequence's decode keeps
-    /// mmvq's bits), 2 to [`MMA_MV_MAX_ROWS`] rows. Two tiles from [`MMA_MV_TWO_TILES_ROWS`]
-    /// rows, where the activation loads a weight would otherwise double (or as
-    /// `FERROLM_MMVQ_MMA_TILES` says).
+    /// mmvq's bits), 2 to [`MMA_MV_MAX_ROWS`] rows. Two tiles wherever the kernel has them
+    /// ([`MmvqMma::has_two_tiles`]: 33 rows or more, where each activation load then serves
+    /// twice the weights), unless `FERROLM_MMVQ_MMA_TILES=1`.
     pub fn mma_matvec(&self, ty: GgmlType, cols: usize, n: usize) -> Option<bool> {
         let take = self.sequence_batches
             && self.switches.mma_matvec
             && (2..=MMA_MV_MAX_ROWS).contains(&n)
             && MmvqMma::supports(ty, cols);
-        take.then(|| {
-            let two = match self.switches.mma_row_tiles {
-                Some(t) => t == 2,
-                None => n >= MMA_MV_TWO_TILES_ROWS,
-            };
-            two && MmvqMma::has_two_tiles(n)
-        })
+        take.then(|| self.switches.mma_row_tiles != Some(1) && MmvqMma::has_two_tiles(n))
     }
 
     /// Whether mat-vecs of `ty` take the wide (warp-per-row) kernels.
