@@ -10,9 +10,10 @@ use ferrolm_cpu::matmul::{matmul_ordered, Order, WeightRef};
 use ferrolm_cpu::norm::{add_bias, swiglu, swiglu_oai};
 use ferrolm_cpu::CpuPlan;
 use ferrolm_cuda::ops::{
-    ExpertEpilogue, MoeDecodeWork, MoeExperts, MoeSliceWork, MoeWork, QuantMatrix, Quantize,
+    ExpertEpilogue, MmqOrder, MmvqMma, MoeDecodeWork, MoeExperts, MoeSliceWork, MoeWork,
+    QuantMatrix, Quantize, MOE_MMA_TILES,
 };
-use ferrolm_cuda::plan::{MoePath, MoeShape};
+use ferrolm_cuda::plan::{ExpertGemm, MoePath, MoeShape};
 use ferrolm_cuda::{CudaDevice, CudaSlice, Kernels, Plan};
 use ferrolm_gguf::GgmlType;
 use rand::rngs::StdRng;
@@ -109,6 +110,9 @@ pub fn cases() -> Vec<MoeCase> {
     vec![
         olmoe(512, GgmlType::Q4K),
         olmoe(512, GgmlType::Q6K),
+        // Batched decode steps: 4 and 32 pairs an expert (the mat-vec's one pass and several).
+        olmoe(8, GgmlType::Q6K),
+        olmoe(64, GgmlType::Q4K),
         few(1),
         few(3),
         q5(300, GgmlType::Q5_0, GgmlType::Q5_1),
@@ -299,7 +303,17 @@ pub fn moe_block(
     let oai = if c.oai { ", biases, swiglu_oai" } else { "" };
     let types = format!("{gate_up_ty} gate/up, {} down{oai}", c.down);
     let loop_cmp = compare(&got_loop, &got, |i| got[i].abs() as f64);
-    Ok(vec![
+    let run = |how: ExpertGemm, work: &mut MoeWork| -> Result<Vec<f32>> {
+        let mut out = poisoned(dev, n * d)?;
+        k.moe_gemm
+            .forward(&how, &xd, n, &idsd, &wd, &experts, work, &mut out)?;
+        dev.sync()?;
+        Ok(dev.download(&out)?)
+    };
+    let mma = mma_rows(
+        plan, &experts, n, &mut work, run, &shape, &types, &want, &scale,
+    )?;
+    let mut rows = vec![
         row(
             "moe index (counts, offsets, tiles, sorted)",
             shape.clone(),
@@ -324,7 +338,70 @@ pub fn moe_block(
             loop_cmp,
             Contract::Exact,
         ),
-    ])
+    ];
+    rows.extend(mma);
+    Ok(rows)
+}
+
+/// Where the experts have the tensor-core mat-vec (`moe_mma.cu`), a batched step's rows: the
+/// grouped GEMM in the per-sub-block order (a batched step's) against the CPU, and the
+/// mat-vec with each column-tile count bit for bit against it (`run`: the forward under a
+/// path, into fresh output).
+#[allow(clippy::too_many_arguments)]
+fn mma_rows(
+    plan: &Plan,
+    experts: &MoeExperts,
+    n: usize,
+    work: &mut MoeWork,
+    run: impl Fn(ExpertGemm, &mut MoeWork) -> Result<Vec<f32>>,
+    shape: &str,
+    types: &str,
+    want: &[f32],
+    scale: &[f64],
+) -> Result<Vec<Row>> {
+    let tc = plan
+        .for_sequence_batches()
+        .expert_gemm(&MoeShape::new(experts, n))
+        .with_grouped(true)
+        .with_matvec_mma(None);
+    let subs = matches!(
+        tc,
+        ExpertGemm::Int8 {
+            gate_up: MmqOrder::Subs,
+            down: MmqOrder::Subs,
+            ..
+        }
+    );
+    let takes = |ty, cols| MmvqMma::supports(ty, cols);
+    if !subs
+        || experts.gate.ty != experts.up.ty
+        || !takes(experts.gate.ty, experts.n_embd())
+        || !takes(experts.down.ty, experts.n_ff)
+    {
+        return Ok(Vec::new());
+    }
+    let gemm = run(tc, work)?;
+    let mut rows = vec![row(
+        &format!("moe block grouped, tensor-core order, {types}"),
+        shape.to_owned(),
+        "cpu per-expert matmul, swiglu",
+        compare(&gemm, want, |i| scale[i]),
+        Contract::Rel(
+            5e-3,
+            "int8 x and h: Q8_1 here, Q8_K on the CPU; vs Σ_slot w·Σ|down·h|",
+        ),
+    )];
+    for tiles in MOE_MMA_TILES {
+        let got = run(tc.with_matvec_mma(Some(tiles)), work)?;
+        rows.push(row(
+            &format!("moe_mma ({} pairs a pass), {types}", 8 * tiles),
+            shape.to_owned(),
+            "grouped GEMM, per-sub-block order",
+            compare(&got, &gemm, |_| 1.0),
+            Contract::Exact,
+        ));
+    }
+    Ok(rows)
 }
 
 /// The decode kernels in slices of 8 tokens (the plan's path for these shapes) against the

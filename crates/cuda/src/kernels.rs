@@ -52,6 +52,7 @@ pub const HEADERS: &[KernelFile] = &[
     kernel_file!("mmq_tile.cuh"),
     kernel_file!("mmvq.cuh"),
     kernel_file!("mmq_mma.cuh"),
+    kernel_file!("mma_rows.cuh"),
     kernel_file!("attention.cuh"),
 ];
 
@@ -70,6 +71,7 @@ pub const EMBED: KernelFile = kernel_file!("embed.cu");
 pub const GEMM_F32: KernelFile = kernel_file!("gemm_f32.cu");
 pub const MOE_ROUTE: KernelFile = kernel_file!("moe_route.cu");
 pub const MOE_DECODE: KernelFile = kernel_file!("moe_decode.cu");
+pub const MOE_MMA: KernelFile = kernel_file!("moe_mma.cu");
 
 /// Every compilable file (what the CI test compiles).
 pub const FILES: &[KernelFile] = &[
@@ -88,4 +90,5 @@ pub const FILES: &[KernelFile] = &[
     GEMM_F32,
     MOE_ROUTE,
     MOE_DECODE,
+    MOE_MMA,
 ];

@@ -21,7 +21,8 @@
 use super::formats;
 use super::launch::Launcher;
 use super::mmq::{smem_bytes, GemmFn, MMQ_BK};
-use super::{int, stride_blocks, MoeExperts, Quantize};
+use super::moe_mma::{MoeMma, MoeMmaIo};
+use super::{int, stride_blocks, ActQuant, MoeExperts, Quantize};
 use crate::device::CudaDevice;
 use crate::error::{CudaError, DriverContext, Result};
 use crate::kernels::MOE_GEMM;
@@ -175,6 +176,8 @@ pub struct MoeGemm {
     float: (CudaFunction, CudaFunction),
     /// type -> (moe_gate_up_<type>, moe_down_<type>).
     gemms: HashMap<GgmlType, (GemmFn, GemmFn)>,
+    /// The tensor-core mat-vec in place of the tiles (`ExpertGemm::Int8::matvec_mma`).
+    mma: MoeMma,
 }
 
 impl MoeGemm {
@@ -219,6 +222,7 @@ impl MoeGemm {
                 dev.function(&MOE_GEMM, "moe_f32_down")?,
             ),
             gemms,
+            mma: MoeMma::load(dev, launch)?,
         })
     }
 
@@ -258,7 +262,7 @@ impl MoeGemm {
         }
         let ep = experts.epilogue;
         let (alpha, limit) = ep.act_args();
-        let (grouped, x_quant, h_quant, gate_up_order, down_order) = match *how {
+        let (grouped, x_quant, h_quant, gate_up_order, down_order, mma) = match *how {
             ExpertGemm::Float if is_float(experts) && ep.biases.is_none() && limit == 0.0 => {
                 return self.forward_float(x, n, ids, weights, experts, work, out);
             }
@@ -268,7 +272,15 @@ impl MoeGemm {
                 h_quant,
                 gate_up,
                 down,
-            } if !is_float(experts) => (grouped, x_quant, h_quant, gate_up as i32, down as i32),
+                matvec_mma,
+            } if !is_float(experts) => (
+                grouped,
+                x_quant,
+                h_quant,
+                gate_up as i32,
+                down as i32,
+                matvec_mma,
+            ),
             ExpertGemm::Float if is_float(experts) => {
                 return Err(CudaError::Invalid(
                     "moe_gemm: float experts with biases or swiglu_oai (gpt-oss's) have no \
@@ -288,6 +300,9 @@ impl MoeGemm {
             self.build_index(ids, n, work)?;
             self.quantize.rows(x, n, d, x_quant, &mut work.xq)
         })?;
+        if let Some(tiles) = mma {
+            return self.forward_mma(tiles, h_quant, ids, n, weights, experts, work, out);
+        }
         let gate_up_g = &self.gemms[&experts.gate.ty].0;
         let down_g = &self.gemms[&experts.down.ty].1;
         let gate_up = gate_up_g.get(&format!("moe_gate_up for {}", experts.gate.ty))?;
@@ -360,6 +375,48 @@ impl MoeGemm {
             Ok(())
         });
         down_span?;
+        self.combine(work, ids, n, out)
+    }
+
+    /// [`forward`](Self::forward)'s products on the tensor-core mat-vec (`moe_mma.cu`, `tiles`
+    /// column tiles), after the index and x's quantization: the same bits as the grouped GEMM
+    /// in the per-sub-block order.
+    #[allow(clippy::too_many_arguments)]
+    fn forward_mma(
+        &self,
+        tiles: usize,
+        h_quant: ActQuant,
+        ids: &CudaSlice<i32>,
+        n: usize,
+        weights: &CudaSlice<f32>,
+        experts: &MoeExperts,
+        work: &mut MoeWork,
+        out: &mut CudaSlice<f32>,
+    ) -> Result<()> {
+        let st = self.launch.stream().clone();
+        crate::profile::span(&st, "moe.gate_up", || {
+            let io = MoeMmaIo {
+                acts: &work.xq,
+                sorted: &work.sorted,
+                index: &work.index,
+                weights: None,
+                out: &mut work.h,
+            };
+            self.mma.gate_up(tiles, experts, io)
+        })?;
+        crate::profile::span(&st, "moe.down", || {
+            let pairs = n * work.n_used;
+            self.quantize
+                .rows(&work.h, pairs, work.n_ff, h_quant, &mut work.hq)?;
+            let io = MoeMmaIo {
+                acts: &work.hq,
+                sorted: &work.sorted,
+                index: &work.index,
+                weights: Some(weights),
+                out: &mut work.y,
+            };
+            self.mma.down(tiles, experts, io)
+        })?;
         self.combine(work, ids, n, out)
     }
 

@@ -152,8 +152,9 @@ pub struct MoeShape {
     pub down: GgmlType,
     pub n_embd: usize,
     pub n_ff: usize,
-    /// Experts a token uses.
+    /// Experts a token uses, of how many.
     pub n_used: usize,
+    pub n_expert: usize,
 }
 
 impl MoeShape {
@@ -167,6 +168,7 @@ impl MoeShape {
             n_embd: experts.n_embd(),
             n_ff: experts.n_ff,
             n_used: experts.n_used,
+            n_expert: experts.n_expert,
         }
     }
 
@@ -197,35 +199,41 @@ pub enum ExpertGemm {
     /// Float experts: `moe_f32_gate_up` and `moe_f32_down` straight from the routes.
     Float,
     /// The int8 GEMMs: one launch for all experts (`grouped`) or one per expert, in these
-    /// orders, on activations quantized so.
+    /// orders, on activations quantized so. With `matvec_mma`, the tensor-core mat-vec
+    /// (`moe_mma.cu`, column tiles of 8 pairs a pass) in place of the GEMM tiles, for all
+    /// experts at once: the same bits as the grouped GEMM in [`MmqOrder::Subs`], its only order.
     Int8 {
         grouped: bool,
         x_quant: ActQuant,
         h_quant: ActQuant,
         gate_up: MmqOrder,
         down: MmqOrder,
+        matvec_mma: Option<usize>,
     },
 }
 
 impl ExpertGemm {
     /// The same GEMMs, in one launch for all experts or one per expert (float: itself).
     pub fn with_grouped(self, grouped: bool) -> Self {
-        match self {
-            ExpertGemm::Int8 {
-                x_quant,
-                h_quant,
-                gate_up,
-                down,
-                ..
-            } => ExpertGemm::Int8 {
-                grouped,
-                x_quant,
-                h_quant,
-                gate_up,
-                down,
-            },
-            float => float,
+        self.with_int8(|g, _| *g = grouped)
+    }
+
+    /// The same products on the tensor-core mat-vec with `tiles` column tiles, or (`None`) on
+    /// the GEMM tiles (float: itself).
+    pub fn with_matvec_mma(self, tiles: Option<usize>) -> Self {
+        self.with_int8(|_, m| *m = tiles)
+    }
+
+    fn with_int8(mut self, f: impl FnOnce(&mut bool, &mut Option<usize>)) -> Self {
+        if let ExpertGemm::Int8 {
+            grouped,
+            matvec_mma,
+            ..
+        } = &mut self
+        {
+            f(grouped, matvec_mma);
         }
+        self
     }
 }
 

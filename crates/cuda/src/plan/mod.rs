@@ -62,6 +62,10 @@ pub const LANES_MAX_TOKENS: usize = CPU_ORDER_MAX_ROWS;
 /// Ubatches of up to this many rows take the mat-vec kernels and flash-decoding (the decode
 /// work buffers are sized for it): all the rows one mat-vec launch takes.
 pub const DECODE_MAX_ROWS: usize = MMVQ_MAX_COLS;
+/// The most pairs an expert, on average, of a ubatch whose experts take the tensor-core
+/// mat-vec ([`Plan::expert_mma_tiles`]): 64 tokens of OLMoE's top-8 of 64 are 8, of
+/// Qwen3-30B-A3B's top-8 of 128, 4. Past 16 the GEMM's 64-pair tiles are filled well enough.
+pub const MOE_MMA_MAX_PAIRS: usize = 16;
 /// Decode attention's blocks an SM, when the context is long enough to give them work.
 pub const DECODE_BLOCKS_PER_SM: usize = 4;
 /// The fewest keys a flash-decoding split takes at full context.
@@ -531,12 +535,21 @@ impl Plan {
     /// take; the expert GEMMs otherwise (float experts: their f32 kernels, any token count).
     pub fn moe(&self, s: &MoeShape) -> MoePath {
         let decode = !s.is_float() && MoeDecodeWork::supports(s.n_used, s.n_ff);
-        if decode && s.tokens <= MOE_DECODE_MAX_TOKENS {
+        let gemm = self.expert_gemm(s);
+        if matches!(
+            gemm,
+            ExpertGemm::Int8 {
+                matvec_mma: Some(_),
+                ..
+            }
+        ) {
+            MoePath::Gemm(gemm)
+        } else if decode && s.tokens <= MOE_DECODE_MAX_TOKENS {
             MoePath::MatVec(self.expert_matvec(s))
         } else if decode && !MoeGemm::supports_widths(s.gate, s.down, s.n_embd, s.n_ff) {
             MoePath::MatVecSlices(self.expert_matvec(s))
         } else {
-            MoePath::Gemm(self.expert_gemm(s))
+            MoePath::Gemm(gemm)
         }
     }
 
@@ -555,13 +568,39 @@ impl Plan {
         if s.is_float() {
             return ExpertGemm::Float;
         }
+        let (gate_up, down) = (
+            self.expert_order(s.gate, s.n_embd, s.tokens),
+            self.expert_order(s.down, s.n_ff, s.tokens),
+        );
+        let subs = gate_up == MmqOrder::Subs && down == MmqOrder::Subs;
         ExpertGemm::Int8 {
             grouped: self.switches.moe_grouped,
             x_quant: self.act_quant(s.gate, s.n_embd),
             h_quant: self.act_quant(s.down, s.n_ff),
-            gate_up: self.expert_order(s.gate, s.n_embd, s.tokens),
-            down: self.expert_order(s.down, s.n_ff, s.tokens),
+            gate_up,
+            down,
+            matvec_mma: if subs { self.expert_mma_tiles(s) } else { None },
         }
+    }
+
+    /// Whether a ubatch's experts take the tensor-core mat-vec (`FERROLM_MOE_MMA`), and if so
+    /// its column tiles of 8 pairs a pass: passes of several sequences only (its contract is
+    /// the tensor-core one), 2 tokens or more, both formats in the kernel
+    /// ([`MmvqMma::supports`]), at most [`MOE_MMA_MAX_PAIRS`] pairs an expert on average
+    /// (the GEMM tiles above). One tile up to 2 pairs an expert, two above, unless
+    /// `FERROLM_MOE_MMA_TILES` says: an expert's pairs past the tiles take another pass over
+    /// its weights.
+    pub fn expert_mma_tiles(&self, s: &MoeShape) -> Option<usize> {
+        let pairs = s.tokens * s.n_used;
+        let take = self.sequence_batches
+            && self.switches.moe_mma
+            && s.tokens >= 2
+            && s.gate == s.up
+            && pairs <= MOE_MMA_MAX_PAIRS * s.n_expert
+            && MmvqMma::supports(s.gate, s.n_embd)
+            && MmvqMma::supports(s.down, s.n_ff);
+        let auto = if pairs <= 2 * s.n_expert { 1 } else { 2 };
+        take.then(|| self.switches.moe_mma_tiles.unwrap_or(auto))
     }
 
     /// The router logits of `n` tokens of `n_embd`: the mat-vec kernel for a few tokens (with

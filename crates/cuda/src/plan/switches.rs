@@ -82,6 +82,13 @@ pub struct Switches {
     /// `FERROLM_MMVQ_MMA_TILES`: weight-row tiles of 16 a warp of that kernel takes (1 or 2;
     /// two exist from 33 rows, below which 2 means 1); `None`: the plan's choice by rows.
     pub mma_row_tiles: Option<usize>,
+    /// `FERROLM_MOE_MMA`: a batched decode step's experts on the tensor-core mat-vec
+    /// (`moe_mma.cu`: each expert's weights read once into MMA fragments for its few pairs)
+    /// where both formats have one; else the decode kernels (up to 8 tokens) or the GEMM.
+    pub moe_mma: bool,
+    /// `FERROLM_MOE_MMA_TILES`: column tiles of 8 pairs that kernel takes a pass (1, 2 or 4);
+    /// `None`: the plan's choice by pairs an expert.
+    pub moe_mma_tiles: Option<usize>,
     /// `FERROLM_CUDA_PROFILE`: stage timing from CUDA events (turns graphs off).
     pub profile: bool,
 }
@@ -112,6 +119,8 @@ impl Default for Switches {
             split_k: true,
             mma_matvec: true,
             mma_row_tiles: None,
+            moe_mma: true,
+            moe_mma_tiles: None,
             profile: false,
         }
     }
@@ -237,6 +246,11 @@ impl Switches {
             split_k: flag(env, "FERROLM_MMQ_SPLIT_K", true)?,
             mma_matvec: flag(env, "FERROLM_MMVQ_MMA", true)?,
             mma_row_tiles: count(env, "FERROLM_MMVQ_MMA_TILES", 1..=2)?,
+            moe_mma: flag(env, "FERROLM_MOE_MMA", true)?,
+            moe_mma_tiles: match count(env, "FERROLM_MOE_MMA_TILES", 1..=4)? {
+                Some(3) => return Err(bad("FERROLM_MOE_MMA_TILES", "3", "auto, 1, 2 or 4")),
+                t => t,
+            },
             profile: flag(env, "FERROLM_CUDA_PROFILE", false)?,
         })
     }
@@ -266,7 +280,10 @@ impl fmt::Display for Switches {
         let row_tiles = self
             .mma_row_tiles
             .map_or("auto".to_owned(), |k| k.to_string());
-        let lines: [(&str, &str, &str); 24] = [
+        let moe_tiles = self
+            .moe_mma_tiles
+            .map_or("auto".to_owned(), |k| k.to_string());
+        let lines: [(&str, &str, &str); 26] = [
             (
                 "FERROLM_CUDA_MMQ",
                 bit(self.mmq),
@@ -373,6 +390,16 @@ impl fmt::Display for Switches {
                 "FERROLM_MMVQ_MMA_TILES",
                 &row_tiles,
                 "16-row tiles a warp of the tensor-core mat-vec takes",
+            ),
+            (
+                "FERROLM_MOE_MMA",
+                bit(self.moe_mma),
+                "batched decode's experts on the tensor-core mat-vec",
+            ),
+            (
+                "FERROLM_MOE_MMA_TILES",
+                &moe_tiles,
+                "8-pair column tiles a pass of the experts' mat-vec",
             ),
             (
                 "FERROLM_CUDA_PROFILE",

@@ -128,7 +128,7 @@ fn tile_names() {
 #[test]
 fn display_prints_every_switch() {
     let text = plan(&[("FERROLM_MMQ_TILE", "128x64")]).to_string();
-    assert_eq!(text.lines().count(), 26, "{text}");
+    assert_eq!(text.lines().count(), 28, "{text}");
     assert!(text.contains("132 SMs, cc 9.0"));
     assert!(text
         .lines()
@@ -429,6 +429,7 @@ fn moe_path_by_tokens() {
         n_embd,
         n_ff,
         n_used: 8,
+        n_expert: 64,
     };
     let q8k = ActQuant::Q8K;
     for (n_embd, n_ff) in [(2048, 1024), (2048, 768)] {
@@ -449,6 +450,7 @@ fn moe_path_by_tokens() {
                     h_quant: q8k,
                     gate_up,
                     down: down_order,
+                    matvec_mma: None,
                 });
                 assert_eq!(p.moe(&shape(n, n_embd, n_ff, down)), want, "{n} tokens");
             }
@@ -502,6 +504,7 @@ fn moe_switches() {
         n_embd: 2048,
         n_ff: 1024,
         n_used: 8,
+        n_expert: 64,
     };
     let unfused = plan(&[("FERROLM_MOE_FUSED", "0"), ("FERROLM_MMVQ_WIDE", "0")]);
     assert!(matches!(unfused.moe(&s(1)), MoePath::MatVec(m) if !m.fused && !m.wide));
@@ -509,6 +512,77 @@ fn moe_switches() {
     assert!(matches!(
         per_expert.moe(&s(512)),
         MoePath::Gemm(ExpertGemm::Int8 { grouped: false, .. })
+    ));
+}
+
+/// A batched step's experts take the tensor-core mat-vec from 2 tokens to 16 pairs an expert on
+/// average (OLMoE: 64 experts, top-8), in the per-sub-block order only; a single sequence's
+/// ubatch keeps the decode kernels and the GEMM.
+#[test]
+fn batched_steps_take_the_expert_mma() {
+    let s = |tokens, down| MoeShape {
+        tokens,
+        gate: Q4K,
+        up: Q4K,
+        down,
+        n_embd: 2048,
+        n_ff: 1024,
+        n_used: 8,
+        n_expert: 64,
+    };
+    let mma = |p: &Plan, tokens, down| match p.moe(&s(tokens, down)) {
+        MoePath::Gemm(ExpertGemm::Int8 { matvec_mma, .. }) => matvec_mma,
+        _ => None,
+    };
+    let batches = plan(&[]).for_sequence_batches();
+    for down in [Q4K, Q6K] {
+        assert!(matches!(batches.moe(&s(1, down)), MoePath::MatVec(_)));
+        assert_eq!(mma(&batches, 2, down), Some(1));
+        assert_eq!(mma(&batches, 16, down), Some(1), "2 pairs an expert");
+        assert_eq!(mma(&batches, 17, down), Some(2));
+        assert_eq!(mma(&batches, 128, down), Some(2), "16 pairs an expert");
+        let gemm = batches.moe(&s(129, down));
+        assert!(matches!(
+            gemm,
+            MoePath::Gemm(ExpertGemm::Int8 {
+                matvec_mma: None,
+                gate_up: Subs,
+                ..
+            })
+        ));
+    }
+    let want = MoePath::Gemm(ExpertGemm::Int8 {
+        grouped: true,
+        x_quant: ActQuant::Q8K,
+        h_quant: ActQuant::Q8K,
+        gate_up: Subs,
+        down: Subs,
+        matvec_mma: Some(1),
+    });
+    assert_eq!(batches.moe(&s(8, Q6K)), want);
+    // A single sequence's 8 tokens: the decode kernels, whose bits it keeps.
+    assert!(matches!(plan(&[]).moe(&s(8, Q6K)), MoePath::MatVec(_)));
+    let off = plan(&[("FERROLM_MOE_MMA", "0")]).for_sequence_batches();
+    assert!(matches!(off.moe(&s(8, Q6K)), MoePath::MatVec(_)));
+    assert_eq!(mma(&off, 64, Q6K), None);
+    let four = plan(&[("FERROLM_MOE_MMA_TILES", "4")]).for_sequence_batches();
+    assert_eq!(mma(&four, 8, Q6K), Some(4));
+    assert!(err(&[("FERROLM_MOE_MMA_TILES", "3")]).contains("1, 2 or 4"));
+    // The CPU's integer-scale order, forced: the kernel has only the per-sub-block one.
+    let cpu_order = plan(&[("FERROLM_CUDA_INT_SCALES", "1")]).for_sequence_batches();
+    assert_eq!(mma(&cpu_order, 64, Q6K), None);
+    // A down format without the kernel (Q8_0), or widths not whole super-blocks: the others.
+    assert_eq!(mma(&batches, 64, Q8_0), None);
+    let odd = MoeShape {
+        n_ff: 1056,
+        ..s(64, Q6K)
+    };
+    assert!(!matches!(
+        batches.moe(&odd),
+        MoePath::Gemm(ExpertGemm::Int8 {
+            matvec_mma: Some(_),
+            ..
+        })
     ));
 }
 

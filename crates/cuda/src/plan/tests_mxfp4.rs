@@ -44,6 +44,7 @@ fn mxfp4_experts() {
         n_embd,
         n_ff,
         n_used: 4,
+        n_expert: 32,
     };
     let how = ExpertMatVec {
         fused: true,
@@ -60,6 +61,7 @@ fn mxfp4_experts() {
         h_quant: ActQuant::Q8_1,
         gate_up: Subs,
         down: Subs,
+        matvec_mma: None,
     });
     assert_eq!(p.moe(&shape(512, 2048, 1024)), gemm);
     assert_eq!(p.moe(&shape(512, 2880, 2880)), gemm);
