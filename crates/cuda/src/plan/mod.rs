@@ -63,9 +63,10 @@ pub const LANES_MAX_TOKENS: usize = CPU_ORDER_MAX_ROWS;
 /// work buffers are sized for it): all the rows one mat-vec launch takes.
 pub const DECODE_MAX_ROWS: usize = MMVQ_MAX_COLS;
 /// The most pairs an expert, on average, of a ubatch whose experts take the tensor-core
-/// mat-vec ([`Plan::expert_mma_tiles`]): 64 tokens of OLMoE's top-8 of 64 are 8, of
-/// Qwen3-30B-A3B's top-8 of 128, 4. Past 16 the GEMM's 64-pair tiles are filled well enough.
-pub const MOE_MMA_MAX_PAIRS: usize = 16;
+/// mat-vec ([`Plan::expert_mma_tiles`]): OLMoE's (top-8 of 64) up to 16 tokens. On the H200
+/// (docs/perf.md, session 14) it gave 8 tokens 1.78× the decode kernels' speed and 16 level,
+/// but lost to the grouped GEMM at 32 and 64 tokens (4 and 8 pairs an expert): 0.92×, 0.75×.
+pub const MOE_MMA_MAX_PAIRS: usize = 2;
 /// Decode attention's blocks an SM, when the context is long enough to give them work.
 pub const DECODE_BLOCKS_PER_SM: usize = 4;
 /// The fewest keys a flash-decoding split takes at full context.
@@ -587,9 +588,8 @@ impl Plan {
     /// its column tiles of 8 pairs a pass: passes of several sequences only (its contract is
     /// the tensor-core one), 2 tokens or more, both formats in the kernel
     /// ([`MmvqMma::supports`]), at most [`MOE_MMA_MAX_PAIRS`] pairs an expert on average
-    /// (the GEMM tiles above). One tile up to 2 pairs an expert, two above, unless
-    /// `FERROLM_MOE_MMA_TILES` says: an expert's pairs past the tiles take another pass over
-    /// its weights.
+    /// (the GEMM tiles above). One column tile a pass, unless `FERROLM_MOE_MMA_TILES` says: an
+    /// expert's pairs past the tiles take another pass over its weights.
     pub fn expert_mma_tiles(&self, s: &MoeShape) -> Option<usize> {
         let pairs = s.tokens * s.n_used;
         let take = self.sequence_batches
@@ -599,8 +599,7 @@ impl Plan {
             && pairs <= MOE_MMA_MAX_PAIRS * s.n_expert
             && MmvqMma::supports(s.gate, s.n_embd)
             && MmvqMma::supports(s.down, s.n_ff);
-        let auto = if pairs <= 2 * s.n_expert { 1 } else { 2 };
-        take.then(|| self.switches.moe_mma_tiles.unwrap_or(auto))
+        take.then(|| self.switches.moe_mma_tiles.unwrap_or(1))
     }
 
     /// The router logits of `n` tokens of `n_embd`: the mat-vec kernel for a few tokens (with

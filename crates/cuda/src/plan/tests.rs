@@ -515,7 +515,7 @@ fn moe_switches() {
     ));
 }
 
-/// A batched step's experts take the tensor-core mat-vec from 2 tokens to 16 pairs an expert on
+/// A batched step's experts take the tensor-core mat-vec from 2 tokens to 2 pairs an expert on
 /// average (OLMoE: 64 experts, top-8), in the per-sub-block order only; a single sequence's
 /// ubatch keeps the decode kernels and the GEMM.
 #[test]
@@ -539,9 +539,7 @@ fn batched_steps_take_the_expert_mma() {
         assert!(matches!(batches.moe(&s(1, down)), MoePath::MatVec(_)));
         assert_eq!(mma(&batches, 2, down), Some(1));
         assert_eq!(mma(&batches, 16, down), Some(1), "2 pairs an expert");
-        assert_eq!(mma(&batches, 17, down), Some(2));
-        assert_eq!(mma(&batches, 128, down), Some(2), "16 pairs an expert");
-        let gemm = batches.moe(&s(129, down));
+        let gemm = batches.moe(&s(17, down));
         assert!(matches!(
             gemm,
             MoePath::Gemm(ExpertGemm::Int8 {
@@ -564,13 +562,13 @@ fn batched_steps_take_the_expert_mma() {
     assert!(matches!(plan(&[]).moe(&s(8, Q6K)), MoePath::MatVec(_)));
     let off = plan(&[("FERROLM_MOE_MMA", "0")]).for_sequence_batches();
     assert!(matches!(off.moe(&s(8, Q6K)), MoePath::MatVec(_)));
-    assert_eq!(mma(&off, 64, Q6K), None);
+    assert_eq!(mma(&off, 16, Q6K), None);
     let four = plan(&[("FERROLM_MOE_MMA_TILES", "4")]).for_sequence_batches();
     assert_eq!(mma(&four, 8, Q6K), Some(4));
     assert!(err(&[("FERROLM_MOE_MMA_TILES", "3")]).contains("1, 2 or 4"));
     // The CPU's integer-scale order, forced: the kernel has only the per-sub-block one.
     let cpu_order = plan(&[("FERROLM_CUDA_INT_SCALES", "1")]).for_sequence_batches();
-    assert_eq!(mma(&cpu_order, 64, Q6K), None);
+    assert_eq!(mma(&cpu_order, 16, Q6K), None);
     // A down format without the kernel (Q8_0), or widths not whole super-blocks: the others.
     assert_eq!(mma(&batches, 64, Q8_0), None);
     let odd = MoeShape {
