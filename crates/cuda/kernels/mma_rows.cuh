@@ -200,3 +200,19 @@ template <> struct MmaRows<GGML_TYPE_Q6_K> {
         }
     }
 };
+
+// sy = d_y Σq_y of the thread's two columns (2t, 2t + 1) of a sub-block whose B fragment is b,
+// for formats with a minimum (Σq_y from an MMA against all-ones weights); zeros for the others,
+// whose `dot` does not read them.
+template <int TYPE>
+static __device__ __forceinline__ void act_sums(const int (&b)[2], const float (&dy)[2],
+                                                float (&sy)[2]) {
+    sy[0] = sy[1] = 0.0f;
+    if constexpr (WeightFormat<TYPE>::has_min) {
+        const int ones[4] = {0x01010101, 0x01010101, 0x01010101, 0x01010101};
+        int ys[4] = {MMQ_BIAS, MMQ_BIAS, MMQ_BIAS, MMQ_BIAS};
+        mma_s8_k32(ys, ones, b);
+        sy[0] = __fmul_rn(dy[0], mmq_unbias(ys[0]));
+        sy[1] = __fmul_rn(dy[1], mmq_unbias(ys[1]));
+    }
+}

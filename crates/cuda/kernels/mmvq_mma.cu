@@ -145,15 +145,8 @@ static __device__ __forceinline__ void mma_matvec(const void *__restrict__ vx,
                 const bool q8k = flags & MMA_MV_Q8K_SCALES;
                 const float dy[2] = {q8k ? dsb[nt][0] : yrow(8 * nt + 2 * t)[yb].d,
                                      q8k ? dsb[nt][1] : yrow(8 * nt + 2 * t + 1)[yb].d};
-                float sy[2] = {0.0f, 0.0f};
-                if constexpr (WeightFormat<TYPE>::has_min) {
-                    // Σq_y of columns 2t, 2t + 1: an MMA against all-ones weights.
-                    const int ones[4] = {0x01010101, 0x01010101, 0x01010101, 0x01010101};
-                    int ys[4] = {MMQ_BIAS, MMQ_BIAS, MMQ_BIAS, MMQ_BIAS};
-                    mma_s8_k32(ys, ones, b);
-                    sy[0] = __fmul_rn(dy[0], mmq_unbias(ys[0]));
-                    sy[1] = __fmul_rn(dy[1], mmq_unbias(ys[1]));
-                }
+                float sy[2];
+                act_sums<TYPE>(b, dy, sy);
 #pragma unroll
                 for (int mt = 0; mt < MT; ++mt) {
                     R::dot(f[mt], b, dy, sy, *(float(*)[4])(acc + 4 * (mt * NT + nt)));

@@ -92,15 +92,8 @@ moe_mma_tile(const typename MmaRows<TYPE>::block *const (&w)[NMAT], const block_
                 // a lane its 8 code bytes in one load.
                 R::acts(y + yb[nt] + blk, t, s % 2 == 1, b);
                 const float dy[2] = {y[yd[nt][0] + blk].d, y[yd[nt][1] + blk].d};
-                float sy[2] = {0.0f, 0.0f};
-                if constexpr (WeightFormat<TYPE>::has_min) {
-                    // Σq_y of columns 2t, 2t + 1: an MMA against all-ones weights.
-                    const int ones[4] = {0x01010101, 0x01010101, 0x01010101, 0x01010101};
-                    int ys[4] = {MMQ_BIAS, MMQ_BIAS, MMQ_BIAS, MMQ_BIAS};
-                    mma_s8_k32(ys, ones, b);
-                    sy[0] = __fmul_rn(dy[0], mmq_unbias(ys[0]));
-                    sy[1] = __fmul_rn(dy[1], mmq_unbias(ys[1]));
-                }
+                float sy[2];
+                act_sums<TYPE>(b, dy, sy);
 #pragma unroll
                 for (int m = 0; m < NMAT; ++m) {
                     R::dot(f[m], b, dy, sy, acc[m][nt]);
