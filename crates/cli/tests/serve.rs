@@ -121,6 +121,18 @@ fn load_32_clients_match_the_single_request_and_leak_no_slots() {
     );
 }
 
+/// The HTTP load that issue 16 measures on the GPU, small: streamed requests sent at once,
+/// `ignore_eos` holding each to exactly `max_tokens` (the client checks), TTFT and rates.
+#[test]
+fn streamed_load_with_ignore_eos_runs_every_request_to_max_tokens() {
+    let server = Server::start(&["--parallel", "4"]);
+    let out = python_client(&server, &["stream_load", "4", "40", "12"]);
+    let v: serde_json::Value = serde_json::from_str(out.trim()).expect("one JSON line");
+    assert!(v["ttft_p99_s"].as_f64().unwrap() > 0.0, "{out}");
+    assert!(v["aggregate_tok_per_s"].as_f64().unwrap() > 0.0, "{out}");
+    assert_eq!(server.metric("ferrolm_generated_tokens_total"), 160.0);
+}
+
 #[test]
 fn faults_get_4xx_429_413_and_disconnects_free_slots() {
     let server = Server::start(&[

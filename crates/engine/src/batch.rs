@@ -7,6 +7,7 @@
 use crate::model::Model;
 use crate::session::{EngineError, Logits};
 use ferrolm_model::backend::SeqRows;
+use rayon::prelude::*;
 
 /// The KV cache of one sequence, on the model's device.
 pub type SeqCache = crate::model::Cache;
@@ -71,12 +72,19 @@ impl Model<'_> {
             })
             .collect();
         let all = self.forward_rows(&mut rows, &tokens, &positions, &logit_rows)?;
-        let mut out = Vec::with_capacity(seqs.len());
-        let mut at = 0;
-        for n in n_logits {
-            out.push(all[at * n_vocab..(at + n) * n_vocab].to_vec());
-            at += n;
-        }
-        Ok(out)
+        // Each sequence's rows copied out on all cores: at 64 sequences of a 150k vocabulary
+        // that is 39 MB a step, milliseconds on one thread beside a GPU step of a few.
+        let starts: Vec<usize> = n_logits
+            .iter()
+            .scan(0, |at, &n| {
+                *at += n;
+                Some(*at - n)
+            })
+            .collect();
+        Ok(starts
+            .par_iter()
+            .zip(n_logits.par_iter())
+            .map(|(&at, &n)| all[at * n_vocab..(at + n) * n_vocab].to_vec())
+            .collect())
     }
 }

@@ -35,6 +35,9 @@ pub struct GenParams {
     pub logprobs: Option<usize>,
     /// Structured output (`response_format`, `grammar`), compiled before the job is queued.
     pub constraint: Option<Constraint>,
+    /// `ignore_eos` (llama.cpp's and vLLM's extension, for load tests): end-of-generation
+    /// tokens are never sampled, so a request runs to `max_tokens` (or a grammar's end).
+    pub ignore_eos: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -67,6 +70,7 @@ const COMMON: &[&str] = &[
     "user",
     "response_format",
     "grammar",
+    "ignore_eos",
 ];
 const CHAT_ONLY: &[&str] = &[
     "messages",
@@ -231,6 +235,7 @@ fn params(endpoint: Endpoint, f: &Fields) -> Result<GenParams, ApiError> {
         frequency_penalty: f.number("frequency_penalty", -2.0, 2.0)?.unwrap_or(0.0) as f32,
         logprobs,
         constraint: structured::parse(f.0)?,
+        ignore_eos: f.boolean("ignore_eos")?.unwrap_or(false),
     })
 }
 
@@ -476,6 +481,11 @@ mod tests {
             ),
             (
                 Completions,
+                r#"{"model":"m","prompt":"x","ignore_eos":"yes"}"#,
+                Some("ignore_eos"),
+            ),
+            (
+                Completions,
                 r#"{"model":"m","prompt":["a","b"]}"#,
                 Some("prompt"),
             ),
@@ -511,7 +521,7 @@ mod tests {
                 "stream":true,"stream_options":{"include_usage":true},"max_tokens":5,
                 "temperature":0,"top_p":0.9,"top_k":4,"min_p":0.1,"stop":["x","y"],"seed":7,
                 "presence_penalty":0.5,"frequency_penalty":-0.5,"logprobs":true,
-                "top_logprobs":2,"n":1,"user":null}"#,
+                "top_logprobs":2,"n":1,"user":null,"ignore_eos":true}"#,
         )
         .unwrap();
         assert!(r.stream && r.include_usage);
@@ -522,6 +532,7 @@ mod tests {
         assert_eq!(p.sampler.seed, 7);
         assert_eq!(p.stop, ["x", "y"]);
         assert_eq!(p.logprobs, Some(2));
+        assert!(p.ignore_eos);
         let Prompt::Chat(m) = r.prompt else {
             panic!("a chat prompt")
         };

@@ -32,6 +32,7 @@ use crate::sequence::Sequence;
 use crate::{Engine, ServeOptions};
 use ferrolm_engine::constraint::{overlap, Grammar};
 use ferrolm_engine::{EngineError, Logits, SeqCache, SeqInput};
+use rayon::prelude::*;
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -470,6 +471,7 @@ impl Scheduler {
                 return;
             }
         };
+        let mut step_logits: Vec<Option<Vec<f32>>> = vec![None; self.slots.len()];
         for (&(i, n, _), l) in plan.iter().zip(logits) {
             let slot = &mut self.slots[i];
             let seq = slot.seq.as_mut().expect("planned slots are active");
@@ -480,12 +482,25 @@ impl Scheduler {
             }
             slot.tokens.extend_from_slice(seq.input(n).0);
             seq.advance(n);
-            if l.is_empty() {
-                continue;
+            if !l.is_empty() {
+                step_logits[i] = Some(l);
             }
-            if let Some(reason) = seq.on_logits(&l, self.engine.tok) {
-                self.finish(i, reason);
-            }
+        }
+        // Each sequence samples from its own logits: on all cores, since at many sequences
+        // a step's sampling on one thread would take as long as a GPU's forward pass.
+        let tok = self.engine.tok;
+        let finished: Vec<(usize, FinishReason)> = self
+            .slots
+            .par_iter_mut()
+            .zip(step_logits.par_iter())
+            .enumerate()
+            .filter_map(|(i, (slot, l))| {
+                let seq = slot.seq.as_mut()?;
+                seq.on_logits(l.as_deref()?, tok).map(|r| (i, r))
+            })
+            .collect();
+        for (i, reason) in finished {
+            self.finish(i, reason);
         }
         self.publish_active();
     }

@@ -131,6 +131,14 @@ impl Sequence {
                 *l -= p.presence_penalty + p.frequency_penalty * c as f32;
             }
         }
+        if p.ignore_eos {
+            // As llama.cpp's server does: the end tokens' logits to -inf, so never sampled.
+            for t in tok.eog_ids() {
+                if let Some(l) = logits.get_mut(t as usize) {
+                    *l = f32::NEG_INFINITY;
+                }
+            }
+        }
         let mask = match self.constrained.as_mut().map(|c| {
             c.compute_mask();
             c.mask.take().expect("computed")

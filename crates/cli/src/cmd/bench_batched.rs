@@ -232,6 +232,7 @@ impl Bench<'_, '_> {
             self.prefill(&mut caches, &prompt)?;
         }
         let t_pp = t0.elapsed().as_secs_f64();
+        ferrolm_engine::cuda_profile::reset();
         let t1 = Instant::now();
         let token = [0u32];
         for i in 0..tg {
@@ -246,7 +247,16 @@ impl Bench<'_, '_> {
                 .collect();
             self.model.forward_batch(&mut seqs)?;
         }
-        Ok((t_pp, t1.elapsed().as_secs_f64()))
+        let t_tg = t1.elapsed().as_secs_f64();
+        if ferrolm_engine::cuda_profile::enabled() && tg > 0 {
+            // FERROLM_CUDA_PROFILE: device time per stage of one TG step, beside its wall time.
+            eprintln!(
+                "\nstages of one TG step (B {pl}, graphs off; wall {:.3} ms a step):\n{}",
+                1e3 * t_tg / tg as f64,
+                ferrolm_engine::cuda_profile::report(tg)
+            );
+        }
+        Ok((t_pp, t_tg))
     }
 
     /// Every cache's `prompt`, the sequences' tokens one after another in passes of at most

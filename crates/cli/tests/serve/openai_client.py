@@ -8,6 +8,11 @@ Usage: openai_client.py BASE_URL MODEL MODE [ARGS]
   MODE load CLIENTS REQUESTS MAX_TOKENS [--count-mismatches]: concurrent greedy clients; every
        answer must equal the single-request answer (or, with the flag, mismatches are only
        counted). Prints one JSON line of figures (latency p50/p99, tokens/s).
+  MODE stream_load CLIENTS MAX_TOKENS PROMPT_WORDS: CLIENTS streamed completions sent at once,
+       each a prompt of about PROMPT_WORDS words and `ignore_eos`, so every one must stream
+       exactly MAX_TOKENS tokens. Prints one JSON line: time to first token (p50/p99), the
+       aggregate rate over the whole run, and the rate while all of them were decoding (from the
+       last first token to the first finished stream: what llama-batched-bench's S_TG measures).
 Exits non-zero with a message on the first failed check.
 """
 
@@ -253,11 +258,68 @@ def load(clients, requests, max_tokens, strict):
     }))
 
 
+def stream_load(clients, max_tokens, prompt_words):
+    words = "the quick brown fox jumps over the lazy dog and runs far away".split()
+    start = threading.Barrier(clients + 1)
+    runs, errors = [None] * clients, []
+
+    def one(i):
+        # Each prompt its own (a number first), so that no prefix is shared between them.
+        prompt = f"{i}: " + " ".join(words[(i + k) % len(words)] for k in range(prompt_words))
+        try:
+            start.wait()
+            t0 = time.monotonic()
+            stamps, usage, finish = [], None, None
+            for ch in client.completions.create(
+                    model=MODEL, prompt=prompt, max_tokens=max_tokens, temperature=0, stream=True,
+                    stream_options={"include_usage": True}, extra_body={"ignore_eos": True}):
+                if ch.choices:
+                    stamps.append(time.monotonic())
+                    finish = ch.choices[0].finish_reason or finish
+                if ch.usage is not None:
+                    usage = ch.usage
+            runs[i] = (t0, stamps, usage, finish)
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(repr(e))
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(clients)]
+    for t in threads:
+        t.start()
+    start.wait()
+    t0 = time.monotonic()
+    for t in threads:
+        t.join()
+    wall = time.monotonic() - t0
+    check(not errors, f"{len(errors)} failed requests, first: {errors[:1]}")
+    for t_sent, stamps, usage, finish in runs:
+        check(usage is not None and usage.completion_tokens == max_tokens,
+              f"ignore_eos: {usage} tokens, not {max_tokens}")
+        check(finish == "length", f"finish_reason {finish}")
+    ttft = sorted(r[1][0] - r[0] for r in runs)
+    first_all = max(r[1][0] for r in runs)   # every stream has its first token
+    end_first = min(r[1][-1] for r in runs)  # the first stream is done
+    tokens = clients * max_tokens
+    # Tokens are streamed as text: a chunk may carry several when a token does not end a
+    # character, so the window counts usage's tokens in proportion to the chunks in it.
+    in_window = sum(sum(first_all < s <= end_first for s in r[1]) * max_tokens / len(r[1])
+                    for r in runs)
+    print(json.dumps({
+        "clients": clients, "max_tokens": max_tokens, "wall_s": round(wall, 3),
+        "ttft_p50_s": round(ttft[len(ttft) // 2], 3),
+        "ttft_p99_s": round(ttft[min(len(ttft) - 1, int(len(ttft) * 0.99))], 3),
+        "aggregate_tok_per_s": round(tokens / wall, 1),
+        "decode_window_s": round(end_first - first_all, 3),
+        "decode_tok_per_s": round(in_window / (end_first - first_all), 1) if end_first > first_all else None,
+    }))
+
+
 if MODE == "api":
     api()
 elif MODE == "tools":
     tools()
 elif MODE == "load":
     load(int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6]), "--count-mismatches" not in sys.argv)
+elif MODE == "stream_load":
+    stream_load(int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6]))
 else:
     sys.exit(f"unknown mode {MODE}")

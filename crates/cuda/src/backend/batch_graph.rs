@@ -137,8 +137,10 @@ impl CudaModel {
 
     /// The first `n` rows of padded logits.
     fn first_logits(&self, logits: &CudaAct, n: usize) -> Result<Vec<f32>> {
-        let mut v = self.backend.to_host(logits)?;
-        v.truncate(n * self.config().n_vocab);
-        Ok(v)
+        let b = &self.backend;
+        crate::profile::span(b.device().stream(), "to_host", || {
+            b.device()
+                .download_f32(logits.buf(), n * self.config().n_vocab)
+        })
     }
 }

@@ -588,7 +588,7 @@ impl Plan {
     /// its column tiles of 8 pairs a pass: passes of several sequences only (its contract is
     /// the tensor-core one), 2 tokens or more, both formats in the kernel
     /// ([`MmvqMma::supports`]), at most [`MOE_MMA_MAX_PAIRS`] pairs an expert on average
-    /// (the GEMM tiles above). One column tile a pass, unless `FERROLM_MOE_MMA_TILES` says: an
+    /// (`FERROLM_MOE_MMA_PAIRS` says otherwise; the GEMM tiles above). One column tile a pass, unless `FERROLM_MOE_MMA_TILES` says: an
     /// expert's pairs past the tiles take another pass over its weights.
     pub fn expert_mma_tiles(&self, s: &MoeShape) -> Option<usize> {
         let pairs = s.tokens * s.n_used;
@@ -596,7 +596,7 @@ impl Plan {
             && self.switches.moe_mma
             && s.tokens >= 2
             && s.gate == s.up
-            && pairs <= MOE_MMA_MAX_PAIRS * s.n_expert
+            && pairs <= self.switches.moe_mma_pairs.unwrap_or(MOE_MMA_MAX_PAIRS) * s.n_expert
             && MmvqMma::supports(s.gate, s.n_embd)
             && MmvqMma::supports(s.down, s.n_ff);
         take.then(|| self.switches.moe_mma_tiles.unwrap_or(1))

@@ -89,6 +89,9 @@ pub struct Switches {
     /// `FERROLM_MOE_MMA_TILES`: column tiles of 8 pairs that kernel takes a pass (1, 2 or 4);
     /// `None`: the plan's choice by pairs an expert.
     pub moe_mma_tiles: Option<usize>,
+    /// `FERROLM_MOE_MMA_PAIRS`: the most pairs an expert, on average, for which a step's
+    /// experts take that kernel (1-64); `None`: [`MOE_MMA_MAX_PAIRS`](super::MOE_MMA_MAX_PAIRS).
+    pub moe_mma_pairs: Option<usize>,
     /// `FERROLM_CUDA_PROFILE`: stage timing from CUDA events (turns graphs off).
     pub profile: bool,
 }
@@ -121,6 +124,7 @@ impl Default for Switches {
             mma_row_tiles: None,
             moe_mma: true,
             moe_mma_tiles: None,
+            moe_mma_pairs: None,
             profile: false,
         }
     }
@@ -251,6 +255,7 @@ impl Switches {
                 Some(3) => return Err(bad("FERROLM_MOE_MMA_TILES", "3", "auto, 1, 2 or 4")),
                 t => t,
             },
+            moe_mma_pairs: count(env, "FERROLM_MOE_MMA_PAIRS", 1..=64)?,
             profile: flag(env, "FERROLM_CUDA_PROFILE", false)?,
         })
     }
@@ -283,7 +288,10 @@ impl fmt::Display for Switches {
         let moe_tiles = self
             .moe_mma_tiles
             .map_or("auto".to_owned(), |k| k.to_string());
-        let lines: [(&str, &str, &str); 26] = [
+        let moe_pairs = self
+            .moe_mma_pairs
+            .map_or("auto".to_owned(), |k| k.to_string());
+        let lines: [(&str, &str, &str); 27] = [
             (
                 "FERROLM_CUDA_MMQ",
                 bit(self.mmq),
@@ -400,6 +408,11 @@ impl fmt::Display for Switches {
                 "FERROLM_MOE_MMA_TILES",
                 &moe_tiles,
                 "8-pair column tiles a pass of the experts' mat-vec",
+            ),
+            (
+                "FERROLM_MOE_MMA_PAIRS",
+                &moe_pairs,
+                "most pairs an expert (average) for the experts' mat-vec",
             ),
             (
                 "FERROLM_CUDA_PROFILE",

@@ -128,7 +128,7 @@ fn tile_names() {
 #[test]
 fn display_prints_every_switch() {
     let text = plan(&[("FERROLM_MMQ_TILE", "128x64")]).to_string();
-    assert_eq!(text.lines().count(), 28, "{text}");
+    assert_eq!(text.lines().count(), 29, "{text}");
     assert!(text.contains("132 SMs, cc 9.0"));
     assert!(text
         .lines()
@@ -566,6 +566,10 @@ fn batched_steps_take_the_expert_mma() {
     let four = plan(&[("FERROLM_MOE_MMA_TILES", "4")]).for_sequence_batches();
     assert_eq!(mma(&four, 8, Q6K), Some(4));
     assert!(err(&[("FERROLM_MOE_MMA_TILES", "3")]).contains("1, 2 or 4"));
+    // More pairs an expert than the default limit, when asked.
+    assert_eq!(mma(&batches, 32, Q6K), None);
+    let eight = plan(&[("FERROLM_MOE_MMA_PAIRS", "8")]).for_sequence_batches();
+    assert_eq!(mma(&eight, 32, Q6K), Some(1));
     // The CPU's integer-scale order, forced: the kernel has only the per-sub-block one.
     let cpu_order = plan(&[("FERROLM_CUDA_INT_SCALES", "1")]).for_sequence_batches();
     assert_eq!(mma(&cpu_order, 16, Q6K), None);
