@@ -271,8 +271,8 @@ impl CudaDevice {
     }
 
     /// The first `n` elements of `dev` (a step's logits, without a padded batch's rows).
-    /// Pageable: with a page-locked buffer copied through, batched steps of 16-64 sequences
-    /// ran 10-15% slower on the H200 machine than before it (docs/perf.md, issue 16).
+    /// Pageable: with a page-locked buffer copied through, qwen3-8b's batched steps of 16-64
+    /// sequences ran 12-24% slower on the H200 machine (docs/perf.md, issue 16).
     pub fn download_f32(&self, dev: &CudaSlice<f32>, n: usize) -> Result<Vec<f32>> {
         self.stream
             .clone_dtoh(&dev.slice(..n.min(dev.len())))

@@ -291,7 +291,7 @@ def stream_load(clients, max_tokens, prompt_words):
         t.join()
     wall = time.monotonic() - t0
     check(not errors, f"{len(errors)} failed requests, first: {errors[:1]}")
-    for t_sent, stamps, usage, finish in runs:
+    for _, _, usage, finish in runs:
         check(usage is not None and usage.completion_tokens == max_tokens,
               f"ignore_eos: {usage} tokens, not {max_tokens}")
         check(finish == "length", f"finish_reason {finish}")

@@ -16,7 +16,6 @@ use crate::error::{DriverContext, Result};
 use crate::ops::RowsTable;
 use cudarc::driver::{sys, CudaGraph};
 use ferrolm_model::backend::{Backend, PassInputs, SeqRows};
-use ferrolm_model::ModelRunner;
 use std::collections::{HashMap, HashSet};
 
 /// A graph's key: the padded batch size and the attention grid's splits.
@@ -137,10 +136,6 @@ impl CudaModel {
 
     /// The first `n` rows of padded logits.
     fn first_logits(&self, logits: &CudaAct, n: usize) -> Result<Vec<f32>> {
-        let b = &self.backend;
-        crate::profile::span(b.device().stream(), "to_host", || {
-            b.device()
-                .download_f32(logits.buf(), n * self.config().n_vocab)
-        })
+        self.backend.rows_to_host(logits, n)
     }
 }

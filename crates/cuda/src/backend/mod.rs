@@ -109,6 +109,14 @@ impl CudaBackend {
         }
     }
 
+    /// The first `rows` rows of `x` (a padded batch's logits without the padding), timed as
+    /// the `to_host` stage.
+    pub(super) fn rows_to_host(&self, x: &CudaAct, rows: usize) -> Result<Vec<f32>> {
+        crate::profile::span(self.dev.stream(), "to_host", || {
+            self.dev.download_f32(x.buf(), rows * x.width)
+        })
+    }
+
     pub fn device(&self) -> &CudaDevice {
         &self.dev
     }
@@ -531,9 +539,7 @@ impl Backend for CudaBackend {
     }
 
     fn to_host(&self, x: &CudaAct) -> Result<Vec<f32>> {
-        crate::profile::span(self.dev.stream(), "to_host", || {
-            self.dev.download_f32(x.buf(), x.rows * x.width)
-        })
+        self.rows_to_host(x, x.rows)
     }
 }
 

@@ -588,8 +588,9 @@ impl Plan {
     /// its column tiles of 8 pairs a pass: passes of several sequences only (its contract is
     /// the tensor-core one), 2 tokens or more, both formats in the kernel
     /// ([`MmvqMma::supports`]), at most [`MOE_MMA_MAX_PAIRS`] pairs an expert on average
-    /// (`FERROLM_MOE_MMA_PAIRS` says otherwise; the GEMM tiles above). One column tile a pass, unless `FERROLM_MOE_MMA_TILES` says: an
-    /// expert's pairs past the tiles take another pass over its weights.
+    /// unless `FERROLM_MOE_MMA_PAIRS` says otherwise (the GEMM tiles above). One column tile a
+    /// pass, unless `FERROLM_MOE_MMA_TILES` says: an expert's pairs past the tiles take another
+    /// pass over its weights.
     pub fn expert_mma_tiles(&self, s: &MoeShape) -> Option<usize> {
         let pairs = s.tokens * s.n_used;
         let take = self.sequence_batches
