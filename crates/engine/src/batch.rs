@@ -7,7 +7,6 @@
 use crate::model::Model;
 use crate::session::{EngineError, Logits};
 use ferrolm_model::backend::SeqRows;
-use rayon::prelude::*;
 
 /// The KV cache of one sequence, on the model's device.
 pub type SeqCache = crate::model::Cache;
@@ -24,18 +23,70 @@ pub struct SeqInput<'c> {
     pub logits: Option<Logits>,
 }
 
-impl Model<'_> {
+/// The logits a batched pass returns: one buffer for the whole batch, each sequence's rows a
+/// slice of it ([`Self::seq`]). Dropped, the buffer goes back to the model's runner for a
+/// later pass to fill, so a serving loop's copies land in memory already mapped.
+pub struct BatchLogits<'m> {
+    data: Vec<f32>,
+    n_vocab: usize,
+    /// Per sequence: its first logit row in `data` and its number of rows.
+    spans: Vec<(usize, usize)>,
+    model: &'m Model<'m>,
+}
+
+impl BatchLogits<'_> {
+    /// The number of sequences of the pass.
+    pub fn len(&self) -> usize {
+        self.spans.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.spans.is_empty()
+    }
+
+    /// Sequence `i`'s logits, `[rows][n_vocab]` in token order (empty when it asked for none).
+    pub fn seq(&self, i: usize) -> &[f32] {
+        let (at, n) = self.spans[i];
+        &self.data[at * self.n_vocab..(at + n) * self.n_vocab]
+    }
+
+    /// Every sequence's logits copied out, one vector each.
+    pub fn to_vecs(&self) -> Vec<Vec<f32>> {
+        (0..self.len()).map(|i| self.seq(i).to_vec()).collect()
+    }
+}
+
+impl Drop for BatchLogits<'_> {
+    fn drop(&mut self) {
+        self.model.recycle_logits(std::mem::take(&mut self.data));
+    }
+}
+
+impl<'a> Model<'a> {
     /// Runs every sequence's new tokens in one forward pass and returns, per sequence, the
-    /// logits it asked for (`[rows][n_vocab]`, rows in token order; empty for `None`).
+    /// logits it asked for (`[rows][n_vocab]`, rows in token order; empty for `None`), each
+    /// copied out of the batch's buffer. Serving loops take [`Self::forward_batch_logits`].
+    pub fn forward_batch(&self, seqs: &mut [SeqInput<'_>]) -> Result<Vec<Vec<f32>>, EngineError> {
+        Ok(self.forward_batch_logits(seqs)?.to_vecs())
+    }
+
+    /// Runs every sequence's new tokens in one forward pass; the logits each asked for are
+    /// [`BatchLogits::seq`].
     ///
     /// Contract: a sequence's results do not depend on which other sequences share the
     /// batch up to the matmul's f32 summation order (its kernel is chosen by the batch's
     /// total row count); a batch of one sequence is exactly [`crate::Session::eval`]'s pass.
-    pub fn forward_batch(&self, seqs: &mut [SeqInput<'_>]) -> Result<Vec<Vec<f32>>, EngineError> {
+    pub fn forward_batch_logits<'m>(
+        &'m self,
+        seqs: &mut [SeqInput<'_>],
+    ) -> Result<BatchLogits<'m>, EngineError>
+    where
+        'a: 'm,
+    {
         let n_vocab = self.cfg.n_vocab;
         let (mut tokens, mut positions, mut logit_rows) = (Vec::new(), Vec::new(), Vec::new());
         let mut ranges = Vec::with_capacity(seqs.len());
-        let mut n_logits = Vec::with_capacity(seqs.len());
+        let mut spans = Vec::with_capacity(seqs.len());
         for s in seqs.iter() {
             if let Some(&id) = s.tokens.iter().find(|&&t| t as usize >= n_vocab) {
                 return Err(EngineError::TokenOutOfRange { id, n_vocab });
@@ -56,35 +107,28 @@ impl Model<'_> {
                 Some(Logits::Last) => s.tokens.len() - 1..s.tokens.len(),
                 Some(Logits::All) => 0..s.tokens.len(),
             };
-            n_logits.push(rows.len());
+            spans.push((logit_rows.len(), rows.len()));
             logit_rows.extend(rows.map(|r| r0 + r));
             ranges.push(r0..tokens.len());
         }
-        if tokens.is_empty() {
-            return Ok(vec![Vec::new(); seqs.len()]);
-        }
-        let mut rows: Vec<SeqRows<'_, SeqCache>> = seqs
-            .iter_mut()
-            .zip(ranges)
-            .map(|(s, rows)| SeqRows {
-                cache: &mut *s.cache,
-                rows,
-            })
-            .collect();
-        let all = self.forward_rows(&mut rows, &tokens, &positions, &logit_rows)?;
-        // Each sequence's rows copied out on all cores: at 64 sequences of a 150k vocabulary
-        // that is 39 MB a step, milliseconds on one thread beside a GPU step of a few.
-        let starts: Vec<usize> = n_logits
-            .iter()
-            .scan(0, |at, &n| {
-                *at += n;
-                Some(*at - n)
-            })
-            .collect();
-        Ok(starts
-            .par_iter()
-            .zip(n_logits.par_iter())
-            .map(|(&at, &n)| all[at * n_vocab..(at + n) * n_vocab].to_vec())
-            .collect())
+        let data = if tokens.is_empty() {
+            Vec::new()
+        } else {
+            let mut rows: Vec<SeqRows<'_, SeqCache>> = seqs
+                .iter_mut()
+                .zip(ranges)
+                .map(|(s, rows)| SeqRows {
+                    cache: &mut *s.cache,
+                    rows,
+                })
+                .collect();
+            self.forward_rows(&mut rows, &tokens, &positions, &logit_rows)?
+        };
+        Ok(BatchLogits {
+            data,
+            n_vocab,
+            spans,
+            model: self,
+        })
     }
 }

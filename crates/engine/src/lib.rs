@@ -8,7 +8,7 @@ mod model;
 mod sampler;
 mod session;
 
-pub use batch::{SeqCache, SeqInput};
+pub use batch::{BatchLogits, SeqCache, SeqInput};
 pub use ferrolm_cpu::{KvElem, KvType};
 /// Device time per stage of the CUDA backend's passes (`FERROLM_CUDA_PROFILE`), for `bench`.
 pub use ferrolm_cuda::profile as cuda_profile;

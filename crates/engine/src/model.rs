@@ -239,6 +239,15 @@ impl<'a> Model<'a> {
         )
     }
 
+    /// Gives logits back to the runner that made them, for its next pass to fill
+    /// ([`ModelRunner::recycle_logits`]).
+    pub(crate) fn recycle_logits(&self, logits: Vec<f32>) {
+        match &self.exec {
+            Exec::Cpu(m) => m.recycle_logits(logits),
+            Exec::Cuda(m) | Exec::Split { gpu: m, .. } => m.recycle_logits(logits),
+        }
+    }
+
     /// The one place a forward pass is started: on the CPU through [`CpuModel`] (inside its
     /// pool), on the GPU through [`CudaModel`] (which replays single-token steps of one
     /// sequence as a graph).

@@ -85,19 +85,24 @@ impl Sampler {
 
     /// As [`Self::sample`], choosing only among the tokens `mask` allows.
     pub fn sample_masked(&mut self, logits: &[f32], mask: Option<&TokenMask>) -> u32 {
+        self.sample_in_place(&mut logits.to_vec(), mask)
+    }
+
+    /// As [`Self::sample_masked`] without a copy: the repetition penalty and the mask are
+    /// applied to `logits` itself, which the caller no longer needs as they were.
+    pub fn sample_in_place(&mut self, logits: &mut [f32], mask: Option<&TokenMask>) -> u32 {
         let token = self.choose(logits, mask);
         self.history.push(token);
         token
     }
 
-    fn choose(&mut self, logits: &[f32], mask: Option<&TokenMask>) -> u32 {
-        let mut logits = logits.to_vec();
-        self.apply_repeat_penalty(&mut logits);
+    fn choose(&mut self, logits: &mut [f32], mask: Option<&TokenMask>) -> u32 {
+        self.apply_repeat_penalty(logits);
         if let Some(mask) = mask {
-            mask.apply(&mut logits);
+            mask.apply(logits);
         }
         if self.cfg.temperature <= 0.0 {
-            return argmax(&logits);
+            return argmax(logits);
         }
         // Candidates sorted by logit, best first; masked-out tokens are no candidates.
         let mut cand: Vec<(u32, f32)> = logits
@@ -108,7 +113,7 @@ impl Sampler {
             .collect();
         if cand.is_empty() {
             // A mask that allows nothing (never from llguidance): fall back to the argmax.
-            return argmax(&logits);
+            return argmax(logits);
         }
         let k = if self.cfg.top_k == 0 {
             cand.len()

@@ -20,4 +20,8 @@ pub trait ModelRunner {
         pass: &PassInputs<'_>,
         logit_rows: &[usize],
     ) -> Result<Vec<f32>, Self::Error>;
+
+    /// Logits from [`Self::forward_rows`] the caller has finished with: a runner may keep the
+    /// buffer for a later pass (the GPU's copy into it then finds its pages mapped).
+    fn recycle_logits(&self, _logits: Vec<f32>) {}
 }

@@ -2,8 +2,10 @@
 //! tokenized and detokenized like real ones.
 //!
 //! Token 0 is `<|endoftext|>` (BOS and EOS, as in SmolLM2), then the 256 byte tokens, then
-//! merges learned from a short built-in text, then unused filler tokens up to the size
-//! the model's embedding asks for.
+//! merges learned from a short built-in text, then filler tokens up to the size the model's
+//! embedding asks for. The fillers are normal tokens that decode to text of their own (` ~7`,
+//! ` ~8`, ...): a random model picks them most of the time, and a token that decodes to
+//! nothing would leave a streamed reply without chunks until its end.
 
 use crate::error::{ModelError, Result};
 use ferrolm_gguf::{GgufWriter, Value, ValueType};
@@ -12,7 +14,6 @@ use std::collections::{BTreeMap, HashSet};
 /// llama.cpp's token types.
 const NORMAL: i32 = 1;
 const CONTROL: i32 = 3;
-const UNUSED: i32 = 5;
 
 /// Enough merges to make common words single tokens; the rest of the vocab is filler.
 const MAX_MERGES: usize = 400;
@@ -123,9 +124,10 @@ pub(crate) fn build_bpe(n_vocab: usize) -> Result<(Vec<String>, Vec<i32>, Vec<St
             types.push(NORMAL);
         }
     }
+    // `Ġ` is the byte map's space; no learned merge holds a `~`, so these never collide.
     for i in 0..n_vocab - tokens.len() {
-        tokens.push(format!("<|filler_{i}|>"));
-        types.push(UNUSED);
+        tokens.push(format!("Ġ~{i}"));
+        types.push(NORMAL);
     }
     Ok((tokens, types, merges))
 }
@@ -171,6 +173,9 @@ mod tests {
             assert!(set.contains(format!("{a}{b}").as_str()), "{m}");
         }
         assert!(set.contains("Ġthe"), "common words become one token");
+        // Fillers are normal tokens with text of their own (a streamed reply gets chunks).
+        assert!(tokens[511].starts_with("Ġ~"), "{}", tokens[511]);
+        assert!(types[1..].iter().all(|&t| t == NORMAL));
         assert!(build_bpe(256).is_err());
         // Just the bytes: no room for merges, no filler.
         assert_eq!(build_bpe(257).unwrap().2.len(), 0);

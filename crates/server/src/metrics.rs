@@ -5,12 +5,19 @@ use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
+/// Request-scale bounds (seconds).
 const SECONDS: &[f64] = &[
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
 ];
 
+/// Step-scale bounds (seconds): a GPU decode step takes a few milliseconds.
+const STEP_SECONDS: &[f64] = &[
+    0.001, 0.002, 0.004, 0.006, 0.008, 0.01, 0.015, 0.02, 0.03, 0.05, 0.1, 0.25, 1.0,
+];
+
 /// A histogram with fixed bucket bounds (upper, inclusive) and an implicit `+Inf`.
 pub struct Histogram {
+    bounds: &'static [f64],
     counts: Vec<AtomicU64>,
     count: AtomicU64,
     /// In microseconds, so it fits an atomic integer.
@@ -18,16 +25,17 @@ pub struct Histogram {
 }
 
 impl Histogram {
-    fn new() -> Self {
+    fn new(bounds: &'static [f64]) -> Self {
         Self {
-            counts: SECONDS.iter().map(|_| AtomicU64::new(0)).collect(),
+            bounds,
+            counts: bounds.iter().map(|_| AtomicU64::new(0)).collect(),
             count: AtomicU64::new(0),
             sum_us: AtomicU64::new(0),
         }
     }
 
     pub fn observe(&self, seconds: f64) {
-        if let Some(b) = SECONDS.iter().position(|&le| seconds <= le) {
+        if let Some(b) = self.bounds.iter().position(|&le| seconds <= le) {
             self.counts[b].fetch_add(1, Ordering::Relaxed);
         }
         self.count.fetch_add(1, Ordering::Relaxed);
@@ -37,15 +45,29 @@ impl Histogram {
 
     fn render(&self, out: &mut String, name: &str, help: &str) {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
+        self.render_series(out, name, "");
+    }
+
+    /// The histogram's lines without the HELP/TYPE header; `label` (`kind="decode"`) goes
+    /// into every line's labels.
+    fn render_series(&self, out: &mut String, name: &str, label: &str) {
+        let (sep, braces) = if label.is_empty() {
+            ("", String::new())
+        } else {
+            (",", format!("{{{label}}}"))
+        };
         let mut cum = 0;
-        for (le, c) in SECONDS.iter().zip(&self.counts) {
+        for (le, c) in self.bounds.iter().zip(&self.counts) {
             cum += c.load(Ordering::Relaxed);
-            let _ = writeln!(out, "{name}_bucket{{le=\"{le}\"}} {cum}");
+            let _ = writeln!(out, "{name}_bucket{{{label}{sep}le=\"{le}\"}} {cum}");
         }
         let count = self.count.load(Ordering::Relaxed);
         let sum = self.sum_us.load(Ordering::Relaxed) as f64 / 1e6;
-        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {count}");
-        let _ = writeln!(out, "{name}_sum {sum}\n{name}_count {count}");
+        let _ = writeln!(out, "{name}_bucket{{{label}{sep}le=\"+Inf\"}} {count}");
+        let _ = writeln!(
+            out,
+            "{name}_sum{braces} {sum}\n{name}_count{braces} {count}"
+        );
     }
 }
 
@@ -63,6 +85,16 @@ pub struct Metrics {
     pub cancelled: AtomicUsize,
     /// Forward passes the scheduler ran.
     pub steps: AtomicU64,
+    /// Token rows of those passes (decode tokens and prompt chunks): over `steps`, the mean
+    /// batch.
+    pub step_rows: AtomicUsize,
+    /// A scheduler step: planning, the forward pass, sampling and streaming.
+    pub step_seconds: Histogram,
+    /// The forward pass of a step (logits on the host included) whose rows are all decode
+    /// tokens: the steps a GPU replays as graphs.
+    pub forward_decode_seconds: Histogram,
+    /// The forward pass of a step with prompt rows too.
+    pub forward_mixed_seconds: Histogram,
     /// Finished HTTP requests by endpoint and status code.
     requests: Mutex<BTreeMap<(String, u16), u64>>,
     pub request_seconds: Histogram,
@@ -82,10 +114,14 @@ impl Metrics {
             generated_tokens: AtomicUsize::new(0),
             cancelled: AtomicUsize::new(0),
             steps: AtomicU64::new(0),
+            step_rows: AtomicUsize::new(0),
+            step_seconds: Histogram::new(STEP_SECONDS),
+            forward_decode_seconds: Histogram::new(STEP_SECONDS),
+            forward_mixed_seconds: Histogram::new(STEP_SECONDS),
             requests: Mutex::new(BTreeMap::new()),
-            request_seconds: Histogram::new(),
-            first_token_seconds: Histogram::new(),
-            queue_seconds: Histogram::new(),
+            request_seconds: Histogram::new(SECONDS),
+            first_token_seconds: Histogram::new(SECONDS),
+            queue_seconds: Histogram::new(SECONDS),
         }
     }
 
@@ -110,7 +146,7 @@ impl Metrics {
         }
         drop(map);
         let load = |a: &AtomicUsize| a.load(Ordering::Relaxed);
-        let simple: [(&str, &str, &str, String); 9] = [
+        let simple: [(&str, &str, &str, String); 10] = [
             (
                 "ferrolm_prompt_tokens_total",
                 "counter",
@@ -146,6 +182,12 @@ impl Metrics {
                 "counter",
                 "Batched forward passes run.",
                 self.steps.load(Ordering::Relaxed).to_string(),
+            ),
+            (
+                "ferrolm_batch_step_rows_total",
+                "counter",
+                "Token rows of the batched forward passes (decode tokens and prompt chunks).",
+                load(&self.step_rows).to_string(),
             ),
             (
                 "ferrolm_queue_depth",
@@ -187,6 +229,22 @@ impl Metrics {
             "ferrolm_queue_wait_seconds",
             "Time requests waited for a slot.",
         );
+        self.step_seconds.render(
+            &mut out,
+            "ferrolm_batch_step_seconds",
+            "A scheduler step: planning, the forward pass, sampling and streaming.",
+        );
+        let name = "ferrolm_batch_forward_seconds";
+        let _ = writeln!(
+            out,
+            "# HELP {name} The forward pass of a scheduler step, its logits on the host; \
+             kind=\"decode\" when every row is a decode token, \"mixed\" with prompt rows.\n\
+             # TYPE {name} histogram"
+        );
+        let decode = &self.forward_decode_seconds;
+        decode.render_series(&mut out, name, "kind=\"decode\"");
+        let mixed = &self.forward_mixed_seconds;
+        mixed.render_series(&mut out, name, "kind=\"mixed\"");
         out
     }
 }
@@ -202,6 +260,8 @@ mod tests {
         m.request_seconds.observe(3.0);
         m.count_request("/v1/completions", 200);
         m.count_request("/v1/completions", 200);
+        m.step_seconds.observe(0.003);
+        m.forward_mixed_seconds.observe(0.02);
         let text = m.render();
         assert!(
             text.contains("ferrolm_requests_total{endpoint=\"/v1/completions\",code=\"200\"} 2")
@@ -210,5 +270,10 @@ mod tests {
         assert!(text.contains("ferrolm_request_duration_seconds_bucket{le=\"5\"} 2"));
         assert!(text.contains("ferrolm_request_duration_seconds_count 2"));
         assert!(text.contains("ferrolm_slots_total 4"));
+        // Step histograms have their own, millisecond bounds.
+        assert!(text.contains("ferrolm_batch_step_seconds_bucket{le=\"0.002\"} 0"));
+        assert!(text.contains("ferrolm_batch_step_seconds_bucket{le=\"0.004\"} 1"));
+        assert!(text.contains("ferrolm_batch_forward_seconds_bucket{kind=\"mixed\",le=\"0.02\"} 1"));
+        assert!(text.contains("ferrolm_batch_forward_seconds_count{kind=\"decode\"} 0"));
     }
 }

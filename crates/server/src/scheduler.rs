@@ -394,10 +394,16 @@ impl Scheduler {
 
     /// One forward pass over every active sequence (a pass each when solo), then sampling.
     fn step(&mut self) {
+        let started = Instant::now();
         let plan = self.plan();
         if plan.is_empty() {
             return;
         }
+        let rows: usize = plan.iter().map(|p| p.1).sum();
+        let decode_only = plan.iter().all(|&(i, _, _)| {
+            let seq = self.slots[i].seq.as_ref();
+            !seq.is_some_and(Sequence::prefilling)
+        });
         // Grammar state whose next mask is due, taken out of its sequence for the helper.
         let mut masking: Vec<_> = plan
             .iter()
@@ -426,16 +432,18 @@ impl Scheduler {
             let mut forward = || {
                 std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                     if !solo {
-                        return model.forward_batch(&mut inputs).map_err(|e| e.to_string());
+                        let all = model.forward_batch_logits(&mut inputs);
+                        return all.map(|l| vec![l]).map_err(|e| e.to_string());
                     }
                     let mut out = Vec::with_capacity(inputs.len());
                     for one in inputs.chunks_mut(1) {
-                        out.extend(model.forward_batch(one).map_err(|e| e.to_string())?);
+                        out.push(model.forward_batch_logits(one).map_err(|e| e.to_string())?);
                     }
                     Ok(out)
                 }))
                 .unwrap_or_else(|_| Err("the forward pass panicked (see the server's log)".into()))
             };
+            let forward_started = Instant::now();
             let (result, masked) = if masking.is_empty() {
                 (forward(), masking)
             } else {
@@ -446,6 +454,12 @@ impl Scheduler {
                     masking
                 })
             };
+            let m = &self.metrics;
+            let forward_seconds = match decode_only {
+                true => &m.forward_decode_seconds,
+                false => &m.forward_mixed_seconds,
+            };
+            forward_seconds.observe(forward_started.elapsed().as_secs_f64());
             for (i, m) in masked {
                 if let Some(seq) = self.slots[i].seq.as_mut() {
                     seq.put_masking(m);
@@ -454,8 +468,9 @@ impl Scheduler {
             result
         };
         self.metrics.steps.fetch_add(1, Ordering::Relaxed);
-        let logits = match result {
-            Ok(l) => l,
+        self.metrics.step_rows.fetch_add(rows, Ordering::Relaxed);
+        let batches = match result {
+            Ok(b) => b,
             Err(e) => {
                 // Prompts are checked to fit before they are queued, so this is a bug: fail
                 // the batch's requests rather than the server.
@@ -471,7 +486,9 @@ impl Scheduler {
                 return;
             }
         };
-        let mut step_logits: Vec<Option<Vec<f32>>> = vec![None; self.slots.len()];
+        // One batch, or a batch per sequence (solo): the planned sequences' logits in order.
+        let logits = batches.iter().flat_map(|b| (0..b.len()).map(|i| b.seq(i)));
+        let mut step_logits: Vec<Option<&[f32]>> = vec![None; self.slots.len()];
         for (&(i, n, _), l) in plan.iter().zip(logits) {
             let slot = &mut self.slots[i];
             let seq = slot.seq.as_mut().expect("planned slots are active");
@@ -496,13 +513,20 @@ impl Scheduler {
             .enumerate()
             .filter_map(|(i, (slot, l))| {
                 let seq = slot.seq.as_mut()?;
-                seq.on_logits(l.as_deref()?, tok).map(|r| (i, r))
+                seq.on_logits((*l)?, tok).map(|r| (i, r))
             })
             .collect();
+        // The logits buffer goes back to the model for the next step before the finished
+        // sequences' last events.
+        drop(step_logits);
+        drop(batches);
         for (i, reason) in finished {
             self.finish(i, reason);
         }
         self.publish_active();
+        self.metrics
+            .step_seconds
+            .observe(started.elapsed().as_secs_f64());
     }
 
     fn finish(&mut self, slot: usize, reason: FinishReason) {

@@ -34,6 +34,9 @@ pub(crate) struct Sequence {
     pub first_token_at: Option<Instant>,
     /// The grammar's state; `None` without a grammar, and while the scheduler holds it.
     constrained: Option<Constrained>,
+    /// This step's logits as sampled (penalties applied), kept from step to step so that its
+    /// pages stay mapped.
+    scratch: Vec<f32>,
 }
 
 /// A sequence's matcher and the mask for its next token.
@@ -77,6 +80,7 @@ impl Sequence {
                 matcher: g.matcher(),
                 mask: None,
             }),
+            scratch: Vec::new(),
             job,
         }
     }
@@ -123,8 +127,10 @@ impl Sequence {
 
     /// Samples from this step's logits and streams the token. `Some` when the sequence is
     /// done (its `Done` event is then sent by the scheduler).
-    pub fn on_logits(&mut self, logits: &[f32], tok: &Tokenizer) -> Option<FinishReason> {
-        let mut logits = logits.to_vec();
+    pub fn on_logits(&mut self, step_logits: &[f32], tok: &Tokenizer) -> Option<FinishReason> {
+        let mut logits = std::mem::take(&mut self.scratch);
+        logits.clear();
+        logits.extend_from_slice(step_logits);
         let p = &self.job.params;
         for (&t, &c) in &self.counts {
             if let Some(l) = logits.get_mut(t as usize) {
@@ -147,8 +153,19 @@ impl Sequence {
             Some(Ok(mask)) => Some(mask),
             Some(Err(e)) => return self.fail(e),
         };
-        let next = self.sampler.sample_masked(&logits, mask.as_ref());
-        let logprob = p.logprobs.map(|k| token_logprob(&logits, next, k, tok));
+        // Log-probabilities are the model's, before the sampler's own penalty and the mask:
+        // only then does the sampler need a copy to change.
+        let (next, logprob) = match p.logprobs {
+            Some(k) => {
+                let next = self.sampler.sample_masked(&logits, mask.as_ref());
+                (next, Some(token_logprob(&logits, next, k, tok)))
+            }
+            None => (
+                self.sampler.sample_in_place(&mut logits, mask.as_ref()),
+                None,
+            ),
+        };
+        self.scratch = logits;
         self.first_token_at.get_or_insert_with(Instant::now);
         if tok.is_eog(next) {
             return Some(FinishReason::Stop);

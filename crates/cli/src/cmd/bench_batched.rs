@@ -245,7 +245,7 @@ impl Bench<'_, '_> {
                     logits: Some(Logits::Last),
                 })
                 .collect();
-            self.model.forward_batch(&mut seqs)?;
+            self.model.forward_batch_logits(&mut seqs)?;
         }
         let t_tg = t1.elapsed().as_secs_f64();
         if ferrolm_engine::cuda_profile::enabled() && tg > 0 {
@@ -281,7 +281,7 @@ impl Bench<'_, '_> {
                     logits: (hi == total).then_some(Logits::Last),
                 });
             }
-            self.model.forward_batch(&mut seqs)?;
+            self.model.forward_batch_logits(&mut seqs)?;
             next = end;
         }
         Ok(())

@@ -8,8 +8,8 @@ Usage: openai_client.py BASE_URL MODEL MODE [ARGS]
   MODE load CLIENTS REQUESTS MAX_TOKENS [--count-mismatches]: concurrent greedy clients; every
        answer must equal the single-request answer (or, with the flag, mismatches are only
        counted). Prints one JSON line of figures (latency p50/p99, tokens/s).
-  MODE stream_load CLIENTS MAX_TOKENS PROMPT_WORDS: CLIENTS streamed completions sent at once,
-       each a prompt of about PROMPT_WORDS words and `ignore_eos`, so every one must stream
+  MODE stream_load CLIENTS MAX_TOKENS PROMPT_WORDS: CLIENTS streamed completions sent at once
+       (from up to 8 processes), each a prompt of about PROMPT_WORDS words and `ignore_eos`, so every one must stream
        exactly MAX_TOKENS tokens. Prints one JSON line: time to first token (p50/p99), the
        aggregate rate over the whole run, and the rate while all of them were decoding (from the
        last first token to the first finished stream: what llama-batched-bench's S_TG measures).
@@ -17,6 +17,7 @@ Exits non-zero with a message on the first failed check.
 """
 
 import json
+import multiprocessing
 import sys
 import threading
 import time
@@ -258,42 +259,69 @@ def load(clients, requests, max_tokens, strict):
     }))
 
 
-def stream_load(clients, max_tokens, prompt_words):
+def _stream_group(ids, max_tokens, prompt_words, start, results):
+    """One process's share of stream_load: a thread per request, released together."""
     words = "the quick brown fox jumps over the lazy dog and runs far away".split()
-    start = threading.Barrier(clients + 1)
-    runs, errors = [None] * clients, []
+    own = openai.OpenAI(base_url=BASE, api_key="test-key", max_retries=0, timeout=300)
+    go = threading.Barrier(len(ids) + 1)
+    runs, errors = {}, []
 
     def one(i):
         # Each prompt its own (a number first), so that no prefix is shared between them.
         prompt = f"{i}: " + " ".join(words[(i + k) % len(words)] for k in range(prompt_words))
         try:
-            start.wait()
+            go.wait()
             t0 = time.monotonic()
-            stamps, usage, finish = [], None, None
-            for ch in client.completions.create(
+            stamps, used, finish = [], None, None
+            for ch in own.completions.create(
                     model=MODEL, prompt=prompt, max_tokens=max_tokens, temperature=0, stream=True,
                     stream_options={"include_usage": True}, extra_body={"ignore_eos": True}):
                 if ch.choices:
                     stamps.append(time.monotonic())
                     finish = ch.choices[0].finish_reason or finish
                 if ch.usage is not None:
-                    usage = ch.usage
-            runs[i] = (t0, stamps, usage, finish)
-        except Exception as e:  # noqa: BLE001 - reported below
+                    used = ch.usage.completion_tokens
+            runs[i] = (t0, stamps, used, finish)
+        except Exception as e:  # noqa: BLE001 - reported by the parent
             errors.append(repr(e))
 
-    threads = [threading.Thread(target=one, args=(i,)) for i in range(clients)]
+    threads = [threading.Thread(target=one, args=(i,)) for i in ids]
     for t in threads:
         t.start()
     start.wait()
-    t0 = time.monotonic()
+    go.wait()
     for t in threads:
         t.join()
+    results.put((list(runs.values()), errors))
+
+
+def stream_load(clients, max_tokens, prompt_words):
+    # Requests come from several processes: one Python process's threads share one
+    # interpreter lock, and parsing 64 streams' chunks there staggers the requests' starts
+    # and the reading of their tokens by more than the server's steps take.
+    procs = min(clients, 8)
+    ctx = multiprocessing.get_context("fork")
+    start, results = ctx.Barrier(procs + 1), ctx.Queue()
+    workers = [ctx.Process(target=_stream_group,
+                           args=(list(range(p, clients, procs)), max_tokens, prompt_words, start,
+                                 results))
+               for p in range(procs)]
+    for w in workers:
+        w.start()
+    start.wait()
+    t0 = time.monotonic()
+    runs, errors = [], []
+    for _ in workers:
+        r, e = results.get()
+        runs.extend(r)
+        errors.extend(e)
     wall = time.monotonic() - t0
+    for w in workers:
+        w.join()
     check(not errors, f"{len(errors)} failed requests, first: {errors[:1]}")
-    for _, _, usage, finish in runs:
-        check(usage is not None and usage.completion_tokens == max_tokens,
-              f"ignore_eos: {usage} tokens, not {max_tokens}")
+    check(len(runs) == clients, f"{len(runs)} of {clients} requests answered")
+    for _, _, used, finish in runs:
+        check(used == max_tokens, f"ignore_eos: {used} tokens, not {max_tokens}")
         check(finish == "length", f"finish_reason {finish}")
     ttft = sorted(r[1][0] - r[0] for r in runs)
     first_all = max(r[1][0] for r in runs)   # every stream has its first token

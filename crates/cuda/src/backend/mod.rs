@@ -56,6 +56,9 @@ pub struct CudaBackend {
     /// sets from its weights ([`Self::set_norm_quant`]); a matmul wanting the other quantizes
     /// again.
     norm_q8k: AtomicBool,
+    /// A host buffer for the next pass's logits, given back by the caller when it is done with
+    /// the last ([`Self::recycle_host`]): its pages stay mapped from step to step.
+    host_spare: Mutex<Vec<f32>>,
 }
 
 impl CudaBackend {
@@ -74,6 +77,7 @@ impl CudaBackend {
             plan,
             multi_seq: AtomicBool::new(false),
             norm_q8k: AtomicBool::new(false),
+            host_spare: Mutex::default(),
             dev,
         })
     }
@@ -112,9 +116,21 @@ impl CudaBackend {
     /// The first `rows` rows of `x` (a padded batch's logits without the padding), timed as
     /// the `to_host` stage.
     pub(super) fn rows_to_host(&self, x: &CudaAct, rows: usize) -> Result<Vec<f32>> {
+        let mut host = std::mem::take(&mut *self.host_spare.lock().expect("host spare poisoned"));
         crate::profile::span(self.dev.stream(), "to_host", || {
-            self.dev.download_f32(x.buf(), rows * x.width)
-        })
+            self.dev
+                .download_f32_into(x.buf(), rows * x.width, &mut host)
+        })?;
+        Ok(host)
+    }
+
+    /// Keeps `host` (logits the caller has finished with) for the next [`Self::rows_to_host`],
+    /// unless the buffer kept already is larger.
+    pub(super) fn recycle_host(&self, host: Vec<f32>) {
+        let mut spare = self.host_spare.lock().expect("host spare poisoned");
+        if host.capacity() > spare.capacity() {
+            *spare = host;
+        }
     }
 
     pub fn device(&self) -> &CudaDevice {

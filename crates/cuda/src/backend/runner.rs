@@ -342,6 +342,10 @@ impl ModelRunner for CudaModel {
         let logits = self.run(seqs, &inp, logit_rows)?;
         self.read_logits(&logits)
     }
+
+    fn recycle_logits(&self, logits: Vec<f32>) {
+        self.backend.recycle_host(logits);
+    }
 }
 
 /// Blocks `blocks` over `x`, then the head, on `b` (the backend, or it wrapped in [`Dump`]).

@@ -492,7 +492,8 @@ impl Plan {
     /// count only, so that a row's bits never depend on what else shares its batch; a batch of
     /// many rows fills the GPU with rows rather than with splits.
     pub fn rows_splits(&self, n_keys: usize, cap: usize) -> usize {
-        n_keys.div_ceil(ROWS_SPLIT_KEYS).clamp(1, cap.max(1))
+        let keys = self.switches.rows_split_keys.unwrap_or(ROWS_SPLIT_KEYS);
+        n_keys.div_ceil(keys).clamp(1, cap.max(1))
     }
 
     /// The batch size a multi-sequence decode step of `n` sequences is padded to and captured

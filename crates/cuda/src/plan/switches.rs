@@ -52,6 +52,9 @@ pub struct Switches {
     /// `FERROLM_ATTN_SPLIT_KEYS`: decode attention's keys a split at full context (splits are
     /// `n_ctx / this`, 1 to `ATTN_MAX_SPLITS`); `None`: the plan's choice by blocks.
     pub attn_split_keys: Option<usize>,
+    /// `FERROLM_ROWS_SPLIT_KEYS`: the batched decode attention's keys a split (a row's splits
+    /// are its keys / this, up to its cache's); `None`: `ROWS_SPLIT_KEYS`.
+    pub rows_split_keys: Option<usize>,
     /// `FERROLM_ATTN_BATCHED`: decode attention of several sequences in one launch per layer
     /// (`attn_decode_rows_*`, each row through its sequence's cache) instead of a launch per
     /// sequence over copied rows.
@@ -114,6 +117,7 @@ impl Default for Switches {
             q8k: true,
             attn_grouped: true,
             attn_split_keys: None,
+            rows_split_keys: None,
             attn_batched: true,
             rope_table: true,
             pdl: true,
@@ -242,6 +246,7 @@ impl Switches {
             q8k: flag(env, "FERROLM_CUDA_Q8K", true)?,
             attn_grouped: flag(env, "FERROLM_ATTN_GROUPED", true)?,
             attn_split_keys: count(env, "FERROLM_ATTN_SPLIT_KEYS", 16..=65536)?,
+            rows_split_keys: count(env, "FERROLM_ROWS_SPLIT_KEYS", 16..=65536)?,
             attn_batched: flag(env, "FERROLM_ATTN_BATCHED", true)?,
             rope_table: flag(env, "FERROLM_ROPE_TABLE", true)?,
             pdl: flag(env, "FERROLM_CUDA_PDL", true)?,
@@ -282,6 +287,9 @@ impl fmt::Display for Switches {
         let split_keys = self
             .attn_split_keys
             .map_or("auto".to_owned(), |k| k.to_string());
+        let rows_keys = self
+            .rows_split_keys
+            .map_or("auto".to_owned(), |k| k.to_string());
         let row_tiles = self
             .mma_row_tiles
             .map_or("auto".to_owned(), |k| k.to_string());
@@ -291,7 +299,7 @@ impl fmt::Display for Switches {
         let moe_pairs = self
             .moe_mma_pairs
             .map_or("auto".to_owned(), |k| k.to_string());
-        let lines: [(&str, &str, &str); 27] = [
+        let lines: [(&str, &str, &str); 28] = [
             (
                 "FERROLM_CUDA_MMQ",
                 bit(self.mmq),
@@ -358,6 +366,11 @@ impl fmt::Display for Switches {
                 "FERROLM_ATTN_SPLIT_KEYS",
                 &split_keys,
                 "decode attention: keys a split at full context",
+            ),
+            (
+                "FERROLM_ROWS_SPLIT_KEYS",
+                &rows_keys,
+                "batched decode attention: keys a split",
             ),
             (
                 "FERROLM_ATTN_BATCHED",

@@ -128,7 +128,7 @@ fn tile_names() {
 #[test]
 fn display_prints_every_switch() {
     let text = plan(&[("FERROLM_MMQ_TILE", "128x64")]).to_string();
-    assert_eq!(text.lines().count(), 29, "{text}");
+    assert_eq!(text.lines().count(), 30, "{text}");
     assert!(text.contains("132 SMs, cc 9.0"));
     assert!(text
         .lines()
@@ -656,4 +656,17 @@ fn sequence_batches_take_the_fast_orders() {
     );
     let forced = plan(&[("FERROLM_CUDA_INT_SCALES", "1")]).for_sequence_batches();
     assert!(forced.integer_scales(GgmlType::Q4K, 4096, 32));
+}
+
+#[test]
+fn batched_attention_splits_follow_a_rows_keys_and_the_switch() {
+    let auto = plan(&[]);
+    // ROWS_SPLIT_KEYS keys a split, at least one, at most the cache's partials.
+    assert_eq!(auto.rows_splits(1, 8), 1);
+    assert_eq!(auto.rows_splits(ROWS_SPLIT_KEYS + 1, 8), 2);
+    assert_eq!(auto.rows_splits(100 * ROWS_SPLIT_KEYS, 8), 8);
+    let short = plan(&[("FERROLM_ROWS_SPLIT_KEYS", "64")]);
+    assert_eq!(short.rows_splits(300, 8), 5);
+    assert_eq!(short.rows_splits(300, 2), 2);
+    assert!(err(&[("FERROLM_ROWS_SPLIT_KEYS", "8")]).contains("FERROLM_ROWS_SPLIT_KEYS"));
 }
