@@ -99,7 +99,7 @@ fn depth_runs_each_test_after_a_cached_prefix() {
 /// Batched mode (`-npp`/`-ntg`/`-npl`, llama-batched-bench's) on the default model: the
 /// table's columns, and JSON lines with llama-batched-bench's fields, one per (PP, TG, B)
 /// whose N_KV fits in `-c` (B = 3 needs 4 + 3·2 = 10 > 9 positions and is skipped, as
-/// llama-batched-bench skips it).
+/// llama-batched-bench skips it); the JSON run with each sequence's tokens its own.
 #[test]
 fn batched_mode_reports_llama_batched_bench_columns_and_fields() {
     let table = bench(&["-npp", "4", "-ntg", "2", "-npl", "2", "-t", "2"]);
@@ -133,6 +133,7 @@ fn batched_mode_reports_llama_batched_bench_columns_and_fields() {
         "-npl",
         "1,2,3",
         "-pps",
+        "--distinct-tokens",
         "-c",
         "9",
         "-t",

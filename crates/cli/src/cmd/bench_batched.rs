@@ -5,7 +5,10 @@
 //! the clock starts) prefill PP tokens each (`-pps`: one sequence prefills the shared prompt
 //! and the others copy its cache), packed into passes of at most `--ub` rows, with logits for
 //! the batch's last token only; then TG steps of B tokens, one per sequence, logits for all.
-//! Every token is id 0, as llama-batched-bench feeds. `N_KV` is the cache positions the test
+//! Every token is id 0, as llama-batched-bench feeds, unless `--distinct-tokens` gives each
+//! sequence tokens of its own (a seeded hash of sequence and position): identical sequences
+//! route every token of an MoE to the same experts, which a server's requests never do, so
+//! that is the figure to hold a server's throughput against. `N_KV` is the cache positions the test
 //! fills (B·(PP + TG), or PP + B·TG shared); a test whose `N_KV` exceeds `-c` is skipped, as
 //! llama-batched-bench skips what exceeds its context.
 
@@ -40,6 +43,11 @@ pub struct BatchedArgs {
     /// sequence (llama-batched-bench's `-pps`).
     #[arg(long = "pps")]
     pub pps: bool,
+    /// Batched mode: each sequence's prompt and generated tokens its own (seeded), instead of
+    /// token 0 everywhere as llama-batched-bench feeds; an MoE's sequences then use different
+    /// experts, as a server's requests do.
+    #[arg(long = "distinct-tokens")]
+    pub distinct_tokens: bool,
     /// Batched mode's report: llama-batched-bench's table (`md`) or JSON lines (`jsonl`).
     #[arg(long = "output-format", value_enum, default_value_t = BatchedFormat::Md)]
     pub output_format: BatchedFormat,
@@ -128,6 +136,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         model: &model,
         args,
         shared: b.pps,
+        distinct: b.distinct_tokens,
     };
     bench.warm_up()?;
     if b.output_format == BatchedFormat::Md {
@@ -197,6 +206,17 @@ struct Bench<'m, 'a> {
     model: &'m Model<'a>,
     args: &'m BenchArgs,
     shared: bool,
+    /// `--distinct-tokens`.
+    distinct: bool,
+}
+
+/// A token id of sequence `seq` at position `pos` below `n_vocab`: SplitMix64 of the pair, so
+/// every sequence's tokens differ and every run's are the same.
+fn distinct_token(seq: usize, pos: usize, n_vocab: usize) -> u32 {
+    let mut z = ((seq as u64) << 32 | pos as u64).wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    ((z ^ (z >> 31)) % n_vocab as u64) as u32
 }
 
 impl Bench<'_, '_> {
@@ -220,27 +240,38 @@ impl Bench<'_, '_> {
         let mut caches = (0..pl)
             .map(|_| self.model.new_cache(n_ctx, self.args.model.kv_type()))
             .collect::<Result<Vec<Cache>, _>>()?;
-        let prompt = vec![0u32; pp];
+        let token = |seq: usize, pos: usize| match self.distinct {
+            true => distinct_token(seq, pos, self.model.cfg.n_vocab),
+            false => 0,
+        };
+        // A shared prompt is sequence 0's.
+        let prompts: Vec<Vec<u32>> = (0..if self.shared { 1 } else { pl })
+            .map(|s| (0..pp).map(|p| token(s, p)).collect())
+            .collect();
         let t0 = Instant::now();
         if self.shared {
             let (first, rest) = caches.split_first_mut().expect("pl >= 1");
-            self.prefill(std::slice::from_mut(first), &prompt)?;
+            self.prefill(std::slice::from_mut(first), &prompts)?;
             for c in rest {
                 self.model.copy_cache_prefix(first, c, pp)?;
             }
         } else {
-            self.prefill(&mut caches, &prompt)?;
+            self.prefill(&mut caches, &prompts)?;
         }
         let t_pp = t0.elapsed().as_secs_f64();
         ferrolm_engine::cuda_profile::reset();
+        // Every step's tokens before the clock starts.
+        let steps: Vec<Vec<u32>> = (0..tg)
+            .map(|i| (0..pl).map(|s| token(s, pp + i)).collect())
+            .collect();
         let t1 = Instant::now();
-        let token = [0u32];
-        for i in 0..tg {
+        for (i, step) in steps.iter().enumerate() {
             let mut seqs: Vec<SeqInput<'_>> = caches
                 .iter_mut()
-                .map(|cache| SeqInput {
+                .zip(step)
+                .map(|(cache, t)| SeqInput {
                     cache,
-                    tokens: &token,
+                    tokens: std::slice::from_ref(t),
                     pos0: pp + i,
                     logits: Some(Logits::Last),
                 })
@@ -259,10 +290,11 @@ impl Bench<'_, '_> {
         Ok((t_pp, t_tg))
     }
 
-    /// Every cache's `prompt`, the sequences' tokens one after another in passes of at most
-    /// `--ub` rows (a sequence may span two passes); logits for the last row only.
-    fn prefill(&self, caches: &mut [Cache], prompt: &[u32]) -> Result<()> {
-        let (pp, ub) = (prompt.len(), self.args.ubatch);
+    /// Cache `s`'s `prompts[s]` (all of one length), the sequences' tokens one after another
+    /// in passes of at most `--ub` rows (a sequence may span two passes); logits for the last
+    /// row only.
+    fn prefill(&self, caches: &mut [Cache], prompts: &[Vec<u32>]) -> Result<()> {
+        let (pp, ub) = (prompts[0].len(), self.args.ubatch);
         let total = caches.len() * pp;
         let mut next = 0; // the first row of the next pass, over all sequences' tokens
         while next < total {
@@ -276,7 +308,7 @@ impl Bench<'_, '_> {
                 let (from, to) = (lo - s * pp, hi - s * pp);
                 seqs.push(SeqInput {
                     cache,
-                    tokens: &prompt[from..to],
+                    tokens: &prompts[s][from..to],
                     pos0: from,
                     logits: (hi == total).then_some(Logits::Last),
                 });
@@ -290,7 +322,18 @@ impl Bench<'_, '_> {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_list;
+    use super::{distinct_token, parse_list};
+
+    #[test]
+    fn distinct_tokens_differ_between_sequences_and_stay_in_the_vocabulary() {
+        let first: Vec<u32> = (0..64).map(|s| distinct_token(s, 128, 50_280)).collect();
+        let mut unique = first.clone();
+        unique.sort_unstable();
+        unique.dedup();
+        assert!(unique.len() > 60, "{first:?}");
+        assert!((0..1000).all(|p| distinct_token(3, p, 7) < 7));
+        assert_eq!(distinct_token(5, 9, 1000), distinct_token(5, 9, 1000));
+    }
 
     #[test]
     fn lists_name_their_flag() {
