@@ -19,10 +19,12 @@ for _ in $(seq 120); do
   python3 -c "import urllib.request as u; u.urlopen('$url/health')" 2>/dev/null && break
   sleep 1
 done
+# The id the server gives the model (its file name without .gguf).
+ID=$(python3 -c "import json, urllib.request as u; print(json.load(u.urlopen('$url/v1/models'))['data'][0]['id'])")
 for max_tokens in 128 128 128 512; do
-  python3 crates/cli/tests/serve/openai_client.py $url/v1 model stream_load 64 $max_tokens 100
+  python3 crates/cli/tests/serve/openai_client.py $url/v1 "$ID" stream_load 64 $max_tokens 100
 done
 python3 -c "import urllib.request as u; print(u.urlopen('$url/metrics').read().decode())" \
-  | grep -E '^ferrolm_batch_(steps|step_rows|step_seconds_(sum|count)|forward_seconds_(sum|count))'
+  | grep -E '^ferrolm_(batch_(steps|step_rows|step_seconds_(sum|count)|forward_seconds_(sum|count))|kv_blocks|time_to_first_token_seconds_(sum|count))'
 kill $SP
 wait $SP 2>/dev/null

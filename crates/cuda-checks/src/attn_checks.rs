@@ -275,9 +275,9 @@ pub(crate) fn attn_with(
     }
 
     // The store: f16 bits, head-major, as ferrolm_quant rounds (round to nearest even).
-    let got_k = dev.download(&cache.k)?;
+    let (got_k, got_v) = cache.read_back(dev)?;
     let mut store_ok = true;
-    for (g, want) in [(&got_k, &keys), (&dev.download(&cache.v)?, &values)] {
+    for (g, want) in [(&got_k, &keys), (&got_v, &values)] {
         let want_bits = ferrolm_quant::quantize_to_vec(GgmlType::F16, want)?;
         for p in 0..n_pos {
             for h in 0..n_kv_head {

@@ -168,10 +168,8 @@ fn check(
 
     // The store: each head's rows as given, head-major [g][pos][d].
     let mut store_ok = true;
-    for (got, want) in [
-        (dev.download(&cache.k)?, &keys),
-        (dev.download(&cache.v)?, &values),
-    ] {
+    let (got_k, got_v) = cache.read_back(dev)?;
+    for (got, want) in [(got_k, &keys), (got_v, &values)] {
         for p in 0..n_pos {
             for g in 0..n_kv_head {
                 let src = &want[p * width + g * head_dim..][..head_dim];

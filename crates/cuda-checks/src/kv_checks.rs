@@ -151,10 +151,8 @@ impl Quant {
         // The store: each head's row rotated and quantized as the CPU's cache does, head-major.
         let row_bytes = self.format.row_bytes(head_dim);
         let mut store_ok = true;
-        for (got, want, rot) in [
-            (dev.download(&cache.k)?, &keys, cache.k_rot),
-            (dev.download(&cache.v)?, &values, cache.v_rot),
-        ] {
+        let (got_k, got_v) = cache.read_back(dev)?;
+        for (got, want, rot) in [(got_k, &keys, cache.k_rot), (got_v, &values, cache.v_rot)] {
             for p in 0..n_pos {
                 for g in 0..n_kv_head {
                     let mut x = want[p * width + g * head_dim..][..head_dim].to_vec();

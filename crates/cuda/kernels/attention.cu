@@ -3,8 +3,9 @@
 // group, with its combine. The prefills are attention_prefill.cu's.
 #include "attention.cuh"
 
-// kc/vc[g][pos0 + t][:] = k/v[t][g*head_dim..] as the cache's elements: f16 bits, or f32 as
-// they are (-ctk f32: the CPU's f32 cache); k, v: [n][n_kv_head * head_dim] f32.
+// Head g's row of position pos0 + t (in `pages`) = k/v[t][g*head_dim..] as the cache's
+// elements: f16 bits, or f32 as they are (-ctk f32: the CPU's f32 cache); k, v:
+// [n][n_kv_head * head_dim] f32.
 static __device__ __forceinline__ uint16_t kv_elem(float x, uint16_t *) {
     return f32_to_f16_bits(x);
 }
@@ -16,15 +17,15 @@ template <typename T>
 static __device__ __forceinline__ void kv_store(const float *__restrict__ k,
                                                 const float *__restrict__ v, T *__restrict__ kc,
                                                 T *__restrict__ vc, const uint32_t *__restrict__ pos0,
-                                                int n, int n_kv_head, int head_dim, int n_ctx) {
+                                                int n, int n_kv_head, int head_dim, KvPages pages) {
     const int width = n_kv_head * head_dim;
     const size_t total = (size_t)n * width;
-    const size_t p0 = *pos0;
+    const int p0 = (int)*pos0;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
          i += (size_t)gridDim.x * blockDim.x) {
-        const size_t t = i / width;
+        const int t = (int)(i / width);
         const int c = (int)(i % width), g = c / head_dim, d = c % head_dim;
-        const size_t at = ((size_t)g * n_ctx + p0 + t) * head_dim + d;
+        const size_t at = pages.row(g, p0 + t) * head_dim + d;
         kc[at] = kv_elem(k[i], kc);
         vc[at] = kv_elem(v[i], vc);
     }
@@ -33,36 +34,36 @@ static __device__ __forceinline__ void kv_store(const float *__restrict__ k,
 extern "C" __global__ void kv_store_f16(const float *__restrict__ k, const float *__restrict__ v,
                                         uint16_t *__restrict__ kc, uint16_t *__restrict__ vc,
                                         const uint32_t *__restrict__ pos0, int n, int n_kv_head,
-                                        int head_dim, int n_ctx) {
+                                        int head_dim, KvPages pages) {
     dependent_launch_entry();
-    kv_store(k, v, kc, vc, pos0, n, n_kv_head, head_dim, n_ctx);
+    kv_store(k, v, kc, vc, pos0, n, n_kv_head, head_dim, pages);
 }
 
 extern "C" __global__ void kv_store_f32(const float *__restrict__ k, const float *__restrict__ v,
                                         float *__restrict__ kc, float *__restrict__ vc,
                                         const uint32_t *__restrict__ pos0, int n, int n_kv_head,
-                                        int head_dim, int n_ctx) {
+                                        int head_dim, KvPages pages) {
     dependent_launch_entry();
-    kv_store(k, v, kc, vc, pos0, n, n_kv_head, head_dim, n_ctx);
+    kv_store(k, v, kc, vc, pos0, n, n_kv_head, head_dim, pages);
 }
 
-// kc/vc[g][pos0 + t][:] = blocks of k/v[t][g*head_dim..], one warp per 32-element block (the
+// Head g's row of position pos0 + t = blocks of k/v[t][g*head_dim..], one warp per 32-element block (the
 // CPU's quantizers, quant.cuh). Grid-stride over blocks, whole warps; head_dim % 32 == 0.
 template <typename BLOCK, void (*QUANTIZE)(float, BLOCK *)>
 static __device__ __forceinline__ void kv_store_blocks(const float *__restrict__ k,
                                                        const float *__restrict__ v, BLOCK *kc,
                                                        BLOCK *vc, const uint32_t *pos0, int n,
-                                                       int n_kv_head, int head_dim, int n_ctx) {
+                                                       int n_kv_head, int head_dim, KvPages pages) {
     const int width = n_kv_head * head_dim;
     const size_t blocks = (size_t)n * width / 32;
-    const size_t p0 = *pos0;
+    const int p0 = (int)*pos0;
     const size_t warps = (size_t)gridDim.x * blockDim.x / WARP_SIZE;
     for (size_t b = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) / WARP_SIZE; b < blocks;
          b += warps) {
         const size_t i = b * 32 + threadIdx.x % WARP_SIZE;
-        const size_t t = i / width;
+        const int t = (int)(i / width);
         const int c = (int)(i % width), g = c / head_dim, d = c % head_dim;
-        const size_t at = (((size_t)g * n_ctx + p0 + t) * head_dim + d) / 32;
+        const size_t at = (pages.row(g, p0 + t) * head_dim + d) / 32;
         QUANTIZE(k[i], kc + at);
         QUANTIZE(v[i], vc + at);
     }
@@ -70,18 +71,18 @@ static __device__ __forceinline__ void kv_store_blocks(const float *__restrict__
 
 extern "C" __global__ void kv_store_q8_0(const float *k, const float *v, block_q8_0 *kc,
                                          block_q8_0 *vc, const uint32_t *pos0, int n,
-                                         int n_kv_head, int head_dim, int n_ctx) {
+                                         int n_kv_head, int head_dim, KvPages pages) {
     dependent_launch_entry();
     kv_store_blocks<block_q8_0, quantize_q8_0_warp>(k, v, kc, vc, pos0, n, n_kv_head, head_dim,
-                                                    n_ctx);
+                                                    pages);
 }
 
 extern "C" __global__ void kv_store_q4_0(const float *k, const float *v, block_q4_0 *kc,
                                          block_q4_0 *vc, const uint32_t *pos0, int n,
-                                         int n_kv_head, int head_dim, int n_ctx) {
+                                         int n_kv_head, int head_dim, KvPages pages) {
     dependent_launch_entry();
     kv_store_blocks<block_q4_0, quantize_q4_0_warp>(k, v, kc, vc, pos0, n, n_kv_head, head_dim,
-                                                    n_ctx);
+                                                    pages);
 }
 
 // Merges the ATTN_NWARPS warp states of a block (through shared memory) into warp 0's view:
@@ -142,7 +143,7 @@ static __device__ __forceinline__ void attn_decode_split(
     const float *__restrict__ q, const void *__restrict__ kc, const void *__restrict__ vc,
     const uint32_t *__restrict__ pos, float *__restrict__ part_m, float *__restrict__ part_l,
     float *__restrict__ part_acc, int *__restrict__ done, float *__restrict__ out, int n_head,
-    int n_kv_head, int n_ctx, float scale, int window, const float *__restrict__ sinks) {
+    int n_kv_head, KvPages pages, float scale, int window, const float *__restrict__ sinks) {
     __shared__ float sq[D];
     __shared__ float sm[ATTN_NWARPS], sl[ATTN_NWARPS];
     __shared__ float sacc[ATTN_NWARPS * D];
@@ -156,21 +157,21 @@ static __device__ __forceinline__ void attn_decode_split(
         sq[j] = q[((size_t)t * n_head + h) * D + j];
     }
     __syncthreads();
-    const KvHead<F> kh(kc, (size_t)g * n_ctx * D), vh(vc, (size_t)g * n_ctx * D);
+    const KvHead<F> kh(kc, pages, g, D), vh(vc, pages, g, D);
     WarpState<D> st;
     st.init();
     for (int key = k0 + warp; key < k1; key += ATTN_NWARPS) {
-        const size_t r = (size_t)key * D;
+        const uint8_t *kr = kh.row(key), *vr = vh.row(key);
         float dot = 0.0f;
 #pragma unroll
         for (int i = 0; i < LaneDims<D>::N; ++i) {
             const int j = lane + WARP_SIZE * i;
             if (LaneDims<D>::in_row(j)) {
-                dot += sq[j] * kh(r + j);
+                dot += sq[j] * F::get(kr, j);
             }
         }
         const float s = warp_sum(dot) * scale;
-        st.add(s, [vh, r](int j) { return vh(r + j); });
+        st.add(s, [vr](int j) { return F::get(vr, j); });
     }
     float m, l;
     merge_warps<D>(st, sm, sl, sacc, m, l);
@@ -296,10 +297,10 @@ extern "C" __global__ void attn_decode_combine(const float *__restrict__ part_m,
     extern "C" __global__ void attn_decode_split_d##D(                                           \
         const float *q, const uint16_t *kc, const uint16_t *vc, const uint32_t *pos,              \
         float *part_m, float *part_l, float *part_acc, int *done, float *out, int n_head,         \
-        int n_kv_head, int n_ctx, float scale, int window, const float *sinks) {                  \
+        int n_kv_head, KvPages pages, float scale, int window, const float *sinks) {              \
         dependent_launch_entry();                                                                 \
         attn_decode_split<D, KvF16>(q, kc, vc, pos, part_m, part_l, part_acc, done, out, n_head,  \
-                                    n_kv_head, n_ctx, scale, window, sinks);                      \
+                                    n_kv_head, pages, scale, window, sinks);                      \
     }
 
 // Every head size the CPU runs, to 256 (llama-family tiny 32, Qwen-style and Phi 80, 96,
@@ -318,10 +319,10 @@ ATTN_INSTANCES(256)
     extern "C" __global__ void attn_decode_split_##NAME##_d##D(                                  \
         const float *q, const void *kc, const void *vc, const uint32_t *pos, float *part_m,      \
         float *part_l, float *part_acc, int *done, float *out, int n_head, int n_kv_head,        \
-        int n_ctx, float scale, int window, const float *sinks) {                                \
+        KvPages pages, float scale, int window, const float *sinks) {                            \
         dependent_launch_entry();                                                                \
         attn_decode_split<D, F>(q, kc, vc, pos, part_m, part_l, part_acc, done, out, n_head,     \
-                                n_kv_head, n_ctx, scale, window, sinks);                         \
+                                n_kv_head, pages, scale, window, sinks);                         \
     }
 
 // The head sizes whose rows are whole 32-element blocks (not 80: KvCache::new refuses a
@@ -379,8 +380,8 @@ template <int D, int G> struct GroupLayout {
 // Starts the copy of tile `tile` (keys base.. of the block's range, n of them live) into stage
 // `stage`: every thread D / 16 chunks, zero-filled past the live keys.
 template <int D, int G>
-static __device__ __forceinline__ void group_load_tile(char *smem, const uint16_t *kh,
-                                                       const uint16_t *vh, int base, int n,
+static __device__ __forceinline__ void group_load_tile(char *smem, const KvHead<KvF16> &kh,
+                                                       const KvHead<KvF16> &vh, int base, int n,
                                                        int stage) {
     typedef GroupLayout<D, G> L;
     char *sk = smem + stage * L::STAGE_BYTES, *sv = sk + L::TILE_BYTES;
@@ -393,7 +394,8 @@ static __device__ __forceinline__ void group_load_tile(char *smem, const uint16_
         const int rem = is_v ? idx - PER_TENSOR : idx;
         const int r = rem / L::CHUNKS, c = rem % L::CHUNKS;
         const bool live = r < n;
-        const uint16_t *src = (is_v ? vh : kh) + (size_t)(base + (live ? r : 0)) * D + 8 * c;
+        const int key = base + (live ? r : 0);
+        const uint16_t *src = (const uint16_t *)(is_v ? vh.row(key) : kh.row(key)) + 8 * c;
         const int pc = is_v ? c : c ^ ((r & 1) * L::SWIZZLE);
         cp_async16((is_v ? sv : sk) + (r * L::CHUNKS + pc) * 16, src, live ? 16 : 0);
     }
@@ -404,7 +406,7 @@ static __device__ __forceinline__ void attn_decode_group(
     const float *__restrict__ q, const uint16_t *__restrict__ kc, const uint16_t *__restrict__ vc,
     const uint32_t *__restrict__ pos, float *__restrict__ part_m, float *__restrict__ part_l,
     float *__restrict__ part_acc, int *__restrict__ done, float *__restrict__ out, int n_head,
-    int n_ctx, float scale, int window, const float *__restrict__ sinks) {
+    KvPages pages, float scale, int window, const float *__restrict__ sinks) {
     typedef GroupLayout<D, G> L;
     constexpr int DL = LaneDims<D>::N; // output elements a lane holds
     static_assert(ATTN_NWARPS == 4 && ATTN_GROUP_TILE == 32, "thread (key, part) per tile");
@@ -418,8 +420,7 @@ static __device__ __forceinline__ void attn_decode_group(
     const int chunk = (n_keys - first + n_split - 1) / n_split;
     const int k0 = first + split * chunk, k1 = min(n_keys, k0 + chunk);
     const int n_tiles = k1 > k0 ? (k1 - k0 + ATTN_GROUP_TILE - 1) / ATTN_GROUP_TILE : 0;
-    const uint16_t *kh = kc + (size_t)g * n_ctx * D;
-    const uint16_t *vh = vc + (size_t)g * n_ctx * D;
+    const KvHead<KvF16> kh(kc, pages, g, D), vh(vc, pages, g, D);
 #pragma unroll
     for (int s = 0; s < L::STAGES - 1; ++s) {
         if (s < n_tiles) {
@@ -630,10 +631,11 @@ static __device__ __forceinline__ void attn_decode_group(
         attn_decode_group_d##D##_g##G(const float *q, const uint16_t *kc, const uint16_t *vc,    \
                                       const uint32_t *pos, float *part_m, float *part_l,          \
                                       float *part_acc, int *done, float *out, int n_head,         \
-                                      int n_ctx, float scale, int window, const float *sinks) {   \
+                                      KvPages pages, float scale, int window,                     \
+                                      const float *sinks) {                                       \
         dependent_launch_entry();                                                                 \
         attn_decode_group<D, G>(q, kc, vc, pos, part_m, part_l, part_acc, done, out, n_head,      \
-                                n_ctx, scale, window, sinks);                                     \
+                                pages, scale, window, sinks);                                     \
     }
 #define ATTN_GROUP_INSTANCES(D)                                                                   \
     ATTN_GROUP_INSTANCE(D, 1)                                                                     \

@@ -1,8 +1,8 @@
 // Shared by attention.cu (the KV store and flash-decoding) and attention_prefill.cu (the
 // prefills): the cache layout, its element types and the warp's online softmax state.
 //
-// Causal attention with grouped-query heads over a head-major KV cache ([n_kv_head][n_ctx]
-// [head_dim], as crates/cpu/src/kv.rs's LayerKv), f32 accumulation. The cache is f16, f32
+// Causal attention with grouped-query heads over a paged KV cache (common.cuh's KvPages: blocks
+// of positions, each [n_kv_head][positions][head_dim]), f32 accumulation. The cache is f16, f32
 // (-ctk/-ctv f32), or (q8_0, q4_0) quant.cuh's blocks of 32 elements, which flash-decoding and
 // the scalar prefill read through KvF16 / KvF32 / KvBlocks (dequantized to f32 per element, as
 // the CPU's).
@@ -50,12 +50,18 @@ template <int TYPE> struct KvBlocks {
     }
 };
 
-// One KV head's history in a cache of format F, from element `first` (a multiple of 32).
+// One KV head's rows in a paged cache of format F (common.cuh's KvPages): row(key) is the
+// key's first byte, its element j F::get(row(key), j).
 template <typename F> struct KvHead {
-    const uint8_t *p;
-    __device__ __forceinline__ KvHead(const void *cache, size_t first)
-        : p((const uint8_t *)cache + first / F::qk * F::bytes) {}
-    __device__ __forceinline__ float operator()(size_t i) const { return F::get(p, i); }
+    const uint8_t *base;
+    KvPages pages;
+    int g;
+    size_t row_bytes;
+    __device__ __forceinline__ KvHead(const void *cache, KvPages pages, int g, int d)
+        : base((const uint8_t *)cache), pages(pages), g(g), row_bytes((size_t)d / F::qk * F::bytes) {}
+    __device__ __forceinline__ const uint8_t *row(int key) const {
+        return base + pages.row(g, key) * row_bytes;
+    }
 };
 
 // One warp's online softmax state for one query row: lane holds dims lane + 32 i (those of

@@ -12,7 +12,7 @@ template <int D, typename F>
 static __device__ __forceinline__ void attn_prefill(
     const float *__restrict__ q, const void *__restrict__ kc, const void *__restrict__ vc,
     const uint32_t *__restrict__ pos, float *__restrict__ out, int n_q, int n_head, int n_kv_head,
-    int n_ctx, float scale, int window, const float *__restrict__ sinks) {
+    KvPages pages, float scale, int window, const float *__restrict__ sinks) {
     typedef LaneDims<D> L;
     constexpr int TILE = D > 128 ? ATTN_TILE_K / 2 : ATTN_TILE_K;
     __shared__ float sk[TILE * D];
@@ -43,7 +43,7 @@ static __device__ __forceinline__ void attn_prefill(
     }
     __syncthreads();
     const int n_keys = s_keys, block_first = s_first; // the block has an active row
-    const KvHead<F> kh(kc, (size_t)g * n_ctx * D), vh(vc, (size_t)g * n_ctx * D);
+    const KvHead<F> kh(kc, pages, g, D), vh(vc, pages, g, D);
     const float *qr = sq + warp * D;
     WarpState<D> st;
     st.init();
@@ -51,8 +51,8 @@ static __device__ __forceinline__ void attn_prefill(
         const int nk = min(TILE, n_keys - k0);
         __syncthreads(); // the previous tile is no longer read
         for (int i = threadIdx.x; i < nk * D; i += blockDim.x) {
-            sk[i] = kh((size_t)k0 * D + i);
-            sv[i] = vh((size_t)k0 * D + i);
+            sk[i] = F::get(kh.row(k0 + i / D), i % D);
+            sv[i] = F::get(vh.row(k0 + i / D), i % D);
         }
         __syncthreads();
         const int upto = min(nk, my_keys - k0); // causal: keys < my_keys
@@ -139,7 +139,7 @@ template <int D>
 static __device__ __forceinline__ void attn_prefill_f16ref(
     const float *__restrict__ q, const uint16_t *__restrict__ kc, const uint16_t *__restrict__ vc,
     const uint32_t *__restrict__ pos, float *__restrict__ out, int n_q, int n_head, int n_kv_head,
-    int n_ctx, float scale, int window, const float *__restrict__ sinks) {
+    KvPages pages, float scale, int window, const float *__restrict__ sinks) {
     __shared__ float prod[2][D];
     const int t = blockIdx.x, h = blockIdx.y;
     const int g = h / (n_head / n_kv_head);
@@ -148,15 +148,14 @@ static __device__ __forceinline__ void attn_prefill_f16ref(
     const int j = own ? threadIdx.x : 0; // an element the idle threads read harmlessly
     const size_t row = ((size_t)t * n_head + h) * D;
     const float qj = __half2float(__float2half_rn(q[row + j]));
-    const uint16_t *kh = kc + (size_t)g * n_ctx * D;
-    const uint16_t *vh = vc + (size_t)g * n_ctx * D;
+    const KvHead<KvF16> kh(kc, pages, g, D), vh(vc, pages, g, D);
     float m = ATTN_NEG_INF, l = 0.0f;
     __half acc = __float2half_rn(0.0f);
     const int n_keys = (int)pos[t] + 1;
     for (int key = attn_first_key(n_keys, window); key < n_keys; ++key) {
         float *buf = prod[key % 2]; // alternating buffers: one barrier a key
         if (own) {
-            buf[j] = qj * f16_bits_to_f32(kh[(size_t)key * D + j]); // exact: f16 × f16
+            buf[j] = qj * KvF16::get(kh.row(key), j); // exact: f16 × f16
         }
         __syncthreads();
         const float s = __fmul_rn(dot_f16_order<D>(buf, lane), scale); // not fused below
@@ -168,7 +167,7 @@ static __device__ __forceinline__ void attn_prefill_f16ref(
         } else {
             vs = exp_rn(s - m);
         }
-        const float v = f16_bits_to_f32(vh[(size_t)key * D + j]);
+        const float v = KvF16::get(vh.row(key), j);
         acc = __float2half_rn(__fmaf_rn(v, vs, __half2float(acc)));
         l = __fmaf_rn(l, ms, vs);
     }
@@ -205,18 +204,18 @@ static __device__ __forceinline__ void attn_prefill_f16ref(
 #define F32REF_WARPS 4
 
 template <int D, typename F> struct F32RefRow {
+    KvHead<F> k;    // the KV head's keys (first: the struct is built from it)
     float q[D / 8]; // q[8c + i] for this lane's i
-    const uint8_t *k; // the KV head's keys (KvHead<F>: element `key * D + j`)
     int n_keys, g, i;
     float scale;
     // The score of key k0 + g (the caller keeps it below n_keys for the lanes it reads).
     __device__ __forceinline__ float score(int k0) const {
         const int key = min(k0 + g, n_keys - 1);
-        const size_t kr = (size_t)key * D;
+        const uint8_t *kr = k.row(key);
         float a = 0.0f;
 #pragma unroll
         for (int c = 0; c < D / 8; ++c) {
-            a = __fadd_rn(a, __fmul_rn(q[c], F::get(k, kr + 8 * c + i)));
+            a = __fadd_rn(a, __fmul_rn(q[c], F::get(kr, 8 * c + i)));
         }
         float r = __shfl_sync(FULL_MASK, a, 8 * g);
 #pragma unroll
@@ -231,7 +230,7 @@ template <int D, typename F>
 static __device__ __forceinline__ void attn_prefill_f32ref(
     const float *__restrict__ q, const void *__restrict__ kc, const void *__restrict__ vc,
     const uint32_t *__restrict__ pos, float *__restrict__ out, int n_q, int n_head, int n_kv_head,
-    int n_ctx, float scale, int window, const float *__restrict__ sinks) {
+    KvPages pages, float scale, int window, const float *__restrict__ sinks) {
     const int lane = threadIdx.x % WARP_SIZE;
     const int w = blockIdx.x * F32REF_WARPS + threadIdx.x / WARP_SIZE;
     if (w >= n_q * n_head) {
@@ -240,19 +239,18 @@ static __device__ __forceinline__ void attn_prefill_f32ref(
     const int t = w / n_head, h = w % n_head;
     const int kvh = h / (n_head / n_kv_head);
     const size_t row = ((size_t)t * n_head + h) * D;
-    F32RefRow<D, F> r;
+    F32RefRow<D, F> r{KvHead<F>(kc, pages, kvh, D)};
     r.g = lane / 8;
     r.i = lane % 8;
 #pragma unroll
     for (int c = 0; c < D / 8; ++c) {
         r.q[c] = q[row + 8 * c + r.i];
     }
-    r.k = KvHead<F>(kc, (size_t)kvh * n_ctx * D).p;
     r.n_keys = (int)pos[t] + 1;
     r.scale = scale;
     // The window's keys first..n_keys - 1, in order (the CPU's slice of them).
     const int first = attn_first_key(r.n_keys, window);
-    const KvHead<F> vh(vc, (size_t)kvh * n_ctx * D);
+    const KvHead<F> vh(vc, pages, kvh, D);
 
     float m = ATTN_NEG_INF;
     for (int k0 = first; k0 < r.n_keys; k0 += 4) {
@@ -297,11 +295,11 @@ static __device__ __forceinline__ void attn_prefill_f32ref(
         const float wk = __fmul_rn(exp_rn(__fsub_rn(r.score(k0), m)), inv);
         for (int g = 0; g < 4 && k0 + g < r.n_keys; ++g) {
             const float wg = __shfl_sync(FULL_MASK, wk, 8 * g);
-            const size_t vr = (size_t)(k0 + g) * D;
+            const uint8_t *vr = vh.row(k0 + g);
 #pragma unroll
             for (int j = 0; j < L::N; ++j) {
                 if (L::in_row(lane + WARP_SIZE * j)) {
-                    o[j] = __fadd_rn(o[j], __fmul_rn(wg, vh(vr + lane + WARP_SIZE * j)));
+                    o[j] = __fadd_rn(o[j], __fmul_rn(wg, F::get(vr, lane + WARP_SIZE * j)));
                 }
             }
         }
@@ -316,35 +314,35 @@ static __device__ __forceinline__ void attn_prefill_f32ref(
 #define ATTN_INSTANCES(D)                                                                         \
     extern "C" __global__ void attn_prefill_f16ref_d##D(                                          \
         const float *q, const uint16_t *kc, const uint16_t *vc, const uint32_t *pos, float *out,  \
-        int n_q, int n_head, int n_kv_head, int n_ctx, float scale, int window,                   \
+        int n_q, int n_head, int n_kv_head, KvPages pages, float scale, int window,                   \
         const float *sinks) {                                                                     \
         dependent_launch_entry();                                                                 \
-        attn_prefill_f16ref<D>(q, kc, vc, pos, out, n_q, n_head, n_kv_head, n_ctx, scale,         \
+        attn_prefill_f16ref<D>(q, kc, vc, pos, out, n_q, n_head, n_kv_head, pages, scale,         \
                                 window, sinks);                                                   \
     }                                                                                             \
     extern "C" __global__ void attn_prefill_f32ref_d##D(                                          \
         const float *q, const uint16_t *kc, const uint16_t *vc, const uint32_t *pos, float *out,  \
-        int n_q, int n_head, int n_kv_head, int n_ctx, float scale, int window,                   \
+        int n_q, int n_head, int n_kv_head, KvPages pages, float scale, int window,                   \
         const float *sinks) {                                                                     \
         dependent_launch_entry();                                                                 \
-        attn_prefill_f32ref<D, KvF16>(q, kc, vc, pos, out, n_q, n_head, n_kv_head, n_ctx, scale,  \
+        attn_prefill_f32ref<D, KvF16>(q, kc, vc, pos, out, n_q, n_head, n_kv_head, pages, scale,  \
                                       window, sinks);                                             \
     }                                                                                             \
     extern "C" __global__ void attn_prefill_f32ref_f32_d##D(                                      \
         const float *q, const float *kc, const float *vc, const uint32_t *pos, float *out,        \
-        int n_q, int n_head, int n_kv_head, int n_ctx, float scale, int window,                   \
+        int n_q, int n_head, int n_kv_head, KvPages pages, float scale, int window,                   \
         const float *sinks) {                                                                     \
         dependent_launch_entry();                                                                 \
-        attn_prefill_f32ref<D, KvF32>(q, kc, vc, pos, out, n_q, n_head, n_kv_head, n_ctx, scale,  \
+        attn_prefill_f32ref<D, KvF32>(q, kc, vc, pos, out, n_q, n_head, n_kv_head, pages, scale,  \
                                       window, sinks);                                             \
     }                                                                                             \
     extern "C" __global__ void attn_prefill_d##D(const float *q, const uint16_t *kc,              \
                                                  const uint16_t *vc, const uint32_t *pos,         \
                                                  float *out, int n_q, int n_head, int n_kv_head,  \
-                                                 int n_ctx, float scale, int window,              \
+                                                 KvPages pages, float scale, int window,              \
                                                  const float *sinks) {                            \
         dependent_launch_entry();                                                                 \
-        attn_prefill<D, KvF16>(q, kc, vc, pos, out, n_q, n_head, n_kv_head, n_ctx, scale,         \
+        attn_prefill<D, KvF16>(q, kc, vc, pos, out, n_q, n_head, n_kv_head, pages, scale,         \
                                window, sinks);                                                    \
     }
 
@@ -363,10 +361,10 @@ ATTN_INSTANCES(256)
 #define ATTN_TYPED_INSTANCES(NAME, F, D)                                                         \
     extern "C" __global__ void attn_prefill_##NAME##_d##D(                                       \
         const float *q, const void *kc, const void *vc, const uint32_t *pos, float *out,         \
-        int n_q, int n_head, int n_kv_head, int n_ctx, float scale, int window,                  \
+        int n_q, int n_head, int n_kv_head, KvPages pages, float scale, int window,                  \
         const float *sinks) {                                                                    \
         dependent_launch_entry();                                                                \
-        attn_prefill<D, F>(q, kc, vc, pos, out, n_q, n_head, n_kv_head, n_ctx, scale, window,    \
+        attn_prefill<D, F>(q, kc, vc, pos, out, n_q, n_head, n_kv_head, pages, scale, window,    \
                            sinks);                                                               \
     }
 

@@ -3,9 +3,10 @@
 // through a per-row table instead of one launch per sequence (ops/attention_rows.rs builds it).
 //
 // The table, per row t of the pass (n_rows = gridDim.z of the attention kernel):
-//   kv[t], kv[n_rows + t]           this layer's K and V of the row's sequence: head-major
-//                                   [n_kv_head][n_ctx][D] f16, as attention.cu's caches
-//   meta[t], meta[n_rows + t]       that cache's n_ctx, and the row's split count, at most its
+//   kv[t], kv[n_rows + t]           this layer's K and V pools (f16, paged as attention.cu's
+//                                   caches: common.cuh's KvPages)
+//   pages[t]                        the row's sequence's block table
+//   meta[t], meta[n_rows + t]       its block shift, and the row's split count, at most its
 //                                   work's (0: the row is not in this launch: another path
 //                                   serves it, or padding)
 //   work[t], work[n_rows + t], work[2 n_rows + t], work[3 n_rows + t]
@@ -13,7 +14,6 @@
 //                                   finished-split counters, already offset to the row's slot
 //                                   (its sequence's DecodeWork; the row's [n_head][n_split]
 //                                   partials at the start of its slot)
-// Paging the cache later changes only how kv[] turns a position into an address.
 //
 // The arithmetic per row is flash-decoding's (f16 keys dotted a lane per key with the G query
 // heads of a KV head, the warp's online softmax per 32 keys, V rows a lane per ceil(D / 32)
@@ -25,12 +25,14 @@
 #define ROWS_NWARPS 4
 #define ROWS_NEG_INF __int_as_float(0xff800000)
 
-// kc/vc[g][pos[t]][:] = f16(k/v[t][g*head_dim..]) for every row t with meta's split count > 0;
+// Head g's row of position pos[t] = f16(k/v[t][g*head_dim..]) for every row t with meta's split
+// count > 0;
 // k, v: [n_rows][n_kv_head * head_dim] f32. Grid-stride over elements.
 extern "C" __global__ void kv_store_rows_f16(const float *__restrict__ k,
                                              const float *__restrict__ v,
                                              const unsigned long long *__restrict__ kv,
                                              const int *__restrict__ meta,
+                                             const unsigned long long *__restrict__ pages,
                                              const uint32_t *__restrict__ pos, int n_rows,
                                              int n_kv_head, int head_dim) {
     dependent_launch_entry();
@@ -43,7 +45,8 @@ extern "C" __global__ void kv_store_rows_f16(const float *__restrict__ k,
             continue;
         }
         const int c = (int)(i % width), g = c / head_dim, d = c % head_dim;
-        const size_t at = ((size_t)g * meta[t] + pos[t]) * head_dim + d;
+        const KvPages pg = {(const uint32_t *)pages[t], meta[t], n_kv_head};
+        const size_t at = pg.row(g, (int)pos[t]) * head_dim + d;
         ((uint16_t *)kv[t])[at] = f32_to_f16_bits(k[i]);
         ((uint16_t *)kv[n_rows + t])[at] = f32_to_f16_bits(v[i]);
     }
@@ -87,7 +90,8 @@ static __device__ __forceinline__ void rows_combine_head(const float *part_m, co
 template <int D, int G>
 static __device__ __forceinline__ void attn_decode_rows(
     const float *__restrict__ q, const unsigned long long *__restrict__ kv,
-    const int *__restrict__ meta, const unsigned long long *__restrict__ work,
+    const int *__restrict__ meta, const unsigned long long *__restrict__ pages,
+    const unsigned long long *__restrict__ work,
     const uint32_t *__restrict__ pos, float *__restrict__ out, int n_head, float scale,
     int window, const float *__restrict__ sinks) {
     constexpr int DL = LaneDims<D>::N; // V elements a lane holds
@@ -104,7 +108,7 @@ static __device__ __forceinline__ void attn_decode_rows(
     if (split >= n_split) {
         return; // a row of fewer splits, or one this launch does not serve
     }
-    const int n_ctx = meta[t];
+    const KvPages pg = {(const uint32_t *)pages[t], meta[t], (int)gridDim.y};
     const uint16_t *kc = (const uint16_t *)kv[t];
     const uint16_t *vc = (const uint16_t *)kv[n_rows + t];
     float *part_m = (float *)work[t];
@@ -125,8 +129,6 @@ static __device__ __forceinline__ void attn_decode_rows(
         sq[i / D][i % D] = q[((size_t)t * n_head + h0) * D + i];
     }
     __syncthreads();
-    const uint16_t *kh = kc + (size_t)g * n_ctx * D;
-    const uint16_t *vh = vc + (size_t)g * n_ctx * D;
     float m[G], l[G], acc[G][DL];
 #pragma unroll
     for (int i = 0; i < G; ++i) {
@@ -146,7 +148,7 @@ static __device__ __forceinline__ void attn_decode_rows(
             s[i] = 0.0f;
         }
         if (live) {
-            const uint4 *kr = (const uint4 *)(kh + (size_t)key * D);
+            const uint4 *kr = (const uint4 *)(kc + pg.row(g, key) * D);
 #pragma unroll
             for (int c = 0; c < D / 8; ++c) {
                 const uint4 w = kr[c];
@@ -185,7 +187,7 @@ static __device__ __forceinline__ void attn_decode_rows(
 #pragma unroll 4
         for (int kk = 0; kk < nk; ++kk) {
             float vf[DL];
-            v_row_f16<D>(vh + (size_t)(base + kk) * D, lane, vf);
+            v_row_f16<D>(vc + pg.row(g, base + kk) * D, lane, vf);
 #pragma unroll
             for (int i = 0; i < G; ++i) {
                 const float pk = __shfl_sync(FULL_MASK, p[i], kk);
@@ -258,11 +260,13 @@ static __device__ __forceinline__ void attn_decode_rows(
 #define ROWS_INSTANCE(D, G)                                                                       \
     extern "C" __global__ void __launch_bounds__(ROWS_NWARPS *WARP_SIZE)                          \
         attn_decode_rows_d##D##_g##G(const float *q, const unsigned long long *kv,              \
-                                     const int *meta, const unsigned long long *work,            \
-                                     const uint32_t *pos, float *out, int n_head, float scale,  \
-                                     int window, const float *sinks) {                           \
+                                     const int *meta, const unsigned long long *pages,           \
+                                     const unsigned long long *work, const uint32_t *pos,        \
+                                     float *out, int n_head, float scale, int window,            \
+                                     const float *sinks) {                                       \
         dependent_launch_entry();                                                                 \
-        attn_decode_rows<D, G>(q, kv, meta, work, pos, out, n_head, scale, window, sinks);        \
+        attn_decode_rows<D, G>(q, kv, meta, pages, work, pos, out, n_head, scale, window,        \
+                               sinks);                                                            \
     }
 // Every group size up to 8 (SmolLM2's 3, Qwen2.5's 7 too): one query head a KV head to 8.
 #define ROWS_INSTANCES(D)                                                                         \

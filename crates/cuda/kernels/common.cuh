@@ -46,6 +46,22 @@ static __device__ __forceinline__ int attn_first_key(int n_keys, int window) {
     return window > 0 ? max(0, n_keys - window) : 0;
 }
 
+// The paged KV cache (crates/cuda/src/ops/kv_cache.rs): a layer's keys, and its values, are a
+// pool of blocks of 2^shift positions shared by every sequence, block b holding
+// [n_kv_head][2^shift][row]; a sequence's position p lives in its block blocks[p >> shift].
+// Passed by value to every kernel that reads or writes a sequence's cache (ops' KvPagesArg has
+// the same layout).
+struct KvPages {
+    const uint32_t *blocks;
+    int shift;
+    int n_kv_head;
+    // The row (of the cache's row size) of KV head g's position p.
+    __device__ __forceinline__ size_t row(int g, int p) const {
+        const size_t b = (size_t)__ldg(blocks + (p >> shift)) * n_kv_head + g;
+        return (b << shift) | (size_t)(p & ((1 << shift) - 1));
+    }
+};
+
 // A lane's share of a V row of D f16 elements (row: its first element, in global or shared
 // memory, 4-byte aligned), as f32: the N consecutive elements from lane * N, zeros past the row.
 // Whole shares (D a multiple of 64) load 8 or 4 bytes at a time.

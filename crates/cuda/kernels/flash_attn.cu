@@ -1,5 +1,5 @@
 // Flash-attention prefill on the f16 tensor cores (mma.sync m16n8k16, f16·f16 → f32), over the
-// f16 head-major KV cache of attention.cu ([n_kv_head][n_ctx][D]). The scalar attn_prefill in
+// paged f16 KV cache of attention.cu (common.cuh's KvPages). The scalar attn_prefill in
 // attention.cu computes the same function in f32 and stays as the reference path.
 //
 //   out[t][h] = Σ_k softmax_k(q[t][h] · K[k][g] / sqrt(D)) · V[k][g],  k = first..=pos[t],
@@ -88,16 +88,17 @@ static __device__ __forceinline__ float fa_finite(float m) {
 
 // Queues the copy of keys k0..k0+FA_BK-1 of K and V into one stage; keys >= n_keys are zeros.
 template <int D>
-static __device__ __forceinline__ void fa_load_tile(uint16_t *stage, const uint16_t *kh,
-                                                    const uint16_t *vh, int k0, int n_keys) {
+static __device__ __forceinline__ void fa_load_tile(uint16_t *stage, const uint16_t *kc,
+                                                    const uint16_t *vc, KvPages pages, int kvh,
+                                                    int k0, int n_keys) {
     constexpr int STRIDE = D + FA_PAD, CHUNKS = D / 8, TILE = FA_BK * STRIDE;
     for (int i = threadIdx.x; i < FA_BK * CHUNKS; i += FA_NWARPS * WARP_SIZE) {
         const int key = i / CHUNKS, c = i % CHUNKS;
         const bool valid = k0 + key < n_keys;
-        const size_t at = valid ? (size_t)(k0 + key) * D + 8 * c : 0;
+        const size_t at = pages.row(kvh, valid ? k0 + key : 0) * D + 8 * c;
         const uint32_t dst = fa_smem(stage + key * STRIDE + 8 * c);
-        cp_async16_to(dst, kh + at, valid ? 16 : 0);
-        cp_async16_to(dst + TILE * 2, vh + at, valid ? 16 : 0);
+        cp_async16_to(dst, kc + at, valid ? 16 : 0);
+        cp_async16_to(dst + TILE * 2, vc + at, valid ? 16 : 0);
     }
 }
 
@@ -105,7 +106,7 @@ template <int D>
 static __device__ __forceinline__ void flash_prefill(
     const float *__restrict__ q, const uint16_t *__restrict__ kc, const uint16_t *__restrict__ vc,
     const uint32_t *__restrict__ pos, float *__restrict__ out, int n_q, int n_head, int n_kv_head,
-    int n_ctx, float scale, int window, const float *__restrict__ sinks) {
+    KvPages pages, float scale, int window, const float *__restrict__ sinks) {
     constexpr int STRIDE = D + FA_PAD; // halves per shared row
     constexpr int TILE = FA_BK * STRIDE;
     static_assert(D % 16 == 0 && D <= 128, "whole k-steps; O and Q fit the registers to 128");
@@ -168,8 +169,6 @@ static __device__ __forceinline__ void flash_prefill(
     // The window: keys from the first the earliest row sees; below the last row's first key
     // some row masks (never when window is 0: both are 0).
     const int lo = attn_first_key(all_see, window), masked_below = attn_first_key(n_keys, window);
-    const uint16_t *kh = kc + (size_t)kvh * n_ctx * D;
-    const uint16_t *vh = vc + (size_t)kvh * n_ctx * D;
 
     float o[DN][4];
 #pragma unroll
@@ -182,13 +181,13 @@ static __device__ __forceinline__ void flash_prefill(
     float m[2] = {FA_NEG_INF, FA_NEG_INF}, l[2] = {0.0f, 0.0f};
 
     const int tile0 = lo / FA_BK, n_tiles = (n_keys + FA_BK - 1) / FA_BK - tile0;
-    fa_load_tile<D>(fa_tiles, kh, vh, tile0 * FA_BK, n_keys);
+    fa_load_tile<D>(fa_tiles, kc, vc, pages, kvh, tile0 * FA_BK, n_keys);
     cp_async_commit();
     for (int it = 0; it < n_tiles; ++it) {
         const int k0 = (tile0 + it) * FA_BK;
         if (it + 1 < n_tiles) {
-            fa_load_tile<D>(fa_tiles + ((it + 1) % FA_STAGES) * 2 * TILE, kh, vh, k0 + FA_BK,
-                            n_keys);
+            fa_load_tile<D>(fa_tiles + ((it + 1) % FA_STAGES) * 2 * TILE, kc, vc, pages, kvh,
+                            k0 + FA_BK, n_keys);
         }
         cp_async_commit(); // possibly empty: keeps "all but one group" meaning tile it
         cp_async_wait<1>();
@@ -320,10 +319,10 @@ static __device__ __forceinline__ void flash_prefill(
 #define FLASH_INSTANCE(D)                                                                         \
     extern "C" __global__ void __launch_bounds__(FA_NWARPS *WARP_SIZE) flash_attn_prefill_d##D(  \
         const float *q, const uint16_t *kc, const uint16_t *vc, const uint32_t *pos, float *out,  \
-        int n_q, int n_head, int n_kv_head, int n_ctx, float scale, int window,                   \
+        int n_q, int n_head, int n_kv_head, KvPages pages, float scale, int window,               \
         const float *sinks) {                                                                     \
         dependent_launch_entry();                                                                 \
-        flash_prefill<D>(q, kc, vc, pos, out, n_q, n_head, n_kv_head, n_ctx, scale, window,       \
+        flash_prefill<D>(q, kc, vc, pos, out, n_q, n_head, n_kv_head, pages, scale, window,       \
                          sinks);                                                                  \
     }
 

@@ -67,6 +67,24 @@ impl Cache {
             Cache::Cuda(c) | Cache::Split(_, c) => c.n_ctx(),
         }
     }
+
+    /// The GPU part's KV blocks held, and positions a block (`None` on the CPU, whose cache
+    /// holds every position from the start).
+    pub fn kv_blocks(&self) -> Option<(usize, usize)> {
+        match self {
+            Cache::Cpu(_) => None,
+            Cache::Cuda(c) | Cache::Split(_, c) => Some(c.kv_blocks()),
+        }
+    }
+
+    /// Keeps positions `..n`: on a GPU, the blocks past them go back to the pool; the CPU's
+    /// cache keeps its memory (positions past `n` are simply rewritten later).
+    pub fn truncate(&mut self, n: usize) {
+        match self {
+            Cache::Cpu(_) => {}
+            Cache::Cuda(c) | Cache::Split(_, c) => c.truncate(n),
+        }
+    }
 }
 
 impl<'a> Model<'a> {
@@ -170,6 +188,71 @@ impl<'a> Model<'a> {
             gpu_kv(kv_type)?;
         }
         Ok(())
+    }
+
+    /// Whether the model's KV caches are all paged on a GPU (not `-ngl` partial, not the
+    /// CPU): then caches take memory as their sequences grow, from a pool
+    /// ([`Self::reserve_kv`]) that need not hold every sequence's whole context.
+    pub fn kv_is_paged(&self) -> bool {
+        matches!(&self.exec, Exec::Cuda(m) if m.shares_kv())
+    }
+
+    /// Positions a block of the GPU's paged KV cache for sequences of up to `n_ctx` (`None`
+    /// without a GPU).
+    pub fn kv_block(&self, n_ctx: usize) -> Option<usize> {
+        match &self.exec {
+            Exec::Cpu(_) => None,
+            Exec::Cuda(m) | Exec::Split { gpu: m, .. } => Some(m.kv_block(n_ctx)),
+        }
+    }
+
+    /// Blocks for `n_seqs` whole contexts of `n_ctx` positions (`None` without a GPU).
+    pub fn kv_blocks_for(&self, n_seqs: usize, n_ctx: usize) -> Option<usize> {
+        self.kv_block(n_ctx).map(|b| n_seqs * n_ctx.div_ceil(b))
+    }
+
+    /// Makes the pool that GPU caches made after this share: `n_blocks` blocks of
+    /// [`Self::kv_block`] positions in `kv_type`, for sequences of up to `n_ctx`, taken by
+    /// each cache as its sequence grows. Nothing to do without a GPU (the CPU's caches are
+    /// whole), or where the plan keeps a pool a cache (`FERROLM_KV_POOL=0`).
+    pub fn reserve_kv(
+        &self,
+        n_blocks: usize,
+        n_ctx: usize,
+        kv_type: KvType,
+    ) -> Result<(), EngineError> {
+        self.check_kv_type(kv_type)?;
+        match &self.exec {
+            Exec::Cpu(_) => Ok(()),
+            Exec::Cuda(m) | Exec::Split { gpu: m, .. } => m
+                .reserve_kv(n_blocks, n_ctx, gpu_kv(kv_type)?)
+                .map_err(|e| EngineError::Backend(e.to_string())),
+        }
+    }
+
+    /// Blocks of `kv_type`, for sequences of up to `n_ctx`, that free GPU memory holds as a
+    /// pool (`None` without a GPU).
+    pub fn kv_blocks_that_fit(
+        &self,
+        kv_type: KvType,
+        n_ctx: usize,
+    ) -> Result<Option<usize>, EngineError> {
+        self.check_kv_type(kv_type)?;
+        match &self.exec {
+            Exec::Cpu(_) => Ok(None),
+            Exec::Cuda(m) | Exec::Split { gpu: m, .. } => m
+                .kv_blocks_that_fit(gpu_kv(kv_type)?, n_ctx)
+                .map(Some)
+                .map_err(|e| EngineError::Backend(e.to_string())),
+        }
+    }
+
+    /// The shared pool's free blocks and positions a block (`None` without one).
+    pub fn kv_free_blocks(&self) -> Option<(usize, usize)> {
+        match &self.exec {
+            Exec::Cpu(_) => None,
+            Exec::Cuda(m) | Exec::Split { gpu: m, .. } => m.kv_free_blocks(),
+        }
     }
 
     /// A KV cache for `n_ctx` positions in `kv_type`: f32, f16, q8_0 or q4_0 for K and V

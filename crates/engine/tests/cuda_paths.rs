@@ -176,3 +176,126 @@ fn batched_decode_attention_matches_a_launch_per_sequence() {
         }
     }
 }
+
+/// The paged KV cache moves addresses, never values: blocks of 16 positions, the default, and
+/// one block as large as the whole context (the cache as one array) give bit-identical
+/// logits, for one sequence's prompt and steps (graphs) and for a batch of sequences (the
+/// one-launch attention's per-row tables).
+#[test]
+#[ignore = "needs a GPU"]
+fn kv_block_size_changes_no_bits() {
+    for stem in ["tiny-llama-q4_k_m", "tiny-olmoe-q4_k_m", "tiny-qwen3-q8_0"] {
+        let file = golden_file(stem);
+        let (base_b, base_s) = run(&file, &[]);
+        let base_batch = batch_schedule(&file, &[]);
+        for block in ["16", "65536"] {
+            let env = [("FERROLM_KV_BLOCK", block)];
+            let (b, s) = run(&file, &env);
+            assert_eq!(base_b, b, "{stem}: prompt, blocks of {block}");
+            assert_eq!(base_s, s, "{stem}: steps, blocks of {block}");
+            assert_eq!(
+                base_batch,
+                batch_schedule(&file, &env),
+                "{stem}: batch, {block}"
+            );
+        }
+    }
+}
+
+/// Sequences of one shared pool (`Model::reserve_kv`): a prompt's blocks given to three
+/// others (`copy_cache_prefix` shares them; 70 positions, so the last block is partial and
+/// copied when each sequence writes its next position into it) continue bit for bit as
+/// caches of their own that each computed the prompt (the same kernels run on the same
+/// values); every block comes back when the caches go; a pass past the pool's blocks is an
+/// error, not a fault.
+#[test]
+#[ignore = "needs a GPU"]
+fn shared_pool_prefixes_continue_as_their_own() {
+    use ferrolm_engine::{Cache, KvType, SeqInput};
+    let file = golden_file("tiny-llama-q4_k_m");
+    let model = Model::load_on(&file, &Device::cuda(0).expect("a GPU")).unwrap();
+    let n_vocab = model.cfg.n_vocab as u32;
+    let prompt: Vec<u32> = (0..70).map(|i| (i * 37 + 11) % n_vocab).collect();
+    let nexts: [[u32; 3]; 4] = [[5, 6, 7], [8, 9, 10], [11, 12, 13], [14, 15, 16]];
+    let prefill = |cache: &mut Cache| {
+        model
+            .forward_batch(&mut [SeqInput {
+                cache,
+                tokens: &prompt,
+                pos0: 0,
+                logits: None,
+            }])
+            .unwrap();
+    };
+    // Three steps of all four sequences in one batch each.
+    let steps = |caches: &mut [Cache]| -> Vec<Vec<f32>> {
+        let mut got = vec![Vec::new(); caches.len()];
+        for step in 0..3 {
+            let tokens: Vec<[u32; 1]> = nexts.iter().map(|n| [n[step]]).collect();
+            let mut seqs: Vec<SeqInput> = caches
+                .iter_mut()
+                .zip(&tokens)
+                .map(|(cache, t)| SeqInput {
+                    cache,
+                    tokens: t,
+                    pos0: prompt.len() + step,
+                    logits: Some(Logits::Last),
+                })
+                .collect();
+            for (g, l) in got.iter_mut().zip(model.forward_batch(&mut seqs).unwrap()) {
+                g.extend(l);
+            }
+        }
+        got
+    };
+    // Their own: a pool each (made before the shared one), a prefill each.
+    let mut own: Vec<Cache> = (0..4)
+        .map(|_| model.new_cache(128, KvType::F16).unwrap())
+        .collect();
+    own.iter_mut().for_each(&prefill);
+    let want = steps(&mut own);
+
+    let n_blocks = model.kv_blocks_for(4, 128).unwrap();
+    let block = model.kv_block(128).unwrap();
+    model.reserve_kv(n_blocks, 128, KvType::F16).unwrap();
+    assert_eq!(model.kv_free_blocks(), Some((n_blocks, block)));
+    let mut caches: Vec<Cache> = (0..4)
+        .map(|_| model.new_cache(128, KvType::F16).unwrap())
+        .collect();
+    let (first, rest) = caches.split_first_mut().unwrap();
+    prefill(first);
+    for c in rest {
+        model.copy_cache_prefix(first, c, prompt.len()).unwrap();
+    }
+    // Two blocks for the prompt, held by all four.
+    let blocks_for_prompt = prompt.len().div_ceil(block);
+    assert_eq!(
+        model.kv_free_blocks(),
+        Some((n_blocks - blocks_for_prompt, block))
+    );
+    let got = steps(&mut caches);
+    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+        assert!(g == w, "sequence {i}: a shared prefix gives other logits");
+    }
+    // The whole blocks stay shared; the partial one is each sequence's own (three copies and
+    // the original).
+    assert_eq!(
+        model.kv_free_blocks(),
+        Some((n_blocks - (blocks_for_prompt - 1) - 4, block))
+    );
+    drop(caches);
+    assert_eq!(model.kv_free_blocks(), Some((n_blocks, block)));
+
+    // A pool of one block: a prompt past it fails with the pool's error.
+    model.reserve_kv(1, 128, KvType::F16).unwrap();
+    let mut small = model.new_cache(128, KvType::F16).unwrap();
+    let err = model
+        .forward_batch(&mut [SeqInput {
+            cache: &mut small,
+            tokens: &prompt,
+            pos0: 0,
+            logits: None,
+        }])
+        .unwrap_err();
+    assert!(err.to_string().contains("KV cache is full"), "{err}");
+}

@@ -11,6 +11,7 @@ pub mod api;
 pub mod error;
 pub mod guard;
 pub mod http;
+mod kv_budget;
 pub mod metrics;
 pub mod prefix;
 mod respond;

@@ -75,6 +75,10 @@ pub struct Metrics {
     pub slots_total: usize,
     pub slots_active: AtomicUsize,
     pub queue_depth: AtomicUsize,
+    /// The GPU's KV pool (0 where caches are not paged), and its blocks no sequence holds
+    /// (as of the last admission).
+    pub kv_blocks_total: AtomicUsize,
+    pub kv_blocks_free: AtomicUsize,
     pub prompt_tokens: AtomicUsize,
     /// Prompt tokens run through the model (prefill work).
     pub prompt_tokens_computed: AtomicUsize,
@@ -108,6 +112,8 @@ impl Metrics {
             slots_total: slots,
             slots_active: AtomicUsize::new(0),
             queue_depth: AtomicUsize::new(0),
+            kv_blocks_total: AtomicUsize::new(0),
+            kv_blocks_free: AtomicUsize::new(0),
             prompt_tokens: AtomicUsize::new(0),
             prompt_tokens_computed: AtomicUsize::new(0),
             prompt_tokens_cached: AtomicUsize::new(0),
@@ -146,7 +152,7 @@ impl Metrics {
         }
         drop(map);
         let load = |a: &AtomicUsize| a.load(Ordering::Relaxed);
-        let simple: [(&str, &str, &str, String); 10] = [
+        let simple: [(&str, &str, &str, String); 12] = [
             (
                 "ferrolm_prompt_tokens_total",
                 "counter",
@@ -206,6 +212,18 @@ impl Metrics {
                 "gauge",
                 "KV slots (--parallel).",
                 self.slots_total.to_string(),
+            ),
+            (
+                "ferrolm_kv_blocks_total",
+                "gauge",
+                "Blocks of the GPU's paged KV cache (0: not paged).",
+                load(&self.kv_blocks_total).to_string(),
+            ),
+            (
+                "ferrolm_kv_blocks_free",
+                "gauge",
+                "KV blocks no sequence holds, at the last admission.",
+                load(&self.kv_blocks_free).to_string(),
             ),
         ];
         for (name, ty, help, value) in simple {

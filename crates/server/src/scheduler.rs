@@ -26,6 +26,7 @@
 //! dropped before the bound is checked. Per request, an unbounded channel of [`Event`]s back.
 
 use crate::api::GenParams;
+use crate::kv_budget::KvBudget;
 use crate::metrics::Metrics;
 use crate::prefix::{self, SlotView};
 use crate::sequence::Sequence;
@@ -180,6 +181,8 @@ struct Slot {
     seq: Option<Sequence>,
     /// The admission count when a sequence last took this slot.
     last_used: u64,
+    /// KV blocks promised to its sequence ([`KvBudget::promise`]), while it has one.
+    promised: usize,
 }
 
 pub struct Scheduler {
@@ -189,6 +192,8 @@ pub struct Scheduler {
     /// Tokens per step (`--batch-size`).
     batch: usize,
     n_ctx: usize,
+    /// The GPU's KV pool, where caches are paged.
+    kv: Option<KvBudget>,
     /// Reuse cached prompt prefixes (off: `--no-prefix-cache`, or deterministic on a GPU).
     prefix_cache: bool,
     /// A pass per sequence, prompt chunks as alone (deterministic mode on a GPU).
@@ -214,6 +219,20 @@ impl Scheduler {
             ready: Condvar::new(),
             capacity: opts.queue,
         });
+        // Before the slots' caches: on a GPU they take their blocks from this pool.
+        let kv = KvBudget::reserve(engine.model, parallel, opts.n_ctx, opts.kv_type)?;
+        if let Some(kv) = &kv {
+            eprintln!(
+                "ferrolm serve: KV pool of {} blocks of {} positions ({} contexts of {})",
+                kv.n_blocks,
+                kv.block,
+                (kv.n_blocks * kv.block) as f64 / opts.n_ctx.max(1) as f64,
+                opts.n_ctx
+            );
+            metrics
+                .kv_blocks_total
+                .store(kv.n_blocks, Ordering::Relaxed);
+        }
         let slots = (0..parallel)
             .map(|_| {
                 Ok(Slot {
@@ -221,6 +240,7 @@ impl Scheduler {
                     tokens: Vec::new(),
                     seq: None,
                     last_used: 0,
+                    promised: 0,
                 })
             })
             .collect::<Result<_, EngineError>>()?;
@@ -236,6 +256,7 @@ impl Scheduler {
             slots,
             batch: opts.batch.max(1),
             n_ctx: opts.n_ctx,
+            kv,
             prefix_cache: opts.prefix_cache && !solo,
             solo,
             admitted: 0,
@@ -266,6 +287,12 @@ impl Scheduler {
                     while q.jobs.is_empty() && !q.closed {
                         q = self.shared.ready.wait(q).unwrap_or_else(|p| p.into_inner());
                     }
+                }
+                // A request whose KV blocks do not fit yet waits, first in line, for running
+                // ones to finish (one always fits when nothing runs: a promise is at most a
+                // context, and the pool holds one).
+                if q.jobs.front().is_some_and(|j| !self.kv_admits(j)) {
+                    break;
                 }
                 let Some(job) = q.jobs.pop_front() else {
                     if q.closed && self.active() == 0 {
@@ -315,13 +342,72 @@ impl Scheduler {
             }
         }
         self.admitted += 1;
+        let promised = self.kv_promise(&job);
         let slot = &mut self.slots[place.slot];
         slot.tokens.truncate(reused);
+        // Blocks past the reused prefix go back to the pool.
+        slot.cache.truncate(reused);
+        slot.promised = promised;
         slot.last_used = self.admitted;
         self.metrics
             .prompt_tokens_cached
             .fetch_add(reused, Ordering::Relaxed);
         slot.seq = Some(Sequence::new(job, self.engine.tok, self.n_ctx, reused));
+        self.make_kv_room();
+    }
+
+    fn kv_promise(&self, job: &Job) -> usize {
+        self.kv
+            .map_or(0, |kv| kv.promise(job.prompt.len(), job.params.max_tokens))
+    }
+
+    /// Whether `job`'s blocks fit beside what the running sequences were promised.
+    fn kv_admits(&self, job: &Job) -> bool {
+        let Some(kv) = self.kv else { return true };
+        let promised = self
+            .slots
+            .iter()
+            .filter(|s| s.seq.is_some())
+            .map(|s| s.promised)
+            .sum();
+        kv.admits(promised, self.kv_promise(job))
+    }
+
+    /// Frees idle slots' cached blocks, least recently used first, until the pool has every
+    /// block the running sequences may still take: no pass then finds it empty.
+    fn make_kv_room(&mut self) {
+        if self.kv.is_none() {
+            return;
+        }
+        let held = |s: &Slot| s.cache.kv_blocks().map_or(0, |b| b.0);
+        loop {
+            let owed: usize = self
+                .slots
+                .iter()
+                .filter(|s| s.seq.is_some())
+                .map(|s| s.promised.saturating_sub(held(s)))
+                .sum();
+            let free = self
+                .engine
+                .model
+                .kv_free_blocks()
+                .map_or(usize::MAX, |f| f.0);
+            self.metrics.kv_blocks_free.store(free, Ordering::Relaxed);
+            if free >= owed {
+                return;
+            }
+            let idle = self
+                .slots
+                .iter()
+                .enumerate()
+                .filter(|(_, s)| s.seq.is_none() && held(s) > 0)
+                .min_by_key(|(_, s)| s.last_used)
+                .map(|(i, _)| i);
+            let Some(i) = idle else { return };
+            let slot = &mut self.slots[i];
+            slot.cache.truncate(0);
+            slot.tokens.clear();
+        }
     }
 
     /// Copies the first `n` positions of slot `from`'s cache into slot `to`'s.

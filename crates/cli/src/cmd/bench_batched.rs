@@ -236,6 +236,11 @@ impl Bench<'_, '_> {
     fn one(&self, pp: usize, tg: usize, pl: usize) -> Result<(f64, f64)> {
         let n_ctx = pp + tg;
         self.args.model.check_fits(self.model, n_ctx, pl)?;
+        // On a GPU the sequences share one paged pool, as llama-batched-bench's sequences
+        // share its context (a shared prompt's blocks are then shared, not copied).
+        if let Some(blocks) = self.model.kv_blocks_for(pl, n_ctx) {
+            (self.model).reserve_kv(blocks, n_ctx, self.args.model.kv_type())?;
+        }
         // The caches are made before the clock starts, as llama-batched-bench's context is.
         let mut caches = (0..pl)
             .map(|_| self.model.new_cache(n_ctx, self.args.model.kv_type()))

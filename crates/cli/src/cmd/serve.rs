@@ -18,7 +18,9 @@ else the file name without .gguf).
 
 Each of the --parallel slots holds one sequence of up to -c tokens; active sequences decode \
 together, one batched forward pass per step. When all slots are busy, up to --queue requests \
-wait; more get 429.")]
+wait; more get 429. On a GPU the KV cache is paged: the slots share one pool of blocks, sized \
+to --parallel x -c tokens or to what free GPU memory holds if that is less, and a request \
+also waits until the blocks its prompt and max_tokens can reach (at most -c) are free.")]
 pub struct ServeArgs {
     #[command(flatten)]
     pub model: ModelOpts,
@@ -111,8 +113,14 @@ pub fn run(args: ServeArgs) -> Result<()> {
     let tok: &'static Tokenizer = Box::leak(Box::new(Tokenizer::from_gguf(file)?));
     let template: &'static ChatTemplate = Box::leak(Box::new(ChatTemplate::from_gguf(file, tok)?));
     let n_ctx = args.model.n_ctx(model.cfg.n_ctx);
-    // Every slot's cache is made at start: check them all against memory first.
-    args.model.check_fits(model, n_ctx, args.parallel)?;
+    // Paged on a GPU, the slots share a pool of what fits (at least one context); else every
+    // slot's cache is made whole at start: check them all against memory first.
+    let whole = if model.kv_is_paged() {
+        1
+    } else {
+        args.parallel
+    };
+    args.model.check_fits(model, n_ctx, whole)?;
     let model_id = args.alias.clone().unwrap_or_else(|| {
         path.file_stem()
             .map_or("model".into(), |s| s.to_string_lossy().into_owned())

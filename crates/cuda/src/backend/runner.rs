@@ -6,7 +6,7 @@ use super::batch_graph::BatchGraphs;
 use super::{CudaAct, CudaBackend, CudaInputs, CudaWeight};
 use crate::device::CudaDevice;
 use crate::error::{CudaError, DriverContext, Result};
-use crate::ops::{DecodeWork, KvCache, KvFormat};
+use crate::ops::{BlockTable, DecodeWork, KvCache, KvFormat, KvPool};
 use crate::plan::Plan;
 use cudarc::driver::{sys, CudaGraph};
 use ferrolm_gguf::{GgmlType, GgufFile};
@@ -40,6 +40,9 @@ pub struct CudaModel {
     pub(super) dump: Option<PathBuf>,
     /// Multi-sequence decode steps captured as graphs (`batch_graph.rs`).
     pub(super) batch_graphs: Mutex<BatchGraphs>,
+    /// The KV pool sequences share ([`Self::reserve_kv`]); without one, each cache has a pool
+    /// of its own.
+    shared_kv: Mutex<Option<Arc<KvPool>>>,
 }
 
 /// A decode step captured for one cache: replaying it reruns the whole token.
@@ -58,8 +61,11 @@ unsafe impl Send for DecodeGraph {}
 /// Every layer's KV cache for one sequence (f16, f32, q8_0 or q4_0), its decode scratch, and its
 /// decode graph.
 pub struct CudaCache {
-    /// Blocks `first_layer..`: `layers[i]` is block `first_layer + i`.
+    /// Blocks `first_layer..`: `layers[i]` is block `first_layer + i`, each a view of the pool
+    /// through `table` (declared first: views go before the table they point into).
     pub(super) layers: Vec<KvCache>,
+    /// The sequence's blocks in its pool.
+    pub(super) table: BlockTable,
     pub(super) first_layer: usize,
     n_ctx: usize,
     pub(super) work: DecodeWork,
@@ -73,6 +79,26 @@ pub struct CudaCache {
 impl CudaCache {
     pub fn n_ctx(&self) -> usize {
         self.n_ctx
+    }
+
+    /// KV blocks this sequence holds, and positions a block.
+    pub fn kv_blocks(&self) -> (usize, usize) {
+        (self.table.n_blocks(), self.table.pool().block())
+    }
+
+    /// Keeps positions `..n` only: the blocks past them go back to the pool (a server slot
+    /// reused for a prompt that shares `n` tokens with what it held).
+    pub fn truncate(&mut self, n: usize) {
+        self.table.truncate(n);
+    }
+
+    /// Blocks for the positions a pass writes into this cache, taken before its kernels are
+    /// queued (and before a graph replays).
+    pub(super) fn prepare_write(&mut self, positions: &[u32]) -> Result<()> {
+        let (Some(&lo), Some(&hi)) = (positions.iter().min(), positions.iter().max()) else {
+            return Ok(());
+        };
+        self.table.prepare_write(lo as usize, hi as usize + 1)
     }
 }
 
@@ -129,6 +155,7 @@ impl CudaModel {
             first_layer,
             dump: dump_dir_from_env(),
             batch_graphs: Mutex::default(),
+            shared_kv: Mutex::default(),
         })
     }
 
@@ -149,25 +176,104 @@ impl CudaModel {
         (n_layer * cfg.n_head_kv * 2 * kv.row_bytes(cfg.head_dim)) as u64
     }
 
-    /// A cache for `n_ctx` positions in `kv`; a clear error when it does not fit.
-    pub fn new_cache(&self, n_ctx: usize, kv: KvFormat) -> Result<CudaCache> {
+    /// Positions a block of the paged KV cache for sequences of up to `n_ctx` (the plan's).
+    pub fn kv_block(&self, n_ctx: usize) -> usize {
+        self.backend.plan().kv_block(n_ctx)
+    }
+
+    /// Whether sequences may share a pool ([`Self::reserve_kv`]; the plan's `kv_pool`).
+    pub fn shares_kv(&self) -> bool {
+        self.backend.plan().kv_pool()
+    }
+
+    /// Makes the pool that the caches made after it share: `n_blocks` blocks of
+    /// [`Self::kv_block`] positions in `kv`, for sequences of up to `n_ctx`; a clear error
+    /// when they do not fit. Each cache then takes blocks as its sequence grows, up to its own
+    /// `n_ctx`; a pass that finds the pool empty fails with an error that says so. Nothing
+    /// when the plan keeps a pool a cache ([`Self::shares_kv`]).
+    pub fn reserve_kv(&self, n_blocks: usize, n_ctx: usize, kv: KvFormat) -> Result<()> {
+        if !self.shares_kv() {
+            return Ok(());
+        }
+        let mut shared = self.shared_kv.lock().unwrap_or_else(|p| p.into_inner());
+        // The old pool goes first (freed now unless caches still hold it): not two at once.
+        *shared = None;
+        let block = self.kv_block(n_ctx);
+        *shared = Some(Arc::new(self.new_pool(n_blocks.max(1), block, kv)?));
+        Ok(())
+    }
+
+    /// The blocks that fit in free GPU memory as a pool in `kv`, beside what stays free for
+    /// activations and the driver.
+    pub fn kv_blocks_that_fit(&self, kv: KvFormat, n_ctx: usize) -> Result<usize> {
+        let (free, _) = self
+            .backend
+            .device()
+            .context()
+            .mem_get_info()
+            .during("reading free memory")?;
+        let usable = (free as u64).saturating_sub(RESERVE_BYTES);
+        let per_block = self.kv_bytes_per_position(kv).max(1) * self.kv_block(n_ctx) as u64;
+        Ok((usable / per_block) as usize)
+    }
+
+    /// Blocks free in the shared pool, and positions a block (`None` without one).
+    pub fn kv_free_blocks(&self) -> Option<(usize, usize)> {
+        let pool = self.shared_kv.lock().unwrap_or_else(|p| p.into_inner());
+        pool.as_ref().map(|p| (p.free_blocks(), p.block()))
+    }
+
+    fn new_pool(&self, n_blocks: usize, block: usize, kv: KvFormat) -> Result<KvPool> {
         let cfg = &self.cfg;
         let dev = self.backend.device();
         let n_layer = cfg.n_layer - self.first_layer;
-        let need = self.kv_bytes_per_position(kv) * n_ctx as u64;
+        let need = KvPool::bytes(kv, n_layer, cfg.n_head_kv, cfg.head_dim, block, n_blocks);
         let (free, _) = dev.context().mem_get_info().during("reading free memory")?;
         if need + RESERVE_BYTES / 2 > free as u64 {
             return Err(CudaError::Invalid(format!(
-                "a KV cache of {n_ctx} positions needs {} of GPU memory, {} is free; lower -c",
+                "a KV cache of {} positions needs {} of GPU memory, {} is free; lower -c",
+                n_blocks * block,
                 gib(need),
                 gib(free as u64)
             )));
         }
-        let layers = (0..n_layer)
-            .map(|_| KvCache::new(dev, kv, n_ctx, cfg.n_head_kv, cfg.head_dim))
-            .collect::<Result<_>>()?;
+        KvPool::new(
+            dev,
+            kv,
+            n_layer,
+            cfg.n_head_kv,
+            cfg.head_dim,
+            block,
+            n_blocks,
+        )
+    }
+
+    /// A cache for `n_ctx` positions in `kv`: blocks of the shared pool as it grows when
+    /// [`Self::reserve_kv`] made one in `kv`, else a pool of its own that holds all `n_ctx`
+    /// (a clear error when it does not fit).
+    pub fn new_cache(&self, n_ctx: usize, kv: KvFormat) -> Result<CudaCache> {
+        let cfg = &self.cfg;
+        let dev = self.backend.device();
+        let shared = self
+            .shared_kv
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+            .filter(|p| p.format == kv);
+        let pool = match shared {
+            Some(p) => p,
+            None => {
+                let block = self.kv_block(n_ctx);
+                Arc::new(self.new_pool(n_ctx.div_ceil(block).max(1), block, kv)?)
+            }
+        };
+        let table = BlockTable::new(dev, pool, n_ctx)?;
+        let layers = (0..table.pool().n_layer())
+            .map(|l| KvCache::view(&table, l))
+            .collect();
         Ok(CudaCache {
             layers,
+            table,
             first_layer: self.first_layer,
             n_ctx,
             work: self
@@ -179,8 +285,9 @@ impl CudaModel {
         })
     }
 
-    /// Positions `0..n` of every layer of `src` copied into `dst` (caches of this model, one
-    /// format and size): a shared prompt's keys and values given to another sequence.
+    /// Positions `0..n` of `src` given to `dst` (caches of this model, one format and size): a
+    /// shared prompt's keys and values given to another sequence. Caches of one pool share
+    /// the blocks (copied only when one of them writes into a shared block); else copied.
     pub fn copy_cache_prefix(&self, src: &CudaCache, dst: &mut CudaCache, n: usize) -> Result<()> {
         if src.n_ctx != dst.n_ctx || n > src.n_ctx || src.layers.len() != dst.layers.len() {
             return Err(CudaError::Invalid(format!(
@@ -188,25 +295,18 @@ impl CudaModel {
                 src.n_ctx, dst.n_ctx
             )));
         }
-        let stream = self.backend.device().stream();
-        for (s, d) in src.layers.iter().zip(dst.layers.iter_mut()) {
-            if s.format != d.format {
-                return Err(CudaError::Invalid(
-                    "copying between KV caches of two formats".into(),
-                ));
-            }
-            // Head-major: each head's first n rows are one run.
-            let row = s.format.row_bytes(s.head_dim);
-            for g in 0..s.n_kv_head {
-                let r = g * s.n_ctx * row..(g * s.n_ctx + n) * row;
-                for (from, to) in [(&s.k, &mut d.k), (&s.v, &mut d.v)] {
-                    stream
-                        .memcpy_dtod(&from.slice(r.clone()), &mut to.slice_mut(r.clone()))
-                        .during("copying a cache prefix")?;
-                }
-            }
+        if src.table.pool().format != dst.table.pool().format {
+            return Err(CudaError::Invalid(
+                "copying between KV caches of two formats".into(),
+            ));
         }
-        Ok(())
+        if n > src.table.positions() {
+            return Err(CudaError::Invalid(format!(
+                "copying {n} positions of a cache that holds {}",
+                src.table.positions()
+            )));
+        }
+        dst.table.take_prefix(&src.table, n)
     }
 
     /// The blocks from [`Self::first_layer`] and the head, for a residual stream `x` (rows of
@@ -221,6 +321,7 @@ impl CudaModel {
     ) -> Result<Vec<f32>> {
         let b = &self.backend;
         b.set_multi_seq(seqs.len() > 1);
+        prepare_writes(seqs, pass)?;
         let mut inp = b.inputs(pass)?;
         inp.rows_table = b.rows_table(seqs, pass.positions, self.cfg.n_head)?;
         let mut act = b.act_from_host(x, pass.rows(), self.cfg.n_embd)?;
@@ -314,6 +415,7 @@ impl ModelRunner for CudaModel {
                 "this model's first blocks run on the CPU: use forward_from_host".into(),
             ));
         }
+        prepare_writes(seqs, pass)?;
         if let [only] = seqs {
             let cache = &mut *only.cache;
             let is_step = pass.rows() == 1 && logit_rows == [0];
@@ -346,6 +448,22 @@ impl ModelRunner for CudaModel {
     fn recycle_logits(&self, logits: Vec<f32>) {
         self.backend.recycle_host(logits);
     }
+}
+
+/// Blocks for the positions each sequence's rows of `pass` write (before any kernel of the
+/// pass is queued: a pool too full fails the pass before it starts).
+fn prepare_writes(seqs: &mut [SeqRows<'_, CudaCache>], pass: &PassInputs<'_>) -> Result<()> {
+    for s in seqs.iter_mut() {
+        let positions = pass.positions.get(s.rows.clone()).ok_or_else(|| {
+            CudaError::Invalid(format!(
+                "a sequence's rows {:?} past the pass's {}",
+                s.rows,
+                pass.positions.len()
+            ))
+        })?;
+        s.cache.prepare_write(positions)?;
+    }
+    Ok(())
 }
 
 /// Blocks `blocks` over `x`, then the head, on `b` (the backend, or it wrapped in [`Dump`]).

@@ -339,31 +339,32 @@ impl Attention {
         assert!(!pos0.is_empty(), "kv_store: no position");
         let n = k.len() / width;
         assert!(n <= cache.n_ctx, "kv_store: more rows than the cache holds");
-        let (ni, nkv, hd, nctx) = (
+        let (ni, nkv, hd) = (
             int(n, "kv rows"),
             int(cache.n_kv_head, "n_kv_head"),
             int(cache.head_dim, "head_dim"),
-            int(cache.n_ctx, "n_ctx"),
         );
+        let (kc, vc, pages) = (cache.k_addr(), cache.v_addr(), cache.pages());
         let mut b = self.launch.builder(&self.kv_store[cache.format.index()]);
         b.arg(k)
             .arg(v)
-            .arg(&mut cache.k)
-            .arg(&mut cache.v)
+            .arg(&kc)
+            .arg(&vc)
             .arg(pos0)
             .arg(&ni)
             .arg(&nkv)
             .arg(&hd)
-            .arg(&nctx);
+            .arg(&pages);
         let cfg = LaunchConfig {
             grid_dim: (super::stride_blocks(k.len(), 256), 1, 1),
             block_dim: (256, 1, 1),
             shared_mem_bytes: 0,
         };
-        // SAFETY: kv_store_{f16,q8_0,q4_0,f32}(k, v, kc, vc, pos0, n, n_kv_head, head_dim, n_ctx):
-        // n rows of width floats in, caches of n_ctx rows of width elements in their format
-        // (KvCache::new: head_dim a multiple of 32 for blocks; one thread per element, whole
-        // warps since width is then too); pos0 + n <= n_ctx is the caller's.
+        // SAFETY: kv_store_{f16,q8_0,q4_0,f32}(k, v, kc, vc, pos0, n, n_kv_head, head_dim,
+        // pages): n rows of width floats in, a pool and table of this head shape in their
+        // format (KvPool::new: head_dim a multiple of 32 for blocks; one thread per element,
+        // whole warps since width is then too); blocks for positions pos0..pos0 + n in the
+        // table (BlockTable::prepare_write) are the caller's.
         unsafe { b.launch(cfg) }.during("launching kv_store")?;
         Ok(())
     }
@@ -405,11 +406,8 @@ impl Attention {
         let win = window_arg(sm.window)?;
         let scale = sm.scale;
         let sinks = sinks_arg(&sm, n_head);
-        let (nh, nkv, nctx) = (
-            int(n_head, "n_head"),
-            int(cache.n_kv_head, "n_kv_head"),
-            int(cache.n_ctx, "n_ctx"),
-        );
+        let (nh, nkv) = (int(n_head, "n_head"), int(cache.n_kv_head, "n_kv_head"));
+        let (kc, vc, pages) = (cache.k_addr(), cache.v_addr(), cache.pages());
         let fused = fused_combine;
         // A block per (split, query head) or, grouped, per (split, KV head).
         let (f, blocks_y, kernel, smem) = if grouped {
@@ -430,8 +428,8 @@ impl Attention {
         let null = 0u64; // a null pointer: no fused combine
         let mut b = self.launch.builder(f);
         b.arg(q)
-            .arg(&cache.k)
-            .arg(&cache.v)
+            .arg(&kc)
+            .arg(&vc)
             .arg(positions)
             .arg(&mut work.m)
             .arg(&mut work.l)
@@ -445,16 +443,17 @@ impl Attention {
         if !grouped {
             b.arg(&nkv); // the grouped kernel's KV head is its block
         }
-        b.arg(&nctx).arg(&scale).arg(&win).arg(sinks);
+        b.arg(&pages).arg(&scale).arg(&win).arg(sinks);
         let cfg = LaunchConfig {
             grid_dim: (n_split as u32, blocks_y as u32, n_q as u32),
             block_dim: ((NWARPS * 32) as u32, 1, 1),
             shared_mem_bytes: smem as u32,
         };
         // SAFETY: attn_decode_split_dD(q, kc, vc, pos, m, l, acc, done, out, n_head, n_kv_head,
-        // n_ctx, scale, window, sinks), or attn_decode_group_dD_gG(.. out, n_head, n_ctx, scale,
-        // window, sinks) (sinks null or n_head floats: sinks_arg) with G = n_head / n_kv_head over an f16 cache (rows of D elements, 16-byte
-        // aligned): n_q rows of q, positions below n_ctx (the caller's), partials and counters
+        // pages, scale, window, sinks), or attn_decode_group_dD_gG(.. out, n_head, pages, scale,
+        // window, sinks) (sinks null or n_head floats: sinks_arg) with G = n_head / n_kv_head
+        // over an f16 cache (rows of D elements, 16-byte aligned): n_q rows of q, positions
+        // whose blocks the table holds (the caller's), partials and counters
         // sized by work (max_q >= n_q rows, n_split <= its splits: the partials are laid out by
         // the grid's split count), out n_q * n_head * head_dim floats, or done and out null when
         // the combine kernel follows.
@@ -512,12 +511,12 @@ impl Attention {
         let n_q = query_rows(q.len(), out.len(), positions.len(), n_head, cache);
         let scale = sm.scale;
         let sinks = sinks_arg(&sm, n_head);
-        let (nq, nh, nkv, nctx) = (
+        let (nq, nh, nkv) = (
             int(n_q, "query rows"),
             int(n_head, "n_head"),
             int(cache.n_kv_head, "n_kv_head"),
-            int(cache.n_ctx, "n_ctx"),
         );
+        let (kc, vc, pages) = (cache.k_addr(), cache.v_addr(), cache.pages());
         let (f, cfg) = match kernel {
             PrefillKernel::Scalar => (
                 kernel_for(&self.prefill[cache.format.index()], cache, "prefill")?,
@@ -572,21 +571,22 @@ impl Attention {
         };
         let mut b = self.launch.builder(f);
         b.arg(q)
-            .arg(&cache.k)
-            .arg(&cache.v)
+            .arg(&kc)
+            .arg(&vc)
             .arg(positions)
             .arg(out)
             .arg(&nq)
             .arg(&nh)
             .arg(&nkv)
-            .arg(&nctx)
+            .arg(&pages)
             .arg(&scale)
             .arg(&win)
             .arg(sinks);
         // SAFETY: attn_prefill[_f16ref|_f32ref|_f32ref_f32|_q8_0|_q4_0|_f32]_dD and
         // flash_attn_prefill_dD take
-        // (q, kc, vc, pos, out, n_q, n_head, n_kv_head, n_ctx, scale, window, sinks): n_q rows
-        // in and out, positions below n_ctx (the caller's), sinks null or n_head floats; the
+        // (q, kc, vc, pos, out, n_q, n_head, n_kv_head, pages, scale, window, sinks): n_q rows
+        // in and out, positions whose blocks the table holds (the caller's), sinks null or
+        // n_head floats; the
         // flash kernel's dynamic shared memory is the size it was raised to.
         unsafe { b.launch(cfg) }.during("launching attention prefill")?;
         Ok(())

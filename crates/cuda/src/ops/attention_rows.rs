@@ -10,9 +10,9 @@
 //! ([`crate::plan::Plan::rows_splits`]): never on the other rows of the batch. f16 caches,
 //! every head size of [`ATTN_HEAD_DIMS`], up to 8 query heads a KV head.
 //!
-//! The table holds device addresses (each layer's K and V, the row's decode partials) and is
-//! rewritten in place, so a captured graph replays over other sequences' caches; paging the
-//! cache later changes only what the table holds and how the kernels index it.
+//! The table holds device addresses (each layer's K and V pools, the row's block table, its
+//! decode partials) and is rewritten in place, so a captured graph replays over other
+//! sequences' caches.
 
 use super::attention::{sinks_arg, window_arg, AttnSoftmax, DecodeWork, ATTN_HEAD_DIMS};
 use super::int;
@@ -40,14 +40,16 @@ pub struct RowSeq<'a> {
 }
 
 /// The per-row table of a pass on the device (the layout in `attention_rows.cu`'s header):
-/// every layer's K and V address per row, the row's partials, its cache's size and its split
-/// count (0: a row the launch does not serve).
+/// every layer's K and V address per row, the row's block table and partials, its block shift
+/// and its split count (0: a row the launch does not serve).
 pub struct RowsTable {
     /// `[n_layer][2][n_rows]`.
     kv: CudaSlice<u64>,
     /// `[4][n_rows]`: partial m, l, acc and the split counters, at the row's slot.
     work: CudaSlice<u64>,
-    /// `[2][n_rows]`: n_ctx, n_split.
+    /// `[n_rows]`: the row's sequence's block table.
+    pages: CudaSlice<u64>,
+    /// `[2][n_rows]`: block shift, n_split.
     meta: CudaSlice<i32>,
     pub n_rows: usize,
     pub n_layer: usize,
@@ -73,6 +75,7 @@ impl RowsTable {
         Ok(Self {
             kv: dev.zeros(n_layer * 2 * n_rows)?,
             work: dev.zeros(4 * n_rows)?,
+            pages: dev.zeros(n_rows)?,
             meta: dev.zeros(2 * n_rows)?,
             n_rows,
             n_layer,
@@ -92,9 +95,10 @@ impl RowsTable {
                 rows.len()
             )));
         }
-        let (mut kv, mut work, mut meta) = (
+        let (mut kv, mut work, mut pages, mut meta) = (
             vec![0u64; self.n_layer * 2 * n],
             vec![0u64; 4 * n],
+            vec![0u64; n],
             vec![0i32; 2 * n],
         );
         let mut any = false;
@@ -119,8 +123,8 @@ impl RowsTable {
                 )));
             }
             for (i, l) in r.layers.iter().enumerate() {
-                kv[i * 2 * n + t] = addr(&l.k, stream);
-                kv[i * 2 * n + n + t] = addr(&l.v, stream);
+                kv[i * 2 * n + t] = l.k_addr();
+                kv[i * 2 * n + n + t] = l.v_addr();
             }
             // The slot's partials: [n_head][n_split] floats (the row uses the first
             // n_head * r.n_split), their acc rows, n_head counters.
@@ -129,7 +133,9 @@ impl RowsTable {
             work[n + t] = addr(&w.l, stream) + (r.slot * parts * 4) as u64;
             work[2 * n + t] = addr(&w.acc, stream) + (r.slot * parts * w.head_dim * 4) as u64;
             work[3 * n + t] = addr(&w.done, stream) + (r.slot * w.n_head * 4) as u64;
-            meta[t] = int(r.layers[0].n_ctx, "n_ctx");
+            let pg = r.layers[0].pages();
+            pages[t] = pg.blocks_addr();
+            meta[t] = pg.shift();
             meta[n + t] = int(r.n_split, "n_split");
             any = true;
         }
@@ -138,6 +144,9 @@ impl RowsTable {
             .during("copying the rows table")?;
         stream
             .memcpy_htod(&work, &mut self.work)
+            .during("copying the rows table")?;
+        stream
+            .memcpy_htod(&pages, &mut self.pages)
             .during("copying the rows table")?;
         stream
             .memcpy_htod(&meta, &mut self.meta)
@@ -209,6 +218,7 @@ impl AttentionRows {
             .arg(v)
             .arg(&kv)
             .arg(&table.meta)
+            .arg(&table.pages)
             .arg(positions)
             .arg(&nr)
             .arg(&nkv)
@@ -218,10 +228,10 @@ impl AttentionRows {
             block_dim: (256, 1, 1),
             shared_mem_bytes: 0,
         };
-        // SAFETY: kv_store_rows_f16(k, v, kv, meta, pos, n_rows, n_kv_head, head_dim): n_rows
-        // rows in; the table's rows address f16 caches of meta's n_ctx positions and this
-        // head shape (RowsTable::write checked their format; positions below n_ctx are the
-        // caller's, as for every store).
+        // SAFETY: kv_store_rows_f16(k, v, kv, meta, pages, pos, n_rows, n_kv_head, head_dim):
+        // n_rows rows in; the table's rows address f16 pools of this head shape and their
+        // sequences' block tables (RowsTable::write checked their format; blocks for the rows'
+        // positions are the caller's, as for every store).
         unsafe { b.launch(cfg) }.during("launching kv_store_rows_f16")?;
         Ok(())
     }
@@ -269,6 +279,7 @@ impl AttentionRows {
         b.arg(q)
             .arg(&kv)
             .arg(&table.meta)
+            .arg(&table.pages)
             .arg(&table.work)
             .arg(positions)
             .arg(out)
@@ -281,11 +292,11 @@ impl AttentionRows {
             block_dim: ((NWARPS * 32) as u32, 1, 1),
             shared_mem_bytes: 0,
         };
-        // SAFETY: attn_decode_rows_dD_gG(q, kv, meta, work, pos, out, n_head, scale, window,
+        // SAFETY: attn_decode_rows_dD_gG(q, kv, meta, pages, work, pos, out, n_head, scale, window,
         // sinks) (sinks null or n_head floats) with G = n_head / n_kv_head: n_rows rows of q and out; each served row's caches (f16,
         // D per row, 16-byte aligned allocations) and partials (its slot of a DecodeWork of at
         // least its split count, which the grid covers) were checked by RowsTable::write;
-        // positions below each cache's n_ctx are the caller's.
+        // blocks for each row's positions are the caller's.
         unsafe { b.launch(cfg) }.during("launching attn_decode_rows")?;
         Ok(())
     }

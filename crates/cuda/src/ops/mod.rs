@@ -35,7 +35,7 @@ pub use attention_rows::{AttentionRows, RowSeq, RowsTable, ROWS_MAX_GROUP};
 pub use elementwise::Elementwise;
 pub use embed::Embed;
 pub use gemm_f32::GemmF32;
-pub use kv_cache::{KvCache, KvFormat};
+pub use kv_cache::{BlockTable, KvCache, KvFormat, KvPagesArg, KvPool};
 pub use mmq::{Mmq, MmqOrder, MmqTile, MMQ_BK, MMQ_MAX_SPLITS, MMQ_SPLIT_TILES, MMQ_TILES};
 pub(crate) use mmvq::MMVQ_MAX_COLS;
 pub use mmvq::{Mmvq, PairOut, QuantMatrix};

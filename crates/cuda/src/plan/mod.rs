@@ -76,9 +76,15 @@ pub const DECODE_MIN_SPLIT_KEYS: usize = 128;
 /// copy in flight to hide behind.
 pub const SPLIT_MIN_STEPS: usize = 2;
 
-/// Keys a split of the batched decode attention takes ([`Plan::rows_splits`]): two passes of
-/// its block's four warps over 32 keys each.
-pub const ROWS_SPLIT_KEYS: usize = 256;
+/// Keys a split of the batched decode attention takes ([`Plan::rows_splits`]): one warp's
+/// pass. Short rows are then spread over many blocks rather than walked by few: OLMoE's 8 and
+/// 64 sequences at 128-256 keys ran 5-9% faster a step than at 256 keys a split (docs/perf.md,
+/// "Issue 16: the paged KV cache").
+pub const ROWS_SPLIT_KEYS: usize = 32;
+
+/// Positions a block of the paged KV cache ([`Plan::kv_block`]): a multiple of the flash
+/// prefill's 64-key tiles, so a tile reads one block; a sequence wastes under one block.
+pub const KV_BLOCK: usize = 64;
 
 /// The largest multi-sequence decode step captured as a graph ([`Plan::batch_graph_size`]).
 pub const BATCH_GRAPH_MAX: usize = 256;
@@ -494,6 +500,20 @@ impl Plan {
     pub fn rows_splits(&self, n_keys: usize, cap: usize) -> usize {
         let keys = self.switches.rows_split_keys.unwrap_or(ROWS_SPLIT_KEYS);
         n_keys.div_ceil(keys).clamp(1, cap.max(1))
+    }
+
+    /// Positions a block of the paged KV cache of a sequence of up to `n_ctx` positions
+    /// (`FERROLM_KV_BLOCK`, else [`KV_BLOCK`]), a power of two; never more than `n_ctx`
+    /// rounded up to one (at least 16), so that a block as large as any context makes one
+    /// block a sequence.
+    pub fn kv_block(&self, n_ctx: usize) -> usize {
+        let most = n_ctx.next_power_of_two().max(16);
+        self.switches.kv_block.unwrap_or(KV_BLOCK).min(most)
+    }
+
+    /// Whether sequences may share one pool of KV blocks (`FERROLM_KV_POOL`).
+    pub fn kv_pool(&self) -> bool {
+        self.switches.kv_pool
     }
 
     /// The batch size a multi-sequence decode step of `n` sequences is padded to and captured

@@ -55,6 +55,14 @@ pub struct Switches {
     /// `FERROLM_ROWS_SPLIT_KEYS`: the batched decode attention's keys a split (a row's splits
     /// are its keys / this, up to its cache's); `None`: `ROWS_SPLIT_KEYS`.
     pub rows_split_keys: Option<usize>,
+    /// `FERROLM_KV_BLOCK`: positions a block of the paged KV cache (a power of two from 16);
+    /// `None`: `KV_BLOCK`. A very large block gives each sequence one block: the cache as a
+    /// contiguous array, for bisecting.
+    pub kv_block: Option<usize>,
+    /// `FERROLM_KV_POOL`: sequences of a server or a batched bench share one pool of KV
+    /// blocks (else each cache is a pool of its own that holds its whole context, as before
+    /// paging).
+    pub kv_pool: bool,
     /// `FERROLM_ATTN_BATCHED`: decode attention of several sequences in one launch per layer
     /// (`attn_decode_rows_*`, each row through its sequence's cache) instead of a launch per
     /// sequence over copied rows.
@@ -118,6 +126,8 @@ impl Default for Switches {
             attn_grouped: true,
             attn_split_keys: None,
             rows_split_keys: None,
+            kv_block: None,
+            kv_pool: true,
             attn_batched: true,
             rope_table: true,
             pdl: true,
@@ -247,6 +257,14 @@ impl Switches {
             attn_grouped: flag(env, "FERROLM_ATTN_GROUPED", true)?,
             attn_split_keys: count(env, "FERROLM_ATTN_SPLIT_KEYS", 16..=65536)?,
             rows_split_keys: count(env, "FERROLM_ROWS_SPLIT_KEYS", 16..=65536)?,
+            kv_block: match count(env, "FERROLM_KV_BLOCK", 16..=1 << 20)? {
+                Some(n) if !n.is_power_of_two() => {
+                    let want = "auto or a power of two from 16 to 1048576";
+                    return Err(bad("FERROLM_KV_BLOCK", &n.to_string(), want));
+                }
+                b => b,
+            },
+            kv_pool: flag(env, "FERROLM_KV_POOL", true)?,
             attn_batched: flag(env, "FERROLM_ATTN_BATCHED", true)?,
             rope_table: flag(env, "FERROLM_ROPE_TABLE", true)?,
             pdl: flag(env, "FERROLM_CUDA_PDL", true)?,
@@ -290,6 +308,7 @@ impl fmt::Display for Switches {
         let rows_keys = self
             .rows_split_keys
             .map_or("auto".to_owned(), |k| k.to_string());
+        let kv_block = self.kv_block.map_or("auto".to_owned(), |k| k.to_string());
         let row_tiles = self
             .mma_row_tiles
             .map_or("auto".to_owned(), |k| k.to_string());
@@ -299,7 +318,7 @@ impl fmt::Display for Switches {
         let moe_pairs = self
             .moe_mma_pairs
             .map_or("auto".to_owned(), |k| k.to_string());
-        let lines: [(&str, &str, &str); 28] = [
+        let lines: [(&str, &str, &str); 30] = [
             (
                 "FERROLM_CUDA_MMQ",
                 bit(self.mmq),
@@ -371,6 +390,16 @@ impl fmt::Display for Switches {
                 "FERROLM_ROWS_SPLIT_KEYS",
                 &rows_keys,
                 "batched decode attention: keys a split",
+            ),
+            (
+                "FERROLM_KV_BLOCK",
+                &kv_block,
+                "positions a block of the paged KV cache",
+            ),
+            (
+                "FERROLM_KV_POOL",
+                bit(self.kv_pool),
+                "sequences share one pool of KV blocks",
             ),
             (
                 "FERROLM_ATTN_BATCHED",

@@ -128,7 +128,7 @@ fn tile_names() {
 #[test]
 fn display_prints_every_switch() {
     let text = plan(&[("FERROLM_MMQ_TILE", "128x64")]).to_string();
-    assert_eq!(text.lines().count(), 30, "{text}");
+    assert_eq!(text.lines().count(), 32, "{text}");
     assert!(text.contains("132 SMs, cc 9.0"));
     assert!(text
         .lines()
@@ -669,4 +669,22 @@ fn batched_attention_splits_follow_a_rows_keys_and_the_switch() {
     assert_eq!(short.rows_splits(300, 8), 5);
     assert_eq!(short.rows_splits(300, 2), 2);
     assert!(err(&[("FERROLM_ROWS_SPLIT_KEYS", "8")]).contains("FERROLM_ROWS_SPLIT_KEYS"));
+}
+
+#[test]
+fn kv_block_is_a_power_of_two_from_the_switch() {
+    assert_eq!(plan(&[]).kv_block(4096), KV_BLOCK);
+    assert_eq!(plan(&[("FERROLM_KV_BLOCK", "16")]).kv_block(4096), 16);
+    assert_eq!(
+        plan(&[("FERROLM_KV_BLOCK", "65536")]).kv_block(70_000),
+        65536
+    );
+    // Never past the context rounded up: one block a sequence.
+    assert_eq!(plan(&[("FERROLM_KV_BLOCK", "65536")]).kv_block(300), 512);
+    assert_eq!(plan(&[]).kv_block(5), 16);
+    assert!(plan(&[]).kv_pool());
+    assert!(!plan(&[("FERROLM_KV_POOL", "0")]).kv_pool());
+    for bad in ["8", "48", "many"] {
+        assert!(err(&[("FERROLM_KV_BLOCK", bad)]).contains("FERROLM_KV_BLOCK"));
+    }
 }
