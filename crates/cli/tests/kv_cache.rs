@@ -154,3 +154,17 @@ fn a_bad_cache_type_names_the_flag() {
         "{err}"
     );
 }
+
+/// `--kv-blocks` sizes a GPU's paged cache; on the CPU, whose caches are whole, it is refused
+/// by name rather than ignored.
+#[test]
+fn kv_blocks_is_refused_where_the_cache_is_not_paged() {
+    let model = shared("tiny-llama-q8_0.gguf");
+    let out = ferrolm(&["serve", "-m", &model, "--port", "0", "--kv-blocks", "8"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        err.contains("--kv-blocks") && err.contains("not paged"),
+        "{err}"
+    );
+}

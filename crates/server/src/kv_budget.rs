@@ -18,13 +18,15 @@ pub struct KvBudget {
 
 impl KvBudget {
     /// Makes the model's shared pool for `parallel` slots of `n_ctx` positions, smaller when
-    /// free memory holds less (never less than one whole context). `None` where caches are
-    /// not paged (the CPU, `-ngl` partial): there each slot's cache is whole from the start.
+    /// free memory holds less, or of `asked` blocks; never less than one whole context and the
+    /// block a shared prefix may need copied. `None` where caches are not paged (the CPU,
+    /// `-ngl` partial): there each slot's cache is whole from the start.
     pub fn reserve(
         model: &Model,
         parallel: usize,
         n_ctx: usize,
         kv_type: KvType,
+        asked: Option<usize>,
     ) -> Result<Option<Self>, EngineError> {
         let block = model.kv_block(n_ctx);
         let whole = model.kv_blocks_for(parallel, n_ctx);
@@ -32,7 +34,9 @@ impl KvBudget {
             return Ok(None);
         };
         let fit = model.kv_blocks_that_fit(kv_type, n_ctx)?.unwrap_or(0);
-        let n_blocks = whole.min(fit).max(n_ctx.div_ceil(block));
+        let n_blocks = asked
+            .unwrap_or(whole.min(fit))
+            .max(n_ctx.div_ceil(block) + 1);
         model.reserve_kv(n_blocks, n_ctx, kv_type)?;
         Ok(Some(Self {
             n_blocks,

@@ -45,6 +45,9 @@ pub struct ServeOptions {
     /// Context per slot, in tokens.
     pub n_ctx: usize,
     pub kv_type: KvType,
+    /// The GPU's KV pool in blocks, instead of what `parallel` contexts or free memory give
+    /// (`--kv-blocks`).
+    pub kv_blocks: Option<usize>,
     /// Tokens one step's forward pass takes, across all sequences (`--batch-size`): a token
     /// per decoding sequence, prompt chunks in the rest.
     pub batch: usize,

@@ -245,7 +245,7 @@ impl Metrics {
         self.queue_seconds.render(
             &mut out,
             "ferrolm_queue_wait_seconds",
-            "Time requests waited for a slot.",
+            "Time requests waited for a slot (on a GPU, and for their KV blocks).",
         );
         self.step_seconds.render(
             &mut out,

@@ -220,7 +220,13 @@ impl Scheduler {
             capacity: opts.queue,
         });
         // Before the slots' caches: on a GPU they take their blocks from this pool.
-        let kv = KvBudget::reserve(engine.model, parallel, opts.n_ctx, opts.kv_type)?;
+        let kv = KvBudget::reserve(
+            engine.model,
+            parallel,
+            opts.n_ctx,
+            opts.kv_type,
+            opts.kv_blocks,
+        )?;
         if let Some(kv) = &kv {
             eprintln!(
                 "ferrolm serve: KV pool of {} blocks of {} positions ({} contexts of {})",

@@ -68,6 +68,10 @@ pub struct ServeArgs {
     /// under load).
     #[arg(long)]
     pub deterministic: bool,
+    /// On a GPU: the KV pool's size in blocks of 64 tokens, instead of --parallel × -c tokens
+    /// (or what free memory holds). At least one -c; requests wait for their blocks.
+    #[arg(long = "kv-blocks", value_name = "N")]
+    pub kv_blocks: Option<usize>,
     /// Requests that may wait for a slot before the server answers 429.
     #[arg(long, default_value_t = 64)]
     pub queue: usize,
@@ -113,6 +117,12 @@ pub fn run(args: ServeArgs) -> Result<()> {
     let tok: &'static Tokenizer = Box::leak(Box::new(Tokenizer::from_gguf(file)?));
     let template: &'static ChatTemplate = Box::leak(Box::new(ChatTemplate::from_gguf(file, tok)?));
     let n_ctx = args.model.n_ctx(model.cfg.n_ctx);
+    if args.kv_blocks.is_some() && !model.kv_is_paged() {
+        bail!(
+            "--kv-blocks sizes a GPU's paged KV cache; this model's cache is not paged (it runs \
+             on the CPU, or partly with -ngl, or FERROLM_KV_POOL=0): leave the flag out"
+        );
+    }
     // Paged on a GPU, the slots share a pool of what fits (at least one context); else every
     // slot's cache is made whole at start: check them all against memory first.
     let whole = if model.kv_is_paged() {
@@ -136,6 +146,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
         parallel: args.parallel,
         n_ctx,
         kv_type: args.model.kv_type(),
+        kv_blocks: args.kv_blocks,
         batch: args.batch_size,
         prefix_cache: !args.no_prefix_cache,
         deterministic: args.deterministic,

@@ -204,7 +204,7 @@ impl CudaModel {
     }
 
     /// The blocks that fit in free GPU memory as a pool in `kv`, beside what stays free for
-    /// activations and the driver.
+    /// activations, graphs and the driver (a tenth of it, and the reserve).
     pub fn kv_blocks_that_fit(&self, kv: KvFormat, n_ctx: usize) -> Result<usize> {
         let (free, _) = self
             .backend
@@ -212,7 +212,7 @@ impl CudaModel {
             .context()
             .mem_get_info()
             .during("reading free memory")?;
-        let usable = (free as u64).saturating_sub(RESERVE_BYTES);
+        let usable = (free as u64 / 10 * 9).saturating_sub(RESERVE_BYTES);
         let per_block = self.kv_bytes_per_position(kv).max(1) * self.kv_block(n_ctx) as u64;
         Ok((usable / per_block) as usize)
     }
