@@ -12,6 +12,7 @@
 //! order, as over the contiguous cache it replaced.
 
 use super::attention::dim_index;
+use super::kv_blocks::Blocks;
 use crate::device::CudaDevice;
 use crate::error::{CudaError, DriverContext, Result};
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
@@ -108,12 +109,6 @@ impl KvPagesArg {
     }
 }
 
-/// Which blocks are free and how many tables hold each.
-struct BlockAlloc {
-    free: Vec<u32>,
-    refs: Vec<u32>,
-}
-
 /// Every layer's keys and values of one format, in blocks that sequences take from and
 /// return to it. A pool is made for one sequence (its blocks cover that sequence's `n_ctx`),
 /// or for many ([`crate::CudaModel::reserve_kv`]): then `-c` is a limit and memory is spent as
@@ -126,7 +121,7 @@ pub struct KvPool {
     pub head_dim: usize,
     shift: u32,
     n_blocks: usize,
-    alloc: Mutex<BlockAlloc>,
+    blocks: Mutex<Blocks>,
     stream: Arc<CudaStream>,
 }
 
@@ -176,11 +171,7 @@ impl KvPool {
             head_dim,
             shift: block.trailing_zeros(),
             n_blocks,
-            // Popped from the end: block 0 first.
-            alloc: Mutex::new(BlockAlloc {
-                free: (0..n_blocks as u32).rev().collect(),
-                refs: vec![0; n_blocks],
-            }),
+            blocks: Mutex::new(Blocks::new(n_blocks)),
             stream: dev.stream().clone(),
         })
     }
@@ -200,41 +191,19 @@ impl KvPool {
 
     /// Blocks no sequence holds.
     pub fn free_blocks(&self) -> usize {
-        self.lock().free.len()
+        self.lock().free_count()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, BlockAlloc> {
-        self.alloc.lock().unwrap_or_else(|p| p.into_inner())
+    fn lock(&self) -> std::sync::MutexGuard<'_, Blocks> {
+        self.blocks.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn take(&self) -> Result<u32> {
-        let mut a = self.lock();
-        let b = a.free.pop().ok_or_else(|| {
-            CudaError::Invalid(format!(
-                "the KV cache is full: all {} blocks of {} positions are held by sequences",
-                self.n_blocks,
-                self.block()
-            ))
-        })?;
-        a.refs[b as usize] = 1;
-        Ok(b)
-    }
-
-    fn share(&self, b: u32) {
-        self.lock().refs[b as usize] += 1;
-    }
-
-    fn release(&self, b: u32) {
-        let mut a = self.lock();
-        let r = &mut a.refs[b as usize];
-        *r -= 1;
-        if *r == 0 {
-            a.free.push(b);
-        }
-    }
-
-    fn refs(&self, b: u32) -> u32 {
-        self.lock().refs[b as usize]
+    fn full(&self) -> CudaError {
+        CudaError::Invalid(format!(
+            "the KV cache is full: all {} blocks of {} positions are held by sequences",
+            self.n_blocks,
+            self.block()
+        ))
     }
 
     /// Bytes of one block of one layer's K (or V).
@@ -328,23 +297,21 @@ impl BlockTable {
     }
 
     fn take_for_write(&mut self, from: usize, to: usize) -> Result<()> {
-        let shift = self.pool.shift;
-        let held = self.blocks.len();
-        for i in (from >> shift)..held.min(to.div_ceil(1 << shift)) {
-            let old = self.blocks[i];
-            if self.pool.refs(old) > 1 {
-                let new = self.pool.take()?;
-                self.pool.copy_block(old, new)?;
-                self.pool.release(old);
-                self.blocks[i] = new;
-                self.synced = self.synced.min(i);
-            }
+        let mut copies = Vec::new();
+        let planned = self.pool.lock().prepare_write(
+            &mut self.blocks,
+            self.pool.shift,
+            from,
+            to,
+            &mut copies,
+        );
+        let first = planned.unwrap_or_else(|first| first);
+        self.synced = self.synced.min(first);
+        // Queued before any kernel of the pass that writes the new blocks.
+        for (shared, own) in copies {
+            self.pool.copy_block(shared, own)?;
         }
-        while self.positions() < to {
-            let b = self.pool.take()?;
-            self.blocks.push(b);
-        }
-        Ok(())
+        planned.map(|_| ()).map_err(|_| self.pool.full())
     }
 
     /// Uploads the entries changed since the last upload.
@@ -363,10 +330,7 @@ impl BlockTable {
     /// Keeps positions `..n` only: whole blocks past them go back to the pool.
     pub fn truncate(&mut self, n: usize) {
         let keep = n.div_ceil(self.pool.block());
-        while self.blocks.len() > keep {
-            let b = self.blocks.pop().expect("longer than keep");
-            self.pool.release(b);
-        }
+        self.pool.lock().truncate(&mut self.blocks, keep);
         self.synced = self.synced.min(keep);
     }
 
@@ -379,9 +343,12 @@ impl BlockTable {
             )));
         }
         self.truncate(0);
-        for &b in &src.blocks[..n.div_ceil(self.pool.block())] {
-            self.pool.share(b);
-            self.blocks.push(b);
+        {
+            let mut blocks = self.pool.lock();
+            for &b in &src.blocks[..n.div_ceil(self.pool.block())] {
+                blocks.share(b);
+                self.blocks.push(b);
+            }
         }
         self.sync()
     }
@@ -530,16 +497,9 @@ impl KvCache {
             dev, format, 1, n_kv_head, head_dim, block, n_blocks,
         )?);
         let mut table = BlockTable::new(dev, pool.clone(), n_ctx)?;
-        {
-            // Every block taken, then listed last first.
-            let mut a = pool.lock();
-            let mut all: Vec<u32> = std::mem::take(&mut a.free);
-            all.sort_unstable_by(|x, y| y.cmp(x));
-            for &b in &all {
-                a.refs[b as usize] = 1;
-            }
-            table.blocks = all;
-        }
+        // Every block taken, then listed last first.
+        table.blocks = pool.lock().take_all();
+        table.blocks.reverse();
         table.sync()?;
         let mut cache = Self::view(&table, 0);
         cache.own = Some(table);

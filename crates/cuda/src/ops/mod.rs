@@ -14,6 +14,7 @@ mod elementwise;
 mod embed;
 pub mod formats;
 mod gemm_f32;
+mod kv_blocks;
 mod kv_cache;
 pub mod launch;
 mod mmq;
