@@ -125,7 +125,8 @@ fn batched_decode_attention_and_its_graph_sizes() {
     );
     assert_eq!(off.batch_graph_size(8), None);
     // Splits from the row's own keys, capped by its cache's partials.
-    let splits: Vec<usize> = [(1, 8), (256, 8), (257, 8), (4000, 8), (4000, 0)]
+    let k = ROWS_SPLIT_KEYS;
+    let splits: Vec<usize> = [(1, 8), (k, 8), (k + 1, 8), (4000, 8), (4000, 0)]
         .map(|(keys, cap)| p.rows_splits(keys, cap))
         .into();
     assert_eq!(splits, [1, 1, 2, 8, 1]);
