@@ -227,7 +227,7 @@ impl CudaModel {
         let cfg = &self.cfg;
         let dev = self.backend.device();
         let n_layer = cfg.n_layer - self.first_layer;
-        let need = KvPool::bytes(kv, n_layer, cfg.n_head_kv, cfg.head_dim, block, n_blocks);
+        let need = self.kv_bytes_per_position(kv) * (n_blocks * block) as u64;
         let (free, _) = dev.context().mem_get_info().during("reading free memory")?;
         if need + RESERVE_BYTES / 2 > free as u64 {
             return Err(CudaError::Invalid(format!(
@@ -295,17 +295,7 @@ impl CudaModel {
                 src.n_ctx, dst.n_ctx
             )));
         }
-        if src.table.pool().format != dst.table.pool().format {
-            return Err(CudaError::Invalid(
-                "copying between KV caches of two formats".into(),
-            ));
-        }
-        if n > src.table.positions() {
-            return Err(CudaError::Invalid(format!(
-                "copying {n} positions of a cache that holds {}",
-                src.table.positions()
-            )));
-        }
+        // The tables check the formats, and that src holds n positions.
         dst.table.take_prefix(&src.table, n)
     }
 

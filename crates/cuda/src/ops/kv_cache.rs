@@ -126,18 +126,6 @@ pub struct KvPool {
 }
 
 impl KvPool {
-    /// Device bytes of a pool of `n_blocks` blocks of `block` positions.
-    pub fn bytes(
-        format: KvFormat,
-        n_layer: usize,
-        n_kv_head: usize,
-        head_dim: usize,
-        block: usize,
-        n_blocks: usize,
-    ) -> u64 {
-        (n_layer * 2 * n_blocks * block * n_kv_head * format.row_bytes(head_dim)) as u64
-    }
-
     /// A pool of `n_blocks` blocks of `block` positions (a power of two) for `n_layer` layers.
     pub fn new(
         dev: &CudaDevice,
@@ -213,27 +201,33 @@ impl KvPool {
 
     /// Block `from`'s keys and values copied into block `to`, every layer (queued).
     fn copy_block(&self, from: u32, to: u32) -> Result<()> {
-        let n = self.block_bytes();
-        let (src, dst) = (from as usize * n..(from as usize + 1) * n, to as usize * n);
-        for (k, v) in &self.layers {
-            for t in [k, v] {
-                let base = t.device_ptr(&self.stream).0;
-                // SAFETY: both ranges lie inside this pool's allocation (block ids < n_blocks)
-                // and are distinct blocks; the copy is queued on the pool's stream, where
-                // every kernel that reads or writes the pool runs.
-                unsafe {
-                    cudarc::driver::result::memcpy_dtod_async(
-                        base + dst as u64,
-                        base + src.start as u64,
-                        n,
-                        self.stream.cu_stream(),
-                    )
-                }
-                .during("copying a KV block")?;
-            }
-        }
-        Ok(())
+        copy_blocks(self, from, self, to)
     }
+}
+
+/// Block `from` of pool `a` copied into block `to` of pool `b` (pools of one shape, or the
+/// same pool and two blocks), keys and values of every layer, queued on `b`'s stream.
+fn copy_blocks(a: &KvPool, from: u32, b: &KvPool, to: u32) -> Result<()> {
+    let bytes = b.block_bytes();
+    let (from, to) = ((from as usize * bytes) as u64, (to as usize * bytes) as u64);
+    for (s, d) in a.layers.iter().zip(&b.layers) {
+        for (s, d) in [(&s.0, &d.0), (&s.1, &d.1)] {
+            let (s, d) = (s.device_ptr(&a.stream).0, d.device_ptr(&b.stream).0);
+            // SAFETY: whole blocks (ids below each pool's n_blocks, block_bytes alike: the
+            // callers' pools have one shape) inside the two allocations, distinct when they
+            // are one pool's; queued on the stream every kernel of the pools runs on.
+            unsafe {
+                cudarc::driver::result::memcpy_dtod_async(
+                    d + to,
+                    s + from,
+                    bytes,
+                    b.stream.cu_stream(),
+                )
+            }
+            .during("copying a KV block")?;
+        }
+    }
+    Ok(())
 }
 
 /// One sequence's blocks in a [`KvPool`]: `blocks[i]` holds its positions `i << shift ..`.
@@ -263,10 +257,6 @@ impl BlockTable {
 
     pub fn pool(&self) -> &Arc<KvPool> {
         &self.pool
-    }
-
-    pub fn n_ctx(&self) -> usize {
-        self.n_ctx
     }
 
     /// Positions its blocks cover.
@@ -375,28 +365,9 @@ impl BlockTable {
         }
         self.truncate(0);
         self.prepare_write(0, n)?;
-        let bytes = a.block_bytes();
-        for (i, (&from, &to)) in src.blocks.iter().zip(&self.blocks).enumerate() {
-            if i << a.shift >= n {
-                break;
-            }
-            for (s, d) in a.layers.iter().zip(&b.layers) {
-                for (s, d) in [(&s.0, &d.0), (&s.1, &d.1)] {
-                    let from = s.device_ptr(&a.stream).0 + (from as usize * bytes) as u64;
-                    let to = d.device_ptr(&b.stream).0 + (to as usize * bytes) as u64;
-                    // SAFETY: whole blocks of two allocations of this shape (ids below each
-                    // pool's n_blocks), queued on the stream every KV kernel uses.
-                    unsafe {
-                        cudarc::driver::result::memcpy_dtod_async(
-                            to,
-                            from,
-                            bytes,
-                            b.stream.cu_stream(),
-                        )
-                    }
-                    .during("copying a cache prefix")?;
-                }
-            }
+        // prepare_write took exactly the blocks that cover n.
+        for (&from, &to) in src.blocks.iter().zip(&self.blocks) {
+            copy_blocks(&a, from, &b, to)?;
         }
         Ok(())
     }
@@ -408,11 +379,6 @@ impl BlockTable {
             shift: self.pool.shift as i32,
             n_kv_head: self.pool.n_kv_head as i32,
         }
-    }
-
-    /// The table's device address (the batched attention's per-row table holds it).
-    pub fn device_addr(&self) -> u64 {
-        self.dev.device_ptr(&self.pool.stream).0
     }
 }
 
