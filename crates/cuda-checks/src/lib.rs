@@ -16,6 +16,7 @@ mod attn_rows;
 mod checks;
 mod elementwise;
 mod f32kv_checks;
+mod gemm_f16;
 mod kv_checks;
 mod mmq;
 mod mmq_time;
@@ -145,6 +146,7 @@ pub fn run(opts: &Options) -> Result<()> {
     }
     if opts.time {
         checks::time_mmvq(&dev, &k, &mut rng)?;
+        gemm_f16::time_gemm_f16(&dev, &k, &plan, &mut rng)?;
         mmq_time::time_mmq(&dev, &k, &plan, &mut rng)?;
         moe::time_moe(&dev, &k, &plan, &mut rng)?;
         moe_decode::time_decode(&dev, &k, &plan, &mut rng)?;

@@ -10,15 +10,15 @@ use ferrolm_gguf::GgmlType;
 use rand::rngs::StdRng;
 
 /// One weight matrix of a layer: `rows × cols`, `count` of them per layer.
-struct Shape {
-    model: &'static str,
-    what: &'static str,
-    rows: usize,
-    cols: usize,
-    count: usize,
+pub(crate) struct Shape {
+    pub model: &'static str,
+    pub what: &'static str,
+    pub rows: usize,
+    pub cols: usize,
+    pub count: usize,
 }
 
-const SHAPES: [Shape; 7] = [
+pub(crate) const SHAPES: [Shape; 7] = [
     shape("smollm2-1.7b", "q k v o", 2048, 2048, 4),
     shape("smollm2-1.7b", "gate up", 8192, 2048, 2),
     shape("smollm2-1.7b", "down", 2048, 8192, 1),
@@ -44,14 +44,14 @@ const fn shape(
     }
 }
 
-const TYPES: [GgmlType; 3] = [GgmlType::Q4K, GgmlType::Q6K, GgmlType::Q8_0];
+pub(crate) const TYPES: [GgmlType; 3] = [GgmlType::Q4K, GgmlType::Q6K, GgmlType::Q8_0];
 /// Tokens per ubatch: the engine's default, and the largest llama.cpp's anchors use.
-const TOKENS: [usize; 2] = [512, 2048];
+pub(crate) const TOKENS: [usize; 2] = [512, 2048];
 const WARMUP: usize = 2;
 const RUNS: usize = 7;
 
 /// Median milliseconds of one launch (CUDA events around each of RUNS launches, after WARMUP).
-fn median_ms(
+pub(crate) fn median_ms(
     dev: &CudaDevice,
     mut launch: impl FnMut() -> ferrolm_cuda::Result<()>,
 ) -> Result<f64> {
@@ -66,7 +66,7 @@ fn median_ms(
     Ok(ms[RUNS / 2])
 }
 
-fn tops(rows: usize, cols: usize, n: usize, ms: f64) -> f64 {
+pub(crate) fn tops(rows: usize, cols: usize, n: usize, ms: f64) -> f64 {
     2.0 * (rows * cols * n) as f64 / (ms * 1e-3) / 1e12
 }
 

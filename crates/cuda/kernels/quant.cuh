@@ -326,6 +326,12 @@ template <> struct WeightFormat<GGML_TYPE_Q4_1> {
         d[0] = d[1] = f16_bits_to_f32(b->d);
         m = f16_bits_to_f32(b->m);
     }
+
+    // Element i as f32, x = d * q + m, rounded as ferrolm-quant's dequantize.
+    static __device__ __forceinline__ float dequant(const block *b, int i) {
+        const int q = i < 16 ? (b->qs[i] & 0x0F) : (b->qs[i - 16] >> 4);
+        return __fadd_rn(__fmul_rn(f16_bits_to_f32(b->d), (float)q), f16_bits_to_f32(b->m));
+    }
 };
 
 // Q5_0 and Q5_1: the walk of Q4_0 and Q4_1 (iqs in {0, 2}), the fifth bits from qh. The code

@@ -72,6 +72,7 @@ pub const GEMM_F32: KernelFile = kernel_file!("gemm_f32.cu");
 pub const MOE_ROUTE: KernelFile = kernel_file!("moe_route.cu");
 pub const MOE_DECODE: KernelFile = kernel_file!("moe_decode.cu");
 pub const MOE_MMA: KernelFile = kernel_file!("moe_mma.cu");
+pub const GEMM_WGMMA: KernelFile = kernel_file!("gemm_wgmma.cu");
 
 /// Every compilable file (what the CI test compiles).
 pub const FILES: &[KernelFile] = &[
@@ -91,4 +92,5 @@ pub const FILES: &[KernelFile] = &[
     MOE_ROUTE,
     MOE_DECODE,
     MOE_MMA,
+    GEMM_WGMMA,
 ];

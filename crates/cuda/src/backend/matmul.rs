@@ -128,12 +128,27 @@ impl CudaBackend {
             return Ok(());
         }
         // Each weight takes x quantized as its partner format; consecutive weights of one
-        // format (q/k/v, gate/up) share it.
+        // format (q/k/v, gate/up) share it. Long ubatches take the f16 GEMM where the plan
+        // says so, all of them on x rounded to f16 once.
+        let mut x16: Option<CudaSlice<u16>> = None;
         let mut i = 0;
         while i < ws.len() {
             let m = ws[i].matrix();
             if m.ty == GgmlType::F32 {
                 float(i, m, outs[i])?;
+                i += 1;
+                continue;
+            }
+            if self.plan.f16_gemm(m.ty, m.rows, m.cols, x.rows) {
+                if x16.is_none() {
+                    let mut h = self.halves.take(x.rows * x.width)?;
+                    self.k
+                        .gemm_wgmma
+                        .round_f16(x.buf(), x.rows * x.width, &mut h)?;
+                    x16 = Some(h);
+                }
+                let h = x16.as_ref().expect("rounded above");
+                self.f16_matmul(m, h, outs[i], bias(i))?;
                 i += 1;
                 continue;
             }
@@ -179,7 +194,31 @@ impl CudaBackend {
             })?;
             i += run;
         }
+        if let Some(h) = x16 {
+            self.halves.give(h);
+        }
         Ok(())
+    }
+
+    /// `out = x16 · Wᵀ (+ bias)` on the f16 GEMM, `w` expanded to f16 in a scratch buffer.
+    fn f16_matmul(
+        &self,
+        w: &QuantMatrix,
+        x16: &CudaSlice<u16>,
+        out: &mut CudaAct,
+        bias: Option<&CudaSlice<f32>>,
+    ) -> Result<()> {
+        let g = &self.k.gemm_wgmma;
+        let mut w16 = self.halves.take(w.rows * w.cols)?;
+        let done = g
+            .expand(w, &mut w16)
+            .and_then(|()| g.matmul(x16, out.rows, &w16, w.rows, w.cols, out.buf_mut()));
+        self.halves.give(w16);
+        done?;
+        match bias {
+            Some(b) => self.k.elementwise.add_bias(out.buf_mut(), b),
+            None => Ok(()),
+        }
     }
 
     /// Runs `f` on `x` quantized as `mode`: the copy the norm that produced `x` kept when it

@@ -45,6 +45,8 @@ pub struct CudaBackend {
     ids: Pool<i32>,
     /// Pass inputs, and the positions of one sequence of a batch.
     u32s: Arc<Pool<u32>>,
+    /// f16 operands of the wgmma GEMM: expanded weights and rounded activations.
+    halves: Pool<u16>,
     moe: Mutex<moe::MoeScratch>,
     /// Every kernel choice: which kernel, tile and order for a shape, and the fusions.
     plan: Plan,
@@ -71,7 +73,8 @@ impl CudaBackend {
             acts: Arc::new(Pool::new(stream.clone())),
             bytes: Arc::new(Pool::new(stream.clone())),
             ids: Pool::new(stream.clone()),
-            u32s: Arc::new(Pool::new(stream)),
+            u32s: Arc::new(Pool::new(stream.clone())),
+            halves: Pool::new(stream),
             moe: Mutex::new(moe::MoeScratch::default()),
             batch_plan: plan.for_sequence_batches(),
             plan,
@@ -170,6 +173,7 @@ impl CudaBackend {
         self.bytes.set_capturing(on);
         self.ids.set_capturing(on);
         self.u32s.set_capturing(on);
+        self.halves.set_capturing(on);
     }
 
     fn try_alloc(&self, n: usize, width: usize) -> Result<CudaAct> {

@@ -3,19 +3,19 @@
 //! kernel for one, is a row (or a field) here plus its instances in `kernels/*.cu`; a test
 //! checks the two against each other, both ways.
 //!
-//! | format | mat-vec | wide | MMA mat-vec | GEMM | blocks | CUDA-core GEMM | experts | narrow | embed | float |
-//! |---|---|---|---|---|---|---|---|---|---|---|
-//! | F32 | | | | | | | | | ✓ | ✓ |
-//! | F16 | | | | | | | | | ✓ | |
-//! | Q4_0 | ✓ | | | ✓ | | `mmq_q4_0_chain` | ✓ | | | |
-//! | Q4_1 | ✓ | | | ✓ | | `mmq_q4_1_chain` | ✓ | | | |
-//! | Q5_0 | ✓ | | | ✓ | | `mmq_q5_0_lanes` | ✓ | | | |
-//! | Q5_1 | ✓ | | | ✓ | | `mmq_q5_1_chain` | ✓ | | | |
-//! | Q8_0 | ✓ | | | ✓ | | `mmq_q8_0_lanes` | ✓ | | ✓ | |
-//! | Q4_K | ✓ | ✓ | ✓ | ✓ | ✓ | | ✓ | ✓ | ✓ | |
-//! | Q5_K | ✓ | | | ✓ | | | ✓ | | | |
-//! | Q6_K | ✓ | | ✓ | ✓ | | | ✓ | ✓ | ✓ | |
-//! | MXFP4 | ✓ | | | ✓ | | `mmq_mxfp4_chain` | ✓ | ✓ | | |
+//! | format | mat-vec | wide | MMA mat-vec | GEMM | blocks | CUDA-core GEMM | f16 GEMM | experts | narrow | embed | float |
+//! |---|---|---|---|---|---|---|---|---|---|---|---|
+//! | F32 | | | | | | | | | | ✓ | ✓ |
+//! | F16 | | | | | | | | | | ✓ | |
+//! | Q4_0 | ✓ | | | ✓ | | `mmq_q4_0_chain` | ✓ | ✓ | | | |
+//! | Q4_1 | ✓ | | | ✓ | | `mmq_q4_1_chain` | ✓ | ✓ | | | |
+//! | Q5_0 | ✓ | | | ✓ | | `mmq_q5_0_lanes` | | ✓ | | | |
+//! | Q5_1 | ✓ | | | ✓ | | `mmq_q5_1_chain` | | ✓ | | | |
+//! | Q8_0 | ✓ | | | ✓ | | `mmq_q8_0_lanes` | ✓ | ✓ | | ✓ | |
+//! | Q4_K | ✓ | ✓ | ✓ | ✓ | ✓ | | ✓ | ✓ | ✓ | ✓ | |
+//! | Q5_K | ✓ | | | ✓ | | | | ✓ | | | |
+//! | Q6_K | ✓ | | ✓ | ✓ | | | ✓ | ✓ | ✓ | ✓ | |
+//! | MXFP4 | ✓ | | | ✓ | | `mmq_mxfp4_chain` | | ✓ | ✓ | | |
 //!
 //! Weights of a format without a mat-vec are held on the device as F32 (dequantized at
 //! upload, `backend::weights`), so F16, BF16 and the other ggml formats run as floats.
@@ -48,6 +48,9 @@ pub struct Format {
     /// Q8_0, Q5_0), which the tensor-core tiles do not: its `small_gemm` (`mmq_<s>_lanes`)
     /// does, and takes its short ubatches too (the plan's `lanes`).
     pub lanes: bool,
+    /// Expanded to f16 for the Hopper GEMM of long ubatches, `gemm_wgmma.cu`:
+    /// `dequant_f16_<s>`.
+    pub gemm_f16: bool,
     /// Int8 MoE expert kernels: the grouped GEMM (`moe_gemm.cu`: `moe_gate_up_<s>`,
     /// `moe_down_<s>`) and decode (`moe_decode.cu`: `moe_{gate_up,down}_<s>_n<1..=8>`,
     /// `moe_slot_matvec_<s>`).
@@ -73,6 +76,7 @@ impl Format {
         gemm_blocks: false,
         small_gemm: None,
         lanes: false,
+        gemm_f16: false,
         experts: false,
         experts_narrow: false,
         embed: false,
@@ -106,10 +110,12 @@ pub const FORMATS: [Format; 11] = [
     },
     Format {
         small_gemm: Some("mmq_q4_0_chain"),
+        gemm_f16: true,
         ..Format::int8(GgmlType::Q4_0)
     },
     Format {
         small_gemm: Some("mmq_q4_1_chain"),
+        gemm_f16: true,
         ..Format::int8(GgmlType::Q4_1)
     },
     Format {
@@ -124,6 +130,7 @@ pub const FORMATS: [Format; 11] = [
     Format {
         small_gemm: Some("mmq_q8_0_lanes"),
         lanes: true,
+        gemm_f16: true,
         embed: true,
         ..Format::int8(GgmlType::Q8_0)
     },
@@ -131,6 +138,7 @@ pub const FORMATS: [Format; 11] = [
         matvec_wide: true,
         matvec_mma: true,
         gemm_blocks: true,
+        gemm_f16: true,
         experts_narrow: true,
         embed: true,
         ..Format::int8(GgmlType::Q4K)
@@ -138,6 +146,7 @@ pub const FORMATS: [Format; 11] = [
     Format::int8(GgmlType::Q5K),
     Format {
         matvec_mma: true,
+        gemm_f16: true,
         experts_narrow: true,
         embed: true,
         ..Format::int8(GgmlType::Q6K)
@@ -170,7 +179,9 @@ pub fn small_gemms() -> impl Iterator<Item = (GgmlType, &'static str)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::{KernelFile, EMBED, MMQ, MMVQ, MMVQ_MMA, MOE_DECODE, MOE_GEMM};
+    use crate::kernels::{
+        KernelFile, EMBED, GEMM_WGMMA, MMQ, MMVQ, MMVQ_MMA, MOE_DECODE, MOE_GEMM,
+    };
     use crate::ops::kernel_suffix;
     use std::collections::BTreeSet;
 
@@ -219,6 +230,7 @@ mod tests {
             (&MOE_GEMM, "MOE_ENTRIES", |f| f.experts),
             (&MOE_DECODE, "MOE_FORMAT", |f| f.experts),
             (&EMBED, "EMBED_INSTANCE", |f| f.embed),
+            (&GEMM_WGMMA, "DEQUANT_F16_INSTANCE", |f| f.gemm_f16),
         ] {
             let found: BTreeSet<String> = instances(file, macro_name)
                 .into_iter()
@@ -268,6 +280,7 @@ mod tests {
             let lanes_kernel = f.small_gemm.is_some_and(|n| n.ends_with("_lanes"));
             assert_eq!(f.lanes, lanes_kernel, "{}", f.ty);
             assert!(!(f.float && f.matvec), "{}", f.ty);
+            assert!(!f.gemm_f16 || f.gemm, "{}", f.ty);
         }
         assert!(has(GgmlType::Q4K, |f| f.matvec_wide));
         assert!(!has(GgmlType::Bf16, |f| f.embed || f.matvec || f.float));

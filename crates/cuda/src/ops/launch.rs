@@ -116,6 +116,8 @@ macro_rules! scalar_args {
 scalar_args!(i32, u32, i64, u64, f32, f64);
 // A struct by value, laid out as the kernels' (common.cuh's KvPages).
 scalar_args!(super::kv_cache::KvPagesArg);
+// A tensor map by value (gemm_wgmma.cu's TmaMap).
+scalar_args!(super::gemm_wgmma::TmaMapArg);
 
 /// A launch being built; see [`Launcher::builder`].
 pub struct Launch<'a> {

@@ -14,6 +14,7 @@ mod elementwise;
 mod embed;
 pub mod formats;
 mod gemm_f32;
+mod gemm_wgmma;
 mod kv_blocks;
 mod kv_cache;
 pub mod launch;
@@ -36,6 +37,7 @@ pub use attention_rows::{AttentionRows, RowSeq, RowsTable, ROWS_MAX_GROUP};
 pub use elementwise::Elementwise;
 pub use embed::Embed;
 pub use gemm_f32::GemmF32;
+pub use gemm_wgmma::GemmWgmma;
 pub use kv_cache::{BlockTable, KvCache, KvFormat, KvPagesArg, KvPool};
 pub use mmq::{Mmq, MmqOrder, MmqTile, MMQ_BK, MMQ_MAX_SPLITS, MMQ_SPLIT_TILES, MMQ_TILES};
 pub(crate) use mmvq::MMVQ_MAX_COLS;
@@ -74,6 +76,7 @@ pub struct Kernels {
     pub attention_rows: AttentionRows,
     pub embed: Embed,
     pub gemm_f32: GemmF32,
+    pub gemm_wgmma: GemmWgmma,
     pub moe_route: MoeRoute,
     pub moe_decode: MoeDecode,
 }
@@ -94,6 +97,7 @@ impl Kernels {
             attention_rows: AttentionRows::load(dev, launch)?,
             embed: Embed::load(dev, launch)?,
             gemm_f32: GemmF32::load(dev, launch)?,
+            gemm_wgmma: GemmWgmma::load(dev, launch)?,
             moe_route: MoeRoute::load(dev, launch)?,
             moe_decode: MoeDecode::load(dev, launch)?,
         })

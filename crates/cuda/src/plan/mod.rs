@@ -27,7 +27,7 @@ use crate::device::CudaDevice;
 use crate::error::{DriverContext, Result};
 use crate::ops::launch::LaunchMode;
 use crate::ops::{
-    formats, ActQuant, AttentionRows, Kernels, KvFormat, Mmq, MmqOrder, Mmvq, MmvqMma,
+    formats, ActQuant, AttentionRows, GemmWgmma, Kernels, KvFormat, Mmq, MmqOrder, Mmvq, MmvqMma,
     MoeDecodeWork, MoeGemm, PrefillKernel, ATTN_GROUPS, ATTN_MAX_SPLITS, MMA_HEAD_DIMS,
     MMA_MV_MAX_ROWS, MMQ_MAX_SPLITS, MMQ_SPLIT_TILES, MMQ_TILES, MMVQ_MAX_COLS,
     MOE_DECODE_MAX_TOKENS, ROUTER_ROWS_MAX_EMBD, ROUTER_SMALL_N,
@@ -53,6 +53,11 @@ pub const REF_MAX_ROWS: usize = CPU_ORDER_MAX_ROWS;
 /// ferrolm's do below 64 rows), where the tensor-core kernel's f16 rounding of Q and P had moved
 /// the tiny q8_0 goldens from 181-183/185 to 178-179/185 top-1 on the H200.
 pub const GGML_SMALL_ROWS: usize = 64;
+
+/// From this many rows a product may take the f16 warpgroup-MMA GEMM ([`Plan::f16_gemm`]):
+/// its weight expansion (a pass over the whole matrix) is repaid only by many tokens, and
+/// shorter ubatches keep the CPU's arithmetic where they owe it.
+pub const F16_GEMM_MIN_ROWS: usize = CPU_ORDER_MAX_ROWS;
 
 /// Q8_0 and Q5_0 GEMMs of fewer rows take the eight-lane kernels (the CPU's bits, at about a
 /// quarter of the tensor-core GEMM's speed on the H200 for Q8_0: affordable for short ubatches
@@ -107,6 +112,8 @@ pub struct DeviceFacts {
     /// Blocks of each [`MMQ_TILES`] shape one SM holds, per GEMM format (0: the tile does not
     /// fit this device); a format not listed fits none.
     pub mmq_blocks_per_sm: Vec<(GgmlType, [u32; TILES])>,
+    /// The f16 warpgroup-MMA GEMM runs here (Hopper, and its shared memory fits).
+    pub f16_gemm: bool,
 }
 
 impl DeviceFacts {
@@ -120,6 +127,7 @@ impl DeviceFacts {
             sms,
             cc: dev.compute_capability(),
             mmq_blocks_per_sm: k.mmq.blocks_per_sm(),
+            f16_gemm: k.gemm_wgmma.available(),
         })
     }
 }
@@ -262,6 +270,16 @@ impl Plan {
         } else {
             Matmul::MatVecSlices { wide }
         }
+    }
+
+    /// Whether `n` rows of a `ty` product of `rows` × `cols` take the f16 warpgroup-MMA GEMM
+    /// (`FERROLM_GEMM_F16`, Hopper): ubatches of [`F16_GEMM_MIN_ROWS`] rows or more, held to
+    /// its contract (`ops/gemm_wgmma.rs`), for formats with an f16 expansion.
+    pub fn f16_gemm(&self, ty: GgmlType, rows: usize, cols: usize, n: usize) -> bool {
+        self.switches.gemm_f16
+            && self.device.f16_gemm
+            && n >= F16_GEMM_MIN_ROWS
+            && GemmWgmma::supports(ty, rows, cols)
     }
 
     /// Whether `n` rows of a `ty` product over `cols` take the tensor-core mat-vec

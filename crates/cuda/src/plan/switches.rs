@@ -86,6 +86,10 @@ pub struct Switches {
     /// where the plan's contract is the tensor-core one (a batched decode step's few rows;
     /// long prompts). Within f32 rounding of the unsplit sum.
     pub split_k: bool,
+    /// `FERROLM_GEMM_F16`: on Hopper, products of long ubatches (from `F16_GEMM_MIN_ROWS`
+    /// rows) on the f16 warpgroup-MMA GEMM (`gemm_wgmma.cu`: the weight expanded to f16, the
+    /// activations rounded to f16), where the format has an f16 expansion; else the int8 GEMM.
+    pub gemm_f16: bool,
     /// `FERROLM_MMVQ_MMA`: a batched decode step's 2-64 rows on the tensor-core mat-vec
     /// (`mmvq_mma.cu`, weights read once into MMA fragments), where its format has one; else
     /// the mat-vec (up to 8 rows) or the GEMM.
@@ -134,6 +138,7 @@ impl Default for Switches {
             prefetch: false,
             stage: false,
             split_k: true,
+            gemm_f16: true,
             mma_matvec: true,
             mma_row_tiles: None,
             moe_mma: true,
@@ -271,6 +276,7 @@ impl Switches {
             prefetch: flag(env, "FERROLM_CUDA_PREFETCH", false)?,
             stage: flag(env, "FERROLM_MMVQ_STAGE", false)?,
             split_k: flag(env, "FERROLM_MMQ_SPLIT_K", true)?,
+            gemm_f16: flag(env, "FERROLM_GEMM_F16", true)?,
             mma_matvec: flag(env, "FERROLM_MMVQ_MMA", true)?,
             mma_row_tiles: count(env, "FERROLM_MMVQ_MMA_TILES", 1..=2)?,
             moe_mma: flag(env, "FERROLM_MOE_MMA", true)?,
@@ -318,7 +324,7 @@ impl fmt::Display for Switches {
         let moe_pairs = self
             .moe_mma_pairs
             .map_or("auto".to_owned(), |k| k.to_string());
-        let lines: [(&str, &str, &str); 30] = [
+        let lines: [(&str, &str, &str); 31] = [
             (
                 "FERROLM_CUDA_MMQ",
                 bit(self.mmq),
@@ -430,6 +436,11 @@ impl fmt::Display for Switches {
                 "FERROLM_MMQ_SPLIT_K",
                 bit(self.split_k),
                 "GEMMs that leave SMs idle split k",
+            ),
+            (
+                "FERROLM_GEMM_F16",
+                bit(self.gemm_f16),
+                "long ubatches on the f16 wgmma GEMM (Hopper)",
             ),
             (
                 "FERROLM_MMVQ_MMA",

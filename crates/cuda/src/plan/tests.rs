@@ -24,6 +24,7 @@ pub(super) fn h200() -> DeviceFacts {
         sms: 132,
         cc: (9, 0),
         mmq_blocks_per_sm: formats.iter().map(|&t| (t, [1, 1, 2, 2])).collect(),
+        f16_gemm: true,
     }
 }
 
@@ -112,6 +113,7 @@ fn bad_values_name_the_variable_and_the_choices() {
         "FERROLM_ROPE_TABLE",
         "FERROLM_MMVQ_STAGE",
         "FERROLM_MMQ_SPLIT_K",
+        "FERROLM_GEMM_F16",
     ] {
         assert!(err(&[(name, "off")]).contains(&format!("{name}=off")));
     }
@@ -128,7 +130,7 @@ fn tile_names() {
 #[test]
 fn display_prints_every_switch() {
     let text = plan(&[("FERROLM_MMQ_TILE", "128x64")]).to_string();
-    assert_eq!(text.lines().count(), 32, "{text}");
+    assert_eq!(text.lines().count(), 33, "{text}");
     assert!(text.contains("132 SMs, cc 9.0"));
     assert!(text
         .lines()

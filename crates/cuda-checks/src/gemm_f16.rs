@@ -1,0 +1,132 @@
+//! `cuda-parity` rows for the f16 warpgroup-MMA GEMM (`gemm_wgmma.cu`, Hopper only): the
+//! weight expanded to f16, the activations rounded to f16, against the f64 product of the
+//! dequantized weight and the f32 activations.
+
+use super::checks::{poisoned, row, MatmulCase};
+use super::{compare, Contract, Row};
+use anyhow::Result;
+use ferrolm_cuda::{CudaDevice, Kernels, Plan};
+use ferrolm_gguf::GgmlType;
+use rand::rngs::StdRng;
+
+/// Two f16 roundings of 2^-11 each a product (weight and activation), f32 sums: at most about
+/// 9.8e-4 of `Σ|w·x|`.
+pub(crate) const F16_OPERANDS: Contract =
+    Contract::Rel(1e-3, "f16 weight and activation (2^-11 each), f32 sums");
+
+/// (format, rows, cols, tokens): whole tiles; rows, tokens and columns that are not
+/// (gpt-oss's 2880 is 45 stages of 64; 2080 ends on half a stage, filled with zeros by the copy
+/// engine).
+pub const F16_CASES: [(GgmlType, usize, usize, usize); 8] = [
+    (GgmlType::Q4K, 4096, 4096, 512),
+    (GgmlType::Q6K, 1024, 4096, 384),
+    (GgmlType::Q4K, 1030, 1280, 300),
+    (GgmlType::Q6K, 514, 2816, 257),
+    (GgmlType::Q8_0, 2880, 2880, 300),
+    (GgmlType::Q4_0, 770, 2080, 256),
+    (GgmlType::Q8_0, 256, 4096, 2048),
+    // SmolLM2-135M's 576-wide rows.
+    (GgmlType::Q4_1, 1536, 576, 512),
+];
+
+/// `W · x` on the f16 GEMM; no rows where the device does not run it.
+#[allow(clippy::too_many_arguments)]
+pub fn gemm_f16(
+    dev: &CudaDevice,
+    k: &Kernels,
+    plan: &Plan,
+    rng: &mut StdRng,
+    ty: GgmlType,
+    rows: usize,
+    cols: usize,
+    n: usize,
+) -> Result<Vec<Row>> {
+    if !plan.device().f16_gemm {
+        return Ok(Vec::new());
+    }
+    let mut case = MatmulCase::new(dev, k, plan, rng, ty, rows, cols, n)?;
+    let g = &k.gemm_wgmma;
+    let xd = dev.upload(&case.x)?;
+    let mut x16 = dev.zeros::<u16>(n * cols)?;
+    let mut w16 = dev.zeros::<u16>(rows * cols)?;
+    g.round_f16(&xd, n * cols, &mut x16)?;
+    g.expand(&case.w, &mut w16)?;
+    g.matmul(&x16, n, &w16, rows, cols, &mut case.out)?;
+    dev.sync()?;
+    let got = dev.download(&case.out)?;
+    let exact = case.products()?;
+    let want: Vec<f32> = exact.iter().map(|e| e.0 as f32).collect();
+    let shape = format!("{rows}×{cols} · {n} rows");
+    // A second launch on a poisoned output: the same bits (no order depends on timing).
+    let mut again = poisoned(dev, n * rows)?;
+    g.matmul(&x16, n, &w16, rows, cols, &mut again)?;
+    dev.sync()?;
+    let again = dev.download(&again)?;
+    Ok(vec![
+        row(
+            &format!("gemm f16 {ty}"),
+            shape.clone(),
+            "f64 of dequantized w, f32 x",
+            compare(&got, &want, |i| exact[i].1),
+            F16_OPERANDS,
+        ),
+        row(
+            &format!("gemm f16 {ty} (again)"),
+            shape,
+            "its first run",
+            compare(&again, &got, |_| 1.0),
+            Contract::Exact,
+        ),
+    ])
+}
+
+/// `cuda-parity --time`: the f16 GEMM on the layer shapes of `mmq_time`, each stage's median
+/// (weight expansion, activation rounding, the GEMM), against the int8 GEMM's default.
+pub fn time_gemm_f16(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) -> Result<()> {
+    use super::checks::normal;
+    use super::mmq_time::{median_ms, tops, SHAPES, TOKENS, TYPES};
+    use ferrolm_cuda::ops::{QuantMatrix, Q8_1_BLOCK_BYTES};
+    if !plan.device().f16_gemm {
+        println!("\nf16 wgmma GEMM: not on this device");
+        return Ok(());
+    }
+    let g = &k.gemm_wgmma;
+    println!("\nf16 wgmma GEMM, median ms of 7 launches (TFLOPS of the GEMM alone; int8 = mmq's default):\n");
+    println!("| format | model | matrix | rows×cols | n | expand | round | gemm | TFLOPS | all f16 | int8 | int8 ÷ all f16 |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
+    for ty in TYPES {
+        for s in &SHAPES {
+            let bytes = s.rows * s.cols / ty.block_elems() * ty.block_bytes();
+            let wq = ferrolm_quant::quantize_to_vec(ty, &normal(rng, 256 * s.cols, 1.0))?;
+            let host: Vec<u8> = wq.iter().copied().cycle().take(bytes).collect();
+            let w = QuantMatrix::upload(dev, ty, s.rows, s.cols, &host)?;
+            let mut w16 = dev.zeros::<u16>(s.rows * s.cols)?;
+            for n in TOKENS {
+                let xd = dev.upload(&normal(rng, n * s.cols, 1.0))?;
+                let mut x16 = dev.zeros::<u16>(n * s.cols)?;
+                let mut out = poisoned(dev, n * s.rows)?;
+                let expand = median_ms(dev, || g.expand(&w, &mut w16))?;
+                let round = median_ms(dev, || g.round_f16(&xd, n * s.cols, &mut x16))?;
+                let gemm = median_ms(dev, || g.matmul(&x16, n, &w16, s.rows, s.cols, &mut out))?;
+                let mut xq = dev.upload(&vec![0u8; n * s.cols / 32 * Q8_1_BLOCK_BYTES])?;
+                k.quantize.q8_1(&xd, s.cols, &mut xq)?;
+                let how = plan.gemm(ty, s.rows, s.cols, n);
+                let mut scratch = dev.zeros::<f32>(how.scratch(n, s.rows).max(1))?;
+                let int8 = median_ms(dev, || {
+                    k.mmq.matmul(&how, &w, &xq, n, &mut out, Some(&mut scratch))
+                })?;
+                let all = expand + round + gemm;
+                println!(
+                    "| {ty} | {} | {} | {}×{} | {n} | {expand:.3} | {round:.3} | {gemm:.3} | {:.0} | {all:.3} | {int8:.3} | {:.2} |",
+                    s.model,
+                    s.what,
+                    s.rows,
+                    s.cols,
+                    tops(s.rows, s.cols, n, gemm),
+                    int8 / all
+                );
+            }
+        }
+    }
+    Ok(())
+}

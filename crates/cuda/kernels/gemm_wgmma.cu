@@ -1,0 +1,258 @@
+// f16 GEMM on Hopper's warpgroup MMA (wgmma) for long prefill ubatches:
+// out[t][r] = sum_c x[t][c] * w[r][c], with x (tokens) and w (weight rows) as f16 in device memory,
+// both K-major, and out f32. The quantized weights are expanded to f16 first (`dequant_f16_*`, with
+// ferrolm-quant's dequantize roundings, then rounded to f16), the f32 activations rounded to f16
+// (`round_f16`). Contract (ops/gemm_wgmma.rs): the tensor-core one, within a stated tolerance of
+// the CPU; not the CPU's integer products.
+//
+// Structure: a block of three warpgroups computes a 128-token x 256-row tile. Warpgroup 0's first
+// thread brings 64-column slices of both operands into a ring of shared-memory stages with the
+// bulk tensor copy (TMA, 128-byte swizzle), completing on the stage's "full" barrier; warpgroups 1
+// and 2 each multiply 64 tokens by the 256 rows (wgmma m64n256k16, four per stage) and give the
+// stage back on its "empty" barrier once their MMAs have read it.
+#include "common.cuh"
+#include "quant.cuh"
+
+#define WG_BM 128
+#define WG_BN 256
+#define WG_BK 64
+#define WG_STAGES 4
+#define WG_A_BYTES (WG_BM * WG_BK * 2)
+#define WG_B_BYTES (WG_BN * WG_BK * 2)
+#define WG_STAGE_BYTES (WG_A_BYTES + WG_B_BYTES)
+// Stages, their barriers, and up to 1 KB to align the first stage to the swizzle's 1024 bytes.
+#define WG_SMEM (WG_STAGES * WG_STAGE_BYTES + 2 * WG_STAGES * 8 + 1024)
+
+// A CUtensorMap (cuda.h) by value: the driver's opaque 128-byte descriptor of one operand.
+struct __align__(64) TmaMap {
+    uint64_t words[16];
+};
+
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define FERROLM_WGMMA 1
+
+static __device__ __forceinline__ uint32_t smem_u32(const void *p) {
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+static __device__ __forceinline__ void mbar_init(uint64_t *bar, uint32_t count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(bar)), "r"(count));
+}
+
+static __device__ __forceinline__ void mbar_expect_tx(uint64_t *bar, uint32_t bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar)),
+                 "r"(bytes)
+                 : "memory");
+}
+
+static __device__ __forceinline__ void mbar_arrive(uint64_t *bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_u32(bar)) : "memory");
+}
+
+static __device__ __forceinline__ void mbar_wait(uint64_t *bar, uint32_t parity) {
+    uint32_t done = 0;
+    do {
+        asm volatile("{\n .reg .pred p;\n"
+                     " mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+                     " selp.u32 %0, 1, 0, p;\n}"
+                     : "=r"(done)
+                     : "r"(smem_u32(bar)), "r"(parity)
+                     : "memory");
+    } while (!done);
+}
+
+// Box (c0, c1) of `map` (c0 the contiguous dimension) into shared memory at dst, counted on bar.
+static __device__ __forceinline__ void tma_load(void *dst, const TmaMap *map, uint64_t *bar, int c0,
+                                                int c1) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+                 " [%0], [%1, {%3, %4}], [%2];" ::"r"(smem_u32(dst)),
+                 "l"((uint64_t)map), "r"(smem_u32(bar)), "r"(c0), "r"(c1)
+                 : "memory");
+}
+
+// Shared-memory matrix descriptor of a K-major tile of 128-byte rows in the 128-byte swizzle:
+// 8-row groups 1024 bytes apart.
+static __device__ __forceinline__ uint64_t wgmma_desc(const void *p) {
+    const uint64_t addr = smem_u32(p);
+    return ((addr & 0x3FFFF) >> 4) | (1ull << 16) | ((uint64_t)(1024 >> 4) << 32) | (1ull << 62);
+}
+
+// d (+)= a * b; d is overwritten where `accumulate` is 0 (the first k step), so it needs no
+// zeroing: an ordinary write to the accumulators would serialize the MMAs (ptxas C7515).
+static __device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], uint64_t a, uint64_t b,
+                                                        int accumulate) {
+    asm volatile(
+        "{\n .reg .pred p;\n setp.ne.b32 p, %130, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
+        "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
+        "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
+        "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
+        "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+        "}, %128, %129, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+          "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+          "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+          "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+          "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+          "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+          "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
+          "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+          "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+        : "l"(a), "l"(b), "r"(accumulate));
+}
+
+static __device__ __forceinline__ void wgmma_fence() {
+    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+}
+static __device__ __forceinline__ void wgmma_commit() {
+    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+}
+template <int N> static __device__ __forceinline__ void wgmma_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+}
+#endif
+
+// out[t][r] for t < n_tok, r < n_rows; k columns. Grid (n_tok / 128, n_rows / 256), rounded up;
+// 384 threads; WG_SMEM bytes of dynamic shared memory. x_map: f16 [n_tok][k], box 64 x 128;
+// w_map: f16 [n_rows][k], box 64 x 256; both 128-byte swizzled (ops/gemm_wgmma.rs).
+extern "C" __global__ void __launch_bounds__(384, 1)
+    gemm_wgmma_f16(const __grid_constant__ TmaMap x_map, const __grid_constant__ TmaMap w_map,
+                   float *__restrict__ out, int n_tok, int n_rows, int k) {
+    dependent_launch_entry();
+#ifdef FERROLM_WGMMA
+    extern __shared__ uint8_t smem_raw[];
+    uint8_t *smem = (uint8_t *)(((size_t)smem_raw + 1023) & ~(size_t)1023);
+    uint64_t *full = (uint64_t *)(smem + WG_STAGES * WG_STAGE_BYTES);
+    uint64_t *empty = full + WG_STAGES;
+    const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
+    const int tok0 = blockIdx.x * WG_BM, row0 = blockIdx.y * WG_BN;
+    const int steps = (k + WG_BK - 1) / WG_BK;
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < WG_STAGES; ++s) {
+            mbar_init(&full[s], 1);
+            mbar_init(&empty[s], 8); // lane 0 of each consumer warp
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+    if (wg == 0) {
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
+        if (tid == 0) {
+            for (int i = 0; i < steps; ++i) {
+                const int s = i % WG_STAGES;
+                if (i >= WG_STAGES) mbar_wait(&empty[s], ((i / WG_STAGES) - 1) & 1);
+                uint8_t *a = smem + s * WG_STAGE_BYTES;
+                mbar_expect_tx(&full[s], WG_STAGE_BYTES);
+                tma_load(a, &x_map, &full[s], i * WG_BK, tok0);
+                tma_load(a + WG_A_BYTES, &w_map, &full[s], i * WG_BK, row0);
+            }
+        }
+    } else {
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
+        float d[128];
+        const int c = wg - 1; // this warpgroup's 64 tokens of the tile
+        for (int i = 0; i < steps; ++i) {
+            const int s = i % WG_STAGES;
+            mbar_wait(&full[s], (i / WG_STAGES) & 1);
+            const uint8_t *a = smem + s * WG_STAGE_BYTES + c * 64 * 128;
+            const uint8_t *b = smem + s * WG_STAGE_BYTES + WG_A_BYTES;
+            wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < WG_BK / 16; ++kk) {
+                wgmma_m64n256k16(d, wgmma_desc(a + kk * 32), wgmma_desc(b + kk * 32), i | kk);
+            }
+            wgmma_commit();
+            // The stage before this one is read once only this stage's MMAs may be in flight.
+            wgmma_wait<1>();
+            if (i > 0 && tid % 32 == 0) mbar_arrive(&empty[(i + WG_STAGES - 1) % WG_STAGES]);
+        }
+        wgmma_wait<0>();
+        // Accumulator layout of m64nNk16: warp w, lane l holds rows 16w + l/4 (+8) and column
+        // pairs 8j + 2(l%4) of each 8-column group j.
+        const int warp = tid / 32, lane = tid % 32;
+        const int t_lo = tok0 + c * 64 + warp * 16 + lane / 4;
+#pragma unroll
+        for (int j = 0; j < 32; ++j) {
+            const int r = row0 + 8 * j + 2 * (lane % 4);
+            if (r >= n_rows) continue;
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int t = t_lo + 8 * h;
+                if (t < n_tok) {
+                    *(float2 *)(out + (size_t)t * n_rows + r) =
+                        make_float2(d[4 * j + 2 * h], d[4 * j + 2 * h + 1]);
+                }
+            }
+        }
+    }
+#endif
+}
+
+// The GEMM's operands. Kept in this file: nothing else reads f16 matrices.
+
+// y[i] = f16(x[i]) for i < n (n a multiple of 8), eight a thread.
+extern "C" __global__ void round_f16(const float *__restrict__ x, uint16_t *__restrict__ y,
+                                     size_t n) {
+    dependent_launch_entry();
+    for (size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * 8; i < n;
+         i += (size_t)gridDim.x * blockDim.x * 8) {
+        const float4 a = *(const float4 *)(x + i), b = *(const float4 *)(x + i + 4);
+        uint4 o;
+        o.x = (uint32_t)f32_to_f16_bits(a.x) | ((uint32_t)f32_to_f16_bits(a.y) << 16);
+        o.y = (uint32_t)f32_to_f16_bits(a.z) | ((uint32_t)f32_to_f16_bits(a.w) << 16);
+        o.z = (uint32_t)f32_to_f16_bits(b.x) | ((uint32_t)f32_to_f16_bits(b.y) << 16);
+        o.w = (uint32_t)f32_to_f16_bits(b.z) | ((uint32_t)f32_to_f16_bits(b.w) << 16);
+        *(uint4 *)(y + i) = o;
+    }
+}
+
+// A quantized matrix of rows x cols expanded to f16 [rows][cols]: each element as
+// WeightFormat::dequant gives it (ferrolm-quant's dequantize), rounded to f16. Eight a thread
+// (a block's qk is a multiple of 8).
+template <int TYPE>
+static __device__ __forceinline__ void dequant_rows_f16(const uint8_t *__restrict__ w,
+                                                        uint16_t *__restrict__ out, int rows,
+                                                        int cols) {
+    typedef WeightFormat<TYPE> W;
+    typedef typename W::block B;
+    const size_t blocks_a_row = (size_t)(cols / W::qk);
+    const size_t n = (size_t)rows * cols;
+    for (size_t e = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * 8; e < n;
+         e += (size_t)gridDim.x * blockDim.x * 8) {
+        const size_t r = e / cols;
+        const int c = (int)(e % cols);
+        const B *b = (const B *)w + r * blocks_a_row + c / W::qk;
+        const int i0 = c % W::qk;
+        uint32_t h[4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            h[j] = (uint32_t)f32_to_f16_bits(W::dequant(b, i0 + 2 * j)) |
+                   ((uint32_t)f32_to_f16_bits(W::dequant(b, i0 + 2 * j + 1)) << 16);
+        }
+        *(uint4 *)(out + e) = make_uint4(h[0], h[1], h[2], h[3]);
+    }
+}
+
+#define DEQUANT_F16_INSTANCE(NAME, TYPE)                                                          \
+    extern "C" __global__ void dequant_f16_##NAME(const uint8_t *w, uint16_t *out, int rows,     \
+                                                  int cols) {                                     \
+        dependent_launch_entry();                                                                 \
+        dequant_rows_f16<TYPE>(w, out, rows, cols);                                               \
+    }
+
+DEQUANT_F16_INSTANCE(q4_0, GGML_TYPE_Q4_0)
+DEQUANT_F16_INSTANCE(q4_1, GGML_TYPE_Q4_1)
+DEQUANT_F16_INSTANCE(q8_0, GGML_TYPE_Q8_0)
+DEQUANT_F16_INSTANCE(q4_k, GGML_TYPE_Q4_K)
+DEQUANT_F16_INSTANCE(q6_k, GGML_TYPE_Q6_K)

@@ -1,0 +1,240 @@
+//! `kernels/gemm_wgmma.cu`: long prefill ubatches on Hopper's warpgroup MMA in f16. The
+//! quantized weight is expanded to f16 in a scratch buffer (`dequant_f16_<s>`), the f32
+//! activations rounded to f16 (`round_f16`), and `gemm_wgmma_f16` multiplies the two with
+//! tiles brought in by the bulk tensor copy (TMA) into a ring of shared-memory stages.
+//! Whether a product takes it is the plan's (`Plan::f16_gemm`).
+//!
+//! Contract: tensor-core, not the CPU's bits. Each product is of the weight as ferrolm-quant
+//! dequantizes it and of the f32 activation, both rounded to f16 (2^-11 relative each), summed
+//! in f32: within 1e-3 of `Σ|w·x|` of the exact product (`cuda-parity`'s `gemm f16` rows). The
+//! CPU quantizes the activations to 8 bits instead, so against the CPU both differ from the
+//! exact product, this one by less.
+
+use super::launch::Launcher;
+use super::mmq::GemmFn;
+use super::{int, kernel_suffix, stride_blocks, QuantMatrix};
+use crate::device::CudaDevice;
+use crate::error::{CudaError, DriverContext, Result};
+use crate::kernels::GEMM_WGMMA;
+use cudarc::driver::sys;
+use cudarc::driver::{CudaFunction, CudaSlice, DevicePtr, LaunchConfig};
+use ferrolm_gguf::GgmlType;
+use std::collections::HashMap;
+
+/// Tokens and weight rows of one block's tile (the kernel's WG_BM, WG_BN), and the columns a
+/// stage brings in (WG_BK: one 128-byte swizzled row of f16).
+const TILE_TOKENS: usize = 128;
+const TILE_ROWS: usize = 256;
+const STAGE_COLS: u32 = 64;
+/// The kernel's WG_SMEM: four stages of 48 KB, their barriers, 1 KB for alignment.
+const SMEM_BYTES: usize = 4 * (TILE_TOKENS + TILE_ROWS) * 64 * 2 + 2 * 4 * 8 + 1024;
+/// Producer warpgroup and two consumer warpgroups.
+const THREADS: u32 = 384;
+
+/// A `CUtensorMap` passed by value (the kernel's `TmaMap`: 128 bytes, 64-byte aligned).
+#[repr(C, align(64))]
+#[derive(Clone, Copy)]
+pub struct TmaMapArg {
+    words: [u64; 16],
+}
+
+pub struct GemmWgmma {
+    launch: Launcher,
+    /// `None` off Hopper (the kernel body is compiled for sm_90a only).
+    gemm: Option<GemmFn>,
+    round: CudaFunction,
+    /// Format -> `dequant_f16_<s>`.
+    dequant: HashMap<GgmlType, CudaFunction>,
+}
+
+impl GemmWgmma {
+    pub fn load(dev: &CudaDevice, launch: &Launcher) -> Result<Self> {
+        let hopper = dev.compute_capability() == (9, 0);
+        let gemm = if hopper {
+            Some(GemmFn::load(
+                dev,
+                &GEMM_WGMMA,
+                "gemm_wgmma_f16",
+                SMEM_BYTES,
+                THREADS,
+            )?)
+        } else {
+            None
+        };
+        let mut dequant = HashMap::new();
+        for ty in super::formats::with(|f| f.gemm_f16) {
+            let name = format!("dequant_f16_{}", kernel_suffix(ty));
+            dequant.insert(ty, dev.function(&GEMM_WGMMA, &name)?);
+        }
+        Ok(Self {
+            launch: launch.clone(),
+            gemm,
+            round: dev.function(&GEMM_WGMMA, "round_f16")?,
+            dequant,
+        })
+    }
+
+    /// Whether this device runs the GEMM at all (Hopper, and its shared memory fits).
+    pub fn available(&self) -> bool {
+        self.gemm.as_ref().is_some_and(|g| g.f.is_some())
+    }
+
+    /// Whether a `ty` weight of `rows` × `cols` can take it: a format expanded to f16, rows
+    /// whose f16 stride the tensor copy takes (a multiple of 16 bytes), and an even number of
+    /// them (the kernel writes pairs).
+    pub fn supports(ty: GgmlType, rows: usize, cols: usize) -> bool {
+        super::formats::has(ty, |f| f.gemm_f16) && cols.is_multiple_of(8) && rows.is_multiple_of(2)
+    }
+
+    /// `out[i] = f16(x[i])` for the first `len` elements (`len` a multiple of 8).
+    pub fn round_f16(
+        &self,
+        x: &CudaSlice<f32>,
+        len: usize,
+        out: &mut CudaSlice<u16>,
+    ) -> Result<()> {
+        assert!(
+            len.is_multiple_of(8),
+            "round_f16: {len} is not a multiple of 8"
+        );
+        assert!(
+            x.len() >= len && out.len() >= len,
+            "round_f16: buffers too small"
+        );
+        let n = len as u64;
+        let cfg = LaunchConfig {
+            grid_dim: (stride_blocks(len / 8, 256).min(4096), 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut b = self.launch.builder(&self.round);
+        b.arg(x).arg(out).arg(&n);
+        // SAFETY: round_f16(x, y, n): x and y hold at least n elements (asserted).
+        unsafe { b.launch(cfg) }.during("launching round_f16")?;
+        Ok(())
+    }
+
+    /// `out` = `w` as f16, `[rows][cols]`.
+    pub fn expand(&self, w: &QuantMatrix, out: &mut CudaSlice<u16>) -> Result<()> {
+        let f = self.dequant.get(&w.ty).ok_or_else(|| {
+            CudaError::Invalid(format!("no f16 expansion of {} weights", w.ty.name()))
+        })?;
+        let n = w.rows * w.cols;
+        assert!(out.len() >= n, "expand: out too small");
+        assert!(
+            w.cols.is_multiple_of(w.ty.block_elems())
+                && w.data.len() >= w.rows * (w.cols / w.ty.block_elems() * w.ty.block_bytes()),
+            "expand: weight of another size"
+        );
+        let cfg = LaunchConfig {
+            grid_dim: (stride_blocks(n / 8, 256).min(8192), 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let (rows, cols) = (int(w.rows, "expand rows"), int(w.cols, "expand cols"));
+        let mut b = self.launch.builder(f);
+        b.arg(&w.data).arg(out).arg(&rows).arg(&cols);
+        // SAFETY: dequant_f16_<s>(w, out, rows, cols): w holds rows whole rows of blocks (its
+        // upload checked), out rows*cols f16 (asserted); blocks hold a multiple of 8 elements.
+        unsafe { b.launch(cfg) }.during("launching dequant_f16")?;
+        Ok(())
+    }
+
+    /// `out[t][r] = Σ_c x16[t][c] · w16[r][c]` for `n` tokens and `rows` weight rows of `cols`
+    /// f16 columns.
+    pub fn matmul(
+        &self,
+        x16: &CudaSlice<u16>,
+        n: usize,
+        w16: &CudaSlice<u16>,
+        rows: usize,
+        cols: usize,
+        out: &mut CudaSlice<f32>,
+    ) -> Result<()> {
+        let f = match &self.gemm {
+            Some(g) => g.get("the f16 wgmma GEMM")?,
+            None => {
+                return Err(CudaError::Invalid(
+                    "the f16 wgmma GEMM runs on Hopper (sm_90) only".into(),
+                ))
+            }
+        };
+        assert!(
+            cols.is_multiple_of(8) && rows.is_multiple_of(2),
+            "gemm f16: {rows}×{cols}"
+        );
+        assert!(x16.len() >= n * cols, "gemm f16: x too small");
+        assert!(w16.len() >= rows * cols, "gemm f16: w too small");
+        assert!(out.len() >= n * rows, "gemm f16: out too small");
+        if n == 0 || rows == 0 {
+            return Ok(());
+        }
+        let stream = self.launch.stream().clone();
+        let (xp, _x_sync) = x16.device_ptr(&stream);
+        let (wp, _w_sync) = w16.device_ptr(&stream);
+        let x_map = f16_map(xp, n, cols, TILE_TOKENS as u32)?;
+        let w_map = f16_map(wp, rows, cols, TILE_ROWS as u32)?;
+        let cfg = LaunchConfig {
+            // Token tiles fastest: the blocks running at once share few weight tiles, which
+            // are then read from memory about once.
+            grid_dim: (
+                int(n.div_ceil(TILE_TOKENS), "gemm f16 token tiles") as u32,
+                int(rows.div_ceil(TILE_ROWS), "gemm f16 row tiles") as u32,
+                1,
+            ),
+            block_dim: (THREADS, 1, 1),
+            shared_mem_bytes: SMEM_BYTES as u32,
+        };
+        let (ntok, nrows, k) = (
+            int(n, "gemm f16 tokens"),
+            int(rows, "gemm f16 rows"),
+            int(cols, "gemm f16 cols"),
+        );
+        let mut b = self.launch.builder(f);
+        b.arg(&x_map)
+            .arg(&w_map)
+            .arg(out)
+            .arg(&ntok)
+            .arg(&nrows)
+            .arg(&k);
+        // SAFETY: gemm_wgmma_f16(x_map, w_map, out, n_tok, n_rows, k): the maps describe x16
+        // (n × cols) and w16 (rows × cols), whose sizes are asserted, and the copy engine fills
+        // boxes past their ends with zeros; out holds n × rows floats and the kernel writes
+        // only t < n, r < rows.
+        unsafe { b.launch(cfg) }.during("launching gemm_wgmma_f16")?;
+        Ok(())
+    }
+}
+
+/// The tensor map of a row-major f16 matrix `[rows][cols]` at device address `addr`, read in
+/// boxes of `box_rows` rows × 64 columns in the 128-byte swizzle the kernel's MMAs expect.
+fn f16_map(addr: sys::CUdeviceptr, rows: usize, cols: usize, box_rows: u32) -> Result<TmaMapArg> {
+    let mut map = TmaMapArg { words: [0; 16] };
+    let dims = [cols as u64, rows as u64];
+    let strides = [cols as u64 * 2];
+    let boxes = [STAGE_COLS, box_rows];
+    let steps = [1u32, 1];
+    // SAFETY: every pointer is to a live local of the length the rank (2) asks for; the
+    // driver writes only the 128-byte map.
+    unsafe {
+        sys::cuTensorMapEncodeTiled(
+            (&mut map as *mut TmaMapArg).cast::<sys::CUtensorMap>(),
+            sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+            2,
+            addr as *mut std::ffi::c_void,
+            dims.as_ptr(),
+            strides.as_ptr(),
+            boxes.as_ptr(),
+            steps.as_ptr(),
+            sys::CUtensorMapInterleave::CU_TENSOR_MAP_INTERLEAVE_NONE,
+            sys::CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_128B,
+            sys::CUtensorMapL2promotion::CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+            sys::CUtensorMapFloatOOBfill::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
+        )
+    }
+    .result()
+    .during(format!(
+        "describing a {rows}×{cols} f16 matrix for the copy engine"
+    ))?;
+    Ok(map)
+}
