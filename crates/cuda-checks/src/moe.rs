@@ -10,8 +10,8 @@ use ferrolm_cpu::matmul::{matmul_ordered, Order, WeightRef};
 use ferrolm_cpu::norm::{add_bias, swiglu, swiglu_oai};
 use ferrolm_cpu::CpuPlan;
 use ferrolm_cuda::ops::{
-    ExpertEpilogue, MmqOrder, MmvqMma, MoeDecodeWork, MoeExperts, MoeSliceWork, MoeWork,
-    QuantMatrix, Quantize, MOE_MMA_TILES,
+    ExpertBufs, ExpertEpilogue, MmqOrder, MmvqMma, MoeDecodeWork, MoeExperts, MoeSliceWork,
+    MoeWork, QuantMatrix, Quantize, MOE_MMA_TILES,
 };
 use ferrolm_cuda::plan::{ExpertGemm, MoePath, MoeShape};
 use ferrolm_cuda::{CudaDevice, CudaSlice, Kernels, Plan};
@@ -333,13 +333,41 @@ pub fn moe_block(
         ),
         row(
             &format!("moe block per-expert loop, {types}"),
-            shape,
+            shape.clone(),
             "grouped path",
             loop_cmp,
             Contract::Exact,
         ),
     ];
     rows.extend(mma);
+    // Long ubatches on Hopper: the f16 grouped GEMMs (FERROLM_GEMM_F16).
+    if plan.f16_experts(&MoeShape::new(&experts, n)) {
+        let mut bufs = ExpertBufs::zeros(dev, n, &experts)?;
+        let mut out16 = poisoned(dev, n * d)?;
+        k.gemm_wgmma.experts(
+            &k.moe_gemm,
+            &xd,
+            n,
+            &idsd,
+            &wd,
+            &experts,
+            &mut work,
+            &mut bufs,
+            &mut out16,
+        )?;
+        dev.sync()?;
+        let got16 = dev.download(&out16)?;
+        rows.push(row(
+            &format!("moe block f16 (wgmma), {types}"),
+            shape,
+            "cpu per-expert matmul, swiglu",
+            compare(&got16, &want, |i| scale[i]),
+            Contract::Rel(
+                5e-3,
+                "f16 x, weights and h here, Q8_K x and h on the CPU; vs Σ_slot w·Σ|down·h|",
+            ),
+        ));
+    }
     Ok(rows)
 }
 
@@ -437,7 +465,7 @@ pub fn moe_slices(
     // Widths the GEMM tiles take go to the grouped GEMM from 9 tokens: that path's rows.
     let how = match plan.moe(&MoeShape::new(&experts, n)) {
         MoePath::MatVecSlices(how) | MoePath::MatVec(how) => how,
-        MoePath::Gemm(_) => return moe_block(dev, k, plan, rng, c),
+        MoePath::Gemm(_) | MoePath::F16 => return moe_block(dev, k, plan, rng, c),
     };
     let mut xq = dev.zeros(Quantize::q8_1_bytes(n, d))?;
     k.quantize

@@ -123,29 +123,20 @@ template <int N> static __device__ __forceinline__ void wgmma_wait() {
 }
 #endif
 
-// out[t][r] for t < n_tok, r < n_rows; k columns. Grid (n_tok / 128, n_rows / 256), rounded up;
-// 384 threads; WG_SMEM bytes of dynamic shared memory. x_map: f16 [n_tok][k], box 64 x 128;
-// w_map: f16 [n_rows][k], box 64 x 256; both 128-byte swizzled (ops/gemm_wgmma.rs).
-extern "C" __global__ void __launch_bounds__(384, 1)
-    gemm_wgmma_f16(const __grid_constant__ TmaMap x_map, const __grid_constant__ TmaMap w_map,
-                   float *__restrict__ out, int n_tok, int n_rows, int k) {
-    dependent_launch_entry();
+// The tile a block computes: x rows [tok0, tok0 + 128) (those below tok_end are stored),
+// weight rows from wrow0 of w_map, stored as output columns row0.. of rows of n_rows floats.
+struct WgTile {
+    int tok0, tok_end, wrow0, row0;
+};
+
 #ifdef FERROLM_WGMMA
-    extern __shared__ uint8_t smem_raw[];
-    uint8_t *smem = (uint8_t *)(((size_t)smem_raw + 1023) & ~(size_t)1023);
-    uint64_t *full = (uint64_t *)(smem + WG_STAGES * WG_STAGE_BYTES);
-    uint64_t *empty = full + WG_STAGES;
+// One block's 128 x 256 tile over k columns; `bars` the stages' barriers, initialized.
+static __device__ __forceinline__ void gemm_tile(const TmaMap *x_map, const TmaMap *w_map,
+                                                 float *__restrict__ out, int n_rows, int k,
+                                                 WgTile tile, uint8_t *smem, uint64_t *full,
+                                                 uint64_t *empty) {
     const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
-    const int tok0 = blockIdx.x * WG_BM, row0 = blockIdx.y * WG_BN;
     const int steps = (k + WG_BK - 1) / WG_BK;
-    if (threadIdx.x == 0) {
-        for (int s = 0; s < WG_STAGES; ++s) {
-            mbar_init(&full[s], 1);
-            mbar_init(&empty[s], 8); // lane 0 of each consumer warp
-        }
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    }
-    __syncthreads();
     if (wg == 0) {
         asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
         if (tid == 0) {
@@ -154,8 +145,8 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                 if (i >= WG_STAGES) mbar_wait(&empty[s], ((i / WG_STAGES) - 1) & 1);
                 uint8_t *a = smem + s * WG_STAGE_BYTES;
                 mbar_expect_tx(&full[s], WG_STAGE_BYTES);
-                tma_load(a, &x_map, &full[s], i * WG_BK, tok0);
-                tma_load(a + WG_A_BYTES, &w_map, &full[s], i * WG_BK, row0);
+                tma_load(a, x_map, &full[s], i * WG_BK, tile.tok0);
+                tma_load(a + WG_A_BYTES, w_map, &full[s], i * WG_BK, tile.wrow0);
             }
         }
     } else {
@@ -181,21 +172,90 @@ extern "C" __global__ void __launch_bounds__(384, 1)
         // Accumulator layout of m64nNk16: warp w, lane l holds rows 16w + l/4 (+8) and column
         // pairs 8j + 2(l%4) of each 8-column group j.
         const int warp = tid / 32, lane = tid % 32;
-        const int t_lo = tok0 + c * 64 + warp * 16 + lane / 4;
+        const int t_lo = tile.tok0 + c * 64 + warp * 16 + lane / 4;
 #pragma unroll
         for (int j = 0; j < 32; ++j) {
-            const int r = row0 + 8 * j + 2 * (lane % 4);
+            const int r = tile.row0 + 8 * j + 2 * (lane % 4);
             if (r >= n_rows) continue;
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
                 const int t = t_lo + 8 * h;
-                if (t < n_tok) {
+                if (t < tile.tok_end) {
                     *(float2 *)(out + (size_t)t * n_rows + r) =
                         make_float2(d[4 * j + 2 * h], d[4 * j + 2 * h + 1]);
                 }
             }
         }
     }
+}
+
+// The stages in dynamic shared memory (aligned to the swizzle's 1024 bytes) and their
+// barriers, initialized by thread 0; the caller synchronizes the block before use.
+static __device__ __forceinline__ uint8_t *stages(uint64_t **full, uint64_t **empty) {
+    extern __shared__ uint8_t smem_raw[];
+    uint8_t *smem = (uint8_t *)(((size_t)smem_raw + 1023) & ~(size_t)1023);
+    *full = (uint64_t *)(smem + WG_STAGES * WG_STAGE_BYTES);
+    *empty = *full + WG_STAGES;
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < WG_STAGES; ++s) {
+            mbar_init(&(*full)[s], 1);
+            mbar_init(&(*empty)[s], 8); // lane 0 of each consumer warp
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    return smem;
+}
+#endif
+
+// out[t][r] for t < n_tok, r < n_rows; k columns. Grid (n_tok / 128, n_rows / 256), rounded up;
+// 384 threads; WG_SMEM bytes of dynamic shared memory. x_map: f16 [n_tok][k], box 64 x 128;
+// w_map: f16 [n_rows][k], box 64 x 256; both 128-byte swizzled (ops/gemm_wgmma.rs).
+extern "C" __global__ void __launch_bounds__(384, 1)
+    gemm_wgmma_f16(const __grid_constant__ TmaMap x_map, const __grid_constant__ TmaMap w_map,
+                   float *__restrict__ out, int n_tok, int n_rows, int k) {
+    dependent_launch_entry();
+#ifdef FERROLM_WGMMA
+    uint64_t *full, *empty;
+    uint8_t *smem = stages(&full, &empty);
+    __syncthreads();
+    const int row0 = blockIdx.y * WG_BN;
+    const WgTile tile = {(int)blockIdx.x * WG_BM, n_tok, row0, row0};
+    gemm_tile(&x_map, &w_map, out, n_rows, k, tile, smem, full, empty);
+#endif
+}
+
+// The experts' products of a prefill batch, grouped: x_map holds the pairs' activation rows
+// in expert-sorted order (moe_gather_f16), w_map the experts' weights stacked, expert e's
+// n_rows from row e * n_rows; out[q][r] for the pair at sorted position q. index: counts[E],
+// offsets[E + 1] (moe_gemm.cu's moe_count/moe_scatter). Grid (ceil(pairs / 128) + E, n_rows /
+// 256 rounded up): slot j is tile j - Σ_{e' < e} ceil(counts[e'] / 128) of the expert e whose
+// tiles it falls in; slots past the last tile exit.
+extern "C" __global__ void __launch_bounds__(384, 1)
+    gemm_wgmma_f16_experts(const __grid_constant__ TmaMap x_map,
+                           const __grid_constant__ TmaMap w_map, float *__restrict__ out,
+                           const int *__restrict__ index, int n_expert, int n_rows, int k) {
+    dependent_launch_entry();
+#ifdef FERROLM_WGMMA
+    __shared__ int slot_expert, slot_tile;
+    uint64_t *full, *empty;
+    uint8_t *smem = stages(&full, &empty);
+    if (threadIdx.x == 0) {
+        int e = 0, before = 0;
+        for (; e < n_expert; ++e) {
+            const int tiles = (index[e] + WG_BM - 1) / WG_BM;
+            if ((int)blockIdx.x < before + tiles) break;
+            before += tiles;
+        }
+        slot_expert = e;
+        slot_tile = blockIdx.x - before;
+    }
+    __syncthreads();
+    const int e = slot_expert;
+    if (e >= n_expert) return;
+    const int *offsets = index + n_expert;
+    const int row0 = blockIdx.y * WG_BN;
+    const WgTile tile = {offsets[e] + slot_tile * WG_BM, offsets[e + 1], e * n_rows + row0, row0};
+    gemm_tile(&x_map, &w_map, out, n_rows, k, tile, smem, full, empty);
 #endif
 }
 
@@ -217,13 +277,70 @@ extern "C" __global__ void round_f16(const float *__restrict__ x, uint16_t *__re
     }
 }
 
-// A quantized matrix of rows x cols expanded to f16 [rows][cols]: each element as
-// WeightFormat::dequant gives it (ferrolm-quant's dequantize), rounded to f16. Eight a thread
-// (a block's qk is a multiple of 8).
+// Eight elements from i0 (a multiple of 8) of block b as f16 bits, two a word: each as
+// WeightFormat::dequant gives it (ferrolm-quant's dequantize), rounded to f16. The K-quants
+// decode their scale once for the eight (they share a sub-block), with the same roundings.
+template <int TYPE> struct Expand8 {
+    typedef WeightFormat<TYPE> W;
+    static __device__ __forceinline__ void get(const typename W::block *b, int i0, uint32_t h[4]) {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            h[j] = (uint32_t)f32_to_f16_bits(W::dequant(b, i0 + 2 * j)) |
+                   ((uint32_t)f32_to_f16_bits(W::dequant(b, i0 + 2 * j + 1)) << 16);
+        }
+    }
+};
+
+template <> struct Expand8<GGML_TYPE_Q4_K> {
+    typedef WeightFormat<GGML_TYPE_Q4_K> W;
+    static __device__ __forceinline__ void get(const block_q4_K *b, int i0, uint32_t h[4]) {
+        const int j = i0 / 32;
+        int sc, m;
+        float d, dmin;
+        W::tile_scales_int(b, j, sc, m, d, dmin);
+        const float dl = __fmul_rn(d, (float)sc), ml = __fmul_rn(dmin, (float)m);
+        const uint2 qs = *(const uint2 *)(b->qs + 32 * (j / 2) + i0 % 32);
+        const int shift = 4 * (j % 2);
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+            const uint32_t w = k < 2 ? qs.x : qs.y;
+            const int q0 = (w >> (16 * (k % 2) + shift)) & 0xF;
+            const int q1 = (w >> (16 * (k % 2) + 8 + shift)) & 0xF;
+            h[k] = (uint32_t)f32_to_f16_bits(__fsub_rn(__fmul_rn(dl, (float)q0), ml)) |
+                   ((uint32_t)f32_to_f16_bits(__fsub_rn(__fmul_rn(dl, (float)q1), ml)) << 16);
+        }
+    }
+};
+
+template <> struct Expand8<GGML_TYPE_Q6_K> {
+    static __device__ __forceinline__ void get(const block_q6_K *b, int i0, uint32_t h[4]) {
+        const int n = i0 / 128, r = i0 % 128, l0 = r % 32, c = r / 32;
+        const uint16_t dbits =
+            (uint16_t)(((const uint8_t *)&b->d)[0] | (((const uint8_t *)&b->d)[1] << 8));
+        const float dl = __fmul_rn(f16_bits_to_f32(dbits), (float)b->scales[i0 / 16]);
+        const uint8_t *ql = b->ql + 64 * n + l0 + 32 * (c % 2), *qh = b->qh + 32 * n + l0;
+        float x[8];
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+            const int lo = c < 2 ? (ql[e] & 0xF) : (ql[e] >> 4);
+            const int hi = (qh[e] >> (2 * c)) & 3;
+            x[e] = __fmul_rn(dl, (float)((lo | (hi << 4)) - 32));
+        }
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+            h[k] = (uint32_t)f32_to_f16_bits(x[2 * k]) | ((uint32_t)f32_to_f16_bits(x[2 * k + 1]) << 16);
+        }
+    }
+};
+
+// A quantized matrix of rows x cols expanded to f16 (Expand8). Row r goes to output row
+// (r / group) * stride + offset + r % group (group = stride = rows, offset 0: the same layout;
+// the experts' gate and up interleaved a group of n_ff rows each). Eight elements a thread.
 template <int TYPE>
 static __device__ __forceinline__ void dequant_rows_f16(const uint8_t *__restrict__ w,
                                                         uint16_t *__restrict__ out, int rows,
-                                                        int cols) {
+                                                        int cols, int group, int stride,
+                                                        int offset) {
     typedef WeightFormat<TYPE> W;
     typedef typename W::block B;
     const size_t blocks_a_row = (size_t)(cols / W::qk);
@@ -233,22 +350,18 @@ static __device__ __forceinline__ void dequant_rows_f16(const uint8_t *__restric
         const size_t r = e / cols;
         const int c = (int)(e % cols);
         const B *b = (const B *)w + r * blocks_a_row + c / W::qk;
-        const int i0 = c % W::qk;
         uint32_t h[4];
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-            h[j] = (uint32_t)f32_to_f16_bits(W::dequant(b, i0 + 2 * j)) |
-                   ((uint32_t)f32_to_f16_bits(W::dequant(b, i0 + 2 * j + 1)) << 16);
-        }
-        *(uint4 *)(out + e) = make_uint4(h[0], h[1], h[2], h[3]);
+        Expand8<TYPE>::get(b, c % W::qk, h);
+        const size_t o = (r / group) * (size_t)stride + offset + r % group;
+        *(uint4 *)(out + o * cols + c) = make_uint4(h[0], h[1], h[2], h[3]);
     }
 }
 
 #define DEQUANT_F16_INSTANCE(NAME, TYPE)                                                          \
     extern "C" __global__ void dequant_f16_##NAME(const uint8_t *w, uint16_t *out, int rows,     \
-                                                  int cols) {                                     \
+                                                  int cols, int group, int stride, int offset) {  \
         dependent_launch_entry();                                                                 \
-        dequant_rows_f16<TYPE>(w, out, rows, cols);                                               \
+        dequant_rows_f16<TYPE>(w, out, rows, cols, group, stride, offset);                        \
     }
 
 DEQUANT_F16_INSTANCE(q4_0, GGML_TYPE_Q4_0)
@@ -256,3 +369,66 @@ DEQUANT_F16_INSTANCE(q4_1, GGML_TYPE_Q4_1)
 DEQUANT_F16_INSTANCE(q8_0, GGML_TYPE_Q8_0)
 DEQUANT_F16_INSTANCE(q4_k, GGML_TYPE_Q4_K)
 DEQUANT_F16_INSTANCE(q6_k, GGML_TYPE_Q6_K)
+
+// The experts' f16 path around the grouped GEMM (ops/gemm_wgmma.rs, backend/moe.rs). Rows past
+// offsets[E] (the pairs that have an expert) are left alone.
+
+// xs[q] = f16(x[sorted[q] / n_used]): the pairs' activation rows in expert order. Grid-stride
+// over pairs x (n_embd / 8).
+extern "C" __global__ void moe_gather_f16(const float *__restrict__ x, const int *__restrict__ sorted,
+                                          const int *__restrict__ index, uint16_t *__restrict__ xs,
+                                          int npairs, int n_expert, int n_used, int n_embd) {
+    dependent_launch_entry();
+    const int used = index[2 * n_expert], per_row = n_embd / 8;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (size_t)npairs * per_row;
+         i += (size_t)gridDim.x * blockDim.x) {
+        const int q = (int)(i / per_row), c = (int)(i % per_row) * 8;
+        if (q >= used) continue;
+        const float *src = x + (size_t)(sorted[q] / n_used) * n_embd + c;
+        const float4 a = *(const float4 *)src, b = *(const float4 *)(src + 4);
+        uint4 o;
+        o.x = (uint32_t)f32_to_f16_bits(a.x) | ((uint32_t)f32_to_f16_bits(a.y) << 16);
+        o.y = (uint32_t)f32_to_f16_bits(a.z) | ((uint32_t)f32_to_f16_bits(a.w) << 16);
+        o.z = (uint32_t)f32_to_f16_bits(b.x) | ((uint32_t)f32_to_f16_bits(b.y) << 16);
+        o.w = (uint32_t)f32_to_f16_bits(b.z) | ((uint32_t)f32_to_f16_bits(b.w) << 16);
+        *(uint4 *)(xs + (size_t)q * n_embd + c) = o;
+    }
+}
+
+// h[q][j] = f16(silu(gu[q][j]) * gu[q][n_ff + j]) (the CPU's SwiGLU roundings, then f16), gu
+// the interleaved gate and up products of sorted position q.
+extern "C" __global__ void moe_swiglu_f16(const float *__restrict__ gu, const int *__restrict__ index,
+                                          uint16_t *__restrict__ h, int npairs, int n_expert,
+                                          int n_ff) {
+    dependent_launch_entry();
+    const int used = index[2 * n_expert];
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (size_t)npairs * n_ff;
+         i += (size_t)gridDim.x * blockDim.x) {
+        const int q = (int)(i / n_ff), j = (int)(i % n_ff);
+        if (q >= used) continue;
+        const float *row = gu + (size_t)q * 2 * n_ff;
+        h[i] = f32_to_f16_bits(silu_mul(row[j], row[n_ff + j]));
+    }
+}
+
+// y[p] = weights[p] * ys[q] for p = sorted[q]: the down products back in pair order, scaled
+// by their routing weight, for moe_combine.
+extern "C" __global__ void moe_unsort_weighted(const float *__restrict__ ys,
+                                               const int *__restrict__ sorted,
+                                               const int *__restrict__ index,
+                                               const float *__restrict__ weights,
+                                               float *__restrict__ y, int npairs, int n_expert,
+                                               int n_embd) {
+    dependent_launch_entry();
+    const int used = index[2 * n_expert], per_row = n_embd / 4;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (size_t)npairs * per_row;
+         i += (size_t)gridDim.x * blockDim.x) {
+        const int q = (int)(i / per_row), c = (int)(i % per_row) * 4;
+        if (q >= used) continue;
+        const int p = sorted[q];
+        const float w = weights[p];
+        const float4 v = *(const float4 *)(ys + (size_t)q * n_embd + c);
+        *(float4 *)(y + (size_t)p * n_embd + c) =
+            make_float4(__fmul_rn(w, v.x), __fmul_rn(w, v.y), __fmul_rn(w, v.z), __fmul_rn(w, v.w));
+    }
+}

@@ -5,12 +5,14 @@
 //! is still one graph.
 
 use super::{CudaAct, CudaBackend, CudaWeight};
+use crate::device::CudaDevice;
 use crate::error::{CudaError, DriverContext, Result};
 use crate::ops::{
-    ExpertEpilogue, MoeDecodeWork, MoeExperts, MoeRouteWork, MoeSliceWork, MoeWork,
+    ExpertBufs, ExpertEpilogue, MoeDecodeWork, MoeExperts, MoeRouteWork, MoeSliceWork, MoeWork,
     MOE_DECODE_MAX_TOKENS,
 };
 use crate::plan::{MoePath, MoeShape};
+use cudarc::driver::CudaSlice;
 use ferrolm_gguf::GgmlType;
 use ferrolm_model::backend::{MoeAct, MoeGating};
 use ferrolm_model::weights::MoeWeights;
@@ -123,14 +125,14 @@ impl CudaBackend {
                     })
                 })
             }
+            MoePath::F16 => {
+                let gemm = gemm_work(&mut scratch.gemm, dev, n, &experts)?;
+                crate::profile::span(dev.stream(), "moe.f16", || {
+                    self.moe_f16(x, &ids, &weights, &experts, gemm, out.buf_mut())
+                })
+            }
             MoePath::Gemm(how) => {
-                let gemm = match &mut scratch.gemm {
-                    Some((max, g)) if *max >= n => g,
-                    slot => {
-                        let max = n.max(GEMM_MIN_TOKENS);
-                        &mut slot.insert((max, MoeWork::new(dev, max, &experts)?)).1
-                    }
-                };
+                let gemm = gemm_work(&mut scratch.gemm, dev, n, &experts)?;
                 self.k.moe_gemm.forward(
                     &how,
                     x.buf(),
@@ -147,6 +149,69 @@ impl CudaBackend {
         self.acts.give(weights);
         r
     }
+}
+
+impl CudaBackend {
+    /// The experts of a long ubatch on the f16 GEMMs ([`GemmWgmma::experts`]), their scratch
+    /// from the pools.
+    fn moe_f16(
+        &self,
+        x: &CudaAct,
+        ids: &CudaSlice<i32>,
+        weights: &CudaSlice<f32>,
+        experts: &MoeExperts,
+        work: &mut MoeWork,
+        out: &mut CudaSlice<f32>,
+    ) -> Result<()> {
+        let [xs, wgu, h, wd, gu, ys] = ExpertBufs::lens(x.rows, experts);
+        let mut bufs = ExpertBufs {
+            xs: self.halves.take(xs)?,
+            wgu: self.halves.take(wgu)?,
+            h: self.halves.take(h)?,
+            wd: self.halves.take(wd)?,
+            gu: self.acts.take(gu)?,
+            ys: self.acts.take(ys)?,
+        };
+        let done = self.k.gemm_wgmma.experts(
+            &self.k.moe_gemm,
+            x.buf(),
+            x.rows,
+            ids,
+            weights,
+            experts,
+            work,
+            &mut bufs,
+            out,
+        );
+        let ExpertBufs {
+            xs,
+            wgu,
+            h,
+            wd,
+            gu,
+            ys,
+        } = bufs;
+        for b in [xs, wgu, h, wd] {
+            self.halves.give(b);
+        }
+        self.acts.give(gu);
+        self.acts.give(ys);
+        done
+    }
+}
+
+/// The grouped GEMM's scratch, made (or remade larger) for `n` tokens.
+fn gemm_work<'a>(
+    slot: &'a mut Option<(usize, MoeWork)>,
+    dev: &CudaDevice,
+    n: usize,
+    experts: &MoeExperts,
+) -> Result<&'a mut MoeWork> {
+    if !matches!(slot, Some((max, _)) if *max >= n) {
+        let max = n.max(GEMM_MIN_TOKENS);
+        *slot = Some((max, MoeWork::new(dev, max, experts)?));
+    }
+    Ok(&mut slot.as_mut().expect("made above").1)
 }
 
 /// gpt-oss's expert biases (f32 `[n_expert][width]` matrices on the device) and activation, as

@@ -12,7 +12,7 @@
 
 use super::launch::Launcher;
 use super::mmq::GemmFn;
-use super::{int, kernel_suffix, stride_blocks, QuantMatrix};
+use super::{int, kernel_suffix, stride_blocks, MoeExperts, MoeGemm, MoeWork, QuantMatrix};
 use crate::device::CudaDevice;
 use crate::error::{CudaError, DriverContext, Result};
 use crate::kernels::GEMM_WGMMA;
@@ -45,22 +45,36 @@ pub struct GemmWgmma {
     round: CudaFunction,
     /// Format -> `dequant_f16_<s>`.
     dequant: HashMap<GgmlType, CudaFunction>,
+    /// The experts' grouped GEMM and the kernels around it (see [`ExpertRows`]).
+    experts: Option<GemmFn>,
+    gather: CudaFunction,
+    swiglu: CudaFunction,
+    unsort: CudaFunction,
+}
+
+/// The expert-sorted pairs of an MoE prefill batch, as `moe_gemm.cu`'s index kernels leave
+/// them: `index` = counts[E], offsets[E + 1], ...; `sorted` the pair ids by expert. Only the
+/// first offsets[E] positions (pairs that have an expert) are computed.
+pub struct ExpertRows<'a> {
+    pub index: &'a CudaSlice<i32>,
+    pub sorted: &'a CudaSlice<i32>,
+    /// Pairs of the batch (tokens × experts a token): the buffers' rows.
+    pub pairs: usize,
+    pub n_expert: usize,
 }
 
 impl GemmWgmma {
     pub fn load(dev: &CudaDevice, launch: &Launcher) -> Result<Self> {
         let hopper = dev.compute_capability() == (9, 0);
-        let gemm = if hopper {
-            Some(GemmFn::load(
-                dev,
-                &GEMM_WGMMA,
-                "gemm_wgmma_f16",
-                SMEM_BYTES,
-                THREADS,
-            )?)
-        } else {
-            None
+        let load = |name: &str| -> Result<Option<GemmFn>> {
+            if hopper {
+                GemmFn::load(dev, &GEMM_WGMMA, name, SMEM_BYTES, THREADS).map(Some)
+            } else {
+                Ok(None)
+            }
         };
+        let gemm = load("gemm_wgmma_f16")?;
+        let experts = load("gemm_wgmma_f16_experts")?;
         let mut dequant = HashMap::new();
         for ty in super::formats::with(|f| f.gemm_f16) {
             let name = format!("dequant_f16_{}", kernel_suffix(ty));
@@ -71,12 +85,18 @@ impl GemmWgmma {
             gemm,
             round: dev.function(&GEMM_WGMMA, "round_f16")?,
             dequant,
+            experts,
+            gather: dev.function(&GEMM_WGMMA, "moe_gather_f16")?,
+            swiglu: dev.function(&GEMM_WGMMA, "moe_swiglu_f16")?,
+            unsort: dev.function(&GEMM_WGMMA, "moe_unsort_weighted")?,
         })
     }
 
     /// Whether this device runs the GEMM at all (Hopper, and its shared memory fits).
     pub fn available(&self) -> bool {
-        self.gemm.as_ref().is_some_and(|g| g.f.is_some())
+        [&self.gemm, &self.experts]
+            .iter()
+            .all(|g| g.as_ref().is_some_and(|g| g.f.is_some()))
     }
 
     /// Whether a `ty` weight of `rows` × `cols` can take it: a format expanded to f16, rows
@@ -116,11 +136,31 @@ impl GemmWgmma {
 
     /// `out` = `w` as f16, `[rows][cols]`.
     pub fn expand(&self, w: &QuantMatrix, out: &mut CudaSlice<u16>) -> Result<()> {
+        self.expand_grouped(w, out, w.rows, w.rows, 0)
+    }
+
+    /// `w` as f16 into `out`, row r at row `(r / group) * stride + offset + r % group` (the
+    /// experts' gate and up interleaved, `group` rows each).
+    pub fn expand_grouped(
+        &self,
+        w: &QuantMatrix,
+        out: &mut CudaSlice<u16>,
+        group: usize,
+        stride: usize,
+        offset: usize,
+    ) -> Result<()> {
         let f = self.dequant.get(&w.ty).ok_or_else(|| {
             CudaError::Invalid(format!("no f16 expansion of {} weights", w.ty.name()))
         })?;
         let n = w.rows * w.cols;
-        assert!(out.len() >= n, "expand: out too small");
+        assert!(
+            group > 0 && w.rows.is_multiple_of(group) && offset + group <= stride,
+            "expand: groups of {group} rows at {offset} of {stride}"
+        );
+        assert!(
+            out.len() >= w.rows / group * stride * w.cols,
+            "expand: out too small"
+        );
         assert!(
             w.cols.is_multiple_of(w.ty.block_elems())
                 && w.data.len() >= w.rows * (w.cols / w.ty.block_elems() * w.ty.block_bytes()),
@@ -132,10 +172,22 @@ impl GemmWgmma {
             shared_mem_bytes: 0,
         };
         let (rows, cols) = (int(w.rows, "expand rows"), int(w.cols, "expand cols"));
+        let (group, stride, offset) = (
+            int(group, "expand group"),
+            int(stride, "expand stride"),
+            int(offset, "expand offset"),
+        );
         let mut b = self.launch.builder(f);
-        b.arg(&w.data).arg(out).arg(&rows).arg(&cols);
-        // SAFETY: dequant_f16_<s>(w, out, rows, cols): w holds rows whole rows of blocks (its
-        // upload checked), out rows*cols f16 (asserted); blocks hold a multiple of 8 elements.
+        b.arg(&w.data)
+            .arg(out)
+            .arg(&rows)
+            .arg(&cols)
+            .arg(&group)
+            .arg(&stride)
+            .arg(&offset);
+        // SAFETY: dequant_f16_<s>(w, out, rows, cols, group, stride, offset): w holds rows
+        // whole rows of blocks (asserted), out the rows / group groups of stride rows of cols
+        // f16 (asserted); blocks hold a multiple of 8 elements.
         unsafe { b.launch(cfg) }.during("launching dequant_f16")?;
         Ok(())
     }
@@ -151,14 +203,7 @@ impl GemmWgmma {
         cols: usize,
         out: &mut CudaSlice<f32>,
     ) -> Result<()> {
-        let f = match &self.gemm {
-            Some(g) => g.get("the f16 wgmma GEMM")?,
-            None => {
-                return Err(CudaError::Invalid(
-                    "the f16 wgmma GEMM runs on Hopper (sm_90) only".into(),
-                ))
-            }
-        };
+        let f = hopper_only(&self.gemm)?;
         assert!(
             cols.is_multiple_of(8) && rows.is_multiple_of(2),
             "gemm f16: {rows}×{cols}"
@@ -203,6 +248,279 @@ impl GemmWgmma {
         // only t < n, r < rows.
         unsafe { b.launch(cfg) }.during("launching gemm_wgmma_f16")?;
         Ok(())
+    }
+}
+
+impl GemmWgmma {
+    /// `xs[q] = f16(x[sorted[q] / n_used])`: the pairs' activation rows (`x` is `[tokens][n_embd]`)
+    /// in expert order.
+    pub fn gather(
+        &self,
+        x: &CudaSlice<f32>,
+        rows: &ExpertRows,
+        n_used: usize,
+        n_embd: usize,
+        xs: &mut CudaSlice<u16>,
+    ) -> Result<()> {
+        assert!(n_embd.is_multiple_of(8), "gather: n_embd {n_embd}");
+        assert!(
+            x.len() >= rows.pairs / n_used * n_embd,
+            "gather: x too small"
+        );
+        assert!(xs.len() >= rows.pairs * n_embd, "gather: xs too small");
+        let (np, ne, nu, nd) = (
+            int(rows.pairs, "pairs"),
+            int(rows.n_expert, "experts"),
+            int(n_used, "experts used"),
+            int(n_embd, "n_embd"),
+        );
+        let mut b = self.launch.builder(&self.gather);
+        b.arg(x)
+            .arg(rows.sorted)
+            .arg(rows.index)
+            .arg(xs)
+            .arg(&np)
+            .arg(&ne)
+            .arg(&nu)
+            .arg(&nd);
+        // SAFETY: moe_gather_f16(x, sorted, index, xs, npairs, E, n_used, n_embd): sorted holds
+        // pair ids < npairs (moe_scatter's), x their tokens' rows, xs npairs rows (asserted).
+        unsafe { b.launch(stride_cfg(rows.pairs * n_embd / 8)) }
+            .during("launching moe_gather_f16")?;
+        Ok(())
+    }
+
+    /// `out[q] = xs[q] · w_eᵀ` for the pair at sorted position q and its expert e, `w16` the
+    /// experts' f16 weights stacked (`n_rows` each, `cols` columns).
+    pub fn matmul_experts(
+        &self,
+        xs: &CudaSlice<u16>,
+        rows: &ExpertRows,
+        w16: &CudaSlice<u16>,
+        n_rows: usize,
+        cols: usize,
+        out: &mut CudaSlice<f32>,
+    ) -> Result<()> {
+        let f = hopper_only(&self.experts)?;
+        assert!(
+            cols.is_multiple_of(8) && n_rows.is_multiple_of(2),
+            "experts f16: {n_rows}×{cols}"
+        );
+        assert!(xs.len() >= rows.pairs * cols, "experts f16: xs too small");
+        assert!(
+            w16.len() >= rows.n_expert * n_rows * cols,
+            "experts f16: w too small"
+        );
+        assert!(
+            out.len() >= rows.pairs * n_rows,
+            "experts f16: out too small"
+        );
+        if rows.pairs == 0 {
+            return Ok(());
+        }
+        let stream = self.launch.stream().clone();
+        let (xp, _x_sync) = xs.device_ptr(&stream);
+        let (wp, _w_sync) = w16.device_ptr(&stream);
+        let x_map = f16_map(xp, rows.pairs, cols, TILE_TOKENS as u32)?;
+        let w_map = f16_map(wp, rows.n_expert * n_rows, cols, TILE_ROWS as u32)?;
+        let cfg = LaunchConfig {
+            // An upper bound on Σ_e ceil(count_e / 128): the counts are on the device.
+            grid_dim: (
+                int(
+                    rows.pairs.div_ceil(TILE_TOKENS) + rows.n_expert,
+                    "expert tiles",
+                ) as u32,
+                int(n_rows.div_ceil(TILE_ROWS), "expert row tiles") as u32,
+                1,
+            ),
+            block_dim: (THREADS, 1, 1),
+            shared_mem_bytes: SMEM_BYTES as u32,
+        };
+        let (ne, nr, k) = (
+            int(rows.n_expert, "experts"),
+            int(n_rows, "expert rows"),
+            int(cols, "expert cols"),
+        );
+        let mut b = self.launch.builder(f);
+        b.arg(&x_map)
+            .arg(&w_map)
+            .arg(out)
+            .arg(rows.index)
+            .arg(&ne)
+            .arg(&nr)
+            .arg(&k);
+        // SAFETY: gemm_wgmma_f16_experts(x_map, w_map, out, index, E, n_rows, k): the maps
+        // describe xs (pairs × cols) and w16 (E·n_rows × cols), sizes asserted; a block writes
+        // rows q < offsets[E] <= pairs of out (pairs × n_rows, asserted).
+        unsafe { b.launch(cfg) }.during("launching gemm_wgmma_f16_experts")?;
+        Ok(())
+    }
+
+    /// `h[q][j] = f16(silu(gu[q][j]) · gu[q][n_ff + j])`: SwiGLU of the interleaved gate and up
+    /// products.
+    pub fn swiglu(
+        &self,
+        gu: &CudaSlice<f32>,
+        rows: &ExpertRows,
+        n_ff: usize,
+        h: &mut CudaSlice<u16>,
+    ) -> Result<()> {
+        assert!(
+            gu.len() >= rows.pairs * 2 * n_ff,
+            "swiglu f16: gu too small"
+        );
+        assert!(h.len() >= rows.pairs * n_ff, "swiglu f16: h too small");
+        let (np, ne, nf) = (
+            int(rows.pairs, "pairs"),
+            int(rows.n_expert, "experts"),
+            int(n_ff, "n_ff"),
+        );
+        let mut b = self.launch.builder(&self.swiglu);
+        b.arg(gu).arg(rows.index).arg(h).arg(&np).arg(&ne).arg(&nf);
+        // SAFETY: moe_swiglu_f16(gu, index, h, npairs, E, n_ff): sizes asserted.
+        unsafe { b.launch(stride_cfg(rows.pairs * n_ff)) }.during("launching moe_swiglu_f16")?;
+        Ok(())
+    }
+
+    /// `y[p] = weights[p] · ys[q]` for `p = sorted[q]`: the down products in pair order, each
+    /// scaled by its routing weight.
+    pub fn unsort_weighted(
+        &self,
+        ys: &CudaSlice<f32>,
+        rows: &ExpertRows,
+        weights: &CudaSlice<f32>,
+        n_embd: usize,
+        y: &mut CudaSlice<f32>,
+    ) -> Result<()> {
+        assert!(n_embd.is_multiple_of(4), "unsort: n_embd {n_embd}");
+        assert!(ys.len() >= rows.pairs * n_embd && y.len() >= rows.pairs * n_embd);
+        assert!(weights.len() >= rows.pairs, "unsort: weights too small");
+        let (np, ne, nd) = (
+            int(rows.pairs, "pairs"),
+            int(rows.n_expert, "experts"),
+            int(n_embd, "n_embd"),
+        );
+        let mut b = self.launch.builder(&self.unsort);
+        b.arg(ys)
+            .arg(rows.sorted)
+            .arg(rows.index)
+            .arg(weights)
+            .arg(y)
+            .arg(&np)
+            .arg(&ne)
+            .arg(&nd);
+        // SAFETY: moe_unsort_weighted(ys, sorted, index, weights, y, npairs, E, n_embd): pair
+        // ids < npairs; sizes asserted.
+        unsafe { b.launch(stride_cfg(rows.pairs * n_embd / 4)) }
+            .during("launching moe_unsort_weighted")?;
+        Ok(())
+    }
+}
+
+/// Scratch of [`GemmWgmma::experts`]: the pairs' rows in expert order (f16), gate and up
+/// interleaved and down expanded (f16), the gate/up products (f32), SwiGLU (f16), the down
+/// products in sorted order (f32).
+pub struct ExpertBufs {
+    pub xs: CudaSlice<u16>,
+    pub wgu: CudaSlice<u16>,
+    pub h: CudaSlice<u16>,
+    pub wd: CudaSlice<u16>,
+    pub gu: CudaSlice<f32>,
+    pub ys: CudaSlice<f32>,
+}
+
+impl ExpertBufs {
+    /// Elements of xs, wgu, h, wd, gu, ys for `n` tokens through `x`.
+    pub fn lens(n: usize, x: &MoeExperts) -> [usize; 6] {
+        let (pairs, d, ff, e) = (n * x.n_used, x.n_embd(), x.n_ff, x.n_expert);
+        [
+            pairs * d,
+            e * 2 * ff * d,
+            pairs * ff,
+            e * d * ff,
+            pairs * 2 * ff,
+            pairs * d,
+        ]
+    }
+
+    pub fn zeros(dev: &CudaDevice, n: usize, x: &MoeExperts) -> Result<Self> {
+        let [xs, wgu, h, wd, gu, ys] = Self::lens(n, x);
+        Ok(Self {
+            xs: dev.zeros(xs)?,
+            wgu: dev.zeros(wgu)?,
+            h: dev.zeros(h)?,
+            wd: dev.zeros(wd)?,
+            gu: dev.zeros(gu)?,
+            ys: dev.zeros(ys)?,
+        })
+    }
+}
+
+impl GemmWgmma {
+    /// The MoE FFN of `n` tokens of `x` on the f16 GEMMs, as [`MoeGemm::forward`] computes it
+    /// (same routes, same combine) but in f16: the pairs' rows gathered in expert order, gate
+    /// and up expanded interleaved so that one grouped GEMM gives both, SwiGLU rounded to f16,
+    /// down expanded and multiplied, each pair's product scaled by its routing weight back in
+    /// pair order, and `moe_combine` summing the slots in order. Contract: as the dense f16
+    /// GEMM's, twice (x and h each rounded to f16).
+    #[allow(clippy::too_many_arguments)]
+    pub fn experts(
+        &self,
+        moe: &MoeGemm,
+        x: &CudaSlice<f32>,
+        n: usize,
+        ids: &CudaSlice<i32>,
+        weights: &CudaSlice<f32>,
+        experts: &MoeExperts,
+        work: &mut MoeWork,
+        bufs: &mut ExpertBufs,
+        out: &mut CudaSlice<f32>,
+    ) -> Result<()> {
+        let (d, ff, e, k) = (
+            experts.n_embd(),
+            experts.n_ff,
+            experts.n_expert,
+            experts.n_used,
+        );
+        moe.build_index(ids, n, work)?;
+        {
+            let (index, sorted, y) = work.index_sorted_y();
+            let rows = ExpertRows {
+                index,
+                sorted,
+                pairs: n * k,
+                n_expert: e,
+            };
+            let b = &mut *bufs;
+            self.gather(x, &rows, k, d, &mut b.xs)?;
+            self.expand_grouped(experts.gate, &mut b.wgu, ff, 2 * ff, 0)?;
+            self.expand_grouped(experts.up, &mut b.wgu, ff, 2 * ff, ff)?;
+            self.matmul_experts(&b.xs, &rows, &b.wgu, 2 * ff, d, &mut b.gu)?;
+            self.swiglu(&b.gu, &rows, ff, &mut b.h)?;
+            self.expand(experts.down, &mut b.wd)?;
+            self.matmul_experts(&b.h, &rows, &b.wd, d, ff, &mut b.ys)?;
+            self.unsort_weighted(&b.ys, &rows, weights, d, y)?;
+        }
+        moe.combine(work, ids, n, out)
+    }
+}
+
+/// The GEMM entry point, or why it does not run here.
+fn hopper_only(g: &Option<GemmFn>) -> Result<&CudaFunction> {
+    match g {
+        Some(g) => g.get("the f16 wgmma GEMM"),
+        None => Err(CudaError::Invalid(
+            "the f16 wgmma GEMM runs on Hopper (sm_90) only".into(),
+        )),
+    }
+}
+
+/// A grid-stride launch of 256 threads over `items`.
+fn stride_cfg(items: usize) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: (stride_blocks(items, 256).min(8192), 1, 1),
+        block_dim: (256, 1, 1),
+        shared_mem_bytes: 0,
     }
 }
 

@@ -38,7 +38,7 @@ const MOE_WARPS: u32 = 4;
 /// Threads of the index kernels (the kernel's MOE_INDEX_THREADS).
 const INDEX_THREADS: u32 = 256;
 /// Rows of one quantize launch (its grid's y dimension), so pairs per batch at most this.
-const MAX_PAIRS: usize = 65_535;
+pub const MOE_MAX_PAIRS: usize = 65_535;
 
 /// Warps a block of the float-expert kernels (moe_gemm.cu's FLOAT_WARPS).
 const FLOAT_WARPS: usize = 8;
@@ -118,10 +118,10 @@ impl MoeWork {
             experts.n_used,
         );
         let pairs = max_tokens * k;
-        if max_tokens == 0 || pairs > MAX_PAIRS {
+        if max_tokens == 0 || pairs > MOE_MAX_PAIRS {
             return Err(CudaError::Invalid(format!(
                 "moe_gemm: scratch for {max_tokens} tokens × {k} experts: want 1 to \
-                 {MAX_PAIRS} pairs; split the batch"
+                 {MOE_MAX_PAIRS} pairs; split the batch"
             )));
         }
         Ok(Self {
@@ -147,6 +147,14 @@ impl MoeWork {
     /// Pair ids by expert (the first `offsets[E]` entries are meaningful).
     pub fn sorted(&self) -> &CudaSlice<i32> {
         &self.sorted
+    }
+
+    /// The index, the sorted pair ids, and the down products by pair id (what
+    /// [`MoeGemm::combine`] sums), for a path that computes them itself.
+    pub(crate) fn index_sorted_y(
+        &mut self,
+    ) -> (&CudaSlice<i32>, &CudaSlice<i32>, &mut CudaSlice<f32>) {
+        (&self.index, &self.sorted, &mut self.y)
     }
 
     fn fits(&self, experts: &MoeExperts) -> Result<()> {
@@ -460,7 +468,7 @@ impl MoeGemm {
                 .arg(&ki);
             // SAFETY: moe_f32_gate_up(gate, up, x, ids, h, n_embd, n_ff, E, k): E·n_ff rows of
             // n_embd floats each, n rows of x, n·k ids, h holds n·k rows of n_ff (n·k <=
-            // MAX_PAIRS, checked by forward).
+            // MOE_MAX_PAIRS, checked by forward).
             unsafe { b.launch(cfg(ff)) }.during("launching moe_f32_gate_up")
         })?;
         crate::profile::span(&st, "moe.down", || {
@@ -481,7 +489,7 @@ impl MoeGemm {
     }
 
     /// out[t] = Σ_slot y[t·k + slot] over the slots with an expert, in slot order.
-    fn combine(
+    pub(crate) fn combine(
         &self,
         work: &MoeWork,
         ids: &CudaSlice<i32>,

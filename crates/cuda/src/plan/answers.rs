@@ -155,6 +155,8 @@ pub struct MoeShape {
     /// Experts a token uses, of how many.
     pub n_used: usize,
     pub n_expert: usize,
+    /// gpt-oss's expert biases or its swiglu_oai, which only the int8 kernels apply.
+    pub epilogue: bool,
 }
 
 impl MoeShape {
@@ -169,6 +171,7 @@ impl MoeShape {
             n_ff: experts.n_ff,
             n_used: experts.n_used,
             n_expert: experts.n_expert,
+            epilogue: experts.epilogue.biases.is_some() || experts.epilogue.swiglu_oai.is_some(),
         }
     }
 
@@ -247,4 +250,7 @@ pub enum MoePath {
     MatVecSlices(ExpertMatVec),
     /// `moe_gemm`.
     Gemm(ExpertGemm),
+    /// The f16 warpgroup-MMA GEMMs, grouped by expert (`gemm_wgmma.cu`): long ubatches on
+    /// Hopper.
+    F16,
 }

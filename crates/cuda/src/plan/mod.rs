@@ -272,6 +272,20 @@ impl Plan {
         }
     }
 
+    /// Whether the experts of `s` take the f16 warpgroup-MMA GEMMs (`FERROLM_GEMM_F16`,
+    /// Hopper): as [`Plan::f16_gemm`] for each of gate, up and down, without gpt-oss's
+    /// epilogue, and within the grouped scratch's pairs and widths.
+    pub fn f16_experts(&self, s: &MoeShape) -> bool {
+        !s.epilogue
+            && !s.is_float()
+            && s.tokens * s.n_used <= crate::ops::MOE_MAX_PAIRS
+            // Its index and combine are the grouped GEMM's, whose scratch wants these widths.
+            && MoeGemm::supports_widths(s.gate, s.down, s.n_embd, s.n_ff)
+            && self.f16_gemm(s.gate, s.n_ff, s.n_embd, s.tokens)
+            && self.f16_gemm(s.up, s.n_ff, s.n_embd, s.tokens)
+            && self.f16_gemm(s.down, s.n_embd, s.n_ff, s.tokens)
+    }
+
     /// Whether `n` rows of a `ty` product of `rows` × `cols` take the f16 warpgroup-MMA GEMM
     /// (`FERROLM_GEMM_F16`, Hopper): ubatches of [`F16_GEMM_MIN_ROWS`] rows or more, held to
     /// its contract (`ops/gemm_wgmma.rs`), for formats with an f16 expansion.
@@ -574,6 +588,9 @@ impl Plan {
     /// take, and in slices for more tokens of int8 experts whose widths the GEMM does not
     /// take; the expert GEMMs otherwise (float experts: their f32 kernels, any token count).
     pub fn moe(&self, s: &MoeShape) -> MoePath {
+        if self.f16_experts(s) {
+            return MoePath::F16;
+        }
         let decode = !s.is_float() && MoeDecodeWork::supports(s.n_used, s.n_ff);
         let gemm = self.expert_gemm(s);
         if matches!(

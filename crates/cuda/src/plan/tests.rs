@@ -419,10 +419,12 @@ fn fusions_follow_the_switch() {
     );
 }
 
-/// OLMoE-1B-7B (64 experts, top-8, n_ff 1024) and Qwen3-30B-A3B (128, top-8, n_ff 768).
+/// OLMoE-1B-7B (64 experts, top-8, n_ff 1024) and Qwen3-30B-A3B (128, top-8, n_ff 768); from
+/// 256 tokens the f16 GEMMs on Hopper, the int8 ones without them.
 #[test]
 fn moe_path_by_tokens() {
-    let p = plan(&[]);
+    let f16 = plan(&[]);
+    let p = plan(&[("FERROLM_GEMM_F16", "0")]);
     let shape = |tokens, n_embd, n_ff, down| MoeShape {
         tokens,
         gate: Q4K,
@@ -432,6 +434,7 @@ fn moe_path_by_tokens() {
         n_ff,
         n_used: 8,
         n_expert: 64,
+        epilogue: false,
     };
     let q8k = ActQuant::Q8K;
     for (n_embd, n_ff) in [(2048, 1024), (2048, 768)] {
@@ -455,6 +458,16 @@ fn moe_path_by_tokens() {
                     matvec_mma: None,
                 });
                 assert_eq!(p.moe(&shape(n, n_embd, n_ff, down)), want, "{n} tokens");
+                let f16_want = if n >= F16_GEMM_MIN_ROWS {
+                    MoePath::F16
+                } else {
+                    want
+                };
+                assert_eq!(
+                    f16.moe(&shape(n, n_embd, n_ff, down)),
+                    f16_want,
+                    "{n} tokens"
+                );
             }
         }
     }
@@ -507,10 +520,11 @@ fn moe_switches() {
         n_ff: 1024,
         n_used: 8,
         n_expert: 64,
+        epilogue: false,
     };
     let unfused = plan(&[("FERROLM_MOE_FUSED", "0"), ("FERROLM_MMVQ_WIDE", "0")]);
     assert!(matches!(unfused.moe(&s(1)), MoePath::MatVec(m) if !m.fused && !m.wide));
-    let per_expert = plan(&[("FERROLM_MOE_GROUPED", "0")]);
+    let per_expert = plan(&[("FERROLM_MOE_GROUPED", "0"), ("FERROLM_GEMM_F16", "0")]);
     assert!(matches!(
         per_expert.moe(&s(512)),
         MoePath::Gemm(ExpertGemm::Int8 { grouped: false, .. })
@@ -531,6 +545,7 @@ fn batched_steps_take_the_expert_mma() {
         n_ff: 1024,
         n_used: 8,
         n_expert: 64,
+        epilogue: false,
     };
     let mma = |p: &Plan, tokens, down| match p.moe(&s(tokens, down)) {
         MoePath::Gemm(ExpertGemm::Int8 { matvec_mma, .. }) => matvec_mma,
@@ -689,4 +704,27 @@ fn kv_block_is_a_power_of_two_from_the_switch() {
     for bad in ["8", "48", "many"] {
         assert!(err(&[("FERROLM_KV_BLOCK", bad)]).contains("FERROLM_KV_BLOCK"));
     }
+}
+
+/// The f16 wgmma GEMM: long ubatches of formats with an f16 expansion, on a device that runs
+/// it, unless `FERROLM_GEMM_F16=0`.
+#[test]
+fn f16_gemm_by_rows_format_and_device() {
+    let p = plan(&[]);
+    assert!(p.f16_gemm(Q4K, 4096, 4096, F16_GEMM_MIN_ROWS));
+    assert!(p.f16_gemm(Q6K, 1024, 4096, 2048));
+    assert!(p.f16_gemm(Q8_0, 2880, 2880, 512));
+    assert!(!p.f16_gemm(Q4K, 4096, 4096, F16_GEMM_MIN_ROWS - 1));
+    assert!(
+        !p.f16_gemm(Q5K, 4096, 4096, 2048),
+        "no f16 expansion of Q5_K"
+    );
+    assert!(!p.f16_gemm(Q8_0, 4095, 4096, 2048), "an odd row count");
+    assert!(!plan(&[("FERROLM_GEMM_F16", "0")]).f16_gemm(Q4K, 4096, 4096, 2048));
+    let ampere = DeviceFacts {
+        cc: (8, 0),
+        f16_gemm: false,
+        ..h200()
+    };
+    assert!(!Plan::new(parse(&[]).unwrap(), ampere).f16_gemm(Q4K, 4096, 4096, 2048));
 }

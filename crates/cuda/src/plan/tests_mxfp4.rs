@@ -45,6 +45,7 @@ fn mxfp4_experts() {
         n_ff,
         n_used: 4,
         n_expert: 32,
+        epilogue: true,
     };
     let how = ExpertMatVec {
         fused: true,
