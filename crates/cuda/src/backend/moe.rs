@@ -127,9 +127,7 @@ impl CudaBackend {
             }
             MoePath::F16 => {
                 let gemm = gemm_work(&mut scratch.gemm, dev, n, &experts)?;
-                crate::profile::span(dev.stream(), "moe.f16", || {
-                    self.moe_f16(x, &ids, &weights, &experts, gemm, out.buf_mut())
-                })
+                self.moe_f16(x, &ids, &weights, &experts, gemm, out.buf_mut())
             }
             MoePath::Gemm(how) => {
                 let gemm = gemm_work(&mut scratch.gemm, dev, n, &experts)?;

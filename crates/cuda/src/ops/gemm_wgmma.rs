@@ -482,25 +482,30 @@ impl GemmWgmma {
             experts.n_expert,
             experts.n_used,
         );
-        moe.build_index(ids, n, work)?;
-        {
-            let (index, sorted, y) = work.index_sorted_y();
-            let rows = ExpertRows {
-                index,
-                sorted,
-                pairs: n * k,
-                n_expert: e,
-            };
-            let b = &mut *bufs;
+        let st = self.launch.stream().clone();
+        crate::profile::span(&st, "moe.f16.expand", || -> Result<()> {
+            self.expand_grouped(experts.gate, &mut bufs.wgu, ff, 2 * ff, 0)?;
+            self.expand_grouped(experts.up, &mut bufs.wgu, ff, 2 * ff, ff)?;
+            self.expand(experts.down, &mut bufs.wd)
+        })?;
+        crate::profile::span(&st, "moe.index", || moe.build_index(ids, n, work))?;
+        let (index, sorted, y) = work.index_sorted_y();
+        let rows = ExpertRows {
+            index,
+            sorted,
+            pairs: n * k,
+            n_expert: e,
+        };
+        let b = &mut *bufs;
+        crate::profile::span(&st, "moe.gate_up", || -> Result<()> {
             self.gather(x, &rows, k, d, &mut b.xs)?;
-            self.expand_grouped(experts.gate, &mut b.wgu, ff, 2 * ff, 0)?;
-            self.expand_grouped(experts.up, &mut b.wgu, ff, 2 * ff, ff)?;
             self.matmul_experts(&b.xs, &rows, &b.wgu, 2 * ff, d, &mut b.gu)?;
-            self.swiglu(&b.gu, &rows, ff, &mut b.h)?;
-            self.expand(experts.down, &mut b.wd)?;
+            self.swiglu(&b.gu, &rows, ff, &mut b.h)
+        })?;
+        crate::profile::span(&st, "moe.down", || -> Result<()> {
             self.matmul_experts(&b.h, &rows, &b.wd, d, ff, &mut b.ys)?;
-            self.unsort_weighted(&b.ys, &rows, weights, d, y)?;
-        }
+            self.unsort_weighted(&b.ys, &rows, weights, d, y)
+        })?;
         moe.combine(work, ids, n, out)
     }
 }

@@ -59,6 +59,13 @@ pub const GGML_SMALL_ROWS: usize = 64;
 /// shorter ubatches keep the CPU's arithmetic where they owe it.
 pub const F16_GEMM_MIN_ROWS: usize = CPU_ORDER_MAX_ROWS;
 
+/// The fewest pairs an expert, on average, for which a ubatch's experts take the f16 GEMMs
+/// ([`Plan::f16_experts`]): every expert's weights are expanded each time, which few pairs do
+/// not repay. On the H200 (docs/perf.md, session 18) Qwen3-30B-A3B (128 experts, top-8) at 512
+/// tokens (32 pairs an expert) ran 9,192 t/s on them against 10,622 on the int8 GEMM, and at
+/// 1,024 (64) 15,283 against 12,781; OLMoE (64 experts) at 512 (64) 36,197 against 30,843.
+pub const F16_EXPERTS_MIN_PAIRS: usize = 64;
+
 /// Q8_0 and Q5_0 GEMMs of fewer rows take the eight-lane kernels (the CPU's bits, at about a
 /// quarter of the tensor-core GEMM's speed on the H200 for Q8_0: affordable for short ubatches
 /// only).
@@ -273,11 +280,13 @@ impl Plan {
     }
 
     /// Whether the experts of `s` take the f16 warpgroup-MMA GEMMs (`FERROLM_GEMM_F16`,
-    /// Hopper): as [`Plan::f16_gemm`] for each of gate, up and down, without gpt-oss's
-    /// epilogue, and within the grouped scratch's pairs and widths.
+    /// Hopper): as [`Plan::f16_gemm`] for each of gate, up and down, with at least
+    /// [`F16_EXPERTS_MIN_PAIRS`] pairs an expert on average, without gpt-oss's epilogue, and
+    /// within the grouped scratch's pairs and widths.
     pub fn f16_experts(&self, s: &MoeShape) -> bool {
         !s.epilogue
             && !s.is_float()
+            && s.tokens * s.n_used >= F16_EXPERTS_MIN_PAIRS * s.n_expert
             && s.tokens * s.n_used <= crate::ops::MOE_MAX_PAIRS
             // Its index and combine are the grouped GEMM's, whose scratch wants these widths.
             && MoeGemm::supports_widths(s.gate, s.down, s.n_embd, s.n_ff)

@@ -525,6 +525,16 @@ fn moe_switches() {
     let unfused = plan(&[("FERROLM_MOE_FUSED", "0"), ("FERROLM_MMVQ_WIDE", "0")]);
     assert!(matches!(unfused.moe(&s(1)), MoePath::MatVec(m) if !m.fused && !m.wide));
     let per_expert = plan(&[("FERROLM_MOE_GROUPED", "0"), ("FERROLM_GEMM_F16", "0")]);
+    // 128 experts (Qwen3-30B-A3B): the f16 GEMMs from 64 pairs an expert (1,024 tokens).
+    let wide = |tokens| MoeShape {
+        n_expert: 128,
+        n_ff: 768,
+        ..s(tokens)
+    };
+    let f16 = plan(&[]);
+    assert!(matches!(f16.moe(&wide(512)), MoePath::Gemm(_)));
+    assert_eq!(f16.moe(&wide(1024)), MoePath::F16);
+    assert_eq!(f16.moe(&s(512)), MoePath::F16);
     assert!(matches!(
         per_expert.moe(&s(512)),
         MoePath::Gemm(ExpertGemm::Int8 { grouped: false, .. })
