@@ -281,12 +281,13 @@ impl Plan {
 
     /// Whether the experts of `s` take the f16 warpgroup-MMA GEMMs (`FERROLM_GEMM_F16`,
     /// Hopper): as [`Plan::f16_gemm`] for each of gate, up and down, with at least
-    /// [`F16_EXPERTS_MIN_PAIRS`] pairs an expert on average, without gpt-oss's epilogue, and
+    /// [`F16_EXPERTS_MIN_PAIRS`] pairs an expert on average (`FERROLM_F16_EXPERTS_PAIRS`), without gpt-oss's epilogue, and
     /// within the grouped scratch's pairs and widths.
     pub fn f16_experts(&self, s: &MoeShape) -> bool {
         !s.epilogue
             && !s.is_float()
-            && s.tokens * s.n_used >= F16_EXPERTS_MIN_PAIRS * s.n_expert
+            && s.tokens * s.n_used
+                >= self.switches.f16_experts_pairs.unwrap_or(F16_EXPERTS_MIN_PAIRS) * s.n_expert
             && s.tokens * s.n_used <= crate::ops::MOE_MAX_PAIRS
             // Its index and combine are the grouped GEMM's, whose scratch wants these widths.
             && MoeGemm::supports_widths(s.gate, s.down, s.n_embd, s.n_ff)

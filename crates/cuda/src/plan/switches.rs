@@ -90,6 +90,10 @@ pub struct Switches {
     /// rows) on the f16 warpgroup-MMA GEMM (`gemm_wgmma.cu`: the weight expanded to f16, the
     /// activations rounded to f16), where the format has an f16 expansion; else the int8 GEMM.
     pub gemm_f16: bool,
+    /// `FERROLM_F16_EXPERTS_PAIRS`: the fewest pairs an expert, on average, for which the
+    /// experts take the f16 GEMMs (1-65535); `None`:
+    /// [`F16_EXPERTS_MIN_PAIRS`](super::F16_EXPERTS_MIN_PAIRS).
+    pub f16_experts_pairs: Option<usize>,
     /// `FERROLM_MMVQ_MMA`: a batched decode step's 2-64 rows on the tensor-core mat-vec
     /// (`mmvq_mma.cu`, weights read once into MMA fragments), where its format has one; else
     /// the mat-vec (up to 8 rows) or the GEMM.
@@ -139,6 +143,7 @@ impl Default for Switches {
             stage: false,
             split_k: true,
             gemm_f16: true,
+            f16_experts_pairs: None,
             mma_matvec: true,
             mma_row_tiles: None,
             moe_mma: true,
@@ -277,6 +282,7 @@ impl Switches {
             stage: flag(env, "FERROLM_MMVQ_STAGE", false)?,
             split_k: flag(env, "FERROLM_MMQ_SPLIT_K", true)?,
             gemm_f16: flag(env, "FERROLM_GEMM_F16", true)?,
+            f16_experts_pairs: count(env, "FERROLM_F16_EXPERTS_PAIRS", 1..=65535)?,
             mma_matvec: flag(env, "FERROLM_MMVQ_MMA", true)?,
             mma_row_tiles: count(env, "FERROLM_MMVQ_MMA_TILES", 1..=2)?,
             moe_mma: flag(env, "FERROLM_MOE_MMA", true)?,
@@ -315,6 +321,9 @@ impl fmt::Display for Switches {
             .rows_split_keys
             .map_or("auto".to_owned(), |k| k.to_string());
         let kv_block = self.kv_block.map_or("auto".to_owned(), |k| k.to_string());
+        let f16_pairs = self
+            .f16_experts_pairs
+            .map_or("auto".to_owned(), |k| k.to_string());
         let row_tiles = self
             .mma_row_tiles
             .map_or("auto".to_owned(), |k| k.to_string());
@@ -324,7 +333,7 @@ impl fmt::Display for Switches {
         let moe_pairs = self
             .moe_mma_pairs
             .map_or("auto".to_owned(), |k| k.to_string());
-        let lines: [(&str, &str, &str); 31] = [
+        let lines: [(&str, &str, &str); 32] = [
             (
                 "FERROLM_CUDA_MMQ",
                 bit(self.mmq),
@@ -441,6 +450,11 @@ impl fmt::Display for Switches {
                 "FERROLM_GEMM_F16",
                 bit(self.gemm_f16),
                 "long ubatches on the f16 wgmma GEMM (Hopper)",
+            ),
+            (
+                "FERROLM_F16_EXPERTS_PAIRS",
+                &f16_pairs,
+                "fewest pairs an expert for the f16 expert GEMMs",
             ),
             (
                 "FERROLM_MMVQ_MMA",

@@ -130,7 +130,7 @@ fn tile_names() {
 #[test]
 fn display_prints_every_switch() {
     let text = plan(&[("FERROLM_MMQ_TILE", "128x64")]).to_string();
-    assert_eq!(text.lines().count(), 33, "{text}");
+    assert_eq!(text.lines().count(), 34, "{text}");
     assert!(text.contains("132 SMs, cc 9.0"));
     assert!(text
         .lines()
@@ -535,6 +535,8 @@ fn moe_switches() {
     assert!(matches!(f16.moe(&wide(512)), MoePath::Gemm(_)));
     assert_eq!(f16.moe(&wide(1024)), MoePath::F16);
     assert_eq!(f16.moe(&s(512)), MoePath::F16);
+    let f16_32 = plan(&[("FERROLM_F16_EXPERTS_PAIRS", "32")]);
+    assert_eq!(f16_32.moe(&wide(512)), MoePath::F16);
     assert!(matches!(
         per_expert.moe(&s(512)),
         MoePath::Gemm(ExpertGemm::Int8 { grouped: false, .. })
