@@ -335,7 +335,8 @@ template <> struct Expand8<GGML_TYPE_Q6_K> {
 
 // A quantized matrix of rows x cols expanded to f16 (Expand8). Row r goes to output row
 // (r / group) * stride + offset + r % group (group = stride = rows, offset 0: the same layout;
-// the experts' gate and up interleaved a group of n_ff rows each). Eight elements a thread.
+// the experts' gate and up interleaved a group of n_ff rows each). A block a row at a time,
+// eight elements a thread.
 template <int TYPE>
 static __device__ __forceinline__ void dequant_rows_f16(const uint8_t *__restrict__ w,
                                                         uint16_t *__restrict__ out, int rows,
@@ -343,17 +344,16 @@ static __device__ __forceinline__ void dequant_rows_f16(const uint8_t *__restric
                                                         int offset) {
     typedef WeightFormat<TYPE> W;
     typedef typename W::block B;
-    const size_t blocks_a_row = (size_t)(cols / W::qk);
-    const size_t n = (size_t)rows * cols;
-    for (size_t e = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * 8; e < n;
-         e += (size_t)gridDim.x * blockDim.x * 8) {
-        const size_t r = e / cols;
-        const int c = (int)(e % cols);
-        const B *b = (const B *)w + r * blocks_a_row + c / W::qk;
-        uint32_t h[4];
-        Expand8<TYPE>::get(b, c % W::qk, h);
-        const size_t o = (r / group) * (size_t)stride + offset + r % group;
-        *(uint4 *)(out + o * cols + c) = make_uint4(h[0], h[1], h[2], h[3]);
+    const int blocks_a_row = cols / W::qk;
+    // Rows over blocks, columns over threads: no division in the loop but by qk (a constant).
+    for (int r = blockIdx.x; r < rows; r += gridDim.x) {
+        const B *row = (const B *)w + (size_t)r * blocks_a_row;
+        uint16_t *o = out + ((size_t)(r / group) * stride + offset + r % group) * cols;
+        for (int c = threadIdx.x * 8; c < cols; c += blockDim.x * 8) {
+            uint32_t h[4];
+            Expand8<TYPE>::get(row + c / W::qk, c % W::qk, h);
+            *(uint4 *)(o + c) = make_uint4(h[0], h[1], h[2], h[3]);
+        }
     }
 }
 
@@ -370,65 +370,61 @@ DEQUANT_F16_INSTANCE(q8_0, GGML_TYPE_Q8_0)
 DEQUANT_F16_INSTANCE(q4_k, GGML_TYPE_Q4_K)
 DEQUANT_F16_INSTANCE(q6_k, GGML_TYPE_Q6_K)
 
-// The experts' f16 path around the grouped GEMM (ops/gemm_wgmma.rs, backend/moe.rs). Rows past
-// offsets[E] (the pairs that have an expert) are left alone.
+// The experts' f16 path around the grouped GEMM (ops/gemm_wgmma.rs). Sorted positions q below
+// offsets[E] (the pairs that have an expert) are computed, a block a row at a time (grid at
+// most the batch's pairs), the row's columns over its threads.
 
-// xs[q] = f16(x[sorted[q] / n_used]): the pairs' activation rows in expert order. Grid-stride
-// over pairs x (n_embd / 8).
+// xs[q] = f16(x[sorted[q] / n_used]): the pairs' activation rows in expert order, eight
+// elements a thread.
 extern "C" __global__ void moe_gather_f16(const float *__restrict__ x, const int *__restrict__ sorted,
                                           const int *__restrict__ index, uint16_t *__restrict__ xs,
-                                          int npairs, int n_expert, int n_used, int n_embd) {
+                                          int n_expert, int n_used, int n_embd) {
     dependent_launch_entry();
-    const int used = index[2 * n_expert], per_row = n_embd / 8;
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (size_t)npairs * per_row;
-         i += (size_t)gridDim.x * blockDim.x) {
-        const int q = (int)(i / per_row), c = (int)(i % per_row) * 8;
-        if (q >= used) continue;
-        const float *src = x + (size_t)(sorted[q] / n_used) * n_embd + c;
-        const float4 a = *(const float4 *)src, b = *(const float4 *)(src + 4);
-        uint4 o;
-        o.x = (uint32_t)f32_to_f16_bits(a.x) | ((uint32_t)f32_to_f16_bits(a.y) << 16);
-        o.y = (uint32_t)f32_to_f16_bits(a.z) | ((uint32_t)f32_to_f16_bits(a.w) << 16);
-        o.z = (uint32_t)f32_to_f16_bits(b.x) | ((uint32_t)f32_to_f16_bits(b.y) << 16);
-        o.w = (uint32_t)f32_to_f16_bits(b.z) | ((uint32_t)f32_to_f16_bits(b.w) << 16);
-        *(uint4 *)(xs + (size_t)q * n_embd + c) = o;
+    const int used = index[2 * n_expert];
+    for (int q = blockIdx.x; q < used; q += gridDim.x) {
+        const float *row = x + (size_t)(sorted[q] / n_used) * n_embd;
+        for (int c = threadIdx.x * 8; c < n_embd; c += blockDim.x * 8) {
+            const float4 a = *(const float4 *)(row + c), b = *(const float4 *)(row + c + 4);
+            uint4 o;
+            o.x = (uint32_t)f32_to_f16_bits(a.x) | ((uint32_t)f32_to_f16_bits(a.y) << 16);
+            o.y = (uint32_t)f32_to_f16_bits(a.z) | ((uint32_t)f32_to_f16_bits(a.w) << 16);
+            o.z = (uint32_t)f32_to_f16_bits(b.x) | ((uint32_t)f32_to_f16_bits(b.y) << 16);
+            o.w = (uint32_t)f32_to_f16_bits(b.z) | ((uint32_t)f32_to_f16_bits(b.w) << 16);
+            *(uint4 *)(xs + (size_t)q * n_embd + c) = o;
+        }
     }
 }
 
 // h[q][j] = f16(silu(gu[q][j]) * gu[q][n_ff + j]) (the CPU's SwiGLU roundings, then f16), gu
 // the interleaved gate and up products of sorted position q.
 extern "C" __global__ void moe_swiglu_f16(const float *__restrict__ gu, const int *__restrict__ index,
-                                          uint16_t *__restrict__ h, int npairs, int n_expert,
-                                          int n_ff) {
+                                          uint16_t *__restrict__ h, int n_expert, int n_ff) {
     dependent_launch_entry();
     const int used = index[2 * n_expert];
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (size_t)npairs * n_ff;
-         i += (size_t)gridDim.x * blockDim.x) {
-        const int q = (int)(i / n_ff), j = (int)(i % n_ff);
-        if (q >= used) continue;
+    for (int q = blockIdx.x; q < used; q += gridDim.x) {
         const float *row = gu + (size_t)q * 2 * n_ff;
-        h[i] = f32_to_f16_bits(silu_mul(row[j], row[n_ff + j]));
+        for (int j = threadIdx.x; j < n_ff; j += blockDim.x) {
+            h[(size_t)q * n_ff + j] = f32_to_f16_bits(silu_mul(row[j], row[n_ff + j]));
+        }
     }
 }
 
 // y[p] = weights[p] * ys[q] for p = sorted[q]: the down products back in pair order, scaled
-// by their routing weight, for moe_combine.
+// by their routing weight, for moe_combine; four elements a thread.
 extern "C" __global__ void moe_unsort_weighted(const float *__restrict__ ys,
                                                const int *__restrict__ sorted,
                                                const int *__restrict__ index,
                                                const float *__restrict__ weights,
-                                               float *__restrict__ y, int npairs, int n_expert,
-                                               int n_embd) {
+                                               float *__restrict__ y, int n_expert, int n_embd) {
     dependent_launch_entry();
-    const int used = index[2 * n_expert], per_row = n_embd / 4;
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (size_t)npairs * per_row;
-         i += (size_t)gridDim.x * blockDim.x) {
-        const int q = (int)(i / per_row), c = (int)(i % per_row) * 4;
-        if (q >= used) continue;
+    const int used = index[2 * n_expert];
+    for (int q = blockIdx.x; q < used; q += gridDim.x) {
         const int p = sorted[q];
         const float w = weights[p];
-        const float4 v = *(const float4 *)(ys + (size_t)q * n_embd + c);
-        *(float4 *)(y + (size_t)p * n_embd + c) =
-            make_float4(__fmul_rn(w, v.x), __fmul_rn(w, v.y), __fmul_rn(w, v.z), __fmul_rn(w, v.w));
+        for (int c = threadIdx.x * 4; c < n_embd; c += blockDim.x * 4) {
+            const float4 v = *(const float4 *)(ys + (size_t)q * n_embd + c);
+            *(float4 *)(y + (size_t)p * n_embd + c) = make_float4(
+                __fmul_rn(w, v.x), __fmul_rn(w, v.y), __fmul_rn(w, v.z), __fmul_rn(w, v.w));
+        }
     }
 }

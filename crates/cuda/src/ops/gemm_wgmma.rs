@@ -152,7 +152,6 @@ impl GemmWgmma {
         let f = self.dequant.get(&w.ty).ok_or_else(|| {
             CudaError::Invalid(format!("no f16 expansion of {} weights", w.ty.name()))
         })?;
-        let n = w.rows * w.cols;
         assert!(
             group > 0 && w.rows.is_multiple_of(group) && offset + group <= stride,
             "expand: groups of {group} rows at {offset} of {stride}"
@@ -166,11 +165,7 @@ impl GemmWgmma {
                 && w.data.len() >= w.rows * (w.cols / w.ty.block_elems() * w.ty.block_bytes()),
             "expand: weight of another size"
         );
-        let cfg = LaunchConfig {
-            grid_dim: (stride_blocks(n / 8, 256).min(8192), 1, 1),
-            block_dim: (256, 1, 1),
-            shared_mem_bytes: 0,
-        };
+        let cfg = rows_cfg(w.rows, 128);
         let (rows, cols) = (int(w.rows, "expand rows"), int(w.cols, "expand cols"));
         let (group, stride, offset) = (
             int(group, "expand group"),
@@ -268,8 +263,7 @@ impl GemmWgmma {
             "gather: x too small"
         );
         assert!(xs.len() >= rows.pairs * n_embd, "gather: xs too small");
-        let (np, ne, nu, nd) = (
-            int(rows.pairs, "pairs"),
+        let (ne, nu, nd) = (
             int(rows.n_expert, "experts"),
             int(n_used, "experts used"),
             int(n_embd, "n_embd"),
@@ -279,14 +273,13 @@ impl GemmWgmma {
             .arg(rows.sorted)
             .arg(rows.index)
             .arg(xs)
-            .arg(&np)
             .arg(&ne)
             .arg(&nu)
             .arg(&nd);
-        // SAFETY: moe_gather_f16(x, sorted, index, xs, npairs, E, n_used, n_embd): sorted holds
-        // pair ids < npairs (moe_scatter's), x their tokens' rows, xs npairs rows (asserted).
-        unsafe { b.launch(stride_cfg(rows.pairs * n_embd / 8)) }
-            .during("launching moe_gather_f16")?;
+        // SAFETY: moe_gather_f16(x, sorted, index, xs, E, n_used, n_embd): the first
+        // offsets[E] <= pairs entries of sorted are pair ids < pairs (moe_scatter's), x holds
+        // their tokens' rows, xs pairs rows (asserted).
+        unsafe { b.launch(rows_cfg(rows.pairs, 128)) }.during("launching moe_gather_f16")?;
         Ok(())
     }
 
@@ -370,15 +363,12 @@ impl GemmWgmma {
             "swiglu f16: gu too small"
         );
         assert!(h.len() >= rows.pairs * n_ff, "swiglu f16: h too small");
-        let (np, ne, nf) = (
-            int(rows.pairs, "pairs"),
-            int(rows.n_expert, "experts"),
-            int(n_ff, "n_ff"),
-        );
+        let (ne, nf) = (int(rows.n_expert, "experts"), int(n_ff, "n_ff"));
         let mut b = self.launch.builder(&self.swiglu);
-        b.arg(gu).arg(rows.index).arg(h).arg(&np).arg(&ne).arg(&nf);
-        // SAFETY: moe_swiglu_f16(gu, index, h, npairs, E, n_ff): sizes asserted.
-        unsafe { b.launch(stride_cfg(rows.pairs * n_ff)) }.during("launching moe_swiglu_f16")?;
+        b.arg(gu).arg(rows.index).arg(h).arg(&ne).arg(&nf);
+        // SAFETY: moe_swiglu_f16(gu, index, h, E, n_ff): rows below offsets[E] <= pairs, sizes
+        // asserted.
+        unsafe { b.launch(rows_cfg(rows.pairs, 256)) }.during("launching moe_swiglu_f16")?;
         Ok(())
     }
 
@@ -395,24 +385,18 @@ impl GemmWgmma {
         assert!(n_embd.is_multiple_of(4), "unsort: n_embd {n_embd}");
         assert!(ys.len() >= rows.pairs * n_embd && y.len() >= rows.pairs * n_embd);
         assert!(weights.len() >= rows.pairs, "unsort: weights too small");
-        let (np, ne, nd) = (
-            int(rows.pairs, "pairs"),
-            int(rows.n_expert, "experts"),
-            int(n_embd, "n_embd"),
-        );
+        let (ne, nd) = (int(rows.n_expert, "experts"), int(n_embd, "n_embd"));
         let mut b = self.launch.builder(&self.unsort);
         b.arg(ys)
             .arg(rows.sorted)
             .arg(rows.index)
             .arg(weights)
             .arg(y)
-            .arg(&np)
             .arg(&ne)
             .arg(&nd);
-        // SAFETY: moe_unsort_weighted(ys, sorted, index, weights, y, npairs, E, n_embd): pair
-        // ids < npairs; sizes asserted.
-        unsafe { b.launch(stride_cfg(rows.pairs * n_embd / 4)) }
-            .during("launching moe_unsort_weighted")?;
+        // SAFETY: moe_unsort_weighted(ys, sorted, index, weights, y, E, n_embd): rows below
+        // offsets[E] <= pairs, pair ids < pairs; sizes asserted.
+        unsafe { b.launch(rows_cfg(rows.pairs, 128)) }.during("launching moe_unsort_weighted")?;
         Ok(())
     }
 }
@@ -520,11 +504,11 @@ fn hopper_only(g: &Option<GemmFn>) -> Result<&CudaFunction> {
     }
 }
 
-/// A grid-stride launch of 256 threads over `items`.
-fn stride_cfg(items: usize) -> LaunchConfig {
+/// A launch of a block a row (grid-stride past 65,535 rows) of `threads` threads.
+fn rows_cfg(rows: usize, threads: u32) -> LaunchConfig {
     LaunchConfig {
-        grid_dim: (stride_blocks(items, 256).min(8192), 1, 1),
-        block_dim: (256, 1, 1),
+        grid_dim: (rows.clamp(1, 65_535) as u32, 1, 1),
+        block_dim: (threads, 1, 1),
         shared_mem_bytes: 0,
     }
 }
