@@ -153,11 +153,15 @@ impl CudaBackend {
                 continue;
             }
             let mode = self.plan.act_quant(m.ty, m.cols);
+            // A run stops at a weight the f16 GEMM takes, so that each weight's path is its
+            // own and not its neighbours'.
             let run = ws[i..]
                 .iter()
                 .take_while(|w| {
                     let w = w.matrix();
-                    w.ty != GgmlType::F32 && self.plan.act_quant(w.ty, w.cols) == mode
+                    w.ty != GgmlType::F32
+                        && self.plan.act_quant(w.ty, w.cols) == mode
+                        && !self.plan.f16_gemm(w.ty, w.rows, w.cols, x.rows)
                 })
                 .count();
             self.with_q8(x, mode, |xq| {
@@ -200,7 +204,8 @@ impl CudaBackend {
         Ok(())
     }
 
-    /// `out = x16 · Wᵀ (+ bias)` on the f16 GEMM, `w` expanded to f16 in a scratch buffer.
+    /// `out = x16 · Wᵀ (+ bias)` on the f16 GEMM, `w` expanded to f16 in a scratch buffer;
+    /// `x16` holds `out.rows` rows of `w.cols`.
     fn f16_matmul(
         &self,
         w: &QuantMatrix,

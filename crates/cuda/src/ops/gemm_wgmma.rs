@@ -99,11 +99,15 @@ impl GemmWgmma {
             .all(|g| g.as_ref().is_some_and(|g| g.f.is_some()))
     }
 
-    /// Whether a `ty` weight of `rows` × `cols` can take it: a format expanded to f16, rows
-    /// whose f16 stride the tensor copy takes (a multiple of 16 bytes), and an even number of
-    /// them (the kernel writes pairs).
+    /// Whether a `ty` weight of `rows` × `cols` can take it: a format expanded to f16, a
+    /// row stride the tensor copy takes (cols a multiple of 8: 16 bytes of f16), an even
+    /// number of rows (the kernel writes pairs), and neither empty.
     pub fn supports(ty: GgmlType, rows: usize, cols: usize) -> bool {
-        super::formats::has(ty, |f| f.gemm_f16) && cols.is_multiple_of(8) && rows.is_multiple_of(2)
+        super::formats::has(ty, |f| f.gemm_f16)
+            && cols > 0
+            && cols.is_multiple_of(8)
+            && rows > 0
+            && rows.is_multiple_of(2)
     }
 
     /// `out[i] = f16(x[i])` for the first `len` elements (`len` a multiple of 8).
@@ -494,13 +498,41 @@ impl GemmWgmma {
     }
 }
 
-/// The GEMM entry point, or why it does not run here.
+/// The GEMM entry point, or why it does not run here (not Hopper, or too little shared
+/// memory).
 fn hopper_only(g: &Option<GemmFn>) -> Result<&CudaFunction> {
     match g {
         Some(g) => g.get("the f16 wgmma GEMM"),
         None => Err(CudaError::Invalid(
             "the f16 wgmma GEMM runs on Hopper (sm_90) only".into(),
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The tile and shared-memory sizes here are the kernel's `#define`s.
+    #[test]
+    fn sizes_match_the_kernel() {
+        let define = |name: &str| -> usize {
+            let line = GEMM_WGMMA
+                .source
+                .lines()
+                .find_map(|l| l.strip_prefix(&format!("#define {name} ")))
+                .unwrap_or_else(|| panic!("#define {name}"));
+            line.trim()
+                .parse()
+                .unwrap_or_else(|_| panic!("{name} = {line}"))
+        };
+        assert_eq!(define("WG_BM"), TILE_TOKENS);
+        assert_eq!(define("WG_BN"), TILE_ROWS);
+        assert_eq!(define("WG_BK"), STAGE_COLS as usize);
+        let stages = define("WG_STAGES");
+        let want =
+            stages * (TILE_TOKENS + TILE_ROWS) * STAGE_COLS as usize * 2 + 2 * stages * 8 + 1024;
+        assert_eq!(SMEM_BYTES, want);
     }
 }
 

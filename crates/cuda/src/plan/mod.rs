@@ -284,7 +284,9 @@ impl Plan {
     /// [`F16_EXPERTS_MIN_PAIRS`] pairs an expert on average (`FERROLM_F16_EXPERTS_PAIRS`), without gpt-oss's epilogue, and
     /// within the grouped scratch's pairs and widths.
     pub fn f16_experts(&self, s: &MoeShape) -> bool {
-        !s.epilogue
+        // FERROLM_MOE_GROUPED=0 (the per-expert launches, for bisecting) stays on the int8 GEMM.
+        self.switches.moe_grouped
+            && !s.epilogue
             && !s.is_float()
             && s.tokens * s.n_used
                 >= self.switches.f16_experts_pairs.unwrap_or(F16_EXPERTS_MIN_PAIRS) * s.n_expert
@@ -298,11 +300,20 @@ impl Plan {
 
     /// Whether `n` rows of a `ty` product of `rows` × `cols` take the f16 warpgroup-MMA GEMM
     /// (`FERROLM_GEMM_F16`, Hopper): ubatches of [`F16_GEMM_MIN_ROWS`] rows or more, held to
-    /// its contract (`ops/gemm_wgmma.rs`), for formats with an f16 expansion.
+    /// its contract (`ops/gemm_wgmma.rs`), for formats with an f16 expansion. In a pass of
+    /// several sequences only past [`BATCH_GRAPH_MAX`] rows: a decode step of up to that many
+    /// sequences (padded to a power of two) would expand every weight, the output's too, each
+    /// step. A forced CPU order (`FERROLM_CUDA_INT_SCALES=1`) stays forced.
     pub fn f16_gemm(&self, ty: GgmlType, rows: usize, cols: usize, n: usize) -> bool {
+        let min = if self.sequence_batches {
+            BATCH_GRAPH_MAX + 1
+        } else {
+            F16_GEMM_MIN_ROWS
+        };
         self.switches.gemm_f16
             && self.device.f16_gemm
-            && n >= F16_GEMM_MIN_ROWS
+            && self.switches.int_scales != Some(true)
+            && n >= min
             && GemmWgmma::supports(ty, rows, cols)
     }
 

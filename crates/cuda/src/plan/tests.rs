@@ -524,7 +524,7 @@ fn moe_switches() {
     };
     let unfused = plan(&[("FERROLM_MOE_FUSED", "0"), ("FERROLM_MMVQ_WIDE", "0")]);
     assert!(matches!(unfused.moe(&s(1)), MoePath::MatVec(m) if !m.fused && !m.wide));
-    let per_expert = plan(&[("FERROLM_MOE_GROUPED", "0"), ("FERROLM_GEMM_F16", "0")]);
+    let per_expert = plan(&[("FERROLM_MOE_GROUPED", "0")]);
     // 128 experts (Qwen3-30B-A3B): the f16 GEMMs from 64 pairs an expert (1,024 tokens).
     let wide = |tokens| MoeShape {
         n_expert: 128,
@@ -733,6 +733,12 @@ fn f16_gemm_by_rows_format_and_device() {
     );
     assert!(!p.f16_gemm(Q8_0, 4095, 4096, 2048), "an odd row count");
     assert!(!plan(&[("FERROLM_GEMM_F16", "0")]).f16_gemm(Q4K, 4096, 4096, 2048));
+    assert!(!plan(&[("FERROLM_CUDA_INT_SCALES", "1")]).f16_gemm(Q4K, 4096, 4096, 2048));
+    assert!(!p.f16_gemm(Q4K, 4096, 0, 2048), "no columns");
+    // A batched decode step of up to BATCH_GRAPH_MAX sequences never; a longer mixed pass may.
+    let many = p.for_sequence_batches();
+    assert!(!many.f16_gemm(Q4K, 4096, 4096, BATCH_GRAPH_MAX));
+    assert!(many.f16_gemm(Q4K, 4096, 4096, BATCH_GRAPH_MAX + 1));
     let ampere = DeviceFacts {
         cc: (8, 0),
         f16_gemm: false,
