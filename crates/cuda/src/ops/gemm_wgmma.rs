@@ -509,33 +509,6 @@ fn hopper_only(g: &Option<GemmFn>) -> Result<&CudaFunction> {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The tile and shared-memory sizes here are the kernel's `#define`s.
-    #[test]
-    fn sizes_match_the_kernel() {
-        let define = |name: &str| -> usize {
-            let line = GEMM_WGMMA
-                .source
-                .lines()
-                .find_map(|l| l.strip_prefix(&format!("#define {name} ")))
-                .unwrap_or_else(|| panic!("#define {name}"));
-            line.trim()
-                .parse()
-                .unwrap_or_else(|_| panic!("{name} = {line}"))
-        };
-        assert_eq!(define("WG_BM"), TILE_TOKENS);
-        assert_eq!(define("WG_BN"), TILE_ROWS);
-        assert_eq!(define("WG_BK"), STAGE_COLS as usize);
-        let stages = define("WG_STAGES");
-        let want =
-            stages * (TILE_TOKENS + TILE_ROWS) * STAGE_COLS as usize * 2 + 2 * stages * 8 + 1024;
-        assert_eq!(SMEM_BYTES, want);
-    }
-}
-
 /// A launch of a block a row (grid-stride past 65,535 rows) of `threads` threads.
 fn rows_cfg(rows: usize, threads: u32) -> LaunchConfig {
     LaunchConfig {
@@ -576,4 +549,31 @@ fn f16_map(addr: sys::CUdeviceptr, rows: usize, cols: usize, box_rows: u32) -> R
         "describing a {rows}×{cols} f16 matrix for the copy engine"
     ))?;
     Ok(map)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The tile and shared-memory sizes here are the kernel's `#define`s.
+    #[test]
+    fn sizes_match_the_kernel() {
+        let define = |name: &str| -> usize {
+            let line = GEMM_WGMMA
+                .source
+                .lines()
+                .find_map(|l| l.strip_prefix(&format!("#define {name} ")))
+                .unwrap_or_else(|| panic!("#define {name}"));
+            line.trim()
+                .parse()
+                .unwrap_or_else(|_| panic!("{name} = {line}"))
+        };
+        assert_eq!(define("WG_BM"), TILE_TOKENS);
+        assert_eq!(define("WG_BN"), TILE_ROWS);
+        assert_eq!(define("WG_BK"), STAGE_COLS as usize);
+        let stages = define("WG_STAGES");
+        let want =
+            stages * (TILE_TOKENS + TILE_ROWS) * STAGE_COLS as usize * 2 + 2 * stages * 8 + 1024;
+        assert_eq!(SMEM_BYTES, want);
+    }
 }
