@@ -5,6 +5,7 @@
 use super::checks::{poisoned, row, MatmulCase};
 use super::{compare, Contract, Row};
 use anyhow::Result;
+use ferrolm_cuda::ops::GemmWgmma;
 use ferrolm_cuda::{CudaDevice, Kernels, Plan};
 use ferrolm_gguf::GgmlType;
 use rand::rngs::StdRng;
@@ -62,7 +63,22 @@ pub fn gemm_f16(
     g.matmul(&x16, n, &w16, rows, cols, &mut again)?;
     dev.sync()?;
     let again = dev.download(&again)?;
-    Ok(vec![
+    let mut rows_out = Vec::new();
+    if GemmWgmma::unpacks(ty) {
+        // Unpacked in the GEMM: the expanded path's bits.
+        let mut unpacked = poisoned(dev, n * rows)?;
+        g.matmul_unpacked(&x16, n, &case.w, &mut unpacked)?;
+        dev.sync()?;
+        let unpacked = dev.download(&unpacked)?;
+        rows_out.push(row(
+            &format!("gemm f16 {ty} unpacked in the GEMM"),
+            shape.clone(),
+            "expanded first",
+            compare(&unpacked, &got, |_| 1.0),
+            Contract::Exact,
+        ));
+    }
+    let mut out = vec![
         row(
             &format!("gemm f16 {ty}"),
             shape.clone(),
@@ -77,7 +93,9 @@ pub fn gemm_f16(
             compare(&again, &got, |_| 1.0),
             Contract::Exact,
         ),
-    ])
+    ];
+    out.extend(rows_out);
+    Ok(out)
 }
 
 /// `cuda-parity --time`: the f16 GEMM on the layer shapes of `mmq_time`, each stage's median
@@ -92,8 +110,8 @@ pub fn time_gemm_f16(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRn
     }
     let g = &k.gemm_wgmma;
     println!("\nf16 wgmma GEMM, median ms of 7 launches (TFLOPS of the GEMM alone; int8 = mmq's default):\n");
-    println!("| format | model | matrix | rows×cols | n | expand | round | gemm | TFLOPS | all f16 | int8 | int8 ÷ all f16 |");
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("| format | model | matrix | rows×cols | n | expand | round | gemm | TFLOPS | all f16 | unpacked | TFLOPS | int8 | int8 ÷ all f16 |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for ty in TYPES {
         for s in &SHAPES {
             let bytes = s.rows * s.cols / ty.block_elems() * ty.block_bytes();
@@ -116,8 +134,18 @@ pub fn time_gemm_f16(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRn
                     k.mmq.matmul(&how, &w, &xq, n, &mut out, Some(&mut scratch))
                 })?;
                 let all = expand + round + gemm;
+                // Unpacked in the GEMM (Q4_K): no expansion.
+                let (unpacked, unpacked_tops) = if GemmWgmma::unpacks(ty) {
+                    let ms = median_ms(dev, || g.matmul_unpacked(&x16, n, &w, &mut out))?;
+                    (
+                        format!("{ms:.3}"),
+                        format!("{:.0}", tops(s.rows, s.cols, n, ms)),
+                    )
+                } else {
+                    ("-".into(), "-".into())
+                };
                 println!(
-                    "| {ty} | {} | {} | {}×{} | {n} | {expand:.3} | {round:.3} | {gemm:.3} | {:.0} | {all:.3} | {int8:.3} | {:.2} |",
+                    "| {ty} | {} | {} | {}×{} | {n} | {expand:.3} | {round:.3} | {gemm:.3} | {:.0} | {all:.3} | {unpacked} | {unpacked_tops} | {int8:.3} | {:.2} |",
                     s.model,
                     s.what,
                     s.rows,

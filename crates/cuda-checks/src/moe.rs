@@ -342,21 +342,37 @@ pub fn moe_block(
     rows.extend(mma);
     // Long ubatches on Hopper: the f16 grouped GEMMs (FERROLM_GEMM_F16).
     if plan.f16_experts(&MoeShape::new(&experts, n)) {
-        let mut bufs = ExpertBufs::zeros(dev, n, &experts)?;
-        let mut out16 = poisoned(dev, n * d)?;
-        k.gemm_wgmma.experts(
-            &k.moe_gemm,
-            &xd,
-            n,
-            &idsd,
-            &wd,
-            &experts,
-            &mut work,
-            &mut bufs,
-            &mut out16,
-        )?;
-        dev.sync()?;
-        let got16 = dev.download(&out16)?;
+        let mut run16 = |unpack: [bool; 2]| -> Result<Vec<f32>> {
+            let mut bufs = ExpertBufs::zeros(dev, n, &experts, unpack)?;
+            let mut out16 = poisoned(dev, n * d)?;
+            k.gemm_wgmma.experts(
+                &k.moe_gemm,
+                &xd,
+                n,
+                &idsd,
+                &wd,
+                &experts,
+                &mut work,
+                &mut bufs,
+                unpack,
+                &mut out16,
+            )?;
+            dev.sync()?;
+            Ok(dev.download(&out16)?)
+        };
+        let unpack = plan.f16_experts_unpack(&experts);
+        let got16 = run16(unpack)?;
+        if unpack.contains(&true) {
+            // The weights the GEMM unpacks itself: the expanded path's bits.
+            let expanded = run16([false; 2])?;
+            rows.push(row(
+                &format!("moe block f16 unpacked {unpack:?}, {types}"),
+                shape.clone(),
+                "expanded first",
+                compare(&got16, &expanded, |_| 1.0),
+                Contract::Exact,
+            ));
+        }
         rows.push(row(
             &format!("moe block f16 (wgmma), {types}"),
             shape,

@@ -21,7 +21,7 @@
 #define WG_B_BYTES (WG_BN * WG_BK * 2)
 #define WG_STAGE_BYTES (WG_A_BYTES + WG_B_BYTES)
 // Stages, their barriers, and up to 1 KB to align the first stage to the swizzle's 1024 bytes.
-#define WG_SMEM (WG_STAGES * WG_STAGE_BYTES + 2 * WG_STAGES * 8 + 1024)
+#define WG_SMEM (WG_STAGES * WG_STAGE_BYTES + (2 * WG_STAGES + 2) * 8 + 1024)
 
 // A CUtensorMap (cuda.h) by value: the driver's opaque 128-byte descriptor of one operand.
 struct __align__(64) TmaMap {
@@ -124,13 +124,57 @@ template <int N> static __device__ __forceinline__ void wgmma_wait() {
 #endif
 
 // The tile a block computes: x rows [tok0, tok0 + 128) (those below tok_end are stored),
-// weight rows from wrow0 of w_map, stored as output columns row0.. of rows of n_rows floats.
+// weight rows from wrow0 of the weight's map; its row0 + i < n_rows (of the map's matrix or
+// expert) are stored at out[t * ldo + col0 + row0 + i].
 struct WgTile {
-    int tok0, tok_end, wrow0, row0;
+    int tok0, tok_end, wrow0, row0, col0, ldo;
 };
 
 #ifdef FERROLM_WGMMA
-// One block's 128 x 256 tile over k columns; `bars` the stages' barriers, initialized.
+// Consumer warpgroup c (0 or 1) of a block: its 64 tokens of the tile times the 256 weight
+// rows over `steps` stages of the ring, then the f32 sums stored.
+template <int STAGES>
+static __device__ __forceinline__ void consume(float *__restrict__ out, int n_rows, int steps,
+                                               WgTile tile, const uint8_t *smem, uint64_t *full,
+                                               uint64_t *empty, int c, int tid) {
+    float d[128];
+    for (int i = 0; i < steps; ++i) {
+        const int s = i % STAGES;
+        mbar_wait(&full[s], (i / STAGES) & 1);
+        const uint8_t *a = smem + s * WG_STAGE_BYTES + c * 64 * 128;
+        const uint8_t *b = smem + s * WG_STAGE_BYTES + WG_A_BYTES;
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < WG_BK / 16; ++kk) {
+            wgmma_m64n256k16(d, wgmma_desc(a + kk * 32), wgmma_desc(b + kk * 32), i | kk);
+        }
+        wgmma_commit();
+        // The stage before this one is read once only this stage's MMAs may be in flight.
+        wgmma_wait<1>();
+        if (i > 0 && tid % 32 == 0) mbar_arrive(&empty[(i + STAGES - 1) % STAGES]);
+    }
+    wgmma_wait<0>();
+    // Accumulator layout of m64nNk16: warp w, lane l holds rows 16w + l/4 (+8) and column
+    // pairs 8j + 2(l%4) of each 8-column group j.
+    const int warp = tid / 32, lane = tid % 32;
+    const int t_lo = tile.tok0 + c * 64 + warp * 16 + lane / 4;
+#pragma unroll
+    for (int j = 0; j < 32; ++j) {
+        const int r = tile.row0 + 8 * j + 2 * (lane % 4);
+        if (r >= n_rows) continue;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int t = t_lo + 8 * h;
+            if (t < tile.tok_end) {
+                *(float2 *)(out + (size_t)t * tile.ldo + tile.col0 + r) =
+                    make_float2(d[4 * j + 2 * h], d[4 * j + 2 * h + 1]);
+            }
+        }
+    }
+}
+
+// One block's 128 x 256 tile over k columns, both operands f16 by TMA; `bars` the stages'
+// barriers, initialized.
 static __device__ __forceinline__ void gemm_tile(const TmaMap *x_map, const TmaMap *w_map,
                                                  float *__restrict__ out, int n_rows, int k,
                                                  WgTile tile, uint8_t *smem, uint64_t *full,
@@ -151,59 +195,47 @@ static __device__ __forceinline__ void gemm_tile(const TmaMap *x_map, const TmaM
         }
     } else {
         asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
-        float d[128];
-        const int c = wg - 1; // this warpgroup's 64 tokens of the tile
-        for (int i = 0; i < steps; ++i) {
-            const int s = i % WG_STAGES;
-            mbar_wait(&full[s], (i / WG_STAGES) & 1);
-            const uint8_t *a = smem + s * WG_STAGE_BYTES + c * 64 * 128;
-            const uint8_t *b = smem + s * WG_STAGE_BYTES + WG_A_BYTES;
-            wgmma_fence();
-#pragma unroll
-            for (int kk = 0; kk < WG_BK / 16; ++kk) {
-                wgmma_m64n256k16(d, wgmma_desc(a + kk * 32), wgmma_desc(b + kk * 32), i | kk);
-            }
-            wgmma_commit();
-            // The stage before this one is read once only this stage's MMAs may be in flight.
-            wgmma_wait<1>();
-            if (i > 0 && tid % 32 == 0) mbar_arrive(&empty[(i + WG_STAGES - 1) % WG_STAGES]);
-        }
-        wgmma_wait<0>();
-        // Accumulator layout of m64nNk16: warp w, lane l holds rows 16w + l/4 (+8) and column
-        // pairs 8j + 2(l%4) of each 8-column group j.
-        const int warp = tid / 32, lane = tid % 32;
-        const int t_lo = tile.tok0 + c * 64 + warp * 16 + lane / 4;
-#pragma unroll
-        for (int j = 0; j < 32; ++j) {
-            const int r = tile.row0 + 8 * j + 2 * (lane % 4);
-            if (r >= n_rows) continue;
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                const int t = t_lo + 8 * h;
-                if (t < tile.tok_end) {
-                    *(float2 *)(out + (size_t)t * n_rows + r) =
-                        make_float2(d[4 * j + 2 * h], d[4 * j + 2 * h + 1]);
-                }
-            }
-        }
+        consume<WG_STAGES>(out, n_rows, steps, tile, smem, full, empty, wg - 1, tid);
     }
 }
 
-// The stages in dynamic shared memory (aligned to the swizzle's 1024 bytes) and their
-// barriers, initialized by thread 0; the caller synchronizes the block before use.
-static __device__ __forceinline__ uint8_t *stages(uint64_t **full, uint64_t **empty) {
+// STAGES stages in dynamic shared memory (aligned to the swizzle's 1024 bytes), RAW bytes after
+// them, then the barriers: full and empty a stage, two for the raw slots; initialized by
+// thread 0 (a stage full on `full_count` arrivals); the caller synchronizes the block before use.
+template <int STAGES, int RAW>
+static __device__ __forceinline__ uint8_t *stages(uint64_t **full, uint64_t **empty,
+                                                  uint32_t full_count) {
     extern __shared__ uint8_t smem_raw[];
     uint8_t *smem = (uint8_t *)(((size_t)smem_raw + 1023) & ~(size_t)1023);
-    *full = (uint64_t *)(smem + WG_STAGES * WG_STAGE_BYTES);
-    *empty = *full + WG_STAGES;
+    *full = (uint64_t *)(smem + STAGES * WG_STAGE_BYTES + RAW);
+    *empty = *full + STAGES;
     if (threadIdx.x == 0) {
-        for (int s = 0; s < WG_STAGES; ++s) {
-            mbar_init(&(*full)[s], 1);
+        for (int s = 0; s < STAGES; ++s) {
+            mbar_init(&(*full)[s], full_count);
             mbar_init(&(*empty)[s], 8); // lane 0 of each consumer warp
         }
+        for (int s = 0; s < 2; ++s) mbar_init(*empty + STAGES + s, 1);
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     return smem;
+}
+
+// Block x's expert and its token tile there: slot j is tile j - Σ_{e' < e} ceil(counts[e'] /
+// 128) of the expert e whose tiles it falls in; e = n_expert past the last tile. Found by
+// thread 0 and shared, which synchronizes the block.
+static __device__ __forceinline__ int2 expert_slot(const int *__restrict__ index, int n_expert) {
+    __shared__ int2 slot;
+    if (threadIdx.x == 0) {
+        int e = 0, before = 0;
+        for (; e < n_expert; ++e) {
+            const int tiles = (index[e] + WG_BM - 1) / WG_BM;
+            if ((int)blockIdx.x < before + tiles) break;
+            before += tiles;
+        }
+        slot = make_int2(e, (int)blockIdx.x - before);
+    }
+    __syncthreads();
+    return slot;
 }
 #endif
 
@@ -216,10 +248,10 @@ extern "C" __global__ void __launch_bounds__(384, 1)
     dependent_launch_entry();
 #ifdef FERROLM_WGMMA
     uint64_t *full, *empty;
-    uint8_t *smem = stages(&full, &empty);
+    uint8_t *smem = stages<WG_STAGES, 0>(&full, &empty, 1);
     __syncthreads();
     const int row0 = blockIdx.y * WG_BN;
-    const WgTile tile = {(int)blockIdx.x * WG_BM, n_tok, row0, row0};
+    const WgTile tile = {(int)blockIdx.x * WG_BM, n_tok, row0, row0, 0, n_rows};
     gemm_tile(&x_map, &w_map, out, n_rows, k, tile, smem, full, empty);
 #endif
 }
@@ -228,34 +260,179 @@ extern "C" __global__ void __launch_bounds__(384, 1)
 // in expert-sorted order (moe_gather_f16), w_map the experts' weights stacked, expert e's
 // n_rows from row e * n_rows; out[q][r] for the pair at sorted position q. index: counts[E],
 // offsets[E + 1] (moe_gemm.cu's moe_count/moe_scatter). Grid (ceil(pairs / 128) + E, n_rows /
-// 256 rounded up): slot j is tile j - Σ_{e' < e} ceil(counts[e'] / 128) of the expert e whose
-// tiles it falls in; slots past the last tile exit.
+// 256 rounded up), x over (expert, token tile) slots (expert_slot); slots past the last exit.
 extern "C" __global__ void __launch_bounds__(384, 1)
     gemm_wgmma_f16_experts(const __grid_constant__ TmaMap x_map,
                            const __grid_constant__ TmaMap w_map, float *__restrict__ out,
                            const int *__restrict__ index, int n_expert, int n_rows, int k) {
     dependent_launch_entry();
 #ifdef FERROLM_WGMMA
-    __shared__ int slot_expert, slot_tile;
     uint64_t *full, *empty;
-    uint8_t *smem = stages(&full, &empty);
-    if (threadIdx.x == 0) {
-        int e = 0, before = 0;
-        for (; e < n_expert; ++e) {
-            const int tiles = (index[e] + WG_BM - 1) / WG_BM;
-            if ((int)blockIdx.x < before + tiles) break;
-            before += tiles;
-        }
-        slot_expert = e;
-        slot_tile = blockIdx.x - before;
-    }
-    __syncthreads();
-    const int e = slot_expert;
+    uint8_t *smem = stages<WG_STAGES, 0>(&full, &empty, 1);
+    const int2 slot = expert_slot(index, n_expert); // synchronizes the block
+    const int e = slot.x, slot_tile = slot.y;
     if (e >= n_expert) return;
     const int *offsets = index + n_expert;
     const int row0 = blockIdx.y * WG_BN;
-    const WgTile tile = {offsets[e] + slot_tile * WG_BM, offsets[e + 1], e * n_rows + row0, row0};
+    const WgTile tile = {offsets[e] + slot_tile * WG_BM, offsets[e + 1], e * n_rows + row0, row0, 0,
+                         n_rows};
     gemm_tile(&x_map, &w_map, out, n_rows, k, tile, smem, full, empty);
+#endif
+}
+
+// ---- Q4_K weights unpacked in the GEMM ----------------------------------------------------
+// The same tiles and consumers, but the weight comes in as its Q4_K blocks: the producer
+// warpgroup's first thread brings a 256-column super-block of the tile's 256 rows (36 KB) by
+// TMA into one of two raw slots, and its 128 threads write each 64-column stage of it as f16
+// into the swizzled layout the MMAs read, two rows a thread, with the same bits as
+// dequant_f16_q4_k (Expand8<Q4_K>): the product is bit for bit the expanded path's, without the
+// f16 copy of the weight in memory. A stage is full on the x copy's bytes and 129 arrivals.
+#define WQ_STAGES 3
+#define WQ_BLOCK_BYTES 144
+#define WQ_RAW_BYTES (WG_BN * WQ_BLOCK_BYTES)
+#define WQ_SMEM (WQ_STAGES * WG_STAGE_BYTES + 2 * WQ_RAW_BYTES + (2 * WQ_STAGES + 2) * 8 + 1024)
+
+#ifdef FERROLM_WGMMA
+static __device__ __forceinline__ uint32_t pack_f16x2(float lo, float hi) {
+    uint32_t r;
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+
+// The four codes in the bytes of v (each below 16) as dl * q - ml, each product rounded on its
+// own (Expand8<Q4_K>'s roundings), as f16 pairs. q goes to f32 exactly through the bits of
+// 2^23 + q, which costs no conversion instruction.
+static __device__ __forceinline__ uint2 q4_quad_f16(uint32_t v, float dl, float ml) {
+    float x[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+        const float q = __fsub_rn(__uint_as_float(__byte_perm(v, 0x4B000000u, 0x7540 | e)), 8388608.0f);
+        x[e] = __fsub_rn(__fmul_rn(dl, q), ml);
+    }
+    return make_uint2(pack_f16x2(x[0], x[1]), pack_f16x2(x[2], x[3]));
+}
+
+// Columns 64m.. 64m + 63 of the Q4_K block at blk (sub-blocks 2m, 2m + 1: the low and high
+// nibbles of code bytes 32m..) as f16 into the 128-byte swizzled row brow of a B stage, whose
+// 16-byte chunk c sits at chunk c ^ sw (sw the row's index mod 8).
+static __device__ __forceinline__ void q4k_row_f16(const uint8_t *blk, int m, uint8_t *brow,
+                                                   int sw) {
+    uint16_t aux[2];
+    scales_k4(blk + 4, m, aux);
+    const float d = f16_bits_to_f32(*(const uint16_t *)blk);
+    const float dmin = f16_bits_to_f32(*(const uint16_t *)(blk + 2));
+    const float dl0 = __fmul_rn(d, (float)(aux[0] & 0xff)), dl1 = __fmul_rn(d, (float)(aux[0] >> 8));
+    const float ml0 = __fmul_rn(dmin, (float)(aux[1] & 0xff));
+    const float ml1 = __fmul_rn(dmin, (float)(aux[1] >> 8));
+    const uint4 q0 = *(const uint4 *)(blk + 16 + 32 * m), q1 = *(const uint4 *)(blk + 32 + 32 * m);
+    const uint32_t w[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+        const uint2 a = q4_quad_f16(w[2 * c] & 0x0F0F0F0Fu, dl0, ml0);
+        const uint2 b = q4_quad_f16(w[2 * c + 1] & 0x0F0F0F0Fu, dl0, ml0);
+        *(uint4 *)(brow + ((c ^ sw) << 4)) = make_uint4(a.x, a.y, b.x, b.y);
+        const uint2 e = q4_quad_f16((w[2 * c] >> 4) & 0x0F0F0F0Fu, dl1, ml1);
+        const uint2 f = q4_quad_f16((w[2 * c + 1] >> 4) & 0x0F0F0F0Fu, dl1, ml1);
+        *(uint4 *)(brow + (((4 + c) ^ sw) << 4)) = make_uint4(e.x, e.y, f.x, f.y);
+    }
+}
+
+// The producer warpgroup of a Q4_K tile: x stages by TMA, the weight's super-blocks by TMA
+// into the raw slots (raw_full their barriers), each stage's 256 x 64 weight written as f16.
+static __device__ __forceinline__ void produce_q4k(const TmaMap *x_map, const TmaMap *w_map, int k,
+                                                   WgTile tile, uint8_t *smem, uint64_t *full,
+                                                   uint64_t *empty, int tid) {
+    uint64_t *raw_full = empty + WQ_STAGES;
+    uint8_t *raw = smem + WQ_STAGES * WG_STAGE_BYTES;
+    const int steps = k / WG_BK, blocks = k / 256;
+    if (tid == 0) {
+        mbar_expect_tx(&raw_full[0], WQ_RAW_BYTES);
+        tma_load(raw, w_map, &raw_full[0], 0, tile.wrow0);
+    }
+    for (int i = 0; i < steps; ++i) {
+        const int s = i % WQ_STAGES, sb = i / 4, m = i % 4;
+        const uint8_t *slot = raw + (sb % 2) * WQ_RAW_BYTES;
+        if (m == 0) {
+            // Every thread is done with super-block sb - 1, whose slot takes sb + 1.
+            asm volatile("bar.sync 1, 128;" ::: "memory");
+            if (tid == 0 && sb + 1 < blocks) {
+                const int n = (sb + 1) % 2;
+                mbar_expect_tx(&raw_full[n], WQ_RAW_BYTES);
+                tma_load(raw + n * WQ_RAW_BYTES, w_map, &raw_full[n], (sb + 1) * WQ_BLOCK_BYTES,
+                         tile.wrow0);
+            }
+            mbar_wait(&raw_full[sb % 2], (sb / 2) & 1);
+        }
+        if (i >= WQ_STAGES) mbar_wait(&empty[s], ((i / WQ_STAGES) - 1) & 1);
+        uint8_t *a = smem + s * WG_STAGE_BYTES;
+        if (tid == 0) {
+            mbar_expect_tx(&full[s], WG_A_BYTES);
+            tma_load(a, x_map, &full[s], i * WG_BK, tile.tok0);
+        }
+#pragma unroll 1
+        for (int h = 0; h < 2; ++h) {
+            const int r = tid + 128 * h;
+            q4k_row_f16(slot + r * WQ_BLOCK_BYTES, m, a + WG_A_BYTES + r * 128, r % 8);
+        }
+        // The MMAs read the stage through the async proxy.
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+        mbar_arrive(&full[s]);
+    }
+}
+
+static __device__ __forceinline__ void gemm_tile_q4k(const TmaMap *x_map, const TmaMap *w_map,
+                                                     float *__restrict__ out, int n_rows, int k,
+                                                     WgTile tile, uint8_t *smem, uint64_t *full,
+                                                     uint64_t *empty) {
+    const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
+    if (wg == 0) {
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 56;");
+        produce_q4k(x_map, w_map, k, tile, smem, full, empty, tid);
+    } else {
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 224;");
+        consume<WQ_STAGES>(out, n_rows, k / WG_BK, tile, smem, full, empty, wg - 1, tid);
+    }
+}
+#endif
+
+// gemm_wgmma_f16 with a Q4_K weight: w_map the raw blocks as bytes [n_rows][k / 256 * 144],
+// box 144 x 256, unswizzled; k a multiple of 256. WQ_SMEM bytes of dynamic shared memory.
+extern "C" __global__ void __launch_bounds__(384, 1)
+    gemm_wgmma_q4k(const __grid_constant__ TmaMap x_map, const __grid_constant__ TmaMap w_map,
+                   float *__restrict__ out, int n_tok, int n_rows, int k) {
+    dependent_launch_entry();
+#ifdef FERROLM_WGMMA
+    uint64_t *full, *empty;
+    uint8_t *smem = stages<WQ_STAGES, 2 * WQ_RAW_BYTES>(&full, &empty, 129);
+    __syncthreads();
+    const int row0 = blockIdx.y * WG_BN;
+    const WgTile tile = {(int)blockIdx.x * WG_BM, n_tok, row0, row0, 0, n_rows};
+    gemm_tile_q4k(&x_map, &w_map, out, n_rows, k, tile, smem, full, empty);
+#endif
+}
+
+// gemm_wgmma_f16_experts with Q4_K weights (maps as gemm_wgmma_q4k's, the experts stacked),
+// and two of them side by side when `maps` is 2 (gate and up): grid y covers ceil(n_rows / 256)
+// tiles of each, map j's products stored at columns j * n_rows.. of out's rows of maps * n_rows.
+extern "C" __global__ void __launch_bounds__(384, 1)
+    gemm_wgmma_q4k_experts(const __grid_constant__ TmaMap x_map,
+                           const __grid_constant__ TmaMap w_map0,
+                           const __grid_constant__ TmaMap w_map1, float *__restrict__ out,
+                           const int *__restrict__ index, int n_expert, int n_rows, int k,
+                           int maps) {
+    dependent_launch_entry();
+#ifdef FERROLM_WGMMA
+    uint64_t *full, *empty;
+    uint8_t *smem = stages<WQ_STAGES, 2 * WQ_RAW_BYTES>(&full, &empty, 129);
+    const int2 slot = expert_slot(index, n_expert); // synchronizes the block
+    const int e = slot.x, slot_tile = slot.y;
+    if (e >= n_expert) return;
+    const int *offsets = index + n_expert;
+    const int tiles = (n_rows + WG_BN - 1) / WG_BN, j = (int)blockIdx.y / tiles;
+    const int row0 = ((int)blockIdx.y % tiles) * WG_BN;
+    const WgTile tile = {offsets[e] + slot_tile * WG_BM, offsets[e + 1], e * n_rows + row0, row0,
+                         j * n_rows, maps * n_rows};
+    gemm_tile_q4k(&x_map, j == 0 ? &w_map0 : &w_map1, out, n_rows, k, tile, smem, full, empty);
 #endif
 }
 

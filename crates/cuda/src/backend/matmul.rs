@@ -213,6 +213,8 @@ impl CudaBackend {
         out: &mut CudaAct,
         bias: Option<&CudaSlice<f32>>,
     ) -> Result<()> {
+        // Expanded first, never unpacked in the GEMM: every token tile would unpack the
+        // weight again (Plan::f16_unpack).
         let g = &self.k.gemm_wgmma;
         let mut w16 = self.halves.take(w.rows * w.cols)?;
         let done = g

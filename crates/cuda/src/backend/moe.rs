@@ -161,7 +161,8 @@ impl CudaBackend {
         work: &mut MoeWork,
         out: &mut CudaSlice<f32>,
     ) -> Result<()> {
-        let [xs, wgu, h, wd, gu, ys] = ExpertBufs::lens(x.rows, experts);
+        let unpack = self.plan.f16_experts_unpack(experts);
+        let [xs, wgu, h, wd, gu, ys] = ExpertBufs::lens(x.rows, experts, unpack);
         let mut bufs = ExpertBufs {
             xs: self.halves.take(xs)?,
             wgu: self.halves.take(wgu)?,
@@ -179,6 +180,7 @@ impl CudaBackend {
             experts,
             work,
             &mut bufs,
+            unpack,
             out,
         );
         let ExpertBufs {

@@ -2,7 +2,9 @@
 //! quantized weight is expanded to f16 in a scratch buffer (`dequant_f16_<s>`), the f32
 //! activations rounded to f16 (`round_f16`), and `gemm_wgmma_f16` multiplies the two with
 //! tiles brought in by the bulk tensor copy (TMA) into a ring of shared-memory stages.
-//! Whether a product takes it is the plan's (`Plan::f16_gemm`).
+//! Whether a product takes it is the plan's (`Plan::f16_gemm`). Q4_K experts are instead
+//! unpacked from their blocks inside the GEMM (`gemm_wgmma_q4k_experts`, `Plan::f16_unpack`),
+//! with the same bits and no f16 copy of the weights.
 //!
 //! Contract: tensor-core, not the CPU's bits. Each product is of the weight as ferrolm-quant
 //! dequantizes it and of the f32 activation, both rounded to f16 (2^-11 relative each), summed
@@ -26,8 +28,18 @@ use std::collections::HashMap;
 const TILE_TOKENS: usize = 128;
 const TILE_ROWS: usize = 256;
 const STAGE_COLS: u32 = 64;
-/// The kernel's WG_SMEM: four stages of 48 KB, their barriers, 1 KB for alignment.
-const SMEM_BYTES: usize = 4 * (TILE_TOKENS + TILE_ROWS) * 64 * 2 + 2 * 4 * 8 + 1024;
+/// The kernel's WG_SMEM: four stages of 48 KB, their barriers and the two raw slots' (unused
+/// here), 1 KB for alignment.
+const SMEM_BYTES: usize = 4 * (TILE_TOKENS + TILE_ROWS) * 64 * 2 + (2 * 4 + 2) * 8 + 1024;
+/// Bytes of a Q4_K block (the kernel's WQ_BLOCK_BYTES): a raw box is one block of each of a
+/// tile's rows.
+const Q4K_BLOCK_BYTES: u32 = 144;
+/// The kernel's WQ_SMEM: three f16 stages, two raw slots of a Q4_K block of each of the tile's
+/// rows, the barriers, 1 KB for alignment.
+const Q4K_SMEM_BYTES: usize = 3 * (TILE_TOKENS + TILE_ROWS) * 64 * 2
+    + 2 * TILE_ROWS * Q4K_BLOCK_BYTES as usize
+    + (2 * 3 + 2) * 8
+    + 1024;
 /// Producer warpgroup and two consumer warpgroups.
 const THREADS: u32 = 384;
 
@@ -50,6 +62,9 @@ pub struct GemmWgmma {
     gather: CudaFunction,
     swiglu: CudaFunction,
     unsort: CudaFunction,
+    /// The GEMMs that unpack Q4_K weights themselves (no f16 copy of the weight).
+    q4k: Option<GemmFn>,
+    q4k_experts: Option<GemmFn>,
 }
 
 /// The expert-sorted pairs of an MoE prefill batch, as `moe_gemm.cu`'s index kernels leave
@@ -75,6 +90,15 @@ impl GemmWgmma {
         };
         let gemm = load("gemm_wgmma_f16")?;
         let experts = load("gemm_wgmma_f16_experts")?;
+        let load_q4k = |name: &str| -> Result<Option<GemmFn>> {
+            if hopper {
+                GemmFn::load(dev, &GEMM_WGMMA, name, Q4K_SMEM_BYTES, THREADS).map(Some)
+            } else {
+                Ok(None)
+            }
+        };
+        let q4k = load_q4k("gemm_wgmma_q4k")?;
+        let q4k_experts = load_q4k("gemm_wgmma_q4k_experts")?;
         let mut dequant = HashMap::new();
         for ty in super::formats::with(|f| f.gemm_f16) {
             let name = format!("dequant_f16_{}", kernel_suffix(ty));
@@ -89,12 +113,14 @@ impl GemmWgmma {
             gather: dev.function(&GEMM_WGMMA, "moe_gather_f16")?,
             swiglu: dev.function(&GEMM_WGMMA, "moe_swiglu_f16")?,
             unsort: dev.function(&GEMM_WGMMA, "moe_unsort_weighted")?,
+            q4k,
+            q4k_experts,
         })
     }
 
     /// Whether this device runs the GEMM at all (Hopper, and its shared memory fits).
     pub fn available(&self) -> bool {
-        [&self.gemm, &self.experts]
+        [&self.gemm, &self.experts, &self.q4k, &self.q4k_experts]
             .iter()
             .all(|g| g.as_ref().is_some_and(|g| g.f.is_some()))
     }
@@ -108,6 +134,13 @@ impl GemmWgmma {
             && cols.is_multiple_of(8)
             && rows > 0
             && rows.is_multiple_of(2)
+    }
+
+    /// Whether the GEMM unpacks `ty` weights itself (from their blocks, in shared memory)
+    /// rather than multiplying an f16 copy: Q4_K, whose block (144 bytes) the copy engine
+    /// brings in as one box column. The products are the same bits either way.
+    pub fn unpacks(ty: GgmlType) -> bool {
+        ty == GgmlType::Q4K
     }
 
     /// `out[i] = f16(x[i])` for the first `len` elements (`len` a multiple of 8).
@@ -248,6 +281,57 @@ impl GemmWgmma {
         unsafe { b.launch(cfg) }.during("launching gemm_wgmma_f16")?;
         Ok(())
     }
+
+    /// [`matmul`](Self::matmul) of `w` (Q4_K, [`unpacks`](Self::unpacks)) unpacked in the
+    /// GEMM: the same bits as expanding it first. For `cuda-parity`'s rows and timing: the
+    /// plan expands dense weights (each token tile would unpack the weight again).
+    pub fn matmul_unpacked(
+        &self,
+        x16: &CudaSlice<u16>,
+        n: usize,
+        w: &QuantMatrix,
+        out: &mut CudaSlice<f32>,
+    ) -> Result<()> {
+        let f = hopper_only(&self.q4k)?;
+        let (rows, cols) = (w.rows, w.cols);
+        assert!(x16.len() >= n * cols, "gemm q4k: x too small");
+        assert!(out.len() >= n * rows, "gemm q4k: out too small");
+        if n == 0 || rows == 0 {
+            return Ok(());
+        }
+        let stream = self.launch.stream().clone();
+        let (xp, _x_sync) = x16.device_ptr(&stream);
+        let (wp, _w_sync) = w.data.device_ptr(&stream);
+        let x_map = f16_map(xp, n, cols, TILE_TOKENS as u32)?;
+        let w_map = q4k_map(wp, w)?;
+        let cfg = LaunchConfig {
+            grid_dim: (
+                int(n.div_ceil(TILE_TOKENS), "gemm q4k token tiles") as u32,
+                int(rows.div_ceil(TILE_ROWS), "gemm q4k row tiles") as u32,
+                1,
+            ),
+            block_dim: (THREADS, 1, 1),
+            shared_mem_bytes: Q4K_SMEM_BYTES as u32,
+        };
+        let (ntok, nrows, k) = (
+            int(n, "gemm q4k tokens"),
+            int(rows, "gemm q4k rows"),
+            int(cols, "gemm q4k cols"),
+        );
+        let mut b = self.launch.builder(f);
+        b.arg(&x_map)
+            .arg(&w_map)
+            .arg(out)
+            .arg(&ntok)
+            .arg(&nrows)
+            .arg(&k);
+        // SAFETY: gemm_wgmma_q4k(x_map, w_map, out, n_tok, n_rows, k): the maps describe x16
+        // (n × cols f16, asserted) and w's blocks (q4k_map checks their size); the copy
+        // engine fills boxes past the ends with zeros; out holds n × rows floats, and only
+        // t < n, r < rows are written.
+        unsafe { b.launch(cfg) }.during("launching gemm_wgmma_q4k")?;
+        Ok(())
+    }
 }
 
 impl GemmWgmma {
@@ -353,6 +437,82 @@ impl GemmWgmma {
         Ok(())
     }
 
+    /// [`matmul_experts`](Self::matmul_experts) of Q4_K experts unpacked in the GEMM: `ws`
+    /// one stack (`out` rows of `n_rows`) or two side by side (gate and up: `out` rows of
+    /// `2 n_rows`, the second's products from column `n_rows`), each `n_expert × n_rows` rows.
+    pub fn matmul_experts_unpacked(
+        &self,
+        xs: &CudaSlice<u16>,
+        rows: &ExpertRows,
+        ws: &[&QuantMatrix],
+        n_rows: usize,
+        out: &mut CudaSlice<f32>,
+    ) -> Result<()> {
+        let f = hopper_only(&self.q4k_experts)?;
+        assert!(matches!(ws.len(), 1 | 2), "experts q4k: {} maps", ws.len());
+        let cols = ws[0].cols;
+        for w in ws {
+            assert!(
+                w.rows == rows.n_expert * n_rows && w.cols == cols,
+                "experts q4k: {}×{} for {} experts of {n_rows}×{cols}",
+                w.rows,
+                w.cols,
+                rows.n_expert
+            );
+        }
+        assert!(xs.len() >= rows.pairs * cols, "experts q4k: xs too small");
+        assert!(
+            out.len() >= rows.pairs * ws.len() * n_rows,
+            "experts q4k: out too small"
+        );
+        if rows.pairs == 0 {
+            return Ok(());
+        }
+        let stream = self.launch.stream().clone();
+        let (xp, _x_sync) = xs.device_ptr(&stream);
+        let x_map = f16_map(xp, rows.pairs, cols, TILE_TOKENS as u32)?;
+        let mut maps = Vec::with_capacity(2);
+        for w in ws {
+            let (wp, _w_sync) = w.data.device_ptr(&stream);
+            maps.push(q4k_map(wp, w)?);
+        }
+        let tiles = n_rows.div_ceil(TILE_ROWS);
+        let cfg = LaunchConfig {
+            grid_dim: (
+                int(
+                    rows.pairs.div_ceil(TILE_TOKENS) + rows.n_expert,
+                    "expert tiles",
+                ) as u32,
+                int(tiles * ws.len(), "expert row tiles") as u32,
+                1,
+            ),
+            block_dim: (THREADS, 1, 1),
+            shared_mem_bytes: Q4K_SMEM_BYTES as u32,
+        };
+        let (ne, nr, k, nm) = (
+            int(rows.n_expert, "experts"),
+            int(n_rows, "expert rows"),
+            int(cols, "expert cols"),
+            ws.len() as i32,
+        );
+        let mut b = self.launch.builder(f);
+        b.arg(&x_map)
+            .arg(&maps[0])
+            .arg(&maps[maps.len() - 1])
+            .arg(out)
+            .arg(rows.index)
+            .arg(&ne)
+            .arg(&nr)
+            .arg(&k)
+            .arg(&nm);
+        // SAFETY: gemm_wgmma_q4k_experts(x_map, w_map0, w_map1, out, index, E, n_rows, k,
+        // maps): the maps describe xs (pairs × cols, asserted) and each weight's blocks
+        // (E·n_rows rows, asserted; q4k_map checks their size); a block writes rows
+        // q < offsets[E] <= pairs of out (pairs × maps·n_rows, asserted).
+        unsafe { b.launch(cfg) }.during("launching gemm_wgmma_q4k_experts")?;
+        Ok(())
+    }
+
     /// `h[q][j] = f16(silu(gu[q][j]) · gu[q][n_ff + j])`: SwiGLU of the interleaved gate and up
     /// products.
     pub fn swiglu(
@@ -418,21 +578,26 @@ pub struct ExpertBufs {
 }
 
 impl ExpertBufs {
-    /// Elements of xs, wgu, h, wd, gu, ys for `n` tokens through `x`.
-    pub fn lens(n: usize, x: &MoeExperts) -> [usize; 6] {
+    /// Elements of xs, wgu, h, wd, gu, ys for `n` tokens through `x`; no f16 copy of weights
+    /// the GEMM unpacks itself (`unpack`: gate and up, down; the plan's
+    /// [`Plan::f16_experts_unpack`]).
+    ///
+    /// [`Plan::f16_experts_unpack`]: crate::Plan::f16_experts_unpack
+    pub fn lens(n: usize, x: &MoeExperts, unpack: [bool; 2]) -> [usize; 6] {
         let (pairs, d, ff, e) = (n * x.n_used, x.n_embd(), x.n_ff, x.n_expert);
+        let [gate_up, down] = unpack;
         [
             pairs * d,
-            e * 2 * ff * d,
+            if gate_up { 0 } else { e * 2 * ff * d },
             pairs * ff,
-            e * d * ff,
+            if down { 0 } else { e * d * ff },
             pairs * 2 * ff,
             pairs * d,
         ]
     }
 
-    pub fn zeros(dev: &CudaDevice, n: usize, x: &MoeExperts) -> Result<Self> {
-        let [xs, wgu, h, wd, gu, ys] = Self::lens(n, x);
+    pub fn zeros(dev: &CudaDevice, n: usize, x: &MoeExperts, unpack: [bool; 2]) -> Result<Self> {
+        let [xs, wgu, h, wd, gu, ys] = Self::lens(n, x, unpack).map(|l| l.max(1));
         Ok(Self {
             xs: dev.zeros(xs)?,
             wgu: dev.zeros(wgu)?,
@@ -449,8 +614,9 @@ impl GemmWgmma {
     /// (same routes, same combine) but in f16: the pairs' rows gathered in expert order, gate
     /// and up expanded interleaved so that one grouped GEMM gives both, SwiGLU rounded to f16,
     /// down expanded and multiplied, each pair's product scaled by its routing weight back in
-    /// pair order, and `moe_combine` summing the slots in order. Contract: as the dense f16
-    /// GEMM's, twice (x and h each rounded to f16).
+    /// pair order, and `moe_combine` summing the slots in order. Gate and up, and down, are
+    /// unpacked in the GEMM instead where `unpack` says so (Q4_K: [`Self::unpacks`]), with
+    /// the same bits. Contract: as the dense f16 GEMM's, twice (x and h each rounded to f16).
     #[allow(clippy::too_many_arguments)]
     pub fn experts(
         &self,
@@ -462,6 +628,7 @@ impl GemmWgmma {
         experts: &MoeExperts,
         work: &mut MoeWork,
         bufs: &mut ExpertBufs,
+        unpack: [bool; 2],
         out: &mut CudaSlice<f32>,
     ) -> Result<()> {
         let (d, ff, e, k) = (
@@ -471,10 +638,16 @@ impl GemmWgmma {
             experts.n_used,
         );
         let st = self.launch.stream().clone();
+        let [gate_up_unpacked, down_unpacked] = unpack;
         crate::profile::span(&st, "moe.f16.expand", || -> Result<()> {
-            self.expand_grouped(experts.gate, &mut bufs.wgu, ff, 2 * ff, 0)?;
-            self.expand_grouped(experts.up, &mut bufs.wgu, ff, 2 * ff, ff)?;
-            self.expand(experts.down, &mut bufs.wd)
+            if !gate_up_unpacked {
+                self.expand_grouped(experts.gate, &mut bufs.wgu, ff, 2 * ff, 0)?;
+                self.expand_grouped(experts.up, &mut bufs.wgu, ff, 2 * ff, ff)?;
+            }
+            if !down_unpacked {
+                self.expand(experts.down, &mut bufs.wd)?;
+            }
+            Ok(())
         })?;
         crate::profile::span(&st, "moe.index", || moe.build_index(ids, n, work))?;
         let (index, sorted, y) = work.index_sorted_y();
@@ -487,11 +660,20 @@ impl GemmWgmma {
         let b = &mut *bufs;
         crate::profile::span(&st, "moe.gate_up", || -> Result<()> {
             self.gather(x, &rows, k, d, &mut b.xs)?;
-            self.matmul_experts(&b.xs, &rows, &b.wgu, 2 * ff, d, &mut b.gu)?;
+            if gate_up_unpacked {
+                let ws = [experts.gate, experts.up];
+                self.matmul_experts_unpacked(&b.xs, &rows, &ws, ff, &mut b.gu)?;
+            } else {
+                self.matmul_experts(&b.xs, &rows, &b.wgu, 2 * ff, d, &mut b.gu)?;
+            }
             self.swiglu(&b.gu, &rows, ff, &mut b.h)
         })?;
         crate::profile::span(&st, "moe.down", || -> Result<()> {
-            self.matmul_experts(&b.h, &rows, &b.wd, d, ff, &mut b.ys)?;
+            if down_unpacked {
+                self.matmul_experts_unpacked(&b.h, &rows, &[experts.down], d, &mut b.ys)?;
+            } else {
+                self.matmul_experts(&b.h, &rows, &b.wd, d, ff, &mut b.ys)?;
+            }
             self.unsort_weighted(&b.ys, &rows, weights, d, y)
         })?;
         moe.combine(work, ids, n, out)
@@ -551,6 +733,51 @@ fn f16_map(addr: sys::CUdeviceptr, rows: usize, cols: usize, box_rows: u32) -> R
     Ok(map)
 }
 
+/// The tensor map of a Q4_K matrix's blocks at device address `addr`, as bytes
+/// `[rows][cols / 256 · 144]`, read in boxes of one block × [`TILE_ROWS`] rows, unswizzled.
+fn q4k_map(addr: sys::CUdeviceptr, w: &QuantMatrix) -> Result<TmaMapArg> {
+    assert!(
+        w.ty == GgmlType::Q4K && w.cols.is_multiple_of(256),
+        "q4k map of {} {}×{}",
+        w.ty.name(),
+        w.rows,
+        w.cols
+    );
+    let row_bytes = w.cols / 256 * Q4K_BLOCK_BYTES as usize;
+    assert!(
+        w.data.len() >= w.rows * row_bytes,
+        "q4k map: weight of another size"
+    );
+    let mut map = TmaMapArg { words: [0; 16] };
+    let dims = [row_bytes as u64, w.rows as u64];
+    let strides = [row_bytes as u64];
+    let boxes = [Q4K_BLOCK_BYTES, TILE_ROWS as u32];
+    let steps = [1u32, 1];
+    // SAFETY: as f16_map's.
+    unsafe {
+        sys::cuTensorMapEncodeTiled(
+            (&mut map as *mut TmaMapArg).cast::<sys::CUtensorMap>(),
+            sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_UINT8,
+            2,
+            addr as *mut std::ffi::c_void,
+            dims.as_ptr(),
+            strides.as_ptr(),
+            boxes.as_ptr(),
+            steps.as_ptr(),
+            sys::CUtensorMapInterleave::CU_TENSOR_MAP_INTERLEAVE_NONE,
+            sys::CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_NONE,
+            sys::CUtensorMapL2promotion::CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+            sys::CUtensorMapFloatOOBfill::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
+        )
+    }
+    .result()
+    .during(format!(
+        "describing a {}×{} Q4_K matrix for the copy engine",
+        w.rows, w.cols
+    ))?;
+    Ok(map)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -572,8 +799,14 @@ mod tests {
         assert_eq!(define("WG_BN"), TILE_ROWS);
         assert_eq!(define("WG_BK"), STAGE_COLS as usize);
         let stages = define("WG_STAGES");
-        let want =
-            stages * (TILE_TOKENS + TILE_ROWS) * STAGE_COLS as usize * 2 + 2 * stages * 8 + 1024;
-        assert_eq!(SMEM_BYTES, want);
+        let stage = (TILE_TOKENS + TILE_ROWS) * STAGE_COLS as usize * 2;
+        assert_eq!(SMEM_BYTES, stages * stage + (2 * stages + 2) * 8 + 1024);
+        let (q_stages, block) = (define("WQ_STAGES"), define("WQ_BLOCK_BYTES"));
+        assert_eq!(block, Q4K_BLOCK_BYTES as usize);
+        let raw = 2 * TILE_ROWS * block;
+        assert_eq!(
+            Q4K_SMEM_BYTES,
+            q_stages * stage + raw + (2 * q_stages + 2) * 8 + 1024
+        );
     }
 }

@@ -66,6 +66,12 @@ pub const F16_GEMM_MIN_ROWS: usize = CPU_ORDER_MAX_ROWS;
 /// 1,024 (64) 15,283 against 12,781; OLMoE (64 experts) at 512 (64) 36,197 against 30,843.
 pub const F16_EXPERTS_MIN_PAIRS: usize = 64;
 
+/// [`F16_EXPERTS_MIN_PAIRS`] where gate and up are Q4_K, unpacked in the GEMM
+/// ([`Plan::f16_unpack`]): nothing to repay but the f16 path's gather and SwiGLU. On the H200
+/// (docs/perf.md, session 19) Qwen3-30B-A3B at 512 tokens (32 pairs an expert) ran 12,797 t/s
+/// on them against 11,466 on the int8 GEMM, and at 256 tokens (16) 7,436 against 6,888.
+pub const F16_UNPACKED_EXPERTS_MIN_PAIRS: usize = 16;
+
 /// Q8_0 and Q5_0 GEMMs of fewer rows take the eight-lane kernels (the CPU's bits, at about a
 /// quarter of the tensor-core GEMM's speed on the H200 for Q8_0: affordable for short ubatches
 /// only).
@@ -281,21 +287,52 @@ impl Plan {
 
     /// Whether the experts of `s` take the f16 warpgroup-MMA GEMMs (`FERROLM_GEMM_F16`,
     /// Hopper): as [`Plan::f16_gemm`] for each of gate, up and down, with at least
-    /// [`F16_EXPERTS_MIN_PAIRS`] pairs an expert on average (`FERROLM_F16_EXPERTS_PAIRS`), without gpt-oss's epilogue, and
-    /// within the grouped scratch's pairs and widths.
+    /// [`F16_EXPERTS_MIN_PAIRS`] pairs an expert on average ([`F16_UNPACKED_EXPERTS_MIN_PAIRS`]
+    /// where gate and up are unpacked; `FERROLM_F16_EXPERTS_PAIRS`), without gpt-oss's
+    /// epilogue, and within the grouped scratch's pairs and widths.
     pub fn f16_experts(&self, s: &MoeShape) -> bool {
         // FERROLM_MOE_GROUPED=0 (the per-expert launches, for bisecting) stays on the int8 GEMM.
         self.switches.moe_grouped
             && !s.epilogue
             && !s.is_float()
-            && s.tokens * s.n_used
-                >= self.switches.f16_experts_pairs.unwrap_or(F16_EXPERTS_MIN_PAIRS) * s.n_expert
+            && s.tokens * s.n_used >= self.f16_experts_min_pairs(s) * s.n_expert
             && s.tokens * s.n_used <= crate::ops::MOE_MAX_PAIRS
             // Its index and combine are the grouped GEMM's, whose scratch wants these widths.
             && MoeGemm::supports_widths(s.gate, s.down, s.n_embd, s.n_ff)
             && self.f16_gemm(s.gate, s.n_ff, s.n_embd, s.tokens)
             && self.f16_gemm(s.up, s.n_ff, s.n_embd, s.tokens)
             && self.f16_gemm(s.down, s.n_embd, s.n_ff, s.tokens)
+    }
+
+    /// Whether the f16 experts' GEMM unpacks `ty` weights itself ([`GemmWgmma::unpacks`]:
+    /// Q4_K) rather than multiplying an f16 copy expanded first (`FERROLM_GEMM_F16_UNPACK`):
+    /// the same bits, without a pass over every expert's weights into memory and back. Dense
+    /// products are always expanded: each of their token tiles would unpack the weight again,
+    /// which on the H200 (docs/perf.md, session 19) made Qwen3-30B-A3B's attention products
+    /// 1.45× slower than expanding once at 2,048 tokens and 1.56× at 512.
+    pub fn f16_unpack(&self, ty: GgmlType) -> bool {
+        self.switches.gemm_f16_unpack && GemmWgmma::unpacks(ty)
+    }
+
+    /// Whether the f16 experts' GEMMs unpack gate and up (both), and down, themselves
+    /// ([`Plan::f16_unpack`]).
+    pub fn f16_experts_unpack(&self, x: &crate::ops::MoeExperts) -> [bool; 2] {
+        [
+            self.f16_unpack(x.gate.ty) && self.f16_unpack(x.up.ty),
+            self.f16_unpack(x.down.ty),
+        ]
+    }
+
+    /// The fewest pairs an expert, on average, for the f16 experts' GEMMs: fewer where gate
+    /// and up are unpacked in the GEMM (no expansion to repay), unless
+    /// `FERROLM_F16_EXPERTS_PAIRS` says.
+    fn f16_experts_min_pairs(&self, s: &MoeShape) -> usize {
+        let unpacked = self.f16_unpack(s.gate) && self.f16_unpack(s.up);
+        self.switches.f16_experts_pairs.unwrap_or(if unpacked {
+            F16_UNPACKED_EXPERTS_MIN_PAIRS
+        } else {
+            F16_EXPERTS_MIN_PAIRS
+        })
     }
 
     /// Whether `n` rows of a `ty` product of `rows` × `cols` take the f16 warpgroup-MMA GEMM

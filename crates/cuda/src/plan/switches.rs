@@ -90,6 +90,9 @@ pub struct Switches {
     /// rows) on the f16 warpgroup-MMA GEMM (`gemm_wgmma.cu`: the weight expanded to f16, the
     /// activations rounded to f16), where the format has an f16 expansion; else the int8 GEMM.
     pub gemm_f16: bool,
+    /// `FERROLM_GEMM_F16_UNPACK`: the f16 GEMM unpacks Q4_K weights itself (from their
+    /// blocks, in shared memory) instead of multiplying an f16 copy made first; the same bits.
+    pub gemm_f16_unpack: bool,
     /// `FERROLM_F16_EXPERTS_PAIRS`: the fewest pairs an expert, on average, for which the
     /// experts take the f16 GEMMs (1-65535); `None`:
     /// [`F16_EXPERTS_MIN_PAIRS`](super::F16_EXPERTS_MIN_PAIRS).
@@ -143,6 +146,7 @@ impl Default for Switches {
             stage: false,
             split_k: true,
             gemm_f16: true,
+            gemm_f16_unpack: true,
             f16_experts_pairs: None,
             mma_matvec: true,
             mma_row_tiles: None,
@@ -282,6 +286,7 @@ impl Switches {
             stage: flag(env, "FERROLM_MMVQ_STAGE", false)?,
             split_k: flag(env, "FERROLM_MMQ_SPLIT_K", true)?,
             gemm_f16: flag(env, "FERROLM_GEMM_F16", true)?,
+            gemm_f16_unpack: flag(env, "FERROLM_GEMM_F16_UNPACK", true)?,
             f16_experts_pairs: count(env, "FERROLM_F16_EXPERTS_PAIRS", 1..=65535)?,
             mma_matvec: flag(env, "FERROLM_MMVQ_MMA", true)?,
             mma_row_tiles: count(env, "FERROLM_MMVQ_MMA_TILES", 1..=2)?,
@@ -333,7 +338,7 @@ impl fmt::Display for Switches {
         let moe_pairs = self
             .moe_mma_pairs
             .map_or("auto".to_owned(), |k| k.to_string());
-        let lines: [(&str, &str, &str); 32] = [
+        let lines: [(&str, &str, &str); 33] = [
             (
                 "FERROLM_CUDA_MMQ",
                 bit(self.mmq),
@@ -450,6 +455,11 @@ impl fmt::Display for Switches {
                 "FERROLM_GEMM_F16",
                 bit(self.gemm_f16),
                 "long ubatches on the f16 wgmma GEMM (Hopper)",
+            ),
+            (
+                "FERROLM_GEMM_F16_UNPACK",
+                bit(self.gemm_f16_unpack),
+                "the f16 GEMM unpacks Q4_K weights itself (no f16 copy)",
             ),
             (
                 "FERROLM_F16_EXPERTS_PAIRS",

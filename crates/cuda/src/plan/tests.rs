@@ -114,6 +114,7 @@ fn bad_values_name_the_variable_and_the_choices() {
         "FERROLM_MMVQ_STAGE",
         "FERROLM_MMQ_SPLIT_K",
         "FERROLM_GEMM_F16",
+        "FERROLM_GEMM_F16_UNPACK",
     ] {
         assert!(err(&[(name, "off")]).contains(&format!("{name}=off")));
     }
@@ -130,7 +131,7 @@ fn tile_names() {
 #[test]
 fn display_prints_every_switch() {
     let text = plan(&[("FERROLM_MMQ_TILE", "128x64")]).to_string();
-    assert_eq!(text.lines().count(), 34, "{text}");
+    assert_eq!(text.lines().count(), 35, "{text}");
     assert!(text.contains("132 SMs, cc 9.0"));
     assert!(text
         .lines()
@@ -525,17 +526,28 @@ fn moe_switches() {
     let unfused = plan(&[("FERROLM_MOE_FUSED", "0"), ("FERROLM_MMVQ_WIDE", "0")]);
     assert!(matches!(unfused.moe(&s(1)), MoePath::MatVec(m) if !m.fused && !m.wide));
     let per_expert = plan(&[("FERROLM_MOE_GROUPED", "0")]);
-    // 128 experts (Qwen3-30B-A3B): the f16 GEMMs from 64 pairs an expert (1,024 tokens).
+    // 128 experts (Qwen3-30B-A3B), Q4_K gate and up unpacked in the GEMM: the f16 GEMMs from
+    // 16 pairs an expert (256 tokens); expanded (Q6_K, or the unpacking off), from 64 (1,024).
     let wide = |tokens| MoeShape {
         n_expert: 128,
         n_ff: 768,
         ..s(tokens)
     };
     let f16 = plan(&[]);
-    assert!(matches!(f16.moe(&wide(512)), MoePath::Gemm(_)));
-    assert_eq!(f16.moe(&wide(1024)), MoePath::F16);
+    assert_eq!(f16.moe(&wide(256)), MoePath::F16);
     assert_eq!(f16.moe(&s(512)), MoePath::F16);
+    let expanded = |tokens| MoeShape {
+        gate: Q6K,
+        up: Q6K,
+        ..wide(tokens)
+    };
+    assert!(matches!(f16.moe(&expanded(512)), MoePath::Gemm(_)));
+    assert_eq!(f16.moe(&expanded(1024)), MoePath::F16);
+    let no_unpack = plan(&[("FERROLM_GEMM_F16_UNPACK", "0")]);
+    assert!(matches!(no_unpack.moe(&wide(512)), MoePath::Gemm(_)));
+    assert_eq!(no_unpack.moe(&wide(1024)), MoePath::F16);
     let f16_32 = plan(&[("FERROLM_F16_EXPERTS_PAIRS", "32")]);
+    assert!(matches!(f16_32.moe(&wide(256)), MoePath::Gemm(_)));
     assert_eq!(f16_32.moe(&wide(512)), MoePath::F16);
     assert!(matches!(
         per_expert.moe(&s(512)),
@@ -745,4 +757,15 @@ fn f16_gemm_by_rows_format_and_device() {
         ..h200()
     };
     assert!(!Plan::new(parse(&[]).unwrap(), ampere).f16_gemm(Q4K, 4096, 4096, 2048));
+}
+
+/// Q4_K weights are unpacked in the f16 GEMM (no f16 copy), other formats expanded, unless
+/// `FERROLM_GEMM_F16_UNPACK=0`.
+#[test]
+fn f16_unpack_by_format_and_switch() {
+    let p = plan(&[]);
+    assert!(p.f16_unpack(Q4K));
+    assert!(!p.f16_unpack(Q6K));
+    assert!(!p.f16_unpack(Q8_0));
+    assert!(!plan(&[("FERROLM_GEMM_F16_UNPACK", "0")]).f16_unpack(Q4K));
 }
