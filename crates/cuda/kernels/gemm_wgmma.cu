@@ -2,14 +2,15 @@
 // out[t][r] = sum_c x[t][c] * w[r][c], with x (tokens) and w (weight rows) as f16 in device memory,
 // both K-major, and out f32. The quantized weights are expanded to f16 first (`dequant_f16_*`, with
 // ferrolm-quant's dequantize roundings, then rounded to f16), the f32 activations rounded to f16
-// (`round_f16`). Contract (ops/gemm_wgmma.rs): the tensor-core one, within a stated tolerance of
+// (`round_f16`). Contract (ops/gemm_wgmma/): the tensor-core one, within a stated tolerance of
 // the CPU; not the CPU's integer products.
 //
 // Structure: a block of three warpgroups computes a 128-token x 256-row tile. Warpgroup 0's first
 // thread brings 64-column slices of both operands into a ring of shared-memory stages with the
 // bulk tensor copy (TMA, 128-byte swizzle), completing on the stage's "full" barrier; warpgroups 1
 // and 2 each multiply 64 tokens by the 256 rows (wgmma m64n256k16, four per stage) and give the
-// stage back on its "empty" barrier once their MMAs have read it.
+// stage back on its "empty" barrier once their MMAs have read it. The Q4_K variant
+// (gemm_wgmma_q4k*, below) unpacks the weight's blocks in shared memory instead.
 #include "common.cuh"
 #include "quant.cuh"
 
@@ -241,7 +242,7 @@ static __device__ __forceinline__ int2 expert_slot(const int *__restrict__ index
 
 // out[t][r] for t < n_tok, r < n_rows; k columns. Grid (n_tok / 128, n_rows / 256), rounded up;
 // 384 threads; WG_SMEM bytes of dynamic shared memory. x_map: f16 [n_tok][k], box 64 x 128;
-// w_map: f16 [n_rows][k], box 64 x 256; both 128-byte swizzled (ops/gemm_wgmma.rs).
+// w_map: f16 [n_rows][k], box 64 x 256; both 128-byte swizzled (ops/gemm_wgmma/).
 extern "C" __global__ void __launch_bounds__(384, 1)
     gemm_wgmma_f16(const __grid_constant__ TmaMap x_map, const __grid_constant__ TmaMap w_map,
                    float *__restrict__ out, int n_tok, int n_rows, int k) {
@@ -547,9 +548,9 @@ DEQUANT_F16_INSTANCE(q8_0, GGML_TYPE_Q8_0)
 DEQUANT_F16_INSTANCE(q4_k, GGML_TYPE_Q4_K)
 DEQUANT_F16_INSTANCE(q6_k, GGML_TYPE_Q6_K)
 
-// The experts' f16 path around the grouped GEMM (ops/gemm_wgmma.rs). Sorted positions q below
-// offsets[E] (the pairs that have an expert) are computed, a block a row at a time (grid at
-// most the batch's pairs), the row's columns over its threads.
+// The experts' f16 path around the grouped GEMM (ops/gemm_wgmma/experts.rs). Sorted positions
+// q below offsets[E] (the pairs that have an expert) are computed, a block a row at a time (grid
+// at most the batch's pairs), the row's columns over its threads.
 
 // xs[q] = f16(x[sorted[q] / n_used]): the pairs' activation rows in expert order, eight
 // elements a thread.

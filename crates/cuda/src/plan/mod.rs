@@ -337,7 +337,7 @@ impl Plan {
 
     /// Whether `n` rows of a `ty` product of `rows` × `cols` take the f16 warpgroup-MMA GEMM
     /// (`FERROLM_GEMM_F16`, Hopper): ubatches of [`F16_GEMM_MIN_ROWS`] rows or more, held to
-    /// its contract (`ops/gemm_wgmma.rs`), for formats with an f16 expansion. In a pass of
+    /// its contract (`ops/gemm_wgmma/`), for formats with an f16 expansion. In a pass of
     /// several sequences only past [`BATCH_GRAPH_MAX`] rows: a decode step of up to that many
     /// sequences (padded to a power of two) would expand every weight, the output's too, each
     /// step. A forced CPU order (`FERROLM_CUDA_INT_SCALES=1`) stays forced.
