@@ -95,7 +95,8 @@ pub struct Switches {
     pub gemm_f16_unpack: bool,
     /// `FERROLM_F16_EXPERTS_PAIRS`: the fewest pairs an expert, on average, for which the
     /// experts take the f16 GEMMs (1-65535); `None`:
-    /// [`F16_EXPERTS_MIN_PAIRS`](super::F16_EXPERTS_MIN_PAIRS).
+    /// [`F16_UNPACKED_EXPERTS_MIN_PAIRS`](super::F16_UNPACKED_EXPERTS_MIN_PAIRS) where gate and
+    /// up are unpacked in the GEMM, else [`F16_EXPERTS_MIN_PAIRS`](super::F16_EXPERTS_MIN_PAIRS).
     pub f16_experts_pairs: Option<usize>,
     /// `FERROLM_MMVQ_MMA`: a batched decode step's 2-64 rows on the tensor-core mat-vec
     /// (`mmvq_mma.cu`, weights read once into MMA fragments), where its format has one; else

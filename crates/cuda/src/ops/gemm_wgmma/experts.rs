@@ -136,6 +136,8 @@ impl GemmWgmma {
     ) -> Result<()> {
         let f = hopper_only(&self.q4k_experts)?;
         assert!(matches!(ws.len(), 1 | 2), "experts q4k: {} maps", ws.len());
+        // The kernel stores pairs of columns (from an even column of each map's).
+        assert!(n_rows.is_multiple_of(2), "experts q4k: {n_rows} rows");
         let cols = ws[0].cols;
         for w in ws {
             assert!(

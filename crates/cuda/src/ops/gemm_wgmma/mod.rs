@@ -287,6 +287,8 @@ impl GemmWgmma {
     ) -> Result<()> {
         let f = hopper_only(&self.q4k)?;
         let (rows, cols) = (w.rows, w.cols);
+        // The kernel stores pairs of columns.
+        assert!(rows.is_multiple_of(2), "gemm q4k: {rows} rows");
         assert!(x16.len() >= n * cols, "gemm q4k: x too small");
         assert!(out.len() >= n * rows, "gemm q4k: out too small");
         if n == 0 || rows == 0 {
