@@ -2,12 +2,14 @@
 //! rows in expert order, the grouped GEMMs (expanded or unpacked weights), SwiGLU, the routing
 //! weights back in pair order.
 
-use super::{f16_map, hopper_only, q4k_map, rows_cfg, GemmWgmma, THREADS, TILE_ROWS, TILE_TOKENS};
+use super::{
+    f16_map, hopper_only, q4k_map, rows_cfg, tiles_cfg, GemmWgmma, TILE_ROWS, TILE_TOKENS,
+};
 use super::{Q4K_SMEM_BYTES, SMEM_BYTES};
 use crate::device::CudaDevice;
 use crate::error::{DriverContext, Result};
 use crate::ops::{int, MoeExperts, MoeGemm, MoeWork, QuantMatrix};
-use cudarc::driver::{CudaSlice, DevicePtr, LaunchConfig};
+use cudarc::driver::{CudaSlice, DevicePtr};
 
 /// The expert-sorted pairs of an MoE prefill batch, as `moe_gemm.cu`'s index kernels leave
 /// them: `index` = counts[E], offsets[E + 1], ...; `sorted` the pair ids by expert. Only the
@@ -90,19 +92,7 @@ impl GemmWgmma {
         let (wp, _w_sync) = w16.device_ptr(&stream);
         let x_map = f16_map(xp, rows.pairs, cols, TILE_TOKENS as u32)?;
         let w_map = f16_map(wp, rows.n_expert * n_rows, cols, TILE_ROWS as u32)?;
-        let cfg = LaunchConfig {
-            // An upper bound on Σ_e ceil(count_e / 128): the counts are on the device.
-            grid_dim: (
-                int(
-                    rows.pairs.div_ceil(TILE_TOKENS) + rows.n_expert,
-                    "expert tiles",
-                ) as u32,
-                int(n_rows.div_ceil(TILE_ROWS), "expert row tiles") as u32,
-                1,
-            ),
-            block_dim: (THREADS, 1, 1),
-            shared_mem_bytes: SMEM_BYTES as u32,
-        };
+        let cfg = tiles_cfg(expert_slots(rows), n_rows.div_ceil(TILE_ROWS), SMEM_BYTES);
         let (ne, nr, k) = (
             int(rows.n_expert, "experts"),
             int(n_rows, "expert rows"),
@@ -164,19 +154,8 @@ impl GemmWgmma {
             let (wp, _w_sync) = w.data.device_ptr(&stream);
             maps.push(q4k_map(wp, w)?);
         }
-        let tiles = n_rows.div_ceil(TILE_ROWS);
-        let cfg = LaunchConfig {
-            grid_dim: (
-                int(
-                    rows.pairs.div_ceil(TILE_TOKENS) + rows.n_expert,
-                    "expert tiles",
-                ) as u32,
-                int(tiles * ws.len(), "expert row tiles") as u32,
-                1,
-            ),
-            block_dim: (THREADS, 1, 1),
-            shared_mem_bytes: Q4K_SMEM_BYTES as u32,
-        };
+        let row_tiles = n_rows.div_ceil(TILE_ROWS) * ws.len();
+        let cfg = tiles_cfg(expert_slots(rows), row_tiles, Q4K_SMEM_BYTES);
         let (ne, nr, k, nm) = (
             int(rows.n_expert, "experts"),
             int(n_rows, "expert rows"),
@@ -295,6 +274,12 @@ impl ExpertBufs {
             ys: dev.zeros(ys)?,
         })
     }
+}
+
+/// The grouped GEMMs' (expert, token tile) slots: an upper bound on Σ_e ceil(count_e / 128),
+/// whose counts are on the device.
+fn expert_slots(rows: &ExpertRows) -> usize {
+    rows.pairs.div_ceil(TILE_TOKENS) + rows.n_expert
 }
 
 impl GemmWgmma {

@@ -244,35 +244,20 @@ impl GemmWgmma {
         let (wp, _w_sync) = w16.device_ptr(&stream);
         let x_map = f16_map(xp, n, cols, TILE_TOKENS as u32)?;
         let w_map = f16_map(wp, rows, cols, TILE_ROWS as u32)?;
-        let cfg = LaunchConfig {
-            // Token tiles fastest: the blocks running at once share few weight tiles, which
-            // are then read from memory about once.
-            grid_dim: (
-                int(n.div_ceil(TILE_TOKENS), "gemm f16 token tiles") as u32,
-                int(rows.div_ceil(TILE_ROWS), "gemm f16 row tiles") as u32,
-                1,
-            ),
-            block_dim: (THREADS, 1, 1),
-            shared_mem_bytes: SMEM_BYTES as u32,
-        };
-        let (ntok, nrows, k) = (
-            int(n, "gemm f16 tokens"),
-            int(rows, "gemm f16 rows"),
-            int(cols, "gemm f16 cols"),
-        );
-        let mut b = self.launch.builder(f);
-        b.arg(&x_map)
-            .arg(&w_map)
-            .arg(out)
-            .arg(&ntok)
-            .arg(&nrows)
-            .arg(&k);
-        // SAFETY: gemm_wgmma_f16(x_map, w_map, out, n_tok, n_rows, k): the maps describe x16
-        // (n × cols) and w16 (rows × cols), whose sizes are asserted, and the copy engine fills
-        // boxes past their ends with zeros; out holds n × rows floats and the kernel writes
-        // only t < n, r < rows.
-        unsafe { b.launch(cfg) }.during("launching gemm_wgmma_f16")?;
-        Ok(())
+        // SAFETY: the maps describe x16 (n × cols) and w16 (rows × cols), whose sizes are
+        // asserted; out holds n × rows floats (asserted).
+        unsafe {
+            self.launch_tiles(
+                f,
+                "gemm_wgmma_f16",
+                SMEM_BYTES,
+                [x_map, w_map],
+                n,
+                rows,
+                cols,
+                out,
+            )
+        }
     }
 
     /// [`matmul`](Self::matmul) of `w` (Q4_K, [`unpacks`](Self::unpacks)) unpacked in the
@@ -299,19 +284,46 @@ impl GemmWgmma {
         let (wp, _w_sync) = w.data.device_ptr(&stream);
         let x_map = f16_map(xp, n, cols, TILE_TOKENS as u32)?;
         let w_map = q4k_map(wp, w)?;
-        let cfg = LaunchConfig {
-            grid_dim: (
-                int(n.div_ceil(TILE_TOKENS), "gemm q4k token tiles") as u32,
-                int(rows.div_ceil(TILE_ROWS), "gemm q4k row tiles") as u32,
-                1,
-            ),
-            block_dim: (THREADS, 1, 1),
-            shared_mem_bytes: Q4K_SMEM_BYTES as u32,
-        };
+        // SAFETY: the maps describe x16 (n × cols f16, asserted) and w's blocks (q4k_map
+        // checks their size); out holds n × rows floats (asserted).
+        unsafe {
+            self.launch_tiles(
+                f,
+                "gemm_wgmma_q4k",
+                Q4K_SMEM_BYTES,
+                [x_map, w_map],
+                n,
+                rows,
+                cols,
+                out,
+            )
+        }
+    }
+
+    /// Launches `f(x_map, w_map, out, n_tok, n_rows, k)` (gemm_wgmma_f16 or gemm_wgmma_q4k)
+    /// over the tiles of `n` tokens × `rows` weight rows of `cols` columns.
+    ///
+    /// # Safety
+    /// The maps describe x (`n` × `cols`) and the weight (`rows` × `cols`) in live device
+    /// memory, and `out` holds `n` × `rows` floats: the copy engine fills boxes past the ends
+    /// with zeros, and the kernel writes only t < n, r < rows.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn launch_tiles(
+        &self,
+        f: &CudaFunction,
+        name: &str,
+        smem: usize,
+        [x_map, w_map]: [TmaMapArg; 2],
+        n: usize,
+        rows: usize,
+        cols: usize,
+        out: &mut CudaSlice<f32>,
+    ) -> Result<()> {
+        let cfg = tiles_cfg(n.div_ceil(TILE_TOKENS), rows.div_ceil(TILE_ROWS), smem);
         let (ntok, nrows, k) = (
-            int(n, "gemm q4k tokens"),
-            int(rows, "gemm q4k rows"),
-            int(cols, "gemm q4k cols"),
+            int(n, "gemm tokens"),
+            int(rows, "gemm rows"),
+            int(cols, "gemm cols"),
         );
         let mut b = self.launch.builder(f);
         b.arg(&x_map)
@@ -320,11 +332,8 @@ impl GemmWgmma {
             .arg(&ntok)
             .arg(&nrows)
             .arg(&k);
-        // SAFETY: gemm_wgmma_q4k(x_map, w_map, out, n_tok, n_rows, k): the maps describe x16
-        // (n × cols f16, asserted) and w's blocks (q4k_map checks their size); the copy
-        // engine fills boxes past the ends with zeros; out holds n × rows floats, and only
-        // t < n, r < rows are written.
-        unsafe { b.launch(cfg) }.during("launching gemm_wgmma_q4k")?;
+        // SAFETY: the caller's (above).
+        unsafe { b.launch(cfg) }.during(format!("launching {name}"))?;
         Ok(())
     }
 }
@@ -340,6 +349,21 @@ fn hopper_only(g: &Option<GemmFn>) -> Result<&CudaFunction> {
     }
 }
 
+/// A launch of the GEMM kernels over `token_tiles` × `row_tiles` blocks. Token tiles run
+/// fastest: the blocks running at once share few weight tiles, which are then read from memory
+/// about once.
+fn tiles_cfg(token_tiles: usize, row_tiles: usize, smem: usize) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: (
+            int(token_tiles, "gemm token tiles") as u32,
+            int(row_tiles, "gemm row tiles") as u32,
+            1,
+        ),
+        block_dim: (THREADS, 1, 1),
+        shared_mem_bytes: smem as u32,
+    }
+}
+
 /// A launch of a block a row (grid-stride past 65,535 rows) of `threads` threads.
 fn rows_cfg(rows: usize, threads: u32) -> LaunchConfig {
     LaunchConfig {
@@ -352,34 +376,17 @@ fn rows_cfg(rows: usize, threads: u32) -> LaunchConfig {
 /// The tensor map of a row-major f16 matrix `[rows][cols]` at device address `addr`, read in
 /// boxes of `box_rows` rows × 64 columns in the 128-byte swizzle the kernel's MMAs expect.
 fn f16_map(addr: sys::CUdeviceptr, rows: usize, cols: usize, box_rows: u32) -> Result<TmaMapArg> {
-    let mut map = TmaMapArg { words: [0; 16] };
-    let dims = [cols as u64, rows as u64];
-    let strides = [cols as u64 * 2];
-    let boxes = [STAGE_COLS, box_rows];
-    let steps = [1u32, 1];
-    // SAFETY: every pointer is to a live local of the length the rank (2) asks for; the
-    // driver writes only the 128-byte map.
-    unsafe {
-        sys::cuTensorMapEncodeTiled(
-            (&mut map as *mut TmaMapArg).cast::<sys::CUtensorMap>(),
-            sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
-            2,
-            addr as *mut std::ffi::c_void,
-            dims.as_ptr(),
-            strides.as_ptr(),
-            boxes.as_ptr(),
-            steps.as_ptr(),
-            sys::CUtensorMapInterleave::CU_TENSOR_MAP_INTERLEAVE_NONE,
-            sys::CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_128B,
-            sys::CUtensorMapL2promotion::CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-            sys::CUtensorMapFloatOOBfill::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
-        )
-    }
-    .result()
+    encode_tiled(
+        addr,
+        sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+        [cols as u64, rows as u64],
+        cols as u64 * 2,
+        [STAGE_COLS, box_rows],
+        sys::CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_128B,
+    )
     .during(format!(
         "describing a {rows}×{cols} f16 matrix for the copy engine"
-    ))?;
-    Ok(map)
+    ))
 }
 
 /// The tensor map of a Q4_K matrix's blocks at device address `addr`, as bytes
@@ -397,16 +404,39 @@ fn q4k_map(addr: sys::CUdeviceptr, w: &QuantMatrix) -> Result<TmaMapArg> {
         w.data.len() >= w.rows * row_bytes,
         "q4k map: weight of another size"
     );
+    encode_tiled(
+        addr,
+        sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_UINT8,
+        [row_bytes as u64, w.rows as u64],
+        row_bytes as u64,
+        [Q4K_BLOCK_BYTES, TILE_ROWS as u32],
+        sys::CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_NONE,
+    )
+    .during(format!(
+        "describing a {}×{} Q4_K matrix for the copy engine",
+        w.rows, w.cols
+    ))
+}
+
+/// A 2-D tensor map (`dims` and `boxes` innermost first, rows `row_stride` bytes apart), boxes
+/// past the ends filled with zeros.
+fn encode_tiled(
+    addr: sys::CUdeviceptr,
+    ty: sys::CUtensorMapDataType,
+    dims: [u64; 2],
+    row_stride: u64,
+    boxes: [u32; 2],
+    swizzle: sys::CUtensorMapSwizzle,
+) -> std::result::Result<TmaMapArg, cudarc::driver::DriverError> {
     let mut map = TmaMapArg { words: [0; 16] };
-    let dims = [row_bytes as u64, w.rows as u64];
-    let strides = [row_bytes as u64];
-    let boxes = [Q4K_BLOCK_BYTES, TILE_ROWS as u32];
+    let strides = [row_stride];
     let steps = [1u32, 1];
-    // SAFETY: as f16_map's.
+    // SAFETY: every pointer is to a live local of the length the rank (2) asks for; the
+    // driver writes only the 128-byte map.
     unsafe {
         sys::cuTensorMapEncodeTiled(
             (&mut map as *mut TmaMapArg).cast::<sys::CUtensorMap>(),
-            sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_UINT8,
+            ty,
             2,
             addr as *mut std::ffi::c_void,
             dims.as_ptr(),
@@ -414,16 +444,12 @@ fn q4k_map(addr: sys::CUdeviceptr, w: &QuantMatrix) -> Result<TmaMapArg> {
             boxes.as_ptr(),
             steps.as_ptr(),
             sys::CUtensorMapInterleave::CU_TENSOR_MAP_INTERLEAVE_NONE,
-            sys::CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_NONE,
+            swizzle,
             sys::CUtensorMapL2promotion::CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
             sys::CUtensorMapFloatOOBfill::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
         )
     }
-    .result()
-    .during(format!(
-        "describing a {}×{} Q4_K matrix for the copy engine",
-        w.rows, w.cols
-    ))?;
+    .result()?;
     Ok(map)
 }
 
