@@ -511,6 +511,30 @@ template <> struct Expand8<GGML_TYPE_Q6_K> {
     }
 };
 
+// MXFP4: elements i0.. (i0 in {0, 8, 16, 24}) are the low nibbles of code bytes i0..i0 + 7, or
+// the high ones of bytes i0 - 16.., each the doubled E2M1 value times the halved E8M0 scale:
+// ggml's dequantized value, exact in f32, then rounded to f16.
+template <> struct Expand8<GGML_TYPE_MXFP4> {
+    static __device__ __forceinline__ void get(const block_mxfp4 *b, int i0, uint32_t h[4]) {
+        const float d = e8m0_to_f32_half(b->e);
+        const int byte0 = i0 % 16;
+        float x[8];
+#pragma unroll
+        for (int w = 0; w < 2; ++w) {
+            const int2 v = mxfp4_values(get_int_b1(b->qs + byte0, w));
+            const int codes = i0 < 16 ? v.x : v.y;
+#pragma unroll
+            for (int k = 0; k < 4; ++k) {
+                x[4 * w + k] = __fmul_rn(d, (float)(int8_t)(codes >> (8 * k)));
+            }
+        }
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+            h[k] = (uint32_t)f32_to_f16_bits(x[2 * k]) | ((uint32_t)f32_to_f16_bits(x[2 * k + 1]) << 16);
+        }
+    }
+};
+
 // A quantized matrix of rows x cols expanded to f16 (Expand8). Row r goes to output row
 // (r / group) * stride + offset + r % group (group = stride = rows, offset 0: the same layout;
 // the experts' gate and up interleaved a group of n_ff rows each). A block a row at a time,
@@ -547,6 +571,7 @@ DEQUANT_F16_INSTANCE(q4_1, GGML_TYPE_Q4_1)
 DEQUANT_F16_INSTANCE(q8_0, GGML_TYPE_Q8_0)
 DEQUANT_F16_INSTANCE(q4_k, GGML_TYPE_Q4_K)
 DEQUANT_F16_INSTANCE(q6_k, GGML_TYPE_Q6_K)
+DEQUANT_F16_INSTANCE(mxfp4, GGML_TYPE_MXFP4)
 
 // The experts' f16 path around the grouped GEMM (ops/gemm_wgmma/experts.rs). Sorted positions
 // q below offsets[E] (the pairs that have an expert) are computed, a block a row at a time (grid
@@ -573,36 +598,66 @@ extern "C" __global__ void moe_gather_f16(const float *__restrict__ x, const int
     }
 }
 
-// h[q][j] = f16(silu(gu[q][j]) * gu[q][n_ff + j]) (the CPU's SwiGLU roundings, then f16), gu
-// the interleaved gate and up products of sorted position q.
+// The expert of sorted position q < offsets[E]: the last e with offsets[e] <= q (binary search;
+// an empty expert's offset equals the next one's, so the search skips it).
+static __device__ __forceinline__ int sorted_expert(const int *__restrict__ index, int n_expert,
+                                                    int q) {
+    const int *offsets = index + n_expert;
+    int lo = 0, hi = n_expert - 1;
+    while (lo < hi) {
+        const int mid = (lo + hi + 1) / 2;
+        if (offsets[mid] <= q) {
+            lo = mid;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    return lo;
+}
+
+// h[q][j] = f16(act(gu[q][j], gu[q][n_ff + j])) (the CPU's SwiGLU roundings, then f16; gpt-oss:
+// the expert's biases first and swiglu_oai, ExpertEpilogue), gu the interleaved gate and up
+// products of sorted position q.
 extern "C" __global__ void moe_swiglu_f16(const float *__restrict__ gu, const int *__restrict__ index,
-                                          uint16_t *__restrict__ h, int n_expert, int n_ff) {
+                                          uint16_t *__restrict__ h, int n_expert, int n_ff,
+                                          const float *__restrict__ gate_bias,
+                                          const float *__restrict__ up_bias, float alpha,
+                                          float limit) {
     dependent_launch_entry();
+    const ExpertEpilogue ep{gate_bias, up_bias, nullptr, alpha, limit};
     const int used = index[2 * n_expert];
     for (int q = blockIdx.x; q < used; q += gridDim.x) {
         const float *row = gu + (size_t)q * 2 * n_ff;
+        const int e = gate_bias != nullptr ? sorted_expert(index, n_expert, q) : 0;
         for (int j = threadIdx.x; j < n_ff; j += blockDim.x) {
-            h[(size_t)q * n_ff + j] = f32_to_f16_bits(silu_mul(row[j], row[n_ff + j]));
+            h[(size_t)q * n_ff + j] = f32_to_f16_bits(ep.act(e, j, n_ff, row[j], row[n_ff + j]));
         }
     }
 }
 
 // y[p] = weights[p] * ys[q] for p = sorted[q]: the down products back in pair order, scaled
-// by their routing weight, for moe_combine; four elements a thread.
+// by their routing weight (gpt-oss: plus the expert's down bias first, ExpertEpilogue), for
+// moe_combine; four elements a thread.
 extern "C" __global__ void moe_unsort_weighted(const float *__restrict__ ys,
                                                const int *__restrict__ sorted,
                                                const int *__restrict__ index,
                                                const float *__restrict__ weights,
-                                               float *__restrict__ y, int n_expert, int n_embd) {
+                                               float *__restrict__ y, int n_expert, int n_embd,
+                                               const float *__restrict__ down_bias) {
     dependent_launch_entry();
+    const ExpertEpilogue ep{nullptr, nullptr, down_bias, 0.0f, 0.0f};
     const int used = index[2 * n_expert];
     for (int q = blockIdx.x; q < used; q += gridDim.x) {
         const int p = sorted[q];
         const float w = weights[p];
+        const int e = down_bias != nullptr ? sorted_expert(index, n_expert, q) : 0;
         for (int c = threadIdx.x * 4; c < n_embd; c += blockDim.x * 4) {
             const float4 v = *(const float4 *)(ys + (size_t)q * n_embd + c);
-            *(float4 *)(y + (size_t)p * n_embd + c) = make_float4(
-                __fmul_rn(w, v.x), __fmul_rn(w, v.y), __fmul_rn(w, v.z), __fmul_rn(w, v.w));
+            *(float4 *)(y + (size_t)p * n_embd + c) =
+                make_float4(__fmul_rn(w, ep.down(e, c, n_embd, v.x)),
+                            __fmul_rn(w, ep.down(e, c + 1, n_embd, v.y)),
+                            __fmul_rn(w, ep.down(e, c + 2, n_embd, v.z)),
+                            __fmul_rn(w, ep.down(e, c + 3, n_embd, v.w)));
         }
     }
 }

@@ -15,7 +15,7 @@
 //! | Q4_K | ✓ | ✓ | ✓ | ✓ | ✓ | | ✓ | ✓ | ✓ | ✓ | |
 //! | Q5_K | ✓ | | | ✓ | | | | ✓ | | | |
 //! | Q6_K | ✓ | | ✓ | ✓ | | | ✓ | ✓ | ✓ | ✓ | |
-//! | MXFP4 | ✓ | | | ✓ | | `mmq_mxfp4_chain` | | ✓ | ✓ | | |
+//! | MXFP4 | ✓ | | | ✓ | | `mmq_mxfp4_chain` | ✓ | ✓ | ✓ | | |
 //!
 //! Weights of a format without a mat-vec are held on the device as F32 (dequantized at
 //! upload, `backend::weights`), so F16, BF16 and the other ggml formats run as floats.
@@ -154,6 +154,7 @@ pub const FORMATS: [Format; 11] = [
     // gpt-oss's experts; the CPU sums its blocks in a per-block chain, as Q4_0's.
     Format {
         small_gemm: Some("mmq_mxfp4_chain"),
+        gemm_f16: true,
         experts_narrow: true,
         ..Format::int8(GgmlType::Mxfp4)
     },

@@ -155,8 +155,6 @@ pub struct MoeShape {
     /// Experts a token uses, of how many.
     pub n_used: usize,
     pub n_expert: usize,
-    /// gpt-oss's expert biases or its swiglu_oai, which only the int8 kernels apply.
-    pub epilogue: bool,
 }
 
 impl MoeShape {
@@ -171,7 +169,6 @@ impl MoeShape {
             n_ff: experts.n_ff,
             n_used: experts.n_used,
             n_expert: experts.n_expert,
-            epilogue: experts.epilogue.biases.is_some() || experts.epilogue.swiglu_oai.is_some(),
         }
     }
 

@@ -288,12 +288,12 @@ impl Plan {
     /// Whether the experts of `s` take the f16 warpgroup-MMA GEMMs (`FERROLM_GEMM_F16`,
     /// Hopper): as [`Plan::f16_gemm`] for each of gate, up and down, with at least
     /// [`F16_EXPERTS_MIN_PAIRS`] pairs an expert on average ([`F16_UNPACKED_EXPERTS_MIN_PAIRS`]
-    /// where gate and up are unpacked; `FERROLM_F16_EXPERTS_PAIRS`), without gpt-oss's
-    /// epilogue, and within the grouped scratch's pairs and widths.
+    /// where gate and up are unpacked; `FERROLM_F16_EXPERTS_PAIRS`), and within the grouped
+    /// scratch's pairs and widths. gpt-oss's biases and swiglu_oai go in the SwiGLU and
+    /// unsort kernels around the GEMMs.
     pub fn f16_experts(&self, s: &MoeShape) -> bool {
         // FERROLM_MOE_GROUPED=0 (the per-expert launches, for bisecting) stays on the int8 GEMM.
         self.switches.moe_grouped
-            && !s.epilogue
             && !s.is_float()
             && s.tokens * s.n_used >= self.f16_experts_min_pairs(s) * s.n_expert
             && s.tokens * s.n_used <= crate::ops::MOE_MAX_PAIRS

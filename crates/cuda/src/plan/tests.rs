@@ -435,7 +435,6 @@ fn moe_path_by_tokens() {
         n_ff,
         n_used: 8,
         n_expert: 64,
-        epilogue: false,
     };
     let q8k = ActQuant::Q8K;
     for (n_embd, n_ff) in [(2048, 1024), (2048, 768)] {
@@ -521,7 +520,6 @@ fn moe_switches() {
         n_ff: 1024,
         n_used: 8,
         n_expert: 64,
-        epilogue: false,
     };
     let unfused = plan(&[("FERROLM_MOE_FUSED", "0"), ("FERROLM_MMVQ_WIDE", "0")]);
     assert!(matches!(unfused.moe(&s(1)), MoePath::MatVec(m) if !m.fused && !m.wide));
@@ -569,7 +567,6 @@ fn batched_steps_take_the_expert_mma() {
         n_ff: 1024,
         n_used: 8,
         n_expert: 64,
-        epilogue: false,
     };
     let mma = |p: &Plan, tokens, down| match p.moe(&s(tokens, down)) {
         MoePath::Gemm(ExpertGemm::Int8 { matvec_mma, .. }) => matvec_mma,

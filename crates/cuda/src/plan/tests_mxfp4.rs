@@ -30,9 +30,10 @@ fn mxfp4_dense_gemm() {
     );
 }
 
-/// gpt-oss-20b's experts (32, top-4, 2880 → 2880 → 2880): the decode kernels, and the grouped
-/// GEMM for more tokens (2880 is no multiple of 256: its last k step partly zero), as for
-/// experts of whole k steps.
+/// gpt-oss-20b's experts (32, top-4, 2880 → 2880 → 2880): the decode kernels, the grouped
+/// GEMM for more tokens (2880 is no multiple of 256: its last k step partly zero), and from 64
+/// pairs an expert on average the f16 GEMMs on MXFP4 expanded, biases and swiglu_oai around
+/// them.
 #[test]
 fn mxfp4_experts() {
     let p = plan(&[]);
@@ -45,7 +46,6 @@ fn mxfp4_experts() {
         n_ff,
         n_used: 4,
         n_expert: 32,
-        epilogue: true,
     };
     let how = ExpertMatVec {
         fused: true,
@@ -64,7 +64,13 @@ fn mxfp4_experts() {
         down: Subs,
         matvec_mma: None,
     });
-    assert_eq!(p.moe(&shape(512, 2048, 1024)), gemm);
-    assert_eq!(p.moe(&shape(512, 2880, 2880)), gemm);
     assert_eq!(p.moe(&shape(9, 2880, 2880)), gemm);
+    assert_eq!(p.moe(&shape(511, 2880, 2880)), gemm);
+    assert_eq!(p.moe(&shape(512, 2880, 2880)), MoePath::F16);
+    assert_eq!(p.moe(&shape(2048, 2048, 1024)), MoePath::F16);
+    // MXFP4 is expanded, never unpacked in the GEMM.
+    assert!(!p.f16_unpack(Mxfp4));
+    let int8 = plan(&[("FERROLM_GEMM_F16", "0")]);
+    assert_eq!(int8.moe(&shape(512, 2880, 2880)), gemm);
+    assert_eq!(int8.moe(&shape(2048, 2880, 2880)), gemm);
 }

@@ -8,7 +8,7 @@ use super::{
 use super::{Q4K_SMEM_BYTES, SMEM_BYTES};
 use crate::device::CudaDevice;
 use crate::error::{DriverContext, Result};
-use crate::ops::{int, MoeExperts, MoeGemm, MoeWork, QuantMatrix};
+use crate::ops::{int, ExpertEpilogue, MoeExperts, MoeGemm, MoeWork, QuantMatrix};
 use cudarc::driver::{CudaSlice, DevicePtr};
 
 /// The expert-sorted pairs of an MoE prefill batch, as `moe_gemm.cu`'s index kernels leave
@@ -181,12 +181,13 @@ impl GemmWgmma {
     }
 
     /// `h[q][j] = f16(silu(gu[q][j]) · gu[q][n_ff + j])`: SwiGLU of the interleaved gate and up
-    /// products.
+    /// products (gpt-oss: the expert's gate and up biases added first, and swiglu_oai; `ep`).
     pub fn swiglu(
         &self,
         gu: &CudaSlice<f32>,
         rows: &ExpertRows,
         n_ff: usize,
+        ep: &ExpertEpilogue,
         h: &mut CudaSlice<u16>,
     ) -> Result<()> {
         assert!(
@@ -195,22 +196,33 @@ impl GemmWgmma {
         );
         assert!(h.len() >= rows.pairs * n_ff, "swiglu f16: h too small");
         let (ne, nf) = (int(rows.n_expert, "experts"), int(n_ff, "n_ff"));
+        let (alpha, limit) = ep.act_args();
         let mut b = self.launch.builder(&self.swiglu);
-        b.arg(gu).arg(rows.index).arg(h).arg(&ne).arg(&nf);
-        // SAFETY: moe_swiglu_f16(gu, index, h, E, n_ff): rows below offsets[E] <= pairs, sizes
-        // asserted.
+        b.arg(gu)
+            .arg(rows.index)
+            .arg(h)
+            .arg(&ne)
+            .arg(&nf)
+            .arg(ep.bias(0))
+            .arg(ep.bias(1))
+            .arg(&alpha)
+            .arg(&limit);
+        // SAFETY: moe_swiglu_f16(gu, index, h, E, n_ff, gate_bias, up_bias, alpha, limit): rows
+        // below offsets[E] <= pairs, sizes asserted; the biases [E][n_ff] floats or null
+        // (MoeExperts::check).
         unsafe { b.launch(rows_cfg(rows.pairs, 256)) }.during("launching moe_swiglu_f16")?;
         Ok(())
     }
 
     /// `y[p] = weights[p] · ys[q]` for `p = sorted[q]`: the down products in pair order, each
-    /// scaled by its routing weight.
+    /// scaled by its routing weight (gpt-oss: the expert's down bias added first; `ep`).
     pub fn unsort_weighted(
         &self,
         ys: &CudaSlice<f32>,
         rows: &ExpertRows,
         weights: &CudaSlice<f32>,
         n_embd: usize,
+        ep: &ExpertEpilogue,
         y: &mut CudaSlice<f32>,
     ) -> Result<()> {
         assert!(n_embd.is_multiple_of(4), "unsort: n_embd {n_embd}");
@@ -224,9 +236,11 @@ impl GemmWgmma {
             .arg(weights)
             .arg(y)
             .arg(&ne)
-            .arg(&nd);
-        // SAFETY: moe_unsort_weighted(ys, sorted, index, weights, y, E, n_embd): rows below
-        // offsets[E] <= pairs, pair ids < pairs; sizes asserted.
+            .arg(&nd)
+            .arg(ep.bias(2));
+        // SAFETY: moe_unsort_weighted(ys, sorted, index, weights, y, E, n_embd, down_bias): rows
+        // below offsets[E] <= pairs, pair ids < pairs; sizes asserted; the bias [E][n_embd]
+        // floats or null (MoeExperts::check).
         unsafe { b.launch(rows_cfg(rows.pairs, 128)) }.during("launching moe_unsort_weighted")?;
         Ok(())
     }
@@ -304,6 +318,7 @@ impl GemmWgmma {
         unpack: [bool; 2],
         out: &mut CudaSlice<f32>,
     ) -> Result<()> {
+        experts.check();
         let (d, ff, e, k) = (
             experts.n_embd(),
             experts.n_ff,
@@ -339,7 +354,7 @@ impl GemmWgmma {
             } else {
                 self.matmul_experts(&b.xs, &rows, &b.wgu, 2 * ff, d, &mut b.gu)?;
             }
-            self.swiglu(&b.gu, &rows, ff, &mut b.h)
+            self.swiglu(&b.gu, &rows, ff, &experts.epilogue, &mut b.h)
         })?;
         crate::profile::span(&st, "moe.down", || -> Result<()> {
             if down_unpacked {
@@ -347,7 +362,7 @@ impl GemmWgmma {
             } else {
                 self.matmul_experts(&b.h, &rows, &b.wd, d, ff, &mut b.ys)?;
             }
-            self.unsort_weighted(&b.ys, &rows, weights, d, y)
+            self.unsort_weighted(&b.ys, &rows, weights, d, &experts.epilogue, y)
         })?;
         moe.combine(work, ids, n, out)
     }
