@@ -19,10 +19,10 @@
 // wide walk; the `_narrow` entries (FERROLM_MMVQ_WIDE=0) keep the narrow one.
 //
 // Launches (crates/cuda/src/ops/moe_decode.rs must agree), block (32, MOE_NWARPS) each:
-// - moe_gate_up_<type>_n<NTOK>: grid (ceil(n_ff / (MOE_NWARPS * MOE_GATE_ROWS(NTOK))), NTOK * k);
-//   warp = MOE_GATE_ROWS(NTOK) rows of gate and the same of up.
-// - moe_down_<type>_n<NTOK>: grid ceil(n_embd / MOE_DOWN_ROWS(NTOK)); the block's warps share out
-//   the leading experts, each warp MOE_DOWN_ROWS(NTOK) output rows of its experts, or half of
+// - moe_gate_up_<type>_n<NTOK>: grid (ceil(n_ff / (MOE_NWARPS * GR)), NTOK * k), GR =
+//   MOE_GATE_ROWS(TYPE, NTOK); warp = GR rows of gate and the same of up.
+// - moe_down_<type>_n<NTOK>: grid ceil(n_embd / DR), DR = MOE_DOWN_ROWS(TYPE, NTOK); the block's
+//   warps share out the leading experts, each warp DR output rows of its experts, or half of
 //   them when there are at most MOE_NWARPS / 2 leaders (moe_down_tasks).
 // - moe_slot_matvec_<type>: grid ceil(rows / MOE_NWARPS); warp = one row of one slot's expert.
 // - moe_combine: grid ceil(n_embd / 128), 128 threads.
@@ -33,8 +33,12 @@
 #define MOE_NWARPS 8
 // Rows a warp walks together. An expert row is short (1-4 KB), so at one or two tokens a warp
 // takes several: more independent loads in flight and fewer warps paying the routing set-up.
-#define MOE_GATE_ROWS(N) ((N) <= 2 ? 4 : 1)
-#define MOE_DOWN_ROWS(N) ((N) <= 2 ? 8 : 2)
+// MXFP4 at one token takes half as many, in blocks of at most 80 registers (three an SM, not
+// two): its lookup of the codes keeps the issue busy, and more warps hide it better (gpt-oss-20b
+// tg128 +5% on the H200, docs/perf.md session 20).
+#define MOE_LEAN(T, N) ((T) == GGML_TYPE_MXFP4 && (N) == 1)
+#define MOE_GATE_ROWS(T, N) (MOE_LEAN(T, N) ? 2 : (N) <= 2 ? 4 : 1)
+#define MOE_DOWN_ROWS(T, N) (MOE_LEAN(T, N) ? 4 : (N) <= 2 ? 8 : 2)
 // Slots (tokens × experts a token) a launch takes, as 32-bit ballot words.
 #define MOE_MAX_SLOTS 128
 #define MOE_MASK_WORDS (MOE_MAX_SLOTS / WARP_SIZE)
@@ -43,7 +47,7 @@
 #define MOE_UNROLL(N) ((N) <= 2 ? 4 : 1)
 // Blocks an SM must fit: at one or two tokens, two (<= 128 registers), for more latency hiding
 // on these memory-bound kernels; more tokens need their registers for the columns.
-#define MOE_MIN_BLOCKS(N) ((N) <= 2 ? 2 : 1)
+#define MOE_MIN_BLOCKS(T, N) (MOE_LEAN(T, N) ? 3 : (N) <= 2 ? 2 : 1)
 
 // Bit q of the mask: slot q (< nslots) names expert e. Every lane gets the same mask.
 static __device__ __forceinline__ void slots_of(const int *__restrict__ ids, int nslots, int e,
@@ -91,14 +95,13 @@ static __device__ __forceinline__ float slot_sum(const float *w, const float *d,
     return s;
 }
 
-template <int TYPE, int NTOK, bool WIDE>
+template <int TYPE, int NTOK, bool WIDE, int GR, int UNROLL>
 static __device__ __forceinline__ void
 moe_gate_up(const void *__restrict__ gate, const void *__restrict__ up,
             const block_q8_1 *__restrict__ x, const int *__restrict__ ids, float *__restrict__ h,
             int n_embd, int n_ff, int n_expert, int k, int stage, ExpertEpilogue ep) {
     typedef WeightFormat<TYPE> F;
     typedef typename F::block B;
-    constexpr int GR = MOE_GATE_ROWS(NTOK);
     const int bpc = n_embd / QK8_1;
     // With `stage`, the NTOK tokens' activations come through shared memory (mmvq.cuh; wide
     // walks only).
@@ -152,8 +155,8 @@ moe_gate_up(const void *__restrict__ gate, const void *__restrict__ up,
                     const int t = member[j] >= 0 ? member[j] / k : 0;
                     cols[j] = Q8Shared{xs.q + 2 * t * bpc, xs.s + t * bpc};
                 }
-                mmvq_accumulate_warp<TYPE, NTOK, 2 * GR, MOE_UNROLL(NTOK), WIDE>(
-                    rows, cols, live, bpr, threadIdx.x, acc);
+                mmvq_accumulate_warp<TYPE, NTOK, 2 * GR, UNROLL, WIDE>(rows, cols, live, bpr,
+                                                                      threadIdx.x, acc);
             }
         }
         if (!staged) {
@@ -162,8 +165,8 @@ moe_gate_up(const void *__restrict__ gate, const void *__restrict__ up,
             for (int j = 0; j < NTOK; ++j) {
                 cols[j] = Q8Global{x + (size_t)(member[j] >= 0 ? member[j] / k : 0) * bpc};
             }
-            mmvq_accumulate_warp<TYPE, NTOK, 2 * GR, MOE_UNROLL(NTOK), WIDE>(rows, cols, live, bpr,
-                                                                            threadIdx.x, acc);
+            mmvq_accumulate_warp<TYPE, NTOK, 2 * GR, UNROLL, WIDE>(rows, cols, live, bpr,
+                                                                  threadIdx.x, acc);
         }
 #pragma unroll
         for (int j = 0; j < NTOK; ++j) {
@@ -180,7 +183,7 @@ moe_gate_up(const void *__restrict__ gate, const void *__restrict__ up,
 
 // Rows [r0, r0 + TR) of block row c0's down products for the slots of one leading expert e
 // (mask: its slots), into d[r0 + i][slot].
-template <int TYPE, int NTOK, bool WIDE, int TR, int DR>
+template <int TYPE, int NTOK, bool WIDE, int TR, int DR, int UNROLL>
 static __device__ __forceinline__ void
 moe_down_walk(const void *__restrict__ down, const block_q8_1 *__restrict__ hq, Q8Shared hs,
               bool staged, int e, uint32_t (&mask)[MOE_MASK_WORDS], int c0, int r0, int n_embd,
@@ -212,8 +215,8 @@ moe_down_walk(const void *__restrict__ down, const block_q8_1 *__restrict__ hq, 
                     const int m = member[j] >= 0 ? member[j] : 0;
                     cols[j] = Q8Shared{hs.q + 2 * m * bpc, hs.s + m * bpc};
                 }
-                mmvq_accumulate_warp<TYPE, NTOK, TR, MOE_UNROLL(NTOK), WIDE>(rows, cols, live, bpr,
-                                                                            threadIdx.x, acc);
+                mmvq_accumulate_warp<TYPE, NTOK, TR, UNROLL, WIDE>(rows, cols, live, bpr,
+                                                                  threadIdx.x, acc);
             }
         }
         if (valid && !staged) {
@@ -222,8 +225,8 @@ moe_down_walk(const void *__restrict__ down, const block_q8_1 *__restrict__ hq, 
             for (int j = 0; j < NTOK; ++j) {
                 cols[j] = Q8Global{hq + (size_t)(member[j] >= 0 ? member[j] : 0) * bpc};
             }
-            mmvq_accumulate_warp<TYPE, NTOK, TR, MOE_UNROLL(NTOK), WIDE>(rows, cols, live, bpr,
-                                                                        threadIdx.x, acc);
+            mmvq_accumulate_warp<TYPE, NTOK, TR, UNROLL, WIDE>(rows, cols, live, bpr,
+                                                              threadIdx.x, acc);
         }
 #pragma unroll
         for (int j = 0; j < NTOK; ++j) {
@@ -244,13 +247,12 @@ moe_down_walk(const void *__restrict__ down, const block_q8_1 *__restrict__ hq, 
 // t % MOE_NWARPS. A leader is one task of all DR rows, or, when there are few leaders (top-4
 // routing of one token leaves half of the warps without one), two tasks of DR / 2 rows each.
 // A row's dot is the same walk either way (mmvq.cuh), so the split changes no bits.
-template <int TYPE, int NTOK, bool WIDE, int PARTS>
+template <int TYPE, int NTOK, bool WIDE, int DR, int UNROLL, int PARTS>
 static __device__ __forceinline__ void
 moe_down_tasks(const void *__restrict__ down, const block_q8_1 *__restrict__ hq, Q8Shared hs,
                bool staged, const int *__restrict__ ids, int nslots, int c0, int n_embd,
-               int n_ff, int n_expert, ExpertEpilogue ep,
-               float (&d)[MOE_DOWN_ROWS(NTOK)][MOE_MAX_SLOTS]) {
-    constexpr int DR = MOE_DOWN_ROWS(NTOK), TR = DR / PARTS;
+               int n_ff, int n_expert, ExpertEpilogue ep, float (&d)[DR][MOE_MAX_SLOTS]) {
+    constexpr int TR = DR / PARTS;
     uint32_t todo[MOE_MASK_WORDS];
 #pragma unroll
     for (int w = 0; w < MOE_MASK_WORDS; ++w) {
@@ -277,8 +279,9 @@ moe_down_tasks(const void *__restrict__ down, const block_q8_1 *__restrict__ hq,
                 for (int w = 0; w < MOE_MASK_WORDS; ++w) {
                     left[w] = mask[w];
                 }
-                moe_down_walk<TYPE, NTOK, WIDE, TR, DR>(down, hq, hs, staged, e, left, c0,
-                                                        part * TR, n_embd, n_ff, n_expert, ep, d);
+                moe_down_walk<TYPE, NTOK, WIDE, TR, DR, UNROLL>(down, hq, hs, staged, e, left, c0,
+                                                                part * TR, n_embd, n_ff,
+                                                                n_expert, ep, d);
             }
         }
     }
@@ -304,13 +307,12 @@ static __device__ __forceinline__ int moe_leaders(const int *__restrict__ ids, i
     return leaders;
 }
 
-template <int TYPE, int NTOK, bool WIDE>
+template <int TYPE, int NTOK, bool WIDE, int DR, int UNROLL>
 static __device__ __forceinline__ void
 moe_down(const void *__restrict__ down, const block_q8_1 *__restrict__ hq,
          const int *__restrict__ ids, const float *__restrict__ weights, float *__restrict__ out,
          int n_embd, int n_ff, int n_expert, int k, int stage, ExpertEpilogue ep) {
     typedef WeightFormat<TYPE> F;
-    constexpr int DR = MOE_DOWN_ROWS(NTOK);
     const int nslots = NTOK * k, c0 = blockIdx.x * DR;
     const int bpc = n_ff / QK8_1;
     // With `stage`, every slot's activations come through shared memory (mmvq.cuh; wide walks
@@ -321,11 +323,11 @@ moe_down(const void *__restrict__ down, const block_q8_1 *__restrict__ hq,
     // d[i][s]: row c0 + i of slot s's down product.
     __shared__ float d[DR][MOE_MAX_SLOTS];
     if (DR % 2 == 0 && 2 * moe_leaders(ids, nslots) <= MOE_NWARPS) {
-        moe_down_tasks<TYPE, NTOK, WIDE, (DR % 2 == 0 ? 2 : 1)>(
+        moe_down_tasks<TYPE, NTOK, WIDE, DR, UNROLL, (DR % 2 == 0 ? 2 : 1)>(
             down, hq, hs, staged, ids, nslots, c0, n_embd, n_ff, n_expert, ep, d);
     } else {
-        moe_down_tasks<TYPE, NTOK, WIDE, 1>(down, hq, hs, staged, ids, nslots, c0, n_embd, n_ff,
-                                            n_expert, ep, d);
+        moe_down_tasks<TYPE, NTOK, WIDE, DR, UNROLL, 1>(down, hq, hs, staged, ids, nslots, c0,
+                                                        n_embd, n_ff, n_expert, ep, d);
     }
     __syncthreads();
     const int tid = threadIdx.y * WARP_SIZE + threadIdx.x;
@@ -381,26 +383,36 @@ extern "C" __global__ void moe_combine(const float *__restrict__ d,
     }
 }
 
-#define MOE_ENTRIES(NAME, TYPE, N, WIDE)                                                            \
-    extern "C" __global__ void __launch_bounds__(MOE_NWARPS *WARP_SIZE, MOE_MIN_BLOCKS(N))          \
-        moe_gate_up_##NAME##_n##N(const void *__restrict__ gate, const void *__restrict__ up,       \
-                                  const block_q8_1 *__restrict__ x, const int *__restrict__ ids,    \
-                                  float *__restrict__ h, int n_embd, int n_ff, int n_expert,        \
-                                  int k, int stage, const float *__restrict__ gate_bias,            \
-                                  const float *__restrict__ up_bias, float alpha, float limit) {    \
+// One token count's pair of entries, `moe_{gate_up,down}_<NAME>_n<N>`: GR gate rows a warp, DR
+// down rows a block, UNROLL steps in flight, MINB blocks an SM (launch bounds).
+#define MOE_ENTRIES_CFG(NAME, TYPE, N, WIDE, GR, DR, UNROLL, MINB)                                  \
+    extern "C" __global__ void __launch_bounds__(MOE_NWARPS *WARP_SIZE, MINB)                       \
+        moe_gate_up_##NAME##_n##N(                                                          \
+            const void *__restrict__ gate, const void *__restrict__ up,                             \
+            const block_q8_1 *__restrict__ x, const int *__restrict__ ids, float *__restrict__ h,   \
+            int n_embd, int n_ff, int n_expert, int k, int stage,                                   \
+            const float *__restrict__ gate_bias, const float *__restrict__ up_bias, float alpha,    \
+            float limit) {                                                                          \
         dependent_launch_entry();                                                                   \
         const ExpertEpilogue ep{gate_bias, up_bias, nullptr, alpha, limit};                         \
-        moe_gate_up<TYPE, N, WIDE>(gate, up, x, ids, h, n_embd, n_ff, n_expert, k, stage, ep);      \
+        moe_gate_up<TYPE, N, WIDE, GR, UNROLL>(gate, up, x, ids, h, n_embd, n_ff, n_expert, k,      \
+                                               stage, ep);                                          \
     }                                                                                               \
-    extern "C" __global__ void __launch_bounds__(MOE_NWARPS *WARP_SIZE, MOE_MIN_BLOCKS(N))          \
-        moe_down_##NAME##_n##N(const void *__restrict__ down, const block_q8_1 *__restrict__ hq,    \
-                               const int *__restrict__ ids, const float *__restrict__ weights,      \
-                               float *__restrict__ out, int n_embd, int n_ff, int n_expert,         \
-                               int k, int stage, const float *__restrict__ down_bias) {             \
+    extern "C" __global__ void __launch_bounds__(MOE_NWARPS *WARP_SIZE, MINB)                       \
+        moe_down_##NAME##_n##N(                                                             \
+            const void *__restrict__ down, const block_q8_1 *__restrict__ hq,                       \
+            const int *__restrict__ ids, const float *__restrict__ weights,                         \
+            float *__restrict__ out, int n_embd, int n_ff, int n_expert, int k, int stage,          \
+            const float *__restrict__ down_bias) {                                                  \
         dependent_launch_entry();                                                                   \
         const ExpertEpilogue ep{nullptr, nullptr, down_bias, 0.0f, 0.0f};                           \
-        moe_down<TYPE, N, WIDE>(down, hq, ids, weights, out, n_embd, n_ff, n_expert, k, stage, ep); \
+        moe_down<TYPE, N, WIDE, DR, UNROLL>(down, hq, ids, weights, out, n_embd, n_ff, n_expert, k, \
+                                            stage, ep);                                             \
     }
+
+#define MOE_ENTRIES(NAME, TYPE, N, WIDE)                                                            \
+    MOE_ENTRIES_CFG(NAME, TYPE, N, WIDE, MOE_GATE_ROWS(TYPE, N), MOE_DOWN_ROWS(TYPE, N),            \
+                    MOE_UNROLL(N), MOE_MIN_BLOCKS(TYPE, N))
 
 #define MOE_FORMAT(NAME, TYPE, WIDE)                                                                \
     MOE_ENTRIES(NAME, TYPE, 1, WIDE)                                                                \
@@ -433,3 +445,4 @@ MOE_FORMAT(mxfp4, GGML_TYPE_MXFP4, true)
 MOE_FORMAT(narrow_q4_k, GGML_TYPE_Q4_K, false)
 MOE_FORMAT(narrow_q6_k, GGML_TYPE_Q6_K, false)
 MOE_FORMAT(narrow_mxfp4, GGML_TYPE_MXFP4, false)
+

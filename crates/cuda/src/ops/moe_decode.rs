@@ -30,18 +30,27 @@ const MAX_SLOTS: usize = 128;
 /// Warps per block (MOE_NWARPS).
 const NWARPS: u32 = 8;
 
-/// Rows of gate (and of up) a warp takes for `n` tokens (the kernel's MOE_GATE_ROWS).
-fn gate_rows(n: usize) -> usize {
-    if n <= 2 {
+/// MXFP4 at one token takes half the rows in more blocks an SM (the kernel's MOE_LEAN).
+fn lean(ty: GgmlType, n: usize) -> bool {
+    ty == GgmlType::Mxfp4 && n == 1
+}
+
+/// Rows of gate (and of up) a warp takes for `n` tokens of `ty` (the kernel's MOE_GATE_ROWS).
+fn gate_rows(ty: GgmlType, n: usize) -> usize {
+    if lean(ty, n) {
+        2
+    } else if n <= 2 {
         4
     } else {
         1
     }
 }
 
-/// Output rows a down block takes for `n` tokens (the kernel's MOE_DOWN_ROWS).
-fn down_rows(n: usize) -> usize {
-    if n <= 2 {
+/// Output rows a down block takes for `n` tokens of `ty` (the kernel's MOE_DOWN_ROWS).
+fn down_rows(ty: GgmlType, n: usize) -> usize {
+    if lean(ty, n) {
+        4
+    } else if n <= 2 {
         8
     } else {
         2
@@ -243,7 +252,7 @@ impl MoeDecode {
         let (stage, smem) = stage_args(mode, walks_wide(how, e.gate.ty), n * d / 32);
         let cfg = LaunchConfig {
             grid_dim: (
-                ff.div_ceil(NWARPS as usize * gate_rows(n)) as u32,
+                ff.div_ceil(NWARPS as usize * gate_rows(e.gate.ty, n)) as u32,
                 (n * k) as u32,
                 1,
             ),
@@ -275,7 +284,7 @@ impl MoeDecode {
         let down = &self.down[&(e.down.ty, n, narrow(how, e.down.ty))];
         let (stage, smem) = stage_args(mode, walks_wide(how, e.down.ty), n * k * ff / 32);
         let cfg = LaunchConfig {
-            grid_dim: (d.div_ceil(down_rows(n)) as u32, 1, 1),
+            grid_dim: (d.div_ceil(down_rows(e.down.ty, n)) as u32, 1, 1),
             block_dim: block,
             shared_mem_bytes: smem,
         };
@@ -495,11 +504,28 @@ mod tests {
     fn geometry_and_formats_match_the_kernel() {
         let src = MOE_DECODE.source;
         assert!(src.contains(&format!("#define MOE_NWARPS {NWARPS}")));
-        assert!(src.contains("#define MOE_GATE_ROWS(N) ((N) <= 2 ? 4 : 1)"));
-        assert!(src.contains("#define MOE_DOWN_ROWS(N) ((N) <= 2 ? 8 : 2)"));
+        assert!(src.contains("#define MOE_LEAN(T, N) ((T) == GGML_TYPE_MXFP4 && (N) == 1)"));
+        assert!(src.contains("#define MOE_GATE_ROWS(T, N) (MOE_LEAN(T, N) ? 2 : (N) <= 2 ? 4 : 1)"));
+        assert!(src.contains("#define MOE_DOWN_ROWS(T, N) (MOE_LEAN(T, N) ? 4 : (N) <= 2 ? 8 : 2)"));
+        let q4k = GgmlType::Q4K;
         assert_eq!(
-            (gate_rows(2), gate_rows(3), down_rows(2), down_rows(3)),
+            (
+                gate_rows(q4k, 2),
+                gate_rows(q4k, 3),
+                down_rows(q4k, 2),
+                down_rows(q4k, 3)
+            ),
             (4, 1, 8, 2)
+        );
+        let mx = GgmlType::Mxfp4;
+        assert_eq!(
+            (
+                gate_rows(mx, 1),
+                gate_rows(mx, 2),
+                down_rows(mx, 1),
+                down_rows(mx, 2)
+            ),
+            (2, 4, 4, 8)
         );
         assert!(src.contains(&format!("#define MOE_MAX_SLOTS {MAX_SLOTS}")));
         assert!(src.contains(&format!(

@@ -89,6 +89,14 @@ pub const MOE_MMA_MAX_PAIRS: usize = 2;
 pub const DECODE_BLOCKS_PER_SM: usize = 4;
 /// The fewest keys a flash-decoding split takes at full context.
 pub const DECODE_MIN_SPLIT_KEYS: usize = 128;
+/// A short context's splits: up to [`DECODE_SHORT_SPLITS`] of at least this many keys. Its
+/// attention is a latency chain per block, so one split of 128 keys left most SMs idle: four
+/// gave tg128 (a 128-position cache) +3.7% on qwen3-8b, +1-3% on olmoe-1b-7b and +2-3% on
+/// gpt-oss-20b (window 128) on the H200, where 32-key splits at a 4k context lost 4% against
+/// 128-key ones (docs/perf.md, session 20).
+pub const DECODE_SHORT_SPLIT_KEYS: usize = 32;
+/// See [`DECODE_SHORT_SPLIT_KEYS`].
+pub const DECODE_SHORT_SPLITS: usize = 4;
 
 /// The fewest k steps ([`MMQ_BK`](crate::ops::MMQ_BK) columns) a split-K share takes: a share's first step has no
 /// copy in flight to hide behind.
@@ -617,7 +625,9 @@ impl Plan {
 
     /// Flash-decoding splits for a cache of `n_ctx` positions and `n_kv_head` KV heads (a block
     /// per split and KV head, or query head): about [`DECODE_BLOCKS_PER_SM`] blocks an SM, but no
-    /// split under [`DECODE_MIN_SPLIT_KEYS`] keys at full context; at most [`ATTN_MAX_SPLITS`].
+    /// split under [`DECODE_MIN_SPLIT_KEYS`] keys at full context, except that a short context
+    /// still takes up to [`DECODE_SHORT_SPLITS`] splits of [`DECODE_SHORT_SPLIT_KEYS`] or more;
+    /// at most [`ATTN_MAX_SPLITS`].
     /// `FERROLM_ATTN_SPLIT_KEYS` fixes the keys a split instead. At 16k keys on the H200 the
     /// best fixed choice was 256 keys for 8 KV heads and 512 for 16: 512 blocks either way
     /// (docs/perf.md, "Issue 15, step 3").
@@ -626,6 +636,11 @@ impl Plan {
             Some(keys) => n_ctx.div_ceil(keys),
             None => n_ctx
                 .div_ceil(DECODE_MIN_SPLIT_KEYS)
+                .max(
+                    n_ctx
+                        .div_ceil(DECODE_SHORT_SPLIT_KEYS)
+                        .min(DECODE_SHORT_SPLITS),
+                )
                 .min((DECODE_BLOCKS_PER_SM * self.device.sms).div_ceil(n_kv_head.max(1))),
         };
         splits.clamp(1, ATTN_MAX_SPLITS)

@@ -69,6 +69,12 @@ fn decode_splits_by_context() {
     let p = plan(&[]); // 132 SMs: 528 blocks
     assert_eq!(p.decode_splits(1, 8), 1);
     assert_eq!(p.decode_splits(1000, 8), 8);
+    // Short contexts: up to four splits of 32 keys or more.
+    assert_eq!(p.decode_splits(20, 8), 1);
+    assert_eq!(p.decode_splits(100, 8), 4);
+    assert_eq!(p.decode_splits(128, 8), 4);
+    assert_eq!(p.decode_splits(600, 8), 5);
+    assert_eq!(p.decode_splits(4224, 8), 33);
     assert_eq!(p.decode_splits(16_512, 8), 66);
     assert_eq!(p.decode_splits(16_512, 16), 33);
     assert_eq!(p.decode_splits(1 << 20, 1), ATTN_MAX_SPLITS);
@@ -86,7 +92,7 @@ fn window_splits_follow_the_window() {
     assert_eq!(p.window_splits(cap, None, 8), cap);
     assert_eq!(p.window_splits(cap, Some(512), 8), 4); // gemma3-1b's window
     assert_eq!(p.window_splits(cap, Some(1024), 8), 8); // gemma3-4b's
-    assert_eq!(p.window_splits(cap, Some(128), 8), 1); // gpt-oss's
+    assert_eq!(p.window_splits(cap, Some(128), 8), 4); // gpt-oss's
     assert_eq!(p.window_splits(2, Some(1024), 8), 2); // a short cache's work bounds it
     assert_eq!(p.window_splits(cap, Some(1 << 20), 8), cap);
 }
