@@ -16,7 +16,7 @@ pub struct Preset {
 }
 
 /// Every preset name, for help texts and error messages.
-pub const NAMES: [&str; 19] = [
+pub const NAMES: [&str; 20] = [
     "olmoe-1b-7b",
     "gpt-oss-20b",
     "gemma3-27b",
@@ -25,6 +25,7 @@ pub const NAMES: [&str; 19] = [
     "gemma3-270m",
     "deepseek2-lite",
     "qwen3-30b-a3b",
+    "qwen3-235b-a22b",
     "smollm2-1.7b",
     "smollm2-135m",
     "qwen3-8b",
@@ -146,6 +147,21 @@ pub fn preset(name: &str) -> Option<Preset> {
                 rope_freq_base: 1e6,
                 rms_eps: 1e-6,
                 ..shape(Arch::Qwen3Moe, 2048, 48, 32, 4)
+            },
+        ),
+        // More than one H200 holds at Q4_K_M (about 142 GB): the multi-GPU benchmark's model.
+        "qwen3-235b-a22b" => (
+            "Qwen3-235B-A22B: 128 experts, top-8",
+            Config {
+                head_dim: 128,
+                head_dim_v: 128,
+                n_ff: 12288,
+                moe: moe(128, 8, 1536),
+                n_vocab: 151936,
+                n_ctx: 40960,
+                rope_freq_base: 1e6,
+                rms_eps: 1e-6,
+                ..shape(Arch::Qwen3Moe, 4096, 94, 64, 4)
             },
         ),
         "gpt-oss-20b" => (

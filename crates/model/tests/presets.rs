@@ -4,9 +4,11 @@ use ferrolm_model::{preset, tensor_specs, FileType, Synth, VocabKind};
 
 /// (preset, parameters of the real checkpoint, tensors llama.cpp's GGUF has,
 ///  size of llama.cpp's Q4_K_M file in bytes, where we know it)
-const REAL: [(&str, u64, usize, Option<f64>); 6] = [
+const REAL: [(&str, u64, usize, Option<f64>); 7] = [
     ("olmoe-1b-7b", 6_919_000_000, 195, Some(4.21e9)),
     ("qwen3-30b-a3b", 30_532_000_000, 579, Some(18.55e9)),
+    // 94 blocks of 12 tensors and 3 global ones; about 142 GB at Q4_K_M.
+    ("qwen3-235b-a22b", 235_093_634_560, 1131, None),
     ("smollm2-1.7b", 1_711_000_000, 218, Some(1.05e9)),
     ("qwen3-8b", 8_191_000_000, 399, Some(5.02e9)),
     ("smollm2-135m", 134_515_008, 272, None),
