@@ -34,8 +34,8 @@
 // Rows a warp walks together. An expert row is short (1-4 KB), so at one or two tokens a warp
 // takes several: more independent loads in flight and fewer warps paying the routing set-up.
 // MXFP4 at one token takes half as many, in blocks of at most 80 registers (three an SM, not
-// two): its lookup of the codes keeps the issue busy, and more warps hide it better (gpt-oss-20b
-// tg128 +5% on the H200, docs/perf.md session 20).
+// two): more warps in flight (gpt-oss-20b tg128 +5% on the H200; Q4_K and Q6_K lost with it,
+// docs/perf.md session 20).
 #define MOE_LEAN(T, N) ((T) == GGML_TYPE_MXFP4 && (N) == 1)
 #define MOE_GATE_ROWS(T, N) (MOE_LEAN(T, N) ? 2 : (N) <= 2 ? 4 : 1)
 #define MOE_DOWN_ROWS(T, N) (MOE_LEAN(T, N) ? 4 : (N) <= 2 ? 8 : 2)
@@ -383,36 +383,29 @@ extern "C" __global__ void moe_combine(const float *__restrict__ d,
     }
 }
 
-// One token count's pair of entries, `moe_{gate_up,down}_<NAME>_n<N>`: GR gate rows a warp, DR
-// down rows a block, UNROLL steps in flight, MINB blocks an SM (launch bounds).
-#define MOE_ENTRIES_CFG(NAME, TYPE, N, WIDE, GR, DR, UNROLL, MINB)                                  \
-    extern "C" __global__ void __launch_bounds__(MOE_NWARPS *WARP_SIZE, MINB)                       \
-        moe_gate_up_##NAME##_n##N(                                                          \
-            const void *__restrict__ gate, const void *__restrict__ up,                             \
-            const block_q8_1 *__restrict__ x, const int *__restrict__ ids, float *__restrict__ h,   \
-            int n_embd, int n_ff, int n_expert, int k, int stage,                                   \
-            const float *__restrict__ gate_bias, const float *__restrict__ up_bias, float alpha,    \
-            float limit) {                                                                          \
+// One token count's pair of entries, `moe_{gate_up,down}_<NAME>_n<N>`.
+#define MOE_ENTRIES(NAME, TYPE, N, WIDE)                                                            \
+    extern "C" __global__ void __launch_bounds__(MOE_NWARPS *WARP_SIZE, MOE_MIN_BLOCKS(TYPE, N))    \
+        moe_gate_up_##NAME##_n##N(const void *__restrict__ gate, const void *__restrict__ up,       \
+                                  const block_q8_1 *__restrict__ x, const int *__restrict__ ids,    \
+                                  float *__restrict__ h, int n_embd, int n_ff, int n_expert,        \
+                                  int k, int stage, const float *__restrict__ gate_bias,            \
+                                  const float *__restrict__ up_bias, float alpha, float limit) {    \
         dependent_launch_entry();                                                                   \
         const ExpertEpilogue ep{gate_bias, up_bias, nullptr, alpha, limit};                         \
-        moe_gate_up<TYPE, N, WIDE, GR, UNROLL>(gate, up, x, ids, h, n_embd, n_ff, n_expert, k,      \
-                                               stage, ep);                                          \
+        moe_gate_up<TYPE, N, WIDE, MOE_GATE_ROWS(TYPE, N), MOE_UNROLL(N)>(                          \
+            gate, up, x, ids, h, n_embd, n_ff, n_expert, k, stage, ep);                             \
     }                                                                                               \
-    extern "C" __global__ void __launch_bounds__(MOE_NWARPS *WARP_SIZE, MINB)                       \
-        moe_down_##NAME##_n##N(                                                             \
-            const void *__restrict__ down, const block_q8_1 *__restrict__ hq,                       \
-            const int *__restrict__ ids, const float *__restrict__ weights,                         \
-            float *__restrict__ out, int n_embd, int n_ff, int n_expert, int k, int stage,          \
-            const float *__restrict__ down_bias) {                                                  \
+    extern "C" __global__ void __launch_bounds__(MOE_NWARPS *WARP_SIZE, MOE_MIN_BLOCKS(TYPE, N))    \
+        moe_down_##NAME##_n##N(const void *__restrict__ down, const block_q8_1 *__restrict__ hq,    \
+                               const int *__restrict__ ids, const float *__restrict__ weights,      \
+                               float *__restrict__ out, int n_embd, int n_ff, int n_expert,         \
+                               int k, int stage, const float *__restrict__ down_bias) {             \
         dependent_launch_entry();                                                                   \
         const ExpertEpilogue ep{nullptr, nullptr, down_bias, 0.0f, 0.0f};                           \
-        moe_down<TYPE, N, WIDE, DR, UNROLL>(down, hq, ids, weights, out, n_embd, n_ff, n_expert, k, \
-                                            stage, ep);                                             \
+        moe_down<TYPE, N, WIDE, MOE_DOWN_ROWS(TYPE, N), MOE_UNROLL(N)>(                             \
+            down, hq, ids, weights, out, n_embd, n_ff, n_expert, k, stage, ep);                     \
     }
-
-#define MOE_ENTRIES(NAME, TYPE, N, WIDE)                                                            \
-    MOE_ENTRIES_CFG(NAME, TYPE, N, WIDE, MOE_GATE_ROWS(TYPE, N), MOE_DOWN_ROWS(TYPE, N),            \
-                    MOE_UNROLL(N), MOE_MIN_BLOCKS(TYPE, N))
 
 #define MOE_FORMAT(NAME, TYPE, WIDE)                                                                \
     MOE_ENTRIES(NAME, TYPE, 1, WIDE)                                                                \
