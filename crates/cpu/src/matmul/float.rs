@@ -82,6 +82,29 @@ fn dot(isa: Isa, a: &[f32], b: &[f32]) -> f32 {
     }
 }
 
+/// The AVX-512 dot's sums in portable code, bit for bit (tested against it where the CPU has
+/// AVX-512): 64 fused multiply-add chains (four vectors of 16 lanes) over 64-column steps, the
+/// vectors added as (0 + 1) + (2 + 3), the 16 lanes halved three times and the last pair
+/// added (`_mm512_reduce_add_ps`'s tree), then the tail as [`dot_scalar`] sums it. The order a
+/// GPU kernel must follow to give an F32 product the CPU's bits: the tiny gpt-oss F32 golden
+/// misses its bar on CUDA only through its f32 dots' order (docs/parity.md, session 20).
+pub fn dot_f32_avx512_order(a: &[f32], b: &[f32]) -> f32 {
+    let n = a.len().min(b.len()) / 64 * 64;
+    let mut acc = [[0f32; 16]; 4];
+    for (x, y) in a[..n].chunks_exact(64).zip(b[..n].chunks_exact(64)) {
+        for (i, acc) in acc.iter_mut().enumerate() {
+            for (l, v) in acc.iter_mut().enumerate() {
+                *v = x[16 * i + l].mul_add(y[16 * i + l], *v);
+            }
+        }
+    }
+    let v: [f32; 16] = std::array::from_fn(|l| (acc[0][l] + acc[1][l]) + (acc[2][l] + acc[3][l]));
+    let h8: [f32; 8] = std::array::from_fn(|l| v[l] + v[l + 8]);
+    let h4: [f32; 4] = std::array::from_fn(|l| h8[l] + h8[l + 4]);
+    let h2: [f32; 2] = std::array::from_fn(|l| h4[l] + h4[l + 2]);
+    (h2[0] + h2[1]) + dot_scalar(&a[n..], &b[n..])
+}
+
 fn dot_scalar(a: &[f32], b: &[f32]) -> f32 {
     // Eight independent accumulators let the compiler vectorise without reassociation flags.
     let mut acc = [0f32; 8];
@@ -137,5 +160,38 @@ mod x86 {
         }
         let v = _mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3]));
         _mm512_reduce_add_ps(v) + super::dot_scalar(&a[n..], &b[n..])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The portable order is the AVX-512 dot's to the bit, on lengths with and without a tail
+    /// and on values whose sums round differently in other orders.
+    #[test]
+    fn portable_order_is_the_avx512_dot() {
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            let mut seed = 7u64;
+            let mut next = || {
+                seed = seed
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                ((seed >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 2f32.powi((seed % 13) as i32)
+            };
+            for len in [64, 256, 2880, 200, 65, 7] {
+                for _ in 0..20 {
+                    let a: Vec<f32> = (0..len).map(|_| next()).collect();
+                    let b: Vec<f32> = (0..len).map(|_| next()).collect();
+                    // SAFETY: AVX-512 F detected above.
+                    let want = unsafe { x86::dot_avx512(&a, &b) };
+                    let got = dot_f32_avx512_order(&a, &b);
+                    assert_eq!(got.to_bits(), want.to_bits(), "len {len}: {got} vs {want}");
+                }
+            }
+            return;
+        }
+        eprintln!("no AVX-512 here: the portable order was not compared");
     }
 }

@@ -58,6 +58,7 @@ mod x86;
 
 use crate::plan::{CpuPlan, MatmulMode};
 use ferrolm_gguf::GgmlType;
+pub use float::dot_f32_avx512_order;
 pub use reference::matmul_reference;
 
 /// A weight matrix viewed in place: `rows` rows of `cols` elements of type `ty`.
