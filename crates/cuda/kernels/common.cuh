@@ -102,6 +102,22 @@ static __device__ __forceinline__ float exp_rn(float x) {
     return (float)exp((double)x);
 }
 
+// The last i in [0, n) with a[i] <= v, for a non-decreasing a with a[0] <= v (binary search):
+// in an MoE index's prefix sums (offsets, tile starts), the expert that owns position v, since
+// an empty expert's entry equals the next one's.
+static __device__ __forceinline__ int last_at_most(const int *__restrict__ a, int n, int v) {
+    int lo = 0, hi = n - 1;
+    while (lo < hi) {
+        const int mid = (lo + hi + 1) / 2;
+        if (a[mid] <= v) {
+            lo = mid;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    return lo;
+}
+
 // SwiGLU of one element, silu(g) * u = g / (1 + exp(-g)) * u, rounded step by step as the CPU's
 // norm::swiglu (explicit _rn: no contraction), so every kernel that applies it agrees bit for bit.
 static __device__ __forceinline__ float silu_mul(float g, float u) {

@@ -598,26 +598,9 @@ extern "C" __global__ void moe_gather_f16(const float *__restrict__ x, const int
     }
 }
 
-// The expert of sorted position q < offsets[E]: the last e with offsets[e] <= q (binary search;
-// an empty expert's offset equals the next one's, so the search skips it).
-static __device__ __forceinline__ int sorted_expert(const int *__restrict__ index, int n_expert,
-                                                    int q) {
-    const int *offsets = index + n_expert;
-    int lo = 0, hi = n_expert - 1;
-    while (lo < hi) {
-        const int mid = (lo + hi + 1) / 2;
-        if (offsets[mid] <= q) {
-            lo = mid;
-        } else {
-            hi = mid - 1;
-        }
-    }
-    return lo;
-}
-
 // h[q][j] = f16(act(gu[q][j], gu[q][n_ff + j])) (the CPU's SwiGLU roundings, then f16; gpt-oss:
 // the expert's biases first and swiglu_oai, ExpertEpilogue), gu the interleaved gate and up
-// products of sorted position q.
+// products of sorted position q, whose expert is the last with offsets[e] <= q.
 extern "C" __global__ void moe_swiglu_f16(const float *__restrict__ gu, const int *__restrict__ index,
                                           uint16_t *__restrict__ h, int n_expert, int n_ff,
                                           const float *__restrict__ gate_bias,
@@ -628,7 +611,7 @@ extern "C" __global__ void moe_swiglu_f16(const float *__restrict__ gu, const in
     const int used = index[2 * n_expert];
     for (int q = blockIdx.x; q < used; q += gridDim.x) {
         const float *row = gu + (size_t)q * 2 * n_ff;
-        const int e = gate_bias != nullptr ? sorted_expert(index, n_expert, q) : 0;
+        const int e = gate_bias != nullptr ? last_at_most(index + n_expert, n_expert, q) : 0;
         for (int j = threadIdx.x; j < n_ff; j += blockDim.x) {
             h[(size_t)q * n_ff + j] = f32_to_f16_bits(ep.act(e, j, n_ff, row[j], row[n_ff + j]));
         }
@@ -650,7 +633,7 @@ extern "C" __global__ void moe_unsort_weighted(const float *__restrict__ ys,
     for (int q = blockIdx.x; q < used; q += gridDim.x) {
         const int p = sorted[q];
         const float w = weights[p];
-        const int e = down_bias != nullptr ? sorted_expert(index, n_expert, q) : 0;
+        const int e = down_bias != nullptr ? last_at_most(index + n_expert, n_expert, q) : 0;
         for (int c = threadIdx.x * 4; c < n_embd; c += blockDim.x * 4) {
             const float4 v = *(const float4 *)(ys + (size_t)q * n_embd + c);
             *(float4 *)(y + (size_t)p * n_embd + c) =

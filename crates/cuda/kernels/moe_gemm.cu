@@ -117,16 +117,7 @@ static __device__ __forceinline__ bool moe_tile(const int *index, int n_expert, 
             return false;
         }
         // The last e with tile_starts[e] <= j; tile_starts[e + 1] > j then, so e has tiles.
-        int lo = 0, hi = n_expert - 1;
-        while (lo < hi) {
-            const int mid = (lo + hi + 1) / 2;
-            if (tile_starts[mid] <= j) {
-                lo = mid;
-            } else {
-                hi = mid - 1;
-            }
-        }
-        e = lo;
+        e = last_at_most(tile_starts, n_expert, j);
         tile = j - tile_starts[e];
     }
     t.e = e;
