@@ -40,7 +40,7 @@ FERROLM_MOE_FUSED=0 python3 $T/golden_check.py $B $G tiny-gpt-oss-mxfp4-q8_0 -- 
 # 12 found none of these moves it but the router rows (in p95's fourth digit); FERROLM_ATTN_MMA=0
 # (the scalar prefill in place of the CPU-order one over the f32 cache) was not yet tried.
 for sw in FERROLM_ATTN_MMA=0 FERROLM_MOE_FUSED=0 FERROLM_CUDA_MMQ=0 FERROLM_CUDA_FUSE=0 \
-          FERROLM_ATTN=f32 FERROLM_MOE_ROUTER_ROWS=0; do
+          FERROLM_ATTN=f32; do
   env $sw python3 $T/golden_check.py $B $G tiny-gpt-oss-mxfp4-f32 -- --backend cuda \
     --cache-type f32 2>&1 | tail -1 | sed "s/^/$sw: /" | tee -a $OUT/goldens.txt
 done

@@ -3,7 +3,7 @@
 
 use super::{compare, elementwise, Contract, Row};
 use anyhow::Result;
-use ferrolm_cpu::matmul::{matmul, WeightRef};
+use ferrolm_cpu::matmul::{dot_f32_avx512_order, matmul, WeightRef};
 use ferrolm_cpu::{norm, rope, CpuPlan};
 use ferrolm_cuda::ops::{
     dequantize_blocks, rope_table_len, ActQuant, QuantMatrix, Rope, RopeArgs, RopeScale,
@@ -419,13 +419,21 @@ pub(super) fn products(w: &[f32], x: &[f32], rows: usize, cols: usize) -> Vec<(f
         .collect()
 }
 
-/// The f32 GEMM against the CPU's float matmul, on a wide shape (64-token tiles) and a router's
-/// (64 rows: 16-token tiles).
+/// The f32 GEMM against the CPU's f32 dot in its AVX-512 order (`dot_f32_avx512_order`), bit
+/// for bit, on a wide shape, a router's (64 rows), one token, and odd shapes with a tail past
+/// the last 64 columns; and against the CPU's float matmul as this machine runs it (another
+/// order where the CPU has no AVX-512).
 fn gemm_f32(dev: &CudaDevice, k: &Kernels, rng: &mut StdRng) -> Result<Vec<Row>> {
     // The CPU side as the engine runs it (FERROLM_CPU_MATMUL, FERROLM_ATTN).
     let cpu_plan = CpuPlan::from_env()?;
     let mut rows = Vec::new();
-    for (nrows, cols, n) in [(4096, 1024, 512), (64, 2048, 512)] {
+    for (nrows, cols, n) in [
+        (4096, 1024, 512),
+        (64, 2048, 512),
+        (512, 2880, 1),
+        (37, 2050, 13),
+        (5, 59, 3),
+    ] {
         let w = normal(rng, nrows * cols, 1.0);
         let x = normal(rng, n * cols, 1.0);
         let wd = dev.upload(&w)?;
@@ -434,6 +442,13 @@ fn gemm_f32(dev: &CudaDevice, k: &Kernels, rng: &mut StdRng) -> Result<Vec<Row>>
         k.gemm_f32.matmul_raw(&wd, nrows, cols, &xd, n, &mut out)?;
         dev.sync()?;
         let got = dev.download(&out)?;
+        let ordered: Vec<f32> = (0..n * nrows)
+            .into_par_iter()
+            .map(|i| {
+                let (t, r) = (i / nrows, i % nrows);
+                dot_f32_avx512_order(&w[r * cols..][..cols], &x[t * cols..][..cols])
+            })
+            .collect();
         let mut want = vec![0f32; n * nrows];
         let bytes: Vec<u8> = w.iter().flat_map(|v| v.to_le_bytes()).collect();
         let wr = WeightRef {
@@ -444,15 +459,33 @@ fn gemm_f32(dev: &CudaDevice, k: &Kernels, rng: &mut StdRng) -> Result<Vec<Row>>
         };
         matmul(&cpu_plan, &wr, &x, &mut want);
         let exact = products(&w, &x, nrows, cols);
+        let shape = format!("{nrows}×{cols} · {n} rows");
         rows.push(row(
             "gemm_f32",
-            format!("{nrows}×{cols} · {n} rows"),
-            "cpu matmul::matmul (F32)",
+            shape.clone(),
+            "the CPU's AVX-512 f32 dot order",
+            same_bits(&got, &ordered),
+            Contract::Exact,
+        ));
+        rows.push(row(
+            "gemm_f32",
+            shape,
+            "cpu matmul::matmul (F32) on this CPU",
             compare(&got, &want, |i| exact[i].1),
-            Contract::Rel(1e-6, "f32 sum order"),
+            Contract::Rel(1e-6, "f32 sum order where this CPU has no AVX-512"),
         ));
     }
     Ok(rows)
+}
+
+/// [`compare`], and not clean where any two values differ in their bits (a signed zero, a NaN).
+pub(super) fn same_bits(got: &[f32], want: &[f32]) -> (f64, f64, bool) {
+    let (a, r, clean) = compare(got, want, |_| 1.0);
+    let bits = got
+        .iter()
+        .zip(want)
+        .all(|(g, w)| g.to_bits() == w.to_bits());
+    (a, r, clean && bits)
 }
 
 /// A matmul check's operands: a random `rows × cols` weight of `ty` (its blocks on the host

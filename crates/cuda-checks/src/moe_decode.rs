@@ -2,10 +2,10 @@
 //! decode experts (`moe_decode.cu`) with the routes held fixed (the same ids and weights on both
 //! sides, so a routing flip cannot hide or fake an expert error), at OLMoE's shape.
 
-use super::checks::{normal, row};
+use super::checks::{normal, row, same_bits};
 use super::{compare, Contract, Row};
 use anyhow::Result;
-use ferrolm_cpu::matmul::{matmul, WeightRef};
+use ferrolm_cpu::matmul::{dot_f32_avx512_order, matmul, WeightRef};
 use ferrolm_cpu::moe::route;
 use ferrolm_cpu::norm::swiglu;
 use ferrolm_cpu::CpuPlan;
@@ -126,6 +126,19 @@ fn routing(
     )?;
     dev.sync()?;
     let (gids, gw) = (dev.download(&ids)?, dev.download(&weights)?);
+    // The logits: the CPU's f32 dots in its AVX-512 order, bit for bit, on either kernel.
+    let glogits = dev.download(work.logits())?;
+    let ordered: Vec<f32> = (0..n * ne)
+        .into_par_iter()
+        .map(|i| dot_f32_avx512_order(&w[i % ne * d..][..d], &x[i / ne * d..][..d]))
+        .collect();
+    let logits_row = row(
+        "moe route logits",
+        format!("{n} tok, {ne} experts ({logits:?})"),
+        "the CPU's AVX-512 f32 dot order",
+        same_bits(&glogits[..n * ne], &ordered),
+        Contract::Exact,
+    );
     // The one-launch routing against the two launches it fuses: the same bits (twice, so the
     // second launch shows the block counter was left at zero).
     let mut fused_rows = Vec::new();
@@ -235,6 +248,7 @@ fn routing(
             Contract::Rel(1e-4, "logits' f32 sum order, made relative by exp"),
         ),
     ];
+    rows.push(logits_row);
     rows.extend(fused_rows);
     Ok(rows)
 }

@@ -165,6 +165,52 @@ static __device__ __forceinline__ T warp_sum(T v) {
     return v;
 }
 
+// The CPU's f32 dot (ferrolm_cpu::matmul::dot_f32_avx512_order, its AVX-512 dot) by one warp,
+// so that an F32 product on the GPU has the CPU's bits. The CPU keeps 64 fused multiply-add
+// chains over 64-column steps (chain c: columns 64s + c); a warp holds chain `lane` in c0 and
+// chain `lane + 32` in c1, each summed over s ascending with fmaf. cpu_dot_reduce then adds
+// them as the CPU does, (c + c+16) + (c+32 + c+48) for c < 16 and _mm512_reduce_add_ps's
+// halving tree: float addition commutes bit for bit, so xor partners give every lane the sum.
+static __device__ __forceinline__ float cpu_dot_reduce(float c0, float c1) {
+    const float lo = __fadd_rn(c0, __shfl_xor_sync(FULL_MASK, c0, 16));
+    const float hi = __fadd_rn(c1, __shfl_xor_sync(FULL_MASK, c1, 16));
+    float v = __fadd_rn(lo, hi);
+#pragma unroll
+    for (int offset = 8; offset > 0; offset >>= 1) {
+        v = __fadd_rn(v, __shfl_xor_sync(FULL_MASK, v, offset));
+    }
+    return v;
+}
+
+// The CPU dot's tail past the last whole 64 columns (n < 64 products), in its scalar order:
+// eight sums (from 0) of rounded products over groups of eight, added in order, then the rest
+// in order (those two sums start from -0.0, as Rust's f32 sum). The whole dot:
+// cpu_dot_reduce(..) + this.
+static __device__ __forceinline__ float cpu_dot_tail(const float *a, const float *b, int n) {
+    float acc[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+        acc[i] = 0.0f;
+    }
+    const int done = n / 8 * 8;
+    for (int c = 0; c < done; c += 8) {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+            acc[i] = __fadd_rn(acc[i], __fmul_rn(a[c + i], b[c + i]));
+        }
+    }
+    float rest = -0.0f;
+    for (int c = done; c < n; ++c) {
+        rest = __fadd_rn(rest, __fmul_rn(a[c], b[c]));
+    }
+    float s = -0.0f;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+        s = __fadd_rn(s, acc[i]);
+    }
+    return __fadd_rn(s, rest);
+}
+
 static __device__ __forceinline__ float warp_max(float v) {
 #pragma unroll
     for (int offset = WARP_SIZE / 2; offset > 0; offset >>= 1) {

@@ -1,98 +1,86 @@
-// Plain f32 GEMM for weights stored as floats (F32/F16/BF16 files, and formats without an int8
-// kernel, dequantized at upload; OLMoE's router): dst[t][r] = Σ_c x[t][c] · w[r][c].
+// f32 weights times f32 activations, for weights stored as floats (F32/F16/BF16 files, formats
+// without an int8 kernel, dequantized at upload; MoE routers): dst[t][r] = Σ_c x[t][c] · w[r][c].
 //
-// Every output is one fmaf chain over c ascending from 0 (the tile shape does not enter the
-// result). A block computes GEMM_BM rows × GEMM_T·RN tokens, each thread GEMM_RM × RN of them
-// (rows tx + GEMM_T·i, tokens ty + GEMM_T·j), from GEMM_BK columns staged in shared memory per
-// step, transposed so that a thread's reads are consecutive across the warp. Two widths:
-// gemm_f32 (RN = 4, 64 tokens a block) and gemm_f32_narrow (RN = 1, 16 tokens), for matrices
-// with few rows (OLMoE's 64-expert router), whose wide tiles would leave most SMs idle.
+// Every output is the CPU's f32 dot (common.cuh's cpu_dot_reduce and cpu_dot_tail): F32
+// products have the CPU's bits on any shape, which the F32 goldens need where an f32 product
+// feeds a quantized one (gpt-oss's MXFP4 experts; docs/parity.md). A warp computes
+// GEMM_ROWS rows × GEMM_TOKENS tokens, its lanes holding the CPU's 64 chains of each; after
+// the walk, lane i·GEMM_TOKENS + t keeps output (row i, token t) and adds its tail. Weights and
+// activations come straight from global memory (the block's warps share the tokens' rows
+// through L1).
 //
-// Launch (crates/cuda/src/ops/gemm_f32.rs must agree): block (GEMM_T, GEMM_T), grid
-// (ceil(nrows / GEMM_BM), ceil(ntok / (GEMM_T·RN))); any shape.
+// Launch (crates/cuda/src/ops/gemm_f32.rs must agree): block (32, GEMM_WARPS), grid
+// (ceil(nrows / (GEMM_WARPS · GEMM_ROWS)), ceil(ntok / GEMM_TOKENS)); any shape.
 #include "common.cuh"
 
-#define GEMM_T 16
-#define GEMM_RM 4
-#define GEMM_BM (GEMM_T * GEMM_RM)
-#define GEMM_BK 16
+#define GEMM_ROWS 4
+#define GEMM_TOKENS 8
+#define GEMM_WARPS 4
+static_assert(GEMM_ROWS * GEMM_TOKENS == WARP_SIZE, "a lane an output");
 
-template <int RN>
-static __device__ __forceinline__ void gemm_f32_tile(const float *__restrict__ w,
-                                                     const float *__restrict__ x,
-                                                     float *__restrict__ dst, int ncols,
-                                                     int nrows, int ntok) {
-    constexpr int BN = GEMM_T * RN;
-    __shared__ float ws[GEMM_BK][GEMM_BM + 1];
-    __shared__ float xs[GEMM_BK][BN + 1];
-    const int tx = threadIdx.x, ty = threadIdx.y, tid = ty * GEMM_T + tx;
-    const int row0 = blockIdx.x * GEMM_BM, tok0 = blockIdx.y * BN;
-    float acc[GEMM_RM][RN];
-#pragma unroll
-    for (int i = 0; i < GEMM_RM; ++i) {
-#pragma unroll
-        for (int j = 0; j < RN; ++j) {
-            acc[i][j] = 0.0f;
-        }
-    }
-    for (int c0 = 0; c0 < ncols; c0 += GEMM_BK) {
-        // Element e of a tile: row (or token) e / GEMM_BK, column e % GEMM_BK, so a warp's
-        // loads run along columns; out-of-range elements are zeros, which leave the chains
-        // unchanged.
-        for (int e = tid; e < GEMM_BM * GEMM_BK; e += GEMM_T * GEMM_T) {
-            const int r = e / GEMM_BK, c = c0 + e % GEMM_BK;
-            ws[e % GEMM_BK][r] =
-                row0 + r < nrows && c < ncols ? w[(size_t)(row0 + r) * ncols + c] : 0.0f;
-        }
-        for (int e = tid; e < BN * GEMM_BK; e += GEMM_T * GEMM_T) {
-            const int t = e / GEMM_BK, c = c0 + e % GEMM_BK;
-            xs[e % GEMM_BK][t] =
-                tok0 + t < ntok && c < ncols ? x[(size_t)(tok0 + t) * ncols + c] : 0.0f;
-        }
-        __syncthreads();
-#pragma unroll
-        for (int k = 0; k < GEMM_BK; ++k) {
-            float a[GEMM_RM], b[RN];
-#pragma unroll
-            for (int i = 0; i < GEMM_RM; ++i) {
-                a[i] = ws[k][tx + GEMM_T * i];
-            }
-#pragma unroll
-            for (int j = 0; j < RN; ++j) {
-                b[j] = xs[k][ty + GEMM_T * j];
-            }
-#pragma unroll
-            for (int i = 0; i < GEMM_RM; ++i) {
-#pragma unroll
-                for (int j = 0; j < RN; ++j) {
-                    acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
-                }
-            }
-        }
-        __syncthreads();
-    }
-#pragma unroll
-    for (int i = 0; i < GEMM_RM; ++i) {
-#pragma unroll
-        for (int j = 0; j < RN; ++j) {
-            const int row = row0 + tx + GEMM_T * i, tok = tok0 + ty + GEMM_T * j;
-            if (row < nrows && tok < ntok) {
-                dst[(size_t)tok * nrows + row] = acc[i][j];
-            }
-        }
-    }
-}
-
-extern "C" __global__ void __launch_bounds__(GEMM_T *GEMM_T)
+extern "C" __global__ void __launch_bounds__(GEMM_WARPS *WARP_SIZE)
     gemm_f32(const float *__restrict__ w, const float *__restrict__ x, float *__restrict__ dst,
              int ncols, int nrows, int ntok) {
     dependent_launch_entry();
-    gemm_f32_tile<4>(w, x, dst, ncols, nrows, ntok);
-}
-
-extern "C" __global__ void __launch_bounds__(GEMM_T *GEMM_T)
-    gemm_f32_narrow(const float *__restrict__ w, const float *__restrict__ x,
-                    float *__restrict__ dst, int ncols, int nrows, int ntok) {
-    dependent_launch_entry();
-    gemm_f32_tile<1>(w, x, dst, ncols, nrows, ntok);
+    const int lane = threadIdx.x;
+    const int row0 = (blockIdx.x * GEMM_WARPS + threadIdx.y) * GEMM_ROWS;
+    const int tok0 = blockIdx.y * GEMM_TOKENS, nt = min(GEMM_TOKENS, ntok - tok0);
+    if (row0 >= nrows) {
+        return; // whole warps
+    }
+    // Rows past nrows and tokens past ntok re-read the last ones; never written.
+    const float *wr[GEMM_ROWS], *xt[GEMM_TOKENS];
+#pragma unroll
+    for (int i = 0; i < GEMM_ROWS; ++i) {
+        wr[i] = w + (size_t)min(row0 + i, nrows - 1) * ncols;
+    }
+#pragma unroll
+    for (int t = 0; t < GEMM_TOKENS; ++t) {
+        xt[t] = x + (size_t)(tok0 + min(t, nt - 1)) * ncols;
+    }
+    float c0[GEMM_ROWS][GEMM_TOKENS], c1[GEMM_ROWS][GEMM_TOKENS];
+#pragma unroll
+    for (int i = 0; i < GEMM_ROWS; ++i) {
+#pragma unroll
+        for (int t = 0; t < GEMM_TOKENS; ++t) {
+            c0[i][t] = c1[i][t] = 0.0f;
+        }
+    }
+    const int n64 = ncols / 64 * 64;
+#pragma unroll 2
+    for (int c = lane; c < n64; c += 64) {
+        float wa[GEMM_ROWS], wb[GEMM_ROWS];
+#pragma unroll
+        for (int i = 0; i < GEMM_ROWS; ++i) {
+            wa[i] = __ldg(wr[i] + c);
+            wb[i] = __ldg(wr[i] + c + 32);
+        }
+#pragma unroll
+        for (int t = 0; t < GEMM_TOKENS; ++t) {
+            if (t < nt) { // uniform
+                const float xa = __ldg(xt[t] + c), xb = __ldg(xt[t] + c + 32);
+#pragma unroll
+                for (int i = 0; i < GEMM_ROWS; ++i) {
+                    c0[i][t] = fmaf(wa[i], xa, c0[i][t]);
+                    c1[i][t] = fmaf(wb[i], xb, c1[i][t]);
+                }
+            }
+        }
+    }
+    float mine = 0.0f;
+#pragma unroll
+    for (int i = 0; i < GEMM_ROWS; ++i) {
+#pragma unroll
+        for (int t = 0; t < GEMM_TOKENS; ++t) {
+            if (t < nt) {
+                const float s = cpu_dot_reduce(c0[i][t], c1[i][t]);
+                mine = lane == i * GEMM_TOKENS + t ? s : mine;
+            }
+        }
+    }
+    const int i = lane / GEMM_TOKENS, t = lane % GEMM_TOKENS;
+    if (row0 + i < nrows && t < nt) {
+        const float tail = cpu_dot_tail(wr[i] + n64, xt[t] + n64, ncols - n64);
+        dst[(size_t)(tok0 + t) * nrows + row0 + i] = __fadd_rn(mine, tail);
+    }
 }

@@ -59,6 +59,17 @@ static __device__ __forceinline__ void slots_of(const int *__restrict__ ids, int
     }
 }
 
+// The mask of slot s alone. With one token, no two slots name one expert (the top-k picks
+// distinct ones), so a slot leads itself and the search for leaders (a chain of dependent loads
+// of ids before any weight load) is skipped. Were an expert named twice, each slot would walk
+// it for itself: the same bits, only without the shared read.
+static __device__ __forceinline__ void only_slot(int s, uint32_t (&mask)[MOE_MASK_WORDS]) {
+#pragma unroll
+    for (int w = 0; w < MOE_MASK_WORDS; ++w) {
+        mask[w] = w == s / WARP_SIZE ? 1u << (s % WARP_SIZE) : 0u;
+    }
+}
+
 // Removes the lowest slot from the mask and returns it, or -1 when the mask is empty.
 static __device__ __forceinline__ int pop_slot(uint32_t (&mask)[MOE_MASK_WORDS]) {
     int slot = -1;
@@ -120,14 +131,18 @@ moe_gate_up(const void *__restrict__ gate, const void *__restrict__ up,
         return;
     }
     uint32_t mask[MOE_MASK_WORDS];
-    slots_of(ids, NTOK * k, e, mask);
-    uint32_t first[MOE_MASK_WORDS];
+    if constexpr (NTOK == 1) {
+        only_slot(s, mask); // one token's slots name distinct experts: each leads its own
+    } else {
+        slots_of(ids, NTOK * k, e, mask);
+        uint32_t first[MOE_MASK_WORDS];
 #pragma unroll
-    for (int w = 0; w < MOE_MASK_WORDS; ++w) {
-        first[w] = mask[w];
-    }
-    if (pop_slot(first) != s) {
-        return; // an earlier slot leads this expert
+        for (int w = 0; w < MOE_MASK_WORDS; ++w) {
+            first[w] = mask[w];
+        }
+        if (pop_slot(first) != s) {
+            return; // an earlier slot leads this expert
+        }
     }
     const int bpr = n_embd / F::qk;
     // rows[i]: gate row r0 + i, rows[GR + i]: the same row of up. A row past n_ff re-reads the
@@ -264,13 +279,26 @@ moe_down_tasks(const void *__restrict__ down, const block_q8_1 *__restrict__ hq,
         if (s < 0) {
             return;
         }
-        const int e = ids[s];
         uint32_t mask[MOE_MASK_WORDS];
-        slots_of(ids, nslots, e, mask);
+        if constexpr (NTOK == 1) {
+            only_slot(s, mask); // slot s leads itself (only_slot)
+        } else {
+            slots_of(ids, nslots, ids[s], mask);
+        }
 #pragma unroll
         for (int w = 0; w < MOE_MASK_WORDS; ++w) {
             todo[w] &= ~mask[w];
         }
+        // Only the warps of the leader's tasks read its expert's id.
+        bool mine = false;
+#pragma unroll
+        for (int part = 0; part < PARTS; ++part) {
+            mine |= (nth * PARTS + part) % MOE_NWARPS == (int)threadIdx.y;
+        }
+        if (!mine) {
+            continue;
+        }
+        const int e = ids[s];
 #pragma unroll
         for (int part = 0; part < PARTS; ++part) {
             if ((nth * PARTS + part) % MOE_NWARPS == (int)threadIdx.y) {
@@ -322,7 +350,8 @@ moe_down(const void *__restrict__ down, const block_q8_1 *__restrict__ hq,
     const Q8Shared hs = stage_q8_1(staged, hq, nslots * bpc);
     // d[i][s]: row c0 + i of slot s's down product.
     __shared__ float d[DR][MOE_MAX_SLOTS];
-    if (DR % 2 == 0 && 2 * moe_leaders(ids, nslots) <= MOE_NWARPS) {
+    const int leaders = NTOK == 1 ? nslots : moe_leaders(ids, nslots); // see only_slot
+    if (DR % 2 == 0 && 2 * leaders <= MOE_NWARPS) {
         moe_down_tasks<TYPE, NTOK, WIDE, DR, UNROLL, (DR % 2 == 0 ? 2 : 1)>(
             down, hq, hs, staged, ids, nslots, c0, n_embd, n_ff, n_expert, ep, d);
     } else {

@@ -1,4 +1,4 @@
-// MoE routing: router logits = x · Wrᵀ in f32, then softmax over all experts and top-k, one warp
+// MoE routing: router logits = x · Wrᵀ in f32 (the CPU's f32 dots, bit for bit), then softmax over all experts and top-k, one warp
 // per token, as the CPU's moe::route: probabilities p = exp(l - max) * (1 / Σ exp), experts taken
 // in descending p with ties to the lower id, optionally renormalised p / Σ picked p (summed in
 // slot order). Outputs ids[t][k] (i32) and weights[t][k] (f32), slot 0 the most probable.
@@ -8,11 +8,10 @@
 // added to each logit before anything else.
 //
 // Launches (crates/cuda/src/ops/moe_route.rs must agree):
-// - moe_logits_small (n <= ROUTE_SMALL_N tokens, decode): block ROUTE_THREADS, grid n_expert;
-//   the block's threads split one expert's row and keep every token's sum.
-// - more tokens: moe_logits_rows, block (32, ROWS_WARPS), grid ceil(n / ROWS_T), dynamic shared
-//   memory ROWS_T * n_embd floats (n_embd <= ROWS_MAX_EMBD, n_embd % 4 == 0);
-// - anything else takes gemm_f32.cu's f32 GEMM (the router is an n_expert × n_embd matrix).
+// - moe_logits_small (n <= ROUTE_SMALL_N tokens, decode): block ROUTE_THREADS, grid n_expert,
+//   dynamic shared memory (1 + n) * n_embd floats (n_embd <= SMALL_MAX_EMBD, n_embd % 4 == 0).
+// - anything else takes gemm_f32.cu's f32 GEMM (the router is an n_expert × n_embd matrix),
+//   whose outputs have the same bits.
 // - moe_topk: block (32, TOPK_WARPS), grid ceil(n / TOPK_WARPS).
 // - moe_route_small: both in one launch for n <= ROUTE_SMALL_N tokens, as moe_logits_small,
 //   with a counter (one u32, zero between launches).
@@ -20,55 +19,42 @@
 
 #define ROUTE_THREADS 128
 #define ROUTE_SMALL_N 8
+#define SMALL_MAX_EMBD 4096
 #define TOPK_WARPS 4
 // Experts a lane holds: n_expert <= 32 * TOPK_PER_LANE.
 #define TOPK_PER_LANE 8
 #define NEG_INF __int_as_float(0xff800000)
 
-// logits[t][e] = Σ_i x[t][i] · w[e][i] for t < n <= ROUTE_SMALL_N, n_embd % 4 == 0 (the host
-// checks). 16-byte loads, and the walk unrolled so that a row's loads are in flight together:
-// one expert row is only a few KB, so latency, not bandwidth, sets this kernel's time.
+// logits[t][e] = Σ_i x[t][i] · w[e][i] for t < n <= ROUTE_SMALL_N, n_embd % 4 == 0 and
+// n_embd <= SMALL_MAX_EMBD (the host checks), each the CPU's f32 dot (common.cuh's
+// cpu_dot_reduce): the block stages expert e's row and the tokens' rows in shared memory with
+// 16-byte loads, all in flight at once (a row is a few KB: latency, not bandwidth, sets this
+// kernel's time), then warp w walks tokens w, w + 4, ... from there.
 static __device__ __forceinline__ void logits_small(const float *__restrict__ x,
                                                     const float *__restrict__ w, float *logits,
                                                     int n, int n_embd, int n_expert) {
-    const int e = blockIdx.x;
-    const float4 *we = (const float4 *)(w + (size_t)e * n_embd);
-    const int n4 = n_embd / 4;
-    float acc[ROUTE_SMALL_N];
-#pragma unroll
-    for (int t = 0; t < ROUTE_SMALL_N; ++t) {
-        acc[t] = 0.0f;
-    }
-#pragma unroll 4
-    for (int i = threadIdx.x; i < n4; i += ROUTE_THREADS) {
-        const float4 wi = __ldg(we + i);
-#pragma unroll
-        for (int t = 0; t < ROUTE_SMALL_N; ++t) {
-            if (t < n) {
-                const float4 xi = ((const float4 *)(x + (size_t)t * n_embd))[i];
-                acc[t] += wi.x * xi.x + wi.y * xi.y + wi.z * xi.z + wi.w * xi.w;
-            }
-        }
-    }
-    __shared__ float partial[ROUTE_THREADS / WARP_SIZE][ROUTE_SMALL_N];
-    const int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE;
-#pragma unroll
-    for (int t = 0; t < ROUTE_SMALL_N; ++t) {
-        if (t < n) { // uniform: n is a kernel argument
-            acc[t] = warp_sum(acc[t]);
-            if (lane == 0) {
-                partial[warp][t] = acc[t];
-            }
-        }
+    extern __shared__ float4 route_stage[]; // [1 + n][n_embd / 4]: the row, then the tokens
+    const int e = blockIdx.x, n4 = n_embd / 4;
+    const float4 *we = (const float4 *)(w + (size_t)e * n_embd), *x4 = (const float4 *)x;
+    for (int i = threadIdx.x; i < (1 + n) * n4; i += ROUTE_THREADS) {
+        route_stage[i] = i < n4 ? __ldg(we + i) : x4[i - n4];
     }
     __syncthreads();
-    if (threadIdx.x < n) {
-        float s = 0.0f;
-#pragma unroll
-        for (int p = 0; p < ROUTE_THREADS / WARP_SIZE; ++p) {
-            s += partial[p][threadIdx.x];
+    const float *ws = (const float *)route_stage;
+    const int lane = threadIdx.x % WARP_SIZE, n64 = n_embd / 64 * 64;
+    for (int t = threadIdx.x / WARP_SIZE; t < n; t += ROUTE_THREADS / WARP_SIZE) {
+        const float *xs = ws + (size_t)(1 + t) * n_embd;
+        float c0 = 0.0f, c1 = 0.0f;
+#pragma unroll 4
+        for (int c = lane; c < n64; c += 64) {
+            c0 = fmaf(ws[c], xs[c], c0);
+            c1 = fmaf(ws[c + 32], xs[c + 32], c1);
         }
-        logits[(size_t)threadIdx.x * n_expert + e] = s;
+        const float s = cpu_dot_reduce(c0, c1);
+        if (lane == 0) {
+            logits[(size_t)t * n_expert + e] =
+                __fadd_rn(s, cpu_dot_tail(ws + n64, xs + n64, n_embd - n64));
+        }
     }
 }
 
@@ -77,75 +63,6 @@ extern "C" __global__ void __launch_bounds__(ROUTE_THREADS)
                      float *__restrict__ logits, int n, int n_embd, int n_expert) {
     dependent_launch_entry();
     logits_small(x, w, logits, n, n_embd, n_expert);
-}
-
-#define ROWS_T 8
-#define ROWS_WARPS 8
-#define ROWS_EXPERTS 4
-#define ROWS_MAX_EMBD 4096
-
-// logits[t][e] for a block of ROWS_T tokens and every expert. The router is a few rows with a
-// long k, so the tokens' rows stay in shared memory and each warp walks ROWS_EXPERTS expert
-// rows at once, its lanes splitting k (16-byte loads along the row), then a warp sum: every
-// SM gets work even for a few hundred tokens, and each x load serves four experts.
-extern "C" __global__ void __launch_bounds__(ROWS_WARPS *WARP_SIZE)
-    moe_logits_rows(const float *__restrict__ x, const float *__restrict__ w,
-                    float *__restrict__ logits, int n, int n_embd, int n_expert) {
-    dependent_launch_entry();
-    extern __shared__ float4 xs[]; // [ROWS_T][n_embd / 4]
-    const int t0 = blockIdx.x * ROWS_T, nt = min(ROWS_T, n - t0);
-    const int n4 = n_embd / 4, lane = threadIdx.x;
-    for (int i = threadIdx.y * WARP_SIZE + lane; i < ROWS_T * n4; i += ROWS_WARPS * WARP_SIZE) {
-        const int t = i / n4;
-        xs[i] = t < nt ? ((const float4 *)(x + (size_t)(t0 + t) * n_embd))[i % n4]
-                       : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    }
-    __syncthreads();
-    for (int e0 = ROWS_EXPERTS * threadIdx.y; e0 < n_expert; e0 += ROWS_EXPERTS * ROWS_WARPS) {
-        const float4 *we[ROWS_EXPERTS];
-#pragma unroll
-        for (int j = 0; j < ROWS_EXPERTS; ++j) {
-            // Rows past n_expert re-read the last one; their sums are not written.
-            we[j] = (const float4 *)(w + (size_t)min(e0 + j, n_expert - 1) * n_embd);
-        }
-        float acc[ROWS_EXPERTS][ROWS_T];
-#pragma unroll
-        for (int j = 0; j < ROWS_EXPERTS; ++j) {
-#pragma unroll
-            for (int t = 0; t < ROWS_T; ++t) {
-                acc[j][t] = 0.0f;
-            }
-        }
-#pragma unroll 2
-        for (int c = lane; c < n4; c += WARP_SIZE) {
-            float4 wv[ROWS_EXPERTS];
-#pragma unroll
-            for (int j = 0; j < ROWS_EXPERTS; ++j) {
-                wv[j] = __ldg(we[j] + c);
-            }
-#pragma unroll
-            for (int t = 0; t < ROWS_T; ++t) {
-                const float4 xv = xs[t * n4 + c];
-#pragma unroll
-                for (int j = 0; j < ROWS_EXPERTS; ++j) {
-                    acc[j][t] = fmaf(wv[j].x, xv.x, acc[j][t]);
-                    acc[j][t] = fmaf(wv[j].y, xv.y, acc[j][t]);
-                    acc[j][t] = fmaf(wv[j].z, xv.z, acc[j][t]);
-                    acc[j][t] = fmaf(wv[j].w, xv.w, acc[j][t]);
-                }
-            }
-        }
-#pragma unroll
-        for (int j = 0; j < ROWS_EXPERTS; ++j) {
-#pragma unroll
-            for (int t = 0; t < ROWS_T; ++t) {
-                const float s = warp_sum(acc[j][t]);
-                if (lane == t && t < nt && e0 + j < n_expert) {
-                    logits[(size_t)(t0 + t) * n_expert + e0 + j] = s;
-                }
-            }
-        }
-    }
 }
 
 // Does (p, e) come before (q, f) in the CPU's order (descending probability, then lower id)?

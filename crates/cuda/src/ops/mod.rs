@@ -48,7 +48,7 @@ pub use moe_decode::{MoeDecode, MoeDecodeWork};
 pub use moe_gemm::{MoeGemm, MoeWork, MOE_MAX_PAIRS};
 pub use moe_mma::MOE_MMA_TILES;
 pub use moe_route::{ExpertEpilogue, MoeExperts, MoeRoute, MoeRouteWork, MoeRouter};
-pub(crate) use moe_route::{ROUTER_ROWS_MAX_EMBD, ROUTER_SMALL_N};
+pub(crate) use moe_route::{ROUTER_SMALL_MAX_EMBD, ROUTER_SMALL_N};
 pub use moe_slices::MoeSliceWork;
 pub use norm_rope::{rope_table_len, NormRope, Rope, RopeArgs, RopeScale};
 pub use quantize::{dequantize_blocks, ActQuant, Quantize, Q8_1_BLOCK_BYTES};

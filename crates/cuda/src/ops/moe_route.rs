@@ -2,13 +2,13 @@
 //! the choices in device memory (`ids`, `weights`) for the expert kernels. Also the shapes of
 //! one layer's experts, [`MoeExperts`], shared by decode (`moe_decode`) and prefill.
 //!
-//! Contract against the CPU's `moe::route`: the same ids, slot for slot, except where the CPU's
-//! k-th and (k+1)-th probabilities are within f32 noise of each other (the logits are summed in
-//! another order); weights within f32 rounding (`expf` against Rust's `exp`, another sum order).
-//! Logits of more than a few tokens take `moe_logits_rows` (lane partial sums, then a warp sum)
-//! or the f32 GEMM (one chain per logit), as the plan says ([`RouterLogits`]); those of a few
-//! take `moe_logits_small`, with the top-k in the same launch (`moe_route_small`, the same bits)
-//! among the decode fusions.
+//! Contract against the CPU's `moe::route`: the logits are the CPU's f32 dots bit for bit (in
+//! the order of its AVX-512 dot, `dot_f32_avx512_order`), so the ids are the CPU's slot for
+//! slot where the CPU runs that dot, and otherwise differ only where its k-th and (k+1)-th
+//! probabilities are within f32 noise of each other; weights within f32 rounding (`expf`
+//! against Rust's `exp`). Logits of more than a few tokens take the f32 GEMM; those of a few
+//! `moe_logits_small`, with the top-k in the same launch (`moe_route_small`, the same bits)
+//! among the decode fusions ([`RouterLogits`]).
 
 use super::launch::Launcher;
 use super::{int, GemmF32, QuantMatrix};
@@ -26,10 +26,15 @@ pub const MOE_MAX_USED: usize = 32;
 /// Most tokens the logits' mat-vec kernel takes (the kernel's ROUTE_SMALL_N).
 pub const ROUTER_SMALL_N: usize = 8;
 const TOPK_WARPS: u32 = 4;
-/// `moe_logits_rows`: tokens a block, warps a block, widest row it stages.
-const ROWS_T: usize = 8;
-const ROWS_WARPS: u32 = 8;
-pub const ROUTER_ROWS_MAX_EMBD: usize = 4096;
+/// Threads a block of the mat-vec kernels (ROUTE_THREADS).
+const ROUTE_THREADS: u32 = 128;
+/// Widest router row the mat-vec kernels stage, with ROUTER_SMALL_N tokens' rows, in shared
+/// memory (SMALL_MAX_EMBD).
+pub const ROUTER_SMALL_MAX_EMBD: usize = 4096;
+/// Their shared memory for `n` tokens of `n_embd`: the expert's row and the tokens'.
+fn small_stage_bytes(n: usize, n_embd: usize) -> usize {
+    (1 + n) * n_embd * 4
+}
 
 /// One layer's router: `ffn_gate_inp`, f32 `[n_expert][n_embd]`, and how its top-k is used.
 pub struct MoeRouter {
@@ -187,6 +192,11 @@ impl MoeRouteWork {
             n_expert,
         })
     }
+
+    /// The last routing's logits, `[n][n_expert]` (without the router's bias).
+    pub fn logits(&self) -> &CudaSlice<f32> {
+        &self.logits
+    }
 }
 
 pub struct MoeRoute {
@@ -194,33 +204,31 @@ pub struct MoeRoute {
     logits_small: CudaFunction,
     /// `logits_small` and `topk` in one launch.
     route_small: CudaFunction,
-    /// Logits for more than ROUTER_SMALL_N tokens (rows of at most ROUTER_ROWS_MAX_EMBD).
-    logits_rows: CudaFunction,
-    /// Logits for wider rows, or with `FERROLM_MOE_ROUTER_ROWS=0`: the f32 GEMM.
+    /// Logits for more than ROUTER_SMALL_N tokens or wider rows: the f32 GEMM.
     gemm: GemmF32,
     topk: CudaFunction,
 }
 
 impl MoeRoute {
     pub fn load(dev: &CudaDevice, launch: &Launcher) -> Result<Self> {
-        let f = |name| dev.function(&MOE_ROUTE, name);
-        let logits_rows = f("moe_logits_rows")?;
         dev.context()
             .bind_to_thread()
             .during("binding the context")?;
-        logits_rows
-            .set_attribute(
+        let f = |name| -> Result<CudaFunction> {
+            let f = dev.function(&MOE_ROUTE, name)?;
+            f.set_attribute(
                 CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                (ROWS_T * ROUTER_ROWS_MAX_EMBD * 4) as i32,
+                small_stage_bytes(ROUTER_SMALL_N, ROUTER_SMALL_MAX_EMBD) as i32,
             )
-            .during("allowing moe_logits_rows its shared memory")?;
+            .during("allowing the router's mat-vec its shared memory")?;
+            Ok(f)
+        };
         Ok(Self {
             launch: launch.clone(),
             logits_small: f("moe_logits_small")?,
             route_small: f("moe_route_small")?,
-            logits_rows,
             gemm: GemmF32::load(dev, launch)?,
-            topk: f("moe_topk")?,
+            topk: dev.function(&MOE_ROUTE, "moe_topk")?,
         })
     }
 
@@ -287,25 +295,21 @@ impl MoeRoute {
             int(ne, "moe experts"),
             int(k, "moe k"),
         );
-        // Both logits kernels load 4 floats at a time and take the same arguments: the
-        // mat-vec for a few tokens, the row-block kernel for more (rows of at most
-        // ROUTER_ROWS_MAX_EMBD in shared memory); anything else the f32 GEMM.
-        let by4 = d.is_multiple_of(4);
+        // The mat-vec for a few tokens (16-byte loads of rows it stages whole), the f32 GEMM
+        // for anything else: the same bits.
         let gating = router.gating_arg();
-        let logits = match logits {
+        match logits {
             RouterLogits::MatVec | RouterLogits::MatVecTopk => {
                 assert!(
-                    n <= ROUTER_SMALL_N && by4,
+                    n <= ROUTER_SMALL_N && d.is_multiple_of(4) && d <= ROUTER_SMALL_MAX_EMBD,
                     "moe route: {n} tokens of {d} on the mat-vec"
                 );
                 let cfg = LaunchConfig {
                     grid_dim: (ne as u32, 1, 1),
-                    block_dim: (128, 1, 1),
-                    shared_mem_bytes: 0,
+                    block_dim: (ROUTE_THREADS, 1, 1),
+                    shared_mem_bytes: small_stage_bytes(n, d) as u32,
                 };
-                if logits == RouterLogits::MatVec {
-                    Some((&self.logits_small, cfg))
-                } else {
+                if logits == RouterLogits::MatVecTopk {
                     let mut b = self.launch.builder(&self.route_small);
                     b.arg(x).arg(&router.w).arg(&mut work.logits);
                     b.arg(ids).arg(weights).arg(&mut work.done);
@@ -322,37 +326,20 @@ impl MoeRoute {
                     unsafe { b.launch(cfg) }.during("launching moe routing")?;
                     return Ok(());
                 }
-            }
-            RouterLogits::Rows => {
-                assert!(
-                    by4 && d <= ROUTER_ROWS_MAX_EMBD,
-                    "moe route: rows of {d} on the row kernel"
-                );
-                let cfg = LaunchConfig {
-                    grid_dim: (n.div_ceil(ROWS_T) as u32, 1, 1),
-                    block_dim: (32, ROWS_WARPS, 1),
-                    shared_mem_bytes: (ROWS_T * d * 4) as u32,
-                };
-                Some((&self.logits_rows, cfg))
-            }
-            RouterLogits::Gemm => None,
-        };
-        match logits {
-            Some((f, cfg)) => {
-                let mut b = self.launch.builder(f);
+                let mut b = self.launch.builder(&self.logits_small);
                 b.arg(x)
                     .arg(&router.w)
                     .arg(&mut work.logits)
                     .arg(&ni)
                     .arg(&di)
                     .arg(&nei);
-                // SAFETY: moe_logits_{small,rows}(x, w, logits, n, n_embd, n_expert): n x
-                // n_embd and n_expert x n_embd floats in, n x n_expert out (work holds max_n
-                // >= n rows); the rows kernel's ROWS_T rows of n_embd <= ROUTER_ROWS_MAX_EMBD floats
-                // of shared memory were allowed at load.
+                // SAFETY: moe_logits_small(x, w, logits, n, n_embd, n_expert): n x n_embd and
+                // n_expert x n_embd floats in, n x n_expert out (work holds max_n >= n rows);
+                // its (1 + n) rows of n_embd <= ROUTER_SMALL_MAX_EMBD floats of shared memory
+                // were allowed at load.
                 unsafe { b.launch(cfg) }.during("launching moe router logits")?;
             }
-            None => self
+            RouterLogits::Gemm => self
                 .gemm
                 .matmul_raw(&router.w, ne, d, x, n, &mut work.logits)?,
         }
@@ -422,9 +409,8 @@ mod tests {
         assert!(src.contains("#define TOPK_PER_LANE 8") && MOE_MAX_EXPERTS == 32 * 8);
         assert!(src.contains(&format!("#define ROUTE_SMALL_N {ROUTER_SMALL_N}")));
         assert!(src.contains(&format!("#define TOPK_WARPS {TOPK_WARPS}")));
-        assert!(src.contains(&format!("#define ROWS_T {ROWS_T}")));
-        assert!(src.contains(&format!("#define ROWS_WARPS {ROWS_WARPS}")));
-        assert!(src.contains(&format!("#define ROWS_MAX_EMBD {ROUTER_ROWS_MAX_EMBD}")));
+        assert!(src.contains(&format!("#define ROUTE_THREADS {ROUTE_THREADS}")));
+        assert!(src.contains(&format!("#define SMALL_MAX_EMBD {ROUTER_SMALL_MAX_EMBD}")));
         assert_eq!(MOE_MAX_USED, 32, "one lane a slot");
     }
 }

@@ -137,9 +137,7 @@ pub enum RouterLogits {
     MatVec,
     /// `moe_route_small`: the same, and the top-k in the last block to finish (one launch).
     MatVecTopk,
-    /// `moe_logits_rows`: tokens staged in shared memory, lane partial sums.
-    Rows,
-    /// The f32 GEMM, one chain per logit.
+    /// The f32 GEMM (the same bits).
     Gemm,
 }
 

@@ -30,7 +30,7 @@ use crate::ops::{
     formats, ActQuant, AttentionRows, GemmWgmma, Kernels, KvFormat, Mmq, MmqOrder, Mmvq, MmvqMma,
     MoeDecodeWork, MoeGemm, PrefillKernel, ATTN_GROUPS, ATTN_MAX_SPLITS, MMA_HEAD_DIMS,
     MMA_MV_MAX_ROWS, MMQ_MAX_SPLITS, MMQ_SPLIT_TILES, MMQ_TILES, MMVQ_MAX_COLS,
-    MOE_DECODE_MAX_TOKENS, ROUTER_ROWS_MAX_EMBD, ROUTER_SMALL_N,
+    MOE_DECODE_MAX_TOKENS, ROUTER_SMALL_MAX_EMBD, ROUTER_SMALL_N,
 };
 use cudarc::driver::sys::CUdevice_attribute;
 use ferrolm_gguf::GgmlType;
@@ -732,18 +732,15 @@ impl Plan {
         take.then(|| self.switches.moe_mma_tiles.unwrap_or(1))
     }
 
-    /// The router logits of `n` tokens of `n_embd`: the mat-vec kernel for a few tokens (with
-    /// the top-k in the same launch among the decode fusions), the row-block kernel for more
-    /// (rows it can stage), the f32 GEMM otherwise or with `FERROLM_MOE_ROUTER_ROWS=0`. Both
-    /// kernels load four floats at a time.
+    /// The router logits of `n` tokens of `n_embd`: the mat-vec kernel for a few tokens of
+    /// rows it can stage in shared memory, with 16-byte loads (and the top-k in the same launch
+    /// among the decode fusions); the f32 GEMM otherwise. Both give the CPU's bits.
     pub fn router_logits(&self, n: usize, n_embd: usize) -> RouterLogits {
-        let by4 = n_embd.is_multiple_of(4);
-        if n <= ROUTER_SMALL_N && by4 && self.switches.fuse {
+        let stages = n_embd.is_multiple_of(4) && n_embd <= ROUTER_SMALL_MAX_EMBD;
+        if n <= ROUTER_SMALL_N && stages && self.switches.fuse {
             RouterLogits::MatVecTopk
-        } else if n <= ROUTER_SMALL_N && by4 {
+        } else if n <= ROUTER_SMALL_N && stages {
             RouterLogits::MatVec
-        } else if self.switches.moe_router_rows && by4 && n_embd <= ROUTER_ROWS_MAX_EMBD {
-            RouterLogits::Rows
         } else {
             RouterLogits::Gemm
         }

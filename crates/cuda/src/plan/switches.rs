@@ -42,8 +42,6 @@ pub struct Switches {
     pub mmvq_wide: bool,
     /// `FERROLM_MOE_FUSED`: MoE decode on the fused kernels (else per-slot mat-vecs).
     pub moe_fused: bool,
-    /// `FERROLM_MOE_ROUTER_ROWS`: router logits of many tokens on `moe_logits_rows`.
-    pub moe_router_rows: bool,
     /// `FERROLM_CUDA_Q8K`: K-quant weights meet Q8_K activations (else Q8_1).
     pub q8k: bool,
     /// `FERROLM_ATTN_GROUPED`: decode attention a block per KV head and split, for all the
@@ -133,7 +131,6 @@ impl Default for Switches {
             moe_grouped: true,
             mmvq_wide: true,
             moe_fused: true,
-            moe_router_rows: true,
             q8k: true,
             attn_grouped: true,
             attn_split_keys: None,
@@ -267,7 +264,6 @@ impl Switches {
             moe_grouped: flag(env, "FERROLM_MOE_GROUPED", true)?,
             mmvq_wide: flag(env, "FERROLM_MMVQ_WIDE", true)?,
             moe_fused: flag(env, "FERROLM_MOE_FUSED", true)?,
-            moe_router_rows: flag(env, "FERROLM_MOE_ROUTER_ROWS", true)?,
             q8k: flag(env, "FERROLM_CUDA_Q8K", true)?,
             attn_grouped: flag(env, "FERROLM_ATTN_GROUPED", true)?,
             attn_split_keys: count(env, "FERROLM_ATTN_SPLIT_KEYS", 16..=65536)?,
@@ -339,7 +335,7 @@ impl fmt::Display for Switches {
         let moe_pairs = self
             .moe_mma_pairs
             .map_or("auto".to_owned(), |k| k.to_string());
-        let lines: [(&str, &str, &str); 33] = [
+        let lines: [(&str, &str, &str); 32] = [
             (
                 "FERROLM_CUDA_MMQ",
                 bit(self.mmq),
@@ -386,11 +382,6 @@ impl fmt::Display for Switches {
                 "FERROLM_MOE_FUSED",
                 bit(self.moe_fused),
                 "MoE decode on the fused kernels",
-            ),
-            (
-                "FERROLM_MOE_ROUTER_ROWS",
-                bit(self.moe_router_rows),
-                "router logits row kernel",
             ),
             (
                 "FERROLM_CUDA_Q8K",

@@ -104,7 +104,6 @@ fn bad_values_name_the_variable_and_the_choices() {
         "FERROLM_MOE_GROUPED",
         "FERROLM_MMVQ_WIDE",
         "FERROLM_MOE_FUSED",
-        "FERROLM_MOE_ROUTER_ROWS",
         "FERROLM_CUDA_Q8K",
         "FERROLM_CUDA_PDL",
         "FERROLM_CUDA_PREFETCH",
@@ -131,7 +130,7 @@ fn tile_names() {
 #[test]
 fn display_prints_every_switch() {
     let text = plan(&[("FERROLM_MMQ_TILE", "128x64")]).to_string();
-    assert_eq!(text.lines().count(), 35, "{text}");
+    assert_eq!(text.lines().count(), 34, "{text}");
     assert!(text.contains("132 SMs, cc 9.0"));
     assert!(text
         .lines()
@@ -632,13 +631,11 @@ fn router_logits_by_tokens() {
     assert_eq!(p.router_logits(8, 2048), RouterLogits::MatVecTopk);
     let unfused = plan(&[("FERROLM_CUDA_FUSE", "0")]);
     assert_eq!(unfused.router_logits(8, 2048), RouterLogits::MatVec);
-    assert_eq!(p.router_logits(9, 2048), RouterLogits::Rows);
-    assert_eq!(p.router_logits(2048, 4096), RouterLogits::Rows);
-    assert_eq!(p.router_logits(2048, 8192), RouterLogits::Gemm);
+    assert_eq!(p.router_logits(1, 4096), RouterLogits::MatVecTopk);
+    assert_eq!(p.router_logits(9, 2048), RouterLogits::Gemm);
+    assert_eq!(p.router_logits(2048, 4096), RouterLogits::Gemm);
     assert_eq!(p.router_logits(1, 2050), RouterLogits::Gemm);
-    let off = plan(&[("FERROLM_MOE_ROUTER_ROWS", "0")]);
-    assert_eq!(off.router_logits(8, 2048), RouterLogits::MatVecTopk);
-    assert_eq!(off.router_logits(9, 2048), RouterLogits::Gemm);
+    assert_eq!(p.router_logits(1, 4160), RouterLogits::Gemm);
 }
 
 /// Programmatic dependent launch: on from Hopper on, off before it or when switched off; the
