@@ -160,6 +160,7 @@ pub fn all(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) -> Resu
         super::f32kv_checks::all(dev, k, plan, rng),
     );
     push("moe", super::moe_decode::all(dev, k, plan, rng));
+    push("norm route", super::norm_route::all(dev, k, plan, rng));
     Ok(rows)
 }
 

@@ -24,6 +24,7 @@ mod mmvq_bias;
 mod mmvq_mma;
 mod moe;
 mod moe_decode;
+mod norm_route;
 mod softmax_checks;
 mod window_checks;
 

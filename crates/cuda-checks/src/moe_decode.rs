@@ -396,6 +396,19 @@ fn decode(
         dev.sync()?;
         outs.push(dev.download(&out)?);
     }
+    // Written over its output (the backend's way: no clearing launch) against added into
+    // zeros: the same bits, on both paths, whatever the output held.
+    let mut over_same = true;
+    for path in [&per_slot, &how] {
+        let mut zeros = dev.upload(&vec![0f32; n * d])?;
+        let md = &k.moe_decode;
+        md.forward(path, &xq, n, &idd, &wd, &experts, &mut work, &mut zeros)?;
+        let mut junk = dev.upload(&vec![f32::NAN; n * d])?;
+        md.forward_over(path, &xq, n, &idd, &wd, &experts, &mut work, &mut junk)?;
+        dev.sync()?;
+        let (a, b) = (dev.download(&zeros)?, dev.download(&junk)?);
+        over_same &= a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits());
+    }
     let h = dev.download(work.h())?;
     let hq = dequantize_blocks(&dev.download(work.h_q8_1())?);
     let xf = dequantize_blocks(&dev.download(&xq)?);
@@ -488,6 +501,13 @@ fn decode(
             shape.clone(),
             "fused kernels",
             compare(&outs[0], fused, |i| fused[i].abs() as f64),
+            Contract::Exact,
+        ),
+        row(
+            "moe decode written over its output",
+            shape.clone(),
+            "added into zeros",
+            (if over_same { 0.0 } else { f64::NAN }, 0.0, over_same),
             Contract::Exact,
         ),
         row(

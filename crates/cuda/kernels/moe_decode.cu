@@ -1,6 +1,7 @@
 // MoE experts for decode (1..8 tokens), the router's choices read from device memory:
 //   h[s]   = silu(gate_e · x[t]) * (up_e · x[t])          for every slot s = t*k + j, e = ids[s]
 //   out[t] += Σ_j weights[t*k+j] · (down_e · hq[t*k+j])    (hq: h quantized to Q8_1, quantize.cu)
+// (or out[t] = the sum, where `overwrite`: no residual, and no clearing launch before)
 // (gpt-oss: each product plus its expert's bias, and swiglu_oai for silu: common.cuh's
 // ExpertEpilogue.)
 // Gate/up and down are stacked [n_expert * rows][cols] matrices in a ggml block format; expert
@@ -339,7 +340,7 @@ template <int TYPE, int NTOK, bool WIDE, int DR, int UNROLL>
 static __device__ __forceinline__ void
 moe_down(const void *__restrict__ down, const block_q8_1 *__restrict__ hq,
          const int *__restrict__ ids, const float *__restrict__ weights, float *__restrict__ out,
-         int n_embd, int n_ff, int n_expert, int k, int stage, ExpertEpilogue ep) {
+         int n_embd, int n_ff, int n_expert, int k, int stage, ExpertEpilogue ep, int overwrite) {
     typedef WeightFormat<TYPE> F;
     const int nslots = NTOK * k, c0 = blockIdx.x * DR;
     const int bpc = n_ff / QK8_1;
@@ -363,7 +364,10 @@ moe_down(const void *__restrict__ down, const block_q8_1 *__restrict__ hq,
     if (tid < NTOK * DR) {
         const int t = tid / DR, i = tid % DR, c = c0 + i;
         if (c < n_embd) {
-            out[(size_t)t * n_embd + c] += slot_sum(weights + t * k, &d[i][t * k], 1, k);
+            // Written over out: the bits of adding to zeros (0 + -0 is +0).
+            float *o = out + (size_t)t * n_embd + c;
+            const float sum = slot_sum(weights + t * k, &d[i][t * k], 1, k);
+            *o = overwrite ? __fadd_rn(0.0f, sum) : *o + sum;
         }
     }
 }
@@ -429,11 +433,12 @@ extern "C" __global__ void moe_combine(const float *__restrict__ d,
         moe_down_##NAME##_n##N(const void *__restrict__ down, const block_q8_1 *__restrict__ hq,    \
                                const int *__restrict__ ids, const float *__restrict__ weights,      \
                                float *__restrict__ out, int n_embd, int n_ff, int n_expert,         \
-                               int k, int stage, const float *__restrict__ down_bias) {             \
+                               int k, int stage, const float *__restrict__ down_bias,               \
+                               int overwrite) {                                                     \
         dependent_launch_entry();                                                                   \
         const ExpertEpilogue ep{nullptr, nullptr, down_bias, 0.0f, 0.0f};                           \
         moe_down<TYPE, N, WIDE, MOE_DOWN_ROWS(TYPE, N), MOE_UNROLL(N)>(                             \
-            down, hq, ids, weights, out, n_embd, n_ff, n_expert, k, stage, ep);                     \
+            down, hq, ids, weights, out, n_embd, n_ff, n_expert, k, stage, ep, overwrite);          \
     }
 
 #define MOE_FORMAT(NAME, TYPE, WIDE)                                                                \

@@ -15,7 +15,12 @@
 // - moe_topk: block (32, TOPK_WARPS), grid ceil(n / TOPK_WARPS).
 // - moe_route_small: both in one launch for n <= ROUTE_SMALL_N tokens, as moe_logits_small,
 //   with a counter (one u32, zero between launches).
+// - add_rms_norm_route_small: norm_rope.cu's add_rms_norm_q8_1_f32 and moe_route_small in one
+//   launch: block as that norm (ops/norm_rope.rs's norm_threads; at most 1024), grid n_expert,
+//   the same shared memory and counter as moe_route_small.
 #include "common.cuh"
+#include "norm.cuh"
+#include "quant.cuh"
 
 #define ROUTE_THREADS 128
 #define ROUTE_SMALL_N 8
@@ -30,19 +35,28 @@
 // cpu_dot_reduce): the block stages expert e's row and the tokens' rows in shared memory with
 // 16-byte loads, all in flight at once (a row is a few KB: latency, not bandwidth, sets this
 // kernel's time), then warp w walks tokens w, w + 4, ... from there.
+static __device__ __forceinline__ void logits_staged(const float *ws, float *logits, int n,
+                                                     int n_embd, int n_expert);
+
 static __device__ __forceinline__ void logits_small(const float *__restrict__ x,
                                                     const float *__restrict__ w, float *logits,
                                                     int n, int n_embd, int n_expert) {
     extern __shared__ float4 route_stage[]; // [1 + n][n_embd / 4]: the row, then the tokens
     const int e = blockIdx.x, n4 = n_embd / 4;
     const float4 *we = (const float4 *)(w + (size_t)e * n_embd), *x4 = (const float4 *)x;
-    for (int i = threadIdx.x; i < (1 + n) * n4; i += ROUTE_THREADS) {
+    for (int i = threadIdx.x; i < (1 + n) * n4; i += blockDim.x) {
         route_stage[i] = i < n4 ? __ldg(we + i) : x4[i - n4];
     }
     __syncthreads();
-    const float *ws = (const float *)route_stage;
-    const int lane = threadIdx.x % WARP_SIZE, n64 = n_embd / 64 * 64;
-    for (int t = threadIdx.x / WARP_SIZE; t < n; t += ROUTE_THREADS / WARP_SIZE) {
+    logits_staged((const float *)route_stage, logits, n, n_embd, n_expert);
+}
+
+// The logits of expert blockIdx.x from its row (ws) and the n tokens' rows after it, all in
+// shared memory: warp w takes tokens w, w + (warps a block), ...
+static __device__ __forceinline__ void logits_staged(const float *ws, float *logits, int n,
+                                                     int n_embd, int n_expert) {
+    const int e = blockIdx.x, lane = threadIdx.x % WARP_SIZE, n64 = n_embd / 64 * 64;
+    for (int t = threadIdx.x / WARP_SIZE; t < n; t += blockDim.x / WARP_SIZE) {
         const float *xs = ws + (size_t)(1 + t) * n_embd;
         float c0 = 0.0f, c1 = 0.0f;
 #pragma unroll 4
@@ -179,17 +193,15 @@ extern "C" __global__ void __launch_bounds__(TOPK_WARPS *WARP_SIZE)
     }
 }
 
-// moe_logits_small then moe_topk in one launch (decode's routing was two short launches a
-// layer): every block writes its expert's logits as moe_logits_small does, and the last block
-// to finish (counted in *done, which it resets for the next launch) takes the softmax and top-k
-// of every token as moe_topk does, a warp a token. The same bits as the two kernels.
-extern "C" __global__ void __launch_bounds__(ROUTE_THREADS)
-    moe_route_small(const float *__restrict__ x, const float *__restrict__ w, float *logits,
-                    int *__restrict__ ids, float *__restrict__ weights, unsigned *done, int n,
-                    int n_embd, int n_expert, int k, int gating,
-                    const float *__restrict__ bias) {
-    dependent_launch_entry();
-    logits_small(x, w, logits, n, n_embd, n_expert);
+// After a block has written its logits: counts it in *done, and in the last block to finish
+// (which resets the count for the next launch) takes the softmax and top-k of every token as
+// moe_topk does, a warp a token. Returns whether this block was the last.
+static __device__ __forceinline__ bool topk_in_last_block(const float *logits,
+                                                          int *__restrict__ ids,
+                                                          float *__restrict__ weights,
+                                                          unsigned *done, int n, int n_expert,
+                                                          int k, int gating,
+                                                          const float *__restrict__ bias) {
     __shared__ bool last;
     __threadfence(); // this block's logits before its count
     __syncthreads();
@@ -198,11 +210,11 @@ extern "C" __global__ void __launch_bounds__(ROUTE_THREADS)
     }
     __syncthreads();
     if (!last) {
-        return;
+        return false;
     }
     __threadfence();
     __shared__ float ls[ROUTE_SMALL_N * 32 * TOPK_PER_LANE];
-    for (int i = threadIdx.x; i < n * n_expert; i += ROUTE_THREADS) {
+    for (int i = threadIdx.x; i < n * n_expert; i += blockDim.x) {
         ls[i] = __ldcg(logits + i); // from L2: other blocks wrote them
     }
     __syncthreads();
@@ -210,7 +222,92 @@ extern "C" __global__ void __launch_bounds__(ROUTE_THREADS)
         *done = 0;
     }
     const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
-    for (int t = warp; t < n; t += ROUTE_THREADS / WARP_SIZE) {
+    for (int t = warp; t < n; t += blockDim.x / WARP_SIZE) {
         topk_token(ls + t * n_expert, ids, weights, t, n_expert, k, gating, bias, lane);
+    }
+    return true;
+}
+
+// moe_logits_small then moe_topk in one launch (decode's routing was two short launches a
+// layer): every block writes its expert's logits as moe_logits_small does, and the last block
+// to finish takes the top-k. The same bits as the two kernels.
+extern "C" __global__ void __launch_bounds__(ROUTE_THREADS)
+    moe_route_small(const float *__restrict__ x, const float *__restrict__ w, float *logits,
+                    int *__restrict__ ids, float *__restrict__ weights, unsigned *done, int n,
+                    int n_embd, int n_expert, int k, int gating,
+                    const float *__restrict__ bias) {
+    dependent_launch_entry();
+    logits_small(x, w, logits, n, n_embd, n_expert);
+    topk_in_last_block(logits, ids, weights, done, n, n_expert, k, gating, bias);
+}
+
+// add_rms_norm_q8_1_f32 (with `add`) and moe_route_small in one launch, for the norm before an
+// MoE FFN: the norm's launch was the router's only input, a few KB. Every block takes the norm
+// of the n rows of x + add itself, into shared memory after its expert's row (the block is the
+// norm's, so the f64 sums have its order and the rows its bits); block 0 also writes out and
+// outq as the norm does. x is read by every block, so only the last block to finish (all reads
+// done) writes x + add back, then takes the top-k. The same bits as the two kernels.
+extern "C" __global__ void __launch_bounds__(1024)
+    add_rms_norm_route_small(float *x, const float *add, const float *__restrict__ norm_w,
+                             float *out, block_q8_1 *__restrict__ outq, float eps, int q8k,
+                             const float *__restrict__ w, float *logits, int *__restrict__ ids,
+                             float *__restrict__ weights, unsigned *done, int n, int n_embd,
+                             int n_expert, int k, int gating, const float *__restrict__ bias) {
+    extern __shared__ float4 route_stage[]; // [1 + n][n_embd / 4]: the row, then the tokens
+    const int n4 = n_embd / 4;
+    // The expert's row and the norm's weights before the wait: model weights, no kernel
+    // writes them.
+    const float4 *we = (const float4 *)(w + (size_t)blockIdx.x * n_embd);
+    for (int i = threadIdx.x; i < n4; i += blockDim.x) {
+        route_stage[i] = __ldg(we + i);
+    }
+    const NormWeights wr = norm_weights_then_wait(norm_w, n_embd);
+    __shared__ double scratch[32];
+    float *ws = (float *)route_stage;
+    const bool writer = blockIdx.x == 0;
+    for (int t = 0; t < n; ++t) {
+        const size_t base = (size_t)t * n_embd;
+        float *xs = ws + base + n_embd;
+        float xr[NORM_REGS];
+        const float scale = add_norm_scale(x, add, base, n_embd, eps, false, xr, scratch);
+        // As add_rms_norm_q8_1_f32's output pass (a warp's 32 elements are one Q8_1 block).
+#pragma unroll
+        for (int j = 0; j < NORM_REGS; ++j) {
+            const int i = threadIdx.x + j * blockDim.x;
+            if (i < n_embd) {
+                const float o = __fmul_rn(__fmul_rn(xr[j], scale), wr.v[j]);
+                xs[i] = o;
+                if (writer) {
+                    out[base + i] = o;
+                    if (!q8k) {
+                        quantize_q8_1_warp(o, outq + (base + i) / QK8_1);
+                    }
+                }
+            }
+        }
+        for (int i = threadIdx.x + NORM_REGS * blockDim.x; i < n_embd; i += blockDim.x) {
+            const float v = norm_input(x, add, base + i, false);
+            const float o = __fmul_rn(__fmul_rn(v, scale), norm_w[i]);
+            xs[i] = o;
+            if (writer) {
+                out[base + i] = o;
+                if (!q8k) {
+                    quantize_q8_1_warp(o, outq + (base + i) / QK8_1);
+                }
+            }
+        }
+    }
+    __syncthreads(); // the staged rows (and block 0's out) complete
+    if (writer && q8k) {
+        const int warp = threadIdx.x / WARP_SIZE, nwarps = blockDim.x / WARP_SIZE;
+        for (int g = warp; g < n * (n_embd / QK_K); g += nwarps) {
+            quantize_q8_k_warp(out + (size_t)g * QK_K, outq + (size_t)g * 8);
+        }
+    }
+    logits_staged(ws, logits, n, n_embd, n_expert);
+    if (topk_in_last_block(logits, ids, weights, done, n, n_expert, k, gating, bias)) {
+        for (int i = threadIdx.x; i < n * n_embd; i += blockDim.x) {
+            x[i] = x[i] + add[i];
+        }
     }
 }

@@ -4,6 +4,7 @@
 // are written with __fmul_rn/__fadd_rn so that NVRTC does not fuse them into FMAs, and the FMAs
 // the CPU does fuse (RoPE's rotation) with __fmaf_rn.
 #include "common.cuh"
+#include "norm.cuh"
 #include "quant.cuh"
 
 // out[g] = x[g] / sqrt(mean(x[g]^2) + eps) * w for the n-element group g at x + g * n (a row, or
@@ -33,29 +34,6 @@ extern "C" __global__ void rms_norm_f32(const float *x, const float *__restrict_
     rms_norm_group(x, w, out, n, eps, blockIdx.x);
 }
 
-// Elements a thread keeps in registers between add_rms_norm_q8_1_f32's two passes (rows past
-// NORM_REGS * blockDim.x read the rest again).
-#define NORM_REGS 8
-
-struct NormWeights {
-    float v[NORM_REGS];
-};
-
-// The thread's norm weights (i = threadIdx.x + k * blockDim.x), loaded before the wait for the
-// kernel ahead: they are model weights, which no kernel writes, so under PDL their load
-// overlaps that kernel's tail.
-static __device__ __forceinline__ NormWeights norm_weights_then_wait(const float *__restrict__ w,
-                                                                     int n) {
-    NormWeights r;
-#pragma unroll
-    for (int k = 0; k < NORM_REGS; ++k) {
-        const int i = threadIdx.x + k * blockDim.x;
-        r.v[k] = i < n ? w[i] : 0.0f;
-    }
-    dependent_launch_entry();
-    return r;
-}
-
 // The fusion of add_f32, rms_norm_f32 and quantize_q8_1 (or quantize_q8_k when q8k), bit for
 // bit: when `add` is not null, x += add first (written back); then out = rms_norm(x) * w as
 // rms_norm_f32, and outq = the activation blocks of out. Launch as rms_norm_f32 (same block
@@ -71,33 +49,7 @@ extern "C" __global__ void add_rms_norm_q8_1_f32(float *x, const float *__restri
     const size_t base = (size_t)blockIdx.x * n;
     const int tail = threadIdx.x + NORM_REGS * blockDim.x; // first element not in registers
     float xr[NORM_REGS];
-    double sum = 0.0;
-#pragma unroll
-    for (int k = 0; k < NORM_REGS; ++k) {
-        const int i = threadIdx.x + k * blockDim.x;
-        if (i < n) {
-            float xi = x[base + i];
-            if (add != nullptr) {
-                xi += add[base + i];
-                x[base + i] = xi;
-            }
-            xr[k] = xi;
-            const double v = xi;
-            sum += v * v;
-        }
-    }
-    for (int i = tail; i < n; i += blockDim.x) {
-        float xi = x[base + i];
-        if (add != nullptr) {
-            xi += add[base + i];
-            x[base + i] = xi;
-        }
-        const double v = xi;
-        sum += v * v;
-    }
-    sum = block_sum(sum, scratch);
-    const float mean = (float)(sum / (double)n);
-    const float scale = 1.0f / sqrtf(mean + eps);
+    const float scale = add_norm_scale(x, add, base, n, eps, true, xr, scratch);
     // A warp's 32 consecutive elements are one Q8_1 block (blockDim.x is a multiple of 32).
 #pragma unroll
     for (int k = 0; k < NORM_REGS; ++k) {

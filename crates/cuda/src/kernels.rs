@@ -54,6 +54,7 @@ pub const HEADERS: &[KernelFile] = &[
     kernel_file!("mmq_mma.cuh"),
     kernel_file!("mma_rows.cuh"),
     kernel_file!("attention.cuh"),
+    kernel_file!("norm.cuh"),
 ];
 
 pub const ELEMENTWISE: KernelFile = kernel_file!("elementwise.cu");

@@ -351,6 +351,21 @@ pub trait Backend {
         self.add(acc, x)?;
         self.rms_norm(acc, w, eps, out)
     }
+    /// [`Self::add_rms_norm`] where `out` is the input of the MoE FFN `moe`, whose
+    /// [`Self::moe`] call on `out` comes next: a backend may route `out`'s rows in the same
+    /// pass and leave the choices with `out` for that call.
+    fn add_rms_norm_moe(
+        &self,
+        acc: &mut Self::Act,
+        x: &Self::Act,
+        w: &Self::Weight,
+        eps: f32,
+        out: &mut Self::Act,
+        moe: &MoeWeights<Self::Weight>,
+    ) -> Result<(), Self::Error> {
+        let _ = moe;
+        self.add_rms_norm(acc, x, w, eps, out)
+    }
     /// `gate = silu(x · Wgᵀ) * (x · Wuᵀ)`, the SwiGLU FFN's first half; `up` is scratch.
     fn ffn_glu(
         &self,

@@ -178,7 +178,10 @@ pub fn layers<B: Backend>(
             std::mem::swap(&mut proj, &mut post);
             b.tap("attn_post_norm", il, &proj)?;
         }
-        b.add_rms_norm(x, &proj, &layer.ffn_norm, cfg.rms_eps, &mut h)?;
+        match &layer.ffn {
+            Ffn::Moe(m) => b.add_rms_norm_moe(x, &proj, &layer.ffn_norm, cfg.rms_eps, &mut h, m)?,
+            Ffn::Dense(_) => b.add_rms_norm(x, &proj, &layer.ffn_norm, cfg.rms_eps, &mut h)?,
+        }
         b.tap("ffn_inp", il, x)?;
         b.tap("ffn_norm", il, &h)?;
         match &layer.ffn {

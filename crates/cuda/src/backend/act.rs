@@ -1,6 +1,7 @@
 //! What a pass's ops read and write on the device, lent from the backend's pools: activations
 //! ([`CudaAct`]) and the pass's token ids and positions ([`CudaInputs`]).
 
+use super::moe::RouteMark;
 use super::pool::Pool;
 use crate::error::{DriverContext, Result};
 use crate::ops::{ActQuant, RowsTable};
@@ -18,6 +19,9 @@ pub struct CudaAct {
     /// The same values as activation blocks (and how they were quantized), when an op produced
     /// them alongside (a norm feeding matmuls); dropped by anything that writes `buf`.
     pub(super) q8: Option<(CudaSlice<u8>, ActQuant)>,
+    /// Set by the norm that routed these rows for the MoE FFN after it (`add_rms_norm_moe`):
+    /// which routing in the MoE scratch is theirs; dropped by anything that writes `buf`.
+    pub(super) routed: Option<RouteMark>,
     pub rows: usize,
     pub width: usize,
     pool: Arc<Pool<f32>>,
@@ -36,6 +40,7 @@ impl CudaAct {
         Self {
             buf: ManuallyDrop::new(buf),
             q8: None,
+            routed: None,
             rows,
             width,
             pool,
@@ -47,8 +52,10 @@ impl CudaAct {
         &self.buf
     }
 
-    /// For writing: the Q8_1 copy no longer matches and goes back to its pool.
+    /// For writing: the Q8_1 copy no longer matches and goes back to its pool, and a routing
+    /// of the old rows is no longer theirs.
     pub(super) fn buf_mut(&mut self) -> &mut CudaSlice<f32> {
+        self.routed = None;
         if let Some((q, _)) = self.q8.take() {
             self.bytes.give(q);
         }

@@ -308,6 +308,27 @@ impl Backend for CudaBackend {
         })
     }
 
+    fn add_rms_norm_moe(
+        &self,
+        acc: &mut CudaAct,
+        x: &CudaAct,
+        w: &CudaWeight,
+        eps: f32,
+        out: &mut CudaAct,
+        moe: &MoeWeights<CudaWeight>,
+    ) -> Result<()> {
+        if acc.rows == 0 {
+            return Ok(());
+        }
+        let routed = crate::profile::span(self.dev.stream(), "norm", || {
+            self.norm_route(acc, x, w, eps, out, moe)
+        })?;
+        if routed {
+            return Ok(());
+        }
+        self.add_rms_norm(acc, x, w, eps, out)
+    }
+
     fn ffn_glu(
         &self,
         wg: &CudaWeight,

@@ -8,8 +8,8 @@ use super::{CudaAct, CudaBackend, CudaWeight};
 use crate::device::CudaDevice;
 use crate::error::{CudaError, DriverContext, Result};
 use crate::ops::{
-    ExpertBufs, ExpertEpilogue, MoeDecodeWork, MoeExperts, MoeRouteWork, MoeSliceWork, MoeWork,
-    MOE_DECODE_MAX_TOKENS,
+    ExpertBufs, ExpertEpilogue, MoeDecodeWork, MoeExperts, MoeRouteWork, MoeRouter, MoeSliceWork,
+    MoeWork, NormInto, Quantize, MOE_DECODE_MAX_TOKENS, MOE_MAX_USED, ROUTER_SMALL_N,
 };
 use crate::plan::{MoePath, MoeShape};
 use cudarc::driver::CudaSlice;
@@ -23,6 +23,8 @@ use ferrolm_model::weights::MoeWeights;
 #[derive(Default)]
 pub struct MoeScratch {
     route: Option<MoeRouteWork>,
+    /// The choices of the last norm that routed its rows ([`CudaBackend::norm_route`]).
+    routed: Option<PreRouted>,
     decode: Option<MoeDecodeWork>,
     slices: Option<MoeSliceWork>,
     gemm: Option<(usize, MoeWork)>,
@@ -30,6 +32,44 @@ pub struct MoeScratch {
 
 /// Tokens the grouped GEMM's scratch is first sized for (the engine's default ubatch).
 const GEMM_MIN_TOKENS: usize = 512;
+
+/// A norm's routing of its few rows, kept for the MoE FFN that reads them.
+struct PreRouted {
+    ids: CudaSlice<i32>,
+    weights: CudaSlice<f32>,
+    /// Counts the routings written here; a [`RouteMark`] of another count is stale.
+    count: u64,
+}
+
+/// On the activations a norm routed ([`CudaAct`]'s `routed`): which routing in the scratch is
+/// theirs, of which router.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RouteMark {
+    router: usize,
+    count: u64,
+}
+
+impl RouteMark {
+    fn new(router: &MoeRouter, count: u64) -> Self {
+        Self {
+            router: std::ptr::from_ref(router) as usize,
+            count,
+        }
+    }
+}
+
+/// The routing work, made (or remade) for `n` tokens of `n_expert` experts.
+fn route_work<'a>(
+    slot: &'a mut Option<MoeRouteWork>,
+    dev: &CudaDevice,
+    n: usize,
+    n_expert: usize,
+) -> Result<&'a mut MoeRouteWork> {
+    if !matches!(slot, Some(r) if r.max_n >= n && r.n_expert == n_expert) {
+        *slot = Some(MoeRouteWork::new(dev, n.max(GEMM_MIN_TOKENS), n_expert)?);
+    }
+    Ok(slot.as_mut().expect("made above"))
+}
 
 impl CudaBackend {
     pub(super) fn try_moe(
@@ -67,47 +107,54 @@ impl CudaBackend {
             epilogue,
         };
         let k = w.n_expert_used;
-        let mut ids = self.ids.take(n * k)?;
-        let mut weights = self.acts.take(n * k)?;
         let mut scratch = self.moe.lock().expect("moe scratch poisoned");
+        let scratch = &mut *scratch;
         let dev = &self.dev;
 
-        let route = match &mut scratch.route {
-            Some(r) if r.max_n >= n && r.n_expert == w.n_expert => r,
-            slot => slot.insert(MoeRouteWork::new(dev, n.max(GEMM_MIN_TOKENS), w.n_expert)?),
+        // Routed by the norm before this FFN (add_rms_norm_moe), or routed here.
+        let pre = match (&x.routed, &scratch.routed) {
+            (Some(mark), Some(r)) if *mark == RouteMark::new(router, r.count) => Some(r),
+            _ => None,
         };
-        let logits = self.plan.router_logits(n, router.n_embd);
-        let bias = w.router_bias.as_ref().map(CudaWeight::vector); // gpt-oss
-        crate::profile::span(dev.stream(), "moe.route", || {
-            self.k.moe_route.route_biased(
-                logits,
-                x.buf(),
-                n,
-                router,
-                bias,
-                route,
-                &mut ids,
-                &mut weights,
-            )
-        })?;
-        // deepseek2's expert_weights_scale, on the gated weights as the CPU (same product).
-        if w.weights_scale != 1.0 {
-            self.k.elementwise.scale(&mut weights, w.weights_scale)?;
-        }
+        let mut taken = None;
+        let (ids, weights) = match pre {
+            Some(r) => (&r.ids, &r.weights),
+            None => {
+                let mut ids = self.ids.take(n * k)?;
+                let mut weights = self.acts.take(n * k)?;
+                let route = route_work(&mut scratch.route, dev, n, w.n_expert)?;
+                let logits = self.plan.router_logits(n, router.n_embd);
+                let bias = w.router_bias.as_ref().map(CudaWeight::vector); // gpt-oss
+                crate::profile::span(dev.stream(), "moe.route", || {
+                    self.k.moe_route.route_biased(
+                        logits,
+                        x.buf(),
+                        n,
+                        router,
+                        bias,
+                        route,
+                        &mut ids,
+                        &mut weights,
+                    )
+                })?;
+                // deepseek2's expert_weights_scale, on the gated weights as the CPU (same
+                // product).
+                if w.weights_scale != 1.0 {
+                    self.k.elementwise.scale(&mut weights, w.weights_scale)?;
+                }
+                let (ids, weights) = taken.insert((ids, weights));
+                (&*ids, &*weights)
+            }
+        };
 
         let path = self.gemm_plan().moe(&MoeShape::new(&experts, n));
         let r = match path {
             MoePath::MatVec(how) | MoePath::MatVecSlices(how) => {
-                let scratch = &mut *scratch;
                 let decode = match &mut scratch.decode {
                     Some(d) if d.n_used == k && d.n_ff == w.n_ff && d.n_embd == x.width => d,
                     slot => slot.insert(MoeDecodeWork::new(dev, MOE_DECODE_MAX_TOKENS, &experts)?),
                 };
                 let o = out.buf_mut();
-                // The fused kernel adds into its output, as into a residual.
-                dev.stream()
-                    .memset_zeros(o)
-                    .during("clearing the MoE output")?;
                 let slices = match (&path, &mut scratch.slices) {
                     (MoePath::MatVec(_), _) => None,
                     (_, Some(s)) if s.n_used == k && s.n_embd == x.width => Some(s),
@@ -117,17 +164,21 @@ impl CudaBackend {
                     crate::profile::span(dev.stream(), "moe.decode", || {
                         let md = &self.k.moe_decode;
                         match slices {
-                            None => md.forward(&how, xq, n, &ids, &weights, &experts, decode, o),
-                            Some(s) => md.forward_slices(
-                                &how, xq, n, &ids, &weights, &experts, decode, s, o,
-                            ),
+                            None => md.forward_over(&how, xq, n, ids, weights, &experts, decode, o),
+                            // The slices add into their output, as into a residual.
+                            Some(s) => {
+                                dev.stream()
+                                    .memset_zeros(o)
+                                    .during("clearing the MoE output")?;
+                                md.forward_slices(&how, xq, n, ids, weights, &experts, decode, s, o)
+                            }
                         }
                     })
                 })
             }
             MoePath::F16 => {
                 let gemm = gemm_work(&mut scratch.gemm, dev, n, &experts)?;
-                self.moe_f16(x, &ids, &weights, &experts, gemm, out.buf_mut())
+                self.moe_f16(x, ids, weights, &experts, gemm, out.buf_mut())
             }
             MoePath::Gemm(how) => {
                 let gemm = gemm_work(&mut scratch.gemm, dev, n, &experts)?;
@@ -135,17 +186,87 @@ impl CudaBackend {
                     &how,
                     x.buf(),
                     n,
-                    &ids,
-                    &weights,
+                    ids,
+                    weights,
                     &experts,
                     gemm,
                     out.buf_mut(),
                 )
             }
         };
-        self.ids.give(ids);
-        self.acts.give(weights);
+        if let Some((ids, weights)) = taken {
+            self.ids.give(ids);
+            self.acts.give(weights);
+        }
         r
+    }
+
+    /// `acc += x`, `out = rms_norm(acc) * w` (with `out`'s activation blocks), and the routing
+    /// of `out`'s rows for the MoE FFN `moe`, in one launch where the plan's `norm_route`
+    /// says (else the norm alone): the choices stay in the scratch, marked on `out`, for
+    /// [`Self::try_moe`] on `out`.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn norm_route(
+        &self,
+        acc: &mut CudaAct,
+        x: &CudaAct,
+        w: &CudaWeight,
+        eps: f32,
+        out: &mut CudaAct,
+        moe: &MoeWeights<CudaWeight>,
+    ) -> Result<bool> {
+        let n = acc.rows;
+        let CudaWeight::Router(router) = &moe.router else {
+            return Ok(false);
+        };
+        // deepseek2's weights scale stays with the routing in try_moe; the router's gating
+        // must be the weights' (try_moe refuses it otherwise).
+        let gating_matches = router.renorm == (moe.gating == MoeGating::SoftmaxTopKRenorm)
+            && router.topk_softmax == (moe.gating == MoeGating::TopKSoftmax);
+        if !self.plan.norm_route(n, acc.width)
+            || moe.weights_scale != 1.0
+            || !gating_matches
+            || router.n_embd != acc.width
+            || moe.n_expert_used > MOE_MAX_USED
+        {
+            return Ok(false);
+        }
+        let mode = self.norm_quant(acc.width);
+        let mut q8 = self.bytes.take(Quantize::q8_1_bytes(out.rows, out.width))?;
+        let mut scratch = self.moe.lock().expect("moe scratch poisoned");
+        let scratch = &mut *scratch;
+        let route = route_work(&mut scratch.route, &self.dev, n, moe.n_expert)?;
+        let pre = match &mut scratch.routed {
+            Some(r) => r,
+            slot => slot.insert(PreRouted {
+                ids: self.dev.zeros(ROUTER_SMALL_N * MOE_MAX_USED)?,
+                weights: self.dev.zeros(ROUTER_SMALL_N * MOE_MAX_USED)?,
+                count: 0,
+            }),
+        };
+        let bias = moe.router_bias.as_ref().map(CudaWeight::vector); // gpt-oss
+        let norm = NormInto {
+            x: acc.buf_mut(),
+            add: x.buf(),
+            w: w.vector(),
+            eps,
+            out: out.buf_mut(),
+            outq: &mut q8,
+            mode,
+        };
+        let r = self.k.moe_route.add_norm_route(
+            norm,
+            n,
+            router,
+            bias,
+            route,
+            &mut pre.ids,
+            &mut pre.weights,
+        );
+        pre.count += 1;
+        out.q8 = Some((q8, mode));
+        out.routed = Some(RouteMark::new(router, pre.count));
+        r.map(|()| true)
     }
 }
 

@@ -191,6 +191,40 @@ impl MoeDecode {
         work: &mut MoeDecodeWork,
         residual: &mut CudaSlice<f32>,
     ) -> Result<()> {
+        self.run(how, x_q8_1, n, ids, weights, experts, work, residual, false)
+    }
+
+    /// [`Self::forward`] into `out` as it would add into zeros, bit for bit, whatever `out`
+    /// held: the fused kernels write their sums over it (no clearing launch before them), the
+    /// per-slot path clears it first.
+    #[allow(clippy::too_many_arguments)]
+    pub fn forward_over(
+        &self,
+        how: &ExpertMatVec,
+        x_q8_1: &CudaSlice<u8>,
+        n: usize,
+        ids: &CudaSlice<i32>,
+        weights: &CudaSlice<f32>,
+        experts: &MoeExperts,
+        work: &mut MoeDecodeWork,
+        out: &mut CudaSlice<f32>,
+    ) -> Result<()> {
+        self.run(how, x_q8_1, n, ids, weights, experts, work, out, true)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn run(
+        &self,
+        how: &ExpertMatVec,
+        x_q8_1: &CudaSlice<u8>,
+        n: usize,
+        ids: &CudaSlice<i32>,
+        weights: &CudaSlice<f32>,
+        experts: &MoeExperts,
+        work: &mut MoeDecodeWork,
+        residual: &mut CudaSlice<f32>,
+        overwrite: bool,
+    ) -> Result<()> {
         experts.check();
         let (k, ff, d) = (experts.n_used, experts.n_ff, experts.n_embd());
         assert!(
@@ -226,8 +260,14 @@ impl MoeDecode {
                     experts.gate.ty, experts.up.ty
                 )));
             }
-            self.fused_forward(how, x_q8_1, n, ids, weights, experts, work, residual)
+            let over = i32::from(overwrite);
+            self.fused_forward(how, x_q8_1, n, ids, weights, experts, work, residual, over)
         } else {
+            if overwrite {
+                self.stream()
+                    .memset_zeros(residual)
+                    .during("clearing the MoE output")?;
+            }
             self.per_slot_forward(how, x_q8_1, n, ids, weights, experts, work, residual)
         }
     }
@@ -243,6 +283,7 @@ impl MoeDecode {
         e: &MoeExperts,
         work: &mut MoeDecodeWork,
         residual: &mut CudaSlice<f32>,
+        overwrite: i32,
     ) -> Result<()> {
         let (k, ff, d) = (e.n_used, e.n_ff, e.n_embd());
         let ints = Ints::new(d, ff, e.n_expert, k);
@@ -296,12 +337,13 @@ impl MoeDecode {
             .arg(&ints.ne)
             .arg(&ints.k)
             .arg(&stage)
-            .arg(e.epilogue.bias(2));
+            .arg(e.epilogue.bias(2))
+            .arg(&overwrite);
         // SAFETY: moe_down_*_nN(down, hq, ids, weights, out, n_embd, n_ff, n_expert, k,
-        // stage, down_bias): stacked [n_expert*n_embd][n_ff] weights, N*k Q8_1 rows of n_ff,
-        // N*k ids and weights, N x n_embd floats updated, a bias of [n_expert][n_embd] floats
-        // or null; a block per down_rows(N) output rows; with stage, the shared bytes of the
-        // N*k rows' staged blocks.
+        // stage, down_bias, overwrite): stacked [n_expert*n_embd][n_ff] weights, N*k Q8_1
+        // rows of n_ff, N*k ids and weights, N x n_embd floats updated, a bias of
+        // [n_expert][n_embd] floats or null; a block per down_rows(N) output rows; with stage,
+        // the shared bytes of the N*k rows' staged blocks.
         unsafe { b.launch(cfg) }.during(format!("launching moe down for {}", e.down.ty))?;
         Ok(())
     }

@@ -11,7 +11,8 @@
 //! among the decode fusions ([`RouterLogits`]).
 
 use super::launch::Launcher;
-use super::{int, GemmF32, QuantMatrix};
+use super::norm_rope::norm_threads;
+use super::{int, ActQuant, GemmF32, QuantMatrix, Q8_1_BLOCK_BYTES};
 use crate::device::CudaDevice;
 use crate::error::{CudaError, DriverContext, Result};
 use crate::kernels::MOE_ROUTE;
@@ -204,6 +205,8 @@ pub struct MoeRoute {
     logits_small: CudaFunction,
     /// `logits_small` and `topk` in one launch.
     route_small: CudaFunction,
+    /// The norm before the router, `route_small` and the residual add in one launch.
+    norm_route_small: CudaFunction,
     /// Logits for more than ROUTER_SMALL_N tokens or wider rows: the f32 GEMM.
     gemm: GemmF32,
     topk: CudaFunction,
@@ -227,6 +230,7 @@ impl MoeRoute {
             launch: launch.clone(),
             logits_small: f("moe_logits_small")?,
             route_small: f("moe_route_small")?,
+            norm_route_small: f("add_rms_norm_route_small")?,
             gemm: GemmF32::load(dev, launch)?,
             topk: dev.function(&MOE_ROUTE, "moe_topk")?,
         })
@@ -249,6 +253,75 @@ impl MoeRoute {
         self.route_biased(logits, x, n, router, None, work, ids, weights)
     }
 
+    /// `norm`'s add and norm (as `NormRope::add_rms_norm_q8_1`, the same bits) and then
+    /// [`Self::route_biased`] of its `n` output rows on the mat-vec with the top-k
+    /// ([`RouterLogits::MatVecTopk`]), in one launch: each router block takes the norm of the
+    /// rows itself (the plan's `norm_route`).
+    #[allow(clippy::too_many_arguments)]
+    pub fn add_norm_route(
+        &self,
+        norm: NormInto<'_>,
+        n: usize,
+        router: &MoeRouter,
+        bias: Option<&CudaSlice<f32>>,
+        work: &mut MoeRouteWork,
+        ids: &mut CudaSlice<i32>,
+        weights: &mut CudaSlice<f32>,
+    ) -> Result<()> {
+        let (ne, d, k) = (router.n_expert, router.n_embd, router.n_used);
+        check_route_args(n, router, bias, work, norm.out, ids, weights);
+        let group = if norm.mode == ActQuant::Q8K { 256 } else { 32 };
+        assert!(
+            n <= ROUTER_SMALL_N && d.is_multiple_of(group) && d <= ROUTER_SMALL_MAX_EMBD,
+            "norm route: {n} tokens of {d}"
+        );
+        assert!(
+            norm.w.len() == d
+                && norm.x.len() >= n * d
+                && norm.add.len() >= n * d
+                && norm.outq.len() >= n * d / 32 * Q8_1_BLOCK_BYTES,
+            "norm route: the norm's buffers are not {n} rows of {d}"
+        );
+        if n == 0 {
+            return Ok(());
+        }
+        let (ni, di, nei, ki) = (
+            int(n, "moe tokens"),
+            int(d, "moe n_embd"),
+            int(ne, "moe experts"),
+            int(k, "moe k"),
+        );
+        let (gating, q8k) = (router.gating_arg(), i32::from(norm.mode == ActQuant::Q8K));
+        let cfg = LaunchConfig {
+            grid_dim: (ne as u32, 1, 1),
+            block_dim: (norm_threads(d), 1, 1),
+            shared_mem_bytes: small_stage_bytes(n, d) as u32,
+        };
+        let mut b = self.launch.builder(&self.norm_route_small);
+        b.arg(norm.x)
+            .arg(norm.add)
+            .arg(norm.w)
+            .arg(norm.out)
+            .arg(norm.outq);
+        b.arg(&norm.eps).arg(&q8k);
+        b.arg(&router.w).arg(&mut work.logits);
+        b.arg(ids).arg(weights).arg(&mut work.done);
+        b.arg(&ni)
+            .arg(&di)
+            .arg(&nei)
+            .arg(&ki)
+            .arg(&gating)
+            .arg(bias);
+        // SAFETY: add_rms_norm_route_small(x, add, norm_w, out, outq, eps, q8k, w, logits, ids,
+        // weights, done, n, n_embd, n_expert, k, gating, bias): n rows of n_embd floats in x,
+        // add and out and their activation blocks in outq, the router's n_expert rows, n x
+        // n_expert logits (work holds max_n >= n rows), n x k ids and weights (all checked
+        // above); the norm's block of at most 1024 threads and (1 + n) rows of shared memory
+        // (allowed at load); the counter zero between launches, as moe_route_small's.
+        unsafe { b.launch(cfg) }.during("launching the norm and moe routing")?;
+        Ok(())
+    }
+
     /// [`Self::route`] with the router's bias (gpt-oss; `n_expert` floats) added to every
     /// token's logits before the top-k.
     #[allow(clippy::too_many_arguments)]
@@ -263,29 +336,8 @@ impl MoeRoute {
         ids: &mut CudaSlice<i32>,
         weights: &mut CudaSlice<f32>,
     ) -> Result<()> {
-        if let Some(b) = bias {
-            assert!(
-                b.len() >= router.n_expert,
-                "moe route: a bias of {}",
-                b.len()
-            );
-        }
         let (ne, d, k) = (router.n_expert, router.n_embd, router.n_used);
-        assert!(
-            n <= work.max_n && work.n_expert == ne,
-            "moe route: {n} tokens of {ne} experts, work for {} of {}",
-            work.max_n,
-            work.n_expert
-        );
-        assert!(
-            ne <= MOE_MAX_EXPERTS && (1..=ne.min(MOE_MAX_USED)).contains(&k),
-            "moe route: {k} of {ne} experts"
-        );
-        assert!(x.len() >= n * d, "moe route: x too small");
-        assert!(
-            ids.len() >= n * k && weights.len() >= n * k,
-            "moe route: outputs too small"
-        );
+        check_route_args(n, router, bias, work, x, ids, weights);
         if n == 0 {
             return Ok(());
         }
@@ -363,6 +415,53 @@ impl MoeRoute {
         unsafe { b.launch(cfg) }.during("launching moe top-k")?;
         Ok(())
     }
+}
+
+/// The checks every routing launch makes of its arguments (`x`: the tokens' rows).
+fn check_route_args(
+    n: usize,
+    router: &MoeRouter,
+    bias: Option<&CudaSlice<f32>>,
+    work: &MoeRouteWork,
+    x: &CudaSlice<f32>,
+    ids: &CudaSlice<i32>,
+    weights: &CudaSlice<f32>,
+) {
+    if let Some(b) = bias {
+        assert!(
+            b.len() >= router.n_expert,
+            "moe route: a bias of {}",
+            b.len()
+        );
+    }
+    let (ne, d, k) = (router.n_expert, router.n_embd, router.n_used);
+    assert!(
+        n <= work.max_n && work.n_expert == ne,
+        "moe route: {n} tokens of {ne} experts, work for {} of {}",
+        work.max_n,
+        work.n_expert
+    );
+    assert!(
+        ne <= MOE_MAX_EXPERTS && (1..=ne.min(MOE_MAX_USED)).contains(&k),
+        "moe route: {k} of {ne} experts"
+    );
+    assert!(x.len() >= n * d, "moe route: x too small");
+    assert!(
+        ids.len() >= n * k && weights.len() >= n * k,
+        "moe route: outputs too small"
+    );
+}
+
+/// The norm [`MoeRoute::add_norm_route`] takes in its launch: `x += add`, then
+/// `out = rms_norm(x) * w` and `out`'s activation blocks in `outq`, as `mode` says.
+pub struct NormInto<'a> {
+    pub x: &'a mut CudaSlice<f32>,
+    pub add: &'a CudaSlice<f32>,
+    pub w: &'a CudaSlice<f32>,
+    pub eps: f32,
+    pub out: &'a mut CudaSlice<f32>,
+    pub outq: &'a mut CudaSlice<u8>,
+    pub mode: ActQuant,
 }
 
 /// A router of `n_expert` rows of `n_embd` floats (`len` of them) choosing `n_used`: within

@@ -101,12 +101,17 @@ pub struct NormRope {
 /// the row's block alone sets the kernel's latency. (The f64 sum's order follows the block size;
 /// the fused and plain norms share this function, so they stay bit-identical.)
 fn norm_cfg(groups: usize, n: usize) -> LaunchConfig {
-    let threads = (n / 4 / 32 * 32).clamp(32, 1024) as u32;
     LaunchConfig {
         grid_dim: (groups as u32, 1, 1),
-        block_dim: (threads, 1, 1),
+        block_dim: (norm_threads(n), 1, 1),
         shared_mem_bytes: 0,
     }
+}
+
+/// The threads of a norm's block over rows of `n` (32 to 1024, a multiple of 32); a kernel
+/// that takes a norm in its own launch must take this block to give the norm's bits.
+pub(crate) fn norm_threads(n: usize) -> u32 {
+    (n / 4 / 32 * 32).clamp(32, 1024) as u32
 }
 
 impl NormRope {

@@ -745,6 +745,16 @@ impl Plan {
             RouterLogits::Gemm
         }
     }
+
+    /// Whether the norm before an MoE FFN of `n` tokens of `n_embd` runs in the router's
+    /// launch (`add_rms_norm_route_small`, the same bits as the fused norm and then
+    /// `moe_route_small`): where both of those would run, and the norm's block is one the
+    /// router's blocks can take.
+    pub fn norm_route(&self, n: usize, n_embd: usize) -> bool {
+        self.switches.norm_route
+            && self.fused_norm(n_embd)
+            && self.router_logits(n, n_embd) == RouterLogits::MatVecTopk
+    }
 }
 
 /// The split-K ways of a GEMM of `tiles` tiles with `slots` block slots on the GPU and

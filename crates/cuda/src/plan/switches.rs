@@ -21,6 +21,9 @@ pub struct Switches {
     /// `FERROLM_CUDA_FUSE`: the decode fusions (norm+quantize, paired mat-vecs, SwiGLU in the
     /// mat-vec, q/k norm+RoPE, RoPE of q and k, decode attention's combine in the split kernel).
     pub fuse: bool,
+    /// `FERROLM_NORM_ROUTE`: among the decode fusions, the norm before an MoE FFN taken by
+    /// the router's launch (each router block takes the norm of the few rows itself).
+    pub norm_route: bool,
     /// `FERROLM_CUDA_GRAPH`: decode steps replayed as CUDA graphs.
     pub graphs: bool,
     /// `FERROLM_ATTN_MMA`: prefill attention forced onto the tensor-core kernel (`Some(true)`)
@@ -122,6 +125,7 @@ impl Default for Switches {
         Self {
             mmq: true,
             fuse: true,
+            norm_route: true,
             graphs: true,
             attn_mma: None,
             attn_ggml_small: true,
@@ -255,6 +259,7 @@ impl Switches {
         Ok(Self {
             mmq: flag(env, "FERROLM_CUDA_MMQ", true)?,
             fuse: flag(env, "FERROLM_CUDA_FUSE", true)?,
+            norm_route: flag(env, "FERROLM_NORM_ROUTE", true)?,
             graphs: flag(env, "FERROLM_CUDA_GRAPH", true)?,
             attn_mma: forced(env, "FERROLM_ATTN_MMA", true)?,
             attn_ggml_small,
@@ -335,13 +340,18 @@ impl fmt::Display for Switches {
         let moe_pairs = self
             .moe_mma_pairs
             .map_or("auto".to_owned(), |k| k.to_string());
-        let lines: [(&str, &str, &str); 32] = [
+        let lines: [(&str, &str, &str); 33] = [
             (
                 "FERROLM_CUDA_MMQ",
                 bit(self.mmq),
                 "int8 GEMM above 8 rows (0: mat-vec slices)",
             ),
             ("FERROLM_CUDA_FUSE", bit(self.fuse), "decode fusions"),
+            (
+                "FERROLM_NORM_ROUTE",
+                bit(self.norm_route),
+                "the MoE norm in the router's launch",
+            ),
             (
                 "FERROLM_CUDA_GRAPH",
                 bit(self.graphs),

@@ -99,6 +99,7 @@ fn bad_values_name_the_variable_and_the_choices() {
     assert!(e.contains("128x128") && e.contains("256x256"), "{e}");
     for name in [
         "FERROLM_CUDA_FUSE",
+        "FERROLM_NORM_ROUTE",
         "FERROLM_CUDA_GRAPH",
         "FERROLM_CUDA_Q8_0_LANES",
         "FERROLM_MOE_GROUPED",
@@ -130,7 +131,7 @@ fn tile_names() {
 #[test]
 fn display_prints_every_switch() {
     let text = plan(&[("FERROLM_MMQ_TILE", "128x64")]).to_string();
-    assert_eq!(text.lines().count(), 34, "{text}");
+    assert_eq!(text.lines().count(), 35, "{text}");
     assert!(text.contains("132 SMs, cc 9.0"));
     assert!(text
         .lines()
@@ -636,6 +637,18 @@ fn router_logits_by_tokens() {
     assert_eq!(p.router_logits(2048, 4096), RouterLogits::Gemm);
     assert_eq!(p.router_logits(1, 2050), RouterLogits::Gemm);
     assert_eq!(p.router_logits(1, 4160), RouterLogits::Gemm);
+}
+
+/// The norm before the router joins its launch where the fused norm and the one-launch
+/// routing both run, unless either switch is off.
+#[test]
+fn norm_route_where_both_fusions_run() {
+    let p = plan(&[]);
+    assert!(p.norm_route(1, 2880) && p.norm_route(8, 2048) && p.norm_route(1, 4096));
+    // Too many tokens or too wide for the router's mat-vec; not whole Q8_1 blocks.
+    assert!(!p.norm_route(9, 2048) && !p.norm_route(1, 4160) && !p.norm_route(1, 2052));
+    assert!(!plan(&[("FERROLM_NORM_ROUTE", "0")]).norm_route(1, 2048));
+    assert!(!plan(&[("FERROLM_CUDA_FUSE", "0")]).norm_route(1, 2048));
 }
 
 /// Programmatic dependent launch: on from Hopper on, off before it or when switched off; the

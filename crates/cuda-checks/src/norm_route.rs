@@ -1,0 +1,117 @@
+//! The norm before an MoE router taken in the router's launch (`add_rms_norm_route_small`)
+//! against the two launches it replaces: the fused norm (`add_rms_norm_q8_1`), then the
+//! one-launch routing on its output. Contract: the same bits in the residual, the normed rows,
+//! their activation blocks and the choices.
+
+use super::checks::{normal, row};
+use super::{Contract, Row};
+use anyhow::Result;
+use ferrolm_cuda::ops::{ActQuant, MoeRouteWork, MoeRouter, NormInto, Q8_1_BLOCK_BYTES};
+use ferrolm_cuda::plan::RouterLogits;
+use ferrolm_cuda::{CudaDevice, Kernels, Plan};
+use rand::rngs::StdRng;
+
+/// What one routed norm leaves: the residual, the normed rows, their blocks, ids, weights.
+type Outputs = (Vec<f32>, Vec<f32>, Vec<u8>, Vec<i32>, Vec<f32>);
+
+pub fn all(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) -> Result<Vec<Row>> {
+    let mut rows = Vec::new();
+    // OLMoE's router (64 experts, top-8, rows of 2048: a Q8_K width too) and gpt-oss-20b's
+    // (32, top-4 of the biased logits, rows of 2880: the norm's block of 704 threads).
+    for (d, ne, kk, oai) in [(2048, 64, 8, false), (2880, 32, 4, true)] {
+        for n in [1, 3, 8] {
+            if !plan.norm_route(n, d) {
+                continue;
+            }
+            let modes: &[ActQuant] = if d % 256 == 0 {
+                &[ActQuant::Q8_1, ActQuant::Q8K]
+            } else {
+                &[ActQuant::Q8_1]
+            };
+            for &mode in modes {
+                let same = one(dev, k, rng, d, ne, kk, oai, n, mode)?;
+                rows.push(row(
+                    "add_rms_norm_route_small (norm + routing in one launch)",
+                    format!("{n} tok of {d}, {ne} experts, top-{kk}, {mode:?}"),
+                    "add_rms_norm_q8_1 then moe_route_small",
+                    (if same { 0.0 } else { f64::NAN }, 0.0, same),
+                    Contract::Exact,
+                ));
+            }
+        }
+    }
+    Ok(rows)
+}
+
+/// Whether the one launch gives the two launches' bits, twice (the second shows its block
+/// counter was left at zero).
+#[allow(clippy::too_many_arguments)]
+fn one(
+    dev: &CudaDevice,
+    k: &Kernels,
+    rng: &mut StdRng,
+    d: usize,
+    ne: usize,
+    kk: usize,
+    oai: bool,
+    n: usize,
+    mode: ActQuant,
+) -> Result<bool> {
+    let mut router = MoeRouter::upload(dev, &normal(rng, ne * d, 0.05), ne, d, kk, !oai)?;
+    if oai {
+        router = router.topk_softmax();
+    }
+    let bias = oai.then(|| dev.upload(&normal(rng, ne, 0.5))).transpose()?;
+    let acc = normal(rng, n * d, 1.0);
+    let add = dev.upload(&normal(rng, n * d, 1.0))?;
+    let nw = dev.upload(&normal(rng, d, 1.0))?;
+    let eps = 1e-6;
+    let mut work = MoeRouteWork::new(dev, n, ne)?;
+    let run = |work: &mut MoeRouteWork, fused: bool| -> Result<Outputs> {
+        let mut x = dev.upload(&acc)?;
+        let mut out = dev.upload(&vec![f32::NAN; n * d])?;
+        let mut outq = dev.upload(&vec![0xa5u8; n * d / 32 * Q8_1_BLOCK_BYTES])?;
+        let mut ids = dev.upload(&vec![-7i32; n * kk])?;
+        let mut weights = dev.upload(&vec![f32::NAN; n * kk])?;
+        let b = bias.as_ref();
+        if fused {
+            let norm = NormInto {
+                x: &mut x,
+                add: &add,
+                w: &nw,
+                eps,
+                out: &mut out,
+                outq: &mut outq,
+                mode,
+            };
+            let r = &k.moe_route;
+            r.add_norm_route(norm, n, &router, b, work, &mut ids, &mut weights)?;
+        } else {
+            k.norm_rope
+                .add_rms_norm_q8_1(&mut x, &add, &nw, eps, &mut out, &mut outq, mode)?;
+            let logits = RouterLogits::MatVecTopk;
+            let r = &k.moe_route;
+            r.route_biased(logits, &out, n, &router, b, work, &mut ids, &mut weights)?;
+        }
+        dev.sync()?;
+        Ok((
+            dev.download(&x)?,
+            dev.download(&out)?,
+            dev.download(&outq)?,
+            dev.download(&ids)?,
+            dev.download(&weights)?,
+        ))
+    };
+    let want = run(&mut work, false)?;
+    let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<u32>>();
+    let mut same = true;
+    for _ in 0..2 {
+        let got = run(&mut work, true)?;
+        same &= bits(&got.0) == bits(&want.0)
+            && bits(&got.1) == bits(&want.1)
+            && got.2 == want.2
+            && got.3 == want.3
+            && bits(&got.4) == bits(&want.4);
+    }
+    Ok(same)
+}

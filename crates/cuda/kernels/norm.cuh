@@ -1,0 +1,67 @@
+// The residual add and RMS norm of one row as add_rms_norm_q8_1_f32 (norm_rope.cu) computes
+// them, shared with the MoE router that takes the norm in its own launch (moe_route.cu): the
+// f64 sum of squares in one order for a given block size, so both give the same bits.
+#pragma once
+#include "common.cuh"
+
+// Elements a thread keeps in registers between the norm's two passes (rows past
+// NORM_REGS * blockDim.x read the rest again).
+#define NORM_REGS 8
+
+struct NormWeights {
+    float v[NORM_REGS];
+};
+
+// The thread's norm weights (i = threadIdx.x + k * blockDim.x), loaded before the wait for the
+// kernel ahead: they are model weights, which no kernel writes, so under PDL their load
+// overlaps that kernel's tail.
+static __device__ __forceinline__ NormWeights norm_weights_then_wait(const float *__restrict__ w,
+                                                                     int n) {
+    NormWeights r;
+#pragma unroll
+    for (int k = 0; k < NORM_REGS; ++k) {
+        const int i = threadIdx.x + k * blockDim.x;
+        r.v[k] = i < n ? w[i] : 0.0f;
+    }
+    dependent_launch_entry();
+    return r;
+}
+
+// Element i of the norm's input: x, or x + add (one f32 add); written back to x when
+// `write_x` (then a later read of x[i] by this thread is the sum already).
+static __device__ __forceinline__ float norm_input(float *x, const float *add, size_t i,
+                                                   bool write_x) {
+    float xi = x[i];
+    if (add != nullptr) {
+        xi += add[i];
+        if (write_x) {
+            x[i] = xi;
+        }
+    }
+    return xi;
+}
+
+// 1 / sqrt(mean(v²) + eps) of the row v = x (+ add) at x + base, n elements; the thread's
+// first NORM_REGS elements of v are left in xr. The whole block calls it (a block sum).
+static __device__ __forceinline__ float add_norm_scale(float *x, const float *add, size_t base,
+                                                       int n, float eps, bool write_x,
+                                                       float (&xr)[NORM_REGS],
+                                                       double *scratch) {
+    double sum = 0.0;
+#pragma unroll
+    for (int k = 0; k < NORM_REGS; ++k) {
+        const int i = threadIdx.x + k * blockDim.x;
+        if (i < n) {
+            xr[k] = norm_input(x, add, base + i, write_x);
+            const double v = xr[k];
+            sum += v * v;
+        }
+    }
+    for (int i = threadIdx.x + NORM_REGS * blockDim.x; i < n; i += blockDim.x) {
+        const double v = norm_input(x, add, base + i, write_x);
+        sum += v * v;
+    }
+    sum = block_sum(sum, scratch);
+    const float mean = (float)(sum / (double)n);
+    return 1.0f / sqrtf(mean + eps);
+}
