@@ -237,7 +237,7 @@ MMVQ_PAIR_ENTRIES(q5_k, GGML_TYPE_Q5_K)
 MMVQ_PAIR_ENTRIES(q6_k, GGML_TYPE_Q6_K)
 MMVQ_PAIR_ENTRIES(mxfp4, GGML_TYPE_MXFP4)
 
-// ---- the wide walk (mmvq.cuh): a warp per row, for Q4_K --------------------------------------
+// ---- the wide walk (mmvq.cuh): a warp per row, for Q4_K and Q8_0 ------------------------------
 // (Q6_K has a wide walk too, which the MoE kernels use, but as a dense mat-vec it measured slower
 // than the kernels above: docs/perf.md.)
 // Same results as above up to f32 summation order; FERROLM_MMVQ_WIDE=0 goes back to the kernels
@@ -395,3 +395,4 @@ static __device__ __forceinline__ void mul_mat_vec_q_wide_pair(
     }
 
 MMVQ_WIDE_FORMAT(q4_k, GGML_TYPE_Q4_K)
+MMVQ_WIDE_FORMAT(q8_0, GGML_TYPE_Q8_0)

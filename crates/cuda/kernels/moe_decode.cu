@@ -463,7 +463,9 @@ MOE_FORMAT(q4_0, GGML_TYPE_Q4_0, true)
 MOE_FORMAT(q4_1, GGML_TYPE_Q4_1, true)
 MOE_FORMAT(q5_0, GGML_TYPE_Q5_0, true)
 MOE_FORMAT(q5_1, GGML_TYPE_Q5_1, true)
-MOE_FORMAT(q8_0, GGML_TYPE_Q8_0, true)
+// Q8_0's experts keep the narrow walk (its wide walk, 1 lane a block, is measured on dense rows
+// only: mmvq.cu).
+MOE_FORMAT(q8_0, GGML_TYPE_Q8_0, false)
 MOE_FORMAT(q4_k, GGML_TYPE_Q4_K, true)
 MOE_FORMAT(q5_k, GGML_TYPE_Q5_K, true)
 MOE_FORMAT(q6_k, GGML_TYPE_Q6_K, true)

@@ -419,7 +419,6 @@ template <> struct WeightFormat<GGML_TYPE_Q8_0> {
     static constexpr bool scale16 = false; // one scale per 32 elements (mmq)
     static constexpr bool has_min = false; // m != 0 in tile_codes (mmq)
     static constexpr bool int_scales = false; // see WeightFormat<GGML_TYPE_Q4_K>
-    static constexpr bool wide = false; // no vec_dot_wide (mmvq.cuh)
 
     static __device__ __forceinline__ float vec_dot(const block *b, const block_q8_1 *y, int iqs) {
         int sumi = 0;
@@ -428,6 +427,37 @@ template <> struct WeightFormat<GGML_TYPE_Q8_0> {
             sumi = dp4a(get_int_b2(b->qs, iqs + i), get_int_b4(y->qs, iqs + i), sumi);
         }
         return f16_bits_to_f32(b->d) * y->d * (float)sumi;
+    }
+
+    // The wide walk (mmvq.cuh), wide_lanes = 1: a lane takes a whole block, activation block
+    // kby from `y` (Q8Global or Q8Shared), and multiplies its whole integer dot by both scales
+    // (the CPU's per-block product). A block is 34 bytes at 2-byte alignment: it is read as the
+    // aligned words around it, the last one a half word where the block ends mid-word (no read
+    // past the matrix), and the codes shifted into place.
+    static constexpr bool wide = true;
+    static constexpr int wide_lanes = 1;
+    template <typename A>
+    static __device__ __forceinline__ float vec_dot_wide(const block *b, const A &y, int kby,
+                                                         int) {
+        const size_t at = (size_t)b;
+        const int *w = (const int *)(at & ~(size_t)3);
+        const bool mid = (at & 2) != 0; // d in word 0's high half, the codes in words 1..8
+        int v[9];
+#pragma unroll
+        for (int k = 0; k < 8; ++k) {
+            v[k] = __ldg(w + k);
+        }
+        v[8] = mid ? __ldg(w + 8) : (int)__ldg((const unsigned short *)(w + 8));
+        const int4 a0 = y.q16(kby, 0), a1 = y.q16(kby, 1);
+        const int u[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
+        int sumi = 0;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+            const int c = mid ? v[i + 1] : (int)__funnelshift_r(v[i], v[i + 1], 16);
+            sumi = dp4a(c, u[i], sumi);
+        }
+        const uint16_t d = (uint16_t)(mid ? (uint32_t)v[0] >> 16 : (uint32_t)v[0]);
+        return f16_bits_to_f32(d) * y.d(kby) * (float)sumi;
     }
 
     static __device__ __forceinline__ void tile_codes(const block *b, int sub, int q[8],

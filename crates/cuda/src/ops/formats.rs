@@ -11,7 +11,7 @@
 //! | Q4_1 | ✓ | | | ✓ | | `mmq_q4_1_chain` | ✓ | ✓ | | | |
 //! | Q5_0 | ✓ | | | ✓ | | `mmq_q5_0_lanes` | | ✓ | | | |
 //! | Q5_1 | ✓ | | | ✓ | | `mmq_q5_1_chain` | | ✓ | | | |
-//! | Q8_0 | ✓ | | | ✓ | | `mmq_q8_0_lanes` | ✓ | ✓ | | ✓ | |
+//! | Q8_0 | ✓ | ✓ | | ✓ | | `mmq_q8_0_lanes` | ✓ | ✓ | | ✓ | |
 //! | Q4_K | ✓ | ✓ | ✓ | ✓ | ✓ | | ✓ | ✓ | ✓ | ✓ | |
 //! | Q5_K | ✓ | | | ✓ | | | | ✓ | | | |
 //! | Q6_K | ✓ | | ✓ | ✓ | | | ✓ | ✓ | ✓ | ✓ | |
@@ -129,6 +129,7 @@ pub const FORMATS: [Format; 11] = [
     },
     Format {
         small_gemm: Some("mmq_q8_0_lanes"),
+        matvec_wide: true,
         lanes: true,
         gemm_f16: true,
         embed: true,
