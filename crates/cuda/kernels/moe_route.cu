@@ -1,7 +1,8 @@
-// MoE routing: router logits = x · Wrᵀ in f32 (the CPU's f32 dots, bit for bit), then softmax over all experts and top-k, one warp
-// per token, as the CPU's moe::route: probabilities p = exp(l - max) * (1 / Σ exp), experts taken
-// in descending p with ties to the lower id, optionally renormalised p / Σ picked p (summed in
-// slot order). Outputs ids[t][k] (i32) and weights[t][k] (f32), slot 0 the most probable.
+// MoE routing: router logits = x · Wrᵀ in f32 (the CPU's f32 dots, bit for bit), then softmax
+// over all experts and top-k, one warp per token, as the CPU's moe::route: probabilities
+// p = exp(l - max) * (1 / Σ exp), experts taken in descending p with ties to the lower id,
+// optionally renormalised p / Σ picked p (summed in slot order). Outputs ids[t][k] (i32) and
+// weights[t][k] (f32), slot 0 the most probable.
 // The top-k's `gating` (the CPU's MoeGating): 0 keeps the picked probabilities, 1 renormalises
 // them, 2 (gpt-oss) takes the top-k of the logits themselves and a softmax over the k picked
 // (in slot order, as the CPU's norm::softmax). `bias`: null, or the router's bias (gpt-oss),
@@ -241,6 +242,19 @@ extern "C" __global__ void __launch_bounds__(ROUTE_THREADS)
     topk_in_last_block(logits, ids, weights, done, n, n_expert, k, gating, bias);
 }
 
+// The block's expert row into the start of the shared stage, and the thread's norm weights, both
+// before the wait for the kernel ahead: model weights, which no kernel writes.
+static __device__ __forceinline__ NormWeights router_row_then_wait(const float *__restrict__ w,
+                                                                   const float *__restrict__ norm_w,
+                                                                   int n_embd) {
+    extern __shared__ float4 route_stage[];
+    const float4 *we = (const float4 *)(w + (size_t)blockIdx.x * n_embd);
+    for (int i = threadIdx.x; i < n_embd / 4; i += blockDim.x) {
+        route_stage[i] = __ldg(we + i);
+    }
+    return norm_weights_then_wait(norm_w, n_embd);
+}
+
 // add_rms_norm_q8_1_f32 (with `add`) and moe_route_small in one launch, for the norm before an
 // MoE FFN: the norm's launch was the router's only input, a few KB. Every block takes the norm
 // of the n rows of x + add itself, into shared memory after its expert's row (the block is the
@@ -253,15 +267,8 @@ extern "C" __global__ void __launch_bounds__(1024)
                              const float *__restrict__ w, float *logits, int *__restrict__ ids,
                              float *__restrict__ weights, unsigned *done, int n, int n_embd,
                              int n_expert, int k, int gating, const float *__restrict__ bias) {
+    const NormWeights wr = router_row_then_wait(w, norm_w, n_embd);
     extern __shared__ float4 route_stage[]; // [1 + n][n_embd / 4]: the row, then the tokens
-    const int n4 = n_embd / 4;
-    // The expert's row and the norm's weights before the wait: model weights, no kernel
-    // writes them.
-    const float4 *we = (const float4 *)(w + (size_t)blockIdx.x * n_embd);
-    for (int i = threadIdx.x; i < n4; i += blockDim.x) {
-        route_stage[i] = __ldg(we + i);
-    }
-    const NormWeights wr = norm_weights_then_wait(norm_w, n_embd);
     __shared__ double scratch[32];
     float *ws = (float *)route_stage;
     const bool writer = blockIdx.x == 0;
