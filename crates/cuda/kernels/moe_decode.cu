@@ -1,7 +1,7 @@
 // MoE experts for decode (1..8 tokens), the router's choices read from device memory:
 //   h[s]   = silu(gate_e · x[t]) * (up_e · x[t])          for every slot s = t*k + j, e = ids[s]
 //   out[t] += Σ_j weights[t*k+j] · (down_e · hq[t*k+j])    (hq: h quantized to Q8_1, quantize.cu)
-// (or out[t] = the sum, where `overwrite`: no residual, and no clearing launch before)
+// (out[t] = the sum where `overwrite`: no residual, no clearing launch before)
 // (gpt-oss: each product plus its expert's bias, and swiglu_oai for silu: common.cuh's
 // ExpertEpilogue.)
 // Gate/up and down are stacked [n_expert * rows][cols] matrices in a ggml block format; expert
