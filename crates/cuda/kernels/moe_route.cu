@@ -31,6 +31,10 @@
 #define TOPK_PER_LANE 8
 #define NEG_INF __int_as_float(0xff800000)
 
+// The mat-vec kernels' dynamic shared memory: [1 + n][n_embd / 4], the block's expert row, then
+// the n tokens' rows.
+extern __shared__ float4 route_stage[];
+
 // logits[t][e] = Σ_i x[t][i] · w[e][i] for t < n <= ROUTE_SMALL_N, n_embd % 4 == 0 and
 // n_embd <= SMALL_MAX_EMBD (the host checks), each the CPU's f32 dot (common.cuh's
 // cpu_dot_reduce): the block stages expert e's row and the tokens' rows in shared memory with
@@ -42,7 +46,6 @@ static __device__ __forceinline__ void logits_staged(const float *ws, float *log
 static __device__ __forceinline__ void logits_small(const float *__restrict__ x,
                                                     const float *__restrict__ w, float *logits,
                                                     int n, int n_embd, int n_expert) {
-    extern __shared__ float4 route_stage[]; // [1 + n][n_embd / 4]: the row, then the tokens
     const int e = blockIdx.x, n4 = n_embd / 4;
     const float4 *we = (const float4 *)(w + (size_t)e * n_embd), *x4 = (const float4 *)x;
     for (int i = threadIdx.x; i < (1 + n) * n4; i += blockDim.x) {
@@ -247,7 +250,6 @@ extern "C" __global__ void __launch_bounds__(ROUTE_THREADS)
 static __device__ __forceinline__ NormWeights router_row_then_wait(const float *__restrict__ w,
                                                                    const float *__restrict__ norm_w,
                                                                    int n_embd) {
-    extern __shared__ float4 route_stage[];
     const float4 *we = (const float4 *)(w + (size_t)blockIdx.x * n_embd);
     for (int i = threadIdx.x; i < n_embd / 4; i += blockDim.x) {
         route_stage[i] = __ldg(we + i);
@@ -268,7 +270,6 @@ extern "C" __global__ void __launch_bounds__(1024)
                              float *__restrict__ weights, unsigned *done, int n, int n_embd,
                              int n_expert, int k, int gating, const float *__restrict__ bias) {
     const NormWeights wr = router_row_then_wait(w, norm_w, n_embd);
-    extern __shared__ float4 route_stage[]; // [1 + n][n_embd / 4]: the row, then the tokens
     __shared__ double scratch[32];
     float *ws = (float *)route_stage;
     const bool writer = blockIdx.x == 0;
