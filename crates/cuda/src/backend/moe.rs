@@ -58,6 +58,12 @@ impl RouteMark {
     }
 }
 
+/// Whether `router` was uploaded for the weights' `gating` (it applies its gating itself).
+fn gates_as(router: &MoeRouter, gating: MoeGating) -> bool {
+    router.renorm == (gating == MoeGating::SoftmaxTopKRenorm)
+        && router.topk_softmax == (gating == MoeGating::TopKSoftmax)
+}
+
 /// The routing work, made (or remade) for `n` tokens of `n_expert` experts.
 fn route_work<'a>(
     slot: &'a mut Option<MoeRouteWork>,
@@ -89,9 +95,7 @@ impl CudaBackend {
         };
         let epilogue = expert_epilogue(w)?;
         // The router applies its gating itself (fixed at upload); it must be the weights'.
-        if router.renorm != (w.gating == MoeGating::SoftmaxTopKRenorm)
-            || router.topk_softmax != (w.gating == MoeGating::TopKSoftmax)
-        {
+        if !gates_as(router, w.gating) {
             return Err(CudaError::Invalid(format!(
                 "an MoE router uploaded for another gating than {:?}",
                 w.gating
@@ -203,8 +207,8 @@ impl CudaBackend {
 
     /// `acc += x`, `out = rms_norm(acc) * w` (with `out`'s activation blocks), and the routing
     /// of `out`'s rows for the MoE FFN `moe`, in one launch where the plan's `norm_route`
-    /// says (else the norm alone): the choices stay in the scratch, marked on `out`, for
-    /// [`Self::try_moe`] on `out`.
+    /// says: the choices stay in the scratch, marked on `out`, for [`Self::try_moe`] on `out`.
+    /// Elsewhere nothing is launched and it returns false (the caller takes the norm alone).
     #[allow(clippy::too_many_arguments)]
     pub(super) fn norm_route(
         &self,
@@ -221,11 +225,9 @@ impl CudaBackend {
         };
         // deepseek2's weights scale stays with the routing in try_moe; the router's gating
         // must be the weights' (try_moe refuses it otherwise).
-        let gating_matches = router.renorm == (moe.gating == MoeGating::SoftmaxTopKRenorm)
-            && router.topk_softmax == (moe.gating == MoeGating::TopKSoftmax);
         if !self.plan.norm_route(n, acc.width)
             || moe.weights_scale != 1.0
-            || !gating_matches
+            || !gates_as(router, moe.gating)
             || router.n_embd != acc.width
             || moe.n_expert_used > MOE_MAX_USED
         {
