@@ -91,6 +91,12 @@ pub fn all(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) -> Resu
             super::gemm_f16::gemm_f16(dev, k, plan, rng, ty, rows, cols, n),
         );
     }
+    for (rows, cols, n) in super::gemm_f16::F16_DECODE_CASES {
+        push(
+            "gemm_f16",
+            super::gemm_f16::gemm_f16_decode(dev, k, plan, rng, rows, cols, n),
+        );
+    }
     for ty in super::mmvq_mma::MMA_MV_TYPES {
         for (rows, cols, n) in super::mmvq_mma::MMA_MV_CASES {
             push(

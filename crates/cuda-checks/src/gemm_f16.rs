@@ -98,6 +98,76 @@ pub fn gemm_f16(
     Ok(out)
 }
 
+/// (rows, cols, tokens) of a batched decode step's Q4_K products on the unpacking decode GEMM
+/// (`matmul_decode`: f16 arithmetic) split over k: qwen3-8b's gate, q and down at 64 and 17
+/// sequences, a row count that is not whole tiles over 5 super-blocks (3 shares: 2, 2, 1),
+/// and the most tokens the kernel takes.
+pub const F16_DECODE_CASES: [(usize, usize, usize); 5] = [
+    (12288, 4096, 64),
+    (4096, 4096, 64),
+    (4096, 12288, 17),
+    (1030, 1280, 40),
+    (258, 2560, 64),
+];
+
+/// A batched decode step's `W · x` on the unpacking GEMM split over k as the plan splits it
+/// (and in 3 shares), against the f64 product and against a second run.
+pub fn gemm_f16_decode(
+    dev: &CudaDevice,
+    k: &Kernels,
+    plan: &Plan,
+    rng: &mut StdRng,
+    rows: usize,
+    cols: usize,
+    n: usize,
+) -> Result<Vec<Row>> {
+    let ty = GgmlType::Q4K;
+    if !plan.device().f16_gemm {
+        return Ok(Vec::new());
+    }
+    // The plan's shares where it takes the kernel, else 8 (a product it leaves to the
+    // mat-vec, still the kernel's to get right).
+    let ways = plan
+        .for_sequence_batches()
+        .f16_decode(ty, rows, cols, n)
+        .unwrap_or(8)
+        .min(cols / 256);
+    let case = MatmulCase::new(dev, k, plan, rng, ty, rows, cols, n)?;
+    let g = &k.gemm_wgmma;
+    let xd = dev.upload(&case.x)?;
+    let mut x16 = dev.zeros::<u16>(n * cols)?;
+    g.round_f16(&xd, n * cols, &mut x16)?;
+    let exact = case.products()?;
+    let want: Vec<f32> = exact.iter().map(|e| e.0 as f32).collect();
+    let mut out = Vec::new();
+    for shares in [ways, 3] {
+        let mut part = dev.zeros::<f32>(GemmWgmma::split_floats(shares, n, rows).max(1))?;
+        let mut runs = Vec::new();
+        for _ in 0..2 {
+            let mut got = poisoned(dev, n * rows)?;
+            g.matmul_decode(&x16, n, &case.w, &mut got, Some((shares, &mut part)))?;
+            dev.sync()?;
+            runs.push(dev.download(&got)?);
+        }
+        let shape = format!("{rows}×{cols} · {n} rows, {shares} shares");
+        out.push(row(
+            "gemm f16 decode Q4_K (f16 unpacking), split",
+            shape.clone(),
+            "f64 of dequantized w, f32 x",
+            compare(&runs[0], &want, |i| exact[i].1),
+            F16_OPERANDS,
+        ));
+        out.push(row(
+            "gemm f16 decode Q4_K (f16 unpacking), split (again)",
+            shape,
+            "its first run",
+            compare(&runs[1], &runs[0], |_| 1.0),
+            Contract::Exact,
+        ));
+    }
+    Ok(out)
+}
+
 /// `cuda-parity --time`: the f16 GEMM on the layer shapes of `mmq_time`, each stage's median
 /// (weight expansion, activation rounding, the GEMM), against the int8 GEMM's default.
 pub fn time_gemm_f16(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) -> Result<()> {

@@ -10,7 +10,8 @@
 // bulk tensor copy (TMA, 128-byte swizzle), completing on the stage's "full" barrier; warpgroups 1
 // and 2 each multiply 64 tokens by the 256 rows (wgmma m64n256k16, four per stage) and give the
 // stage back on its "empty" barrier once their MMAs have read it. The Q4_K variant
-// (gemm_wgmma_q4k*, below) unpacks the weight's blocks in shared memory instead.
+// (gemm_wgmma_q4k*, below) unpacks the weight's blocks in shared memory instead; its decode
+// form (gemm_wgmma_q4k_decode) takes a batched decode step's few tokens, k split over blocks.
 #include "common.cuh"
 #include "quant.cuh"
 
@@ -138,6 +139,16 @@ template <int STAGES>
 static __device__ __forceinline__ void consume(float *__restrict__ out, int n_rows, int steps,
                                                WgTile tile, const uint8_t *smem, uint64_t *full,
                                                uint64_t *empty, int c, int tid) {
+    if (tile.tok0 + c * 64 >= tile.tok_end) {
+        // None of this warpgroup's 64 tokens is in the batch (a batched decode step's few
+        // rows, a prompt's last tile): it only gives the stages back.
+        for (int i = 0; i < steps; ++i) {
+            const int s = i % STAGES;
+            mbar_wait(&full[s], (i / STAGES) & 1);
+            if (tid % 32 == 0) mbar_arrive(&empty[s]);
+        }
+        return;
+    }
     float d[128];
     for (int i = 0; i < steps; ++i) {
         const int s = i % STAGES;
@@ -202,10 +213,11 @@ static __device__ __forceinline__ void gemm_tile(const TmaMap *x_map, const TmaM
 
 // STAGES stages in dynamic shared memory (aligned to the swizzle's 1024 bytes), RAW bytes after
 // them, then the barriers: full and empty a stage, two for the raw slots; initialized by
-// thread 0 (a stage full on `full_count` arrivals); the caller synchronizes the block before use.
+// thread 0 (a stage full on `full_count` arrivals, empty on `empty_count`: lane 0 of each
+// consumer warp); the caller synchronizes the block before use.
 template <int STAGES, int RAW>
 static __device__ __forceinline__ uint8_t *stages(uint64_t **full, uint64_t **empty,
-                                                  uint32_t full_count) {
+                                                  uint32_t full_count, uint32_t empty_count = 8) {
     extern __shared__ uint8_t smem_raw[];
     uint8_t *smem = (uint8_t *)(((size_t)smem_raw + 1023) & ~(size_t)1023);
     *full = (uint64_t *)(smem + STAGES * WG_STAGE_BYTES + RAW);
@@ -213,7 +225,7 @@ static __device__ __forceinline__ uint8_t *stages(uint64_t **full, uint64_t **em
     if (threadIdx.x == 0) {
         for (int s = 0; s < STAGES; ++s) {
             mbar_init(&(*full)[s], full_count);
-            mbar_init(&(*empty)[s], 8); // lane 0 of each consumer warp
+            mbar_init(&(*empty)[s], empty_count); // lane 0 of each consumer warp
         }
         for (int s = 0; s < 2; ++s) mbar_init(*empty + STAGES + s, 1);
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
@@ -313,9 +325,34 @@ static __device__ __forceinline__ uint2 q4_quad_f16(uint32_t v, float dl, float 
     return make_uint2(pack_f16x2(x[0], x[1]), pack_f16x2(x[2], x[3]));
 }
 
+// ---- A batched decode step's few tokens: the unpacking is the work ----------------------
+// With at most 64 tokens one warpgroup's MMAs take a stage in a fraction of the time its
+// unpacking takes, so the decode variant (gemm_wgmma_q4k_decode) unpacks with two warpgroups
+// (0 and 2, a row a thread) while warpgroup 1 multiplies, and unpacks in f16 arithmetic: a code
+// q goes to f16 exactly as the mantissa of 1024 + q, 1024 is taken off exactly, then one f16
+// fma gives dl * q - ml with dl and ml rounded to f16 (about two instructions a weight, where
+// Expand8's f32 roundings take five). Not the expanded path's bits: the contract is the f16
+// GEMM's tolerance (ops/gemm_wgmma/).
+
+// The four codes in the bytes of v (each below 16) as f16 pairs dl * q - ml, dl2 and nml2 the
+// pairs (dl, dl) and (-ml, -ml).
+static __device__ __forceinline__ uint2 q4_quad_f16x2(uint32_t v, uint32_t dl2, uint32_t nml2) {
+    const uint32_t lo = __byte_perm(v, 0x64646464u, 0x4140), hi = __byte_perm(v, 0x64646464u, 0x4342);
+    uint32_t a, b;
+    asm("{\n .reg .b32 t;\n sub.f16x2 t, %1, %2;\n fma.rn.f16x2 %0, t, %3, %4;\n}"
+        : "=r"(a)
+        : "r"(lo), "r"(0x64006400u), "r"(dl2), "r"(nml2));
+    asm("{\n .reg .b32 t;\n sub.f16x2 t, %1, %2;\n fma.rn.f16x2 %0, t, %3, %4;\n}"
+        : "=r"(b)
+        : "r"(hi), "r"(0x64006400u), "r"(dl2), "r"(nml2));
+    return make_uint2(a, b);
+}
+
 // Columns 64m.. 64m + 63 of the Q4_K block at blk (sub-blocks 2m, 2m + 1: the low and high
 // nibbles of code bytes 32m..) as f16 into the 128-byte swizzled row brow of a B stage, whose
-// 16-byte chunk c sits at chunk c ^ sw (sw the row's index mod 8).
+// 16-byte chunk c sits at chunk c ^ sw (sw the row's index mod 8): in f32 with Expand8's
+// roundings (q4_quad_f16), or, F16X2, in f16 arithmetic (q4_quad_f16x2).
+template <bool F16X2>
 static __device__ __forceinline__ void q4k_row_f16(const uint8_t *blk, int m, uint8_t *brow,
                                                    int sw) {
     uint16_t aux[2];
@@ -325,55 +362,66 @@ static __device__ __forceinline__ void q4k_row_f16(const uint8_t *blk, int m, ui
     const float dl0 = __fmul_rn(d, (float)(aux[0] & 0xff)), dl1 = __fmul_rn(d, (float)(aux[0] >> 8));
     const float ml0 = __fmul_rn(dmin, (float)(aux[1] & 0xff));
     const float ml1 = __fmul_rn(dmin, (float)(aux[1] >> 8));
+    // The f16 arithmetic's operands (unused, and dropped, in the f32 one).
+    const uint32_t dl2[2] = {pack_f16x2(dl0, dl0), pack_f16x2(dl1, dl1)};
+    const uint32_t nml2[2] = {pack_f16x2(-ml0, -ml0), pack_f16x2(-ml1, -ml1)};
+    // Sub-block j's (0 or 1) four codes of v, by the one arithmetic or the other.
+    const auto quad = [&](uint32_t v, int j) {
+        return F16X2 ? q4_quad_f16x2(v, dl2[j], nml2[j])
+                     : q4_quad_f16(v, j ? dl1 : dl0, j ? ml1 : ml0);
+    };
     const uint4 q0 = *(const uint4 *)(blk + 16 + 32 * m), q1 = *(const uint4 *)(blk + 32 + 32 * m);
     const uint32_t w[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
-        const uint2 a = q4_quad_f16(w[2 * c] & 0x0F0F0F0Fu, dl0, ml0);
-        const uint2 b = q4_quad_f16(w[2 * c + 1] & 0x0F0F0F0Fu, dl0, ml0);
+        const uint2 a = quad(w[2 * c] & 0x0F0F0F0Fu, 0), b = quad(w[2 * c + 1] & 0x0F0F0F0Fu, 0);
         *(uint4 *)(brow + ((c ^ sw) << 4)) = make_uint4(a.x, a.y, b.x, b.y);
-        const uint2 e = q4_quad_f16((w[2 * c] >> 4) & 0x0F0F0F0Fu, dl1, ml1);
-        const uint2 f = q4_quad_f16((w[2 * c + 1] >> 4) & 0x0F0F0F0Fu, dl1, ml1);
+        const uint2 e = quad((w[2 * c] >> 4) & 0x0F0F0F0Fu, 1);
+        const uint2 f = quad((w[2 * c + 1] >> 4) & 0x0F0F0F0Fu, 1);
         *(uint4 *)(brow + (((4 + c) ^ sw) << 4)) = make_uint4(e.x, e.y, f.x, f.y);
     }
 }
 
-// The producer warpgroup of a Q4_K tile: x stages by TMA, the weight's super-blocks by TMA
-// into the raw slots (raw_full their barriers), each stage's 256 x 64 weight written as f16.
-static __device__ __forceinline__ void produce_q4k(const TmaMap *x_map, const TmaMap *w_map, int k,
-                                                   WgTile tile, uint8_t *smem, uint64_t *full,
-                                                   uint64_t *empty, int tid) {
+// The producer of a Q4_K tile over `blocks` super-blocks from sb0, run by the THREADS threads
+// that unpack (u their index; u 0 also issues the copies; they meet on named barrier 1): x
+// stages by TMA, the weight's super-blocks by TMA into the raw slots (raw_full their barriers),
+// each stage's 256 x 64 weight written as f16, WG_BN / THREADS rows a thread, by
+// q4k_row_f16<F16X2> (Expand8's bits, or the decode variant's f16 arithmetic).
+template <int THREADS, bool F16X2>
+static __device__ __forceinline__ void produce_q4k(const TmaMap *x_map, const TmaMap *w_map,
+                                                   int sb0, int blocks, WgTile tile, uint8_t *smem,
+                                                   uint64_t *full, uint64_t *empty, int u) {
     uint64_t *raw_full = empty + WQ_STAGES;
     uint8_t *raw = smem + WQ_STAGES * WG_STAGE_BYTES;
-    const int steps = k / WG_BK, blocks = k / 256;
-    if (tid == 0) {
+    const int steps = blocks * 4;
+    if (u == 0) {
         mbar_expect_tx(&raw_full[0], WQ_RAW_BYTES);
-        tma_load(raw, w_map, &raw_full[0], 0, tile.wrow0);
+        tma_load(raw, w_map, &raw_full[0], sb0 * WQ_BLOCK_BYTES, tile.wrow0);
     }
     for (int i = 0; i < steps; ++i) {
         const int s = i % WQ_STAGES, sb = i / 4, m = i % 4;
         const uint8_t *slot = raw + (sb % 2) * WQ_RAW_BYTES;
         if (m == 0) {
-            // Every thread is done with super-block sb - 1, whose slot takes sb + 1.
-            asm volatile("bar.sync 1, 128;" ::: "memory");
-            if (tid == 0 && sb + 1 < blocks) {
+            // Every unpacking thread is done with super-block sb - 1, whose slot takes sb + 1.
+            asm volatile("bar.sync 1, %0;" ::"n"(THREADS) : "memory");
+            if (u == 0 && sb + 1 < blocks) {
                 const int n = (sb + 1) % 2;
                 mbar_expect_tx(&raw_full[n], WQ_RAW_BYTES);
-                tma_load(raw + n * WQ_RAW_BYTES, w_map, &raw_full[n], (sb + 1) * WQ_BLOCK_BYTES,
-                         tile.wrow0);
+                tma_load(raw + n * WQ_RAW_BYTES, w_map, &raw_full[n],
+                         (sb0 + sb + 1) * WQ_BLOCK_BYTES, tile.wrow0);
             }
             mbar_wait(&raw_full[sb % 2], (sb / 2) & 1);
         }
         if (i >= WQ_STAGES) mbar_wait(&empty[s], ((i / WQ_STAGES) - 1) & 1);
         uint8_t *a = smem + s * WG_STAGE_BYTES;
-        if (tid == 0) {
+        if (u == 0) {
             mbar_expect_tx(&full[s], WG_A_BYTES);
-            tma_load(a, x_map, &full[s], i * WG_BK, tile.tok0);
+            tma_load(a, x_map, &full[s], (sb0 * 4 + i) * WG_BK, tile.tok0);
         }
 #pragma unroll 1
-        for (int h = 0; h < 2; ++h) {
-            const int r = tid + 128 * h;
-            q4k_row_f16(slot + r * WQ_BLOCK_BYTES, m, a + WG_A_BYTES + r * 128, r % 8);
+        for (int h = 0; h < WG_BN / THREADS; ++h) {
+            const int r = u + THREADS * h;
+            q4k_row_f16<F16X2>(slot + r * WQ_BLOCK_BYTES, m, a + WG_A_BYTES + r * 128, r % 8);
         }
         // The MMAs read the stage through the async proxy.
         asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
@@ -381,34 +429,103 @@ static __device__ __forceinline__ void produce_q4k(const TmaMap *x_map, const Tm
     }
 }
 
+// A Q4_K tile over `blocks` super-blocks from sb0.
 static __device__ __forceinline__ void gemm_tile_q4k(const TmaMap *x_map, const TmaMap *w_map,
-                                                     float *__restrict__ out, int n_rows, int k,
-                                                     WgTile tile, uint8_t *smem, uint64_t *full,
-                                                     uint64_t *empty) {
+                                                     float *__restrict__ out, int n_rows, int sb0,
+                                                     int blocks, WgTile tile, uint8_t *smem,
+                                                     uint64_t *full, uint64_t *empty) {
     const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
     if (wg == 0) {
         asm volatile("setmaxnreg.dec.sync.aligned.u32 56;");
-        produce_q4k(x_map, w_map, k, tile, smem, full, empty, tid);
+        produce_q4k<128, false>(x_map, w_map, sb0, blocks, tile, smem, full, empty, tid);
     } else {
         asm volatile("setmaxnreg.inc.sync.aligned.u32 224;");
-        consume<WQ_STAGES>(out, n_rows, k / WG_BK, tile, smem, full, empty, wg - 1, tid);
+        consume<WQ_STAGES>(out, n_rows, blocks * 4, tile, smem, full, empty, wg - 1, tid);
     }
+}
+
+// Split-K, after a consumer thread's stores (ctid its index among the 256 consumer threads):
+// the tile's last split to finish (counted in done[tile], which it resets for the next launch)
+// adds the splits' shares in split order into out, whichever finished first: the same bits
+// every run. part holds gridDim.z planes of n_tok x n_rows.
+static __device__ __forceinline__ void add_splits(float *__restrict__ out,
+                                                  const float *__restrict__ part,
+                                                  unsigned *__restrict__ done, int n_tok,
+                                                  int n_rows, WgTile tile, int ctid) {
+    __shared__ bool last;
+    const int t = blockIdx.y * gridDim.x + blockIdx.x;
+    __threadfence(); // this share before its count
+    asm volatile("bar.sync 2, 256;" ::: "memory");
+    if (ctid == 0) last = atomicAdd(done + t, 1u) == gridDim.z - 1;
+    asm volatile("bar.sync 2, 256;" ::: "memory");
+    if (!last) return;
+    __threadfence();
+    const size_t plane = (size_t)n_tok * n_rows;
+    const int toks = min(WG_BM, n_tok - tile.tok0), rows = min(WG_BN, n_rows - tile.row0);
+    for (int e = ctid; e < toks * rows; e += 256) {
+        const size_t at = (size_t)(tile.tok0 + e / rows) * n_rows + tile.row0 + e % rows;
+        float sum = __ldcg(part + at); // from L2: other blocks wrote them
+        for (int z = 1; z < (int)gridDim.z; ++z) sum = __fadd_rn(sum, __ldcg(part + at + z * plane));
+        out[at] = sum;
+    }
+    if (ctid == 0) done[t] = 0;
 }
 #endif
 
 // gemm_wgmma_f16 with a Q4_K weight: w_map the raw blocks as bytes [n_rows][k / 256 * 144],
 // box 144 x 256, unswizzled; k a multiple of 256. WQ_SMEM bytes of dynamic shared memory.
+// Split-K over grid z (a batched decode step's one token tile would leave most SMs idle):
+// share z takes super-blocks z * split_blocks.. (none empty) into part[z] (gridDim.z planes of
+// n_tok x n_rows floats), added into out by add_splits; done holds a zeroed counter per tile.
+// Unsplit (grid z 1), part and done are not read.
 extern "C" __global__ void __launch_bounds__(384, 1)
     gemm_wgmma_q4k(const __grid_constant__ TmaMap x_map, const __grid_constant__ TmaMap w_map,
-                   float *__restrict__ out, int n_tok, int n_rows, int k) {
+                   float *__restrict__ out, int n_tok, int n_rows, int k, float *__restrict__ part,
+                   unsigned *__restrict__ done, int split_blocks) {
     dependent_launch_entry();
 #ifdef FERROLM_WGMMA
     uint64_t *full, *empty;
     uint8_t *smem = stages<WQ_STAGES, 2 * WQ_RAW_BYTES>(&full, &empty, 129);
     __syncthreads();
+    const int split = gridDim.z > 1;
+    const int sb0 = blockIdx.z * split_blocks;
+    const int blocks = split ? min(k / 256 - sb0, split_blocks) : k / 256;
     const int row0 = blockIdx.y * WG_BN;
     const WgTile tile = {(int)blockIdx.x * WG_BM, n_tok, row0, row0, 0, n_rows};
-    gemm_tile_q4k(&x_map, &w_map, out, n_rows, k, tile, smem, full, empty);
+    float *dst = split ? part + (size_t)blockIdx.z * n_tok * n_rows : out;
+    gemm_tile_q4k(&x_map, &w_map, dst, n_rows, split ? sb0 : 0, blocks, tile, smem, full, empty);
+    if (split && threadIdx.x >= 128) add_splits(out, part, done, n_tok, n_rows, tile, threadIdx.x - 128);
+#endif
+}
+
+// gemm_wgmma_q4k for a batched decode step of at most 64 tokens (n_tok <= 64: one consumer
+// warpgroup), unpacked by two warpgroups in f16 arithmetic (produce_q4k<256, true>); the same
+// arguments, split-K and grid (x 1).
+extern "C" __global__ void __launch_bounds__(384, 1)
+    gemm_wgmma_q4k_decode(const __grid_constant__ TmaMap x_map,
+                          const __grid_constant__ TmaMap w_map, float *__restrict__ out, int n_tok,
+                          int n_rows, int k, float *__restrict__ part,
+                          unsigned *__restrict__ done, int split_blocks) {
+    dependent_launch_entry();
+#ifdef FERROLM_WGMMA
+    uint64_t *full, *empty;
+    uint8_t *smem = stages<WQ_STAGES, 2 * WQ_RAW_BYTES>(&full, &empty, 257, 4);
+    __syncthreads();
+    const int split = gridDim.z > 1;
+    const int sb0 = blockIdx.z * split_blocks;
+    const int blocks = split ? min(k / 256 - sb0, split_blocks) : k / 256;
+    const int row0 = blockIdx.y * WG_BN;
+    const WgTile tile = {0, n_tok, row0, row0, 0, n_rows};
+    float *dst = split ? part + (size_t)blockIdx.z * n_tok * n_rows : out;
+    if (threadIdx.x / 128 == 1) {
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 240;");
+        consume<WQ_STAGES>(dst, n_rows, blocks * 4, tile, smem, full, empty, 0, threadIdx.x % 128);
+    } else {
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 80;");
+        produce_q4k<256, true>(&x_map, &w_map, split ? sb0 : 0, blocks, tile, smem, full, empty,
+                               threadIdx.x < 128 ? threadIdx.x : threadIdx.x - 128);
+    }
+    if (split && threadIdx.x >= 128) add_splits(out, part, done, n_tok, n_rows, tile, threadIdx.x - 128);
 #endif
 }
 
@@ -433,7 +550,8 @@ extern "C" __global__ void __launch_bounds__(384, 1)
     const int row0 = ((int)blockIdx.y % tiles) * WG_BN;
     const WgTile tile = {offsets[e] + slot_tile * WG_BM, offsets[e + 1], e * n_rows + row0, row0,
                          j * n_rows, maps * n_rows};
-    gemm_tile_q4k(&x_map, j == 0 ? &w_map0 : &w_map1, out, n_rows, k, tile, smem, full, empty);
+    gemm_tile_q4k(&x_map, j == 0 ? &w_map0 : &w_map1, out, n_rows, 0, k / 256, tile, smem, full,
+                  empty);
 #endif
 }
 

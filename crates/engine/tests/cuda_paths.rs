@@ -90,6 +90,11 @@ fn stepped_decode_matches_batched_prefill() {
 /// prefilled in one pass, then 10 one-token steps with fixed tokens, the second sequence
 /// leaving after step 5 so the padded batch size changes from 8 to 4), under `env`.
 fn batch_schedule(file: &GgufFile, env: &[(&str, &str)]) -> Vec<Vec<f32>> {
+    batch_schedule_of(file, env, &[3, 17, 40, 1, 9])
+}
+
+/// [`batch_schedule`] with sequences whose prompts are `lens` tokens long.
+fn batch_schedule_of(file: &GgufFile, env: &[(&str, &str)], lens: &[usize]) -> Vec<Vec<f32>> {
     for (k, v) in env {
         // SAFETY (edition 2021: safe fn): as in `run`.
         std::env::set_var(k, v);
@@ -99,7 +104,6 @@ fn batch_schedule(file: &GgufFile, env: &[(&str, &str)]) -> Vec<Vec<f32>> {
         std::env::remove_var(k);
     }
     let n_vocab = model.cfg.n_vocab as u32;
-    let lens = [3usize, 17, 40, 1, 9];
     let mut caches: Vec<_> = lens
         .iter()
         .map(|_| model.new_cache(128, ferrolm_engine::KvType::F16).unwrap())
@@ -133,7 +137,7 @@ fn batch_schedule(file: &GgufFile, env: &[(&str, &str)]) -> Vec<Vec<f32>> {
         let mut seqs: Vec<ferrolm_engine::SeqInput> = caches
             .iter_mut()
             .zip(&tokens)
-            .zip(&lens)
+            .zip(lens)
             .enumerate()
             .filter(|(s, _)| step < 5 || *s != 1)
             .map(|(_, ((cache, t), &n))| ferrolm_engine::SeqInput {
@@ -174,6 +178,38 @@ fn batched_decode_attention_matches_a_launch_per_sequence() {
             println!("{stem}: batched vs {name}: max |Δlogit| {d:.3e}");
             assert!(d < 0.1, "{stem}: batched vs {name}: max |Δlogit| {d}");
         }
+    }
+}
+
+/// A batched step's Q4_K products on the f16 GEMM that unpacks the weight (f16 weights and
+/// activations, k split over blocks; forced onto every Q4_K product of the 32-row steps by
+/// `FERROLM_F16_DECODE_SPLITS` and `_ROWS`, since the tiny models' shares are too short and
+/// the steps too few rows for the plan to choose it) against the tensor-core mat-vec
+/// (`FERROLM_F16_DECODE=0`: Q8_K activations, the CPU's and llama.cpp's rounding): twenty
+/// sequences, so the padded steps take 32 rows. These two-layer models move by tenths of a
+/// logit under any change of arithmetic (on the CPU, f32 attention against ggml's moves
+/// tiny-llama's by 0.20; on the H200 these read 0.28 and 0.20, session 23), where a wrong
+/// product (a lost share, another row's weights) moves them by whole logits.
+#[test]
+#[ignore = "needs a GPU"]
+fn f16_decode_agrees_with_the_mma_matvec() {
+    let lens: Vec<usize> = (0..20).map(|s| 1 + (s * 7) % 23).collect();
+    let forced = [
+        ("FERROLM_F16_DECODE_SPLITS", "2"),
+        ("FERROLM_F16_DECODE_ROWS", "16"),
+    ];
+    for stem in ["tiny-llama-q4_k_m", "tiny-qwen3-q4_k_m"] {
+        let file = golden_file(stem);
+        let f16 = batch_schedule_of(&file, &forced, &lens);
+        let int8 = batch_schedule_of(&file, &[("FERROLM_F16_DECODE", "0")], &lens);
+        let d = f16
+            .iter()
+            .zip(&int8)
+            .map(|(a, b)| max_abs_diff(a, b))
+            .fold(0.0, f32::max);
+        println!("{stem}: f16 decode GEMM vs tensor-core mat-vec: max |Δlogit| {d:.3e}");
+        assert!(d > 0.0, "{stem}: the switch changed no kernel");
+        assert!(d < 0.5, "{stem}: max |Δlogit| {d}");
     }
 }
 

@@ -139,7 +139,7 @@ impl CudaBackend {
                 i += 1;
                 continue;
             }
-            if self.plan.f16_gemm(m.ty, m.rows, m.cols, x.rows) {
+            if self.takes_f16(m, x.rows) {
                 if x16.is_none() {
                     let mut h = self.halves.take(x.rows * x.width)?;
                     self.k
@@ -161,7 +161,7 @@ impl CudaBackend {
                     let w = w.matrix();
                     w.ty != GgmlType::F32
                         && self.plan.act_quant(w.ty, w.cols) == mode
-                        && !self.plan.f16_gemm(w.ty, w.rows, w.cols, x.rows)
+                        && !self.takes_f16(w, x.rows)
                 })
                 .count();
             self.with_q8(x, mode, |xq| {
@@ -204,8 +204,22 @@ impl CudaBackend {
         Ok(())
     }
 
-    /// `out = x16 · Wᵀ (+ bias)` on the f16 GEMM, `w` expanded to f16 in a scratch buffer;
-    /// `x16` holds `out.rows` rows of `w.cols`.
+    /// Whether `n` rows of `w` take the f16 GEMM: a long ubatch's, expanded, or a batched
+    /// decode step's, unpacked.
+    fn takes_f16(&self, w: &QuantMatrix, n: usize) -> bool {
+        self.plan.f16_gemm(w.ty, w.rows, w.cols, n) || self.f16_decode(w, n).is_some()
+    }
+
+    /// The k shares of a batched step's `n` rows of `w` on the unpacking f16 GEMM, if it
+    /// takes it (the pass's plan: only passes of several sequences do).
+    fn f16_decode(&self, w: &QuantMatrix, n: usize) -> Option<usize> {
+        self.gemm_plan().f16_decode(w.ty, w.rows, w.cols, n)
+    }
+
+    /// `out = x16 · Wᵀ (+ bias)` on the f16 GEMM; `x16` holds `out.rows` rows of `w.cols`.
+    /// A batched decode step's few rows unpack `w` in the GEMM (`matmul_decode`), split over
+    /// k as the plan says; a long ubatch's `w` is expanded to f16 in a scratch buffer first
+    /// (each of its token tiles would unpack the weight again, Plan::f16_unpack).
     fn f16_matmul(
         &self,
         w: &QuantMatrix,
@@ -213,15 +227,26 @@ impl CudaBackend {
         out: &mut CudaAct,
         bias: Option<&CudaSlice<f32>>,
     ) -> Result<()> {
-        // Expanded first, never unpacked in the GEMM: every token tile would unpack the
-        // weight again (Plan::f16_unpack).
         let g = &self.k.gemm_wgmma;
-        let mut w16 = self.halves.take(w.rows * w.cols)?;
-        let done = g
-            .expand(w, &mut w16)
-            .and_then(|()| g.matmul(x16, out.rows, &w16, w.rows, w.cols, out.buf_mut()));
-        self.halves.give(w16);
-        done?;
+        let n = out.rows;
+        if let Some(ways) = self.f16_decode(w, n) {
+            let floats = crate::ops::GemmWgmma::split_floats(ways, n, w.rows);
+            if floats == 0 {
+                g.matmul_decode(x16, n, w, out.buf_mut(), None)?;
+            } else {
+                let mut part = self.acts.take(floats)?;
+                let done = g.matmul_decode(x16, n, w, out.buf_mut(), Some((ways, &mut part)));
+                self.acts.give(part);
+                done?;
+            }
+        } else {
+            let mut w16 = self.halves.take(w.rows * w.cols)?;
+            let done = g
+                .expand(w, &mut w16)
+                .and_then(|()| g.matmul(x16, n, &w16, w.rows, w.cols, out.buf_mut()));
+            self.halves.give(w16);
+            done?;
+        }
         match bias {
             Some(b) => self.k.elementwise.add_bias(out.buf_mut(), b),
             None => Ok(()),

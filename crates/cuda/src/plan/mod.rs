@@ -28,8 +28,8 @@ use crate::error::{DriverContext, Result};
 use crate::ops::launch::LaunchMode;
 use crate::ops::{
     formats, ActQuant, AttentionRows, GemmWgmma, Kernels, KvFormat, Mmq, MmqOrder, Mmvq, MmvqMma,
-    MoeDecodeWork, MoeGemm, PrefillKernel, ATTN_GROUPS, ATTN_MAX_SPLITS, MMA_HEAD_DIMS,
-    MMA_MV_MAX_ROWS, MMQ_MAX_SPLITS, MMQ_SPLIT_TILES, MMQ_TILES, MMVQ_MAX_COLS,
+    MoeDecodeWork, MoeGemm, PrefillKernel, ATTN_GROUPS, ATTN_MAX_SPLITS, F16_DECODE_MAX_ROWS,
+    MMA_HEAD_DIMS, MMA_MV_MAX_ROWS, MMQ_MAX_SPLITS, MMQ_SPLIT_TILES, MMQ_TILES, MMVQ_MAX_COLS,
     MOE_DECODE_MAX_TOKENS, ROUTER_SMALL_MAX_EMBD, ROUTER_SMALL_N,
 };
 use cudarc::driver::sys::CUdevice_attribute;
@@ -58,6 +58,20 @@ pub const GGML_SMALL_ROWS: usize = 64;
 /// its weight expansion (a pass over the whole matrix) is repaid only by many tokens, and
 /// shorter ubatches keep the CPU's arithmetic where they owe it.
 pub const F16_GEMM_MIN_ROWS: usize = CPU_ORDER_MAX_ROWS;
+
+/// The fewest rows of a batched decode step whose Q4_K products take the f16 GEMM with the
+/// weight unpacked in it ([`Plan::f16_decode`]); fewer stay on the tensor-core mat-vec, which
+/// reads each weight into MMA fragments for all rows without a shared-memory stage. Padded
+/// steps come in powers of two: on the H200 (docs/perf.md, session 23) qwen3-8b's 64-row
+/// steps ran 3,022-3,041 t/s with it against 2,740-2,749 without, its 32-row steps 2,592
+/// against 2,663 and its 16-row steps 1,828 against 2,115.
+pub const F16_DECODE_MIN_ROWS: usize = 48;
+
+/// The fewest super-blocks a share of [`Plan::f16_decode`]'s split takes. On the H200
+/// (docs/perf.md, session 23) qwen3-8b's gate and up (two shares of 8 super-blocks) ran a
+/// 64-sequence step's products in 4.4 ms against the tensor-core mat-vec's 7.3, while its
+/// q, k, v, o and down (shares of 2-6) ran 14.0 ms against 10.2.
+pub const F16_DECODE_MIN_SHARE_BLOCKS: usize = 8;
 
 /// The fewest pairs an expert, on average, for which a ubatch's experts take the f16 GEMMs
 /// ([`Plan::f16_experts`]): every expert's weights are expanded each time, which few pairs do
@@ -360,6 +374,42 @@ impl Plan {
             && self.switches.int_scales != Some(true)
             && n >= min
             && GemmWgmma::supports(ty, rows, cols)
+    }
+
+    /// Whether `n` rows of a batched decode step's `ty` product of `rows` × `cols` take the
+    /// f16 GEMM with the weight unpacked in it (`FERROLM_F16_DECODE`, Hopper; `matmul_decode`),
+    /// and if so the k shares it is split in: Q4_K ([`GemmWgmma::unpacks`]) at
+    /// [`F16_DECODE_MIN_ROWS`] (`FERROLM_F16_DECODE_ROWS`) to [`F16_DECODE_MAX_ROWS`] rows (one
+    /// token tile, one consumer warpgroup), so each weight is read and unpacked once. The
+    /// tiles of so few tokens leave most SMs idle, so k is shared out over them
+    /// ([`split_ways`], in super-blocks; `FERROLM_MMQ_SPLIT_K=0`: unsplit), and the product
+    /// takes the GEMM only where a share keeps [`F16_DECODE_MIN_SHARE_BLOCKS`] super-blocks
+    /// (a block's start costs what a few super-blocks take). `FERROLM_F16_DECODE_SPLITS`
+    /// forces the shares, and the GEMM with them. Contract: the f16 GEMM's, the shares added
+    /// in a fixed order.
+    pub fn f16_decode(&self, ty: GgmlType, rows: usize, cols: usize, n: usize) -> Option<usize> {
+        let min = self.switches.f16_decode_rows.unwrap_or(F16_DECODE_MIN_ROWS);
+        let take = self.sequence_batches
+            && self.switches.f16_decode
+            && self.switches.gemm_f16
+            && self.switches.gemm_f16_unpack
+            && self.device.f16_gemm
+            && self.switches.int_scales != Some(true)
+            && GemmWgmma::unpacks(ty)
+            && cols.is_multiple_of(256)
+            && GemmWgmma::supports(ty, rows, cols)
+            && (min..=F16_DECODE_MAX_ROWS).contains(&n);
+        if !take {
+            return None;
+        }
+        let blocks = cols / 256;
+        let may_split = if self.switches.split_k { blocks } else { 0 };
+        if let Some(ways) = self.switches.f16_decode_splits {
+            return Some(if may_split > 0 { ways.min(blocks) } else { 1 });
+        }
+        let tiles = rows.div_ceil(GemmWgmma::TILE_ROWS);
+        let ways = split_ways(tiles, self.device.sms, may_split);
+        (blocks.div_ceil(ways) >= F16_DECODE_MIN_SHARE_BLOCKS).then_some(ways)
     }
 
     /// Whether `n` rows of a `ty` product over `cols` take the tensor-core mat-vec

@@ -94,6 +94,17 @@ pub struct Switches {
     /// `FERROLM_GEMM_F16_UNPACK`: the f16 GEMM unpacks Q4_K weights itself (from their
     /// blocks, in shared memory) instead of multiplying an f16 copy made first; the same bits.
     pub gemm_f16_unpack: bool,
+    /// `FERROLM_F16_DECODE`: on Hopper, a batched decode step's Q4_K products (from
+    /// `FERROLM_F16_DECODE_ROWS` rows) on the f16 GEMM with the weight unpacked in it (one
+    /// token tile: each weight read and unpacked once), split over k; else the tensor-core
+    /// mat-vec.
+    pub f16_decode: bool,
+    /// `FERROLM_F16_DECODE_ROWS`: the fewest rows of such a step (2-64); `None`:
+    /// [`F16_DECODE_MIN_ROWS`](super::F16_DECODE_MIN_ROWS).
+    pub f16_decode_rows: Option<usize>,
+    /// `FERROLM_F16_DECODE_SPLITS`: the k shares of those products (1-16); `None`: the
+    /// plan's choice by the SMs their tiles leave idle.
+    pub f16_decode_splits: Option<usize>,
     /// `FERROLM_F16_EXPERTS_PAIRS`: the fewest pairs an expert, on average, for which the
     /// experts take the f16 GEMMs (1-65535); `None`:
     /// [`F16_UNPACKED_EXPERTS_MIN_PAIRS`](super::F16_UNPACKED_EXPERTS_MIN_PAIRS) where gate and
@@ -149,6 +160,9 @@ impl Default for Switches {
             split_k: true,
             gemm_f16: true,
             gemm_f16_unpack: true,
+            f16_decode: true,
+            f16_decode_rows: None,
+            f16_decode_splits: None,
             f16_experts_pairs: None,
             mma_matvec: true,
             mma_row_tiles: None,
@@ -289,6 +303,9 @@ impl Switches {
             split_k: flag(env, "FERROLM_MMQ_SPLIT_K", true)?,
             gemm_f16: flag(env, "FERROLM_GEMM_F16", true)?,
             gemm_f16_unpack: flag(env, "FERROLM_GEMM_F16_UNPACK", true)?,
+            f16_decode: flag(env, "FERROLM_F16_DECODE", true)?,
+            f16_decode_rows: count(env, "FERROLM_F16_DECODE_ROWS", 2..=64)?,
+            f16_decode_splits: count(env, "FERROLM_F16_DECODE_SPLITS", 1..=16)?,
             f16_experts_pairs: count(env, "FERROLM_F16_EXPERTS_PAIRS", 1..=65535)?,
             mma_matvec: flag(env, "FERROLM_MMVQ_MMA", true)?,
             mma_row_tiles: count(env, "FERROLM_MMVQ_MMA_TILES", 1..=2)?,
@@ -316,31 +333,26 @@ fn tri(v: Option<bool>) -> &'static str {
     v.map_or("auto", bit)
 }
 
+/// A count as set, or `auto` (a [`count`] switch left to the plan).
+fn count_or_auto(v: Option<usize>) -> String {
+    v.map_or("auto".to_owned(), |k| k.to_string())
+}
+
 /// One line a switch: `NAME=value  what it does`.
 impl fmt::Display for Switches {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let tile = self.mmq_tile.map_or("auto", |i| MMQ_TILES[i].name);
         let attn = if self.attn_ggml_small { "ggml" } else { "f32" };
-        let split_keys = self
-            .attn_split_keys
-            .map_or("auto".to_owned(), |k| k.to_string());
-        let rows_keys = self
-            .rows_split_keys
-            .map_or("auto".to_owned(), |k| k.to_string());
-        let kv_block = self.kv_block.map_or("auto".to_owned(), |k| k.to_string());
-        let f16_pairs = self
-            .f16_experts_pairs
-            .map_or("auto".to_owned(), |k| k.to_string());
-        let row_tiles = self
-            .mma_row_tiles
-            .map_or("auto".to_owned(), |k| k.to_string());
-        let moe_tiles = self
-            .moe_mma_tiles
-            .map_or("auto".to_owned(), |k| k.to_string());
-        let moe_pairs = self
-            .moe_mma_pairs
-            .map_or("auto".to_owned(), |k| k.to_string());
-        let lines: [(&str, &str, &str); 33] = [
+        let split_keys = count_or_auto(self.attn_split_keys);
+        let rows_keys = count_or_auto(self.rows_split_keys);
+        let kv_block = count_or_auto(self.kv_block);
+        let f16_pairs = count_or_auto(self.f16_experts_pairs);
+        let row_tiles = count_or_auto(self.mma_row_tiles);
+        let moe_tiles = count_or_auto(self.moe_mma_tiles);
+        let moe_pairs = count_or_auto(self.moe_mma_pairs);
+        let decode_rows = count_or_auto(self.f16_decode_rows);
+        let decode_splits = count_or_auto(self.f16_decode_splits);
+        let lines: [(&str, &str, &str); 36] = [
             (
                 "FERROLM_CUDA_MMQ",
                 bit(self.mmq),
@@ -462,6 +474,21 @@ impl fmt::Display for Switches {
                 "FERROLM_GEMM_F16_UNPACK",
                 bit(self.gemm_f16_unpack),
                 "the f16 GEMM unpacks Q4_K weights itself (no f16 copy)",
+            ),
+            (
+                "FERROLM_F16_DECODE",
+                bit(self.f16_decode),
+                "batched decode's Q4_K products on the f16 GEMM, unpacked",
+            ),
+            (
+                "FERROLM_F16_DECODE_ROWS",
+                &decode_rows,
+                "fewest rows of a batched step for that",
+            ),
+            (
+                "FERROLM_F16_DECODE_SPLITS",
+                &decode_splits,
+                "k shares of those products",
             ),
             (
                 "FERROLM_F16_EXPERTS_PAIRS",

@@ -131,7 +131,7 @@ fn tile_names() {
 #[test]
 fn display_prints_every_switch() {
     let text = plan(&[("FERROLM_MMQ_TILE", "128x64")]).to_string();
-    assert_eq!(text.lines().count(), 35, "{text}");
+    assert_eq!(text.lines().count(), 38, "{text}");
     assert!(text.contains("132 SMs, cc 9.0"));
     assert!(text
         .lines()
@@ -775,4 +775,71 @@ fn f16_unpack_by_format_and_switch() {
     assert!(!p.f16_unpack(Q6K));
     assert!(!p.f16_unpack(Q8_0));
     assert!(!plan(&[("FERROLM_GEMM_F16_UNPACK", "0")]).f16_unpack(Q4K));
+}
+
+/// A batched decode step's Q4_K products from F16_DECODE_MIN_ROWS to F16_DECODE_MAX_ROWS rows
+/// take the unpacking f16 GEMM where k, split over the SMs the tiles leave idle, keeps
+/// F16_DECODE_MIN_SHARE_BLOCKS super-blocks a share; a single sequence's passes, other
+/// formats, and the switches keep the mat-vecs.
+#[test]
+fn batched_steps_take_the_f16_decode_gemm() {
+    let one = plan(&[]);
+    let many = one.for_sequence_batches();
+    // qwen3-8b's gate and up: 48 tiles of 256 rows on 132 SMs, two shares of 8 super-blocks.
+    assert_eq!(one.f16_decode(Q4K, 12288, 4096, 64), None, "one sequence");
+    assert_eq!(many.f16_decode(Q4K, 12288, 4096, 64), Some(2));
+    assert_eq!(
+        many.f16_decode(Q4K, 12288, 4096, F16_DECODE_MAX_ROWS),
+        Some(2)
+    );
+    assert_eq!(
+        many.f16_decode(Q4K, 12288, 4096, F16_DECODE_MAX_ROWS + 1),
+        None
+    );
+    assert_eq!(
+        many.f16_decode(Q4K, 12288, 4096, F16_DECODE_MIN_ROWS - 1),
+        None
+    );
+    // Enough tiles to fill half the GPU: unsplit.
+    assert_eq!(many.f16_decode(Q4K, 151_936, 4096, 64), Some(1));
+    // q (16 tiles: 8 shares of 2 super-blocks) and down (8 shares of 6) stay on the mat-vec.
+    assert_eq!(many.f16_decode(Q4K, 4096, 4096, 64), None);
+    assert_eq!(many.f16_decode(Q4K, 4096, 12288, 64), None);
+    assert_eq!(many.f16_decode(Q6K, 12288, 4096, 64), None, "no unpacking");
+    assert_eq!(
+        many.f16_decode(Q4K, 12288, 576, 64),
+        None,
+        "not whole blocks"
+    );
+    for off in [
+        ("FERROLM_F16_DECODE", "0"),
+        ("FERROLM_GEMM_F16", "0"),
+        ("FERROLM_GEMM_F16_UNPACK", "0"),
+        ("FERROLM_CUDA_INT_SCALES", "1"),
+    ] {
+        let p = plan(&[off]).for_sequence_batches();
+        assert_eq!(p.f16_decode(Q4K, 12288, 4096, 64), None, "{off:?}");
+    }
+    let rows = plan(&[("FERROLM_F16_DECODE_ROWS", "16")]).for_sequence_batches();
+    assert_eq!(rows.f16_decode(Q4K, 12288, 4096, 15), None);
+    assert!(rows.f16_decode(Q4K, 12288, 4096, 16).is_some());
+    assert!(rows.f16_decode(Q4K, 12288, 4096, 32).is_some());
+    assert_eq!(
+        many.f16_decode(Q4K, 12288, 4096, 32),
+        None,
+        "the default's fewest rows"
+    );
+    // Unsplit, gate's 16 super-blocks a block.
+    let unsplit = plan(&[("FERROLM_MMQ_SPLIT_K", "0")]).for_sequence_batches();
+    assert_eq!(unsplit.f16_decode(Q4K, 12288, 4096, 64), Some(1));
+    // Forced shares take the GEMM whatever their size.
+    let forced = plan(&[("FERROLM_F16_DECODE_SPLITS", "3")]).for_sequence_batches();
+    assert_eq!(forced.f16_decode(Q4K, 4096, 4096, 64), Some(3));
+    assert_eq!(
+        forced.f16_decode(Q4K, 4096, 512, 64),
+        Some(2),
+        "two super-blocks"
+    );
+    assert!(err(&[("FERROLM_F16_DECODE_ROWS", "1")]).contains("FERROLM_F16_DECODE_ROWS"));
+    assert!(err(&[("FERROLM_F16_DECODE_SPLITS", "0")]).contains("FERROLM_F16_DECODE_SPLITS"));
 }

@@ -4,7 +4,10 @@
 //! tiles brought in by the bulk tensor copy (TMA) into a ring of shared-memory stages.
 //! Whether a product takes it is the plan's (`Plan::f16_gemm`). Q4_K experts are instead
 //! unpacked from their blocks inside the GEMM (`gemm_wgmma_q4k_experts`, `Plan::f16_unpack`),
-//! with the same bits and no f16 copy of the weights.
+//! with the same bits and no f16 copy of the weights. A batched decode step's 48-64 rows of
+//! Q4_K products with long enough k shares take `gemm_wgmma_q4k_decode` (`matmul_decode`,
+//! `Plan::f16_decode`): one token tile, so each weight is unpacked once, by two warpgroups in
+//! f16 arithmetic, k split over blocks and the shares added in a fixed order.
 //!
 //! Contract: tensor-core, not the CPU's bits. Each product is of the weight as ferrolm-quant
 //! dequantizes it and of the f32 activation, both rounded to f16 (2^-11 relative each), summed
@@ -69,9 +72,18 @@ pub struct GemmWgmma {
     /// The GEMMs that unpack Q4_K weights themselves (no f16 copy of the weight).
     q4k: Option<GemmFn>,
     q4k_experts: Option<GemmFn>,
+    /// The batched decode variant: at most [`DECODE_MAX_TOKENS`] tokens, unpacked by two
+    /// warpgroups in f16 arithmetic.
+    q4k_decode: Option<GemmFn>,
+    /// A zeroed counter per tile of a split `gemm_wgmma_q4k` (each launch's last share
+    /// resets its tile's).
+    done: CudaSlice<u32>,
 }
 
 impl GemmWgmma {
+    /// Weight rows of a block's tile.
+    pub const TILE_ROWS: usize = TILE_ROWS;
+
     pub fn load(dev: &CudaDevice, launch: &Launcher) -> Result<Self> {
         let hopper = dev.compute_capability() == (9, 0);
         let load = |name: &str| -> Result<Option<GemmFn>> {
@@ -92,6 +104,7 @@ impl GemmWgmma {
         };
         let q4k = load_q4k("gemm_wgmma_q4k")?;
         let q4k_experts = load_q4k("gemm_wgmma_q4k_experts")?;
+        let q4k_decode = load_q4k("gemm_wgmma_q4k_decode")?;
         let mut dequant = HashMap::new();
         for ty in super::formats::with(|f| f.gemm_f16) {
             let name = format!("dequant_f16_{}", kernel_suffix(ty));
@@ -108,14 +121,22 @@ impl GemmWgmma {
             unsort: dev.function(&GEMM_WGMMA, "moe_unsort_weighted")?,
             q4k,
             q4k_experts,
+            q4k_decode,
+            done: dev.zeros(F16_SPLIT_TILES)?,
         })
     }
 
     /// Whether this device runs the GEMM at all (Hopper, and its shared memory fits).
     pub fn available(&self) -> bool {
-        [&self.gemm, &self.experts, &self.q4k, &self.q4k_experts]
-            .iter()
-            .all(|g| g.as_ref().is_some_and(|g| g.f.is_some()))
+        [
+            &self.gemm,
+            &self.experts,
+            &self.q4k,
+            &self.q4k_experts,
+            &self.q4k_decode,
+        ]
+        .iter()
+        .all(|g| g.as_ref().is_some_and(|g| g.f.is_some()))
     }
 
     /// Whether a `ty` weight of `rows` × `cols` can take it: a format expanded to f16, a
@@ -256,6 +277,7 @@ impl GemmWgmma {
                 rows,
                 cols,
                 out,
+                None,
             )
         }
     }
@@ -271,6 +293,48 @@ impl GemmWgmma {
         out: &mut CudaSlice<f32>,
     ) -> Result<()> {
         let f = hopper_only(&self.q4k)?;
+        // SAFETY: gemm_wgmma_q4k takes the arguments launch_q4k gives.
+        unsafe { self.launch_q4k(f, "gemm_wgmma_q4k", x16, n, w, out, None) }
+    }
+
+    /// A batched decode step's `out = x16 · wᵀ` for `n` <= [`DECODE_MAX_TOKENS`] tokens and a
+    /// Q4_K `w` (`Plan::f16_decode`): one token tile, so each weight is read and unpacked
+    /// once, by two warpgroups in f16 arithmetic (not the expanded path's bits: the f16
+    /// GEMM's tolerance). Split over k in `split`'s shares where that is more than one: each
+    /// share's sum in `split.1` (at least [`Self::split_floats`]), added in share order (the
+    /// same bits every run; within f32 rounding of the unsplit sum).
+    pub fn matmul_decode(
+        &self,
+        x16: &CudaSlice<u16>,
+        n: usize,
+        w: &QuantMatrix,
+        out: &mut CudaSlice<f32>,
+        split: Option<(usize, &mut CudaSlice<f32>)>,
+    ) -> Result<()> {
+        let f = hopper_only(&self.q4k_decode)?;
+        assert!(n <= DECODE_MAX_TOKENS, "gemm q4k decode: {n} tokens");
+        // SAFETY: gemm_wgmma_q4k_decode takes gemm_wgmma_q4k's arguments, n at most 64
+        // (asserted).
+        unsafe { self.launch_q4k(f, "gemm_wgmma_q4k_decode", x16, n, w, out, split) }
+    }
+
+    /// Launches `f(x_map, w_map, out, n_tok, n_rows, k, part, done, split_blocks)` over the
+    /// tiles of `n` tokens × `w`'s rows, split over k as [`matmul_decode`](Self::matmul_decode)
+    /// says (`None`: unsplit).
+    ///
+    /// # Safety
+    /// `f` is gemm_wgmma_q4k or a kernel of its arguments.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn launch_q4k(
+        &self,
+        f: &CudaFunction,
+        name: &str,
+        x16: &CudaSlice<u16>,
+        n: usize,
+        w: &QuantMatrix,
+        out: &mut CudaSlice<f32>,
+        split: Option<(usize, &mut CudaSlice<f32>)>,
+    ) -> Result<()> {
         let (rows, cols) = (w.rows, w.cols);
         // The kernel stores pairs of columns.
         assert!(rows.is_multiple_of(2), "gemm q4k: {rows} rows");
@@ -279,34 +343,78 @@ impl GemmWgmma {
         if n == 0 || rows == 0 {
             return Ok(());
         }
+        let blocks = cols / 256;
+        let (shares, share_blocks) = match &split {
+            Some((ways, _)) => {
+                let per = blocks.div_ceil((*ways).clamp(1, blocks.max(1)));
+                (blocks.div_ceil(per), per)
+            }
+            None => (1, blocks),
+        };
+        let tiles = n.div_ceil(TILE_TOKENS) * rows.div_ceil(TILE_ROWS);
+        let mut part = None;
+        if shares > 1 {
+            let (_, scratch) = split.expect("shares > 1 come from a split");
+            assert!(
+                scratch.len() >= Self::split_floats(shares, n, rows),
+                "gemm q4k: split scratch too small"
+            );
+            assert!(
+                tiles <= F16_SPLIT_TILES,
+                "gemm q4k: split-K over {tiles} tiles (at most {F16_SPLIT_TILES})"
+            );
+            part = Some(scratch);
+        }
         let stream = self.launch.stream().clone();
         let (xp, _x_sync) = x16.device_ptr(&stream);
         let (wp, _w_sync) = w.data.device_ptr(&stream);
         let x_map = f16_map(xp, n, cols, TILE_TOKENS as u32)?;
         let w_map = q4k_map(wp, w)?;
-        // SAFETY: the maps describe x16 (n × cols f16, asserted) and w's blocks (q4k_map
-        // checks their size); out holds n × rows floats (asserted).
+        let tail = SplitTail {
+            shares,
+            part,
+            done: &self.done,
+            per: int(share_blocks, "gemm split blocks"),
+        };
+        // SAFETY: f(x_map, w_map, out, n_tok, n_rows, k, part, done, split_blocks) (the
+        // caller's): the maps describe x16 (n × cols f16, asserted) and w's blocks
+        // (q4k_map checks their size); out holds n × rows floats (asserted); split, part
+        // holds shares planes of them and done a zeroed counter for each of the tiles
+        // (asserted); no share is empty (shares = ceil(blocks / per)).
         unsafe {
             self.launch_tiles(
                 f,
-                "gemm_wgmma_q4k",
+                name,
                 Q4K_SMEM_BYTES,
                 [x_map, w_map],
                 n,
                 rows,
                 cols,
                 out,
+                Some(tail),
             )
         }
     }
 
-    /// Launches `f(x_map, w_map, out, n_tok, n_rows, k)` (gemm_wgmma_f16 or gemm_wgmma_q4k)
-    /// over the tiles of `n` tokens × `rows` weight rows of `cols` columns.
+    /// The scratch floats of a split [`matmul_decode`](Self::matmul_decode): a plane of
+    /// `n` × `rows` for each of `shares`.
+    pub fn split_floats(shares: usize, n: usize, rows: usize) -> usize {
+        if shares > 1 {
+            shares * n * rows
+        } else {
+            0
+        }
+    }
+
+    /// Launches `f(x_map, w_map, out, n_tok, n_rows, k)` (gemm_wgmma_f16), or with `tail`
+    /// `f(.., part, done, split_blocks)` over `tail.shares` in grid z (the Q4_K kernels), over
+    /// the tiles of `n` tokens × `rows` weight rows of `cols` columns.
     ///
     /// # Safety
     /// The maps describe x (`n` × `cols`) and the weight (`rows` × `cols`) in live device
     /// memory, and `out` holds `n` × `rows` floats: the copy engine fills boxes past the ends
-    /// with zeros, and the kernel writes only t < n, r < rows.
+    /// with zeros, and the kernel writes only t < n, r < rows; a tail's buffers are as the
+    /// kernel's split wants them.
     #[allow(clippy::too_many_arguments)]
     unsafe fn launch_tiles(
         &self,
@@ -318,8 +426,9 @@ impl GemmWgmma {
         rows: usize,
         cols: usize,
         out: &mut CudaSlice<f32>,
+        mut tail: Option<SplitTail>,
     ) -> Result<()> {
-        let cfg = tiles_cfg(n.div_ceil(TILE_TOKENS), rows.div_ceil(TILE_ROWS), smem);
+        let mut cfg = tiles_cfg(n.div_ceil(TILE_TOKENS), rows.div_ceil(TILE_ROWS), smem);
         let (ntok, nrows, k) = (
             int(n, "gemm tokens"),
             int(rows, "gemm rows"),
@@ -332,11 +441,36 @@ impl GemmWgmma {
             .arg(&ntok)
             .arg(&nrows)
             .arg(&k);
+        if let Some(t) = tail.as_mut() {
+            cfg.grid_dim.2 = t.shares as u32;
+            // Unsplit, the kernel touches neither pointer: the counters stand in for the
+            // scratch.
+            match t.part.as_deref_mut() {
+                Some(p) => b.arg(p),
+                None => b.arg(t.done),
+            };
+            b.arg(t.done).arg(&t.per);
+        }
         // SAFETY: the caller's (above).
         unsafe { b.launch(cfg) }.during(format!("launching {name}"))?;
         Ok(())
     }
 }
+
+/// The Q4_K kernels' arguments after the six every tile kernel takes: the k shares (grid z),
+/// their scratch (`None` unsplit), the per-tile counters, and super-blocks a share.
+struct SplitTail<'a> {
+    shares: usize,
+    part: Option<&'a mut CudaSlice<f32>>,
+    done: &'a CudaSlice<u32>,
+    per: i32,
+}
+
+/// Tiles a split [`GemmWgmma::matmul_decode`] may have: its per-tile counters.
+pub const F16_SPLIT_TILES: usize = 1024;
+
+/// The most tokens of [`GemmWgmma::matmul_decode`]: one consumer warpgroup's.
+pub const DECODE_MAX_TOKENS: usize = 64;
 
 /// The GEMM entry point, or why it does not run here (not Hopper, or too little shared
 /// memory).
