@@ -74,6 +74,7 @@ impl<'a> CpuModel<'a> {
 impl ModelRunner for CpuModel<'_> {
     type Cache = CpuCache;
     type Error = Infallible;
+    type Logits = Vec<f32>;
 
     fn config(&self) -> &Config {
         &self.cfg

@@ -270,26 +270,14 @@ impl CudaDevice {
             .during("copying from the device")
     }
 
-    /// The first `n` elements of `dev` (a step's logits, without a padded batch's rows) into
-    /// `host`, which becomes `n` long. Pageable: with a page-locked buffer copied through,
-    /// qwen3-8b's batched steps of 16-64 sequences ran 12-24% slower on the H200 machine
-    /// (docs/perf.md, issue 16). The caller reuses `host` from step to step: a fresh buffer of
-    /// tens of MB is freshly mapped memory, and the copy into it pays a page fault per page.
-    pub fn download_f32_into(
+    /// The first `n` elements of `dev` (fewer where it is shorter).
+    pub fn download_prefix<T: DeviceRepr + Default + Clone>(
         &self,
-        dev: &CudaSlice<f32>,
+        dev: &CudaSlice<T>,
         n: usize,
-        host: &mut Vec<f32>,
-    ) -> Result<()> {
-        let n = n.min(dev.len());
-        // Shrinking keeps the capacity; growing writes only the new part.
-        if host.len() > n {
-            host.truncate(n);
-        } else {
-            host.resize(n, 0.0);
-        }
+    ) -> Result<Vec<T>> {
         self.stream
-            .memcpy_dtoh(&dev.slice(..n), host.as_mut_slice())
+            .clone_dtoh(&dev.slice(..n.min(dev.len())))
             .during("copying from the device")
     }
 

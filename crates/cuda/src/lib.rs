@@ -15,23 +15,26 @@
 //! - `aot`: the images `build.rs` compiled ahead of time (sm_80, sm_86, sm_89, sm_90a when
 //!   the build machine has NVRTC), used without NVRTC when one fits the device.
 //! - `device`: one GPU ([`CudaDevice`]), its stream, buffers, and modules loaded on first use.
+//! - `host_logits`: a pass's logits on the host ([`HostLogits`]: a page-locked buffer kept
+//!   from pass to pass, or pageable).
 //! - [`ops`]: one thin launcher per kernel family, shaped like the CPU backend's functions.
 //! - [`plan`]: every kernel choice (switches, thresholds, tiles, orders) in one value, built
 //!   once from the device and the environment; the launchers take its answers.
 //! - `backend`: the model's `Backend` ops on those launchers ([`CudaBackend`]), and
 //!   [`CudaModel`], which runs the forward pass with decode steps replayed as CUDA graphs.
 //!
-//! Public surface: what the engine needs ([`CudaDevice`], [`CudaModel`], [`CudaCache`], [`KvFormat`]), the
-//! CLI's `bench` ([`profile`]), and the kernel-check surface: [`ops`], [`Kernels`] and [`plan`]
-//! for `ferrolm-cuda-checks` (`ferrolm cuda-parity`), [`kernels`] and [`nvrtc`] for the compile
-//! test (`tests/compile_kernels.rs`). The rest is private; `build.rs` includes `cache`, `error`,
-//! `kernels`, `libs` and `nvrtc` by path.
+//! Public surface: what the engine needs ([`CudaDevice`], [`CudaModel`], [`CudaCache`],
+//! [`KvFormat`], [`HostLogits`]), the CLI's `bench` ([`profile`]), and the kernel-check surface:
+//! [`ops`], [`Kernels`] and [`plan`] for `ferrolm-cuda-checks` (`ferrolm cuda-parity`),
+//! [`kernels`] and [`nvrtc`] for the compile test (`tests/compile_kernels.rs`). The rest is
+//! private; `build.rs` includes `cache`, `error`, `kernels`, `libs` and `nvrtc` by path.
 
 mod aot;
 mod backend;
 mod cache;
 mod device;
 mod error;
+mod host_logits;
 pub mod kernels;
 mod libs;
 pub mod nvrtc;
@@ -44,5 +47,6 @@ pub use cache::dir as kernel_cache_dir;
 pub use cudarc::driver::{CudaSlice, CudaStream};
 pub use device::{CudaDevice, ModuleOrigin};
 pub use error::{CudaError, Result};
+pub use host_logits::HostLogits;
 pub use ops::{Kernels, KvFormat};
 pub use plan::Plan;

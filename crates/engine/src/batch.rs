@@ -4,7 +4,7 @@
 //! (a decode step is one token, a prefill chunk many). Their rows are stacked into one batch,
 //! so every matmul reads the weights once for all of them; only attention is per sequence.
 
-use crate::model::Model;
+use crate::model::{Model, PassLogits};
 use crate::session::{EngineError, Logits};
 use ferrolm_model::backend::SeqRows;
 
@@ -27,7 +27,7 @@ pub struct SeqInput<'c> {
 /// slice of it ([`Self::seq`]). Dropped, the buffer goes back to the model's runner for a
 /// later pass to fill, so a serving loop's copies land in memory already mapped.
 pub struct BatchLogits<'m> {
-    data: Vec<f32>,
+    data: PassLogits,
     n_vocab: usize,
     /// Per sequence: its first logit row in `data` and its number of rows.
     spans: Vec<(usize, usize)>,
@@ -112,7 +112,7 @@ impl<'a> Model<'a> {
             ranges.push(r0..tokens.len());
         }
         let data = if tokens.is_empty() {
-            Vec::new()
+            PassLogits::default()
         } else {
             let mut rows: Vec<SeqRows<'_, SeqCache>> = seqs
                 .iter_mut()

@@ -2,7 +2,7 @@
 
 use crate::session::EngineError;
 use ferrolm_cpu::{CpuCache, CpuModel, KvElem, KvType};
-use ferrolm_cuda::{CudaCache, CudaDevice, CudaModel, KvFormat};
+use ferrolm_cuda::{CudaCache, CudaDevice, CudaModel, HostLogits, KvFormat};
 use ferrolm_gguf::GgufFile;
 use ferrolm_model::backend::{PassInputs, SeqRows};
 use ferrolm_model::{Config, ModelRunner, Result};
@@ -33,6 +33,31 @@ enum Exec<'a> {
         cpu: CpuModel<'a>,
         gpu: CudaModel,
     },
+}
+
+/// A pass's logits as the runner that made them returns them; derefs to `[rows][n_vocab]`.
+pub(crate) enum PassLogits {
+    Cpu(Vec<f32>),
+    /// The GPU's host buffer (page-locked unless the plan says otherwise), which goes back to
+    /// its runner through [`Model::recycle_logits`].
+    Cuda(HostLogits),
+}
+
+impl Default for PassLogits {
+    fn default() -> Self {
+        Self::Cpu(Vec::new())
+    }
+}
+
+impl std::ops::Deref for PassLogits {
+    type Target = [f32];
+
+    fn deref(&self) -> &[f32] {
+        match self {
+            Self::Cpu(v) => v,
+            Self::Cuda(h) => h,
+        }
+    }
 }
 
 /// The KV cache of one sequence, on the model's device.
@@ -304,30 +329,39 @@ impl<'a> Model<'a> {
         Ok(())
     }
 
-    /// Logits `[logit_rows.len()][n_vocab]` for `tokens` placed at `pos0..`.
+    /// Appends to `out` the logits `[logit_rows.len()][n_vocab]` of `tokens` placed at
+    /// `pos0..`.
     pub(crate) fn forward(
         &self,
         cache: &mut Cache,
         tokens: &[u32],
         pos0: usize,
         logit_rows: &[usize],
-    ) -> Result<Vec<f32>, EngineError> {
+        out: &mut Vec<f32>,
+    ) -> Result<(), EngineError> {
         let positions: Vec<u32> = (pos0..pos0 + tokens.len()).map(|p| p as u32).collect();
         let rows = 0..tokens.len();
-        self.forward_rows(
+        let logits = self.forward_rows(
             &mut [SeqRows { cache, rows }],
             tokens,
             &positions,
             logit_rows,
-        )
+        )?;
+        out.extend_from_slice(&logits);
+        self.recycle_logits(logits);
+        Ok(())
     }
 
     /// Gives logits back to the runner that made them, for its next pass to fill
     /// ([`ModelRunner::recycle_logits`]).
-    pub(crate) fn recycle_logits(&self, logits: Vec<f32>) {
-        match &self.exec {
-            Exec::Cpu(m) => m.recycle_logits(logits),
-            Exec::Cuda(m) | Exec::Split { gpu: m, .. } => m.recycle_logits(logits),
+    pub(crate) fn recycle_logits(&self, logits: PassLogits) {
+        match (&self.exec, logits) {
+            (Exec::Cpu(m), PassLogits::Cpu(v)) => m.recycle_logits(v),
+            (Exec::Cuda(m) | Exec::Split { gpu: m, .. }, PassLogits::Cuda(h)) => {
+                m.recycle_logits(h)
+            }
+            // An empty pass's logits, made by no runner.
+            _ => {}
         }
     }
 
@@ -340,17 +374,19 @@ impl<'a> Model<'a> {
         tokens: &[u32],
         positions: &[u32],
         logit_rows: &[usize],
-    ) -> Result<Vec<f32>, EngineError> {
+    ) -> Result<PassLogits, EngineError> {
         let pass = PassInputs { tokens, positions };
         match &self.exec {
             Exec::Cpu(m) => run(m, seqs, &pass, logit_rows, |c| match c {
                 Cache::Cpu(c) => Some(c),
                 _ => None,
-            }),
+            })
+            .map(PassLogits::Cpu),
             Exec::Cuda(m) => run(m, seqs, &pass, logit_rows, |c| match c {
                 Cache::Cuda(c) => Some(&mut **c),
                 _ => None,
-            }),
+            })
+            .map(PassLogits::Cuda),
             Exec::Split { cpu, gpu } => {
                 let (mut on_cpu, mut on_gpu) = (Vec::new(), Vec::new());
                 for s in seqs.iter_mut() {
@@ -369,6 +405,7 @@ impl<'a> Model<'a> {
                 // The first blocks on the CPU; the residual stream crosses to the GPU once.
                 let x = cpu.forward_to_host(&mut on_cpu, &pass, 0..gpu.first_layer());
                 gpu.forward_from_host(&mut on_gpu, &x, &pass, logit_rows)
+                    .map(PassLogits::Cuda)
                     .map_err(|e| EngineError::Backend(e.to_string()))
             }
         }
@@ -400,7 +437,7 @@ fn run<'s, 'c, R: ModelRunner>(
     pass: &PassInputs<'_>,
     logit_rows: &[usize],
     pick: impl Fn(&'s mut Cache) -> Option<&'s mut R::Cache>,
-) -> Result<Vec<f32>, EngineError>
+) -> Result<R::Logits, EngineError>
 where
     R::Cache: 's,
 {

@@ -119,8 +119,8 @@ impl<'m, 'a> Session<'m, 'a> {
                 Logits::Last if is_last_chunk => vec![chunk.len() - 1],
                 Logits::Last => vec![],
             };
-            let logits = self.model.forward(cache, chunk, self.tokens.len(), &rows)?;
-            out.extend_from_slice(&logits);
+            self.model
+                .forward(cache, chunk, self.tokens.len(), &rows, &mut out)?;
             self.tokens.extend_from_slice(chunk);
         }
         Ok(out)

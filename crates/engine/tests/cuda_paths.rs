@@ -238,6 +238,28 @@ fn kv_block_size_changes_no_bits() {
     }
 }
 
+/// Logits come to the host through page-locked memory or pageable: the same bytes, for a
+/// prompt, one-token steps (graphs) and batches of changing sizes (the buffer kept, grown and
+/// reused from pass to pass).
+#[test]
+#[ignore = "needs a GPU"]
+fn pinned_logits_change_no_bits() {
+    for stem in ["tiny-llama-q4_k_m", "tiny-olmoe-q4_k_m"] {
+        let file = golden_file(stem);
+        let pageable = [("FERROLM_PINNED_LOGITS", "0")];
+        assert_eq!(
+            run(&file, &[]),
+            run(&file, &pageable),
+            "{stem}: one sequence"
+        );
+        assert_eq!(
+            batch_schedule(&file, &[]),
+            batch_schedule(&file, &pageable),
+            "{stem}: batches"
+        );
+    }
+}
+
 /// Sequences of one shared pool (`Model::reserve_kv`): a prompt's blocks given to three
 /// others (`copy_cache_prefix` shares them; 70 positions, so the last block is partial and
 /// copied when each sequence writes its next position into it) continue bit for bit as

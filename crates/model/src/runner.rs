@@ -9,6 +9,9 @@ pub trait ModelRunner {
     /// The KV cache of one sequence.
     type Cache;
     type Error: std::fmt::Display;
+    /// A pass's logits on the host (a vector, or memory the runner keeps, such as the GPU's
+    /// page-locked buffer).
+    type Logits: std::ops::Deref<Target = [f32]>;
 
     fn config(&self) -> &Config;
 
@@ -19,9 +22,10 @@ pub trait ModelRunner {
         seqs: &mut [SeqRows<'_, Self::Cache>],
         pass: &PassInputs<'_>,
         logit_rows: &[usize],
-    ) -> Result<Vec<f32>, Self::Error>;
+    ) -> Result<Self::Logits, Self::Error>;
 
     /// Logits from [`Self::forward_rows`] the caller has finished with: a runner may keep the
-    /// buffer for a later pass (the GPU's copy into it then finds its pages mapped).
-    fn recycle_logits(&self, _logits: Vec<f32>) {}
+    /// buffer for a later pass (the GPU's copy into it then finds its memory page-locked or
+    /// its pages mapped).
+    fn recycle_logits(&self, _logits: Self::Logits) {}
 }

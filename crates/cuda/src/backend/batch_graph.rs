@@ -13,6 +13,7 @@
 use super::rows::served;
 use super::{CudaAct, CudaCache, CudaInputs, CudaModel};
 use crate::error::{DriverContext, Result};
+use crate::host_logits::HostLogits;
 use crate::ops::RowsTable;
 use cudarc::driver::{sys, CudaGraph};
 use ferrolm_model::backend::{Backend, PassInputs, SeqRows};
@@ -53,7 +54,7 @@ impl CudaModel {
         seqs: &mut [SeqRows<'_, CudaCache>],
         pass: &PassInputs<'_>,
         logit_rows: &[usize],
-    ) -> Result<Option<Vec<f32>>> {
+    ) -> Result<Option<HostLogits>> {
         let n = seqs.len();
         let is_step = pass.rows() == n
             && seqs.iter().enumerate().all(|(i, s)| s.rows == (i..i + 1))
@@ -135,7 +136,7 @@ impl CudaModel {
     }
 
     /// The first `n` rows of padded logits.
-    fn first_logits(&self, logits: &CudaAct, n: usize) -> Result<Vec<f32>> {
+    fn first_logits(&self, logits: &CudaAct, n: usize) -> Result<HostLogits> {
         self.backend.rows_to_host(logits, n)
     }
 }

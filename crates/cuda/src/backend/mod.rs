@@ -25,6 +25,7 @@ pub use weights::CudaWeight;
 
 use crate::device::CudaDevice;
 use crate::error::{CudaError, DriverContext, Result};
+use crate::host_logits::HostLogits;
 use crate::ops::{ActQuant, AttnSoftmax, DecodeWork, Kernels, Rope, RopeArgs, RopeScale};
 use crate::plan::{Plan, DECODE_MAX_ROWS};
 use cudarc::driver::CudaSlice;
@@ -59,8 +60,9 @@ pub struct CudaBackend {
     /// again.
     norm_q8k: AtomicBool,
     /// A host buffer for the next pass's logits, given back by the caller when it is done with
-    /// the last ([`Self::recycle_host`]): its pages stay mapped from step to step.
-    host_spare: Mutex<Vec<f32>>,
+    /// the last ([`Self::recycle_host`]): page-locked once, or pageable with its pages mapped,
+    /// from step to step.
+    host_spare: Mutex<HostLogits>,
 }
 
 impl CudaBackend {
@@ -117,19 +119,21 @@ impl CudaBackend {
     }
 
     /// The first `rows` rows of `x` (a padded batch's logits without the padding), timed as
-    /// the `to_host` stage.
-    pub(super) fn rows_to_host(&self, x: &CudaAct, rows: usize) -> Result<Vec<f32>> {
+    /// the `to_host` stage, into page-locked memory unless the plan says pageable
+    /// (`FERROLM_PINNED_LOGITS=0`).
+    pub(super) fn rows_to_host(&self, x: &CudaAct, rows: usize) -> Result<HostLogits> {
         let mut host = std::mem::take(&mut *self.host_spare.lock().expect("host spare poisoned"));
-        crate::profile::span(self.dev.stream(), "to_host", || {
-            self.dev
-                .download_f32_into(x.buf(), rows * x.width, &mut host)
+        let locked = self.plan.pinned_logits();
+        let stream = self.dev.stream();
+        crate::profile::span(stream, "to_host", || {
+            host.fill(self.dev.context(), stream, x.buf(), rows * x.width, locked)
         })?;
         Ok(host)
     }
 
     /// Keeps `host` (logits the caller has finished with) for the next [`Self::rows_to_host`],
     /// unless the buffer kept already is larger.
-    pub(super) fn recycle_host(&self, host: Vec<f32>) {
+    pub(super) fn recycle_host(&self, host: HostLogits) {
         let mut spare = self.host_spare.lock().expect("host spare poisoned");
         if host.capacity() > spare.capacity() {
             *spare = host;
@@ -579,8 +583,9 @@ impl Backend for CudaBackend {
         self.try_select_rows(x, rows)
     }
 
+    /// A plain copy (dumps and tests); a pass's logits take [`Self::rows_to_host`].
     fn to_host(&self, x: &CudaAct) -> Result<Vec<f32>> {
-        self.rows_to_host(x, x.rows)
+        self.dev.download_prefix(x.buf(), x.rows * x.width)
     }
 }
 

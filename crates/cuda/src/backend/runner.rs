@@ -6,6 +6,7 @@ use super::batch_graph::BatchGraphs;
 use super::{CudaAct, CudaBackend, CudaInputs, CudaWeight};
 use crate::device::CudaDevice;
 use crate::error::{CudaError, DriverContext, Result};
+use crate::host_logits::HostLogits;
 use crate::ops::{BlockTable, DecodeWork, KvCache, KvFormat, KvPool};
 use crate::plan::Plan;
 use cudarc::driver::{sys, CudaGraph};
@@ -308,7 +309,7 @@ impl CudaModel {
         x: &[f32],
         pass: &PassInputs<'_>,
         logit_rows: &[usize],
-    ) -> Result<Vec<f32>> {
+    ) -> Result<HostLogits> {
         let b = &self.backend;
         b.set_multi_seq(seqs.len() > 1);
         prepare_writes(seqs, pass)?;
@@ -341,13 +342,13 @@ impl CudaModel {
         }
     }
 
-    fn read_logits(&self, logits: &CudaAct) -> Result<Vec<f32>> {
-        self.backend.to_host(logits)
+    fn read_logits(&self, logits: &CudaAct) -> Result<HostLogits> {
+        self.backend.rows_to_host(logits, logits.rows)
     }
 
     /// Captures one decode step, then replays it (capture only records). The inputs are
     /// copied before the capture starts and stay with the graph.
-    fn capture_step(&self, cache: &mut CudaCache, pass: &PassInputs<'_>) -> Result<Vec<f32>> {
+    fn capture_step(&self, cache: &mut CudaCache, pass: &PassInputs<'_>) -> Result<HostLogits> {
         let b = &self.backend;
         let inputs = b.inputs(pass)?;
         let stream = b.device().stream().clone();
@@ -384,6 +385,7 @@ impl CudaModel {
 impl ModelRunner for CudaModel {
     type Cache = CudaCache;
     type Error = CudaError;
+    type Logits = HostLogits;
 
     fn config(&self) -> &Config {
         &self.cfg
@@ -399,7 +401,7 @@ impl ModelRunner for CudaModel {
         seqs: &mut [SeqRows<'_, CudaCache>],
         pass: &PassInputs<'_>,
         logit_rows: &[usize],
-    ) -> Result<Vec<f32>> {
+    ) -> Result<HostLogits> {
         if self.first_layer > 0 {
             return Err(CudaError::Invalid(
                 "this model's first blocks run on the CPU: use forward_from_host".into(),
@@ -435,7 +437,7 @@ impl ModelRunner for CudaModel {
         self.read_logits(&logits)
     }
 
-    fn recycle_logits(&self, logits: Vec<f32>) {
+    fn recycle_logits(&self, logits: HostLogits) {
         self.backend.recycle_host(logits);
     }
 }

@@ -664,6 +664,12 @@ impl Plan {
         self.switches.kv_pool
     }
 
+    /// Whether a pass's logits come to the host through page-locked memory
+    /// (`FERROLM_PINNED_LOGITS`).
+    pub fn pinned_logits(&self) -> bool {
+        self.switches.pinned_logits
+    }
+
     /// The batch size a multi-sequence decode step of `n` sequences is padded to and captured
     /// at as a CUDA graph (one graph per size), or `None` when such steps run op by op: a
     /// power of two from 2 up to [`BATCH_GRAPH_MAX`], so a handful of graphs serve every

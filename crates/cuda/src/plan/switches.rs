@@ -64,6 +64,9 @@ pub struct Switches {
     /// blocks (else each cache is a pool of its own that holds its whole context, as before
     /// paging).
     pub kv_pool: bool,
+    /// `FERROLM_PINNED_LOGITS`: a pass's logits copied into page-locked host memory kept from
+    /// pass to pass (else pageable memory; the same bytes, the copy slower).
+    pub pinned_logits: bool,
     /// `FERROLM_ATTN_BATCHED`: decode attention of several sequences in one launch per layer
     /// (`attn_decode_rows_*`, each row through its sequence's cache) instead of a launch per
     /// sequence over copied rows.
@@ -152,6 +155,7 @@ impl Default for Switches {
             rows_split_keys: None,
             kv_block: None,
             kv_pool: true,
+            pinned_logits: true,
             attn_batched: true,
             rope_table: true,
             pdl: true,
@@ -295,6 +299,7 @@ impl Switches {
                 b => b,
             },
             kv_pool: flag(env, "FERROLM_KV_POOL", true)?,
+            pinned_logits: flag(env, "FERROLM_PINNED_LOGITS", true)?,
             attn_batched: flag(env, "FERROLM_ATTN_BATCHED", true)?,
             rope_table: flag(env, "FERROLM_ROPE_TABLE", true)?,
             pdl: flag(env, "FERROLM_CUDA_PDL", true)?,
@@ -352,7 +357,7 @@ impl fmt::Display for Switches {
         let moe_pairs = count_or_auto(self.moe_mma_pairs);
         let decode_rows = count_or_auto(self.f16_decode_rows);
         let decode_splits = count_or_auto(self.f16_decode_splits);
-        let lines: [(&str, &str, &str); 36] = [
+        let lines: [(&str, &str, &str); 37] = [
             (
                 "FERROLM_CUDA_MMQ",
                 bit(self.mmq),
@@ -434,6 +439,11 @@ impl fmt::Display for Switches {
                 "FERROLM_KV_POOL",
                 bit(self.kv_pool),
                 "sequences share one pool of KV blocks",
+            ),
+            (
+                "FERROLM_PINNED_LOGITS",
+                bit(self.pinned_logits),
+                "logits copied into page-locked host memory",
             ),
             (
                 "FERROLM_ATTN_BATCHED",
