@@ -62,6 +62,7 @@ pub fn all(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) -> Resu
     push("quantize_q8_1", quantize_q8_1(dev, k, rng));
     push("rms_norm", rms_norm(dev, k, rng));
     push("rope", rope_both(dev, k, rng));
+    push("rope_store", super::rope_store::all(dev, k, rng));
     push("elementwise", elementwise::elementwise(dev, k, rng));
     push("gemm_f32", gemm_f32(dev, k, rng));
     for ty in MMVQ_TYPES {

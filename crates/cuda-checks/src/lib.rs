@@ -25,6 +25,7 @@ mod mmvq_mma;
 mod moe;
 mod moe_decode;
 mod norm_route;
+mod rope_store;
 mod softmax_checks;
 mod window_checks;
 

@@ -4,14 +4,7 @@
 #include "attention.cuh"
 
 // Head g's row of position pos0 + t (in `pages`) = k/v[t][g*head_dim..] as the cache's
-// elements: f16 bits, or f32 as they are (-ctk f32: the CPU's f32 cache); k, v:
-// [n][n_kv_head * head_dim] f32.
-static __device__ __forceinline__ uint16_t kv_elem(float x, uint16_t *) {
-    return f32_to_f16_bits(x);
-}
-static __device__ __forceinline__ float kv_elem(float x, float *) {
-    return x;
-}
+// elements (kv_elem, common.cuh); k, v: [n][n_kv_head * head_dim] f32.
 
 template <typename T>
 static __device__ __forceinline__ void kv_store(const float *__restrict__ k,

@@ -62,6 +62,15 @@ struct KvPages {
     }
 };
 
+// A K or V element as an f16 or f32 cache holds it: f16 bits, or the f32 as it is (-ctk f32:
+// the CPU's f32 cache). The second argument picks the overload.
+static __device__ __forceinline__ uint16_t kv_elem(float x, uint16_t *) {
+    return f32_to_f16_bits(x);
+}
+static __device__ __forceinline__ float kv_elem(float x, float *) {
+    return x;
+}
+
 // A lane's share of a V row of D f16 elements (row: its first element, in global or shared
 // memory, 4-byte aligned), as f32: the N consecutive elements from lane * N, zeros past the row.
 // Whole shares (D a multiple of 64) load 8 or 4 bytes at a time.

@@ -253,3 +253,90 @@ extern "C" __global__ void qk_norm_rope_neox_f32(float *q, const float *__restri
     qk_norm_rope<true>(q, wq, k, wk, pos, n_tokens, width_q, width_k, n, head_dim, theta_scale, ff,
                        rs, table, eps);
 }
+
+// The rotations above with the KV store in their launch (`FERROLM_ROPE_STORE`): after a key
+// pair is rotated, the thread that rotated it stores it, and the value pair at the same place,
+// in an f16 or f32 cache at its row's position, as kv_store_f16/f32 (attention.cu) would: the
+// same bits, one launch where there were two. v has k's width (one head size for both).
+template <bool NEOX, typename T>
+static __device__ __forceinline__ void kv_store_pair(const float *k, const float *v, T *kc, T *vc,
+                                                     KvPages pages,
+                                                     const uint32_t *__restrict__ pos, int width,
+                                                     int head_dim, int idx) {
+    const int half = head_dim / 2;
+    const int pairs_per_row = width / 2;
+    const int t = idx / pairs_per_row, p = idx % pairs_per_row;
+    const int head = p / half, i = p % half;
+    const int a = NEOX ? i : 2 * i;
+    const int b = NEOX ? i + half : 2 * i + 1;
+    const size_t src = (size_t)t * width + (size_t)head * head_dim;
+    const size_t dst = pages.row(head, (int)pos[t]) * head_dim;
+    // k's pair as this thread's rotation wrote it.
+    kc[dst + a] = kv_elem(k[src + a], kc);
+    kc[dst + b] = kv_elem(k[src + b], kc);
+    vc[dst + a] = kv_elem(v[src + a], vc);
+    vc[dst + b] = kv_elem(v[src + b], vc);
+}
+
+// rope_qk_*_f32, then each key pair (thread q_pairs + j rotated pair j) stored with its values.
+template <bool NEOX, typename T>
+static __device__ __forceinline__ void
+rope_qk_store(float *q, float *k, const float *v, T *kc, T *vc, KvPages pages,
+              const uint32_t *__restrict__ pos, int n_tokens, int width_q, int width_k,
+              int head_dim, float theta_scale, const float *ff, RopeScale rs,
+              const float2 *table) {
+    rope_qk<NEOX>(q, k, pos, n_tokens, width_q, width_k, head_dim, theta_scale, ff, rs, table);
+    const int j = (int)(blockIdx.x * blockDim.x + threadIdx.x) - n_tokens * width_q / 2;
+    if (j >= 0 && j < n_tokens * width_k / 2) {
+        kv_store_pair<NEOX>(k, v, kc, vc, pages, pos, width_k, head_dim, j);
+    }
+}
+
+// qk_norm_rope_*_f32, then each k group's block stores the pairs its threads rotated.
+template <bool NEOX, typename T>
+static __device__ __forceinline__ void
+qk_norm_rope_store(float *q, const float *__restrict__ wq, float *k, const float *__restrict__ wk,
+                   const float *v, T *kc, T *vc, KvPages pages, const uint32_t *__restrict__ pos,
+                   int n_tokens, int width_q, int width_k, int n, int head_dim, float theta_scale,
+                   const float *ff, RopeScale rs, const float2 *table, float eps) {
+    qk_norm_rope<NEOX>(q, wq, k, wk, pos, n_tokens, width_q, width_k, n, head_dim, theta_scale,
+                       ff, rs, table, eps);
+    const int gq = n_tokens * width_q / n;
+    if ((int)blockIdx.x >= gq) {
+        const int first_pair = ((int)blockIdx.x - gq) * (n / 2);
+        for (int p = threadIdx.x; p < n / 2; p += blockDim.x) {
+            kv_store_pair<NEOX>(k, v, kc, vc, pages, pos, width_k, head_dim, first_pair + p);
+        }
+    }
+}
+
+#define ROPE_QK_STORE(NAME, NEOX, T)                                                              \
+    extern "C" __global__ void NAME(float *q, float *k, const float *v, T *kc, T *vc,              \
+                                    KvPages pages, const uint32_t *__restrict__ pos,               \
+                                    int n_tokens, int width_q, int width_k, int head_dim,          \
+                                    float theta_scale, const float *__restrict__ ff, RopeScale rs, \
+                                    const float2 *__restrict__ table) {                            \
+        dependent_launch_entry();                                                                  \
+        rope_qk_store<NEOX, T>(q, k, v, kc, vc, pages, pos, n_tokens, width_q, width_k, head_dim,  \
+                               theta_scale, ff, rs, table);                                        \
+    }
+ROPE_QK_STORE(rope_qk_store_norm_f16, false, uint16_t)
+ROPE_QK_STORE(rope_qk_store_neox_f16, true, uint16_t)
+ROPE_QK_STORE(rope_qk_store_norm_f32, false, float)
+ROPE_QK_STORE(rope_qk_store_neox_f32, true, float)
+
+#define QK_NORM_ROPE_STORE(NAME, NEOX, T)                                                         \
+    extern "C" __global__ void NAME(float *q, const float *__restrict__ wq, float *k,              \
+                                    const float *__restrict__ wk, const float *v, T *kc, T *vc,    \
+                                    KvPages pages, const uint32_t *__restrict__ pos,               \
+                                    int n_tokens, int width_q, int width_k, int n, int head_dim,   \
+                                    float theta_scale, const float *__restrict__ ff, RopeScale rs, \
+                                    const float2 *__restrict__ table, float eps) {                 \
+        dependent_launch_entry();                                                                  \
+        qk_norm_rope_store<NEOX, T>(q, wq, k, wk, v, kc, vc, pages, pos, n_tokens, width_q,        \
+                                    width_k, n, head_dim, theta_scale, ff, rs, table, eps);        \
+    }
+QK_NORM_ROPE_STORE(qk_norm_rope_store_norm_f16, false, uint16_t)
+QK_NORM_ROPE_STORE(qk_norm_rope_store_neox_f16, true, uint16_t)
+QK_NORM_ROPE_STORE(qk_norm_rope_store_norm_f32, false, float)
+QK_NORM_ROPE_STORE(qk_norm_rope_store_neox_f32, true, float)

@@ -47,14 +47,24 @@ fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
 #[test]
 #[ignore = "needs a GPU"]
 fn decode_fusions_and_graphs_are_bit_identical() {
-    for stem in ["tiny-llama-q4_k_m", "tiny-qwen3-q8_0"] {
+    // llama: RoPE alone; qwen3: per-head q/k norms; olmoe: norms over whole rows.
+    for stem in ["tiny-llama-q4_k_m", "tiny-qwen3-q8_0", "tiny-olmoe-q4_k_m"] {
         let file = golden_file(stem);
         let (base_b, base_s) = run(&file, &[]);
         let (nofuse_b, nofuse_s) = run(&file, &[("FERROLM_CUDA_FUSE", "0")]);
         let (_, nograph_s) = run(&file, &[("FERROLM_CUDA_GRAPH", "0")]);
+        let (nostore_b, nostore_s) = run(&file, &[("FERROLM_ROPE_STORE", "0")]);
         assert_eq!(base_b, nofuse_b, "{stem}: batched, fused vs unfused");
         assert_eq!(base_s, nofuse_s, "{stem}: stepped, fused vs unfused");
         assert_eq!(base_s, nograph_s, "{stem}: stepped, graph vs op by op");
+        assert_eq!(
+            base_b, nostore_b,
+            "{stem}: batched, KV store in the RoPE launch or not"
+        );
+        assert_eq!(
+            base_s, nostore_s,
+            "{stem}: stepped, KV store in the RoPE launch or not"
+        );
     }
 }
 

@@ -85,6 +85,20 @@ impl AttnShape {
     }
 }
 
+/// How [`Backend::rope_attention`] treats a block's queries and keys before attention: RMS
+/// norms per head (or over the whole row, by the weights' length) where the block has them,
+/// RoPE of heads of `head_dim` with the per-pair frequency divisors if the model has them,
+/// then the queries scaled where the model scales them.
+pub struct QkRotation<'a, W> {
+    /// The query and key norms' weights.
+    pub norms: Option<(&'a W, &'a W)>,
+    pub eps: f32,
+    pub head_dim: usize,
+    pub rope: Rope,
+    pub factors: Option<&'a W>,
+    pub q_scale: Option<f32>,
+}
+
 /// How the router's top-k probabilities become expert weights.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MoeGating {
@@ -313,6 +327,35 @@ pub trait Backend {
         sinks: Option<&Self::Weight>,
         out: &mut Self::Act,
     ) -> Result<(), Self::Error>;
+    /// `rot`'s norms, RoPE and query scale on `q` and `k` in place, then [`Self::attention`]:
+    /// one call, so that a backend may store the rotated keys (and the values) in its cache
+    /// within the rotation's launch. The default runs the parts ([`rope_then_attend`]).
+    #[allow(clippy::too_many_arguments)]
+    fn rope_attention(
+        &self,
+        seqs: &mut [SeqRows<'_, Self::Cache>],
+        layer: usize,
+        [q, k, v]: [&mut Self::Act; 3],
+        rot: &QkRotation<'_, Self::Weight>,
+        inp: &Self::Inputs,
+        shape: AttnShape,
+        window: Option<usize>,
+        sinks: Option<&Self::Weight>,
+        out: &mut Self::Act,
+    ) -> Result<(), Self::Error> {
+        rope_then_attend(
+            self,
+            seqs,
+            layer,
+            [q, k, v],
+            rot,
+            inp,
+            shape,
+            window,
+            sinks,
+            out,
+        )
+    }
     /// `gate = silu(gate) * up`.
     fn swiglu(&self, gate: &mut Self::Act, up: &Self::Act) -> Result<(), Self::Error>;
     /// `gate = gelu(gate) * up`, GELU's tanh form:
@@ -389,4 +432,34 @@ pub trait Backend {
         let _ = (name, layer, x);
         Ok(())
     }
+}
+
+/// [`Backend::rope_attention`] as its parts: [`Backend::qk_norm_rope`] (or
+/// [`Backend::rope_qk`] without norms), the taps of `Vcur`, `Kcur` and `Qcur`, the query scale,
+/// then [`Backend::attention`].
+#[allow(clippy::too_many_arguments)]
+pub fn rope_then_attend<B: Backend + ?Sized>(
+    b: &B,
+    seqs: &mut [SeqRows<'_, B::Cache>],
+    layer: usize,
+    [q, k, v]: [&mut B::Act; 3],
+    rot: &QkRotation<'_, B::Weight>,
+    inp: &B::Inputs,
+    shape: AttnShape,
+    window: Option<usize>,
+    sinks: Option<&B::Weight>,
+    out: &mut B::Act,
+) -> Result<(), B::Error> {
+    let (hd, rope, factors) = (rot.head_dim, &rot.rope, rot.factors);
+    match rot.norms {
+        Some((qn, kn)) => b.qk_norm_rope(q, k, qn, kn, rot.eps, hd, inp, rope, factors)?,
+        None => b.rope_qk(q, k, hd, inp, rope, factors)?,
+    }
+    b.tap("Vcur", layer, v)?;
+    b.tap("Kcur", layer, k)?;
+    b.tap("Qcur", layer, q)?;
+    if let Some(s) = rot.q_scale {
+        b.scale(q, s)?;
+    }
+    b.attention(seqs, layer, q, k, v, inp, shape, window, sinks, out)
 }

@@ -15,7 +15,9 @@
 
 use crate::arch::Arch;
 
-use crate::backend::{AttnShape, Backend, GluAct, InputRows, MoeAct, MoeGating, RopeMode, SeqRows};
+use crate::backend::{
+    AttnShape, Backend, GluAct, InputRows, MoeAct, MoeGating, QkRotation, RopeMode, SeqRows,
+};
 use crate::config::Config;
 use crate::weights::{AttnWeights, Ffn, ModelWeights};
 
@@ -263,22 +265,16 @@ fn attend<B: Backend>(
         None => b.matmul_many(ws, x, outs)?,
     }
     // The norm weight's length says whether it is per head or over the whole width.
-    let hd = cfg.head_dim;
-    let rope = cfg.rope_for(il);
-    match (&a.q_norm, &a.k_norm) {
-        (Some(qn), Some(kn)) => {
-            b.qk_norm_rope(q, k, qn, kn, cfg.rms_eps, hd, inp, &rope, factors)?
-        }
-        _ => b.rope_qk(q, k, hd, inp, &rope, factors)?,
-    }
-    b.tap("Vcur", il, v)?;
-    b.tap("Kcur", il, k)?;
-    b.tap("Qcur", il, q)?;
-    if let Some(s) = cfg.q_scale() {
-        b.scale(q, s)?;
-    }
+    let rot = QkRotation {
+        norms: a.q_norm.as_ref().zip(a.k_norm.as_ref()),
+        eps: cfg.rms_eps,
+        head_dim: cfg.head_dim,
+        rope: cfg.rope_for(il),
+        factors,
+        q_scale: cfg.q_scale(),
+    };
     let sinks = a.sinks.as_ref();
-    b.attention(seqs, il, q, k, v, inp, shape, a.window, sinks, out)?;
+    b.rope_attention(seqs, il, [q, k, v], &rot, inp, shape, a.window, sinks, out)?;
     Ok(())
 }
 

@@ -29,7 +29,7 @@ impl CudaBackend {
                 let (q, k, v) = (q.buf(), k.buf(), v.buf());
                 let pos = inp.positions();
                 let out = out.buf_mut();
-                return self.attend(only.cache, layer, q, k, v, pos, shape, sm, out);
+                return self.attend(only.cache, layer, q, k, v, pos, shape, sm, out, false);
             }
         }
         // Several sequences: decode rows in one launch a layer when the pass carries a rows
@@ -40,8 +40,9 @@ impl CudaBackend {
         }
     }
 
-    /// Stores one sequence's k/v at its positions, then attention of its queries (scaled,
-    /// windowed and with sinks as `sm` says).
+    /// Stores one sequence's k/v at its positions (unless `stored`: the rotation's launch
+    /// did, `NormRope::rope_qk_store`), then attention of its queries (scaled, windowed and
+    /// with sinks as `sm` says).
     #[allow(clippy::too_many_arguments)]
     pub(super) fn attend(
         &self,
@@ -54,6 +55,7 @@ impl CudaBackend {
         shape: AttnShape,
         sm: AttnSoftmax<'_>,
         out: &mut CudaSlice<f32>,
+        stored: bool,
     ) -> Result<()> {
         let kv = &mut cache.layers[layer - cache.first_layer];
         // A quantized cache holds k and v rotated (llama.cpp's Hadamard rotation): q is
@@ -87,7 +89,9 @@ impl CudaBackend {
             rk.as_ref().unwrap_or(k),
             rv.as_ref().unwrap_or(v),
         );
-        self.k.attention.store(kv, k, v, positions)?;
+        if !stored {
+            self.k.attention.store(kv, k, v, positions)?;
+        }
         let n_head = shape.n_head;
         let a = &self.k.attention;
         match self.plan.attention(

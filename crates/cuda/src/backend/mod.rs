@@ -30,7 +30,8 @@ use crate::ops::{ActQuant, AttnSoftmax, DecodeWork, Kernels, Rope, RopeArgs, Rop
 use crate::plan::{Plan, DECODE_MAX_ROWS};
 use cudarc::driver::CudaSlice;
 use ferrolm_model::backend::{
-    AttnShape, Backend, ColCopy, PassInputs, Rope as ModelRope, RopeMode, SeqRows,
+    rope_then_attend, AttnShape, Backend, ColCopy, PassInputs, QkRotation, Rope as ModelRope,
+    RopeMode, SeqRows,
 };
 use ferrolm_model::weights::MoeWeights;
 use pool::Pool;
@@ -138,6 +139,40 @@ impl CudaBackend {
         if host.capacity() > spare.capacity() {
             *spare = host;
         }
+    }
+
+    /// `rot`'s norms and RoPE of one sequence's `q` and `k`, with its keys and values stored
+    /// in layer `layer` of `cache` in the same launch (`NormRope::rope_qk_store`); `false`
+    /// (nothing run) where that kernel does not take this cache or these norms.
+    #[allow(clippy::too_many_arguments)]
+    fn rope_store(
+        &self,
+        cache: &mut CudaCache,
+        layer: usize,
+        q: &mut CudaAct,
+        k: &mut CudaAct,
+        v: &CudaAct,
+        rot: &QkRotation<'_, CudaWeight>,
+        inp: &CudaInputs,
+    ) -> Result<bool> {
+        let (hd, rope, factors) = (rot.head_dim, &rot.rope, rot.factors);
+        let table = self.rope_table(inp, hd, rope, factors)?;
+        let args = RopeArgs {
+            table: table.as_deref(),
+            ..rope_args(rope, factors)
+        };
+        let norms = rot
+            .norms
+            .map(|(qn, kn)| (qn.vector(), kn.vector(), rot.eps));
+        let kv = &mut cache.layers[layer - cache.first_layer];
+        let ran = crate::profile::span(self.dev.stream(), "rope_store", || {
+            let (qb, kb, pos) = (q.buf_mut(), k.buf_mut(), inp.positions());
+            self.k
+                .norm_rope
+                .rope_qk_store(qb, kb, v.buf(), norms, hd, pos, &args, kv)
+                .transpose()
+        })?;
+        Ok(ran.is_some())
     }
 
     pub fn device(&self) -> &CudaDevice {
@@ -511,6 +546,66 @@ impl Backend for CudaBackend {
         crate::profile::span(self.dev.stream(), "attention", || {
             self.try_attention(seqs, layer, q, k, v, inp, shape, sm, out)
         })
+    }
+
+    /// One sequence's pass on an f16 or f32 cache stores its keys and values in the launch
+    /// that rotates q and k (`Plan::rope_store`), then attends without a store of its own;
+    /// anything else runs the parts.
+    fn rope_attention(
+        &self,
+        seqs: &mut [SeqRows<'_, CudaCache>],
+        layer: usize,
+        [q, k, v]: [&mut CudaAct; 3],
+        rot: &QkRotation<'_, CudaWeight>,
+        inp: &CudaInputs,
+        shape: AttnShape,
+        window: Option<usize>,
+        sinks: Option<&CudaWeight>,
+        out: &mut CudaAct,
+    ) -> Result<()> {
+        let n = q.rows;
+        if let [only] = seqs {
+            if n > 0 && only.rows == (0..n) && self.plan.rope_store() {
+                let cache = &mut *only.cache;
+                if self.rope_store(cache, layer, q, k, v, rot, inp)? {
+                    if let Some(s) = rot.q_scale {
+                        self.scale(q, s)?;
+                    }
+                    let sm = AttnSoftmax {
+                        scale: shape.scale(),
+                        window,
+                        sinks: sinks.map(CudaWeight::vector),
+                    };
+                    let (qb, kb, vb, pos) = (q.buf(), k.buf(), v.buf(), inp.positions());
+                    return crate::profile::span(self.dev.stream(), "attention", || {
+                        self.attend(
+                            cache,
+                            layer,
+                            qb,
+                            kb,
+                            vb,
+                            pos,
+                            shape,
+                            sm,
+                            out.buf_mut(),
+                            true,
+                        )
+                    });
+                }
+            }
+        }
+        rope_then_attend(
+            self,
+            seqs,
+            layer,
+            [q, k, v],
+            rot,
+            inp,
+            shape,
+            window,
+            sinks,
+            out,
+        )
     }
 
     fn swiglu(&self, gate: &mut CudaAct, up: &CudaAct) -> Result<()> {

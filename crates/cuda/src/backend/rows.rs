@@ -146,7 +146,9 @@ impl CudaBackend {
                 .memcpy_dtod(&inp.positions().slice(r.clone()), &mut tpos)
                 .during("gathering a sequence's positions")?;
             let mut tout = self.acts.take(r.len() * out.width)?;
-            self.attend(s.cache, layer, &tq, &tk, &tv, &tpos, shape, sm, &mut tout)?;
+            self.attend(
+                s.cache, layer, &tq, &tk, &tv, &tpos, shape, sm, &mut tout, false,
+            )?;
             let w = out.width;
             let mut dst = out.buf_mut().slice_mut(r.start * w..r.end * w);
             stream

@@ -1,7 +1,7 @@
 //! `kernels/norm_rope.cu`: RMS norm (whole rows, or per-head groups in place) and RoPE.
 
 use super::launch::{Arg, KernelArg, Launch, Launcher};
-use super::{int, ActQuant};
+use super::{int, ActQuant, KvCache, KvFormat};
 use crate::device::CudaDevice;
 use crate::error::{DriverContext, Result};
 use crate::kernels::NORM_ROPE;
@@ -95,6 +95,9 @@ pub struct NormRope {
     rope_qk_neox: CudaFunction,
     qk_norm_rope_norm: CudaFunction,
     qk_norm_rope_neox: CudaFunction,
+    /// `[mode][cache]`: normal, neox × an f16, f32 cache.
+    rope_qk_store: [[CudaFunction; 2]; 2],
+    qk_norm_rope_store: [[CudaFunction; 2]; 2],
 }
 
 /// One block per group, about four elements per thread: a decode step normalizes one row, so
@@ -127,6 +130,8 @@ impl NormRope {
             rope_qk_neox: dev.function(&NORM_ROPE, "rope_qk_neox_f32")?,
             qk_norm_rope_norm: dev.function(&NORM_ROPE, "qk_norm_rope_norm_f32")?,
             qk_norm_rope_neox: dev.function(&NORM_ROPE, "qk_norm_rope_neox_f32")?,
+            rope_qk_store: store_kernels(dev, "rope_qk_store")?,
+            qk_norm_rope_store: store_kernels(dev, "qk_norm_rope_store")?,
         })
     }
 
@@ -390,6 +395,106 @@ impl NormRope {
                 .map(drop),
         )
     }
+
+    /// [`Self::rope_qk`] (with `norms`: [`Self::qk_norm_rope`]), each rotated key pair and its
+    /// value pair stored in `cache` at its row's position in the same launch, bit for bit as
+    /// the rotation then `Attention::store`. `None` (nothing launched) where the fusion does
+    /// not apply: a block-format cache, one rotated (k_rot, v_rot), v not as wide as k, or
+    /// norm groups that are not whole heads; the caller then runs the parts.
+    #[allow(clippy::too_many_arguments)]
+    pub fn rope_qk_store(
+        &self,
+        q: &mut CudaSlice<f32>,
+        k: &mut CudaSlice<f32>,
+        v: &CudaSlice<f32>,
+        norms: Option<(&CudaSlice<f32>, &CudaSlice<f32>, f32)>,
+        head_dim: usize,
+        positions: &CudaSlice<u32>,
+        rope: &RopeArgs<'_>,
+        cache: &mut KvCache,
+    ) -> Option<Result<()>> {
+        let cache_ix = match cache.format {
+            KvFormat::F16 => 0,
+            KvFormat::F32 => 1,
+            _ => return None,
+        };
+        let width = cache.n_kv_head * cache.head_dim;
+        let rows = positions.len();
+        let fits = cache.k_rot.is_none()
+            && cache.v_rot.is_none()
+            && cache.head_dim == head_dim
+            && v.len() == k.len()
+            && k.len() == rows * width
+            && rows <= cache.n_ctx;
+        if !fits {
+            return None;
+        }
+        let sh = QkRope::new(q.len(), k.len(), rows, head_dim, rope.base);
+        let mode_ix = match rope.mode {
+            Rope::Normal => 0,
+            Rope::Neox => 1,
+        };
+        check_rope(rope, rows, head_dim);
+        let null = 0u64;
+        let (kc, vc, pages) = (cache.k_addr(), cache.v_addr(), cache.pages());
+        let qk_len = q.len() + k.len();
+        let launched = match norms {
+            None => {
+                let mut b = self.launch.builder(&self.rope_qk_store[mode_ix][cache_ix]);
+                b.arg(q)
+                    .arg(k)
+                    .arg(v)
+                    .arg(&kc)
+                    .arg(&vc)
+                    .arg(&pages)
+                    .arg(positions);
+                b.arg(&sh.n_tokens).arg(&sh.width_q).arg(&sh.width_k);
+                b.arg(&sh.head_dim);
+                rope.push(&mut b, &sh.theta_scale, &null);
+                // SAFETY: rope_qk_store_*(q, k, v, kc, vc, pages, pos, n, wq, wk, hd,
+                // theta_scale, ff|null, rs, table|null): as rope_qk_*_f32, and v as long as k
+                // (checked); the cache's pools and table hold this head shape, and blocks for
+                // the rows' positions are in the table (BlockTable::prepare_write, the
+                // caller's, as for Attention::store).
+                unsafe { b.launch(pairs_cfg(qk_len / 2)) }.during("launching rope_qk_store")
+            }
+            Some((wq, wk, eps)) => {
+                let n = wq.len();
+                let (width_q, width_k) = (sh.width_q as usize, sh.width_k as usize);
+                let whole_heads = n == wk.len() && n.is_multiple_of(head_dim);
+                if !whole_heads || !width_q.is_multiple_of(n) || !width_k.is_multiple_of(n) {
+                    return None;
+                }
+                let ni = int(n, "norm group");
+                let mut b = self
+                    .launch
+                    .builder(&self.qk_norm_rope_store[mode_ix][cache_ix]);
+                b.arg(q).arg(wq).arg(k).arg(wk).arg(v);
+                b.arg(&kc).arg(&vc).arg(&pages).arg(positions);
+                b.arg(&sh.n_tokens)
+                    .arg(&sh.width_q)
+                    .arg(&sh.width_k)
+                    .arg(&ni);
+                b.arg(&sh.head_dim);
+                rope.push(&mut b, &sh.theta_scale, &null);
+                b.arg(&eps);
+                // SAFETY: qk_norm_rope_store_*(q, wq, k, wk, v, kc, vc, pages, pos, n_tokens,
+                // width_q, width_k, n, head_dim, theta_scale, ff|null, rs, table|null, eps): as
+                // qk_norm_rope_*_f32, and the store as rope_qk_store's above.
+                unsafe { b.launch(norm_cfg(qk_len / n, n)) }.during("launching qk_norm_rope_store")
+            }
+        };
+        Some(launched.map(drop))
+    }
+}
+
+/// `{stem}_{norm,neox}_{f16,f32}`, as [`NormRope::rope_qk_store`] indexes them.
+fn store_kernels(dev: &CudaDevice, stem: &str) -> Result<[[CudaFunction; 2]; 2]> {
+    let f = |mode: &str, cache: &str| dev.function(&NORM_ROPE, &format!("{stem}_{mode}_{cache}"));
+    Ok([
+        [f("norm", "f16")?, f("norm", "f32")?],
+        [f("neox", "f16")?, f("neox", "f32")?],
+    ])
 }
 
 /// The kernel arguments that rotating q and k together takes (checked as [`rope_width`]).

@@ -806,6 +806,13 @@ impl Plan {
     /// launch (`add_rms_norm_route_small`, the same bits as the fused norm and then
     /// `moe_route_small`): where both of those would run, and the norm's block is one the
     /// router's blocks can take.
+    /// Whether one sequence's rotation of q and k also stores its keys and values in the
+    /// cache (`FERROLM_ROPE_STORE`, a decode fusion: off under `FERROLM_CUDA_FUSE=0`), where
+    /// the cache's format lets it (`NormRope::rope_qk_store`).
+    pub fn rope_store(&self) -> bool {
+        self.switches.fuse && self.switches.rope_store
+    }
+
     pub fn norm_route(&self, n: usize, n_embd: usize) -> bool {
         self.switches.norm_route
             && self.fused_norm(n_embd)

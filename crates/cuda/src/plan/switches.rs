@@ -24,6 +24,9 @@ pub struct Switches {
     /// `FERROLM_NORM_ROUTE`: among the decode fusions, the norm before an MoE FFN taken by
     /// the router's launch (each router block takes the norm of the few rows itself).
     pub norm_route: bool,
+    /// `FERROLM_ROPE_STORE`: among the decode fusions, one sequence's keys and values stored
+    /// in an f16 or f32 cache by the launch that rotates q and k (else by its own launch).
+    pub rope_store: bool,
     /// `FERROLM_CUDA_GRAPH`: decode steps replayed as CUDA graphs.
     pub graphs: bool,
     /// `FERROLM_ATTN_MMA`: prefill attention forced onto the tensor-core kernel (`Some(true)`)
@@ -140,6 +143,7 @@ impl Default for Switches {
             mmq: true,
             fuse: true,
             norm_route: true,
+            rope_store: true,
             graphs: true,
             attn_mma: None,
             attn_ggml_small: true,
@@ -278,6 +282,7 @@ impl Switches {
             mmq: flag(env, "FERROLM_CUDA_MMQ", true)?,
             fuse: flag(env, "FERROLM_CUDA_FUSE", true)?,
             norm_route: flag(env, "FERROLM_NORM_ROUTE", true)?,
+            rope_store: flag(env, "FERROLM_ROPE_STORE", true)?,
             graphs: flag(env, "FERROLM_CUDA_GRAPH", true)?,
             attn_mma: forced(env, "FERROLM_ATTN_MMA", true)?,
             attn_ggml_small,
@@ -357,7 +362,7 @@ impl fmt::Display for Switches {
         let moe_pairs = count_or_auto(self.moe_mma_pairs);
         let decode_rows = count_or_auto(self.f16_decode_rows);
         let decode_splits = count_or_auto(self.f16_decode_splits);
-        let lines: [(&str, &str, &str); 37] = [
+        let lines: [(&str, &str, &str); 38] = [
             (
                 "FERROLM_CUDA_MMQ",
                 bit(self.mmq),
@@ -368,6 +373,11 @@ impl fmt::Display for Switches {
                 "FERROLM_NORM_ROUTE",
                 bit(self.norm_route),
                 "the MoE norm in the router's launch",
+            ),
+            (
+                "FERROLM_ROPE_STORE",
+                bit(self.rope_store),
+                "the KV store in the RoPE launch",
             ),
             (
                 "FERROLM_CUDA_GRAPH",

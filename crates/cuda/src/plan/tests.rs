@@ -131,7 +131,7 @@ fn tile_names() {
 #[test]
 fn display_prints_every_switch() {
     let text = plan(&[("FERROLM_MMQ_TILE", "128x64")]).to_string();
-    assert_eq!(text.lines().count(), 39, "{text}");
+    assert_eq!(text.lines().count(), 40, "{text}");
     assert!(text.contains("132 SMs, cc 9.0"));
     assert!(text
         .lines()
@@ -732,6 +732,9 @@ fn kv_block_is_a_power_of_two_from_the_switch() {
     assert_eq!(plan(&[]).kv_block(5), 16);
     assert!(plan(&[]).kv_pool());
     assert!(!plan(&[("FERROLM_KV_POOL", "0")]).kv_pool());
+    assert!(plan(&[]).rope_store());
+    assert!(!plan(&[("FERROLM_ROPE_STORE", "0")]).rope_store());
+    assert!(!plan(&[("FERROLM_CUDA_FUSE", "0")]).rope_store());
     assert!(plan(&[]).pinned_logits());
     assert!(!plan(&[("FERROLM_PINNED_LOGITS", "0")]).pinned_logits());
     assert!(err(&[("FERROLM_PINNED_LOGITS", "yes")]).contains("FERROLM_PINNED_LOGITS"));
