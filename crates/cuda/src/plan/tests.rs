@@ -732,9 +732,10 @@ fn kv_block_is_a_power_of_two_from_the_switch() {
     assert_eq!(plan(&[]).kv_block(5), 16);
     assert!(plan(&[]).kv_pool());
     assert!(!plan(&[("FERROLM_KV_POOL", "0")]).kv_pool());
-    assert!(plan(&[]).rope_store());
-    assert!(!plan(&[("FERROLM_ROPE_STORE", "0")]).rope_store());
-    assert!(!plan(&[("FERROLM_CUDA_FUSE", "0")]).rope_store());
+    assert!(!plan(&[]).rope_store());
+    assert!(plan(&[("FERROLM_ROPE_STORE", "1")]).rope_store());
+    let unfused = [("FERROLM_ROPE_STORE", "1"), ("FERROLM_CUDA_FUSE", "0")];
+    assert!(!plan(&unfused).rope_store());
     assert!(plan(&[]).pinned_logits());
     assert!(!plan(&[("FERROLM_PINNED_LOGITS", "0")]).pinned_logits());
     assert!(err(&[("FERROLM_PINNED_LOGITS", "yes")]).contains("FERROLM_PINNED_LOGITS"));
