@@ -120,8 +120,8 @@ impl CudaBackend {
     }
 
     /// The first `rows` rows of `x` (a padded batch's logits without the padding), timed as
-    /// the `to_host` stage, into page-locked memory unless the plan says pageable
-    /// (`FERROLM_PINNED_LOGITS=0`).
+    /// the `to_host` stage, into page-locked memory where the plan says so
+    /// (`FERROLM_PINNED_LOGITS=1`), else pageable.
     pub(super) fn rows_to_host(&self, x: &CudaAct, rows: usize) -> Result<HostLogits> {
         let mut host = std::mem::take(&mut *self.host_spare.lock().expect("host spare poisoned"));
         let locked = self.plan.pinned_logits();

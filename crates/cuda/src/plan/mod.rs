@@ -665,7 +665,7 @@ impl Plan {
     }
 
     /// Whether a pass's logits come to the host through page-locked memory
-    /// (`FERROLM_PINNED_LOGITS`).
+    /// (`FERROLM_PINNED_LOGITS=1`; off by default until measured on the device).
     pub fn pinned_logits(&self) -> bool {
         self.switches.pinned_logits
     }

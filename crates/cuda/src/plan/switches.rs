@@ -69,8 +69,10 @@ pub struct Switches {
     /// blocks (else each cache is a pool of its own that holds its whole context, as before
     /// paging).
     pub kv_pool: bool,
-    /// `FERROLM_PINNED_LOGITS`: a pass's logits copied into page-locked host memory kept from
-    /// pass to pass (else pageable memory; the same bytes, the copy slower).
+    /// `FERROLM_PINNED_LOGITS=1`: a pass's logits copied into page-locked (cacheable) host
+    /// memory kept from pass to pass (else pageable memory; the same bytes). Off by default
+    /// until a device run measures it: session 15 measured a page-locked copy slower, likely
+    /// from cudarc's write-combined default, which this one avoids.
     pub pinned_logits: bool,
     /// `FERROLM_ATTN_BATCHED`: decode attention of several sequences in one launch per layer
     /// (`attn_decode_rows_*`, each row through its sequence's cache) instead of a launch per
@@ -161,7 +163,7 @@ impl Default for Switches {
             rows_split_keys: None,
             kv_block: None,
             kv_pool: true,
-            pinned_logits: true,
+            pinned_logits: false,
             attn_batched: true,
             rope_table: true,
             pdl: true,
@@ -306,7 +308,7 @@ impl Switches {
                 b => b,
             },
             kv_pool: flag(env, "FERROLM_KV_POOL", true)?,
-            pinned_logits: flag(env, "FERROLM_PINNED_LOGITS", true)?,
+            pinned_logits: flag(env, "FERROLM_PINNED_LOGITS", false)?,
             attn_batched: flag(env, "FERROLM_ATTN_BATCHED", true)?,
             rope_table: flag(env, "FERROLM_ROPE_TABLE", true)?,
             pdl: flag(env, "FERROLM_CUDA_PDL", true)?,
