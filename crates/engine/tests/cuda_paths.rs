@@ -59,11 +59,11 @@ fn decode_fusions_and_graphs_are_bit_identical() {
         assert_eq!(base_s, nofuse_s, "{stem}: stepped, fused vs unfused");
         assert_eq!(base_s, nograph_s, "{stem}: stepped, graph vs op by op");
         assert_eq!(
-            base_b, nostore_b,
+            base_b, store_b,
             "{stem}: batched, KV store in the RoPE launch or not"
         );
         assert_eq!(
-            base_s, nostore_s,
+            base_s, store_s,
             "{stem}: stepped, KV store in the RoPE launch or not"
         );
     }
