@@ -4,12 +4,20 @@
 //! memory goes through the driver's staging buffers (a 64-sequence qwen3-8b step's 39 MB took
 //! 4.0 ms that way on the H200, a sixth of the step: docs/perf.md, issue 16). The page-locked
 //! memory is cacheable, not write-combined (cudarc's `alloc_pinned` default): the sampler
-//! reads every logit, and reads of write-combined memory bypass the CPU's caches.
+//! reads every logit, and reads of write-combined memory bypass the CPU's caches. Callers give
+//! buffers back when done ([`HostLogitsPool`]), so pinning happens once, not every step.
 
 use crate::error::{DriverContext, Result};
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream, PinnedHostSlice};
 use std::ops::Deref;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+
+/// The most floats a page-locked buffer holds (256 MiB): a pass with more logits rows (a
+/// long prompt's every row) copies them to pageable memory rather than pin that much.
+pub const LOCKED_MAX_FLOATS: usize = 64 << 20;
+
+/// The most buffers [`HostLogitsPool`] keeps.
+const POOL_MAX: usize = 64;
 
 /// Logits `[rows][n_vocab]` on the host; derefs to the filled part.
 pub struct HostLogits {
@@ -66,26 +74,27 @@ impl HostLogits {
         matches!(self.mem, Mem::Locked { .. })
     }
 
-    /// The first `n` floats of `src` (fewer where it is shorter), waited for. `locked` asks
-    /// for page-locked memory: a pageable or too small buffer is replaced by a page-locked
-    /// one of `n` floats; where the driver cannot give one, the copy stays pageable (slower,
-    /// the same bytes).
+    /// The first `rows × width` floats of `src` (fewer where it is shorter), waited for.
+    /// `locked` asks for page-locked memory: a pageable or too small buffer is replaced by a
+    /// page-locked one, rounded up to a power of two of rows (a batch that grows a sequence
+    /// at a time reallocates a few times, not every step); where the driver cannot give one,
+    /// or past [`LOCKED_MAX_FLOATS`], the copy goes to pageable memory (slower, the same bytes).
     pub fn fill(
         &mut self,
         ctx: &Arc<CudaContext>,
         stream: &Arc<CudaStream>,
         src: &CudaSlice<f32>,
-        n: usize,
+        (rows, width): (usize, usize),
         locked: bool,
     ) -> Result<()> {
-        let n = n.min(src.len());
+        let n = (rows * width).min(src.len());
         self.len = 0;
-        if locked && (!self.is_locked() || self.capacity() < n) {
-            if let Some(mem) = lock(ctx, n) {
-                self.mem = mem;
-            }
+        let want_locked = locked && n <= LOCKED_MAX_FLOATS;
+        if want_locked && n > 0 && (!self.is_locked() || self.capacity() < n) {
+            let rounded = (rows.next_power_of_two() * width).min(LOCKED_MAX_FLOATS);
+            self.mem = lock(ctx, rounded.max(n)).unwrap_or(Mem::Pageable(Vec::new()));
         }
-        if !locked && self.is_locked() {
+        if !want_locked && self.is_locked() {
             self.mem = Mem::Pageable(Vec::new());
         }
         let from = src.slice(..n);
@@ -97,9 +106,10 @@ impl HostLogits {
                     .memcpy_dtoh(&from, v.as_mut_slice())
                     .during("copying logits from the device")?;
             }
-            Mem::Locked { ptr, .. } => {
-                // SAFETY: the buffer holds at least `n` floats (checked above), and nothing
-                // reads them until the copy has been waited for below.
+            Mem::Locked { buf, ptr } => {
+                assert!(buf.len() >= n, "page-locked logits buffer too small");
+                // SAFETY: the buffer holds at least `n` floats (asserted), and nothing reads
+                // them until the copy has been waited for below.
                 let dst = unsafe { std::slice::from_raw_parts_mut(*ptr, n) };
                 // Asynchronous into page-locked memory: the wait makes it a step's end.
                 stream
@@ -111,17 +121,6 @@ impl HostLogits {
         self.len = n;
         Ok(())
     }
-
-    /// The logits as a vector of their own.
-    pub fn into_vec(self) -> Vec<f32> {
-        match self.mem {
-            Mem::Pageable(mut v) => {
-                v.truncate(self.len);
-                v
-            }
-            Mem::Locked { .. } => self.to_vec(),
-        }
-    }
 }
 
 /// Page-locked, cacheable memory for `n` floats; `None` where the driver refuses it.
@@ -130,4 +129,75 @@ fn lock(ctx: &Arc<CudaContext>, n: usize) -> Option<Mem> {
     let mut buf = unsafe { ctx.alloc_pinned_with_flags::<f32>(n.max(1), 0) }.ok()?;
     let ptr = buf.as_mut_ptr().ok()?;
     Some(Mem::Locked { buf, ptr })
+}
+
+/// Buffers given back by the passes' callers, for later passes: page-locked memory is
+/// allocated once, not every step, also where several passes' logits are alive at once (the
+/// deterministic server runs a pass a sequence and samples them together).
+#[derive(Default)]
+pub(crate) struct HostLogitsPool {
+    free: Mutex<Vec<HostLogits>>,
+}
+
+impl HostLogitsPool {
+    /// A kept buffer for `n` floats of the kind `locked` asks for: the smallest that holds
+    /// them, else the largest ([`HostLogits::fill`] grows it), else a new empty one.
+    pub fn take(&self, n: usize, locked: bool) -> HostLogits {
+        let mut free = self.free.lock().expect("logits pool poisoned");
+        let kind = |h: &HostLogits| h.is_locked() == (locked && n <= LOCKED_MAX_FLOATS);
+        let fits = (0..free.len())
+            .filter(|&i| kind(&free[i]) && free[i].capacity() >= n)
+            .min_by_key(|&i| free[i].capacity());
+        let pick = fits.or_else(|| {
+            (0..free.len())
+                .filter(|&i| kind(&free[i]))
+                .max_by_key(|&i| free[i].capacity())
+        });
+        pick.map_or_else(HostLogits::default, |i| free.swap_remove(i))
+    }
+
+    /// Keeps `h` for a later [`Self::take`]; past [`POOL_MAX`] buffers, the smallest goes.
+    pub fn put(&self, h: HostLogits) {
+        let mut free = self.free.lock().expect("logits pool poisoned");
+        free.push(h);
+        if free.len() > POOL_MAX {
+            let smallest = (0..free.len())
+                .min_by_key(|&i| free[i].capacity())
+                .expect("not empty");
+            free.swap_remove(smallest);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pageable(cap: usize) -> HostLogits {
+        HostLogits {
+            mem: Mem::Pageable(Vec::with_capacity(cap)),
+            len: 0,
+        }
+    }
+
+    /// The pool hands out the smallest kept buffer that holds a pass's logits, else the
+    /// largest (to grow), else a new one; and keeps at most `POOL_MAX`, dropping the smallest.
+    #[test]
+    fn pool_takes_the_tightest_fit_and_keeps_the_largest() {
+        let pool = HostLogitsPool::default();
+        for cap in [100, 10, 1000] {
+            pool.put(pageable(cap));
+        }
+        assert_eq!(pool.take(50, false).capacity(), 100);
+        assert_eq!(pool.take(5000, false).capacity(), 1000);
+        assert_eq!(pool.take(1, false).capacity(), 10);
+        // Empty now: a new buffer.
+        assert_eq!(pool.take(1, false).capacity(), 0);
+        for cap in 1..=POOL_MAX + 3 {
+            pool.put(pageable(cap * 8));
+        }
+        let free = pool.free.lock().unwrap();
+        assert_eq!(free.len(), POOL_MAX);
+        assert_eq!(free.iter().map(|h| h.capacity()).min(), Some(4 * 8));
+    }
 }

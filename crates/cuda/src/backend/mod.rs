@@ -25,8 +25,8 @@ pub use weights::CudaWeight;
 
 use crate::device::CudaDevice;
 use crate::error::{CudaError, DriverContext, Result};
-use crate::host_logits::HostLogits;
-use crate::ops::{ActQuant, AttnSoftmax, DecodeWork, Kernels, Rope, RopeArgs, RopeScale};
+use crate::host_logits::{HostLogits, HostLogitsPool};
+use crate::ops::{ActQuant, AttnSoftmax, DecodeWork, Kernels, NormRope, Rope, RopeArgs, RopeScale};
 use crate::plan::{Plan, DECODE_MAX_ROWS};
 use cudarc::driver::CudaSlice;
 use ferrolm_model::backend::{
@@ -60,10 +60,10 @@ pub struct CudaBackend {
     /// sets from its weights ([`Self::set_norm_quant`]); a matmul wanting the other quantizes
     /// again.
     norm_q8k: AtomicBool,
-    /// A host buffer for the next pass's logits, given back by the caller when it is done with
-    /// the last ([`Self::recycle_host`]): page-locked once, or pageable with its pages mapped,
-    /// from step to step.
-    host_spare: Mutex<HostLogits>,
+    /// Host buffers for the passes' logits, given back by the callers when they are done
+    /// ([`Self::recycle_host`]): page-locked once, or pageable with their pages mapped, from
+    /// step to step.
+    host_logits: HostLogitsPool,
 }
 
 impl CudaBackend {
@@ -83,7 +83,7 @@ impl CudaBackend {
             plan,
             multi_seq: AtomicBool::new(false),
             norm_q8k: AtomicBool::new(false),
-            host_spare: Mutex::default(),
+            host_logits: HostLogitsPool::default(),
             dev,
         })
     }
@@ -123,22 +123,25 @@ impl CudaBackend {
     /// the `to_host` stage, into page-locked memory where the plan says so
     /// (`FERROLM_PINNED_LOGITS=1`), else pageable.
     pub(super) fn rows_to_host(&self, x: &CudaAct, rows: usize) -> Result<HostLogits> {
-        let mut host = std::mem::take(&mut *self.host_spare.lock().expect("host spare poisoned"));
         let locked = self.plan.pinned_logits();
+        let mut host = self.host_logits.take(rows * x.width, locked);
         let stream = self.dev.stream();
-        crate::profile::span(stream, "to_host", || {
-            host.fill(self.dev.context(), stream, x.buf(), rows * x.width, locked)
-        })?;
-        Ok(host)
+        let filled = crate::profile::span(stream, "to_host", || {
+            let shape = (rows, x.width);
+            host.fill(self.dev.context(), stream, x.buf(), shape, locked)
+        });
+        match filled {
+            Ok(()) => Ok(host),
+            Err(e) => {
+                self.host_logits.put(host);
+                Err(e)
+            }
+        }
     }
 
-    /// Keeps `host` (logits the caller has finished with) for the next [`Self::rows_to_host`],
-    /// unless the buffer kept already is larger.
+    /// Keeps `host` (logits the caller has finished with) for a later [`Self::rows_to_host`].
     pub(super) fn recycle_host(&self, host: HostLogits) {
-        let mut spare = self.host_spare.lock().expect("host spare poisoned");
-        if host.capacity() > spare.capacity() {
-            *spare = host;
-        }
+        self.host_logits.put(host);
     }
 
     /// `rot`'s norms and RoPE of one sequence's `q` and `k`, with its keys and values stored
@@ -155,6 +158,10 @@ impl CudaBackend {
         rot: &QkRotation<'_, CudaWeight>,
         inp: &CudaInputs,
     ) -> Result<bool> {
+        let kv = &mut cache.layers[layer - cache.first_layer];
+        if !NormRope::stores_into(kv) {
+            return Ok(false);
+        }
         let (hd, rope, factors) = (rot.head_dim, &rot.rope, rot.factors);
         let table = self.rope_table(inp, hd, rope, factors)?;
         let args = RopeArgs {
@@ -164,7 +171,6 @@ impl CudaBackend {
         let norms = rot
             .norms
             .map(|(qn, kn)| (qn.vector(), kn.vector(), rot.eps));
-        let kv = &mut cache.layers[layer - cache.first_layer];
         let ran = crate::profile::span(self.dev.stream(), "rope_store", || {
             let (qb, kb, pos) = (q.buf_mut(), k.buf_mut(), inp.positions());
             self.k

@@ -396,6 +396,13 @@ impl NormRope {
         )
     }
 
+    /// Whether [`Self::rope_qk_store`] stores into `cache`: an f16 or f32 cache, not rotated.
+    pub fn stores_into(cache: &KvCache) -> bool {
+        matches!(cache.format, KvFormat::F16 | KvFormat::F32)
+            && cache.k_rot.is_none()
+            && cache.v_rot.is_none()
+    }
+
     /// [`Self::rope_qk`] (with `norms`: [`Self::qk_norm_rope`]), each rotated key pair and its
     /// value pair stored in `cache` at its row's position in the same launch, bit for bit as
     /// the rotation then `Attention::store`. `None` (nothing launched) where the fusion does
@@ -413,16 +420,13 @@ impl NormRope {
         rope: &RopeArgs<'_>,
         cache: &mut KvCache,
     ) -> Option<Result<()>> {
-        let cache_ix = match cache.format {
-            KvFormat::F16 => 0,
-            KvFormat::F32 => 1,
-            _ => return None,
-        };
+        if !Self::stores_into(cache) {
+            return None;
+        }
+        let cache_ix = usize::from(cache.format == KvFormat::F32);
         let width = cache.n_kv_head * cache.head_dim;
         let rows = positions.len();
-        let fits = cache.k_rot.is_none()
-            && cache.v_rot.is_none()
-            && cache.head_dim == head_dim
+        let fits = cache.head_dim == head_dim
             && v.len() == k.len()
             && k.len() == rows * width
             && rows <= cache.n_ctx;
