@@ -5,7 +5,7 @@
 use super::checks::{normal, row};
 use super::{Contract, Row};
 use anyhow::{anyhow, Result};
-use ferrolm_cuda::ops::{KvCache, KvFormat, Rope, RopeArgs, RopeScale};
+use ferrolm_cuda::ops::{rope_table_len, KvCache, KvFormat, Rope, RopeArgs, RopeScale};
 use ferrolm_cuda::{CudaDevice, Kernels};
 use rand::rngs::StdRng;
 use rand::Rng;
@@ -26,8 +26,8 @@ pub fn all(dev: &CudaDevice, k: &Kernels, rng: &mut StdRng) -> Result<Vec<Row>> 
     for format in [KvFormat::F16, KvFormat::F32] {
         for mode in [Rope::Normal, Rope::Neox] {
             for (hq, hkv, norm) in SHAPES {
-                for n in [1, 7] {
-                    let same = one(dev, k, rng, format, mode, (hq, hkv, norm), n)?;
+                for (n, scaled) in [(1, false), (7, false), (7, true)] {
+                    let same = one(dev, k, rng, format, mode, (hq, hkv, norm), n, scaled)?;
                     let (op, reference) = match norm {
                         None => ("rope_qk_store (RoPE + KV store)", "rope_qk then kv_store"),
                         Some(_) => (
@@ -36,10 +36,16 @@ pub fn all(dev: &CudaDevice, k: &Kernels, rng: &mut StdRng) -> Result<Vec<Row>> 
                         ),
                     };
                     let groups = norm.map_or(String::new(), |g| format!(", norms of {g}"));
+                    let scaling = if scaled {
+                        ", factors + YaRN, table"
+                    } else {
+                        ""
+                    };
                     rows.push(row(
                         op,
                         format!(
-                            "{n} tok, {hq}+{hkv} heads of {HEAD_DIM}{groups}, {} cache, {mode:?}",
+                            "{n} tok, {hq}+{hkv} heads of {HEAD_DIM}{groups}, {} cache, \
+                             {mode:?}{scaling}",
                             format.name()
                         ),
                         reference,
@@ -53,7 +59,9 @@ pub fn all(dev: &CudaDevice, k: &Kernels, rng: &mut StdRng) -> Result<Vec<Row>> 
     Ok(rows)
 }
 
-/// Whether the one launch leaves q, k and the cache as the two launches do.
+/// Whether the one launch leaves q, k and the cache as the two launches do; `scaled`: with
+/// frequency divisors, YaRN's scaling and the pass's table of angles.
+#[allow(clippy::too_many_arguments)]
 fn one(
     dev: &CudaDevice,
     k: &Kernels,
@@ -62,6 +70,7 @@ fn one(
     mode: Rope,
     (hq, hkv, norm): (usize, usize, Option<usize>),
     n: usize,
+    scaled: bool,
 ) -> Result<bool> {
     let n_ctx = 64;
     let q = normal(rng, n * hq * HEAD_DIM, 1.0);
@@ -76,13 +85,27 @@ fn one(
         dev.upload(&normal(rng, g, 1.0))?,
     );
     let eps = 1e-6;
-    let args = RopeArgs {
+    let factors: Vec<f32> = (0..HEAD_DIM / 2).map(|_| rng.gen_range(1.0..8.0)).collect();
+    let factors = dev.upload(&factors)?;
+    let yarn = RopeScale {
+        freq_scale: 0.25,
+        ext_factor: 1.0,
+        mscale: 1.138_629_5,
+        corr_low: 12.0,
+        corr_high: 40.0,
+    };
+    let mut args = RopeArgs {
         base: 1_000_000.0,
         mode,
-        scale: RopeScale::NONE,
-        factors: None,
+        scale: if scaled { yarn } else { RopeScale::NONE },
+        factors: scaled.then_some(&factors),
         table: None,
     };
+    let mut table = dev.upload(&vec![0u32; rope_table_len(n, HEAD_DIM)])?;
+    if scaled {
+        k.norm_rope.rope_table(&mut table, HEAD_DIM, &pd, &args)?;
+        args.table = Some(&table);
+    }
     // The two launches.
     let mut parts = KvCache::new(dev, format, n_ctx, hkv, HEAD_DIM)?;
     let (mut q1, mut k1) = (dev.upload(&q)?, dev.upload(&kx)?);
