@@ -329,27 +329,23 @@ impl<'a> Model<'a> {
         Ok(())
     }
 
-    /// Appends to `out` the logits `[logit_rows.len()][n_vocab]` of `tokens` placed at
-    /// `pos0..`.
+    /// The logits `[logit_rows.len()][n_vocab]` of `tokens` placed at `pos0..`, in the
+    /// runner's buffer (give it back with [`Self::recycle_logits`]).
     pub(crate) fn forward(
         &self,
         cache: &mut Cache,
         tokens: &[u32],
         pos0: usize,
         logit_rows: &[usize],
-        out: &mut Vec<f32>,
-    ) -> Result<(), EngineError> {
+    ) -> Result<PassLogits, EngineError> {
         let positions: Vec<u32> = (pos0..pos0 + tokens.len()).map(|p| p as u32).collect();
         let rows = 0..tokens.len();
-        let logits = self.forward_rows(
+        self.forward_rows(
             &mut [SeqRows { cache, rows }],
             tokens,
             &positions,
             logit_rows,
-        )?;
-        out.extend_from_slice(&logits);
-        self.recycle_logits(logits);
-        Ok(())
+        )
     }
 
     /// Gives logits back to the runner that made them, for its next pass to fill

@@ -1,6 +1,6 @@
 //! A session: one sequence, its KV cache and position.
 
-use crate::model::{Cache, Model};
+use crate::model::{Cache, Model, PassLogits};
 use ferrolm_cpu::KvType;
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -36,6 +36,16 @@ pub struct Session<'m, 'a> {
     /// The token at each cached position (its length is the position), so callers can
     /// reuse a shared prefix.
     tokens: Vec<u32>,
+    /// The last [`Self::eval_last`]'s logits, in the runner's buffer until the next pass.
+    last: Option<PassLogits>,
+}
+
+impl Drop for Session<'_, '_> {
+    fn drop(&mut self) {
+        if let Some(l) = self.last.take() {
+            self.model.recycle_logits(l);
+        }
+    }
 }
 
 impl<'m, 'a> Session<'m, 'a> {
@@ -52,6 +62,7 @@ impl<'m, 'a> Session<'m, 'a> {
             kv_type,
             ubatch: model.default_ubatch(),
             tokens: Vec::new(),
+            last: None,
         }
     }
 
@@ -98,6 +109,39 @@ impl<'m, 'a> Session<'m, 'a> {
     /// Appends `tokens` to the sequence, in ubatches, and returns the requested logits
     /// (`[rows][n_vocab]`, rows in token order).
     pub fn eval(&mut self, tokens: &[u32], which: Logits) -> Result<Vec<f32>, EngineError> {
+        let mut out = Vec::new();
+        self.run(tokens, which, |model, logits| {
+            out.extend_from_slice(&logits);
+            model.recycle_logits(logits);
+        })?;
+        Ok(out)
+    }
+
+    /// [`Self::eval`] of the last token's logits, borrowed from the runner's buffer (kept until
+    /// the next pass) rather than copied out: a decode loop that only reads them, as
+    /// llama-bench's does, copies nothing more than the device's copy.
+    pub fn eval_last(&mut self, tokens: &[u32]) -> Result<&[f32], EngineError> {
+        if let Some(l) = self.last.take() {
+            self.model.recycle_logits(l);
+        }
+        let mut last = None;
+        self.run(tokens, Logits::Last, |model, logits| {
+            if logits.is_empty() {
+                model.recycle_logits(logits);
+            } else {
+                last = Some(logits);
+            }
+        })?;
+        Ok(&**self.last.insert(last.unwrap_or_default()))
+    }
+
+    /// Runs `tokens` in ubatches, each pass's logits (`which` of its rows) handed to `take`.
+    fn run(
+        &mut self,
+        tokens: &[u32],
+        which: Logits,
+        mut take: impl FnMut(&Model<'a>, PassLogits),
+    ) -> Result<(), EngineError> {
         let n_vocab = self.model.cfg.n_vocab;
         if let Some(&id) = tokens.iter().find(|&&t| t as usize >= n_vocab) {
             return Err(EngineError::TokenOutOfRange { id, n_vocab });
@@ -111,7 +155,6 @@ impl<'m, 'a> Session<'m, 'a> {
         }
         self.reserve()?;
         let cache = self.cache.as_mut().expect("reserved above");
-        let mut out = Vec::new();
         for (i, chunk) in tokens.chunks(self.ubatch).enumerate() {
             let is_last_chunk = (i + 1) * self.ubatch >= tokens.len();
             let rows: Vec<usize> = match which {
@@ -119,11 +162,11 @@ impl<'m, 'a> Session<'m, 'a> {
                 Logits::Last if is_last_chunk => vec![chunk.len() - 1],
                 Logits::Last => vec![],
             };
-            self.model
-                .forward(cache, chunk, self.tokens.len(), &rows, &mut out)?;
+            let logits = self.model.forward(cache, chunk, self.tokens.len(), &rows)?;
+            take(self.model, logits);
             self.tokens.extend_from_slice(chunk);
         }
-        Ok(out)
+        Ok(())
     }
 }
 

@@ -78,6 +78,28 @@ fn batched_sequences_match_each_alone() {
     }
 }
 
+/// The borrowed last logits (`eval_last`, bench's decode loop) are `eval`'s, pass after pass
+/// (the runner's buffer kept between them), through a prompt of two ubatches and steps.
+#[test]
+fn eval_last_is_evals_last_row() {
+    let file = model_file();
+    let model = Model::load(&file).unwrap();
+    let prompt = [1u32, 504, 3458, 282, 13, 9690, 314];
+    let (mut a, mut b) = (Session::new(&model, 64), Session::new(&model, 64));
+    a.set_ubatch(4);
+    b.set_ubatch(4);
+    let mut want = a.eval(&prompt, Logits::Last).unwrap();
+    let mut got = b.eval_last(&prompt).unwrap().to_vec();
+    for step in 0..4 {
+        assert_eq!(got, want, "step {step}");
+        let t = argmax(&want);
+        want = a.eval(&[t], Logits::Last).unwrap();
+        got = b.eval_last(&[t]).unwrap().to_vec();
+    }
+    assert_eq!(b.n_past(), prompt.len() + 4);
+    assert!(b.eval_last(&[]).unwrap().is_empty());
+}
+
 #[test]
 fn a_batch_of_one_is_the_session_pass_exactly() {
     let file = model_file();
