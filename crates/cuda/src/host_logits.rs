@@ -156,8 +156,12 @@ impl HostLogitsPool {
         pick.map_or_else(HostLogits::default, |i| free.swap_remove(i))
     }
 
-    /// Keeps `h` for a later [`Self::take`]; past [`POOL_MAX`] buffers, the smallest goes.
+    /// Keeps `h` for a later [`Self::take`] (not an empty one: an empty pass's); past
+    /// [`POOL_MAX`] buffers, the smallest goes.
     pub fn put(&self, h: HostLogits) {
+        if h.capacity() == 0 {
+            return;
+        }
         let mut free = self.free.lock().expect("logits pool poisoned");
         free.push(h);
         if free.len() > POOL_MAX {
@@ -191,8 +195,10 @@ mod tests {
         assert_eq!(pool.take(50, false).capacity(), 100);
         assert_eq!(pool.take(5000, false).capacity(), 1000);
         assert_eq!(pool.take(1, false).capacity(), 10);
-        // Empty now: a new buffer.
+        // Empty now: a new buffer; an empty one is not kept.
         assert_eq!(pool.take(1, false).capacity(), 0);
+        pool.put(pageable(0));
+        assert!(pool.free.lock().unwrap().is_empty());
         for cap in 1..=POOL_MAX + 3 {
             pool.put(pageable(cap * 8));
         }
