@@ -22,6 +22,7 @@ mod mmq;
 mod mmq_time;
 mod mmvq_bias;
 mod mmvq_mma;
+mod mmvq_triple;
 mod moe;
 mod moe_decode;
 mod norm_route;

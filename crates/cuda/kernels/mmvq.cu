@@ -32,13 +32,13 @@ static __device__ __forceinline__ void mul_mat_vec_q(const void *__restrict__ vx
                                                      const block_q8_1 *__restrict__ vy,
                                                      float *__restrict__ dst,
                                                      const float *__restrict__ bias, int ncols_x,
-                                                     int nrows_x) {
+                                                     int nrows_x, int bx) {
     typedef WeightFormat<TYPE> F;
     constexpr int ROWS = MmvqRows<NCOLS>::value;
     constexpr int THREADS = MMVQ_NWARPS * WARP_SIZE;
 
     const int tid = threadIdx.y * WARP_SIZE + threadIdx.x;
-    const int row0 = blockIdx.x * ROWS;
+    const int row0 = bx * ROWS;
     const int blocks_per_row = ncols_x / F::qk;
     const int blocks_per_col_y = ncols_x / QK8_1;
     const typename F::block *x = (const typename F::block *)vx;
@@ -107,7 +107,7 @@ static __device__ __forceinline__ void mul_mat_vec_q(const void *__restrict__ vx
                            int nrows_x, int prefetch) {                                             \
         weights_to_l2_then_wait<TYPE>(prefetch, vx, nullptr, ncols_x, nrows_x, 0,                  \
                                       blockIdx.x * MmvqRows<N>::value, MmvqRows<N>::value);         \
-        mul_mat_vec_q<TYPE, N>(vx, vy, dst, bias, ncols_x, nrows_x);                                \
+        mul_mat_vec_q<TYPE, N>(vx, vy, dst, bias, ncols_x, nrows_x, blockIdx.x);                    \
     }
 
 #define MMVQ_FORMAT(NAME, TYPE)                                                                     \
@@ -250,14 +250,15 @@ static __device__ __forceinline__ void mul_mat_vec_q_wide(const void *__restrict
                                                           const block_q8_1 *__restrict__ vy,
                                                           float *__restrict__ dst,
                                                           const float *__restrict__ bias,
-                                                          int ncols_x, int nrows_x, int stage) {
+                                                          int ncols_x, int nrows_x, int stage,
+                                                          int bx) {
     typedef WeightFormat<TYPE> F;
     constexpr int ROWS = MmvqRows<NCOLS>::value;
     const int blocks_per_row = ncols_x / F::qk;
     const int blocks_per_col_y = ncols_x / QK8_1;
     // With `stage`, the activations come through shared memory (every warp of the block first).
     const Q8Shared ys = stage_q8_1(stage, vy, NCOLS * blocks_per_col_y);
-    const int row0 = (blockIdx.x * MMVQ_NWARPS + threadIdx.y) * ROWS;
+    const int row0 = (bx * MMVQ_NWARPS + threadIdx.y) * ROWS;
     if (row0 >= nrows_x) {
         return; // whole warps
     }
@@ -328,12 +329,12 @@ template <int TYPE, bool GLU>
 static __device__ __forceinline__ void mul_mat_vec_q_wide_pair(
     const void *__restrict__ va, const void *__restrict__ vb, const block_q8_1 *__restrict__ vy,
     float *__restrict__ dst_a, float *__restrict__ dst_b, const float *__restrict__ bias_a,
-    const float *__restrict__ bias_b, int ncols_x, int nrows_a, int nrows_b, int stage) {
+    const float *__restrict__ bias_b, int ncols_x, int nrows_a, int nrows_b, int stage, int bx) {
     typedef WeightFormat<TYPE> F;
     typedef typename F::block B;
     const int blocks_per_row = ncols_x / F::qk;
     const Q8Shared ys = stage_q8_1(stage, vy, ncols_x / QK8_1);
-    const int row = blockIdx.x * MMVQ_NWARPS + threadIdx.y;
+    const int row = bx * MMVQ_NWARPS + threadIdx.y;
     const bool has_a = row < nrows_a, has_b = row < nrows_b;
     if (!has_a && !has_b) {
         return; // whole warps
@@ -361,7 +362,7 @@ static __device__ __forceinline__ void mul_mat_vec_q_wide_pair(
         weights_to_l2_then_wait<TYPE>(prefetch, vx, nullptr, ncols_x, nrows_x, 0,                  \
                                       blockIdx.x * MMVQ_NWARPS * MmvqRows<N>::value,                \
                                       MMVQ_NWARPS * MmvqRows<N>::value);                            \
-        mul_mat_vec_q_wide<TYPE, N>(vx, vy, dst, bias, ncols_x, nrows_x, stage);                    \
+        mul_mat_vec_q_wide<TYPE, N>(vx, vy, dst, bias, ncols_x, nrows_x, stage, blockIdx.x);        \
     }
 
 #define MMVQ_WIDE_FORMAT(NAME, TYPE)                                                                \
@@ -381,7 +382,7 @@ static __device__ __forceinline__ void mul_mat_vec_q_wide_pair(
         weights_to_l2_then_wait<TYPE>(prefetch, va, vb, ncols_x, nrows_a, nrows_b,                  \
                                       blockIdx.x * MMVQ_NWARPS, MMVQ_NWARPS);                       \
         mul_mat_vec_q_wide_pair<TYPE, false>(va, vb, vy, dst_a, dst_b, bias_a, bias_b, ncols_x,    \
-                                             nrows_a, nrows_b, stage);                              \
+                                             nrows_a, nrows_b, stage, blockIdx.x);                  \
     }                                                                                               \
     extern "C" __global__ void __launch_bounds__(MMVQ_NWARPS *WARP_SIZE) mmvq_wide_glu_##NAME(     \
         const void *__restrict__ va, const void *__restrict__ vb,                                   \
@@ -391,8 +392,65 @@ static __device__ __forceinline__ void mul_mat_vec_q_wide_pair(
         weights_to_l2_then_wait<TYPE>(prefetch, va, vb, ncols_x, nrows_a, nrows_b,                  \
                                       blockIdx.x * MMVQ_NWARPS, MMVQ_NWARPS);                       \
         mul_mat_vec_q_wide_pair<TYPE, true>(va, vb, vy, dst_a, dst_b, bias_a, bias_b, ncols_x,     \
-                                            nrows_a, nrows_b, stage);                               \
+                                            nrows_a, nrows_b, stage, blockIdx.x);                   \
     }
 
 MMVQ_WIDE_FORMAT(q4_k, GGML_TYPE_Q4_K)
 MMVQ_WIDE_FORMAT(q8_0, GGML_TYPE_Q8_0)
+
+// ---- q, k and v of one token in one launch (FERROLM_QKV_ONE) ---------------------------------
+// Blocks below pair_blocks are mmvq_wide_pair_<AB>'s blocks (a and b: q and k), the rest the
+// blocks of c's own launch (v), block bx - pair_blocks of it: the wide walk (WIDE_C), or the
+// block-per-row kernel (Q6_K, whose dense wide walk measured slower). Each block runs the
+// routine and block index of the launch it replaces: the same bits as the two launches. No
+// activation staging (the launcher takes this kernel only without it). Launch: block (32,
+// MMVQ_NWARPS), grid pair_blocks + the blocks of c's launch.
+template <int TAB, int TC, bool WIDE_C>
+static __device__ __forceinline__ void
+mmvq_triple_then_wait(int prefetch, const void *va, const void *vb, const void *vc, int ncols_x,
+                      int nrows_a, int nrows_b, int nrows_c, int pair_blocks) {
+    const int bx = blockIdx.x;
+    if (bx < pair_blocks) {
+        weights_to_l2_then_wait<TAB>(prefetch, va, vb, ncols_x, nrows_a, nrows_b,
+                                     bx * MMVQ_NWARPS, MMVQ_NWARPS);
+    } else {
+        const int rows = WIDE_C ? MMVQ_NWARPS : 1;
+        weights_to_l2_then_wait<TC>(prefetch, vc, nullptr, ncols_x, nrows_c, 0,
+                                    (bx - pair_blocks) * rows, rows);
+    }
+}
+
+template <int TAB, int TC, bool WIDE_C>
+static __device__ __forceinline__ void
+mmvq_triple(const void *__restrict__ va, const void *__restrict__ vb, const void *__restrict__ vc,
+            const block_q8_1 *__restrict__ vy, float *__restrict__ dst_a,
+            float *__restrict__ dst_b, float *__restrict__ dst_c, const float *__restrict__ bias_a,
+            const float *__restrict__ bias_b, const float *__restrict__ bias_c, int ncols_x,
+            int nrows_a, int nrows_b, int nrows_c, int pair_blocks) {
+    const int bx = blockIdx.x;
+    if (bx < pair_blocks) {
+        mul_mat_vec_q_wide_pair<TAB, false>(va, vb, vy, dst_a, dst_b, bias_a, bias_b, ncols_x,
+                                            nrows_a, nrows_b, 0, bx);
+    } else if (WIDE_C) {
+        mul_mat_vec_q_wide<TC, 1>(vc, vy, dst_c, bias_c, ncols_x, nrows_c, 0, bx - pair_blocks);
+    } else {
+        mul_mat_vec_q<TC, 1>(vc, vy, dst_c, bias_c, ncols_x, nrows_c, bx - pair_blocks);
+    }
+}
+
+#define MMVQ_TRIPLE(NAME, TAB, TC, WIDE_C)                                                         \
+    extern "C" __global__ void __launch_bounds__(MMVQ_NWARPS *WARP_SIZE) mmvq_wide_triple_##NAME( \
+        const void *__restrict__ va, const void *__restrict__ vb, const void *__restrict__ vc,     \
+        const block_q8_1 *__restrict__ vy, float *__restrict__ dst_a, float *__restrict__ dst_b,   \
+        float *__restrict__ dst_c, const float *__restrict__ bias_a,                               \
+        const float *__restrict__ bias_b, const float *__restrict__ bias_c, int ncols_x,           \
+        int nrows_a, int nrows_b, int nrows_c, int pair_blocks, int prefetch) {                    \
+        mmvq_triple_then_wait<TAB, TC, WIDE_C>(prefetch, va, vb, vc, ncols_x, nrows_a, nrows_b,    \
+                                               nrows_c, pair_blocks);                              \
+        mmvq_triple<TAB, TC, WIDE_C>(va, vb, vc, vy, dst_a, dst_b, dst_c, bias_a, bias_b, bias_c,  \
+                                     ncols_x, nrows_a, nrows_b, nrows_c, pair_blocks);             \
+    }
+
+MMVQ_TRIPLE(q4_k_q4_k, GGML_TYPE_Q4_K, GGML_TYPE_Q4_K, true)
+MMVQ_TRIPLE(q4_k_q6_k, GGML_TYPE_Q4_K, GGML_TYPE_Q6_K, false)
+MMVQ_TRIPLE(q8_0_q8_0, GGML_TYPE_Q8_0, GGML_TYPE_Q8_0, true)

@@ -55,6 +55,7 @@ fn decode_fusions_and_graphs_are_bit_identical() {
         let (_, nograph_s) = run(&file, &[("FERROLM_CUDA_GRAPH", "0")]);
         // Off by default until checked on the device: on against the default.
         let (store_b, store_s) = run(&file, &[("FERROLM_ROPE_STORE", "1")]);
+        let (_, qkv_s) = run(&file, &[("FERROLM_QKV_ONE", "1")]);
         assert_eq!(base_b, nofuse_b, "{stem}: batched, fused vs unfused");
         assert_eq!(base_s, nofuse_s, "{stem}: stepped, fused vs unfused");
         assert_eq!(base_s, nograph_s, "{stem}: stepped, graph vs op by op");
@@ -65,6 +66,10 @@ fn decode_fusions_and_graphs_are_bit_identical() {
         assert_eq!(
             base_s, store_s,
             "{stem}: stepped, KV store in the RoPE launch or not"
+        );
+        assert_eq!(
+            base_s, qkv_s,
+            "{stem}: stepped, q, k and v in one launch or not"
         );
     }
 }

@@ -168,8 +168,17 @@ impl CudaBackend {
                 let mut j = i;
                 while j < i + run {
                     let m = ws[j].matrix();
-                    // One token: two matrices of one format share a launch (q and k, say).
+                    // One token: two matrices of one format share a launch (q and k, say),
+                    // and the next (v) joins it where the plan says so.
                     let pair = j + 1 < i + run && same_format(m, ws[j + 1].matrix());
+                    if self.plan.qkv_one(x.rows) && pair && j + 2 < i + run {
+                        let c = ws[j + 2].matrix();
+                        let b3 = [bias(j), bias(j + 1), bias(j + 2)];
+                        if self.triple(m, ws[j + 1].matrix(), c, xq, &mut outs[j..], b3)? {
+                            j += 3;
+                            continue;
+                        }
+                    }
                     if self.plan.pair_matvec(x.rows) && pair {
                         let (a, b) = outs[j..].split_at_mut(1);
                         let out = PairOut::Both(a[0].buf_mut(), b[0].buf_mut());
@@ -202,6 +211,41 @@ impl CudaBackend {
             self.halves.give(h);
         }
         Ok(())
+    }
+
+    /// One token's `a`, `b` (one format, the wide pair) and `c` into `outs[..3]` in one launch
+    /// (`Mmvq::triple`), where `c`'s own launch would be the one-row mat-vec whose walk the
+    /// kernel runs and the biases are all fused or none; `false` (nothing launched) otherwise.
+    fn triple(
+        &self,
+        a: &QuantMatrix,
+        b: &QuantMatrix,
+        c: &QuantMatrix,
+        xq: &CudaSlice<u8>,
+        outs: &mut [&mut CudaAct],
+        bias: [Option<&CudaSlice<f32>>; 3],
+    ) -> Result<bool> {
+        let wide_ab = self.plan.matvec_wide(a.ty);
+        let Matmul::MatVec { wide: wide_c } = self.gemm_plan().matmul(c.ty, c.rows, c.cols, 1)
+        else {
+            return Ok(false);
+        };
+        let biases = match bias {
+            [None, None, None] => None,
+            [Some(ba), Some(bb), Some(bc)] if self.plan.bias_in_matvec() => Some([ba, bb, bc]),
+            _ => return Ok(false),
+        };
+        if !wide_ab {
+            return Ok(false);
+        }
+        let [oa, ob, oc, ..] = outs else {
+            return Ok(false);
+        };
+        let out = [oa.buf_mut(), ob.buf_mut(), oc.buf_mut()];
+        match self.k.mmvq.triple([a, b, c], wide_c, xq, out, biases) {
+            Some(r) => r.map(|()| true),
+            None => Ok(false),
+        }
     }
 
     /// Whether `n` rows of `w` take the f16 GEMM: a long ubatch's, expanded, or a batched

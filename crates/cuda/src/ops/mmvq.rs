@@ -72,7 +72,18 @@ pub struct Mmvq {
     /// docs/perf.md.
     wide_fns: HashMap<(GgmlType, usize), CudaFunction>,
     wide_pairs: HashMap<(GgmlType, bool), CudaFunction>,
+    /// (q and k's type, v's type) -> `mmvq_wide_triple_<ab>_<c>` ([`TRIPLES`]).
+    triples: HashMap<(GgmlType, GgmlType), CudaFunction>,
 }
+
+/// The formats [`Mmvq::triple`] has a kernel for: q and k's (the wide pair), v's, and whether
+/// v takes the wide walk (as its own launch would: Q6_K's dense mat-vec is the block-per-row
+/// one). `mmvq.cu`'s `MMVQ_TRIPLE` lines, in order.
+pub const TRIPLES: [(GgmlType, GgmlType, bool); 3] = [
+    (GgmlType::Q4K, GgmlType::Q4K, true),
+    (GgmlType::Q4K, GgmlType::Q6K, false),
+    (GgmlType::Q8_0, GgmlType::Q8_0, true),
+];
 
 /// What [`Mmvq::pair`] writes.
 pub enum PairOut<'a> {
@@ -113,12 +124,19 @@ impl Mmvq {
                 wide_pairs.insert((ty, glu), f);
             }
         }
+        let mut triples = HashMap::new();
+        for (ab, c, _) in TRIPLES {
+            let name = format!("{}_{}", super::kernel_suffix(ab), super::kernel_suffix(c));
+            let f = dev.function(&MMVQ, &format!("mmvq_wide_triple_{name}"))?;
+            triples.insert((ab, c), f);
+        }
         Ok(Self {
             launch: launch.clone(),
             fns,
             pairs,
             wide_fns,
             wide_pairs,
+            triples,
         })
     }
 
@@ -290,6 +308,73 @@ impl Mmvq {
         }
         Ok(())
     }
+
+    /// One token's q, k and v in one launch (`FERROLM_QKV_ONE`): the wide [`Self::pair`] of
+    /// `a` and `b`, and `c`'s one-row [`Self::matvec`] (`wide_c`: its walk, as the plan picks
+    /// it for that launch), each block running the block of the launch it replaces: the same
+    /// bits as the two. `None` (nothing launched) where no kernel takes these formats and
+    /// walks ([`TRIPLES`]) or the activations would be staged; the caller then launches both.
+    #[allow(clippy::too_many_arguments)]
+    pub fn triple(
+        &self,
+        [a, b, c]: [&QuantMatrix; 3],
+        wide_c: bool,
+        xq: &CudaSlice<u8>,
+        [oa, ob, oc]: [&mut CudaSlice<f32>; 3],
+        biases: Option<[&CudaSlice<f32>; 3]>,
+    ) -> Option<Result<()>> {
+        let takes = TRIPLES.contains(&(a.ty, c.ty, wide_c))
+            && a.ty == b.ty
+            && a.cols == b.cols
+            && a.cols == c.cols
+            && stage_args(self.launch.mode(), true, a.cols / 32).0 == 0;
+        let f = self.triples.get(&(a.ty, c.ty)).filter(|_| takes)?;
+        assert!(
+            xq.len() >= super::Quantize::q8_1_bytes(1, a.cols),
+            "mmvq triple: activations too small"
+        );
+        assert!(
+            oa.len() >= a.rows && ob.len() >= b.rows && oc.len() >= c.rows,
+            "mmvq triple: out too small"
+        );
+        let nw = NWARPS as usize;
+        let pair_blocks = a.rows.max(b.rows).div_ceil(nw);
+        let c_blocks = if wide_c { c.rows.div_ceil(nw) } else { c.rows };
+        let cfg = LaunchConfig {
+            grid_dim: ((pair_blocks + c_blocks) as u32, 1, 1),
+            block_dim: (32, NWARPS, 1),
+            shared_mem_bytes: 0,
+        };
+        let (cols, rows_a, rows_b, rows_c) = (
+            int(a.cols, "mmvq cols"),
+            int(a.rows, "mmvq rows"),
+            int(b.rows, "mmvq rows"),
+            int(c.rows, "mmvq rows"),
+        );
+        let pair_blocks = int(pair_blocks, "mmvq blocks");
+        let prefetch = i32::from(self.launch.mode().weight_prefetch);
+        let null = 0u64;
+        let mut l = self.launch.builder(f);
+        l.arg(&a.data).arg(&b.data).arg(&c.data).arg(xq);
+        l.arg(oa).arg(ob).arg(oc);
+        match biases {
+            Some(bs) => {
+                assert!(
+                    bs[0].len() >= a.rows && bs[1].len() >= b.rows && bs[2].len() >= c.rows,
+                    "mmvq triple: bias too short"
+                );
+                l.arg(bs[0]).arg(bs[1]).arg(bs[2])
+            }
+            None => l.arg(&null).arg(&null).arg(&null),
+        };
+        l.arg(&cols).arg(&rows_a).arg(&rows_b).arg(&rows_c);
+        l.arg(&pair_blocks).arg(&prefetch);
+        // SAFETY: mmvq_wide_triple_<ab>_<c>(va, vb, vc, vy, dst_a, dst_b, dst_c, bias_a|null,
+        // bias_b|null, bias_c|null, ncols, nrows_a, nrows_b, nrows_c, pair_blocks, prefetch):
+        // the matrices hold their rows of cols elements, one Q8_1 row of cols, outputs and
+        // biases their row counts (asserted); the pair's blocks, then c's launch's blocks.
+        Some(unsafe { l.launch(cfg) }.during(format!("launching mmvq triple for {}", a.ty)))
+    }
 }
 
 /// The largest activation copy a wide walk stages in shared memory: the default dynamic limit
@@ -304,5 +389,32 @@ pub(super) fn stage_args(mode: LaunchMode, wide: bool, blocks: usize) -> (i32, u
         (1, bytes as u32)
     } else {
         (0, 0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::TRIPLES;
+    use crate::kernels::MMVQ;
+    use crate::ops::kernel_suffix;
+
+    /// `mmvq.cu`'s `MMVQ_TRIPLE` instances are [`TRIPLES`], with the same walk for v.
+    #[test]
+    fn triples_match_the_kernel_instances() {
+        let found: Vec<String> = MMVQ
+            .source
+            .lines()
+            .filter_map(|l| l.strip_prefix("MMVQ_TRIPLE("))
+            .map(|args| args.trim_end_matches(')').replace(' ', ""))
+            .collect();
+        let want: Vec<String> = TRIPLES
+            .iter()
+            .map(|&(ab, c, wide)| {
+                let (sab, sc) = (kernel_suffix(ab), kernel_suffix(c));
+                let ty = |s: &str| format!("GGML_TYPE_{}", s.to_ascii_uppercase());
+                format!("{sab}_{sc},{},{},{wide}", ty(&sab), ty(&sc))
+            })
+            .collect();
+        assert_eq!(found, want);
     }
 }

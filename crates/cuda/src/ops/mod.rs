@@ -43,7 +43,7 @@ pub use gemm_wgmma::{
 pub use kv_cache::{BlockTable, KvCache, KvFormat, KvPagesArg, KvPool};
 pub use mmq::{Mmq, MmqOrder, MmqTile, MMQ_BK, MMQ_MAX_SPLITS, MMQ_SPLIT_TILES, MMQ_TILES};
 pub(crate) use mmvq::MMVQ_MAX_COLS;
-pub use mmvq::{Mmvq, PairOut, QuantMatrix};
+pub use mmvq::{Mmvq, PairOut, QuantMatrix, TRIPLES};
 pub use mmvq_mma::{MmvqMma, MMA_MV_MAX_ROWS};
 pub(crate) use moe_decode::MOE_DECODE_MAX_TOKENS;
 pub use moe_decode::{MoeDecode, MoeDecodeWork};

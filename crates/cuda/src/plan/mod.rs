@@ -258,6 +258,12 @@ impl Plan {
         self.switches.fuse && width.is_multiple_of(32)
     }
 
+    /// Whether one token's q/k pair takes v's mat-vec into its launch (`FERROLM_QKV_ONE=1`, a
+    /// decode fusion: off under `FERROLM_CUDA_FUSE=0`), where `Mmvq::triple` has a kernel.
+    pub fn qkv_one(&self, rows: usize) -> bool {
+        self.switches.qkv_one && self.pair_matvec(rows)
+    }
+
     /// Whether two mat-vecs of one format over `rows` activation rows share a launch.
     pub fn pair_matvec(&self, rows: usize) -> bool {
         self.switches.fuse && rows == 1

@@ -29,6 +29,10 @@ pub struct Switches {
     /// Off by default until a device run has checked and measured it (written in session 24
     /// without one).
     pub rope_store: bool,
+    /// `FERROLM_QKV_ONE=1`: among the decode fusions, one token's q, k and v products in one
+    /// launch (the q/k pair's blocks and v's), where the pair would run. Off by default until
+    /// a device run has checked and measured it (written in session 24 without one).
+    pub qkv_one: bool,
     /// `FERROLM_CUDA_GRAPH`: decode steps replayed as CUDA graphs.
     pub graphs: bool,
     /// `FERROLM_ATTN_MMA`: prefill attention forced onto the tensor-core kernel (`Some(true)`)
@@ -148,6 +152,7 @@ impl Default for Switches {
             fuse: true,
             norm_route: true,
             rope_store: false,
+            qkv_one: false,
             graphs: true,
             attn_mma: None,
             attn_ggml_small: true,
@@ -287,6 +292,7 @@ impl Switches {
             fuse: flag(env, "FERROLM_CUDA_FUSE", true)?,
             norm_route: flag(env, "FERROLM_NORM_ROUTE", true)?,
             rope_store: flag(env, "FERROLM_ROPE_STORE", false)?,
+            qkv_one: flag(env, "FERROLM_QKV_ONE", false)?,
             graphs: flag(env, "FERROLM_CUDA_GRAPH", true)?,
             attn_mma: forced(env, "FERROLM_ATTN_MMA", true)?,
             attn_ggml_small,
@@ -366,7 +372,7 @@ impl fmt::Display for Switches {
         let moe_pairs = count_or_auto(self.moe_mma_pairs);
         let decode_rows = count_or_auto(self.f16_decode_rows);
         let decode_splits = count_or_auto(self.f16_decode_splits);
-        let lines: [(&str, &str, &str); 38] = [
+        let lines: [(&str, &str, &str); 39] = [
             (
                 "FERROLM_CUDA_MMQ",
                 bit(self.mmq),
@@ -382,6 +388,11 @@ impl fmt::Display for Switches {
                 "FERROLM_ROPE_STORE",
                 bit(self.rope_store),
                 "the KV store in the RoPE launch",
+            ),
+            (
+                "FERROLM_QKV_ONE",
+                bit(self.qkv_one),
+                "one token's q, k and v in one launch",
             ),
             (
                 "FERROLM_CUDA_GRAPH",

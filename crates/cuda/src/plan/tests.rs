@@ -131,7 +131,7 @@ fn tile_names() {
 #[test]
 fn display_prints_every_switch() {
     let text = plan(&[("FERROLM_MMQ_TILE", "128x64")]).to_string();
-    assert_eq!(text.lines().count(), 40, "{text}");
+    assert_eq!(text.lines().count(), 41, "{text}");
     assert!(text.contains("132 SMs, cc 9.0"));
     assert!(text
         .lines()
@@ -736,6 +736,10 @@ fn kv_block_is_a_power_of_two_from_the_switch() {
     assert!(plan(&[("FERROLM_ROPE_STORE", "1")]).rope_store());
     let unfused = [("FERROLM_ROPE_STORE", "1"), ("FERROLM_CUDA_FUSE", "0")];
     assert!(!plan(&unfused).rope_store());
+    assert!(!plan(&[]).qkv_one(1));
+    assert!(plan(&[("FERROLM_QKV_ONE", "1")]).qkv_one(1));
+    assert!(!plan(&[("FERROLM_QKV_ONE", "1")]).qkv_one(2));
+    assert!(!plan(&[("FERROLM_QKV_ONE", "1"), ("FERROLM_CUDA_FUSE", "0")]).qkv_one(1));
     assert!(!plan(&[]).pinned_logits());
     assert!(plan(&[("FERROLM_PINNED_LOGITS", "1")]).pinned_logits());
     assert!(err(&[("FERROLM_PINNED_LOGITS", "yes")]).contains("FERROLM_PINNED_LOGITS"));
