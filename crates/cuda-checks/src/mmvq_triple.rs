@@ -11,6 +11,10 @@ use rand::rngs::StdRng;
 
 pub fn all(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) -> Result<Vec<Row>> {
     let mut rows = Vec::new();
+    // Staged activations (FERROLM_MMVQ_STAGE=1): the triple declines, the pair runs.
+    if plan.launch_mode().stage_activations {
+        return Ok(rows);
+    }
     // qwen3-8b's q, k, v (4096 / 1024 / 1024 of 4096), and rows that are not whole blocks.
     for (ab, c, wide_c) in TRIPLES {
         for (ra, rb, rc, cols) in [(4096, 1024, 1024, 4096), (1030, 258, 130, 2048)] {
