@@ -544,11 +544,7 @@ impl Backend for CudaBackend {
         if q.rows == 0 {
             return Ok(());
         }
-        let sm = AttnSoftmax {
-            scale: shape.scale(),
-            window,
-            sinks: sinks.map(CudaWeight::vector),
-        };
+        let sm = attn_softmax(shape, window, sinks);
         crate::profile::span(self.dev.stream(), "attention", || {
             self.try_attention(seqs, layer, q, k, v, inp, shape, sm, out)
         })
@@ -577,11 +573,7 @@ impl Backend for CudaBackend {
                     if let Some(s) = rot.q_scale {
                         self.scale(q, s)?;
                     }
-                    let sm = AttnSoftmax {
-                        scale: shape.scale(),
-                        window,
-                        sinks: sinks.map(CudaWeight::vector),
-                    };
+                    let sm = attn_softmax(shape, window, sinks);
                     let (qb, kb, vb, pos) = (q.buf(), k.buf(), v.buf(), inp.positions());
                     return crate::profile::span(self.dev.stream(), "attention", || {
                         self.attend(
@@ -687,6 +679,19 @@ impl Backend for CudaBackend {
     /// A plain copy (dumps and tests); a pass's logits take [`Self::rows_to_host`].
     fn to_host(&self, x: &CudaAct) -> Result<Vec<f32>> {
         self.dev.download_prefix(x.buf(), x.rows * x.width)
+    }
+}
+
+/// Attention's softmax arguments for a layer of `shape`, its window and sinks.
+fn attn_softmax<'a>(
+    shape: AttnShape,
+    window: Option<usize>,
+    sinks: Option<&'a CudaWeight>,
+) -> AttnSoftmax<'a> {
+    AttnSoftmax {
+        scale: shape.scale(),
+        window,
+        sinks: sinks.map(CudaWeight::vector),
     }
 }
 

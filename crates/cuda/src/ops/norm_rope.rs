@@ -363,9 +363,7 @@ impl NormRope {
     ) -> Option<Result<()>> {
         let sh = QkRope::new(q.len(), k.len(), positions.len(), head_dim, rope.base);
         let n = wq.len();
-        let (width_q, width_k) = (sh.width_q as usize, sh.width_k as usize);
-        let whole_heads = n == wk.len() && n.is_multiple_of(head_dim);
-        if !whole_heads || !width_q.is_multiple_of(n) || !width_k.is_multiple_of(n) {
+        if !sh.whole_head_groups(n, wk.len()) {
             return None;
         }
         let f = match rope.mode {
@@ -464,9 +462,7 @@ impl NormRope {
             }
             Some((wq, wk, eps)) => {
                 let n = wq.len();
-                let (width_q, width_k) = (sh.width_q as usize, sh.width_k as usize);
-                let whole_heads = n == wk.len() && n.is_multiple_of(head_dim);
-                if !whole_heads || !width_q.is_multiple_of(n) || !width_k.is_multiple_of(n) {
+                if !sh.whole_head_groups(n, wk.len()) {
                     return None;
                 }
                 let ni = int(n, "norm group");
@@ -519,6 +515,15 @@ impl QkRope {
             head_dim: int(head_dim, "head_dim"),
             theta_scale: theta_scale(base, head_dim),
         }
+    }
+
+    /// Whether norm weights of `n_q` and `n_k` floats group both rows into whole heads, as
+    /// the fused norm + rotation kernels take them: one length, a multiple of `head_dim`,
+    /// dividing both widths.
+    fn whole_head_groups(&self, n_q: usize, n_k: usize) -> bool {
+        let (wq, wk) = (self.width_q as usize, self.width_k as usize);
+        let hd = self.head_dim as usize;
+        n_q == n_k && n_q.is_multiple_of(hd) && wq.is_multiple_of(n_q) && wk.is_multiple_of(n_q)
     }
 }
 
