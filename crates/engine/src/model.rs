@@ -38,7 +38,7 @@ enum Exec<'a> {
 /// A pass's logits as the runner that made them returns them; derefs to `[rows][n_vocab]`.
 pub(crate) enum PassLogits {
     Cpu(Vec<f32>),
-    /// The GPU's host buffer (page-locked unless the plan says otherwise), which goes back to
+    /// The GPU's host buffer (page-locked where the plan says so), which goes back to
     /// its runner through [`Model::recycle_logits`].
     Cuda(HostLogits),
 }
