@@ -121,7 +121,7 @@ impl CudaBackend {
 
     /// The first `rows` rows of `x` (a padded batch's logits without the padding), timed as
     /// the `to_host` stage, into page-locked memory where the plan says so
-    /// (`FERROLM_PINNED_LOGITS=1`), else pageable.
+    /// (`FERROLM_PINNED_LOGITS`, the default), else pageable.
     pub(super) fn rows_to_host(&self, x: &CudaAct, rows: usize) -> Result<HostLogits> {
         let locked = self.plan.pinned_logits();
         let mut host = self.host_logits.take(rows * x.width, locked);

@@ -258,8 +258,8 @@ impl Plan {
         self.switches.fuse && width.is_multiple_of(32)
     }
 
-    /// Whether one token's q/k pair takes v's mat-vec into its launch (`FERROLM_QKV_ONE=1`, a
-    /// decode fusion: off under `FERROLM_CUDA_FUSE=0`), where `Mmvq::triple` has a kernel.
+    /// Whether one token's q/k pair takes v's mat-vec into its launch (`FERROLM_QKV_ONE`, on by
+    /// default; a decode fusion: off under `FERROLM_CUDA_FUSE=0`), where `Mmvq::triple` has a kernel.
     pub fn qkv_one(&self, rows: usize) -> bool {
         self.switches.qkv_one && self.pair_matvec(rows)
     }
@@ -671,7 +671,7 @@ impl Plan {
     }
 
     /// Whether a pass's logits come to the host through page-locked memory
-    /// (`FERROLM_PINNED_LOGITS=1`; off by default until measured on the device).
+    /// (`FERROLM_PINNED_LOGITS`, on by default; `=0`: pageable).
     pub fn pinned_logits(&self) -> bool {
         self.switches.pinned_logits
     }

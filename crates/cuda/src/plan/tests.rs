@@ -736,12 +736,12 @@ fn kv_block_is_a_power_of_two_from_the_switch() {
     assert!(plan(&[("FERROLM_ROPE_STORE", "1")]).rope_store());
     let unfused = [("FERROLM_ROPE_STORE", "1"), ("FERROLM_CUDA_FUSE", "0")];
     assert!(!plan(&unfused).rope_store());
-    assert!(!plan(&[]).qkv_one(1));
-    assert!(plan(&[("FERROLM_QKV_ONE", "1")]).qkv_one(1));
-    assert!(!plan(&[("FERROLM_QKV_ONE", "1")]).qkv_one(2));
-    assert!(!plan(&[("FERROLM_QKV_ONE", "1"), ("FERROLM_CUDA_FUSE", "0")]).qkv_one(1));
-    assert!(!plan(&[]).pinned_logits());
-    assert!(plan(&[("FERROLM_PINNED_LOGITS", "1")]).pinned_logits());
+    assert!(plan(&[]).qkv_one(1));
+    assert!(!plan(&[("FERROLM_QKV_ONE", "0")]).qkv_one(1));
+    assert!(!plan(&[]).qkv_one(2));
+    assert!(!plan(&[("FERROLM_CUDA_FUSE", "0")]).qkv_one(1));
+    assert!(plan(&[]).pinned_logits());
+    assert!(!plan(&[("FERROLM_PINNED_LOGITS", "0")]).pinned_logits());
     assert!(err(&[("FERROLM_PINNED_LOGITS", "yes")]).contains("FERROLM_PINNED_LOGITS"));
     for bad in ["8", "48", "many"] {
         assert!(err(&[("FERROLM_KV_BLOCK", bad)]).contains("FERROLM_KV_BLOCK"));
