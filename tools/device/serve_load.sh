@@ -25,6 +25,6 @@ for max_tokens in 128 128 128 512; do
   python3 crates/cli/tests/serve/openai_client.py $url/v1 "$ID" stream_load 64 $max_tokens 100
 done
 python3 -c "import urllib.request as u; print(u.urlopen('$url/metrics').read().decode())" \
-  | grep -E '^ferrolm_(batch_(steps|step_rows|step_seconds_(sum|count)|forward_seconds_(sum|count))|kv_blocks|time_to_first_token_seconds_(sum|count))'
+  | grep -E '^ferrolm_(batch_(steps|step_rows|step_seconds_(sum|count)|sample_seconds_(sum|count)|forward_seconds_(sum|count))|kv_blocks|time_to_first_token_seconds_(sum|count))'
 kill $SP
 wait $SP 2>/dev/null

@@ -54,14 +54,39 @@ pub struct Sampler {
     history: Vec<u32>,
 }
 
+/// The first index of the largest value (NaNs passed over, unless the first is one: then 0),
+/// as a walk keeping the best so far would find it. In two passes the compiler vectorizes,
+/// the maximum over eight lanes, then the first index holding it: a server samples a
+/// vocabulary's worth of logits for every sequence of every step.
 pub fn argmax(logits: &[f32]) -> u32 {
-    let mut best = 0;
-    for (i, &v) in logits.iter().enumerate() {
-        if v > logits[best] {
-            best = i;
+    const LANES: usize = 8;
+    let Some(&first) = logits.first() else {
+        return 0;
+    };
+    if first.is_nan() {
+        return 0;
+    }
+    // `if v > m { v } else { m }`: NaN never replaces, and ±0 keep the first seen, as the walk.
+    let keep_greater = |m: f32, v: f32| if v > m { v } else { m };
+    let mut lanes = [first; LANES];
+    let chunks = logits.chunks_exact(LANES);
+    let tail = chunks.remainder();
+    for c in chunks {
+        for (l, &v) in lanes.iter_mut().zip(c) {
+            *l = keep_greater(*l, v);
         }
     }
-    best as u32
+    let max = tail
+        .iter()
+        .chain(&lanes)
+        .fold(first, |m, &v| keep_greater(m, v));
+    // The first index holding the maximum (-0 == +0: the first of either, as the walk).
+    let chunk = logits
+        .chunks(LANES)
+        .position(|c| c.iter().fold(false, |hit, &v| hit | (v == max)))
+        .expect("the maximum is one of the values");
+    let at = logits[chunk * LANES..].iter().position(|&v| v == max);
+    (chunk * LANES + at.expect("in this chunk")) as u32
 }
 
 impl Sampler {
@@ -86,6 +111,28 @@ impl Sampler {
     /// As [`Self::sample`], choosing only among the tokens `mask` allows.
     pub fn sample_masked(&mut self, logits: &[f32], mask: Option<&TokenMask>) -> u32 {
         self.sample_in_place(&mut logits.to_vec(), mask)
+    }
+
+    /// The greedy choice read from `logits` as they are, where the sampler itself would not
+    /// change them (temperature 0, no repetition penalty) and the choice is not one of
+    /// `banned` (tokens the caller would have set to -inf): the same token as
+    /// [`Self::sample_in_place`] after the caller's bans, without copying the logits. `None`:
+    /// sample the usual way.
+    pub fn greedy_unchanged(
+        &mut self,
+        logits: &[f32],
+        banned: impl Iterator<Item = u32>,
+    ) -> Option<u32> {
+        if self.cfg.temperature > 0.0 || self.cfg.repeat_penalty != 1.0 {
+            return None;
+        }
+        let token = argmax(logits);
+        let mut banned = banned;
+        if banned.any(|b| b == token) {
+            return None;
+        }
+        self.history.push(token);
+        Some(token)
     }
 
     /// As [`Self::sample_masked`] without a copy: the repetition penalty and the mask are
@@ -199,6 +246,73 @@ mod tests {
     fn greedy_is_argmax() {
         let mut s = Sampler::new(SamplerConfig::greedy());
         assert_eq!(s.sample(&logits()), 1);
+    }
+
+    /// The walk the vectorized [`argmax`] must agree with: the best so far replaced only by
+    /// a larger value.
+    fn walk_argmax(logits: &[f32]) -> u32 {
+        let mut best = 0;
+        for (i, &v) in logits.iter().enumerate() {
+            if v > logits[best] {
+                best = i;
+            }
+        }
+        best as u32
+    }
+
+    #[test]
+    fn argmax_agrees_with_the_walk_on_ties_nans_zeros_and_tails() {
+        let mut rng = StdRng::seed_from_u64(5);
+        // Few distinct values, so ties are common; NaN, infinities and both zeros among them.
+        let values = [
+            -1.0,
+            0.0,
+            -0.0,
+            1.0,
+            2.0,
+            f32::NAN,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+        ];
+        for len in 0..70 {
+            for _ in 0..200 {
+                let v: Vec<f32> = (0..len)
+                    .map(|_| values[rng.gen_range(0..values.len())])
+                    .collect();
+                assert_eq!(argmax(&v), walk_argmax(&v), "{v:?}");
+            }
+        }
+        let big: Vec<f32> = (0..151_936)
+            .map(|i| ((i * 7919) % 100_003) as f32)
+            .collect();
+        assert_eq!(argmax(&big), walk_argmax(&big));
+    }
+
+    #[test]
+    fn greedy_unchanged_is_the_copying_path_or_declines() {
+        let mut fast = Sampler::new(SamplerConfig::greedy());
+        let mut copying = Sampler::new(SamplerConfig::greedy());
+        let mut l = logits();
+        // No ban: the argmax, recorded in the history as sampling records it.
+        assert_eq!(fast.greedy_unchanged(&l, std::iter::empty()), Some(1));
+        assert_eq!(copying.sample_in_place(&mut l, None), 1);
+        assert_eq!(fast.history, copying.history);
+        // The choice banned: declined, nothing recorded (the caller samples a copy).
+        assert_eq!(fast.greedy_unchanged(&logits(), [4, 1].into_iter()), None);
+        assert_eq!(fast.history, [1]);
+        // A ban elsewhere does not matter.
+        assert_eq!(fast.greedy_unchanged(&logits(), [5].into_iter()), Some(1));
+        // The sampler would change the logits: declined.
+        let penalty = SamplerConfig {
+            repeat_penalty: 1.1,
+            ..SamplerConfig::greedy()
+        };
+        let drawn = SamplerConfig::default();
+        for cfg in [penalty, drawn] {
+            let mut s = Sampler::new(cfg);
+            assert_eq!(s.greedy_unchanged(&logits(), std::iter::empty()), None);
+            assert!(s.history.is_empty());
+        }
     }
 
     #[test]

@@ -99,6 +99,8 @@ pub struct Metrics {
     pub forward_decode_seconds: Histogram,
     /// The forward pass of a step with prompt rows too.
     pub forward_mixed_seconds: Histogram,
+    /// A step's sampling: every sequence's next token chosen, its text decoded and sent.
+    pub sample_seconds: Histogram,
     /// Finished HTTP requests by endpoint and status code.
     requests: Mutex<BTreeMap<(String, u16), u64>>,
     pub request_seconds: Histogram,
@@ -124,6 +126,7 @@ impl Metrics {
             step_seconds: Histogram::new(STEP_SECONDS),
             forward_decode_seconds: Histogram::new(STEP_SECONDS),
             forward_mixed_seconds: Histogram::new(STEP_SECONDS),
+            sample_seconds: Histogram::new(STEP_SECONDS),
             requests: Mutex::new(BTreeMap::new()),
             request_seconds: Histogram::new(SECONDS),
             first_token_seconds: Histogram::new(SECONDS),
@@ -252,6 +255,11 @@ impl Metrics {
             "ferrolm_batch_step_seconds",
             "A scheduler step: planning, the forward pass, sampling and streaming.",
         );
+        self.sample_seconds.render(
+            &mut out,
+            "ferrolm_batch_sample_seconds",
+            "A scheduler step's sampling: every sequence's next token chosen and streamed.",
+        );
         let name = "ferrolm_batch_forward_seconds";
         let _ = writeln!(
             out,
@@ -280,6 +288,7 @@ mod tests {
         m.count_request("/v1/completions", 200);
         m.step_seconds.observe(0.003);
         m.forward_mixed_seconds.observe(0.02);
+        m.sample_seconds.observe(0.001);
         let text = m.render();
         assert!(
             text.contains("ferrolm_requests_total{endpoint=\"/v1/completions\",code=\"200\"} 2")
@@ -291,6 +300,7 @@ mod tests {
         // Step histograms have their own, millisecond bounds.
         assert!(text.contains("ferrolm_batch_step_seconds_bucket{le=\"0.002\"} 0"));
         assert!(text.contains("ferrolm_batch_step_seconds_bucket{le=\"0.004\"} 1"));
+        assert!(text.contains("ferrolm_batch_sample_seconds_bucket{le=\"0.002\"} 1"));
         assert!(text.contains("ferrolm_batch_forward_seconds_bucket{kind=\"mixed\",le=\"0.02\"} 1"));
         assert!(text.contains("ferrolm_batch_forward_seconds_count{kind=\"decode\"} 0"));
     }

@@ -598,6 +598,7 @@ impl Scheduler {
         // Each sequence samples from its own logits: on all cores, since at many sequences
         // a step's sampling on one thread would take as long as a GPU's forward pass.
         let tok = self.engine.tok;
+        let sampling_started = Instant::now();
         let finished: Vec<(usize, FinishReason)> = self
             .slots
             .par_iter_mut()
@@ -608,6 +609,9 @@ impl Scheduler {
                 seq.on_logits((*l)?, tok).map(|r| (i, r))
             })
             .collect();
+        self.metrics
+            .sample_seconds
+            .observe(sampling_started.elapsed().as_secs_f64());
         // The logits buffer goes back to the model for the next step before the finished
         // sequences' last events.
         drop(step_logits);

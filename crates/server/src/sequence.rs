@@ -128,6 +128,37 @@ impl Sequence {
     /// Samples from this step's logits and streams the token. `Some` when the sequence is
     /// done (its `Done` event is then sent by the scheduler).
     pub fn on_logits(&mut self, step_logits: &[f32], tok: &Tokenizer) -> Option<FinishReason> {
+        let (next, logprob) = match self.greedy_unchanged(step_logits, tok) {
+            Some(next) => (next, None),
+            None => match self.sample_copy(step_logits, tok) {
+                Ok(chosen) => chosen,
+                Err(e) => return self.fail(e),
+            },
+        };
+        self.after_sample(next, logprob, tok)
+    }
+
+    /// Greedy decoding with nothing that changes the logits first (no penalties, grammar or
+    /// log-probabilities; `ignore_eos`'s ban checked against the choice) reads the step's
+    /// logits in place: the same token as [`Self::sample_copy`], without copying a
+    /// vocabulary's worth of floats a sequence a step.
+    fn greedy_unchanged(&mut self, step_logits: &[f32], tok: &Tokenizer) -> Option<u32> {
+        let p = &self.job.params;
+        let penalised = p.presence_penalty != 0.0 || p.frequency_penalty != 0.0;
+        if self.constrained.is_some() || p.logprobs.is_some() || penalised {
+            return None;
+        }
+        let banned = tok.eog_ids().filter(|_| p.ignore_eos);
+        self.sampler.greedy_unchanged(step_logits, banned)
+    }
+
+    /// The next token and its log-probabilities from a copy of the step's logits, changed by
+    /// the penalties, `ignore_eos` and the grammar's mask.
+    fn sample_copy(
+        &mut self,
+        step_logits: &[f32],
+        tok: &Tokenizer,
+    ) -> Result<(u32, Option<TokenLogprob>), ConstraintError> {
         let mut logits = std::mem::take(&mut self.scratch);
         logits.clear();
         logits.extend_from_slice(step_logits);
@@ -151,7 +182,10 @@ impl Sequence {
         }) {
             None => None,
             Some(Ok(mask)) => Some(mask),
-            Some(Err(e)) => return self.fail(e),
+            Some(Err(e)) => {
+                self.scratch = logits;
+                return Err(e);
+            }
         };
         // Log-probabilities are the model's, before the sampler's own penalty and the mask:
         // only then does the sampler need a copy to change.
@@ -166,6 +200,16 @@ impl Sequence {
             ),
         };
         self.scratch = logits;
+        Ok((next, logprob))
+    }
+
+    /// The sampled token committed: grammar, counts, text, stop strings and limits.
+    fn after_sample(
+        &mut self,
+        next: u32,
+        logprob: Option<TokenLogprob>,
+        tok: &Tokenizer,
+    ) -> Option<FinishReason> {
         self.first_token_at.get_or_insert_with(Instant::now);
         if tok.is_eog(next) {
             return Some(FinishReason::Stop);
