@@ -163,20 +163,17 @@ impl CudaBackend {
             return Ok(false);
         }
         let (hd, rope, factors) = (rot.head_dim, &rot.rope, rot.factors);
-        let table = self.rope_table(inp, hd, rope, factors)?;
-        let args = RopeArgs {
-            table: table.as_deref(),
-            ..rope_args(rope, factors)
-        };
         let norms = rot
             .norms
             .map(|(qn, kn)| (qn.vector(), kn.vector(), rot.eps));
-        let ran = crate::profile::span(self.dev.stream(), "rope_store", || {
-            let (qb, kb, pos) = (q.buf_mut(), k.buf_mut(), inp.positions());
-            self.k
-                .norm_rope
-                .rope_qk_store(qb, kb, v.buf(), norms, hd, pos, &args, kv)
-                .transpose()
+        let ran = self.with_rope(inp, hd, rope, factors, |args| {
+            crate::profile::span(self.dev.stream(), "rope_store", || {
+                let (qb, kb, pos) = (q.buf_mut(), k.buf_mut(), inp.positions());
+                self.k
+                    .norm_rope
+                    .rope_qk_store(qb, kb, v.buf(), norms, hd, pos, args, kv)
+                    .transpose()
+            })
         })?;
         Ok(ran.is_some())
     }
@@ -230,6 +227,23 @@ impl CudaBackend {
             self.acts.clone(),
             self.bytes.clone(),
         ))
+    }
+
+    /// `f` with the kernels' RoPE arguments for this rotation, the pass's table among them
+    /// where the plan takes tables ([`Self::rope_table`]).
+    fn with_rope<R>(
+        &self,
+        inp: &CudaInputs,
+        head_dim: usize,
+        rope: &ModelRope,
+        factors: Option<&CudaWeight>,
+        f: impl FnOnce(&RopeArgs<'_>) -> Result<R>,
+    ) -> Result<R> {
+        let table = self.rope_table(inp, head_dim, rope, factors)?;
+        f(&RopeArgs {
+            table: table.as_deref(),
+            ..rope_args(rope, factors)
+        })
     }
 
     /// The pass's RoPE table for this rotation (made now if the pass has none yet), or `None`
@@ -446,15 +460,12 @@ impl Backend for CudaBackend {
         if x.rows == 0 {
             return Ok(());
         }
-        let table = self.rope_table(inp, head_dim, rope, factors)?;
-        let args = RopeArgs {
-            table: table.as_deref(),
-            ..rope_args(rope, factors)
-        };
-        crate::profile::span(self.dev.stream(), "rope", || {
-            self.k
-                .norm_rope
-                .rope(x.buf_mut(), head_dim, inp.positions(), &args)
+        self.with_rope(inp, head_dim, rope, factors, |args| {
+            crate::profile::span(self.dev.stream(), "rope", || {
+                self.k
+                    .norm_rope
+                    .rope(x.buf_mut(), head_dim, inp.positions(), args)
+            })
         })
     }
 
@@ -474,15 +485,13 @@ impl Backend for CudaBackend {
         if q.rows == 0 {
             return Ok(());
         }
-        let table = self.rope_table(inp, head_dim, rope, factors)?;
-        let args = RopeArgs {
-            table: table.as_deref(),
-            ..rope_args(rope, factors)
-        };
-        crate::profile::span(self.dev.stream(), "rope", || {
-            self.k
-                .norm_rope
-                .rope_qk(q.buf_mut(), k.buf_mut(), head_dim, inp.positions(), &args)
+        self.with_rope(inp, head_dim, rope, factors, |args| {
+            crate::profile::span(self.dev.stream(), "rope", || {
+                let (qb, kb) = (q.buf_mut(), k.buf_mut());
+                self.k
+                    .norm_rope
+                    .rope_qk(qb, kb, head_dim, inp.positions(), args)
+            })
         })
     }
 
@@ -509,18 +518,15 @@ impl Backend for CudaBackend {
         if q.rows == 0 {
             return Ok(());
         }
-        let table = self.rope_table(inp, head_dim, rope, factors)?;
-        let args = RopeArgs {
-            table: table.as_deref(),
-            ..rope_args(rope, factors)
-        };
-        let r = crate::profile::span(self.dev.stream(), "qk_norm_rope", || {
-            let (wq, wk) = (q_norm.vector(), k_norm.vector());
-            let (qb, kb) = (q.buf_mut(), k.buf_mut());
-            self.k
-                .norm_rope
-                .qk_norm_rope(qb, wq, kb, wk, eps, head_dim, inp.positions(), &args)
-                .transpose()
+        let r = self.with_rope(inp, head_dim, rope, factors, |args| {
+            crate::profile::span(self.dev.stream(), "qk_norm_rope", || {
+                let (wq, wk) = (q_norm.vector(), k_norm.vector());
+                let (qb, kb) = (q.buf_mut(), k.buf_mut());
+                self.k
+                    .norm_rope
+                    .qk_norm_rope(qb, wq, kb, wk, eps, head_dim, inp.positions(), args)
+                    .transpose()
+            })
         })?;
         match r {
             Some(()) => Ok(()),
