@@ -5,12 +5,7 @@
 # per-token kernel table. Usage, from the repo root, with .device-carry/ holding ferrolm.xz
 # (the stripped release binary, xz-compressed) and llama.tar.xz (../shared/bench's archive):
 #   bash tools/device/decode_fusions_check.sh
-D=.device-carry; T=tools/device; M=target/device-models; L=target/anchor/bin
-mkdir -p /tmp/bin $L $M
-xz -d -c $D/ferrolm.xz > /tmp/bin/ferrolm && chmod +x /tmp/bin/ferrolm
-[ -x $L/llama-bench ] || tar xJf $D/llama.tar.xz -C $L
-B=/tmp/bin/ferrolm
-export FERROLM_CACHE=/tmp/ferrolm-cache
+source tools/device/carried.sh
 ls -l $M
 ( [ -f $M/g.gguf ] || timeout 200 $B synth --preset gpt-oss-20b --type mxfp4_moe -o $M/g.gguf > $OUT/synth-g.txt 2>&1
   [ -f $M/o.gguf ] || timeout 120 $B synth --preset olmoe-1b-7b --type q4_k_m -o $M/o.gguf > $OUT/synth-o.txt 2>&1 ) &

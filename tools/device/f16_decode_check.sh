@@ -8,12 +8,7 @@
 # xz-compressed) and llama.tar.xz (../shared/bench's archive):
 #   bash tools/device/f16_decode_check.sh
 # SKIP_PARITY=1: benches only; EXTRA="FERROLM_X=.. ...": more ferrolm settings to bench.
-D=.device-carry; T=tools/device; M=target/device-models; L=target/anchor/bin; BD=target/dev-bin
-mkdir -p $BD $L $M
-xz -d -c $D/ferrolm.xz > $BD/ferrolm && chmod +x $BD/ferrolm
-[ -x $L/llama-bench ] || tar xJf $D/llama.tar.xz -C $L
-B=$BD/ferrolm
-export FERROLM_CACHE=/tmp/ferrolm-cache
+source tools/device/carried.sh
 NPL=${NPL:-1,8,16,32,64}
 ( [ -s $M/qwen3-8b.gguf ] || $B synth --preset qwen3-8b --type q4_k_m -o $M/qwen3-8b.gguf > $OUT/synth-q.txt 2>&1
   [ -s $M/olmoe.gguf ] || $B synth --preset olmoe-1b-7b --type q4_k_m --vocab bpe -o $M/olmoe.gguf > $OUT/synth-o.txt 2>&1 ) &

@@ -9,12 +9,7 @@
 # (synth q4_k_m) in llama-bench and ferrolm bench with each setting.
 # Usage, from the repo root, .device-carry/ holding ferrolm.xz and llama.tar.xz:
 #   bash tools/device/launch_fusions_check.sh
-D=.device-carry; T=tools/device; M=target/device-models; L=target/anchor/bin; BD=target/dev-bin
-mkdir -p $BD $L $M
-xz -d -c $D/ferrolm.xz > $BD/ferrolm && chmod +x $BD/ferrolm
-[ -x $L/llama-bench ] || tar xJf $D/llama.tar.xz -C $L
-B=$BD/ferrolm
-export FERROLM_CACHE=/tmp/ferrolm-cache
+source tools/device/carried.sh
 ( for p in qwen3-8b olmoe-1b-7b smollm2-1.7b; do
     [ -s $M/$p.gguf ] || $B synth --preset $p --type q4_k_m -o $M/$p.gguf > $OUT/synth-$p.txt 2>&1
   done ) &

@@ -10,11 +10,7 @@
 # carry the wheels in a next call (the BPE file is made in this one and kept while warm).
 # Usage, from the repo root, .device-carry/ holding ferrolm.xz and llama.tar.xz:
 #   bash tools/device/pinned_logits_check.sh
-D=.device-carry; T=tools/device; M=target/device-models; L=target/anchor/bin; BD=target/dev-bin
-export FERROLM_CACHE=/tmp/ferrolm-cache
-mkdir -p $BD $L $M && xz -d -c $D/ferrolm.xz > $BD/ferrolm && chmod +x $BD/ferrolm
-[ -x $L/llama-bench ] || tar xJf $D/llama.tar.xz -C $L
-B=$BD/ferrolm
+source tools/device/carried.sh
 ( [ -s $M/qwen3-8b.gguf ] || $B synth --preset qwen3-8b --type q4_k_m -o $M/qwen3-8b.gguf > $OUT/synth-q.txt 2>&1
   [ -s $M/olmoe-1b-7b.gguf ] || $B synth --preset olmoe-1b-7b --type q4_k_m -o $M/olmoe-1b-7b.gguf > $OUT/synth-o.txt 2>&1 ) &
 SP=$!
