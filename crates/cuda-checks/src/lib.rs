@@ -17,6 +17,7 @@ mod checks;
 mod elementwise;
 mod f32kv_checks;
 mod gemm_f16;
+mod greedy;
 mod kv_checks;
 mod mmq;
 mod mmq_time;

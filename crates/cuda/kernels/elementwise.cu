@@ -124,3 +124,95 @@ extern "C" __global__ void round_q8_0_f32(float *__restrict__ x, int n) {
         __syncwarp(); // the block is reused by the next step
     }
 }
+
+// A row's best so far: value and index (GREEDY_NONE: no value seen yet).
+#define GREEDY_NONE 0xffffffffu
+struct GreedyBest {
+    float v;
+    uint32_t i;
+};
+
+// The larger of two partial bests, the lower index on a tie (-0 == +0, as the host's walk: the
+// first index holding the maximum).
+static __device__ __forceinline__ GreedyBest greedy_better(GreedyBest a, GreedyBest b) {
+    if (a.i == GREEDY_NONE) {
+        return b;
+    }
+    if (b.i == GREEDY_NONE || a.v > b.v) {
+        return a;
+    }
+    if (b.v > a.v) {
+        return b;
+    }
+    return a.i < b.i ? a : b;
+}
+
+static __device__ __forceinline__ GreedyBest greedy_warp(GreedyBest x) {
+#pragma unroll
+    for (int offset = WARP_SIZE / 2; offset > 0; offset >>= 1) {
+        GreedyBest o;
+        o.v = __shfl_xor_sync(FULL_MASK, x.v, offset);
+        o.i = __shfl_xor_sync(FULL_MASK, x.i, offset);
+        x = greedy_better(x, o);
+    }
+    return x;
+}
+
+// The block's best, every thread's partial given; the result in every thread. `red` holds a
+// partial a warp.
+static __device__ __forceinline__ GreedyBest greedy_block(GreedyBest x, GreedyBest *red) {
+    const int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE;
+    x = greedy_warp(x);
+    if (lane == 0) {
+        red[warp] = x;
+    }
+    __syncthreads();
+    GreedyBest b = {0.0f, GREEDY_NONE};
+    for (int w = 0; w < (int)(blockDim.x / WARP_SIZE); ++w) {
+        b = greedy_better(b, red[w]); // in warp order: the same result in every thread
+    }
+    return b;
+}
+
+// Greedy choices of each row of x ([rows][width], a block a row): the first index of the
+// row's largest value, NaNs passed over, 0 where the row starts with NaN (the host's argmax,
+// ferrolm-engine's sampler), over the row as it is (picks[2r]) and with the n_banned ids of
+// `banned` taken as -inf (picks[2r + 1]: an ignore_eos request's choice). Exact: compares
+// only. Block GREEDY_THREADS threads.
+#define GREEDY_THREADS 256
+extern "C" __global__ void __launch_bounds__(GREEDY_THREADS)
+    greedy_rows_f32(const float *__restrict__ x, uint32_t *__restrict__ picks, int width,
+                    const uint32_t *__restrict__ banned, int n_banned) {
+    dependent_launch_entry();
+    __shared__ GreedyBest red[2][GREEDY_THREADS / WARP_SIZE];
+    const float *row = x + (size_t)blockIdx.x * width;
+    GreedyBest best = {0.0f, GREEDY_NONE}, allowed = {0.0f, GREEDY_NONE};
+    for (int i = threadIdx.x; i < width; i += blockDim.x) {
+        const float v = row[i];
+        bool ban = false;
+        for (int j = 0; j < n_banned; ++j) {
+            ban |= banned[j] == (uint32_t)i;
+        }
+        const float a = ban ? __int_as_float(0xff800000) : v; // -inf: the row as the ban leaves it
+        // Each thread walks increasing i: only a larger value replaces its best.
+        if (!isnan(v) && (best.i == GREEDY_NONE || v > best.v)) {
+            best = {v, (uint32_t)i};
+        }
+        if (!isnan(a) && (allowed.i == GREEDY_NONE || a > allowed.v)) {
+            allowed = {a, (uint32_t)i};
+        }
+    }
+    best = greedy_block(best, red[0]);
+    allowed = greedy_block(allowed, red[1]);
+    if (threadIdx.x == 0) {
+        // The walk starts at index 0, and a NaN there is never replaced (NaN < x is false);
+        // a banned index 0 holds -inf, not NaN.
+        bool first_banned = false;
+        for (int j = 0; j < n_banned; ++j) {
+            first_banned |= banned[j] == 0u;
+        }
+        const bool nan_first = isnan(row[0]);
+        picks[2 * blockIdx.x] = nan_first ? 0u : best.i;
+        picks[2 * blockIdx.x + 1] = nan_first && !first_banned ? 0u : allowed.i;
+    }
+}

@@ -7,6 +7,7 @@
 use crate::model::{Model, PassLogits};
 use crate::session::{EngineError, Logits};
 use ferrolm_model::backend::SeqRows;
+use ferrolm_model::GreedyPick;
 
 /// The KV cache of one sequence, on the model's device.
 pub type SeqCache = crate::model::Cache;
@@ -62,6 +63,57 @@ impl Drop for BatchLogits<'_> {
     }
 }
 
+/// The greedy choices of a batched pass ([`Model::forward_batch_greedy`]): each sequence's
+/// rows that asked for logits, in token order.
+pub struct BatchPicks {
+    picks: Vec<GreedyPick>,
+    /// Per sequence: its first row in `picks` and its number of rows.
+    spans: Vec<(usize, usize)>,
+}
+
+impl BatchPicks {
+    /// The number of sequences of the pass.
+    pub fn len(&self) -> usize {
+        self.spans.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.spans.is_empty()
+    }
+
+    /// Sequence `i`'s picks (empty when it asked for no logits).
+    pub fn seq(&self, i: usize) -> &[GreedyPick] {
+        let (at, n) = self.spans[i];
+        &self.picks[at..at + n]
+    }
+}
+
+/// A batch's sequences stacked into one pass's rows.
+#[derive(Default)]
+struct BatchRows {
+    tokens: Vec<u32>,
+    positions: Vec<u32>,
+    /// The pass's rows that get logits, in sequence and token order.
+    logit_rows: Vec<usize>,
+    /// Per sequence: its rows of the pass.
+    ranges: Vec<std::ops::Range<usize>>,
+    /// Per sequence: its first logit row and its number of them.
+    spans: Vec<(usize, usize)>,
+}
+
+impl BatchRows {
+    /// Each sequence's cache with its rows of the pass.
+    fn seq_rows<'s>(&self, seqs: &'s mut [SeqInput<'_>]) -> Vec<SeqRows<'s, SeqCache>> {
+        seqs.iter_mut()
+            .zip(&self.ranges)
+            .map(|(s, rows)| SeqRows {
+                cache: &mut *s.cache,
+                rows: rows.clone(),
+            })
+            .collect()
+    }
+}
+
 impl<'a> Model<'a> {
     /// Runs every sequence's new tokens in one forward pass and returns, per sequence, the
     /// logits it asked for (`[rows][n_vocab]`, rows in token order; empty for `None`), each
@@ -83,11 +135,51 @@ impl<'a> Model<'a> {
     where
         'a: 'm,
     {
+        let batch = self.batch_rows(seqs)?;
+        let data = if batch.tokens.is_empty() {
+            PassLogits::default()
+        } else {
+            let mut rows = batch.seq_rows(seqs);
+            let (tokens, positions) = (&batch.tokens, &batch.positions);
+            self.forward_rows(&mut rows, tokens, positions, &batch.logit_rows)?
+        };
+        Ok(BatchLogits {
+            data,
+            n_vocab: self.cfg.n_vocab,
+            spans: batch.spans,
+            model: self,
+        })
+    }
+
+    /// [`Self::forward_batch_logits`]'s pass, bringing back the greedy choices of the rows
+    /// each sequence asked logits for ([`BatchPicks::seq`]; `banned`: the ids an
+    /// `ignore_eos` request rules out, [`GreedyPick::allowed`]) instead of the logits: on a
+    /// GPU that picks them there, only a pair of ids a row crosses to the host.
+    pub fn forward_batch_greedy(
+        &self,
+        seqs: &mut [SeqInput<'_>],
+        banned: &[u32],
+    ) -> Result<BatchPicks, EngineError> {
+        let batch = self.batch_rows(seqs)?;
+        let picks = if batch.tokens.is_empty() {
+            Vec::new()
+        } else {
+            let mut rows = batch.seq_rows(seqs);
+            let (tokens, positions) = (&batch.tokens, &batch.positions);
+            self.forward_rows_greedy(&mut rows, tokens, positions, &batch.logit_rows, banned)?
+        };
+        Ok(BatchPicks {
+            picks,
+            spans: batch.spans,
+        })
+    }
+
+    /// The batch's rows stacked: every sequence's tokens checked against the vocabulary and
+    /// its cache's context.
+    fn batch_rows(&self, seqs: &[SeqInput<'_>]) -> Result<BatchRows, EngineError> {
         let n_vocab = self.cfg.n_vocab;
-        let (mut tokens, mut positions, mut logit_rows) = (Vec::new(), Vec::new(), Vec::new());
-        let mut ranges = Vec::with_capacity(seqs.len());
-        let mut spans = Vec::with_capacity(seqs.len());
-        for s in seqs.iter() {
+        let mut b = BatchRows::default();
+        for s in seqs {
             if let Some(&id) = s.tokens.iter().find(|&&t| t as usize >= n_vocab) {
                 return Err(EngineError::TokenOutOfRange { id, n_vocab });
             }
@@ -98,37 +190,19 @@ impl<'a> Model<'a> {
                     n_ctx: s.cache.n_ctx(),
                 });
             }
-            let r0 = tokens.len();
-            tokens.extend_from_slice(s.tokens);
-            positions.extend((s.pos0..need).map(|p| p as u32));
+            let r0 = b.tokens.len();
+            b.tokens.extend_from_slice(s.tokens);
+            b.positions.extend((s.pos0..need).map(|p| p as u32));
             let rows = match s.logits {
                 _ if s.tokens.is_empty() => 0..0,
                 None => 0..0,
                 Some(Logits::Last) => s.tokens.len() - 1..s.tokens.len(),
                 Some(Logits::All) => 0..s.tokens.len(),
             };
-            spans.push((logit_rows.len(), rows.len()));
-            logit_rows.extend(rows.map(|r| r0 + r));
-            ranges.push(r0..tokens.len());
+            b.spans.push((b.logit_rows.len(), rows.len()));
+            b.logit_rows.extend(rows.map(|r| r0 + r));
+            b.ranges.push(r0..b.tokens.len());
         }
-        let data = if tokens.is_empty() {
-            PassLogits::default()
-        } else {
-            let mut rows: Vec<SeqRows<'_, SeqCache>> = seqs
-                .iter_mut()
-                .zip(ranges)
-                .map(|(s, rows)| SeqRows {
-                    cache: &mut *s.cache,
-                    rows,
-                })
-                .collect();
-            self.forward_rows(&mut rows, &tokens, &positions, &logit_rows)?
-        };
-        Ok(BatchLogits {
-            data,
-            n_vocab,
-            spans,
-            model: self,
-        })
+        Ok(b)
     }
 }

@@ -1,11 +1,12 @@
 //! A model loaded onto a backend, ready to run forward passes.
 
+use crate::sampler::greedy_pick;
 use crate::session::EngineError;
 use ferrolm_cpu::{CpuCache, CpuModel, KvElem, KvType};
 use ferrolm_cuda::{CudaCache, CudaDevice, CudaModel, HostLogits, KvFormat};
 use ferrolm_gguf::GgufFile;
 use ferrolm_model::backend::{PassInputs, SeqRows};
-use ferrolm_model::{Config, ModelRunner, Result};
+use ferrolm_model::{Config, GreedyPick, ModelRunner, Result};
 use std::sync::Arc;
 
 /// Where a model runs.
@@ -405,6 +406,40 @@ impl<'a> Model<'a> {
                     .map_err(|e| EngineError::Backend(e.to_string()))
             }
         }
+    }
+
+    /// [`Self::forward_rows`]'s pass, bringing back each logit row's greedy choices
+    /// ([`GreedyPick`]) instead of its logits: picked on the GPU where its runner takes them
+    /// there (the plan's `FERROLM_GREEDY_ON_DEVICE`), else from the logits on the host
+    /// ([`greedy_pick`]); the same picks either way.
+    pub(crate) fn forward_rows_greedy(
+        &self,
+        seqs: &mut [SeqRows<'_, Cache>],
+        tokens: &[u32],
+        positions: &[u32],
+        logit_rows: &[usize],
+        banned: &[u32],
+    ) -> Result<Vec<GreedyPick>, EngineError> {
+        if let Exec::Cuda(m) = &self.exec {
+            let pass = PassInputs { tokens, positions };
+            let mut own = narrow(seqs, |c| match c {
+                Cache::Cuda(c) => Some(&mut **c),
+                _ => None,
+            })?;
+            let picked = m
+                .forward_rows_greedy(&mut own, &pass, logit_rows, banned)
+                .map_err(|e| EngineError::Backend(e.to_string()))?;
+            if let Some(picks) = picked {
+                return Ok(picks);
+            }
+        }
+        let logits = self.forward_rows(seqs, tokens, positions, logit_rows)?;
+        let n_vocab = self.cfg.n_vocab;
+        let picks = (logits.chunks(n_vocab))
+            .map(|row| greedy_pick(row, banned))
+            .collect();
+        self.recycle_logits(logits);
+        Ok(picks)
     }
 }
 

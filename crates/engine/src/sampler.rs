@@ -5,6 +5,7 @@
 //! (structured output) comes first: disallowed tokens get -inf, so no mode can pick them.
 
 use crate::constraint::TokenMask;
+use ferrolm_model::GreedyPick;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -89,6 +90,26 @@ pub fn argmax(logits: &[f32]) -> u32 {
     (chunk * LANES + at.expect("in this chunk")) as u32
 }
 
+/// A logit row's greedy choices ([`GreedyPick`]) on the host: what a runner that picks on its
+/// device must return for the same row.
+pub fn greedy_pick(row: &[f32], banned: &[u32]) -> GreedyPick {
+    let best = argmax(row);
+    // Lowering other ids to -inf leaves `best` the first largest (the NaN-first rule included:
+    // a row starting with NaN picks 0 either way unless 0 itself is banned).
+    let allowed = if banned.contains(&best) {
+        let mut row = row.to_vec();
+        for &b in banned {
+            if let Some(l) = row.get_mut(b as usize) {
+                *l = f32::NEG_INFINITY;
+            }
+        }
+        argmax(&row)
+    } else {
+        best
+    };
+    GreedyPick { best, allowed }
+}
+
 impl Sampler {
     pub fn new(cfg: SamplerConfig) -> Self {
         let rng = StdRng::seed_from_u64(cfg.seed);
@@ -123,7 +144,7 @@ impl Sampler {
         logits: &[f32],
         banned: impl Iterator<Item = u32>,
     ) -> Option<u32> {
-        if self.cfg.temperature > 0.0 || self.cfg.repeat_penalty != 1.0 {
+        if !self.plain_greedy() {
             return None;
         }
         let token = argmax(logits);
@@ -133,6 +154,12 @@ impl Sampler {
         }
         self.history.push(token);
         Some(token)
+    }
+
+    /// Whether this sampler's choice is the argmax of the logits as given: temperature 0 and
+    /// no repetition penalty.
+    pub fn plain_greedy(&self) -> bool {
+        self.cfg.temperature <= 0.0 && self.cfg.repeat_penalty == 1.0
     }
 
     /// As [`Self::sample_masked`] without a copy: the repetition penalty and the mask are
@@ -286,6 +313,31 @@ mod tests {
             .map(|i| ((i * 7919) % 100_003) as f32)
             .collect();
         assert_eq!(argmax(&big), walk_argmax(&big));
+    }
+
+    #[test]
+    fn greedy_pick_is_the_argmax_before_and_after_the_bans() {
+        let mut rng = StdRng::seed_from_u64(9);
+        let values = [-1.0, 0.0, 1.0, 2.0, f32::NAN, f32::NEG_INFINITY];
+        for len in 1..24 {
+            for _ in 0..300 {
+                let row: Vec<f32> = (0..len)
+                    .map(|_| values[rng.gen_range(0..values.len())])
+                    .collect();
+                let banned: Vec<u32> = (0..rng.gen_range(0..4))
+                    .map(|_| rng.gen_range(0..len as u32 + 2))
+                    .collect();
+                let mut lowered = row.clone();
+                for &b in &banned {
+                    if let Some(l) = lowered.get_mut(b as usize) {
+                        *l = f32::NEG_INFINITY;
+                    }
+                }
+                let pick = greedy_pick(&row, &banned);
+                assert_eq!(pick.best, walk_argmax(&row), "{row:?}");
+                assert_eq!(pick.allowed, walk_argmax(&lowered), "{row:?} {banned:?}");
+            }
+        }
     }
 
     #[test]

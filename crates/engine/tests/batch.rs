@@ -1,7 +1,7 @@
 //! Continuous batching's engine half on the default model: several sequences in one forward
 //! pass against each run alone.
 
-use ferrolm_engine::{argmax, KvType, Logits, Model, SeqInput, Session};
+use ferrolm_engine::{argmax, greedy_pick, KvType, Logits, Model, SeqInput, Session};
 use ferrolm_gguf::GgufFile;
 
 fn model_file() -> GgufFile {
@@ -185,4 +185,59 @@ fn a_copied_prompt_prefix_continues_as_its_own_prefill() {
         let small = model.new_cache(8, kv).unwrap();
         assert!(model.copy_cache_prefix(&small, &mut dst, 4).is_err());
     }
+}
+
+/// A batched pass's greedy choices (`forward_batch_greedy`) are the host's picks from the same
+/// pass's logits: the argmax of each asked row, and with banned ids (the best among them) the
+/// argmax of the rest; a sequence that asked for no logits gets no pick.
+#[test]
+fn greedy_picks_are_the_picks_of_the_logits() {
+    let file = model_file();
+    let model = Model::load(&file).unwrap();
+    let prompts: [&[u32]; 3] = [&[1, 504, 3458, 282], &[1, 9690, 314, 253, 1462, 30], &[42]];
+    let asks = [Some(Logits::Last), None, Some(Logits::All)];
+    let run = |greedy: Option<&[u32]>| {
+        let mut caches: Vec<_> = prompts
+            .iter()
+            .map(|_| model.new_cache(64, KvType::F16).unwrap())
+            .collect();
+        let mut seqs: Vec<SeqInput> = caches
+            .iter_mut()
+            .zip(prompts)
+            .zip(asks)
+            .map(|((cache, tokens), logits)| SeqInput {
+                cache,
+                tokens,
+                pos0: 0,
+                logits,
+            })
+            .collect();
+        match greedy {
+            None => (model.forward_batch(&mut seqs).unwrap(), Vec::new()),
+            Some(banned) => {
+                let p = model.forward_batch_greedy(&mut seqs, banned).unwrap();
+                (Vec::new(), (0..3).map(|i| p.seq(i).to_vec()).collect())
+            }
+        }
+    };
+    let (logits, _) = run(None);
+    let n_vocab = model.cfg.n_vocab;
+    let rows = |i: usize| logits[i].chunks(n_vocab).collect::<Vec<_>>();
+    // The first sequence's best token banned, with an id past the vocabulary beside it.
+    let banned = [argmax(rows(0)[0]), n_vocab as u32 + 5];
+    let (_, picks) = run(Some(&banned));
+    assert_eq!(picks[1], []);
+    assert_eq!(picks[2].len(), prompts[2].len());
+    for i in [0, 2] {
+        for (row, pick) in rows(i).iter().zip(&picks[i]) {
+            assert_eq!(*pick, greedy_pick(row, &banned), "sequence {i}");
+            assert_eq!(pick.best, argmax(row));
+        }
+    }
+    let first = picks[0][0];
+    assert_eq!(first.best, banned[0]);
+    assert_ne!(first.allowed, first.best, "the ban moved the choice");
+    let mut lowered = rows(0)[0].to_vec();
+    lowered[first.best as usize] = f32::NEG_INFINITY;
+    assert_eq!(first.allowed, argmax(&lowered));
 }

@@ -112,6 +112,18 @@ fn batch_schedule(file: &GgufFile, env: &[(&str, &str)]) -> Vec<Vec<f32>> {
 
 /// [`batch_schedule`] with sequences whose prompts are `lens` tokens long.
 fn batch_schedule_of(file: &GgufFile, env: &[(&str, &str)], lens: &[usize]) -> Vec<Vec<f32>> {
+    schedule_with(file, env, lens, |m, seqs| {
+        m.forward_batch(seqs).unwrap().concat()
+    })
+}
+
+/// [`batch_schedule_of`]'s passes, each run by `pass`; what it returns, a pass each.
+fn schedule_with<T>(
+    file: &GgufFile,
+    env: &[(&str, &str)],
+    lens: &[usize],
+    pass: impl Fn(&Model, &mut [ferrolm_engine::SeqInput]) -> T,
+) -> Vec<T> {
     for (k, v) in env {
         // SAFETY (edition 2021: safe fn): as in `run`.
         std::env::set_var(k, v);
@@ -145,7 +157,7 @@ fn batch_schedule_of(file: &GgufFile, env: &[(&str, &str)], lens: &[usize]) -> V
             logits: Some(Logits::Last),
         })
         .collect();
-    steps.push(model.forward_batch(&mut seqs).unwrap().concat());
+    steps.push(pass(&model, &mut seqs));
     drop(seqs);
     for step in 0..10u32 {
         let tokens: Vec<[u32; 1]> = (0..lens.len() as u32)
@@ -164,7 +176,7 @@ fn batch_schedule_of(file: &GgufFile, env: &[(&str, &str)], lens: &[usize]) -> V
                 logits: Some(Logits::Last),
             })
             .collect();
-        steps.push(model.forward_batch(&mut seqs).unwrap().concat());
+        steps.push(pass(&model, &mut seqs));
     }
     steps
 }
@@ -274,6 +286,42 @@ fn pinned_logits_change_no_bits() {
             batch_schedule(&file, &pageable),
             "{stem}: batches"
         );
+    }
+}
+
+/// Greedy choices picked on the GPU (`FERROLM_GREEDY_ON_DEVICE=1`) are the host's picks from
+/// the same passes' logits: batched steps (graphs of 8 and 4 rows), a prompt's last row, and
+/// one sequence's graph-replayed steps; with the first pass's best id banned too.
+#[test]
+#[ignore = "needs a GPU"]
+fn greedy_picks_on_the_gpu_are_the_hosts() {
+    for stem in ["tiny-llama-q4_k_m", "tiny-olmoe-q4_k_m"] {
+        let file = golden_file(stem);
+        for lens in [&[3, 17, 40, 1, 9][..], &[7]] {
+            let logits = batch_schedule_of(&file, &[], lens);
+            let n_vocab = logits[0].len() / lens.len();
+            let banned = [ferrolm_engine::argmax(&logits[0][..n_vocab])];
+            let host: Vec<Vec<_>> = logits
+                .iter()
+                .map(|step| {
+                    let rows = step.chunks(n_vocab);
+                    rows.map(|r| ferrolm_engine::greedy_pick(r, &banned))
+                        .collect()
+                })
+                .collect();
+            let on = [("FERROLM_GREEDY_ON_DEVICE", "1")];
+            let gpu = schedule_with(&file, &on, lens, |m, seqs| {
+                let p = m.forward_batch_greedy(seqs, &banned).unwrap();
+                (0..p.len())
+                    .flat_map(|i| p.seq(i).to_vec())
+                    .collect::<Vec<_>>()
+            });
+            assert_eq!(gpu, host, "{stem}, prompts {lens:?}");
+            assert_ne!(
+                host[0][0].best, host[0][0].allowed,
+                "the ban moved a choice"
+            );
+        }
     }
 }
 

@@ -30,7 +30,7 @@ pub use policy::{choose_types, FileType, PolicyModel, TensorRef};
 pub use presets::{preset, Preset};
 pub use quantize::{plan_quantize, quantize_gguf};
 pub use recipe::{synth_recipe, write_recipe, Init, Recipe, RecipeTensor};
-pub use runner::ModelRunner;
+pub use runner::{GreedyPick, ModelRunner};
 pub use stream::Progress;
 pub use synth::{Synth, VocabKind};
 

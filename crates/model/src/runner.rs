@@ -24,8 +24,31 @@ pub trait ModelRunner {
         logit_rows: &[usize],
     ) -> Result<Self::Logits, Self::Error>;
 
+    /// The greedy choice of each logit row ([`GreedyPick`], `banned` the ids a request may
+    /// rule out), where the runner takes it where the logits are, without bringing them to
+    /// the host; `Ok(None)`, before running anything, where it does not (the caller then runs
+    /// [`Self::forward_rows`] and picks from its logits).
+    fn forward_rows_greedy(
+        &self,
+        _seqs: &mut [SeqRows<'_, Self::Cache>],
+        _pass: &PassInputs<'_>,
+        _logit_rows: &[usize],
+        _banned: &[u32],
+    ) -> Result<Option<Vec<GreedyPick>>, Self::Error> {
+        Ok(None)
+    }
+
     /// Logits from [`Self::forward_rows`] the caller has finished with: a runner may keep the
     /// buffer for a later pass (the GPU's copy into it then finds its memory page-locked or
     /// its pages mapped).
     fn recycle_logits(&self, _logits: Self::Logits) {}
+}
+
+/// A logit row's greedy choices: the first index of its largest value (NaNs passed over; 0
+/// where the row starts with NaN), over the row as it is (`best`) and with a request's banned
+/// ids taken as -inf (`allowed`: an `ignore_eos` request's choice).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GreedyPick {
+    pub best: u32,
+    pub allowed: u32,
 }

@@ -32,7 +32,9 @@ use crate::prefix::{self, SlotView};
 use crate::sequence::Sequence;
 use crate::{Engine, ServeOptions};
 use ferrolm_engine::constraint::{overlap, Grammar};
-use ferrolm_engine::{EngineError, Logits, SeqCache, SeqInput};
+use ferrolm_engine::{
+    BatchLogits, BatchPicks, EngineError, GreedyPick, Logits, SeqCache, SeqInput,
+};
 use rayon::prelude::*;
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
@@ -496,6 +498,15 @@ impl Scheduler {
             let seq = self.slots[i].seq.as_ref();
             !seq.is_some_and(Sequence::prefilling)
         });
+        // Where every sequence that samples this step takes the greedy choice of its logits,
+        // the pass brings back the choices alone (on a GPU that picks them there, a pair of
+        // ids a sequence instead of a vocabulary of floats). Asked before a grammar is taken
+        // out for its mask below: a sequence with one never takes a pick.
+        let picks = plan.iter().filter(|p| p.2).all(|&(i, _, _)| {
+            let seq = self.slots[i].seq.as_ref();
+            seq.is_some_and(Sequence::takes_pick)
+        });
+        let banned: Vec<u32> = self.engine.tok.eog_ids().collect();
         // Grammar state whose next mask is due, taken out of its sequence for the helper.
         let mut masking: Vec<_> = plan
             .iter()
@@ -522,16 +533,20 @@ impl Scheduler {
             // A panic in a kernel fails this batch's requests, not the whole server.
             let (model, solo) = (self.engine.model, self.solo);
             let mut forward = || {
+                let pass = |seqs: &mut [SeqInput<'_>]| {
+                    let out = match picks {
+                        true => model
+                            .forward_batch_greedy(seqs, &banned)
+                            .map(StepBatch::Picks),
+                        false => model.forward_batch_logits(seqs).map(StepBatch::Logits),
+                    };
+                    out.map_err(|e| e.to_string())
+                };
                 std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                     if !solo {
-                        let all = model.forward_batch_logits(&mut inputs);
-                        return all.map(|l| vec![l]).map_err(|e| e.to_string());
+                        return pass(&mut inputs).map(|b| vec![b]);
                     }
-                    let mut out = Vec::with_capacity(inputs.len());
-                    for one in inputs.chunks_mut(1) {
-                        out.push(model.forward_batch_logits(one).map_err(|e| e.to_string())?);
-                    }
-                    Ok(out)
+                    inputs.chunks_mut(1).map(pass).collect()
                 }))
                 .unwrap_or_else(|_| Err("the forward pass panicked (see the server's log)".into()))
             };
@@ -580,7 +595,7 @@ impl Scheduler {
         };
         // One batch, or a batch per sequence (solo): the planned sequences' logits in order.
         let logits = batches.iter().flat_map(|b| (0..b.len()).map(|i| b.seq(i)));
-        let mut step_logits: Vec<Option<&[f32]>> = vec![None; self.slots.len()];
+        let mut step_logits: Vec<Option<Sampled>> = vec![None; self.slots.len()];
         for (&(i, n, _), l) in plan.iter().zip(logits) {
             let slot = &mut self.slots[i];
             let seq = slot.seq.as_mut().expect("planned slots are active");
@@ -591,9 +606,7 @@ impl Scheduler {
             }
             slot.tokens.extend_from_slice(seq.input(n).0);
             seq.advance(n);
-            if !l.is_empty() {
-                step_logits[i] = Some(l);
-            }
+            step_logits[i] = l;
         }
         // Each sequence samples from its own logits: on all cores, since at many sequences
         // a step's sampling on one thread would take as long as a GPU's forward pass.
@@ -606,7 +619,11 @@ impl Scheduler {
             .enumerate()
             .filter_map(|(i, (slot, l))| {
                 let seq = slot.seq.as_mut()?;
-                seq.on_logits((*l)?, tok).map(|r| (i, r))
+                let done = match (*l)? {
+                    Sampled::Logits(l) => seq.on_logits(l, tok),
+                    Sampled::Pick(p) => seq.on_pick(p, tok),
+                };
+                done.map(|r| (i, r))
             })
             .collect();
         self.metrics
@@ -647,5 +664,39 @@ impl Scheduler {
             n_cached: seq.n_cached,
             n_gen,
         });
+    }
+}
+
+/// One pass's results: logits, or the greedy picks where every sequence that samples takes
+/// the greedy choice ([`Sequence::takes_pick`]).
+enum StepBatch<'m> {
+    Logits(BatchLogits<'m>),
+    Picks(BatchPicks),
+}
+
+/// What a sequence samples from this step.
+#[derive(Clone, Copy)]
+enum Sampled<'a> {
+    Logits(&'a [f32]),
+    Pick(GreedyPick),
+}
+
+impl StepBatch<'_> {
+    fn len(&self) -> usize {
+        match self {
+            Self::Logits(b) => b.len(),
+            Self::Picks(b) => b.len(),
+        }
+    }
+
+    /// Sequence `i`'s last logit row or pick; `None` when it asked for none (a prompt chunk
+    /// before the last).
+    fn seq(&self, i: usize) -> Option<Sampled<'_>> {
+        match self {
+            Self::Logits(b) => Some(b.seq(i))
+                .filter(|l| !l.is_empty())
+                .map(Sampled::Logits),
+            Self::Picks(b) => b.seq(i).last().copied().map(Sampled::Pick),
+        }
     }
 }

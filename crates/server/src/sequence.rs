@@ -5,7 +5,7 @@
 
 use crate::scheduler::{Event, FinishReason, Job, TokenLogprob};
 use ferrolm_engine::constraint::{ConstraintError, TokenMask, TokenMatcher};
-use ferrolm_engine::{held_back, Sampler};
+use ferrolm_engine::{held_back, GreedyPick, Sampler};
 use ferrolm_tokenizer::{StreamDecoder, Tokenizer};
 use std::collections::HashMap;
 use std::time::Instant;
@@ -125,6 +125,30 @@ impl Sequence {
         self.constrained = Some(c);
     }
 
+    /// Whether this sequence's next token is the greedy choice of its logits as they come
+    /// (no penalties, grammar or log-probabilities; `ignore_eos` takes
+    /// [`GreedyPick::allowed`]): what a step that brings back picks instead of logits serves.
+    pub fn takes_pick(&self) -> bool {
+        let p = &self.job.params;
+        let penalised = p.presence_penalty != 0.0 || p.frequency_penalty != 0.0;
+        self.constrained.is_none()
+            && p.logprobs.is_none()
+            && !penalised
+            && self.sampler.plain_greedy()
+    }
+
+    /// Streams the token this step's greedy pick names ([`Self::takes_pick`] held). `Some`
+    /// when the sequence is done.
+    pub fn on_pick(&mut self, pick: GreedyPick, tok: &Tokenizer) -> Option<FinishReason> {
+        let next = if self.job.params.ignore_eos {
+            pick.allowed
+        } else {
+            pick.best
+        };
+        self.sampler.accept(&[next]);
+        self.after_sample(next, None, tok)
+    }
+
     /// Samples from this step's logits and streams the token. `Some` when the sequence is
     /// done (its `Done` event is then sent by the scheduler).
     pub fn on_logits(&mut self, step_logits: &[f32], tok: &Tokenizer) -> Option<FinishReason> {
@@ -143,11 +167,10 @@ impl Sequence {
     /// logits in place: the same token as [`Self::sample_copy`], without copying a
     /// vocabulary's worth of floats a sequence a step.
     fn greedy_unchanged(&mut self, step_logits: &[f32], tok: &Tokenizer) -> Option<u32> {
-        let p = &self.job.params;
-        let penalised = p.presence_penalty != 0.0 || p.frequency_penalty != 0.0;
-        if self.constrained.is_some() || p.logprobs.is_some() || penalised {
+        if !self.takes_pick() {
             return None;
         }
+        let p = &self.job.params;
         let banned = tok.eog_ids().filter(|_| p.ignore_eos);
         self.sampler.greedy_unchanged(step_logits, banned)
     }

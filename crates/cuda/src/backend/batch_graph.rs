@@ -11,9 +11,9 @@
 //! [`Plan::batch_graph_size`]: crate::plan::Plan::batch_graph_size
 
 use super::rows::served;
+use super::runner::ReadLogits;
 use super::{CudaAct, CudaCache, CudaInputs, CudaModel};
 use crate::error::{DriverContext, Result};
-use crate::host_logits::HostLogits;
 use crate::ops::RowsTable;
 use cudarc::driver::{sys, CudaGraph};
 use ferrolm_model::backend::{Backend, PassInputs, SeqRows};
@@ -49,12 +49,13 @@ impl CudaModel {
     /// A multi-sequence decode step through its graph (replayed, captured, or run padded to
     /// the graph's size on the way there); `None` when this pass is not such a step or the
     /// plan captures none, for the caller to run as it is.
-    pub(super) fn batch_step(
+    pub(super) fn batch_step<T>(
         &self,
         seqs: &mut [SeqRows<'_, CudaCache>],
         pass: &PassInputs<'_>,
         logit_rows: &[usize],
-    ) -> Result<Option<HostLogits>> {
+        read: &ReadLogits<'_, T>,
+    ) -> Result<Option<T>> {
         let n = seqs.len();
         let is_step = pass.rows() == n
             && seqs.iter().enumerate().all(|(i, s)| s.rows == (i..i + 1))
@@ -93,7 +94,7 @@ impl CudaModel {
             let table = g.inputs.rows_table.as_mut().expect("captured with a table");
             table.write(&stream, &served(b.plan(), seqs, &positions, size))?;
             g.graph.launch().during("replaying a batch graph")?;
-            return self.first_logits(&g.logits, n).map(Some);
+            return read(&g.logits, n).map(Some);
         }
         let mut inputs = b.inputs(&padded)?;
         let n_layer = seqs[0].cache.layers.len();
@@ -105,7 +106,7 @@ impl CudaModel {
         if *runs == 0 {
             *runs += 1;
             let logits = self.run(seqs, &inputs, &all)?;
-            return self.first_logits(&logits, n).map(Some);
+            return read(&logits, n).map(Some);
         }
         stream
             .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
@@ -123,20 +124,15 @@ impl CudaModel {
                     inputs,
                     logits,
                 });
-                self.first_logits(&g.logits, n).map(Some)
+                read(&g.logits, n).map(Some)
             }
             // The step is still owed: run it op by op, and capture this shape no more.
             (_, ran) => {
                 state.failed.insert(key);
                 drop(ran);
                 let logits = self.run(seqs, &inputs, &all)?;
-                self.first_logits(&logits, n).map(Some)
+                read(&logits, n).map(Some)
             }
         }
-    }
-
-    /// The first `n` rows of padded logits.
-    fn first_logits(&self, logits: &CudaAct, n: usize) -> Result<HostLogits> {
-        self.backend.rows_to_host(logits, n)
     }
 }

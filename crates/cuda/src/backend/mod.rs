@@ -34,6 +34,7 @@ use ferrolm_model::backend::{
     RopeMode, SeqRows,
 };
 use ferrolm_model::weights::MoeWeights;
+use ferrolm_model::GreedyPick;
 use pool::Pool;
 use std::cell::Ref;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -137,6 +138,39 @@ impl CudaBackend {
                 Err(e)
             }
         }
+    }
+
+    /// The greedy choices of the first `rows` rows of `x` (logits), picked on the device
+    /// (`greedy_rows_f32`; `banned` taken as -inf for [`GreedyPick::allowed`]): only the picks
+    /// cross to the host. Timed as the `to_host` stage it replaces.
+    pub(super) fn rows_greedy(
+        &self,
+        x: &CudaAct,
+        rows: usize,
+        banned: &[u32],
+    ) -> Result<Vec<GreedyPick>> {
+        let stream = self.dev.stream();
+        let mut on_device = self.u32s.take(banned.len().max(1))?;
+        let mut picks = self.u32s.take(2 * rows)?;
+        let picked = crate::profile::span(stream, "to_host", || {
+            if !banned.is_empty() {
+                let mut dst = on_device.slice_mut(..banned.len());
+                stream
+                    .memcpy_htod(banned, &mut dst)
+                    .during("copying the banned ids")?;
+            }
+            let (ew, n) = (&self.k.elementwise, banned.len());
+            ew.greedy_rows(x.buf(), rows, x.width, &on_device, n, &mut picks)?;
+            self.dev.download_prefix(&picks, 2 * rows)
+        });
+        self.u32s.give(on_device);
+        self.u32s.give(picks);
+        let pairs = picked?;
+        let pick = |p: &[u32]| GreedyPick {
+            best: p[0],
+            allowed: p[1],
+        };
+        Ok(pairs.chunks_exact(2).map(pick).collect())
     }
 
     /// Keeps `host` (logits the caller has finished with) for a later [`Self::rows_to_host`].

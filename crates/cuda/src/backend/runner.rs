@@ -16,10 +16,14 @@ use ferrolm_model::dump::{dump_dir_from_env, Dump};
 use ferrolm_model::forward::{forward, head, layers, moe_gating};
 use ferrolm_model::weights::ModelWeights;
 use ferrolm_model::{tensor_specs, TensorId, TensorRole};
-use ferrolm_model::{Config, ModelError, ModelRunner};
+use ferrolm_model::{Config, GreedyPick, ModelError, ModelRunner};
 use std::ops::Range;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
+
+/// How a pass brings back its logits: `(logits, rows)` → the first `rows` rows to the host,
+/// or their greedy picks.
+pub(super) type ReadLogits<'a, T> = dyn Fn(&CudaAct, usize) -> Result<T> + 'a;
 
 /// Whether decode steps are replayed as graphs: as the plan says (`FERROLM_CUDA_GRAPH=0` runs
 /// every step op by op, for bisecting; profiling too), and never while dumping activations.
@@ -324,7 +328,7 @@ impl CudaModel {
             }
             None => blocks_and_head(b, self, seqs, &mut act, &inp, blocks, logit_rows),
         }?;
-        self.read_logits(&logits)
+        self.backend.rows_to_host(&logits, logits.rows)
     }
 
     /// The whole pass on the backend (through [`Dump`] when dumping).
@@ -342,13 +346,62 @@ impl CudaModel {
         }
     }
 
-    fn read_logits(&self, logits: &CudaAct) -> Result<HostLogits> {
-        self.backend.rows_to_host(logits, logits.rows)
+    /// A pass over `seqs`, its logits brought back by `read` (to the host, or the greedy
+    /// picks of them). A single sequence's one-token step is captured as a graph on its second
+    /// occurrence for that cache and replayed after, with the step's token and position
+    /// rewritten; a step of several sequences likewise per padded batch size
+    /// (`batch_graph.rs`). Other passes of several sequences carry a rows table, so their
+    /// decode rows take one attention launch a layer (`rows.rs`).
+    fn forward_read<T>(
+        &self,
+        seqs: &mut [SeqRows<'_, CudaCache>],
+        pass: &PassInputs<'_>,
+        logit_rows: &[usize],
+        read: &ReadLogits<'_, T>,
+    ) -> Result<T> {
+        if self.first_layer > 0 {
+            return Err(CudaError::Invalid(
+                "this model's first blocks run on the CPU: use forward_from_host".into(),
+            ));
+        }
+        prepare_writes(seqs, pass)?;
+        if let [only] = seqs {
+            let cache = &mut *only.cache;
+            let is_step = pass.rows() == 1 && logit_rows == [0];
+            if is_step
+                && graphs_enabled(self.backend.plan(), self.dump.is_some())
+                && !cache.graph_failed
+            {
+                if let Some(g) = &mut cache.graph {
+                    g.inputs.write(self.backend.device().stream(), pass)?;
+                    g.graph.launch().during("replaying the decode graph")?;
+                    return read(&g.logits, 1);
+                }
+                if cache.eager_decodes >= 1 {
+                    return self.capture_step(cache, pass, read);
+                }
+                cache.eager_decodes += 1;
+            }
+        }
+        if let Some(out) = self.batch_step(seqs, pass, logit_rows, read)? {
+            return Ok(out);
+        }
+        let mut inp = self.backend.inputs(pass)?;
+        inp.rows_table = self
+            .backend
+            .rows_table(seqs, pass.positions, self.cfg.n_head)?;
+        let logits = self.run(seqs, &inp, logit_rows)?;
+        read(&logits, logits.rows)
     }
 
     /// Captures one decode step, then replays it (capture only records). The inputs are
     /// copied before the capture starts and stay with the graph.
-    fn capture_step(&self, cache: &mut CudaCache, pass: &PassInputs<'_>) -> Result<HostLogits> {
+    fn capture_step<T>(
+        &self,
+        cache: &mut CudaCache,
+        pass: &PassInputs<'_>,
+        read: &ReadLogits<'_, T>,
+    ) -> Result<T> {
         let b = &self.backend;
         let inputs = b.inputs(pass)?;
         let stream = b.device().stream().clone();
@@ -368,7 +421,7 @@ impl CudaModel {
                     inputs,
                     logits,
                 });
-                self.read_logits(&g.logits)
+                read(&g.logits, 1)
             }
             // Whatever went wrong, the step is still owed: run it op by op, and stop trying
             // to capture for this cache.
@@ -376,7 +429,7 @@ impl CudaModel {
                 cache.graph_failed = true;
                 drop(ran);
                 let logits = self.run(&mut [SeqRows { cache, rows: 0..1 }], &inputs, &[0])?;
-                self.read_logits(&logits)
+                read(&logits, 1)
             }
         }
     }
@@ -391,50 +444,31 @@ impl ModelRunner for CudaModel {
         &self.cfg
     }
 
-    /// A single sequence's one-token step is captured as a graph on its second occurrence for
-    /// that cache and replayed after, with the step's token and position rewritten; a step of
-    /// several sequences likewise per padded batch size (`batch_graph.rs`). Other passes of
-    /// several sequences carry a rows table, so their decode rows take one attention launch a
-    /// layer (`rows.rs`).
     fn forward_rows(
         &self,
         seqs: &mut [SeqRows<'_, CudaCache>],
         pass: &PassInputs<'_>,
         logit_rows: &[usize],
     ) -> Result<HostLogits> {
-        if self.first_layer > 0 {
-            return Err(CudaError::Invalid(
-                "this model's first blocks run on the CPU: use forward_from_host".into(),
-            ));
+        let b = &self.backend;
+        self.forward_read(seqs, pass, logit_rows, &|x, rows| b.rows_to_host(x, rows))
+    }
+
+    /// Picked on the GPU where the plan says so (`FERROLM_GREEDY_ON_DEVICE=1`): only the
+    /// picks cross to the host.
+    fn forward_rows_greedy(
+        &self,
+        seqs: &mut [SeqRows<'_, CudaCache>],
+        pass: &PassInputs<'_>,
+        logit_rows: &[usize],
+        banned: &[u32],
+    ) -> Result<Option<Vec<GreedyPick>>> {
+        let b = &self.backend;
+        if !b.plan().greedy_on_device() || self.first_layer > 0 {
+            return Ok(None);
         }
-        prepare_writes(seqs, pass)?;
-        if let [only] = seqs {
-            let cache = &mut *only.cache;
-            let is_step = pass.rows() == 1 && logit_rows == [0];
-            if is_step
-                && graphs_enabled(self.backend.plan(), self.dump.is_some())
-                && !cache.graph_failed
-            {
-                if let Some(g) = &mut cache.graph {
-                    g.inputs.write(self.backend.device().stream(), pass)?;
-                    g.graph.launch().during("replaying the decode graph")?;
-                    return self.read_logits(&g.logits);
-                }
-                if cache.eager_decodes >= 1 {
-                    return self.capture_step(cache, pass);
-                }
-                cache.eager_decodes += 1;
-            }
-        }
-        if let Some(logits) = self.batch_step(seqs, pass, logit_rows)? {
-            return Ok(logits);
-        }
-        let mut inp = self.backend.inputs(pass)?;
-        inp.rows_table = self
-            .backend
-            .rows_table(seqs, pass.positions, self.cfg.n_head)?;
-        let logits = self.run(seqs, &inp, logit_rows)?;
-        self.read_logits(&logits)
+        let read = |x: &CudaAct, rows| b.rows_greedy(x, rows, banned);
+        self.forward_read(seqs, pass, logit_rows, &read).map(Some)
     }
 
     fn recycle_logits(&self, logits: HostLogits) {

@@ -9,6 +9,8 @@ use crate::kernels::ELEMENTWISE;
 use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig};
 
 const THREADS: u32 = 256;
+/// `greedy_rows_f32`'s block (its `GREEDY_THREADS`: its shared partials are sized for it).
+const GREEDY_THREADS: u32 = 256;
 
 pub struct Elementwise {
     launch: Launcher,
@@ -20,6 +22,7 @@ pub struct Elementwise {
     copy_cols: CudaFunction,
     hadamard: CudaFunction,
     round_q8_0: CudaFunction,
+    greedy_rows: CudaFunction,
 }
 
 fn cfg(n: usize) -> LaunchConfig {
@@ -42,6 +45,7 @@ impl Elementwise {
             copy_cols: dev.function(&ELEMENTWISE, "copy_cols_f32")?,
             hadamard: dev.function(&ELEMENTWISE, "hadamard_f32")?,
             round_q8_0: dev.function(&ELEMENTWISE, "round_q8_0_f32")?,
+            greedy_rows: dev.function(&ELEMENTWISE, "greedy_rows_f32")?,
         })
     }
 
@@ -181,6 +185,40 @@ impl Elementwise {
         // SAFETY: round_q8_0_f32(float *x, int n): n (a multiple of 32) floats, whole warps of
         // a 256-thread block (its shared blocks are sized for 8 warps).
         unsafe { b.launch(cfg) }.during("launching round_q8_0_f32")?;
+        Ok(())
+    }
+
+    /// The greedy choices of the first `rows` rows of `x` (`width` floats each) into `picks`:
+    /// `picks[2r]` the first index of row r's largest value (NaNs passed over, 0 where the row
+    /// starts with NaN: the host's `argmax`), `picks[2r + 1]` the same with the first
+    /// `n_banned` ids of `banned` taken as -inf. Exact (compares only).
+    pub fn greedy_rows(
+        &self,
+        x: &CudaSlice<f32>,
+        rows: usize,
+        width: usize,
+        banned: &CudaSlice<u32>,
+        n_banned: usize,
+        picks: &mut CudaSlice<u32>,
+    ) -> Result<()> {
+        assert!(x.len() >= rows * width, "greedy_rows: x too small");
+        assert!(picks.len() >= 2 * rows, "greedy_rows: picks too small");
+        assert!(banned.len() >= n_banned, "greedy_rows: banned too small");
+        if rows == 0 {
+            return Ok(());
+        }
+        let (w, nb) = (int(width, "greedy_rows width"), int(n_banned, "banned ids"));
+        let mut b = self.launch.builder(&self.greedy_rows);
+        b.arg(x).arg(picks).arg(&w).arg(banned).arg(&nb);
+        let cfg = LaunchConfig {
+            grid_dim: (u32::try_from(rows).expect("rows fit a grid"), 1, 1),
+            block_dim: (GREEDY_THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: greedy_rows_f32(const float *x, uint32_t *picks, int width, const uint32_t
+        // *banned, int n_banned): a block of GREEDY_THREADS a row, rows * width floats of x,
+        // 2 * rows picks, n_banned ids (asserted above).
+        unsafe { b.launch(cfg) }.during("launching greedy_rows_f32")?;
         Ok(())
     }
 }

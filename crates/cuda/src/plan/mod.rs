@@ -676,6 +676,13 @@ impl Plan {
         self.switches.pinned_logits
     }
 
+    /// Whether a pass that wants only each logit row's greedy choice picks it on the GPU
+    /// (`FERROLM_GREEDY_ON_DEVICE=1`; off by default until checked on the device). Contract:
+    /// the host's picks from the same logits, exactly (compares only).
+    pub fn greedy_on_device(&self) -> bool {
+        self.switches.greedy_on_device
+    }
+
     /// The batch size a multi-sequence decode step of `n` sequences is padded to and captured
     /// at as a CUDA graph (one graph per size), or `None` when such steps run op by op: a
     /// power of two from 2 up to [`BATCH_GRAPH_MAX`], so a handful of graphs serve every

@@ -78,6 +78,11 @@ pub struct Switches {
     /// since session 25's device run: qwen3-8b's 64-sequence logits copy 4.1 → 0.95 ms, S_TG
     /// +12% (session 15's page-locked copy lost: it was copied through, and write-combined).
     pub pinned_logits: bool,
+    /// `FERROLM_GREEDY_ON_DEVICE=1`: a pass whose caller wants only each row's greedy choice
+    /// (a server step of greedy requests) picks it on the GPU (`greedy_rows_f32`) and brings
+    /// back two ids a row instead of the logits. Off by default until a device run checks
+    /// and measures it (written in session 25 without one).
+    pub greedy_on_device: bool,
     /// `FERROLM_ATTN_BATCHED`: decode attention of several sequences in one launch per layer
     /// (`attn_decode_rows_*`, each row through its sequence's cache) instead of a launch per
     /// sequence over copied rows.
@@ -169,6 +174,7 @@ impl Default for Switches {
             kv_block: None,
             kv_pool: true,
             pinned_logits: true,
+            greedy_on_device: false,
             attn_batched: true,
             rope_table: true,
             pdl: true,
@@ -315,6 +321,7 @@ impl Switches {
             },
             kv_pool: flag(env, "FERROLM_KV_POOL", true)?,
             pinned_logits: flag(env, "FERROLM_PINNED_LOGITS", true)?,
+            greedy_on_device: flag(env, "FERROLM_GREEDY_ON_DEVICE", false)?,
             attn_batched: flag(env, "FERROLM_ATTN_BATCHED", true)?,
             rope_table: flag(env, "FERROLM_ROPE_TABLE", true)?,
             pdl: flag(env, "FERROLM_CUDA_PDL", true)?,
@@ -372,7 +379,7 @@ impl fmt::Display for Switches {
         let moe_pairs = count_or_auto(self.moe_mma_pairs);
         let decode_rows = count_or_auto(self.f16_decode_rows);
         let decode_splits = count_or_auto(self.f16_decode_splits);
-        let lines: [(&str, &str, &str); 39] = [
+        let lines: [(&str, &str, &str); 40] = [
             (
                 "FERROLM_CUDA_MMQ",
                 bit(self.mmq),
@@ -469,6 +476,11 @@ impl fmt::Display for Switches {
                 "FERROLM_PINNED_LOGITS",
                 bit(self.pinned_logits),
                 "logits copied into page-locked host memory",
+            ),
+            (
+                "FERROLM_GREEDY_ON_DEVICE",
+                bit(self.greedy_on_device),
+                "greedy choices picked on the GPU",
             ),
             (
                 "FERROLM_ATTN_BATCHED",
