@@ -1,6 +1,6 @@
 #!/bin/bash
-# Issue 16: a pass's logits through a kept page-locked buffer (session 24; FERROLM_PINNED_LOGITS=1,
-# off by default until this runs), one device call (writes under $OUT): the switch's contract
+# Issue 16: a pass's logits through a kept page-locked buffer (session 24; FERROLM_PINNED_LOGITS, on by default
+# since session 25 measured it with this script), one device call (writes under $OUT): the switch's contract
 # (the same bytes through the CLI, on shape-space models synthesized here), the `to_host` stage
 # of a 64-sequence qwen3-8b step with and without it, llama-batched-bench beside `ferrolm
 # bench`'s batched mode both ways (qwen3-8b, olmoe-1b-7b), one sequence's tg128 both ways, and,
