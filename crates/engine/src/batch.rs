@@ -135,18 +135,13 @@ impl<'a> Model<'a> {
     where
         'a: 'm,
     {
-        let batch = self.batch_rows(seqs)?;
-        let data = if batch.tokens.is_empty() {
-            PassLogits::default()
-        } else {
-            let mut rows = batch.seq_rows(seqs);
-            let (tokens, positions) = (&batch.tokens, &batch.positions);
-            self.forward_rows(&mut rows, tokens, positions, &batch.logit_rows)?
-        };
+        let (data, spans) = self.batch_pass(seqs, |rows, b| {
+            self.forward_rows(rows, &b.tokens, &b.positions, &b.logit_rows)
+        })?;
         Ok(BatchLogits {
             data,
             n_vocab: self.cfg.n_vocab,
-            spans: batch.spans,
+            spans,
             model: self,
         })
     }
@@ -160,18 +155,26 @@ impl<'a> Model<'a> {
         seqs: &mut [SeqInput<'_>],
         banned: &[u32],
     ) -> Result<BatchPicks, EngineError> {
+        let (picks, spans) = self.batch_pass(seqs, |rows, b| {
+            self.forward_rows_greedy(rows, &b.tokens, &b.positions, &b.logit_rows, banned)
+        })?;
+        Ok(BatchPicks { picks, spans })
+    }
+
+    /// The batch's sequences stacked ([`Self::batch_rows`]) and run by `pass`, or nothing run
+    /// where they bring no tokens; with each sequence's span of logit rows.
+    fn batch_pass<T: Default>(
+        &self,
+        seqs: &mut [SeqInput<'_>],
+        pass: impl FnOnce(&mut [SeqRows<'_, SeqCache>], &BatchRows) -> Result<T, EngineError>,
+    ) -> Result<(T, Vec<(usize, usize)>), EngineError> {
         let batch = self.batch_rows(seqs)?;
-        let picks = if batch.tokens.is_empty() {
-            Vec::new()
+        let out = if batch.tokens.is_empty() {
+            T::default()
         } else {
-            let mut rows = batch.seq_rows(seqs);
-            let (tokens, positions) = (&batch.tokens, &batch.positions);
-            self.forward_rows_greedy(&mut rows, tokens, positions, &batch.logit_rows, banned)?
+            pass(&mut batch.seq_rows(seqs), &batch)?
         };
-        Ok(BatchPicks {
-            picks,
-            spans: batch.spans,
-        })
+        Ok((out, batch.spans))
     }
 
     /// The batch's rows stacked: every sequence's tokens checked against the vocabulary and

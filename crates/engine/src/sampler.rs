@@ -134,30 +134,8 @@ impl Sampler {
         self.sample_in_place(&mut logits.to_vec(), mask)
     }
 
-    /// The greedy choice read from `logits` as they are, where the sampler itself would not
-    /// change them (temperature 0, no repetition penalty) and the choice is not one of
-    /// `banned` (tokens the caller would have set to -inf): the same token as
-    /// [`Self::sample_in_place`] after the caller's bans, without copying the logits. `None`:
-    /// sample the usual way.
-    pub fn greedy_unchanged(
-        &mut self,
-        logits: &[f32],
-        banned: impl Iterator<Item = u32>,
-    ) -> Option<u32> {
-        if !self.plain_greedy() {
-            return None;
-        }
-        let token = argmax(logits);
-        let mut banned = banned;
-        if banned.any(|b| b == token) {
-            return None;
-        }
-        self.history.push(token);
-        Some(token)
-    }
-
-    /// Whether this sampler's choice is the argmax of the logits as given: temperature 0 and
-    /// no repetition penalty.
+    /// Whether this sampler's choice is the argmax of the logits as given (temperature 0, no
+    /// repetition penalty): [`greedy_pick`]'s, then recorded with [`Self::accept`].
     pub fn plain_greedy(&self) -> bool {
         self.cfg.temperature <= 0.0 && self.cfg.repeat_penalty == 1.0
     }
@@ -341,29 +319,33 @@ mod tests {
     }
 
     #[test]
-    fn greedy_unchanged_is_the_copying_path_or_declines() {
-        let mut fast = Sampler::new(SamplerConfig::greedy());
+    fn greedy_pick_is_what_plain_greedy_sampling_chooses() {
+        let mut picked = Sampler::new(SamplerConfig::greedy());
         let mut copying = Sampler::new(SamplerConfig::greedy());
-        let mut l = logits();
+        assert!(picked.plain_greedy());
         // No ban: the argmax, recorded in the history as sampling records it.
-        assert_eq!(fast.greedy_unchanged(&l, std::iter::empty()), Some(1));
-        assert_eq!(copying.sample_in_place(&mut l, None), 1);
-        assert_eq!(fast.history, copying.history);
-        // The choice banned: declined, nothing recorded (the caller samples a copy).
-        assert_eq!(fast.greedy_unchanged(&logits(), [4, 1].into_iter()), None);
-        assert_eq!(fast.history, [1]);
+        let pick = greedy_pick(&logits(), &[]);
+        assert_eq!((pick.best, pick.allowed), (1, 1));
+        picked.accept(&[pick.best]);
+        assert_eq!(copying.sample_in_place(&mut logits(), None), 1);
+        assert_eq!(picked.history, copying.history);
+        // The choice banned: the copying path's choice after the ban.
+        let pick = greedy_pick(&logits(), &[4, 1]);
+        let mut lowered = logits();
+        lowered[1] = f32::NEG_INFINITY;
+        lowered[4] = f32::NEG_INFINITY;
+        assert_eq!(pick.best, 1);
+        assert_eq!(pick.allowed, copying.sample_in_place(&mut lowered, None));
+        assert_eq!(pick.allowed, 5);
         // A ban elsewhere does not matter.
-        assert_eq!(fast.greedy_unchanged(&logits(), [5].into_iter()), Some(1));
-        // The sampler would change the logits: declined.
+        assert_eq!(greedy_pick(&logits(), &[5]).allowed, 1);
+        // The sampler would change the logits: not plain greedy.
         let penalty = SamplerConfig {
             repeat_penalty: 1.1,
             ..SamplerConfig::greedy()
         };
-        let drawn = SamplerConfig::default();
-        for cfg in [penalty, drawn] {
-            let mut s = Sampler::new(cfg);
-            assert_eq!(s.greedy_unchanged(&logits(), std::iter::empty()), None);
-            assert!(s.history.is_empty());
+        for cfg in [penalty, SamplerConfig::default()] {
+            assert!(!Sampler::new(cfg).plain_greedy());
         }
     }
 

@@ -5,7 +5,7 @@
 
 use crate::scheduler::{Event, FinishReason, Job, TokenLogprob};
 use ferrolm_engine::constraint::{ConstraintError, TokenMask, TokenMatcher};
-use ferrolm_engine::{held_back, GreedyPick, Sampler};
+use ferrolm_engine::{greedy_pick, held_back, GreedyPick, Sampler};
 use ferrolm_tokenizer::{StreamDecoder, Tokenizer};
 use std::collections::HashMap;
 use std::time::Instant;
@@ -151,28 +151,19 @@ impl Sequence {
 
     /// Samples from this step's logits and streams the token. `Some` when the sequence is
     /// done (its `Done` event is then sent by the scheduler).
+    /// A sequence that takes the greedy pick ([`Self::takes_pick`]) reads the step's logits in
+    /// place ([`greedy_pick`]: the token [`Self::sample_copy`] would choose, without copying a
+    /// vocabulary's worth of floats a sequence a step).
     pub fn on_logits(&mut self, step_logits: &[f32], tok: &Tokenizer) -> Option<FinishReason> {
-        let (next, logprob) = match self.greedy_unchanged(step_logits, tok) {
-            Some(next) => (next, None),
-            None => match self.sample_copy(step_logits, tok) {
-                Ok(chosen) => chosen,
-                Err(e) => return self.fail(e),
-            },
+        if self.takes_pick() {
+            let banned: Vec<u32> = tok.eog_ids().collect();
+            return self.on_pick(greedy_pick(step_logits, &banned), tok);
+        }
+        let (next, logprob) = match self.sample_copy(step_logits, tok) {
+            Ok(chosen) => chosen,
+            Err(e) => return self.fail(e),
         };
         self.after_sample(next, logprob, tok)
-    }
-
-    /// Greedy decoding with nothing that changes the logits first (no penalties, grammar or
-    /// log-probabilities; `ignore_eos`'s ban checked against the choice) reads the step's
-    /// logits in place: the same token as [`Self::sample_copy`], without copying a
-    /// vocabulary's worth of floats a sequence a step.
-    fn greedy_unchanged(&mut self, step_logits: &[f32], tok: &Tokenizer) -> Option<u32> {
-        if !self.takes_pick() {
-            return None;
-        }
-        let p = &self.job.params;
-        let banned = tok.eog_ids().filter(|_| p.ignore_eos);
-        self.sampler.greedy_unchanged(step_logits, banned)
     }
 
     /// The next token and its log-probabilities from a copy of the step's logits, changed by
