@@ -5,12 +5,14 @@ use crate::attention::attention;
 use crate::kv::{KvType, LayerKv};
 use crate::matmul::{matmul, WeightRef};
 use crate::plan::CpuPlan;
+use crate::split::HostCollective;
 use crate::{norm, rope};
 use ferrolm_gguf::GgmlType;
 use ferrolm_model::backend::{AttnShape, Backend, ColCopy, InputRows, PassInputs, Rope, SeqRows};
 use ferrolm_model::weights::MoeWeights;
 use ferrolm_model::{Config, ModelError, Result, TensorId};
 use std::convert::Infallible;
+use std::sync::Arc;
 
 /// A weight as the CPU holds it: the mapped blocks, plus an f32 copy for the small 1-D
 /// tensors (norms, biases) that are used elementwise.
@@ -107,6 +109,8 @@ impl CpuCache {
 /// says.
 pub struct CpuBackend<'a> {
     plan: CpuPlan,
+    /// Where this backend is one rank of a tensor split: the ranks' sums, and its rank.
+    rank: Option<(Arc<HostCollective>, usize)>,
     weights: std::marker::PhantomData<&'a ()>,
 }
 
@@ -114,8 +118,14 @@ impl CpuBackend<'_> {
     pub fn new(plan: CpuPlan) -> Self {
         Self {
             plan,
+            rank: None,
             weights: std::marker::PhantomData,
         }
+    }
+
+    /// Makes this backend rank `rank` of the split that `coll` joins.
+    pub fn join(&mut self, coll: Arc<HostCollective>, rank: usize) {
+        self.rank = Some((coll, rank));
     }
 
     pub fn plan(&self) -> &CpuPlan {
@@ -282,6 +292,13 @@ impl<'a> Backend for CpuBackend<'a> {
 
     fn add(&self, acc: &mut Mat, x: &Mat) -> Result<(), Infallible> {
         norm::add_assign(&mut acc.data, &x.data);
+        Ok(())
+    }
+
+    fn all_reduce(&self, x: &mut Mat) -> Result<(), Infallible> {
+        if let Some((coll, rank)) = &self.rank {
+            coll.all_reduce(*rank, &mut x.data);
+        }
         Ok(())
     }
 

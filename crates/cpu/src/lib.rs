@@ -12,8 +12,10 @@ pub mod norm;
 pub mod plan;
 pub mod rope;
 pub mod runner;
+pub mod split;
 
 pub use backend::{CpuBackend, CpuCache, CpuInputs, CpuWeight, Mat};
 pub use kv::{KvElem, KvType};
 pub use plan::{AttnPath, CpuPlan, PlanError};
 pub use runner::CpuModel;
+pub use split::{CpuSplit, CpuSplitModel, HostCollective, SplitCache};

@@ -37,7 +37,7 @@ pub fn route(logits: &mut [f32], k: usize, gating: MoeGating) -> Vec<(usize, f32
     picked
 }
 
-/// Adds row `e` of a stacked `[width][n_expert]` bias to every row of `x`.
+/// Adds row `e` of a stacked `[width][experts]` bias to every row of `x`.
 fn add_expert_bias(b: &CpuWeight<'_>, e: usize, x: &mut [f32]) {
     let mut row = vec![0f32; b.mat.cols];
     b.mat.dequantize_row(e, &mut row);
@@ -76,9 +76,11 @@ pub fn moe(plan: &CpuPlan, x: &Mat, w: &MoeWeights<CpuWeight<'_>>, out: &mut Mat
     // summed per token in slot order below, as llama.cpp adds its per-slot views.
     let mut slots = vec![0f32; n * k * d];
     for (e, tokens) in groups.iter().enumerate() {
-        if tokens.is_empty() {
+        // An expert another rank of a tensor split holds: its slots stay zero here.
+        if tokens.is_empty() || !w.experts.contains(&e) {
             continue;
         }
+        let i = e - w.experts.start;
         let m = tokens.len();
         let mut xe = Vec::with_capacity(m * d);
         for &(t, _, _) in tokens {
@@ -91,32 +93,32 @@ pub fn moe(plan: &CpuPlan, x: &Mat, w: &MoeWeights<CpuWeight<'_>>, out: &mut Mat
         matmul_ordered(
             plan,
             rows,
-            &w.gate.mat.slice_rows(e * w.n_ff, w.n_ff),
+            &w.gate.mat.slice_rows(i * w.n_ff, w.n_ff),
             &xe,
             &mut gate,
         );
         matmul_ordered(
             plan,
             rows,
-            &w.up.mat.slice_rows(e * w.n_ff, w.n_ff),
+            &w.up.mat.slice_rows(i * w.n_ff, w.n_ff),
             &xe,
             &mut up,
         );
         if let Some([bg, bu, _]) = &w.biases {
-            add_expert_bias(bg, e, &mut gate);
-            add_expert_bias(bu, e, &mut up);
+            add_expert_bias(bg, i, &mut gate);
+            add_expert_bias(bu, i, &mut up);
         }
         activate(w.act, &mut gate, &up);
         let mut down = vec![0f32; m * d];
         matmul_ordered(
             plan,
             rows,
-            &w.down.mat.slice_rows(e * d, d),
+            &w.down.mat.slice_rows(i * d, d),
             &gate,
             &mut down,
         );
         if let Some([_, _, bd]) = &w.biases {
-            add_expert_bias(bd, e, &mut down);
+            add_expert_bias(bd, i, &mut down);
         }
         for (&(t, slot, weight), row) in tokens.iter().zip(down.chunks_exact(d)) {
             let p = t * k + slot;

@@ -3,16 +3,19 @@
 //! same shape as the GPU's `CudaModel`, behind [`ModelRunner`].
 
 use crate::backend::{CpuBackend, CpuCache, CpuWeight, Mat};
+use crate::split::HostCollective;
 use crate::{CpuPlan, KvType};
 use ferrolm_gguf::GgufFile;
 use ferrolm_model::backend::{Backend, PassInputs, SeqRows};
 use ferrolm_model::dump::{dump_dir_from_env, Dump};
 use ferrolm_model::forward::{embed, forward, layers};
+use ferrolm_model::split::{ColumnCuts, Shard};
 use ferrolm_model::weights::ModelWeights;
 use ferrolm_model::{Config, ModelError, ModelRunner, Result};
 use std::convert::Infallible;
 use std::ops::Range;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 pub struct CpuModel<'a> {
     pub cfg: Config,
@@ -30,8 +33,33 @@ impl<'a> CpuModel<'a> {
     pub fn load(file: &'a GgufFile) -> Result<Self> {
         let cfg = Config::from_gguf(file)?;
         let weights = ModelWeights::load(&cfg, file, CpuWeight::new)?;
+        Self::with_weights(cfg, weights, rayon::current_num_threads())
+    }
+
+    /// Rank `shard` of a tensor split ([`crate::split`]): its shape, its parts of `file`'s
+    /// tensors (`cfg` is the whole model's; `cuts` its column parts), and `coll` to sum its
+    /// partial outputs with the other ranks'; its passes run on `threads` threads.
+    pub fn load_rank(
+        file: &'a GgufFile,
+        cfg: &Config,
+        shard: &Shard,
+        cuts: &'a ColumnCuts,
+        coll: Arc<HostCollective>,
+        threads: usize,
+    ) -> Result<Self> {
+        let weights = shard.load_weights(cfg, file, cuts, CpuWeight::new)?;
+        let mut m = Self::with_weights(shard.config(cfg), weights, threads)?;
+        m.backend.join(coll, shard.rank);
+        Ok(m)
+    }
+
+    fn with_weights(
+        cfg: Config,
+        weights: ModelWeights<CpuWeight<'a>>,
+        threads: usize,
+    ) -> Result<Self> {
         let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(rayon::current_num_threads())
+            .num_threads(threads)
             .build()
             .map_err(|e| ModelError::Invalid(format!("thread pool: {e}")))?;
         let plan = CpuPlan::from_env().map_err(|e| ModelError::Invalid(e.to_string()))?;

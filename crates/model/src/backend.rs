@@ -381,6 +381,12 @@ pub trait Backend {
     ) -> Result<(), Self::Error>;
     /// `acc += x`.
     fn add(&self, acc: &mut Self::Act, x: &Self::Act) -> Result<(), Self::Error>;
+    /// `x` summed over the ranks of a tensor split ([`crate::split`]), the same sum on every
+    /// rank: the attention's and the FFN's partial outputs. Nothing to do for a whole model.
+    fn all_reduce(&self, x: &mut Self::Act) -> Result<(), Self::Error> {
+        let _ = x;
+        Ok(())
+    }
     /// `acc += x`, then `out = rms_norm(acc) * w`: the residual add and the next norm, which a
     /// backend may run as one pass.
     fn add_rms_norm(

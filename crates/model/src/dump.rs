@@ -186,6 +186,10 @@ impl<B: Backend> Backend for Dump<'_, B> {
         self.inner.add(acc, x)
     }
 
+    fn all_reduce(&self, x: &mut B::Act) -> Result<(), B::Error> {
+        self.inner.all_reduce(x)
+    }
+
     /// The add and the norm apart; the forward pass taps both results.
     fn add_rms_norm(
         &self,

@@ -174,6 +174,7 @@ pub fn layers<B: Backend>(
             Some(bo) => b.matmul_many_bias(&[&a.output], &[bo], &attn, &mut [&mut proj])?,
             None => b.matmul(&a.output, &attn, &mut proj)?,
         }
+        b.all_reduce(&mut proj)?;
         b.tap("attn_out", il, &proj)?;
         if let Some(pn) = &layer.attn_post_norm {
             b.rms_norm(&proj, pn, cfg.rms_eps, &mut post)?;
@@ -227,6 +228,7 @@ pub fn layers<B: Backend>(
                 }
             }
         }
+        b.all_reduce(&mut proj)?;
         b.tap("ffn_out", il, &proj)?;
         if let Some(pn) = &layer.ffn_post_norm {
             b.rms_norm(&proj, pn, cfg.rms_eps, &mut post)?;

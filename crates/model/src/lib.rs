@@ -17,6 +17,7 @@ mod quantize;
 mod recipe;
 pub mod rope;
 mod runner;
+pub mod split;
 mod stream;
 mod synth;
 mod vocab;

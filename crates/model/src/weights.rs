@@ -47,16 +47,21 @@ pub struct DenseFfn<W> {
     pub bias: Option<[W; 3]>,
 }
 
-/// Experts are stacked: expert `e` owns rows `e*n_ff..(e+1)*n_ff` of `gate`/`up` and rows
-/// `e*n_embd..(e+1)*n_embd` of `down`.
+/// Experts are stacked: expert `e` owns rows `i*n_ff..(i+1)*n_ff` of `gate`/`up` and rows
+/// `i*n_embd..(i+1)*n_embd` of `down`, where `i = e - experts.start`.
 pub struct MoeWeights<W> {
     pub router: W,
     pub gate: W,
     pub up: W,
     pub down: W,
+    /// Experts the router chooses among.
     pub n_expert: usize,
     pub n_expert_used: usize,
     pub n_ff: usize,
+    /// The experts these stacks hold, from `experts.start` (all of them, but for a rank of a
+    /// tensor split, [`crate::split::Shard`]): a token's slots routed elsewhere add nothing
+    /// here.
+    pub experts: std::ops::Range<usize>,
     /// How the router's top-k probabilities become expert weights (from the architecture).
     pub gating: MoeGating,
     /// The experts' gated activation (from the architecture).
@@ -198,6 +203,7 @@ impl<W> ModelWeights<W> {
                     up: t(FfnUpExps)?,
                     down: t(FfnDownExps)?,
                     n_expert: m.n_expert,
+                    experts: 0..m.n_expert,
                     n_expert_used: m.n_expert_used,
                     n_ff: m.n_ff_exp,
                     gating: match ds {
