@@ -43,6 +43,17 @@ pub enum CudaError {
         why: String,
         compiler: Box<CudaError>,
     },
+    /// NCCL, which a split over several GPUs sums through, cannot be opened (`found`: where
+    /// a copy under a name cudarc does not open was seen, if anywhere).
+    #[error(
+        "NCCL (libnccl.so) could not be loaded{found}; a split over several GPUs needs it. \
+         Install NCCL (`libnccl-dev`, or `pip install nvidia-nccl-cu13` and a `libnccl.so` \
+         link to its `libnccl.so.2`) with its folder on LD_LIBRARY_PATH, or use \
+         `--split-mode layer`"
+    )]
+    NoNccl { found: String },
+    #[error("NCCL {call}: {message}")]
+    Nccl { call: &'static str, message: String },
     #[error("NVRTC {call}: {message}")]
     Nvrtc { call: &'static str, message: String },
     #[error("CUDA {what}: {source}")]

@@ -42,11 +42,12 @@ pub mod ops;
 pub mod plan;
 pub mod profile;
 
-pub use backend::{CudaBackend, CudaCache, CudaModel};
+pub use backend::{CudaBackend, CudaCache, CudaModel, CudaSplit, CudaSplitModel, SplitCudaCache};
 pub use cache::dir as kernel_cache_dir;
 pub use cudarc::driver::{CudaSlice, CudaStream};
 pub use device::{CudaDevice, ModuleOrigin};
 pub use error::{CudaError, Result};
 pub use host_logits::HostLogits;
+pub use libs::ensure_nccl;
 pub use ops::{Kernels, KvFormat};
 pub use plan::Plan;

@@ -102,6 +102,33 @@ fn preload_from(dir: &Path, file: Option<&Path>) -> bool {
     true
 }
 
+/// Whether NCCL can be opened as cudarc opens it (by the names `libnccl.so`,
+/// `libnccl.so.13`, ..., never NCCL's own soname `libnccl.so.2`, so a copy known only by
+/// that name, as the PyPI wheel ships it, needs a `libnccl.so` link on the loader's path).
+pub fn ensure_nccl() -> Result<()> {
+    // SAFETY: only tries to dlopen the candidate names and closes them again.
+    if unsafe { cudarc::nccl::sys::is_culib_present() } {
+        return Ok(());
+    }
+    let mut dirs: Vec<PathBuf> = toolkit_roots().iter().map(|r| r.join("lib64")).collect();
+    dirs.extend(["/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib"].map(PathBuf::from));
+    if let Some(sp) = python_nvidia_root() {
+        dirs.push(sp.join("nvidia/nccl/lib"));
+    }
+    let seen = dirs
+        .iter()
+        .map(|d| d.join("libnccl.so.2"))
+        .find(|f| f.exists());
+    Err(CudaError::NoNccl {
+        found: seen.map_or(String::new(), |f| {
+            format!(
+                " (there is {}, which cudarc does not open by that name)",
+                f.display()
+            )
+        }),
+    })
+}
+
 /// The folder holding `cuda_fp16.h`.
 pub fn include_dir() -> Result<PathBuf> {
     let mut dirs: Vec<PathBuf> = env_path("FERROLM_CUDA_INCLUDE").into_iter().collect();

@@ -145,7 +145,7 @@ impl Shard {
     ) -> Result<ModelWeights<W>> {
         let w = ModelWeights::load(cfg, file, |id, ty, dims, data| {
             let part = self.part(cfg, id);
-            let dims = part_dims(&part, dims);
+            let dims = part.dims(dims);
             match part {
                 Part::Whole => load(id, ty, &dims, data),
                 Part::Rows(r) => {
@@ -184,20 +184,22 @@ fn row_bytes(ty: GgmlType, cols: usize) -> usize {
     cols / ty.block_elems() * ty.block_bytes()
 }
 
-/// A part's dims, from the whole tensor's: rows split along the last dimension (a stack of
-/// experts keeps its inner shape), columns along the first.
-fn part_dims(part: &Part, dims: &[u64]) -> Vec<u64> {
-    let mut d = dims.to_vec();
-    match part {
-        Part::Whole => {}
-        Part::Cols(c) => d[0] = c.len() as u64,
-        Part::Rows(r) => {
-            let rows: u64 = dims[1..].iter().product();
-            let last = d.len() - 1;
-            d[last] = d[last] * r.len() as u64 / rows;
+impl Part {
+    /// The part's dims, from the whole tensor's: rows split along the last dimension (a stack
+    /// of experts keeps its inner shape), columns along the first.
+    pub fn dims(&self, dims: &[u64]) -> Vec<u64> {
+        let mut d = dims.to_vec();
+        match self {
+            Part::Whole => {}
+            Part::Cols(c) => d[0] = c.len() as u64,
+            Part::Rows(r) => {
+                let rows: u64 = dims[1..].iter().product();
+                let last = d.len() - 1;
+                d[last] = d[last] * r.len() as u64 / rows;
+            }
         }
+        d
     }
-    d
 }
 
 /// The column parts of one rank's tensors, copied out of the file (a column range is not
@@ -287,13 +289,13 @@ mod tests {
 
     #[test]
     fn part_dims_split_the_last_dimension_for_rows_and_the_first_for_columns() {
-        assert_eq!(part_dims(&Part::Rows(64..128), &[256, 256]), vec![256, 64]);
+        assert_eq!(Part::Rows(64..128).dims(&[256, 256]), vec![256, 64]);
         assert_eq!(
-            part_dims(&Part::Rows(512..1024), &[256, 128, 8]),
+            Part::Rows(512..1024).dims(&[256, 128, 8]),
             vec![256, 128, 4]
         );
-        assert_eq!(part_dims(&Part::Cols(0..128), &[256, 256]), vec![128, 256]);
-        assert_eq!(part_dims(&Part::Cols(2..4), &[4]), vec![2]);
-        assert_eq!(part_dims(&Part::Whole, &[256, 8]), vec![256, 8]);
+        assert_eq!(Part::Cols(0..128).dims(&[256, 256]), vec![128, 256]);
+        assert_eq!(Part::Cols(2..4).dims(&[4]), vec![2]);
+        assert_eq!(Part::Whole.dims(&[256, 8]), vec![256, 8]);
     }
 }

@@ -16,11 +16,13 @@ mod moe;
 mod pool;
 mod rows;
 mod runner;
+mod split;
 mod weights;
 
 use act::RopeKey;
 pub use act::{CudaAct, CudaInputs};
 pub use runner::{CudaCache, CudaModel};
+pub use split::{CudaSplit, CudaSplitModel, SplitCudaCache};
 pub use weights::CudaWeight;
 
 use crate::device::CudaDevice;
@@ -65,6 +67,9 @@ pub struct CudaBackend {
     /// ([`Self::recycle_host`]): page-locked once, or pageable with their pages mapped, from
     /// step to step.
     host_logits: HostLogitsPool,
+    /// Where this backend is one rank of a tensor split: the communicator its partial outputs
+    /// are summed through ([`Self::join`]).
+    comm: std::sync::OnceLock<split::RankComm>,
 }
 
 impl CudaBackend {
@@ -85,6 +90,7 @@ impl CudaBackend {
             multi_seq: AtomicBool::new(false),
             norm_q8k: AtomicBool::new(false),
             host_logits: HostLogitsPool::default(),
+            comm: std::sync::OnceLock::new(),
             dev,
         })
     }
@@ -700,6 +706,13 @@ impl Backend for CudaBackend {
     /// The gating mode was fixed when the router was uploaded ([`CudaWeight::Router`]), from
     /// the same architecture `w.gating` comes from; [`Self::try_moe`] checks they agree.
     fn moe(&self, x: &CudaAct, w: &MoeWeights<CudaWeight>, out: &mut CudaAct) -> Result<()> {
+        if w.experts != (0..w.n_expert) {
+            return Err(CudaError::Invalid(
+                "a tensor split's share of the experts does not run on the GPU yet: \
+                 split MoE models by layer (--split-mode layer)"
+                    .into(),
+            ));
+        }
         self.try_moe(x, w, out)
     }
 
@@ -710,6 +723,19 @@ impl Backend for CudaBackend {
         crate::profile::span(self.dev.stream(), "add", || {
             self.k.elementwise.add(acc.buf_mut(), x.buf())
         })
+    }
+
+    /// NCCL's sum over the split's ranks, on this device's stream (so a captured decode graph
+    /// holds it too).
+    fn all_reduce(&self, x: &mut CudaAct) -> Result<()> {
+        match self.comm.get() {
+            Some(comm) if x.rows > 0 => {
+                crate::profile::span(self.dev.stream(), "all_reduce", || {
+                    comm.sum_in_place(x.buf_mut())
+                })
+            }
+            _ => Ok(()),
+        }
     }
 
     fn select_rows(&self, x: &CudaAct, rows: &[usize]) -> Result<CudaAct> {

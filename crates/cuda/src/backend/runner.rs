@@ -14,6 +14,7 @@ use ferrolm_gguf::{GgmlType, GgufFile};
 use ferrolm_model::backend::{Backend, PassInputs, SeqRows};
 use ferrolm_model::dump::{dump_dir_from_env, Dump};
 use ferrolm_model::forward::{forward, head, layers, moe_gating};
+use ferrolm_model::split::{ColumnCuts, Shard};
 use ferrolm_model::weights::ModelWeights;
 use ferrolm_model::{tensor_specs, TensorId, TensorRole};
 use ferrolm_model::{Config, GreedyPick, ModelError, ModelRunner};
@@ -125,29 +126,57 @@ impl CudaModel {
         dev: Arc<CudaDevice>,
         first_layer: usize,
     ) -> ferrolm_model::Result<Self> {
-        let cfg = Config::from_gguf(file)?;
-        let first_layer = first_layer.min(cfg.n_layer);
-        check_fit(&cfg, file, &dev, first_layer)?;
+        Self::load_part(file, dev, first_layer, None)
+    }
+
+    /// Rank `shard` of a tensor split ([`ferrolm_model::split`]): its parts of every weight
+    /// (`cuts`: its column parts), in its own shape. Its backend sums with the other ranks
+    /// once it joins their communicator ([`CudaBackend::join`]).
+    pub fn load_rank(
+        file: &GgufFile,
+        dev: Arc<CudaDevice>,
+        shard: &Shard,
+        cuts: &ColumnCuts,
+    ) -> ferrolm_model::Result<Self> {
+        Self::load_part(file, dev, 0, Some((shard, cuts)))
+    }
+
+    fn load_part(
+        file: &GgufFile,
+        dev: Arc<CudaDevice>,
+        first_layer: usize,
+        shard: Option<(&Shard, &ColumnCuts)>,
+    ) -> ferrolm_model::Result<Self> {
+        let whole = Config::from_gguf(file)?;
+        let first_layer = first_layer.min(whole.n_layer);
+        check_fit(&whole, file, &dev, first_layer, shard.map(|s| s.0))?;
         let cuda = |e: CudaError| ModelError::Invalid(format!("CUDA: {e}"));
         let backend = CudaBackend::new(dev.clone()).map_err(cuda)?;
         // The same gating the weights carry (`MoeWeights::gating`), which the router applies.
-        let gating = moe_gating(cfg.arch);
-        let n_used = cfg.moe.as_ref().map_or(0, |m| m.n_expert_used);
+        let gating = moe_gating(whole.arch);
+        let n_used = whole.moe.as_ref().map_or(0, |m| m.n_expert_used);
         // The first block's query projection: what the fused norms quantize for.
         let first_q = TensorId::block(first_layer, TensorRole::AttnQ);
         let mut first_proj: Option<(GgmlType, usize)> = None;
-        let weights = ModelWeights::load(&cfg, file, |id, ty, dims, data| {
+        let upload = |id, ty, dims: &[u64], data: &[u8]| {
             if id == first_q {
                 first_proj = Some((ty, dims.first().map_or(0, |&c| c as usize)));
             }
-            if !on_gpu(&cfg, id, first_layer) {
+            if !on_gpu(&whole, id, first_layer) {
                 Ok(CudaWeight::Absent)
             } else if id.role == TensorRole::FfnGateInp {
                 super::weights::upload_router(&dev, id, ty, dims, data, n_used, gating)
             } else {
                 super::weights::upload(&dev, id, ty, dims, data)
             }
-        })?;
+        };
+        let (cfg, weights) = match shard {
+            None => (whole.clone(), ModelWeights::load(&whole, file, upload)?),
+            Some((s, cuts)) => (
+                s.config(&whole),
+                s.load_weights(&whole, file, cuts, upload)?,
+            ),
+        };
         dev.sync().map_err(cuda)?;
         // The fused norms quantize for the projections that follow them (K-quants: Q8_K).
         if let Some((ty, cols)) = first_proj {
@@ -521,6 +550,7 @@ fn check_fit(
     file: &GgufFile,
     dev: &CudaDevice,
     first_layer: usize,
+    shard: Option<&Shard>,
 ) -> ferrolm_model::Result<()> {
     let (free, _) = dev
         .context()
@@ -535,7 +565,8 @@ fn check_fit(
         if !on_gpu(cfg, spec.id, first_layer) {
             continue;
         }
-        let bytes = super::weights::device_bytes(spec.id, info.ty, &info.dims);
+        let dims = shard.map_or(info.dims.clone(), |s| s.part(cfg, spec.id).dims(&info.dims));
+        let bytes = super::weights::device_bytes(spec.id, info.ty, &dims);
         total += bytes;
         if let Some(layer) = spec.id.layer {
             if layer < cfg.n_layer {

@@ -1,0 +1,200 @@
+//! A tensor split ([`ferrolm_model::split`]) over several GPUs: rank `r` a [`CudaModel`] of its
+//! own shape on GPU `r`, its partial outputs summed by NCCL (through cudarc) on its stream.
+//!
+//! One process drives every GPU, a thread per rank for each pass: the engine, its scheduler and
+//! the server stay one process as on one GPU, each rank's decode steps are captured as graphs
+//! as before (NCCL's collectives are capturable), and no launcher or rendezvous is needed. The
+//! communicators come from one `ncclCommInitAll` ([`Comm::from_devices`]).
+//!
+//! Contract: the same parts and the same two sums a block as the CPU's split
+//! (`ferrolm_cpu::CpuSplitModel`), whose logits equal the whole model's up to f32 summation
+//! order; NCCL sums in its own order, the same bits on every rank.
+//!
+//! Not yet: the experts' share of a MoE model (refused at load, by name), and a rank that fails
+//! mid-pass leaves the others waiting in their collective (the communicators are aborted when
+//! the model is dropped).
+
+use super::runner::{CudaCache, CudaModel};
+use crate::device::CudaDevice;
+use crate::error::{CudaError, Result};
+use crate::host_logits::HostLogits;
+use crate::ops::KvFormat;
+use cudarc::driver::CudaSlice;
+use cudarc::nccl::{Comm, ReduceOp};
+use ferrolm_gguf::GgufFile;
+use ferrolm_model::backend::{PassInputs, SeqRows};
+use ferrolm_model::split::{ColumnCuts, Shard};
+use ferrolm_model::{Config, ModelError, ModelRunner};
+use std::sync::{Arc, Mutex};
+
+/// One rank's NCCL communicator.
+pub(super) struct RankComm(Mutex<Comm>);
+
+// SAFETY: NCCL allows a communicator to be used from any thread, one call at a time; the
+// mutex serializes the calls.
+unsafe impl Send for RankComm {}
+unsafe impl Sync for RankComm {}
+
+impl RankComm {
+    /// `x` summed over the ranks in place.
+    pub(super) fn sum_in_place(&self, x: &mut CudaSlice<f32>) -> Result<()> {
+        let comm = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        comm.all_reduce_in_place(x, &ReduceOp::Sum)
+            .map(|_| ())
+            .map_err(|e| CudaError::Nccl {
+                call: "ncclAllReduce",
+                message: format!("{e:?}"),
+            })
+    }
+}
+
+impl super::CudaBackend {
+    /// Makes this backend a rank of the split `comm` belongs to: from now on
+    /// [`ferrolm_model::backend::Backend::all_reduce`] sums through it.
+    pub(super) fn join(&self, comm: Comm) -> Result<()> {
+        self.comm
+            .set(RankComm(Mutex::new(comm)))
+            .map_err(|_| CudaError::Invalid("this backend is a rank of a split already".into()))
+    }
+}
+
+/// What a split over GPUs needs besides the file: each rank's shard and column parts.
+pub struct CudaSplit {
+    shards: Vec<Shard>,
+    cuts: Vec<ColumnCuts>,
+}
+
+impl CudaSplit {
+    /// The parts of `file`'s model over `ranks` GPUs; the error names what does not split.
+    pub fn prepare(file: &GgufFile, ranks: usize) -> ferrolm_model::Result<Self> {
+        let cfg = Config::from_gguf(file)?;
+        if cfg.moe.is_some() {
+            return Err(ModelError::Invalid(
+                "tensor split: the experts' share of a MoE model does not run on the GPU yet; \
+                 split it by layer (--split-mode layer)"
+                    .into(),
+            ));
+        }
+        let shards = (0..ranks.max(1))
+            .map(|r| Shard::new(&cfg, r, ranks))
+            .collect::<ferrolm_model::Result<Vec<_>>>()?;
+        let cuts = (shards.iter())
+            .map(|s| ColumnCuts::cut(&cfg, file, s))
+            .collect::<ferrolm_model::Result<Vec<_>>>()?;
+        Ok(Self { shards, cuts })
+    }
+}
+
+/// A model split over GPUs; runs like the whole model, through [`ModelRunner`].
+pub struct CudaSplitModel {
+    /// The whole model's shape (a rank's own is narrower).
+    cfg: Config,
+    ranks: Vec<CudaModel>,
+}
+
+/// One sequence's KV cache: each rank's, on its GPU, for its own KV heads.
+pub struct SplitCudaCache {
+    ranks: Vec<CudaCache>,
+}
+
+impl CudaSplitModel {
+    /// Uploads rank `r`'s parts to `devs[r]` and joins the ranks' communicators; NCCL must
+    /// load ([`crate::libs::ensure_nccl`]).
+    pub fn load(
+        file: &GgufFile,
+        split: &CudaSplit,
+        devs: &[Arc<CudaDevice>],
+    ) -> ferrolm_model::Result<Self> {
+        let cuda = |e: CudaError| ModelError::Invalid(format!("CUDA: {e}"));
+        if devs.len() != split.shards.len() {
+            return Err(ModelError::Invalid(format!(
+                "a split over {} ranks was given {} GPUs",
+                split.shards.len(),
+                devs.len()
+            )));
+        }
+        crate::libs::ensure_nccl().map_err(cuda)?;
+        let cfg = Config::from_gguf(file)?;
+        let ranks = (split.shards.iter().zip(&split.cuts).zip(devs))
+            .map(|((s, cuts), dev)| CudaModel::load_rank(file, dev.clone(), s, cuts))
+            .collect::<ferrolm_model::Result<Vec<_>>>()?;
+        let streams = devs.iter().map(|d| d.stream().clone()).collect();
+        let comms = Comm::from_devices(streams).map_err(|e| {
+            cuda(CudaError::Nccl {
+                call: "ncclCommInitAll",
+                message: format!("{e:?}"),
+            })
+        })?;
+        for (m, comm) in ranks.iter().zip(comms) {
+            m.backend.join(comm).map_err(cuda)?;
+        }
+        Ok(Self { cfg, ranks })
+    }
+
+    /// A cache for `n_ctx` positions of every block, on every rank.
+    pub fn new_cache(&self, n_ctx: usize, kv: KvFormat) -> Result<SplitCudaCache> {
+        let ranks = self.ranks.iter().map(|m| m.new_cache(n_ctx, kv));
+        Ok(SplitCudaCache {
+            ranks: ranks.collect::<Result<_>>()?,
+        })
+    }
+}
+
+impl ModelRunner for CudaSplitModel {
+    type Cache = SplitCudaCache;
+    type Error = CudaError;
+    type Logits = HostLogits;
+
+    fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    /// Every rank queues the pass from its own thread (a collective waits for all ranks'
+    /// launches); after the last sum every rank holds the same residual stream and so the
+    /// same logits: rank 0's are returned.
+    fn forward_rows(
+        &self,
+        seqs: &mut [SeqRows<'_, SplitCudaCache>],
+        pass: &PassInputs<'_>,
+        logit_rows: &[usize],
+    ) -> Result<HostLogits> {
+        let mut per_rank: Vec<Vec<SeqRows<'_, CudaCache>>> =
+            (0..self.ranks.len()).map(|_| Vec::new()).collect();
+        for s in seqs.iter_mut() {
+            if s.cache.ranks.len() != self.ranks.len() {
+                return Err(CudaError::Invalid(
+                    "a cache made for another split was passed to this model".into(),
+                ));
+            }
+            for (mine, cache) in per_rank.iter_mut().zip(&mut s.cache.ranks) {
+                mine.push(SeqRows {
+                    cache,
+                    rows: s.rows.clone(),
+                });
+            }
+        }
+        let results = std::thread::scope(|scope| {
+            let running: Vec<_> = (self.ranks.iter().zip(&mut per_rank))
+                .map(|(m, seqs)| scope.spawn(move || m.forward_rows(seqs, pass, logit_rows)))
+                .collect();
+            let joined = running.into_iter().map(|t| t.join());
+            joined.collect::<Vec<_>>()
+        });
+        let mut logits = None;
+        for (rank, r) in results.into_iter().enumerate() {
+            match r {
+                Ok(Ok(l)) if rank == 0 => logits = Some(l),
+                Ok(Ok(l)) => self.ranks[rank].recycle_logits(l),
+                Ok(Err(e)) => return Err(e),
+                Err(_) => return Err(CudaError::Invalid(format!("rank {rank}'s pass panicked"))),
+            }
+        }
+        logits.ok_or_else(|| CudaError::Invalid("a split without ranks".into()))
+    }
+
+    fn recycle_logits(&self, logits: HostLogits) {
+        if let Some(m) = self.ranks.first() {
+            m.recycle_logits(logits);
+        }
+    }
+}
