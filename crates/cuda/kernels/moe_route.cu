@@ -319,3 +319,16 @@ extern "C" __global__ void __launch_bounds__(1024)
         }
     }
 }
+
+// A tensor split's share of the experts (crates/model/src/split.rs): dst[i] = src[i] - first
+// where src[i] is one of the `count` experts from `first` this rank holds, else -1, which every
+// expert kernel takes as a slot that adds nothing. Grid ceil(n / 256), block 256.
+extern "C" __global__ void moe_localize(const int *__restrict__ src, int *__restrict__ dst, int n,
+                                        int first, int count) {
+    dependent_launch_entry();
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        const int e = src[i] - first;
+        dst[i] = e >= 0 && e < count ? e : -1;
+    }
+}

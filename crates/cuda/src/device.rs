@@ -43,6 +43,16 @@ pub enum ModuleOrigin {
 }
 
 impl CudaDevice {
+    /// GPUs the driver sees; 0 without a driver.
+    pub fn count() -> usize {
+        if !libs::driver_present() {
+            return 0;
+        }
+        let n = cudarc::driver::result::init()
+            .and_then(|()| cudarc::driver::result::device::get_count());
+        n.map_or(0, |n| n.max(0) as usize)
+    }
+
     /// Opens device `ordinal`. Each way this can fail (no driver, no device, a driver too old,
     /// no NVRTC or headers when no embedded images fit) is its own error, worded for the user.
     pub fn new(ordinal: usize) -> Result<Self> {

@@ -3,10 +3,13 @@
 use crate::sampler::greedy_pick;
 use crate::session::EngineError;
 use ferrolm_cpu::{CpuCache, CpuModel, KvElem, KvType};
-use ferrolm_cuda::{CudaCache, CudaDevice, CudaModel, HostLogits, KvFormat};
+use ferrolm_cuda::{
+    CudaCache, CudaDevice, CudaModel, CudaSplit, CudaSplitModel, HostLogits, KvFormat,
+    SplitCudaCache,
+};
 use ferrolm_gguf::GgufFile;
 use ferrolm_model::backend::{PassInputs, SeqRows};
-use ferrolm_model::{Config, GreedyPick, ModelRunner, Result};
+use ferrolm_model::{Config, GreedyPick, ModelError, ModelRunner, Result};
 use std::sync::Arc;
 
 /// Where a model runs.
@@ -14,6 +17,8 @@ use std::sync::Arc;
 pub enum Device {
     Cpu,
     Cuda(Arc<CudaDevice>),
+    /// A tensor split over these GPUs (`--split-mode row`): rank `r` on the `r`-th.
+    CudaRanks(Vec<Arc<CudaDevice>>),
 }
 
 /// A model on the CPU or a GPU. On the CPU, weights borrow the file's map: no second copy of
@@ -34,6 +39,8 @@ enum Exec<'a> {
         cpu: CpuModel<'a>,
         gpu: CudaModel,
     },
+    /// `--split-mode row`: every block's heads, FFN width and experts shared out over GPUs.
+    Ranks(CudaSplitModel),
 }
 
 /// A pass's logits as the runner that made them returns them; derefs to `[rows][n_vocab]`.
@@ -67,6 +74,8 @@ pub enum Cache {
     Cuda(Box<CudaCache>),
     /// The CPU's blocks' cache and the GPU's.
     Split(CpuCache, Box<CudaCache>),
+    /// Each rank's cache, on its GPU.
+    Ranks(Box<SplitCudaCache>),
 }
 
 impl Device {
@@ -77,11 +86,24 @@ impl Device {
             .map_err(|e| EngineError::Backend(e.to_string()))
     }
 
+    /// GPUs `0..n`, opened, for a tensor split over them.
+    pub fn cuda_ranks(n: usize) -> Result<Self, EngineError> {
+        let devs = (0..n).map(|i| match Self::cuda(i)? {
+            Device::Cuda(d) => Ok(d),
+            _ => unreachable!("Device::cuda opens one GPU"),
+        });
+        Ok(Device::CudaRanks(devs.collect::<Result<_, EngineError>>()?))
+    }
+
     /// "cpu", or the GPU's description.
     pub fn describe(&self) -> String {
         match self {
             Device::Cpu => "cpu".into(),
             Device::Cuda(d) => d.describe(),
+            Device::CudaRanks(ds) => {
+                let names: Vec<String> = ds.iter().map(|d| d.describe()).collect();
+                format!("a tensor split over {}", names.join(", "))
+            }
         }
     }
 }
@@ -91,6 +113,7 @@ impl Cache {
         match self {
             Cache::Cpu(c) => c.n_ctx(),
             Cache::Cuda(c) | Cache::Split(_, c) => c.n_ctx(),
+            Cache::Ranks(c) => c.n_ctx(),
         }
     }
 
@@ -100,6 +123,7 @@ impl Cache {
         match self {
             Cache::Cpu(_) => None,
             Cache::Cuda(c) | Cache::Split(_, c) => Some(c.kv_blocks()),
+            Cache::Ranks(c) => Some(c.kv_blocks()),
         }
     }
 
@@ -109,6 +133,7 @@ impl Cache {
         match self {
             Cache::Cpu(_) => {}
             Cache::Cuda(c) | Cache::Split(_, c) => c.truncate(n),
+            Cache::Ranks(c) => c.truncate(n),
         }
     }
 }
@@ -137,6 +162,17 @@ impl<'a> Model<'a> {
                 cpu: CpuModel::load(file)?,
                 gpu: CudaModel::load_from_layer(file, dev.clone(), first_gpu_layer)?,
             },
+            Device::CudaRanks(_) if first_gpu_layer > 0 => {
+                return Err(ModelError::Invalid(
+                    "a tensor split (--split-mode row) holds every block on the GPUs: \
+                     -ngl cannot keep some on the CPU"
+                        .into(),
+                ))
+            }
+            Device::CudaRanks(devs) => {
+                let parts = CudaSplit::prepare(file, devs.len())?;
+                Exec::Ranks(CudaSplitModel::load(file, &parts, devs)?)
+            }
         };
         Ok(Self { cfg, file, exec })
     }
@@ -147,7 +183,7 @@ impl<'a> Model<'a> {
     pub fn default_ubatch(&self) -> usize {
         match self.exec {
             Exec::Cpu(_) => 512,
-            Exec::Cuda(_) | Exec::Split { .. } => 2048,
+            Exec::Cuda(_) | Exec::Split { .. } | Exec::Ranks(_) => 2048,
         }
     }
 
@@ -159,7 +195,7 @@ impl<'a> Model<'a> {
     pub fn set_batch_invariant(&mut self, on: bool) {
         match &mut self.exec {
             Exec::Cpu(cpu) | Exec::Split { cpu, .. } => cpu.set_batch_invariant(on),
-            Exec::Cuda(_) => {}
+            Exec::Cuda(_) | Exec::Ranks(_) => {}
         }
     }
 
@@ -179,6 +215,7 @@ impl<'a> Model<'a> {
                 gpu.first_layer(),
                 self.cfg.n_layer
             ),
+            Exec::Ranks(m) => m.describe(),
         }
     }
 
@@ -201,6 +238,14 @@ impl<'a> Model<'a> {
                 ram(),
                 Some((gpu.device(), gpu.kv_bytes_per_position(gpu_kv(kv_type)?))),
             ),
+            // Every rank's share is the same size: rank 0's device stands for each.
+            Exec::Ranks(m) => {
+                let r = &m.ranks()[0];
+                (
+                    0,
+                    Some((r.device(), r.kv_bytes_per_position(gpu_kv(kv_type)?))),
+                )
+            }
         })
     }
 
@@ -210,7 +255,7 @@ impl<'a> Model<'a> {
         kv_type
             .check(self.cfg.head_dim)
             .map_err(EngineError::Backend)?;
-        if let Exec::Cuda(_) | Exec::Split { .. } = self.exec {
+        if let Exec::Cuda(_) | Exec::Split { .. } | Exec::Ranks(_) = self.exec {
             gpu_kv(kv_type)?;
         }
         Ok(())
@@ -220,7 +265,11 @@ impl<'a> Model<'a> {
     /// CPU): then caches take memory as their sequences grow, from a pool
     /// ([`Self::reserve_kv`]) that need not hold every sequence's whole context.
     pub fn kv_is_paged(&self) -> bool {
-        matches!(&self.exec, Exec::Cuda(m) if m.shares_kv())
+        match &self.exec {
+            Exec::Cuda(m) => m.shares_kv(),
+            Exec::Ranks(m) => m.ranks()[0].shares_kv(),
+            _ => false,
+        }
     }
 
     /// Positions a block of the GPU's paged KV cache for sequences of up to `n_ctx` (`None`
@@ -229,6 +278,7 @@ impl<'a> Model<'a> {
         match &self.exec {
             Exec::Cpu(_) => None,
             Exec::Cuda(m) | Exec::Split { gpu: m, .. } => Some(m.kv_block(n_ctx)),
+            Exec::Ranks(m) => Some(m.ranks()[0].kv_block(n_ctx)),
         }
     }
 
@@ -248,12 +298,13 @@ impl<'a> Model<'a> {
         kv_type: KvType,
     ) -> Result<(), EngineError> {
         self.check_kv_type(kv_type)?;
+        let kv = gpu_kv(kv_type);
         match &self.exec {
             Exec::Cpu(_) => Ok(()),
-            Exec::Cuda(m) | Exec::Split { gpu: m, .. } => m
-                .reserve_kv(n_blocks, n_ctx, gpu_kv(kv_type)?)
-                .map_err(|e| EngineError::Backend(e.to_string())),
+            Exec::Cuda(m) | Exec::Split { gpu: m, .. } => m.reserve_kv(n_blocks, n_ctx, kv?),
+            Exec::Ranks(m) => m.reserve_kv(n_blocks, n_ctx, kv?),
         }
+        .map_err(|e| EngineError::Backend(e.to_string()))
     }
 
     /// Blocks of `kv_type`, for sequences of up to `n_ctx`, that free GPU memory holds as a
@@ -264,13 +315,15 @@ impl<'a> Model<'a> {
         n_ctx: usize,
     ) -> Result<Option<usize>, EngineError> {
         self.check_kv_type(kv_type)?;
+        let kv = gpu_kv(kv_type);
         match &self.exec {
             Exec::Cpu(_) => Ok(None),
-            Exec::Cuda(m) | Exec::Split { gpu: m, .. } => m
-                .kv_blocks_that_fit(gpu_kv(kv_type)?, n_ctx)
-                .map(Some)
-                .map_err(|e| EngineError::Backend(e.to_string())),
+            Exec::Cuda(m) | Exec::Split { gpu: m, .. } => {
+                m.kv_blocks_that_fit(kv?, n_ctx).map(Some)
+            }
+            Exec::Ranks(m) => m.kv_blocks_that_fit(kv?, n_ctx).map(Some),
         }
+        .map_err(|e| EngineError::Backend(e.to_string()))
     }
 
     /// The shared pool's free blocks and positions a block (`None` without one).
@@ -278,6 +331,7 @@ impl<'a> Model<'a> {
         match &self.exec {
             Exec::Cpu(_) => None,
             Exec::Cuda(m) | Exec::Split { gpu: m, .. } => m.kv_free_blocks(),
+            Exec::Ranks(m) => m.kv_free_blocks(),
         }
     }
 
@@ -296,6 +350,10 @@ impl<'a> Model<'a> {
             Exec::Split { cpu, gpu } => {
                 Ok(Cache::Split(cpu.new_cache(n_ctx, kv_type), gpu_cache(gpu)?))
             }
+            Exec::Ranks(m) => m
+                .new_cache(n_ctx, gpu_kv(kv_type)?)
+                .map(|c| Cache::Ranks(Box::new(c)))
+                .map_err(|e| EngineError::Backend(e.to_string())),
         }
     }
 
@@ -325,6 +383,9 @@ impl<'a> Model<'a> {
                 cd.copy_prefix_from(cs, n);
                 gpu(m, gs, gd)?;
             }
+            (Exec::Ranks(m), Cache::Ranks(s), Cache::Ranks(d)) => m
+                .copy_cache_prefix(s, d, n)
+                .map_err(|e| EngineError::Backend(e.to_string()))?,
             _ => return Err(wrong_device()),
         }
         Ok(())
@@ -357,6 +418,7 @@ impl<'a> Model<'a> {
             (Exec::Cuda(m) | Exec::Split { gpu: m, .. }, PassLogits::Cuda(h)) => {
                 m.recycle_logits(h)
             }
+            (Exec::Ranks(m), PassLogits::Cuda(h)) => m.recycle_logits(h),
             // An empty pass's logits, made by no runner.
             _ => {}
         }
@@ -381,6 +443,11 @@ impl<'a> Model<'a> {
             .map(PassLogits::Cpu),
             Exec::Cuda(m) => run(m, seqs, &pass, logit_rows, |c| match c {
                 Cache::Cuda(c) => Some(&mut **c),
+                _ => None,
+            })
+            .map(PassLogits::Cuda),
+            Exec::Ranks(m) => run(m, seqs, &pass, logit_rows, |c| match c {
+                Cache::Ranks(c) => Some(&mut **c),
                 _ => None,
             })
             .map(PassLogits::Cuda),

@@ -1,14 +1,17 @@
 //! The tensor split over GPUs (`ferrolm_cuda::CudaSplitModel`): refusals, checked anywhere;
-//! on the GPU machine (`--ignored`), a split of one rank against the whole model bit for bit,
-//! and where there are two GPUs, a split of two within the split's contract of the whole
-//! model (the CPU split's test, `ferrolm-cpu`'s `tensor_split`, holds the same bar).
+//! on the GPU machine (`--ignored`), a rank alone against the same rank on the CPU, a split of
+//! one rank against the whole model bit for bit, and where there are two GPUs, a split of two
+//! within the split's contract of the whole model (the CPU split's test, `ferrolm-cpu`'s
+//! `tensor_split`, holds the same bar).
 
 mod common;
 
+use ferrolm_cpu::{CpuModel, HostCollective, KvType};
 use ferrolm_cuda::{CudaDevice, CudaModel, CudaSplit, CudaSplitModel, KvFormat};
 use ferrolm_gguf::GgufFile;
 use ferrolm_model::backend::{PassInputs, SeqRows};
-use ferrolm_model::ModelRunner;
+use ferrolm_model::split::{ColumnCuts, Shard};
+use ferrolm_model::{Config, ModelRunner};
 use std::sync::Arc;
 
 fn golden_file(stem: &str) -> GgufFile {
@@ -46,16 +49,50 @@ fn feed(n_vocab: usize) -> Vec<u32> {
 }
 
 #[test]
-fn moe_models_and_bad_rank_counts_are_refused_by_name() {
-    let e = CudaSplit::prepare(&golden_file("tiny-qwen3moe-q8_0"), 2)
-        .err()
-        .unwrap();
-    assert!(e.to_string().contains("experts"), "{e}");
-    let e = CudaSplit::prepare(&golden_file("tiny-llama-q8_0"), 3)
-        .err()
-        .unwrap();
-    assert!(e.to_string().contains("do not split over 3 ranks"), "{e}");
-    assert!(CudaSplit::prepare(&golden_file("tiny-llama-q8_0"), 2).is_ok());
+fn models_and_rank_counts_that_do_not_split_are_refused_by_name() {
+    let refused = |stem: &str, ranks| match CudaSplit::prepare(&golden_file(stem), ranks) {
+        Ok(_) => panic!("{stem} split over {ranks} ranks"),
+        Err(e) => e.to_string(),
+    };
+    assert!(refused("tiny-olmoe-q8_0", 2).contains("olmoe"));
+    assert!(refused("tiny-llama-q8_0", 3).contains("do not split over 3 ranks"));
+    for stem in ["tiny-llama-q8_0", "tiny-qwen3moe-q8_0"] {
+        assert!(CudaSplit::prepare(&golden_file(stem), 2).is_ok(), "{stem}");
+    }
+}
+
+/// A rank of a split run alone (no sums: its own heads, FFN width and experts) computes on the
+/// GPU what it computes on the CPU: the shard's parts, the local heads' attention and the
+/// experts' localization (rank 1 holds experts 4-7 of 8) checked on one GPU.
+#[test]
+#[ignore = "needs a GPU"]
+fn a_rank_alone_computes_on_the_gpu_what_it_does_on_the_cpu() {
+    let dev = Arc::new(CudaDevice::new(0).expect("a GPU"));
+    for stem in ["tiny-llama-q8_0", "tiny-qwen3-q8_0", "tiny-qwen3moe-q8_0"] {
+        let file = golden_file(stem);
+        let cfg = Config::from_gguf(&file).unwrap();
+        let shard = Shard::new(&cfg, 1, 2).unwrap();
+        let cuts = ColumnCuts::cut(&cfg, &file, &shard).unwrap();
+        let alone = HostCollective::new(1);
+        let cpu = CpuModel::load_rank(&file, &cfg, &shard, &cuts, alone, 2).unwrap();
+        let gpu = CudaModel::load_rank(&file, dev.clone(), &shard, &cuts).unwrap();
+        let feed = feed(cfg.n_vocab);
+        let mut cc = cpu.new_cache(64, KvType::F16);
+        let mut gc = gpu.new_cache(64, KvFormat::F16).unwrap();
+        let c = prompt_then_steps(&cpu, &mut cc, &feed);
+        let g = prompt_then_steps(&gpu, &mut gc, &feed);
+        assert_within(stem, &c, &g, cfg.n_vocab, 1e-3);
+    }
+}
+
+/// Every row of `b` within `tol` of `a`'s largest magnitude.
+fn assert_within(what: &str, a: &[f32], b: &[f32], n_vocab: usize, tol: f32) {
+    assert_eq!(a.len(), b.len(), "{what}");
+    for (r, (a, b)) in a.chunks(n_vocab).zip(b.chunks(n_vocab)).enumerate() {
+        let scale = a.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let worst = a.iter().zip(b).fold(0f32, |m, (x, y)| m.max((x - y).abs()));
+        assert!(worst <= tol * scale, "{what} row {r}: {worst} of {scale}");
+    }
 }
 
 #[test]
@@ -93,7 +130,12 @@ fn a_split_over_two_gpus_gives_the_whole_models_logits() {
     let devs: Vec<_> = (0..2)
         .map(|i| Arc::new(CudaDevice::new(i).expect("two GPUs")))
         .collect();
-    for stem in ["tiny-llama-q8_0", "tiny-qwen3-q8_0", "tiny-llama-f32"] {
+    for stem in [
+        "tiny-llama-q8_0",
+        "tiny-qwen3-q8_0",
+        "tiny-qwen3moe-q8_0",
+        "tiny-llama-f32",
+    ] {
         let file = golden_file(stem);
         let whole = CudaModel::load(&file, devs[0].clone()).unwrap();
         let parts = CudaSplit::prepare(&file, 2).unwrap();
@@ -105,10 +147,6 @@ fn a_split_over_two_gpus_gives_the_whole_models_logits() {
         let w = prompt_then_steps(&whole, &mut wc, &feed);
         let s = prompt_then_steps(&split, &mut sc, &feed);
         // The CPU split's bar for quantized models: within 1e-3 of the row's largest logit.
-        for (r, (w, s)) in w.chunks(n_vocab).zip(s.chunks(n_vocab)).enumerate() {
-            let scale = w.iter().fold(0f32, |m, v| m.max(v.abs()));
-            let worst = w.iter().zip(s).fold(0f32, |m, (a, b)| m.max((a - b).abs()));
-            assert!(worst <= 1e-3 * scale, "{stem} row {r}: {worst} of {scale}");
-        }
+        assert_within(stem, &w, &s, n_vocab, 1e-3);
     }
 }

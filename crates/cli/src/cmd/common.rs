@@ -14,6 +14,18 @@ pub enum BackendChoice {
     Auto,
 }
 
+/// How a model spreads over several GPUs, by llama.cpp's `-sm` names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum SplitMode {
+    /// One GPU (`--main-gpu`).
+    None,
+    /// Blocks by GPU: not built yet (refused by name).
+    Layer,
+    /// Every block's heads, FFN width and experts shared out over the GPUs, their partial
+    /// outputs summed through NCCL twice a block.
+    Row,
+}
+
 /// A KV cache element type, by llama.cpp's names.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum CacheType {
@@ -47,6 +59,22 @@ pub struct ModelOpts {
     /// Layers to offload to the GPU (-1 or 99: all). Ignored on the CPU.
     #[arg(long = "n-gpu-layers", visible_alias = "ngl", default_value_t = -1, allow_negative_numbers = true)]
     pub n_gpu_layers: i32,
+    /// How the model spreads over several GPUs (llama.cpp's -sm): none, or row (a tensor
+    /// split over the GPUs --tensor-split counts, else all of them).
+    #[arg(long = "split-mode", visible_alias = "sm", value_enum, default_value_t = SplitMode::None)]
+    pub split_mode: SplitMode,
+    /// The model's share on each GPU, from GPU 0 (llama.cpp's -ts, e.g. 1,1): how many GPUs a
+    /// row split takes; its shares must be equal.
+    #[arg(
+        long = "tensor-split",
+        visible_alias = "ts",
+        value_delimiter = ',',
+        value_name = "SHARES"
+    )]
+    pub tensor_split: Option<Vec<f32>>,
+    /// The GPU a model on one GPU runs on (llama.cpp's -mg).
+    #[arg(long = "main-gpu", visible_alias = "mg", default_value_t = 0)]
+    pub main_gpu: usize,
     /// CPU threads (default: all cores).
     #[arg(short = 't', long = "threads", allow_negative_numbers = true)]
     pub threads: Option<usize>,
@@ -98,10 +126,18 @@ impl ModelOpts {
     /// The device `--backend` and `-ngl` ask for. `auto` takes the GPU when one opens and says
     /// which it chose.
     pub fn device(&self) -> Result<Device> {
+        if let Some(n) = self.split_gpus()? {
+            if self.backend == BackendChoice::Cpu || self.n_gpu_layers == 0 {
+                bail!("--split-mode row runs on GPUs: it takes neither --backend cpu nor -ngl 0");
+            }
+            let device = Device::cuda_ranks(n).context("--split-mode row")?;
+            eprintln!("ferrolm: using {}", device.describe());
+            return Ok(device);
+        }
         if self.n_gpu_layers == 0 {
             return Ok(Device::Cpu);
         }
-        let open = || Device::cuda(0);
+        let open = || Device::cuda(self.main_gpu);
         let device = match self.backend {
             BackendChoice::Cpu => Device::Cpu,
             // The error says what is missing (driver, GPU, NVRTC).
@@ -112,6 +148,39 @@ impl ModelOpts {
             eprintln!("ferrolm: using {}", device.describe());
         }
         Ok(device)
+    }
+
+    /// The GPUs a row split takes (`None` for one device); an error for a split mode or
+    /// shares that are not built.
+    fn split_gpus(&self) -> Result<Option<usize>> {
+        let shares = self.tensor_split.as_deref().unwrap_or(&[]);
+        if let Some(s) = shares.iter().find(|s| !s.is_finite() || **s <= 0.0) {
+            bail!("--tensor-split: {s} is not a share (a number above 0)");
+        }
+        match self.split_mode {
+            SplitMode::None => Ok(None),
+            SplitMode::Layer => bail!(
+                "--split-mode layer (blocks by GPU) is not built yet; --split-mode row splits \
+                 every block over the GPUs"
+            ),
+            SplitMode::Row => {
+                let n = match shares {
+                    [] => ferrolm_cuda::CudaDevice::count(),
+                    s => s.len(),
+                };
+                if shares.iter().any(|&s| s != shares[0]) {
+                    bail!(
+                        "--split-mode row takes equal shares (--tensor-split {}): unequal ones \
+                         are not built",
+                        vec!["1"; n].join(",")
+                    );
+                }
+                if n == 0 {
+                    bail!("--split-mode row: no GPU found");
+                }
+                Ok(Some(n))
+            }
+        }
     }
 
     /// Loads `file` on the chosen device, split as `-ngl` says (llama.cpp's count: the last N

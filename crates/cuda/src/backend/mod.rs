@@ -706,13 +706,6 @@ impl Backend for CudaBackend {
     /// The gating mode was fixed when the router was uploaded ([`CudaWeight::Router`]), from
     /// the same architecture `w.gating` comes from; [`Self::try_moe`] checks they agree.
     fn moe(&self, x: &CudaAct, w: &MoeWeights<CudaWeight>, out: &mut CudaAct) -> Result<()> {
-        if w.experts != (0..w.n_expert) {
-            return Err(CudaError::Invalid(
-                "a tensor split's share of the experts does not run on the GPU yet: \
-                 split MoE models by layer (--split-mode layer)"
-                    .into(),
-            ));
-        }
         self.try_moe(x, w, out)
     }
 

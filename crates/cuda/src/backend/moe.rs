@@ -105,7 +105,8 @@ impl CudaBackend {
             gate: w.gate.matrix(),
             up: w.up.matrix(),
             down: w.down.matrix(),
-            n_expert: w.n_expert,
+            // A tensor split's rank holds `w.experts` only: the kernels see its local ids.
+            n_expert: w.experts.len(),
             n_used: w.n_expert_used,
             n_ff: w.n_ff,
             epilogue,
@@ -151,6 +152,18 @@ impl CudaBackend {
             }
         };
 
+        // A rank of a tensor split: the chosen experts as indices among its own, -1 for the
+        // others' (their slots add nothing here; the ranks' sum adds them).
+        let mut local = None;
+        let ids = if w.experts != (0..w.n_expert) {
+            let mut l = self.ids.take(n * k)?;
+            self.k
+                .moe_route
+                .localize(ids, &mut l, n * k, w.experts.clone())?;
+            &*local.insert(l)
+        } else {
+            ids
+        };
         let path = self.gemm_plan().moe(&MoeShape::new(&experts, n));
         let r = match path {
             MoePath::MatVec(how) | MoePath::MatVecSlices(how) => {
@@ -201,6 +214,9 @@ impl CudaBackend {
         if let Some((ids, weights)) = taken {
             self.ids.give(ids);
             self.acts.give(weights);
+        }
+        if let Some(l) = local {
+            self.ids.give(l);
         }
         r
     }

@@ -10,9 +10,12 @@
 //! (`ferrolm_cpu::CpuSplitModel`), whose logits equal the whole model's up to f32 summation
 //! order; NCCL sums in its own order, the same bits on every rank.
 //!
-//! Not yet: the experts' share of a MoE model (refused at load, by name), and a rank that fails
-//! mid-pass leaves the others waiting in their collective (the communicators are aborted when
-//! the model is dropped).
+//! Experts: each rank routes every token over all experts (the router is whole), then
+//! `moe_localize` turns the choices into indices among its own experts, -1 for the others',
+//! which every expert kernel skips: a rank reads only its experts' weights.
+//!
+//! Not yet: a rank that fails mid-pass leaves the others waiting in their collective (the
+//! communicators are aborted when the model is dropped).
 
 use super::runner::{CudaCache, CudaModel};
 use crate::device::CudaDevice;
@@ -68,13 +71,6 @@ impl CudaSplit {
     /// The parts of `file`'s model over `ranks` GPUs; the error names what does not split.
     pub fn prepare(file: &GgufFile, ranks: usize) -> ferrolm_model::Result<Self> {
         let cfg = Config::from_gguf(file)?;
-        if cfg.moe.is_some() {
-            return Err(ModelError::Invalid(
-                "tensor split: the experts' share of a MoE model does not run on the GPU yet; \
-                 split it by layer (--split-mode layer)"
-                    .into(),
-            ));
-        }
         let shards = (0..ranks.max(1))
             .map(|r| Shard::new(&cfg, r, ranks))
             .collect::<ferrolm_model::Result<Vec<_>>>()?;
@@ -137,6 +133,63 @@ impl CudaSplitModel {
         Ok(SplitCudaCache {
             ranks: ranks.collect::<Result<_>>()?,
         })
+    }
+
+    /// The ranks' devices, in rank order.
+    pub fn describe(&self) -> String {
+        let names: Vec<String> = self.ranks.iter().map(|m| m.device().describe()).collect();
+        format!("a tensor split over {}", names.join(", "))
+    }
+
+    /// The ranks (one a GPU), in rank order.
+    pub fn ranks(&self) -> &[CudaModel] {
+        &self.ranks
+    }
+
+    /// Every rank's pool, as [`CudaModel::reserve_kv`] (the ranks' caches are the same size:
+    /// their KV heads split evenly).
+    pub fn reserve_kv(&self, n_blocks: usize, n_ctx: usize, kv: KvFormat) -> Result<()> {
+        (self.ranks.iter()).try_for_each(|m| m.reserve_kv(n_blocks, n_ctx, kv))
+    }
+
+    /// The blocks every rank's free memory holds.
+    pub fn kv_blocks_that_fit(&self, kv: KvFormat, n_ctx: usize) -> Result<usize> {
+        let fits = self.ranks.iter().map(|m| m.kv_blocks_that_fit(kv, n_ctx));
+        fits.collect::<Result<Vec<_>>>()
+            .map(|f| f.into_iter().min().unwrap_or(0))
+    }
+
+    /// The fewest free blocks of any rank's pool, and positions a block.
+    pub fn kv_free_blocks(&self) -> Option<(usize, usize)> {
+        let free = self.ranks.iter().map(|m| m.kv_free_blocks());
+        free.collect::<Option<Vec<_>>>()?.into_iter().min()
+    }
+
+    /// [`CudaModel::copy_cache_prefix`] on every rank.
+    pub fn copy_cache_prefix(
+        &self,
+        src: &SplitCudaCache,
+        dst: &mut SplitCudaCache,
+        n: usize,
+    ) -> Result<()> {
+        let caches = src.ranks.iter().zip(&mut dst.ranks);
+        (self.ranks.iter().zip(caches)).try_for_each(|(m, (s, d))| m.copy_cache_prefix(s, d, n))
+    }
+}
+
+impl SplitCudaCache {
+    pub fn n_ctx(&self) -> usize {
+        self.ranks[0].n_ctx()
+    }
+
+    /// Rank 0's KV blocks held (every rank holds as many), and positions a block.
+    pub fn kv_blocks(&self) -> (usize, usize) {
+        self.ranks[0].kv_blocks()
+    }
+
+    /// [`CudaCache::truncate`] on every rank.
+    pub fn truncate(&mut self, n: usize) {
+        self.ranks.iter_mut().for_each(|c| c.truncate(n));
     }
 }
 

@@ -210,6 +210,7 @@ pub struct MoeRoute {
     /// Logits for more than ROUTER_SMALL_N tokens or wider rows: the f32 GEMM.
     gemm: GemmF32,
     topk: CudaFunction,
+    localize: CudaFunction,
 }
 
 impl MoeRoute {
@@ -233,6 +234,7 @@ impl MoeRoute {
             norm_route_small: f("add_rms_norm_route_small")?,
             gemm: GemmF32::load(dev, launch)?,
             topk: dev.function(&MOE_ROUTE, "moe_topk")?,
+            localize: dev.function(&MOE_ROUTE, "moe_localize")?,
         })
     }
 
@@ -413,6 +415,38 @@ impl MoeRoute {
         // floats in, n x k ids and weights out, bias null or n_expert floats (checked above);
         // k <= 32 and n_expert <= 256 (checked at upload).
         unsafe { b.launch(cfg) }.during("launching moe top-k")?;
+        Ok(())
+    }
+}
+
+impl MoeRoute {
+    /// A tensor split's share of the experts, `experts`: `dst[i]` is `src[i]`'s index among
+    /// them, or -1 (a slot the expert kernels skip) for an expert another rank holds.
+    pub fn localize(
+        &self,
+        src: &CudaSlice<i32>,
+        dst: &mut CudaSlice<i32>,
+        n: usize,
+        experts: std::ops::Range<usize>,
+    ) -> Result<()> {
+        assert!(src.len() >= n && dst.len() >= n, "moe localize: {n} ids");
+        if n == 0 {
+            return Ok(());
+        }
+        let (ni, first, count) = (
+            int(n, "moe ids"),
+            int(experts.start, "moe first expert"),
+            int(experts.len(), "moe experts held"),
+        );
+        let cfg = LaunchConfig {
+            grid_dim: (n.div_ceil(256) as u32, 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut b = self.launch.builder(&self.localize);
+        b.arg(src).arg(dst).arg(&ni).arg(&first).arg(&count);
+        // SAFETY: moe_localize(src, dst, n, first, count): n ids read and written (checked).
+        unsafe { b.launch(cfg) }.during("launching moe localize")?;
         Ok(())
     }
 }
