@@ -723,8 +723,9 @@ impl Backend for CudaBackend {
     fn all_reduce(&self, x: &mut CudaAct) -> Result<()> {
         match self.comm.get() {
             Some(comm) if x.rows > 0 => {
+                let len = x.rows * x.width;
                 crate::profile::span(self.dev.stream(), "all_reduce", || {
-                    comm.sum_in_place(x.buf_mut())
+                    comm.sum_in_place(x.buf_mut(), len)
                 })
             }
             _ => Ok(()),

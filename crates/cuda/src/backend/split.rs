@@ -39,10 +39,11 @@ unsafe impl Send for RankComm {}
 unsafe impl Sync for RankComm {}
 
 impl RankComm {
-    /// `x` summed over the ranks in place.
-    pub(super) fn sum_in_place(&self, x: &mut CudaSlice<f32>) -> Result<()> {
+    /// The first `len` floats of `x` summed over the ranks in place (every rank's `len` is
+    /// the same: the pass's rows times the model's width).
+    pub(super) fn sum_in_place(&self, x: &mut CudaSlice<f32>, len: usize) -> Result<()> {
         let comm = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        comm.all_reduce_in_place(x, &ReduceOp::Sum)
+        comm.all_reduce_in_place(&mut x.slice_mut(..len), &ReduceOp::Sum)
             .map(|_| ())
             .map_err(|e| CudaError::Nccl {
                 call: "ncclAllReduce",
