@@ -21,7 +21,7 @@ for p in "$@"; do
   echo "== $p llama.cpp, one GPU and -sm layer over $N"
   CUDA_VISIBLE_DEVICES=0 timeout 200 $L/llama-bench -m $M/$p.gguf -ngl 99 -fa 1 -p 2048 -n 128 -r 3 2>&1 | grep -E '^\|' | tail -n +3
   timeout 200 $L/llama-bench -m $M/$p.gguf -ngl 99 -fa 1 -sm layer -ts $ts -p 2048 -n 128 -r 3 2>&1 | grep -E '^\|' | tail -n +3
-  for split in "--main-gpu 0" "--split-mode row --tensor-split $ts"; do
+  for split in "--main-gpu 0" "--split-mode row --tensor-split $ts" "--split-mode layer --tensor-split $ts"; do
     echo "== $p ferrolm $split"
     timeout 240 $B bench -m $M/$p.gguf --backend cuda $split -p 2048 -n 128 -r 3 2>&1 | grep -E '^\| |rror'
     timeout 240 $B bench -m $M/$p.gguf --backend cuda $split -c 20000 -npp 128 -ntg 128 -npl 64 2>&1 | grep -E '^\| +128|rror'

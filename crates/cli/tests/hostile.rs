@@ -184,32 +184,31 @@ fn sampling_flags_are_validated_as_the_server_does() {
 }
 
 #[test]
-fn split_flags_that_are_not_built_or_cannot_run_are_refused() {
+fn split_flags_that_cannot_run_are_refused() {
     let model = golden("tiny-llama-q8_0.gguf");
-    let run = |flags: &[&str]| {
-        let mut args = vec!["run", "-m", &model, "-p", "x", "-n", "1"];
-        args.extend_from_slice(flags);
-        args.into_iter().map(String::from).collect::<Vec<_>>()
-    };
     let cases: &[(&[&str], &str)] = &[
-        (&["--split-mode", "layer"], "--split-mode layer"),
         (&["--sm", "row", "--ts", "2,1"], "equal shares"),
-        (&["--sm", "row", "--ts", "1,0"], "not a share"),
+        (&["--sm", "row", "--ts", "1,0"], "equal shares above 0"),
+        (&["--sm", "layer", "--ts", "1,nan"], "not a share"),
         (
             &["--sm", "row", "--ts", "1,1", "--backend", "cpu"],
             "runs on GPUs",
         ),
+        (
+            &["--sm", "layer", "--ts", "1,1", "-ngl", "0"],
+            "runs on GPUs",
+        ),
+        // Without a GPU a split has nowhere to go.
+        (&["--sm", "row"], "no GPU"),
+        (&["--sm", "layer"], "no GPU"),
     ];
+    let no_gpu = ferrolm_cuda::CudaDevice::count() == 0;
     for (flags, want) in cases {
-        let args = run(flags);
-        refused(&args.iter().map(String::as_str).collect::<Vec<_>>(), want);
-    }
-    // Without a GPU a row split has nowhere to go.
-    if ferrolm_cuda::CudaDevice::count() == 0 {
-        let args = run(&["--split-mode", "row"]);
-        refused(
-            &args.iter().map(String::as_str).collect::<Vec<_>>(),
-            "no GPU",
-        );
+        if *want == "no GPU" && !no_gpu {
+            continue;
+        }
+        let mut args = vec!["run", "-m", &model, "-p", "x", "-n", "1"];
+        args.extend_from_slice(flags);
+        refused(&args, want);
     }
 }

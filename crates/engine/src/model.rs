@@ -10,6 +10,7 @@ use ferrolm_cuda::{
 use ferrolm_gguf::GgufFile;
 use ferrolm_model::backend::{PassInputs, SeqRows};
 use ferrolm_model::{Config, GreedyPick, ModelError, ModelRunner, Result};
+use std::ops::Range;
 use std::sync::Arc;
 
 /// Where a model runs.
@@ -19,6 +20,12 @@ pub enum Device {
     Cuda(Arc<CudaDevice>),
     /// A tensor split over these GPUs (`--split-mode row`): rank `r` on the `r`-th.
     CudaRanks(Vec<Arc<CudaDevice>>),
+    /// A split by layer (`--split-mode layer`): runs of blocks in order, GPU `i` taking a
+    /// share `shares[i]` of them ([`layer_runs`]).
+    CudaLayers {
+        devs: Vec<Arc<CudaDevice>>,
+        shares: Vec<f32>,
+    },
 }
 
 /// A model on the CPU or a GPU. On the CPU, weights borrow the file's map: no second copy of
@@ -41,6 +48,8 @@ enum Exec<'a> {
     },
     /// `--split-mode row`: every block's heads, FFN width and experts shared out over GPUs.
     Ranks(CudaSplitModel),
+    /// `--split-mode layer`: runs of blocks on GPUs in order, the head on the last.
+    Layers(Vec<CudaModel>),
 }
 
 /// A pass's logits as the runner that made them returns them; derefs to `[rows][n_vocab]`.
@@ -76,6 +85,8 @@ pub enum Cache {
     Split(CpuCache, Box<CudaCache>),
     /// Each rank's cache, on its GPU.
     Ranks(Box<SplitCudaCache>),
+    /// Each stage's cache (its blocks), on its GPU.
+    Layers(Vec<CudaCache>),
 }
 
 impl Device {
@@ -88,11 +99,13 @@ impl Device {
 
     /// GPUs `0..n`, opened, for a tensor split over them.
     pub fn cuda_ranks(n: usize) -> Result<Self, EngineError> {
-        let devs = (0..n).map(|i| match Self::cuda(i)? {
-            Device::Cuda(d) => Ok(d),
-            _ => unreachable!("Device::cuda opens one GPU"),
-        });
-        Ok(Device::CudaRanks(devs.collect::<Result<_, EngineError>>()?))
+        Ok(Device::CudaRanks(open_gpus(n)?))
+    }
+
+    /// GPUs `0..shares.len()`, opened, for a split by layer in those shares.
+    pub fn cuda_layers(shares: Vec<f32>) -> Result<Self, EngineError> {
+        let devs = open_gpus(shares.len())?;
+        Ok(Device::CudaLayers { devs, shares })
     }
 
     /// "cpu", or the GPU's description.
@@ -104,6 +117,10 @@ impl Device {
                 let names: Vec<String> = ds.iter().map(|d| d.describe()).collect();
                 format!("a tensor split over {}", names.join(", "))
             }
+            Device::CudaLayers { devs, .. } => {
+                let names: Vec<String> = devs.iter().map(|d| d.describe()).collect();
+                format!("a split by layer over {}", names.join(", "))
+            }
         }
     }
 }
@@ -114,6 +131,7 @@ impl Cache {
             Cache::Cpu(c) => c.n_ctx(),
             Cache::Cuda(c) | Cache::Split(_, c) => c.n_ctx(),
             Cache::Ranks(c) => c.n_ctx(),
+            Cache::Layers(c) => c[0].n_ctx(),
         }
     }
 
@@ -124,6 +142,7 @@ impl Cache {
             Cache::Cpu(_) => None,
             Cache::Cuda(c) | Cache::Split(_, c) => Some(c.kv_blocks()),
             Cache::Ranks(c) => Some(c.kv_blocks()),
+            Cache::Layers(c) => Some(c[0].kv_blocks()),
         }
     }
 
@@ -134,6 +153,7 @@ impl Cache {
             Cache::Cpu(_) => {}
             Cache::Cuda(c) | Cache::Split(_, c) => c.truncate(n),
             Cache::Ranks(c) => c.truncate(n),
+            Cache::Layers(c) => c.iter_mut().for_each(|c| c.truncate(n)),
         }
     }
 }
@@ -173,6 +193,19 @@ impl<'a> Model<'a> {
                 let parts = CudaSplit::prepare(file, devs.len())?;
                 Exec::Ranks(CudaSplitModel::load(file, &parts, devs)?)
             }
+            Device::CudaLayers { .. } if first_gpu_layer > 0 => {
+                return Err(ModelError::Invalid(
+                    "a split by layer (--split-mode layer) holds every block on the GPUs: \
+                     -ngl cannot keep some on the CPU"
+                        .into(),
+                ))
+            }
+            Device::CudaLayers { devs, shares } => {
+                let runs = layer_runs(cfg.n_layer, shares)?;
+                let stages = (runs.into_iter())
+                    .map(|(i, blocks)| CudaModel::load_blocks(file, devs[i].clone(), blocks));
+                Exec::Layers(stages.collect::<Result<_>>()?)
+            }
         };
         Ok(Self { cfg, file, exec })
     }
@@ -183,7 +216,7 @@ impl<'a> Model<'a> {
     pub fn default_ubatch(&self) -> usize {
         match self.exec {
             Exec::Cpu(_) => 512,
-            Exec::Cuda(_) | Exec::Split { .. } | Exec::Ranks(_) => 2048,
+            Exec::Cuda(_) | Exec::Split { .. } | Exec::Ranks(_) | Exec::Layers(_) => 2048,
         }
     }
 
@@ -195,7 +228,7 @@ impl<'a> Model<'a> {
     pub fn set_batch_invariant(&mut self, on: bool) {
         match &mut self.exec {
             Exec::Cpu(cpu) | Exec::Split { cpu, .. } => cpu.set_batch_invariant(on),
-            Exec::Cuda(_) | Exec::Ranks(_) => {}
+            Exec::Cuda(_) | Exec::Ranks(_) | Exec::Layers(_) => {}
         }
     }
 
@@ -216,6 +249,12 @@ impl<'a> Model<'a> {
                 self.cfg.n_layer
             ),
             Exec::Ranks(m) => m.describe(),
+            Exec::Layers(stages) => {
+                let parts: Vec<String> = (stages.iter())
+                    .map(|m| format!("blocks {:?} on {}", m.blocks(), m.device().describe()))
+                    .collect();
+                format!("a split by layer: {}", parts.join("; "))
+            }
         }
     }
 
@@ -246,6 +285,14 @@ impl<'a> Model<'a> {
                     Some((r.device(), r.kv_bytes_per_position(gpu_kv(kv_type)?))),
                 )
             }
+            // The stage with the most blocks stands for each.
+            Exec::Layers(stages) => {
+                let kv = gpu_kv(kv_type)?;
+                let most = (stages.iter())
+                    .max_by_key(|m| m.blocks().len())
+                    .expect("a split has stages");
+                (0, Some((most.device(), most.kv_bytes_per_position(kv))))
+            }
         })
     }
 
@@ -255,7 +302,7 @@ impl<'a> Model<'a> {
         kv_type
             .check(self.cfg.head_dim)
             .map_err(EngineError::Backend)?;
-        if let Exec::Cuda(_) | Exec::Split { .. } | Exec::Ranks(_) = self.exec {
+        if let Exec::Cuda(_) | Exec::Split { .. } | Exec::Ranks(_) | Exec::Layers(_) = self.exec {
             gpu_kv(kv_type)?;
         }
         Ok(())
@@ -268,6 +315,7 @@ impl<'a> Model<'a> {
         match &self.exec {
             Exec::Cuda(m) => m.shares_kv(),
             Exec::Ranks(m) => m.ranks()[0].shares_kv(),
+            Exec::Layers(stages) => stages[0].shares_kv(),
             _ => false,
         }
     }
@@ -279,6 +327,7 @@ impl<'a> Model<'a> {
             Exec::Cpu(_) => None,
             Exec::Cuda(m) | Exec::Split { gpu: m, .. } => Some(m.kv_block(n_ctx)),
             Exec::Ranks(m) => Some(m.ranks()[0].kv_block(n_ctx)),
+            Exec::Layers(stages) => Some(stages[0].kv_block(n_ctx)),
         }
     }
 
@@ -303,6 +352,10 @@ impl<'a> Model<'a> {
             Exec::Cpu(_) => Ok(()),
             Exec::Cuda(m) | Exec::Split { gpu: m, .. } => m.reserve_kv(n_blocks, n_ctx, kv?),
             Exec::Ranks(m) => m.reserve_kv(n_blocks, n_ctx, kv?),
+            Exec::Layers(stages) => {
+                let kv = kv?;
+                (stages.iter()).try_for_each(|m| m.reserve_kv(n_blocks, n_ctx, kv))
+            }
         }
         .map_err(|e| EngineError::Backend(e.to_string()))
     }
@@ -322,6 +375,11 @@ impl<'a> Model<'a> {
                 m.kv_blocks_that_fit(kv?, n_ctx).map(Some)
             }
             Exec::Ranks(m) => m.kv_blocks_that_fit(kv?, n_ctx).map(Some),
+            Exec::Layers(stages) => {
+                let kv = kv?;
+                let fits = stages.iter().map(|m| m.kv_blocks_that_fit(kv, n_ctx));
+                (fits.collect::<Result<Vec<_>, _>>()).map(|f| f.into_iter().min())
+            }
         }
         .map_err(|e| EngineError::Backend(e.to_string()))
     }
@@ -332,6 +390,10 @@ impl<'a> Model<'a> {
             Exec::Cpu(_) => None,
             Exec::Cuda(m) | Exec::Split { gpu: m, .. } => m.kv_free_blocks(),
             Exec::Ranks(m) => m.kv_free_blocks(),
+            Exec::Layers(stages) => {
+                let free = stages.iter().map(|m| m.kv_free_blocks());
+                free.collect::<Option<Vec<_>>>()?.into_iter().min()
+            }
         }
     }
 
@@ -354,6 +416,14 @@ impl<'a> Model<'a> {
                 .new_cache(n_ctx, gpu_kv(kv_type)?)
                 .map(|c| Cache::Ranks(Box::new(c)))
                 .map_err(|e| EngineError::Backend(e.to_string())),
+            Exec::Layers(stages) => {
+                let kv = gpu_kv(kv_type)?;
+                let caches = stages.iter().map(|m| m.new_cache(n_ctx, kv));
+                caches
+                    .collect::<Result<Vec<_>, _>>()
+                    .map(Cache::Layers)
+                    .map_err(|e| EngineError::Backend(e.to_string()))
+            }
         }
     }
 
@@ -386,6 +456,11 @@ impl<'a> Model<'a> {
             (Exec::Ranks(m), Cache::Ranks(s), Cache::Ranks(d)) => m
                 .copy_cache_prefix(s, d, n)
                 .map_err(|e| EngineError::Backend(e.to_string()))?,
+            (Exec::Layers(stages), Cache::Layers(s), Cache::Layers(d)) => {
+                for ((m, s), d) in stages.iter().zip(s).zip(d.iter_mut()) {
+                    gpu(m, s, d)?;
+                }
+            }
             _ => return Err(wrong_device()),
         }
         Ok(())
@@ -419,6 +494,9 @@ impl<'a> Model<'a> {
                 m.recycle_logits(h)
             }
             (Exec::Ranks(m), PassLogits::Cuda(h)) => m.recycle_logits(h),
+            (Exec::Layers(stages), PassLogits::Cuda(h)) => {
+                stages.last().expect("a split has stages").recycle_logits(h)
+            }
             // An empty pass's logits, made by no runner.
             _ => {}
         }
@@ -451,6 +529,7 @@ impl<'a> Model<'a> {
                 _ => None,
             })
             .map(PassLogits::Cuda),
+            Exec::Layers(stages) => self.forward_stages(stages, seqs, &pass, logit_rows),
             Exec::Split { cpu, gpu } => {
                 let (mut on_cpu, mut on_gpu) = (Vec::new(), Vec::new());
                 for s in seqs.iter_mut() {
@@ -473,6 +552,39 @@ impl<'a> Model<'a> {
                     .map_err(|e| EngineError::Backend(e.to_string()))
             }
         }
+    }
+
+    /// A pass of a split by layer: each stage's blocks on its GPU in turn, the residual
+    /// stream crossing from GPU to GPU through the host, the head on the last.
+    fn forward_stages(
+        &self,
+        stages: &[CudaModel],
+        seqs: &mut [SeqRows<'_, Cache>],
+        pass: &PassInputs<'_>,
+        logit_rows: &[usize],
+    ) -> Result<PassLogits, EngineError> {
+        let backend = |e: ferrolm_cuda::CudaError| EngineError::Backend(e.to_string());
+        let mut x: Option<Vec<f32>> = None;
+        let last = stages.len() - 1;
+        for (i, m) in stages.iter().enumerate() {
+            let mut own = narrow(seqs, |c| match c {
+                Cache::Layers(c) => c.get_mut(i),
+                _ => None,
+            })?;
+            if i < last {
+                x = Some(
+                    m.forward_stage(&mut own, x.as_deref(), pass)
+                        .map_err(backend)?,
+                );
+                continue;
+            }
+            let x = x.as_deref().ok_or_else(wrong_device)?;
+            let logits = m.forward_from_host(&mut own, x, pass, logit_rows);
+            return logits.map(PassLogits::Cuda).map_err(backend);
+        }
+        Err(EngineError::Backend(
+            "a split by layer without stages".into(),
+        ))
     }
 
     /// [`Self::forward_rows`]'s pass, bringing back each logit row's greedy choices
@@ -559,6 +671,48 @@ fn narrow<'s, 'c, C>(
         .collect()
 }
 
+/// GPUs `0..n`, opened.
+fn open_gpus(n: usize) -> Result<Vec<Arc<CudaDevice>>, EngineError> {
+    (0..n)
+        .map(|i| match Device::cuda(i)? {
+            Device::Cuda(d) => Ok(d),
+            _ => unreachable!("Device::cuda opens one GPU"),
+        })
+        .collect()
+}
+
+/// The runs of blocks a split by layer gives each GPU: `(gpu, blocks)` in block order, GPU
+/// `i` taking about `shares[i]` of the whole (llama.cpp's `-ts`: each boundary the share so
+/// far, rounded), GPUs whose run is empty left out; at least two stages.
+pub fn layer_runs(n_layer: usize, shares: &[f32]) -> Result<Vec<(usize, Range<usize>)>> {
+    let total: f32 = shares.iter().sum();
+    if shares.iter().any(|s| !s.is_finite() || *s < 0.0) || total <= 0.0 {
+        return Err(ModelError::Invalid(format!(
+            "--tensor-split {shares:?}: shares must be numbers 0 or more, not all 0"
+        )));
+    }
+    let (mut runs, mut so_far, mut start) = (Vec::new(), 0.0f32, 0usize);
+    for (i, s) in shares.iter().enumerate() {
+        so_far += s;
+        let end = if i + 1 == shares.len() {
+            n_layer
+        } else {
+            ((so_far / total * n_layer as f32).round() as usize).clamp(start, n_layer)
+        };
+        if end > start {
+            runs.push((i, start..end));
+        }
+        start = end;
+    }
+    if runs.len() < 2 {
+        return Err(ModelError::Invalid(format!(
+            "--tensor-split {shares:?} puts all {n_layer} blocks on one GPU: a split by layer \
+             needs two; use --split-mode none --main-gpu N for one"
+        )));
+    }
+    Ok(runs)
+}
+
 fn wrong_device() -> EngineError {
     EngineError::Backend("a KV cache used with a model on another device".into())
 }
@@ -580,5 +734,21 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("-ctk f32 -ctv f16"), "{err}");
+    }
+
+    #[test]
+    fn layer_runs_follow_the_shares_in_order() {
+        let runs = |n, s: &[f32]| layer_runs(n, s).unwrap();
+        assert_eq!(runs(48, &[1.0, 1.0]), vec![(0, 0..24), (1, 24..48)]);
+        let four = vec![(0, 0..24), (1, 24..47), (2, 47..71), (3, 71..94)];
+        assert_eq!(runs(94, &[1.0, 1.0, 1.0, 1.0]), four);
+        assert_eq!(runs(10, &[3.0, 1.0]), vec![(0, 0..8), (1, 8..10)]);
+        // A GPU with no share is left out.
+        assert_eq!(runs(10, &[1.0, 0.0, 1.0]), vec![(0, 0..5), (2, 5..10)]);
+        for bad in [&[1.0, -1.0][..], &[0.0, 0.0], &[f32::NAN, 1.0]] {
+            assert!(layer_runs(10, bad).is_err(), "{bad:?}");
+        }
+        let e = layer_runs(10, &[1.0, 0.0]).unwrap_err().to_string();
+        assert!(e.contains("needs two"), "{e}");
     }
 }

@@ -150,3 +150,45 @@ fn a_split_over_two_gpus_gives_the_whole_models_logits() {
         assert_within(stem, &w, &s, n_vocab, 1e-3);
     }
 }
+
+/// Prompt logits (one pass) and then one-token steps of `file` on `device`, every row.
+fn session_logits(file: &GgufFile, device: &ferrolm_engine::Device) -> Vec<f32> {
+    use ferrolm_engine::{Logits, Model, Session};
+    let model = Model::load_on(file, device).unwrap();
+    let feed = feed(model.cfg.n_vocab);
+    let mut s = Session::new(&model, 64);
+    let mut out = s.eval(&feed[..33], Logits::All).unwrap();
+    for &t in &feed[33..] {
+        out.extend(s.eval(&[t], Logits::Last).unwrap());
+    }
+    out
+}
+
+/// A split by layer needs no NCCL, so two stages can share one GPU: blocks 0..1 on the first,
+/// 1..2 and the head on the second, the residual stream crossing through the host (exact
+/// f32), within f32 noise of the whole model on that GPU.
+#[test]
+#[ignore = "needs a GPU"]
+fn a_split_by_layer_gives_the_whole_models_logits() {
+    use ferrolm_engine::Device;
+    let dev = Arc::new(CudaDevice::new(0).expect("a GPU"));
+    let n = CudaDevice::count().min(2);
+    let devs: Vec<_> = (0..2)
+        .map(|i| match i < n && i > 0 {
+            true => Arc::new(CudaDevice::new(i).unwrap()),
+            false => dev.clone(),
+        })
+        .collect();
+    for stem in ["tiny-llama-q8_0", "tiny-qwen3moe-q8_0"] {
+        let file = golden_file(stem);
+        let whole = session_logits(&file, &Device::Cuda(dev.clone()));
+        let layers = Device::CudaLayers {
+            devs: devs.clone(),
+            shares: vec![1.0, 1.0],
+        };
+        let split = session_logits(&file, &layers);
+        let n_vocab = whole.len() / 39;
+        assert_within(stem, &whole, &split, n_vocab, 1e-5);
+        eprintln!("{stem}: bit-identical: {}", whole == split);
+    }
+}

@@ -19,7 +19,7 @@ pub enum BackendChoice {
 pub enum SplitMode {
     /// One GPU (`--main-gpu`).
     None,
-    /// Blocks by GPU: not built yet (refused by name).
+    /// Runs of blocks by GPU, in order, the residual stream passed on through the host.
     Layer,
     /// Every block's heads, FFN width and experts shared out over the GPUs, their partial
     /// outputs summed through NCCL twice a block.
@@ -59,12 +59,12 @@ pub struct ModelOpts {
     /// Layers to offload to the GPU (-1 or 99: all). Ignored on the CPU.
     #[arg(long = "n-gpu-layers", visible_alias = "ngl", default_value_t = -1, allow_negative_numbers = true)]
     pub n_gpu_layers: i32,
-    /// How the model spreads over several GPUs (llama.cpp's -sm): none, or row (a tensor
-    /// split over the GPUs --tensor-split counts, else all of them).
+    /// How the model spreads over several GPUs (llama.cpp's -sm): none, layer or row, over
+    /// the GPUs --tensor-split counts, else all of them.
     #[arg(long = "split-mode", visible_alias = "sm", value_enum, default_value_t = SplitMode::None)]
     pub split_mode: SplitMode,
-    /// The model's share on each GPU, from GPU 0 (llama.cpp's -ts, e.g. 1,1): how many GPUs a
-    /// row split takes; its shares must be equal.
+    /// The model's share on each GPU, from GPU 0 (llama.cpp's -ts, e.g. 3,1): how many GPUs a
+    /// split takes and, by layer, how many blocks each gets; a row split's must be equal.
     #[arg(
         long = "tensor-split",
         visible_alias = "ts",
@@ -126,11 +126,14 @@ impl ModelOpts {
     /// The device `--backend` and `-ngl` ask for. `auto` takes the GPU when one opens and says
     /// which it chose.
     pub fn device(&self) -> Result<Device> {
-        if let Some(n) = self.split_gpus()? {
+        if let Some(shares) = self.split_shares()? {
             if self.backend == BackendChoice::Cpu || self.n_gpu_layers == 0 {
-                bail!("--split-mode row runs on GPUs: it takes neither --backend cpu nor -ngl 0");
+                bail!("--split-mode runs on GPUs: it takes neither --backend cpu nor -ngl 0");
             }
-            let device = Device::cuda_ranks(n).context("--split-mode row")?;
+            let device = match self.split_mode {
+                SplitMode::Row => Device::cuda_ranks(shares.len()).context("--split-mode row"),
+                _ => Device::cuda_layers(shares).context("--split-mode layer"),
+            }?;
             eprintln!("ferrolm: using {}", device.describe());
             return Ok(device);
         }
@@ -150,37 +153,31 @@ impl ModelOpts {
         Ok(device)
     }
 
-    /// The GPUs a row split takes (`None` for one device); an error for a split mode or
-    /// shares that are not built.
-    fn split_gpus(&self) -> Result<Option<usize>> {
-        let shares = self.tensor_split.as_deref().unwrap_or(&[]);
-        if let Some(s) = shares.iter().find(|s| !s.is_finite() || **s <= 0.0) {
-            bail!("--tensor-split: {s} is not a share (a number above 0)");
+    /// Each GPU's share of a split (`None` for one device): `--tensor-split`'s, else equal
+    /// shares of every GPU; an error for shares a split cannot take.
+    fn split_shares(&self) -> Result<Option<Vec<f32>>> {
+        if self.split_mode == SplitMode::None {
+            return Ok(None);
         }
-        match self.split_mode {
-            SplitMode::None => Ok(None),
-            SplitMode::Layer => bail!(
-                "--split-mode layer (blocks by GPU) is not built yet; --split-mode row splits \
-                 every block over the GPUs"
-            ),
-            SplitMode::Row => {
-                let n = match shares {
-                    [] => ferrolm_cuda::CudaDevice::count(),
-                    s => s.len(),
-                };
-                if shares.iter().any(|&s| s != shares[0]) {
-                    bail!(
-                        "--split-mode row takes equal shares (--tensor-split {}): unequal ones \
-                         are not built",
-                        vec!["1"; n].join(",")
-                    );
-                }
-                if n == 0 {
-                    bail!("--split-mode row: no GPU found");
-                }
-                Ok(Some(n))
-            }
+        let shares = match self.tensor_split.clone() {
+            Some(s) => s,
+            None => vec![1.0; ferrolm_cuda::CudaDevice::count()],
+        };
+        if let Some(s) = shares.iter().find(|s| !s.is_finite() || **s < 0.0) {
+            bail!("--tensor-split: {s} is not a share (a number 0 or more)");
         }
+        if shares.is_empty() {
+            bail!("--split-mode: no GPU found");
+        }
+        let row = self.split_mode == SplitMode::Row;
+        if row && shares.iter().any(|&s| s != shares[0] || s == 0.0) {
+            bail!(
+                "--split-mode row takes equal shares above 0 (--tensor-split {}): unequal ones \
+                 are not built; --split-mode layer takes any",
+                vec!["1"; shares.len()].join(",")
+            );
+        }
+        Ok(Some(shares))
     }
 
     /// Loads `file` on the chosen device, split as `-ngl` says (llama.cpp's count: the last N

@@ -13,7 +13,7 @@ use cudarc::driver::{sys, CudaGraph};
 use ferrolm_gguf::{GgmlType, GgufFile};
 use ferrolm_model::backend::{Backend, PassInputs, SeqRows};
 use ferrolm_model::dump::{dump_dir_from_env, Dump};
-use ferrolm_model::forward::{forward, head, layers, moe_gating};
+use ferrolm_model::forward::{embed, forward, head, layers, moe_gating};
 use ferrolm_model::split::{ColumnCuts, Shard};
 use ferrolm_model::weights::ModelWeights;
 use ferrolm_model::{tensor_specs, TensorId, TensorRole};
@@ -40,8 +40,11 @@ pub struct CudaModel {
     pub cfg: Config,
     pub(super) backend: CudaBackend,
     weights: ModelWeights<CudaWeight>,
-    /// Blocks before this one stay on the CPU (`-ngl`); the GPU holds the rest and the head.
+    /// Blocks before this one stay on the CPU (`-ngl`) or on another GPU (`--split-mode
+    /// layer`); this GPU holds blocks `first_layer..end_layer`, and the head when `end_layer`
+    /// is the last.
     pub(super) first_layer: usize,
+    end_layer: usize,
     /// `FERROLM_DUMP_DIR`, read at load: every pass then runs through [`Dump`], op by op.
     pub(super) dump: Option<PathBuf>,
     /// Multi-sequence decode steps captured as graphs (`batch_graph.rs`).
@@ -126,7 +129,18 @@ impl CudaModel {
         dev: Arc<CudaDevice>,
         first_layer: usize,
     ) -> ferrolm_model::Result<Self> {
-        Self::load_part(file, dev, first_layer, None)
+        Self::load_part(file, dev, first_layer..usize::MAX, None)
+    }
+
+    /// Uploads blocks `blocks` (the embedding with the first, the head with the last): one
+    /// stage of a split by layer, which runs them with [`Self::forward_stage`] (the last
+    /// stage with [`Self::forward_from_host`]).
+    pub fn load_blocks(
+        file: &GgufFile,
+        dev: Arc<CudaDevice>,
+        blocks: Range<usize>,
+    ) -> ferrolm_model::Result<Self> {
+        Self::load_part(file, dev, blocks, None)
     }
 
     /// Rank `shard` of a tensor split ([`ferrolm_model::split`]): its parts of every weight
@@ -138,18 +152,20 @@ impl CudaModel {
         shard: &Shard,
         cuts: &ColumnCuts,
     ) -> ferrolm_model::Result<Self> {
-        Self::load_part(file, dev, 0, Some((shard, cuts)))
+        Self::load_part(file, dev, 0..usize::MAX, Some((shard, cuts)))
     }
 
     fn load_part(
         file: &GgufFile,
         dev: Arc<CudaDevice>,
-        first_layer: usize,
+        blocks: Range<usize>,
         shard: Option<(&Shard, &ColumnCuts)>,
     ) -> ferrolm_model::Result<Self> {
         let whole = Config::from_gguf(file)?;
-        let first_layer = first_layer.min(whole.n_layer);
-        check_fit(&whole, file, &dev, first_layer, shard.map(|s| s.0))?;
+        let end_layer = blocks.end.min(whole.n_layer);
+        let first_layer = blocks.start.min(end_layer);
+        let blocks = first_layer..end_layer;
+        check_fit(&whole, file, &dev, &blocks, shard.map(|s| s.0))?;
         let cuda = |e: CudaError| ModelError::Invalid(format!("CUDA: {e}"));
         let backend = CudaBackend::new(dev.clone()).map_err(cuda)?;
         // The same gating the weights carry (`MoeWeights::gating`), which the router applies.
@@ -162,7 +178,7 @@ impl CudaModel {
             if id == first_q {
                 first_proj = Some((ty, dims.first().map_or(0, |&c| c as usize)));
             }
-            if !on_gpu(&whole, id, first_layer) {
+            if !on_gpu(&whole, id, &blocks) {
                 Ok(CudaWeight::Absent)
             } else if id.role == TensorRole::FfnGateInp {
                 super::weights::upload_router(&dev, id, ty, dims, data, n_used, gating)
@@ -187,6 +203,7 @@ impl CudaModel {
             backend,
             weights,
             first_layer,
+            end_layer,
             dump: dump_dir_from_env(),
             batch_graphs: Mutex::default(),
             shared_kv: Mutex::default(),
@@ -197,6 +214,16 @@ impl CudaModel {
         self.first_layer
     }
 
+    /// The blocks this GPU holds.
+    pub fn blocks(&self) -> Range<usize> {
+        self.first_layer..self.end_layer
+    }
+
+    /// Whether this GPU holds every block and the head (no part elsewhere).
+    fn whole(&self) -> bool {
+        self.first_layer == 0 && self.end_layer == self.cfg.n_layer
+    }
+
     pub fn device(&self) -> &CudaDevice {
         self.backend.device()
     }
@@ -205,7 +232,7 @@ impl CudaModel {
     /// the blocks on this GPU (quantized: whole blocks).
     pub fn kv_bytes_per_position(&self, kv: KvFormat) -> u64 {
         let cfg = &self.cfg;
-        let n_layer = cfg.n_layer - self.first_layer;
+        let n_layer = self.end_layer - self.first_layer;
         // Values as wide as keys: the cache holds them so (deepseek2's are padded).
         (n_layer * cfg.n_head_kv * 2 * kv.row_bytes(cfg.head_dim)) as u64
     }
@@ -260,7 +287,7 @@ impl CudaModel {
     fn new_pool(&self, n_blocks: usize, block: usize, kv: KvFormat) -> Result<KvPool> {
         let cfg = &self.cfg;
         let dev = self.backend.device();
-        let n_layer = cfg.n_layer - self.first_layer;
+        let n_layer = self.end_layer - self.first_layer;
         let need = self.kv_bytes_per_position(kv) * (n_blocks * block) as u64;
         let (free, _) = dev.context().mem_get_info().during("reading free memory")?;
         if need + RESERVE_BYTES / 2 > free as u64 {
@@ -343,13 +370,18 @@ impl CudaModel {
         pass: &PassInputs<'_>,
         logit_rows: &[usize],
     ) -> Result<HostLogits> {
+        if self.end_layer < self.cfg.n_layer {
+            return Err(CudaError::Invalid(
+                "this GPU's blocks end before the head: use forward_stage".into(),
+            ));
+        }
         let b = &self.backend;
         b.set_multi_seq(seqs.len() > 1);
         prepare_writes(seqs, pass)?;
         let mut inp = b.inputs(pass)?;
         inp.rows_table = b.rows_table(seqs, pass.positions, self.cfg.n_head)?;
         let mut act = b.act_from_host(x, pass.rows(), self.cfg.n_embd)?;
-        let blocks = self.first_layer..self.cfg.n_layer;
+        let blocks = self.blocks();
         let logits = match &self.dump {
             Some(dir) => {
                 let d = Dump::new(b, dir);
@@ -358,6 +390,45 @@ impl CudaModel {
             None => blocks_and_head(b, self, seqs, &mut act, &inp, blocks, logit_rows),
         }?;
         self.backend.rows_to_host(&logits, logits.rows)
+    }
+
+    /// One stage of a split by layer, for a stage before the last: the embedding of the
+    /// pass's tokens (the first stage, `x` None) or the residual stream `x` from the stage
+    /// before, through this GPU's blocks, back to the host for the next. No graphs.
+    pub fn forward_stage(
+        &self,
+        seqs: &mut [SeqRows<'_, CudaCache>],
+        x: Option<&[f32]>,
+        pass: &PassInputs<'_>,
+    ) -> Result<Vec<f32>> {
+        let b = &self.backend;
+        b.set_multi_seq(seqs.len() > 1);
+        prepare_writes(seqs, pass)?;
+        let mut inp = b.inputs(pass)?;
+        inp.rows_table = b.rows_table(seqs, pass.positions, self.cfg.n_head)?;
+        let (cfg, w) = (&self.cfg, &self.weights);
+        let mut act = match x {
+            Some(x) => b.act_from_host(x, pass.rows(), cfg.n_embd)?,
+            None if self.first_layer == 0 => embed(b, cfg, w, &inp)?,
+            None => {
+                return Err(CudaError::Invalid(
+                    "a stage after the first needs the residual stream from the one before".into(),
+                ))
+            }
+        };
+        match &self.dump {
+            Some(dir) => layers(
+                &Dump::new(b, dir),
+                cfg,
+                w,
+                seqs,
+                &mut act,
+                &inp,
+                self.blocks(),
+            ),
+            None => layers(b, cfg, w, seqs, &mut act, &inp, self.blocks()),
+        }?;
+        b.to_host(&act)
     }
 
     /// The whole pass on the backend (through [`Dump`] when dumping).
@@ -388,9 +459,9 @@ impl CudaModel {
         logit_rows: &[usize],
         read: &ReadLogits<'_, T>,
     ) -> Result<T> {
-        if self.first_layer > 0 {
+        if !self.whole() {
             return Err(CudaError::Invalid(
-                "this model's first blocks run on the CPU: use forward_from_host".into(),
+                "this GPU holds some of the blocks: use forward_stage or forward_from_host".into(),
             ));
         }
         prepare_writes(seqs, pass)?;
@@ -493,7 +564,7 @@ impl ModelRunner for CudaModel {
         banned: &[u32],
     ) -> Result<Option<Vec<GreedyPick>>> {
         let b = &self.backend;
-        if !b.plan().greedy_on_device() || self.first_layer > 0 {
+        if !b.plan().greedy_on_device() || !self.whole() {
             return Ok(None);
         }
         let read = |x: &CudaAct, rows| b.rows_greedy(x, rows, banned);
@@ -549,7 +620,7 @@ fn check_fit(
     cfg: &Config,
     file: &GgufFile,
     dev: &CudaDevice,
-    first_layer: usize,
+    blocks: &Range<usize>,
     shard: Option<&Shard>,
 ) -> ferrolm_model::Result<()> {
     let (free, _) = dev
@@ -562,7 +633,7 @@ fn check_fit(
         let Some(info) = file.tensor(&spec.name) else {
             continue; // ModelWeights::load reports missing tensors
         };
-        if !on_gpu(cfg, spec.id, first_layer) {
+        if !on_gpu(cfg, spec.id, blocks) {
             continue;
         }
         let dims = shard.map_or(info.dims.clone(), |s| s.part(cfg, spec.id).dims(&info.dims));
@@ -604,14 +675,16 @@ fn layers_that_fit(per_layer: &[u64], fixed: u64, free: u64) -> usize {
         .count()
 }
 
-/// Whether tensor `id` is uploaded when blocks `first_layer..` run on the GPU.
-fn on_gpu(cfg: &Config, id: TensorId, first_layer: usize) -> bool {
-    match id.layer {
-        Some(layer) => layer >= first_layer,
-        // The embedding is looked up on the CPU when blocks run there, unless it is also the
-        // output projection.
-        None if id.role == TensorRole::TokenEmbd => first_layer == 0 || cfg.tied_embeddings,
-        None => true,
+/// Whether tensor `id` is uploaded when `blocks` run on the GPU.
+fn on_gpu(cfg: &Config, id: TensorId, blocks: &Range<usize>) -> bool {
+    let (first, last) = (blocks.start == 0, blocks.end == cfg.n_layer);
+    match (id.layer, id.role) {
+        (Some(layer), _) => blocks.contains(&layer),
+        // The embedding is looked up by the first blocks' device (the CPU's for `-ngl`), and
+        // is also the output projection when tied.
+        (None, TensorRole::TokenEmbd) => first || (last && cfg.tied_embeddings),
+        (None, TensorRole::Output | TensorRole::OutputNorm) => last,
+        (None, _) => true,
     }
 }
 
