@@ -578,7 +578,10 @@ impl ModelRunner for CudaModel {
 
 /// Blocks for the positions each sequence's rows of `pass` write (before any kernel of the
 /// pass is queued: a pool too full fails the pass before it starts).
-fn prepare_writes(seqs: &mut [SeqRows<'_, CudaCache>], pass: &PassInputs<'_>) -> Result<()> {
+pub(super) fn prepare_writes(
+    seqs: &mut [SeqRows<'_, CudaCache>],
+    pass: &PassInputs<'_>,
+) -> Result<()> {
     for s in seqs.iter_mut() {
         let positions = pass.positions.get(s.rows.clone()).ok_or_else(|| {
             CudaError::Invalid(format!(

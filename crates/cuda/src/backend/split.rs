@@ -14,10 +14,10 @@
 //! `moe_localize` turns the choices into indices among its own experts, -1 for the others',
 //! which every expert kernel skips: a rank reads only its experts' weights.
 //!
-//! Not yet: a rank that fails mid-pass leaves the others waiting in their collective (the
-//! communicators are aborted when the model is dropped).
+//! A rank whose pass fails or panics aborts every rank's communicator, which ends the
+//! collectives the others wait in; the split then refuses further passes (load it again).
 
-use super::runner::{CudaCache, CudaModel};
+use super::runner::{prepare_writes, CudaCache, CudaModel};
 use crate::device::CudaDevice;
 use crate::error::{CudaError, Result};
 use crate::host_logits::HostLogits;
@@ -28,10 +28,11 @@ use ferrolm_gguf::GgufFile;
 use ferrolm_model::backend::{PassInputs, SeqRows};
 use ferrolm_model::split::{ColumnCuts, Shard};
 use ferrolm_model::{Config, ModelError, ModelRunner};
+use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex};
 
-/// One rank's NCCL communicator.
-pub(super) struct RankComm(Mutex<Comm>);
+/// One rank's NCCL communicator; `None` once aborted ([`Self::abort`]).
+pub(super) struct RankComm(Mutex<Option<Comm>>);
 
 // SAFETY: NCCL allows a communicator to be used from any thread, one call at a time; the
 // mutex serializes the calls.
@@ -43,6 +44,12 @@ impl RankComm {
     /// the same: the pass's rows times the model's width).
     pub(super) fn sum_in_place(&self, x: &mut CudaSlice<f32>, len: usize) -> Result<()> {
         let comm = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(comm) = comm.as_ref() else {
+            return Err(CudaError::Invalid(
+                "a rank of this split failed and the split was stopped: load the model again"
+                    .into(),
+            ));
+        };
         comm.all_reduce_in_place(&mut x.slice_mut(..len), &ReduceOp::Sum)
             .map(|_| ())
             .map_err(|e| CudaError::Nccl {
@@ -50,14 +57,28 @@ impl RankComm {
                 message: format!("{e:?}"),
             })
     }
+
+    /// Aborts the communicator (`ncclCommAbort`, cudarc's drop): the collectives it has
+    /// queued end, so the other ranks stop waiting for this one.
+    fn abort(&self) {
+        let comm = self.0.lock().unwrap_or_else(|e| e.into_inner()).take();
+        drop(comm);
+    }
 }
 
 impl super::CudaBackend {
+    /// Aborts this rank's communicator, if it has one ([`RankComm::abort`]).
+    fn leave_split(&self) {
+        if let Some(c) = self.comm.get() {
+            c.abort();
+        }
+    }
+
     /// Makes this backend a rank of the split `comm` belongs to: from now on
     /// [`ferrolm_model::backend::Backend::all_reduce`] sums through it.
     pub(super) fn join(&self, comm: Comm) -> Result<()> {
         self.comm
-            .set(RankComm(Mutex::new(comm)))
+            .set(RankComm(Mutex::new(Some(comm))))
             .map_err(|_| CudaError::Invalid("this backend is a rank of a split already".into()))
     }
 }
@@ -227,9 +248,26 @@ impl ModelRunner for CudaSplitModel {
                 });
             }
         }
+        // Every rank's cache blocks first: a full pool (the same on every rank) then fails
+        // the pass before any rank queues a collective, and the split goes on.
+        for seqs in per_rank.iter_mut() {
+            prepare_writes(seqs, pass)?;
+        }
+        let ranks = &self.ranks;
         let results = std::thread::scope(|scope| {
-            let running: Vec<_> = (self.ranks.iter().zip(&mut per_rank))
-                .map(|(m, seqs)| scope.spawn(move || m.forward_rows(seqs, pass, logit_rows)))
+            let running: Vec<_> = (ranks.iter().zip(&mut per_rank))
+                .map(|(m, seqs)| {
+                    scope.spawn(move || {
+                        let pass = AssertUnwindSafe(|| m.forward_rows(seqs, pass, logit_rows));
+                        let r = std::panic::catch_unwind(pass);
+                        // A rank that stops would leave the others waiting in a collective
+                        // forever: every communicator is aborted, which ends them.
+                        if !matches!(r, Ok(Ok(_))) {
+                            ranks.iter().for_each(|m| m.backend.leave_split());
+                        }
+                        r
+                    })
+                })
                 .collect();
             let joined = running.into_iter().map(|t| t.join());
             joined.collect::<Vec<_>>()
@@ -237,10 +275,10 @@ impl ModelRunner for CudaSplitModel {
         let mut logits = None;
         for (rank, r) in results.into_iter().enumerate() {
             match r {
-                Ok(Ok(l)) if rank == 0 => logits = Some(l),
-                Ok(Ok(l)) => self.ranks[rank].recycle_logits(l),
-                Ok(Err(e)) => return Err(e),
-                Err(_) => return Err(CudaError::Invalid(format!("rank {rank}'s pass panicked"))),
+                Ok(Ok(Ok(l))) if rank == 0 => logits = Some(l),
+                Ok(Ok(Ok(l))) => self.ranks[rank].recycle_logits(l),
+                Ok(Ok(Err(e))) => return Err(e),
+                _ => return Err(CudaError::Invalid(format!("rank {rank}'s pass panicked"))),
             }
         }
         logits.ok_or_else(|| CudaError::Invalid("a split without ranks".into()))
