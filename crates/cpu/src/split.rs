@@ -9,7 +9,7 @@ use crate::runner::CpuModel;
 use crate::KvType;
 use ferrolm_gguf::GgufFile;
 use ferrolm_model::backend::{PassInputs, SeqRows};
-use ferrolm_model::split::{ColumnCuts, Shard};
+use ferrolm_model::split::{by_rank, ColumnCuts, Shard};
 use ferrolm_model::{Config, ModelError, ModelRunner, Result};
 use std::sync::{Arc, Condvar, Mutex};
 
@@ -164,22 +164,11 @@ impl ModelRunner for CpuSplitModel<'_> {
         pass: &PassInputs<'_>,
         logit_rows: &[usize],
     ) -> Result<Vec<f32>> {
-        // Each rank's view of the batch: its own cache of every sequence.
-        let mut per_rank: Vec<Vec<SeqRows<'_, CpuCache>>> =
-            (0..self.ranks.len()).map(|_| Vec::new()).collect();
-        for s in seqs.iter_mut() {
-            if s.cache.ranks.len() != self.ranks.len() {
-                return Err(ModelError::Invalid(
-                    "a cache made for another split was passed to this model".into(),
-                ));
-            }
-            for (mine, cache) in per_rank.iter_mut().zip(&mut s.cache.ranks) {
-                mine.push(SeqRows {
-                    cache,
-                    rows: s.rows.clone(),
-                });
-            }
-        }
+        let Some(mut per_rank) = by_rank(seqs, self.ranks.len(), |c| &mut c.ranks[..]) else {
+            return Err(ModelError::Invalid(
+                "a cache made for another split was passed to this model".into(),
+            ));
+        };
         let coll = &self.coll;
         let logits = std::thread::scope(|scope| {
             let running: Vec<_> = (self.ranks.iter().zip(&mut per_rank))

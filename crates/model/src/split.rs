@@ -12,6 +12,7 @@
 //! whole model's output up to f32 summation order: that is the split's contract.
 
 use crate::arch::Arch;
+use crate::backend::SeqRows;
 use crate::config::Config;
 use crate::error::{ModelError, Result};
 use crate::layout::{tensor_specs, TensorId, TensorRole};
@@ -177,6 +178,31 @@ impl Shard {
         }
         w
     }
+}
+
+/// Each rank's view of a batch whose sequences hold a cache per rank (`caches` lists one
+/// sequence's, in rank order): rank `r`'s sequences over its own caches, the same rows. `None`
+/// when a sequence's caches are not one a rank.
+pub fn by_rank<'s, S: 's, C: 's>(
+    seqs: &'s mut [SeqRows<'_, S>],
+    ranks: usize,
+    caches: impl Fn(&'s mut S) -> &'s mut [C],
+) -> Option<Vec<Vec<SeqRows<'s, C>>>> {
+    let mut per_rank: Vec<Vec<SeqRows<'s, C>>> = (0..ranks).map(|_| Vec::new()).collect();
+    for s in seqs.iter_mut() {
+        let rows = s.rows.clone();
+        let mine = caches(&mut *s.cache);
+        if mine.len() != ranks {
+            return None;
+        }
+        for (seqs, cache) in per_rank.iter_mut().zip(mine) {
+            seqs.push(SeqRows {
+                cache,
+                rows: rows.clone(),
+            });
+        }
+    }
+    Some(per_rank)
 }
 
 /// The bytes of a row `cols` elements wide.

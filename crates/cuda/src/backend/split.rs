@@ -26,7 +26,7 @@ use cudarc::driver::CudaSlice;
 use cudarc::nccl::{Comm, ReduceOp};
 use ferrolm_gguf::GgufFile;
 use ferrolm_model::backend::{PassInputs, SeqRows};
-use ferrolm_model::split::{ColumnCuts, Shard};
+use ferrolm_model::split::{by_rank, ColumnCuts, Shard};
 use ferrolm_model::{Config, ModelError, ModelRunner};
 use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex};
@@ -233,21 +233,11 @@ impl ModelRunner for CudaSplitModel {
         pass: &PassInputs<'_>,
         logit_rows: &[usize],
     ) -> Result<HostLogits> {
-        let mut per_rank: Vec<Vec<SeqRows<'_, CudaCache>>> =
-            (0..self.ranks.len()).map(|_| Vec::new()).collect();
-        for s in seqs.iter_mut() {
-            if s.cache.ranks.len() != self.ranks.len() {
-                return Err(CudaError::Invalid(
-                    "a cache made for another split was passed to this model".into(),
-                ));
-            }
-            for (mine, cache) in per_rank.iter_mut().zip(&mut s.cache.ranks) {
-                mine.push(SeqRows {
-                    cache,
-                    rows: s.rows.clone(),
-                });
-            }
-        }
+        let Some(mut per_rank) = by_rank(seqs, self.ranks.len(), |c| &mut c.ranks[..]) else {
+            return Err(CudaError::Invalid(
+                "a cache made for another split was passed to this model".into(),
+            ));
+        };
         // Every rank's cache blocks first: a full pool (the same on every rank) then fails
         // the pass before any rank queues a collective, and the split goes on.
         for seqs in per_rank.iter_mut() {
