@@ -10,6 +10,7 @@ use ferrolm_cuda::{
 use ferrolm_gguf::GgufFile;
 use ferrolm_model::backend::{PassInputs, SeqRows};
 use ferrolm_model::{Config, GreedyPick, ModelError, ModelRunner, Result};
+use rayon::prelude::*;
 use std::ops::Range;
 use std::sync::Arc;
 
@@ -614,7 +615,8 @@ impl<'a> Model<'a> {
         }
         let logits = self.forward_rows(seqs, tokens, positions, logit_rows)?;
         let n_vocab = self.cfg.n_vocab;
-        let picks = (logits.chunks(n_vocab))
+        // On every core: 64 rows of a 152k vocabulary are about 2 ms on one.
+        let picks = (logits[..].par_chunks(n_vocab))
             .map(|row| greedy_pick(row, banned))
             .collect();
         self.recycle_logits(logits);
