@@ -17,7 +17,8 @@ fi
 ts=$(seq -s, 1 $N | sed 's/[0-9]\+/1/g')
 nvidia-smi topo -m 2>/dev/null | head -$((N + 2))
 for p in "$@"; do
-  [ -s $M/$p.gguf ] || $B synth --preset $p --type q4_k_m -o $M/$p.gguf > /dev/null 2>&1
+  # Pooled blocks: qwen3-235b-a22b's 142 GB in the time the disk takes.
+  [ -s $M/$p.gguf ] || $B synth --preset $p --type q4_k_m --pooled -o $M/$p.gguf > /dev/null 2>&1
   echo "== $p llama.cpp, one GPU and -sm layer over $N"
   CUDA_VISIBLE_DEVICES=0 timeout 200 $L/llama-bench -m $M/$p.gguf -ngl 99 -fa 1 -p 2048 -n 128 -r 3 2>&1 | grep -E '^\|' | tail -n +3
   timeout 200 $L/llama-bench -m $M/$p.gguf -ngl 99 -fa 1 -sm layer -ts $ts -p 2048 -n 128 -r 3 2>&1 | grep -E '^\|' | tail -n +3

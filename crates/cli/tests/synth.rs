@@ -320,3 +320,42 @@ fn bad_recipes_exit_2_naming_the_problem() {
     ]);
     assert_eq!(r.status.code(), Some(2));
 }
+
+/// `synth --pooled` writes a model of the preset's layout that runs (the pooling itself is
+/// checked in `ferrolm-model`'s `synth_pooled`, with a pool small enough to matter in a tiny
+/// model).
+#[test]
+fn pooled_synth_writes_a_model_that_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let args = [
+        "--preset",
+        "tiny-qwen3moe",
+        "--type",
+        "q4_k_m",
+        "--pooled",
+        "--vocab",
+        "bpe",
+    ];
+    let path = synth(dir.path(), "m.gguf", &args);
+    check_layout(&path, "tiny-qwen3moe");
+    let model = path.to_str().unwrap();
+    let run = [
+        "run",
+        "-m",
+        model,
+        "--backend",
+        "cpu",
+        "-p",
+        "x",
+        "-n",
+        "4",
+        "-t",
+        "2",
+    ];
+    let out = ferrolm(&run);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -33,7 +33,7 @@ pub use quantize::{plan_quantize, quantize_gguf};
 pub use recipe::{synth_recipe, write_recipe, Init, Recipe, RecipeTensor};
 pub use runner::{GreedyPick, ModelRunner};
 pub use stream::Progress;
-pub use synth::{Synth, VocabKind};
+pub use synth::{Synth, VocabKind, POOL_BLOCKS};
 
 /// llama.cpp's `GGML_QNT_VERSION`, written as `general.quantization_version`.
 pub const QUANTIZATION_VERSION: u32 = 2;

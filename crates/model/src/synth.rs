@@ -9,7 +9,7 @@ use crate::error::{ModelError, Result};
 use crate::layout::{tensor_specs, TensorKind, TensorSpec};
 use crate::policy::{choose_types, FileType, PolicyModel, TensorRef};
 use crate::presets::{self, preset};
-use crate::stream::{encode_chunks, write_streaming, Progress};
+use crate::stream::{encode_chunks, write_streaming, Progress, CHUNK_ELEMS};
 use crate::{vocab, QUANTIZATION_VERSION};
 use ferrolm_gguf::{GgmlType, GgufWriter};
 use rand::rngs::SmallRng;
@@ -34,7 +34,15 @@ pub struct Synth {
     pub ftype: FileType,
     pub seed: u64,
     pub vocab: VocabKind,
+    /// `Some(n)`: each quantized tensor of more than `n` blocks draws them from a pool of `n`
+    /// quantized once from the same distribution, instead of quantizing each from its own
+    /// values: the same shapes, types and spread at the speed of copying, for models too
+    /// large to quantize block by block in a benchmark's time (qwen3-235b-a22b: 142 GB).
+    pub pooled: Option<usize>,
 }
+
+/// The pool `synth --pooled` gives each tensor, in blocks.
+pub const POOL_BLOCKS: usize = 1024;
 
 impl Synth {
     pub fn new(preset_name: &str, ftype: FileType, seed: u64, vocab: VocabKind) -> Result<Self> {
@@ -50,6 +58,7 @@ impl Synth {
             ftype,
             seed,
             vocab,
+            pooled: None,
         })
     }
 
@@ -104,17 +113,44 @@ impl Synth {
                 let spec = &specs[i];
                 let (mean, std) = distribution(spec);
                 let stream = name_hash(&spec.name) ^ seed.wrapping_mul(0x9E37_79B9_7F4A_7C15);
-                encode_chunks(info.ty, out, &|chunk, xs| {
+                let normal = |chunk: usize, xs: &mut [f32]| {
                     let mut rng = SmallRng::seed_from_u64(mix(stream, chunk as u64));
                     for x in xs {
                         *x = mean + std * rng.sample::<f32, _>(StandardNormal);
                     }
                     Ok(())
-                })
+                };
+                let (be, bb) = info.ty.block_geometry();
+                let pool_blocks = match self.pooled {
+                    Some(n) if be > 1 && n > 0 && out.len() > n * bb => n,
+                    _ => return encode_chunks(info.ty, out, &normal),
+                };
+                // The pool: its own chunks of the same stream, past any chunk of the tensor's.
+                let mut pool = vec![0u8; pool_blocks * bb];
+                let past = out.len() / bb * be / CHUNK_ELEMS + 1;
+                encode_chunks(info.ty, &mut pool, &|chunk, xs| normal(past + chunk, xs))?;
+                draw_blocks(&pool, bb, stream, out);
+                Ok(())
             },
             progress,
         )
     }
+}
+
+/// Fills `out` with blocks (`bb` bytes each) of `pool`, drawn per chunk from `stream`, in
+/// parallel: the same bytes on any number of threads.
+fn draw_blocks(pool: &[u8], bb: usize, stream: u64, out: &mut [u8]) {
+    use rayon::prelude::*;
+    let n = pool.len() / bb;
+    out.par_chunks_mut(CHUNK_ELEMS * bb)
+        .enumerate()
+        .for_each(|(chunk, o)| {
+            let mut rng = SmallRng::seed_from_u64(mix(!stream, chunk as u64));
+            for b in o.chunks_exact_mut(bb) {
+                let i = rng.gen_range(0..n);
+                b.copy_from_slice(&pool[i * bb..(i + 1) * bb]);
+            }
+        });
 }
 
 /// (mean, standard deviation) of a tensor's values. Matrices get 1/sqrt(fan_in), which

@@ -36,6 +36,11 @@ pub struct SynthArgs {
     /// Worker threads (default: one per core).
     #[arg(long)]
     pub threads: Option<usize>,
+    /// Each quantized tensor's blocks drawn from a pool of 1024 quantized once, not each
+    /// quantized from its own values: the same shapes, types and spread, written about as fast
+    /// as the disk takes them (for the largest presets; random weights either way).
+    #[arg(long, conflicts_with = "recipe")]
+    pub pooled: bool,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -61,7 +66,8 @@ pub fn run(args: SynthArgs) -> Result<()> {
         Vocab::None => VocabKind::None,
         Vocab::Bpe => VocabKind::Bpe,
     };
-    let synth = Synth::new(preset, args.ftype, args.seed.unwrap_or(0), vocab)?;
+    let mut synth = Synth::new(preset, args.ftype, args.seed.unwrap_or(0), vocab)?;
+    synth.pooled = args.pooled.then_some(ferrolm_model::POOL_BLOCKS);
     let (plan, specs) = synth.plan()?;
     let total = plan.tensors().iter().map(|t| t.n_bytes).sum();
     let bar = Bar::new(total, &format!("{preset} {}", args.ftype));
