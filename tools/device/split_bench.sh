@@ -6,7 +6,11 @@
 # beside them. NCCL is found as tools/device/split_check.sh finds it.
 # Run on the GPU machine from the repo root (sourcing carried.sh: B, L, M):
 #   N=2 bash tools/device/split_bench.sh qwen3-30b-a3b
+# qwen3-235b-a22b's 142 GB do not fit the 2-GPU kind's 128 GB disk: there, put the models in
+# memory first (256 GB): mount -o remount,size=200G /dev/shm; MODELS=/dev/shm N=2 bash ...
+# (the 4-GPU kind's 235 GB disk holds it: N=4).
 . tools/device/carried.sh
+M=${MODELS:-$M}
 N=${N:-2}
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 nccl=$(python3 -c "import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], 'lib'))" 2>/dev/null)

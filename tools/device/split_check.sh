@@ -24,7 +24,7 @@ if [ -f "$nccl/libnccl.so.2" ] && ! ldconfig -p | grep -q "libnccl.so "; then
 fi
 n=$(nvidia-smi -L | wc -l)
 echo "== cuda_split on $n GPU(s)"
-tests="a_rank_alone a_split_of_one_rank a_split_by_layer"
-[ "$n" -ge 2 ] && tests="a_rank_alone a_split"
+tests="a_rank_alone a_split_of_one_rank a_split_by_layer a_row_split_of_one_rank"
+[ "$n" -ge 2 ] && tests="a_rank_alone a_split a_row_split_of_one_rank"
 FERROLM_GOLDEN_DIR=$(realpath $G) NCCL_DEBUG=WARN timeout 240 $B/cuda_split --include-ignored --test-threads 1 $tests 2>&1 | tail -25 | tee $OUT/split.txt
 echo done

@@ -192,3 +192,18 @@ fn a_split_by_layer_gives_the_whole_models_logits() {
         eprintln!("{stem}: bit-identical: {}", whole == split);
     }
 }
+
+/// The engine's plumbing of a row split (`Device::CudaRanks`: `Exec::Ranks`, `Cache::Ranks`,
+/// sessions) with one rank on GPU 0: the whole model's logits bit for bit.
+#[test]
+#[ignore = "needs a GPU and NCCL"]
+fn a_row_split_of_one_rank_through_the_engine_is_the_whole_model() {
+    use ferrolm_engine::Device;
+    let dev = Arc::new(CudaDevice::new(0).expect("a GPU"));
+    for stem in ["tiny-qwen3-q8_0", "tiny-qwen3moe-q8_0"] {
+        let file = golden_file(stem);
+        let whole = session_logits(&file, &Device::Cuda(dev.clone()));
+        let split = session_logits(&file, &Device::CudaRanks(vec![dev.clone()]));
+        assert_eq!(whole, split, "{stem}");
+    }
+}
