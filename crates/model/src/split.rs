@@ -57,6 +57,14 @@ impl Shard {
         if cfg.biases.ffn {
             return refuse("FFN biases are not split".into());
         }
+        // A rank's shape has fewer heads, and this scale is read off the whole model's.
+        if cfg.q_scale().is_some() {
+            return refuse(
+                "gemma3-27b's query scale (from n_embd / n_head of the whole model) is not \
+                 split yet"
+                    .into(),
+            );
+        }
         if !cfg.n_head_kv.is_multiple_of(ranks) || !cfg.n_head.is_multiple_of(ranks) {
             return refuse(format!(
                 "{} query heads in {} KV groups do not split over {ranks} ranks",
@@ -301,6 +309,14 @@ mod tests {
         assert_eq!(s.part(&cfg, router), Part::Whole);
         let e = Shard::new(&cfg, 0, 8).unwrap_err().to_string();
         assert!(e.contains("4 KV groups do not split over 8 ranks"), "{e}");
+    }
+
+    #[test]
+    fn a_query_scale_read_off_the_head_count_is_refused() {
+        let cfg = preset("gemma3-27b").unwrap().config;
+        let e = Shard::new(&cfg, 0, 2).unwrap_err().to_string();
+        assert!(e.contains("gemma3-27b"), "{e}");
+        assert!(Shard::new(&preset("gemma3-4b").unwrap().config, 0, 2).is_ok());
     }
 
     #[test]
