@@ -203,9 +203,23 @@ impl<'a> Model<'a> {
             }
             Device::CudaLayers { devs, shares } => {
                 let runs = layer_runs(cfg.n_layer, shares)?;
-                let stages = (runs.into_iter())
-                    .map(|(i, blocks)| CudaModel::load_blocks(file, devs[i].clone(), blocks));
-                Exec::Layers(stages.collect::<Result<_>>()?)
+                // Each stage uploads from its own thread: the GPUs' copies overlap.
+                let stages = std::thread::scope(|scope| {
+                    let loading: Vec<_> = (runs.into_iter())
+                        .map(|(i, blocks)| {
+                            let dev = devs[i].clone();
+                            scope.spawn(move || CudaModel::load_blocks(file, dev, blocks))
+                        })
+                        .collect();
+                    (loading.into_iter())
+                        .map(|t| {
+                            let panicked =
+                                || ModelError::Invalid("a stage's upload panicked".into());
+                            t.join().map_err(|_| panicked())?
+                        })
+                        .collect::<Result<Vec<_>>>()
+                })?;
+                Exec::Layers(stages)
             }
         };
         Ok(Self { cfg, file, exec })

@@ -133,9 +133,20 @@ impl CudaSplitModel {
         }
         crate::libs::ensure_nccl().map_err(cuda)?;
         let cfg = Config::from_gguf(file)?;
-        let ranks = (split.shards.iter().zip(&split.cuts).zip(devs))
-            .map(|((s, cuts), dev)| CudaModel::load_rank(file, dev.clone(), s, cuts))
-            .collect::<ferrolm_model::Result<Vec<_>>>()?;
+        // Each rank uploads from its own thread: the GPUs' copies overlap.
+        let ranks = std::thread::scope(|scope| {
+            let loading: Vec<_> = (split.shards.iter().zip(&split.cuts).zip(devs))
+                .map(|((s, cuts), dev)| {
+                    scope.spawn(move || CudaModel::load_rank(file, dev.clone(), s, cuts))
+                })
+                .collect();
+            (loading.into_iter())
+                .map(|t| {
+                    let panicked = || ModelError::Invalid("a rank's upload panicked".into());
+                    t.join().map_err(|_| panicked())?
+                })
+                .collect::<ferrolm_model::Result<Vec<_>>>()
+        })?;
         let streams = devs.iter().map(|d| d.stream().clone()).collect();
         let comms = Comm::from_devices(streams).map_err(|e| {
             cuda(CudaError::Nccl {
