@@ -198,6 +198,7 @@ fn split_flags_that_cannot_run_are_refused() {
             &["--sm", "layer", "--ts", "1,1", "-ngl", "0"],
             "runs on GPUs",
         ),
+        (&["--ts", "1,1"], "give --split-mode"),
         // Without a GPU a split has nowhere to go.
         (&["--sm", "row"], "no GPU"),
         (&["--sm", "layer"], "no GPU"),

@@ -300,13 +300,20 @@ impl<'a> Model<'a> {
                     Some((r.device(), r.kv_bytes_per_position(gpu_kv(kv_type)?))),
                 )
             }
-            // The stage with the most blocks stands for each.
+            // The stage whose free memory holds the fewest positions stands for each.
             Exec::Layers(stages) => {
                 let kv = gpu_kv(kv_type)?;
-                let most = (stages.iter())
-                    .max_by_key(|m| m.blocks().len())
-                    .expect("a split has stages");
-                (0, Some((most.device(), most.kv_bytes_per_position(kv))))
+                let room = |m: &CudaModel| {
+                    let free = m
+                        .device()
+                        .context()
+                        .mem_get_info()
+                        .map_or(0, |f| f.0 as u64);
+                    free / m.kv_bytes_per_position(kv).max(1)
+                };
+                let tightest = stages.iter().min_by_key(|m| room(m));
+                let m = tightest.expect("a split has stages");
+                (0, Some((m.device(), m.kv_bytes_per_position(kv))))
             }
         })
     }

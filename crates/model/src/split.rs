@@ -243,10 +243,29 @@ pub struct ColumnCuts {
 }
 
 impl ColumnCuts {
+    /// Refuses (by the tensor's name) a column range of `shard`'s that would cut a
+    /// quantization block, without copying anything.
+    pub fn check(cfg: &Config, file: &GgufFile, shard: &Shard) -> Result<()> {
+        Self::walk(cfg, file, shard, |_, _| {})
+    }
+
     /// Copies out `shard`'s column parts; a range that would cut a quantization block is
     /// refused by the tensor's name.
     pub fn cut(cfg: &Config, file: &GgufFile, shard: &Shard) -> Result<Self> {
         let mut map = HashMap::new();
+        Self::walk(cfg, file, shard, |id, bytes| {
+            map.insert(id, bytes());
+        })?;
+        Ok(Self { map })
+    }
+
+    /// Each column part of `shard`'s, checked, with a way to copy it out.
+    fn walk(
+        cfg: &Config,
+        file: &GgufFile,
+        shard: &Shard,
+        mut each: impl FnMut(TensorId, &dyn Fn() -> Vec<u8>),
+    ) -> Result<()> {
         for spec in tensor_specs(cfg) {
             let Part::Cols(c) = shard.part(cfg, spec.id) else {
                 continue;
@@ -270,13 +289,13 @@ impl ColumnCuts {
                 row_bytes(ty, c.start),
                 row_bytes(ty, c.end),
             );
-            let bytes = data
-                .chunks_exact(rb)
-                .flat_map(|row| &row[from..to])
-                .copied();
-            map.insert(spec.id, bytes.collect());
+            let bytes = || {
+                let rows = data.chunks_exact(rb).flat_map(|row| &row[from..to]);
+                rows.copied().collect()
+            };
+            each(spec.id, &bytes);
         }
-        Ok(Self { map })
+        Ok(())
     }
 }
 

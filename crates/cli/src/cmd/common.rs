@@ -157,6 +157,12 @@ impl ModelOpts {
     /// shares of every GPU; an error for shares a split cannot take.
     fn split_shares(&self) -> Result<Option<Vec<f32>>> {
         if self.split_mode == SplitMode::None {
+            if self.tensor_split.is_some() {
+                bail!(
+                    "--tensor-split shares a split: give --split-mode layer or row with it \
+                     (without one, ferrolm runs on one GPU, --main-gpu)"
+                );
+            }
             return Ok(None);
         }
         let shares = match self.tensor_split.clone() {

@@ -129,7 +129,7 @@ impl CudaModel {
         dev: Arc<CudaDevice>,
         first_layer: usize,
     ) -> ferrolm_model::Result<Self> {
-        Self::load_part(file, dev, first_layer..usize::MAX, None)
+        Self::load_part(file, dev, first_layer..usize::MAX, Part::Blocks)
     }
 
     /// Uploads blocks `blocks` (the embedding with the first, the head with the last): one
@@ -140,7 +140,7 @@ impl CudaModel {
         dev: Arc<CudaDevice>,
         blocks: Range<usize>,
     ) -> ferrolm_model::Result<Self> {
-        Self::load_part(file, dev, blocks, None)
+        Self::load_part(file, dev, blocks, Part::Stage)
     }
 
     /// Rank `shard` of a tensor split ([`ferrolm_model::split`]): its parts of every weight
@@ -152,20 +152,24 @@ impl CudaModel {
         shard: &Shard,
         cuts: &ColumnCuts,
     ) -> ferrolm_model::Result<Self> {
-        Self::load_part(file, dev, 0..usize::MAX, Some((shard, cuts)))
+        Self::load_part(file, dev, 0..usize::MAX, Part::Rank(shard, cuts))
     }
 
     fn load_part(
         file: &GgufFile,
         dev: Arc<CudaDevice>,
         blocks: Range<usize>,
-        shard: Option<(&Shard, &ColumnCuts)>,
+        part: Part<'_>,
     ) -> ferrolm_model::Result<Self> {
+        let shard = match part {
+            Part::Rank(s, cuts) => Some((s, cuts)),
+            _ => None,
+        };
         let whole = Config::from_gguf(file)?;
         let end_layer = blocks.end.min(whole.n_layer);
         let first_layer = blocks.start.min(end_layer);
         let blocks = first_layer..end_layer;
-        check_fit(&whole, file, &dev, &blocks, shard.map(|s| s.0))?;
+        check_fit(&whole, file, &dev, &blocks, &part)?;
         let cuda = |e: CudaError| ModelError::Invalid(format!("CUDA: {e}"));
         let backend = CudaBackend::new(dev.clone()).map_err(cuda)?;
         // The same gating the weights carry (`MoeWeights::gating`), which the router applies.
@@ -624,8 +628,12 @@ fn check_fit(
     file: &GgufFile,
     dev: &CudaDevice,
     blocks: &Range<usize>,
-    shard: Option<&Shard>,
+    part: &Part<'_>,
 ) -> ferrolm_model::Result<()> {
+    let shard = match part {
+        Part::Rank(s, _) => Some(*s),
+        _ => None,
+    };
     let (free, _) = dev
         .context()
         .mem_get_info()
@@ -652,12 +660,21 @@ fn check_fit(
     if total + RESERVE_BYTES <= free {
         return Ok(());
     }
+    let need = gib(total + RESERVE_BYTES);
+    if !matches!(part, Part::Blocks) {
+        // A rank or a stage of a split over GPUs: -ngl does not apply there.
+        return Err(ModelError::Invalid(format!(
+            "this GPU's share of the model needs {need} of GPU memory, {} is free on {}: \
+             split it over more GPUs (--tensor-split)",
+            gib(free as u64),
+            dev.name()
+        )));
+    }
     let outside: u64 = total - per_layer.iter().sum::<u64>();
     let fits = layers_that_fit(&per_layer, outside + RESERVE_BYTES, free);
     Err(ModelError::Invalid(format!(
-        "the model needs {} of GPU memory for its weights, {} is free on {}: about {fits} of {} \
-         layers would fit (-ngl {fits})",
-        gib(total + RESERVE_BYTES),
+        "the model needs {need} of GPU memory for its weights, {} is free on {}: about {fits} of \
+         {} layers would fit (-ngl {fits})",
         gib(free),
         dev.name(),
         cfg.n_layer
@@ -676,6 +693,17 @@ fn layers_that_fit(per_layer: &[u64], fixed: u64, free: u64) -> usize {
             ok
         })
         .count()
+}
+
+/// What a [`CudaModel`] holds of its file.
+enum Part<'a> {
+    /// Blocks from one to the last and the head, the CPU running those before (`-ngl`), or
+    /// every block.
+    Blocks,
+    /// A run of blocks of a split by layer.
+    Stage,
+    /// A rank of a tensor split: its shard, and its column parts.
+    Rank(&'a Shard, &'a ColumnCuts),
 }
 
 /// Whether tensor `id` is uploaded when `blocks` run on the GPU.

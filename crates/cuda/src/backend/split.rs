@@ -14,8 +14,11 @@
 //! `moe_localize` turns the choices into indices among its own experts, -1 for the others',
 //! which every expert kernel skips: a rank reads only its experts' weights.
 //!
-//! A rank whose pass fails or panics aborts every rank's communicator, which ends the
-//! collectives the others wait in; the split then refuses further passes (load it again).
+//! A rank whose pass fails or panics leaves the others a few seconds to stop by themselves
+//! (an error every rank meets before any collective, which the split survives); after that
+//! every communicator is aborted, which ends the collectives they wait in, and the split
+//! refuses further passes (load it again). NCCL connects peers on a protocol's first use, a
+//! host call that waits for every rank: done at load (`warm_up`), so a pass only queues.
 
 use super::runner::{prepare_writes, CudaCache, CudaModel};
 use crate::device::CudaDevice;
@@ -29,7 +32,9 @@ use ferrolm_model::backend::{PassInputs, SeqRows};
 use ferrolm_model::split::{by_rank, ColumnCuts, Shard};
 use ferrolm_model::{Config, ModelError, ModelRunner};
 use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 /// One rank's NCCL communicator; `None` once aborted ([`Self::abort`]).
 pub(super) struct RankComm(Mutex<Option<Comm>>);
@@ -59,10 +64,11 @@ impl RankComm {
     }
 
     /// Aborts the communicator (`ncclCommAbort`, cudarc's drop): the collectives it has
-    /// queued end, so the other ranks stop waiting for this one.
+    /// queued end, so the other ranks stop waiting for this one. (cudarc's drop panics when
+    /// the abort fails; that is caught, so every rank's abort is tried.)
     fn abort(&self) {
         let comm = self.0.lock().unwrap_or_else(|e| e.into_inner()).take();
-        drop(comm);
+        let _ = std::panic::catch_unwind(AssertUnwindSafe(|| drop(comm)));
     }
 }
 
@@ -81,27 +87,45 @@ impl super::CudaBackend {
             .set(RankComm(Mutex::new(Some(comm))))
             .map_err(|_| CudaError::Invalid("this backend is a rank of a split already".into()))
     }
+
+    /// One sum of each size in `widths` (floats) with the other ranks, waited for: NCCL
+    /// connects its peers on a collective's first use of a protocol, a host call that blocks
+    /// until every rank arrives; done at load, a pass's collectives only queue kernels.
+    fn warm_up(&self, widths: &[usize]) -> Result<()> {
+        let Some(comm) = self.comm.get() else {
+            return Ok(());
+        };
+        for &n in widths {
+            let mut x = self.dev.zeros::<f32>(n)?;
+            comm.sum_in_place(&mut x, n)?;
+        }
+        self.dev.sync()
+    }
 }
 
-/// What a split over GPUs needs besides the file: each rank's shard and column parts.
+/// A split over GPUs, checked: each rank's shard (its column parts are cut while it loads).
 pub struct CudaSplit {
     shards: Vec<Shard>,
-    cuts: Vec<ColumnCuts>,
 }
 
 impl CudaSplit {
-    /// The parts of `file`'s model over `ranks` GPUs; the error names what does not split.
+    /// The shards of `file`'s model over `ranks` GPUs; the error names what does not split
+    /// (a column range that would cut a quantization block included).
     pub fn prepare(file: &GgufFile, ranks: usize) -> ferrolm_model::Result<Self> {
         let cfg = Config::from_gguf(file)?;
         let shards = (0..ranks.max(1))
             .map(|r| Shard::new(&cfg, r, ranks))
             .collect::<ferrolm_model::Result<Vec<_>>>()?;
-        let cuts = (shards.iter())
-            .map(|s| ColumnCuts::cut(&cfg, file, s))
-            .collect::<ferrolm_model::Result<Vec<_>>>()?;
-        Ok(Self { shards, cuts })
+        // Rank 0's columns cut a block where any rank's would (they are all as wide).
+        ColumnCuts::check(&cfg, file, &shards[0])?;
+        Ok(Self { shards })
     }
 }
+
+/// How long the other ranks get to stop by themselves once one rank's pass has failed (an
+/// error every rank meets, before any collective, ends them all at once) before every
+/// communicator is aborted to end the collectives they would otherwise wait in forever.
+const STRANDED_AFTER: Duration = Duration::from_secs(5);
 
 /// A model split over GPUs; runs like the whole model, through [`ModelRunner`].
 pub struct CudaSplitModel {
@@ -133,11 +157,16 @@ impl CudaSplitModel {
         }
         crate::libs::ensure_nccl().map_err(cuda)?;
         let cfg = Config::from_gguf(file)?;
-        // Each rank uploads from its own thread: the GPUs' copies overlap.
+        // Each rank cuts its columns and uploads from its own thread: the GPUs' copies
+        // overlap, and each rank's cut columns are freed once uploaded.
         let ranks = std::thread::scope(|scope| {
-            let loading: Vec<_> = (split.shards.iter().zip(&split.cuts).zip(devs))
-                .map(|((s, cuts), dev)| {
-                    scope.spawn(move || CudaModel::load_rank(file, dev.clone(), s, cuts))
+            let loading: Vec<_> = (split.shards.iter().zip(devs))
+                .map(|(s, dev)| {
+                    let cfg = &cfg;
+                    scope.spawn(move || {
+                        let cuts = ColumnCuts::cut(cfg, file, s)?;
+                        CudaModel::load_rank(file, dev.clone(), s, &cuts)
+                    })
                 })
                 .collect();
             (loading.into_iter())
@@ -156,6 +185,19 @@ impl CudaSplitModel {
         })?;
         for (m, comm) in ranks.iter().zip(comms) {
             m.backend.join(comm).map_err(cuda)?;
+        }
+        // A decode step's rows, a full batch's and a long ubatch's: the protocols a pass uses.
+        let widths = [1, 64, 2048].map(|rows| rows * cfg.n_embd);
+        let warmed = std::thread::scope(|scope| {
+            let warming: Vec<_> = (ranks.iter())
+                .map(|m| scope.spawn(move || m.backend.warm_up(&widths)))
+                .collect();
+            let joined = warming.into_iter().map(|t| t.join());
+            joined.collect::<Vec<_>>()
+        });
+        for w in warmed {
+            w.map_err(|_| ModelError::Invalid("a rank's NCCL warm-up panicked".into()))?
+                .map_err(cuda)?;
         }
         Ok(Self { cfg, ranks })
     }
@@ -255,16 +297,17 @@ impl ModelRunner for CudaSplitModel {
             prepare_writes(seqs, pass)?;
         }
         let ranks = &self.ranks;
+        let (done, failed) = (AtomicUsize::new(0), AtomicBool::new(false));
+        let (done, failed) = (&done, &failed);
         let results = std::thread::scope(|scope| {
             let running: Vec<_> = (ranks.iter().zip(&mut per_rank))
                 .map(|(m, seqs)| {
                     scope.spawn(move || {
                         let pass = AssertUnwindSafe(|| m.forward_rows(seqs, pass, logit_rows));
                         let r = std::panic::catch_unwind(pass);
-                        // A rank that stops would leave the others waiting in a collective
-                        // forever: every communicator is aborted, which ends them.
-                        if !matches!(r, Ok(Ok(_))) {
-                            ranks.iter().for_each(|m| m.backend.leave_split());
+                        done.fetch_add(1, Ordering::AcqRel);
+                        if !matches!(r, Ok(Ok(_))) && !failed.swap(true, Ordering::AcqRel) {
+                            scope.spawn(move || watch_stranded(ranks, done));
                         }
                         r
                     })
@@ -289,5 +332,20 @@ impl ModelRunner for CudaSplitModel {
         if let Some(m) = self.ranks.first() {
             m.recycle_logits(logits);
         }
+    }
+}
+
+/// After a rank's pass failed: when the other ranks have not all stopped within
+/// [`STRANDED_AFTER`], they wait in a collective the failed rank will never join, and every
+/// communicator is aborted (the split then refuses further passes); when they have, nothing
+/// is aborted and the split goes on.
+fn watch_stranded(ranks: &[CudaModel], done: &AtomicUsize) {
+    let started = Instant::now();
+    while done.load(Ordering::Acquire) < ranks.len() {
+        if started.elapsed() > STRANDED_AFTER {
+            ranks.iter().for_each(|m| m.backend.leave_split());
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(10));
     }
 }
