@@ -666,7 +666,7 @@ fn check_fit(
         return Err(ModelError::Invalid(format!(
             "this GPU's share of the model needs {need} of GPU memory, {} is free on {}: \
              split it over more GPUs (--tensor-split)",
-            gib(free as u64),
+            gib(free),
             dev.name()
         )));
     }
