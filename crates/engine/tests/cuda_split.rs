@@ -62,8 +62,9 @@ fn models_and_rank_counts_that_do_not_split_are_refused_by_name() {
 }
 
 /// A rank of a split run alone (no sums: its own heads, FFN width and experts) computes on the
-/// GPU what it computes on the CPU: the shard's parts, the local heads' attention and the
-/// experts' localization (rank 1 holds experts 4-7 of 8) checked on one GPU.
+/// GPU what it computes on the CPU, as closely as the whole model does on the two: the
+/// shard's parts, the local heads' attention and the experts' localization (rank 1 holds
+/// experts 4-7 of 8) checked on one GPU.
 #[test]
 #[ignore = "needs a GPU"]
 fn a_rank_alone_computes_on_the_gpu_what_it_does_on_the_cpu() {
@@ -81,8 +82,39 @@ fn a_rank_alone_computes_on_the_gpu_what_it_does_on_the_cpu() {
         let mut gc = gpu.new_cache(64, KvFormat::F16).unwrap();
         let c = prompt_then_steps(&cpu, &mut cc, &feed);
         let g = prompt_then_steps(&gpu, &mut gc, &feed);
-        assert_within(stem, &c, &g, cfg.n_vocab, 1e-3);
+        // The same model whole, GPU against CPU: how far apart the two backends are anyway.
+        let whole_cpu = CpuModel::load(&file).unwrap();
+        let whole_gpu = CudaModel::load(&file, dev.clone()).unwrap();
+        let mut cc = whole_cpu.new_cache(64, KvType::F16);
+        let mut gc = whole_gpu.new_cache(64, KvFormat::F16).unwrap();
+        let wc = prompt_then_steps(&whole_cpu, &mut cc, &feed);
+        let wg = prompt_then_steps(&whole_gpu, &mut gc, &feed);
+        let rank = gap(stem, &c, &g, cfg.n_vocab);
+        let whole = gap(stem, &wc, &wg, cfg.n_vocab);
+        eprintln!("{stem}: max |GPU - CPU| a rank alone {rank}, the whole model {whole}");
+        assert!(
+            rank <= 1.5 * whole + 0.02,
+            "{stem}: a rank {rank}, whole {whole}"
+        );
     }
+}
+
+/// The largest |GPU - CPU| logit difference, after checking that the GPU makes the CPU's
+/// greedy choice wherever the CPU's top two are 0.05 apart or more (the GPU's attention
+/// rounds through f16 as llama.cpp's CUDA backend does; the CPU's does not).
+fn gap(what: &str, cpu: &[f32], gpu: &[f32], n_vocab: usize) -> f32 {
+    assert_eq!(cpu.len(), gpu.len(), "{what}");
+    let mut worst = 0f32;
+    for (r, (c, g)) in cpu.chunks(n_vocab).zip(gpu.chunks(n_vocab)).enumerate() {
+        worst = (c.iter().zip(g)).fold(worst, |m, (x, y)| m.max((x - y).abs()));
+        let best = (0..n_vocab).fold(0, |b, i| if c[i] > c[b] { i } else { b });
+        let others = (0..n_vocab).filter(|&i| i != best);
+        let second = others.fold(f32::MIN, |m, i| m.max(c[i]));
+        let pick = (0..n_vocab).fold(0, |b, i| if g[i] > g[b] { i } else { b });
+        let clear = c[best] - second >= 0.05;
+        assert!(!clear || pick == best, "{what} row {r}: greedy choice");
+    }
+    worst
 }
 
 /// Every row of `b` within `tol` of `a`'s largest magnitude.

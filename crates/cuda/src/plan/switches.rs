@@ -78,10 +78,10 @@ pub struct Switches {
     /// since session 25's device run: qwen3-8b's 64-sequence logits copy 4.1 → 0.95 ms, S_TG
     /// +12% (session 15's page-locked copy lost: it was copied through, and write-combined).
     pub pinned_logits: bool,
-    /// `FERROLM_GREEDY_ON_DEVICE=1`: a pass whose caller wants only each row's greedy choice
-    /// (a server step of greedy requests) picks it on the GPU (`greedy_rows_f32`) and brings
-    /// back two ids a row instead of the logits. Off by default until a device run checks
-    /// and measures it (written in session 25 without one).
+    /// `FERROLM_GREEDY_ON_DEVICE`: a pass whose caller wants only each row's greedy choice (a
+    /// server step of greedy requests) picks it on the GPU (`greedy_rows_f32`) and brings back
+    /// two ids a row instead of the logits. On by default since session 26's device run (the
+    /// picks equal the host's; the server's 64-stream decode +7%); `0` turns it off.
     pub greedy_on_device: bool,
     /// `FERROLM_ATTN_BATCHED`: decode attention of several sequences in one launch per layer
     /// (`attn_decode_rows_*`, each row through its sequence's cache) instead of a launch per
@@ -174,7 +174,7 @@ impl Default for Switches {
             kv_block: None,
             kv_pool: true,
             pinned_logits: true,
-            greedy_on_device: false,
+            greedy_on_device: true,
             attn_batched: true,
             rope_table: true,
             pdl: true,
@@ -321,7 +321,7 @@ impl Switches {
             },
             kv_pool: flag(env, "FERROLM_KV_POOL", true)?,
             pinned_logits: flag(env, "FERROLM_PINNED_LOGITS", true)?,
-            greedy_on_device: flag(env, "FERROLM_GREEDY_ON_DEVICE", false)?,
+            greedy_on_device: flag(env, "FERROLM_GREEDY_ON_DEVICE", true)?,
             attn_batched: flag(env, "FERROLM_ATTN_BATCHED", true)?,
             rope_table: flag(env, "FERROLM_ROPE_TABLE", true)?,
             pdl: flag(env, "FERROLM_CUDA_PDL", true)?,

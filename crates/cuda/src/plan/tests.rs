@@ -742,8 +742,8 @@ fn kv_block_is_a_power_of_two_from_the_switch() {
     assert!(!plan(&[("FERROLM_CUDA_FUSE", "0")]).qkv_one(1));
     assert!(plan(&[]).pinned_logits());
     assert!(!plan(&[("FERROLM_PINNED_LOGITS", "0")]).pinned_logits());
-    assert!(!plan(&[]).greedy_on_device());
-    assert!(plan(&[("FERROLM_GREEDY_ON_DEVICE", "1")]).greedy_on_device());
+    assert!(plan(&[]).greedy_on_device());
+    assert!(!plan(&[("FERROLM_GREEDY_ON_DEVICE", "0")]).greedy_on_device());
     assert!(err(&[("FERROLM_GREEDY_ON_DEVICE", "2")]).contains("FERROLM_GREEDY_ON_DEVICE"));
     assert!(err(&[("FERROLM_PINNED_LOGITS", "yes")]).contains("FERROLM_PINNED_LOGITS"));
     for bad in ["8", "48", "many"] {
