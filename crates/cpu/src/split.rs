@@ -9,7 +9,7 @@ use crate::runner::CpuModel;
 use crate::KvType;
 use ferrolm_gguf::GgufFile;
 use ferrolm_model::backend::{PassInputs, SeqRows};
-use ferrolm_model::split::{by_rank, ColumnCuts, Shard};
+use ferrolm_model::split::{by_rank, on_threads, shards, ColumnCuts, Shard};
 use ferrolm_model::{Config, ModelError, ModelRunner, Result};
 use std::sync::{Arc, Condvar, Mutex};
 
@@ -91,6 +91,8 @@ impl HostCollective {
 
 /// What a split's ranks read besides the file: each rank's column parts, copied out once.
 pub struct CpuSplit {
+    /// The whole model's shape.
+    cfg: Config,
     shards: Vec<Shard>,
     cuts: Vec<ColumnCuts>,
 }
@@ -99,15 +101,12 @@ impl CpuSplit {
     /// The parts of `file`'s model over `ranks` ranks; the error names what does not split.
     pub fn prepare(file: &GgufFile, ranks: usize) -> Result<Self> {
         let cfg = Config::from_gguf(file)?;
-        // `max(1)`: no ranks at all is refused by Shard::new too.
-        let shards = (0..ranks.max(1))
-            .map(|r| Shard::new(&cfg, r, ranks))
-            .collect::<Result<Vec<_>>>()?;
+        let shards = shards(&cfg, ranks)?;
         let cuts = shards
             .iter()
             .map(|s| ColumnCuts::cut(&cfg, file, s))
             .collect::<Result<Vec<_>>>()?;
-        Ok(Self { shards, cuts })
+        Ok(Self { cfg, shards, cuts })
     }
 }
 
@@ -128,7 +127,7 @@ impl<'a> CpuSplitModel<'a> {
     /// Binds every rank's part of `file` (made by [`CpuSplit::prepare`] from the same file);
     /// the ranks share this process's threads.
     pub fn load(file: &'a GgufFile, split: &'a CpuSplit) -> Result<Self> {
-        let cfg = Config::from_gguf(file)?;
+        let cfg = split.cfg.clone();
         let n = split.shards.len();
         let threads = (rayon::current_num_threads() / n).max(1);
         let coll = HostCollective::new(n);
@@ -170,21 +169,13 @@ impl ModelRunner for CpuSplitModel<'_> {
             ));
         };
         let coll = &self.coll;
-        let logits = std::thread::scope(|scope| {
-            let running: Vec<_> = (self.ranks.iter().zip(&mut per_rank))
-                .map(|(m, seqs)| {
-                    scope.spawn(move || {
-                        let pass = std::panic::AssertUnwindSafe(|| {
-                            let Ok(l) = m.forward_rows(seqs, pass, logit_rows);
-                            l
-                        });
-                        // A rank that stops lets the others stop too.
-                        std::panic::catch_unwind(pass).inspect_err(|_| coll.break_up())
-                    })
-                })
-                .collect();
-            let joined = running.into_iter().map(|t| t.join());
-            joined.collect::<Vec<_>>()
+        let logits = on_threads(self.ranks.iter().zip(&mut per_rank), |(m, seqs)| {
+            let pass = std::panic::AssertUnwindSafe(|| {
+                let Ok(l) = m.forward_rows(seqs, pass, logit_rows);
+                l
+            });
+            // A rank that stops lets the others stop too.
+            std::panic::catch_unwind(pass).inspect_err(|_| coll.break_up())
         });
         if logits.iter().any(|l| !matches!(l, Ok(Ok(_)))) {
             return Err(ModelError::Invalid("a rank's forward pass panicked".into()));

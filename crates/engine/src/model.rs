@@ -9,6 +9,7 @@ use ferrolm_cuda::{
 };
 use ferrolm_gguf::GgufFile;
 use ferrolm_model::backend::{PassInputs, SeqRows};
+use ferrolm_model::split::on_threads;
 use ferrolm_model::{Config, GreedyPick, ModelError, ModelRunner, Result};
 use rayon::prelude::*;
 use std::ops::Range;
@@ -204,21 +205,14 @@ impl<'a> Model<'a> {
             Device::CudaLayers { devs, shares } => {
                 let runs = layer_runs(cfg.n_layer, shares)?;
                 // Each stage uploads from its own thread: the GPUs' copies overlap.
-                let stages = std::thread::scope(|scope| {
-                    let loading: Vec<_> = (runs.into_iter())
-                        .map(|(i, blocks)| {
-                            let dev = devs[i].clone();
-                            scope.spawn(move || CudaModel::load_blocks(file, dev, blocks))
-                        })
-                        .collect();
-                    (loading.into_iter())
-                        .map(|t| {
-                            let panicked =
-                                || ModelError::Invalid("a stage's upload panicked".into());
-                            t.join().map_err(|_| panicked())?
-                        })
-                        .collect::<Result<Vec<_>>>()
-                })?;
+                let loaded = on_threads(runs, |(i, blocks)| {
+                    CudaModel::load_blocks(file, devs[i].clone(), blocks)
+                });
+                let stages = (loaded.into_iter())
+                    .map(|r| {
+                        r.map_err(|_| ModelError::Invalid("a stage's upload panicked".into()))?
+                    })
+                    .collect::<Result<Vec<_>>>()?;
                 Exec::Layers(stages)
             }
         };

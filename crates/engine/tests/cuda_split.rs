@@ -8,6 +8,7 @@ mod common;
 
 use ferrolm_cpu::{CpuModel, HostCollective, KvType};
 use ferrolm_cuda::{CudaDevice, CudaModel, CudaSplit, CudaSplitModel, KvFormat};
+use ferrolm_engine::argmax;
 use ferrolm_gguf::GgufFile;
 use ferrolm_model::backend::{PassInputs, SeqRows};
 use ferrolm_model::split::{ColumnCuts, Shard};
@@ -107,12 +108,14 @@ fn gap(what: &str, cpu: &[f32], gpu: &[f32], n_vocab: usize) -> f32 {
     let mut worst = 0f32;
     for (r, (c, g)) in cpu.chunks(n_vocab).zip(gpu.chunks(n_vocab)).enumerate() {
         worst = (c.iter().zip(g)).fold(worst, |m, (x, y)| m.max((x - y).abs()));
-        let best = (0..n_vocab).fold(0, |b, i| if c[i] > c[b] { i } else { b });
+        let best = argmax(c) as usize;
         let others = (0..n_vocab).filter(|&i| i != best);
         let second = others.fold(f32::MIN, |m, i| m.max(c[i]));
-        let pick = (0..n_vocab).fold(0, |b, i| if g[i] > g[b] { i } else { b });
         let clear = c[best] - second >= 0.05;
-        assert!(!clear || pick == best, "{what} row {r}: greedy choice");
+        assert!(
+            !clear || argmax(g) as usize == best,
+            "{what} row {r}: greedy choice"
+        );
     }
     worst
 }

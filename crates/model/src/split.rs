@@ -188,6 +188,30 @@ impl Shard {
     }
 }
 
+/// Every rank of a split of `cfg`'s model over `ranks`, in rank order; the error names what
+/// does not split (no ranks at all included).
+pub fn shards(cfg: &Config, ranks: usize) -> Result<Vec<Shard>> {
+    // `max(1)`: no ranks at all is refused by `Shard::new` as rank 0 of 0.
+    (0..ranks.max(1))
+        .map(|r| Shard::new(cfg, r, ranks))
+        .collect()
+}
+
+/// `f` of every item, each on a thread of its own, all at once (the ranks of a split, its
+/// GPUs' uploads): each result, or the panic that ended its thread, in the items' order.
+pub fn on_threads<T: Send, R: Send>(
+    items: impl IntoIterator<Item = T>,
+    f: impl Fn(T) -> R + Sync,
+) -> Vec<std::thread::Result<R>> {
+    let f = &f;
+    std::thread::scope(|scope| {
+        let running: Vec<_> = (items.into_iter())
+            .map(|item| scope.spawn(move || f(item)))
+            .collect();
+        running.into_iter().map(|t| t.join()).collect()
+    })
+}
+
 /// Each rank's view of a batch whose sequences hold a cache per rank (`caches` lists one
 /// sequence's, in rank order): rank `r`'s sequences over its own caches, the same rows. `None`
 /// when a sequence's caches are not one a rank.

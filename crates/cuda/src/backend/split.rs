@@ -29,7 +29,7 @@ use cudarc::driver::CudaSlice;
 use cudarc::nccl::{Comm, ReduceOp};
 use ferrolm_gguf::GgufFile;
 use ferrolm_model::backend::{PassInputs, SeqRows};
-use ferrolm_model::split::{by_rank, ColumnCuts, Shard};
+use ferrolm_model::split::{by_rank, on_threads, shards, ColumnCuts, Shard};
 use ferrolm_model::{Config, ModelError, ModelRunner};
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -105,6 +105,8 @@ impl super::CudaBackend {
 
 /// A split over GPUs, checked: each rank's shard (its column parts are cut while it loads).
 pub struct CudaSplit {
+    /// The whole model's shape.
+    cfg: Config,
     shards: Vec<Shard>,
 }
 
@@ -113,12 +115,10 @@ impl CudaSplit {
     /// (a column range that would cut a quantization block included).
     pub fn prepare(file: &GgufFile, ranks: usize) -> ferrolm_model::Result<Self> {
         let cfg = Config::from_gguf(file)?;
-        let shards = (0..ranks.max(1))
-            .map(|r| Shard::new(&cfg, r, ranks))
-            .collect::<ferrolm_model::Result<Vec<_>>>()?;
+        let shards = shards(&cfg, ranks)?;
         // Rank 0's columns cut a block where any rank's would (they are all as wide).
         ColumnCuts::check(&cfg, file, &shards[0])?;
-        Ok(Self { shards })
+        Ok(Self { cfg, shards })
     }
 }
 
@@ -156,26 +156,16 @@ impl CudaSplitModel {
             )));
         }
         crate::libs::ensure_nccl().map_err(cuda)?;
-        let cfg = Config::from_gguf(file)?;
+        let cfg = split.cfg.clone();
         // Each rank cuts its columns and uploads from its own thread: the GPUs' copies
         // overlap, and each rank's cut columns are freed once uploaded.
-        let ranks = std::thread::scope(|scope| {
-            let loading: Vec<_> = (split.shards.iter().zip(devs))
-                .map(|(s, dev)| {
-                    let cfg = &cfg;
-                    scope.spawn(move || {
-                        let cuts = ColumnCuts::cut(cfg, file, s)?;
-                        CudaModel::load_rank(file, dev.clone(), s, &cuts)
-                    })
-                })
-                .collect();
-            (loading.into_iter())
-                .map(|t| {
-                    let panicked = || ModelError::Invalid("a rank's upload panicked".into());
-                    t.join().map_err(|_| panicked())?
-                })
-                .collect::<ferrolm_model::Result<Vec<_>>>()
-        })?;
+        let loaded = on_threads(split.shards.iter().zip(devs), |(s, dev)| {
+            let cuts = ColumnCuts::cut(&cfg, file, s)?;
+            CudaModel::load_rank(file, dev.clone(), s, &cuts)
+        });
+        let ranks = (loaded.into_iter())
+            .map(|r| r.map_err(|_| ModelError::Invalid("a rank's upload panicked".into()))?)
+            .collect::<ferrolm_model::Result<Vec<_>>>()?;
         let streams = devs.iter().map(|d| d.stream().clone()).collect();
         let comms = Comm::from_devices(streams).map_err(|e| {
             cuda(CudaError::Nccl {
@@ -188,14 +178,7 @@ impl CudaSplitModel {
         }
         // A decode step's rows, a full batch's and a long ubatch's: the protocols a pass uses.
         let widths = [1, 64, 2048].map(|rows| rows * cfg.n_embd);
-        let warmed = std::thread::scope(|scope| {
-            let warming: Vec<_> = (ranks.iter())
-                .map(|m| scope.spawn(move || m.backend.warm_up(&widths)))
-                .collect();
-            let joined = warming.into_iter().map(|t| t.join());
-            joined.collect::<Vec<_>>()
-        });
-        for w in warmed {
+        for w in on_threads(&ranks, |m| m.backend.warm_up(&widths)) {
             w.map_err(|_| ModelError::Invalid("a rank's NCCL warm-up panicked".into()))?
                 .map_err(cuda)?;
         }
