@@ -115,13 +115,9 @@ impl Device {
         match self {
             Device::Cpu => "cpu".into(),
             Device::Cuda(d) => d.describe(),
-            Device::CudaRanks(ds) => {
-                let names: Vec<String> = ds.iter().map(|d| d.describe()).collect();
-                format!("a tensor split over {}", names.join(", "))
-            }
+            Device::CudaRanks(ds) => split_over("a tensor split", ds.iter().map(|d| &**d)),
             Device::CudaLayers { devs, .. } => {
-                let names: Vec<String> = devs.iter().map(|d| d.describe()).collect();
-                format!("a split by layer over {}", names.join(", "))
+                split_over("a split by layer", devs.iter().map(|d| &**d))
             }
         }
     }
@@ -257,7 +253,7 @@ impl<'a> Model<'a> {
                 gpu.first_layer(),
                 self.cfg.n_layer
             ),
-            Exec::Ranks(m) => m.describe(),
+            Exec::Ranks(m) => split_over("a tensor split", m.ranks().iter().map(|r| r.device())),
             Exec::Layers(stages) => {
                 let parts: Vec<String> = (stages.iter())
                     .map(|m| format!("blocks {:?} on {}", m.blocks(), m.device().describe()))
@@ -686,6 +682,12 @@ fn narrow<'s, 'c, C>(
                 .ok_or_else(wrong_device)
         })
         .collect()
+}
+
+/// "`kind` over" the GPUs' descriptions.
+fn split_over<'d>(kind: &str, devs: impl Iterator<Item = &'d CudaDevice>) -> String {
+    let names: Vec<String> = devs.map(CudaDevice::describe).collect();
+    format!("{kind} over {}", names.join(", "))
 }
 
 /// GPUs `0..n`, opened.

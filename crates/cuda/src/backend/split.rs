@@ -193,12 +193,6 @@ impl CudaSplitModel {
         })
     }
 
-    /// The ranks' devices, in rank order.
-    pub fn describe(&self) -> String {
-        let names: Vec<String> = self.ranks.iter().map(|m| m.device().describe()).collect();
-        format!("a tensor split over {}", names.join(", "))
-    }
-
     /// The ranks (one a GPU), in rank order.
     pub fn ranks(&self) -> &[CudaModel] {
         &self.ranks
