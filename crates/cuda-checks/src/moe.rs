@@ -10,8 +10,8 @@ use ferrolm_cpu::matmul::{matmul_ordered, Order, WeightRef};
 use ferrolm_cpu::norm::{add_bias, swiglu, swiglu_oai};
 use ferrolm_cpu::CpuPlan;
 use ferrolm_cuda::ops::{
-    ExpertBufs, ExpertEpilogue, MmqOrder, MmvqMma, MoeDecodeWork, MoeExperts, MoeSliceWork,
-    MoeWork, QuantMatrix, Quantize, MOE_MMA_TILES,
+    ActQuant, ExpertBufs, ExpertEpilogue, MmqOrder, MmvqMma, MoeDecodeWork, MoeExperts,
+    MoeSliceWork, MoeWork, QuantMatrix, Quantize, MOE_MMA_TILES,
 };
 use ferrolm_cuda::plan::{ExpertGemm, MoePath, MoeShape};
 use ferrolm_cuda::{CudaDevice, CudaSlice, Kernels, Plan};
@@ -264,18 +264,28 @@ pub fn moe_block(
     let mut work = MoeWork::new(dev, n, &experts)?;
     let (xd, idsd, wd) = (dev.upload(&x)?, dev.upload(&ids)?, dev.upload(&weights)?);
     let mut out = poisoned(dev, n * d)?;
-    // The backend's orders and quantizations for this shape, grouped and then per expert.
+    // The backend's orders and quantizations for this shape, grouped and then per expert;
+    // the index by one block (where the pairs are few enough) and by two launches, x
+    // quantized inside and beforehand (as a norm's blocks).
     let how = plan.expert_gemm(&MoeShape::new(&experts, n));
-    let grouped = how.with_grouped(true);
-    k.moe_gemm
-        .forward(&grouped, &xd, n, &idsd, &wd, &experts, &mut work, &mut out)?;
+    let grouped = how.with_grouped(true).with_index_one_block(true);
+    k.moe_gemm.forward(
+        &grouped, &xd, None, n, &idsd, &wd, &experts, &mut work, &mut out,
+    )?;
     dev.sync()?;
     let got = dev.download(&out)?;
     let (index, sorted) = (dev.download(work.index())?, dev.download(work.sorted())?);
     let mut out_loop = poisoned(dev, n * d)?;
+    let x_quant = match how {
+        ExpertGemm::Int8 { x_quant, .. } => x_quant,
+        ExpertGemm::Float => ActQuant::Q8_1,
+    };
+    let mut xq = dev.zeros(Quantize::q8_1_bytes(n, d))?;
+    k.quantize.rows(&xd, n, d, x_quant, &mut xq)?;
     k.moe_gemm.forward(
-        &how.with_grouped(false),
+        &how.with_grouped(false).with_index_one_block(false),
         &xd,
+        Some(&xq),
         n,
         &idsd,
         &wd,
@@ -285,6 +295,7 @@ pub fn moe_block(
     )?;
     dev.sync()?;
     let got_loop = dev.download(&out_loop)?;
+    let (index_two, sorted_two) = (dev.download(work.index())?, dev.download(work.sorted())?);
 
     let (want_index, want_sorted) = host_index(&ids, e);
     let as_f32 = |v: &[i32]| v.iter().map(|&i| i as f32).collect::<Vec<_>>();
@@ -294,6 +305,7 @@ pub fn moe_block(
         |_| 1.0,
     );
     index_cmp.2 &= index == want_index && sorted[..n * c.k] == want_sorted[..];
+    index_cmp.2 &= index_two == want_index && sorted_two[..n * c.k] == want_sorted[..];
 
     let (want, scale) = cpu_moe(&c, &gq, &uq, &dq, &bias, &x, &ids, &weights)?;
     let shape = format!(
@@ -306,7 +318,7 @@ pub fn moe_block(
     let run = |how: ExpertGemm, work: &mut MoeWork| -> Result<Vec<f32>> {
         let mut out = poisoned(dev, n * d)?;
         k.moe_gemm
-            .forward(&how, &xd, n, &idsd, &wd, &experts, work, &mut out)?;
+            .forward(&how, &xd, None, n, &idsd, &wd, &experts, work, &mut out)?;
         dev.sync()?;
         Ok(dev.download(&out)?)
     };
@@ -672,8 +684,9 @@ pub fn time_moe(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) ->
     for grouped in [true, false] {
         let how = how.with_grouped(grouped);
         let mut call = || {
-            k.moe_gemm
-                .forward(&how, &xd, c.n, &idsd, &wd, &experts, &mut work, &mut out)
+            k.moe_gemm.forward(
+                &how, &xd, None, c.n, &idsd, &wd, &experts, &mut work, &mut out,
+            )
         };
         call()?;
         let iters = 10;

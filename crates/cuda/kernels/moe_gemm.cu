@@ -101,6 +101,90 @@ extern "C" __global__ void moe_scatter(const int *__restrict__ ids, int npairs, 
     }
 }
 
+// moe_count and moe_scatter in one block, for a batched decode step's few pairs: the same
+// index and the same order in `sorted` (a pair's rank among its expert's is the number of
+// earlier pairs with that expert), one launch where those take two of E blocks each.
+// Grid (1), block (MOE_INDEX_THREADS); npairs <= MOE_INDEX_ONE_BLOCK_PAIRS and
+// n_expert <= MOE_INDEX_ONE_BLOCK_EXPERTS (moe_gemm.rs checks both).
+#define MOE_INDEX_ONE_BLOCK_PAIRS 512
+#define MOE_INDEX_ONE_BLOCK_EXPERTS 1024
+extern "C" __global__ void __launch_bounds__(MOE_INDEX_THREADS)
+    moe_index_one_block(const int *__restrict__ ids, int npairs, int n_expert,
+                        int *__restrict__ index, int *__restrict__ sorted) {
+    dependent_launch_entry();
+    __shared__ int s_ids[MOE_INDEX_ONE_BLOCK_PAIRS];
+    // Counts, then (from the scan on) offsets.
+    __shared__ int s_at[MOE_INDEX_ONE_BLOCK_EXPERTS];
+    __shared__ int s_warp[2][MOE_INDEX_THREADS / WARP_SIZE];
+    const int tid = threadIdx.x, lane = tid % WARP_SIZE, warp = tid / WARP_SIZE;
+    const int nwarps = blockDim.x / WARP_SIZE;
+    int *counts = index, *offsets = index + n_expert, *tile_starts = index + 2 * n_expert + 1;
+    for (int e = tid; e < n_expert; e += blockDim.x) {
+        s_at[e] = 0;
+    }
+    __syncthreads();
+    for (int p = tid; p < npairs; p += blockDim.x) {
+        const int e = ids[p];
+        s_ids[p] = e;
+        if (e >= 0 && e < n_expert) {
+            atomicAdd(&s_at[e], 1); // integer counts: the order does not matter
+        }
+    }
+    __syncthreads();
+    // Exclusive prefix sums of the counts and of their GEMM tiles, blockDim experts a round.
+    int base = 0, tile_base = 0;
+    for (int e0 = 0; e0 < n_expert; e0 += blockDim.x) {
+        const int e = e0 + tid;
+        const int c = e < n_expert ? s_at[e] : 0;
+        const int tiles = (c + MoeTileCfg::BN - 1) / MoeTileCfg::BN;
+        int ci = c, ti = tiles;
+#pragma unroll
+        for (int o = 1; o < WARP_SIZE; o <<= 1) {
+            const int a = __shfl_up_sync(FULL_MASK, ci, o), b = __shfl_up_sync(FULL_MASK, ti, o);
+            if (lane >= o) {
+                ci += a;
+                ti += b;
+            }
+        }
+        if (lane == WARP_SIZE - 1) {
+            s_warp[0][warp] = ci;
+            s_warp[1][warp] = ti;
+        }
+        __syncthreads();
+        int c_before = 0, t_before = 0, c_round = 0, t_round = 0;
+        for (int w = 0; w < nwarps; ++w) {
+            c_before += w < warp ? s_warp[0][w] : 0;
+            t_before += w < warp ? s_warp[1][w] : 0;
+            c_round += s_warp[0][w];
+            t_round += s_warp[1][w];
+        }
+        if (e < n_expert) {
+            const int at = base + c_before + ci - c;
+            counts[e] = c;
+            offsets[e] = at;
+            tile_starts[e] = tile_base + t_before + ti - tiles;
+            s_at[e] = at; // this thread's own entry, read above
+        }
+        base += c_round;
+        tile_base += t_round;
+        __syncthreads(); // s_warp is rewritten by the next round
+    }
+    if (tid == 0) {
+        offsets[n_expert] = base;
+        tile_starts[n_expert] = tile_base;
+    }
+    for (int p = tid; p < npairs; p += blockDim.x) {
+        const int e = s_ids[p];
+        if (e >= 0 && e < n_expert) {
+            int rank = 0;
+            for (int q = 0; q < p; ++q) {
+                rank += s_ids[q] == e;
+            }
+            sorted[s_at[e] + rank] = p;
+        }
+    }
+}
+
 // The GEMM tile of this block: expert e, sorted positions p0..p_end (at most BN of them
 // are this tile's). False when the slot has no rows.
 struct MoeTile {

@@ -11,7 +11,7 @@ use crate::ops::{
     ExpertBufs, ExpertEpilogue, MoeDecodeWork, MoeExperts, MoeRouteWork, MoeRouter, MoeSliceWork,
     MoeWork, NormInto, Quantize, MOE_DECODE_MAX_TOKENS, MOE_MAX_USED, ROUTER_SMALL_N,
 };
-use crate::plan::{MoePath, MoeShape};
+use crate::plan::{ExpertGemm, MoePath, MoeShape};
 use cudarc::driver::CudaSlice;
 use ferrolm_gguf::GgmlType;
 use ferrolm_model::backend::{MoeAct, MoeGating};
@@ -199,9 +199,15 @@ impl CudaBackend {
             }
             MoePath::Gemm(how) => {
                 let gemm = gemm_work(&mut scratch.gemm, dev, n, &experts)?;
+                // The norm's blocks where it quantized x as the experts want.
+                let xq = match (&x.q8, how) {
+                    (Some((q, m)), ExpertGemm::Int8 { x_quant, .. }) if *m == x_quant => Some(q),
+                    _ => None,
+                };
                 self.k.moe_gemm.forward(
                     &how,
                     x.buf(),
+                    xq,
                     n,
                     ids,
                     weights,

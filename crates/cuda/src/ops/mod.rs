@@ -47,7 +47,9 @@ pub use mmvq::{Mmvq, PairOut, QuantMatrix, TRIPLES};
 pub use mmvq_mma::{MmvqMma, MMA_MV_MAX_ROWS};
 pub(crate) use moe_decode::MOE_DECODE_MAX_TOKENS;
 pub use moe_decode::{MoeDecode, MoeDecodeWork};
-pub use moe_gemm::{MoeGemm, MoeWork, MOE_MAX_PAIRS};
+pub use moe_gemm::{
+    MoeGemm, MoeWork, MOE_INDEX_ONE_BLOCK_EXPERTS, MOE_INDEX_ONE_BLOCK_PAIRS, MOE_MAX_PAIRS,
+};
 pub use moe_mma::MOE_MMA_TILES;
 pub use moe_route::{ExpertEpilogue, MoeExperts, MoeRoute, MoeRouteWork, MoeRouter, NormInto};
 pub(crate) use moe_route::{MOE_MAX_USED, ROUTER_SMALL_MAX_EMBD, ROUTER_SMALL_N};

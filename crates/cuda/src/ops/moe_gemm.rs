@@ -39,6 +39,10 @@ const MOE_WARPS: u32 = 4;
 const INDEX_THREADS: u32 = 256;
 /// Rows of one quantize launch (its grid's y dimension), so pairs per batch at most this.
 pub const MOE_MAX_PAIRS: usize = 65_535;
+/// The most pairs, and experts, of an index built by one block (`moe_index_one_block`, the
+/// kernel's MOE_INDEX_ONE_BLOCK_PAIRS and _EXPERTS).
+pub const MOE_INDEX_ONE_BLOCK_PAIRS: usize = 512;
+pub const MOE_INDEX_ONE_BLOCK_EXPERTS: usize = 1024;
 
 /// Warps a block of the float-expert kernels (moe_gemm.cu's FLOAT_WARPS).
 const FLOAT_WARPS: usize = 8;
@@ -179,6 +183,8 @@ pub struct MoeGemm {
     quantize: Quantize,
     count: CudaFunction,
     scatter: CudaFunction,
+    /// moe_count and moe_scatter in one block, for few pairs.
+    index_one_block: CudaFunction,
     combine: CudaFunction,
     /// Float experts: moe_f32_gate_up, moe_f32_down.
     float: (CudaFunction, CudaFunction),
@@ -224,6 +230,7 @@ impl MoeGemm {
             quantize: Quantize::load(dev, launch)?,
             count: dev.function(&MOE_GEMM, "moe_count")?,
             scatter: dev.function(&MOE_GEMM, "moe_scatter")?,
+            index_one_block: dev.function(&MOE_GEMM, "moe_index_one_block")?,
             combine: dev.function(&MOE_GEMM, "moe_combine")?,
             float: (
                 dev.function(&MOE_GEMM, "moe_f32_gate_up")?,
@@ -238,11 +245,14 @@ impl MoeGemm {
     /// with `e = ids[t·k + slot]`, for the `n` rows of `x` (`k = n_used`), as `how` says (the
     /// plan's: float kernels, or the int8 GEMMs grouped or per expert); a pair whose id is not
     /// an expert adds nothing. Queued on the stream; no synchronisation, no allocation.
+    /// `xq`: `x` already quantized as `how`'s `x_quant` (the blocks of the norm that made
+    /// it), or None to quantize it here.
     #[allow(clippy::too_many_arguments)]
     pub fn forward(
         &self,
         how: &ExpertGemm,
         x: &CudaSlice<f32>,
+        xq: Option<&CudaSlice<u8>>,
         n: usize,
         ids: &CudaSlice<i32>,
         weights: &CudaSlice<f32>,
@@ -270,7 +280,7 @@ impl MoeGemm {
         }
         let ep = experts.epilogue;
         let (alpha, limit) = ep.act_args();
-        let (grouped, x_quant, h_quant, gate_up_order, down_order, mma) = match *how {
+        let (grouped, x_quant, h_quant, gate_up_order, down_order, mma, one_block) = match *how {
             ExpertGemm::Float if is_float(experts) && ep.biases.is_none() && limit == 0.0 => {
                 return self.forward_float(x, n, ids, weights, experts, work, out);
             }
@@ -281,6 +291,7 @@ impl MoeGemm {
                 gate_up,
                 down,
                 matvec_mma,
+                index_one_block,
             } if !is_float(experts) => (
                 grouped,
                 x_quant,
@@ -288,6 +299,7 @@ impl MoeGemm {
                 gate_up as i32,
                 down as i32,
                 matvec_mma,
+                index_one_block,
             ),
             ExpertGemm::Float if is_float(experts) => {
                 return Err(CudaError::Invalid(
@@ -305,12 +317,16 @@ impl MoeGemm {
         };
         let st = self.launch.stream().clone();
         crate::profile::span(&st, "moe.index", || {
-            self.build_index(ids, n, work)?;
-            self.quantize.rows(x, n, d, x_quant, &mut work.xq)
+            self.build_index(ids, n, work, one_block)?;
+            match xq {
+                Some(_) => Ok(()),
+                None => self.quantize.rows(x, n, d, x_quant, &mut work.xq),
+            }
         })?;
         if let Some(tiles) = mma {
-            return self.forward_mma(tiles, h_quant, ids, n, weights, experts, work, out);
+            return self.forward_mma(tiles, h_quant, xq, ids, n, weights, experts, work, out);
         }
+        let xq = xq.unwrap_or(&work.xq);
         let gate_up_g = &self.gemms[&experts.gate.ty].0;
         let down_g = &self.gemms[&experts.down.ty].1;
         let gate_up = gate_up_g.get(&format!("moe_gate_up for {}", experts.gate.ty))?;
@@ -333,7 +349,7 @@ impl MoeGemm {
                 let mut b = self.launch.builder(gate_up);
                 b.arg(&experts.gate.data)
                     .arg(&experts.up.data)
-                    .arg(&work.xq)
+                    .arg(xq)
                     .arg(&work.sorted)
                     .arg(&work.index)
                     .arg(&mut work.h)
@@ -394,6 +410,7 @@ impl MoeGemm {
         &self,
         tiles: usize,
         h_quant: ActQuant,
+        xq: Option<&CudaSlice<u8>>,
         ids: &CudaSlice<i32>,
         n: usize,
         weights: &CudaSlice<f32>,
@@ -404,7 +421,7 @@ impl MoeGemm {
         let st = self.launch.stream().clone();
         crate::profile::span(&st, "moe.gate_up", || {
             let io = MoeMmaIo {
-                acts: &work.xq,
+                acts: xq.unwrap_or(&work.xq),
                 sorted: &work.sorted,
                 index: &work.index,
                 weights: None,
@@ -520,8 +537,17 @@ impl MoeGemm {
     }
 
     /// The expert-sorted index of the `n · n_used` pairs of `ids` into `work` (its `index` and
-    /// `sorted`); part of [`forward`](Self::forward), public for checking.
-    pub fn build_index(&self, ids: &CudaSlice<i32>, n: usize, work: &mut MoeWork) -> Result<()> {
+    /// `sorted`); part of [`forward`](Self::forward), public for checking. With `one_block`
+    /// (the plan's [`ExpertGemm::Int8`] `index_one_block`), few enough pairs and experts take
+    /// one launch of one block (`moe_index_one_block`) instead of two of E blocks: the same
+    /// index, entry for entry.
+    pub fn build_index(
+        &self,
+        ids: &CudaSlice<i32>,
+        n: usize,
+        work: &mut MoeWork,
+        one_block: bool,
+    ) -> Result<()> {
         let pairs = n * work.n_used;
         if n > work.max_tokens || ids.len() < pairs {
             return Err(CudaError::Invalid(format!(
@@ -531,6 +557,26 @@ impl MoeGemm {
             )));
         }
         let (pi, ei) = (int(pairs, "pairs"), int(work.n_expert, "experts"));
+        if one_block
+            && pairs <= MOE_INDEX_ONE_BLOCK_PAIRS
+            && work.n_expert <= MOE_INDEX_ONE_BLOCK_EXPERTS
+        {
+            let cfg = LaunchConfig {
+                grid_dim: (1, 1, 1),
+                block_dim: (INDEX_THREADS, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            let mut b = self.launch.builder(&self.index_one_block);
+            b.arg(ids)
+                .arg(&pi)
+                .arg(&ei)
+                .arg(&mut work.index)
+                .arg(&mut work.sorted);
+            // SAFETY: moe_index_one_block(ids, pairs, E, index, sorted): pairs and E within
+            // its shared arrays (checked above); index has 3E + 2 ints, sorted gets at most
+            // `pairs` entries.
+            return unsafe { b.launch(cfg) }.during("launching moe_index_one_block");
+        }
         let cfg = LaunchConfig {
             grid_dim: (work.n_expert as u32, 1, 1),
             block_dim: (INDEX_THREADS, 1, 1),

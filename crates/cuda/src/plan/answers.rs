@@ -197,7 +197,7 @@ pub enum ExpertGemm {
     /// Float experts: `moe_f32_gate_up` and `moe_f32_down` straight from the routes.
     Float,
     /// The int8 GEMMs: one launch for all experts (`grouped`) or one per expert, in these
-    /// orders, on activations quantized so. With `matvec_mma`, the tensor-core mat-vec
+    /// orders, on activations quantized so (the norm's blocks where it made them so). With `matvec_mma`, the tensor-core mat-vec
     /// (`moe_mma.cu`, column tiles of 8 pairs a pass) in place of the GEMM tiles, for all
     /// experts at once: the same bits as the grouped GEMM in [`MmqOrder::Subs`], its only order.
     Int8 {
@@ -207,6 +207,9 @@ pub enum ExpertGemm {
         gate_up: MmqOrder,
         down: MmqOrder,
         matvec_mma: Option<usize>,
+        /// The expert-sorted index built by one block (`moe_index_one_block`) where the
+        /// pairs are few: the same index as `moe_count` and `moe_scatter`, one launch.
+        index_one_block: bool,
     },
 }
 
@@ -220,6 +223,18 @@ impl ExpertGemm {
     /// the GEMM tiles (float: itself).
     pub fn with_matvec_mma(self, tiles: Option<usize>) -> Self {
         self.with_int8(|_, m| *m = tiles)
+    }
+
+    /// The same GEMMs with the experts' index built by one block, or by two launches (float:
+    /// itself).
+    pub fn with_index_one_block(mut self, one: bool) -> Self {
+        if let ExpertGemm::Int8 {
+            index_one_block, ..
+        } = &mut self
+        {
+            *index_one_block = one;
+        }
+        self
     }
 
     fn with_int8(mut self, f: impl FnOnce(&mut bool, &mut Option<usize>)) -> Self {

@@ -30,7 +30,8 @@ use crate::ops::{
     formats, ActQuant, AttentionRows, GemmWgmma, Kernels, KvFormat, Mmq, MmqOrder, Mmvq, MmvqMma,
     MoeDecodeWork, MoeGemm, PrefillKernel, ATTN_GROUPS, ATTN_MAX_SPLITS, F16_DECODE_MAX_ROWS,
     MMA_HEAD_DIMS, MMA_MV_MAX_ROWS, MMQ_MAX_SPLITS, MMQ_SPLIT_TILES, MMQ_TILES, MMVQ_MAX_COLS,
-    MOE_DECODE_MAX_TOKENS, ROUTER_SMALL_MAX_EMBD, ROUTER_SMALL_N,
+    MOE_DECODE_MAX_TOKENS, MOE_INDEX_ONE_BLOCK_EXPERTS, MOE_INDEX_ONE_BLOCK_PAIRS,
+    ROUTER_SMALL_MAX_EMBD, ROUTER_SMALL_N,
 };
 use cudarc::driver::sys::CUdevice_attribute;
 use ferrolm_gguf::GgmlType;
@@ -779,6 +780,10 @@ impl Plan {
             gate_up,
             down,
             matvec_mma: if subs { self.expert_mma_tiles(s) } else { None },
+            // A decode fusion (off under FERROLM_CUDA_FUSE=0); the same index either way.
+            index_one_block: self.switches.fuse
+                && s.tokens * s.n_used <= MOE_INDEX_ONE_BLOCK_PAIRS
+                && s.n_expert <= MOE_INDEX_ONE_BLOCK_EXPERTS,
         }
     }
 

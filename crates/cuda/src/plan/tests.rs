@@ -456,6 +456,7 @@ fn moe_path_by_tokens() {
                     gate_up,
                     down: down_order,
                     matvec_mma: None,
+                    index_one_block: false, // 800 pairs and more
                 });
                 assert_eq!(p.moe(&shape(n, n_embd, n_ff, down)), want, "{n} tokens");
                 let f16_want = if n >= F16_GEMM_MIN_ROWS {
@@ -594,8 +595,20 @@ fn batched_steps_take_the_expert_mma() {
         gate_up: Subs,
         down: Subs,
         matvec_mma: Some(1),
+        index_one_block: true,
     });
     assert_eq!(batches.moe(&s(8, Q6K)), want);
+    // Past one block's pairs, or without the decode fusions: the two index launches.
+    let index_one_block = |p: &Plan, tokens| match p.moe(&s(tokens, Q4K)) {
+        MoePath::Gemm(ExpertGemm::Int8 {
+            index_one_block, ..
+        }) => index_one_block,
+        other => panic!("{other:?}"),
+    };
+    assert!(index_one_block(&batches, 64));
+    assert!(!index_one_block(&batches, 65));
+    let unfused = plan(&[("FERROLM_CUDA_FUSE", "0")]).for_sequence_batches();
+    assert!(!index_one_block(&unfused, 8));
     // A single sequence's 8 tokens: the decode kernels, whose bits it keeps.
     assert!(matches!(plan(&[]).moe(&s(8, Q6K)), MoePath::MatVec(_)));
     let off = plan(&[("FERROLM_MOE_MMA", "0")]).for_sequence_batches();

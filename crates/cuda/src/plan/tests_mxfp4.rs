@@ -56,21 +56,27 @@ fn mxfp4_experts() {
     assert_eq!(p.moe(&shape(1, 2880, 2880)), MoePath::MatVec(how));
     assert_eq!(p.moe(&shape(8, 2880, 2880)), MoePath::MatVec(how));
 
-    let gemm = MoePath::Gemm(ExpertGemm::Int8 {
-        grouped: true,
-        x_quant: ActQuant::Q8_1,
-        h_quant: ActQuant::Q8_1,
-        gate_up: Subs,
-        down: Subs,
-        matvec_mma: None,
-    });
-    assert_eq!(p.moe(&shape(9, 2880, 2880)), gemm);
-    assert_eq!(p.moe(&shape(511, 2880, 2880)), gemm);
+    // From 36 pairs to 512 (128 tokens) one block builds the experts' index.
+    let gemm = |index_one_block| {
+        MoePath::Gemm(ExpertGemm::Int8 {
+            grouped: true,
+            x_quant: ActQuant::Q8_1,
+            h_quant: ActQuant::Q8_1,
+            gate_up: Subs,
+            down: Subs,
+            matvec_mma: None,
+            index_one_block,
+        })
+    };
+    assert_eq!(p.moe(&shape(9, 2880, 2880)), gemm(true));
+    assert_eq!(p.moe(&shape(128, 2880, 2880)), gemm(true));
+    assert_eq!(p.moe(&shape(129, 2880, 2880)), gemm(false));
+    assert_eq!(p.moe(&shape(511, 2880, 2880)), gemm(false));
     assert_eq!(p.moe(&shape(512, 2880, 2880)), MoePath::F16);
     assert_eq!(p.moe(&shape(2048, 2048, 1024)), MoePath::F16);
     // MXFP4 is expanded, never unpacked in the GEMM.
     assert!(!p.f16_unpack(Mxfp4));
     let int8 = plan(&[("FERROLM_GEMM_F16", "0")]);
-    assert_eq!(int8.moe(&shape(512, 2880, 2880)), gemm);
-    assert_eq!(int8.moe(&shape(2048, 2880, 2880)), gemm);
+    assert_eq!(int8.moe(&shape(512, 2880, 2880)), gemm(false));
+    assert_eq!(int8.moe(&shape(2048, 2880, 2880)), gemm(false));
 }

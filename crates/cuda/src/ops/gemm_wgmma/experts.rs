@@ -337,7 +337,8 @@ impl GemmWgmma {
             }
             Ok(())
         })?;
-        crate::profile::span(&st, "moe.index", || moe.build_index(ids, n, work))?;
+        // Long ubatches: far more pairs than one block indexes.
+        crate::profile::span(&st, "moe.index", || moe.build_index(ids, n, work, false))?;
         let (index, sorted, y) = work.index_sorted_y();
         let rows = ExpertRows {
             index,
