@@ -181,19 +181,21 @@ fn schedule_with<T>(
     steps
 }
 
-/// A batched step's MoE fusions (`FERROLM_CUDA_FUSE`): the experts' index in one block, h
-/// quantized by the tensor-core down kernel, with the rest of the decode fusions; bit for bit
-/// against them all off, over the schedule's prompt pass (70 tokens: the grouped GEMM) and
+/// A batched step's MoE fusions (`FERROLM_MOE_STEP_FUSE`): the experts' index in one block, x
+/// from the norm's blocks, h quantized by the tensor-core down kernel; bit for bit against
+/// them off, and against every decode fusion off (`FERROLM_CUDA_FUSE`), over the schedule's prompt pass (70 tokens: the grouped GEMM) and
 /// steps of 4-5 sequences (tiny olmoe's Q4_K experts on the tensor-core mat-vec).
 #[test]
 #[ignore = "needs a GPU"]
 fn batched_moe_fusions_are_bit_identical() {
     let file = golden_file("tiny-olmoe-q4_k_m");
     let fused = batch_schedule(&file, &[]);
-    let unfused = batch_schedule(&file, &[("FERROLM_CUDA_FUSE", "0")]);
-    assert_eq!(fused.len(), unfused.len());
-    for (i, (a, b)) in fused.iter().zip(&unfused).enumerate() {
-        assert_eq!(a, b, "pass {i}: fused vs unfused");
+    for off in ["FERROLM_MOE_STEP_FUSE", "FERROLM_CUDA_FUSE"] {
+        let unfused = batch_schedule(&file, &[(off, "0")]);
+        assert_eq!(fused.len(), unfused.len());
+        for (i, (a, b)) in fused.iter().zip(&unfused).enumerate() {
+            assert_eq!(a, b, "pass {i}: fused vs {off}=0");
+        }
     }
 }
 

@@ -201,7 +201,11 @@ impl CudaBackend {
                 let gemm = gemm_work(&mut scratch.gemm, dev, n, &experts)?;
                 // The norm's blocks where it quantized x as the experts want.
                 let xq = match (&x.q8, how) {
-                    (Some((q, m)), ExpertGemm::Int8 { x_quant, .. }) if *m == x_quant => Some(q),
+                    (Some((q, m)), ExpertGemm::Int8 { x_quant, .. })
+                        if *m == x_quant && self.plan.moe_step_fuse() =>
+                    {
+                        Some(q)
+                    }
                     _ => None,
                 };
                 self.k.moe_gemm.forward(

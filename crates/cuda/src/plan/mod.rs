@@ -781,14 +781,21 @@ impl Plan {
             gate_up,
             down,
             matvec_mma,
-            // Decode fusions (off under FERROLM_CUDA_FUSE=0), the same bytes either way.
-            index_one_block: self.switches.fuse
+            index_one_block: self.moe_step_fuse()
                 && s.tokens * s.n_used <= MOE_INDEX_ONE_BLOCK_PAIRS
                 && s.n_expert <= MOE_INDEX_ONE_BLOCK_EXPERTS,
-            down_quantizes: self.switches.fuse
+            down_quantizes: self.moe_step_fuse()
                 && matvec_mma == Some(1)
                 && down_quantizing_smem(s.n_ff).is_some(),
         }
+    }
+
+    /// Whether the MoE launch cuts of [`ExpertGemm::Int8`] (`index_one_block`,
+    /// `down_quantizes`) and the experts' x from the norm's blocks are taken: decode fusions
+    /// (`FERROLM_CUDA_FUSE`) with a switch of their own (`FERROLM_MOE_STEP_FUSE`), the same
+    /// bytes either way.
+    pub fn moe_step_fuse(&self) -> bool {
+        self.switches.fuse && self.switches.moe_step_fuse
     }
 
     /// Whether a ubatch's experts take the tensor-core mat-vec (`FERROLM_MOE_MMA`), and if so

@@ -140,6 +140,10 @@ pub struct Switches {
     /// (`moe_mma.cu`: each expert's weights read once into MMA fragments for its few pairs)
     /// where both formats have one; else the decode kernels (up to 8 tokens) or the GEMM.
     pub moe_mma: bool,
+    /// `FERROLM_MOE_STEP_FUSE`: a batched step's MoE launch cuts, each the same bytes as the
+    /// launches it saves: the experts' index by one block, x taken from the norm's blocks, h
+    /// quantized by the tensor-core down kernel (and only with `fuse`).
+    pub moe_step_fuse: bool,
     /// `FERROLM_MOE_MMA_TILES`: column tiles of 8 pairs that kernel takes a pass (1, 2 or 4);
     /// `None`: the plan's choice by pairs an expert.
     pub moe_mma_tiles: Option<usize>,
@@ -190,6 +194,7 @@ impl Default for Switches {
             mma_matvec: true,
             mma_row_tiles: None,
             moe_mma: true,
+            moe_step_fuse: true,
             moe_mma_tiles: None,
             moe_mma_pairs: None,
             profile: false,
@@ -337,6 +342,7 @@ impl Switches {
             mma_matvec: flag(env, "FERROLM_MMVQ_MMA", true)?,
             mma_row_tiles: count(env, "FERROLM_MMVQ_MMA_TILES", 1..=2)?,
             moe_mma: flag(env, "FERROLM_MOE_MMA", true)?,
+            moe_step_fuse: flag(env, "FERROLM_MOE_STEP_FUSE", true)?,
             moe_mma_tiles: match count(env, "FERROLM_MOE_MMA_TILES", 1..=4)? {
                 Some(3) => return Err(bad("FERROLM_MOE_MMA_TILES", "3", "auto, 1, 2 or 4")),
                 t => t,
@@ -379,7 +385,7 @@ impl fmt::Display for Switches {
         let moe_pairs = count_or_auto(self.moe_mma_pairs);
         let decode_rows = count_or_auto(self.f16_decode_rows);
         let decode_splits = count_or_auto(self.f16_decode_splits);
-        let lines: [(&str, &str, &str); 40] = [
+        let lines: [(&str, &str, &str); 41] = [
             (
                 "FERROLM_CUDA_MMQ",
                 bit(self.mmq),
@@ -556,6 +562,11 @@ impl fmt::Display for Switches {
                 "FERROLM_MOE_MMA",
                 bit(self.moe_mma),
                 "batched decode's experts on the tensor-core mat-vec",
+            ),
+            (
+                "FERROLM_MOE_STEP_FUSE",
+                bit(self.moe_step_fuse),
+                "batched MoE steps: one-block index, the norm's x, h quantized in down",
             ),
             (
                 "FERROLM_MOE_MMA_TILES",

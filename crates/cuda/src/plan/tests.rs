@@ -131,7 +131,7 @@ fn tile_names() {
 #[test]
 fn display_prints_every_switch() {
     let text = plan(&[("FERROLM_MMQ_TILE", "128x64")]).to_string();
-    assert_eq!(text.lines().count(), 42, "{text}");
+    assert_eq!(text.lines().count(), 43, "{text}");
     assert!(text.contains("132 SMs, cc 9.0"));
     assert!(text
         .lines()
@@ -620,6 +620,8 @@ fn batched_steps_take_the_expert_mma() {
     assert!(!down_quantizes(&unfused));
     let two_tiles = plan(&[("FERROLM_MOE_MMA_TILES", "2")]).for_sequence_batches();
     assert!(!down_quantizes(&two_tiles));
+    let off = plan(&[("FERROLM_MOE_STEP_FUSE", "0")]).for_sequence_batches();
+    assert!(!down_quantizes(&off) && !index_one_block(&off, 8));
     // A single sequence's 8 tokens: the decode kernels, whose bits it keeps.
     assert!(matches!(plan(&[]).moe(&s(8, Q6K)), MoePath::MatVec(_)));
     let off = plan(&[("FERROLM_MOE_MMA", "0")]).for_sequence_batches();
