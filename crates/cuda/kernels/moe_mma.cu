@@ -74,6 +74,31 @@ moe_mma_tile(const typename MmaRows<TYPE>::block *const (&w)[NMAT], const block_
                 asm volatile("prefetch.global.L2 [%0];" ::"l"((const char *)r + 128 * (lane % 2)));
             }
         }
+        if constexpr (NT == 1) {
+            // One column tile: the super-block's activations (codes and scales of its eight
+            // sub-blocks) asked for together, right after its weights, so that the sub-blocks'
+            // MMAs wait on one round trip to L1/L2 rather than one each. The same products in
+            // the same order.
+            int bs[QK_K / QK8_1][2];
+            float ds[QK_K / QK8_1][2];
+#pragma unroll
+            for (int s = 0; s < QK_K / QK8_1; ++s) {
+                const int blk = kb * (QK_K / QK8_1) + s;
+                R::acts(y + yb[0] + blk, t, s % 2 == 1, bs[s]);
+                ds[s][0] = y[yd[0][0] + blk].d;
+                ds[s][1] = y[yd[0][1] + blk].d;
+            }
+#pragma unroll
+            for (int s = 0; s < QK_K / QK8_1; ++s) {
+                float sy[2];
+                act_sums<TYPE>(bs[s], ds[s], sy);
+#pragma unroll
+                for (int m = 0; m < NMAT; ++m) {
+                    R::dot(R::frag(cur[m], s), bs[s], ds[s], sy, acc[m][0]);
+                }
+            }
+            continue;
+        }
 #pragma unroll
         for (int s = 0; s < QK_K / QK8_1; ++s) {
             const int blk = kb * (QK_K / QK8_1) + s;

@@ -100,6 +100,11 @@ pub const DECODE_MAX_ROWS: usize = MMVQ_MAX_COLS;
 /// (docs/perf.md, session 14) it gave 8 tokens 1.78× the decode kernels' speed and 16 level,
 /// but lost to the grouped GEMM at 32 and 64 tokens (4 and 8 pairs an expert): 0.92×, 0.75×.
 pub const MOE_MMA_MAX_PAIRS: usize = 2;
+
+/// The most tokens whose norm runs in the router's launch ([`Plan::norm_route`]). Each of
+/// that launch's blocks (one an expert) takes every token's norm in turn: at 8 tokens it took
+/// 30.6 µs a layer on qwen3-30b-a3b (ncu, session 27), where the norm's own launch takes 5.
+pub const NORM_ROUTE_MAX_ROWS: usize = 1;
 /// Decode attention's blocks an SM, when the context is long enough to give them work.
 pub const DECODE_BLOCKS_PER_SM: usize = 4;
 /// The fewest keys a flash-decoding split takes at full context.
@@ -831,10 +836,6 @@ impl Plan {
         }
     }
 
-    /// Whether the norm before an MoE FFN of `n` tokens of `n_embd` runs in the router's
-    /// launch (`add_rms_norm_route_small`, the same bits as the fused norm and then
-    /// `moe_route_small`): where both of those would run, and the norm's block is one the
-    /// router's blocks can take.
     /// Whether one sequence's rotation of q and k also stores its keys and values in the
     /// cache (`FERROLM_ROPE_STORE`, a decode fusion: off under `FERROLM_CUDA_FUSE=0`), where
     /// the cache's format lets it (`NormRope::rope_qk_store`).
@@ -842,8 +843,14 @@ impl Plan {
         self.switches.fuse && self.switches.rope_store
     }
 
+    /// Whether the norm before an MoE FFN of `n` tokens of `n_embd` runs in the router's
+    /// launch (`add_rms_norm_route_small`, the same bits as the fused norm and then
+    /// `moe_route_small`): where both of those would run, the norm's block is one the
+    /// router's blocks can take, and the tokens are at most [`NORM_ROUTE_MAX_ROWS`] (every
+    /// block of that launch takes every row's norm, one row after another).
     pub fn norm_route(&self, n: usize, n_embd: usize) -> bool {
         self.switches.norm_route
+            && n <= NORM_ROUTE_MAX_ROWS
             && self.fused_norm(n_embd)
             && self.router_logits(n, n_embd) == RouterLogits::MatVecTopk
     }

@@ -670,7 +670,10 @@ fn router_logits_by_tokens() {
 #[test]
 fn norm_route_where_both_fusions_run() {
     let p = plan(&[]);
-    assert!(p.norm_route(1, 2880) && p.norm_route(8, 2048) && p.norm_route(1, 4096));
+    assert!(p.norm_route(1, 2880) && p.norm_route(1, 2048) && p.norm_route(1, 4096));
+    // Past NORM_ROUTE_MAX_ROWS tokens each block's norms one after another cost more than the
+    // launch saved.
+    assert!(!p.norm_route(NORM_ROUTE_MAX_ROWS + 1, 2048));
     // Too many tokens or too wide for the router's mat-vec; not whole Q8_1 blocks.
     assert!(!p.norm_route(9, 2048) && !p.norm_route(1, 4160) && !p.norm_route(1, 2052));
     assert!(!plan(&[("FERROLM_NORM_ROUTE", "0")]).norm_route(1, 2048));
