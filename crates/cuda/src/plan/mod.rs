@@ -850,7 +850,7 @@ impl Plan {
     /// block of that launch takes every row's norm, one row after another).
     pub fn norm_route(&self, n: usize, n_embd: usize) -> bool {
         self.switches.norm_route
-            && n <= NORM_ROUTE_MAX_ROWS
+            && n <= self.switches.norm_route_rows.unwrap_or(NORM_ROUTE_MAX_ROWS)
             && self.fused_norm(n_embd)
             && self.router_logits(n, n_embd) == RouterLogits::MatVecTopk
     }

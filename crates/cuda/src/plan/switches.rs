@@ -24,6 +24,9 @@ pub struct Switches {
     /// `FERROLM_NORM_ROUTE`: among the decode fusions, the norm before an MoE FFN taken by
     /// the router's launch (each router block takes the norm of the few rows itself).
     pub norm_route: bool,
+    /// `FERROLM_NORM_ROUTE_ROWS`: the most tokens that fusion takes (default
+    /// [`NORM_ROUTE_MAX_ROWS`](super::NORM_ROUTE_MAX_ROWS)).
+    pub norm_route_rows: Option<usize>,
     /// `FERROLM_ROPE_STORE=1`: among the decode fusions, one sequence's keys and values stored
     /// in an f16 or f32 cache by the launch that rotates q and k (else by its own launch).
     /// Off by default: the same bits, but session 25's device run measured it slower (qwen3-8b
@@ -160,6 +163,7 @@ impl Default for Switches {
             mmq: true,
             fuse: true,
             norm_route: true,
+            norm_route_rows: None,
             rope_store: false,
             qkv_one: true,
             graphs: true,
@@ -302,6 +306,7 @@ impl Switches {
             mmq: flag(env, "FERROLM_CUDA_MMQ", true)?,
             fuse: flag(env, "FERROLM_CUDA_FUSE", true)?,
             norm_route: flag(env, "FERROLM_NORM_ROUTE", true)?,
+            norm_route_rows: count(env, "FERROLM_NORM_ROUTE_ROWS", 1..=8)?,
             rope_store: flag(env, "FERROLM_ROPE_STORE", false)?,
             qkv_one: flag(env, "FERROLM_QKV_ONE", true)?,
             graphs: flag(env, "FERROLM_CUDA_GRAPH", true)?,
@@ -385,7 +390,8 @@ impl fmt::Display for Switches {
         let moe_pairs = count_or_auto(self.moe_mma_pairs);
         let decode_rows = count_or_auto(self.f16_decode_rows);
         let decode_splits = count_or_auto(self.f16_decode_splits);
-        let lines: [(&str, &str, &str); 41] = [
+        let norm_route_rows = count_or_auto(self.norm_route_rows);
+        let lines: [(&str, &str, &str); 42] = [
             (
                 "FERROLM_CUDA_MMQ",
                 bit(self.mmq),
@@ -396,6 +402,11 @@ impl fmt::Display for Switches {
                 "FERROLM_NORM_ROUTE",
                 bit(self.norm_route),
                 "the MoE norm in the router's launch",
+            ),
+            (
+                "FERROLM_NORM_ROUTE_ROWS",
+                &norm_route_rows,
+                "the most tokens it takes",
             ),
             (
                 "FERROLM_ROPE_STORE",

@@ -131,7 +131,7 @@ fn tile_names() {
 #[test]
 fn display_prints_every_switch() {
     let text = plan(&[("FERROLM_MMQ_TILE", "128x64")]).to_string();
-    assert_eq!(text.lines().count(), 43, "{text}");
+    assert_eq!(text.lines().count(), 44, "{text}");
     assert!(text.contains("132 SMs, cc 9.0"));
     assert!(text
         .lines()
@@ -674,6 +674,7 @@ fn norm_route_where_both_fusions_run() {
     // Past NORM_ROUTE_MAX_ROWS tokens each block's norms one after another cost more than the
     // launch saved.
     assert!(!p.norm_route(NORM_ROUTE_MAX_ROWS + 1, 2048));
+    assert!(plan(&[("FERROLM_NORM_ROUTE_ROWS", "8")]).norm_route(8, 2048));
     // Too many tokens or too wide for the router's mat-vec; not whole Q8_1 blocks.
     assert!(!p.norm_route(9, 2048) && !p.norm_route(1, 4160) && !p.norm_route(1, 2052));
     assert!(!plan(&[("FERROLM_NORM_ROUTE", "0")]).norm_route(1, 2048));
