@@ -10,8 +10,8 @@ use ferrolm_cpu::matmul::{matmul_ordered, Order, WeightRef};
 use ferrolm_cpu::norm::{add_bias, swiglu, swiglu_oai};
 use ferrolm_cpu::CpuPlan;
 use ferrolm_cuda::ops::{
-    down_quantizing_smem, ActQuant, ExpertBufs, ExpertEpilogue, MmqOrder, MmvqMma, MoeDecodeWork,
-    MoeExperts, MoeSliceWork, MoeWork, QuantMatrix, Quantize, MOE_MMA_TILES,
+    ActQuant, ExpertBufs, ExpertEpilogue, MmqOrder, MmvqMma, MoeDecodeWork, MoeExperts,
+    MoeSliceWork, MoeWork, QuantMatrix, Quantize, MOE_MMA_TILES,
 };
 use ferrolm_cuda::plan::{ExpertGemm, MoePath, MoeShape};
 use ferrolm_cuda::{CudaDevice, CudaSlice, Kernels, Plan};
@@ -448,8 +448,7 @@ fn mma_rows(
         ),
     )];
     for tiles in MOE_MMA_TILES {
-        let mma = tc.with_matvec_mma(Some(tiles));
-        let got = run(mma.with_down_quantizes(false), work)?;
+        let got = run(tc.with_matvec_mma(Some(tiles)), work)?;
         rows.push(row(
             &format!("moe_mma ({} pairs a pass), {types}", 8 * tiles),
             shape.to_owned(),
@@ -457,16 +456,6 @@ fn mma_rows(
             compare(&got, &gemm, |_| 1.0),
             Contract::Exact,
         ));
-        if tiles == 1 && down_quantizing_smem(experts.n_ff).is_some() {
-            let got = run(mma.with_down_quantizes(true), work)?;
-            rows.push(row(
-                &format!("moe_mma (8 pairs a pass), down quantizing h, {types}"),
-                shape.to_owned(),
-                "grouped GEMM, per-sub-block order",
-                compare(&got, &gemm, |_| 1.0),
-                Contract::Exact,
-            ));
-        }
     }
     Ok(rows)
 }

@@ -173,88 +173,37 @@ moe_mma_gate_up(const void *__restrict__ vgate, const void *__restrict__ vup,
     }
 }
 
-// How moe_mma_down reads h: quantized by quantize.cu beforehand (HQ_GIVEN), or as f32 rows that
-// the block quantizes itself, a pass's pairs at a time, into shared memory: Q8_1 (HQ_Q8_1) or
-// Q8_K (HQ_Q8K) by the same warp functions as quantize_q8_1 and quantize_q8_k, so the same
-// bytes, one launch a step fewer.
-#define HQ_GIVEN 0
-#define HQ_Q8_1 1
-#define HQ_Q8K 2
-
-// Rows q0.. (`rows` of them, n_ff values each) of h as activation blocks at hs, by the block's
-// warps, then a barrier. Every thread of the block calls it.
-template <int HQ>
-static __device__ __forceinline__ void quantize_pairs_to_shared(const float *__restrict__ h,
-                                                                int q0, int rows, int n_ff,
-                                                                block_q8_1 *hs) {
-    const int warp = threadIdx.y, nwarps = blockDim.y, bpr = n_ff / QK8_1;
-    if constexpr (HQ == HQ_Q8K) {
-        const int groups = n_ff / QK_K;
-        for (int t = warp; t < rows * groups; t += nwarps) {
-            const int r = t / groups, g = t % groups;
-            quantize_q8_k_warp(h + (size_t)(q0 + r) * n_ff + g * QK_K, hs + r * bpr + g * 8);
-        }
-    } else {
-        for (int t = warp; t < rows * bpr; t += nwarps) {
-            const int r = t / bpr, g = t % bpr;
-            quantize_q8_1_warp(h[(size_t)(q0 + r) * n_ff + g * QK8_1 + threadIdx.x],
-                               hs + r * bpr + g);
-        }
-    }
-    __syncthreads();
-}
-
-// y[p][row] = weights[p] · (down_e · hq[q]) for the pairs q (pair id p = sorted[q]) of expert e;
-// with HQ != HQ_GIVEN, hq quantized here from h (f32, sorted order) instead.
-template <int TYPE, int NT, int HQ>
+// y[p][row] = weights[p] · (down_e · hq[q]) for the pairs q (pair id p = sorted[q]) of expert e.
+template <int TYPE, int NT>
 static __device__ __forceinline__ void
 moe_mma_down(const void *__restrict__ vdown, const block_q8_1 *__restrict__ hq,
-             const float *__restrict__ hf, const int *__restrict__ sorted,
-             const int *__restrict__ index, const float *__restrict__ weights,
-             float *__restrict__ y, int n_ff, int n_embd, int n_expert, ExpertEpilogue ep) {
+             const int *__restrict__ sorted, const int *__restrict__ index,
+             const float *__restrict__ weights, float *__restrict__ y, int n_ff, int n_embd,
+             int n_expert, ExpertEpilogue ep) {
     typedef typename MmaRows<TYPE>::block block;
-    extern __shared__ int4 moe_mma_hs[];
     int p0, p_end;
-    if (!moe_mma_pairs(index, n_expert, p0, p_end)) {
-        return; // the whole block
-    }
     const int row0 = (blockIdx.x * MOE_MMA_WARPS + threadIdx.y) * 16;
-    const bool has_rows = row0 < n_embd;
-    if (HQ == HQ_GIVEN && !has_rows) {
-        return; // whole warps; the quantizing kernels' warps stay for the barriers
+    if (row0 >= n_embd || !moe_mma_pairs(index, n_expert, p0, p_end)) {
+        return;
     }
     const int e = blockIdx.y, bpr = n_ff / QK_K;
     const block *const w[1] = {(const block *)vdown + (size_t)e * n_embd * bpr};
+    auto same = [](int q) { return q; }; // h rows are in sorted order
     const int g = threadIdx.x / 4, t = threadIdx.x % 4;
     for (int c0 = p0; c0 < p_end; c0 += 8 * NT) {
         const int live = min(NT, (p_end - c0 + 7) / 8);
-        const block_q8_1 *acts = hq;
-        if constexpr (HQ != HQ_GIVEN) {
-            acts = (const block_q8_1 *)moe_mma_hs;
-            quantize_pairs_to_shared<HQ>(hf, c0, min(8 * NT, p_end - c0), n_ff,
-                                         (block_q8_1 *)moe_mma_hs);
-        }
-        if (has_rows) {
-            // h rows are in sorted order; the shared ones from this pass's first.
-            const int first = HQ == HQ_GIVEN ? 0 : c0;
-            auto row_of = [first](int q) { return q - first; };
-            float acc[1][NT][4];
-            moe_mma_tile<TYPE, 1, NT>(w, acts, bpr, n_embd, row0, c0, p_end, live, row_of, acc);
+        float acc[1][NT][4];
+        moe_mma_tile<TYPE, 1, NT>(w, hq, bpr, n_embd, row0, c0, p_end, live, same, acc);
 #pragma unroll
-            for (int nt = 0; nt < NT; ++nt) {
+        for (int nt = 0; nt < NT; ++nt) {
 #pragma unroll
-                for (int i = 0; i < 4; ++i) {
-                    const int row = row0 + g + 8 * (i / 2), q = c0 + 8 * nt + 2 * t + i % 2;
-                    if (nt < live && row < n_embd && q < p_end) {
-                        const int p = sorted[q];
-                        y[(size_t)p * n_embd + row] =
-                            weights[p] * ep.down(e, row, n_embd, acc[0][nt][i]);
-                    }
+            for (int i = 0; i < 4; ++i) {
+                const int row = row0 + g + 8 * (i / 2), q = c0 + 8 * nt + 2 * t + i % 2;
+                if (nt < live && row < n_embd && q < p_end) {
+                    const int p = sorted[q];
+                    y[(size_t)p * n_embd + row] = weights[p] * ep.down(e, row, n_embd, acc[0][nt][i]);
                 }
             }
-        }
-        if constexpr (HQ != HQ_GIVEN) {
-            __syncthreads(); // the next pass rewrites the shared rows
         }
     }
 }
@@ -283,31 +232,13 @@ moe_mma_down(const void *__restrict__ vdown, const block_q8_1 *__restrict__ hq,
             int n_expert, const float *__restrict__ down_bias) {                                    \
         dependent_launch_entry();                                                                   \
         const ExpertEpilogue ep{nullptr, nullptr, down_bias, 0.0f, 0.0f};                           \
-        moe_mma_down<TYPE, NT, HQ_GIVEN>(vdown, hq, nullptr, sorted, index, weights, y, n_ff,     \
-                                         n_embd, n_expert, ep);                                    \
-    }
-
-// The down products quantizing h themselves: one column tile a pass (the plan's default), so
-// 8 pairs' rows of shared memory (moe_mma.rs sizes it).
-#define MOE_MMA_DOWN_QUANTIZING(NAME, TYPE, HQ_NAME, HQ)                                            \
-    extern "C" __global__ void __launch_bounds__(MOE_MMA_WARPS *WARP_SIZE, MOE_MMA_MIN_BLOCKS(1))  \
-        moe_mma_down_##NAME##_t1_##HQ_NAME(                                                         \
-            const void *__restrict__ vdown, const float *__restrict__ h,                            \
-            const int *__restrict__ sorted, const int *__restrict__ index,                          \
-            const float *__restrict__ weights, float *__restrict__ y, int n_ff, int n_embd,         \
-            int n_expert, const float *__restrict__ down_bias) {                                    \
-        dependent_launch_entry();                                                                   \
-        const ExpertEpilogue ep{nullptr, nullptr, down_bias, 0.0f, 0.0f};                           \
-        moe_mma_down<TYPE, 1, HQ>(vdown, nullptr, h, sorted, index, weights, y, n_ff, n_embd,       \
-                                  n_expert, ep);                                                    \
+        moe_mma_down<TYPE, NT>(vdown, hq, sorted, index, weights, y, n_ff, n_embd, n_expert, ep);  \
     }
 
 #define MOE_MMA_FORMAT(NAME, TYPE)                                                                  \
     MOE_MMA_ENTRIES(NAME, TYPE, 1)                                                                  \
     MOE_MMA_ENTRIES(NAME, TYPE, 2)                                                                  \
-    MOE_MMA_ENTRIES(NAME, TYPE, 4)                                                                  \
-    MOE_MMA_DOWN_QUANTIZING(NAME, TYPE, q8_1, HQ_Q8_1)                                              \
-    MOE_MMA_DOWN_QUANTIZING(NAME, TYPE, q8_k, HQ_Q8K)
+    MOE_MMA_ENTRIES(NAME, TYPE, 4)
 
 MOE_MMA_FORMAT(q4_k, GGML_TYPE_Q4_K)
 MOE_MMA_FORMAT(q6_k, GGML_TYPE_Q6_K)

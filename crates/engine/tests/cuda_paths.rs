@@ -182,7 +182,7 @@ fn schedule_with<T>(
 }
 
 /// A batched step's MoE fusions (`FERROLM_MOE_STEP_FUSE`): the experts' index in one block, x
-/// from the norm's blocks, h quantized by the tensor-core down kernel; bit for bit against
+/// from the norm's blocks; bit for bit against
 /// them off, and against every decode fusion off (`FERROLM_CUDA_FUSE`), over the schedule's prompt pass (70 tokens: the grouped GEMM) and
 /// steps of 4-5 sequences (tiny olmoe's Q4_K experts on the tensor-core mat-vec).
 #[test]

@@ -280,44 +280,41 @@ impl MoeGemm {
         }
         let ep = experts.epilogue;
         let (alpha, limit) = ep.act_args();
-        let (grouped, x_quant, h_quant, gate_up_order, down_order, mma, one_block, down_quantizes) =
-            match *how {
-                ExpertGemm::Float if is_float(experts) && ep.biases.is_none() && limit == 0.0 => {
-                    return self.forward_float(x, n, ids, weights, experts, work, out);
-                }
-                ExpertGemm::Int8 {
-                    grouped,
-                    x_quant,
-                    h_quant,
-                    gate_up,
-                    down,
-                    matvec_mma,
-                    index_one_block,
-                    down_quantizes,
-                } if !is_float(experts) => (
-                    grouped,
-                    x_quant,
-                    h_quant,
-                    gate_up as i32,
-                    down as i32,
-                    matvec_mma,
-                    index_one_block,
-                    down_quantizes,
-                ),
-                ExpertGemm::Float if is_float(experts) => {
-                    return Err(CudaError::Invalid(
-                        "moe_gemm: float experts with biases or swiglu_oai (gpt-oss's) have no \
+        let (grouped, x_quant, h_quant, gate_up_order, down_order, mma, one_block) = match *how {
+            ExpertGemm::Float if is_float(experts) && ep.biases.is_none() && limit == 0.0 => {
+                return self.forward_float(x, n, ids, weights, experts, work, out);
+            }
+            ExpertGemm::Int8 {
+                grouped,
+                x_quant,
+                h_quant,
+                gate_up,
+                down,
+                matvec_mma,
+                index_one_block,
+            } if !is_float(experts) => (
+                grouped,
+                x_quant,
+                h_quant,
+                gate_up as i32,
+                down as i32,
+                matvec_mma,
+                index_one_block,
+            ),
+            ExpertGemm::Float if is_float(experts) => {
+                return Err(CudaError::Invalid(
+                    "moe_gemm: float experts with biases or swiglu_oai (gpt-oss's) have no \
                      kernel; quantize the experts (MXFP4, as released)"
-                            .into(),
-                    ))
-                }
-                _ => {
-                    return Err(CudaError::Invalid(format!(
-                        "moe_gemm: {how:?} for {} experts",
-                        experts.gate.ty
-                    )))
-                }
-            };
+                        .into(),
+                ))
+            }
+            _ => {
+                return Err(CudaError::Invalid(format!(
+                    "moe_gemm: {how:?} for {} experts",
+                    experts.gate.ty
+                )))
+            }
+        };
         let st = self.launch.stream().clone();
         crate::profile::span(&st, "moe.index", || {
             self.build_index(ids, n, work, one_block)?;
@@ -327,9 +324,7 @@ impl MoeGemm {
             }
         })?;
         if let Some(tiles) = mma {
-            // The quantizing down kernel has one column tile.
-            let h = (h_quant, down_quantizes && tiles == 1);
-            return self.forward_mma(tiles, h, xq, ids, n, weights, experts, work, out);
+            return self.forward_mma(tiles, h_quant, xq, ids, n, weights, experts, work, out);
         }
         let xq = xq.unwrap_or(&work.xq);
         let gate_up_g = &self.gemms[&experts.gate.ty].0;
@@ -409,13 +404,12 @@ impl MoeGemm {
 
     /// [`forward`](Self::forward)'s products on the tensor-core mat-vec (`moe_mma.cu`, `tiles`
     /// column tiles), after the index and x's quantization: the same bits as the grouped GEMM
-    /// in the per-sub-block order. h is quantized as `h_quant` by its own launch, or by the
-    /// down kernel where `down_quantizes`.
+    /// in the per-sub-block order.
     #[allow(clippy::too_many_arguments)]
     fn forward_mma(
         &self,
         tiles: usize,
-        (h_quant, down_quantizes): (ActQuant, bool),
+        h_quant: ActQuant,
         xq: Option<&CudaSlice<u8>>,
         ids: &CudaSlice<i32>,
         n: usize,
@@ -437,17 +431,6 @@ impl MoeGemm {
         })?;
         crate::profile::span(&st, "moe.down", || {
             let pairs = n * work.n_used;
-            if down_quantizes {
-                return self.mma.down_quantizing(
-                    experts,
-                    h_quant,
-                    &work.h,
-                    &work.sorted,
-                    &work.index,
-                    weights,
-                    &mut work.y,
-                );
-            }
             self.quantize
                 .rows(&work.h, pairs, work.n_ff, h_quant, &mut work.hq)?;
             let io = MoeMmaIo {

@@ -6,7 +6,7 @@
 //! [`MmqOrder::Subs`](super::MmqOrder::Subs), its only order.
 
 use super::launch::Launcher;
-use super::{int, ActQuant, MoeExperts, Q8_1_BLOCK_BYTES};
+use super::{int, MoeExperts};
 use crate::device::CudaDevice;
 use crate::error::{CudaError, DriverContext, Result};
 use crate::kernels::MOE_MMA;
@@ -34,27 +34,13 @@ pub struct MoeMma {
     launch: Launcher,
     /// (type, column tiles) -> (`moe_mma_gate_up_<type>_t<NT>`, `moe_mma_down_<type>_t<NT>`).
     fns: HashMap<(GgmlType, usize), (CudaFunction, CudaFunction)>,
-    /// (type, h's quantization) -> `moe_mma_down_<type>_t1_<q8_1|q8_k>`: down quantizing h.
-    quantizing: HashMap<(GgmlType, ActQuant), CudaFunction>,
-}
-
-/// The shared memory of the down products that quantize h themselves: one column tile (8
-/// pairs) of `n_ff` activation blocks a pass, or None past the launch's default 48 KiB.
-pub fn down_quantizing_smem(n_ff: usize) -> Option<usize> {
-    let bytes = 8 * n_ff / 32 * Q8_1_BLOCK_BYTES;
-    (n_ff.is_multiple_of(256) && bytes <= 48 * 1024).then_some(bytes)
 }
 
 impl MoeMma {
     pub fn load(dev: &CudaDevice, launch: &Launcher) -> Result<Self> {
         let mut fns = HashMap::new();
-        let mut quantizing = HashMap::new();
         for ty in super::formats::with(|f| f.matvec_mma) {
             let name = super::kernel_suffix(ty);
-            for (q, suffix) in [(ActQuant::Q8_1, "q8_1"), (ActQuant::Q8K, "q8_k")] {
-                let f = dev.function(&MOE_MMA, &format!("moe_mma_down_{name}_t1_{suffix}"))?;
-                quantizing.insert((ty, q), f);
-            }
             for nt in MOE_MMA_TILES {
                 let gate_up = dev.function(&MOE_MMA, &format!("moe_mma_gate_up_{name}_t{nt}"))?;
                 let down = dev.function(&MOE_MMA, &format!("moe_mma_down_{name}_t{nt}"))?;
@@ -64,7 +50,6 @@ impl MoeMma {
         Ok(Self {
             launch: launch.clone(),
             fns,
-            quantizing,
         })
     }
 
@@ -137,67 +122,6 @@ impl MoeMma {
         // pair ids; shapes as for gate_up.
         unsafe { b.launch(cfg(x.n_embd(), x.n_expert)) }
             .during(format!("launching moe_mma_down for {}", x.down.ty))?;
-        Ok(())
-    }
-}
-
-impl MoeMma {
-    /// [`Self::down`] with one column tile, h given as its f32 rows (`h`, sorted order) and
-    /// quantized as `h_quant` by the kernel itself, into shared memory: the same bytes as
-    /// quantize.cu's, so the same outputs, one launch fewer. Shapes as for `down`, and
-    /// [`down_quantizing_smem`] must allow `n_ff`.
-    #[allow(clippy::too_many_arguments)]
-    pub fn down_quantizing(
-        &self,
-        x: &MoeExperts,
-        h_quant: ActQuant,
-        h: &CudaSlice<f32>,
-        sorted: &CudaSlice<i32>,
-        index: &CudaSlice<i32>,
-        weights: &CudaSlice<f32>,
-        out: &mut CudaSlice<f32>,
-    ) -> Result<()> {
-        let f = self.quantizing.get(&(x.down.ty, h_quant)).ok_or_else(|| {
-            CudaError::Invalid(format!(
-                "moe_mma: no down kernel quantizing h as {h_quant:?} for {} experts",
-                x.down.ty
-            ))
-        })?;
-        let smem = down_quantizing_smem(x.n_ff).ok_or_else(|| {
-            CudaError::Invalid(format!(
-                "moe_mma: {} rows of h do not fit the down kernel's shared memory",
-                x.n_ff
-            ))
-        })?;
-        let whole = |ty, cols| super::MmvqMma::supports(ty, cols);
-        if !whole(x.down.ty, x.n_ff) {
-            return Err(CudaError::Invalid(format!(
-                "moe_mma: {} down of {} has no tensor-core mat-vec",
-                x.down.ty, x.n_ff
-            )));
-        }
-        let (d, ff) = (int(x.n_embd(), "n_embd"), int(x.n_ff, "n_ff"));
-        let e = int(x.n_expert, "experts");
-        let mut b = self.launch.builder(f);
-        b.arg(&x.down.data)
-            .arg(h)
-            .arg(sorted)
-            .arg(index)
-            .arg(weights)
-            .arg(out)
-            .arg(&ff)
-            .arg(&d)
-            .arg(&e)
-            .arg(x.epilogue.bias(2));
-        let mut launch = cfg(x.n_embd(), x.n_expert);
-        launch.shared_mem_bytes = smem as u32;
-        // SAFETY: moe_mma_down_<type>_t1_<q>(down, h, sorted, index, weights, y, n_ff, n_embd,
-        // E, down_bias): h holds the sorted pairs' f32 rows of n_ff (MoeGemm sized it), y pairs
-        // × n_embd floats written at pair ids; `smem` bytes hold a pass's 8 rows of blocks.
-        unsafe { b.launch(launch) }.during(format!(
-            "launching moe_mma_down quantizing h for {}",
-            x.down.ty
-        ))?;
         Ok(())
     }
 }

@@ -17,7 +17,7 @@ pub const Q8_1_BLOCK_BYTES: usize = 36;
 const THREADS: u32 = 256;
 
 /// How a row of activations is quantized.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ActQuant {
     /// ggml's Q8_1: d = absmax / 127 per 32 values (f16-rounded), codes rounded half away.
     Q8_1,

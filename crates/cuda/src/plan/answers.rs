@@ -210,9 +210,6 @@ pub enum ExpertGemm {
         /// The expert-sorted index built by one block (`moe_index_one_block`) where the
         /// pairs are few: the same index as `moe_count` and `moe_scatter`, one launch.
         index_one_block: bool,
-        /// With `matvec_mma` of one tile, the down products quantize h themselves
-        /// (`moe_mma_down_<type>_t1_<q>`): the same bytes as the quantizer's launch they save.
-        down_quantizes: bool,
     },
 }
 
@@ -236,15 +233,6 @@ impl ExpertGemm {
         } = &mut self
         {
             *index_one_block = one;
-        }
-        self
-    }
-
-    /// The same products with h quantized by the tensor-core down kernel (one column tile),
-    /// or by its own launch (float: itself).
-    pub fn with_down_quantizes(mut self, fused: bool) -> Self {
-        if let ExpertGemm::Int8 { down_quantizes, .. } = &mut self {
-            *down_quantizes = fused;
         }
         self
     }

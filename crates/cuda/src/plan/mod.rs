@@ -27,11 +27,11 @@ use crate::device::CudaDevice;
 use crate::error::{DriverContext, Result};
 use crate::ops::launch::LaunchMode;
 use crate::ops::{
-    down_quantizing_smem, formats, ActQuant, AttentionRows, GemmWgmma, Kernels, KvFormat, Mmq,
-    MmqOrder, Mmvq, MmvqMma, MoeDecodeWork, MoeGemm, PrefillKernel, ATTN_GROUPS, ATTN_MAX_SPLITS,
-    F16_DECODE_MAX_ROWS, MMA_HEAD_DIMS, MMA_MV_MAX_ROWS, MMQ_MAX_SPLITS, MMQ_SPLIT_TILES,
-    MMQ_TILES, MMVQ_MAX_COLS, MOE_DECODE_MAX_TOKENS, MOE_INDEX_ONE_BLOCK_EXPERTS,
-    MOE_INDEX_ONE_BLOCK_PAIRS, ROUTER_SMALL_MAX_EMBD, ROUTER_SMALL_N,
+    formats, ActQuant, AttentionRows, GemmWgmma, Kernels, KvFormat, Mmq, MmqOrder, Mmvq, MmvqMma,
+    MoeDecodeWork, MoeGemm, PrefillKernel, ATTN_GROUPS, ATTN_MAX_SPLITS, F16_DECODE_MAX_ROWS,
+    MMA_HEAD_DIMS, MMA_MV_MAX_ROWS, MMQ_MAX_SPLITS, MMQ_SPLIT_TILES, MMQ_TILES, MMVQ_MAX_COLS,
+    MOE_DECODE_MAX_TOKENS, MOE_INDEX_ONE_BLOCK_EXPERTS, MOE_INDEX_ONE_BLOCK_PAIRS,
+    ROUTER_SMALL_MAX_EMBD, ROUTER_SMALL_N,
 };
 use cudarc::driver::sys::CUdevice_attribute;
 use ferrolm_gguf::GgmlType;
@@ -778,25 +778,21 @@ impl Plan {
             self.expert_order(s.down, s.n_ff, s.tokens),
         );
         let subs = gate_up == MmqOrder::Subs && down == MmqOrder::Subs;
-        let matvec_mma = if subs { self.expert_mma_tiles(s) } else { None };
         ExpertGemm::Int8 {
             grouped: self.switches.moe_grouped,
             x_quant: self.act_quant(s.gate, s.n_embd),
             h_quant: self.act_quant(s.down, s.n_ff),
             gate_up,
             down,
-            matvec_mma,
+            matvec_mma: if subs { self.expert_mma_tiles(s) } else { None },
             index_one_block: self.moe_step_fuse()
                 && s.tokens * s.n_used <= MOE_INDEX_ONE_BLOCK_PAIRS
                 && s.n_expert <= MOE_INDEX_ONE_BLOCK_EXPERTS,
-            down_quantizes: self.moe_step_fuse()
-                && matvec_mma == Some(1)
-                && down_quantizing_smem(s.n_ff).is_some(),
         }
     }
 
-    /// Whether the MoE launch cuts of [`ExpertGemm::Int8`] (`index_one_block`,
-    /// `down_quantizes`) and the experts' x from the norm's blocks are taken: decode fusions
+    /// Whether the MoE launch cuts of a batched step ([`ExpertGemm::Int8`]'s `index_one_block`,
+    /// and the experts' x from the norm's blocks) are taken: decode fusions
     /// (`FERROLM_CUDA_FUSE`) with a switch of their own (`FERROLM_MOE_STEP_FUSE`), the same
     /// bytes either way.
     pub fn moe_step_fuse(&self) -> bool {

@@ -144,8 +144,8 @@ pub struct Switches {
     /// where both formats have one; else the decode kernels (up to 8 tokens) or the GEMM.
     pub moe_mma: bool,
     /// `FERROLM_MOE_STEP_FUSE`: a batched step's MoE launch cuts, each the same bytes as the
-    /// launches it saves: the experts' index by one block, x taken from the norm's blocks, h
-    /// quantized by the tensor-core down kernel (and only with `fuse`).
+    /// launches it saves: the experts' index by one block, x taken from the norm's blocks (and
+    /// only with `fuse`).
     pub moe_step_fuse: bool,
     /// `FERROLM_MOE_MMA_TILES`: column tiles of 8 pairs that kernel takes a pass (1, 2 or 4);
     /// `None`: the plan's choice by pairs an expert.
@@ -577,7 +577,7 @@ impl fmt::Display for Switches {
             (
                 "FERROLM_MOE_STEP_FUSE",
                 bit(self.moe_step_fuse),
-                "batched MoE steps: one-block index, the norm's x, h quantized in down",
+                "batched MoE steps: one-block index, the norm's x",
             ),
             (
                 "FERROLM_MOE_MMA_TILES",

@@ -457,7 +457,6 @@ fn moe_path_by_tokens() {
                     down: down_order,
                     matvec_mma: None,
                     index_one_block: false, // 800 pairs and more
-                    down_quantizes: false,
                 });
                 assert_eq!(p.moe(&shape(n, n_embd, n_ff, down)), want, "{n} tokens");
                 let f16_want = if n >= F16_GEMM_MIN_ROWS {
@@ -597,7 +596,6 @@ fn batched_steps_take_the_expert_mma() {
         down: Subs,
         matvec_mma: Some(1),
         index_one_block: true,
-        down_quantizes: true,
     });
     assert_eq!(batches.moe(&s(8, Q6K)), want);
     // Past one block's pairs, or without the decode fusions: the two index launches.
@@ -611,17 +609,8 @@ fn batched_steps_take_the_expert_mma() {
     assert!(!index_one_block(&batches, 65));
     let unfused = plan(&[("FERROLM_CUDA_FUSE", "0")]).for_sequence_batches();
     assert!(!index_one_block(&unfused, 8));
-    // h quantized by the down kernel: one column tile, fusions on.
-    let down_quantizes = |p: &Plan| match p.moe(&s(8, Q4K)) {
-        MoePath::Gemm(ExpertGemm::Int8 { down_quantizes, .. }) => down_quantizes,
-        other => panic!("{other:?}"),
-    };
-    assert!(down_quantizes(&batches));
-    assert!(!down_quantizes(&unfused));
-    let two_tiles = plan(&[("FERROLM_MOE_MMA_TILES", "2")]).for_sequence_batches();
-    assert!(!down_quantizes(&two_tiles));
     let off = plan(&[("FERROLM_MOE_STEP_FUSE", "0")]).for_sequence_batches();
-    assert!(!down_quantizes(&off) && !index_one_block(&off, 8));
+    assert!(!index_one_block(&off, 8));
     // A single sequence's 8 tokens: the decode kernels, whose bits it keeps.
     assert!(matches!(plan(&[]).moe(&s(8, Q6K)), MoePath::MatVec(_)));
     let off = plan(&[("FERROLM_MOE_MMA", "0")]).for_sequence_batches();

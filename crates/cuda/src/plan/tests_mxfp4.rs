@@ -66,7 +66,6 @@ fn mxfp4_experts() {
             down: Subs,
             matvec_mma: None,
             index_one_block,
-            down_quantizes: false,
         })
     };
     assert_eq!(p.moe(&shape(9, 2880, 2880)), gemm(true));
