@@ -139,15 +139,7 @@ static __device__ __forceinline__ void attn_decode_rows(
             acc[i][j] = 0.0f;
         }
     }
-    // A split of at most one tile (32 keys, the usual decode split): every warp walks that
-    // tile for its own heads (i % ROWS_NWARPS == warp) rather than one warp for all G while
-    // the others wait. Each head's operations are the same, and the merge below takes its one
-    // warp's values times e^0: the same bits. Longer splits: the warps take tiles in turn.
-    const bool one_tile = k1 - k0 <= WARP_SIZE;
-    auto mine = [&](int i) { return !one_tile || i % ROWS_NWARPS == warp; };
-    const int tile0 = one_tile ? k0 : k0 + warp * WARP_SIZE;
-    const int tile_step = one_tile ? WARP_SIZE : ROWS_NWARPS * WARP_SIZE;
-    for (int base = tile0; base < k1; base += tile_step) {
+    for (int base = k0 + warp * WARP_SIZE; base < k1; base += ROWS_NWARPS * WARP_SIZE) {
         const int key = base + lane;
         const bool live = key < k1;
         float s[G];
@@ -169,9 +161,6 @@ static __device__ __forceinline__ void attn_decode_rows(
                 }
 #pragma unroll
                 for (int i = 0; i < G; ++i) {
-                    if (!mine(i)) {
-                        continue;
-                    }
                     const float4 qa = *(const float4 *)&sq[i][c * 8];
                     const float4 qb = *(const float4 *)&sq[i][c * 8 + 4];
                     s[i] += qa.x * kf[0] + qa.y * kf[1] + qa.z * kf[2] + qa.w * kf[3] +
@@ -183,10 +172,6 @@ static __device__ __forceinline__ void attn_decode_rows(
         float p[G];
 #pragma unroll
         for (int i = 0; i < G; ++i) {
-            if (!mine(i)) {
-                p[i] = 0.0f;
-                continue; // the same for the whole warp
-            }
             const float sc = live ? s[i] * scale : ROWS_NEG_INF;
             const float m_new = fmaxf(m[i], warp_max(sc));
             const float corr = expf(m[i] - m_new); // 0 on the first tile (m = -inf)
@@ -205,9 +190,6 @@ static __device__ __forceinline__ void attn_decode_rows(
             v_row_f16<D>(vc + pg.row(g, base + kk) * D, lane, vf);
 #pragma unroll
             for (int i = 0; i < G; ++i) {
-                if (!mine(i)) {
-                    continue;
-                }
                 const float pk = __shfl_sync(FULL_MASK, p[i], kk);
 #pragma unroll
                 for (int j = 0; j < DL; ++j) {
