@@ -23,7 +23,7 @@
 #include "norm.cuh"
 #include "quant.cuh"
 
-#define ROUTE_THREADS 128
+#define ROUTE_THREADS 256
 #define ROUTE_SMALL_N 8
 #define SMALL_MAX_EMBD 4096
 #define TOPK_WARPS 4
@@ -31,37 +31,35 @@
 #define TOPK_PER_LANE 8
 #define NEG_INF __int_as_float(0xff800000)
 
-// The mat-vec kernels' dynamic shared memory: [1 + n][n_embd / 4], the block's expert row, then
-// the n tokens' rows.
+// The fused norm's dynamic shared memory (add_rms_norm_route_small): [1 + n][n_embd / 4], the
+// block's expert row, then the n tokens' normed rows.
 extern __shared__ float4 route_stage[];
 
-// logits[t][e] = Σ_i x[t][i] · w[e][i] for t < n <= ROUTE_SMALL_N, n_embd % 4 == 0 and
-// n_embd <= SMALL_MAX_EMBD (the host checks), each the CPU's f32 dot (common.cuh's
-// cpu_dot_reduce): the block stages expert e's row and the tokens' rows in shared memory with
-// 16-byte loads, all in flight at once (a row is a few KB: latency, not bandwidth, sets this
-// kernel's time), then warp w walks tokens w, w + 4, ... from there.
-static __device__ __forceinline__ void logits_staged(const float *ws, float *logits, int n,
-                                                     int n_embd, int n_expert);
+// The logits of expert blockIdx.x from its row `we` and the n tokens' rows from `xs0` (n_embd
+// apart; in global or shared memory): warp w takes tokens w, w + (warps a block), ..., each
+// the CPU's f32 dot (common.cuh's cpu_dot_reduce).
+static __device__ __forceinline__ void logits_rows(const float *we, const float *xs0,
+                                                   float *logits, int n, int n_embd,
+                                                   int n_expert);
 
+// logits[t][e] = Σ_i x[t][i] · w[e][i] for t < n <= ROUTE_SMALL_N, n_embd % 4 == 0 and
+// n_embd <= SMALL_MAX_EMBD (the host checks): a warp a token, straight from global memory (the
+// rows are a few KB: latency sets this kernel's time, and with every token on its own warp
+// the rows' loads are in flight together; staging them in shared memory first took 21 µs for
+// 8 tokens of qwen3-30b-a3b, session 27).
 static __device__ __forceinline__ void logits_small(const float *__restrict__ x,
                                                     const float *__restrict__ w, float *logits,
                                                     int n, int n_embd, int n_expert) {
-    const int e = blockIdx.x, n4 = n_embd / 4;
-    const float4 *we = (const float4 *)(w + (size_t)e * n_embd), *x4 = (const float4 *)x;
-    for (int i = threadIdx.x; i < (1 + n) * n4; i += blockDim.x) {
-        route_stage[i] = i < n4 ? __ldg(we + i) : x4[i - n4];
-    }
-    __syncthreads();
-    logits_staged((const float *)route_stage, logits, n, n_embd, n_expert);
+    logits_rows(w + (size_t)blockIdx.x * n_embd, x, logits, n, n_embd, n_expert);
 }
 
-// The logits of expert blockIdx.x from its row (ws) and the n tokens' rows after it, all in
-// shared memory: warp w takes tokens w, w + (warps a block), ...
-static __device__ __forceinline__ void logits_staged(const float *ws, float *logits, int n,
-                                                     int n_embd, int n_expert) {
+static __device__ __forceinline__ void logits_rows(const float *we, const float *xs0,
+                                                   float *logits, int n, int n_embd,
+                                                   int n_expert) {
     const int e = blockIdx.x, lane = threadIdx.x % WARP_SIZE, n64 = n_embd / 64 * 64;
+    const float *ws = we;
     for (int t = threadIdx.x / WARP_SIZE; t < n; t += blockDim.x / WARP_SIZE) {
-        const float *xs = ws + (size_t)(1 + t) * n_embd;
+        const float *xs = xs0 + (size_t)t * n_embd;
         float c0 = 0.0f, c1 = 0.0f;
 #pragma unroll 4
         for (int c = lane; c < n64; c += 64) {
@@ -312,7 +310,7 @@ extern "C" __global__ void __launch_bounds__(1024)
             quantize_q8_k_warp(out + (size_t)g * QK_K, outq + (size_t)g * 8);
         }
     }
-    logits_staged(ws, logits, n, n_embd, n_expert);
+    logits_rows(ws, ws + n_embd, logits, n, n_embd, n_expert);
     if (topk_in_last_block(logits, ids, weights, done, n, n_expert, k, gating, bias)) {
         for (int i = threadIdx.x; i < n * n_embd; i += blockDim.x) {
             x[i] = x[i] + add[i];

@@ -28,7 +28,7 @@ pub const MOE_MAX_USED: usize = 32;
 pub const ROUTER_SMALL_N: usize = 8;
 const TOPK_WARPS: u32 = 4;
 /// Threads a block of the mat-vec kernels (ROUTE_THREADS).
-const ROUTE_THREADS: u32 = 128;
+const ROUTE_THREADS: u32 = 256;
 /// Widest router row the mat-vec kernels stage, with ROUTER_SMALL_N tokens' rows, in shared
 /// memory (SMALL_MAX_EMBD).
 pub const ROUTER_SMALL_MAX_EMBD: usize = 4096;
@@ -349,8 +349,8 @@ impl MoeRoute {
             int(ne, "moe experts"),
             int(k, "moe k"),
         );
-        // The mat-vec for a few tokens (16-byte loads of rows it stages whole), the f32 GEMM
-        // for anything else: the same bits.
+        // The mat-vec for a few tokens (a warp a token), the f32 GEMM for anything else: the
+        // same bits.
         let gating = router.gating_arg();
         match logits {
             RouterLogits::MatVec | RouterLogits::MatVecTopk => {
@@ -361,7 +361,7 @@ impl MoeRoute {
                 let cfg = LaunchConfig {
                     grid_dim: (ne as u32, 1, 1),
                     block_dim: (ROUTE_THREADS, 1, 1),
-                    shared_mem_bytes: small_stage_bytes(n, d) as u32,
+                    shared_mem_bytes: 0, // rows read in place (moe_route.cu's logits_small)
                 };
                 if logits == RouterLogits::MatVecTopk {
                     let mut b = self.launch.builder(&self.route_small);
@@ -388,9 +388,7 @@ impl MoeRoute {
                     .arg(&di)
                     .arg(&nei);
                 // SAFETY: moe_logits_small(x, w, logits, n, n_embd, n_expert): n x n_embd and
-                // n_expert x n_embd floats in, n x n_expert out (work holds max_n >= n rows);
-                // its (1 + n) rows of n_embd <= ROUTER_SMALL_MAX_EMBD floats of shared memory
-                // were allowed at load.
+                // n_expert x n_embd floats in, n x n_expert out (work holds max_n >= n rows).
                 unsafe { b.launch(cfg) }.during("launching moe router logits")?;
             }
             RouterLogits::Gemm => self
