@@ -25,6 +25,42 @@
 
 #define MOE_MMA_WARPS 4
 
+// A super-block's sub-blocks of NT > 1 column tiles: each sub-block's activations asked for
+// just before its MMAs (the registers of NT tiles' worth ahead would not fit).
+template <int TYPE, int NMAT, int NT>
+static __device__ __forceinline__ void
+moe_mma_subs(const typename MmaRows<TYPE>::Raw (&cur)[NMAT], const block_q8_1 *y, int kb,
+             const int (&yb)[NT], const int (&yd)[NT][2], int live, int t,
+             float (&acc)[NMAT][NT][4]) {
+    typedef MmaRows<TYPE> R;
+#pragma unroll
+    for (int s = 0; s < QK_K / QK8_1; ++s) {
+        const int blk = kb * (QK_K / QK8_1) + s;
+        typename R::Frag f[NMAT];
+#pragma unroll
+        for (int m = 0; m < NMAT; ++m) {
+            f[m] = R::frag(cur[m], s);
+        }
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+            if (nt >= live) {
+                break; // the same for the whole warp
+            }
+            int b[2];
+            // Rows of 36-byte blocks are 8-byte multiples (widths of 256s): odd blocks give
+            // a lane its 8 code bytes in one load.
+            R::acts(y + yb[nt] + blk, t, s % 2 == 1, b);
+            const float dy[2] = {y[yd[nt][0] + blk].d, y[yd[nt][1] + blk].d};
+            float sy[2];
+            act_sums<TYPE>(b, dy, sy);
+#pragma unroll
+            for (int m = 0; m < NMAT; ++m) {
+                R::dot(f[m], b, dy, sy, acc[m][nt]);
+            }
+        }
+    }
+}
+
 // acc[m] (NMAT matrices, NT column tiles) of 16 rows from row0 of each matrix in w, expert
 // rows already applied, times the pairs at sorted positions c0.. (at most 8 NT of them, `live`
 // tiles with a pair) whose activation rows yrow(q) of y gives; columns past q_end re-read the
@@ -97,36 +133,12 @@ moe_mma_tile(const typename MmaRows<TYPE>::block *const (&w)[NMAT], const block_
                     R::dot(R::frag(cur[m], s), bs[s], ds[s], sy, acc[m][0]);
                 }
             }
-            continue;
-        }
-#pragma unroll
-        for (int s = 0; s < QK_K / QK8_1; ++s) {
-            const int blk = kb * (QK_K / QK8_1) + s;
-            typename R::Frag f[NMAT];
-#pragma unroll
-            for (int m = 0; m < NMAT; ++m) {
-                f[m] = R::frag(cur[m], s);
-            }
-#pragma unroll
-            for (int nt = 0; nt < NT; ++nt) {
-                if (nt >= live) {
-                    break; // the same for the whole warp
-                }
-                int b[2];
-                // Rows of 36-byte blocks are 8-byte multiples (widths of 256s): odd blocks give
-                // a lane its 8 code bytes in one load.
-                R::acts(y + yb[nt] + blk, t, s % 2 == 1, b);
-                const float dy[2] = {y[yd[nt][0] + blk].d, y[yd[nt][1] + blk].d};
-                float sy[2];
-                act_sums<TYPE>(b, dy, sy);
-#pragma unroll
-                for (int m = 0; m < NMAT; ++m) {
-                    R::dot(f[m], b, dy, sy, acc[m][nt]);
-                }
-            }
+        } else {
+            moe_mma_subs<TYPE, NMAT, NT>(cur, y, kb, yb, yd, live, t, acc);
         }
     }
 }
+
 
 // The pairs of expert blockIdx.y: sorted positions p0..p_end (moe_scatter's offsets); false
 // when it has none.
