@@ -139,7 +139,6 @@ moe_mma_tile(const typename MmaRows<TYPE>::block *const (&w)[NMAT], const block_
     }
 }
 
-
 // The pairs of expert blockIdx.y: sorted positions p0..p_end (moe_scatter's offsets); false
 // when it has none.
 static __device__ __forceinline__ bool moe_mma_pairs(const int *index, int n_expert, int &p0,

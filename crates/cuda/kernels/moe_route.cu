@@ -35,10 +35,10 @@
 // block's expert row, then the n tokens' normed rows.
 extern __shared__ float4 route_stage[];
 
-// The logits of expert blockIdx.x from its row `we` and the n tokens' rows from `xs0` (n_embd
+// The logits of expert blockIdx.x from its row `ws` and the n tokens' rows from `xs0` (n_embd
 // apart; in global or shared memory): warp w takes tokens w, w + (warps a block), ..., each
 // the CPU's f32 dot (common.cuh's cpu_dot_reduce).
-static __device__ __forceinline__ void logits_rows(const float *we, const float *xs0,
+static __device__ __forceinline__ void logits_rows(const float *ws, const float *xs0,
                                                    float *logits, int n, int n_embd,
                                                    int n_expert);
 
@@ -53,11 +53,10 @@ static __device__ __forceinline__ void logits_small(const float *__restrict__ x,
     logits_rows(w + (size_t)blockIdx.x * n_embd, x, logits, n, n_embd, n_expert);
 }
 
-static __device__ __forceinline__ void logits_rows(const float *we, const float *xs0,
+static __device__ __forceinline__ void logits_rows(const float *ws, const float *xs0,
                                                    float *logits, int n, int n_embd,
                                                    int n_expert) {
     const int e = blockIdx.x, lane = threadIdx.x % WARP_SIZE, n64 = n_embd / 64 * 64;
-    const float *ws = we;
     for (int t = threadIdx.x / WARP_SIZE; t < n; t += blockDim.x / WARP_SIZE) {
         const float *xs = xs0 + (size_t)t * n_embd;
         float c0 = 0.0f, c1 = 0.0f;

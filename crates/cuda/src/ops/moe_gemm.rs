@@ -557,44 +557,37 @@ impl MoeGemm {
             )));
         }
         let (pi, ei) = (int(pairs, "pairs"), int(work.n_expert, "experts"));
-        if one_block
+        // One block does both steps where it can; else moe_count, then moe_scatter with the
+        // same arguments as the one block's.
+        let one = one_block
             && pairs <= MOE_INDEX_ONE_BLOCK_PAIRS
-            && work.n_expert <= MOE_INDEX_ONE_BLOCK_EXPERTS
-        {
-            let cfg = LaunchConfig {
-                grid_dim: (1, 1, 1),
-                block_dim: (INDEX_THREADS, 1, 1),
-                shared_mem_bytes: 0,
-            };
-            let mut b = self.launch.builder(&self.index_one_block);
-            b.arg(ids)
-                .arg(&pi)
-                .arg(&ei)
-                .arg(&mut work.index)
-                .arg(&mut work.sorted);
-            // SAFETY: moe_index_one_block(ids, pairs, E, index, sorted): pairs and E within
-            // its shared arrays (checked above); index has 3E + 2 ints, sorted gets at most
-            // `pairs` entries.
-            return unsafe { b.launch(cfg) }.during("launching moe_index_one_block");
-        }
+            && work.n_expert <= MOE_INDEX_ONE_BLOCK_EXPERTS;
         let cfg = LaunchConfig {
-            grid_dim: (work.n_expert as u32, 1, 1),
+            grid_dim: (if one { 1 } else { work.n_expert as u32 }, 1, 1),
             block_dim: (INDEX_THREADS, 1, 1),
             shared_mem_bytes: 0,
         };
-        let mut b = self.launch.builder(&self.count);
-        b.arg(ids).arg(&pi).arg(&ei).arg(&mut work.index);
-        // SAFETY: moe_count(ids, pairs, E, index): block e writes index[e], e < E.
-        unsafe { b.launch(cfg) }.during("launching moe_count")?;
-        let mut b = self.launch.builder(&self.scatter);
+        if !one {
+            let mut b = self.launch.builder(&self.count);
+            b.arg(ids).arg(&pi).arg(&ei).arg(&mut work.index);
+            // SAFETY: moe_count(ids, pairs, E, index): block e writes index[e], e < E.
+            unsafe { b.launch(cfg) }.during("launching moe_count")?;
+        }
+        let (f, name) = if one {
+            (&self.index_one_block, "moe_index_one_block")
+        } else {
+            (&self.scatter, "moe_scatter")
+        };
+        let mut b = self.launch.builder(f);
         b.arg(ids)
             .arg(&pi)
             .arg(&ei)
             .arg(&mut work.index)
             .arg(&mut work.sorted);
-        // SAFETY: moe_scatter(ids, pairs, E, index, sorted): index has 3E + 2 ints, sorted
-        // gets at most `pairs` entries.
-        unsafe { b.launch(cfg) }.during("launching moe_scatter")?;
+        // SAFETY: moe_scatter / moe_index_one_block(ids, pairs, E, index, sorted): index has
+        // 3E + 2 ints, sorted gets at most `pairs` entries; the one block's pairs and E within
+        // its shared arrays (checked above).
+        unsafe { b.launch(cfg) }.during(format!("launching {name}"))?;
         Ok(())
     }
 }

@@ -29,10 +29,10 @@ pub const ROUTER_SMALL_N: usize = 8;
 const TOPK_WARPS: u32 = 4;
 /// Threads a block of the mat-vec kernels (ROUTE_THREADS).
 const ROUTE_THREADS: u32 = 256;
-/// Widest router row the mat-vec kernels stage, with ROUTER_SMALL_N tokens' rows, in shared
-/// memory (SMALL_MAX_EMBD).
+/// Widest router row the mat-vec kernels take (SMALL_MAX_EMBD): the fused norm's launch
+/// stages it, with ROUTER_SMALL_N tokens' rows, in shared memory.
 pub const ROUTER_SMALL_MAX_EMBD: usize = 4096;
-/// Their shared memory for `n` tokens of `n_embd`: the expert's row and the tokens'.
+/// That launch's shared memory for `n` tokens of `n_embd`: the expert's row and the tokens'.
 fn small_stage_bytes(n: usize, n_embd: usize) -> usize {
     (1 + n) * n_embd * 4
 }
@@ -218,20 +218,20 @@ impl MoeRoute {
         dev.context()
             .bind_to_thread()
             .during("binding the context")?;
-        let f = |name| -> Result<CudaFunction> {
-            let f = dev.function(&MOE_ROUTE, name)?;
-            f.set_attribute(
+        let f = |name| dev.function(&MOE_ROUTE, name);
+        // Only the norm's launch stages rows in shared memory; the mat-vecs read them in place.
+        let norm_route_small = f("add_rms_norm_route_small")?;
+        norm_route_small
+            .set_attribute(
                 CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                 small_stage_bytes(ROUTER_SMALL_N, ROUTER_SMALL_MAX_EMBD) as i32,
             )
-            .during("allowing the router's mat-vec its shared memory")?;
-            Ok(f)
-        };
+            .during("allowing the router's fused norm its shared memory")?;
         Ok(Self {
             launch: launch.clone(),
             logits_small: f("moe_logits_small")?,
             route_small: f("moe_route_small")?,
-            norm_route_small: f("add_rms_norm_route_small")?,
+            norm_route_small,
             gemm: GemmF32::load(dev, launch)?,
             topk: dev.function(&MOE_ROUTE, "moe_topk")?,
             localize: dev.function(&MOE_ROUTE, "moe_localize")?,

@@ -197,9 +197,10 @@ pub enum ExpertGemm {
     /// Float experts: `moe_f32_gate_up` and `moe_f32_down` straight from the routes.
     Float,
     /// The int8 GEMMs: one launch for all experts (`grouped`) or one per expert, in these
-    /// orders, on activations quantized so (the norm's blocks where it made them so). With `matvec_mma`, the tensor-core mat-vec
-    /// (`moe_mma.cu`, column tiles of 8 pairs a pass) in place of the GEMM tiles, for all
-    /// experts at once: the same bits as the grouped GEMM in [`MmqOrder::Subs`], its only order.
+    /// orders, on activations quantized so (the norm's blocks where it made them so). With
+    /// `matvec_mma`, the tensor-core mat-vec (`moe_mma.cu`, column tiles of 8 pairs a pass) in
+    /// place of the GEMM tiles, for all experts at once: the same bits as the grouped GEMM in
+    /// [`MmqOrder::Subs`], its only order.
     Int8 {
         grouped: bool,
         x_quant: ActQuant,
