@@ -77,6 +77,7 @@ pub fn all(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) -> Resu
         (12, 4, 96),
         (8, 4, 32),
         (14, 2, 32),
+        (12, 2, 128),
         (16, 2, 256),
         (6, 6, 256),
         (16, 16, 192),

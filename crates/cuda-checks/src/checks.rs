@@ -107,6 +107,12 @@ pub fn all(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) -> Resu
                 super::mmvq_mma::mmvq_mma(dev, k, plan, rng, ty, rows, cols, n),
             );
         }
+        for (rows, cols, n) in super::mmvq_mma::STAGED_CASES {
+            push(
+                "mmvq_staged",
+                super::mmvq_mma::mmvq_staged(dev, k, plan, rng, ty, rows, cols, n),
+            );
+        }
     }
     // Rows of 576 (SmolLM2-135M's width): the CUDA-core kernels, in the CPU's order.
     for ty in SMALL_GEMM_TYPES {

@@ -1,11 +1,13 @@
-//! `cuda-parity` rows for the tensor-core mat-vec of batched decode steps (`mmvq_mma.cu`):
-//! against the CPU's matmul within the tensor-core contract, with one and two 16-row tiles a
-//! warp and either way of reading Q8_K's scales (all the same bits).
+//! `cuda-parity` rows for the tensor-core mat-vecs of batched decode steps (`mmvq_mma.cu`,
+//! `mmvq_staged.cu`): against the CPU's matmul within the tensor-core contract, with one and
+//! two 16-row tiles a warp and either way of reading Q8_K's scales (all the same bits); the
+//! staged one also against `mmq` in its order, unsplit (the same bits).
 
 use super::checks::{poisoned, row, MatmulCase, SAME_INT8};
 use super::{compare, Contract, Row};
 use anyhow::Result;
-use ferrolm_cuda::ops::{ActQuant, MmvqMma};
+use ferrolm_cuda::ops::{ActQuant, MmqOrder, MmvqMma, MmvqStaged};
+use ferrolm_cuda::plan::Gemm;
 use ferrolm_cuda::{CudaDevice, Kernels, Plan};
 use ferrolm_gguf::GgmlType;
 use rand::rngs::StdRng;
@@ -90,6 +92,97 @@ pub fn mmvq_mma(
         if first.is_none() {
             first = Some(runs.swap_remove(0));
         }
+    }
+    Ok(out_rows)
+}
+
+/// The staged mat-vec's shapes: 17-64 rows (column tiles 3-8, idle columns in the last),
+/// weight rows that are not whole 128-row blocks, and qwen3-8b's widths (16 and 48
+/// super-blocks, which the plan splits over k).
+pub const STAGED_CASES: [(usize, usize, usize); 4] = [
+    (4096, 4096, 64),
+    (1027, 4096, 17),
+    (515, 12_288, 40),
+    (12_288, 4096, 33),
+];
+
+/// `mmvq_staged` for `n` rows, in the order the plan gives the format (the integer-scale
+/// blocks for Q4_K over Q8_K, else per sub-block): unsplit against `mmq` in the same order
+/// (the same bits), in 3 and 8 shares (of 16 super-blocks: 2 each, as the plan splits
+/// qwen3-8b's q and o) against the CPU's matmul (the tensor-core contract), and once more
+/// for the same bits every run.
+#[allow(clippy::too_many_arguments)]
+pub fn mmvq_staged(
+    dev: &CudaDevice,
+    k: &Kernels,
+    plan: &Plan,
+    rng: &mut StdRng,
+    ty: GgmlType,
+    rows: usize,
+    cols: usize,
+    n: usize,
+) -> Result<Vec<Row>> {
+    let batched = plan.for_sequence_batches();
+    let case = MatmulCase::new(dev, k, &batched, rng, ty, rows, cols, n)?;
+    let order = if batched.act_quant(ty, cols) == ActQuant::Q8K
+        && MmvqStaged::supports(ty, cols, MmqOrder::Blocks)
+    {
+        MmqOrder::Blocks
+    } else {
+        MmqOrder::Subs
+    };
+    let cpu = case.cpu()?;
+    let exact = case.products()?;
+    let shape = format!("{rows}×{cols} · {n} rows, {order:?}");
+    let run = |splits: usize| -> Result<Vec<f32>> {
+        let mut out = poisoned(dev, n * rows)?;
+        let mut part = poisoned(dev, MmvqStaged::scratch(splits, n, rows).max(1))?;
+        k.mmvq_staged.matmul(
+            order,
+            splits,
+            &case.w,
+            &case.xq,
+            n,
+            &mut out,
+            Some(&mut part),
+        )?;
+        dev.sync()?;
+        Ok(dev.download(&out)?)
+    };
+    let one = run(1)?;
+    let mut want = poisoned(dev, n * rows)?;
+    let gemm = Gemm::Tiles {
+        tile: 0,
+        launches: vec![(0, n, order)],
+        splits: 1,
+    };
+    k.mmq.matmul(&gemm, &case.w, &case.xq, n, &mut want, None)?;
+    dev.sync()?;
+    let want = dev.download(&want)?;
+    let name = format!("mmvq_staged {ty}");
+    let mut out_rows = vec![row(
+        &format!("{name} (one share)"),
+        shape.clone(),
+        "mmq in the same order",
+        compare(&one, &want, |_| 1.0),
+        Contract::Exact,
+    )];
+    for splits in [3, 8] {
+        let got = run(splits)?;
+        out_rows.push(row(
+            &format!("{name} ({splits} shares)"),
+            shape.clone(),
+            "cpu matmul::matmul",
+            compare(&got, &cpu, |i| exact[i].1),
+            SAME_INT8,
+        ));
+        out_rows.push(row(
+            &format!("{name} ({splits} shares, again)"),
+            shape.clone(),
+            "its first run",
+            compare(&run(splits)?, &got, |_| 1.0),
+            Contract::Exact,
+        ));
     }
     Ok(out_rows)
 }

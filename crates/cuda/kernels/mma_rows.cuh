@@ -30,6 +30,25 @@ static __device__ __forceinline__ int4 ld_stream4(const void *p) {
 // Byte k (0-3) of w, sign-extended.
 static __device__ __forceinline__ int sbyte(int w, int k) { return (int)(int8_t)(w >> (8 * k)); }
 
+// Sub-block s's 6-bit scale and min of a Q4_K block whose first 16 bytes are `hd` (d, dmin,
+// then the 12 scale bytes), as scales_k4 (get_scale_min_k4) unpacks them.
+static __device__ __forceinline__ void q4k_scale_min(const int4 &hd, int s, int &sc, int &m) {
+    // 16-bit word k of the 12 scale bytes (head bytes 4..15), as scales_k4 reads them.
+    const int w[3] = {hd.y, hd.z, hd.w};
+    auto s16 = [&](int k) { return (uint32_t)(w[k / 2] >> (16 * (k % 2))) & 0xffffu; };
+    const int j = s / 2;
+    uint32_t sc2, m2;
+    if (j < 2) {
+        sc2 = s16(j) & 0x3f3f;
+        m2 = s16(j + 2) & 0x3f3f;
+    } else {
+        sc2 = (s16(j + 2) & 0x0f0f) | ((s16(j - 2) & 0xc0c0) >> 2);
+        m2 = ((s16(j + 2) >> 4) & 0x0f0f) | ((s16(j) & 0xc0c0) >> 2);
+    }
+    sc = (sc2 >> (8 * (s % 2))) & 0xff;
+    m = (m2 >> (8 * (s % 2))) & 0xff;
+}
+
 // One weight format's fragments. A thread (g = lane / 4, t = lane % 4) holds, per tile of 16
 // rows, rows g and g + 8: `load` issues one super-block's loads into a `Raw`, `frag` unpacks
 // sub-block s of it (A fragment and scales), `acts` gives the thread's B fragment of activation
@@ -88,26 +107,21 @@ template <> struct MmaRows<GGML_TYPE_Q4_K> {
         f.a[1] = (r.q[1][p].x >> sh) & 0x0F0F0F0F;
         f.a[2] = (r.q[0][p].y >> sh) & 0x0F0F0F0F;
         f.a[3] = (r.q[1][p].y >> sh) & 0x0F0F0F0F;
+        scales(r.head, s, f);
+        return f;
+    }
+
+    // d_w and m_w of sub-block s of rows g, g + 8 (tile_sub_scales' roundings) from their
+    // blocks' first 16 bytes.
+    static __device__ __forceinline__ void scales(const int4 (&head)[2], int s, Frag &f) {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-            const int4 hd = r.head[h];
-            // 16-bit word k of the 12 scale bytes (head bytes 4..15), as scales_k4 reads them.
-            const int w[3] = {hd.y, hd.z, hd.w};
-            auto s16 = [&](int k) { return (uint32_t)(w[k / 2] >> (16 * (k % 2))) & 0xffffu; };
-            const int j = s / 2;
-            uint32_t sc2, m2;
-            if (j < 2) {
-                sc2 = s16(j) & 0x3f3f;
-                m2 = s16(j + 2) & 0x3f3f;
-            } else {
-                sc2 = (s16(j + 2) & 0x0f0f) | ((s16(j - 2) & 0xc0c0) >> 2);
-                m2 = ((s16(j + 2) >> 4) & 0x0f0f) | ((s16(j) & 0xc0c0) >> 2);
-            }
-            const int sc = (sc2 >> (8 * (s % 2))) & 0xff, m = (m2 >> (8 * (s % 2))) & 0xff;
+            const int4 hd = head[h];
+            int sc, m;
+            q4k_scale_min(hd, s, sc, m);
             f.dw[h] = f16_bits_to_f32((uint16_t)(hd.x & 0xffff)) * (float)sc;
             f.mw[h] = -f16_bits_to_f32((uint16_t)((uint32_t)hd.x >> 16)) * (float)m;
         }
-        return f;
     }
 
     // c[i] (row g + 8 (i / 2), column 2t + i % 2) += the sub-block's product; dy, sy: d_y and

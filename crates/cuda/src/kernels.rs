@@ -54,6 +54,7 @@ pub const HEADERS: &[KernelFile] = &[
     kernel_file!("mmq_mma.cuh"),
     kernel_file!("mma_rows.cuh"),
     kernel_file!("attention.cuh"),
+    kernel_file!("attention_group.cuh"),
     kernel_file!("norm.cuh"),
 ];
 
@@ -61,6 +62,7 @@ pub const ELEMENTWISE: KernelFile = kernel_file!("elementwise.cu");
 pub const NORM_ROPE: KernelFile = kernel_file!("norm_rope.cu");
 pub const MMVQ: KernelFile = kernel_file!("mmvq.cu");
 pub const MMVQ_MMA: KernelFile = kernel_file!("mmvq_mma.cu");
+pub const MMVQ_STAGED: KernelFile = kernel_file!("mmvq_staged.cu");
 pub const MMQ: KernelFile = kernel_file!("mmq.cu");
 pub const MOE_GEMM: KernelFile = kernel_file!("moe_gemm.cu");
 pub const QUANTIZE: KernelFile = kernel_file!("quantize.cu");
@@ -81,6 +83,7 @@ pub const FILES: &[KernelFile] = &[
     NORM_ROPE,
     MMVQ,
     MMVQ_MMA,
+    MMVQ_STAGED,
     MMQ,
     MOE_GEMM,
     QUANTIZE,

@@ -7,7 +7,7 @@
 use super::{CudaAct, CudaBackend, CudaWeight};
 use crate::error::CudaError;
 use crate::error::Result;
-use crate::ops::{ActQuant, PairOut, QuantMatrix, Quantize, MMVQ_MAX_COLS};
+use crate::ops::{ActQuant, MmvqStaged, PairOut, QuantMatrix, Quantize, MMVQ_MAX_COLS};
 use crate::plan::Matmul;
 use cudarc::driver::CudaSlice;
 use ferrolm_gguf::GgmlType;
@@ -68,6 +68,18 @@ impl CudaBackend {
                 self.k
                     .mmvq_mma
                     .matmul(two_tiles, q8k, w, xq, n, out.buf_mut())
+            }
+            Matmul::MatVecStaged { order, splits } => {
+                let floats = MmvqStaged::scratch(splits, n, w.rows);
+                let staged = &self.k.mmvq_staged;
+                if floats == 0 {
+                    return staged.matmul(order, splits, w, xq, n, out.buf_mut(), None);
+                }
+                let mut scratch = self.acts.take(floats)?;
+                let done =
+                    staged.matmul(order, splits, w, xq, n, out.buf_mut(), Some(&mut scratch));
+                self.acts.give(scratch);
+                done
             }
             Matmul::Gemm(how) => {
                 let floats = how.scratch(n, w.rows);

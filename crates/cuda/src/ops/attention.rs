@@ -36,7 +36,7 @@ pub const MMA_HEAD_DIMS: [usize; 5] = [32, 64, 80, 96, 128];
 /// Query heads per KV head that `attn_decode_group_*` has instances for.
 pub const ATTN_GROUPS: [usize; 4] = [1, 2, 4, 8];
 /// The most flash-decoding splits: the combine keeps a weight a split per head in shared
-/// memory (attention.cu's ATTN_MAX_SPLITS).
+/// memory (attention_group.cuh's ATTN_MAX_SPLITS).
 pub const ATTN_MAX_SPLITS: usize = 256;
 /// flash_attn.cu's tile: FA_BQ query rows (16 per warp, FA_NWARPS warps) per block, and its
 /// shared memory: FA_STAGES stages of a K and a V tile of FA_BK keys, rows padded by FA_PAD.
@@ -46,13 +46,14 @@ const FA_BK: usize = 64;
 const FA_STAGES: usize = 2;
 const FA_PAD: usize = 8;
 
-/// attention.cu's grouped decode kernel: ATTN_GROUP_STAGES stages (two for heads over 128, so
+/// attention_group.cuh's decode by KV group (one sequence's `attn_decode_group_*`, a batch's
+/// `attn_decode_rows_*`): ATTN_GROUP_STAGES stages (two for heads over 128, so
 /// that 256 with 8 heads a group fits sm_86/sm_89's 99 KiB a block) of a K and a V tile of
 /// ATTN_GROUP_TILE f16 rows, then the G queries and the tile's G × ATTN_GROUP_TILE scores (f32).
 const GROUP_STAGES: usize = 3;
 const GROUP_TILE: usize = 32;
 
-fn group_smem_bytes(head_dim: usize, group: usize) -> usize {
+pub(super) fn group_smem_bytes(head_dim: usize, group: usize) -> usize {
     let stages = if head_dim > 128 { 2 } else { GROUP_STAGES };
     stages * 2 * GROUP_TILE * head_dim * 2 + group * head_dim * 4 + group * GROUP_TILE * 4
 }

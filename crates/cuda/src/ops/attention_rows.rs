@@ -5,7 +5,8 @@
 //!
 //! Contract: the same formula as `Attention::decode` (flash-decoding, f32 softmax and sums)
 //! in another f32 summation order, so within `cuda-parity`'s f32 attention bound of the
-//! per-sequence kernels and of the CPU. A row's bits depend only on its own query, its
+//! per-sequence kernels and of the CPU: each row runs the decode by KV group's block
+//! (`attention_group.cuh`) on its own cache and partials. A row's bits depend only on its own query, its
 //! sequence's cache and its split count, which the caller derives from the row's own key count
 //! ([`crate::plan::Plan::rows_splits`]): never on the other rows of the batch. f16 caches,
 //! every head size of [`ATTN_HEAD_DIMS`], up to 8 query heads a KV head.
@@ -14,13 +15,16 @@
 //! decode partials) and is rewritten in place, so a captured graph replays over other
 //! sequences' caches.
 
-use super::attention::{sinks_arg, window_arg, AttnSoftmax, DecodeWork, ATTN_HEAD_DIMS};
+use super::attention::{
+    group_smem_bytes, sinks_arg, window_arg, AttnSoftmax, DecodeWork, ATTN_HEAD_DIMS,
+};
 use super::int;
 use super::kv_cache::{KvCache, KvFormat};
 use super::launch::Launcher;
 use crate::device::CudaDevice;
 use crate::error::{CudaError, DriverContext, Result};
 use crate::kernels::ATTENTION_ROWS;
+use cudarc::driver::sys::CUfunction_attribute;
 use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, DevicePtr, LaunchConfig};
 use std::sync::Arc;
 
@@ -173,7 +177,15 @@ impl AttentionRows {
                 .iter()
                 .map(|d| {
                     (1..=ROWS_MAX_GROUP)
-                        .map(|g| f(format!("attn_decode_rows_d{d}_g{g}")))
+                        .map(|g| {
+                            let func = f(format!("attn_decode_rows_d{d}_g{g}"))?;
+                            func.set_attribute(
+                                CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                int(group_smem_bytes(*d, g), "group shared memory"),
+                            )
+                            .during("raising attn_decode_rows' shared-memory limit")?;
+                            Ok(func)
+                        })
                         .collect::<Result<_>>()
                 })
                 .collect::<Result<_>>()?,
@@ -290,10 +302,11 @@ impl AttentionRows {
         let cfg = LaunchConfig {
             grid_dim: (table.grid_split as u32, n_kv_head as u32, n as u32),
             block_dim: ((NWARPS * 32) as u32, 1, 1),
-            shared_mem_bytes: 0,
+            shared_mem_bytes: group_smem_bytes(head_dim, n_head / n_kv_head) as u32,
         };
         // SAFETY: attn_decode_rows_dD_gG(q, kv, meta, pages, work, pos, out, n_head, scale, window,
-        // sinks) (sinks null or n_head floats) with G = n_head / n_kv_head: n_rows rows of q and out; each served row's caches (f16,
+        // sinks) (sinks null or n_head floats) with G = n_head / n_kv_head and the dynamic
+        // shared memory its load raised the limit to: n_rows rows of q and out; each served row's caches (f16,
         // D per row, 16-byte aligned allocations) and partials (its slot of a DecodeWork of at
         // least its split count, which the grid covers) were checked by RowsTable::write;
         // blocks for each row's positions are the caller's.
@@ -310,7 +323,13 @@ mod tests {
     #[test]
     fn every_group_has_its_kernel() {
         let src = ATTENTION_ROWS.source;
-        assert!(src.contains(&format!("#define ROWS_NWARPS {NWARPS}")));
+        let header = crate::kernels::HEADERS
+            .iter()
+            .find(|h| h.name == "attention.cuh")
+            .expect("attention.cuh");
+        assert!(header
+            .source
+            .contains(&format!("#define ATTN_NWARPS {NWARPS}")));
         for d in ATTN_HEAD_DIMS {
             assert!(src.contains(&format!("ROWS_INSTANCES({d})")));
         }

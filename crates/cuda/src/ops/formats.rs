@@ -34,12 +34,15 @@ pub struct Format {
     /// `mmvq_wide_{pair,glu}_<s>`.
     pub matvec_wide: bool,
     /// The mat-vec on the tensor cores for the steps of a batched decode (2-64 rows),
-    /// `mmvq_mma.cu`: `mmvq_mma_<s>_m<MT>_t<NT>` (`MMA_MV_FORMAT`).
+    /// `mmvq_mma.cu`: `mmvq_mma_<s>_m<MT>_t<NT>` (`MMA_MV_FORMAT`); and its staged form for
+    /// 17-64 rows, `mmvq_staged.cu`: `mmvq_staged_<s>_subs_t<NT>` (`STG_FORMAT`).
     pub matvec_mma: bool,
     /// Int8 tensor-core GEMM, `mmq.cu`: `mmq_<s>_<tile>` for every tile of `MMQ_TILES`, rows
     /// of a multiple of `MMQ_BK`.
     pub gemm: bool,
-    /// The GEMM's integer-scale block order (`MmqOrder::Blocks`), `mmq.cu`: `mmq_<s>_blocks`.
+    /// The GEMM's integer-scale block order (`MmqOrder::Blocks`), `mmq.cu`: `mmq_<s>_blocks`;
+    /// and the staged mat-vec's, `mmvq_staged.cu`: `mmvq_staged_<s>_blocks_t<NT>`
+    /// (`STG_BLOCKS_FORMAT`).
     pub gemm_blocks: bool,
     /// A CUDA-core GEMM in the CPU's arithmetic (`mmq.cu`'s `mmq_small`), by entry point: rows
     /// of any multiple of 32, and short ubatches of the `lanes` formats.
@@ -182,7 +185,7 @@ pub fn small_gemms() -> impl Iterator<Item = (GgmlType, &'static str)> {
 mod tests {
     use super::*;
     use crate::kernels::{
-        KernelFile, EMBED, GEMM_WGMMA, MMQ, MMVQ, MMVQ_MMA, MOE_DECODE, MOE_GEMM,
+        KernelFile, EMBED, GEMM_WGMMA, MMQ, MMVQ, MMVQ_MMA, MMVQ_STAGED, MOE_DECODE, MOE_GEMM,
     };
     use crate::ops::kernel_suffix;
     use std::collections::BTreeSet;
@@ -227,6 +230,8 @@ mod tests {
             (&MMVQ, "MMVQ_PAIR_ENTRIES", |f| f.matvec),
             (&MMVQ, "MMVQ_WIDE_FORMAT", |f| f.matvec_wide),
             (&MMVQ_MMA, "MMA_MV_FORMAT", |f| f.matvec_mma),
+            (&MMVQ_STAGED, "STG_FORMAT", |f| f.matvec_mma),
+            (&MMVQ_STAGED, "STG_BLOCKS_FORMAT", |f| f.gemm_blocks),
             (&MMQ, "MMQ_FORMAT", |f| f.gemm),
             (&MMQ, "MMQ_BLOCKS_ENTRY", |f| f.gemm_blocks),
             (&MOE_GEMM, "MOE_ENTRIES", |f| f.experts),

@@ -75,7 +75,7 @@ pub const MMQ_MAX_SPLITS: usize = 16;
 const BLOCKS_TILE: MmqTile = MMQ_TILES[2];
 
 /// How a GEMM sums an output's terms (the kernels' MMQ_ORDER_*, mmq_mma.cuh).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum MmqOrder {
     /// One f32 step per 32-element sub-block: every format but the integer-scale ones.
     Subs = 0,

@@ -21,6 +21,7 @@ pub mod launch;
 mod mmq;
 mod mmvq;
 mod mmvq_mma;
+mod mmvq_staged;
 mod moe_decode;
 mod moe_gemm;
 mod moe_mma;
@@ -45,6 +46,7 @@ pub use mmq::{Mmq, MmqOrder, MmqTile, MMQ_BK, MMQ_MAX_SPLITS, MMQ_SPLIT_TILES, M
 pub(crate) use mmvq::MMVQ_MAX_COLS;
 pub use mmvq::{Mmvq, PairOut, QuantMatrix, TRIPLES};
 pub use mmvq_mma::{MmvqMma, MMA_MV_MAX_ROWS};
+pub use mmvq_staged::{MmvqStaged, STAGED_MAX_ROWS, STAGED_MIN_ROWS};
 pub(crate) use moe_decode::MOE_DECODE_MAX_TOKENS;
 pub use moe_decode::{MoeDecode, MoeDecodeWork};
 pub use moe_gemm::{
@@ -74,6 +76,7 @@ pub struct Kernels {
     pub quantize: Quantize,
     pub mmvq: Mmvq,
     pub mmvq_mma: MmvqMma,
+    pub mmvq_staged: MmvqStaged,
     pub mmq: Mmq,
     pub moe_gemm: MoeGemm,
     pub attention: Attention,
@@ -95,6 +98,7 @@ impl Kernels {
             quantize: Quantize::load(dev, launch)?,
             mmvq: Mmvq::load(dev, launch)?,
             mmvq_mma: MmvqMma::load(dev, launch)?,
+            mmvq_staged: MmvqStaged::load(dev, launch)?,
             mmq: Mmq::load(dev, launch)?,
             moe_gemm: MoeGemm::load(dev, launch)?,
             attention: Attention::load(dev, launch)?,

@@ -18,6 +18,10 @@ pub enum Matmul {
     /// `mmvq_mma`, the tensor-core mat-vec of a batched decode step's 2-64 rows;
     /// `two_tiles`: 32 weight rows a warp (else 16).
     MatVecMma { two_tiles: bool },
+    /// `mmvq_staged`, the tensor-core mat-vec with each super-block's activations in shared
+    /// memory, for a batched decode step's 17-64 rows: mmq's arithmetic in `order`, k shared
+    /// out `splits` ways.
+    MatVecStaged { order: MmqOrder, splits: usize },
     /// `mmvq` over slices of its most rows: no GEMM for this format or width, or
     /// `FERROLM_CUDA_MMQ=0`.
     MatVecSlices { wide: bool },
@@ -113,6 +117,13 @@ impl fmt::Display for Matmul {
                     "mmvq_mma ({} rows a warp)",
                     if *two_tiles { 32 } else { 16 }
                 )
+            }
+            Matmul::MatVecStaged { order, splits } => {
+                write!(f, "mmvq_staged {order:?}")?;
+                if *splits > 1 {
+                    write!(f, " split-k {splits}")?;
+                }
+                Ok(())
             }
             Matmul::MatVecSlices { wide } => write!(f, "mmvq in 8-row slices ({})", walk(*wide)),
         }

@@ -28,10 +28,11 @@ use crate::error::{DriverContext, Result};
 use crate::ops::launch::LaunchMode;
 use crate::ops::{
     formats, ActQuant, AttentionRows, GemmWgmma, Kernels, KvFormat, Mmq, MmqOrder, Mmvq, MmvqMma,
-    MoeDecodeWork, MoeGemm, PrefillKernel, ATTN_GROUPS, ATTN_MAX_SPLITS, F16_DECODE_MAX_ROWS,
-    MMA_HEAD_DIMS, MMA_MV_MAX_ROWS, MMQ_MAX_SPLITS, MMQ_SPLIT_TILES, MMQ_TILES, MMVQ_MAX_COLS,
-    MOE_DECODE_MAX_TOKENS, MOE_INDEX_ONE_BLOCK_EXPERTS, MOE_INDEX_ONE_BLOCK_PAIRS,
-    ROUTER_SMALL_MAX_EMBD, ROUTER_SMALL_N,
+    MmvqStaged, MoeDecodeWork, MoeGemm, PrefillKernel, ATTN_GROUPS, ATTN_MAX_SPLITS,
+    F16_DECODE_MAX_ROWS, MMA_HEAD_DIMS, MMA_MV_MAX_ROWS, MMQ_MAX_SPLITS, MMQ_SPLIT_TILES,
+    MMQ_TILES, MMVQ_MAX_COLS, MOE_DECODE_MAX_TOKENS, MOE_INDEX_ONE_BLOCK_EXPERTS,
+    MOE_INDEX_ONE_BLOCK_PAIRS, ROUTER_SMALL_MAX_EMBD, ROUTER_SMALL_N, STAGED_MAX_ROWS,
+    STAGED_MIN_ROWS,
 };
 use cudarc::driver::sys::CUdevice_attribute;
 use ferrolm_gguf::GgmlType;
@@ -73,6 +74,11 @@ pub const F16_DECODE_MIN_ROWS: usize = 48;
 /// 64-sequence step's products in 4.4 ms against the tensor-core mat-vec's 7.3, while its
 /// q, k, v, o and down (shares of 2-6) ran 14.0 ms against 10.2.
 pub const F16_DECODE_MIN_SHARE_BLOCKS: usize = 8;
+
+/// The fewest rows of a batched decode step whose products take the staged tensor-core
+/// mat-vec ([`Plan::staged_matvec`], `FERROLM_MMVQ_STAGED`): from five column tiles, where
+/// `mmvq_mma`'s activation loads became most of its work (docs/perf.md, session 13).
+pub const STAGED_DEFAULT_ROWS: usize = 33;
 
 /// The fewest pairs an expert, on average, for which a ubatch's experts take the f16 GEMMs
 /// ([`Plan::f16_experts`]): every expert's weights are expanded each time, which few pairs do
@@ -308,6 +314,8 @@ impl Plan {
         let wide = self.matvec_wide(ty);
         if ty == GgmlType::F32 {
             Matmul::Float
+        } else if let Some((order, splits)) = self.staged_matvec(ty, rows, cols, n) {
+            Matmul::MatVecStaged { order, splits }
         } else if let Some(two_tiles) = self.mma_matvec(ty, cols, n) {
             Matmul::MatVecMma { two_tiles }
         } else if n <= DECODE_MAX_ROWS {
@@ -402,6 +410,7 @@ impl Plan {
     pub fn f16_decode(&self, ty: GgmlType, rows: usize, cols: usize, n: usize) -> Option<usize> {
         let min = self.switches.f16_decode_rows.unwrap_or(F16_DECODE_MIN_ROWS);
         let take = self.sequence_batches
+            && self.staged_matvec(ty, rows, cols, n).is_none()
             && self.switches.f16_decode
             && self.switches.gemm_f16
             && self.switches.gemm_f16_unpack
@@ -422,6 +431,47 @@ impl Plan {
         let tiles = rows.div_ceil(GemmWgmma::TILE_ROWS);
         let ways = split_ways(tiles, self.device.sms, may_split);
         (blocks.div_ceil(ways) >= F16_DECODE_MIN_SHARE_BLOCKS).then_some(ways)
+    }
+
+    /// Whether `n` rows of a batched decode step's `ty` product of `rows` × `cols` take the
+    /// staged tensor-core mat-vec (`FERROLM_MMVQ_STAGED`, off by default until measured), and
+    /// if so in which order and how many k shares: passes of several sequences,
+    /// [`STAGED_DEFAULT_ROWS`] (`FERROLM_MMVQ_STAGED_ROWS`) to [`STAGED_MAX_ROWS`] rows. The
+    /// integer-scale block order where the activations are Q8_K (one scale a block, which it
+    /// needs), else the per-sub-block one. k is shared out over the SMs its row blocks leave
+    /// idle, twice over (two blocks an SM; [`split_ways`]; `FERROLM_MMQ_SPLIT_K=0`: unsplit),
+    /// or as `FERROLM_MMVQ_STAGED_SPLITS` says. Contract: mmq's arithmetic in that order, the
+    /// shares added in a fixed order.
+    pub fn staged_matvec(
+        &self,
+        ty: GgmlType,
+        rows: usize,
+        cols: usize,
+        n: usize,
+    ) -> Option<(MmqOrder, usize)> {
+        let min = self.switches.staged_rows.unwrap_or(STAGED_DEFAULT_ROWS);
+        let blocks_order = self.act_quant(ty, cols) == ActQuant::Q8K
+            && MmvqStaged::supports(ty, cols, MmqOrder::Blocks);
+        let order = if blocks_order {
+            MmqOrder::Blocks
+        } else {
+            MmqOrder::Subs
+        };
+        let take = self.sequence_batches
+            && self.switches.staged
+            && (min.max(STAGED_MIN_ROWS)..=STAGED_MAX_ROWS).contains(&n)
+            && MmvqStaged::supports(ty, cols, order);
+        if !take {
+            return None;
+        }
+        let blocks = cols / 256;
+        let may_split = if self.switches.split_k { blocks } else { 0 };
+        let ways = match self.switches.staged_splits {
+            Some(w) if may_split > 0 => w.min(blocks),
+            Some(_) => 1,
+            None => split_ways(MmvqStaged::row_blocks(rows), 2 * self.device.sms, may_split),
+        };
+        Some((order, ways))
     }
 
     /// Whether `n` rows of a `ty` product over `cols` take the tensor-core mat-vec

@@ -1,0 +1,48 @@
+//! Compiles the named kernel files (`mmvq_staged.cu` ...) with NVRTC for sm_90a and sm_80 and
+//! prints each cubin's size and the compiler's log: a kernel edit checked in seconds, where
+//! the `compile_kernels` test takes every file (minutes). No GPU needed.
+//!
+//! `FERROLM_AOT=0 cargo run --release -p ferrolm-cuda --example compile_one -- FILE.cu ...`
+
+use ferrolm_cuda::kernels::FILES;
+use ferrolm_cuda::nvrtc::{Target, Toolchain};
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let tc = match Toolchain::find() {
+        Ok(tc) => tc,
+        Err(e) => {
+            eprintln!("no NVRTC: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let names: Vec<String> = std::env::args().skip(1).collect();
+    let mut failed = false;
+    for name in &names {
+        let Some(file) = FILES.iter().find(|f| &f.name == name) else {
+            eprintln!("{name}: not a kernel file");
+            failed = true;
+            continue;
+        };
+        for arch in ["sm_90a", "sm_80"] {
+            let t = std::time::Instant::now();
+            match tc.compile_with_log(file, &Target::new(arch)) {
+                Ok((cubin, log)) => println!(
+                    "{name} {arch}: {} bytes in {:.1} s{}{log}",
+                    cubin.len(),
+                    t.elapsed().as_secs_f64(),
+                    if log.is_empty() { "" } else { "\n" }
+                ),
+                Err(e) => {
+                    println!("{name} {arch}: {e}");
+                    failed = true;
+                }
+            }
+        }
+    }
+    if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
+}
