@@ -106,11 +106,10 @@ pub const STAGED_CASES: [(usize, usize, usize); 4] = [
     (12_288, 4096, 33),
 ];
 
-/// `mmvq_staged` for `n` rows, in the order the plan gives the format (the integer-scale
-/// blocks for Q4_K over Q8_K, else per sub-block): unsplit against `mmq` in the same order
-/// (the same bits), in 3 and 8 shares (of 16 super-blocks: 2 each, as the plan splits
-/// qwen3-8b's q and o) against the CPU's matmul (the tensor-core contract), and once more
-/// for the same bits every run.
+/// `mmvq_staged` for `n` rows in each order the format has (per sub-block; Q4_K over Q8_K
+/// also the integer-scale blocks): unsplit against `mmq` in the same order (the same bits), in
+/// 3 and 8 shares (of 16 super-blocks: 2 each, as the plan splits qwen3-8b's q and o) against
+/// the CPU's matmul (the tensor-core contract), and once more for the same bits every run.
 #[allow(clippy::too_many_arguments)]
 pub fn mmvq_staged(
     dev: &CudaDevice,
@@ -124,65 +123,68 @@ pub fn mmvq_staged(
 ) -> Result<Vec<Row>> {
     let batched = plan.for_sequence_batches();
     let case = MatmulCase::new(dev, k, &batched, rng, ty, rows, cols, n)?;
-    let order = if batched.act_quant(ty, cols) == ActQuant::Q8K
-        && MmvqStaged::supports(ty, cols, MmqOrder::Blocks)
-    {
-        MmqOrder::Blocks
-    } else {
-        MmqOrder::Subs
-    };
     let cpu = case.cpu()?;
     let exact = case.products()?;
-    let shape = format!("{rows}×{cols} · {n} rows, {order:?}");
-    let run = |splits: usize| -> Result<Vec<f32>> {
-        let mut out = poisoned(dev, n * rows)?;
-        let mut part = poisoned(dev, MmvqStaged::scratch(splits, n, rows).max(1))?;
-        k.mmvq_staged.matmul(
-            order,
-            splits,
-            &case.w,
-            &case.xq,
-            n,
-            &mut out,
-            Some(&mut part),
-        )?;
+    let blocks = batched.act_quant(ty, cols) == ActQuant::Q8K
+        && MmvqStaged::supports(ty, cols, MmqOrder::Blocks);
+    let orders: &[MmqOrder] = if blocks {
+        &[MmqOrder::Subs, MmqOrder::Blocks]
+    } else {
+        &[MmqOrder::Subs]
+    };
+    let mut out_rows = Vec::new();
+    for &order in orders {
+        let shape = format!("{rows}×{cols} · {n} rows, {order:?}");
+        let run = |splits: usize| -> Result<Vec<f32>> {
+            let mut out = poisoned(dev, n * rows)?;
+            let mut part = poisoned(dev, MmvqStaged::scratch(splits, n, rows).max(1))?;
+            k.mmvq_staged.matmul(
+                order,
+                splits,
+                &case.w,
+                &case.xq,
+                n,
+                &mut out,
+                Some(&mut part),
+            )?;
+            dev.sync()?;
+            Ok(dev.download(&out)?)
+        };
+        let one = run(1)?;
+        let mut want = poisoned(dev, n * rows)?;
+        let gemm = Gemm::Tiles {
+            tile: 0,
+            launches: vec![(0, n, order)],
+            splits: 1,
+        };
+        k.mmq.matmul(&gemm, &case.w, &case.xq, n, &mut want, None)?;
         dev.sync()?;
-        Ok(dev.download(&out)?)
-    };
-    let one = run(1)?;
-    let mut want = poisoned(dev, n * rows)?;
-    let gemm = Gemm::Tiles {
-        tile: 0,
-        launches: vec![(0, n, order)],
-        splits: 1,
-    };
-    k.mmq.matmul(&gemm, &case.w, &case.xq, n, &mut want, None)?;
-    dev.sync()?;
-    let want = dev.download(&want)?;
-    let name = format!("mmvq_staged {ty}");
-    let mut out_rows = vec![row(
-        &format!("{name} (one share)"),
-        shape.clone(),
-        "mmq in the same order",
-        compare(&one, &want, |_| 1.0),
-        Contract::Exact,
-    )];
-    for splits in [3, 8] {
-        let got = run(splits)?;
+        let want = dev.download(&want)?;
+        let name = format!("mmvq_staged {ty}");
         out_rows.push(row(
-            &format!("{name} ({splits} shares)"),
+            &format!("{name} (one share)"),
             shape.clone(),
-            "cpu matmul::matmul",
-            compare(&got, &cpu, |i| exact[i].1),
-            SAME_INT8,
-        ));
-        out_rows.push(row(
-            &format!("{name} ({splits} shares, again)"),
-            shape.clone(),
-            "its first run",
-            compare(&run(splits)?, &got, |_| 1.0),
+            "mmq in the same order",
+            compare(&one, &want, |_| 1.0),
             Contract::Exact,
         ));
+        for splits in [3, 8] {
+            let got = run(splits)?;
+            out_rows.push(row(
+                &format!("{name} ({splits} shares)"),
+                shape.clone(),
+                "cpu matmul::matmul",
+                compare(&got, &cpu, |i| exact[i].1),
+                SAME_INT8,
+            ));
+            out_rows.push(row(
+                &format!("{name} ({splits} shares, again)"),
+                shape.clone(),
+                "its first run",
+                compare(&run(splits)?, &got, |_| 1.0),
+                Contract::Exact,
+            ));
+        }
     }
     Ok(out_rows)
 }

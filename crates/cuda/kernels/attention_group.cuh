@@ -12,10 +12,10 @@
 // out = Σ_s acc_s w_s / Σ_s l_s w_s with w_s = e^(m_s - m) over the splits (0 for an empty one,
 // whose acc is 0), the head's sink (if `sinks`) in m and the denominator. First a warp a head
 // finds m, the weights (kept in shared memory) and the sum; then the block's threads take a
-// float4 of the head each, in ATTN_COMBINE_ROWS interleaved sets
-// of splits, so many independent loads are in flight (the tail of a fused launch is one block),
+// float4 of the head each, in blockDim.x / (head_dim / 4) interleaved sets of splits, so many
+// independent loads are in flight (the tail of a fused launch is one block),
 // and the sets are added in order. Loads bypass L1 (__ldcg): in the fused use, other blocks wrote
-// the partials. A set is blockDim.x / (head_dim / 4) threads' worth of float4s; where head_dim / 4
+// the partials. A set is head_dim / 4 threads' worth of float4s; where head_dim / 4
 // does not divide blockDim.x (80, 96) the threads past the last whole set stay idle. blockDim.x:
 // a multiple of 32, at least head_dim / 4, at most 128; `scratch`: ATTN_COMBINE_SCRATCH(nh)
 // floats of shared memory, 16-byte aligned.

@@ -234,6 +234,9 @@ static __device__ __forceinline__ void staged_matvec(const void *__restrict__ vx
     static_assert(!BLOCKS || TYPE == GGML_TYPE_Q4_K, "the integer-scale order is Q4_K's");
     extern __shared__ __align__(16) char smem[];
     __shared__ bool last;
+    if (mmq_dynamic_smem() < (unsigned)STG_SMEM) {
+        __trap(); // launched with less shared memory than the layout needs
+    }
     float2 *ysc = (float2 *)(smem + STG_YSC);
     const int lane = threadIdx.x, g = lane / 4, t = lane % 4;
     const int tid = threadIdx.y * WARP_SIZE + lane;
@@ -263,9 +266,14 @@ static __device__ __forceinline__ void staged_matvec(const void *__restrict__ vx
         typename R::Raw cur;
         R::load(cur, r0 + kb, r1 + kb, t);
         if (kb + 1 < kb1) {
+            // Lane l: line l % 2 of row l / 2's next block, and its last byte's line (a
+            // block of 144 or 210 bytes can meet three).
             const int r = min(row0 + lane / 2, nrows - 1);
-            const char *p = (const char *)(x + (size_t)r * bpr + kb + 1) + 128 * (lane % 2);
-            asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+            const char *p = (const char *)(x + (size_t)r * bpr + kb + 1);
+            asm volatile("prefetch.global.L2 [%0];" ::"l"(p + 128 * (lane % 2)));
+            if (lane % 2) {
+                asm volatile("prefetch.global.L2 [%0];" ::"l"(p + sizeof(block) - 1));
+            }
         }
         cp_async_wait<0>(); // this thread's copies of super-block kb
         __syncthreads();    // everyone's; and every warp is done with kb - 1's stage and scales

@@ -28,7 +28,7 @@ use cudarc::driver::sys::CUfunction_attribute;
 use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, DevicePtr, LaunchConfig};
 use std::sync::Arc;
 
-/// Warps per block (the kernel's ROWS_NWARPS).
+/// Warps per block (attention.cuh's ATTN_NWARPS).
 const NWARPS: usize = 4;
 /// The most query heads a KV head that the kernel has instances for (1..=8).
 pub const ROWS_MAX_GROUP: usize = 8;

@@ -133,12 +133,17 @@ impl MmvqStaged {
             int(share, "mmvq_staged share"),
         );
         b.arg(&cols).arg(&rows).arg(&rows_y);
+        if splits > 1 && row_blocks > STAGED_SPLIT_BLOCKS {
+            return Err(CudaError::Invalid(format!(
+                "mmvq_staged: split-K over {row_blocks} row blocks (at most \
+                 {STAGED_SPLIT_BLOCKS})"
+            )));
+        }
         match part {
             Some(p) if splits > 1 => {
                 assert!(
-                    p.len() >= Self::scratch(splits, n, w.rows)
-                        && row_blocks <= STAGED_SPLIT_BLOCKS,
-                    "mmvq_staged: split scratch or counters too small"
+                    p.len() >= Self::scratch(splits, n, w.rows),
+                    "mmvq_staged: split scratch too small"
                 );
                 b.arg(p).arg(&self.done);
             }

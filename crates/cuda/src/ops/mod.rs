@@ -46,7 +46,7 @@ pub use mmq::{Mmq, MmqOrder, MmqTile, MMQ_BK, MMQ_MAX_SPLITS, MMQ_SPLIT_TILES, M
 pub(crate) use mmvq::MMVQ_MAX_COLS;
 pub use mmvq::{Mmvq, PairOut, QuantMatrix, TRIPLES};
 pub use mmvq_mma::{MmvqMma, MMA_MV_MAX_ROWS};
-pub use mmvq_staged::{MmvqStaged, STAGED_MAX_ROWS, STAGED_MIN_ROWS};
+pub use mmvq_staged::{MmvqStaged, STAGED_MAX_ROWS, STAGED_MIN_ROWS, STAGED_SPLIT_BLOCKS};
 pub(crate) use moe_decode::MOE_DECODE_MAX_TOKENS;
 pub use moe_decode::{MoeDecode, MoeDecodeWork};
 pub use moe_gemm::{

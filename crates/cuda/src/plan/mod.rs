@@ -32,7 +32,7 @@ use crate::ops::{
     F16_DECODE_MAX_ROWS, MMA_HEAD_DIMS, MMA_MV_MAX_ROWS, MMQ_MAX_SPLITS, MMQ_SPLIT_TILES,
     MMQ_TILES, MMVQ_MAX_COLS, MOE_DECODE_MAX_TOKENS, MOE_INDEX_ONE_BLOCK_EXPERTS,
     MOE_INDEX_ONE_BLOCK_PAIRS, ROUTER_SMALL_MAX_EMBD, ROUTER_SMALL_N, STAGED_MAX_ROWS,
-    STAGED_MIN_ROWS,
+    STAGED_MIN_ROWS, STAGED_SPLIT_BLOCKS,
 };
 use cudarc::driver::sys::CUdevice_attribute;
 use ferrolm_gguf::GgmlType;
@@ -437,10 +437,11 @@ impl Plan {
     /// staged tensor-core mat-vec (`FERROLM_MMVQ_STAGED`, off by default until measured), and
     /// if so in which order and how many k shares: passes of several sequences,
     /// [`STAGED_DEFAULT_ROWS`] (`FERROLM_MMVQ_STAGED_ROWS`) to [`STAGED_MAX_ROWS`] rows. The
-    /// integer-scale block order where the activations are Q8_K (one scale a block, which it
-    /// needs), else the per-sub-block one. k is shared out over the SMs its row blocks leave
-    /// idle, twice over (two blocks an SM; [`split_ways`]; `FERROLM_MMQ_SPLIT_K=0`: unsplit),
-    /// or as `FERROLM_MMVQ_STAGED_SPLITS` says. Contract: mmq's arithmetic in that order, the
+    /// order is the pass's GEMM order: per sub-block, or the integer-scale block order where
+    /// [`Plan::integer_scales`] says so (`FERROLM_CUDA_INT_SCALES=1` in a batched pass). k is
+    /// shared out over the SMs its row blocks leave idle, twice over ([`split_ways`];
+    /// `FERROLM_MMQ_SPLIT_K=0`: unsplit), or as `FERROLM_MMVQ_STAGED_SPLITS` says; never past
+    /// the kernel's [`STAGED_SPLIT_BLOCKS`] row blocks. Contract: mmq's arithmetic in that order, the
     /// shares added in a fixed order.
     pub fn staged_matvec(
         &self,
@@ -450,8 +451,8 @@ impl Plan {
         n: usize,
     ) -> Option<(MmqOrder, usize)> {
         let min = self.switches.staged_rows.unwrap_or(STAGED_DEFAULT_ROWS);
-        let blocks_order = self.act_quant(ty, cols) == ActQuant::Q8K
-            && MmvqStaged::supports(ty, cols, MmqOrder::Blocks);
+        let blocks_order =
+            self.integer_scales(ty, cols, n) && MmvqStaged::supports(ty, cols, MmqOrder::Blocks);
         let order = if blocks_order {
             MmqOrder::Blocks
         } else {
@@ -465,11 +466,17 @@ impl Plan {
             return None;
         }
         let blocks = cols / 256;
-        let may_split = if self.switches.split_k { blocks } else { 0 };
+        let row_blocks = MmvqStaged::row_blocks(rows);
+        // Past the kernel's counters a product stays unsplit (split_ways says so too).
+        let may_split = if self.switches.split_k && row_blocks <= STAGED_SPLIT_BLOCKS {
+            blocks
+        } else {
+            0
+        };
         let ways = match self.switches.staged_splits {
             Some(w) if may_split > 0 => w.min(blocks),
             Some(_) => 1,
-            None => split_ways(MmvqStaged::row_blocks(rows), 2 * self.device.sms, may_split),
+            None => split_ways(row_blocks, 2 * self.device.sms, may_split),
         };
         Some((order, ways))
     }

@@ -879,9 +879,9 @@ fn batched_steps_take_the_f16_decode_gemm() {
 
 /// With `FERROLM_MMVQ_STAGED=1`, a batched decode step's Q4_K and Q6_K products of
 /// STAGED_DEFAULT_ROWS to 64 rows take the staged mat-vec, ahead of the f16 decode GEMM and
-/// `mmvq_mma`: Q4_K over Q8_K activations in the integer-scale block order, the rest per
-/// sub-block, k split over twice the SMs the row blocks leave idle. Off by default, on one
-/// sequence, below its rows, and for formats without it.
+/// `mmvq_mma`, in the pass's GEMM order (per sub-block; the integer-scale blocks under
+/// `FERROLM_CUDA_INT_SCALES=1`), k split over twice the SMs the row blocks leave idle. Off by
+/// default, on one sequence, below its rows, and for formats without it.
 #[test]
 fn batched_steps_take_the_staged_matvec_when_switched_on() {
     let off = plan(&[]).for_sequence_batches();
@@ -894,18 +894,18 @@ fn batched_steps_take_the_staged_matvec_when_switched_on() {
     let many = on.for_sequence_batches();
     assert_eq!(on.staged_matvec(Q4K, 4096, 4096, 64), None, "one sequence");
     // qwen3-8b's q: 32 row blocks on 264 slots, 16 super-blocks: 8 shares of 2.
-    assert_eq!(many.staged_matvec(Q4K, 4096, 4096, 64), Some((Blocks, 8)));
+    assert_eq!(many.staged_matvec(Q4K, 4096, 4096, 64), Some((Subs, 8)));
     assert_eq!(
         many.matmul(Q4K, 4096, 4096, 64),
         Matmul::MatVecStaged {
-            order: Blocks,
+            order: Subs,
             splits: 8
         }
     );
-    // down: 48 super-blocks, 8 shares of 6; Q6_K per sub-block.
+    // down: 48 super-blocks, 8 shares of 6.
     assert_eq!(many.staged_matvec(Q6K, 4096, 12288, 64), Some((Subs, 8)));
     // gate/up: 96 row blocks, two shares; it takes them from the f16 decode GEMM.
-    assert_eq!(many.staged_matvec(Q4K, 12288, 4096, 64), Some((Blocks, 2)));
+    assert_eq!(many.staged_matvec(Q4K, 12288, 4096, 64), Some((Subs, 2)));
     assert_eq!(many.f16_decode(Q4K, 12288, 4096, 64), None);
     // The output: enough row blocks, unsplit.
     assert_eq!(many.staged_matvec(Q6K, 151_936, 4096, 64), Some((Subs, 1)));
@@ -923,25 +923,38 @@ fn batched_steps_take_the_staged_matvec_when_switched_on() {
     .for_sequence_batches();
     assert_eq!(rows.staged_matvec(Q4K, 4096, 4096, 16), None);
     assert!(rows.staged_matvec(Q4K, 4096, 4096, 17).is_some());
-    // Q8_1 activations: the per-sub-block order; formats and widths without the kernel.
-    let q8_1 =
-        plan(&[("FERROLM_MMVQ_STAGED", "1"), ("FERROLM_CUDA_Q8K", "0")]).for_sequence_batches();
+    // The integer-scale order where forced, for Q4_K over Q8_K activations only.
+    let int = plan(&[
+        ("FERROLM_MMVQ_STAGED", "1"),
+        ("FERROLM_CUDA_INT_SCALES", "1"),
+    ])
+    .for_sequence_batches();
+    assert_eq!(int.staged_matvec(Q4K, 4096, 4096, 64), Some((Blocks, 8)));
+    assert_eq!(int.staged_matvec(Q6K, 4096, 4096, 64), Some((Subs, 8)));
+    let q8_1 = plan(&[
+        ("FERROLM_MMVQ_STAGED", "1"),
+        ("FERROLM_CUDA_INT_SCALES", "1"),
+        ("FERROLM_CUDA_Q8K", "0"),
+    ])
+    .for_sequence_batches();
     assert_eq!(q8_1.staged_matvec(Q4K, 4096, 4096, 64), Some((Subs, 8)));
+    // Formats and widths without the kernel.
     assert_eq!(many.staged_matvec(Q8_0, 4096, 4096, 64), None);
     assert_eq!(many.staged_matvec(Q4K, 4096, 576, 64), None);
-    // Shares: forced, or none without split-K.
+    // Shares: forced (never past the kernel's counters), or none without split-K.
     let forced = plan(&[
         ("FERROLM_MMVQ_STAGED", "1"),
         ("FERROLM_MMVQ_STAGED_SPLITS", "3"),
     ])
     .for_sequence_batches();
-    assert_eq!(forced.staged_matvec(Q4K, 4096, 4096, 64), Some((Blocks, 3)));
+    assert_eq!(forced.staged_matvec(Q4K, 4096, 4096, 64), Some((Subs, 3)));
+    assert_eq!(
+        forced.staged_matvec(Q6K, 151_936, 4096, 64),
+        Some((Subs, 1))
+    );
     let unsplit =
         plan(&[("FERROLM_MMVQ_STAGED", "1"), ("FERROLM_MMQ_SPLIT_K", "0")]).for_sequence_batches();
-    assert_eq!(
-        unsplit.staged_matvec(Q4K, 4096, 4096, 64),
-        Some((Blocks, 1))
-    );
+    assert_eq!(unsplit.staged_matvec(Q4K, 4096, 4096, 64), Some((Subs, 1)));
     assert!(err(&[("FERROLM_MMVQ_STAGED_ROWS", "16")]).contains("FERROLM_MMVQ_STAGED_ROWS"));
     assert!(err(&[("FERROLM_MMVQ_STAGED_SPLITS", "0")]).contains("FERROLM_MMVQ_STAGED_SPLITS"));
 }
