@@ -107,15 +107,22 @@ static __device__ __noinline__ void combine_heads(const float *part_m, const flo
 #define ATTN_GROUP_TILE 32
 #define ATTN_GROUP_STAGES 3
 
-template <int D, int G> struct GroupLayout {
+// STAGES_: tiles in flight (0: ATTN_GROUP_STAGES, two for heads over 128; a batch's rows take
+// 2, whose blocks mostly walk one tile: the smaller stage lets more of them share an SM).
+template <int D, int G, int STAGES_ = 0> struct GroupLayout {
     static constexpr int CHUNKS = D / 8;                       // 16-byte chunks a row
     static constexpr int SWIZZLE = CHUNKS % 8 == 0 ? 4 : 0;    // K's chunk flip on odd keys
     static constexpr int TILE_BYTES = ATTN_GROUP_TILE * D * 2; // K or V of one tile
     static constexpr int STAGE_BYTES = 2 * TILE_BYTES;
-    static constexpr int STAGES = D > 128 ? 2 : ATTN_GROUP_STAGES; // tiles in flight
+    static constexpr int STAGES = STAGES_ > 0 ? STAGES_ : D > 128 ? 2 : ATTN_GROUP_STAGES;
+    static_assert(STAGES >= 2, "the ring needs a stage to fill while one is read");
     static constexpr int Q_OFFSET = STAGES * STAGE_BYTES;
     static constexpr int S_OFFSET = Q_OFFSET + G * D * 4;
-    static constexpr int BYTES = S_OFFSET + G * ATTN_GROUP_TILE * 4;
+    // The last block's combine reuses the whole of it as its scratch (two stages of 32-wide
+    // heads are smaller than eight heads' scratch).
+    static constexpr int TILES_END = S_OFFSET + G * ATTN_GROUP_TILE * 4;
+    static constexpr int COMBINE_BYTES = ATTN_COMBINE_SCRATCH(G) * 4;
+    static constexpr int BYTES = TILES_END > COMBINE_BYTES ? TILES_END : COMBINE_BYTES;
     // Warps a head (each a share of a tile's keys) and heads a warp (at most: warps past G's
     // last head have one fewer where ATTN_NWARPS does not divide G).
     static constexpr int WK = G < ATTN_NWARPS && ATTN_NWARPS % G == 0 ? ATTN_NWARPS / G : 1;
@@ -125,11 +132,11 @@ template <int D, int G> struct GroupLayout {
 
 // Starts the copy of tile `tile` (keys base.. of the block's range, n of them live) into stage
 // `stage`: every thread D / 16 chunks, zero-filled past the live keys.
-template <int D, int G>
+template <int D, int G, int STAGES>
 static __device__ __forceinline__ void group_load_tile(char *smem, const KvHead<KvF16> &kh,
                                                        const KvHead<KvF16> &vh, int base, int n,
                                                        int stage) {
-    typedef GroupLayout<D, G> L;
+    typedef GroupLayout<D, G, STAGES> L;
     char *sk = smem + stage * L::STAGE_BYTES, *sv = sk + L::TILE_BYTES;
     constexpr int PER_TENSOR = ATTN_GROUP_TILE * L::CHUNKS;
     static_assert(2 * PER_TENSOR % (ATTN_NWARPS * WARP_SIZE) == 0, "whole copy rounds");
@@ -150,15 +157,15 @@ static __device__ __forceinline__ void group_load_tile(char *smem, const KvHead<
 // Block (split, KV head g) of one query row: q_row the row's [n_head][D] queries, its keys
 // 0..n_keys - 1 in kc / vc through `pages`; part_m / part_l the row's [n_head][n_split]
 // partials, part_acc [n_head][n_split][D], done its [n_head] counters (null: no combine
-// here), out_row its [n_head][D] output.
-template <int D, int G>
+// here), out_row its [n_head][D] output. STAGES: GroupLayout's.
+template <int D, int G, int STAGES = 0>
 static __device__ __forceinline__ void attn_group_block(
     const float *__restrict__ q_row, const uint16_t *__restrict__ kc,
     const uint16_t *__restrict__ vc, KvPages pages, int n_keys, int split, int n_split, int g,
     float *__restrict__ part_m, float *__restrict__ part_l, float *__restrict__ part_acc,
     int *__restrict__ done, float *__restrict__ out_row, float scale, int window,
     const float *__restrict__ sinks) {
-    typedef GroupLayout<D, G> L;
+    typedef GroupLayout<D, G, STAGES> L;
     constexpr int DL = LaneDims<D>::N; // output elements a lane holds
     static_assert(ATTN_NWARPS == 4 && ATTN_GROUP_TILE == 32, "thread (key, part) per tile");
     extern __shared__ __align__(16) char smem[];
@@ -175,7 +182,8 @@ static __device__ __forceinline__ void attn_group_block(
     for (int s = 0; s < L::STAGES - 1; ++s) {
         if (s < n_tiles) {
             const int base = k0 + s * ATTN_GROUP_TILE;
-            group_load_tile<D, G>(smem, kh, vh, base, min(ATTN_GROUP_TILE, k1 - base), s);
+            group_load_tile<D, G, STAGES>(smem, kh, vh, base, min(ATTN_GROUP_TILE, k1 - base),
+                                          s);
         }
         cp_async_commit(); // possibly empty: group i stays tile i
     }
@@ -203,8 +211,8 @@ static __device__ __forceinline__ void attn_group_block(
             const int nt = it + L::STAGES - 1;
             if (nt < n_tiles) {
                 const int base = k0 + nt * ATTN_GROUP_TILE;
-                group_load_tile<D, G>(smem, kh, vh, base, min(ATTN_GROUP_TILE, k1 - base),
-                                      nt % L::STAGES);
+                group_load_tile<D, G, STAGES>(smem, kh, vh, base,
+                                              min(ATTN_GROUP_TILE, k1 - base), nt % L::STAGES);
             }
             cp_async_commit();
         }

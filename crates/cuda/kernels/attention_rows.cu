@@ -22,6 +22,11 @@
 // other rows, and equal a single sequence's grouped decode at the same split count.
 #include "attention_group.cuh"
 
+// Tiles in flight a block: a split of ROWS_SPLIT_KEYS (32) keys is one tile, so a row's blocks
+// mostly walk one; two stages (where a single sequence's decode takes three) leave room for
+// more blocks an SM.
+#define ROWS_STAGES 2
+
 // Head g's row of position pos[t] = f16(k/v[t][g*head_dim..]) for every row t with meta's split
 // count > 0;
 // k, v: [n_rows][n_kv_head * head_dim] f32. Grid-stride over elements.
@@ -50,7 +55,7 @@ extern "C" __global__ void kv_store_rows_f16(const float *__restrict__ k,
 }
 
 // grid (max split count, n_kv_head, n_rows); block ATTN_NWARPS warps; dynamic shared memory
-// group_smem_bytes(D, G). q, out: [n_rows][n_head][D]. `window`: the layer's sliding window
+// GroupLayout<D, G, ROWS_STAGES>::BYTES (ops/attention_rows.rs's rows_smem_bytes). q, out: [n_rows][n_head][D]. `window`: the layer's sliding window
 // (0: none); a row sees keys attn_first_key..pos[t]. `sinks`: null, or a logit per query head
 // joining the combine (attention.cuh).
 template <int D, int G>
@@ -74,7 +79,7 @@ static __device__ __forceinline__ void attn_decode_rows(
         return; // a row of fewer splits, or one this launch does not serve
     }
     const KvPages pg = {(const uint32_t *)pages[t], meta[t], (int)gridDim.y};
-    attn_group_block<D, G>(q + (size_t)t * n_head * D, (const uint16_t *)kv[t],
+    attn_group_block<D, G, ROWS_STAGES>(q + (size_t)t * n_head * D, (const uint16_t *)kv[t],
                            (const uint16_t *)kv[n_rows + t], pg, (int)pos[t] + 1, split, n_split,
                            g, (float *)work[t], (float *)work[n_rows + t],
                            (float *)work[2 * n_rows + t], (int *)work[3 * n_rows + t],

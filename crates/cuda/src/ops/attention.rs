@@ -55,7 +55,16 @@ const GROUP_TILE: usize = 32;
 
 pub(super) fn group_smem_bytes(head_dim: usize, group: usize) -> usize {
     let stages = if head_dim > 128 { 2 } else { GROUP_STAGES };
-    stages * 2 * GROUP_TILE * head_dim * 2 + group * head_dim * 4 + group * GROUP_TILE * 4
+    group_smem_bytes_staged(head_dim, group, stages)
+}
+
+/// attention_group.cuh's GroupLayout<D, G, stages>::BYTES: the stages, the queries and the
+/// scores, or the combine's scratch (ATTN_COMBINE_SCRATCH(G) floats) where that is more.
+pub(super) fn group_smem_bytes_staged(head_dim: usize, group: usize, stages: usize) -> usize {
+    let tiles =
+        stages * 2 * GROUP_TILE * head_dim * 2 + group * head_dim * 4 + group * GROUP_TILE * 4;
+    let combine = (512 + 8 + group * ATTN_MAX_SPLITS) * 4;
+    tiles.max(combine)
 }
 
 fn flash_smem_bytes(head_dim: usize) -> usize {

@@ -16,7 +16,7 @@
 //! sequences' caches.
 
 use super::attention::{
-    group_smem_bytes, sinks_arg, window_arg, AttnSoftmax, DecodeWork, ATTN_HEAD_DIMS,
+    group_smem_bytes_staged, sinks_arg, window_arg, AttnSoftmax, DecodeWork, ATTN_HEAD_DIMS,
 };
 use super::int;
 use super::kv_cache::{KvCache, KvFormat};
@@ -27,6 +27,14 @@ use crate::kernels::ATTENTION_ROWS;
 use cudarc::driver::sys::CUfunction_attribute;
 use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, DevicePtr, LaunchConfig};
 use std::sync::Arc;
+
+/// Tiles in flight a block (the kernel's ROWS_STAGES).
+const ROWS_STAGES: usize = 2;
+
+/// Dynamic shared memory of `attn_decode_rows_d{head_dim}_g{group}`.
+fn rows_smem_bytes(head_dim: usize, group: usize) -> usize {
+    group_smem_bytes_staged(head_dim, group, ROWS_STAGES)
+}
 
 /// Warps per block (attention.cuh's ATTN_NWARPS).
 const NWARPS: usize = 4;
@@ -181,7 +189,7 @@ impl AttentionRows {
                             let func = f(format!("attn_decode_rows_d{d}_g{g}"))?;
                             func.set_attribute(
                                 CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                int(group_smem_bytes(*d, g), "group shared memory"),
+                                int(rows_smem_bytes(*d, g), "rows shared memory"),
                             )
                             .during("raising attn_decode_rows' shared-memory limit")?;
                             Ok(func)
@@ -302,7 +310,7 @@ impl AttentionRows {
         let cfg = LaunchConfig {
             grid_dim: (table.grid_split as u32, n_kv_head as u32, n as u32),
             block_dim: ((NWARPS * 32) as u32, 1, 1),
-            shared_mem_bytes: group_smem_bytes(head_dim, n_head / n_kv_head) as u32,
+            shared_mem_bytes: rows_smem_bytes(head_dim, n_head / n_kv_head) as u32,
         };
         // SAFETY: attn_decode_rows_dD_gG(q, kv, meta, pages, work, pos, out, n_head, scale, window,
         // sinks) (sinks null or n_head floats) with G = n_head / n_kv_head and the dynamic
@@ -333,6 +341,14 @@ mod tests {
         for d in ATTN_HEAD_DIMS {
             assert!(src.contains(&format!("ROWS_INSTANCES({d})")));
         }
+        assert!(src.contains(&format!("#define ROWS_STAGES {ROWS_STAGES}")));
+        // Two stages of 32-wide heads hold less than eight heads' combine scratch: the layout
+        // takes the larger.
+        assert_eq!(rows_smem_bytes(32, 8), (512 + 8 + 8 * 256) * 4);
+        assert_eq!(
+            rows_smem_bytes(128, 4),
+            2 * 2 * 32 * 128 * 2 + 4 * 128 * 4 + 4 * 32 * 4
+        );
         for g in 1..=ROWS_MAX_GROUP {
             assert!(src.contains(&format!("ROWS_INSTANCE(D, {g})")));
         }
