@@ -260,6 +260,36 @@ fn f16_decode_agrees_with_the_mma_matvec() {
     }
 }
 
+/// A batched step's Q4_K and Q6_K products on the staged tensor-core mat-vec
+/// (`FERROLM_MMVQ_STAGED=1`, from 17 rows, k in two shares; each super-block's activations
+/// in shared memory, mmq's per-sub-block order) against `mmvq_mma` (`=0`): forty sequences,
+/// so the padded steps take 64 rows. The same tolerance as the f16 decode GEMM's test above:
+/// another f32 order moves these two-layer models by tenths of a logit, a wrong product by
+/// whole logits.
+#[test]
+#[ignore = "needs a GPU"]
+fn staged_matvec_agrees_with_the_mma_matvec() {
+    let lens: Vec<usize> = (0..40).map(|s| 1 + (s * 7) % 23).collect();
+    let staged = [
+        ("FERROLM_MMVQ_STAGED", "1"),
+        ("FERROLM_MMVQ_STAGED_ROWS", "17"),
+        ("FERROLM_MMVQ_STAGED_SPLITS", "2"),
+    ];
+    for stem in ["tiny-llama-q4_k_m", "tiny-qwen3-q4_k_m"] {
+        let file = golden_file(stem);
+        let on = batch_schedule_of(&file, &staged, &lens);
+        let off = batch_schedule_of(&file, &[("FERROLM_MMVQ_STAGED", "0")], &lens);
+        let d = on
+            .iter()
+            .zip(&off)
+            .map(|(a, b)| max_abs_diff(a, b))
+            .fold(0.0, f32::max);
+        println!("{stem}: staged vs tensor-core mat-vec: max |Δlogit| {d:.3e}");
+        assert!(d > 0.0, "{stem}: the switch changed no kernel");
+        assert!(d < 0.5, "{stem}: max |Δlogit| {d}");
+    }
+}
+
 /// The paged KV cache moves addresses, never values: blocks of 16 positions, the default, and
 /// one block as large as the whole context (the cache as one array) give bit-identical
 /// logits, for one sequence's prompt and steps (graphs) and for a batch of sequences (the
