@@ -19,7 +19,7 @@ fn main() -> ExitCode {
     let names: Vec<String> = std::env::args().skip(1).collect();
     let mut failed = false;
     for name in &names {
-        let Some(file) = FILES.iter().find(|f| &f.name == name) else {
+        let Some(file) = FILES.iter().find(|f| f.name == name.as_str()) else {
             eprintln!("{name}: not a kernel file");
             failed = true;
             continue;
