@@ -22,6 +22,10 @@ mod tests_attention;
 #[cfg(test)]
 mod tests_f32kv;
 #[cfg(test)]
+mod tests_matmul;
+#[cfg(test)]
+mod tests_moe;
+#[cfg(test)]
 mod tests_mxfp4;
 
 pub use answers::{Attn, ExpertGemm, ExpertMatVec, Gemm, Matmul, MoePath, MoeShape, RouterLogits};

@@ -1,7 +1,8 @@
 //! The plan's answers for MXFP4 weights (gpt-oss's experts; dense MXFP4 matrices in parity
 //! checks): the kernels of a Q4_0-like format, a per-block chain on the CPU.
 
-use super::tests::{plan, tiles};
+use super::tests::plan;
+use super::tests_matmul::tiles;
 use super::*;
 use crate::ops::MmqOrder::Subs;
 use GgmlType::Mxfp4;

@@ -1,0 +1,256 @@
+//! The plan's MoE answers (`moe.rs`), without a GPU.
+
+use super::tests::{err, plan};
+use super::*;
+use crate::ops::MmqOrder::{Blocks, Subs};
+use GgmlType::{F32, Q4K, Q6K, Q8_0};
+
+/// OLMoE-1B-7B (64 experts, top-8, n_ff 1024) and Qwen3-30B-A3B (128, top-8, n_ff 768); from
+/// 256 tokens the f16 GEMMs on Hopper, the int8 ones without them.
+#[test]
+fn moe_path_by_tokens() {
+    let f16 = plan(&[]);
+    let p = plan(&[("FERROLM_GEMM_F16", "0")]);
+    let shape = |tokens, n_embd, n_ff, down| MoeShape {
+        tokens,
+        gate: Q4K,
+        up: Q4K,
+        down,
+        n_embd,
+        n_ff,
+        n_used: 8,
+        n_expert: 64,
+    };
+    let q8k = ActQuant::Q8K;
+    for (n_embd, n_ff) in [(2048, 1024), (2048, 768)] {
+        for down in [Q4K, Q6K] {
+            let decode = MoePath::MatVec(ExpertMatVec {
+                fused: true,
+                wide: true,
+                x_quant: q8k,
+                h_quant: q8k,
+            });
+            assert_eq!(p.moe(&shape(1, n_embd, n_ff, down)), decode);
+            assert_eq!(p.moe(&shape(8, n_embd, n_ff, down)), decode);
+            for (n, gate_up) in [(100, Blocks), (512, Subs), (2048, Subs)] {
+                let down_order = if down == Q4K { gate_up } else { Subs };
+                let want = MoePath::Gemm(ExpertGemm::Int8 {
+                    grouped: true,
+                    x_quant: q8k,
+                    h_quant: q8k,
+                    gate_up,
+                    down: down_order,
+                    matvec_mma: None,
+                    index_one_block: false, // 800 pairs and more
+                });
+                assert_eq!(p.moe(&shape(n, n_embd, n_ff, down)), want, "{n} tokens");
+                let f16_want = if n >= F16_GEMM_MIN_ROWS {
+                    MoePath::F16
+                } else {
+                    want
+                };
+                assert_eq!(
+                    f16.moe(&shape(n, n_embd, n_ff, down)),
+                    f16_want,
+                    "{n} tokens"
+                );
+            }
+        }
+    }
+    let float = MoeShape {
+        gate: F32,
+        up: F32,
+        down: F32,
+        ..shape(1, 2048, 1024, F32)
+    };
+    assert_eq!(p.moe(&float), MoePath::Gemm(ExpertGemm::Float));
+    // Gate and up of two formats: the per-slot path.
+    let mixed = MoeShape {
+        up: Q6K,
+        ..shape(1, 2048, 1024, Q6K)
+    };
+    assert!(matches!(p.moe(&mixed), MoePath::MatVec(m) if !m.fused));
+    // More slots than the decode kernels take: the GEMM from the first token.
+    let many = MoeShape {
+        n_used: 17,
+        ..shape(8, 2048, 1024, Q6K)
+    };
+    assert!(matches!(p.moe(&many), MoePath::Gemm(_)));
+    // Int8 experts of widths the GEMM does not take (the shape-space goldens: n_ff 96, n_embd
+    // 320): the decode kernels in slices; floats still their own kernels.
+    for (n_embd, n_ff) in [(256, 96), (320, 64)] {
+        let odd = shape(76, n_embd, n_ff, Q8_0);
+        assert!(matches!(p.moe(&odd), MoePath::MatVecSlices(m) if m.fused));
+        assert!(matches!(
+            p.moe(&shape(8, n_embd, n_ff, Q8_0)),
+            MoePath::MatVec(_)
+        ));
+        let float = MoeShape {
+            gate: F32,
+            up: F32,
+            down: F32,
+            ..odd
+        };
+        assert_eq!(p.moe(&float), MoePath::Gemm(ExpertGemm::Float));
+    }
+}
+
+#[test]
+fn moe_switches() {
+    let s = |tokens| MoeShape {
+        tokens,
+        gate: Q4K,
+        up: Q4K,
+        down: Q6K,
+        n_embd: 2048,
+        n_ff: 1024,
+        n_used: 8,
+        n_expert: 64,
+    };
+    let unfused = plan(&[("FERROLM_MOE_FUSED", "0"), ("FERROLM_MMVQ_WIDE", "0")]);
+    assert!(matches!(unfused.moe(&s(1)), MoePath::MatVec(m) if !m.fused && !m.wide));
+    let per_expert = plan(&[("FERROLM_MOE_GROUPED", "0")]);
+    // 128 experts (Qwen3-30B-A3B), Q4_K gate and up unpacked in the GEMM: the f16 GEMMs from
+    // 16 pairs an expert (256 tokens); expanded (Q6_K, or the unpacking off), from 64 (1,024).
+    let wide = |tokens| MoeShape {
+        n_expert: 128,
+        n_ff: 768,
+        ..s(tokens)
+    };
+    let f16 = plan(&[]);
+    assert_eq!(f16.moe(&wide(256)), MoePath::F16);
+    assert_eq!(f16.moe(&s(512)), MoePath::F16);
+    let expanded = |tokens| MoeShape {
+        gate: Q6K,
+        up: Q6K,
+        ..wide(tokens)
+    };
+    assert!(matches!(f16.moe(&expanded(512)), MoePath::Gemm(_)));
+    assert_eq!(f16.moe(&expanded(1024)), MoePath::F16);
+    let no_unpack = plan(&[("FERROLM_GEMM_F16_UNPACK", "0")]);
+    assert!(matches!(no_unpack.moe(&wide(512)), MoePath::Gemm(_)));
+    assert_eq!(no_unpack.moe(&wide(1024)), MoePath::F16);
+    let f16_32 = plan(&[("FERROLM_F16_EXPERTS_PAIRS", "32")]);
+    assert!(matches!(f16_32.moe(&wide(256)), MoePath::Gemm(_)));
+    assert_eq!(f16_32.moe(&wide(512)), MoePath::F16);
+    assert!(matches!(
+        per_expert.moe(&s(512)),
+        MoePath::Gemm(ExpertGemm::Int8 { grouped: false, .. })
+    ));
+}
+
+/// A batched step's experts take the tensor-core mat-vec from 2 tokens to 2 pairs an expert on
+/// average (OLMoE: 64 experts, top-8), in the per-sub-block order only; a single sequence's
+/// ubatch keeps the decode kernels and the GEMM.
+#[test]
+fn batched_steps_take_the_expert_mma() {
+    let s = |tokens, down| MoeShape {
+        tokens,
+        gate: Q4K,
+        up: Q4K,
+        down,
+        n_embd: 2048,
+        n_ff: 1024,
+        n_used: 8,
+        n_expert: 64,
+    };
+    let mma = |p: &Plan, tokens, down| match p.moe(&s(tokens, down)) {
+        MoePath::Gemm(ExpertGemm::Int8 { matvec_mma, .. }) => matvec_mma,
+        _ => None,
+    };
+    let batches = plan(&[]).for_sequence_batches();
+    for down in [Q4K, Q6K] {
+        assert!(matches!(batches.moe(&s(1, down)), MoePath::MatVec(_)));
+        assert_eq!(mma(&batches, 2, down), Some(1));
+        assert_eq!(mma(&batches, 16, down), Some(1), "2 pairs an expert");
+        let gemm = batches.moe(&s(17, down));
+        assert!(matches!(
+            gemm,
+            MoePath::Gemm(ExpertGemm::Int8 {
+                matvec_mma: None,
+                gate_up: Subs,
+                ..
+            })
+        ));
+    }
+    let want = MoePath::Gemm(ExpertGemm::Int8 {
+        grouped: true,
+        x_quant: ActQuant::Q8K,
+        h_quant: ActQuant::Q8K,
+        gate_up: Subs,
+        down: Subs,
+        matvec_mma: Some(1),
+        index_one_block: true,
+    });
+    assert_eq!(batches.moe(&s(8, Q6K)), want);
+    // Past one block's pairs, or without the decode fusions: the two index launches.
+    let index_one_block = |p: &Plan, tokens| match p.moe(&s(tokens, Q4K)) {
+        MoePath::Gemm(ExpertGemm::Int8 {
+            index_one_block, ..
+        }) => index_one_block,
+        other => panic!("{other:?}"),
+    };
+    assert!(index_one_block(&batches, 64));
+    assert!(!index_one_block(&batches, 65));
+    let unfused = plan(&[("FERROLM_CUDA_FUSE", "0")]).for_sequence_batches();
+    assert!(!index_one_block(&unfused, 8));
+    let off = plan(&[("FERROLM_MOE_STEP_FUSE", "0")]).for_sequence_batches();
+    assert!(!index_one_block(&off, 8));
+    // A single sequence's 8 tokens: the decode kernels, whose bits it keeps.
+    assert!(matches!(plan(&[]).moe(&s(8, Q6K)), MoePath::MatVec(_)));
+    let off = plan(&[("FERROLM_MOE_MMA", "0")]).for_sequence_batches();
+    assert!(matches!(off.moe(&s(8, Q6K)), MoePath::MatVec(_)));
+    assert_eq!(mma(&off, 16, Q6K), None);
+    let four = plan(&[("FERROLM_MOE_MMA_TILES", "4")]).for_sequence_batches();
+    assert_eq!(mma(&four, 8, Q6K), Some(4));
+    assert!(err(&[("FERROLM_MOE_MMA_TILES", "3")]).contains("1, 2 or 4"));
+    // More pairs an expert than the default limit, when asked.
+    assert_eq!(mma(&batches, 32, Q6K), None);
+    let eight = plan(&[("FERROLM_MOE_MMA_PAIRS", "8")]).for_sequence_batches();
+    assert_eq!(mma(&eight, 32, Q6K), Some(1));
+    // The CPU's integer-scale order, forced: the kernel has only the per-sub-block one.
+    let cpu_order = plan(&[("FERROLM_CUDA_INT_SCALES", "1")]).for_sequence_batches();
+    assert_eq!(mma(&cpu_order, 16, Q6K), None);
+    // A down format without the kernel (Q8_0), or widths not whole super-blocks: the others.
+    assert_eq!(mma(&batches, 64, Q8_0), None);
+    let odd = MoeShape {
+        n_ff: 1056,
+        ..s(64, Q6K)
+    };
+    assert!(!matches!(
+        batches.moe(&odd),
+        MoePath::Gemm(ExpertGemm::Int8 {
+            matvec_mma: Some(_),
+            ..
+        })
+    ));
+}
+
+#[test]
+fn router_logits_by_tokens() {
+    let p = plan(&[]);
+    assert_eq!(p.router_logits(8, 2048), RouterLogits::MatVecTopk);
+    let unfused = plan(&[("FERROLM_CUDA_FUSE", "0")]);
+    assert_eq!(unfused.router_logits(8, 2048), RouterLogits::MatVec);
+    assert_eq!(p.router_logits(1, 4096), RouterLogits::MatVecTopk);
+    assert_eq!(p.router_logits(9, 2048), RouterLogits::Gemm);
+    assert_eq!(p.router_logits(2048, 4096), RouterLogits::Gemm);
+    assert_eq!(p.router_logits(1, 2050), RouterLogits::Gemm);
+    assert_eq!(p.router_logits(1, 4160), RouterLogits::Gemm);
+}
+
+/// The norm before the router joins its launch where the fused norm and the one-launch
+/// routing both run, unless either switch is off.
+#[test]
+fn norm_route_where_both_fusions_run() {
+    let p = plan(&[]);
+    assert!(p.norm_route(1, 2880) && p.norm_route(1, 2048) && p.norm_route(1, 4096));
+    // Past NORM_ROUTE_MAX_ROWS tokens each block's norms one after another cost more than the
+    // launch saved.
+    assert!(!p.norm_route(NORM_ROUTE_MAX_ROWS + 1, 2048));
+    assert!(plan(&[("FERROLM_NORM_ROUTE_ROWS", "8")]).norm_route(8, 2048));
+    // Too many tokens or too wide for the router's mat-vec; not whole Q8_1 blocks.
+    assert!(!p.norm_route(9, 2048) && !p.norm_route(1, 4160) && !p.norm_route(1, 2052));
+    assert!(!plan(&[("FERROLM_NORM_ROUTE", "0")]).norm_route(1, 2048));
+    assert!(!plan(&[("FERROLM_CUDA_FUSE", "0")]).norm_route(1, 2048));
+}
