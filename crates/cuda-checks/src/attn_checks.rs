@@ -10,7 +10,8 @@ use anyhow::Result;
 use ferrolm_cpu::attention::{attention, LayerKv};
 use ferrolm_cpu::{CpuPlan, KvType};
 use ferrolm_cuda::ops::{
-    AttnSoftmax, DecodeWork, KvCache, KvFormat, PrefillKernel, QuantMatrix, MMA_HEAD_DIMS,
+    AttnSoftmax, DecodeKernel, DecodeWork, KvCache, KvFormat, PrefillKernel, QuantMatrix,
+    MMA_HEAD_DIMS,
 };
 use ferrolm_cuda::{CudaDevice, Kernels, Plan};
 use ferrolm_gguf::GgmlType;
@@ -73,16 +74,24 @@ impl Softmax {
 /// What one attention check runs over the same cache and queries.
 #[derive(Clone, Copy, PartialEq)]
 pub(crate) enum Path {
-    /// Flash-decoding; `grouped`: a block per KV head (`attn_decode_group_*`).
+    /// Flash-decoding by `kernel` (skipped where the tensor-core one has no instance for the
+    /// shape).
     Decode {
-        grouped: bool,
+        kernel: DecodeKernel,
     },
     Prefill(PrefillKernel),
 }
 
-pub(crate) const DECODES: [Path; 2] = [
-    Path::Decode { grouped: false },
-    Path::Decode { grouped: true },
+pub(crate) const DECODES: [Path; 3] = [
+    Path::Decode {
+        kernel: DecodeKernel::Split,
+    },
+    Path::Decode {
+        kernel: DecodeKernel::Group,
+    },
+    Path::Decode {
+        kernel: DecodeKernel::GroupTensorCores,
+    },
 ];
 
 pub(crate) const PREFILLS: [Path; 3] = [
@@ -339,9 +348,15 @@ pub(crate) fn attn_with(
 
     let (qd, pd) = (dev.upload(&q)?, dev.upload(&positions)?);
     for &path in paths {
+        let tc = Path::Decode {
+            kernel: DecodeKernel::GroupTensorCores,
+        };
+        if path == tc && !DecodeKernel::has_tensor_cores(n_head / n_kv_head, head_dim) {
+            continue;
+        }
         let mut out = poisoned(dev, q.len())?;
         let (op, contract, reference, want) = match path {
-            Path::Decode { grouped } => {
+            Path::Decode { kernel } => {
                 let cap = plan.decode_splits(n_ctx, n_kv_head);
                 let mut work = DecodeWork::new(dev, n_q, n_head, head_dim, cap)?;
                 // The splits and the combine fused into the split kernel as the backend runs
@@ -350,12 +365,12 @@ pub(crate) fn attn_with(
                 let fused = plan.fuse();
                 let (w, ns) = (dsm, splits);
                 k.attention.decode(
-                    fused, grouped, &qd, &cache, &pd, n_head, w, ns, &mut work, &mut out,
+                    fused, kernel, &qd, &cache, &pd, n_head, w, ns, &mut work, &mut out,
                 )?;
                 // The combine kernel on its own (FERROLM_CUDA_FUSE=0) sums as the fused one.
                 let mut alone = poisoned(dev, q.len())?;
                 k.attention.decode(
-                    !fused, grouped, &qd, &cache, &pd, n_head, w, ns, &mut work, &mut alone,
+                    !fused, kernel, &qd, &cache, &pd, n_head, w, ns, &mut work, &mut alone,
                 )?;
                 dev.sync()?;
                 let same = dev
@@ -370,10 +385,10 @@ pub(crate) fn attn_with(
                     (if same { 0.0 } else { f64::NAN }, 0.0, same),
                     Contract::Exact,
                 ));
-                let op = if grouped {
-                    "attn_decode (by KV group)"
-                } else {
-                    "attn_decode (split)"
+                let op = match kernel {
+                    DecodeKernel::Split => "attn_decode (split)",
+                    DecodeKernel::Group => "attn_decode (by KV group)",
+                    DecodeKernel::GroupTensorCores => "attn_decode (by KV group, tensor cores)",
                 };
                 (op, ATTN, F32_REF, &want)
             }

@@ -7,7 +7,10 @@
 //! - the CPU's attention over an f32 cache of the same f16-rounded keys and values (which also
 //!   checks that each row's k and v were stored in its own cache at its position);
 //! - the same row launched alone (a table of one row): the same bits, whatever shares the batch;
-//! - zeros for the row not served.
+//! - zeros for the row not served;
+//!
+//! and, where the shape has them (4 or 8 heads a group of 64, 128 or 256), the same for the
+//! tensor-core kernels (`attn_decode_rows_tc_*`).
 
 use super::attn_checks::{magnitudes_with, Softmax, ATTN};
 use super::checks::{normal, poisoned, row};
@@ -16,8 +19,9 @@ use anyhow::Result;
 use ferrolm_cpu::attention::{attention, LayerKv};
 use ferrolm_cpu::{CpuPlan, KvType};
 use ferrolm_cuda::ops::{
-    AttnSoftmax, DecodeWork, KvCache, KvFormat, RowSeq, RowsTable, ATTN_GROUPS,
+    AttnSoftmax, DecodeKernel, DecodeWork, KvCache, KvFormat, RowSeq, RowsTable, ATTN_GROUPS,
 };
+use ferrolm_cuda::CudaSlice;
 use ferrolm_cuda::{CudaDevice, Kernels, Plan};
 use ferrolm_gguf::GgmlType;
 use ferrolm_model::backend::AttnShape;
@@ -202,22 +206,32 @@ pub(crate) fn batch(
         dev.upload(&vb)?,
         dev.upload(&pos)?,
     );
-    let mut out = poisoned(dev, n_rows * q_width)?;
     let a = &k.attention_rows;
     a.store(&table, LAYERS - 1, &kd, &vd, &pd, n_kv_head, head_dim)?;
-    a.decode(
-        &table,
-        LAYERS - 1,
-        &qd,
-        &pd,
-        n_head,
-        n_kv_head,
-        head_dim,
-        dsm,
-        &mut out,
-    )?;
-    dev.sync()?;
-    let got = dev.download(&out)?;
+    // The batch's rows, and each kernel's row alone (a table of one row), by the group kernels
+    // and, where the shape has them, the tensor-core ones.
+    let tc = DecodeKernel::has_tensor_cores(n_head / n_kv_head, head_dim);
+    let decode = |tensor_cores: bool, table: &RowsTable, q: &CudaSlice<f32>, p, n| {
+        let mut out = poisoned(dev, n * q_width)?;
+        a.decode(
+            tensor_cores,
+            table,
+            LAYERS - 1,
+            q,
+            p,
+            n_head,
+            n_kv_head,
+            head_dim,
+            dsm,
+            &mut out,
+        )?;
+        dev.sync()?;
+        anyhow::Ok(dev.download(&out)?)
+    };
+    let got = decode(false, &table, &qd, &pd, n_rows)?;
+    let got_tc = tc
+        .then(|| decode(true, &table, &qd, &pd, n_rows))
+        .transpose()?;
 
     // The per-sequence path over the same caches (the batched store filled them), and the CPU.
     let group = n_head / n_kv_head;
@@ -234,8 +248,9 @@ pub(crate) fn batch(
         let (qsd, psd) = (dev.upload(qs)?, dev.upload(ps)?);
         let cache = &layers[LAYERS - 1];
         let w = &mut work;
+        let kernel = DecodeKernel::grouped(grouped);
         k.attention.decode(
-            true, grouped, &qsd, cache, &psd, n_head, dsm, splits, w, &mut o,
+            true, kernel, &qsd, cache, &psd, n_head, dsm, splits, w, &mut o,
         )?;
         per_seq.extend(dev.download(&o)?);
         let (kr, vr) = (f16_round(keys)?, f16_round(values)?);
@@ -281,23 +296,14 @@ pub(crate) fn batch(
         dev.upload(&q[t * q_width..(t + 1) * q_width])?,
         dev.upload(&pos[t..t + 1])?,
     );
-    let mut o1 = poisoned(dev, q_width)?;
-    a.decode(
-        &alone,
-        LAYERS - 1,
-        &q1,
-        &p1,
-        n_head,
-        n_kv_head,
-        head_dim,
-        dsm,
-        &mut o1,
-    )?;
-    let o1 = dev.download(&o1)?;
-    let same = o1
-        .iter()
-        .zip(&got[t * q_width..(t + 1) * q_width])
-        .all(|(x, y)| x.to_bits() == y.to_bits());
+    let same_alone = |tensor_cores: bool, batch: &[f32]| -> Result<bool> {
+        let o1 = decode(tensor_cores, &alone, &q1, &p1, 1)?;
+        Ok(o1
+            .iter()
+            .zip(&batch[t * q_width..(t + 1) * q_width])
+            .all(|(x, y)| x.to_bits() == y.to_bits()))
+    };
+    let same = same_alone(false, &got)?;
     rows.push(row(
         "attn_decode_rows (a row alone)",
         desc.clone(),
@@ -312,6 +318,32 @@ pub(crate) fn batch(
         compare(&got[..owned], &want, |i| scale[i]),
         ATTN,
     ));
+    // The tensor-core kernels: against the same references, a row alone, and zeros.
+    if let Some(got_tc) = &got_tc {
+        let name = "attn_decode_rows (tensor cores)";
+        rows.push(row(
+            name,
+            desc.clone(),
+            reference,
+            compare(&got_tc[..owned], &per_seq, |i| scale[i]),
+            ATTN,
+        ));
+        rows.push(row(
+            name,
+            desc.clone(),
+            "cpu attention, f32 cache of f16 values",
+            compare(&got_tc[..owned], &want, |i| scale[i]),
+            ATTN,
+        ));
+        let same = same_alone(true, got_tc)? && got_tc[owned..].iter().all(|&x| x == 0.0);
+        rows.push(row(
+            "attn_decode_rows (tensor cores, a row alone; row not served)",
+            desc.clone(),
+            "the same row in the batch; zeros",
+            (if same { 0.0 } else { f64::NAN }, 0.0, same),
+            Contract::Exact,
+        ));
+    }
     let zeros = got[owned..].iter().all(|&x| x == 0.0);
     rows.push(row(
         "attn_decode_rows (row not served)",

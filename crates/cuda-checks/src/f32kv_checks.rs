@@ -16,7 +16,7 @@ use super::{compare, Contract, Row};
 use anyhow::{ensure, Result};
 use ferrolm_cpu::attention::{attention, LayerKv};
 use ferrolm_cpu::{CpuPlan, KvType};
-use ferrolm_cuda::ops::{AttnSoftmax, DecodeWork, KvCache, KvFormat, PrefillKernel};
+use ferrolm_cuda::ops::{AttnSoftmax, DecodeKernel, DecodeWork, KvCache, KvFormat, PrefillKernel};
 use ferrolm_cuda::plan::Attn;
 use ferrolm_cuda::{CudaDevice, Kernels, Plan};
 use ferrolm_model::backend::AttnShape;
@@ -225,8 +225,11 @@ fn check(
     // The plan's kernel for these rows is one of the runs, and reads f32.
     let group = n_head / n_kv_head;
     let planned = match plan.attention(n_q, KvFormat::F32, group, head_dim) {
-        Attn::Decode { grouped, .. } => {
-            ensure!(!grouped, "the plan decodes an f32 cache by KV group");
+        Attn::Decode { kernel, .. } => {
+            ensure!(
+                kernel == DecodeKernel::Split,
+                "the plan decodes an f32 cache by KV group"
+            );
             runs.contains(&Run::Decode { one_split: false })
         }
         Attn::Prefill(kernel) => {
@@ -252,11 +255,29 @@ fn check(
                 let mut work = DecodeWork::new(dev, n_q, n_head, head_dim, cap)?;
                 let fused = plan.fuse();
                 k.attention.decode(
-                    fused, false, &qd, &cache, &pd, n_head, dsm, splits, &mut work, &mut out,
+                    fused,
+                    DecodeKernel::Split,
+                    &qd,
+                    &cache,
+                    &pd,
+                    n_head,
+                    dsm,
+                    splits,
+                    &mut work,
+                    &mut out,
                 )?;
                 let mut alone = poisoned(dev, q.len())?;
                 k.attention.decode(
-                    !fused, false, &qd, &cache, &pd, n_head, dsm, splits, &mut work, &mut alone,
+                    !fused,
+                    DecodeKernel::Split,
+                    &qd,
+                    &cache,
+                    &pd,
+                    n_head,
+                    dsm,
+                    splits,
+                    &mut work,
+                    &mut alone,
                 )?;
                 dev.sync()?;
                 let same = dev

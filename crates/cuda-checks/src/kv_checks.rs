@@ -218,14 +218,14 @@ impl Quant {
         let op = match plan.attention(n_q, self.format, n_head / n_kv_head, head_dim) {
             Attn::Decode {
                 fused_combine,
-                grouped,
+                kernel,
             } => {
                 let cap = plan.decode_splits(n_ctx, n_kv_head);
                 let mut work = DecodeWork::new(dev, n_q, n_head, head_dim, cap)?;
                 let splits = plan.window_splits(cap, self.window, n_kv_head);
                 k.attention.decode(
                     fused_combine,
-                    grouped,
+                    kernel,
                     &qd,
                     &cache,
                     &pd,

@@ -1,7 +1,7 @@
 // Causal attention with grouped-query heads over the KV cache (attention.cuh has the cache
 // layout and its conventions): the KV store and flash-decoding, per query head and by KV
 // group, with its combine. The prefills are attention_prefill.cu's.
-#include "attention_group.cuh"
+#include "attention_tc.cuh"
 
 // Head g's row of position pos0 + t (in `pages`) = k/v[t][g*head_dim..] as the cache's
 // elements (kv_elem, common.cuh); k, v: [n][n_kv_head * head_dim] f32.
@@ -253,9 +253,10 @@ ATTN_TYPED_HEADS(f32, KvF32)
 ATTN_TYPED_INSTANCES(f32, KvF32, 80)
 
 // Flash-decoding by KV group over one sequence's query rows (attention_group.cuh's
-// attn_group_block, row t's pointers): grid (n_split, n_kv_head, n_q); partials
-// [n_q][n_head][n_split], counters [n_q][n_head], out [n_q][n_head][D].
-template <int D, int G>
+// attn_group_block, or with TC attention_tc.cuh's attn_group_block_tc, on row t's pointers):
+// grid (n_split, n_kv_head, n_q); partials [n_q][n_head][n_split], counters [n_q][n_head], out
+// [n_q][n_head][D].
+template <int D, int G, bool TC>
 static __device__ __forceinline__ void attn_decode_group(
     const float *__restrict__ q, const uint16_t *__restrict__ kc, const uint16_t *__restrict__ vc,
     const uint32_t *__restrict__ pos, float *__restrict__ part_m, float *__restrict__ part_l,
@@ -263,25 +264,30 @@ static __device__ __forceinline__ void attn_decode_group(
     KvPages pages, float scale, int window, const float *__restrict__ sinks) {
     const int t = blockIdx.z, n_split = gridDim.x;
     const size_t parts = (size_t)t * n_head * n_split;
-    attn_group_block<D, G>(q + (size_t)t * n_head * D, kc, vc, pages, (int)pos[t] + 1, blockIdx.x,
-                           n_split, blockIdx.y, part_m + parts, part_l + parts,
-                           part_acc + parts * D,
-                           done == nullptr ? nullptr : done + (size_t)t * n_head,
-                           out == nullptr ? nullptr : out + (size_t)t * n_head * D, scale,
-                           window, sinks);
+    const float *q_row = q + (size_t)t * n_head * D;
+    int *done_row = done == nullptr ? nullptr : done + (size_t)t * n_head;
+    float *out_row = out == nullptr ? nullptr : out + (size_t)t * n_head * D;
+    if constexpr (TC) {
+        attn_group_block_tc<D, G>(q_row, kc, vc, pages, (int)pos[t] + 1, blockIdx.x, n_split,
+                                  blockIdx.y, part_m + parts, part_l + parts,
+                                  part_acc + parts * D, done_row, out_row, scale, window, sinks);
+    } else {
+        attn_group_block<D, G>(q_row, kc, vc, pages, (int)pos[t] + 1, blockIdx.x, n_split,
+                               blockIdx.y, part_m + parts, part_l + parts, part_acc + parts * D,
+                               done_row, out_row, scale, window, sinks);
+    }
 }
 
-#define ATTN_GROUP_INSTANCE(D, G)                                                                 \
+#define ATTN_GROUP_ENTRY(NAME, D, G, TC)                                                          \
     extern "C" __global__ void __launch_bounds__(ATTN_NWARPS *WARP_SIZE)                          \
-        attn_decode_group_d##D##_g##G(const float *q, const uint16_t *kc, const uint16_t *vc,    \
-                                      const uint32_t *pos, float *part_m, float *part_l,          \
-                                      float *part_acc, int *done, float *out, int n_head,         \
-                                      KvPages pages, float scale, int window,                     \
-                                      const float *sinks) {                                       \
+        NAME(const float *q, const uint16_t *kc, const uint16_t *vc, const uint32_t *pos,         \
+             float *part_m, float *part_l, float *part_acc, int *done, float *out, int n_head,    \
+             KvPages pages, float scale, int window, const float *sinks) {                        \
         dependent_launch_entry();                                                                 \
-        attn_decode_group<D, G>(q, kc, vc, pos, part_m, part_l, part_acc, done, out, n_head,      \
-                                pages, scale, window, sinks);                                     \
+        attn_decode_group<D, G, TC>(q, kc, vc, pos, part_m, part_l, part_acc, done, out, n_head,  \
+                                    pages, scale, window, sinks);                                 \
     }
+#define ATTN_GROUP_INSTANCE(D, G) ATTN_GROUP_ENTRY(attn_decode_group_d##D##_g##G, D, G, false)
 #define ATTN_GROUP_INSTANCES(D)                                                                   \
     ATTN_GROUP_INSTANCE(D, 1)                                                                     \
     ATTN_GROUP_INSTANCE(D, 2)                                                                     \
@@ -294,3 +300,13 @@ ATTN_GROUP_INSTANCES(96)
 ATTN_GROUP_INSTANCES(128)
 ATTN_GROUP_INSTANCES(192)
 ATTN_GROUP_INSTANCES(256)
+
+// On the tensor cores (FERROLM_ATTN_TC): ops/attention.rs's ATTN_TC_GROUPS and ATTN_TC_DIMS.
+#define ATTN_GROUP_TC_INSTANCE(D, G)                                                              \
+    ATTN_GROUP_ENTRY(attn_decode_group_tc_d##D##_g##G, D, G, true)
+#define ATTN_GROUP_TC_INSTANCES(D)                                                                \
+    ATTN_GROUP_TC_INSTANCE(D, 4)                                                                  \
+    ATTN_GROUP_TC_INSTANCE(D, 8)
+ATTN_GROUP_TC_INSTANCES(64)
+ATTN_GROUP_TC_INSTANCES(128)
+ATTN_GROUP_TC_INSTANCES(256)

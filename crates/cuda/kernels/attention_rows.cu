@@ -20,7 +20,7 @@
 // the group's last split block combining the splits by combine_heads) on the row's own
 // pointers: a row's bits depend on its own query, cache and split count only, never on the
 // other rows, and equal a single sequence's grouped decode at the same split count.
-#include "attention_group.cuh"
+#include "attention_tc.cuh"
 
 // Tiles in flight a block: a split of ROWS_SPLIT_KEYS (32) keys is one tile, so a row's blocks
 // mostly walk one; two stages (where a single sequence's decode takes three) leave room for
@@ -55,10 +55,11 @@ extern "C" __global__ void kv_store_rows_f16(const float *__restrict__ k,
 }
 
 // grid (max split count, n_kv_head, n_rows); block ATTN_NWARPS warps; dynamic shared memory
-// GroupLayout<D, G, ROWS_STAGES>::BYTES (ops/attention_rows.rs's rows_smem_bytes). q, out: [n_rows][n_head][D]. `window`: the layer's sliding window
-// (0: none); a row sees keys attn_first_key..pos[t]. `sinks`: null, or a logit per query head
-// joining the combine (attention.cuh).
-template <int D, int G>
+// GroupLayout<D, G, ROWS_STAGES>::BYTES, or with TC (attention_tc.cuh) TcLayout's
+// (ops/attention_rows.rs's rows_smem_bytes). q, out: [n_rows][n_head][D]. `window`: the
+// layer's sliding window (0: none); a row sees keys attn_first_key..pos[t]. `sinks`: null, or
+// a logit per query head joining the combine (attention.cuh).
+template <int D, int G, bool TC>
 static __device__ __forceinline__ void attn_decode_rows(
     const float *__restrict__ q, const unsigned long long *__restrict__ kv,
     const int *__restrict__ meta, const unsigned long long *__restrict__ pages,
@@ -79,24 +80,33 @@ static __device__ __forceinline__ void attn_decode_rows(
         return; // a row of fewer splits, or one this launch does not serve
     }
     const KvPages pg = {(const uint32_t *)pages[t], meta[t], (int)gridDim.y};
-    attn_group_block<D, G, ROWS_STAGES>(q + (size_t)t * n_head * D, (const uint16_t *)kv[t],
-                           (const uint16_t *)kv[n_rows + t], pg, (int)pos[t] + 1, split, n_split,
-                           g, (float *)work[t], (float *)work[n_rows + t],
-                           (float *)work[2 * n_rows + t], (int *)work[3 * n_rows + t],
-                           out + (size_t)t * n_head * D, scale, window, sinks);
+    const float *q_row = q + (size_t)t * n_head * D;
+    const uint16_t *kc = (const uint16_t *)kv[t], *vc = (const uint16_t *)kv[n_rows + t];
+    float *m = (float *)work[t], *l = (float *)work[n_rows + t];
+    float *acc = (float *)work[2 * n_rows + t];
+    int *done = (int *)work[3 * n_rows + t];
+    float *out_row = out + (size_t)t * n_head * D;
+    const int n_keys = (int)pos[t] + 1;
+    if constexpr (TC) {
+        attn_group_block_tc<D, G, ROWS_STAGES>(q_row, kc, vc, pg, n_keys, split, n_split, g, m, l,
+                                               acc, done, out_row, scale, window, sinks);
+    } else {
+        attn_group_block<D, G, ROWS_STAGES>(q_row, kc, vc, pg, n_keys, split, n_split, g, m, l,
+                                            acc, done, out_row, scale, window, sinks);
+    }
 }
 
-#define ROWS_INSTANCE(D, G)                                                                       \
+#define ROWS_ENTRY(NAME, D, G, TC)                                                                 \
     extern "C" __global__ void __launch_bounds__(ATTN_NWARPS *WARP_SIZE)                          \
-        attn_decode_rows_d##D##_g##G(const float *q, const unsigned long long *kv,              \
-                                     const int *meta, const unsigned long long *pages,           \
-                                     const unsigned long long *work, const uint32_t *pos,        \
-                                     float *out, int n_head, float scale, int window,            \
-                                     const float *sinks) {                                       \
+        NAME(const float *q, const unsigned long long *kv, const int *meta,                       \
+             const unsigned long long *pages, const unsigned long long *work,                     \
+             const uint32_t *pos, float *out, int n_head, float scale, int window,                \
+             const float *sinks) {                                                                \
         dependent_launch_entry();                                                                 \
-        attn_decode_rows<D, G>(q, kv, meta, pages, work, pos, out, n_head, scale, window,        \
-                               sinks);                                                            \
+        attn_decode_rows<D, G, TC>(q, kv, meta, pages, work, pos, out, n_head, scale, window,    \
+                                   sinks);                                                        \
     }
+#define ROWS_INSTANCE(D, G) ROWS_ENTRY(attn_decode_rows_d##D##_g##G, D, G, false)
 // Every group size up to 8 (SmolLM2's 3, Qwen2.5's 7 too): one query head a KV head to 8.
 #define ROWS_INSTANCES(D)                                                                         \
     ROWS_INSTANCE(D, 1)                                                                           \
@@ -115,3 +125,12 @@ ROWS_INSTANCES(96)
 ROWS_INSTANCES(128)
 ROWS_INSTANCES(192)
 ROWS_INSTANCES(256)
+
+// On the tensor cores (FERROLM_ATTN_TC): ops/attention.rs's ATTN_TC_GROUPS and ATTN_TC_DIMS.
+#define ROWS_TC_INSTANCE(D, G) ROWS_ENTRY(attn_decode_rows_tc_d##D##_g##G, D, G, true)
+#define ROWS_TC_INSTANCES(D)                                                                      \
+    ROWS_TC_INSTANCE(D, 4)                                                                        \
+    ROWS_TC_INSTANCE(D, 8)
+ROWS_TC_INSTANCES(64)
+ROWS_TC_INSTANCES(128)
+ROWS_TC_INSTANCES(256)

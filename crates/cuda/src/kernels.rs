@@ -55,6 +55,7 @@ pub const HEADERS: &[KernelFile] = &[
     kernel_file!("mma_rows.cuh"),
     kernel_file!("attention.cuh"),
     kernel_file!("attention_group.cuh"),
+    kernel_file!("attention_tc.cuh"),
     kernel_file!("norm.cuh"),
 ];
 

@@ -102,7 +102,7 @@ impl CudaBackend {
         ) {
             Attn::Decode {
                 fused_combine,
-                grouped,
+                kernel,
             } => {
                 let work = &mut cache.work;
                 let splits = self
@@ -110,7 +110,7 @@ impl CudaBackend {
                     .window_splits(work.n_split, sm.window, kv.n_kv_head);
                 a.decode(
                     fused_combine,
-                    grouped,
+                    kernel,
                     q,
                     kv,
                     positions,

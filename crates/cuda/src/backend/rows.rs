@@ -96,7 +96,11 @@ impl CudaBackend {
         let a = &self.k.attention_rows;
         let pos = inp.positions();
         a.store(table, li, k.buf(), v.buf(), pos, n_kv_head, head_dim)?;
+        let tensor_cores = self
+            .plan
+            .attn_tensor_cores(shape.n_head / n_kv_head, head_dim);
         a.decode(
+            tensor_cores,
             table,
             li,
             q.buf(),

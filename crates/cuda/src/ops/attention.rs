@@ -20,6 +20,7 @@ use crate::error::{CudaError, DriverContext, Result};
 use crate::kernels::{KernelFile, ATTENTION, ATTENTION_PREFILL, FLASH_ATTN};
 use cudarc::driver::sys::CUfunction_attribute;
 use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig};
+use std::collections::HashMap;
 
 /// Warps per attention block (the kernel's ATTN_NWARPS).
 const NWARPS: usize = 4;
@@ -35,6 +36,40 @@ pub const ATTN_HEAD_DIMS: [usize; 7] = [32, 64, 80, 96, 128, 192, 256];
 pub const MMA_HEAD_DIMS: [usize; 5] = [32, 64, 80, 96, 128];
 /// Query heads per KV head that `attn_decode_group_*` has instances for.
 pub const ATTN_GROUPS: [usize; 4] = [1, 2, 4, 8];
+/// Query heads per KV head and head sizes that the tensor-core decode by KV group
+/// (`attn_decode_group_tc_*`, `attn_decode_rows_tc_*`, attention_tc.cuh) has instances for.
+pub const ATTN_TC_GROUPS: [usize; 2] = [4, 8];
+pub const ATTN_TC_DIMS: [usize; 3] = [64, 128, 256];
+
+/// Which flash-decoding kernel a launch takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DecodeKernel {
+    /// A block per (split, query head): `attn_decode_split_*`, every cache format.
+    Split,
+    /// A block per (split, KV head) for all the query heads that share it:
+    /// `attn_decode_group_*` (f16 caches, the group sizes of [`ATTN_GROUPS`]).
+    Group,
+    /// The same on the tensor cores: `attn_decode_group_tc_*` (f16 caches,
+    /// [`ATTN_TC_GROUPS`] × [`ATTN_TC_DIMS`]).
+    GroupTensorCores,
+}
+
+impl DecodeKernel {
+    /// [`DecodeKernel::Group`] where `grouped`, else [`DecodeKernel::Split`].
+    pub fn grouped(grouped: bool) -> Self {
+        if grouped {
+            Self::Group
+        } else {
+            Self::Split
+        }
+    }
+
+    /// Whether the tensor-core kernels have `group` query heads a KV head of `head_dim`.
+    pub fn has_tensor_cores(group: usize, head_dim: usize) -> bool {
+        ATTN_TC_GROUPS.contains(&group) && ATTN_TC_DIMS.contains(&head_dim)
+    }
+}
+
 /// The most flash-decoding splits: the combine keeps a weight a split per head in shared
 /// memory (attention_group.cuh's ATTN_MAX_SPLITS).
 pub const ATTN_MAX_SPLITS: usize = 256;
@@ -65,6 +100,22 @@ pub(super) fn group_smem_bytes_staged(head_dim: usize, group: usize, stages: usi
         stages * 2 * GROUP_TILE * head_dim * 2 + group * head_dim * 4 + group * GROUP_TILE * 4;
     let combine = (512 + 8 + group * ATTN_MAX_SPLITS) * 4;
     tiles.max(combine)
+}
+
+/// attention_tc.cuh's TcLayout<D, G, stages>::BYTES: the stages, q's two f16 terms for 8
+/// heads (rows of D + 8), the scores' two halves, P's two terms (rows of 40), 8 factors and the
+/// prescale; or the combine's scratch where that is more.
+pub(super) fn tc_smem_bytes(head_dim: usize, group: usize, stages: usize) -> usize {
+    let tiles = stages * 2 * GROUP_TILE * head_dim * 2;
+    let end =
+        tiles + 2 * 8 * (head_dim + 8) * 2 + 2 * GROUP_TILE * 8 * 4 + 2 * 8 * 40 * 2 + 32 + 16;
+    end.max((512 + 8 + group * ATTN_MAX_SPLITS) * 4)
+}
+
+/// [`tc_smem_bytes`] with a single sequence's stages (three, two for heads over 128).
+fn group_tc_smem_bytes(head_dim: usize, group: usize) -> usize {
+    let stages = if head_dim > 128 { 2 } else { GROUP_STAGES };
+    tc_smem_bytes(head_dim, group, stages)
 }
 
 fn flash_smem_bytes(head_dim: usize) -> usize {
@@ -177,6 +228,8 @@ pub struct Attention {
     prefill: Vec<Vec<Option<CudaFunction>>>,
     /// Per entry of ATTN_HEAD_DIMS, then of ATTN_GROUPS (f16 caches only).
     decode_group: Vec<Vec<CudaFunction>>,
+    /// (head size, group) of ATTN_TC_DIMS × ATTN_TC_GROUPS -> `attn_decode_group_tc_*`.
+    decode_group_tc: HashMap<(usize, usize), CudaFunction>,
     /// Per entry of ATTN_HEAD_DIMS (f16 caches only; `None` past MMA_HEAD_DIMS).
     flash: Vec<Option<CudaFunction>>,
     prefill_f16ref: Vec<CudaFunction>,
@@ -318,6 +371,19 @@ impl Attention {
                         .collect::<Result<_>>()
                 })
                 .collect::<Result<_>>()?,
+            decode_group_tc: ATTN_TC_DIMS
+                .iter()
+                .flat_map(|&d| ATTN_TC_GROUPS.iter().map(move |&g| (d, g)))
+                .map(|(d, g)| {
+                    let func = f(format!("attn_decode_group_tc_d{d}_g{g}"))?;
+                    func.set_attribute(
+                        CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                        int(group_tc_smem_bytes(d, g), "group shared memory"),
+                    )
+                    .during("raising attn_decode_group_tc's shared-memory limit")?;
+                    Ok(((d, g), func))
+                })
+                .collect::<Result<_>>()?,
             flash,
             prefill_f16ref: per_dim(&ATTENTION_PREFILL, "attn_prefill_f16ref")?,
             prefill_f32ref: KvFormat::ALL
@@ -384,15 +450,14 @@ impl Attention {
     /// split over `n_split` blocks per head (at most `work.n_split`: a windowed layer may take
     /// fewer, its window being shorter than the context the work was sized for). With
     /// `fused_combine` the split kernel's last block per head combines the splits (one launch),
-    /// else a second kernel does; the same arithmetic either way. `grouped`: a block per KV
-    /// head reads its keys and values once for all the query heads that share them
-    /// (`attn_decode_group_*`; f16 caches, the group sizes of [`ATTN_GROUPS`]), else a block
-    /// per query head (`attn_decode_split_*`).
+    /// else a second kernel does; the same arithmetic either way. `kernel`: a block per query
+    /// head, or a block per KV head reading its keys and values once for all the query heads
+    /// that share them ([`DecodeKernel`]).
     #[allow(clippy::too_many_arguments)]
     pub fn decode(
         &self,
         fused_combine: bool,
-        grouped: bool,
+        kernel: DecodeKernel,
         q: &CudaSlice<f32>,
         cache: &KvCache,
         positions: &CudaSlice<u32>,
@@ -420,21 +485,36 @@ impl Attention {
         let (kc, vc, pages) = (cache.k_addr(), cache.v_addr(), cache.pages());
         let fused = fused_combine;
         // A block per (split, query head) or, grouped, per (split, KV head).
-        let (f, blocks_y, kernel, smem) = if grouped {
-            let group = n_head / cache.n_kv_head;
-            let gi = ATTN_GROUPS.iter().position(|&g| g == group);
-            let (Some(gi), KvFormat::F16) = (gi, cache.format) else {
-                return Err(CudaError::Invalid(format!(
-                    "decode by KV group: no kernel for {group} heads a group, {} cache",
-                    cache.format.name()
-                )));
-            };
-            let f = &self.decode_group[dim_index(cache.head_dim)?][gi];
-            let smem = group_smem_bytes(cache.head_dim, group);
-            (f, cache.n_kv_head, "attn_decode_group", smem)
-        } else {
-            (f, n_head, "attn_decode_split", 0)
+        let group = n_head / cache.n_kv_head;
+        let no_group = || {
+            CudaError::Invalid(format!(
+                "decode by KV group ({kernel:?}): no kernel for {group} heads a group of {}, {} \
+                 cache",
+                cache.head_dim,
+                cache.format.name()
+            ))
         };
+        if kernel != DecodeKernel::Split && cache.format != KvFormat::F16 {
+            return Err(no_group());
+        }
+        let (f, blocks_y, name, smem) = match kernel {
+            DecodeKernel::Split => (f, n_head, "attn_decode_split", 0),
+            DecodeKernel::Group => {
+                let gi = ATTN_GROUPS.iter().position(|&g| g == group);
+                let f = &self.decode_group[dim_index(cache.head_dim)?][gi.ok_or_else(no_group)?];
+                let smem = group_smem_bytes(cache.head_dim, group);
+                (f, cache.n_kv_head, "attn_decode_group", smem)
+            }
+            DecodeKernel::GroupTensorCores => {
+                let f = self
+                    .decode_group_tc
+                    .get(&(cache.head_dim, group))
+                    .ok_or_else(no_group)?;
+                let smem = group_tc_smem_bytes(cache.head_dim, group);
+                (f, cache.n_kv_head, "attn_decode_group_tc", smem)
+            }
+        };
+        let grouped = kernel != DecodeKernel::Split;
         let null = 0u64; // a null pointer: no fused combine
         let mut b = self.launch.builder(f);
         b.arg(q)
@@ -460,14 +540,15 @@ impl Attention {
             shared_mem_bytes: smem as u32,
         };
         // SAFETY: attn_decode_split_dD(q, kc, vc, pos, m, l, acc, done, out, n_head, n_kv_head,
-        // pages, scale, window, sinks), or attn_decode_group_dD_gG(.. out, n_head, pages, scale,
-        // window, sinks) (sinks null or n_head floats: sinks_arg) with G = n_head / n_kv_head
+        // pages, scale, window, sinks), or attn_decode_group[_tc]_dD_gG(.. out, n_head, pages,
+        // scale, window, sinks) (sinks null or n_head floats: sinks_arg; the dynamic shared
+        // memory its load raised the limit to) with G = n_head / n_kv_head
         // over an f16 cache (rows of D elements, 16-byte aligned): n_q rows of q, positions
         // whose blocks the table holds (the caller's), partials and counters
         // sized by work (max_q >= n_q rows, n_split <= its splits: the partials are laid out by
         // the grid's split count), out n_q * n_head * head_dim floats, or done and out null when
         // the combine kernel follows.
-        unsafe { b.launch(cfg) }.during(format!("launching {kernel}"))?;
+        unsafe { b.launch(cfg) }.during(format!("launching {name}"))?;
         if fused {
             return Ok(());
         }

@@ -16,7 +16,8 @@
 //! sequences' caches.
 
 use super::attention::{
-    group_smem_bytes_staged, sinks_arg, window_arg, AttnSoftmax, DecodeWork, ATTN_HEAD_DIMS,
+    group_smem_bytes_staged, sinks_arg, tc_smem_bytes, window_arg, AttnSoftmax, DecodeWork,
+    ATTN_HEAD_DIMS, ATTN_TC_DIMS, ATTN_TC_GROUPS,
 };
 use super::int;
 use super::kv_cache::{KvCache, KvFormat};
@@ -26,6 +27,7 @@ use crate::error::{CudaError, DriverContext, Result};
 use crate::kernels::ATTENTION_ROWS;
 use cudarc::driver::sys::CUfunction_attribute;
 use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, DevicePtr, LaunchConfig};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 /// Tiles in flight a block (the kernel's ROWS_STAGES).
@@ -34,6 +36,11 @@ const ROWS_STAGES: usize = 2;
 /// Dynamic shared memory of `attn_decode_rows_d{head_dim}_g{group}`.
 fn rows_smem_bytes(head_dim: usize, group: usize) -> usize {
     group_smem_bytes_staged(head_dim, group, ROWS_STAGES)
+}
+
+/// Dynamic shared memory of `attn_decode_rows_tc_d{head_dim}_g{group}`.
+fn rows_tc_smem_bytes(head_dim: usize, group: usize) -> usize {
+    tc_smem_bytes(head_dim, group, ROWS_STAGES)
 }
 
 /// Warps per block (attention.cuh's ATTN_NWARPS).
@@ -173,6 +180,8 @@ pub struct AttentionRows {
     store: CudaFunction,
     /// Per entry of ATTN_HEAD_DIMS, then per group size 1..=ROWS_MAX_GROUP.
     decode: Vec<Vec<CudaFunction>>,
+    /// (head size, group) of ATTN_TC_DIMS × ATTN_TC_GROUPS -> `attn_decode_rows_tc_*`.
+    decode_tc: HashMap<(usize, usize), CudaFunction>,
 }
 
 impl AttentionRows {
@@ -195,6 +204,19 @@ impl AttentionRows {
                             Ok(func)
                         })
                         .collect::<Result<_>>()
+                })
+                .collect::<Result<_>>()?,
+            decode_tc: ATTN_TC_DIMS
+                .iter()
+                .flat_map(|&d| ATTN_TC_GROUPS.iter().map(move |&g| (d, g)))
+                .map(|(d, g)| {
+                    let func = f(format!("attn_decode_rows_tc_d{d}_g{g}"))?;
+                    func.set_attribute(
+                        CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                        int(rows_tc_smem_bytes(d, g), "rows shared memory"),
+                    )
+                    .during("raising attn_decode_rows_tc's shared-memory limit")?;
+                    Ok(((d, g), func))
                 })
                 .collect::<Result<_>>()?,
         })
@@ -259,9 +281,12 @@ impl AttentionRows {
     /// Decode attention of every served row over its own cache's layer `layer`: `out[t] =
     /// softmax(q[t] · K[first..=pos[t]]ᵀ · scale) · V` per head, `first` the window's first key
     /// (0 without one; `sm` as `Attention::decode` takes it); rows not served get zeros.
+    /// `tensor_cores`: the tensor-core kernels (`attn_decode_rows_tc_*`), where the shape has
+    /// them ([`DecodeKernel::has_tensor_cores`](super::DecodeKernel::has_tensor_cores)).
     #[allow(clippy::too_many_arguments)]
     pub fn decode(
         &self,
+        tensor_cores: bool,
         table: &RowsTable,
         layer: usize,
         q: &CudaSlice<f32>,
@@ -286,11 +311,25 @@ impl AttentionRows {
             q.len() >= width && out.len() >= width && positions.len() >= n,
             "rows decode: shapes"
         );
-        let di = ATTN_HEAD_DIMS
-            .iter()
-            .position(|&d| d == head_dim)
-            .expect("supported");
-        let f = &self.decode[di][n_head / n_kv_head - 1];
+        let group = n_head / n_kv_head;
+        let (f, smem) = if tensor_cores {
+            let f = self.decode_tc.get(&(head_dim, group)).ok_or_else(|| {
+                CudaError::Invalid(format!(
+                    "batched decode attention on the tensor cores: no kernel for {group} heads \
+                     a group of {head_dim}"
+                ))
+            })?;
+            (f, rows_tc_smem_bytes(head_dim, group))
+        } else {
+            let di = ATTN_HEAD_DIMS
+                .iter()
+                .position(|&d| d == head_dim)
+                .expect("supported");
+            (
+                &self.decode[di][group - 1],
+                rows_smem_bytes(head_dim, group),
+            )
+        };
         let kv = table.kv.slice(layer * 2 * n..(layer + 1) * 2 * n);
         let nh = int(n_head, "n_head");
         let scale = sm.scale;
@@ -310,11 +349,12 @@ impl AttentionRows {
         let cfg = LaunchConfig {
             grid_dim: (table.grid_split as u32, n_kv_head as u32, n as u32),
             block_dim: ((NWARPS * 32) as u32, 1, 1),
-            shared_mem_bytes: rows_smem_bytes(head_dim, n_head / n_kv_head) as u32,
+            shared_mem_bytes: smem as u32,
         };
-        // SAFETY: attn_decode_rows_dD_gG(q, kv, meta, pages, work, pos, out, n_head, scale, window,
-        // sinks) (sinks null or n_head floats) with G = n_head / n_kv_head and the dynamic
-        // shared memory its load raised the limit to: n_rows rows of q and out; each served row's caches (f16,
+        // SAFETY: attn_decode_rows[_tc]_dD_gG(q, kv, meta, pages, work, pos, out, n_head, scale,
+        // window, sinks) (sinks null or n_head floats) with G = n_head / n_kv_head and the
+        // dynamic shared memory its load raised the limit to: n_rows rows of q and out; each
+        // served row's caches (f16,
         // D per row, 16-byte aligned allocations) and partials (its slot of a DecodeWork of at
         // least its split count, which the grid covers) were checked by RowsTable::write;
         // blocks for each row's positions are the caller's.

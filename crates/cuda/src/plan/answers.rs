@@ -1,7 +1,7 @@
 //! What the plan answers, as plain data: the launchers in `ops` take these as arguments and
 //! launch what they say.
 
-use crate::ops::{ActQuant, MmqOrder, PrefillKernel, MMQ_TILES};
+use crate::ops::{ActQuant, DecodeKernel, MmqOrder, PrefillKernel, MMQ_TILES};
 use ferrolm_gguf::GgmlType;
 use std::fmt;
 
@@ -134,9 +134,13 @@ impl fmt::Display for Matmul {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Attn {
     /// Flash-decoding over the cache's splits; `fused_combine`: the splits are combined in
-    /// the split kernel's last block per head (else in `attn_decode_combine`); `grouped`: a
-    /// block per KV head and split serves all its query heads (`attn_decode_group_*`).
-    Decode { fused_combine: bool, grouped: bool },
+    /// the split kernel's last block per head (else in `attn_decode_combine`); `kernel`: a
+    /// block per query head, or per KV head and split for all its query heads (on the tensor
+    /// cores or not).
+    Decode {
+        fused_combine: bool,
+        kernel: DecodeKernel,
+    },
     /// A prefill kernel over the whole ubatch.
     Prefill(PrefillKernel),
 }

@@ -9,15 +9,21 @@ impl Plan {
     /// scalar prefill, the one that reads its blocks (dequantized per element, f32 after); over
     /// an f32 cache see [`Plan::prefill_kernel_f32`].
     /// Decode by KV group (`group` query heads a KV head) where an f16 cache and the group size
-    /// have a kernel, unless `FERROLM_ATTN_GROUPED=0`. Every head size of `ATTN_HEAD_DIMS` has
-    /// every decode kernel; for prefill see [`Plan::prefill_kernel`].
+    /// have a kernel, unless `FERROLM_ATTN_GROUPED=0`; on the tensor cores where
+    /// `FERROLM_ATTN_TC=1` and the shape has them. Every head size of `ATTN_HEAD_DIMS` has
+    /// every other decode kernel; for prefill see [`Plan::prefill_kernel`].
     pub fn attention(&self, rows: usize, kv: KvFormat, group: usize, head_dim: usize) -> Attn {
         if rows <= DECODE_MAX_ROWS {
+            let grouped =
+                self.switches.attn_grouped && kv == KvFormat::F16 && ATTN_GROUPS.contains(&group);
+            let kernel = if grouped && self.attn_tensor_cores(group, head_dim) {
+                DecodeKernel::GroupTensorCores
+            } else {
+                DecodeKernel::grouped(grouped)
+            };
             Attn::Decode {
                 fused_combine: self.switches.fuse,
-                grouped: self.switches.attn_grouped
-                    && kv == KvFormat::F16
-                    && ATTN_GROUPS.contains(&group),
+                kernel,
             }
         } else if kv.is_block() {
             Attn::Prefill(PrefillKernel::Scalar)
@@ -82,6 +88,15 @@ impl Plan {
         self.switches.attn_batched
             && kv == KvFormat::F16
             && AttentionRows::supports(n_head, n_kv_head, head_dim)
+    }
+
+    /// Whether decode by KV group (one sequence's or a batch's rows) takes the tensor-core
+    /// kernels (`FERROLM_ATTN_TC=1`, off until a device run measures them): `group` query heads
+    /// a KV head of `head_dim` that they have ([`DecodeKernel::has_tensor_cores`]). Contract:
+    /// the group kernels' formula with q and the weights carried as two f16 terms each, within
+    /// `cuda-parity`'s f32 attention bound.
+    pub fn attn_tensor_cores(&self, group: usize, head_dim: usize) -> bool {
+        self.switches.attn_tc && DecodeKernel::has_tensor_cores(group, head_dim)
     }
 
     /// Splits of one row of the batched decode attention with `n_keys` keys: one a

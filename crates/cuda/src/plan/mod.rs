@@ -36,8 +36,8 @@ use crate::device::CudaDevice;
 use crate::error::{DriverContext, Result};
 use crate::ops::launch::LaunchMode;
 use crate::ops::{
-    formats, ActQuant, AttentionRows, GemmWgmma, Kernels, KvFormat, Mmq, MmqOrder, Mmvq, MmvqMma,
-    MmvqStaged, MoeDecodeWork, MoeGemm, PrefillKernel, ATTN_GROUPS, ATTN_MAX_SPLITS,
+    formats, ActQuant, AttentionRows, DecodeKernel, GemmWgmma, Kernels, KvFormat, Mmq, MmqOrder,
+    Mmvq, MmvqMma, MmvqStaged, MoeDecodeWork, MoeGemm, PrefillKernel, ATTN_GROUPS, ATTN_MAX_SPLITS,
     F16_DECODE_MAX_ROWS, MMA_HEAD_DIMS, MMA_MV_MAX_ROWS, MMQ_MAX_SPLITS, MMQ_SPLIT_TILES,
     MMQ_TILES, MMVQ_MAX_COLS, MOE_DECODE_MAX_TOKENS, MOE_INDEX_ONE_BLOCK_EXPERTS,
     MOE_INDEX_ONE_BLOCK_PAIRS, ROUTER_SMALL_MAX_EMBD, ROUTER_SMALL_N, STAGED_MAX_ROWS,

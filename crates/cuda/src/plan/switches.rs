@@ -62,6 +62,9 @@ pub struct Switches {
     /// `FERROLM_ATTN_GROUPED`: decode attention a block per KV head and split, for all the
     /// query heads that share it (else a block per query head).
     pub attn_grouped: bool,
+    /// `FERROLM_ATTN_TC=1`: decode by KV group on the tensor cores (f16 MMAs, q and the weights
+    /// as two f16 terms each) where the shape has them. Off until a device run measures it.
+    pub attn_tc: bool,
     /// `FERROLM_ATTN_SPLIT_KEYS`: decode attention's keys a split at full context (splits are
     /// `n_ctx / this`, 1 to `ATTN_MAX_SPLITS`); `None`: the plan's choice by blocks.
     pub attn_split_keys: Option<usize>,
@@ -189,6 +192,7 @@ impl Default for Switches {
             moe_fused: true,
             q8k: true,
             attn_grouped: true,
+            attn_tc: false,
             attn_split_keys: None,
             rows_split_keys: None,
             kv_block: None,
@@ -335,6 +339,7 @@ impl Switches {
             moe_fused: flag(env, "FERROLM_MOE_FUSED", true)?,
             q8k: flag(env, "FERROLM_CUDA_Q8K", true)?,
             attn_grouped: flag(env, "FERROLM_ATTN_GROUPED", true)?,
+            attn_tc: flag(env, "FERROLM_ATTN_TC", false)?,
             attn_split_keys: count(env, "FERROLM_ATTN_SPLIT_KEYS", 16..=65536)?,
             rows_split_keys: count(env, "FERROLM_ROWS_SPLIT_KEYS", 16..=65536)?,
             kv_block: match count(env, "FERROLM_KV_BLOCK", 16..=1 << 20)? {
@@ -411,7 +416,7 @@ impl fmt::Display for Switches {
         let decode_rows = count_or_auto(self.f16_decode_rows);
         let decode_splits = count_or_auto(self.f16_decode_splits);
         let norm_route_rows = count_or_auto(self.norm_route_rows);
-        let lines: [(&str, &str, &str); 45] = [
+        let lines: [(&str, &str, &str); 46] = [
             (
                 "FERROLM_CUDA_MMQ",
                 bit(self.mmq),
@@ -488,6 +493,11 @@ impl fmt::Display for Switches {
                 "FERROLM_ATTN_GROUPED",
                 bit(self.attn_grouped),
                 "decode attention by KV group",
+            ),
+            (
+                "FERROLM_ATTN_TC",
+                bit(self.attn_tc),
+                "decode by KV group on the tensor cores",
             ),
             (
                 "FERROLM_ATTN_SPLIT_KEYS",

@@ -130,7 +130,7 @@ fn tile_names() {
 #[test]
 fn display_prints_every_switch() {
     let text = plan(&[("FERROLM_MMQ_TILE", "128x64")]).to_string();
-    assert_eq!(text.lines().count(), 47, "{text}");
+    assert_eq!(text.lines().count(), 48, "{text}");
     assert!(text.contains("132 SMs, cc 9.0"));
     assert!(text
         .lines()
@@ -149,7 +149,7 @@ fn fusions_follow_the_switch() {
         off.attention(1, KvFormat::F16, 4, 128),
         Attn::Decode {
             fused_combine: false,
-            grouped: true
+            kernel: DecodeKernel::Group
         }
     );
     assert!(on.graphs() && !plan(&[("FERROLM_CUDA_GRAPH", "0")]).graphs());

@@ -11,7 +11,7 @@ fn attention_by_rows_unless_forced() {
     let prefill = |p: &Plan, n| p.attention(n, KvFormat::F16, 4, 128);
     let decode = Attn::Decode {
         fused_combine: true,
-        grouped: true,
+        kernel: DecodeKernel::Group,
     };
     assert_eq!(prefill(&p, 1), decode);
     assert_eq!(prefill(&p, 8), decode);
@@ -41,27 +41,52 @@ fn attention_by_rows_unless_forced() {
             p.attention(8, q, 4, 128),
             Attn::Decode {
                 fused_combine: true,
-                grouped: false
+                kernel: DecodeKernel::Split
             }
         );
     }
 }
 
-/// Decode by KV group where a kernel has the group size (f16 caches), unless switched off.
+/// Decode by KV group where a kernel has the group size (f16 caches), unless switched off; on
+/// the tensor cores under `FERROLM_ATTN_TC=1`, for the groups and head sizes they have.
 #[test]
 fn decode_grouped_for_the_group_sizes_it_has() {
-    let grouped = |p: &Plan, group| match p.attention(1, KvFormat::F16, group, 128) {
-        Attn::Decode { grouped, .. } => grouped,
+    let kernel = |p: &Plan, group, head_dim| match p.attention(1, KvFormat::F16, group, head_dim) {
+        Attn::Decode { kernel, .. } => kernel,
         other => panic!("{other:?}"),
     };
     let p = plan(&[]);
     for g in [1, 2, 4, 8] {
-        assert!(grouped(&p, g), "group {g}");
+        assert_eq!(kernel(&p, g, 128), DecodeKernel::Group, "group {g}");
     }
     for g in [3, 5, 6, 16] {
-        assert!(!grouped(&p, g), "group {g}");
+        assert_eq!(kernel(&p, g, 128), DecodeKernel::Split, "group {g}");
     }
-    assert!(!grouped(&plan(&[("FERROLM_ATTN_GROUPED", "0")]), 4));
+    let off = plan(&[("FERROLM_ATTN_GROUPED", "0")]);
+    assert_eq!(kernel(&off, 4, 128), DecodeKernel::Split);
+    let tc = plan(&[("FERROLM_ATTN_TC", "1")]);
+    for (g, d) in [(4, 64), (4, 128), (8, 128), (8, 256)] {
+        assert_eq!(
+            kernel(&tc, g, d),
+            DecodeKernel::GroupTensorCores,
+            "{g} of {d}"
+        );
+        assert!(tc.attn_tensor_cores(g, d));
+    }
+    for (g, d) in [(1, 128), (2, 128), (4, 96), (8, 80)] {
+        assert_eq!(kernel(&tc, g, d), DecodeKernel::Group, "{g} of {d}");
+    }
+    assert!(!p.attn_tensor_cores(4, 128), "off by default");
+    let tc_split = plan(&[("FERROLM_ATTN_TC", "1"), ("FERROLM_ATTN_GROUPED", "0")]);
+    assert_eq!(kernel(&tc_split, 4, 128), DecodeKernel::Split);
+    assert_eq!(
+        plan(&[("FERROLM_ATTN_TC", "1")]).attention(1, KvFormat::Q8_0, 4, 128),
+        Attn::Decode {
+            fused_combine: true,
+            kernel: DecodeKernel::Split
+        },
+        "block caches keep the split kernel"
+    );
 }
 
 #[test]
@@ -151,7 +176,7 @@ fn attention_at_every_head_size() {
     let (p, mma) = (plan(&[]), plan(&[("FERROLM_ATTN_MMA", "1")]));
     let decode = Attn::Decode {
         fused_combine: true,
-        grouped: true,
+        kernel: DecodeKernel::Group,
     };
     assert_eq!(ATTN_HEAD_DIMS, [32, 64, 80, 96, 128, 192, 256]);
     for d in ATTN_HEAD_DIMS {

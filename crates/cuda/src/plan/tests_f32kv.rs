@@ -17,7 +17,7 @@ fn f32_cache_attention_reads_f32() {
     );
     let decode = Attn::Decode {
         fused_combine: true,
-        grouped: false,
+        kernel: DecodeKernel::Split,
     };
     for d in ATTN_HEAD_DIMS {
         // Decode a block per query head at every group size (the grouped kernel reads f16).

@@ -1,0 +1,325 @@
+// Decode by KV group on the tensor cores (FERROLM_ATTN_TC; attention.cu's attn_decode_group_tc
+// for one sequence's rows, attention_rows.cu's attn_decode_rows_tc for a batch's): the
+// attention_group.cuh block's formula and partials, with its two products on f16 mma.sync
+// (m16n8k16, f32 accumulators) instead of f32 FMAs a key and head:
+// - scores S[32 keys][8 heads] = K · qᵀ: the keys are f16 (exact in an f16 operand); q is f32,
+//   so it goes in as two f16 terms, q = q_hi + q_lo (q_hi = f16(q), q_lo = f16(q - q_hi)):
+//   about 2⁻²² of |q| apart, f16's subnormals past that. Warp w takes keys 16 (w % 2).. of the
+//   tile against q_hi (w < 2) or q_lo, and the two halves are added after. q is first scaled by
+//   a power of two where its largest element would pass f16's range, the scores by its inverse
+//   after (exact);
+// - the softmax step a warp a head (heads w and w + 4), a lane a key, as the group block's;
+//   its weights P in [0, 1] become P_hi + P_lo the same way;
+// - O[D][8 heads] += Vᵀ · Pᵀ: warp w takes the 16-dimension slices w, w + 4, .. of the
+//   output for every head, V's rows read transposed by ldmatrix.
+// K and V tiles come in by cp.async as in the group block, each 16-byte chunk c of row r at
+// chunk c ^ (r % 8), so the eight rows an ldmatrix phase reads fall in distinct banks (D a
+// multiple of 64). Heads past G are zero queries and zero weights.
+// Against the group block: the same formula in another f32 order (each MMA's sums), with
+// q and P carried to about 2⁻²² relative: within cuda-parity's f32 attention bound. Partials
+// as attn_decode_split writes them; with `done`, the group's last block combines its G heads
+// by combine_heads.
+#pragma once
+#include "attention_group.cuh"
+
+#define TC_TILE ATTN_GROUP_TILE // keys a tile: two MMA row blocks of 16
+
+// Shared memory, in bytes from its start: STAGES stages of a K and a V tile [32 keys][D]
+// f16 (chunks swizzled); q_hi and q_lo [8 heads][D + 8] f16 (rows padded so the eight heads
+// of a B fragment fall in distinct banks); the scores' two halves [2][32 keys][8 heads] f32;
+// P_hi and P_lo [8 heads][40] f16; each head's rescale factor [8] f32; the prescale's
+// exponent. The combine reuses all of it.
+template <int D, int G, int STAGES_> struct TcLayout {
+    static constexpr int CHUNKS = D / 8;
+    static constexpr int TILE_BYTES = TC_TILE * D * 2;
+    static constexpr int STAGE_BYTES = 2 * TILE_BYTES;
+    static constexpr int STAGES = STAGES_ > 0 ? STAGES_ : D > 128 ? 2 : ATTN_GROUP_STAGES;
+    static constexpr int Q_STRIDE = D + 8; // halves
+    static constexpr int P_STRIDE = TC_TILE + 8;
+    static constexpr int Q_HI = STAGES * STAGE_BYTES;
+    static constexpr int Q_LO = Q_HI + 8 * Q_STRIDE * 2;
+    static constexpr int S = Q_LO + 8 * Q_STRIDE * 2;
+    static constexpr int P_HI = S + 2 * TC_TILE * 8 * 4;
+    static constexpr int P_LO = P_HI + 8 * P_STRIDE * 2;
+    static constexpr int CORR = P_LO + 8 * P_STRIDE * 2;
+    static constexpr int SHIFT = CORR + 8 * 4;
+    static constexpr int END = SHIFT + 16;
+    static constexpr int COMBINE_BYTES = ATTN_COMBINE_SCRATCH(G) * 4;
+    static constexpr int BYTES = END > COMBINE_BYTES ? END : COMBINE_BYTES;
+    static_assert(D % 64 == 0 && G <= 8 && STAGES >= 2, "head sizes of whole 8-chunk groups");
+};
+
+static __device__ __forceinline__ uint32_t tc_smem(const void *p) {
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+// Four 8×8 b16 matrices; lanes 8i..8i+7 give the row addresses of matrix i. Lane (g, t)
+// receives (row g, columns 2t, 2t + 1) of each, or with .trans (rows 2t, 2t + 1, column g).
+static __device__ __forceinline__ void tc_ldmatrix_x4(uint32_t r[4], uint32_t addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+
+static __device__ __forceinline__ void tc_ldmatrix_x4_trans(uint32_t r[4], uint32_t addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+
+// c (16×8 f32) += a (16×16 f16, row-major) · b (16×8 f16, column-major).
+static __device__ __forceinline__ void tc_mma(float c[4], const uint32_t a[4], uint32_t b0,
+                                              uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+        "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// x as f16 bits (nearest even) and the f16 bits of what that leaves.
+static __device__ __forceinline__ void tc_split(float x, uint16_t &hi, uint16_t &lo) {
+    hi = f32_to_f16_bits(x);
+    lo = f32_to_f16_bits(x - f16_bits_to_f32(hi));
+}
+
+// Byte offset of chunk c of row r in a swizzled [rows][D] f16 tile.
+template <int D> static __device__ __forceinline__ int tc_chunk(int r, int c) {
+    return (r * (D / 8) + (c ^ (r & 7))) * 16;
+}
+
+// Starts the copy of keys base.. (n live) into stage `stage`, zero-filled past the live keys.
+template <int D, int G, int STAGES>
+static __device__ __forceinline__ void tc_load_tile(char *smem, const KvHead<KvF16> &kh,
+                                                    const KvHead<KvF16> &vh, int base, int n,
+                                                    int stage) {
+    typedef TcLayout<D, G, STAGES> L;
+    char *sk = smem + stage * L::STAGE_BYTES, *sv = sk + L::TILE_BYTES;
+    constexpr int PER_TENSOR = TC_TILE * L::CHUNKS;
+    static_assert(2 * PER_TENSOR % (ATTN_NWARPS * WARP_SIZE) == 0, "whole copy rounds");
+#pragma unroll
+    for (int it = 0; it < 2 * PER_TENSOR / (ATTN_NWARPS * WARP_SIZE); ++it) {
+        const int idx = threadIdx.x + it * ATTN_NWARPS * WARP_SIZE;
+        const bool is_v = idx >= PER_TENSOR;
+        const int rem = is_v ? idx - PER_TENSOR : idx;
+        const int r = rem / L::CHUNKS, c = rem % L::CHUNKS;
+        const bool live = r < n;
+        const int key = base + (live ? r : 0);
+        const uint16_t *src = (const uint16_t *)(is_v ? vh.row(key) : kh.row(key)) + 8 * c;
+        cp_async16((is_v ? sv : sk) + tc_chunk<D>(r, c), src, live ? 16 : 0);
+    }
+}
+
+// attn_group_block's contract and arguments (attention_group.cuh), on the tensor cores.
+template <int D, int G, int STAGES = 0>
+static __device__ __forceinline__ void attn_group_block_tc(
+    const float *__restrict__ q_row, const uint16_t *__restrict__ kc,
+    const uint16_t *__restrict__ vc, KvPages pages, int n_keys, int split, int n_split, int g,
+    float *__restrict__ part_m, float *__restrict__ part_l, float *__restrict__ part_acc,
+    int *__restrict__ done, float *__restrict__ out_row, float scale, int window,
+    const float *__restrict__ sinks) {
+    typedef TcLayout<D, G, STAGES> L;
+    constexpr int MT = D / 16 / ATTN_NWARPS; // 16-dimension output slices a warp
+    constexpr int HW = (G + ATTN_NWARPS - 1) / ATTN_NWARPS; // heads a warp's softmax
+    static_assert(ATTN_NWARPS == 4 && TC_TILE == 32, "warp roles");
+    extern __shared__ __align__(16) char smem[];
+    uint16_t *qhi = (uint16_t *)(smem + L::Q_HI), *qlo = (uint16_t *)(smem + L::Q_LO);
+    float *ss = (float *)(smem + L::S); // [2][32 keys][8 heads]
+    uint16_t *phi = (uint16_t *)(smem + L::P_HI), *plo = (uint16_t *)(smem + L::P_LO);
+    float *corr_s = (float *)(smem + L::CORR);
+    int *shift_s = (int *)(smem + L::SHIFT);
+    const int h0 = g * G;
+    const int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE;
+    const int gq = lane / 4, tq = lane % 4; // MMA fragment coordinates
+    const int first = attn_first_key(n_keys, window);
+    const int chunk = (n_keys - first + n_split - 1) / n_split;
+    const int k0 = first + split * chunk, k1 = min(n_keys, k0 + chunk);
+    const int n_tiles = k1 > k0 ? (k1 - k0 + TC_TILE - 1) / TC_TILE : 0;
+    const KvHead<KvF16> kh(kc, pages, g, D), vh(vc, pages, g, D);
+#pragma unroll
+    for (int s = 0; s < L::STAGES - 1; ++s) {
+        if (s < n_tiles) {
+            const int base = k0 + s * TC_TILE;
+            tc_load_tile<D, G, STAGES>(smem, kh, vh, base, min(TC_TILE, k1 - base), s);
+        }
+        cp_async_commit(); // possibly empty: group i stays tile i
+    }
+    // q's largest magnitude sets the prescale: 2^-shift brings it under 2^15, f16's range.
+    if (threadIdx.x == 0) {
+        *shift_s = 0;
+    }
+    __syncthreads();
+    {
+        float amax = 0.0f;
+        for (int i = threadIdx.x; i < G * D; i += blockDim.x) {
+            amax = fmaxf(amax, fabsf(q_row[(size_t)h0 * D + i]));
+        }
+        amax = warp_max(amax);
+        int e = 0;
+        frexpf(amax, &e); // amax = m 2^e, m in [0.5, 1)
+        if (lane == 0 && e > 15) {
+            atomicMax(shift_s, e - 15);
+        }
+    }
+    __syncthreads();
+    const int shift = *shift_s;
+    for (int i = threadIdx.x; i < 8 * D; i += blockDim.x) {
+        const int h = i / D, d = i % D;
+        const float x = h < G ? ldexpf(q_row[(size_t)(h0 + h) * D + d], -shift) : 0.0f;
+        tc_split(x, qhi[h * L::Q_STRIDE + d], qlo[h * L::Q_STRIDE + d]);
+    }
+    // Weights of the heads past G stay zero; their factors one.
+    for (int i = threadIdx.x; i < 8 * L::P_STRIDE; i += blockDim.x) {
+        if (i / L::P_STRIDE >= G) {
+            phi[i] = 0;
+            plo[i] = 0;
+        }
+    }
+    if (threadIdx.x < 8) {
+        corr_s[threadIdx.x] = 1.0f;
+    }
+    float m[HW], l[HW];
+#pragma unroll
+    for (int u = 0; u < HW; ++u) {
+        m[u] = ATTN_NEG_INF;
+        l[u] = 0.0f;
+    }
+    float acc[MT][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            acc[mt][i] = 0.0f;
+        }
+    }
+    const float unshift = ldexpf(1.0f, shift);
+    for (int it = 0; it < n_tiles; ++it) {
+        cp_async_wait<L::STAGES - 2>(); // this thread's copies of tile it
+        __syncthreads(); // everyone's; the last tile's stage, scores and weights are free
+        {
+            const int nt = it + L::STAGES - 1;
+            if (nt < n_tiles) {
+                const int base = k0 + nt * TC_TILE;
+                tc_load_tile<D, G, STAGES>(smem, kh, vh, base, min(TC_TILE, k1 - base),
+                                           nt % L::STAGES);
+            }
+            cp_async_commit();
+        }
+        const char *sk = smem + (it % L::STAGES) * L::STAGE_BYTES;
+        const char *sv = sk + L::TILE_BYTES;
+        const int base = k0 + it * TC_TILE, n_live = min(TC_TILE, k1 - base);
+        // Scores: warp w, keys 16 (w % 2).. against q_hi (w < 2) or q_lo.
+        {
+            const int kb = 16 * (warp % 2);
+            const uint16_t *qp = warp < 2 ? qhi : qlo;
+            float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+            for (int ks = 0; ks < D / 16; ++ks) {
+                uint32_t a[4];
+                tc_ldmatrix_x4(a, tc_smem(sk + tc_chunk<D>(kb + lane % 16, 2 * ks + lane / 16)));
+                const uint16_t *qb = qp + gq * L::Q_STRIDE + 16 * ks + 2 * tq;
+                tc_mma(c, a, *(const uint32_t *)qb, *(const uint32_t *)(qb + 8));
+            }
+            // c: (key kb + gq (+8), heads 2tq, 2tq + 1).
+            float *sp = ss + (warp / 2) * TC_TILE * 8;
+            *(float2 *)&sp[(kb + gq) * 8 + 2 * tq] = make_float2(c[0], c[1]);
+            *(float2 *)&sp[(kb + gq + 8) * 8 + 2 * tq] = make_float2(c[2], c[3]);
+        }
+        __syncthreads();
+        // The softmax step, a warp a head (w, w + 4), a lane a key.
+#pragma unroll
+        for (int u = 0; u < HW; ++u) {
+            const int hi = warp + ATTN_NWARPS * u;
+            if (hi >= G) {
+                break; // warp-uniform
+            }
+            const bool live = lane < n_live;
+            const float dot = ss[lane * 8 + hi] + ss[TC_TILE * 8 + lane * 8 + hi];
+            const float sc = live ? dot * unshift * scale : ATTN_NEG_INF;
+            const float m_new = fmaxf(m[u], warp_max(sc));
+            const float corr = expf(m[u] - m_new); // 0 on the first tile (m = -inf)
+            const float p = live ? expf(sc - m_new) : 0.0f;
+            l[u] = l[u] * corr + warp_sum(p);
+            m[u] = m_new;
+            tc_split(p, phi[hi * L::P_STRIDE + lane], plo[hi * L::P_STRIDE + lane]);
+            if (lane == 0) {
+                corr_s[hi] = corr;
+            }
+        }
+        __syncthreads();
+        // O += Vᵀ · Pᵀ for this warp's dimension slices, after the rescale of every head.
+        const float cr[2] = {corr_s[2 * tq], corr_s[2 * tq + 1]};
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                acc[mt][i] *= cr[i % 2];
+            }
+        }
+#pragma unroll
+        for (int kk = 0; kk < 2; ++kk) {
+            uint32_t b[2][2];
+#pragma unroll
+            for (int part = 0; part < 2; ++part) {
+                const uint16_t *pp = (part == 0 ? phi : plo) + gq * L::P_STRIDE + 16 * kk + 2 * tq;
+                b[part][0] = *(const uint32_t *)pp;
+                b[part][1] = *(const uint32_t *)(pp + 8);
+            }
+            // Matrix i of the ldmatrix: keys 16kk + 8 (i / 2).., dimensions 16 slice + 8 (i % 2).
+            const int key = 16 * kk + lane % 8 + 8 * (lane / 16);
+            const int half = (lane / 8) % 2;
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) {
+                const int slice = warp + ATTN_NWARPS * mt;
+                uint32_t a[4];
+                tc_ldmatrix_x4_trans(a, tc_smem(sv + tc_chunk<D>(key, 2 * slice + half)));
+                tc_mma(acc[mt], a, b[0][0], b[0][1]);
+                tc_mma(acc[mt], a, b[1][0], b[1][1]);
+            }
+        }
+    }
+    cp_async_wait<0>();
+    __syncthreads(); // the stages are free
+    // Partials: acc (dimension 16 slice + gq (+8), heads 2tq, 2tq + 1) of the heads below G.
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+        const int d0 = 16 * (warp + ATTN_NWARPS * mt) + gq;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const int h = 2 * tq + i % 2, d = d0 + 8 * (i / 2);
+            if (h < G) {
+                part_acc[((size_t)(h0 + h) * n_split + split) * D + d] = acc[mt][i];
+            }
+        }
+    }
+#pragma unroll
+    for (int u = 0; u < HW; ++u) {
+        const int hi = warp + ATTN_NWARPS * u;
+        if (hi < G && lane == 0) {
+            const size_t pidx = (size_t)(h0 + hi) * n_split + split;
+            part_m[pidx] = m[u]; // -inf for an empty split
+            part_l[pidx] = l[u];
+        }
+    }
+    if (done == nullptr) {
+        return; // attn_decode_combine runs next
+    }
+    // The group's last split block to finish combines its G heads (counted on head h0's
+    // counter) and resets the counter for the next launch or graph replay.
+    __shared__ bool last;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int *c = done + h0;
+        last = atomicAdd(c, 1) == n_split - 1;
+        if (last) {
+            *c = 0;
+        }
+    }
+    __syncthreads();
+    if (last) {
+        __threadfence();
+        // The row's own partials and output (t = 0: the pointers are the row's already).
+        combine_heads(part_m, part_l, part_acc, out_row, 0, n_split, D, h0, G, 0, sinks,
+                      (float *)smem);
+    }
+}
