@@ -123,6 +123,7 @@ pub fn all(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) -> Resu
         ((16, 16, 128), 4096, 4000),
         ((16, 8, 64), 300, 77),
         ((32, 4, 128), 20000, 16500),
+        ((32, 8, 64), 2000, 1500),
     ] {
         rows.extend(attn(
             dev, k, plan, rng, shape, n_ctx, n_pos, 1, &DECODES, None,

@@ -82,6 +82,7 @@ pub fn all(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) -> Resu
         (8, 4, 32),
         (14, 2, 32),
         (12, 2, 128),
+        (32, 8, 64),
         (16, 2, 256),
         (6, 6, 256),
         (16, 16, 192),

@@ -3,15 +3,17 @@
 // attention_group.cuh block's formula and partials, with its two products on f16 mma.sync
 // (m16n8k16, f32 accumulators) instead of f32 FMAs a key and head:
 // - scores S[32 keys][8 heads] = K · qᵀ: the keys are f16 (exact in an f16 operand); q is f32,
-//   so it goes in as two f16 terms, q = q_hi + q_lo (q_hi = f16(q), q_lo = f16(q - q_hi)):
-//   about 2⁻²² of |q| apart, f16's subnormals past that. Warp w takes keys 16 (w % 2).. of the
-//   tile against q_hi (w < 2) or q_lo, and the two halves are added after. q is first scaled by
-//   a power of two where its largest element would pass f16's range, the scores by its inverse
-//   after (exact);
+//   so it goes in as two f16 terms, q = q_hi + 2⁻¹¹ q_lo (q_hi = f16(q), q_lo = f16(2¹¹ (q -
+//   q_hi)): the low term scaled up out of f16's subnormals), about 2⁻²² of |q| apart. Warp w
+//   takes keys 16 (w % 2).. of the tile against q_hi (w < 2) or q_lo, and the two halves are
+//   added after. q is first scaled by a power of two where its largest element would pass
+//   f16's range, the scores by its inverse after (exact);
 // - the softmax step a warp a head (heads w and w + 4), a lane a key, as the group block's;
-//   its weights P in [0, 1] become P_hi + P_lo the same way;
-// - O[D][8 heads] += Vᵀ · Pᵀ: warp w takes the 16-dimension slices w, w + 4, .. of the
-//   output for every head, V's rows read transposed by ldmatrix.
+//   its weights P in [0, 1] become P_hi + 2⁻¹¹ P_lo the same way;
+// - O[D][8 heads] = O corr + Vᵀ · Pᵀ: warp w takes the 16-dimension slices w, w + 4, .. of
+//   the output for every head, V's rows read transposed by ldmatrix; each tile's two products
+//   start from zero and join O in f32 (the tensor cores' own sums, which truncate, stay within
+//   32 keys).
 // K and V tiles come in by cp.async as in the group block, each 16-byte chunk c of row r at
 // chunk c ^ (r % 8), so the eight rows an ldmatrix phase reads fall in distinct banks (D a
 // multiple of 64). Heads past G are zero queries and zero weights.
@@ -26,7 +28,8 @@
 
 // Shared memory, in bytes from its start: STAGES stages of a K and a V tile [32 keys][D]
 // f16 (chunks swizzled); q_hi and q_lo [8 heads][D + 8] f16 (rows padded so the eight heads
-// of a B fragment fall in distinct banks); the scores' two halves [2][32 keys][8 heads] f32;
+// of a B fragment fall in distinct banks); the scores' two halves [2][32 keys][9] f32 (a
+// head a column, padded so a warp's 32 keys of one head fall in distinct banks);
 // P_hi and P_lo [8 heads][40] f16; each head's rescale factor [8] f32; the prescale's
 // exponent. The combine reuses all of it.
 template <int D, int G, int STAGES_> struct TcLayout {
@@ -39,7 +42,8 @@ template <int D, int G, int STAGES_> struct TcLayout {
     static constexpr int Q_HI = STAGES * STAGE_BYTES;
     static constexpr int Q_LO = Q_HI + 8 * Q_STRIDE * 2;
     static constexpr int S = Q_LO + 8 * Q_STRIDE * 2;
-    static constexpr int P_HI = S + 2 * TC_TILE * 8 * 4;
+    static constexpr int S_STRIDE = 9; // floats a key
+    static constexpr int P_HI = S + 2 * TC_TILE * S_STRIDE * 4;
     static constexpr int P_LO = P_HI + 8 * P_STRIDE * 2;
     static constexpr int CORR = P_LO + 8 * P_STRIDE * 2;
     static constexpr int SHIFT = CORR + 8 * 4;
@@ -76,10 +80,13 @@ static __device__ __forceinline__ void tc_mma(float c[4], const uint32_t a[4], u
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// x as f16 bits (nearest even) and the f16 bits of what that leaves.
+// x as f16 bits (nearest even) and the f16 bits of what that leaves times 2^11 (exact: a
+// power of two), so that hi + 2^-11 lo is x to about 2^-22 without f16's subnormals.
+#define TC_LO_SCALE 2048.0f
+#define TC_LO_UNSCALE (1.0f / 2048.0f)
 static __device__ __forceinline__ void tc_split(float x, uint16_t &hi, uint16_t &lo) {
     hi = f32_to_f16_bits(x);
-    lo = f32_to_f16_bits(x - f16_bits_to_f32(hi));
+    lo = f32_to_f16_bits((x - f16_bits_to_f32(hi)) * TC_LO_SCALE);
 }
 
 // Byte offset of chunk c of row r in a swizzled [rows][D] f16 tile.
@@ -123,7 +130,7 @@ static __device__ __forceinline__ void attn_group_block_tc(
     static_assert(ATTN_NWARPS == 4 && TC_TILE == 32, "warp roles");
     extern __shared__ __align__(16) char smem[];
     uint16_t *qhi = (uint16_t *)(smem + L::Q_HI), *qlo = (uint16_t *)(smem + L::Q_LO);
-    float *ss = (float *)(smem + L::S); // [2][32 keys][8 heads]
+    float *ss = (float *)(smem + L::S); // [2][32 keys][S_STRIDE]: a head a column
     uint16_t *phi = (uint16_t *)(smem + L::P_HI), *plo = (uint16_t *)(smem + L::P_LO);
     float *corr_s = (float *)(smem + L::CORR);
     int *shift_s = (int *)(smem + L::SHIFT);
@@ -220,9 +227,11 @@ static __device__ __forceinline__ void attn_group_block_tc(
                 tc_mma(c, a, *(const uint32_t *)qb, *(const uint32_t *)(qb + 8));
             }
             // c: (key kb + gq (+8), heads 2tq, 2tq + 1).
-            float *sp = ss + (warp / 2) * TC_TILE * 8;
-            *(float2 *)&sp[(kb + gq) * 8 + 2 * tq] = make_float2(c[0], c[1]);
-            *(float2 *)&sp[(kb + gq + 8) * 8 + 2 * tq] = make_float2(c[2], c[3]);
+            float *sp = ss + (warp / 2) * TC_TILE * L::S_STRIDE;
+            sp[(kb + gq) * L::S_STRIDE + 2 * tq] = c[0];
+            sp[(kb + gq) * L::S_STRIDE + 2 * tq + 1] = c[1];
+            sp[(kb + gq + 8) * L::S_STRIDE + 2 * tq] = c[2];
+            sp[(kb + gq + 8) * L::S_STRIDE + 2 * tq + 1] = c[3];
         }
         __syncthreads();
         // The softmax step, a warp a head (w, w + 4), a lane a key.
@@ -233,7 +242,8 @@ static __device__ __forceinline__ void attn_group_block_tc(
                 break; // warp-uniform
             }
             const bool live = lane < n_live;
-            const float dot = ss[lane * 8 + hi] + ss[TC_TILE * 8 + lane * 8 + hi];
+            const float dot = ss[lane * L::S_STRIDE + hi] +
+                              ss[(TC_TILE + lane) * L::S_STRIDE + hi] * TC_LO_UNSCALE;
             const float sc = live ? dot * unshift * scale : ATTN_NEG_INF;
             const float m_new = fmaxf(m[u], warp_max(sc));
             const float corr = expf(m[u] - m_new); // 0 on the first tile (m = -inf)
@@ -246,13 +256,15 @@ static __device__ __forceinline__ void attn_group_block_tc(
             }
         }
         __syncthreads();
-        // O += Vᵀ · Pᵀ for this warp's dimension slices, after the rescale of every head.
-        const float cr[2] = {corr_s[2 * tq], corr_s[2 * tq + 1]};
+        // O = O corr + Vᵀ · Pᵀ for this warp's dimension slices: the tile's products from zero,
+        // P_hi's and P_lo's apart.
+        float thi[MT][4], tlo[MT][4];
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
-                acc[mt][i] *= cr[i % 2];
+                thi[mt][i] = 0.0f;
+                tlo[mt][i] = 0.0f;
             }
         }
 #pragma unroll
@@ -272,8 +284,16 @@ static __device__ __forceinline__ void attn_group_block_tc(
                 const int slice = warp + ATTN_NWARPS * mt;
                 uint32_t a[4];
                 tc_ldmatrix_x4_trans(a, tc_smem(sv + tc_chunk<D>(key, 2 * slice + half)));
-                tc_mma(acc[mt], a, b[0][0], b[0][1]);
-                tc_mma(acc[mt], a, b[1][0], b[1][1]);
+                tc_mma(thi[mt], a, b[0][0], b[0][1]);
+                tc_mma(tlo[mt], a, b[1][0], b[1][1]);
+            }
+        }
+        const float cr[2] = {corr_s[2 * tq], corr_s[2 * tq + 1]};
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                acc[mt][i] = acc[mt][i] * cr[i % 2] + (thi[mt][i] + tlo[mt][i] * TC_LO_UNSCALE);
             }
         }
     }

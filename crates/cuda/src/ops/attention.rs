@@ -103,12 +103,12 @@ pub(super) fn group_smem_bytes_staged(head_dim: usize, group: usize, stages: usi
 }
 
 /// attention_tc.cuh's TcLayout<D, G, stages>::BYTES: the stages, q's two f16 terms for 8
-/// heads (rows of D + 8), the scores' two halves, P's two terms (rows of 40), 8 factors and the
-/// prescale; or the combine's scratch where that is more.
+/// heads (rows of D + 8), the scores' two halves (rows of 9 floats a key), P's two terms (rows
+/// of 40), 8 factors and the prescale; or the combine's scratch where that is more.
 pub(super) fn tc_smem_bytes(head_dim: usize, group: usize, stages: usize) -> usize {
     let tiles = stages * 2 * GROUP_TILE * head_dim * 2;
     let end =
-        tiles + 2 * 8 * (head_dim + 8) * 2 + 2 * GROUP_TILE * 8 * 4 + 2 * 8 * 40 * 2 + 32 + 16;
+        tiles + 2 * 8 * (head_dim + 8) * 2 + 2 * GROUP_TILE * 9 * 4 + 2 * 8 * 40 * 2 + 32 + 16;
     end.max((512 + 8 + group * ATTN_MAX_SPLITS) * 4)
 }
 

@@ -389,6 +389,19 @@ mod tests {
             rows_smem_bytes(128, 4),
             2 * 2 * 32 * 128 * 2 + 4 * 128 * 4 + 4 * 32 * 4
         );
+        // attention_tc.cuh's TcLayout over two stages: tiles, q's terms, the scores (9 floats
+        // a key), P's terms, the factors and the prescale.
+        let tc = crate::kernels::HEADERS
+            .iter()
+            .find(|h| h.name == "attention_tc.cuh")
+            .expect("attention_tc.cuh");
+        assert!(
+            tc.source.contains("S_STRIDE = 9;") && tc.source.contains("P_STRIDE = TC_TILE + 8;")
+        );
+        assert_eq!(
+            rows_tc_smem_bytes(128, 4),
+            2 * 2 * 32 * 128 * 2 + 2 * 8 * 136 * 2 + 2 * 32 * 9 * 4 + 2 * 8 * 40 * 2 + 48
+        );
         for g in 1..=ROWS_MAX_GROUP {
             assert!(src.contains(&format!("ROWS_INSTANCE(D, {g})")));
         }
