@@ -56,9 +56,10 @@ extern "C" __global__ void kv_store_rows_f16(const float *__restrict__ k,
 
 // grid (max split count, n_kv_head, n_rows); block ATTN_NWARPS warps; dynamic shared memory
 // GroupLayout<D, G, ROWS_STAGES>::BYTES, or with TC (attention_tc.cuh) TcLayout's
-// (ops/attention_rows.rs's rows_smem_bytes, rows_tc_smem_bytes). q, out: [n_rows][n_head][D]. `window`: the
-// layer's sliding window (0: none); a row sees keys attn_first_key..pos[t]. `sinks`: null, or
-// a logit per query head joining the combine (attention.cuh).
+// (ops/attention_rows.rs's rows_smem_bytes, rows_tc_smem_bytes). q, out:
+// [n_rows][n_head][D]. `window`: the layer's sliding window (0: none); a row sees keys
+// attn_first_key..pos[t]. `sinks`: null, or a logit per query head joining the combine
+// (attention.cuh).
 template <int D, int G, bool TC>
 static __device__ __forceinline__ void attn_decode_rows(
     const float *__restrict__ q, const unsigned long long *__restrict__ kv,

@@ -5,9 +5,9 @@
 // - scores S[32 keys][8 heads] = K · qᵀ: the keys are f16 (exact in an f16 operand); q is f32,
 //   so it goes in as two f16 terms, q = q_hi + 2⁻¹¹ q_lo (q_hi = f16(q), q_lo = f16(2¹¹ (q -
 //   q_hi)): the low term scaled up out of f16's subnormals), about 2⁻²² of |q| apart. Warp w
-//   takes keys 16 (w % 2).. of the tile against q_hi (w < 2) or q_lo, and the two halves are
-//   added after. q is first scaled by a power of two where its largest element would pass
-//   f16's range, the scores by its inverse after (exact);
+//   takes keys 16 (w % 2).. of the tile over the dimensions' half w / 2, each K fragment into
+//   both terms' MMAs, and the two halves are added after. q is first scaled by a power of two
+//   where its largest element would pass f16's range, the scores by its inverse after (exact);
 // - the softmax step a warp a head (heads w and w + 4), a lane a key, as the group block's;
 //   its weights P in [0, 1] become P_hi + 2⁻¹¹ P_lo the same way;
 // - O[D][8 heads] = O corr + Vᵀ · Pᵀ: warp w takes the 16-dimension slices w, w + 4, .. of
@@ -28,8 +28,9 @@
 
 // Shared memory, in bytes from its start: STAGES stages of a K and a V tile [32 keys][D]
 // f16 (chunks swizzled); q_hi and q_lo [8 heads][D + 8] f16 (rows padded so the eight heads
-// of a B fragment fall in distinct banks); the scores' two halves [2][32 keys][9] f32 (a
-// head a column, padded so a warp's 32 keys of one head fall in distinct banks);
+// of a B fragment fall in distinct banks); the scores over the dimensions' two halves [2][32
+// keys][9] f32 (a head a column, padded so a warp's 32 keys of one head fall in distinct
+// banks);
 // P_hi and P_lo [8 heads][40] f16; each head's rescale factor [8] f32; the prescale's
 // exponent. The combine reuses all of it.
 template <int D, int G, int STAGES_> struct TcLayout {
@@ -214,20 +215,26 @@ static __device__ __forceinline__ void attn_group_block_tc(
         const char *sk = smem + (it % L::STAGES) * L::STAGE_BYTES;
         const char *sv = sk + L::TILE_BYTES;
         const int base = k0 + it * TC_TILE, n_live = min(TC_TILE, k1 - base);
-        // Scores: warp w, keys 16 (w % 2).. against q_hi (w < 2) or q_lo.
+        // Scores: warp w, keys 16 (w % 2).. over the dimensions' half w / 2, both terms of q.
         {
-            const int kb = 16 * (warp % 2);
-            const uint16_t *qp = warp < 2 ? qhi : qlo;
-            float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            const int kb = 16 * (warp % 2), half = warp / 2;
+            float ch[4] = {0.0f, 0.0f, 0.0f, 0.0f}, cl[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
-            for (int ks = 0; ks < D / 16; ++ks) {
+            for (int j = 0; j < D / 32; ++j) {
+                const int ks = half * (D / 32) + j;
                 uint32_t a[4];
                 tc_ldmatrix_x4(a, tc_smem(sk + tc_chunk<D>(kb + lane % 16, 2 * ks + lane / 16)));
-                const uint16_t *qb = qp + gq * L::Q_STRIDE + 16 * ks + 2 * tq;
-                tc_mma(c, a, *(const uint32_t *)qb, *(const uint32_t *)(qb + 8));
+                const int at = gq * L::Q_STRIDE + 16 * ks + 2 * tq;
+                tc_mma(ch, a, *(const uint32_t *)(qhi + at), *(const uint32_t *)(qhi + at + 8));
+                tc_mma(cl, a, *(const uint32_t *)(qlo + at), *(const uint32_t *)(qlo + at + 8));
             }
-            // c: (key kb + gq (+8), heads 2tq, 2tq + 1).
-            float *sp = ss + (warp / 2) * TC_TILE * L::S_STRIDE;
+            // (key kb + gq (+8), heads 2tq, 2tq + 1).
+            float *sp = ss + half * TC_TILE * L::S_STRIDE;
+            float c[4];
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                c[i] = ch[i] + cl[i] * TC_LO_UNSCALE;
+            }
             sp[(kb + gq) * L::S_STRIDE + 2 * tq] = c[0];
             sp[(kb + gq) * L::S_STRIDE + 2 * tq + 1] = c[1];
             sp[(kb + gq + 8) * L::S_STRIDE + 2 * tq] = c[2];
@@ -242,8 +249,7 @@ static __device__ __forceinline__ void attn_group_block_tc(
                 break; // warp-uniform
             }
             const bool live = lane < n_live;
-            const float dot = ss[lane * L::S_STRIDE + hi] +
-                              ss[(TC_TILE + lane) * L::S_STRIDE + hi] * TC_LO_UNSCALE;
+            const float dot = ss[lane * L::S_STRIDE + hi] + ss[(TC_TILE + lane) * L::S_STRIDE + hi];
             const float sc = live ? dot * unshift * scale : ATTN_NEG_INF;
             const float m_new = fmaxf(m[u], warp_max(sc));
             const float corr = expf(m[u] - m_new); // 0 on the first tile (m = -inf)
@@ -256,8 +262,8 @@ static __device__ __forceinline__ void attn_group_block_tc(
             }
         }
         __syncthreads();
-        // O = O corr + Vᵀ · Pᵀ for this warp's dimension slices: the tile's products from zero,
-        // P_hi's and P_lo's apart.
+        // O = O corr + Vᵀ · Pᵀ for this warp's dimension slices: the tile's products from
+        // zero, P_hi's and P_lo's apart.
         float thi[MT][4], tlo[MT][4];
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {

@@ -177,7 +177,8 @@ static __device__ __forceinline__ void staged_blocks(const Q4kNatural::Raw &cur,
             mma_s8_k32(dot, a, b);
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
-                isum[4 * nt + i] = s == 0 ? sc[i / 2] * dot[i] : isum[4 * nt + i] + sc[i / 2] * dot[i];
+                const int scaled = sc[i / 2] * dot[i];
+                isum[4 * nt + i] = s == 0 ? scaled : isum[4 * nt + i] + scaled;
             }
         }
     }
