@@ -249,7 +249,7 @@ pub(crate) fn batch(
         let (qsd, psd) = (dev.upload(qs)?, dev.upload(ps)?);
         let cache = &layers[LAYERS - 1];
         let w = &mut work;
-        let kernel = DecodeKernel::grouped(grouped);
+        let kernel = DecodeKernel::from_grouped(grouped);
         k.attention.decode(
             true, kernel, &qsd, cache, &psd, n_head, dsm, splits, w, &mut o,
         )?;

@@ -108,7 +108,7 @@ pub const STAGED_CASES: [(usize, usize, usize); 4] = [
 
 /// `mmvq_staged` for `n` rows in each order the format has (per sub-block; Q4_K over Q8_K
 /// also the integer-scale blocks): unsplit against `mmq` in the same order (the same bits), in
-/// 3 and 8 shares (of 16 super-blocks: 2 each, as the plan splits qwen3-8b's q and o) against
+/// 3 and 8 shares (at 16 super-blocks 8 shares of 2, as the plan splits qwen3-8b's q and o) against
 /// the CPU's matmul (the tensor-core contract), and once more for the same bits every run.
 #[allow(clippy::too_many_arguments)]
 pub fn mmvq_staged(

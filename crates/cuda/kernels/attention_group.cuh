@@ -103,7 +103,8 @@ static __device__ __noinline__ void combine_heads(const float *part_m, const flo
 // pointers the caller offsets to that row: attention.cu's attn_decode_group (a sequence's
 // rows, grid (n_split, n_kv_head, n_q)) and attention_rows.cu's attn_decode_rows (a row a
 // sequence, through the rows table). Block ATTN_NWARPS warps; dynamic shared memory
-// group_smem_bytes(D, G) (crates/cuda/src/ops/attention.rs agrees).
+// GroupLayout<D, G, STAGES>::BYTES (crates/cuda/src/ops/attention.rs's
+// group_smem_bytes_staged agrees).
 #define ATTN_GROUP_TILE 32
 #define ATTN_GROUP_STAGES 3
 
@@ -116,6 +117,7 @@ template <int D, int G, int STAGES_ = 0> struct GroupLayout {
     static constexpr int STAGE_BYTES = 2 * TILE_BYTES;
     static constexpr int STAGES = STAGES_ > 0 ? STAGES_ : D > 128 ? 2 : ATTN_GROUP_STAGES;
     static_assert(STAGES >= 2, "the ring needs a stage to fill while one is read");
+    static_assert(G <= ATTN_MAX_COMBINE_HEADS, "the combine's scratch holds 8 heads");
     static constexpr int Q_OFFSET = STAGES * STAGE_BYTES;
     static constexpr int S_OFFSET = Q_OFFSET + G * D * 4;
     // The last block's combine reuses the whole of it as its scratch (two stages of 32-wide

@@ -23,6 +23,7 @@
 // by combine_heads.
 #pragma once
 #include "attention_group.cuh"
+#include "mma_f16.cuh"
 
 #define TC_TILE ATTN_GROUP_TILE // keys a tile: two MMA row blocks of 16
 
@@ -53,33 +54,6 @@ template <int D, int G, int STAGES_> struct TcLayout {
     static constexpr int BYTES = END > COMBINE_BYTES ? END : COMBINE_BYTES;
     static_assert(D % 64 == 0 && G <= 8 && STAGES >= 2, "head sizes of whole 8-chunk groups");
 };
-
-static __device__ __forceinline__ uint32_t tc_smem(const void *p) {
-    return (uint32_t)__cvta_generic_to_shared(p);
-}
-
-// Four 8×8 b16 matrices; lanes 8i..8i+7 give the row addresses of matrix i. Lane (g, t)
-// receives (row g, columns 2t, 2t + 1) of each, or with .trans (rows 2t, 2t + 1, column g).
-static __device__ __forceinline__ void tc_ldmatrix_x4(uint32_t r[4], uint32_t addr) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(addr));
-}
-
-static __device__ __forceinline__ void tc_ldmatrix_x4_trans(uint32_t r[4], uint32_t addr) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(addr));
-}
-
-// c (16×8 f32) += a (16×16 f16, row-major) · b (16×8 f16, column-major).
-static __device__ __forceinline__ void tc_mma(float c[4], const uint32_t a[4], uint32_t b0,
-                                              uint32_t b1) {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
-        "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
 
 // x as f16 bits (nearest even) and the f16 bits of what that leaves times 2^11 (exact: a
 // power of two), so that hi + 2^-11 lo is x to about 2^-22 without f16's subnormals.
@@ -223,10 +197,13 @@ static __device__ __forceinline__ void attn_group_block_tc(
             for (int j = 0; j < D / 32; ++j) {
                 const int ks = half * (D / 32) + j;
                 uint32_t a[4];
-                tc_ldmatrix_x4(a, tc_smem(sk + tc_chunk<D>(kb + lane % 16, 2 * ks + lane / 16)));
+                const int k_at = tc_chunk<D>(kb + lane % 16, 2 * ks + lane / 16);
+                ldmatrix_b16_x4(a, shared_addr(sk + k_at));
                 const int at = gq * L::Q_STRIDE + 16 * ks + 2 * tq;
-                tc_mma(ch, a, *(const uint32_t *)(qhi + at), *(const uint32_t *)(qhi + at + 8));
-                tc_mma(cl, a, *(const uint32_t *)(qlo + at), *(const uint32_t *)(qlo + at + 8));
+                const uint32_t *bh = (const uint32_t *)(qhi + at);
+                const uint32_t *bl = (const uint32_t *)(qlo + at);
+                mma_m16n8k16_f16(ch, a, bh[0], bh[4]); // halves at + 8: four words on
+                mma_m16n8k16_f16(cl, a, bl[0], bl[4]);
             }
             // (key kb + gq (+8), heads 2tq, 2tq + 1).
             float *sp = ss + half * TC_TILE * L::S_STRIDE;
@@ -289,9 +266,9 @@ static __device__ __forceinline__ void attn_group_block_tc(
             for (int mt = 0; mt < MT; ++mt) {
                 const int slice = warp + ATTN_NWARPS * mt;
                 uint32_t a[4];
-                tc_ldmatrix_x4_trans(a, tc_smem(sv + tc_chunk<D>(key, 2 * slice + half)));
-                tc_mma(thi[mt], a, b[0][0], b[0][1]);
-                tc_mma(tlo[mt], a, b[1][0], b[1][1]);
+                ldmatrix_b16_x4_trans(a, shared_addr(sv + tc_chunk<D>(key, 2 * slice + half)));
+                mma_m16n8k16_f16(thi[mt], a, b[0][0], b[0][1]);
+                mma_m16n8k16_f16(tlo[mt], a, b[1][0], b[1][1]);
             }
         }
         const float cr[2] = {corr_s[2 * tq], corr_s[2 * tq + 1]};

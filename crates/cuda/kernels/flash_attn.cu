@@ -22,6 +22,7 @@
 // computed as if at position 0 and never written. A head's sink (`sinks` not null) joins its
 // row's maximum and sum once, after the keys.
 #include "common.cuh"
+#include "mma_f16.cuh"
 
 #define FA_NWARPS 4
 #define FA_BQ (16 * FA_NWARPS)
@@ -32,40 +33,6 @@
 #define FA_PAD 8
 #define FA_NEG_INF __int_as_float(0xff800000)
 #define FA_LOG2E 1.4426950408889634f
-
-static __device__ __forceinline__ uint32_t fa_smem(const void *p) {
-    return (uint32_t)__cvta_generic_to_shared(p);
-}
-
-// Four 8×8 b16 matrices; lanes 8i..8i+7 give the row addresses of matrix i. Lane T receives
-// (row T/4, columns 2(T%4), +1) of each, or with .trans (rows 2(T%4), +1, column T/4).
-static __device__ __forceinline__ void fa_ldmatrix_x4(uint32_t r[4], uint32_t addr) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(addr));
-}
-
-// Two 8×8 b16 matrices: lanes 0-7 and 8-15 give the row addresses (the others' are unused).
-static __device__ __forceinline__ void fa_ldmatrix_x2(uint32_t r[2], uint32_t addr) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n"
-                 : "=r"(r[0]), "=r"(r[1])
-                 : "r"(addr));
-}
-
-static __device__ __forceinline__ void fa_ldmatrix_x4_trans(uint32_t r[4], uint32_t addr) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(addr));
-}
-
-// c (16×8 f32) += a (16×16 f16, row-major) · b (16×8 f16, column-major).
-static __device__ __forceinline__ void fa_mma(float c[4], const uint32_t a[4], uint32_t b0,
-                                              uint32_t b1) {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
-        "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
 
 // Two f32 rounded to f16 (nearest even), lo in the low half: one register of an mma fragment.
 static __device__ __forceinline__ uint32_t fa_pack(float lo, float hi) {
@@ -96,7 +63,7 @@ static __device__ __forceinline__ void fa_load_tile(uint16_t *stage, const uint1
         const int key = i / CHUNKS, c = i % CHUNKS;
         const bool valid = k0 + key < n_keys;
         const size_t at = pages.row(kvh, valid ? k0 + key : 0) * D + 8 * c;
-        const uint32_t dst = fa_smem(stage + key * STRIDE + 8 * c);
+        const uint32_t dst = shared_addr(stage + key * STRIDE + 8 * c);
         cp_async16_to(dst, kc + at, valid ? 16 : 0);
         cp_async16_to(dst + TILE * 2, vc + at, valid ? 16 : 0);
     }
@@ -208,16 +175,16 @@ static __device__ __forceinline__ void flash_prefill(
 #pragma unroll
             for (int kk = 0; kk + 1 < DK; kk += 2) {
                 uint32_t b[4];
-                fa_ldmatrix_x4(b, fa_smem(ks + (8 * j + lane % 8) * STRIDE + 16 * kk +
-                                          8 * (lane / 8)));
-                fa_mma(s[j], qf[kk], b[0], b[1]);
-                fa_mma(s[j], qf[kk + 1], b[2], b[3]);
+                const uint16_t *row = ks + (8 * j + lane % 8) * STRIDE;
+                ldmatrix_b16_x4(b, shared_addr(row + 16 * kk + 8 * (lane / 8)));
+                mma_m16n8k16_f16(s[j], qf[kk], b[0], b[1]);
+                mma_m16n8k16_f16(s[j], qf[kk + 1], b[2], b[3]);
             }
             if constexpr (DK % 2 != 0) {
                 uint32_t b[2];
-                fa_ldmatrix_x2(b, fa_smem(ks + (8 * j + lane % 8) * STRIDE + 16 * (DK - 1) +
-                                          8 * (lane / 8 % 2)));
-                fa_mma(s[j], qf[DK - 1], b[0], b[1]);
+                const uint16_t *row = ks + (8 * j + lane % 8) * STRIDE;
+                ldmatrix_b16_x2(b, shared_addr(row + 16 * (DK - 1) + 8 * (lane / 8 % 2)));
+                mma_m16n8k16_f16(s[j], qf[DK - 1], b[0], b[1]);
             }
         }
         // Causal and window mask: element e of tile j is row g + 8(e / 2), key k0 + 8j + 2t4 +
@@ -282,11 +249,10 @@ static __device__ __forceinline__ void flash_prefill(
 #pragma unroll
             for (int j = 0; j < DN; j += 2) {
                 uint32_t b[4];
-                fa_ldmatrix_x4_trans(b, fa_smem(vs + (16 * c + lane % 8 + 8 * (lane / 8 % 2)) *
-                                                         STRIDE +
-                                                8 * j + 8 * (lane / 16)));
-                fa_mma(o[j], pf[c], b[0], b[1]);
-                fa_mma(o[j + 1], pf[c], b[2], b[3]);
+                const uint16_t *row = vs + (16 * c + lane % 8 + 8 * (lane / 8 % 2)) * STRIDE;
+                ldmatrix_b16_x4_trans(b, shared_addr(row + 8 * j + 8 * (lane / 16)));
+                mma_m16n8k16_f16(o[j], pf[c], b[0], b[1]);
+                mma_m16n8k16_f16(o[j + 1], pf[c], b[2], b[3]);
             }
         }
         __syncthreads(); // this stage is refilled by the copy queued in the next iteration

@@ -263,7 +263,7 @@ static __device__ __forceinline__ void staged_matvec(const void *__restrict__ vx
     for (int kb = kb0; kb < kb1; ++kb) {
         const int st = (kb - kb0) & 1;
         const char *ystage = smem + st * STG_Y_BYTES;
-        // This super-block's weights, asked for before the barriers; the next one's of L2.
+        // This super-block's weights, loaded before the barriers; the next one's prefetched to L2.
         typename R::Raw cur;
         R::load(cur, r0 + kb, r1 + kb, t);
         if (kb + 1 < kb1) {

@@ -56,6 +56,7 @@ pub const HEADERS: &[KernelFile] = &[
     kernel_file!("attention.cuh"),
     kernel_file!("attention_group.cuh"),
     kernel_file!("attention_tc.cuh"),
+    kernel_file!("mma_f16.cuh"),
     kernel_file!("norm.cuh"),
 ];
 

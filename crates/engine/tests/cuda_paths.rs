@@ -261,7 +261,7 @@ fn f16_decode_agrees_with_the_mma_matvec() {
 }
 
 /// A batched step's Q4_K and Q6_K products on the staged tensor-core mat-vec
-/// (`FERROLM_MMVQ_STAGED=1`, from 17 rows, k in two shares; each super-block's activations
+/// (`FERROLM_MMVQ_MMA_STAGED=1`, from 17 rows, k in two shares; each super-block's activations
 /// in shared memory, mmq's per-sub-block order) against `mmvq_mma` (`=0`): forty sequences,
 /// so the padded steps take 64 rows. The same tolerance as the f16 decode GEMM's test above:
 /// another f32 order moves these two-layer models by tenths of a logit, a wrong product by
@@ -271,14 +271,14 @@ fn f16_decode_agrees_with_the_mma_matvec() {
 fn staged_matvec_agrees_with_the_mma_matvec() {
     let lens: Vec<usize> = (0..40).map(|s| 1 + (s * 7) % 23).collect();
     let staged = [
-        ("FERROLM_MMVQ_STAGED", "1"),
-        ("FERROLM_MMVQ_STAGED_ROWS", "17"),
-        ("FERROLM_MMVQ_STAGED_SPLITS", "2"),
+        ("FERROLM_MMVQ_MMA_STAGED", "1"),
+        ("FERROLM_MMVQ_MMA_STAGED_ROWS", "17"),
+        ("FERROLM_MMVQ_MMA_STAGED_SPLITS", "2"),
     ];
     for stem in ["tiny-llama-q4_k_m", "tiny-qwen3-q4_k_m"] {
         let file = golden_file(stem);
         let on = batch_schedule_of(&file, &staged, &lens);
-        let off = batch_schedule_of(&file, &[("FERROLM_MMVQ_STAGED", "0")], &lens);
+        let off = batch_schedule_of(&file, &[("FERROLM_MMVQ_MMA_STAGED", "0")], &lens);
         let d = on
             .iter()
             .zip(&off)

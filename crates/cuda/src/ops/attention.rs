@@ -36,9 +36,10 @@ pub const ATTN_HEAD_DIMS: [usize; 7] = [32, 64, 80, 96, 128, 192, 256];
 pub const MMA_HEAD_DIMS: [usize; 5] = [32, 64, 80, 96, 128];
 /// Query heads per KV head that `attn_decode_group_*` has instances for.
 pub const ATTN_GROUPS: [usize; 4] = [1, 2, 4, 8];
-/// Query heads per KV head and head sizes that the tensor-core decode by KV group
-/// (`attn_decode_group_tc_*`, `attn_decode_rows_tc_*`, attention_tc.cuh) has instances for.
+/// Query heads per KV head that the tensor-core decode by KV group (`attn_decode_group_tc_*`,
+/// `attn_decode_rows_tc_*`, attention_tc.cuh) has instances for.
 pub const ATTN_TC_GROUPS: [usize; 2] = [4, 8];
+/// Head sizes it has instances for: whole groups of eight 16-byte chunks (its swizzle).
 pub const ATTN_TC_DIMS: [usize; 3] = [64, 128, 256];
 
 /// Which flash-decoding kernel a launch takes.
@@ -56,7 +57,7 @@ pub enum DecodeKernel {
 
 impl DecodeKernel {
     /// [`DecodeKernel::Group`] where `grouped`, else [`DecodeKernel::Split`].
-    pub fn grouped(grouped: bool) -> Self {
+    pub fn from_grouped(grouped: bool) -> Self {
         if grouped {
             Self::Group
         } else {
@@ -488,8 +489,8 @@ impl Attention {
         let group = n_head / cache.n_kv_head;
         let no_group = || {
             CudaError::Invalid(format!(
-                "decode by KV group ({kernel:?}): no kernel for {group} heads a group of {}, {} \
-                 cache",
+                "decode by KV group ({kernel:?}): no kernel for {group} query heads a KV head, \
+                 head size {}, {} cache",
                 cache.head_dim,
                 cache.format.name()
             ))

@@ -6,8 +6,9 @@
 //! Contract: the same formula as `Attention::decode` (flash-decoding, f32 softmax and sums)
 //! in another f32 summation order, so within `cuda-parity`'s f32 attention bound of the
 //! per-sequence kernels and of the CPU: each row runs the decode by KV group's block
-//! (`attention_group.cuh`) on its own cache and partials. A row's bits depend only on its own query, its
-//! sequence's cache and its split count, which the caller derives from the row's own key count
+//! (`attention_group.cuh`, or `attention_tc.cuh`'s on the tensor cores) on its own cache and
+//! partials. A row's bits depend only on its own query, its sequence's cache and its split
+//! count, which the caller derives from the row's own key count
 //! ([`crate::plan::Plan::rows_splits`]): never on the other rows of the batch. f16 caches,
 //! every head size of [`ATTN_HEAD_DIMS`], up to 8 query heads a KV head.
 //!
@@ -354,10 +355,9 @@ impl AttentionRows {
         // SAFETY: attn_decode_rows[_tc]_dD_gG(q, kv, meta, pages, work, pos, out, n_head, scale,
         // window, sinks) (sinks null or n_head floats) with G = n_head / n_kv_head and the
         // dynamic shared memory its load raised the limit to: n_rows rows of q and out; each
-        // served row's caches (f16,
-        // D per row, 16-byte aligned allocations) and partials (its slot of a DecodeWork of at
-        // least its split count, which the grid covers) were checked by RowsTable::write;
-        // blocks for each row's positions are the caller's.
+        // served row's caches (f16, D per row, 16-byte aligned allocations) and partials (its
+        // slot of a DecodeWork of at least its split count, which the grid covers) were checked
+        // by RowsTable::write; blocks for each row's positions are the caller's.
         unsafe { b.launch(cfg) }.during("launching attn_decode_rows")?;
         Ok(())
     }

@@ -17,9 +17,9 @@ use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig};
 use ferrolm_gguf::GgmlType;
 use std::collections::HashMap;
 
-/// Activation rows one launch takes, and the fewest it has an entry for (three column tiles
-/// of 8: `_t3`..`_t8`).
+/// Activation rows one launch takes (the kernel's STG_MAX_COLS: eight column tiles of 8).
 pub const STAGED_MAX_ROWS: usize = 64;
+/// The fewest activation rows the kernel has an entry for (three column tiles: `_t3`).
 pub const STAGED_MIN_ROWS: usize = 17;
 /// Weight rows a block takes (the kernel's STG_ROWS: 8 warps of 16).
 pub const STAGED_BLOCK_ROWS: usize = 128;
@@ -119,10 +119,23 @@ impl MmvqStaged {
         );
         assert!(out.len() >= n * w.rows, "mmvq_staged: out too small");
         let blocks = w.cols / SUPER_BLOCK;
-        // Whole shares, none empty: the shares a share's super-blocks rounded up take.
+        if blocks == 0 || w.rows == 0 || n == 0 {
+            return Err(CudaError::Invalid(format!(
+                "mmvq_staged: an empty product ({} × {} weights, {n} rows)",
+                w.rows, w.cols
+            )));
+        }
+        // Shares of ceil(blocks / splits) super-blocks, then as many as that takes (none
+        // empty, never more than asked).
         let share = blocks.div_ceil(splits.clamp(1, blocks));
         let splits = blocks.div_ceil(share);
         let row_blocks = Self::row_blocks(w.rows);
+        if splits > 1 && row_blocks > STAGED_SPLIT_BLOCKS {
+            return Err(CudaError::Invalid(format!(
+                "mmvq_staged: split-K over {row_blocks} row blocks (at most \
+                 {STAGED_SPLIT_BLOCKS})"
+            )));
+        }
         let null = 0u64;
         let mut b = self.launch.builder(f);
         b.arg(&w.data).arg(xq).arg(out);
@@ -133,12 +146,6 @@ impl MmvqStaged {
             int(share, "mmvq_staged share"),
         );
         b.arg(&cols).arg(&rows).arg(&rows_y);
-        if splits > 1 && row_blocks > STAGED_SPLIT_BLOCKS {
-            return Err(CudaError::Invalid(format!(
-                "mmvq_staged: split-K over {row_blocks} row blocks (at most \
-                 {STAGED_SPLIT_BLOCKS})"
-            )));
-        }
         match part {
             Some(p) if splits > 1 => {
                 assert!(
@@ -170,5 +177,35 @@ impl MmvqStaged {
         // block; STG_SMEM bytes of dynamic shared memory (under the 48 KiB needing no opt-in).
         unsafe { b.launch(cfg) }.during(format!("launching mmvq_staged for {}", w.ty))?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The launcher's copies of the kernel's shape: warps, rows a block, activation rows, the
+    /// entries' column tiles and the shared memory (two stages of mmq_tile.cuh's rows, then
+    /// the scales).
+    #[test]
+    fn launcher_agrees_with_the_kernel() {
+        let src = MMVQ_STAGED.source;
+        assert!(src.contains(&format!("#define STG_WARPS {WARPS}")));
+        assert!(src.contains("#define STG_ROWS (16 * STG_WARPS)"));
+        assert_eq!(STAGED_BLOCK_ROWS, 16 * WARPS as usize);
+        assert!(src.contains(&format!("#define STG_MAX_COLS {STAGED_MAX_ROWS}")));
+        for nt in STAGED_MIN_ROWS.div_ceil(8)..=STAGED_MAX_ROWS / 8 {
+            assert!(src.contains(&format!("STG_ENTRY(NAME, TYPE, ORDER_NAME, ORDER, {nt})")));
+        }
+        assert!(!src.contains("STG_ENTRY(NAME, TYPE, ORDER_NAME, ORDER, 2)"));
+        assert!(src.contains("#define STG_SMEM (STG_YSC + MMQ_SUBS * STG_MAX_COLS * 8)"));
+        assert!(src.contains("#define STG_YSC (2 * STG_Y_BYTES)"));
+        assert!(src.contains("#define STG_Y_BYTES (STG_MAX_COLS * MMQ_Y_STRIDE)"));
+        let tile = crate::kernels::HEADERS
+            .iter()
+            .find(|h| h.name == "mmq_tile.cuh")
+            .expect("mmq_tile.cuh");
+        assert!(tile.source.contains("#define MMQ_Y_STRIDE 304"));
+        assert_eq!(SMEM_BYTES, 2 * 64 * 304 + 8 * 64 * 8);
     }
 }

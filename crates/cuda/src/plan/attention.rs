@@ -8,6 +8,7 @@ impl Plan {
     /// [`DECODE_MAX_ROWS`], a prefill kernel above; over a block cache (`-ctk q8_0`) the
     /// scalar prefill, the one that reads its blocks (dequantized per element, f32 after); over
     /// an f32 cache see [`Plan::prefill_kernel_f32`].
+    ///
     /// Decode by KV group (`group` query heads a KV head) where an f16 cache and the group size
     /// have a kernel, unless `FERROLM_ATTN_GROUPED=0`; on the tensor cores where
     /// `FERROLM_ATTN_TC=1` and the shape has them. Every head size of `ATTN_HEAD_DIMS` has
@@ -19,7 +20,7 @@ impl Plan {
             let kernel = if grouped && self.attn_tensor_cores(group, head_dim) {
                 DecodeKernel::GroupTensorCores
             } else {
-                DecodeKernel::grouped(grouped)
+                DecodeKernel::from_grouped(grouped)
             };
             Attn::Decode {
                 fused_combine: self.switches.fuse,

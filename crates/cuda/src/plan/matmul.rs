@@ -102,15 +102,15 @@ impl Plan {
     }
 
     /// Whether `n` rows of a batched decode step's `ty` product of `rows` × `cols` take the
-    /// staged tensor-core mat-vec (`FERROLM_MMVQ_STAGED`, off by default until measured), and
+    /// staged tensor-core mat-vec (`FERROLM_MMVQ_MMA_STAGED`, off by default until measured), and
     /// if so in which order and how many k shares: passes of several sequences,
-    /// [`STAGED_DEFAULT_ROWS`] (`FERROLM_MMVQ_STAGED_ROWS`) to [`STAGED_MAX_ROWS`] rows. The
+    /// [`STAGED_DEFAULT_ROWS`] (`FERROLM_MMVQ_MMA_STAGED_ROWS`) to [`STAGED_MAX_ROWS`] rows. The
     /// order is the pass's GEMM order: per sub-block, or the integer-scale block order where
     /// [`Plan::integer_scales`] says so (`FERROLM_CUDA_INT_SCALES=1` in a batched pass). k is
     /// shared out over the SMs its row blocks leave idle, twice over ([`split_ways`];
-    /// `FERROLM_MMQ_SPLIT_K=0`: unsplit), or as `FERROLM_MMVQ_STAGED_SPLITS` says; never past
-    /// the kernel's [`STAGED_SPLIT_BLOCKS`] row blocks. Contract: mmq's arithmetic in that order, the
-    /// shares added in a fixed order.
+    /// `FERROLM_MMQ_SPLIT_K=0`: unsplit), or as `FERROLM_MMVQ_MMA_STAGED_SPLITS` says; never past
+    /// the kernel's [`STAGED_SPLIT_BLOCKS`] row blocks. Contract: mmq's arithmetic in that
+    /// order, the shares added in a fixed order.
     pub fn staged_matvec(
         &self,
         ty: GgmlType,
@@ -118,7 +118,7 @@ impl Plan {
         cols: usize,
         n: usize,
     ) -> Option<(MmqOrder, usize)> {
-        let min = self.switches.staged_rows.unwrap_or(STAGED_DEFAULT_ROWS);
+        let min = self.switches.mma_staged_rows.unwrap_or(STAGED_DEFAULT_ROWS);
         let blocks_order =
             self.integer_scales(ty, cols, n) && MmvqStaged::supports(ty, cols, MmqOrder::Blocks);
         let order = if blocks_order {
@@ -127,7 +127,7 @@ impl Plan {
             MmqOrder::Subs
         };
         let take = self.sequence_batches
-            && self.switches.staged
+            && self.switches.mma_staged
             && (min.max(STAGED_MIN_ROWS)..=STAGED_MAX_ROWS).contains(&n)
             && MmvqStaged::supports(ty, cols, order);
         if !take {
@@ -141,7 +141,7 @@ impl Plan {
         } else {
             0
         };
-        let ways = match self.switches.staged_splits {
+        let ways = match self.switches.mma_staged_splits {
             Some(w) if may_split > 0 => w.min(blocks),
             Some(_) => 1,
             None => split_ways(row_blocks, 2 * self.device.sms, may_split),

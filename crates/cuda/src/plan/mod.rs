@@ -85,7 +85,7 @@ pub const F16_DECODE_MIN_ROWS: usize = 48;
 pub const F16_DECODE_MIN_SHARE_BLOCKS: usize = 8;
 
 /// The fewest rows of a batched decode step whose products take the staged tensor-core
-/// mat-vec ([`Plan::staged_matvec`], `FERROLM_MMVQ_STAGED`): from five column tiles, where
+/// mat-vec ([`Plan::staged_matvec`], `FERROLM_MMVQ_MMA_STAGED`): from five column tiles, where
 /// `mmvq_mma`'s activation loads became most of its work (docs/perf.md, session 13).
 pub const STAGED_DEFAULT_ROWS: usize = 33;
 

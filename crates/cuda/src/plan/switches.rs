@@ -142,18 +142,18 @@ pub struct Switches {
     /// `FERROLM_MMVQ_MMA_TILES`: weight-row tiles of 16 a warp of that kernel takes (1 or 2;
     /// two exist from 33 rows, below which 2 means 1); `None`: the plan's choice by rows.
     pub mma_row_tiles: Option<usize>,
-    /// `FERROLM_MMVQ_STAGED=1`: a batched decode step's products of
-    /// `FERROLM_MMVQ_STAGED_ROWS` to 64 rows on the staged tensor-core mat-vec
+    /// `FERROLM_MMVQ_MMA_STAGED=1`: a batched decode step's products of
+    /// `FERROLM_MMVQ_MMA_STAGED_ROWS` to 64 rows on the staged tensor-core mat-vec
     /// (`mmvq_staged.cu`: each super-block's activations in shared memory once for eight
     /// warps, k split over blocks), ahead of `mmvq_mma` and the f16 decode GEMM. Off until a
     /// device run measures it.
-    pub staged: bool,
-    /// `FERROLM_MMVQ_STAGED_ROWS`: the fewest rows it takes (17-64); `None`:
+    pub mma_staged: bool,
+    /// `FERROLM_MMVQ_MMA_STAGED_ROWS`: the fewest rows it takes (17-64); `None`:
     /// [`STAGED_DEFAULT_ROWS`](super::STAGED_DEFAULT_ROWS).
-    pub staged_rows: Option<usize>,
-    /// `FERROLM_MMVQ_STAGED_SPLITS`: its k shares (1-16); `None`: the plan's choice by the
+    pub mma_staged_rows: Option<usize>,
+    /// `FERROLM_MMVQ_MMA_STAGED_SPLITS`: its k shares (1-16); `None`: the plan's choice by the
     /// SMs its row blocks leave idle.
-    pub staged_splits: Option<usize>,
+    pub mma_staged_splits: Option<usize>,
     /// `FERROLM_MOE_MMA`: a batched decode step's experts on the tensor-core mat-vec
     /// (`moe_mma.cu`: each expert's weights read once into MMA fragments for its few pairs)
     /// where both formats have one; else the decode kernels (up to 8 tokens) or the GEMM.
@@ -213,9 +213,9 @@ impl Default for Switches {
             f16_experts_pairs: None,
             mma_matvec: true,
             mma_row_tiles: None,
-            staged: false,
-            staged_rows: None,
-            staged_splits: None,
+            mma_staged: false,
+            mma_staged_rows: None,
+            mma_staged_splits: None,
             moe_mma: true,
             moe_step_fuse: true,
             moe_mma_tiles: None,
@@ -366,9 +366,9 @@ impl Switches {
             f16_experts_pairs: count(env, "FERROLM_F16_EXPERTS_PAIRS", 1..=65535)?,
             mma_matvec: flag(env, "FERROLM_MMVQ_MMA", true)?,
             mma_row_tiles: count(env, "FERROLM_MMVQ_MMA_TILES", 1..=2)?,
-            staged: flag(env, "FERROLM_MMVQ_STAGED", false)?,
-            staged_rows: count(env, "FERROLM_MMVQ_STAGED_ROWS", 17..=64)?,
-            staged_splits: count(env, "FERROLM_MMVQ_STAGED_SPLITS", 1..=16)?,
+            mma_staged: flag(env, "FERROLM_MMVQ_MMA_STAGED", false)?,
+            mma_staged_rows: count(env, "FERROLM_MMVQ_MMA_STAGED_ROWS", 17..=64)?,
+            mma_staged_splits: count(env, "FERROLM_MMVQ_MMA_STAGED_SPLITS", 1..=16)?,
             moe_mma: flag(env, "FERROLM_MOE_MMA", true)?,
             moe_step_fuse: flag(env, "FERROLM_MOE_STEP_FUSE", true)?,
             moe_mma_tiles: match count(env, "FERROLM_MOE_MMA_TILES", 1..=4)? {
@@ -409,8 +409,8 @@ impl fmt::Display for Switches {
         let kv_block = count_or_auto(self.kv_block);
         let f16_pairs = count_or_auto(self.f16_experts_pairs);
         let row_tiles = count_or_auto(self.mma_row_tiles);
-        let staged_rows = count_or_auto(self.staged_rows);
-        let staged_splits = count_or_auto(self.staged_splits);
+        let staged_rows = count_or_auto(self.mma_staged_rows);
+        let staged_splits = count_or_auto(self.mma_staged_splits);
         let moe_tiles = count_or_auto(self.moe_mma_tiles);
         let moe_pairs = count_or_auto(self.moe_mma_pairs);
         let decode_rows = count_or_auto(self.f16_decode_rows);
@@ -600,17 +600,17 @@ impl fmt::Display for Switches {
                 "16-row tiles a warp of the tensor-core mat-vec takes",
             ),
             (
-                "FERROLM_MMVQ_STAGED",
-                bit(self.staged),
-                "batched decode's 17-64 rows on the staged mat-vec",
+                "FERROLM_MMVQ_MMA_STAGED",
+                bit(self.mma_staged),
+                "batched decode's 33-64 rows (_ROWS) on the staged MMA mat-vec",
             ),
             (
-                "FERROLM_MMVQ_STAGED_ROWS",
+                "FERROLM_MMVQ_MMA_STAGED_ROWS",
                 &staged_rows,
                 "fewest rows of a batched step for that",
             ),
             (
-                "FERROLM_MMVQ_STAGED_SPLITS",
+                "FERROLM_MMVQ_MMA_STAGED_SPLITS",
                 &staged_splits,
                 "k shares of the staged mat-vec",
             ),

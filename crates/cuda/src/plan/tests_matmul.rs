@@ -390,7 +390,7 @@ fn batched_steps_take_the_f16_decode_gemm() {
     assert!(err(&[("FERROLM_F16_DECODE_SPLITS", "0")]).contains("FERROLM_F16_DECODE_SPLITS"));
 }
 
-/// With `FERROLM_MMVQ_STAGED=1`, a batched decode step's Q4_K and Q6_K products of
+/// With `FERROLM_MMVQ_MMA_STAGED=1`, a batched decode step's Q4_K and Q6_K products of
 /// STAGED_DEFAULT_ROWS to 64 rows take the staged mat-vec, ahead of the f16 decode GEMM and
 /// `mmvq_mma`, in the pass's GEMM order (per sub-block; the integer-scale blocks under
 /// `FERROLM_CUDA_INT_SCALES=1`), k split over twice the SMs the row blocks leave idle. Off by
@@ -403,7 +403,7 @@ fn batched_steps_take_the_staged_matvec_when_switched_on() {
         None,
         "off by default"
     );
-    let on = plan(&[("FERROLM_MMVQ_STAGED", "1")]);
+    let on = plan(&[("FERROLM_MMVQ_MMA_STAGED", "1")]);
     let many = on.for_sequence_batches();
     assert_eq!(on.staged_matvec(Q4K, 4096, 4096, 64), None, "one sequence");
     // qwen3-8b's q: 32 row blocks on 264 slots, 16 super-blocks: 8 shares of 2.
@@ -422,7 +422,7 @@ fn batched_steps_take_the_staged_matvec_when_switched_on() {
     assert_eq!(many.f16_decode(Q4K, 12288, 4096, 64), None);
     // The output: enough row blocks, unsplit.
     assert_eq!(many.staged_matvec(Q6K, 151_936, 4096, 64), Some((Subs, 1)));
-    // Rows: from 33 by default, from FERROLM_MMVQ_STAGED_ROWS when set, never past 64.
+    // Rows: from 33 by default, from FERROLM_MMVQ_MMA_STAGED_ROWS when set, never past 64.
     assert_eq!(many.staged_matvec(Q4K, 4096, 4096, 32), None);
     assert_eq!(many.staged_matvec(Q4K, 4096, 4096, 65), None);
     assert!(matches!(
@@ -430,22 +430,22 @@ fn batched_steps_take_the_staged_matvec_when_switched_on() {
         Matmul::MatVecMma { .. }
     ));
     let rows = plan(&[
-        ("FERROLM_MMVQ_STAGED", "1"),
-        ("FERROLM_MMVQ_STAGED_ROWS", "17"),
+        ("FERROLM_MMVQ_MMA_STAGED", "1"),
+        ("FERROLM_MMVQ_MMA_STAGED_ROWS", "17"),
     ])
     .for_sequence_batches();
     assert_eq!(rows.staged_matvec(Q4K, 4096, 4096, 16), None);
     assert!(rows.staged_matvec(Q4K, 4096, 4096, 17).is_some());
     // The integer-scale order where forced, for Q4_K over Q8_K activations only.
     let int = plan(&[
-        ("FERROLM_MMVQ_STAGED", "1"),
+        ("FERROLM_MMVQ_MMA_STAGED", "1"),
         ("FERROLM_CUDA_INT_SCALES", "1"),
     ])
     .for_sequence_batches();
     assert_eq!(int.staged_matvec(Q4K, 4096, 4096, 64), Some((Blocks, 8)));
     assert_eq!(int.staged_matvec(Q6K, 4096, 4096, 64), Some((Subs, 8)));
     let q8_1 = plan(&[
-        ("FERROLM_MMVQ_STAGED", "1"),
+        ("FERROLM_MMVQ_MMA_STAGED", "1"),
         ("FERROLM_CUDA_INT_SCALES", "1"),
         ("FERROLM_CUDA_Q8K", "0"),
     ])
@@ -456,8 +456,8 @@ fn batched_steps_take_the_staged_matvec_when_switched_on() {
     assert_eq!(many.staged_matvec(Q4K, 4096, 576, 64), None);
     // Shares: forced (never past the kernel's counters), or none without split-K.
     let forced = plan(&[
-        ("FERROLM_MMVQ_STAGED", "1"),
-        ("FERROLM_MMVQ_STAGED_SPLITS", "3"),
+        ("FERROLM_MMVQ_MMA_STAGED", "1"),
+        ("FERROLM_MMVQ_MMA_STAGED_SPLITS", "3"),
     ])
     .for_sequence_batches();
     assert_eq!(forced.staged_matvec(Q4K, 4096, 4096, 64), Some((Subs, 3)));
@@ -465,9 +465,14 @@ fn batched_steps_take_the_staged_matvec_when_switched_on() {
         forced.staged_matvec(Q6K, 151_936, 4096, 64),
         Some((Subs, 1))
     );
-    let unsplit =
-        plan(&[("FERROLM_MMVQ_STAGED", "1"), ("FERROLM_MMQ_SPLIT_K", "0")]).for_sequence_batches();
+    let unsplit = plan(&[
+        ("FERROLM_MMVQ_MMA_STAGED", "1"),
+        ("FERROLM_MMQ_SPLIT_K", "0"),
+    ])
+    .for_sequence_batches();
     assert_eq!(unsplit.staged_matvec(Q4K, 4096, 4096, 64), Some((Subs, 1)));
-    assert!(err(&[("FERROLM_MMVQ_STAGED_ROWS", "16")]).contains("FERROLM_MMVQ_STAGED_ROWS"));
-    assert!(err(&[("FERROLM_MMVQ_STAGED_SPLITS", "0")]).contains("FERROLM_MMVQ_STAGED_SPLITS"));
+    assert!(err(&[("FERROLM_MMVQ_MMA_STAGED_ROWS", "16")]).contains("FERROLM_MMVQ_MMA_STAGED_ROWS"));
+    assert!(
+        err(&[("FERROLM_MMVQ_MMA_STAGED_SPLITS", "0")]).contains("FERROLM_MMVQ_MMA_STAGED_SPLITS")
+    );
 }

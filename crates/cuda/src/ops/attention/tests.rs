@@ -75,4 +75,11 @@ fn head_dims() {
         .into_iter()
         .max();
     assert!(most.unwrap() <= 99 * 1024);
+    // On the tensor cores: 77 KiB at 256 and 8 heads a group (two stages), within it too.
+    assert_eq!(group_tc_smem_bytes(256, 8), 77_616);
+    let most_tc = ATTN_TC_DIMS
+        .iter()
+        .flat_map(|&d| ATTN_TC_GROUPS.map(|g| group_tc_smem_bytes(d, g)))
+        .max();
+    assert!(most_tc.unwrap() <= 99 * 1024);
 }
