@@ -108,6 +108,56 @@ static __device__ __noinline__ void combine_heads(const float *part_m, const flo
 #define ATTN_GROUP_TILE 32
 #define ATTN_GROUP_STAGES 3
 
+// Tiles in flight by default: three, two for heads over 128 (three tiles of 256 and 8 heads a
+// group would pass the 99 KiB a block gets on sm_86/sm_89).
+static __host__ __device__ constexpr int group_stages(int d) {
+    return d > 128 ? 2 : ATTN_GROUP_STAGES;
+}
+
+// Keys k0..k1 of split `split` of `n_split` over a row of n_keys keys (its window's, or all:
+// attn_first_key), split evenly.
+struct GroupSplit {
+    int k0, k1;
+    __device__ __forceinline__ GroupSplit(int n_keys, int window, int split, int n_split) {
+        const int first = attn_first_key(n_keys, window);
+        const int chunk = (n_keys - first + n_split - 1) / n_split;
+        k0 = first + split * chunk;
+        k1 = min(n_keys, k0 + chunk);
+    }
+    __device__ __forceinline__ int tiles(int tile) const {
+        return k1 > k0 ? (k1 - k0 + tile - 1) / tile : 0;
+    }
+};
+
+// After a block's partials: with `done` (else attn_decode_combine runs next), the group's last
+// split block to finish combines its G heads into out_row (counted on head h0's counter, which
+// it resets for the next launch or graph replay). `scratch`: the block's whole dynamic shared
+// memory, free by then (ATTN_COMBINE_SCRATCH(G) floats at least).
+template <int D, int G>
+static __device__ __forceinline__ void group_combine_when_last(
+    const float *part_m, const float *part_l, const float *part_acc, int *done, float *out_row,
+    int n_split, int h0, const float *sinks, float *scratch) {
+    if (done == nullptr) {
+        return;
+    }
+    __shared__ bool last;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int *c = done + h0;
+        last = atomicAdd(c, 1) == n_split - 1;
+        if (last) {
+            *c = 0;
+        }
+    }
+    __syncthreads();
+    if (last) {
+        __threadfence();
+        // The row's own partials and output (t = 0: the pointers are the row's already).
+        combine_heads(part_m, part_l, part_acc, out_row, 0, n_split, D, h0, G, 0, sinks, scratch);
+    }
+}
+
 // STAGES_: tiles in flight (0: ATTN_GROUP_STAGES, two for heads over 128; a batch's rows take
 // 2, whose blocks mostly walk one tile: the smaller stage lets more of them share an SM).
 template <int D, int G, int STAGES_ = 0> struct GroupLayout {
@@ -115,7 +165,7 @@ template <int D, int G, int STAGES_ = 0> struct GroupLayout {
     static constexpr int SWIZZLE = CHUNKS % 8 == 0 ? 4 : 0;    // K's chunk flip on odd keys
     static constexpr int TILE_BYTES = ATTN_GROUP_TILE * D * 2; // K or V of one tile
     static constexpr int STAGE_BYTES = 2 * TILE_BYTES;
-    static constexpr int STAGES = STAGES_ > 0 ? STAGES_ : D > 128 ? 2 : ATTN_GROUP_STAGES;
+    static constexpr int STAGES = STAGES_ > 0 ? STAGES_ : group_stages(D);
     static_assert(STAGES >= 2, "the ring needs a stage to fill while one is read");
     static_assert(G <= ATTN_MAX_COMBINE_HEADS, "the combine's scratch holds 8 heads");
     static constexpr int Q_OFFSET = STAGES * STAGE_BYTES;
@@ -175,10 +225,8 @@ static __device__ __forceinline__ void attn_group_block(
     float *ss = (float *)(smem + L::S_OFFSET); // [G][tile] scaled scores
     const int h0 = g * G;
     const int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE;
-    const int first = attn_first_key(n_keys, window);
-    const int chunk = (n_keys - first + n_split - 1) / n_split;
-    const int k0 = first + split * chunk, k1 = min(n_keys, k0 + chunk);
-    const int n_tiles = k1 > k0 ? (k1 - k0 + ATTN_GROUP_TILE - 1) / ATTN_GROUP_TILE : 0;
+    const GroupSplit range(n_keys, window, split, n_split);
+    const int k0 = range.k0, k1 = range.k1, n_tiles = range.tiles(ATTN_GROUP_TILE);
     const KvHead<KvF16> kh(kc, pages, g, D), vh(vc, pages, g, D);
 #pragma unroll
     for (int s = 0; s < L::STAGES - 1; ++s) {
@@ -373,26 +421,6 @@ static __device__ __forceinline__ void attn_group_block(
             }
         }
     }
-    if (done == nullptr) {
-        return; // attn_decode_combine runs next
-    }
-    // The group's last split block to finish combines its G heads (counted on head h0's
-    // counter) and resets the counter for the next launch or graph replay.
-    __shared__ bool last;
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        int *c = done + h0;
-        last = atomicAdd(c, 1) == n_split - 1;
-        if (last) {
-            *c = 0;
-        }
-    }
-    __syncthreads();
-    if (last) {
-        __threadfence();
-        // The row's own partials and output (t = 0: the pointers are the row's already).
-        combine_heads(part_m, part_l, part_acc, out_row, 0, n_split, D, h0, G, 0, sinks,
-                      (float *)smem); // the stages are free again
-    }
+    group_combine_when_last<D, G>(part_m, part_l, part_acc, done, out_row, n_split, h0, sinks,
+                                  (float *)smem); // the stages are free again
 }

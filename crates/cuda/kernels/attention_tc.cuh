@@ -38,7 +38,7 @@ template <int D, int G, int STAGES_> struct TcLayout {
     static constexpr int CHUNKS = D / 8;
     static constexpr int TILE_BYTES = TC_TILE * D * 2;
     static constexpr int STAGE_BYTES = 2 * TILE_BYTES;
-    static constexpr int STAGES = STAGES_ > 0 ? STAGES_ : D > 128 ? 2 : ATTN_GROUP_STAGES;
+    static constexpr int STAGES = STAGES_ > 0 ? STAGES_ : group_stages(D);
     static constexpr int Q_STRIDE = D + 8; // halves
     static constexpr int P_STRIDE = TC_TILE + 8;
     static constexpr int Q_HI = STAGES * STAGE_BYTES;
@@ -112,10 +112,8 @@ static __device__ __forceinline__ void attn_group_block_tc(
     const int h0 = g * G;
     const int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE;
     const int gq = lane / 4, tq = lane % 4; // MMA fragment coordinates
-    const int first = attn_first_key(n_keys, window);
-    const int chunk = (n_keys - first + n_split - 1) / n_split;
-    const int k0 = first + split * chunk, k1 = min(n_keys, k0 + chunk);
-    const int n_tiles = k1 > k0 ? (k1 - k0 + TC_TILE - 1) / TC_TILE : 0;
+    const GroupSplit range(n_keys, window, split, n_split);
+    const int k0 = range.k0, k1 = range.k1, n_tiles = range.tiles(TC_TILE);
     const KvHead<KvF16> kh(kc, pages, g, D), vh(vc, pages, g, D);
 #pragma unroll
     for (int s = 0; s < L::STAGES - 1; ++s) {
@@ -303,26 +301,6 @@ static __device__ __forceinline__ void attn_group_block_tc(
             part_l[pidx] = l[u];
         }
     }
-    if (done == nullptr) {
-        return; // attn_decode_combine runs next
-    }
-    // The group's last split block to finish combines its G heads (counted on head h0's
-    // counter) and resets the counter for the next launch or graph replay.
-    __shared__ bool last;
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        int *c = done + h0;
-        last = atomicAdd(c, 1) == n_split - 1;
-        if (last) {
-            *c = 0;
-        }
-    }
-    __syncthreads();
-    if (last) {
-        __threadfence();
-        // The row's own partials and output (t = 0: the pointers are the row's already).
-        combine_heads(part_m, part_l, part_acc, out_row, 0, n_split, D, h0, G, 0, sinks,
-                      (float *)smem);
-    }
+    group_combine_when_last<D, G>(part_m, part_l, part_acc, done, out_row, n_split, h0, sinks,
+                                  (float *)smem); // the stages are free again
 }

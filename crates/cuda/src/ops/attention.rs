@@ -89,6 +89,12 @@ const FA_PAD: usize = 8;
 const GROUP_STAGES: usize = 3;
 const GROUP_TILE: usize = 32;
 
+/// Bytes of the group kernels' combine scratch (attention_group.cuh's
+/// ATTN_COMBINE_SCRATCH(G) floats: a 512-float reduction, 8 sums, a weight a split and head).
+fn combine_scratch_bytes(group: usize) -> usize {
+    (512 + 8 + group * ATTN_MAX_SPLITS) * 4
+}
+
 pub(super) fn group_smem_bytes(head_dim: usize, group: usize) -> usize {
     let stages = if head_dim > 128 { 2 } else { GROUP_STAGES };
     group_smem_bytes_staged(head_dim, group, stages)
@@ -99,7 +105,7 @@ pub(super) fn group_smem_bytes(head_dim: usize, group: usize) -> usize {
 pub(super) fn group_smem_bytes_staged(head_dim: usize, group: usize, stages: usize) -> usize {
     let tiles =
         stages * 2 * GROUP_TILE * head_dim * 2 + group * head_dim * 4 + group * GROUP_TILE * 4;
-    let combine = (512 + 8 + group * ATTN_MAX_SPLITS) * 4;
+    let combine = combine_scratch_bytes(group);
     tiles.max(combine)
 }
 
@@ -110,7 +116,7 @@ pub(super) fn tc_smem_bytes(head_dim: usize, group: usize, stages: usize) -> usi
     let tiles = stages * 2 * GROUP_TILE * head_dim * 2;
     let end =
         tiles + 2 * 8 * (head_dim + 8) * 2 + 2 * GROUP_TILE * 9 * 4 + 2 * 8 * 40 * 2 + 32 + 16;
-    end.max((512 + 8 + group * ATTN_MAX_SPLITS) * 4)
+    end.max(combine_scratch_bytes(group))
 }
 
 /// [`tc_smem_bytes`] with a single sequence's stages (three, two for heads over 128).
