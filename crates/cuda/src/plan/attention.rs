@@ -11,7 +11,7 @@ impl Plan {
     ///
     /// Decode by KV group (`group` query heads a KV head) where an f16 cache and the group size
     /// have a kernel, unless `FERROLM_ATTN_GROUPED=0`; on the tensor cores where
-    /// `FERROLM_ATTN_TC=1` and the shape has them. Every head size of `ATTN_HEAD_DIMS` has
+    /// the shape has them, unless `FERROLM_ATTN_TC=0`. Every head size of `ATTN_HEAD_DIMS` has
     /// every other decode kernel; for prefill see [`Plan::prefill_kernel`].
     pub fn attention(&self, rows: usize, kv: KvFormat, group: usize, head_dim: usize) -> Attn {
         if rows <= DECODE_MAX_ROWS {
@@ -92,7 +92,7 @@ impl Plan {
     }
 
     /// Whether decode by KV group (one sequence's or a batch's rows) takes the tensor-core
-    /// kernels (`FERROLM_ATTN_TC=1`, off until a device run measures them): `group` query heads
+    /// kernels (unless `FERROLM_ATTN_TC=0`): `group` query heads
     /// a KV head of `head_dim` that they have ([`DecodeKernel::has_tensor_cores`]). Contract:
     /// the group kernels' formula with q and the weights carried as two f16 terms each, within
     /// `cuda-parity`'s f32 attention bound.

@@ -149,7 +149,7 @@ fn fusions_follow_the_switch() {
         off.attention(1, KvFormat::F16, 4, 128),
         Attn::Decode {
             fused_combine: false,
-            kernel: DecodeKernel::Group
+            kernel: DecodeKernel::GroupTensorCores
         }
     );
     assert!(on.graphs() && !plan(&[("FERROLM_CUDA_GRAPH", "0")]).graphs());

@@ -11,7 +11,7 @@ fn attention_by_rows_unless_forced() {
     let prefill = |p: &Plan, n| p.attention(n, KvFormat::F16, 4, 128);
     let decode = Attn::Decode {
         fused_combine: true,
-        kernel: DecodeKernel::Group,
+        kernel: DecodeKernel::GroupTensorCores,
     };
     assert_eq!(prefill(&p, 1), decode);
     assert_eq!(prefill(&p, 8), decode);
@@ -48,14 +48,14 @@ fn attention_by_rows_unless_forced() {
 }
 
 /// Decode by KV group where a kernel has the group size (f16 caches), unless switched off; on
-/// the tensor cores under `FERROLM_ATTN_TC=1`, for the groups and head sizes they have.
+/// the tensor cores for the groups and head sizes they have, unless `FERROLM_ATTN_TC=0`.
 #[test]
 fn decode_grouped_for_the_group_sizes_it_has() {
     let kernel = |p: &Plan, group, head_dim| match p.attention(1, KvFormat::F16, group, head_dim) {
         Attn::Decode { kernel, .. } => kernel,
         other => panic!("{other:?}"),
     };
-    let p = plan(&[]);
+    let p = plan(&[("FERROLM_ATTN_TC", "0")]);
     for g in [1, 2, 4, 8] {
         assert_eq!(kernel(&p, g, 128), DecodeKernel::Group, "group {g}");
     }
@@ -64,7 +64,7 @@ fn decode_grouped_for_the_group_sizes_it_has() {
     }
     let off = plan(&[("FERROLM_ATTN_GROUPED", "0")]);
     assert_eq!(kernel(&off, 4, 128), DecodeKernel::Split);
-    let tc = plan(&[("FERROLM_ATTN_TC", "1")]);
+    let tc = plan(&[]);
     for (g, d) in [(4, 64), (4, 128), (8, 128), (8, 256)] {
         assert_eq!(
             kernel(&tc, g, d),
@@ -76,11 +76,11 @@ fn decode_grouped_for_the_group_sizes_it_has() {
     for (g, d) in [(1, 128), (2, 128), (4, 96), (8, 80)] {
         assert_eq!(kernel(&tc, g, d), DecodeKernel::Group, "{g} of {d}");
     }
-    assert!(!p.attn_tensor_cores(4, 128), "off by default");
-    let tc_split = plan(&[("FERROLM_ATTN_TC", "1"), ("FERROLM_ATTN_GROUPED", "0")]);
+    assert!(!p.attn_tensor_cores(4, 128), "switched off");
+    let tc_split = plan(&[("FERROLM_ATTN_GROUPED", "0")]);
     assert_eq!(kernel(&tc_split, 4, 128), DecodeKernel::Split);
     assert_eq!(
-        plan(&[("FERROLM_ATTN_TC", "1")]).attention(1, KvFormat::Q8_0, 4, 128),
+        plan(&[]).attention(1, KvFormat::Q8_0, 4, 128),
         Attn::Decode {
             fused_combine: true,
             kernel: DecodeKernel::Split
@@ -174,13 +174,18 @@ fn attention_at_every_head_size() {
     use crate::ops::ATTN_HEAD_DIMS;
     use PrefillKernel::{F16Ref, F32Ref, Mma, Scalar};
     let (p, mma) = (plan(&[]), plan(&[("FERROLM_ATTN_MMA", "1")]));
-    let decode = Attn::Decode {
-        fused_combine: true,
-        kernel: DecodeKernel::Group,
-    };
     assert_eq!(ATTN_HEAD_DIMS, [32, 64, 80, 96, 128, 192, 256]);
     for d in ATTN_HEAD_DIMS {
         let long = if d <= 128 { Mma } else { Scalar };
+        let kernel = if [64, 128, 256].contains(&d) {
+            DecodeKernel::GroupTensorCores
+        } else {
+            DecodeKernel::Group
+        };
+        let decode = Attn::Decode {
+            fused_combine: true,
+            kernel,
+        };
         assert_eq!(p.attention(1, KvFormat::F16, 4, d), decode, "{d}");
         assert_eq!(p.attention(9, KvFormat::F16, 4, d), Attn::Prefill(F16Ref));
         assert_eq!(p.attention(100, KvFormat::F16, 4, d), Attn::Prefill(F32Ref));
