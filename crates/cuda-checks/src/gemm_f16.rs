@@ -168,6 +168,78 @@ pub fn gemm_f16_decode(
     Ok(out)
 }
 
+/// (rows, cols, tokens) of a batched decode step's Q4_K products on the f16 mat-vec: qwen3-8b's
+/// gate, q and down at 64 and 17 sequences, rows that are not whole 128-row blocks, one
+/// column tile (9 rows) and a single row.
+pub const F16_MATVEC_CASES: [(usize, usize, usize); 7] = [
+    (12288, 4096, 64),
+    (4096, 4096, 64),
+    (4096, 12288, 17),
+    (1030, 1280, 40),
+    (258, 2560, 64),
+    (1027, 4096, 9),
+    (1024, 4096, 1),
+];
+
+/// A batched decode step's `W · x` on the f16 mat-vec (`matvec_f16.cu`) unsplit, split as the
+/// plan splits it under `FERROLM_F16_MATVEC=1` (8 shares where the plan would not take it)
+/// and in 3 shares, against the f64 product and against a second run.
+pub fn matvec_f16(
+    dev: &CudaDevice,
+    k: &Kernels,
+    plan: &Plan,
+    rng: &mut StdRng,
+    rows: usize,
+    cols: usize,
+    n: usize,
+) -> Result<Vec<Row>> {
+    use ferrolm_cuda::ops::MatVecF16;
+    let ty = GgmlType::Q4K;
+    if !plan.device().f16_gemm {
+        return Ok(Vec::new());
+    }
+    let ways = plan
+        .for_sequence_batches()
+        .f16_matvec(ty, rows, cols, n)
+        .unwrap_or(8)
+        .min(cols / 256);
+    let case = MatmulCase::new(dev, k, plan, rng, ty, rows, cols, n)?;
+    let xd = dev.upload(&case.x)?;
+    let mut x16 = dev.zeros::<u16>(n * cols)?;
+    k.gemm_wgmma.round_f16(&xd, n * cols, &mut x16)?;
+    let exact = case.products()?;
+    let want: Vec<f32> = exact.iter().map(|e| e.0 as f32).collect();
+    let mut out = Vec::new();
+    for shares in [1, ways, 3] {
+        let mut part = dev.zeros::<f32>(MatVecF16::scratch(shares, n, rows).max(1))?;
+        let mut runs = Vec::new();
+        for _ in 0..2 {
+            let mut got = poisoned(dev, n * rows)?;
+            let part = (shares > 1).then_some(&mut part);
+            k.matvec_f16
+                .matmul(shares, &case.w, &x16, n, &mut got, part)?;
+            dev.sync()?;
+            runs.push(dev.download(&got)?);
+        }
+        let shape = format!("{rows}×{cols} · {n} rows, {shares} shares");
+        out.push(row(
+            "matvec f16 Q4_K",
+            shape.clone(),
+            "f64 of dequantized w, f32 x",
+            compare(&runs[0], &want, |i| exact[i].1),
+            F16_OPERANDS,
+        ));
+        out.push(row(
+            "matvec f16 Q4_K (again)",
+            shape,
+            "its first run",
+            compare(&runs[1], &runs[0], |_| 1.0),
+            Contract::Exact,
+        ));
+    }
+    Ok(out)
+}
+
 /// `cuda-parity --time`: the f16 GEMM on the layer shapes of `mmq_time`, each stage's median
 /// (weight expansion, activation rounding, the GEMM), against the int8 GEMM's default.
 pub fn time_gemm_f16(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) -> Result<()> {

@@ -14,6 +14,7 @@
 // form (gemm_wgmma_q4k_decode) takes a batched decode step's few tokens, k split over blocks.
 #include "common.cuh"
 #include "quant.cuh"
+#include "q4k_f16.cuh"
 
 #define WG_BM 128
 #define WG_BN 256
@@ -306,12 +307,6 @@ extern "C" __global__ void __launch_bounds__(384, 1)
 #define WQ_SMEM (WQ_STAGES * WG_STAGE_BYTES + 2 * WQ_RAW_BYTES + (2 * WQ_STAGES + 2) * 8 + 1024)
 
 #ifdef FERROLM_WGMMA
-static __device__ __forceinline__ uint32_t pack_f16x2(float lo, float hi) {
-    uint32_t r;
-    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-    return r;
-}
-
 // The four codes in the bytes of v (each below 16) as dl * q - ml, each product rounded on its
 // own (Expand8<Q4_K>'s roundings), as f16 pairs. q goes to f32 exactly through the bits of
 // 2^23 + q, which costs no conversion instruction.
@@ -333,20 +328,6 @@ static __device__ __forceinline__ uint2 q4_quad_f16(uint32_t v, float dl, float 
 // fma gives dl * q - ml with dl and ml rounded to f16 (about two instructions a weight, where
 // Expand8's f32 roundings take five). Not the expanded path's bits: the contract is the f16
 // GEMM's tolerance (ops/gemm_wgmma/).
-
-// The four codes in the bytes of v (each below 16) as f16 pairs dl * q - ml, dl2 and nml2 the
-// pairs (dl, dl) and (-ml, -ml).
-static __device__ __forceinline__ uint2 q4_quad_f16x2(uint32_t v, uint32_t dl2, uint32_t nml2) {
-    const uint32_t lo = __byte_perm(v, 0x64646464u, 0x4140), hi = __byte_perm(v, 0x64646464u, 0x4342);
-    uint32_t a, b;
-    asm("{\n .reg .b32 t;\n sub.f16x2 t, %1, %2;\n fma.rn.f16x2 %0, t, %3, %4;\n}"
-        : "=r"(a)
-        : "r"(lo), "r"(0x64006400u), "r"(dl2), "r"(nml2));
-    asm("{\n .reg .b32 t;\n sub.f16x2 t, %1, %2;\n fma.rn.f16x2 %0, t, %3, %4;\n}"
-        : "=r"(b)
-        : "r"(hi), "r"(0x64006400u), "r"(dl2), "r"(nml2));
-    return make_uint2(a, b);
-}
 
 // Columns 64m.. 64m + 63 of the Q4_K block at blk (sub-blocks 2m, 2m + 1: the low and high
 // nibbles of code bytes 32m..) as f16 into the 128-byte swizzled row brow of a B stage, whose

@@ -57,6 +57,7 @@ pub const HEADERS: &[KernelFile] = &[
     kernel_file!("attention_group.cuh"),
     kernel_file!("attention_tc.cuh"),
     kernel_file!("mma_f16.cuh"),
+    kernel_file!("q4k_f16.cuh"),
     kernel_file!("norm.cuh"),
 ];
 
@@ -65,6 +66,7 @@ pub const NORM_ROPE: KernelFile = kernel_file!("norm_rope.cu");
 pub const MMVQ: KernelFile = kernel_file!("mmvq.cu");
 pub const MMVQ_MMA: KernelFile = kernel_file!("mmvq_mma.cu");
 pub const MMVQ_STAGED: KernelFile = kernel_file!("mmvq_staged.cu");
+pub const MATVEC_F16: KernelFile = kernel_file!("matvec_f16.cu");
 pub const MMQ: KernelFile = kernel_file!("mmq.cu");
 pub const MOE_GEMM: KernelFile = kernel_file!("moe_gemm.cu");
 pub const QUANTIZE: KernelFile = kernel_file!("quantize.cu");
@@ -86,6 +88,7 @@ pub const FILES: &[KernelFile] = &[
     MMVQ,
     MMVQ_MMA,
     MMVQ_STAGED,
+    MATVEC_F16,
     MMQ,
     MOE_GEMM,
     QUANTIZE,

@@ -290,6 +290,35 @@ fn staged_matvec_agrees_with_the_mma_matvec() {
     }
 }
 
+/// A batched step's Q4_K products on the f16 mat-vec (`FERROLM_F16_MATVEC=1`, from 9 rows, k
+/// in two shares; weights unpacked to f16 once for all rows) against the default kernels:
+/// forty sequences, so the padded steps take 64 rows. The tolerance of the tests above: the
+/// f16 contract moves these two-layer models by tenths of a logit, a wrong product by whole
+/// logits.
+#[test]
+#[ignore = "needs a GPU"]
+fn f16_matvec_agrees_with_the_default_products() {
+    let lens: Vec<usize> = (0..40).map(|s| 1 + (s * 7) % 23).collect();
+    let f16 = [
+        ("FERROLM_F16_MATVEC", "1"),
+        ("FERROLM_F16_MATVEC_ROWS", "9"),
+        ("FERROLM_F16_MATVEC_SPLITS", "2"),
+    ];
+    for stem in ["tiny-llama-q4_k_m", "tiny-qwen3-q4_k_m"] {
+        let file = golden_file(stem);
+        let on = batch_schedule_of(&file, &f16, &lens);
+        let off = batch_schedule_of(&file, &[("FERROLM_F16_MATVEC", "0")], &lens);
+        let d = on
+            .iter()
+            .zip(&off)
+            .map(|(a, b)| max_abs_diff(a, b))
+            .fold(0.0, f32::max);
+        println!("{stem}: f16 mat-vec vs default products: max |Δlogit| {d:.3e}");
+        assert!(d > 0.0, "{stem}: the switch changed no kernel");
+        assert!(d < 0.5, "{stem}: max |Δlogit| {d}");
+    }
+}
+
 /// The paged KV cache moves addresses, never values: blocks of 16 positions, the default, and
 /// one block as large as the whole context (the cache as one array) give bit-identical
 /// logits, for one sequence's prompt and steps (graphs) and for a batch of sequences (the

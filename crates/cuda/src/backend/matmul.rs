@@ -260,10 +260,17 @@ impl CudaBackend {
         }
     }
 
-    /// Whether `n` rows of `w` take the f16 GEMM: a long ubatch's, expanded, or a batched
-    /// decode step's, unpacked.
+    /// Whether `n` rows of `w` take the f16 path: a long ubatch's GEMM, expanded, or a
+    /// batched decode step's, on the f16 mat-vec or the GEMM unpacking the weight.
     fn takes_f16(&self, w: &QuantMatrix, n: usize) -> bool {
-        self.plan.f16_gemm(w.ty, w.rows, w.cols, n) || self.f16_decode(w, n).is_some()
+        self.plan.f16_gemm(w.ty, w.rows, w.cols, n)
+            || self.f16_matvec(w, n).is_some()
+            || self.f16_decode(w, n).is_some()
+    }
+
+    /// The k shares of a batched step's `n` rows of `w` on the f16 mat-vec, if it takes it.
+    fn f16_matvec(&self, w: &QuantMatrix, n: usize) -> Option<usize> {
+        self.gemm_plan().f16_matvec(w.ty, w.rows, w.cols, n)
     }
 
     /// The k shares of a batched step's `n` rows of `w` on the unpacking f16 GEMM, if it
@@ -272,9 +279,9 @@ impl CudaBackend {
         self.gemm_plan().f16_decode(w.ty, w.rows, w.cols, n)
     }
 
-    /// `out = x16 · Wᵀ (+ bias)` on the f16 GEMM; `x16` holds `out.rows` rows of `w.cols`.
-    /// A batched decode step's few rows unpack `w` in the GEMM (`matmul_decode`), split over
-    /// k as the plan says; a long ubatch's `w` is expanded to f16 in a scratch buffer first
+    /// `out = x16 · Wᵀ (+ bias)` on the f16 path; `x16` holds `out.rows` rows of `w.cols`.
+    /// A batched decode step's few rows take the f16 mat-vec or unpack `w` in the GEMM
+    /// (`matmul_decode`), split over k as the plan says; a long ubatch's `w` is expanded to f16 in a scratch buffer first
     /// (each of its token tiles would unpack the weight again, Plan::f16_unpack).
     fn f16_matmul(
         &self,
@@ -285,7 +292,18 @@ impl CudaBackend {
     ) -> Result<()> {
         let g = &self.k.gemm_wgmma;
         let n = out.rows;
-        if let Some(ways) = self.f16_decode(w, n) {
+        if let Some(splits) = self.f16_matvec(w, n) {
+            let mv = &self.k.matvec_f16;
+            let floats = crate::ops::MatVecF16::scratch(splits, n, w.rows);
+            if floats == 0 {
+                mv.matmul(splits, w, x16, n, out.buf_mut(), None)?;
+            } else {
+                let mut part = self.acts.take(floats)?;
+                let done = mv.matmul(splits, w, x16, n, out.buf_mut(), Some(&mut part));
+                self.acts.give(part);
+                done?;
+            }
+        } else if let Some(ways) = self.f16_decode(w, n) {
             let floats = crate::ops::GemmWgmma::split_floats(ways, n, w.rows);
             if floats == 0 {
                 g.matmul_decode(x16, n, w, out.buf_mut(), None)?;

@@ -18,6 +18,7 @@ mod gemm_wgmma;
 mod kv_blocks;
 mod kv_cache;
 pub mod launch;
+mod matvec_f16;
 mod mmq;
 mod mmvq;
 mod mmvq_mma;
@@ -42,6 +43,7 @@ pub use gemm_wgmma::{
     ExpertBufs, ExpertRows, GemmWgmma, DECODE_MAX_TOKENS as F16_DECODE_MAX_ROWS, F16_SPLIT_TILES,
 };
 pub use kv_cache::{BlockTable, KvCache, KvFormat, KvPagesArg, KvPool};
+pub use matvec_f16::{MatVecF16, F16_MATVEC_MAX_ROWS, F16_MATVEC_SPLIT_BLOCKS};
 pub use mmq::{Mmq, MmqOrder, MmqTile, MMQ_BK, MMQ_MAX_SPLITS, MMQ_SPLIT_TILES, MMQ_TILES};
 pub(crate) use mmvq::MMVQ_MAX_COLS;
 pub use mmvq::{Mmvq, PairOut, QuantMatrix, TRIPLES};
@@ -77,6 +79,7 @@ pub struct Kernels {
     pub mmvq: Mmvq,
     pub mmvq_mma: MmvqMma,
     pub mmvq_staged: MmvqStaged,
+    pub matvec_f16: MatVecF16,
     pub mmq: Mmq,
     pub moe_gemm: MoeGemm,
     pub attention: Attention,
@@ -99,6 +102,7 @@ impl Kernels {
             mmvq: Mmvq::load(dev, launch)?,
             mmvq_mma: MmvqMma::load(dev, launch)?,
             mmvq_staged: MmvqStaged::load(dev, launch)?,
+            matvec_f16: MatVecF16::load(dev, launch)?,
             mmq: Mmq::load(dev, launch)?,
             moe_gemm: MoeGemm::load(dev, launch)?,
             attention: Attention::load(dev, launch)?,

@@ -79,6 +79,7 @@ impl Plan {
         let min = self.switches.f16_decode_rows.unwrap_or(F16_DECODE_MIN_ROWS);
         let take = self.sequence_batches
             && self.staged_matvec(ty, rows, cols, n).is_none()
+            && self.f16_matvec(ty, rows, cols, n).is_none()
             && self.switches.f16_decode
             && self.switches.gemm_f16
             && self.switches.gemm_f16_unpack
@@ -99,6 +100,43 @@ impl Plan {
         let tiles = rows.div_ceil(GemmWgmma::TILE_ROWS);
         let ways = split_ways(tiles, self.device.sms, may_split);
         (blocks.div_ceil(ways) >= F16_DECODE_MIN_SHARE_BLOCKS).then_some(ways)
+    }
+
+    /// Whether `n` rows of a batched decode step's `ty` product of `rows` × `cols` take the f16
+    /// mat-vec (`FERROLM_F16_MATVEC`, off by default until measured; Hopper, where the f16
+    /// path rounds the activations), and if so in how many k shares: passes of several
+    /// sequences, Q4_K ([`MatVecF16::supports`]), [`F16_MATVEC_DEFAULT_ROWS`]
+    /// (`FERROLM_F16_MATVEC_ROWS`) to [`F16_MATVEC_MAX_ROWS`] rows. k is shared out over the
+    /// SMs its row blocks leave idle, twice over ([`split_ways`]; `FERROLM_MMQ_SPLIT_K=0`:
+    /// unsplit), or as `FERROLM_F16_MATVEC_SPLITS` says; never past the kernel's
+    /// [`F16_MATVEC_SPLIT_BLOCKS`] row blocks. Contract: the f16 GEMM's, the shares added in a
+    /// fixed order. Ahead of the staged and tensor-core mat-vecs and the f16 decode GEMM.
+    pub fn f16_matvec(&self, ty: GgmlType, rows: usize, cols: usize, n: usize) -> Option<usize> {
+        let min = self
+            .switches
+            .f16_matvec_rows
+            .unwrap_or(F16_MATVEC_DEFAULT_ROWS);
+        let take = self.sequence_batches
+            && self.switches.f16_matvec
+            && self.switches.gemm_f16
+            && self.device.f16_gemm
+            && (min.max(1)..=F16_MATVEC_MAX_ROWS).contains(&n)
+            && MatVecF16::supports(ty, cols);
+        if !take {
+            return None;
+        }
+        let blocks = cols / 256;
+        let row_blocks = MatVecF16::row_blocks(rows);
+        let may_split = if self.switches.split_k && row_blocks <= F16_MATVEC_SPLIT_BLOCKS {
+            blocks
+        } else {
+            0
+        };
+        Some(match self.switches.f16_matvec_splits {
+            Some(w) if may_split > 0 => w.min(blocks),
+            Some(_) => 1,
+            None => split_ways(row_blocks, 2 * self.device.sms, may_split),
+        })
     }
 
     /// Whether `n` rows of a batched decode step's `ty` product of `rows` × `cols` take the
@@ -127,6 +165,7 @@ impl Plan {
             MmqOrder::Subs
         };
         let take = self.sequence_batches
+            && self.f16_matvec(ty, rows, cols, n).is_none()
             && self.switches.mma_staged
             && (min.max(STAGED_MIN_ROWS)..=STAGED_MAX_ROWS).contains(&n)
             && MmvqStaged::supports(ty, cols, order);

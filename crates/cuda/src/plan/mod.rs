@@ -36,12 +36,12 @@ use crate::device::CudaDevice;
 use crate::error::{DriverContext, Result};
 use crate::ops::launch::LaunchMode;
 use crate::ops::{
-    formats, ActQuant, AttentionRows, DecodeKernel, GemmWgmma, Kernels, KvFormat, Mmq, MmqOrder,
-    Mmvq, MmvqMma, MmvqStaged, MoeDecodeWork, MoeGemm, PrefillKernel, ATTN_GROUPS, ATTN_MAX_SPLITS,
-    F16_DECODE_MAX_ROWS, MMA_HEAD_DIMS, MMA_MV_MAX_ROWS, MMQ_MAX_SPLITS, MMQ_SPLIT_TILES,
-    MMQ_TILES, MMVQ_MAX_COLS, MOE_DECODE_MAX_TOKENS, MOE_INDEX_ONE_BLOCK_EXPERTS,
-    MOE_INDEX_ONE_BLOCK_PAIRS, ROUTER_SMALL_MAX_EMBD, ROUTER_SMALL_N, STAGED_MAX_ROWS,
-    STAGED_MIN_ROWS, STAGED_SPLIT_BLOCKS,
+    formats, ActQuant, AttentionRows, DecodeKernel, GemmWgmma, Kernels, KvFormat, MatVecF16, Mmq,
+    MmqOrder, Mmvq, MmvqMma, MmvqStaged, MoeDecodeWork, MoeGemm, PrefillKernel, ATTN_GROUPS,
+    ATTN_MAX_SPLITS, F16_DECODE_MAX_ROWS, F16_MATVEC_MAX_ROWS, F16_MATVEC_SPLIT_BLOCKS,
+    MMA_HEAD_DIMS, MMA_MV_MAX_ROWS, MMQ_MAX_SPLITS, MMQ_SPLIT_TILES, MMQ_TILES, MMVQ_MAX_COLS,
+    MOE_DECODE_MAX_TOKENS, MOE_INDEX_ONE_BLOCK_EXPERTS, MOE_INDEX_ONE_BLOCK_PAIRS,
+    ROUTER_SMALL_MAX_EMBD, ROUTER_SMALL_N, STAGED_MAX_ROWS, STAGED_MIN_ROWS, STAGED_SPLIT_BLOCKS,
 };
 use cudarc::driver::sys::CUdevice_attribute;
 use ferrolm_gguf::GgmlType;
@@ -88,6 +88,11 @@ pub const F16_DECODE_MIN_SHARE_BLOCKS: usize = 8;
 /// mat-vec ([`Plan::staged_matvec`], `FERROLM_MMVQ_MMA_STAGED`): from five column tiles, where
 /// `mmvq_mma`'s activation loads became most of its work (docs/perf.md, session 13).
 pub const STAGED_DEFAULT_ROWS: usize = 33;
+
+/// The fewest rows of a batched decode step whose Q4_K products take the f16 mat-vec
+/// ([`Plan::f16_matvec`], `FERROLM_F16_MATVEC`): the staged mat-vec's, to be set by a device
+/// run.
+pub const F16_MATVEC_DEFAULT_ROWS: usize = 33;
 
 /// The fewest pairs an expert, on average, for which a ubatch's experts take the f16 GEMMs
 /// ([`Plan::f16_experts`]): every expert's weights are expanded each time, which few pairs do

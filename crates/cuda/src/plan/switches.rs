@@ -155,6 +155,17 @@ pub struct Switches {
     /// `FERROLM_MMVQ_MMA_STAGED_SPLITS`: its k shares (1-16); `None`: the plan's choice by the
     /// SMs its row blocks leave idle.
     pub mma_staged_splits: Option<usize>,
+    /// `FERROLM_F16_MATVEC=1`: a batched decode step's Q4_K products of
+    /// `FERROLM_F16_MATVEC_ROWS` to 64 rows on the f16 mat-vec (`matvec_f16.cu`: each weight
+    /// unpacked to f16 once for all the rows, the activations staged in shared memory, k split
+    /// over blocks), ahead of every other decode product. Off until a device run measures it.
+    pub f16_matvec: bool,
+    /// `FERROLM_F16_MATVEC_ROWS`: the fewest rows it takes (1-64); `None`:
+    /// [`F16_MATVEC_DEFAULT_ROWS`](super::F16_MATVEC_DEFAULT_ROWS).
+    pub f16_matvec_rows: Option<usize>,
+    /// `FERROLM_F16_MATVEC_SPLITS`: its k shares (1-16); `None`: the plan's choice by the SMs
+    /// its row blocks leave idle.
+    pub f16_matvec_splits: Option<usize>,
     /// `FERROLM_MOE_MMA`: a batched decode step's experts on the tensor-core mat-vec
     /// (`moe_mma.cu`: each expert's weights read once into MMA fragments for its few pairs)
     /// where both formats have one; else the decode kernels (up to 8 tokens) or the GEMM.
@@ -217,6 +228,9 @@ impl Default for Switches {
             mma_staged: false,
             mma_staged_rows: None,
             mma_staged_splits: None,
+            f16_matvec: false,
+            f16_matvec_rows: None,
+            f16_matvec_splits: None,
             moe_mma: true,
             moe_step_fuse: true,
             moe_mma_tiles: None,
@@ -370,6 +384,9 @@ impl Switches {
             mma_staged: flag(env, "FERROLM_MMVQ_MMA_STAGED", false)?,
             mma_staged_rows: count(env, "FERROLM_MMVQ_MMA_STAGED_ROWS", 17..=64)?,
             mma_staged_splits: count(env, "FERROLM_MMVQ_MMA_STAGED_SPLITS", 1..=16)?,
+            f16_matvec: flag(env, "FERROLM_F16_MATVEC", false)?,
+            f16_matvec_rows: count(env, "FERROLM_F16_MATVEC_ROWS", 1..=64)?,
+            f16_matvec_splits: count(env, "FERROLM_F16_MATVEC_SPLITS", 1..=16)?,
             moe_mma: flag(env, "FERROLM_MOE_MMA", true)?,
             moe_step_fuse: flag(env, "FERROLM_MOE_STEP_FUSE", true)?,
             moe_mma_tiles: match count(env, "FERROLM_MOE_MMA_TILES", 1..=4)? {
@@ -412,12 +429,14 @@ impl fmt::Display for Switches {
         let row_tiles = count_or_auto(self.mma_row_tiles);
         let staged_rows = count_or_auto(self.mma_staged_rows);
         let staged_splits = count_or_auto(self.mma_staged_splits);
+        let f16_mv_rows = count_or_auto(self.f16_matvec_rows);
+        let f16_mv_splits = count_or_auto(self.f16_matvec_splits);
         let moe_tiles = count_or_auto(self.moe_mma_tiles);
         let moe_pairs = count_or_auto(self.moe_mma_pairs);
         let decode_rows = count_or_auto(self.f16_decode_rows);
         let decode_splits = count_or_auto(self.f16_decode_splits);
         let norm_route_rows = count_or_auto(self.norm_route_rows);
-        let lines: [(&str, &str, &str); 46] = [
+        let lines: [(&str, &str, &str); 49] = [
             (
                 "FERROLM_CUDA_MMQ",
                 bit(self.mmq),
@@ -614,6 +633,21 @@ impl fmt::Display for Switches {
                 "FERROLM_MMVQ_MMA_STAGED_SPLITS",
                 &staged_splits,
                 "k shares of the staged mat-vec",
+            ),
+            (
+                "FERROLM_F16_MATVEC",
+                bit(self.f16_matvec),
+                "batched decode's Q4_K 33-64 rows (_ROWS) on the f16 mat-vec",
+            ),
+            (
+                "FERROLM_F16_MATVEC_ROWS",
+                &f16_mv_rows,
+                "fewest rows of a batched step for that",
+            ),
+            (
+                "FERROLM_F16_MATVEC_SPLITS",
+                &f16_mv_splits,
+                "k shares of the f16 mat-vec",
             ),
             (
                 "FERROLM_MOE_MMA",

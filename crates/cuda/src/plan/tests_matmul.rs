@@ -476,3 +476,62 @@ fn batched_steps_take_the_staged_matvec_when_switched_on() {
         err(&[("FERROLM_MMVQ_MMA_STAGED_SPLITS", "0")]).contains("FERROLM_MMVQ_MMA_STAGED_SPLITS")
     );
 }
+
+/// A batched step's Q4_K products of 33-64 rows take the f16 mat-vec under
+/// `FERROLM_F16_MATVEC=1`, ahead of the staged and tensor-core mat-vecs and the f16 decode
+/// GEMM, k split over twice the SMs the row blocks leave idle. Off by default, on one
+/// sequence, below its rows, for other formats, and where the f16 path is off.
+#[test]
+fn batched_steps_take_the_f16_matvec_when_switched_on() {
+    let off = plan(&[]).for_sequence_batches();
+    assert_eq!(off.f16_matvec(Q4K, 4096, 4096, 64), None, "off by default");
+    let on = plan(&[("FERROLM_F16_MATVEC", "1")]);
+    let many = on.for_sequence_batches();
+    assert_eq!(on.f16_matvec(Q4K, 4096, 4096, 64), None, "one sequence");
+    // qwen3-8b's q: 32 row blocks of 128 on 264 slots, 16 super-blocks: 8 shares of 2.
+    assert_eq!(many.f16_matvec(Q4K, 4096, 4096, 64), Some(8));
+    // gate/up: 96 row blocks, two shares; the f16 decode GEMM gives them up.
+    assert_eq!(many.f16_matvec(Q4K, 12288, 4096, 64), Some(2));
+    assert_eq!(many.f16_decode(Q4K, 12288, 4096, 64), None);
+    // Ahead of the staged mat-vec where both are on.
+    let both = plan(&[
+        ("FERROLM_F16_MATVEC", "1"),
+        ("FERROLM_MMVQ_MMA_STAGED", "1"),
+    ])
+    .for_sequence_batches();
+    assert_eq!(both.f16_matvec(Q4K, 4096, 4096, 64), Some(8));
+    assert_eq!(both.staged_matvec(Q4K, 4096, 4096, 64), None);
+    assert!(
+        both.staged_matvec(Q6K, 4096, 4096, 64).is_some(),
+        "Q6_K stays"
+    );
+    // Rows: from 33 by default, from FERROLM_F16_MATVEC_ROWS when set, never past 64.
+    assert_eq!(many.f16_matvec(Q4K, 4096, 4096, 32), None);
+    assert_eq!(many.f16_matvec(Q4K, 4096, 4096, 65), None);
+    let rows = plan(&[
+        ("FERROLM_F16_MATVEC", "1"),
+        ("FERROLM_F16_MATVEC_ROWS", "9"),
+    ])
+    .for_sequence_batches();
+    assert_eq!(rows.f16_matvec(Q4K, 4096, 4096, 8), None);
+    assert!(rows.f16_matvec(Q4K, 4096, 4096, 9).is_some());
+    // Formats and widths without the kernel; the f16 path switched off.
+    assert_eq!(many.f16_matvec(Q6K, 4096, 4096, 64), None);
+    assert_eq!(many.f16_matvec(Q8_0, 4096, 4096, 64), None);
+    assert_eq!(many.f16_matvec(Q4K, 4096, 576, 64), None);
+    let no_f16 =
+        plan(&[("FERROLM_F16_MATVEC", "1"), ("FERROLM_GEMM_F16", "0")]).for_sequence_batches();
+    assert_eq!(no_f16.f16_matvec(Q4K, 4096, 4096, 64), None);
+    // Shares: forced, or none without split-K.
+    let forced = plan(&[
+        ("FERROLM_F16_MATVEC", "1"),
+        ("FERROLM_F16_MATVEC_SPLITS", "3"),
+    ])
+    .for_sequence_batches();
+    assert_eq!(forced.f16_matvec(Q4K, 4096, 4096, 64), Some(3));
+    let unsplit =
+        plan(&[("FERROLM_F16_MATVEC", "1"), ("FERROLM_MMQ_SPLIT_K", "0")]).for_sequence_batches();
+    assert_eq!(unsplit.f16_matvec(Q4K, 4096, 4096, 64), Some(1));
+    assert!(err(&[("FERROLM_F16_MATVEC_ROWS", "0")]).contains("FERROLM_F16_MATVEC_ROWS"));
+    assert!(err(&[("FERROLM_F16_MATVEC_SPLITS", "17")]).contains("FERROLM_F16_MATVEC_SPLITS"));
+}

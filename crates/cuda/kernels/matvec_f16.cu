@@ -1,0 +1,303 @@
+// Q4_K weights times up to 64 f16 activation rows on the f16 tensor cores: the larger steps of
+// a batched decode (one token of each of several sequences), dst[j][row] = W[row] · x[j], x the
+// activations rounded to f16 (gemm_wgmma.cu's round_f16).
+//
+// Why f16 and not int8 (mmvq_mma.cu, mmvq_staged.cu): an int8 MMA's integer sums must be scaled
+// a sub-block at a time, per output, so at 64 rows those f32 operations outnumber the MMAs many
+// times over (docs/perf.md, session 29). Unpacked to f16 (q4k_f16.cuh's arithmetic, the f16
+// GEMM's), a weight carries its scale into the MMA: the unpacking is per weight, once for all
+// the rows, and the MMAs do the rest.
+//
+// A block's 4 warps take 32 weight rows each (two tiles of 16, so that each staged activation
+// fragment serves two MMAs) over the same super-blocks; each super-block's activation rows come
+// into shared memory once for all of them (cp.async, double-buffered); each warp's weights go
+// from memory straight into registers (the next super-block's loaded while this one's are
+// multiplied), unpacked into the MMA's A fragments. Split-K over gridDim.y fills the GPU where
+// the row blocks alone do not: share z takes super-blocks z·share.. into part[z], and each row
+// block's last share adds the shares in z order.
+//
+// The k order within a super-block is permuted (the same for weights and activations, so the
+// sums are the product's): a lane's codes are 8 consecutive bytes of each 32-byte group m
+// (bytes 32m + 8t.., low nibbles sub-block 2m, high nibbles 2m + 1), and MMA step (m, j, h)
+// (j: the nibble, h: the half of the 8 bytes) puts elements 64m + 32j + 8t + 4h + e (e 0-3) at
+// the lane's slots 2t, 2t + 1, 2t + 8, 2t + 9. Its activations are then one 16-byte shared load
+// a lane for both halves; a row's 16-byte chunks are swizzled by the row's parity (chunk c at
+// c ^ 4(n & 1)), so that a quarter warp's loads meet every bank once.
+//
+// Launch (crates/cuda/src/ops/matvec_f16.rs must agree): block (32, MVF_WARPS), grid
+// (ceil(nrows / MVF_ROWS), splits), MVF_SMEM bytes of dynamic shared memory; entry
+// matvec_f16_q4_k_t<NT> takes up to 8 NT activation rows. K a multiple of 256.
+//
+// Rounding contract: the f16 GEMM's (ops/gemm_wgmma/): the weights as q4k_f16.cuh unpacks them,
+// the activations rounded to f16, products summed in f32 by the MMAs in a fixed order; shares
+// added in z order. The same bits every run.
+#include "common.cuh"
+#include "quant.cuh"
+#include "mmvq.cuh"
+#include "mmq_tile.cuh" // mmq_dynamic_smem
+#include "mmq_mma.cuh"
+#include "mma_rows.cuh" // ld_stream2, ld_stream4, q4k_scale_min
+#include "mma_f16.cuh"
+#include "q4k_f16.cuh"
+
+#define MVF_WARPS 4
+#define MVF_WARP_ROWS 32
+#define MVF_ROWS (MVF_WARPS * MVF_WARP_ROWS)
+#define MVF_MAX_COLS 64
+// A super-block of one activation row as f16.
+#define MVF_ROW_BYTES 512
+#define MVF_STAGE_BYTES (MVF_MAX_COLS * MVF_ROW_BYTES)
+#define MVF_SMEM (2 * MVF_STAGE_BYTES)
+
+// One weight row's super-block as a lane holds it: the 16-byte head (d, dmin, 12 scale bytes)
+// and its 8 code bytes of each of the four 32-byte groups.
+struct MvfRow {
+    int4 head;
+    int2 q[4];
+};
+
+static __device__ __forceinline__ void mvf_load(MvfRow &r, const block_q4_K *b, int t) {
+    r.head = ld_stream4(b);
+#pragma unroll
+    for (int m = 0; m < 4; ++m) {
+        r.q[m] = ld_stream2(b->qs + 32 * m + 8 * t);
+    }
+}
+
+// Group m's f16 pairs (dl, dl) and (-ml, -ml) of sub-blocks 2m (j 0) and 2m + 1 (j 1), as
+// gemm_wgmma.cu's q4k_row_f16 computes them.
+static __device__ __forceinline__ void mvf_scales(const int4 &hd, int m, uint32_t (&dl2)[2],
+                                                  uint32_t (&nml2)[2]) {
+    const float d = f16_bits_to_f32((uint16_t)(hd.x & 0xffff));
+    const float dmin = f16_bits_to_f32((uint16_t)((uint32_t)hd.x >> 16));
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+        int sc, mi;
+        q4k_scale_min(hd, 2 * m + j, sc, mi);
+        const float dl = __fmul_rn(d, (float)sc), ml = __fmul_rn(dmin, (float)mi);
+        dl2[j] = pack_f16x2(dl, dl);
+        nml2[j] = pack_f16x2(-ml, -ml);
+    }
+}
+
+// Queue the copy of super-block kb of activation rows 0..8 NT (rows past nrows_y: zeros), each
+// row's chunk c at c ^ 4(n & 1).
+template <int NT>
+static __device__ __forceinline__ void mvf_stage(char *dst, const uint16_t *x, int ncols,
+                                                 int nrows_y, int kb, int tid) {
+    constexpr int CHUNKS = MVF_ROW_BYTES / 16;
+    for (int i = tid; i < 8 * NT * CHUNKS; i += MVF_WARPS * WARP_SIZE) {
+        const int n = i / CHUNKS, c = i % CHUNKS;
+        const bool live = n < nrows_y;
+        const uint16_t *src = live ? x + (size_t)n * ncols + (size_t)kb * 256 + 8 * c : x;
+        cp_async16(dst + n * MVF_ROW_BYTES + 16 * (c ^ (4 * (n & 1))), src, live ? 16 : 0);
+    }
+    cp_async_commit();
+}
+
+// One super-block: rows[r] is the lane's row g + 8r of the warp's 32 (tiles r / 2).
+template <int NT>
+static __device__ __forceinline__ void mvf_super_block(const MvfRow (&rows)[4], const char *stage,
+                                                       float (&acc)[2][NT][4]) {
+    const int g = threadIdx.x / 4, t = threadIdx.x % 4;
+#pragma unroll
+    for (int m = 0; m < 4; ++m) {
+        uint32_t dl2[4][2], nml2[4][2];
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+            mvf_scales(rows[r].head, m, dl2[r], nml2[r]);
+        }
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+            // A fragments of steps h = 0, 1 (the code bytes' two halves) for both tiles.
+            uint32_t a[2][2][4];
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+#pragma unroll
+                for (int tile = 0; tile < 2; ++tile) {
+                    const int r0 = 2 * tile, r1 = 2 * tile + 1;
+                    const uint32_t v0 = h ? rows[r0].q[m].y : rows[r0].q[m].x;
+                    const uint32_t v1 = h ? rows[r1].q[m].y : rows[r1].q[m].x;
+                    const uint32_t c0 = (v0 >> (4 * j)) & 0x0F0F0F0Fu;
+                    const uint32_t c1 = (v1 >> (4 * j)) & 0x0F0F0F0Fu;
+                    const uint2 w0 = q4_quad_f16x2(c0, dl2[r0][j], nml2[r0][j]);
+                    const uint2 w1 = q4_quad_f16x2(c1, dl2[r1][j], nml2[r1][j]);
+                    a[h][tile][0] = w0.x; // row g, slots 2t, 2t + 1
+                    a[h][tile][1] = w1.x; // row g + 8
+                    a[h][tile][2] = w0.y; // row g, slots 2t + 8, 2t + 9
+                    a[h][tile][3] = w1.y;
+                }
+            }
+            // Each column tile's activations of both steps in one 16-byte load.
+            uint4 b[NT];
+            const int c = 8 * m + 4 * j + t;
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt) {
+                const int n = 8 * nt + g;
+                b[nt] = *(const uint4 *)(stage + n * MVF_ROW_BYTES + 16 * (c ^ (4 * (n & 1))));
+            }
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+#pragma unroll
+                for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+                    for (int tile = 0; tile < 2; ++tile) {
+                        mma_m16n8k16_f16(acc[tile][nt], a[h][tile], h ? b[nt].z : b[nt].x,
+                                         h ? b[nt].w : b[nt].y);
+                    }
+                }
+            }
+        }
+    }
+}
+
+// The lane's four weight rows (rows past the end re-read the last one, never written) and its
+// share's first super-block of them, loaded before the wait on the previous kernel (no kernel
+// writes weights); then the wait.
+struct MvfStart {
+    const block_q4_K *wr[4];
+    MvfRow cur[4];
+};
+
+static __device__ __forceinline__ MvfStart mvf_weights_then_wait(const block_q4_K *__restrict__ w,
+                                                                 int ncols, int nrows, int share) {
+    MvfStart st;
+    const int g = threadIdx.x / 4, t = threadIdx.x % 4;
+    const int bpr = ncols / QK_K;
+    const int row0 = blockIdx.x * MVF_ROWS + MVF_WARP_ROWS * threadIdx.y;
+    const int kb0 = blockIdx.y * share;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+        st.wr[r] = w + (size_t)min(row0 + g + 8 * r, nrows - 1) * bpr;
+        if (kb0 < bpr) {
+            mvf_load(st.cur[r], st.wr[r] + kb0, t);
+        }
+    }
+    dependent_launch_entry();
+    return st;
+}
+
+// `share` super-blocks a split (gridDim.y of them); part: gridDim.y × nrows_y × nrows floats
+// and done: a zeroed counter per row block, when gridDim.y > 1. wr and cur as
+// mvf_weights_then_wait leaves them.
+template <int NT>
+static __device__ __forceinline__ void matvec_f16(const block_q4_K *const (&wr)[4],
+                                                  MvfRow (&cur)[4],
+                                                  const uint16_t *__restrict__ x,
+                                                  float *__restrict__ dst, int ncols, int nrows,
+                                                  int nrows_y, float *__restrict__ part,
+                                                  unsigned *__restrict__ done, int share) {
+    extern __shared__ __align__(16) char smem[];
+    __shared__ bool last;
+    const int lane = threadIdx.x, g = lane / 4, t = lane % 4;
+    const int tid = threadIdx.y * WARP_SIZE + lane;
+    const int bpr = ncols / QK_K;
+    const int row0 = blockIdx.x * MVF_ROWS + MVF_WARP_ROWS * threadIdx.y;
+    const int kb0 = blockIdx.y * share, kb1 = min(bpr, kb0 + share);
+    if (mmq_dynamic_smem() < (unsigned)MVF_SMEM) {
+        __trap(); // launched with less shared memory than the layout needs
+    }
+    float acc[2][NT][4];
+#pragma unroll
+    for (int tile = 0; tile < 2; ++tile) {
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                acc[tile][nt][i] = 0.0f;
+            }
+        }
+    }
+    if (kb0 < kb1) {
+        mvf_stage<NT>(smem, x, ncols, nrows_y, kb0, tid);
+    }
+#pragma unroll 1
+    for (int kb = kb0; kb < kb1; ++kb) {
+        const int st = (kb - kb0) & 1;
+        MvfRow next[4];
+        if (kb + 1 < kb1) {
+#pragma unroll
+            for (int r = 0; r < 4; ++r) {
+                mvf_load(next[r], wr[r] + kb + 1, t);
+            }
+        }
+        cp_async_wait<0>(); // this thread's copies of super-block kb
+        __syncthreads();    // everyone's; and every warp is done with kb - 1's stage
+        if (kb + 1 < kb1) {
+            mvf_stage<NT>(smem + (st ^ 1) * MVF_STAGE_BYTES, x, ncols, nrows_y, kb + 1, tid);
+        }
+        mvf_super_block<NT>(cur, smem + st * MVF_STAGE_BYTES, acc);
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+            cur[r] = next[r];
+        }
+    }
+
+    // One share: straight to dst; several: this share to part[z], then the row block's last.
+    const int splits = gridDim.y;
+    float *out = splits == 1 ? dst : part + (size_t)blockIdx.y * nrows_y * nrows;
+#pragma unroll
+    for (int tile = 0; tile < 2; ++tile) {
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const int row = row0 + 16 * tile + g + 8 * (i / 2), col = 8 * nt + 2 * t + i % 2;
+                if (row < nrows && col < nrows_y) {
+                    out[(size_t)col * nrows + row] = acc[tile][nt][i];
+                }
+            }
+        }
+    }
+    if (splits == 1) {
+        return;
+    }
+    // The row block's last share to finish (counted in done[blockIdx.x], which it resets for
+    // the next launch) adds the shares in split order: the same bits every run.
+    __threadfence();
+    __syncthreads();
+    if (tid == 0) {
+        last = atomicAdd(done + blockIdx.x, 1u) == (unsigned)splits - 1;
+    }
+    __syncthreads();
+    if (!last) {
+        return;
+    }
+    __threadfence();
+    const size_t plane = (size_t)nrows_y * nrows;
+    const int first = blockIdx.x * MVF_ROWS;
+    for (int e = tid; e < MVF_ROWS * nrows_y; e += MVF_WARPS * WARP_SIZE) {
+        const int row = first + e % MVF_ROWS, col = e / MVF_ROWS;
+        if (row < nrows) {
+            const float *p = part + (size_t)col * nrows + row;
+            float sum = __ldcg(p); // from L2: other blocks wrote them
+            for (int z = 1; z < splits; ++z) {
+                sum = __fadd_rn(sum, __ldcg(p + z * plane));
+            }
+            dst[(size_t)col * nrows + row] = sum;
+        }
+    }
+    if (tid == 0) {
+        done[blockIdx.x] = 0;
+    }
+}
+
+// Two blocks an SM (255 registers a thread at most; 64 KB of shared memory each).
+#define MVF_ENTRY(NT)                                                                             \
+    extern "C" __global__ void __launch_bounds__(MVF_WARPS *WARP_SIZE, 2)                         \
+        matvec_f16_q4_k_t##NT(const block_q4_K *__restrict__ w, const uint16_t *__restrict__ x,  \
+                              float *__restrict__ dst, int ncols, int nrows, int nrows_y,         \
+                              float *part, unsigned *done, int share) {                           \
+        MvfStart st = mvf_weights_then_wait(w, ncols, nrows, share);                              \
+        matvec_f16<NT>(st.wr, st.cur, x, dst, ncols, nrows, nrows_y, part, done, share);          \
+    }
+
+// Column tiles 1-8 (1-64 rows).
+MVF_ENTRY(1)
+MVF_ENTRY(2)
+MVF_ENTRY(3)
+MVF_ENTRY(4)
+MVF_ENTRY(5)
+MVF_ENTRY(6)
+MVF_ENTRY(7)
+MVF_ENTRY(8)

@@ -1,0 +1,175 @@
+//! `kernels/matvec_f16.cu`: Q4_K weights times up to 64 f16 activation rows on the f16 tensor
+//! cores (the larger steps of a batched decode): each weight unpacked to f16 once for every
+//! row (the f16 GEMM's arithmetic, `q4k_f16.cuh`), each super-block's activations staged in
+//! shared memory once for a block's four warps, k split over blocks where the row blocks alone
+//! leave SMs idle.
+//!
+//! Contract: the f16 GEMM's (`ops/gemm_wgmma/`): the weights as the GEMM's batched-decode form
+//! unpacks them, the activations rounded to f16, f32 sums in a fixed order, several shares
+//! added in share order; the same bits every run.
+
+use super::launch::Launcher;
+use super::{int, QuantMatrix};
+use crate::device::CudaDevice;
+use crate::error::{CudaError, DriverContext, Result};
+use crate::kernels::MATVEC_F16;
+use cudarc::driver::sys::CUfunction_attribute;
+use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig};
+use ferrolm_gguf::GgmlType;
+
+/// Activation rows one launch takes (the kernel's MVF_MAX_COLS: eight column tiles of 8).
+pub const F16_MATVEC_MAX_ROWS: usize = 64;
+/// Weight rows a block takes (the kernel's MVF_ROWS: 4 warps of 32).
+pub const F16_MATVEC_BLOCK_ROWS: usize = 128;
+/// Row blocks a split launch may have: the kernel's per-block counters.
+pub const F16_MATVEC_SPLIT_BLOCKS: usize = 1024;
+const WARPS: u32 = 4;
+/// The kernel's MVF_SMEM: two stages of 64 activation rows of a super-block as f16.
+const SMEM_BYTES: u32 = 2 * 64 * 512;
+/// Elements a super-block holds: the width must be whole super-blocks.
+const SUPER_BLOCK: usize = 256;
+
+pub struct MatVecF16 {
+    launch: Launcher,
+    /// `matvec_f16_q4_k_t<NT>` at index NT - 1.
+    fns: Vec<CudaFunction>,
+    /// A zeroed counter per row block of a split launch; each block's last share resets it.
+    done: CudaSlice<u32>,
+}
+
+impl MatVecF16 {
+    pub fn load(dev: &CudaDevice, launch: &Launcher) -> Result<Self> {
+        let fns = (1..=F16_MATVEC_MAX_ROWS / 8)
+            .map(|nt| {
+                let f = dev.function(&MATVEC_F16, &format!("matvec_f16_q4_k_t{nt}"))?;
+                // Above 48 KiB a block gets dynamic shared memory only when asked for.
+                f.set_attribute(
+                    CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                    SMEM_BYTES as i32,
+                )
+                .during("raising matvec_f16's shared-memory limit")?;
+                Ok(f)
+            })
+            .collect::<Result<_>>()?;
+        Ok(Self {
+            launch: launch.clone(),
+            fns,
+            done: dev.zeros(F16_MATVEC_SPLIT_BLOCKS)?,
+        })
+    }
+
+    /// Whether `ty` weights of `cols` columns have this kernel.
+    pub fn supports(ty: GgmlType, cols: usize) -> bool {
+        ty == GgmlType::Q4K && cols.is_multiple_of(SUPER_BLOCK) && cols > 0
+    }
+
+    /// Row blocks of a product of `rows` weight rows.
+    pub fn row_blocks(rows: usize) -> usize {
+        rows.div_ceil(F16_MATVEC_BLOCK_ROWS)
+    }
+
+    /// Floats of the scratch a product of `n` × `rows` outputs split `splits` ways needs.
+    pub fn scratch(splits: usize, n: usize, rows: usize) -> usize {
+        if splits > 1 {
+            splits * n * rows
+        } else {
+            0
+        }
+    }
+
+    /// `out[j][r] = W[r] · x16[j]` for the `n` (1..=64) f16 rows of `x16`, k shared out
+    /// `splits` ways (`part`: [`Self::scratch`] floats where `splits` > 1); `out` holds
+    /// `n * w.rows` floats.
+    pub fn matmul(
+        &self,
+        splits: usize,
+        w: &QuantMatrix,
+        x16: &CudaSlice<u16>,
+        n: usize,
+        out: &mut CudaSlice<f32>,
+        part: Option<&mut CudaSlice<f32>>,
+    ) -> Result<()> {
+        if !Self::supports(w.ty, w.cols) || w.rows == 0 || !(1..=F16_MATVEC_MAX_ROWS).contains(&n) {
+            return Err(CudaError::Invalid(format!(
+                "matvec_f16: no kernel for {} × {} {} weights and {n} rows",
+                w.rows, w.cols, w.ty
+            )));
+        }
+        assert!(x16.len() >= n * w.cols, "matvec_f16: activations too small");
+        assert!(out.len() >= n * w.rows, "matvec_f16: out too small");
+        let f = &self.fns[n.div_ceil(8) - 1];
+        let blocks = w.cols / SUPER_BLOCK;
+        // Shares of ceil(blocks / splits) super-blocks, then as many as that takes (none
+        // empty, never more than asked).
+        let share = blocks.div_ceil(splits.clamp(1, blocks));
+        let splits = blocks.div_ceil(share);
+        let row_blocks = Self::row_blocks(w.rows);
+        if splits > 1 && row_blocks > F16_MATVEC_SPLIT_BLOCKS {
+            return Err(CudaError::Invalid(format!(
+                "matvec_f16: split-K over {row_blocks} row blocks (at most \
+                 {F16_MATVEC_SPLIT_BLOCKS})"
+            )));
+        }
+        let null = 0u64;
+        let mut b = self.launch.builder(f);
+        b.arg(&w.data).arg(x16).arg(out);
+        let (cols, rows, rows_y, share_arg) = (
+            int(w.cols, "matvec_f16 cols"),
+            int(w.rows, "matvec_f16 rows"),
+            int(n, "matvec_f16 activation rows"),
+            int(share, "matvec_f16 share"),
+        );
+        b.arg(&cols).arg(&rows).arg(&rows_y);
+        match part {
+            Some(p) if splits > 1 => {
+                assert!(
+                    p.len() >= Self::scratch(splits, n, w.rows),
+                    "matvec_f16: split scratch too small"
+                );
+                b.arg(p).arg(&self.done);
+            }
+            _ if splits > 1 => {
+                return Err(CudaError::Invalid(
+                    "matvec_f16: a split product without its scratch".into(),
+                ))
+            }
+            _ => {
+                b.arg(&null).arg(&null);
+            }
+        }
+        b.arg(&share_arg);
+        let cfg = LaunchConfig {
+            grid_dim: (row_blocks as u32, splits as u32, 1),
+            block_dim: (32, WARPS, 1),
+            shared_mem_bytes: SMEM_BYTES,
+        };
+        // SAFETY: matvec_f16_q4_k_t<NT>(w, x, dst, ncols, nrows, nrows_y, part, done, share):
+        // rows x cols Q4_K weights (whole super-blocks), n <= 8 NT f16 rows of cols elements,
+        // n x rows floats out; split, part holds splits x n x rows floats and done a zeroed
+        // counter per row block; MVF_SMEM bytes of dynamic shared memory (allowed at load).
+        unsafe { b.launch(cfg) }.during("launching matvec_f16")?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The launcher's copies of the kernel's shape: warps, rows a block, activation rows, the
+    /// entries and the shared memory (two stages of 64 rows of a super-block as f16).
+    #[test]
+    fn launcher_agrees_with_the_kernel() {
+        let src = MATVEC_F16.source;
+        assert!(src.contains(&format!("#define MVF_WARPS {WARPS}")));
+        assert!(src.contains("#define MVF_WARP_ROWS 32"));
+        assert_eq!(F16_MATVEC_BLOCK_ROWS, 32 * WARPS as usize);
+        assert!(src.contains(&format!("#define MVF_MAX_COLS {F16_MATVEC_MAX_ROWS}")));
+        for nt in 1..=F16_MATVEC_MAX_ROWS / 8 {
+            assert!(src.contains(&format!("MVF_ENTRY({nt})\n")));
+        }
+        assert!(src.contains("#define MVF_ROW_BYTES 512"));
+        assert!(src.contains("#define MVF_SMEM (2 * MVF_STAGE_BYTES)"));
+        assert_eq!(SMEM_BYTES, 2 * 64 * 512);
+    }
+}
