@@ -286,6 +286,65 @@ template <int N> static __device__ __forceinline__ void cp_async_wait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
+// A split-K product's last share (mmq.cu, mmvq_staged.cu, matvec_f16.cu, gemm_wgmma.cu):
+// dst[c][r] = Σ_z part[z][c][r] in z order (the same bits every run), over a block's region of
+// `cols` columns from col0 and `rows` rows from row0 of a [column][ld] layout, the shares'
+// planes `plane` floats apart; thread tid of nthreads. Where ld, row0 and rows allow 16-byte
+// loads, a thread keeps VECS outputs of four rows in flight and asks for a share of
+// all of them at once: a round trip to L2 a share, where an output at a time took one an
+// output (64 of them a thread at 64 tokens, the product's whole time: docs/perf.md, session
+// 29). One row at a time otherwise. Loads bypass L1: other blocks wrote the shares.
+template <int VECS>
+static __device__ __forceinline__ void add_split_planes(float *__restrict__ dst,
+                                                        const float *__restrict__ part,
+                                                        size_t plane, int splits, int ld,
+                                                        int col0, int cols, int row0, int rows,
+                                                        int tid, int nthreads) {
+    const bool aligned = ((size_t)dst % 16 == 0) && ((size_t)part % 16 == 0);
+    if (aligned && ld % 4 == 0 && row0 % 4 == 0 && rows % 4 == 0) {
+        const int quads = rows / 4, n = cols * quads;
+        for (int base = 0; base < n; base += VECS * nthreads) {
+            float4 acc[VECS];
+            int at[VECS];
+#pragma unroll
+            for (int i = 0; i < VECS; ++i) {
+                const int e = base + i * nthreads + tid;
+                at[i] = e < n ? (col0 + e / quads) * ld + row0 + 4 * (e % quads) : -1;
+                acc[i] = at[i] >= 0 ? __ldcg((const float4 *)(part + at[i]))
+                                    : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            }
+            for (int z = 1; z < splits; ++z) {
+                const float *pz = part + z * plane;
+#pragma unroll
+                for (int i = 0; i < VECS; ++i) {
+                    if (at[i] >= 0) {
+                        const float4 v = __ldcg((const float4 *)(pz + at[i]));
+                        acc[i].x = __fadd_rn(acc[i].x, v.x);
+                        acc[i].y = __fadd_rn(acc[i].y, v.y);
+                        acc[i].z = __fadd_rn(acc[i].z, v.z);
+                        acc[i].w = __fadd_rn(acc[i].w, v.w);
+                    }
+                }
+            }
+#pragma unroll
+            for (int i = 0; i < VECS; ++i) {
+                if (at[i] >= 0) {
+                    *(float4 *)(dst + at[i]) = acc[i];
+                }
+            }
+        }
+        return;
+    }
+    for (int e = tid; e < cols * rows; e += nthreads) {
+        const size_t at = (size_t)(col0 + e / rows) * ld + row0 + e % rows;
+        float sum = __ldcg(part + at);
+        for (int z = 1; z < splits; ++z) {
+            sum = __fadd_rn(sum, __ldcg(part + at + z * plane));
+        }
+        dst[at] = sum;
+    }
+}
+
 template <typename T>
 static __device__ __forceinline__ T block_sum(T v, T *scratch) {
     const int lane = threadIdx.x % WARP_SIZE;

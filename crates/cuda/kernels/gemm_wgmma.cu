@@ -428,7 +428,9 @@ static __device__ __forceinline__ void gemm_tile_q4k(const TmaMap *x_map, const 
 // Split-K, after a consumer thread's stores (ctid its index among the 256 consumer threads):
 // the tile's last split to finish (counted in done[tile], which it resets for the next launch)
 // adds the splits' shares in split order into out, whichever finished first: the same bits
-// every run. part holds gridDim.z planes of n_tok x n_rows.
+// every run. part holds gridDim.z planes of n_tok x n_rows. VECS: add_split_planes's outputs
+// in flight a thread (the prefill kernel's consumers keep one, within their registers).
+template <int VECS>
 static __device__ __forceinline__ void add_splits(float *__restrict__ out,
                                                   const float *__restrict__ part,
                                                   unsigned *__restrict__ done, int n_tok,
@@ -441,14 +443,9 @@ static __device__ __forceinline__ void add_splits(float *__restrict__ out,
     asm volatile("bar.sync 2, 256;" ::: "memory");
     if (!last) return;
     __threadfence();
-    const size_t plane = (size_t)n_tok * n_rows;
     const int toks = min(WG_BM, n_tok - tile.tok0), rows = min(WG_BN, n_rows - tile.row0);
-    for (int e = ctid; e < toks * rows; e += 256) {
-        const size_t at = (size_t)(tile.tok0 + e / rows) * n_rows + tile.row0 + e % rows;
-        float sum = __ldcg(part + at); // from L2: other blocks wrote them
-        for (int z = 1; z < (int)gridDim.z; ++z) sum = __fadd_rn(sum, __ldcg(part + at + z * plane));
-        out[at] = sum;
-    }
+    add_split_planes<VECS>(out, part, (size_t)n_tok * n_rows, gridDim.z, n_rows, tile.tok0, toks,
+                     tile.row0, rows, ctid, 256);
     if (ctid == 0) done[t] = 0;
 }
 #endif
@@ -475,7 +472,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
     const WgTile tile = {(int)blockIdx.x * WG_BM, n_tok, row0, row0, 0, n_rows};
     float *dst = split ? part + (size_t)blockIdx.z * n_tok * n_rows : out;
     gemm_tile_q4k(&x_map, &w_map, dst, n_rows, split ? sb0 : 0, blocks, tile, smem, full, empty);
-    if (split && threadIdx.x >= 128) add_splits(out, part, done, n_tok, n_rows, tile, threadIdx.x - 128);
+    if (split && threadIdx.x >= 128) add_splits<1>(out, part, done, n_tok, n_rows, tile, threadIdx.x - 128);
 #endif
 }
 
@@ -506,7 +503,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
         produce_q4k<256, true>(&x_map, &w_map, split ? sb0 : 0, blocks, tile, smem, full, empty,
                                threadIdx.x < 128 ? threadIdx.x : threadIdx.x - 128);
     }
-    if (split && threadIdx.x >= 128) add_splits(out, part, done, n_tok, n_rows, tile, threadIdx.x - 128);
+    if (split && threadIdx.x >= 128) add_splits<4>(out, part, done, n_tok, n_rows, tile, threadIdx.x - 128);
 #endif
 }
 

@@ -86,18 +86,8 @@ static __device__ __forceinline__ void mul_mat_q(const void *__restrict__ vx,
         return;
     }
     __threadfence();
-    const size_t plane = (size_t)ntok * nrows;
-    for (int e = tid; e < C::BM * C::BN; e += C::THREADS) {
-        const int row = row0 + e % C::BM, tok = tok0 + e / C::BM;
-        if (row < nrows && tok < ntok) {
-            const float *p = part + (size_t)tok * nrows + row;
-            float sum = __ldcg(p); // from L2: other blocks wrote them
-            for (int z = 1; z < splits; ++z) {
-                sum = __fadd_rn(sum, __ldcg(p + z * plane));
-            }
-            dst[(size_t)tok * nrows + row] = sum;
-        }
-    }
+    add_split_planes<16>(dst, part, (size_t)ntok * nrows, splits, nrows, tok0,
+                     min(C::BN, ntok - tok0), row0, min(C::BM, nrows - row0), tid, C::THREADS);
     if (tid == 0) {
         done[tile] = 0;
     }

@@ -319,19 +319,9 @@ static __device__ __forceinline__ void staged_matvec(const void *__restrict__ vx
         return;
     }
     __threadfence();
-    const size_t plane = (size_t)nrows_y * nrows;
     const int first = blockIdx.x * STG_ROWS;
-    for (int e = tid; e < STG_ROWS * nrows_y; e += STG_WARPS * WARP_SIZE) {
-        const int row = first + e % STG_ROWS, col = e / STG_ROWS;
-        if (row < nrows) {
-            const float *p = part + (size_t)col * nrows + row;
-            float sum = __ldcg(p); // from L2: other blocks wrote them
-            for (int z = 1; z < splits; ++z) {
-                sum = __fadd_rn(sum, __ldcg(p + z * plane));
-            }
-            dst[(size_t)col * nrows + row] = sum;
-        }
-    }
+    add_split_planes<16>(dst, part, (size_t)nrows_y * nrows, splits, nrows, 0, nrows_y, first,
+                     min(STG_ROWS, nrows - first), tid, STG_WARPS * WARP_SIZE);
     if (tid == 0) {
         done[blockIdx.x] = 0;
     }
