@@ -300,8 +300,10 @@ static __device__ __forceinline__ void add_split_planes(float *__restrict__ dst,
                                                         size_t plane, int splits, int ld,
                                                         int col0, int cols, int row0, int rows,
                                                         int tid, int nthreads) {
-    const bool aligned = ((size_t)dst % 16 == 0) && ((size_t)part % 16 == 0);
-    if (aligned && ld % 4 == 0 && row0 % 4 == 0 && rows % 4 == 0) {
+    const bool aligned = ((size_t)dst % 16 == 0) && ((size_t)part % 16 == 0) && plane % 4 == 0;
+    // Offsets in an int: the region's last one must fit.
+    const bool small = (size_t)(col0 + cols) * ld <= (size_t)0x7fffffff;
+    if (aligned && small && ld % 4 == 0 && row0 % 4 == 0 && rows % 4 == 0) {
         const int quads = rows / 4, n = cols * quads;
         for (int base = 0; base < n; base += VECS * nthreads) {
             float4 acc[VECS];

@@ -95,13 +95,26 @@ static __device__ __forceinline__ void mvf_stage(char *dst, const uint16_t *x, i
     cp_async_commit();
 }
 
-// One super-block: rows[r] is the lane's row g + 8r of the warp's 32 (tiles r / 2).
+// One super-block: rows[r] is the lane's row g + 8r of the warp's 32 (tiles r / 2). Where
+// `more`, super-block kb_next of the rows wr is loaded into `next` once group 0's fragments
+// are made: a quarter of a step after this step's own loads were waited for, and three
+// quarters before the next step waits for these (the compiler waits for every weight load
+// at once, so loads issued at the top of a step would be waited for at its first use).
 template <int NT>
 static __device__ __forceinline__ void mvf_super_block(const MvfRow (&rows)[4], const char *stage,
-                                                       float (&acc)[2][NT][4]) {
+                                                       float (&acc)[2][NT][4],
+                                                       MvfRow (&next)[4],
+                                                       const block_q4_K *const (&wr)[4],
+                                                       int kb_next, bool more) {
     const int g = threadIdx.x / 4, t = threadIdx.x % 4;
 #pragma unroll
     for (int m = 0; m < 4; ++m) {
+        if (m == 1 && more) {
+#pragma unroll
+            for (int r = 0; r < 4; ++r) {
+                mvf_load(next[r], wr[r] + kb_next, t);
+            }
+        }
         uint32_t dl2[4][2], nml2[4][2];
 #pragma unroll
         for (int r = 0; r < 4; ++r) {
@@ -173,6 +186,20 @@ static __device__ __forceinline__ MvfStart mvf_weights_then_wait(const block_q4_
             mvf_load(st.cur[r], st.wr[r] + kb0, t);
         }
     }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    // The rest of the share's rows asked of L2 in one bulk request a row (lane t == 0 of its
+    // four), so that each later step's loads wait on L2, not on memory. Super-blocks are 144
+    // bytes: 16-byte aligned and sized, as the request needs.
+    const int rest = min(bpr, kb0 + share) - kb0 - 1;
+    if (t == 0 && rest > 0) {
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+            asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(st.wr[r] + kb0 + 1),
+                         "r"(rest * (int)sizeof(block_q4_K))
+                         : "memory");
+        }
+    }
+#endif
     dependent_launch_entry();
     return st;
 }
@@ -211,25 +238,27 @@ static __device__ __forceinline__ void matvec_f16(const block_q4_K *const (&wr)[
     if (kb0 < kb1) {
         mvf_stage<NT>(smem, x, ncols, nrows_y, kb0, tid);
     }
+    // Two register sets of weights taken in turn (a copy from one to the other would be
+    // hoisted by the compiler, and wait for the loads it copies): step kb reads one and fills
+    // the other with kb + 1; the stage is the step's parity too.
+    MvfRow alt[4];
 #pragma unroll 1
-    for (int kb = kb0; kb < kb1; ++kb) {
-        const int st = (kb - kb0) & 1;
-        MvfRow next[4];
-        if (kb + 1 < kb1) {
+    for (int kb = kb0; kb < kb1; kb += 2) {
 #pragma unroll
-            for (int r = 0; r < 4; ++r) {
-                mvf_load(next[r], wr[r] + kb + 1, t);
+        for (int half = 0; half < 2; ++half) {
+            const int k = kb + half;
+            if (k < kb1) {
+                MvfRow(&use)[4] = half ? alt : cur;
+                MvfRow(&fill)[4] = half ? cur : alt;
+                cp_async_wait<0>(); // this thread's copies of super-block k
+                __syncthreads();    // everyone's; and every warp is done with k - 1's stage
+                if (k + 1 < kb1) {
+                    mvf_stage<NT>(smem + (half ^ 1) * MVF_STAGE_BYTES, x, ncols, nrows_y, k + 1,
+                                  tid);
+                }
+                mvf_super_block<NT>(use, smem + half * MVF_STAGE_BYTES, acc, fill, wr, k + 1,
+                                    k + 1 < kb1);
             }
-        }
-        cp_async_wait<0>(); // this thread's copies of super-block kb
-        __syncthreads();    // everyone's; and every warp is done with kb - 1's stage
-        if (kb + 1 < kb1) {
-            mvf_stage<NT>(smem + (st ^ 1) * MVF_STAGE_BYTES, x, ncols, nrows_y, kb + 1, tid);
-        }
-        mvf_super_block<NT>(cur, smem + st * MVF_STAGE_BYTES, acc);
-#pragma unroll
-        for (int r = 0; r < 4; ++r) {
-            cur[r] = next[r];
         }
     }
 

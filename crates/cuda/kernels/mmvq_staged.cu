@@ -320,7 +320,7 @@ static __device__ __forceinline__ void staged_matvec(const void *__restrict__ vx
     }
     __threadfence();
     const int first = blockIdx.x * STG_ROWS;
-    add_split_planes<16>(dst, part, (size_t)nrows_y * nrows, splits, nrows, 0, nrows_y, first,
+    add_split_planes<8>(dst, part, (size_t)nrows_y * nrows, splits, nrows, 0, nrows_y, first,
                      min(STG_ROWS, nrows - first), tid, STG_WARPS * WARP_SIZE);
     if (tid == 0) {
         done[blockIdx.x] = 0;
