@@ -64,16 +64,31 @@ static __device__ __forceinline__ void mvf_load(MvfRow &r, const block_q4_K *b, 
     }
 }
 
+// 16-bit word k (0-5) of a Q4_K head's 12 scale bytes (head bytes 4..15), k known only at
+// run time: selects, not an indexed (local-memory) array.
+static __device__ __forceinline__ uint32_t mvf_scale_word(const int4 &hd, int k) {
+    const uint32_t w = (uint32_t)(k < 2 ? hd.y : k < 4 ? hd.z : hd.w);
+    return (w >> (16 * (k % 2))) & 0xffffu;
+}
+
 // Group m's f16 pairs (dl, dl) and (-ml, -ml) of sub-blocks 2m (j 0) and 2m + 1 (j 1), as
-// gemm_wgmma.cu's q4k_row_f16 computes them.
+// gemm_wgmma.cu's q4k_row_f16 computes them (get_scale_min_k4's unpacking, q4k_scale_min's);
+// m known only at run time.
 static __device__ __forceinline__ void mvf_scales(const int4 &hd, int m, uint32_t (&dl2)[2],
                                                   uint32_t (&nml2)[2]) {
     const float d = f16_bits_to_f32((uint16_t)(hd.x & 0xffff));
     const float dmin = f16_bits_to_f32((uint16_t)((uint32_t)hd.x >> 16));
+    uint32_t sc2, m2;
+    if (m < 2) {
+        sc2 = mvf_scale_word(hd, m) & 0x3f3f;
+        m2 = mvf_scale_word(hd, m + 2) & 0x3f3f;
+    } else {
+        sc2 = (mvf_scale_word(hd, m + 2) & 0x0f0f) | ((mvf_scale_word(hd, m - 2) & 0xc0c0) >> 2);
+        m2 = ((mvf_scale_word(hd, m + 2) >> 4) & 0x0f0f) | ((mvf_scale_word(hd, m) & 0xc0c0) >> 2);
+    }
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
-        int sc, mi;
-        q4k_scale_min(hd, 2 * m + j, sc, mi);
+        const int sc = (sc2 >> (8 * j)) & 0xff, mi = (m2 >> (8 * j)) & 0xff;
         const float dl = __fmul_rn(d, (float)sc), ml = __fmul_rn(dmin, (float)mi);
         dl2[j] = pack_f16x2(dl, dl);
         nml2[j] = pack_f16x2(-ml, -ml);
@@ -107,6 +122,13 @@ static __device__ __forceinline__ void mvf_super_block(const MvfRow (&rows)[4], 
                                                        const block_q4_K *const (&wr)[4],
                                                        int kb_next, bool more) {
     const int g = threadIdx.x / 4, t = threadIdx.x % 4;
+    // The four lanes of a row each unpack one group's scales (lane t: group t), and take the
+    // others' from them: a quarter of the scale arithmetic.
+    uint32_t own_dl2[4][2], own_nml2[4][2];
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+        mvf_scales(rows[r].head, t, own_dl2[r], own_nml2[r]);
+    }
 #pragma unroll
     for (int m = 0; m < 4; ++m) {
         if (m == 1 && more) {
@@ -116,9 +138,14 @@ static __device__ __forceinline__ void mvf_super_block(const MvfRow (&rows)[4], 
             }
         }
         uint32_t dl2[4][2], nml2[4][2];
+        const int from = (threadIdx.x & ~3) | m;
 #pragma unroll
         for (int r = 0; r < 4; ++r) {
-            mvf_scales(rows[r].head, m, dl2[r], nml2[r]);
+#pragma unroll
+            for (int j = 0; j < 2; ++j) {
+                dl2[r][j] = __shfl_sync(FULL_MASK, own_dl2[r][j], from);
+                nml2[r][j] = __shfl_sync(FULL_MASK, own_nml2[r][j], from);
+            }
         }
 #pragma unroll
         for (int j = 0; j < 2; ++j) {
