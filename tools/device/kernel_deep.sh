@@ -27,6 +27,7 @@ one() { # NAME MODEL KERNEL SKIP BENCH_ARGS...
 B64="-c 1024 -npp 8 -ntg 2 -npl 64"
 one q8b-gate $P8 gemm_wgmma_q4k_decode 4 $B64
 one q8b-mma $P8 mmvq_mma_q4_k_m2_t8 6 $B64
+FERROLM_F16_MATVEC=1 one q8b-f16mv $P8 matvec_f16_q4_k_t8 6 $B64
 TG="-p 0 -n 4 -r 1"
 one q30-gate-up $P30 moe_gate_up_q4_k_n1 20 $TG
 one q30-down $P30 moe_down_q6_k_n1 10 $TG
