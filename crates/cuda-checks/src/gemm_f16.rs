@@ -168,9 +168,9 @@ pub fn gemm_f16_decode(
     Ok(out)
 }
 
-/// (rows, cols, tokens) of a batched decode step's Q4_K products on the f16 mat-vec: qwen3-8b's
-/// gate, q and down at 64 and 17 sequences, rows that are not whole 128-row blocks, one
-/// column tile (9 rows) and a single row.
+/// (rows, cols, tokens) of a batched decode step's products on the f16 mat-vec (each in Q4_K and
+/// Q6_K): qwen3-8b's gate, q and down at 64 and 17 sequences, rows that are not whole 128-row
+/// blocks, one column tile (9 rows) and a single row.
 pub const F16_MATVEC_CASES: [(usize, usize, usize); 7] = [
     (12288, 4096, 64),
     (4096, 4096, 64),
@@ -184,17 +184,18 @@ pub const F16_MATVEC_CASES: [(usize, usize, usize); 7] = [
 /// A batched decode step's `W · x` on the f16 mat-vec (`matvec_f16.cu`) unsplit, split as the
 /// plan splits it under `FERROLM_F16_MATVEC=1` (8 shares where the plan would not take it)
 /// and in 3 shares, against the f64 product and against a second run.
+#[allow(clippy::too_many_arguments)]
 pub fn matvec_f16(
     dev: &CudaDevice,
     k: &Kernels,
     plan: &Plan,
     rng: &mut StdRng,
+    ty: GgmlType,
     rows: usize,
     cols: usize,
     n: usize,
 ) -> Result<Vec<Row>> {
     use ferrolm_cuda::ops::MatVecF16;
-    let ty = GgmlType::Q4K;
     if !plan.device().f16_gemm {
         return Ok(Vec::new());
     }
@@ -223,14 +224,14 @@ pub fn matvec_f16(
         }
         let shape = format!("{rows}×{cols} · {n} rows, {shares} shares");
         out.push(row(
-            "matvec f16 Q4_K",
+            &format!("matvec f16 {ty}"),
             shape.clone(),
             "f64 of dequantized w, f32 x",
             compare(&runs[0], &want, |i| exact[i].1),
             F16_OPERANDS,
         ));
         out.push(row(
-            "matvec f16 Q4_K (again)",
+            &format!("matvec f16 {ty} (again)"),
             shape,
             "its first run",
             compare(&runs[1], &runs[0], |_| 1.0),

@@ -1,5 +1,5 @@
-// Q4_K weights times up to 64 f16 activation rows on the f16 tensor cores: the larger steps of
-// a batched decode (one token of each of several sequences), dst[j][row] = W[row] · x[j], x the
+// Q4_K and Q6_K weights times up to 64 f16 activation rows on the f16 tensor cores: the larger
+// steps of a batched decode (one token of each of several sequences), dst[j][row] = W[row] · x[j], x the
 // activations rounded to f16 (gemm_wgmma.cu's round_f16).
 //
 // Why f16 and not int8 (mmvq_mma.cu, mmvq_staged.cu): an int8 MMA's integer sums must be scaled
@@ -8,8 +8,9 @@
 // GEMM's), a weight carries its scale into the MMA: the unpacking is per weight, once for all
 // the rows, and the MMAs do the rest.
 //
-// A block's 4 warps take 32 weight rows each (two tiles of 16, so that each staged activation
-// fragment serves two MMAs) over the same super-blocks; each super-block's activation rows come
+// A block takes 128 weight rows over the same super-blocks: Q4_K's 4 warps 32 rows each (two
+// tiles of 16, so that each staged activation fragment serves two MMAs), Q6_K's 8 warps 16 each
+// (its 210-byte blocks take twice the registers a row); each super-block's activation rows come
 // into shared memory once for all of them (cp.async, double-buffered); each warp's weights go
 // from memory straight into registers (the next super-block's loaded while this one's are
 // multiplied), unpacked into the MMA's A fragments. Split-K over gridDim.y fills the GPU where
@@ -17,19 +18,22 @@
 // block's last share adds the shares in z order.
 //
 // The k order within a super-block is permuted (the same for weights and activations, so the
-// sums are the product's): a lane's codes are 8 consecutive bytes of each 32-byte group m
+// sums are the product's). Q4_K: a lane's codes are 8 consecutive bytes of each 32-byte group m
 // (bytes 32m + 8t.., low nibbles sub-block 2m, high nibbles 2m + 1), and MMA step (m, j, h)
 // (j: the nibble, h: the half of the 8 bytes) puts elements 64m + 32j + 8t + 4h + e (e 0-3) at
-// the lane's slots 2t, 2t + 1, 2t + 8, 2t + 9. Its activations are then one 16-byte shared load
-// a lane for both halves; a row's 16-byte chunks are swizzled by the row's parity (chunk c at
-// c ^ 4(n & 1)), so that a quarter warp's loads meet every bank once.
+// the lane's slots 2t, 2t + 1, 2t + 8, 2t + 9; its activations are one 16-byte shared load a
+// lane for both halves, a row's 16-byte chunks swizzled by the row's parity (chunk c at
+// c ^ 4(n & 1)). Q6_K: a lane's codes are the 4 bytes 16i + 4t.. of ql (i 0-7) and step (i, j)
+// puts elements 128(i / 4) + 16(i % 4) + 64j + 4t + e at those slots (each step inside one
+// 16-element scale); its activations are one 8-byte load, chunks at c ^ 2(n & 3). Either way a
+// quarter (half) warp's loads meet every bank once.
 //
-// Launch (crates/cuda/src/ops/matvec_f16.rs must agree): block (32, MVF_WARPS), grid
-// (ceil(nrows / MVF_ROWS), splits), MVF_SMEM bytes of dynamic shared memory; entry
-// matvec_f16_q4_k_t<NT> takes up to 8 NT activation rows. K a multiple of 256.
+// Launch (crates/cuda/src/ops/matvec_f16.rs must agree): block (32, MvfFormat<TYPE>::WARPS),
+// grid (ceil(nrows / MVF_ROWS), splits), MVF_SMEM bytes of dynamic shared memory; entry
+// matvec_f16_<type>_t<NT> takes up to 8 NT activation rows. K a multiple of 256.
 //
-// Rounding contract: the f16 GEMM's (ops/gemm_wgmma/): the weights as q4k_f16.cuh unpacks them,
-// the activations rounded to f16, products summed in f32 by the MMAs in a fixed order; shares
+// Rounding contract: the f16 GEMM's (ops/gemm_wgmma/): Q4_K's weights as q4k_f16.cuh unpacks
+// them, Q6_K's as (q - 32) · f16(d · sc) rounded once in f16, the activations rounded to f16, products summed in f32 by the MMAs in a fixed order; shares
 // added in z order. The same bits every run.
 #include "common.cuh"
 #include "quant.cuh"
@@ -40,29 +44,19 @@
 #include "mma_f16.cuh"
 #include "q4k_f16.cuh"
 
-#define MVF_WARPS 4
-#define MVF_WARP_ROWS 32
-#define MVF_ROWS (MVF_WARPS * MVF_WARP_ROWS)
+#define MVF_ROWS 128
 #define MVF_MAX_COLS 64
 // A super-block of one activation row as f16.
 #define MVF_ROW_BYTES 512
 #define MVF_STAGE_BYTES (MVF_MAX_COLS * MVF_ROW_BYTES)
 #define MVF_SMEM (2 * MVF_STAGE_BYTES)
 
-// One weight row's super-block as a lane holds it: the 16-byte head (d, dmin, 12 scale bytes)
-// and its 8 code bytes of each of the four 32-byte groups.
-struct MvfRow {
+// Q4_K: a row's super-block as a lane holds it, the 16-byte head (d, dmin, 12 scale bytes) and
+// its 8 code bytes of each of the four 32-byte groups.
+struct MvfQ4kRow {
     int4 head;
     int2 q[4];
 };
-
-static __device__ __forceinline__ void mvf_load(MvfRow &r, const block_q4_K *b, int t) {
-    r.head = ld_stream4(b);
-#pragma unroll
-    for (int m = 0; m < 4; ++m) {
-        r.q[m] = ld_stream2(b->qs + 32 * m + 8 * t);
-    }
-}
 
 // 16-bit word k (0-5) of a Q4_K head's 12 scale bytes (head bytes 4..15), k known only at
 // run time: selects, not an indexed (local-memory) array.
@@ -95,134 +89,253 @@ static __device__ __forceinline__ void mvf_scales(const int4 &hd, int m, uint32_
     }
 }
 
-// Queue the copy of super-block kb of activation rows 0..8 NT (rows past nrows_y: zeros), each
-// row's chunk c at c ^ 4(n & 1).
-template <int NT>
-static __device__ __forceinline__ void mvf_stage(char *dst, const uint16_t *x, int ncols,
-                                                 int nrows_y, int kb, int tid) {
-    constexpr int CHUNKS = MVF_ROW_BYTES / 16;
-    for (int i = tid; i < 8 * NT * CHUNKS; i += MVF_WARPS * WARP_SIZE) {
-        const int n = i / CHUNKS, c = i % CHUNKS;
-        const bool live = n < nrows_y;
-        const uint16_t *src = live ? x + (size_t)n * ncols + (size_t)kb * 256 + 8 * c : x;
-        cp_async16(dst + n * MVF_ROW_BYTES + 16 * (c ^ (4 * (n & 1))), src, live ? 16 : 0);
-    }
-    cp_async_commit();
+// Q6_K: a row's super-block as a lane holds it: ql's bytes 16i + 4t.. (i 0-7), qh's bytes
+// 32n + 16c + 4t.. (index 2n + c), the 16 scales and d. Blocks are 210 bytes (2-byte
+// aligned): 16-bit loads, through L1 (a row's four lanes share its sectors).
+struct MvfQ6kRow {
+    int lo[8];
+    int hi[4];
+    int sc[4];
+    int d;
+};
+
+// The four 6-bit codes in the bytes of q as f16 pairs (q - 32) · dl, dl2 the pair (dl, dl): q
+// goes to f16 exactly as the mantissa of 1024 + q, 1056 is taken off exactly, one rounding.
+static __device__ __forceinline__ uint2 q6_quad_f16x2(uint32_t q, uint32_t dl2) {
+    const uint32_t lo = __byte_perm(q, 0x64646464u, 0x4140), hi = __byte_perm(q, 0x64646464u, 0x4342);
+    uint32_t a, b;
+    asm("{\n .reg .b32 t;\n sub.f16x2 t, %1, %2;\n mul.rn.f16x2 %0, t, %3;\n}"
+        : "=r"(a)
+        : "r"(lo), "r"(0x64206420u), "r"(dl2));
+    asm("{\n .reg .b32 t;\n sub.f16x2 t, %1, %2;\n mul.rn.f16x2 %0, t, %3;\n}"
+        : "=r"(b)
+        : "r"(hi), "r"(0x64206420u), "r"(dl2));
+    return make_uint2(a, b);
 }
 
-// One super-block: rows[r] is the lane's row g + 8r of the warp's 32 (tiles r / 2). Where
-// `more`, super-block kb_next of the rows wr is loaded into `next` once group 0's fragments
-// are made: a quarter of a step after this step's own loads were waited for, and three
-// quarters before the next step waits for these (the compiler waits for every weight load
-// at once, so loads issued at the top of a step would be waited for at its first use).
-template <int NT>
-static __device__ __forceinline__ void mvf_super_block(const MvfRow (&rows)[4], const char *stage,
-                                                       float (&acc)[2][NT][4],
-                                                       MvfRow (&next)[4],
-                                                       const block_q4_K *const (&wr)[4],
-                                                       int kb_next, bool more) {
-    const int g = threadIdx.x / 4, t = threadIdx.x % 4;
-    // The four lanes of a row each unpack one group's scales (lane t: group t), and take the
-    // others' from them: a quarter of the scale arithmetic.
-    uint32_t own_dl2[4][2], own_nml2[4][2];
+template <int TYPE> struct MvfFormat;
+
+template <> struct MvfFormat<GGML_TYPE_Q4_K> {
+    typedef block_q4_K block;
+    typedef MvfQ4kRow Row;
+    static constexpr int WARPS = 4, TILES = 2;
+
+    static __device__ __forceinline__ void load(Row &r, const block *b, int t) {
+        r.head = ld_stream4(b);
 #pragma unroll
-    for (int r = 0; r < 4; ++r) {
-        mvf_scales(rows[r].head, t, own_dl2[r], own_nml2[r]);
-    }
-#pragma unroll
-    for (int m = 0; m < 4; ++m) {
-        if (m == 1 && more) {
-#pragma unroll
-            for (int r = 0; r < 4; ++r) {
-                mvf_load(next[r], wr[r] + kb_next, t);
-            }
+        for (int m = 0; m < 4; ++m) {
+            r.q[m] = ld_stream2(b->qs + 32 * m + 8 * t);
         }
-        uint32_t dl2[4][2], nml2[4][2];
-        const int from = (threadIdx.x & ~3) | m;
+    }
+
+    // A row's 16-byte activation chunk c sits at chunk swizzle(n) ^ c.
+    static __device__ __forceinline__ int swizzle(int n) { return 4 * (n & 1); }
+
+    // One super-block: rows[r] is the lane's row g + 8r of the warp's 32 (tiles r / 2). Where
+    // `more`, super-block kb_next of the rows wr is loaded into `next` once group 0's
+    // fragments are made: a quarter of a step after this step's own loads were waited for,
+    // and three quarters before the next step waits for these (the compiler waits for every
+    // weight load at once, so loads issued at the top of a step would be waited for at its
+    // first use).
+    template <int NT>
+    static __device__ __forceinline__ void super_block(const Row (&rows)[4], const char *stage,
+                                                       float (&acc)[2][NT][4], Row (&next)[4],
+                                                       const block *const (&wr)[4], int kb_next,
+                                                       bool more) {
+        const int g = threadIdx.x / 4, t = threadIdx.x % 4;
+        // The four lanes of a row each unpack one group's scales (lane t: group t), and take
+        // the others' from them: a quarter of the scale arithmetic.
+        uint32_t own_dl2[4][2], own_nml2[4][2];
 #pragma unroll
         for (int r = 0; r < 4; ++r) {
-#pragma unroll
-            for (int j = 0; j < 2; ++j) {
-                dl2[r][j] = __shfl_sync(FULL_MASK, own_dl2[r][j], from);
-                nml2[r][j] = __shfl_sync(FULL_MASK, own_nml2[r][j], from);
-            }
+            mvf_scales(rows[r].head, t, own_dl2[r], own_nml2[r]);
         }
 #pragma unroll
-        for (int j = 0; j < 2; ++j) {
-            // A fragments of steps h = 0, 1 (the code bytes' two halves) for both tiles.
-            uint32_t a[2][2][4];
+        for (int m = 0; m < 4; ++m) {
+            if (m == 1 && more) {
 #pragma unroll
-            for (int h = 0; h < 2; ++h) {
-#pragma unroll
-                for (int tile = 0; tile < 2; ++tile) {
-                    const int r0 = 2 * tile, r1 = 2 * tile + 1;
-                    const uint32_t v0 = h ? rows[r0].q[m].y : rows[r0].q[m].x;
-                    const uint32_t v1 = h ? rows[r1].q[m].y : rows[r1].q[m].x;
-                    const uint32_t c0 = (v0 >> (4 * j)) & 0x0F0F0F0Fu;
-                    const uint32_t c1 = (v1 >> (4 * j)) & 0x0F0F0F0Fu;
-                    const uint2 w0 = q4_quad_f16x2(c0, dl2[r0][j], nml2[r0][j]);
-                    const uint2 w1 = q4_quad_f16x2(c1, dl2[r1][j], nml2[r1][j]);
-                    a[h][tile][0] = w0.x; // row g, slots 2t, 2t + 1
-                    a[h][tile][1] = w1.x; // row g + 8
-                    a[h][tile][2] = w0.y; // row g, slots 2t + 8, 2t + 9
-                    a[h][tile][3] = w1.y;
+                for (int r = 0; r < 4; ++r) {
+                    load(next[r], wr[r] + kb_next, t);
                 }
             }
-            // Each column tile's activations of both steps in one 16-byte load.
-            uint4 b[NT];
-            const int c = 8 * m + 4 * j + t;
+            uint32_t dl2[4][2], nml2[4][2];
+            const int from = (threadIdx.x & ~3) | m;
 #pragma unroll
-            for (int nt = 0; nt < NT; ++nt) {
-                const int n = 8 * nt + g;
-                b[nt] = *(const uint4 *)(stage + n * MVF_ROW_BYTES + 16 * (c ^ (4 * (n & 1))));
+            for (int r = 0; r < 4; ++r) {
+#pragma unroll
+                for (int j = 0; j < 2; ++j) {
+                    dl2[r][j] = __shfl_sync(FULL_MASK, own_dl2[r][j], from);
+                    nml2[r][j] = __shfl_sync(FULL_MASK, own_nml2[r][j], from);
+                }
             }
 #pragma unroll
-            for (int h = 0; h < 2; ++h) {
+            for (int j = 0; j < 2; ++j) {
+                // A fragments of steps h = 0, 1 (the code bytes' two halves) for both tiles.
+                uint32_t a[2][2][4];
 #pragma unroll
-                for (int nt = 0; nt < NT; ++nt) {
+                for (int h = 0; h < 2; ++h) {
 #pragma unroll
                     for (int tile = 0; tile < 2; ++tile) {
-                        mma_m16n8k16_f16(acc[tile][nt], a[h][tile], h ? b[nt].z : b[nt].x,
-                                         h ? b[nt].w : b[nt].y);
+                        const int r0 = 2 * tile, r1 = 2 * tile + 1;
+                        const uint32_t v0 = h ? rows[r0].q[m].y : rows[r0].q[m].x;
+                        const uint32_t v1 = h ? rows[r1].q[m].y : rows[r1].q[m].x;
+                        const uint32_t c0 = (v0 >> (4 * j)) & 0x0F0F0F0Fu;
+                        const uint32_t c1 = (v1 >> (4 * j)) & 0x0F0F0F0Fu;
+                        const uint2 w0 = q4_quad_f16x2(c0, dl2[r0][j], nml2[r0][j]);
+                        const uint2 w1 = q4_quad_f16x2(c1, dl2[r1][j], nml2[r1][j]);
+                        a[h][tile][0] = w0.x; // row g, slots 2t, 2t + 1
+                        a[h][tile][1] = w1.x; // row g + 8
+                        a[h][tile][2] = w0.y; // row g, slots 2t + 8, 2t + 9
+                        a[h][tile][3] = w1.y;
+                    }
+                }
+                // Each column tile's activations of both steps in one 16-byte load.
+                uint4 b[NT];
+                const int c = 8 * m + 4 * j + t;
+#pragma unroll
+                for (int nt = 0; nt < NT; ++nt) {
+                    const int n = 8 * nt + g;
+                    b[nt] = *(const uint4 *)(stage + n * MVF_ROW_BYTES + 16 * (c ^ swizzle(n)));
+                }
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+#pragma unroll
+                    for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+                        for (int tile = 0; tile < 2; ++tile) {
+                            mma_m16n8k16_f16(acc[tile][nt], a[h][tile], h ? b[nt].z : b[nt].x,
+                                             h ? b[nt].w : b[nt].y);
+                        }
                     }
                 }
             }
         }
     }
-}
-
-// The lane's four weight rows (rows past the end re-read the last one, never written) and its
-// share's first super-block of them, loaded before the wait on the previous kernel (no kernel
-// writes weights); then the wait.
-struct MvfStart {
-    const block_q4_K *wr[4];
-    MvfRow cur[4];
 };
 
-static __device__ __forceinline__ MvfStart mvf_weights_then_wait(const block_q4_K *__restrict__ w,
-                                                                 int ncols, int nrows, int share) {
-    MvfStart st;
+template <> struct MvfFormat<GGML_TYPE_Q6_K> {
+    typedef block_q6_K block;
+    typedef MvfQ6kRow Row;
+    static constexpr int WARPS = 8, TILES = 1;
+
+    static __device__ __forceinline__ void load(Row &r, const block *b, int t) {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+            r.lo[i] = get_int_b2(b->ql, 4 * i + t);
+        }
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+            r.hi[c] = get_int_b2(b->qh, 4 * c + t);
+            r.sc[c] = get_int_b2(b->scales, c);
+        }
+        r.d = b->d;
+    }
+
+    static __device__ __forceinline__ int swizzle(int n) { return 2 * (n & 3); }
+
+    // One super-block: rows[r] is the lane's row g + 8r of the warp's 16; `next` as Q4_K's.
+    template <int NT>
+    static __device__ __forceinline__ void super_block(const Row (&rows)[2], const char *stage,
+                                                       float (&acc)[1][NT][4], Row (&next)[2],
+                                                       const block *const (&wr)[2], int kb_next,
+                                                       bool more) {
+        const int g = threadIdx.x / 4, t = threadIdx.x % 4;
+        float d[2];
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            d[r] = f16_bits_to_f32((uint16_t)rows[r].d);
+        }
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+            if (i == 2 && more) {
+#pragma unroll
+                for (int r = 0; r < 2; ++r) {
+                    load(next[r], wr[r] + kb_next, t);
+                }
+            }
+#pragma unroll
+            for (int j = 0; j < 2; ++j) {
+                // Codes: ql's nibble j, qh's bit pair (element / 32) % 4 of the half; scale
+                // 8(i / 4) + (i % 4) + 4j.
+                const int shift = 2 * ((i % 4) / 2) + 4 * j, k = 8 * (i / 4) + (i % 4) + 4 * j;
+                uint32_t a[4];
+#pragma unroll
+                for (int r = 0; r < 2; ++r) {
+                    const uint32_t q = ((rows[r].lo[i] >> (4 * j)) & 0x0F0F0F0Fu) |
+                                       (((rows[r].hi[2 * (i / 4) + i % 2] >> shift) & 0x03030303u)
+                                        << 4);
+                    const float dl = __fmul_rn(d[r], (float)sbyte(rows[r].sc[k / 4], k % 4));
+                    const uint2 w = q6_quad_f16x2(q, pack_f16x2(dl, dl));
+                    a[r] = w.x;     // row g + 8r, slots 2t, 2t + 1
+                    a[2 + r] = w.y; // slots 2t + 8, 2t + 9
+                }
+                // Elements 128(i / 4) + 16(i % 4) + 64j + 4t..: one 8-byte load a column tile.
+                const int c = 16 * (i / 4) + 2 * (i % 4) + 8 * j + t / 2;
+#pragma unroll
+                for (int nt = 0; nt < NT; ++nt) {
+                    const int n = 8 * nt + g;
+                    const uint2 b = *(const uint2 *)(stage + n * MVF_ROW_BYTES +
+                                                     16 * (c ^ swizzle(n)) + 8 * (t % 2));
+                    mma_m16n8k16_f16(acc[0][nt], a, b.x, b.y);
+                }
+            }
+        }
+    }
+};
+
+// Queue the copy of super-block kb of activation rows 0..8 NT (rows past nrows_y: zeros), each
+// row's chunk c at c ^ swizzle(n).
+template <int TYPE, int NT>
+static __device__ __forceinline__ void mvf_stage(char *dst, const uint16_t *x, int ncols,
+                                                 int nrows_y, int kb, int tid) {
+    typedef MvfFormat<TYPE> F;
+    constexpr int CHUNKS = MVF_ROW_BYTES / 16;
+    for (int i = tid; i < 8 * NT * CHUNKS; i += F::WARPS * WARP_SIZE) {
+        const int n = i / CHUNKS, c = i % CHUNKS;
+        const bool live = n < nrows_y;
+        const uint16_t *src = live ? x + (size_t)n * ncols + (size_t)kb * 256 + 8 * c : x;
+        cp_async16(dst + n * MVF_ROW_BYTES + 16 * (c ^ F::swizzle(n)), src, live ? 16 : 0);
+    }
+    cp_async_commit();
+}
+
+// The lane's weight rows g + 8r of the warp's (rows past the end re-read the last one, never
+// written) and its share's first super-block of them, loaded before the wait on the previous
+// kernel (no kernel writes weights); then the wait.
+template <int TYPE> struct MvfStart {
+    static constexpr int RL = 2 * MvfFormat<TYPE>::TILES;
+    const typename MvfFormat<TYPE>::block *wr[RL];
+    typename MvfFormat<TYPE>::Row cur[RL];
+};
+
+template <int TYPE>
+static __device__ __forceinline__ MvfStart<TYPE>
+mvf_weights_then_wait(const typename MvfFormat<TYPE>::block *__restrict__ w, int ncols, int nrows,
+                      int share) {
+    typedef MvfFormat<TYPE> F;
+    typedef typename F::block block;
+    MvfStart<TYPE> st;
     const int g = threadIdx.x / 4, t = threadIdx.x % 4;
     const int bpr = ncols / QK_K;
-    const int row0 = blockIdx.x * MVF_ROWS + MVF_WARP_ROWS * threadIdx.y;
+    const int row0 = blockIdx.x * MVF_ROWS + 16 * F::TILES * threadIdx.y;
     const int kb0 = blockIdx.y * share;
 #pragma unroll
-    for (int r = 0; r < 4; ++r) {
+    for (int r = 0; r < MvfStart<TYPE>::RL; ++r) {
         st.wr[r] = w + (size_t)min(row0 + g + 8 * r, nrows - 1) * bpr;
         if (kb0 < bpr) {
-            mvf_load(st.cur[r], st.wr[r] + kb0, t);
+            F::load(st.cur[r], st.wr[r] + kb0, t);
         }
     }
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     // The rest of the share's rows asked of L2 in one bulk request a row (lane t == 0 of its
-    // four), so that each later step's loads wait on L2, not on memory. Super-blocks are 144
-    // bytes: 16-byte aligned and sized, as the request needs.
+    // four), so that each later step's loads wait on L2, not on memory; the request needs 16-byte
+    // alignment and size, which Q4_K's 144-byte blocks have and Q6_K's 210 do not.
     const int rest = min(bpr, kb0 + share) - kb0 - 1;
-    if (t == 0 && rest > 0) {
+    if (sizeof(block) % 16 == 0 && t == 0 && rest > 0) {
 #pragma unroll
-        for (int r = 0; r < 4; ++r) {
+        for (int r = 0; r < MvfStart<TYPE>::RL; ++r) {
             asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(st.wr[r] + kb0 + 1),
-                         "r"(rest * (int)sizeof(block_q4_K))
+                         "r"(rest * (int)sizeof(block))
                          : "memory");
         }
     }
@@ -232,28 +345,29 @@ static __device__ __forceinline__ MvfStart mvf_weights_then_wait(const block_q4_
 }
 
 // `share` super-blocks a split (gridDim.y of them); part: gridDim.y × nrows_y × nrows floats
-// and done: a zeroed counter per row block, when gridDim.y > 1. wr and cur as
-// mvf_weights_then_wait leaves them.
-template <int NT>
-static __device__ __forceinline__ void matvec_f16(const block_q4_K *const (&wr)[4],
-                                                  MvfRow (&cur)[4],
+// and done: a zeroed counter per row block, when gridDim.y > 1. st as mvf_weights_then_wait
+// leaves it.
+template <int TYPE, int NT>
+static __device__ __forceinline__ void matvec_f16(MvfStart<TYPE> &st,
                                                   const uint16_t *__restrict__ x,
                                                   float *__restrict__ dst, int ncols, int nrows,
                                                   int nrows_y, float *__restrict__ part,
                                                   unsigned *__restrict__ done, int share) {
+    typedef MvfFormat<TYPE> F;
+    constexpr int RL = MvfStart<TYPE>::RL, THREADS = F::WARPS * WARP_SIZE;
     extern __shared__ __align__(16) char smem[];
     __shared__ bool last;
     const int lane = threadIdx.x, g = lane / 4, t = lane % 4;
     const int tid = threadIdx.y * WARP_SIZE + lane;
     const int bpr = ncols / QK_K;
-    const int row0 = blockIdx.x * MVF_ROWS + MVF_WARP_ROWS * threadIdx.y;
+    const int row0 = blockIdx.x * MVF_ROWS + 16 * F::TILES * threadIdx.y;
     const int kb0 = blockIdx.y * share, kb1 = min(bpr, kb0 + share);
     if (mmq_dynamic_smem() < (unsigned)MVF_SMEM) {
         __trap(); // launched with less shared memory than the layout needs
     }
-    float acc[2][NT][4];
+    float acc[F::TILES][NT][4];
 #pragma unroll
-    for (int tile = 0; tile < 2; ++tile) {
+    for (int tile = 0; tile < F::TILES; ++tile) {
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) {
 #pragma unroll
@@ -263,28 +377,28 @@ static __device__ __forceinline__ void matvec_f16(const block_q4_K *const (&wr)[
         }
     }
     if (kb0 < kb1) {
-        mvf_stage<NT>(smem, x, ncols, nrows_y, kb0, tid);
+        mvf_stage<TYPE, NT>(smem, x, ncols, nrows_y, kb0, tid);
     }
     // Two register sets of weights taken in turn (a copy from one to the other would be
     // hoisted by the compiler, and wait for the loads it copies): step kb reads one and fills
     // the other with kb + 1; the stage is the step's parity too.
-    MvfRow alt[4];
+    typename F::Row alt[RL];
 #pragma unroll 1
     for (int kb = kb0; kb < kb1; kb += 2) {
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
             const int k = kb + half;
             if (k < kb1) {
-                MvfRow(&use)[4] = half ? alt : cur;
-                MvfRow(&fill)[4] = half ? cur : alt;
+                typename F::Row(&use)[RL] = half ? alt : st.cur;
+                typename F::Row(&fill)[RL] = half ? st.cur : alt;
                 cp_async_wait<0>(); // this thread's copies of super-block k
                 __syncthreads();    // everyone's; and every warp is done with k - 1's stage
                 if (k + 1 < kb1) {
-                    mvf_stage<NT>(smem + (half ^ 1) * MVF_STAGE_BYTES, x, ncols, nrows_y, k + 1,
-                                  tid);
+                    mvf_stage<TYPE, NT>(smem + (half ^ 1) * MVF_STAGE_BYTES, x, ncols, nrows_y,
+                                        k + 1, tid);
                 }
-                mvf_super_block<NT>(use, smem + half * MVF_STAGE_BYTES, acc, fill, wr, k + 1,
-                                    k + 1 < kb1);
+                F::template super_block<NT>(use, smem + half * MVF_STAGE_BYTES, acc, fill, st.wr,
+                                            k + 1, k + 1 < kb1);
             }
         }
     }
@@ -293,7 +407,7 @@ static __device__ __forceinline__ void matvec_f16(const block_q4_K *const (&wr)[
     const int splits = gridDim.y;
     float *out = splits == 1 ? dst : part + (size_t)blockIdx.y * nrows_y * nrows;
 #pragma unroll
-    for (int tile = 0; tile < 2; ++tile) {
+    for (int tile = 0; tile < F::TILES; ++tile) {
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) {
 #pragma unroll
@@ -322,28 +436,35 @@ static __device__ __forceinline__ void matvec_f16(const block_q4_K *const (&wr)[
     __threadfence();
     const int first = blockIdx.x * MVF_ROWS;
     add_split_planes<16>(dst, part, (size_t)nrows_y * nrows, splits, nrows, 0, nrows_y, first,
-                     min(MVF_ROWS, nrows - first), tid, MVF_WARPS * WARP_SIZE);
+                         min(MVF_ROWS, nrows - first), tid, THREADS);
     if (tid == 0) {
         done[blockIdx.x] = 0;
     }
 }
 
-// Two blocks an SM (255 registers a thread at most; 64 KB of shared memory each).
-#define MVF_ENTRY(NT)                                                                             \
-    extern "C" __global__ void __launch_bounds__(MVF_WARPS *WARP_SIZE, 2)                         \
-        matvec_f16_q4_k_t##NT(const block_q4_K *__restrict__ w, const uint16_t *__restrict__ x,  \
-                              float *__restrict__ dst, int ncols, int nrows, int nrows_y,         \
-                              float *part, unsigned *done, int share) {                           \
-        MvfStart st = mvf_weights_then_wait(w, ncols, nrows, share);                              \
-        matvec_f16<NT>(st.wr, st.cur, x, dst, ncols, nrows, nrows_y, part, done, share);          \
+// 8 warps an SM: Q4_K two blocks of 4 (255 registers a thread at most), Q6_K one of 8; 64 KB of
+// shared memory a block.
+#define MVF_ENTRY(NAME, TYPE, NT)                                                                 \
+    extern "C" __global__ void __launch_bounds__(MvfFormat<TYPE>::WARPS *WARP_SIZE,               \
+                                                 8 / MvfFormat<TYPE>::WARPS)                      \
+        matvec_f16_##NAME##_t##NT(const MvfFormat<TYPE>::block *__restrict__ w,                   \
+                                  const uint16_t *__restrict__ x, float *__restrict__ dst,        \
+                                  int ncols, int nrows, int nrows_y, float *part, unsigned *done, \
+                                  int share) {                                                    \
+        MvfStart<TYPE> st = mvf_weights_then_wait<TYPE>(w, ncols, nrows, share);                  \
+        matvec_f16<TYPE, NT>(st, x, dst, ncols, nrows, nrows_y, part, done, share);               \
     }
 
 // Column tiles 1-8 (1-64 rows).
-MVF_ENTRY(1)
-MVF_ENTRY(2)
-MVF_ENTRY(3)
-MVF_ENTRY(4)
-MVF_ENTRY(5)
-MVF_ENTRY(6)
-MVF_ENTRY(7)
-MVF_ENTRY(8)
+#define MVF_FORMAT(NAME, TYPE)                                                                    \
+    MVF_ENTRY(NAME, TYPE, 1)                                                                      \
+    MVF_ENTRY(NAME, TYPE, 2)                                                                      \
+    MVF_ENTRY(NAME, TYPE, 3)                                                                      \
+    MVF_ENTRY(NAME, TYPE, 4)                                                                      \
+    MVF_ENTRY(NAME, TYPE, 5)                                                                      \
+    MVF_ENTRY(NAME, TYPE, 6)                                                                      \
+    MVF_ENTRY(NAME, TYPE, 7)                                                                      \
+    MVF_ENTRY(NAME, TYPE, 8)
+
+MVF_FORMAT(q4_k, GGML_TYPE_Q4_K)
+MVF_FORMAT(q6_k, GGML_TYPE_Q6_K)

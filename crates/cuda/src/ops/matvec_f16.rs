@@ -1,11 +1,11 @@
-//! `kernels/matvec_f16.cu`: Q4_K weights times up to 64 f16 activation rows on the f16 tensor
+//! `kernels/matvec_f16.cu`: Q4_K and Q6_K weights times up to 64 f16 activation rows on the f16 tensor
 //! cores (the larger steps of a batched decode): each weight unpacked to f16 once for every
-//! row (the f16 GEMM's arithmetic, `q4k_f16.cuh`), each super-block's activations staged in
-//! shared memory once for a block's four warps, k split over blocks where the row blocks alone
-//! leave SMs idle.
+//! row (the f16 GEMM's arithmetic for Q4_K, `q4k_f16.cuh`), each super-block's activations
+//! staged in shared memory once for a block's warps, k split over blocks where the row blocks
+//! alone leave SMs idle.
 //!
-//! Contract: the f16 GEMM's (`ops/gemm_wgmma/`): the weights as the GEMM's batched-decode form
-//! unpacks them, the activations rounded to f16, f32 sums in a fixed order, several shares
+//! Contract: the f16 GEMM's (`ops/gemm_wgmma/`): Q4_K's weights as the GEMM's batched-decode
+//! form unpacks them, Q6_K's as `(q - 32) · f16(d · sc)` rounded once in f16, the activations rounded to f16, f32 sums in a fixed order, several shares
 //! added in share order; the same bits every run.
 
 use super::launch::Launcher;
@@ -16,14 +16,16 @@ use crate::kernels::MATVEC_F16;
 use cudarc::driver::sys::CUfunction_attribute;
 use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig};
 use ferrolm_gguf::GgmlType;
+use std::collections::HashMap;
 
 /// Activation rows one launch takes (the kernel's MVF_MAX_COLS: eight column tiles of 8).
 pub const F16_MATVEC_MAX_ROWS: usize = 64;
-/// Weight rows a block takes (the kernel's MVF_ROWS: 4 warps of 32).
+/// Weight rows a block takes (the kernel's MVF_ROWS: Q4_K's 4 warps of 32, Q6_K's 8 of 16).
 pub const F16_MATVEC_BLOCK_ROWS: usize = 128;
+/// The formats the kernel has, with their warps a block (`MvfFormat<TYPE>::WARPS`).
+const FORMATS: [(GgmlType, u32); 2] = [(GgmlType::Q4K, 4), (GgmlType::Q6K, 8)];
 /// Row blocks a split launch may have: the kernel's per-block counters.
 pub const F16_MATVEC_SPLIT_BLOCKS: usize = 1024;
-const WARPS: u32 = 4;
 /// The kernel's MVF_SMEM: two stages of 64 activation rows of a super-block as f16.
 const SMEM_BYTES: u32 = 2 * 64 * 512;
 /// Elements a super-block holds: the width must be whole super-blocks.
@@ -31,26 +33,28 @@ const SUPER_BLOCK: usize = 256;
 
 pub struct MatVecF16 {
     launch: Launcher,
-    /// `matvec_f16_q4_k_t<NT>` at index NT - 1.
-    fns: Vec<CudaFunction>,
+    /// (type, column tiles) -> `matvec_f16_<type>_t<NT>` and its warps a block.
+    fns: HashMap<(GgmlType, usize), (CudaFunction, u32)>,
     /// A zeroed counter per row block of a split launch; each block's last share resets it.
     done: CudaSlice<u32>,
 }
 
 impl MatVecF16 {
     pub fn load(dev: &CudaDevice, launch: &Launcher) -> Result<Self> {
-        let fns = (1..=F16_MATVEC_MAX_ROWS / 8)
-            .map(|nt| {
-                let f = dev.function(&MATVEC_F16, &format!("matvec_f16_q4_k_t{nt}"))?;
+        let mut fns = HashMap::new();
+        for (ty, warps) in FORMATS {
+            let name = super::kernel_suffix(ty);
+            for nt in 1..=F16_MATVEC_MAX_ROWS / 8 {
+                let f = dev.function(&MATVEC_F16, &format!("matvec_f16_{name}_t{nt}"))?;
                 // Above 48 KiB a block gets dynamic shared memory only when asked for.
                 f.set_attribute(
                     CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                     SMEM_BYTES as i32,
                 )
                 .during("raising matvec_f16's shared-memory limit")?;
-                Ok(f)
-            })
-            .collect::<Result<_>>()?;
+                fns.insert((ty, nt), (f, warps));
+            }
+        }
         Ok(Self {
             launch: launch.clone(),
             fns,
@@ -60,7 +64,7 @@ impl MatVecF16 {
 
     /// Whether `ty` weights of `cols` columns have this kernel.
     pub fn supports(ty: GgmlType, cols: usize) -> bool {
-        ty == GgmlType::Q4K && cols.is_multiple_of(SUPER_BLOCK) && cols > 0
+        FORMATS.iter().any(|&(t, _)| t == ty) && cols.is_multiple_of(SUPER_BLOCK) && cols > 0
     }
 
     /// Row blocks of a product of `rows` weight rows.
@@ -97,7 +101,7 @@ impl MatVecF16 {
         }
         assert!(x16.len() >= n * w.cols, "matvec_f16: activations too small");
         assert!(out.len() >= n * w.rows, "matvec_f16: out too small");
-        let f = &self.fns[n.div_ceil(8) - 1];
+        let (f, warps) = &self.fns[&(w.ty, n.div_ceil(8))];
         let blocks = w.cols / SUPER_BLOCK;
         // Shares of ceil(blocks / splits) super-blocks, then as many as that takes (none
         // empty, never more than asked).
@@ -140,11 +144,11 @@ impl MatVecF16 {
         b.arg(&share_arg);
         let cfg = LaunchConfig {
             grid_dim: (row_blocks as u32, splits as u32, 1),
-            block_dim: (32, WARPS, 1),
+            block_dim: (32, *warps, 1),
             shared_mem_bytes: SMEM_BYTES,
         };
-        // SAFETY: matvec_f16_q4_k_t<NT>(w, x, dst, ncols, nrows, nrows_y, part, done, share):
-        // rows x cols Q4_K weights (whole super-blocks), n <= 8 NT f16 rows of cols elements,
+        // SAFETY: matvec_f16_<type>_t<NT>(w, x, dst, ncols, nrows, nrows_y, part, done, share):
+        // rows x cols weights of the entry's type (whole super-blocks), n <= 8 NT f16 rows of cols elements,
         // n x rows floats out; split, part holds splits x n x rows floats and done a zeroed
         // counter per row block; MVF_SMEM bytes of dynamic shared memory (allowed at load).
         unsafe { b.launch(cfg) }.during("launching matvec_f16")?;
@@ -161,12 +165,24 @@ mod tests {
     #[test]
     fn launcher_agrees_with_the_kernel() {
         let src = MATVEC_F16.source;
-        assert!(src.contains(&format!("#define MVF_WARPS {WARPS}")));
-        assert!(src.contains("#define MVF_WARP_ROWS 32"));
-        assert_eq!(F16_MATVEC_BLOCK_ROWS, 32 * WARPS as usize);
+        assert!(src.contains(&format!("#define MVF_ROWS {F16_MATVEC_BLOCK_ROWS}")));
+        // Each format's warps a block, times its 16-row tiles a warp, make a block's rows.
+        for (ty, warps, tiles, ggml) in [
+            (GgmlType::Q4K, 4, 2, "GGML_TYPE_Q4_K"),
+            (GgmlType::Q6K, 8, 1, "GGML_TYPE_Q6_K"),
+        ] {
+            assert!(FORMATS.contains(&(ty, warps)));
+            assert_eq!(F16_MATVEC_BLOCK_ROWS, 16 * tiles * warps as usize);
+            let decl = format!("template <> struct MvfFormat<{ggml}> {{");
+            let at = src.find(&decl).expect("the format's traits");
+            let traits = format!("static constexpr int WARPS = {warps}, TILES = {tiles};");
+            assert!(src[at..].contains(&traits), "{ty}");
+            let name = super::super::kernel_suffix(ty);
+            assert!(src.contains(&format!("MVF_FORMAT({name}, {ggml})")));
+        }
         assert!(src.contains(&format!("#define MVF_MAX_COLS {F16_MATVEC_MAX_ROWS}")));
         for nt in 1..=F16_MATVEC_MAX_ROWS / 8 {
-            assert!(src.contains(&format!("MVF_ENTRY({nt})\n")));
+            assert!(src.contains(&format!("MVF_ENTRY(NAME, TYPE, {nt})")));
         }
         assert!(src.contains("#define MVF_ROW_BYTES 512"));
         assert!(src.contains("#define MVF_SMEM (2 * MVF_STAGE_BYTES)"));

@@ -105,7 +105,7 @@ impl Plan {
     /// Whether `n` rows of a batched decode step's `ty` product of `rows` × `cols` take the f16
     /// mat-vec (`FERROLM_F16_MATVEC`, off by default until measured; Hopper, where the f16
     /// path rounds the activations), and if so in how many k shares: passes of several
-    /// sequences, Q4_K ([`MatVecF16::supports`]), [`F16_MATVEC_DEFAULT_ROWS`]
+    /// sequences, Q4_K and Q6_K ([`MatVecF16::supports`]), [`F16_MATVEC_DEFAULT_ROWS`]
     /// (`FERROLM_F16_MATVEC_ROWS`) to [`F16_MATVEC_MAX_ROWS`] rows. k is shared out over the
     /// SMs its row blocks leave idle, twice over ([`split_ways`]; `FERROLM_MMQ_SPLIT_K=0`:
     /// unsplit), or as `FERROLM_F16_MATVEC_SPLITS` says; never past the kernel's

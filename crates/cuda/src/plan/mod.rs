@@ -89,7 +89,7 @@ pub const F16_DECODE_MIN_SHARE_BLOCKS: usize = 8;
 /// `mmvq_mma`'s activation loads became most of its work (docs/perf.md, session 13).
 pub const STAGED_DEFAULT_ROWS: usize = 33;
 
-/// The fewest rows of a batched decode step whose Q4_K products take the f16 mat-vec
+/// The fewest rows of a batched decode step whose Q4_K and Q6_K products take the f16 mat-vec
 /// ([`Plan::f16_matvec`], `FERROLM_F16_MATVEC`): the staged mat-vec's, to be set by a device
 /// run.
 pub const F16_MATVEC_DEFAULT_ROWS: usize = 33;

@@ -155,7 +155,7 @@ pub struct Switches {
     /// `FERROLM_MMVQ_MMA_STAGED_SPLITS`: its k shares (1-16); `None`: the plan's choice by the
     /// SMs its row blocks leave idle.
     pub mma_staged_splits: Option<usize>,
-    /// `FERROLM_F16_MATVEC=1`: a batched decode step's Q4_K products of
+    /// `FERROLM_F16_MATVEC=1`: a batched decode step's Q4_K and Q6_K products of
     /// `FERROLM_F16_MATVEC_ROWS` to 64 rows on the f16 mat-vec (`matvec_f16.cu`: each weight
     /// unpacked to f16 once for all the rows, the activations staged in shared memory, k split
     /// over blocks), ahead of every other decode product. Off until a device run measures it.
@@ -637,7 +637,7 @@ impl fmt::Display for Switches {
             (
                 "FERROLM_F16_MATVEC",
                 bit(self.f16_matvec),
-                "batched decode's Q4_K 33-64 rows (_ROWS) on the f16 mat-vec",
+                "batched decode's Q4_K/Q6_K 33-64 rows (_ROWS) on the f16 mat-vec",
             ),
             (
                 "FERROLM_F16_MATVEC_ROWS",

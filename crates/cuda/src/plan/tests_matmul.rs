@@ -477,7 +477,7 @@ fn batched_steps_take_the_staged_matvec_when_switched_on() {
     );
 }
 
-/// A batched step's Q4_K products of 33-64 rows take the f16 mat-vec under
+/// A batched step's Q4_K and Q6_K products of 33-64 rows take the f16 mat-vec under
 /// `FERROLM_F16_MATVEC=1`, ahead of the staged and tensor-core mat-vecs and the f16 decode
 /// GEMM, k split over twice the SMs the row blocks leave idle. Off by default, on one
 /// sequence, below its rows, for other formats, and where the f16 path is off.
@@ -501,10 +501,10 @@ fn batched_steps_take_the_f16_matvec_when_switched_on() {
     .for_sequence_batches();
     assert_eq!(both.f16_matvec(Q4K, 4096, 4096, 64), Some(8));
     assert_eq!(both.staged_matvec(Q4K, 4096, 4096, 64), None);
-    assert!(
-        both.staged_matvec(Q6K, 4096, 4096, 64).is_some(),
-        "Q6_K stays"
-    );
+    assert_eq!(both.staged_matvec(Q6K, 4096, 4096, 64), None);
+    // Q6_K's down and the output (1,187 row blocks: past the split counters, unsplit).
+    assert_eq!(many.f16_matvec(Q6K, 4096, 12288, 64), Some(8));
+    assert_eq!(many.f16_matvec(Q6K, 151_936, 4096, 64), Some(1));
     // Rows: from 33 by default, from FERROLM_F16_MATVEC_ROWS when set, never past 64.
     assert_eq!(many.f16_matvec(Q4K, 4096, 4096, 32), None);
     assert_eq!(many.f16_matvec(Q4K, 4096, 4096, 65), None);
@@ -516,7 +516,6 @@ fn batched_steps_take_the_f16_matvec_when_switched_on() {
     assert_eq!(rows.f16_matvec(Q4K, 4096, 4096, 8), None);
     assert!(rows.f16_matvec(Q4K, 4096, 4096, 9).is_some());
     // Formats and widths without the kernel; the f16 path switched off.
-    assert_eq!(many.f16_matvec(Q6K, 4096, 4096, 64), None);
     assert_eq!(many.f16_matvec(Q8_0, 4096, 4096, 64), None);
     assert_eq!(many.f16_matvec(Q4K, 4096, 576, 64), None);
     let no_f16 =
