@@ -1,6 +1,6 @@
 // Q4_K and Q6_K weights times up to 64 f16 activation rows on the f16 tensor cores: the larger
-// steps of a batched decode (one token of each of several sequences), dst[j][row] = W[row] · x[j], x the
-// activations rounded to f16 (gemm_wgmma.cu's round_f16).
+// steps of a batched decode (one token of each of several sequences), dst[j][row] = W[row] ·
+// x[j], x the activations rounded to f16 (gemm_wgmma.cu's round_f16).
 //
 // Why f16 and not int8 (mmvq_mma.cu, mmvq_staged.cu): an int8 MMA's integer sums must be scaled
 // a sub-block at a time, per output, so at 64 rows those f32 operations outnumber the MMAs many
@@ -33,14 +33,15 @@
 // matvec_f16_<type>_t<NT> takes up to 8 NT activation rows. K a multiple of 256.
 //
 // Rounding contract: the f16 GEMM's (ops/gemm_wgmma/): Q4_K's weights as q4k_f16.cuh unpacks
-// them, Q6_K's as (q - 32) · f16(d · sc) rounded once in f16, the activations rounded to f16, products summed in f32 by the MMAs in a fixed order; shares
-// added in z order. The same bits every run.
+// them, Q6_K's as (q - 32) · f16(d · sc) rounded once in f16, the activations rounded to f16,
+// products summed in f32 by the MMAs in a fixed order; shares added in z order. The same bits
+// every run.
 #include "common.cuh"
 #include "quant.cuh"
 #include "mmvq.cuh"
 #include "mmq_tile.cuh" // mmq_dynamic_smem
 #include "mmq_mma.cuh"
-#include "mma_rows.cuh" // ld_stream2, ld_stream4, q4k_scale_min
+#include "mma_rows.cuh" // ld_stream2, ld_stream4, sbyte
 #include "mma_f16.cuh"
 #include "q4k_f16.cuh"
 
