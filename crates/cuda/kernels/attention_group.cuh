@@ -182,28 +182,42 @@ template <int D, int G, int STAGES_ = 0> struct GroupLayout {
     static constexpr int KPW = ATTN_GROUP_TILE / WK; // keys a warp takes of a tile
 };
 
-// Starts the copy of tile `tile` (keys base.. of the block's range, n of them live) into stage
-// `stage`: every thread D / 16 chunks, zero-filled past the live keys.
-template <int D, int G, int STAGES>
-static __device__ __forceinline__ void group_load_tile(char *smem, const KvHead<KvF16> &kh,
-                                                       const KvHead<KvF16> &vh, int base, int n,
-                                                       int stage) {
-    typedef GroupLayout<D, G, STAGES> L;
-    char *sk = smem + stage * L::STAGE_BYTES, *sv = sk + L::TILE_BYTES;
-    constexpr int PER_TENSOR = ATTN_GROUP_TILE * L::CHUNKS;
+// Starts the copy of ROWS keys base.. (n of them live) and their values into sk and sv, each
+// row CHUNKS 16-byte chunks, zero-filled past the live keys: chunk c of row r of K (V when
+// is_v) goes to byte offset(is_v, r, c) of its tile. Shared by the group block and its
+// tensor-core twin, which differ in the tiles' swizzles.
+template <int ROWS, int CHUNKS, typename Offset>
+static __device__ __forceinline__ void copy_kv_tile(char *sk, char *sv, const KvHead<KvF16> &kh,
+                                                    const KvHead<KvF16> &vh, int base, int n,
+                                                    Offset offset) {
+    constexpr int PER_TENSOR = ROWS * CHUNKS;
     static_assert(2 * PER_TENSOR % (ATTN_NWARPS * WARP_SIZE) == 0, "whole copy rounds");
 #pragma unroll
     for (int it = 0; it < 2 * PER_TENSOR / (ATTN_NWARPS * WARP_SIZE); ++it) {
         const int idx = threadIdx.x + it * ATTN_NWARPS * WARP_SIZE;
         const bool is_v = idx >= PER_TENSOR;
         const int rem = is_v ? idx - PER_TENSOR : idx;
-        const int r = rem / L::CHUNKS, c = rem % L::CHUNKS;
+        const int r = rem / CHUNKS, c = rem % CHUNKS;
         const bool live = r < n;
         const int key = base + (live ? r : 0);
         const uint16_t *src = (const uint16_t *)(is_v ? vh.row(key) : kh.row(key)) + 8 * c;
-        const int pc = is_v ? c : c ^ ((r & 1) * L::SWIZZLE);
-        cp_async16((is_v ? sv : sk) + (r * L::CHUNKS + pc) * 16, src, live ? 16 : 0);
+        cp_async16((is_v ? sv : sk) + offset(is_v, r, c), src, live ? 16 : 0);
     }
+}
+
+// Starts the copy of tile `tile` (keys base.. of the block's range, n of them live) into stage
+// `stage`: every thread D / 16 chunks, zero-filled past the live keys; K's rows swizzled by
+// parity.
+template <int D, int G, int STAGES>
+static __device__ __forceinline__ void group_load_tile(char *smem, const KvHead<KvF16> &kh,
+                                                       const KvHead<KvF16> &vh, int base, int n,
+                                                       int stage) {
+    typedef GroupLayout<D, G, STAGES> L;
+    char *sk = smem + stage * L::STAGE_BYTES, *sv = sk + L::TILE_BYTES;
+    copy_kv_tile<ATTN_GROUP_TILE, L::CHUNKS>(sk, sv, kh, vh, base, n, [](bool is_v, int r, int c) {
+        const int pc = is_v ? c : c ^ ((r & 1) * L::SWIZZLE);
+        return (r * L::CHUNKS + pc) * 16;
+    });
 }
 
 // Block (split, KV head g) of one query row: q_row the row's [n_head][D] queries, its keys

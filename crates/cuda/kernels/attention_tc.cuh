@@ -76,19 +76,8 @@ static __device__ __forceinline__ void tc_load_tile(char *smem, const KvHead<KvF
                                                     int stage) {
     typedef TcLayout<D, G, STAGES> L;
     char *sk = smem + stage * L::STAGE_BYTES, *sv = sk + L::TILE_BYTES;
-    constexpr int PER_TENSOR = TC_TILE * L::CHUNKS;
-    static_assert(2 * PER_TENSOR % (ATTN_NWARPS * WARP_SIZE) == 0, "whole copy rounds");
-#pragma unroll
-    for (int it = 0; it < 2 * PER_TENSOR / (ATTN_NWARPS * WARP_SIZE); ++it) {
-        const int idx = threadIdx.x + it * ATTN_NWARPS * WARP_SIZE;
-        const bool is_v = idx >= PER_TENSOR;
-        const int rem = is_v ? idx - PER_TENSOR : idx;
-        const int r = rem / L::CHUNKS, c = rem % L::CHUNKS;
-        const bool live = r < n;
-        const int key = base + (live ? r : 0);
-        const uint16_t *src = (const uint16_t *)(is_v ? vh.row(key) : kh.row(key)) + 8 * c;
-        cp_async16((is_v ? sv : sk) + tc_chunk<D>(r, c), src, live ? 16 : 0);
-    }
+    copy_kv_tile<TC_TILE, L::CHUNKS>(sk, sv, kh, vh, base, n,
+                                     [](bool, int r, int c) { return tc_chunk<D>(r, c); });
 }
 
 // attn_group_block's contract and arguments (attention_group.cuh), on the tensor cores.

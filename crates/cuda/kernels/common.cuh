@@ -347,6 +347,32 @@ static __device__ __forceinline__ void add_split_planes(float *__restrict__ dst,
     }
 }
 
+// The split-K tail the block-wide split kernels share (mmq.cu, mmvq_staged.cu, matvec_f16.cu;
+// every thread of the block calls it after storing its share): the tile's last share to finish
+// (counted in done[tile], which it resets for the next launch) adds the shares into dst by
+// add_split_planes, whichever finished first: the same bits every run.
+template <int VECS>
+static __device__ __forceinline__ void add_splits_if_last(
+    unsigned *__restrict__ done, int tile, float *__restrict__ dst, const float *__restrict__ part,
+    size_t plane, int splits, int ld, int col0, int cols, int row0, int rows, int tid,
+    int nthreads) {
+    __shared__ bool last;
+    __threadfence(); // this share before its count
+    __syncthreads();
+    if (tid == 0) {
+        last = atomicAdd(done + tile, 1u) == (unsigned)splits - 1;
+    }
+    __syncthreads();
+    if (!last) {
+        return;
+    }
+    __threadfence();
+    add_split_planes<VECS>(dst, part, plane, splits, ld, col0, cols, row0, rows, tid, nthreads);
+    if (tid == 0) {
+        done[tile] = 0;
+    }
+}
+
 template <typename T>
 static __device__ __forceinline__ T block_sum(T v, T *scratch) {
     const int lane = threadIdx.x % WARP_SIZE;

@@ -357,7 +357,6 @@ static __device__ __forceinline__ void matvec_f16(MvfStart<TYPE> &st,
     typedef MvfFormat<TYPE> F;
     constexpr int RL = MvfStart<TYPE>::RL, THREADS = F::WARPS * WARP_SIZE;
     extern __shared__ __align__(16) char smem[];
-    __shared__ bool last;
     const int lane = threadIdx.x, g = lane / 4, t = lane % 4;
     const int tid = threadIdx.y * WARP_SIZE + lane;
     const int bpr = ncols / QK_K;
@@ -423,24 +422,10 @@ static __device__ __forceinline__ void matvec_f16(MvfStart<TYPE> &st,
     if (splits == 1) {
         return;
     }
-    // The row block's last share to finish (counted in done[blockIdx.x], which it resets for
-    // the next launch) adds the shares in split order: the same bits every run.
-    __threadfence();
-    __syncthreads();
-    if (tid == 0) {
-        last = atomicAdd(done + blockIdx.x, 1u) == (unsigned)splits - 1;
-    }
-    __syncthreads();
-    if (!last) {
-        return;
-    }
-    __threadfence();
     const int first = blockIdx.x * MVF_ROWS;
-    add_split_planes<16>(dst, part, (size_t)nrows_y * nrows, splits, nrows, 0, nrows_y, first,
-                         min(MVF_ROWS, nrows - first), tid, THREADS);
-    if (tid == 0) {
-        done[blockIdx.x] = 0;
-    }
+    add_splits_if_last<16>(done, blockIdx.x, dst, part, (size_t)nrows_y * nrows, splits,
+                               nrows, 0, nrows_y, first, min(MVF_ROWS, nrows - first), tid,
+                               THREADS);
 }
 
 // 8 warps an SM: Q4_K two blocks of 4 (255 registers a thread at most), Q6_K one of 8; 64 KB of

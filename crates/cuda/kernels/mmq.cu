@@ -35,7 +35,6 @@ static __device__ __forceinline__ void mul_mat_q(const void *__restrict__ vx,
                                                  unsigned *__restrict__ done, int split_steps) {
     extern __shared__ __align__(16) char mmq_smem[];
     __shared__ int yrow[C::BN];
-    __shared__ bool last;
     mmq_check_smem<TYPE, C, 1>();
 
     const int tid = threadIdx.y * WARP_SIZE + threadIdx.x;
@@ -72,25 +71,9 @@ static __device__ __forceinline__ void mul_mat_q(const void *__restrict__ vx,
     if (splits == 1) {
         return;
     }
-    // The tile's last share to finish (counted in done[tile], which it resets for the next
-    // launch) adds the shares in split order, whichever finished first: the same bits every
-    // run.
-    const int tile = blockIdx.y * gridDim.x + blockIdx.x;
-    __threadfence(); // this share before its count
-    __syncthreads();
-    if (tid == 0) {
-        last = atomicAdd(done + tile, 1u) == (unsigned)splits - 1;
-    }
-    __syncthreads();
-    if (!last) {
-        return;
-    }
-    __threadfence();
-    add_split_planes<16>(dst, part, (size_t)ntok * nrows, splits, nrows, tok0,
-                     min(C::BN, ntok - tok0), row0, min(C::BM, nrows - row0), tid, C::THREADS);
-    if (tid == 0) {
-        done[tile] = 0;
-    }
+    add_splits_if_last<16>(done, blockIdx.y * gridDim.x + blockIdx.x, dst, part,
+                           (size_t)ntok * nrows, splits, nrows, tok0, min(C::BN, ntok - tok0),
+                           row0, min(C::BM, nrows - row0), tid, C::THREADS);
 }
 
 // The CUDA-core GEMM for 32-element block formats, in the CPU's arithmetic, for what the

@@ -234,7 +234,6 @@ static __device__ __forceinline__ void staged_matvec(const void *__restrict__ vx
     constexpr bool BLOCKS = ORDER == MMQ_ORDER_BLOCKS;
     static_assert(!BLOCKS || TYPE == GGML_TYPE_Q4_K, "the integer-scale order is Q4_K's");
     extern __shared__ __align__(16) char smem[];
-    __shared__ bool last;
     if (mmq_dynamic_smem() < (unsigned)STG_SMEM) {
         __trap(); // launched with less shared memory than the layout needs
     }
@@ -307,24 +306,10 @@ static __device__ __forceinline__ void staged_matvec(const void *__restrict__ vx
     if (splits == 1) {
         return;
     }
-    // The row block's last share to finish (counted in done[blockIdx.x], which it resets for
-    // the next launch) adds the shares in split order: the same bits every run.
-    __threadfence();
-    __syncthreads();
-    if (tid == 0) {
-        last = atomicAdd(done + blockIdx.x, 1u) == (unsigned)splits - 1;
-    }
-    __syncthreads();
-    if (!last) {
-        return;
-    }
-    __threadfence();
     const int first = blockIdx.x * STG_ROWS;
-    add_split_planes<8>(dst, part, (size_t)nrows_y * nrows, splits, nrows, 0, nrows_y, first,
-                     min(STG_ROWS, nrows - first), tid, STG_WARPS * WARP_SIZE);
-    if (tid == 0) {
-        done[blockIdx.x] = 0;
-    }
+    add_splits_if_last<8>(done, blockIdx.x, dst, part, (size_t)nrows_y * nrows, splits, nrows,
+                          0, nrows_y, first, min(STG_ROWS, nrows - first), tid,
+                          STG_WARPS * WARP_SIZE);
 }
 
 // The block's rows of its share requested from L2 before the wait on the previous kernel
