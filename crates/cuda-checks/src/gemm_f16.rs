@@ -6,7 +6,7 @@ use super::checks::{poisoned, row, MatmulCase};
 use super::{compare, Contract, Row};
 use anyhow::Result;
 use ferrolm_cuda::ops::GemmWgmma;
-use ferrolm_cuda::{CudaDevice, Kernels, Plan};
+use ferrolm_cuda::{CudaDevice, CudaError, CudaSlice, Kernels, Plan};
 use ferrolm_gguf::GgmlType;
 use rand::rngs::StdRng;
 
@@ -98,6 +98,43 @@ pub fn gemm_f16(
     Ok(out)
 }
 
+/// The two rows of a batched decode step's split f16 product: `launch` run twice on a poisoned
+/// output of `outputs` floats, the first run against the f64 product (`want`, scaled by
+/// `exact`'s magnitudes) within the f16 contract, the second against the first bit for bit.
+fn split_run_rows(
+    dev: &CudaDevice,
+    name: &str,
+    shape: String,
+    want: &[f32],
+    exact: &[(f64, f64)],
+    outputs: usize,
+    mut launch: impl FnMut(&mut CudaSlice<f32>) -> Result<(), CudaError>,
+) -> Result<[Row; 2]> {
+    let mut runs = Vec::new();
+    for _ in 0..2 {
+        let mut got = poisoned(dev, outputs)?;
+        launch(&mut got)?;
+        dev.sync()?;
+        runs.push(dev.download(&got)?);
+    }
+    Ok([
+        row(
+            name,
+            shape.clone(),
+            "f64 of dequantized w, f32 x",
+            compare(&runs[0], want, |i| exact[i].1),
+            F16_OPERANDS,
+        ),
+        row(
+            &format!("{name} (again)"),
+            shape,
+            "its first run",
+            compare(&runs[1], &runs[0], |_| 1.0),
+            Contract::Exact,
+        ),
+    ])
+}
+
 /// (rows, cols, tokens) of a batched decode step's Q4_K products on the unpacking decode GEMM
 /// (`matmul_decode`: f16 arithmetic) split over k: qwen3-8b's gate, q and down at 64 and 17
 /// sequences, a row count that is not whole tiles over 5 super-blocks (3 shares: 2, 2, 1),
@@ -142,28 +179,15 @@ pub fn gemm_f16_decode(
     let mut out = Vec::new();
     for shares in [ways, 3] {
         let mut part = dev.zeros::<f32>(GemmWgmma::split_floats(shares, n, rows).max(1))?;
-        let mut runs = Vec::new();
-        for _ in 0..2 {
-            let mut got = poisoned(dev, n * rows)?;
-            g.matmul_decode(&x16, n, &case.w, &mut got, Some((shares, &mut part)))?;
-            dev.sync()?;
-            runs.push(dev.download(&got)?);
-        }
-        let shape = format!("{rows}×{cols} · {n} rows, {shares} shares");
-        out.push(row(
+        out.extend(split_run_rows(
+            dev,
             "gemm f16 decode Q4_K (f16 unpacking), split",
-            shape.clone(),
-            "f64 of dequantized w, f32 x",
-            compare(&runs[0], &want, |i| exact[i].1),
-            F16_OPERANDS,
-        ));
-        out.push(row(
-            "gemm f16 decode Q4_K (f16 unpacking), split (again)",
-            shape,
-            "its first run",
-            compare(&runs[1], &runs[0], |_| 1.0),
-            Contract::Exact,
-        ));
+            format!("{rows}×{cols} · {n} rows, {shares} shares"),
+            &want,
+            &exact,
+            n * rows,
+            |got| g.matmul_decode(&x16, n, &case.w, got, Some((shares, &mut part))),
+        )?);
     }
     Ok(out)
 }
@@ -213,30 +237,18 @@ pub fn matvec_f16(
     let mut out = Vec::new();
     for shares in [1, ways, 3] {
         let mut part = dev.zeros::<f32>(MatVecF16::scratch(shares, n, rows).max(1))?;
-        let mut runs = Vec::new();
-        for _ in 0..2 {
-            let mut got = poisoned(dev, n * rows)?;
-            let part = (shares > 1).then_some(&mut part);
-            k.matvec_f16
-                .matmul(shares, &case.w, &x16, n, &mut got, part)?;
-            dev.sync()?;
-            runs.push(dev.download(&got)?);
-        }
-        let shape = format!("{rows}×{cols} · {n} rows, {shares} shares");
-        out.push(row(
+        out.extend(split_run_rows(
+            dev,
             &format!("matvec f16 {ty}"),
-            shape.clone(),
-            "f64 of dequantized w, f32 x",
-            compare(&runs[0], &want, |i| exact[i].1),
-            F16_OPERANDS,
-        ));
-        out.push(row(
-            &format!("matvec f16 {ty} (again)"),
-            shape,
-            "its first run",
-            compare(&runs[1], &runs[0], |_| 1.0),
-            Contract::Exact,
-        ));
+            format!("{rows}×{cols} · {n} rows, {shares} shares"),
+            &want,
+            &exact,
+            n * rows,
+            |got| {
+                let part = (shares > 1).then_some(&mut part);
+                k.matvec_f16.matmul(shares, &case.w, &x16, n, got, part)
+            },
+        )?);
     }
     Ok(out)
 }
