@@ -4,12 +4,13 @@
 # traced: real durations with PDL overlap, where ncu serializes). qwen3-8b at 64 sequences:
 # the f16 decode GEMM (gate, up) and the tensor-core mat-vec (q, k, o, ...); qwen3-30b-a3b at
 # one token: the experts, the router, attention. Usage, from the repo root, .device-carry/
-# holding ferrolm.xz: bash tools/device/kernel_deep.sh
+# holding ferrolm.xz: [ONLY=q8b|q30] bash tools/device/kernel_deep.sh (ONLY: one model's part)
 source tools/device/carried.sh
 t0=$(date +%s)
 P8=$M/qwen3-8b.gguf; P30=$M/qwen3-30b-a3b.gguf
-[ -s $P8 ] || $B synth --preset qwen3-8b --type q4_k_m -o $P8 > /dev/null 2>&1 &
-[ -s $P30 ] || $B synth --preset qwen3-30b-a3b --type q4_k_m --pooled -o $P30 > /dev/null 2>&1 &
+want() { [ -z "$ONLY" ] || [ "$ONLY" = $1 ]; }
+want q8b && { [ -s $P8 ] || $B synth --preset qwen3-8b --type q4_k_m -o $P8 > /dev/null 2>&1 & }
+want q30 && { [ -s $P30 ] || $B synth --preset qwen3-30b-a3b --type q4_k_m --pooled -o $P30 > /dev/null 2>&1 & }
 wait
 echo "models at $(( $(date +%s) - t0 )) s"
 NCU="ncu --clock-control none --cache-control none --import-source no --section SpeedOfLight \
@@ -25,9 +26,12 @@ one() { # NAME MODEL KERNEL SKIP BENCH_ARGS...
   grep -E "issue_stalled" $OUT/$name.txt | sort -k3 -n -r | head -5
 }
 B64="-c 1024 -npp 8 -ntg 2 -npl 64"
+if want q8b; then
 one q8b-gate $P8 gemm_wgmma_q4k_decode 4 $B64
 one q8b-mma $P8 mmvq_mma_q4_k_m2_t8 6 $B64
 FERROLM_F16_MATVEC=1 one q8b-f16mv $P8 matvec_f16_q4_k_t8 6 $B64
+fi
+want q30 || { echo "end at $(( $(date +%s) - t0 )) s"; exit 0; }
 TG="-p 0 -n 4 -r 1"
 one q30-gate-up $P30 moe_gate_up_q4_k_n1 20 $TG
 one q30-down $P30 moe_down_q6_k_n1 10 $TG
