@@ -291,8 +291,8 @@ fn staged_matvec_agrees_with_the_mma_matvec() {
 }
 
 /// A batched step's Q4_K and Q6_K products on the f16 mat-vec (`FERROLM_F16_MATVEC=1`, from 9
-/// rows, k in two shares; weights unpacked to f16 once for all rows) against the default
-/// kernels: forty sequences, so the padded steps take 64 rows. The tolerance of the tests
+/// rows, k in two shares; weights unpacked to f16 once for all rows) against the int8 kernels
+/// it comes ahead of (`=0`): forty sequences, so the padded steps take 64 rows. The tolerance of the tests
 /// above: the f16 contract moves these two-layer models by tenths of a logit, a wrong product
 /// by whole logits.
 #[test]

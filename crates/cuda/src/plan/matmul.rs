@@ -103,10 +103,11 @@ impl Plan {
     }
 
     /// Whether `n` rows of a batched decode step's `ty` product of `rows` × `cols` take the f16
-    /// mat-vec (`FERROLM_F16_MATVEC`, off by default until measured; Hopper, where the f16
-    /// path rounds the activations), and if so in how many k shares: passes of several
-    /// sequences, Q4_K and Q6_K ([`MatVecF16::supports`]), [`F16_MATVEC_DEFAULT_ROWS`]
-    /// (`FERROLM_F16_MATVEC_ROWS`) to [`F16_MATVEC_MAX_ROWS`] rows. k is shared out over the
+    /// mat-vec (`FERROLM_F16_MATVEC`, on by default; Hopper, where the f16 path rounds the
+    /// activations), and if so in how many k shares: passes of several sequences, Q4_K and
+    /// Q6_K ([`MatVecF16::supports`]), [`F16_MATVEC_DEFAULT_ROWS`] rows (rows of
+    /// [`F16_MATVEC_WIDE_COLS`] elements or more, else [`F16_MATVEC_NARROW_ROWS`]; or
+    /// `FERROLM_F16_MATVEC_ROWS` for all) to [`F16_MATVEC_MAX_ROWS`]. k is shared out over the
     /// SMs its row blocks leave idle, twice over ([`split_ways`]; `FERROLM_MMQ_SPLIT_K=0`:
     /// unsplit), or as `FERROLM_F16_MATVEC_SPLITS` says; never past the kernel's
     /// [`F16_MATVEC_SPLIT_BLOCKS`] row blocks. Contract: the f16 GEMM's, the shares added in a
@@ -115,7 +116,11 @@ impl Plan {
         let min = self
             .switches
             .f16_matvec_rows
-            .unwrap_or(F16_MATVEC_DEFAULT_ROWS);
+            .unwrap_or(if cols >= F16_MATVEC_WIDE_COLS {
+                F16_MATVEC_DEFAULT_ROWS
+            } else {
+                F16_MATVEC_NARROW_ROWS
+            });
         let take = self.sequence_batches
             && self.switches.f16_matvec
             && self.switches.gemm_f16

@@ -90,9 +90,17 @@ pub const F16_DECODE_MIN_SHARE_BLOCKS: usize = 8;
 pub const STAGED_DEFAULT_ROWS: usize = 33;
 
 /// The fewest rows of a batched decode step whose Q4_K and Q6_K products take the f16 mat-vec
-/// ([`Plan::f16_matvec`], `FERROLM_F16_MATVEC`): the staged mat-vec's, to be set by a device
-/// run.
-pub const F16_MATVEC_DEFAULT_ROWS: usize = 33;
+/// ([`Plan::f16_matvec`], `FERROLM_F16_MATVEC`), for rows of at least
+/// [`F16_MATVEC_WIDE_COLS`] elements: on the H100 (docs/perf.md, session 30) qwen3-8b's
+/// 32-sequence steps ran 19% faster from 17 rows (3,507 against 2,955 t/s).
+pub const F16_MATVEC_DEFAULT_ROWS: usize = 17;
+
+/// The fewest rows it takes for narrower products: olmoe-1b-7b's 2048-wide ones lost 3% at 32
+/// sequences from 17 rows (7,836 against 8,043 t/s) and gained 13% at 64.
+pub const F16_MATVEC_NARROW_ROWS: usize = 33;
+
+/// Row width from which [`F16_MATVEC_DEFAULT_ROWS`] applies.
+pub const F16_MATVEC_WIDE_COLS: usize = 4096;
 
 /// The fewest pairs an expert, on average, for which a ubatch's experts take the f16 GEMMs
 /// ([`Plan::f16_experts`]): every expert's weights are expanded each time, which few pairs do

@@ -155,13 +155,14 @@ pub struct Switches {
     /// `FERROLM_MMVQ_MMA_STAGED_SPLITS`: its k shares (1-16); `None`: the plan's choice by the
     /// SMs its row blocks leave idle.
     pub mma_staged_splits: Option<usize>,
-    /// `FERROLM_F16_MATVEC=1`: a batched decode step's Q4_K and Q6_K products of
-    /// `FERROLM_F16_MATVEC_ROWS` to 64 rows on the f16 mat-vec (`matvec_f16.cu`: each weight
-    /// unpacked to f16 once for all the rows, the activations staged in shared memory, k split
-    /// over blocks), ahead of every other decode product. Off until a device run measures it.
+    /// `FERROLM_F16_MATVEC` (on; `=0` off): a batched decode step's Q4_K and Q6_K products of
+    /// 17 (33 for rows under 4096 elements) to 64 rows on the f16 mat-vec (`matvec_f16.cu`:
+    /// each weight unpacked to f16 once for all the rows, the activations staged in shared
+    /// memory, k split over blocks), ahead of every other decode product.
     pub f16_matvec: bool,
-    /// `FERROLM_F16_MATVEC_ROWS`: the fewest rows it takes (1-64); `None`:
-    /// [`F16_MATVEC_DEFAULT_ROWS`](super::F16_MATVEC_DEFAULT_ROWS).
+    /// `FERROLM_F16_MATVEC_ROWS`: the fewest rows it takes (1-64), whatever the width; `None`:
+    /// [`F16_MATVEC_DEFAULT_ROWS`](super::F16_MATVEC_DEFAULT_ROWS) or
+    /// [`F16_MATVEC_NARROW_ROWS`](super::F16_MATVEC_NARROW_ROWS) by the width.
     pub f16_matvec_rows: Option<usize>,
     /// `FERROLM_F16_MATVEC_SPLITS`: its k shares (1-16); `None`: the plan's choice by the SMs
     /// its row blocks leave idle.
@@ -228,7 +229,7 @@ impl Default for Switches {
             mma_staged: false,
             mma_staged_rows: None,
             mma_staged_splits: None,
-            f16_matvec: false,
+            f16_matvec: true,
             f16_matvec_rows: None,
             f16_matvec_splits: None,
             moe_mma: true,
@@ -384,7 +385,7 @@ impl Switches {
             mma_staged: flag(env, "FERROLM_MMVQ_MMA_STAGED", false)?,
             mma_staged_rows: count(env, "FERROLM_MMVQ_MMA_STAGED_ROWS", 17..=64)?,
             mma_staged_splits: count(env, "FERROLM_MMVQ_MMA_STAGED_SPLITS", 1..=16)?,
-            f16_matvec: flag(env, "FERROLM_F16_MATVEC", false)?,
+            f16_matvec: flag(env, "FERROLM_F16_MATVEC", true)?,
             f16_matvec_rows: count(env, "FERROLM_F16_MATVEC_ROWS", 1..=64)?,
             f16_matvec_splits: count(env, "FERROLM_F16_MATVEC_SPLITS", 1..=16)?,
             moe_mma: flag(env, "FERROLM_MOE_MMA", true)?,

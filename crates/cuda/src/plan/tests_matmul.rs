@@ -323,13 +323,16 @@ fn f16_unpack_by_format_and_switch() {
     assert!(!plan(&[("FERROLM_GEMM_F16_UNPACK", "0")]).f16_unpack(Q4K));
 }
 
+/// The f16 mat-vec off, for the tests of the decode products it comes ahead of.
+const NO_F16_MATVEC: (&str, &str) = ("FERROLM_F16_MATVEC", "0");
+
 /// A batched decode step's Q4_K products from F16_DECODE_MIN_ROWS to F16_DECODE_MAX_ROWS rows
 /// take the unpacking f16 GEMM where k, split over the SMs the tiles leave idle, keeps
 /// F16_DECODE_MIN_SHARE_BLOCKS super-blocks a share; a single sequence's passes, other
-/// formats, and the switches keep the mat-vecs.
+/// formats, and the switches keep the mat-vecs. (The f16 mat-vec, ahead of it, switched off.)
 #[test]
 fn batched_steps_take_the_f16_decode_gemm() {
-    let one = plan(&[]);
+    let one = plan(&[NO_F16_MATVEC]);
     let many = one.for_sequence_batches();
     // qwen3-8b's gate and up: 48 tiles of 256 rows on 132 SMs, two shares of 8 super-blocks.
     assert_eq!(one.f16_decode(Q4K, 12288, 4096, 64), None, "one sequence");
@@ -363,10 +366,10 @@ fn batched_steps_take_the_f16_decode_gemm() {
         ("FERROLM_GEMM_F16_UNPACK", "0"),
         ("FERROLM_CUDA_INT_SCALES", "1"),
     ] {
-        let p = plan(&[off]).for_sequence_batches();
+        let p = plan(&[NO_F16_MATVEC, off]).for_sequence_batches();
         assert_eq!(p.f16_decode(Q4K, 12288, 4096, 64), None, "{off:?}");
     }
-    let rows = plan(&[("FERROLM_F16_DECODE_ROWS", "16")]).for_sequence_batches();
+    let rows = plan(&[NO_F16_MATVEC, ("FERROLM_F16_DECODE_ROWS", "16")]).for_sequence_batches();
     assert_eq!(rows.f16_decode(Q4K, 12288, 4096, 15), None);
     assert!(rows.f16_decode(Q4K, 12288, 4096, 16).is_some());
     assert!(rows.f16_decode(Q4K, 12288, 4096, 32).is_some());
@@ -376,10 +379,10 @@ fn batched_steps_take_the_f16_decode_gemm() {
         "the default's fewest rows"
     );
     // Unsplit, gate's 16 super-blocks a block.
-    let unsplit = plan(&[("FERROLM_MMQ_SPLIT_K", "0")]).for_sequence_batches();
+    let unsplit = plan(&[NO_F16_MATVEC, ("FERROLM_MMQ_SPLIT_K", "0")]).for_sequence_batches();
     assert_eq!(unsplit.f16_decode(Q4K, 12288, 4096, 64), Some(1));
     // Forced shares take the GEMM whatever their size.
-    let forced = plan(&[("FERROLM_F16_DECODE_SPLITS", "3")]).for_sequence_batches();
+    let forced = plan(&[NO_F16_MATVEC, ("FERROLM_F16_DECODE_SPLITS", "3")]).for_sequence_batches();
     assert_eq!(forced.f16_decode(Q4K, 4096, 4096, 64), Some(3));
     assert_eq!(
         forced.f16_decode(Q4K, 4096, 512, 64),
@@ -394,16 +397,17 @@ fn batched_steps_take_the_f16_decode_gemm() {
 /// STAGED_DEFAULT_ROWS to 64 rows take the staged mat-vec, ahead of the f16 decode GEMM and
 /// `mmvq_mma`, in the pass's GEMM order (per sub-block; the integer-scale blocks under
 /// `FERROLM_CUDA_INT_SCALES=1`), k split over twice the SMs the row blocks leave idle. Off by
-/// default, on one sequence, below its rows, and for formats without it.
+/// default, on one sequence, below its rows, and for formats without it. (The f16 mat-vec,
+/// ahead of it, switched off.)
 #[test]
 fn batched_steps_take_the_staged_matvec_when_switched_on() {
-    let off = plan(&[]).for_sequence_batches();
+    let off = plan(&[NO_F16_MATVEC]).for_sequence_batches();
     assert_eq!(
         off.staged_matvec(Q4K, 4096, 4096, 64),
         None,
         "off by default"
     );
-    let on = plan(&[("FERROLM_MMVQ_MMA_STAGED", "1")]);
+    let on = plan(&[NO_F16_MATVEC, ("FERROLM_MMVQ_MMA_STAGED", "1")]);
     let many = on.for_sequence_batches();
     assert_eq!(on.staged_matvec(Q4K, 4096, 4096, 64), None, "one sequence");
     // qwen3-8b's q: 32 row blocks on 264 slots, 16 super-blocks: 8 shares of 2.
@@ -430,6 +434,7 @@ fn batched_steps_take_the_staged_matvec_when_switched_on() {
         Matmul::MatVecMma { .. }
     ));
     let rows = plan(&[
+        NO_F16_MATVEC,
         ("FERROLM_MMVQ_MMA_STAGED", "1"),
         ("FERROLM_MMVQ_MMA_STAGED_ROWS", "17"),
     ])
@@ -438,6 +443,7 @@ fn batched_steps_take_the_staged_matvec_when_switched_on() {
     assert!(rows.staged_matvec(Q4K, 4096, 4096, 17).is_some());
     // The integer-scale order where forced, for Q4_K over Q8_K activations only.
     let int = plan(&[
+        NO_F16_MATVEC,
         ("FERROLM_MMVQ_MMA_STAGED", "1"),
         ("FERROLM_CUDA_INT_SCALES", "1"),
     ])
@@ -445,6 +451,7 @@ fn batched_steps_take_the_staged_matvec_when_switched_on() {
     assert_eq!(int.staged_matvec(Q4K, 4096, 4096, 64), Some((Blocks, 8)));
     assert_eq!(int.staged_matvec(Q6K, 4096, 4096, 64), Some((Subs, 8)));
     let q8_1 = plan(&[
+        NO_F16_MATVEC,
         ("FERROLM_MMVQ_MMA_STAGED", "1"),
         ("FERROLM_CUDA_INT_SCALES", "1"),
         ("FERROLM_CUDA_Q8K", "0"),
@@ -456,6 +463,7 @@ fn batched_steps_take_the_staged_matvec_when_switched_on() {
     assert_eq!(many.staged_matvec(Q4K, 4096, 576, 64), None);
     // Shares: forced (never past the kernel's counters), or none without split-K.
     let forced = plan(&[
+        NO_F16_MATVEC,
         ("FERROLM_MMVQ_MMA_STAGED", "1"),
         ("FERROLM_MMVQ_MMA_STAGED_SPLITS", "3"),
     ])
@@ -466,6 +474,7 @@ fn batched_steps_take_the_staged_matvec_when_switched_on() {
         Some((Subs, 1))
     );
     let unsplit = plan(&[
+        NO_F16_MATVEC,
         ("FERROLM_MMVQ_MMA_STAGED", "1"),
         ("FERROLM_MMQ_SPLIT_K", "0"),
     ])
@@ -477,15 +486,15 @@ fn batched_steps_take_the_staged_matvec_when_switched_on() {
     );
 }
 
-/// A batched step's Q4_K and Q6_K products of 33-64 rows take the f16 mat-vec under
-/// `FERROLM_F16_MATVEC=1`, ahead of the staged and tensor-core mat-vecs and the f16 decode
-/// GEMM, k split over twice the SMs the row blocks leave idle. Off by default, on one
-/// sequence, below its rows, for other formats, and where the f16 path is off.
+/// A batched step's Q4_K and Q6_K products of 17-64 rows (33-64 below 4096 columns) take the
+/// f16 mat-vec, on by default, ahead of the staged and tensor-core mat-vecs and the f16 decode
+/// GEMM, k split over twice the SMs the row blocks leave idle. Not on one sequence, below its
+/// rows, for other formats, where the f16 path is off, nor with `FERROLM_F16_MATVEC=0`.
 #[test]
-fn batched_steps_take_the_f16_matvec_when_switched_on() {
-    let off = plan(&[]).for_sequence_batches();
-    assert_eq!(off.f16_matvec(Q4K, 4096, 4096, 64), None, "off by default");
-    let on = plan(&[("FERROLM_F16_MATVEC", "1")]);
+fn batched_steps_take_the_f16_matvec() {
+    let off = plan(&[("FERROLM_F16_MATVEC", "0")]).for_sequence_batches();
+    assert_eq!(off.f16_matvec(Q4K, 4096, 4096, 64), None, "switched off");
+    let on = plan(&[]);
     let many = on.for_sequence_batches();
     assert_eq!(on.f16_matvec(Q4K, 4096, 4096, 64), None, "one sequence");
     // qwen3-8b's q: 32 row blocks of 128 on 264 slots, 16 super-blocks: 8 shares of 2.
@@ -494,42 +503,32 @@ fn batched_steps_take_the_f16_matvec_when_switched_on() {
     assert_eq!(many.f16_matvec(Q4K, 12288, 4096, 64), Some(2));
     assert_eq!(many.f16_decode(Q4K, 12288, 4096, 64), None);
     // Ahead of the staged mat-vec where both are on.
-    let both = plan(&[
-        ("FERROLM_F16_MATVEC", "1"),
-        ("FERROLM_MMVQ_MMA_STAGED", "1"),
-    ])
-    .for_sequence_batches();
+    let both = plan(&[("FERROLM_MMVQ_MMA_STAGED", "1")]).for_sequence_batches();
     assert_eq!(both.f16_matvec(Q4K, 4096, 4096, 64), Some(8));
     assert_eq!(both.staged_matvec(Q4K, 4096, 4096, 64), None);
     assert_eq!(both.staged_matvec(Q6K, 4096, 4096, 64), None);
     // Q6_K's down and the output (1,187 row blocks: past the split counters, unsplit).
     assert_eq!(many.f16_matvec(Q6K, 4096, 12288, 64), Some(8));
     assert_eq!(many.f16_matvec(Q6K, 151_936, 4096, 64), Some(1));
-    // Rows: from 33 by default, from FERROLM_F16_MATVEC_ROWS when set, never past 64.
-    assert_eq!(many.f16_matvec(Q4K, 4096, 4096, 32), None);
+    // Rows: from 17 by default (33 for rows under 4096 elements), from FERROLM_F16_MATVEC_ROWS
+    // when set, never past 64.
+    assert_eq!(many.f16_matvec(Q4K, 4096, 4096, 16), None);
+    assert!(many.f16_matvec(Q4K, 4096, 4096, 17).is_some());
+    assert_eq!(many.f16_matvec(Q4K, 2048, 2048, 32), None);
+    assert!(many.f16_matvec(Q4K, 2048, 2048, 33).is_some());
     assert_eq!(many.f16_matvec(Q4K, 4096, 4096, 65), None);
-    let rows = plan(&[
-        ("FERROLM_F16_MATVEC", "1"),
-        ("FERROLM_F16_MATVEC_ROWS", "9"),
-    ])
-    .for_sequence_batches();
+    let rows = plan(&[("FERROLM_F16_MATVEC_ROWS", "9")]).for_sequence_batches();
     assert_eq!(rows.f16_matvec(Q4K, 4096, 4096, 8), None);
     assert!(rows.f16_matvec(Q4K, 4096, 4096, 9).is_some());
     // Formats and widths without the kernel; the f16 path switched off.
     assert_eq!(many.f16_matvec(Q8_0, 4096, 4096, 64), None);
     assert_eq!(many.f16_matvec(Q4K, 4096, 576, 64), None);
-    let no_f16 =
-        plan(&[("FERROLM_F16_MATVEC", "1"), ("FERROLM_GEMM_F16", "0")]).for_sequence_batches();
+    let no_f16 = plan(&[("FERROLM_GEMM_F16", "0")]).for_sequence_batches();
     assert_eq!(no_f16.f16_matvec(Q4K, 4096, 4096, 64), None);
     // Shares: forced, or none without split-K.
-    let forced = plan(&[
-        ("FERROLM_F16_MATVEC", "1"),
-        ("FERROLM_F16_MATVEC_SPLITS", "3"),
-    ])
-    .for_sequence_batches();
+    let forced = plan(&[("FERROLM_F16_MATVEC_SPLITS", "3")]).for_sequence_batches();
     assert_eq!(forced.f16_matvec(Q4K, 4096, 4096, 64), Some(3));
-    let unsplit =
-        plan(&[("FERROLM_F16_MATVEC", "1"), ("FERROLM_MMQ_SPLIT_K", "0")]).for_sequence_batches();
+    let unsplit = plan(&[("FERROLM_MMQ_SPLIT_K", "0")]).for_sequence_batches();
     assert_eq!(unsplit.f16_matvec(Q4K, 4096, 4096, 64), Some(1));
     assert!(err(&[("FERROLM_F16_MATVEC_ROWS", "0")]).contains("FERROLM_F16_MATVEC_ROWS"));
     assert!(err(&[("FERROLM_F16_MATVEC_SPLITS", "17")]).contains("FERROLM_F16_MATVEC_SPLITS"));

@@ -1,0 +1,27 @@
+#!/bin/bash
+# The f16 mat-vec's default (session 30: on, from 17 rows at 4096 columns and more, 33 below),
+# one device call (writes under $OUT): qwen3-8b batched decode at 16 / 32 / 64 sequences beside
+# llama-batched-bench, the default and FERROLM_F16_MATVEC=0; qwen3-30b-a3b at 8 / 32 / 64 the
+# same two ways (its dense products change at 64 sequences). Pooled synth files (seconds to
+# write). Usage, from the repo root, .device-carry/ from tools/device/pack.sh:
+# bash tools/device/f16_default_check.sh
+source tools/device/carried.sh
+t0=$(date +%s)
+for P in qwen3-8b qwen3-30b-a3b; do
+  [ -s $M/$P-pooled.gguf ] || $B synth --preset $P --type q4_k_m --pooled -o $M/$P-pooled.gguf > /dev/null 2>&1 &
+done
+wait
+echo "models at $(( $(date +%s) - t0 )) s"
+P=$M/qwen3-8b-pooled.gguf
+echo "== qwen3-8b llama-batched-bench"
+timeout 90 $L/llama-batched-bench -m $P -ngl 99 -fa 1 -c 20000 -npp 128 -ntg 128 -npl 16,32,64 2>&1 | grep -E '^\|' | tail -3
+for s in FERROLM_F16_MATVEC=1 FERROLM_F16_MATVEC=0; do
+  echo "== qwen3-8b ferrolm $s at $(( $(date +%s) - t0 )) s"
+  env $s timeout 60 $B bench -m $P --backend cuda -c 20000 -npp 128 -ntg 128 -npl 16,32,64 2>&1 | grep -E '^\| +[0-9]|rror|panic'
+done
+P=$M/qwen3-30b-a3b-pooled.gguf
+for s in FERROLM_F16_MATVEC=1 FERROLM_F16_MATVEC=0; do
+  echo "== qwen3-30b-a3b ferrolm $s at $(( $(date +%s) - t0 )) s"
+  env $s timeout 60 $B bench -m $P --backend cuda -c 20000 -npp 128 -ntg 128 -npl 8,32,64 2>&1 | grep -E '^\| +[0-9]|rror|panic'
+done
+echo "end at $(( $(date +%s) - t0 )) s"
