@@ -75,11 +75,22 @@ impl Plan {
     /// (a block's start costs what a few super-blocks take). `FERROLM_F16_DECODE_SPLITS`
     /// forces the shares, and the GEMM with them. Contract: the f16 GEMM's, the shares added
     /// in a fixed order.
+    /// With `FERROLM_F16_DECODE_FIRST=1` it comes ahead of the f16 mat-vec (and so of the
+    /// staged one); else after both.
     pub fn f16_decode(&self, ty: GgmlType, rows: usize, cols: usize, n: usize) -> Option<usize> {
+        let behind = !self.switches.f16_decode_first
+            && (self.staged_matvec(ty, rows, cols, n).is_some()
+                || self.f16_matvec(ty, rows, cols, n).is_some());
+        if behind {
+            return None;
+        }
+        self.f16_decode_shares(ty, rows, cols, n)
+    }
+
+    /// [`Plan::f16_decode`]'s rule, whatever comes ahead of it.
+    fn f16_decode_shares(&self, ty: GgmlType, rows: usize, cols: usize, n: usize) -> Option<usize> {
         let min = self.switches.f16_decode_rows.unwrap_or(F16_DECODE_MIN_ROWS);
         let take = self.sequence_batches
-            && self.staged_matvec(ty, rows, cols, n).is_none()
-            && self.f16_matvec(ty, rows, cols, n).is_none()
             && self.switches.f16_decode
             && self.switches.gemm_f16
             && self.switches.gemm_f16_unpack
@@ -111,7 +122,8 @@ impl Plan {
     /// SMs its row blocks leave idle, twice over ([`split_ways`]; `FERROLM_MMQ_SPLIT_K=0`:
     /// unsplit), or as `FERROLM_F16_MATVEC_SPLITS` says; never past the kernel's
     /// [`F16_MATVEC_SPLIT_BLOCKS`] row blocks. Contract: the f16 GEMM's, the shares added in a
-    /// fixed order. Ahead of the staged and tensor-core mat-vecs and the f16 decode GEMM.
+    /// fixed order. Ahead of the staged and tensor-core mat-vecs, and of the f16 decode GEMM
+    /// unless `FERROLM_F16_DECODE_FIRST=1`.
     pub fn f16_matvec(&self, ty: GgmlType, rows: usize, cols: usize, n: usize) -> Option<usize> {
         let min = self
             .switches
@@ -121,7 +133,10 @@ impl Plan {
             } else {
                 F16_MATVEC_NARROW_ROWS
             });
+        let decode_first =
+            self.switches.f16_decode_first && self.f16_decode_shares(ty, rows, cols, n).is_some();
         let take = self.sequence_batches
+            && !decode_first
             && self.switches.f16_matvec
             && self.switches.gemm_f16
             && self.device.f16_gemm

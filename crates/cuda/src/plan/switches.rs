@@ -131,6 +131,10 @@ pub struct Switches {
     /// `FERROLM_F16_DECODE_SPLITS`: the k shares of those products (1-16); `None`: the
     /// plan's choice by the SMs their tiles leave idle.
     pub f16_decode_splits: Option<usize>,
+    /// `FERROLM_F16_DECODE_FIRST=1`: where a batched step's product would take either, the f16
+    /// GEMM above ahead of the f16 mat-vec (qwen3-8b's gate and up at 48-64 rows: 43 µs a
+    /// launch against 52 in session 30's ncu); off until a device run measures the step.
+    pub f16_decode_first: bool,
     /// `FERROLM_F16_EXPERTS_PAIRS`: the fewest pairs an expert, on average, for which the
     /// experts take the f16 GEMMs (1-65535); `None`:
     /// [`F16_UNPACKED_EXPERTS_MIN_PAIRS`](super::F16_UNPACKED_EXPERTS_MIN_PAIRS) where gate and
@@ -223,6 +227,7 @@ impl Default for Switches {
             f16_decode: true,
             f16_decode_rows: None,
             f16_decode_splits: None,
+            f16_decode_first: false,
             f16_experts_pairs: None,
             mma_matvec: true,
             mma_row_tiles: None,
@@ -379,6 +384,7 @@ impl Switches {
             f16_decode: flag(env, "FERROLM_F16_DECODE", true)?,
             f16_decode_rows: count(env, "FERROLM_F16_DECODE_ROWS", 2..=64)?,
             f16_decode_splits: count(env, "FERROLM_F16_DECODE_SPLITS", 1..=16)?,
+            f16_decode_first: flag(env, "FERROLM_F16_DECODE_FIRST", false)?,
             f16_experts_pairs: count(env, "FERROLM_F16_EXPERTS_PAIRS", 1..=65535)?,
             mma_matvec: flag(env, "FERROLM_MMVQ_MMA", true)?,
             mma_row_tiles: count(env, "FERROLM_MMVQ_MMA_TILES", 1..=2)?,
@@ -437,7 +443,7 @@ impl fmt::Display for Switches {
         let decode_rows = count_or_auto(self.f16_decode_rows);
         let decode_splits = count_or_auto(self.f16_decode_splits);
         let norm_route_rows = count_or_auto(self.norm_route_rows);
-        let lines: [(&str, &str, &str); 49] = [
+        let lines: [(&str, &str, &str); 50] = [
             (
                 "FERROLM_CUDA_MMQ",
                 bit(self.mmq),
@@ -606,6 +612,11 @@ impl fmt::Display for Switches {
                 "k shares of those products",
             ),
             (
+                "FERROLM_F16_DECODE_FIRST",
+                bit(self.f16_decode_first),
+                "that GEMM ahead of the f16 mat-vec where both take a product",
+            ),
+            (
                 "FERROLM_F16_EXPERTS_PAIRS",
                 &f16_pairs,
                 "fewest pairs an expert for the f16 expert GEMMs",
@@ -638,7 +649,7 @@ impl fmt::Display for Switches {
             (
                 "FERROLM_F16_MATVEC",
                 bit(self.f16_matvec),
-                "batched decode's Q4_K/Q6_K 33-64 rows (_ROWS) on the f16 mat-vec",
+                "batched decode's Q4_K/Q6_K 17-64 rows (33 under 4096 wide; _ROWS) on the f16 mat-vec",
             ),
             (
                 "FERROLM_F16_MATVEC_ROWS",

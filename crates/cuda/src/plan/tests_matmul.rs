@@ -530,6 +530,14 @@ fn batched_steps_take_the_f16_matvec() {
     assert_eq!(forced.f16_matvec(Q4K, 4096, 4096, 64), Some(3));
     let unsplit = plan(&[("FERROLM_MMQ_SPLIT_K", "0")]).for_sequence_batches();
     assert_eq!(unsplit.f16_matvec(Q4K, 4096, 4096, 64), Some(1));
+    // FERROLM_F16_DECODE_FIRST: gate and up (2 shares of 8 super-blocks) to the f16 decode
+    // GEMM; q (shares of 2) stays, as do 32-row steps (below the GEMM's rows).
+    let first = plan(&[("FERROLM_F16_DECODE_FIRST", "1")]).for_sequence_batches();
+    assert_eq!(first.f16_matvec(Q4K, 12288, 4096, 64), None);
+    assert_eq!(first.f16_decode(Q4K, 12288, 4096, 64), Some(2));
+    assert_eq!(first.f16_matvec(Q4K, 4096, 4096, 64), Some(8));
+    assert_eq!(first.f16_decode(Q4K, 4096, 4096, 64), None);
+    assert!(first.f16_matvec(Q4K, 12288, 4096, 32).is_some());
     assert!(err(&[("FERROLM_F16_MATVEC_ROWS", "0")]).contains("FERROLM_F16_MATVEC_ROWS"));
     assert!(err(&[("FERROLM_F16_MATVEC_SPLITS", "17")]).contains("FERROLM_F16_MATVEC_SPLITS"));
 }
