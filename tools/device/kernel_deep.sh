@@ -2,7 +2,8 @@
 # One launch each of the kernels that bound issue 15's and 16's open bars, under ncu's full
 # sections (writes under $OUT), and the single-sequence decode timeline under nsys (graph nodes
 # traced: real durations with PDL overlap, where ncu serializes). qwen3-8b at 64 sequences:
-# the f16 decode GEMM (gate, up) and the tensor-core mat-vec (q, k, o, ...); qwen3-30b-a3b at
+# the f16 decode GEMM (gate, up; FERROLM_F16_DECODE_FIRST=1), the int8 tensor-core mat-vec (q,
+# FERROLM_F16_MATVEC=0) and the f16 mat-vec (one layer's launches); qwen3-30b-a3b at
 # one token: the experts, the router, attention. Usage, from the repo root, .device-carry/
 # holding ferrolm.xz: [ONLY=q8b|q30] bash tools/device/kernel_deep.sh (ONLY: one model's part)
 source tools/device/carried.sh
@@ -17,19 +18,32 @@ NCU="ncu --clock-control none --cache-control none --import-source no --section 
   --section WarpStateStats --section SchedulerStats --section Occupancy --section LaunchStats \
   --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis --section InstructionStats \
   --metrics regex:smsp__average_warps_issue_stalled_.*_per_issue_active.ratio"
-one() { # NAME MODEL KERNEL SKIP BENCH_ARGS...
-  local name=$1 model=$2 k=$3 skip=$4; shift 4
-  echo "== $name ($k, launch $skip) at $(( $(date +%s) - t0 )) s"
-  FERROLM_CUDA_GRAPH=0 timeout 120 $NCU -k regex:$k --launch-skip $skip --launch-count 1 \
+one() { # NAME MODEL KERNEL SKIP BENCH_ARGS... (COUNT=n: n launches from SKIP, each summed up)
+  local name=$1 model=$2 k=$3 skip=$4 count=${COUNT:-1}; shift 4
+  echo "== $name ($k, launches $skip + $count) at $(( $(date +%s) - t0 )) s"
+  FERROLM_CUDA_GRAPH=0 timeout 120 $NCU -k regex:$k --launch-skip $skip --launch-count $count \
     $B bench -m $model --backend cuda "$@" > $OUT/$name.txt 2>&1
-  grep -E "^  [a-z_]+.*\(|Duration|DRAM Throughput|Compute \(SM\) Th|Registers Per|Achieved Occ|Grid Size|Block Size|Issued Ipc A|No Eligible|Warp Cycles Per Issued|Theoretical Occ|Dynamic Shared" $OUT/$name.txt | head -16
-  grep -E "issue_stalled" $OUT/$name.txt | sort -k3 -n -r | head -5
+  # Each launch: its header, then its figures and its five largest stalls.
+  awk '/^  [a-z_]+.*\(/ { if (n) flush(); n = 1; hdr = $0; body = ""; stalls = ""; next }
+       /Duration|DRAM Throughput|Compute \(SM\) Th|Registers Per|Achieved Occ|Issued Ipc A|No Eligible|Warp Cycles Per Issued|Dynamic Shared/ { body = body $0 "\n" }
+       /issue_stalled/ { stalls = stalls $NF " " $1 "\n" }
+       function flush() { print hdr; printf "%s", body; cmd = "sort -g -r | head -5"; printf "%s", stalls | cmd; close(cmd) }
+       END { if (n) flush() }' $OUT/$name.txt
 }
 B64="-c 1024 -npp 8 -ntg 2 -npl 64"
 if want q8b; then
-one q8b-gate $P8 gemm_wgmma_q4k_decode 4 $B64
-one q8b-mma $P8 mmvq_mma_q4_k_m2_t8 6 $B64
-FERROLM_F16_MATVEC=1 one q8b-f16mv $P8 matvec_f16_q4_k_t8 6 $B64
+FERROLM_F16_DECODE_FIRST=1 one q8b-gate $P8 gemm_wgmma_q4k_decode 4 $B64
+FERROLM_F16_MATVEC=0 one q8b-mma $P8 mmvq_mma_q4_k_m2_t8 6 $B64
+# One layer's f16 mat-vec launches (q, k, o, gate, up and a Q4_K down or v): their stalls by size.
+COUNT=6 one q8b-f16mv $P8 matvec_f16 10 $B64
+# The 64-row step in its graph (nodes traced): each kernel's duration with PDL's overlap, where
+# ncu's serialized launches spent 21-66% of their elapsed cycles with the SMs active (session 30).
+echo "== nsys qwen3-8b 64-row steps (graph nodes) at $(( $(date +%s) - t0 )) s"
+timeout 120 nsys profile --cuda-graph-trace=node -o $OUT/q8b64 -f true \
+  $B bench -m $P8 --backend cuda -c 1024 -npp 8 -ntg 16 -npl 64 > $OUT/nsys-q8b.txt 2>&1
+timeout 100 nsys stats --report cuda_gpu_kern_sum --format csv $OUT/q8b64.nsys-rep > $OUT/q8b64-kern.csv 2>&1
+head -16 $OUT/q8b64-kern.csv | cut -c1-160
+rm -f $OUT/q8b64.sqlite
 fi
 want q30 || { echo "end at $(( $(date +%s) - t0 )) s"; exit 0; }
 TG="-p 0 -n 4 -r 1"
