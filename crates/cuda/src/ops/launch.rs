@@ -13,9 +13,10 @@ use cudarc::driver::{
     sys, CudaFunction, CudaSlice, CudaStream, CudaView, CudaViewMut, DevicePtr, DevicePtrMut,
     DriverError, LaunchConfig,
 };
+use std::collections::HashSet;
 use std::ffi::c_void;
 use std::marker::PhantomData;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 /// How kernels start; the plan's [`crate::plan::Plan::launch_mode`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -29,6 +30,9 @@ pub struct LaunchMode {
     /// Wide mat-vec walks (dense and MoE) read their activations from a copy in shared memory
     /// (`stage_q8_1`, kernels/mmvq.cuh) where it fits: the same bits.
     pub stage_activations: bool,
+    /// Every kernel's preferred shared-memory carveout (percent), set on its first launch;
+    /// `None`: the driver's choice a kernel.
+    pub carveout: Option<i32>,
 }
 
 /// A stream, and how launches on it start.
@@ -36,11 +40,37 @@ pub struct LaunchMode {
 pub struct Launcher {
     stream: Arc<CudaStream>,
     mode: LaunchMode,
+    /// The functions whose carveout is set (only with `mode.carveout`).
+    carved: Arc<Mutex<HashSet<usize>>>,
 }
 
 impl Launcher {
     pub fn new(stream: Arc<CudaStream>, mode: LaunchMode) -> Self {
-        Self { stream, mode }
+        Self {
+            stream,
+            mode,
+            carved: Arc::default(),
+        }
+    }
+
+    /// Sets `func`'s preferred carveout the first time it is launched, where the mode asks.
+    fn carve(&self, func: &CudaFunction) -> Result<(), DriverError> {
+        let Some(percent) = self.mode.carveout else {
+            return Ok(());
+        };
+        let f = func.cu_function();
+        if self
+            .carved
+            .lock()
+            .expect("carveout set poisoned")
+            .insert(f as usize)
+        {
+            let attr =
+                sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT;
+            // SAFETY: a loaded function of this context, and an attribute it takes.
+            unsafe { sys::cuFuncSetAttribute(f, attr, percent) }.result()?;
+        }
+        Ok(())
     }
 
     pub fn mode(&self) -> LaunchMode {
@@ -142,6 +172,7 @@ impl<'a> Launch<'a> {
     pub unsafe fn launch(&mut self, cfg: LaunchConfig) -> Result<(), DriverError> {
         let stream = &self.launcher.stream;
         stream.context().bind_to_thread()?;
+        self.launcher.carve(self.func)?;
         // Device addresses are passed by reference too: keep them in place while the driver
         // reads the parameter list.
         let addresses: Vec<sys::CUdeviceptr> = self

@@ -204,6 +204,7 @@ fn launch_mode(switches: &Switches, cc: (i32, i32)) -> LaunchMode {
         dependent,
         weight_prefetch: dependent && switches.prefetch,
         stage_activations: switches.stage,
+        carveout: switches.carveout.map(|c| c as i32),
     }
 }
 

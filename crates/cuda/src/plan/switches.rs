@@ -100,6 +100,12 @@ pub struct Switches {
     /// `FERROLM_CUDA_PDL`: programmatic dependent launch on sm_90+ (each kernel's blocks
     /// scheduled while the one before finishes; see `ops/launch.rs`).
     pub pdl: bool,
+    /// `FERROLM_CUDA_CARVEOUT=N`: every kernel's preferred shared-memory carveout, N percent of
+    /// the most (0-100; `None`: the driver's choice a kernel). An SM holds blocks of two kernels
+    /// only in one configuration, so kernels of different carveouts do not overlap under PDL;
+    /// one carveout for all might let them (session 30's ncu: 6-15 µs a launch with no SM
+    /// active). The same bits either way.
+    pub carveout: Option<usize>,
     /// `FERROLM_CUDA_PREFETCH=1`: under PDL, mat-vecs ask L2 for their weights before waiting
     /// for the kernel ahead. Off by default: measured 4.5% slower on qwen3-8b, 1% on
     /// smollm2-1.7b, 1% faster on olmoe-1b-7b (docs/perf.md, "Issue 15").
@@ -219,6 +225,7 @@ impl Default for Switches {
             attn_batched: true,
             rope_table: true,
             pdl: true,
+            carveout: None,
             prefetch: false,
             stage: false,
             split_k: true,
@@ -376,6 +383,7 @@ impl Switches {
             attn_batched: flag(env, "FERROLM_ATTN_BATCHED", true)?,
             rope_table: flag(env, "FERROLM_ROPE_TABLE", true)?,
             pdl: flag(env, "FERROLM_CUDA_PDL", true)?,
+            carveout: count(env, "FERROLM_CUDA_CARVEOUT", 0..=100)?,
             prefetch: flag(env, "FERROLM_CUDA_PREFETCH", false)?,
             stage: flag(env, "FERROLM_MMVQ_STAGE", false)?,
             split_k: flag(env, "FERROLM_MMQ_SPLIT_K", true)?,
@@ -442,8 +450,9 @@ impl fmt::Display for Switches {
         let moe_pairs = count_or_auto(self.moe_mma_pairs);
         let decode_rows = count_or_auto(self.f16_decode_rows);
         let decode_splits = count_or_auto(self.f16_decode_splits);
+        let carveout = count_or_auto(self.carveout);
         let norm_route_rows = count_or_auto(self.norm_route_rows);
-        let lines: [(&str, &str, &str); 50] = [
+        let lines: [(&str, &str, &str); 51] = [
             (
                 "FERROLM_CUDA_MMQ",
                 bit(self.mmq),
@@ -570,6 +579,11 @@ impl fmt::Display for Switches {
                 "FERROLM_CUDA_PDL",
                 bit(self.pdl),
                 "programmatic dependent launch (sm_90+)",
+            ),
+            (
+                "FERROLM_CUDA_CARVEOUT",
+                &carveout,
+                "every kernel's shared-memory carveout, percent",
             ),
             (
                 "FERROLM_CUDA_PREFETCH",

@@ -130,7 +130,7 @@ fn tile_names() {
 #[test]
 fn display_prints_every_switch() {
     let text = plan(&[("FERROLM_MMQ_TILE", "128x64")]).to_string();
-    assert_eq!(text.lines().count(), 52, "{text}");
+    assert_eq!(text.lines().count(), 53, "{text}");
     assert!(text.contains("132 SMs, cc 9.0"));
     assert!(text
         .lines()
@@ -160,8 +160,8 @@ fn fusions_follow_the_switch() {
 }
 
 /// Programmatic dependent launch: on from Hopper on, off before it or when switched off; the
-/// weight prefetch only when asked for, and only with it. Staged activations only when asked
-/// for, on any device.
+/// weight prefetch only when asked for, and only with it. Staged activations and a carveout
+/// only when asked for, on any device.
 #[test]
 fn dependent_launch_from_hopper_unless_off() {
     let plain = LaunchMode::default();
@@ -189,6 +189,15 @@ fn dependent_launch_from_hopper_unless_off() {
         plan(&[("FERROLM_CUDA_PDL", "0"), ("FERROLM_CUDA_PREFETCH", "1")]).launch_mode(),
         plain
     );
+    // One carveout for every kernel where asked, with or without PDL.
+    assert_eq!(
+        plan(&[("FERROLM_CUDA_CARVEOUT", "100")]).launch_mode(),
+        LaunchMode {
+            carveout: Some(100),
+            ..pdl
+        }
+    );
+    assert!(err(&[("FERROLM_CUDA_CARVEOUT", "101")]).contains("FERROLM_CUDA_CARVEOUT"));
     let ampere = DeviceFacts {
         cc: (8, 0),
         ..h200()
