@@ -241,14 +241,20 @@ fn batched_decode_attention_matches_a_launch_per_sequence() {
 #[ignore = "needs a GPU"]
 fn f16_decode_agrees_with_the_mma_matvec() {
     let lens: Vec<usize> = (0..20).map(|s| 1 + (s * 7) % 23).collect();
+    // The f16 mat-vec, ahead of both where it takes a product, off.
     let forced = [
         ("FERROLM_F16_DECODE_SPLITS", "2"),
         ("FERROLM_F16_DECODE_ROWS", "16"),
+        ("FERROLM_F16_MATVEC", "0"),
     ];
     for stem in ["tiny-llama-q4_k_m", "tiny-qwen3-q4_k_m"] {
         let file = golden_file(stem);
         let f16 = batch_schedule_of(&file, &forced, &lens);
-        let int8 = batch_schedule_of(&file, &[("FERROLM_F16_DECODE", "0")], &lens);
+        let int8 = batch_schedule_of(
+            &file,
+            &[("FERROLM_F16_DECODE", "0"), ("FERROLM_F16_MATVEC", "0")],
+            &lens,
+        );
         let d = f16
             .iter()
             .zip(&int8)
@@ -270,15 +276,24 @@ fn f16_decode_agrees_with_the_mma_matvec() {
 #[ignore = "needs a GPU"]
 fn staged_matvec_agrees_with_the_mma_matvec() {
     let lens: Vec<usize> = (0..40).map(|s| 1 + (s * 7) % 23).collect();
+    // The f16 mat-vec, ahead of both where it takes a product (64 rows), off.
     let staged = [
         ("FERROLM_MMVQ_MMA_STAGED", "1"),
         ("FERROLM_MMVQ_MMA_STAGED_ROWS", "17"),
         ("FERROLM_MMVQ_MMA_STAGED_SPLITS", "2"),
+        ("FERROLM_F16_MATVEC", "0"),
     ];
     for stem in ["tiny-llama-q4_k_m", "tiny-qwen3-q4_k_m"] {
         let file = golden_file(stem);
         let on = batch_schedule_of(&file, &staged, &lens);
-        let off = batch_schedule_of(&file, &[("FERROLM_MMVQ_MMA_STAGED", "0")], &lens);
+        let off = batch_schedule_of(
+            &file,
+            &[
+                ("FERROLM_MMVQ_MMA_STAGED", "0"),
+                ("FERROLM_F16_MATVEC", "0"),
+            ],
+            &lens,
+        );
         let d = on
             .iter()
             .zip(&off)
@@ -292,9 +307,9 @@ fn staged_matvec_agrees_with_the_mma_matvec() {
 
 /// A batched step's Q4_K and Q6_K products on the f16 mat-vec (`FERROLM_F16_MATVEC=1`, from 9
 /// rows, k in two shares; weights unpacked to f16 once for all rows) against the int8 kernels
-/// it comes ahead of (`=0`): forty sequences, so the padded steps take 64 rows. The tolerance of the tests
-/// above: the f16 contract moves these two-layer models by tenths of a logit, a wrong product
-/// by whole logits.
+/// it comes ahead of (`=0`): forty sequences, so the padded steps take 64 rows. The tolerance
+/// of the tests above: the f16 contract moves these two-layer models by tenths of a logit, a
+/// wrong product by whole logits.
 #[test]
 #[ignore = "needs a GPU"]
 fn f16_matvec_agrees_with_the_default_products() {
