@@ -87,6 +87,12 @@ impl Plan {
         self.f16_decode_shares(ty, rows, cols, n)
     }
 
+    /// Whether the f16 decode GEMM takes this product ahead of the mat-vecs
+    /// (`FERROLM_F16_DECODE_FIRST=1`).
+    fn f16_decode_ahead(&self, ty: GgmlType, rows: usize, cols: usize, n: usize) -> bool {
+        self.switches.f16_decode_first && self.f16_decode_shares(ty, rows, cols, n).is_some()
+    }
+
     /// [`Plan::f16_decode`]'s rule, whatever comes ahead of it.
     fn f16_decode_shares(&self, ty: GgmlType, rows: usize, cols: usize, n: usize) -> Option<usize> {
         let min = self.switches.f16_decode_rows.unwrap_or(F16_DECODE_MIN_ROWS);
@@ -133,10 +139,8 @@ impl Plan {
             } else {
                 F16_MATVEC_NARROW_ROWS
             });
-        let decode_first =
-            self.switches.f16_decode_first && self.f16_decode_shares(ty, rows, cols, n).is_some();
         let take = self.sequence_batches
-            && !decode_first
+            && !self.f16_decode_ahead(ty, rows, cols, n)
             && self.switches.f16_matvec
             && self.switches.gemm_f16
             && self.device.f16_gemm
@@ -185,6 +189,7 @@ impl Plan {
             MmqOrder::Subs
         };
         let take = self.sequence_batches
+            && !self.f16_decode_ahead(ty, rows, cols, n)
             && self.f16_matvec(ty, rows, cols, n).is_none()
             && self.switches.mma_staged
             && (min.max(STAGED_MIN_ROWS)..=STAGED_MAX_ROWS).contains(&n)

@@ -538,6 +538,14 @@ fn batched_steps_take_the_f16_matvec() {
     assert_eq!(first.f16_matvec(Q4K, 4096, 4096, 64), Some(8));
     assert_eq!(first.f16_decode(Q4K, 4096, 4096, 64), None);
     assert!(first.f16_matvec(Q4K, 12288, 4096, 32).is_some());
+    // Ahead of the staged mat-vec too: one kernel a product.
+    let first_staged = plan(&[
+        ("FERROLM_F16_DECODE_FIRST", "1"),
+        ("FERROLM_MMVQ_MMA_STAGED", "1"),
+    ])
+    .for_sequence_batches();
+    assert_eq!(first_staged.f16_decode(Q4K, 12288, 4096, 64), Some(2));
+    assert_eq!(first_staged.staged_matvec(Q4K, 12288, 4096, 64), None);
     assert!(err(&[("FERROLM_F16_MATVEC_ROWS", "0")]).contains("FERROLM_F16_MATVEC_ROWS"));
     assert!(err(&[("FERROLM_F16_MATVEC_SPLITS", "17")]).contains("FERROLM_F16_MATVEC_SPLITS"));
 }
