@@ -1,16 +1,15 @@
 #!/bin/bash
 # One launch each of the kernels that bound issue 15's and 16's open bars, under ncu's full
-# sections (writes under $OUT), and the single-sequence decode timeline under nsys (graph nodes
-# traced: real durations with PDL overlap, where ncu serializes). qwen3-8b at 64 sequences:
+# sections (writes under $OUT). (The device image has no nsys: KINDS.md.) qwen3-8b at 64 sequences:
 # the f16 decode GEMM (gate, up; FERROLM_F16_DECODE_FIRST=1), the int8 tensor-core mat-vec (q,
 # FERROLM_F16_MATVEC=0) and the f16 mat-vec (one layer's launches); qwen3-30b-a3b at
-# one token: the experts, the router, attention. Usage, from the repo root, .device-carry/
-# holding ferrolm.xz: [ONLY=q8b|q30] bash tools/device/kernel_deep.sh (ONLY: one model's part)
+# one token: the experts, the router, attention; qwen3-8b's decode attention at 16,384 keys. Usage, from the repo root, .device-carry/
+# holding ferrolm.xz: [ONLY=q8b|q30|attn] bash tools/device/kernel_deep.sh (ONLY: one model's part)
 source tools/device/carried.sh
 t0=$(date +%s)
-P8=$M/qwen3-8b.gguf; P30=$M/qwen3-30b-a3b.gguf
+P8=$M/qwen3-8b-pooled.gguf; P30=$M/qwen3-30b-a3b-pooled.gguf
 want() { [ -z "$ONLY" ] || [ "$ONLY" = $1 ]; }
-want q8b && { [ -s $P8 ] || $B synth --preset qwen3-8b --type q4_k_m -o $P8 > /dev/null 2>&1 & }
+{ want q8b || want attn; } && { [ -s $P8 ] || $B synth --preset qwen3-8b --type q4_k_m --pooled -o $P8 > /dev/null 2>&1 & }
 want q30 && { [ -s $P30 ] || $B synth --preset qwen3-30b-a3b --type q4_k_m --pooled -o $P30 > /dev/null 2>&1 & }
 wait
 echo "models at $(( $(date +%s) - t0 )) s"
@@ -36,14 +35,12 @@ FERROLM_F16_DECODE_FIRST=1 one q8b-gate $P8 gemm_wgmma_q4k_decode 4 $B64
 FERROLM_F16_MATVEC=0 one q8b-mma $P8 mmvq_mma_q4_k_m2_t8 6 $B64
 # One layer's f16 mat-vec launches (q, k, o, gate, up and a Q4_K down or v): their stalls by size.
 COUNT=6 one q8b-f16mv $P8 matvec_f16 10 $B64
-# The 64-row step in its graph (nodes traced): each kernel's duration with PDL's overlap, where
-# ncu's serialized launches spent 21-66% of their elapsed cycles with the SMs active (session 30).
-echo "== nsys qwen3-8b 64-row steps (graph nodes) at $(( $(date +%s) - t0 )) s"
-timeout 120 nsys profile --cuda-graph-trace=node -o $OUT/q8b64 -f true \
-  $B bench -m $P8 --backend cuda -c 1024 -npp 8 -ntg 16 -npl 64 > $OUT/nsys-q8b.txt 2>&1
-timeout 100 nsys stats --report cuda_gpu_kern_sum --format csv $OUT/q8b64.nsys-rep > $OUT/q8b64-kern.csv 2>&1
-head -16 $OUT/q8b64-kern.csv | cut -c1-160
-rm -f $OUT/q8b64.sqlite
+fi
+if want attn; then
+# Decode attention at 16,384 keys (qwen3-8b, the tensor-core group block): one launch's full
+# sections with its source counters.
+D16="-p 0 -n 2 -d 16384 -r 1"
+NCU="$NCU --section SourceCounters" one q8b-attn16k $P8 attn_decode_group 40 $D16
 fi
 want q30 || { echo "end at $(( $(date +%s) - t0 )) s"; exit 0; }
 TG="-p 0 -n 4 -r 1"
@@ -51,10 +48,4 @@ one q30-gate-up $P30 moe_gate_up_q4_k_n1 20 $TG
 one q30-down $P30 moe_down_q6_k_n1 10 $TG
 one q30-route $P30 add_rms_norm_route_small 20 $TG
 one q30-attn $P30 attn_decode_group 20 $TG
-echo "== nsys qwen3-30b-a3b tg (graph nodes) at $(( $(date +%s) - t0 )) s"
-timeout 150 nsys profile --cuda-graph-trace=node -o $OUT/q30tg -f true \
-  $B bench -m $P30 --backend cuda -p 0 -n 64 -r 1 > $OUT/nsys.txt 2>&1
-timeout 100 nsys stats --report cuda_gpu_kern_sum --format csv $OUT/q30tg.nsys-rep > $OUT/q30tg-kern.csv 2>&1
-head -20 $OUT/q30tg-kern.csv | cut -c1-160
-rm -f $OUT/q30tg.sqlite
 echo "end at $(( $(date +%s) - t0 )) s"

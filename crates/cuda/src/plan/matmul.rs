@@ -75,8 +75,8 @@ impl Plan {
     /// (a block's start costs what a few super-blocks take). `FERROLM_F16_DECODE_SPLITS`
     /// forces the shares, and the GEMM with them. Contract: the f16 GEMM's, the shares added
     /// in a fixed order.
-    /// With `FERROLM_F16_DECODE_FIRST=1` it comes ahead of the f16 mat-vec (and so of the
-    /// staged one); else after both.
+    /// It comes ahead of the f16 mat-vec (and so of the staged one); with
+    /// `FERROLM_F16_DECODE_FIRST=0`, after both.
     pub fn f16_decode(&self, ty: GgmlType, rows: usize, cols: usize, n: usize) -> Option<usize> {
         let behind = !self.switches.f16_decode_first
             && (self.staged_matvec(ty, rows, cols, n).is_some()
@@ -88,7 +88,7 @@ impl Plan {
     }
 
     /// Whether the f16 decode GEMM takes this product ahead of the mat-vecs
-    /// (`FERROLM_F16_DECODE_FIRST=1`).
+    /// (`FERROLM_F16_DECODE_FIRST`, on by default).
     fn f16_decode_ahead(&self, ty: GgmlType, rows: usize, cols: usize, n: usize) -> bool {
         self.switches.f16_decode_first && self.f16_decode_shares(ty, rows, cols, n).is_some()
     }
@@ -128,8 +128,8 @@ impl Plan {
     /// SMs its row blocks leave idle, twice over ([`split_ways`]; `FERROLM_MMQ_SPLIT_K=0`:
     /// unsplit), or as `FERROLM_F16_MATVEC_SPLITS` says; never past the kernel's
     /// [`F16_MATVEC_SPLIT_BLOCKS`] row blocks. Contract: the f16 GEMM's, the shares added in a
-    /// fixed order. Ahead of the staged and tensor-core mat-vecs, and of the f16 decode GEMM
-    /// unless `FERROLM_F16_DECODE_FIRST=1`.
+    /// fixed order. Ahead of the staged and tensor-core mat-vecs; behind the f16 decode GEMM
+    /// unless `FERROLM_F16_DECODE_FIRST=0`.
     pub fn f16_matvec(&self, ty: GgmlType, rows: usize, cols: usize, n: usize) -> Option<usize> {
         let min = self
             .switches

@@ -137,9 +137,10 @@ pub struct Switches {
     /// `FERROLM_F16_DECODE_SPLITS`: the k shares of those products (1-16); `None`: the
     /// plan's choice by the SMs their tiles leave idle.
     pub f16_decode_splits: Option<usize>,
-    /// `FERROLM_F16_DECODE_FIRST=1`: where a batched step's product would take either, the f16
-    /// GEMM above ahead of the f16 mat-vec (qwen3-8b's gate and up at 48-64 rows: 43 µs a
-    /// launch against 52 in session 30's ncu); off until a device run measures the step.
+    /// `FERROLM_F16_DECODE_FIRST` (on; `=0` off): where a batched step's product would take
+    /// either, the f16 GEMM above ahead of the f16 mat-vec (qwen3-8b's gate and up at 48-64
+    /// rows: 43 µs a launch against 52 in session 30's ncu; S_TG at 64 sequences +5% in
+    /// session 31).
     pub f16_decode_first: bool,
     /// `FERROLM_F16_EXPERTS_PAIRS`: the fewest pairs an expert, on average, for which the
     /// experts take the f16 GEMMs (1-65535); `None`:
@@ -234,7 +235,7 @@ impl Default for Switches {
             f16_decode: true,
             f16_decode_rows: None,
             f16_decode_splits: None,
-            f16_decode_first: false,
+            f16_decode_first: true,
             f16_experts_pairs: None,
             mma_matvec: true,
             mma_row_tiles: None,
@@ -392,7 +393,7 @@ impl Switches {
             f16_decode: flag(env, "FERROLM_F16_DECODE", true)?,
             f16_decode_rows: count(env, "FERROLM_F16_DECODE_ROWS", 2..=64)?,
             f16_decode_splits: count(env, "FERROLM_F16_DECODE_SPLITS", 1..=16)?,
-            f16_decode_first: flag(env, "FERROLM_F16_DECODE_FIRST", false)?,
+            f16_decode_first: flag(env, "FERROLM_F16_DECODE_FIRST", true)?,
             f16_experts_pairs: count(env, "FERROLM_F16_EXPERTS_PAIRS", 1..=65535)?,
             mma_matvec: flag(env, "FERROLM_MMVQ_MMA", true)?,
             mma_row_tiles: count(env, "FERROLM_MMVQ_MMA_TILES", 1..=2)?,

@@ -410,6 +410,15 @@ fn batched_steps_take_the_staged_matvec_when_switched_on() {
     let on = plan(&[NO_F16_MATVEC, ("FERROLM_MMVQ_MMA_STAGED", "1")]);
     let many = on.for_sequence_batches();
     assert_eq!(on.staged_matvec(Q4K, 4096, 4096, 64), None, "one sequence");
+    // gate/up: the f16 decode GEMM's, ahead of it by default.
+    assert_eq!(many.staged_matvec(Q4K, 12288, 4096, 64), None);
+    assert_eq!(many.f16_decode(Q4K, 12288, 4096, 64), Some(2));
+    let many = plan(&[
+        NO_F16_MATVEC,
+        ("FERROLM_MMVQ_MMA_STAGED", "1"),
+        ("FERROLM_F16_DECODE_FIRST", "0"),
+    ])
+    .for_sequence_batches();
     // qwen3-8b's q: 32 row blocks on 264 slots, 16 super-blocks: 8 shares of 2.
     assert_eq!(many.staged_matvec(Q4K, 4096, 4096, 64), Some((Subs, 8)));
     assert_eq!(
@@ -421,7 +430,8 @@ fn batched_steps_take_the_staged_matvec_when_switched_on() {
     );
     // down: 48 super-blocks, 8 shares of 6.
     assert_eq!(many.staged_matvec(Q6K, 4096, 12288, 64), Some((Subs, 8)));
-    // gate/up: 96 row blocks, two shares; it takes them from the f16 decode GEMM.
+    // gate/up with FERROLM_F16_DECODE_FIRST=0: 96 row blocks, two shares; it takes them from
+    // the f16 decode GEMM.
     assert_eq!(many.staged_matvec(Q4K, 12288, 4096, 64), Some((Subs, 2)));
     assert_eq!(many.f16_decode(Q4K, 12288, 4096, 64), None);
     // The output: enough row blocks, unsplit.
@@ -473,10 +483,13 @@ fn batched_steps_take_the_staged_matvec_when_switched_on() {
         forced.staged_matvec(Q6K, 151_936, 4096, 64),
         Some((Subs, 1))
     );
+    // (Unsplit, every Q4_K product keeps a whole share for the f16 decode GEMM, which comes
+    // ahead unless told otherwise.)
     let unsplit = plan(&[
         NO_F16_MATVEC,
         ("FERROLM_MMVQ_MMA_STAGED", "1"),
         ("FERROLM_MMQ_SPLIT_K", "0"),
+        ("FERROLM_F16_DECODE_FIRST", "0"),
     ])
     .for_sequence_batches();
     assert_eq!(unsplit.staged_matvec(Q4K, 4096, 4096, 64), Some((Subs, 1)));
@@ -487,8 +500,8 @@ fn batched_steps_take_the_staged_matvec_when_switched_on() {
 }
 
 /// A batched step's Q4_K and Q6_K products of 17-64 rows (33-64 below 4096 columns) take the
-/// f16 mat-vec, on by default, ahead of the staged and tensor-core mat-vecs and the f16 decode
-/// GEMM, k split over twice the SMs the row blocks leave idle. Not on one sequence, below its
+/// f16 mat-vec, on by default, ahead of the staged and tensor-core mat-vecs and behind the f16
+/// decode GEMM where that takes a product, k split over twice the SMs the row blocks leave idle. Not on one sequence, below its
 /// rows, for other formats, where the f16 path is off, nor with `FERROLM_F16_MATVEC=0`.
 #[test]
 fn batched_steps_take_the_f16_matvec() {
@@ -499,9 +512,15 @@ fn batched_steps_take_the_f16_matvec() {
     assert_eq!(on.f16_matvec(Q4K, 4096, 4096, 64), None, "one sequence");
     // qwen3-8b's q: 32 row blocks of 128 on 264 slots, 16 super-blocks: 8 shares of 2.
     assert_eq!(many.f16_matvec(Q4K, 4096, 4096, 64), Some(8));
-    // gate/up: 96 row blocks, two shares; the f16 decode GEMM gives them up.
-    assert_eq!(many.f16_matvec(Q4K, 12288, 4096, 64), Some(2));
-    assert_eq!(many.f16_decode(Q4K, 12288, 4096, 64), None);
+    // gate/up: the f16 decode GEMM's (2 shares of 8 super-blocks), ahead of it by default;
+    // 32-row steps (below the GEMM's rows) stay.
+    assert_eq!(many.f16_matvec(Q4K, 12288, 4096, 64), None);
+    assert_eq!(many.f16_decode(Q4K, 12288, 4096, 64), Some(2));
+    assert!(many.f16_matvec(Q4K, 12288, 4096, 32).is_some());
+    // With FERROLM_F16_DECODE_FIRST=0: 96 row blocks, two shares; the GEMM gives them up.
+    let behind = plan(&[("FERROLM_F16_DECODE_FIRST", "0")]).for_sequence_batches();
+    assert_eq!(behind.f16_matvec(Q4K, 12288, 4096, 64), Some(2));
+    assert_eq!(behind.f16_decode(Q4K, 12288, 4096, 64), None);
     // Ahead of the staged mat-vec where both are on.
     let both = plan(&[("FERROLM_MMVQ_MMA_STAGED", "1")]).for_sequence_batches();
     assert_eq!(both.f16_matvec(Q4K, 4096, 4096, 64), Some(8));
@@ -529,23 +548,20 @@ fn batched_steps_take_the_f16_matvec() {
     let forced = plan(&[("FERROLM_F16_MATVEC_SPLITS", "3")]).for_sequence_batches();
     assert_eq!(forced.f16_matvec(Q4K, 4096, 4096, 64), Some(3));
     let unsplit = plan(&[("FERROLM_MMQ_SPLIT_K", "0")]).for_sequence_batches();
-    assert_eq!(unsplit.f16_matvec(Q4K, 4096, 4096, 64), Some(1));
-    // FERROLM_F16_DECODE_FIRST: gate and up (2 shares of 8 super-blocks) to the f16 decode
-    // GEMM; q (shares of 2) stays, as do 32-row steps (below the GEMM's rows).
-    let first = plan(&[("FERROLM_F16_DECODE_FIRST", "1")]).for_sequence_batches();
-    assert_eq!(first.f16_matvec(Q4K, 12288, 4096, 64), None);
-    assert_eq!(first.f16_decode(Q4K, 12288, 4096, 64), Some(2));
-    assert_eq!(first.f16_matvec(Q4K, 4096, 4096, 64), Some(8));
-    assert_eq!(first.f16_decode(Q4K, 4096, 4096, 64), None);
-    assert!(first.f16_matvec(Q4K, 12288, 4096, 32).is_some());
-    // Ahead of the staged mat-vec too: one kernel a product.
-    let first_staged = plan(&[
-        ("FERROLM_F16_DECODE_FIRST", "1"),
-        ("FERROLM_MMVQ_MMA_STAGED", "1"),
+    assert_eq!(unsplit.f16_matvec(Q6K, 4096, 4096, 64), Some(1));
+    // (Unsplit, a Q4_K product keeps a whole share for the f16 decode GEMM, ahead of it.)
+    assert_eq!(unsplit.f16_decode(Q4K, 4096, 4096, 64), Some(1));
+    let unsplit_behind = plan(&[
+        ("FERROLM_MMQ_SPLIT_K", "0"),
+        ("FERROLM_F16_DECODE_FIRST", "0"),
     ])
     .for_sequence_batches();
-    assert_eq!(first_staged.f16_decode(Q4K, 12288, 4096, 64), Some(2));
-    assert_eq!(first_staged.staged_matvec(Q4K, 12288, 4096, 64), None);
+    assert_eq!(unsplit_behind.f16_matvec(Q4K, 4096, 4096, 64), Some(1));
+    // The f16 decode GEMM ahead of the staged mat-vec too: one kernel a product; q (shares
+    // of 2 super-blocks) stays on the f16 mat-vec.
+    assert_eq!(many.f16_decode(Q4K, 4096, 4096, 64), None);
+    assert_eq!(both.f16_decode(Q4K, 12288, 4096, 64), Some(2));
+    assert_eq!(both.staged_matvec(Q4K, 12288, 4096, 64), None);
     assert!(err(&[("FERROLM_F16_MATVEC_ROWS", "0")]).contains("FERROLM_F16_MATVEC_ROWS"));
     assert!(err(&[("FERROLM_F16_MATVEC_SPLITS", "17")]).contains("FERROLM_F16_MATVEC_SPLITS"));
 }
