@@ -27,8 +27,8 @@ F=$M/qwen3-8b-pooled.gguf
 for s in $SPLITS; do
   FERROLM_CUDA_GRAPH=0 FERROLM_ATTN_SPLIT_KEYS=$s timeout 90 ncu --clock-control none --cache-control none \
     -k regex:attn_decode --launch-skip 40 --launch-count 2 \
-    --metrics gpu__time_duration.sum,sm__cycles_active.avg,sm__cycles_active.max,sm__cycles_elapsed.max,dram__throughput.avg.pct_of_peak_sustained_elapsed,launch__grid_size \
+    --metrics gpu__time_duration.sum,sm__cycles_active.avg,sm__cycles_active.min,sm__cycles_active.max,sm__cycles_elapsed.max,sm__ctas_launched.min,sm__ctas_launched.max,dram__throughput.avg.pct_of_peak_sustained_elapsed,launch__grid_size \
     $B bench -m $F --backend cuda -p 0 -n 2 -d 16384 -r 1 > $OUT/attn-split$s.txt 2>&1
-  echo "== ncu split keys $s: $(grep -E 'attn_decode|gpu__time|sm__cycles|dram__|grid_size' $OUT/attn-split$s.txt | awk '{print $1, $NF}' | tr '\n' ' ')"
+  echo "== ncu split keys $s: $(grep -E 'attn_decode|gpu__time|sm__|dram__|grid_size' $OUT/attn-split$s.txt | awk '{print $1, $NF}' | tr '\n' ' ')"
 done
 echo "end at $(( $(date +%s) - t0 )) s"
