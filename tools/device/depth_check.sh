@@ -24,8 +24,11 @@ for P in qwen3-8b olmoe-1b-7b; do
   done
 done
 F=$M/qwen3-8b-pooled.gguf
-for s in $SPLITS; do
-  FERROLM_CUDA_GRAPH=0 FERROLM_ATTN_SPLIT_KEYS=$s timeout 90 ncu --clock-control none --cache-control none \
+for s in $SPLITS unfused; do
+  # unfused: FERROLM_CUDA_FUSE=0, the combine in its own launch (a block a query head) after the
+  # walk: the two launches' times apart.
+  fuse=1; [ $s = unfused ] && fuse=0
+  FERROLM_CUDA_FUSE=$fuse FERROLM_CUDA_GRAPH=0 FERROLM_ATTN_SPLIT_KEYS=${s/unfused/auto} timeout 90 ncu --clock-control none --cache-control none \
     -k regex:attn_decode --launch-skip 40 --launch-count 2 \
     --metrics gpu__time_duration.sum,sm__cycles_active.avg,sm__cycles_active.min,sm__cycles_active.max,sm__cycles_elapsed.max,sm__ctas_launched.min,sm__ctas_launched.max,dram__throughput.avg.pct_of_peak_sustained_elapsed,launch__grid_size \
     $B bench -m $F --backend cuda -p 0 -n 2 -d 16384 -r 1 > $OUT/attn-split$s.txt 2>&1
