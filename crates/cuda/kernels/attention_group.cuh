@@ -10,37 +10,52 @@
 
 // Flash-decoding's combine of heads h0 .. h0 + nh - 1 of query row t, by the whole block:
 // out = Σ_s acc_s w_s / Σ_s l_s w_s with w_s = e^(m_s - m) over the splits (0 for an empty one,
-// whose acc is 0), the head's sink (if `sinks`) in m and the denominator. First a warp a head
-// finds m, the weights (kept in shared memory) and the sum; then the block's threads take a
-// float4 of the head each, in blockDim.x / (head_dim / 4) interleaved sets of splits, so many
-// independent loads are in flight (the tail of a fused launch is one block),
-// and the sets are added in order. Loads bypass L1 (__ldcg): in the fused use, other blocks wrote
-// the partials. A set is head_dim / 4 threads' worth of float4s; where head_dim / 4
-// does not divide blockDim.x (80, 96) the threads past the last whole set stay idle. blockDim.x:
-// a multiple of 32, at least head_dim / 4, at most 128; `scratch`: ATTN_COMBINE_SCRATCH(nh)
-// floats of shared memory, 16-byte aligned.
-static __device__ __noinline__ void combine_heads(const float *part_m, const float *part_l,
-                                                  const float *part_acc, float *out, int n_head,
-                                                  int n_split, int head_dim, int h0, int nh,
-                                                  int t, const float *sinks, float *scratch) {
-    float *red = scratch, *sl = red + 512, *sw = sl + ATTN_MAX_COMBINE_HEADS;
+// whose acc is 0), the head's sink (if `sinks`) in m and the denominator. The splits of an
+// output element are summed in ROWS = blockDim.x / (head_dim / 4) interleaved sets (set r:
+// splits r, r + ROWS, .., in order), and the sets are added in order: combine_heads and
+// combine_heads_wide keep that order, so they give the same bits. Loads bypass L1 (__ldcg): in
+// the fused use, other blocks wrote the partials. `scratch`: ATTN_COMBINE_SCRATCH(nh) floats of
+// shared memory, 16-byte aligned.
+
+// The combine's first step: a warp a head finds m, each split's weight (into sw[i][s]) and the
+// denominator (into sl[i]).
+static __device__ __forceinline__ void combine_weights(const float *part_m, const float *part_l,
+                                                       int n_head, int n_split, int h0, int nh,
+                                                       int t, const float *sinks, float *sl,
+                                                       float *sw) {
     const int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE;
     const int n_warps = blockDim.x / WARP_SIZE;
+    // A lane's splits (lane, lane + 32, ..: at most ATTN_MAX_SPLITS / 32) are loaded at once,
+    // then taken in that order: one round trip to L2 where a loop took one a split.
+    constexpr int LANE_SPLITS = ATTN_MAX_SPLITS / WARP_SIZE;
     for (int i = warp; i < nh; i += n_warps) {
         const size_t base = ((size_t)t * n_head + h0 + i) * n_split;
+        float ms[LANE_SPLITS], ls[LANE_SPLITS];
+#pragma unroll
+        for (int j = 0; j < LANE_SPLITS; ++j) {
+            const int s = lane + j * WARP_SIZE;
+            ms[j] = s < n_split ? __ldcg(part_m + base + s) : ATTN_NEG_INF;
+            ls[j] = s < n_split ? __ldcg(part_l + base + s) : 0.0f;
+        }
         float m = ATTN_NEG_INF;
-        for (int s = lane; s < n_split; s += WARP_SIZE) {
-            m = fmaxf(m, __ldcg(part_m + base + s));
+#pragma unroll
+        for (int j = 0; j < LANE_SPLITS; ++j) {
+            if (lane + j * WARP_SIZE < n_split) {
+                m = fmaxf(m, ms[j]);
+            }
         }
         m = warp_max(m);
         const float sink = sinks != nullptr ? sinks[h0 + i] : ATTN_NEG_INF;
         m = fmaxf(m, sink);
         float l = 0.0f;
-        for (int s = lane; s < n_split; s += WARP_SIZE) {
-            const float ms = __ldcg(part_m + base + s);
-            const float w = ms == ATTN_NEG_INF ? 0.0f : expf(ms - m);
-            sw[i * n_split + s] = w;
-            l += __ldcg(part_l + base + s) * w;
+#pragma unroll
+        for (int j = 0; j < LANE_SPLITS; ++j) {
+            const int s = lane + j * WARP_SIZE;
+            if (s < n_split) {
+                const float w = ms[j] == ATTN_NEG_INF ? 0.0f : expf(ms[j] - m);
+                sw[i * n_split + s] = w;
+                l += ls[j] * w;
+            }
         }
         l = warp_sum(l);
         if (sinks != nullptr) {
@@ -50,6 +65,19 @@ static __device__ __noinline__ void combine_heads(const float *part_m, const flo
             sl[i] = l;
         }
     }
+}
+
+// The combine for a block per head (the combine's own launch; nh = 1 mostly): the block's
+// threads take a float4 of the head each, a set each, so many independent loads are in flight.
+// A set is head_dim / 4 threads' worth of float4s; where head_dim / 4 does not divide
+// blockDim.x (80, 96) the threads past the last whole set stay idle. blockDim.x: a multiple of
+// 32, at least head_dim / 4, at most 128.
+static __device__ __noinline__ void combine_heads(const float *part_m, const float *part_l,
+                                                  const float *part_acc, float *out, int n_head,
+                                                  int n_split, int head_dim, int h0, int nh,
+                                                  int t, const float *sinks, float *scratch) {
+    float *red = scratch, *sl = red + 512, *sw = sl + ATTN_MAX_COMBINE_HEADS;
+    combine_weights(part_m, part_l, n_head, n_split, h0, nh, t, sinks, sl, sw);
     __syncthreads();
     const int n_chunk = head_dim / 4;
     const int c = threadIdx.x % n_chunk, r = threadIdx.x / n_chunk, rows = blockDim.x / n_chunk;
@@ -57,7 +85,7 @@ static __device__ __noinline__ void combine_heads(const float *part_m, const flo
         const size_t base = ((size_t)t * n_head + h0 + i) * n_split;
         const float *w = sw + i * n_split;
         float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll 8
+#pragma unroll 16
         for (int s = r; s < n_split && r < rows; s += rows) {
             const float4 v = __ldcg((const float4 *)(part_acc + (base + s) * head_dim) + c);
             const float ws = w[s];
@@ -78,6 +106,67 @@ static __device__ __noinline__ void combine_heads(const float *part_m, const flo
             out[((size_t)t * n_head + h0 + i) * head_dim + j] = sum / sl[i];
         }
         __syncthreads();
+    }
+}
+
+// The combine of a KV group's heads in the walk's last block (nh > 1, blockDim.x = BLOCK):
+// a thread a (head, float4 of the head), all of its sets in registers, CHUNK splits' loads in
+// flight at once, the sets added in order: combine_heads' bits, with the heads side by side
+// where combine_heads takes them one after another (a synchronized round trip to L2 each).
+template <int D, int BLOCK>
+static __device__ __noinline__ void combine_heads_wide(const float *part_m, const float *part_l,
+                                                       const float *part_acc, float *out,
+                                                       int n_split, int h0, int nh,
+                                                       const float *sinks, float *scratch) {
+    constexpr int N_CHUNK = D / 4, ROWS = BLOCK / N_CHUNK;
+    constexpr int CHUNK = ROWS * ((8 + ROWS - 1) / ROWS); // whole sets of about 8 splits
+    static_assert(ROWS >= 1, "a set is a whole head");
+    float *sl = scratch + 512, *sw = sl + ATTN_MAX_COMBINE_HEADS;
+    combine_weights(part_m, part_l, 0, n_split, h0, nh, 0, sinks, sl, sw);
+    __syncthreads();
+    for (int p = threadIdx.x; p < nh * N_CHUNK; p += BLOCK) {
+        const int i = p / N_CHUNK, c = p % N_CHUNK;
+        const float4 *acc = (const float4 *)(part_acc + (size_t)(h0 + i) * n_split * D) + c;
+        const float *w = sw + i * n_split;
+        float4 a[ROWS];
+#pragma unroll
+        for (int r = 0; r < ROWS; ++r) {
+            a[r] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        }
+        for (int s0 = 0; s0 < n_split; s0 += CHUNK) {
+            float4 v[CHUNK];
+#pragma unroll
+            for (int j = 0; j < CHUNK; ++j) {
+                if (s0 + j < n_split) {
+                    v[j] = __ldcg(acc + (size_t)(s0 + j) * N_CHUNK);
+                }
+            }
+#pragma unroll
+            for (int j = 0; j < CHUNK; ++j) {
+                if (s0 + j < n_split) {
+                    const float ws = w[s0 + j];
+                    float4 &ar = a[j % ROWS]; // s0 is a multiple of ROWS
+                    ar.x += ws * v[j].x;
+                    ar.y += ws * v[j].y;
+                    ar.z += ws * v[j].z;
+                    ar.w += ws * v[j].w;
+                }
+            }
+        }
+        float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+        for (int r = 0; r < ROWS; ++r) {
+            sum.x += a[r].x;
+            sum.y += a[r].y;
+            sum.z += a[r].z;
+            sum.w += a[r].w;
+        }
+        const float den = sl[i];
+        float *o = out + (size_t)(h0 + i) * D + 4 * c;
+        o[0] = sum.x / den;
+        o[1] = sum.y / den;
+        o[2] = sum.z / den;
+        o[3] = sum.w / den;
     }
 }
 
@@ -154,7 +243,13 @@ static __device__ __forceinline__ void group_combine_when_last(
     if (last) {
         __threadfence();
         // The row's own partials and output (t = 0: the pointers are the row's already).
-        combine_heads(part_m, part_l, part_acc, out_row, 0, n_split, D, h0, G, 0, sinks, scratch);
+        if constexpr (G > 1) {
+            combine_heads_wide<D, ATTN_NWARPS * WARP_SIZE>(part_m, part_l, part_acc, out_row,
+                                                           n_split, h0, G, sinks, scratch);
+        } else {
+            combine_heads(part_m, part_l, part_acc, out_row, 0, n_split, D, h0, G, 0, sinks,
+                          scratch);
+        }
     }
 }
 
@@ -185,13 +280,28 @@ template <int D, int G, int STAGES_ = 0> struct GroupLayout {
 // Starts the copy of ROWS keys base.. (n of them live) and their values into sk and sv, each
 // row CHUNKS 16-byte chunks, zero-filled past the live keys: chunk c of row r of K (V when
 // is_v) goes to byte offset(is_v, r, c) of its tile. Shared by the group block and its
-// tensor-core twin, which differ in the tiles' swizzles.
+// tensor-core twin, which differ in the tiles' swizzles. kh and vh: one KV head's keys and
+// values (the same pages and head, rows of one size).
 template <int ROWS, int CHUNKS, typename Offset>
 static __device__ __forceinline__ void copy_kv_tile(char *sk, char *sv, const KvHead<KvF16> &kh,
                                                     const KvHead<KvF16> &vh, int base, int n,
                                                     Offset offset) {
-    constexpr int PER_TENSOR = ROWS * CHUNKS;
-    static_assert(2 * PER_TENSOR % (ATTN_NWARPS * WARP_SIZE) == 0, "whole copy rounds");
+    constexpr int PER_TENSOR = ROWS * CHUNKS, THREADS = ATTN_NWARPS * WARP_SIZE;
+    static_assert(2 * PER_TENSOR % THREADS == 0, "whole copy rounds");
+    if constexpr (PER_TENSOR % THREADS == 0) {
+        // A thread's K and V chunks are of the same rows: each key's place in the pool (a
+        // page-table load, which the copy's address waits on) is looked up once for both.
+#pragma unroll
+        for (int it = 0; it < PER_TENSOR / THREADS; ++it) {
+            const int idx = threadIdx.x + it * THREADS;
+            const int r = idx / CHUNKS, c = idx % CHUNKS;
+            const bool live = r < n;
+            const size_t at = kh.pages.row(kh.g, base + (live ? r : 0)) * kh.row_bytes + 16 * c;
+            cp_async16(sk + offset(false, r, c), kh.base + at, live ? 16 : 0);
+            cp_async16(sv + offset(true, r, c), vh.base + at, live ? 16 : 0);
+        }
+        return;
+    }
 #pragma unroll
     for (int it = 0; it < 2 * PER_TENSOR / (ATTN_NWARPS * WARP_SIZE); ++it) {
         const int idx = threadIdx.x + it * ATTN_NWARPS * WARP_SIZE;

@@ -57,6 +57,9 @@ fn decode_fusions_and_graphs_are_bit_identical() {
         // default.
         let (store_b, store_s) = run(&file, &[("FERROLM_ROPE_STORE", "1")]);
         let (_, qkv_s) = run(&file, &[("FERROLM_QKV_ONE", "0")]);
+        // The splits' combine in the walk's last block (its own launch by default): a KV
+        // group's heads side by side there, in the own launch's order.
+        let (_, walk_s) = run(&file, &[("FERROLM_ATTN_COMBINE_WALK", "1")]);
         assert_eq!(base_b, nofuse_b, "{stem}: batched, fused vs unfused");
         assert_eq!(base_s, nofuse_s, "{stem}: stepped, fused vs unfused");
         assert_eq!(base_s, nograph_s, "{stem}: stepped, graph vs op by op");
@@ -72,6 +75,10 @@ fn decode_fusions_and_graphs_are_bit_identical() {
             base_s, qkv_s,
             "{stem}: stepped, q, k and v in one launch or not"
         );
+        assert_eq!(
+            base_s, walk_s,
+            "{stem}: stepped, attention's combine in the walk or its own launch"
+        );
     }
 }
 
@@ -85,8 +92,10 @@ fn mmq_agrees_with_matvec() {
     println!("mmq vs mmvq: max |Δlogit| {d:.3e}");
     // The same integer dots, scaled in another f32 order (mmvq scales a weight block's summed
     // sub-blocks, mmq each sub-block): ~1e-7 apart per layer, until a value near a rounding
-    // boundary of the next layer's int8 activations flips a code; ~4e-2 measured (H200).
-    assert!(d < 0.1, "max |Δlogit| {d}");
+    // boundary of the next layer's int8 activations flips a code; ~4e-2 measured when written
+    // (H200), 0.085-0.133 in session 31 (H100; Q8_1 activations, the default, integer scales
+    // off). A wrong product moves these two-layer models by whole logits.
+    assert!(d < 0.25, "max |Δlogit| {d}");
 }
 
 #[test]
@@ -276,12 +285,17 @@ fn f16_decode_agrees_with_the_mma_matvec() {
 #[ignore = "needs a GPU"]
 fn staged_matvec_agrees_with_the_mma_matvec() {
     let lens: Vec<usize> = (0..40).map(|s| 1 + (s * 7) % 23).collect();
-    // The f16 mat-vec, ahead of both where it takes a product (64 rows), off.
+    // The f16 mat-vec, ahead of both where it takes a product (64 rows), off; the f16 decode
+    // GEMM behind the staged kernel (by default it comes ahead); both kernels in their
+    // per-sub-block order. (Session 31: still no difference on the device, with or without
+    // the integer-scale order; docs/perf.md, session 31, says what is open.)
     let staged = [
         ("FERROLM_MMVQ_MMA_STAGED", "1"),
         ("FERROLM_MMVQ_MMA_STAGED_ROWS", "17"),
         ("FERROLM_MMVQ_MMA_STAGED_SPLITS", "2"),
         ("FERROLM_F16_MATVEC", "0"),
+        ("FERROLM_F16_DECODE_FIRST", "0"),
+        ("FERROLM_CUDA_INT_SCALES", "0"),
     ];
     for stem in ["tiny-llama-q4_k_m", "tiny-qwen3-q4_k_m"] {
         let file = golden_file(stem);
@@ -291,6 +305,7 @@ fn staged_matvec_agrees_with_the_mma_matvec() {
             &[
                 ("FERROLM_MMVQ_MMA_STAGED", "0"),
                 ("FERROLM_F16_MATVEC", "0"),
+                ("FERROLM_CUDA_INT_SCALES", "0"),
             ],
             &lens,
         );

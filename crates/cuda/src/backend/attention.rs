@@ -109,7 +109,7 @@ impl CudaBackend {
                     .plan
                     .window_splits(work.n_split, sm.window, kv.n_kv_head);
                 a.decode(
-                    fused_combine,
+                    fused_combine && self.plan.combine_in_walk(),
                     kernel,
                     q,
                     kv,

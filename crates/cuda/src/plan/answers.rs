@@ -133,8 +133,9 @@ impl fmt::Display for Matmul {
 /// Which attention kernel runs a ubatch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Attn {
-    /// Flash-decoding over the cache's splits; `fused_combine`: the splits are combined in
-    /// the split kernel's last block per head (else in `attn_decode_combine`); `kernel`: a
+    /// Flash-decoding over the cache's splits; `fused_combine`: the splits may be combined
+    /// in the split kernel's last block per head, where [`Plan::combine_in_walk`] says so
+    /// (else in `attn_decode_combine`); `kernel`: a
     /// block per query head, or per KV head and split for all its query heads (on the tensor
     /// cores or not).
     Decode {

@@ -146,6 +146,19 @@ impl Plan {
         splits.clamp(1, ATTN_MAX_SPLITS)
     }
 
+    /// Whether decode attention's splits are combined in the walk's launch, by a KV group's
+    /// last block ([`Attn::Decode`]'s `fused_combine` must allow it too), rather than in a
+    /// launch of their own (`attn_decode_combine`, a block a query head): only under
+    /// `FERROLM_ATTN_COMBINE_WALK=1`. In the walk a group's last block combines while the
+    /// other SMs idle: at 66 splits (qwen3-8b at 16,384 keys, H100, session 31, ncu) the walk
+    /// took 56.0 µs with the one-head-at-a-time combine, 35.4 without it, the own launch 8.3;
+    /// with the heads side by side (`combine_heads_wide`) the two were level in a token, and
+    /// at tg128 the own launch won (qwen3-30b-a3b +1.5-2%, olmoe-1b-7b +1%). The same bits
+    /// either way.
+    pub fn combine_in_walk(&self) -> bool {
+        self.switches.attn_combine_walk
+    }
+
     /// Flash-decoding splits of a layer whose cache's work holds `cap` ([`Self::decode_splits`]
     /// of its context): a sliding window's keys are split as a context of the window's length
     /// would be (so that a window of 512 at a 32k context is not cut into slivers of a few keys

@@ -66,6 +66,11 @@ pub struct Switches {
     /// as two f16 terms each) where the shape has them (on: qwen3-8b at 16,384 keys +3%,
     /// qwen3-30b-a3b at 8 sequences +4%, H100, session 29).
     pub attn_tc: bool,
+    /// `FERROLM_ATTN_COMBINE_WALK=1`: decode attention's splits combined in the walk's last
+    /// block a KV group, not in their own launch (a block a query head). Off since session 31
+    /// (H100, tg128: qwen3-30b-a3b +1.5-2% in its own launch, olmoe-1b-7b +1%, qwen3-8b level
+    /// at depth 0 and 16,384).
+    pub attn_combine_walk: bool,
     /// `FERROLM_ATTN_SPLIT_KEYS`: decode attention's keys a split at full context (splits are
     /// `n_ctx / this`, 1 to `ATTN_MAX_SPLITS`); `None`: the plan's choice by blocks.
     pub attn_split_keys: Option<usize>,
@@ -217,6 +222,7 @@ impl Default for Switches {
             q8k: true,
             attn_grouped: true,
             attn_tc: true,
+            attn_combine_walk: false,
             attn_split_keys: None,
             rows_split_keys: None,
             kv_block: None,
@@ -369,6 +375,7 @@ impl Switches {
             q8k: flag(env, "FERROLM_CUDA_Q8K", true)?,
             attn_grouped: flag(env, "FERROLM_ATTN_GROUPED", true)?,
             attn_tc: flag(env, "FERROLM_ATTN_TC", true)?,
+            attn_combine_walk: flag(env, "FERROLM_ATTN_COMBINE_WALK", false)?,
             attn_split_keys: count(env, "FERROLM_ATTN_SPLIT_KEYS", 16..=65536)?,
             rows_split_keys: count(env, "FERROLM_ROWS_SPLIT_KEYS", 16..=65536)?,
             kv_block: match count(env, "FERROLM_KV_BLOCK", 16..=1 << 20)? {
@@ -453,7 +460,7 @@ impl fmt::Display for Switches {
         let decode_splits = count_or_auto(self.f16_decode_splits);
         let carveout = count_or_auto(self.carveout);
         let norm_route_rows = count_or_auto(self.norm_route_rows);
-        let lines: [(&str, &str, &str); 51] = [
+        let lines: [(&str, &str, &str); 52] = [
             (
                 "FERROLM_CUDA_MMQ",
                 bit(self.mmq),
@@ -535,6 +542,11 @@ impl fmt::Display for Switches {
                 "FERROLM_ATTN_TC",
                 bit(self.attn_tc),
                 "decode by KV group on the tensor cores",
+            ),
+            (
+                "FERROLM_ATTN_COMBINE_WALK",
+                bit(self.attn_combine_walk),
+                "decode attention's splits combined in the walk's launch",
             ),
             (
                 "FERROLM_ATTN_SPLIT_KEYS",

@@ -1,7 +1,7 @@
 //! The plan's attention answers, without a GPU: which kernel runs a ubatch, decode by KV group
 //! and its splits, sliding windows, query rounding, the batched rows, every head size.
 
-use super::tests::plan;
+use super::tests::{err, plan};
 use super::*;
 
 #[test]
@@ -194,4 +194,14 @@ fn attention_at_every_head_size() {
         assert!(p.batched_attention(KvFormat::F16, 8, 2, d), "{d}");
     }
     assert!(!MMA_HEAD_DIMS.contains(&192) && !MMA_HEAD_DIMS.contains(&256));
+}
+
+/// Decode attention's splits are combined in a launch of their own unless
+/// FERROLM_ATTN_COMBINE_WALK=1 puts them in the walk's.
+#[test]
+fn splits_combine_in_their_own_launch() {
+    assert!(!plan(&[]).combine_in_walk());
+    assert!(plan(&[("FERROLM_ATTN_COMBINE_WALK", "1")]).combine_in_walk());
+    assert_eq!(plan(&[("FERROLM_ATTN_COMBINE_WALK", "0")]), plan(&[]));
+    assert!(err(&[("FERROLM_ATTN_COMBINE_WALK", "2")]).contains("FERROLM_ATTN_COMBINE_WALK"));
 }
