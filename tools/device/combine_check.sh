@@ -3,7 +3,8 @@
 # KV group's heads side by side), one device call (writes under $OUT): cuda-parity; qwen3-8b
 # and olmoe-1b-7b tg128 at depth 0 and 16,384 beside llama-bench (pooled synth files), the
 # plan's choice, the combine always in its own launch and always in the walk
-# (FERROLM_ATTN_COMBINE_WALK auto / 0 / 1); qwen3-30b-a3b tg128 (8 query heads a group) auto
+# (FERROLM_ATTN_COMBINE_WALK auto / 0 / 1; session 31's call 5 ran it when auto meant the walk
+# up to 16 splits; since then auto is 0, the own launch); qwen3-30b-a3b tg128 (8 query heads a group) auto
 # and 0; the attention's launches at 16,384 keys under ncu, and the walk's SASS stalls. Usage, from the repo root, .device-carry/
 # from tools/device/pack.sh: [PARITY=0] bash tools/device/combine_check.sh
 source tools/device/carried.sh
