@@ -300,18 +300,18 @@ static __device__ __forceinline__ void copy_kv_tile(char *sk, char *sv, const Kv
             cp_async16(sk + offset(false, r, c), kh.base + at, live ? 16 : 0);
             cp_async16(sv + offset(true, r, c), vh.base + at, live ? 16 : 0);
         }
-        return;
-    }
+    } else {
 #pragma unroll
-    for (int it = 0; it < 2 * PER_TENSOR / (ATTN_NWARPS * WARP_SIZE); ++it) {
-        const int idx = threadIdx.x + it * ATTN_NWARPS * WARP_SIZE;
-        const bool is_v = idx >= PER_TENSOR;
-        const int rem = is_v ? idx - PER_TENSOR : idx;
-        const int r = rem / CHUNKS, c = rem % CHUNKS;
-        const bool live = r < n;
-        const int key = base + (live ? r : 0);
-        const uint16_t *src = (const uint16_t *)(is_v ? vh.row(key) : kh.row(key)) + 8 * c;
-        cp_async16((is_v ? sv : sk) + offset(is_v, r, c), src, live ? 16 : 0);
+        for (int it = 0; it < 2 * PER_TENSOR / THREADS; ++it) {
+            const int idx = threadIdx.x + it * THREADS;
+            const bool is_v = idx >= PER_TENSOR;
+            const int rem = is_v ? idx - PER_TENSOR : idx;
+            const int r = rem / CHUNKS, c = rem % CHUNKS;
+            const bool live = r < n;
+            const int key = base + (live ? r : 0);
+            const uint16_t *src = (const uint16_t *)(is_v ? vh.row(key) : kh.row(key)) + 8 * c;
+            cp_async16((is_v ? sv : sk) + offset(is_v, r, c), src, live ? 16 : 0);
+        }
     }
 }
 
