@@ -11,3 +11,23 @@ mkdir -p "$(dirname $B)" $L $M
 [ -f $D/ferrolm.xz ] && xz -d -c $D/ferrolm.xz > $B && chmod +x $B
 [ -x $L/llama-batched-bench ] || { [ -f $D/llama.tar.xz ] && tar xJf $D/llama.tar.xz -C $L; }
 export FERROLM_CACHE=${FERROLM_CACHE:-/tmp/ferrolm-cache}
+
+# pooled PRESET...: each preset's pooled Q4_K_M synth file, $M/PRESET-pooled.gguf (seconds to
+# write; kept while the machine stays warm), written side by side.
+pooled() {
+  local p
+  for p in "$@"; do
+    [ -s $M/$p-pooled.gguf ] || $B synth --preset $p --type q4_k_m --pooled -o $M/$p-pooled.gguf > /dev/null 2>&1 &
+  done
+  wait
+}
+
+# ncu_line FILE NCU_ARGS...: ncu (the clocks and caches as the program leaves them) with the
+# given arguments (kernel filter, metrics, the program) into $OUT/FILE; prints one line of
+# each profiled launch's kernel name and metric values.
+ncu_line() {
+  local f=$1; shift
+  timeout 120 ncu --clock-control none --cache-control none "$@" > $OUT/$f 2>&1
+  grep -E '^  [a-z_0-9]+ \(|^    [a-z0-9_]+__[a-z]' $OUT/$f |
+    awk '/\(/ { print $1; next } { print $1, $NF }' | tr '\n' ' '
+}

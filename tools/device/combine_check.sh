@@ -9,10 +9,7 @@
 # from tools/device/pack.sh: [PARITY=0] bash tools/device/combine_check.sh
 source tools/device/carried.sh
 t0=$(date +%s)
-for P in qwen3-8b olmoe-1b-7b qwen3-30b-a3b; do
-  [ -s $M/$P-pooled.gguf ] || $B synth --preset $P --type q4_k_m --pooled -o $M/$P-pooled.gguf > /dev/null 2>&1 &
-done
-wait
+pooled qwen3-8b olmoe-1b-7b qwen3-30b-a3b
 for P in qwen3-8b olmoe-1b-7b; do
   F=$M/$P-pooled.gguf
   echo "== $P llama-bench -d 0,16384 at $(( $(date +%s) - t0 )) s"
@@ -29,17 +26,15 @@ for s in auto 0 auto 0; do
   echo "== qwen3-30b-a3b FERROLM_ATTN_COMBINE_WALK=$s: $(FERROLM_ATTN_COMBINE_WALK=$s timeout 60 $B bench -m $F --backend cuda -p 0 -n 128 -r 2 2>&1 | grep -E 'tg128|rror|panic')"
 done
 for s in auto 0; do
-  FERROLM_ATTN_COMBINE_WALK=$s FERROLM_CUDA_GRAPH=0 timeout 90 ncu --clock-control none --cache-control none \
-    -k regex:attn_decode --launch-skip 96 --launch-count 4 --metrics gpu__time_duration.sum \
-    $B bench -m $F --backend cuda -p 0 -n 8 -r 1 > $OUT/attn30-$s.txt 2>&1
-  echo "== ncu qwen3-30b-a3b a few keys, COMBINE_WALK=$s: $(grep -E 'attn_decode|gpu__time' $OUT/attn30-$s.txt | awk '{print $1, $NF}' | tr '\n' ' ')"
+  echo "== ncu qwen3-30b-a3b a few keys, COMBINE_WALK=$s: $(FERROLM_ATTN_COMBINE_WALK=$s FERROLM_CUDA_GRAPH=0 \
+    ncu_line attn30-$s.txt -k regex:attn_decode --launch-skip 96 --launch-count 4 \
+    --metrics gpu__time_duration.sum $B bench -m $F --backend cuda -p 0 -n 8 -r 1)"
 done
 F=$M/qwen3-8b-pooled.gguf
-FERROLM_CUDA_GRAPH=0 timeout 90 ncu --clock-control none --cache-control none \
+echo "== ncu at 16384 keys: $(FERROLM_CUDA_GRAPH=0 ncu_line attn-own.txt \
   -k regex:attn_decode --launch-skip 40 --launch-count 4 \
   --metrics gpu__time_duration.sum,sm__cycles_active.avg,sm__cycles_active.max,sm__cycles_elapsed.max,dram__throughput.avg.pct_of_peak_sustained_elapsed,launch__grid_size \
-  $B bench -m $F --backend cuda -p 0 -n 2 -d 16384 -r 1 > $OUT/attn-own.txt 2>&1
-echo "== ncu at 16384 keys: $(grep -E 'attn_decode|gpu__time|sm__|dram__|grid_size' $OUT/attn-own.txt | awk '{print $1, $NF}' | tr '\n' ' ')"
+  $B bench -m $F --backend cuda -p 0 -n 2 -d 16384 -r 1)"
 if [ "${PARITY:-1}" != 0 ]; then
   timeout 240 $B cuda-parity --seed 131 > $OUT/parity.txt 2>&1
   echo "parity rc=$? $(tail -1 $OUT/parity.txt) at $(( $(date +%s) - t0 )) s"

@@ -10,10 +10,7 @@
 source tools/device/carried.sh
 t0=$(date +%s)
 SPLITS=${SPLITS:-"auto 128 64 512"}
-for P in qwen3-8b olmoe-1b-7b; do
-  [ -s $M/$P-pooled.gguf ] || $B synth --preset $P --type q4_k_m --pooled -o $M/$P-pooled.gguf > /dev/null 2>&1 &
-done
-wait
+pooled qwen3-8b olmoe-1b-7b
 echo "models at $(( $(date +%s) - t0 )) s"
 for P in qwen3-8b olmoe-1b-7b; do
   F=$M/$P-pooled.gguf
@@ -28,10 +25,9 @@ for s in $SPLITS unfused; do
   # unfused: FERROLM_CUDA_FUSE=0, the combine in its own launch (a block a query head) after the
   # walk: the two launches' times apart.
   fuse=1; [ $s = unfused ] && fuse=0
-  FERROLM_CUDA_FUSE=$fuse FERROLM_CUDA_GRAPH=0 FERROLM_ATTN_SPLIT_KEYS=${s/unfused/auto} timeout 90 ncu --clock-control none --cache-control none \
-    -k regex:attn_decode --launch-skip 40 --launch-count 2 \
+  echo "== ncu split keys $s: $(FERROLM_CUDA_FUSE=$fuse FERROLM_CUDA_GRAPH=0 FERROLM_ATTN_SPLIT_KEYS=${s/unfused/auto} \
+    ncu_line attn-split$s.txt -k regex:attn_decode --launch-skip 40 --launch-count 2 \
     --metrics gpu__time_duration.sum,sm__cycles_active.avg,sm__cycles_active.min,sm__cycles_active.max,sm__cycles_elapsed.max,sm__ctas_launched.min,sm__ctas_launched.max,dram__throughput.avg.pct_of_peak_sustained_elapsed,launch__grid_size \
-    $B bench -m $F --backend cuda -p 0 -n 2 -d 16384 -r 1 > $OUT/attn-split$s.txt 2>&1
-  echo "== ncu split keys $s: $(grep -E 'attn_decode|gpu__time|sm__|dram__|grid_size' $OUT/attn-split$s.txt | awk '{print $1, $NF}' | tr '\n' ' ')"
+    $B bench -m $F --backend cuda -p 0 -n 2 -d 16384 -r 1)"
 done
 echo "end at $(( $(date +%s) - t0 )) s"

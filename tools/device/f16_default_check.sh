@@ -9,10 +9,7 @@
 # bash tools/device/f16_default_check.sh
 source tools/device/carried.sh
 t0=$(date +%s)
-for P in qwen3-8b qwen3-30b-a3b; do
-  [ -s $M/$P-pooled.gguf ] || $B synth --preset $P --type q4_k_m --pooled -o $M/$P-pooled.gguf > /dev/null 2>&1 &
-done
-wait
+pooled qwen3-8b qwen3-30b-a3b
 echo "models at $(( $(date +%s) - t0 )) s"
 P=$M/qwen3-8b-pooled.gguf
 echo "== qwen3-8b llama-batched-bench"

@@ -9,9 +9,7 @@ source tools/device/carried.sh
 t0=$(date +%s)
 P8=$M/qwen3-8b-pooled.gguf; P30=$M/qwen3-30b-a3b-pooled.gguf
 want() { [ -z "$ONLY" ] || [ "$ONLY" = $1 ]; }
-{ want q8b || want attn; } && { [ -s $P8 ] || $B synth --preset qwen3-8b --type q4_k_m --pooled -o $P8 > /dev/null 2>&1 & }
-want q30 && { [ -s $P30 ] || $B synth --preset qwen3-30b-a3b --type q4_k_m --pooled -o $P30 > /dev/null 2>&1 & }
-wait
+pooled $({ want q8b || want attn; } && echo qwen3-8b) $(want q30 && echo qwen3-30b-a3b)
 echo "models at $(( $(date +%s) - t0 )) s"
 NCU="ncu --clock-control none --cache-control none --import-source no --section SpeedOfLight \
   --section WarpStateStats --section SchedulerStats --section Occupancy --section LaunchStats \

@@ -8,10 +8,7 @@
 source tools/device/carried.sh
 t0=$(date +%s)
 SPLITS=${SPLITS:-"auto 384 512 768"}
-for P in qwen3-8b olmoe-1b-7b; do
-  [ -s $M/$P-pooled.gguf ] || $B synth --preset $P --type q4_k_m --pooled -o $M/$P-pooled.gguf > /dev/null 2>&1 &
-done
-wait
+pooled qwen3-8b olmoe-1b-7b
 for P in qwen3-8b olmoe-1b-7b; do
   F=$M/$P-pooled.gguf
   echo "== $P llama-bench -d 16384 at $(( $(date +%s) - t0 )) s"
@@ -20,11 +17,10 @@ for P in qwen3-8b olmoe-1b-7b; do
     echo "== $P FERROLM_ATTN_SPLIT_KEYS=$s: $(FERROLM_ATTN_SPLIT_KEYS=$s timeout 60 $B bench -m $F --backend cuda -p 0 -n 128 -d 16384 -r 2 2>&1 | grep -E 'tg128|rror|panic')"
   done
   for s in $SPLITS; do
-    FERROLM_CUDA_GRAPH=0 FERROLM_ATTN_SPLIT_KEYS=$s timeout 90 ncu --clock-control none --cache-control none \
+    echo "== ncu $P split keys $s: $(FERROLM_CUDA_GRAPH=0 FERROLM_ATTN_SPLIT_KEYS=$s ncu_line $P-split$s.txt \
       -k regex:attn_decode --launch-skip 40 --launch-count 4 \
       --metrics gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,launch__grid_size \
-      $B bench -m $F --backend cuda -p 0 -n 2 -d 16384 -r 1 > $OUT/$P-split$s.txt 2>&1
-    echo "== ncu $P split keys $s: $(grep -E 'attn_decode|gpu__time|dram__|grid_size' $OUT/$P-split$s.txt | awk '{print $1, $NF}' | tr '\n' ' ')"
+      $B bench -m $F --backend cuda -p 0 -n 2 -d 16384 -r 1)"
   done
 done
 echo "end at $(( $(date +%s) - t0 )) s"
