@@ -10,10 +10,10 @@ use anyhow::Result;
 use ferrolm_cpu::attention::{attention, LayerKv};
 use ferrolm_cpu::{CpuPlan, KvType};
 use ferrolm_cuda::ops::{
-    AttnSoftmax, DecodeKernel, DecodeWork, KvCache, KvFormat, PrefillKernel, QuantMatrix,
-    MMA_HEAD_DIMS,
+    ActQuant, AttnSoftmax, DecodeKernel, DecodeWork, KvCache, KvFormat, PrefillKernel, QuantMatrix,
+    Quantize, MMA_HEAD_DIMS,
 };
-use ferrolm_cuda::{CudaDevice, Kernels, Plan};
+use ferrolm_cuda::{CudaDevice, CudaSlice, Kernels, Plan};
 use ferrolm_gguf::GgmlType;
 use ferrolm_model::backend::AttnShape;
 use rand::rngs::StdRng;
@@ -366,12 +366,12 @@ pub(crate) fn attn_with(
                 let fused = plan.fuse();
                 let (w, ns) = (dsm, splits);
                 k.attention.decode(
-                    fused, kernel, &qd, &cache, &pd, n_head, w, ns, &mut work, &mut out,
+                    fused, kernel, &qd, &cache, &pd, n_head, w, ns, &mut work, &mut out, None,
                 )?;
                 // The combine kernel on its own (FERROLM_CUDA_FUSE=0) sums as the fused one.
                 let mut alone = poisoned(dev, q.len())?;
                 k.attention.decode(
-                    !fused, kernel, &qd, &cache, &pd, n_head, w, ns, &mut work, &mut alone,
+                    !fused, kernel, &qd, &cache, &pd, n_head, w, ns, &mut work, &mut alone, None,
                 )?;
                 dev.sync()?;
                 let same = dev
@@ -386,6 +386,9 @@ pub(crate) fn attn_with(
                     (if same { 0.0 } else { f64::NAN }, 0.0, same),
                     Contract::Exact,
                 ));
+                rows.extend(combine_q8k(
+                    dev, k, &alone, kernel, &qd, &cache, &pd, n_head, w, ns, &mut work,
+                )?);
                 let op = match kernel {
                     DecodeKernel::Split => "attn_decode (split)",
                     DecodeKernel::Group => "attn_decode (by KV group)",
@@ -423,6 +426,67 @@ pub(crate) fn attn_with(
         ));
     }
     Ok(rows)
+}
+
+/// The own combine launch that quantizes its output too (`FERROLM_ATTN_COMBINE_Q8K`, where
+/// the head size has it): bit for bit the floats of the plain combine (`alone`), and the codes
+/// `quantize_q8_k` gives them. No row where the kernel does not take the shape.
+#[allow(clippy::too_many_arguments)]
+fn combine_q8k(
+    dev: &CudaDevice,
+    k: &Kernels,
+    alone: &CudaSlice<f32>,
+    kernel: DecodeKernel,
+    q: &CudaSlice<f32>,
+    cache: &KvCache,
+    positions: &CudaSlice<u32>,
+    n_head: usize,
+    sm: AttnSoftmax<'_>,
+    splits: usize,
+    work: &mut DecodeWork,
+) -> Result<Vec<Row>> {
+    let width = n_head * cache.head_dim;
+    let n_q = alone.len() / width;
+    let bytes = Quantize::q8_1_bytes(n_q, width);
+    let (mut got, mut got_q8) = (poisoned(dev, alone.len())?, dev.zeros::<u8>(bytes)?);
+    let (c, pos) = (cache, positions);
+    let wrote = k.attention.decode(
+        false,
+        kernel,
+        q,
+        c,
+        pos,
+        n_head,
+        sm,
+        splits,
+        work,
+        &mut got,
+        Some(&mut got_q8),
+    )?;
+    if !wrote {
+        return Ok(Vec::new());
+    }
+    let mut want_q8 = dev.zeros::<u8>(bytes)?;
+    k.quantize
+        .rows(alone, n_q, width, ActQuant::Q8K, &mut want_q8)?;
+    dev.sync()?;
+    let floats = dev
+        .download(&got)?
+        .iter()
+        .zip(&dev.download(alone)?)
+        .all(|(a, b)| a.to_bits() == b.to_bits());
+    let codes = dev.download(&got_q8)? == dev.download(&want_q8)?;
+    let same = floats && codes;
+    Ok(vec![row(
+        "attn_decode combine + Q8_K / combine, quantize_q8_k",
+        format!(
+            "{n_head}/{} heads, d {}, {splits} splits, {n_q} q",
+            cache.n_kv_head, cache.head_dim
+        ),
+        "the plain combine and quantize_q8_k",
+        (if same { 0.0 } else { f64::NAN }, 0.0, same),
+        Contract::Exact,
+    )])
 }
 
 /// `--time`: both prefill kernels on a 2048-token causal prompt, 32 heads (one KV head each),

@@ -265,6 +265,7 @@ fn check(
                     splits,
                     &mut work,
                     &mut out,
+                    None,
                 )?;
                 let mut alone = poisoned(dev, q.len())?;
                 k.attention.decode(
@@ -278,6 +279,7 @@ fn check(
                     splits,
                     &mut work,
                     &mut alone,
+                    None,
                 )?;
                 dev.sync()?;
                 let same = dev

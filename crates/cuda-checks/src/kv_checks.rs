@@ -234,6 +234,7 @@ impl Quant {
                     splits,
                     &mut work,
                     &mut out,
+                    None,
                 )?;
                 format!("attn_decode {name}")
             }

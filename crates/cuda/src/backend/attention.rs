@@ -4,7 +4,7 @@
 
 use super::{CudaAct, CudaBackend, CudaCache, CudaInputs};
 use crate::error::{DriverContext, Result};
-use crate::ops::AttnSoftmax;
+use crate::ops::{ActQuant, AttnSoftmax, Quantize};
 use crate::plan::Attn;
 use cudarc::driver::CudaSlice;
 use ferrolm_model::backend::{AttnShape, SeqRows};
@@ -28,8 +28,7 @@ impl CudaBackend {
             if only.rows == (0..n) {
                 let (q, k, v) = (q.buf(), k.buf(), v.buf());
                 let pos = inp.positions();
-                let out = out.buf_mut();
-                return self.attend(only.cache, layer, q, k, v, pos, shape, sm, out, false);
+                return self.attend_act(only.cache, layer, q, k, v, pos, shape, sm, out, false);
             }
         }
         // Several sequences: decode rows in one launch a layer when the pass carries a rows
@@ -40,9 +39,59 @@ impl CudaBackend {
         }
     }
 
+    /// [`Self::attend`] into `out`, which keeps its values quantized for the product after
+    /// attention where decode's combine wrote them ([`Plan::combine_quantizes`]).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn attend_act(
+        &self,
+        cache: &mut CudaCache,
+        layer: usize,
+        q: &CudaSlice<f32>,
+        k: &CudaSlice<f32>,
+        v: &CudaSlice<f32>,
+        positions: &CudaSlice<u32>,
+        shape: AttnShape,
+        sm: AttnSoftmax<'_>,
+        out: &mut CudaAct,
+        stored: bool,
+    ) -> Result<()> {
+        let mode = self.norm_quant(out.width);
+        let mut q8 = match self.plan.combine_quantizes() && mode == ActQuant::Q8K {
+            true => Some(self.bytes.take(Quantize::q8_1_bytes(out.rows, out.width))?),
+            false => None,
+        };
+        let buf = out.buf_mut(); // drops any quantized copy out had
+        let done = self.attend(
+            cache,
+            layer,
+            q,
+            k,
+            v,
+            positions,
+            shape,
+            sm,
+            buf,
+            stored,
+            q8.as_mut(),
+        );
+        match (done, q8) {
+            (Ok(true), Some(q8)) => {
+                out.q8 = Some((q8, mode));
+                Ok(())
+            }
+            (done, q8) => {
+                if let Some(q8) = q8 {
+                    self.bytes.give(q8);
+                }
+                done.map(|_| ())
+            }
+        }
+    }
+
     /// Stores one sequence's k/v at its positions (unless `stored`: the rotation's launch
     /// did, `NormRope::rope_qk_store`), then attention of its queries (scaled, windowed and
-    /// with sinks as `sm` says).
+    /// with sinks as `sm` says). With `q8`, decode's own combine may write the output
+    /// quantized as Q8_K there too: the answer says whether it did.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn attend(
         &self,
@@ -56,7 +105,8 @@ impl CudaBackend {
         sm: AttnSoftmax<'_>,
         out: &mut CudaSlice<f32>,
         stored: bool,
-    ) -> Result<()> {
+        q8: Option<&mut CudaSlice<u8>>,
+    ) -> Result<bool> {
         let kv = &mut cache.layers[layer - cache.first_layer];
         // A quantized cache holds k and v rotated (llama.cpp's Hadamard rotation): q is
         // rotated as k, the output rotated back; copies, the inputs stay as they are.
@@ -94,7 +144,9 @@ impl CudaBackend {
         }
         let n_head = shape.n_head;
         let a = &self.k.attention;
-        match self.plan.attention(
+        // The rotation back below rewrites out: no quantized copy then.
+        let q8 = q8.filter(|_| kv.v_rot.is_none());
+        let quantized = match self.plan.attention(
             positions.len(),
             kv.format,
             n_head / kv.n_kv_head,
@@ -119,16 +171,20 @@ impl CudaBackend {
                     splits,
                     work,
                     out,
+                    q8,
                 )?
             }
-            Attn::Prefill(kernel) => a.prefill(kernel, q, kv, positions, n_head, sm, out)?,
-        }
+            Attn::Prefill(kernel) => {
+                a.prefill(kernel, q, kv, positions, n_head, sm, out)?;
+                false
+            }
+        };
         if let Some(n) = kv.v_rot {
             self.k.elementwise.hadamard(out, n)?;
         }
         for t in [rq, rk, rv].into_iter().flatten() {
             self.acts.give(t);
         }
-        Ok(())
+        Ok(quantized)
     }
 }

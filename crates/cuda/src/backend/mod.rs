@@ -622,18 +622,7 @@ impl Backend for CudaBackend {
                     let sm = attn_softmax(shape, window, sinks);
                     let (qb, kb, vb, pos) = (q.buf(), k.buf(), v.buf(), inp.positions());
                     return crate::profile::span(self.dev.stream(), "attention", || {
-                        self.attend(
-                            cache,
-                            layer,
-                            qb,
-                            kb,
-                            vb,
-                            pos,
-                            shape,
-                            sm,
-                            out.buf_mut(),
-                            true,
-                        )
+                        self.attend_act(cache, layer, qb, kb, vb, pos, shape, sm, out, true)
                     });
                 }
             }

@@ -24,6 +24,11 @@ use std::collections::HashMap;
 
 /// Warps per attention block (the kernel's ATTN_NWARPS).
 const NWARPS: usize = 4;
+/// Head sizes whose combine can quantize its output as Q8_K (`attn_decode_combine_q8k_dD`: a
+/// block of QK_K / D heads).
+const COMBINE_Q8K_DIMS: [usize; 3] = [64, 128, 256];
+/// Values a Q8_K block.
+const QK_K: usize = 256;
 /// Head sizes with a kernel instance: every one the CPU runs, to 256 (the tiny llama-family
 /// goldens' 32, 64, Qwen-style and Phi's 80, 96, 128, deepseek2's key head 192 (128 + 64 RoPE,
 /// its values padded to it), Gemma 3's 256). Each family takes them all (decode split and by
@@ -229,6 +234,8 @@ pub struct Attention {
     /// Per [`KvFormat`].
     kv_store: Vec<CudaFunction>,
     combine: CudaFunction,
+    /// Head size -> `attn_decode_combine_q8k_dD` (the combine that quantizes its output too).
+    combine_q8k: HashMap<usize, CudaFunction>,
     /// Per [`KvFormat`], then per entry of ATTN_HEAD_DIMS (`None`: a size the format cannot
     /// hold).
     decode: Vec<Vec<Option<CudaFunction>>>,
@@ -353,6 +360,10 @@ impl Attention {
                 .map(|q| f(format!("kv_store_{}", q.name())))
                 .collect::<Result<_>>()?,
             combine: f("attn_decode_combine".into())?,
+            combine_q8k: COMBINE_Q8K_DIMS
+                .iter()
+                .map(|&d| Ok((d, f(format!("attn_decode_combine_q8k_d{d}"))?)))
+                .collect::<Result<_>>()?,
             decode: KvFormat::ALL
                 .iter()
                 .map(|&q| per_format(&ATTENTION, "attn_decode_split", q))
@@ -460,6 +471,11 @@ impl Attention {
     /// else a second kernel does; the same arithmetic either way. `kernel`: a block per query
     /// head, or a block per KV head reading its keys and values once for all the query heads
     /// that share them ([`DecodeKernel`]).
+    ///
+    /// `q8`: where the combine has its own launch and a kernel for the head size, it writes
+    /// `out` quantized as Q8_K there too (rows of `n_head * head_dim / 32` activation blocks,
+    /// quantize.cu's layout; the codes `quantize_q8_k` would give) and the answer is `true`;
+    /// else `q8` is untouched and the answer `false`.
     #[allow(clippy::too_many_arguments)]
     pub fn decode(
         &self,
@@ -473,7 +489,8 @@ impl Attention {
         n_split: usize,
         work: &mut DecodeWork,
         out: &mut CudaSlice<f32>,
-    ) -> Result<()> {
+        q8: Option<&mut CudaSlice<u8>>,
+    ) -> Result<bool> {
         let f = kernel_for(&self.decode[cache.format.index()], cache, "decode")?;
         let n_q = query_rows(q.len(), out.len(), positions.len(), n_head, cache);
         assert!(
@@ -557,10 +574,41 @@ impl Attention {
         // the combine kernel follows.
         unsafe { b.launch(cfg) }.during(format!("launching {name}"))?;
         if fused {
-            return Ok(());
+            return Ok(false);
         }
 
         let (ns, hd) = (int(n_split, "n_split"), int(cache.head_dim, "head_dim"));
+        let width = n_head * cache.head_dim;
+        let q8k = self
+            .combine_q8k
+            .get(&cache.head_dim)
+            .filter(|_| width.is_multiple_of(QK_K));
+        if let (Some(f), Some(q8)) = (q8k, q8) {
+            assert!(
+                q8.len() >= n_q * width / 32 * 36,
+                "decode: {} bytes for {n_q} rows of Q8_K",
+                q8.len()
+            );
+            let mut b = self.launch.builder(f);
+            b.arg(&work.m)
+                .arg(&work.l)
+                .arg(&work.acc)
+                .arg(out)
+                .arg(q8)
+                .arg(&nh)
+                .arg(&ns)
+                .arg(sinks);
+            let cfg = LaunchConfig {
+                grid_dim: ((width / QK_K) as u32, n_q as u32, 1),
+                block_dim: ((QK_K / cache.head_dim * NWARPS * 32) as u32, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            // SAFETY: attn_decode_combine_q8k_dD(m, l, acc, out, outq, n_head, n_split, sinks)
+            // over the partials written just above, D the cache's head size; out holds n_q *
+            // n_head * D floats, outq n_q rows of n_head * D / 32 block_q8_1s (asserted).
+            unsafe { b.launch(cfg) }.during("launching attn_decode_combine_q8k")?;
+            return Ok(true);
+        }
         let mut b = self.launch.builder(&self.combine);
         b.arg(&work.m)
             .arg(&work.l)
@@ -580,7 +628,7 @@ impl Attention {
         // SAFETY: attn_decode_combine(m, l, acc, out, n_head, n_split, head_dim, sinks) over
         // the partials written just above; out holds n_q * n_head * head_dim floats.
         unsafe { b.launch(cfg) }.during("launching attn_decode_combine")?;
-        Ok(())
+        Ok(false)
     }
 
     /// Prefill: the same as [`decode`](Self::decode) (`sm` too) for a ubatch of any number

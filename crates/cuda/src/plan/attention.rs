@@ -159,6 +159,14 @@ impl Plan {
         self.switches.attn_combine_walk
     }
 
+    /// Whether decode attention's own combine launch writes its output quantized as Q8_K as
+    /// well (for the product after it, whose quantize launch it saves: the same codes), where
+    /// that product takes Q8_K and the head size has the kernel; off under
+    /// `FERROLM_ATTN_COMBINE_Q8K=0`.
+    pub fn combine_quantizes(&self) -> bool {
+        self.switches.attn_combine_q8k
+    }
+
     /// Flash-decoding splits of a layer whose cache's work holds `cap` ([`Self::decode_splits`]
     /// of its context): a sliding window's keys are split as a context of the window's length
     /// would be (so that a window of 512 at a 32k context is not cut into slivers of a few keys

@@ -71,6 +71,10 @@ pub struct Switches {
     /// (H100, tg128: qwen3-30b-a3b +1.5-2% in its own launch, olmoe-1b-7b +1%, qwen3-8b level
     /// at depth 0 and 16,384).
     pub attn_combine_walk: bool,
+    /// `FERROLM_ATTN_COMBINE_Q8K=0`: decode attention's own combine launch leaves the output
+    /// f32 only, and the product after it quantizes it in a launch of its own (as before
+    /// session 32); by default the combine writes the Q8_K copy too.
+    pub attn_combine_q8k: bool,
     /// `FERROLM_ATTN_SPLIT_KEYS`: decode attention's keys a split at full context (splits are
     /// `n_ctx / this`, 1 to `ATTN_MAX_SPLITS`); `None`: the plan's choice by blocks.
     pub attn_split_keys: Option<usize>,
@@ -223,6 +227,7 @@ impl Default for Switches {
             attn_grouped: true,
             attn_tc: true,
             attn_combine_walk: false,
+            attn_combine_q8k: true,
             attn_split_keys: None,
             rows_split_keys: None,
             kv_block: None,
@@ -376,6 +381,7 @@ impl Switches {
             attn_grouped: flag(env, "FERROLM_ATTN_GROUPED", true)?,
             attn_tc: flag(env, "FERROLM_ATTN_TC", true)?,
             attn_combine_walk: flag(env, "FERROLM_ATTN_COMBINE_WALK", false)?,
+            attn_combine_q8k: flag(env, "FERROLM_ATTN_COMBINE_Q8K", true)?,
             attn_split_keys: count(env, "FERROLM_ATTN_SPLIT_KEYS", 16..=65536)?,
             rows_split_keys: count(env, "FERROLM_ROWS_SPLIT_KEYS", 16..=65536)?,
             kv_block: match count(env, "FERROLM_KV_BLOCK", 16..=1 << 20)? {
@@ -460,7 +466,7 @@ impl fmt::Display for Switches {
         let decode_splits = count_or_auto(self.f16_decode_splits);
         let carveout = count_or_auto(self.carveout);
         let norm_route_rows = count_or_auto(self.norm_route_rows);
-        let lines: [(&str, &str, &str); 52] = [
+        let lines: [(&str, &str, &str); 53] = [
             (
                 "FERROLM_CUDA_MMQ",
                 bit(self.mmq),
@@ -547,6 +553,11 @@ impl fmt::Display for Switches {
                 "FERROLM_ATTN_COMBINE_WALK",
                 bit(self.attn_combine_walk),
                 "decode attention's splits combined in the walk's launch",
+            ),
+            (
+                "FERROLM_ATTN_COMBINE_Q8K",
+                bit(self.attn_combine_q8k),
+                "decode attention's own combine quantizes its output as Q8_K",
             ),
             (
                 "FERROLM_ATTN_SPLIT_KEYS",

@@ -204,4 +204,7 @@ fn splits_combine_in_their_own_launch() {
     assert!(plan(&[("FERROLM_ATTN_COMBINE_WALK", "1")]).combine_in_walk());
     assert_eq!(plan(&[("FERROLM_ATTN_COMBINE_WALK", "0")]), plan(&[]));
     assert!(err(&[("FERROLM_ATTN_COMBINE_WALK", "2")]).contains("FERROLM_ATTN_COMBINE_WALK"));
+    assert!(plan(&[]).combine_quantizes());
+    assert!(!plan(&[("FERROLM_ATTN_COMBINE_Q8K", "0")]).combine_quantizes());
+    assert!(err(&[("FERROLM_ATTN_COMBINE_Q8K", "x")]).contains("FERROLM_ATTN_COMBINE_Q8K"));
 }
