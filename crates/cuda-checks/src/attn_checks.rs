@@ -21,8 +21,11 @@ use rand::Rng;
 use rayon::prelude::*;
 
 /// f32 softmax and sums in another order (expf against Rust's exp, a split or tiled online
-/// softmax against a two-pass one), measured against `Σ p·|v|` (see [`magnitudes`]).
-pub(crate) const ATTN: Contract = Contract::Rel(1e-5, "f32 accumulation order");
+/// softmax against a two-pass one), measured against `Σ p·|v|` (see [`magnitudes`]). Most rows
+/// sit near 5e-7; the scalar prefill over a q4_0 / q8_0 cache (9/3 heads, d 64, 77 rows)
+/// reached 1.02e-5 and 1.89e-5 under seeds 141 and 143 (session 32), an exp of a score whose
+/// f32 dot ran in another order; a wrong mask, row or split is off by O(0.1).
+pub(crate) const ATTN: Contract = Contract::Rel(3e-5, "f32 accumulation order");
 
 /// The tensor-core prefill rounds q·scale and the probabilities P to f16 (unit roundoff
 /// u = 2⁻¹¹ ≈ 4.9e-4 each) and accumulates in f32, measured against `Σ p·|v|`. A numpy model

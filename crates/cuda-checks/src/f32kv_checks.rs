@@ -7,7 +7,7 @@
 //! - the scalar prefill and the CPU-order prefill (`attn_prefill_f32ref_f32_*`);
 //!
 //! with a sliding window, gpt-oss's sinks and deepseek2's `kq_scale` at their heads. Contracts:
-//! the quantized caches' scalar kernels' ([`ATTN`]: f32 sums in another order, ≤ 1e-5 of
+//! the quantized caches' scalar kernels' ([`ATTN`]: f32 sums in another order, ≤ 3e-5 of
 //! `Σ p·|v|`), and the CPU-order prefill's ([`ATTN_F32REF`]: only e^x rounds differently).
 
 use super::attn_checks::{magnitudes_with, Softmax, ATTN, ATTN_F32REF};

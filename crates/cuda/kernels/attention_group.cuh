@@ -308,18 +308,18 @@ static __device__ __forceinline__ void group_combine_when_last(
         return;
     }
     __shared__ bool last;
-    __threadfence();
-    __syncthreads();
+    __syncthreads(); // the block's partials, then one thread's fence and count (block_fence_count)
     if (threadIdx.x == 0) {
         int *c = done + h0;
+        __threadfence();
         last = atomicAdd(c, 1) == n_split - 1;
         if (last) {
+            __threadfence();
             *c = 0;
         }
     }
     __syncthreads();
     if (last) {
-        __threadfence();
         // The row's own partials and output (t = 0: the pointers are the row's already).
         if constexpr (G > 1) {
             combine_heads_wide<D, ATTN_NWARPS * WARP_SIZE>(part_m, part_l, part_acc, out_row,

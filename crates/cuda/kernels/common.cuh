@@ -347,6 +347,21 @@ static __device__ __forceinline__ void add_split_planes(float *__restrict__ dst,
     }
 }
 
+// One thread's count of its block in *counter, after a barrier that follows the block's stores
+// (every thread's, which other blocks will read through L2): its fence before the count
+// publishes them all (a fence is cumulative; cooperative groups' grid sync does the same), and
+// where the count makes this block the last of `blocks`, a second fence orders the readers'
+// loads after every other block's. Whether this block is the last. A fence by one thread where
+// every thread fenced before: ncu counted membar stalls on the router's 512 threads (session 32).
+static __device__ __forceinline__ bool block_fence_count(unsigned *counter, unsigned blocks) {
+    __threadfence();
+    const bool last = atomicAdd(counter, 1u) == blocks - 1;
+    if (last) {
+        __threadfence();
+    }
+    return last;
+}
+
 // The split-K tail the block-wide split kernels share (mmq.cu, mmvq_staged.cu, matvec_f16.cu;
 // every thread of the block calls it after storing its share): the tile's last share to finish
 // (counted in done[tile], which it resets for the next launch) adds the shares into dst by
@@ -357,16 +372,14 @@ static __device__ __forceinline__ void add_splits_if_last(
     size_t plane, int splits, int ld, int col0, int cols, int row0, int rows, int tid,
     int nthreads) {
     __shared__ bool last;
-    __threadfence(); // this share before its count
-    __syncthreads();
+    __syncthreads(); // the block's shares, then one thread's fence and count
     if (tid == 0) {
-        last = atomicAdd(done + tile, 1u) == (unsigned)splits - 1;
+        last = block_fence_count(done + tile, splits);
     }
     __syncthreads();
     if (!last) {
         return;
     }
-    __threadfence();
     add_split_planes<VECS>(dst, part, plane, splits, ld, col0, cols, row0, rows, tid, nthreads);
     if (tid == 0) {
         done[tile] = 0;

@@ -437,12 +437,11 @@ static __device__ __forceinline__ void add_splits(float *__restrict__ out,
                                                   int n_rows, WgTile tile, int ctid) {
     __shared__ bool last;
     const int t = blockIdx.y * gridDim.x + blockIdx.x;
-    __threadfence(); // this share before its count
+    // The consumers' shares, then one thread's fence and count.
     asm volatile("bar.sync 2, 256;" ::: "memory");
-    if (ctid == 0) last = atomicAdd(done + t, 1u) == gridDim.z - 1;
+    if (ctid == 0) last = block_fence_count(done + t, gridDim.z);
     asm volatile("bar.sync 2, 256;" ::: "memory");
     if (!last) return;
-    __threadfence();
     const int toks = min(WG_BM, n_tok - tile.tok0), rows = min(WG_BN, n_rows - tile.row0);
     add_split_planes<VECS>(out, part, (size_t)n_tok * n_rows, gridDim.z, n_rows, tile.tok0, toks,
                      tile.row0, rows, ctid, 256);

@@ -204,16 +204,14 @@ static __device__ __forceinline__ bool topk_in_last_block(const float *logits,
                                                           int k, int gating,
                                                           const float *__restrict__ bias) {
     __shared__ bool last;
-    __threadfence(); // this block's logits before its count
-    __syncthreads();
+    __syncthreads(); // the block's logits, then one thread's fence and count (block_fence_count)
     if (threadIdx.x == 0) {
-        last = atomicAdd(done, 1u) == gridDim.x - 1;
+        last = block_fence_count(done, gridDim.x);
     }
     __syncthreads();
     if (!last) {
         return false;
     }
-    __threadfence();
     __shared__ float ls[ROUTE_SMALL_N * 32 * TOPK_PER_LANE];
     for (int i = threadIdx.x; i < n * n_expert; i += blockDim.x) {
         ls[i] = __ldcg(logits + i); // from L2: other blocks wrote them
