@@ -5,7 +5,7 @@
 use super::{CudaAct, CudaBackend, CudaCache, CudaInputs};
 use crate::error::{DriverContext, Result};
 use crate::ops::{ActQuant, AttnSoftmax, Quantize};
-use crate::plan::Attn;
+use crate::plan::{Attn, DECODE_MAX_ROWS};
 use cudarc::driver::CudaSlice;
 use ferrolm_model::backend::{AttnShape, SeqRows};
 
@@ -56,7 +56,9 @@ impl CudaBackend {
         stored: bool,
     ) -> Result<()> {
         let mode = self.norm_quant(out.width);
-        let mut q8 = match self.plan.combine_quantizes() && mode == ActQuant::Q8K {
+        // Only decode's combine writes the copy: a prefill's rows take no buffer for it.
+        let decode = out.rows <= DECODE_MAX_ROWS;
+        let mut q8 = match decode && self.plan.combine_quantizes() && mode == ActQuant::Q8K {
             true => Some(self.bytes.take(Quantize::q8_1_bytes(out.rows, out.width))?),
             false => None,
         };
