@@ -246,9 +246,38 @@ pub fn matvec_f16(
             n * rows,
             |got| {
                 let part = (shares > 1).then_some(&mut part);
-                k.matvec_f16.matmul(shares, &case.w, &x16, n, got, part)
+                k.matvec_f16
+                    .matmul(false, shares, &case.w, &x16, n, got, part)
             },
         )?);
+    }
+    if ty == GgmlType::Q6K {
+        // Q6_K's weights through shared memory (FERROLM_F16_MATVEC_Q6K_STAGE=1, where the
+        // rows' layout allows): the register path's bits.
+        for shares in [1, ways] {
+            let run = |stage: bool| -> Result<Vec<f32>> {
+                let mut part = dev.zeros::<f32>(MatVecF16::scratch(shares, n, rows).max(1))?;
+                let mut got = poisoned(dev, n * rows)?;
+                let part = (shares > 1).then_some(&mut part);
+                let (w, x) = (&case.w, &x16);
+                k.matvec_f16
+                    .matmul(stage, shares, w, x, n, &mut got, part)?;
+                dev.sync()?;
+                Ok(dev.download(&got)?)
+            };
+            let (regs, staged) = (run(false)?, run(true)?);
+            let same = regs
+                .iter()
+                .zip(&staged)
+                .all(|(a, b)| a.to_bits() == b.to_bits());
+            out.push(row(
+                "matvec f16 Q6_K, weights through shared memory",
+                format!("{rows}×{cols} · {n} rows, {shares} shares"),
+                "the register path",
+                (if same { 0.0 } else { f64::NAN }, 0.0, same),
+                Contract::Exact,
+            ));
+        }
     }
     Ok(out)
 }

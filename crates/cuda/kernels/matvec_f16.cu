@@ -51,6 +51,18 @@
 #define MVF_ROW_BYTES 512
 #define MVF_STAGE_BYTES (MVF_MAX_COLS * MVF_ROW_BYTES)
 #define MVF_SMEM (2 * MVF_STAGE_BYTES)
+// Q6_K's weights through shared memory (the `_ws` entries, FERROLM_F16_MATVEC_Q6K_STAGE): a
+// block's 128 rows of one super-block, each row's 210 bytes inside the 16-byte-aligned span of
+// 224 that holds them (14 cp.async chunks; the host takes these entries only where rows lie a
+// multiple of 16 bytes apart, so every row's block sits at the same offset in its span), a
+// row's span MVF_WS_ROW bytes from the next (240: the 4-byte words a quarter warp's 8 rows read
+// meet every bank once). A lane's 16-bit loads of 210-byte blocks from memory, 33 a row a
+// super-block, filled the load queue (ncu: lg throttle the first stall of Q6_K's down, session
+// 32); the copies are 7 a thread a super-block, and the codes come from shared memory.
+#define MVF_WS_ROW 240
+#define MVF_WS_CHUNKS 14
+#define MVF_WS_STAGE_BYTES (MVF_ROWS * MVF_WS_ROW)
+#define MVF_WS_SMEM (2 * MVF_STAGE_BYTES + 2 * MVF_WS_STAGE_BYTES)
 
 // Q4_K: a row's super-block as a lane holds it, the 16-byte head (d, dmin, 12 scale bytes) and
 // its 8 code bytes of each of the four 32-byte groups.
@@ -300,22 +312,42 @@ static __device__ __forceinline__ void mvf_stage(char *dst, const uint16_t *x, i
     cp_async_commit();
 }
 
+// Queue the copy of super-block kb of the block's Q6_K weight rows (rows past nrows re-read the
+// last one, never written) into `dst`, a row's 224-byte span every MVF_WS_ROW bytes; bytes at
+// or past `end` (the matrix's end) are not read. Not committed: the caller's group takes it.
+static __device__ __forceinline__ void mvf_stage_weights(char *dst, const block_q6_K *w,
+                                                         int nrows, int bpr, int kb,
+                                                         const char *end, int tid) {
+    const int row0 = blockIdx.x * MVF_ROWS;
+    constexpr int THREADS = MvfFormat<GGML_TYPE_Q6_K>::WARPS * WARP_SIZE;
+    for (int i = tid; i < MVF_ROWS * MVF_WS_CHUNKS; i += THREADS) {
+        const int r = i / MVF_WS_CHUNKS, c = i % MVF_WS_CHUNKS;
+        const block_q6_K *b = w + (size_t)min(row0 + r, nrows - 1) * bpr + kb;
+        const char *src = (const char *)((size_t)b & ~(size_t)15) + 16 * c;
+        const int bytes = src >= end ? 0 : (int)min((ptrdiff_t)16, end - src);
+        cp_async16(dst + r * MVF_WS_ROW + 16 * c, bytes > 0 ? src : (const char *)w, bytes);
+    }
+}
+
 // The lane's weight rows g + 8r of the warp's (rows past the end re-read the last one, never
 // written) and its share's first super-block of them, loaded before the wait on the previous
-// kernel (no kernel writes weights); then the wait.
+// kernel (no kernel writes weights); then the wait. WS (Q6_K only): the block's first
+// super-block is queued for shared memory instead, in a group of its own.
 template <int TYPE> struct MvfStart {
     static constexpr int RL = 2 * MvfFormat<TYPE>::TILES;
+    const typename MvfFormat<TYPE>::block *w; // the matrix
     const typename MvfFormat<TYPE>::block *wr[RL];
     typename MvfFormat<TYPE>::Row cur[RL];
 };
 
-template <int TYPE>
+template <int TYPE, bool WS>
 static __device__ __forceinline__ MvfStart<TYPE>
 mvf_weights_then_wait(const typename MvfFormat<TYPE>::block *__restrict__ w, int ncols, int nrows,
                       int share) {
     typedef MvfFormat<TYPE> F;
     typedef typename F::block block;
     MvfStart<TYPE> st;
+    st.w = w;
     const int g = threadIdx.x / 4, t = threadIdx.x % 4;
     const int bpr = ncols / QK_K;
     const int row0 = blockIdx.x * MVF_ROWS + 16 * F::TILES * threadIdx.y;
@@ -323,9 +355,21 @@ mvf_weights_then_wait(const typename MvfFormat<TYPE>::block *__restrict__ w, int
 #pragma unroll
     for (int r = 0; r < MvfStart<TYPE>::RL; ++r) {
         st.wr[r] = w + (size_t)min(row0 + g + 8 * r, nrows - 1) * bpr;
-        if (kb0 < bpr) {
+        if (!WS && kb0 < bpr) {
             F::load(st.cur[r], st.wr[r] + kb0, t);
         }
+    }
+    if constexpr (WS) {
+        static_assert(TYPE == GGML_TYPE_Q6_K, "weights through shared memory: Q6_K only");
+        extern __shared__ __align__(16) char smem[];
+        if (kb0 < bpr) {
+            const char *end = (const char *)(w + (size_t)nrows * bpr);
+            mvf_stage_weights(smem + 2 * MVF_STAGE_BYTES, (const block_q6_K *)w, nrows, bpr, kb0,
+                              end, threadIdx.y * WARP_SIZE + threadIdx.x);
+        }
+        cp_async_commit();
+        dependent_launch_entry();
+        return st;
     }
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     // The rest of the share's rows asked of L2 in one bulk request a row (lane t == 0 of its
@@ -347,8 +391,9 @@ mvf_weights_then_wait(const typename MvfFormat<TYPE>::block *__restrict__ w, int
 
 // `share` super-blocks a split (gridDim.y of them); part: gridDim.y × nrows_y × nrows floats
 // and done: a zeroed counter per row block, when gridDim.y > 1. st as mvf_weights_then_wait
-// leaves it.
-template <int TYPE, int NT>
+// leaves it. WS: Q6_K's weights through shared memory (MVF_WS_SMEM), the same arithmetic in
+// the same order: the same bits as the register path.
+template <int TYPE, int NT, bool WS>
 static __device__ __forceinline__ void matvec_f16(MvfStart<TYPE> &st,
                                                   const uint16_t *__restrict__ x,
                                                   float *__restrict__ dst, int ncols, int nrows,
@@ -362,7 +407,7 @@ static __device__ __forceinline__ void matvec_f16(MvfStart<TYPE> &st,
     const int bpr = ncols / QK_K;
     const int row0 = blockIdx.x * MVF_ROWS + 16 * F::TILES * threadIdx.y;
     const int kb0 = blockIdx.y * share, kb1 = min(bpr, kb0 + share);
-    if (mmq_dynamic_smem() < (unsigned)MVF_SMEM) {
+    if (mmq_dynamic_smem() < (unsigned)(WS ? MVF_WS_SMEM : MVF_SMEM)) {
         __trap(); // launched with less shared memory than the layout needs
     }
     float acc[F::TILES][NT][4];
@@ -394,11 +439,28 @@ static __device__ __forceinline__ void matvec_f16(MvfStart<TYPE> &st,
                 cp_async_wait<0>(); // this thread's copies of super-block k
                 __syncthreads();    // everyone's; and every warp is done with k - 1's stage
                 if (k + 1 < kb1) {
+                    if constexpr (WS) {
+                        const char *end = (const char *)(st.w + (size_t)nrows * bpr);
+                        mvf_stage_weights(smem + 2 * MVF_STAGE_BYTES +
+                                              (half ^ 1) * MVF_WS_STAGE_BYTES,
+                                          (const block_q6_K *)st.w, nrows, bpr, k + 1, end, tid);
+                    }
                     mvf_stage<TYPE, NT>(smem + (half ^ 1) * MVF_STAGE_BYTES, x, ncols, nrows_y,
                                         k + 1, tid);
                 }
+                if constexpr (WS) {
+                    // The warp's rows of super-block k, from the stage at the blocks' offset
+                    // in their spans (the same for every row), as the register path holds them.
+                    const int off = (int)((size_t)(st.wr[0] + k) & 15);
+                    const char *ws = smem + 2 * MVF_STAGE_BYTES + half * MVF_WS_STAGE_BYTES + off;
+#pragma unroll
+                    for (int r = 0; r < RL; ++r) {
+                        const int rr = 16 * F::TILES * threadIdx.y + g + 8 * r;
+                        F::load(use[r], (const typename F::block *)(ws + rr * MVF_WS_ROW), t);
+                    }
+                }
                 F::template super_block<NT>(use, smem + half * MVF_STAGE_BYTES, acc, fill, st.wr,
-                                            k + 1, k + 1 < kb1);
+                                            k + 1, !WS && k + 1 < kb1);
             }
         }
     }
@@ -430,16 +492,17 @@ static __device__ __forceinline__ void matvec_f16(MvfStart<TYPE> &st,
 
 // 8 warps an SM: Q4_K two blocks of 4 (255 registers a thread at most), Q6_K one of 8; 64 KB of
 // shared memory a block.
-#define MVF_ENTRY(NAME, TYPE, NT)                                                                 \
+#define MVF_ENTRY_AS(NAME, TYPE, NT, WS)                                                          \
     extern "C" __global__ void __launch_bounds__(MvfFormat<TYPE>::WARPS *WARP_SIZE,               \
                                                  8 / MvfFormat<TYPE>::WARPS)                      \
         matvec_f16_##NAME##_t##NT(const MvfFormat<TYPE>::block *__restrict__ w,                   \
                                   const uint16_t *__restrict__ x, float *__restrict__ dst,        \
                                   int ncols, int nrows, int nrows_y, float *part, unsigned *done, \
                                   int share) {                                                    \
-        MvfStart<TYPE> st = mvf_weights_then_wait<TYPE>(w, ncols, nrows, share);                  \
-        matvec_f16<TYPE, NT>(st, x, dst, ncols, nrows, nrows_y, part, done, share);               \
+        MvfStart<TYPE> st = mvf_weights_then_wait<TYPE, WS>(w, ncols, nrows, share);              \
+        matvec_f16<TYPE, NT, WS>(st, x, dst, ncols, nrows, nrows_y, part, done, share);           \
     }
+#define MVF_ENTRY(NAME, TYPE, NT) MVF_ENTRY_AS(NAME, TYPE, NT, false)
 
 // Column tiles 1-8 (1-64 rows).
 #define MVF_FORMAT(NAME, TYPE)                                                                    \
@@ -454,3 +517,12 @@ static __device__ __forceinline__ void matvec_f16(MvfStart<TYPE> &st,
 
 MVF_FORMAT(q4_k, GGML_TYPE_Q4_K)
 MVF_FORMAT(q6_k, GGML_TYPE_Q6_K)
+// Q6_K with its weights through shared memory (MVF_WS_SMEM bytes), column tiles 1-8.
+MVF_ENTRY_AS(q6_k_ws, GGML_TYPE_Q6_K, 1, true)
+MVF_ENTRY_AS(q6_k_ws, GGML_TYPE_Q6_K, 2, true)
+MVF_ENTRY_AS(q6_k_ws, GGML_TYPE_Q6_K, 3, true)
+MVF_ENTRY_AS(q6_k_ws, GGML_TYPE_Q6_K, 4, true)
+MVF_ENTRY_AS(q6_k_ws, GGML_TYPE_Q6_K, 5, true)
+MVF_ENTRY_AS(q6_k_ws, GGML_TYPE_Q6_K, 6, true)
+MVF_ENTRY_AS(q6_k_ws, GGML_TYPE_Q6_K, 7, true)
+MVF_ENTRY_AS(q6_k_ws, GGML_TYPE_Q6_K, 8, true)

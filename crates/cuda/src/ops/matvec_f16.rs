@@ -14,7 +14,7 @@ use crate::device::CudaDevice;
 use crate::error::{CudaError, DriverContext, Result};
 use crate::kernels::MATVEC_F16;
 use cudarc::driver::sys::CUfunction_attribute;
-use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig};
+use cudarc::driver::{CudaFunction, CudaSlice, DevicePtr, LaunchConfig};
 use ferrolm_gguf::GgmlType;
 use std::collections::HashMap;
 
@@ -28,6 +28,9 @@ const FORMATS: [(GgmlType, u32); 2] = [(GgmlType::Q4K, 4), (GgmlType::Q6K, 8)];
 pub const F16_MATVEC_SPLIT_BLOCKS: usize = 1024;
 /// The kernel's MVF_SMEM: two stages of 64 activation rows of a super-block as f16.
 const SMEM_BYTES: u32 = 2 * 64 * 512;
+/// The `_ws` entries' MVF_WS_SMEM: those stages and two of a block's 128 Q6_K rows of a
+/// super-block, each row's 224-byte span 240 bytes from the next.
+const WS_SMEM_BYTES: u32 = SMEM_BYTES + 2 * 128 * 240;
 /// Elements a super-block holds: the width must be whole super-blocks.
 const SUPER_BLOCK: usize = 256;
 
@@ -35,6 +38,8 @@ pub struct MatVecF16 {
     launch: Launcher,
     /// (type, column tiles) -> `matvec_f16_<type>_t<NT>` and its warps a block.
     fns: HashMap<(GgmlType, usize), (CudaFunction, u32)>,
+    /// Column tiles -> `matvec_f16_q6_k_ws_t<NT>` (Q6_K's weights through shared memory).
+    fns_ws: HashMap<usize, CudaFunction>,
     /// A zeroed counter per row block of a split launch; each block's last share resets it.
     done: CudaSlice<u32>,
 }
@@ -55,9 +60,20 @@ impl MatVecF16 {
                 fns.insert((ty, nt), (f, warps));
             }
         }
+        let mut fns_ws = HashMap::new();
+        for nt in 1..=F16_MATVEC_MAX_ROWS / 8 {
+            let f = dev.function(&MATVEC_F16, &format!("matvec_f16_q6_k_ws_t{nt}"))?;
+            f.set_attribute(
+                CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                WS_SMEM_BYTES as i32,
+            )
+            .during("raising matvec_f16_q6_k_ws's shared-memory limit")?;
+            fns_ws.insert(nt, f);
+        }
         Ok(Self {
             launch: launch.clone(),
             fns,
+            fns_ws,
             done: dev.zeros(F16_MATVEC_SPLIT_BLOCKS)?,
         })
     }
@@ -81,11 +97,23 @@ impl MatVecF16 {
         }
     }
 
+    /// Whether `w`'s weights can come through shared memory (`stage_weights` in
+    /// [`Self::matmul`]): Q6_K rows a multiple of 16 bytes apart (8 super-blocks a row) from a
+    /// 16-byte-aligned start, so that every row's block of a super-block sits at one offset in
+    /// its 16-byte-aligned span.
+    fn stages_weights(&self, w: &QuantMatrix) -> bool {
+        let (ptr, _sync) = w.data.device_ptr(self.launch.stream());
+        w.ty == GgmlType::Q6K && (w.cols / SUPER_BLOCK).is_multiple_of(8) && ptr % 16 == 0
+    }
+
     /// `out[j][r] = W[r] · x16[j]` for the `n` (1..=64) f16 rows of `x16`, k shared out
     /// `splits` ways (`part`: [`Self::scratch`] floats where `splits` > 1); `out` holds
-    /// `n * w.rows` floats.
+    /// `n * w.rows` floats. `stage_weights` (the plan's [`crate::Plan::f16_matvec_stage_q6k`]):
+    /// Q6_K's weights come through shared memory where their layout allows it (the same bits).
+    #[allow(clippy::too_many_arguments)]
     pub fn matmul(
         &self,
+        stage_weights: bool,
         splits: usize,
         w: &QuantMatrix,
         x16: &CudaSlice<u16>,
@@ -101,7 +129,15 @@ impl MatVecF16 {
         }
         assert!(x16.len() >= n * w.cols, "matvec_f16: activations too small");
         assert!(out.len() >= n * w.rows, "matvec_f16: out too small");
-        let (f, warps) = &self.fns[&(w.ty, n.div_ceil(8))];
+        let nt = n.div_ceil(8);
+        let ws = stage_weights && self.stages_weights(w);
+        let (f, warps, smem) = match ws {
+            true => (&self.fns_ws[&nt], 8, WS_SMEM_BYTES),
+            false => {
+                let (f, warps) = &self.fns[&(w.ty, nt)];
+                (f, *warps, SMEM_BYTES)
+            }
+        };
         let blocks = w.cols / SUPER_BLOCK;
         // Shares of ceil(blocks / splits) super-blocks, then as many as that takes (none
         // empty, never more than asked).
@@ -144,13 +180,15 @@ impl MatVecF16 {
         b.arg(&share_arg);
         let cfg = LaunchConfig {
             grid_dim: (row_blocks as u32, splits as u32, 1),
-            block_dim: (32, *warps, 1),
-            shared_mem_bytes: SMEM_BYTES,
+            block_dim: (32, warps, 1),
+            shared_mem_bytes: smem,
         };
-        // SAFETY: matvec_f16_<type>_t<NT>(w, x, dst, ncols, nrows, nrows_y, part, done, share):
-        // rows x cols weights of the entry's type (whole super-blocks), n <= 8 NT f16 rows of cols elements,
-        // n x rows floats out; split, part holds splits x n x rows floats and done a zeroed
-        // counter per row block; MVF_SMEM bytes of dynamic shared memory (allowed at load).
+        // SAFETY: matvec_f16_<type>[_ws]_t<NT>(w, x, dst, ncols, nrows, nrows_y, part, done,
+        // share): rows x cols weights of the entry's type (whole super-blocks; _ws: Q6_K rows
+        // a multiple of 16 bytes apart from a 16-byte-aligned start, checked above), n <= 8 NT
+        // f16 rows of cols elements, n x rows floats out; split, part holds splits x n x rows
+        // floats and done a zeroed counter per row block; MVF_SMEM (_ws: MVF_WS_SMEM) bytes of
+        // dynamic shared memory (allowed at load).
         unsafe { b.launch(cfg) }.during("launching matvec_f16")?;
         Ok(())
     }
@@ -187,5 +225,13 @@ mod tests {
         assert!(src.contains("#define MVF_ROW_BYTES 512"));
         assert!(src.contains("#define MVF_SMEM (2 * MVF_STAGE_BYTES)"));
         assert_eq!(SMEM_BYTES, 2 * 64 * 512);
+        assert!(src.contains("#define MVF_WS_ROW 240"));
+        assert!(src.contains("#define MVF_WS_SMEM (2 * MVF_STAGE_BYTES + 2 * MVF_WS_STAGE_BYTES)"));
+        assert_eq!(WS_SMEM_BYTES, SMEM_BYTES + 2 * 128 * 240);
+        for nt in 1..=F16_MATVEC_MAX_ROWS / 8 {
+            assert!(src.contains(&format!(
+                "MVF_ENTRY_AS(q6_k_ws, GGML_TYPE_Q6_K, {nt}, true)"
+            )));
+        }
     }
 }

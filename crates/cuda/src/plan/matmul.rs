@@ -119,6 +119,14 @@ impl Plan {
         (blocks.div_ceil(ways) >= F16_DECODE_MIN_SHARE_BLOCKS).then_some(ways)
     }
 
+    /// Whether the f16 mat-vec reads Q6_K weights through shared memory (16-byte `cp.async`
+    /// chunks of each row's span) rather than a lane's 16-bit loads, where their layout allows
+    /// (`MatVecF16::matmul`): `FERROLM_F16_MATVEC_Q6K_STAGE=1`, off until a device run measures
+    /// it. The same bits either way.
+    pub fn f16_matvec_stage_q6k(&self) -> bool {
+        self.switches.f16_matvec_q6k_stage
+    }
+
     /// Whether `n` rows of a batched decode step's `ty` product of `rows` × `cols` take the f16
     /// mat-vec (`FERROLM_F16_MATVEC`, on by default; Hopper, where the f16 path rounds the
     /// activations), and if so in how many k shares: passes of several sequences, Q4_K and
