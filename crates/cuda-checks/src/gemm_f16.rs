@@ -251,9 +251,9 @@ pub fn matvec_f16(
             },
         )?);
     }
-    if ty == GgmlType::Q6K {
-        // Q6_K's weights through shared memory (FERROLM_F16_MATVEC_Q6K_STAGE=1, where the
-        // rows' layout allows): the register path's bits.
+    if k.matvec_f16.stages_weights(&case.w) {
+        // Q6_K's weights through shared memory (FERROLM_F16_MATVEC_Q6K_STAGE=1; only where the
+        // rows' layout allows, else both runs would take the register path): its bits.
         for shares in [1, ways] {
             let run = |stage: bool| -> Result<Vec<f32>> {
                 let mut part = dev.zeros::<f32>(MatVecF16::scratch(shares, n, rows).max(1))?;

@@ -362,6 +362,9 @@ mvf_weights_then_wait(const typename MvfFormat<TYPE>::block *__restrict__ w, int
     if constexpr (WS) {
         static_assert(TYPE == GGML_TYPE_Q6_K, "weights through shared memory: Q6_K only");
         extern __shared__ __align__(16) char smem[];
+        if (mmq_dynamic_smem() < (unsigned)MVF_WS_SMEM) {
+            __trap(); // launched with less shared memory than the copies below fill
+        }
         if (kb0 < bpr) {
             const char *end = (const char *)(w + (size_t)nrows * bpr);
             mvf_stage_weights(smem + 2 * MVF_STAGE_BYTES, (const block_q6_K *)w, nrows, bpr, kb0,

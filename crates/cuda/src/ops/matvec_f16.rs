@@ -13,7 +13,7 @@ use super::{int, QuantMatrix};
 use crate::device::CudaDevice;
 use crate::error::{CudaError, DriverContext, Result};
 use crate::kernels::MATVEC_F16;
-use cudarc::driver::sys::CUfunction_attribute;
+use cudarc::driver::sys::{CUdevice_attribute, CUfunction_attribute};
 use cudarc::driver::{CudaFunction, CudaSlice, DevicePtr, LaunchConfig};
 use ferrolm_gguf::GgmlType;
 use std::collections::HashMap;
@@ -60,8 +60,14 @@ impl MatVecF16 {
                 fns.insert((ty, nt), (f, warps));
             }
         }
+        // Only where a block may have that much shared memory (Hopper's 227 KB; not the
+        // 99 KB of sm_86/89): elsewhere the register path serves every Q6_K product.
+        let optin = dev
+            .context()
+            .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
+            .during("reading the shared memory limit")? as u32;
         let mut fns_ws = HashMap::new();
-        for nt in 1..=F16_MATVEC_MAX_ROWS / 8 {
+        for nt in (1..=F16_MATVEC_MAX_ROWS / 8).filter(|_| WS_SMEM_BYTES <= optin) {
             let f = dev.function(&MATVEC_F16, &format!("matvec_f16_q6_k_ws_t{nt}"))?;
             f.set_attribute(
                 CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
@@ -98,12 +104,14 @@ impl MatVecF16 {
     }
 
     /// Whether `w`'s weights can come through shared memory (`stage_weights` in
-    /// [`Self::matmul`]): Q6_K rows a multiple of 16 bytes apart (8 super-blocks a row) from a
-    /// 16-byte-aligned start, so that every row's block of a super-block sits at one offset in
-    /// its 16-byte-aligned span.
-    fn stages_weights(&self, w: &QuantMatrix) -> bool {
-        let (ptr, _sync) = w.data.device_ptr(self.launch.stream());
-        w.ty == GgmlType::Q6K && (w.cols / SUPER_BLOCK).is_multiple_of(8) && ptr % 16 == 0
+    /// [`Self::matmul`]): the device has the entries' shared memory, and Q6_K rows lie a
+    /// multiple of 16 bytes apart (8 super-blocks a row) from a 16-byte-aligned start, so that
+    /// every row's block of a super-block sits at one offset in its 16-byte-aligned span.
+    pub fn stages_weights(&self, w: &QuantMatrix) -> bool {
+        w.ty == GgmlType::Q6K
+            && !self.fns_ws.is_empty()
+            && (w.cols / SUPER_BLOCK).is_multiple_of(8)
+            && w.data.device_ptr(self.launch.stream()).0 % 16 == 0
     }
 
     /// `out[j][r] = W[r] · x16[j]` for the `n` (1..=64) f16 rows of `x16`, k shared out
