@@ -4,7 +4,7 @@
 //! reference is the CPU's exact f32 path), and the embedding gather against `ferrolm_quant`'s
 //! dequantize.
 
-use super::checks::{normal, poisoned, row};
+use super::checks::{exact_row, normal, poisoned, row};
 use super::{compare, Contract, Row};
 use anyhow::Result;
 use ferrolm_cpu::attention::{attention, LayerKv};
@@ -303,12 +303,11 @@ pub(crate) fn attn_with(
             }
         }
     }
-    let mut rows = vec![row(
+    let mut rows = vec![exact_row(
         "kv_store f32→f16",
         format!("{prefix} + {n_q} rows of {n_kv_head}×{head_dim}"),
         "ferrolm_quant F16",
-        (if store_ok { 0.0 } else { f64::NAN }, 0.0, store_ok),
-        Contract::Exact,
+        store_ok,
     )];
 
     let (kr, vr) = (f16_round(&keys)?, f16_round(&values)?);
@@ -382,12 +381,11 @@ pub(crate) fn attn_with(
                     .iter()
                     .zip(&dev.download(&out)?)
                     .all(|(a, b)| a.to_bits() == b.to_bits());
-                rows.push(row(
+                rows.push(exact_row(
                     "attn_decode combine, fused / its own kernel",
                     format!("{n_head}/{n_kv_head} heads, d {head_dim}, {splits} splits"),
                     "the other combine",
-                    (if same { 0.0 } else { f64::NAN }, 0.0, same),
-                    Contract::Exact,
+                    same,
                 ));
                 rows.extend(combine_q8k(
                     dev, k, &alone, kernel, &qd, &cache, &pd, n_head, w, ns, &mut work,
@@ -480,15 +478,14 @@ fn combine_q8k(
         .all(|(a, b)| a.to_bits() == b.to_bits());
     let codes = dev.download(&got_q8)? == dev.download(&want_q8)?;
     let same = floats && codes;
-    Ok(vec![row(
+    Ok(vec![exact_row(
         "attn_decode combine + Q8_K / combine, quantize_q8_k",
         format!(
             "{n_head}/{} heads, d {}, {splits} splits, {n_q} q",
             cache.n_kv_head, cache.head_dim
         ),
         "the plain combine and quantize_q8_k",
-        (if same { 0.0 } else { f64::NAN }, 0.0, same),
-        Contract::Exact,
+        same,
     )])
 }
 

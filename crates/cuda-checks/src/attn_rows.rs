@@ -13,8 +13,8 @@
 //! tensor-core kernels (`attn_decode_rows_tc_*`).
 
 use super::attn_checks::{magnitudes_with, Softmax, ATTN};
-use super::checks::{normal, poisoned, row};
-use super::{compare, Contract, Row};
+use super::checks::{exact_row, normal, poisoned, row};
+use super::{compare, Row};
 use anyhow::Result;
 use ferrolm_cpu::attention::{attention, LayerKv};
 use ferrolm_cpu::{CpuPlan, KvType};
@@ -305,12 +305,11 @@ pub(crate) fn batch(
             .all(|(x, y)| x.to_bits() == y.to_bits()))
     };
     let same = same_alone(false, &got)?;
-    rows.push(row(
+    rows.push(exact_row(
         "attn_decode_rows (a row alone)",
         desc.clone(),
         "the same row in the batch",
-        (if same { 0.0 } else { f64::NAN }, 0.0, same),
-        Contract::Exact,
+        same,
     ));
     rows.push(row(
         "attn_decode_rows",
@@ -337,21 +336,19 @@ pub(crate) fn batch(
             ATTN,
         ));
         let same = same_alone(true, got_tc)? && got_tc[owned..].iter().all(|&x| x == 0.0);
-        rows.push(row(
+        rows.push(exact_row(
             "attn_decode_rows (tensor cores, a row alone; row not served)",
             desc.clone(),
             "the same row in the batch; zeros",
-            (if same { 0.0 } else { f64::NAN }, 0.0, same),
-            Contract::Exact,
+            same,
         ));
     }
     let zeros = got[owned..].iter().all(|&x| x == 0.0);
-    rows.push(row(
+    rows.push(exact_row(
         "attn_decode_rows (row not served)",
         desc,
         "zeros",
-        (if zeros { 0.0 } else { f64::NAN }, 0.0, zeros),
-        Contract::Exact,
+        zeros,
     ));
     Ok(rows)
 }

@@ -197,6 +197,12 @@ pub(super) fn poisoned(dev: &CudaDevice, n: usize) -> Result<CudaSlice<f32>> {
     Ok(dev.upload(&vec![f32::NAN; n])?)
 }
 
+/// A row whose contract is the same bits: `same` says whether they were.
+pub(super) fn exact_row(op: &str, shape: String, reference: &'static str, same: bool) -> Row {
+    let miss = if same { 0.0 } else { f64::NAN };
+    row(op, shape, reference, (miss, 0.0, same), Contract::Exact)
+}
+
 pub(super) fn row(
     op: &str,
     shape: String,
@@ -397,12 +403,11 @@ fn rope_both(dev: &CudaDevice, k: &Kernels, rng: &mut StdRng) -> Result<Vec<Row>
             .iter()
             .zip(&got)
             .all(|(a, b)| a.to_bits() == b.to_bits());
-        rows.push(row(
+        rows.push(exact_row(
             &format!("{name}, from a table"),
             format!("{n}×{heads}×{hd}"),
             "the same rotation computing its angles",
-            (if same { 0.0 } else { f64::NAN }, 0.0, same),
-            Contract::Exact,
+            same,
         ));
         let mut want = x.clone();
         rope::rope(&mut want, hd, &pos, &model_rope, ff);

@@ -11,8 +11,8 @@
 //! `Σ p·|v|`), and the CPU-order prefill's ([`ATTN_F32REF`]: only e^x rounds differently).
 
 use super::attn_checks::{magnitudes_with, Softmax, ATTN, ATTN_F32REF};
-use super::checks::{normal, poisoned, row};
-use super::{compare, Contract, Row};
+use super::checks::{exact_row, normal, poisoned, row};
+use super::{compare, Row};
 use anyhow::{ensure, Result};
 use ferrolm_cpu::attention::{attention, LayerKv};
 use ferrolm_cpu::{CpuPlan, KvType};
@@ -182,12 +182,11 @@ fn check(
             }
         }
     }
-    let mut rows = vec![row(
+    let mut rows = vec![exact_row(
         "kv_store f32→f32",
         shape_s.clone(),
         "the rows stored",
-        (if store_ok { 0.0 } else { f64::NAN }, 0.0, store_ok),
-        Contract::Exact,
+        store_ok,
     )];
 
     // The CPU over an f32 cache of the same values: its f32 path at any ubatch size.
@@ -287,12 +286,11 @@ fn check(
                     .iter()
                     .zip(&dev.download(&out)?)
                     .all(|(a, b)| a.to_bits() == b.to_bits());
-                rows.push(row(
+                rows.push(exact_row(
                     "attn_decode f32 combine, fused / its own kernel",
                     format!("{shape_s}, {splits} splits"),
                     "the other combine",
-                    (if same { 0.0 } else { f64::NAN }, 0.0, same),
-                    Contract::Exact,
+                    same,
                 ));
                 (
                     "attn_decode f32 (split)",

@@ -2,7 +2,7 @@
 //! weight expanded to f16, the activations rounded to f16, against the f64 product of the
 //! dequantized weight and the f32 activations.
 
-use super::checks::{poisoned, row, MatmulCase};
+use super::checks::{exact_row, poisoned, row, MatmulCase};
 use super::{compare, Contract, Row};
 use anyhow::Result;
 use ferrolm_cuda::ops::GemmWgmma;
@@ -270,12 +270,11 @@ pub fn matvec_f16(
                 .iter()
                 .zip(&staged)
                 .all(|(a, b)| a.to_bits() == b.to_bits());
-            out.push(row(
+            out.push(exact_row(
                 "matvec f16 Q6_K, weights through shared memory",
                 format!("{rows}×{cols} · {n} rows, {shares} shares"),
                 "the register path",
-                (if same { 0.0 } else { f64::NAN }, 0.0, same),
-                Contract::Exact,
+                same,
             ));
         }
     }

@@ -8,7 +8,7 @@
 //! the integer dot products where the GPU keeps q in f32.
 
 use super::attn_checks::{magnitudes, ATTN};
-use super::checks::{normal, poisoned, row};
+use super::checks::{exact_row, normal, poisoned, row};
 use super::{compare, Contract, Row};
 use anyhow::Result;
 use ferrolm_cpu::attention::{attention, LayerKv};
@@ -165,12 +165,11 @@ impl Quant {
                 }
             }
         }
-        let mut rows = vec![row(
+        let mut rows = vec![exact_row(
             &format!("kv_store f32→{name}"),
             shape_s.clone(),
             "ferrolm_quant blocks",
-            (if store_ok { 0.0 } else { f64::NAN }, 0.0, store_ok),
-            Contract::Exact,
+            store_ok,
         )];
 
         // The CPU over a cache of the same type, both ways.

@@ -2,7 +2,7 @@
 //! decode experts (`moe_decode.cu`) with the routes held fixed (the same ids and weights on both
 //! sides, so a routing flip cannot hide or fake an expert error), at OLMoE's shape.
 
-use super::checks::{normal, row, same_bits};
+use super::checks::{exact_row, normal, row, same_bits};
 use super::{compare, Contract, Row};
 use anyhow::Result;
 use ferrolm_cpu::matmul::{dot_f32_avx512_order, matmul, WeightRef};
@@ -172,12 +172,11 @@ fn routing(
             dev.sync()?;
             same &= dev.download(&ids)? == gids;
         }
-        fused_rows.push(row(
+        fused_rows.push(exact_row(
             "moe_route_small (logits + top-k in one launch)",
             format!("{n} tok, {ne} experts, top-{kk}"),
             "moe_logits_small then moe_topk",
-            (if same { 0.0 } else { f64::NAN }, 0.0, same),
-            Contract::Exact,
+            same,
         ));
     }
 
@@ -504,12 +503,11 @@ fn decode(
             compare(&outs[0], fused, |i| fused[i].abs() as f64),
             Contract::Exact,
         ),
-        row(
+        exact_row(
             "moe decode written over its output",
             shape.clone(),
             "added into zeros",
-            (if over_same { 0.0 } else { f64::NAN }, 0.0, over_same),
-            Contract::Exact,
+            over_same,
         ),
         row(
             "moe decode (fused), routes fixed",

@@ -3,8 +3,8 @@
 //! one-launch routing on its output. Contract: the same bits in the residual, the normed rows,
 //! their activation blocks and the choices.
 
-use super::checks::{normal, row};
-use super::{Contract, Row};
+use super::checks::{exact_row, normal};
+use super::Row;
 use anyhow::Result;
 use ferrolm_cuda::ops::{ActQuant, MoeRouteWork, MoeRouter, NormInto, Q8_1_BLOCK_BYTES};
 use ferrolm_cuda::plan::RouterLogits;
@@ -30,12 +30,11 @@ pub fn all(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) -> Resu
             };
             for &mode in modes {
                 let same = one(dev, k, rng, d, ne, kk, oai, n, mode)?;
-                rows.push(row(
+                rows.push(exact_row(
                     "add_rms_norm_route_small (norm + routing in one launch)",
                     format!("{n} tok of {d}, {ne} experts, top-{kk}, {mode:?}"),
                     "add_rms_norm_q8_1 then moe_route_small",
-                    (if same { 0.0 } else { f64::NAN }, 0.0, same),
-                    Contract::Exact,
+                    same,
                 ));
             }
         }

@@ -2,8 +2,8 @@
 //! launches it replaces: the rotation (`rope_qk`, or `qk_norm_rope` with the q/k norms), then
 //! `Attention::store`. Contract: the same bits in q, k and every byte of the cache.
 
-use super::checks::{normal, row};
-use super::{Contract, Row};
+use super::checks::{exact_row, normal};
+use super::Row;
 use anyhow::{anyhow, Result};
 use ferrolm_cuda::ops::{rope_table_len, KvCache, KvFormat, Rope, RopeArgs, RopeScale};
 use ferrolm_cuda::{CudaDevice, Kernels};
@@ -41,7 +41,7 @@ pub fn all(dev: &CudaDevice, k: &Kernels, rng: &mut StdRng) -> Result<Vec<Row>> 
                     } else {
                         ""
                     };
-                    rows.push(row(
+                    rows.push(exact_row(
                         op,
                         format!(
                             "{n} tok, {hq}+{hkv} heads of {HEAD_DIM}{groups}, {} cache, \
@@ -49,8 +49,7 @@ pub fn all(dev: &CudaDevice, k: &Kernels, rng: &mut StdRng) -> Result<Vec<Row>> 
                             format.name()
                         ),
                         reference,
-                        (if same { 0.0 } else { f64::NAN }, 0.0, same),
-                        Contract::Exact,
+                        same,
                     ));
                 }
             }
