@@ -175,20 +175,18 @@ static __device__ __forceinline__ void attn_decode_split(
     // result is the same), and resets the counter for the next launch or graph replay.
     __shared__ bool last;
     __shared__ __align__(16) float scratch[ATTN_COMBINE_SCRATCH(1)];
-    __syncthreads(); // the block's partials, then one thread's fence and count (block_fence_count)
+    __syncthreads(); // the block's partials, then one thread's fence and count
     if (threadIdx.x == 0) {
         int *c = done + (size_t)t * n_head + h;
-        __threadfence();
-        last = atomicAdd(c, 1) == n_split - 1;
+        last = block_fence_count((unsigned *)c, n_split);
         if (last) {
-            __threadfence();
             *c = 0;
         }
     }
     __syncthreads();
     if (last) {
-        combine_heads<8>(part_m, part_l, part_acc, out, n_head, n_split, D, h, 1, t, sinks,
-                         scratch);
+        combine_head_in_walk(part_m, part_l, part_acc, out, n_head, n_split, D, h, t, sinks,
+                             scratch);
     }
 }
 

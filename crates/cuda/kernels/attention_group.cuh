@@ -5,14 +5,15 @@
 
 #define ATTN_MAX_SPLITS 256
 #define ATTN_MAX_COMBINE_HEADS 8
-// Floats of shared scratch combine_heads needs for nh heads.
+// Floats of shared scratch the walk's combine needs for nh heads (combine_heads_wide; one head:
+// combine_head_in_walk, whose ATTN_COMBINE_ALONE_SCRATCH(1) is the same size).
 #define ATTN_COMBINE_SCRATCH(NH) (512 + ATTN_MAX_COMBINE_HEADS + (NH) * ATTN_MAX_SPLITS)
 
 // Flash-decoding's combine of heads h0 .. h0 + nh - 1 of query row t, by the whole block:
 // out = Σ_s acc_s w_s / Σ_s l_s w_s with w_s = e^(m_s - m) over the splits (0 for an empty one,
 // whose acc is 0), the head's sink (if `sinks`) in m and the denominator. The splits of an
 // output element are summed in ROWS = blockDim.x / (head_dim / 4) interleaved sets (set r:
-// splits r, r + ROWS, .., in order), and the sets are added in order: combine_heads and
+// splits r, r + ROWS, .., in order), and the sets are added in order: combine_heads_alone and
 // combine_heads_wide keep that order, so they give the same bits. Loads bypass L1 (__ldcg): in
 // the fused use, other blocks wrote the partials. `scratch`: ATTN_COMBINE_SCRATCH(nh) floats of
 // shared memory, 16-byte aligned.
@@ -96,52 +97,11 @@ static __device__ __forceinline__ void add_set_chunk(const float4 (&v)[CHUNK], c
     }
 }
 
-// The combine of the walk's last block where a KV group has one head (and of the group-less
-// walk): the block's threads take a float4 of the head each, a set each, and load CHUNK of
-// their set's splits at once (predicated: all in flight, where an unrolled loop kept its exit
-// test between loads). A set is head_dim / 4 threads' worth of float4s; where head_dim / 4
-// does not divide blockDim.x (80, 96) the threads past the last whole set stay idle.
-// blockDim.x: a multiple of 32, at least head_dim / 4, at most 128.
-template <int CHUNK>
-static __device__ __noinline__ void combine_heads(const float *part_m, const float *part_l,
-                                                  const float *part_acc, float *out, int n_head,
-                                                  int n_split, int head_dim, int h0, int nh,
-                                                  int t, const float *sinks, float *scratch) {
-    float *red = scratch, *sl = red + 512, *sw = sl + ATTN_MAX_COMBINE_HEADS;
-    combine_weights(part_m, part_l, n_head, n_split, h0, nh, t, sinks, sl, sw);
-    __syncthreads();
-    const int n_chunk = head_dim / 4;
-    const int c = threadIdx.x % n_chunk, r = threadIdx.x / n_chunk, rows = blockDim.x / n_chunk;
-    for (int i = 0; i < nh; ++i) {
-        const size_t base = ((size_t)t * n_head + h0 + i) * n_split;
-        const float *w = sw + i * n_split;
-        const float4 *acc = (const float4 *)(part_acc + base * head_dim) + c;
-        float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        for (int s0 = r; s0 < n_split && r < rows; s0 += CHUNK * rows) {
-            float4 v[CHUNK];
-            load_set_chunk<CHUNK>(acc, n_chunk, s0, rows, n_split, v);
-            add_set_chunk<CHUNK>(v, w, s0, rows, n_split, a);
-        }
-        if (r < rows) {
-            *(float4 *)&red[r * head_dim + 4 * c] = a; // rows * head_dim <= 4 * blockDim.x <= 512
-        }
-        __syncthreads();
-        for (int j = threadIdx.x; j < head_dim; j += blockDim.x) {
-            float sum = 0.0f;
-            for (int rr = 0; rr < rows; ++rr) {
-                sum += red[rr * head_dim + j];
-            }
-            out[((size_t)t * n_head + h0 + i) * head_dim + j] = sum / sl[i];
-        }
-        __syncthreads();
-    }
-}
-
 // The combine's own launch (attn_decode_combine, attn_decode_combine_q8k): heads h0 .. h0 +
-// nh - 1 of row t, blockDim.x / nh threads a head (the split kernels' block: combine_heads'
-// sets, sums and bits), a thread's first CHUNK splits asked for before the weights' step, so
-// the partials and the maxima travel from L2 together (one round trip where combine_heads
-// takes two or more). `stage`: null, or nh * head_dim floats of shared memory that get the
+// nh - 1 of row t, blockDim.x / nh threads a head (the split kernels' block, so the fused
+// combine's sets, sums and bits), a thread's first CHUNK splits asked for before the weights'
+// step, so the partials and the maxima travel from L2 together (one round trip, not two or
+// more). `stage`: null, or nh * head_dim floats of shared memory that get the
 // outputs too. `scratch`: ATTN_COMBINE_ALONE_SCRATCH(nh) floats, 16-byte aligned.
 #define ATTN_COMBINE_ALONE_SCRATCH(NH) ((NH) * 512 + ATTN_MAX_COMBINE_HEADS + (NH) * ATTN_MAX_SPLITS)
 template <int CHUNK>
@@ -187,10 +147,23 @@ static __device__ __forceinline__ void combine_heads_alone(const float *part_m,
     }
 }
 
+// The combine of the walk's last block where a KV group has one head (and of the group-less
+// walk): combine_heads_alone for head h of row t, a set's 8 splits in flight at once (the
+// walk's registers are its own), kept out of line as the walk's tail.
+static __device__ __noinline__ void combine_head_in_walk(const float *part_m, const float *part_l,
+                                                         const float *part_acc, float *out,
+                                                         int n_head, int n_split, int head_dim,
+                                                         int h, int t, const float *sinks,
+                                                         float *scratch) {
+    static_assert(ATTN_COMBINE_ALONE_SCRATCH(1) == ATTN_COMBINE_SCRATCH(1), "the walk's scratch");
+    combine_heads_alone<8>(part_m, part_l, part_acc, out, n_head, n_split, head_dim, h, 1, t,
+                           sinks, scratch, nullptr);
+}
+
 // The combine of a KV group's heads in the walk's last block (nh > 1, blockDim.x = BLOCK):
 // a thread a (head, float4 of the head), all of its sets in registers, CHUNK splits' loads in
-// flight at once, the sets added in order: combine_heads' bits, with the heads side by side
-// where combine_heads takes them one after another (a synchronized round trip to L2 each).
+// flight at once, the sets added in order: combine_heads_alone's bits, with the heads side by
+// side where a head at a time would take a synchronized round trip to L2 each.
 template <int D, int BLOCK>
 static __device__ __noinline__ void combine_heads_wide(const float *part_m, const float *part_l,
                                                        const float *part_acc, float *out,
@@ -265,7 +238,7 @@ static __device__ __noinline__ void combine_heads_wide(const float *part_m, cons
 //   order.
 // Against attn_decode_split (a key per warp step, one query head a block): the same formula,
 // f32 sums in another order. Partials as attn_decode_split writes them (per query head), so
-// attn_decode_combine and combine_heads serve both; with `done`, the group's last block
+// attn_decode_combine and combine_head_in_walk serve both; with `done`, the group's last block
 // combines its G heads. attn_group_block is one block's work for one query row, whose
 // pointers the caller offsets to that row: attention.cu's attn_decode_group (a sequence's
 // rows, grid (n_split, n_kv_head, n_q)) and attention_rows.cu's attn_decode_rows (a row a
@@ -308,13 +281,11 @@ static __device__ __forceinline__ void group_combine_when_last(
         return;
     }
     __shared__ bool last;
-    __syncthreads(); // the block's partials, then one thread's fence and count (block_fence_count)
+    __syncthreads(); // the block's partials, then one thread's fence and count
     if (threadIdx.x == 0) {
         int *c = done + h0;
-        __threadfence();
-        last = atomicAdd(c, 1) == n_split - 1;
+        last = block_fence_count((unsigned *)c, n_split);
         if (last) {
-            __threadfence();
             *c = 0;
         }
     }
@@ -325,8 +296,8 @@ static __device__ __forceinline__ void group_combine_when_last(
             combine_heads_wide<D, ATTN_NWARPS * WARP_SIZE>(part_m, part_l, part_acc, out_row,
                                                            n_split, h0, G, sinks, scratch);
         } else {
-            combine_heads<8>(part_m, part_l, part_acc, out_row, 0, n_split, D, h0, G, 0, sinks,
-                             scratch);
+            combine_head_in_walk(part_m, part_l, part_acc, out_row, 0, n_split, D, h0, 0, sinks,
+                                 scratch);
         }
     }
 }

@@ -17,7 +17,7 @@
 //
 // The arithmetic per row is the decode by KV group's (attention_group.cuh's attn_group_block:
 // K and V tiles staged by cp.async, four lanes a key's scores, the softmax and V a warp a head,
-// the group's last split block combining the splits by combine_heads) on the row's own
+// the group's last split block combining the splits) on the row's own
 // pointers: a row's bits depend on its own query, cache and split count only, never on the
 // other rows, and equal a single sequence's grouped decode at the same split count.
 #include "attention_tc.cuh"

@@ -20,7 +20,7 @@
 // Against the group block: the same formula in another f32 order (each MMA's sums), with
 // q and P carried to about 2⁻²² relative: within cuda-parity's f32 attention bound. Partials
 // as attn_decode_split writes them; with `done`, the group's last block combines its G heads
-// by combine_heads.
+// (group_combine_when_last).
 #pragma once
 #include "attention_group.cuh"
 #include "mma_f16.cuh"

@@ -15,11 +15,13 @@
 use super::int;
 use super::kv_cache::{KvCache, KvFormat};
 use super::launch::Launcher;
+use super::Quantize;
 use crate::device::CudaDevice;
 use crate::error::{CudaError, DriverContext, Result};
 use crate::kernels::{KernelFile, ATTENTION, ATTENTION_PREFILL, FLASH_ATTN};
 use cudarc::driver::sys::CUfunction_attribute;
 use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig};
+use ferrolm_quant::QK_K;
 use std::collections::HashMap;
 
 /// Warps per attention block (the kernel's ATTN_NWARPS).
@@ -27,8 +29,6 @@ const NWARPS: usize = 4;
 /// Head sizes whose combine can quantize its output as Q8_K (`attn_decode_combine_q8k_dD`: a
 /// block of QK_K / D heads).
 const COMBINE_Q8K_DIMS: [usize; 3] = [64, 128, 256];
-/// Values a Q8_K block.
-const QK_K: usize = 256;
 /// Head sizes with a kernel instance: every one the CPU runs, to 256 (the tiny llama-family
 /// goldens' 32, 64, Qwen-style and Phi's 80, 96, 128, deepseek2's key head 192 (128 + 64 RoPE,
 /// its values padded to it), Gemma 3's 256). Each family takes them all (decode split and by
@@ -585,7 +585,7 @@ impl Attention {
             .filter(|_| width.is_multiple_of(QK_K));
         if let (Some(f), Some(q8)) = (q8k, q8) {
             assert!(
-                q8.len() >= n_q * width / 32 * 36,
+                q8.len() >= Quantize::q8_1_bytes(n_q, width),
                 "decode: {} bytes for {n_q} rows of Q8_K",
                 q8.len()
             );
@@ -618,7 +618,7 @@ impl Attention {
             .arg(&ns)
             .arg(&hd)
             .arg(sinks);
-        // The split kernels' block size: combine_heads sums the splits in sets that follow
+        // The split kernels' block size: the combine sums the splits in sets that follow
         // the block size, so the fused combine and this one give the same bits.
         let cfg = LaunchConfig {
             grid_dim: (n_head as u32, n_q as u32, 1),
