@@ -313,12 +313,12 @@ static __device__ __forceinline__ void mvf_stage(char *dst, const uint16_t *x, i
 }
 
 // Queue the copy of super-block kb of the block's Q6_K weight rows (rows past nrows re-read the
-// last one, never written) into `dst`, a row's 224-byte span every MVF_WS_ROW bytes; bytes at
-// or past `end` (the matrix's end) are not read. Not committed: the caller's group takes it.
+// last one, never written) into `dst`, a row's 224-byte span every MVF_WS_ROW bytes; bytes past
+// the matrix's end are not read. Not committed: the caller's group takes it.
 static __device__ __forceinline__ void mvf_stage_weights(char *dst, const block_q6_K *w,
-                                                         int nrows, int bpr, int kb,
-                                                         const char *end, int tid) {
+                                                         int nrows, int bpr, int kb, int tid) {
     const int row0 = blockIdx.x * MVF_ROWS;
+    const char *end = (const char *)(w + (size_t)nrows * bpr);
     constexpr int THREADS = MvfFormat<GGML_TYPE_Q6_K>::WARPS * WARP_SIZE;
     for (int i = tid; i < MVF_ROWS * MVF_WS_CHUNKS; i += THREADS) {
         const int r = i / MVF_WS_CHUNKS, c = i % MVF_WS_CHUNKS;
@@ -366,9 +366,8 @@ mvf_weights_then_wait(const typename MvfFormat<TYPE>::block *__restrict__ w, int
             __trap(); // launched with less shared memory than the copies below fill
         }
         if (kb0 < bpr) {
-            const char *end = (const char *)(w + (size_t)nrows * bpr);
             mvf_stage_weights(smem + 2 * MVF_STAGE_BYTES, (const block_q6_K *)w, nrows, bpr, kb0,
-                              end, threadIdx.y * WARP_SIZE + threadIdx.x);
+                              threadIdx.y * WARP_SIZE + threadIdx.x);
         }
         cp_async_commit();
         dependent_launch_entry();
@@ -443,10 +442,9 @@ static __device__ __forceinline__ void matvec_f16(MvfStart<TYPE> &st,
                 __syncthreads();    // everyone's; and every warp is done with k - 1's stage
                 if (k + 1 < kb1) {
                     if constexpr (WS) {
-                        const char *end = (const char *)(st.w + (size_t)nrows * bpr);
                         mvf_stage_weights(smem + 2 * MVF_STAGE_BYTES +
                                               (half ^ 1) * MVF_WS_STAGE_BYTES,
-                                          (const block_q6_K *)st.w, nrows, bpr, k + 1, end, tid);
+                                          (const block_q6_K *)st.w, nrows, bpr, k + 1, tid);
                     }
                     mvf_stage<TYPE, NT>(smem + (half ^ 1) * MVF_STAGE_BYTES, x, ncols, nrows_y,
                                         k + 1, tid);
