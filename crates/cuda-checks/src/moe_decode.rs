@@ -387,9 +387,14 @@ fn decode(
         fused: false,
         ..how
     };
+    // The gate/up kernel in blocks of another size (4 warps where the plan has 8, else 8).
+    let resized = ExpertMatVec {
+        gate_up_warps: if how.gate_up_warps == 8 { 4 } else { 8 },
+        ..how
+    };
     let mut outs = Vec::new();
-    // Per-slot first: the work buffers are left holding the fused path's h.
-    for path in [&per_slot, &how] {
+    // Per-slot first, the plan's fused path last: the work buffers are left holding its h.
+    for path in [&per_slot, &resized, &how] {
         let mut out = dev.upload(&res)?;
         k.moe_decode
             .forward(path, &xq, n, &idd, &wd, &experts, &mut work, &mut out)?;
@@ -480,7 +485,7 @@ fn decode(
     }
     let shape =
         format!("OLMoE 2048/1024, 64 experts top-8, {n} tok, {gu_ty} gate/up, {down_ty} down");
-    let fused = &outs[1];
+    let fused = &outs[2];
     Ok(vec![
         row(
             "moe decode gate+up+swiglu",
@@ -501,6 +506,16 @@ fn decode(
             shape.clone(),
             "fused kernels",
             compare(&outs[0], fused, |i| fused[i].abs() as f64),
+            Contract::Exact,
+        ),
+        row(
+            &format!(
+                "moe decode, gate/up blocks of {} warps",
+                resized.gate_up_warps
+            ),
+            shape.clone(),
+            "the plan's gate/up blocks",
+            compare(&outs[1], fused, |i| fused[i].abs() as f64),
             Contract::Exact,
         ),
         exact_row(

@@ -19,9 +19,10 @@
 // path below (FERROLM_MOE_FUSED=0) agree bit for bit. Q4_K, Q6_K and MXFP4 take mmvq.cuh's
 // wide walk; the `_narrow` entries (FERROLM_MMVQ_WIDE=0) keep the narrow one.
 //
-// Launches (crates/cuda/src/ops/moe_decode.rs must agree), block (32, MOE_NWARPS) each:
-// - moe_gate_up_<type>_n<NTOK>: grid (ceil(n_ff / (MOE_NWARPS * GR)), NTOK * k), GR =
-//   MOE_GATE_ROWS(TYPE, NTOK); warp = GR rows of gate and the same of up.
+// Launches (crates/cuda/src/ops/moe_decode.rs must agree), block (32, MOE_NWARPS) unless said:
+// - moe_gate_up_<type>_n<NTOK>: block (32, W), W <= MOE_NWARPS warps (the plan's), grid
+//   (ceil(n_ff / (W * GR)), NTOK * k), GR = MOE_GATE_ROWS(TYPE, NTOK); warp = GR rows of gate
+//   and the same of up. A warp's rows and walk do not depend on W, so neither do the bits.
 // - moe_down_<type>_n<NTOK>: grid ceil(n_embd / DR), DR = MOE_DOWN_ROWS(TYPE, NTOK); the block's
 //   warps share out the leading experts, each warp DR output rows of its experts, or half of
 //   them when there are at most MOE_NWARPS / 2 leaders (moe_down_tasks).
@@ -120,7 +121,7 @@ moe_gate_up(const void *__restrict__ gate, const void *__restrict__ up,
     constexpr bool CAN_STAGE = WIDE && F::wide;
     const bool staged = CAN_STAGE && stage;
     const Q8Shared xs = stage_q8_1(staged, x, NTOK * bpc);
-    const int s = blockIdx.y, r0 = (blockIdx.x * MOE_NWARPS + threadIdx.y) * GR;
+    const int s = blockIdx.y, r0 = (blockIdx.x * blockDim.y + threadIdx.y) * GR;
     if (r0 >= n_ff) {
         return; // whole warps
     }

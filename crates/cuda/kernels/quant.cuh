@@ -245,6 +245,22 @@ static __device__ __forceinline__ void scales_k4(const uint8_t *scales, int j, u
     }
 }
 
+// scales_k4 from a Q4_K/Q5_K block's first 16 bytes held in registers (h.y, h.z, h.w: scale
+// bytes 0-3, 4-7, 8-11), for j uniform or not: the same integers, so the same bits downstream.
+// One 16-byte load of the head takes the place of the scale and d/dmin loads (five 2-byte
+// loads and their addresses a block).
+static __device__ __forceinline__ void scales_k4_head(int4 h, int j, uint16_t aux[2]) {
+    const int sh = 16 * (j & 1);
+    const uint32_t a = (uint32_t)h.y >> sh, b = (uint32_t)h.z >> sh, c = (uint32_t)h.w >> sh;
+    if (j < 2) {
+        aux[0] = (uint16_t)(a & 0x3f3f);
+        aux[1] = (uint16_t)(b & 0x3f3f);
+    } else {
+        aux[0] = (uint16_t)((c & 0x0f0f) | ((a & 0xc0c0) >> 2));
+        aux[1] = (uint16_t)(((c >> 4) & 0x0f0f) | ((b & 0xc0c0) >> 2));
+    }
+}
+
 // ---- formats --------------------------------------------------------------------------------
 
 template <int TYPE> struct WeightFormat;

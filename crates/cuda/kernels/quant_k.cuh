@@ -50,10 +50,12 @@ template <> struct WeightFormat<GGML_TYPE_Q4_K> {
     static __device__ __forceinline__ float vec_dot_wide(const block *b, const A &y, int kby,
                                                          int t) {
         const int g = t / 2, h = t % 2;
+        // The head (d, dmin, scales) in one 16-byte load, the same for the block's 8 lanes.
+        const int4 head = __ldg((const int4 *)b);
         const int4 v4 = __ldg((const int4 *)(b->qs + 16 * t));
         const int v[4] = {v4.x, v4.y, v4.z, v4.w};
         uint16_t aux[2];
-        scales_k4(b->scales, g, aux);
+        scales_k4_head(head, g, aux);
         const int4 a0 = y.q16(kby + 2 * g, h), a1 = y.q16(kby + 2 * g + 1, h);
         const int u0s[4] = {a0.x, a0.y, a0.z, a0.w}, u1s[4] = {a1.x, a1.y, a1.z, a1.w};
         int dot0 = 0, dot1 = 0, sum0 = 0, sum1 = 0;
@@ -69,7 +71,8 @@ template <> struct WeightFormat<GGML_TYPE_Q4_K> {
         const int sc0 = aux[0] & 0xff, sc1 = aux[0] >> 8, m0 = aux[1] & 0xff, m1 = aux[1] >> 8;
         const float sumf_d = d0 * (float)(dot0 * sc0) + d1 * (float)(dot1 * sc1);
         const float sumf_m = d0 * (float)(sum0 * m0) + d1 * (float)(sum1 * m1);
-        return f16_bits_to_f32(b->d) * sumf_d - f16_bits_to_f32(b->dmin) * sumf_m;
+        return f16_bits_to_f32((uint16_t)(head.x & 0xffff)) * sumf_d -
+               f16_bits_to_f32((uint16_t)((uint32_t)head.x >> 16)) * sumf_m;
     }
 
     // mmq: pair p (sub-blocks 2p, 2p + 1, low and high nibbles of code bytes 32p..+32) of the

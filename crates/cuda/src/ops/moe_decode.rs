@@ -291,13 +291,19 @@ impl MoeDecode {
         let gate_up = &self.gate_up[&(e.gate.ty, n, narrow(how, e.gate.ty))];
         let mode = self.launch.mode();
         let (stage, smem) = stage_args(mode, walks_wide(how, e.gate.ty), n * d / 32);
+        let warps = how.gate_up_warps;
+        if !(1..=NWARPS).contains(&warps) {
+            return Err(CudaError::Invalid(format!(
+                "moe decode: {warps} warps a gate/up block, want 1 to {NWARPS}"
+            )));
+        }
         let cfg = LaunchConfig {
             grid_dim: (
-                ff.div_ceil(NWARPS as usize * gate_rows(e.gate.ty, n)) as u32,
+                ff.div_ceil(warps as usize * gate_rows(e.gate.ty, n)) as u32,
                 (n * k) as u32,
                 1,
             ),
-            block_dim: block,
+            block_dim: (32, warps, 1),
             shared_mem_bytes: smem,
         };
         let (alpha, limit) = e.epilogue.act_args();
@@ -316,8 +322,9 @@ impl MoeDecode {
         // SAFETY: moe_gate_up_*_nN(gate, up, x, ids, h, n_embd, n_ff, n_expert, k, stage,
         // gate_bias, up_bias, alpha, limit): stacked [n_expert*n_ff][n_embd] weights, N Q8_1
         // rows, N*k ids, N*k x n_ff floats out (work sized for max_n >= N); biases of
-        // [n_expert][n_ff] floats or null (MoeExperts::check); a block per NWARPS *
-        // gate_rows(N) rows and slot; with stage, the shared bytes of the N rows' staged blocks.
+        // [n_expert][n_ff] floats or null (MoeExperts::check); a block of `warps` (1..=NWARPS,
+        // the kernel's launch bound) per warps * gate_rows(N) rows and slot; with stage, the
+        // shared bytes of the N rows' staged blocks.
         unsafe { b.launch(cfg) }.during(format!("launching moe gate/up for {}", e.gate.ty))?;
 
         self.quantize_h(how, e, n, work)?;

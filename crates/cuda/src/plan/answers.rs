@@ -205,6 +205,8 @@ pub struct ExpertMatVec {
     /// How `x` is quantized for gate and up, and `h` for down.
     pub x_quant: ActQuant,
     pub h_quant: ActQuant,
+    /// Warps a block of the fused gate/up kernel (1-8): only the blocks' size, not the bits.
+    pub gate_up_warps: u32,
 }
 
 /// How `moe_gemm` runs a ubatch's experts.

@@ -133,6 +133,12 @@ pub const MOE_MMA_MAX_PAIRS: usize = 2;
 /// that launch's blocks (one an expert) takes every token's norm in turn: at 8 tokens it took
 /// 30.6 µs a layer on qwen3-30b-a3b (ncu, session 27), where the norm's own launch takes 5.
 pub const NORM_ROUTE_MAX_ROWS: usize = 1;
+/// Warps a block of the MoE decode gate/up kernel at one token (8 otherwise). Its blocks hold
+/// 128 registers a thread, so an SM takes 16 warps: qwen3-30b-a3b's 192 blocks of 8 warps (768
+/// rows, top-8) left 60 of the H100's 132 SMs two blocks and the rest one, where 384 blocks of 4
+/// put three on the busiest SMs against 2.9 on average. OLMoE's 1024 rows give 256 blocks of 8
+/// either way evenly. A warp's rows and walk stay the same: the same bits.
+pub const MOE_GATE_UP_WARPS_ONE: usize = 4;
 /// Decode attention's blocks an SM, when the context is long enough to give them work.
 pub const DECODE_BLOCKS_PER_SM: usize = 4;
 /// The fewest keys a flash-decoding split takes at full context.

@@ -97,7 +97,19 @@ impl Plan {
             wide: self.switches.mmvq_wide,
             x_quant: self.act_quant(s.gate, s.n_embd),
             h_quant: self.act_quant(s.down, s.n_ff),
+            gate_up_warps: self.moe_gate_up_warps(s.tokens),
         }
+    }
+
+    /// Warps a block of the fused gate/up kernel for `tokens` tokens
+    /// ([`MOE_GATE_UP_WARPS_ONE`] at one, 8 otherwise; `FERROLM_MOE_GATE_UP_WARPS` sets it).
+    pub fn moe_gate_up_warps(&self, tokens: usize) -> u32 {
+        let auto = if tokens == 1 {
+            MOE_GATE_UP_WARPS_ONE
+        } else {
+            8
+        };
+        self.switches.moe_gate_up_warps.unwrap_or(auto) as u32
     }
 
     /// How the expert GEMMs run `s`.

@@ -57,6 +57,10 @@ pub struct Switches {
     pub mmvq_wide: bool,
     /// `FERROLM_MOE_FUSED`: MoE decode on the fused kernels (else per-slot mat-vecs).
     pub moe_fused: bool,
+    /// `FERROLM_MOE_GATE_UP_WARPS`: warps a block of the fused MoE decode gate/up kernel
+    /// (1-8); `None`: the plan's choice by tokens
+    /// ([`MOE_GATE_UP_WARPS_ONE`](super::MOE_GATE_UP_WARPS_ONE) at one). The same bits.
+    pub moe_gate_up_warps: Option<usize>,
     /// `FERROLM_CUDA_Q8K`: K-quant weights meet Q8_K activations (else Q8_1).
     pub q8k: bool,
     /// `FERROLM_ATTN_GROUPED`: decode attention a block per KV head and split, for all the
@@ -227,6 +231,7 @@ impl Default for Switches {
             moe_grouped: true,
             mmvq_wide: true,
             moe_fused: true,
+            moe_gate_up_warps: None,
             q8k: true,
             attn_grouped: true,
             attn_tc: true,
@@ -382,6 +387,7 @@ impl Switches {
             moe_grouped: flag(env, "FERROLM_MOE_GROUPED", true)?,
             mmvq_wide: flag(env, "FERROLM_MMVQ_WIDE", true)?,
             moe_fused: flag(env, "FERROLM_MOE_FUSED", true)?,
+            moe_gate_up_warps: count(env, "FERROLM_MOE_GATE_UP_WARPS", 1..=8)?,
             q8k: flag(env, "FERROLM_CUDA_Q8K", true)?,
             attn_grouped: flag(env, "FERROLM_ATTN_GROUPED", true)?,
             attn_tc: flag(env, "FERROLM_ATTN_TC", true)?,
@@ -468,11 +474,12 @@ impl fmt::Display for Switches {
         let f16_mv_splits = count_or_auto(self.f16_matvec_splits);
         let moe_tiles = count_or_auto(self.moe_mma_tiles);
         let moe_pairs = count_or_auto(self.moe_mma_pairs);
+        let gate_up_warps = count_or_auto(self.moe_gate_up_warps);
         let decode_rows = count_or_auto(self.f16_decode_rows);
         let decode_splits = count_or_auto(self.f16_decode_splits);
         let carveout = count_or_auto(self.carveout);
         let norm_route_rows = count_or_auto(self.norm_route_rows);
-        let lines: [(&str, &str, &str); 54] = [
+        let lines: [(&str, &str, &str); 55] = [
             (
                 "FERROLM_CUDA_MMQ",
                 bit(self.mmq),
@@ -539,6 +546,11 @@ impl fmt::Display for Switches {
                 "FERROLM_MOE_FUSED",
                 bit(self.moe_fused),
                 "MoE decode on the fused kernels",
+            ),
+            (
+                "FERROLM_MOE_GATE_UP_WARPS",
+                &gate_up_warps,
+                "warps a block of the MoE decode gate/up kernel",
             ),
             (
                 "FERROLM_CUDA_Q8K",

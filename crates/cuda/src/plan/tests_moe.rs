@@ -24,14 +24,18 @@ fn moe_path_by_tokens() {
     let q8k = ActQuant::Q8K;
     for (n_embd, n_ff) in [(2048, 1024), (2048, 768)] {
         for down in [Q4K, Q6K] {
-            let decode = MoePath::MatVec(ExpertMatVec {
-                fused: true,
-                wide: true,
-                x_quant: q8k,
-                h_quant: q8k,
-            });
-            assert_eq!(p.moe(&shape(1, n_embd, n_ff, down)), decode);
-            assert_eq!(p.moe(&shape(8, n_embd, n_ff, down)), decode);
+            let decode = |gate_up_warps| {
+                MoePath::MatVec(ExpertMatVec {
+                    fused: true,
+                    wide: true,
+                    x_quant: q8k,
+                    h_quant: q8k,
+                    gate_up_warps,
+                })
+            };
+            // One token's gate/up in blocks of 4 warps (MOE_GATE_UP_WARPS_ONE), more in 8.
+            assert_eq!(p.moe(&shape(1, n_embd, n_ff, down)), decode(4));
+            assert_eq!(p.moe(&shape(8, n_embd, n_ff, down)), decode(8));
             for (n, gate_up) in [(100, Blocks), (512, Subs), (2048, Subs)] {
                 let down_order = if down == Q4K { gate_up } else { Subs };
                 let want = MoePath::Gemm(ExpertGemm::Int8 {
@@ -109,6 +113,16 @@ fn moe_switches() {
     };
     let unfused = plan(&[("FERROLM_MOE_FUSED", "0"), ("FERROLM_MMVQ_WIDE", "0")]);
     assert!(matches!(unfused.moe(&s(1)), MoePath::MatVec(m) if !m.fused && !m.wide));
+    // The gate/up block's warps, set for every token count.
+    let eight = plan(&[("FERROLM_MOE_GATE_UP_WARPS", "8")]);
+    assert!(matches!(eight.moe(&s(1)), MoePath::MatVec(m) if m.gate_up_warps == 8));
+    let two = plan(&[("FERROLM_MOE_GATE_UP_WARPS", "2")]);
+    assert!(matches!(two.moe(&s(4)), MoePath::MatVec(m) if m.gate_up_warps == 2));
+    let bad = super::tests::parse(&[("FERROLM_MOE_GATE_UP_WARPS", "16")]);
+    assert!(bad
+        .unwrap_err()
+        .to_string()
+        .contains("FERROLM_MOE_GATE_UP_WARPS=16"));
     let per_expert = plan(&[("FERROLM_MOE_GROUPED", "0")]);
     // 128 experts (Qwen3-30B-A3B), Q4_K gate and up unpacked in the GEMM: the f16 GEMMs from
     // 16 pairs an expert (256 tokens); expanded (Q6_K, or the unpacking off), from 64 (1,024).

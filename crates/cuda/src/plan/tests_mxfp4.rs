@@ -48,14 +48,15 @@ fn mxfp4_experts() {
         n_used: 4,
         n_expert: 32,
     };
-    let how = ExpertMatVec {
+    let how = |gate_up_warps| ExpertMatVec {
         fused: true,
         wide: true,
         x_quant: ActQuant::Q8_1,
         h_quant: ActQuant::Q8_1,
+        gate_up_warps,
     };
-    assert_eq!(p.moe(&shape(1, 2880, 2880)), MoePath::MatVec(how));
-    assert_eq!(p.moe(&shape(8, 2880, 2880)), MoePath::MatVec(how));
+    assert_eq!(p.moe(&shape(1, 2880, 2880)), MoePath::MatVec(how(4)));
+    assert_eq!(p.moe(&shape(8, 2880, 2880)), MoePath::MatVec(how(8)));
 
     // From 36 pairs to 512 (128 tokens) one block builds the experts' index.
     let gemm = |index_one_block| {
