@@ -15,6 +15,7 @@ mod attn_checks;
 mod attn_rows;
 mod checks;
 mod elementwise;
+mod f16_copies;
 mod f32kv_checks;
 mod gemm_f16;
 mod greedy;

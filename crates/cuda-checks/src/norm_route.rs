@@ -87,7 +87,7 @@ fn one(
             r.add_norm_route(norm, n, &router, b, work, &mut ids, &mut weights)?;
         } else {
             k.norm_rope
-                .add_rms_norm_q8_1(&mut x, &add, &nw, eps, &mut out, &mut outq, mode)?;
+                .add_rms_norm_q8_1(&mut x, &add, &nw, eps, &mut out, &mut outq, mode, None)?;
             let logits = RouterLogits::MatVecTopk;
             let r = &k.moe_route;
             r.route_biased(logits, &out, n, &router, b, work, &mut ids, &mut weights)?;

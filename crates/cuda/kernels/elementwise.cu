@@ -24,12 +24,17 @@ extern "C" __global__ void add_bias_f32(float *__restrict__ x, const float *__re
     }
 }
 
-// gate = silu(gate) * up = gate / (1 + exp(-gate)) * up.
+// gate = silu(gate) * up = gate / (1 + exp(-gate)) * up; with `gate16` (else null), also
+// that rounded to f16 there, as gemm_wgmma.cu's round_f16 would round it for an f16 product.
 extern "C" __global__ void swiglu_f32(float *__restrict__ gate, const float *__restrict__ up,
-                                      int n) {
+                                      int n, uint16_t *__restrict__ gate16) {
     dependent_launch_entry();
     GRID_STRIDE(i, n) {
-        gate[i] = silu_mul(gate[i], up[i]);
+        const float g = silu_mul(gate[i], up[i]);
+        gate[i] = g;
+        if (gate16 != nullptr) {
+            gate16[i] = f32_to_f16_bits(g);
+        }
     }
 }
 

@@ -39,11 +39,12 @@ extern "C" __global__ void rms_norm_f32(const float *x, const float *__restrict_
 // rms_norm_f32, and outq = the activation blocks of out. Launch as rms_norm_f32 (same block
 // size: the sum's order depends on it); n a multiple of 32 (of 256 with q8k). A decode step's
 // row is one block, so its latency is the kernel's: the weights come before the wait and x
-// stays in registers between the passes.
+// stays in registers between the passes. With `out16` (else null), out rounded to f16 there
+// too, as gemm_wgmma.cu's round_f16 would round it for the f16 products after a batched norm.
 extern "C" __global__ void add_rms_norm_q8_1_f32(float *x, const float *__restrict__ add,
                                                  const float *__restrict__ w, float *out,
                                                  block_q8_1 *__restrict__ outq, int n, float eps,
-                                                 int q8k) {
+                                                 int q8k, uint16_t *__restrict__ out16) {
     const NormWeights wr = norm_weights_then_wait(w, n);
     __shared__ double scratch[32];
     const size_t base = (size_t)blockIdx.x * n;
@@ -57,6 +58,9 @@ extern "C" __global__ void add_rms_norm_q8_1_f32(float *x, const float *__restri
         if (i < n) {
             const float o = __fmul_rn(__fmul_rn(xr[k], scale), wr.v[k]);
             out[base + i] = o;
+            if (out16 != nullptr) {
+                out16[base + i] = f32_to_f16_bits(o);
+            }
             if (!q8k) {
                 quantize_q8_1_warp(o, outq + (base + i) / QK8_1);
             }
@@ -65,6 +69,9 @@ extern "C" __global__ void add_rms_norm_q8_1_f32(float *x, const float *__restri
     for (int i = tail; i < n; i += blockDim.x) {
         const float o = __fmul_rn(__fmul_rn(x[base + i], scale), w[i]);
         out[base + i] = o;
+        if (out16 != nullptr) {
+            out16[base + i] = f32_to_f16_bits(o);
+        }
         if (!q8k) {
             quantize_q8_1_warp(o, outq + (base + i) / QK8_1);
         }

@@ -356,6 +356,37 @@ fn f16_matvec_agrees_with_the_default_products() {
     }
 }
 
+/// The f16 copies a batched step's norms and SwiGLU write for the f16 products after them
+/// (`FERROLM_F16_COPY`, on by default) against `round_f16`'s own launches: the same bits, on
+/// the schedule of the test above with its f16 mat-vec settings.
+#[test]
+#[ignore = "needs a GPU"]
+fn f16_copies_change_no_bits() {
+    let lens: Vec<usize> = (0..40).map(|s| 1 + (s * 7) % 23).collect();
+    let f16 = [
+        ("FERROLM_F16_MATVEC", "1"),
+        ("FERROLM_F16_MATVEC_ROWS", "9"),
+        ("FERROLM_F16_MATVEC_SPLITS", "2"),
+    ];
+    for stem in ["tiny-llama-q4_k_m", "tiny-qwen3-q4_k_m"] {
+        let file = golden_file(stem);
+        let on = batch_schedule_of(
+            &file,
+            &[&f16[..], &[("FERROLM_F16_COPY", "1")]].concat(),
+            &lens,
+        );
+        let off = batch_schedule_of(
+            &file,
+            &[&f16[..], &[("FERROLM_F16_COPY", "0")]].concat(),
+            &lens,
+        );
+        assert_eq!(
+            on, off,
+            "{stem}: f16 copies in the norm and SwiGLU launches or not"
+        );
+    }
+}
+
 /// The paged KV cache moves addresses, never values: blocks of 16 positions, the default, and
 /// one block as large as the whole context (the cache as one array) give bit-identical
 /// logits, for one sequence's prompt and steps (graphs) and for a batch of sequences (the

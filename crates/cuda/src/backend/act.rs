@@ -19,6 +19,10 @@ pub struct CudaAct {
     /// The same values as activation blocks (and how they were quantized), when an op produced
     /// them alongside (a norm feeding matmuls); dropped by anything that writes `buf`.
     pub(super) q8: Option<(CudaSlice<u8>, ActQuant)>,
+    /// The same values rounded to f16, when an op produced them alongside for the f16
+    /// products after it (a batched step's norm or SwiGLU); dropped by anything that writes
+    /// `buf`.
+    pub(super) f16: Option<CudaSlice<u16>>,
     /// Set by the norm that routed these rows for the MoE FFN after it (`add_rms_norm_moe`):
     /// which routing in the MoE scratch is theirs; dropped by anything that writes `buf`.
     pub(super) routed: Option<RouteMark>,
@@ -26,6 +30,7 @@ pub struct CudaAct {
     pub width: usize,
     pool: Arc<Pool<f32>>,
     bytes: Arc<Pool<u8>>,
+    halves: Arc<Pool<u16>>,
 }
 
 impl CudaAct {
@@ -36,15 +41,18 @@ impl CudaAct {
         width: usize,
         pool: Arc<Pool<f32>>,
         bytes: Arc<Pool<u8>>,
+        halves: Arc<Pool<u16>>,
     ) -> Self {
         Self {
             buf: ManuallyDrop::new(buf),
             q8: None,
+            f16: None,
             routed: None,
             rows,
             width,
             pool,
             bytes,
+            halves,
         }
     }
 
@@ -52,14 +60,31 @@ impl CudaAct {
         &self.buf
     }
 
-    /// For writing: the Q8_1 copy no longer matches and goes back to its pool, and a routing
-    /// of the old rows is no longer theirs.
+    /// For writing: the Q8_1 and f16 copies no longer match and go back to their pools, and a
+    /// routing of the old rows is no longer theirs.
     pub(super) fn buf_mut(&mut self) -> &mut CudaSlice<f32> {
         self.routed = None;
+        self.drop_copies();
+        &mut self.buf
+    }
+
+    /// `buf` (for writing, as [`Self::buf_mut`]) and an f16 buffer of as many values, which
+    /// becomes this activation's f16 copy: for the ops that write both.
+    pub(super) fn buf_and_f16(&mut self) -> Result<(&mut CudaSlice<f32>, &mut CudaSlice<u16>)> {
+        self.routed = None;
+        self.drop_copies();
+        let h = self.halves.take(self.rows * self.width)?;
+        let h = self.f16.insert(h);
+        Ok((&mut self.buf, h))
+    }
+
+    fn drop_copies(&mut self) {
         if let Some((q, _)) = self.q8.take() {
             self.bytes.give(q);
         }
-        &mut self.buf
+        if let Some(h) = self.f16.take() {
+            self.halves.give(h);
+        }
     }
 }
 
@@ -68,9 +93,7 @@ impl Drop for CudaAct {
         // SAFETY: `buf` is taken once, here, and never touched after.
         let buf = unsafe { ManuallyDrop::take(&mut self.buf) };
         self.pool.give(buf);
-        if let Some((q, _)) = self.q8.take() {
-            self.bytes.give(q);
-        }
+        self.drop_copies();
     }
 }
 

@@ -141,7 +141,8 @@ impl CudaBackend {
         }
         // Each weight takes x quantized as its partner format; consecutive weights of one
         // format (q/k/v, gate/up) share it. Long ubatches take the f16 GEMM where the plan
-        // says so, all of them on x rounded to f16 once.
+        // says so, all of them on x rounded to f16 once: the copy the op that made x kept
+        // (`CudaAct::f16`), or one rounded here.
         let mut x16: Option<CudaSlice<u16>> = None;
         let mut i = 0;
         while i < ws.len() {
@@ -152,14 +153,18 @@ impl CudaBackend {
                 continue;
             }
             if self.takes_f16(m, x.rows) {
-                if x16.is_none() {
+                if x.f16.is_none() && x16.is_none() {
                     let mut h = self.halves.take(x.rows * x.width)?;
                     self.k
                         .gemm_wgmma
                         .round_f16(x.buf(), x.rows * x.width, &mut h)?;
                     x16 = Some(h);
                 }
-                let h = x16.as_ref().expect("rounded above");
+                let h = x
+                    .f16
+                    .as_ref()
+                    .or(x16.as_ref())
+                    .expect("kept or rounded above");
                 self.f16_matmul(m, h, outs[i], bias(i))?;
                 i += 1;
                 continue;
@@ -359,10 +364,13 @@ impl CudaBackend {
         mode: ActQuant,
     ) -> Result<()> {
         let mut q8 = self.bytes.take(Quantize::q8_1_bytes(out.rows, out.width))?;
-        let r =
-            self.k
-                .norm_rope
-                .rms_norm_q8_1(x.buf(), w.vector(), eps, out.buf_mut(), &mut q8, mode);
+        let nr = &self.k.norm_rope;
+        let r = if self.gemm_plan().f16_copy(out.width, out.rows) {
+            let (o, h) = out.buf_and_f16()?;
+            nr.rms_norm_q8_1(x.buf(), w.vector(), eps, o, &mut q8, mode, Some(h))
+        } else {
+            nr.rms_norm_q8_1(x.buf(), w.vector(), eps, out.buf_mut(), &mut q8, mode, None)
+        };
         out.q8 = Some((q8, mode));
         r
     }
@@ -378,15 +386,23 @@ impl CudaBackend {
         mode: ActQuant,
     ) -> Result<()> {
         let mut q8 = self.bytes.take(Quantize::q8_1_bytes(out.rows, out.width))?;
-        let r = self.k.norm_rope.add_rms_norm_q8_1(
-            acc.buf_mut(),
-            add.buf(),
-            w.vector(),
-            eps,
-            out.buf_mut(),
-            &mut q8,
-            mode,
-        );
+        let nr = &self.k.norm_rope;
+        let (a, wv) = (add.buf(), w.vector());
+        let r = if self.gemm_plan().f16_copy(out.width, out.rows) {
+            let (o, h) = out.buf_and_f16()?;
+            nr.add_rms_norm_q8_1(acc.buf_mut(), a, wv, eps, o, &mut q8, mode, Some(h))
+        } else {
+            nr.add_rms_norm_q8_1(
+                acc.buf_mut(),
+                a,
+                wv,
+                eps,
+                out.buf_mut(),
+                &mut q8,
+                mode,
+                None,
+            )
+        };
         out.q8 = Some((q8, mode));
         r
     }
@@ -410,7 +426,13 @@ impl CudaBackend {
             }
             _ => {
                 self.matmul_all(&[wg, wu], &[], x, &mut [gate, up])?;
-                self.k.elementwise.swiglu(gate.buf_mut(), up.buf())
+                let ew = &self.k.elementwise;
+                if self.gemm_plan().f16_copy(gate.width, gate.rows) {
+                    let (g, h) = gate.buf_and_f16()?;
+                    ew.swiglu_into(g, up.buf(), Some(h))
+                } else {
+                    ew.swiglu(gate.buf_mut(), up.buf())
+                }
             }
         }
     }

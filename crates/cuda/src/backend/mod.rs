@@ -50,8 +50,9 @@ pub struct CudaBackend {
     ids: Pool<i32>,
     /// Pass inputs, and the positions of one sequence of a batch.
     u32s: Arc<Pool<u32>>,
-    /// f16 operands of the wgmma GEMM: expanded weights and rounded activations.
-    halves: Pool<u16>,
+    /// f16 operands of the wgmma GEMM: expanded weights and rounded activations (activations'
+    /// f16 copies among them).
+    halves: Arc<Pool<u16>>,
     moe: Mutex<moe::MoeScratch>,
     /// Every kernel choice: which kernel, tile and order for a shape, and the fusions.
     plan: Plan,
@@ -83,7 +84,7 @@ impl CudaBackend {
             bytes: Arc::new(Pool::new(stream.clone())),
             ids: Pool::new(stream.clone()),
             u32s: Arc::new(Pool::new(stream.clone())),
-            halves: Pool::new(stream),
+            halves: Arc::new(Pool::new(stream)),
             moe: Mutex::new(moe::MoeScratch::default()),
             batch_plan: plan.for_sequence_batches(),
             plan,
@@ -266,6 +267,7 @@ impl CudaBackend {
             width,
             self.acts.clone(),
             self.bytes.clone(),
+            self.halves.clone(),
         ))
     }
 

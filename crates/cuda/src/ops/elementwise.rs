@@ -79,11 +79,32 @@ impl Elementwise {
 
     /// `gate = silu(gate) * up`.
     pub fn swiglu(&self, gate: &mut CudaSlice<f32>, up: &CudaSlice<f32>) -> Result<()> {
+        self.swiglu_into(gate, up, None)
+    }
+
+    /// [`Self::swiglu`], and with `gate16` the result rounded to f16 there too (bit-identical to
+    /// `GemmWgmma::round_f16` of it), for the f16 product after it.
+    pub fn swiglu_into(
+        &self,
+        gate: &mut CudaSlice<f32>,
+        up: &CudaSlice<f32>,
+        gate16: Option<&mut CudaSlice<u16>>,
+    ) -> Result<()> {
         assert_eq!(gate.len(), up.len(), "swiglu: lengths differ");
+        assert!(
+            gate16.as_ref().is_none_or(|h| h.len() >= gate.len()),
+            "swiglu: gate16 too small"
+        );
         let n = int(gate.len(), "swiglu length");
+        let null = 0u64;
         let mut b = self.launch.builder(&self.swiglu);
         b.arg(gate).arg(up).arg(&n);
-        // SAFETY: swiglu_f32(float*, const float*, int) over n elements of both buffers.
+        match gate16 {
+            Some(h) => b.arg(h),
+            None => b.arg(&null),
+        };
+        // SAFETY: swiglu_f32(float*, const float*, int, u16*|null) over n elements of the
+        // buffers (gate16's length asserted above).
         unsafe { b.launch(cfg(n as usize)) }.during("launching swiglu_f32")?;
         Ok(())
     }

@@ -398,9 +398,11 @@ impl MoeDecode {
         };
         match ep.swiglu_oai {
             None => {
+                let null = 0u64;
                 let mut b = self.launch.builder(&self.swiglu);
-                b.arg(&mut work.h).arg(&work.up).arg(&len);
-                // SAFETY: swiglu_f32(gate, up, n): n floats each, gate updated in place.
+                b.arg(&mut work.h).arg(&work.up).arg(&len).arg(&null);
+                // SAFETY: swiglu_f32(gate, up, n, null): n floats each, gate updated in place,
+                // no f16 copy.
                 unsafe { b.launch(cfg) }.during("launching moe swiglu")?;
             }
             Some((alpha, limit)) => {

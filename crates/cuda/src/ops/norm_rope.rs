@@ -155,7 +155,9 @@ impl NormRope {
     }
 
     /// `out = rms_norm(x) * w` and `outq` its activation blocks (quantized as `mode`) in one
-    /// launch; bit-identical to [`Self::rms_norm`] then `Quantize::rows`.
+    /// launch; bit-identical to [`Self::rms_norm`] then `Quantize::rows`. With `out16`, `out`
+    /// rounded to f16 there too, bit-identical to `GemmWgmma::round_f16` of it.
+    #[allow(clippy::too_many_arguments)]
     pub fn rms_norm_q8_1(
         &self,
         x: &CudaSlice<f32>,
@@ -164,8 +166,9 @@ impl NormRope {
         out: &mut CudaSlice<f32>,
         outq: &mut CudaSlice<u8>,
         mode: ActQuant,
+        out16: Option<&mut CudaSlice<u16>>,
     ) -> Result<()> {
-        self.norm_q8_1(x, None, w, eps, out, outq, mode)
+        self.norm_q8_1(x, None, w, eps, out, outq, mode, out16)
     }
 
     /// `x += add`, then as [`Self::rms_norm_q8_1`]; bit-identical to `add_f32` first.
@@ -179,9 +182,10 @@ impl NormRope {
         out: &mut CudaSlice<f32>,
         outq: &mut CudaSlice<u8>,
         mode: ActQuant,
+        out16: Option<&mut CudaSlice<u16>>,
     ) -> Result<()> {
         assert_eq!(add.len(), x.len(), "add_rms_norm: lengths differ");
-        self.norm_q8_1(x, Some(add), w, eps, out, outq, mode)
+        self.norm_q8_1(x, Some(add), w, eps, out, outq, mode, out16)
     }
 
     /// The kernel writes `x` only when `add` is given, which only the `&mut` caller passes.
@@ -195,8 +199,13 @@ impl NormRope {
         out: &mut CudaSlice<f32>,
         outq: &mut CudaSlice<u8>,
         mode: ActQuant,
+        out16: Option<&mut CudaSlice<u16>>,
     ) -> Result<()> {
         assert_eq!(x.len(), out.len(), "rms_norm: x and out differ");
+        assert!(
+            out16.as_ref().is_none_or(|h| h.len() >= x.len()),
+            "rms_norm q8_1: out16 too small"
+        );
         assert!(x.len().is_multiple_of(w.len()), "rms_norm: not whole rows");
         let group = if mode == ActQuant::Q8K { 256 } else { 32 };
         assert!(
@@ -218,8 +227,13 @@ impl NormRope {
         };
         let q8k = i32::from(mode == ActQuant::Q8K);
         b.arg(w).arg(out).arg(outq).arg(&n).arg(&eps).arg(&q8k);
-        // SAFETY: add_rms_norm_q8_1_f32(x, add|null, w, out, outq, n, eps, q8k): rows of n
-        // floats in x/add/out, n/32 activation blocks per row in outq (asserted above).
+        match out16 {
+            Some(h) => b.arg(h),
+            None => b.arg(&null),
+        };
+        // SAFETY: add_rms_norm_q8_1_f32(x, add|null, w, out, outq, n, eps, q8k, out16|null):
+        // rows of n floats in x/add/out, n/32 activation blocks per row in outq, as many
+        // halves as x's floats in out16 (asserted above).
         unsafe { b.launch(cfg) }.during("launching add_rms_norm_q8_1_f32")?;
         Ok(())
     }

@@ -119,6 +119,21 @@ impl Plan {
         (blocks.div_ceil(ways) >= F16_DECODE_MIN_SHARE_BLOCKS).then_some(ways)
     }
 
+    /// Whether an op whose output (`n` rows of `cols`) feeds products keeps an f16 copy of it
+    /// beside the f32 one (`CudaAct::f16`: a batched step's norms and SwiGLU write it in their
+    /// launch, where `round_f16` took one of its own before the products): where a Q4_K or Q6_K
+    /// product of those activations takes the f16 path (its rows taken as `cols`, as the
+    /// square attention products have them; the rule does not turn on them elsewhere).
+    /// `FERROLM_F16_COPY=0` rounds in the product's launch as before; the same bits either way.
+    pub fn f16_copy(&self, cols: usize, n: usize) -> bool {
+        self.switches.f16_copy
+            && [GgmlType::Q4K, GgmlType::Q6K].iter().any(|&ty| {
+                self.f16_gemm(ty, cols, cols, n)
+                    || self.f16_matvec(ty, cols, cols, n).is_some()
+                    || self.f16_decode(ty, cols, cols, n).is_some()
+            })
+    }
+
     /// Whether the f16 mat-vec reads Q6_K weights through shared memory (16-byte `cp.async`
     /// chunks of each row's span) rather than a lane's 16-bit loads, where their layout allows
     /// (`MatVecF16::matmul`): `FERROLM_F16_MATVEC_Q6K_STAGE=1`, off until a device run measures

@@ -195,6 +195,10 @@ pub struct Switches {
     /// 16-byte chunks) instead of a lane's 16-bit loads, where rows lie 16 bytes apart; the
     /// same bits. Off until measured (session 32 wrote it without a device run).
     pub f16_matvec_q6k_stage: bool,
+    /// `FERROLM_F16_COPY`: a batched step's norms and SwiGLU write the f16 copy of their
+    /// output that the f16 products after them take (else `round_f16` makes it in a launch of
+    /// its own). The same bits.
+    pub f16_copy: bool,
     /// `FERROLM_MOE_MMA`: a batched decode step's experts on the tensor-core mat-vec
     /// (`moe_mma.cu`: each expert's weights read once into MMA fragments for its few pairs)
     /// where both formats have one; else the decode kernels (up to 8 tokens) or the GEMM.
@@ -266,6 +270,7 @@ impl Default for Switches {
             f16_matvec_rows: None,
             f16_matvec_splits: None,
             f16_matvec_q6k_stage: false,
+            f16_copy: true,
             moe_mma: true,
             moe_step_fuse: true,
             moe_mma_tiles: None,
@@ -428,6 +433,7 @@ impl Switches {
             f16_matvec_rows: count(env, "FERROLM_F16_MATVEC_ROWS", 1..=64)?,
             f16_matvec_splits: count(env, "FERROLM_F16_MATVEC_SPLITS", 1..=16)?,
             f16_matvec_q6k_stage: flag(env, "FERROLM_F16_MATVEC_Q6K_STAGE", false)?,
+            f16_copy: flag(env, "FERROLM_F16_COPY", true)?,
             moe_mma: flag(env, "FERROLM_MOE_MMA", true)?,
             moe_step_fuse: flag(env, "FERROLM_MOE_STEP_FUSE", true)?,
             moe_mma_tiles: match count(env, "FERROLM_MOE_MMA_TILES", 1..=4)? {
@@ -479,7 +485,7 @@ impl fmt::Display for Switches {
         let decode_splits = count_or_auto(self.f16_decode_splits);
         let carveout = count_or_auto(self.carveout);
         let norm_route_rows = count_or_auto(self.norm_route_rows);
-        let lines: [(&str, &str, &str); 55] = [
+        let lines: [(&str, &str, &str); 56] = [
             (
                 "FERROLM_CUDA_MMQ",
                 bit(self.mmq),
@@ -721,6 +727,11 @@ impl fmt::Display for Switches {
                 "FERROLM_F16_MATVEC_Q6K_STAGE",
                 bit(self.f16_matvec_q6k_stage),
                 "the f16 mat-vec's Q6_K weights through shared memory",
+            ),
+            (
+                "FERROLM_F16_COPY",
+                bit(self.f16_copy),
+                "batched norms and SwiGLU write their output's f16 copy",
             ),
             (
                 "FERROLM_MOE_MMA",

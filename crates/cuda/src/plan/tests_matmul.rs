@@ -567,3 +567,27 @@ fn batched_steps_take_the_f16_matvec() {
     assert!(err(&[("FERROLM_F16_MATVEC_ROWS", "0")]).contains("FERROLM_F16_MATVEC_ROWS"));
     assert!(err(&[("FERROLM_F16_MATVEC_SPLITS", "17")]).contains("FERROLM_F16_MATVEC_SPLITS"));
 }
+
+/// A batched step's norms and SwiGLU keep an f16 copy where the f16 products after them take
+/// one (qwen3-8b's 4096 and 12288 wide activations from F16_MATVEC_DEFAULT_ROWS rows, 2048
+/// wide ones from F16_MATVEC_NARROW_ROWS), long ubatches too (the f16 GEMM); not one token,
+/// not a single sequence's few rows, not with the switch off or the f16 path off.
+#[test]
+fn f16_copies_where_f16_products_follow() {
+    let one = plan(&[]);
+    let many = one.for_sequence_batches();
+    for cols in [4096, 12288] {
+        assert!(many.f16_copy(cols, 64), "{cols}");
+        assert!(many.f16_copy(cols, F16_MATVEC_DEFAULT_ROWS), "{cols}");
+        assert!(!many.f16_copy(cols, F16_MATVEC_DEFAULT_ROWS - 1), "{cols}");
+        assert!(!many.f16_copy(cols, 1), "{cols}");
+    }
+    assert!(!many.f16_copy(2048, F16_MATVEC_NARROW_ROWS - 1));
+    assert!(many.f16_copy(2048, F16_MATVEC_NARROW_ROWS));
+    assert!(!one.f16_copy(4096, 16), "a single sequence's ubatch of 16");
+    assert!(one.f16_copy(4096, 512), "a long ubatch: the f16 GEMM");
+    for off in [("FERROLM_F16_COPY", "0"), ("FERROLM_GEMM_F16", "0")] {
+        let p = plan(&[off]).for_sequence_batches();
+        assert!(!p.f16_copy(4096, 64), "{off:?}");
+    }
+}
