@@ -104,6 +104,13 @@ static __device__ __forceinline__ int dp4a(int a, int b, int c) {
     return __dp4a(a, b, c);
 }
 
+// c + the dot of a's four bytes as unsigned with b's four as signed.
+static __device__ __forceinline__ int dp4a_us(uint32_t a, int b, int c) {
+    int d;
+    asm("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    return d;
+}
+
 // e^x rounded to f32 from a double evaluation: correctly rounded nearly always, as the CPU's libm
 // expf (within 0.502 ulp), where CUDA's expf is off by up to 2 ulp. The paths that must agree
 // with the CPU's roundings (SiLU, the router's softmax, ggml-arithmetic attention) use it.

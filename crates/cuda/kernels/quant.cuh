@@ -168,6 +168,16 @@ static __device__ __forceinline__ int get_int_b2(const void *x, int i32) {
     return (int)((uint32_t)x16[2 * i32] | ((uint32_t)x16[2 * i32 + 1] << 16));
 }
 
+// The two ints `ofs` bytes (a multiple of 4) into a 2-byte-aligned block from its 4-byte-aligned
+// start `w` and the shift `sh` (0 or 16) that aligns it, where the next four bytes lie in the
+// block too: three aligned 4-byte loads and two funnel shifts (get_int_b2 takes four 2-byte
+// loads).
+static __device__ __forceinline__ int2 get_int2_b2(const uint32_t *w, int ofs, uint32_t sh) {
+    const uint32_t *p = w + ofs / 4;
+    const uint32_t w0 = __ldg(p), w1 = __ldg(p + 1), w2 = __ldg(p + 2);
+    return make_int2((int)__funnelshift_r(w0, w1, sh), (int)__funnelshift_r(w1, w2, sh));
+}
+
 // Four bytes at int index i32 of a byte-aligned array (MXFP4's 17-byte blocks).
 static __device__ __forceinline__ int get_int_b1(const void *x, int i32) {
     const uint8_t *x8 = (const uint8_t *)x + 4 * i32;
@@ -245,20 +255,22 @@ static __device__ __forceinline__ void scales_k4(const uint8_t *scales, int j, u
     }
 }
 
-// scales_k4 from a Q4_K/Q5_K block's first 16 bytes held in registers (h.y, h.z, h.w: scale
-// bytes 0-3, 4-7, 8-11), for j uniform or not: the same integers, so the same bits downstream.
-// One 16-byte load of the head takes the place of the scale and d/dmin loads (five 2-byte
-// loads and their addresses a block).
-static __device__ __forceinline__ void scales_k4_head(int4 h, int j, uint16_t aux[2]) {
-    const int sh = 16 * (j & 1);
-    const uint32_t a = (uint32_t)h.y >> sh, b = (uint32_t)h.z >> sh, c = (uint32_t)h.w >> sh;
-    if (j < 2) {
-        aux[0] = (uint16_t)(a & 0x3f3f);
-        aux[1] = (uint16_t)(b & 0x3f3f);
-    } else {
-        aux[0] = (uint16_t)((c & 0x0f0f) | ((a & 0xc0c0) >> 2));
-        aux[1] = (uint16_t)(((c >> 4) & 0x0f0f) | ((b & 0xc0c0) >> 2));
-    }
+// The 6-bit scales and mins of sub-blocks 2j and 2j + 1 of a Q4_K/Q5_K block from its first
+// 16 bytes held in registers (h.y, h.z, h.w: scale bytes 0-3, 4-7, 8-11), as the bytes
+// [sc(2j), sc(2j + 1), m(2j), m(2j + 1)] of one word: scales_k4's integers (aux[0] its low
+// half, aux[1] its high), gathered by byte permutes. j need not be uniform: both layouts are
+// computed and one taken. (One 16-byte load of the head takes the place of the scale and
+// d/dmin loads: five 2-byte loads and their addresses a block.)
+static __device__ __forceinline__ uint32_t scales_k4_head(int4 h, int j) {
+    // Bytes q, q + 1 of the first four scale bytes and of the next four (q = 2j for j < 2,
+    // 2j - 4 past): the whole six bits for j < 2, the top two bits past.
+    const bool odd = j & 1;
+    const uint32_t yz = __byte_perm((uint32_t)h.y, (uint32_t)h.z, odd ? 0x7632u : 0x5410u);
+    // Past j = 1, the low four bits: the scales' from the low nibbles of bytes q, q + 1 of the
+    // last four, the mins' from their high nibbles.
+    const uint32_t w = __byte_perm((uint32_t)h.w, 0u, odd ? 0x3232u : 0x1010u);
+    const uint32_t low4 = (w & 0x00000f0fu) | ((w >> 4) & 0x0f0f0000u);
+    return j < 2 ? yz & 0x3f3f3f3fu : low4 | ((yz >> 2) & 0x30303030u);
 }
 
 // ---- formats --------------------------------------------------------------------------------

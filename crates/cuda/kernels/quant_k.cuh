@@ -49,13 +49,12 @@ template <> struct WeightFormat<GGML_TYPE_Q4_K> {
     template <typename A>
     static __device__ __forceinline__ float vec_dot_wide(const block *b, const A &y, int kby,
                                                          int t) {
-        const int g = t / 2, h = t % 2;
+        const int g = (int)((unsigned)t >> 1), h = t & 1; // t >= 0: shifts, not signed division
         // The head (d, dmin, scales) in one 16-byte load, the same for the block's 8 lanes.
         const int4 head = __ldg((const int4 *)b);
         const int4 v4 = __ldg((const int4 *)(b->qs + 16 * t));
         const int v[4] = {v4.x, v4.y, v4.z, v4.w};
-        uint16_t aux[2];
-        scales_k4_head(head, g, aux);
+        const uint32_t sm = scales_k4_head(head, g);
         const int4 a0 = y.q16(kby + 2 * g, h), a1 = y.q16(kby + 2 * g + 1, h);
         const int u0s[4] = {a0.x, a0.y, a0.z, a0.w}, u1s[4] = {a1.x, a1.y, a1.z, a1.w};
         int dot0 = 0, dot1 = 0, sum0 = 0, sum1 = 0;
@@ -63,12 +62,13 @@ template <> struct WeightFormat<GGML_TYPE_Q4_K> {
         for (int i = 0; i < 4; ++i) {
             const int u0 = u0s[i], u1 = u1s[i];
             dot0 = dp4a(v[i] & 0x0F0F0F0F, u0, dot0);
-            dot1 = dp4a((v[i] >> 4) & 0x0F0F0F0F, u1, dot1);
+            dot1 = dp4a_us((uint32_t)v[i] & 0xF0F0F0F0u, u1, dot1); // 16 times the codes
             sum0 = sum_bytes(u0, sum0);
             sum1 = sum_bytes(u1, sum1);
         }
+        dot1 >>= 4; // exact: a multiple of 16
         const float d0 = y.d(kby + 2 * g), d1 = y.d(kby + 2 * g + 1);
-        const int sc0 = aux[0] & 0xff, sc1 = aux[0] >> 8, m0 = aux[1] & 0xff, m1 = aux[1] >> 8;
+        const int sc0 = sm & 0xff, sc1 = (sm >> 8) & 0xff, m0 = (sm >> 16) & 0xff, m1 = sm >> 24;
         const float sumf_d = d0 * (float)(dot0 * sc0) + d1 * (float)(dot1 * sc1);
         const float sumf_m = d0 * (float)(sum0 * m0) + d1 * (float)(sum1 * m1);
         return f16_bits_to_f32((uint16_t)(head.x & 0xffff)) * sumf_d -
@@ -216,11 +216,15 @@ template <> struct WeightFormat<GGML_TYPE_Q6_K> {
     template <typename A>
     static __device__ __forceinline__ float vec_dot_wide(const block *b, const A &y, int kby,
                                                          int t) {
-        const int n = t / 4, r = t % 4;
-        const int lo[2][2] = {{get_int_b2(b->ql, 16 * n + 2 * r), get_int_b2(b->ql, 16 * n + 2 * r + 1)},
-                              {get_int_b2(b->ql, 16 * n + 8 + 2 * r),
-                               get_int_b2(b->ql, 16 * n + 8 + 2 * r + 1)}};
-        const int hi[2] = {get_int_b2(b->qh, 8 * n + 2 * r), get_int_b2(b->qh, 8 * n + 2 * r + 1)};
+        const int n = (int)((unsigned)t >> 2), r = t & 3; // t >= 0
+        // Each 8-byte piece is followed by more of the block: get_int2_b2 may read past it.
+        const uint32_t *w = (const uint32_t *)((size_t)b & ~(size_t)3);
+        const uint32_t sh = (uint32_t)((size_t)b & 3) * 8u;
+        const int2 l0 = get_int2_b2(w, 64 * n + 8 * r, sh),
+                   l1 = get_int2_b2(w, 64 * n + 32 + 8 * r, sh),
+                   h2 = get_int2_b2(w, 128 + 32 * n + 8 * r, sh);
+        const int lo[2][2] = {{l0.x, l0.y}, {l1.x, l1.y}};
+        const int hi[2] = {h2.x, h2.y};
         float sumf = 0.0f;
 #pragma unroll
         for (int k = 0; k < 4; ++k) {
