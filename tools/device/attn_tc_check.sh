@@ -7,7 +7,6 @@
 # qwen3-30b-a3b file), or with PARITY=1. Usage, from the repo root, .device-carry/ holding
 # ferrolm.xz and llama.tar.xz (see carried.sh): bash tools/device/attn_tc_check.sh
 source tools/device/carried.sh
-t0=$(date +%s)
 if [ -n "$PARITY" ]; then
   timeout 200 $B cuda-parity --seed 109 > $OUT/parity.txt 2>&1; echo "parity rc=$? $(tail -1 $OUT/parity.txt)"
   echo "rows failing: $(grep -c '| FAIL |' $OUT/parity.txt)"; grep '| FAIL |' $OUT/parity.txt | head

@@ -8,7 +8,6 @@
 # and 0; the attention's launches at 16,384 keys under ncu, and the walk's SASS stalls. Usage, from the repo root, .device-carry/
 # from tools/device/pack.sh: [PARITY=0] bash tools/device/combine_check.sh
 source tools/device/carried.sh
-t0=$(date +%s)
 pooled qwen3-8b olmoe-1b-7b qwen3-30b-a3b
 for P in qwen3-8b olmoe-1b-7b; do
   F=$M/$P-pooled.gguf

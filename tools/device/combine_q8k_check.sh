@@ -6,7 +6,6 @@
 # Usage, from the repo root, .device-carry/ from tools/device/pack.sh:
 # [PARITY=0] bash tools/device/combine_q8k_check.sh
 source tools/device/carried.sh
-t0=$(date +%s)
 pooled qwen3-8b olmoe-1b-7b qwen3-30b-a3b
 if [ "${PARITY:-1}" = 1 ]; then
   timeout 240 $B cuda-parity --seed 143 > $OUT/parity.txt 2>&1

@@ -6,7 +6,6 @@
 # root, .device-carry/ holding ferrolm.xz and llama.tar.xz (see carried.sh):
 # bash tools/device/decode_profile.sh
 source tools/device/carried.sh
-t0=$(date +%s)
 for P in qwen3-30b-a3b olmoe-1b-7b; do
   [ -s $M/$P.gguf ] || $B synth --preset $P --type q4_k_m --pooled -o $M/$P.gguf > /dev/null 2>&1
 done

@@ -8,7 +8,6 @@
 # Usage, from the repo root, .device-carry/ from tools/device/pack.sh:
 #   [SPLITS="auto 128 64 512"] bash tools/device/depth_check.sh
 source tools/device/carried.sh
-t0=$(date +%s)
 SPLITS=${SPLITS:-"auto 128 64 512"}
 pooled qwen3-8b olmoe-1b-7b
 echo "models at $(( $(date +%s) - t0 )) s"

@@ -8,7 +8,6 @@
 # write). Usage, from the repo root, .device-carry/ from tools/device/pack.sh:
 # bash tools/device/f16_default_check.sh
 source tools/device/carried.sh
-t0=$(date +%s)
 pooled qwen3-8b qwen3-30b-a3b
 echo "models at $(( $(date +%s) - t0 )) s"
 P=$M/qwen3-8b-pooled.gguf

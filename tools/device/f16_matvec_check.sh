@@ -8,7 +8,6 @@
 # ferrolm.xz or llama.tar.xz alone: the binary and the model stay on the warm machine.
 # Usage, from the repo root: [PARITY=1] [NCU=1] bash tools/device/f16_matvec_check.sh
 source tools/device/carried.sh
-t0=$(date +%s)
 P=qwen3-8b
 [ -s $M/$P.gguf ] || $B synth --preset $P --type q4_k_m -o $M/$P.gguf > $OUT/synth.txt 2>&1 &
 SP=$!

@@ -6,7 +6,6 @@
 # one token: the experts, the router, attention; qwen3-8b's decode attention at 16,384 keys. Usage, from the repo root, .device-carry/
 # holding ferrolm.xz: [ONLY=q8b|q30|attn] bash tools/device/kernel_deep.sh (ONLY: one model's part)
 source tools/device/carried.sh
-t0=$(date +%s)
 P8=$M/qwen3-8b-pooled.gguf; P30=$M/qwen3-30b-a3b-pooled.gguf
 want() { [ -z "$ONLY" ] || [ "$ONLY" = $1 ]; }
 pooled $({ want q8b || want attn; } && echo qwen3-8b) $(want q30 && echo qwen3-30b-a3b)

@@ -9,7 +9,6 @@
 # stripped release binary, xz-compressed) and llama.tar.xz (../shared/bench's archive):
 # bash tools/device/moe_step_check.sh
 source tools/device/carried.sh
-t0=$(date +%s)
 ( for P in qwen3-30b-a3b olmoe-1b-7b; do
     [ -s $M/$P.gguf ] || $B synth --preset $P --type q4_k_m --pooled -o $M/$P.gguf > /dev/null 2>&1
   done ) &

@@ -6,8 +6,6 @@
 # launches (v, down) under ncu either way. Pooled synth file. Usage, from the repo root,
 # .device-carry/ from tools/device/pack.sh: [PARITY=0] bash tools/device/q6k_stage_check.sh
 source tools/device/carried.sh
-t0=$(date +%s)
-nvidia-smi --query-gpu=name --format=csv,noheader
 pooled qwen3-8b
 F=$M/qwen3-8b-pooled.gguf
 if [ "${PARITY:-1}" = 1 ]; then

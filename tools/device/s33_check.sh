@@ -11,13 +11,9 @@
 # Pooled synth files. Usage, from the repo root, .device-carry/ from tools/device/pack.sh:
 # [PARITY=0] [SEED=n] bash tools/device/s33_check.sh
 source tools/device/carried.sh
-t0=$(date +%s)
-nvidia-smi --query-gpu=name --format=csv,noheader
 pooled qwen3-8b olmoe-1b-7b qwen3-30b-a3b
 if [ "${PARITY:-1}" = 1 ]; then
-  timeout 200 $B cuda-parity --seed ${SEED:-153} > $OUT/parity.txt 2>&1
-  echo "parity rc=$? $(tail -1 $OUT/parity.txt) at $(( $(date +%s) - t0 )) s"
-  grep '| FAIL |' $OUT/parity.txt | head
+  run_parity ${SEED:-153}
   for r in 'warps' 'f16 copy' 'weights through shared memory'; do
     echo "rows '$r': $(grep -c "$r" $OUT/parity.txt), passing: $(grep "$r" $OUT/parity.txt | grep -c '| PASS |')"
   done

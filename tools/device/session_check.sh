@@ -5,13 +5,9 @@
 # llama-batched-bench. Pooled synth files. Usage, from the repo root, .device-carry/ from
 # tools/device/pack.sh: [PARITY=0] [SEED=n] bash tools/device/session_check.sh
 source tools/device/carried.sh
-t0=$(date +%s)
-nvidia-smi --query-gpu=name --format=csv,noheader
 pooled qwen3-8b olmoe-1b-7b qwen3-30b-a3b
 if [ "${PARITY:-1}" = 1 ]; then
-  timeout 150 $B cuda-parity --seed ${SEED:-147} > $OUT/parity.txt 2>&1
-  echo "parity rc=$? $(tail -1 $OUT/parity.txt) at $(( $(date +%s) - t0 )) s"
-  grep '| FAIL |' $OUT/parity.txt | head
+  run_parity ${SEED:-147}
 fi
 tg() { timeout 90 $B bench -m $1 --backend cuda -p 0 -n 128 -r 2 ${2:+-d $2} 2>&1 | grep -E 'tg128|rror|panic' | awk -F'|' '{print $(NF-1)}'; }
 for P in qwen3-30b-a3b olmoe-1b-7b qwen3-8b; do

@@ -6,7 +6,6 @@
 # launches under ncu. Pooled synth files. Usage, from the repo root, .device-carry/ from
 # tools/device/pack.sh: [SPLITS="auto 384 512 768"] bash tools/device/split_combine_check.sh
 source tools/device/carried.sh
-t0=$(date +%s)
 SPLITS=${SPLITS:-"auto 384 512 768"}
 pooled qwen3-8b olmoe-1b-7b
 for P in qwen3-8b olmoe-1b-7b; do

@@ -7,7 +7,6 @@
 # with PARITY=1. Usage, from the repo root, .device-carry/ holding ferrolm.xz and llama.tar.xz
 # (see carried.sh): bash tools/device/staged_check.sh
 source tools/device/carried.sh
-t0=$(date +%s)
 P=qwen3-8b
 [ -s $M/$P.gguf ] || $B synth --preset $P --type q4_k_m -o $M/$P.gguf > $OUT/synth.txt 2>&1 &
 SP=$!

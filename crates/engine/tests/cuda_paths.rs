@@ -327,6 +327,18 @@ fn staged_matvec_agrees_with_the_mma_matvec() {
     }
 }
 
+/// Forty sequences of 1 to 23 prompt tokens: their padded steps take 64 rows.
+fn forty_sequences() -> Vec<usize> {
+    (0..40).map(|s| 1 + (s * 7) % 23).collect()
+}
+
+/// The f16 mat-vec from 9 rows, k in two shares: the tiny models' products reach it.
+const F16_MATVEC_FROM_9: [(&str, &str); 3] = [
+    ("FERROLM_F16_MATVEC", "1"),
+    ("FERROLM_F16_MATVEC_ROWS", "9"),
+    ("FERROLM_F16_MATVEC_SPLITS", "2"),
+];
+
 /// A batched step's Q4_K and Q6_K products on the f16 mat-vec (`FERROLM_F16_MATVEC=1`, from 9
 /// rows, k in two shares; weights unpacked to f16 once for all rows) against the int8 kernels
 /// it comes ahead of (`=0`): forty sequences, so the padded steps take 64 rows. The tolerance
@@ -335,15 +347,10 @@ fn staged_matvec_agrees_with_the_mma_matvec() {
 #[test]
 #[ignore = "needs a GPU"]
 fn f16_matvec_agrees_with_the_default_products() {
-    let lens: Vec<usize> = (0..40).map(|s| 1 + (s * 7) % 23).collect();
-    let f16 = [
-        ("FERROLM_F16_MATVEC", "1"),
-        ("FERROLM_F16_MATVEC_ROWS", "9"),
-        ("FERROLM_F16_MATVEC_SPLITS", "2"),
-    ];
+    let lens = forty_sequences();
     for stem in ["tiny-llama-q4_k_m", "tiny-qwen3-q4_k_m"] {
         let file = golden_file(stem);
-        let on = batch_schedule_of(&file, &f16, &lens);
+        let on = batch_schedule_of(&file, &F16_MATVEC_FROM_9, &lens);
         let off = batch_schedule_of(&file, &[("FERROLM_F16_MATVEC", "0")], &lens);
         let d = on
             .iter()
@@ -362,24 +369,12 @@ fn f16_matvec_agrees_with_the_default_products() {
 #[test]
 #[ignore = "needs a GPU"]
 fn f16_copies_change_no_bits() {
-    let lens: Vec<usize> = (0..40).map(|s| 1 + (s * 7) % 23).collect();
-    let f16 = [
-        ("FERROLM_F16_MATVEC", "1"),
-        ("FERROLM_F16_MATVEC_ROWS", "9"),
-        ("FERROLM_F16_MATVEC_SPLITS", "2"),
-    ];
+    let lens = forty_sequences();
+    let with = |copy| [&F16_MATVEC_FROM_9[..], &[("FERROLM_F16_COPY", copy)]].concat();
     for stem in ["tiny-llama-q4_k_m", "tiny-qwen3-q4_k_m"] {
         let file = golden_file(stem);
-        let on = batch_schedule_of(
-            &file,
-            &[&f16[..], &[("FERROLM_F16_COPY", "1")]].concat(),
-            &lens,
-        );
-        let off = batch_schedule_of(
-            &file,
-            &[&f16[..], &[("FERROLM_F16_COPY", "0")]].concat(),
-            &lens,
-        );
+        let on = batch_schedule_of(&file, &with("1"), &lens);
+        let off = batch_schedule_of(&file, &with("0"), &lens);
         assert_eq!(
             on, off,
             "{stem}: f16 copies in the norm and SwiGLU launches or not"
