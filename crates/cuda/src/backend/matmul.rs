@@ -364,15 +364,27 @@ impl CudaBackend {
         mode: ActQuant,
     ) -> Result<()> {
         let mut q8 = self.bytes.take(Quantize::q8_1_bytes(out.rows, out.width))?;
-        let nr = &self.k.norm_rope;
-        let r = if self.gemm_plan().f16_copy(out.width, out.rows) {
-            let (o, h) = out.buf_and_f16()?;
-            nr.rms_norm_q8_1(x.buf(), w.vector(), eps, o, &mut q8, mode, Some(h))
-        } else {
-            nr.rms_norm_q8_1(x.buf(), w.vector(), eps, out.buf_mut(), &mut q8, mode, None)
-        };
+        let r = self.out_and_f16(out).and_then(|(o, h)| {
+            let nr = &self.k.norm_rope;
+            nr.rms_norm_q8_1(x.buf(), w.vector(), eps, o, &mut q8, mode, h)
+        });
         out.q8 = Some((q8, mode));
         r
+    }
+
+    /// `out`'s buffer for writing, and where the plan keeps one for the f16 products after it
+    /// ([`Plan::f16_copy`](crate::plan::Plan::f16_copy)), a buffer for its f16 copy, which
+    /// becomes `out`'s.
+    fn out_and_f16<'a>(
+        &self,
+        out: &'a mut CudaAct,
+    ) -> Result<(&'a mut CudaSlice<f32>, Option<&'a mut CudaSlice<u16>>)> {
+        if self.gemm_plan().f16_copy(out.width, out.rows) {
+            let (o, h) = out.buf_and_f16()?;
+            Ok((o, Some(h)))
+        } else {
+            Ok((out.buf_mut(), None))
+        }
     }
 
     /// `acc += add`, then as [`Self::norm_q8`].
@@ -386,23 +398,10 @@ impl CudaBackend {
         mode: ActQuant,
     ) -> Result<()> {
         let mut q8 = self.bytes.take(Quantize::q8_1_bytes(out.rows, out.width))?;
-        let nr = &self.k.norm_rope;
-        let (a, wv) = (add.buf(), w.vector());
-        let r = if self.gemm_plan().f16_copy(out.width, out.rows) {
-            let (o, h) = out.buf_and_f16()?;
-            nr.add_rms_norm_q8_1(acc.buf_mut(), a, wv, eps, o, &mut q8, mode, Some(h))
-        } else {
-            nr.add_rms_norm_q8_1(
-                acc.buf_mut(),
-                a,
-                wv,
-                eps,
-                out.buf_mut(),
-                &mut q8,
-                mode,
-                None,
-            )
-        };
+        let r = self.out_and_f16(out).and_then(|(o, h)| {
+            let (nr, a, wv) = (&self.k.norm_rope, add.buf(), w.vector());
+            nr.add_rms_norm_q8_1(acc.buf_mut(), a, wv, eps, o, &mut q8, mode, h)
+        });
         out.q8 = Some((q8, mode));
         r
     }
@@ -426,13 +425,8 @@ impl CudaBackend {
             }
             _ => {
                 self.matmul_all(&[wg, wu], &[], x, &mut [gate, up])?;
-                let ew = &self.k.elementwise;
-                if self.gemm_plan().f16_copy(gate.width, gate.rows) {
-                    let (g, h) = gate.buf_and_f16()?;
-                    ew.swiglu_into(g, up.buf(), Some(h))
-                } else {
-                    ew.swiglu(gate.buf_mut(), up.buf())
-                }
+                let (g, h) = self.out_and_f16(gate)?;
+                self.k.elementwise.swiglu_into(g, up.buf(), h)
             }
         }
     }
