@@ -3,6 +3,9 @@
 //! the `compile_kernels` test takes every file (minutes). No GPU needed.
 //!
 //! `FERROLM_AOT=0 cargo run --release -p ferrolm-cuda --example compile_one -- FILE.cu ...`
+//!
+//! With `FERROLM_CUBIN_DIR=DIR`, each cubin is written there too (`FILE.ARCH.cubin`), for
+//! `tools/perf/sass_loops.py` to read its loops.
 
 use ferrolm_cuda::kernels::FILES;
 use ferrolm_cuda::nvrtc::{Target, Toolchain};
@@ -27,12 +30,22 @@ fn main() -> ExitCode {
         for arch in ["sm_90a", "sm_80"] {
             let t = std::time::Instant::now();
             match tc.compile_with_log(file, &Target::new(arch)) {
-                Ok((cubin, log)) => println!(
-                    "{name} {arch}: {} bytes in {:.1} s{}{log}",
-                    cubin.len(),
-                    t.elapsed().as_secs_f64(),
-                    if log.is_empty() { "" } else { "\n" }
-                ),
+                Ok((cubin, log)) => {
+                    println!(
+                        "{name} {arch}: {} bytes in {:.1} s{}{log}",
+                        cubin.len(),
+                        t.elapsed().as_secs_f64(),
+                        if log.is_empty() { "" } else { "\n" }
+                    );
+                    if let Some(dir) = std::env::var_os("FERROLM_CUBIN_DIR") {
+                        let stem = name.trim_end_matches(".cu");
+                        let path = std::path::Path::new(&dir).join(format!("{stem}.{arch}.cubin"));
+                        if let Err(e) = std::fs::write(&path, &cubin) {
+                            println!("{}: {e}", path.display());
+                            failed = true;
+                        }
+                    }
+                }
                 Err(e) => {
                     println!("{name} {arch}: {e}");
                     failed = true;
