@@ -9,7 +9,7 @@
 # - qwen3-8b at 16 / 32 / 64 sequences beside llama-batched-bench: the default (f16 copies on),
 #   FERROLM_F16_COPY=0, FERROLM_F16_MATVEC_Q6K_STAGE=1, the default.
 # Pooled synth files. Usage, from the repo root, .device-carry/ from tools/device/pack.sh:
-# [PARITY=0] [SEED=n] bash tools/device/s33_check.sh
+# [PARITY=0] [TG=0] [BATCHED=0] [SEED=n] bash tools/device/s33_check.sh (each =0 skips its part)
 source tools/device/carried.sh
 pooled qwen3-8b olmoe-1b-7b qwen3-30b-a3b
 if [ "${PARITY:-1}" = 1 ]; then
@@ -18,6 +18,7 @@ if [ "${PARITY:-1}" = 1 ]; then
     echo "rows '$r': $(grep -c "$r" $OUT/parity.txt), passing: $(grep "$r" $OUT/parity.txt | grep -c '| PASS |')"
   done
 fi
+if [ "${TG:-1}" = 1 ]; then
 tg() { timeout 90 $B bench -m $1 --backend cuda -p 0 -n 128 -r 2 2>&1 | grep -E 'tg128|rror|panic' | awk -F'|' '{print $(NF-1)}'; }
 for P in qwen3-30b-a3b olmoe-1b-7b qwen3-8b; do
   F=$M/$P-pooled.gguf
@@ -28,6 +29,8 @@ for P in qwen3-30b-a3b olmoe-1b-7b qwen3-8b; do
     echo "== $P ferrolm, gate/up warps 4 / 8 / 4: $(tg $F) / $(FERROLM_MOE_GATE_UP_WARPS=8 tg $F) / $(tg $F)"
   fi
 done
+fi
+if [ "${BATCHED:-1}" = 1 ]; then
 F=$M/qwen3-8b-pooled.gguf
 echo "== qwen3-8b llama-batched-bench"
 timeout 100 $L/llama-batched-bench -m $F -ngl 99 -fa 1 -c 20000 -npp 128 -ntg 128 -npl 16,32,64 2>&1 | grep -E '^\|' | tail -3
@@ -36,4 +39,5 @@ echo "== default"; bb
 echo "== FERROLM_F16_COPY=0"; FERROLM_F16_COPY=0 bb
 echo "== FERROLM_F16_MATVEC_Q6K_STAGE=1"; FERROLM_F16_MATVEC_Q6K_STAGE=1 bb
 echo "== default"; bb
+fi
 echo "end at $(( $(date +%s) - t0 )) s"
