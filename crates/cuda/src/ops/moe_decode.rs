@@ -27,8 +27,8 @@ use std::collections::HashMap;
 pub const MOE_DECODE_MAX_TOKENS: usize = 8;
 /// Most slots (tokens × experts a token) one call takes (the kernel's MOE_MAX_SLOTS).
 const MAX_SLOTS: usize = 128;
-/// Warps per block (MOE_NWARPS).
-const NWARPS: u32 = 8;
+/// Warps per block (the kernel's MOE_NWARPS; the gate/up kernel's most).
+pub(crate) const MOE_DECODE_WARPS: u32 = 8;
 
 /// MXFP4 at one token takes half the rows in more blocks an SM (the kernel's MOE_LEAN).
 fn lean(ty: GgmlType, n: usize) -> bool {
@@ -287,14 +287,14 @@ impl MoeDecode {
     ) -> Result<()> {
         let (k, ff, d) = (e.n_used, e.n_ff, e.n_embd());
         let ints = Ints::new(d, ff, e.n_expert, k);
-        let block = (32, NWARPS, 1);
+        let block = (32, MOE_DECODE_WARPS, 1);
         let gate_up = &self.gate_up[&(e.gate.ty, n, narrow(how, e.gate.ty))];
         let mode = self.launch.mode();
         let (stage, smem) = stage_args(mode, walks_wide(how, e.gate.ty), n * d / 32);
         let warps = how.gate_up_warps;
-        if !(1..=NWARPS).contains(&warps) {
+        if !(1..=MOE_DECODE_WARPS).contains(&warps) {
             return Err(CudaError::Invalid(format!(
-                "moe decode: {warps} warps a gate/up block, want 1 to {NWARPS}"
+                "moe decode: {warps} warps a gate/up block, want 1 to {MOE_DECODE_WARPS}"
             )));
         }
         let cfg = LaunchConfig {
@@ -322,7 +322,7 @@ impl MoeDecode {
         // SAFETY: moe_gate_up_*_nN(gate, up, x, ids, h, n_embd, n_ff, n_expert, k, stage,
         // gate_bias, up_bias, alpha, limit): stacked [n_expert*n_ff][n_embd] weights, N Q8_1
         // rows, N*k ids, N*k x n_ff floats out (work sized for max_n >= N); biases of
-        // [n_expert][n_ff] floats or null (MoeExperts::check); a block of `warps` (1..=NWARPS,
+        // [n_expert][n_ff] floats or null (MoeExperts::check); a block of `warps` (1..=MOE_DECODE_WARPS,
         // the kernel's launch bound) per warps * gate_rows(N) rows and slot; with stage, the
         // shared bytes of the N rows' staged blocks.
         unsafe { b.launch(cfg) }.during(format!("launching moe gate/up for {}", e.gate.ty))?;
@@ -467,8 +467,8 @@ impl MoeDecode {
         let (si, xi) = (int(slot, "moe slot"), int(x_row, "moe row"));
         let (ri, ci) = (int(rows, "moe rows"), int(w.cols, "moe cols"));
         let cfg = LaunchConfig {
-            grid_dim: (rows.div_ceil(NWARPS as usize) as u32, 1, 1),
-            block_dim: (32, NWARPS, 1),
+            grid_dim: (rows.div_ceil(MOE_DECODE_WARPS as usize) as u32, 1, 1),
+            block_dim: (32, MOE_DECODE_WARPS, 1),
             shared_mem_bytes: 0,
         };
         let f = &self.slot_matvec[&(w.ty, narrow(how, w.ty))];
@@ -554,7 +554,7 @@ mod tests {
     #[test]
     fn geometry_and_formats_match_the_kernel() {
         let src = MOE_DECODE.source;
-        assert!(src.contains(&format!("#define MOE_NWARPS {NWARPS}")));
+        assert!(src.contains(&format!("#define MOE_NWARPS {MOE_DECODE_WARPS}")));
         assert!(src.contains("#define MOE_LEAN(T, N) ((T) == GGML_TYPE_MXFP4 && (N) == 1)"));
         assert!(src.contains("#define MOE_GATE_ROWS(T, N) (MOE_LEAN(T, N) ? 2 : (N) <= 2 ? 4 : 1)"));
         assert!(src.contains("#define MOE_DOWN_ROWS(T, N) (MOE_LEAN(T, N) ? 4 : (N) <= 2 ? 8 : 2)"));

@@ -40,8 +40,9 @@ use crate::ops::{
     MmqOrder, Mmvq, MmvqMma, MmvqStaged, MoeDecodeWork, MoeGemm, PrefillKernel, ATTN_GROUPS,
     ATTN_MAX_SPLITS, F16_DECODE_MAX_ROWS, F16_MATVEC_MAX_ROWS, F16_MATVEC_SPLIT_BLOCKS,
     MMA_HEAD_DIMS, MMA_MV_MAX_ROWS, MMQ_MAX_SPLITS, MMQ_SPLIT_TILES, MMQ_TILES, MMVQ_MAX_COLS,
-    MOE_DECODE_MAX_TOKENS, MOE_INDEX_ONE_BLOCK_EXPERTS, MOE_INDEX_ONE_BLOCK_PAIRS,
-    ROUTER_SMALL_MAX_EMBD, ROUTER_SMALL_N, STAGED_MAX_ROWS, STAGED_MIN_ROWS, STAGED_SPLIT_BLOCKS,
+    MOE_DECODE_MAX_TOKENS, MOE_DECODE_WARPS, MOE_INDEX_ONE_BLOCK_EXPERTS,
+    MOE_INDEX_ONE_BLOCK_PAIRS, ROUTER_SMALL_MAX_EMBD, ROUTER_SMALL_N, STAGED_MAX_ROWS,
+    STAGED_MIN_ROWS, STAGED_SPLIT_BLOCKS,
 };
 use cudarc::driver::sys::CUdevice_attribute;
 use ferrolm_gguf::GgmlType;
@@ -138,7 +139,7 @@ pub const NORM_ROUTE_MAX_ROWS: usize = 1;
 /// rows, top-8) left 60 of the H100's 132 SMs two blocks and the rest one, where 384 blocks of 4
 /// put three on the busiest SMs against 2.9 on average. OLMoE's 1024 rows give 256 blocks of 8
 /// either way evenly. A warp's rows and walk stay the same: the same bits.
-pub const MOE_GATE_UP_WARPS_ONE: usize = 4;
+pub const MOE_GATE_UP_WARPS_ONE: u32 = 4;
 /// Decode attention's blocks an SM, when the context is long enough to give them work.
 pub const DECODE_BLOCKS_PER_SM: usize = 4;
 /// The fewest keys a flash-decoding split takes at full context.

@@ -102,14 +102,14 @@ impl Plan {
     }
 
     /// Warps a block of the fused gate/up kernel for `tokens` tokens
-    /// ([`MOE_GATE_UP_WARPS_ONE`] at one, 8 otherwise; `FERROLM_MOE_GATE_UP_WARPS` sets it).
+    /// ([`MOE_GATE_UP_WARPS_ONE`] at one, the kernel's most otherwise;
+    /// `FERROLM_MOE_GATE_UP_WARPS` sets it).
     pub fn moe_gate_up_warps(&self, tokens: usize) -> u32 {
-        let auto = if tokens == 1 {
-            MOE_GATE_UP_WARPS_ONE
-        } else {
-            8
-        };
-        self.switches.moe_gate_up_warps.unwrap_or(auto) as u32
+        match self.switches.moe_gate_up_warps {
+            Some(w) => w as u32,
+            None if tokens == 1 => MOE_GATE_UP_WARPS_ONE,
+            None => MOE_DECODE_WARPS,
+        }
     }
 
     /// How the expert GEMMs run `s`.
