@@ -175,9 +175,11 @@ impl CudaDevice {
     /// Function `name` of kernel file `file`, compiling and loading the file on first use.
     pub fn function(&self, file: &'static KernelFile, name: &str) -> Result<CudaFunction> {
         let module = self.module(file)?;
-        module
+        let func = module
             .load_function(name)
-            .during(format!("loading kernel {name} from {}", file.name))
+            .during(format!("loading kernel {name} from {}", file.name))?;
+        crate::ops::launch::name_function(&func, name);
+        Ok(func)
     }
 
     fn module(&self, file: &'static KernelFile) -> Result<Arc<CudaModule>> {

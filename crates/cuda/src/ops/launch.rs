@@ -13,10 +13,10 @@ use cudarc::driver::{
     sys, CudaFunction, CudaSlice, CudaStream, CudaView, CudaViewMut, DevicePtr, DevicePtrMut,
     DriverError, LaunchConfig,
 };
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::ffi::c_void;
 use std::marker::PhantomData;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, LazyLock, Mutex};
 
 /// How kernels start; the plan's [`crate::plan::Plan::launch_mode`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -33,6 +33,25 @@ pub struct LaunchMode {
     /// Every kernel's preferred shared-memory carveout (percent), set on its first launch;
     /// `None`: the driver's choice a kernel.
     pub carveout: Option<i32>,
+    /// Kernels left out of the step, by name prefix: for timing what a kernel costs the chain
+    /// of launches; the outputs are wrong (the plan's `FERROLM_TIMING_SKIP`).
+    pub skip: &'static [String],
+}
+
+/// Kernel names by function handle, recorded as functions load, for [`LaunchMode::skip`].
+static NAMES: LazyLock<Mutex<HashMap<usize, String>>> = LazyLock::new(Mutex::default);
+
+/// Records `func`'s name (`device.rs`, as it loads a function).
+pub(crate) fn name_function(func: &CudaFunction, name: &str) {
+    NAMES
+        .lock()
+        .expect("kernel names poisoned")
+        .insert(func.cu_function() as usize, name.to_owned());
+}
+
+/// Whether a kernel of this name is left out under `skip`.
+fn skipped(skip: &[String], name: &str) -> bool {
+    skip.iter().any(|s| name.starts_with(s.as_str()))
 }
 
 /// A stream, and how launches on it start.
@@ -170,6 +189,14 @@ impl<'a> Launch<'a> {
     /// The arguments must be the kernel's parameters, in order, with the types it declares, and
     /// the kernel must stay within the buffers it is given.
     pub unsafe fn launch(&mut self, cfg: LaunchConfig) -> Result<(), DriverError> {
+        let skip = self.launcher.mode.skip;
+        if !skip.is_empty() {
+            let names = NAMES.lock().expect("kernel names poisoned");
+            let name = names.get(&(self.func.cu_function() as usize));
+            if name.is_some_and(|n| skipped(skip, n)) {
+                return Ok(());
+            }
+        }
         let stream = &self.launcher.stream;
         stream.context().bind_to_thread()?;
         self.launcher.carve(self.func)?;
@@ -224,6 +251,17 @@ impl<'a> Launch<'a> {
 
 #[cfg(test)]
 mod tests {
+    /// A skip entry is a name prefix: `moe_down` takes every down kernel, and no other.
+    #[test]
+    fn skip_matches_name_prefixes() {
+        let skip = ["moe_down".to_owned(), "quantize_q8_k".to_owned()];
+        assert!(super::skipped(&skip, "moe_down_q6_k_n1"));
+        assert!(super::skipped(&skip, "quantize_q8_k"));
+        assert!(!super::skipped(&skip, "quantize_q8_1"));
+        assert!(!super::skipped(&skip, "moe_gate_up_q4_k_n1"));
+        assert!(!super::skipped(&[], "moe_down_q6_k_n1"));
+    }
+
     /// Every `__global__` kernel starts with `dependent_launch_entry();` (or a `*_then_wait`
     /// helper, which only touches read-only weights before it waits): a
     /// kernel that read memory before it could see the previous kernel's output half written.

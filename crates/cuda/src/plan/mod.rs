@@ -212,6 +212,12 @@ fn launch_mode(switches: &Switches, cc: (i32, i32)) -> LaunchMode {
         weight_prefetch: dependent && switches.prefetch,
         stage_activations: switches.stage,
         carveout: switches.carveout.map(|c| c as i32),
+        // Leaked once a process where set: a launch mode is a plain copyable value.
+        skip: if switches.timing_skip.is_empty() {
+            &[]
+        } else {
+            Box::leak(switches.timing_skip.clone().into_boxed_slice())
+        },
     }
 }
 

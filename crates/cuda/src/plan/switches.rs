@@ -215,6 +215,10 @@ pub struct Switches {
     pub moe_mma_pairs: Option<usize>,
     /// `FERROLM_CUDA_PROFILE`: stage timing from CUDA events (turns graphs off).
     pub profile: bool,
+    /// `FERROLM_TIMING_SKIP=a,b`: kernels whose names start with one of these are not launched.
+    /// For timing only (what a kernel costs the step's chain of launches under PDL and graphs,
+    /// which ncu's one launch at a time does not show); the outputs are wrong.
+    pub timing_skip: Vec<String>,
 }
 
 impl Default for Switches {
@@ -276,6 +280,7 @@ impl Default for Switches {
             moe_mma_tiles: None,
             moe_mma_pairs: None,
             profile: false,
+            timing_skip: Vec::new(),
         }
     }
 }
@@ -327,6 +332,25 @@ fn forced(env: &dyn Fn(&str) -> Option<String>, name: &str, auto_ok: bool) -> Re
 }
 
 /// A whole number in `range`; unset or `auto` is `None`.
+/// A comma-separated list of kernel names (or their starts); unset is empty.
+fn names(env: &dyn Fn(&str) -> Option<String>, name: &str) -> Result<Vec<String>> {
+    let Some(v) = value(env, name) else {
+        return Ok(Vec::new());
+    };
+    let list: Vec<String> = v.split(',').map(|s| s.trim().to_owned()).collect();
+    let kernel_name =
+        |s: &String| !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if list.iter().all(kernel_name) {
+        Ok(list)
+    } else {
+        Err(bad(
+            name,
+            &v,
+            "kernel names (or their starts), comma-separated",
+        ))
+    }
+}
+
 fn count(
     env: &dyn Fn(&str) -> Option<String>,
     name: &str,
@@ -442,6 +466,7 @@ impl Switches {
             },
             moe_mma_pairs: count(env, "FERROLM_MOE_MMA_PAIRS", 1..=64)?,
             profile: flag(env, "FERROLM_CUDA_PROFILE", false)?,
+            timing_skip: names(env, "FERROLM_TIMING_SKIP")?,
         })
     }
 }
@@ -484,8 +509,13 @@ impl fmt::Display for Switches {
         let decode_rows = count_or_auto(self.f16_decode_rows);
         let decode_splits = count_or_auto(self.f16_decode_splits);
         let carveout = count_or_auto(self.carveout);
+        let timing_skip = if self.timing_skip.is_empty() {
+            "none".to_owned()
+        } else {
+            self.timing_skip.join(",")
+        };
         let norm_route_rows = count_or_auto(self.norm_route_rows);
-        let lines: [(&str, &str, &str); 56] = [
+        let lines: [(&str, &str, &str); 57] = [
             (
                 "FERROLM_CUDA_MMQ",
                 bit(self.mmq),
@@ -757,6 +787,11 @@ impl fmt::Display for Switches {
                 "FERROLM_CUDA_PROFILE",
                 bit(self.profile),
                 "stage timing (graphs off)",
+            ),
+            (
+                "FERROLM_TIMING_SKIP",
+                &timing_skip,
+                "kernels not launched, by name start (timing only: wrong outputs)",
             ),
         ];
         for (name, v, what) in lines {

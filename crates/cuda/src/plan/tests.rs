@@ -130,7 +130,7 @@ fn tile_names() {
 #[test]
 fn display_prints_every_switch() {
     let text = plan(&[("FERROLM_MMQ_TILE", "128x64")]).to_string();
-    assert_eq!(text.lines().count(), 58, "{text}");
+    assert_eq!(text.lines().count(), 59, "{text}");
     assert!(text.contains("132 SMs, cc 9.0"));
     assert!(text
         .lines()
@@ -203,6 +203,21 @@ fn dependent_launch_from_hopper_unless_off() {
         ..h200()
     };
     assert_eq!(Plan::new(parse(&[]).unwrap(), ampere).launch_mode(), plain);
+}
+
+/// `FERROLM_TIMING_SKIP`: kernel names (or their starts) in the launch mode, as listed; names
+/// only.
+#[test]
+fn timing_skip_lists_kernel_names() {
+    assert!(plan(&[]).launch_mode().skip.is_empty());
+    let skip = plan(&[("FERROLM_TIMING_SKIP", "moe_down, quantize_q8_k")]).launch_mode();
+    assert_eq!(skip.skip, ["moe_down", "quantize_q8_k"]);
+    assert!(plan(&[("FERROLM_TIMING_SKIP", "moe_down")])
+        .to_string()
+        .contains("moe_down"));
+    for bad in ["moe_down,", "moe-down", "a b"] {
+        assert!(err(&[("FERROLM_TIMING_SKIP", bad)]).contains("FERROLM_TIMING_SKIP"));
+    }
 }
 
 #[test]
