@@ -252,7 +252,7 @@ pub fn matvec_f16(
         )?);
     }
     if k.matvec_f16.stages_weights(&case.w) {
-        // Q6_K's weights through shared memory (FERROLM_F16_MATVEC_Q6K_STAGE=1; only where the
+        // Q6_K's weights through shared memory (FERROLM_F16_MATVEC_Q6K_STAGE, on; only where the
         // rows' layout allows, else both runs would take the register path): its bits.
         for shares in [1, ways] {
             let run = |stage: bool| -> Result<Vec<f32>> {

@@ -1,7 +1,8 @@
-//! The norm before an MoE router taken in the router's launch (`add_rms_norm_route_small`)
-//! against the two launches it replaces: the fused norm (`add_rms_norm_q8_1`), then the
-//! one-launch routing on its output. Contract: the same bits in the residual, the normed rows,
-//! their activation blocks and the choices.
+//! The norm before an MoE router taken in the router's launch (`add_rms_norm_route_small`, a
+//! block an expert, and `add_rms_norm_route_cluster`, one cluster of blocks) against the two
+//! launches it replaces: the fused norm (`add_rms_norm_q8_1`), then the one-launch routing on
+//! its output. Contract: the same bits in the residual, the normed rows, their activation
+//! blocks and the choices.
 
 use super::checks::{exact_row, normal};
 use super::Row;
@@ -16,26 +17,46 @@ type Outputs = (Vec<f32>, Vec<f32>, Vec<u8>, Vec<i32>, Vec<f32>);
 
 pub fn all(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) -> Result<Vec<Row>> {
     let mut rows = Vec::new();
-    // OLMoE's router (64 experts, top-8, rows of 2048: a Q8_K width too) and gpt-oss-20b's
-    // (32, top-4 of the biased logits, rows of 2880: the norm's block of 704 threads).
-    for (d, ne, kk, oai) in [(2048, 64, 8, false), (2880, 32, 4, true)] {
+    // OLMoE's router (64 experts, top-8, rows of 2048: a Q8_K width too), qwen3-30b-a3b's
+    // (128, top-8) and gpt-oss-20b's (32, top-4 of the biased logits, rows of 2880: the norm's
+    // block of 704 threads).
+    for (d, ne, kk, oai) in [
+        (2048, 64, 8, false),
+        (2048, 128, 8, false),
+        (2880, 32, 4, true),
+    ] {
         for n in [1, 3, 8] {
-            if !plan.norm_route(n, d) {
-                continue;
-            }
             let modes: &[ActQuant] = if d % 256 == 0 {
                 &[ActQuant::Q8_1, ActQuant::Q8K]
             } else {
                 &[ActQuant::Q8_1]
             };
             for &mode in modes {
-                let same = one(dev, k, rng, d, ne, kk, oai, n, mode)?;
-                rows.push(exact_row(
-                    "add_rms_norm_route_small (norm + routing in one launch)",
-                    format!("{n} tok of {d}, {ne} experts, top-{kk}, {mode:?}"),
-                    "add_rms_norm_q8_1 then moe_route_small",
-                    same,
-                ));
+                // The cluster launch wherever the plan would take it for these shapes (every
+                // token count it takes), the block-an-expert launch where the plan routes.
+                let launches = [(None, plan.norm_route(n, d)), {
+                    let c = plan.norm_route_cluster(n, d, ne);
+                    (c, c.is_some())
+                }];
+                for (cluster, run) in launches {
+                    if !run {
+                        continue;
+                    }
+                    let same = one(dev, k, rng, d, ne, kk, oai, n, mode, cluster)?;
+                    let (name, how) = match cluster {
+                        None => (
+                            "add_rms_norm_route_small (norm + routing in one launch)",
+                            "",
+                        ),
+                        Some(_) => ("add_rms_norm_route_cluster (one cluster)", ", cluster"),
+                    };
+                    rows.push(exact_row(
+                        name,
+                        format!("{n} tok of {d}, {ne} experts, top-{kk}, {mode:?}{how}"),
+                        "add_rms_norm_q8_1 then moe_route_small",
+                        same,
+                    ));
+                }
             }
         }
     }
@@ -55,6 +76,7 @@ fn one(
     oai: bool,
     n: usize,
     mode: ActQuant,
+    cluster: Option<u32>,
 ) -> Result<bool> {
     let mut router = MoeRouter::upload(dev, &normal(rng, ne * d, 0.05), ne, d, kk, !oai)?;
     if oai {
@@ -84,7 +106,7 @@ fn one(
                 mode,
             };
             let r = &k.moe_route;
-            r.add_norm_route(norm, n, &router, b, work, &mut ids, &mut weights)?;
+            r.add_norm_route(norm, cluster, n, &router, b, work, &mut ids, &mut weights)?;
         } else {
             k.norm_rope
                 .add_rms_norm_q8_1(&mut x, &add, &nw, eps, &mut out, &mut outq, mode, None)?;

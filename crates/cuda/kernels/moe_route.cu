@@ -53,22 +53,27 @@ static __device__ __forceinline__ void logits_small(const float *__restrict__ x,
     logits_rows(w + (size_t)blockIdx.x * n_embd, x, logits, n, n_embd, n_expert);
 }
 
+// The CPU's f32 dot of ws and xs (n_embd long), one warp; every lane gets it.
+static __device__ __forceinline__ float cpu_order_dot(const float *ws, const float *xs,
+                                                      int n_embd, int lane) {
+    const int n64 = n_embd / 64 * 64;
+    float c0 = 0.0f, c1 = 0.0f;
+#pragma unroll 4
+    for (int c = lane; c < n64; c += 64) {
+        c0 = fmaf(ws[c], xs[c], c0);
+        c1 = fmaf(ws[c + 32], xs[c + 32], c1);
+    }
+    return __fadd_rn(cpu_dot_reduce(c0, c1), cpu_dot_tail(ws + n64, xs + n64, n_embd - n64));
+}
+
 static __device__ __forceinline__ void logits_rows(const float *ws, const float *xs0,
                                                    float *logits, int n, int n_embd,
                                                    int n_expert) {
-    const int e = blockIdx.x, lane = threadIdx.x % WARP_SIZE, n64 = n_embd / 64 * 64;
+    const int e = blockIdx.x, lane = threadIdx.x % WARP_SIZE;
     for (int t = threadIdx.x / WARP_SIZE; t < n; t += blockDim.x / WARP_SIZE) {
-        const float *xs = xs0 + (size_t)t * n_embd;
-        float c0 = 0.0f, c1 = 0.0f;
-#pragma unroll 4
-        for (int c = lane; c < n64; c += 64) {
-            c0 = fmaf(ws[c], xs[c], c0);
-            c1 = fmaf(ws[c + 32], xs[c + 32], c1);
-        }
-        const float s = cpu_dot_reduce(c0, c1);
+        const float s = cpu_order_dot(ws, xs0 + (size_t)t * n_embd, n_embd, lane);
         if (lane == 0) {
-            logits[(size_t)t * n_expert + e] =
-                __fadd_rn(s, cpu_dot_tail(ws + n64, xs + n64, n_embd - n64));
+            logits[(size_t)t * n_expert + e] = s;
         }
     }
 }
@@ -252,27 +257,23 @@ static __device__ __forceinline__ NormWeights router_row_then_wait(const float *
     return norm_weights_then_wait(norm_w, n_embd);
 }
 
-// add_rms_norm_q8_1_f32 (with `add`) and moe_route_small in one launch, for the norm before an
-// MoE FFN: the norm's launch was the router's only input, a few KB. Every block takes the norm
-// of the n rows of x + add itself, into shared memory after its expert's row (the block is the
-// norm's, so the f64 sums have its order and the rows its bits); block 0 also writes out and
-// outq as the norm does. x is read by every block, so only the last block to finish (all reads
-// done) writes x + add back, then takes the top-k. The same bits as the two kernels.
-extern "C" __global__ void __launch_bounds__(1024)
-    add_rms_norm_route_small(float *x, const float *add, const float *__restrict__ norm_w,
-                             float *out, block_q8_1 *__restrict__ outq, float eps, int q8k,
-                             const float *__restrict__ w, float *logits, int *__restrict__ ids,
-                             float *__restrict__ weights, unsigned *done, int n, int n_embd,
-                             int n_expert, int k, int gating, const float *__restrict__ bias) {
-    const NormWeights wr = router_row_then_wait(w, norm_w, n_embd);
+// The norm of the n rows of x + add (add_rms_norm_q8_1_f32's, with `add`: the block is the
+// norm's, so the f64 sums have its order and the rows its bits) into xs (n rows of n_embd, in
+// shared memory); the writer block also writes out and outq as the norm does. Ends with a
+// barrier. The whole block calls it.
+static __device__ __forceinline__ void norm_rows_into(float *x, const float *add,
+                                                      const NormWeights &wr,
+                                                      const float *__restrict__ norm_w,
+                                                      float *out, block_q8_1 *__restrict__ outq,
+                                                      float eps, int q8k, float *xs0, int n,
+                                                      int n_embd, bool writer) {
     __shared__ double scratch[32];
-    float *ws = (float *)route_stage;
-    const bool writer = blockIdx.x == 0;
     for (int t = 0; t < n; ++t) {
         const size_t base = (size_t)t * n_embd;
-        float *xs = ws + base + n_embd;
+        float *xs = xs0 + base;
         float xr[NORM_REGS];
-        const float scale = add_norm_scale(x, add, base, n_embd, eps, false, xr, scratch);
+        const float scale =
+            add_norm_scale(x, add, base, n_embd, eps, false, xr, scratch);
         // As add_rms_norm_q8_1_f32's output pass (a warp's 32 elements are one Q8_1 block).
 #pragma unroll
         for (int j = 0; j < NORM_REGS; ++j) {
@@ -300,19 +301,132 @@ extern "C" __global__ void __launch_bounds__(1024)
             }
         }
     }
-    __syncthreads(); // the staged rows (and block 0's out) complete
+    __syncthreads(); // the staged rows (and the writer's out) complete
     if (writer && q8k) {
         const int warp = threadIdx.x / WARP_SIZE, nwarps = blockDim.x / WARP_SIZE;
         for (int g = warp; g < n * (n_embd / QK_K); g += nwarps) {
             quantize_q8_k_warp(out + (size_t)g * QK_K, outq + (size_t)g * 8);
         }
     }
+}
+
+// add_rms_norm_q8_1_f32 (with `add`) and moe_route_small in one launch, for the norm before an
+// MoE FFN: the norm's launch was the router's only input, a few KB. Every block takes the norm
+// of the n rows of x + add itself, into shared memory after its expert's row; block 0 also
+// writes out and outq as the norm does. x is read by every block, so only the last block to
+// finish (all reads done) writes x + add back, then takes the top-k. The same bits as the two
+// kernels.
+extern "C" __global__ void __launch_bounds__(1024)
+    add_rms_norm_route_small(float *x, const float *add, const float *__restrict__ norm_w,
+                             float *out, block_q8_1 *__restrict__ outq, float eps, int q8k,
+                             const float *__restrict__ w, float *logits, int *__restrict__ ids,
+                             float *__restrict__ weights, unsigned *done, int n, int n_embd,
+                             int n_expert, int k, int gating, const float *__restrict__ bias) {
+    const NormWeights wr = router_row_then_wait(w, norm_w, n_embd);
+    float *ws = (float *)route_stage;
+    norm_rows_into(x, add, wr, norm_w, out, outq, eps, q8k, ws + n_embd, n, n_embd,
+                   blockIdx.x == 0);
     logits_rows(ws, ws + n_embd, logits, n, n_embd, n_expert);
     if (topk_in_last_block(logits, ids, weights, done, n, n_expert, k, gating, bias)) {
         for (int i = threadIdx.x; i < n * n_embd; i += blockDim.x) {
             x[i] = x[i] + add[i];
         }
     }
+}
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define ROUTE_CLUSTER 1
+// A thread's arrival at the cluster's barrier and its wait there (every thread of every block
+// arrives, then waits, before it arrives again): `release` publishes the thread's
+// shared-memory stores to the cluster, `acquire` sees the others'.
+static __device__ __forceinline__ void cluster_arrive_relaxed() {
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+}
+static __device__ __forceinline__ void cluster_arrive_release() {
+    asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+}
+static __device__ __forceinline__ void cluster_wait() {
+    asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+// v into *p of the cluster's block `rank` (p: this block's address of the same variable).
+static __device__ __forceinline__ void store_in_block(float *p, unsigned rank, float v) {
+    const unsigned local = (unsigned)__cvta_generic_to_shared(p);
+    unsigned remote;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
+    asm volatile("st.shared::cluster.f32 [%0], %1;" ::"r"(remote), "f"(v) : "memory");
+}
+#endif
+
+// The block's share of the router's rows for add_rms_norm_route_cluster: experts [first, first
+// + mine), per = ceil(n_expert / gridDim.x) a block; into the start of the shared stage, with
+// the thread's norm weights, before the wait for the kernel ahead (model weights).
+struct ClusterShare {
+    NormWeights wr;
+    int per, first, mine;
+};
+static __device__ __forceinline__ ClusterShare router_rows_then_wait(const float *__restrict__ w,
+                                                                     const float *__restrict__ norm_w,
+                                                                     int n_embd, int n_expert) {
+#ifdef ROUTE_CLUSTER
+    // Every block of the cluster has started before any block writes into block 0 (the wait
+    // for this arrival is just before the first such write).
+    cluster_arrive_relaxed();
+#endif
+    ClusterShare c;
+    c.per = (n_expert + gridDim.x - 1) / gridDim.x;
+    c.first = blockIdx.x * c.per;
+    c.mine = max(min(c.per, n_expert - c.first), 0);
+    const float4 *we = (const float4 *)(w + (size_t)c.first * n_embd);
+    for (int i = threadIdx.x; i < c.mine * n_embd / 4; i += blockDim.x) {
+        route_stage[i] = __ldg(we + i);
+    }
+    c.wr = norm_weights_then_wait(norm_w, n_embd);
+    return c;
+}
+
+// add_rms_norm_route_small on one thread-block cluster (sm_90): the grid is one cluster of
+// gridDim.x blocks, each with its share of the experts' rows (router_rows_then_wait). Every
+// block takes the norm as add_rms_norm_route_small's blocks do; its warps take its (expert,
+// token) logits and store them into block 0's shared memory; after the cluster's barrier (every
+// block's reads of x done) block 0 takes the top-k and writes x + add back. No atomics and no
+// round trip through global memory for the logits, and 8 blocks where that kernel has one an
+// expert. The same bits. Dynamic shared memory: (per + n) rows of n_embd floats.
+extern "C" __global__ void __launch_bounds__(1024)
+    add_rms_norm_route_cluster(float *x, const float *add, const float *__restrict__ norm_w,
+                               float *out, block_q8_1 *__restrict__ outq, float eps, int q8k,
+                               const float *__restrict__ w, int *__restrict__ ids,
+                               float *__restrict__ weights, int n, int n_embd, int n_expert,
+                               int k, int gating, const float *__restrict__ bias) {
+    const ClusterShare c = router_rows_then_wait(w, norm_w, n_embd, n_expert);
+#ifdef ROUTE_CLUSTER
+    __shared__ float cluster_logits[ROUTE_SMALL_N * 32 * TOPK_PER_LANE];
+    float *ws = (float *)route_stage, *xs = ws + (size_t)c.per * n_embd;
+    norm_rows_into(x, add, c.wr, norm_w, out, outq, eps, q8k, xs, n, n_embd, blockIdx.x == 0);
+    cluster_wait();
+    const int lane = threadIdx.x % WARP_SIZE, nwarps = blockDim.x / WARP_SIZE;
+    for (int p = threadIdx.x / WARP_SIZE; p < c.mine * n; p += nwarps) {
+        const int e = p % c.mine, t = p / c.mine;
+        const float s =
+            cpu_order_dot(ws + (size_t)e * n_embd, xs + (size_t)t * n_embd, n_embd, lane);
+        if (lane == 0) {
+            store_in_block(cluster_logits + t * n_expert + c.first + e, 0, s);
+        }
+    }
+    cluster_arrive_release();
+    cluster_wait();
+    if (blockIdx.x != 0) {
+        return;
+    }
+    for (int t = threadIdx.x / WARP_SIZE; t < n; t += nwarps) {
+        topk_token(cluster_logits + t * n_expert, ids, weights, t, n_expert, k, gating, bias,
+                   lane);
+    }
+    for (int i = threadIdx.x; i < n * n_embd; i += blockDim.x) {
+        x[i] = x[i] + add[i];
+    }
+#else
+    __trap(); // launched only on sm_90 and later (the plan's norm_route_cluster)
+#endif
 }
 
 // A tensor split's share of the experts (crates/model/src/split.rs): dst[i] = src[i] - first

@@ -260,6 +260,7 @@ impl CudaBackend {
             return Ok(false);
         }
         let mode = self.norm_quant(acc.width);
+        let cluster = self.plan.norm_route_cluster(n, acc.width, moe.n_expert);
         let mut q8 = self.bytes.take(Quantize::q8_1_bytes(out.rows, out.width))?;
         let mut scratch = self.moe.lock().expect("moe scratch poisoned");
         let scratch = &mut *scratch;
@@ -284,6 +285,7 @@ impl CudaBackend {
         };
         let r = self.k.moe_route.add_norm_route(
             norm,
+            cluster,
             n,
             router,
             bias,

@@ -106,6 +106,7 @@ impl Launcher {
             launcher: self,
             func,
             args: Vec::with_capacity(16),
+            cluster: None,
         }
     }
 }
@@ -173,9 +174,17 @@ pub struct Launch<'a> {
     launcher: &'a Launcher,
     func: &'a CudaFunction,
     args: Vec<Arg<'a>>,
+    /// Blocks of a thread-block cluster along x (sm_90), where the kernel takes one.
+    cluster: Option<u32>,
 }
 
 impl<'a> Launch<'a> {
+    /// Launches the grid as clusters of `blocks` blocks along x (the grid's x a multiple).
+    pub fn cluster(&mut self, blocks: u32) -> &mut Self {
+        self.cluster = Some(blocks);
+        self
+    }
+
     pub fn arg(&mut self, a: impl KernelArg<'a>) -> &mut Self {
         let arg = a.to_arg(&self.launcher.stream);
         self.args.push(arg);
@@ -219,12 +228,27 @@ impl<'a> Launch<'a> {
                 Arg::Value(v, _) => *v as *mut c_void,
             })
             .collect();
-        let mut attr = sys::CUlaunchAttribute {
-            id: sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
-            pad: [0; 4],
-            value: std::mem::zeroed(),
-        };
-        attr.value.programmaticStreamSerializationAllowed = 1;
+        let mut attrs = Vec::with_capacity(2);
+        if self.launcher.mode.dependent {
+            let mut attr = sys::CUlaunchAttribute {
+                id: sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
+                pad: [0; 4],
+                value: std::mem::zeroed(),
+            };
+            attr.value.programmaticStreamSerializationAllowed = 1;
+            attrs.push(attr);
+        }
+        if let Some(blocks) = self.cluster {
+            let mut attr = sys::CUlaunchAttribute {
+                id: sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION,
+                pad: [0; 4],
+                value: std::mem::zeroed(),
+            };
+            attr.value.clusterDim.x = blocks;
+            attr.value.clusterDim.y = 1;
+            attr.value.clusterDim.z = 1;
+            attrs.push(attr);
+        }
         let config = sys::CUlaunchConfig {
             gridDimX: cfg.grid_dim.0,
             gridDimY: cfg.grid_dim.1,
@@ -234,10 +258,10 @@ impl<'a> Launch<'a> {
             blockDimZ: cfg.block_dim.2,
             sharedMemBytes: cfg.shared_mem_bytes,
             hStream: stream.cu_stream(),
-            attrs: &mut attr,
-            numAttrs: u32::from(self.launcher.mode.dependent),
+            attrs: attrs.as_mut_ptr(),
+            numAttrs: attrs.len() as u32,
         };
-        // SAFETY: the caller vouches for the parameters; `params`, `addresses` and `attr`
+        // SAFETY: the caller vouches for the parameters; `params`, `addresses` and `attrs`
         // outlive the call, which copies them.
         sys::cuLaunchKernelEx(
             &config,

@@ -56,7 +56,9 @@ pub use moe_gemm::{
 };
 pub use moe_mma::MOE_MMA_TILES;
 pub use moe_route::{ExpertEpilogue, MoeExperts, MoeRoute, MoeRouteWork, MoeRouter, NormInto};
-pub(crate) use moe_route::{MOE_MAX_USED, ROUTER_SMALL_MAX_EMBD, ROUTER_SMALL_N};
+pub(crate) use moe_route::{
+    MOE_MAX_USED, ROUTER_SMALL_MAX_EMBD, ROUTER_SMALL_N, ROUTE_CLUSTER_STAGE_BYTES,
+};
 pub use moe_slices::MoeSliceWork;
 pub use norm_rope::{rope_table_len, NormRope, Rope, RopeArgs, RopeScale};
 pub use quantize::{dequantize_blocks, ActQuant, Quantize, Q8_1_BLOCK_BYTES};

@@ -32,6 +32,10 @@ const ROUTE_THREADS: u32 = 256;
 /// Widest router row the mat-vec kernels take (SMALL_MAX_EMBD): the fused norm's launch
 /// stages it, with ROUTER_SMALL_N tokens' rows, in shared memory.
 pub const ROUTER_SMALL_MAX_EMBD: usize = 4096;
+/// The most dynamic shared memory a block of the cluster launch
+/// (`add_rms_norm_route_cluster`) takes: its share of the router's rows and the tokens' rows
+/// (allowed at load on sm_90; the block's own 8 KB of logits beside it).
+pub(crate) const ROUTE_CLUSTER_STAGE_BYTES: usize = 192 * 1024;
 /// That launch's shared memory for `n` tokens of `n_embd`: the expert's row and the tokens'.
 fn small_stage_bytes(n: usize, n_embd: usize) -> usize {
     (1 + n) * n_embd * 4
@@ -207,6 +211,8 @@ pub struct MoeRoute {
     route_small: CudaFunction,
     /// The norm before the router, `route_small` and the residual add in one launch.
     norm_route_small: CudaFunction,
+    /// The same on one thread-block cluster (sm_90; `None` before).
+    norm_route_cluster: Option<CudaFunction>,
     /// Logits for more than ROUTER_SMALL_N tokens or wider rows: the f32 GEMM.
     gemm: GemmF32,
     topk: CudaFunction,
@@ -227,11 +233,23 @@ impl MoeRoute {
                 small_stage_bytes(ROUTER_SMALL_N, ROUTER_SMALL_MAX_EMBD) as i32,
             )
             .during("allowing the router's fused norm its shared memory")?;
+        let norm_route_cluster = if dev.compute_capability().0 >= 9 {
+            let f = f("add_rms_norm_route_cluster")?;
+            f.set_attribute(
+                CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                ROUTE_CLUSTER_STAGE_BYTES as i32,
+            )
+            .during("allowing the router's cluster launch its shared memory")?;
+            Some(f)
+        } else {
+            None
+        };
         Ok(Self {
             launch: launch.clone(),
             logits_small: f("moe_logits_small")?,
             route_small: f("moe_route_small")?,
             norm_route_small,
+            norm_route_cluster,
             gemm: GemmF32::load(dev, launch)?,
             topk: dev.function(&MOE_ROUTE, "moe_topk")?,
             localize: dev.function(&MOE_ROUTE, "moe_localize")?,
@@ -258,11 +276,14 @@ impl MoeRoute {
     /// `norm`'s add and norm (as `NormRope::add_rms_norm_q8_1`, the same bits) and then
     /// [`Self::route_biased`] of its `n` output rows on the mat-vec with the top-k
     /// ([`RouterLogits::MatVecTopk`]), in one launch: each router block takes the norm of the
-    /// rows itself (the plan's `norm_route`).
+    /// rows itself (the plan's `norm_route`). With `cluster` (the plan's `norm_route_cluster`),
+    /// the launch is one cluster of that many blocks, each a share of the experts (the same
+    /// bits).
     #[allow(clippy::too_many_arguments)]
     pub fn add_norm_route(
         &self,
         norm: NormInto<'_>,
+        cluster: Option<u32>,
         n: usize,
         router: &MoeRouter,
         bias: Option<&CudaSlice<f32>>,
@@ -294,6 +315,40 @@ impl MoeRoute {
             int(k, "moe k"),
         );
         let (gating, q8k) = (router.gating_arg(), i32::from(norm.mode == ActQuant::Q8K));
+        if let (Some(blocks), Some(func)) = (cluster, &self.norm_route_cluster) {
+            let per = ne.div_ceil(blocks as usize);
+            let stage = (per + n) * d * 4;
+            assert!(
+                blocks as usize <= ne && stage <= ROUTE_CLUSTER_STAGE_BYTES,
+                "norm route cluster: {blocks} blocks for {ne} experts of {d}"
+            );
+            let cfg = LaunchConfig {
+                grid_dim: (blocks, 1, 1),
+                block_dim: (norm_threads(d), 1, 1),
+                shared_mem_bytes: stage as u32,
+            };
+            let mut b = self.launch.builder(func);
+            b.cluster(blocks);
+            b.arg(norm.x)
+                .arg(norm.add)
+                .arg(norm.w)
+                .arg(norm.out)
+                .arg(norm.outq);
+            b.arg(&norm.eps).arg(&q8k);
+            b.arg(&router.w).arg(ids).arg(weights);
+            b.arg(&ni)
+                .arg(&di)
+                .arg(&nei)
+                .arg(&ki)
+                .arg(&gating)
+                .arg(bias);
+            // SAFETY: add_rms_norm_route_cluster(x, add, norm_w, out, outq, eps, q8k, w, ids,
+            // weights, n, n_embd, n_expert, k, gating, bias): the buffers as the launch below
+            // (checked above), the grid one cluster, a block's share of the router's rows and
+            // the n tokens' rows in its shared memory (within what load allowed).
+            unsafe { b.launch(cfg) }.during("launching the norm and moe routing (cluster)")?;
+            return Ok(());
+        }
         let cfg = LaunchConfig {
             grid_dim: (ne as u32, 1, 1),
             block_dim: (norm_threads(d), 1, 1),

@@ -136,8 +136,8 @@ impl Plan {
 
     /// Whether the f16 mat-vec reads Q6_K weights through shared memory (16-byte `cp.async`
     /// chunks of each row's span) rather than a lane's 16-bit loads, where their layout allows
-    /// (`MatVecF16::matmul`): `FERROLM_F16_MATVEC_Q6K_STAGE=1`, off until a device run measures
-    /// it. The same bits either way.
+    /// (`MatVecF16::matmul`): on unless `FERROLM_F16_MATVEC_Q6K_STAGE=0`. The same bits either
+    /// way.
     pub fn f16_matvec_stage_q6k(&self) -> bool {
         self.switches.f16_matvec_q6k_stage
     }

@@ -41,8 +41,8 @@ use crate::ops::{
     ATTN_MAX_SPLITS, F16_DECODE_MAX_ROWS, F16_MATVEC_MAX_ROWS, F16_MATVEC_SPLIT_BLOCKS,
     MMA_HEAD_DIMS, MMA_MV_MAX_ROWS, MMQ_MAX_SPLITS, MMQ_SPLIT_TILES, MMQ_TILES, MMVQ_MAX_COLS,
     MOE_DECODE_MAX_TOKENS, MOE_DECODE_WARPS, MOE_INDEX_ONE_BLOCK_EXPERTS,
-    MOE_INDEX_ONE_BLOCK_PAIRS, ROUTER_SMALL_MAX_EMBD, ROUTER_SMALL_N, STAGED_MAX_ROWS,
-    STAGED_MIN_ROWS, STAGED_SPLIT_BLOCKS,
+    MOE_INDEX_ONE_BLOCK_PAIRS, ROUTER_SMALL_MAX_EMBD, ROUTER_SMALL_N, ROUTE_CLUSTER_STAGE_BYTES,
+    STAGED_MAX_ROWS, STAGED_MIN_ROWS, STAGED_SPLIT_BLOCKS,
 };
 use cudarc::driver::sys::CUdevice_attribute;
 use ferrolm_gguf::GgmlType;
@@ -134,6 +134,12 @@ pub const MOE_MMA_MAX_PAIRS: usize = 2;
 /// that launch's blocks (one an expert) takes every token's norm in turn: at 8 tokens it took
 /// 30.6 µs a layer on qwen3-30b-a3b (ncu, session 27), where the norm's own launch takes 5.
 pub const NORM_ROUTE_MAX_ROWS: usize = 1;
+/// Blocks of that launch's cluster ([`Plan::norm_route_cluster`]): the most a cluster may have
+/// on any sm_90 part. Session 34's device run measured the launch of a block an expert at
+/// 10.6 µs of a qwen3-30b-a3b layer's chain (H100, `tools/device/chain_costs.sh`): each of its
+/// 128 blocks takes the norm, and the top-k waits for a count in global memory and the logits'
+/// round trip through L2.
+pub const ROUTE_CLUSTER_BLOCKS: usize = 8;
 /// Warps a block of the MoE decode gate/up kernel at one token (8 otherwise). Its blocks hold
 /// 128 registers a thread, so an SM takes 16 warps: qwen3-30b-a3b's 192 blocks of 8 warps (768
 /// rows, top-8) left 60 of the H100's 132 SMs two blocks and the rest one, where 384 blocks of 4

@@ -187,4 +187,17 @@ impl Plan {
             && self.fused_norm(n_embd)
             && self.router_logits(n, n_embd) == RouterLogits::MatVecTopk
     }
+
+    /// The blocks of the one cluster that launch takes (`add_rms_norm_route_cluster`, the same
+    /// bits) for `n` tokens of `n_embd` and `n_expert` experts, where [`Self::norm_route`] runs:
+    /// on sm_90 and later, with the switch on, where a block's share of the router's rows and
+    /// the tokens' normed rows fit its shared memory. `None`: a block an expert.
+    pub fn norm_route_cluster(&self, n: usize, n_embd: usize, n_expert: usize) -> Option<u32> {
+        if !self.switches.norm_route_cluster || self.device.cc.0 < 9 || n_expert == 0 {
+            return None;
+        }
+        let per = n_expert.div_ceil(ROUTE_CLUSTER_BLOCKS);
+        let blocks = n_expert.div_ceil(per);
+        ((per + n) * n_embd * 4 <= ROUTE_CLUSTER_STAGE_BYTES).then_some(blocks as u32)
+    }
 }

@@ -27,6 +27,10 @@ pub struct Switches {
     /// `FERROLM_NORM_ROUTE_ROWS`: the most tokens that fusion takes (default
     /// [`NORM_ROUTE_MAX_ROWS`](super::NORM_ROUTE_MAX_ROWS)).
     pub norm_route_rows: Option<usize>,
+    /// `FERROLM_NORM_ROUTE_CLUSTER`: that launch as one thread-block cluster (sm_90), the
+    /// logits gathered in one block's shared memory (`add_rms_norm_route_cluster`), where its
+    /// rows fit; else a block an expert and a counter. The same bits.
+    pub norm_route_cluster: bool,
     /// `FERROLM_ROPE_STORE=1`: among the decode fusions, one sequence's keys and values stored
     /// in an f16 or f32 cache by the launch that rotates q and k (else by its own launch).
     /// Off by default: the same bits, but session 25's device run measured it slower (qwen3-8b
@@ -191,9 +195,10 @@ pub struct Switches {
     /// `FERROLM_F16_MATVEC_SPLITS`: its k shares (1-16); `None`: the plan's choice by the SMs
     /// its row blocks leave idle.
     pub f16_matvec_splits: Option<usize>,
-    /// `FERROLM_F16_MATVEC_Q6K_STAGE=1`: its Q6_K weights through shared memory (cp.async
+    /// `FERROLM_F16_MATVEC_Q6K_STAGE`: its Q6_K weights through shared memory (cp.async
     /// 16-byte chunks) instead of a lane's 16-bit loads, where rows lie 16 bytes apart; the
-    /// same bits. Off until measured (session 32 wrote it without a device run).
+    /// same bits. On since session 34's device run (qwen3-8b S_TG +5% at 32 sequences, +3% at
+    /// 64, H100).
     pub f16_matvec_q6k_stage: bool,
     /// `FERROLM_F16_COPY`: a batched step's norms and SwiGLU write the f16 copy of their
     /// output that the f16 products after them take (else `round_f16` makes it in a launch of
@@ -228,6 +233,7 @@ impl Default for Switches {
             fuse: true,
             norm_route: true,
             norm_route_rows: None,
+            norm_route_cluster: true,
             rope_store: false,
             qkv_one: true,
             graphs: true,
@@ -273,7 +279,7 @@ impl Default for Switches {
             f16_matvec: true,
             f16_matvec_rows: None,
             f16_matvec_splits: None,
-            f16_matvec_q6k_stage: false,
+            f16_matvec_q6k_stage: true,
             f16_copy: true,
             moe_mma: true,
             moe_step_fuse: true,
@@ -405,6 +411,7 @@ impl Switches {
             fuse: flag(env, "FERROLM_CUDA_FUSE", true)?,
             norm_route: flag(env, "FERROLM_NORM_ROUTE", true)?,
             norm_route_rows: count(env, "FERROLM_NORM_ROUTE_ROWS", 1..=8)?,
+            norm_route_cluster: flag(env, "FERROLM_NORM_ROUTE_CLUSTER", true)?,
             rope_store: flag(env, "FERROLM_ROPE_STORE", false)?,
             qkv_one: flag(env, "FERROLM_QKV_ONE", true)?,
             graphs: flag(env, "FERROLM_CUDA_GRAPH", true)?,
@@ -456,7 +463,7 @@ impl Switches {
             f16_matvec: flag(env, "FERROLM_F16_MATVEC", true)?,
             f16_matvec_rows: count(env, "FERROLM_F16_MATVEC_ROWS", 1..=64)?,
             f16_matvec_splits: count(env, "FERROLM_F16_MATVEC_SPLITS", 1..=16)?,
-            f16_matvec_q6k_stage: flag(env, "FERROLM_F16_MATVEC_Q6K_STAGE", false)?,
+            f16_matvec_q6k_stage: flag(env, "FERROLM_F16_MATVEC_Q6K_STAGE", true)?,
             f16_copy: flag(env, "FERROLM_F16_COPY", true)?,
             moe_mma: flag(env, "FERROLM_MOE_MMA", true)?,
             moe_step_fuse: flag(env, "FERROLM_MOE_STEP_FUSE", true)?,
@@ -515,7 +522,7 @@ impl fmt::Display for Switches {
             self.timing_skip.join(",")
         };
         let norm_route_rows = count_or_auto(self.norm_route_rows);
-        let lines: [(&str, &str, &str); 57] = [
+        let lines: [(&str, &str, &str); 58] = [
             (
                 "FERROLM_CUDA_MMQ",
                 bit(self.mmq),
@@ -531,6 +538,11 @@ impl fmt::Display for Switches {
                 "FERROLM_NORM_ROUTE_ROWS",
                 &norm_route_rows,
                 "the most tokens it takes",
+            ),
+            (
+                "FERROLM_NORM_ROUTE_CLUSTER",
+                bit(self.norm_route_cluster),
+                "that launch as one thread-block cluster (sm_90)",
             ),
             (
                 "FERROLM_ROPE_STORE",

@@ -1,6 +1,6 @@
 //! The plan's MoE answers (`moe.rs`), without a GPU.
 
-use super::tests::{err, plan};
+use super::tests::{err, h200, parse, plan};
 use super::*;
 use crate::ops::MmqOrder::{Blocks, Subs};
 use GgmlType::{F32, Q4K, Q6K, Q8_0};
@@ -267,4 +267,33 @@ fn norm_route_where_both_fusions_run() {
     assert!(!p.norm_route(9, 2048) && !p.norm_route(1, 4160) && !p.norm_route(1, 2052));
     assert!(!plan(&[("FERROLM_NORM_ROUTE", "0")]).norm_route(1, 2048));
     assert!(!plan(&[("FERROLM_CUDA_FUSE", "0")]).norm_route(1, 2048));
+}
+
+/// The routed norm's launch as one cluster of blocks: on sm_90 with the switch on, for every
+/// router whose block share of rows and the tokens' rows fit the block's shared memory.
+#[test]
+fn norm_route_cluster_where_its_rows_fit() {
+    let p = plan(&[]);
+    // qwen3-30b-a3b (128 experts of 2048: 16 a block), OLMoE (64: 8), gpt-oss-20b (32 of 2880).
+    assert_eq!(p.norm_route_cluster(1, 2048, 128), Some(8));
+    assert_eq!(p.norm_route_cluster(1, 2048, 64), Some(8));
+    assert_eq!(p.norm_route_cluster(1, 2880, 32), Some(8));
+    // 60 experts: 8 a block leave the last block 4; 5 experts take 5 blocks of one.
+    assert_eq!(p.norm_route_cluster(1, 2048, 60), Some(8));
+    assert_eq!(p.norm_route_cluster(1, 2048, 5), Some(5));
+    // 16 rows of 4096 floats are 256 KB: the block an expert then.
+    assert_eq!(p.norm_route_cluster(1, 4096, 128), None);
+    assert_eq!(p.norm_route_cluster(1, 4096, 64), Some(8));
+    assert_eq!(
+        plan(&[("FERROLM_NORM_ROUTE_CLUSTER", "0")]).norm_route_cluster(1, 2048, 128),
+        None
+    );
+    let ampere = DeviceFacts {
+        cc: (8, 0),
+        ..h200()
+    };
+    assert_eq!(
+        Plan::new(parse(&[]).unwrap(), ampere).norm_route_cluster(1, 2048, 128),
+        None
+    );
 }
