@@ -387,9 +387,11 @@ fn decode(
         fused: false,
         ..how
     };
-    // The gate/up kernel in blocks of another size (4 warps where the plan has 8, else 8).
+    // The gate/up kernel in blocks of another size (4 warps where the plan has 8, else 8), and
+    // with the down weights' L2 prefetch the other way.
     let resized = ExpertMatVec {
         gate_up_warps: if how.gate_up_warps == 8 { 4 } else { 8 },
+        down_prefetch: !how.down_prefetch,
         ..how
     };
     let mut outs = Vec::new();
@@ -510,8 +512,9 @@ fn decode(
         ),
         row(
             &format!(
-                "moe decode, gate/up blocks of {} warps",
-                resized.gate_up_warps
+                "moe decode, gate/up blocks of {} warps, down prefetch {}",
+                resized.gate_up_warps,
+                if resized.down_prefetch { "on" } else { "off" }
             ),
             shape.clone(),
             "the plan's gate/up blocks",

@@ -23,6 +23,8 @@
 // - moe_gate_up_<type>_n<NTOK>: block (32, W), W <= MOE_NWARPS warps (the plan's), grid
 //   (ceil(n_ff / (W * GR)), NTOK * k), GR = MOE_GATE_ROWS(TYPE, NTOK); warp = GR rows of gate
 //   and the same of up. A warp's rows and walk do not depend on W, so neither do the bits.
+//   With down_l2 (the down weights; null: none), each block also asks L2 for its share of its
+//   slot's expert's down rows (down_share_to_l2), down_bytes an expert.
 // - moe_down_<type>_n<NTOK>: grid ceil(n_embd / DR), DR = MOE_DOWN_ROWS(TYPE, NTOK); the block's
 //   warps share out the leading experts, each warp DR output rows of its experts, or half of
 //   them when there are at most MOE_NWARPS / 2 leaders (moe_down_tasks).
@@ -108,11 +110,31 @@ static __device__ __forceinline__ float slot_sum(const float *w, const float *d,
     return s;
 }
 
+// Asks L2 for this block's share (blockIdx.x of gridDim.x) of expert e's down weights (`bytes`
+// from `down` + e * bytes; both multiples of 16, the host checks), one thread's bulk request:
+// the down kernel after this one then reads them from L2, where they came in while gate and up
+// ran. Nothing is read or written, so no bits change (sm_90; nothing before it).
+static __device__ __forceinline__ void down_share_to_l2(const char *down, long long bytes, int e) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (down == nullptr || threadIdx.x != 0 || threadIdx.y != 0) {
+        return;
+    }
+    const long long share = (bytes / gridDim.x + 15) / 16 * 16, off = share * blockIdx.x;
+    if (off < bytes) {
+        const unsigned size = (unsigned)min(share, bytes - off);
+        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(down + e * bytes + off),
+                     "r"(size)
+                     : "memory");
+    }
+#endif
+}
+
 template <int TYPE, int NTOK, bool WIDE, int GR, int UNROLL>
 static __device__ __forceinline__ void
 moe_gate_up(const void *__restrict__ gate, const void *__restrict__ up,
             const block_q8_1 *__restrict__ x, const int *__restrict__ ids, float *__restrict__ h,
-            int n_embd, int n_ff, int n_expert, int k, int stage, ExpertEpilogue ep) {
+            int n_embd, int n_ff, int n_expert, int k, int stage, ExpertEpilogue ep,
+            const char *down_l2, long long down_bytes) {
     typedef WeightFormat<TYPE> F;
     typedef typename F::block B;
     const int bpc = n_embd / QK8_1;
@@ -132,6 +154,7 @@ moe_gate_up(const void *__restrict__ gate, const void *__restrict__ up,
         }
         return;
     }
+    down_share_to_l2(down_l2, down_bytes, e);
     uint32_t mask[MOE_MASK_WORDS];
     if constexpr (NTOK == 1) {
         only_slot(s, mask); // one token's slots name distinct experts: each leads its own
@@ -424,11 +447,12 @@ extern "C" __global__ void moe_combine(const float *__restrict__ d,
                                   const block_q8_1 *__restrict__ x, const int *__restrict__ ids,    \
                                   float *__restrict__ h, int n_embd, int n_ff, int n_expert,        \
                                   int k, int stage, const float *__restrict__ gate_bias,            \
-                                  const float *__restrict__ up_bias, float alpha, float limit) {    \
+                                  const float *__restrict__ up_bias, float alpha, float limit,      \
+                                  const char *down_l2, long long down_bytes) {                      \
         dependent_launch_entry();                                                                   \
         const ExpertEpilogue ep{gate_bias, up_bias, nullptr, alpha, limit};                         \
         moe_gate_up<TYPE, N, WIDE, MOE_GATE_ROWS(TYPE, N), MOE_UNROLL(N)>(                          \
-            gate, up, x, ids, h, n_embd, n_ff, n_expert, k, stage, ep);                             \
+            gate, up, x, ids, h, n_embd, n_ff, n_expert, k, stage, ep, down_l2, down_bytes);        \
     }                                                                                               \
     extern "C" __global__ void __launch_bounds__(MOE_NWARPS *WARP_SIZE, MOE_MIN_BLOCKS(TYPE, N))    \
         moe_down_##NAME##_n##N(const void *__restrict__ down, const block_q8_1 *__restrict__ hq,    \

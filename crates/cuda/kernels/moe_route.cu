@@ -364,9 +364,9 @@ struct ClusterShare {
     NormWeights wr;
     int per, first, mine;
 };
-static __device__ __forceinline__ ClusterShare router_rows_then_wait(const float *__restrict__ w,
-                                                                     const float *__restrict__ norm_w,
-                                                                     int n_embd, int n_expert) {
+static __device__ __forceinline__ ClusterShare
+router_rows_then_wait(const float *__restrict__ w, const float *__restrict__ norm_w, int n_embd,
+                      int n_expert) {
 #ifdef ROUTE_CLUSTER
     // Every block of the cluster has started before any block writes into block 0 (the wait
     // for this arrival is just before the first such write).

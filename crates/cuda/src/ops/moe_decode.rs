@@ -307,6 +307,13 @@ impl MoeDecode {
             shared_mem_bytes: smem,
         };
         let (alpha, limit) = e.epilogue.act_args();
+        // The down weights' share a block asks L2 for: whole 16-byte pieces only.
+        let down_bytes = e.down.data.len() / e.n_expert.max(1);
+        let prefetch = how.down_prefetch
+            && e.down.data.len() == down_bytes * e.n_expert
+            && down_bytes.is_multiple_of(16);
+        let down_l2 = prefetch.then_some(&e.down.data);
+        let down_bytes = down_bytes as i64;
         let mut b = self.launch.builder(gate_up);
         b.arg(&e.gate.data).arg(&e.up.data).arg(x_q8_1).arg(ids);
         b.arg(&mut work.h)
@@ -318,13 +325,16 @@ impl MoeDecode {
         b.arg(e.epilogue.bias(0))
             .arg(e.epilogue.bias(1))
             .arg(&alpha)
-            .arg(&limit);
+            .arg(&limit)
+            .arg(down_l2)
+            .arg(&down_bytes);
         // SAFETY: moe_gate_up_*_nN(gate, up, x, ids, h, n_embd, n_ff, n_expert, k, stage,
-        // gate_bias, up_bias, alpha, limit): stacked [n_expert*n_ff][n_embd] weights, N Q8_1
-        // rows, N*k ids, N*k x n_ff floats out (work sized for max_n >= N); biases of
-        // [n_expert][n_ff] floats or null (MoeExperts::check); a block of `warps` (1..=MOE_DECODE_WARPS,
-        // the kernel's launch bound) per warps * gate_rows(N) rows and slot; with stage, the
-        // shared bytes of the N rows' staged blocks.
+        // gate_bias, up_bias, alpha, limit, down_l2, down_bytes): stacked [n_expert*n_ff][n_embd]
+        // weights, N Q8_1 rows, N*k ids, N*k x n_ff floats out (work sized for max_n >= N);
+        // biases of [n_expert][n_ff] floats or null (MoeExperts::check); the down weights (only
+        // prefetched, never read) or null, n_expert experts of down_bytes (a multiple of 16);
+        // a block of `warps` (1..=MOE_DECODE_WARPS, the kernel's launch bound) per warps *
+        // gate_rows(N) rows and slot; with stage, the shared bytes of the N rows' staged blocks.
         unsafe { b.launch(cfg) }.during(format!("launching moe gate/up for {}", e.gate.ty))?;
 
         self.quantize_h(how, e, n, work)?;

@@ -207,6 +207,8 @@ pub struct ExpertMatVec {
     pub h_quant: ActQuant,
     /// Warps a block of the fused gate/up kernel (1-8): only the blocks' size, not the bits.
     pub gate_up_warps: u32,
+    /// The fused gate/up kernel asks L2 for its experts' down weights (sm_90): not the bits.
+    pub down_prefetch: bool,
 }
 
 /// How `moe_gemm` runs a ubatch's experts.

@@ -98,6 +98,7 @@ impl Plan {
             x_quant: self.act_quant(s.gate, s.n_embd),
             h_quant: self.act_quant(s.down, s.n_ff),
             gate_up_warps: self.moe_gate_up_warps(s.tokens),
+            down_prefetch: self.switches.moe_down_prefetch && self.device.cc.0 >= 9,
         }
     }
 

@@ -65,6 +65,10 @@ pub struct Switches {
     /// (1-8); `None`: the plan's choice by tokens
     /// ([`MOE_GATE_UP_WARPS_ONE`](super::MOE_GATE_UP_WARPS_ONE) at one). The same bits.
     pub moe_gate_up_warps: Option<usize>,
+    /// `FERROLM_MOE_DOWN_PREFETCH`: the fused MoE decode gate/up kernel asks L2 for its slot's
+    /// expert's down weights (a bulk prefetch a block, sm_90), so the down kernel after it
+    /// reads them from L2. Changes no bits.
+    pub moe_down_prefetch: bool,
     /// `FERROLM_CUDA_Q8K`: K-quant weights meet Q8_K activations (else Q8_1).
     pub q8k: bool,
     /// `FERROLM_ATTN_GROUPED`: decode attention a block per KV head and split, for all the
@@ -246,6 +250,7 @@ impl Default for Switches {
             mmvq_wide: true,
             moe_fused: true,
             moe_gate_up_warps: None,
+            moe_down_prefetch: true,
             q8k: true,
             attn_grouped: true,
             attn_tc: true,
@@ -424,6 +429,7 @@ impl Switches {
             mmvq_wide: flag(env, "FERROLM_MMVQ_WIDE", true)?,
             moe_fused: flag(env, "FERROLM_MOE_FUSED", true)?,
             moe_gate_up_warps: count(env, "FERROLM_MOE_GATE_UP_WARPS", 1..=8)?,
+            moe_down_prefetch: flag(env, "FERROLM_MOE_DOWN_PREFETCH", true)?,
             q8k: flag(env, "FERROLM_CUDA_Q8K", true)?,
             attn_grouped: flag(env, "FERROLM_ATTN_GROUPED", true)?,
             attn_tc: flag(env, "FERROLM_ATTN_TC", true)?,
@@ -522,7 +528,7 @@ impl fmt::Display for Switches {
             self.timing_skip.join(",")
         };
         let norm_route_rows = count_or_auto(self.norm_route_rows);
-        let lines: [(&str, &str, &str); 58] = [
+        let lines: [(&str, &str, &str); 59] = [
             (
                 "FERROLM_CUDA_MMQ",
                 bit(self.mmq),
@@ -599,6 +605,11 @@ impl fmt::Display for Switches {
                 "FERROLM_MOE_GATE_UP_WARPS",
                 &gate_up_warps,
                 "warps a block of the MoE decode gate/up kernel",
+            ),
+            (
+                "FERROLM_MOE_DOWN_PREFETCH",
+                bit(self.moe_down_prefetch),
+                "MoE decode gate/up asks L2 for the down weights (sm_90)",
             ),
             (
                 "FERROLM_CUDA_Q8K",

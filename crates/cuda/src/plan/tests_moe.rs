@@ -31,6 +31,7 @@ fn moe_path_by_tokens() {
                     x_quant: q8k,
                     h_quant: q8k,
                     gate_up_warps,
+                    down_prefetch: true,
                 })
             };
             // One token's gate/up in blocks of 4 warps (MOE_GATE_UP_WARPS_ONE), more in 8.
@@ -116,6 +117,10 @@ fn moe_switches() {
     // The gate/up block's warps, set for every token count.
     let eight = plan(&[("FERROLM_MOE_GATE_UP_WARPS", "8")]);
     assert!(matches!(eight.moe(&s(1)), MoePath::MatVec(m) if m.gate_up_warps == 8));
+    // The down weights' prefetch from the gate/up kernel: on unless switched off.
+    assert!(matches!(plan(&[]).moe(&s(1)), MoePath::MatVec(m) if m.down_prefetch));
+    let no_prefetch = plan(&[("FERROLM_MOE_DOWN_PREFETCH", "0")]);
+    assert!(matches!(no_prefetch.moe(&s(1)), MoePath::MatVec(m) if !m.down_prefetch));
     let two = plan(&[("FERROLM_MOE_GATE_UP_WARPS", "2")]);
     assert!(matches!(two.moe(&s(4)), MoePath::MatVec(m) if m.gate_up_warps == 2));
     let bad = super::tests::parse(&[("FERROLM_MOE_GATE_UP_WARPS", "16")]);
