@@ -6,7 +6,8 @@
 # FERROLM_MOE_DOWN_PREFETCH=0 and both off, and the
 # router's cost in the chain with it (tools/device/chain_costs.sh's two rows). Pooled synth
 # files. Usage, from the repo root, .device-carry/ from tools/device/pack.sh:
-# [PARITY=0] [SEED=n] bash tools/device/s34_check.sh
+# [PARITY=0] [SEED=n] bash tools/device/s34_check.sh (with goldens/shape-space beside it, when
+# carried, its goldens one token a step on CUDA)
 source tools/device/carried.sh
 pooled olmoe-1b-7b qwen3-30b-a3b
 if [ "${PARITY:-1}" = 1 ]; then
@@ -14,6 +15,11 @@ if [ "${PARITY:-1}" = 1 ]; then
   for r in route_cluster 'down prefetch'; do
     echo "rows '$r': $(grep -c "$r" $OUT/parity.txt), passing: $(grep "$r" $OUT/parity.txt | grep -c '| PASS |')"
   done
+fi
+if [ -d goldens/shape-space ]; then
+  # The tiny shape-space models one token a step on CUDA (their MoE routers on the cluster,
+  # their down weights prefetched), against llama.cpp's logits.
+  timeout 150 python3 $T/golden_check.py $B goldens/shape-space -- --backend cuda --step 2>&1 | tail -4 | sed "s/^/shape-space step: /"
 fi
 tg() { timeout 90 $B bench -m $F --backend cuda -p 0 -n 128 -r 2 2>&1 | grep -E 'tg128|rror|panic' | awk -F'|' '{print $(NF-1)}'; }
 for P in qwen3-30b-a3b olmoe-1b-7b; do
