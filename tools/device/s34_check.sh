@@ -19,7 +19,9 @@ fi
 if [ -d goldens/shape-space ]; then
   # The tiny shape-space models one token a step on CUDA (their MoE routers on the cluster,
   # their down weights prefetched), against llama.cpp's logits.
-  timeout 150 python3 $T/golden_check.py $B goldens/shape-space -- --backend cuda --step 2>&1 | tail -4 | sed "s/^/shape-space step: /"
+  timeout 150 python3 $T/golden_check.py $B goldens/shape-space -- --backend cuda --step > $OUT/golden.txt 2>&1
+  echo "shape-space step: rc=$? PASS $(grep -c '^PASS' $OUT/golden.txt), FAIL $(grep -c '^FAIL' $OUT/golden.txt)"
+  grep '^FAIL' $OUT/golden.txt | head
 fi
 tg() { timeout 90 $B bench -m $F --backend cuda -p 0 -n 128 -r 2 2>&1 | grep -E 'tg128|rror|panic' | awk -F'|' '{print $(NF-1)}'; }
 for P in qwen3-30b-a3b olmoe-1b-7b; do
