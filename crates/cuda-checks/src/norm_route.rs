@@ -9,6 +9,7 @@ use super::Row;
 use anyhow::Result;
 use ferrolm_cuda::ops::{ActQuant, MoeRouteWork, MoeRouter, NormInto, Q8_1_BLOCK_BYTES};
 use ferrolm_cuda::plan::RouterLogits;
+use ferrolm_cuda::plan::Switches;
 use ferrolm_cuda::{CudaDevice, Kernels, Plan};
 use rand::rngs::StdRng;
 
@@ -17,6 +18,14 @@ type Outputs = (Vec<f32>, Vec<f32>, Vec<u8>, Vec<i32>, Vec<f32>);
 
 pub fn all(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) -> Result<Vec<Row>> {
     let mut rows = Vec::new();
+    // The cluster launch wherever this device takes it, whether the plan's switch has it on.
+    let clustered = Plan::new(
+        Switches {
+            norm_route_cluster: true,
+            ..plan.switches().clone()
+        },
+        plan.device().clone(),
+    );
     // OLMoE's router (64 experts, top-8, rows of 2048: a Q8_K width too), qwen3-30b-a3b's
     // (128, top-8) and gpt-oss-20b's (32, top-4 of the biased logits, rows of 2880: the norm's
     // block of 704 threads).
@@ -32,10 +41,10 @@ pub fn all(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) -> Resu
                 &[ActQuant::Q8_1]
             };
             for &mode in modes {
-                // The cluster launch wherever the plan would take it for these shapes (every
-                // token count it takes), the block-an-expert launch where the plan routes.
+                // The cluster launch wherever it runs for these shapes (every token count it
+                // takes), the block-an-expert launch where the plan routes.
                 let launches = [(None, plan.norm_route(n, d)), {
-                    let c = plan.norm_route_cluster(n, d, ne);
+                    let c = clustered.norm_route_cluster(n, d, ne);
                     (c, c.is_some())
                 }];
                 for (cluster, run) in launches {

@@ -134,11 +134,10 @@ pub const MOE_MMA_MAX_PAIRS: usize = 2;
 /// that launch's blocks (one an expert) takes every token's norm in turn: at 8 tokens it took
 /// 30.6 µs a layer on qwen3-30b-a3b (ncu, session 27), where the norm's own launch takes 5.
 pub const NORM_ROUTE_MAX_ROWS: usize = 1;
-/// Blocks of that launch's cluster ([`Plan::norm_route_cluster`]): the most a cluster may have
-/// on any sm_90 part. Session 34's device run measured the launch of a block an expert at
-/// 10.6 µs of a qwen3-30b-a3b layer's chain (H100, `tools/device/chain_costs.sh`): each of its
-/// 128 blocks takes the norm, and the top-k waits for a count in global memory and the logits'
-/// round trip through L2.
+/// Blocks of that launch's cluster ([`Plan::norm_route_cluster`], off by default): the most a
+/// cluster may have on any sm_90 part. Session 34 measured the launch of a block an expert at
+/// 10.6 µs of a qwen3-30b-a3b layer's chain and the cluster launch at 15.4 (H100,
+/// `tools/device/chain_costs.sh`): 8 SMs load the router's 1 MB where 128 did.
 pub const ROUTE_CLUSTER_BLOCKS: usize = 8;
 /// Warps a block of the MoE decode gate/up kernel at one token (8 otherwise). Its blocks hold
 /// 128 registers a thread, so an SM takes 16 warps: qwen3-30b-a3b's 192 blocks of 8 warps (768

@@ -27,9 +27,10 @@ pub struct Switches {
     /// `FERROLM_NORM_ROUTE_ROWS`: the most tokens that fusion takes (default
     /// [`NORM_ROUTE_MAX_ROWS`](super::NORM_ROUTE_MAX_ROWS)).
     pub norm_route_rows: Option<usize>,
-    /// `FERROLM_NORM_ROUTE_CLUSTER`: that launch as one thread-block cluster (sm_90), the
+    /// `FERROLM_NORM_ROUTE_CLUSTER=1`: that launch as one thread-block cluster (sm_90), the
     /// logits gathered in one block's shared memory (`add_rms_norm_route_cluster`), where its
-    /// rows fit; else a block an expert and a counter. The same bits.
+    /// rows fit; else a block an expert and a counter. The same bits. Off: session 34 measured
+    /// it 7% slower (qwen3-30b-a3b and OLMoE tg128, H100): 8 SMs load the router's rows.
     pub norm_route_cluster: bool,
     /// `FERROLM_ROPE_STORE=1`: among the decode fusions, one sequence's keys and values stored
     /// in an f16 or f32 cache by the launch that rotates q and k (else by its own launch).
@@ -65,9 +66,10 @@ pub struct Switches {
     /// (1-8); `None`: the plan's choice by tokens
     /// ([`MOE_GATE_UP_WARPS_ONE`](super::MOE_GATE_UP_WARPS_ONE) at one). The same bits.
     pub moe_gate_up_warps: Option<usize>,
-    /// `FERROLM_MOE_DOWN_PREFETCH`: the fused MoE decode gate/up kernel asks L2 for its slot's
-    /// expert's down weights (a bulk prefetch a block, sm_90), so the down kernel after it
-    /// reads them from L2. Changes no bits.
+    /// `FERROLM_MOE_DOWN_PREFETCH=1`: the fused MoE decode gate/up kernel asks L2 for its
+    /// slot's expert's down weights (a bulk prefetch a block, sm_90), so the down kernel after
+    /// it reads them from L2. Changes no bits. Off: session 34 measured it 3% slower
+    /// (qwen3-30b-a3b and OLMoE tg128, H100).
     pub moe_down_prefetch: bool,
     /// `FERROLM_CUDA_Q8K`: K-quant weights meet Q8_K activations (else Q8_1).
     pub q8k: bool,
@@ -237,7 +239,7 @@ impl Default for Switches {
             fuse: true,
             norm_route: true,
             norm_route_rows: None,
-            norm_route_cluster: true,
+            norm_route_cluster: false,
             rope_store: false,
             qkv_one: true,
             graphs: true,
@@ -250,7 +252,7 @@ impl Default for Switches {
             mmvq_wide: true,
             moe_fused: true,
             moe_gate_up_warps: None,
-            moe_down_prefetch: true,
+            moe_down_prefetch: false,
             q8k: true,
             attn_grouped: true,
             attn_tc: true,
@@ -416,7 +418,7 @@ impl Switches {
             fuse: flag(env, "FERROLM_CUDA_FUSE", true)?,
             norm_route: flag(env, "FERROLM_NORM_ROUTE", true)?,
             norm_route_rows: count(env, "FERROLM_NORM_ROUTE_ROWS", 1..=8)?,
-            norm_route_cluster: flag(env, "FERROLM_NORM_ROUTE_CLUSTER", true)?,
+            norm_route_cluster: flag(env, "FERROLM_NORM_ROUTE_CLUSTER", false)?,
             rope_store: flag(env, "FERROLM_ROPE_STORE", false)?,
             qkv_one: flag(env, "FERROLM_QKV_ONE", true)?,
             graphs: flag(env, "FERROLM_CUDA_GRAPH", true)?,
@@ -429,7 +431,7 @@ impl Switches {
             mmvq_wide: flag(env, "FERROLM_MMVQ_WIDE", true)?,
             moe_fused: flag(env, "FERROLM_MOE_FUSED", true)?,
             moe_gate_up_warps: count(env, "FERROLM_MOE_GATE_UP_WARPS", 1..=8)?,
-            moe_down_prefetch: flag(env, "FERROLM_MOE_DOWN_PREFETCH", true)?,
+            moe_down_prefetch: flag(env, "FERROLM_MOE_DOWN_PREFETCH", false)?,
             q8k: flag(env, "FERROLM_CUDA_Q8K", true)?,
             attn_grouped: flag(env, "FERROLM_ATTN_GROUPED", true)?,
             attn_tc: flag(env, "FERROLM_ATTN_TC", true)?,

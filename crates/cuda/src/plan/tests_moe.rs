@@ -31,7 +31,7 @@ fn moe_path_by_tokens() {
                     x_quant: q8k,
                     h_quant: q8k,
                     gate_up_warps,
-                    down_prefetch: true,
+                    down_prefetch: false,
                 })
             };
             // One token's gate/up in blocks of 4 warps (MOE_GATE_UP_WARPS_ONE), more in 8.
@@ -117,10 +117,10 @@ fn moe_switches() {
     // The gate/up block's warps, set for every token count.
     let eight = plan(&[("FERROLM_MOE_GATE_UP_WARPS", "8")]);
     assert!(matches!(eight.moe(&s(1)), MoePath::MatVec(m) if m.gate_up_warps == 8));
-    // The down weights' prefetch from the gate/up kernel: on unless switched off.
-    assert!(matches!(plan(&[]).moe(&s(1)), MoePath::MatVec(m) if m.down_prefetch));
-    let no_prefetch = plan(&[("FERROLM_MOE_DOWN_PREFETCH", "0")]);
-    assert!(matches!(no_prefetch.moe(&s(1)), MoePath::MatVec(m) if !m.down_prefetch));
+    // The down weights' prefetch from the gate/up kernel: off unless switched on.
+    assert!(matches!(plan(&[]).moe(&s(1)), MoePath::MatVec(m) if !m.down_prefetch));
+    let prefetch = plan(&[("FERROLM_MOE_DOWN_PREFETCH", "1")]);
+    assert!(matches!(prefetch.moe(&s(1)), MoePath::MatVec(m) if m.down_prefetch));
     let two = plan(&[("FERROLM_MOE_GATE_UP_WARPS", "2")]);
     assert!(matches!(two.moe(&s(4)), MoePath::MatVec(m) if m.gate_up_warps == 2));
     let bad = super::tests::parse(&[("FERROLM_MOE_GATE_UP_WARPS", "16")]);
@@ -278,7 +278,13 @@ fn norm_route_where_both_fusions_run() {
 /// router whose block share of rows and the tokens' rows fit the block's shared memory.
 #[test]
 fn norm_route_cluster_where_its_rows_fit() {
-    let p = plan(&[]);
+    assert_eq!(
+        plan(&[]).norm_route_cluster(1, 2048, 128),
+        None,
+        "off by default"
+    );
+    let on = [("FERROLM_NORM_ROUTE_CLUSTER", "1")];
+    let p = plan(&on);
     // qwen3-30b-a3b (128 experts of 2048: 16 a block), OLMoE (64: 8), gpt-oss-20b (32 of 2880).
     assert_eq!(p.norm_route_cluster(1, 2048, 128), Some(8));
     assert_eq!(p.norm_route_cluster(1, 2048, 64), Some(8));
@@ -289,16 +295,12 @@ fn norm_route_cluster_where_its_rows_fit() {
     // 16 rows of 4096 floats are 256 KB: the block an expert then.
     assert_eq!(p.norm_route_cluster(1, 4096, 128), None);
     assert_eq!(p.norm_route_cluster(1, 4096, 64), Some(8));
-    assert_eq!(
-        plan(&[("FERROLM_NORM_ROUTE_CLUSTER", "0")]).norm_route_cluster(1, 2048, 128),
-        None
-    );
     let ampere = DeviceFacts {
         cc: (8, 0),
         ..h200()
     };
     assert_eq!(
-        Plan::new(parse(&[]).unwrap(), ampere).norm_route_cluster(1, 2048, 128),
+        Plan::new(parse(&on).unwrap(), ampere).norm_route_cluster(1, 2048, 128),
         None
     );
 }

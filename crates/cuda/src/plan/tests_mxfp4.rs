@@ -54,7 +54,7 @@ fn mxfp4_experts() {
         x_quant: ActQuant::Q8_1,
         h_quant: ActQuant::Q8_1,
         gate_up_warps,
-        down_prefetch: true,
+        down_prefetch: false,
     };
     assert_eq!(p.moe(&shape(1, 2880, 2880)), MoePath::MatVec(how(4)));
     assert_eq!(p.moe(&shape(8, 2880, 2880)), MoePath::MatVec(how(8)));
