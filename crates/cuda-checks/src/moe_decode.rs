@@ -387,11 +387,12 @@ fn decode(
         fused: false,
         ..how
     };
-    // The gate/up kernel in blocks of another size (4 warps where the plan has 8, else 8), and
-    // with the down weights' L2 prefetch the other way.
+    // The gate/up kernel in blocks of another size (4 warps where the plan has 8, else 8), with
+    // the down weights' L2 prefetch and its quantizing of h (one token) the other way.
     let resized = ExpertMatVec {
         gate_up_warps: if how.gate_up_warps == 8 { 4 } else { 8 },
         down_prefetch: !how.down_prefetch,
+        h_in_gate_up: !how.h_in_gate_up,
         ..how
     };
     let mut outs = Vec::new();
@@ -512,9 +513,10 @@ fn decode(
         ),
         row(
             &format!(
-                "moe decode, gate/up blocks of {} warps, down prefetch {}",
+                "moe decode, gate/up blocks of {} warps, down prefetch {}, h quantized in gate/up {}",
                 resized.gate_up_warps,
-                if resized.down_prefetch { "on" } else { "off" }
+                if resized.down_prefetch { "on" } else { "off" },
+                if resized.h_in_gate_up { "on" } else { "off" }
             ),
             shape.clone(),
             "the plan's gate/up blocks",

@@ -24,7 +24,9 @@
 //   (ceil(n_ff / (W * GR)), NTOK * k), GR = MOE_GATE_ROWS(TYPE, NTOK); warp = GR rows of gate
 //   and the same of up. A warp's rows and walk do not depend on W, so neither do the bits.
 //   With down_l2 (the down weights; null: none), each block also asks L2 for its share of its
-//   slot's expert's down rows (down_share_to_l2), down_bytes an expert.
+//   slot's expert's down rows (down_share_to_l2), down_bytes an expert. At one token, with hq
+//   (null: none), the launch also quantizes h for down (quantize_h_in_last_block; hq_done: one
+//   u32 a slot and 256-row group, zero between launches).
 // - moe_down_<type>_n<NTOK>: grid ceil(n_embd / DR), DR = MOE_DOWN_ROWS(TYPE, NTOK); the block's
 //   warps share out the leading experts, each warp DR output rows of its experts, or half of
 //   them when there are at most MOE_NWARPS / 2 leaders (moe_down_tasks).
@@ -440,6 +442,54 @@ extern "C" __global__ void moe_combine(const float *__restrict__ d,
     }
 }
 
+// One token's h quantized by the gate/up launch itself (hq: null for none): every block of the
+// launch calls it after its rows (whole warps; every block, the bad-id ones too). A block's rows
+// lie in one group of QK_K rows of its slot (the host checks that blockDim.y * GR divides QK_K
+// and n_ff is whole groups); the block counts itself in done[slot][group], and the group's last
+// block (which resets the count for the next launch) quantizes the group's 256 values, read back
+// from L2, as quantize.cu's kernel does (Q8_K with q8k, else 8 blocks of Q8_1): the same bits,
+// one launch fewer on the token's chain. Not inlined: its registers stay out of the walk's
+// allocation (inlined, ptxas spilled more of the walk whether the switch was on or off).
+template <int GR>
+static __device__ __noinline__ void quantize_h_in_last_block(const float *h,
+                                                                block_q8_1 *__restrict__ hq,
+                                                                int q8k, unsigned *done,
+                                                                int n_ff) {
+    if (hq == nullptr) {
+        return;
+    }
+    __shared__ bool last;
+    __shared__ float group[QK_K];
+    const int s = blockIdx.y, rows = blockDim.y * GR, g = blockIdx.x * rows / QK_K;
+    __syncthreads(); // the block's rows of h written
+    if (threadIdx.x == 0 && threadIdx.y == 0) {
+        last = block_fence_count(done + s * (n_ff / QK_K) + g, QK_K / rows);
+    }
+    __syncthreads();
+    if (!last || threadIdx.y != 0) {
+        return;
+    }
+    const size_t first = (size_t)s * n_ff + (size_t)g * QK_K;
+    const int lane = threadIdx.x;
+    if (q8k) {
+        // From L2 (other blocks wrote them) into shared memory, where quantize_q8_k_warp reads.
+#pragma unroll
+        for (int j = 0; j < QK_K / WARP_SIZE; ++j) {
+            group[j * WARP_SIZE + lane] = __ldcg(h + first + j * WARP_SIZE + lane);
+        }
+        __syncwarp();
+        quantize_q8_k_warp(group, hq + first / QK8_1);
+    } else {
+#pragma unroll
+        for (int b = 0; b < QK_K / QK8_1; ++b) {
+            quantize_q8_1_warp(__ldcg(h + first + b * QK8_1 + lane), hq + first / QK8_1 + b);
+        }
+    }
+    if (lane == 0) {
+        done[s * (n_ff / QK_K) + g] = 0;
+    }
+}
+
 // One token count's pair of entries, `moe_{gate_up,down}_<NAME>_n<N>`.
 #define MOE_ENTRIES(NAME, TYPE, N, WIDE)                                                            \
     extern "C" __global__ void __launch_bounds__(MOE_NWARPS *WARP_SIZE, MOE_MIN_BLOCKS(TYPE, N))    \
@@ -448,11 +498,15 @@ extern "C" __global__ void moe_combine(const float *__restrict__ d,
                                   float *__restrict__ h, int n_embd, int n_ff, int n_expert,        \
                                   int k, int stage, const float *__restrict__ gate_bias,            \
                                   const float *__restrict__ up_bias, float alpha, float limit,      \
-                                  const char *down_l2, long long down_bytes) {                      \
+                                  const char *down_l2, long long down_bytes,                        \
+                                  block_q8_1 *__restrict__ hq, int hq_k, unsigned *hq_done) {       \
         dependent_launch_entry();                                                                   \
         const ExpertEpilogue ep{gate_bias, up_bias, nullptr, alpha, limit};                         \
         moe_gate_up<TYPE, N, WIDE, MOE_GATE_ROWS(TYPE, N), MOE_UNROLL(N)>(                          \
             gate, up, x, ids, h, n_embd, n_ff, n_expert, k, stage, ep, down_l2, down_bytes);        \
+        if (N == 1) {                                                                               \
+            quantize_h_in_last_block<MOE_GATE_ROWS(TYPE, N)>(h, hq, hq_k, hq_done, n_ff);           \
+        }                                                                                           \
     }                                                                                               \
     extern "C" __global__ void __launch_bounds__(MOE_NWARPS *WARP_SIZE, MOE_MIN_BLOCKS(TYPE, N))    \
         moe_down_##NAME##_n##N(const void *__restrict__ down, const block_q8_1 *__restrict__ hq,    \

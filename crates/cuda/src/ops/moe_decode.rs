@@ -14,7 +14,7 @@
 
 use super::launch::Launcher;
 use super::mmvq::stage_args;
-use super::{int, stride_blocks, MoeExperts, Quantize};
+use super::{int, stride_blocks, ActQuant, MoeExperts, Quantize};
 use crate::device::CudaDevice;
 use crate::error::{CudaError, DriverContext, Result};
 use crate::kernels::{ELEMENTWISE, MOE_DECODE};
@@ -22,6 +22,9 @@ use crate::plan::ExpertMatVec;
 use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig};
 use ferrolm_gguf::GgmlType;
 use std::collections::HashMap;
+
+/// Values a K-quant super-block (and a Q8_K activation group) holds.
+const QK_K: usize = 256;
 
 /// Most tokens one call takes (the kernels' NTOK instances).
 pub const MOE_DECODE_MAX_TOKENS: usize = 8;
@@ -67,6 +70,9 @@ pub struct MoeDecodeWork {
     hq: CudaSlice<u8>,
     /// `[slot][n_embd]`: the per-slot path's down products before the combine.
     down: CudaSlice<f32>,
+    /// `[slot][n_ff / 256]`: blocks of the gate/up launch done with each 256-row group of h,
+    /// where that launch quantizes h (zero between launches).
+    hq_done: CudaSlice<u32>,
     pub max_n: usize,
     pub n_used: usize,
     pub n_ff: usize,
@@ -83,6 +89,7 @@ impl MoeDecodeWork {
             up: dev.zeros(slots * ff)?,
             hq: dev.zeros(Quantize::q8_1_bytes(slots, ff))?,
             down: dev.zeros(slots * d)?,
+            hq_done: dev.zeros((slots * ff.div_ceil(QK_K)).max(1))?,
             max_n,
             n_used: k,
             n_ff: ff,
@@ -314,6 +321,12 @@ impl MoeDecode {
             && down_bytes.is_multiple_of(16);
         let down_l2 = prefetch.then_some(&e.down.data);
         let down_bytes = down_bytes as i64;
+        // h quantized by this launch's last blocks, where its blocks tile 256-row groups.
+        let h_in_gate_up = how.h_in_gate_up
+            && n == 1
+            && ff.is_multiple_of(QK_K)
+            && QK_K.is_multiple_of(warps as usize * gate_rows(e.gate.ty, n));
+        let hq_k = i32::from(how.h_quant == ActQuant::Q8K);
         let mut b = self.launch.builder(gate_up);
         b.arg(&e.gate.data).arg(&e.up.data).arg(x_q8_1).arg(ids);
         b.arg(&mut work.h)
@@ -328,16 +341,25 @@ impl MoeDecode {
             .arg(&limit)
             .arg(down_l2)
             .arg(&down_bytes);
+        let (hq, hq_done) = (&mut work.hq, &mut work.hq_done);
+        b.arg(h_in_gate_up.then_some(&*hq))
+            .arg(&hq_k)
+            .arg(&mut *hq_done);
         // SAFETY: moe_gate_up_*_nN(gate, up, x, ids, h, n_embd, n_ff, n_expert, k, stage,
-        // gate_bias, up_bias, alpha, limit, down_l2, down_bytes): stacked [n_expert*n_ff][n_embd]
-        // weights, N Q8_1 rows, N*k ids, N*k x n_ff floats out (work sized for max_n >= N);
-        // biases of [n_expert][n_ff] floats or null (MoeExperts::check); the down weights (only
-        // prefetched, never read) or null, n_expert experts of down_bytes (a multiple of 16);
-        // a block of `warps` (1..=MOE_DECODE_WARPS, the kernel's launch bound) per warps *
-        // gate_rows(N) rows and slot; with stage, the shared bytes of the N rows' staged blocks.
+        // gate_bias, up_bias, alpha, limit, down_l2, down_bytes, hq, hq_k, hq_done): stacked
+        // [n_expert*n_ff][n_embd] weights, N Q8_1 rows, N*k ids, N*k x n_ff floats out (work
+        // sized for max_n >= N); biases of [n_expert][n_ff] floats or null (MoeExperts::check);
+        // the down weights (only prefetched, never read) or null, n_expert experts of
+        // down_bytes (a multiple of 16); hq (N*k x n_ff / 32 blocks) or null, its counters
+        // (N*k x n_ff / 256, zero between launches), the blocks tiling 256-row groups where hq
+        // is given (checked above); a block of `warps` (1..=MOE_DECODE_WARPS, the kernel's
+        // launch bound) per warps * gate_rows(N) rows and slot; with stage, the shared bytes of
+        // the N rows' staged blocks.
         unsafe { b.launch(cfg) }.during(format!("launching moe gate/up for {}", e.gate.ty))?;
 
-        self.quantize_h(how, e, n, work)?;
+        if !h_in_gate_up {
+            self.quantize_h(how, e, n, work)?;
+        }
 
         let down = &self.down[&(e.down.ty, n, narrow(how, e.down.ty))];
         let (stage, smem) = stage_args(mode, walks_wide(how, e.down.ty), n * k * ff / 32);

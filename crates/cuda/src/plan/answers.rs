@@ -209,6 +209,9 @@ pub struct ExpertMatVec {
     pub gate_up_warps: u32,
     /// The fused gate/up kernel asks L2 for its experts' down weights (sm_90): not the bits.
     pub down_prefetch: bool,
+    /// At one token the fused gate/up launch also quantizes h for down (its last block a
+    /// 256-row group) in place of a launch of its own: the same bits.
+    pub h_in_gate_up: bool,
 }
 
 /// How `moe_gemm` runs a ubatch's experts.

@@ -99,6 +99,7 @@ impl Plan {
             h_quant: self.act_quant(s.down, s.n_ff),
             gate_up_warps: self.moe_gate_up_warps(s.tokens),
             down_prefetch: self.switches.moe_down_prefetch && self.device.cc.0 >= 9,
+            h_in_gate_up: self.switches.moe_h_in_gate_up,
         }
     }
 

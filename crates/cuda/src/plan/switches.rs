@@ -71,6 +71,11 @@ pub struct Switches {
     /// it reads them from L2. Changes no bits. Off: session 34 measured it 3% slower
     /// (qwen3-30b-a3b and OLMoE tg128, H100).
     pub moe_down_prefetch: bool,
+    /// `FERROLM_MOE_H_IN_GATE_UP=1`: at one token the fused MoE gate/up launch also quantizes
+    /// h for down (the last of a 256-row group's blocks, counted in global memory), in place of
+    /// `quantize_q8_k`'s launch (3.8 µs of a qwen3-30b-a3b layer's chain, session 34, H100).
+    /// The same bits. Off until a device run measures it (written in session 34 without one).
+    pub moe_h_in_gate_up: bool,
     /// `FERROLM_CUDA_Q8K`: K-quant weights meet Q8_K activations (else Q8_1).
     pub q8k: bool,
     /// `FERROLM_ATTN_GROUPED`: decode attention a block per KV head and split, for all the
@@ -253,6 +258,7 @@ impl Default for Switches {
             moe_fused: true,
             moe_gate_up_warps: None,
             moe_down_prefetch: false,
+            moe_h_in_gate_up: false,
             q8k: true,
             attn_grouped: true,
             attn_tc: true,
@@ -432,6 +438,7 @@ impl Switches {
             moe_fused: flag(env, "FERROLM_MOE_FUSED", true)?,
             moe_gate_up_warps: count(env, "FERROLM_MOE_GATE_UP_WARPS", 1..=8)?,
             moe_down_prefetch: flag(env, "FERROLM_MOE_DOWN_PREFETCH", false)?,
+            moe_h_in_gate_up: flag(env, "FERROLM_MOE_H_IN_GATE_UP", false)?,
             q8k: flag(env, "FERROLM_CUDA_Q8K", true)?,
             attn_grouped: flag(env, "FERROLM_ATTN_GROUPED", true)?,
             attn_tc: flag(env, "FERROLM_ATTN_TC", true)?,
@@ -530,7 +537,7 @@ impl fmt::Display for Switches {
             self.timing_skip.join(",")
         };
         let norm_route_rows = count_or_auto(self.norm_route_rows);
-        let lines: [(&str, &str, &str); 59] = [
+        let lines: [(&str, &str, &str); 60] = [
             (
                 "FERROLM_CUDA_MMQ",
                 bit(self.mmq),
@@ -612,6 +619,11 @@ impl fmt::Display for Switches {
                 "FERROLM_MOE_DOWN_PREFETCH",
                 bit(self.moe_down_prefetch),
                 "MoE decode gate/up asks L2 for the down weights (sm_90)",
+            ),
+            (
+                "FERROLM_MOE_H_IN_GATE_UP",
+                bit(self.moe_h_in_gate_up),
+                "one token's MoE gate/up launch quantizes h for down",
             ),
             (
                 "FERROLM_CUDA_Q8K",

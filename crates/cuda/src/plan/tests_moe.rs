@@ -32,6 +32,7 @@ fn moe_path_by_tokens() {
                     h_quant: q8k,
                     gate_up_warps,
                     down_prefetch: false,
+                    h_in_gate_up: false,
                 })
             };
             // One token's gate/up in blocks of 4 warps (MOE_GATE_UP_WARPS_ONE), more in 8.
@@ -121,6 +122,10 @@ fn moe_switches() {
     assert!(matches!(plan(&[]).moe(&s(1)), MoePath::MatVec(m) if !m.down_prefetch));
     let prefetch = plan(&[("FERROLM_MOE_DOWN_PREFETCH", "1")]);
     assert!(matches!(prefetch.moe(&s(1)), MoePath::MatVec(m) if m.down_prefetch));
+    // h quantized by the gate/up launch: off unless switched on.
+    assert!(matches!(plan(&[]).moe(&s(1)), MoePath::MatVec(m) if !m.h_in_gate_up));
+    let h_in = plan(&[("FERROLM_MOE_H_IN_GATE_UP", "1")]);
+    assert!(matches!(h_in.moe(&s(1)), MoePath::MatVec(m) if m.h_in_gate_up));
     let two = plan(&[("FERROLM_MOE_GATE_UP_WARPS", "2")]);
     assert!(matches!(two.moe(&s(4)), MoePath::MatVec(m) if m.gate_up_warps == 2));
     let bad = super::tests::parse(&[("FERROLM_MOE_GATE_UP_WARPS", "16")]);

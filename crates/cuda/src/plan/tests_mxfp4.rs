@@ -55,6 +55,7 @@ fn mxfp4_experts() {
         h_quant: ActQuant::Q8_1,
         gate_up_warps,
         down_prefetch: false,
+        h_in_gate_up: false,
     };
     assert_eq!(p.moe(&shape(1, 2880, 2880)), MoePath::MatVec(how(4)));
     assert_eq!(p.moe(&shape(8, 2880, 2880)), MoePath::MatVec(how(8)));
