@@ -390,13 +390,15 @@ router_rows_then_wait(const float *__restrict__ w, const float *__restrict__ nor
 // token) logits and store them into block 0's shared memory; after the cluster's barrier (every
 // block's reads of x done) block 0 takes the top-k and writes x + add back. No atomics and no
 // round trip through global memory for the logits, and 8 blocks where that kernel has one an
-// expert. The same bits. Dynamic shared memory: (per + n) rows of n_embd floats.
+// expert. The same bits. Dynamic shared memory: (per + n) rows of n_embd floats. Its parameters
+// are add_rms_norm_route_small's, so one launch sequence serves both; logits and done go unused.
 extern "C" __global__ void __launch_bounds__(1024)
     add_rms_norm_route_cluster(float *x, const float *add, const float *__restrict__ norm_w,
                                float *out, block_q8_1 *__restrict__ outq, float eps, int q8k,
-                               const float *__restrict__ w, int *__restrict__ ids,
-                               float *__restrict__ weights, int n, int n_embd, int n_expert,
-                               int k, int gating, const float *__restrict__ bias) {
+                               const float *__restrict__ w, float *logits,
+                               int *__restrict__ ids, float *__restrict__ weights,
+                               unsigned *done, int n, int n_embd, int n_expert, int k,
+                               int gating, const float *__restrict__ bias) {
     const ClusterShare c = router_rows_then_wait(w, norm_w, n_embd, n_expert);
 #ifdef ROUTE_CLUSTER
     __shared__ float cluster_logits[ROUTE_SMALL_N * 32 * TOPK_PER_LANE];

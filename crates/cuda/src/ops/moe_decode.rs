@@ -21,10 +21,8 @@ use crate::kernels::{ELEMENTWISE, MOE_DECODE};
 use crate::plan::ExpertMatVec;
 use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig};
 use ferrolm_gguf::GgmlType;
+use ferrolm_quant::QK_K;
 use std::collections::HashMap;
-
-/// Values a K-quant super-block (and a Q8_K activation group) holds.
-const QK_K: usize = 256;
 
 /// Most tokens one call takes (the kernels' NTOK instances).
 pub const MOE_DECODE_MAX_TOKENS: usize = 8;

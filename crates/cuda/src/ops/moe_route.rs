@@ -315,46 +315,35 @@ impl MoeRoute {
             int(k, "moe k"),
         );
         let (gating, q8k) = (router.gating_arg(), i32::from(norm.mode == ActQuant::Q8K));
-        if let (Some(blocks), Some(func)) = (cluster, &self.norm_route_cluster) {
-            let per = ne.div_ceil(blocks as usize);
-            let stage = (per + n) * d * 4;
-            assert!(
-                blocks as usize <= ne && stage <= ROUTE_CLUSTER_STAGE_BYTES,
-                "norm route cluster: {blocks} blocks for {ne} experts of {d}"
-            );
-            let cfg = LaunchConfig {
-                grid_dim: (blocks, 1, 1),
-                block_dim: (norm_threads(d), 1, 1),
-                shared_mem_bytes: stage as u32,
-            };
-            let mut b = self.launch.builder(func);
-            b.cluster(blocks);
-            b.arg(norm.x)
-                .arg(norm.add)
-                .arg(norm.w)
-                .arg(norm.out)
-                .arg(norm.outq);
-            b.arg(&norm.eps).arg(&q8k);
-            b.arg(&router.w).arg(ids).arg(weights);
-            b.arg(&ni)
-                .arg(&di)
-                .arg(&nei)
-                .arg(&ki)
-                .arg(&gating)
-                .arg(bias);
-            // SAFETY: add_rms_norm_route_cluster(x, add, norm_w, out, outq, eps, q8k, w, ids,
-            // weights, n, n_embd, n_expert, k, gating, bias): the buffers as the launch below
-            // (checked above), the grid one cluster, a block's share of the router's rows and
-            // the n tokens' rows in its shared memory (within what load allowed).
-            unsafe { b.launch(cfg) }.during("launching the norm and moe routing (cluster)")?;
-            return Ok(());
-        }
-        let cfg = LaunchConfig {
-            grid_dim: (ne as u32, 1, 1),
-            block_dim: (norm_threads(d), 1, 1),
-            shared_mem_bytes: small_stage_bytes(n, d) as u32,
+        // One cluster of blocks, each a share of the experts, or a block an expert; the two
+        // kernels take the same parameters.
+        let (func, cfg, cluster) = match (cluster, &self.norm_route_cluster) {
+            (Some(blocks), Some(func)) => {
+                let stage = (ne.div_ceil(blocks as usize) + n) * d * 4;
+                assert!(
+                    blocks as usize <= ne && stage <= ROUTE_CLUSTER_STAGE_BYTES,
+                    "norm route cluster: {blocks} blocks for {ne} experts of {d}"
+                );
+                let cfg = LaunchConfig {
+                    grid_dim: (blocks, 1, 1),
+                    block_dim: (norm_threads(d), 1, 1),
+                    shared_mem_bytes: stage as u32,
+                };
+                (func, cfg, Some(blocks))
+            }
+            _ => {
+                let cfg = LaunchConfig {
+                    grid_dim: (ne as u32, 1, 1),
+                    block_dim: (norm_threads(d), 1, 1),
+                    shared_mem_bytes: small_stage_bytes(n, d) as u32,
+                };
+                (&self.norm_route_small, cfg, None)
+            }
         };
-        let mut b = self.launch.builder(&self.norm_route_small);
+        let mut b = self.launch.builder(func);
+        if let Some(blocks) = cluster {
+            b.cluster(blocks);
+        }
         b.arg(norm.x)
             .arg(norm.add)
             .arg(norm.w)
@@ -369,12 +358,14 @@ impl MoeRoute {
             .arg(&ki)
             .arg(&gating)
             .arg(bias);
-        // SAFETY: add_rms_norm_route_small(x, add, norm_w, out, outq, eps, q8k, w, logits, ids,
-        // weights, done, n, n_embd, n_expert, k, gating, bias): n rows of n_embd floats in x,
-        // add and out and their activation blocks in outq, the router's n_expert rows, n x
-        // n_expert logits (work holds max_n >= n rows), n x k ids and weights (all checked
-        // above); the norm's block of at most 1024 threads and (1 + n) rows of shared memory
-        // (allowed at load); the counter zero between launches, as moe_route_small's.
+        // SAFETY: add_rms_norm_route_{small,cluster}(x, add, norm_w, out, outq, eps, q8k, w,
+        // logits, ids, weights, done, n, n_embd, n_expert, k, gating, bias): n rows of n_embd
+        // floats in x, add and out and their activation blocks in outq, the router's n_expert
+        // rows, n x n_expert logits (work holds max_n >= n rows), n x k ids and weights (all
+        // checked above); the norm's block of at most 1024 threads; a block an expert with
+        // (1 + n) rows of shared memory and the counter zero between launches, as
+        // moe_route_small's, or one cluster with a block's share of the router's rows and the
+        // n tokens' rows in its shared memory (within what load allowed for either).
         unsafe { b.launch(cfg) }.during("launching the norm and moe routing")?;
         Ok(())
     }
