@@ -12,6 +12,7 @@
 #include "common.cuh"
 #include "quant.cuh"
 #include "mmvq.cuh"
+#include "norm.cuh"
 
 #define MMVQ_NWARPS 4
 #define MMVQ_MAX_COLS 8
@@ -438,6 +439,57 @@ mmvq_triple(const void *__restrict__ va, const void *__restrict__ vb, const void
     }
 }
 
+// ---- the attention's norm in the q/k/v launch (FERROLM_NORM_IN_QKV) --------------------------
+// Every block takes the norm of the one token's row x (+ add) itself, as add_rms_norm_q8_1_f32
+// would with its own block (add_norm_scale_as: the same bits), quantizes it into shared memory
+// as that kernel quantizes it (Q8_K groups, or Q8_1 blocks: the same bytes), then runs the
+// triple on that copy. With `add`, the residual x + add is written back once: each block takes
+// a ticket after it has read x, and the last to arrive (every other block done reading)
+// writes it and resets the ticket counter for the next launch. Shared memory (dynamic):
+// NORM_TRIPLE_SMEM(n) bytes.
+#define NORM_TRIPLE_MAXV 8
+#define NORM_TRIPLE_SMEM(n) ((n) * 4 + (n) / QK8_1 * 36)
+
+static __device__ __forceinline__ const block_q8_1 *
+norm_into_shared(float *x, const float *__restrict__ add,
+                 const float *__restrict__ norm_w, float eps, int n, int nt, int q8k,
+                 unsigned *__restrict__ ticket) {
+    extern __shared__ int4 norm_smem[];
+    __shared__ double scratch[32];
+    __shared__ unsigned my_ticket;
+    float *o = (float *)norm_smem;
+    block_q8_1 *q = (block_q8_1 *)(o + n);
+    const int bt = blockDim.x * blockDim.y, tid = threadIdx.y * blockDim.x + threadIdx.x;
+    const float scale = add_norm_scale_as<NORM_TRIPLE_MAXV>(x, add, n, nt, eps, o, scratch);
+    if (add != nullptr && tid == 0) {
+        my_ticket = atomicAdd(ticket, 1u); // this block's reads of x are done (the barrier above)
+    }
+    for (int i = tid; i < n; i += bt) {
+        o[i] = __fmul_rn(__fmul_rn(o[i], scale), norm_w[i]);
+    }
+    __syncthreads();
+    const int warp = threadIdx.y, nwarps = blockDim.y;
+    if (q8k) {
+        for (int g = warp; g < n / QK_K; g += nwarps) {
+            quantize_q8_k_warp(o + g * QK_K, q + g * 8);
+        }
+    } else {
+        for (int b = warp; b < n / QK8_1; b += nwarps) {
+            quantize_q8_1_warp(o[b * QK8_1 + threadIdx.x], q + b);
+        }
+    }
+    if (add != nullptr && my_ticket == gridDim.x - 1) {
+        for (int i = tid; i < n; i += bt) {
+            x[i] += add[i];
+        }
+        if (tid == 0) {
+            *ticket = 0;
+        }
+    }
+    __syncthreads();
+    return q;
+}
+
 #define MMVQ_TRIPLE(NAME, TAB, TC, WIDE_C)                                                         \
     extern "C" __global__ void __launch_bounds__(MMVQ_NWARPS *WARP_SIZE) mmvq_wide_triple_##NAME( \
         const void *__restrict__ va, const void *__restrict__ vb, const void *__restrict__ vc,     \
@@ -447,6 +499,21 @@ mmvq_triple(const void *__restrict__ va, const void *__restrict__ vb, const void
         int nrows_a, int nrows_b, int nrows_c, int pair_blocks, int prefetch) {                    \
         mmvq_triple_then_wait<TAB, TC, WIDE_C>(prefetch, va, vb, vc, ncols_x, nrows_a, nrows_b,    \
                                                nrows_c, pair_blocks);                              \
+        mmvq_triple<TAB, TC, WIDE_C>(va, vb, vc, vy, dst_a, dst_b, dst_c, bias_a, bias_b, bias_c,  \
+                                     ncols_x, nrows_a, nrows_b, nrows_c, pair_blocks);             \
+    }                                                                                               \
+    extern "C" __global__ void __launch_bounds__(MMVQ_NWARPS *WARP_SIZE) mmvq_norm_triple_##NAME( \
+        float *x, const float *__restrict__ add, const float *__restrict__ norm_w,   \
+        float eps, int norm_threads, int q8k, unsigned *__restrict__ ticket,                       \
+        const void *__restrict__ va, const void *__restrict__ vb, const void *__restrict__ vc,     \
+        float *__restrict__ dst_a, float *__restrict__ dst_b, float *__restrict__ dst_c,           \
+        const float *__restrict__ bias_a, const float *__restrict__ bias_b,                        \
+        const float *__restrict__ bias_c, int ncols_x, int nrows_a, int nrows_b, int nrows_c,      \
+        int pair_blocks, int prefetch) {                                                           \
+        mmvq_triple_then_wait<TAB, TC, WIDE_C>(prefetch, va, vb, vc, ncols_x, nrows_a, nrows_b,    \
+                                               nrows_c, pair_blocks);                              \
+        const block_q8_1 *vy =                                                                     \
+            norm_into_shared(x, add, norm_w, eps, ncols_x, norm_threads, q8k, ticket);             \
         mmvq_triple<TAB, TC, WIDE_C>(va, vb, vc, vy, dst_a, dst_b, dst_c, bias_a, bias_b, bias_c,  \
                                      ncols_x, nrows_a, nrows_b, nrows_c, pair_blocks);             \
     }

@@ -65,3 +65,42 @@ static __device__ __forceinline__ float add_norm_scale(float *x, const float *ad
     const float mean = (float)(sum / (double)n);
     return 1.0f / sqrtf(mean + eps);
 }
+
+// add_norm_scale's result for the row x (+ add) of n elements as a block of nt threads computes
+// it (nt = norm_threads(n), ops/norm_rope.rs), by a block of any bt threads (bt a multiple of
+// 32 dividing nt, nt / bt <= MAXV, 1-D or 2-D with blockDim.x = 32): thread tid stands for the
+// reference's threads tid + j * bt, so the f64 partial sums, the warp sums of the reference's
+// warps and the sum over them are taken in the same order: the same bits. Writes v = x (+ add)
+// to vx (n floats, shared); writes nothing to x. Every thread of the block calls it.
+template <int MAXV>
+static __device__ __forceinline__ float add_norm_scale_as(const float *x,
+                                                          const float *__restrict__ add, int n,
+                                                          int nt, float eps, float *vx,
+                                                          double *scratch) {
+    const int bt = blockDim.x * blockDim.y, tid = threadIdx.y * blockDim.x + threadIdx.x;
+    const int lane = tid % WARP_SIZE, warp = tid / WARP_SIZE, nv = nt / bt;
+#pragma unroll
+    for (int j = 0; j < MAXV; ++j) {
+        if (j < nv) {
+            double sum = 0.0;
+            for (int i = tid + j * bt; i < n; i += nt) {
+                float xi = x[i];
+                if (add != nullptr) {
+                    xi += add[i];
+                }
+                vx[i] = xi;
+                const double v = xi;
+                sum += v * v;
+            }
+            sum = warp_sum(sum);
+            if (lane == 0) {
+                scratch[warp + j * (bt / WARP_SIZE)] = sum; // the reference's warp (tid + j bt) / 32
+            }
+        }
+    }
+    __syncthreads();
+    double v = lane < nt / WARP_SIZE ? scratch[lane] : 0.0;
+    v = warp_sum(v);
+    const float mean = (float)(v / (double)n);
+    return 1.0f / sqrtf(mean + eps);
+}

@@ -400,6 +400,28 @@ pub trait Backend {
         self.add(acc, x)?;
         self.rms_norm(acc, w, eps, out)
     }
+    /// `acc += add` where given, `h = rms_norm(acc) * w`, then the projections
+    /// `outs[i] = h · ws[i]ᵀ (+ biases[i])` (`biases` empty or one a weight): the norm before
+    /// the attention and its q, k and v. A backend may take the norm in the projections'
+    /// launch and leave `h` unwritten: nothing but the projections reads it.
+    #[allow(clippy::too_many_arguments)]
+    fn norm_project(
+        &self,
+        acc: &mut Self::Act,
+        add: Option<&Self::Act>,
+        w: &Self::Weight,
+        eps: f32,
+        h: &mut Self::Act,
+        ws: &[&Self::Weight],
+        biases: &[&Self::Weight],
+        outs: &mut [&mut Self::Act],
+    ) -> Result<(), Self::Error> {
+        match add {
+            Some(a) => self.add_rms_norm(acc, a, w, eps, h)?,
+            None => self.rms_norm(acc, w, eps, h)?,
+        }
+        self.matmul_many_bias(ws, biases, h, outs)
+    }
     /// [`Self::add_rms_norm`] where `out` is the input of the MoE FFN `moe`, whose
     /// [`Self::moe`] call on `out` comes next: a backend may route `out`'s rows in the same
     /// pass and leave the choices with `out` for that call.

@@ -144,24 +144,29 @@ pub fn layers<B: Backend>(
         .skip(range.start)
     {
         let a = &layer.attn;
-        if il == first {
-            b.rms_norm(x, &a.norm, cfg.rms_eps, &mut h)?;
-        } else {
-            // The previous layer's FFN output joins the residual here.
-            b.add_rms_norm(x, &proj, &a.norm, cfg.rms_eps, &mut h)?;
-            b.tap("l_out", il - 1, x)?;
-        }
-        b.tap("attn_norm", il, &h)?;
+        // The previous layer's FFN output joins the residual in the attention's norm.
+        let add = (il != first).then_some(&proj);
         if let (Some(ds), Some(mla), Some(bufs)) = (&cfg.deepseek2, &a.mla, &mut mla_bufs) {
+            match add {
+                Some(p) => b.add_rms_norm(x, p, &a.norm, cfg.rms_eps, &mut h)?,
+                None => b.rms_norm(x, &a.norm, cfg.rms_eps, &mut h)?,
+            }
+            norm_taps(b, il, il != first, x, &h)?;
             let (q, k) = (&mut q, &mut k);
             crate::mla::attention(b, cfg, ds, a, mla, &h, seqs, il, inp, bufs, q, k, &mut attn)?;
         } else {
+            let (ws, outs) = (&[&a.q, &a.k, &a.v], &mut [&mut q, &mut k, &mut v]);
+            let biases: &[&B::Weight] = match &a.qkv_bias {
+                Some([bq, bk, bv]) => &[bq, bk, bv],
+                None => &[],
+            };
+            b.norm_project(x, add, &a.norm, cfg.rms_eps, &mut h, ws, biases, outs)?;
+            norm_taps(b, il, il != first, x, &h)?;
             attend(
                 b,
                 cfg,
                 a,
                 factors,
-                &h,
                 seqs,
                 il,
                 inp,
@@ -240,15 +245,29 @@ pub fn layers<B: Backend>(
     b.tap("l_out", range.end - 1, x)
 }
 
-/// The q/k/v projections, their biases, norms and RoPE, and attention over the cache, of
-/// block `il` over the normed input `x`, into `out`; `[q, k, v]` are scratch.
+/// The taps after the attention's norm: the residual that ended block `il - 1` (where the
+/// norm added it), then the normed input.
+fn norm_taps<B: Backend>(
+    b: &B,
+    il: usize,
+    added: bool,
+    x: &B::Act,
+    h: &B::Act,
+) -> Result<(), B::Error> {
+    if added {
+        b.tap("l_out", il - 1, x)?;
+    }
+    b.tap("attn_norm", il, h)
+}
+
+/// The q/k/v norms and RoPE, and attention over the cache, of block `il` after its q/k/v
+/// projections into `[q, k, v]`, into `out`.
 #[allow(clippy::too_many_arguments)]
 fn attend<B: Backend>(
     b: &B,
     cfg: &Config,
     a: &AttnWeights<B::Weight>,
     factors: Option<&B::Weight>,
-    x: &B::Act,
     seqs: &mut [SeqRows<'_, B::Cache>],
     il: usize,
     inp: &B::Inputs,
@@ -261,11 +280,6 @@ fn attend<B: Backend>(
         head_dim: cfg.head_dim,
         kq_scale: None,
     };
-    let (ws, outs) = (&[&a.q, &a.k, &a.v], &mut [&mut *q, &mut *k, &mut *v]);
-    match &a.qkv_bias {
-        Some([bq, bk, bv]) => b.matmul_many_bias(ws, &[bq, bk, bv], x, outs)?,
-        None => b.matmul_many(ws, x, outs)?,
-    }
     // The norm weight's length says whether it is per head or over the whole width.
     let rot = QkRotation {
         norms: a.q_norm.as_ref().zip(a.k_norm.as_ref()),

@@ -7,7 +7,7 @@
 use super::{CudaAct, CudaBackend, CudaWeight};
 use crate::error::CudaError;
 use crate::error::Result;
-use crate::ops::{ActQuant, MmvqStaged, PairOut, QuantMatrix, Quantize, MMVQ_MAX_COLS};
+use crate::ops::{ActQuant, MmvqStaged, NormIn, PairOut, QuantMatrix, Quantize, MMVQ_MAX_COLS};
 use crate::plan::Matmul;
 use cudarc::driver::CudaSlice;
 use ferrolm_gguf::GgmlType;
@@ -260,6 +260,69 @@ impl CudaBackend {
         };
         let out = [oa.buf_mut(), ob.buf_mut(), oc.buf_mut()];
         match self.k.mmvq.triple([a, b, c], wide_c, xq, out, biases) {
+            Some(r) => r.map(|()| true),
+            None => Ok(false),
+        }
+    }
+
+    /// The attention's norm and one token's q, k and v in one launch (`Mmvq::norm_triple`),
+    /// where the plan asks for it and [`Self::triple`] would take the three: false (nothing
+    /// launched) otherwise. `acc` becomes `acc + add` as the norm launch leaves it.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn norm_triple(
+        &self,
+        acc: &mut CudaAct,
+        add: Option<&CudaAct>,
+        w: &CudaWeight,
+        eps: f32,
+        ws: &[&CudaWeight],
+        biases: &[&CudaWeight],
+        outs: &mut [&mut CudaAct],
+    ) -> Result<bool> {
+        let (n, width) = (acc.rows, acc.width);
+        if !self.plan.norm_in_qkv(n) || !self.plan.fused_norm(width) {
+            return Ok(false);
+        }
+        let ([a, b, c], [oa, ob, oc]) = (ws, outs) else {
+            return Ok(false);
+        };
+        let (a, b, c) = (a.matrix(), b.matrix(), c.matrix());
+        let mode = self.plan.act_quant(a.ty, a.cols);
+        let one_path = [a, b, c].iter().all(|m| {
+            m.ty != GgmlType::F32
+                && m.cols == width
+                && self.plan.act_quant(m.ty, m.cols) == mode
+                && !self.takes_f16(m, 1)
+        });
+        if !one_path || !same_format(a, b) || !self.plan.matvec_wide(a.ty) {
+            return Ok(false);
+        }
+        let Matmul::MatVec { wide: wide_c } = self.gemm_plan().matmul(c.ty, c.rows, c.cols, 1)
+        else {
+            return Ok(false);
+        };
+        let biases = match biases {
+            [] => None,
+            [ba, bb, bc] if self.plan.bias_in_matvec() => {
+                Some([ba.vector(), bb.vector(), bc.vector()])
+            }
+            _ => return Ok(false),
+        };
+        let mut ticket = self.norm_ticket.lock().expect("norm ticket poisoned");
+        let norm = NormIn {
+            x: acc.buf_mut(),
+            add: add.map(|a| a.buf()),
+            w: w.vector(),
+            eps,
+            mode,
+            ticket: &mut ticket,
+        };
+        let out = [oa.buf_mut(), ob.buf_mut(), oc.buf_mut()];
+        match self
+            .k
+            .mmvq
+            .norm_triple([a, b, c], wide_c, norm, out, biases)
+        {
             Some(r) => r.map(|()| true),
             None => Ok(false),
         }

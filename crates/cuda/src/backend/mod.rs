@@ -54,6 +54,9 @@ pub struct CudaBackend {
     /// f16 copies among them).
     halves: Arc<Pool<u16>>,
     moe: Mutex<moe::MoeScratch>,
+    /// The ticket counter of the norm in the q/k/v launch (`Mmvq::norm_triple`): one u32,
+    /// zero between launches.
+    norm_ticket: Mutex<CudaSlice<u32>>,
     /// Every kernel choice: which kernel, tile and order for a shape, and the fusions.
     plan: Plan,
     /// The GEMM choices of passes of several sequences ([`Plan::for_sequence_batches`]), taken
@@ -86,6 +89,7 @@ impl CudaBackend {
             u32s: Arc::new(Pool::new(stream.clone())),
             halves: Arc::new(Pool::new(stream)),
             moe: Mutex::new(moe::MoeScratch::default()),
+            norm_ticket: Mutex::new(dev.zeros(1)?),
             batch_plan: plan.for_sequence_batches(),
             plan,
             multi_seq: AtomicBool::new(false),
@@ -407,6 +411,30 @@ impl Backend for CudaBackend {
         crate::profile::span(self.dev.stream(), "norm", || {
             self.norm_q8_add(acc, x, w, eps, out, self.norm_quant(acc.width))
         })
+    }
+
+    fn norm_project(
+        &self,
+        acc: &mut CudaAct,
+        add: Option<&CudaAct>,
+        w: &CudaWeight,
+        eps: f32,
+        h: &mut CudaAct,
+        ws: &[&CudaWeight],
+        biases: &[&CudaWeight],
+        outs: &mut [&mut CudaAct],
+    ) -> Result<()> {
+        let fused = crate::profile::span(self.dev.stream(), "matmul", || {
+            self.norm_triple(acc, add, w, eps, ws, biases, outs)
+        })?;
+        if fused {
+            return Ok(());
+        }
+        match add {
+            Some(a) => self.add_rms_norm(acc, a, w, eps, h)?,
+            None => self.rms_norm(acc, w, eps, h)?,
+        }
+        self.matmul_many_bias(ws, biases, h, outs)
     }
 
     fn add_rms_norm_moe(

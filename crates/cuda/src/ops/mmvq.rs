@@ -5,7 +5,8 @@
 //! off with `FERROLM_MMVQ_WIDE=0`).
 
 use super::int;
-use super::launch::{LaunchMode, Launcher};
+use super::launch::{Launch, LaunchMode, Launcher};
+use super::norm_rope::norm_threads;
 use crate::device::CudaDevice;
 use crate::error::{CudaError, DriverContext, Result};
 use crate::kernels::MMVQ;
@@ -74,6 +75,8 @@ pub struct Mmvq {
     wide_pairs: HashMap<(GgmlType, bool), CudaFunction>,
     /// (q and k's type, v's type) -> `mmvq_wide_triple_<ab>_<c>` ([`TRIPLES`]).
     triples: HashMap<(GgmlType, GgmlType), CudaFunction>,
+    /// The same, with the norm first: `mmvq_norm_triple_<ab>_<c>`.
+    norm_triples: HashMap<(GgmlType, GgmlType), CudaFunction>,
 }
 
 /// The formats [`Mmvq::triple`] has a kernel for: q and k's (the wide pair), v's, and whether
@@ -124,11 +127,13 @@ impl Mmvq {
                 wide_pairs.insert((ty, glu), f);
             }
         }
-        let mut triples = HashMap::new();
+        let (mut triples, mut norm_triples) = (HashMap::new(), HashMap::new());
         for (ab, c, _) in TRIPLES {
             let name = format!("{}_{}", super::kernel_suffix(ab), super::kernel_suffix(c));
             let f = dev.function(&MMVQ, &format!("mmvq_wide_triple_{name}"))?;
             triples.insert((ab, c), f);
+            let f = dev.function(&MMVQ, &format!("mmvq_norm_triple_{name}"))?;
+            norm_triples.insert((ab, c), f);
         }
         Ok(Self {
             launch: launch.clone(),
@@ -137,6 +142,7 @@ impl Mmvq {
             wide_fns,
             wide_pairs,
             triples,
+            norm_triples,
         })
     }
 
@@ -317,65 +323,184 @@ impl Mmvq {
     #[allow(clippy::too_many_arguments)]
     pub fn triple(
         &self,
-        [a, b, c]: [&QuantMatrix; 3],
+        ws: [&QuantMatrix; 3],
         wide_c: bool,
         xq: &CudaSlice<u8>,
-        [oa, ob, oc]: [&mut CudaSlice<f32>; 3],
+        outs: [&mut CudaSlice<f32>; 3],
         biases: Option<[&CudaSlice<f32>; 3]>,
     ) -> Option<Result<()>> {
+        let f = self.triples.get(&(ws[0].ty, ws[2].ty))?;
+        let t = TripleShape::new(ws, wide_c, &outs, biases, self.launch.mode())?;
+        assert!(
+            xq.len() >= super::Quantize::q8_1_bytes(1, ws[0].cols),
+            "mmvq triple: activations too small"
+        );
+        let mut l = self.launch.builder(f);
+        l.arg(&ws[0].data).arg(&ws[1].data).arg(&ws[2].data).arg(xq);
+        t.args(&mut l, outs, biases);
+        // SAFETY: mmvq_wide_triple_<ab>_<c>(va, vb, vc, vy, dst_a, dst_b, dst_c, bias_a|null,
+        // bias_b|null, bias_c|null, ncols, nrows_a, nrows_b, nrows_c, pair_blocks, prefetch):
+        // the matrices hold their rows of cols elements, one Q8_1 row of cols, outputs and
+        // biases their row counts (TripleShape::new); the pair's blocks, then c's launch's.
+        let r = unsafe { l.launch(t.cfg(0)) };
+        Some(r.during(format!("launching mmvq triple for {}", ws[0].ty)))
+    }
+
+    /// [`Self::triple`] with the norm before it in the same launch (`FERROLM_NORM_IN_QKV`):
+    /// `norm.x (+ norm.add)` normed and quantized by every block as `add_rms_norm_q8_1`
+    /// would (its block's sums emulated, `norm.mode`'s codes), the residual `x + add` written
+    /// back once: the same bits in the outputs and in `x` as that norm launch, then the
+    /// triple. `None` where [`Self::triple`] would decline, or the row is not one the
+    /// kernel's emulation covers (a multiple of 512 columns up to 4096).
+    #[allow(clippy::too_many_arguments)]
+    pub fn norm_triple(
+        &self,
+        ws: [&QuantMatrix; 3],
+        wide_c: bool,
+        norm: NormIn<'_>,
+        outs: [&mut CudaSlice<f32>; 3],
+        biases: Option<[&CudaSlice<f32>; 3]>,
+    ) -> Option<Result<()>> {
+        let f = self.norm_triples.get(&(ws[0].ty, ws[2].ty))?;
+        let n = ws[0].cols;
+        if !Self::norm_triple_width(n) {
+            return None;
+        }
+        let t = TripleShape::new(ws, wide_c, &outs, biases, self.launch.mode())?;
+        assert!(
+            norm.x.len() == n && norm.w.len() == n && norm.add.is_none_or(|a| a.len() == n),
+            "mmvq norm triple: the row is not the matrices' width"
+        );
+        assert!(
+            !norm.ticket.is_empty(),
+            "mmvq norm triple: no ticket counter"
+        );
+        let nt = norm_threads(n) as i32;
+        let q8k = i32::from(norm.mode == super::ActQuant::Q8K);
+        let null = 0u64;
+        let mut l = self.launch.builder(f);
+        l.arg(norm.x);
+        match norm.add {
+            Some(a) => l.arg(a),
+            None => l.arg(&null),
+        };
+        l.arg(norm.w)
+            .arg(&norm.eps)
+            .arg(&nt)
+            .arg(&q8k)
+            .arg(norm.ticket);
+        l.arg(&ws[0].data).arg(&ws[1].data).arg(&ws[2].data);
+        t.args(&mut l, outs, biases);
+        // SAFETY: mmvq_norm_triple_<ab>_<c>(x, add|null, norm_w, eps, norm_threads, q8k,
+        // ticket, va, vb, vc, dst_a, ...): x, add and norm_w of ncols floats (asserted), a
+        // ticket counter that is zero between launches (the kernel's last block resets it);
+        // the rest as in `triple`; NORM_TRIPLE_SMEM(ncols) bytes of dynamic shared memory.
+        let r = unsafe { l.launch(t.cfg(norm_triple_smem(n))) };
+        Some(r.during(format!("launching mmvq norm triple for {}", ws[0].ty)))
+    }
+
+    /// Whether [`Self::norm_triple`] takes rows of `n` columns: its block of 128 threads
+    /// stands for the norm's whole block (`norm_threads(n)` a multiple of 128, at most 8
+    /// times it), and its shared copy of the row stays small.
+    pub fn norm_triple_width(n: usize) -> bool {
+        n.is_multiple_of(512) && n <= 4096
+    }
+}
+
+/// The norm [`Mmvq::norm_triple`] takes in its launch: `x (+ add)` normed by `w`, quantized
+/// as `mode`; `ticket` is one u32, zero, kept for these launches.
+pub struct NormIn<'a> {
+    pub x: &'a mut CudaSlice<f32>,
+    pub add: Option<&'a CudaSlice<f32>>,
+    pub w: &'a CudaSlice<f32>,
+    pub eps: f32,
+    pub mode: super::ActQuant,
+    pub ticket: &'a mut CudaSlice<u32>,
+}
+
+/// `mmvq.cu`'s NORM_TRIPLE_SMEM: the normed row as floats, then its Q8_1 blocks.
+fn norm_triple_smem(n: usize) -> u32 {
+    (n * 4 + n / 32 * 36) as u32
+}
+
+/// The grid and sizes of a triple launch, checked: the pair's blocks (a and b's rows, a warp
+/// each), then c's launch's blocks (a warp a row when wide, else a block a row).
+struct TripleShape {
+    blocks: u32,
+    ints: [i32; 6],
+}
+
+impl TripleShape {
+    fn new(
+        [a, b, c]: [&QuantMatrix; 3],
+        wide_c: bool,
+        outs: &[&mut CudaSlice<f32>; 3],
+        biases: Option<[&CudaSlice<f32>; 3]>,
+        mode: LaunchMode,
+    ) -> Option<Self> {
         let takes = TRIPLES.contains(&(a.ty, c.ty, wide_c))
             && a.ty == b.ty
             && a.cols == b.cols
             && a.cols == c.cols
-            && stage_args(self.launch.mode(), true, a.cols / 32).0 == 0;
-        let f = self.triples.get(&(a.ty, c.ty)).filter(|_| takes)?;
-        assert!(
-            xq.len() >= super::Quantize::q8_1_bytes(1, a.cols),
-            "mmvq triple: activations too small"
-        );
+            && stage_args(mode, true, a.cols / 32).0 == 0;
+        if !takes {
+            return None;
+        }
+        let [oa, ob, oc] = outs;
         assert!(
             oa.len() >= a.rows && ob.len() >= b.rows && oc.len() >= c.rows,
             "mmvq triple: out too small"
         );
+        if let Some(bs) = biases {
+            assert!(
+                bs[0].len() >= a.rows && bs[1].len() >= b.rows && bs[2].len() >= c.rows,
+                "mmvq triple: bias too short"
+            );
+        }
         let nw = NWARPS as usize;
         let pair_blocks = a.rows.max(b.rows).div_ceil(nw);
         let c_blocks = if wide_c { c.rows.div_ceil(nw) } else { c.rows };
-        let cfg = LaunchConfig {
-            grid_dim: ((pair_blocks + c_blocks) as u32, 1, 1),
-            block_dim: (32, NWARPS, 1),
-            shared_mem_bytes: 0,
-        };
-        let (cols, rows_a, rows_b, rows_c) = (
+        let ints = [
             int(a.cols, "mmvq cols"),
             int(a.rows, "mmvq rows"),
             int(b.rows, "mmvq rows"),
             int(c.rows, "mmvq rows"),
-        );
-        let pair_blocks = int(pair_blocks, "mmvq blocks");
-        let prefetch = i32::from(self.launch.mode().weight_prefetch);
-        let null = 0u64;
-        let mut l = self.launch.builder(f);
-        l.arg(&a.data).arg(&b.data).arg(&c.data).arg(xq);
+            int(pair_blocks, "mmvq blocks"),
+            i32::from(mode.weight_prefetch),
+        ];
+        let blocks = u32::try_from(pair_blocks + c_blocks).expect("mmvq triple: grid too large");
+        Some(Self { blocks, ints })
+    }
+
+    fn cfg(&self, shared_mem_bytes: u32) -> LaunchConfig {
+        LaunchConfig {
+            grid_dim: (self.blocks, 1, 1),
+            block_dim: (32, NWARPS, 1),
+            shared_mem_bytes,
+        }
+    }
+
+    /// The arguments after the activations: dst_a, dst_b, dst_c, the biases (or nulls),
+    /// ncols, nrows_a, nrows_b, nrows_c, pair_blocks, prefetch.
+    fn args<'a>(
+        &'a self,
+        l: &mut Launch<'a>,
+        [oa, ob, oc]: [&'a mut CudaSlice<f32>; 3],
+        biases: Option<[&'a CudaSlice<f32>; 3]>,
+    ) {
         l.arg(oa).arg(ob).arg(oc);
         match biases {
-            Some(bs) => {
-                assert!(
-                    bs[0].len() >= a.rows && bs[1].len() >= b.rows && bs[2].len() >= c.rows,
-                    "mmvq triple: bias too short"
-                );
-                l.arg(bs[0]).arg(bs[1]).arg(bs[2])
-            }
-            None => l.arg(&null).arg(&null).arg(&null),
+            Some([ba, bb, bc]) => l.arg(ba).arg(bb).arg(bc),
+            None => l.arg(&NULL).arg(&NULL).arg(&NULL),
         };
-        l.arg(&cols).arg(&rows_a).arg(&rows_b).arg(&rows_c);
-        l.arg(&pair_blocks).arg(&prefetch);
-        // SAFETY: mmvq_wide_triple_<ab>_<c>(va, vb, vc, vy, dst_a, dst_b, dst_c, bias_a|null,
-        // bias_b|null, bias_c|null, ncols, nrows_a, nrows_b, nrows_c, pair_blocks, prefetch):
-        // the matrices hold their rows of cols elements, one Q8_1 row of cols, outputs and
-        // biases their row counts (asserted); the pair's blocks, then c's launch's blocks.
-        Some(unsafe { l.launch(cfg) }.during(format!("launching mmvq triple for {}", a.ty)))
+        for v in &self.ints {
+            l.arg(v);
+        }
     }
 }
+
+/// A null device pointer argument.
+static NULL: u64 = 0;
 
 /// The largest activation copy a wide walk stages in shared memory: the default dynamic limit
 /// (no opt-in attribute needed).

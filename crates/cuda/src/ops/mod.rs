@@ -46,7 +46,7 @@ pub use kv_cache::{BlockTable, KvCache, KvFormat, KvPagesArg, KvPool};
 pub use matvec_f16::{MatVecF16, F16_MATVEC_MAX_ROWS, F16_MATVEC_SPLIT_BLOCKS};
 pub use mmq::{Mmq, MmqOrder, MmqTile, MMQ_BK, MMQ_MAX_SPLITS, MMQ_SPLIT_TILES, MMQ_TILES};
 pub(crate) use mmvq::MMVQ_MAX_COLS;
-pub use mmvq::{Mmvq, PairOut, QuantMatrix, TRIPLES};
+pub use mmvq::{Mmvq, NormIn, PairOut, QuantMatrix, TRIPLES};
 pub use mmvq_mma::{MmvqMma, MMA_MV_MAX_ROWS};
 pub use mmvq_staged::{MmvqStaged, STAGED_MAX_ROWS, STAGED_MIN_ROWS, STAGED_SPLIT_BLOCKS};
 pub use moe_decode::{MoeDecode, MoeDecodeWork};

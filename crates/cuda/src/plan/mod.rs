@@ -311,6 +311,12 @@ impl Plan {
         self.switches.qkv_one && self.pair_matvec(rows)
     }
 
+    /// Whether the attention's norm joins that q/k/v launch (`FERROLM_NORM_IN_QKV`, off by
+    /// default), where `Mmvq::norm_triple` has a kernel for the row's width.
+    pub fn norm_in_qkv(&self, rows: usize) -> bool {
+        self.switches.norm_in_qkv && self.qkv_one(rows)
+    }
+
     /// Whether two mat-vecs of one format over `rows` activation rows share a launch.
     pub fn pair_matvec(&self, rows: usize) -> bool {
         self.switches.fuse && rows == 1

@@ -41,6 +41,10 @@ pub struct Switches {
     /// launch (the q/k pair's blocks and v's), where the pair would run. On by default since
     /// session 25's device run: the same bits, qwen3-8b tg128 +4%, olmoe +3%.
     pub qkv_one: bool,
+    /// `FERROLM_NORM_IN_QKV`: where one token's q, k and v share a launch, the attention's
+    /// norm (and the residual add before it) taken in that launch too, each block norming the
+    /// row itself (`Mmvq::norm_triple`: the same bits). Off until a device run measures it.
+    pub norm_in_qkv: bool,
     /// `FERROLM_CUDA_GRAPH`: decode steps replayed as CUDA graphs.
     pub graphs: bool,
     /// `FERROLM_ATTN_MMA`: prefill attention forced onto the tensor-core kernel (`Some(true)`)
@@ -247,6 +251,7 @@ impl Default for Switches {
             norm_route_cluster: false,
             rope_store: false,
             qkv_one: true,
+            norm_in_qkv: false,
             graphs: true,
             attn_mma: None,
             attn_ggml_small: true,
@@ -427,6 +432,7 @@ impl Switches {
             norm_route_cluster: flag(env, "FERROLM_NORM_ROUTE_CLUSTER", false)?,
             rope_store: flag(env, "FERROLM_ROPE_STORE", false)?,
             qkv_one: flag(env, "FERROLM_QKV_ONE", true)?,
+            norm_in_qkv: flag(env, "FERROLM_NORM_IN_QKV", false)?,
             graphs: flag(env, "FERROLM_CUDA_GRAPH", true)?,
             attn_mma: forced(env, "FERROLM_ATTN_MMA", true)?,
             attn_ggml_small,
@@ -537,7 +543,7 @@ impl fmt::Display for Switches {
             self.timing_skip.join(",")
         };
         let norm_route_rows = count_or_auto(self.norm_route_rows);
-        let lines: [(&str, &str, &str); 60] = [
+        let lines: [(&str, &str, &str); 61] = [
             (
                 "FERROLM_CUDA_MMQ",
                 bit(self.mmq),
@@ -568,6 +574,11 @@ impl fmt::Display for Switches {
                 "FERROLM_QKV_ONE",
                 bit(self.qkv_one),
                 "one token's q, k and v in one launch",
+            ),
+            (
+                "FERROLM_NORM_IN_QKV",
+                bit(self.norm_in_qkv),
+                "the attention's norm in that launch",
             ),
             (
                 "FERROLM_CUDA_GRAPH",
