@@ -64,6 +64,7 @@ pub fn all(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) -> Resu
     push("rope", rope_both(dev, k, rng));
     push("rope_store", super::rope_store::all(dev, k, rng));
     push("mmvq_triple", super::mmvq_triple::all(dev, k, plan, rng));
+    push("norm_matvec", super::norm_matvec::all(dev, k, plan, rng));
     push("elementwise", elementwise::elementwise(dev, k, rng));
     push("f16_copies", super::f16_copies::all(dev, k, rng));
     push("greedy", super::greedy::all(dev, k, rng));

@@ -1,15 +1,12 @@
 //! One token's q, k and v in one launch (`Mmvq::triple`) against the two launches it replaces:
 //! the wide pair of q and k, then v's one-row mat-vec in the walk its own launch takes.
-//! Contract: the same bits in all three outputs, with and without biases. The same with the
-//! norm before them in the launch (`Mmvq::norm_triple`) against the norm's own launch
-//! (`add_rms_norm_q8_1`, or `rms_norm_q8_1` without the residual add) and then the triple:
-//! the same bits in the outputs and in the residual.
+//! Contract: the same bits in all three outputs, with and without biases.
 
 use super::checks::{normal, poisoned, row, same_bits, MatmulCase};
 use super::{Contract, Row};
 use anyhow::{anyhow, Result};
-use ferrolm_cuda::ops::{Mmvq, NormIn, PairOut, Q8_1_BLOCK_BYTES, TRIPLES};
-use ferrolm_cuda::{CudaDevice, CudaSlice, Kernels, Plan};
+use ferrolm_cuda::ops::{PairOut, TRIPLES};
+use ferrolm_cuda::{CudaDevice, Kernels, Plan};
 use rand::rngs::StdRng;
 
 pub fn all(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) -> Result<Vec<Row>> {
@@ -61,103 +58,6 @@ pub fn all(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) -> Resu
                     format!("{ab} {ra}+{rb}, {c} {rc}, of {cols}{with}"),
                     "the wide pair, then v's mat-vec",
                     same_bits(&got, &want),
-                    Contract::Exact,
-                ));
-            }
-        }
-    }
-    rows.extend(norm_rows(dev, k, plan, rng)?);
-    Ok(rows)
-}
-
-/// The norm in the launch: qwen3-8b's and qwen3-30b-a3b's q, k, v, and small rows of a small
-/// width (the norm's block of 128 threads: one pass of the kernel's block); with and without
-/// the residual add, one shape with biases. One ticket counter for all, so that a launch that
-/// failed to reset it shows in the next one's residual.
-fn norm_rows(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) -> Result<Vec<Row>> {
-    let mut rows = Vec::new();
-    let mut ticket = dev.zeros::<u32>(1)?;
-    let shapes = [
-        (4096, 1024, 1024, 4096),
-        (4096, 512, 512, 2048),
-        (1030, 258, 130, 512),
-    ];
-    for (ab, c, wide_c) in TRIPLES {
-        for (si, &(ra, rb, rc, cols)) in shapes.iter().enumerate() {
-            if !Mmvq::norm_triple_width(cols) {
-                return Err(anyhow!("the norm triple declines width {cols}"));
-            }
-            for (added, biased) in [(true, false), (false, false), (true, si == 1)] {
-                if biased && si != 1 {
-                    continue;
-                }
-                let qa = MatmulCase::new(dev, k, plan, rng, ab, ra, cols, 1)?;
-                let qb = MatmulCase::new(dev, k, plan, rng, ab, rb, cols, 1)?;
-                let qc = MatmulCase::new(dev, k, plan, rng, c, rc, cols, 1)?;
-                let bs = if biased {
-                    let mut bias = |n: usize| dev.upload(&normal(rng, n, 1.0));
-                    Some([bias(ra)?, bias(rb)?, bias(rc)?])
-                } else {
-                    None
-                };
-                let acc = normal(rng, cols, 1.0);
-                let add = dev.upload(&normal(rng, cols, 1.0))?;
-                let nw = dev.upload(&normal(rng, cols, 1.0))?;
-                let mode = plan.act_quant(ab, cols);
-                let ws = [&qa.w, &qb.w, &qc.w];
-                let run = |fused: bool, ticket: &mut CudaSlice<u32>| -> Result<Vec<f32>> {
-                    let mut x = dev.upload(&acc)?;
-                    let mut o = [poisoned(dev, ra)?, poisoned(dev, rb)?, poisoned(dev, rc)?];
-                    let [oa, ob, oc] = &mut o;
-                    let b3 = bs.as_ref().map(|[a, b, c]| [a, b, c]);
-                    let add = added.then_some(&add);
-                    if fused {
-                        let norm = NormIn {
-                            x: &mut x,
-                            add,
-                            w: &nw,
-                            eps: 1e-6,
-                            mode,
-                            ticket,
-                        };
-                        k.mmvq
-                            .norm_triple(ws, wide_c, norm, [oa, ob, oc], b3)
-                            .ok_or_else(|| anyhow!("no norm triple kernel for {ab} and {c}"))??;
-                    } else {
-                        let mut h = poisoned(dev, cols)?;
-                        let mut hq = dev.upload(&vec![0xa5u8; cols / 32 * Q8_1_BLOCK_BYTES])?;
-                        let nr = &k.norm_rope;
-                        match add {
-                            Some(a) => nr.add_rms_norm_q8_1(
-                                &mut x, a, &nw, 1e-6, &mut h, &mut hq, mode, None,
-                            )?,
-                            None => nr.rms_norm_q8_1(&x, &nw, 1e-6, &mut h, &mut hq, mode, None)?,
-                        }
-                        k.mmvq
-                            .triple(ws, wide_c, &hq, [oa, ob, oc], b3)
-                            .ok_or_else(|| anyhow!("no triple kernel for {ab} and {c}"))??;
-                    }
-                    dev.sync()?;
-                    let mut got = dev.download(&x)?;
-                    for out in &o {
-                        got.extend(dev.download(out)?);
-                    }
-                    Ok(got)
-                };
-                let want = run(false, &mut ticket)?;
-                let got = run(true, &mut ticket)?;
-                let reset = dev.download(&ticket)? == [0];
-                let (abs, rel, same) = same_bits(&got, &want);
-                let with = match (added, biased) {
-                    (true, true) => ", residual add, biases",
-                    (true, false) => ", residual add",
-                    _ => "",
-                };
-                rows.push(row(
-                    "mmvq norm triple (the norm in the q/k/v launch)",
-                    format!("{ab} {ra}+{rb}, {c} {rc}, of {cols} in {mode:?}{with}"),
-                    "the norm's launch, then the triple",
-                    (abs, rel, same && reset),
                     Contract::Exact,
                 ));
             }

@@ -521,3 +521,24 @@ norm_into_shared(float *x, const float *__restrict__ add,
 MMVQ_TRIPLE(q4_k_q4_k, GGML_TYPE_Q4_K, GGML_TYPE_Q4_K, true)
 MMVQ_TRIPLE(q4_k_q6_k, GGML_TYPE_Q4_K, GGML_TYPE_Q6_K, false)
 MMVQ_TRIPLE(q8_0_q8_0, GGML_TYPE_Q8_0, GGML_TYPE_Q8_0, true)
+
+// The FFN's norm in one token's gate/up launch (FERROLM_NORM_IN_GLU): norm_into_shared, then
+// mmvq_wide_glu_<NAME>'s walk on that copy: the same bits as the norm's launch and then that
+// kernel. Launch: mmvq_wide_glu's grid and block, NORM_TRIPLE_SMEM(ncols) bytes of dynamic
+// shared memory.
+#define MMVQ_NORM_GLU(NAME, TYPE)                                                                  \
+    extern "C" __global__ void __launch_bounds__(MMVQ_NWARPS *WARP_SIZE) mmvq_norm_glu_##NAME(    \
+        float *x, const float *__restrict__ add, const float *__restrict__ norm_w, float eps,      \
+        int norm_threads, int q8k, unsigned *__restrict__ ticket, const void *__restrict__ va,     \
+        const void *__restrict__ vb, float *__restrict__ dst, int ncols_x, int nrows_a,            \
+        int nrows_b, int prefetch) {                                                               \
+        weights_to_l2_then_wait<TYPE>(prefetch, va, vb, ncols_x, nrows_a, nrows_b,                 \
+                                      blockIdx.x * MMVQ_NWARPS, MMVQ_NWARPS);                      \
+        const block_q8_1 *vy =                                                                     \
+            norm_into_shared(x, add, norm_w, eps, ncols_x, norm_threads, q8k, ticket);             \
+        mul_mat_vec_q_wide_pair<TYPE, true>(va, vb, vy, dst, dst, nullptr, nullptr, ncols_x,      \
+                                            nrows_a, nrows_b, 0, blockIdx.x);                      \
+    }
+
+MMVQ_NORM_GLU(q4_k, GGML_TYPE_Q4_K)
+MMVQ_NORM_GLU(q8_0, GGML_TYPE_Q8_0)

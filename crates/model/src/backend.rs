@@ -422,6 +422,24 @@ pub trait Backend {
         }
         self.matmul_many_bias(ws, biases, h, outs)
     }
+    /// `acc += add`, `h = rms_norm(acc) * w`, then [`Self::ffn_glu`] of `h`: the norm before
+    /// a SwiGLU FFN and its gate/up. A backend may take the norm in the gate/up launch and
+    /// leave `h` (and `up`) unwritten: nothing but the products reads them.
+    #[allow(clippy::too_many_arguments)]
+    fn norm_ffn_glu(
+        &self,
+        acc: &mut Self::Act,
+        add: &Self::Act,
+        w: &Self::Weight,
+        eps: f32,
+        h: &mut Self::Act,
+        [wg, wu]: [&Self::Weight; 2],
+        gate: &mut Self::Act,
+        up: &mut Self::Act,
+    ) -> Result<(), Self::Error> {
+        self.add_rms_norm(acc, add, w, eps, h)?;
+        self.ffn_glu(wg, wu, h, gate, up)
+    }
     /// [`Self::add_rms_norm`] where `out` is the input of the MoE FFN `moe`, whose
     /// [`Self::moe`] call on `out` comes next: a backend may route `out`'s rows in the same
     /// pass and leave the choices with `out` for that call.

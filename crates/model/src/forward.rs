@@ -186,35 +186,51 @@ pub fn layers<B: Backend>(
             std::mem::swap(&mut proj, &mut post);
             b.tap("attn_post_norm", il, &proj)?;
         }
+        // A SwiGLU FFN without biases takes its norm with its gate/up (`norm_ffn_glu`).
+        let mut glu_out = None;
         match &layer.ffn {
             Ffn::Moe(m) => b.add_rms_norm_moe(x, &proj, &layer.ffn_norm, cfg.rms_eps, &mut h, m)?,
+            Ffn::Dense(f) if f.bias.is_none() && act == GluAct::Swiglu => {
+                let mut gate = b.alloc(n, cfg.n_ff)?;
+                let mut up = b.alloc(n, cfg.n_ff)?;
+                let (ws, eps) = ([&f.gate, &f.up], cfg.rms_eps);
+                b.norm_ffn_glu(
+                    x,
+                    &proj,
+                    &layer.ffn_norm,
+                    eps,
+                    &mut h,
+                    ws,
+                    &mut gate,
+                    &mut up,
+                )?;
+                glu_out = Some(gate);
+            }
             Ffn::Dense(_) => b.add_rms_norm(x, &proj, &layer.ffn_norm, cfg.rms_eps, &mut h)?,
         }
         b.tap("ffn_inp", il, x)?;
         b.tap("ffn_norm", il, &h)?;
         match &layer.ffn {
             Ffn::Dense(f) => {
-                let mut gate = b.alloc(n, cfg.n_ff)?;
-                let mut up = b.alloc(n, cfg.n_ff)?;
-                match &f.bias {
-                    None if act == GluAct::Swiglu => {
-                        b.ffn_glu(&f.gate, &f.up, &h, &mut gate, &mut up)?
-                    }
+                let gate = match glu_out {
+                    Some(gate) => gate,
                     None => {
+                        let mut gate = b.alloc(n, cfg.n_ff)?;
+                        let mut up = b.alloc(n, cfg.n_ff)?;
                         b.matmul_many(&[&f.gate, &f.up], &h, &mut [&mut gate, &mut up])?;
-                        b.geglu(&mut gate, &up)?;
-                    }
-                    // Each bias joins its projection before the SwiGLU, as llama.cpp's build_ffn.
-                    Some([bg, bu, _]) => {
-                        b.matmul_many(&[&f.gate, &f.up], &h, &mut [&mut gate, &mut up])?;
-                        b.add_bias(&mut gate, bg)?;
-                        b.add_bias(&mut up, bu)?;
+                        // Each bias joins its projection before the GLU, as llama.cpp's
+                        // build_ffn.
+                        if let Some([bg, bu, _]) = &f.bias {
+                            b.add_bias(&mut gate, bg)?;
+                            b.add_bias(&mut up, bu)?;
+                        }
                         match act {
                             GluAct::Swiglu => b.swiglu(&mut gate, &up)?,
                             GluAct::Geglu => b.geglu(&mut gate, &up)?,
                         }
+                        gate
                     }
-                }
+                };
                 b.matmul(&f.down, &gate, &mut proj)?;
                 if let Some([_, _, bd]) = &f.bias {
                     b.add_bias(&mut proj, bd)?;

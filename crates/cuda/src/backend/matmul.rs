@@ -328,6 +328,44 @@ impl CudaBackend {
         }
     }
 
+    /// The FFN's norm and one token's SwiGLU gate/up in one launch (`Mmvq::norm_glu`), where
+    /// the plan asks for it and [`Self::glu`] would take the wide pair: false (nothing
+    /// launched) otherwise. `acc` becomes `acc + add` as the norm launch leaves it.
+    pub(super) fn norm_glu(
+        &self,
+        acc: &mut CudaAct,
+        add: &CudaAct,
+        w: &CudaWeight,
+        eps: f32,
+        [wg, wu]: [&CudaWeight; 2],
+        gate: &mut CudaAct,
+    ) -> Result<bool> {
+        let (g, u) = (wg.matrix(), wu.matrix());
+        let takes = self.plan.norm_in_glu(acc.rows)
+            && self.plan.fused_norm(acc.width)
+            && g.cols == acc.width
+            && same_format(g, u)
+            && self.plan.matvec_wide(g.ty)
+            && !self.takes_f16(g, 1)
+            && !self.gemm_plan().f16_copy(gate.width, gate.rows);
+        if !takes {
+            return Ok(false);
+        }
+        let mut ticket = self.norm_ticket.lock().expect("norm ticket poisoned");
+        let norm = NormIn {
+            x: acc.buf_mut(),
+            add: Some(add.buf()),
+            w: w.vector(),
+            eps,
+            mode: self.plan.act_quant(g.ty, g.cols),
+            ticket: &mut ticket,
+        };
+        match self.k.mmvq.norm_glu(g, u, norm, gate.buf_mut()) {
+            Some(r) => r.map(|()| true),
+            None => Ok(false),
+        }
+    }
+
     /// Whether `n` rows of `w` take the f16 path: a long ubatch's GEMM, expanded, or a
     /// batched decode step's, on the f16 mat-vec or the GEMM unpacking the weight.
     fn takes_f16(&self, w: &QuantMatrix, n: usize) -> bool {

@@ -437,6 +437,27 @@ impl Backend for CudaBackend {
         self.matmul_many_bias(ws, biases, h, outs)
     }
 
+    fn norm_ffn_glu(
+        &self,
+        acc: &mut CudaAct,
+        add: &CudaAct,
+        w: &CudaWeight,
+        eps: f32,
+        h: &mut CudaAct,
+        [wg, wu]: [&CudaWeight; 2],
+        gate: &mut CudaAct,
+        up: &mut CudaAct,
+    ) -> Result<()> {
+        let fused = crate::profile::span(self.dev.stream(), "matmul", || {
+            self.norm_glu(acc, add, w, eps, [wg, wu], gate)
+        })?;
+        if fused {
+            return Ok(());
+        }
+        self.add_rms_norm(acc, add, w, eps, h)?;
+        self.ffn_glu(wg, wu, h, gate, up)
+    }
+
     fn add_rms_norm_moe(
         &self,
         acc: &mut CudaAct,

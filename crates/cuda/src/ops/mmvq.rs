@@ -77,6 +77,8 @@ pub struct Mmvq {
     triples: HashMap<(GgmlType, GgmlType), CudaFunction>,
     /// The same, with the norm first: `mmvq_norm_triple_<ab>_<c>`.
     norm_triples: HashMap<(GgmlType, GgmlType), CudaFunction>,
+    /// type -> `mmvq_norm_glu_<type>`, the wide GLU with the norm first (the wide formats).
+    norm_glus: HashMap<GgmlType, CudaFunction>,
 }
 
 /// The formats [`Mmvq::triple`] has a kernel for: q and k's (the wide pair), v's, and whether
@@ -116,8 +118,10 @@ impl Mmvq {
         }
         let mut wide_fns = HashMap::new();
         let mut wide_pairs = HashMap::new();
+        let mut norm_glus = HashMap::new();
         for ty in super::formats::with(|f| f.matvec_wide) {
             let name = super::kernel_suffix(ty);
+            norm_glus.insert(ty, dev.function(&MMVQ, &format!("mmvq_norm_glu_{name}"))?);
             for n in 1..=MMVQ_MAX_COLS {
                 let f = dev.function(&MMVQ, &format!("mmvq_wide_{name}_n{n}"))?;
                 wide_fns.insert((ty, n), f);
@@ -143,6 +147,7 @@ impl Mmvq {
             wide_pairs,
             triples,
             norm_triples,
+            norm_glus,
         })
     }
 
@@ -397,6 +402,64 @@ impl Mmvq {
         // the rest as in `triple`; NORM_TRIPLE_SMEM(ncols) bytes of dynamic shared memory.
         let r = unsafe { l.launch(t.cfg(norm_triple_smem(n))) };
         Some(r.during(format!("launching mmvq norm triple for {}", ws[0].ty)))
+    }
+
+    /// One token's SwiGLU gate/up (the wide [`Self::pair`] into [`PairOut::Glu`]) with the
+    /// norm before it in the same launch (`FERROLM_NORM_IN_GLU`), as [`Self::norm_triple`]
+    /// takes it: the same bits in `out` and in `x` as the norm's launch and then the pair.
+    /// `None` where `gate`'s format has no wide kernel, the two differ, the activations would
+    /// be staged or the width is not one [`Self::norm_triple_width`] takes.
+    pub fn norm_glu(
+        &self,
+        gate: &QuantMatrix,
+        up: &QuantMatrix,
+        norm: NormIn<'_>,
+        out: &mut CudaSlice<f32>,
+    ) -> Option<Result<()>> {
+        let f = self.norm_glus.get(&gate.ty)?;
+        let n = gate.cols;
+        let fits = gate.ty == up.ty
+            && up.cols == n
+            && gate.rows == up.rows
+            && Self::norm_triple_width(n)
+            && stage_args(self.launch.mode(), true, n / 32).0 == 0;
+        if !fits {
+            return None;
+        }
+        assert!(
+            norm.x.len() == n && norm.w.len() == n && norm.add.is_none_or(|a| a.len() == n),
+            "mmvq norm glu: the row is not the matrices' width"
+        );
+        assert!(!norm.ticket.is_empty(), "mmvq norm glu: no ticket counter");
+        assert!(out.len() >= gate.rows, "mmvq norm glu: out too small");
+        let cfg = LaunchConfig {
+            grid_dim: (gate.rows.div_ceil(NWARPS as usize) as u32, 1, 1),
+            block_dim: (32, NWARPS, 1),
+            shared_mem_bytes: norm_triple_smem(n),
+        };
+        let nt = norm_threads(n) as i32;
+        let q8k = i32::from(norm.mode == super::ActQuant::Q8K);
+        let (cols, rows) = (int(n, "mmvq cols"), int(gate.rows, "mmvq rows"));
+        let prefetch = i32::from(self.launch.mode().weight_prefetch);
+        let mut l = self.launch.builder(f);
+        l.arg(norm.x);
+        match norm.add {
+            Some(a) => l.arg(a),
+            None => l.arg(&NULL),
+        };
+        l.arg(norm.w)
+            .arg(&norm.eps)
+            .arg(&nt)
+            .arg(&q8k)
+            .arg(norm.ticket);
+        l.arg(&gate.data).arg(&up.data).arg(out);
+        l.arg(&cols).arg(&rows).arg(&rows).arg(&prefetch);
+        // SAFETY: mmvq_norm_glu_<type>(x, add|null, norm_w, eps, norm_threads, q8k, ticket,
+        // va, vb, dst, ncols, nrows_a, nrows_b, prefetch): the row and the ticket as in
+        // `norm_triple`, both matrices rows x cols of one format, dst their row count
+        // (asserted); NORM_TRIPLE_SMEM(ncols) bytes of dynamic shared memory.
+        let r = unsafe { l.launch(cfg) };
+        Some(r.during(format!("launching mmvq norm glu for {}", gate.ty)))
     }
 
     /// Whether [`Self::norm_triple`] takes rows of `n` columns: its block of 128 threads

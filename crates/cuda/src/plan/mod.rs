@@ -317,6 +317,12 @@ impl Plan {
         self.switches.norm_in_qkv && self.qkv_one(rows)
     }
 
+    /// Whether the FFN's norm joins one token's SwiGLU gate/up launch (`FERROLM_NORM_IN_GLU`,
+    /// off by default), where `Mmvq::norm_glu` has a kernel for the format and width.
+    pub fn norm_in_glu(&self, rows: usize) -> bool {
+        self.switches.norm_in_glu && self.pair_matvec(rows)
+    }
+
     /// Whether two mat-vecs of one format over `rows` activation rows share a launch.
     pub fn pair_matvec(&self, rows: usize) -> bool {
         self.switches.fuse && rows == 1

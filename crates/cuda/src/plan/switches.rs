@@ -45,6 +45,10 @@ pub struct Switches {
     /// norm (and the residual add before it) taken in that launch too, each block norming the
     /// row itself (`Mmvq::norm_triple`: the same bits). Off until a device run measures it.
     pub norm_in_qkv: bool,
+    /// `FERROLM_NORM_IN_GLU`: the FFN's norm (and the residual add before it) taken in one
+    /// token's SwiGLU gate/up launch, as `FERROLM_NORM_IN_QKV` takes the attention's
+    /// (`Mmvq::norm_glu`: the same bits). Off until a device run measures it.
+    pub norm_in_glu: bool,
     /// `FERROLM_CUDA_GRAPH`: decode steps replayed as CUDA graphs.
     pub graphs: bool,
     /// `FERROLM_ATTN_MMA`: prefill attention forced onto the tensor-core kernel (`Some(true)`)
@@ -252,6 +256,7 @@ impl Default for Switches {
             rope_store: false,
             qkv_one: true,
             norm_in_qkv: false,
+            norm_in_glu: false,
             graphs: true,
             attn_mma: None,
             attn_ggml_small: true,
@@ -433,6 +438,7 @@ impl Switches {
             rope_store: flag(env, "FERROLM_ROPE_STORE", false)?,
             qkv_one: flag(env, "FERROLM_QKV_ONE", true)?,
             norm_in_qkv: flag(env, "FERROLM_NORM_IN_QKV", false)?,
+            norm_in_glu: flag(env, "FERROLM_NORM_IN_GLU", false)?,
             graphs: flag(env, "FERROLM_CUDA_GRAPH", true)?,
             attn_mma: forced(env, "FERROLM_ATTN_MMA", true)?,
             attn_ggml_small,
@@ -543,7 +549,7 @@ impl fmt::Display for Switches {
             self.timing_skip.join(",")
         };
         let norm_route_rows = count_or_auto(self.norm_route_rows);
-        let lines: [(&str, &str, &str); 61] = [
+        let lines: [(&str, &str, &str); 62] = [
             (
                 "FERROLM_CUDA_MMQ",
                 bit(self.mmq),
@@ -579,6 +585,11 @@ impl fmt::Display for Switches {
                 "FERROLM_NORM_IN_QKV",
                 bit(self.norm_in_qkv),
                 "the attention's norm in that launch",
+            ),
+            (
+                "FERROLM_NORM_IN_GLU",
+                bit(self.norm_in_glu),
+                "the FFN's norm in one token's gate/up launch",
             ),
             (
                 "FERROLM_CUDA_GRAPH",

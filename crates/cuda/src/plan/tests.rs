@@ -130,7 +130,7 @@ fn tile_names() {
 #[test]
 fn display_prints_every_switch() {
     let text = plan(&[("FERROLM_MMQ_TILE", "128x64")]).to_string();
-    assert_eq!(text.lines().count(), 63, "{text}");
+    assert_eq!(text.lines().count(), 64, "{text}");
     assert!(text.contains("132 SMs, cc 9.0"));
     assert!(text
         .lines()
@@ -261,6 +261,11 @@ fn kv_block_is_a_power_of_two_from_the_switch() {
     assert!(!plan(&on).norm_in_qkv(2));
     assert!(!plan(&[on[0], ("FERROLM_QKV_ONE", "0")]).norm_in_qkv(1));
     assert!(!plan(&[on[0], ("FERROLM_CUDA_FUSE", "0")]).norm_in_qkv(1));
+    assert!(!plan(&[]).norm_in_glu(1));
+    let on = [("FERROLM_NORM_IN_GLU", "1")];
+    assert!(plan(&on).norm_in_glu(1));
+    assert!(!plan(&on).norm_in_glu(2));
+    assert!(!plan(&[on[0], ("FERROLM_CUDA_FUSE", "0")]).norm_in_glu(1));
     assert!(plan(&[]).pinned_logits());
     assert!(!plan(&[("FERROLM_PINNED_LOGITS", "0")]).pinned_logits());
     assert!(plan(&[]).greedy_on_device());
