@@ -7,11 +7,14 @@
 use super::int;
 use super::launch::{Launch, LaunchMode, Launcher};
 use super::norm_rope::norm_threads;
+
+mod norm;
 use crate::device::CudaDevice;
 use crate::error::{CudaError, DriverContext, Result};
 use crate::kernels::MMVQ;
 use cudarc::driver::{CudaFunction, CudaSlice, CudaView, CudaViewMut, LaunchConfig};
 use ferrolm_gguf::GgmlType;
+pub use norm::NormIn;
 use std::collections::HashMap;
 
 /// Activation rows one launch takes (the kernel's MMVQ_MAX_COLS).
@@ -350,140 +353,6 @@ impl Mmvq {
         let r = unsafe { l.launch(t.cfg(0)) };
         Some(r.during(format!("launching mmvq triple for {}", ws[0].ty)))
     }
-
-    /// [`Self::triple`] with the norm before it in the same launch (`FERROLM_NORM_IN_QKV`):
-    /// `norm.x (+ norm.add)` normed and quantized by every block as `add_rms_norm_q8_1`
-    /// would (its block's sums emulated, `norm.mode`'s codes), the residual `x + add` written
-    /// back once: the same bits in the outputs and in `x` as that norm launch, then the
-    /// triple. `None` where [`Self::triple`] would decline, or the row is not one the
-    /// kernel's emulation covers (a multiple of 512 columns up to 4096).
-    #[allow(clippy::too_many_arguments)]
-    pub fn norm_triple(
-        &self,
-        ws: [&QuantMatrix; 3],
-        wide_c: bool,
-        norm: NormIn<'_>,
-        outs: [&mut CudaSlice<f32>; 3],
-        biases: Option<[&CudaSlice<f32>; 3]>,
-    ) -> Option<Result<()>> {
-        let f = self.norm_triples.get(&(ws[0].ty, ws[2].ty))?;
-        let n = ws[0].cols;
-        if !Self::norm_triple_width(n) {
-            return None;
-        }
-        let t = TripleShape::new(ws, wide_c, &outs, biases, self.launch.mode())?;
-        assert!(
-            norm.x.len() == n && norm.w.len() == n && norm.add.is_none_or(|a| a.len() == n),
-            "mmvq norm triple: the row is not the matrices' width"
-        );
-        assert!(
-            !norm.ticket.is_empty(),
-            "mmvq norm triple: no ticket counter"
-        );
-        let nt = norm_threads(n) as i32;
-        let q8k = i32::from(norm.mode == super::ActQuant::Q8K);
-        let null = 0u64;
-        let mut l = self.launch.builder(f);
-        l.arg(norm.x);
-        match norm.add {
-            Some(a) => l.arg(a),
-            None => l.arg(&null),
-        };
-        l.arg(norm.w)
-            .arg(&norm.eps)
-            .arg(&nt)
-            .arg(&q8k)
-            .arg(norm.ticket);
-        l.arg(&ws[0].data).arg(&ws[1].data).arg(&ws[2].data);
-        t.args(&mut l, outs, biases);
-        // SAFETY: mmvq_norm_triple_<ab>_<c>(x, add|null, norm_w, eps, norm_threads, q8k,
-        // ticket, va, vb, vc, dst_a, ...): x, add and norm_w of ncols floats (asserted), a
-        // ticket counter that is zero between launches (the kernel's last block resets it);
-        // the rest as in `triple`; NORM_TRIPLE_SMEM(ncols) bytes of dynamic shared memory.
-        let r = unsafe { l.launch(t.cfg(norm_triple_smem(n))) };
-        Some(r.during(format!("launching mmvq norm triple for {}", ws[0].ty)))
-    }
-
-    /// One token's SwiGLU gate/up (the wide [`Self::pair`] into [`PairOut::Glu`]) with the
-    /// norm before it in the same launch (`FERROLM_NORM_IN_GLU`), as [`Self::norm_triple`]
-    /// takes it: the same bits in `out` and in `x` as the norm's launch and then the pair.
-    /// `None` where `gate`'s format has no wide kernel, the two differ, the activations would
-    /// be staged or the width is not one [`Self::norm_triple_width`] takes.
-    pub fn norm_glu(
-        &self,
-        gate: &QuantMatrix,
-        up: &QuantMatrix,
-        norm: NormIn<'_>,
-        out: &mut CudaSlice<f32>,
-    ) -> Option<Result<()>> {
-        let f = self.norm_glus.get(&gate.ty)?;
-        let n = gate.cols;
-        let fits = gate.ty == up.ty
-            && up.cols == n
-            && gate.rows == up.rows
-            && Self::norm_triple_width(n)
-            && stage_args(self.launch.mode(), true, n / 32).0 == 0;
-        if !fits {
-            return None;
-        }
-        assert!(
-            norm.x.len() == n && norm.w.len() == n && norm.add.is_none_or(|a| a.len() == n),
-            "mmvq norm glu: the row is not the matrices' width"
-        );
-        assert!(!norm.ticket.is_empty(), "mmvq norm glu: no ticket counter");
-        assert!(out.len() >= gate.rows, "mmvq norm glu: out too small");
-        let cfg = LaunchConfig {
-            grid_dim: (gate.rows.div_ceil(NWARPS as usize) as u32, 1, 1),
-            block_dim: (32, NWARPS, 1),
-            shared_mem_bytes: norm_triple_smem(n),
-        };
-        let nt = norm_threads(n) as i32;
-        let q8k = i32::from(norm.mode == super::ActQuant::Q8K);
-        let (cols, rows) = (int(n, "mmvq cols"), int(gate.rows, "mmvq rows"));
-        let prefetch = i32::from(self.launch.mode().weight_prefetch);
-        let mut l = self.launch.builder(f);
-        l.arg(norm.x);
-        match norm.add {
-            Some(a) => l.arg(a),
-            None => l.arg(&NULL),
-        };
-        l.arg(norm.w)
-            .arg(&norm.eps)
-            .arg(&nt)
-            .arg(&q8k)
-            .arg(norm.ticket);
-        l.arg(&gate.data).arg(&up.data).arg(out);
-        l.arg(&cols).arg(&rows).arg(&rows).arg(&prefetch);
-        // SAFETY: mmvq_norm_glu_<type>(x, add|null, norm_w, eps, norm_threads, q8k, ticket,
-        // va, vb, dst, ncols, nrows_a, nrows_b, prefetch): the row and the ticket as in
-        // `norm_triple`, both matrices rows x cols of one format, dst their row count
-        // (asserted); NORM_TRIPLE_SMEM(ncols) bytes of dynamic shared memory.
-        let r = unsafe { l.launch(cfg) };
-        Some(r.during(format!("launching mmvq norm glu for {}", gate.ty)))
-    }
-
-    /// Whether [`Self::norm_triple`] takes rows of `n` columns: its block of 128 threads
-    /// stands for the norm's whole block (`norm_threads(n)` a multiple of 128, at most 8
-    /// times it), and its shared copy of the row stays small.
-    pub fn norm_triple_width(n: usize) -> bool {
-        n.is_multiple_of(512) && n <= 4096
-    }
-}
-
-/// The norm [`Mmvq::norm_triple`] takes in its launch: `x (+ add)` normed by `w`, quantized
-/// as `mode`; `ticket` is one u32, zero, kept for these launches.
-pub struct NormIn<'a> {
-    pub x: &'a mut CudaSlice<f32>,
-    pub add: Option<&'a CudaSlice<f32>>,
-    pub w: &'a CudaSlice<f32>,
-    pub eps: f32,
-    pub mode: super::ActQuant,
-    pub ticket: &'a mut CudaSlice<u32>,
-}
-
-/// `mmvq.cu`'s NORM_TRIPLE_SMEM: the normed row as floats, then its Q8_1 blocks.
-fn norm_triple_smem(n: usize) -> u32 {
-    (n * 4 + n / 32 * 36) as u32
 }
 
 /// The grid and sizes of a triple launch, checked: the pair's blocks (a and b's rows, a warp
