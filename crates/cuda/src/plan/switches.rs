@@ -43,11 +43,14 @@ pub struct Switches {
     pub qkv_one: bool,
     /// `FERROLM_NORM_IN_QKV`: where one token's q, k and v share a launch, the attention's
     /// norm (and the residual add before it) taken in that launch too, each block norming the
-    /// row itself (`Mmvq::norm_triple`: the same bits). Off until a device run measures it.
+    /// row itself (`Mmvq::norm_triple`: the same bits). Off: session 35's H100 run measured
+    /// it slower (qwen3-30b-a3b tg128 -10%, olmoe -14%, qwen3-8b -27%; every block repeats
+    /// the whole row's norm).
     pub norm_in_qkv: bool,
     /// `FERROLM_NORM_IN_GLU`: the FFN's norm (and the residual add before it) taken in one
     /// token's SwiGLU gate/up launch, as `FERROLM_NORM_IN_QKV` takes the attention's
-    /// (`Mmvq::norm_glu`: the same bits). Off until a device run measures it.
+    /// (`Mmvq::norm_glu`: the same bits). Off: slower, as that one (qwen3-8b tg128 -30%,
+    /// session 35).
     pub norm_in_glu: bool,
     /// `FERROLM_CUDA_GRAPH`: decode steps replayed as CUDA graphs.
     pub graphs: bool,
@@ -82,7 +85,7 @@ pub struct Switches {
     /// `FERROLM_MOE_H_IN_GATE_UP=1`: at one token the fused MoE gate/up launch also quantizes
     /// h for down (the last of a 256-row group's blocks, counted in global memory), in place of
     /// `quantize_q8_k`'s launch (3.8 µs of a qwen3-30b-a3b layer's chain, session 34, H100).
-    /// The same bits. Off until a device run measures it (written in session 34 without one).
+    /// The same bits. Off: session 35's H100 run measured qwen3-30b-a3b level, olmoe -2.5%.
     pub moe_h_in_gate_up: bool,
     /// `FERROLM_CUDA_Q8K`: K-quant weights meet Q8_K activations (else Q8_1).
     pub q8k: bool,
