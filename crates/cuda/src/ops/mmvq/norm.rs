@@ -141,3 +141,29 @@ pub struct NormIn<'a> {
 fn norm_triple_smem(n: usize) -> u32 {
     (n * 4 + n / 32 * 36) as u32
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{norm_threads, Mmvq, NWARPS};
+
+    /// Every width the norm-in-launch kernels take has a norm block they can stand for:
+    /// `norm_threads(n)` a multiple of their block's threads, at most NORM_TRIPLE_MAXV (8)
+    /// times it (`add_norm_scale_as`'s bound), and rows of whole Q8_K groups.
+    #[test]
+    fn taken_widths_fit_the_emulation() {
+        let block = 32 * NWARPS as usize;
+        let taken: Vec<usize> = (1..=64)
+            .map(|k| 64 * k)
+            .filter(|&n| Mmvq::norm_triple_width(n))
+            .collect();
+        assert_eq!(taken, [512, 1024, 1536, 2048, 2560, 3072, 3584, 4096]);
+        for n in taken {
+            let nt = norm_threads(n) as usize;
+            assert!(
+                nt.is_multiple_of(block) && nt / block <= 8,
+                "width {n}: {nt} threads"
+            );
+            assert!(n.is_multiple_of(256), "width {n}");
+        }
+    }
+}
