@@ -6,7 +6,8 @@ use super::checks::{normal, poisoned, row, same_bits, MatmulCase};
 use super::{Contract, Row};
 use anyhow::{anyhow, Result};
 use ferrolm_cuda::ops::{PairOut, TRIPLES};
-use ferrolm_cuda::{CudaDevice, Kernels, Plan};
+use ferrolm_cuda::{CudaDevice, CudaSlice, Kernels, Plan};
+use ferrolm_gguf::GgmlType;
 use rand::rngs::StdRng;
 
 pub fn all(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) -> Result<Vec<Row>> {
@@ -19,16 +20,8 @@ pub fn all(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) -> Resu
     for (ab, c, wide_c) in TRIPLES {
         for (ra, rb, rc, cols) in [(4096, 1024, 1024, 4096), (1030, 258, 130, 2048)] {
             for biased in [false, true] {
-                let qa = MatmulCase::new(dev, k, plan, rng, ab, ra, cols, 1)?;
-                let qb = MatmulCase::new(dev, k, plan, rng, ab, rb, cols, 1)?;
-                let qc = MatmulCase::new(dev, k, plan, rng, c, rc, cols, 1)?;
-                let bs = if biased {
-                    let mut bias = |n: usize| dev.upload(&normal(rng, n, 1.0));
-                    Some([bias(ra)?, bias(rb)?, bias(rc)?])
-                } else {
-                    None
-                };
-                let b3 = bs.as_ref().map(|[a, b, c]| [a, b, c]);
+                let case = TripleCase::new(dev, k, plan, rng, (ab, c), (ra, rb, rc, cols), biased)?;
+                let ([qa, qb, qc], b3) = (&case.w, case.biases());
                 let xq = &qa.xq;
                 // The two launches.
                 let (mut pa, mut pb, mut pc) =
@@ -64,4 +57,40 @@ pub fn all(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) -> Resu
         }
     }
     Ok(rows)
+}
+
+/// q, k and v weights (`ab`, `ab` and `c`, rows `ra`, `rb`, `rc` of `cols`), each with random
+/// activations of its own (`MatmulCase`), and a bias for each where `biased`.
+pub(super) struct TripleCase {
+    pub w: [MatmulCase; 3],
+    bias: Option<[CudaSlice<f32>; 3]>,
+}
+
+impl TripleCase {
+    pub fn new(
+        dev: &CudaDevice,
+        k: &Kernels,
+        plan: &Plan,
+        rng: &mut StdRng,
+        (ab, c): (GgmlType, GgmlType),
+        (ra, rb, rc, cols): (usize, usize, usize, usize),
+        biased: bool,
+    ) -> Result<Self> {
+        let w = [
+            MatmulCase::new(dev, k, plan, rng, ab, ra, cols, 1)?,
+            MatmulCase::new(dev, k, plan, rng, ab, rb, cols, 1)?,
+            MatmulCase::new(dev, k, plan, rng, c, rc, cols, 1)?,
+        ];
+        let bias = if biased {
+            let mut bias = |n: usize| dev.upload(&normal(rng, n, 1.0));
+            Some([bias(ra)?, bias(rb)?, bias(rc)?])
+        } else {
+            None
+        };
+        Ok(Self { w, bias })
+    }
+
+    pub fn biases(&self) -> Option<[&CudaSlice<f32>; 3]> {
+        self.bias.as_ref().map(|[a, b, c]| [a, b, c])
+    }
 }

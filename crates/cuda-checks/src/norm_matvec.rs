@@ -5,6 +5,7 @@
 //! in the residual, and the ticket counter back at zero.
 
 use super::checks::{normal, poisoned, row, same_bits, MatmulCase};
+use super::mmvq_triple::TripleCase;
 use super::{Contract, Row};
 use anyhow::{anyhow, Result};
 use ferrolm_cuda::ops::{Mmvq, NormIn, PairOut, Q8_1_BLOCK_BYTES, TRIPLES};
@@ -43,15 +44,8 @@ fn norm_rows(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) -> Re
                 if biased && si != 1 {
                     continue;
                 }
-                let qa = MatmulCase::new(dev, k, plan, rng, ab, ra, cols, 1)?;
-                let qb = MatmulCase::new(dev, k, plan, rng, ab, rb, cols, 1)?;
-                let qc = MatmulCase::new(dev, k, plan, rng, c, rc, cols, 1)?;
-                let bs = if biased {
-                    let mut bias = |n: usize| dev.upload(&normal(rng, n, 1.0));
-                    Some([bias(ra)?, bias(rb)?, bias(rc)?])
-                } else {
-                    None
-                };
+                let case = TripleCase::new(dev, k, plan, rng, (ab, c), (ra, rb, rc, cols), biased)?;
+                let ([qa, qb, qc], b3) = (&case.w, case.biases());
                 let acc = normal(rng, cols, 1.0);
                 let add = dev.upload(&normal(rng, cols, 1.0))?;
                 let nw = dev.upload(&normal(rng, cols, 1.0))?;
@@ -61,7 +55,6 @@ fn norm_rows(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) -> Re
                     let mut x = dev.upload(&acc)?;
                     let mut o = [poisoned(dev, ra)?, poisoned(dev, rb)?, poisoned(dev, rc)?];
                     let [oa, ob, oc] = &mut o;
-                    let b3 = bs.as_ref().map(|[a, b, c]| [a, b, c]);
                     let add = added.then_some(&add);
                     if fused {
                         let norm = NormIn {

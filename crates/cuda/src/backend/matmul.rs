@@ -242,19 +242,9 @@ impl CudaBackend {
         outs: &mut [&mut CudaAct],
         bias: [Option<&CudaSlice<f32>>; 3],
     ) -> Result<bool> {
-        let wide_ab = self.plan.matvec_wide(a.ty);
-        let Matmul::MatVec { wide: wide_c } = self.gemm_plan().matmul(c.ty, c.rows, c.cols, 1)
-        else {
+        let Some((wide_c, biases)) = self.triple_walks(a, c, bias) else {
             return Ok(false);
         };
-        let biases = match bias {
-            [None, None, None] => None,
-            [Some(ba), Some(bb), Some(bc)] if self.plan.bias_in_matvec() => Some([ba, bb, bc]),
-            _ => return Ok(false),
-        };
-        if !wide_ab {
-            return Ok(false);
-        }
         let [oa, ob, oc, ..] = outs else {
             return Ok(false);
         };
@@ -263,6 +253,28 @@ impl CudaBackend {
             Some(r) => r.map(|()| true),
             None => Ok(false),
         }
+    }
+
+    /// How a triple of `a`'s pair and `c` runs, where the plan lets one launch take them: v's
+    /// walk (wide or block-per-row, as its own launch would take it) and the biases the
+    /// launch adds (all three or none, where the mat-vec adds biases). `None` where q and k
+    /// have no wide walk, v is not a mat-vec, or the biases cannot go in the launch.
+    fn triple_walks<'b>(
+        &self,
+        a: &QuantMatrix,
+        c: &QuantMatrix,
+        bias: [Option<&'b CudaSlice<f32>>; 3],
+    ) -> Option<(bool, Option<[&'b CudaSlice<f32>; 3]>)> {
+        let Matmul::MatVec { wide: wide_c } = self.gemm_plan().matmul(c.ty, c.rows, c.cols, 1)
+        else {
+            return None;
+        };
+        let biases = match bias {
+            [None, None, None] => None,
+            [Some(ba), Some(bb), Some(bc)] if self.plan.bias_in_matvec() => Some([ba, bb, bc]),
+            _ => return None,
+        };
+        self.plan.matvec_wide(a.ty).then_some((wide_c, biases))
     }
 
     /// The attention's norm and one token's q, k and v in one launch (`Mmvq::norm_triple`),
@@ -294,19 +306,16 @@ impl CudaBackend {
                 && self.plan.act_quant(m.ty, m.cols) == mode
                 && !self.takes_f16(m, 1)
         });
-        if !one_path || !same_format(a, b) || !self.plan.matvec_wide(a.ty) {
+        let bias = match biases {
+            [] => [None; 3],
+            [ba, bb, bc] => [Some(ba.vector()), Some(bb.vector()), Some(bc.vector())],
+            _ => return Ok(false),
+        };
+        if !one_path || !same_format(a, b) {
             return Ok(false);
         }
-        let Matmul::MatVec { wide: wide_c } = self.gemm_plan().matmul(c.ty, c.rows, c.cols, 1)
-        else {
+        let Some((wide_c, biases)) = self.triple_walks(a, c, bias) else {
             return Ok(false);
-        };
-        let biases = match biases {
-            [] => None,
-            [ba, bb, bc] if self.plan.bias_in_matvec() => {
-                Some([ba.vector(), bb.vector(), bc.vector()])
-            }
-            _ => return Ok(false),
         };
         let mut ticket = self.norm_ticket.lock().expect("norm ticket poisoned");
         let norm = NormIn {

@@ -4,6 +4,7 @@
 
 use super::{int, norm_threads, stage_args, Mmvq, QuantMatrix, TripleShape, NULL, NWARPS};
 use crate::error::{DriverContext, Result};
+use crate::ops::launch::Launch;
 use crate::ops::ActQuant;
 use cudarc::driver::{CudaSlice, LaunchConfig};
 
@@ -29,27 +30,9 @@ impl Mmvq {
             return None;
         }
         let t = TripleShape::new(ws, wide_c, &outs, biases, self.launch.mode())?;
-        assert!(
-            norm.x.len() == n && norm.w.len() == n && norm.add.is_none_or(|a| a.len() == n),
-            "mmvq norm triple: the row is not the matrices' width"
-        );
-        assert!(
-            !norm.ticket.is_empty(),
-            "mmvq norm triple: no ticket counter"
-        );
-        let nt = norm_threads(n) as i32;
-        let q8k = i32::from(norm.mode == ActQuant::Q8K);
+        let mut norm = NormArgs::new(norm, n, "mmvq norm triple");
         let mut l = self.launch.builder(f);
-        l.arg(norm.x);
-        match norm.add {
-            Some(a) => l.arg(a),
-            None => l.arg(&NULL),
-        };
-        l.arg(norm.w)
-            .arg(&norm.eps)
-            .arg(&nt)
-            .arg(&q8k)
-            .arg(norm.ticket);
+        norm.push(&mut l);
         l.arg(&ws[0].data).arg(&ws[1].data).arg(&ws[2].data);
         t.args(&mut l, outs, biases);
         // SAFETY: mmvq_norm_triple_<ab>_<c>(x, add|null, norm_w, eps, norm_threads, q8k,
@@ -82,32 +65,17 @@ impl Mmvq {
         if !fits {
             return None;
         }
-        assert!(
-            norm.x.len() == n && norm.w.len() == n && norm.add.is_none_or(|a| a.len() == n),
-            "mmvq norm glu: the row is not the matrices' width"
-        );
-        assert!(!norm.ticket.is_empty(), "mmvq norm glu: no ticket counter");
+        let mut norm = NormArgs::new(norm, n, "mmvq norm glu");
         assert!(out.len() >= gate.rows, "mmvq norm glu: out too small");
         let cfg = LaunchConfig {
             grid_dim: (gate.rows.div_ceil(NWARPS as usize) as u32, 1, 1),
             block_dim: (32, NWARPS, 1),
             shared_mem_bytes: norm_triple_smem(n),
         };
-        let nt = norm_threads(n) as i32;
-        let q8k = i32::from(norm.mode == ActQuant::Q8K);
         let (cols, rows) = (int(n, "mmvq cols"), int(gate.rows, "mmvq rows"));
         let prefetch = i32::from(self.launch.mode().weight_prefetch);
         let mut l = self.launch.builder(f);
-        l.arg(norm.x);
-        match norm.add {
-            Some(a) => l.arg(a),
-            None => l.arg(&NULL),
-        };
-        l.arg(norm.w)
-            .arg(&norm.eps)
-            .arg(&nt)
-            .arg(&q8k)
-            .arg(norm.ticket);
+        norm.push(&mut l);
         l.arg(&gate.data).arg(&up.data).arg(out);
         l.arg(&cols).arg(&rows).arg(&rows).arg(&prefetch);
         // SAFETY: mmvq_norm_glu_<type>(x, add|null, norm_w, eps, norm_threads, q8k, ticket,
@@ -135,6 +103,44 @@ pub struct NormIn<'a> {
     pub eps: f32,
     pub mode: ActQuant,
     pub ticket: &'a mut CudaSlice<u32>,
+}
+
+/// A [`NormIn`] checked against the products' width, with the kernels' integer arguments
+/// made once: the first seven arguments of every `mmvq_norm_*` entry.
+struct NormArgs<'a> {
+    norm: NormIn<'a>,
+    /// `norm_threads(n)` (the norm block the kernel stands for) and `q8k`.
+    ints: [i32; 2],
+}
+
+impl<'a> NormArgs<'a> {
+    fn new(norm: NormIn<'a>, n: usize, what: &str) -> Self {
+        assert!(
+            norm.x.len() == n && norm.w.len() == n && norm.add.is_none_or(|a| a.len() == n),
+            "{what}: the row is not the matrices' width"
+        );
+        assert!(!norm.ticket.is_empty(), "{what}: no ticket counter");
+        let ints = [
+            norm_threads(n) as i32,
+            i32::from(norm.mode == ActQuant::Q8K),
+        ];
+        Self { norm, ints }
+    }
+
+    /// x, add|null, norm_w, eps, norm_threads, q8k, ticket.
+    fn push<'b>(&'b mut self, l: &mut Launch<'b>) {
+        let norm = &mut self.norm;
+        l.arg(&mut *norm.x);
+        match norm.add {
+            Some(a) => l.arg(a),
+            None => l.arg(&NULL),
+        };
+        l.arg(norm.w)
+            .arg(&norm.eps)
+            .arg(&self.ints[0])
+            .arg(&self.ints[1]);
+        l.arg(&mut *norm.ticket);
+    }
 }
 
 /// `mmvq.cu`'s NORM_TRIPLE_SMEM: the normed row as floats, then its Q8_1 blocks.
