@@ -388,11 +388,14 @@ fn decode(
         ..how
     };
     // The gate/up kernel in blocks of another size (4 warps where the plan has 8, else 8), with
-    // the down weights' L2 prefetch and its quantizing of h (one token) the other way.
+    // the down weights' L2 prefetch, its quantizing of h (one token) and the rows' L1 requests
+    // the other way.
     let resized = ExpertMatVec {
         gate_up_warps: if how.gate_up_warps == 8 { 4 } else { 8 },
         down_prefetch: !how.down_prefetch,
         h_in_gate_up: !how.h_in_gate_up,
+        rows_l1: !how.rows_l1,
+        down_direct: !how.down_direct,
         ..how
     };
     let mut outs = Vec::new();
@@ -513,10 +516,12 @@ fn decode(
         ),
         row(
             &format!(
-                "moe decode, gate/up blocks of {} warps, down prefetch {}, h quantized in gate/up {}",
+                "moe decode, gate/up blocks of {} warps, down prefetch {}, h quantized in gate/up {}, rows to L1 {}, down direct {}",
                 resized.gate_up_warps,
                 if resized.down_prefetch { "on" } else { "off" },
-                if resized.h_in_gate_up { "on" } else { "off" }
+                if resized.h_in_gate_up { "on" } else { "off" },
+                if resized.rows_l1 { "on" } else { "off" },
+                if resized.down_direct { "on" } else { "off" }
             ),
             shape.clone(),
             "the plan's gate/up blocks",

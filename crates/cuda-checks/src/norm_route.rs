@@ -43,21 +43,32 @@ pub fn all(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) -> Resu
             for &mode in modes {
                 // The cluster launch wherever it runs for these shapes (every token count it
                 // takes), the block-an-expert launch where the plan routes.
-                let launches = [(None, plan.norm_route(n, d)), {
+                // takes), the block-an-expert launch where the plan routes, its top-k by one
+                // warp a token and (one token) by the whole last block.
+                let routes = plan.norm_route(n, d);
+                let launches = [(None, false, routes), (None, true, routes), {
                     let c = clustered.norm_route_cluster(n, d, ne);
-                    (c, c.is_some())
+                    (c, false, c.is_some())
                 }];
-                for (cluster, run) in launches {
+                for (cluster, topk_block, run) in launches {
                     if !run {
                         continue;
                     }
-                    let same = one(dev, k, rng, d, ne, kk, oai, n, mode, cluster)?;
-                    let (name, how) = match cluster {
-                        None => (
+                    let how = Launch {
+                        cluster,
+                        topk_block,
+                    };
+                    let same = one(dev, k, rng, d, ne, kk, oai, n, mode, how)?;
+                    let (name, how) = match (cluster, topk_block) {
+                        (None, false) => (
                             "add_rms_norm_route_small (norm + routing in one launch)",
                             "",
                         ),
-                        Some(_) => ("add_rms_norm_route_cluster (one cluster)", ", cluster"),
+                        (None, true) => (
+                            "add_rms_norm_route_small (norm + routing in one launch)",
+                            ", top-k by the block",
+                        ),
+                        (Some(_), _) => ("add_rms_norm_route_cluster (one cluster)", ", cluster"),
                     };
                     rows.push(exact_row(
                         name,
@@ -70,6 +81,13 @@ pub fn all(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) -> Resu
         }
     }
     Ok(rows)
+}
+
+/// How the one launch runs: one cluster of blocks or a block an expert, and whether one
+/// token's top-k is taken by the last block's threads together.
+struct Launch {
+    cluster: Option<u32>,
+    topk_block: bool,
 }
 
 /// Whether the one launch gives the two launches' bits, twice (the second shows its block
@@ -85,7 +103,7 @@ fn one(
     oai: bool,
     n: usize,
     mode: ActQuant,
-    cluster: Option<u32>,
+    how: Launch,
 ) -> Result<bool> {
     let mut router = MoeRouter::upload(dev, &normal(rng, ne * d, 0.05), ne, d, kk, !oai)?;
     if oai {
@@ -115,7 +133,18 @@ fn one(
                 mode,
             };
             let r = &k.moe_route;
-            r.add_norm_route(norm, cluster, n, &router, b, work, &mut ids, &mut weights)?;
+            let (cluster, topk) = (how.cluster, how.topk_block);
+            r.add_norm_route(
+                norm,
+                cluster,
+                topk,
+                n,
+                &router,
+                b,
+                work,
+                &mut ids,
+                &mut weights,
+            )?;
         } else {
             k.norm_rope
                 .add_rms_norm_q8_1(&mut x, &add, &nw, eps, &mut out, &mut outq, mode, None)?;

@@ -1,6 +1,9 @@
 //! The KV store in the launch that rotates q and k (`NormRope::rope_qk_store`) against the two
 //! launches it replaces: the rotation (`rope_qk`, or `qk_norm_rope` with the q/k norms), then
-//! `Attention::store`. Contract: the same bits in q, k and every byte of the cache.
+//! `Attention::store`. Contract: the same bits in q, k and every byte of the cache. With the
+//! plan's `FERROLM_QK_NORM_REGS` on, the two launches' per-head NEOX norms take
+//! `qk_norm_head_rope_neox_f32` (the values in registers), so the rows with per-head norms also
+//! hold that kernel to the store launch's norm and rotation, bit for bit.
 
 use super::checks::{exact_row, normal};
 use super::Row;

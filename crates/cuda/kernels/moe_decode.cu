@@ -54,6 +54,12 @@
 // Blocks an SM must fit: at one or two tokens, two (<= 128 registers), for more latency hiding
 // on these memory-bound kernels; more tokens need their registers for the columns.
 #define MOE_MIN_BLOCKS(T, N) (MOE_LEAN(T, N) ? 3 : (N) <= 2 ? 2 : 1)
+// The bits of the kernels' `walk` argument: the activations through shared memory
+// (stage_q8_1; wide walks only), a warp's rows asked of L1 before its walk (rows_to_l1), one
+// token's down tasks dealt straight to the warps (moe_down_one_token).
+#define MOE_WALK_STAGE 1
+#define MOE_WALK_ROWS_L1 2
+#define MOE_WALK_ONE_TOKEN 4
 
 // Bit q of the mask: slot q (< nslots) names expert e. Every lane gets the same mask.
 static __device__ __forceinline__ void slots_of(const int *__restrict__ ids, int nslots, int e,
@@ -135,15 +141,15 @@ template <int TYPE, int NTOK, bool WIDE, int GR, int UNROLL>
 static __device__ __forceinline__ void
 moe_gate_up(const void *__restrict__ gate, const void *__restrict__ up,
             const block_q8_1 *__restrict__ x, const int *__restrict__ ids, float *__restrict__ h,
-            int n_embd, int n_ff, int n_expert, int k, int stage, ExpertEpilogue ep,
+            int n_embd, int n_ff, int n_expert, int k, int walk, ExpertEpilogue ep,
             const char *down_l2, long long down_bytes) {
     typedef WeightFormat<TYPE> F;
     typedef typename F::block B;
     const int bpc = n_embd / QK8_1;
-    // With `stage`, the NTOK tokens' activations come through shared memory (mmvq.cuh; wide
-    // walks only).
+    // With MOE_WALK_STAGE, the NTOK tokens' activations come through shared memory (mmvq.cuh;
+    // wide walks only).
     constexpr bool CAN_STAGE = WIDE && F::wide;
-    const bool staged = CAN_STAGE && stage;
+    const bool staged = CAN_STAGE && (walk & MOE_WALK_STAGE);
     const Q8Shared xs = stage_q8_1(staged, x, NTOK * bpc);
     const int s = blockIdx.y, r0 = (blockIdx.x * blockDim.y + threadIdx.y) * GR;
     if (r0 >= n_ff) {
@@ -181,6 +187,9 @@ moe_gate_up(const void *__restrict__ gate, const void *__restrict__ up,
         rows[i] = (const B *)gate + row * bpr;
         rows[GR + i] = (const B *)up + row * bpr;
     }
+    if (walk & MOE_WALK_ROWS_L1) {
+        rows_to_l1(rows, bpr * (int)sizeof(B), threadIdx.x);
+    }
     // More members than NTOK only if a token named an expert twice: another round.
     for (;;) {
         int member[NTOK];
@@ -212,12 +221,21 @@ moe_gate_up(const void *__restrict__ gate, const void *__restrict__ up,
         }
 #pragma unroll
         for (int j = 0; j < NTOK; ++j) {
+            // Every lane has every row's sums; lane i takes row r0 + i's activation, so the GR
+            // activations (a few hundred instructions each with gpt-oss's or SiLU's exact
+            // exponentials) run side by side rather than one after another in lane 0.
+            float g = 0.0f, u = 0.0f;
 #pragma unroll
             for (int i = 0; i < GR; ++i) {
-                const float g = warp_sum(acc[j][i]), u = warp_sum(acc[j][GR + i]);
-                if (threadIdx.x == 0 && j < live && r0 + i < n_ff) {
-                    h[(size_t)member[j] * n_ff + r0 + i] = ep.act(e, r0 + i, n_ff, g, u);
+                const float gs = warp_sum(acc[j][i]), us = warp_sum(acc[j][GR + i]);
+                if (threadIdx.x == i) {
+                    g = gs;
+                    u = us;
                 }
+            }
+            const int i = threadIdx.x;
+            if (i < GR && j < live && r0 + i < n_ff) {
+                h[(size_t)member[j] * n_ff + r0 + i] = ep.act(e, r0 + i, n_ff, g, u);
             }
         }
     }
@@ -228,7 +246,7 @@ moe_gate_up(const void *__restrict__ gate, const void *__restrict__ up,
 template <int TYPE, int NTOK, bool WIDE, int TR, int DR, int UNROLL>
 static __device__ __forceinline__ void
 moe_down_walk(const void *__restrict__ down, const block_q8_1 *__restrict__ hq, Q8Shared hs,
-              bool staged, int e, uint32_t (&mask)[MOE_MASK_WORDS], int c0, int r0, int n_embd,
+              bool staged, bool rows_l1, int e, uint32_t (&mask)[MOE_MASK_WORDS], int c0, int r0, int n_embd,
               int n_ff, int n_expert, ExpertEpilogue ep, float (&d)[DR][MOE_MAX_SLOTS]) {
     typedef WeightFormat<TYPE> F;
     typedef typename F::block B;
@@ -241,6 +259,9 @@ moe_down_walk(const void *__restrict__ down, const block_q8_1 *__restrict__ hq, 
         // A row past n_embd re-reads the last one; never written.
         const size_t row = (size_t)(valid ? e : 0) * n_embd + min(c0 + r0 + i, n_embd - 1);
         rows[i] = (const B *)down + row * bpr;
+    }
+    if (valid && rows_l1) {
+        rows_to_l1(rows, bpr * (int)sizeof(B), threadIdx.x);
     }
     for (;;) {
         int member[NTOK];
@@ -292,7 +313,7 @@ moe_down_walk(const void *__restrict__ down, const block_q8_1 *__restrict__ hq, 
 template <int TYPE, int NTOK, bool WIDE, int DR, int UNROLL, int PARTS>
 static __device__ __forceinline__ void
 moe_down_tasks(const void *__restrict__ down, const block_q8_1 *__restrict__ hq, Q8Shared hs,
-               bool staged, const int *__restrict__ ids, int nslots, int c0, int n_embd,
+               bool staged, bool rows_l1, const int *__restrict__ ids, int nslots, int c0, int n_embd,
                int n_ff, int n_expert, ExpertEpilogue ep, float (&d)[DR][MOE_MAX_SLOTS]) {
     constexpr int TR = DR / PARTS;
     uint32_t todo[MOE_MASK_WORDS];
@@ -334,10 +355,75 @@ moe_down_tasks(const void *__restrict__ down, const block_q8_1 *__restrict__ hq,
                 for (int w = 0; w < MOE_MASK_WORDS; ++w) {
                     left[w] = mask[w];
                 }
-                moe_down_walk<TYPE, NTOK, WIDE, TR, DR, UNROLL>(down, hq, hs, staged, e, left, c0,
+                moe_down_walk<TYPE, NTOK, WIDE, TR, DR, UNROLL>(down, hq, hs, staged, rows_l1, e, left, c0,
                                                                 part * TR, n_embd, n_ff,
                                                                 n_expert, ep, d);
             }
+        }
+    }
+}
+
+// One token's moe_down_tasks: its k slots name distinct experts (the top-k), so each slot leads
+// itself, and task t (slot t / PARTS, rows (t % PARTS) * TR..) goes to warp t % MOE_NWARPS as
+// there, without the walk over every slot's masks that puts several hundred instructions (and
+// local memory) ahead of a warp's first weight load (session 36's ncu). Each row is the same
+// walk, so the same bits.
+template <int TYPE, bool WIDE, int DR, int UNROLL, int PARTS>
+static __device__ __forceinline__ void
+moe_down_one_token(const void *__restrict__ down, const block_q8_1 *__restrict__ hq, Q8Shared hs,
+                   bool staged, bool rows_l1, const int *__restrict__ ids, int k, int c0,
+                   int n_embd, int n_ff, int n_expert, ExpertEpilogue ep,
+                   float (&d)[DR][MOE_MAX_SLOTS]) {
+    typedef WeightFormat<TYPE> F;
+    typedef typename F::block B;
+    constexpr bool CAN_STAGE = WIDE && F::wide;
+    constexpr int TR = DR / PARTS;
+    const int bpr = n_ff / F::qk, bpc = n_ff / QK8_1;
+    for (int t = threadIdx.y; t < k * PARTS; t += MOE_NWARPS) {
+        const int s = t / PARTS, r0 = t % PARTS * TR;
+        const int e = ids[s];
+        const bool valid = e >= 0 && e < n_expert;
+        const B *rows[TR];
+#pragma unroll
+        for (int i = 0; i < TR; ++i) {
+            // A row past n_embd re-reads the last one; never written.
+            const size_t row = (size_t)(valid ? e : 0) * n_embd + min(c0 + r0 + i, n_embd - 1);
+            rows[i] = (const B *)down + row * bpr;
+        }
+        float acc[1][TR] = {};
+        if (valid) {
+            if (rows_l1) {
+                rows_to_l1(rows, bpr * (int)sizeof(B), threadIdx.x);
+            }
+            bool done = false;
+            if constexpr (CAN_STAGE) {
+                if (staged) {
+                    const Q8Shared cols[1] = {Q8Shared{hs.q + 2 * s * bpc, hs.s + s * bpc}};
+                    mmvq_accumulate_warp<TYPE, 1, TR, UNROLL, WIDE>(rows, cols, 1, bpr,
+                                                                    threadIdx.x, acc);
+                    done = true;
+                }
+            }
+            if (!done) {
+                const Q8Global cols[1] = {Q8Global{hq + (size_t)s * bpc}};
+                mmvq_accumulate_warp<TYPE, 1, TR, UNROLL, WIDE>(rows, cols, 1, bpr, threadIdx.x,
+                                                                acc);
+            }
+        }
+        // Lane i writes row r0 + i (every lane has every row's sum).
+        float v = 0.0f;
+#pragma unroll
+        for (int i = 0; i < TR; ++i) {
+            const float vs = warp_sum(acc[0][i]);
+            if (threadIdx.x == i) {
+                v = vs;
+            }
+        }
+        const int i = threadIdx.x;
+        if (i < TR) {
+            // A bad id's row stays 0 (bias too); a row past n_embd is never read.
+            const int c = min(c0 + r0 + i, n_embd - 1);
+            d[r0 + i][s] = valid ? ep.down(e, c, n_embd, v) : v;
         }
     }
 }
@@ -366,23 +452,33 @@ template <int TYPE, int NTOK, bool WIDE, int DR, int UNROLL>
 static __device__ __forceinline__ void
 moe_down(const void *__restrict__ down, const block_q8_1 *__restrict__ hq,
          const int *__restrict__ ids, const float *__restrict__ weights, float *__restrict__ out,
-         int n_embd, int n_ff, int n_expert, int k, int stage, ExpertEpilogue ep, int overwrite) {
+         int n_embd, int n_ff, int n_expert, int k, int walk, ExpertEpilogue ep, int overwrite) {
     typedef WeightFormat<TYPE> F;
     const int nslots = NTOK * k, c0 = blockIdx.x * DR;
     const int bpc = n_ff / QK8_1;
-    // With `stage`, every slot's activations come through shared memory (mmvq.cuh; wide walks
-    // only).
+    // With MOE_WALK_STAGE, every slot's activations come through shared memory (mmvq.cuh; wide
+    // walks only).
     constexpr bool CAN_STAGE = WIDE && F::wide;
-    const bool staged = CAN_STAGE && stage;
+    const bool staged = CAN_STAGE && (walk & MOE_WALK_STAGE);
+    const bool rows_l1 = walk & MOE_WALK_ROWS_L1;
+    const bool one_token = walk & MOE_WALK_ONE_TOKEN;
     const Q8Shared hs = stage_q8_1(staged, hq, nslots * bpc);
     // d[i][s]: row c0 + i of slot s's down product.
     __shared__ float d[DR][MOE_MAX_SLOTS];
     const int leaders = NTOK == 1 ? nslots : moe_leaders(ids, nslots); // see only_slot
-    if (DR % 2 == 0 && 2 * leaders <= MOE_NWARPS) {
+    if (NTOK == 1 && one_token) {
+        if (DR % 2 == 0 && 2 * leaders <= MOE_NWARPS) {
+            moe_down_one_token<TYPE, WIDE, DR, UNROLL, (DR % 2 == 0 ? 2 : 1)>(
+                down, hq, hs, staged, rows_l1, ids, k, c0, n_embd, n_ff, n_expert, ep, d);
+        } else {
+            moe_down_one_token<TYPE, WIDE, DR, UNROLL, 1>(down, hq, hs, staged, rows_l1, ids, k,
+                                                          c0, n_embd, n_ff, n_expert, ep, d);
+        }
+    } else if (DR % 2 == 0 && 2 * leaders <= MOE_NWARPS) {
         moe_down_tasks<TYPE, NTOK, WIDE, DR, UNROLL, (DR % 2 == 0 ? 2 : 1)>(
-            down, hq, hs, staged, ids, nslots, c0, n_embd, n_ff, n_expert, ep, d);
+            down, hq, hs, staged, rows_l1, ids, nslots, c0, n_embd, n_ff, n_expert, ep, d);
     } else {
-        moe_down_tasks<TYPE, NTOK, WIDE, DR, UNROLL, 1>(down, hq, hs, staged, ids, nslots, c0,
+        moe_down_tasks<TYPE, NTOK, WIDE, DR, UNROLL, 1>(down, hq, hs, staged, rows_l1, ids, nslots, c0,
                                                         n_embd, n_ff, n_expert, ep, d);
     }
     __syncthreads();
@@ -496,14 +592,14 @@ static __device__ __noinline__ void quantize_h_in_last_block(const float *h,
         moe_gate_up_##NAME##_n##N(const void *__restrict__ gate, const void *__restrict__ up,       \
                                   const block_q8_1 *__restrict__ x, const int *__restrict__ ids,    \
                                   float *__restrict__ h, int n_embd, int n_ff, int n_expert,        \
-                                  int k, int stage, const float *__restrict__ gate_bias,            \
+                                  int k, int walk, const float *__restrict__ gate_bias,             \
                                   const float *__restrict__ up_bias, float alpha, float limit,      \
                                   const char *down_l2, long long down_bytes,                        \
                                   block_q8_1 *__restrict__ hq, int hq_k, unsigned *hq_done) {       \
         dependent_launch_entry();                                                                   \
         const ExpertEpilogue ep{gate_bias, up_bias, nullptr, alpha, limit};                         \
         moe_gate_up<TYPE, N, WIDE, MOE_GATE_ROWS(TYPE, N), MOE_UNROLL(N)>(                          \
-            gate, up, x, ids, h, n_embd, n_ff, n_expert, k, stage, ep, down_l2, down_bytes);        \
+            gate, up, x, ids, h, n_embd, n_ff, n_expert, k, walk, ep, down_l2, down_bytes);         \
         if (N == 1) {                                                                               \
             quantize_h_in_last_block<MOE_GATE_ROWS(TYPE, N)>(h, hq, hq_k, hq_done, n_ff);           \
         }                                                                                           \
@@ -512,12 +608,12 @@ static __device__ __noinline__ void quantize_h_in_last_block(const float *h,
         moe_down_##NAME##_n##N(const void *__restrict__ down, const block_q8_1 *__restrict__ hq,    \
                                const int *__restrict__ ids, const float *__restrict__ weights,      \
                                float *__restrict__ out, int n_embd, int n_ff, int n_expert,         \
-                               int k, int stage, const float *__restrict__ down_bias,               \
+                               int k, int walk, const float *__restrict__ down_bias,                \
                                int overwrite) {                                                     \
         dependent_launch_entry();                                                                   \
         const ExpertEpilogue ep{nullptr, nullptr, down_bias, 0.0f, 0.0f};                           \
         moe_down<TYPE, N, WIDE, MOE_DOWN_ROWS(TYPE, N), MOE_UNROLL(N)>(                             \
-            down, hq, ids, weights, out, n_embd, n_ff, n_expert, k, stage, ep, overwrite);          \
+            down, hq, ids, weights, out, n_embd, n_ff, n_expert, k, walk, ep, overwrite);           \
     }
 
 #define MOE_FORMAT(NAME, TYPE, WIDE)                                                                \

@@ -261,6 +261,76 @@ extern "C" __global__ void qk_norm_rope_neox_f32(float *q, const float *__restri
                        rs, table, eps);
 }
 
+// qk_norm_rope_neox_f32 where each group is one head (n == head_dim) and a thread's elements
+// tid + j * blockDim.x (j < J = n / blockDim.x: 2, 4 or 8) hold whole NEOX pairs (j and
+// j + J / 2): the normed values stay in registers for the rotation, without rms_norm_group's
+// stores, the barrier, and rope's reloads and index divisions, which were most of a one-token
+// launch's few hundred instructions a warp in a row (session 36's ncu). The same operations on
+// the same values: the same bits. Launch as qk_norm_rope_neox_f32.
+template <int J>
+static __device__ __forceinline__ void
+head_norm_rope_neox(float *q, const float *__restrict__ wq, float *k, const float *__restrict__ wk,
+                    const uint32_t *__restrict__ pos, int n_tokens, int width_q, int width_k,
+                    int n, float theta_scale, const float *__restrict__ ff, RopeScale rs,
+                    const float2 *__restrict__ table, float eps) {
+    __shared__ double scratch[32];
+    const int gq = n_tokens * width_q / n;
+    const bool is_q = (int)blockIdx.x < gq;
+    const int g = is_q ? blockIdx.x : blockIdx.x - gq;
+    float *x = (is_q ? q : k) + (size_t)g * n;
+    const float *__restrict__ w = is_q ? wq : wk;
+    const int threads = blockDim.x, tid = threadIdx.x;
+    // rms_norm_group's sum, in its order (a thread's elements in turn), and its scale.
+    float v[J];
+    double sum = 0.0;
+#pragma unroll
+    for (int j = 0; j < J; ++j) {
+        v[j] = x[tid + j * threads];
+        const double d = v[j];
+        sum += d * d; // exact square; a fused add changes nothing
+    }
+    sum = block_sum(sum, scratch);
+    const float mean = (float)(sum / (double)n);
+    const float scale = 1.0f / sqrtf(mean + eps);
+#pragma unroll
+    for (int j = 0; j < J; ++j) {
+        v[j] = __fmul_rn(__fmul_rn(v[j], scale), w[tid + j * threads]);
+    }
+    // rope<true>'s rotation of pair i (elements i and i + half) of this head, row t.
+    const int half = n / 2, t = g / ((is_q ? width_q : width_k) / n);
+#pragma unroll
+    for (int j = 0; j < J / 2; ++j) {
+        const int i = tid + j * threads;
+        const float2 cs = table ? table[t * half + i] : rope_cos_sin(pos[t], i, theta_scale, ff, rs);
+        const float c = cs.x, s = cs.y;
+        const float x0 = v[j], x1 = v[j + J / 2];
+        x[i] = __fmaf_rn(x0, c, -__fmul_rn(x1, s));
+        x[i + half] = __fmaf_rn(x0, s, __fmul_rn(x1, c));
+    }
+}
+
+extern "C" __global__ void qk_norm_head_rope_neox_f32(
+    float *q, const float *__restrict__ wq, float *k, const float *__restrict__ wk,
+    const uint32_t *__restrict__ pos, int n_tokens, int width_q, int width_k, int n,
+    int head_dim, float theta_scale, const float *__restrict__ ff, RopeScale rs,
+    const float2 *__restrict__ table, float eps) {
+    dependent_launch_entry();
+    switch (n / (int)blockDim.x) {
+    case 2:
+        head_norm_rope_neox<2>(q, wq, k, wk, pos, n_tokens, width_q, width_k, n, theta_scale, ff,
+                               rs, table, eps);
+        break;
+    case 4:
+        head_norm_rope_neox<4>(q, wq, k, wk, pos, n_tokens, width_q, width_k, n, theta_scale, ff,
+                               rs, table, eps);
+        break;
+    default: // 8 (the host checks)
+        head_norm_rope_neox<8>(q, wq, k, wk, pos, n_tokens, width_q, width_k, n, theta_scale, ff,
+                               rs, table, eps);
+        break;
+    }
+}
+
 // The rotations above with the KV store in their launch (`FERROLM_ROPE_STORE`): after a key
 // pair is rotated, the thread that rotated it stores it, and the value pair at the same place,
 // in an f16 or f32 cache at its row's position, as kv_store_f16/f32 (attention.cu) would: the

@@ -286,6 +286,7 @@ impl CudaBackend {
         let r = self.k.moe_route.add_norm_route(
             norm,
             cluster,
+            self.plan.route_topk_block(),
             n,
             router,
             bias,

@@ -30,6 +30,9 @@ pub struct LaunchMode {
     /// Wide mat-vec walks (dense and MoE) read their activations from a copy in shared memory
     /// (`stage_q8_1`, kernels/mmvq.cuh) where it fits: the same bits.
     pub stage_activations: bool,
+    /// Per-head q/k norms and their NEOX rotation with the normed values kept in registers
+    /// (`qk_norm_head_rope_neox_f32`) where a head's pairs sit in one thread: the same bits.
+    pub head_norm_regs: bool,
     /// Every kernel's preferred shared-memory carveout (percent), set on its first launch;
     /// `None`: the driver's choice a kernel.
     pub carveout: Option<i32>,

@@ -296,6 +296,7 @@ impl MoeDecode {
         let gate_up = &self.gate_up[&(e.gate.ty, n, narrow(how, e.gate.ty))];
         let mode = self.launch.mode();
         let (stage, smem) = stage_args(mode, walks_wide(how, e.gate.ty), n * d / 32);
+        let walk = walk_bits(how, stage);
         let warps = how.gate_up_warps;
         if !(1..=MOE_DECODE_WARPS).contains(&warps) {
             return Err(CudaError::Invalid(format!(
@@ -332,7 +333,7 @@ impl MoeDecode {
             .arg(&ints.ff)
             .arg(&ints.ne)
             .arg(&ints.k)
-            .arg(&stage);
+            .arg(&walk);
         b.arg(e.epilogue.bias(0))
             .arg(e.epilogue.bias(1))
             .arg(&alpha)
@@ -343,7 +344,7 @@ impl MoeDecode {
         b.arg(h_in_gate_up.then_some(&*hq))
             .arg(&hq_k)
             .arg(&mut *hq_done);
-        // SAFETY: moe_gate_up_*_nN(gate, up, x, ids, h, n_embd, n_ff, n_expert, k, stage,
+        // SAFETY: moe_gate_up_*_nN(gate, up, x, ids, h, n_embd, n_ff, n_expert, k, walk,
         // gate_bias, up_bias, alpha, limit, down_l2, down_bytes, hq, hq_k, hq_done): stacked
         // [n_expert*n_ff][n_embd] weights, N Q8_1 rows, N*k ids, N*k x n_ff floats out (work
         // sized for max_n >= N); biases of [n_expert][n_ff] floats or null (MoeExperts::check);
@@ -361,6 +362,7 @@ impl MoeDecode {
 
         let down = &self.down[&(e.down.ty, n, narrow(how, e.down.ty))];
         let (stage, smem) = stage_args(mode, walks_wide(how, e.down.ty), n * k * ff / 32);
+        let walk = walk_bits(how, stage);
         let cfg = LaunchConfig {
             grid_dim: (d.div_ceil(down_rows(e.down.ty, n)) as u32, 1, 1),
             block_dim: block,
@@ -373,11 +375,11 @@ impl MoeDecode {
             .arg(&ints.ff)
             .arg(&ints.ne)
             .arg(&ints.k)
-            .arg(&stage)
+            .arg(&walk)
             .arg(e.epilogue.bias(2))
             .arg(&overwrite);
         // SAFETY: moe_down_*_nN(down, hq, ids, weights, out, n_embd, n_ff, n_expert, k,
-        // stage, down_bias, overwrite): stacked [n_expert*n_embd][n_ff] weights, N*k Q8_1
+        // walk, down_bias, overwrite): stacked [n_expert*n_embd][n_ff] weights, N*k Q8_1
         // rows of n_ff, N*k ids and weights, N x n_embd floats updated, a bias of
         // [n_expert][n_embd] floats or null; a block per down_rows(N) output rows; with stage,
         // the shared bytes of the N*k rows' staged blocks.
@@ -520,6 +522,13 @@ impl MoeDecode {
 }
 
 /// Whether `ty` takes its `narrow_` entry points under `how`.
+/// The fused kernels' `walk` argument: `stage` (stage_args: the activations through shared
+/// memory, MOE_WALK_STAGE), MOE_WALK_ROWS_L1 and MOE_WALK_ONE_TOKEN where the plan asks for
+/// them.
+fn walk_bits(how: &ExpertMatVec, stage: i32) -> i32 {
+    stage | if how.rows_l1 { 2 } else { 0 } | if how.down_direct { 4 } else { 0 }
+}
+
 fn narrow(how: &ExpertMatVec, ty: GgmlType) -> bool {
     !how.wide && has_narrow(ty)
 }

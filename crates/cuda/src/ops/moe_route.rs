@@ -284,6 +284,7 @@ impl MoeRoute {
         &self,
         norm: NormInto<'_>,
         cluster: Option<u32>,
+        topk_block: bool,
         n: usize,
         router: &MoeRouter,
         bias: Option<&CudaSlice<f32>>,
@@ -315,6 +316,8 @@ impl MoeRoute {
             int(k, "moe k"),
         );
         let (gating, q8k) = (router.gating_arg(), i32::from(norm.mode == ActQuant::Q8K));
+        // ROUTE_TOPK_BLOCK (moe_route.cu): one token's top-k by the last block's threads.
+        let gating = gating | if topk_block { 4 } else { 0 };
         // One cluster of blocks, each a share of the experts, or a block an expert; the two
         // kernels take the same parameters.
         let (func, cfg, cluster) = match (cluster, &self.norm_route_cluster) {

@@ -95,6 +95,8 @@ pub struct NormRope {
     rope_qk_neox: CudaFunction,
     qk_norm_rope_norm: CudaFunction,
     qk_norm_rope_neox: CudaFunction,
+    /// `qk_norm_rope_neox` with a head's values in registers (`LaunchMode::head_norm_regs`).
+    qk_norm_head_rope_neox: CudaFunction,
     /// `[mode][cache]`: normal, neox × an f16, f32 cache.
     rope_qk_store: [[CudaFunction; 2]; 2],
     qk_norm_rope_store: [[CudaFunction; 2]; 2],
@@ -113,6 +115,13 @@ fn norm_cfg(groups: usize, n: usize) -> LaunchConfig {
 
 /// The threads of a norm's block over rows of `n` (32 to 1024, a multiple of 32); a kernel
 /// that takes a norm in its own launch must take this block to give the norm's bits.
+/// Whether `qk_norm_head_rope_neox_f32` takes groups of `n` (norm_threads(n) threads): one
+/// head a group, 2, 4 or 8 elements a thread.
+fn head_in_registers(n: usize, head_dim: usize) -> bool {
+    let t = norm_threads(n) as usize;
+    n == head_dim && n.is_multiple_of(t) && matches!(n / t, 2 | 4 | 8)
+}
+
 pub(crate) fn norm_threads(n: usize) -> u32 {
     (n / 4 / 32 * 32).clamp(32, 1024) as u32
 }
@@ -130,6 +139,7 @@ impl NormRope {
             rope_qk_neox: dev.function(&NORM_ROPE, "rope_qk_neox_f32")?,
             qk_norm_rope_norm: dev.function(&NORM_ROPE, "qk_norm_rope_norm_f32")?,
             qk_norm_rope_neox: dev.function(&NORM_ROPE, "qk_norm_rope_neox_f32")?,
+            qk_norm_head_rope_neox: dev.function(&NORM_ROPE, "qk_norm_head_rope_neox_f32")?,
             rope_qk_store: store_kernels(dev, "rope_qk_store")?,
             qk_norm_rope_store: store_kernels(dev, "qk_norm_rope_store")?,
         })
@@ -382,6 +392,9 @@ impl NormRope {
         }
         let f = match rope.mode {
             Rope::Normal => &self.qk_norm_rope_norm,
+            Rope::Neox if self.launch.mode().head_norm_regs && head_in_registers(n, head_dim) => {
+                &self.qk_norm_head_rope_neox
+            }
             Rope::Neox => &self.qk_norm_rope_neox,
         };
         check_rope(rope, positions.len(), head_dim);

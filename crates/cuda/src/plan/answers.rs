@@ -212,6 +212,12 @@ pub struct ExpertMatVec {
     /// At one token the fused gate/up launch also quantizes h for down (its last block a
     /// 256-row group) in place of a launch of its own: the same bits.
     pub h_in_gate_up: bool,
+    /// Each warp of the fused kernels asks L1 for its rows before walking them (its walk
+    /// waits on memory once a round otherwise): not the bits.
+    pub rows_l1: bool,
+    /// At one token the down kernel deals each slot's rows straight to its warps, without
+    /// the leader search over every slot's masks: the same bits.
+    pub down_direct: bool,
 }
 
 /// How `moe_gemm` runs a ubatch's experts.

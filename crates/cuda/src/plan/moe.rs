@@ -100,6 +100,8 @@ impl Plan {
             gate_up_warps: self.moe_gate_up_warps(s.tokens),
             down_prefetch: self.switches.moe_down_prefetch && self.device.cc.0 >= 9,
             h_in_gate_up: self.switches.moe_h_in_gate_up,
+            rows_l1: self.switches.moe_rows_l1,
+            down_direct: self.switches.moe_down_direct,
         }
     }
 
@@ -188,6 +190,12 @@ impl Plan {
             && n <= self.switches.norm_route_rows.unwrap_or(NORM_ROUTE_MAX_ROWS)
             && self.fused_norm(n_embd)
             && self.router_logits(n, n_embd) == RouterLogits::MatVecTopk
+    }
+
+    /// Whether that launch takes one token's top-k by its last block's threads together
+    /// (`topk_token_block`) rather than by one warp: the same bits.
+    pub fn route_topk_block(&self) -> bool {
+        self.switches.route_topk_block
     }
 
     /// The blocks of the one cluster that launch takes (`add_rms_norm_route_cluster`, the same

@@ -87,6 +87,28 @@ pub struct Switches {
     /// `quantize_q8_k`'s launch (3.8 µs of a qwen3-30b-a3b layer's chain, session 34, H100).
     /// The same bits. Off: session 35's H100 run measured qwen3-30b-a3b level, olmoe -2.5%.
     pub moe_h_in_gate_up: bool,
+    /// `FERROLM_MOE_ROWS_L1=1`: each warp of the fused MoE decode kernels asks L1 for its
+    /// expert rows before walking them. The walk holds only some rows' loads in its registers
+    /// at a time, so a warp waits on memory about eight times in a row (session 36's ncu of
+    /// qwen3-30b-a3b's one-token experts: 1,700 instructions a warp at 17 cycles each); the
+    /// requests take no registers and are all in flight at once. The same bits.
+    pub moe_rows_l1: bool,
+    /// `FERROLM_MOE_DOWN_DIRECT`: at one token the fused MoE down kernel deals slot t's
+    /// rows straight to warp t (mod the block's warps), as its leader search over every slot's
+    /// masks would, without that search: session 36's ncu put several hundred instructions and
+    /// local-memory round trips ahead of each warp's first weight load. The same bits. On:
+    /// the down kernel 27-32% faster, tg128 +5% (qwen3-30b-a3b) and +7% (OLMoE) on the H100.
+    pub moe_down_direct: bool,
+    /// `FERROLM_ROUTE_TOPK_BLOCK`: the router launch's last block takes one token's softmax
+    /// and top-k with all its threads (an expert a thread, each expert's slot its rank), where
+    /// one warp took k rounds of arg-max: over a thousand instructions in a row on a layer's
+    /// chain (session 36's ncu of qwen3-30b-a3b's router). The same bits.
+    pub route_topk_block: bool,
+    /// `FERROLM_QK_NORM_REGS`: per-head q/k norms (qwen3's) and their NEOX rotation in one
+    /// launch with each head's values in its threads' registers, where a thread's elements hold
+    /// whole rotation pairs: no store, barrier and reload between the norm and the rotation,
+    /// and none of the rotation's index divisions. The same bits.
+    pub head_norm_regs: bool,
     /// `FERROLM_CUDA_Q8K`: K-quant weights meet Q8_K activations (else Q8_1).
     pub q8k: bool,
     /// `FERROLM_ATTN_GROUPED`: decode attention a block per KV head and split, for all the
@@ -272,6 +294,10 @@ impl Default for Switches {
             moe_gate_up_warps: None,
             moe_down_prefetch: false,
             moe_h_in_gate_up: false,
+            moe_rows_l1: false,
+            moe_down_direct: true,
+            route_topk_block: true,
+            head_norm_regs: true,
             q8k: true,
             attn_grouped: true,
             attn_tc: true,
@@ -454,6 +480,10 @@ impl Switches {
             moe_gate_up_warps: count(env, "FERROLM_MOE_GATE_UP_WARPS", 1..=8)?,
             moe_down_prefetch: flag(env, "FERROLM_MOE_DOWN_PREFETCH", false)?,
             moe_h_in_gate_up: flag(env, "FERROLM_MOE_H_IN_GATE_UP", false)?,
+            moe_rows_l1: flag(env, "FERROLM_MOE_ROWS_L1", false)?,
+            moe_down_direct: flag(env, "FERROLM_MOE_DOWN_DIRECT", true)?,
+            route_topk_block: flag(env, "FERROLM_ROUTE_TOPK_BLOCK", true)?,
+            head_norm_regs: flag(env, "FERROLM_QK_NORM_REGS", true)?,
             q8k: flag(env, "FERROLM_CUDA_Q8K", true)?,
             attn_grouped: flag(env, "FERROLM_ATTN_GROUPED", true)?,
             attn_tc: flag(env, "FERROLM_ATTN_TC", true)?,
@@ -552,7 +582,7 @@ impl fmt::Display for Switches {
             self.timing_skip.join(",")
         };
         let norm_route_rows = count_or_auto(self.norm_route_rows);
-        let lines: [(&str, &str, &str); 62] = [
+        let lines: [(&str, &str, &str); 66] = [
             (
                 "FERROLM_CUDA_MMQ",
                 bit(self.mmq),
@@ -649,6 +679,26 @@ impl fmt::Display for Switches {
                 "FERROLM_MOE_H_IN_GATE_UP",
                 bit(self.moe_h_in_gate_up),
                 "one token's MoE gate/up launch quantizes h for down",
+            ),
+            (
+                "FERROLM_MOE_ROWS_L1",
+                bit(self.moe_rows_l1),
+                "MoE decode warps ask L1 for their rows first",
+            ),
+            (
+                "FERROLM_MOE_DOWN_DIRECT",
+                bit(self.moe_down_direct),
+                "one token's MoE down tasks dealt straight to warps",
+            ),
+            (
+                "FERROLM_ROUTE_TOPK_BLOCK",
+                bit(self.route_topk_block),
+                "one token's router top-k by a whole block",
+            ),
+            (
+                "FERROLM_QK_NORM_REGS",
+                bit(self.head_norm_regs),
+                "per-head q/k norms rotated in registers",
             ),
             (
                 "FERROLM_CUDA_Q8K",

@@ -130,7 +130,7 @@ fn tile_names() {
 #[test]
 fn display_prints_every_switch() {
     let text = plan(&[("FERROLM_MMQ_TILE", "128x64")]).to_string();
-    assert_eq!(text.lines().count(), 64, "{text}");
+    assert_eq!(text.lines().count(), 68, "{text}");
     assert!(text.contains("132 SMs, cc 9.0"));
     assert!(text
         .lines()
@@ -161,10 +161,18 @@ fn fusions_follow_the_switch() {
 
 /// Programmatic dependent launch: on from Hopper on, off before it or when switched off; the
 /// weight prefetch only when asked for, and only with it. Staged activations and a carveout
-/// only when asked for, on any device.
+/// only when asked for, on any device; the per-head norms in registers unless switched off.
 #[test]
 fn dependent_launch_from_hopper_unless_off() {
-    let plain = LaunchMode::default();
+    let plain = LaunchMode {
+        head_norm_regs: true,
+        ..LaunchMode::default()
+    };
+    assert!(
+        !plan(&[("FERROLM_QK_NORM_REGS", "0")])
+            .launch_mode()
+            .head_norm_regs
+    );
     let pdl = LaunchMode {
         dependent: true,
         ..plain

@@ -33,6 +33,8 @@ fn moe_path_by_tokens() {
                     gate_up_warps,
                     down_prefetch: false,
                     h_in_gate_up: false,
+                    rows_l1: false,
+                    down_direct: true,
                 })
             };
             // One token's gate/up in blocks of 4 warps (MOE_GATE_UP_WARPS_ONE), more in 8.
@@ -126,6 +128,17 @@ fn moe_switches() {
     assert!(matches!(plan(&[]).moe(&s(1)), MoePath::MatVec(m) if !m.h_in_gate_up));
     let h_in = plan(&[("FERROLM_MOE_H_IN_GATE_UP", "1")]);
     assert!(matches!(h_in.moe(&s(1)), MoePath::MatVec(m) if m.h_in_gate_up));
+    // One token's router top-k by the whole block: on unless switched off.
+    assert!(plan(&[]).route_topk_block());
+    assert!(!plan(&[("FERROLM_ROUTE_TOPK_BLOCK", "0")]).route_topk_block());
+    // The rows' L1 requests: off unless switched on.
+    assert!(matches!(plan(&[]).moe(&s(1)), MoePath::MatVec(m) if !m.rows_l1));
+    let l1 = plan(&[("FERROLM_MOE_ROWS_L1", "1")]);
+    assert!(matches!(l1.moe(&s(1)), MoePath::MatVec(m) if m.rows_l1));
+    // One token's down tasks dealt straight to the warps: on unless switched off.
+    assert!(matches!(plan(&[]).moe(&s(1)), MoePath::MatVec(m) if m.down_direct));
+    let search = plan(&[("FERROLM_MOE_DOWN_DIRECT", "0")]);
+    assert!(matches!(search.moe(&s(1)), MoePath::MatVec(m) if !m.down_direct));
     let two = plan(&[("FERROLM_MOE_GATE_UP_WARPS", "2")]);
     assert!(matches!(two.moe(&s(4)), MoePath::MatVec(m) if m.gate_up_warps == 2));
     let bad = super::tests::parse(&[("FERROLM_MOE_GATE_UP_WARPS", "16")]);

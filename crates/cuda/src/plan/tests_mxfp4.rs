@@ -56,6 +56,8 @@ fn mxfp4_experts() {
         gate_up_warps,
         down_prefetch: false,
         h_in_gate_up: false,
+        rows_l1: false,
+        down_direct: true,
     };
     assert_eq!(p.moe(&shape(1, 2880, 2880)), MoePath::MatVec(how(4)));
     assert_eq!(p.moe(&shape(8, 2880, 2880)), MoePath::MatVec(how(8)));
