@@ -1,13 +1,15 @@
 #!/bin/bash
-# Session 36: a switch of the one-token expert kernels (SWITCH; FERROLM_MOE_ROWS_L1=1, the rows
-# asked of L1 before the walk, unless given). tg128 off / on
-# in two interleaved rounds beside llama-bench (qwen3-30b-a3b, olmoe-1b-7b), one launch of each
-# one-token expert kernel under ncu with it on and off (time, SM cycles, instructions), then
-# cuda-parity (PARITY=0 skips it). Usage, from the repo root, .device-carry/ holding ferrolm.xz
-# and llama.tar.xz: [PRESETS=...] [SWITCH=FERROLM_MOE_ROWS_L1=1] bash tools/device/s36_check.sh
+# Session 36: switches of the one-token kernels (SWITCH, or several in SWITCHES; default
+# FERROLM_MOE_ROWS_L1=1, the rows asked of L1 before the walk). tg128 default / each switch in
+# two interleaved rounds beside llama-bench (PRESETS: qwen3-30b-a3b, olmoe-1b-7b), one launch
+# of each kernel in KERNELS under ncu with the first switch and without (time, SM cycles,
+# instructions), then cuda-parity (PARITY=0 skips it). Usage, from the repo root,
+# .device-carry/ holding ferrolm.xz and llama.tar.xz:
+#   [PRESETS=...] [SWITCHES="A=1 B=0"] [KERNELS=...] bash tools/device/s36_check.sh
 source tools/device/carried.sh
 PRESETS=${PRESETS:-"qwen3-30b-a3b olmoe-1b-7b"}
-SWITCH=${SWITCH:-FERROLM_MOE_ROWS_L1=1}
+SWITCHES=${SWITCHES:-${SWITCH:-FERROLM_MOE_ROWS_L1=1}}
+SWITCH=${SWITCHES%% *}
 pooled $PRESETS
 echo "models at $(( $(date +%s) - t0 )) s"
 tg() { timeout 90 env "$@" $B bench -m $F --backend cuda -p 0 -n 128 -r 2 2>&1 | grep -E 'tg128|rror|panic' | awk -F'|' '{print $(NF-1)}'; }
@@ -15,7 +17,9 @@ for P in $PRESETS; do
   F=$M/$P-pooled.gguf
   echo "== $P llama-bench: $(timeout 100 $L/llama-bench -m $F -ngl 99 -fa 1 -p 0 -n 128 -r 2 2>&1 | grep -E '^\| .*tg' | awk -F'|' '{print $(NF-1)}')"
   for round in 1 2; do
-    echo "== $P round $round, default / $SWITCH: $(tg A=0) / $(tg $SWITCH) at $(( $(date +%s) - t0 )) s"
+    line="== $P round $round, default $(tg A=0)"
+    for s in $SWITCHES; do line="$line / $s $(tg $s)"; done
+    echo "$line at $(( $(date +%s) - t0 )) s"
   done
 done
 MET=gpu__time_duration.sum,sm__cycles_active.avg,smsp__inst_executed.sum,smsp__average_warp_latency_per_inst_issued.ratio

@@ -99,15 +99,18 @@ pub struct Switches {
     /// local-memory round trips ahead of each warp's first weight load. The same bits. On:
     /// the down kernel 27-32% faster, tg128 +5% (qwen3-30b-a3b) and +7% (OLMoE) on the H100.
     pub moe_down_direct: bool,
-    /// `FERROLM_ROUTE_TOPK_BLOCK`: the router launch's last block takes one token's softmax
+    /// `FERROLM_ROUTE_TOPK_BLOCK=1`: the router launch's last block takes one token's softmax
     /// and top-k with all its threads (an expert a thread, each expert's slot its rank), where
-    /// one warp took k rounds of arg-max: over a thousand instructions in a row on a layer's
-    /// chain (session 36's ncu of qwen3-30b-a3b's router). The same bits.
+    /// one warp takes k rounds of arg-max (over a thousand instructions in a row, session 36's
+    /// ncu of qwen3-30b-a3b's router). The same bits. Off: its barriers and rank counts cost
+    /// more than the rounds (the launch 13.5 -> 15.2 µs; tg128 -2% qwen3-30b-a3b, -2.6% OLMoE,
+    /// H100).
     pub route_topk_block: bool,
     /// `FERROLM_QK_NORM_REGS`: per-head q/k norms (qwen3's) and their NEOX rotation in one
     /// launch with each head's values in its threads' registers, where a thread's elements hold
     /// whole rotation pairs: no store, barrier and reload between the norm and the rotation,
-    /// and none of the rotation's index divisions. The same bits.
+    /// and none of the rotation's index divisions. The same bits. On: the launch 482 -> 273
+    /// instructions a warp, tg128 +3% (qwen3-30b-a3b), +2.5% (qwen3-8b), H100.
     pub head_norm_regs: bool,
     /// `FERROLM_CUDA_Q8K`: K-quant weights meet Q8_K activations (else Q8_1).
     pub q8k: bool,
@@ -296,7 +299,7 @@ impl Default for Switches {
             moe_h_in_gate_up: false,
             moe_rows_l1: false,
             moe_down_direct: true,
-            route_topk_block: true,
+            route_topk_block: false,
             head_norm_regs: true,
             q8k: true,
             attn_grouped: true,
@@ -482,7 +485,7 @@ impl Switches {
             moe_h_in_gate_up: flag(env, "FERROLM_MOE_H_IN_GATE_UP", false)?,
             moe_rows_l1: flag(env, "FERROLM_MOE_ROWS_L1", false)?,
             moe_down_direct: flag(env, "FERROLM_MOE_DOWN_DIRECT", true)?,
-            route_topk_block: flag(env, "FERROLM_ROUTE_TOPK_BLOCK", true)?,
+            route_topk_block: flag(env, "FERROLM_ROUTE_TOPK_BLOCK", false)?,
             head_norm_regs: flag(env, "FERROLM_QK_NORM_REGS", true)?,
             q8k: flag(env, "FERROLM_CUDA_Q8K", true)?,
             attn_grouped: flag(env, "FERROLM_ATTN_GROUPED", true)?,
