@@ -396,6 +396,7 @@ fn decode(
         h_in_gate_up: !how.h_in_gate_up,
         rows_l1: !how.rows_l1,
         down_direct: !how.down_direct,
+        gate_up_direct: !how.gate_up_direct,
         ..how
     };
     let mut outs = Vec::new();
@@ -516,12 +517,13 @@ fn decode(
         ),
         row(
             &format!(
-                "moe decode, gate/up blocks of {} warps, down prefetch {}, h quantized in gate/up {}, rows to L1 {}, down direct {}",
+                "moe decode, gate/up blocks of {} warps, down prefetch {}, h quantized in gate/up {}, rows to L1 {}, down direct {}, gate/up direct {}",
                 resized.gate_up_warps,
                 if resized.down_prefetch { "on" } else { "off" },
                 if resized.h_in_gate_up { "on" } else { "off" },
                 if resized.rows_l1 { "on" } else { "off" },
-                if resized.down_direct { "on" } else { "off" }
+                if resized.down_direct { "on" } else { "off" },
+                if resized.gate_up_direct { "on" } else { "off" }
             ),
             shape.clone(),
             "the plan's gate/up blocks",

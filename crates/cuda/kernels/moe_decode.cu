@@ -56,10 +56,12 @@
 #define MOE_MIN_BLOCKS(T, N) (MOE_LEAN(T, N) ? 3 : (N) <= 2 ? 2 : 1)
 // The bits of the kernels' `walk` argument: the activations through shared memory
 // (stage_q8_1; wide walks only), a warp's rows asked of L1 before its walk (rows_to_l1), one
-// token's down tasks dealt straight to the warps (moe_down_one_token).
+// token's down tasks dealt straight to the warps (moe_down_one_token), one token's gate/up slot
+// walked without the members' masks.
 #define MOE_WALK_STAGE 1
 #define MOE_WALK_ROWS_L1 2
 #define MOE_WALK_ONE_TOKEN 4
+#define MOE_WALK_GATE_UP_ONE 8
 
 // Bit q of the mask: slot q (< nslots) names expert e. Every lane gets the same mask.
 static __device__ __forceinline__ void slots_of(const int *__restrict__ ids, int nslots, int e,
@@ -190,13 +192,8 @@ moe_gate_up(const void *__restrict__ gate, const void *__restrict__ up,
     if (walk & MOE_WALK_ROWS_L1) {
         rows_to_l1(rows, bpr * (int)sizeof(B), threadIdx.x);
     }
-    // More members than NTOK only if a token named an expert twice: another round.
-    for (;;) {
-        int member[NTOK];
-        const int live = take_members<NTOK>(mask, member);
-        if (live == 0) {
-            return;
-        }
+    // The walk of the rows for up to NTOK member slots (live of them) of this expert.
+    const auto walk_members = [&](const int (&member)[NTOK], int live) {
         float acc[NTOK][2 * GR] = {};
         if constexpr (CAN_STAGE) {
             if (staged) {
@@ -238,6 +235,25 @@ moe_gate_up(const void *__restrict__ gate, const void *__restrict__ up,
                 h[(size_t)member[j] * n_ff + r0 + i] = ep.act(e, r0 + i, n_ff, g, u);
             }
         }
+    };
+    // At one token with MOE_WALK_GATE_UP_ONE the slot walks for itself straight away
+    // (only_slot's mask gives the same one member), without the masks' rounds, which put
+    // local-memory round trips ahead of the walk.
+    if constexpr (NTOK == 1) {
+        if (walk & MOE_WALK_GATE_UP_ONE) {
+            const int member[1] = {s};
+            walk_members(member, 1);
+            return;
+        }
+    }
+    // More members than NTOK only if a token named an expert twice: another round.
+    for (;;) {
+        int member[NTOK];
+        const int live = take_members<NTOK>(mask, member);
+        if (live == 0) {
+            return;
+        }
+        walk_members(member, live);
     }
 }
 

@@ -92,17 +92,19 @@ static __device__ __forceinline__ bool ranks_before(float p, int e, float q, int
     return p > q || (p == q && e < f);
 }
 
-// Softmax and top-k of one token's logits, one warp: lane l holds experts l, l + 32, ...; k
-// rounds of a warp-wide arg-max, the winner struck out (probabilities are >= 0, so -1 is below
-// every live one). Lane j keeps slot j (k <= 32).
-static __device__ __forceinline__ void topk_token(const float *l, int *__restrict__ ids,
-                                                  float *__restrict__ weights, int t,
-                                                  int n_expert, int k, int gating,
-                                                  const float *__restrict__ bias, int lane) {
-    float p[TOPK_PER_LANE];
+// Softmax and top-k of one token's logits, one warp: lane l holds experts l, l + 32, ... (PER
+// of them, n_expert <= 32 * PER); k rounds of a warp-wide arg-max, the winner struck out
+// (probabilities are >= 0, so -1 is below every live one). Lane j keeps slot j (k <= 32).
+template <int PER>
+static __device__ __forceinline__ void topk_token_lanes(const float *l, int *__restrict__ ids,
+                                                        float *__restrict__ weights, int t,
+                                                        int n_expert, int k, int gating,
+                                                        const float *__restrict__ bias,
+                                                        int lane) {
+    float p[PER];
     float mx = NEG_INF;
 #pragma unroll
-    for (int i = 0; i < TOPK_PER_LANE; ++i) {
+    for (int i = 0; i < PER; ++i) {
         const int e = lane + WARP_SIZE * i;
         if (e < n_expert) {
             p[i] = bias != nullptr ? __fadd_rn(l[e], bias[e]) : l[e];
@@ -117,14 +119,14 @@ static __device__ __forceinline__ void topk_token(const float *l, int *__restric
         mx = warp_max(mx);
         float sum = 0.0f;
 #pragma unroll
-        for (int i = 0; i < TOPK_PER_LANE; ++i) {
+        for (int i = 0; i < PER; ++i) {
             const int e = lane + WARP_SIZE * i;
             p[i] = e < n_expert ? exp_rn(p[i] - mx) : -1.0f;
             sum += e < n_expert ? p[i] : 0.0f;
         }
         const float inv = 1.0f / warp_sum(sum);
 #pragma unroll
-        for (int i = 0; i < TOPK_PER_LANE; ++i) {
+        for (int i = 0; i < PER; ++i) {
             p[i] = p[i] >= 0.0f ? p[i] * inv : -1.0f;
         }
     }
@@ -137,7 +139,7 @@ static __device__ __forceinline__ void topk_token(const float *l, int *__restric
         float bp = raw ? NEG_INF : -2.0f;
         int be = n_expert;
 #pragma unroll
-        for (int i = 0; i < TOPK_PER_LANE; ++i) {
+        for (int i = 0; i < PER; ++i) {
             if (p[i] > bp) {
                 bp = p[i];
                 be = lane + WARP_SIZE * i;
@@ -153,7 +155,7 @@ static __device__ __forceinline__ void topk_token(const float *l, int *__restric
             }
         }
 #pragma unroll
-        for (int i = 0; i < TOPK_PER_LANE; ++i) {
+        for (int i = 0; i < PER; ++i) {
             if (lane + WARP_SIZE * i == be) {
                 p[i] = struck;
             }
@@ -187,6 +189,24 @@ static __device__ __forceinline__ void topk_token(const float *l, int *__restric
     if (lane < k) {
         ids[(size_t)t * k + lane] = my_e;
         weights[(size_t)t * k + lane] = my_p;
+    }
+}
+
+// topk_token_lanes with as few experts a lane as n_expert allows: the lane's loops (a scan
+// and a strike-out a round, k rounds, and the softmax's exponentials) are unrolled over PER
+// entries, guarded past n_expert, so the unused ones only cost instructions on the router
+// launch's chain (OLMoE's 64 experts take 2 a lane, qwen3-30b-a3b's 128 take 4, where all
+// took 8). Entries past n_expert never win a round and add nothing: the same bits.
+static __device__ __forceinline__ void topk_token(const float *l, int *__restrict__ ids,
+                                                  float *__restrict__ weights, int t,
+                                                  int n_expert, int k, int gating,
+                                                  const float *__restrict__ bias, int lane) {
+    if (n_expert <= 2 * WARP_SIZE) {
+        topk_token_lanes<2>(l, ids, weights, t, n_expert, k, gating, bias, lane);
+    } else if (n_expert <= 4 * WARP_SIZE) {
+        topk_token_lanes<4>(l, ids, weights, t, n_expert, k, gating, bias, lane);
+    } else {
+        topk_token_lanes<TOPK_PER_LANE>(l, ids, weights, t, n_expert, k, gating, bias, lane);
     }
 }
 

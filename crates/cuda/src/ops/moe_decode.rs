@@ -523,10 +523,13 @@ impl MoeDecode {
 
 /// Whether `ty` takes its `narrow_` entry points under `how`.
 /// The fused kernels' `walk` argument: `stage` (stage_args: the activations through shared
-/// memory, MOE_WALK_STAGE), MOE_WALK_ROWS_L1 and MOE_WALK_ONE_TOKEN where the plan asks for
-/// them.
+/// memory, MOE_WALK_STAGE), MOE_WALK_ROWS_L1, MOE_WALK_ONE_TOKEN and MOE_WALK_GATE_UP_ONE where
+/// the plan asks for them.
 fn walk_bits(how: &ExpertMatVec, stage: i32) -> i32 {
-    stage | if how.rows_l1 { 2 } else { 0 } | if how.down_direct { 4 } else { 0 }
+    stage
+        | if how.rows_l1 { 2 } else { 0 }
+        | if how.down_direct { 4 } else { 0 }
+        | if how.gate_up_direct { 8 } else { 0 }
 }
 
 fn narrow(how: &ExpertMatVec, ty: GgmlType) -> bool {

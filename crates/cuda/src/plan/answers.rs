@@ -218,6 +218,9 @@ pub struct ExpertMatVec {
     /// At one token the down kernel deals each slot's rows straight to its warps, without
     /// the leader search over every slot's masks: the same bits.
     pub down_direct: bool,
+    /// At one token each gate/up warp walks its slot straight away, without the members'
+    /// masks: the same bits.
+    pub gate_up_direct: bool,
 }
 
 /// How `moe_gemm` runs a ubatch's experts.

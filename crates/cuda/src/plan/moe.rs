@@ -102,6 +102,7 @@ impl Plan {
             h_in_gate_up: self.switches.moe_h_in_gate_up,
             rows_l1: self.switches.moe_rows_l1,
             down_direct: self.switches.moe_down_direct,
+            gate_up_direct: self.switches.moe_gate_up_direct,
         }
     }
 

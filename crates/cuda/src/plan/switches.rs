@@ -99,6 +99,11 @@ pub struct Switches {
     /// local-memory round trips ahead of each warp's first weight load. The same bits. On:
     /// the down kernel 27-32% faster, tg128 +5% (qwen3-30b-a3b) and +7% (OLMoE) on the H100.
     pub moe_down_direct: bool,
+    /// `FERROLM_MOE_GATE_UP_DIRECT=1`: at one token each warp of the fused MoE gate/up kernel
+    /// walks its slot straight away, as `FERROLM_MOE_DOWN_DIRECT` does for down, without the
+    /// members' masks (local memory in session 36's ncu: `STL`/`LDL` ahead of the walk). The
+    /// same bits. Off until measured (written after session 36's last device call).
+    pub moe_gate_up_direct: bool,
     /// `FERROLM_ROUTE_TOPK_BLOCK=1`: the router launch's last block takes one token's softmax
     /// and top-k with all its threads (an expert a thread, each expert's slot its rank), where
     /// one warp takes k rounds of arg-max (over a thousand instructions in a row, session 36's
@@ -299,6 +304,7 @@ impl Default for Switches {
             moe_h_in_gate_up: false,
             moe_rows_l1: false,
             moe_down_direct: true,
+            moe_gate_up_direct: false,
             route_topk_block: false,
             head_norm_regs: true,
             q8k: true,
@@ -485,6 +491,7 @@ impl Switches {
             moe_h_in_gate_up: flag(env, "FERROLM_MOE_H_IN_GATE_UP", false)?,
             moe_rows_l1: flag(env, "FERROLM_MOE_ROWS_L1", false)?,
             moe_down_direct: flag(env, "FERROLM_MOE_DOWN_DIRECT", true)?,
+            moe_gate_up_direct: flag(env, "FERROLM_MOE_GATE_UP_DIRECT", false)?,
             route_topk_block: flag(env, "FERROLM_ROUTE_TOPK_BLOCK", false)?,
             head_norm_regs: flag(env, "FERROLM_QK_NORM_REGS", true)?,
             q8k: flag(env, "FERROLM_CUDA_Q8K", true)?,
@@ -585,7 +592,7 @@ impl fmt::Display for Switches {
             self.timing_skip.join(",")
         };
         let norm_route_rows = count_or_auto(self.norm_route_rows);
-        let lines: [(&str, &str, &str); 66] = [
+        let lines: [(&str, &str, &str); 67] = [
             (
                 "FERROLM_CUDA_MMQ",
                 bit(self.mmq),
@@ -692,6 +699,11 @@ impl fmt::Display for Switches {
                 "FERROLM_MOE_DOWN_DIRECT",
                 bit(self.moe_down_direct),
                 "one token's MoE down tasks dealt straight to warps",
+            ),
+            (
+                "FERROLM_MOE_GATE_UP_DIRECT",
+                bit(self.moe_gate_up_direct),
+                "one token's MoE gate/up slot walked straight away",
             ),
             (
                 "FERROLM_ROUTE_TOPK_BLOCK",

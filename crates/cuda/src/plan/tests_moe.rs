@@ -35,6 +35,7 @@ fn moe_path_by_tokens() {
                     h_in_gate_up: false,
                     rows_l1: false,
                     down_direct: true,
+                    gate_up_direct: false,
                 })
             };
             // One token's gate/up in blocks of 4 warps (MOE_GATE_UP_WARPS_ONE), more in 8.
@@ -139,6 +140,10 @@ fn moe_switches() {
     assert!(matches!(plan(&[]).moe(&s(1)), MoePath::MatVec(m) if m.down_direct));
     let search = plan(&[("FERROLM_MOE_DOWN_DIRECT", "0")]);
     assert!(matches!(search.moe(&s(1)), MoePath::MatVec(m) if !m.down_direct));
+    // And gate/up's: off unless switched on.
+    assert!(matches!(plan(&[]).moe(&s(1)), MoePath::MatVec(m) if !m.gate_up_direct));
+    let direct = plan(&[("FERROLM_MOE_GATE_UP_DIRECT", "1")]);
+    assert!(matches!(direct.moe(&s(1)), MoePath::MatVec(m) if m.gate_up_direct));
     let two = plan(&[("FERROLM_MOE_GATE_UP_WARPS", "2")]);
     assert!(matches!(two.moe(&s(4)), MoePath::MatVec(m) if m.gate_up_warps == 2));
     let bad = super::tests::parse(&[("FERROLM_MOE_GATE_UP_WARPS", "16")]);
