@@ -5,7 +5,10 @@
 # of each kernel in KERNELS under ncu with the first switch and without (time, SM cycles,
 # instructions), then cuda-parity (PARITY=0 skips it). Usage, from the repo root,
 # .device-carry/ holding ferrolm.xz and llama.tar.xz:
-#   [PRESETS=...] [SWITCHES="A=1 B=0"] [KERNELS=...] bash tools/device/s36_check.sh
+#   [PRESETS=...] [SWITCHES="A=1 B=0 A=1,B=0"] [KERNELS=...] bash tools/device/s36_check.sh
+# (an entry's commas separate settings taken together). The next session's first call:
+#   SWITCHES="FERROLM_MOE_GATE_UP_DIRECT=1 FERROLM_MOE_LEAN=1 FERROLM_MOE_GATE_UP_DIRECT=1,FERROLM_MOE_LEAN=1" \
+#   KERNELS="moe_gate_up_q4_k_n1 moe_down_q6_k_n1" bash tools/device/s36_check.sh
 source tools/device/carried.sh
 PRESETS=${PRESETS:-"qwen3-30b-a3b olmoe-1b-7b"}
 SWITCHES=${SWITCHES:-${SWITCH:-FERROLM_MOE_ROWS_L1=1}}
@@ -18,7 +21,7 @@ for P in $PRESETS; do
   echo "== $P llama-bench: $(timeout 100 $L/llama-bench -m $F -ngl 99 -fa 1 -p 0 -n 128 -r 2 2>&1 | grep -E '^\| .*tg' | awk -F'|' '{print $(NF-1)}')"
   for round in 1 2; do
     line="== $P round $round, default $(tg A=0)"
-    for s in $SWITCHES; do line="$line / $s $(tg $s)"; done
+    for s in $SWITCHES; do line="$line / $s $(tg ${s//,/ })"; done
     echo "$line at $(( $(date +%s) - t0 )) s"
   done
 done

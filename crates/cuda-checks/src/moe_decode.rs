@@ -397,6 +397,7 @@ fn decode(
         rows_l1: !how.rows_l1,
         down_direct: !how.down_direct,
         gate_up_direct: !how.gate_up_direct,
+        lean: !how.lean,
         ..how
     };
     let mut outs = Vec::new();
@@ -517,13 +518,14 @@ fn decode(
         ),
         row(
             &format!(
-                "moe decode, gate/up blocks of {} warps, down prefetch {}, h quantized in gate/up {}, rows to L1 {}, down direct {}, gate/up direct {}",
+                "moe decode, gate/up blocks of {} warps, down prefetch {}, h quantized in gate/up {}, rows to L1 {}, down direct {}, gate/up direct {}, lean {}",
                 resized.gate_up_warps,
                 if resized.down_prefetch { "on" } else { "off" },
                 if resized.h_in_gate_up { "on" } else { "off" },
                 if resized.rows_l1 { "on" } else { "off" },
                 if resized.down_direct { "on" } else { "off" },
-                if resized.gate_up_direct { "on" } else { "off" }
+                if resized.gate_up_direct { "on" } else { "off" },
+                if resized.lean { "on" } else { "off" }
             ),
             shape.clone(),
             "the plan's gate/up blocks",

@@ -29,7 +29,11 @@
 //   u32 a slot and 256-row group, zero between launches).
 // - moe_down_<type>_n<NTOK>: grid ceil(n_embd / DR), DR = MOE_DOWN_ROWS(TYPE, NTOK); the block's
 //   warps share out the leading experts, each warp DR output rows of its experts, or half of
-//   them when there are at most MOE_NWARPS / 2 leaders (moe_down_tasks).
+//   them when there are at most MOE_NWARPS / 2 leaders (moe_down_tasks; at one token with
+//   MOE_WALK_ONE_TOKEN, moe_down_one_token deals the same tasks without the search).
+// - moe_{gate_up,down}_lean_<type>_n1 (Q4_K, Q5_K, Q6_K): as the n1 entries in MXFP4's lean
+//   shape (MOE_GATE_ROWS_AS, MOE_DOWN_ROWS_AS, MOE_MIN_BLOCKS_AS with LEAN).
+// Both take `walk`, the MOE_WALK_* bits below.
 // - moe_slot_matvec_<type>: grid ceil(rows / MOE_NWARPS); warp = one row of one slot's expert.
 // - moe_combine: grid ceil(n_embd / 128), 128 threads.
 #include "common.cuh"
@@ -42,9 +46,15 @@
 // MXFP4 at one token takes half as many, in blocks of at most 80 registers (three an SM, not
 // two): more warps in flight (gpt-oss-20b tg128 +5% on the H200; Q4_K and Q6_K lost with it,
 // docs/perf.md session 20).
+// The `lean_` entries (FERROLM_MOE_LEAN: Q4_K, Q5_K and Q6_K at one token) take the same
+// shape: each warp's instruction chain half as long, twice the warps (session 36: a one-token
+// expert kernel's time is its warps' chains).
 #define MOE_LEAN(T, N) ((T) == GGML_TYPE_MXFP4 && (N) == 1)
-#define MOE_GATE_ROWS(T, N) (MOE_LEAN(T, N) ? 2 : (N) <= 2 ? 4 : 1)
-#define MOE_DOWN_ROWS(T, N) (MOE_LEAN(T, N) ? 4 : (N) <= 2 ? 8 : 2)
+#define MOE_GATE_ROWS_AS(LEAN, N) ((LEAN) ? 2 : (N) <= 2 ? 4 : 1)
+#define MOE_DOWN_ROWS_AS(LEAN, N) ((LEAN) ? 4 : (N) <= 2 ? 8 : 2)
+#define MOE_MIN_BLOCKS_AS(LEAN, N) ((LEAN) ? 3 : (N) <= 2 ? 2 : 1)
+#define MOE_GATE_ROWS(T, N) MOE_GATE_ROWS_AS(MOE_LEAN(T, N), N)
+#define MOE_DOWN_ROWS(T, N) MOE_DOWN_ROWS_AS(MOE_LEAN(T, N), N)
 // Slots (tokens × experts a token) a launch takes, as 32-bit ballot words.
 #define MOE_MAX_SLOTS 128
 #define MOE_MASK_WORDS (MOE_MAX_SLOTS / WARP_SIZE)
@@ -53,7 +63,7 @@
 #define MOE_UNROLL(N) ((N) <= 2 ? 4 : 1)
 // Blocks an SM must fit: at one or two tokens, two (<= 128 registers), for more latency hiding
 // on these memory-bound kernels; more tokens need their registers for the columns.
-#define MOE_MIN_BLOCKS(T, N) (MOE_LEAN(T, N) ? 3 : (N) <= 2 ? 2 : 1)
+#define MOE_MIN_BLOCKS(T, N) MOE_MIN_BLOCKS_AS(MOE_LEAN(T, N), N)
 // The bits of the kernels' `walk` argument: the activations through shared memory
 // (stage_q8_1; wide walks only), a warp's rows asked of L1 before its walk (rows_to_l1), one
 // token's down tasks dealt straight to the warps (moe_down_one_token), one token's gate/up slot
@@ -192,8 +202,26 @@ moe_gate_up(const void *__restrict__ gate, const void *__restrict__ up,
     if (walk & MOE_WALK_ROWS_L1) {
         rows_to_l1(rows, bpr * (int)sizeof(B), threadIdx.x);
     }
-    // The walk of the rows for up to NTOK member slots (live of them) of this expert.
-    const auto walk_members = [&](const int (&member)[NTOK], int live) {
+    // At one token with MOE_WALK_GATE_UP_ONE the slot walks for itself straight away
+    // (only_slot's mask gives the same one member), without the masks' rounds, which put
+    // local-memory round trips ahead of the walk. Otherwise more members than NTOK only if a
+    // token named an expert twice: another round.
+    const bool direct = NTOK == 1 && (walk & MOE_WALK_GATE_UP_ONE);
+    for (int round = 0;; ++round) {
+        int member[NTOK];
+        int live;
+        if (direct) {
+            if (round > 0) {
+                return;
+            }
+            member[0] = s;
+            live = 1;
+        } else {
+            live = take_members<NTOK>(mask, member);
+            if (live == 0) {
+                return;
+            }
+        }
         float acc[NTOK][2 * GR] = {};
         if constexpr (CAN_STAGE) {
             if (staged) {
@@ -235,25 +263,6 @@ moe_gate_up(const void *__restrict__ gate, const void *__restrict__ up,
                 h[(size_t)member[j] * n_ff + r0 + i] = ep.act(e, r0 + i, n_ff, g, u);
             }
         }
-    };
-    // At one token with MOE_WALK_GATE_UP_ONE the slot walks for itself straight away
-    // (only_slot's mask gives the same one member), without the masks' rounds, which put
-    // local-memory round trips ahead of the walk.
-    if constexpr (NTOK == 1) {
-        if (walk & MOE_WALK_GATE_UP_ONE) {
-            const int member[1] = {s};
-            walk_members(member, 1);
-            return;
-        }
-    }
-    // More members than NTOK only if a token named an expert twice: another round.
-    for (;;) {
-        int member[NTOK];
-        const int live = take_members<NTOK>(mask, member);
-        if (live == 0) {
-            return;
-        }
-        walk_members(member, live);
     }
 }
 
@@ -602,9 +611,9 @@ static __device__ __noinline__ void quantize_h_in_last_block(const float *h,
     }
 }
 
-// One token count's pair of entries, `moe_{gate_up,down}_<NAME>_n<N>`.
-#define MOE_ENTRIES(NAME, TYPE, N, WIDE)                                                            \
-    extern "C" __global__ void __launch_bounds__(MOE_NWARPS *WARP_SIZE, MOE_MIN_BLOCKS(TYPE, N))    \
+// One token count's pair of entries, `moe_{gate_up,down}_<NAME>_n<N>`, in the shape LEAN picks.
+#define MOE_ENTRIES_AS(NAME, TYPE, N, WIDE, LEAN)                                                   \
+    extern "C" __global__ void __launch_bounds__(MOE_NWARPS *WARP_SIZE, MOE_MIN_BLOCKS_AS(LEAN, N)) \
         moe_gate_up_##NAME##_n##N(const void *__restrict__ gate, const void *__restrict__ up,       \
                                   const block_q8_1 *__restrict__ x, const int *__restrict__ ids,    \
                                   float *__restrict__ h, int n_embd, int n_ff, int n_expert,        \
@@ -614,13 +623,13 @@ static __device__ __noinline__ void quantize_h_in_last_block(const float *h,
                                   block_q8_1 *__restrict__ hq, int hq_k, unsigned *hq_done) {       \
         dependent_launch_entry();                                                                   \
         const ExpertEpilogue ep{gate_bias, up_bias, nullptr, alpha, limit};                         \
-        moe_gate_up<TYPE, N, WIDE, MOE_GATE_ROWS(TYPE, N), MOE_UNROLL(N)>(                          \
+        moe_gate_up<TYPE, N, WIDE, MOE_GATE_ROWS_AS(LEAN, N), MOE_UNROLL(N)>(                       \
             gate, up, x, ids, h, n_embd, n_ff, n_expert, k, walk, ep, down_l2, down_bytes);         \
         if (N == 1) {                                                                               \
-            quantize_h_in_last_block<MOE_GATE_ROWS(TYPE, N)>(h, hq, hq_k, hq_done, n_ff);           \
+            quantize_h_in_last_block<MOE_GATE_ROWS_AS(LEAN, N)>(h, hq, hq_k, hq_done, n_ff);        \
         }                                                                                           \
     }                                                                                               \
-    extern "C" __global__ void __launch_bounds__(MOE_NWARPS *WARP_SIZE, MOE_MIN_BLOCKS(TYPE, N))    \
+    extern "C" __global__ void __launch_bounds__(MOE_NWARPS *WARP_SIZE, MOE_MIN_BLOCKS_AS(LEAN, N)) \
         moe_down_##NAME##_n##N(const void *__restrict__ down, const block_q8_1 *__restrict__ hq,    \
                                const int *__restrict__ ids, const float *__restrict__ weights,      \
                                float *__restrict__ out, int n_embd, int n_ff, int n_expert,         \
@@ -628,9 +637,10 @@ static __device__ __noinline__ void quantize_h_in_last_block(const float *h,
                                int overwrite) {                                                     \
         dependent_launch_entry();                                                                   \
         const ExpertEpilogue ep{nullptr, nullptr, down_bias, 0.0f, 0.0f};                           \
-        moe_down<TYPE, N, WIDE, MOE_DOWN_ROWS(TYPE, N), MOE_UNROLL(N)>(                             \
+        moe_down<TYPE, N, WIDE, MOE_DOWN_ROWS_AS(LEAN, N), MOE_UNROLL(N)>(                          \
             down, hq, ids, weights, out, n_embd, n_ff, n_expert, k, walk, ep, overwrite);           \
     }
+#define MOE_ENTRIES(NAME, TYPE, N, WIDE) MOE_ENTRIES_AS(NAME, TYPE, N, WIDE, MOE_LEAN(TYPE, N))
 
 #define MOE_FORMAT(NAME, TYPE, WIDE)                                                                \
     MOE_ENTRIES(NAME, TYPE, 1, WIDE)                                                                \
@@ -661,6 +671,10 @@ MOE_FORMAT(q4_k, GGML_TYPE_Q4_K, true)
 MOE_FORMAT(q5_k, GGML_TYPE_Q5_K, true)
 MOE_FORMAT(q6_k, GGML_TYPE_Q6_K, true)
 MOE_FORMAT(mxfp4, GGML_TYPE_MXFP4, true)
+// FERROLM_MOE_LEAN: the K-quants' one-token entries in MXFP4's lean shape.
+MOE_ENTRIES_AS(lean_q4_k, GGML_TYPE_Q4_K, 1, true, true)
+MOE_ENTRIES_AS(lean_q5_k, GGML_TYPE_Q5_K, 1, true, true)
+MOE_ENTRIES_AS(lean_q6_k, GGML_TYPE_Q6_K, 1, true, true)
 // FERROLM_MMVQ_WIDE=0: the narrow walk for the formats that have a wide one.
 MOE_FORMAT(narrow_q4_k, GGML_TYPE_Q4_K, false)
 MOE_FORMAT(narrow_q6_k, GGML_TYPE_Q6_K, false)

@@ -31,14 +31,20 @@ const MAX_SLOTS: usize = 128;
 /// Warps per block (the kernel's MOE_NWARPS; the gate/up kernel's most).
 pub(crate) const MOE_DECODE_WARPS: u32 = 8;
 
-/// MXFP4 at one token takes half the rows in more blocks an SM (the kernel's MOE_LEAN).
-fn lean(ty: GgmlType, n: usize) -> bool {
-    ty == GgmlType::Mxfp4 && n == 1
+/// MXFP4 at one token takes half the rows in more blocks an SM (the kernel's MOE_LEAN), and so
+/// do the K-quants' `lean_` entries where the plan asks (FERROLM_MOE_LEAN; wide walks).
+fn lean(how: &ExpertMatVec, ty: GgmlType, n: usize) -> bool {
+    n == 1 && (ty == GgmlType::Mxfp4 || (how.lean && how.wide && has_lean(ty)))
 }
 
-/// Rows of gate (and of up) a warp takes for `n` tokens of `ty` (the kernel's MOE_GATE_ROWS).
-fn gate_rows(ty: GgmlType, n: usize) -> usize {
-    if lean(ty, n) {
+/// Formats with `moe_{gate_up,down}_lean_<type>_n1` entries.
+fn has_lean(ty: GgmlType) -> bool {
+    matches!(ty, GgmlType::Q4K | GgmlType::Q5K | GgmlType::Q6K)
+}
+
+/// Rows of gate (and of up) a warp takes for `n` tokens (the kernel's MOE_GATE_ROWS_AS).
+fn gate_rows(lean: bool, n: usize) -> usize {
+    if lean {
         2
     } else if n <= 2 {
         4
@@ -47,9 +53,9 @@ fn gate_rows(ty: GgmlType, n: usize) -> usize {
     }
 }
 
-/// Output rows a down block takes for `n` tokens of `ty` (the kernel's MOE_DOWN_ROWS).
-fn down_rows(ty: GgmlType, n: usize) -> usize {
-    if lean(ty, n) {
+/// Output rows a down block takes for `n` tokens (the kernel's MOE_DOWN_ROWS_AS).
+fn down_rows(lean: bool, n: usize) -> usize {
+    if lean {
         4
     } else if n <= 2 {
         8
@@ -125,6 +131,9 @@ pub struct MoeDecode {
     /// `moe_down_[narrow_]<type>_n<tokens>`.
     gate_up: HashMap<(GgmlType, usize, bool), CudaFunction>,
     down: HashMap<(GgmlType, usize, bool), CudaFunction>,
+    /// type -> `moe_gate_up_lean_<type>_n1` / `moe_down_lean_<type>_n1` (FERROLM_MOE_LEAN).
+    gate_up_lean: HashMap<GgmlType, CudaFunction>,
+    down_lean: HashMap<GgmlType, CudaFunction>,
     /// (type, narrow) -> `moe_slot_matvec_[narrow_]<type>`.
     slot_matvec: HashMap<(GgmlType, bool), CudaFunction>,
     combine: CudaFunction,
@@ -137,6 +146,7 @@ impl MoeDecode {
     pub fn load(dev: &CudaDevice, launch: &Launcher) -> Result<Self> {
         let (mut gate_up, mut down, mut slot_matvec) =
             (HashMap::new(), HashMap::new(), HashMap::new());
+        let (mut gate_up_lean, mut down_lean) = (HashMap::new(), HashMap::new());
         // Entry points `moe_*_<suffix>[_n<tokens>]` of the formats with expert kernels.
         for ty in super::formats::with(|f| f.experts) {
             let suffix = super::kernel_suffix(ty);
@@ -157,12 +167,19 @@ impl MoeDecode {
                 let f = dev.function(&MOE_DECODE, &format!("moe_slot_matvec_{name}"))?;
                 slot_matvec.insert((ty, narrow), f);
             }
+            if has_lean(ty) {
+                let f = |op: &str| dev.function(&MOE_DECODE, &format!("moe_{op}_lean_{suffix}_n1"));
+                gate_up_lean.insert(ty, f("gate_up")?);
+                down_lean.insert(ty, f("down")?);
+            }
         }
         Ok(Self {
             launch: launch.clone(),
             quantize: Quantize::load(dev, launch)?,
             gate_up,
             down,
+            gate_up_lean,
+            down_lean,
             slot_matvec,
             combine: dev.function(&MOE_DECODE, "moe_combine")?,
             swiglu: dev.function(&ELEMENTWISE, "swiglu_f32")?,
@@ -293,7 +310,11 @@ impl MoeDecode {
         let (k, ff, d) = (e.n_used, e.n_ff, e.n_embd());
         let ints = Ints::new(d, ff, e.n_expert, k);
         let block = (32, MOE_DECODE_WARPS, 1);
-        let gate_up = &self.gate_up[&(e.gate.ty, n, narrow(how, e.gate.ty))];
+        let lean_gate = lean(how, e.gate.ty, n);
+        let gate_up = match self.gate_up_lean.get(&e.gate.ty) {
+            Some(f) if lean_gate && e.gate.ty != GgmlType::Mxfp4 => f,
+            _ => &self.gate_up[&(e.gate.ty, n, narrow(how, e.gate.ty))],
+        };
         let mode = self.launch.mode();
         let (stage, smem) = stage_args(mode, walks_wide(how, e.gate.ty), n * d / 32);
         let walk = walk_bits(how, stage);
@@ -305,7 +326,7 @@ impl MoeDecode {
         }
         let cfg = LaunchConfig {
             grid_dim: (
-                ff.div_ceil(warps as usize * gate_rows(e.gate.ty, n)) as u32,
+                ff.div_ceil(warps as usize * gate_rows(lean_gate, n)) as u32,
                 (n * k) as u32,
                 1,
             ),
@@ -324,7 +345,7 @@ impl MoeDecode {
         let h_in_gate_up = how.h_in_gate_up
             && n == 1
             && ff.is_multiple_of(QK_K)
-            && QK_K.is_multiple_of(warps as usize * gate_rows(e.gate.ty, n));
+            && QK_K.is_multiple_of(warps as usize * gate_rows(lean_gate, n));
         let hq_k = i32::from(how.h_quant == ActQuant::Q8K);
         let mut b = self.launch.builder(gate_up);
         b.arg(&e.gate.data).arg(&e.up.data).arg(x_q8_1).arg(ids);
@@ -360,11 +381,15 @@ impl MoeDecode {
             self.quantize_h(how, e, n, work)?;
         }
 
-        let down = &self.down[&(e.down.ty, n, narrow(how, e.down.ty))];
+        let lean_down = lean(how, e.down.ty, n);
+        let down = match self.down_lean.get(&e.down.ty) {
+            Some(f) if lean_down && e.down.ty != GgmlType::Mxfp4 => f,
+            _ => &self.down[&(e.down.ty, n, narrow(how, e.down.ty))],
+        };
         let (stage, smem) = stage_args(mode, walks_wide(how, e.down.ty), n * k * ff / 32);
         let walk = walk_bits(how, stage);
         let cfg = LaunchConfig {
-            grid_dim: (d.div_ceil(down_rows(e.down.ty, n)) as u32, 1, 1),
+            grid_dim: (d.div_ceil(down_rows(lean_down, n)) as u32, 1, 1),
             block_dim: block,
             shared_mem_bytes: smem,
         };
@@ -598,28 +623,46 @@ mod tests {
         let src = MOE_DECODE.source;
         assert!(src.contains(&format!("#define MOE_NWARPS {MOE_DECODE_WARPS}")));
         assert!(src.contains("#define MOE_LEAN(T, N) ((T) == GGML_TYPE_MXFP4 && (N) == 1)"));
-        assert!(src.contains("#define MOE_GATE_ROWS(T, N) (MOE_LEAN(T, N) ? 2 : (N) <= 2 ? 4 : 1)"));
-        assert!(src.contains("#define MOE_DOWN_ROWS(T, N) (MOE_LEAN(T, N) ? 4 : (N) <= 2 ? 8 : 2)"));
-        let q4k = GgmlType::Q4K;
+        assert!(src.contains("#define MOE_GATE_ROWS_AS(LEAN, N) ((LEAN) ? 2 : (N) <= 2 ? 4 : 1)"));
+        assert!(src.contains("#define MOE_DOWN_ROWS_AS(LEAN, N) ((LEAN) ? 4 : (N) <= 2 ? 8 : 2)"));
         assert_eq!(
             (
-                gate_rows(q4k, 2),
-                gate_rows(q4k, 3),
-                down_rows(q4k, 2),
-                down_rows(q4k, 3)
+                gate_rows(false, 1),
+                gate_rows(false, 2),
+                gate_rows(false, 3),
+                down_rows(false, 1),
+                down_rows(false, 2),
+                down_rows(false, 3)
             ),
-            (4, 1, 8, 2)
+            (4, 4, 1, 8, 8, 2)
         );
-        let mx = GgmlType::Mxfp4;
-        assert_eq!(
-            (
-                gate_rows(mx, 1),
-                gate_rows(mx, 2),
-                down_rows(mx, 1),
-                down_rows(mx, 2)
-            ),
-            (2, 4, 4, 8)
+        assert_eq!((gate_rows(true, 1), down_rows(true, 1)), (2, 4));
+        // MXFP4 at one token is always lean; the K-quants' lean entries where the plan asks.
+        let (q4k, mx) = (GgmlType::Q4K, GgmlType::Mxfp4);
+        let how = |lean| ExpertMatVec {
+            fused: true,
+            wide: true,
+            x_quant: crate::ops::ActQuant::Q8K,
+            h_quant: crate::ops::ActQuant::Q8K,
+            gate_up_warps: 4,
+            down_prefetch: false,
+            h_in_gate_up: false,
+            rows_l1: false,
+            down_direct: true,
+            gate_up_direct: false,
+            lean,
+        };
+        assert!(lean(&how(false), mx, 1) && !lean(&how(false), mx, 2));
+        assert!(
+            !lean(&how(false), q4k, 1) && lean(&how(true), q4k, 1) && !lean(&how(true), q4k, 2)
         );
+        for ty in [q4k, GgmlType::Q5K, GgmlType::Q6K] {
+            let name = super::super::kernel_suffix(ty);
+            assert!(
+                src.contains(&format!("MOE_ENTRIES_AS(lean_{name}, ")),
+                "{name}"
+            );
+        }
         assert!(src.contains(&format!("#define MOE_MAX_SLOTS {MAX_SLOTS}")));
         assert!(src.contains(&format!(
             "MOE_ENTRIES(NAME, TYPE, {MOE_DECODE_MAX_TOKENS}, WIDE)"

@@ -221,6 +221,9 @@ pub struct ExpertMatVec {
     /// At one token each gate/up warp walks its slot straight away, without the members'
     /// masks: the same bits.
     pub gate_up_direct: bool,
+    /// At one token the K-quants' experts take the `lean_` kernels: half the rows a warp,
+    /// twice the warps, three blocks an SM (MXFP4's shape). Not the bits.
+    pub lean: bool,
 }
 
 /// How `moe_gemm` runs a ubatch's experts.

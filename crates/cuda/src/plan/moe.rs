@@ -103,6 +103,7 @@ impl Plan {
             rows_l1: self.switches.moe_rows_l1,
             down_direct: self.switches.moe_down_direct,
             gate_up_direct: self.switches.moe_gate_up_direct,
+            lean: self.switches.moe_lean,
         }
     }
 

@@ -104,6 +104,13 @@ pub struct Switches {
     /// members' masks (local memory in session 36's ncu: `STL`/`LDL` ahead of the walk). The
     /// same bits. Off until measured (written after session 36's last device call).
     pub moe_gate_up_direct: bool,
+    /// `FERROLM_MOE_LEAN=1`: at one token the fused MoE kernels of Q4_K, Q5_K and Q6_K experts
+    /// take MXFP4's lean shape (`moe_*_lean_<type>_n1`: 2 gate and up rows a warp and 4 down
+    /// rows a block where they take 4 and 8, three blocks an SM): each warp's instruction chain
+    /// half as long and twice the warps, which is what session 36 found these kernels' time to
+    /// be. Session 20 measured the shape slower for the K-quants, before the down kernel's
+    /// leader search went. The same bits. Off until measured.
+    pub moe_lean: bool,
     /// `FERROLM_ROUTE_TOPK_BLOCK=1`: the router launch's last block takes one token's softmax
     /// and top-k with all its threads (an expert a thread, each expert's slot its rank), where
     /// one warp takes k rounds of arg-max (over a thousand instructions in a row, session 36's
@@ -305,6 +312,7 @@ impl Default for Switches {
             moe_rows_l1: false,
             moe_down_direct: true,
             moe_gate_up_direct: false,
+            moe_lean: false,
             route_topk_block: false,
             head_norm_regs: true,
             q8k: true,
@@ -492,6 +500,7 @@ impl Switches {
             moe_rows_l1: flag(env, "FERROLM_MOE_ROWS_L1", false)?,
             moe_down_direct: flag(env, "FERROLM_MOE_DOWN_DIRECT", true)?,
             moe_gate_up_direct: flag(env, "FERROLM_MOE_GATE_UP_DIRECT", false)?,
+            moe_lean: flag(env, "FERROLM_MOE_LEAN", false)?,
             route_topk_block: flag(env, "FERROLM_ROUTE_TOPK_BLOCK", false)?,
             head_norm_regs: flag(env, "FERROLM_QK_NORM_REGS", true)?,
             q8k: flag(env, "FERROLM_CUDA_Q8K", true)?,
@@ -592,7 +601,7 @@ impl fmt::Display for Switches {
             self.timing_skip.join(",")
         };
         let norm_route_rows = count_or_auto(self.norm_route_rows);
-        let lines: [(&str, &str, &str); 67] = [
+        let lines: [(&str, &str, &str); 68] = [
             (
                 "FERROLM_CUDA_MMQ",
                 bit(self.mmq),
@@ -704,6 +713,11 @@ impl fmt::Display for Switches {
                 "FERROLM_MOE_GATE_UP_DIRECT",
                 bit(self.moe_gate_up_direct),
                 "one token's MoE gate/up slot walked straight away",
+            ),
+            (
+                "FERROLM_MOE_LEAN",
+                bit(self.moe_lean),
+                "one token's K-quant experts in the lean shape",
             ),
             (
                 "FERROLM_ROUTE_TOPK_BLOCK",

@@ -36,6 +36,7 @@ fn moe_path_by_tokens() {
                     rows_l1: false,
                     down_direct: true,
                     gate_up_direct: false,
+                    lean: false,
                 })
             };
             // One token's gate/up in blocks of 4 warps (MOE_GATE_UP_WARPS_ONE), more in 8.
@@ -144,6 +145,10 @@ fn moe_switches() {
     assert!(matches!(plan(&[]).moe(&s(1)), MoePath::MatVec(m) if !m.gate_up_direct));
     let direct = plan(&[("FERROLM_MOE_GATE_UP_DIRECT", "1")]);
     assert!(matches!(direct.moe(&s(1)), MoePath::MatVec(m) if m.gate_up_direct));
+    // The K-quants' lean one-token shape: off unless switched on.
+    assert!(matches!(plan(&[]).moe(&s(1)), MoePath::MatVec(m) if !m.lean));
+    let lean = plan(&[("FERROLM_MOE_LEAN", "1")]);
+    assert!(matches!(lean.moe(&s(1)), MoePath::MatVec(m) if m.lean));
     let two = plan(&[("FERROLM_MOE_GATE_UP_WARPS", "2")]);
     assert!(matches!(two.moe(&s(4)), MoePath::MatVec(m) if m.gate_up_warps == 2));
     let bad = super::tests::parse(&[("FERROLM_MOE_GATE_UP_WARPS", "16")]);

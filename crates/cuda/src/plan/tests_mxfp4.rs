@@ -59,6 +59,7 @@ fn mxfp4_experts() {
         rows_l1: false,
         down_direct: true,
         gate_up_direct: false,
+        lean: false,
     };
     assert_eq!(p.moe(&shape(1, 2880, 2880)), MoePath::MatVec(how(4)));
     assert_eq!(p.moe(&shape(8, 2880, 2880)), MoePath::MatVec(how(8)));
