@@ -310,11 +310,7 @@ impl MoeDecode {
         let (k, ff, d) = (e.n_used, e.n_ff, e.n_embd());
         let ints = Ints::new(d, ff, e.n_expert, k);
         let block = (32, MOE_DECODE_WARPS, 1);
-        let lean_gate = lean(how, e.gate.ty, n);
-        let gate_up = match self.gate_up_lean.get(&e.gate.ty) {
-            Some(f) if lean_gate && e.gate.ty != GgmlType::Mxfp4 => f,
-            _ => &self.gate_up[&(e.gate.ty, n, narrow(how, e.gate.ty))],
-        };
+        let (gate_up, lean_gate) = pick(&self.gate_up, &self.gate_up_lean, how, e.gate.ty, n);
         let mode = self.launch.mode();
         let (stage, smem) = stage_args(mode, walks_wide(how, e.gate.ty), n * d / 32);
         let walk = walk_bits(how, stage);
@@ -381,11 +377,7 @@ impl MoeDecode {
             self.quantize_h(how, e, n, work)?;
         }
 
-        let lean_down = lean(how, e.down.ty, n);
-        let down = match self.down_lean.get(&e.down.ty) {
-            Some(f) if lean_down && e.down.ty != GgmlType::Mxfp4 => f,
-            _ => &self.down[&(e.down.ty, n, narrow(how, e.down.ty))],
-        };
+        let (down, lean_down) = pick(&self.down, &self.down_lean, how, e.down.ty, n);
         let (stage, smem) = stage_args(mode, walks_wide(how, e.down.ty), n * k * ff / 32);
         let walk = walk_bits(how, stage);
         let cfg = LaunchConfig {
@@ -547,6 +539,24 @@ impl MoeDecode {
 }
 
 /// Whether `ty` takes its `narrow_` entry points under `how`.
+/// The fused kernel for `n` tokens of `ty`: its `lean_` entry where [`lean`] says so and there is
+/// one (MXFP4's own entries have the lean shape), else the wide or narrow one; and whether it
+/// has the lean shape.
+fn pick<'a>(
+    entries: &'a HashMap<(GgmlType, usize, bool), CudaFunction>,
+    lean_entries: &'a HashMap<GgmlType, CudaFunction>,
+    how: &ExpertMatVec,
+    ty: GgmlType,
+    n: usize,
+) -> (&'a CudaFunction, bool) {
+    let is_lean = lean(how, ty, n);
+    let f = match lean_entries.get(&ty) {
+        Some(f) if is_lean => f,
+        _ => &entries[&(ty, n, narrow(how, ty))],
+    };
+    (f, is_lean)
+}
+
 /// The fused kernels' `walk` argument: `stage` (stage_args: the activations through shared
 /// memory, MOE_WALK_STAGE), MOE_WALK_ROWS_L1, MOE_WALK_ONE_TOKEN and MOE_WALK_GATE_UP_ONE where
 /// the plan asks for them.
