@@ -186,6 +186,7 @@ pub fn all(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) -> Resu
     );
     push("moe", super::moe_decode::all(dev, k, plan, rng));
     push("norm route", super::norm_route::all(dev, k, plan, rng));
+    push("norm exact", super::norm_exact::all(dev, k, plan, rng));
     Ok(rows)
 }
 

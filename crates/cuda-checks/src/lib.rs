@@ -27,6 +27,7 @@ mod mmvq_mma;
 mod mmvq_triple;
 mod moe;
 mod moe_decode;
+mod norm_exact;
 mod norm_matvec;
 mod norm_route;
 mod rope_store;

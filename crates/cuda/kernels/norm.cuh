@@ -66,6 +66,27 @@ static __device__ __forceinline__ float add_norm_scale(float *x, const float *ad
     return 1.0f / sqrtf(mean + eps);
 }
 
+// add_norm_scale where the row is exactly R elements a thread (n == R * blockDim.x, R <=
+// NORM_REGS): the same sums in the same order, without the guarded iterations past R.
+template <int R>
+static __device__ __forceinline__ float add_norm_scale_exact(float *x, const float *add,
+                                                             size_t base, int n, float eps,
+                                                             bool write_x,
+                                                             float (&xr)[NORM_REGS],
+                                                             double *scratch) {
+    static_assert(R <= NORM_REGS, "registers a thread");
+    double sum = 0.0;
+#pragma unroll
+    for (int k = 0; k < R; ++k) {
+        xr[k] = norm_input(x, add, base + threadIdx.x + k * blockDim.x, write_x);
+        const double v = xr[k];
+        sum += v * v;
+    }
+    sum = block_sum(sum, scratch);
+    const float mean = (float)(sum / (double)n);
+    return 1.0f / sqrtf(mean + eps);
+}
+
 // add_norm_scale's result for the row x (+ add) of n elements as a block of nt threads computes
 // it (nt = norm_threads(n), ops/norm_rope.rs), by a block of any bt threads (bt a multiple of
 // 32 dividing nt, nt / bt <= MAXV, 1-D or 2-D with blockDim.x = 32): thread tid stands for the

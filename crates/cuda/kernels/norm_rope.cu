@@ -34,6 +34,48 @@ extern "C" __global__ void rms_norm_f32(const float *x, const float *__restrict_
     rms_norm_group(x, w, out, n, eps, blockIdx.x);
 }
 
+// Most elements of a row add_rms_norm_exact stages in shared memory for the Q8_K pass.
+#define NORM_STAGE_MAX 4096
+
+// add_rms_norm_q8_1_f32 where the row is exactly R elements a thread (n == R * blockDim.x: a
+// decode row of 2,048 or 4,096 over norm_threads' 512 or 1,024): its loops without the guarded
+// iterations that NORM_REGS leaves past R, and the Q8_K pass reading the normed row from shared
+// memory instead of back from L2 after the barrier. This launch is one block at one token, so
+// its warps' instruction chains and round trips are the step's (session 36). The same
+// operations on the same values: the same bits. `row`: NORM_STAGE_MAX floats of shared memory.
+template <int R>
+static __device__ __forceinline__ void
+add_rms_norm_exact(float *x, const float *__restrict__ add, const NormWeights &wr, float *out,
+                   block_q8_1 *__restrict__ outq, int n, float eps, int q8k,
+                   uint16_t *__restrict__ out16, double *scratch, float *row) {
+    const size_t base = (size_t)blockIdx.x * n;
+    const bool staged = q8k && n <= NORM_STAGE_MAX;
+    float xr[NORM_REGS];
+    const float scale = add_norm_scale_exact<R>(x, add, base, n, eps, true, xr, scratch);
+#pragma unroll
+    for (int k = 0; k < R; ++k) {
+        const int i = threadIdx.x + k * blockDim.x;
+        const float o = __fmul_rn(__fmul_rn(xr[k], scale), wr.v[k]);
+        out[base + i] = o;
+        if (out16 != nullptr) {
+            out16[base + i] = f32_to_f16_bits(o);
+        }
+        if (!q8k) {
+            quantize_q8_1_warp(o, outq + (base + i) / QK8_1);
+        } else if (staged) {
+            row[i] = o;
+        }
+    }
+    if (q8k) {
+        __syncthreads(); // the 256-value groups span warps
+        const float *src = staged ? row : out + base;
+        const int warp = threadIdx.x / WARP_SIZE, nwarps = blockDim.x / WARP_SIZE;
+        for (int g = warp; g < n / QK_K; g += nwarps) {
+            quantize_q8_k_warp(src + (size_t)g * QK_K, outq + base / QK8_1 + g * 8);
+        }
+    }
+}
+
 // The fusion of add_f32, rms_norm_f32 and quantize_q8_1 (or quantize_q8_k when q8k), bit for
 // bit: when `add` is not null, x += add first (written back); then out = rms_norm(x) * w as
 // rms_norm_f32, and outq = the activation blocks of out. Launch as rms_norm_f32 (same block
@@ -41,12 +83,32 @@ extern "C" __global__ void rms_norm_f32(const float *x, const float *__restrict_
 // row is one block, so its latency is the kernel's: the weights come before the wait and x
 // stays in registers between the passes. With `out16` (else null), out rounded to f16 there
 // too, as gemm_wgmma.cu's round_f16 would round it for the f16 products after a batched norm.
+With `exact`, rows of exactly 2, 4 or 8 elements a thread take add_rms_norm_exact.
 extern "C" __global__ void add_rms_norm_q8_1_f32(float *x, const float *__restrict__ add,
                                                  const float *__restrict__ w, float *out,
                                                  block_q8_1 *__restrict__ outq, int n, float eps,
-                                                 int q8k, uint16_t *__restrict__ out16) {
+                                                 int q8k, uint16_t *__restrict__ out16,
+                                                 int exact) {
     const NormWeights wr = norm_weights_then_wait(w, n);
     __shared__ double scratch[32];
+    // The plan's FERROLM_NORM_EXACT (`exact`): rows of exactly 2, 4 or 8 elements a thread.
+    __shared__ float row[NORM_STAGE_MAX];
+    const int per = n / (int)blockDim.x;
+    if (exact && per * (int)blockDim.x == n) {
+        switch (per) {
+        case 2:
+            add_rms_norm_exact<2>(x, add, wr, out, outq, n, eps, q8k, out16, scratch, row);
+            return;
+        case 4:
+            add_rms_norm_exact<4>(x, add, wr, out, outq, n, eps, q8k, out16, scratch, row);
+            return;
+        case 8:
+            add_rms_norm_exact<8>(x, add, wr, out, outq, n, eps, q8k, out16, scratch, row);
+            return;
+        default:
+            break;
+        }
+    }
     const size_t base = (size_t)blockIdx.x * n;
     const int tail = threadIdx.x + NORM_REGS * blockDim.x; // first element not in registers
     float xr[NORM_REGS];

@@ -33,6 +33,10 @@ pub struct LaunchMode {
     /// Per-head q/k norms and their NEOX rotation with the normed values kept in registers
     /// (`qk_norm_head_rope_neox_f32`) where a head's pairs sit in one thread: the same bits.
     pub head_norm_regs: bool,
+    /// The fused norm's rows of exactly 2, 4 or 8 elements a thread without the guarded
+    /// register iterations, and its Q8_K pass from shared memory (`add_rms_norm_exact`): the
+    /// same bits.
+    pub norm_exact: bool,
     /// Every kernel's preferred shared-memory carveout (percent), set on its first launch;
     /// `None`: the driver's choice a kernel.
     pub carveout: Option<i32>,

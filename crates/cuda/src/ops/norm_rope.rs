@@ -241,9 +241,11 @@ impl NormRope {
             Some(h) => b.arg(h),
             None => b.arg(&null),
         };
-        // SAFETY: add_rms_norm_q8_1_f32(x, add|null, w, out, outq, n, eps, q8k, out16|null):
-        // rows of n floats in x/add/out, n/32 activation blocks per row in outq, as many
-        // halves as x's floats in out16 (asserted above).
+        let exact = i32::from(self.launch.mode().norm_exact);
+        b.arg(&exact);
+        // SAFETY: add_rms_norm_q8_1_f32(x, add|null, w, out, outq, n, eps, q8k, out16|null,
+        // exact): rows of n floats in x/add/out, n/32 activation blocks per row in outq, as
+        // many halves as x's floats in out16 (asserted above).
         unsafe { b.launch(cfg) }.during("launching add_rms_norm_q8_1_f32")?;
         Ok(())
     }

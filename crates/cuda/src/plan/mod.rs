@@ -217,6 +217,7 @@ fn launch_mode(switches: &Switches, cc: (i32, i32)) -> LaunchMode {
         weight_prefetch: dependent && switches.prefetch,
         stage_activations: switches.stage,
         head_norm_regs: switches.head_norm_regs,
+        norm_exact: switches.norm_exact,
         carveout: switches.carveout.map(|c| c as i32),
         // Leaked once a process where set: a launch mode is a plain copyable value.
         skip: if switches.timing_skip.is_empty() {

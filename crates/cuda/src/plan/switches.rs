@@ -124,6 +124,14 @@ pub struct Switches {
     /// and none of the rotation's index divisions. The same bits. On: the launch 482 -> 273
     /// instructions a warp, tg128 +3% (qwen3-30b-a3b), +2.5% (qwen3-8b), H100.
     pub head_norm_regs: bool,
+    /// `FERROLM_NORM_EXACT=1`: the fused add + RMS norm + quantize (`add_rms_norm_q8_1_f32`)
+    /// takes rows of exactly 2, 4 or 8 elements a thread (a decode row of 2,048 or 4,096) in
+    /// `add_rms_norm_exact`: its loops without the guarded iterations past them, and its Q8_K
+    /// pass from the normed row in shared memory instead of back from L2 after the barrier.
+    /// One block at one token, so its warps' chains are the step's (508 instructions a warp
+    /// on qwen3-30b-a3b, session 36). The same bits. Off until measured (written after the
+    /// session's last device call).
+    pub norm_exact: bool,
     /// `FERROLM_CUDA_Q8K`: K-quant weights meet Q8_K activations (else Q8_1).
     pub q8k: bool,
     /// `FERROLM_ATTN_GROUPED`: decode attention a block per KV head and split, for all the
@@ -315,6 +323,7 @@ impl Default for Switches {
             moe_lean: false,
             route_topk_block: false,
             head_norm_regs: true,
+            norm_exact: false,
             q8k: true,
             attn_grouped: true,
             attn_tc: true,
@@ -503,6 +512,7 @@ impl Switches {
             moe_lean: flag(env, "FERROLM_MOE_LEAN", false)?,
             route_topk_block: flag(env, "FERROLM_ROUTE_TOPK_BLOCK", false)?,
             head_norm_regs: flag(env, "FERROLM_QK_NORM_REGS", true)?,
+            norm_exact: flag(env, "FERROLM_NORM_EXACT", false)?,
             q8k: flag(env, "FERROLM_CUDA_Q8K", true)?,
             attn_grouped: flag(env, "FERROLM_ATTN_GROUPED", true)?,
             attn_tc: flag(env, "FERROLM_ATTN_TC", true)?,
@@ -601,7 +611,7 @@ impl fmt::Display for Switches {
             self.timing_skip.join(",")
         };
         let norm_route_rows = count_or_auto(self.norm_route_rows);
-        let lines: [(&str, &str, &str); 68] = [
+        let lines: [(&str, &str, &str); 69] = [
             (
                 "FERROLM_CUDA_MMQ",
                 bit(self.mmq),
@@ -728,6 +738,11 @@ impl fmt::Display for Switches {
                 "FERROLM_QK_NORM_REGS",
                 bit(self.head_norm_regs),
                 "per-head q/k norms rotated in registers",
+            ),
+            (
+                "FERROLM_NORM_EXACT",
+                bit(self.norm_exact),
+                "the fused norm on exact rows, Q8_K from shared memory",
             ),
             (
                 "FERROLM_CUDA_Q8K",

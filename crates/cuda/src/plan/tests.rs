@@ -130,7 +130,7 @@ fn tile_names() {
 #[test]
 fn display_prints_every_switch() {
     let text = plan(&[("FERROLM_MMQ_TILE", "128x64")]).to_string();
-    assert_eq!(text.lines().count(), 70, "{text}");
+    assert_eq!(text.lines().count(), 71, "{text}");
     assert!(text.contains("132 SMs, cc 9.0"));
     assert!(text
         .lines()
@@ -172,6 +172,11 @@ fn dependent_launch_from_hopper_unless_off() {
         !plan(&[("FERROLM_QK_NORM_REGS", "0")])
             .launch_mode()
             .head_norm_regs
+    );
+    assert!(
+        plan(&[("FERROLM_NORM_EXACT", "1")])
+            .launch_mode()
+            .norm_exact
     );
     let pdl = LaunchMode {
         dependent: true,
