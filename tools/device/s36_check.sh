@@ -6,9 +6,11 @@
 # instructions), then cuda-parity (PARITY=0 skips it). Usage, from the repo root,
 # .device-carry/ holding ferrolm.xz and llama.tar.xz:
 #   [PRESETS=...] [SWITCHES="A=1 B=0 A=1,B=0"] [KERNELS=...] bash tools/device/s36_check.sh
-# (an entry's commas separate settings taken together). The next session's first call:
-#   SWITCHES="FERROLM_MOE_GATE_UP_DIRECT=1 FERROLM_MOE_LEAN=1 FERROLM_MOE_GATE_UP_DIRECT=1,FERROLM_MOE_LEAN=1" \
-#   KERNELS="moe_gate_up_q4_k_n1 moe_down_q6_k_n1" bash tools/device/s36_check.sh
+# (an entry's commas separate settings taken together). The next session's first call (the
+# three switches written after session 36's last call, then all of them):
+#   SWITCHES="FERROLM_MOE_GATE_UP_DIRECT=1 FERROLM_MOE_LEAN=1 FERROLM_NORM_EXACT=1 \
+#   FERROLM_MOE_GATE_UP_DIRECT=1,FERROLM_MOE_LEAN=1,FERROLM_NORM_EXACT=1" \
+#   KERNELS="moe_gate_up_q4_k_n1 add_rms_norm_q8_1_f32" bash tools/device/s36_check.sh
 source tools/device/carried.sh
 PRESETS=${PRESETS:-"qwen3-30b-a3b olmoe-1b-7b"}
 SWITCHES=${SWITCHES:-${SWITCH:-FERROLM_MOE_ROWS_L1=1}}
