@@ -83,7 +83,7 @@ add_rms_norm_exact(float *x, const float *__restrict__ add, const NormWeights &w
 // row is one block, so its latency is the kernel's: the weights come before the wait and x
 // stays in registers between the passes. With `out16` (else null), out rounded to f16 there
 // too, as gemm_wgmma.cu's round_f16 would round it for the f16 products after a batched norm.
-With `exact`, rows of exactly 2, 4 or 8 elements a thread take add_rms_norm_exact.
+// With `exact`, rows of exactly 2, 4 or 8 elements a thread take add_rms_norm_exact.
 extern "C" __global__ void add_rms_norm_q8_1_f32(float *x, const float *__restrict__ add,
                                                  const float *__restrict__ w, float *out,
                                                  block_q8_1 *__restrict__ outq, int n, float eps,
