@@ -266,6 +266,52 @@ moe_gate_up(const void *__restrict__ gate, const void *__restrict__ up,
     }
 }
 
+// Output rows c0 + r0.. (TR of them) of expert e's down weights (expert 0's for a bad id, never
+// walked; a row past n_embd re-reads the last one, never written), asked of L1 with rows_l1.
+template <int TYPE, int TR>
+static __device__ __forceinline__ void
+down_rows_of(const void *__restrict__ down, int e, bool valid, bool rows_l1, int c0, int r0,
+             int n_embd, int bpr, const typename WeightFormat<TYPE>::block *(&rows)[TR]) {
+    typedef typename WeightFormat<TYPE>::block B;
+#pragma unroll
+    for (int i = 0; i < TR; ++i) {
+        const size_t row = (size_t)(valid ? e : 0) * n_embd + min(c0 + r0 + i, n_embd - 1);
+        rows[i] = (const B *)down + row * bpr;
+    }
+    if (valid && rows_l1) {
+        rows_to_l1(rows, bpr * (int)sizeof(B), threadIdx.x);
+    }
+}
+
+// The down walk of `rows` with the live member slots' h (from shared memory where staged,
+// else hq) into acc[j][i] (member j, row i).
+template <int TYPE, int NTOK, int TR, int UNROLL, bool WIDE>
+static __device__ __forceinline__ void
+down_accumulate(const typename WeightFormat<TYPE>::block *const (&rows)[TR],
+                const int (&member)[NTOK], int live, const block_q8_1 *__restrict__ hq,
+                Q8Shared hs, bool staged, int bpr, int bpc, float (&acc)[NTOK][TR]) {
+    typedef WeightFormat<TYPE> F;
+    if constexpr (WIDE && F::wide) {
+        if (staged) {
+            Q8Shared cols[NTOK];
+#pragma unroll
+            for (int j = 0; j < NTOK; ++j) {
+                const int m = member[j] >= 0 ? member[j] : 0;
+                cols[j] = Q8Shared{hs.q + 2 * m * bpc, hs.s + m * bpc};
+            }
+            mmvq_accumulate_warp<TYPE, NTOK, TR, UNROLL, WIDE>(rows, cols, live, bpr,
+                                                              threadIdx.x, acc);
+            return;
+        }
+    }
+    Q8Global cols[NTOK];
+#pragma unroll
+    for (int j = 0; j < NTOK; ++j) {
+        cols[j] = Q8Global{hq + (size_t)(member[j] >= 0 ? member[j] : 0) * bpc};
+    }
+    mmvq_accumulate_warp<TYPE, NTOK, TR, UNROLL, WIDE>(rows, cols, live, bpr, threadIdx.x, acc);
+}
+
 // Rows [r0, r0 + TR) of block row c0's down products for the slots of one leading expert e
 // (mask: its slots), into d[r0 + i][slot].
 template <int TYPE, int NTOK, bool WIDE, int TR, int DR, int UNROLL>
@@ -274,20 +320,10 @@ moe_down_walk(const void *__restrict__ down, const block_q8_1 *__restrict__ hq, 
               bool staged, bool rows_l1, int e, uint32_t (&mask)[MOE_MASK_WORDS], int c0, int r0, int n_embd,
               int n_ff, int n_expert, ExpertEpilogue ep, float (&d)[DR][MOE_MAX_SLOTS]) {
     typedef WeightFormat<TYPE> F;
-    typedef typename F::block B;
-    constexpr bool CAN_STAGE = WIDE && F::wide;
     const int bpr = n_ff / F::qk, bpc = n_ff / QK8_1;
     const bool valid = e >= 0 && e < n_expert;
-    const B *rows[TR];
-#pragma unroll
-    for (int i = 0; i < TR; ++i) {
-        // A row past n_embd re-reads the last one; never written.
-        const size_t row = (size_t)(valid ? e : 0) * n_embd + min(c0 + r0 + i, n_embd - 1);
-        rows[i] = (const B *)down + row * bpr;
-    }
-    if (valid && rows_l1) {
-        rows_to_l1(rows, bpr * (int)sizeof(B), threadIdx.x);
-    }
+    const typename F::block *rows[TR];
+    down_rows_of<TYPE, TR>(down, e, valid, rows_l1, c0, r0, n_embd, bpr, rows);
     for (;;) {
         int member[NTOK];
         const int live = take_members<NTOK>(mask, member);
@@ -295,26 +331,9 @@ moe_down_walk(const void *__restrict__ down, const block_q8_1 *__restrict__ hq, 
             return;
         }
         float acc[NTOK][TR] = {};
-        if constexpr (CAN_STAGE) {
-            if (valid && staged) {
-                Q8Shared cols[NTOK];
-#pragma unroll
-                for (int j = 0; j < NTOK; ++j) {
-                    const int m = member[j] >= 0 ? member[j] : 0;
-                    cols[j] = Q8Shared{hs.q + 2 * m * bpc, hs.s + m * bpc};
-                }
-                mmvq_accumulate_warp<TYPE, NTOK, TR, UNROLL, WIDE>(rows, cols, live, bpr,
-                                                                  threadIdx.x, acc);
-            }
-        }
-        if (valid && !staged) {
-            Q8Global cols[NTOK];
-#pragma unroll
-            for (int j = 0; j < NTOK; ++j) {
-                cols[j] = Q8Global{hq + (size_t)(member[j] >= 0 ? member[j] : 0) * bpc};
-            }
-            mmvq_accumulate_warp<TYPE, NTOK, TR, UNROLL, WIDE>(rows, cols, live, bpr,
-                                                              threadIdx.x, acc);
+        if (valid) {
+            down_accumulate<TYPE, NTOK, TR, UNROLL, WIDE>(rows, member, live, hq, hs, staged, bpr,
+                                                          bpc, acc);
         }
 #pragma unroll
         for (int j = 0; j < NTOK; ++j) {
@@ -400,40 +419,19 @@ moe_down_one_token(const void *__restrict__ down, const block_q8_1 *__restrict__
                    int n_embd, int n_ff, int n_expert, ExpertEpilogue ep,
                    float (&d)[DR][MOE_MAX_SLOTS]) {
     typedef WeightFormat<TYPE> F;
-    typedef typename F::block B;
-    constexpr bool CAN_STAGE = WIDE && F::wide;
     constexpr int TR = DR / PARTS;
     const int bpr = n_ff / F::qk, bpc = n_ff / QK8_1;
     for (int t = threadIdx.y; t < k * PARTS; t += MOE_NWARPS) {
         const int s = t / PARTS, r0 = t % PARTS * TR;
         const int e = ids[s];
         const bool valid = e >= 0 && e < n_expert;
-        const B *rows[TR];
-#pragma unroll
-        for (int i = 0; i < TR; ++i) {
-            // A row past n_embd re-reads the last one; never written.
-            const size_t row = (size_t)(valid ? e : 0) * n_embd + min(c0 + r0 + i, n_embd - 1);
-            rows[i] = (const B *)down + row * bpr;
-        }
+        const typename F::block *rows[TR];
+        down_rows_of<TYPE, TR>(down, e, valid, rows_l1, c0, r0, n_embd, bpr, rows);
         float acc[1][TR] = {};
         if (valid) {
-            if (rows_l1) {
-                rows_to_l1(rows, bpr * (int)sizeof(B), threadIdx.x);
-            }
-            bool done = false;
-            if constexpr (CAN_STAGE) {
-                if (staged) {
-                    const Q8Shared cols[1] = {Q8Shared{hs.q + 2 * s * bpc, hs.s + s * bpc}};
-                    mmvq_accumulate_warp<TYPE, 1, TR, UNROLL, WIDE>(rows, cols, 1, bpr,
-                                                                    threadIdx.x, acc);
-                    done = true;
-                }
-            }
-            if (!done) {
-                const Q8Global cols[1] = {Q8Global{hq + (size_t)s * bpc}};
-                mmvq_accumulate_warp<TYPE, 1, TR, UNROLL, WIDE>(rows, cols, 1, bpr, threadIdx.x,
-                                                                acc);
-            }
+            const int member[1] = {s};
+            down_accumulate<TYPE, 1, TR, UNROLL, WIDE>(rows, member, 1, hq, hs, staged, bpr, bpc,
+                                                       acc);
         }
         // Lane i writes row r0 + i (every lane has every row's sum).
         float v = 0.0f;

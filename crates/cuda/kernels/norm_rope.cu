@@ -34,6 +34,32 @@ extern "C" __global__ void rms_norm_f32(const float *x, const float *__restrict_
     rms_norm_group(x, w, out, n, eps, blockIdx.x);
 }
 
+// One normed element o at row offset `at` of add_rms_norm_q8_1_f32's outputs: out, its f16 copy
+// where asked, and (Q8_1) its warp's activation block; a warp's 32 consecutive elements are one
+// Q8_1 block (blockDim.x is a multiple of 32).
+static __device__ __forceinline__ void store_normed(float o, size_t at, float *out,
+                                                    uint16_t *__restrict__ out16,
+                                                    block_q8_1 *__restrict__ outq, int q8k) {
+    out[at] = o;
+    if (out16 != nullptr) {
+        out16[at] = f32_to_f16_bits(o);
+    }
+    if (!q8k) {
+        quantize_q8_1_warp(o, outq + at / QK8_1);
+    }
+}
+
+// The Q8_K pass over a normed row `src` of n values into its blocks `outq` (after a barrier:
+// the 256-value groups span warps).
+static __device__ __forceinline__ void quantize_row_q8_k(const float *src,
+                                                         block_q8_1 *__restrict__ outq, int n) {
+    __syncthreads();
+    const int warp = threadIdx.x / WARP_SIZE, nwarps = blockDim.x / WARP_SIZE;
+    for (int g = warp; g < n / QK_K; g += nwarps) {
+        quantize_q8_k_warp(src + (size_t)g * QK_K, outq + g * 8);
+    }
+}
+
 // Most elements of a row add_rms_norm_exact stages in shared memory for the Q8_K pass.
 #define NORM_STAGE_MAX 4096
 
@@ -56,23 +82,13 @@ add_rms_norm_exact(float *x, const float *__restrict__ add, const NormWeights &w
     for (int k = 0; k < R; ++k) {
         const int i = threadIdx.x + k * blockDim.x;
         const float o = __fmul_rn(__fmul_rn(xr[k], scale), wr.v[k]);
-        out[base + i] = o;
-        if (out16 != nullptr) {
-            out16[base + i] = f32_to_f16_bits(o);
-        }
-        if (!q8k) {
-            quantize_q8_1_warp(o, outq + (base + i) / QK8_1);
-        } else if (staged) {
+        store_normed(o, base + i, out, out16, outq, q8k);
+        if (staged) {
             row[i] = o;
         }
     }
     if (q8k) {
-        __syncthreads(); // the 256-value groups span warps
-        const float *src = staged ? row : out + base;
-        const int warp = threadIdx.x / WARP_SIZE, nwarps = blockDim.x / WARP_SIZE;
-        for (int g = warp; g < n / QK_K; g += nwarps) {
-            quantize_q8_k_warp(src + (size_t)g * QK_K, outq + base / QK8_1 + g * 8);
-        }
+        quantize_row_q8_k(staged ? row : out + base, outq + base / QK8_1, n);
     }
 }
 
@@ -83,67 +99,54 @@ add_rms_norm_exact(float *x, const float *__restrict__ add, const NormWeights &w
 // row is one block, so its latency is the kernel's: the weights come before the wait and x
 // stays in registers between the passes. With `out16` (else null), out rounded to f16 there
 // too, as gemm_wgmma.cu's round_f16 would round it for the f16 products after a batched norm.
-// With `exact`, rows of exactly 2, 4 or 8 elements a thread take add_rms_norm_exact.
 extern "C" __global__ void add_rms_norm_q8_1_f32(float *x, const float *__restrict__ add,
                                                  const float *__restrict__ w, float *out,
                                                  block_q8_1 *__restrict__ outq, int n, float eps,
-                                                 int q8k, uint16_t *__restrict__ out16,
-                                                 int exact) {
+                                                 int q8k, uint16_t *__restrict__ out16) {
     const NormWeights wr = norm_weights_then_wait(w, n);
     __shared__ double scratch[32];
-    // The plan's FERROLM_NORM_EXACT (`exact`): rows of exactly 2, 4 or 8 elements a thread.
-    __shared__ float row[NORM_STAGE_MAX];
-    const int per = n / (int)blockDim.x;
-    if (exact && per * (int)blockDim.x == n) {
-        switch (per) {
-        case 2:
-            add_rms_norm_exact<2>(x, add, wr, out, outq, n, eps, q8k, out16, scratch, row);
-            return;
-        case 4:
-            add_rms_norm_exact<4>(x, add, wr, out, outq, n, eps, q8k, out16, scratch, row);
-            return;
-        case 8:
-            add_rms_norm_exact<8>(x, add, wr, out, outq, n, eps, q8k, out16, scratch, row);
-            return;
-        default:
-            break;
-        }
-    }
     const size_t base = (size_t)blockIdx.x * n;
     const int tail = threadIdx.x + NORM_REGS * blockDim.x; // first element not in registers
     float xr[NORM_REGS];
     const float scale = add_norm_scale(x, add, base, n, eps, true, xr, scratch);
-    // A warp's 32 consecutive elements are one Q8_1 block (blockDim.x is a multiple of 32).
 #pragma unroll
     for (int k = 0; k < NORM_REGS; ++k) {
         const int i = threadIdx.x + k * blockDim.x;
         if (i < n) {
-            const float o = __fmul_rn(__fmul_rn(xr[k], scale), wr.v[k]);
-            out[base + i] = o;
-            if (out16 != nullptr) {
-                out16[base + i] = f32_to_f16_bits(o);
-            }
-            if (!q8k) {
-                quantize_q8_1_warp(o, outq + (base + i) / QK8_1);
-            }
+            store_normed(__fmul_rn(__fmul_rn(xr[k], scale), wr.v[k]), base + i, out, out16, outq,
+                         q8k);
         }
     }
     for (int i = tail; i < n; i += blockDim.x) {
-        const float o = __fmul_rn(__fmul_rn(x[base + i], scale), w[i]);
-        out[base + i] = o;
-        if (out16 != nullptr) {
-            out16[base + i] = f32_to_f16_bits(o);
-        }
-        if (!q8k) {
-            quantize_q8_1_warp(o, outq + (base + i) / QK8_1);
-        }
+        store_normed(__fmul_rn(__fmul_rn(x[base + i], scale), w[i]), base + i, out, out16, outq,
+                     q8k);
     }
     if (q8k) {
-        __syncthreads(); // the 256-value groups span warps
-        const int warp = threadIdx.x / WARP_SIZE, nwarps = blockDim.x / WARP_SIZE;
-        for (int g = warp; g < n / QK_K; g += nwarps) {
-            quantize_q8_k_warp(out + base + (size_t)g * QK_K, outq + base / QK8_1 + g * 8);
-        }
+        quantize_row_q8_k(out + base, outq + base / QK8_1, n);
+    }
+}
+
+// add_rms_norm_q8_1_f32 on rows of exactly 2, 4 or 8 elements a thread (the plan's
+// FERROLM_NORM_EXACT; the host checks n == R * blockDim.x): the same arguments, the same bits.
+// Its own entry, so that the general kernel keeps its small shared memory.
+extern "C" __global__ void add_rms_norm_exact_q8_1_f32(float *x, const float *__restrict__ add,
+                                                       const float *__restrict__ w, float *out,
+                                                       block_q8_1 *__restrict__ outq, int n,
+                                                       float eps, int q8k,
+                                                       uint16_t *__restrict__ out16) {
+    const NormWeights wr = norm_weights_then_wait(w, n);
+    __shared__ double scratch[32];
+    __shared__ float row[NORM_STAGE_MAX];
+    switch (n / (int)blockDim.x) {
+    case 2:
+        add_rms_norm_exact<2>(x, add, wr, out, outq, n, eps, q8k, out16, scratch, row);
+        break;
+    case 4:
+        add_rms_norm_exact<4>(x, add, wr, out, outq, n, eps, q8k, out16, scratch, row);
+        break;
+    default: // 8
+        add_rms_norm_exact<8>(x, add, wr, out, outq, n, eps, q8k, out16, scratch, row);
+        break;
     }
 }
 

@@ -561,11 +561,17 @@ fn pick<'a>(
 /// memory, MOE_WALK_STAGE), MOE_WALK_ROWS_L1, MOE_WALK_ONE_TOKEN and MOE_WALK_GATE_UP_ONE where
 /// the plan asks for them.
 fn walk_bits(how: &ExpertMatVec, stage: i32) -> i32 {
+    let bit = |on: bool, b: i32| if on { b } else { 0 };
     stage
-        | if how.rows_l1 { 2 } else { 0 }
-        | if how.down_direct { 4 } else { 0 }
-        | if how.gate_up_direct { 8 } else { 0 }
+        | bit(how.rows_l1, WALK_ROWS_L1)
+        | bit(how.down_direct, WALK_ONE_TOKEN)
+        | bit(how.gate_up_direct, WALK_GATE_UP_ONE)
 }
+
+/// The kernels' MOE_WALK_* bits past MOE_WALK_STAGE (`stage_args`' 1).
+const WALK_ROWS_L1: i32 = 2;
+const WALK_ONE_TOKEN: i32 = 4;
+const WALK_GATE_UP_ONE: i32 = 8;
 
 fn narrow(how: &ExpertMatVec, ty: GgmlType) -> bool {
     !how.wide && has_narrow(ty)
@@ -674,6 +680,10 @@ mod tests {
             );
         }
         assert!(src.contains(&format!("#define MOE_MAX_SLOTS {MAX_SLOTS}")));
+        assert!(src.contains("#define MOE_WALK_STAGE 1"));
+        assert!(src.contains(&format!("#define MOE_WALK_ROWS_L1 {WALK_ROWS_L1}")));
+        assert!(src.contains(&format!("#define MOE_WALK_ONE_TOKEN {WALK_ONE_TOKEN}")));
+        assert!(src.contains(&format!("#define MOE_WALK_GATE_UP_ONE {WALK_GATE_UP_ONE}")));
         assert!(src.contains(&format!(
             "MOE_ENTRIES(NAME, TYPE, {MOE_DECODE_MAX_TOKENS}, WIDE)"
         )));

@@ -36,6 +36,10 @@ pub const ROUTER_SMALL_MAX_EMBD: usize = 4096;
 /// (`add_rms_norm_route_cluster`) takes: its share of the router's rows and the tokens' rows
 /// (allowed at load on sm_90; the block's own 8 KB of logits beside it).
 pub(crate) const ROUTE_CLUSTER_STAGE_BYTES: usize = 192 * 1024;
+/// The `gating` argument's bit for one token's top-k by the last block's threads together
+/// (moe_route.cu's ROUTE_TOPK_BLOCK).
+const ROUTE_TOPK_BLOCK: i32 = 4;
+
 /// That launch's shared memory for `n` tokens of `n_embd`: the expert's row and the tokens'.
 fn small_stage_bytes(n: usize, n_embd: usize) -> usize {
     (1 + n) * n_embd * 4
@@ -316,8 +320,7 @@ impl MoeRoute {
             int(k, "moe k"),
         );
         let (gating, q8k) = (router.gating_arg(), i32::from(norm.mode == ActQuant::Q8K));
-        // ROUTE_TOPK_BLOCK (moe_route.cu): one token's top-k by the last block's threads.
-        let gating = gating | if topk_block { 4 } else { 0 };
+        let gating = gating | if topk_block { ROUTE_TOPK_BLOCK } else { 0 };
         // One cluster of blocks, each a share of the experts, or a block an expert; the two
         // kernels take the same parameters.
         let (func, cfg, cluster) = match (cluster, &self.norm_route_cluster) {
@@ -591,6 +594,7 @@ mod tests {
         assert!(src.contains(&format!("#define TOPK_WARPS {TOPK_WARPS}")));
         assert!(src.contains(&format!("#define ROUTE_THREADS {ROUTE_THREADS}")));
         assert!(src.contains(&format!("#define SMALL_MAX_EMBD {ROUTER_SMALL_MAX_EMBD}")));
+        assert!(src.contains(&format!("#define ROUTE_TOPK_BLOCK {ROUTE_TOPK_BLOCK}")));
         assert_eq!(MOE_MAX_USED, 32, "one lane a slot");
     }
 }

@@ -88,6 +88,9 @@ pub struct NormRope {
     launch: Launcher,
     rms_norm: CudaFunction,
     add_rms_norm_q8_1: CudaFunction,
+    /// `add_rms_norm_q8_1` on rows of exactly 2, 4 or 8 elements a thread
+    /// (`LaunchMode::norm_exact`).
+    add_rms_norm_exact_q8_1: CudaFunction,
     rope_table: CudaFunction,
     rope_norm: CudaFunction,
     rope_neox: CudaFunction,
@@ -115,11 +118,17 @@ fn norm_cfg(groups: usize, n: usize) -> LaunchConfig {
 
 /// The threads of a norm's block over rows of `n` (32 to 1024, a multiple of 32); a kernel
 /// that takes a norm in its own launch must take this block to give the norm's bits.
+/// Whether `add_rms_norm_exact_q8_1_f32` takes rows of `n`: 2, 4 or 8 elements a thread of
+/// norm_threads(n).
+fn exact_row(n: usize) -> bool {
+    let t = norm_threads(n) as usize;
+    n.is_multiple_of(t) && matches!(n / t, 2 | 4 | 8)
+}
+
 /// Whether `qk_norm_head_rope_neox_f32` takes groups of `n` (norm_threads(n) threads): one
 /// head a group, 2, 4 or 8 elements a thread.
 fn head_in_registers(n: usize, head_dim: usize) -> bool {
-    let t = norm_threads(n) as usize;
-    n == head_dim && n.is_multiple_of(t) && matches!(n / t, 2 | 4 | 8)
+    n == head_dim && exact_row(n)
 }
 
 pub(crate) fn norm_threads(n: usize) -> u32 {
@@ -132,6 +141,7 @@ impl NormRope {
             launch: launch.clone(),
             rms_norm: dev.function(&NORM_ROPE, "rms_norm_f32")?,
             add_rms_norm_q8_1: dev.function(&NORM_ROPE, "add_rms_norm_q8_1_f32")?,
+            add_rms_norm_exact_q8_1: dev.function(&NORM_ROPE, "add_rms_norm_exact_q8_1_f32")?,
             rope_table: dev.function(&NORM_ROPE, "rope_table_f32")?,
             rope_norm: dev.function(&NORM_ROPE, "rope_norm_f32")?,
             rope_neox: dev.function(&NORM_ROPE, "rope_neox_f32")?,
@@ -229,7 +239,13 @@ impl NormRope {
         let n = int(w.len(), "rms_norm width");
         let cfg = norm_cfg(x.len() / w.len(), w.len());
         let null = 0u64;
-        let mut b = self.launch.builder(&self.add_rms_norm_q8_1);
+        let exact = self.launch.mode().norm_exact && exact_row(w.len());
+        let f = if exact {
+            &self.add_rms_norm_exact_q8_1
+        } else {
+            &self.add_rms_norm_q8_1
+        };
+        let mut b = self.launch.builder(f);
         b.arg(x);
         match add {
             Some(a) => b.arg(a),
@@ -241,11 +257,10 @@ impl NormRope {
             Some(h) => b.arg(h),
             None => b.arg(&null),
         };
-        let exact = i32::from(self.launch.mode().norm_exact);
-        b.arg(&exact);
-        // SAFETY: add_rms_norm_q8_1_f32(x, add|null, w, out, outq, n, eps, q8k, out16|null,
-        // exact): rows of n floats in x/add/out, n/32 activation blocks per row in outq, as
-        // many halves as x's floats in out16 (asserted above).
+        // SAFETY: add_rms_norm_[exact_]q8_1_f32(x, add|null, w, out, outq, n, eps, q8k,
+        // out16|null): rows of n floats in x/add/out, n/32 activation blocks per row in outq,
+        // as many halves as x's floats in out16 (asserted above); the exact entry only where n
+        // is 2, 4 or 8 elements a thread of norm_threads(n).
         unsafe { b.launch(cfg) }.during("launching add_rms_norm_q8_1_f32")?;
         Ok(())
     }

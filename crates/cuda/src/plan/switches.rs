@@ -126,7 +126,7 @@ pub struct Switches {
     pub head_norm_regs: bool,
     /// `FERROLM_NORM_EXACT=1`: the fused add + RMS norm + quantize (`add_rms_norm_q8_1_f32`)
     /// takes rows of exactly 2, 4 or 8 elements a thread (a decode row of 2,048 or 4,096) in
-    /// `add_rms_norm_exact`: its loops without the guarded iterations past them, and its Q8_K
+    /// its own entry, `add_rms_norm_exact_q8_1_f32`: its loops without the guarded iterations past them, and its Q8_K
     /// pass from the normed row in shared memory instead of back from L2 after the barrier.
     /// One block at one token, so its warps' chains are the step's (508 instructions a warp
     /// on qwen3-30b-a3b, session 36). The same bits. Off until measured (written after the
