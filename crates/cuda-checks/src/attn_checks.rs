@@ -368,12 +368,13 @@ pub(crate) fn attn_with(
                 let fused = plan.fuse();
                 let (w, ns) = (dsm, splits);
                 k.attention.decode(
-                    fused, kernel, &qd, &cache, &pd, n_head, w, ns, &mut work, &mut out, None,
+                    fused, kernel, &qd, None, &cache, &pd, n_head, w, ns, &mut work, &mut out, None,
                 )?;
                 // The combine kernel on its own (FERROLM_CUDA_FUSE=0) sums as the fused one.
                 let mut alone = poisoned(dev, q.len())?;
                 k.attention.decode(
-                    !fused, kernel, &qd, &cache, &pd, n_head, w, ns, &mut work, &mut alone, None,
+                    !fused, kernel, &qd, None, &cache, &pd, n_head, w, ns, &mut work, &mut alone,
+                    None,
                 )?;
                 dev.sync()?;
                 let same = dev
@@ -455,6 +456,7 @@ fn combine_q8k(
         false,
         kernel,
         q,
+        None,
         c,
         pos,
         n_head,

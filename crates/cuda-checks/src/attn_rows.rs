@@ -251,7 +251,7 @@ pub(crate) fn batch(
         let w = &mut work;
         let kernel = DecodeKernel::from_grouped(grouped);
         k.attention.decode(
-            true, kernel, &qsd, cache, &psd, n_head, dsm, splits, w, &mut o, None,
+            true, kernel, &qsd, None, cache, &psd, n_head, dsm, splits, w, &mut o, None,
         )?;
         per_seq.extend(dev.download(&o)?);
         let (kr, vr) = (f16_round(keys)?, f16_round(values)?);

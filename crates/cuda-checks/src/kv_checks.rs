@@ -271,6 +271,7 @@ impl Quant {
                     fused_combine,
                     kernel,
                     &qd,
+                    None,
                     &cache,
                     &pd,
                     n_head,

@@ -12,6 +12,7 @@
 
 mod aot;
 mod attn_checks;
+mod attn_rope;
 mod attn_rows;
 mod checks;
 mod elementwise;

@@ -2,6 +2,7 @@
 // layout and its conventions): the KV store and flash-decoding, per query head and by KV
 // group, with its combine. The prefills are attention_prefill.cu's.
 #include "attention_tc.cuh"
+#include "rope.cuh"
 
 // Head g's row of position pos0 + t (in `pages`) = k/v[t][g*head_dim..] as the cache's
 // elements (kv_elem, common.cuh); k, v: [n][n_kv_head * head_dim] f32.
@@ -296,8 +297,8 @@ static __device__ __forceinline__ void attn_decode_group(
     int *done_row = done == nullptr ? nullptr : done + (size_t)t * n_head;
     float *out_row = out == nullptr ? nullptr : out + (size_t)t * n_head * D;
     if constexpr (TC) {
-        attn_group_block_tc<D, G>(q_row, kc, vc, pages, (int)pos[t] + 1, blockIdx.x, n_split,
-                                  blockIdx.y, part_m + parts, part_l + parts,
+        attn_group_block_tc<D, G>(QueriesInMemory<D>{q_row}, kc, vc, pages, (int)pos[t] + 1,
+                                  blockIdx.x, n_split, blockIdx.y, part_m + parts, part_l + parts,
                                   part_acc + parts * D, done_row, out_row, scale, window, sinks);
     } else {
         attn_group_block<D, G>(q_row, kc, vc, pages, (int)pos[t] + 1, blockIdx.x, n_split,
@@ -338,3 +339,124 @@ ATTN_GROUP_INSTANCES(256)
 ATTN_GROUP_TC_INSTANCES(64)
 ATTN_GROUP_TC_INSTANCES(128)
 ATTN_GROUP_TC_INSTANCES(256)
+
+// One token's walk by KV group on the tensor cores that makes its own queries and newest key
+// (FERROLM_ATTN_ROPE, in place of qk_norm_head_rope_neox_f32's and kv_store_f16's launches):
+// q, k and v as the q/k/v products left them (q [n_head][D], k and v [n_kv_head][D]). Each
+// block norms (wq, per head) and rotates (NEOX, position pos[0]) its G query heads as
+// qk_norm_head_rope_neox_f32 does, a warp a head (one warp is that kernel's block for these
+// heads: the same sums); the split that holds position pos[0] also norms (wk) and rotates its
+// KV head's key and stores key and value in the cache as kv_store_f16 does, and into its tile
+// (copy_kv_tile leaves that row out). The tiles of the older keys, which earlier steps wrote,
+// are asked for before the wait for the kernel ahead. The same bits as the three launches.
+// Shared memory after TcLayout::BYTES: the queries [G][D] f32, then the key and value [D] f16.
+template <int D, int G> struct AttnRotate {
+    const float *q, *k, *v, *wq, *wk;
+    uint16_t *kc, *vc;
+    KvPages pages;
+    int key; // pos[0], the newest key
+    float eps, theta_scale;
+    const float *ff;
+    RopeScale rs;
+    const float2 *table;
+    const uint16_t *staged; // the key, then the value (set by queries)
+    bool owner;             // this block's split holds the key (set by queries)
+
+    __device__ __forceinline__ int skip() const {
+        return key;
+    }
+
+    __device__ __forceinline__ const float *queries(char *extra, int h0, int g, int k0, int k1) {
+        constexpr int J = D / WARP_SIZE;
+        static_assert(J == 2 || J == 4, "a head is one warp's 2 or 4 elements a lane");
+        dependent_launch_entry(); // the tiles' copies above went ahead of it
+        float *qf = (float *)extra;
+        uint16_t *ks = (uint16_t *)(extra + G * D * 4), *vs = ks + D;
+        staged = ks;
+        const int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE;
+        float2 cs[J / 2];
+#pragma unroll
+        for (int j = 0; j < J / 2; ++j) {
+            const int i = lane + j * WARP_SIZE;
+            cs[j] = table ? table[i] : rope_cos_sin((uint32_t)key, i, theta_scale, ff, rs);
+        }
+        owner = k0 <= key && key < k1;
+        for (int h = warp; h < G + (owner ? 1 : 0); h += ATTN_NWARPS) {
+            const bool is_k = h == G;
+            const float *x = is_k ? k + (size_t)g * D : q + (size_t)(h0 + h) * D;
+            float val[J];
+#pragma unroll
+            for (int j = 0; j < J; ++j) {
+                val[j] = x[lane + j * WARP_SIZE];
+            }
+            head_norm_rope_neox_regs<J>(val, is_k ? wk : wq, lane, WARP_SIZE, D, eps, cs,
+                                        [](double sum) { return warp_sum(sum); });
+            if (!is_k) {
+#pragma unroll
+                for (int j = 0; j < J; ++j) {
+                    qf[h * D + lane + j * WARP_SIZE] = val[j];
+                }
+                continue;
+            }
+            const size_t at = pages.row(g, key) * D;
+#pragma unroll
+            for (int j = 0; j < J; ++j) {
+                const int d = lane + j * WARP_SIZE;
+                const uint16_t kb = kv_elem(val[j], kc), vb = kv_elem(v[(size_t)g * D + d], vc);
+                kc[at + d] = kb;
+                vc[at + d] = vb;
+                ks[d] = kb;
+                vs[d] = vb;
+            }
+        }
+        return qf;
+    }
+
+    // The newest key's row into its tile (sk, sv: the stage of keys base..), if it is there
+    // and live (another split's last tile may pass over it, zero-filled).
+    __device__ __forceinline__ void patch(char *sk, char *sv, int base) const {
+        constexpr int CHUNKS = D / 8;
+        const int r = key - base;
+        if (!owner || r < 0 || r >= TC_TILE || (int)threadIdx.x >= 2 * CHUNKS) {
+            return;
+        }
+        const bool is_v = (int)threadIdx.x >= CHUNKS;
+        const int c = threadIdx.x % CHUNKS;
+        const uint4 w = *(const uint4 *)(staged + (is_v ? D : 0) + 8 * c);
+        *(uint4 *)((is_v ? sv : sk) + tc_chunk<D>(r, c)) = w;
+    }
+};
+
+// The rotating walk's block: its older keys' tile copies go ahead of the wait for the kernel
+// ahead (AttnRotate::queries waits): they read only the cache's rows before pos[0], which
+// earlier steps wrote, through the pass's block table and positions, which the host wrote
+// before the step's first kernel. Nothing the kernel ahead writes is read before the wait.
+template <int D, int G>
+static __device__ __forceinline__ void
+attn_rope_tiles_then_wait(const AttnRotate<D, G> &rot, float *part_m, float *part_l,
+                          float *part_acc, int *done, float *out, float scale, int window,
+                          const float *sinks) {
+    attn_group_block_tc<D, G>(rot, rot.kc, rot.vc, rot.pages, rot.key + 1, blockIdx.x, gridDim.x,
+                              blockIdx.y, part_m, part_l, part_acc, done, out, scale, window,
+                              sinks);
+}
+
+#define ATTN_GROUP_TC_ROPE_INSTANCE(D, G)                                                         \
+    extern "C" __global__ void __launch_bounds__(ATTN_NWARPS *WARP_SIZE)                          \
+        attn_decode_group_tc_rope_d##D##_g##G(                                                    \
+            const float *q, const float *k, const float *v, const float *wq, const float *wk,     \
+            float eps, uint16_t *kc, uint16_t *vc, const uint32_t *pos, float *part_m,            \
+            float *part_l, float *part_acc, int *done, float *out, KvPages pages, float scale,    \
+            int window, const float *sinks, float theta_scale, const float *ff, RopeScale rs,    \
+            const float2 *table) {                                                                \
+        attn_rope_tiles_then_wait<D, G>(AttnRotate<D, G>{q, k, v, wq, wk, kc, vc, pages,          \
+                                                         (int)pos[0], eps, theta_scale, ff, rs,   \
+                                                         table, nullptr, false},                  \
+                                        part_m, part_l, part_acc, done, out, scale, window,       \
+                                        sinks);                                                   \
+    }
+// ops/attention.rs's ATTN_ROPE_DIMS and ATTN_TC_GROUPS.
+ATTN_GROUP_TC_ROPE_INSTANCE(64, 4)
+ATTN_GROUP_TC_ROPE_INSTANCE(64, 8)
+ATTN_GROUP_TC_ROPE_INSTANCE(128, 4)
+ATTN_GROUP_TC_ROPE_INSTANCE(128, 8)

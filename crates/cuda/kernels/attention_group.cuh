@@ -330,11 +330,14 @@ template <int D, int G, int STAGES_ = 0> struct GroupLayout {
 // row CHUNKS 16-byte chunks, zero-filled past the live keys: chunk c of row r of K (V when
 // is_v) goes to byte offset(is_v, r, c) of its tile. Shared by the group block and its
 // tensor-core twin, which differ in the tiles' swizzles. kh and vh: one KV head's keys and
-// values (the same pages and head, rows of one size).
+// values (the same pages and head, rows of one size). Key `skip`, if among the live ones, is
+// neither copied nor zero-filled: a walk that made that key itself writes it (AttnRotate). A
+// dead row is always zero-filled, even where it is `skip`'s (a split's last tile past its
+// range): its weight is zero, and zero times stale bits could be a NaN.
 template <int ROWS, int CHUNKS, typename Offset>
 static __device__ __forceinline__ void copy_kv_tile(char *sk, char *sv, const KvHead<KvF16> &kh,
                                                     const KvHead<KvF16> &vh, int base, int n,
-                                                    Offset offset) {
+                                                    Offset offset, int skip = -1) {
     constexpr int PER_TENSOR = ROWS * CHUNKS, THREADS = ATTN_NWARPS * WARP_SIZE;
     static_assert(2 * PER_TENSOR % THREADS == 0, "whole copy rounds");
     if constexpr (PER_TENSOR % THREADS == 0) {
@@ -345,6 +348,9 @@ static __device__ __forceinline__ void copy_kv_tile(char *sk, char *sv, const Kv
             const int idx = threadIdx.x + it * THREADS;
             const int r = idx / CHUNKS, c = idx % CHUNKS;
             const bool live = r < n;
+            if (live && base + r == skip) {
+                continue;
+            }
             const size_t at = kh.pages.row(kh.g, base + (live ? r : 0)) * kh.row_bytes + 16 * c;
             cp_async16(sk + offset(false, r, c), kh.base + at, live ? 16 : 0);
             cp_async16(sv + offset(true, r, c), vh.base + at, live ? 16 : 0);
@@ -357,6 +363,9 @@ static __device__ __forceinline__ void copy_kv_tile(char *sk, char *sv, const Kv
             const int rem = is_v ? idx - PER_TENSOR : idx;
             const int r = rem / CHUNKS, c = rem % CHUNKS;
             const bool live = r < n;
+            if (live && base + r == skip) {
+                continue;
+            }
             const int key = base + (live ? r : 0);
             const uint16_t *src = (const uint16_t *)(is_v ? vh.row(key) : kh.row(key)) + 8 * c;
             cp_async16((is_v ? sv : sk) + offset(is_v, r, c), src, live ? 16 : 0);

@@ -69,25 +69,43 @@ template <int D> static __device__ __forceinline__ int tc_chunk(int r, int c) {
     return (r * (D / 8) + (c ^ (r & 7))) * 16;
 }
 
-// Starts the copy of keys base.. (n live) into stage `stage`, zero-filled past the live keys.
-template <int D, int G, int STAGES>
+// Starts the copy of keys base.. (n live) into stage `stage`, zero-filled past the live keys,
+// but for key `skip` (copy_kv_tile's), which `rot` then writes (patch).
+template <int D, int G, int STAGES, typename Rot>
 static __device__ __forceinline__ void tc_load_tile(char *smem, const KvHead<KvF16> &kh,
                                                     const KvHead<KvF16> &vh, int base, int n,
-                                                    int stage) {
+                                                    int stage, const Rot &rot) {
     typedef TcLayout<D, G, STAGES> L;
     char *sk = smem + stage * L::STAGE_BYTES, *sv = sk + L::TILE_BYTES;
-    copy_kv_tile<TC_TILE, L::CHUNKS>(sk, sv, kh, vh, base, n,
-                                     [](bool, int r, int c) { return tc_chunk<D>(r, c); });
+    copy_kv_tile<TC_TILE, L::CHUNKS>(
+        sk, sv, kh, vh, base, n, [](bool, int r, int c) { return tc_chunk<D>(r, c); },
+        rot.skip());
 }
 
-// attn_group_block's contract and arguments (attention_group.cuh), on the tensor cores.
-template <int D, int G, int STAGES = 0>
+// The walk's queries as they are in memory (q_row's G heads from h0), read after the kernel's
+// wait at its start; no key of its own.
+template <int D> struct QueriesInMemory {
+    const float *q_row;
+    __device__ __forceinline__ int skip() const {
+        return -1;
+    }
+    __device__ __forceinline__ const float *queries(char *, int h0, int, int, int) const {
+        return q_row + (size_t)h0 * D;
+    }
+    __device__ __forceinline__ void patch(char *, char *, int) const {}
+};
+
+// attn_group_block's contract and arguments (attention_group.cuh), on the tensor cores. `rot`
+// gives the G heads' queries (QueriesInMemory: q_row's; attention.cu's AttnRotate: normed and
+// rotated here) and may hold the newest key itself: rot.skip() names the key the tile copies
+// leave out and rot.patch writes it into the tile's stage (any thread; before the barrier
+// ahead of the tile's use). rot's shared memory: from TcLayout::BYTES on.
+template <int D, int G, int STAGES = 0, typename Rot = QueriesInMemory<D>>
 static __device__ __forceinline__ void attn_group_block_tc(
-    const float *__restrict__ q_row, const uint16_t *__restrict__ kc,
-    const uint16_t *__restrict__ vc, KvPages pages, int n_keys, int split, int n_split, int g,
-    float *__restrict__ part_m, float *__restrict__ part_l, float *__restrict__ part_acc,
-    int *__restrict__ done, float *__restrict__ out_row, float scale, int window,
-    const float *__restrict__ sinks) {
+    Rot rot, const uint16_t *__restrict__ kc, const uint16_t *__restrict__ vc, KvPages pages,
+    int n_keys, int split, int n_split, int g, float *__restrict__ part_m,
+    float *__restrict__ part_l, float *__restrict__ part_acc, int *__restrict__ done,
+    float *__restrict__ out_row, float scale, int window, const float *__restrict__ sinks) {
     typedef TcLayout<D, G, STAGES> L;
     constexpr int MT = D / 16 / ATTN_NWARPS; // 16-dimension output slices a warp
     constexpr int HW = (G + ATTN_NWARPS - 1) / ATTN_NWARPS; // heads a warp's softmax
@@ -108,19 +126,27 @@ static __device__ __forceinline__ void attn_group_block_tc(
     for (int s = 0; s < L::STAGES - 1; ++s) {
         if (s < n_tiles) {
             const int base = k0 + s * TC_TILE;
-            tc_load_tile<D, G, STAGES>(smem, kh, vh, base, min(TC_TILE, k1 - base), s);
+            tc_load_tile<D, G, STAGES>(smem, kh, vh, base, min(TC_TILE, k1 - base), s, rot);
         }
         cp_async_commit(); // possibly empty: group i stays tile i
     }
+    const float *qg = rot.queries(smem + L::BYTES, h0, g, k0, k1);
     // q's largest magnitude sets the prescale: 2^-shift brings it under 2^15, f16's range.
     if (threadIdx.x == 0) {
         *shift_s = 0;
     }
-    __syncthreads();
+    __syncthreads(); // (and rot's queries and key are in shared memory)
+#pragma unroll
+    for (int s = 0; s < L::STAGES - 1; ++s) {
+        if (s < n_tiles) {
+            char *sk = smem + s * L::STAGE_BYTES;
+            rot.patch(sk, sk + L::TILE_BYTES, k0 + s * TC_TILE);
+        }
+    }
     {
         float amax = 0.0f;
         for (int i = threadIdx.x; i < G * D; i += blockDim.x) {
-            amax = fmaxf(amax, fabsf(q_row[(size_t)h0 * D + i]));
+            amax = fmaxf(amax, fabsf(qg[i]));
         }
         amax = warp_max(amax);
         int e = 0;
@@ -133,7 +159,7 @@ static __device__ __forceinline__ void attn_group_block_tc(
     const int shift = *shift_s;
     for (int i = threadIdx.x; i < 8 * D; i += blockDim.x) {
         const int h = i / D, d = i % D;
-        const float x = h < G ? ldexpf(q_row[(size_t)(h0 + h) * D + d], -shift) : 0.0f;
+        const float x = h < G ? ldexpf(qg[h * D + d], -shift) : 0.0f;
         tc_split(x, qhi[h * L::Q_STRIDE + d], qlo[h * L::Q_STRIDE + d]);
     }
     // Weights of the heads past G stay zero; their factors one.
@@ -168,8 +194,10 @@ static __device__ __forceinline__ void attn_group_block_tc(
             const int nt = it + L::STAGES - 1;
             if (nt < n_tiles) {
                 const int base = k0 + nt * TC_TILE;
+                char *sk = smem + (nt % L::STAGES) * L::STAGE_BYTES;
                 tc_load_tile<D, G, STAGES>(smem, kh, vh, base, min(TC_TILE, k1 - base),
-                                           nt % L::STAGES);
+                                           nt % L::STAGES, rot);
+                rot.patch(sk, sk + L::TILE_BYTES, base);
             }
             cp_async_commit();
         }

@@ -6,6 +6,7 @@
 #include "common.cuh"
 #include "norm.cuh"
 #include "quant.cuh"
+#include "rope.cuh"
 
 // out[g] = x[g] / sqrt(mean(x[g]^2) + eps) * w for the n-element group g at x + g * n (a row, or
 // one head for per-head norms). out may be x (in place): each element is read and then written
@@ -148,40 +149,6 @@ extern "C" __global__ void add_rms_norm_exact_q8_1_f32(float *x, const float *__
         add_rms_norm_exact<8>(x, add, wr, out, outq, n, eps, q8k, out16, scratch, row);
         break;
     }
-}
-
-// The scaling part of ggml_rope_ext's parameters (RopeScale in ops/norm_rope.rs): angles times
-// freq_scale, mixed with the unscaled ones by YaRN's ramp over [corr_low, corr_high] when
-// ext_factor != 0; cos and sin times mscale (the magnitude, YaRN's gain included, computed on
-// the host as the CPU computes it). No scaling: 1, 0, 1, 0, 0.
-struct RopeScale {
-    float freq_scale, ext_factor, mscale, corr_low, corr_high;
-};
-
-// cos and sin (times mscale) of pair i's angle at position p, each step rounded as
-// crates/cpu/src/rope.rs rounds it. theta_scale = base^(-2/head_dim), computed once on the host
-// as the CPU does; ff: head_dim / 2 frequency divisors (llama3's rope_freqs) or null.
-static __device__ __forceinline__ float2 rope_cos_sin(uint32_t p, int i, float theta_scale,
-                                                      const float *__restrict__ ff,
-                                                      RopeScale rs) {
-    // ggml's angle: pos * theta_scale^i by repeated multiplication, rounded at each step.
-    float theta = (float)p;
-    for (int k = 0; k < i; ++k) {
-        theta = __fmul_rn(theta, theta_scale);
-    }
-    // ggml's rope_yarn: divide by the pair's factor, interpolate, mix by the ramp.
-    const float theta_extrap = ff ? __fdiv_rn(theta, ff[i]) : theta;
-    const float theta_interp = __fmul_rn(rs.freq_scale, theta_extrap);
-    float angle = theta_interp;
-    if (rs.ext_factor != 0.0f) {
-        const float y = __fdiv_rn(__fsub_rn((float)i, rs.corr_low),
-                                  fmaxf(0.001f, __fsub_rn(rs.corr_high, rs.corr_low)));
-        const float ramp_mix = __fmul_rn(__fsub_rn(1.0f, fminf(1.0f, fmaxf(0.0f, y))), rs.ext_factor);
-        angle = __fmaf_rn(theta_interp, __fsub_rn(1.0f, ramp_mix), __fmul_rn(theta_extrap, ramp_mix));
-    }
-    // Correctly rounded (nearly always) as the CPU's libm cosf/sinf, from double evaluations.
-    return make_float2(__fmul_rn((float)cos((double)angle), rs.mscale),
-                       __fmul_rn((float)sin((double)angle), rs.mscale));
 }
 
 // table[t * half + i] = rope_cos_sin(pos[t], i, ...) for every token and pair of a pass: made
@@ -345,32 +312,24 @@ head_norm_rope_neox(float *q, const float *__restrict__ wq, float *k, const floa
     float *x = (is_q ? q : k) + (size_t)g * n;
     const float *__restrict__ w = is_q ? wq : wk;
     const int threads = blockDim.x, tid = threadIdx.x;
-    // rms_norm_group's sum, in its order (a thread's elements in turn), and its scale.
     float v[J];
-    double sum = 0.0;
 #pragma unroll
     for (int j = 0; j < J; ++j) {
         v[j] = x[tid + j * threads];
-        const double d = v[j];
-        sum += d * d; // exact square; a fused add changes nothing
     }
-    sum = block_sum(sum, scratch);
-    const float mean = (float)(sum / (double)n);
-    const float scale = 1.0f / sqrtf(mean + eps);
-#pragma unroll
-    for (int j = 0; j < J; ++j) {
-        v[j] = __fmul_rn(__fmul_rn(v[j], scale), w[tid + j * threads]);
-    }
-    // rope<true>'s rotation of pair i (elements i and i + half) of this head, row t.
+    // rope<true>'s pairs i (elements i and i + half) of this head, row t.
     const int half = n / 2, t = g / ((is_q ? width_q : width_k) / n);
+    float2 cs[J / 2];
 #pragma unroll
     for (int j = 0; j < J / 2; ++j) {
         const int i = tid + j * threads;
-        const float2 cs = table ? table[t * half + i] : rope_cos_sin(pos[t], i, theta_scale, ff, rs);
-        const float c = cs.x, s = cs.y;
-        const float x0 = v[j], x1 = v[j + J / 2];
-        x[i] = __fmaf_rn(x0, c, -__fmul_rn(x1, s));
-        x[i + half] = __fmaf_rn(x0, s, __fmul_rn(x1, c));
+        cs[j] = table ? table[t * half + i] : rope_cos_sin(pos[t], i, theta_scale, ff, rs);
+    }
+    head_norm_rope_neox_regs<J>(v, w, tid, threads, n, eps, cs,
+                                [&](double sum) { return block_sum(sum, scratch); });
+#pragma unroll
+    for (int j = 0; j < J; ++j) {
+        x[tid + j * threads] = v[j];
     }
 }
 

@@ -59,6 +59,7 @@ pub const HEADERS: &[KernelFile] = &[
     kernel_file!("mma_f16.cuh"),
     kernel_file!("q4k_f16.cuh"),
     kernel_file!("norm.cuh"),
+    kernel_file!("rope.cuh"),
 ];
 
 pub const ELEMENTWISE: KernelFile = kernel_file!("elementwise.cu");

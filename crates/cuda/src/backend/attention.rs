@@ -2,12 +2,13 @@
 //! and attended over by the kernel the plan picks; several sequences through the batched rows
 //! table (`rows.rs`) or one after another.
 
+use super::CudaWeight;
 use super::{CudaAct, CudaBackend, CudaCache, CudaInputs};
 use crate::error::{DriverContext, Result};
-use crate::ops::{ActQuant, AttnSoftmax, Quantize};
+use crate::ops::{ActQuant, AttnSoftmax, DecodeKernel, DecodeRotation, Quantize};
 use crate::plan::{Attn, DECODE_MAX_ROWS};
 use cudarc::driver::CudaSlice;
-use ferrolm_model::backend::{AttnShape, SeqRows};
+use ferrolm_model::backend::{AttnShape, QkRotation, SeqRows};
 
 impl CudaBackend {
     #[allow(clippy::too_many_arguments)]
@@ -28,7 +29,8 @@ impl CudaBackend {
             if only.rows == (0..n) {
                 let (q, k, v) = (q.buf(), k.buf(), v.buf());
                 let pos = inp.positions();
-                return self.attend_act(only.cache, layer, q, k, v, pos, shape, sm, out, false);
+                let c = &mut *only.cache;
+                return self.attend_act(c, layer, q, k, v, pos, shape, sm, out, false, None);
             }
         }
         // Several sequences: decode rows in one launch a layer when the pass carries a rows
@@ -37,6 +39,79 @@ impl CudaBackend {
             Some(table) => self.attend_rows(table, seqs, layer, q, k, v, inp, shape, sm, out),
             None => self.attend_each(seqs.iter_mut(), layer, q, k, v, inp, shape, sm, out),
         }
+    }
+
+    /// One token of one sequence on the decode walk that norms and rotates its own queries
+    /// and key and stores its key and value (`FERROLM_ATTN_ROPE`, [`Plan::attn_rope`]): one
+    /// launch for `qk_norm_head_rope`'s, `kv_store`'s and the walk's, the same bits. `false`
+    /// (nothing run) where the plan, the model or the cache takes the three.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn rotating_attention(
+        &self,
+        cache: &mut CudaCache,
+        layer: usize,
+        [q, k, v]: [&CudaAct; 3],
+        rot: &QkRotation<'_, CudaWeight>,
+        inp: &CudaInputs,
+        shape: AttnShape,
+        sm: AttnSoftmax<'_>,
+        out: &mut CudaAct,
+    ) -> Result<bool> {
+        let Some((qn, kn)) = rot.norms else {
+            return Ok(false);
+        };
+        if q.rows != 1 || rot.q_scale.is_some() || !self.plan.attn_rope() {
+            return Ok(false);
+        }
+        let (group, takes_plan) = {
+            let kv = &cache.layers[layer - cache.first_layer];
+            let group = shape.n_head / kv.n_kv_head;
+            let tc = matches!(
+                self.plan.attention(1, kv.format, group, kv.head_dim),
+                Attn::Decode {
+                    kernel: DecodeKernel::GroupTensorCores,
+                    ..
+                }
+            );
+            let plain = kv.k_rot.is_none() && kv.v_rot.is_none();
+            let ok =
+                tc && plain && !self.plan.round_query(kv.format) && rot.head_dim == kv.head_dim;
+            (group, ok)
+        };
+        if !takes_plan {
+            return Ok(false);
+        }
+        let (hd, pos) = (rot.head_dim, inp.positions());
+        self.with_rope(inp, hd, &rot.rope, rot.factors, |args| {
+            let dr = DecodeRotation {
+                k: k.buf(),
+                v: v.buf(),
+                wq: qn.vector(),
+                wk: kn.vector(),
+                eps: rot.eps,
+                rope: args,
+            };
+            if !dr.takes(&cache.layers[layer - cache.first_layer], group) {
+                return Ok(false);
+            }
+            let (qb, kb, vb) = (q.buf(), k.buf(), v.buf());
+            crate::profile::span(self.dev.stream(), "attention", || {
+                self.attend_act(
+                    cache,
+                    layer,
+                    qb,
+                    kb,
+                    vb,
+                    pos,
+                    shape,
+                    sm,
+                    out,
+                    true,
+                    Some(&dr),
+                )
+            })?;
+            Ok(true)
+        })
     }
 
     /// [`Self::attend`] into `out`, which keeps its values quantized for the product after
@@ -54,6 +129,7 @@ impl CudaBackend {
         sm: AttnSoftmax<'_>,
         out: &mut CudaAct,
         stored: bool,
+        rot: Option<&DecodeRotation<'_>>,
     ) -> Result<()> {
         let mode = self.norm_quant(out.width);
         // Only decode's combine writes the copy: a prefill's rows take no buffer for it.
@@ -75,6 +151,7 @@ impl CudaBackend {
             buf,
             stored,
             q8.as_mut(),
+            rot,
         );
         match (done, q8) {
             (Ok(true), Some(q8)) => {
@@ -93,7 +170,9 @@ impl CudaBackend {
     /// Stores one sequence's k/v at its positions (unless `stored`: the rotation's launch
     /// did, `NormRope::rope_qk_store`), then attention of its queries (scaled, windowed and
     /// with sinks as `sm` says). With `q8`, decode's own combine may write the output
-    /// quantized as Q8_K there too: the answer says whether it did.
+    /// quantized as Q8_K there too: the answer says whether it did. With `rot` (one row, a
+    /// shape [`Self::rotating_attention`] checked) q and k are the products' rows before their
+    /// norms and rotation, which the walk takes with the store ([`Attention::decode`]'s).
     #[allow(clippy::too_many_arguments)]
     pub(super) fn attend(
         &self,
@@ -108,6 +187,7 @@ impl CudaBackend {
         out: &mut CudaSlice<f32>,
         stored: bool,
         q8: Option<&mut CudaSlice<u8>>,
+        rot: Option<&DecodeRotation<'_>>,
     ) -> Result<bool> {
         let kv = &mut cache.layers[layer - cache.first_layer];
         // A quantized cache holds k and v rotated (llama.cpp's Hadamard rotation): q is
@@ -141,7 +221,7 @@ impl CudaBackend {
             rk.as_ref().unwrap_or(k),
             rv.as_ref().unwrap_or(v),
         );
-        if !stored {
+        if !stored && rot.is_none() {
             self.k.attention.store(kv, k, v, positions)?;
         }
         let n_head = shape.n_head;
@@ -166,6 +246,7 @@ impl CudaBackend {
                     fused_combine && self.plan.combine_in_walk(),
                     kernel,
                     q,
+                    rot,
                     kv,
                     positions,
                     n_head,

@@ -664,6 +664,14 @@ impl Backend for CudaBackend {
     ) -> Result<()> {
         let n = q.rows;
         if let [only] = seqs {
+            if only.rows == (0..n) {
+                let sm = attn_softmax(shape, window, sinks);
+                let qkv = [&*q, &*k, &*v];
+                let cache = &mut *only.cache;
+                if self.rotating_attention(cache, layer, qkv, rot, inp, shape, sm, out)? {
+                    return Ok(());
+                }
+            }
             if n > 0 && only.rows == (0..n) && self.plan.rope_store() {
                 let cache = &mut *only.cache;
                 if self.rope_store(cache, layer, q, k, v, rot, inp)? {
@@ -673,7 +681,7 @@ impl Backend for CudaBackend {
                     let sm = attn_softmax(shape, window, sinks);
                     let (qb, kb, vb, pos) = (q.buf(), k.buf(), v.buf(), inp.positions());
                     return crate::profile::span(self.dev.stream(), "attention", || {
-                        self.attend_act(cache, layer, qb, kb, vb, pos, shape, sm, out, true)
+                        self.attend_act(cache, layer, qb, kb, vb, pos, shape, sm, out, true, None)
                     });
                 }
             }

@@ -151,7 +151,7 @@ impl CudaBackend {
                 .during("gathering a sequence's positions")?;
             let mut tout = self.acts.take(r.len() * out.width)?;
             self.attend(
-                s.cache, layer, &tq, &tk, &tv, &tpos, shape, sm, &mut tout, false, None,
+                s.cache, layer, &tq, &tk, &tv, &tpos, shape, sm, &mut tout, false, None, None,
             )?;
             let w = out.width;
             let mut dst = out.buf_mut().slice_mut(r.start * w..r.end * w);

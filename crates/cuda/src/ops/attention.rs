@@ -15,6 +15,7 @@
 use super::int;
 use super::kv_cache::{KvCache, KvFormat};
 use super::launch::Launcher;
+use super::norm_rope::{check_rope, theta_scale, Rope, RopeArgs};
 use super::Quantize;
 use crate::device::CudaDevice;
 use crate::error::{CudaError, DriverContext, Result};
@@ -46,6 +47,45 @@ pub const ATTN_GROUPS: [usize; 4] = [1, 2, 4, 8];
 pub const ATTN_TC_GROUPS: [usize; 2] = [4, 8];
 /// Head sizes it has instances for: whole groups of eight 16-byte chunks (its swizzle).
 pub const ATTN_TC_DIMS: [usize; 3] = [64, 128, 256];
+/// Head sizes of the tensor-core walk that norms and rotates its own queries and newest key
+/// (`attn_decode_group_tc_rope_*`): a head is one warp's 2 or 4 elements a lane, as the
+/// per-head norm's launch takes heads of these sizes (one 32-thread block a head).
+pub const ATTN_ROPE_DIMS: [usize; 2] = [64, 128];
+
+/// What the rotating decode walk (`FERROLM_ATTN_ROPE`) takes besides the walk's own
+/// arguments: the q/k/v products' k and v rows as they are, the per-head q and k norms'
+/// weights, and the NEOX rotation's arguments. Its q is [`Attention::decode`]'s q, unrotated.
+pub struct DecodeRotation<'a> {
+    pub k: &'a CudaSlice<f32>,
+    pub v: &'a CudaSlice<f32>,
+    pub wq: &'a CudaSlice<f32>,
+    pub wk: &'a CudaSlice<f32>,
+    pub eps: f32,
+    pub rope: &'a RopeArgs<'a>,
+}
+
+impl DecodeRotation<'_> {
+    /// Whether the rotating walk takes one token of this shape: an f16 cache, head sizes of
+    /// [`ATTN_ROPE_DIMS`] with the tensor-core groups, per-head norms (weights of one head)
+    /// and a NEOX rotation.
+    pub fn takes(&self, cache: &KvCache, group: usize) -> bool {
+        let hd = cache.head_dim;
+        cache.format == KvFormat::F16
+            && ATTN_ROPE_DIMS.contains(&hd)
+            && DecodeKernel::has_tensor_cores(group, hd)
+            && self.wq.len() == hd
+            && self.wk.len() == hd
+            && self.rope.mode == Rope::Neox
+            && self.k.len() == cache.n_kv_head * hd
+            && self.v.len() == self.k.len()
+    }
+}
+
+/// Shared memory the rotating walk takes past the tensor-core walk's: the queries [G][D] f32,
+/// then the newest key and value [D] f16.
+fn rope_extra_bytes(head_dim: usize, group: usize) -> usize {
+    group * head_dim * 4 + 2 * head_dim * 2
+}
 
 /// Which flash-decoding kernel a launch takes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -244,6 +284,8 @@ pub struct Attention {
     decode_group: Vec<Vec<CudaFunction>>,
     /// (head size, group) of ATTN_TC_DIMS × ATTN_TC_GROUPS -> `attn_decode_group_tc_*`.
     decode_group_tc: HashMap<(usize, usize), CudaFunction>,
+    /// (head size, group) of ATTN_ROPE_DIMS × ATTN_TC_GROUPS -> `attn_decode_group_tc_rope_*`.
+    decode_rope: HashMap<(usize, usize), CudaFunction>,
     /// Per entry of ATTN_HEAD_DIMS (f16 caches only; `None` past MMA_HEAD_DIMS).
     flash: Vec<Option<CudaFunction>>,
     prefill_f16ref: Vec<CudaFunction>,
@@ -402,6 +444,20 @@ impl Attention {
                     Ok(((d, g), func))
                 })
                 .collect::<Result<_>>()?,
+            decode_rope: ATTN_ROPE_DIMS
+                .iter()
+                .flat_map(|&d| ATTN_TC_GROUPS.iter().map(move |&g| (d, g)))
+                .map(|(d, g)| {
+                    let func = f(format!("attn_decode_group_tc_rope_d{d}_g{g}"))?;
+                    let bytes = group_tc_smem_bytes(d, g) + rope_extra_bytes(d, g);
+                    func.set_attribute(
+                        CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                        int(bytes, "group shared memory"),
+                    )
+                    .during("raising attn_decode_group_tc_rope's shared-memory limit")?;
+                    Ok(((d, g), func))
+                })
+                .collect::<Result<_>>()?,
             flash,
             prefill_f16ref: per_dim(&ATTENTION_PREFILL, "attn_prefill_f16ref")?,
             prefill_f32ref: KvFormat::ALL
@@ -476,12 +532,19 @@ impl Attention {
     /// `out` quantized as Q8_K there too (rows of `n_head * head_dim / 32` activation blocks,
     /// quantize.cu's layout; the codes `quantize_q8_k` would give) and the answer is `true`;
     /// else `q8` is untouched and the answer `false`.
+    ///
+    /// `rot` (one query row, [`DecodeKernel::GroupTensorCores`], a shape it
+    /// [takes](DecodeRotation::takes)): q and `rot.k` are the products' rows before their
+    /// norms and rotation, and the walk norms and rotates them itself and stores the row's key
+    /// and value in the cache (`FERROLM_ATTN_ROPE`; the same bits as
+    /// `NormRope::qk_norm_rope`, [`Self::store`] and this walk).
     #[allow(clippy::too_many_arguments)]
     pub fn decode(
         &self,
         fused_combine: bool,
         kernel: DecodeKernel,
         q: &CudaSlice<f32>,
+        rot: Option<&DecodeRotation<'_>>,
         cache: &KvCache,
         positions: &CudaSlice<u32>,
         n_head: usize,
@@ -491,7 +554,6 @@ impl Attention {
         out: &mut CudaSlice<f32>,
         q8: Option<&mut CudaSlice<u8>>,
     ) -> Result<bool> {
-        let f = kernel_for(&self.decode[cache.format.index()], cache, "decode")?;
         let n_q = query_rows(q.len(), out.len(), positions.len(), n_head, cache);
         assert!(
             n_q <= work.max_q && n_head == work.n_head && cache.head_dim == work.head_dim,
@@ -502,13 +564,86 @@ impl Attention {
             "decode: {n_split} splits, work for {}",
             work.n_split
         );
+        let sinks = sinks_arg(&sm, n_head);
+        let fused = fused_combine;
+        let group = n_head / cache.n_kv_head;
+        if let Some(rot) = rot {
+            let (win, scale) = (window_arg(sm.window)?, sm.scale);
+            let (kc, vc, pages) = (cache.k_addr(), cache.v_addr(), cache.pages());
+            let shape_ok = kernel == DecodeKernel::GroupTensorCores
+                && n_q == 1
+                && q.len() == n_head * cache.head_dim
+                && rot.takes(cache, group);
+            if !shape_ok {
+                return Err(CudaError::Invalid(format!(
+                    "decode with its own rotation ({kernel:?}): {n_q} rows, {group} query heads \
+                     a KV head, head size {}, {} cache",
+                    cache.head_dim,
+                    cache.format.name()
+                )));
+            }
+            let key = (cache.head_dim, group);
+            let f = &self.decode_rope[&key];
+            let smem = group_tc_smem_bytes(key.0, key.1) + rope_extra_bytes(key.0, key.1);
+            check_rope(rot.rope, 1, cache.head_dim);
+            let theta = theta_scale(rot.rope.base, cache.head_dim);
+            let null = 0u64;
+            let mut b = self.launch.builder(f);
+            b.arg(q).arg(rot.k).arg(rot.v).arg(rot.wq).arg(rot.wk);
+            b.arg(&rot.eps).arg(&kc).arg(&vc).arg(positions);
+            b.arg(&mut work.m).arg(&mut work.l).arg(&mut work.acc);
+            if fused {
+                b.arg(&mut work.done).arg(&mut *out);
+            } else {
+                b.arg(&null).arg(&null);
+            }
+            b.arg(&pages).arg(&scale).arg(&win).arg(sinks);
+            rot.rope.push(&mut b, &theta, &null);
+            let cfg = LaunchConfig {
+                grid_dim: (n_split as u32, cache.n_kv_head as u32, 1),
+                block_dim: ((NWARPS * 32) as u32, 1, 1),
+                shared_mem_bytes: smem as u32,
+            };
+            // SAFETY: attn_decode_group_tc_rope_dD_gG(q, k, v, wq, wk, eps, kc, vc, pos, m, l,
+            // acc, done, out, pages, scale, window, sinks, theta_scale, ff|null, rs,
+            // table|null): one row (checked) of n_head * D queries and n_kv_head * D keys and
+            // values, head-sized norm weights, an f16 cache of this head shape whose table
+            // holds the row's position (the caller's, as for `store`), partials as below; the
+            // dynamic shared memory its load raised the limit to.
+            unsafe { b.launch(cfg) }.during("launching attn_decode_group_tc_rope")?;
+        } else {
+            self.walk(
+                fused, kernel, q, cache, positions, n_head, sm, n_split, work, out,
+            )?;
+        }
+        if fused {
+            return Ok(false);
+        }
+        self.combine_splits(q8, n_q, n_head, n_split, cache.head_dim, sinks, work, out)
+    }
+
+    /// [`Self::decode`]'s walk over the cache, q as it is.
+    #[allow(clippy::too_many_arguments)]
+    fn walk(
+        &self,
+        fused: bool,
+        kernel: DecodeKernel,
+        q: &CudaSlice<f32>,
+        cache: &KvCache,
+        positions: &CudaSlice<u32>,
+        n_head: usize,
+        sm: AttnSoftmax<'_>,
+        n_split: usize,
+        work: &mut DecodeWork,
+        out: &mut CudaSlice<f32>,
+    ) -> Result<()> {
+        let f = kernel_for(&self.decode[cache.format.index()], cache, "decode")?;
+        let n_q = query_rows(q.len(), out.len(), positions.len(), n_head, cache);
         let win = window_arg(sm.window)?;
         let scale = sm.scale;
         let sinks = sinks_arg(&sm, n_head);
         let (nh, nkv) = (int(n_head, "n_head"), int(cache.n_kv_head, "n_kv_head"));
         let (kc, vc, pages) = (cache.k_addr(), cache.v_addr(), cache.pages());
-        let fused = fused_combine;
-        // A block per (split, query head) or, grouped, per (split, KV head).
         let group = n_head / cache.n_kv_head;
         let no_group = || {
             CudaError::Invalid(format!(
@@ -521,6 +656,7 @@ impl Attention {
         if kernel != DecodeKernel::Split && cache.format != KvFormat::F16 {
             return Err(no_group());
         }
+        // A block per (split, query head) or, grouped, per (split, KV head).
         let (f, blocks_y, name, smem) = match kernel {
             DecodeKernel::Split => (f, n_head, "attn_decode_split", 0),
             DecodeKernel::Group => {
@@ -573,15 +709,29 @@ impl Attention {
         // the grid's split count), out n_q * n_head * head_dim floats, or done and out null when
         // the combine kernel follows.
         unsafe { b.launch(cfg) }.during(format!("launching {name}"))?;
-        if fused {
-            return Ok(false);
-        }
+        Ok(())
+    }
 
-        let (ns, hd) = (int(n_split, "n_split"), int(cache.head_dim, "head_dim"));
-        let width = n_head * cache.head_dim;
+    /// [`Self::decode`]'s combine of the walk's splits in a launch of its own (quantizing
+    /// the output too where `q8` and a kernel allow: the answer).
+    #[allow(clippy::too_many_arguments)]
+    fn combine_splits(
+        &self,
+        q8: Option<&mut CudaSlice<u8>>,
+        n_q: usize,
+        n_head: usize,
+        n_split: usize,
+        head_dim: usize,
+        sinks: Option<&CudaSlice<f32>>,
+        work: &DecodeWork,
+        out: &mut CudaSlice<f32>,
+    ) -> Result<bool> {
+        let nh = int(n_head, "n_head");
+        let (ns, hd) = (int(n_split, "n_split"), int(head_dim, "head_dim"));
+        let width = n_head * head_dim;
         let q8k = self
             .combine_q8k
-            .get(&cache.head_dim)
+            .get(&head_dim)
             .filter(|_| width.is_multiple_of(QK_K));
         if let (Some(f), Some(q8)) = (q8k, q8) {
             assert!(
@@ -600,7 +750,7 @@ impl Attention {
                 .arg(sinks);
             let cfg = LaunchConfig {
                 grid_dim: ((width / QK_K) as u32, n_q as u32, 1),
-                block_dim: ((QK_K / cache.head_dim * NWARPS * 32) as u32, 1, 1),
+                block_dim: ((QK_K / head_dim * NWARPS * 32) as u32, 1, 1),
                 shared_mem_bytes: 0,
             };
             // SAFETY: attn_decode_combine_q8k_dD(m, l, acc, out, outq, n_head, n_split, sinks)

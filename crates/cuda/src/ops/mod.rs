@@ -32,8 +32,8 @@ mod norm_rope;
 mod quantize;
 
 pub use attention::{
-    Attention, AttnSoftmax, DecodeKernel, DecodeWork, PrefillKernel, ATTN_GROUPS, ATTN_HEAD_DIMS,
-    ATTN_MAX_SPLITS, ATTN_TC_DIMS, ATTN_TC_GROUPS, MMA_HEAD_DIMS,
+    Attention, AttnSoftmax, DecodeKernel, DecodeRotation, DecodeWork, PrefillKernel, ATTN_GROUPS,
+    ATTN_HEAD_DIMS, ATTN_MAX_SPLITS, ATTN_TC_DIMS, ATTN_TC_GROUPS, MMA_HEAD_DIMS,
 };
 pub use attention_rows::{AttentionRows, RowSeq, RowsTable, ROWS_MAX_GROUP};
 pub use elementwise::Elementwise;

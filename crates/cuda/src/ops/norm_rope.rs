@@ -64,7 +64,7 @@ pub struct RopeArgs<'a> {
 
 impl RopeArgs<'_> {
     /// Appends `theta_scale, ff|null, rs, table|null` for heads of `head_dim`.
-    fn push<'a>(&'a self, b: &mut Launch<'a>, theta_scale: &'a f32, null: &'a u64) {
+    pub(crate) fn push<'a>(&'a self, b: &mut Launch<'a>, theta_scale: &'a f32, null: &'a u64) {
         b.arg(theta_scale);
         match self.factors {
             Some(f) => b.arg(f),
@@ -591,7 +591,7 @@ fn check_factors(rope: &RopeArgs<'_>, head_dim: usize) {
 }
 
 /// [`check_factors`], and a table of all `n_tokens` rows when given one.
-fn check_rope(rope: &RopeArgs<'_>, n_tokens: usize, head_dim: usize) {
+pub(crate) fn check_rope(rope: &RopeArgs<'_>, n_tokens: usize, head_dim: usize) {
     check_factors(rope, head_dim);
     if let Some(t) = rope.table {
         assert!(
@@ -602,7 +602,7 @@ fn check_rope(rope: &RopeArgs<'_>, n_tokens: usize, head_dim: usize) {
 }
 
 /// `base^(-2 / head_dim)` as the CPU computes it, so both build the same angles.
-fn theta_scale(base: f32, head_dim: usize) -> f32 {
+pub(crate) fn theta_scale(base: f32, head_dim: usize) -> f32 {
     base.powf(-2.0 / head_dim as f32)
 }
 

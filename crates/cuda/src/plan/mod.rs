@@ -363,6 +363,14 @@ impl Plan {
             .then(|| n.next_power_of_two())
     }
 
+    /// Whether one token of one sequence takes its per-head q/k norms, NEOX rotation and KV
+    /// store in the tensor-core decode walk's launch (`FERROLM_ATTN_ROPE`, a decode fusion:
+    /// off under `FERROLM_CUDA_FUSE=0`), where the model and cache let it
+    /// (`DecodeRotation::takes`).
+    pub fn attn_rope(&self) -> bool {
+        self.switches.fuse && self.switches.attn_rope
+    }
+
     /// Whether one sequence's rotation of q and k also stores its keys and values in the
     /// cache (`FERROLM_ROPE_STORE`, a decode fusion: off under `FERROLM_CUDA_FUSE=0`), where
     /// the cache's format lets it (`NormRope::rope_qk_store`).

@@ -37,6 +37,14 @@ pub struct Switches {
     /// Off by default: the same bits, but session 25's device run measured it slower (qwen3-8b
     /// tg128 -0.6%, olmoe -1.7%; smollm2 +0.4%).
     pub rope_store: bool,
+    /// `FERROLM_ATTN_ROPE`: among the decode fusions, one token's per-head q/k norms, NEOX
+    /// rotation and KV store in the tensor-core decode walk's launch
+    /// (`attn_decode_group_tc_rope_*`: each block norms and rotates its own query heads, the
+    /// split that holds the new position its key, which it stores and patches into its tile),
+    /// with the older keys' tiles asked for before the wait for the kernel ahead. Two launches
+    /// fewer a layer (4.7 + 0.6 µs of qwen3-30b-a3b's chain, session 34). The same bits. On:
+    /// tg128 +4.5% qwen3-30b-a3b, +3.8% qwen3-8b (session 37, H100).
+    pub attn_rope: bool,
     /// `FERROLM_QKV_ONE`: among the decode fusions, one token's q, k and v products in one
     /// launch (the q/k pair's blocks and v's), where the pair would run. On by default since
     /// session 25's device run: the same bits, qwen3-8b tg128 +4%, olmoe +3%.
@@ -99,17 +107,18 @@ pub struct Switches {
     /// local-memory round trips ahead of each warp's first weight load. The same bits. On:
     /// the down kernel 27-32% faster, tg128 +5% (qwen3-30b-a3b) and +7% (OLMoE) on the H100.
     pub moe_down_direct: bool,
-    /// `FERROLM_MOE_GATE_UP_DIRECT=1`: at one token each warp of the fused MoE gate/up kernel
+    /// `FERROLM_MOE_GATE_UP_DIRECT`: at one token each warp of the fused MoE gate/up kernel
     /// walks its slot straight away, as `FERROLM_MOE_DOWN_DIRECT` does for down, without the
     /// members' masks (local memory in session 36's ncu: `STL`/`LDL` ahead of the walk). The
-    /// same bits. Off until measured (written after session 36's last device call).
+    /// same bits. On: the kernel 2,253,312 -> 2,211,840 instructions, tg128 +0.5% (H100).
     pub moe_gate_up_direct: bool,
-    /// `FERROLM_MOE_LEAN=1`: at one token the fused MoE kernels of Q4_K, Q5_K and Q6_K experts
+    /// `FERROLM_MOE_LEAN`: at one token the fused MoE kernels of Q4_K, Q5_K and Q6_K experts
     /// take MXFP4's lean shape (`moe_*_lean_<type>_n1`: 2 gate and up rows a warp and 4 down
     /// rows a block where they take 4 and 8, three blocks an SM): each warp's instruction chain
     /// half as long and twice the warps, which is what session 36 found these kernels' time to
     /// be. Session 20 measured the shape slower for the K-quants, before the down kernel's
-    /// leader search went. The same bits. Off until measured.
+    /// leader search went. The same bits. On: tg128 +4.6% qwen3-30b-a3b, +0.3% OLMoE (session
+    /// 37, H100).
     pub moe_lean: bool,
     /// `FERROLM_ROUTE_TOPK_BLOCK=1`: the router launch's last block takes one token's softmax
     /// and top-k with all its threads (an expert a thread, each expert's slot its rank), where
@@ -124,13 +133,13 @@ pub struct Switches {
     /// and none of the rotation's index divisions. The same bits. On: the launch 482 -> 273
     /// instructions a warp, tg128 +3% (qwen3-30b-a3b), +2.5% (qwen3-8b), H100.
     pub head_norm_regs: bool,
-    /// `FERROLM_NORM_EXACT=1`: the fused add + RMS norm + quantize (`add_rms_norm_q8_1_f32`)
+    /// `FERROLM_NORM_EXACT`: the fused add + RMS norm + quantize (`add_rms_norm_q8_1_f32`)
     /// takes rows of exactly 2, 4 or 8 elements a thread (a decode row of 2,048 or 4,096) in
     /// its own entry, `add_rms_norm_exact_q8_1_f32`: its loops without the guarded iterations past them, and its Q8_K
     /// pass from the normed row in shared memory instead of back from L2 after the barrier.
     /// One block at one token, so its warps' chains are the step's (508 instructions a warp
-    /// on qwen3-30b-a3b, session 36). The same bits. Off until measured (written after the
-    /// session's last device call).
+    /// on qwen3-30b-a3b, session 36). The same bits. On: tg128 +3.2% qwen3-30b-a3b, +0.2%
+    /// OLMoE (session 37, H100).
     pub norm_exact: bool,
     /// `FERROLM_CUDA_Q8K`: K-quant weights meet Q8_K activations (else Q8_1).
     pub q8k: bool,
@@ -302,6 +311,7 @@ impl Default for Switches {
             norm_route_rows: None,
             norm_route_cluster: false,
             rope_store: false,
+            attn_rope: true,
             qkv_one: true,
             norm_in_qkv: false,
             norm_in_glu: false,
@@ -319,11 +329,11 @@ impl Default for Switches {
             moe_h_in_gate_up: false,
             moe_rows_l1: false,
             moe_down_direct: true,
-            moe_gate_up_direct: false,
-            moe_lean: false,
+            moe_gate_up_direct: true,
+            moe_lean: true,
             route_topk_block: false,
             head_norm_regs: true,
-            norm_exact: false,
+            norm_exact: true,
             q8k: true,
             attn_grouped: true,
             attn_tc: true,
@@ -491,6 +501,7 @@ impl Switches {
             norm_route_rows: count(env, "FERROLM_NORM_ROUTE_ROWS", 1..=8)?,
             norm_route_cluster: flag(env, "FERROLM_NORM_ROUTE_CLUSTER", false)?,
             rope_store: flag(env, "FERROLM_ROPE_STORE", false)?,
+            attn_rope: flag(env, "FERROLM_ATTN_ROPE", true)?,
             qkv_one: flag(env, "FERROLM_QKV_ONE", true)?,
             norm_in_qkv: flag(env, "FERROLM_NORM_IN_QKV", false)?,
             norm_in_glu: flag(env, "FERROLM_NORM_IN_GLU", false)?,
@@ -508,11 +519,11 @@ impl Switches {
             moe_h_in_gate_up: flag(env, "FERROLM_MOE_H_IN_GATE_UP", false)?,
             moe_rows_l1: flag(env, "FERROLM_MOE_ROWS_L1", false)?,
             moe_down_direct: flag(env, "FERROLM_MOE_DOWN_DIRECT", true)?,
-            moe_gate_up_direct: flag(env, "FERROLM_MOE_GATE_UP_DIRECT", false)?,
-            moe_lean: flag(env, "FERROLM_MOE_LEAN", false)?,
+            moe_gate_up_direct: flag(env, "FERROLM_MOE_GATE_UP_DIRECT", true)?,
+            moe_lean: flag(env, "FERROLM_MOE_LEAN", true)?,
             route_topk_block: flag(env, "FERROLM_ROUTE_TOPK_BLOCK", false)?,
             head_norm_regs: flag(env, "FERROLM_QK_NORM_REGS", true)?,
-            norm_exact: flag(env, "FERROLM_NORM_EXACT", false)?,
+            norm_exact: flag(env, "FERROLM_NORM_EXACT", true)?,
             q8k: flag(env, "FERROLM_CUDA_Q8K", true)?,
             attn_grouped: flag(env, "FERROLM_ATTN_GROUPED", true)?,
             attn_tc: flag(env, "FERROLM_ATTN_TC", true)?,
@@ -611,7 +622,7 @@ impl fmt::Display for Switches {
             self.timing_skip.join(",")
         };
         let norm_route_rows = count_or_auto(self.norm_route_rows);
-        let lines: [(&str, &str, &str); 69] = [
+        let lines: [(&str, &str, &str); 70] = [
             (
                 "FERROLM_CUDA_MMQ",
                 bit(self.mmq),
@@ -637,6 +648,11 @@ impl fmt::Display for Switches {
                 "FERROLM_ROPE_STORE",
                 bit(self.rope_store),
                 "the KV store in the RoPE launch",
+            ),
+            (
+                "FERROLM_ATTN_ROPE",
+                bit(self.attn_rope),
+                "one token's q/k norms, RoPE and KV store in the decode walk",
             ),
             (
                 "FERROLM_QKV_ONE",

@@ -130,7 +130,7 @@ fn tile_names() {
 #[test]
 fn display_prints_every_switch() {
     let text = plan(&[("FERROLM_MMQ_TILE", "128x64")]).to_string();
-    assert_eq!(text.lines().count(), 71, "{text}");
+    assert_eq!(text.lines().count(), 72, "{text}");
     assert!(text.contains("132 SMs, cc 9.0"));
     assert!(text
         .lines()
@@ -166,6 +166,7 @@ fn fusions_follow_the_switch() {
 fn dependent_launch_from_hopper_unless_off() {
     let plain = LaunchMode {
         head_norm_regs: true,
+        norm_exact: true,
         ..LaunchMode::default()
     };
     assert!(
@@ -174,7 +175,7 @@ fn dependent_launch_from_hopper_unless_off() {
             .head_norm_regs
     );
     assert!(
-        plan(&[("FERROLM_NORM_EXACT", "1")])
+        !plan(&[("FERROLM_NORM_EXACT", "0")])
             .launch_mode()
             .norm_exact
     );
@@ -261,6 +262,10 @@ fn kv_block_is_a_power_of_two_from_the_switch() {
     assert!(!plan(&[("FERROLM_KV_POOL", "0")]).kv_pool());
     assert!(!plan(&[]).rope_store());
     assert!(plan(&[("FERROLM_ROPE_STORE", "1")]).rope_store());
+    // The walk that rotates its own heads: on unless switched off, and never unfused.
+    assert!(plan(&[]).attn_rope());
+    assert!(!plan(&[("FERROLM_ATTN_ROPE", "0")]).attn_rope());
+    assert!(!plan(&[("FERROLM_CUDA_FUSE", "0")]).attn_rope());
     let unfused = [("FERROLM_ROPE_STORE", "1"), ("FERROLM_CUDA_FUSE", "0")];
     assert!(!plan(&unfused).rope_store());
     assert!(plan(&[]).qkv_one(1));

@@ -35,8 +35,8 @@ fn moe_path_by_tokens() {
                     h_in_gate_up: false,
                     rows_l1: false,
                     down_direct: true,
-                    gate_up_direct: false,
-                    lean: false,
+                    gate_up_direct: true,
+                    lean: true,
                 })
             };
             // One token's gate/up in blocks of 4 warps (MOE_GATE_UP_WARPS_ONE), more in 8.
@@ -141,14 +141,14 @@ fn moe_switches() {
     assert!(matches!(plan(&[]).moe(&s(1)), MoePath::MatVec(m) if m.down_direct));
     let search = plan(&[("FERROLM_MOE_DOWN_DIRECT", "0")]);
     assert!(matches!(search.moe(&s(1)), MoePath::MatVec(m) if !m.down_direct));
-    // And gate/up's: off unless switched on.
-    assert!(matches!(plan(&[]).moe(&s(1)), MoePath::MatVec(m) if !m.gate_up_direct));
-    let direct = plan(&[("FERROLM_MOE_GATE_UP_DIRECT", "1")]);
-    assert!(matches!(direct.moe(&s(1)), MoePath::MatVec(m) if m.gate_up_direct));
-    // The K-quants' lean one-token shape: off unless switched on.
-    assert!(matches!(plan(&[]).moe(&s(1)), MoePath::MatVec(m) if !m.lean));
-    let lean = plan(&[("FERROLM_MOE_LEAN", "1")]);
-    assert!(matches!(lean.moe(&s(1)), MoePath::MatVec(m) if m.lean));
+    // And gate/up's: on unless switched off.
+    assert!(matches!(plan(&[]).moe(&s(1)), MoePath::MatVec(m) if m.gate_up_direct));
+    let masks = plan(&[("FERROLM_MOE_GATE_UP_DIRECT", "0")]);
+    assert!(matches!(masks.moe(&s(1)), MoePath::MatVec(m) if !m.gate_up_direct));
+    // The K-quants' lean one-token shape: on unless switched off.
+    assert!(matches!(plan(&[]).moe(&s(1)), MoePath::MatVec(m) if m.lean));
+    let wide = plan(&[("FERROLM_MOE_LEAN", "0")]);
+    assert!(matches!(wide.moe(&s(1)), MoePath::MatVec(m) if !m.lean));
     let two = plan(&[("FERROLM_MOE_GATE_UP_WARPS", "2")]);
     assert!(matches!(two.moe(&s(4)), MoePath::MatVec(m) if m.gate_up_warps == 2));
     let bad = super::tests::parse(&[("FERROLM_MOE_GATE_UP_WARPS", "16")]);

@@ -58,8 +58,8 @@ fn mxfp4_experts() {
         h_in_gate_up: false,
         rows_l1: false,
         down_direct: true,
-        gate_up_direct: false,
-        lean: false,
+        gate_up_direct: true,
+        lean: true,
     };
     assert_eq!(p.moe(&shape(1, 2880, 2880)), MoePath::MatVec(how(4)));
     assert_eq!(p.moe(&shape(8, 2880, 2880)), MoePath::MatVec(how(8)));
