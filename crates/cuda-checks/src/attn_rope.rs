@@ -1,7 +1,8 @@
-//! The decode walk that norms and rotates its own queries and newest key and stores its key and
+//! The decode walks that norm and rotate their own queries and newest key and store its key and
 //! value (`Attention::decode` with a `DecodeRotation`, the plan's `FERROLM_ATTN_ROPE`) against
-//! the three launches it replaces: `qk_norm_rope` (per-head norms, NEOX), `Attention::store`,
-//! then the tensor-core walk on the rotated q. Contract: the same bits in the output and every
+//! the three launches they replace: `qk_norm_rope` (NEOX), `Attention::store`, then the walk on
+//! the rotated q: per-head norms on the tensor-core walk, whole-row norms (OLMoE's) on the group
+//! block. Contract: the same bits in the output and every
 //! byte of the cache, over caches already holding older keys, at positions on and off the
 //! tiles' edges, with the plan's splits and with others.
 
@@ -16,14 +17,18 @@ use ferrolm_cuda::{CudaDevice, Kernels, Plan};
 use rand::rngs::StdRng;
 use rand::Rng;
 
-/// KV heads of every case; the context the caches hold.
+/// KV heads of the per-head-norm cases and of the whole-row ones; the context the caches hold.
 const N_KV_HEAD: usize = 2;
+const WHOLE_ROW_HEADS: usize = 16;
 const N_CTX: usize = 256;
 
 pub fn all(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) -> Result<Vec<Row>> {
     let mut rows = Vec::new();
+    // Per-head norms on the tensor cores (groups of 4 and 8, two KV heads), whole-row norms on
+    // the group block (one query head a KV head, OLMoE's 16).
+    let kinds = [(4, N_KV_HEAD), (8, N_KV_HEAD), (1, WHOLE_ROW_HEADS)];
     for head_dim in [64, 128] {
-        for group in [4, 8] {
+        for (group, n_kv_head) in kinds {
             // The first key; one short of, on and past a tile's edge; the last.
             for pos in [0, 31, 32, 100, N_CTX - 1] {
                 for (splits, scaled, fused) in [
@@ -34,6 +39,7 @@ pub fn all(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) -> Resu
                     let case = Case {
                         head_dim,
                         group,
+                        n_kv_head,
                         pos,
                         splits,
                         scaled,
@@ -47,11 +53,16 @@ pub fn all(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) -> Resu
                         (_, true) => ", combine in the walk",
                         _ => "",
                     };
+                    let op = if group == 1 {
+                        "attn_decode_group_rope_row (whole-row q/k norms + RoPE + KV store + walk)"
+                    } else {
+                        "attn_decode_group_tc_rope (q/k norms + RoPE + KV store + walk)"
+                    };
                     rows.push(exact_row(
-                        "attn_decode_group_tc_rope (q/k norms + RoPE + KV store + walk)",
+                        op,
                         format!(
-                            "1 tok at {pos}, {}+{N_KV_HEAD} heads of {head_dim}, {splits}{extras}{detail}",
-                            group * N_KV_HEAD
+                            "1 tok at {pos}, {}+{n_kv_head} heads of {head_dim}, {splits}{extras}{detail}",
+                            group * n_kv_head
                         ),
                         "qk_norm_rope, kv_store, then the walk",
                         same,
@@ -66,6 +77,7 @@ pub fn all(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) -> Resu
 struct Case {
     head_dim: usize,
     group: usize,
+    n_kv_head: usize,
     pos: usize,
     splits: Option<usize>,
     scaled: bool,
@@ -83,8 +95,9 @@ impl Case {
         rng: &mut StdRng,
     ) -> Result<(bool, String)> {
         let (hd, pos) = (self.head_dim, self.pos);
-        let n_head = self.group * N_KV_HEAD;
-        let kv_width = N_KV_HEAD * hd;
+        let (n_kv_head, whole_rows) = (self.n_kv_head, self.group == 1);
+        let n_head = self.group * n_kv_head;
+        let kv_width = n_kv_head * hd;
         // The older keys and values, stored in both caches alike.
         let mut caches = Vec::new();
         if pos > 0 {
@@ -92,13 +105,13 @@ impl Case {
             let old_v = dev.upload(&normal(rng, pos * kv_width, 1.0))?;
             let old_pos = dev.upload(&(0..pos as u32).collect::<Vec<_>>())?;
             for _ in 0..2 {
-                let mut c = KvCache::new(dev, KvFormat::F16, N_CTX, N_KV_HEAD, hd)?;
+                let mut c = KvCache::new(dev, KvFormat::F16, N_CTX, n_kv_head, hd)?;
                 k.attention.store(&mut c, &old_k, &old_v, &old_pos)?;
                 caches.push(c);
             }
         } else {
             for _ in 0..2 {
-                caches.push(KvCache::new(dev, KvFormat::F16, N_CTX, N_KV_HEAD, hd)?);
+                caches.push(KvCache::new(dev, KvFormat::F16, N_CTX, n_kv_head, hd)?);
             }
         }
         let (mut parts, one) = (caches.remove(0), caches.remove(0));
@@ -106,8 +119,9 @@ impl Case {
         let kx = normal(rng, kv_width, 1.0);
         let vd = dev.upload(&normal(rng, kv_width, 1.0))?;
         let pd = dev.upload(&[pos as u32])?;
-        let wq = dev.upload(&normal(rng, hd, 1.0))?;
-        let wk = dev.upload(&normal(rng, hd, 1.0))?;
+        let norm = if whole_rows { kv_width } else { hd };
+        let wq = dev.upload(&normal(rng, norm, 1.0))?;
+        let wk = dev.upload(&normal(rng, norm, 1.0))?;
         let eps = 1e-6;
         let factors: Vec<f32> = (0..hd / 2).map(|_| rng.gen_range(1.0..8.0)).collect();
         let factors = dev.upload(&factors)?;
@@ -133,19 +147,23 @@ impl Case {
         let sm = AttnSoftmax::plain(hd, None);
         let cap = self
             .splits
-            .unwrap_or_else(|| plan.decode_splits(N_CTX, N_KV_HEAD));
-        let tc = DecodeKernel::GroupTensorCores;
+            .unwrap_or_else(|| plan.decode_splits(N_CTX, n_kv_head));
+        let kernel = if whole_rows {
+            DecodeKernel::Group
+        } else {
+            DecodeKernel::GroupTensorCores
+        };
         // The three launches.
         let (mut q1, mut k1) = (dev.upload(&q)?, dev.upload(&kx)?);
         k.norm_rope
             .qk_norm_rope(&mut q1, &wq, &mut k1, &wk, eps, hd, &pd, &args)
-            .ok_or_else(|| anyhow!("qk_norm_rope refused heads of {hd}"))??;
+            .ok_or_else(|| anyhow!("qk_norm_rope refused norms of {norm}"))??;
         k.attention.store(&mut parts, &k1, &vd, &pd)?;
         let mut work = DecodeWork::new(dev, 1, n_head, hd, cap)?;
         let mut want = poisoned(dev, q.len())?;
         let f = self.fused;
         k.attention.decode(
-            f, tc, &q1, None, &parts, &pd, n_head, sm, cap, &mut work, &mut want, None,
+            f, kernel, &q1, None, &parts, &pd, n_head, sm, cap, &mut work, &mut want, None,
         )?;
         // The one.
         let (qd, kd) = (dev.upload(&q)?, dev.upload(&kx)?);
@@ -161,7 +179,7 @@ impl Case {
         let mut got = poisoned(dev, q.len())?;
         k.attention.decode(
             f,
-            tc,
+            kernel,
             &qd,
             Some(&rot),
             &one,

@@ -301,7 +301,7 @@ static __device__ __forceinline__ void attn_decode_group(
                                   blockIdx.x, n_split, blockIdx.y, part_m + parts, part_l + parts,
                                   part_acc + parts * D, done_row, out_row, scale, window, sinks);
     } else {
-        attn_group_block<D, G>(q_row, kc, vc, pages, (int)pos[t] + 1, blockIdx.x, n_split,
+        attn_group_block<D, G>(QueriesInMemory<D>{q_row}, kc, vc, pages, (int)pos[t] + 1, blockIdx.x, n_split,
                                blockIdx.y, part_m + parts, part_l + parts, part_acc + parts * D,
                                done_row, out_row, scale, window, sinks);
     }
@@ -350,6 +350,40 @@ ATTN_GROUP_TC_INSTANCES(256)
 // (copy_kv_tile leaves that row out). The tiles of the older keys, which earlier steps wrote,
 // are asked for before the wait for the kernel ahead. The same bits as the three launches.
 // Shared memory after TcLayout::BYTES: the queries [G][D] f32, then the key and value [D] f16.
+// The newest key's staged row (key, then value: D f16 each) into its tile (sk, sv: the stage
+// of keys base.., chunks at `offset`), if this block's split holds it and it is in this tile
+// (another split's last tile may pass over it: a dead row there, zero-filled).
+template <int D, typename Offset>
+static __device__ __forceinline__ void patch_key(const uint16_t *staged, bool owner, int key,
+                                                 char *sk, char *sv, int base, Offset offset) {
+    constexpr int CHUNKS = D / 8;
+    const int r = key - base;
+    if (!owner || r < 0 || r >= ATTN_GROUP_TILE || (int)threadIdx.x >= 2 * CHUNKS) {
+        return;
+    }
+    const bool is_v = (int)threadIdx.x >= CHUNKS;
+    const int c = threadIdx.x % CHUNKS;
+    const uint4 w = *(const uint4 *)(staged + (is_v ? D : 0) + 8 * c);
+    *(uint4 *)((is_v ? sv : sk) + offset(is_v, r, c)) = w;
+}
+
+// The newest key and value as the cache holds them (kv_store_f16's f16), into the cache at
+// `key` and into the block's stage `ks`, `vs` (lane's elements lane + 32 j).
+template <int J>
+static __device__ __forceinline__ void store_key(const float (&kv)[J], const float *v_head,
+                                                 uint16_t *kc, uint16_t *vc, size_t at,
+                                                 uint16_t *ks, uint16_t *vs, int lane) {
+#pragma unroll
+    for (int j = 0; j < J; ++j) {
+        const int d = lane + j * WARP_SIZE;
+        const uint16_t kb = kv_elem(kv[j], kc), vb = kv_elem(v_head[d], vc);
+        kc[at + d] = kb;
+        vc[at + d] = vb;
+        ks[d] = kb;
+        vs[d] = vb;
+    }
+}
+
 template <int D, int G> struct AttnRotate {
     const float *q, *k, *v, *wq, *wk;
     uint16_t *kc, *vc;
@@ -398,32 +432,14 @@ template <int D, int G> struct AttnRotate {
                 }
                 continue;
             }
-            const size_t at = pages.row(g, key) * D;
-#pragma unroll
-            for (int j = 0; j < J; ++j) {
-                const int d = lane + j * WARP_SIZE;
-                const uint16_t kb = kv_elem(val[j], kc), vb = kv_elem(v[(size_t)g * D + d], vc);
-                kc[at + d] = kb;
-                vc[at + d] = vb;
-                ks[d] = kb;
-                vs[d] = vb;
-            }
+            store_key<J>(val, v + (size_t)g * D, kc, vc, pages.row(g, key) * D, ks, vs, lane);
         }
         return qf;
     }
 
-    // The newest key's row into its tile (sk, sv: the stage of keys base..), if it is there
-    // and live (another split's last tile may pass over it, zero-filled).
-    __device__ __forceinline__ void patch(char *sk, char *sv, int base) const {
-        constexpr int CHUNKS = D / 8;
-        const int r = key - base;
-        if (!owner || r < 0 || r >= TC_TILE || (int)threadIdx.x >= 2 * CHUNKS) {
-            return;
-        }
-        const bool is_v = (int)threadIdx.x >= CHUNKS;
-        const int c = threadIdx.x % CHUNKS;
-        const uint4 w = *(const uint4 *)(staged + (is_v ? D : 0) + 8 * c);
-        *(uint4 *)((is_v ? sv : sk) + tc_chunk<D>(r, c)) = w;
+    template <typename Offset>
+    __device__ __forceinline__ void patch(char *sk, char *sv, int base, Offset offset) const {
+        patch_key<D>(staged, owner, key, sk, sv, base, offset);
     }
 };
 
@@ -460,3 +476,130 @@ ATTN_GROUP_TC_ROPE_INSTANCE(64, 4)
 ATTN_GROUP_TC_ROPE_INSTANCE(64, 8)
 ATTN_GROUP_TC_ROPE_INSTANCE(128, 4)
 ATTN_GROUP_TC_ROPE_INSTANCE(128, 8)
+
+// The same for whole-row q/k norms (OLMoE's: a weight an element of the row) on the group
+// block (attn_decode_group_rope_row_d<D>_g1, FERROLM_ATTN_ROPE): each block takes the sums of
+// squares of the whole q row (and, in the split that holds pos[0], of the k row) in
+// rms_norm_f32's order, then norms and rotates its own heads, a warp a head. Against
+// qk_norm_rope_neox_f32, kv_store_f16 and attn_decode_group: the same bits. The rows' widths are
+// the grid's (n_kv_head = gridDim.y KV heads of D, G query heads each); norm_threads(width),
+// the norm launch's block, must be a multiple of the block's 128 threads and divide the width
+// (the host checks). Shared memory after GroupLayout::BYTES: the two rows' 32 warp sums (f64),
+// the queries [G][D] f32, then the key and value [D] f16.
+template <int D, int G> struct AttnRotateRow {
+    const float *q, *k, *v, *wq, *wk;
+    uint16_t *kc, *vc;
+    KvPages pages;
+    int key; // pos[0], the newest key
+    float eps, theta_scale;
+    const float *ff;
+    RopeScale rs;
+    const float2 *table;
+    const uint16_t *staged; // the key, then the value (set by queries)
+    bool owner;             // this block's split holds the key (set by queries)
+
+    __device__ __forceinline__ int skip() const {
+        return key;
+    }
+
+    // rms_norm_group's scale of a row of `width` with its launch's norm_threads(width) threads
+    // T: thread t's f64 sum of elements t, t + T, .. in turn, then block_sum's trees (each
+    // warp of T, then the T / 32 warp sums), here with each of the 128 threads taking T / 128
+    // of those threads. `sums`: 32 doubles of shared memory. The whole block calls it.
+    static __device__ __forceinline__ float row_scale(const float *x, int width, float eps,
+                                                      double *sums) {
+        const int threads = min(max(width / 4 / WARP_SIZE * WARP_SIZE, WARP_SIZE), 1024);
+        const int lane = threadIdx.x % WARP_SIZE;
+        for (int t = threadIdx.x; t < threads; t += blockDim.x) {
+            double sum = 0.0;
+            for (int i = t; i < width; i += threads) {
+                const double d = x[i];
+                sum += d * d; // exact square; a fused add changes nothing
+            }
+            sum = warp_sum(sum);
+            if (lane == 0) {
+                sums[t / WARP_SIZE] = sum;
+            }
+        }
+        __syncthreads();
+        double sum = lane < threads / WARP_SIZE ? sums[lane] : 0.0;
+        sum = warp_sum(sum);
+        const float mean = (float)(sum / (double)width);
+        return 1.0f / sqrtf(mean + eps);
+    }
+
+    __device__ __forceinline__ const float *queries(char *extra, int h0, int g, int k0, int k1) {
+        constexpr int J = D / WARP_SIZE;
+        static_assert(J == 2 || J == 4, "a head is one warp's 2 or 4 elements a lane");
+        dependent_launch_entry(); // the tiles' copies above went ahead of it
+        double *sums = (double *)extra;
+        float *qf = (float *)(extra + 2 * 32 * sizeof(double));
+        uint16_t *ks = (uint16_t *)(qf + G * D), *vs = ks + D;
+        staged = ks;
+        owner = k0 <= key && key < k1;
+        const int width_k = gridDim.y * D, width_q = G * width_k;
+        const float scale_q = row_scale(q, width_q, eps, sums);
+        const float scale_k = owner ? row_scale(k, width_k, eps, sums + 32) : 0.0f;
+        const int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE;
+        float2 cs[J / 2];
+#pragma unroll
+        for (int j = 0; j < J / 2; ++j) {
+            const int i = lane + j * WARP_SIZE;
+            cs[j] = table ? table[i] : rope_cos_sin((uint32_t)key, i, theta_scale, ff, rs);
+        }
+        for (int h = warp; h < G + (owner ? 1 : 0); h += ATTN_NWARPS) {
+            const bool is_k = h == G;
+            const size_t at = (size_t)(is_k ? g : h0 + h) * D; // the head's place in its row
+            const float *x = (is_k ? k : q) + at, *w = (is_k ? wk : wq) + at;
+            const float scale = is_k ? scale_k : scale_q;
+            float val[J];
+#pragma unroll
+            for (int j = 0; j < J; ++j) {
+                const int d = lane + j * WARP_SIZE;
+                val[j] = __fmul_rn(__fmul_rn(x[d], scale), w[d]);
+            }
+            neox_rotate_regs<J>(val, cs);
+            if (!is_k) {
+#pragma unroll
+                for (int j = 0; j < J; ++j) {
+                    qf[h * D + lane + j * WARP_SIZE] = val[j];
+                }
+                continue;
+            }
+            store_key<J>(val, v + (size_t)g * D, kc, vc, pages.row(g, key) * D, ks, vs, lane);
+        }
+        return qf;
+    }
+
+    template <typename Offset>
+    __device__ __forceinline__ void patch(char *sk, char *sv, int base, Offset offset) const {
+        patch_key<D>(staged, owner, key, sk, sv, base, offset);
+    }
+};
+
+// attn_rope_tiles_then_wait on the group block with whole-row norms.
+template <int D, int G>
+static __device__ __forceinline__ void
+attn_rope_row_tiles_then_wait(const AttnRotateRow<D, G> &rot, float *part_m, float *part_l,
+                              float *part_acc, int *done, float *out, float scale, int window,
+                              const float *sinks) {
+    attn_group_block<D, G>(rot, rot.kc, rot.vc, rot.pages, rot.key + 1, blockIdx.x, gridDim.x,
+                           blockIdx.y, part_m, part_l, part_acc, done, out, scale, window, sinks);
+}
+
+#define ATTN_GROUP_ROPE_ROW_INSTANCE(D, G)                                                        \
+    extern "C" __global__ void __launch_bounds__(ATTN_NWARPS *WARP_SIZE)                          \
+        attn_decode_group_rope_row_d##D##_g##G(                                                   \
+            const float *q, const float *k, const float *v, const float *wq, const float *wk,     \
+            float eps, uint16_t *kc, uint16_t *vc, const uint32_t *pos, float *part_m,            \
+            float *part_l, float *part_acc, int *done, float *out, KvPages pages, float scale,    \
+            int window, const float *sinks, float theta_scale, const float *ff, RopeScale rs,    \
+            const float2 *table) {                                                                \
+        attn_rope_row_tiles_then_wait<D, G>(                                                      \
+            AttnRotateRow<D, G>{q, k, v, wq, wk, kc, vc, pages, (int)pos[0], eps, theta_scale,   \
+                                ff, rs, table, nullptr, false},                                   \
+            part_m, part_l, part_acc, done, out, scale, window, sinks);                           \
+    }
+// ops/attention.rs's ATTN_ROPE_DIMS, one query head a KV head.
+ATTN_GROUP_ROPE_ROW_INSTANCE(64, 1)
+ATTN_GROUP_ROPE_ROW_INSTANCE(128, 1)

@@ -373,32 +373,59 @@ static __device__ __forceinline__ void copy_kv_tile(char *sk, char *sv, const Kv
     }
 }
 
+// The walk's queries as they are in memory (q_row's G heads from h0), read after the kernel's
+// wait at its start; no key of its own. The group blocks' `rot` (attn_group_block and its
+// tensor-core twin): queries() gives the G heads' queries (with its shared memory: from the
+// layout's BYTES on) and may make the newest key itself: skip() names the key the tile copies
+// leave out, patch() writes it into a tile's stage (any thread, before the barrier ahead of
+// the tile's use; `offset`: the layout's chunk offsets). attention.cu's AttnRotate and
+// AttnRotateRow norm and rotate them there.
+template <int D> struct QueriesInMemory {
+    const float *q_row;
+    __device__ __forceinline__ int skip() const {
+        return -1;
+    }
+    __device__ __forceinline__ const float *queries(char *, int h0, int, int, int) const {
+        return q_row + (size_t)h0 * D;
+    }
+    template <typename Offset>
+    __device__ __forceinline__ void patch(char *, char *, int, Offset) const {}
+};
+
+// Byte offset of chunk c of row r of the group block's K tile (chunks swizzled by the row's
+// parity) or V tile.
+template <int D> struct GroupOffset {
+    static constexpr int CHUNKS = D / 8, SWIZZLE = CHUNKS % 8 == 0 ? 4 : 0;
+    __device__ __forceinline__ int operator()(bool is_v, int r, int c) const {
+        const int pc = is_v ? c : c ^ ((r & 1) * SWIZZLE);
+        return (r * CHUNKS + pc) * 16;
+    }
+};
+
 // Starts the copy of tile `tile` (keys base.. of the block's range, n of them live) into stage
 // `stage`: every thread D / 16 chunks, zero-filled past the live keys; K's rows swizzled by
-// parity.
+// parity; key `skip` left for the block's rot to write (copy_kv_tile's).
 template <int D, int G, int STAGES>
 static __device__ __forceinline__ void group_load_tile(char *smem, const KvHead<KvF16> &kh,
                                                        const KvHead<KvF16> &vh, int base, int n,
-                                                       int stage) {
+                                                       int stage, int skip) {
     typedef GroupLayout<D, G, STAGES> L;
+    static_assert(GroupOffset<D>::SWIZZLE == L::SWIZZLE, "one swizzle");
     char *sk = smem + stage * L::STAGE_BYTES, *sv = sk + L::TILE_BYTES;
-    copy_kv_tile<ATTN_GROUP_TILE, L::CHUNKS>(sk, sv, kh, vh, base, n, [](bool is_v, int r, int c) {
-        const int pc = is_v ? c : c ^ ((r & 1) * L::SWIZZLE);
-        return (r * L::CHUNKS + pc) * 16;
-    });
+    copy_kv_tile<ATTN_GROUP_TILE, L::CHUNKS>(sk, sv, kh, vh, base, n, GroupOffset<D>(), skip);
 }
 
 // Block (split, KV head g) of one query row: q_row the row's [n_head][D] queries, its keys
 // 0..n_keys - 1 in kc / vc through `pages`; part_m / part_l the row's [n_head][n_split]
 // partials, part_acc [n_head][n_split][D], done its [n_head] counters (null: no combine
 // here), out_row its [n_head][D] output. STAGES: GroupLayout's.
-template <int D, int G, int STAGES = 0>
+// `rot`: the queries and perhaps the newest key (QueriesInMemory's contract above).
+template <int D, int G, int STAGES = 0, typename Rot = QueriesInMemory<D>>
 static __device__ __forceinline__ void attn_group_block(
-    const float *__restrict__ q_row, const uint16_t *__restrict__ kc,
-    const uint16_t *__restrict__ vc, KvPages pages, int n_keys, int split, int n_split, int g,
-    float *__restrict__ part_m, float *__restrict__ part_l, float *__restrict__ part_acc,
-    int *__restrict__ done, float *__restrict__ out_row, float scale, int window,
-    const float *__restrict__ sinks) {
+    Rot rot, const uint16_t *__restrict__ kc, const uint16_t *__restrict__ vc, KvPages pages,
+    int n_keys, int split, int n_split, int g, float *__restrict__ part_m,
+    float *__restrict__ part_l, float *__restrict__ part_acc, int *__restrict__ done,
+    float *__restrict__ out_row, float scale, int window, const float *__restrict__ sinks) {
     typedef GroupLayout<D, G, STAGES> L;
     constexpr int DL = LaneDims<D>::N; // output elements a lane holds
     static_assert(ATTN_NWARPS == 4 && ATTN_GROUP_TILE == 32, "thread (key, part) per tile");
@@ -415,12 +442,23 @@ static __device__ __forceinline__ void attn_group_block(
         if (s < n_tiles) {
             const int base = k0 + s * ATTN_GROUP_TILE;
             group_load_tile<D, G, STAGES>(smem, kh, vh, base, min(ATTN_GROUP_TILE, k1 - base),
-                                          s);
+                                          s, rot.skip());
         }
         cp_async_commit(); // possibly empty: group i stays tile i
     }
+    const float *qg = rot.queries(smem + L::BYTES, h0, g, k0, k1);
+    if (rot.skip() >= 0) {
+        __syncthreads(); // rot's queries and key, written by other warps
+#pragma unroll
+        for (int s = 0; s < L::STAGES - 1; ++s) {
+            if (s < n_tiles) {
+                char *sk = smem + s * L::STAGE_BYTES;
+                rot.patch(sk, sk + L::TILE_BYTES, k0 + s * ATTN_GROUP_TILE, GroupOffset<D>());
+            }
+        }
+    }
     for (int i = threadIdx.x; i < G * D; i += blockDim.x) {
-        sq[i] = q_row[(size_t)h0 * D + i];
+        sq[i] = qg[i];
     }
     // This warp's heads (warp % G + ATTN_NWARPS u, those below G) and its share of each tile's
     // keys.
@@ -444,7 +482,10 @@ static __device__ __forceinline__ void attn_group_block(
             if (nt < n_tiles) {
                 const int base = k0 + nt * ATTN_GROUP_TILE;
                 group_load_tile<D, G, STAGES>(smem, kh, vh, base,
-                                              min(ATTN_GROUP_TILE, k1 - base), nt % L::STAGES);
+                                              min(ATTN_GROUP_TILE, k1 - base), nt % L::STAGES,
+                                              rot.skip());
+                char *sk = smem + (nt % L::STAGES) * L::STAGE_BYTES;
+                rot.patch(sk, sk + L::TILE_BYTES, base, GroupOffset<D>());
             }
             cp_async_commit();
         }

@@ -93,8 +93,9 @@ static __device__ __forceinline__ void attn_decode_rows(
                                                split, n_split, g, m, l, acc, done, out_row, scale,
                                                window, sinks);
     } else {
-        attn_group_block<D, G, ROWS_STAGES>(q_row, kc, vc, pg, n_keys, split, n_split, g, m, l,
-                                            acc, done, out_row, scale, window, sinks);
+        attn_group_block<D, G, ROWS_STAGES>(QueriesInMemory<D>{q_row}, kc, vc, pg, n_keys, split,
+                                            n_split, g, m, l, acc, done, out_row, scale, window,
+                                            sinks);
     }
 }
 

@@ -69,6 +69,14 @@ template <int D> static __device__ __forceinline__ int tc_chunk(int r, int c) {
     return (r * (D / 8) + (c ^ (r & 7))) * 16;
 }
 
+// Byte offset of chunk c of row r of a K or V tile (both swizzled alike), as copy_kv_tile and
+// a Rot's patch take it.
+template <int D> struct TcOffset {
+    __device__ __forceinline__ int operator()(bool, int r, int c) const {
+        return tc_chunk<D>(r, c);
+    }
+};
+
 // Starts the copy of keys base.. (n live) into stage `stage`, zero-filled past the live keys,
 // but for key `skip` (copy_kv_tile's), which `rot` then writes (patch).
 template <int D, int G, int STAGES, typename Rot>
@@ -77,23 +85,8 @@ static __device__ __forceinline__ void tc_load_tile(char *smem, const KvHead<KvF
                                                     int stage, const Rot &rot) {
     typedef TcLayout<D, G, STAGES> L;
     char *sk = smem + stage * L::STAGE_BYTES, *sv = sk + L::TILE_BYTES;
-    copy_kv_tile<TC_TILE, L::CHUNKS>(
-        sk, sv, kh, vh, base, n, [](bool, int r, int c) { return tc_chunk<D>(r, c); },
-        rot.skip());
+    copy_kv_tile<TC_TILE, L::CHUNKS>(sk, sv, kh, vh, base, n, TcOffset<D>(), rot.skip());
 }
-
-// The walk's queries as they are in memory (q_row's G heads from h0), read after the kernel's
-// wait at its start; no key of its own.
-template <int D> struct QueriesInMemory {
-    const float *q_row;
-    __device__ __forceinline__ int skip() const {
-        return -1;
-    }
-    __device__ __forceinline__ const float *queries(char *, int h0, int, int, int) const {
-        return q_row + (size_t)h0 * D;
-    }
-    __device__ __forceinline__ void patch(char *, char *, int) const {}
-};
 
 // attn_group_block's contract and arguments (attention_group.cuh), on the tensor cores. `rot`
 // gives the G heads' queries (QueriesInMemory: q_row's; attention.cu's AttnRotate: normed and
@@ -140,7 +133,7 @@ static __device__ __forceinline__ void attn_group_block_tc(
     for (int s = 0; s < L::STAGES - 1; ++s) {
         if (s < n_tiles) {
             char *sk = smem + s * L::STAGE_BYTES;
-            rot.patch(sk, sk + L::TILE_BYTES, k0 + s * TC_TILE);
+            rot.patch(sk, sk + L::TILE_BYTES, k0 + s * TC_TILE, TcOffset<D>());
         }
     }
     {
@@ -197,7 +190,7 @@ static __device__ __forceinline__ void attn_group_block_tc(
                 char *sk = smem + (nt % L::STAGES) * L::STAGE_BYTES;
                 tc_load_tile<D, G, STAGES>(smem, kh, vh, base, min(TC_TILE, k1 - base),
                                            nt % L::STAGES, rot);
-                rot.patch(sk, sk + L::TILE_BYTES, base);
+                rot.patch(sk, sk + L::TILE_BYTES, base, TcOffset<D>());
             }
             cp_async_commit();
         }

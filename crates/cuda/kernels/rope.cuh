@@ -38,6 +38,19 @@ static __device__ __forceinline__ float2 rope_cos_sin(uint32_t p, int i, float t
                        __fmul_rn((float)sin((double)angle), rs.mscale));
 }
 
+// rope<true>'s rotation (norm_rope.cu) of a thread's pairs (v[j], v[j + J / 2]), each by its
+// cos and sin cs[j]: one product and one FMA each, as the CPU rounds them.
+template <int J>
+static __device__ __forceinline__ void neox_rotate_regs(float (&v)[J], const float2 (&cs)[J / 2]) {
+#pragma unroll
+    for (int j = 0; j < J / 2; ++j) {
+        const float c = cs[j].x, s = cs[j].y;
+        const float x0 = v[j], x1 = v[j + J / 2];
+        v[j] = __fmaf_rn(x0, c, -__fmul_rn(x1, s));
+        v[j + J / 2] = __fmaf_rn(x0, s, __fmul_rn(x1, c));
+    }
+}
+
 // One head's RMS norm and NEOX rotation on the values its threads hold: v[j] is element
 // tid + j * threads (J of them, 2, 4 or 8) of the head's n, so that j and j + J / 2 are a
 // rotation pair (elements i and i + n / 2). The sum is rms_norm_group's, in its order: a
@@ -64,11 +77,5 @@ static __device__ __forceinline__ void head_norm_rope_neox_regs(float (&v)[J],
     for (int j = 0; j < J; ++j) {
         v[j] = __fmul_rn(__fmul_rn(v[j], scale), w[tid + j * threads]);
     }
-#pragma unroll
-    for (int j = 0; j < J / 2; ++j) {
-        const float c = cs[j].x, s = cs[j].y;
-        const float x0 = v[j], x1 = v[j + J / 2];
-        v[j] = __fmaf_rn(x0, c, -__fmul_rn(x1, s));
-        v[j + J / 2] = __fmaf_rn(x0, s, __fmul_rn(x1, c));
-    }
+    neox_rotate_regs<J>(v, cs);
 }

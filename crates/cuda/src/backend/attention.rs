@@ -42,8 +42,10 @@ impl CudaBackend {
     }
 
     /// One token of one sequence on the decode walk that norms and rotates its own queries
-    /// and key and stores its key and value (`FERROLM_ATTN_ROPE`, [`Plan::attn_rope`]): one
-    /// launch for `qk_norm_head_rope`'s, `kv_store`'s and the walk's, the same bits. `false`
+    /// and key and stores its key and value (`FERROLM_ATTN_ROPE`, [`Plan::attn_rope`]; per-head
+    /// norms on the tensor-core walk, whole-row norms on the group block where
+    /// [`Plan::attn_rope_rows`]): one launch for the norms' and rotation's, `kv_store`'s and
+    /// the walk's, the same bits. `false`
     /// (nothing run) where the plan, the model or the cache takes the three.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn rotating_attention(
@@ -63,22 +65,21 @@ impl CudaBackend {
         if q.rows != 1 || rot.q_scale.is_some() || !self.plan.attn_rope() {
             return Ok(false);
         }
-        let (group, takes_plan) = {
+        let (group, kernel) = {
             let kv = &cache.layers[layer - cache.first_layer];
             let group = shape.n_head / kv.n_kv_head;
-            let tc = matches!(
-                self.plan.attention(1, kv.format, group, kv.head_dim),
-                Attn::Decode {
-                    kernel: DecodeKernel::GroupTensorCores,
-                    ..
-                }
-            );
+            let kernel = match self.plan.attention(1, kv.format, group, kv.head_dim) {
+                Attn::Decode { kernel, .. } => Some(kernel),
+                Attn::Prefill(_) => None,
+            };
             let plain = kv.k_rot.is_none() && kv.v_rot.is_none();
-            let ok =
-                tc && plain && !self.plan.round_query(kv.format) && rot.head_dim == kv.head_dim;
-            (group, ok)
+            let ok = plain && !self.plan.round_query(kv.format) && rot.head_dim == kv.head_dim;
+            (group, kernel.filter(|_| ok))
         };
-        if !takes_plan {
+        let Some(kernel) = kernel else {
+            return Ok(false);
+        };
+        if kernel == DecodeKernel::Group && !self.plan.attn_rope_rows() {
             return Ok(false);
         }
         let (hd, pos) = (rot.head_dim, inp.positions());
@@ -91,7 +92,7 @@ impl CudaBackend {
                 eps: rot.eps,
                 rope: args,
             };
-            if !dr.takes(&cache.layers[layer - cache.first_layer], group) {
+            if !dr.takes(&cache.layers[layer - cache.first_layer], group, kernel) {
                 return Ok(false);
             }
             let (qb, kb, vb) = (q.buf(), k.buf(), v.buf());

@@ -15,7 +15,7 @@
 use super::int;
 use super::kv_cache::{KvCache, KvFormat};
 use super::launch::Launcher;
-use super::norm_rope::{check_rope, theta_scale, Rope, RopeArgs};
+use super::norm_rope::{check_rope, norm_threads, theta_scale, Rope, RopeArgs};
 use super::Quantize;
 use crate::device::CudaDevice;
 use crate::error::{CudaError, DriverContext, Result};
@@ -47,9 +47,10 @@ pub const ATTN_GROUPS: [usize; 4] = [1, 2, 4, 8];
 pub const ATTN_TC_GROUPS: [usize; 2] = [4, 8];
 /// Head sizes it has instances for: whole groups of eight 16-byte chunks (its swizzle).
 pub const ATTN_TC_DIMS: [usize; 3] = [64, 128, 256];
-/// Head sizes of the tensor-core walk that norms and rotates its own queries and newest key
-/// (`attn_decode_group_tc_rope_*`): a head is one warp's 2 or 4 elements a lane, as the
-/// per-head norm's launch takes heads of these sizes (one 32-thread block a head).
+/// Head sizes of the walks that norm and rotate their own queries and newest key
+/// (`attn_decode_group_tc_rope_*`, `attn_decode_group_rope_row_*`): a head is one warp's 2 or 4
+/// elements a lane, as the per-head norm's launch takes heads of these sizes (one 32-thread
+/// block a head).
 pub const ATTN_ROPE_DIMS: [usize; 2] = [64, 128];
 
 /// What the rotating decode walk (`FERROLM_ATTN_ROPE`) takes besides the walk's own
@@ -65,26 +66,41 @@ pub struct DecodeRotation<'a> {
 }
 
 impl DecodeRotation<'_> {
-    /// Whether the rotating walk takes one token of this shape: an f16 cache, head sizes of
-    /// [`ATTN_ROPE_DIMS`] with the tensor-core groups, per-head norms (weights of one head)
-    /// and a NEOX rotation.
-    pub fn takes(&self, cache: &KvCache, group: usize) -> bool {
+    /// Whether the rotating walk takes one token of this shape on `kernel`: an f16 cache, head
+    /// sizes of [`ATTN_ROPE_DIMS`], a NEOX rotation, and on the tensor cores (their groups)
+    /// per-head norms (weights of one head), on the group block one query head a KV head with
+    /// whole-row norms (a weight an element of the row; rows whose norm block,
+    /// `norm_threads`, is whole 128-thread blocks and divides them).
+    pub fn takes(&self, cache: &KvCache, group: usize, kernel: DecodeKernel) -> bool {
         let hd = cache.head_dim;
-        cache.format == KvFormat::F16
+        let (wq, wk) = (self.wq.len(), self.wk.len());
+        let whole_rows = |w: usize| {
+            let t = norm_threads(w) as usize;
+            t.is_multiple_of(NWARPS * 32) && w.is_multiple_of(t)
+        };
+        let norms = match kernel {
+            DecodeKernel::GroupTensorCores => {
+                DecodeKernel::has_tensor_cores(group, hd) && wq == hd && wk == hd
+            }
+            DecodeKernel::Group => {
+                let width = cache.n_kv_head * hd;
+                group == 1 && wq == width && wk == width && whole_rows(width)
+            }
+            DecodeKernel::Split => false,
+        };
+        norms
+            && cache.format == KvFormat::F16
             && ATTN_ROPE_DIMS.contains(&hd)
-            && DecodeKernel::has_tensor_cores(group, hd)
-            && self.wq.len() == hd
-            && self.wk.len() == hd
             && self.rope.mode == Rope::Neox
             && self.k.len() == cache.n_kv_head * hd
             && self.v.len() == self.k.len()
     }
 }
 
-/// Shared memory the rotating walk takes past the tensor-core walk's: the queries [G][D] f32,
-/// then the newest key and value [D] f16.
-fn rope_extra_bytes(head_dim: usize, group: usize) -> usize {
-    group * head_dim * 4 + 2 * head_dim * 2
+/// Shared memory the rotating walks take past their walk's: (whole-row norms) 32 f64 sums of
+/// each row, then the queries [G][D] f32, then the newest key and value [D] f16.
+fn rope_extra_bytes(head_dim: usize, group: usize, whole_rows: bool) -> usize {
+    usize::from(whole_rows) * 2 * 32 * 8 + group * head_dim * 4 + 2 * head_dim * 2
 }
 
 /// Which flash-decoding kernel a launch takes.
@@ -286,6 +302,8 @@ pub struct Attention {
     decode_group_tc: HashMap<(usize, usize), CudaFunction>,
     /// (head size, group) of ATTN_ROPE_DIMS × ATTN_TC_GROUPS -> `attn_decode_group_tc_rope_*`.
     decode_rope: HashMap<(usize, usize), CudaFunction>,
+    /// Head size of ATTN_ROPE_DIMS -> `attn_decode_group_rope_row_d<D>_g1`.
+    decode_rope_row: HashMap<usize, CudaFunction>,
     /// Per entry of ATTN_HEAD_DIMS (f16 caches only; `None` past MMA_HEAD_DIMS).
     flash: Vec<Option<CudaFunction>>,
     prefill_f16ref: Vec<CudaFunction>,
@@ -449,13 +467,26 @@ impl Attention {
                 .flat_map(|&d| ATTN_TC_GROUPS.iter().map(move |&g| (d, g)))
                 .map(|(d, g)| {
                     let func = f(format!("attn_decode_group_tc_rope_d{d}_g{g}"))?;
-                    let bytes = group_tc_smem_bytes(d, g) + rope_extra_bytes(d, g);
+                    let bytes = group_tc_smem_bytes(d, g) + rope_extra_bytes(d, g, false);
                     func.set_attribute(
                         CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                         int(bytes, "group shared memory"),
                     )
                     .during("raising attn_decode_group_tc_rope's shared-memory limit")?;
                     Ok(((d, g), func))
+                })
+                .collect::<Result<_>>()?,
+            decode_rope_row: ATTN_ROPE_DIMS
+                .iter()
+                .map(|&d| {
+                    let func = f(format!("attn_decode_group_rope_row_d{d}_g1"))?;
+                    let bytes = group_smem_bytes(d, 1) + rope_extra_bytes(d, 1, true);
+                    func.set_attribute(
+                        CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                        int(bytes, "group shared memory"),
+                    )
+                    .during("raising attn_decode_group_rope_row's shared-memory limit")?;
+                    Ok((d, func))
                 })
                 .collect::<Result<_>>()?,
             flash,
@@ -570,10 +601,8 @@ impl Attention {
         if let Some(rot) = rot {
             let (win, scale) = (window_arg(sm.window)?, sm.scale);
             let (kc, vc, pages) = (cache.k_addr(), cache.v_addr(), cache.pages());
-            let shape_ok = kernel == DecodeKernel::GroupTensorCores
-                && n_q == 1
-                && q.len() == n_head * cache.head_dim
-                && rot.takes(cache, group);
+            let shape_ok =
+                n_q == 1 && q.len() == n_head * cache.head_dim && rot.takes(cache, group, kernel);
             if !shape_ok {
                 return Err(CudaError::Invalid(format!(
                     "decode with its own rotation ({kernel:?}): {n_q} rows, {group} query heads \
@@ -582,9 +611,19 @@ impl Attention {
                     cache.format.name()
                 )));
             }
-            let key = (cache.head_dim, group);
-            let f = &self.decode_rope[&key];
-            let smem = group_tc_smem_bytes(key.0, key.1) + rope_extra_bytes(key.0, key.1);
+            let hd = cache.head_dim;
+            let (f, smem, name) = if kernel == DecodeKernel::GroupTensorCores {
+                let smem = group_tc_smem_bytes(hd, group) + rope_extra_bytes(hd, group, false);
+                let f = &self.decode_rope[&(hd, group)];
+                (f, smem, "attn_decode_group_tc_rope")
+            } else {
+                let smem = group_smem_bytes(hd, group) + rope_extra_bytes(hd, group, true);
+                (
+                    &self.decode_rope_row[&hd],
+                    smem,
+                    "attn_decode_group_rope_row",
+                )
+            };
             check_rope(rot.rope, 1, cache.head_dim);
             let theta = theta_scale(rot.rope.base, cache.head_dim);
             let null = 0u64;
@@ -604,13 +643,14 @@ impl Attention {
                 block_dim: ((NWARPS * 32) as u32, 1, 1),
                 shared_mem_bytes: smem as u32,
             };
-            // SAFETY: attn_decode_group_tc_rope_dD_gG(q, k, v, wq, wk, eps, kc, vc, pos, m, l,
-            // acc, done, out, pages, scale, window, sinks, theta_scale, ff|null, rs,
-            // table|null): one row (checked) of n_head * D queries and n_kv_head * D keys and
-            // values, head-sized norm weights, an f16 cache of this head shape whose table
-            // holds the row's position (the caller's, as for `store`), partials as below; the
+            // SAFETY: attn_decode_group_tc_rope_dD_gG / attn_decode_group_rope_row_dD_g1(q, k,
+            // v, wq, wk, eps, kc, vc, pos, m, l, acc, done, out, pages, scale, window, sinks,
+            // theta_scale, ff|null, rs, table|null): one row (checked) of n_head * D queries
+            // and n_kv_head * D keys and values, norm weights of a head or of a row as the
+            // kernel takes them (`takes`), an f16 cache of this head shape whose table holds
+            // the row's position (the caller's, as for `store`), partials as below; the
             // dynamic shared memory its load raised the limit to.
-            unsafe { b.launch(cfg) }.during("launching attn_decode_group_tc_rope")?;
+            unsafe { b.launch(cfg) }.during(format!("launching {name}"))?;
         } else {
             self.walk(
                 fused, kernel, q, cache, positions, n_head, sm, n_split, work, out,

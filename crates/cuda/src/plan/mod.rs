@@ -371,6 +371,12 @@ impl Plan {
         self.switches.fuse && self.switches.attn_rope
     }
 
+    /// Whether [`Self::attn_rope`] also takes whole-row q/k norms (OLMoE's) on the group block
+    /// (`FERROLM_ATTN_ROPE_ROWS`; off: slower on OLMoE).
+    pub fn attn_rope_rows(&self) -> bool {
+        self.attn_rope() && self.switches.attn_rope_rows
+    }
+
     /// Whether one sequence's rotation of q and k also stores its keys and values in the
     /// cache (`FERROLM_ROPE_STORE`, a decode fusion: off under `FERROLM_CUDA_FUSE=0`), where
     /// the cache's format lets it (`NormRope::rope_qk_store`).

@@ -43,8 +43,14 @@ pub struct Switches {
     /// split that holds the new position its key, which it stores and patches into its tile),
     /// with the older keys' tiles asked for before the wait for the kernel ahead. Two launches
     /// fewer a layer (4.7 + 0.6 µs of qwen3-30b-a3b's chain, session 34). The same bits. On:
-    /// tg128 +4.5% qwen3-30b-a3b, +3.8% qwen3-8b (session 37, H100).
+    /// tg128 +4.8% qwen3-30b-a3b, +4.1% qwen3-8b (session 37, H100).
     pub attn_rope: bool,
+    /// `FERROLM_ATTN_ROPE_ROWS=1`: `FERROLM_ATTN_ROPE` for whole-row q/k norms (OLMoE's) too,
+    /// on the group block (`attn_decode_group_rope_row_*`: each block takes both rows' sums of
+    /// squares in the norm launch's order, then norms and rotates its own head). The same bits.
+    /// Off: OLMoE tg128 -3.5% (session 37, H100): every block reads both whole rows and
+    /// reduces them in f64 ahead of its walk.
+    pub attn_rope_rows: bool,
     /// `FERROLM_QKV_ONE`: among the decode fusions, one token's q, k and v products in one
     /// launch (the q/k pair's blocks and v's), where the pair would run. On by default since
     /// session 25's device run: the same bits, qwen3-8b tg128 +4%, olmoe +3%.
@@ -312,6 +318,7 @@ impl Default for Switches {
             norm_route_cluster: false,
             rope_store: false,
             attn_rope: true,
+            attn_rope_rows: false,
             qkv_one: true,
             norm_in_qkv: false,
             norm_in_glu: false,
@@ -502,6 +509,7 @@ impl Switches {
             norm_route_cluster: flag(env, "FERROLM_NORM_ROUTE_CLUSTER", false)?,
             rope_store: flag(env, "FERROLM_ROPE_STORE", false)?,
             attn_rope: flag(env, "FERROLM_ATTN_ROPE", true)?,
+            attn_rope_rows: flag(env, "FERROLM_ATTN_ROPE_ROWS", false)?,
             qkv_one: flag(env, "FERROLM_QKV_ONE", true)?,
             norm_in_qkv: flag(env, "FERROLM_NORM_IN_QKV", false)?,
             norm_in_glu: flag(env, "FERROLM_NORM_IN_GLU", false)?,
@@ -622,7 +630,7 @@ impl fmt::Display for Switches {
             self.timing_skip.join(",")
         };
         let norm_route_rows = count_or_auto(self.norm_route_rows);
-        let lines: [(&str, &str, &str); 70] = [
+        let lines: [(&str, &str, &str); 71] = [
             (
                 "FERROLM_CUDA_MMQ",
                 bit(self.mmq),
@@ -653,6 +661,11 @@ impl fmt::Display for Switches {
                 "FERROLM_ATTN_ROPE",
                 bit(self.attn_rope),
                 "one token's q/k norms, RoPE and KV store in the decode walk",
+            ),
+            (
+                "FERROLM_ATTN_ROPE_ROWS",
+                bit(self.attn_rope_rows),
+                "the same for whole-row q/k norms, on the group block",
             ),
             (
                 "FERROLM_QKV_ONE",
