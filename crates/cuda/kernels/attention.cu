@@ -301,9 +301,9 @@ static __device__ __forceinline__ void attn_decode_group(
                                   blockIdx.x, n_split, blockIdx.y, part_m + parts, part_l + parts,
                                   part_acc + parts * D, done_row, out_row, scale, window, sinks);
     } else {
-        attn_group_block<D, G>(QueriesInMemory<D>{q_row}, kc, vc, pages, (int)pos[t] + 1, blockIdx.x, n_split,
-                               blockIdx.y, part_m + parts, part_l + parts, part_acc + parts * D,
-                               done_row, out_row, scale, window, sinks);
+        attn_group_block<D, G>(QueriesInMemory<D>{q_row}, kc, vc, pages, (int)pos[t] + 1,
+                               blockIdx.x, n_split, blockIdx.y, part_m + parts, part_l + parts,
+                               part_acc + parts * D, done_row, out_row, scale, window, sinks);
     }
 }
 
@@ -340,16 +340,6 @@ ATTN_GROUP_TC_INSTANCES(64)
 ATTN_GROUP_TC_INSTANCES(128)
 ATTN_GROUP_TC_INSTANCES(256)
 
-// One token's walk by KV group on the tensor cores that makes its own queries and newest key
-// (FERROLM_ATTN_ROPE, in place of qk_norm_head_rope_neox_f32's and kv_store_f16's launches):
-// q, k and v as the q/k/v products left them (q [n_head][D], k and v [n_kv_head][D]). Each
-// block norms (wq, per head) and rotates (NEOX, position pos[0]) its G query heads as
-// qk_norm_head_rope_neox_f32 does, a warp a head (one warp is that kernel's block for these
-// heads: the same sums); the split that holds position pos[0] also norms (wk) and rotates its
-// KV head's key and stores key and value in the cache as kv_store_f16 does, and into its tile
-// (copy_kv_tile leaves that row out). The tiles of the older keys, which earlier steps wrote,
-// are asked for before the wait for the kernel ahead. The same bits as the three launches.
-// Shared memory after TcLayout::BYTES: the queries [G][D] f32, then the key and value [D] f16.
 // The newest key's staged row (key, then value: D f16 each) into its tile (sk, sv: the stage
 // of keys base.., chunks at `offset`), if this block's split holds it and it is in this tile
 // (another split's last tile may pass over it: a dead row there, zero-filled).
@@ -384,6 +374,16 @@ static __device__ __forceinline__ void store_key(const float (&kv)[J], const flo
     }
 }
 
+// One token's walk by KV group on the tensor cores that makes its own queries and newest key
+// (FERROLM_ATTN_ROPE, in place of qk_norm_head_rope_neox_f32's and kv_store_f16's launches):
+// q, k and v as the q/k/v products left them (q [n_head][D], k and v [n_kv_head][D]). Each
+// block norms (wq, per head) and rotates (NEOX, position pos[0]) its G query heads as
+// qk_norm_head_rope_neox_f32 does, a warp a head (one warp is that kernel's block for these
+// heads: the same sums); the split that holds position pos[0] also norms (wk) and rotates its
+// KV head's key and stores key and value in the cache as kv_store_f16 does, and into its tile
+// (copy_kv_tile leaves that row out). The tiles of the older keys, which earlier steps wrote,
+// are asked for before the wait for the kernel ahead. The same bits as the three launches.
+// Shared memory after TcLayout::BYTES: the queries [G][D] f32, then the key and value [D] f16.
 template <int D, int G> struct AttnRotate {
     const float *q, *k, *v, *wq, *wk;
     uint16_t *kc, *vc;
