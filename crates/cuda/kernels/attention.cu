@@ -477,15 +477,16 @@ ATTN_GROUP_TC_ROPE_INSTANCE(64, 8)
 ATTN_GROUP_TC_ROPE_INSTANCE(128, 4)
 ATTN_GROUP_TC_ROPE_INSTANCE(128, 8)
 
-// The same for whole-row q/k norms (OLMoE's: a weight an element of the row) on the group
-// block (attn_decode_group_rope_row_d<D>_g1, FERROLM_ATTN_ROPE): each block takes the sums of
+// The same for whole-row q/k norms (OLMoE's: a weight an element of the row) on the group block
+// (attn_decode_group_rope_row_d<D>_g1, FERROLM_ATTN_ROPE_ROWS): each block takes the sums of
 // squares of the whole q row (and, in the split that holds pos[0], of the k row) in
 // rms_norm_f32's order, then norms and rotates its own heads, a warp a head. Against
-// qk_norm_rope_neox_f32, kv_store_f16 and attn_decode_group: the same bits. The rows' widths are
-// the grid's (n_kv_head = gridDim.y KV heads of D, G query heads each); norm_threads(width),
-// the norm launch's block, must be a multiple of the block's 128 threads and divide the width
-// (the host checks). Shared memory after GroupLayout::BYTES: the two rows' 32 warp sums (f64),
-// the queries [G][D] f32, then the key and value [D] f16.
+// qk_norm_rope_neox_f32, kv_store_f16 and attn_decode_group: the same bits. The rows' widths
+// are the grid's (n_kv_head = gridDim.y KV heads of D, G query heads each); norm_threads(width),
+// the norm launch's block, must be a multiple of the block's 128 threads and a quarter of the
+// width, at most 512 (the host checks; OLMoE's 2,048-wide rows take 512). Shared memory after
+// GroupLayout::BYTES: the two rows' 32 warp sums (f64), the queries [G][D] f32, then the key
+// and value [D] f16.
 template <int D, int G> struct AttnRotateRow {
     const float *q, *k, *v, *wq, *wk;
     uint16_t *kc, *vc;
@@ -502,30 +503,59 @@ template <int D, int G> struct AttnRotateRow {
         return key;
     }
 
-    // rms_norm_group's scale of a row of `width` with its launch's norm_threads(width) threads
-    // T: thread t's f64 sum of elements t, t + T, .. in turn, then block_sum's trees (each
-    // warp of T, then the T / 32 warp sums), here with each of the 128 threads taking T / 128
-    // of those threads. `sums`: 32 doubles of shared memory. The whole block calls it.
-    static __device__ __forceinline__ float row_scale(const float *x, int width, float eps,
-                                                      double *sums) {
-        const int threads = min(max(width / 4 / WARP_SIZE * WARP_SIZE, WARP_SIZE), 1024);
+    // rms_norm_group's scales of the q row and (with `both`) the k row, each of `width` =
+    // 4 norm_threads(width) elements (the host checks; at most 4 * ROW_MAX_VT * 128), as the
+    // norm launch's block of T = norm_threads(width) threads sums them: thread t's f64 sum of
+    // elements t, t + T, t + 2T, t + 3T in turn, then block_sum's trees (each warp of T, then
+    // the T / 32 warp sums). Here each of the 128 threads takes T / 128 of those threads, all
+    // their loads first, so that both rows come from L2 in one round trip. `sums`: 64 doubles
+    // of shared memory. The whole block calls it.
+    static constexpr int ROW_MAX_VT = 4;
+    static __device__ __forceinline__ float2 row_scales(const float *xq, int width_q,
+                                                        const float *xk, int width_k, bool both,
+                                                        float eps, double *sums) {
         const int lane = threadIdx.x % WARP_SIZE;
-        for (int t = threadIdx.x; t < threads; t += blockDim.x) {
-            double sum = 0.0;
-            for (int i = t; i < width; i += threads) {
-                const double d = x[i];
-                sum += d * d; // exact square; a fused add changes nothing
+        const int tq = width_q / 4, tk = width_k / 4; // norm_threads of each row
+        float vq[ROW_MAX_VT][4], vk[ROW_MAX_VT][4];
+#pragma unroll
+        for (int u = 0; u < ROW_MAX_VT; ++u) {
+            const int t = threadIdx.x + u * ATTN_NWARPS * WARP_SIZE;
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                vq[u][e] = t < tq ? xq[t + e * tq] : 0.0f;
+                vk[u][e] = both && t < tk ? xk[t + e * tk] : 0.0f;
             }
-            sum = warp_sum(sum);
-            if (lane == 0) {
-                sums[t / WARP_SIZE] = sum;
+        }
+#pragma unroll
+        for (int u = 0; u < ROW_MAX_VT; ++u) {
+            const int t = threadIdx.x + u * ATTN_NWARPS * WARP_SIZE; // warp-uniform bounds
+            double sq = 0.0, sk = 0.0;
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const double dq = vq[u][e], dk = vk[u][e];
+                sq += dq * dq; // exact squares; a fused add changes nothing
+                sk += dk * dk;
+            }
+            if (t < tq) {
+                sq = warp_sum(sq);
+                if (lane == 0) {
+                    sums[t / WARP_SIZE] = sq;
+                }
+            }
+            if (both && t < tk) {
+                sk = warp_sum(sk);
+                if (lane == 0) {
+                    sums[32 + t / WARP_SIZE] = sk;
+                }
             }
         }
         __syncthreads();
-        double sum = lane < threads / WARP_SIZE ? sums[lane] : 0.0;
-        sum = warp_sum(sum);
-        const float mean = (float)(sum / (double)width);
-        return 1.0f / sqrtf(mean + eps);
+        double sq = lane < tq / WARP_SIZE ? sums[lane] : 0.0;
+        double sk = both && lane < tk / WARP_SIZE ? sums[32 + lane] : 0.0;
+        sq = warp_sum(sq);
+        sk = warp_sum(sk);
+        const float mq = (float)(sq / (double)width_q), mk = (float)(sk / (double)width_k);
+        return make_float2(1.0f / sqrtf(mq + eps), 1.0f / sqrtf(mk + eps));
     }
 
     __device__ __forceinline__ const float *queries(char *extra, int h0, int g, int k0, int k1) {
@@ -538,8 +568,8 @@ template <int D, int G> struct AttnRotateRow {
         staged = ks;
         owner = k0 <= key && key < k1;
         const int width_k = gridDim.y * D, width_q = G * width_k;
-        const float scale_q = row_scale(q, width_q, eps, sums);
-        const float scale_k = owner ? row_scale(k, width_k, eps, sums + 32) : 0.0f;
+        const float2 scales = row_scales(q, width_q, k, width_k, owner, eps, sums);
+        const float scale_q = scales.x, scale_k = scales.y;
         const int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE;
         float2 cs[J / 2];
 #pragma unroll

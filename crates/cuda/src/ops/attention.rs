@@ -70,13 +70,15 @@ impl DecodeRotation<'_> {
     /// sizes of [`ATTN_ROPE_DIMS`], a NEOX rotation, and on the tensor cores (their groups)
     /// per-head norms (weights of one head), on the group block one query head a KV head with
     /// whole-row norms (a weight an element of the row; rows whose norm block,
-    /// `norm_threads`, is whole 128-thread blocks and divides them).
+    /// `norm_threads`, is whole 128-thread blocks and a quarter of the row).
     pub fn takes(&self, cache: &KvCache, group: usize, kernel: DecodeKernel) -> bool {
         let hd = cache.head_dim;
         let (wq, wk) = (self.wq.len(), self.wk.len());
+        // The norm launch's block a quarter of the row, whole 128-thread blocks of it, at most
+        // 512 (AttnRotateRow::row_scales' ROW_MAX_VT blocks).
         let whole_rows = |w: usize| {
             let t = norm_threads(w) as usize;
-            t.is_multiple_of(NWARPS * 32) && w.is_multiple_of(t)
+            t.is_multiple_of(NWARPS * 32) && w == 4 * t && t <= 4 * NWARPS * 32
         };
         let norms = match kernel {
             DecodeKernel::GroupTensorCores => {

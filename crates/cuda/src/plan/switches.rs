@@ -48,8 +48,9 @@ pub struct Switches {
     /// `FERROLM_ATTN_ROPE_ROWS=1`: `FERROLM_ATTN_ROPE` for whole-row q/k norms (OLMoE's) too,
     /// on the group block (`attn_decode_group_rope_row_*`: each block takes both rows' sums of
     /// squares in the norm launch's order, then norms and rotates its own head). The same bits.
-    /// Off: OLMoE tg128 -3.5% (session 37, H100): every block reads both whole rows and
-    /// reduces them in f64 ahead of its walk.
+    /// Off: OLMoE tg128 -3.5% (session 37, H100) as first written, its row sums a loop of
+    /// L2 round trips; rewritten after that call with every load ahead of the sums, not yet
+    /// measured (`tools/device/s37_rows.sh`).
     pub attn_rope_rows: bool,
     /// `FERROLM_QKV_ONE`: among the decode fusions, one token's q, k and v products in one
     /// launch (the q/k pair's blocks and v's), where the pair would run. On by default since
