@@ -1,9 +1,11 @@
 //! The decode walks that norm and rotate their own queries and newest key and store its key and
-//! value (`Attention::decode` with a `DecodeRotation`, the plan's `FERROLM_ATTN_ROPE`) against
-//! the three launches they replace: `qk_norm_rope` (NEOX), `Attention::store`, then the walk on
-//! the rotated q: per-head norms on the tensor-core walk, whole-row norms (OLMoE's) on the group
-//! block. Contract: the same bits in the output and every
-//! byte of the cache, over caches already holding older keys, at positions on and off the
+//! value (`Attention::decode` with a `DecodeRotation`, the plan's `FERROLM_ATTN_ROPE`) against the
+//! three launches they replace: `qk_norm_rope` (NEOX), `Attention::store`, then the walk on the
+//! rotated q: per-head norms on the tensor-core walk (a KV head's 8 query heads in one block, or in
+//! two of 4 with `FERROLM_ATTN_HEAD_SPLIT`), whole-row norms (OLMoE's) on the group block. The head
+//! split's contract is the same bits where no block's largest query passes 2^15 (its prescale),
+//! which these queries (normed, weights of about 1) never do. Contract: the same bits in the output
+//! and every byte of the cache, over caches already holding older keys, at positions on and off the
 //! tiles' edges, with the plan's splits and with others.
 
 use super::checks::{exact_row, normal, poisoned};
@@ -24,11 +26,17 @@ const N_CTX: usize = 256;
 
 pub fn all(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) -> Result<Vec<Row>> {
     let mut rows = Vec::new();
-    // Per-head norms on the tensor cores (groups of 4 and 8, two KV heads), whole-row norms on
-    // the group block (one query head a KV head, OLMoE's 16).
-    let kinds = [(4, N_KV_HEAD), (8, N_KV_HEAD), (1, WHOLE_ROW_HEADS)];
+    // Per-head norms on the tensor cores (groups of 4 and 8, two KV heads; groups of 8 also in
+    // two blocks of 4, the head split), whole-row norms on the group block (one query head a KV
+    // head, OLMoE's 16).
+    let kinds = [
+        (4, N_KV_HEAD, false),
+        (8, N_KV_HEAD, false),
+        (8, N_KV_HEAD, true),
+        (1, WHOLE_ROW_HEADS, false),
+    ];
     for head_dim in [64, 128] {
-        for (group, n_kv_head) in kinds {
+        for (group, n_kv_head, head_split) in kinds {
             // The first key; one short of, on and past a tile's edge; the last.
             for pos in [0, 31, 32, 100, N_CTX - 1] {
                 for (splits, scaled, fused) in [
@@ -40,6 +48,7 @@ pub fn all(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) -> Resu
                         head_dim,
                         group,
                         n_kv_head,
+                        head_split,
                         pos,
                         splits,
                         scaled,
@@ -53,10 +62,12 @@ pub fn all(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) -> Resu
                         (_, true) => ", combine in the walk",
                         _ => "",
                     };
-                    let op = if group == 1 {
-                        "attn_decode_group_rope_row (whole-row q/k norms + RoPE + KV store + walk)"
-                    } else {
-                        "attn_decode_group_tc_rope (q/k norms + RoPE + KV store + walk)"
+                    let op = match (group, head_split) {
+                        (1, _) => {
+                            "attn_decode_group_rope_row (whole-row q/k norms + RoPE + KV store + walk)"
+                        }
+                        (_, true) => "attn_decode_group_tc_rope_g8h2 (the same, 4 heads a block)",
+                        _ => "attn_decode_group_tc_rope (q/k norms + RoPE + KV store + walk)",
                     };
                     rows.push(exact_row(
                         op,
@@ -78,6 +89,7 @@ struct Case {
     head_dim: usize,
     group: usize,
     n_kv_head: usize,
+    head_split: bool,
     pos: usize,
     splits: Option<usize>,
     scaled: bool,
@@ -174,6 +186,7 @@ impl Case {
             wk: &wk,
             eps,
             rope: &args,
+            head_split: self.head_split,
         };
         let mut work = DecodeWork::new(dev, 1, n_head, hd, cap)?;
         let mut got = poisoned(dev, q.len())?;

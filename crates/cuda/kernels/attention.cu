@@ -358,7 +358,8 @@ static __device__ __forceinline__ void patch_key(const uint16_t *staged, bool ow
 }
 
 // The newest key and value as the cache holds them (kv_store_f16's f16), into the cache at
-// `key` and into the block's stage `ks`, `vs` (lane's elements lane + 32 j).
+// `key` (unless kc is null: another block stores them) and into the block's stage `ks`, `vs`
+// (lane's elements lane + 32 j).
 template <int J>
 static __device__ __forceinline__ void store_key(const float (&kv)[J], const float *v_head,
                                                  uint16_t *kc, uint16_t *vc, size_t at,
@@ -366,9 +367,11 @@ static __device__ __forceinline__ void store_key(const float (&kv)[J], const flo
 #pragma unroll
     for (int j = 0; j < J; ++j) {
         const int d = lane + j * WARP_SIZE;
-        const uint16_t kb = kv_elem(kv[j], kc), vb = kv_elem(v_head[d], vc);
-        kc[at + d] = kb;
-        vc[at + d] = vb;
+        const uint16_t kb = kv_elem(kv[j], vc), vb = kv_elem(v_head[d], vc);
+        if (kc != nullptr) {
+            kc[at + d] = kb;
+            vc[at + d] = vb;
+        }
         ks[d] = kb;
         vs[d] = vb;
     }
@@ -395,9 +398,17 @@ template <int D, int G> struct AttnRotate {
     const float2 *table;
     const uint16_t *staged; // the key, then the value (set by queries)
     bool owner;             // this block's split holds the key (set by queries)
+    // -1, or which half (0, 1) of its KV head's 2G query heads the block takes (the split
+    // entry, attn_decode_group_tc_rope_d<D>_g<2G>h2): both halves rotate the key for their
+    // tiles, half 0 stores it.
+    int half;
 
     __device__ __forceinline__ int skip() const {
         return key;
+    }
+
+    __device__ __forceinline__ int first_head(int g, int g_heads) const {
+        return half < 0 ? g * g_heads : (2 * g + half) * g_heads;
     }
 
     __device__ __forceinline__ const float *queries(char *extra, int h0, int g, int k0, int k1) {
@@ -432,7 +443,8 @@ template <int D, int G> struct AttnRotate {
                 }
                 continue;
             }
-            store_key<J>(val, v + (size_t)g * D, kc, vc, pages.row(g, key) * D, ks, vs, lane);
+            store_key<J>(val, v + (size_t)g * D, half <= 0 ? kc : nullptr, vc,
+                         pages.row(g, key) * D, ks, vs, lane);
         }
         return qf;
     }
@@ -447,14 +459,14 @@ template <int D, int G> struct AttnRotate {
 // ahead (AttnRotate::queries waits): they read only the cache's rows before pos[0], which
 // earlier steps wrote, through the pass's block table and positions, which the host wrote
 // before the step's first kernel. Nothing the kernel ahead writes is read before the wait.
+// `g`: the block's KV head.
 template <int D, int G>
 static __device__ __forceinline__ void
 attn_rope_tiles_then_wait(const AttnRotate<D, G> &rot, float *part_m, float *part_l,
                           float *part_acc, int *done, float *out, float scale, int window,
-                          const float *sinks) {
+                          const float *sinks, int g) {
     attn_group_block_tc<D, G>(rot, rot.kc, rot.vc, rot.pages, rot.key + 1, blockIdx.x, gridDim.x,
-                              blockIdx.y, part_m, part_l, part_acc, done, out, scale, window,
-                              sinks);
+                              g, part_m, part_l, part_acc, done, out, scale, window, sinks);
 }
 
 #define ATTN_GROUP_TC_ROPE_INSTANCE(D, G)                                                         \
@@ -467,15 +479,37 @@ attn_rope_tiles_then_wait(const AttnRotate<D, G> &rot, float *part_m, float *par
             const float2 *table) {                                                                \
         attn_rope_tiles_then_wait<D, G>(AttnRotate<D, G>{q, k, v, wq, wk, kc, vc, pages,          \
                                                          (int)pos[0], eps, theta_scale, ff, rs,   \
-                                                         table, nullptr, false},                  \
+                                                         table, nullptr, false, -1},              \
                                         part_m, part_l, part_acc, done, out, scale, window,       \
-                                        sinks);                                                   \
+                                        sinks, blockIdx.y);                                       \
     }
 // ops/attention.rs's ATTN_ROPE_DIMS and ATTN_TC_GROUPS.
 ATTN_GROUP_TC_ROPE_INSTANCE(64, 4)
 ATTN_GROUP_TC_ROPE_INSTANCE(64, 8)
 ATTN_GROUP_TC_ROPE_INSTANCE(128, 4)
 ATTN_GROUP_TC_ROPE_INSTANCE(128, 8)
+
+// FERROLM_ATTN_HEAD_SPLIT: groups of 8 query heads a KV head walked by two blocks of 4 each
+// (grid (n_split, 2 n_kv_head): KV head blockIdx.y / 2, half blockIdx.y % 2), twice the blocks
+// and each block's chain of heads to norm, rotate and score half as long, where a short
+// context leaves few blocks. The K and V tiles are read by both. Each block's q prescale is
+// its own 4 heads' (attention_tc.cuh), so the bits are the 8-head block's where neither
+// block's largest q passes 2^15 (no prescale), else within the tensor-core walk's bound.
+#define ATTN_GROUP_TC_ROPE_HALF_INSTANCE(D)                                                       \
+    extern "C" __global__ void __launch_bounds__(ATTN_NWARPS *WARP_SIZE)                          \
+        attn_decode_group_tc_rope_d##D##_g8h2(                                                    \
+            const float *q, const float *k, const float *v, const float *wq, const float *wk,     \
+            float eps, uint16_t *kc, uint16_t *vc, const uint32_t *pos, float *part_m,            \
+            float *part_l, float *part_acc, int *done, float *out, KvPages pages, float scale,    \
+            int window, const float *sinks, float theta_scale, const float *ff, RopeScale rs,    \
+            const float2 *table) {                                                                \
+        attn_rope_tiles_then_wait<D, 4>(                                                          \
+            AttnRotate<D, 4>{q, k, v, wq, wk, kc, vc, pages, (int)pos[0], eps, theta_scale, ff,   \
+                             rs, table, nullptr, false, (int)(blockIdx.y % 2)},                   \
+            part_m, part_l, part_acc, done, out, scale, window, sinks, blockIdx.y / 2);           \
+    }
+ATTN_GROUP_TC_ROPE_HALF_INSTANCE(64)
+ATTN_GROUP_TC_ROPE_HALF_INSTANCE(128)
 
 // The same for whole-row q/k norms (OLMoE's: a weight an element of the row) on the group block
 // (attn_decode_group_rope_row_d<D>_g1, FERROLM_ATTN_ROPE_ROWS): each block takes the sums of

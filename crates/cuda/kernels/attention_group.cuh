@@ -378,8 +378,8 @@ static __device__ __forceinline__ void copy_kv_tile(char *sk, char *sv, const Kv
 // tensor-core twin): queries() gives the G heads' queries (with its shared memory: from the
 // layout's BYTES on) and may make the newest key itself: skip() names the key the tile copies
 // leave out, patch() writes it into a tile's stage (any thread, before the barrier ahead of
-// the tile's use; `offset`: the layout's chunk offsets). attention.cu's AttnRotate and
-// AttnRotateRow norm and rotate them there.
+// the tile's use; `offset`: the layout's chunk offsets); first_head() places the block's G
+// query heads. attention.cu's AttnRotate and AttnRotateRow norm and rotate them there.
 template <int D> struct QueriesInMemory {
     const float *q_row;
     __device__ __forceinline__ int skip() const {
@@ -390,6 +390,11 @@ template <int D> struct QueriesInMemory {
     }
     template <typename Offset>
     __device__ __forceinline__ void patch(char *, char *, int, Offset) const {}
+    // The block's first query head: KV head g's G heads (the tensor-core walk asks; a rot that
+    // splits a KV head's queries over blocks says which of them are this block's).
+    __device__ __forceinline__ int first_head(int g, int G) const {
+        return g * G;
+    }
 };
 
 // Byte offset of chunk c of row r of the group block's K tile (chunks swizzled by the row's

@@ -109,7 +109,7 @@ static __device__ __forceinline__ void attn_group_block_tc(
     uint16_t *phi = (uint16_t *)(smem + L::P_HI), *plo = (uint16_t *)(smem + L::P_LO);
     float *corr_s = (float *)(smem + L::CORR);
     int *shift_s = (int *)(smem + L::SHIFT);
-    const int h0 = g * G;
+    const int h0 = rot.first_head(g, G);
     const int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE;
     const int gq = lane / 4, tq = lane % 4; // MMA fragment coordinates
     const GroupSplit range(n_keys, window, split, n_split);

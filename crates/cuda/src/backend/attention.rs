@@ -91,6 +91,7 @@ impl CudaBackend {
                 wk: kn.vector(),
                 eps: rot.eps,
                 rope: args,
+                head_split: self.plan.attn_head_split(),
             };
             if !dr.takes(&cache.layers[layer - cache.first_layer], group, kernel) {
                 return Ok(false);

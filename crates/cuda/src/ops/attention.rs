@@ -63,6 +63,9 @@ pub struct DecodeRotation<'a> {
     pub wk: &'a CudaSlice<f32>,
     pub eps: f32,
     pub rope: &'a RopeArgs<'a>,
+    /// On the tensor cores with 8 query heads a KV head: two blocks of 4 heads each
+    /// (`attn_decode_group_tc_rope_d<D>_g8h2`, `FERROLM_ATTN_HEAD_SPLIT`).
+    pub head_split: bool,
 }
 
 impl DecodeRotation<'_> {
@@ -306,6 +309,8 @@ pub struct Attention {
     decode_rope: HashMap<(usize, usize), CudaFunction>,
     /// Head size of ATTN_ROPE_DIMS -> `attn_decode_group_rope_row_d<D>_g1`.
     decode_rope_row: HashMap<usize, CudaFunction>,
+    /// Head size of ATTN_ROPE_DIMS -> `attn_decode_group_tc_rope_d<D>_g8h2`.
+    decode_rope_half: HashMap<usize, CudaFunction>,
     /// Per entry of ATTN_HEAD_DIMS (f16 caches only; `None` past MMA_HEAD_DIMS).
     flash: Vec<Option<CudaFunction>>,
     prefill_f16ref: Vec<CudaFunction>,
@@ -478,6 +483,19 @@ impl Attention {
                     Ok(((d, g), func))
                 })
                 .collect::<Result<_>>()?,
+            decode_rope_half: ATTN_ROPE_DIMS
+                .iter()
+                .map(|&d| {
+                    let func = f(format!("attn_decode_group_tc_rope_d{d}_g8h2"))?;
+                    let bytes = group_tc_smem_bytes(d, 4) + rope_extra_bytes(d, 4, false);
+                    func.set_attribute(
+                        CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                        int(bytes, "group shared memory"),
+                    )
+                    .during("raising attn_decode_group_tc_rope_g8h2's shared-memory limit")?;
+                    Ok((d, func))
+                })
+                .collect::<Result<_>>()?,
             decode_rope_row: ATTN_ROPE_DIMS
                 .iter()
                 .map(|&d| {
@@ -614,7 +632,21 @@ impl Attention {
                 )));
             }
             let hd = cache.head_dim;
-            let (f, smem, name) = if kernel == DecodeKernel::GroupTensorCores {
+            // Blocks a KV head: two where the head split takes a group of 8.
+            let halves = if kernel == DecodeKernel::GroupTensorCores && rot.head_split && group == 8
+            {
+                2
+            } else {
+                1
+            };
+            let (f, smem, name) = if halves == 2 {
+                let smem = group_tc_smem_bytes(hd, 4) + rope_extra_bytes(hd, 4, false);
+                (
+                    &self.decode_rope_half[&hd],
+                    smem,
+                    "attn_decode_group_tc_rope_g8h2",
+                )
+            } else if kernel == DecodeKernel::GroupTensorCores {
                 let smem = group_tc_smem_bytes(hd, group) + rope_extra_bytes(hd, group, false);
                 let f = &self.decode_rope[&(hd, group)];
                 (f, smem, "attn_decode_group_tc_rope")
@@ -641,11 +673,12 @@ impl Attention {
             b.arg(&pages).arg(&scale).arg(&win).arg(sinks);
             rot.rope.push(&mut b, &theta, &null);
             let cfg = LaunchConfig {
-                grid_dim: (n_split as u32, cache.n_kv_head as u32, 1),
+                grid_dim: (n_split as u32, (halves * cache.n_kv_head) as u32, 1),
                 block_dim: ((NWARPS * 32) as u32, 1, 1),
                 shared_mem_bytes: smem as u32,
             };
-            // SAFETY: attn_decode_group_tc_rope_dD_gG / attn_decode_group_rope_row_dD_g1(q, k,
+            // SAFETY: attn_decode_group_tc_rope_dD_gG (or _g8h2, two blocks a KV head) /
+            // attn_decode_group_rope_row_dD_g1(q, k,
             // v, wq, wk, eps, kc, vc, pos, m, l, acc, done, out, pages, scale, window, sinks,
             // theta_scale, ff|null, rs, table|null): one row (checked) of n_head * D queries
             // and n_kv_head * D keys and values, norm weights of a head or of a row as the

@@ -377,6 +377,12 @@ impl Plan {
         self.attn_rope() && self.switches.attn_rope_rows
     }
 
+    /// Whether the rotating tensor-core walk takes a KV head's 8 query heads in two blocks of
+    /// 4 (`FERROLM_ATTN_HEAD_SPLIT`; off until measured).
+    pub fn attn_head_split(&self) -> bool {
+        self.switches.attn_head_split
+    }
+
     /// Whether one sequence's rotation of q and k also stores its keys and values in the
     /// cache (`FERROLM_ROPE_STORE`, a decode fusion: off under `FERROLM_CUDA_FUSE=0`), where
     /// the cache's format lets it (`NormRope::rope_qk_store`).

@@ -50,8 +50,16 @@ pub struct Switches {
     /// squares in the norm launch's order, then norms and rotates its own head). The same bits.
     /// Off: OLMoE tg128 -3.5% (session 37, H100) as first written, its row sums a loop of
     /// L2 round trips; rewritten after that call with every load ahead of the sums, not yet
-    /// measured (`tools/device/s37_rows.sh`).
+    /// measured (`tools/device/s37_next.sh`).
     pub attn_rope_rows: bool,
+    /// `FERROLM_ATTN_HEAD_SPLIT=1`: the rotating tensor-core walk (`FERROLM_ATTN_ROPE`) takes a
+    /// KV head's 8 query heads in two blocks of 4 (`attn_decode_group_tc_rope_d<D>_g8h2`):
+    /// twice the blocks, each block's chain of heads to norm, rotate and score half as long
+    /// (qwen3-30b-a3b at a short context: 16 blocks of 1,351 instructions a warp, session 37's
+    /// ncu). The same bits where no block's largest query passes 2^15, else within the walk's
+    /// bound (its prescale is each block's own). Off: written after session 37's last device
+    /// call, not yet measured.
+    pub attn_head_split: bool,
     /// `FERROLM_QKV_ONE`: among the decode fusions, one token's q, k and v products in one
     /// launch (the q/k pair's blocks and v's), where the pair would run. On by default since
     /// session 25's device run: the same bits, qwen3-8b tg128 +4%, olmoe +3%.
@@ -320,6 +328,7 @@ impl Default for Switches {
             rope_store: false,
             attn_rope: true,
             attn_rope_rows: false,
+            attn_head_split: false,
             qkv_one: true,
             norm_in_qkv: false,
             norm_in_glu: false,
@@ -511,6 +520,7 @@ impl Switches {
             rope_store: flag(env, "FERROLM_ROPE_STORE", false)?,
             attn_rope: flag(env, "FERROLM_ATTN_ROPE", true)?,
             attn_rope_rows: flag(env, "FERROLM_ATTN_ROPE_ROWS", false)?,
+            attn_head_split: flag(env, "FERROLM_ATTN_HEAD_SPLIT", false)?,
             qkv_one: flag(env, "FERROLM_QKV_ONE", true)?,
             norm_in_qkv: flag(env, "FERROLM_NORM_IN_QKV", false)?,
             norm_in_glu: flag(env, "FERROLM_NORM_IN_GLU", false)?,
@@ -631,7 +641,7 @@ impl fmt::Display for Switches {
             self.timing_skip.join(",")
         };
         let norm_route_rows = count_or_auto(self.norm_route_rows);
-        let lines: [(&str, &str, &str); 71] = [
+        let lines: [(&str, &str, &str); 72] = [
             (
                 "FERROLM_CUDA_MMQ",
                 bit(self.mmq),
@@ -667,6 +677,11 @@ impl fmt::Display for Switches {
                 "FERROLM_ATTN_ROPE_ROWS",
                 bit(self.attn_rope_rows),
                 "the same for whole-row q/k norms, on the group block",
+            ),
+            (
+                "FERROLM_ATTN_HEAD_SPLIT",
+                bit(self.attn_head_split),
+                "the rotating walk's groups of 8 heads in two blocks",
             ),
             (
                 "FERROLM_QKV_ONE",

@@ -130,7 +130,7 @@ fn tile_names() {
 #[test]
 fn display_prints_every_switch() {
     let text = plan(&[("FERROLM_MMQ_TILE", "128x64")]).to_string();
-    assert_eq!(text.lines().count(), 73, "{text}");
+    assert_eq!(text.lines().count(), 74, "{text}");
     assert!(text.contains("132 SMs, cc 9.0"));
     assert!(text
         .lines()
@@ -266,6 +266,9 @@ fn kv_block_is_a_power_of_two_from_the_switch() {
     assert!(plan(&[]).attn_rope());
     assert!(!plan(&[("FERROLM_ATTN_ROPE", "0")]).attn_rope());
     assert!(!plan(&[("FERROLM_CUDA_FUSE", "0")]).attn_rope());
+    // The rotating walk's head split: off unless switched on.
+    assert!(!plan(&[]).attn_head_split());
+    assert!(plan(&[("FERROLM_ATTN_HEAD_SPLIT", "1")]).attn_head_split());
     // Whole-row norms on the group block: off unless switched on.
     assert!(!plan(&[]).attn_rope_rows());
     assert!(plan(&[("FERROLM_ATTN_ROPE_ROWS", "1")]).attn_rope_rows());
