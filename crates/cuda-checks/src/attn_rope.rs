@@ -9,15 +9,14 @@
 //! tiles' edges, with the plan's splits and with others.
 
 use super::checks::{exact_row, normal, poisoned};
+use super::rope_store::{rope_case, rope_factors};
 use super::Row;
 use anyhow::{anyhow, Result};
 use ferrolm_cuda::ops::{
     rope_table_len, AttnSoftmax, DecodeKernel, DecodeRotation, DecodeWork, KvCache, KvFormat, Rope,
-    RopeArgs, RopeScale,
 };
 use ferrolm_cuda::{CudaDevice, Kernels, Plan};
 use rand::rngs::StdRng;
-use rand::Rng;
 
 /// KV heads of the per-head-norm cases and of the whole-row ones; the context the caches hold.
 const N_KV_HEAD: usize = 2;
@@ -135,27 +134,9 @@ impl Case {
         let wq = dev.upload(&normal(rng, norm, 1.0))?;
         let wk = dev.upload(&normal(rng, norm, 1.0))?;
         let eps = 1e-6;
-        let factors: Vec<f32> = (0..hd / 2).map(|_| rng.gen_range(1.0..8.0)).collect();
-        let factors = dev.upload(&factors)?;
-        let yarn = RopeScale {
-            freq_scale: 0.25,
-            ext_factor: 1.0,
-            mscale: 1.138_629_5,
-            corr_low: 12.0,
-            corr_high: 40.0,
-        };
-        let mut args = RopeArgs {
-            base: 1_000_000.0,
-            mode: Rope::Neox,
-            scale: if self.scaled { yarn } else { RopeScale::NONE },
-            factors: self.scaled.then_some(&factors),
-            table: None,
-        };
+        let factors = rope_factors(dev, rng, hd)?;
         let mut table = dev.upload(&vec![0u32; rope_table_len(1, hd)])?;
-        if self.scaled {
-            k.norm_rope.rope_table(&mut table, hd, &pd, &args)?;
-            args.table = Some(&table);
-        }
+        let args = rope_case(k, Rope::Neox, self.scaled, &factors, &mut table, hd, &pd)?;
         let sm = AttnSoftmax::plain(hd, None);
         let cap = self
             .splits

@@ -9,7 +9,7 @@ use super::checks::{exact_row, normal};
 use super::Row;
 use anyhow::{anyhow, Result};
 use ferrolm_cuda::ops::{rope_table_len, KvCache, KvFormat, Rope, RopeArgs, RopeScale};
-use ferrolm_cuda::{CudaDevice, Kernels};
+use ferrolm_cuda::{CudaDevice, CudaSlice, Kernels};
 use rand::rngs::StdRng;
 use rand::Rng;
 
@@ -87,27 +87,9 @@ fn one(
         dev.upload(&normal(rng, g, 1.0))?,
     );
     let eps = 1e-6;
-    let factors: Vec<f32> = (0..HEAD_DIM / 2).map(|_| rng.gen_range(1.0..8.0)).collect();
-    let factors = dev.upload(&factors)?;
-    let yarn = RopeScale {
-        freq_scale: 0.25,
-        ext_factor: 1.0,
-        mscale: 1.138_629_5,
-        corr_low: 12.0,
-        corr_high: 40.0,
-    };
-    let mut args = RopeArgs {
-        base: 1_000_000.0,
-        mode,
-        scale: if scaled { yarn } else { RopeScale::NONE },
-        factors: scaled.then_some(&factors),
-        table: None,
-    };
+    let factors = rope_factors(dev, rng, HEAD_DIM)?;
     let mut table = dev.upload(&vec![0u32; rope_table_len(n, HEAD_DIM)])?;
-    if scaled {
-        k.norm_rope.rope_table(&mut table, HEAD_DIM, &pd, &args)?;
-        args.table = Some(&table);
-    }
+    let args = rope_case(k, mode, scaled, &factors, &mut table, HEAD_DIM, &pd)?;
     // The two launches.
     let mut parts = KvCache::new(dev, format, n_ctx, hkv, HEAD_DIM)?;
     let (mut q1, mut k1) = (dev.upload(&q)?, dev.upload(&kx)?);
@@ -135,4 +117,46 @@ fn one(
     Ok(bits(dev.download(&q1)?, dev.download(&q2)?)
         && bits(dev.download(&k1)?, dev.download(&k2)?)
         && parts.read_back(dev)? == fused.read_back(dev)?)
+}
+
+/// A case's frequency divisors (llama3's rope_freqs): `head_dim / 2` of them in [1, 8).
+pub(super) fn rope_factors(
+    dev: &CudaDevice,
+    rng: &mut StdRng,
+    head_dim: usize,
+) -> Result<CudaSlice<f32>> {
+    let factors: Vec<f32> = (0..head_dim / 2).map(|_| rng.gen_range(1.0..8.0)).collect();
+    Ok(dev.upload(&factors)?)
+}
+
+/// A case's rotation (base 10⁶): plain, or (`scaled`) with `factors`, YaRN's scaling and the
+/// pass's table of angles, made into `table` for the positions `pos`.
+pub(super) fn rope_case<'a>(
+    k: &Kernels,
+    mode: Rope,
+    scaled: bool,
+    factors: &'a CudaSlice<f32>,
+    table: &'a mut CudaSlice<u32>,
+    head_dim: usize,
+    pos: &CudaSlice<u32>,
+) -> Result<RopeArgs<'a>> {
+    let yarn = RopeScale {
+        freq_scale: 0.25,
+        ext_factor: 1.0,
+        mscale: 1.138_629_5,
+        corr_low: 12.0,
+        corr_high: 40.0,
+    };
+    let mut args = RopeArgs {
+        base: 1_000_000.0,
+        mode,
+        scale: if scaled { yarn } else { RopeScale::NONE },
+        factors: scaled.then_some(factors),
+        table: None,
+    };
+    if scaled {
+        k.norm_rope.rope_table(table, head_dim, pos, &args)?;
+        args.table = Some(&*table);
+    }
+    Ok(args)
 }

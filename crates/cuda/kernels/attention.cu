@@ -367,6 +367,7 @@ static __device__ __forceinline__ void store_key(const float (&kv)[J], const flo
 #pragma unroll
     for (int j = 0; j < J; ++j) {
         const int d = lane + j * WARP_SIZE;
+        // (kv_elem's pointer picks the cache's element type: vc's, as kc may be null.)
         const uint16_t kb = kv_elem(kv[j], vc), vb = kv_elem(v_head[d], vc);
         if (kc != nullptr) {
             kc[at + d] = kb;
@@ -377,17 +378,25 @@ static __device__ __forceinline__ void store_key(const float (&kv)[J], const flo
     }
 }
 
-// One token's walk by KV group on the tensor cores that makes its own queries and newest key
-// (FERROLM_ATTN_ROPE, in place of qk_norm_head_rope_neox_f32's and kv_store_f16's launches):
-// q, k and v as the q/k/v products left them (q [n_head][D], k and v [n_kv_head][D]). Each
-// block norms (wq, per head) and rotates (NEOX, position pos[0]) its G query heads as
-// qk_norm_head_rope_neox_f32 does, a warp a head (one warp is that kernel's block for these
-// heads: the same sums); the split that holds position pos[0] also norms (wk) and rotates its
-// KV head's key and stores key and value in the cache as kv_store_f16 does, and into its tile
-// (copy_kv_tile leaves that row out). The tiles of the older keys, which earlier steps wrote,
-// are asked for before the wait for the kernel ahead. The same bits as the three launches.
-// Shared memory after TcLayout::BYTES: the queries [G][D] f32, then the key and value [D] f16.
-template <int D, int G> struct AttnRotate {
+// One token's decode walk by KV group that makes its own queries and newest key
+// (FERROLM_ATTN_ROPE, in place of the q/k norm and rotation's launch and kv_store_f16's): q,
+// k and v as the q/k/v products left them (q [n_head][D], k and v [n_kv_head][D]). Each block
+// norms (wq) and rotates (NEOX, position pos[0]) its G query heads, a warp a head; the split
+// that holds position pos[0] also norms (wk) and rotates its KV head's key and stores key and
+// value in the cache as kv_store_f16 does, and into its tile (copy_kv_tile leaves that row
+// out). The tiles of the older keys, which earlier steps wrote, are asked for before the wait
+// for the kernel ahead. The same bits as the three launches.
+// - per-head norms (ROWS false; qwen3's), on the tensor-core walk: each head as
+//   qk_norm_head_rope_neox_f32 norms it (one warp is that kernel's block for heads of 64 and
+//   128: the same sums). Shared memory after TcLayout::BYTES: the queries [G][D] f32, then
+//   the key and value [D] f16.
+// - whole-row norms (ROWS; OLMoE's, a weight an element of the row, FERROLM_ATTN_ROPE_ROWS), on
+//   the group block: each block takes the sums of squares of the whole q row (and, in the
+//   owning split, of the k row) in rms_norm_f32's order (row_scales), then norms and rotates
+//   its own heads as qk_norm_rope_neox_f32 does. The rows' widths are the grid's (n_kv_head =
+//   gridDim.y KV heads of D, G query heads each). Shared memory after GroupLayout::BYTES: the
+//   two rows' 32 warp sums (f64), then as above.
+template <int D, int G, bool ROWS> struct AttnRotate {
     const float *q, *k, *v, *wq, *wk;
     uint16_t *kc, *vc;
     KvPages pages;
@@ -409,132 +418,6 @@ template <int D, int G> struct AttnRotate {
 
     __device__ __forceinline__ int first_head(int g, int g_heads) const {
         return half < 0 ? g * g_heads : (2 * g + half) * g_heads;
-    }
-
-    __device__ __forceinline__ const float *queries(char *extra, int h0, int g, int k0, int k1) {
-        constexpr int J = D / WARP_SIZE;
-        static_assert(J == 2 || J == 4, "a head is one warp's 2 or 4 elements a lane");
-        dependent_launch_entry(); // the tiles' copies above went ahead of it
-        float *qf = (float *)extra;
-        uint16_t *ks = (uint16_t *)(extra + G * D * 4), *vs = ks + D;
-        staged = ks;
-        const int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE;
-        float2 cs[J / 2];
-#pragma unroll
-        for (int j = 0; j < J / 2; ++j) {
-            const int i = lane + j * WARP_SIZE;
-            cs[j] = table ? table[i] : rope_cos_sin((uint32_t)key, i, theta_scale, ff, rs);
-        }
-        owner = k0 <= key && key < k1;
-        for (int h = warp; h < G + (owner ? 1 : 0); h += ATTN_NWARPS) {
-            const bool is_k = h == G;
-            const float *x = is_k ? k + (size_t)g * D : q + (size_t)(h0 + h) * D;
-            float val[J];
-#pragma unroll
-            for (int j = 0; j < J; ++j) {
-                val[j] = x[lane + j * WARP_SIZE];
-            }
-            head_norm_rope_neox_regs<J>(val, is_k ? wk : wq, lane, WARP_SIZE, D, eps, cs,
-                                        [](double sum) { return warp_sum(sum); });
-            if (!is_k) {
-#pragma unroll
-                for (int j = 0; j < J; ++j) {
-                    qf[h * D + lane + j * WARP_SIZE] = val[j];
-                }
-                continue;
-            }
-            store_key<J>(val, v + (size_t)g * D, half <= 0 ? kc : nullptr, vc,
-                         pages.row(g, key) * D, ks, vs, lane);
-        }
-        return qf;
-    }
-
-    template <typename Offset>
-    __device__ __forceinline__ void patch(char *sk, char *sv, int base, Offset offset) const {
-        patch_key<D>(staged, owner, key, sk, sv, base, offset);
-    }
-};
-
-// The rotating walk's block: its older keys' tile copies go ahead of the wait for the kernel
-// ahead (AttnRotate::queries waits): they read only the cache's rows before pos[0], which
-// earlier steps wrote, through the pass's block table and positions, which the host wrote
-// before the step's first kernel. Nothing the kernel ahead writes is read before the wait.
-// `g`: the block's KV head.
-template <int D, int G>
-static __device__ __forceinline__ void
-attn_rope_tiles_then_wait(const AttnRotate<D, G> &rot, float *part_m, float *part_l,
-                          float *part_acc, int *done, float *out, float scale, int window,
-                          const float *sinks, int g) {
-    attn_group_block_tc<D, G>(rot, rot.kc, rot.vc, rot.pages, rot.key + 1, blockIdx.x, gridDim.x,
-                              g, part_m, part_l, part_acc, done, out, scale, window, sinks);
-}
-
-#define ATTN_GROUP_TC_ROPE_INSTANCE(D, G)                                                         \
-    extern "C" __global__ void __launch_bounds__(ATTN_NWARPS *WARP_SIZE)                          \
-        attn_decode_group_tc_rope_d##D##_g##G(                                                    \
-            const float *q, const float *k, const float *v, const float *wq, const float *wk,     \
-            float eps, uint16_t *kc, uint16_t *vc, const uint32_t *pos, float *part_m,            \
-            float *part_l, float *part_acc, int *done, float *out, KvPages pages, float scale,    \
-            int window, const float *sinks, float theta_scale, const float *ff, RopeScale rs,    \
-            const float2 *table) {                                                                \
-        attn_rope_tiles_then_wait<D, G>(AttnRotate<D, G>{q, k, v, wq, wk, kc, vc, pages,          \
-                                                         (int)pos[0], eps, theta_scale, ff, rs,   \
-                                                         table, nullptr, false, -1},              \
-                                        part_m, part_l, part_acc, done, out, scale, window,       \
-                                        sinks, blockIdx.y);                                       \
-    }
-// ops/attention.rs's ATTN_ROPE_DIMS and ATTN_TC_GROUPS.
-ATTN_GROUP_TC_ROPE_INSTANCE(64, 4)
-ATTN_GROUP_TC_ROPE_INSTANCE(64, 8)
-ATTN_GROUP_TC_ROPE_INSTANCE(128, 4)
-ATTN_GROUP_TC_ROPE_INSTANCE(128, 8)
-
-// FERROLM_ATTN_HEAD_SPLIT: groups of 8 query heads a KV head walked by two blocks of 4 each
-// (grid (n_split, 2 n_kv_head): KV head blockIdx.y / 2, half blockIdx.y % 2), twice the blocks
-// and each block's chain of heads to norm, rotate and score half as long, where a short
-// context leaves few blocks. The K and V tiles are read by both. Each block's q prescale is
-// its own 4 heads' (attention_tc.cuh), so the bits are the 8-head block's where neither
-// block's largest q passes 2^15 (no prescale), else within the tensor-core walk's bound.
-#define ATTN_GROUP_TC_ROPE_HALF_INSTANCE(D)                                                       \
-    extern "C" __global__ void __launch_bounds__(ATTN_NWARPS *WARP_SIZE)                          \
-        attn_decode_group_tc_rope_d##D##_g8h2(                                                    \
-            const float *q, const float *k, const float *v, const float *wq, const float *wk,     \
-            float eps, uint16_t *kc, uint16_t *vc, const uint32_t *pos, float *part_m,            \
-            float *part_l, float *part_acc, int *done, float *out, KvPages pages, float scale,    \
-            int window, const float *sinks, float theta_scale, const float *ff, RopeScale rs,    \
-            const float2 *table) {                                                                \
-        attn_rope_tiles_then_wait<D, 4>(                                                          \
-            AttnRotate<D, 4>{q, k, v, wq, wk, kc, vc, pages, (int)pos[0], eps, theta_scale, ff,   \
-                             rs, table, nullptr, false, (int)(blockIdx.y % 2)},                   \
-            part_m, part_l, part_acc, done, out, scale, window, sinks, blockIdx.y / 2);           \
-    }
-ATTN_GROUP_TC_ROPE_HALF_INSTANCE(64)
-ATTN_GROUP_TC_ROPE_HALF_INSTANCE(128)
-
-// The same for whole-row q/k norms (OLMoE's: a weight an element of the row) on the group block
-// (attn_decode_group_rope_row_d<D>_g1, FERROLM_ATTN_ROPE_ROWS): each block takes the sums of
-// squares of the whole q row (and, in the split that holds pos[0], of the k row) in
-// rms_norm_f32's order, then norms and rotates its own heads, a warp a head. Against
-// qk_norm_rope_neox_f32, kv_store_f16 and attn_decode_group: the same bits. The rows' widths
-// are the grid's (n_kv_head = gridDim.y KV heads of D, G query heads each); norm_threads(width),
-// the norm launch's block, must be a multiple of the block's 128 threads and a quarter of the
-// width, at most 512 (the host checks; OLMoE's 2,048-wide rows take 512). Shared memory after
-// GroupLayout::BYTES: the two rows' 32 warp sums (f64), the queries [G][D] f32, then the key
-// and value [D] f16.
-template <int D, int G> struct AttnRotateRow {
-    const float *q, *k, *v, *wq, *wk;
-    uint16_t *kc, *vc;
-    KvPages pages;
-    int key; // pos[0], the newest key
-    float eps, theta_scale;
-    const float *ff;
-    RopeScale rs;
-    const float2 *table;
-    const uint16_t *staged; // the key, then the value (set by queries)
-    bool owner;             // this block's split holds the key (set by queries)
-
-    __device__ __forceinline__ int skip() const {
-        return key;
     }
 
     // rms_norm_group's scales of the q row and (with `both`) the k row, each of `width` =
@@ -597,13 +480,15 @@ template <int D, int G> struct AttnRotateRow {
         static_assert(J == 2 || J == 4, "a head is one warp's 2 or 4 elements a lane");
         dependent_launch_entry(); // the tiles' copies above went ahead of it
         double *sums = (double *)extra;
-        float *qf = (float *)(extra + 2 * 32 * sizeof(double));
+        float *qf = (float *)(extra + (ROWS ? 2 * 32 * sizeof(double) : 0));
         uint16_t *ks = (uint16_t *)(qf + G * D), *vs = ks + D;
         staged = ks;
         owner = k0 <= key && key < k1;
-        const int width_k = gridDim.y * D, width_q = G * width_k;
-        const float2 scales = row_scales(q, width_q, k, width_k, owner, eps, sums);
-        const float scale_q = scales.x, scale_k = scales.y;
+        float2 scales = make_float2(0.0f, 0.0f);
+        if constexpr (ROWS) {
+            const int width_k = gridDim.y * D;
+            scales = row_scales(q, G * width_k, k, width_k, owner, eps, sums);
+        }
         const int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE;
         float2 cs[J / 2];
 #pragma unroll
@@ -614,15 +499,23 @@ template <int D, int G> struct AttnRotateRow {
         for (int h = warp; h < G + (owner ? 1 : 0); h += ATTN_NWARPS) {
             const bool is_k = h == G;
             const size_t at = (size_t)(is_k ? g : h0 + h) * D; // the head's place in its row
-            const float *x = (is_k ? k : q) + at, *w = (is_k ? wk : wq) + at;
-            const float scale = is_k ? scale_k : scale_q;
+            const float *x = (is_k ? k : q) + at, *w = is_k ? wk : wq;
             float val[J];
 #pragma unroll
             for (int j = 0; j < J; ++j) {
-                const int d = lane + j * WARP_SIZE;
-                val[j] = __fmul_rn(__fmul_rn(x[d], scale), w[d]);
+                val[j] = x[lane + j * WARP_SIZE];
             }
-            neox_rotate_regs<J>(val, cs);
+            if constexpr (ROWS) {
+                const float scale = is_k ? scales.y : scales.x;
+#pragma unroll
+                for (int j = 0; j < J; ++j) {
+                    val[j] = __fmul_rn(__fmul_rn(val[j], scale), w[at + lane + j * WARP_SIZE]);
+                }
+                neox_rotate_regs<J>(val, cs);
+            } else {
+                head_norm_rope_neox_regs<J>(val, w, lane, WARP_SIZE, D, eps, cs,
+                                            [](double sum) { return warp_sum(sum); });
+            }
             if (!is_k) {
 #pragma unroll
                 for (int j = 0; j < J; ++j) {
@@ -630,7 +523,8 @@ template <int D, int G> struct AttnRotateRow {
                 }
                 continue;
             }
-            store_key<J>(val, v + (size_t)g * D, kc, vc, pages.row(g, key) * D, ks, vs, lane);
+            store_key<J>(val, v + at, half <= 0 ? kc : nullptr, vc, pages.row(g, key) * D, ks,
+                         vs, lane);
         }
         return qf;
     }
@@ -641,29 +535,66 @@ template <int D, int G> struct AttnRotateRow {
     }
 };
 
-// attn_rope_tiles_then_wait on the group block with whole-row norms.
-template <int D, int G>
+// The rotating walk's block (the tensor-core walk, or with ROWS the group block): its older
+// keys' tile copies go ahead of the wait for the kernel ahead (AttnRotate::queries waits):
+// they read only the cache's rows before pos[0], which earlier steps wrote, through the pass's
+// block table and positions, which the host wrote before the step's first kernel. Nothing the
+// kernel ahead writes is read before the wait. `g`: the block's KV head.
+template <int D, int G, bool ROWS>
 static __device__ __forceinline__ void
-attn_rope_row_tiles_then_wait(const AttnRotateRow<D, G> &rot, float *part_m, float *part_l,
-                              float *part_acc, int *done, float *out, float scale, int window,
-                              const float *sinks) {
-    attn_group_block<D, G>(rot, rot.kc, rot.vc, rot.pages, rot.key + 1, blockIdx.x, gridDim.x,
-                           blockIdx.y, part_m, part_l, part_acc, done, out, scale, window, sinks);
+attn_rope_tiles_then_wait(const AttnRotate<D, G, ROWS> &rot, float *part_m, float *part_l,
+                          float *part_acc, int *done, float *out, float scale, int window,
+                          const float *sinks, int g) {
+    if constexpr (ROWS) {
+        attn_group_block<D, G>(rot, rot.kc, rot.vc, rot.pages, rot.key + 1, blockIdx.x,
+                               gridDim.x, g, part_m, part_l, part_acc, done, out, scale, window,
+                               sinks);
+    } else {
+        attn_group_block_tc<D, G>(rot, rot.kc, rot.vc, rot.pages, rot.key + 1, blockIdx.x,
+                                  gridDim.x, g, part_m, part_l, part_acc, done, out, scale,
+                                  window, sinks);
+    }
 }
 
-#define ATTN_GROUP_ROPE_ROW_INSTANCE(D, G)                                                        \
+// An entry of the rotating walk (ops/attention.rs's decode with a DecodeRotation): G query
+// heads a block, whole-row norms or not, `HALF` and `KV_HEAD` the block's AttnRotate::half and
+// KV head.
+#define ATTN_ROPE_ENTRY(NAME, D, G, ROWS, HALF, KV_HEAD)                                          \
     extern "C" __global__ void __launch_bounds__(ATTN_NWARPS *WARP_SIZE)                          \
-        attn_decode_group_rope_row_d##D##_g##G(                                                   \
-            const float *q, const float *k, const float *v, const float *wq, const float *wk,     \
-            float eps, uint16_t *kc, uint16_t *vc, const uint32_t *pos, float *part_m,            \
-            float *part_l, float *part_acc, int *done, float *out, KvPages pages, float scale,    \
-            int window, const float *sinks, float theta_scale, const float *ff, RopeScale rs,    \
-            const float2 *table) {                                                                \
-        attn_rope_row_tiles_then_wait<D, G>(                                                      \
-            AttnRotateRow<D, G>{q, k, v, wq, wk, kc, vc, pages, (int)pos[0], eps, theta_scale,   \
-                                ff, rs, table, nullptr, false},                                   \
-            part_m, part_l, part_acc, done, out, scale, window, sinks);                           \
+        NAME(const float *q, const float *k, const float *v, const float *wq, const float *wk,    \
+             float eps, uint16_t *kc, uint16_t *vc, const uint32_t *pos, float *part_m,           \
+             float *part_l, float *part_acc, int *done, float *out, KvPages pages, float scale,   \
+             int window, const float *sinks, float theta_scale, const float *ff, RopeScale rs,   \
+             const float2 *table) {                                                               \
+        attn_rope_tiles_then_wait<D, G, ROWS>(                                                    \
+            AttnRotate<D, G, ROWS>{q, k, v, wq, wk, kc, vc, pages, (int)pos[0], eps,              \
+                                   theta_scale, ff, rs, table, nullptr, false, HALF},             \
+            part_m, part_l, part_acc, done, out, scale, window, sinks, KV_HEAD);                  \
     }
-// ops/attention.rs's ATTN_ROPE_DIMS, one query head a KV head.
+// ops/attention.rs's ATTN_ROPE_DIMS and ATTN_TC_GROUPS.
+#define ATTN_GROUP_TC_ROPE_INSTANCE(D, G)                                                         \
+    ATTN_ROPE_ENTRY(attn_decode_group_tc_rope_d##D##_g##G, D, G, false, -1, blockIdx.y)
+ATTN_GROUP_TC_ROPE_INSTANCE(64, 4)
+ATTN_GROUP_TC_ROPE_INSTANCE(64, 8)
+ATTN_GROUP_TC_ROPE_INSTANCE(128, 4)
+ATTN_GROUP_TC_ROPE_INSTANCE(128, 8)
+
+// FERROLM_ATTN_HEAD_SPLIT: groups of 8 query heads a KV head walked by two blocks of 4 each
+// (grid (n_split, 2 n_kv_head): KV head blockIdx.y / 2, half blockIdx.y % 2), twice the blocks
+// and each block's chain of heads to norm, rotate and score half as long, where a short
+// context leaves few blocks. The K and V tiles are read by both. Each block's q prescale is
+// its own 4 heads' (attention_tc.cuh), so the bits are the 8-head block's where neither
+// block's largest q passes 2^15 (no prescale), else within the tensor-core walk's bound.
+#define ATTN_GROUP_TC_ROPE_HALF_INSTANCE(D)                                                       \
+    ATTN_ROPE_ENTRY(attn_decode_group_tc_rope_d##D##_g8h2, D, 4, false, (int)(blockIdx.y % 2),   \
+                    blockIdx.y / 2)
+ATTN_GROUP_TC_ROPE_HALF_INSTANCE(64)
+ATTN_GROUP_TC_ROPE_HALF_INSTANCE(128)
+
+// Whole-row norms, one query head a KV head (ops/attention.rs's ATTN_ROPE_DIMS):
+// norm_threads(width), the norm launch's block, must be a multiple of the block's 128 threads
+// and a quarter of the width, at most 512 (the host checks; OLMoE's 2,048-wide rows take 512).
+#define ATTN_GROUP_ROPE_ROW_INSTANCE(D, G)                                                        \
+    ATTN_ROPE_ENTRY(attn_decode_group_rope_row_d##D##_g##G, D, G, true, -1, blockIdx.y)
 ATTN_GROUP_ROPE_ROW_INSTANCE(64, 1)
 ATTN_GROUP_ROPE_ROW_INSTANCE(128, 1)

@@ -383,6 +383,16 @@ fn query_rows(q: usize, out: usize, positions: usize, n_head: usize, cache: &KvC
 impl Attention {
     pub fn load(dev: &CudaDevice, launch: &Launcher) -> Result<Self> {
         let f = |name: String| dev.function(&ATTENTION, &name);
+        // A kernel whose dynamic shared memory passes 48 KiB gets it only when asked for.
+        let with_smem = |name: String, bytes: usize| -> Result<CudaFunction> {
+            let func = f(name.clone())?;
+            func.set_attribute(
+                CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                int(bytes, "group shared memory"),
+            )
+            .during(format!("raising {name}'s shared-memory limit"))?;
+            Ok(func)
+        };
         // `<stem>_d<D>` of `file` for each of ATTN_HEAD_DIMS.
         let per_dim = |file: &'static KernelFile, stem: &str| -> Result<Vec<CudaFunction>> {
             ATTN_HEAD_DIMS
@@ -441,17 +451,12 @@ impl Attention {
                 .collect::<Result<_>>()?,
             decode_group: ATTN_HEAD_DIMS
                 .iter()
-                .map(|d| {
+                .map(|&d| {
                     ATTN_GROUPS
                         .iter()
                         .map(|&g| {
-                            let func = f(format!("attn_decode_group_d{d}_g{g}"))?;
-                            func.set_attribute(
-                                CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                int(group_smem_bytes(*d, g), "group shared memory"),
-                            )
-                            .during("raising attn_decode_group's shared-memory limit")?;
-                            Ok(func)
+                            let name = format!("attn_decode_group_d{d}_g{g}");
+                            with_smem(name, group_smem_bytes(d, g))
                         })
                         .collect::<Result<_>>()
                 })
@@ -460,53 +465,33 @@ impl Attention {
                 .iter()
                 .flat_map(|&d| ATTN_TC_GROUPS.iter().map(move |&g| (d, g)))
                 .map(|(d, g)| {
-                    let func = f(format!("attn_decode_group_tc_d{d}_g{g}"))?;
-                    func.set_attribute(
-                        CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                        int(group_tc_smem_bytes(d, g), "group shared memory"),
-                    )
-                    .during("raising attn_decode_group_tc's shared-memory limit")?;
-                    Ok(((d, g), func))
+                    let name = format!("attn_decode_group_tc_d{d}_g{g}");
+                    Ok(((d, g), with_smem(name, group_tc_smem_bytes(d, g))?))
                 })
                 .collect::<Result<_>>()?,
             decode_rope: ATTN_ROPE_DIMS
                 .iter()
                 .flat_map(|&d| ATTN_TC_GROUPS.iter().map(move |&g| (d, g)))
                 .map(|(d, g)| {
-                    let func = f(format!("attn_decode_group_tc_rope_d{d}_g{g}"))?;
+                    let name = format!("attn_decode_group_tc_rope_d{d}_g{g}");
                     let bytes = group_tc_smem_bytes(d, g) + rope_extra_bytes(d, g, false);
-                    func.set_attribute(
-                        CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                        int(bytes, "group shared memory"),
-                    )
-                    .during("raising attn_decode_group_tc_rope's shared-memory limit")?;
-                    Ok(((d, g), func))
+                    Ok(((d, g), with_smem(name, bytes)?))
                 })
                 .collect::<Result<_>>()?,
             decode_rope_half: ATTN_ROPE_DIMS
                 .iter()
                 .map(|&d| {
-                    let func = f(format!("attn_decode_group_tc_rope_d{d}_g8h2"))?;
+                    let name = format!("attn_decode_group_tc_rope_d{d}_g8h2");
                     let bytes = group_tc_smem_bytes(d, 4) + rope_extra_bytes(d, 4, false);
-                    func.set_attribute(
-                        CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                        int(bytes, "group shared memory"),
-                    )
-                    .during("raising attn_decode_group_tc_rope_g8h2's shared-memory limit")?;
-                    Ok((d, func))
+                    Ok((d, with_smem(name, bytes)?))
                 })
                 .collect::<Result<_>>()?,
             decode_rope_row: ATTN_ROPE_DIMS
                 .iter()
                 .map(|&d| {
-                    let func = f(format!("attn_decode_group_rope_row_d{d}_g1"))?;
+                    let name = format!("attn_decode_group_rope_row_d{d}_g1");
                     let bytes = group_smem_bytes(d, 1) + rope_extra_bytes(d, 1, true);
-                    func.set_attribute(
-                        CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                        int(bytes, "group shared memory"),
-                    )
-                    .during("raising attn_decode_group_rope_row's shared-memory limit")?;
-                    Ok((d, func))
+                    Ok((d, with_smem(name, bytes)?))
                 })
                 .collect::<Result<_>>()?,
             flash,
