@@ -372,13 +372,13 @@ impl Plan {
     }
 
     /// Whether [`Self::attn_rope`] also takes whole-row q/k norms (OLMoE's) on the group block
-    /// (`FERROLM_ATTN_ROPE_ROWS`; off: slower on OLMoE).
+    /// (`FERROLM_ATTN_ROPE_ROWS`; on).
     pub fn attn_rope_rows(&self) -> bool {
         self.attn_rope() && self.switches.attn_rope_rows
     }
 
     /// Whether the rotating tensor-core walk takes a KV head's 8 query heads in two blocks of
-    /// 4 (`FERROLM_ATTN_HEAD_SPLIT`; off until measured).
+    /// 4 (`FERROLM_ATTN_HEAD_SPLIT`; on).
     pub fn attn_head_split(&self) -> bool {
         self.switches.attn_head_split
     }

@@ -48,17 +48,16 @@ pub struct Switches {
     /// `FERROLM_ATTN_ROPE_ROWS=1`: `FERROLM_ATTN_ROPE` for whole-row q/k norms (OLMoE's) too,
     /// on the group block (`attn_decode_group_rope_row_*`: each block takes both rows' sums of
     /// squares in the norm launch's order, then norms and rotates its own head). The same bits.
-    /// Off: OLMoE tg128 -3.5% (session 37, H100) as first written, its row sums a loop of
-    /// L2 round trips; rewritten after that call with every load ahead of the sums, not yet
-    /// measured (`tools/device/s37_next.sh`).
+    /// On: OLMoE tg128 +5.5% (session 38, H100) with its row sums' loads all issued first
+    /// (as first written, a loop of L2 round trips, it was -3.5%).
     pub attn_rope_rows: bool,
     /// `FERROLM_ATTN_HEAD_SPLIT=1`: the rotating tensor-core walk (`FERROLM_ATTN_ROPE`) takes a
     /// KV head's 8 query heads in two blocks of 4 (`attn_decode_group_tc_rope_d<D>_g8h2`):
     /// twice the blocks, each block's chain of heads to norm, rotate and score half as long
     /// (qwen3-30b-a3b at a short context: 16 blocks of 1,351 instructions a warp, session 37's
     /// ncu). The same bits where no block's largest query passes 2^15, else within the walk's
-    /// bound (its prescale is each block's own). Off: written after session 37's last device
-    /// call, not yet measured.
+    /// bound (its prescale is each block's own). On: qwen3-30b-a3b tg128 +1.4% (session 38,
+    /// H100).
     pub attn_head_split: bool,
     /// `FERROLM_QKV_ONE`: among the decode fusions, one token's q, k and v products in one
     /// launch (the q/k pair's blocks and v's), where the pair would run. On by default since
@@ -135,12 +134,12 @@ pub struct Switches {
     /// leader search went. The same bits. On: tg128 +4.6% qwen3-30b-a3b, +0.3% OLMoE (session
     /// 37, H100).
     pub moe_lean: bool,
-    /// `FERROLM_ROUTE_TOPK_BLOCK=1`: the router launch's last block takes one token's softmax
+    /// `FERROLM_ROUTE_TOPK_BLOCK`: the router launch's last block takes one token's softmax
     /// and top-k with all its threads (an expert a thread, each expert's slot its rank), where
     /// one warp takes k rounds of arg-max (over a thousand instructions in a row, session 36's
-    /// ncu of qwen3-30b-a3b's router). The same bits. Off: its barriers and rank counts cost
-    /// more than the rounds (the launch 13.5 -> 15.2 µs; tg128 -2% qwen3-30b-a3b, -2.6% OLMoE,
-    /// H100).
+    /// ncu of qwen3-30b-a3b's router). The same bits. On: tg128 +3.3% qwen3-30b-a3b, +0.3%
+    /// OLMoE (session 38, H100; session 36 measured it -2%, before the lean experts and the
+    /// exact norm changed the chain around it).
     pub route_topk_block: bool,
     /// `FERROLM_QK_NORM_REGS`: per-head q/k norms (qwen3's) and their NEOX rotation in one
     /// launch with each head's values in its threads' registers, where a thread's elements hold
@@ -327,8 +326,8 @@ impl Default for Switches {
             norm_route_cluster: false,
             rope_store: false,
             attn_rope: true,
-            attn_rope_rows: false,
-            attn_head_split: false,
+            attn_rope_rows: true,
+            attn_head_split: true,
             qkv_one: true,
             norm_in_qkv: false,
             norm_in_glu: false,
@@ -348,7 +347,7 @@ impl Default for Switches {
             moe_down_direct: true,
             moe_gate_up_direct: true,
             moe_lean: true,
-            route_topk_block: false,
+            route_topk_block: true,
             head_norm_regs: true,
             norm_exact: true,
             q8k: true,
@@ -519,8 +518,8 @@ impl Switches {
             norm_route_cluster: flag(env, "FERROLM_NORM_ROUTE_CLUSTER", false)?,
             rope_store: flag(env, "FERROLM_ROPE_STORE", false)?,
             attn_rope: flag(env, "FERROLM_ATTN_ROPE", true)?,
-            attn_rope_rows: flag(env, "FERROLM_ATTN_ROPE_ROWS", false)?,
-            attn_head_split: flag(env, "FERROLM_ATTN_HEAD_SPLIT", false)?,
+            attn_rope_rows: flag(env, "FERROLM_ATTN_ROPE_ROWS", true)?,
+            attn_head_split: flag(env, "FERROLM_ATTN_HEAD_SPLIT", true)?,
             qkv_one: flag(env, "FERROLM_QKV_ONE", true)?,
             norm_in_qkv: flag(env, "FERROLM_NORM_IN_QKV", false)?,
             norm_in_glu: flag(env, "FERROLM_NORM_IN_GLU", false)?,
@@ -540,7 +539,7 @@ impl Switches {
             moe_down_direct: flag(env, "FERROLM_MOE_DOWN_DIRECT", true)?,
             moe_gate_up_direct: flag(env, "FERROLM_MOE_GATE_UP_DIRECT", true)?,
             moe_lean: flag(env, "FERROLM_MOE_LEAN", true)?,
-            route_topk_block: flag(env, "FERROLM_ROUTE_TOPK_BLOCK", false)?,
+            route_topk_block: flag(env, "FERROLM_ROUTE_TOPK_BLOCK", true)?,
             head_norm_regs: flag(env, "FERROLM_QK_NORM_REGS", true)?,
             norm_exact: flag(env, "FERROLM_NORM_EXACT", true)?,
             q8k: flag(env, "FERROLM_CUDA_Q8K", true)?,

@@ -266,13 +266,13 @@ fn kv_block_is_a_power_of_two_from_the_switch() {
     assert!(plan(&[]).attn_rope());
     assert!(!plan(&[("FERROLM_ATTN_ROPE", "0")]).attn_rope());
     assert!(!plan(&[("FERROLM_CUDA_FUSE", "0")]).attn_rope());
-    // The rotating walk's head split: off unless switched on.
-    assert!(!plan(&[]).attn_head_split());
-    assert!(plan(&[("FERROLM_ATTN_HEAD_SPLIT", "1")]).attn_head_split());
-    // Whole-row norms on the group block: off unless switched on.
-    assert!(!plan(&[]).attn_rope_rows());
-    assert!(plan(&[("FERROLM_ATTN_ROPE_ROWS", "1")]).attn_rope_rows());
-    assert!(!plan(&[("FERROLM_ATTN_ROPE_ROWS", "1"), ("FERROLM_ATTN_ROPE", "0")]).attn_rope_rows());
+    // The rotating walk's head split: on unless switched off.
+    assert!(plan(&[]).attn_head_split());
+    assert!(!plan(&[("FERROLM_ATTN_HEAD_SPLIT", "0")]).attn_head_split());
+    // Whole-row norms on the group block: on unless switched off, and only with the walk's.
+    assert!(plan(&[]).attn_rope_rows());
+    assert!(!plan(&[("FERROLM_ATTN_ROPE_ROWS", "0")]).attn_rope_rows());
+    assert!(!plan(&[("FERROLM_ATTN_ROPE", "0")]).attn_rope_rows());
     let unfused = [("FERROLM_ROPE_STORE", "1"), ("FERROLM_CUDA_FUSE", "0")];
     assert!(!plan(&unfused).rope_store());
     assert!(plan(&[]).qkv_one(1));

@@ -130,9 +130,9 @@ fn moe_switches() {
     assert!(matches!(plan(&[]).moe(&s(1)), MoePath::MatVec(m) if !m.h_in_gate_up));
     let h_in = plan(&[("FERROLM_MOE_H_IN_GATE_UP", "1")]);
     assert!(matches!(h_in.moe(&s(1)), MoePath::MatVec(m) if m.h_in_gate_up));
-    // One token's router top-k by the whole block: off unless switched on.
-    assert!(!plan(&[]).route_topk_block());
-    assert!(plan(&[("FERROLM_ROUTE_TOPK_BLOCK", "1")]).route_topk_block());
+    // One token's router top-k by the whole block: on unless switched off.
+    assert!(plan(&[]).route_topk_block());
+    assert!(!plan(&[("FERROLM_ROUTE_TOPK_BLOCK", "0")]).route_topk_block());
     // The rows' L1 requests: off unless switched on.
     assert!(matches!(plan(&[]).moe(&s(1)), MoePath::MatVec(m) if !m.rows_l1));
     let l1 = plan(&[("FERROLM_MOE_ROWS_L1", "1")]);
