@@ -52,7 +52,7 @@
 #define MOE_LEAN(T, N) ((T) == GGML_TYPE_MXFP4 && (N) == 1)
 #define MOE_GATE_ROWS_AS(LEAN, N) ((LEAN) ? 2 : (N) <= 2 ? 4 : 1)
 #define MOE_DOWN_ROWS_AS(LEAN, N) ((LEAN) ? 4 : (N) <= 2 ? 8 : 2)
-#define MOE_MIN_BLOCKS_AS(LEAN, N) ((LEAN) ? 3 : (N) <= 2 ? 2 : 1)
+#define MOE_MIN_BLOCKS_AS(LEAN, N) ((LEAN) == 2 ? 4 : (LEAN) ? 3 : (N) <= 2 ? 2 : 1)
 #define MOE_GATE_ROWS(T, N) MOE_GATE_ROWS_AS(MOE_LEAN(T, N), N)
 #define MOE_DOWN_ROWS(T, N) MOE_DOWN_ROWS_AS(MOE_LEAN(T, N), N)
 // Slots (tokens × experts a token) a launch takes, as 32-bit ballot words.
@@ -61,17 +61,24 @@
 // Steps of a row walk in flight together: with few tokens the unrolled steps keep loads in
 // flight; with more, the columns do, and unrolling further only costs registers and compile time.
 #define MOE_UNROLL(N) ((N) <= 2 ? 4 : 1)
+#define MOE_UNROLL_AS(LEAN, N) ((LEAN) == 2 ? 2 : MOE_UNROLL(N))
 // Blocks an SM must fit: at one or two tokens, two (<= 128 registers), for more latency hiding
 // on these memory-bound kernels; more tokens need their registers for the columns.
 #define MOE_MIN_BLOCKS(T, N) MOE_MIN_BLOCKS_AS(MOE_LEAN(T, N), N)
 // The bits of the kernels' `walk` argument: the activations through shared memory
 // (stage_q8_1; wide walks only), a warp's rows asked of L1 before its walk (rows_to_l1), one
 // token's down tasks dealt straight to the warps (moe_down_one_token), one token's gate/up slot
-// walked without the members' masks.
+// walked without the members' masks, one token's down rows asked for before the wait, one
+// token's rows asked of L2 in bulk.
 #define MOE_WALK_STAGE 1
 #define MOE_WALK_ROWS_L1 2
 #define MOE_WALK_ONE_TOKEN 4
 #define MOE_WALK_GATE_UP_ONE 8
+// One token's down rows asked for before the wait for the kernel ahead
+// (moe_down_rows_then_wait), and one token's expert rows asked of L2 in bulk, a request a
+// warp's rows (gate/up: before the activations' stage; down: in place of L1 where early).
+#define MOE_WALK_DOWN_EARLY 16
+#define MOE_WALK_BULK_L2 32
 
 // Bit q of the mask: slot q (< nslots) names expert e. Every lane gets the same mask.
 static __device__ __forceinline__ void slots_of(const int *__restrict__ ids, int nslots, int e,
@@ -149,7 +156,32 @@ static __device__ __forceinline__ void down_share_to_l2(const char *down, long l
 #endif
 }
 
-template <int TYPE, int NTOK, bool WIDE, int GR, int UNROLL>
+// One bulk request to L2 (one thread's) for the `n` bytes at `p` of a tensor that ends at `end`:
+// its ends rounded out to 16 bytes, as the request needs, but never past `end` rounded down.
+// Nothing is read or written, so no bits change (sm_90; nothing before it).
+static __device__ __forceinline__ void bytes_to_l2(const void *p, long long n, const void *end) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    const unsigned long long a = (unsigned long long)p & ~15ull;
+    const unsigned long long b = min(((unsigned long long)p + n + 15) & ~15ull,
+                                     (unsigned long long)end & ~15ull);
+    if (b > a) {
+        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(a), "r"((unsigned)(b - a))
+                     : "memory");
+    }
+#endif
+}
+
+// The `n` bytes at `p` asked of L1 by the warp's lanes, a line a request (the last request,
+// clamped to the last byte, takes the line the bytes end in).
+static __device__ __forceinline__ void bytes_to_l1(const char *p, int n, int lane) {
+    for (int off = lane * 128; off < n + 127; off += WARP_SIZE * 128) {
+        asm volatile("prefetch.global.L1 [%0];" ::"l"(p + min(off, n - 1)));
+    }
+}
+
+// ONE: the tight entries, which walk one token's slot directly whatever `walk` says (the
+// members' rounds compiled out, their registers with them).
+template <int TYPE, int NTOK, bool WIDE, int GR, int UNROLL, bool ONE = false>
 static __device__ __forceinline__ void
 moe_gate_up(const void *__restrict__ gate, const void *__restrict__ up,
             const block_q8_1 *__restrict__ x, const int *__restrict__ ids, float *__restrict__ h,
@@ -162,8 +194,22 @@ moe_gate_up(const void *__restrict__ gate, const void *__restrict__ up,
     // wide walks only).
     constexpr bool CAN_STAGE = WIDE && F::wide;
     const bool staged = CAN_STAGE && (walk & MOE_WALK_STAGE);
-    const Q8Shared xs = stage_q8_1(staged, x, NTOK * bpc);
     const int s = blockIdx.y, r0 = (blockIdx.x * blockDim.y + threadIdx.y) * GR;
+    if (NTOK == 1 && (walk & MOE_WALK_BULK_L2) && r0 < n_ff && threadIdx.x == 0) {
+        // The warp's gate and up rows asked of L2 in bulk ahead of the activations' stage and
+        // its barrier: every byte of them in flight at once, where the walk asks for a few
+        // steps at a time.
+        const int e = ids[s];
+        if (e >= 0 && e < n_expert) {
+            const long long row_bytes = (long long)(n_embd / F::qk) * sizeof(typename F::block);
+            const long long first = ((long long)e * n_ff + r0) * row_bytes;
+            const long long n = (long long)min(GR, n_ff - r0) * row_bytes;
+            const long long total = (long long)n_expert * n_ff * row_bytes;
+            bytes_to_l2((const char *)gate + first, n, (const char *)gate + total);
+            bytes_to_l2((const char *)up + first, n, (const char *)up + total);
+        }
+    }
+    const Q8Shared xs = stage_q8_1(staged, x, NTOK * bpc);
     if (r0 >= n_ff) {
         return; // whole warps
     }
@@ -206,7 +252,7 @@ moe_gate_up(const void *__restrict__ gate, const void *__restrict__ up,
     // (only_slot's mask gives the same one member), without the masks' rounds, which put
     // local-memory round trips ahead of the walk. Otherwise more members than NTOK only if a
     // token named an expert twice: another round.
-    const bool direct = NTOK == 1 && (walk & MOE_WALK_GATE_UP_ONE);
+    const bool direct = NTOK == 1 && (ONE || (walk & MOE_WALK_GATE_UP_ONE));
     for (int round = 0;; ++round) {
         int member[NTOK];
         int live;
@@ -471,7 +517,44 @@ static __device__ __forceinline__ int moe_leaders(const int *__restrict__ ids, i
     return leaders;
 }
 
-template <int TYPE, int NTOK, bool WIDE, int DR, int UNROLL>
+// One token's down rows asked for before the wait for the kernel ahead, with
+// MOE_WALK_DOWN_EARLY (and MOE_WALK_ONE_TOKEN), then the wait. ids is the router's, written at
+// least two launches back (gate/up runs between), and the kernel ahead lets this one start
+// only once the kernel before it has finished: ids is final here, and the weights are the
+// model's, which no kernel writes. Each warp takes its tasks as moe_down_one_token deals them
+// and asks L1 for each task's rows (with MOE_WALK_BULK_L2, L2 in one bulk request), so the walk
+// after the wait finds them near. Nothing is written, so no bits change.
+template <int TYPE, int NTOK, int DR>
+static __device__ __forceinline__ void
+moe_down_rows_then_wait(const void *__restrict__ down, const int *__restrict__ ids, int n_embd,
+                        int n_ff, int n_expert, int k, int walk) {
+    constexpr int EARLY = MOE_WALK_ONE_TOKEN | MOE_WALK_DOWN_EARLY;
+    if (NTOK == 1 && (walk & EARLY) == EARLY) {
+        typedef WeightFormat<TYPE> F;
+        const int parts = DR % 2 == 0 && 2 * k <= MOE_NWARPS ? 2 : 1, tr = DR / parts;
+        const long long row_bytes = (long long)(n_ff / F::qk) * sizeof(typename F::block);
+        const char *end = (const char *)down + (long long)n_expert * n_embd * row_bytes;
+        for (int t = threadIdx.y; t < k * parts; t += MOE_NWARPS) {
+            const int e = ids[t / parts], r0 = blockIdx.x * DR + t % parts * tr;
+            if (e < 0 || e >= n_expert || r0 >= n_embd) {
+                continue;
+            }
+            const char *p = (const char *)down + ((long long)e * n_embd + r0) * row_bytes;
+            const int n = (int)(min(tr, n_embd - r0) * row_bytes);
+            if (walk & MOE_WALK_BULK_L2) {
+                if (threadIdx.x == 0) {
+                    bytes_to_l2(p, n, end);
+                }
+            } else {
+                bytes_to_l1(p, n, threadIdx.x);
+            }
+        }
+    }
+    dependent_launch_entry();
+}
+
+// ONE: as moe_gate_up's (one token's tasks dealt directly whatever `walk` says).
+template <int TYPE, int NTOK, bool WIDE, int DR, int UNROLL, bool ONE = false>
 static __device__ __forceinline__ void
 moe_down(const void *__restrict__ down, const block_q8_1 *__restrict__ hq,
          const int *__restrict__ ids, const float *__restrict__ weights, float *__restrict__ out,
@@ -484,7 +567,7 @@ moe_down(const void *__restrict__ down, const block_q8_1 *__restrict__ hq,
     constexpr bool CAN_STAGE = WIDE && F::wide;
     const bool staged = CAN_STAGE && (walk & MOE_WALK_STAGE);
     const bool rows_l1 = walk & MOE_WALK_ROWS_L1;
-    const bool one_token = walk & MOE_WALK_ONE_TOKEN;
+    const bool one_token = ONE || (walk & MOE_WALK_ONE_TOKEN);
     const Q8Shared hs = stage_q8_1(staged, hq, nslots * bpc);
     // d[i][s]: row c0 + i of slot s's down product.
     __shared__ float d[DR][MOE_MAX_SLOTS];
@@ -621,7 +704,7 @@ static __device__ __noinline__ void quantize_h_in_last_block(const float *h,
                                   block_q8_1 *__restrict__ hq, int hq_k, unsigned *hq_done) {       \
         dependent_launch_entry();                                                                   \
         const ExpertEpilogue ep{gate_bias, up_bias, nullptr, alpha, limit};                         \
-        moe_gate_up<TYPE, N, WIDE, MOE_GATE_ROWS_AS(LEAN, N), MOE_UNROLL(N)>(                       \
+        moe_gate_up<TYPE, N, WIDE, MOE_GATE_ROWS_AS(LEAN, N), MOE_UNROLL_AS(LEAN, N), (LEAN) == 2>(                       \
             gate, up, x, ids, h, n_embd, n_ff, n_expert, k, walk, ep, down_l2, down_bytes);         \
         if (N == 1) {                                                                               \
             quantize_h_in_last_block<MOE_GATE_ROWS_AS(LEAN, N)>(h, hq, hq_k, hq_done, n_ff);        \
@@ -633,9 +716,10 @@ static __device__ __noinline__ void quantize_h_in_last_block(const float *h,
                                float *__restrict__ out, int n_embd, int n_ff, int n_expert,         \
                                int k, int walk, const float *__restrict__ down_bias,                \
                                int overwrite) {                                                     \
-        dependent_launch_entry();                                                                   \
+        moe_down_rows_then_wait<TYPE, N, MOE_DOWN_ROWS_AS(LEAN, N)>(down, ids, n_embd, n_ff,          \
+                                                                   n_expert, k, walk);              \
         const ExpertEpilogue ep{nullptr, nullptr, down_bias, 0.0f, 0.0f};                           \
-        moe_down<TYPE, N, WIDE, MOE_DOWN_ROWS_AS(LEAN, N), MOE_UNROLL(N)>(                          \
+        moe_down<TYPE, N, WIDE, MOE_DOWN_ROWS_AS(LEAN, N), MOE_UNROLL_AS(LEAN, N), (LEAN) == 2>(                          \
             down, hq, ids, weights, out, n_embd, n_ff, n_expert, k, walk, ep, overwrite);           \
     }
 #define MOE_ENTRIES(NAME, TYPE, N, WIDE) MOE_ENTRIES_AS(NAME, TYPE, N, WIDE, MOE_LEAN(TYPE, N))
@@ -673,6 +757,8 @@ MOE_FORMAT(mxfp4, GGML_TYPE_MXFP4, true)
 MOE_ENTRIES_AS(lean_q4_k, GGML_TYPE_Q4_K, 1, true, true)
 MOE_ENTRIES_AS(lean_q5_k, GGML_TYPE_Q5_K, 1, true, true)
 MOE_ENTRIES_AS(lean_q6_k, GGML_TYPE_Q6_K, 1, true, true)
+MOE_ENTRIES_AS(tight_q4_k, GGML_TYPE_Q4_K, 1, true, 2)
+MOE_ENTRIES_AS(tight_q6_k, GGML_TYPE_Q6_K, 1, true, 2)
 // FERROLM_MMVQ_WIDE=0: the narrow walk for the formats that have a wide one.
 MOE_FORMAT(narrow_q4_k, GGML_TYPE_Q4_K, false)
 MOE_FORMAT(narrow_q6_k, GGML_TYPE_Q6_K, false)

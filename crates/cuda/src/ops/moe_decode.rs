@@ -42,6 +42,12 @@ fn has_lean(ty: GgmlType) -> bool {
     matches!(ty, GgmlType::Q4K | GgmlType::Q5K | GgmlType::Q6K)
 }
 
+/// Formats with `moe_{gate_up,down}_tight_<type>_n1` entries too (the lean shape in four blocks
+/// an SM: FERROLM_MOE_TIGHT).
+fn has_tight(ty: GgmlType) -> bool {
+    matches!(ty, GgmlType::Q4K | GgmlType::Q6K)
+}
+
 /// Rows of gate (and of up) a warp takes for `n` tokens (the kernel's MOE_GATE_ROWS_AS).
 fn gate_rows(lean: bool, n: usize) -> usize {
     if lean {
@@ -131,9 +137,10 @@ pub struct MoeDecode {
     /// `moe_down_[narrow_]<type>_n<tokens>`.
     gate_up: HashMap<(GgmlType, usize, bool), CudaFunction>,
     down: HashMap<(GgmlType, usize, bool), CudaFunction>,
-    /// type -> `moe_gate_up_lean_<type>_n1` / `moe_down_lean_<type>_n1` (FERROLM_MOE_LEAN).
-    gate_up_lean: HashMap<GgmlType, CudaFunction>,
-    down_lean: HashMap<GgmlType, CudaFunction>,
+    /// (type, tight) -> `moe_gate_up_{lean,tight}_<type>_n1` / `moe_down_{lean,tight}_<type>_n1`
+    /// (FERROLM_MOE_LEAN, FERROLM_MOE_TIGHT).
+    gate_up_lean: HashMap<(GgmlType, bool), CudaFunction>,
+    down_lean: HashMap<(GgmlType, bool), CudaFunction>,
     /// (type, narrow) -> `moe_slot_matvec_[narrow_]<type>`.
     slot_matvec: HashMap<(GgmlType, bool), CudaFunction>,
     combine: CudaFunction,
@@ -167,10 +174,15 @@ impl MoeDecode {
                 let f = dev.function(&MOE_DECODE, &format!("moe_slot_matvec_{name}"))?;
                 slot_matvec.insert((ty, narrow), f);
             }
-            if has_lean(ty) {
-                let f = |op: &str| dev.function(&MOE_DECODE, &format!("moe_{op}_lean_{suffix}_n1"));
-                gate_up_lean.insert(ty, f("gate_up")?);
-                down_lean.insert(ty, f("down")?);
+            for tight in [false, true] {
+                if !(if tight { has_tight(ty) } else { has_lean(ty) }) {
+                    continue;
+                }
+                let shape = if tight { "tight" } else { "lean" };
+                let f =
+                    |op: &str| dev.function(&MOE_DECODE, &format!("moe_{op}_{shape}_{suffix}_n1"));
+                gate_up_lean.insert((ty, tight), f("gate_up")?);
+                down_lean.insert((ty, tight), f("down")?);
             }
         }
         Ok(Self {
@@ -310,7 +322,9 @@ impl MoeDecode {
         let (k, ff, d) = (e.n_used, e.n_ff, e.n_embd());
         let ints = Ints::new(d, ff, e.n_expert, k);
         let block = (32, MOE_DECODE_WARPS, 1);
-        let (gate_up, lean_gate) = pick(&self.gate_up, &self.gate_up_lean, how, e.gate.ty, n);
+        let tight = how.tight_gate_up && how.gate_up_direct;
+        let (gate_up, lean_gate) =
+            pick(&self.gate_up, &self.gate_up_lean, how, tight, e.gate.ty, n);
         let mode = self.launch.mode();
         let (stage, smem) = stage_args(mode, walks_wide(how, e.gate.ty), n * d / 32);
         let walk = walk_bits(how, stage);
@@ -377,7 +391,8 @@ impl MoeDecode {
             self.quantize_h(how, e, n, work)?;
         }
 
-        let (down, lean_down) = pick(&self.down, &self.down_lean, how, e.down.ty, n);
+        let tight = how.tight_down && how.down_direct;
+        let (down, lean_down) = pick(&self.down, &self.down_lean, how, tight, e.down.ty, n);
         let (stage, smem) = stage_args(mode, walks_wide(how, e.down.ty), n * k * ff / 32);
         let walk = walk_bits(how, stage);
         let cfg = LaunchConfig {
@@ -540,38 +555,44 @@ impl MoeDecode {
 
 /// Whether `ty` takes its `narrow_` entry points under `how`.
 /// The fused kernel for `n` tokens of `ty`: its `lean_` entry where [`lean`] says so and there is
-/// one (MXFP4's own entries have the lean shape), else the wide or narrow one; and whether it
-/// has the lean shape.
+/// one (MXFP4's own entries have the lean shape; its `tight_` one where `tight` and there is
+/// one: the same shape, one token's direct walk only, four blocks an SM), else the wide or
+/// narrow one; and whether it has the lean shape.
 fn pick<'a>(
     entries: &'a HashMap<(GgmlType, usize, bool), CudaFunction>,
-    lean_entries: &'a HashMap<GgmlType, CudaFunction>,
+    lean_entries: &'a HashMap<(GgmlType, bool), CudaFunction>,
     how: &ExpertMatVec,
+    tight: bool,
     ty: GgmlType,
     n: usize,
 ) -> (&'a CudaFunction, bool) {
     let is_lean = lean(how, ty, n);
-    let f = match lean_entries.get(&ty) {
-        Some(f) if is_lean => f,
-        _ => &entries[&(ty, n, narrow(how, ty))],
-    };
+    let shaped = lean_entries
+        .get(&(ty, tight && has_tight(ty)))
+        .filter(|_| is_lean);
+    let f = shaped.unwrap_or_else(|| &entries[&(ty, n, narrow(how, ty))]);
     (f, is_lean)
 }
 
 /// The fused kernels' `walk` argument: `stage` (stage_args: the activations through shared
-/// memory, MOE_WALK_STAGE), MOE_WALK_ROWS_L1, MOE_WALK_ONE_TOKEN and MOE_WALK_GATE_UP_ONE where
-/// the plan asks for them.
+/// memory, MOE_WALK_STAGE), MOE_WALK_ROWS_L1, MOE_WALK_ONE_TOKEN, MOE_WALK_GATE_UP_ONE,
+/// MOE_WALK_DOWN_EARLY and MOE_WALK_BULK_L2 where the plan asks for them.
 fn walk_bits(how: &ExpertMatVec, stage: i32) -> i32 {
     let bit = |on: bool, b: i32| if on { b } else { 0 };
     stage
         | bit(how.rows_l1, WALK_ROWS_L1)
         | bit(how.down_direct, WALK_ONE_TOKEN)
         | bit(how.gate_up_direct, WALK_GATE_UP_ONE)
+        | bit(how.down_early, WALK_DOWN_EARLY)
+        | bit(how.bulk_l2, WALK_BULK_L2)
 }
 
 /// The kernels' MOE_WALK_* bits past MOE_WALK_STAGE (`stage_args`' 1).
 const WALK_ROWS_L1: i32 = 2;
 const WALK_ONE_TOKEN: i32 = 4;
 const WALK_GATE_UP_ONE: i32 = 8;
+const WALK_DOWN_EARLY: i32 = 16;
+const WALK_BULK_L2: i32 = 32;
 
 fn narrow(how: &ExpertMatVec, ty: GgmlType) -> bool {
     !how.wide && has_narrow(ty)
@@ -664,6 +685,10 @@ mod tests {
             down_prefetch: false,
             h_in_gate_up: false,
             rows_l1: false,
+            tight_gate_up: false,
+            tight_down: false,
+            down_early: false,
+            bulk_l2: false,
             down_direct: true,
             gate_up_direct: false,
             lean,
@@ -678,12 +703,16 @@ mod tests {
                 src.contains(&format!("MOE_ENTRIES_AS(lean_{name}, ")),
                 "{name}"
             );
+            let tight = format!("MOE_ENTRIES_AS(tight_{name}, ");
+            assert_eq!(src.contains(&tight), has_tight(ty), "{name}");
         }
         assert!(src.contains(&format!("#define MOE_MAX_SLOTS {MAX_SLOTS}")));
         assert!(src.contains("#define MOE_WALK_STAGE 1"));
         assert!(src.contains(&format!("#define MOE_WALK_ROWS_L1 {WALK_ROWS_L1}")));
         assert!(src.contains(&format!("#define MOE_WALK_ONE_TOKEN {WALK_ONE_TOKEN}")));
         assert!(src.contains(&format!("#define MOE_WALK_GATE_UP_ONE {WALK_GATE_UP_ONE}")));
+        assert!(src.contains(&format!("#define MOE_WALK_DOWN_EARLY {WALK_DOWN_EARLY}")));
+        assert!(src.contains(&format!("#define MOE_WALK_BULK_L2 {WALK_BULK_L2}")));
         assert!(src.contains(&format!(
             "MOE_ENTRIES(NAME, TYPE, {MOE_DECODE_MAX_TOKENS}, WIDE)"
         )));

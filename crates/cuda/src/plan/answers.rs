@@ -215,6 +215,17 @@ pub struct ExpertMatVec {
     /// Each warp of the fused kernels asks L1 for its rows before walking them (its walk
     /// waits on memory once a round otherwise): not the bits.
     pub rows_l1: bool,
+    /// At one token (with `gate_up_direct`, `down_direct` and `lean`) the gate/up and the down
+    /// kernels take their `tight_` entries: the lean shape, one token's direct walk only, in
+    /// four blocks an SM (64 registers, two steps of a walk in flight): not the bits.
+    pub tight_gate_up: bool,
+    pub tight_down: bool,
+    /// At one token the down kernel asks for its rows before its wait for the kernel ahead
+    /// (L1, or L2 with `bulk_l2`): not the bits.
+    pub down_early: bool,
+    /// At one token each warp asks L2 for its expert rows in one bulk request (sm_90): not
+    /// the bits.
+    pub bulk_l2: bool,
     /// At one token the down kernel deals each slot's rows straight to its warps, without
     /// the leader search over every slot's masks: the same bits.
     pub down_direct: bool,

@@ -115,6 +115,25 @@ pub struct Switches {
     /// qwen3-30b-a3b's one-token experts: 1,700 instructions a warp at 17 cycles each); the
     /// requests take no registers and are all in flight at once. The same bits.
     pub moe_rows_l1: bool,
+    /// `FERROLM_MOE_TIGHT=M`: at one token the lean MoE kernels of Q4_K and Q6_K in their
+    /// `tight_` entries (one token's direct walk only, four blocks an SM of 64 registers, two
+    /// steps of a walk in flight, where the lean entries fit three of 80): bit 1 gate/up, bit
+    /// 2 down. The same bits. Default 2: tg128 +4.8% qwen3-30b-a3b, +3.2% OLMoE with down's
+    /// (its rows already in L1 by `FERROLM_MOE_DOWN_EARLY`); gate/up's -7 to -8% (its walk
+    /// needs the steps in flight; session 38, H100).
+    pub moe_tight: usize,
+    /// `FERROLM_MOE_DOWN_EARLY=1`: at one token the fused MoE down kernel reads the router's
+    /// ids and asks L1 for its warps' rows before its wait for the kernel ahead (the ids are
+    /// final there: gate/up runs between the router and down), so its walk after the wait
+    /// finds them near instead of paying a round trip to memory first. The same bits. On:
+    /// tg128 +2.5% qwen3-30b-a3b, OLMoE level (session 38, H100).
+    pub moe_down_early: bool,
+    /// `FERROLM_MOE_BULK_L2=1`: at one token each warp of the fused MoE kernels asks L2 for
+    /// its expert rows in one bulk request (sm_90) as soon as it knows the expert (gate/up:
+    /// ahead of the activations' stage; down: with `FERROLM_MOE_DOWN_EARLY`, before the
+    /// wait, in place of L1), every byte in flight at once where the walk asks a few steps
+    /// at a time. The same bits. Off: written in session 38, measured there.
+    pub moe_bulk_l2: bool,
     /// `FERROLM_MOE_DOWN_DIRECT`: at one token the fused MoE down kernel deals slot t's
     /// rows straight to warp t (mod the block's warps), as its leader search over every slot's
     /// masks would, without that search: session 36's ncu put several hundred instructions and
@@ -344,6 +363,9 @@ impl Default for Switches {
             moe_down_prefetch: false,
             moe_h_in_gate_up: false,
             moe_rows_l1: false,
+            moe_tight: 2,
+            moe_down_early: true,
+            moe_bulk_l2: false,
             moe_down_direct: true,
             moe_gate_up_direct: true,
             moe_lean: true,
@@ -536,6 +558,9 @@ impl Switches {
             moe_down_prefetch: flag(env, "FERROLM_MOE_DOWN_PREFETCH", false)?,
             moe_h_in_gate_up: flag(env, "FERROLM_MOE_H_IN_GATE_UP", false)?,
             moe_rows_l1: flag(env, "FERROLM_MOE_ROWS_L1", false)?,
+            moe_tight: count(env, "FERROLM_MOE_TIGHT", 0..=3)?.unwrap_or(2),
+            moe_down_early: flag(env, "FERROLM_MOE_DOWN_EARLY", true)?,
+            moe_bulk_l2: flag(env, "FERROLM_MOE_BULK_L2", false)?,
             moe_down_direct: flag(env, "FERROLM_MOE_DOWN_DIRECT", true)?,
             moe_gate_up_direct: flag(env, "FERROLM_MOE_GATE_UP_DIRECT", true)?,
             moe_lean: flag(env, "FERROLM_MOE_LEAN", true)?,
@@ -640,7 +665,7 @@ impl fmt::Display for Switches {
             self.timing_skip.join(",")
         };
         let norm_route_rows = count_or_auto(self.norm_route_rows);
-        let lines: [(&str, &str, &str); 72] = [
+        let lines: [(&str, &str, &str); 75] = [
             (
                 "FERROLM_CUDA_MMQ",
                 bit(self.mmq),
@@ -757,6 +782,21 @@ impl fmt::Display for Switches {
                 "FERROLM_MOE_ROWS_L1",
                 bit(self.moe_rows_l1),
                 "MoE decode warps ask L1 for their rows first",
+            ),
+            (
+                "FERROLM_MOE_TIGHT",
+                ["0", "1", "2", "3"][self.moe_tight & 3],
+                "one token's MoE kernels four blocks an SM (1 gate/up, 2 down)",
+            ),
+            (
+                "FERROLM_MOE_DOWN_EARLY",
+                bit(self.moe_down_early),
+                "one token's MoE down rows asked for before the wait",
+            ),
+            (
+                "FERROLM_MOE_BULK_L2",
+                bit(self.moe_bulk_l2),
+                "one token's MoE rows asked of L2 in bulk",
             ),
             (
                 "FERROLM_MOE_DOWN_DIRECT",

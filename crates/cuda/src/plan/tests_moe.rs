@@ -34,6 +34,10 @@ fn moe_path_by_tokens() {
                     down_prefetch: false,
                     h_in_gate_up: false,
                     rows_l1: false,
+                    tight_gate_up: false,
+                    tight_down: true,
+                    down_early: true,
+                    bulk_l2: false,
                     down_direct: true,
                     gate_up_direct: true,
                     lean: true,
@@ -133,6 +137,20 @@ fn moe_switches() {
     // One token's router top-k by the whole block: on unless switched off.
     assert!(plan(&[]).route_topk_block());
     assert!(!plan(&[("FERROLM_ROUTE_TOPK_BLOCK", "0")]).route_topk_block());
+    // The tight entries: down's by default, gate/up and down by bits.
+    assert!(matches!(plan(&[]).moe(&s(1)), MoePath::MatVec(m) if !m.tight_gate_up && m.tight_down));
+    let off = plan(&[("FERROLM_MOE_TIGHT", "0")]);
+    assert!(matches!(off.moe(&s(1)), MoePath::MatVec(m) if !m.tight_gate_up && !m.tight_down));
+    let both = plan(&[("FERROLM_MOE_TIGHT", "3")]);
+    assert!(matches!(both.moe(&s(1)), MoePath::MatVec(m) if m.tight_gate_up && m.tight_down));
+    // Down's rows before its wait: on unless switched off; the rows asked of L2 in bulk: off
+    // unless switched on.
+    assert!(matches!(plan(&[]).moe(&s(1)), MoePath::MatVec(m) if m.down_early && !m.bulk_l2));
+    let bulk = plan(&[
+        ("FERROLM_MOE_DOWN_EARLY", "0"),
+        ("FERROLM_MOE_BULK_L2", "1"),
+    ]);
+    assert!(matches!(bulk.moe(&s(1)), MoePath::MatVec(m) if !m.down_early && m.bulk_l2));
     // The rows' L1 requests: off unless switched on.
     assert!(matches!(plan(&[]).moe(&s(1)), MoePath::MatVec(m) if !m.rows_l1));
     let l1 = plan(&[("FERROLM_MOE_ROWS_L1", "1")]);
