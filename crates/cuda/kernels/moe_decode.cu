@@ -49,6 +49,11 @@
 // The `lean_` entries (FERROLM_MOE_LEAN: Q4_K, Q5_K and Q6_K at one token) take the same
 // shape: each warp's instruction chain half as long, twice the warps (session 36: a one-token
 // expert kernel's time is its warps' chains).
+// The `tight_` entries (LEAN 2; FERROLM_MOE_TIGHT: Q4_K and Q6_K at one token) take the lean
+// shape in four blocks an SM (64 registers), where the lean entries fit three: one wave of
+// blocks for a 2,048-row down (512 blocks), and for OLMoE's gate/up. Down's walk keeps two
+// steps in flight (its rows are in L1 by then: MOE_WALK_DOWN_EARLY) and deals one token's
+// tasks directly (moe_down's ONE); gate/up keeps the lean walk.
 #define MOE_LEAN(T, N) ((T) == GGML_TYPE_MXFP4 && (N) == 1)
 #define MOE_GATE_ROWS_AS(LEAN, N) ((LEAN) ? 2 : (N) <= 2 ? 4 : 1)
 #define MOE_DOWN_ROWS_AS(LEAN, N) ((LEAN) ? 4 : (N) <= 2 ? 8 : 2)
@@ -61,7 +66,7 @@
 // Steps of a row walk in flight together: with few tokens the unrolled steps keep loads in
 // flight; with more, the columns do, and unrolling further only costs registers and compile time.
 #define MOE_UNROLL(N) ((N) <= 2 ? 4 : 1)
-#define MOE_UNROLL_AS(LEAN, N) ((LEAN) == 2 ? 2 : MOE_UNROLL(N))
+#define MOE_DOWN_UNROLL_AS(LEAN, N) ((LEAN) == 2 ? 2 : MOE_UNROLL(N))
 // Blocks an SM must fit: at one or two tokens, two (<= 128 registers), for more latency hiding
 // on these memory-bound kernels; more tokens need their registers for the columns.
 #define MOE_MIN_BLOCKS(T, N) MOE_MIN_BLOCKS_AS(MOE_LEAN(T, N), N)
@@ -179,9 +184,7 @@ static __device__ __forceinline__ void bytes_to_l1(const char *p, int n, int lan
     }
 }
 
-// ONE: the tight entries, which walk one token's slot directly whatever `walk` says (the
-// members' rounds compiled out, their registers with them).
-template <int TYPE, int NTOK, bool WIDE, int GR, int UNROLL, bool ONE = false>
+template <int TYPE, int NTOK, bool WIDE, int GR, int UNROLL>
 static __device__ __forceinline__ void
 moe_gate_up(const void *__restrict__ gate, const void *__restrict__ up,
             const block_q8_1 *__restrict__ x, const int *__restrict__ ids, float *__restrict__ h,
@@ -252,7 +255,7 @@ moe_gate_up(const void *__restrict__ gate, const void *__restrict__ up,
     // (only_slot's mask gives the same one member), without the masks' rounds, which put
     // local-memory round trips ahead of the walk. Otherwise more members than NTOK only if a
     // token named an expert twice: another round.
-    const bool direct = NTOK == 1 && (ONE || (walk & MOE_WALK_GATE_UP_ONE));
+    const bool direct = NTOK == 1 && (walk & MOE_WALK_GATE_UP_ONE);
     for (int round = 0;; ++round) {
         int member[NTOK];
         int live;
@@ -553,7 +556,8 @@ moe_down_rows_then_wait(const void *__restrict__ down, const int *__restrict__ i
     dependent_launch_entry();
 }
 
-// ONE: as moe_gate_up's (one token's tasks dealt directly whatever `walk` says).
+// ONE: the tight entry, which deals one token's tasks directly whatever `walk` says (the
+// leaders' search compiled out, and its registers with it).
 template <int TYPE, int NTOK, bool WIDE, int DR, int UNROLL, bool ONE = false>
 static __device__ __forceinline__ void
 moe_down(const void *__restrict__ down, const block_q8_1 *__restrict__ hq,
@@ -704,7 +708,7 @@ static __device__ __noinline__ void quantize_h_in_last_block(const float *h,
                                   block_q8_1 *__restrict__ hq, int hq_k, unsigned *hq_done) {       \
         dependent_launch_entry();                                                                   \
         const ExpertEpilogue ep{gate_bias, up_bias, nullptr, alpha, limit};                         \
-        moe_gate_up<TYPE, N, WIDE, MOE_GATE_ROWS_AS(LEAN, N), MOE_UNROLL_AS(LEAN, N), (LEAN) == 2>(                       \
+        moe_gate_up<TYPE, N, WIDE, MOE_GATE_ROWS_AS(LEAN, N), MOE_UNROLL(N)>(                       \
             gate, up, x, ids, h, n_embd, n_ff, n_expert, k, walk, ep, down_l2, down_bytes);         \
         if (N == 1) {                                                                               \
             quantize_h_in_last_block<MOE_GATE_ROWS_AS(LEAN, N)>(h, hq, hq_k, hq_done, n_ff);        \
@@ -716,10 +720,11 @@ static __device__ __noinline__ void quantize_h_in_last_block(const float *h,
                                float *__restrict__ out, int n_embd, int n_ff, int n_expert,         \
                                int k, int walk, const float *__restrict__ down_bias,                \
                                int overwrite) {                                                     \
-        moe_down_rows_then_wait<TYPE, N, MOE_DOWN_ROWS_AS(LEAN, N)>(down, ids, n_embd, n_ff,          \
-                                                                   n_expert, k, walk);              \
-        const ExpertEpilogue ep{nullptr, nullptr, down_bias, 0.0f, 0.0f};                           \
-        moe_down<TYPE, N, WIDE, MOE_DOWN_ROWS_AS(LEAN, N), MOE_UNROLL_AS(LEAN, N), (LEAN) == 2>(                          \
+        moe_down_rows_then_wait<TYPE, N, MOE_DOWN_ROWS_AS(LEAN, N)>(down, ids, n_embd, n_ff,       \
+                                                                   n_expert, k, walk);             \
+        const ExpertEpilogue ep{nullptr, nullptr, down_bias, 0.0f, 0.0f};                          \
+        moe_down<TYPE, N, WIDE, MOE_DOWN_ROWS_AS(LEAN, N), MOE_DOWN_UNROLL_AS(LEAN, N),            \
+                 (LEAN) == 2>(                                                                     \
             down, hq, ids, weights, out, n_embd, n_ff, n_expert, k, walk, ep, overwrite);           \
     }
 #define MOE_ENTRIES(NAME, TYPE, N, WIDE) MOE_ENTRIES_AS(NAME, TYPE, N, WIDE, MOE_LEAN(TYPE, N))

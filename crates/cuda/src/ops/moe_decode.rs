@@ -322,7 +322,7 @@ impl MoeDecode {
         let (k, ff, d) = (e.n_used, e.n_ff, e.n_embd());
         let ints = Ints::new(d, ff, e.n_expert, k);
         let block = (32, MOE_DECODE_WARPS, 1);
-        let tight = how.tight_gate_up && how.gate_up_direct;
+        let tight = how.tight_gate_up;
         let (gate_up, lean_gate) =
             pick(&self.gate_up, &self.gate_up_lean, how, tight, e.gate.ty, n);
         let mode = self.launch.mode();
@@ -556,7 +556,7 @@ impl MoeDecode {
 /// Whether `ty` takes its `narrow_` entry points under `how`.
 /// The fused kernel for `n` tokens of `ty`: its `lean_` entry where [`lean`] says so and there is
 /// one (MXFP4's own entries have the lean shape; its `tight_` one where `tight` and there is
-/// one: the same shape, one token's direct walk only, four blocks an SM), else the wide or
+/// one: the same shape in four blocks an SM), else the wide or
 /// narrow one; and whether it has the lean shape.
 fn pick<'a>(
     entries: &'a HashMap<(GgmlType, usize, bool), CudaFunction>,

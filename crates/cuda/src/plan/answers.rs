@@ -215,9 +215,9 @@ pub struct ExpertMatVec {
     /// Each warp of the fused kernels asks L1 for its rows before walking them (its walk
     /// waits on memory once a round otherwise): not the bits.
     pub rows_l1: bool,
-    /// At one token (with `gate_up_direct`, `down_direct` and `lean`) the gate/up and the down
-    /// kernels take their `tight_` entries: the lean shape, one token's direct walk only, in
-    /// four blocks an SM (64 registers, two steps of a walk in flight): not the bits.
+    /// At one token (with `lean`; down with `down_direct`) the gate/up and the down kernels take
+    /// their `tight_` entries: the lean shape in four blocks an SM (64 registers; down: one
+    /// token's direct walk only, two steps of it in flight): not the bits.
     pub tight_gate_up: bool,
     pub tight_down: bool,
     /// At one token the down kernel asks for its rows before its wait for the kernel ahead

@@ -116,11 +116,11 @@ pub struct Switches {
     /// requests take no registers and are all in flight at once. The same bits.
     pub moe_rows_l1: bool,
     /// `FERROLM_MOE_TIGHT=M`: at one token the lean MoE kernels of Q4_K and Q6_K in their
-    /// `tight_` entries (one token's direct walk only, four blocks an SM of 64 registers, two
-    /// steps of a walk in flight, where the lean entries fit three of 80): bit 1 gate/up, bit
+    /// `tight_` entries, four blocks an SM of 64 registers where the lean entries fit three of
+    /// 80 (down: one token's direct walk only, two steps of it in flight): bit 1 gate/up, bit
     /// 2 down. The same bits. Default 2: tg128 +4.8% qwen3-30b-a3b, +3.2% OLMoE with down's
-    /// (its rows already in L1 by `FERROLM_MOE_DOWN_EARLY`); gate/up's -7 to -8% (its walk
-    /// needs the steps in flight; session 38, H100).
+    /// (its rows already in L1 by `FERROLM_MOE_DOWN_EARLY`; session 38, H100). Gate/up's first
+    /// version (two steps in flight, direct walk only: -7 to -8%) now keeps the lean walk.
     pub moe_tight: usize,
     /// `FERROLM_MOE_DOWN_EARLY=1`: at one token the fused MoE down kernel reads the router's
     /// ids and asks L1 for its warps' rows before its wait for the kernel ahead (the ids are
