@@ -159,13 +159,14 @@ static __device__ __forceinline__ Q8Shared stage_q8_1(bool stage, const block_q8
     return Q8Shared{(const int4 *)q, d};
 }
 
-// Asks L2 for rows [row0, row0 + count) of a weight matrix (clamped to nrows), spread over the
-// block's threads, a 128-byte line each. Weights never depend on an earlier kernel, so a kernel
-// may do this before waiting for the one ahead of it: under programmatic dependent launch
-// (ops/launch.rs) its weights then stream in while that kernel finishes.
+// Asks L2 (L1 with `l1`) for rows [row0, row0 + count) of a weight matrix (clamped to nrows),
+// spread over the block's threads, a 128-byte line each. Weights never depend on an earlier
+// kernel, so a kernel may do this before waiting for the one ahead of it: under programmatic
+// dependent launch (ops/launch.rs) its weights then stream in while that kernel finishes. L1
+// is the asking SM's, which is where the block that asks reads them.
 template <int TYPE>
 static __device__ __forceinline__ void prefetch_rows_l2(const void *w, int ncols, int nrows,
-                                                        int row0, int count) {
+                                                        int row0, int count, bool l1 = false) {
     typedef WeightFormat<TYPE> F;
     const size_t row_bytes = (size_t)(ncols / F::qk) * sizeof(typename F::block);
     const int row1 = min(nrows, row0 + count);
@@ -176,21 +177,26 @@ static __device__ __forceinline__ void prefetch_rows_l2(const void *w, int ncols
     const size_t bytes = (size_t)(row1 - row0) * row_bytes;
     const int tid = threadIdx.y * blockDim.x + threadIdx.x, nt = blockDim.x * blockDim.y;
     for (size_t off = (size_t)tid * 128; off < bytes; off += (size_t)nt * 128) {
-        asm volatile("prefetch.global.L2 [%0];" ::"l"(p + off));
+        if (l1) {
+            asm volatile("prefetch.global.L1 [%0];" ::"l"(p + off));
+        } else {
+            asm volatile("prefetch.global.L2 [%0];" ::"l"(p + off));
+        }
     }
 }
 
 // A mat-vec kernel's first statement in place of dependent_launch_entry(): its block's weight
-// rows of `a` (and of `b`, when given) requested from L2 when `prefetch`, then the wait.
+// rows of `a` (and of `b`, when given) requested from L2 when `prefetch` (from L1 when it is
+// 2: FERROLM_CUDA_PREFETCH_L1), then the wait.
 template <int TYPE>
 static __device__ __forceinline__ void weights_to_l2_then_wait(int prefetch, const void *a,
                                                                const void *b, int ncols,
                                                                int nrows_a, int nrows_b,
                                                                int row0, int count) {
     if (prefetch) {
-        prefetch_rows_l2<TYPE>(a, ncols, nrows_a, row0, count);
+        prefetch_rows_l2<TYPE>(a, ncols, nrows_a, row0, count, prefetch == 2);
         if (b != nullptr) {
-            prefetch_rows_l2<TYPE>(b, ncols, nrows_b, row0, count);
+            prefetch_rows_l2<TYPE>(b, ncols, nrows_b, row0, count, prefetch == 2);
         }
     }
     dependent_launch_entry();

@@ -27,6 +27,9 @@ pub struct LaunchMode {
     /// Mat-vec kernels ask L2 for their weight rows before they wait (only useful when
     /// `dependent`: otherwise there is nothing to overlap).
     pub weight_prefetch: bool,
+    /// That prefetch into the asking SM's L1 rather than L2 (the block that asks is the one
+    /// that reads them).
+    pub weight_prefetch_l1: bool,
     /// Wide mat-vec walks (dense and MoE) read their activations from a copy in shared memory
     /// (`stage_q8_1`, kernels/mmvq.cuh) where it fits: the same bits.
     pub stage_activations: bool,
@@ -43,6 +46,18 @@ pub struct LaunchMode {
     /// Kernels left out of the step, by name prefix: for timing what a kernel costs the chain
     /// of launches; the outputs are wrong (the plan's `FERROLM_TIMING_SKIP`).
     pub skip: &'static [String],
+}
+
+impl LaunchMode {
+    /// The mat-vec kernels' `prefetch` argument: 0 none, 1 L2, 2 L1 (mmvq.cuh's
+    /// weights_to_l2_then_wait).
+    pub fn prefetch_arg(&self) -> i32 {
+        match (self.weight_prefetch, self.weight_prefetch_l1) {
+            (false, _) => 0,
+            (true, false) => 1,
+            (true, true) => 2,
+        }
+    }
 }
 
 /// Kernel names by function handle, recorded as functions load, for [`LaunchMode::skip`].

@@ -217,7 +217,7 @@ impl Mmvq {
             shared_mem_bytes: smem,
         };
         let (cols, rows) = (int(w.cols, "mmvq cols"), int(w.rows, "mmvq rows"));
-        let prefetch = i32::from(self.launch.mode().weight_prefetch);
+        let prefetch = self.launch.mode().prefetch_arg();
         let null = 0u64;
         let mut b = self.launch.builder(f);
         b.arg(&w.data).arg(xq).arg(out);
@@ -275,7 +275,7 @@ impl Mmvq {
             int(a.rows, "mmvq rows"),
             int(b.rows, "mmvq rows"),
         );
-        let prefetch = i32::from(self.launch.mode().weight_prefetch);
+        let prefetch = self.launch.mode().prefetch_arg();
         let null = 0u64;
         let mut l = self.launch.builder(f);
         l.arg(&a.data).arg(&b.data).arg(xq);
@@ -398,7 +398,7 @@ impl TripleShape {
             int(b.rows, "mmvq rows"),
             int(c.rows, "mmvq rows"),
             int(pair_blocks, "mmvq blocks"),
-            i32::from(mode.weight_prefetch),
+            mode.prefetch_arg(),
         ];
         let blocks = u32::try_from(pair_blocks + c_blocks).expect("mmvq triple: grid too large");
         Some(Self { blocks, ints })

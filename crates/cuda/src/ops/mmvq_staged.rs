@@ -163,7 +163,7 @@ impl MmvqStaged {
                 b.arg(&null).arg(&null);
             }
         }
-        let prefetch = i32::from(self.launch.mode().weight_prefetch);
+        let prefetch = self.launch.mode().prefetch_arg();
         b.arg(&share_arg).arg(&prefetch);
         let cfg = LaunchConfig {
             grid_dim: (row_blocks as u32, splits as u32, 1),

@@ -214,7 +214,8 @@ fn launch_mode(switches: &Switches, cc: (i32, i32)) -> LaunchMode {
     let dependent = switches.pdl && cc.0 >= 9;
     LaunchMode {
         dependent,
-        weight_prefetch: dependent && switches.prefetch,
+        weight_prefetch: dependent && (switches.prefetch || switches.prefetch_l1),
+        weight_prefetch_l1: switches.prefetch_l1,
         stage_activations: switches.stage,
         head_norm_regs: switches.head_norm_regs,
         norm_exact: switches.norm_exact,

@@ -119,10 +119,11 @@ pub struct Switches {
     /// `tight_` entries, four blocks an SM of 64 registers where the lean entries fit three of
     /// 80 (down: one token's direct walk only, two steps of it in flight): bit 1 gate/up, bit
     /// 2 down. The same bits. Default 2: tg128 +4.8% qwen3-30b-a3b, +3.2% OLMoE with down's
-    /// (its rows already in L1 by `FERROLM_MOE_DOWN_EARLY`; session 38, H100). Gate/up's first
-    /// version (two steps in flight, direct walk only: -7 to -8%) now keeps the lean walk.
+    /// (its rows already in L1 by `FERROLM_MOE_DOWN_EARLY`; session 38, H100). Gate/up's
+    /// (bit 1) keeps the lean walk: level on OLMoE, -2.6% on qwen3-30b-a3b (its first version,
+    /// two steps in flight and the direct walk only, lost 7-8%).
     pub moe_tight: usize,
-    /// `FERROLM_MOE_DOWN_EARLY=1`: at one token the fused MoE down kernel reads the router's
+    /// `FERROLM_MOE_DOWN_EARLY`: at one token the fused MoE down kernel reads the router's
     /// ids and asks L1 for its warps' rows before its wait for the kernel ahead (the ids are
     /// final there: gate/up runs between the router and down), so its walk after the wait
     /// finds them near instead of paying a round trip to memory first. The same bits. On:
@@ -236,6 +237,11 @@ pub struct Switches {
     /// for the kernel ahead. Off by default: measured 4.5% slower on qwen3-8b, 1% on
     /// smollm2-1.7b, 1% faster on olmoe-1b-7b (docs/perf.md, "Issue 15").
     pub prefetch: bool,
+    /// `FERROLM_CUDA_PREFETCH_L1=1`: that prefetch (on with this) into the asking SM's L1,
+    /// where the block that asks then reads them. The same bits. Off: level with the L2
+    /// prefetch (session 38, H100: both +1.2% on qwen3-30b-a3b, level on OLMoE, -2.6% on
+    /// qwen3-8b).
+    pub prefetch_l1: bool,
     /// `FERROLM_MMVQ_STAGE=1`: wide mat-vec walks read their activations from a copy in shared
     /// memory (else from global memory; the same bits). Off by default: one decode token
     /// measured 2-6% slower on olmoe-1b-7b and smollm2-1.7b, level on qwen3-8b (docs/perf.md,
@@ -388,6 +394,7 @@ impl Default for Switches {
             pdl: true,
             carveout: None,
             prefetch: false,
+            prefetch_l1: false,
             stage: false,
             split_k: true,
             gemm_f16: true,
@@ -589,6 +596,7 @@ impl Switches {
             pdl: flag(env, "FERROLM_CUDA_PDL", true)?,
             carveout: count(env, "FERROLM_CUDA_CARVEOUT", 0..=100)?,
             prefetch: flag(env, "FERROLM_CUDA_PREFETCH", false)?,
+            prefetch_l1: flag(env, "FERROLM_CUDA_PREFETCH_L1", false)?,
             stage: flag(env, "FERROLM_MMVQ_STAGE", false)?,
             split_k: flag(env, "FERROLM_MMQ_SPLIT_K", true)?,
             gemm_f16: flag(env, "FERROLM_GEMM_F16", true)?,
@@ -665,7 +673,7 @@ impl fmt::Display for Switches {
             self.timing_skip.join(",")
         };
         let norm_route_rows = count_or_auto(self.norm_route_rows);
-        let lines: [(&str, &str, &str); 75] = [
+        let lines: [(&str, &str, &str); 76] = [
             (
                 "FERROLM_CUDA_MMQ",
                 bit(self.mmq),
@@ -907,6 +915,11 @@ impl fmt::Display for Switches {
                 "FERROLM_CUDA_PREFETCH",
                 bit(self.prefetch),
                 "mat-vec weights to L2 before the wait (with PDL)",
+            ),
+            (
+                "FERROLM_CUDA_PREFETCH_L1",
+                bit(self.prefetch_l1),
+                "that prefetch into L1",
             ),
             (
                 "FERROLM_MMVQ_STAGE",

@@ -130,7 +130,7 @@ fn tile_names() {
 #[test]
 fn display_prints_every_switch() {
     let text = plan(&[("FERROLM_MMQ_TILE", "128x64")]).to_string();
-    assert_eq!(text.lines().count(), 77, "{text}");
+    assert_eq!(text.lines().count(), 78, "{text}");
     assert!(text.contains("132 SMs, cc 9.0"));
     assert!(text
         .lines()
@@ -198,6 +198,11 @@ fn dependent_launch_from_hopper_unless_off() {
             weight_prefetch: true,
             ..pdl
         }
+    );
+    let l1 = plan(&[("FERROLM_CUDA_PREFETCH_L1", "1")]).launch_mode();
+    assert_eq!(
+        (l1.weight_prefetch, l1.weight_prefetch_l1, l1.prefetch_arg()),
+        (true, true, 2)
     );
     assert_eq!(
         plan(&[("FERROLM_CUDA_PDL", "0"), ("FERROLM_CUDA_PREFETCH", "1")]).launch_mode(),
