@@ -556,8 +556,8 @@ impl MoeDecode {
 /// Whether `ty` takes its `narrow_` entry points under `how`.
 /// The fused kernel for `n` tokens of `ty`: its `lean_` entry where [`lean`] says so and there is
 /// one (MXFP4's own entries have the lean shape; its `tight_` one where `tight` and there is
-/// one: the same shape in four blocks an SM), else the wide or
-/// narrow one; and whether it has the lean shape.
+/// one: the same shape in four blocks an SM), else the wide or narrow one; and whether it has
+/// the lean shape.
 fn pick<'a>(
     entries: &'a HashMap<(GgmlType, usize, bool), CudaFunction>,
     lean_entries: &'a HashMap<(GgmlType, bool), CudaFunction>,
