@@ -388,18 +388,23 @@ fn decode(
         ..how
     };
     // The gate/up kernel in blocks of another size (4 warps where the plan has 8, else 8), with
-    // the down weights' L2 prefetch, its quantizing of h (one token) and the rows' L1 requests
-    // the other way.
+    // the down weights' L2 prefetch, its quantizing of h (one token), the rows' L1 requests,
+    // the tight entries, down's rows before its wait and the bulk L2 requests the other way.
     let resized = ExpertMatVec {
         gate_up_warps: if how.gate_up_warps == 8 { 4 } else { 8 },
         down_prefetch: !how.down_prefetch,
         h_in_gate_up: !how.h_in_gate_up,
         rows_l1: !how.rows_l1,
+        tight_gate_up: !how.tight_gate_up,
+        tight_down: !how.tight_down,
+        down_early: !how.down_early,
+        bulk_l2: !how.bulk_l2,
         down_direct: !how.down_direct,
         gate_up_direct: !how.gate_up_direct,
         lean: !how.lean,
         ..how
     };
+    let on = |b: bool| if b { "on" } else { "off" };
     let mut outs = Vec::new();
     // Per-slot first, the plan's fused path last: the work buffers are left holding its h.
     for path in [&per_slot, &resized, &how] {
@@ -518,14 +523,18 @@ fn decode(
         ),
         row(
             &format!(
-                "moe decode, gate/up blocks of {} warps, down prefetch {}, h quantized in gate/up {}, rows to L1 {}, down direct {}, gate/up direct {}, lean {}",
+                "moe decode, gate/up blocks of {} warps, down prefetch {}, h quantized in gate/up {}, rows to L1 {}, down direct {}, gate/up direct {}, lean {}, tight gate/up {}, tight down {}, down early {}, bulk L2 {}",
                 resized.gate_up_warps,
-                if resized.down_prefetch { "on" } else { "off" },
-                if resized.h_in_gate_up { "on" } else { "off" },
-                if resized.rows_l1 { "on" } else { "off" },
-                if resized.down_direct { "on" } else { "off" },
-                if resized.gate_up_direct { "on" } else { "off" },
-                if resized.lean { "on" } else { "off" }
+                on(resized.down_prefetch),
+                on(resized.h_in_gate_up),
+                on(resized.rows_l1),
+                on(resized.down_direct),
+                on(resized.gate_up_direct),
+                on(resized.lean),
+                on(resized.tight_gate_up),
+                on(resized.tight_down),
+                on(resized.down_early),
+                on(resized.bulk_l2)
             ),
             shape.clone(),
             "the plan's gate/up blocks",
