@@ -390,8 +390,6 @@ fn decode(
     // The gate/up kernel in blocks of another size (4 warps where the plan has 8, else 8), with
     // the down weights' L2 prefetch, its quantizing of h (one token), the rows' L1 requests,
     // the tight entries, down's rows before its wait and the bulk L2 requests the other way.
-    // (h quantized by the down blocks is not flipped here: this row's h quantized in gate/up
-    // takes its place. `FERROLM_MOE_H_IN_DOWN=1` puts it on the plan's path.)
     let resized = ExpertMatVec {
         gate_up_warps: if how.gate_up_warps == 8 { 4 } else { 8 },
         down_prefetch: !how.down_prefetch,

@@ -159,29 +159,6 @@ static __device__ __forceinline__ Q8Shared stage_q8_1(bool stage, const block_q8
     return Q8Shared{(const int4 *)q, d};
 }
 
-// Q8_K of the f32 values h[0, 256 n) (n groups) straight into the block's dynamic shared memory
-// as stage_q8_1 lays out the 8 n blocks quantize_q8_k would write (Q8_STAGE_BYTES(8 n)): a warp
-// a group at a time (blockDim.x == 32), with quant.cuh's quantize_q8_k_lanes, so the same codes
-// and scales; then a barrier. Every thread of the block calls it, before any returns.
-static __device__ __forceinline__ Q8Shared stage_q8_k_of(const float *h, int n) {
-    extern __shared__ int4 q8_stage[];
-    int *q = (int *)q8_stage;
-    float *d = (float *)q8_stage + 8 * 8 * n;
-    const int lane = threadIdx.x;
-    for (int g = threadIdx.y; g < n; g += blockDim.y) {
-        int packed[2];
-        const float s = quantize_q8_k_lanes(h + (size_t)g * QK_K, packed);
-        const int b = 8 * g + lane / 4;
-        q[8 * b + 2 * (lane % 4)] = packed[0];
-        q[8 * b + 2 * (lane % 4) + 1] = packed[1];
-        if (lane % 4 == 0) {
-            d[b] = s;
-        }
-    }
-    __syncthreads();
-    return Q8Shared{(const int4 *)q, d};
-}
-
 // Asks L2 (L1 with `l1`) for rows [row0, row0 + count) of a weight matrix (clamped to nrows),
 // spread over the block's threads, a 128-byte line each. Weights never depend on an earlier
 // kernel, so a kernel may do this before waiting for the one ahead of it: under programmatic

@@ -30,8 +30,7 @@
 // - moe_down_<type>_n<NTOK>: grid ceil(n_embd / DR), DR = MOE_DOWN_ROWS(TYPE, NTOK); the block's
 //   warps share out the leading experts, each warp DR output rows of its experts, or half of
 //   them when there are at most MOE_NWARPS / 2 leaders (moe_down_tasks; at one token with
-//   MOE_WALK_ONE_TOKEN, moe_down_one_token deals the same tasks without the search). `h`: the
-//   gate/up launch's f32 h where `walk` has MOE_WALK_H_IN_DOWN (hq is then not read), else null.
+//   MOE_WALK_ONE_TOKEN, moe_down_one_token deals the same tasks without the search).
 // - moe_{gate_up,down}_lean_<type>_n1 (Q4_K, Q5_K, Q6_K): as the n1 entries in MXFP4's lean
 //   shape (MOE_GATE_ROWS_AS, MOE_DOWN_ROWS_AS, MOE_MIN_BLOCKS_AS with LEAN).
 // Both take `walk`, the MOE_WALK_* bits below.
@@ -85,9 +84,6 @@
 // warp's rows (gate/up: before the activations' stage; down: in place of L1 where early).
 #define MOE_WALK_DOWN_EARLY 16
 #define MOE_WALK_BULK_L2 32
-// h (f32, the launch's `h`) quantized to Q8_K by each down block into its stage
-// (stage_q8_k_of) in place of quantize_q8_k's launch; staged walks and Q8_K only (the host's).
-#define MOE_WALK_H_IN_DOWN 64
 
 // Bit q of the mask: slot q (< nslots) names expert e. Every lane gets the same mask.
 static __device__ __forceinline__ void slots_of(const int *__restrict__ ids, int nslots, int e,
@@ -566,8 +562,7 @@ template <int TYPE, int NTOK, bool WIDE, int DR, int UNROLL, bool ONE = false>
 static __device__ __forceinline__ void
 moe_down(const void *__restrict__ down, const block_q8_1 *__restrict__ hq,
          const int *__restrict__ ids, const float *__restrict__ weights, float *__restrict__ out,
-         int n_embd, int n_ff, int n_expert, int k, int walk, ExpertEpilogue ep, int overwrite,
-         const float *__restrict__ h) {
+         int n_embd, int n_ff, int n_expert, int k, int walk, ExpertEpilogue ep, int overwrite) {
     typedef WeightFormat<TYPE> F;
     const int nslots = NTOK * k, c0 = blockIdx.x * DR;
     const int bpc = n_ff / QK8_1;
@@ -577,9 +572,7 @@ moe_down(const void *__restrict__ down, const block_q8_1 *__restrict__ hq,
     const bool staged = CAN_STAGE && (walk & MOE_WALK_STAGE);
     const bool rows_l1 = walk & MOE_WALK_ROWS_L1;
     const bool one_token = ONE || (walk & MOE_WALK_ONE_TOKEN);
-    const Q8Shared hs = staged && (walk & MOE_WALK_H_IN_DOWN)
-                            ? stage_q8_k_of(h, nslots * n_ff / QK_K)
-                            : stage_q8_1(staged, hq, nslots * bpc);
+    const Q8Shared hs = stage_q8_1(staged, hq, nslots * bpc);
     // d[i][s]: row c0 + i of slot s's down product.
     __shared__ float d[DR][MOE_MAX_SLOTS];
     const int leaders = NTOK == 1 ? nslots : moe_leaders(ids, nslots); // see only_slot
@@ -726,13 +719,13 @@ static __device__ __noinline__ void quantize_h_in_last_block(const float *h,
                                const int *__restrict__ ids, const float *__restrict__ weights,      \
                                float *__restrict__ out, int n_embd, int n_ff, int n_expert,         \
                                int k, int walk, const float *__restrict__ down_bias,                \
-                               int overwrite, const float *__restrict__ h) {                        \
+                               int overwrite) {                                                     \
         moe_down_rows_then_wait<TYPE, N, MOE_DOWN_ROWS_AS(LEAN, N)>(down, ids, n_embd, n_ff,       \
                                                                    n_expert, k, walk);             \
         const ExpertEpilogue ep{nullptr, nullptr, down_bias, 0.0f, 0.0f};                          \
         moe_down<TYPE, N, WIDE, MOE_DOWN_ROWS_AS(LEAN, N), MOE_DOWN_UNROLL_AS(LEAN, N),            \
                  (LEAN) == 2>(                                                                     \
-            down, hq, ids, weights, out, n_embd, n_ff, n_expert, k, walk, ep, overwrite, h);        \
+            down, hq, ids, weights, out, n_embd, n_ff, n_expert, k, walk, ep, overwrite);           \
     }
 #define MOE_ENTRIES(NAME, TYPE, N, WIDE) MOE_ENTRIES_AS(NAME, TYPE, N, WIDE, MOE_LEAN(TYPE, N))
 

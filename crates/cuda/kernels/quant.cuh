@@ -566,11 +566,10 @@ static __device__ __forceinline__ void quantize_q4_0_warp(float x, block_q4_0 *b
     }
 }
 
-// Q8_K of the 256 values at x, by one warp (ggml's quantize_row_q8_K): the value of largest
-// magnitude (the first, on ties) maps to -127, iscale = -127 / that value, codes
-// nearest_int(iscale * x) (round half to even) capped at 127; returns d = 1 / iscale, and in
-// `packed` the lane's 8 codes (values 8 lane..: codes 8 (lane % 4).. of block lane / 4).
-static __device__ __forceinline__ float quantize_q8_k_lanes(const float *x, int (&packed)[2]) {
+// Q8_K of the 256 values at x, by one warp, into the 8 blocks at y (ggml's quantize_row_q8_K):
+// the value of largest magnitude (the first, on ties) maps to -127, iscale = -127 / that value,
+// codes nearest_int(iscale * x) (round half to even) capped at 127, d = 1 / iscale.
+static __device__ __forceinline__ void quantize_q8_k_warp(const float *x, block_q8_1 *y) {
     const int lane = threadIdx.x % WARP_SIZE;
     float v[8];
     float best = 0.0f, best_v = 0.0f;
@@ -596,26 +595,19 @@ static __device__ __forceinline__ float quantize_q8_k_lanes(const float *x, int 
         }
     }
     const float iscale = best == 0.0f ? 0.0f : __fdiv_rn(-127.0f, best_v);
-    packed[0] = packed[1] = 0;
+    int packed[2] = {0, 0};
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
         const int q = min(127, __float2int_rn(__fmul_rn(iscale, v[j])));
         packed[j / 4] |= (q & 0xff) << (8 * (j % 4));
     }
-    return best == 0.0f ? 0.0f : __fdiv_rn(1.0f, iscale);
-}
-
-// quantize_q8_k_lanes into the 8 blocks at y, each with the group's d.
-static __device__ __forceinline__ void quantize_q8_k_warp(const float *x, block_q8_1 *y) {
-    const int lane = threadIdx.x % WARP_SIZE;
-    int packed[2];
-    const float d = quantize_q8_k_lanes(x, packed);
+    // Values 8 lane.. are codes 8 (lane % 4).. of block lane / 4.
     block_q8_1 *b = y + lane / 4;
     int *qs = (int *)b->qs + 2 * (lane % 4);
     qs[0] = packed[0];
     qs[1] = packed[1];
     if (lane % 4 == 0) {
-        b->d = d;
+        b->d = best == 0.0f ? 0.0f : __fdiv_rn(1.0f, iscale);
     }
 }
 

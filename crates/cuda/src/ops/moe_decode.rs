@@ -387,20 +387,14 @@ impl MoeDecode {
         // the N rows' staged blocks.
         unsafe { b.launch(cfg) }.during(format!("launching moe gate/up for {}", e.gate.ty))?;
 
+        if !h_in_gate_up {
+            self.quantize_h(how, e, n, work)?;
+        }
+
         let tight = how.tight_down && how.down_direct;
         let (down, lean_down) = pick(&self.down, &self.down_lean, how, tight, e.down.ty, n);
         let (stage, smem) = stage_args(mode, walks_wide(how, e.down.ty), n * k * ff / 32);
-        // h quantized by the down blocks into their stage, where they stage Q8_K.
-        let h_in_down = how.h_in_down
-            && !h_in_gate_up
-            && n == 1
-            && stage != 0
-            && how.h_quant == ActQuant::Q8K
-            && ff.is_multiple_of(QK_K);
-        if !h_in_gate_up && !h_in_down {
-            self.quantize_h(how, e, n, work)?;
-        }
-        let walk = walk_bits(how, stage) | if h_in_down { WALK_H_IN_DOWN } else { 0 };
+        let walk = walk_bits(how, stage);
         let cfg = LaunchConfig {
             grid_dim: (d.div_ceil(down_rows(lean_down, n)) as u32, 1, 1),
             block_dim: block,
@@ -415,14 +409,12 @@ impl MoeDecode {
             .arg(&ints.k)
             .arg(&walk)
             .arg(e.epilogue.bias(2))
-            .arg(&overwrite)
-            .arg(h_in_down.then_some(&work.h));
+            .arg(&overwrite);
         // SAFETY: moe_down_*_nN(down, hq, ids, weights, out, n_embd, n_ff, n_expert, k,
-        // walk, down_bias, overwrite, h): stacked [n_expert*n_embd][n_ff] weights, N*k Q8_1
+        // walk, down_bias, overwrite): stacked [n_expert*n_embd][n_ff] weights, N*k Q8_1
         // rows of n_ff, N*k ids and weights, N x n_embd floats updated, a bias of
-        // [n_expert][n_embd] floats or null, h (N*k x n_ff floats, n_ff a multiple of 256)
-        // where the walk bit asks for it, else null; a block per down_rows(N) output rows; with
-        // stage, the shared bytes of the N*k rows' staged blocks.
+        // [n_expert][n_embd] floats or null; a block per down_rows(N) output rows; with stage,
+        // the shared bytes of the N*k rows' staged blocks.
         unsafe { b.launch(cfg) }.during(format!("launching moe down for {}", e.down.ty))?;
         Ok(())
     }
@@ -601,7 +593,6 @@ const WALK_ONE_TOKEN: i32 = 4;
 const WALK_GATE_UP_ONE: i32 = 8;
 const WALK_DOWN_EARLY: i32 = 16;
 const WALK_BULK_L2: i32 = 32;
-const WALK_H_IN_DOWN: i32 = 64;
 
 fn narrow(how: &ExpertMatVec, ty: GgmlType) -> bool {
     !how.wide && has_narrow(ty)
@@ -696,7 +687,6 @@ mod tests {
             rows_l1: false,
             tight_gate_up: false,
             tight_down: false,
-            h_in_down: false,
             down_early: false,
             bulk_l2: false,
             down_direct: true,
@@ -723,7 +713,6 @@ mod tests {
         assert!(src.contains(&format!("#define MOE_WALK_GATE_UP_ONE {WALK_GATE_UP_ONE}")));
         assert!(src.contains(&format!("#define MOE_WALK_DOWN_EARLY {WALK_DOWN_EARLY}")));
         assert!(src.contains(&format!("#define MOE_WALK_BULK_L2 {WALK_BULK_L2}")));
-        assert!(src.contains(&format!("#define MOE_WALK_H_IN_DOWN {WALK_H_IN_DOWN}")));
         assert!(src.contains(&format!(
             "MOE_ENTRIES(NAME, TYPE, {MOE_DECODE_MAX_TOKENS}, WIDE)"
         )));

@@ -220,9 +220,6 @@ pub struct ExpertMatVec {
     /// token's direct walk only, two steps of it in flight): not the bits.
     pub tight_gate_up: bool,
     pub tight_down: bool,
-    /// At one token each down block quantizes h (Q8_K, staged walks) into its shared memory
-    /// itself, in place of `quantize_q8_k`'s launch: the same bits.
-    pub h_in_down: bool,
     /// At one token the down kernel asks for its rows before its wait for the kernel ahead
     /// (L1, or L2 with `bulk_l2`): not the bits.
     pub down_early: bool,

@@ -103,7 +103,6 @@ impl Plan {
             rows_l1: self.switches.moe_rows_l1,
             tight_gate_up: self.switches.moe_tight & 1 != 0,
             tight_down: self.switches.moe_tight & 2 != 0,
-            h_in_down: self.switches.moe_h_in_down,
             down_early: self.switches.moe_down_early,
             bulk_l2: self.switches.moe_bulk_l2 && self.device.cc.0 >= 9,
             down_direct: self.switches.moe_down_direct,

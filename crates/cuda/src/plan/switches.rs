@@ -123,12 +123,6 @@ pub struct Switches {
     /// (bit 1) keeps the lean walk: level on OLMoE, -2.6% on qwen3-30b-a3b (its first version,
     /// two steps in flight and the direct walk only, lost 7-8%).
     pub moe_tight: usize,
-    /// `FERROLM_MOE_H_IN_DOWN=1`: at one token each block of the fused MoE down kernel
-    /// quantizes h to Q8_K into its shared memory itself (`stage_q8_k_of`, quantize_q8_k's
-    /// arithmetic) in place of `quantize_q8_k`'s launch (1.0-1.9 µs a layer of the chain,
-    /// session 38): a launch fewer, a few hundred instructions more a down warp. The same
-    /// bits. Off: written after session 38's last device call, not yet measured.
-    pub moe_h_in_down: bool,
     /// `FERROLM_MOE_DOWN_EARLY`: at one token the fused MoE down kernel reads the router's
     /// ids and asks L1 for its warps' rows before its wait for the kernel ahead (the ids are
     /// final there: gate/up runs between the router and down), so its walk after the wait
@@ -376,7 +370,6 @@ impl Default for Switches {
             moe_h_in_gate_up: false,
             moe_rows_l1: false,
             moe_tight: 2,
-            moe_h_in_down: false,
             moe_down_early: true,
             moe_bulk_l2: false,
             moe_down_direct: true,
@@ -573,7 +566,6 @@ impl Switches {
             moe_h_in_gate_up: flag(env, "FERROLM_MOE_H_IN_GATE_UP", false)?,
             moe_rows_l1: flag(env, "FERROLM_MOE_ROWS_L1", false)?,
             moe_tight: count(env, "FERROLM_MOE_TIGHT", 0..=3)?.unwrap_or(2),
-            moe_h_in_down: flag(env, "FERROLM_MOE_H_IN_DOWN", false)?,
             moe_down_early: flag(env, "FERROLM_MOE_DOWN_EARLY", true)?,
             moe_bulk_l2: flag(env, "FERROLM_MOE_BULK_L2", false)?,
             moe_down_direct: flag(env, "FERROLM_MOE_DOWN_DIRECT", true)?,
@@ -681,7 +673,7 @@ impl fmt::Display for Switches {
             self.timing_skip.join(",")
         };
         let norm_route_rows = count_or_auto(self.norm_route_rows);
-        let lines: [(&str, &str, &str); 77] = [
+        let lines: [(&str, &str, &str); 76] = [
             (
                 "FERROLM_CUDA_MMQ",
                 bit(self.mmq),
@@ -803,11 +795,6 @@ impl fmt::Display for Switches {
                 "FERROLM_MOE_TIGHT",
                 ["0", "1", "2", "3"][self.moe_tight & 3],
                 "one token's MoE kernels four blocks an SM (1 gate/up, 2 down)",
-            ),
-            (
-                "FERROLM_MOE_H_IN_DOWN",
-                bit(self.moe_h_in_down),
-                "one token's MoE down blocks quantize h themselves",
             ),
             (
                 "FERROLM_MOE_DOWN_EARLY",

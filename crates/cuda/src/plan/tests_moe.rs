@@ -36,7 +36,6 @@ fn moe_path_by_tokens() {
                     rows_l1: false,
                     tight_gate_up: false,
                     tight_down: true,
-                    h_in_down: false,
                     down_early: true,
                     bulk_l2: false,
                     down_direct: true,
@@ -144,10 +143,6 @@ fn moe_switches() {
     assert!(matches!(off.moe(&s(1)), MoePath::MatVec(m) if !m.tight_gate_up && !m.tight_down));
     let both = plan(&[("FERROLM_MOE_TIGHT", "3")]);
     assert!(matches!(both.moe(&s(1)), MoePath::MatVec(m) if m.tight_gate_up && m.tight_down));
-    // h quantized by the down blocks: off unless switched on.
-    assert!(matches!(plan(&[]).moe(&s(1)), MoePath::MatVec(m) if !m.h_in_down));
-    let h_in = plan(&[("FERROLM_MOE_H_IN_DOWN", "1")]);
-    assert!(matches!(h_in.moe(&s(1)), MoePath::MatVec(m) if m.h_in_down));
     // Down's rows before its wait: on unless switched off; the rows asked of L2 in bulk: off
     // unless switched on.
     assert!(matches!(plan(&[]).moe(&s(1)), MoePath::MatVec(m) if m.down_early && !m.bulk_l2));

@@ -59,7 +59,6 @@ fn mxfp4_experts() {
         rows_l1: false,
         tight_gate_up: false,
         tight_down: true,
-        h_in_down: false,
         down_early: true,
         bulk_l2: false,
         down_direct: true,
