@@ -5,7 +5,10 @@
 //! `FERROLM_AOT=0 cargo run --release -p ferrolm-cuda --example compile_one -- FILE.cu ...`
 //!
 //! With `FERROLM_CUBIN_DIR=DIR`, each cubin is written there too (`FILE.ARCH.cubin`), for
-//! `tools/perf/sass_loops.py` to read its loops.
+//! `tools/perf/sass_loops.py` to read its loops. With `FERROLM_PTXAS_VERBOSE=1`, the log holds
+//! ptxas's registers, stack and spills for every kernel (read them before and after a change
+//! to a kernel with several paths: they share one register budget). `FERROLM_COMPILE_ARCHS=a,b`
+//! compiles for those targets only (default sm_90a,sm_80).
 
 use ferrolm_cuda::kernels::FILES;
 use ferrolm_cuda::nvrtc::{Target, Toolchain};
@@ -20,6 +23,17 @@ fn main() -> ExitCode {
         }
     };
     let names: Vec<String> = std::env::args().skip(1).collect();
+    let archs: Vec<String> = std::env::var("FERROLM_COMPILE_ARCHS")
+        .unwrap_or_else(|_| "sm_90a,sm_80".into())
+        .split(',')
+        .map(str::to_owned)
+        .collect();
+    let verbose = std::env::var("FERROLM_PTXAS_VERBOSE").is_ok_and(|v| v == "1");
+    let extra: Vec<&str> = if verbose {
+        vec!["--ptxas-options=-v"]
+    } else {
+        vec![]
+    };
     let mut failed = false;
     for name in &names {
         let Some(file) = FILES.iter().find(|f| f.name == name.as_str()) else {
@@ -27,9 +41,9 @@ fn main() -> ExitCode {
             failed = true;
             continue;
         };
-        for arch in ["sm_90a", "sm_80"] {
+        for arch in &archs {
             let t = std::time::Instant::now();
-            match tc.compile_with_log(file, &Target::new(arch)) {
+            match tc.compile_with_options(file, &Target::new(arch), &extra) {
                 Ok((cubin, log)) => {
                     println!(
                         "{name} {arch}: {} bytes in {:.1} s{}{log}",

@@ -115,6 +115,18 @@ impl Toolchain {
         file: &KernelFile,
         target: &Target,
     ) -> Result<(Vec<u8>, String)> {
+        self.compile_with_options(file, target, &[])
+    }
+
+    /// [`compile_with_log`](Self::compile_with_log) with `extra` options after the usual
+    /// ones (the `compile_one` example's `--ptxas-options=-v`: each kernel's registers and
+    /// spills in the log).
+    pub fn compile_with_options(
+        &self,
+        file: &KernelFile,
+        target: &Target,
+        extra: &[&str],
+    ) -> Result<(Vec<u8>, String)> {
         let cstr = |s: &str| CString::new(s).expect("kernel sources hold no NUL");
         let src = cstr(file.source);
         let name = cstr(file.name);
@@ -122,7 +134,10 @@ impl Toolchain {
         let header_names: Vec<CString> = HEADERS.iter().map(|h| cstr(h.name)).collect();
         let src_ptrs: Vec<*const c_char> = header_src.iter().map(|s| s.as_ptr()).collect();
         let name_ptrs: Vec<*const c_char> = header_names.iter().map(|s| s.as_ptr()).collect();
-        let options: Vec<CString> = self.options(target).iter().map(|o| cstr(o)).collect();
+        let options: Vec<CString> = (self.options(target).iter().map(String::as_str))
+            .chain(extra.iter().copied())
+            .map(cstr)
+            .collect();
         let option_ptrs: Vec<*const c_char> = options.iter().map(|o| o.as_ptr()).collect();
 
         let mut prog: sys::nvrtcProgram = std::ptr::null_mut();
