@@ -111,21 +111,25 @@ mmvq_accumulate_warp(const typename WeightFormat<TYPE>::block *const (&rows)[ROW
     }
 }
 
-// Asks L1 for the ROWS rows (`bytes` each) a warp is about to walk, a 128-byte line a lane and
-// request, so that every line is on its way at once. The walk itself holds only some rows' loads
-// in its registers at a time and waits on memory once a round: about eight rounds a warp in the
-// one-token expert kernels, which is what their time is (session 36's ncu). Nothing is read
+// The `n` bytes at `p` asked of L1 by the warp's lanes, a 128-byte line a lane and request (the
+// last request, clamped to the last byte, takes the line the bytes end in). Nothing is read
 // into registers, so no bits change.
+static __device__ __forceinline__ void bytes_to_l1(const char *p, int n, int lane) {
+    for (int off = lane * 128; off < n + 127; off += WARP_SIZE * 128) {
+        asm volatile("prefetch.global.L1 [%0];" ::"l"(p + min(off, n - 1)));
+    }
+}
+
+// Asks L1 for the ROWS rows (`bytes` each) a warp is about to walk, so that every line is on its
+// way at once. The walk itself holds only some rows' loads in its registers at a time and waits
+// on memory once a round: about eight rounds a warp in the one-token expert kernels, which is
+// what their time is (session 36's ncu).
 template <int ROWS, typename B>
 static __device__ __forceinline__ void rows_to_l1(const B *const (&rows)[ROWS], int bytes,
                                                   int lane) {
 #pragma unroll
     for (int i = 0; i < ROWS; ++i) {
-        const char *p = (const char *)rows[i];
-        // The last request, clamped to the row's last byte, takes the line the row ends in.
-        for (int off = lane * 128; off < bytes + 127; off += WARP_SIZE * 128) {
-            asm volatile("prefetch.global.L1 [%0];" ::"l"(p + min(off, bytes - 1)));
-        }
+        bytes_to_l1((const char *)rows[i], bytes, lane);
     }
 }
 

@@ -142,25 +142,6 @@ static __device__ __forceinline__ float slot_sum(const float *w, const float *d,
     return s;
 }
 
-// Asks L2 for this block's share (blockIdx.x of gridDim.x) of expert e's down weights (`bytes`
-// from `down` + e * bytes; both multiples of 16, the host checks), one thread's bulk request:
-// the down kernel after this one then reads them from L2, where they came in while gate and up
-// ran. Nothing is read or written, so no bits change (sm_90; nothing before it).
-static __device__ __forceinline__ void down_share_to_l2(const char *down, long long bytes, int e) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    if (down == nullptr || threadIdx.x != 0 || threadIdx.y != 0) {
-        return;
-    }
-    const long long share = (bytes / gridDim.x + 15) / 16 * 16, off = share * blockIdx.x;
-    if (off < bytes) {
-        const unsigned size = (unsigned)min(share, bytes - off);
-        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(down + e * bytes + off),
-                     "r"(size)
-                     : "memory");
-    }
-#endif
-}
-
 // One bulk request to L2 (one thread's) for the `n` bytes at `p` of a tensor that ends at `end`:
 // its ends rounded out to 16 bytes, as the request needs, but never past `end` rounded down.
 // Nothing is read or written, so no bits change (sm_90; nothing before it).
@@ -176,11 +157,18 @@ static __device__ __forceinline__ void bytes_to_l2(const void *p, long long n, c
 #endif
 }
 
-// The `n` bytes at `p` asked of L1 by the warp's lanes, a line a request (the last request,
-// clamped to the last byte, takes the line the bytes end in).
-static __device__ __forceinline__ void bytes_to_l1(const char *p, int n, int lane) {
-    for (int off = lane * 128; off < n + 127; off += WARP_SIZE * 128) {
-        asm volatile("prefetch.global.L1 [%0];" ::"l"(p + min(off, n - 1)));
+// Asks L2 for this block's share (blockIdx.x of gridDim.x) of expert e's down weights (`bytes`
+// from `down` + e * bytes; both multiples of 16, the host checks, so bytes_to_l2 rounds
+// nothing), one thread's bulk request: the down kernel after this one then reads them from L2,
+// where they came in while gate and up ran.
+static __device__ __forceinline__ void down_share_to_l2(const char *down, long long bytes, int e) {
+    if (down == nullptr || threadIdx.x != 0 || threadIdx.y != 0) {
+        return;
+    }
+    const long long share = (bytes / gridDim.x + 15) / 16 * 16, off = share * blockIdx.x;
+    if (off < bytes) {
+        const char *expert = down + e * bytes;
+        bytes_to_l2(expert + off, min(share, bytes - off), expert + bytes);
     }
 }
 
