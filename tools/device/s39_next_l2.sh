@@ -5,7 +5,7 @@
 # .device-carry/ holding ferrolm.xz and llama.tar.xz: [VALUES="64 128"] bash tools/device/s39_next_l2.sh
 source tools/device/carried.sh
 VALUES=${VALUES:-"64 128 256 -128 -256"}
-pooled olmoe-1b-7b qwen3-8b
+pooled olmoe-1b-7b qwen3-8b qwen3-30b-a3b
 tg() { timeout 120 env "$@" $B bench -m $F --backend cuda -p 0 -n 128 -r 2 $EXTRA 2>&1 | grep -E 'tg128|rror|panic' | awk -F'|' '{print $(NF-1)}'; }
 lb() { timeout 200 $L/llama-bench -m $F -ngl 99 -fa 1 -p 0 -n 128 -r 2 $EXTRA 2>&1 | grep -E '^\| .*tg' | awk -F'|' '{print $(NF-1)}'; }
 for P in ${PRESETS:-olmoe-1b-7b qwen3-8b}; do
@@ -16,6 +16,11 @@ for P in ${PRESETS:-olmoe-1b-7b qwen3-8b}; do
     for k in 336 400 512; do echo "== $P d16384 ROW_STAGES=2 SPLIT_KEYS=$k $(tg FERROLM_ATTN_ROW_STAGES=2 FERROLM_ATTN_SPLIT_KEYS=$k)"; done
   fi
   echo "== $P d16384 base again $(tg A=0) at $(( $(date +%s) - t0 )) s"
+done
+# The MoE tg128 bars with the defaults, on this card.
+for P in olmoe-1b-7b qwen3-30b-a3b; do
+  F=$M/$P-pooled.gguf; EXTRA=
+  echo "== $P tg128 llama-bench $(lb) ferrolm $(tg A=0) / $(tg A=0) at $(( $(date +%s) - t0 )) s"
 done
 F=$M/olmoe-1b-7b-pooled.gguf
 for v in "A=0" "FERROLM_ATTN_NEXT_L2=-256" "FERROLM_ATTN_ROW_STAGES=2"; do

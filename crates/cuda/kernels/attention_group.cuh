@@ -342,18 +342,27 @@ static __device__ __forceinline__ void copy_kv_tile(char *sk, char *sv, const Kv
     static_assert(2 * PER_TENSOR % THREADS == 0, "whole copy rounds");
     if constexpr (PER_TENSOR % THREADS == 0) {
         // A thread's K and V chunks are of the same rows: each key's place in the pool (a
-        // page-table load, which the copy's address waits on) is looked up once for both.
+        // page-table load, which the copy's address waits on) is looked up once for both, and
+        // all of its rows' lookups are issued before any copy, so that they share one round
+        // trip (behind the skip test's branches, each copy waited for its own).
+        constexpr int IT = PER_TENSOR / THREADS;
+        size_t at[IT];
 #pragma unroll
-        for (int it = 0; it < PER_TENSOR / THREADS; ++it) {
+        for (int it = 0; it < IT; ++it) {
+            const int idx = threadIdx.x + it * THREADS;
+            const int r = idx / CHUNKS, c = idx % CHUNKS;
+            at[it] = kh.pages.row(kh.g, base + (r < n ? r : 0)) * kh.row_bytes + 16 * c;
+        }
+#pragma unroll
+        for (int it = 0; it < IT; ++it) {
             const int idx = threadIdx.x + it * THREADS;
             const int r = idx / CHUNKS, c = idx % CHUNKS;
             const bool live = r < n;
             if (live && base + r == skip) {
                 continue;
             }
-            const size_t at = kh.pages.row(kh.g, base + (live ? r : 0)) * kh.row_bytes + 16 * c;
-            cp_async16(sk + offset(false, r, c), kh.base + at, live ? 16 : 0);
-            cp_async16(sv + offset(true, r, c), vh.base + at, live ? 16 : 0);
+            cp_async16(sk + offset(false, r, c), kh.base + at[it], live ? 16 : 0);
+            cp_async16(sv + offset(true, r, c), vh.base + at[it], live ? 16 : 0);
         }
     } else {
 #pragma unroll
