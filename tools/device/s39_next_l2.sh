@@ -4,16 +4,17 @@
 # FERROLM_ATTN_ROW_STAGES=2 on OLMoE; then the logits one token a step with each on and off. Usage, from the repo root,
 # .device-carry/ holding ferrolm.xz and llama.tar.xz: [VALUES="64 128"] bash tools/device/s39_next_l2.sh
 source tools/device/carried.sh
-VALUES=${VALUES:-"64 128 256 -128 -256"}
+VALUES=${VALUES:-"128 -128 -256"}
 pooled olmoe-1b-7b qwen3-8b qwen3-30b-a3b
 tg() { timeout 120 env "$@" $B bench -m $F --backend cuda -p 0 -n 128 -r 2 $EXTRA 2>&1 | grep -E 'tg128|rror|panic' | awk -F'|' '{print $(NF-1)}'; }
 lb() { timeout 200 $L/llama-bench -m $F -ngl 99 -fa 1 -p 0 -n 128 -r 2 $EXTRA 2>&1 | grep -E '^\| .*tg' | awk -F'|' '{print $(NF-1)}'; }
 for P in ${PRESETS:-olmoe-1b-7b qwen3-8b}; do
   F=$M/$P-pooled.gguf; EXTRA="-d 16384"
   echo "== $P d16384 llama-bench $(lb) ferrolm $(tg A=0) at $(( $(date +%s) - t0 )) s"
-  for v in $VALUES; do echo "== $P d16384 NEXT_L2=$v $(tg FERROLM_ATTN_NEXT_L2=$v)"; done
+  [ $P = qwen3-8b ] && V8=${V8:--256} || V8=$VALUES
+  for v in $V8; do echo "== $P d16384 NEXT_L2=$v $(tg FERROLM_ATTN_NEXT_L2=$v)"; done
   if [ $P = olmoe-1b-7b ]; then
-    for k in 336 400 512; do echo "== $P d16384 ROW_STAGES=2 SPLIT_KEYS=$k $(tg FERROLM_ATTN_ROW_STAGES=2 FERROLM_ATTN_SPLIT_KEYS=$k)"; done
+    for k in ${S2_KEYS:-400}; do echo "== $P d16384 ROW_STAGES=2 SPLIT_KEYS=$k $(tg FERROLM_ATTN_ROW_STAGES=2 FERROLM_ATTN_SPLIT_KEYS=$k)"; done
   fi
   echo "== $P d16384 base again $(tg A=0) at $(( $(date +%s) - t0 )) s"
 done

@@ -1,0 +1,19 @@
+#!/bin/bash
+# Session 39's bars: cuda-parity, then tg128 of OLMoE, qwen3-30b-a3b and qwen3-8b and both
+# depth presets at -d 16384 beside llama-bench, with BASE's settings (space-separated) on top of
+# the binary's defaults and, where ALT is given, with ALT's too. Usage, from the repo root,
+# .device-carry/ holding ferrolm.xz and llama.tar.xz:
+#   [BASE="A=1"] [ALT="B=1"] [SEED=177] bash tools/device/s39_final.sh
+source tools/device/carried.sh
+pooled olmoe-1b-7b qwen3-30b-a3b qwen3-8b
+( [ -n "$BASE" ] && export $BASE; run_parity ${SEED:-177} )
+tg() { timeout 120 env $BASE "$@" $B bench -m $F --backend cuda -p 0 -n 128 -r 2 $EXTRA 2>&1 | grep -E 'tg128|rror|panic' | awk -F'|' '{print $(NF-1)}'; }
+lb() { timeout 200 $L/llama-bench -m $F -ngl 99 -fa 1 -p 0 -n 128 -r 2 $EXTRA 2>&1 | grep -E '^\| .*tg' | awk -F'|' '{print $(NF-1)}'; }
+run() { # PRESET EXTRA
+  F=$M/$1-pooled.gguf; EXTRA=$2
+  local alt=; [ -n "$ALT" ] && alt="alt $(tg $ALT)"
+  echo "== $1 $2 llama-bench $(lb) ferrolm $(tg A=0) / $(tg A=0) $alt at $(( $(date +%s) - t0 )) s"
+}
+run olmoe-1b-7b ""; run qwen3-30b-a3b ""; run qwen3-8b ""
+run olmoe-1b-7b "-d 16384"; run qwen3-8b "-d 16384"
+echo "end at $(( $(date +%s) - t0 )) s"
