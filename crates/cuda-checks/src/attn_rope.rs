@@ -27,16 +27,15 @@ pub fn all(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) -> Resu
     let mut rows = Vec::new();
     // Per-head norms on the tensor cores (groups of 4 and 8, two KV heads; groups of 8 also in
     // two blocks of 4, the head split), whole-row norms on the group block (one query head a KV
-    // head, OLMoE's 16; in three stages of tiles and in two).
+    // head, OLMoE's 16).
     let kinds = [
-        (4, N_KV_HEAD, false, 3),
-        (8, N_KV_HEAD, false, 3),
-        (8, N_KV_HEAD, true, 3),
-        (1, WHOLE_ROW_HEADS, false, 3),
-        (1, WHOLE_ROW_HEADS, false, 2),
+        (4, N_KV_HEAD, false),
+        (8, N_KV_HEAD, false),
+        (8, N_KV_HEAD, true),
+        (1, WHOLE_ROW_HEADS, false),
     ];
     for head_dim in [64, 128] {
-        for (group, n_kv_head, head_split, row_stages) in kinds {
+        for (group, n_kv_head, head_split) in kinds {
             // The first key; one short of, on and past a tile's edge; the last.
             for pos in [0, 31, 32, 100, N_CTX - 1] {
                 for (splits, scaled, fused) in [
@@ -49,7 +48,6 @@ pub fn all(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) -> Resu
                         group,
                         n_kv_head,
                         head_split,
-                        row_stages,
                         pos,
                         splits,
                         scaled,
@@ -63,12 +61,11 @@ pub fn all(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) -> Resu
                         (_, true) => ", combine in the walk",
                         _ => "",
                     };
-                    let op = match (group, head_split, row_stages) {
-                        (1, _, 2) => "attn_decode_group_rope_row_s2 (the same, two stages)",
-                        (1, _, _) => {
+                    let op = match (group, head_split) {
+                        (1, _) => {
                             "attn_decode_group_rope_row (whole-row q/k norms + RoPE + KV store + walk)"
                         }
-                        (_, true, _) => "attn_decode_group_tc_rope_g8h2 (the same, 4 heads a block)",
+                        (_, true) => "attn_decode_group_tc_rope_g8h2 (the same, 4 heads a block)",
                         _ => "attn_decode_group_tc_rope (q/k norms + RoPE + KV store + walk)",
                     };
                     rows.push(exact_row(
@@ -92,7 +89,6 @@ struct Case {
     group: usize,
     n_kv_head: usize,
     head_split: bool,
-    row_stages: usize,
     pos: usize,
     splits: Option<usize>,
     scaled: bool,
@@ -172,11 +168,6 @@ impl Case {
             eps,
             rope: &args,
             head_split: self.head_split,
-            // The three launches' cache stands in for a next layer: its rows asked of L2
-            // after the walk change nothing the walk computes.
-            next: Some((parts.k_addr(), parts.v_addr())),
-            next_keys: -64,
-            row_stages: self.row_stages,
         };
         let mut work = DecodeWork::new(dev, 1, n_head, hd, cap)?;
         let mut got = poisoned(dev, q.len())?;

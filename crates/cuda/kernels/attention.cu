@@ -411,12 +411,6 @@ template <int D, int G, bool ROWS> struct AttnRotate {
     // entry, attn_decode_group_tc_rope_d<D>_g<2G>h2): both halves rotate the key for their
     // tiles, half 0 stores it.
     int half;
-    // FERROLM_ATTN_NEXT_L2: the next layer's K and V (null: none), and how many keys from the
-    // start of each split's range this block asks L2 for there once its own walk is done
-    // (negative: that many, at evict_last priority). The next layer's walk has the same
-    // splits (the same keys and table), and those keys were written by earlier steps.
-    const uint16_t *kc_next, *vc_next;
-    int next_keys;
 
     __device__ __forceinline__ int skip() const {
         return key;
@@ -424,16 +418,6 @@ template <int D, int G, bool ROWS> struct AttnRotate {
 
     __device__ __forceinline__ int first_head(int g, int g_heads) const {
         return half < 0 ? g * g_heads : (2 * g + half) * g_heads;
-    }
-
-    // The next layer's first keys of this block's range (QueriesInMemory::after's contract);
-    // one half of a split KV head asks.
-    __device__ __forceinline__ void after(int k0, int k1, int g) const {
-        if (kc_next == nullptr || next_keys == 0 || half > 0) {
-            return;
-        }
-        const int n = next_keys < 0 ? -next_keys : next_keys;
-        kv_rows_to_l2(kc_next, vc_next, pages, g, D * 2, k0, min(k1, k0 + n), next_keys < 0);
     }
 
     // rms_norm_group's scales of the q row and (with `both`) the k row, each of `width` =
@@ -556,14 +540,13 @@ template <int D, int G, bool ROWS> struct AttnRotate {
 // they read only the cache's rows before pos[0], which earlier steps wrote, through the pass's
 // block table and positions, which the host wrote before the step's first kernel. Nothing the
 // kernel ahead writes is read before the wait. `g`: the block's KV head.
-// STAGES: the group block's tiles in flight (GroupLayout's; 0 its default).
-template <int D, int G, bool ROWS, int STAGES = 0>
+template <int D, int G, bool ROWS>
 static __device__ __forceinline__ void
 attn_rope_tiles_then_wait(const AttnRotate<D, G, ROWS> &rot, float *part_m, float *part_l,
                           float *part_acc, int *done, float *out, float scale, int window,
                           const float *sinks, int g) {
     if constexpr (ROWS) {
-        attn_group_block<D, G, STAGES>(rot, rot.kc, rot.vc, rot.pages, rot.key + 1, blockIdx.x,
+        attn_group_block<D, G>(rot, rot.kc, rot.vc, rot.pages, rot.key + 1, blockIdx.x,
                                gridDim.x, g, part_m, part_l, part_acc, done, out, scale, window,
                                sinks);
     } else {
@@ -576,20 +559,16 @@ attn_rope_tiles_then_wait(const AttnRotate<D, G, ROWS> &rot, float *part_m, floa
 // An entry of the rotating walk (ops/attention.rs's decode with a DecodeRotation): G query
 // heads a block, whole-row norms or not, `HALF` and `KV_HEAD` the block's AttnRotate::half and
 // KV head.
-#define ATTN_ROPE_ENTRY(NAME, D, G, ROWS, HALF, KV_HEAD) ATTN_ROPE_ENTRY_S(NAME, D, G, ROWS, HALF, KV_HEAD, 0)
-#define ATTN_ROPE_ENTRY_S(NAME, D, G, ROWS, HALF, KV_HEAD, STAGES)                                \
+#define ATTN_ROPE_ENTRY(NAME, D, G, ROWS, HALF, KV_HEAD)                                          \
     extern "C" __global__ void __launch_bounds__(ATTN_NWARPS *WARP_SIZE)                          \
         NAME(const float *q, const float *k, const float *v, const float *wq, const float *wk,    \
              float eps, uint16_t *kc, uint16_t *vc, const uint32_t *pos, float *part_m,           \
              float *part_l, float *part_acc, int *done, float *out, KvPages pages, float scale,   \
              int window, const float *sinks, float theta_scale, const float *ff, RopeScale rs,   \
-             const float2 *table, const uint16_t *kc_next, const uint16_t *vc_next,               \
-             int next_keys) {                                                                     \
-        attn_rope_tiles_then_wait<D, G, ROWS, STAGES>(                                            \
-            AttnRotate<D, G, ROWS>{q,     k,           v,       wq,      wk,        kc,          \
-                                   vc,    pages,       (int)pos[0], eps, theta_scale, ff,        \
-                                   rs,    table,       nullptr, false,   HALF,      kc_next,     \
-                                   vc_next, next_keys},                                           \
+             const float2 *table) {                                                               \
+        attn_rope_tiles_then_wait<D, G, ROWS>(                                                    \
+            AttnRotate<D, G, ROWS>{q, k, v, wq, wk, kc, vc, pages, (int)pos[0], eps,              \
+                                   theta_scale, ff, rs, table, nullptr, false, HALF},             \
             part_m, part_l, part_acc, done, out, scale, window, sinks, KV_HEAD);                  \
     }
 // ops/attention.rs's ATTN_ROPE_DIMS and ATTN_TC_GROUPS.
@@ -619,8 +598,3 @@ ATTN_GROUP_TC_ROPE_HALF_INSTANCE(128)
     ATTN_ROPE_ENTRY(attn_decode_group_rope_row_d##D##_g##G, D, G, true, -1, blockIdx.y)
 ATTN_GROUP_ROPE_ROW_INSTANCE(64, 1)
 ATTN_GROUP_ROPE_ROW_INSTANCE(128, 1)
-// FERROLM_ATTN_ROW_STAGES=2: the same in two stages of tiles (a smaller block, more an SM).
-#define ATTN_GROUP_ROPE_ROW_S2_INSTANCE(D)                                                        \
-    ATTN_ROPE_ENTRY_S(attn_decode_group_rope_row_s2_d##D##_g1, D, 1, true, -1, blockIdx.y, 2)
-ATTN_GROUP_ROPE_ROW_S2_INSTANCE(64)
-ATTN_GROUP_ROPE_ROW_S2_INSTANCE(128)

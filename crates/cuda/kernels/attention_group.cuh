@@ -404,9 +404,6 @@ template <int D> struct QueriesInMemory {
     __device__ __forceinline__ int first_head(int g, int G) const {
         return g * G;
     }
-    // Called by the whole block after its partials (keys k0..k1 of KV head g were its range):
-    // a rot may ask L2 for what a later launch reads.
-    __device__ __forceinline__ void after(int, int, int) const {}
 };
 
 // Byte offset of chunk c of row r of the group block's K tile (chunks swizzled by the row's
@@ -430,39 +427,6 @@ static __device__ __forceinline__ void group_load_tile(char *smem, const KvHead<
     static_assert(GroupOffset<D>::SWIZZLE == L::SWIZZLE, "one swizzle");
     char *sk = smem + stage * L::STAGE_BYTES, *sv = sk + L::TILE_BYTES;
     copy_kv_tile<ATTN_GROUP_TILE, L::CHUNKS>(sk, sv, kh, vh, base, n, GroupOffset<D>(), skip);
-}
-
-// Asks L2 for keys k0 .. k1 - 1 of KV head g of another layer's cache (kc, vc: that layer's
-// K and V; the same block table and row size `row_bytes`), a bulk request a run of keys that
-// one block of the table holds, for K and for V; with `last`, at L2's evict_last priority.
-// Nothing is read into registers or written, so no bits change (sm_90; nothing before it).
-// The calling block's threads share the runs.
-static __device__ __forceinline__ void kv_rows_to_l2(const uint16_t *kc, const uint16_t *vc,
-                                                     const KvPages &pages, int g, int row_bytes,
-                                                     int k0, int k1, bool last) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    const int block = 1 << pages.shift;
-    const int first = k0 >> pages.shift;
-    for (int b = first + (int)threadIdx.x; b << pages.shift < k1; b += blockDim.x) {
-        const int a = max(k0, b * block), e = min(k1, (b + 1) * block);
-        const size_t at = pages.row(g, a) * (size_t)row_bytes;
-        const unsigned n = (unsigned)((e - a) * row_bytes);
-        const char *pk = (const char *)kc + at, *pv = (const char *)vc + at;
-        if (last) {
-            uint64_t pol;
-            asm volatile("createpolicy.fractional.L2::evict_last.b64 %0;" : "=l"(pol));
-            asm volatile("cp.async.bulk.prefetch.L2.global.L2::cache_hint [%0], %1, %2;" ::"l"(pk),
-                         "r"(n), "l"(pol)
-                         : "memory");
-            asm volatile("cp.async.bulk.prefetch.L2.global.L2::cache_hint [%0], %1, %2;" ::"l"(pv),
-                         "r"(n), "l"(pol)
-                         : "memory");
-        } else {
-            asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(pk), "r"(n) : "memory");
-            asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(pv), "r"(n) : "memory");
-        }
-    }
-#endif
 }
 
 // Block (split, KV head g) of one query row: q_row the row's [n_head][D] queries, its keys
@@ -694,7 +658,6 @@ static __device__ __forceinline__ void attn_group_block(
             }
         }
     }
-    rot.after(k0, k1, g);
     group_combine_when_last<D, G>(part_m, part_l, part_acc, done, out_row, n_split, h0, sinks,
                                   (float *)smem); // the stages are free again
 }

@@ -311,7 +311,6 @@ static __device__ __forceinline__ void attn_group_block_tc(
             part_l[pidx] = l[u];
         }
     }
-    rot.after(k0, k1, g);
     group_combine_when_last<D, G>(part_m, part_l, part_acc, done, out_row, n_split, h0, sinks,
                                   (float *)smem); // the stages are free again
 }

@@ -83,20 +83,6 @@ impl CudaBackend {
             return Ok(false);
         }
         let (hd, pos) = (rot.head_dim, inp.positions());
-        let next_keys = self.plan.attn_next_l2();
-        let next = {
-            let this = &cache.layers[layer - cache.first_layer];
-            cache
-                .layers
-                .get(layer + 1 - cache.first_layer)
-                .filter(|n| {
-                    next_keys != 0
-                        && n.format == this.format
-                        && n.head_dim == this.head_dim
-                        && n.n_kv_head == this.n_kv_head
-                })
-                .map(|n| (n.k_addr(), n.v_addr()))
-        };
         self.with_rope(inp, hd, &rot.rope, rot.factors, |args| {
             let dr = DecodeRotation {
                 k: k.buf(),
@@ -106,9 +92,6 @@ impl CudaBackend {
                 eps: rot.eps,
                 rope: args,
                 head_split: self.plan.attn_head_split(),
-                next,
-                next_keys,
-                row_stages: self.plan.attn_row_stages(),
             };
             if !dr.takes(&cache.layers[layer - cache.first_layer], group, kernel) {
                 return Ok(false);

@@ -66,15 +66,6 @@ pub struct DecodeRotation<'a> {
     /// On the tensor cores with 8 query heads a KV head: two blocks of 4 heads each
     /// (`attn_decode_group_tc_rope_d<D>_g8h2`, `FERROLM_ATTN_HEAD_SPLIT`).
     pub head_split: bool,
-    /// `FERROLM_ATTN_NEXT_L2`: the next layer's cache (its K and V by address: the same
-    /// table, heads and format), whose first `next_keys` keys of each split's range each block
-    /// asks L2 for once its own walk is done (negative: at evict_last priority); `None` or 0:
-    /// nothing asked.
-    pub next: Option<(u64, u64)>,
-    pub next_keys: i32,
-    /// The group block's tiles in flight on the whole-row walk: 3 (`GROUP_STAGES`) or 2
-    /// (`FERROLM_ATTN_ROW_STAGES=2`: a smaller block, more of them an SM).
-    pub row_stages: usize,
 }
 
 impl DecodeRotation<'_> {
@@ -103,7 +94,6 @@ impl DecodeRotation<'_> {
             DecodeKernel::Split => false,
         };
         norms
-            && matches!(self.row_stages, 2 | GROUP_STAGES)
             && cache.format == KvFormat::F16
             && ATTN_ROPE_DIMS.contains(&hd)
             && self.rope.mode == Rope::Neox
@@ -317,9 +307,8 @@ pub struct Attention {
     decode_group_tc: HashMap<(usize, usize), CudaFunction>,
     /// (head size, group) of ATTN_ROPE_DIMS × ATTN_TC_GROUPS -> `attn_decode_group_tc_rope_*`.
     decode_rope: HashMap<(usize, usize), CudaFunction>,
-    /// (head size of ATTN_ROPE_DIMS, stages 3 or 2) -> `attn_decode_group_rope_row_d<D>_g1`,
-    /// `attn_decode_group_rope_row_s2_d<D>_g1`.
-    decode_rope_row: HashMap<(usize, usize), CudaFunction>,
+    /// Head size of ATTN_ROPE_DIMS -> `attn_decode_group_rope_row_d<D>_g1`.
+    decode_rope_row: HashMap<usize, CudaFunction>,
     /// Head size of ATTN_ROPE_DIMS -> `attn_decode_group_tc_rope_d<D>_g8h2`.
     decode_rope_half: HashMap<usize, CudaFunction>,
     /// Per entry of ATTN_HEAD_DIMS (f16 caches only; `None` past MMA_HEAD_DIMS).
@@ -499,15 +488,10 @@ impl Attention {
                 .collect::<Result<_>>()?,
             decode_rope_row: ATTN_ROPE_DIMS
                 .iter()
-                .flat_map(|&d| [(d, GROUP_STAGES), (d, 2)])
-                .map(|(d, stages)| {
-                    let name = match stages {
-                        GROUP_STAGES => format!("attn_decode_group_rope_row_d{d}_g1"),
-                        _ => format!("attn_decode_group_rope_row_s{stages}_d{d}_g1"),
-                    };
-                    let bytes =
-                        group_smem_bytes_staged(d, 1, stages) + rope_extra_bytes(d, 1, true);
-                    Ok(((d, stages), with_smem(name, bytes)?))
+                .map(|&d| {
+                    let name = format!("attn_decode_group_rope_row_d{d}_g1");
+                    let bytes = group_smem_bytes(d, 1) + rope_extra_bytes(d, 1, true);
+                    Ok((d, with_smem(name, bytes)?))
                 })
                 .collect::<Result<_>>()?,
             flash,
@@ -652,11 +636,9 @@ impl Attention {
                 let f = &self.decode_rope[&(hd, group)];
                 (f, smem, "attn_decode_group_tc_rope")
             } else {
-                let stages = rot.row_stages;
-                let smem =
-                    group_smem_bytes_staged(hd, group, stages) + rope_extra_bytes(hd, group, true);
+                let smem = group_smem_bytes(hd, group) + rope_extra_bytes(hd, group, true);
                 (
-                    &self.decode_rope_row[&(hd, stages)],
+                    &self.decode_rope_row[&hd],
                     smem,
                     "attn_decode_group_rope_row",
                 )
@@ -675,8 +657,6 @@ impl Attention {
             }
             b.arg(&pages).arg(&scale).arg(&win).arg(sinks);
             rot.rope.push(&mut b, &theta, &null);
-            let (kn, vn) = rot.next.unwrap_or((0, 0));
-            b.arg(&kn).arg(&vn).arg(&rot.next_keys);
             let cfg = LaunchConfig {
                 grid_dim: (n_split as u32, (halves * cache.n_kv_head) as u32, 1),
                 block_dim: ((NWARPS * 32) as u32, 1, 1),
@@ -685,8 +665,7 @@ impl Attention {
             // SAFETY: attn_decode_group_tc_rope_dD_gG (or _g8h2, two blocks a KV head) /
             // attn_decode_group_rope_row_dD_g1(q, k,
             // v, wq, wk, eps, kc, vc, pos, m, l, acc, done, out, pages, scale, window, sinks,
-            // theta_scale, ff|null, rs, table|null, kc_next|null, vc_next|null, next_keys):
-            // one row (checked) of n_head * D queries
+            // theta_scale, ff|null, rs, table|null): one row (checked) of n_head * D queries
             // and n_kv_head * D keys and values, norm weights of a head or of a row as the
             // kernel takes them (`takes`), an f16 cache of this head shape whose table holds
             // the row's position (the caller's, as for `store`), partials as below; the

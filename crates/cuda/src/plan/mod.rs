@@ -384,22 +384,6 @@ impl Plan {
         self.switches.attn_head_split
     }
 
-    /// Keys a split of the next layer's cache that each block of the rotating decode walk asks
-    /// L2 for once its own walk is done (`FERROLM_ATTN_NEXT_L2`; negative: at evict_last
-    /// priority; 0: none). sm_90's bulk requests only. Contract: nothing computed changes.
-    /// Tiles in flight of the whole-row rotating walk (`FERROLM_ATTN_ROW_STAGES`): 3 or 2.
-    pub fn attn_row_stages(&self) -> usize {
-        self.switches.attn_row_stages
-    }
-
-    pub fn attn_next_l2(&self) -> i32 {
-        if self.device.cc.0 >= 9 {
-            self.switches.attn_next_l2
-        } else {
-            0
-        }
-    }
-
     /// Whether one sequence's rotation of q and k also stores its keys and values in the
     /// cache (`FERROLM_ROPE_STORE`, a decode fusion: off under `FERROLM_CUDA_FUSE=0`), where
     /// the cache's format lets it (`NormRope::rope_qk_store`).

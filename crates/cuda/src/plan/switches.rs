@@ -59,16 +59,6 @@ pub struct Switches {
     /// bound (its prescale is each block's own). On: qwen3-30b-a3b tg128 +1.4% (session 38,
     /// H100).
     pub attn_head_split: bool,
-    /// `FERROLM_ATTN_NEXT_L2=N`: each block of the rotating decode walk (`FERROLM_ATTN_ROPE`),
-    /// once its own walk is done, asks L2 for the first N keys of its range in the next
-    /// layer's cache (the same splits there), so that the next layer's walk finds them while
-    /// the launches between are bound by their latency rather than the memory's (negative:
-    /// |N| keys at L2's evict_last priority). Nothing computed changes: the same bits. 0: off.
-    pub attn_next_l2: i32,
-    /// `FERROLM_ATTN_ROW_STAGES=2`: the whole-row rotating walk (`FERROLM_ATTN_ROPE_ROWS`) with
-    /// two stages of tiles instead of three (`attn_decode_group_rope_row_s2_*`): a smaller
-    /// block, six an SM where three stages fit four. The same bits.
-    pub attn_row_stages: usize,
     /// `FERROLM_QKV_ONE`: among the decode fusions, one token's q, k and v products in one
     /// launch (the q/k pair's blocks and v's), where the pair would run. On by default since
     /// session 25's device run: the same bits, qwen3-8b tg128 +4%, olmoe +3%.
@@ -363,8 +353,6 @@ impl Default for Switches {
             attn_rope: true,
             attn_rope_rows: true,
             attn_head_split: true,
-            attn_next_l2: 0,
-            attn_row_stages: 3,
             qkv_one: true,
             norm_in_qkv: false,
             norm_in_glu: false,
@@ -502,23 +490,6 @@ fn names(env: &dyn Fn(&str) -> Option<String>, name: &str) -> Result<Vec<String>
     }
 }
 
-fn signed(
-    env: &dyn Fn(&str) -> Option<String>,
-    name: &str,
-    range: std::ops::RangeInclusive<i32>,
-) -> Result<Option<i32>> {
-    match value(env, name).as_deref() {
-        None => Ok(None),
-        Some(v) => match v.parse() {
-            Ok(n) if range.contains(&n) => Ok(Some(n)),
-            _ => {
-                let want = format!("a whole number from {} to {}", range.start(), range.end());
-                Err(bad(name, v, &want))
-            }
-        },
-    }
-}
-
 fn count(
     env: &dyn Fn(&str) -> Option<String>,
     name: &str,
@@ -578,8 +549,6 @@ impl Switches {
             attn_rope: flag(env, "FERROLM_ATTN_ROPE", true)?,
             attn_rope_rows: flag(env, "FERROLM_ATTN_ROPE_ROWS", true)?,
             attn_head_split: flag(env, "FERROLM_ATTN_HEAD_SPLIT", true)?,
-            attn_next_l2: signed(env, "FERROLM_ATTN_NEXT_L2", -4096..=4096)?.unwrap_or(0),
-            attn_row_stages: count(env, "FERROLM_ATTN_ROW_STAGES", 2..=3)?.unwrap_or(3),
             qkv_one: flag(env, "FERROLM_QKV_ONE", true)?,
             norm_in_qkv: flag(env, "FERROLM_NORM_IN_QKV", false)?,
             norm_in_glu: flag(env, "FERROLM_NORM_IN_GLU", false)?,
@@ -704,8 +673,7 @@ impl fmt::Display for Switches {
             self.timing_skip.join(",")
         };
         let norm_route_rows = count_or_auto(self.norm_route_rows);
-        let next_l2 = self.attn_next_l2.to_string();
-        let lines: [(&str, &str, &str); 78] = [
+        let lines: [(&str, &str, &str); 76] = [
             (
                 "FERROLM_CUDA_MMQ",
                 bit(self.mmq),
@@ -746,16 +714,6 @@ impl fmt::Display for Switches {
                 "FERROLM_ATTN_HEAD_SPLIT",
                 bit(self.attn_head_split),
                 "the rotating walk's groups of 8 heads in two blocks",
-            ),
-            (
-                "FERROLM_ATTN_NEXT_L2",
-                &next_l2,
-                "keys a split of the next layer's cache the walk asks L2 for",
-            ),
-            (
-                "FERROLM_ATTN_ROW_STAGES",
-                ["2", "3"][usize::from(self.attn_row_stages == 3)],
-                "tiles in flight of the whole-row rotating walk",
             ),
             (
                 "FERROLM_QKV_ONE",

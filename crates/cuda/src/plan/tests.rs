@@ -130,7 +130,7 @@ fn tile_names() {
 #[test]
 fn display_prints_every_switch() {
     let text = plan(&[("FERROLM_MMQ_TILE", "128x64")]).to_string();
-    assert_eq!(text.lines().count(), 80, "{text}");
+    assert_eq!(text.lines().count(), 78, "{text}");
     assert!(text.contains("132 SMs, cc 9.0"));
     assert!(text
         .lines()
@@ -274,27 +274,6 @@ fn kv_block_is_a_power_of_two_from_the_switch() {
     // The rotating walk's head split: on unless switched off.
     assert!(plan(&[]).attn_head_split());
     assert!(!plan(&[("FERROLM_ATTN_HEAD_SPLIT", "0")]).attn_head_split());
-    // The next layer's keys asked of L2: off unless given, signed, sm_90 only.
-    assert_eq!(plan(&[]).attn_next_l2(), 0);
-    assert_eq!(
-        plan(&[("FERROLM_ATTN_NEXT_L2", "-128")]).attn_next_l2(),
-        -128
-    );
-    assert!(err(&[("FERROLM_ATTN_NEXT_L2", "4097")]).contains("FERROLM_ATTN_NEXT_L2"));
-    assert!(err(&[("FERROLM_ATTN_NEXT_L2", "some")]).contains("FERROLM_ATTN_NEXT_L2"));
-    let ampere = DeviceFacts {
-        cc: (8, 0),
-        ..h200()
-    };
-    let switches = parse(&[("FERROLM_ATTN_NEXT_L2", "256")]).unwrap();
-    assert_eq!(Plan::new(switches, ampere).attn_next_l2(), 0);
-    // The whole-row walk's stages: 3 unless 2 is asked.
-    assert_eq!(plan(&[]).attn_row_stages(), 3);
-    assert_eq!(
-        plan(&[("FERROLM_ATTN_ROW_STAGES", "2")]).attn_row_stages(),
-        2
-    );
-    assert!(err(&[("FERROLM_ATTN_ROW_STAGES", "4")]).contains("FERROLM_ATTN_ROW_STAGES"));
     // Whole-row norms on the group block: on unless switched off, and only with the walk's.
     assert!(plan(&[]).attn_rope_rows());
     assert!(!plan(&[("FERROLM_ATTN_ROPE_ROWS", "0")]).attn_rope_rows());
