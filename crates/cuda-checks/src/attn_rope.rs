@@ -27,15 +27,18 @@ pub fn all(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) -> Resu
     let mut rows = Vec::new();
     // Per-head norms on the tensor cores (groups of 4 and 8, two KV heads; groups of 8 also in
     // two blocks of 4, the head split), whole-row norms on the group block (one query head a KV
-    // head, OLMoE's 16).
-    let kinds = [
-        (4, N_KV_HEAD, false),
-        (8, N_KV_HEAD, false),
-        (8, N_KV_HEAD, true),
-        (1, WHOLE_ROW_HEADS, false),
+    // head, OLMoE's 16; with its tiles by bulk copies where the plan has them).
+    let mut kinds = vec![
+        (4, N_KV_HEAD, false, false),
+        (8, N_KV_HEAD, false, false),
+        (8, N_KV_HEAD, true, false),
+        (1, WHOLE_ROW_HEADS, false, false),
     ];
+    if plan.device().cc.0 >= 9 {
+        kinds.push((1, WHOLE_ROW_HEADS, false, true));
+    }
     for head_dim in [64, 128] {
-        for (group, n_kv_head, head_split) in kinds {
+        for &(group, n_kv_head, head_split, bulk) in &kinds {
             // The first key; one short of, on and past a tile's edge; the last.
             for pos in [0, 31, 32, 100, N_CTX - 1] {
                 for (splits, scaled, fused) in [
@@ -48,6 +51,7 @@ pub fn all(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) -> Resu
                         group,
                         n_kv_head,
                         head_split,
+                        bulk,
                         pos,
                         splits,
                         scaled,
@@ -61,11 +65,12 @@ pub fn all(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) -> Resu
                         (_, true) => ", combine in the walk",
                         _ => "",
                     };
-                    let op = match (group, head_split) {
-                        (1, _) => {
+                    let op = match (group, head_split, bulk) {
+                        (1, _, true) => "attn_decode_group_rope_row_bulk (the same, bulk copies)",
+                        (1, _, _) => {
                             "attn_decode_group_rope_row (whole-row q/k norms + RoPE + KV store + walk)"
                         }
-                        (_, true) => "attn_decode_group_tc_rope_g8h2 (the same, 4 heads a block)",
+                        (_, true, _) => "attn_decode_group_tc_rope_g8h2 (the same, 4 heads a block)",
                         _ => "attn_decode_group_tc_rope (q/k norms + RoPE + KV store + walk)",
                     };
                     rows.push(exact_row(
@@ -89,6 +94,7 @@ struct Case {
     group: usize,
     n_kv_head: usize,
     head_split: bool,
+    bulk: bool,
     pos: usize,
     splits: Option<usize>,
     scaled: bool,
@@ -168,6 +174,7 @@ impl Case {
             eps,
             rope: &args,
             head_split: self.head_split,
+            bulk: self.bulk,
         };
         let mut work = DecodeWork::new(dev, 1, n_head, hd, cap)?;
         let mut got = poisoned(dev, q.len())?;

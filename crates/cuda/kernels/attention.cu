@@ -540,13 +540,14 @@ template <int D, int G, bool ROWS> struct AttnRotate {
 // they read only the cache's rows before pos[0], which earlier steps wrote, through the pass's
 // block table and positions, which the host wrote before the step's first kernel. Nothing the
 // kernel ahead writes is read before the wait. `g`: the block's KV head.
-template <int D, int G, bool ROWS>
+// BULK (the group block only): its tiles by bulk copies (attention_group.cuh's bulk_load_tile).
+template <int D, int G, bool ROWS, bool BULK = false>
 static __device__ __forceinline__ void
 attn_rope_tiles_then_wait(const AttnRotate<D, G, ROWS> &rot, float *part_m, float *part_l,
                           float *part_acc, int *done, float *out, float scale, int window,
                           const float *sinks, int g) {
     if constexpr (ROWS) {
-        attn_group_block<D, G>(rot, rot.kc, rot.vc, rot.pages, rot.key + 1, blockIdx.x,
+        attn_group_block<D, G, 0, AttnRotate<D, G, ROWS>, BULK>(rot, rot.kc, rot.vc, rot.pages, rot.key + 1, blockIdx.x,
                                gridDim.x, g, part_m, part_l, part_acc, done, out, scale, window,
                                sinks);
     } else {
@@ -560,13 +561,15 @@ attn_rope_tiles_then_wait(const AttnRotate<D, G, ROWS> &rot, float *part_m, floa
 // heads a block, whole-row norms or not, `HALF` and `KV_HEAD` the block's AttnRotate::half and
 // KV head.
 #define ATTN_ROPE_ENTRY(NAME, D, G, ROWS, HALF, KV_HEAD)                                          \
+    ATTN_ROPE_ENTRY_B(NAME, D, G, ROWS, HALF, KV_HEAD, false)
+#define ATTN_ROPE_ENTRY_B(NAME, D, G, ROWS, HALF, KV_HEAD, BULK)                                  \
     extern "C" __global__ void __launch_bounds__(ATTN_NWARPS *WARP_SIZE)                          \
         NAME(const float *q, const float *k, const float *v, const float *wq, const float *wk,    \
              float eps, uint16_t *kc, uint16_t *vc, const uint32_t *pos, float *part_m,           \
              float *part_l, float *part_acc, int *done, float *out, KvPages pages, float scale,   \
              int window, const float *sinks, float theta_scale, const float *ff, RopeScale rs,   \
              const float2 *table) {                                                               \
-        attn_rope_tiles_then_wait<D, G, ROWS>(                                                    \
+        attn_rope_tiles_then_wait<D, G, ROWS, BULK>(                                              \
             AttnRotate<D, G, ROWS>{q, k, v, wq, wk, kc, vc, pages, (int)pos[0], eps,              \
                                    theta_scale, ff, rs, table, nullptr, false, HALF},             \
             part_m, part_l, part_acc, done, out, scale, window, sinks, KV_HEAD);                  \
@@ -598,3 +601,8 @@ ATTN_GROUP_TC_ROPE_HALF_INSTANCE(128)
     ATTN_ROPE_ENTRY(attn_decode_group_rope_row_d##D##_g##G, D, G, true, -1, blockIdx.y)
 ATTN_GROUP_ROPE_ROW_INSTANCE(64, 1)
 ATTN_GROUP_ROPE_ROW_INSTANCE(128, 1)
+// FERROLM_ATTN_BULK: the same with its tiles by bulk copies (sm_90).
+#define ATTN_GROUP_ROPE_ROW_BULK_INSTANCE(D)                                                      \
+    ATTN_ROPE_ENTRY_B(attn_decode_group_rope_row_bulk_d##D##_g1, D, 1, true, -1, blockIdx.y, true)
+ATTN_GROUP_ROPE_ROW_BULK_INSTANCE(64)
+ATTN_GROUP_ROPE_ROW_BULK_INSTANCE(128)

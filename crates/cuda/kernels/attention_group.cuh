@@ -429,12 +429,78 @@ static __device__ __forceinline__ void group_load_tile(char *smem, const KvHead<
     copy_kv_tile<ATTN_GROUP_TILE, L::CHUNKS>(sk, sv, kh, vh, base, n, GroupOffset<D>(), skip);
 }
 
+// FERROLM_ATTN_BULK: a tile of the group block by sm_90's bulk copies, one thread's requests
+// (a K and a V request a run of keys that one block of the table holds: 8 KB each for a whole
+// tile in one block), completing on the stage's mbarrier, in place of 128 threads' 16-byte
+// cp.async copies (30% of the walk's issue slots at 16,384 keys, session 39's ncu). Rows land
+// as they are (no chunk flip: the reads take GroupLinear). Rows past the n live ones are not
+// written: the group block never reads their values, and their scores are not kept. The
+// rotating walk's own key is copied as the cache holds it and patched after the tile's wait.
+struct GroupLinear {
+    int chunks;
+    __device__ __forceinline__ int operator()(bool, int r, int c) const {
+        return (r * chunks + c) * 16;
+    }
+};
+
+static __device__ __forceinline__ void bulk_bar_init(uint64_t *bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(
+        (uint32_t)__cvta_generic_to_shared(bar)));
+#endif
+}
+
+static __device__ __forceinline__ void bulk_bar_wait(uint64_t *bar, uint32_t parity) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    uint32_t done = 0;
+    do {
+        asm volatile("{\n .reg .pred p;\n"
+                     " mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+                     " selp.u32 %0, 1, 0, p;\n}"
+                     : "=r"(done)
+                     : "r"((uint32_t)__cvta_generic_to_shared(bar)), "r"(parity)
+                     : "memory");
+    } while (!done);
+#endif
+}
+
+// One thread's requests for keys base .. base + n - 1 (n >= 1) into sk and sv, counted on bar.
+static __device__ __forceinline__ void bulk_load_tile(char *sk, char *sv, const KvHead<KvF16> &kh,
+                                                      const KvHead<KvF16> &vh, int base, int n,
+                                                      uint64_t *bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    const uint32_t b = (uint32_t)__cvta_generic_to_shared(bar);
+    // Generic writes to this stage (a patched key) before the async proxy's.
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(b),
+                 "r"((uint32_t)(2 * n * kh.row_bytes))
+                 : "memory");
+    const int block = 1 << kh.pages.shift;
+    for (int a = base; a < base + n;) {
+        const int e = min(base + n, (a / block + 1) * block);
+        const size_t at = kh.pages.row(kh.g, a) * kh.row_bytes;
+        const uint32_t bytes = (uint32_t)((e - a) * kh.row_bytes);
+        const size_t dst = (size_t)(a - base) * kh.row_bytes;
+        asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], "
+                     "%2, [%3];" ::"r"((uint32_t)__cvta_generic_to_shared(sk + dst)),
+                     "l"(kh.base + at), "r"(bytes), "r"(b)
+                     : "memory");
+        asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], "
+                     "%2, [%3];" ::"r"((uint32_t)__cvta_generic_to_shared(sv + dst)),
+                     "l"(vh.base + at), "r"(bytes), "r"(b)
+                     : "memory");
+        a = e;
+    }
+#endif
+}
+
 // Block (split, KV head g) of one query row: q_row the row's [n_head][D] queries, its keys
 // 0..n_keys - 1 in kc / vc through `pages`; part_m / part_l the row's [n_head][n_split]
 // partials, part_acc [n_head][n_split][D], done its [n_head] counters (null: no combine
 // here), out_row its [n_head][D] output. STAGES: GroupLayout's.
-// `rot`: the queries and perhaps the newest key (QueriesInMemory's contract above).
-template <int D, int G, int STAGES = 0, typename Rot = QueriesInMemory<D>>
+// `rot`: the queries and perhaps the newest key (QueriesInMemory's contract above). BULK: the
+// tiles by bulk copies (bulk_load_tile; sm_90).
+template <int D, int G, int STAGES = 0, typename Rot = QueriesInMemory<D>, bool BULK = false>
 static __device__ __forceinline__ void attn_group_block(
     Rot rot, const uint16_t *__restrict__ kc, const uint16_t *__restrict__ vc, KvPages pages,
     int n_keys, int split, int n_split, int g, float *__restrict__ part_m,
@@ -451,21 +517,48 @@ static __device__ __forceinline__ void attn_group_block(
     const GroupSplit range(n_keys, window, split, n_split);
     const int k0 = range.k0, k1 = range.k1, n_tiles = range.tiles(ATTN_GROUP_TILE);
     const KvHead<KvF16> kh(kc, pages, g, D), vh(vc, pages, g, D);
+    // Stage s's bulk copies complete on bars[s] (its k-th tile: phase k % 2).
+    __shared__ uint64_t bars[BULK ? L::STAGES : 1];
+    constexpr int SWIZZLE = BULK ? 0 : L::SWIZZLE;
+    if constexpr (BULK) {
+        if (threadIdx.x == 0) {
 #pragma unroll
-    for (int s = 0; s < L::STAGES - 1; ++s) {
-        if (s < n_tiles) {
-            const int base = k0 + s * ATTN_GROUP_TILE;
-            group_load_tile<D, G, STAGES>(smem, kh, vh, base, min(ATTN_GROUP_TILE, k1 - base),
-                                          s, rot.skip());
+            for (int s = 0; s < L::STAGES; ++s) {
+                bulk_bar_init(&bars[s]);
+            }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+            asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+#endif
+#pragma unroll
+            for (int s = 0; s < L::STAGES - 1; ++s) {
+                if (s < n_tiles) {
+                    const int base = k0 + s * ATTN_GROUP_TILE;
+                    char *sk = smem + s * L::STAGE_BYTES;
+                    bulk_load_tile(sk, sk + L::TILE_BYTES, kh, vh, base,
+                                   min(ATTN_GROUP_TILE, k1 - base), &bars[s]);
+                }
+            }
         }
-        cp_async_commit(); // possibly empty: group i stays tile i
+    } else {
+#pragma unroll
+        for (int s = 0; s < L::STAGES - 1; ++s) {
+            if (s < n_tiles) {
+                const int base = k0 + s * ATTN_GROUP_TILE;
+                group_load_tile<D, G, STAGES>(smem, kh, vh, base,
+                                              min(ATTN_GROUP_TILE, k1 - base), s, rot.skip());
+            }
+            cp_async_commit(); // possibly empty: group i stays tile i
+        }
     }
     const float *qg = rot.queries(smem + L::BYTES, h0, g, k0, k1);
+    if (BULK && rot.skip() < 0) {
+        __syncthreads(); // the barriers' initialization, before any thread waits on them
+    }
     if (rot.skip() >= 0) {
         __syncthreads(); // rot's queries and key, written by other warps
 #pragma unroll
         for (int s = 0; s < L::STAGES - 1; ++s) {
-            if (s < n_tiles) {
+            if (!BULK && s < n_tiles) {
                 char *sk = smem + s * L::STAGE_BYTES;
                 rot.patch(sk, sk + L::TILE_BYTES, k0 + s * ATTN_GROUP_TILE, GroupOffset<D>());
             }
@@ -489,19 +582,43 @@ static __device__ __forceinline__ void attn_group_block(
     }
     const int key = threadIdx.x / 4, part = threadIdx.x % 4; // the scores' thread roles
     for (int it = 0; it < n_tiles; ++it) {
-        cp_async_wait<L::STAGES - 2>(); // this thread's copies of tile it
+        if constexpr (BULK) {
+            bulk_bar_wait(&bars[it % L::STAGES], (uint32_t)(it / L::STAGES) & 1);
+            // The rotating walk's own key, over what the copy found in the cache; ordered
+            // before the stage's next bulk copy by the proxy fence.
+            const int base = k0 + it * ATTN_GROUP_TILE, key_at = rot.skip();
+            if (key_at >= base && key_at < base + ATTN_GROUP_TILE) {
+                char *sk = smem + (it % L::STAGES) * L::STAGE_BYTES;
+                rot.patch(sk, sk + L::TILE_BYTES, base, GroupLinear{L::CHUNKS});
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+                asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+#endif
+            }
+        } else {
+            cp_async_wait<L::STAGES - 2>(); // this thread's copies of tile it
+        }
         __syncthreads(); // everyone's; and tile it - 1's stage is free to refill
         {
             const int nt = it + L::STAGES - 1;
             if (nt < n_tiles) {
                 const int base = k0 + nt * ATTN_GROUP_TILE;
-                group_load_tile<D, G, STAGES>(smem, kh, vh, base,
-                                              min(ATTN_GROUP_TILE, k1 - base), nt % L::STAGES,
-                                              rot.skip());
                 char *sk = smem + (nt % L::STAGES) * L::STAGE_BYTES;
-                rot.patch(sk, sk + L::TILE_BYTES, base, GroupOffset<D>());
+                if constexpr (BULK) {
+                    // The requests' warp rotates, so that no warp takes every tile's.
+                    if ((int)threadIdx.x == WARP_SIZE * (nt % ATTN_NWARPS)) {
+                        bulk_load_tile(sk, sk + L::TILE_BYTES, kh, vh, base,
+                                       min(ATTN_GROUP_TILE, k1 - base), &bars[nt % L::STAGES]);
+                    }
+                } else {
+                    group_load_tile<D, G, STAGES>(smem, kh, vh, base,
+                                                  min(ATTN_GROUP_TILE, k1 - base),
+                                                  nt % L::STAGES, rot.skip());
+                    rot.patch(sk, sk + L::TILE_BYTES, base, GroupOffset<D>());
+                }
             }
-            cp_async_commit();
+            if constexpr (!BULK) {
+                cp_async_commit();
+            }
         }
         const char *sk = smem + (it % L::STAGES) * L::STAGE_BYTES;
         const uint16_t *sv = (const uint16_t *)(sk + L::TILE_BYTES);
@@ -519,7 +636,7 @@ static __device__ __forceinline__ void attn_group_block(
                 break; // D = 80: the row's last round has two chunks
             }
             const uint4 w =
-                *(const uint4 *)(sk + (key * L::CHUNKS + (c ^ ((key & 1) * L::SWIZZLE))) * 16);
+                *(const uint4 *)(sk + (key * L::CHUNKS + (c ^ ((key & 1) * SWIZZLE))) * 16);
             const uint32_t words[4] = {w.x, w.y, w.z, w.w};
             float kf[8];
 #pragma unroll

@@ -92,6 +92,7 @@ impl CudaBackend {
                 eps: rot.eps,
                 rope: args,
                 head_split: self.plan.attn_head_split(),
+                bulk: self.plan.attn_bulk(),
             };
             if !dr.takes(&cache.layers[layer - cache.first_layer], group, kernel) {
                 return Ok(false);

@@ -66,6 +66,9 @@ pub struct DecodeRotation<'a> {
     /// On the tensor cores with 8 query heads a KV head: two blocks of 4 heads each
     /// (`attn_decode_group_tc_rope_d<D>_g8h2`, `FERROLM_ATTN_HEAD_SPLIT`).
     pub head_split: bool,
+    /// On the group block (whole-row norms): the tiles by bulk copies
+    /// (`attn_decode_group_rope_row_bulk_*`, `FERROLM_ATTN_BULK`; sm_90, the plan checks).
+    pub bulk: bool,
 }
 
 impl DecodeRotation<'_> {
@@ -307,8 +310,9 @@ pub struct Attention {
     decode_group_tc: HashMap<(usize, usize), CudaFunction>,
     /// (head size, group) of ATTN_ROPE_DIMS × ATTN_TC_GROUPS -> `attn_decode_group_tc_rope_*`.
     decode_rope: HashMap<(usize, usize), CudaFunction>,
-    /// Head size of ATTN_ROPE_DIMS -> `attn_decode_group_rope_row_d<D>_g1`.
-    decode_rope_row: HashMap<usize, CudaFunction>,
+    /// (head size of ATTN_ROPE_DIMS, bulk copies) -> `attn_decode_group_rope_row_d<D>_g1`,
+    /// `attn_decode_group_rope_row_bulk_d<D>_g1`.
+    decode_rope_row: HashMap<(usize, bool), CudaFunction>,
     /// Head size of ATTN_ROPE_DIMS -> `attn_decode_group_tc_rope_d<D>_g8h2`.
     decode_rope_half: HashMap<usize, CudaFunction>,
     /// Per entry of ATTN_HEAD_DIMS (f16 caches only; `None` past MMA_HEAD_DIMS).
@@ -488,10 +492,12 @@ impl Attention {
                 .collect::<Result<_>>()?,
             decode_rope_row: ATTN_ROPE_DIMS
                 .iter()
-                .map(|&d| {
-                    let name = format!("attn_decode_group_rope_row_d{d}_g1");
+                .flat_map(|&d| [(d, false), (d, true)])
+                .map(|(d, bulk)| {
+                    let kind = if bulk { "_bulk" } else { "" };
+                    let name = format!("attn_decode_group_rope_row{kind}_d{d}_g1");
                     let bytes = group_smem_bytes(d, 1) + rope_extra_bytes(d, 1, true);
-                    Ok((d, with_smem(name, bytes)?))
+                    Ok(((d, bulk), with_smem(name, bytes)?))
                 })
                 .collect::<Result<_>>()?,
             flash,
@@ -638,7 +644,7 @@ impl Attention {
             } else {
                 let smem = group_smem_bytes(hd, group) + rope_extra_bytes(hd, group, true);
                 (
-                    &self.decode_rope_row[&hd],
+                    &self.decode_rope_row[&(hd, rot.bulk)],
                     smem,
                     "attn_decode_group_rope_row",
                 )

@@ -384,6 +384,12 @@ impl Plan {
         self.switches.attn_head_split
     }
 
+    /// Whether the whole-row rotating walk takes its tiles by bulk copies
+    /// (`FERROLM_ATTN_BULK`; sm_90 only). Contract: the same bits.
+    pub fn attn_bulk(&self) -> bool {
+        self.switches.attn_bulk && self.device.cc.0 >= 9
+    }
+
     /// Whether one sequence's rotation of q and k also stores its keys and values in the
     /// cache (`FERROLM_ROPE_STORE`, a decode fusion: off under `FERROLM_CUDA_FUSE=0`), where
     /// the cache's format lets it (`NormRope::rope_qk_store`).

@@ -59,6 +59,12 @@ pub struct Switches {
     /// bound (its prescale is each block's own). On: qwen3-30b-a3b tg128 +1.4% (session 38,
     /// H100).
     pub attn_head_split: bool,
+    /// `FERROLM_ATTN_BULK=1`: the whole-row rotating walk (`FERROLM_ATTN_ROPE_ROWS`) takes its
+    /// K and V tiles by sm_90's bulk copies, one thread's requests a tile completing on an
+    /// mbarrier (`attn_decode_group_rope_row_bulk_*`), where 128 threads' 16-byte copies took
+    /// 30% of its issue slots at 16,384 keys (session 39's ncu). The same bits (the same
+    /// values in another shared-memory layout).
+    pub attn_bulk: bool,
     /// `FERROLM_QKV_ONE`: among the decode fusions, one token's q, k and v products in one
     /// launch (the q/k pair's blocks and v's), where the pair would run. On by default since
     /// session 25's device run: the same bits, qwen3-8b tg128 +4%, olmoe +3%.
@@ -353,6 +359,7 @@ impl Default for Switches {
             attn_rope: true,
             attn_rope_rows: true,
             attn_head_split: true,
+            attn_bulk: false,
             qkv_one: true,
             norm_in_qkv: false,
             norm_in_glu: false,
@@ -549,6 +556,7 @@ impl Switches {
             attn_rope: flag(env, "FERROLM_ATTN_ROPE", true)?,
             attn_rope_rows: flag(env, "FERROLM_ATTN_ROPE_ROWS", true)?,
             attn_head_split: flag(env, "FERROLM_ATTN_HEAD_SPLIT", true)?,
+            attn_bulk: flag(env, "FERROLM_ATTN_BULK", false)?,
             qkv_one: flag(env, "FERROLM_QKV_ONE", true)?,
             norm_in_qkv: flag(env, "FERROLM_NORM_IN_QKV", false)?,
             norm_in_glu: flag(env, "FERROLM_NORM_IN_GLU", false)?,
@@ -673,7 +681,7 @@ impl fmt::Display for Switches {
             self.timing_skip.join(",")
         };
         let norm_route_rows = count_or_auto(self.norm_route_rows);
-        let lines: [(&str, &str, &str); 76] = [
+        let lines: [(&str, &str, &str); 77] = [
             (
                 "FERROLM_CUDA_MMQ",
                 bit(self.mmq),
@@ -714,6 +722,11 @@ impl fmt::Display for Switches {
                 "FERROLM_ATTN_HEAD_SPLIT",
                 bit(self.attn_head_split),
                 "the rotating walk's groups of 8 heads in two blocks",
+            ),
+            (
+                "FERROLM_ATTN_BULK",
+                bit(self.attn_bulk),
+                "the whole-row walk's tiles by bulk copies",
             ),
             (
                 "FERROLM_QKV_ONE",

@@ -130,7 +130,7 @@ fn tile_names() {
 #[test]
 fn display_prints_every_switch() {
     let text = plan(&[("FERROLM_MMQ_TILE", "128x64")]).to_string();
-    assert_eq!(text.lines().count(), 78, "{text}");
+    assert_eq!(text.lines().count(), 79, "{text}");
     assert!(text.contains("132 SMs, cc 9.0"));
     assert!(text
         .lines()
@@ -274,6 +274,15 @@ fn kv_block_is_a_power_of_two_from_the_switch() {
     // The rotating walk's head split: on unless switched off.
     assert!(plan(&[]).attn_head_split());
     assert!(!plan(&[("FERROLM_ATTN_HEAD_SPLIT", "0")]).attn_head_split());
+    // The whole-row walk's bulk copies: off unless asked, and sm_90 only.
+    assert!(!plan(&[]).attn_bulk());
+    assert!(plan(&[("FERROLM_ATTN_BULK", "1")]).attn_bulk());
+    let ampere = DeviceFacts {
+        cc: (8, 0),
+        ..h200()
+    };
+    let bulk = parse(&[("FERROLM_ATTN_BULK", "1")]).unwrap();
+    assert!(!Plan::new(bulk, ampere).attn_bulk());
     // Whole-row norms on the group block: on unless switched off, and only with the walk's.
     assert!(plan(&[]).attn_rope_rows());
     assert!(!plan(&[("FERROLM_ATTN_ROPE_ROWS", "0")]).attn_rope_rows());
