@@ -1,5 +1,5 @@
 #!/bin/bash
-# Session 39's bars: cuda-parity, then tg128 of OLMoE, qwen3-30b-a3b and qwen3-8b and both
+# Session 39's bars (next session's first call: ALT=FERROLM_ATTN_BULK=1): cuda-parity, then tg128 of OLMoE, qwen3-30b-a3b and qwen3-8b and both
 # depth presets at -d 16384 beside llama-bench, with BASE's settings (space-separated) on top of
 # the binary's defaults and, where ALT is given, with ALT's too. Usage, from the repo root,
 # .device-carry/ holding ferrolm.xz and llama.tar.xz:
@@ -14,6 +14,13 @@ run() { # PRESET EXTRA
   local alt=; [ -n "$ALT" ] && alt="alt $(tg $ALT)"
   echo "== $1 $2 llama-bench $(lb) ferrolm $(tg A=0) / $(tg A=0) $alt at $(( $(date +%s) - t0 )) s"
 }
+# With ALT: OLMoE's logits of 60 tokens one a step, with and without it (md5s equal: the same bits).
+if [ -n "$ALT" ]; then
+  F=$M/olmoe-1b-7b-pooled.gguf
+  for v in "A=0" "$ALT"; do
+    env $BASE $v timeout 60 $B logits -m $F --backend cuda --all --step --tokens "$(seq -s ' ' 11 70)" 2>&1 | md5sum | sed "s/^/logits $v /"
+  done
+fi
 run olmoe-1b-7b ""; run qwen3-30b-a3b ""; run qwen3-8b ""
 run olmoe-1b-7b "-d 16384"; run qwen3-8b "-d 16384"
 echo "end at $(( $(date +%s) - t0 )) s"
