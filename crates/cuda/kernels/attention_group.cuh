@@ -443,38 +443,14 @@ struct GroupLinear {
     }
 };
 
-static __device__ __forceinline__ void bulk_bar_init(uint64_t *bar) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(
-        (uint32_t)__cvta_generic_to_shared(bar)));
-#endif
-}
-
-static __device__ __forceinline__ void bulk_bar_wait(uint64_t *bar, uint32_t parity) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    uint32_t done = 0;
-    do {
-        asm volatile("{\n .reg .pred p;\n"
-                     " mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-                     " selp.u32 %0, 1, 0, p;\n}"
-                     : "=r"(done)
-                     : "r"((uint32_t)__cvta_generic_to_shared(bar)), "r"(parity)
-                     : "memory");
-    } while (!done);
-#endif
-}
-
 // One thread's requests for keys base .. base + n - 1 (n >= 1) into sk and sv, counted on bar.
 static __device__ __forceinline__ void bulk_load_tile(char *sk, char *sv, const KvHead<KvF16> &kh,
                                                       const KvHead<KvF16> &vh, int base, int n,
                                                       uint64_t *bar) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    const uint32_t b = (uint32_t)__cvta_generic_to_shared(bar);
-    // Generic writes to this stage (a patched key) before the async proxy's.
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(b),
-                 "r"((uint32_t)(2 * n * kh.row_bytes))
-                 : "memory");
+    const uint32_t b = smem_u32(bar);
+    // (A key patched into this stage was fenced by its writers before the barrier ahead.)
+    mbar_expect_tx(bar, (uint32_t)(2 * n * kh.row_bytes));
     const int block = 1 << kh.pages.shift;
     for (int a = base; a < base + n;) {
         const int e = min(base + n, (a / block + 1) * block);
@@ -482,11 +458,11 @@ static __device__ __forceinline__ void bulk_load_tile(char *sk, char *sv, const 
         const uint32_t bytes = (uint32_t)((e - a) * kh.row_bytes);
         const size_t dst = (size_t)(a - base) * kh.row_bytes;
         asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], "
-                     "%2, [%3];" ::"r"((uint32_t)__cvta_generic_to_shared(sk + dst)),
+                     "%2, [%3];" ::"r"(smem_u32(sk + dst)),
                      "l"(kh.base + at), "r"(bytes), "r"(b)
                      : "memory");
         asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], "
-                     "%2, [%3];" ::"r"((uint32_t)__cvta_generic_to_shared(sv + dst)),
+                     "%2, [%3];" ::"r"(smem_u32(sv + dst)),
                      "l"(vh.base + at), "r"(bytes), "r"(b)
                      : "memory");
         a = e;
@@ -524,7 +500,7 @@ static __device__ __forceinline__ void attn_group_block(
         if (threadIdx.x == 0) {
 #pragma unroll
             for (int s = 0; s < L::STAGES; ++s) {
-                bulk_bar_init(&bars[s]);
+                mbar_init(&bars[s], 1);
             }
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
             asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
@@ -583,7 +559,7 @@ static __device__ __forceinline__ void attn_group_block(
     const int key = threadIdx.x / 4, part = threadIdx.x % 4; // the scores' thread roles
     for (int it = 0; it < n_tiles; ++it) {
         if constexpr (BULK) {
-            bulk_bar_wait(&bars[it % L::STAGES], (uint32_t)(it / L::STAGES) & 1);
+            mbar_wait(&bars[it % L::STAGES], (uint32_t)(it / L::STAGES) & 1);
             // The rotating walk's own key, over what the copy found in the cache; ordered
             // before the stage's next bulk copy by the proxy fence.
             const int base = k0 + it * ATTN_GROUP_TILE, key_at = rot.skip();
