@@ -470,6 +470,64 @@ static __device__ __forceinline__ void bulk_load_tile(char *sk, char *sv, const 
 #endif
 }
 
+// The group block's softmax step and V over a warp's 8 keys where one head is the block's
+// (attn_group_block's LANE_SCORES): lane L holds key L / 4's unscaled score s (all four lanes
+// of a key the same), `live` whether that key is; nk the warp's live keys; vrows their value
+// rows. The same steps as the shared-memory path: scaled scores rounded before use (no fused
+// subtract), the max and sum over the keys, then the rows eight at a time, in key order.
+template <int D>
+static __device__ __forceinline__ void attn_lane_scores_step(float s, float scale, bool live,
+                                                             int nk, const uint16_t *vrows,
+                                                             int lane, float &m, float &l,
+                                                             float (&acc)[LaneDims<D>::N]) {
+    constexpr int DL = LaneDims<D>::N;
+    const float sc = live ? __fmul_rn(s, scale) : ATTN_NEG_INF;
+    float mx = sc;
+#pragma unroll
+    for (int o = 16; o >= 4; o >>= 1) {
+        mx = fmaxf(mx, __shfl_xor_sync(FULL_MASK, mx, o));
+    }
+    const float m_new = fmaxf(m, mx);
+    const float corr = expf(m - m_new); // 0 on the first tile (m = -inf)
+    const float p = live ? expf(sc - m_new) : 0.0f;
+    float ps = p;
+#pragma unroll
+    for (int o = 16; o >= 4; o >>= 1) {
+        ps += __shfl_xor_sync(FULL_MASK, ps, o);
+    }
+    l = l * corr + ps;
+#pragma unroll
+    for (int j = 0; j < DL; ++j) {
+        acc[j] *= corr;
+    }
+    m = m_new;
+    if (nk == 8) { // (nk <= 8) all eight rows and weights fetched before the FMAs
+        float vf[8][DL], pk[8];
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+            v_row_f16<D>(vrows + e * D, lane, vf[e]);
+            pk[e] = __shfl_sync(FULL_MASK, p, 4 * e);
+        }
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+#pragma unroll
+            for (int j = 0; j < DL; ++j) {
+                acc[j] += pk[e] * vf[e][j];
+            }
+        }
+        return;
+    }
+    for (int kk = 0; kk < nk; ++kk) {
+        float vf[DL];
+        v_row_f16<D>(vrows + kk * D, lane, vf);
+        const float pk = __shfl_sync(FULL_MASK, p, 4 * kk);
+#pragma unroll
+        for (int j = 0; j < DL; ++j) {
+            acc[j] += pk * vf[j];
+        }
+    }
+}
+
 // Block (split, KV head g) of one query row: q_row the row's [n_head][D] queries, its keys
 // 0..n_keys - 1 in kc / vc through `pages`; part_m / part_l the row's [n_head][n_split]
 // partials, part_acc [n_head][n_split][D], done its [n_head] counters (null: no combine
@@ -540,8 +598,31 @@ static __device__ __forceinline__ void attn_group_block(
             }
         }
     }
-    for (int i = threadIdx.x; i < G * D; i += blockDim.x) {
-        sq[i] = qg[i];
+    // One head a block (G = 1): each thread's quarter of the query stays in registers, and the
+    // scores stay in the lanes that made them (below).
+    constexpr bool LANE_SCORES = G == 1 && L::WK == ATTN_NWARPS;
+    constexpr int Q_ROUNDS = (L::CHUNKS + 3) / 4;
+    // Bulk tiles land unflipped, so a quarter warp's two keys (rows a multiple of 128 bytes
+    // apart) would read the same banks: odd keys take the rounds in swapped pairs (round j reads
+    // chunk set j ^ 1), each round's dot kept apart and the rounds added in the sets' order.
+    constexpr bool ROUND_FLIP = BULK && LANE_SCORES && L::CHUNKS % 8 == 0;
+    const int flip = ROUND_FLIP ? (threadIdx.x / 4) & 1 : 0;
+    float4 qr[LANE_SCORES ? Q_ROUNDS : 1][2];
+    if constexpr (LANE_SCORES) {
+        const int part = threadIdx.x % 4;
+#pragma unroll
+        for (int j = 0; j < Q_ROUNDS; ++j) {
+            const int c = part + 4 * (j ^ flip);
+            if (L::CHUNKS % 4 != 0 && c >= L::CHUNKS) {
+                break;
+            }
+            qr[j][0] = *(const float4 *)&qg[c * 8];
+            qr[j][1] = *(const float4 *)&qg[c * 8 + 4];
+        }
+    } else {
+        for (int i = threadIdx.x; i < G * D; i += blockDim.x) {
+            sq[i] = qg[i];
+        }
     }
     // This warp's heads (warp % G + ATTN_NWARPS u, those below G) and its share of each tile's
     // keys.
@@ -605,9 +686,10 @@ static __device__ __forceinline__ void attn_group_block(
         for (int i = 0; i < G; ++i) {
             s[i] = 0.0f;
         }
+        float rd[ROUND_FLIP ? Q_ROUNDS : 1]; // ROUND_FLIP: round j's dot
 #pragma unroll
-        for (int j = 0; j < (L::CHUNKS + 3) / 4; ++j) {
-            const int c = part + 4 * j;
+        for (int j = 0; j < Q_ROUNDS; ++j) {
+            const int c = part + 4 * (j ^ flip);
             if (L::CHUNKS % 4 != 0 && c >= L::CHUNKS) {
                 break; // D = 80: the row's last round has two chunks
             }
@@ -622,23 +704,45 @@ static __device__ __forceinline__ void attn_group_block(
             }
 #pragma unroll
             for (int i = 0; i < G; ++i) {
-                const float4 qa = *(const float4 *)&sq[i * D + c * 8];
-                const float4 qb = *(const float4 *)&sq[i * D + c * 8 + 4];
-                s[i] += qa.x * kf[0] + qa.y * kf[1] + qa.z * kf[2] + qa.w * kf[3] +
-                        qb.x * kf[4] + qb.y * kf[5] + qb.z * kf[6] + qb.w * kf[7];
+                const float4 qa = LANE_SCORES ? qr[j][0] : *(const float4 *)&sq[i * D + c * 8];
+                const float4 qb = LANE_SCORES ? qr[j][1] : *(const float4 *)&sq[i * D + c * 8 + 4];
+                const float dot = qa.x * kf[0] + qa.y * kf[1] + qa.z * kf[2] + qa.w * kf[3] +
+                                  qb.x * kf[4] + qb.y * kf[5] + qb.z * kf[6] + qb.w * kf[7];
+                if constexpr (ROUND_FLIP) {
+                    rd[j] = dot;
+                } else {
+                    s[i] += dot;
+                }
+            }
+        }
+        if constexpr (ROUND_FLIP) {
+#pragma unroll
+            for (int j = 0; j < Q_ROUNDS; ++j) {
+                s[0] += flip ? rd[j ^ 1] : rd[j];
             }
         }
 #pragma unroll
         for (int i = 0; i < G; ++i) {
             s[i] += __shfl_xor_sync(FULL_MASK, s[i], 1);
             s[i] += __shfl_xor_sync(FULL_MASK, s[i], 2);
-            if (part == 0 && key < n_live) {
+            if (!LANE_SCORES && part == 0 && key < n_live) {
                 ss[i * ATTN_GROUP_TILE + key] = s[i] * scale;
             }
         }
-        __syncthreads();
         // Softmax step and V for this warp's heads over its keys kw0 .. kw0 + KPW.
         const int nk = min(L::KPW, n_live - kw0); // warp-uniform
+        if constexpr (LANE_SCORES) {
+            // The warp's 8 keys are the ones its lanes scored (key 8 warp + lane / 4, each in
+            // four lanes): no trip through shared memory and no barrier. The sum over keys by
+            // the butterfly's steps 16, 8, 4 adds them in warp_sum's order over lanes 0..7
+            // (its other steps add zeros), so the bits are the shared-memory path's.
+            if (nk > 0) {
+                attn_lane_scores_step<D>(s[0], scale, lane / 4 < nk, nk,
+                                         sv + kw0 * D, lane, m[0], l[0], acc[0]);
+            }
+            continue;
+        }
+        __syncthreads();
         if (nk <= 0) {
             continue;
         }

@@ -59,11 +59,12 @@ pub struct Switches {
     /// bound (its prescale is each block's own). On: qwen3-30b-a3b tg128 +1.4% (session 38,
     /// H100).
     pub attn_head_split: bool,
-    /// `FERROLM_ATTN_BULK=1`: the whole-row rotating walk (`FERROLM_ATTN_ROPE_ROWS`) takes its
-    /// K and V tiles by sm_90's bulk copies, one thread's requests a tile completing on an
-    /// mbarrier (`attn_decode_group_rope_row_bulk_*`), where 128 threads' 16-byte copies took
-    /// 30% of its issue slots at 16,384 keys (session 39's ncu). The same bits (the same
-    /// values in another shared-memory layout).
+    /// `FERROLM_ATTN_BULK` (on; `=0` off): the whole-row rotating walk
+    /// (`FERROLM_ATTN_ROPE_ROWS`) takes its K and V tiles by sm_90's bulk copies, one thread's
+    /// requests a tile completing on an mbarrier (`attn_decode_group_rope_row_bulk_*`), where
+    /// 128 threads' 16-byte copies took 30% of its issue slots at 16,384 keys (session 39's
+    /// ncu). The same bits (the same values in another shared-memory layout). On: OLMoE tg128
+    /// at `-d 16384` +2.5%, level at depth 0 (session 40, H100).
     pub attn_bulk: bool,
     /// `FERROLM_QKV_ONE`: among the decode fusions, one token's q, k and v products in one
     /// launch (the q/k pair's blocks and v's), where the pair would run. On by default since
@@ -359,7 +360,7 @@ impl Default for Switches {
             attn_rope: true,
             attn_rope_rows: true,
             attn_head_split: true,
-            attn_bulk: false,
+            attn_bulk: true,
             qkv_one: true,
             norm_in_qkv: false,
             norm_in_glu: false,
@@ -556,7 +557,7 @@ impl Switches {
             attn_rope: flag(env, "FERROLM_ATTN_ROPE", true)?,
             attn_rope_rows: flag(env, "FERROLM_ATTN_ROPE_ROWS", true)?,
             attn_head_split: flag(env, "FERROLM_ATTN_HEAD_SPLIT", true)?,
-            attn_bulk: flag(env, "FERROLM_ATTN_BULK", false)?,
+            attn_bulk: flag(env, "FERROLM_ATTN_BULK", true)?,
             qkv_one: flag(env, "FERROLM_QKV_ONE", true)?,
             norm_in_qkv: flag(env, "FERROLM_NORM_IN_QKV", false)?,
             norm_in_glu: flag(env, "FERROLM_NORM_IN_GLU", false)?,

@@ -274,9 +274,9 @@ fn kv_block_is_a_power_of_two_from_the_switch() {
     // The rotating walk's head split: on unless switched off.
     assert!(plan(&[]).attn_head_split());
     assert!(!plan(&[("FERROLM_ATTN_HEAD_SPLIT", "0")]).attn_head_split());
-    // The whole-row walk's bulk copies: off unless asked, and sm_90 only.
-    assert!(!plan(&[]).attn_bulk());
-    assert!(plan(&[("FERROLM_ATTN_BULK", "1")]).attn_bulk());
+    // The whole-row walk's bulk copies: on unless switched off, and sm_90 only.
+    assert!(plan(&[]).attn_bulk());
+    assert!(!plan(&[("FERROLM_ATTN_BULK", "0")]).attn_bulk());
     let ampere = DeviceFacts {
         cc: (8, 0),
         ..h200()
