@@ -42,9 +42,9 @@ pub fn all(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) -> Resu
             };
             for &mode in modes {
                 // The cluster launch wherever it runs for these shapes (every token count it
-                // takes), the block-an-expert launch where the plan routes.
                 // takes), the block-an-expert launch where the plan routes, its top-k by one
-                // warp a token and (one token) by the whole last block.
+                // warp a token and (one token) by the whole last block, which also writes the
+                // residual back from the sums its blocks kept.
                 let routes = plan.norm_route(n, d);
                 let launches = [(None, false, routes), (None, true, routes), {
                     let c = clustered.norm_route_cluster(n, d, ne);
@@ -57,6 +57,7 @@ pub fn all(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) -> Resu
                     let how = Launch {
                         cluster,
                         topk_block,
+                        keep_sums: topk_block,
                     };
                     let same = one(dev, k, rng, d, ne, kk, oai, n, mode, how)?;
                     let (name, how) = match (cluster, topk_block) {
@@ -66,7 +67,7 @@ pub fn all(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) -> Resu
                         ),
                         (None, true) => (
                             "add_rms_norm_route_small (norm + routing in one launch)",
-                            ", top-k by the block",
+                            ", top-k by the block, sums kept",
                         ),
                         (Some(_), _) => ("add_rms_norm_route_cluster (one cluster)", ", cluster"),
                     };
@@ -83,11 +84,13 @@ pub fn all(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) -> Resu
     Ok(rows)
 }
 
-/// How the one launch runs: one cluster of blocks or a block an expert, and whether one
-/// token's top-k is taken by the last block's threads together.
+/// How the one launch runs: one cluster of blocks or a block an expert, whether one token's
+/// top-k is taken by the last block's threads together, and whether its residual is written
+/// back from the sums kept in shared memory.
 struct Launch {
     cluster: Option<u32>,
     topk_block: bool,
+    keep_sums: bool,
 }
 
 /// Whether the one launch gives the two launches' bits, twice (the second shows its block
@@ -138,6 +141,7 @@ fn one(
                 norm,
                 cluster,
                 topk,
+                how.keep_sums,
                 n,
                 &router,
                 b,

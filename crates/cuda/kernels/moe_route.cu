@@ -224,6 +224,9 @@ extern "C" __global__ void __launch_bounds__(TOPK_WARPS *WARP_SIZE)
 // The `gating` argument's bit past the gating itself (bits 0-1: 0, 1 or 2, as topk_token
 // takes them): one token's top-k by the whole last block (topk_token_block).
 #define ROUTE_TOPK_BLOCK 4
+// And the bit that keeps one token's x + add in shared memory for the residual's write-back
+// (add_rms_norm_route_small).
+#define ROUTE_KEEP_SUMS 8
 
 // topk_token for one token by a whole block (every thread calls it; blockDim.x >= n_expert):
 // thread e takes expert e's probability, the sum keeps topk_token's order (lane l adds experts
@@ -410,14 +413,16 @@ static __device__ __forceinline__ NormWeights router_row_then_wait(const float *
 
 // The norm of the n rows of x + add (add_rms_norm_q8_1_f32's, with `add`: the block is the
 // norm's, so the f64 sums have its order and the rows its bits) into xs (n rows of n_embd, in
-// shared memory); the writer block also writes out and outq as the norm does. Ends with a
-// barrier. The whole block calls it.
+// shared memory); the writer block also writes out and outq as the norm does; `sums`: null, or
+// n_embd floats of shared memory that get row 0's x + add (for n = 1). Ends with a barrier. The
+// whole block calls it.
 static __device__ __forceinline__ void norm_rows_into(float *x, const float *add,
                                                       const NormWeights &wr,
                                                       const float *__restrict__ norm_w,
                                                       float *out, block_q8_1 *__restrict__ outq,
                                                       float eps, int q8k, float *xs0, int n,
-                                                      int n_embd, bool writer) {
+                                                      int n_embd, bool writer,
+                                                      float *sums = nullptr) {
     __shared__ double scratch[32];
     for (int t = 0; t < n; ++t) {
         const size_t base = (size_t)t * n_embd;
@@ -432,6 +437,9 @@ static __device__ __forceinline__ void norm_rows_into(float *x, const float *add
             if (i < n_embd) {
                 const float o = __fmul_rn(__fmul_rn(xr[j], scale), wr.v[j]);
                 xs[i] = o;
+                if (sums != nullptr) {
+                    sums[i] = xr[j];
+                }
                 if (writer) {
                     out[base + i] = o;
                     if (!q8k) {
@@ -444,6 +452,9 @@ static __device__ __forceinline__ void norm_rows_into(float *x, const float *add
             const float v = norm_input(x, add, base + i, false);
             const float o = __fmul_rn(__fmul_rn(v, scale), norm_w[i]);
             xs[i] = o;
+            if (sums != nullptr) {
+                sums[i] = v;
+            }
             if (writer) {
                 out[base + i] = o;
                 if (!q8k) {
@@ -465,8 +476,9 @@ static __device__ __forceinline__ void norm_rows_into(float *x, const float *add
 // MoE FFN: the norm's launch was the router's only input, a few KB. Every block takes the norm
 // of the n rows of x + add itself, into shared memory after its expert's row; block 0 also
 // writes out and outq as the norm does. x is read by every block, so only the last block to
-// finish (all reads done) writes x + add back, then takes the top-k. The same bits as the two
-// kernels.
+// finish (all reads done) writes x + add back, after the top-k; one token's sums come from the
+// block's shared memory, where they were kept at the norm (reading x and add again from L2 was
+// a round trip on the layer's chain). The same bits as the two kernels.
 extern "C" __global__ void __launch_bounds__(1024)
     add_rms_norm_route_small(float *x, const float *add, const float *__restrict__ norm_w,
                              float *out, block_q8_1 *__restrict__ outq, float eps, int q8k,
@@ -474,13 +486,15 @@ extern "C" __global__ void __launch_bounds__(1024)
                              float *__restrict__ weights, unsigned *done, int n, int n_embd,
                              int n_expert, int k, int gating, const float *__restrict__ bias) {
     const NormWeights wr = router_row_then_wait(w, norm_w, n_embd);
+    __shared__ float sums[SMALL_MAX_EMBD]; // one token's x + add
     float *ws = (float *)route_stage;
+    const bool keep = (gating & ROUTE_KEEP_SUMS) && n == 1;
     norm_rows_into(x, add, wr, norm_w, out, outq, eps, q8k, ws + n_embd, n, n_embd,
-                   blockIdx.x == 0);
+                   blockIdx.x == 0, keep ? sums : nullptr);
     logits_rows(ws, ws + n_embd, logits, n, n_embd, n_expert);
     if (topk_in_last_block(logits, ids, weights, done, n, n_expert, k, gating, bias)) {
         for (int i = threadIdx.x; i < n * n_embd; i += blockDim.x) {
-            x[i] = x[i] + add[i];
+            x[i] = keep ? sums[i] : x[i] + add[i];
         }
     }
 }

@@ -287,6 +287,7 @@ impl CudaBackend {
             norm,
             cluster,
             self.plan.route_topk_block(),
+            self.plan.route_keep_sums(),
             n,
             router,
             bias,

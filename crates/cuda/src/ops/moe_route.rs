@@ -39,6 +39,9 @@ pub(crate) const ROUTE_CLUSTER_STAGE_BYTES: usize = 192 * 1024;
 /// The `gating` argument's bit for one token's top-k by the last block's threads together
 /// (moe_route.cu's ROUTE_TOPK_BLOCK).
 const ROUTE_TOPK_BLOCK: i32 = 4;
+/// The bit that keeps one token's sums for the residual's write-back (moe_route.cu's
+/// ROUTE_KEEP_SUMS).
+const ROUTE_KEEP_SUMS: i32 = 8;
 
 /// That launch's shared memory for `n` tokens of `n_embd`: the expert's row and the tokens'.
 fn small_stage_bytes(n: usize, n_embd: usize) -> usize {
@@ -289,6 +292,7 @@ impl MoeRoute {
         norm: NormInto<'_>,
         cluster: Option<u32>,
         topk_block: bool,
+        keep_sums: bool,
         n: usize,
         router: &MoeRouter,
         bias: Option<&CudaSlice<f32>>,
@@ -320,7 +324,9 @@ impl MoeRoute {
             int(k, "moe k"),
         );
         let (gating, q8k) = (router.gating_arg(), i32::from(norm.mode == ActQuant::Q8K));
-        let gating = gating | if topk_block { ROUTE_TOPK_BLOCK } else { 0 };
+        let gating = gating
+            | if topk_block { ROUTE_TOPK_BLOCK } else { 0 }
+            | if keep_sums { ROUTE_KEEP_SUMS } else { 0 };
         // One cluster of blocks, each a share of the experts, or a block an expert; the two
         // kernels take the same parameters.
         let (func, cfg, cluster) = match (cluster, &self.norm_route_cluster) {
@@ -595,6 +601,7 @@ mod tests {
         assert!(src.contains(&format!("#define ROUTE_THREADS {ROUTE_THREADS}")));
         assert!(src.contains(&format!("#define SMALL_MAX_EMBD {ROUTER_SMALL_MAX_EMBD}")));
         assert!(src.contains(&format!("#define ROUTE_TOPK_BLOCK {ROUTE_TOPK_BLOCK}")));
+        assert!(src.contains(&format!("#define ROUTE_KEEP_SUMS {ROUTE_KEEP_SUMS}")));
         assert_eq!(MOE_MAX_USED, 32, "one lane a slot");
     }
 }

@@ -204,6 +204,12 @@ impl Plan {
         self.switches.route_topk_block
     }
 
+    /// Whether that launch's last block writes one token's residual x + add back from the
+    /// sums its blocks kept in shared memory at the norm: the same bits.
+    pub fn route_keep_sums(&self) -> bool {
+        self.switches.route_keep_sums
+    }
+
     /// The blocks of the one cluster that launch takes (`add_rms_norm_route_cluster`, the same
     /// bits) for `n` tokens of `n_embd` and `n_expert` experts, where [`Self::norm_route`] runs:
     /// on sm_90 and later, with the switch on, where a block's share of the router's rows and

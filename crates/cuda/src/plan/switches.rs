@@ -168,6 +168,10 @@ pub struct Switches {
     /// OLMoE (session 38, H100; session 36 measured it -2%, before the lean experts and the
     /// exact norm changed the chain around it).
     pub route_topk_block: bool,
+    /// `FERROLM_ROUTE_KEEP_SUMS`: the router launch's blocks keep one token's x + add in
+    /// shared memory at the norm, and its last block writes the residual back from there, where
+    /// it read x and add again from L2 (a round trip on the layer's chain). The same bits.
+    pub route_keep_sums: bool,
     /// `FERROLM_QK_NORM_REGS`: per-head q/k norms (qwen3's) and their NEOX rotation in one
     /// launch with each head's values in its threads' registers, where a thread's elements hold
     /// whole rotation pairs: no store, barrier and reload between the norm and the rotation,
@@ -384,6 +388,7 @@ impl Default for Switches {
             moe_gate_up_direct: true,
             moe_lean: true,
             route_topk_block: true,
+            route_keep_sums: true,
             head_norm_regs: true,
             norm_exact: true,
             q8k: true,
@@ -581,6 +586,7 @@ impl Switches {
             moe_gate_up_direct: flag(env, "FERROLM_MOE_GATE_UP_DIRECT", true)?,
             moe_lean: flag(env, "FERROLM_MOE_LEAN", true)?,
             route_topk_block: flag(env, "FERROLM_ROUTE_TOPK_BLOCK", true)?,
+            route_keep_sums: flag(env, "FERROLM_ROUTE_KEEP_SUMS", true)?,
             head_norm_regs: flag(env, "FERROLM_QK_NORM_REGS", true)?,
             norm_exact: flag(env, "FERROLM_NORM_EXACT", true)?,
             q8k: flag(env, "FERROLM_CUDA_Q8K", true)?,
@@ -682,7 +688,7 @@ impl fmt::Display for Switches {
             self.timing_skip.join(",")
         };
         let norm_route_rows = count_or_auto(self.norm_route_rows);
-        let lines: [(&str, &str, &str); 77] = [
+        let lines: [(&str, &str, &str); 78] = [
             (
                 "FERROLM_CUDA_MMQ",
                 bit(self.mmq),
@@ -839,6 +845,11 @@ impl fmt::Display for Switches {
                 "FERROLM_ROUTE_TOPK_BLOCK",
                 bit(self.route_topk_block),
                 "one token's router top-k by a whole block",
+            ),
+            (
+                "FERROLM_ROUTE_KEEP_SUMS",
+                bit(self.route_keep_sums),
+                "the router's residual write-back from shared memory",
             ),
             (
                 "FERROLM_QK_NORM_REGS",
