@@ -7,7 +7,9 @@
 use super::checks::{exact_row, normal};
 use super::Row;
 use anyhow::Result;
-use ferrolm_cuda::ops::{ActQuant, MoeRouteWork, MoeRouter, NormInto, Q8_1_BLOCK_BYTES};
+use ferrolm_cuda::ops::{
+    ActQuant, MoeRouteWork, MoeRouter, NormInto, NormRouteHow, Q8_1_BLOCK_BYTES,
+};
 use ferrolm_cuda::plan::RouterLogits;
 use ferrolm_cuda::plan::Switches;
 use ferrolm_cuda::{CudaDevice, Kernels, Plan};
@@ -42,34 +44,46 @@ pub fn all(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) -> Resu
             };
             for &mode in modes {
                 // The cluster launch wherever it runs for these shapes (every token count it
-                // takes), the block-an-expert launch where the plan routes, its top-k by one
-                // warp a token and (one token) by the whole last block, which also writes the
-                // residual back from the sums its blocks kept.
+                // takes), the block-an-expert launch where the plan routes: its top-k by one
+                // warp a token, and (one token) by the whole last block, which also writes the
+                // residual back from the sums its blocks kept, with the norm's outputs by block
+                // 0 before its count or a share a block after.
                 let routes = plan.norm_route(n, d);
-                let launches = [(None, false, routes), (None, true, routes), {
-                    let c = clustered.norm_route_cluster(n, d, ne);
-                    (c, false, c.is_some())
-                }];
-                for (cluster, topk_block, run) in launches {
+                let small = |topk_block, spread_out| NormRouteHow {
+                    cluster: None,
+                    topk_block,
+                    keep_sums: topk_block,
+                    spread_out,
+                };
+                let cluster = clustered.norm_route_cluster(n, d, ne);
+                let launches = [
+                    (small(false, false), routes),
+                    (small(true, false), routes),
+                    (small(true, true), routes),
+                    (
+                        NormRouteHow {
+                            cluster,
+                            ..NormRouteHow::default()
+                        },
+                        cluster.is_some(),
+                    ),
+                ];
+                for (how, run) in launches {
                     if !run {
                         continue;
                     }
-                    let how = Launch {
-                        cluster,
-                        topk_block,
-                        keep_sums: topk_block,
-                    };
                     let same = one(dev, k, rng, d, ne, kk, oai, n, mode, how)?;
-                    let (name, how) = match (cluster, topk_block) {
-                        (None, false) => (
-                            "add_rms_norm_route_small (norm + routing in one launch)",
-                            "",
+                    let small_name = "add_rms_norm_route_small (norm + routing in one launch)";
+                    let (name, how) = match (how.cluster, how.topk_block, how.spread_out) {
+                        (None, false, _) => (small_name, ""),
+                        (None, true, false) => (small_name, ", top-k by the block, sums kept"),
+                        (None, true, true) => (
+                            small_name,
+                            ", top-k by the block, sums kept, outputs a share a block",
                         ),
-                        (None, true) => (
-                            "add_rms_norm_route_small (norm + routing in one launch)",
-                            ", top-k by the block, sums kept",
-                        ),
-                        (Some(_), _) => ("add_rms_norm_route_cluster (one cluster)", ", cluster"),
+                        (Some(_), _, _) => {
+                            ("add_rms_norm_route_cluster (one cluster)", ", cluster")
+                        }
                     };
                     rows.push(exact_row(
                         name,
@@ -82,15 +96,6 @@ pub fn all(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) -> Resu
         }
     }
     Ok(rows)
-}
-
-/// How the one launch runs: one cluster of blocks or a block an expert, whether one token's
-/// top-k is taken by the last block's threads together, and whether its residual is written
-/// back from the sums kept in shared memory.
-struct Launch {
-    cluster: Option<u32>,
-    topk_block: bool,
-    keep_sums: bool,
 }
 
 /// Whether the one launch gives the two launches' bits, twice (the second shows its block
@@ -106,7 +111,7 @@ fn one(
     oai: bool,
     n: usize,
     mode: ActQuant,
-    how: Launch,
+    how: NormRouteHow,
 ) -> Result<bool> {
     let mut router = MoeRouter::upload(dev, &normal(rng, ne * d, 0.05), ne, d, kk, !oai)?;
     if oai {
@@ -136,19 +141,7 @@ fn one(
                 mode,
             };
             let r = &k.moe_route;
-            let (cluster, topk) = (how.cluster, how.topk_block);
-            r.add_norm_route(
-                norm,
-                cluster,
-                topk,
-                how.keep_sums,
-                n,
-                &router,
-                b,
-                work,
-                &mut ids,
-                &mut weights,
-            )?;
+            r.add_norm_route(norm, how, n, &router, b, work, &mut ids, &mut weights)?;
         } else {
             k.norm_rope
                 .add_rms_norm_q8_1(&mut x, &add, &nw, eps, &mut out, &mut outq, mode, None)?;

@@ -227,6 +227,9 @@ extern "C" __global__ void __launch_bounds__(TOPK_WARPS *WARP_SIZE)
 // And the bit that keeps one token's x + add in shared memory for the residual's write-back
 // (add_rms_norm_route_small).
 #define ROUTE_KEEP_SUMS 8
+// And the bit that spreads the norm's outputs (out, outq) over the blocks, after each block's
+// count, where block 0 wrote them all before its own (add_rms_norm_route_small).
+#define ROUTE_SPREAD_OUT 16
 
 // topk_token for one token by a whole block (every thread calls it; blockDim.x >= n_expert):
 // thread e takes expert e's probability, the sum keeps topk_token's order (lane l adds experts
@@ -472,13 +475,40 @@ static __device__ __forceinline__ void norm_rows_into(float *x, const float *add
     }
 }
 
+// The norm's outputs out and outq for the n normed rows in xs0 (shared memory, every block's
+// the same), a share a block: warp w of block b takes activation block b + w * gridDim.x (256
+// values with q8k, else 32), writes its values to out and quantizes them as the norm's writer
+// does (quantize_q8_k_warp over the same 256 values, or quantize_q8_1_warp over the same 32):
+// the same bits, from shared memory, where the writer block read its Q8_K rows back from out.
+static __device__ __forceinline__ void write_normed_share(const float *xs0, float *out,
+                                                          block_q8_1 *__restrict__ outq, int q8k,
+                                                          int n, int n_embd) {
+    const int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE;
+    const int group = q8k ? QK_K : QK8_1, groups = n * n_embd / group;
+    const int stride = gridDim.x * (blockDim.x / WARP_SIZE);
+    for (int g = blockIdx.x + warp * gridDim.x; g < groups; g += stride) {
+        const float *src = xs0 + (size_t)g * group;
+        for (int i = lane; i < group; i += WARP_SIZE) {
+            out[(size_t)g * group + i] = src[i];
+        }
+        if (q8k) {
+            quantize_q8_k_warp(src, outq + (size_t)g * (QK_K / QK8_1));
+        } else {
+            quantize_q8_1_warp(src[lane], outq + g);
+        }
+    }
+}
+
 // add_rms_norm_q8_1_f32 (with `add`) and moe_route_small in one launch, for the norm before an
 // MoE FFN: the norm's launch was the router's only input, a few KB. Every block takes the norm
 // of the n rows of x + add itself, into shared memory after its expert's row; block 0 also
 // writes out and outq as the norm does. x is read by every block, so only the last block to
 // finish (all reads done) writes x + add back, after the top-k; one token's sums come from the
 // block's shared memory, where they were kept at the norm (reading x and add again from L2 was
-// a round trip on the layer's chain). The same bits as the two kernels.
+// a round trip on the layer's chain). With ROUTE_SPREAD_OUT, no block writes out and outq
+// before its count: each writes its share of them after it (write_normed_share), so that the
+// writer's extra work (and its Q8_K pass's read back from L2) is not ahead of the last count.
+// The same bits as the two kernels.
 extern "C" __global__ void __launch_bounds__(1024)
     add_rms_norm_route_small(float *x, const float *add, const float *__restrict__ norm_w,
                              float *out, block_q8_1 *__restrict__ outq, float eps, int q8k,
@@ -489,13 +519,17 @@ extern "C" __global__ void __launch_bounds__(1024)
     __shared__ float sums[SMALL_MAX_EMBD]; // one token's x + add
     float *ws = (float *)route_stage;
     const bool keep = (gating & ROUTE_KEEP_SUMS) && n == 1;
+    const bool spread = gating & ROUTE_SPREAD_OUT;
     norm_rows_into(x, add, wr, norm_w, out, outq, eps, q8k, ws + n_embd, n, n_embd,
-                   blockIdx.x == 0, keep ? sums : nullptr);
+                   !spread && blockIdx.x == 0, keep ? sums : nullptr);
     logits_rows(ws, ws + n_embd, logits, n, n_embd, n_expert);
     if (topk_in_last_block(logits, ids, weights, done, n, n_expert, k, gating, bias)) {
         for (int i = threadIdx.x; i < n * n_embd; i += blockDim.x) {
             x[i] = keep ? sums[i] : x[i] + add[i];
         }
+    }
+    if (spread) {
+        write_normed_share(ws + n_embd, out, outq, q8k, n, n_embd);
     }
 }
 

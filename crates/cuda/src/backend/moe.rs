@@ -9,7 +9,7 @@ use crate::device::CudaDevice;
 use crate::error::{CudaError, DriverContext, Result};
 use crate::ops::{
     ExpertBufs, ExpertEpilogue, MoeDecodeWork, MoeExperts, MoeRouteWork, MoeRouter, MoeSliceWork,
-    MoeWork, NormInto, Quantize, MOE_DECODE_MAX_TOKENS, MOE_MAX_USED, ROUTER_SMALL_N,
+    MoeWork, NormInto, NormRouteHow, Quantize, MOE_DECODE_MAX_TOKENS, MOE_MAX_USED, ROUTER_SMALL_N,
 };
 use crate::plan::{ExpertGemm, MoePath, MoeShape};
 use cudarc::driver::CudaSlice;
@@ -283,11 +283,15 @@ impl CudaBackend {
             outq: &mut q8,
             mode,
         };
+        let how = NormRouteHow {
+            cluster,
+            topk_block: self.plan.route_topk_block(),
+            keep_sums: self.plan.route_keep_sums(),
+            spread_out: self.plan.route_spread_out(),
+        };
         let r = self.k.moe_route.add_norm_route(
             norm,
-            cluster,
-            self.plan.route_topk_block(),
-            self.plan.route_keep_sums(),
+            how,
             n,
             router,
             bias,

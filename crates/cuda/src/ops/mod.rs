@@ -55,7 +55,9 @@ pub use moe_gemm::{
     MoeGemm, MoeWork, MOE_INDEX_ONE_BLOCK_EXPERTS, MOE_INDEX_ONE_BLOCK_PAIRS, MOE_MAX_PAIRS,
 };
 pub use moe_mma::MOE_MMA_TILES;
-pub use moe_route::{ExpertEpilogue, MoeExperts, MoeRoute, MoeRouteWork, MoeRouter, NormInto};
+pub use moe_route::{
+    ExpertEpilogue, MoeExperts, MoeRoute, MoeRouteWork, MoeRouter, NormInto, NormRouteHow,
+};
 pub(crate) use moe_route::{
     MOE_MAX_USED, ROUTER_SMALL_MAX_EMBD, ROUTER_SMALL_N, ROUTE_CLUSTER_STAGE_BYTES,
 };

@@ -42,6 +42,20 @@ const ROUTE_TOPK_BLOCK: i32 = 4;
 /// The bit that keeps one token's sums for the residual's write-back (moe_route.cu's
 /// ROUTE_KEEP_SUMS).
 const ROUTE_KEEP_SUMS: i32 = 8;
+/// The bit that spreads the norm's outputs over the blocks (moe_route.cu's ROUTE_SPREAD_OUT).
+const ROUTE_SPREAD_OUT: i32 = 16;
+
+/// How [`MoeRoute::add_norm_route`] runs (the plan's choices; each gives the same bits): one
+/// cluster of that many blocks or a block an expert; one token's top-k by the last block's
+/// threads together; one token's residual written back from the sums the blocks kept in
+/// shared memory; the norm's outputs written a share a block after each block's count.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NormRouteHow {
+    pub cluster: Option<u32>,
+    pub topk_block: bool,
+    pub keep_sums: bool,
+    pub spread_out: bool,
+}
 
 /// That launch's shared memory for `n` tokens of `n_embd`: the expert's row and the tokens'.
 fn small_stage_bytes(n: usize, n_embd: usize) -> usize {
@@ -285,14 +299,12 @@ impl MoeRoute {
     /// ([`RouterLogits::MatVecTopk`]), in one launch: each router block takes the norm of the
     /// rows itself (the plan's `norm_route`). With `cluster` (the plan's `norm_route_cluster`),
     /// the launch is one cluster of that many blocks, each a share of the experts (the same
-    /// bits).
+    /// bits); `how`'s other choices as [`NormRouteHow`] says.
     #[allow(clippy::too_many_arguments)]
     pub fn add_norm_route(
         &self,
         norm: NormInto<'_>,
-        cluster: Option<u32>,
-        topk_block: bool,
-        keep_sums: bool,
+        how: NormRouteHow,
         n: usize,
         router: &MoeRouter,
         bias: Option<&CudaSlice<f32>>,
@@ -324,9 +336,12 @@ impl MoeRoute {
             int(k, "moe k"),
         );
         let (gating, q8k) = (router.gating_arg(), i32::from(norm.mode == ActQuant::Q8K));
+        let bit = |on: bool, b: i32| if on { b } else { 0 };
         let gating = gating
-            | if topk_block { ROUTE_TOPK_BLOCK } else { 0 }
-            | if keep_sums { ROUTE_KEEP_SUMS } else { 0 };
+            | bit(how.topk_block, ROUTE_TOPK_BLOCK)
+            | bit(how.keep_sums, ROUTE_KEEP_SUMS)
+            | bit(how.spread_out, ROUTE_SPREAD_OUT);
+        let cluster = how.cluster;
         // One cluster of blocks, each a share of the experts, or a block an expert; the two
         // kernels take the same parameters.
         let (func, cfg, cluster) = match (cluster, &self.norm_route_cluster) {
@@ -602,6 +617,7 @@ mod tests {
         assert!(src.contains(&format!("#define SMALL_MAX_EMBD {ROUTER_SMALL_MAX_EMBD}")));
         assert!(src.contains(&format!("#define ROUTE_TOPK_BLOCK {ROUTE_TOPK_BLOCK}")));
         assert!(src.contains(&format!("#define ROUTE_KEEP_SUMS {ROUTE_KEEP_SUMS}")));
+        assert!(src.contains(&format!("#define ROUTE_SPREAD_OUT {ROUTE_SPREAD_OUT}")));
         assert_eq!(MOE_MAX_USED, 32, "one lane a slot");
     }
 }

@@ -210,6 +210,12 @@ impl Plan {
         self.switches.route_keep_sums
     }
 
+    /// Whether that launch's blocks write the norm's outputs a share each, after their counts,
+    /// where block 0 wrote them all before its own: the same bits.
+    pub fn route_spread_out(&self) -> bool {
+        self.switches.route_spread_out
+    }
+
     /// The blocks of the one cluster that launch takes (`add_rms_norm_route_cluster`, the same
     /// bits) for `n` tokens of `n_embd` and `n_expert` experts, where [`Self::norm_route`] runs:
     /// on sm_90 and later, with the switch on, where a block's share of the router's rows and

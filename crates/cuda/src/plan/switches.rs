@@ -172,6 +172,12 @@ pub struct Switches {
     /// shared memory at the norm, and its last block writes the residual back from there, where
     /// it read x and add again from L2 (a round trip on the layer's chain). The same bits.
     pub route_keep_sums: bool,
+    /// `FERROLM_ROUTE_SPREAD_OUT=1`: the router launch's norm outputs (`out` and its
+    /// activation blocks) are written a share a block, each block's after its count (from the
+    /// normed rows in its shared memory), where block 0 wrote them all before its own count
+    /// and read its Q8_K rows back from L2: work ahead of the last count, on the layer's chain.
+    /// The same bits.
+    pub route_spread_out: bool,
     /// `FERROLM_QK_NORM_REGS`: per-head q/k norms (qwen3's) and their NEOX rotation in one
     /// launch with each head's values in its threads' registers, where a thread's elements hold
     /// whole rotation pairs: no store, barrier and reload between the norm and the rotation,
@@ -389,6 +395,7 @@ impl Default for Switches {
             moe_lean: true,
             route_topk_block: true,
             route_keep_sums: true,
+            route_spread_out: false,
             head_norm_regs: true,
             norm_exact: true,
             q8k: true,
@@ -587,6 +594,7 @@ impl Switches {
             moe_lean: flag(env, "FERROLM_MOE_LEAN", true)?,
             route_topk_block: flag(env, "FERROLM_ROUTE_TOPK_BLOCK", true)?,
             route_keep_sums: flag(env, "FERROLM_ROUTE_KEEP_SUMS", true)?,
+            route_spread_out: flag(env, "FERROLM_ROUTE_SPREAD_OUT", false)?,
             head_norm_regs: flag(env, "FERROLM_QK_NORM_REGS", true)?,
             norm_exact: flag(env, "FERROLM_NORM_EXACT", true)?,
             q8k: flag(env, "FERROLM_CUDA_Q8K", true)?,
@@ -688,7 +696,7 @@ impl fmt::Display for Switches {
             self.timing_skip.join(",")
         };
         let norm_route_rows = count_or_auto(self.norm_route_rows);
-        let lines: [(&str, &str, &str); 78] = [
+        let lines: [(&str, &str, &str); 79] = [
             (
                 "FERROLM_CUDA_MMQ",
                 bit(self.mmq),
@@ -850,6 +858,11 @@ impl fmt::Display for Switches {
                 "FERROLM_ROUTE_KEEP_SUMS",
                 bit(self.route_keep_sums),
                 "the router's residual write-back from shared memory",
+            ),
+            (
+                "FERROLM_ROUTE_SPREAD_OUT",
+                bit(self.route_spread_out),
+                "the router's norm outputs a share a block, after its count",
             ),
             (
                 "FERROLM_QK_NORM_REGS",

@@ -139,6 +139,8 @@ fn moe_switches() {
     assert!(!plan(&[("FERROLM_ROUTE_TOPK_BLOCK", "0")]).route_topk_block());
     assert!(plan(&[]).route_keep_sums());
     assert!(!plan(&[("FERROLM_ROUTE_KEEP_SUMS", "0")]).route_keep_sums());
+    assert!(!plan(&[]).route_spread_out());
+    assert!(plan(&[("FERROLM_ROUTE_SPREAD_OUT", "1")]).route_spread_out());
     // The tight entries: down's by default, gate/up and down by bits.
     assert!(matches!(plan(&[]).moe(&s(1)), MoePath::MatVec(m) if !m.tight_gate_up && m.tight_down));
     let off = plan(&[("FERROLM_MOE_TIGHT", "0")]);
