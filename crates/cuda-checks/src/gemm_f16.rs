@@ -252,8 +252,9 @@ pub fn matvec_f16(
         )?);
     }
     if k.matvec_f16.stages_weights(&case.w) {
-        // Q6_K's weights through shared memory (FERROLM_F16_MATVEC_Q6K_STAGE, on; only where the
-        // rows' layout allows, else both runs would take the register path): its bits.
+        // The weights through shared memory (FERROLM_F16_MATVEC_Q6K_STAGE, on;
+        // FERROLM_F16_MATVEC_Q4K_STAGE, off; only where the rows' layout allows, else both runs
+        // would take the register path): its bits.
         for shares in [1, ways] {
             let run = |stage: bool| -> Result<Vec<f32>> {
                 let mut part = dev.zeros::<f32>(MatVecF16::scratch(shares, n, rows).max(1))?;
@@ -271,7 +272,7 @@ pub fn matvec_f16(
                 .zip(&staged)
                 .all(|(a, b)| a.to_bits() == b.to_bits());
             out.push(exact_row(
-                "matvec f16 Q6_K, weights through shared memory",
+                &format!("matvec f16 {ty}, weights through shared memory"),
                 format!("{rows}×{cols} · {n} rows, {shares} shares"),
                 "the register path",
                 same,

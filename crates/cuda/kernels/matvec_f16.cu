@@ -63,6 +63,15 @@
 #define MVF_WS_CHUNKS 14
 #define MVF_WS_STAGE_BYTES (MVF_ROWS * MVF_WS_ROW)
 #define MVF_WS_SMEM (2 * MVF_STAGE_BYTES + 2 * MVF_WS_STAGE_BYTES)
+// Q4_K's weights through shared memory (the `q4_k_ws` entries, FERROLM_F16_MATVEC_Q4K_STAGE):
+// its 144-byte blocks are 16-byte aligned where the matrix is (9 cp.async chunks a row), and
+// rows 144 bytes apart already meet every bank once for a quarter warp's loads (a head's 16
+// bytes of 8 rows at 4-word offsets, a code's 8 bytes of 8 rows and 4 lanes at 2-word ones).
+// A register set of rows less (no next super-block in registers), and more bytes in flight:
+// the register path's Q4_K launches ran at 11% occupancy and 14% of DRAM (session 35's ncu).
+#define MVF_WS4_ROW 144
+#define MVF_WS4_CHUNKS 9
+#define MVF_WS4_SMEM (2 * MVF_STAGE_BYTES + 2 * MVF_ROWS * MVF_WS4_ROW)
 
 // Q4_K: a row's super-block as a lane holds it, the 16-byte head (d, dmin, 12 scale bytes) and
 // its 8 code bytes of each of the four 32-byte groups.
@@ -132,12 +141,23 @@ template <> struct MvfFormat<GGML_TYPE_Q4_K> {
     typedef block_q4_K block;
     typedef MvfQ4kRow Row;
     static constexpr int WARPS = 4, TILES = 2;
+    // Through shared memory: a row's span and its 16-byte chunks (MVF_WS4_ROW).
+    static constexpr int WS_ROW = MVF_WS4_ROW, WS_CHUNKS = MVF_WS4_CHUNKS, WS_SMEM = MVF_WS4_SMEM;
 
     static __device__ __forceinline__ void load(Row &r, const block *b, int t) {
         r.head = ld_stream4(b);
 #pragma unroll
         for (int m = 0; m < 4; ++m) {
             r.q[m] = ld_stream2(b->qs + 32 * m + 8 * t);
+        }
+    }
+
+    // The same bytes from a staged block (shared memory: plain loads, not the global stream).
+    static __device__ __forceinline__ void load_staged(Row &r, const block *b, int t) {
+        r.head = *(const int4 *)b;
+#pragma unroll
+        for (int m = 0; m < 4; ++m) {
+            r.q[m] = *(const int2 *)(b->qs + 32 * m + 8 * t);
         }
     }
 
@@ -230,6 +250,7 @@ template <> struct MvfFormat<GGML_TYPE_Q6_K> {
     typedef block_q6_K block;
     typedef MvfQ6kRow Row;
     static constexpr int WARPS = 8, TILES = 1;
+    static constexpr int WS_ROW = MVF_WS_ROW, WS_CHUNKS = MVF_WS_CHUNKS, WS_SMEM = MVF_WS_SMEM;
 
     static __device__ __forceinline__ void load(Row &r, const block *b, int t) {
 #pragma unroll
@@ -242,6 +263,11 @@ template <> struct MvfFormat<GGML_TYPE_Q6_K> {
             r.sc[c] = get_int_b2(b->scales, c);
         }
         r.d = b->d;
+    }
+
+    // Its loads are generic: the same from a staged block.
+    static __device__ __forceinline__ void load_staged(Row &r, const block *b, int t) {
+        load(r, b, t);
     }
 
     static __device__ __forceinline__ int swizzle(int n) { return 2 * (n & 3); }
@@ -312,27 +338,31 @@ static __device__ __forceinline__ void mvf_stage(char *dst, const uint16_t *x, i
     cp_async_commit();
 }
 
-// Queue the copy of super-block kb of the block's Q6_K weight rows (rows past nrows re-read the
-// last one, never written) into `dst`, a row's 224-byte span every MVF_WS_ROW bytes; bytes past
-// the matrix's end are not read. Not committed: the caller's group takes it.
-static __device__ __forceinline__ void mvf_stage_weights(char *dst, const block_q6_K *w,
+// Queue the copy of super-block kb of the block's weight rows (rows past nrows re-read the last
+// one, never written) into `dst`, a row's WS_CHUNKS 16-byte chunks (Q6_K: the 224-byte span
+// round its 210-byte block; Q4_K: its 144-byte block) every WS_ROW bytes; bytes past the
+// matrix's end are not read. Not committed: the caller's group takes it.
+template <int TYPE>
+static __device__ __forceinline__ void mvf_stage_weights(char *dst,
+                                                         const typename MvfFormat<TYPE>::block *w,
                                                          int nrows, int bpr, int kb, int tid) {
+    typedef MvfFormat<TYPE> F;
     const int row0 = blockIdx.x * MVF_ROWS;
     const char *end = (const char *)(w + (size_t)nrows * bpr);
-    constexpr int THREADS = MvfFormat<GGML_TYPE_Q6_K>::WARPS * WARP_SIZE;
-    for (int i = tid; i < MVF_ROWS * MVF_WS_CHUNKS; i += THREADS) {
-        const int r = i / MVF_WS_CHUNKS, c = i % MVF_WS_CHUNKS;
-        const block_q6_K *b = w + (size_t)min(row0 + r, nrows - 1) * bpr + kb;
+    constexpr int THREADS = F::WARPS * WARP_SIZE;
+    for (int i = tid; i < MVF_ROWS * F::WS_CHUNKS; i += THREADS) {
+        const int r = i / F::WS_CHUNKS, c = i % F::WS_CHUNKS;
+        const typename F::block *b = w + (size_t)min(row0 + r, nrows - 1) * bpr + kb;
         const char *src = (const char *)((size_t)b & ~(size_t)15) + 16 * c;
         const int bytes = src >= end ? 0 : (int)min((ptrdiff_t)16, end - src);
-        cp_async16(dst + r * MVF_WS_ROW + 16 * c, bytes > 0 ? src : (const char *)w, bytes);
+        cp_async16(dst + r * F::WS_ROW + 16 * c, bytes > 0 ? src : (const char *)w, bytes);
     }
 }
 
 // The lane's weight rows g + 8r of the warp's (rows past the end re-read the last one, never
 // written) and its share's first super-block of them, loaded before the wait on the previous
-// kernel (no kernel writes weights); then the wait. WS (Q6_K only): the block's first
-// super-block is queued for shared memory instead, in a group of its own.
+// kernel (no kernel writes weights); then the wait. WS: the block's first super-block is queued
+// for shared memory instead, in a group of its own.
 template <int TYPE> struct MvfStart {
     static constexpr int RL = 2 * MvfFormat<TYPE>::TILES;
     const typename MvfFormat<TYPE>::block *w; // the matrix
@@ -360,14 +390,13 @@ mvf_weights_then_wait(const typename MvfFormat<TYPE>::block *__restrict__ w, int
         }
     }
     if constexpr (WS) {
-        static_assert(TYPE == GGML_TYPE_Q6_K, "weights through shared memory: Q6_K only");
         extern __shared__ __align__(16) char smem[];
-        if (mmq_dynamic_smem() < (unsigned)MVF_WS_SMEM) {
+        if (mmq_dynamic_smem() < (unsigned)F::WS_SMEM) {
             __trap(); // launched with less shared memory than the copies below fill
         }
         if (kb0 < bpr) {
-            mvf_stage_weights(smem + 2 * MVF_STAGE_BYTES, (const block_q6_K *)w, nrows, bpr, kb0,
-                              threadIdx.y * WARP_SIZE + threadIdx.x);
+            mvf_stage_weights<TYPE>(smem + 2 * MVF_STAGE_BYTES, w, nrows, bpr, kb0,
+                                    threadIdx.y * WARP_SIZE + threadIdx.x);
         }
         cp_async_commit();
         dependent_launch_entry();
@@ -393,8 +422,8 @@ mvf_weights_then_wait(const typename MvfFormat<TYPE>::block *__restrict__ w, int
 
 // `share` super-blocks a split (gridDim.y of them); part: gridDim.y × nrows_y × nrows floats
 // and done: a zeroed counter per row block, when gridDim.y > 1. st as mvf_weights_then_wait
-// leaves it. WS: Q6_K's weights through shared memory (MVF_WS_SMEM), the same arithmetic in
-// the same order: the same bits as the register path.
+// leaves it. WS: the weights through shared memory (F::WS_SMEM), the same arithmetic in the
+// same order: the same bits as the register path.
 template <int TYPE, int NT, bool WS>
 static __device__ __forceinline__ void matvec_f16(MvfStart<TYPE> &st,
                                                   const uint16_t *__restrict__ x,
@@ -409,7 +438,7 @@ static __device__ __forceinline__ void matvec_f16(MvfStart<TYPE> &st,
     const int bpr = ncols / QK_K;
     const int row0 = blockIdx.x * MVF_ROWS + 16 * F::TILES * threadIdx.y;
     const int kb0 = blockIdx.y * share, kb1 = min(bpr, kb0 + share);
-    if (mmq_dynamic_smem() < (unsigned)(WS ? MVF_WS_SMEM : MVF_SMEM)) {
+    if (mmq_dynamic_smem() < (unsigned)(WS ? F::WS_SMEM : MVF_SMEM)) {
         __trap(); // launched with less shared memory than the layout needs
     }
     float acc[F::TILES][NT][4];
@@ -442,9 +471,9 @@ static __device__ __forceinline__ void matvec_f16(MvfStart<TYPE> &st,
                 __syncthreads();    // everyone's; and every warp is done with k - 1's stage
                 if (k + 1 < kb1) {
                     if constexpr (WS) {
-                        mvf_stage_weights(smem + 2 * MVF_STAGE_BYTES +
-                                              (half ^ 1) * MVF_WS_STAGE_BYTES,
-                                          (const block_q6_K *)st.w, nrows, bpr, k + 1, tid);
+                        mvf_stage_weights<TYPE>(smem + 2 * MVF_STAGE_BYTES +
+                                                    (half ^ 1) * MVF_ROWS * F::WS_ROW,
+                                                st.w, nrows, bpr, k + 1, tid);
                     }
                     mvf_stage<TYPE, NT>(smem + (half ^ 1) * MVF_STAGE_BYTES, x, ncols, nrows_y,
                                         k + 1, tid);
@@ -453,11 +482,12 @@ static __device__ __forceinline__ void matvec_f16(MvfStart<TYPE> &st,
                     // The warp's rows of super-block k, from the stage at the blocks' offset
                     // in their spans (the same for every row), as the register path holds them.
                     const int off = (int)((size_t)(st.wr[0] + k) & 15);
-                    const char *ws = smem + 2 * MVF_STAGE_BYTES + half * MVF_WS_STAGE_BYTES + off;
+                    const char *ws = smem + 2 * MVF_STAGE_BYTES + half * MVF_ROWS * F::WS_ROW + off;
 #pragma unroll
                     for (int r = 0; r < RL; ++r) {
                         const int rr = 16 * F::TILES * threadIdx.y + g + 8 * r;
-                        F::load(use[r], (const typename F::block *)(ws + rr * MVF_WS_ROW), t);
+                        F::load_staged(use[r], (const typename F::block *)(ws + rr * F::WS_ROW),
+                                       t);
                     }
                 }
                 F::template super_block<NT>(use, smem + half * MVF_STAGE_BYTES, acc, fill, st.wr,
@@ -518,6 +548,15 @@ static __device__ __forceinline__ void matvec_f16(MvfStart<TYPE> &st,
 
 MVF_FORMAT(q4_k, GGML_TYPE_Q4_K)
 MVF_FORMAT(q6_k, GGML_TYPE_Q6_K)
+// Q4_K with its weights through shared memory (MVF_WS4_SMEM bytes), column tiles 1-8.
+MVF_ENTRY_AS(q4_k_ws, GGML_TYPE_Q4_K, 1, true)
+MVF_ENTRY_AS(q4_k_ws, GGML_TYPE_Q4_K, 2, true)
+MVF_ENTRY_AS(q4_k_ws, GGML_TYPE_Q4_K, 3, true)
+MVF_ENTRY_AS(q4_k_ws, GGML_TYPE_Q4_K, 4, true)
+MVF_ENTRY_AS(q4_k_ws, GGML_TYPE_Q4_K, 5, true)
+MVF_ENTRY_AS(q4_k_ws, GGML_TYPE_Q4_K, 6, true)
+MVF_ENTRY_AS(q4_k_ws, GGML_TYPE_Q4_K, 7, true)
+MVF_ENTRY_AS(q4_k_ws, GGML_TYPE_Q4_K, 8, true)
 // Q6_K with its weights through shared memory (MVF_WS_SMEM bytes), column tiles 1-8.
 MVF_ENTRY_AS(q6_k_ws, GGML_TYPE_Q6_K, 1, true)
 MVF_ENTRY_AS(q6_k_ws, GGML_TYPE_Q6_K, 2, true)

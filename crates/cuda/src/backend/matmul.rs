@@ -410,7 +410,7 @@ impl CudaBackend {
         if let Some(splits) = self.f16_matvec(w, n) {
             let mv = &self.k.matvec_f16;
             let floats = crate::ops::MatVecF16::scratch(splits, n, w.rows);
-            let stage = self.plan.f16_matvec_stage_q6k();
+            let stage = self.plan.f16_matvec_stage(w.ty);
             if floats == 0 {
                 mv.matmul(stage, splits, w, x16, n, out.buf_mut(), None)?;
             } else {

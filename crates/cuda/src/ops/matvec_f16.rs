@@ -28,9 +28,15 @@ const FORMATS: [(GgmlType, u32); 2] = [(GgmlType::Q4K, 4), (GgmlType::Q6K, 8)];
 pub const F16_MATVEC_SPLIT_BLOCKS: usize = 1024;
 /// The kernel's MVF_SMEM: two stages of 64 activation rows of a super-block as f16.
 const SMEM_BYTES: u32 = 2 * 64 * 512;
-/// The `_ws` entries' MVF_WS_SMEM: those stages and two of a block's 128 Q6_K rows of a
-/// super-block, each row's 224-byte span 240 bytes from the next.
-const WS_SMEM_BYTES: u32 = SMEM_BYTES + 2 * 128 * 240;
+/// The `_ws` entries' shared memory (the kernel's `MvfFormat<TYPE>::WS_SMEM`): those stages and
+/// two of a block's 128 weight rows of a super-block, each row's span the row stride from the
+/// next: Q6_K's 224-byte span every 240 bytes (MVF_WS_SMEM), Q4_K's 144-byte block every 144
+/// (MVF_WS4_SMEM).
+const fn ws_smem_bytes(row_stride: u32) -> u32 {
+    SMEM_BYTES + 2 * 128 * row_stride
+}
+/// The formats with `_ws` entries and their rows' stride in shared memory.
+const WS_FORMATS: [(GgmlType, u32); 2] = [(GgmlType::Q4K, 144), (GgmlType::Q6K, 240)];
 /// Elements a super-block holds: the width must be whole super-blocks.
 const SUPER_BLOCK: usize = 256;
 
@@ -38,8 +44,9 @@ pub struct MatVecF16 {
     launch: Launcher,
     /// (type, column tiles) -> `matvec_f16_<type>_t<NT>` and its warps a block.
     fns: HashMap<(GgmlType, usize), (CudaFunction, u32)>,
-    /// Column tiles -> `matvec_f16_q6_k_ws_t<NT>` (Q6_K's weights through shared memory).
-    fns_ws: HashMap<usize, CudaFunction>,
+    /// (type, column tiles) -> `matvec_f16_<type>_ws_t<NT>` (the weights through shared memory)
+    /// and its shared memory.
+    fns_ws: HashMap<(GgmlType, usize), (CudaFunction, u32)>,
     /// A zeroed counter per row block of a split launch; each block's last share resets it.
     done: CudaSlice<u32>,
 }
@@ -67,14 +74,18 @@ impl MatVecF16 {
             .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
             .during("reading the shared memory limit")? as u32;
         let mut fns_ws = HashMap::new();
-        for nt in (1..=F16_MATVEC_MAX_ROWS / 8).filter(|_| WS_SMEM_BYTES <= optin) {
-            let f = dev.function(&MATVEC_F16, &format!("matvec_f16_q6_k_ws_t{nt}"))?;
-            f.set_attribute(
-                CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                WS_SMEM_BYTES as i32,
-            )
-            .during("raising matvec_f16_q6_k_ws's shared-memory limit")?;
-            fns_ws.insert(nt, f);
+        for (ty, stride) in WS_FORMATS {
+            let smem = ws_smem_bytes(stride);
+            let name = super::kernel_suffix(ty);
+            for nt in (1..=F16_MATVEC_MAX_ROWS / 8).filter(|_| smem <= optin) {
+                let f = dev.function(&MATVEC_F16, &format!("matvec_f16_{name}_ws_t{nt}"))?;
+                f.set_attribute(
+                    CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                    smem as i32,
+                )
+                .during("raising matvec_f16's _ws shared-memory limit")?;
+                fns_ws.insert((ty, nt), (f, smem));
+            }
         }
         Ok(Self {
             launch: launch.clone(),
@@ -104,20 +115,26 @@ impl MatVecF16 {
     }
 
     /// Whether `w`'s weights can come through shared memory (`stage_weights` in
-    /// [`Self::matmul`]): the device has the entries' shared memory, and Q6_K rows lie a
-    /// multiple of 16 bytes apart (8 super-blocks a row) from a 16-byte-aligned start, so that
-    /// every row's block of a super-block sits at one offset in its 16-byte-aligned span.
+    /// [`Self::matmul`]): the device has the entries' shared memory, the matrix starts 16-byte
+    /// aligned, and (Q6_K) rows lie a multiple of 16 bytes apart (8 super-blocks a row), so that
+    /// every row's block of a super-block sits at one offset in its 16-byte-aligned span
+    /// (Q4_K's 144-byte blocks are all 16-byte aligned then).
     pub fn stages_weights(&self, w: &QuantMatrix) -> bool {
-        w.ty == GgmlType::Q6K
-            && !self.fns_ws.is_empty()
-            && (w.cols / SUPER_BLOCK).is_multiple_of(8)
+        let rows_aligned = match w.ty {
+            GgmlType::Q4K => true,
+            GgmlType::Q6K => (w.cols / SUPER_BLOCK).is_multiple_of(8),
+            _ => false,
+        };
+        rows_aligned
+            && self.fns_ws.contains_key(&(w.ty, 1))
             && w.data.device_ptr(self.launch.stream()).0 % 16 == 0
     }
 
     /// `out[j][r] = W[r] · x16[j]` for the `n` (1..=64) f16 rows of `x16`, k shared out
     /// `splits` ways (`part`: [`Self::scratch`] floats where `splits` > 1); `out` holds
-    /// `n * w.rows` floats. `stage_weights` (the plan's [`crate::Plan::f16_matvec_stage_q6k`]):
-    /// Q6_K's weights come through shared memory where their layout allows it (the same bits).
+    /// `n * w.rows` floats. `stage_weights` (the plan's [`crate::Plan::f16_matvec_stage`] for the
+    /// type): the weights come through shared memory where their layout allows it (the same
+    /// bits).
     #[allow(clippy::too_many_arguments)]
     pub fn matmul(
         &self,
@@ -139,12 +156,13 @@ impl MatVecF16 {
         assert!(out.len() >= n * w.rows, "matvec_f16: out too small");
         let nt = n.div_ceil(8);
         let ws = stage_weights && self.stages_weights(w);
+        let (f, warps) = &self.fns[&(w.ty, nt)];
         let (f, warps, smem) = match ws {
-            true => (&self.fns_ws[&nt], 8, WS_SMEM_BYTES),
-            false => {
-                let (f, warps) = &self.fns[&(w.ty, nt)];
-                (f, *warps, SMEM_BYTES)
+            true => {
+                let (f, smem) = &self.fns_ws[&(w.ty, nt)];
+                (f, *warps, *smem)
             }
+            false => (f, *warps, SMEM_BYTES),
         };
         let blocks = w.cols / SUPER_BLOCK;
         // Shares of ceil(blocks / splits) super-blocks, then as many as that takes (none
@@ -192,11 +210,11 @@ impl MatVecF16 {
             shared_mem_bytes: smem,
         };
         // SAFETY: matvec_f16_<type>[_ws]_t<NT>(w, x, dst, ncols, nrows, nrows_y, part, done,
-        // share): rows x cols weights of the entry's type (whole super-blocks; _ws: Q6_K rows
-        // a multiple of 16 bytes apart from a 16-byte-aligned start, checked above), n <= 8 NT
-        // f16 rows of cols elements, n x rows floats out; split, part holds splits x n x rows
-        // floats and done a zeroed counter per row block; MVF_SMEM (_ws: MVF_WS_SMEM) bytes of
-        // dynamic shared memory (allowed at load).
+        // share): rows x cols weights of the entry's type (whole super-blocks; _ws: from a
+        // 16-byte-aligned start, Q6_K rows a multiple of 16 bytes apart, checked above), n <= 8
+        // NT f16 rows of cols elements, n x rows floats out; split, part holds splits x n x rows
+        // floats and done a zeroed counter per row block; MVF_SMEM (_ws: the format's WS_SMEM)
+        // bytes of dynamic shared memory (allowed at load).
         unsafe { b.launch(cfg) }.during("launching matvec_f16")?;
         Ok(())
     }
@@ -235,11 +253,19 @@ mod tests {
         assert_eq!(SMEM_BYTES, 2 * 64 * 512);
         assert!(src.contains("#define MVF_WS_ROW 240"));
         assert!(src.contains("#define MVF_WS_SMEM (2 * MVF_STAGE_BYTES + 2 * MVF_WS_STAGE_BYTES)"));
-        assert_eq!(WS_SMEM_BYTES, SMEM_BYTES + 2 * 128 * 240);
-        for nt in 1..=F16_MATVEC_MAX_ROWS / 8 {
-            assert!(src.contains(&format!(
-                "MVF_ENTRY_AS(q6_k_ws, GGML_TYPE_Q6_K, {nt}, true)"
-            )));
+        assert!(src.contains("#define MVF_WS4_ROW 144"));
+        assert!(
+            src.contains("#define MVF_WS4_SMEM (2 * MVF_STAGE_BYTES + 2 * MVF_ROWS * MVF_WS4_ROW)")
+        );
+        assert_eq!(WS_FORMATS, [(GgmlType::Q4K, 144), (GgmlType::Q6K, 240)]);
+        for (ty, ggml) in [
+            (GgmlType::Q4K, "GGML_TYPE_Q4_K"),
+            (GgmlType::Q6K, "GGML_TYPE_Q6_K"),
+        ] {
+            let name = super::super::kernel_suffix(ty);
+            for nt in 1..=F16_MATVEC_MAX_ROWS / 8 {
+                assert!(src.contains(&format!("MVF_ENTRY_AS({name}_ws, {ggml}, {nt}, true)")));
+            }
         }
     }
 }

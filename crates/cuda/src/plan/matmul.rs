@@ -134,12 +134,16 @@ impl Plan {
             })
     }
 
-    /// Whether the f16 mat-vec reads Q6_K weights through shared memory (16-byte `cp.async`
-    /// chunks of each row's span) rather than a lane's 16-bit loads, where their layout allows
-    /// (`MatVecF16::matmul`): on unless `FERROLM_F16_MATVEC_Q6K_STAGE=0`. The same bits either
-    /// way.
-    pub fn f16_matvec_stage_q6k(&self) -> bool {
-        self.switches.f16_matvec_q6k_stage
+    /// Whether the f16 mat-vec reads `ty` weights through shared memory (16-byte `cp.async`
+    /// chunks of each row's block) rather than straight into a lane's registers, where their
+    /// layout allows (`MatVecF16::matmul`): Q6_K unless `FERROLM_F16_MATVEC_Q6K_STAGE=0`, Q4_K
+    /// only with `FERROLM_F16_MATVEC_Q4K_STAGE=1`. The same bits either way.
+    pub fn f16_matvec_stage(&self, ty: GgmlType) -> bool {
+        match ty {
+            GgmlType::Q6K => self.switches.f16_matvec_q6k_stage,
+            GgmlType::Q4K => self.switches.f16_matvec_q4k_stage,
+            _ => false,
+        }
     }
 
     /// Whether `n` rows of a batched decode step's `ty` product of `rows` × `cols` take the f16

@@ -332,6 +332,12 @@ pub struct Switches {
     /// same bits. On since session 34's device run (qwen3-8b S_TG +5% at 32 sequences, +3% at
     /// 64, H100).
     pub f16_matvec_q6k_stage: bool,
+    /// `FERROLM_F16_MATVEC_Q4K_STAGE=1`: its Q4_K weights through shared memory too (a block's
+    /// 128 rows of a super-block by cp.async, two stages, `matvec_f16_q4_k_ws_t<NT>`), where a
+    /// warp's rows came into registers one super-block ahead (252 registers, 11% occupancy and
+    /// 14% of DRAM on qwen3-8b's 64-row q/o, session 35's ncu; 218 registers staged). The same
+    /// bits.
+    pub f16_matvec_q4k_stage: bool,
     /// `FERROLM_F16_COPY`: a batched step's norms and SwiGLU write the f16 copy of their
     /// output that the f16 products after them take (else `round_f16` makes it in a launch of
     /// its own). The same bits.
@@ -433,6 +439,7 @@ impl Default for Switches {
             f16_matvec_rows: None,
             f16_matvec_splits: None,
             f16_matvec_q6k_stage: true,
+            f16_matvec_q4k_stage: false,
             f16_copy: true,
             moe_mma: true,
             moe_step_fuse: true,
@@ -638,6 +645,7 @@ impl Switches {
             f16_matvec_rows: count(env, "FERROLM_F16_MATVEC_ROWS", 1..=64)?,
             f16_matvec_splits: count(env, "FERROLM_F16_MATVEC_SPLITS", 1..=16)?,
             f16_matvec_q6k_stage: flag(env, "FERROLM_F16_MATVEC_Q6K_STAGE", true)?,
+            f16_matvec_q4k_stage: flag(env, "FERROLM_F16_MATVEC_Q4K_STAGE", false)?,
             f16_copy: flag(env, "FERROLM_F16_COPY", true)?,
             moe_mma: flag(env, "FERROLM_MOE_MMA", true)?,
             moe_step_fuse: flag(env, "FERROLM_MOE_STEP_FUSE", true)?,
@@ -696,7 +704,7 @@ impl fmt::Display for Switches {
             self.timing_skip.join(",")
         };
         let norm_route_rows = count_or_auto(self.norm_route_rows);
-        let lines: [(&str, &str, &str); 79] = [
+        let lines: [(&str, &str, &str); 80] = [
             (
                 "FERROLM_CUDA_MMQ",
                 bit(self.mmq),
@@ -1048,6 +1056,11 @@ impl fmt::Display for Switches {
                 "FERROLM_F16_MATVEC_Q6K_STAGE",
                 bit(self.f16_matvec_q6k_stage),
                 "the f16 mat-vec's Q6_K weights through shared memory",
+            ),
+            (
+                "FERROLM_F16_MATVEC_Q4K_STAGE",
+                bit(self.f16_matvec_q4k_stage),
+                "the f16 mat-vec's Q4_K weights through shared memory",
             ),
             (
                 "FERROLM_F16_COPY",

@@ -507,8 +507,10 @@ fn batched_steps_take_the_staged_matvec_when_switched_on() {
 fn batched_steps_take_the_f16_matvec() {
     let off = plan(&[("FERROLM_F16_MATVEC", "0")]).for_sequence_batches();
     assert_eq!(off.f16_matvec(Q4K, 4096, 4096, 64), None, "switched off");
-    assert!(plan(&[]).f16_matvec_stage_q6k());
-    assert!(!plan(&[("FERROLM_F16_MATVEC_Q6K_STAGE", "0")]).f16_matvec_stage_q6k());
+    assert!(plan(&[]).f16_matvec_stage(GgmlType::Q6K));
+    assert!(!plan(&[("FERROLM_F16_MATVEC_Q6K_STAGE", "0")]).f16_matvec_stage(GgmlType::Q6K));
+    assert!(!plan(&[]).f16_matvec_stage(GgmlType::Q4K));
+    assert!(plan(&[("FERROLM_F16_MATVEC_Q4K_STAGE", "1")]).f16_matvec_stage(GgmlType::Q4K));
     let on = plan(&[]);
     let many = on.for_sequence_batches();
     assert_eq!(on.f16_matvec(Q4K, 4096, 4096, 64), None, "one sequence");

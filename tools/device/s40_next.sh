@@ -1,0 +1,47 @@
+#!/bin/bash
+# Session 40's two unmeasured switches, one device call (writes under $OUT):
+# FERROLM_ROUTE_SPREAD_OUT=1 (the router launch's norm outputs a share a block, after each
+# block's count) and FERROLM_F16_MATVEC_Q4K_STAGE=1 (the f16 mat-vec's Q4_K weights through
+# shared memory). cuda-parity (its "outputs a share a block" and "weights through shared
+# memory" rows: the same bits), OLMoE's and qwen3-30b-a3b's logits over 60 steps one token a
+# step with and without the spread (md5s equal: the same bits), tg128 of both MoE presets and
+# OLMoE at -d 16384 beside llama-bench with and without it, then qwen3-8b's batched S_TG at 16 /
+# 32 / 64 sequences with the Q4_K staging off / on / off beside llama-batched-bench, and a
+# 64-row step's Q4_K launches under ncu either way. Pooled synth files. Usage, from the repo
+# root, .device-carry/ from tools/device/pack.sh: [SEED=181] [PARITY=0] bash tools/device/s40_next.sh
+source tools/device/carried.sh
+pooled olmoe-1b-7b qwen3-30b-a3b qwen3-8b
+if [ "${PARITY:-1}" = 1 ]; then
+  timeout 200 $B cuda-parity --seed ${SEED:-181} > $OUT/parity.txt 2>&1
+  echo "parity rc=$? $(tail -1 $OUT/parity.txt) at $(( $(date +%s) - t0 )) s"
+  grep '| FAIL |' $OUT/parity.txt | head
+  for rows in "outputs a share a block" "weights through shared memory"; do
+    echo "'$rows' rows: $(grep -c "$rows" $OUT/parity.txt), passing: $(grep "$rows" $OUT/parity.txt | grep -c '| PASS |')"
+  done
+fi
+SPREAD=FERROLM_ROUTE_SPREAD_OUT=1
+for p in olmoe-1b-7b qwen3-30b-a3b; do
+  for v in A=0 $SPREAD; do
+    env $v timeout 60 $B logits -m $M/$p-pooled.gguf --backend cuda --all --step --tokens "$(seq -s ' ' 11 70)" 2>&1 | md5sum | sed "s/^/logits $p $v /"
+  done
+done
+tg() { timeout 120 env "$@" $B bench -m $F --backend cuda -p 0 -n 128 -r 2 $EXTRA 2>&1 | grep -E 'tg128|rror|panic' | awk -F'|' '{print $(NF-1)}'; }
+lb() { timeout 200 $L/llama-bench -m $F -ngl 99 -fa 1 -p 0 -n 128 -r 2 $EXTRA 2>&1 | grep -E '^\| .*tg' | awk -F'|' '{print $(NF-1)}'; }
+for run in "olmoe-1b-7b" "qwen3-30b-a3b" "olmoe-1b-7b -d 16384"; do
+  set -- $run; F=$M/$1-pooled.gguf; shift; EXTRA="$*"
+  echo "== $run llama-bench $(lb) ferrolm $(tg A=0) / $(tg A=0) spread $(tg $SPREAD) / $(tg $SPREAD) at $(( $(date +%s) - t0 )) s"
+done
+F=$M/qwen3-8b-pooled.gguf
+echo "== qwen3-8b llama-batched-bench at $(( $(date +%s) - t0 )) s"
+timeout 100 $L/llama-batched-bench -m $F -ngl 99 -fa 1 -c 20000 -npp 128 -ntg 128 -npl 16,32,64 2>&1 | grep -E '^\|' | tail -3
+for s in 0 1 0; do
+  echo "== FERROLM_F16_MATVEC_Q4K_STAGE=$s"
+  FERROLM_F16_MATVEC_Q4K_STAGE=$s timeout 90 $B bench -m $F --backend cuda -c 20000 -npp 128 -ntg 128 -npl 16,32,64 2>&1 | grep -E '^\| +[0-9]|rror|panic'
+done
+for s in 0 1; do
+  echo "== ncu Q4_K launches, switch $s: $(FERROLM_CUDA_GRAPH=0 FERROLM_F16_MATVEC_Q4K_STAGE=$s ncu_line q4k-$s.txt \
+    -k regex:matvec_f16_q4_k --launch-skip 5 --launch-count 5 \
+    --metrics gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,launch__grid_size,sm__warps_active.avg.pct_of_peak_sustained_active \
+    $B bench -m $F --backend cuda -c 1024 -npp 8 -ntg 2 -npl 64)"
+done
+echo "end at $(( $(date +%s) - t0 )) s"
