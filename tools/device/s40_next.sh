@@ -1,14 +1,16 @@
 #!/bin/bash
-# Session 40's two unmeasured switches, one device call (writes under $OUT):
+# Session 40's three unmeasured switches, one device call (writes under $OUT):
 # FERROLM_ROUTE_SPREAD_OUT=1 (the router launch's norm outputs a share a block, after each
-# block's count) and FERROLM_F16_MATVEC_Q4K_STAGE=1 (the f16 mat-vec's Q4_K weights through
-# shared memory). cuda-parity (its "outputs a share a block" and "weights through shared
-# memory" rows: the same bits), OLMoE's and qwen3-30b-a3b's logits over 60 steps one token a
-# step with and without the spread (md5s equal: the same bits), tg128 of both MoE presets and
-# OLMoE at -d 16384 beside llama-bench with and without it, then qwen3-8b's batched S_TG at 16 /
-# 32 / 64 sequences with the Q4_K staging off / on / off beside llama-batched-bench, and a
-# 64-row step's Q4_K launches under ncu either way. Pooled synth files. Usage, from the repo
-# root, .device-carry/ from tools/device/pack.sh: [SEED=181] [PARITY=0] bash tools/device/s40_next.sh
+# block's count), FERROLM_CUDA_PREFETCH_MAX_MB=16 (the weight prefetch before the wait for
+# mat-vecs of at most 16 MB alone) and FERROLM_F16_MATVEC_Q4K_STAGE=1 (the f16 mat-vec's Q4_K
+# weights through shared memory). In order: cuda-parity (its "outputs a share a block" and
+# "weights through shared memory" rows: the same bits); OLMoE's and qwen3-30b-a3b's logits
+# over 60 steps one token a step with and without the spread (md5s equal: the same bits);
+# tg128 of olmoe-1b-7b, qwen3-30b-a3b, qwen3-8b and OLMoE at -d 16384 beside llama-bench,
+# default twice, with the spread twice, with the prefetch once; qwen3-8b's batched S_TG at 16 /
+# 32 / 64 sequences with the Q4_K staging off / on / off beside llama-batched-bench; a 64-row
+# step's Q4_K launches under ncu either way. Pooled synth files. Usage, from the repo root,
+# .device-carry/ from tools/device/pack.sh: [SEED=181] [PARITY=0] bash tools/device/s40_next.sh
 source tools/device/carried.sh
 pooled olmoe-1b-7b qwen3-30b-a3b qwen3-8b
 if [ "${PARITY:-1}" = 1 ]; then
@@ -27,9 +29,10 @@ for p in olmoe-1b-7b qwen3-30b-a3b; do
 done
 tg() { timeout 120 env "$@" $B bench -m $F --backend cuda -p 0 -n 128 -r 2 $EXTRA 2>&1 | grep -E 'tg128|rror|panic' | awk -F'|' '{print $(NF-1)}'; }
 lb() { timeout 200 $L/llama-bench -m $F -ngl 99 -fa 1 -p 0 -n 128 -r 2 $EXTRA 2>&1 | grep -E '^\| .*tg' | awk -F'|' '{print $(NF-1)}'; }
-for run in "olmoe-1b-7b" "qwen3-30b-a3b" "olmoe-1b-7b -d 16384"; do
+PF=FERROLM_CUDA_PREFETCH_MAX_MB=16
+for run in "olmoe-1b-7b" "qwen3-30b-a3b" "qwen3-8b" "olmoe-1b-7b -d 16384"; do
   set -- $run; F=$M/$1-pooled.gguf; shift; EXTRA="$*"
-  echo "== $run llama-bench $(lb) ferrolm $(tg A=0) / $(tg A=0) spread $(tg $SPREAD) / $(tg $SPREAD) at $(( $(date +%s) - t0 )) s"
+  echo "== $run llama-bench $(lb) ferrolm $(tg A=0) / $(tg A=0) spread $(tg $SPREAD) / $(tg $SPREAD) prefetch<=16MB $(tg $PF) at $(( $(date +%s) - t0 )) s"
 done
 F=$M/qwen3-8b-pooled.gguf
 echo "== qwen3-8b llama-batched-bench at $(( $(date +%s) - t0 )) s"

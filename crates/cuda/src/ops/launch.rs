@@ -30,6 +30,9 @@ pub struct LaunchMode {
     /// That prefetch into the asking SM's L1 rather than L2 (the block that asks is the one
     /// that reads them).
     pub weight_prefetch_l1: bool,
+    /// The most weight bytes a mat-vec prefetches (0: any; the plan's
+    /// `FERROLM_CUDA_PREFETCH_MAX_MB`).
+    pub weight_prefetch_max: usize,
     /// Wide mat-vec walks (dense and MoE) read their activations from a copy in shared memory
     /// (`stage_q8_1`, kernels/mmvq.cuh) where it fits: the same bits.
     pub stage_activations: bool,
@@ -56,6 +59,16 @@ impl LaunchMode {
             (false, _) => 0,
             (true, false) => 1,
             (true, true) => 2,
+        }
+    }
+
+    /// That argument for a product whose weights are `bytes` long (none past
+    /// `weight_prefetch_max`).
+    pub fn prefetch_arg_for(&self, bytes: usize) -> i32 {
+        if self.weight_prefetch_max > 0 && bytes > self.weight_prefetch_max {
+            0
+        } else {
+            self.prefetch_arg()
         }
     }
 }

@@ -217,7 +217,7 @@ impl Mmvq {
             shared_mem_bytes: smem,
         };
         let (cols, rows) = (int(w.cols, "mmvq cols"), int(w.rows, "mmvq rows"));
-        let prefetch = self.launch.mode().prefetch_arg();
+        let prefetch = self.launch.mode().prefetch_arg_for(w.data.len());
         let null = 0u64;
         let mut b = self.launch.builder(f);
         b.arg(&w.data).arg(xq).arg(out);
@@ -275,7 +275,10 @@ impl Mmvq {
             int(a.rows, "mmvq rows"),
             int(b.rows, "mmvq rows"),
         );
-        let prefetch = self.launch.mode().prefetch_arg();
+        let prefetch = self
+            .launch
+            .mode()
+            .prefetch_arg_for(a.data.len() + b.data.len());
         let null = 0u64;
         let mut l = self.launch.builder(f);
         l.arg(&a.data).arg(&b.data).arg(xq);
@@ -398,7 +401,7 @@ impl TripleShape {
             int(b.rows, "mmvq rows"),
             int(c.rows, "mmvq rows"),
             int(pair_blocks, "mmvq blocks"),
-            mode.prefetch_arg(),
+            mode.prefetch_arg_for(a.data.len() + b.data.len() + c.data.len()),
         ];
         let blocks = u32::try_from(pair_blocks + c_blocks).expect("mmvq triple: grid too large");
         Some(Self { blocks, ints })

@@ -109,7 +109,7 @@ impl MmvqMma {
             int(w.rows, "mmvq_mma rows"),
             int(n, "mmvq_mma activation rows"),
         );
-        let prefetch = self.launch.mode().prefetch_arg();
+        let prefetch = self.launch.mode().prefetch_arg_for(w.data.len());
         let aligned8 = xq.device_ptr(self.launch.stream()).0 % 8 == 0;
         let flags = i32::from(q8k) * FLAG_Q8K_SCALES + i32::from(aligned8) * FLAG_Y_ALIGNED8;
         let mut b = self.launch.builder(f);

@@ -163,7 +163,7 @@ impl MmvqStaged {
                 b.arg(&null).arg(&null);
             }
         }
-        let prefetch = self.launch.mode().prefetch_arg();
+        let prefetch = self.launch.mode().prefetch_arg_for(w.data.len());
         b.arg(&share_arg).arg(&prefetch);
         let cfg = LaunchConfig {
             grid_dim: (row_blocks as u32, splits as u32, 1),

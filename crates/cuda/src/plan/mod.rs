@@ -209,13 +209,19 @@ impl DeviceFacts {
 }
 
 /// Programmatic dependent launch on Hopper (sm_90) and later, unless `FERROLM_CUDA_PDL=0`; the
-/// weight prefetch with it, unless `FERROLM_CUDA_PREFETCH=0`.
+/// weight prefetch with it where `FERROLM_CUDA_PREFETCH`, `_L1` or `_MAX_MB` asks (the last for
+/// the matrices up to its size alone).
 fn launch_mode(switches: &Switches, cc: (i32, i32)) -> LaunchMode {
     let dependent = switches.pdl && cc.0 >= 9;
+    let every = switches.prefetch || switches.prefetch_l1;
     LaunchMode {
         dependent,
-        weight_prefetch: dependent && (switches.prefetch || switches.prefetch_l1),
+        weight_prefetch: dependent && (every || switches.prefetch_max_mb.is_some()),
         weight_prefetch_l1: switches.prefetch_l1,
+        weight_prefetch_max: match switches.prefetch_max_mb {
+            Some(mb) if !every => mb << 20,
+            _ => 0,
+        },
         stage_activations: switches.stage,
         head_norm_regs: switches.head_norm_regs,
         norm_exact: switches.norm_exact,

@@ -259,6 +259,12 @@ pub struct Switches {
     /// prefetch (session 38, H100: both +1.2% on qwen3-30b-a3b, level on OLMoE, -2.6% on
     /// qwen3-8b).
     pub prefetch_l1: bool,
+    /// `FERROLM_CUDA_PREFETCH_MAX_MB=N`: that prefetch (to L2, under PDL) for the one-token
+    /// mat-vecs whose weights are at most N MB alone (`auto`, the default: none). Session 38
+    /// measured the prefetch of every mat-vec +1.2% on qwen3-30b-a3b, whose dense products are
+    /// its attention's few MB, and -2.6% on qwen3-8b, whose FFN matrices are 28-41 MB each:
+    /// the prefetch pays where the weights fit in L2 beside the rest. The same bits.
+    pub prefetch_max_mb: Option<usize>,
     /// `FERROLM_MMVQ_STAGE=1`: wide mat-vec walks read their activations from a copy in shared
     /// memory (else from global memory; the same bits). Off by default: one decode token
     /// measured 2-6% slower on olmoe-1b-7b and smollm2-1.7b, level on qwen3-8b (docs/perf.md,
@@ -419,6 +425,7 @@ impl Default for Switches {
             rope_table: true,
             pdl: true,
             carveout: None,
+            prefetch_max_mb: None,
             prefetch: false,
             prefetch_l1: false,
             stage: false,
@@ -627,6 +634,7 @@ impl Switches {
             carveout: count(env, "FERROLM_CUDA_CARVEOUT", 0..=100)?,
             prefetch: flag(env, "FERROLM_CUDA_PREFETCH", false)?,
             prefetch_l1: flag(env, "FERROLM_CUDA_PREFETCH_L1", false)?,
+            prefetch_max_mb: count(env, "FERROLM_CUDA_PREFETCH_MAX_MB", 1..=1024)?,
             stage: flag(env, "FERROLM_MMVQ_STAGE", false)?,
             split_k: flag(env, "FERROLM_MMQ_SPLIT_K", true)?,
             gemm_f16: flag(env, "FERROLM_GEMM_F16", true)?,
@@ -698,13 +706,14 @@ impl fmt::Display for Switches {
         let decode_rows = count_or_auto(self.f16_decode_rows);
         let decode_splits = count_or_auto(self.f16_decode_splits);
         let carveout = count_or_auto(self.carveout);
+        let prefetch_max = count_or_auto(self.prefetch_max_mb);
         let timing_skip = if self.timing_skip.is_empty() {
             "none".to_owned()
         } else {
             self.timing_skip.join(",")
         };
         let norm_route_rows = count_or_auto(self.norm_route_rows);
-        let lines: [(&str, &str, &str); 80] = [
+        let lines: [(&str, &str, &str); 81] = [
             (
                 "FERROLM_CUDA_MMQ",
                 bit(self.mmq),
@@ -966,6 +975,11 @@ impl fmt::Display for Switches {
                 "FERROLM_CUDA_PREFETCH_L1",
                 bit(self.prefetch_l1),
                 "that prefetch into L1",
+            ),
+            (
+                "FERROLM_CUDA_PREFETCH_MAX_MB",
+                &prefetch_max,
+                "that prefetch for mat-vecs of at most this many MB alone",
             ),
             (
                 "FERROLM_MMVQ_STAGE",

@@ -130,7 +130,7 @@ fn tile_names() {
 #[test]
 fn display_prints_every_switch() {
     let text = plan(&[("FERROLM_MMQ_TILE", "128x64")]).to_string();
-    assert_eq!(text.lines().count(), 82, "{text}");
+    assert_eq!(text.lines().count(), 83, "{text}");
     assert!(text.contains("132 SMs, cc 9.0"));
     assert!(text
         .lines()
@@ -208,6 +208,18 @@ fn dependent_launch_from_hopper_unless_off() {
         plan(&[("FERROLM_CUDA_PDL", "0"), ("FERROLM_CUDA_PREFETCH", "1")]).launch_mode(),
         plain
     );
+    // The prefetch for small matrices alone: on with its limit, every size with the plain one.
+    let small = plan(&[("FERROLM_CUDA_PREFETCH_MAX_MB", "16")]).launch_mode();
+    assert_eq!(
+        (
+            small.prefetch_arg_for(16 << 20),
+            small.prefetch_arg_for((16 << 20) + 1)
+        ),
+        (1, 0)
+    );
+    let all = plan(&[("FERROLM_CUDA_PREFETCH", "1")]).launch_mode();
+    assert_eq!(all.prefetch_arg_for(1 << 30), 1);
+    assert_eq!(pdl.prefetch_arg_for(1), 0);
     // One carveout for every kernel where asked, with or without PDL.
     assert_eq!(
         plan(&[("FERROLM_CUDA_CARVEOUT", "100")]).launch_mode(),

@@ -73,7 +73,10 @@ impl Mmvq {
             shared_mem_bytes: norm_triple_smem(n),
         };
         let (cols, rows) = (int(n, "mmvq cols"), int(gate.rows, "mmvq rows"));
-        let prefetch = self.launch.mode().prefetch_arg();
+        let prefetch = self
+            .launch
+            .mode()
+            .prefetch_arg_for(gate.data.len() + up.data.len());
         let mut l = self.launch.builder(f);
         norm.push(&mut l);
         l.arg(&gate.data).arg(&up.data).arg(out);
