@@ -547,9 +547,9 @@ attn_rope_tiles_then_wait(const AttnRotate<D, G, ROWS> &rot, float *part_m, floa
                           float *part_acc, int *done, float *out, float scale, int window,
                           const float *sinks, int g) {
     if constexpr (ROWS) {
-        attn_group_block<D, G, 0, AttnRotate<D, G, ROWS>, BULK>(rot, rot.kc, rot.vc, rot.pages, rot.key + 1, blockIdx.x,
-                               gridDim.x, g, part_m, part_l, part_acc, done, out, scale, window,
-                               sinks);
+        attn_group_block<D, G, 0, AttnRotate<D, G, ROWS>, BULK>(
+            rot, rot.kc, rot.vc, rot.pages, rot.key + 1, blockIdx.x, gridDim.x, g, part_m, part_l,
+            part_acc, done, out, scale, window, sinks);
     } else {
         attn_group_block_tc<D, G>(rot, rot.kc, rot.vc, rot.pages, rot.key + 1, blockIdx.x,
                                   gridDim.x, g, part_m, part_l, part_acc, done, out, scale,

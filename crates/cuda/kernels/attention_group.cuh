@@ -448,7 +448,6 @@ static __device__ __forceinline__ void bulk_load_tile(char *sk, char *sv, const 
                                                       const KvHead<KvF16> &vh, int base, int n,
                                                       uint64_t *bar) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    const uint32_t b = smem_u32(bar);
     // (A key patched into this stage was fenced by its writers before the barrier ahead.)
     mbar_expect_tx(bar, (uint32_t)(2 * n * kh.row_bytes));
     const int block = 1 << kh.pages.shift;
@@ -457,24 +456,70 @@ static __device__ __forceinline__ void bulk_load_tile(char *sk, char *sv, const 
         const size_t at = kh.pages.row(kh.g, a) * kh.row_bytes;
         const uint32_t bytes = (uint32_t)((e - a) * kh.row_bytes);
         const size_t dst = (size_t)(a - base) * kh.row_bytes;
-        asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], "
-                     "%2, [%3];" ::"r"(smem_u32(sk + dst)),
-                     "l"(kh.base + at), "r"(bytes), "r"(b)
-                     : "memory");
-        asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], "
-                     "%2, [%3];" ::"r"(smem_u32(sv + dst)),
-                     "l"(vh.base + at), "r"(bytes), "r"(b)
-                     : "memory");
+        bulk_copy_to_smem(sk + dst, kh.base + at, bytes, bar);
+        bulk_copy_to_smem(sv + dst, vh.base + at, bytes, bar);
         a = e;
     }
 #endif
+}
+
+// Adds the weighted value rows of keys kk .. kk + 7 of a warp's (key e's row at vrows + e D,
+// its weight p in lane KEY_LANES e) to the lane's output elements: the eight rows and weights
+// fetched before the FMAs (a latency chain a key otherwise), the keys in order.
+template <int D, int KEY_LANES>
+static __device__ __forceinline__ void add_eight_value_rows(float p, const uint16_t *vrows,
+                                                            int kk, int lane,
+                                                            float (&acc)[LaneDims<D>::N]) {
+    constexpr int DL = LaneDims<D>::N;
+    float vf[8][DL], pk[8];
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+        v_row_f16<D>(vrows + (kk + e) * D, lane, vf[e]);
+        pk[e] = __shfl_sync(FULL_MASK, p, KEY_LANES * (kk + e));
+    }
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+#pragma unroll
+        for (int j = 0; j < DL; ++j) {
+            acc[j] += pk[e] * vf[e][j];
+        }
+    }
+}
+
+// The weighted value rows of a warp's nk keys, in key order: eight at a time
+// (add_eight_value_rows), then one at a time. ONE_ROUND: nk is at most 8 (a warp's share of
+// the lane-scores walk), so eight keys are a single round.
+template <int D, int KEY_LANES, bool ONE_ROUND>
+static __device__ __forceinline__ void add_value_rows(float p, const uint16_t *vrows, int nk,
+                                                      int lane, float (&acc)[LaneDims<D>::N]) {
+    constexpr int DL = LaneDims<D>::N;
+    int kk = 0;
+    if constexpr (ONE_ROUND) {
+        if (nk == 8) {
+            add_eight_value_rows<D, KEY_LANES>(p, vrows, 0, lane, acc);
+            return;
+        }
+    } else {
+        for (; kk + 8 <= nk; kk += 8) {
+            add_eight_value_rows<D, KEY_LANES>(p, vrows, kk, lane, acc);
+        }
+    }
+    for (; kk < nk; ++kk) {
+        float vf[DL];
+        v_row_f16<D>(vrows + kk * D, lane, vf);
+        const float pk = __shfl_sync(FULL_MASK, p, KEY_LANES * kk);
+#pragma unroll
+        for (int j = 0; j < DL; ++j) {
+            acc[j] += pk * vf[j];
+        }
+    }
 }
 
 // The group block's softmax step and V over a warp's 8 keys where one head is the block's
 // (attn_group_block's LANE_SCORES): lane L holds key L / 4's unscaled score s (all four lanes
 // of a key the same), `live` whether that key is; nk the warp's live keys; vrows their value
 // rows. The same steps as the shared-memory path: scaled scores rounded before use (no fused
-// subtract), the max and sum over the keys, then the rows eight at a time, in key order.
+// subtract), the max and sum over the keys, then the rows (add_value_rows).
 template <int D>
 static __device__ __forceinline__ void attn_lane_scores_step(float s, float scale, bool live,
                                                              int nk, const uint16_t *vrows,
@@ -501,31 +546,7 @@ static __device__ __forceinline__ void attn_lane_scores_step(float s, float scal
         acc[j] *= corr;
     }
     m = m_new;
-    if (nk == 8) { // (nk <= 8) all eight rows and weights fetched before the FMAs
-        float vf[8][DL], pk[8];
-#pragma unroll
-        for (int e = 0; e < 8; ++e) {
-            v_row_f16<D>(vrows + e * D, lane, vf[e]);
-            pk[e] = __shfl_sync(FULL_MASK, p, 4 * e);
-        }
-#pragma unroll
-        for (int e = 0; e < 8; ++e) {
-#pragma unroll
-            for (int j = 0; j < DL; ++j) {
-                acc[j] += pk[e] * vf[e][j];
-            }
-        }
-        return;
-    }
-    for (int kk = 0; kk < nk; ++kk) {
-        float vf[DL];
-        v_row_f16<D>(vrows + kk * D, lane, vf);
-        const float pk = __shfl_sync(FULL_MASK, p, 4 * kk);
-#pragma unroll
-        for (int j = 0; j < DL; ++j) {
-            acc[j] += pk * vf[j];
-        }
-    }
+    add_value_rows<D, 4, true>(p, vrows, nk, lane, acc);
 }
 
 // Block (split, KV head g) of one query row: q_row the row's [n_head][D] queries, its keys
@@ -763,34 +784,7 @@ static __device__ __forceinline__ void attn_group_block(
                 acc[u][j] *= corr;
             }
             m[u] = m_new;
-            // Eight keys at a time, their rows and weights fetched before the FMAs (a
-            // latency chain a key otherwise); keys in order either way.
-            const uint16_t *vrows = sv + kw0 * D;
-            int kk = 0;
-            for (; kk + 8 <= nk; kk += 8) {
-                float vf[8][DL], pk[8];
-#pragma unroll
-                for (int e = 0; e < 8; ++e) {
-                    v_row_f16<D>(vrows + (kk + e) * D, lane, vf[e]);
-                    pk[e] = __shfl_sync(FULL_MASK, p, kk + e);
-                }
-#pragma unroll
-                for (int e = 0; e < 8; ++e) {
-#pragma unroll
-                    for (int j = 0; j < DL; ++j) {
-                        acc[u][j] += pk[e] * vf[e][j];
-                    }
-                }
-            }
-            for (; kk < nk; ++kk) {
-                float vf[DL];
-                v_row_f16<D>(vrows + kk * D, lane, vf);
-                const float pk = __shfl_sync(FULL_MASK, p, kk);
-#pragma unroll
-                for (int j = 0; j < DL; ++j) {
-                    acc[u][j] += pk * vf[j];
-                }
-            }
+            add_value_rows<D, 1, false>(p, sv + kw0 * D, nk, lane, acc[u]);
         }
     }
     cp_async_wait<0>();

@@ -326,6 +326,18 @@ static __device__ __forceinline__ void mbar_wait(uint64_t *bar, uint32_t parity)
 #endif
 }
 
+// One bulk copy of `bytes` (a multiple of 16, both addresses 16-byte aligned) from global
+// memory into this block's shared memory, its completion counted on bar's transactions.
+static __device__ __forceinline__ void bulk_copy_to_smem(void *dst, const void *src,
+                                                         uint32_t bytes, uint64_t *bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], "
+                 "%2, [%3];" ::"r"(smem_u32(dst)),
+                 "l"(src), "r"(bytes), "r"(smem_u32(bar))
+                 : "memory");
+#endif
+}
+
 static __device__ __forceinline__ void cp_async_commit() {
     asm volatile("cp.async.commit_group;\n" ::);
 }
