@@ -53,22 +53,27 @@ pub struct MatVecF16 {
 
 impl MatVecF16 {
     pub fn load(dev: &CudaDevice, launch: &Launcher) -> Result<Self> {
+        // Each entry with its shared memory allowed: above 48 KiB a block gets dynamic shared
+        // memory only when asked for.
+        let entry = |name: String, smem: u32| -> Result<CudaFunction> {
+            let f = dev.function(&MATVEC_F16, &name)?;
+            f.set_attribute(
+                CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                smem as i32,
+            )
+            .during("raising matvec_f16's shared-memory limit")?;
+            Ok(f)
+        };
         let mut fns = HashMap::new();
         for (ty, warps) in FORMATS {
             let name = super::kernel_suffix(ty);
             for nt in 1..=F16_MATVEC_MAX_ROWS / 8 {
-                let f = dev.function(&MATVEC_F16, &format!("matvec_f16_{name}_t{nt}"))?;
-                // Above 48 KiB a block gets dynamic shared memory only when asked for.
-                f.set_attribute(
-                    CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                    SMEM_BYTES as i32,
-                )
-                .during("raising matvec_f16's shared-memory limit")?;
+                let f = entry(format!("matvec_f16_{name}_t{nt}"), SMEM_BYTES)?;
                 fns.insert((ty, nt), (f, warps));
             }
         }
         // Only where a block may have that much shared memory (Hopper's 227 KB; not the
-        // 99 KB of sm_86/89): elsewhere the register path serves every Q6_K product.
+        // 99 KB of sm_86/89): elsewhere the register path serves every product.
         let optin = dev
             .context()
             .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
@@ -78,12 +83,7 @@ impl MatVecF16 {
             let smem = ws_smem_bytes(stride);
             let name = super::kernel_suffix(ty);
             for nt in (1..=F16_MATVEC_MAX_ROWS / 8).filter(|_| smem <= optin) {
-                let f = dev.function(&MATVEC_F16, &format!("matvec_f16_{name}_ws_t{nt}"))?;
-                f.set_attribute(
-                    CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                    smem as i32,
-                )
-                .during("raising matvec_f16's _ws shared-memory limit")?;
+                let f = entry(format!("matvec_f16_{name}_ws_t{nt}"), smem)?;
                 fns_ws.insert((ty, nt), (f, smem));
             }
         }
