@@ -43,3 +43,38 @@ run_parity() {
   echo "parity rc=$? $(tail -1 $OUT/parity.txt) at $(( $(date +%s) - t0 )) s"
   grep '| FAIL |' $OUT/parity.txt | head
 }
+
+# tg128 SETTING...: ferrolm's tg128 (t/s, -r 2) of $F, with $EXTRA's bench arguments (say
+# `-d 16384`), under the given environment settings (at least one: `A=0` for none).
+tg128() {
+  timeout 120 env "$@" $B bench -m $F --backend cuda -p 0 -n 128 -r 2 $EXTRA 2>&1 |
+    grep -E 'tg128|rror|panic' | awk -F'|' '{print $(NF-1)}'
+}
+
+# llama_tg128: llama-bench's tg128 (t/s, -r 2) of $F with $EXTRA, as tg128 runs it.
+llama_tg128() {
+  timeout 200 $L/llama-bench -m $F -ngl 99 -fa 1 -p 0 -n 128 -r 2 $EXTRA 2>&1 |
+    grep -E '^\| .*tg' | awk -F'|' '{print $(NF-1)}'
+}
+
+# logits_md5 FILE SETTING...: the md5 of FILE's logits over 60 tokens one a step under the
+# settings (equal md5s: the same bits).
+logits_md5() {
+  local f=$1; shift
+  env "$@" timeout 60 $B logits -m $f --backend cuda --all --step --tokens "$(seq -s ' ' 11 70)" 2>&1 |
+    md5sum | cut -d' ' -f1
+}
+
+# batched_sweep SWITCH: $F in llama-batched-bench, then ferrolm's batched mode beside it (S_TG
+# at 16 / 32 / 64 sequences, -npp 128 -ntg 128) with SWITCH=0, 1 and 0 again.
+batched_sweep() {
+  echo "== llama-batched-bench at $(( $(date +%s) - t0 )) s"
+  timeout 100 $L/llama-batched-bench -m $F -ngl 99 -fa 1 -c 20000 -npp 128 -ntg 128 -npl 16,32,64 2>&1 |
+    grep -E '^\|' | tail -3
+  local s
+  for s in 0 1 0; do
+    echo "== $1=$s"
+    env $1=$s timeout 90 $B bench -m $F --backend cuda -c 20000 -npp 128 -ntg 128 -npl 16,32,64 2>&1 |
+      grep -E '^\| +[0-9]|rror|panic'
+  done
+}

@@ -9,17 +9,10 @@ source tools/device/carried.sh
 pooled qwen3-8b
 F=$M/qwen3-8b-pooled.gguf
 if [ "${PARITY:-1}" = 1 ]; then
-  timeout 200 $B cuda-parity --seed 151 > $OUT/parity.txt 2>&1
-  echo "parity rc=$? $(tail -1 $OUT/parity.txt) at $(( $(date +%s) - t0 )) s"
-  grep '| FAIL |' $OUT/parity.txt | head
+  run_parity 151
   echo "shared-memory rows: $(grep -c 'weights through shared memory' $OUT/parity.txt), passing: $(grep 'weights through shared memory' $OUT/parity.txt | grep -c '| PASS |')"
 fi
-echo "== llama-batched-bench"
-timeout 100 $L/llama-batched-bench -m $F -ngl 99 -fa 1 -c 20000 -npp 128 -ntg 128 -npl 16,32,64 2>&1 | grep -E '^\|' | tail -3
-for s in 0 1 0; do
-  echo "== FERROLM_F16_MATVEC_Q6K_STAGE=$s"
-  FERROLM_F16_MATVEC_Q6K_STAGE=$s timeout 90 $B bench -m $F --backend cuda -c 20000 -npp 128 -ntg 128 -npl 16,32,64 2>&1 | grep -E '^\| +[0-9]|rror|panic'
-done
+batched_sweep FERROLM_F16_MATVEC_Q6K_STAGE
 for s in 0 1; do
   echo "== ncu Q6_K launches, switch $s: $(FERROLM_CUDA_GRAPH=0 FERROLM_F16_MATVEC_Q6K_STAGE=$s ncu_line q6k-$s.txt \
     -k regex:matvec_f16_q6_k --launch-skip 4 --launch-count 4 \

@@ -7,18 +7,15 @@
 source tools/device/carried.sh
 pooled olmoe-1b-7b qwen3-30b-a3b qwen3-8b
 ( [ -n "$BASE" ] && export $BASE; run_parity ${SEED:-177} )
-tg() { timeout 120 env $BASE "$@" $B bench -m $F --backend cuda -p 0 -n 128 -r 2 $EXTRA 2>&1 | grep -E 'tg128|rror|panic' | awk -F'|' '{print $(NF-1)}'; }
-lb() { timeout 200 $L/llama-bench -m $F -ngl 99 -fa 1 -p 0 -n 128 -r 2 $EXTRA 2>&1 | grep -E '^\| .*tg' | awk -F'|' '{print $(NF-1)}'; }
 run() { # PRESET EXTRA
   F=$M/$1-pooled.gguf; EXTRA=$2
-  local alt=; [ -n "$ALT" ] && alt="alt $(tg $ALT)"
-  echo "== $1 $2 llama-bench $(lb) ferrolm $(tg A=0) / $(tg A=0) $alt at $(( $(date +%s) - t0 )) s"
+  local alt=; [ -n "$ALT" ] && alt="alt $(tg128 $BASE $ALT)"
+  echo "== $1 $2 llama-bench $(llama_tg128) ferrolm $(tg128 $BASE A=0) / $(tg128 $BASE A=0) $alt at $(( $(date +%s) - t0 )) s"
 }
 # With ALT: OLMoE's logits of 60 tokens one a step, with and without it (md5s equal: the same bits).
 if [ -n "$ALT" ]; then
-  F=$M/olmoe-1b-7b-pooled.gguf
   for v in "A=0" "$ALT"; do
-    env $BASE $v timeout 60 $B logits -m $F --backend cuda --all --step --tokens "$(seq -s ' ' 11 70)" 2>&1 | md5sum | sed "s/^/logits $v /"
+    echo "logits $v $(logits_md5 $M/olmoe-1b-7b-pooled.gguf $BASE $v)"
   done
 fi
 run olmoe-1b-7b ""; run qwen3-30b-a3b ""; run qwen3-8b ""

@@ -14,9 +14,7 @@
 source tools/device/carried.sh
 pooled olmoe-1b-7b qwen3-30b-a3b qwen3-8b
 if [ "${PARITY:-1}" = 1 ]; then
-  timeout 200 $B cuda-parity --seed ${SEED:-181} > $OUT/parity.txt 2>&1
-  echo "parity rc=$? $(tail -1 $OUT/parity.txt) at $(( $(date +%s) - t0 )) s"
-  grep '| FAIL |' $OUT/parity.txt | head
+  run_parity ${SEED:-181}
   for rows in "outputs a share a block" "weights through shared memory"; do
     echo "'$rows' rows: $(grep -c "$rows" $OUT/parity.txt), passing: $(grep "$rows" $OUT/parity.txt | grep -c '| PASS |')"
   done
@@ -24,23 +22,16 @@ fi
 SPREAD=FERROLM_ROUTE_SPREAD_OUT=1
 for p in olmoe-1b-7b qwen3-30b-a3b; do
   for v in A=0 $SPREAD; do
-    env $v timeout 60 $B logits -m $M/$p-pooled.gguf --backend cuda --all --step --tokens "$(seq -s ' ' 11 70)" 2>&1 | md5sum | sed "s/^/logits $p $v /"
+    echo "logits $p $v $(logits_md5 $M/$p-pooled.gguf $v)"
   done
 done
-tg() { timeout 120 env "$@" $B bench -m $F --backend cuda -p 0 -n 128 -r 2 $EXTRA 2>&1 | grep -E 'tg128|rror|panic' | awk -F'|' '{print $(NF-1)}'; }
-lb() { timeout 200 $L/llama-bench -m $F -ngl 99 -fa 1 -p 0 -n 128 -r 2 $EXTRA 2>&1 | grep -E '^\| .*tg' | awk -F'|' '{print $(NF-1)}'; }
 PF=FERROLM_CUDA_PREFETCH_MAX_MB=16
 for run in "olmoe-1b-7b" "qwen3-30b-a3b" "qwen3-8b" "olmoe-1b-7b -d 16384"; do
   set -- $run; F=$M/$1-pooled.gguf; shift; EXTRA="$*"
-  echo "== $run llama-bench $(lb) ferrolm $(tg A=0) / $(tg A=0) spread $(tg $SPREAD) / $(tg $SPREAD) prefetch<=16MB $(tg $PF) at $(( $(date +%s) - t0 )) s"
+  echo "== $run llama-bench $(llama_tg128) ferrolm $(tg128 A=0) / $(tg128 A=0) spread $(tg128 $SPREAD) / $(tg128 $SPREAD) prefetch<=16MB $(tg128 $PF) at $(( $(date +%s) - t0 )) s"
 done
-F=$M/qwen3-8b-pooled.gguf
-echo "== qwen3-8b llama-batched-bench at $(( $(date +%s) - t0 )) s"
-timeout 100 $L/llama-batched-bench -m $F -ngl 99 -fa 1 -c 20000 -npp 128 -ntg 128 -npl 16,32,64 2>&1 | grep -E '^\|' | tail -3
-for s in 0 1 0; do
-  echo "== FERROLM_F16_MATVEC_Q4K_STAGE=$s"
-  FERROLM_F16_MATVEC_Q4K_STAGE=$s timeout 90 $B bench -m $F --backend cuda -c 20000 -npp 128 -ntg 128 -npl 16,32,64 2>&1 | grep -E '^\| +[0-9]|rror|panic'
-done
+F=$M/qwen3-8b-pooled.gguf EXTRA=
+batched_sweep FERROLM_F16_MATVEC_Q4K_STAGE
 for s in 0 1; do
   echo "== ncu Q4_K launches, switch $s: $(FERROLM_CUDA_GRAPH=0 FERROLM_F16_MATVEC_Q4K_STAGE=$s ncu_line q4k-$s.txt \
     -k regex:matvec_f16_q4_k --launch-skip 5 --launch-count 5 \
