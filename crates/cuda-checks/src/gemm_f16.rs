@@ -219,7 +219,7 @@ pub fn matvec_f16(
     cols: usize,
     n: usize,
 ) -> Result<Vec<Row>> {
-    use ferrolm_cuda::ops::MatVecF16;
+    use ferrolm_cuda::ops::{MatVecF16, MatVecF16How, F16_MATVEC_CLUSTER_MAX};
     if !plan.device().f16_gemm {
         return Ok(Vec::new());
     }
@@ -235,8 +235,9 @@ pub fn matvec_f16(
     let exact = case.products()?;
     let want: Vec<f32> = exact.iter().map(|e| e.0 as f32).collect();
     let mut out = Vec::new();
+    let regs = MatVecF16How::default();
     for shares in [1, ways, 3] {
-        let mut part = dev.zeros::<f32>(MatVecF16::scratch(shares, n, rows).max(1))?;
+        let mut part = dev.zeros::<f32>(MatVecF16::scratch(regs, shares, n, rows).max(1))?;
         out.extend(split_run_rows(
             dev,
             &format!("matvec f16 {ty}"),
@@ -247,36 +248,68 @@ pub fn matvec_f16(
             |got| {
                 let part = (shares > 1).then_some(&mut part);
                 k.matvec_f16
-                    .matmul(false, shares, &case.w, &x16, n, got, part)
+                    .matmul(regs, shares, &case.w, &x16, n, got, part)
             },
         )?);
     }
+    let run = |how: MatVecF16How, shares: usize| -> Result<Vec<f32>> {
+        let floats = MatVecF16::scratch(how, shares, n, rows);
+        let mut part = dev.zeros::<f32>(floats.max(1))?;
+        let mut got = poisoned(dev, n * rows)?;
+        let part = (floats > 0).then_some(&mut part);
+        k.matvec_f16
+            .matmul(how, shares, &case.w, &x16, n, &mut got, part)?;
+        dev.sync()?;
+        Ok(dev.download(&got)?)
+    };
+    let same = |a: &[f32], b: &[f32]| a.iter().zip(b).all(|(a, b)| a.to_bits() == b.to_bits());
     if k.matvec_f16.stages_weights(&case.w) {
         // The weights through shared memory (FERROLM_F16_MATVEC_Q6K_STAGE, on;
         // FERROLM_F16_MATVEC_Q4K_STAGE, off; only where the rows' layout allows, else both runs
         // would take the register path): its bits.
+        let staged = MatVecF16How {
+            stage_weights: true,
+            ..regs
+        };
         for shares in [1, ways] {
-            let run = |stage: bool| -> Result<Vec<f32>> {
-                let mut part = dev.zeros::<f32>(MatVecF16::scratch(shares, n, rows).max(1))?;
-                let mut got = poisoned(dev, n * rows)?;
-                let part = (shares > 1).then_some(&mut part);
-                let (w, x) = (&case.w, &x16);
-                k.matvec_f16
-                    .matmul(stage, shares, w, x, n, &mut got, part)?;
-                dev.sync()?;
-                Ok(dev.download(&got)?)
-            };
-            let (regs, staged) = (run(false)?, run(true)?);
-            let same = regs
-                .iter()
-                .zip(&staged)
-                .all(|(a, b)| a.to_bits() == b.to_bits());
+            let (a, b) = (run(regs, shares)?, run(staged, shares)?);
             out.push(exact_row(
                 &format!("matvec f16 {ty}, weights through shared memory"),
                 format!("{rows}×{cols} · {n} rows, {shares} shares"),
                 "the register path",
-                same,
+                same(&a, &b),
             ));
+        }
+    }
+    if plan.device().cc.0 >= 9 {
+        // The shares added in a cluster a row block (FERROLM_F16_MATVEC_CLUSTER, off): its
+        // bits against the scratch's, on the register path and (where the layout allows)
+        // with the weights through shared memory.
+        for stage_weights in [false, true] {
+            if stage_weights && !k.matvec_f16.stages_weights(&case.w) {
+                continue;
+            }
+            for shares in [ways, 3] {
+                if !(2..=F16_MATVEC_CLUSTER_MAX).contains(&shares) {
+                    continue;
+                }
+                let scratch = MatVecF16How {
+                    stage_weights,
+                    cluster_sum: false,
+                };
+                let cluster = MatVecF16How {
+                    cluster_sum: true,
+                    ..scratch
+                };
+                let (a, b) = (run(scratch, shares)?, run(cluster, shares)?);
+                let path = if stage_weights { ", staged" } else { "" };
+                out.push(exact_row(
+                    &format!("matvec f16 {ty}, shares added in a cluster{path}"),
+                    format!("{rows}×{cols} · {n} rows, {shares} shares"),
+                    "the scratch's sum",
+                    same(&a, &b),
+                ));
+            }
         }
     }
     Ok(out)

@@ -338,6 +338,63 @@ static __device__ __forceinline__ void bulk_copy_to_smem(void *dst, const void *
 #endif
 }
 
+// Thread-block clusters (sm_90; the callers take them on sm_90 only, and before it the bodies
+// are empty and the cluster is one block). A thread's arrival at the cluster's barrier and its
+// wait there (every thread of every block arrives, then waits, before it arrives again):
+// `release` publishes the thread's shared-memory stores to the cluster, `acquire` sees the
+// others'.
+static __device__ __forceinline__ void cluster_arrive_relaxed() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+#endif
+}
+static __device__ __forceinline__ void cluster_arrive_release() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+#endif
+}
+static __device__ __forceinline__ void cluster_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
+#endif
+}
+
+// Blocks in this block's cluster (1 where the launch took none).
+static __device__ __forceinline__ unsigned cluster_blocks() {
+    unsigned n = 1;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm("mov.u32 %0, %%cluster_nctarank;" : "=r"(n));
+#endif
+    return n;
+}
+
+// This block's shared-memory address p as the cluster's block `rank` holds the same variable.
+static __device__ __forceinline__ uint32_t cluster_smem(const void *p, unsigned rank) {
+    uint32_t remote = smem_u32(p);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(remote), "r"(rank));
+#endif
+    return remote;
+}
+
+// v into *p of the cluster's block `rank` (p: this block's address of the same variable).
+static __device__ __forceinline__ void store_in_block(float *p, unsigned rank, float v) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("st.shared::cluster.f32 [%0], %1;" ::"r"(cluster_smem(p, rank)), "f"(v) : "memory");
+#endif
+}
+
+// The float4 at a cluster shared-memory address (cluster_smem's).
+static __device__ __forceinline__ float4 load_in_cluster(uint32_t at) {
+    float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];"
+                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+                 : "r"(at));
+#endif
+    return v;
+}
+
 static __device__ __forceinline__ void cp_async_commit() {
     asm volatile("cp.async.commit_group;\n" ::);
 }

@@ -323,17 +323,23 @@ template <> struct MvfFormat<GGML_TYPE_Q6_K> {
 };
 
 // Queue the copy of super-block kb of activation rows 0..8 NT (rows past nrows_y: zeros), each
-// row's chunk c at c ^ swizzle(n).
+// row's chunk c at c ^ swizzle(n). A thread copies one chunk c of every STEP-th row from row
+// tid / CHUNKS: STEP is a multiple of the swizzle's period, so the chunk's place in each of its
+// rows is the same, and its addresses only step (the div/mod form cost ~15 instructions a copy).
 template <int TYPE, int NT>
 static __device__ __forceinline__ void mvf_stage(char *dst, const uint16_t *x, int ncols,
                                                  int nrows_y, int kb, int tid) {
     typedef MvfFormat<TYPE> F;
-    constexpr int CHUNKS = MVF_ROW_BYTES / 16;
-    for (int i = tid; i < 8 * NT * CHUNKS; i += F::WARPS * WARP_SIZE) {
-        const int n = i / CHUNKS, c = i % CHUNKS;
-        const bool live = n < nrows_y;
-        const uint16_t *src = live ? x + (size_t)n * ncols + (size_t)kb * 256 + 8 * c : x;
-        cp_async16(dst + n * MVF_ROW_BYTES + 16 * (c ^ F::swizzle(n)), src, live ? 16 : 0);
+    constexpr int CHUNKS = MVF_ROW_BYTES / 16, STEP = F::WARPS * WARP_SIZE / CHUNKS;
+    static_assert(STEP % 4 == 0 && (8 * NT) % STEP == 0, "a thread's rows share their swizzle");
+    const int c = tid % CHUNKS, n0 = tid / CHUNKS;
+    char *d = dst + n0 * MVF_ROW_BYTES + 16 * (c ^ F::swizzle(n0));
+    const uint16_t *s = x + (size_t)n0 * ncols + (size_t)kb * 256 + 8 * c;
+#pragma unroll
+    for (int i = 0; i < 8 * NT / STEP; ++i) {
+        const bool live = n0 + STEP * i < nrows_y;
+        cp_async16(d + STEP * MVF_ROW_BYTES * i, live ? s : x, live ? 16 : 0);
+        s += (size_t)STEP * ncols;
     }
     cp_async_commit();
 }
@@ -420,6 +426,79 @@ mvf_weights_then_wait(const typename MvfFormat<TYPE>::block *__restrict__ w, int
     return st;
 }
 
+// A row block's shares added in its cluster (FERROLM_F16_MATVEC_CLUSTER; sm_90): the launch
+// makes each row block's gridDim.y shares one cluster, and each block leaves its share of the
+// tile in its own shared memory, outputs [col][row] MVF_SUM_LD floats apart (the pad puts a
+// warp's stores in 32 banks); after the cluster's barrier, block z adds every z'th float4 of
+// the tile over the blocks in share order, as add_split_planes does (the same bits), and writes
+// it to dst; a second barrier keeps each block's memory until the others have read it. No
+// scratch, no counter, no last block: the sum is spread over the cluster's SMs and stays on
+// chip.
+#define MVF_SUM_LD (MVF_ROWS + 4)
+// The most shares a cluster sum takes (the portable cluster size).
+#define MVF_CLUSTER_MAX 8
+static_assert(MVF_MAX_COLS * MVF_SUM_LD * 4 <= MVF_SMEM, "the tile fits the stages");
+template <int TILES, int NT>
+static __device__ __forceinline__ void mvf_cluster_sum(const float (&acc)[TILES][NT][4],
+                                                       float *__restrict__ dst, int nrows,
+                                                       int nrows_y, int tid, int threads) {
+    extern __shared__ __align__(16) char smem[];
+    float *tile = (float *)smem;
+    const int g = threadIdx.x / 4, t = threadIdx.x % 4;
+    __syncthreads(); // every warp is done with the stages this overwrites
+#pragma unroll
+    for (int tl = 0; tl < TILES; ++tl) {
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const int r = 16 * TILES * threadIdx.y + 16 * tl + g + 8 * (i / 2);
+                tile[(8 * nt + 2 * t + i % 2) * MVF_SUM_LD + r] = acc[tl][nt][i];
+            }
+        }
+    }
+    cluster_arrive_release();
+    cluster_wait();
+    const int splits = gridDim.y, quads = MVF_ROWS / 4, row0 = blockIdx.x * MVF_ROWS;
+    // Each block's tile as the cluster addresses it (a block's window is linear).
+    uint32_t base[MVF_CLUSTER_MAX];
+#pragma unroll
+    for (int z = 0; z < MVF_CLUSTER_MAX; ++z) {
+        base[z] = z < splits ? cluster_smem(tile, z) : 0;
+    }
+    for (int u = blockIdx.y * threads + tid; u < 8 * NT * quads; u += splits * threads) {
+        const int col = u / quads, r = 4 * (u % quads);
+        const uint32_t at = 4 * (col * MVF_SUM_LD + r);
+        // Every share's float4 asked for at once, then added in share order.
+        float4 v[MVF_CLUSTER_MAX];
+#pragma unroll
+        for (int z = 0; z < MVF_CLUSTER_MAX; ++z) {
+            if (z < splits) {
+                v[z] = load_in_cluster(base[z] + at);
+            }
+        }
+        float4 sum = v[0];
+#pragma unroll
+        for (int z = 1; z < MVF_CLUSTER_MAX; ++z) {
+            if (z < splits) {
+                sum.x = __fadd_rn(sum.x, v[z].x);
+                sum.y = __fadd_rn(sum.y, v[z].y);
+                sum.z = __fadd_rn(sum.z, v[z].z);
+                sum.w = __fadd_rn(sum.w, v[z].w);
+            }
+        }
+        const float s4[4] = {sum.x, sum.y, sum.z, sum.w};
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            if (col < nrows_y && row0 + r + e < nrows) {
+                dst[(size_t)col * nrows + row0 + r + e] = s4[e];
+            }
+        }
+    }
+    cluster_arrive_relaxed();
+    cluster_wait();
+}
+
 // `share` super-blocks a split (gridDim.y of them); part: gridDim.y × nrows_y × nrows floats
 // and done: a zeroed counter per row block, when gridDim.y > 1. st as mvf_weights_then_wait
 // leaves it. WS: the weights through shared memory (F::WS_SMEM), the same arithmetic in the
@@ -496,8 +575,13 @@ static __device__ __forceinline__ void matvec_f16(MvfStart<TYPE> &st,
         }
     }
 
-    // One share: straight to dst; several: this share to part[z], then the row block's last.
+    // One share: straight to dst; several in one cluster: added there (mvf_cluster_sum);
+    // several otherwise: this share to part[z], then the row block's last.
     const int splits = gridDim.y;
+    if (splits > 1 && splits <= MVF_CLUSTER_MAX && (int)cluster_blocks() == splits) {
+        mvf_cluster_sum<F::TILES, NT>(acc, dst, nrows, nrows_y, tid, THREADS);
+        return;
+    }
     float *out = splits == 1 ? dst : part + (size_t)blockIdx.y * nrows_y * nrows;
 #pragma unroll
     for (int tile = 0; tile < F::TILES; ++tile) {

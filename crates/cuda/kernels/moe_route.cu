@@ -535,25 +535,6 @@ extern "C" __global__ void __launch_bounds__(1024)
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 #define ROUTE_CLUSTER 1
-// A thread's arrival at the cluster's barrier and its wait there (every thread of every block
-// arrives, then waits, before it arrives again): `release` publishes the thread's
-// shared-memory stores to the cluster, `acquire` sees the others'.
-static __device__ __forceinline__ void cluster_arrive_relaxed() {
-    asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
-}
-static __device__ __forceinline__ void cluster_arrive_release() {
-    asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
-}
-static __device__ __forceinline__ void cluster_wait() {
-    asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
-}
-// v into *p of the cluster's block `rank` (p: this block's address of the same variable).
-static __device__ __forceinline__ void store_in_block(float *p, unsigned rank, float v) {
-    const unsigned local = (unsigned)__cvta_generic_to_shared(p);
-    unsigned remote;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
-    asm volatile("st.shared::cluster.f32 [%0], %1;" ::"r"(remote), "f"(v) : "memory");
-}
 #endif
 
 // The block's share of the router's rows for add_rms_norm_route_cluster: experts [first, first

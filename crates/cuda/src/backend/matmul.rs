@@ -409,13 +409,13 @@ impl CudaBackend {
         let n = out.rows;
         if let Some(splits) = self.f16_matvec(w, n) {
             let mv = &self.k.matvec_f16;
-            let floats = crate::ops::MatVecF16::scratch(splits, n, w.rows);
-            let stage = self.plan.f16_matvec_stage(w.ty);
+            let how = self.plan.f16_matvec_how(w.ty);
+            let floats = crate::ops::MatVecF16::scratch(how, splits, n, w.rows);
             if floats == 0 {
-                mv.matmul(stage, splits, w, x16, n, out.buf_mut(), None)?;
+                mv.matmul(how, splits, w, x16, n, out.buf_mut(), None)?;
             } else {
                 let mut part = self.acts.take(floats)?;
-                let done = mv.matmul(stage, splits, w, x16, n, out.buf_mut(), Some(&mut part));
+                let done = mv.matmul(how, splits, w, x16, n, out.buf_mut(), Some(&mut part));
                 self.acts.give(part);
                 done?;
             }

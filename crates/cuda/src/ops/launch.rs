@@ -209,14 +209,20 @@ pub struct Launch<'a> {
     launcher: &'a Launcher,
     func: &'a CudaFunction,
     args: Vec<Arg<'a>>,
-    /// Blocks of a thread-block cluster along x (sm_90), where the kernel takes one.
-    cluster: Option<u32>,
+    /// Blocks of a thread-block cluster along x and y (sm_90), where the kernel takes one.
+    cluster: Option<(u32, u32)>,
 }
 
 impl<'a> Launch<'a> {
     /// Launches the grid as clusters of `blocks` blocks along x (the grid's x a multiple).
     pub fn cluster(&mut self, blocks: u32) -> &mut Self {
-        self.cluster = Some(blocks);
+        self.cluster = Some((blocks, 1));
+        self
+    }
+
+    /// Launches the grid as clusters of `blocks` blocks along y (the grid's y a multiple).
+    pub fn cluster_along_y(&mut self, blocks: u32) -> &mut Self {
+        self.cluster = Some((1, blocks));
         self
     }
 
@@ -273,14 +279,14 @@ impl<'a> Launch<'a> {
             attr.value.programmaticStreamSerializationAllowed = 1;
             attrs.push(attr);
         }
-        if let Some(blocks) = self.cluster {
+        if let Some((x, y)) = self.cluster {
             let mut attr = sys::CUlaunchAttribute {
                 id: sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION,
                 pad: [0; 4],
                 value: std::mem::zeroed(),
             };
-            attr.value.clusterDim.x = blocks;
-            attr.value.clusterDim.y = 1;
+            attr.value.clusterDim.x = x;
+            attr.value.clusterDim.y = y;
             attr.value.clusterDim.z = 1;
             attrs.push(attr);
         }

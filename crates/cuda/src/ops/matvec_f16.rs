@@ -39,6 +39,21 @@ const fn ws_smem_bytes(row_stride: u32) -> u32 {
 const WS_FORMATS: [(GgmlType, u32); 2] = [(GgmlType::Q4K, 144), (GgmlType::Q6K, 240)];
 /// Elements a super-block holds: the width must be whole super-blocks.
 const SUPER_BLOCK: usize = 256;
+/// The most shares a cluster sum takes (the kernel's MVF_CLUSTER_MAX: the portable cluster
+/// size).
+pub const F16_MATVEC_CLUSTER_MAX: usize = 8;
+
+/// How a launch runs, as the plan says ([`crate::Plan::f16_matvec_how`]); the same bits
+/// either way.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MatVecF16How {
+    /// The weights through shared memory where their layout allows it
+    /// ([`MatVecF16::stages_weights`]).
+    pub stage_weights: bool,
+    /// A split product's row block launched as one cluster that adds its shares on chip
+    /// ([`MatVecF16::cluster_sums`]); else the shares go through a scratch.
+    pub cluster_sum: bool,
+}
 
 pub struct MatVecF16 {
     launch: Launcher,
@@ -105,9 +120,16 @@ impl MatVecF16 {
         rows.div_ceil(F16_MATVEC_BLOCK_ROWS)
     }
 
-    /// Floats of the scratch a product of `n` × `rows` outputs split `splits` ways needs.
-    pub fn scratch(splits: usize, n: usize, rows: usize) -> usize {
-        if splits > 1 {
+    /// Whether a product split `splits` ways adds its shares in a cluster a row block: where
+    /// `how` asks for it and the cluster takes the shares (2 to [`F16_MATVEC_CLUSTER_MAX`]).
+    pub fn cluster_sums(how: MatVecF16How, splits: usize) -> bool {
+        how.cluster_sum && (2..=F16_MATVEC_CLUSTER_MAX).contains(&splits)
+    }
+
+    /// Floats of the scratch a product of `n` × `rows` outputs split `splits` ways needs
+    /// (none where its shares are added in a cluster).
+    pub fn scratch(how: MatVecF16How, splits: usize, n: usize, rows: usize) -> usize {
+        if splits > 1 && !Self::cluster_sums(how, splits) {
             splits * n * rows
         } else {
             0
@@ -131,14 +153,12 @@ impl MatVecF16 {
     }
 
     /// `out[j][r] = W[r] · x16[j]` for the `n` (1..=64) f16 rows of `x16`, k shared out
-    /// `splits` ways (`part`: [`Self::scratch`] floats where `splits` > 1); `out` holds
-    /// `n * w.rows` floats. `stage_weights` (the plan's [`crate::Plan::f16_matvec_stage`] for the
-    /// type): the weights come through shared memory where their layout allows it (the same
-    /// bits).
+    /// `splits` ways (`part`: [`Self::scratch`] floats where that is more than none); `out`
+    /// holds `n * w.rows` floats. `how`: the plan's choices for the type (the same bits).
     #[allow(clippy::too_many_arguments)]
     pub fn matmul(
         &self,
-        stage_weights: bool,
+        how: MatVecF16How,
         splits: usize,
         w: &QuantMatrix,
         x16: &CudaSlice<u16>,
@@ -155,7 +175,7 @@ impl MatVecF16 {
         assert!(x16.len() >= n * w.cols, "matvec_f16: activations too small");
         assert!(out.len() >= n * w.rows, "matvec_f16: out too small");
         let nt = n.div_ceil(8);
-        let ws = stage_weights && self.stages_weights(w);
+        let ws = how.stage_weights && self.stages_weights(w);
         let (f, warps) = &self.fns[&(w.ty, nt)];
         let (f, warps, smem) = match ws {
             true => {
@@ -186,21 +206,22 @@ impl MatVecF16 {
             int(share, "matvec_f16 share"),
         );
         b.arg(&cols).arg(&rows).arg(&rows_y);
+        let cluster = Self::cluster_sums(how, splits);
         match part {
-            Some(p) if splits > 1 => {
+            _ if splits == 1 || cluster => {
+                b.arg(&null).arg(&null);
+            }
+            Some(p) => {
                 assert!(
-                    p.len() >= Self::scratch(splits, n, w.rows),
+                    p.len() >= Self::scratch(how, splits, n, w.rows),
                     "matvec_f16: split scratch too small"
                 );
                 b.arg(p).arg(&self.done);
             }
-            _ if splits > 1 => {
+            None => {
                 return Err(CudaError::Invalid(
                     "matvec_f16: a split product without its scratch".into(),
                 ))
-            }
-            _ => {
-                b.arg(&null).arg(&null);
             }
         }
         b.arg(&share_arg);
@@ -209,12 +230,18 @@ impl MatVecF16 {
             block_dim: (32, warps, 1),
             shared_mem_bytes: smem,
         };
+        if cluster {
+            // A row block's shares one cluster (the grid's y is the shares): the kernel adds
+            // them there and reads neither part nor done.
+            b.cluster_along_y(splits as u32);
+        }
         // SAFETY: matvec_f16_<type>[_ws]_t<NT>(w, x, dst, ncols, nrows, nrows_y, part, done,
         // share): rows x cols weights of the entry's type (whole super-blocks; _ws: from a
         // 16-byte-aligned start, Q6_K rows a multiple of 16 bytes apart, checked above), n <= 8
-        // NT f16 rows of cols elements, n x rows floats out; split, part holds splits x n x rows
-        // floats and done a zeroed counter per row block; MVF_SMEM (_ws: the format's WS_SMEM)
-        // bytes of dynamic shared memory (allowed at load).
+        // NT f16 rows of cols elements, n x rows floats out; split without a cluster, part
+        // holds splits x n x rows floats and done a zeroed counter per row block; MVF_SMEM
+        // (_ws: the format's WS_SMEM) bytes of dynamic shared memory (allowed at load), which
+        // holds the cluster sum's tile.
         unsafe { b.launch(cfg) }.during("launching matvec_f16")?;
         Ok(())
     }
@@ -249,6 +276,7 @@ mod tests {
             assert!(src.contains(&format!("MVF_ENTRY(NAME, TYPE, {nt})")));
         }
         assert!(src.contains("#define MVF_ROW_BYTES 512"));
+        assert!(src.contains(&format!("#define MVF_CLUSTER_MAX {F16_MATVEC_CLUSTER_MAX}")));
         assert!(src.contains("#define MVF_SMEM (2 * MVF_STAGE_BYTES)"));
         assert_eq!(SMEM_BYTES, 2 * 64 * 512);
         assert!(src.contains("#define MVF_WS_ROW 240"));

@@ -43,7 +43,9 @@ pub use gemm_wgmma::{
     ExpertBufs, ExpertRows, GemmWgmma, DECODE_MAX_TOKENS as F16_DECODE_MAX_ROWS, F16_SPLIT_TILES,
 };
 pub use kv_cache::{BlockTable, KvCache, KvFormat, KvPagesArg, KvPool};
-pub use matvec_f16::{MatVecF16, F16_MATVEC_MAX_ROWS, F16_MATVEC_SPLIT_BLOCKS};
+pub use matvec_f16::{
+    MatVecF16, MatVecF16How, F16_MATVEC_CLUSTER_MAX, F16_MATVEC_MAX_ROWS, F16_MATVEC_SPLIT_BLOCKS,
+};
 pub use mmq::{Mmq, MmqOrder, MmqTile, MMQ_BK, MMQ_MAX_SPLITS, MMQ_SPLIT_TILES, MMQ_TILES};
 pub(crate) use mmvq::MMVQ_MAX_COLS;
 pub use mmvq::{Mmvq, NormIn, PairOut, QuantMatrix, TRIPLES};

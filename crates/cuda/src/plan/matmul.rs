@@ -146,6 +146,22 @@ impl Plan {
         }
     }
 
+    /// Whether a split f16 mat-vec adds its shares in a thread-block cluster a row block
+    /// (`FERROLM_F16_MATVEC_CLUSTER=1`; Hopper, and shares the kernel's cluster takes:
+    /// [`MatVecF16::matmul`]). The same bits.
+    pub fn f16_matvec_cluster(&self) -> bool {
+        self.switches.f16_matvec_cluster && self.device.cc.0 >= 9
+    }
+
+    /// How the f16 mat-vec runs a `ty` product: [`Self::f16_matvec_stage`] and
+    /// [`Self::f16_matvec_cluster`].
+    pub fn f16_matvec_how(&self, ty: GgmlType) -> crate::ops::MatVecF16How {
+        crate::ops::MatVecF16How {
+            stage_weights: self.f16_matvec_stage(ty),
+            cluster_sum: self.f16_matvec_cluster(),
+        }
+    }
+
     /// Whether `n` rows of a batched decode step's `ty` product of `rows` × `cols` take the f16
     /// mat-vec (`FERROLM_F16_MATVEC`, on by default; Hopper, where the f16 path rounds the
     /// activations), and if so in how many k shares: passes of several sequences, Q4_K and

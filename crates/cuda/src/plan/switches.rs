@@ -344,6 +344,11 @@ pub struct Switches {
     /// 14% of DRAM on qwen3-8b's 64-row q/o, session 35's ncu; 218 registers staged). The same
     /// bits.
     pub f16_matvec_q4k_stage: bool,
+    /// `FERROLM_F16_MATVEC_CLUSTER=1`: a split f16 mat-vec's row block (2-8 shares) launched
+    /// as one thread-block cluster that adds its shares in the blocks' shared memory (sm_90),
+    /// where each share went to a scratch in L2 and the row block's last share added them
+    /// all. The same bits. Off until measured (written in session 41).
+    pub f16_matvec_cluster: bool,
     /// `FERROLM_F16_COPY`: a batched step's norms and SwiGLU write the f16 copy of their
     /// output that the f16 products after them take (else `round_f16` makes it in a launch of
     /// its own). The same bits.
@@ -447,6 +452,7 @@ impl Default for Switches {
             f16_matvec_splits: None,
             f16_matvec_q6k_stage: true,
             f16_matvec_q4k_stage: false,
+            f16_matvec_cluster: false,
             f16_copy: true,
             moe_mma: true,
             moe_step_fuse: true,
@@ -654,6 +660,7 @@ impl Switches {
             f16_matvec_splits: count(env, "FERROLM_F16_MATVEC_SPLITS", 1..=16)?,
             f16_matvec_q6k_stage: flag(env, "FERROLM_F16_MATVEC_Q6K_STAGE", true)?,
             f16_matvec_q4k_stage: flag(env, "FERROLM_F16_MATVEC_Q4K_STAGE", false)?,
+            f16_matvec_cluster: flag(env, "FERROLM_F16_MATVEC_CLUSTER", false)?,
             f16_copy: flag(env, "FERROLM_F16_COPY", true)?,
             moe_mma: flag(env, "FERROLM_MOE_MMA", true)?,
             moe_step_fuse: flag(env, "FERROLM_MOE_STEP_FUSE", true)?,
@@ -713,7 +720,7 @@ impl fmt::Display for Switches {
             self.timing_skip.join(",")
         };
         let norm_route_rows = count_or_auto(self.norm_route_rows);
-        let lines: [(&str, &str, &str); 81] = [
+        let lines: [(&str, &str, &str); 82] = [
             (
                 "FERROLM_CUDA_MMQ",
                 bit(self.mmq),
@@ -1075,6 +1082,11 @@ impl fmt::Display for Switches {
                 "FERROLM_F16_MATVEC_Q4K_STAGE",
                 bit(self.f16_matvec_q4k_stage),
                 "the f16 mat-vec's Q4_K weights through shared memory",
+            ),
+            (
+                "FERROLM_F16_MATVEC_CLUSTER",
+                bit(self.f16_matvec_cluster),
+                "the f16 mat-vec's shares added in a cluster",
             ),
             (
                 "FERROLM_F16_COPY",
