@@ -109,6 +109,12 @@ pub fn all(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) -> Resu
                 super::gemm_f16::matvec_f16(dev, k, plan, rng, ty, rows, cols, n),
             );
         }
+        for (rows, cols, n) in super::gemm_f16::F16_MATVEC_TOGETHER_CASES {
+            push(
+                "matvec_f16",
+                super::gemm_f16::matvec_f16_together(dev, k, plan, rng, ty, rows, cols, n),
+            );
+        }
     }
     for ty in super::mmvq_mma::MMA_MV_TYPES {
         for (rows, cols, n) in super::mmvq_mma::MMA_MV_CASES {

@@ -315,6 +315,89 @@ pub fn matvec_f16(
     Ok(out)
 }
 
+/// (rows of each matrix, cols, tokens) of products sharing one f16 mat-vec launch: qwen3-8b's
+/// q, k and v at 64 sequences, and rows that are not whole 128-row blocks.
+pub const F16_MATVEC_TOGETHER_CASES: [([usize; 3], usize, usize); 2] = [
+    ([4096, 1024, 1024], 4096, 64),
+    ([1030, 258, 1027], 1280, 40),
+];
+
+/// Three products on the same activations in one f16 mat-vec launch
+/// (`FERROLM_F16_MATVEC_ONE`: `MatVecF16::matmul_many`), against each in its own launch split
+/// the same ways (1, 3 and 8 shares; through the scratch and, on sm_90, in a cluster): the
+/// same bits.
+#[allow(clippy::too_many_arguments)]
+pub fn matvec_f16_together(
+    dev: &CudaDevice,
+    k: &Kernels,
+    plan: &Plan,
+    rng: &mut StdRng,
+    ty: GgmlType,
+    rows: [usize; 3],
+    cols: usize,
+    n: usize,
+) -> Result<Vec<Row>> {
+    use ferrolm_cuda::ops::{MatVecF16, MatVecF16How};
+    if !plan.device().f16_gemm {
+        return Ok(Vec::new());
+    }
+    let cases = rows
+        .iter()
+        .map(|&r| MatmulCase::new(dev, k, plan, rng, ty, r, cols, n))
+        .collect::<Result<Vec<_>>>()?;
+    let xd = dev.upload(&cases[0].x)?;
+    let mut x16 = dev.zeros::<u16>(n * cols)?;
+    k.gemm_wgmma.round_f16(&xd, n * cols, &mut x16)?;
+    let all: usize = rows.iter().sum();
+    let mut out = Vec::new();
+    let clusters = plan.device().cc.0 >= 9;
+    let hows = [false, true]
+        .into_iter()
+        .filter(|&cluster_sum| !cluster_sum || clusters)
+        .map(|cluster_sum| MatVecF16How {
+            stage_weights: plan.f16_matvec_stage(ty),
+            cluster_sum,
+        });
+    for how in hows {
+        for shares in [1, 3, 8] {
+            let mut part = dev.zeros::<f32>(MatVecF16::scratch(how, shares, n, all).max(1))?;
+            let mut apart = Vec::new();
+            for c in &cases {
+                let mut got = poisoned(dev, n * c.w.rows)?;
+                let floats = MatVecF16::scratch(how, shares, n, c.w.rows);
+                let p = (floats > 0).then_some(&mut part);
+                k.matvec_f16
+                    .matmul(how, shares, &c.w, &x16, n, &mut got, p)?;
+                dev.sync()?;
+                apart.push(dev.download(&got)?);
+            }
+            let mut gots = rows
+                .iter()
+                .map(|&r| poisoned(dev, n * r))
+                .collect::<Result<Vec<_>>>()?;
+            let ws: Vec<_> = cases.iter().map(|c| &c.w).collect();
+            let mut outs: Vec<_> = gots.iter_mut().collect();
+            let p = (MatVecF16::scratch(how, shares, n, all) > 0).then_some(&mut part);
+            k.matvec_f16
+                .matmul_many(how, shares, &ws, &x16, n, &mut outs, p)?;
+            dev.sync()?;
+            let mut same = true;
+            for (g, a) in gots.iter().zip(&apart) {
+                let g = dev.download(g)?;
+                same &= g.iter().zip(a).all(|(x, y)| x.to_bits() == y.to_bits());
+            }
+            let sum = if how.cluster_sum { ", cluster" } else { "" };
+            out.push(exact_row(
+                &format!("matvec f16 {ty}, q, k and v in one launch"),
+                format!("{rows:?}×{cols} · {n} rows, {shares} shares{sum}"),
+                "a launch each",
+                same,
+            ));
+        }
+    }
+    Ok(out)
+}
+
 /// `cuda-parity --time`: the f16 GEMM on the layer shapes of `mmq_time`, each stage's median
 /// (weight expansion, activation rounding, the GEMM), against the int8 GEMM's default.
 pub fn time_gemm_f16(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) -> Result<()> {

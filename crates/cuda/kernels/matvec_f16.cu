@@ -29,8 +29,9 @@
 // quarter (half) warp's loads meet every bank once.
 //
 // Launch (crates/cuda/src/ops/matvec_f16.rs must agree): block (32, MvfFormat<TYPE>::WARPS),
-// grid (ceil(nrows / MVF_ROWS), splits), MVF_SMEM bytes of dynamic shared memory; entry
-// matvec_f16_<type>_t<NT> takes up to 8 NT activation rows. K a multiple of 256.
+// grid (the matrices' ceil(nrows / MVF_ROWS) together, splits), MVF_SMEM bytes of dynamic
+// shared memory; entry matvec_f16_<type>_t<NT> takes up to 8 NT activation rows and up to
+// MVF_MATS matrices (MvfMats). K a multiple of 256.
 //
 // Rounding contract: the f16 GEMM's (ops/gemm_wgmma/): Q4_K's weights as q4k_f16.cuh unpacks
 // them, Q6_K's as (q - 32) · f16(d · sc) rounded once in f16, the activations rounded to f16,
@@ -344,16 +345,16 @@ static __device__ __forceinline__ void mvf_stage(char *dst, const uint16_t *x, i
     cp_async_commit();
 }
 
-// Queue the copy of super-block kb of the block's weight rows (rows past nrows re-read the last
+// Queue the copy of super-block kb of the block's weight rows from row0 (rows past nrows re-read the last
 // one, never written) into `dst`, a row's WS_CHUNKS 16-byte chunks (Q6_K: the 224-byte span
 // round its 210-byte block; Q4_K: its 144-byte block) every WS_ROW bytes; bytes past the
 // matrix's end are not read. Not committed: the caller's group takes it.
 template <int TYPE>
 static __device__ __forceinline__ void mvf_stage_weights(char *dst,
                                                          const typename MvfFormat<TYPE>::block *w,
-                                                         int nrows, int bpr, int kb, int tid) {
+                                                         int nrows, int bpr, int kb, int tid,
+                                                         int row0) {
     typedef MvfFormat<TYPE> F;
-    const int row0 = blockIdx.x * MVF_ROWS;
     const char *end = (const char *)(w + (size_t)nrows * bpr);
     constexpr int THREADS = F::WARPS * WARP_SIZE;
     for (int i = tid; i < MVF_ROWS * F::WS_CHUNKS; i += THREADS) {
@@ -365,28 +366,69 @@ static __device__ __forceinline__ void mvf_stage_weights(char *dst,
     }
 }
 
-// The lane's weight rows g + 8r of the warp's (rows past the end re-read the last one, never
-// written) and its share's first super-block of them, loaded before the wait on the previous
-// kernel (no kernel writes weights); then the wait. WS: the block's first super-block is queued
+// Up to MVF_MATS matrices of one format and width on the same activations in one launch (a
+// batched step's q, k and v): matrix m takes the grid's row blocks end[m - 1] to end[m], its
+// outputs dst[m] and (split through a scratch) part[m]: gridDim.y planes of nrows_y × nrows[m]
+// floats. One matrix: end[0] the grid's x. Passed by value (ops/matvec_f16.rs's MvfMatsArg must
+// agree).
+#define MVF_MATS 3
+struct MvfMats {
+    const void *w[MVF_MATS];
+    float *dst[MVF_MATS];
+    float *part[MVF_MATS];
+    int nrows[MVF_MATS];
+    int end[MVF_MATS];
+};
+
+// This block's matrix of mats, picked by selects (an indexed parameter array would be copied
+// to local memory), and its row block of it.
+struct MvfMat {
+    const void *w;
+    float *dst, *part;
+    int nrows, rb;
+};
+static __device__ __forceinline__ MvfMat mvf_pick(const MvfMats &mats) {
+    const int b = blockIdx.x;
+    const bool m0 = b < mats.end[0], m1 = !m0 && b < mats.end[1];
+    MvfMat m;
+    m.w = m0 ? mats.w[0] : m1 ? mats.w[1] : mats.w[2];
+    m.dst = m0 ? mats.dst[0] : m1 ? mats.dst[1] : mats.dst[2];
+    m.part = m0 ? mats.part[0] : m1 ? mats.part[1] : mats.part[2];
+    m.nrows = m0 ? mats.nrows[0] : m1 ? mats.nrows[1] : mats.nrows[2];
+    m.rb = m0 ? b : m1 ? b - mats.end[0] : b - mats.end[1];
+    return m;
+}
+
+// The block's matrix of mats (mvf_pick), the lane's weight rows g + 8r of the warp's (rows past
+// the end re-read the last one, never written) and its share's first super-block of them,
+// loaded before the wait on the previous kernel (no kernel writes weights); then the wait. WS: the block's first super-block is queued
 // for shared memory instead, in a group of its own.
 template <int TYPE> struct MvfStart {
     static constexpr int RL = 2 * MvfFormat<TYPE>::TILES;
-    const typename MvfFormat<TYPE>::block *w; // the matrix
+    const typename MvfFormat<TYPE>::block *w; // the block's matrix (mvf_pick's)
+    float *dst, *part;                        // its outputs and scratch planes
+    int nrows, rb;                            // its rows and the block's row block of it
     const typename MvfFormat<TYPE>::block *wr[RL];
     typename MvfFormat<TYPE>::Row cur[RL];
 };
 
 template <int TYPE, bool WS>
 static __device__ __forceinline__ MvfStart<TYPE>
-mvf_weights_then_wait(const typename MvfFormat<TYPE>::block *__restrict__ w, int ncols, int nrows,
-                      int share) {
+mvf_weights_then_wait(const MvfMats &mats, int ncols, int share) {
     typedef MvfFormat<TYPE> F;
     typedef typename F::block block;
+    const MvfMat m = mvf_pick(mats);
+    const block *__restrict__ w = (const block *)m.w;
+    const int nrows = m.nrows, rb = m.rb;
     MvfStart<TYPE> st;
     st.w = w;
+    st.dst = m.dst;
+    st.part = m.part;
+    st.nrows = nrows;
+    st.rb = rb;
     const int g = threadIdx.x / 4, t = threadIdx.x % 4;
     const int bpr = ncols / QK_K;
-    const int row0 = blockIdx.x * MVF_ROWS + 16 * F::TILES * threadIdx.y;
+    const int row0 = rb * MVF_ROWS + 16 * F::TILES * threadIdx.y;
     const int kb0 = blockIdx.y * share;
 #pragma unroll
     for (int r = 0; r < MvfStart<TYPE>::RL; ++r) {
@@ -402,7 +444,7 @@ mvf_weights_then_wait(const typename MvfFormat<TYPE>::block *__restrict__ w, int
         }
         if (kb0 < bpr) {
             mvf_stage_weights<TYPE>(smem + 2 * MVF_STAGE_BYTES, w, nrows, bpr, kb0,
-                                    threadIdx.y * WARP_SIZE + threadIdx.x);
+                                    threadIdx.y * WARP_SIZE + threadIdx.x, rb * MVF_ROWS);
         }
         cp_async_commit();
         dependent_launch_entry();
@@ -441,7 +483,8 @@ static_assert(MVF_MAX_COLS * MVF_SUM_LD * 4 <= MVF_SMEM, "the tile fits the stag
 template <int TILES, int NT>
 static __device__ __forceinline__ void mvf_cluster_sum(const float (&acc)[TILES][NT][4],
                                                        float *__restrict__ dst, int nrows,
-                                                       int nrows_y, int tid, int threads) {
+                                                       int nrows_y, int row0, int tid,
+                                                       int threads) {
     extern __shared__ __align__(16) char smem[];
     float *tile = (float *)smem;
     const int g = threadIdx.x / 4, t = threadIdx.x % 4;
@@ -459,7 +502,7 @@ static __device__ __forceinline__ void mvf_cluster_sum(const float (&acc)[TILES]
     }
     cluster_arrive_release();
     cluster_wait();
-    const int splits = gridDim.y, quads = MVF_ROWS / 4, row0 = blockIdx.x * MVF_ROWS;
+    const int splits = gridDim.y, quads = MVF_ROWS / 4;
     // Each block's tile as the cluster addresses it (a block's window is linear).
     uint32_t base[MVF_CLUSTER_MAX];
 #pragma unroll
@@ -499,23 +542,25 @@ static __device__ __forceinline__ void mvf_cluster_sum(const float (&acc)[TILES]
     cluster_wait();
 }
 
-// `share` super-blocks a split (gridDim.y of them); part: gridDim.y × nrows_y × nrows floats
-// and done: a zeroed counter per row block, when gridDim.y > 1. st as mvf_weights_then_wait
-// leaves it. WS: the weights through shared memory (F::WS_SMEM), the same arithmetic in the
+// `share` super-blocks a split (gridDim.y of them); the block's st.part: gridDim.y × nrows_y ×
+// st.nrows floats and done: a zeroed counter per row block of the grid, when gridDim.y > 1 and
+// the shares are not one cluster. st as mvf_weights_then_wait leaves it. WS: the weights through shared memory (F::WS_SMEM), the same arithmetic in the
 // same order: the same bits as the register path.
 template <int TYPE, int NT, bool WS>
 static __device__ __forceinline__ void matvec_f16(MvfStart<TYPE> &st,
-                                                  const uint16_t *__restrict__ x,
-                                                  float *__restrict__ dst, int ncols, int nrows,
-                                                  int nrows_y, float *__restrict__ part,
-                                                  unsigned *__restrict__ done, int share) {
+                                                  const uint16_t *__restrict__ x, int ncols,
+                                                  int nrows_y, unsigned *__restrict__ done,
+                                                  int share) {
+    float *__restrict__ dst = st.dst;
+    float *__restrict__ part = st.part;
+    const int nrows = st.nrows;
     typedef MvfFormat<TYPE> F;
     constexpr int RL = MvfStart<TYPE>::RL, THREADS = F::WARPS * WARP_SIZE;
     extern __shared__ __align__(16) char smem[];
     const int lane = threadIdx.x, g = lane / 4, t = lane % 4;
     const int tid = threadIdx.y * WARP_SIZE + lane;
     const int bpr = ncols / QK_K;
-    const int row0 = blockIdx.x * MVF_ROWS + 16 * F::TILES * threadIdx.y;
+    const int first = st.rb * MVF_ROWS, row0 = first + 16 * F::TILES * threadIdx.y;
     const int kb0 = blockIdx.y * share, kb1 = min(bpr, kb0 + share);
     if (mmq_dynamic_smem() < (unsigned)(WS ? F::WS_SMEM : MVF_SMEM)) {
         __trap(); // launched with less shared memory than the layout needs
@@ -552,7 +597,7 @@ static __device__ __forceinline__ void matvec_f16(MvfStart<TYPE> &st,
                     if constexpr (WS) {
                         mvf_stage_weights<TYPE>(smem + 2 * MVF_STAGE_BYTES +
                                                     (half ^ 1) * MVF_ROWS * F::WS_ROW,
-                                                st.w, nrows, bpr, k + 1, tid);
+                                                st.w, nrows, bpr, k + 1, tid, first);
                     }
                     mvf_stage<TYPE, NT>(smem + (half ^ 1) * MVF_STAGE_BYTES, x, ncols, nrows_y,
                                         k + 1, tid);
@@ -579,7 +624,7 @@ static __device__ __forceinline__ void matvec_f16(MvfStart<TYPE> &st,
     // several otherwise: this share to part[z], then the row block's last.
     const int splits = gridDim.y;
     if (splits > 1 && splits <= MVF_CLUSTER_MAX && (int)cluster_blocks() == splits) {
-        mvf_cluster_sum<F::TILES, NT>(acc, dst, nrows, nrows_y, tid, THREADS);
+        mvf_cluster_sum<F::TILES, NT>(acc, dst, nrows, nrows_y, first, tid, THREADS);
         return;
     }
     float *out = splits == 1 ? dst : part + (size_t)blockIdx.y * nrows_y * nrows;
@@ -599,7 +644,6 @@ static __device__ __forceinline__ void matvec_f16(MvfStart<TYPE> &st,
     if (splits == 1) {
         return;
     }
-    const int first = blockIdx.x * MVF_ROWS;
     add_splits_if_last<16>(done, blockIdx.x, dst, part, (size_t)nrows_y * nrows, splits,
                                nrows, 0, nrows_y, first, min(MVF_ROWS, nrows - first), tid,
                                THREADS);
@@ -610,12 +654,10 @@ static __device__ __forceinline__ void matvec_f16(MvfStart<TYPE> &st,
 #define MVF_ENTRY_AS(NAME, TYPE, NT, WS)                                                          \
     extern "C" __global__ void __launch_bounds__(MvfFormat<TYPE>::WARPS *WARP_SIZE,               \
                                                  8 / MvfFormat<TYPE>::WARPS)                      \
-        matvec_f16_##NAME##_t##NT(const MvfFormat<TYPE>::block *__restrict__ w,                   \
-                                  const uint16_t *__restrict__ x, float *__restrict__ dst,        \
-                                  int ncols, int nrows, int nrows_y, float *part, unsigned *done, \
-                                  int share) {                                                    \
-        MvfStart<TYPE> st = mvf_weights_then_wait<TYPE, WS>(w, ncols, nrows, share);              \
-        matvec_f16<TYPE, NT, WS>(st, x, dst, ncols, nrows, nrows_y, part, done, share);           \
+        matvec_f16_##NAME##_t##NT(const MvfMats mats, const uint16_t *__restrict__ x, int ncols,  \
+                                  int nrows_y, unsigned *done, int share) {                       \
+        MvfStart<TYPE> st = mvf_weights_then_wait<TYPE, WS>(mats, ncols, share);                  \
+        matvec_f16<TYPE, NT, WS>(st, x, ncols, nrows_y, done, share);                             \
     }
 #define MVF_ENTRY(NAME, TYPE, NT) MVF_ENTRY_AS(NAME, TYPE, NT, false)
 

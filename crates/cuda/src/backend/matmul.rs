@@ -7,7 +7,9 @@
 use super::{CudaAct, CudaBackend, CudaWeight};
 use crate::error::CudaError;
 use crate::error::Result;
-use crate::ops::{ActQuant, MmvqStaged, NormIn, PairOut, QuantMatrix, Quantize, MMVQ_MAX_COLS};
+use crate::ops::{
+    ActQuant, MmvqStaged, NormIn, PairOut, QuantMatrix, Quantize, F16_MATVEC_MATS, MMVQ_MAX_COLS,
+};
 use crate::plan::Matmul;
 use cudarc::driver::CudaSlice;
 use ferrolm_gguf::GgmlType;
@@ -165,6 +167,17 @@ impl CudaBackend {
                     .as_ref()
                     .or(x16.as_ref())
                     .expect("kept or rounded above");
+                let together = self.f16_matvec_run(&ws[i..], x.rows);
+                if together > 1 {
+                    self.f16_matvec_many(&ws[i..i + together], h, &mut outs[i..i + together])?;
+                    for (j, out) in outs.iter_mut().enumerate().skip(i).take(together) {
+                        if let Some(b) = bias(j) {
+                            self.k.elementwise.add_bias(out.buf_mut(), b)?;
+                        }
+                    }
+                    i += together;
+                    continue;
+                }
                 self.f16_matmul(m, h, outs[i], bias(i))?;
                 i += 1;
                 continue;
@@ -381,6 +394,53 @@ impl CudaBackend {
         self.plan.f16_gemm(w.ty, w.rows, w.cols, n)
             || self.f16_matvec(w, n).is_some()
             || self.f16_decode(w, n).is_some()
+    }
+
+    /// How many of `ws`' first products (up to [`F16_MATVEC_MATS`]) share one f16 mat-vec
+    /// launch (`FERROLM_F16_MATVEC_ONE`): consecutive ones of one format and width that each
+    /// take the f16 mat-vec at `n` rows; 1 (or 0) where the plan keeps them apart.
+    fn f16_matvec_run(&self, ws: &[&CudaWeight], n: usize) -> usize {
+        let Some(first) = ws.first().map(|w| w.matrix()) else {
+            return 0;
+        };
+        if !self.gemm_plan().f16_matvec_together() {
+            return 1;
+        }
+        ws.iter()
+            .take(F16_MATVEC_MATS)
+            .take_while(|w| {
+                let m = w.matrix();
+                m.ty == first.ty && m.cols == first.cols && self.f16_matvec(m, n).is_some()
+            })
+            .count()
+    }
+
+    /// `ws`' products of `x16` (each taking the f16 mat-vec) in one launch, split as the plan
+    /// splits their rows together; biases are the caller's.
+    fn f16_matvec_many(
+        &self,
+        ws: &[&CudaWeight],
+        x16: &CudaSlice<u16>,
+        outs: &mut [&mut CudaAct],
+    ) -> Result<()> {
+        let ms: Vec<&QuantMatrix> = ws.iter().map(|w| w.matrix()).collect();
+        let (first, n) = (ms[0], outs[0].rows);
+        let rows = ms.iter().map(|m| m.rows).sum();
+        let splits = self
+            .gemm_plan()
+            .f16_matvec(first.ty, rows, first.cols, n)
+            .unwrap_or(1);
+        let how = self.plan.f16_matvec_how(first.ty);
+        let floats = crate::ops::MatVecF16::scratch(how, splits, n, rows);
+        let mut bufs: Vec<&mut CudaSlice<f32>> = outs.iter_mut().map(|o| o.buf_mut()).collect();
+        let mv = &self.k.matvec_f16;
+        if floats == 0 {
+            return mv.matmul_many(how, splits, &ms, x16, n, &mut bufs, None);
+        }
+        let mut part = self.acts.take(floats)?;
+        let done = mv.matmul_many(how, splits, &ms, x16, n, &mut bufs, Some(&mut part));
+        self.acts.give(part);
+        done
     }
 
     /// The k shares of a batched step's `n` rows of `w` on the f16 mat-vec, if it takes it.

@@ -203,6 +203,8 @@ scalar_args!(i32, u32, i64, u64, f32, f64);
 scalar_args!(super::kv_cache::KvPagesArg);
 // A tensor map by value (gemm_wgmma.cu's TmaMap).
 scalar_args!(super::gemm_wgmma::TmaMapArg);
+// The f16 mat-vec's matrices by value (matvec_f16.cu's MvfMats).
+scalar_args!(super::matvec_f16::MvfMatsArg);
 
 /// A launch being built; see [`Launcher::builder`].
 pub struct Launch<'a> {

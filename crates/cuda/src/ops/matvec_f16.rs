@@ -14,7 +14,7 @@ use crate::device::CudaDevice;
 use crate::error::{CudaError, DriverContext, Result};
 use crate::kernels::MATVEC_F16;
 use cudarc::driver::sys::{CUdevice_attribute, CUfunction_attribute};
-use cudarc::driver::{CudaFunction, CudaSlice, DevicePtr, LaunchConfig};
+use cudarc::driver::{CudaFunction, CudaSlice, DevicePtr, DevicePtrMut, LaunchConfig};
 use ferrolm_gguf::GgmlType;
 use std::collections::HashMap;
 
@@ -39,6 +39,8 @@ const fn ws_smem_bytes(row_stride: u32) -> u32 {
 const WS_FORMATS: [(GgmlType, u32); 2] = [(GgmlType::Q4K, 144), (GgmlType::Q6K, 240)];
 /// Elements a super-block holds: the width must be whole super-blocks.
 const SUPER_BLOCK: usize = 256;
+/// The most matrices one launch takes (the kernel's MVF_MATS: a step's q, k and v).
+pub const F16_MATVEC_MATS: usize = 3;
 /// The most shares a cluster sum takes (the kernel's MVF_CLUSTER_MAX: the portable cluster
 /// size).
 pub const F16_MATVEC_CLUSTER_MAX: usize = 8;
@@ -166,18 +168,54 @@ impl MatVecF16 {
         out: &mut CudaSlice<f32>,
         part: Option<&mut CudaSlice<f32>>,
     ) -> Result<()> {
-        if !Self::supports(w.ty, w.cols) || w.rows == 0 || !(1..=F16_MATVEC_MAX_ROWS).contains(&n) {
+        self.matmul_many(how, splits, &[w], x16, n, &mut [out], part)
+    }
+
+    /// [`Self::matmul`] of up to [`F16_MATVEC_MATS`] matrices of one format and width on the
+    /// same `x16` in one launch (a batched step's q, k and v): `outs[m]` takes `ws[m]`'s
+    /// products, each matrix's row blocks a share of the grid, all split `splits` ways (`part`:
+    /// [`Self::scratch`] of the rows together). Each output's bits are those of its own launch
+    /// split the same ways.
+    #[allow(clippy::too_many_arguments)]
+    pub fn matmul_many(
+        &self,
+        how: MatVecF16How,
+        splits: usize,
+        ws: &[&QuantMatrix],
+        x16: &CudaSlice<u16>,
+        n: usize,
+        outs: &mut [&mut CudaSlice<f32>],
+        part: Option<&mut CudaSlice<f32>>,
+    ) -> Result<()> {
+        let Some(&w) = ws.first() else {
+            return Ok(());
+        };
+        let one_kind = ws
+            .iter()
+            .all(|m| m.ty == w.ty && m.cols == w.cols && m.rows > 0);
+        let fits = (1..=F16_MATVEC_MATS).contains(&ws.len()) && outs.len() == ws.len();
+        if !Self::supports(w.ty, w.cols)
+            || !one_kind
+            || !fits
+            || !(1..=F16_MATVEC_MAX_ROWS).contains(&n)
+        {
             return Err(CudaError::Invalid(format!(
-                "matvec_f16: no kernel for {} × {} {} weights and {n} rows",
-                w.rows, w.cols, w.ty
+                "matvec_f16: no kernel for {} matrices of {} × {} {} weights and {n} rows",
+                ws.len(),
+                w.rows,
+                w.cols,
+                w.ty
             )));
         }
         assert!(x16.len() >= n * w.cols, "matvec_f16: activations too small");
-        assert!(out.len() >= n * w.rows, "matvec_f16: out too small");
+        for (m, out) in ws.iter().zip(outs.iter()) {
+            assert!(out.len() >= n * m.rows, "matvec_f16: out too small");
+        }
         let nt = n.div_ceil(8);
-        let ws = how.stage_weights && self.stages_weights(w);
+        // Staged only where every matrix's layout allows it (one entry serves the launch).
+        let ws_path = how.stage_weights && ws.iter().all(|m| self.stages_weights(m));
         let (f, warps) = &self.fns[&(w.ty, nt)];
-        let (f, warps, smem) = match ws {
+        let (f, warps, smem) = match ws_path {
             true => {
                 let (f, smem) = &self.fns_ws[&(w.ty, nt)];
                 (f, *warps, *smem)
@@ -189,62 +227,100 @@ impl MatVecF16 {
         // empty, never more than asked).
         let share = blocks.div_ceil(splits.clamp(1, blocks));
         let splits = blocks.div_ceil(share);
-        let row_blocks = Self::row_blocks(w.rows);
+        let rows: usize = ws.iter().map(|m| m.rows).sum();
+        let row_blocks: usize = ws.iter().map(|m| Self::row_blocks(m.rows)).sum();
         if splits > 1 && row_blocks > F16_MATVEC_SPLIT_BLOCKS {
             return Err(CudaError::Invalid(format!(
                 "matvec_f16: split-K over {row_blocks} row blocks (at most \
                  {F16_MATVEC_SPLIT_BLOCKS})"
             )));
         }
-        let null = 0u64;
-        let mut b = self.launch.builder(f);
-        b.arg(&w.data).arg(x16).arg(out);
-        let (cols, rows, rows_y, share_arg) = (
-            int(w.cols, "matvec_f16 cols"),
-            int(w.rows, "matvec_f16 rows"),
-            int(n, "matvec_f16 activation rows"),
-            int(share, "matvec_f16 share"),
-        );
-        b.arg(&cols).arg(&rows).arg(&rows_y);
         let cluster = Self::cluster_sums(how, splits);
-        match part {
-            _ if splits == 1 || cluster => {
-                b.arg(&null).arg(&null);
-            }
-            Some(p) => {
+        let through_scratch = splits > 1 && !cluster;
+        let stream = self.launch.stream();
+        let part_base = match part {
+            Some(p) if through_scratch => {
                 assert!(
-                    p.len() >= Self::scratch(how, splits, n, w.rows),
+                    p.len() >= Self::scratch(how, splits, n, rows),
                     "matvec_f16: split scratch too small"
                 );
-                b.arg(p).arg(&self.done);
+                p.device_ptr_mut(stream).0
             }
-            None => {
+            None if through_scratch => {
                 return Err(CudaError::Invalid(
                     "matvec_f16: a split product without its scratch".into(),
                 ))
             }
+            _ => 0,
+        };
+        let mut mats = MvfMatsArg::default();
+        let (mut end, mut before) = (0, 0);
+        for (i, (m, out)) in ws.iter().zip(outs.iter_mut()).enumerate() {
+            end += Self::row_blocks(m.rows);
+            mats.w[i] = m.data.device_ptr(stream).0;
+            mats.dst[i] = out.device_ptr_mut(stream).0;
+            // Each matrix's planes after the ones before it: splits × n × rows floats each.
+            mats.part[i] = if part_base == 0 {
+                0
+            } else {
+                part_base + (4 * splits * n * before) as u64
+            };
+            mats.nrows[i] = int(m.rows, "matvec_f16 rows");
+            mats.end[i] = int(end, "matvec_f16 row blocks");
+            before += m.rows;
+        }
+        // Past the last matrix, ends that no block reaches.
+        for i in ws.len()..F16_MATVEC_MATS {
+            mats.end[i] = mats.end[ws.len() - 1];
+        }
+        let null = 0u64;
+        let mut b = self.launch.builder(f);
+        let (cols, rows_y, share_arg) = (
+            int(w.cols, "matvec_f16 cols"),
+            int(n, "matvec_f16 activation rows"),
+            int(share, "matvec_f16 share"),
+        );
+        b.arg(&mats).arg(x16).arg(&cols).arg(&rows_y);
+        if through_scratch {
+            b.arg(&self.done);
+        } else {
+            b.arg(&null);
         }
         b.arg(&share_arg);
-        let cfg = LaunchConfig {
-            grid_dim: (row_blocks as u32, splits as u32, 1),
-            block_dim: (32, warps, 1),
-            shared_mem_bytes: smem,
-        };
         if cluster {
             // A row block's shares one cluster (the grid's y is the shares): the kernel adds
             // them there and reads neither part nor done.
             b.cluster_along_y(splits as u32);
         }
-        // SAFETY: matvec_f16_<type>[_ws]_t<NT>(w, x, dst, ncols, nrows, nrows_y, part, done,
-        // share): rows x cols weights of the entry's type (whole super-blocks; _ws: from a
-        // 16-byte-aligned start, Q6_K rows a multiple of 16 bytes apart, checked above), n <= 8
-        // NT f16 rows of cols elements, n x rows floats out; split without a cluster, part
-        // holds splits x n x rows floats and done a zeroed counter per row block; MVF_SMEM
-        // (_ws: the format's WS_SMEM) bytes of dynamic shared memory (allowed at load), which
-        // holds the cluster sum's tile.
+        let cfg = LaunchConfig {
+            grid_dim: (row_blocks as u32, splits as u32, 1),
+            block_dim: (32, warps, 1),
+            shared_mem_bytes: smem,
+        };
+        // SAFETY: matvec_f16_<type>[_ws]_t<NT>(mats, x, ncols, nrows_y, done, share): each of
+        // mats' matrices rows x cols weights of the entry's type (whole super-blocks; _ws: from
+        // a 16-byte-aligned start, Q6_K rows a multiple of 16 bytes apart, checked above) with n
+        // x rows floats out, its row blocks the grid's x from the previous end to its own; n <=
+        // 8 NT f16 rows of cols elements; split through the scratch, each part holds splits x n
+        // x rows floats and done a zeroed counter per row block of the grid; MVF_SMEM (_ws: the
+        // format's WS_SMEM) bytes of dynamic shared memory (allowed at load), which holds the
+        // cluster sum's tile.
         unsafe { b.launch(cfg) }.during("launching matvec_f16")?;
         Ok(())
     }
+}
+
+/// The kernel's `MvfMats` by value (matvec_f16.cu): up to [`F16_MATVEC_MATS`] matrices'
+/// weights, outputs and scratch planes by address, their rows, and the grid's row block where
+/// each one's blocks end.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct MvfMatsArg {
+    w: [u64; F16_MATVEC_MATS],
+    dst: [u64; F16_MATVEC_MATS],
+    part: [u64; F16_MATVEC_MATS],
+    nrows: [i32; F16_MATVEC_MATS],
+    end: [i32; F16_MATVEC_MATS],
 }
 
 #[cfg(test)]
@@ -277,6 +353,13 @@ mod tests {
         }
         assert!(src.contains("#define MVF_ROW_BYTES 512"));
         assert!(src.contains(&format!("#define MVF_CLUSTER_MAX {F16_MATVEC_CLUSTER_MAX}")));
+        assert!(src.contains(&format!("#define MVF_MATS {F16_MATVEC_MATS}")));
+        // MvfMats' fields in MvfMatsArg's order and sizes.
+        assert!(src.contains(
+            "struct MvfMats {\n    const void *w[MVF_MATS];\n    float *dst[MVF_MATS];\n    \
+             float *part[MVF_MATS];\n    int nrows[MVF_MATS];\n    int end[MVF_MATS];\n};"
+        ));
+        assert_eq!(std::mem::size_of::<MvfMatsArg>(), 9 * 8 + 6 * 4);
         assert!(src.contains("#define MVF_SMEM (2 * MVF_STAGE_BYTES)"));
         assert_eq!(SMEM_BYTES, 2 * 64 * 512);
         assert!(src.contains("#define MVF_WS_ROW 240"));

@@ -44,7 +44,8 @@ pub use gemm_wgmma::{
 };
 pub use kv_cache::{BlockTable, KvCache, KvFormat, KvPagesArg, KvPool};
 pub use matvec_f16::{
-    MatVecF16, MatVecF16How, F16_MATVEC_CLUSTER_MAX, F16_MATVEC_MAX_ROWS, F16_MATVEC_SPLIT_BLOCKS,
+    MatVecF16, MatVecF16How, F16_MATVEC_CLUSTER_MAX, F16_MATVEC_MATS, F16_MATVEC_MAX_ROWS,
+    F16_MATVEC_SPLIT_BLOCKS,
 };
 pub use mmq::{Mmq, MmqOrder, MmqTile, MMQ_BK, MMQ_MAX_SPLITS, MMQ_SPLIT_TILES, MMQ_TILES};
 pub(crate) use mmvq::MMVQ_MAX_COLS;

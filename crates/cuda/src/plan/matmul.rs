@@ -153,6 +153,12 @@ impl Plan {
         self.switches.f16_matvec_cluster && self.device.cc.0 >= 9
     }
 
+    /// Whether consecutive products of one format and width on the f16 mat-vec share a launch
+    /// (`FERROLM_F16_MATVEC_ONE=1`: a batched step's q, k and v; `MatVecF16::matmul_many`).
+    pub fn f16_matvec_together(&self) -> bool {
+        self.switches.f16_matvec_one
+    }
+
     /// How the f16 mat-vec runs a `ty` product: [`Self::f16_matvec_stage`] and
     /// [`Self::f16_matvec_cluster`].
     pub fn f16_matvec_how(&self, ty: GgmlType) -> crate::ops::MatVecF16How {

@@ -349,6 +349,12 @@ pub struct Switches {
     /// where each share went to a scratch in L2 and the row block's last share added them
     /// all. The same bits. Off until measured (written in session 41).
     pub f16_matvec_cluster: bool,
+    /// `FERROLM_F16_MATVEC_ONE=1`: consecutive products of one format and width on the f16
+    /// mat-vec (a batched step's q, k and v) in one launch, split as their rows together say,
+    /// where each took a launch of its own (qwen3-8b's k and v: 64 blocks a launch, half the
+    /// SMs). Each output the bits of its own launch split the same ways. Off until measured
+    /// (written in session 41).
+    pub f16_matvec_one: bool,
     /// `FERROLM_F16_COPY`: a batched step's norms and SwiGLU write the f16 copy of their
     /// output that the f16 products after them take (else `round_f16` makes it in a launch of
     /// its own). The same bits.
@@ -453,6 +459,7 @@ impl Default for Switches {
             f16_matvec_q6k_stage: true,
             f16_matvec_q4k_stage: false,
             f16_matvec_cluster: false,
+            f16_matvec_one: false,
             f16_copy: true,
             moe_mma: true,
             moe_step_fuse: true,
@@ -661,6 +668,7 @@ impl Switches {
             f16_matvec_q6k_stage: flag(env, "FERROLM_F16_MATVEC_Q6K_STAGE", true)?,
             f16_matvec_q4k_stage: flag(env, "FERROLM_F16_MATVEC_Q4K_STAGE", false)?,
             f16_matvec_cluster: flag(env, "FERROLM_F16_MATVEC_CLUSTER", false)?,
+            f16_matvec_one: flag(env, "FERROLM_F16_MATVEC_ONE", false)?,
             f16_copy: flag(env, "FERROLM_F16_COPY", true)?,
             moe_mma: flag(env, "FERROLM_MOE_MMA", true)?,
             moe_step_fuse: flag(env, "FERROLM_MOE_STEP_FUSE", true)?,
@@ -720,7 +728,7 @@ impl fmt::Display for Switches {
             self.timing_skip.join(",")
         };
         let norm_route_rows = count_or_auto(self.norm_route_rows);
-        let lines: [(&str, &str, &str); 82] = [
+        let lines: [(&str, &str, &str); 83] = [
             (
                 "FERROLM_CUDA_MMQ",
                 bit(self.mmq),
@@ -1087,6 +1095,11 @@ impl fmt::Display for Switches {
                 "FERROLM_F16_MATVEC_CLUSTER",
                 bit(self.f16_matvec_cluster),
                 "the f16 mat-vec's shares added in a cluster",
+            ),
+            (
+                "FERROLM_F16_MATVEC_ONE",
+                bit(self.f16_matvec_one),
+                "q, k and v in one f16 mat-vec launch",
             ),
             (
                 "FERROLM_F16_COPY",

@@ -519,6 +519,8 @@ fn batched_steps_take_the_f16_matvec() {
     assert_eq!(MatVecF16::scratch(how, 8, 64, 4096), 0);
     assert_eq!(MatVecF16::scratch(how, 1, 64, 4096), 0);
     assert_eq!(MatVecF16::scratch(how, 12, 64, 4096), 12 * 64 * 4096);
+    assert!(!plan(&[]).f16_matvec_together());
+    assert!(plan(&[("FERROLM_F16_MATVEC_ONE", "1")]).f16_matvec_together());
     let scratch = crate::ops::MatVecF16How::default();
     assert_eq!(MatVecF16::scratch(scratch, 8, 64, 4096), 8 * 64 * 4096);
     let on = plan(&[]);
