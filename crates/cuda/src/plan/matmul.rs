@@ -147,14 +147,14 @@ impl Plan {
     }
 
     /// Whether a split f16 mat-vec adds its shares in a thread-block cluster a row block
-    /// (`FERROLM_F16_MATVEC_CLUSTER=1`; Hopper, and shares the kernel's cluster takes:
+    /// (`FERROLM_F16_MATVEC_CLUSTER`, on; `=0` through the scratch; Hopper, and shares the kernel's cluster takes:
     /// [`MatVecF16::matmul`]). The same bits.
     pub fn f16_matvec_cluster(&self) -> bool {
         self.switches.f16_matvec_cluster && self.device.cc.0 >= 9
     }
 
     /// Whether consecutive products of one format and width on the f16 mat-vec share a launch
-    /// (`FERROLM_F16_MATVEC_ONE=1`: a batched step's q, k and v; `MatVecF16::matmul_many`).
+    /// (`FERROLM_F16_MATVEC_ONE`, on: a batched step's q, k and v; `MatVecF16::matmul_many`).
     pub fn f16_matvec_together(&self) -> bool {
         self.switches.f16_matvec_one
     }

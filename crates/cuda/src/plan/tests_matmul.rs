@@ -511,16 +511,17 @@ fn batched_steps_take_the_f16_matvec() {
     assert!(!plan(&[("FERROLM_F16_MATVEC_Q6K_STAGE", "0")]).f16_matvec_stage(GgmlType::Q6K));
     assert!(!plan(&[]).f16_matvec_stage(GgmlType::Q4K));
     assert!(plan(&[("FERROLM_F16_MATVEC_Q4K_STAGE", "1")]).f16_matvec_stage(GgmlType::Q4K));
-    // The cluster sum: off by default; on, it takes 2-8 shares and needs no scratch there.
-    assert!(!plan(&[]).f16_matvec_how(GgmlType::Q4K).cluster_sum);
-    let how = plan(&[("FERROLM_F16_MATVEC_CLUSTER", "1")]).f16_matvec_how(GgmlType::Q6K);
+    // The cluster sum: on by default; it takes 2-8 shares and needs no scratch there.
+    let off = [("FERROLM_F16_MATVEC_CLUSTER", "0")];
+    assert!(!plan(&off).f16_matvec_how(GgmlType::Q4K).cluster_sum);
+    let how = plan(&[]).f16_matvec_how(GgmlType::Q6K);
     assert_eq!((how.stage_weights, how.cluster_sum), (true, true));
     use crate::ops::MatVecF16;
     assert_eq!(MatVecF16::scratch(how, 8, 64, 4096), 0);
     assert_eq!(MatVecF16::scratch(how, 1, 64, 4096), 0);
     assert_eq!(MatVecF16::scratch(how, 12, 64, 4096), 12 * 64 * 4096);
-    assert!(!plan(&[]).f16_matvec_together());
-    assert!(plan(&[("FERROLM_F16_MATVEC_ONE", "1")]).f16_matvec_together());
+    assert!(plan(&[]).f16_matvec_together());
+    assert!(!plan(&[("FERROLM_F16_MATVEC_ONE", "0")]).f16_matvec_together());
     let scratch = crate::ops::MatVecF16How::default();
     assert_eq!(MatVecF16::scratch(scratch, 8, 64, 4096), 8 * 64 * 4096);
     let on = plan(&[]);
