@@ -2,25 +2,27 @@
 # Session 41's bars call (writes under $OUT): issue 16's batched S_TG (olmoe-1b-7b and
 # qwen3-30b-a3b at 8 / 32 / 64 sequences, qwen3-8b at 16 / 32 / 64, -npp 128 -ntg 128) beside
 # llama-batched-bench, under the defaults and with FERROLM_F16_MATVEC_CLUSTER=0
-# FERROLM_F16_MATVEC_ONE=0 (session 40's step); OLMoE at 256 sequences (the issue's goal of
+# FERROLM_F16_MATVEC_ONE=0 (session 40's step), qwen3-8b with FERROLM_F16_MATVEC_OCCUPANCY=1
+# too; OLMoE at 256 sequences (the issue's goal of
 # 20,000 t/s); then, while under 400 s, issue 15's tg128 table (olmoe-1b-7b, qwen3-30b-a3b,
 # qwen3-8b; OLMoE and qwen3-8b at -d 16384) beside llama-bench. Pooled synth files. Usage, from
 # the repo root, .device-carry/ from tools/device/pack.sh: bash tools/device/s41_bars.sh
 source tools/device/carried.sh
 pooled olmoe-1b-7b qwen3-30b-a3b qwen3-8b
 S40="FERROLM_F16_MATVEC_CLUSTER=0 FERROLM_F16_MATVEC_ONE=0"
-sweep() { # MODEL NPL: llama-batched-bench, then ferrolm's default, session 40's, the default
+sweep() { # MODEL NPL [SETTING]: llama-batched-bench, then ferrolm's default, session 40's,
+  # SETTING where given, the default
   local f=$M/$1-pooled.gguf v
   echo "== $1 llama-batched-bench at $(( $(date +%s) - t0 )) s"
   timeout 100 $L/llama-batched-bench -m $f -ngl 99 -fa 1 -c 20000 -npp 128 -ntg 128 -npl $2 2>&1 |
     grep -E '^\|' | tail -3
-  for v in A=0 "$S40" A=0; do
+  for v in A=0 "$S40" ${3:-} A=0; do
     echo "== $1 $v"
     env $v timeout 90 $B bench -m $f --backend cuda -c 20000 -npp 128 -ntg 128 -npl $2 2>&1 |
       grep -E '^\| +[0-9]|rror|panic'
   done
 }
-sweep qwen3-8b 16,32,64
+sweep qwen3-8b 16,32,64 FERROLM_F16_MATVEC_OCCUPANCY=1
 sweep olmoe-1b-7b 8,32,64
 sweep qwen3-30b-a3b 8,32,64
 echo "== olmoe-1b-7b at 256 sequences at $(( $(date +%s) - t0 )) s"

@@ -117,6 +117,16 @@ impl MatVecF16 {
         FORMATS.iter().any(|&(t, _)| t == ty) && cols.is_multiple_of(SUPER_BLOCK) && cols > 0
     }
 
+    /// Blocks of a `ty` product an SM holds at once: the kernel's eight warps an SM
+    /// (`__launch_bounds__`) over the format's warps a block (Q4_K 2, Q6_K 1); 0 for a
+    /// format without the kernel.
+    pub fn blocks_per_sm(ty: GgmlType) -> usize {
+        FORMATS
+            .iter()
+            .find(|&&(t, _)| t == ty)
+            .map_or(0, |&(_, warps)| 8 / warps as usize)
+    }
+
     /// Row blocks of a product of `rows` weight rows.
     pub fn row_blocks(rows: usize) -> usize {
         rows.div_ceil(F16_MATVEC_BLOCK_ROWS)
@@ -354,6 +364,12 @@ mod tests {
         assert!(src.contains("#define MVF_ROW_BYTES 512"));
         assert!(src.contains(&format!("#define MVF_CLUSTER_MAX {F16_MATVEC_CLUSTER_MAX}")));
         assert!(src.contains(&format!("#define MVF_MATS {F16_MATVEC_MATS}")));
+        assert!(
+            src.contains("8 / MvfFormat<TYPE>::WARPS)"),
+            "eight warps an SM"
+        );
+        assert_eq!(MatVecF16::blocks_per_sm(GgmlType::Q4K), 2);
+        assert_eq!(MatVecF16::blocks_per_sm(GgmlType::Q6K), 1);
         // MvfMats' fields in MvfMatsArg's order and sizes.
         assert!(src.contains(
             "struct MvfMats {\n    const void *w[MVF_MATS];\n    float *dst[MVF_MATS];\n    \

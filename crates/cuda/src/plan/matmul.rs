@@ -205,10 +205,17 @@ impl Plan {
         } else {
             0
         };
+        // The blocks an SM holds at once: two by default; the format's own count (Q6_K's
+        // eight-warp blocks one) with FERROLM_F16_MATVEC_OCCUPANCY=1.
+        let per_sm = if self.switches.f16_matvec_occupancy {
+            MatVecF16::blocks_per_sm(ty)
+        } else {
+            2
+        };
         Some(match self.switches.f16_matvec_splits {
             Some(w) if may_split > 0 => w.min(blocks),
             Some(_) => 1,
-            None => split_ways(row_blocks, 2 * self.device.sms, may_split),
+            None => split_ways(row_blocks, per_sm * self.device.sms, may_split),
         })
     }
 

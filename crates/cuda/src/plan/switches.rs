@@ -356,6 +356,11 @@ pub struct Switches {
     /// SMs). Each output the bits of its own launch split the same ways. On since session 41
     /// (H100, with the cluster sum: qwen3-8b S_TG +9.7% at 64 sequences, +12% at 32).
     pub f16_matvec_one: bool,
+    /// `FERROLM_F16_MATVEC_OCCUPANCY=1`: the f16 mat-vec's split rule counts the blocks an SM
+    /// holds of the product's format (Q4_K two, Q6_K's eight-warp blocks one) where it counted
+    /// two for both: qwen3-8b's 64-row Q6_K down then splits 4 ways into one wave of 128
+    /// blocks, not 8 into two waves of 256. Off until measured (written in session 41).
+    pub f16_matvec_occupancy: bool,
     /// `FERROLM_F16_COPY`: a batched step's norms and SwiGLU write the f16 copy of their
     /// output that the f16 products after them take (else `round_f16` makes it in a launch of
     /// its own). The same bits.
@@ -461,6 +466,7 @@ impl Default for Switches {
             f16_matvec_q4k_stage: false,
             f16_matvec_cluster: true,
             f16_matvec_one: true,
+            f16_matvec_occupancy: false,
             f16_copy: true,
             moe_mma: true,
             moe_step_fuse: true,
@@ -670,6 +676,7 @@ impl Switches {
             f16_matvec_q4k_stage: flag(env, "FERROLM_F16_MATVEC_Q4K_STAGE", false)?,
             f16_matvec_cluster: flag(env, "FERROLM_F16_MATVEC_CLUSTER", true)?,
             f16_matvec_one: flag(env, "FERROLM_F16_MATVEC_ONE", true)?,
+            f16_matvec_occupancy: flag(env, "FERROLM_F16_MATVEC_OCCUPANCY", false)?,
             f16_copy: flag(env, "FERROLM_F16_COPY", true)?,
             moe_mma: flag(env, "FERROLM_MOE_MMA", true)?,
             moe_step_fuse: flag(env, "FERROLM_MOE_STEP_FUSE", true)?,
@@ -729,7 +736,7 @@ impl fmt::Display for Switches {
             self.timing_skip.join(",")
         };
         let norm_route_rows = count_or_auto(self.norm_route_rows);
-        let lines: [(&str, &str, &str); 83] = [
+        let lines: [(&str, &str, &str); 84] = [
             (
                 "FERROLM_CUDA_MMQ",
                 bit(self.mmq),
@@ -1101,6 +1108,11 @@ impl fmt::Display for Switches {
                 "FERROLM_F16_MATVEC_ONE",
                 bit(self.f16_matvec_one),
                 "q, k and v in one f16 mat-vec launch",
+            ),
+            (
+                "FERROLM_F16_MATVEC_OCCUPANCY",
+                bit(self.f16_matvec_occupancy),
+                "the f16 mat-vec's splits by its format's blocks an SM",
             ),
             (
                 "FERROLM_F16_COPY",

@@ -546,6 +546,10 @@ fn batched_steps_take_the_f16_matvec() {
     // Q6_K's down and the output (1,187 row blocks: past the split counters, unsplit).
     assert_eq!(many.f16_matvec(Q6K, 4096, 12288, 64), Some(8));
     assert_eq!(many.f16_matvec(Q6K, 151_936, 4096, 64), Some(1));
+    // Counting the format's blocks an SM: Q6_K's down in one wave of 4 shares, Q4_K as before.
+    let occ = plan(&[("FERROLM_F16_MATVEC_OCCUPANCY", "1")]).for_sequence_batches();
+    assert_eq!(occ.f16_matvec(Q6K, 4096, 12288, 64), Some(4));
+    assert_eq!(occ.f16_matvec(Q4K, 4096, 4096, 64), Some(8));
     // Rows: from 17 by default (33 for rows under 4096 elements), from FERROLM_F16_MATVEC_ROWS
     // when set, never past 64.
     assert_eq!(many.f16_matvec(Q4K, 4096, 4096, 16), None);
