@@ -4,7 +4,7 @@
 # llama-batched-bench, under the defaults and with FERROLM_F16_MATVEC_CLUSTER=0
 # FERROLM_F16_MATVEC_ONE=0 (session 40's step), qwen3-8b with FERROLM_F16_MATVEC_OCCUPANCY=1
 # too; OLMoE at 256 sequences (the issue's goal of
-# 20,000 t/s); then, while under 400 s, issue 15's tg128 table (olmoe-1b-7b, qwen3-30b-a3b,
+# 20,000 t/s); then, while under 250 s, issue 15's tg128 table (olmoe-1b-7b, qwen3-30b-a3b,
 # qwen3-8b; OLMoE and qwen3-8b at -d 16384) beside llama-bench. Pooled synth files. Usage, from
 # the repo root, .device-carry/ from tools/device/pack.sh: bash tools/device/s41_bars.sh
 source tools/device/carried.sh
@@ -29,7 +29,7 @@ echo "== olmoe-1b-7b at 256 sequences at $(( $(date +%s) - t0 )) s"
 timeout 90 $B bench -m $M/olmoe-1b-7b-pooled.gguf --backend cuda -c 70000 -npp 128 -ntg 128 -npl 256 2>&1 |
   grep -E '^\| +[0-9]|rror|panic'
 for run in "qwen3-30b-a3b" "olmoe-1b-7b" "qwen3-8b" "olmoe-1b-7b -d 16384" "qwen3-8b -d 16384"; do
-  [ $(( $(date +%s) - t0 )) -lt 400 ] || break
+  [ $(( $(date +%s) - t0 )) -lt 250 ] || break
   set -- $run; F=$M/$1-pooled.gguf; shift; EXTRA="$*"
   echo "== $run tg128 llama-bench $(llama_tg128) ferrolm $(tg128 A=0) / $(tg128 A=0) at $(( $(date +%s) - t0 )) s"
 done
