@@ -6,9 +6,10 @@
 # too; OLMoE at 256 sequences (the issue's goal of
 # 20,000 t/s); then, while under 250 s, issue 15's tg128 table (olmoe-1b-7b, qwen3-30b-a3b,
 # qwen3-8b; OLMoE and qwen3-8b at -d 16384) beside llama-bench. Pooled synth files. Usage, from
-# the repo root, .device-carry/ from tools/device/pack.sh: bash tools/device/s41_bars.sh
+# the repo root, .device-carry/ from tools/device/pack.sh: [ONLY_Q8B=1] bash tools/device/s41_bars.sh
+# (ONLY_Q8B: qwen3-8b's sweep alone)
 source tools/device/carried.sh
-pooled olmoe-1b-7b qwen3-30b-a3b qwen3-8b
+if [ -n "$ONLY_Q8B" ]; then pooled qwen3-8b; else pooled olmoe-1b-7b qwen3-30b-a3b qwen3-8b; fi
 S40="FERROLM_F16_MATVEC_CLUSTER=0 FERROLM_F16_MATVEC_ONE=0"
 sweep() { # MODEL NPL [SETTING]: llama-batched-bench, then ferrolm's default, session 40's,
   # SETTING where given, the default
@@ -23,6 +24,7 @@ sweep() { # MODEL NPL [SETTING]: llama-batched-bench, then ferrolm's default, se
   done
 }
 sweep qwen3-8b 16,32,64 FERROLM_F16_MATVEC_OCCUPANCY=1
+[ -z "$ONLY_Q8B" ] || { echo "end at $(( $(date +%s) - t0 )) s"; exit 0; }
 sweep olmoe-1b-7b 8,32,64
 sweep qwen3-30b-a3b 8,32,64
 echo "== olmoe-1b-7b at 256 sequences at $(( $(date +%s) - t0 )) s"
