@@ -9,7 +9,8 @@ use crate::kernels::KernelFile;
 use crate::libs;
 use crate::nvrtc::{Target, Toolchain};
 use cudarc::driver::{
-    sys, CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DeviceRepr, ValidAsZeroBits,
+    sys, sys::CUfunction_attribute, CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream,
+    DeviceRepr, ValidAsZeroBits,
 };
 use cudarc::nvrtc::Ptx;
 use std::collections::HashMap;
@@ -180,6 +181,26 @@ impl CudaDevice {
             .during(format!("loading kernel {name} from {}", file.name))?;
         crate::ops::launch::name_function(&func, name);
         Ok(func)
+    }
+
+    /// [`Self::function`] allowed `bytes` of dynamic shared memory a block: past 48 KiB a
+    /// block gets it only when the function asks for it.
+    pub fn function_with_smem(
+        &self,
+        file: &'static KernelFile,
+        name: &str,
+        bytes: usize,
+    ) -> Result<CudaFunction> {
+        let f = self.function(file, name)?;
+        let bytes = i32::try_from(bytes)
+            .map_err(|_| CudaError::Invalid(format!("{name}: {bytes} bytes of shared memory")))?;
+        self.ctx.bind_to_thread().during("binding the context")?;
+        f.set_attribute(
+            CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+            bytes,
+        )
+        .during(format!("allowing {name} {bytes} bytes of shared memory"))?;
+        Ok(f)
     }
 
     fn module(&self, file: &'static KernelFile) -> Result<Arc<CudaModule>> {

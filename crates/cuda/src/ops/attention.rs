@@ -20,7 +20,6 @@ use super::Quantize;
 use crate::device::CudaDevice;
 use crate::error::{CudaError, DriverContext, Result};
 use crate::kernels::{KernelFile, ATTENTION, ATTENTION_PREFILL, FLASH_ATTN};
-use cudarc::driver::sys::CUfunction_attribute;
 use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig};
 use ferrolm_quant::QK_K;
 use std::collections::HashMap;
@@ -387,15 +386,8 @@ fn query_rows(q: usize, out: usize, positions: usize, n_head: usize, cache: &KvC
 impl Attention {
     pub fn load(dev: &CudaDevice, launch: &Launcher) -> Result<Self> {
         let f = |name: String| dev.function(&ATTENTION, &name);
-        // A kernel whose dynamic shared memory passes 48 KiB gets it only when asked for.
         let with_smem = |name: String, bytes: usize| -> Result<CudaFunction> {
-            let func = f(name.clone())?;
-            func.set_attribute(
-                CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                int(bytes, "group shared memory"),
-            )
-            .during(format!("raising {name}'s shared-memory limit"))?;
-            Ok(func)
+            dev.function_with_smem(&ATTENTION, &name, bytes)
         };
         // `<stem>_d<D>` of `file` for each of ATTN_HEAD_DIMS.
         let per_dim = |file: &'static KernelFile, stem: &str| -> Result<Vec<CudaFunction>> {
@@ -424,13 +416,8 @@ impl Attention {
                 if !MMA_HEAD_DIMS.contains(&d) {
                     return Ok(None);
                 }
-                let func = dev.function(&FLASH_ATTN, &format!("flash_attn_prefill_d{d}"))?;
-                // Above 48 KiB a block gets dynamic shared memory only when asked for.
-                func.set_attribute(
-                    CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                    int(flash_smem_bytes(d), "flash shared memory"),
-                )
-                .during("raising flash_attn_prefill's shared-memory limit")?;
+                let name = format!("flash_attn_prefill_d{d}");
+                let func = dev.function_with_smem(&FLASH_ATTN, &name, flash_smem_bytes(d))?;
                 Ok(Some(func))
             })
             .collect::<Result<_>>()?;

@@ -26,7 +26,6 @@ use super::launch::Launcher;
 use crate::device::CudaDevice;
 use crate::error::{CudaError, DriverContext, Result};
 use crate::kernels::ATTENTION_ROWS;
-use cudarc::driver::sys::CUfunction_attribute;
 use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, DevicePtr, LaunchConfig};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -196,13 +195,8 @@ impl AttentionRows {
                 .map(|d| {
                     (1..=ROWS_MAX_GROUP)
                         .map(|g| {
-                            let func = f(format!("attn_decode_rows_d{d}_g{g}"))?;
-                            func.set_attribute(
-                                CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                int(rows_smem_bytes(*d, g), "rows shared memory"),
-                            )
-                            .during("raising attn_decode_rows' shared-memory limit")?;
-                            Ok(func)
+                            let name = format!("attn_decode_rows_d{d}_g{g}");
+                            dev.function_with_smem(&ATTENTION_ROWS, &name, rows_smem_bytes(*d, g))
                         })
                         .collect::<Result<_>>()
                 })
@@ -211,13 +205,12 @@ impl AttentionRows {
                 .iter()
                 .flat_map(|&d| ATTN_TC_GROUPS.iter().map(move |&g| (d, g)))
                 .map(|(d, g)| {
-                    let func = f(format!("attn_decode_rows_tc_d{d}_g{g}"))?;
-                    func.set_attribute(
-                        CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                        int(rows_tc_smem_bytes(d, g), "rows shared memory"),
-                    )
-                    .during("raising attn_decode_rows_tc's shared-memory limit")?;
-                    Ok(((d, g), func))
+                    let name = format!("attn_decode_rows_tc_d{d}_g{g}");
+                    let smem = rows_tc_smem_bytes(d, g);
+                    Ok((
+                        (d, g),
+                        dev.function_with_smem(&ATTENTION_ROWS, &name, smem)?,
+                    ))
                 })
                 .collect::<Result<_>>()?,
         })

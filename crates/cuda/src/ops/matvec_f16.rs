@@ -13,7 +13,7 @@ use super::{int, QuantMatrix};
 use crate::device::CudaDevice;
 use crate::error::{CudaError, DriverContext, Result};
 use crate::kernels::MATVEC_F16;
-use cudarc::driver::sys::{CUdevice_attribute, CUfunction_attribute};
+use cudarc::driver::sys::CUdevice_attribute;
 use cudarc::driver::{CudaFunction, CudaSlice, DevicePtr, DevicePtrMut, LaunchConfig};
 use ferrolm_gguf::GgmlType;
 use std::collections::HashMap;
@@ -70,16 +70,8 @@ pub struct MatVecF16 {
 
 impl MatVecF16 {
     pub fn load(dev: &CudaDevice, launch: &Launcher) -> Result<Self> {
-        // Each entry with its shared memory allowed: above 48 KiB a block gets dynamic shared
-        // memory only when asked for.
         let entry = |name: String, smem: u32| -> Result<CudaFunction> {
-            let f = dev.function(&MATVEC_F16, &name)?;
-            f.set_attribute(
-                CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                smem as i32,
-            )
-            .during("raising matvec_f16's shared-memory limit")?;
-            Ok(f)
+            dev.function_with_smem(&MATVEC_F16, &name, smem as usize)
         };
         let mut fns = HashMap::new();
         for (ty, warps) in FORMATS {

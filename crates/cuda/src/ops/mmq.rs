@@ -18,7 +18,7 @@ use crate::device::CudaDevice;
 use crate::error::{CudaError, DriverContext, Result};
 use crate::kernels::{KernelFile, MMQ};
 use crate::plan::Gemm;
-use cudarc::driver::sys::{CUdevice_attribute, CUfunction_attribute};
+use cudarc::driver::sys::CUdevice_attribute;
 use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig};
 use ferrolm_gguf::GgmlType;
 use std::collections::HashMap;
@@ -148,15 +148,7 @@ impl GemmFn {
                 blocks_per_sm: 0,
             });
         }
-        let f = dev.function(file, name)?;
-        dev.context()
-            .bind_to_thread()
-            .during("binding the context")?;
-        f.set_attribute(
-            CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-            smem as i32,
-        )
-        .during(format!("allowing {name} {smem} bytes of shared memory"))?;
+        let f = dev.function_with_smem(file, name, smem)?;
         let blocks_per_sm = f
             .occupancy_max_active_blocks_per_multiprocessor(threads, smem, None)
             .during(format!("occupancy of {name}"))?;

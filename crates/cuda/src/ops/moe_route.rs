@@ -17,7 +17,6 @@ use crate::device::CudaDevice;
 use crate::error::{CudaError, DriverContext, Result};
 use crate::kernels::MOE_ROUTE;
 use crate::plan::RouterLogits;
-use cudarc::driver::sys::CUfunction_attribute;
 use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig};
 
 /// Most experts a router may have (the kernel's 32 × TOPK_PER_LANE).
@@ -247,21 +246,14 @@ impl MoeRoute {
             .during("binding the context")?;
         let f = |name| dev.function(&MOE_ROUTE, name);
         // Only the norm's launch stages rows in shared memory; the mat-vecs read them in place.
-        let norm_route_small = f("add_rms_norm_route_small")?;
-        norm_route_small
-            .set_attribute(
-                CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                small_stage_bytes(ROUTER_SMALL_N, ROUTER_SMALL_MAX_EMBD) as i32,
-            )
-            .during("allowing the router's fused norm its shared memory")?;
+        let norm_route_small = dev.function_with_smem(
+            &MOE_ROUTE,
+            "add_rms_norm_route_small",
+            small_stage_bytes(ROUTER_SMALL_N, ROUTER_SMALL_MAX_EMBD),
+        )?;
         let norm_route_cluster = if dev.compute_capability().0 >= 9 {
-            let f = f("add_rms_norm_route_cluster")?;
-            f.set_attribute(
-                CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                ROUTE_CLUSTER_STAGE_BYTES as i32,
-            )
-            .during("allowing the router's cluster launch its shared memory")?;
-            Some(f)
+            let name = "add_rms_norm_route_cluster";
+            Some(dev.function_with_smem(&MOE_ROUTE, name, ROUTE_CLUSTER_STAGE_BYTES)?)
         } else {
             None
         };
