@@ -404,6 +404,14 @@ template <int N> static __device__ __forceinline__ void cp_async_wait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
+// acc += v lane by lane, each add rounded once (split shares summed in a fixed order).
+static __device__ __forceinline__ void add_float4_rn(float4 &acc, const float4 &v) {
+    acc.x = __fadd_rn(acc.x, v.x);
+    acc.y = __fadd_rn(acc.y, v.y);
+    acc.z = __fadd_rn(acc.z, v.z);
+    acc.w = __fadd_rn(acc.w, v.w);
+}
+
 // A split-K product's last share (mmq.cu, mmvq_staged.cu, matvec_f16.cu, gemm_wgmma.cu):
 // dst[c][r] = Σ_z part[z][c][r] in z order (the same bits every run), over a block's region of
 // `cols` columns from col0 and `rows` rows from row0 of a [column][ld] layout, the shares'
@@ -438,11 +446,7 @@ static __device__ __forceinline__ void add_split_planes(float *__restrict__ dst,
 #pragma unroll
                 for (int i = 0; i < VECS; ++i) {
                     if (at[i] >= 0) {
-                        const float4 v = __ldcg((const float4 *)(pz + at[i]));
-                        acc[i].x = __fadd_rn(acc[i].x, v.x);
-                        acc[i].y = __fadd_rn(acc[i].y, v.y);
-                        acc[i].z = __fadd_rn(acc[i].z, v.z);
-                        acc[i].w = __fadd_rn(acc[i].w, v.w);
+                        add_float4_rn(acc[i], __ldcg((const float4 *)(pz + at[i])));
                     }
                 }
             }

@@ -345,9 +345,9 @@ static __device__ __forceinline__ void mvf_stage(char *dst, const uint16_t *x, i
     cp_async_commit();
 }
 
-// Queue the copy of super-block kb of the block's weight rows from row0 (rows past nrows re-read the last
-// one, never written) into `dst`, a row's WS_CHUNKS 16-byte chunks (Q6_K: the 224-byte span
-// round its 210-byte block; Q4_K: its 144-byte block) every WS_ROW bytes; bytes past the
+// Queue the copy of super-block kb of the block's weight rows from row0 (rows past nrows re-read
+// the last one, never written) into `dst`, a row's WS_CHUNKS 16-byte chunks (Q6_K: the 224-byte
+// span round its 210-byte block; Q4_K: its 144-byte block) every WS_ROW bytes; bytes past the
 // matrix's end are not read. Not committed: the caller's group takes it.
 template <int TYPE>
 static __device__ __forceinline__ void mvf_stage_weights(char *dst,
@@ -401,13 +401,12 @@ static __device__ __forceinline__ MvfMat mvf_pick(const MvfMats &mats) {
 
 // The block's matrix of mats (mvf_pick), the lane's weight rows g + 8r of the warp's (rows past
 // the end re-read the last one, never written) and its share's first super-block of them,
-// loaded before the wait on the previous kernel (no kernel writes weights); then the wait. WS: the block's first super-block is queued
-// for shared memory instead, in a group of its own.
+// loaded before the wait on the previous kernel (no kernel writes weights); then the wait. WS:
+// the block's first super-block is queued for shared memory instead, in a group of its own.
 template <int TYPE> struct MvfStart {
     static constexpr int RL = 2 * MvfFormat<TYPE>::TILES;
-    const typename MvfFormat<TYPE>::block *w; // the block's matrix (mvf_pick's)
-    float *dst, *part;                        // its outputs and scratch planes
-    int nrows, rb;                            // its rows and the block's row block of it
+    MvfMat mat;                               // the block's matrix (mvf_pick's)
+    const typename MvfFormat<TYPE>::block *w; // its weights
     const typename MvfFormat<TYPE>::block *wr[RL];
     typename MvfFormat<TYPE>::Row cur[RL];
 };
@@ -417,15 +416,11 @@ static __device__ __forceinline__ MvfStart<TYPE>
 mvf_weights_then_wait(const MvfMats &mats, int ncols, int share) {
     typedef MvfFormat<TYPE> F;
     typedef typename F::block block;
-    const MvfMat m = mvf_pick(mats);
-    const block *__restrict__ w = (const block *)m.w;
-    const int nrows = m.nrows, rb = m.rb;
     MvfStart<TYPE> st;
+    st.mat = mvf_pick(mats);
+    const block *__restrict__ w = (const block *)st.mat.w;
+    const int nrows = st.mat.nrows, rb = st.mat.rb;
     st.w = w;
-    st.dst = m.dst;
-    st.part = m.part;
-    st.nrows = nrows;
-    st.rb = rb;
     const int g = threadIdx.x / 4, t = threadIdx.x % 4;
     const int bpr = ncols / QK_K;
     const int row0 = rb * MVF_ROWS + 16 * F::TILES * threadIdx.y;
@@ -524,10 +519,7 @@ static __device__ __forceinline__ void mvf_cluster_sum(const float (&acc)[TILES]
 #pragma unroll
         for (int z = 1; z < MVF_CLUSTER_MAX; ++z) {
             if (z < splits) {
-                sum.x = __fadd_rn(sum.x, v[z].x);
-                sum.y = __fadd_rn(sum.y, v[z].y);
-                sum.z = __fadd_rn(sum.z, v[z].z);
-                sum.w = __fadd_rn(sum.w, v[z].w);
+                add_float4_rn(sum, v[z]);
             }
         }
         const float s4[4] = {sum.x, sum.y, sum.z, sum.w};
@@ -542,25 +534,26 @@ static __device__ __forceinline__ void mvf_cluster_sum(const float (&acc)[TILES]
     cluster_wait();
 }
 
-// `share` super-blocks a split (gridDim.y of them); the block's st.part: gridDim.y × nrows_y ×
-// st.nrows floats and done: a zeroed counter per row block of the grid, when gridDim.y > 1 and
-// the shares are not one cluster. st as mvf_weights_then_wait leaves it. WS: the weights through shared memory (F::WS_SMEM), the same arithmetic in the
-// same order: the same bits as the register path.
+// `share` super-blocks a split (gridDim.y of them); the block's st.mat.part: gridDim.y ×
+// nrows_y × st.mat.nrows floats and done: a zeroed counter per row block of the grid, when
+// gridDim.y > 1 and the shares are not one cluster. st as mvf_weights_then_wait leaves it. WS:
+// the weights through shared memory (F::WS_SMEM), the same arithmetic in the same order: the
+// same bits as the register path.
 template <int TYPE, int NT, bool WS>
 static __device__ __forceinline__ void matvec_f16(MvfStart<TYPE> &st,
                                                   const uint16_t *__restrict__ x, int ncols,
                                                   int nrows_y, unsigned *__restrict__ done,
                                                   int share) {
-    float *__restrict__ dst = st.dst;
-    float *__restrict__ part = st.part;
-    const int nrows = st.nrows;
+    float *__restrict__ dst = st.mat.dst;
+    float *__restrict__ part = st.mat.part;
+    const int nrows = st.mat.nrows;
     typedef MvfFormat<TYPE> F;
     constexpr int RL = MvfStart<TYPE>::RL, THREADS = F::WARPS * WARP_SIZE;
     extern __shared__ __align__(16) char smem[];
     const int lane = threadIdx.x, g = lane / 4, t = lane % 4;
     const int tid = threadIdx.y * WARP_SIZE + lane;
     const int bpr = ncols / QK_K;
-    const int first = st.rb * MVF_ROWS, row0 = first + 16 * F::TILES * threadIdx.y;
+    const int first = st.mat.rb * MVF_ROWS, row0 = first + 16 * F::TILES * threadIdx.y;
     const int kb0 = blockIdx.y * share, kb1 = min(bpr, kb0 + share);
     if (mmq_dynamic_smem() < (unsigned)(WS ? F::WS_SMEM : MVF_SMEM)) {
         __trap(); // launched with less shared memory than the layout needs
