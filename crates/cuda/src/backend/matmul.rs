@@ -169,7 +169,7 @@ impl CudaBackend {
                     .expect("kept or rounded above");
                 let together = self.f16_matvec_run(&ws[i..], x.rows);
                 if together > 1 {
-                    self.f16_matvec_many(&ws[i..i + together], h, &mut outs[i..i + together])?;
+                    self.f16_matvec_together(&ws[i..i + together], h, &mut outs[i..i + together])?;
                     for (j, out) in outs.iter_mut().enumerate().skip(i).take(together) {
                         if let Some(b) = bias(j) {
                             self.k.elementwise.add_bias(out.buf_mut(), b)?;
@@ -417,7 +417,7 @@ impl CudaBackend {
 
     /// `ws`' products of `x16` (each taking the f16 mat-vec) in one launch, split as the plan
     /// splits their rows together; biases are the caller's.
-    fn f16_matvec_many(
+    fn f16_matvec_together(
         &self,
         ws: &[&CudaWeight],
         x16: &CudaSlice<u16>,
@@ -430,15 +430,30 @@ impl CudaBackend {
             .gemm_plan()
             .f16_matvec(first.ty, rows, first.cols, n)
             .unwrap_or(1);
-        let how = self.plan.f16_matvec_how(first.ty);
-        let floats = crate::ops::MatVecF16::scratch(how, splits, n, rows);
         let mut bufs: Vec<&mut CudaSlice<f32>> = outs.iter_mut().map(|o| o.buf_mut()).collect();
+        self.f16_matvec_many(&ms, x16, n, splits, &mut bufs)
+    }
+
+    /// `ms`' products of the `n` rows of `x16` on the f16 mat-vec in one launch, split
+    /// `splits` ways (a scratch from the pool where the shares go through one), as the plan
+    /// says for the type; biases are the caller's.
+    fn f16_matvec_many(
+        &self,
+        ms: &[&QuantMatrix],
+        x16: &CudaSlice<u16>,
+        n: usize,
+        splits: usize,
+        outs: &mut [&mut CudaSlice<f32>],
+    ) -> Result<()> {
+        let how = self.plan.f16_matvec_how(ms[0].ty);
+        let rows = ms.iter().map(|m| m.rows).sum();
+        let floats = crate::ops::MatVecF16::scratch(how, splits, n, rows);
         let mv = &self.k.matvec_f16;
         if floats == 0 {
-            return mv.matmul_many(how, splits, &ms, x16, n, &mut bufs, None);
+            return mv.matmul_many(how, splits, ms, x16, n, outs, None);
         }
         let mut part = self.acts.take(floats)?;
-        let done = mv.matmul_many(how, splits, &ms, x16, n, &mut bufs, Some(&mut part));
+        let done = mv.matmul_many(how, splits, ms, x16, n, outs, Some(&mut part));
         self.acts.give(part);
         done
     }
@@ -468,17 +483,7 @@ impl CudaBackend {
         let g = &self.k.gemm_wgmma;
         let n = out.rows;
         if let Some(splits) = self.f16_matvec(w, n) {
-            let mv = &self.k.matvec_f16;
-            let how = self.plan.f16_matvec_how(w.ty);
-            let floats = crate::ops::MatVecF16::scratch(how, splits, n, w.rows);
-            if floats == 0 {
-                mv.matmul(how, splits, w, x16, n, out.buf_mut(), None)?;
-            } else {
-                let mut part = self.acts.take(floats)?;
-                let done = mv.matmul(how, splits, w, x16, n, out.buf_mut(), Some(&mut part));
-                self.acts.give(part);
-                done?;
-            }
+            self.f16_matvec_many(&[w], x16, n, splits, &mut [out.buf_mut()])?;
         } else if let Some(ways) = self.f16_decode(w, n) {
             let floats = crate::ops::GemmWgmma::split_floats(ways, n, w.rows);
             if floats == 0 {

@@ -262,11 +262,9 @@ impl MatVecF16 {
             mats.w[i] = m.data.device_ptr(stream).0;
             mats.dst[i] = out.device_ptr_mut(stream).0;
             // Each matrix's planes after the ones before it: splits × n × rows floats each.
-            mats.part[i] = if part_base == 0 {
-                0
-            } else {
-                part_base + (4 * splits * n * before) as u64
-            };
+            if through_scratch {
+                mats.part[i] = part_base + (4 * splits * n * before) as u64;
+            }
             mats.nrows[i] = int(m.rows, "matvec_f16 rows");
             mats.end[i] = int(end, "matvec_f16 row blocks");
             before += m.rows;
