@@ -2,7 +2,7 @@
 //! weight expanded to f16, the activations rounded to f16, against the f64 product of the
 //! dequantized weight and the f32 activations.
 
-use super::checks::{exact_row, poisoned, row, MatmulCase};
+use super::checks::{exact_row, poisoned, row, same_bits, MatmulCase};
 use super::{compare, Contract, Row};
 use anyhow::Result;
 use ferrolm_cuda::ops::GemmWgmma;
@@ -252,17 +252,11 @@ pub fn matvec_f16(
             },
         )?);
     }
-    let run = |how: MatVecF16How, shares: usize| -> Result<Vec<f32>> {
-        let floats = MatVecF16::scratch(how, shares, n, rows);
-        let mut part = dev.zeros::<f32>(floats.max(1))?;
-        let mut got = poisoned(dev, n * rows)?;
-        let part = (floats > 0).then_some(&mut part);
-        k.matvec_f16
-            .matmul(how, shares, &case.w, &x16, n, &mut got, part)?;
-        dev.sync()?;
-        Ok(dev.download(&got)?)
+    let run = |how, shares| -> Result<Vec<f32>> {
+        let mut got = run_matvec_f16(dev, k, how, shares, &[&case.w], &x16, n)?;
+        Ok(got.remove(0))
     };
-    let same = |a: &[f32], b: &[f32]| a.iter().zip(b).all(|(a, b)| a.to_bits() == b.to_bits());
+    let same = |a: &[f32], b: &[f32]| same_bits(a, b).2;
     if k.matvec_f16.stages_weights(&case.w) {
         // The weights through shared memory (FERROLM_F16_MATVEC_Q6K_STAGE, on;
         // FERROLM_F16_MATVEC_Q4K_STAGE, off; only where the rows' layout allows, else both runs
@@ -315,6 +309,37 @@ pub fn matvec_f16(
     Ok(out)
 }
 
+/// `ws`' products of the `n` f16 rows of `x16` in one f16 mat-vec launch (`matmul_many`; one
+/// matrix: its own launch) as `how` says, split `shares` ways, into poisoned outputs (and a
+/// scratch where the shares go through one), downloaded once the device is done.
+#[allow(clippy::too_many_arguments)]
+fn run_matvec_f16(
+    dev: &CudaDevice,
+    k: &Kernels,
+    how: ferrolm_cuda::ops::MatVecF16How,
+    shares: usize,
+    ws: &[&ferrolm_cuda::ops::QuantMatrix],
+    x16: &CudaSlice<u16>,
+    n: usize,
+) -> Result<Vec<Vec<f32>>> {
+    use ferrolm_cuda::ops::MatVecF16;
+    let rows = ws.iter().map(|w| w.rows).sum();
+    let floats = MatVecF16::scratch(how, shares, n, rows);
+    let mut part = dev.zeros::<f32>(floats.max(1))?;
+    let mut gots = ws
+        .iter()
+        .map(|w| poisoned(dev, n * w.rows))
+        .collect::<Result<Vec<_>>>()?;
+    let mut outs: Vec<_> = gots.iter_mut().collect();
+    let part = (floats > 0).then_some(&mut part);
+    k.matvec_f16
+        .matmul_many(how, shares, ws, x16, n, &mut outs, part)?;
+    dev.sync()?;
+    gots.iter()
+        .map(|g| Ok(dev.download(g)?))
+        .collect::<Result<Vec<_>>>()
+}
+
 /// (rows of each matrix, cols, tokens) of products sharing one f16 mat-vec launch: qwen3-8b's
 /// q, k and v at 64 sequences, and rows that are not whole 128-row blocks.
 pub const F16_MATVEC_TOGETHER_CASES: [([usize; 3], usize, usize); 2] = [
@@ -337,7 +362,7 @@ pub fn matvec_f16_together(
     cols: usize,
     n: usize,
 ) -> Result<Vec<Row>> {
-    use ferrolm_cuda::ops::{MatVecF16, MatVecF16How};
+    use ferrolm_cuda::ops::MatVecF16How;
     if !plan.device().f16_gemm {
         return Ok(Vec::new());
     }
@@ -348,7 +373,6 @@ pub fn matvec_f16_together(
     let xd = dev.upload(&cases[0].x)?;
     let mut x16 = dev.zeros::<u16>(n * cols)?;
     k.gemm_wgmma.round_f16(&xd, n * cols, &mut x16)?;
-    let all: usize = rows.iter().sum();
     let mut out = Vec::new();
     let clusters = plan.device().cc.0 >= 9;
     let hows = [false, true]
@@ -360,32 +384,13 @@ pub fn matvec_f16_together(
         });
     for how in hows {
         for shares in [1, 3, 8] {
-            let mut part = dev.zeros::<f32>(MatVecF16::scratch(how, shares, n, all).max(1))?;
             let mut apart = Vec::new();
             for c in &cases {
-                let mut got = poisoned(dev, n * c.w.rows)?;
-                let floats = MatVecF16::scratch(how, shares, n, c.w.rows);
-                let p = (floats > 0).then_some(&mut part);
-                k.matvec_f16
-                    .matmul(how, shares, &c.w, &x16, n, &mut got, p)?;
-                dev.sync()?;
-                apart.push(dev.download(&got)?);
+                apart.extend(run_matvec_f16(dev, k, how, shares, &[&c.w], &x16, n)?);
             }
-            let mut gots = rows
-                .iter()
-                .map(|&r| poisoned(dev, n * r))
-                .collect::<Result<Vec<_>>>()?;
             let ws: Vec<_> = cases.iter().map(|c| &c.w).collect();
-            let mut outs: Vec<_> = gots.iter_mut().collect();
-            let p = (MatVecF16::scratch(how, shares, n, all) > 0).then_some(&mut part);
-            k.matvec_f16
-                .matmul_many(how, shares, &ws, &x16, n, &mut outs, p)?;
-            dev.sync()?;
-            let mut same = true;
-            for (g, a) in gots.iter().zip(&apart) {
-                let g = dev.download(g)?;
-                same &= g.iter().zip(a).all(|(x, y)| x.to_bits() == y.to_bits());
-            }
+            let together = run_matvec_f16(dev, k, how, shares, &ws, &x16, n)?;
+            let same = together.iter().zip(&apart).all(|(g, a)| same_bits(g, a).2);
             let sum = if how.cluster_sum { ", cluster" } else { "" };
             out.push(exact_row(
                 &format!("matvec f16 {ty}, q, k and v in one launch"),
