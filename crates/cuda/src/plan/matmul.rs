@@ -147,8 +147,8 @@ impl Plan {
     }
 
     /// Whether a split f16 mat-vec adds its shares in a thread-block cluster a row block
-    /// (`FERROLM_F16_MATVEC_CLUSTER`, on; `=0` through the scratch; Hopper, and shares the kernel's cluster takes:
-    /// [`MatVecF16::matmul`]). The same bits.
+    /// (`FERROLM_F16_MATVEC_CLUSTER`, on; `=0` through the scratch; Hopper, and shares the
+    /// kernel's cluster takes: [`MatVecF16::cluster_sums`]). The same bits.
     pub fn f16_matvec_cluster(&self) -> bool {
         self.switches.f16_matvec_cluster && self.device.cc.0 >= 9
     }
