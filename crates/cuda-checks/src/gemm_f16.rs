@@ -186,8 +186,29 @@ pub fn gemm_f16_decode(
             &want,
             &exact,
             n * rows,
-            |got| g.matmul_decode(&x16, n, &case.w, got, Some((shares, &mut part))),
+            |got| g.matmul_decode(&x16, n, &case.w, got, Some((shares, &mut part)), false),
         )?);
+    }
+    // The deep variant (FERROLM_F16_DECODE_DEEP, three super-blocks in flight): the bits of
+    // the variant above, split as the plan splits, in 3 shares and unsplit.
+    for shares in [ways, 3, 1] {
+        let floats = GemmWgmma::split_floats(shares, n, rows);
+        let mut part = dev.zeros::<f32>(floats.max(1))?;
+        let mut run = |deep: bool| -> Result<Vec<f32>> {
+            let mut got = poisoned(dev, n * rows)?;
+            let split = (floats > 0).then_some((shares, &mut part));
+            g.matmul_decode(&x16, n, &case.w, &mut got, split, deep)?;
+            dev.sync()?;
+            Ok(dev.download(&got)?)
+        };
+        let (plain, deep) = (run(false)?, run(true)?);
+        let (_, _, same) = same_bits(&deep, &plain);
+        out.push(exact_row(
+            "gemm f16 decode Q4_K, three super-blocks in flight",
+            format!("{rows}×{cols} · {n} rows, {shares} shares"),
+            "one in flight",
+            same,
+        ));
     }
     Ok(out)
 }

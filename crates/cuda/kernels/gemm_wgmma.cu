@@ -105,8 +105,9 @@ struct WgTile {
 
 #ifdef FERROLM_WGMMA
 // Consumer warpgroup c (0 or 1) of a block: its 64 tokens of the tile times the 256 weight
-// rows over `steps` stages of the ring, then the f32 sums stored.
-template <int STAGES>
+// rows over `steps` stages of the ring (each A_BYTES of tokens, then the weight's 256 rows),
+// then the f32 sums stored.
+template <int STAGES, int A_BYTES = WG_A_BYTES>
 static __device__ __forceinline__ void consume(float *__restrict__ out, int n_rows, int steps,
                                                WgTile tile, const uint8_t *smem, uint64_t *full,
                                                uint64_t *empty, int c, int tid) {
@@ -124,8 +125,8 @@ static __device__ __forceinline__ void consume(float *__restrict__ out, int n_ro
     for (int i = 0; i < steps; ++i) {
         const int s = i % STAGES;
         mbar_wait(&full[s], (i / STAGES) & 1);
-        const uint8_t *a = smem + s * WG_STAGE_BYTES + c * 64 * 128;
-        const uint8_t *b = smem + s * WG_STAGE_BYTES + WG_A_BYTES;
+        const uint8_t *a = smem + s * (A_BYTES + WG_B_BYTES) + c * 64 * 128;
+        const uint8_t *b = smem + s * (A_BYTES + WG_B_BYTES) + A_BYTES;
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < WG_BK / 16; ++kk) {
@@ -182,23 +183,23 @@ static __device__ __forceinline__ void gemm_tile(const TmaMap *x_map, const TmaM
     }
 }
 
-// STAGES stages in dynamic shared memory (aligned to the swizzle's 1024 bytes), RAW bytes after
-// them, then the barriers: full and empty a stage, two for the raw slots; initialized by
-// thread 0 (a stage full on `full_count` arrivals, empty on `empty_count`: lane 0 of each
-// consumer warp); the caller synchronizes the block before use.
-template <int STAGES, int RAW>
+// STAGES stages of STAGE_BYTES in dynamic shared memory (aligned to the swizzle's 1024
+// bytes), RAW bytes after them, then the barriers: full and empty a stage, SLOTS for the raw
+// slots; initialized by thread 0 (a stage full on `full_count` arrivals, empty on
+// `empty_count`: lane 0 of each consumer warp); the caller synchronizes the block before use.
+template <int STAGES, int RAW, int SLOTS = 2, int STAGE_BYTES = WG_STAGE_BYTES>
 static __device__ __forceinline__ uint8_t *stages(uint64_t **full, uint64_t **empty,
                                                   uint32_t full_count, uint32_t empty_count = 8) {
     extern __shared__ uint8_t smem_raw[];
     uint8_t *smem = (uint8_t *)(((size_t)smem_raw + 1023) & ~(size_t)1023);
-    *full = (uint64_t *)(smem + STAGES * WG_STAGE_BYTES + RAW);
+    *full = (uint64_t *)(smem + STAGES * STAGE_BYTES + RAW);
     *empty = *full + STAGES;
     if (threadIdx.x == 0) {
         for (int s = 0; s < STAGES; ++s) {
             mbar_init(&(*full)[s], full_count);
             mbar_init(&(*empty)[s], empty_count); // lane 0 of each consumer warp
         }
-        for (int s = 0; s < 2; ++s) mbar_init(*empty + STAGES + s, 1);
+        for (int s = 0; s < SLOTS; ++s) mbar_init(*empty + STAGES + s, 1);
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     return smem;
@@ -335,44 +336,48 @@ static __device__ __forceinline__ void q4k_row_f16(const uint8_t *blk, int m, ui
 
 // The producer of a Q4_K tile over `blocks` super-blocks from sb0, run by the THREADS threads
 // that unpack (u their index; u 0 also issues the copies; they meet on named barrier 1): x
-// stages by TMA, the weight's super-blocks by TMA into the raw slots (raw_full their barriers),
-// each stage's 256 x 64 weight written as f16, WG_BN / THREADS rows a thread, by
-// q4k_row_f16<F16X2> (Expand8's bits, or the decode variant's f16 arithmetic).
-template <int THREADS, bool F16X2>
+// stages (A_BYTES of tokens) by TMA into a ring of STAGES, the weight's super-blocks by TMA
+// into a ring of SLOTS raw slots (raw_full their barriers; SLOTS - 1 super-blocks in flight
+// while one is unpacked), each stage's 256 x 64 weight written as f16, WG_BN / THREADS rows a
+// thread, by q4k_row_f16<F16X2> (Expand8's bits, or the decode variant's f16 arithmetic).
+template <int THREADS, bool F16X2, int STAGES = WQ_STAGES, int SLOTS = 2, int A_BYTES = WG_A_BYTES>
 static __device__ __forceinline__ void produce_q4k(const TmaMap *x_map, const TmaMap *w_map,
                                                    int sb0, int blocks, WgTile tile, uint8_t *smem,
                                                    uint64_t *full, uint64_t *empty, int u) {
-    uint64_t *raw_full = empty + WQ_STAGES;
-    uint8_t *raw = smem + WQ_STAGES * WG_STAGE_BYTES;
+    constexpr int STAGE_BYTES = A_BYTES + WG_B_BYTES;
+    uint64_t *raw_full = empty + STAGES;
+    uint8_t *raw = smem + STAGES * STAGE_BYTES;
     const int steps = blocks * 4;
+    // Super-block sb into its slot.
+    const auto fetch = [&](int sb) {
+        const int n = sb % SLOTS;
+        mbar_expect_tx(&raw_full[n], WQ_RAW_BYTES);
+        tma_load(raw + n * WQ_RAW_BYTES, w_map, &raw_full[n], (sb0 + sb) * WQ_BLOCK_BYTES,
+                 tile.wrow0);
+    };
     if (u == 0) {
-        mbar_expect_tx(&raw_full[0], WQ_RAW_BYTES);
-        tma_load(raw, w_map, &raw_full[0], sb0 * WQ_BLOCK_BYTES, tile.wrow0);
+        for (int sb = 0; sb < SLOTS - 1 && sb < blocks; ++sb) fetch(sb);
     }
     for (int i = 0; i < steps; ++i) {
-        const int s = i % WQ_STAGES, sb = i / 4, m = i % 4;
-        const uint8_t *slot = raw + (sb % 2) * WQ_RAW_BYTES;
+        const int s = i % STAGES, sb = i / 4, m = i % 4;
+        const uint8_t *slot = raw + (sb % SLOTS) * WQ_RAW_BYTES;
         if (m == 0) {
-            // Every unpacking thread is done with super-block sb - 1, whose slot takes sb + 1.
+            // Every unpacking thread is done with super-block sb - 1, whose slot takes
+            // sb + SLOTS - 1.
             asm volatile("bar.sync 1, %0;" ::"n"(THREADS) : "memory");
-            if (u == 0 && sb + 1 < blocks) {
-                const int n = (sb + 1) % 2;
-                mbar_expect_tx(&raw_full[n], WQ_RAW_BYTES);
-                tma_load(raw + n * WQ_RAW_BYTES, w_map, &raw_full[n],
-                         (sb0 + sb + 1) * WQ_BLOCK_BYTES, tile.wrow0);
-            }
-            mbar_wait(&raw_full[sb % 2], (sb / 2) & 1);
+            if (u == 0 && sb + SLOTS - 1 < blocks) fetch(sb + SLOTS - 1);
+            mbar_wait(&raw_full[sb % SLOTS], (sb / SLOTS) & 1);
         }
-        if (i >= WQ_STAGES) mbar_wait(&empty[s], ((i / WQ_STAGES) - 1) & 1);
-        uint8_t *a = smem + s * WG_STAGE_BYTES;
+        if (i >= STAGES) mbar_wait(&empty[s], ((i / STAGES) - 1) & 1);
+        uint8_t *a = smem + s * STAGE_BYTES;
         if (u == 0) {
-            mbar_expect_tx(&full[s], WG_A_BYTES);
+            mbar_expect_tx(&full[s], A_BYTES);
             tma_load(a, x_map, &full[s], (sb0 * 4 + i) * WG_BK, tile.tok0);
         }
 #pragma unroll 1
         for (int h = 0; h < WG_BN / THREADS; ++h) {
             const int r = u + THREADS * h;
-            q4k_row_f16<F16X2>(slot + r * WQ_BLOCK_BYTES, m, a + WG_A_BYTES + r * 128, r % 8);
+            q4k_row_f16<F16X2>(slot + r * WQ_BLOCK_BYTES, m, a + A_BYTES + r * 128, r % 8);
         }
         // The MMAs read the stage through the async proxy.
         asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
@@ -445,18 +450,20 @@ extern "C" __global__ void __launch_bounds__(384, 1)
 #endif
 }
 
-// gemm_wgmma_q4k for a batched decode step of at most 64 tokens (n_tok <= 64: one consumer
-// warpgroup), unpacked by two warpgroups in f16 arithmetic (produce_q4k<256, true>); the same
-// arguments, split-K and grid (x 1).
-extern "C" __global__ void __launch_bounds__(384, 1)
-    gemm_wgmma_q4k_decode(const __grid_constant__ TmaMap x_map,
-                          const __grid_constant__ TmaMap w_map, float *__restrict__ out, int n_tok,
-                          int n_rows, int k, float *__restrict__ part,
-                          unsigned *__restrict__ done, int split_blocks) {
-    dependent_launch_entry();
 #ifdef FERROLM_WGMMA
+// A batched decode step's tile (at most 64 tokens: one consumer warpgroup, warpgroup 1),
+// unpacked by warpgroups 0 and 2 in f16 arithmetic (produce_q4k<256, true, ...>) through
+// STAGES f16 stages of A_BYTES of tokens and SLOTS raw slots; gemm_wgmma_q4k's arguments,
+// split-K and grid (x 1).
+template <int STAGES, int SLOTS, int A_BYTES>
+static __device__ __forceinline__ void q4k_decode_tile(const TmaMap *x_map, const TmaMap *w_map,
+                                                       float *__restrict__ out, int n_tok,
+                                                       int n_rows, int k, float *__restrict__ part,
+                                                       unsigned *__restrict__ done,
+                                                       int split_blocks) {
     uint64_t *full, *empty;
-    uint8_t *smem = stages<WQ_STAGES, 2 * WQ_RAW_BYTES>(&full, &empty, 257, 4);
+    uint8_t *smem = stages<STAGES, SLOTS * WQ_RAW_BYTES, SLOTS, A_BYTES + WG_B_BYTES>(
+        &full, &empty, 257, 4);
     __syncthreads();
     const int split = gridDim.z > 1;
     const int sb0 = blockIdx.z * split_blocks;
@@ -466,13 +473,49 @@ extern "C" __global__ void __launch_bounds__(384, 1)
     float *dst = split ? part + (size_t)blockIdx.z * n_tok * n_rows : out;
     if (threadIdx.x / 128 == 1) {
         asm volatile("setmaxnreg.inc.sync.aligned.u32 240;");
-        consume<WQ_STAGES>(dst, n_rows, blocks * 4, tile, smem, full, empty, 0, threadIdx.x % 128);
+        consume<STAGES, A_BYTES>(dst, n_rows, blocks * 4, tile, smem, full, empty, 0,
+                                 threadIdx.x % 128);
     } else {
         asm volatile("setmaxnreg.dec.sync.aligned.u32 80;");
-        produce_q4k<256, true>(&x_map, &w_map, split ? sb0 : 0, blocks, tile, smem, full, empty,
-                               threadIdx.x < 128 ? threadIdx.x : threadIdx.x - 128);
+        produce_q4k<256, true, STAGES, SLOTS, A_BYTES>(
+            x_map, w_map, split ? sb0 : 0, blocks, tile, smem, full, empty,
+            threadIdx.x < 128 ? threadIdx.x : threadIdx.x - 128);
     }
     if (split && threadIdx.x >= 128) add_splits<4>(out, part, done, n_tok, n_rows, tile, threadIdx.x - 128);
+}
+#endif
+
+// gemm_wgmma_q4k for a batched decode step of at most 64 tokens (n_tok <= 64), by
+// q4k_decode_tile with gemm_wgmma_q4k's stages and raw slots (x_map's box 128 tokens).
+extern "C" __global__ void __launch_bounds__(384, 1)
+    gemm_wgmma_q4k_decode(const __grid_constant__ TmaMap x_map,
+                          const __grid_constant__ TmaMap w_map, float *__restrict__ out, int n_tok,
+                          int n_rows, int k, float *__restrict__ part,
+                          unsigned *__restrict__ done, int split_blocks) {
+    dependent_launch_entry();
+#ifdef FERROLM_WGMMA
+    q4k_decode_tile<WQ_STAGES, 2, WG_A_BYTES>(&x_map, &w_map, out, n_tok, n_rows, k, part, done,
+                                              split_blocks);
+#endif
+}
+
+// The same with three super-blocks of weights in flight where that one keeps one (its
+// copies, about 37 KB each, set its pace): x_map's box is 64 tokens (the step's at most),
+// two f16 stages, four raw slots; WD_SMEM bytes of dynamic shared memory. The same bits.
+#define WD_STAGES 2
+#define WD_SLOTS 4
+#define WD_TOKENS 64
+#define WD_A_BYTES (WD_TOKENS * WG_BK * 2)
+#define WD_SMEM (WD_STAGES * (WD_A_BYTES + WG_B_BYTES) + WD_SLOTS * WQ_RAW_BYTES + (2 * WD_STAGES + WD_SLOTS) * 8 + 1024)
+extern "C" __global__ void __launch_bounds__(384, 1)
+    gemm_wgmma_q4k_decode_deep(const __grid_constant__ TmaMap x_map,
+                               const __grid_constant__ TmaMap w_map, float *__restrict__ out,
+                               int n_tok, int n_rows, int k, float *__restrict__ part,
+                               unsigned *__restrict__ done, int split_blocks) {
+    dependent_launch_entry();
+#ifdef FERROLM_WGMMA
+    q4k_decode_tile<WD_STAGES, WD_SLOTS, WD_A_BYTES>(&x_map, &w_map, out, n_tok, n_rows, k, part,
+                                                     done, split_blocks);
 #endif
 }
 

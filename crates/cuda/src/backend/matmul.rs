@@ -486,11 +486,13 @@ impl CudaBackend {
             self.f16_matvec_many(&[w], x16, n, splits, &mut [out.buf_mut()])?;
         } else if let Some(ways) = self.f16_decode(w, n) {
             let floats = crate::ops::GemmWgmma::split_floats(ways, n, w.rows);
+            let deep = self.plan.f16_decode_deep();
             if floats == 0 {
-                g.matmul_decode(x16, n, w, out.buf_mut(), None)?;
+                g.matmul_decode(x16, n, w, out.buf_mut(), None, deep)?;
             } else {
                 let mut part = self.acts.take(floats)?;
-                let done = g.matmul_decode(x16, n, w, out.buf_mut(), Some((ways, &mut part)));
+                let split = Some((ways, &mut part));
+                let done = g.matmul_decode(x16, n, w, out.buf_mut(), split, deep);
                 self.acts.give(part);
                 done?;
             }

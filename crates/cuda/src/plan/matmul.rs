@@ -87,6 +87,12 @@ impl Plan {
         self.f16_decode_shares(ty, rows, cols, n)
     }
 
+    /// Whether the f16 decode GEMM ([`Self::f16_decode`]) runs as its deep variant, three
+    /// super-blocks of weights in flight an SM (`FERROLM_F16_DECODE_DEEP=1`); the same bits.
+    pub fn f16_decode_deep(&self) -> bool {
+        self.switches.f16_decode_deep
+    }
+
     /// Whether the f16 decode GEMM takes this product ahead of the mat-vecs
     /// (`FERROLM_F16_DECODE_FIRST`, on by default).
     fn f16_decode_ahead(&self, ty: GgmlType, rows: usize, cols: usize, n: usize) -> bool {

@@ -297,6 +297,11 @@ pub struct Switches {
     /// rows: 43 µs a launch against 52 in session 30's ncu; S_TG at 64 sequences +5% in
     /// session 31).
     pub f16_decode_first: bool,
+    /// `FERROLM_F16_DECODE_DEEP=1`: that GEMM keeps three super-blocks of weights in flight
+    /// an SM (x stages sized for its 64 tokens, two f16 stages, four raw slots) where it keeps
+    /// one (qwen3-8b's 64-row gate and up: 40.5 µs a launch at 28% of DRAM, session 41's ncu,
+    /// paced by one 37 KB copy at a time). The same bits. Off until measured (session 42).
+    pub f16_decode_deep: bool,
     /// `FERROLM_F16_EXPERTS_PAIRS`: the fewest pairs an expert, on average, for which the
     /// experts take the f16 GEMMs (1-65535); `None`:
     /// [`F16_UNPACKED_EXPERTS_MIN_PAIRS`](super::F16_UNPACKED_EXPERTS_MIN_PAIRS) where gate and
@@ -453,6 +458,7 @@ impl Default for Switches {
             f16_decode_rows: None,
             f16_decode_splits: None,
             f16_decode_first: true,
+            f16_decode_deep: false,
             f16_experts_pairs: None,
             mma_matvec: true,
             mma_row_tiles: None,
@@ -663,6 +669,7 @@ impl Switches {
             f16_decode_rows: count(env, "FERROLM_F16_DECODE_ROWS", 2..=64)?,
             f16_decode_splits: count(env, "FERROLM_F16_DECODE_SPLITS", 1..=16)?,
             f16_decode_first: flag(env, "FERROLM_F16_DECODE_FIRST", true)?,
+            f16_decode_deep: flag(env, "FERROLM_F16_DECODE_DEEP", false)?,
             f16_experts_pairs: count(env, "FERROLM_F16_EXPERTS_PAIRS", 1..=65535)?,
             mma_matvec: flag(env, "FERROLM_MMVQ_MMA", true)?,
             mma_row_tiles: count(env, "FERROLM_MMVQ_MMA_TILES", 1..=2)?,
@@ -736,7 +743,7 @@ impl fmt::Display for Switches {
             self.timing_skip.join(",")
         };
         let norm_route_rows = count_or_auto(self.norm_route_rows);
-        let lines: [(&str, &str, &str); 84] = [
+        let lines: [(&str, &str, &str); 85] = [
             (
                 "FERROLM_CUDA_MMQ",
                 bit(self.mmq),
@@ -1043,6 +1050,11 @@ impl fmt::Display for Switches {
                 "FERROLM_F16_DECODE_FIRST",
                 bit(self.f16_decode_first),
                 "that GEMM ahead of the f16 mat-vec where both take a product",
+            ),
+            (
+                "FERROLM_F16_DECODE_DEEP",
+                bit(self.f16_decode_deep),
+                "that GEMM keeps three super-blocks of weights in flight",
             ),
             (
                 "FERROLM_F16_EXPERTS_PAIRS",

@@ -47,6 +47,18 @@ const Q4K_SMEM_BYTES: usize = 3 * (TILE_TOKENS + TILE_ROWS) * 64 * 2
     + 2 * TILE_ROWS * Q4K_BLOCK_BYTES as usize
     + (2 * 3 + 2) * 8
     + 1024;
+/// The deep decode variant's tokens a stage (the kernel's WD_TOKENS: a decode step's at most)
+/// and its WD_SMEM: two f16 stages of them and the tile's rows, four raw slots, the barriers,
+/// 1 KB for alignment (225 KiB: within every Hopper part's 227).
+const DEEP_TOKENS: usize = 64;
+const DEEP_SMEM_BYTES: usize = 2 * (DEEP_TOKENS + TILE_ROWS) * 64 * 2
+    + 4 * TILE_ROWS * Q4K_BLOCK_BYTES as usize
+    + (2 * 2 + 4) * 8
+    + 1024;
+const _: () = assert!(
+    DEEP_SMEM_BYTES <= 227 * 1024,
+    "Hopper's opt-in shared memory"
+);
 /// Producer warpgroup and two consumer warpgroups.
 const THREADS: u32 = 384;
 
@@ -75,6 +87,8 @@ pub struct GemmWgmma {
     /// The batched decode variant: at most [`DECODE_MAX_TOKENS`] tokens, unpacked by two
     /// warpgroups in f16 arithmetic.
     q4k_decode: Option<GemmFn>,
+    /// The same with three super-blocks of weights in flight, not one (`Plan::f16_decode_deep`).
+    q4k_decode_deep: Option<GemmFn>,
     /// A zeroed counter per tile of a split `gemm_wgmma_q4k` (each launch's last share
     /// resets its tile's).
     done: CudaSlice<u32>,
@@ -95,16 +109,17 @@ impl GemmWgmma {
         };
         let gemm = load("gemm_wgmma_f16")?;
         let experts = load("gemm_wgmma_f16_experts")?;
-        let load_q4k = |name: &str| -> Result<Option<GemmFn>> {
+        let load_q4k = |name: &str, smem: usize| -> Result<Option<GemmFn>> {
             if hopper {
-                GemmFn::load(dev, &GEMM_WGMMA, name, Q4K_SMEM_BYTES, THREADS).map(Some)
+                GemmFn::load(dev, &GEMM_WGMMA, name, smem, THREADS).map(Some)
             } else {
                 Ok(None)
             }
         };
-        let q4k = load_q4k("gemm_wgmma_q4k")?;
-        let q4k_experts = load_q4k("gemm_wgmma_q4k_experts")?;
-        let q4k_decode = load_q4k("gemm_wgmma_q4k_decode")?;
+        let q4k = load_q4k("gemm_wgmma_q4k", Q4K_SMEM_BYTES)?;
+        let q4k_experts = load_q4k("gemm_wgmma_q4k_experts", Q4K_SMEM_BYTES)?;
+        let q4k_decode = load_q4k("gemm_wgmma_q4k_decode", Q4K_SMEM_BYTES)?;
+        let q4k_decode_deep = load_q4k("gemm_wgmma_q4k_decode_deep", DEEP_SMEM_BYTES)?;
         let mut dequant = HashMap::new();
         for ty in super::formats::with(|f| f.gemm_f16) {
             let name = format!("dequant_f16_{}", kernel_suffix(ty));
@@ -122,6 +137,7 @@ impl GemmWgmma {
             q4k,
             q4k_experts,
             q4k_decode,
+            q4k_decode_deep,
             done: dev.zeros(F16_SPLIT_TILES)?,
         })
     }
@@ -134,6 +150,7 @@ impl GemmWgmma {
             &self.q4k,
             &self.q4k_experts,
             &self.q4k_decode,
+            &self.q4k_decode_deep,
         ]
         .iter()
         .all(|g| g.as_ref().is_some_and(|g| g.f.is_some()))
@@ -294,7 +311,7 @@ impl GemmWgmma {
     ) -> Result<()> {
         let f = hopper_only(&self.q4k)?;
         // SAFETY: gemm_wgmma_q4k takes the arguments launch_q4k gives.
-        unsafe { self.launch_q4k(f, "gemm_wgmma_q4k", x16, n, w, out, None) }
+        unsafe { self.launch_q4k(f, "gemm_wgmma_q4k", Q4K_KERNEL, x16, n, w, out, None) }
     }
 
     /// A batched decode step's `out = x16 · wᵀ` for `n` <= [`DECODE_MAX_TOKENS`] tokens and a
@@ -302,7 +319,8 @@ impl GemmWgmma {
     /// once, by two warpgroups in f16 arithmetic (not the expanded path's bits: the f16
     /// GEMM's tolerance). Split over k in `split`'s shares where that is more than one: each
     /// share's sum in `split.1` (at least [`Self::split_floats`]), added in share order (the
-    /// same bits every run; within f32 rounding of the unsplit sum).
+    /// same bits every run; within f32 rounding of the unsplit sum). `deep`: the variant that
+    /// keeps three super-blocks of weights in flight where this keeps one; the same bits.
     pub fn matmul_decode(
         &self,
         x16: &CudaSlice<u16>,
@@ -310,12 +328,22 @@ impl GemmWgmma {
         w: &QuantMatrix,
         out: &mut CudaSlice<f32>,
         split: Option<(usize, &mut CudaSlice<f32>)>,
+        deep: bool,
     ) -> Result<()> {
-        let f = hopper_only(&self.q4k_decode)?;
         assert!(n <= DECODE_MAX_TOKENS, "gemm q4k decode: {n} tokens");
-        // SAFETY: gemm_wgmma_q4k_decode takes gemm_wgmma_q4k's arguments, n at most 64
-        // (asserted).
-        unsafe { self.launch_q4k(f, "gemm_wgmma_q4k_decode", x16, n, w, out, split) }
+        let (g, name, kernel) = if deep {
+            let kernel = Q4kKernel {
+                smem: DEEP_SMEM_BYTES,
+                box_tokens: DEEP_TOKENS,
+            };
+            (&self.q4k_decode_deep, "gemm_wgmma_q4k_decode_deep", kernel)
+        } else {
+            (&self.q4k_decode, "gemm_wgmma_q4k_decode", Q4K_KERNEL)
+        };
+        let f = hopper_only(g)?;
+        // SAFETY: both decode kernels take gemm_wgmma_q4k's arguments, n at most 64
+        // (asserted): the deep one's x box of 64 tokens holds them all.
+        unsafe { self.launch_q4k(f, name, kernel, x16, n, w, out, split) }
     }
 
     /// Launches `f(x_map, w_map, out, n_tok, n_rows, k, part, done, split_blocks)` over the
@@ -323,12 +351,14 @@ impl GemmWgmma {
     /// says (`None`: unsplit).
     ///
     /// # Safety
-    /// `f` is gemm_wgmma_q4k or a kernel of its arguments.
+    /// `f` is gemm_wgmma_q4k or a kernel of its arguments, of `kernel`'s shared memory and
+    /// x box.
     #[allow(clippy::too_many_arguments)]
     unsafe fn launch_q4k(
         &self,
         f: &CudaFunction,
         name: &str,
+        kernel: Q4kKernel,
         x16: &CudaSlice<u16>,
         n: usize,
         w: &QuantMatrix,
@@ -368,7 +398,7 @@ impl GemmWgmma {
         let stream = self.launch.stream().clone();
         let (xp, _x_sync) = x16.device_ptr(&stream);
         let (wp, _w_sync) = w.data.device_ptr(&stream);
-        let x_map = f16_map(xp, n, cols, TILE_TOKENS as u32)?;
+        let x_map = f16_map(xp, n, cols, kernel.box_tokens as u32)?;
         let w_map = q4k_map(wp, w)?;
         let tail = SplitTail {
             shares,
@@ -385,7 +415,7 @@ impl GemmWgmma {
             self.launch_tiles(
                 f,
                 name,
-                Q4K_SMEM_BYTES,
+                kernel.smem,
                 [x_map, w_map],
                 n,
                 rows,
@@ -456,6 +486,19 @@ impl GemmWgmma {
         Ok(())
     }
 }
+
+/// A Q4_K kernel's dynamic shared memory and the tokens of its x box.
+#[derive(Clone, Copy)]
+struct Q4kKernel {
+    smem: usize,
+    box_tokens: usize,
+}
+
+/// gemm_wgmma_q4k's, and every Q4_K kernel's but the deep decode one.
+const Q4K_KERNEL: Q4kKernel = Q4kKernel {
+    smem: Q4K_SMEM_BYTES,
+    box_tokens: TILE_TOKENS,
+};
 
 /// The Q4_K kernels' arguments after the six every tile kernel takes: the k shares (grid z),
 /// their scratch (`None` unsplit), the per-tile counters, and super-blocks a share.
@@ -616,6 +659,13 @@ mod tests {
         assert_eq!(
             Q4K_SMEM_BYTES,
             q_stages * stage + raw + (2 * q_stages + 2) * 8 + 1024
+        );
+        let (d_stages, d_slots) = (define("WD_STAGES"), define("WD_SLOTS"));
+        assert_eq!(define("WD_TOKENS"), DEEP_TOKENS);
+        let d_stage = (DEEP_TOKENS + TILE_ROWS) * STAGE_COLS as usize * 2;
+        assert_eq!(
+            DEEP_SMEM_BYTES,
+            d_stages * d_stage + d_slots * TILE_ROWS * block + (2 * d_stages + d_slots) * 8 + 1024
         );
     }
 }
