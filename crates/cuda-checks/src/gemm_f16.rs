@@ -5,7 +5,7 @@
 use super::checks::{exact_row, poisoned, row, same_bits, MatmulCase};
 use super::{compare, Contract, Row};
 use anyhow::Result;
-use ferrolm_cuda::ops::GemmWgmma;
+use ferrolm_cuda::ops::{GemmWgmma, QuantMatrix};
 use ferrolm_cuda::{CudaDevice, CudaError, CudaSlice, Kernels, Plan};
 use ferrolm_gguf::GgmlType;
 use rand::rngs::StdRng;
@@ -148,7 +148,9 @@ pub const F16_DECODE_CASES: [(usize, usize, usize); 5] = [
 ];
 
 /// A batched decode step's `W · x` on the unpacking GEMM split over k as the plan splits it
-/// (and in 3 shares), against the f64 product and against a second run.
+/// (and in 3 shares), against the f64 product and against a second run; its deep variant
+/// against it bit for bit, and two matrices of the shape (gate and up) in one launch against
+/// each in its own, either variant.
 pub fn gemm_f16_decode(
     dev: &CudaDevice,
     k: &Kernels,
@@ -186,31 +188,79 @@ pub fn gemm_f16_decode(
             &want,
             &exact,
             n * rows,
-            |got| g.matmul_decode(&x16, n, &case.w, got, Some((shares, &mut part)), false),
+            |got| {
+                let split = Some((shares, &mut part));
+                g.matmul_decode(&x16, n, &[&case.w], &mut [got], split, false)
+            },
         )?);
     }
-    // The deep variant (FERROLM_F16_DECODE_DEEP, three super-blocks in flight): the bits of
-    // the variant above, split as the plan splits, in 3 shares and unsplit.
+    // A second matrix of the shape (up beside gate).
+    let second = MatmulCase::new(dev, k, plan, rng, ty, rows, cols, n)?;
+    let run = |ws: &[&QuantMatrix], shares: usize, deep: bool| {
+        run_decode(dev, k, ws, &x16, n, shares, deep)
+    };
     for shares in [ways, 3, 1] {
-        let floats = GemmWgmma::split_floats(shares, n, rows);
-        let mut part = dev.zeros::<f32>(floats.max(1))?;
-        let mut run = |deep: bool| -> Result<Vec<f32>> {
-            let mut got = poisoned(dev, n * rows)?;
-            let split = (floats > 0).then_some((shares, &mut part));
-            g.matmul_decode(&x16, n, &case.w, &mut got, split, deep)?;
-            dev.sync()?;
-            Ok(dev.download(&got)?)
-        };
-        let (plain, deep) = (run(false)?, run(true)?);
-        let (_, _, same) = same_bits(&deep, &plain);
+        let shape = format!("{rows}×{cols} · {n} rows, {shares} shares");
+        // The deep variant (FERROLM_F16_DECODE_DEEP, three super-blocks in flight): the bits
+        // of the variant above, split as the plan splits, in 3 shares and unsplit.
+        let (plain, deep) = (
+            run(&[&case.w], shares, false)?,
+            run(&[&case.w], shares, true)?,
+        );
         out.push(exact_row(
             "gemm f16 decode Q4_K, three super-blocks in flight",
-            format!("{rows}×{cols} · {n} rows, {shares} shares"),
+            shape.clone(),
             "one in flight",
-            same,
+            same_bits(&deep[0], &plain[0]).2,
         ));
+        // Gate and up in one launch (FERROLM_F16_DECODE_PAIR), either variant: each output
+        // the bits of its own launch.
+        for d in [false, true] {
+            let alone = run(&[&second.w], shares, d)?;
+            let pair = run(&[&case.w, &second.w], shares, d)?;
+            let first = if d { &deep[0] } else { &plain[0] };
+            let same = same_bits(&pair[0], first).2 && same_bits(&pair[1], &alone[0]).2;
+            out.push(exact_row(
+                &format!(
+                    "gemm f16 decode Q4_K, two matrices in one launch{}",
+                    if d { ", deep" } else { "" }
+                ),
+                shape.clone(),
+                "each in its own launch",
+                same,
+            ));
+        }
     }
     Ok(out)
+}
+
+/// `ws`' products (one matrix, or two of one shape in one launch) of the `n` f16 rows of
+/// `x16` on the decode GEMM, split `shares` ways, into poisoned outputs (and a scratch where
+/// split), downloaded once the device is done.
+fn run_decode(
+    dev: &CudaDevice,
+    k: &Kernels,
+    ws: &[&QuantMatrix],
+    x16: &CudaSlice<u16>,
+    n: usize,
+    shares: usize,
+    deep: bool,
+) -> Result<Vec<Vec<f32>>> {
+    let rows: usize = ws.iter().map(|w| w.rows).sum();
+    let floats = GemmWgmma::split_floats(shares, n, rows);
+    let mut part = dev.zeros::<f32>(floats.max(1))?;
+    let mut gots = ws
+        .iter()
+        .map(|w| poisoned(dev, n * w.rows))
+        .collect::<Result<Vec<_>>>()?;
+    let mut outs: Vec<_> = gots.iter_mut().collect();
+    let split = (floats > 0).then_some((shares, &mut part));
+    k.gemm_wgmma
+        .matmul_decode(x16, n, ws, &mut outs, split, deep)?;
+    dev.sync()?;
+    gots.iter()
+        .map(|g| Ok(dev.download(g)?))
+        .collect::<Result<Vec<_>>>()
 }
 
 /// (rows, cols, tokens) of a batched decode step's products on the f16 mat-vec (each in Q4_K and

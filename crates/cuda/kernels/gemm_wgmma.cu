@@ -453,12 +453,14 @@ extern "C" __global__ void __launch_bounds__(384, 1)
 #ifdef FERROLM_WGMMA
 // A batched decode step's tile (at most 64 tokens: one consumer warpgroup, warpgroup 1),
 // unpacked by warpgroups 0 and 2 in f16 arithmetic (produce_q4k<256, true, ...>) through
-// STAGES f16 stages of A_BYTES of tokens and SLOTS raw slots; gemm_wgmma_q4k's arguments,
-// split-K and grid (x 1).
+// STAGES f16 stages of A_BYTES of tokens and SLOTS raw slots. Grid y covers ceil(n_rows /
+// 256) tiles of each of the launch's matrices (one, or two of one shape: gate and up), map j's
+// products going to out[j]; grid z the k shares, map j's in planes j * gridDim.z.. of part.
 template <int STAGES, int SLOTS, int A_BYTES>
-static __device__ __forceinline__ void q4k_decode_tile(const TmaMap *x_map, const TmaMap *w_map,
-                                                       float *__restrict__ out, int n_tok,
-                                                       int n_rows, int k, float *__restrict__ part,
+static __device__ __forceinline__ void q4k_decode_tile(const TmaMap *x_map, const TmaMap *w_map0,
+                                                       const TmaMap *w_map1, float *out0,
+                                                       float *out1, int n_tok, int n_rows, int k,
+                                                       float *__restrict__ part,
                                                        unsigned *__restrict__ done,
                                                        int split_blocks) {
     uint64_t *full, *empty;
@@ -468,9 +470,12 @@ static __device__ __forceinline__ void q4k_decode_tile(const TmaMap *x_map, cons
     const int split = gridDim.z > 1;
     const int sb0 = blockIdx.z * split_blocks;
     const int blocks = split ? min(k / 256 - sb0, split_blocks) : k / 256;
-    const int row0 = blockIdx.y * WG_BN;
+    const int tiles = (n_rows + WG_BN - 1) / WG_BN, j = (int)blockIdx.y / tiles;
+    const int row0 = ((int)blockIdx.y % tiles) * WG_BN;
     const WgTile tile = {0, n_tok, row0, row0, 0, n_rows};
-    float *dst = split ? part + (size_t)blockIdx.z * n_tok * n_rows : out;
+    float *out = j == 0 ? out0 : out1;
+    float *planes = part + (size_t)j * gridDim.z * n_tok * n_rows;
+    float *dst = split ? planes + (size_t)blockIdx.z * n_tok * n_rows : out;
     if (threadIdx.x / 128 == 1) {
         asm volatile("setmaxnreg.inc.sync.aligned.u32 240;");
         consume<STAGES, A_BYTES>(dst, n_rows, blocks * 4, tile, smem, full, empty, 0,
@@ -478,24 +483,27 @@ static __device__ __forceinline__ void q4k_decode_tile(const TmaMap *x_map, cons
     } else {
         asm volatile("setmaxnreg.dec.sync.aligned.u32 80;");
         produce_q4k<256, true, STAGES, SLOTS, A_BYTES>(
-            x_map, w_map, split ? sb0 : 0, blocks, tile, smem, full, empty,
+            x_map, j == 0 ? w_map0 : w_map1, split ? sb0 : 0, blocks, tile, smem, full, empty,
             threadIdx.x < 128 ? threadIdx.x : threadIdx.x - 128);
     }
-    if (split && threadIdx.x >= 128) add_splits<4>(out, part, done, n_tok, n_rows, tile, threadIdx.x - 128);
+    if (split && threadIdx.x >= 128) add_splits<4>(out, planes, done, n_tok, n_rows, tile, threadIdx.x - 128);
 }
 #endif
 
-// gemm_wgmma_q4k for a batched decode step of at most 64 tokens (n_tok <= 64), by
-// q4k_decode_tile with gemm_wgmma_q4k's stages and raw slots (x_map's box 128 tokens).
+// gemm_wgmma_q4k for a batched decode step of at most 64 tokens (n_tok <= 64) over one or two
+// matrices of one shape (q4k_decode_tile; w_map1 and out1 read only by a second matrix's
+// tiles), with gemm_wgmma_q4k's stages and raw slots (x_map's box 128 tokens); split-K as
+// gemm_wgmma_q4k's, grid (1, tiles x matrices, shares).
 extern "C" __global__ void __launch_bounds__(384, 1)
     gemm_wgmma_q4k_decode(const __grid_constant__ TmaMap x_map,
-                          const __grid_constant__ TmaMap w_map, float *__restrict__ out, int n_tok,
-                          int n_rows, int k, float *__restrict__ part,
+                          const __grid_constant__ TmaMap w_map0,
+                          const __grid_constant__ TmaMap w_map1, float *out0, float *out1,
+                          int n_tok, int n_rows, int k, float *__restrict__ part,
                           unsigned *__restrict__ done, int split_blocks) {
     dependent_launch_entry();
 #ifdef FERROLM_WGMMA
-    q4k_decode_tile<WQ_STAGES, 2, WG_A_BYTES>(&x_map, &w_map, out, n_tok, n_rows, k, part, done,
-                                              split_blocks);
+    q4k_decode_tile<WQ_STAGES, 2, WG_A_BYTES>(&x_map, &w_map0, &w_map1, out0, out1, n_tok,
+                                              n_rows, k, part, done, split_blocks);
 #endif
 }
 
@@ -509,13 +517,14 @@ extern "C" __global__ void __launch_bounds__(384, 1)
 #define WD_SMEM (WD_STAGES * (WD_A_BYTES + WG_B_BYTES) + WD_SLOTS * WQ_RAW_BYTES + (2 * WD_STAGES + WD_SLOTS) * 8 + 1024)
 extern "C" __global__ void __launch_bounds__(384, 1)
     gemm_wgmma_q4k_decode_deep(const __grid_constant__ TmaMap x_map,
-                               const __grid_constant__ TmaMap w_map, float *__restrict__ out,
+                               const __grid_constant__ TmaMap w_map0,
+                               const __grid_constant__ TmaMap w_map1, float *out0, float *out1,
                                int n_tok, int n_rows, int k, float *__restrict__ part,
                                unsigned *__restrict__ done, int split_blocks) {
     dependent_launch_entry();
 #ifdef FERROLM_WGMMA
-    q4k_decode_tile<WD_STAGES, WD_SLOTS, WD_A_BYTES>(&x_map, &w_map, out, n_tok, n_rows, k, part,
-                                                     done, split_blocks);
+    q4k_decode_tile<WD_STAGES, WD_SLOTS, WD_A_BYTES>(&x_map, &w_map0, &w_map1, out0, out1, n_tok,
+                                                     n_rows, k, part, done, split_blocks);
 #endif
 }
 

@@ -253,7 +253,8 @@ fn batched_decode_attention_matches_a_launch_per_sequence() {
 /// logit under any change of arithmetic (on the CPU, f32 attention against ggml's moves
 /// tiny-llama's by 0.20; on the H200 these read 0.28 and 0.20, session 23), where a wrong
 /// product (a lost share, another row's weights) moves them by whole logits. The deep variant
-/// (`FERROLM_F16_DECODE_DEEP=1`) gives the f16 GEMM's logits bit for bit.
+/// (`FERROLM_F16_DECODE_DEEP=1`) and gate and up in one launch (`FERROLM_F16_DECODE_PAIR=1`)
+/// give the f16 GEMM's logits bit for bit.
 #[test]
 #[ignore = "needs a GPU"]
 fn f16_decode_agrees_with_the_mma_matvec() {
@@ -280,14 +281,21 @@ fn f16_decode_agrees_with_the_mma_matvec() {
         println!("{stem}: f16 decode GEMM vs tensor-core mat-vec: max |Δlogit| {d:.3e}");
         assert!(d > 0.0, "{stem}: the switch changed no kernel");
         assert!(d < 0.5, "{stem}: max |Δlogit| {d}");
-        // Its deep variant (three super-blocks in flight): the same logits, bit for bit.
-        let deep = [forced.as_slice(), &[("FERROLM_F16_DECODE_DEEP", "1")]].concat();
-        let deep = batch_schedule_of(&file, &deep, &lens);
+        // Its deep variant (three super-blocks in flight) and gate and up in one launch (the
+        // forced splits are each alone's): the same logits, bit for bit.
         let bits = |v: &[Vec<f32>]| v.concat().iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-        assert!(
-            bits(&deep) == bits(&f16),
-            "{stem}: the deep decode GEMM's logits differ"
-        );
+        let variants: [&[(&str, &str)]; 3] = [
+            &[("FERROLM_F16_DECODE_DEEP", "1")],
+            &[("FERROLM_F16_DECODE_PAIR", "1")],
+            &[
+                ("FERROLM_F16_DECODE_DEEP", "1"),
+                ("FERROLM_F16_DECODE_PAIR", "1"),
+            ],
+        ];
+        for v in variants {
+            let got = batch_schedule_of(&file, &[forced.as_slice(), v].concat(), &lens);
+            assert!(bits(&got) == bits(&f16), "{stem}: {v:?}: the logits differ");
+        }
     }
 }
 

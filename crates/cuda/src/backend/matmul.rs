@@ -167,6 +167,20 @@ impl CudaBackend {
                     .as_ref()
                     .or(x16.as_ref())
                     .expect("kept or rounded above");
+                if let Some(ways) = self.f16_decode_pair(&ws[i..], x.rows) {
+                    let ms = [ws[i].matrix(), ws[i + 1].matrix()];
+                    let [a, b] = &mut outs[i..i + 2] else {
+                        unreachable!("two outputs")
+                    };
+                    self.f16_decode_many(&ms, h, x.rows, ways, &mut [a.buf_mut(), b.buf_mut()])?;
+                    for (j, out) in outs.iter_mut().enumerate().skip(i).take(2) {
+                        if let Some(b) = bias(j) {
+                            self.k.elementwise.add_bias(out.buf_mut(), b)?;
+                        }
+                    }
+                    i += 2;
+                    continue;
+                }
                 let together = self.f16_matvec_run(&ws[i..], x.rows);
                 if together > 1 {
                     self.f16_matvec_together(&ws[i..i + together], h, &mut outs[i..i + together])?;
@@ -469,6 +483,42 @@ impl CudaBackend {
         self.gemm_plan().f16_decode(w.ty, w.rows, w.cols, n)
     }
 
+    /// `ms`' products of the `n` rows of `x16` (one matrix, or gate and up) on the unpacking
+    /// f16 decode GEMM in one launch, split `ways` ways (a scratch from the pool where split),
+    /// its variant as the plan says; biases are the caller's.
+    fn f16_decode_many(
+        &self,
+        ms: &[&QuantMatrix],
+        x16: &CudaSlice<u16>,
+        n: usize,
+        ways: usize,
+        outs: &mut [&mut CudaSlice<f32>],
+    ) -> Result<()> {
+        let g = &self.k.gemm_wgmma;
+        let rows = ms.iter().map(|m| m.rows).sum();
+        let floats = crate::ops::GemmWgmma::split_floats(ways, n, rows);
+        let deep = self.plan.f16_decode_deep();
+        if floats == 0 {
+            return g.matmul_decode(x16, n, ms, outs, None, deep);
+        }
+        let mut part = self.acts.take(floats)?;
+        let done = g.matmul_decode(x16, n, ms, outs, Some((ways, &mut part)), deep);
+        self.acts.give(part);
+        done
+    }
+
+    /// The k shares of `ws`' first two products on the f16 decode GEMM in one launch, if the
+    /// plan takes them so (`FERROLM_F16_DECODE_PAIR`: gate and up, one Q4_K shape, each of
+    /// which takes that GEMM at `n` rows).
+    fn f16_decode_pair(&self, ws: &[&CudaWeight], n: usize) -> Option<usize> {
+        let [a, b] = [ws.first()?.matrix(), ws.get(1)?.matrix()];
+        let one_shape = a.ty == b.ty && a.rows == b.rows && a.cols == b.cols;
+        if !one_shape || self.f16_decode(a, n).is_none() {
+            return None;
+        }
+        self.gemm_plan().f16_decode_pair(a.ty, a.rows, a.cols, n)
+    }
+
     /// `out = x16 · Wᵀ (+ bias)` on the f16 path; `x16` holds `out.rows` rows of `w.cols`.
     /// A batched decode step's few rows take the f16 mat-vec or unpack `w` in the GEMM
     /// (`matmul_decode`), split over k as the plan says; a long ubatch's `w` is expanded to f16 in a scratch buffer first
@@ -485,17 +535,7 @@ impl CudaBackend {
         if let Some(splits) = self.f16_matvec(w, n) {
             self.f16_matvec_many(&[w], x16, n, splits, &mut [out.buf_mut()])?;
         } else if let Some(ways) = self.f16_decode(w, n) {
-            let floats = crate::ops::GemmWgmma::split_floats(ways, n, w.rows);
-            let deep = self.plan.f16_decode_deep();
-            if floats == 0 {
-                g.matmul_decode(x16, n, w, out.buf_mut(), None, deep)?;
-            } else {
-                let mut part = self.acts.take(floats)?;
-                let split = Some((ways, &mut part));
-                let done = g.matmul_decode(x16, n, w, out.buf_mut(), split, deep);
-                self.acts.give(part);
-                done?;
-            }
+            self.f16_decode_many(&[w], x16, n, ways, &mut [out.buf_mut()])?;
         } else {
             let mut w16 = self.halves.take(w.rows * w.cols)?;
             let done = g

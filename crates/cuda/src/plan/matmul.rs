@@ -87,6 +87,24 @@ impl Plan {
         self.f16_decode_shares(ty, rows, cols, n)
     }
 
+    /// The k shares of two products of one shape (gate and up), each of which
+    /// [`Self::f16_decode`] takes, in one launch of that GEMM (`FERROLM_F16_DECODE_PAIR=1`):
+    /// split as their tiles together say (qwen3-8b's 64-row gate and up: 96 tiles, unsplit,
+    /// where each alone is 48 tiles split in two). Each output the bits of its own launch
+    /// split the same ways.
+    pub fn f16_decode_pair(
+        &self,
+        ty: GgmlType,
+        rows: usize,
+        cols: usize,
+        n: usize,
+    ) -> Option<usize> {
+        if !self.switches.f16_decode_pair || self.f16_decode(ty, rows, cols, n).is_none() {
+            return None;
+        }
+        self.f16_decode_shares(ty, 2 * rows, cols, n)
+    }
+
     /// Whether the f16 decode GEMM ([`Self::f16_decode`]) runs as its deep variant, three
     /// super-blocks of weights in flight an SM (`FERROLM_F16_DECODE_DEEP=1`); the same bits.
     pub fn f16_decode_deep(&self) -> bool {

@@ -302,6 +302,11 @@ pub struct Switches {
     /// one (qwen3-8b's 64-row gate and up: 40.5 µs a launch at 28% of DRAM, session 41's ncu,
     /// paced by one 37 KB copy at a time). The same bits. Off until measured (session 42).
     pub f16_decode_deep: bool,
+    /// `FERROLM_F16_DECODE_PAIR=1`: gate and up, where each takes that GEMM, in one launch of
+    /// it, split as their tiles together say (qwen3-8b at 64 rows: 96 tiles unsplit, where
+    /// each alone is 48 tiles in two shares, one launch and two split sums fewer). Each output
+    /// the bits of its own launch split the same ways. Off until measured (session 42).
+    pub f16_decode_pair: bool,
     /// `FERROLM_F16_EXPERTS_PAIRS`: the fewest pairs an expert, on average, for which the
     /// experts take the f16 GEMMs (1-65535); `None`:
     /// [`F16_UNPACKED_EXPERTS_MIN_PAIRS`](super::F16_UNPACKED_EXPERTS_MIN_PAIRS) where gate and
@@ -459,6 +464,7 @@ impl Default for Switches {
             f16_decode_splits: None,
             f16_decode_first: true,
             f16_decode_deep: false,
+            f16_decode_pair: false,
             f16_experts_pairs: None,
             mma_matvec: true,
             mma_row_tiles: None,
@@ -670,6 +676,7 @@ impl Switches {
             f16_decode_splits: count(env, "FERROLM_F16_DECODE_SPLITS", 1..=16)?,
             f16_decode_first: flag(env, "FERROLM_F16_DECODE_FIRST", true)?,
             f16_decode_deep: flag(env, "FERROLM_F16_DECODE_DEEP", false)?,
+            f16_decode_pair: flag(env, "FERROLM_F16_DECODE_PAIR", false)?,
             f16_experts_pairs: count(env, "FERROLM_F16_EXPERTS_PAIRS", 1..=65535)?,
             mma_matvec: flag(env, "FERROLM_MMVQ_MMA", true)?,
             mma_row_tiles: count(env, "FERROLM_MMVQ_MMA_TILES", 1..=2)?,
@@ -743,7 +750,7 @@ impl fmt::Display for Switches {
             self.timing_skip.join(",")
         };
         let norm_route_rows = count_or_auto(self.norm_route_rows);
-        let lines: [(&str, &str, &str); 85] = [
+        let lines: [(&str, &str, &str); 86] = [
             (
                 "FERROLM_CUDA_MMQ",
                 bit(self.mmq),
@@ -1055,6 +1062,11 @@ impl fmt::Display for Switches {
                 "FERROLM_F16_DECODE_DEEP",
                 bit(self.f16_decode_deep),
                 "that GEMM keeps three super-blocks of weights in flight",
+            ),
+            (
+                "FERROLM_F16_DECODE_PAIR",
+                bit(self.f16_decode_pair),
+                "gate and up in one launch of that GEMM",
             ),
             (
                 "FERROLM_F16_EXPERTS_PAIRS",

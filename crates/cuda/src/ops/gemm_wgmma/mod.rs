@@ -26,7 +26,7 @@ use crate::device::CudaDevice;
 use crate::error::{CudaError, DriverContext, Result};
 use crate::kernels::GEMM_WGMMA;
 use cudarc::driver::sys;
-use cudarc::driver::{CudaFunction, CudaSlice, DevicePtr, LaunchConfig};
+use cudarc::driver::{CudaFunction, CudaSlice, DevicePtr, DevicePtrMut, LaunchConfig};
 use ferrolm_gguf::GgmlType;
 use std::collections::HashMap;
 
@@ -294,7 +294,7 @@ impl GemmWgmma {
                 rows,
                 cols,
                 out,
-                None,
+                false,
             )
         }
     }
@@ -310,124 +310,159 @@ impl GemmWgmma {
         out: &mut CudaSlice<f32>,
     ) -> Result<()> {
         let f = hopper_only(&self.q4k)?;
-        // SAFETY: gemm_wgmma_q4k takes the arguments launch_q4k gives.
-        unsafe { self.launch_q4k(f, "gemm_wgmma_q4k", Q4K_KERNEL, x16, n, w, out, None) }
-    }
-
-    /// A batched decode step's `out = x16 · wᵀ` for `n` <= [`DECODE_MAX_TOKENS`] tokens and a
-    /// Q4_K `w` (`Plan::f16_decode`): one token tile, so each weight is read and unpacked
-    /// once, by two warpgroups in f16 arithmetic (not the expanded path's bits: the f16
-    /// GEMM's tolerance). Split over k in `split`'s shares where that is more than one: each
-    /// share's sum in `split.1` (at least [`Self::split_floats`]), added in share order (the
-    /// same bits every run; within f32 rounding of the unsplit sum). `deep`: the variant that
-    /// keeps three super-blocks of weights in flight where this keeps one; the same bits.
-    pub fn matmul_decode(
-        &self,
-        x16: &CudaSlice<u16>,
-        n: usize,
-        w: &QuantMatrix,
-        out: &mut CudaSlice<f32>,
-        split: Option<(usize, &mut CudaSlice<f32>)>,
-        deep: bool,
-    ) -> Result<()> {
-        assert!(n <= DECODE_MAX_TOKENS, "gemm q4k decode: {n} tokens");
-        let (g, name, kernel) = if deep {
-            let kernel = Q4kKernel {
-                smem: DEEP_SMEM_BYTES,
-                box_tokens: DEEP_TOKENS,
-            };
-            (&self.q4k_decode_deep, "gemm_wgmma_q4k_decode_deep", kernel)
-        } else {
-            (&self.q4k_decode, "gemm_wgmma_q4k_decode", Q4K_KERNEL)
-        };
-        let f = hopper_only(g)?;
-        // SAFETY: both decode kernels take gemm_wgmma_q4k's arguments, n at most 64
-        // (asserted): the deep one's x box of 64 tokens holds them all.
-        unsafe { self.launch_q4k(f, name, kernel, x16, n, w, out, split) }
-    }
-
-    /// Launches `f(x_map, w_map, out, n_tok, n_rows, k, part, done, split_blocks)` over the
-    /// tiles of `n` tokens × `w`'s rows, split over k as [`matmul_decode`](Self::matmul_decode)
-    /// says (`None`: unsplit).
-    ///
-    /// # Safety
-    /// `f` is gemm_wgmma_q4k or a kernel of its arguments, of `kernel`'s shared memory and
-    /// x box.
-    #[allow(clippy::too_many_arguments)]
-    unsafe fn launch_q4k(
-        &self,
-        f: &CudaFunction,
-        name: &str,
-        kernel: Q4kKernel,
-        x16: &CudaSlice<u16>,
-        n: usize,
-        w: &QuantMatrix,
-        out: &mut CudaSlice<f32>,
-        split: Option<(usize, &mut CudaSlice<f32>)>,
-    ) -> Result<()> {
-        let (rows, cols) = (w.rows, w.cols);
+        assert!(x16.len() >= n * w.cols, "gemm q4k: x too small");
+        assert!(out.len() >= n * w.rows, "gemm q4k: out too small");
         // The kernel stores pairs of columns.
-        assert!(rows.is_multiple_of(2), "gemm q4k: {rows} rows");
-        assert!(x16.len() >= n * cols, "gemm q4k: x too small");
-        assert!(out.len() >= n * rows, "gemm q4k: out too small");
-        if n == 0 || rows == 0 {
+        assert!(w.rows.is_multiple_of(2), "gemm q4k: {} rows", w.rows);
+        if n == 0 {
             return Ok(());
-        }
-        let blocks = cols / 256;
-        let (shares, share_blocks) = match &split {
-            Some((ways, _)) => {
-                let per = blocks.div_ceil((*ways).clamp(1, blocks.max(1)));
-                (blocks.div_ceil(per), per)
-            }
-            None => (1, blocks),
-        };
-        let tiles = n.div_ceil(TILE_TOKENS) * rows.div_ceil(TILE_ROWS);
-        let mut part = None;
-        if shares > 1 {
-            let (_, scratch) = split.expect("shares > 1 come from a split");
-            assert!(
-                scratch.len() >= Self::split_floats(shares, n, rows),
-                "gemm q4k: split scratch too small"
-            );
-            assert!(
-                tiles <= F16_SPLIT_TILES,
-                "gemm q4k: split-K over {tiles} tiles (at most {F16_SPLIT_TILES})"
-            );
-            part = Some(scratch);
         }
         let stream = self.launch.stream().clone();
         let (xp, _x_sync) = x16.device_ptr(&stream);
         let (wp, _w_sync) = w.data.device_ptr(&stream);
-        let x_map = f16_map(xp, n, cols, kernel.box_tokens as u32)?;
+        let x_map = f16_map(xp, n, w.cols, TILE_TOKENS as u32)?;
         let w_map = q4k_map(wp, w)?;
-        let tail = SplitTail {
-            shares,
-            part,
-            done: &self.done,
-            per: int(share_blocks, "gemm split blocks"),
-        };
-        // SAFETY: f(x_map, w_map, out, n_tok, n_rows, k, part, done, split_blocks) (the
-        // caller's): the maps describe x16 (n × cols f16, asserted) and w's blocks
-        // (q4k_map checks their size); out holds n × rows floats (asserted); split, part
-        // holds shares planes of them and done a zeroed counter for each of the tiles
-        // (asserted); no share is empty (shares = ceil(blocks / per)).
+        // SAFETY: gemm_wgmma_q4k(x_map, w_map, out, n_tok, n_rows, k, part, done,
+        // split_blocks), unsplit (grid z 1: part and done not read): the maps describe x16
+        // (n × cols f16) and w's blocks (q4k_map checks their size); out holds n × rows floats
+        // (asserted).
         unsafe {
             self.launch_tiles(
                 f,
-                name,
-                kernel.smem,
+                "gemm_wgmma_q4k",
+                Q4K_SMEM_BYTES,
                 [x_map, w_map],
                 n,
-                rows,
-                cols,
+                w.rows,
+                w.cols,
                 out,
-                Some(tail),
+                true,
             )
         }
     }
 
+    /// A batched decode step's `outs[j] = x16 · ws[j]ᵀ` for `n` <= [`DECODE_MAX_TOKENS`]
+    /// tokens and one or two Q4_K matrices of one shape (two: gate and up in one launch,
+    /// `Plan::f16_decode_pair`) (`Plan::f16_decode`): one token tile, so each weight is read
+    /// and unpacked once, by two warpgroups in f16 arithmetic (not the expanded path's bits:
+    /// the f16 GEMM's tolerance). Split over k in `split`'s shares where that is more than
+    /// one: each share's sum in `split.1` (at least [`Self::split_floats`] of the matrices'
+    /// rows together), added in share order (the same bits every run; within f32 rounding of
+    /// the unsplit sum). `deep`: the variant that keeps three super-blocks of weights in
+    /// flight where this keeps one. Each output has the same bits whichever variant runs and
+    /// whatever shares its launch.
+    pub fn matmul_decode(
+        &self,
+        x16: &CudaSlice<u16>,
+        n: usize,
+        ws: &[&QuantMatrix],
+        outs: &mut [&mut CudaSlice<f32>],
+        split: Option<(usize, &mut CudaSlice<f32>)>,
+        deep: bool,
+    ) -> Result<()> {
+        let (f, name, smem, box_tokens) = if deep {
+            let f = hopper_only(&self.q4k_decode_deep)?;
+            (
+                f,
+                "gemm_wgmma_q4k_decode_deep",
+                DEEP_SMEM_BYTES,
+                DEEP_TOKENS,
+            )
+        } else {
+            let f = hopper_only(&self.q4k_decode)?;
+            (f, "gemm_wgmma_q4k_decode", Q4K_SMEM_BYTES, TILE_TOKENS)
+        };
+        let Some(&w) = ws.first() else {
+            return Ok(());
+        };
+        let one_shape = ws
+            .iter()
+            .all(|m| m.ty == GgmlType::Q4K && m.rows == w.rows && m.cols == w.cols);
+        if !one_shape || ws.len() > DECODE_MAX_MATS || outs.len() != ws.len() {
+            return Err(CudaError::Invalid(format!(
+                "gemm q4k decode: {} matrices ({} outputs) of one Q4_K shape, at most {DECODE_MAX_MATS}",
+                ws.len(),
+                outs.len()
+            )));
+        }
+        let (rows, cols) = (w.rows, w.cols);
+        assert!(n <= DECODE_MAX_TOKENS, "gemm q4k decode: {n} tokens");
+        // The kernel stores pairs of columns.
+        assert!(rows.is_multiple_of(2), "gemm q4k decode: {rows} rows");
+        assert!(x16.len() >= n * cols, "gemm q4k decode: x too small");
+        assert!(
+            outs.iter().all(|o| o.len() >= n * rows),
+            "gemm q4k decode: out too small"
+        );
+        if n == 0 || rows == 0 {
+            return Ok(());
+        }
+        let blocks = cols / 256;
+        let per = blocks.div_ceil(split.as_ref().map_or(1, |s| s.0).clamp(1, blocks.max(1)));
+        let shares = blocks.div_ceil(per);
+        let tiles = rows.div_ceil(TILE_ROWS) * ws.len();
+        let stream = self.launch.stream().clone();
+        let part = match split {
+            Some((_, scratch)) if shares > 1 => {
+                assert!(
+                    scratch.len() >= Self::split_floats(shares, n, rows * ws.len()),
+                    "gemm q4k decode: split scratch too small"
+                );
+                assert!(
+                    tiles <= F16_SPLIT_TILES,
+                    "gemm q4k decode: split-K over {tiles} tiles (at most {F16_SPLIT_TILES})"
+                );
+                scratch.device_ptr_mut(&stream).0
+            }
+            // Unsplit, the kernel reads neither part nor done: the counters stand in.
+            _ => self.done.device_ptr(&stream).0,
+        };
+        let (xp, _x_sync) = x16.device_ptr(&stream);
+        let x_map = f16_map(xp, n, cols, box_tokens as u32)?;
+        let mut maps = [x_map; DECODE_MAX_MATS];
+        let mut dsts = [0u64; DECODE_MAX_MATS];
+        for (j, (m, out)) in ws.iter().zip(outs.iter_mut()).enumerate() {
+            maps[j] = q4k_map(m.data.device_ptr(&stream).0, m)?;
+            dsts[j] = out.device_ptr_mut(&stream).0;
+        }
+        // One matrix: its map and output stand in for the second's, which no tile reads.
+        if ws.len() == 1 {
+            (maps[1], dsts[1]) = (maps[0], dsts[0]);
+        }
+        let (ntok, nrows, k, per) = (
+            int(n, "gemm tokens"),
+            int(rows, "gemm rows"),
+            int(cols, "gemm cols"),
+            int(per, "gemm split blocks"),
+        );
+        let mut cfg = tiles_cfg(1, tiles, smem);
+        cfg.grid_dim.2 = shares as u32;
+        let mut b = self.launch.builder(f);
+        b.arg(&x_map)
+            .arg(&maps[0])
+            .arg(&maps[1])
+            .arg(&dsts[0])
+            .arg(&dsts[1])
+            .arg(&ntok)
+            .arg(&nrows)
+            .arg(&k)
+            .arg(&part)
+            .arg(&self.done)
+            .arg(&per);
+        // SAFETY: f(x_map, w_map0, w_map1, out0, out1, n_tok, n_rows, k, part, done,
+        // split_blocks) (both decode kernels), grid (1, tiles of each matrix × matrices,
+        // shares): the maps describe x16 (n <= 64 rows of cols f16, asserted; the deep
+        // kernel's box of 64 tokens holds them all) and each matrix's blocks (q4k_map checks
+        // their size), each out holds n × rows floats (asserted); split, part holds shares
+        // planes of them for each matrix and done a zeroed counter for each of the tiles
+        // (asserted); no share is empty (shares = ceil(blocks / per)); the dynamic shared
+        // memory the kernel's (allowed at load).
+        unsafe { b.launch(cfg) }.during(format!("launching {name}"))?;
+        Ok(())
+    }
+
     /// The scratch floats of a split [`matmul_decode`](Self::matmul_decode): a plane of
-    /// `n` × `rows` for each of `shares`.
+    /// `n` × `rows` (the launch's matrices' rows together) for each of `shares`.
     pub fn split_floats(shares: usize, n: usize, rows: usize) -> usize {
         if shares > 1 {
             shares * n * rows
@@ -436,15 +471,14 @@ impl GemmWgmma {
         }
     }
 
-    /// Launches `f(x_map, w_map, out, n_tok, n_rows, k)` (gemm_wgmma_f16), or with `tail`
-    /// `f(.., part, done, split_blocks)` over `tail.shares` in grid z (the Q4_K kernels), over
-    /// the tiles of `n` tokens × `rows` weight rows of `cols` columns.
+    /// Launches `f(x_map, w_map, out, n_tok, n_rows, k)` (gemm_wgmma_f16), or with `q4k_tail`
+    /// `f(.., part, done, split_blocks)` unsplit (gemm_wgmma_q4k), over the tiles of `n`
+    /// tokens × `rows` weight rows of `cols` columns.
     ///
     /// # Safety
     /// The maps describe x (`n` × `cols`) and the weight (`rows` × `cols`) in live device
     /// memory, and `out` holds `n` × `rows` floats: the copy engine fills boxes past the ends
-    /// with zeros, and the kernel writes only t < n, r < rows; a tail's buffers are as the
-    /// kernel's split wants them.
+    /// with zeros, and the kernel writes only t < n, r < rows.
     #[allow(clippy::too_many_arguments)]
     unsafe fn launch_tiles(
         &self,
@@ -456,9 +490,9 @@ impl GemmWgmma {
         rows: usize,
         cols: usize,
         out: &mut CudaSlice<f32>,
-        mut tail: Option<SplitTail>,
+        q4k_tail: bool,
     ) -> Result<()> {
-        let mut cfg = tiles_cfg(n.div_ceil(TILE_TOKENS), rows.div_ceil(TILE_ROWS), smem);
+        let cfg = tiles_cfg(n.div_ceil(TILE_TOKENS), rows.div_ceil(TILE_ROWS), smem);
         let (ntok, nrows, k) = (
             int(n, "gemm tokens"),
             int(rows, "gemm rows"),
@@ -471,15 +505,11 @@ impl GemmWgmma {
             .arg(&ntok)
             .arg(&nrows)
             .arg(&k);
-        if let Some(t) = tail.as_mut() {
-            cfg.grid_dim.2 = t.shares as u32;
-            // Unsplit, the kernel touches neither pointer: the counters stand in for the
-            // scratch.
-            match t.part.as_deref_mut() {
-                Some(p) => b.arg(p),
-                None => b.arg(t.done),
-            };
-            b.arg(t.done).arg(&t.per);
+        let per = int(cols / 256, "gemm split blocks");
+        if q4k_tail {
+            // Unsplit (grid z 1), the kernel touches neither pointer: the counters stand in
+            // for the scratch.
+            b.arg(&self.done).arg(&self.done).arg(&per);
         }
         // SAFETY: the caller's (above).
         unsafe { b.launch(cfg) }.during(format!("launching {name}"))?;
@@ -487,33 +517,14 @@ impl GemmWgmma {
     }
 }
 
-/// A Q4_K kernel's dynamic shared memory and the tokens of its x box.
-#[derive(Clone, Copy)]
-struct Q4kKernel {
-    smem: usize,
-    box_tokens: usize,
-}
-
-/// gemm_wgmma_q4k's, and every Q4_K kernel's but the deep decode one.
-const Q4K_KERNEL: Q4kKernel = Q4kKernel {
-    smem: Q4K_SMEM_BYTES,
-    box_tokens: TILE_TOKENS,
-};
-
-/// The Q4_K kernels' arguments after the six every tile kernel takes: the k shares (grid z),
-/// their scratch (`None` unsplit), the per-tile counters, and super-blocks a share.
-struct SplitTail<'a> {
-    shares: usize,
-    part: Option<&'a mut CudaSlice<f32>>,
-    done: &'a CudaSlice<u32>,
-    per: i32,
-}
-
 /// Tiles a split [`GemmWgmma::matmul_decode`] may have: its per-tile counters.
 pub const F16_SPLIT_TILES: usize = 1024;
 
 /// The most tokens of [`GemmWgmma::matmul_decode`]: one consumer warpgroup's.
 pub const DECODE_MAX_TOKENS: usize = 64;
+
+/// The most matrices of one [`GemmWgmma::matmul_decode`] launch (the kernel's two maps).
+pub const DECODE_MAX_MATS: usize = 2;
 
 /// The GEMM entry point, or why it does not run here (not Hopper, or too little shared
 /// memory).
