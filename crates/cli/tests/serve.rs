@@ -105,6 +105,95 @@ fn openai_client_and_curl_chat_completions_streaming_stop() {
     assert_eq!(v["choices"][0]["finish_reason"], "stop");
 }
 
+/// A streamed completion's text (its chunks joined) and finish reason.
+fn streamed_completion(server: &Server, body: &str) -> (String, String) {
+    let sse = curl(server, "/v1/completions", body).unwrap();
+    let (mut text, mut reason) = (String::new(), String::new());
+    for d in sse.lines().filter_map(|l| l.strip_prefix("data: ")) {
+        if d == "[DONE]" {
+            break;
+        }
+        let c: serde_json::Value = serde_json::from_str(d).unwrap();
+        text.push_str(c["choices"][0]["text"].as_str().unwrap_or(""));
+        if let Some(r) = c["choices"][0]["finish_reason"].as_str() {
+            reason = r.to_owned();
+        }
+    }
+    (text, reason)
+}
+
+/// Greedy picks' text streamed beside the next forward pass (the default) or between the
+/// passes (`--no-stream-overlap`): four streamed requests in one batch get the same text and
+/// finish reasons either way, a stop string cut where it starts (the other sequences decoding
+/// on) and `max_tokens` met.
+#[test]
+fn picks_streamed_beside_the_next_pass_are_the_same_text() {
+    if Command::new("curl").arg("--version").output().is_err() {
+        eprintln!("SKIPPED: curl is not installed");
+        return;
+    }
+    let overlap = Server::start(&["--parallel", "4"]);
+    let between = Server::start(&["--parallel", "4", "--no-stream-overlap"]);
+    let m = &overlap.model;
+    let prompts = [
+        "The capital of France is",
+        "Once upon a time, there was a",
+        "The best way to learn a language is",
+        "My favourite food is",
+    ];
+    let body = |p: &str, stop: Option<&str>| {
+        let stop = stop.map_or(String::new(), |s| format!(r#""stop":["{s}"],"#));
+        format!(
+            r#"{{"model":"{m}","prompt":"{p}","max_tokens":16,{stop}"temperature":0,"stream":true}}"#
+        )
+    };
+    // Each prompt alone, unstopped; the stop string of the even ones is its third word.
+    let full: Vec<String> = prompts
+        .iter()
+        .map(|p| streamed_completion(&overlap, &body(p, None)).0)
+        .collect();
+    let stops: Vec<Option<String>> = full
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            (i % 2 == 0)
+                .then(|| t.split_whitespace().nth(2).map(str::to_owned))
+                .flatten()
+        })
+        .collect();
+    let together = |server: &Server| -> Vec<(String, String)> {
+        std::thread::scope(|s| {
+            let runs: Vec<_> = prompts
+                .iter()
+                .zip(&stops)
+                .map(|(p, stop)| {
+                    s.spawn(move || streamed_completion(server, &body(p, stop.as_deref())))
+                })
+                .collect();
+            runs.into_iter().map(|r| r.join().unwrap()).collect()
+        })
+    };
+    let (a, b) = (together(&overlap), together(&between));
+    assert_eq!(a, b, "the overlap changed the streamed text");
+    for ((got, stop), full) in a.iter().zip(&stops).zip(&full) {
+        match stop {
+            Some(s) => {
+                assert_eq!(
+                    got.0,
+                    full[..full.find(s.as_str()).unwrap()],
+                    "cut at {s:?}"
+                );
+                assert_eq!(got.1, "stop");
+            }
+            None => assert_eq!(&got.0, full),
+        }
+    }
+    assert!(
+        stops.iter().any(Option::is_some),
+        "no stop string to cut: {full:?}"
+    );
+}
+
 #[test]
 fn load_32_clients_match_the_single_request_and_leak_no_slots() {
     let server = Server::start(&["--parallel", "8"]);

@@ -55,6 +55,9 @@ pub struct ServeOptions {
     pub prefix_cache: bool,
     /// Greedy answers bit-identical whatever shares the batch (on a GPU: a pass per sequence).
     pub deterministic: bool,
+    /// Stream a step's greedy picks' text beside the next step's forward pass, where it is
+    /// otherwise streamed between the passes (off: `--no-stream-overlap`, for bisecting).
+    pub stream_overlap: bool,
     /// Requests that may wait for a slot; beyond this they get 429.
     pub queue: usize,
     /// Largest request body, in bytes (413 beyond).

@@ -200,6 +200,9 @@ pub struct Scheduler {
     prefix_cache: bool,
     /// A pass per sequence, prompt chunks as alone (deterministic mode on a GPU).
     solo: bool,
+    /// A step that brings back picks streams their text beside the next step's forward pass
+    /// (off: `--no-stream-overlap`, streamed before the next step as with logits).
+    stream_overlap: bool,
     admitted: u64,
     metrics: Arc<Metrics>,
 }
@@ -267,6 +270,7 @@ impl Scheduler {
             kv,
             prefix_cache: opts.prefix_cache && !solo,
             solo,
+            stream_overlap: opts.stream_overlap,
             admitted: 0,
             metrics,
         };
@@ -487,10 +491,19 @@ impl Scheduler {
     }
 
     /// One forward pass over every active sequence (a pass each when solo), then sampling.
+    /// Beside the pass, on a helper thread: the grammar masks due, and the text of the tokens
+    /// the last step committed from its picks ([`Sequence::on_pick_deferred`]); a sequence
+    /// that text ends (a stop string) is finished before this pass's results, its row dropped.
     fn step(&mut self) {
         let started = Instant::now();
         let plan = self.plan();
+        // Every active sequence is planned (a decoding one always, a prefilling one at least
+        // the budget's eighth), so none has text owed when nothing is.
         if plan.is_empty() {
+            debug_assert!(self
+                .slots
+                .iter()
+                .all(|s| !s.seq.as_ref().is_some_and(Sequence::has_unsent)));
             return;
         }
         let rows: usize = plan.iter().map(|p| p.1).sum();
@@ -515,18 +528,34 @@ impl Scheduler {
                 seq.take_masking().map(|m| (i, m))
             })
             .collect();
-        let result = {
+        // Each planned sequence's tokens and first position, copied: the sequences stream
+        // their owed text while the pass feeds these.
+        let fed: Vec<(Vec<u32>, usize)> = plan
+            .iter()
+            .map(|&(i, n, _)| {
+                let seq = self.slots[i]
+                    .seq
+                    .as_ref()
+                    .expect("planned slots are active");
+                (seq.input(n).0.to_vec(), seq.n_past)
+            })
+            .collect();
+        let (result, masked, stopped) = {
             let mut inputs = Vec::with_capacity(plan.len());
-            let mut next = plan.iter().peekable();
+            let mut streaming: Vec<(usize, &mut Sequence)> = Vec::new();
+            let mut next = plan.iter().zip(&fed).peekable();
             for (i, slot) in self.slots.iter_mut().enumerate() {
-                let Some(&(_, n, logits)) = next.next_if(|p| p.0 == i) else {
+                let Slot { cache, seq, .. } = slot;
+                if let Some(seq) = seq.as_mut().filter(|s| s.has_unsent()) {
+                    streaming.push((i, seq));
+                }
+                let Some((&(_, _, logits), (tokens, pos0))) = next.next_if(|p| p.0 .0 == i) else {
                     continue;
                 };
-                let seq = slot.seq.as_ref().expect("planned slots are active");
                 inputs.push(SeqInput {
-                    cache: &mut slot.cache,
-                    tokens: seq.input(n).0,
-                    pos0: seq.n_past,
+                    cache,
+                    tokens,
+                    pos0: *pos0,
                     logits: logits.then_some(Logits::Last),
                 });
             }
@@ -551,14 +580,18 @@ impl Scheduler {
                 .unwrap_or_else(|_| Err("the forward pass panicked (see the server's log)".into()))
             };
             let forward_started = Instant::now();
-            let (result, masked) = if masking.is_empty() {
-                (forward(), masking)
+            let (result, (masked, stopped)) = if masking.is_empty() && streaming.is_empty() {
+                (forward(), (masking, Vec::new()))
             } else {
                 overlap(forward, || {
                     for (_, m) in &mut masking {
                         m.compute_mask();
                     }
-                    masking
+                    let stopped: Vec<usize> = streaming
+                        .into_iter()
+                        .filter_map(|(i, seq)| seq.stream_unsent().map(|_| i))
+                        .collect();
+                    (masking, stopped)
                 })
             };
             let m = &self.metrics;
@@ -567,13 +600,18 @@ impl Scheduler {
                 false => &m.forward_mixed_seconds,
             };
             forward_seconds.observe(forward_started.elapsed().as_secs_f64());
-            for (i, m) in masked {
-                if let Some(seq) = self.slots[i].seq.as_mut() {
-                    seq.put_masking(m);
-                }
-            }
-            result
+            (result, masked, stopped)
         };
+        for (i, m) in masked {
+            if let Some(seq) = self.slots[i].seq.as_mut() {
+                seq.put_masking(m);
+            }
+        }
+        // Ended by a stop string in their owed text: done before this pass's results, which
+        // drop their rows.
+        for i in stopped {
+            self.finish(i, FinishReason::Stop);
+        }
         self.metrics.steps.fetch_add(1, Ordering::Relaxed);
         self.metrics.step_rows.fetch_add(rows, Ordering::Relaxed);
         let batches = match result {
@@ -596,21 +634,25 @@ impl Scheduler {
         // One batch, or a batch per sequence (solo): the planned sequences' logits in order.
         let logits = batches.iter().flat_map(|b| (0..b.len()).map(|i| b.seq(i)));
         let mut step_logits: Vec<Option<Sampled>> = vec![None; self.slots.len()];
-        for (&(i, n, _), l) in plan.iter().zip(logits) {
+        for ((&(i, n, _), l), (tokens, _)) in plan.iter().zip(logits).zip(&fed) {
             let slot = &mut self.slots[i];
-            let seq = slot.seq.as_mut().expect("planned slots are active");
+            // The cache holds the fed tokens whether or not their sequence is still there.
+            slot.tokens.extend_from_slice(tokens);
+            let Some(seq) = slot.seq.as_mut() else {
+                continue;
+            };
             if seq.prefilling() {
                 self.metrics
                     .prompt_tokens_computed
                     .fetch_add(n, Ordering::Relaxed);
             }
-            slot.tokens.extend_from_slice(seq.input(n).0);
             seq.advance(n);
             step_logits[i] = l;
         }
         // Each sequence samples from its own logits: on all cores, since at many sequences
-        // a step's sampling on one thread would take as long as a GPU's forward pass.
-        let tok = self.engine.tok;
+        // a step's sampling on one thread would take as long as a GPU's forward pass. Picks
+        // leave their text for the next step's helper (`--no-stream-overlap`: streamed here).
+        let (tok, defer) = (self.engine.tok, self.stream_overlap);
         let sampling_started = Instant::now();
         let finished: Vec<(usize, FinishReason)> = self
             .slots
@@ -621,6 +663,7 @@ impl Scheduler {
                 let seq = slot.seq.as_mut()?;
                 let done = match (*l)? {
                     Sampled::Logits(l) => seq.on_logits(l, tok),
+                    Sampled::Pick(p) if defer => seq.on_pick_deferred(p, tok),
                     Sampled::Pick(p) => seq.on_pick(p, tok),
                 };
                 done.map(|r| (i, r))

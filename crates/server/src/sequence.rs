@@ -31,6 +31,9 @@ pub(crate) struct Sequence {
     n_ctx: usize,
     /// Ended by a stop string: what follows it is never sent.
     hit_stop: bool,
+    /// A committed token whose text is not yet streamed ([`Self::on_pick_deferred`]): it is
+    /// streamed beside the next forward pass ([`Self::stream_unsent`]).
+    unsent: Option<u32>,
     pub first_token_at: Option<Instant>,
     /// The grammar's state; `None` without a grammar, and while the scheduler holds it.
     constrained: Option<Constrained>,
@@ -75,6 +78,7 @@ impl Sequence {
             max_tokens: job.params.max_tokens.unwrap_or(usize::MAX),
             n_ctx,
             hit_stop: false,
+            unsent: None,
             first_token_at: None,
             constrained: job.grammar.as_ref().map(|g| Constrained {
                 matcher: g.matcher(),
@@ -147,6 +151,42 @@ impl Sequence {
         };
         self.sampler.accept(&[next]);
         self.after_sample(next, None, tok)
+    }
+
+    /// [`Self::on_pick`], its text left for [`Self::stream_unsent`] beside the next forward
+    /// pass (which feeds the token) unless the sequence ends here: what a server step that
+    /// brings back picks does, so that streaming 64 sequences' text is not on the GPU's
+    /// path. `Some` when the sequence is done (its text streamed).
+    pub fn on_pick_deferred(&mut self, pick: GreedyPick, tok: &Tokenizer) -> Option<FinishReason> {
+        let next = if self.job.params.ignore_eos {
+            pick.allowed
+        } else {
+            pick.best
+        };
+        self.sampler.accept(&[next]);
+        if let Some(ended) = self.commit(next, tok) {
+            return Some(ended);
+        }
+        match self.ended() {
+            Some(r) => self.stream(next, None).or(Some(r)),
+            None => {
+                self.unsent = Some(next);
+                None
+            }
+        }
+    }
+
+    /// Streams the text of the token [`Self::on_pick_deferred`] committed, if any. `Some`
+    /// when it completes a stop string: the sequence is done, and the token fed beside this
+    /// streaming is dropped.
+    pub fn stream_unsent(&mut self) -> Option<FinishReason> {
+        let next = self.unsent.take()?;
+        self.stream(next, None)
+    }
+
+    /// Whether a committed token's text waits for [`Self::stream_unsent`].
+    pub fn has_unsent(&self) -> bool {
+        self.unsent.is_some()
     }
 
     /// Samples from this step's logits and streams the token. `Some` when the sequence is
@@ -224,21 +264,50 @@ impl Sequence {
         logprob: Option<TokenLogprob>,
         tok: &Tokenizer,
     ) -> Option<FinishReason> {
+        if let Some(ended) = self.commit(next, tok) {
+            return Some(ended);
+        }
+        self.stream(next, logprob).or_else(|| self.ended())
+    }
+
+    /// Commits the sampled token `next`: the next step feeds it. `Some` where it ends the
+    /// sequence with nothing to stream (an end-of-generation token, a grammar failure).
+    fn commit(&mut self, next: u32, tok: &Tokenizer) -> Option<FinishReason> {
         self.first_token_at.get_or_insert_with(Instant::now);
         if tok.is_eog(next) {
             return Some(FinishReason::Stop);
         }
         // Committed now; the next mask is computed during the next forward pass.
-        let mut complete = false;
         if let Some(c) = self.constrained.as_mut() {
             if let Err(e) = c.matcher.accept(next) {
                 return self.fail(e);
             }
-            complete = c.matcher.is_finished();
         }
         self.n_gen += 1;
         *self.counts.entry(next).or_default() += 1;
         self.last = next;
+        None
+    }
+
+    /// Whether the committed tokens end the sequence: the grammar is complete, or
+    /// `max_tokens` or the context is reached.
+    fn ended(&self) -> Option<FinishReason> {
+        if self
+            .constrained
+            .as_ref()
+            .is_some_and(|c| c.matcher.is_finished())
+        {
+            return Some(FinishReason::Stop);
+        }
+        if self.n_gen >= self.max_tokens || self.n_past >= self.n_ctx {
+            return Some(FinishReason::Length);
+        }
+        None
+    }
+
+    /// Streams the committed token `next`'s text, held back while it may still become a
+    /// stop string. `Some` when it completes one (what follows is never sent).
+    fn stream(&mut self, next: u32, logprob: Option<TokenLogprob>) -> Option<FinishReason> {
         // A token that does not decode (it cannot happen with a vocabulary-built decoder) is
         // dropped from the text rather than failing the request.
         self.pending
@@ -258,18 +327,13 @@ impl Sequence {
         let ready = self.pending.len() - held_back(&self.pending, stop);
         let text: String = self.pending.drain(..ready).collect();
         self.send(text, logprob);
-        if complete {
-            return Some(FinishReason::Stop);
-        }
-        if self.n_gen >= self.max_tokens || self.n_past >= self.n_ctx {
-            return Some(FinishReason::Length);
-        }
         None
     }
 
-    /// Flushes held-back text (the sequence ended other than by a stop string).
+    /// Flushes held-back text (the sequence ended other than by a stop string), a committed
+    /// token's first.
     pub fn flush(&mut self) {
-        if self.hit_stop {
+        if self.stream_unsent().is_some() || self.hit_stop {
             return;
         }
         let mut text = std::mem::take(&mut self.pending);

@@ -68,6 +68,10 @@ pub struct ServeArgs {
     /// under load).
     #[arg(long)]
     pub deterministic: bool,
+    /// Stream each step's greedy tokens between the forward passes, not beside the next one
+    /// (the default, which keeps their text off the GPU's path; the same text either way).
+    #[arg(long = "no-stream-overlap")]
+    pub no_stream_overlap: bool,
     /// On a GPU: the KV pool's size in blocks of 64 tokens, instead of --parallel × -c tokens
     /// (or what free memory holds). At least one -c; requests wait for their blocks.
     #[arg(long = "kv-blocks", value_name = "N")]
@@ -150,6 +154,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
         batch: args.batch_size,
         prefix_cache: !args.no_prefix_cache,
         deterministic: args.deterministic,
+        stream_overlap: !args.no_stream_overlap,
         queue: args.queue,
         max_body: args.max_body,
     };
