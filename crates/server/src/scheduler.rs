@@ -18,7 +18,9 @@
 //! batch stays shared there.
 //!
 //! Sequences with a grammar commit each sampled token at once; the masks for their next tokens
-//! are computed on a helper thread while step 3's forward pass runs.
+//! are computed on a helper thread while step 3's forward pass runs. The same helper streams
+//! the text of the tokens the last step took from its greedy picks (the next pass feeds them
+//! meanwhile); a stop string found there ends its sequence before the pass's results.
 //!
 //! Handlers reach it only through [`Handle::submit`]: a queue that admits a request whenever
 //! a slot is free or fewer than `--queue` wait (else the caller answers 429), decided under
