@@ -4,15 +4,18 @@
 # the same file, with token 0 everywhere (llama-batched-bench's feed) and with each
 # sequence's own tokens (--distinct-tokens, the server's kind of load for an MoE). Prints
 # bench's tables, stream_load's JSON lines (rounds 2 and 3 reuse round 1's prompts) and the
-# server's step metrics. Run on the GPU machine from the repo root:
-#   bash tools/device/serve_load.sh BIN MODEL.gguf
+# server's step metrics. SERVE_ARGS: more `serve` flags; BENCH=0: the server alone. Run on the
+# GPU machine from the repo root:
+#   [SERVE_ARGS=...] [BENCH=0] bash tools/device/serve_load.sh BIN MODEL.gguf
 B=$1
 MODEL=$2
 PORT=${PORT:-18555}
 bb() { $B bench -m "$MODEL" --backend cuda -c 20000 -npp 128 -ntg 128 -npl 64 "$@" 2>&1 | grep -E '^\|  '; }
-bb
-bb --distinct-tokens
-$B serve -m "$MODEL" --backend cuda --parallel 64 -c 1024 -b 2048 --port $PORT > /tmp/serve-load.log 2>&1 &
+if [ "${BENCH:-1}" = 1 ]; then
+  bb
+  bb --distinct-tokens
+fi
+$B serve -m "$MODEL" --backend cuda --parallel 64 -c 1024 -b 2048 --port $PORT $SERVE_ARGS > /tmp/serve-load.log 2>&1 &
 SP=$!
 url=http://127.0.0.1:$PORT
 for _ in $(seq 120); do

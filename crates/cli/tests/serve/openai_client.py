@@ -285,6 +285,11 @@ def _stream_group(ids, max_tokens, prompt_words, start, results):
         except Exception as e:  # noqa: BLE001 - reported by the parent
             errors.append(repr(e))
 
+    # One streamed request first, alone: the client builds its response types on first use,
+    # which raced between this process's threads (a PydanticUserError now and then).
+    for _ in own.completions.create(model=MODEL, prompt="warm", max_tokens=1, temperature=0,
+                                    stream=True, stream_options={"include_usage": True}):
+        pass
     threads = [threading.Thread(target=one, args=(i,)) for i in ids]
     for t in threads:
         t.start()
