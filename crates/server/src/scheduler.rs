@@ -691,7 +691,11 @@ impl Scheduler {
         let Some(mut seq) = self.slots[slot].seq.take() else {
             return;
         };
-        seq.flush();
+        let reason = if seq.flush() {
+            FinishReason::Stop
+        } else {
+            reason
+        };
         let (n_prompt, n_gen) = (seq.job.prompt.len(), seq.n_gen());
         let m = &self.metrics;
         m.prompt_tokens.fetch_add(n_prompt, Ordering::Relaxed);

@@ -331,16 +331,21 @@ impl Sequence {
     }
 
     /// Flushes held-back text (the sequence ended other than by a stop string), a committed
-    /// token's first.
-    pub fn flush(&mut self) {
-        if self.stream_unsent().is_some() || self.hit_stop {
-            return;
+    /// token's first. True where that token completes a stop string (the sequence then ends
+    /// by it, whatever ended it).
+    pub fn flush(&mut self) -> bool {
+        if self.stream_unsent().is_some() {
+            return true;
+        }
+        if self.hit_stop {
+            return false;
         }
         let mut text = std::mem::take(&mut self.pending);
         text.push_str(&self.decoder.finish());
         if !text.is_empty() {
             self.send(text, None);
         }
+        false
     }
 
     /// The grammar failed (an llguidance limit or bug, never the client's input): the request

@@ -102,7 +102,9 @@ impl Plan {
         if !self.switches.f16_decode_pair || self.f16_decode(ty, rows, cols, n).is_none() {
             return None;
         }
-        self.f16_decode_shares(ty, 2 * rows, cols, n)
+        // Both matrices' tiles: each rounds its rows up to whole tiles.
+        let tile_rows = rows.next_multiple_of(GemmWgmma::TILE_ROWS);
+        self.f16_decode_shares(ty, 2 * tile_rows, cols, n)
     }
 
     /// Whether the f16 decode GEMM ([`Self::f16_decode`]) runs as its deep variant, three

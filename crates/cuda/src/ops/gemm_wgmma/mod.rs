@@ -150,7 +150,6 @@ impl GemmWgmma {
             &self.q4k,
             &self.q4k_experts,
             &self.q4k_decode,
-            &self.q4k_decode_deep,
         ]
         .iter()
         .all(|g| g.as_ref().is_some_and(|g| g.f.is_some()))
@@ -360,6 +359,8 @@ impl GemmWgmma {
         split: Option<(usize, &mut CudaSlice<f32>)>,
         deep: bool,
     ) -> Result<()> {
+        // The deep variant where it loaded (its 225 KiB of shared memory fit this part).
+        let deep = deep && self.q4k_decode_deep.as_ref().is_some_and(|g| g.f.is_some());
         let (f, name, smem, box_tokens) = if deep {
             let f = hopper_only(&self.q4k_decode_deep)?;
             (
