@@ -287,8 +287,10 @@ def _stream_group(ids, max_tokens, prompt_words, start, results):
 
     # One streamed request first, alone: the client builds its response types on first use,
     # which raced between this process's threads (a PydanticUserError now and then).
+    # It generates one token (ignore_eos): the load's JSON line reports these as warmup_tokens.
     for _ in own.completions.create(model=MODEL, prompt="warm", max_tokens=1, temperature=0,
-                                    stream=True, stream_options={"include_usage": True}):
+                                    stream=True, stream_options={"include_usage": True},
+                                    extra_body={"ignore_eos": True}):
         pass
     threads = [threading.Thread(target=one, args=(i,)) for i in ids]
     for t in threads:
@@ -337,7 +339,8 @@ def stream_load(clients, max_tokens, prompt_words):
     in_window = sum(sum(first_all < s <= end_first for s in r[1]) * max_tokens / len(r[1])
                     for r in runs)
     print(json.dumps({
-        "clients": clients, "max_tokens": max_tokens, "wall_s": round(wall, 3),
+        "clients": clients, "max_tokens": max_tokens, "warmup_tokens": procs,
+        "wall_s": round(wall, 3),
         "ttft_p50_s": round(ttft[len(ttft) // 2], 3),
         "ttft_p99_s": round(ttft[min(len(ttft) - 1, int(len(ttft) * 0.99))], 3),
         "aggregate_tok_per_s": round(tokens / wall, 1),
