@@ -248,15 +248,31 @@ fn run_decode(
 ) -> Result<Vec<Vec<f32>>> {
     let rows: usize = ws.iter().map(|w| w.rows).sum();
     let floats = GemmWgmma::split_floats(shares, n, rows);
+    run_poisoned(dev, ws, n, floats, |outs, part| {
+        let split = part.map(|p| (shares, p));
+        k.gemm_wgmma.matmul_decode(x16, n, ws, outs, split, deep)
+    })
+}
+
+/// `launch` into a poisoned output of `n` rows for each of `ws` and (where `floats` > 0) a
+/// scratch of that many floats, the outputs downloaded once the device is done.
+fn run_poisoned(
+    dev: &CudaDevice,
+    ws: &[&QuantMatrix],
+    n: usize,
+    floats: usize,
+    launch: impl FnOnce(
+        &mut [&mut CudaSlice<f32>],
+        Option<&mut CudaSlice<f32>>,
+    ) -> Result<(), CudaError>,
+) -> Result<Vec<Vec<f32>>> {
     let mut part = dev.zeros::<f32>(floats.max(1))?;
     let mut gots = ws
         .iter()
         .map(|w| poisoned(dev, n * w.rows))
         .collect::<Result<Vec<_>>>()?;
     let mut outs: Vec<_> = gots.iter_mut().collect();
-    let split = (floats > 0).then_some((shares, &mut part));
-    k.gemm_wgmma
-        .matmul_decode(x16, n, ws, &mut outs, split, deep)?;
+    launch(&mut outs, (floats > 0).then_some(&mut part))?;
     dev.sync()?;
     gots.iter()
         .map(|g| Ok(dev.download(g)?))
@@ -396,19 +412,10 @@ fn run_matvec_f16(
     use ferrolm_cuda::ops::MatVecF16;
     let rows = ws.iter().map(|w| w.rows).sum();
     let floats = MatVecF16::scratch(how, shares, n, rows);
-    let mut part = dev.zeros::<f32>(floats.max(1))?;
-    let mut gots = ws
-        .iter()
-        .map(|w| poisoned(dev, n * w.rows))
-        .collect::<Result<Vec<_>>>()?;
-    let mut outs: Vec<_> = gots.iter_mut().collect();
-    let part = (floats > 0).then_some(&mut part);
-    k.matvec_f16
-        .matmul_many(how, shares, ws, x16, n, &mut outs, part)?;
-    dev.sync()?;
-    gots.iter()
-        .map(|g| Ok(dev.download(g)?))
-        .collect::<Result<Vec<_>>>()
+    run_poisoned(dev, ws, n, floats, |outs, part| {
+        k.matvec_f16
+            .matmul_many(how, shares, ws, x16, n, outs, part)
+    })
 }
 
 /// (rows of each matrix, cols, tokens) of products sharing one f16 mat-vec launch: qwen3-8b's

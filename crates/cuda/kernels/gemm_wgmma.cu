@@ -490,22 +490,29 @@ static __device__ __forceinline__ void q4k_decode_tile(const TmaMap *x_map, cons
 }
 #endif
 
+// A decode entry point: q4k_decode_tile with the given f16 stages, raw slots and A bytes.
+#define Q4K_DECODE_ENTRY(NAME, STAGES, SLOTS, A_BYTES)                                           \
+    extern "C" __global__ void __launch_bounds__(384, 1)                                         \
+        NAME(const __grid_constant__ TmaMap x_map, const __grid_constant__ TmaMap w_map0,       \
+             const __grid_constant__ TmaMap w_map1, float *out0, float *out1, int n_tok,        \
+             int n_rows, int k, float *__restrict__ part, unsigned *__restrict__ done,          \
+             int split_blocks) {                                                                \
+        dependent_launch_entry();                                                               \
+        Q4K_DECODE_BODY(STAGES, SLOTS, A_BYTES)                                                 \
+    }
+#ifdef FERROLM_WGMMA
+#define Q4K_DECODE_BODY(STAGES, SLOTS, A_BYTES)                                                  \
+    q4k_decode_tile<STAGES, SLOTS, A_BYTES>(&x_map, &w_map0, &w_map1, out0, out1, n_tok, n_rows, \
+                                            k, part, done, split_blocks);
+#else
+#define Q4K_DECODE_BODY(STAGES, SLOTS, A_BYTES)
+#endif
+
 // gemm_wgmma_q4k for a batched decode step of at most 64 tokens (n_tok <= 64) over one or two
 // matrices of one shape (q4k_decode_tile; w_map1 and out1 read only by a second matrix's
 // tiles), with gemm_wgmma_q4k's stages and raw slots (x_map's box 128 tokens); split-K as
 // gemm_wgmma_q4k's, grid (1, tiles x matrices, shares).
-extern "C" __global__ void __launch_bounds__(384, 1)
-    gemm_wgmma_q4k_decode(const __grid_constant__ TmaMap x_map,
-                          const __grid_constant__ TmaMap w_map0,
-                          const __grid_constant__ TmaMap w_map1, float *out0, float *out1,
-                          int n_tok, int n_rows, int k, float *__restrict__ part,
-                          unsigned *__restrict__ done, int split_blocks) {
-    dependent_launch_entry();
-#ifdef FERROLM_WGMMA
-    q4k_decode_tile<WQ_STAGES, 2, WG_A_BYTES>(&x_map, &w_map0, &w_map1, out0, out1, n_tok,
-                                              n_rows, k, part, done, split_blocks);
-#endif
-}
+Q4K_DECODE_ENTRY(gemm_wgmma_q4k_decode, WQ_STAGES, 2, WG_A_BYTES)
 
 // The same with three super-blocks of weights in flight where that one keeps one (its
 // copies, about 37 KB each, set its pace): x_map's box is 64 tokens (the step's at most),
@@ -515,18 +522,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
 #define WD_TOKENS 64
 #define WD_A_BYTES (WD_TOKENS * WG_BK * 2)
 #define WD_SMEM (WD_STAGES * (WD_A_BYTES + WG_B_BYTES) + WD_SLOTS * WQ_RAW_BYTES + (2 * WD_STAGES + WD_SLOTS) * 8 + 1024)
-extern "C" __global__ void __launch_bounds__(384, 1)
-    gemm_wgmma_q4k_decode_deep(const __grid_constant__ TmaMap x_map,
-                               const __grid_constant__ TmaMap w_map0,
-                               const __grid_constant__ TmaMap w_map1, float *out0, float *out1,
-                               int n_tok, int n_rows, int k, float *__restrict__ part,
-                               unsigned *__restrict__ done, int split_blocks) {
-    dependent_launch_entry();
-#ifdef FERROLM_WGMMA
-    q4k_decode_tile<WD_STAGES, WD_SLOTS, WD_A_BYTES>(&x_map, &w_map0, &w_map1, out0, out1, n_tok,
-                                                     n_rows, k, part, done, split_blocks);
-#endif
-}
+Q4K_DECODE_ENTRY(gemm_wgmma_q4k_decode_deep, WD_STAGES, WD_SLOTS, WD_A_BYTES)
 
 // gemm_wgmma_f16_experts with Q4_K weights (maps as gemm_wgmma_q4k's, the experts stacked),
 // and two of them side by side when `maps` is 2 (gate and up): grid y covers ceil(n_rows / 256)

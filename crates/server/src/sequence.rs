@@ -144,13 +144,20 @@ impl Sequence {
     /// Streams the token this step's greedy pick names ([`Self::takes_pick`] held). `Some`
     /// when the sequence is done.
     pub fn on_pick(&mut self, pick: GreedyPick, tok: &Tokenizer) -> Option<FinishReason> {
+        let next = self.take_pick(pick);
+        self.after_sample(next, None, tok)
+    }
+
+    /// The token `pick` names for this request (`ignore_eos`: the best allowed one), given to
+    /// the sampler's history.
+    fn take_pick(&mut self, pick: GreedyPick) -> u32 {
         let next = if self.job.params.ignore_eos {
             pick.allowed
         } else {
             pick.best
         };
         self.sampler.accept(&[next]);
-        self.after_sample(next, None, tok)
+        next
     }
 
     /// [`Self::on_pick`], its text left for [`Self::stream_unsent`] beside the next forward
@@ -158,12 +165,7 @@ impl Sequence {
     /// brings back picks does, so that streaming 64 sequences' text is not on the GPU's
     /// path. `Some` when the sequence is done (its text streamed).
     pub fn on_pick_deferred(&mut self, pick: GreedyPick, tok: &Tokenizer) -> Option<FinishReason> {
-        let next = if self.job.params.ignore_eos {
-            pick.allowed
-        } else {
-            pick.best
-        };
-        self.sampler.accept(&[next]);
+        let next = self.take_pick(pick);
         if let Some(ended) = self.commit(next, tok) {
             return Some(ended);
         }

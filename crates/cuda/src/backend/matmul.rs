@@ -74,27 +74,15 @@ impl CudaBackend {
             Matmul::MatVecStaged { order, splits } => {
                 let floats = MmvqStaged::scratch(splits, n, w.rows);
                 let staged = &self.k.mmvq_staged;
-                if floats == 0 {
-                    return staged.matmul(order, splits, w, xq, n, out.buf_mut(), None);
-                }
-                let mut scratch = self.acts.take(floats)?;
-                let done =
-                    staged.matmul(order, splits, w, xq, n, out.buf_mut(), Some(&mut scratch));
-                self.acts.give(scratch);
-                done
+                self.acts.with_scratch(floats, |part| {
+                    staged.matmul(order, splits, w, xq, n, out.buf_mut(), part)
+                })
             }
             Matmul::Gemm(how) => {
                 let floats = how.scratch(n, w.rows);
-                if floats == 0 {
-                    return self.k.mmq.matmul(&how, w, xq, n, out.buf_mut(), None);
-                }
-                let mut scratch = self.acts.take(floats)?;
-                let done = self
-                    .k
-                    .mmq
-                    .matmul(&how, w, xq, n, out.buf_mut(), Some(&mut scratch));
-                self.acts.give(scratch);
-                done
+                self.acts.with_scratch(floats, |part| {
+                    self.k.mmq.matmul(&how, w, xq, n, out.buf_mut(), part)
+                })
             }
             Matmul::MatVecSlices { wide } => {
                 let row_q8 = Quantize::q8_1_bytes(1, w.cols);
@@ -462,14 +450,11 @@ impl CudaBackend {
         let how = self.plan.f16_matvec_how(ms[0].ty);
         let rows = ms.iter().map(|m| m.rows).sum();
         let floats = crate::ops::MatVecF16::scratch(how, splits, n, rows);
-        let mv = &self.k.matvec_f16;
-        if floats == 0 {
-            return mv.matmul_many(how, splits, ms, x16, n, outs, None);
-        }
-        let mut part = self.acts.take(floats)?;
-        let done = mv.matmul_many(how, splits, ms, x16, n, outs, Some(&mut part));
-        self.acts.give(part);
-        done
+        self.acts.with_scratch(floats, |part| {
+            self.k
+                .matvec_f16
+                .matmul_many(how, splits, ms, x16, n, outs, part)
+        })
     }
 
     /// The k shares of a batched step's `n` rows of `w` on the f16 mat-vec, if it takes it.
@@ -498,13 +483,9 @@ impl CudaBackend {
         let rows = ms.iter().map(|m| m.rows).sum();
         let floats = crate::ops::GemmWgmma::split_floats(ways, n, rows);
         let deep = self.plan.f16_decode_deep();
-        if floats == 0 {
-            return g.matmul_decode(x16, n, ms, outs, None, deep);
-        }
-        let mut part = self.acts.take(floats)?;
-        let done = g.matmul_decode(x16, n, ms, outs, Some((ways, &mut part)), deep);
-        self.acts.give(part);
-        done
+        self.acts.with_scratch(floats, |part| {
+            g.matmul_decode(x16, n, ms, outs, part.map(|p| (ways, p)), deep)
+        })
     }
 
     /// The k shares of `ws`' first two products on the f16 decode GEMM in one launch, if the

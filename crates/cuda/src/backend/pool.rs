@@ -46,6 +46,22 @@ impl<T: DeviceRepr + ValidAsZeroBits> Pool<T> {
         ))
     }
 
+    /// `f` with a scratch of `len` elements from the pool, given back after it (`None`, and
+    /// nothing taken, where `len` is 0: a split product's shares that need no scratch).
+    pub fn with_scratch<R>(
+        &self,
+        len: usize,
+        f: impl FnOnce(Option<&mut CudaSlice<T>>) -> Result<R>,
+    ) -> Result<R> {
+        if len == 0 {
+            return f(None);
+        }
+        let mut buf = self.take(len)?;
+        let done = f(Some(&mut buf));
+        self.give(buf);
+        done
+    }
+
     pub fn give(&self, buf: CudaSlice<T>) {
         self.lock().entry(buf.len()).or_default().push(buf);
     }
