@@ -78,3 +78,14 @@ batched_sweep() {
       grep -E '^\| +[0-9]|rror|panic'
   done
 }
+
+# serve_setup: for the HTTP load scripts, the openai client (Python 3.12 wheels carried in
+# target/wheels) installed into /tmp/site on PYTHONPATH, and Q, qwen3-8b's pooled Q4_K_M synth
+# file with a BPE vocabulary (kept while the machine stays warm).
+serve_setup() {
+  python3 -m pip install --quiet --no-index --find-links target/wheels --target /tmp/site openai > /dev/null 2>&1
+  export PYTHONPATH=/tmp/site
+  Q=$M/qwen3-8b-bpe.gguf
+  [ -s $Q ] || $B synth --preset qwen3-8b --type q4_k_m --vocab bpe --pooled -o $Q > /dev/null 2>&1
+  echo "model at $(( $(date +%s) - t0 )) s"
+}

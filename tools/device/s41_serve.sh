@@ -5,11 +5,7 @@
 # s41_bars.sh (its binary in target/dev-bin). Usage, from the repo root:
 #   bash tools/device/s41_serve.sh
 source tools/device/carried.sh
-python3 -m pip install --quiet --no-index --find-links target/wheels --target /tmp/site openai > /dev/null 2>&1
-export PYTHONPATH=/tmp/site
-Q=$M/qwen3-8b-bpe.gguf
-[ -s $Q ] || $B synth --preset qwen3-8b --type q4_k_m --vocab bpe --pooled -o $Q > /dev/null 2>&1
-echo "model at $(( $(date +%s) - t0 )) s"
+serve_setup
 timeout 400 bash tools/device/serve_load.sh $B $Q 2>&1 | tee $OUT/serve_load.txt |
   grep -vE '^\s*$' | cut -c1-400
 echo "end at $(( $(date +%s) - t0 )) s"

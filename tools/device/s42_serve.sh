@@ -8,11 +8,7 @@
 # the repo root:
 #   [SWITCHES=...] [ONE=1] bash tools/device/s42_serve.sh   (ONE: the default server only)
 source tools/device/carried.sh
-python3 -m pip install --quiet --no-index --find-links target/wheels --target /tmp/site openai > /dev/null 2>&1
-export PYTHONPATH=/tmp/site
-Q=$M/qwen3-8b-bpe.gguf
-[ -s $Q ] || $B synth --preset qwen3-8b --type q4_k_m --vocab bpe --pooled -o $Q > /dev/null 2>&1
-echo "model at $(( $(date +%s) - t0 )) s"
+serve_setup
 for args in "" "--no-stream-overlap"; do
   [ -n "$args" ] && [ -n "$ONE" ] && break
   echo "== serve $args ${SWITCHES:-} at $(( $(date +%s) - t0 )) s"
