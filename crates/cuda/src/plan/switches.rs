@@ -300,12 +300,14 @@ pub struct Switches {
     /// `FERROLM_F16_DECODE_DEEP=1`: that GEMM keeps three super-blocks of weights in flight
     /// an SM (x stages sized for its 64 tokens, two f16 stages, four raw slots) where it keeps
     /// one (qwen3-8b's 64-row gate and up: 40.5 µs a launch at 28% of DRAM, session 41's ncu,
-    /// paced by one 37 KB copy at a time). The same bits. Off until measured (session 42).
+    /// paced by one 37 KB copy at a time). The same bits. Off: measured -3.4% at 64 sequences,
+    /// -2.7% with the pair (session 43, H100).
     pub f16_decode_deep: bool,
     /// `FERROLM_F16_DECODE_PAIR=1`: gate and up, where each takes that GEMM, in one launch of
     /// it, split as their tiles together say (qwen3-8b at 64 rows: 96 tiles unsplit, where
     /// each alone is 48 tiles in two shares, one launch and two split sums fewer). Each output
-    /// the bits of its own launch split the same ways. Off until measured (session 42).
+    /// the bits of its own launch split the same ways. On since session 43 (qwen3-8b's S_TG at
+    /// 64 sequences +6.9% on the H100, 1.42 -> 1.52x llama.cpp).
     pub f16_decode_pair: bool,
     /// `FERROLM_F16_EXPERTS_PAIRS`: the fewest pairs an expert, on average, for which the
     /// experts take the f16 GEMMs (1-65535); `None`:
@@ -369,7 +371,8 @@ pub struct Switches {
     /// `FERROLM_F16_MATVEC_OCCUPANCY=1`: the f16 mat-vec's split rule counts the blocks an SM
     /// holds of the product's format (Q4_K two, Q6_K's eight-warp blocks one) where it counted
     /// two for both: qwen3-8b's 64-row Q6_K down then splits 4 ways into one wave of 128
-    /// blocks, not 8 into two waves of 256. Off until measured (written in session 41).
+    /// blocks, not 8 into two waves of 256. Off: measured 3.7% slower at 64 sequences
+    /// (session 43, H100).
     pub f16_matvec_occupancy: bool,
     /// `FERROLM_F16_COPY`: a batched step's norms and SwiGLU write the f16 copy of their
     /// output that the f16 products after them take (else `round_f16` makes it in a launch of
@@ -464,7 +467,7 @@ impl Default for Switches {
             f16_decode_splits: None,
             f16_decode_first: true,
             f16_decode_deep: false,
-            f16_decode_pair: false,
+            f16_decode_pair: true,
             f16_experts_pairs: None,
             mma_matvec: true,
             mma_row_tiles: None,
@@ -676,7 +679,7 @@ impl Switches {
             f16_decode_splits: count(env, "FERROLM_F16_DECODE_SPLITS", 1..=16)?,
             f16_decode_first: flag(env, "FERROLM_F16_DECODE_FIRST", true)?,
             f16_decode_deep: flag(env, "FERROLM_F16_DECODE_DEEP", false)?,
-            f16_decode_pair: flag(env, "FERROLM_F16_DECODE_PAIR", false)?,
+            f16_decode_pair: flag(env, "FERROLM_F16_DECODE_PAIR", true)?,
             f16_experts_pairs: count(env, "FERROLM_F16_EXPERTS_PAIRS", 1..=65535)?,
             mma_matvec: flag(env, "FERROLM_MMVQ_MMA", true)?,
             mma_row_tiles: count(env, "FERROLM_MMVQ_MMA_TILES", 1..=2)?,

@@ -326,14 +326,14 @@ fn f16_unpack_by_format_and_switch() {
 /// The f16 mat-vec off, for the tests of the decode products it comes ahead of.
 const NO_F16_MATVEC: (&str, &str) = ("FERROLM_F16_MATVEC", "0");
 
-/// Gate and up in one launch of the f16 decode GEMM (`FERROLM_F16_DECODE_PAIR=1`, off): split
+/// Gate and up in one launch of the f16 decode GEMM (`FERROLM_F16_DECODE_PAIR`, on): split
 /// as their tiles together say, and only where each alone takes that GEMM.
 #[test]
 fn gate_and_up_pair_on_the_f16_decode_gemm() {
-    let many = plan(&[]).for_sequence_batches();
-    assert!(many.f16_decode(Q4K, 12288, 4096, 64).is_some());
-    assert_eq!(many.f16_decode_pair(Q4K, 12288, 4096, 64), None, "off");
-    let pair = plan(&[("FERROLM_F16_DECODE_PAIR", "1")]).for_sequence_batches();
+    let off = plan(&[("FERROLM_F16_DECODE_PAIR", "0")]).for_sequence_batches();
+    assert!(off.f16_decode(Q4K, 12288, 4096, 64).is_some());
+    assert_eq!(off.f16_decode_pair(Q4K, 12288, 4096, 64), None, "off");
+    let pair = plan(&[]).for_sequence_batches();
     // qwen3-8b's gate and up: 96 tiles of 256 rows on 132 SMs, unsplit (each alone: 2 shares).
     assert_eq!(pair.f16_decode(Q4K, 12288, 4096, 64), Some(2));
     assert_eq!(pair.f16_decode_pair(Q4K, 12288, 4096, 64), Some(1));
@@ -341,16 +341,12 @@ fn gate_and_up_pair_on_the_f16_decode_gemm() {
     assert_eq!(pair.f16_decode_pair(Q4K, 4096, 4096, 64), None);
     assert_eq!(pair.f16_decode_pair(Q4K, 12288, 4096, 16), None);
     assert_eq!(
-        plan(&[("FERROLM_F16_DECODE_PAIR", "1")]).f16_decode_pair(Q4K, 12288, 4096, 64),
+        plan(&[]).f16_decode_pair(Q4K, 12288, 4096, 64),
         None,
         "one sequence"
     );
     // Forced shares: each alone's.
-    let forced = plan(&[
-        ("FERROLM_F16_DECODE_PAIR", "1"),
-        ("FERROLM_F16_DECODE_SPLITS", "2"),
-    ])
-    .for_sequence_batches();
+    let forced = plan(&[("FERROLM_F16_DECODE_SPLITS", "2")]).for_sequence_batches();
     assert_eq!(forced.f16_decode_pair(Q4K, 12288, 4096, 64), Some(2));
 }
 
