@@ -96,10 +96,10 @@ pub fn all(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) -> Resu
             super::gemm_f16::gemm_f16(dev, k, plan, rng, ty, rows, cols, n),
         );
     }
-    for (rows, cols, n) in super::gemm_f16::F16_DECODE_CASES {
+    for (ty, rows, cols, n) in super::gemm_f16::F16_DECODE_CASES {
         push(
             "gemm_f16",
-            super::gemm_f16::gemm_f16_decode(dev, k, plan, rng, rows, cols, n),
+            super::gemm_f16::gemm_f16_decode(dev, k, plan, rng, ty, rows, cols, n),
         );
     }
     for ty in [GgmlType::Q4K, GgmlType::Q6K] {

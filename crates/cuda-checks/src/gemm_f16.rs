@@ -135,32 +135,37 @@ fn split_run_rows(
     ])
 }
 
-/// (rows, cols, tokens) of a batched decode step's Q4_K products on the unpacking decode GEMM
-/// (`matmul_decode`: f16 arithmetic) split over k: qwen3-8b's gate, q and down at 64 and 17
-/// sequences, a row count that is not whole tiles over 5 super-blocks (3 shares: 2, 2, 1),
-/// and the most tokens the kernel takes.
-pub const F16_DECODE_CASES: [(usize, usize, usize); 5] = [
-    (12288, 4096, 64),
-    (4096, 4096, 64),
-    (4096, 12288, 17),
-    (1030, 1280, 40),
-    (258, 2560, 64),
+/// (format, rows, cols, tokens) of a batched decode step's products on the unpacking decode
+/// GEMM (`matmul_decode`: f16 arithmetic) split over k. Q4_K: qwen3-8b's gate, q and down at
+/// 64 and 17 sequences, a row count that is not whole tiles over 5 super-blocks (3 shares: 2,
+/// 2, 1), and the most tokens the kernel takes. Q6_K (rows of a multiple of 8 super-blocks):
+/// qwen3-8b's down and v at 64 and 17 sequences, and rows that are not whole tiles.
+pub const F16_DECODE_CASES: [(GgmlType, usize, usize, usize); 8] = [
+    (GgmlType::Q4K, 12288, 4096, 64),
+    (GgmlType::Q4K, 4096, 4096, 64),
+    (GgmlType::Q4K, 4096, 12288, 17),
+    (GgmlType::Q4K, 1030, 1280, 40),
+    (GgmlType::Q4K, 258, 2560, 64),
+    (GgmlType::Q6K, 4096, 12288, 64),
+    (GgmlType::Q6K, 1024, 4096, 17),
+    (GgmlType::Q6K, 258, 2048, 40),
 ];
 
 /// A batched decode step's `W · x` on the unpacking GEMM split over k as the plan splits it
-/// (and in 3 shares), against the f64 product and against a second run; its deep variant
+/// (and in 3 shares), against the f64 product and against a second run; Q4_K's deep variant
 /// against it bit for bit, and two matrices of the shape (gate and up) in one launch against
 /// each in its own, either variant.
+#[allow(clippy::too_many_arguments)]
 pub fn gemm_f16_decode(
     dev: &CudaDevice,
     k: &Kernels,
     plan: &Plan,
     rng: &mut StdRng,
+    ty: GgmlType,
     rows: usize,
     cols: usize,
     n: usize,
 ) -> Result<Vec<Row>> {
-    let ty = GgmlType::Q4K;
     if !plan.device().f16_gemm {
         return Ok(Vec::new());
     }
@@ -183,7 +188,7 @@ pub fn gemm_f16_decode(
         let mut part = dev.zeros::<f32>(GemmWgmma::split_floats(shares, n, rows).max(1))?;
         out.extend(split_run_rows(
             dev,
-            "gemm f16 decode Q4_K (f16 unpacking), split",
+            &format!("gemm f16 decode {ty} (f16 unpacking), split"),
             format!("{rows}×{cols} · {n} rows, {shares} shares"),
             &want,
             &exact,
@@ -199,6 +204,12 @@ pub fn gemm_f16_decode(
     let run = |ws: &[&QuantMatrix], shares: usize, deep: bool| {
         run_decode(dev, k, ws, &x16, n, shares, deep)
     };
+    // Q4_K's deep variant; Q6_K has one form (`deep` is not read for it).
+    let variants: &[bool] = if ty == GgmlType::Q4K {
+        &[false, true]
+    } else {
+        &[false]
+    };
     for shares in [ways, 3, 1] {
         let shape = format!("{rows}×{cols} · {n} rows, {shares} shares");
         // The deep variant (FERROLM_F16_DECODE_DEEP, three super-blocks in flight): the bits
@@ -207,22 +218,24 @@ pub fn gemm_f16_decode(
             run(&[&case.w], shares, false)?,
             run(&[&case.w], shares, true)?,
         );
-        out.push(exact_row(
-            "gemm f16 decode Q4_K, three super-blocks in flight",
-            shape.clone(),
-            "one in flight",
-            same_bits(&deep[0], &plain[0]).2,
-        ));
+        if ty == GgmlType::Q4K {
+            out.push(exact_row(
+                "gemm f16 decode Q4_K, three super-blocks in flight",
+                shape.clone(),
+                "one in flight",
+                same_bits(&deep[0], &plain[0]).2,
+            ));
+        }
         // Gate and up in one launch (FERROLM_F16_DECODE_PAIR), either variant: each output
         // the bits of its own launch.
-        for d in [false, true] {
+        for &d in variants {
             let alone = run(&[&second.w], shares, d)?;
             let pair = run(&[&case.w, &second.w], shares, d)?;
             let first = if d { &deep[0] } else { &plain[0] };
             let same = same_bits(&pair[0], first).2 && same_bits(&pair[1], &alone[0]).2;
             out.push(exact_row(
                 &format!(
-                    "gemm f16 decode Q4_K, two matrices in one launch{}",
+                    "gemm f16 decode {ty}, two matrices in one launch{}",
                     if d { ", deep" } else { "" }
                 ),
                 shape.clone(),

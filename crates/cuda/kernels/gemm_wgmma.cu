@@ -11,10 +11,11 @@
 // and 2 each multiply 64 tokens by the 256 rows (wgmma m64n256k16, four per stage) and give the
 // stage back on its "empty" barrier once their MMAs have read it. The Q4_K variant
 // (gemm_wgmma_q4k*, below) unpacks the weight's blocks in shared memory instead; its decode
-// form (gemm_wgmma_q4k_decode) takes a batched decode step's few tokens, k split over blocks.
+// forms (gemm_wgmma_q4k_decode, and gemm_wgmma_q6k_decode for Q6_K) take a batched decode
+// step's few tokens, k split over blocks.
 #include "common.cuh"
 #include "quant.cuh"
-#include "q4k_f16.cuh"
+#include "kquant_f16.cuh"
 
 #define WG_BM 128
 #define WG_BN 256
@@ -133,9 +134,16 @@ static __device__ __forceinline__ void consume(float *__restrict__ out, int n_ro
             wgmma_m64n256k16(d, wgmma_desc(a + kk * 32), wgmma_desc(b + kk * 32), i | kk);
         }
         wgmma_commit();
-        // The stage before this one is read once only this stage's MMAs may be in flight.
-        wgmma_wait<1>();
-        if (i > 0 && tid % 32 == 0) mbar_arrive(&empty[(i + STAGES - 1) % STAGES]);
+        if (STAGES > 2) {
+            // The stage before this one is read once only this stage's MMAs may be in flight.
+            wgmma_wait<1>();
+            if (i > 0 && tid % 32 == 0) mbar_arrive(&empty[(i + STAGES - 1) % STAGES]);
+        } else {
+            // Two stages: this one back as soon as its MMAs are done, so that the producer,
+            // already filling the other, need not wait for the next stage's MMAs to start.
+            wgmma_wait<0>();
+            if (tid % 32 == 0) mbar_arrive(&empty[s]);
+        }
     }
     wgmma_wait<0>();
     // Accumulator layout of m64nNk16: warp w, lane l holds rows 16w + l/4 (+8) and column
@@ -275,6 +283,10 @@ extern "C" __global__ void __launch_bounds__(384, 1)
 #define WQ_STAGES 3
 #define WQ_BLOCK_BYTES 144
 #define WQ_RAW_BYTES (WG_BN * WQ_BLOCK_BYTES)
+// Q6_K's 210-byte blocks come in boxes of 224 bytes (the copy's widths are multiples of 16;
+// the 14 bytes past a block are the next one's, or zeros past the row's end).
+#define W6_BLOCK_BYTES 210
+#define W6_ROW_BYTES 224
 #define WQ_SMEM (WQ_STAGES * WG_STAGE_BYTES + 2 * WQ_RAW_BYTES + (2 * WQ_STAGES + 2) * 8 + 1024)
 
 #ifdef FERROLM_WGMMA
@@ -334,33 +346,98 @@ static __device__ __forceinline__ void q4k_row_f16(const uint8_t *blk, int m, ui
     }
 }
 
-// The producer of a Q4_K tile over `blocks` super-blocks from sb0, run by the THREADS threads
-// that unpack (u their index; u 0 also issues the copies; they meet on named barrier 1): x
-// stages (A_BYTES of tokens) by TMA into a ring of STAGES, the weight's super-blocks by TMA
-// into a ring of SLOTS raw slots (raw_full their barriers; SLOTS - 1 super-blocks in flight
-// while one is unpacked), each stage's 256 x 64 weight written as f16, WG_BN / THREADS rows a
-// thread, by q4k_row_f16<F16X2> (Expand8's bits, or the decode variant's f16 arithmetic).
-template <int THREADS, bool F16X2, int STAGES = WQ_STAGES, int SLOTS = 2, int A_BYTES = WG_A_BYTES>
-static __device__ __forceinline__ void produce_q4k(const TmaMap *x_map, const TmaMap *w_map,
+// Columns 64m.. 64m + 63 of the Q6_K block at blk (half m / 2 of it: ql's low nibbles and
+// qh's bit pairs 0 and 2 for m even, the high nibbles and pairs 4 and 6 for m odd) as f16 into
+// the 128-byte swizzled row brow of a B stage (chunk c at c ^ sw), as the f16 mat-vec unpacks
+// them (q6_quad_f16x2: (q - 32) · f16(d · sc), one rounding). The block's 16-byte chunks are
+// read in pairs, each pair's two swapped where `swap` (rows 4-7 of each 8): rows 224 bytes
+// apart start on only every other 4-bank group, so a quarter warp's loads would otherwise meet
+// two ways. A thread's chunk p is then the half's group p ^ swap, which picks its scale, its
+// qh pairing (group % 2) and where it is stored (chunks 2g, 2g + 1).
+static __device__ __forceinline__ void q6k_row_f16(const uint8_t *blk, int m, uint8_t *brow,
+                                                   int sw, int swap) {
+    const int n = m / 2, sh = 4 * (m % 2);
+    const int s0 = 16 * swap, s1 = 16 - s0;
+    // Scales at 192, d at 208 (the box's 14 bytes past the block ride along).
+    const uint4 ta = *(const uint4 *)(blk + 192 + s0), tb = *(const uint4 *)(blk + 192 + s1);
+    const uint4 scs = swap ? tb : ta;
+    const float d = f16_bits_to_f32((uint16_t)(swap ? ta.x : tb.x));
+    // Scale bytes 4m.. : the half's 8 scales, of which this m takes 4 (group g's is byte g).
+    const uint32_t sc4 = m == 0 ? scs.x : m == 1 ? scs.y : m == 2 ? scs.z : scs.w;
+    const uint8_t *ql = blk + 64 * n, *qh = blk + 128 + 32 * n;
+    const uint4 h[2] = {*(const uint4 *)(qh + s0), *(const uint4 *)(qh + s1)};
+#pragma unroll
+    for (int p = 0; p < 4; ++p) {
+        const uint4 l = *(const uint4 *)(ql + 32 * (p / 2) + (p % 2 ? s1 : s0));
+        const uint4 hw = h[p % 2];
+        const int g = p ^ swap, hs = sh + 2 * (p / 2);
+        const float dl = __fmul_rn(d, (float)(int8_t)(sc4 >> (8 * g)));
+        const uint32_t dl2 = pack_f16x2(dl, dl);
+        const uint32_t lw[4] = {l.x, l.y, l.z, l.w}, qw[4] = {hw.x, hw.y, hw.z, hw.w};
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+            uint32_t q[2];
+#pragma unroll
+            for (int k = 0; k < 2; ++k) {
+                q[k] = ((lw[2 * e + k] >> sh) & 0x0F0F0F0Fu) |
+                       (((qw[2 * e + k] >> hs) << 4) & 0x30303030u);
+            }
+            const uint2 a = q6_quad_f16x2(q[0], dl2), b = q6_quad_f16x2(q[1], dl2);
+            *(uint4 *)(brow + (((2 * g + e) ^ sw) << 4)) = make_uint4(a.x, a.y, b.x, b.y);
+        }
+    }
+}
+
+// The weight formats the unpacking producer takes: a raw slot's row (ROW bytes, the copy box's
+// width), a block's bytes along the matrix's rows (BLOCK), and row_f16 writing a row's 64
+// columns m of a super-block as f16 into a B stage's swizzled row.
+struct RawQ4k {
+    static constexpr int ROW = WQ_BLOCK_BYTES, BLOCK = WQ_BLOCK_BYTES;
+    template <bool F16X2>
+    static __device__ __forceinline__ void row_f16(const uint8_t *blk, int m, uint8_t *brow,
+                                                   int sw, int) {
+        q4k_row_f16<F16X2>(blk, m, brow, sw);
+    }
+};
+// Q6_K: the decode form's f16 arithmetic only.
+struct RawQ6k {
+    static constexpr int ROW = W6_ROW_BYTES, BLOCK = W6_BLOCK_BYTES;
+    template <bool F16X2>
+    static __device__ __forceinline__ void row_f16(const uint8_t *blk, int m, uint8_t *brow,
+                                                   int sw, int swap) {
+        static_assert(F16X2, "Q6_K unpacks in f16 arithmetic only");
+        q6k_row_f16(blk, m, brow, sw, swap);
+    }
+};
+
+// The producer of a tile of FMT weights over `blocks` super-blocks from sb0, run by the THREADS
+// threads that unpack (u their index; u 0 also issues the copies; they meet on named barrier
+// 1): x stages (A_BYTES of tokens) by TMA into a ring of STAGES, the weight's super-blocks by
+// TMA into a ring of SLOTS raw slots (raw_full their barriers; SLOTS - 1 super-blocks in
+// flight while one is unpacked), each stage's 256 x 64 weight written as f16, WG_BN / THREADS
+// rows a thread, by FMT::row_f16<F16X2> (Q4_K: Expand8's bits, or the decode forms' f16
+// arithmetic).
+template <typename FMT, int THREADS, bool F16X2, int STAGES = WQ_STAGES, int SLOTS = 2,
+          int A_BYTES = WG_A_BYTES>
+static __device__ __forceinline__ void produce_raw(const TmaMap *x_map, const TmaMap *w_map,
                                                    int sb0, int blocks, WgTile tile, uint8_t *smem,
                                                    uint64_t *full, uint64_t *empty, int u) {
-    constexpr int STAGE_BYTES = A_BYTES + WG_B_BYTES;
+    constexpr int STAGE_BYTES = A_BYTES + WG_B_BYTES, RAW_BYTES = WG_BN * FMT::ROW;
     uint64_t *raw_full = empty + STAGES;
     uint8_t *raw = smem + STAGES * STAGE_BYTES;
     const int steps = blocks * 4;
     // Super-block sb into its slot.
     const auto fetch = [&](int sb) {
         const int n = sb % SLOTS;
-        mbar_expect_tx(&raw_full[n], WQ_RAW_BYTES);
-        tma_load(raw + n * WQ_RAW_BYTES, w_map, &raw_full[n], (sb0 + sb) * WQ_BLOCK_BYTES,
-                 tile.wrow0);
+        mbar_expect_tx(&raw_full[n], RAW_BYTES);
+        tma_load(raw + n * RAW_BYTES, w_map, &raw_full[n], (sb0 + sb) * FMT::BLOCK, tile.wrow0);
     };
     if (u == 0) {
         for (int sb = 0; sb < SLOTS - 1 && sb < blocks; ++sb) fetch(sb);
     }
     for (int i = 0; i < steps; ++i) {
         const int s = i % STAGES, sb = i / 4, m = i % 4;
-        const uint8_t *slot = raw + (sb % SLOTS) * WQ_RAW_BYTES;
+        const uint8_t *slot = raw + (sb % SLOTS) * RAW_BYTES;
         if (m == 0) {
             // Every unpacking thread is done with super-block sb - 1, whose slot takes
             // sb + SLOTS - 1.
@@ -377,7 +454,8 @@ static __device__ __forceinline__ void produce_q4k(const TmaMap *x_map, const Tm
 #pragma unroll 1
         for (int h = 0; h < WG_BN / THREADS; ++h) {
             const int r = u + THREADS * h;
-            q4k_row_f16<F16X2>(slot + r * WQ_BLOCK_BYTES, m, a + A_BYTES + r * 128, r % 8);
+            FMT::template row_f16<F16X2>(slot + r * FMT::ROW, m, a + A_BYTES + r * 128, r % 8,
+                                         (r >> 2) & 1);
         }
         // The MMAs read the stage through the async proxy.
         asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
@@ -393,7 +471,7 @@ static __device__ __forceinline__ void gemm_tile_q4k(const TmaMap *x_map, const 
     const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
     if (wg == 0) {
         asm volatile("setmaxnreg.dec.sync.aligned.u32 56;");
-        produce_q4k<128, false>(x_map, w_map, sb0, blocks, tile, smem, full, empty, tid);
+        produce_raw<RawQ4k, 128, false>(x_map, w_map, sb0, blocks, tile, smem, full, empty, tid);
     } else {
         asm volatile("setmaxnreg.inc.sync.aligned.u32 224;");
         consume<WQ_STAGES>(out, n_rows, blocks * 4, tile, smem, full, empty, wg - 1, tid);
@@ -451,20 +529,20 @@ extern "C" __global__ void __launch_bounds__(384, 1)
 }
 
 #ifdef FERROLM_WGMMA
-// A batched decode step's tile (at most 64 tokens: one consumer warpgroup, warpgroup 1),
-// unpacked by warpgroups 0 and 2 in f16 arithmetic (produce_q4k<256, true, ...>) through
-// STAGES f16 stages of A_BYTES of tokens and SLOTS raw slots. Grid y covers ceil(n_rows /
-// 256) tiles of each of the launch's matrices (one, or two of one shape: gate and up), map j's
-// products going to out[j]; grid z the k shares, map j's in planes j * gridDim.z.. of part.
-template <int STAGES, int SLOTS, int A_BYTES>
-static __device__ __forceinline__ void q4k_decode_tile(const TmaMap *x_map, const TmaMap *w_map0,
-                                                       const TmaMap *w_map1, float *out0,
-                                                       float *out1, int n_tok, int n_rows, int k,
-                                                       float *__restrict__ part,
-                                                       unsigned *__restrict__ done,
-                                                       int split_blocks) {
+// A batched decode step's tile of FMT weights (at most 64 tokens: one consumer warpgroup,
+// warpgroup 1), unpacked by warpgroups 0 and 2 in f16 arithmetic (produce_raw<FMT, 256, true,
+// ...>) through STAGES f16 stages of A_BYTES of tokens and SLOTS raw slots. Grid y covers
+// ceil(n_rows / 256) tiles of each of the launch's matrices (one, or two of one shape: gate
+// and up), map j's products going to out[j]; grid z the k shares, map j's in planes
+// j * gridDim.z.. of part.
+template <typename FMT, int STAGES, int SLOTS, int A_BYTES>
+static __device__ __forceinline__ void decode_tile(const TmaMap *x_map, const TmaMap *w_map0,
+                                                   const TmaMap *w_map1, float *out0, float *out1,
+                                                   int n_tok, int n_rows, int k,
+                                                   float *__restrict__ part,
+                                                   unsigned *__restrict__ done, int split_blocks) {
     uint64_t *full, *empty;
-    uint8_t *smem = stages<STAGES, SLOTS * WQ_RAW_BYTES, SLOTS, A_BYTES + WG_B_BYTES>(
+    uint8_t *smem = stages<STAGES, SLOTS * WG_BN * FMT::ROW, SLOTS, A_BYTES + WG_B_BYTES>(
         &full, &empty, 257, 4);
     __syncthreads();
     const int split = gridDim.z > 1;
@@ -482,7 +560,7 @@ static __device__ __forceinline__ void q4k_decode_tile(const TmaMap *x_map, cons
                                  threadIdx.x % 128);
     } else {
         asm volatile("setmaxnreg.dec.sync.aligned.u32 80;");
-        produce_q4k<256, true, STAGES, SLOTS, A_BYTES>(
+        produce_raw<FMT, 256, true, STAGES, SLOTS, A_BYTES>(
             x_map, j == 0 ? w_map0 : w_map1, split ? sb0 : 0, blocks, tile, smem, full, empty,
             threadIdx.x < 128 ? threadIdx.x : threadIdx.x - 128);
     }
@@ -490,29 +568,30 @@ static __device__ __forceinline__ void q4k_decode_tile(const TmaMap *x_map, cons
 }
 #endif
 
-// A decode entry point: q4k_decode_tile with the given f16 stages, raw slots and A bytes.
-#define Q4K_DECODE_ENTRY(NAME, STAGES, SLOTS, A_BYTES)                                           \
+// A decode entry point: decode_tile of FMT weights with the given f16 stages, raw slots and A
+// bytes.
+#define DECODE_ENTRY(NAME, FMT, STAGES, SLOTS, A_BYTES)                                          \
     extern "C" __global__ void __launch_bounds__(384, 1)                                         \
         NAME(const __grid_constant__ TmaMap x_map, const __grid_constant__ TmaMap w_map0,       \
              const __grid_constant__ TmaMap w_map1, float *out0, float *out1, int n_tok,        \
              int n_rows, int k, float *__restrict__ part, unsigned *__restrict__ done,          \
              int split_blocks) {                                                                \
         dependent_launch_entry();                                                               \
-        Q4K_DECODE_BODY(STAGES, SLOTS, A_BYTES)                                                 \
+        DECODE_BODY(FMT, STAGES, SLOTS, A_BYTES)                                                \
     }
 #ifdef FERROLM_WGMMA
-#define Q4K_DECODE_BODY(STAGES, SLOTS, A_BYTES)                                                  \
-    q4k_decode_tile<STAGES, SLOTS, A_BYTES>(&x_map, &w_map0, &w_map1, out0, out1, n_tok, n_rows, \
-                                            k, part, done, split_blocks);
+#define DECODE_BODY(FMT, STAGES, SLOTS, A_BYTES)                                                 \
+    decode_tile<FMT, STAGES, SLOTS, A_BYTES>(&x_map, &w_map0, &w_map1, out0, out1, n_tok, n_rows, \
+                                             k, part, done, split_blocks);
 #else
-#define Q4K_DECODE_BODY(STAGES, SLOTS, A_BYTES)
+#define DECODE_BODY(FMT, STAGES, SLOTS, A_BYTES)
 #endif
 
 // gemm_wgmma_q4k for a batched decode step of at most 64 tokens (n_tok <= 64) over one or two
-// matrices of one shape (q4k_decode_tile; w_map1 and out1 read only by a second matrix's
-// tiles), with gemm_wgmma_q4k's stages and raw slots (x_map's box 128 tokens); split-K as
+// matrices of one shape (decode_tile; w_map1 and out1 read only by a second matrix's tiles),
+// with gemm_wgmma_q4k's stages and raw slots (x_map's box 128 tokens); split-K as
 // gemm_wgmma_q4k's, grid (1, tiles x matrices, shares).
-Q4K_DECODE_ENTRY(gemm_wgmma_q4k_decode, WQ_STAGES, 2, WG_A_BYTES)
+DECODE_ENTRY(gemm_wgmma_q4k_decode, RawQ4k, WQ_STAGES, 2, WG_A_BYTES)
 
 // The same with three super-blocks of weights in flight where that one keeps one (its
 // copies, about 37 KB each, set its pace): x_map's box is 64 tokens (the step's at most),
@@ -522,7 +601,17 @@ Q4K_DECODE_ENTRY(gemm_wgmma_q4k_decode, WQ_STAGES, 2, WG_A_BYTES)
 #define WD_TOKENS 64
 #define WD_A_BYTES (WD_TOKENS * WG_BK * 2)
 #define WD_SMEM (WD_STAGES * (WD_A_BYTES + WG_B_BYTES) + WD_SLOTS * WQ_RAW_BYTES + (2 * WD_STAGES + WD_SLOTS) * 8 + 1024)
-Q4K_DECODE_ENTRY(gemm_wgmma_q4k_decode_deep, WD_STAGES, WD_SLOTS, WD_A_BYTES)
+DECODE_ENTRY(gemm_wgmma_q4k_decode_deep, RawQ4k, WD_STAGES, WD_SLOTS, WD_A_BYTES)
+
+// The decode form with Q6_K weights (the f16 mat-vec's Q6_K arithmetic, kquant_f16.cuh):
+// w_map the raw blocks as bytes [n_rows][k / 256 * 210], box 224 x 256 (rows a multiple of 16
+// bytes long: k / 256 a multiple of 8), unswizzled; x_map's box 64 tokens. A raw slot is 56
+// KB, so two f16 stages of 64 tokens and two raw slots: W6_SMEM bytes of dynamic shared
+// memory. Otherwise gemm_wgmma_q4k_decode's.
+#define W6_STAGES 2
+#define W6_SLOTS 2
+#define W6_SMEM (W6_STAGES * (WD_A_BYTES + WG_B_BYTES) + W6_SLOTS * WG_BN * W6_ROW_BYTES + (2 * W6_STAGES + W6_SLOTS) * 8 + 1024)
+DECODE_ENTRY(gemm_wgmma_q6k_decode, RawQ6k, W6_STAGES, W6_SLOTS, WD_A_BYTES)
 
 // gemm_wgmma_f16_experts with Q4_K weights (maps as gemm_wgmma_q4k's, the experts stacked),
 // and two of them side by side when `maps` is 2 (gate and up): grid y covers ceil(n_rows / 256)

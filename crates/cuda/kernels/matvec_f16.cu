@@ -4,7 +4,7 @@
 //
 // Why f16 and not int8 (mmvq_mma.cu, mmvq_staged.cu): an int8 MMA's integer sums must be scaled
 // a sub-block at a time, per output, so at 64 rows those f32 operations outnumber the MMAs many
-// times over (docs/perf.md, session 29). Unpacked to f16 (q4k_f16.cuh's arithmetic, the f16
+// times over (docs/perf.md, session 29). Unpacked to f16 (kquant_f16.cuh's arithmetic, the f16
 // GEMM's), a weight carries its scale into the MMA: the unpacking is per weight, once for all
 // the rows, and the MMAs do the rest.
 //
@@ -33,7 +33,7 @@
 // shared memory; entry matvec_f16_<type>_t<NT> takes up to 8 NT activation rows and up to
 // MVF_MATS matrices (MvfMats). K a multiple of 256.
 //
-// Rounding contract: the f16 GEMM's (ops/gemm_wgmma/): Q4_K's weights as q4k_f16.cuh unpacks
+// Rounding contract: the f16 GEMM's (ops/gemm_wgmma/): Q4_K's weights as kquant_f16.cuh unpacks
 // them, Q6_K's as (q - 32) · f16(d · sc) rounded once in f16, the activations rounded to f16,
 // products summed in f32 by the MMAs in a fixed order; shares added in z order. The same bits
 // every run.
@@ -44,7 +44,7 @@
 #include "mmq_mma.cuh"
 #include "mma_rows.cuh" // ld_stream2, ld_stream4, sbyte
 #include "mma_f16.cuh"
-#include "q4k_f16.cuh"
+#include "kquant_f16.cuh"
 
 #define MVF_ROWS 128
 #define MVF_MAX_COLS 64
@@ -121,20 +121,6 @@ struct MvfQ6kRow {
     int sc[4];
     int d;
 };
-
-// The four 6-bit codes in the bytes of q as f16 pairs (q - 32) · dl, dl2 the pair (dl, dl): q
-// goes to f16 exactly as the mantissa of 1024 + q, 1056 is taken off exactly, one rounding.
-static __device__ __forceinline__ uint2 q6_quad_f16x2(uint32_t q, uint32_t dl2) {
-    const uint32_t lo = __byte_perm(q, 0x64646464u, 0x4140), hi = __byte_perm(q, 0x64646464u, 0x4342);
-    uint32_t a, b;
-    asm("{\n .reg .b32 t;\n sub.f16x2 t, %1, %2;\n mul.rn.f16x2 %0, t, %3;\n}"
-        : "=r"(a)
-        : "r"(lo), "r"(0x64206420u), "r"(dl2));
-    asm("{\n .reg .b32 t;\n sub.f16x2 t, %1, %2;\n mul.rn.f16x2 %0, t, %3;\n}"
-        : "=r"(b)
-        : "r"(hi), "r"(0x64206420u), "r"(dl2));
-    return make_uint2(a, b);
-}
 
 template <int TYPE> struct MvfFormat;
 

@@ -57,7 +57,7 @@ pub const HEADERS: &[KernelFile] = &[
     kernel_file!("attention_group.cuh"),
     kernel_file!("attention_tc.cuh"),
     kernel_file!("mma_f16.cuh"),
-    kernel_file!("q4k_f16.cuh"),
+    kernel_file!("kquant_f16.cuh"),
     kernel_file!("norm.cuh"),
     kernel_file!("rope.cuh"),
 ];

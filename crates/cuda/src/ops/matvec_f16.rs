@@ -1,6 +1,6 @@
 //! `kernels/matvec_f16.cu`: Q4_K and Q6_K weights times up to 64 f16 activation rows on the f16 tensor
 //! cores (the larger steps of a batched decode): each weight unpacked to f16 once for every
-//! row (the f16 GEMM's arithmetic for Q4_K, `q4k_f16.cuh`), each super-block's activations
+//! row (the f16 GEMM's arithmetic for Q4_K, `kquant_f16.cuh`), each super-block's activations
 //! staged in shared memory once for a block's warps, k split over blocks where the row blocks
 //! alone leave SMs idle.
 //!

@@ -66,13 +66,14 @@ impl Plan {
 
     /// Whether `n` rows of a batched decode step's `ty` product of `rows` × `cols` take the
     /// f16 GEMM with the weight unpacked in it (`FERROLM_F16_DECODE`, Hopper; `matmul_decode`),
-    /// and if so the k shares it is split in: Q4_K ([`GemmWgmma::unpacks`]) at
+    /// and if so the k shares it is split in: Q4_K, and Q6_K with `FERROLM_F16_DECODE_Q6K=1`
+    /// ([`GemmWgmma::decodes`]), at
     /// [`F16_DECODE_MIN_ROWS`] (`FERROLM_F16_DECODE_ROWS`) to [`F16_DECODE_MAX_ROWS`] rows (one
     /// token tile, one consumer warpgroup), so each weight is read and unpacked once. The
     /// tiles of so few tokens leave most SMs idle, so k is shared out over them
     /// ([`split_ways`], in super-blocks; `FERROLM_MMQ_SPLIT_K=0`: unsplit), and the product
     /// takes the GEMM only where a share keeps [`F16_DECODE_MIN_SHARE_BLOCKS`] super-blocks
-    /// (a block's start costs what a few super-blocks take). `FERROLM_F16_DECODE_SPLITS`
+    /// (`FERROLM_F16_DECODE_SHARE_BLOCKS`; a block's start costs what a few super-blocks take). `FERROLM_F16_DECODE_SPLITS`
     /// forces the shares, and the GEMM with them. Contract: the f16 GEMM's, the shares added
     /// in a fixed order.
     /// It comes ahead of the f16 mat-vec (and so of the staged one); with
@@ -128,8 +129,8 @@ impl Plan {
             && self.switches.gemm_f16_unpack
             && self.device.f16_gemm
             && self.switches.int_scales != Some(true)
-            && GemmWgmma::unpacks(ty)
-            && cols.is_multiple_of(256)
+            && GemmWgmma::decodes(ty, cols)
+            && (ty != GgmlType::Q6K || self.switches.f16_decode_q6k)
             && GemmWgmma::supports(ty, rows, cols)
             && (min..=F16_DECODE_MAX_ROWS).contains(&n);
         if !take {
@@ -142,7 +143,11 @@ impl Plan {
         }
         let tiles = rows.div_ceil(GemmWgmma::TILE_ROWS);
         let ways = split_ways(tiles, self.device.sms, may_split);
-        (blocks.div_ceil(ways) >= F16_DECODE_MIN_SHARE_BLOCKS).then_some(ways)
+        let min_share = self
+            .switches
+            .f16_decode_share_blocks
+            .unwrap_or(F16_DECODE_MIN_SHARE_BLOCKS);
+        (blocks.div_ceil(ways) >= min_share).then_some(ways)
     }
 
     /// Whether an op whose output (`n` rows of `cols`) feeds products keeps an f16 copy of it

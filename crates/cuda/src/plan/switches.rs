@@ -292,6 +292,14 @@ pub struct Switches {
     /// `FERROLM_F16_DECODE_SPLITS`: the k shares of those products (1-16); `None`: the
     /// plan's choice by the SMs their tiles leave idle.
     pub f16_decode_splits: Option<usize>,
+    /// `FERROLM_F16_DECODE_SHARE_BLOCKS`: the fewest super-blocks a share of that split keeps
+    /// for the GEMM to take the product (1-64); `None`:
+    /// [`F16_DECODE_MIN_SHARE_BLOCKS`](super::F16_DECODE_MIN_SHARE_BLOCKS).
+    pub f16_decode_share_blocks: Option<usize>,
+    /// `FERROLM_F16_DECODE_Q6K=1`: Q6_K products too take that GEMM (`gemm_wgmma_q6k_decode`,
+    /// the f16 mat-vec's Q6_K arithmetic), where the plan's rule takes them. Off until
+    /// measured (written in session 43).
+    pub f16_decode_q6k: bool,
     /// `FERROLM_F16_DECODE_FIRST` (on; `=0` off): where a batched step's product would take
     /// either, the f16 GEMM above ahead of the f16 mat-vec (qwen3-8b's gate and up at 48-64
     /// rows: 43 µs a launch against 52 in session 30's ncu; S_TG at 64 sequences +5% in
@@ -465,6 +473,8 @@ impl Default for Switches {
             f16_decode: true,
             f16_decode_rows: None,
             f16_decode_splits: None,
+            f16_decode_share_blocks: None,
+            f16_decode_q6k: false,
             f16_decode_first: true,
             f16_decode_deep: false,
             f16_decode_pair: true,
@@ -677,6 +687,8 @@ impl Switches {
             f16_decode: flag(env, "FERROLM_F16_DECODE", true)?,
             f16_decode_rows: count(env, "FERROLM_F16_DECODE_ROWS", 2..=64)?,
             f16_decode_splits: count(env, "FERROLM_F16_DECODE_SPLITS", 1..=16)?,
+            f16_decode_share_blocks: count(env, "FERROLM_F16_DECODE_SHARE_BLOCKS", 1..=64)?,
+            f16_decode_q6k: flag(env, "FERROLM_F16_DECODE_Q6K", false)?,
             f16_decode_first: flag(env, "FERROLM_F16_DECODE_FIRST", true)?,
             f16_decode_deep: flag(env, "FERROLM_F16_DECODE_DEEP", false)?,
             f16_decode_pair: flag(env, "FERROLM_F16_DECODE_PAIR", true)?,
@@ -745,6 +757,7 @@ impl fmt::Display for Switches {
         let gate_up_warps = count_or_auto(self.moe_gate_up_warps);
         let decode_rows = count_or_auto(self.f16_decode_rows);
         let decode_splits = count_or_auto(self.f16_decode_splits);
+        let decode_share = count_or_auto(self.f16_decode_share_blocks);
         let carveout = count_or_auto(self.carveout);
         let prefetch_max = count_or_auto(self.prefetch_max_mb);
         let timing_skip = if self.timing_skip.is_empty() {
@@ -753,7 +766,7 @@ impl fmt::Display for Switches {
             self.timing_skip.join(",")
         };
         let norm_route_rows = count_or_auto(self.norm_route_rows);
-        let lines: [(&str, &str, &str); 86] = [
+        let lines: [(&str, &str, &str); 88] = [
             (
                 "FERROLM_CUDA_MMQ",
                 bit(self.mmq),
@@ -1055,6 +1068,16 @@ impl fmt::Display for Switches {
                 "FERROLM_F16_DECODE_SPLITS",
                 &decode_splits,
                 "k shares of those products",
+            ),
+            (
+                "FERROLM_F16_DECODE_SHARE_BLOCKS",
+                &decode_share,
+                "fewest super-blocks a share of that split keeps",
+            ),
+            (
+                "FERROLM_F16_DECODE_Q6K",
+                bit(self.f16_decode_q6k),
+                "Q6_K products too on that GEMM",
             ),
             (
                 "FERROLM_F16_DECODE_FIRST",

@@ -634,3 +634,31 @@ fn f16_copies_where_f16_products_follow() {
         assert!(!p.f16_copy(4096, 64), "{off:?}");
     }
 }
+
+/// Q6_K products on the f16 decode GEMM (`FERROLM_F16_DECODE_Q6K=1`, off): only where its rows
+/// are whole 16-byte steps for the copy engine (super-blocks a row a multiple of 8), and only
+/// where a share keeps the fewest super-blocks (`FERROLM_F16_DECODE_SHARE_BLOCKS`, default
+/// F16_DECODE_MIN_SHARE_BLOCKS).
+#[test]
+fn q6k_and_short_shares_on_the_f16_decode_gemm() {
+    let batches =
+        |env: &[(&str, &str)]| plan(&[env, &[NO_F16_MATVEC]].concat()).for_sequence_batches();
+    // qwen3-8b's down (4,096 rows of 12,288): 16 tiles, 8 shares of 6 super-blocks.
+    assert_eq!(batches(&[]).f16_decode(Q4K, 4096, 12288, 64), None);
+    let short = [("FERROLM_F16_DECODE_SHARE_BLOCKS", "6")];
+    assert_eq!(batches(&short).f16_decode(Q4K, 4096, 12288, 64), Some(8));
+    assert_eq!(
+        batches(&short).f16_decode(Q6K, 4096, 12288, 64),
+        None,
+        "Q6_K off"
+    );
+    let q6k = [
+        ("FERROLM_F16_DECODE_SHARE_BLOCKS", "6"),
+        ("FERROLM_F16_DECODE_Q6K", "1"),
+    ];
+    assert_eq!(batches(&q6k).f16_decode(Q6K, 4096, 12288, 64), Some(8));
+    // 4,352 columns: 17 super-blocks a row, 3,570 bytes, not a 16-byte step.
+    assert_eq!(batches(&q6k).f16_decode(Q6K, 4096, 4352, 64), None);
+    assert!(GemmWgmma::decodes(Q6K, 4096) && !GemmWgmma::decodes(Q6K, 4352));
+    assert!(GemmWgmma::decodes(Q4K, 4352) && !GemmWgmma::decodes(Q5K, 4096));
+}

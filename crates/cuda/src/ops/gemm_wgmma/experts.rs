@@ -3,13 +3,14 @@
 //! weights back in pair order.
 
 use super::{
-    f16_map, hopper_only, q4k_map, rows_cfg, tiles_cfg, GemmWgmma, TILE_ROWS, TILE_TOKENS,
+    f16_map, hopper_only, raw_map, rows_cfg, tiles_cfg, GemmWgmma, TILE_ROWS, TILE_TOKENS,
 };
 use super::{Q4K_SMEM_BYTES, SMEM_BYTES};
 use crate::device::CudaDevice;
 use crate::error::{DriverContext, Result};
 use crate::ops::{int, ExpertEpilogue, MoeExperts, MoeGemm, MoeWork, QuantMatrix};
 use cudarc::driver::{CudaSlice, DevicePtr};
+use ferrolm_gguf::GgmlType;
 
 /// The expert-sorted pairs of an MoE prefill batch, as `moe_gemm.cu`'s index kernels leave
 /// them: `index` = counts[E], offsets[E + 1], ...; `sorted` the pair ids by expert. Only the
@@ -131,8 +132,9 @@ impl GemmWgmma {
         let cols = ws[0].cols;
         for w in ws {
             assert!(
-                w.rows == rows.n_expert * n_rows && w.cols == cols,
-                "experts q4k: {}×{} for {} experts of {n_rows}×{cols}",
+                w.ty == GgmlType::Q4K && w.rows == rows.n_expert * n_rows && w.cols == cols,
+                "experts q4k: {} {}×{} for {} experts of {n_rows}×{cols}",
+                w.ty.name(),
                 w.rows,
                 w.cols,
                 rows.n_expert
@@ -152,7 +154,7 @@ impl GemmWgmma {
         let mut maps = Vec::with_capacity(2);
         for w in ws {
             let (wp, _w_sync) = w.data.device_ptr(&stream);
-            maps.push(q4k_map(wp, w)?);
+            maps.push(raw_map(wp, w)?);
         }
         let row_tiles = n_rows.div_ceil(TILE_ROWS) * ws.len();
         let cfg = tiles_cfg(expert_slots(rows), row_tiles, Q4K_SMEM_BYTES);
@@ -174,7 +176,7 @@ impl GemmWgmma {
             .arg(&nm);
         // SAFETY: gemm_wgmma_q4k_experts(x_map, w_map0, w_map1, out, index, E, n_rows, k,
         // maps): the maps describe xs (pairs × cols, asserted) and each weight's blocks
-        // (E·n_rows rows, asserted; q4k_map checks their size); a block writes rows
+        // (E·n_rows rows, asserted; raw_map checks their size); a block writes rows
         // q < offsets[E] <= pairs of out (pairs × maps·n_rows, asserted).
         unsafe { b.launch(cfg) }.during("launching gemm_wgmma_q4k_experts")?;
         Ok(())

@@ -55,8 +55,18 @@ const DEEP_SMEM_BYTES: usize = 2 * (DEEP_TOKENS + TILE_ROWS) * 64 * 2
     + 4 * TILE_ROWS * Q4K_BLOCK_BYTES as usize
     + (2 * 2 + 4) * 8
     + 1024;
+/// Bytes of a Q6_K block, and of the copy box's width that holds one (the kernel's
+/// W6_BLOCK_BYTES, W6_ROW_BYTES: box widths are multiples of 16 bytes).
+const Q6K_BLOCK_BYTES: u32 = 210;
+const Q6K_BOX_BYTES: u32 = 224;
+/// The Q6_K decode form's W6_SMEM: two f16 stages of [`DEEP_TOKENS`] tokens and the tile's
+/// rows, two raw slots of a boxed Q6_K block of each row, the barriers, 1 KB for alignment.
+const Q6K_SMEM_BYTES: usize = 2 * (DEEP_TOKENS + TILE_ROWS) * 64 * 2
+    + 2 * TILE_ROWS * Q6K_BOX_BYTES as usize
+    + (2 * 2 + 2) * 8
+    + 1024;
 const _: () = assert!(
-    DEEP_SMEM_BYTES <= 227 * 1024,
+    DEEP_SMEM_BYTES <= 227 * 1024 && Q6K_SMEM_BYTES <= 227 * 1024,
     "Hopper's opt-in shared memory"
 );
 /// Producer warpgroup and two consumer warpgroups.
@@ -89,6 +99,8 @@ pub struct GemmWgmma {
     q4k_decode: Option<GemmFn>,
     /// The same with three super-blocks of weights in flight, not one (`Plan::f16_decode_deep`).
     q4k_decode_deep: Option<GemmFn>,
+    /// The decode form for Q6_K weights (`Plan::f16_decode`, `FERROLM_F16_DECODE_Q6K`).
+    q6k_decode: Option<GemmFn>,
     /// A zeroed counter per tile of a split `gemm_wgmma_q4k` (each launch's last share
     /// resets its tile's).
     done: CudaSlice<u32>,
@@ -120,6 +132,7 @@ impl GemmWgmma {
         let q4k_experts = load_q4k("gemm_wgmma_q4k_experts", Q4K_SMEM_BYTES)?;
         let q4k_decode = load_q4k("gemm_wgmma_q4k_decode", Q4K_SMEM_BYTES)?;
         let q4k_decode_deep = load_q4k("gemm_wgmma_q4k_decode_deep", DEEP_SMEM_BYTES)?;
+        let q6k_decode = load_q4k("gemm_wgmma_q6k_decode", Q6K_SMEM_BYTES)?;
         let mut dequant = HashMap::new();
         for ty in super::formats::with(|f| f.gemm_f16) {
             let name = format!("dequant_f16_{}", kernel_suffix(ty));
@@ -138,6 +151,7 @@ impl GemmWgmma {
             q4k_experts,
             q4k_decode,
             q4k_decode_deep,
+            q6k_decode,
             done: dev.zeros(F16_SPLIT_TILES)?,
         })
     }
@@ -171,6 +185,18 @@ impl GemmWgmma {
     /// brings in as one box column. The products are the same bits either way.
     pub fn unpacks(ty: GgmlType) -> bool {
         ty == GgmlType::Q4K
+    }
+
+    /// Whether [`matmul_decode`](Self::matmul_decode) takes `ty` weights of `cols` columns:
+    /// Q4_K, and Q6_K whose rows the copy engine can step through (a multiple of 16 bytes:
+    /// super-blocks a row a multiple of 8).
+    pub fn decodes(ty: GgmlType, cols: usize) -> bool {
+        cols.is_multiple_of(256)
+            && match ty {
+                GgmlType::Q4K => true,
+                GgmlType::Q6K => (cols / 256).is_multiple_of(8),
+                _ => false,
+            }
     }
 
     /// `out[i] = f16(x[i])` for the first `len` elements (`len` a multiple of 8).
@@ -309,6 +335,7 @@ impl GemmWgmma {
         out: &mut CudaSlice<f32>,
     ) -> Result<()> {
         let f = hopper_only(&self.q4k)?;
+        assert!(w.ty == GgmlType::Q4K, "gemm q4k: {} weights", w.ty.name());
         assert!(x16.len() >= n * w.cols, "gemm q4k: x too small");
         assert!(out.len() >= n * w.rows, "gemm q4k: out too small");
         // The kernel stores pairs of columns.
@@ -320,10 +347,10 @@ impl GemmWgmma {
         let (xp, _x_sync) = x16.device_ptr(&stream);
         let (wp, _w_sync) = w.data.device_ptr(&stream);
         let x_map = f16_map(xp, n, w.cols, TILE_TOKENS as u32)?;
-        let w_map = q4k_map(wp, w)?;
+        let w_map = raw_map(wp, w)?;
         // SAFETY: gemm_wgmma_q4k(x_map, w_map, out, n_tok, n_rows, k, part, done,
         // split_blocks), unsplit (grid z 1: part and done not read): the maps describe x16
-        // (n × cols f16) and w's blocks (q4k_map checks their size); out holds n × rows floats
+        // (n × cols f16) and w's blocks (raw_map checks their size); out holds n × rows floats
         // (asserted).
         unsafe {
             self.launch_tiles(
@@ -341,7 +368,8 @@ impl GemmWgmma {
     }
 
     /// A batched decode step's `outs[j] = x16 · ws[j]ᵀ` for `n` <= [`DECODE_MAX_TOKENS`]
-    /// tokens and one or two Q4_K matrices of one shape (two: gate and up in one launch,
+    /// tokens and one or two matrices of one shape and format ([`decodes`](Self::decodes):
+    /// Q4_K, or Q6_K on `gemm_wgmma_q6k_decode`) (two: gate and up in one launch,
     /// `Plan::f16_decode_pair`) (`Plan::f16_decode`): one token tile, so each weight is read
     /// and unpacked once, by two warpgroups in f16 arithmetic (not the expanded path's bits:
     /// the f16 GEMM's tolerance). Split over k in `split`'s shares where that is more than
@@ -359,9 +387,15 @@ impl GemmWgmma {
         split: Option<(usize, &mut CudaSlice<f32>)>,
         deep: bool,
     ) -> Result<()> {
+        let Some(&w) = ws.first() else {
+            return Ok(());
+        };
         // The deep variant where it loaded (its 225 KiB of shared memory fit this part).
         let deep = deep && self.q4k_decode_deep.as_ref().is_some_and(|g| g.f.is_some());
-        let (f, name, smem, box_tokens) = if deep {
+        let (f, name, smem, box_tokens) = if w.ty == GgmlType::Q6K {
+            let f = hopper_only(&self.q6k_decode)?;
+            (f, "gemm_wgmma_q6k_decode", Q6K_SMEM_BYTES, DEEP_TOKENS)
+        } else if deep {
             let f = hopper_only(&self.q4k_decode_deep)?;
             (
                 f,
@@ -373,27 +407,25 @@ impl GemmWgmma {
             let f = hopper_only(&self.q4k_decode)?;
             (f, "gemm_wgmma_q4k_decode", Q4K_SMEM_BYTES, TILE_TOKENS)
         };
-        let Some(&w) = ws.first() else {
-            return Ok(());
-        };
-        let one_shape = ws
-            .iter()
-            .all(|m| m.ty == GgmlType::Q4K && m.rows == w.rows && m.cols == w.cols);
+        let one_shape = Self::decodes(w.ty, w.cols)
+            && ws
+                .iter()
+                .all(|m| m.ty == w.ty && m.rows == w.rows && m.cols == w.cols);
         if !one_shape || ws.len() > DECODE_MAX_MATS || outs.len() != ws.len() {
             return Err(CudaError::Invalid(format!(
-                "gemm q4k decode: {} matrices ({} outputs) of one Q4_K shape, at most {DECODE_MAX_MATS}",
+                "gemm decode: {} matrices ({} outputs) of one Q4_K or Q6_K shape, at most {DECODE_MAX_MATS}",
                 ws.len(),
                 outs.len()
             )));
         }
         let (rows, cols) = (w.rows, w.cols);
-        assert!(n <= DECODE_MAX_TOKENS, "gemm q4k decode: {n} tokens");
+        assert!(n <= DECODE_MAX_TOKENS, "gemm decode: {n} tokens");
         // The kernel stores pairs of columns.
-        assert!(rows.is_multiple_of(2), "gemm q4k decode: {rows} rows");
-        assert!(x16.len() >= n * cols, "gemm q4k decode: x too small");
+        assert!(rows.is_multiple_of(2), "gemm decode: {rows} rows");
+        assert!(x16.len() >= n * cols, "gemm decode: x too small");
         assert!(
             outs.iter().all(|o| o.len() >= n * rows),
-            "gemm q4k decode: out too small"
+            "gemm decode: out too small"
         );
         if n == 0 || rows == 0 {
             return Ok(());
@@ -407,11 +439,11 @@ impl GemmWgmma {
             Some((_, scratch)) if shares > 1 => {
                 assert!(
                     scratch.len() >= Self::split_floats(shares, n, rows * ws.len()),
-                    "gemm q4k decode: split scratch too small"
+                    "gemm decode: split scratch too small"
                 );
                 assert!(
                     tiles <= F16_SPLIT_TILES,
-                    "gemm q4k decode: split-K over {tiles} tiles (at most {F16_SPLIT_TILES})"
+                    "gemm decode: split-K over {tiles} tiles (at most {F16_SPLIT_TILES})"
                 );
                 scratch.device_ptr_mut(&stream).0
             }
@@ -423,7 +455,7 @@ impl GemmWgmma {
         let mut maps = [x_map; DECODE_MAX_MATS];
         let mut dsts = [0u64; DECODE_MAX_MATS];
         for (j, (m, out)) in ws.iter().zip(outs.iter_mut()).enumerate() {
-            maps[j] = q4k_map(m.data.device_ptr(&stream).0, m)?;
+            maps[j] = raw_map(m.data.device_ptr(&stream).0, m)?;
             dsts[j] = out.device_ptr_mut(&stream).0;
         }
         // One matrix: its map and output stand in for the second's, which no tile reads.
@@ -451,10 +483,10 @@ impl GemmWgmma {
             .arg(&self.done)
             .arg(&per);
         // SAFETY: f(x_map, w_map0, w_map1, out0, out1, n_tok, n_rows, k, part, done,
-        // split_blocks) (both decode kernels), grid (1, tiles of each matrix × matrices,
-        // shares): the maps describe x16 (n <= 64 rows of cols f16, asserted; the deep
-        // kernel's box of 64 tokens holds them all) and each matrix's blocks (q4k_map checks
-        // their size), each out holds n × rows floats (asserted); split, part holds shares
+        // split_blocks) (every decode kernel), grid (1, tiles of each matrix × matrices,
+        // shares): the maps describe x16 (n <= 64 rows of cols f16, asserted; the deep and
+        // Q6_K kernels' box of 64 tokens holds them all) and each matrix's blocks (raw_map
+        // checks their size), each out holds n × rows floats (asserted); split, part holds shares
         // planes of them for each matrix and done a zeroed counter for each of the tiles
         // (asserted); no share is empty (shares = ceil(blocks / per)); the dynamic shared
         // memory the kernel's (allowed at load).
@@ -578,32 +610,41 @@ fn f16_map(addr: sys::CUdeviceptr, rows: usize, cols: usize, box_rows: u32) -> R
     ))
 }
 
-/// The tensor map of a Q4_K matrix's blocks at device address `addr`, as bytes
-/// `[rows][cols / 256 · 144]`, read in boxes of one block × [`TILE_ROWS`] rows, unswizzled.
-fn q4k_map(addr: sys::CUdeviceptr, w: &QuantMatrix) -> Result<TmaMapArg> {
+/// The tensor map of a Q4_K or Q6_K matrix's blocks at device address `addr`, as bytes
+/// `[rows][cols / 256 · block bytes]`, read in boxes of one block (Q6_K's 210 bytes in a box
+/// of 224: the 14 past it are the next block's, or zeros past the row) × [`TILE_ROWS`] rows,
+/// unswizzled, a box stepping a block along the row.
+fn raw_map(addr: sys::CUdeviceptr, w: &QuantMatrix) -> Result<TmaMapArg> {
+    let (block, boxed) = match w.ty {
+        GgmlType::Q4K => (Q4K_BLOCK_BYTES, Q4K_BLOCK_BYTES),
+        GgmlType::Q6K => (Q6K_BLOCK_BYTES, Q6K_BOX_BYTES),
+        _ => (0, 0),
+    };
     assert!(
-        w.ty == GgmlType::Q4K && w.cols.is_multiple_of(256),
-        "q4k map of {} {}×{}",
+        block > 0 && GemmWgmma::decodes(w.ty, w.cols),
+        "raw map of {} {}×{}",
         w.ty.name(),
         w.rows,
         w.cols
     );
-    let row_bytes = w.cols / 256 * Q4K_BLOCK_BYTES as usize;
+    let row_bytes = w.cols / 256 * block as usize;
     assert!(
         w.data.len() >= w.rows * row_bytes,
-        "q4k map: weight of another size"
+        "raw map: weight of another size"
     );
     encode_tiled(
         addr,
         sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_UINT8,
         [row_bytes as u64, w.rows as u64],
         row_bytes as u64,
-        [Q4K_BLOCK_BYTES, TILE_ROWS as u32],
+        [boxed, TILE_ROWS as u32],
         sys::CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_NONE,
     )
     .during(format!(
-        "describing a {}×{} Q4_K matrix for the copy engine",
-        w.rows, w.cols
+        "describing a {}×{} {} matrix for the copy engine",
+        w.rows,
+        w.cols,
+        w.ty.name()
     ))
 }
 
@@ -678,6 +719,18 @@ mod tests {
         assert_eq!(
             DEEP_SMEM_BYTES,
             d_stages * d_stage + d_slots * TILE_ROWS * block + (2 * d_stages + d_slots) * 8 + 1024
+        );
+        let (q6_stages, q6_slots) = (define("W6_STAGES"), define("W6_SLOTS"));
+        assert_eq!(define("W6_BLOCK_BYTES"), Q6K_BLOCK_BYTES as usize);
+        let q6_box = define("W6_ROW_BYTES");
+        assert_eq!(q6_box, Q6K_BOX_BYTES as usize);
+        assert!(q6_box.is_multiple_of(16) && q6_box >= Q6K_BLOCK_BYTES as usize);
+        assert_eq!(
+            Q6K_SMEM_BYTES,
+            q6_stages * d_stage
+                + q6_slots * TILE_ROWS * q6_box
+                + (2 * q6_stages + q6_slots) * 8
+                + 1024
         );
     }
 }
