@@ -1,21 +1,15 @@
 #!/bin/bash
-# Session 43's decode-GEMM call (writes under $OUT): cuda-parity (its Q6_K decode rows counted:
-# gemm_wgmma_q6k_decode against the f64 product, again, and two matrices in one launch), then
-# qwen3-8b's batched S_TG at 32 / 64 sequences beside llama-batched-bench under the default,
-# FERROLM_F16_DECODE_SHARE_BLOCKS=6 (down's 6-super-block shares on the Q4_K decode GEMM),
-# the same with FERROLM_F16_DECODE_Q6K=1 (the Q6_K layers' down too), SHARE_BLOCKS=2 with Q6K
-# (o and q too), FERROLM_F16_DECODE_DEEP=1 (its two stages now given back as soon as their MMAs
-# are done), DEEP with down and Q6K, and the default again. Pooled synth files. Usage, from the
-# repo root, .device-carry/ from tools/device/pack.sh:
+# Session 43's decode-GEMM call (writes under $OUT): qwen3-8b's batched S_TG at 32 / 64
+# sequences beside llama-batched-bench under the default, FERROLM_F16_DECODE_SHARE_BLOCKS=6
+# (down's 6-super-block shares on the Q4_K decode GEMM), the same with FERROLM_F16_DECODE_Q6K=1
+# (the Q6_K layers' down too), SHARE_BLOCKS=2 with Q6K (o and q too), FERROLM_F16_DECODE_DEEP=1
+# (its two stages now given back as soon as their MMAs are done), DEEP with down and Q6K, and
+# the default again; then cuda-parity (its Q6_K decode rows counted: gemm_wgmma_q6k_decode
+# against the f64 product, again, and two matrices in one launch). Pooled synth files. Usage,
+# from the repo root, .device-carry/ from tools/device/pack.sh:
 #   [SEED=183] [PARITY=0] bash tools/device/s43_decode.sh
 source tools/device/carried.sh
 pooled qwen3-8b
-if [ "${PARITY:-1}" = 1 ]; then
-  run_parity ${SEED:-183}
-  for rows in "gemm f16 decode Q6_K" "three super-blocks in flight" "two matrices in one launch"; do
-    echo "'$rows' rows: $(grep -c "$rows" $OUT/parity.txt), passing: $(grep "$rows" $OUT/parity.txt | grep -c '| PASS |')"
-  done
-fi
 F=$M/qwen3-8b-pooled.gguf
 echo "== qwen3-8b llama-batched-bench at $(( $(date +%s) - t0 )) s"
 timeout 100 $L/llama-batched-bench -m $F -ngl 99 -fa 1 -c 20000 -npp 128 -ntg 128 -npl 32,64 2>&1 |
@@ -26,4 +20,10 @@ for v in A=0 $SB=6 "$SB=6 $Q6" "$SB=2 $Q6" $DEEP "$DEEP $SB=6 $Q6" A=0; do
   env $v timeout 90 $B bench -m $F --backend cuda -c 20000 -npp 128 -ntg 128 -npl 32,64 2>&1 |
     grep -E '^\| +[0-9]|rror|panic'
 done
+if [ "${PARITY:-1}" = 1 ]; then
+  run_parity ${SEED:-183}
+  for rows in "gemm f16 decode Q6_K" "three super-blocks in flight" "two matrices in one launch"; do
+    echo "'$rows' rows: $(grep -c "$rows" $OUT/parity.txt), passing: $(grep "$rows" $OUT/parity.txt | grep -c '| PASS |')"
+  done
+fi
 echo "end at $(( $(date +%s) - t0 )) s"
