@@ -7,7 +7,7 @@
 # the default again; then cuda-parity (its Q6_K decode rows counted: gemm_wgmma_q6k_decode
 # against the f64 product, again, and two matrices in one launch). Pooled synth files. Usage,
 # from the repo root, .device-carry/ from tools/device/pack.sh:
-#   [SEED=183] [PARITY=0] bash tools/device/s43_decode.sh
+#   [SEED=183] [PARITY=0] [SHORT=1] bash tools/device/s43_decode.sh   (SHORT: the first four)
 source tools/device/carried.sh
 pooled qwen3-8b
 F=$M/qwen3-8b-pooled.gguf
@@ -15,7 +15,9 @@ echo "== qwen3-8b llama-batched-bench at $(( $(date +%s) - t0 )) s"
 timeout 100 $L/llama-batched-bench -m $F -ngl 99 -fa 1 -c 20000 -npp 128 -ntg 128 -npl 32,64 2>&1 |
   grep -E '^\|' | tail -2
 SB=FERROLM_F16_DECODE_SHARE_BLOCKS Q6=FERROLM_F16_DECODE_Q6K=1 DEEP=FERROLM_F16_DECODE_DEEP=1
-for v in A=0 $SB=6 "$SB=6 $Q6" "$SB=2 $Q6" $DEEP "$DEEP $SB=6 $Q6" A=0; do
+[ -n "$SHORT" ] && set -- A=0 $SB=6 "$SB=6 $Q6" $DEEP ||
+  set -- A=0 $SB=6 "$SB=6 $Q6" "$SB=2 $Q6" $DEEP "$DEEP $SB=6 $Q6" A=0
+for v in "$@"; do
   echo "== $v at $(( $(date +%s) - t0 )) s"
   env $v timeout 90 $B bench -m $F --backend cuda -c 20000 -npp 128 -ntg 128 -npl 32,64 2>&1 |
     grep -E '^\| +[0-9]|rror|panic'
