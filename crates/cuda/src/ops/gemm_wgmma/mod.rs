@@ -35,36 +35,37 @@ use std::collections::HashMap;
 const TILE_TOKENS: usize = 128;
 const TILE_ROWS: usize = 256;
 const STAGE_COLS: u32 = 64;
+/// Dynamic shared memory of a kernel's ring (the kernel's `stages<>`): `stages` f16 stages of
+/// `tokens` activation rows and the tile's rows of 64 columns, `slots` raw slots of a
+/// `raw_row`-byte box of each of the tile's rows, a full and an empty barrier a stage and one a
+/// slot, 1 KB to align the first stage to the swizzle's 1024 bytes.
+const fn ring_smem(stages: usize, tokens: usize, slots: usize, raw_row: usize) -> usize {
+    stages * (tokens + TILE_ROWS) * STAGE_COLS as usize * 2
+        + slots * TILE_ROWS * raw_row
+        + (2 * stages + slots) * 8
+        + 1024
+}
 /// The kernel's WG_SMEM: four stages of 48 KB, their barriers and the two raw slots' (unused
-/// here), 1 KB for alignment.
-const SMEM_BYTES: usize = 4 * (TILE_TOKENS + TILE_ROWS) * 64 * 2 + (2 * 4 + 2) * 8 + 1024;
+/// here).
+const SMEM_BYTES: usize = ring_smem(4, TILE_TOKENS, 2, 0);
 /// Bytes of a Q4_K block (the kernel's WQ_BLOCK_BYTES): a raw box is one block of each of a
 /// tile's rows.
 const Q4K_BLOCK_BYTES: u32 = 144;
 /// The kernel's WQ_SMEM: three f16 stages, two raw slots of a Q4_K block of each of the tile's
-/// rows, the barriers, 1 KB for alignment.
-const Q4K_SMEM_BYTES: usize = 3 * (TILE_TOKENS + TILE_ROWS) * 64 * 2
-    + 2 * TILE_ROWS * Q4K_BLOCK_BYTES as usize
-    + (2 * 3 + 2) * 8
-    + 1024;
+/// rows.
+const Q4K_SMEM_BYTES: usize = ring_smem(3, TILE_TOKENS, 2, Q4K_BLOCK_BYTES as usize);
 /// The deep decode variant's tokens a stage (the kernel's WD_TOKENS: a decode step's at most)
-/// and its WD_SMEM: two f16 stages of them and the tile's rows, four raw slots, the barriers,
-/// 1 KB for alignment (225 KiB: within every Hopper part's 227).
+/// and its WD_SMEM: two f16 stages of them, four raw slots (225 KiB: within every Hopper
+/// part's 227).
 const DEEP_TOKENS: usize = 64;
-const DEEP_SMEM_BYTES: usize = 2 * (DEEP_TOKENS + TILE_ROWS) * 64 * 2
-    + 4 * TILE_ROWS * Q4K_BLOCK_BYTES as usize
-    + (2 * 2 + 4) * 8
-    + 1024;
+const DEEP_SMEM_BYTES: usize = ring_smem(2, DEEP_TOKENS, 4, Q4K_BLOCK_BYTES as usize);
 /// Bytes of a Q6_K block, and of the copy box's width that holds one (the kernel's
 /// W6_BLOCK_BYTES, W6_ROW_BYTES: box widths are multiples of 16 bytes).
 const Q6K_BLOCK_BYTES: u32 = 210;
 const Q6K_BOX_BYTES: u32 = 224;
-/// The Q6_K decode form's W6_SMEM: two f16 stages of [`DEEP_TOKENS`] tokens and the tile's
-/// rows, two raw slots of a boxed Q6_K block of each row, the barriers, 1 KB for alignment.
-const Q6K_SMEM_BYTES: usize = 2 * (DEEP_TOKENS + TILE_ROWS) * 64 * 2
-    + 2 * TILE_ROWS * Q6K_BOX_BYTES as usize
-    + (2 * 2 + 2) * 8
-    + 1024;
+/// The Q6_K decode form's W6_SMEM: two f16 stages of [`DEEP_TOKENS`] tokens, two raw slots of
+/// a boxed Q6_K block of each row.
+const Q6K_SMEM_BYTES: usize = ring_smem(2, DEEP_TOKENS, 2, Q6K_BOX_BYTES as usize);
 const _: () = assert!(
     DEEP_SMEM_BYTES <= 227 * 1024 && Q6K_SMEM_BYTES <= 227 * 1024,
     "Hopper's opt-in shared memory"
@@ -703,22 +704,18 @@ mod tests {
         assert_eq!(define("WG_BM"), TILE_TOKENS);
         assert_eq!(define("WG_BN"), TILE_ROWS);
         assert_eq!(define("WG_BK"), STAGE_COLS as usize);
-        let stages = define("WG_STAGES");
-        let stage = (TILE_TOKENS + TILE_ROWS) * STAGE_COLS as usize * 2;
-        assert_eq!(SMEM_BYTES, stages * stage + (2 * stages + 2) * 8 + 1024);
+        assert_eq!(
+            SMEM_BYTES,
+            ring_smem(define("WG_STAGES"), TILE_TOKENS, 2, 0)
+        );
         let (q_stages, block) = (define("WQ_STAGES"), define("WQ_BLOCK_BYTES"));
         assert_eq!(block, Q4K_BLOCK_BYTES as usize);
-        let raw = 2 * TILE_ROWS * block;
-        assert_eq!(
-            Q4K_SMEM_BYTES,
-            q_stages * stage + raw + (2 * q_stages + 2) * 8 + 1024
-        );
+        assert_eq!(Q4K_SMEM_BYTES, ring_smem(q_stages, TILE_TOKENS, 2, block));
         let (d_stages, d_slots) = (define("WD_STAGES"), define("WD_SLOTS"));
         assert_eq!(define("WD_TOKENS"), DEEP_TOKENS);
-        let d_stage = (DEEP_TOKENS + TILE_ROWS) * STAGE_COLS as usize * 2;
         assert_eq!(
             DEEP_SMEM_BYTES,
-            d_stages * d_stage + d_slots * TILE_ROWS * block + (2 * d_stages + d_slots) * 8 + 1024
+            ring_smem(d_stages, DEEP_TOKENS, d_slots, block)
         );
         let (q6_stages, q6_slots) = (define("W6_STAGES"), define("W6_SLOTS"));
         assert_eq!(define("W6_BLOCK_BYTES"), Q6K_BLOCK_BYTES as usize);
@@ -727,10 +724,7 @@ mod tests {
         assert!(q6_box.is_multiple_of(16) && q6_box >= Q6K_BLOCK_BYTES as usize);
         assert_eq!(
             Q6K_SMEM_BYTES,
-            q6_stages * d_stage
-                + q6_slots * TILE_ROWS * q6_box
-                + (2 * q6_stages + q6_slots) * 8
-                + 1024
+            ring_smem(q6_stages, DEEP_TOKENS, q6_slots, q6_box)
         );
     }
 }
