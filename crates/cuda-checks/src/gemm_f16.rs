@@ -204,39 +204,32 @@ pub fn gemm_f16_decode(
     let run = |ws: &[&QuantMatrix], shares: usize, deep: bool| {
         run_decode(dev, k, ws, &x16, n, shares, deep)
     };
-    // Q4_K's deep variant; Q6_K has one form (`deep` is not read for it).
-    let variants: &[bool] = if ty == GgmlType::Q4K {
-        &[false, true]
-    } else {
-        &[false]
-    };
     for shares in [ways, 3, 1] {
         let shape = format!("{rows}×{cols} · {n} rows, {shares} shares");
-        // The deep variant (FERROLM_F16_DECODE_DEEP, three super-blocks in flight): the bits
-        // of the variant above, split as the plan splits, in 3 shares and unsplit.
-        let (plain, deep) = (
-            run(&[&case.w], shares, false)?,
-            run(&[&case.w], shares, true)?,
-        );
+        // Each form's single-matrix run: the plain one, and Q4_K's deep variant
+        // (FERROLM_F16_DECODE_DEEP, three super-blocks in flight), which gives the plain one's
+        // bits, split as the plan splits, in 3 shares and unsplit. Q6_K has one form.
+        let mut forms = vec![(false, run(&[&case.w], shares, false)?)];
         if ty == GgmlType::Q4K {
+            let deep = run(&[&case.w], shares, true)?;
             out.push(exact_row(
                 "gemm f16 decode Q4_K, three super-blocks in flight",
                 shape.clone(),
                 "one in flight",
-                same_bits(&deep[0], &plain[0]).2,
+                same_bits(&deep[0], &forms[0].1[0]).2,
             ));
+            forms.push((true, deep));
         }
-        // Gate and up in one launch (FERROLM_F16_DECODE_PAIR), either variant: each output
-        // the bits of its own launch.
-        for &d in variants {
-            let alone = run(&[&second.w], shares, d)?;
-            let pair = run(&[&case.w, &second.w], shares, d)?;
-            let first = if d { &deep[0] } else { &plain[0] };
-            let same = same_bits(&pair[0], first).2 && same_bits(&pair[1], &alone[0]).2;
+        // Gate and up in one launch (FERROLM_F16_DECODE_PAIR), each form: each output the bits
+        // of its own launch.
+        for (d, first) in &forms {
+            let alone = run(&[&second.w], shares, *d)?;
+            let pair = run(&[&case.w, &second.w], shares, *d)?;
+            let same = same_bits(&pair[0], &first[0]).2 && same_bits(&pair[1], &alone[0]).2;
             out.push(exact_row(
                 &format!(
                     "gemm f16 decode {ty}, two matrices in one launch{}",
-                    if d { ", deep" } else { "" }
+                    if *d { ", deep" } else { "" }
                 ),
                 shape.clone(),
                 "each in its own launch",
