@@ -8,11 +8,12 @@
 # single-sequence bar); then cuda-parity (its Q6_K decode rows counted: gemm_wgmma_q6k_decode
 # against the f64 product, again, and two matrices in one launch). Pooled synth files. Usage,
 # from the repo root, .device-carry/ from tools/device/pack.sh:
-#   [SEED=183] [PARITY=0] [PP=0] [SHORT=1] bash tools/device/s43_decode.sh   (SHORT: the first
-#   four settings)
+#   [SEED=183] [SWEEP=0] [PARITY=0] [PP=0] [SHORT=1] bash tools/device/s43_decode.sh   (SHORT:
+#   the first four settings)
 source tools/device/carried.sh
 pooled qwen3-8b
 F=$M/qwen3-8b-pooled.gguf
+if [ "${SWEEP:-1}" = 1 ]; then
 echo "== qwen3-8b llama-batched-bench at $(( $(date +%s) - t0 )) s"
 timeout 100 $L/llama-batched-bench -m $F -ngl 99 -fa 1 -c 20000 -npp 128 -ntg 128 -npl 32,64 2>&1 |
   grep -E '^\|' | tail -2
@@ -24,8 +25,11 @@ for v in "$@"; do
   env $v timeout 90 $B bench -m $F --backend cuda -c 20000 -npp 128 -ntg 128 -npl 32,64 2>&1 |
     grep -E '^\| +[0-9]|rror|panic'
 done
+fi
 # Issue 16's single-sequence bar (pp2048 must not fall): each preset's pp2048 (ubatch 2048)
-# beside llama-bench's best ubatch, as session 20 measured them (ratios 2.22-2.90 on the H200).
+# beside llama-bench's best ubatch, as session 20 measured them (ratios 2.22-2.90 on the H200),
+# and (TG=0 leaves them out) each one's tg128 beside llama-bench's, and OLMoE's and qwen3-8b's at
+# -d 16384 (issue 15's bars).
 if [ "${PP:-1}" = 1 ]; then
   pooled olmoe-1b-7b qwen3-30b-a3b
   for p in qwen3-8b olmoe-1b-7b qwen3-30b-a3b; do
@@ -33,6 +37,12 @@ if [ "${PP:-1}" = 1 ]; then
     echo "== $p pp2048 at $(( $(date +%s) - t0 )) s"
     timeout 150 $L/llama-bench -m $F -ngl 99 -fa 1 -ub 512,2048 -p 2048 -n 0 -r 2 2>&1 | grep -E '^\| .*pp'
     timeout 100 $B bench -m $F --backend cuda -p 2048 -n 0 --ubatch-size 2048 -r 2 2>&1 | grep -E 'pp2048|rror|panic'
+    [ "${TG:-1}" = 1 ] && echo "tg128: llama-bench $(llama_tg128), ferrolm $(tg128 A=0) / $(tg128 A=0)"
+  done
+  for p in olmoe-1b-7b qwen3-8b; do
+    [ "${TG:-1}" = 1 ] || break
+    F=$M/$p-pooled.gguf EXTRA="-d 16384"
+    echo "== $p tg128 -d 16384: llama-bench $(llama_tg128), ferrolm $(tg128 A=0) / $(tg128 A=0) at $(( $(date +%s) - t0 )) s"
   done
 fi
 if [ "${PARITY:-1}" = 1 ]; then
