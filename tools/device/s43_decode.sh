@@ -1,4 +1,5 @@
 #!/bin/bash
+# (As run in session 44. FERROLM_F16_DECODE_Q6K is gone since: its settings now run the default.)
 # Session 43's decode-GEMM call (writes under $OUT): qwen3-8b's batched S_TG at 32 / 64
 # sequences beside llama-batched-bench under the default, FERROLM_F16_DECODE_SHARE_BLOCKS=6
 # (down's 6-super-block shares on the Q4_K decode GEMM), the same with FERROLM_F16_DECODE_Q6K=1

@@ -136,23 +136,21 @@ fn split_run_rows(
 }
 
 /// (format, rows, cols, tokens) of a batched decode step's products on the unpacking decode
-/// GEMM (`matmul_decode`: f16 arithmetic) split over k. Q4_K: qwen3-8b's gate, q and down at
-/// 64 and 17 sequences, a row count that is not whole tiles over 5 super-blocks (3 shares: 2,
-/// 2, 1), and the most tokens the kernel takes. Q6_K (rows of a multiple of 8 super-blocks):
-/// qwen3-8b's down and v at 64 and 17 sequences, and rows that are not whole tiles.
-pub const F16_DECODE_CASES: [(GgmlType, usize, usize, usize); 8] = [
+/// GEMM (`matmul_decode`: f16 arithmetic) split over k, Q4_K (the one format it takes):
+/// qwen3-8b's gate and q at 64 sequences, its down at 64 (8 shares of 6 super-blocks) and 17,
+/// a row count that is not whole tiles over 5 super-blocks (3 shares: 2, 2, 1), and the most
+/// tokens the kernel takes.
+pub const F16_DECODE_CASES: [(GgmlType, usize, usize, usize); 6] = [
     (GgmlType::Q4K, 12288, 4096, 64),
     (GgmlType::Q4K, 4096, 4096, 64),
+    (GgmlType::Q4K, 4096, 12288, 64),
     (GgmlType::Q4K, 4096, 12288, 17),
     (GgmlType::Q4K, 1030, 1280, 40),
     (GgmlType::Q4K, 258, 2560, 64),
-    (GgmlType::Q6K, 4096, 12288, 64),
-    (GgmlType::Q6K, 1024, 4096, 17),
-    (GgmlType::Q6K, 258, 2048, 40),
 ];
 
 /// A batched decode step's `W · x` on the unpacking GEMM split over k as the plan splits it
-/// (and in 3 shares), against the f64 product and against a second run; Q4_K's deep variant
+/// (and in 3 shares), against the f64 product and against a second run; its deep variant
 /// against it bit for bit, and two matrices of the shape (gate and up) in one launch against
 /// each in its own, either variant.
 #[allow(clippy::too_many_arguments)]
@@ -206,20 +204,18 @@ pub fn gemm_f16_decode(
     };
     for shares in [ways, 3, 1] {
         let shape = format!("{rows}×{cols} · {n} rows, {shares} shares");
-        // Each form's single-matrix run: the plain one, and Q4_K's deep variant
+        // Each form's single-matrix run: the plain one, and the deep variant
         // (FERROLM_F16_DECODE_DEEP, three super-blocks in flight), which gives the plain one's
-        // bits, split as the plan splits, in 3 shares and unsplit. Q6_K has one form.
-        let mut forms = vec![(false, run(&[&case.w], shares, false)?)];
-        if ty == GgmlType::Q4K {
-            let deep = run(&[&case.w], shares, true)?;
-            out.push(exact_row(
-                "gemm f16 decode Q4_K, three super-blocks in flight",
-                shape.clone(),
-                "one in flight",
-                same_bits(&deep[0], &forms[0].1[0]).2,
-            ));
-            forms.push((true, deep));
-        }
+        // bits, split as the plan splits, in 3 shares and unsplit.
+        let plain = run(&[&case.w], shares, false)?;
+        let deep = run(&[&case.w], shares, true)?;
+        out.push(exact_row(
+            "gemm f16 decode Q4_K, three super-blocks in flight",
+            shape.clone(),
+            "one in flight",
+            same_bits(&deep[0], &plain[0]).2,
+        ));
+        let forms = [(false, plain), (true, deep)];
         // Gate and up in one launch (FERROLM_F16_DECODE_PAIR), each form: each output the bits
         // of its own launch.
         for (d, first) in &forms {

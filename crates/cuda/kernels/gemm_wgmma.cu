@@ -11,8 +11,8 @@
 // and 2 each multiply 64 tokens by the 256 rows (wgmma m64n256k16, four per stage) and give the
 // stage back on its "empty" barrier once their MMAs have read it. The Q4_K variant
 // (gemm_wgmma_q4k*, below) unpacks the weight's blocks in shared memory instead; its decode
-// forms (gemm_wgmma_q4k_decode, and gemm_wgmma_q6k_decode for Q6_K) take a batched decode
-// step's few tokens, k split over blocks.
+// forms (gemm_wgmma_q4k_decode*) take a batched decode step's few tokens, k split over
+// blocks.
 #include "common.cuh"
 #include "quant.cuh"
 #include "kquant_f16.cuh"
@@ -283,10 +283,6 @@ extern "C" __global__ void __launch_bounds__(384, 1)
 #define WQ_STAGES 3
 #define WQ_BLOCK_BYTES 144
 #define WQ_RAW_BYTES (WG_BN * WQ_BLOCK_BYTES)
-// Q6_K's 210-byte blocks come in boxes of 224 bytes (the copy's widths are multiples of 16;
-// the 14 bytes past a block are the next one's, or zeros past the row's end).
-#define W6_BLOCK_BYTES 210
-#define W6_ROW_BYTES 224
 #define WQ_SMEM (WQ_STAGES * WG_STAGE_BYTES + 2 * WQ_RAW_BYTES + (2 * WQ_STAGES + 2) * 8 + 1024)
 
 #ifdef FERROLM_WGMMA
@@ -346,67 +342,18 @@ static __device__ __forceinline__ void q4k_row_f16(const uint8_t *blk, int m, ui
     }
 }
 
-// Columns 64m.. 64m + 63 of the Q6_K block at blk (half m / 2 of it: ql's low nibbles and
-// qh's bit pairs 0 and 2 for m even, the high nibbles and pairs 4 and 6 for m odd) as f16 into
-// the 128-byte swizzled row brow of a B stage (chunk c at c ^ sw), as the f16 mat-vec unpacks
-// them (q6_quad_f16x2: (q - 32) · f16(d · sc), one rounding). The block's 16-byte chunks are
-// read in pairs, each pair's two swapped where `swap` (rows 4-7 of each 8): rows 224 bytes
-// apart start on only every other 4-bank group, so a quarter warp's loads would otherwise meet
-// two ways. A thread's chunk p is then the half's group p ^ swap, which picks its scale, its
-// qh pairing (group % 2) and where it is stored (chunks 2g, 2g + 1).
-static __device__ __forceinline__ void q6k_row_f16(const uint8_t *blk, int m, uint8_t *brow,
-                                                   int sw, int swap) {
-    const int n = m / 2, sh = 4 * (m % 2);
-    const int s0 = 16 * swap, s1 = 16 - s0;
-    // Scales at 192, d at 208 (the box's 14 bytes past the block ride along).
-    const uint4 ta = *(const uint4 *)(blk + 192 + s0), tb = *(const uint4 *)(blk + 192 + s1);
-    const uint4 scs = swap ? tb : ta;
-    const float d = f16_bits_to_f32((uint16_t)(swap ? ta.x : tb.x));
-    // Scale bytes 4m.. : the half's 8 scales, of which this m takes 4 (group g's is byte g).
-    const uint32_t sc4 = m == 0 ? scs.x : m == 1 ? scs.y : m == 2 ? scs.z : scs.w;
-    const uint8_t *ql = blk + 64 * n, *qh = blk + 128 + 32 * n;
-    const uint4 h[2] = {*(const uint4 *)(qh + s0), *(const uint4 *)(qh + s1)};
-#pragma unroll
-    for (int p = 0; p < 4; ++p) {
-        const uint4 l = *(const uint4 *)(ql + 32 * (p / 2) + (p % 2 ? s1 : s0));
-        const uint4 hw = h[p % 2];
-        const int g = p ^ swap, hs = sh + 2 * (p / 2);
-        const float dl = __fmul_rn(d, (float)(int8_t)(sc4 >> (8 * g)));
-        const uint32_t dl2 = pack_f16x2(dl, dl);
-        const uint32_t lw[4] = {l.x, l.y, l.z, l.w}, qw[4] = {hw.x, hw.y, hw.z, hw.w};
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-            uint32_t q[2];
-#pragma unroll
-            for (int k = 0; k < 2; ++k) {
-                q[k] = ((lw[2 * e + k] >> sh) & 0x0F0F0F0Fu) |
-                       (((qw[2 * e + k] >> hs) << 4) & 0x30303030u);
-            }
-            const uint2 a = q6_quad_f16x2(q[0], dl2), b = q6_quad_f16x2(q[1], dl2);
-            *(uint4 *)(brow + (((2 * g + e) ^ sw) << 4)) = make_uint4(a.x, a.y, b.x, b.y);
-        }
-    }
-}
-
 // The weight formats the unpacking producer takes: a raw slot's row (ROW bytes, the copy box's
 // width), a block's bytes along the matrix's rows (BLOCK), and row_f16 writing a row's 64
-// columns m of a super-block as f16 into a B stage's swizzled row.
+// columns m of a super-block as f16 into a B stage's swizzled row. A box must start on a
+// 16-byte boundary of its row, so BLOCK must be a multiple of 16: Q6_K's 210-byte blocks are
+// not (a 224-byte box at block 1's byte 210 was an illegal instruction on the H100, session
+// 44), so Q6_K has no form here.
 struct RawQ4k {
     static constexpr int ROW = WQ_BLOCK_BYTES, BLOCK = WQ_BLOCK_BYTES;
     template <bool F16X2>
     static __device__ __forceinline__ void row_f16(const uint8_t *blk, int m, uint8_t *brow,
-                                                   int sw, int) {
+                                                   int sw) {
         q4k_row_f16<F16X2>(blk, m, brow, sw);
-    }
-};
-// Q6_K: the decode form's f16 arithmetic only.
-struct RawQ6k {
-    static constexpr int ROW = W6_ROW_BYTES, BLOCK = W6_BLOCK_BYTES;
-    template <bool F16X2>
-    static __device__ __forceinline__ void row_f16(const uint8_t *blk, int m, uint8_t *brow,
-                                                   int sw, int swap) {
-        static_assert(F16X2, "Q6_K unpacks in f16 arithmetic only");
-        q6k_row_f16(blk, m, brow, sw, swap);
     }
 };
 
@@ -454,8 +401,7 @@ static __device__ __forceinline__ void produce_raw(const TmaMap *x_map, const Tm
 #pragma unroll 1
         for (int h = 0; h < WG_BN / THREADS; ++h) {
             const int r = u + THREADS * h;
-            FMT::template row_f16<F16X2>(slot + r * FMT::ROW, m, a + A_BYTES + r * 128, r % 8,
-                                         (r >> 2) & 1);
+            FMT::template row_f16<F16X2>(slot + r * FMT::ROW, m, a + A_BYTES + r * 128, r % 8);
         }
         // The MMAs read the stage through the async proxy.
         asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
@@ -602,16 +548,6 @@ DECODE_ENTRY(gemm_wgmma_q4k_decode, RawQ4k, WQ_STAGES, 2, WG_A_BYTES)
 #define WD_A_BYTES (WD_TOKENS * WG_BK * 2)
 #define WD_SMEM (WD_STAGES * (WD_A_BYTES + WG_B_BYTES) + WD_SLOTS * WQ_RAW_BYTES + (2 * WD_STAGES + WD_SLOTS) * 8 + 1024)
 DECODE_ENTRY(gemm_wgmma_q4k_decode_deep, RawQ4k, WD_STAGES, WD_SLOTS, WD_A_BYTES)
-
-// The decode form with Q6_K weights (the f16 mat-vec's Q6_K arithmetic, kquant_f16.cuh):
-// w_map the raw blocks as bytes [n_rows][k / 256 * 210], box 224 x 256 (rows a multiple of 16
-// bytes long: k / 256 a multiple of 8), unswizzled; x_map's box 64 tokens. A raw slot is 56
-// KB, so two f16 stages of 64 tokens and two raw slots: W6_SMEM bytes of dynamic shared
-// memory. Otherwise gemm_wgmma_q4k_decode's.
-#define W6_STAGES 2
-#define W6_SLOTS 2
-#define W6_SMEM (W6_STAGES * (WD_A_BYTES + WG_B_BYTES) + W6_SLOTS * WG_BN * W6_ROW_BYTES + (2 * W6_STAGES + W6_SLOTS) * 8 + 1024)
-DECODE_ENTRY(gemm_wgmma_q6k_decode, RawQ6k, W6_STAGES, W6_SLOTS, WD_A_BYTES)
 
 // gemm_wgmma_f16_experts with Q4_K weights (maps as gemm_wgmma_q4k's, the experts stacked),
 // and two of them side by side when `maps` is 2 (gate and up): grid y covers ceil(n_rows / 256)

@@ -1,6 +1,6 @@
 // Q4_K and Q6_K weights unpacked to f16 in f16 arithmetic, shared by the f16 GEMM's
-// batched-decode forms (gemm_wgmma.cu's gemm_wgmma_q4k_decode, gemm_wgmma_q6k_decode) and the
-// f16 mat-vec (matvec_f16.cu), so that both multiply the same f16 weights (sm_80+). A code q
+// batched-decode forms (gemm_wgmma.cu's gemm_wgmma_q4k_decode*, Q4_K) and the f16 mat-vec
+// (matvec_f16.cu, both), so that both multiply the same f16 weights (sm_80+). A code q
 // goes to f16 exactly as the mantissa of 1024 + q and the offset is taken off exactly; then
 // Q4_K: one f16 fma gives dl * q - ml, with dl = d * sc and ml = dmin * m computed in f32 and
 // rounded to f16; Q6_K: one f16 product gives (q - 32) * dl, dl = d * sc likewise.

@@ -66,8 +66,7 @@ impl Plan {
 
     /// Whether `n` rows of a batched decode step's `ty` product of `rows` × `cols` take the
     /// f16 GEMM with the weight unpacked in it (`FERROLM_F16_DECODE`, Hopper; `matmul_decode`),
-    /// and if so the k shares it is split in: Q4_K, and Q6_K with `FERROLM_F16_DECODE_Q6K=1`
-    /// ([`GemmWgmma::decodes`]), at
+    /// and if so the k shares it is split in: Q4_K ([`GemmWgmma::decodes`]), at
     /// [`F16_DECODE_MIN_ROWS`] (`FERROLM_F16_DECODE_ROWS`) to [`F16_DECODE_MAX_ROWS`] rows (one
     /// token tile, one consumer warpgroup), so each weight is read and unpacked once. The
     /// tiles of so few tokens leave most SMs idle, so k is shared out over them
@@ -130,7 +129,6 @@ impl Plan {
             && self.device.f16_gemm
             && self.switches.int_scales != Some(true)
             && GemmWgmma::decodes(ty, cols)
-            && (ty != GgmlType::Q6K || self.switches.f16_decode_q6k)
             && GemmWgmma::supports(ty, rows, cols)
             && (min..=F16_DECODE_MAX_ROWS).contains(&n);
         if !take {

@@ -82,8 +82,10 @@ pub const F16_DECODE_MIN_ROWS: usize = 48;
 /// The fewest super-blocks a share of [`Plan::f16_decode`]'s split takes. On the H200
 /// (docs/perf.md, session 23) qwen3-8b's gate and up (two shares of 8 super-blocks) ran a
 /// 64-sequence step's products in 4.4 ms against the tensor-core mat-vec's 7.3, while its
-/// q, k, v, o and down (shares of 2-6) ran 14.0 ms against 10.2.
-pub const F16_DECODE_MIN_SHARE_BLOCKS: usize = 8;
+/// q, k, v, o and down (shares of 2-6) ran 14.0 ms against 10.2. Since then the kernel
+/// unpacks in f16 arithmetic: at 6, down's 8 shares of 6 take it too (session 44 on the H100:
+/// S_TG at 64 sequences 6,578 t/s against 6,508 at 8; level at 32).
+pub const F16_DECODE_MIN_SHARE_BLOCKS: usize = 6;
 
 /// The fewest rows of a batched decode step whose products take the staged tensor-core
 /// mat-vec ([`Plan::staged_matvec`], `FERROLM_MMVQ_MMA_STAGED`): from five column tiles, where

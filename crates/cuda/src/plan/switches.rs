@@ -296,10 +296,6 @@ pub struct Switches {
     /// for the GEMM to take the product (1-64); `None`:
     /// [`F16_DECODE_MIN_SHARE_BLOCKS`](super::F16_DECODE_MIN_SHARE_BLOCKS).
     pub f16_decode_share_blocks: Option<usize>,
-    /// `FERROLM_F16_DECODE_Q6K=1`: Q6_K products too take that GEMM (`gemm_wgmma_q6k_decode`,
-    /// the f16 mat-vec's Q6_K arithmetic), where the plan's rule takes them. Off until
-    /// measured (written in session 43).
-    pub f16_decode_q6k: bool,
     /// `FERROLM_F16_DECODE_FIRST` (on; `=0` off): where a batched step's product would take
     /// either, the f16 GEMM above ahead of the f16 mat-vec (qwen3-8b's gate and up at 48-64
     /// rows: 43 µs a launch against 52 in session 30's ncu; S_TG at 64 sequences +5% in
@@ -474,7 +470,6 @@ impl Default for Switches {
             f16_decode_rows: None,
             f16_decode_splits: None,
             f16_decode_share_blocks: None,
-            f16_decode_q6k: false,
             f16_decode_first: true,
             f16_decode_deep: false,
             f16_decode_pair: true,
@@ -688,7 +683,6 @@ impl Switches {
             f16_decode_rows: count(env, "FERROLM_F16_DECODE_ROWS", 2..=64)?,
             f16_decode_splits: count(env, "FERROLM_F16_DECODE_SPLITS", 1..=16)?,
             f16_decode_share_blocks: count(env, "FERROLM_F16_DECODE_SHARE_BLOCKS", 1..=64)?,
-            f16_decode_q6k: flag(env, "FERROLM_F16_DECODE_Q6K", false)?,
             f16_decode_first: flag(env, "FERROLM_F16_DECODE_FIRST", true)?,
             f16_decode_deep: flag(env, "FERROLM_F16_DECODE_DEEP", false)?,
             f16_decode_pair: flag(env, "FERROLM_F16_DECODE_PAIR", true)?,
@@ -766,7 +760,7 @@ impl fmt::Display for Switches {
             self.timing_skip.join(",")
         };
         let norm_route_rows = count_or_auto(self.norm_route_rows);
-        let lines: [(&str, &str, &str); 88] = [
+        let lines: [(&str, &str, &str); 87] = [
             (
                 "FERROLM_CUDA_MMQ",
                 bit(self.mmq),
@@ -1073,11 +1067,6 @@ impl fmt::Display for Switches {
                 "FERROLM_F16_DECODE_SHARE_BLOCKS",
                 &decode_share,
                 "fewest super-blocks a share of that split keeps",
-            ),
-            (
-                "FERROLM_F16_DECODE_Q6K",
-                bit(self.f16_decode_q6k),
-                "Q6_K products too on that GEMM",
             ),
             (
                 "FERROLM_F16_DECODE_FIRST",

@@ -375,9 +375,9 @@ fn batched_steps_take_the_f16_decode_gemm() {
     );
     // Enough tiles to fill half the GPU: unsplit.
     assert_eq!(many.f16_decode(Q4K, 151_936, 4096, 64), Some(1));
-    // q (16 tiles: 8 shares of 2 super-blocks) and down (8 shares of 6) stay on the mat-vec.
+    // q (16 tiles: 8 shares of 2 super-blocks) stays on the mat-vec; down takes 8 shares of 6.
     assert_eq!(many.f16_decode(Q4K, 4096, 4096, 64), None);
-    assert_eq!(many.f16_decode(Q4K, 4096, 12288, 64), None);
+    assert_eq!(many.f16_decode(Q4K, 4096, 12288, 64), Some(8));
     assert_eq!(many.f16_decode(Q6K, 12288, 4096, 64), None, "no unpacking");
     assert_eq!(
         many.f16_decode(Q4K, 12288, 576, 64),
@@ -635,30 +635,22 @@ fn f16_copies_where_f16_products_follow() {
     }
 }
 
-/// Q6_K products on the f16 decode GEMM (`FERROLM_F16_DECODE_Q6K=1`, off): only where its rows
-/// are whole 16-byte steps for the copy engine (super-blocks a row a multiple of 8), and only
-/// where a share keeps the fewest super-blocks (`FERROLM_F16_DECODE_SHARE_BLOCKS`, default
-/// F16_DECODE_MIN_SHARE_BLOCKS).
+/// The fewest super-blocks a share keeps for the f16 decode GEMM to take a product
+/// (`FERROLM_F16_DECODE_SHARE_BLOCKS`, default F16_DECODE_MIN_SHARE_BLOCKS): qwen3-8b's down
+/// (4,096 rows of 12,288: 16 tiles, 8 shares of 6) takes it by default and leaves it at 8;
+/// at 2, o and q (8 shares of 2) take it too. Q6_K never does (no decode form: its blocks
+/// do not start on the copy engine's 16-byte steps).
 #[test]
-fn q6k_and_short_shares_on_the_f16_decode_gemm() {
+fn share_blocks_decide_the_f16_decode_gemm() {
     let batches =
         |env: &[(&str, &str)]| plan(&[env, &[NO_F16_MATVEC]].concat()).for_sequence_batches();
-    // qwen3-8b's down (4,096 rows of 12,288): 16 tiles, 8 shares of 6 super-blocks.
-    assert_eq!(batches(&[]).f16_decode(Q4K, 4096, 12288, 64), None);
-    let short = [("FERROLM_F16_DECODE_SHARE_BLOCKS", "6")];
-    assert_eq!(batches(&short).f16_decode(Q4K, 4096, 12288, 64), Some(8));
-    assert_eq!(
-        batches(&short).f16_decode(Q6K, 4096, 12288, 64),
-        None,
-        "Q6_K off"
-    );
-    let q6k = [
-        ("FERROLM_F16_DECODE_SHARE_BLOCKS", "6"),
-        ("FERROLM_F16_DECODE_Q6K", "1"),
-    ];
-    assert_eq!(batches(&q6k).f16_decode(Q6K, 4096, 12288, 64), Some(8));
-    // 4,352 columns: 17 super-blocks a row, 3,570 bytes, not a 16-byte step.
-    assert_eq!(batches(&q6k).f16_decode(Q6K, 4096, 4352, 64), None);
-    assert!(GemmWgmma::decodes(Q6K, 4096) && !GemmWgmma::decodes(Q6K, 4352));
-    assert!(GemmWgmma::decodes(Q4K, 4352) && !GemmWgmma::decodes(Q5K, 4096));
+    assert_eq!(batches(&[]).f16_decode(Q4K, 4096, 12288, 64), Some(8));
+    let long = [("FERROLM_F16_DECODE_SHARE_BLOCKS", "8")];
+    assert_eq!(batches(&long).f16_decode(Q4K, 4096, 12288, 64), None);
+    assert_eq!(batches(&[]).f16_decode(Q4K, 4096, 4096, 64), None);
+    let short = [("FERROLM_F16_DECODE_SHARE_BLOCKS", "2")];
+    assert_eq!(batches(&short).f16_decode(Q4K, 4096, 4096, 64), Some(8));
+    assert_eq!(batches(&short).f16_decode(Q6K, 4096, 12288, 64), None);
+    assert!(GemmWgmma::decodes(Q4K, 4352) && !GemmWgmma::decodes(Q6K, 4096));
+    assert!(!GemmWgmma::decodes(Q4K, 4100));
 }

@@ -59,15 +59,8 @@ const Q4K_SMEM_BYTES: usize = ring_smem(3, TILE_TOKENS, 2, Q4K_BLOCK_BYTES as us
 /// part's 227).
 const DEEP_TOKENS: usize = 64;
 const DEEP_SMEM_BYTES: usize = ring_smem(2, DEEP_TOKENS, 4, Q4K_BLOCK_BYTES as usize);
-/// Bytes of a Q6_K block, and of the copy box's width that holds one (the kernel's
-/// W6_BLOCK_BYTES, W6_ROW_BYTES: box widths are multiples of 16 bytes).
-const Q6K_BLOCK_BYTES: u32 = 210;
-const Q6K_BOX_BYTES: u32 = 224;
-/// The Q6_K decode form's W6_SMEM: two f16 stages of [`DEEP_TOKENS`] tokens, two raw slots of
-/// a boxed Q6_K block of each row.
-const Q6K_SMEM_BYTES: usize = ring_smem(2, DEEP_TOKENS, 2, Q6K_BOX_BYTES as usize);
 const _: () = assert!(
-    DEEP_SMEM_BYTES <= 227 * 1024 && Q6K_SMEM_BYTES <= 227 * 1024,
+    DEEP_SMEM_BYTES <= 227 * 1024,
     "Hopper's opt-in shared memory"
 );
 /// Producer warpgroup and two consumer warpgroups.
@@ -100,8 +93,6 @@ pub struct GemmWgmma {
     q4k_decode: Option<GemmFn>,
     /// The same with three super-blocks of weights in flight, not one (`Plan::f16_decode_deep`).
     q4k_decode_deep: Option<GemmFn>,
-    /// The decode form for Q6_K weights (`Plan::f16_decode`, `FERROLM_F16_DECODE_Q6K`).
-    q6k_decode: Option<GemmFn>,
     /// A zeroed counter per tile of a split `gemm_wgmma_q4k` (each launch's last share
     /// resets its tile's).
     done: CudaSlice<u32>,
@@ -133,7 +124,6 @@ impl GemmWgmma {
         let q4k_experts = load_q4k("gemm_wgmma_q4k_experts", Q4K_SMEM_BYTES)?;
         let q4k_decode = load_q4k("gemm_wgmma_q4k_decode", Q4K_SMEM_BYTES)?;
         let q4k_decode_deep = load_q4k("gemm_wgmma_q4k_decode_deep", DEEP_SMEM_BYTES)?;
-        let q6k_decode = load_q4k("gemm_wgmma_q6k_decode", Q6K_SMEM_BYTES)?;
         let mut dequant = HashMap::new();
         for ty in super::formats::with(|f| f.gemm_f16) {
             let name = format!("dequant_f16_{}", kernel_suffix(ty));
@@ -152,7 +142,6 @@ impl GemmWgmma {
             q4k_experts,
             q4k_decode,
             q4k_decode_deep,
-            q6k_decode,
             done: dev.zeros(F16_SPLIT_TILES)?,
         })
     }
@@ -189,15 +178,11 @@ impl GemmWgmma {
     }
 
     /// Whether [`matmul_decode`](Self::matmul_decode) takes `ty` weights of `cols` columns:
-    /// Q4_K, and Q6_K whose rows the copy engine can step through (a multiple of 16 bytes:
-    /// super-blocks a row a multiple of 8).
+    /// Q4_K of whole super-blocks. Not Q6_K: a copy box must start on a 16-byte boundary of its
+    /// row, which 210-byte blocks do not keep (its decode form's copies were an illegal
+    /// instruction on the H100 in session 44).
     pub fn decodes(ty: GgmlType, cols: usize) -> bool {
-        cols.is_multiple_of(256)
-            && match ty {
-                GgmlType::Q4K => true,
-                GgmlType::Q6K => (cols / 256).is_multiple_of(8),
-                _ => false,
-            }
+        Self::unpacks(ty) && cols.is_multiple_of(256)
     }
 
     /// `out[i] = f16(x[i])` for the first `len` elements (`len` a multiple of 8).
@@ -369,8 +354,8 @@ impl GemmWgmma {
     }
 
     /// A batched decode step's `outs[j] = x16 · ws[j]ᵀ` for `n` <= [`DECODE_MAX_TOKENS`]
-    /// tokens and one or two matrices of one shape and format ([`decodes`](Self::decodes):
-    /// Q4_K, or Q6_K on `gemm_wgmma_q6k_decode`) (two: gate and up in one launch,
+    /// tokens and one or two Q4_K matrices of one shape ([`decodes`](Self::decodes)) (two: gate
+    /// and up in one launch,
     /// `Plan::f16_decode_pair`) (`Plan::f16_decode`): one token tile, so each weight is read
     /// and unpacked once, by two warpgroups in f16 arithmetic (not the expanded path's bits:
     /// the f16 GEMM's tolerance). Split over k in `split`'s shares where that is more than
@@ -393,10 +378,7 @@ impl GemmWgmma {
         };
         // The deep variant where it loaded (its 225 KiB of shared memory fit this part).
         let deep = deep && self.q4k_decode_deep.as_ref().is_some_and(|g| g.f.is_some());
-        let (f, name, smem, box_tokens) = if w.ty == GgmlType::Q6K {
-            let f = hopper_only(&self.q6k_decode)?;
-            (f, "gemm_wgmma_q6k_decode", Q6K_SMEM_BYTES, DEEP_TOKENS)
-        } else if deep {
+        let (f, name, smem, box_tokens) = if deep {
             let f = hopper_only(&self.q4k_decode_deep)?;
             (
                 f,
@@ -414,7 +396,7 @@ impl GemmWgmma {
                 .all(|m| m.ty == w.ty && m.rows == w.rows && m.cols == w.cols);
         if !one_shape || ws.len() > DECODE_MAX_MATS || outs.len() != ws.len() {
             return Err(CudaError::Invalid(format!(
-                "gemm decode: {} matrices ({} outputs) of one Q4_K or Q6_K shape, at most {DECODE_MAX_MATS}",
+                "gemm decode: {} matrices ({} outputs) of one Q4_K shape, at most {DECODE_MAX_MATS}",
                 ws.len(),
                 outs.len()
             )));
@@ -485,8 +467,8 @@ impl GemmWgmma {
             .arg(&per);
         // SAFETY: f(x_map, w_map0, w_map1, out0, out1, n_tok, n_rows, k, part, done,
         // split_blocks) (every decode kernel), grid (1, tiles of each matrix × matrices,
-        // shares): the maps describe x16 (n <= 64 rows of cols f16, asserted; the deep and
-        // Q6_K kernels' box of 64 tokens holds them all) and each matrix's blocks (raw_map
+        // shares): the maps describe x16 (n <= 64 rows of cols f16, asserted; the deep
+        // kernel's box of 64 tokens holds them all) and each matrix's blocks (raw_map
         // checks their size), each out holds n × rows floats (asserted); split, part holds shares
         // planes of them for each matrix and done a zeroed counter for each of the tiles
         // (asserted); no share is empty (shares = ceil(blocks / per)); the dynamic shared
@@ -611,18 +593,13 @@ fn f16_map(addr: sys::CUdeviceptr, rows: usize, cols: usize, box_rows: u32) -> R
     ))
 }
 
-/// The tensor map of a Q4_K or Q6_K matrix's blocks at device address `addr`, as bytes
-/// `[rows][cols / 256 · block bytes]`, read in boxes of one block (Q6_K's 210 bytes in a box
-/// of 224: the 14 past it are the next block's, or zeros past the row) × [`TILE_ROWS`] rows,
-/// unswizzled, a box stepping a block along the row.
+/// The tensor map of a Q4_K matrix's blocks at device address `addr`, as bytes `[rows][cols /
+/// 256 · 144]`, read in boxes of one block × [`TILE_ROWS`] rows, unswizzled, a box stepping a
+/// block along the row.
 fn raw_map(addr: sys::CUdeviceptr, w: &QuantMatrix) -> Result<TmaMapArg> {
-    let (block, boxed) = match w.ty {
-        GgmlType::Q4K => (Q4K_BLOCK_BYTES, Q4K_BLOCK_BYTES),
-        GgmlType::Q6K => (Q6K_BLOCK_BYTES, Q6K_BOX_BYTES),
-        _ => (0, 0),
-    };
+    let block = Q4K_BLOCK_BYTES;
     assert!(
-        block > 0 && GemmWgmma::decodes(w.ty, w.cols),
+        GemmWgmma::decodes(w.ty, w.cols),
         "raw map of {} {}×{}",
         w.ty.name(),
         w.rows,
@@ -638,7 +615,7 @@ fn raw_map(addr: sys::CUdeviceptr, w: &QuantMatrix) -> Result<TmaMapArg> {
         sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_UINT8,
         [row_bytes as u64, w.rows as u64],
         row_bytes as u64,
-        [boxed, TILE_ROWS as u32],
+        [block, TILE_ROWS as u32],
         sys::CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_NONE,
     )
     .during(format!(
@@ -716,15 +693,6 @@ mod tests {
         assert_eq!(
             DEEP_SMEM_BYTES,
             ring_smem(d_stages, DEEP_TOKENS, d_slots, block)
-        );
-        let (q6_stages, q6_slots) = (define("W6_STAGES"), define("W6_SLOTS"));
-        assert_eq!(define("W6_BLOCK_BYTES"), Q6K_BLOCK_BYTES as usize);
-        let q6_box = define("W6_ROW_BYTES");
-        assert_eq!(q6_box, Q6K_BOX_BYTES as usize);
-        assert!(q6_box.is_multiple_of(16) && q6_box >= Q6K_BLOCK_BYTES as usize);
-        assert_eq!(
-            Q6K_SMEM_BYTES,
-            ring_smem(q6_stages, DEEP_TOKENS, q6_slots, q6_box)
         );
     }
 }
