@@ -460,8 +460,8 @@ pub(super) fn products(w: &[f32], x: &[f32], rows: usize, cols: usize) -> Vec<(f
 
 /// The f32 GEMM against the CPU's f32 dot in its AVX-512 order (`dot_f32_avx512_order`), bit
 /// for bit, on a wide shape, a router's (64 rows), one token, and odd shapes with a tail past
-/// the last 64 columns; and against the CPU's float matmul as this machine runs it (another
-/// order where the CPU has no AVX-512).
+/// the last 64 columns, in each block layout (1-4 warps along the tokens); and against the
+/// CPU's float matmul as this machine runs it (another order where the CPU has no AVX-512).
 fn gemm_f32(dev: &CudaDevice, k: &Kernels, rng: &mut StdRng) -> Result<Vec<Row>> {
     // The CPU side as the engine runs it (FERROLM_CPU_MATMUL, FERROLM_ATTN).
     let cpu_plan = CpuPlan::from_env()?;
@@ -477,10 +477,15 @@ fn gemm_f32(dev: &CudaDevice, k: &Kernels, rng: &mut StdRng) -> Result<Vec<Row>>
         let x = normal(rng, n * cols, 1.0);
         let wd = dev.upload(&w)?;
         let xd = dev.upload(&x)?;
-        let mut out = poisoned(dev, n * nrows)?;
-        k.gemm_f32.matmul_raw(&wd, nrows, cols, &xd, n, &mut out)?;
-        dev.sync()?;
-        let got = dev.download(&out)?;
+        // Each block layout (1-4 warps along the tokens, FERROLM_GEMM_F32_TOKEN_WARPS).
+        let mut runs = Vec::new();
+        for token_warps in 1..=4 {
+            let mut out = poisoned(dev, n * nrows)?;
+            k.gemm_f32
+                .matmul_raw(&wd, nrows, cols, &xd, n, &mut out, token_warps)?;
+            dev.sync()?;
+            runs.push((token_warps, dev.download(&out)?));
+        }
         let ordered: Vec<f32> = (0..n * nrows)
             .into_par_iter()
             .map(|i| {
@@ -499,18 +504,20 @@ fn gemm_f32(dev: &CudaDevice, k: &Kernels, rng: &mut StdRng) -> Result<Vec<Row>>
         matmul(&cpu_plan, &wr, &x, &mut want);
         let exact = products(&w, &x, nrows, cols);
         let shape = format!("{nrows}×{cols} · {n} rows");
-        rows.push(row(
-            "gemm_f32",
-            shape.clone(),
-            "the CPU's AVX-512 f32 dot order",
-            same_bits(&got, &ordered),
-            Contract::Exact,
-        ));
+        for (token_warps, got) in &runs {
+            rows.push(row(
+                "gemm_f32",
+                format!("{shape}, {token_warps} token warps a block"),
+                "the CPU's AVX-512 f32 dot order",
+                same_bits(got, &ordered),
+                Contract::Exact,
+            ));
+        }
         rows.push(row(
             "gemm_f32",
             shape,
             "cpu matmul::matmul (F32) on this CPU",
-            compare(&got, &want, |i| exact[i].1),
+            compare(&runs[3].1, &want, |i| exact[i].1),
             Contract::Rel(1e-6, "f32 sum order where this CPU has no AVX-512"),
         ));
     }

@@ -6,37 +6,42 @@
 // feeds a quantized one (gpt-oss's MXFP4 experts; docs/parity.md). A warp computes
 // GEMM_ROWS rows × GEMM_TOKENS tokens, its lanes holding the CPU's 64 chains of each; after
 // the walk, lane i·GEMM_TOKENS + t keeps output (row i, token t) and adds its tail. Weights and
-// activations come straight from global memory (the block's warps share the tokens' rows
-// through L1).
+// activations come straight from global memory. A block's warps are GEMM_WARPS along the rows
+// times 1-4 along the tokens (blockDim.y / GEMM_WARPS, the plan's `gemm_f32_token_warps`):
+// warps of one token group share those tokens' rows, and warps of one row group the weight's,
+// through L1, so a 2048-token prefill's router reads about half the bytes from L2 with four
+// token groups as with one (session 44). Each warp's walk is the same whatever the layout.
 //
-// Launch (crates/cuda/src/ops/gemm_f32.rs must agree): block (32, GEMM_WARPS), grid
-// (ceil(nrows / (GEMM_WARPS · GEMM_ROWS)), ceil(ntok / GEMM_TOKENS)); any shape.
+// Launch (crates/cuda/src/ops/gemm_f32.rs must agree): block (32, GEMM_WARPS · TW), grid
+// (ceil(nrows / (GEMM_WARPS · GEMM_ROWS)), ceil(ntok / (TW · GEMM_TOKENS))); any shape.
 #include "common.cuh"
 
 #define GEMM_ROWS 4
 #define GEMM_TOKENS 8
 #define GEMM_WARPS 4
+#define GEMM_TOKEN_WARPS_MAX 4
 static_assert(GEMM_ROWS * GEMM_TOKENS == WARP_SIZE, "a lane an output");
 
-extern "C" __global__ void __launch_bounds__(GEMM_WARPS *WARP_SIZE)
+extern "C" __global__ void __launch_bounds__(GEMM_WARPS *GEMM_TOKEN_WARPS_MAX *WARP_SIZE)
     gemm_f32(const float *__restrict__ w, const float *__restrict__ x, float *__restrict__ dst,
              int ncols, int nrows, int ntok) {
     dependent_launch_entry();
     const int lane = threadIdx.x;
-    const int row0 = (blockIdx.x * GEMM_WARPS + threadIdx.y) * GEMM_ROWS;
-    const int tok0 = blockIdx.y * GEMM_TOKENS, nt = min(GEMM_TOKENS, ntok - tok0);
-    if (row0 >= nrows) {
+    const int rw = threadIdx.y % GEMM_WARPS, tw = threadIdx.y / GEMM_WARPS;
+    const int row0 = (blockIdx.x * GEMM_WARPS + rw) * GEMM_ROWS;
+    const int tok0 = (blockIdx.y * (blockDim.y / GEMM_WARPS) + tw) * GEMM_TOKENS;
+    if (row0 >= nrows || tok0 >= ntok) {
         return; // whole warps
     }
-    // Rows past nrows and tokens past ntok re-read the last ones; never written.
-    const float *wr[GEMM_ROWS], *xt[GEMM_TOKENS];
+    const int nt = min(GEMM_TOKENS, ntok - tok0);
+    // Rows past nrows re-read the last one; never written. Tokens past ntok are not read. The
+    // tile's rows and tokens as one base pointer each and offsets from it (fewer registers
+    // than a pointer each, so four token warps fit the launch bound without spills).
+    const float *w0 = w + (size_t)row0 * ncols, *x0 = x + (size_t)tok0 * ncols;
+    int wo[GEMM_ROWS];
 #pragma unroll
     for (int i = 0; i < GEMM_ROWS; ++i) {
-        wr[i] = w + (size_t)min(row0 + i, nrows - 1) * ncols;
-    }
-#pragma unroll
-    for (int t = 0; t < GEMM_TOKENS; ++t) {
-        xt[t] = x + (size_t)(tok0 + min(t, nt - 1)) * ncols;
+        wo[i] = (min(row0 + i, nrows - 1) - row0) * ncols;
     }
     float c0[GEMM_ROWS][GEMM_TOKENS], c1[GEMM_ROWS][GEMM_TOKENS];
 #pragma unroll
@@ -47,18 +52,18 @@ extern "C" __global__ void __launch_bounds__(GEMM_WARPS *WARP_SIZE)
         }
     }
     const int n64 = ncols / 64 * 64;
-#pragma unroll 2
+#pragma unroll 1
     for (int c = lane; c < n64; c += 64) {
         float wa[GEMM_ROWS], wb[GEMM_ROWS];
 #pragma unroll
         for (int i = 0; i < GEMM_ROWS; ++i) {
-            wa[i] = __ldg(wr[i] + c);
-            wb[i] = __ldg(wr[i] + c + 32);
+            wa[i] = __ldg(w0 + wo[i] + c);
+            wb[i] = __ldg(w0 + wo[i] + c + 32);
         }
 #pragma unroll
         for (int t = 0; t < GEMM_TOKENS; ++t) {
             if (t < nt) { // uniform
-                const float xa = __ldg(xt[t] + c), xb = __ldg(xt[t] + c + 32);
+                const float xa = __ldg(x0 + t * ncols + c), xb = __ldg(x0 + t * ncols + c + 32);
 #pragma unroll
                 for (int i = 0; i < GEMM_ROWS; ++i) {
                     c0[i][t] = fmaf(wa[i], xa, c0[i][t]);
@@ -80,7 +85,7 @@ extern "C" __global__ void __launch_bounds__(GEMM_WARPS *WARP_SIZE)
     }
     const int i = lane / GEMM_TOKENS, t = lane % GEMM_TOKENS;
     if (row0 + i < nrows && t < nt) {
-        const float tail = cpu_dot_tail(wr[i] + n64, xt[t] + n64, ncols - n64);
+        const float tail = cpu_dot_tail(w0 + wo[i] + n64, x0 + t * ncols + n64, ncols - n64);
         dst[(size_t)(tok0 + t) * nrows + row0 + i] = __fadd_rn(mine, tail);
     }
 }

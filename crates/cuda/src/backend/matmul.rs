@@ -117,7 +117,10 @@ impl CudaBackend {
         }
         let bias = |j: usize| biases.get(j).map(|b| b.vector());
         let float = |j: usize, m: &QuantMatrix, out: &mut CudaAct| -> Result<()> {
-            self.k.gemm_f32.matmul(m, x.buf(), x.rows, out.buf_mut())?;
+            let token_warps = self.plan.gemm_f32_token_warps(x.rows);
+            self.k
+                .gemm_f32
+                .matmul(m, x.buf(), x.rows, out.buf_mut(), token_warps)?;
             match bias(j) {
                 Some(b) => self.k.elementwise.add_bias(out.buf_mut(), b),
                 None => Ok(()),

@@ -11,11 +11,13 @@ use crate::kernels::GEMM_F32;
 use cudarc::driver::{CudaFunction, CudaSlice, DeviceRepr, LaunchConfig};
 use ferrolm_gguf::GgmlType;
 
-/// The kernel's warps a block (GEMM_WARPS), rows a block (GEMM_WARPS · GEMM_ROWS) and tokens
-/// a block (GEMM_TOKENS).
+/// The kernel's warps along the rows a block (GEMM_WARPS), rows a block (GEMM_WARPS ·
+/// GEMM_ROWS), tokens a warp (GEMM_TOKENS), and the most warps along the tokens a block
+/// (GEMM_TOKEN_WARPS_MAX).
 const WARPS: u32 = 4;
 const BLOCK_ROWS: usize = 16;
-const BLOCK_TOKENS: usize = 8;
+const WARP_TOKENS: usize = 8;
+const TOKEN_WARPS_MAX: usize = 4;
 
 pub struct GemmF32 {
     launch: Launcher,
@@ -30,19 +32,23 @@ impl GemmF32 {
         })
     }
 
-    /// `out[t][r] = x[t] · w[r]` for an F32 matrix `w` and `n` rows of `x`.
+    /// `out[t][r] = x[t] · w[r]` for an F32 matrix `w` and `n` rows of `x`, the block's warps
+    /// `token_warps` (1-4, `Plan::gemm_f32_token_warps`) along the tokens: the same bits
+    /// whatever it is.
     pub fn matmul(
         &self,
         w: &QuantMatrix,
         x: &CudaSlice<f32>,
         n: usize,
         out: &mut CudaSlice<f32>,
+        token_warps: usize,
     ) -> Result<()> {
         assert_eq!(w.ty, GgmlType::F32, "gemm_f32: weights must be F32");
-        self.matmul_raw(&w.data, w.rows, w.cols, x, n, out)
+        self.matmul_raw(&w.data, w.rows, w.cols, x, n, out, token_warps)
     }
 
     /// The same for f32 weights `w` of `rows` × `cols` held as floats (the MoE router).
+    #[allow(clippy::too_many_arguments)]
     pub fn matmul_raw<T: DeviceRepr>(
         &self,
         w: &CudaSlice<T>,
@@ -51,7 +57,12 @@ impl GemmF32 {
         x: &CudaSlice<f32>,
         n: usize,
         out: &mut CudaSlice<f32>,
+        token_warps: usize,
     ) -> Result<()> {
+        assert!(
+            (1..=TOKEN_WARPS_MAX).contains(&token_warps),
+            "gemm_f32: {token_warps} token warps"
+        );
         assert!(
             w.len() * size_of::<T>() >= rows * cols * 4,
             "gemm_f32: w too small"
@@ -64,10 +75,10 @@ impl GemmF32 {
         let cfg = LaunchConfig {
             grid_dim: (
                 int(rows.div_ceil(BLOCK_ROWS), "gemm row tiles") as u32,
-                int(n.div_ceil(BLOCK_TOKENS), "gemm token tiles") as u32,
+                int(n.div_ceil(WARP_TOKENS * token_warps), "gemm token tiles") as u32,
                 1,
             ),
-            block_dim: (32, WARPS, 1),
+            block_dim: (32, WARPS * token_warps as u32, 1),
             shared_mem_bytes: 0,
         };
         let (cols, rows, ntok) = (
@@ -78,7 +89,8 @@ impl GemmF32 {
         let mut b = self.launch.builder(&self.gemm);
         b.arg(w).arg(x).arg(out).arg(&cols).arg(&rows).arg(&ntok);
         // SAFETY: gemm_f32(w, x, dst, ncols, nrows, ntok): w holds rows*cols floats,
-        // x n*cols, dst n*rows (asserted above); the grid covers every (row, token) tile.
+        // x n*cols, dst n*rows (asserted above); the grid covers every (row, token) tile with
+        // blocks of WARPS x token_warps <= GEMM_TOKEN_WARPS_MAX warps (the launch bound).
         unsafe { b.launch(cfg) }.during("launching gemm_f32")?;
         Ok(())
     }
@@ -94,7 +106,8 @@ mod tests {
         let src = GEMM_F32.source;
         let def = |name: &str, v: usize| assert!(src.contains(&format!("#define {name} {v}\n")));
         def("GEMM_WARPS", WARPS as usize);
-        def("GEMM_TOKENS", BLOCK_TOKENS);
+        def("GEMM_TOKENS", WARP_TOKENS);
+        def("GEMM_TOKEN_WARPS_MAX", TOKEN_WARPS_MAX);
         def("GEMM_ROWS", BLOCK_ROWS / WARPS as usize);
     }
 }

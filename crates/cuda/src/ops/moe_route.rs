@@ -456,9 +456,10 @@ impl MoeRoute {
                 // n_expert x n_embd floats in, n x n_expert out (work holds max_n >= n rows).
                 unsafe { b.launch(cfg) }.during("launching moe router logits")?;
             }
-            RouterLogits::Gemm => self
-                .gemm
-                .matmul_raw(&router.w, ne, d, x, n, &mut work.logits)?,
+            RouterLogits::Gemm { token_warps } => {
+                self.gemm
+                    .matmul_raw(&router.w, ne, d, x, n, &mut work.logits, token_warps)?
+            }
         }
         let cfg = LaunchConfig {
             grid_dim: (n.div_ceil(TOPK_WARPS as usize) as u32, 1, 1),

@@ -153,8 +153,8 @@ pub enum RouterLogits {
     MatVec,
     /// `moe_route_small`: the same, and the top-k in the last block to finish (one launch).
     MatVecTopk,
-    /// The f32 GEMM (the same bits).
-    Gemm,
+    /// The f32 GEMM (the same bits), with [`Plan::gemm_f32_token_warps`](super::Plan::gemm_f32_token_warps)'s layout.
+    Gemm { token_warps: usize },
 }
 
 /// What the MoE choice depends on: a ubatch's tokens and its layer's expert shapes.

@@ -10,6 +10,19 @@ use super::*;
 const TILE_SPEED: [f64; TILES] = [1.0, 0.85, 0.75, 0.75];
 
 impl Plan {
+    /// The f32 GEMM's warps along the tokens a block for `n` tokens (`gemm_f32.cu`; its warps
+    /// share the tokens' and the weight's rows through L1): 4
+    /// (`FERROLM_GEMM_F32_TOKEN_WARPS`), fewer where `n` does not fill them. Each warp's walk
+    /// is the same whatever the layout, so the same bits (the CPU's). A 2048-token prefill's
+    /// router (qwen3-30b-a3b: 128 × 2048) read about 390 MB from L2 a layer with one.
+    pub fn gemm_f32_token_warps(&self, n: usize) -> usize {
+        self.switches
+            .gemm_f32_token_warps
+            .unwrap_or(4)
+            .min(n.div_ceil(8))
+            .max(1)
+    }
+
     /// How activations meeting `ty` weights of `cols` columns are quantized: as llama.cpp's
     /// CPU pairs them, Q8_K for K-quants (rows of whole 256-blocks), Q8_1 otherwise.
     pub fn act_quant(&self, ty: GgmlType, cols: usize) -> ActQuant {

@@ -182,7 +182,9 @@ impl Plan {
         } else if n <= ROUTER_SMALL_N && stages {
             RouterLogits::MatVec
         } else {
-            RouterLogits::Gemm
+            RouterLogits::Gemm {
+                token_warps: self.gemm_f32_token_warps(n),
+            }
         }
     }
 

@@ -296,6 +296,9 @@ pub struct Switches {
     /// for the GEMM to take the product (1-64); `None`:
     /// [`F16_DECODE_MIN_SHARE_BLOCKS`](super::F16_DECODE_MIN_SHARE_BLOCKS).
     pub f16_decode_share_blocks: Option<usize>,
+    /// `FERROLM_GEMM_F32_TOKEN_WARPS`: the f32 GEMM's warps along the tokens a block (1-4;
+    /// `None`: 4, where the tokens fill them), beside its 4 along the rows; the same bits.
+    pub gemm_f32_token_warps: Option<usize>,
     /// `FERROLM_F16_DECODE_FIRST` (on; `=0` off): where a batched step's product would take
     /// either, the f16 GEMM above ahead of the f16 mat-vec (qwen3-8b's gate and up at 48-64
     /// rows: 43 µs a launch against 52 in session 30's ncu; S_TG at 64 sequences +5% in
@@ -470,6 +473,7 @@ impl Default for Switches {
             f16_decode_rows: None,
             f16_decode_splits: None,
             f16_decode_share_blocks: None,
+            gemm_f32_token_warps: None,
             f16_decode_first: true,
             f16_decode_deep: false,
             f16_decode_pair: true,
@@ -683,6 +687,7 @@ impl Switches {
             f16_decode_rows: count(env, "FERROLM_F16_DECODE_ROWS", 2..=64)?,
             f16_decode_splits: count(env, "FERROLM_F16_DECODE_SPLITS", 1..=16)?,
             f16_decode_share_blocks: count(env, "FERROLM_F16_DECODE_SHARE_BLOCKS", 1..=64)?,
+            gemm_f32_token_warps: count(env, "FERROLM_GEMM_F32_TOKEN_WARPS", 1..=4)?,
             f16_decode_first: flag(env, "FERROLM_F16_DECODE_FIRST", true)?,
             f16_decode_deep: flag(env, "FERROLM_F16_DECODE_DEEP", false)?,
             f16_decode_pair: flag(env, "FERROLM_F16_DECODE_PAIR", true)?,
@@ -752,6 +757,7 @@ impl fmt::Display for Switches {
         let decode_rows = count_or_auto(self.f16_decode_rows);
         let decode_splits = count_or_auto(self.f16_decode_splits);
         let decode_share = count_or_auto(self.f16_decode_share_blocks);
+        let f32_token_warps = count_or_auto(self.gemm_f32_token_warps);
         let carveout = count_or_auto(self.carveout);
         let prefetch_max = count_or_auto(self.prefetch_max_mb);
         let timing_skip = if self.timing_skip.is_empty() {
@@ -760,7 +766,7 @@ impl fmt::Display for Switches {
             self.timing_skip.join(",")
         };
         let norm_route_rows = count_or_auto(self.norm_route_rows);
-        let lines: [(&str, &str, &str); 87] = [
+        let lines: [(&str, &str, &str); 88] = [
             (
                 "FERROLM_CUDA_MMQ",
                 bit(self.mmq),
@@ -1067,6 +1073,11 @@ impl fmt::Display for Switches {
                 "FERROLM_F16_DECODE_SHARE_BLOCKS",
                 &decode_share,
                 "fewest super-blocks a share of that split keeps",
+            ),
+            (
+                "FERROLM_GEMM_F32_TOKEN_WARPS",
+                &f32_token_warps,
+                "f32 GEMM's warps along the tokens a block",
             ),
             (
                 "FERROLM_F16_DECODE_FIRST",

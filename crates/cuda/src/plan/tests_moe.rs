@@ -302,10 +302,13 @@ fn router_logits_by_tokens() {
     let unfused = plan(&[("FERROLM_CUDA_FUSE", "0")]);
     assert_eq!(unfused.router_logits(8, 2048), RouterLogits::MatVec);
     assert_eq!(p.router_logits(1, 4096), RouterLogits::MatVecTopk);
-    assert_eq!(p.router_logits(9, 2048), RouterLogits::Gemm);
-    assert_eq!(p.router_logits(2048, 4096), RouterLogits::Gemm);
-    assert_eq!(p.router_logits(1, 2050), RouterLogits::Gemm);
-    assert_eq!(p.router_logits(1, 4160), RouterLogits::Gemm);
+    let gemm = |token_warps| RouterLogits::Gemm { token_warps };
+    assert_eq!(p.router_logits(9, 2048), gemm(2));
+    assert_eq!(p.router_logits(2048, 4096), gemm(4));
+    assert_eq!(p.router_logits(1, 2050), gemm(1));
+    assert_eq!(p.router_logits(1, 4160), gemm(1));
+    let one = plan(&[("FERROLM_GEMM_F32_TOKEN_WARPS", "1")]);
+    assert_eq!(one.router_logits(2048, 4096), gemm(1));
 }
 
 /// The norm before the router joins its launch where the fused norm and the one-launch
