@@ -18,6 +18,14 @@ const WARPS: u32 = 4;
 const BLOCK_ROWS: usize = 16;
 const WARP_TOKENS: usize = 8;
 const TOKEN_WARPS_MAX: usize = 4;
+/// The kernel's ring of shared-memory stages (GEMM_STAGES), each the tile's weight and token
+/// rows of 64 floats.
+const STAGES: usize = 3;
+
+/// Dynamic shared memory of a block with `token_warps` warps along the tokens.
+fn ring_bytes(token_warps: usize) -> u32 {
+    (STAGES * (BLOCK_ROWS + WARP_TOKENS * token_warps) * 64 * 4) as u32
+}
 
 pub struct GemmF32 {
     launch: Launcher,
@@ -79,7 +87,7 @@ impl GemmF32 {
                 1,
             ),
             block_dim: (32, WARPS * token_warps as u32, 1),
-            shared_mem_bytes: 0,
+            shared_mem_bytes: ring_bytes(token_warps),
         };
         let (cols, rows, ntok) = (
             int(cols, "gemm cols"),
@@ -90,7 +98,8 @@ impl GemmF32 {
         b.arg(w).arg(x).arg(out).arg(&cols).arg(&rows).arg(&ntok);
         // SAFETY: gemm_f32(w, x, dst, ncols, nrows, ntok): w holds rows*cols floats,
         // x n*cols, dst n*rows (asserted above); the grid covers every (row, token) tile with
-        // blocks of WARPS x token_warps <= GEMM_TOKEN_WARPS_MAX warps (the launch bound).
+        // blocks of WARPS x token_warps <= GEMM_TOKEN_WARPS_MAX warps (the launch bound) and
+        // the ring's dynamic shared memory for them (at most 36 KiB: no opt-in).
         unsafe { b.launch(cfg) }.during("launching gemm_f32")?;
         Ok(())
     }
@@ -108,6 +117,8 @@ mod tests {
         def("GEMM_WARPS", WARPS as usize);
         def("GEMM_TOKENS", WARP_TOKENS);
         def("GEMM_TOKEN_WARPS_MAX", TOKEN_WARPS_MAX);
+        def("GEMM_STAGES", STAGES);
+        assert!(ring_bytes(TOKEN_WARPS_MAX) <= 48 * 1024);
         def("GEMM_ROWS", BLOCK_ROWS / WARPS as usize);
     }
 }
