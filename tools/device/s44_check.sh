@@ -13,9 +13,8 @@
 source tools/device/carried.sh
 OLD_B=target/dev-bin/ferrolm-old
 if [ -n "$OLD" ]; then
+  # Only kept: the old binary has no `synth --pooled`, so the next call writes the models.
   cp $B $OLD_B && $OLD_B --version
-  pooled qwen3-8b olmoe-1b-7b qwen3-30b-a3b
-  echo "models at $(( $(date +%s) - t0 )) s"
   exit 0
 fi
 [ -x $OLD_B ] || { echo "no $OLD_B: run OLD=1 first on this warm machine"; exit 1; }

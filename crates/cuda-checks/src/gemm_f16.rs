@@ -135,35 +135,34 @@ fn split_run_rows(
     ])
 }
 
-/// (format, rows, cols, tokens) of a batched decode step's products on the unpacking decode
-/// GEMM (`matmul_decode`: f16 arithmetic) split over k, Q4_K (the one format it takes):
-/// qwen3-8b's gate and q at 64 sequences, its down at 64 (8 shares of 6 super-blocks) and 17,
-/// a row count that is not whole tiles over 5 super-blocks (3 shares: 2, 2, 1), and the most
-/// tokens the kernel takes.
-pub const F16_DECODE_CASES: [(GgmlType, usize, usize, usize); 6] = [
-    (GgmlType::Q4K, 12288, 4096, 64),
-    (GgmlType::Q4K, 4096, 4096, 64),
-    (GgmlType::Q4K, 4096, 12288, 64),
-    (GgmlType::Q4K, 4096, 12288, 17),
-    (GgmlType::Q4K, 1030, 1280, 40),
-    (GgmlType::Q4K, 258, 2560, 64),
+/// (rows, cols, tokens) of a batched decode step's Q4_K products (the one format it takes) on
+/// the unpacking decode GEMM (`matmul_decode`: f16 arithmetic) split over k: qwen3-8b's gate
+/// and q at 64 sequences, its down at 64 (8 shares of 6 super-blocks) and 17, a row count that
+/// is not whole tiles over 5 super-blocks (3 shares: 2, 2, 1), and the most tokens the kernel
+/// takes.
+pub const F16_DECODE_CASES: [(usize, usize, usize); 6] = [
+    (12288, 4096, 64),
+    (4096, 4096, 64),
+    (4096, 12288, 64),
+    (4096, 12288, 17),
+    (1030, 1280, 40),
+    (258, 2560, 64),
 ];
 
 /// A batched decode step's `W · x` on the unpacking GEMM split over k as the plan splits it
 /// (and in 3 shares), against the f64 product and against a second run; its deep variant
 /// against it bit for bit, and two matrices of the shape (gate and up) in one launch against
 /// each in its own, either variant.
-#[allow(clippy::too_many_arguments)]
 pub fn gemm_f16_decode(
     dev: &CudaDevice,
     k: &Kernels,
     plan: &Plan,
     rng: &mut StdRng,
-    ty: GgmlType,
     rows: usize,
     cols: usize,
     n: usize,
 ) -> Result<Vec<Row>> {
+    let ty = GgmlType::Q4K;
     if !plan.device().f16_gemm {
         return Ok(Vec::new());
     }

@@ -342,34 +342,21 @@ static __device__ __forceinline__ void q4k_row_f16(const uint8_t *blk, int m, ui
     }
 }
 
-// The weight formats the unpacking producer takes: a raw slot's row (ROW bytes, the copy box's
-// width), a block's bytes along the matrix's rows (BLOCK), and row_f16 writing a row's 64
-// columns m of a super-block as f16 into a B stage's swizzled row. A box must start on a
-// 16-byte boundary of its row, so BLOCK must be a multiple of 16: Q6_K's 210-byte blocks are
-// not (a 224-byte box at block 1's byte 210 was an illegal instruction on the H100, session
-// 44), so Q6_K has no form here.
-struct RawQ4k {
-    static constexpr int ROW = WQ_BLOCK_BYTES, BLOCK = WQ_BLOCK_BYTES;
-    template <bool F16X2>
-    static __device__ __forceinline__ void row_f16(const uint8_t *blk, int m, uint8_t *brow,
-                                                   int sw) {
-        q4k_row_f16<F16X2>(blk, m, brow, sw);
-    }
-};
-
-// The producer of a tile of FMT weights over `blocks` super-blocks from sb0, run by the THREADS
-// threads that unpack (u their index; u 0 also issues the copies; they meet on named barrier
-// 1): x stages (A_BYTES of tokens) by TMA into a ring of STAGES, the weight's super-blocks by
-// TMA into a ring of SLOTS raw slots (raw_full their barriers; SLOTS - 1 super-blocks in
-// flight while one is unpacked), each stage's 256 x 64 weight written as f16, WG_BN / THREADS
-// rows a thread, by FMT::row_f16<F16X2> (Q4_K: Expand8's bits, or the decode forms' f16
-// arithmetic).
-template <typename FMT, int THREADS, bool F16X2, int STAGES = WQ_STAGES, int SLOTS = 2,
+// The producer of a tile of Q4_K weights over `blocks` super-blocks from sb0, run by the
+// THREADS threads that unpack (u their index; u 0 also issues the copies; they meet on named
+// barrier 1): x stages (A_BYTES of tokens) by TMA into a ring of STAGES, the weight's
+// super-blocks by TMA into a ring of SLOTS raw slots (raw_full their barriers; SLOTS - 1
+// super-blocks in flight while one is unpacked), each stage's 256 x 64 weight written as f16,
+// WG_BN / THREADS rows a thread, by q4k_row_f16<F16X2> (Expand8's bits, or the decode forms'
+// f16 arithmetic). A box starts at a block's first byte, which must be on a 16-byte boundary
+// of its row: Q4_K's 144-byte blocks are, Q6_K's 210-byte blocks mostly not (a box at byte 210
+// was an illegal instruction on the H100, session 44), so Q6_K has no producer here.
+template <int THREADS, bool F16X2, int STAGES = WQ_STAGES, int SLOTS = 2,
           int A_BYTES = WG_A_BYTES>
-static __device__ __forceinline__ void produce_raw(const TmaMap *x_map, const TmaMap *w_map,
+static __device__ __forceinline__ void produce_q4k(const TmaMap *x_map, const TmaMap *w_map,
                                                    int sb0, int blocks, WgTile tile, uint8_t *smem,
                                                    uint64_t *full, uint64_t *empty, int u) {
-    constexpr int STAGE_BYTES = A_BYTES + WG_B_BYTES, RAW_BYTES = WG_BN * FMT::ROW;
+    constexpr int STAGE_BYTES = A_BYTES + WG_B_BYTES, RAW_BYTES = WG_BN * WQ_BLOCK_BYTES;
     uint64_t *raw_full = empty + STAGES;
     uint8_t *raw = smem + STAGES * STAGE_BYTES;
     const int steps = blocks * 4;
@@ -377,7 +364,7 @@ static __device__ __forceinline__ void produce_raw(const TmaMap *x_map, const Tm
     const auto fetch = [&](int sb) {
         const int n = sb % SLOTS;
         mbar_expect_tx(&raw_full[n], RAW_BYTES);
-        tma_load(raw + n * RAW_BYTES, w_map, &raw_full[n], (sb0 + sb) * FMT::BLOCK, tile.wrow0);
+        tma_load(raw + n * RAW_BYTES, w_map, &raw_full[n], (sb0 + sb) * WQ_BLOCK_BYTES, tile.wrow0);
     };
     if (u == 0) {
         for (int sb = 0; sb < SLOTS - 1 && sb < blocks; ++sb) fetch(sb);
@@ -401,7 +388,7 @@ static __device__ __forceinline__ void produce_raw(const TmaMap *x_map, const Tm
 #pragma unroll 1
         for (int h = 0; h < WG_BN / THREADS; ++h) {
             const int r = u + THREADS * h;
-            FMT::template row_f16<F16X2>(slot + r * FMT::ROW, m, a + A_BYTES + r * 128, r % 8);
+            q4k_row_f16<F16X2>(slot + r * WQ_BLOCK_BYTES, m, a + A_BYTES + r * 128, r % 8);
         }
         // The MMAs read the stage through the async proxy.
         asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
@@ -417,7 +404,7 @@ static __device__ __forceinline__ void gemm_tile_q4k(const TmaMap *x_map, const 
     const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
     if (wg == 0) {
         asm volatile("setmaxnreg.dec.sync.aligned.u32 56;");
-        produce_raw<RawQ4k, 128, false>(x_map, w_map, sb0, blocks, tile, smem, full, empty, tid);
+        produce_q4k<128, false>(x_map, w_map, sb0, blocks, tile, smem, full, empty, tid);
     } else {
         asm volatile("setmaxnreg.inc.sync.aligned.u32 224;");
         consume<WQ_STAGES>(out, n_rows, blocks * 4, tile, smem, full, empty, wg - 1, tid);
@@ -475,20 +462,20 @@ extern "C" __global__ void __launch_bounds__(384, 1)
 }
 
 #ifdef FERROLM_WGMMA
-// A batched decode step's tile of FMT weights (at most 64 tokens: one consumer warpgroup,
-// warpgroup 1), unpacked by warpgroups 0 and 2 in f16 arithmetic (produce_raw<FMT, 256, true,
+// A batched decode step's tile of Q4_K weights (at most 64 tokens: one consumer warpgroup,
+// warpgroup 1), unpacked by warpgroups 0 and 2 in f16 arithmetic (produce_q4k<256, true,
 // ...>) through STAGES f16 stages of A_BYTES of tokens and SLOTS raw slots. Grid y covers
 // ceil(n_rows / 256) tiles of each of the launch's matrices (one, or two of one shape: gate
 // and up), map j's products going to out[j]; grid z the k shares, map j's in planes
 // j * gridDim.z.. of part.
-template <typename FMT, int STAGES, int SLOTS, int A_BYTES>
+template <int STAGES, int SLOTS, int A_BYTES>
 static __device__ __forceinline__ void decode_tile(const TmaMap *x_map, const TmaMap *w_map0,
                                                    const TmaMap *w_map1, float *out0, float *out1,
                                                    int n_tok, int n_rows, int k,
                                                    float *__restrict__ part,
                                                    unsigned *__restrict__ done, int split_blocks) {
     uint64_t *full, *empty;
-    uint8_t *smem = stages<STAGES, SLOTS * WG_BN * FMT::ROW, SLOTS, A_BYTES + WG_B_BYTES>(
+    uint8_t *smem = stages<STAGES, SLOTS * WQ_RAW_BYTES, SLOTS, A_BYTES + WG_B_BYTES>(
         &full, &empty, 257, 4);
     __syncthreads();
     const int split = gridDim.z > 1;
@@ -506,7 +493,7 @@ static __device__ __forceinline__ void decode_tile(const TmaMap *x_map, const Tm
                                  threadIdx.x % 128);
     } else {
         asm volatile("setmaxnreg.dec.sync.aligned.u32 80;");
-        produce_raw<FMT, 256, true, STAGES, SLOTS, A_BYTES>(
+        produce_q4k<256, true, STAGES, SLOTS, A_BYTES>(
             x_map, j == 0 ? w_map0 : w_map1, split ? sb0 : 0, blocks, tile, smem, full, empty,
             threadIdx.x < 128 ? threadIdx.x : threadIdx.x - 128);
     }
@@ -514,30 +501,29 @@ static __device__ __forceinline__ void decode_tile(const TmaMap *x_map, const Tm
 }
 #endif
 
-// A decode entry point: decode_tile of FMT weights with the given f16 stages, raw slots and A
-// bytes.
-#define DECODE_ENTRY(NAME, FMT, STAGES, SLOTS, A_BYTES)                                          \
+// A decode entry point: decode_tile with the given f16 stages, raw slots and A bytes.
+#define DECODE_ENTRY(NAME, STAGES, SLOTS, A_BYTES)                                               \
     extern "C" __global__ void __launch_bounds__(384, 1)                                         \
         NAME(const __grid_constant__ TmaMap x_map, const __grid_constant__ TmaMap w_map0,       \
              const __grid_constant__ TmaMap w_map1, float *out0, float *out1, int n_tok,        \
              int n_rows, int k, float *__restrict__ part, unsigned *__restrict__ done,          \
              int split_blocks) {                                                                \
         dependent_launch_entry();                                                               \
-        DECODE_BODY(FMT, STAGES, SLOTS, A_BYTES)                                                \
+        DECODE_BODY(STAGES, SLOTS, A_BYTES)                                                     \
     }
 #ifdef FERROLM_WGMMA
-#define DECODE_BODY(FMT, STAGES, SLOTS, A_BYTES)                                                 \
-    decode_tile<FMT, STAGES, SLOTS, A_BYTES>(&x_map, &w_map0, &w_map1, out0, out1, n_tok, n_rows, \
-                                             k, part, done, split_blocks);
+#define DECODE_BODY(STAGES, SLOTS, A_BYTES)                                                      \
+    decode_tile<STAGES, SLOTS, A_BYTES>(&x_map, &w_map0, &w_map1, out0, out1, n_tok, n_rows, k,  \
+                                        part, done, split_blocks);
 #else
-#define DECODE_BODY(FMT, STAGES, SLOTS, A_BYTES)
+#define DECODE_BODY(STAGES, SLOTS, A_BYTES)
 #endif
 
 // gemm_wgmma_q4k for a batched decode step of at most 64 tokens (n_tok <= 64) over one or two
 // matrices of one shape (decode_tile; w_map1 and out1 read only by a second matrix's tiles),
 // with gemm_wgmma_q4k's stages and raw slots (x_map's box 128 tokens); split-K as
 // gemm_wgmma_q4k's, grid (1, tiles x matrices, shares).
-DECODE_ENTRY(gemm_wgmma_q4k_decode, RawQ4k, WQ_STAGES, 2, WG_A_BYTES)
+DECODE_ENTRY(gemm_wgmma_q4k_decode, WQ_STAGES, 2, WG_A_BYTES)
 
 // The same with three super-blocks of weights in flight where that one keeps one (its
 // copies, about 37 KB each, set its pace): x_map's box is 64 tokens (the step's at most),
@@ -547,7 +533,7 @@ DECODE_ENTRY(gemm_wgmma_q4k_decode, RawQ4k, WQ_STAGES, 2, WG_A_BYTES)
 #define WD_TOKENS 64
 #define WD_A_BYTES (WD_TOKENS * WG_BK * 2)
 #define WD_SMEM (WD_STAGES * (WD_A_BYTES + WG_B_BYTES) + WD_SLOTS * WQ_RAW_BYTES + (2 * WD_STAGES + WD_SLOTS) * 8 + 1024)
-DECODE_ENTRY(gemm_wgmma_q4k_decode_deep, RawQ4k, WD_STAGES, WD_SLOTS, WD_A_BYTES)
+DECODE_ENTRY(gemm_wgmma_q4k_decode_deep, WD_STAGES, WD_SLOTS, WD_A_BYTES)
 
 // gemm_wgmma_f16_experts with Q4_K weights (maps as gemm_wgmma_q4k's, the experts stacked),
 // and two of them side by side when `maps` is 2 (gate and up): grid y covers ceil(n_rows / 256)
