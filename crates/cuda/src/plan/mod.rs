@@ -210,19 +210,29 @@ impl DeviceFacts {
     }
 }
 
+/// The weight prefetch's limit where `FERROLM_CUDA_PREFETCH_MAX_MB` is `auto`: the matrices of
+/// at most 5 MB (qwen3-30b-a3b's and OLMoE's attention, qwen3-8b's k and v). Session 45
+/// (H100): tg128 +1.5% on qwen3-30b-a3b, +0.7% on OLMoE, level on qwen3-8b, where 16 MB (qwen3-8b's q
+/// and o too) lost 1.5% on qwen3-8b and every matrix 2.6% (session 38).
+pub const PREFETCH_MAX_MB_AUTO: usize = 5;
+
 /// Programmatic dependent launch on Hopper (sm_90) and later, unless `FERROLM_CUDA_PDL=0`; the
-/// weight prefetch with it where `FERROLM_CUDA_PREFETCH`, `_L1` or `_MAX_MB` asks (the last for
-/// the matrices up to its size alone).
+/// weight prefetch with it for the matrices up to `FERROLM_CUDA_PREFETCH_MAX_MB` alone
+/// ([`PREFETCH_MAX_MB_AUTO`]; 0: none), or for every matrix where `FERROLM_CUDA_PREFETCH` or
+/// `_L1` asks.
 fn launch_mode(switches: &Switches, cc: (i32, i32)) -> LaunchMode {
     let dependent = switches.pdl && cc.0 >= 9;
     let every = switches.prefetch || switches.prefetch_l1;
+    let max_mb = switches.prefetch_max_mb.unwrap_or(PREFETCH_MAX_MB_AUTO);
+    let weight_prefetch = dependent && (every || max_mb > 0);
     LaunchMode {
         dependent,
-        weight_prefetch: dependent && (every || switches.prefetch_max_mb.is_some()),
+        weight_prefetch,
         weight_prefetch_l1: switches.prefetch_l1,
-        weight_prefetch_max: match switches.prefetch_max_mb {
-            Some(mb) if !every => mb << 20,
-            _ => 0,
+        weight_prefetch_max: if weight_prefetch && !every {
+            max_mb << 20
+        } else {
+            0
         },
         stage_activations: switches.stage,
         head_norm_regs: switches.head_norm_regs,

@@ -259,11 +259,12 @@ pub struct Switches {
     /// prefetch (session 38, H100: both +1.2% on qwen3-30b-a3b, level on OLMoE, -2.6% on
     /// qwen3-8b).
     pub prefetch_l1: bool,
-    /// `FERROLM_CUDA_PREFETCH_MAX_MB=N`: that prefetch (to L2, under PDL) for the one-token
-    /// mat-vecs whose weights are at most N MB alone (`auto`, the default: none). Session 38
-    /// measured the prefetch of every mat-vec +1.2% on qwen3-30b-a3b, whose dense products are
-    /// its attention's few MB, and -2.6% on qwen3-8b, whose FFN matrices are 28-41 MB each:
-    /// the prefetch pays where the weights fit in L2 beside the rest. The same bits.
+    /// `FERROLM_CUDA_PREFETCH_MAX_MB=N`: that prefetch (to L2, under PDL) for the mat-vecs
+    /// whose weights are at most N MB alone (`auto`, the default: the plan's
+    /// `PREFETCH_MAX_MB_AUTO`; 0: none). Session 38 measured the prefetch of every mat-vec
+    /// +1.2% on qwen3-30b-a3b, whose dense products are its attention's few MB, and -2.6% on
+    /// qwen3-8b, whose FFN matrices are 28-41 MB each: the prefetch pays where the weights fit
+    /// in L2 beside the rest. The same bits.
     pub prefetch_max_mb: Option<usize>,
     /// `FERROLM_MMVQ_STAGE=1`: wide mat-vec walks read their activations from a copy in shared
     /// memory (else from global memory; the same bits). Off by default: one decode token
@@ -678,7 +679,7 @@ impl Switches {
             carveout: count(env, "FERROLM_CUDA_CARVEOUT", 0..=100)?,
             prefetch: flag(env, "FERROLM_CUDA_PREFETCH", false)?,
             prefetch_l1: flag(env, "FERROLM_CUDA_PREFETCH_L1", false)?,
-            prefetch_max_mb: count(env, "FERROLM_CUDA_PREFETCH_MAX_MB", 1..=1024)?,
+            prefetch_max_mb: count(env, "FERROLM_CUDA_PREFETCH_MAX_MB", 0..=1024)?,
             stage: flag(env, "FERROLM_MMVQ_STAGE", false)?,
             split_k: flag(env, "FERROLM_MMQ_SPLIT_K", true)?,
             gemm_f16: flag(env, "FERROLM_GEMM_F16", true)?,

@@ -160,7 +160,7 @@ fn fusions_follow_the_switch() {
 }
 
 /// Programmatic dependent launch: on from Hopper on, off before it or when switched off; the
-/// weight prefetch only when asked for, and only with it. Staged activations and a carveout
+/// weight prefetch of small matrices with it unless switched off, of every matrix when asked. Staged activations and a carveout
 /// only when asked for, on any device; the per-head norms in registers unless switched off.
 #[test]
 fn dependent_launch_from_hopper_unless_off() {
@@ -179,11 +179,22 @@ fn dependent_launch_from_hopper_unless_off() {
             .launch_mode()
             .norm_exact
     );
+    // The default: PDL, and the prefetch for matrices up to PREFETCH_MAX_MB_AUTO alone.
     let pdl = LaunchMode {
         dependent: true,
+        weight_prefetch: true,
+        weight_prefetch_max: PREFETCH_MAX_MB_AUTO << 20,
         ..plain
     };
     assert_eq!(plan(&[]).launch_mode(), pdl);
+    assert_eq!(
+        plan(&[("FERROLM_CUDA_PREFETCH_MAX_MB", "0")]).launch_mode(),
+        LaunchMode {
+            weight_prefetch: false,
+            weight_prefetch_max: 0,
+            ..pdl
+        }
+    );
     assert_eq!(plan(&[("FERROLM_CUDA_PDL", "0")]).launch_mode(), plain);
     assert_eq!(
         plan(&[("FERROLM_MMVQ_STAGE", "1")]).launch_mode(),
@@ -195,7 +206,7 @@ fn dependent_launch_from_hopper_unless_off() {
     assert_eq!(
         plan(&[("FERROLM_CUDA_PREFETCH", "1")]).launch_mode(),
         LaunchMode {
-            weight_prefetch: true,
+            weight_prefetch_max: 0,
             ..pdl
         }
     );
@@ -219,7 +230,15 @@ fn dependent_launch_from_hopper_unless_off() {
     );
     let all = plan(&[("FERROLM_CUDA_PREFETCH", "1")]).launch_mode();
     assert_eq!(all.prefetch_arg_for(1 << 30), 1);
-    assert_eq!(pdl.prefetch_arg_for(1), 0);
+    assert_eq!(
+        (
+            pdl.prefetch_arg_for(PREFETCH_MAX_MB_AUTO << 20),
+            pdl.prefetch_arg_for((PREFETCH_MAX_MB_AUTO << 20) + 1)
+        ),
+        (1, 0)
+    );
+    let none = plan(&[("FERROLM_CUDA_PREFETCH_MAX_MB", "0")]).launch_mode();
+    assert_eq!(none.prefetch_arg_for(1), 0);
     // One carveout for every kernel where asked, with or without PDL.
     assert_eq!(
         plan(&[("FERROLM_CUDA_CARVEOUT", "100")]).launch_mode(),
