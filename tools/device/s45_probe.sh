@@ -5,14 +5,17 @@
 # upload, the graph launch and the logits' copy to the host), beside the whole step, for
 # qwen3-30b-a3b and olmoe-1b-7b; (2) ncu of one token's mat-vecs (mmvq_wide_q: the o
 # projections and the output head; graphs off) for time, DRAM throughput and grid.
-# Usage, from the repo root, .device-carry/ from tools/device/pack.sh: bash tools/device/s45_probe.sh
+# Usage, from the repo root, .device-carry/ from tools/device/pack.sh:
+#   [STEP=0 (skips (1))] bash tools/device/s45_probe.sh
 source tools/device/carried.sh
 pooled olmoe-1b-7b qwen3-30b-a3b
 ALL=FERROLM_TIMING_SKIP=$(echo {a..z} | tr ' ' ',')
-for P in qwen3-30b-a3b olmoe-1b-7b; do
-  F=$M/$P-pooled.gguf; EXTRA=
-  echo "== $P whole $(tg128 A=0) / no kernels $(tg128 $ALL) / whole $(tg128 A=0) at $(( $(date +%s) - t0 )) s"
-done
+if [ "${STEP:-1}" = 1 ]; then
+  for P in qwen3-30b-a3b olmoe-1b-7b; do
+    F=$M/$P-pooled.gguf; EXTRA=
+    echo "== $P whole $(tg128 A=0) / no kernels $(tg128 $ALL) / whole $(tg128 A=0) at $(( $(date +%s) - t0 )) s"
+  done
+fi
 for P in qwen3-30b-a3b olmoe-1b-7b; do
   F=$M/$P-pooled.gguf
   FERROLM_CUDA_GRAPH=0 timeout 200 ncu --clock-control none --cache-control none -k regex:'^mmvq_wide_q' \
