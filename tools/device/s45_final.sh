@@ -1,5 +1,7 @@
 #!/bin/bash
-# Session 45's last call: issue 15's table with the session's defaults beside llama-bench
+# Session 45's last call as planned (no machine came for it: tools/device/s45_last.sh ran
+# instead; FERROLM_CUDA_GRAPH_PINNED_INPUTS was taken out after it): issue 15's table with
+# the session's defaults beside llama-bench
 # (every preset on an H200; on an H100 the MoE presets and OLMoE at -d 16384 only), each with
 # FERROLM_CUDA_GRAPH_PINNED_INPUTS=1 too (the decode graph copies its token and position in
 # from page-locked memory: no copy calls ahead of a replay), the logits one token a step with

@@ -53,8 +53,6 @@ fn decode_fusions_and_graphs_are_bit_identical() {
         let (base_b, base_s) = run(&file, &[]);
         let (nofuse_b, nofuse_s) = run(&file, &[("FERROLM_CUDA_FUSE", "0")]);
         let (_, nograph_s) = run(&file, &[("FERROLM_CUDA_GRAPH", "0")]);
-        // The graph's token and position copied in from page-locked memory by its own nodes.
-        let (_, pinned_s) = run(&file, &[("FERROLM_CUDA_GRAPH_PINNED_INPUTS", "1")]);
         // The KV store's fusion is off by default (slower), q, k and v's on: each against the
         // default.
         let (store_b, store_s) = run(&file, &[("FERROLM_ROPE_STORE", "1")]);
@@ -68,10 +66,6 @@ fn decode_fusions_and_graphs_are_bit_identical() {
         assert_eq!(base_b, nofuse_b, "{stem}: batched, fused vs unfused");
         assert_eq!(base_s, nofuse_s, "{stem}: stepped, fused vs unfused");
         assert_eq!(base_s, nograph_s, "{stem}: stepped, graph vs op by op");
-        assert_eq!(
-            base_s, pinned_s,
-            "{stem}: stepped, graph inputs copied or from page-locked memory"
-        );
         assert_eq!(
             base_b, store_b,
             "{stem}: batched, KV store in the RoPE launch or not"

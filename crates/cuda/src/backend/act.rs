@@ -5,7 +5,7 @@ use super::moe::RouteMark;
 use super::pool::Pool;
 use crate::error::{DriverContext, Result};
 use crate::ops::{ActQuant, RowsTable};
-use cudarc::driver::{sys, CudaSlice, CudaStream, DevicePtrMut};
+use cudarc::driver::{CudaSlice, CudaStream};
 use ferrolm_model::backend::{InputRows, PassInputs};
 use std::cell::{Ref, RefCell};
 use std::mem::ManuallyDrop;
@@ -164,38 +164,6 @@ impl CudaInputs {
             t.current = false;
         }
         Ok(())
-    }
-
-    /// Queues copies of one row's token id and position from `host` (two u32s, token first, in
-    /// page-locked memory that outlives every use of these copies): a decode graph captures
-    /// them as its first nodes ([`super::runner`]'s pinned inputs).
-    pub(super) fn copy_in_from(
-        &mut self,
-        stream: &Arc<CudaStream>,
-        host: *const u32,
-    ) -> Result<()> {
-        assert_eq!(self.rows, 1, "one row's inputs");
-        let (tp, _t) = self.tokens.device_ptr_mut(stream);
-        let (pp, _p) = self.positions.device_ptr_mut(stream);
-        // SAFETY: each copy writes one u32 into a buffer of `rows` (1) u32s from `host`'s
-        // first or second u32, page-locked memory the caller keeps alive (and unwritten
-        // while a copy may read it) for as long as the copies can run.
-        unsafe {
-            sys::cuMemcpyHtoDAsync_v2(tp, host.cast(), 4, stream.cu_stream())
-                .result()
-                .during("queueing the token id's copy")?;
-            sys::cuMemcpyHtoDAsync_v2(pp, host.add(1).cast(), 4, stream.cu_stream())
-                .result()
-                .during("queueing the position's copy")?;
-        }
-        Ok(())
-    }
-
-    /// The positions changed outside [`Self::write`] (a pinned-input graph's replay).
-    pub(super) fn positions_changed(&mut self) {
-        if let Some(t) = self.rope_table.get_mut() {
-            t.current = false;
-        }
     }
 
     /// The pass's RoPE table for `key`, made by `make` (into a buffer of

@@ -9,7 +9,7 @@ use crate::error::{CudaError, DriverContext, Result};
 use crate::host_logits::HostLogits;
 use crate::ops::{BlockTable, DecodeWork, KvCache, KvFormat, KvPool};
 use crate::plan::Plan;
-use cudarc::driver::{sys, CudaContext, CudaGraph, PinnedHostSlice};
+use cudarc::driver::{sys, CudaGraph};
 use ferrolm_gguf::{GgmlType, GgufFile};
 use ferrolm_model::backend::{Backend, PassInputs, SeqRows};
 use ferrolm_model::dump::{dump_dir_from_env, Dump};
@@ -61,45 +61,6 @@ struct DecodeGraph {
     /// the pool while the graph lives, as is the logits buffer it writes.
     inputs: CudaInputs,
     logits: CudaAct,
-    /// Where the plan asks (`graph_pinned_inputs`), the page-locked token id and position the
-    /// graph's first nodes copy into `inputs`.
-    pinned: Option<PinnedInputs>,
-}
-
-/// One step's token id and position in page-locked host memory, for a decode graph that copies
-/// them in itself: a replay stores them and launches, with no copy calls ahead of it.
-struct PinnedInputs {
-    _buf: PinnedHostSlice<u32>,
-    /// `_buf`'s two u32s (token, position), taken once.
-    ptr: *mut u32,
-}
-
-impl PinnedInputs {
-    fn new(ctx: &Arc<CudaContext>, pass: &PassInputs<'_>) -> Result<Self> {
-        // SAFETY: uninitialised until `set`, which runs before any copy reads it.
-        let mut buf = unsafe { ctx.alloc_pinned_with_flags::<u32>(2, 0) }
-            .during("allocating page-locked decode inputs")?;
-        let ptr = buf
-            .as_mut_ptr()
-            .during("mapping page-locked decode inputs")?;
-        let mut p = Self { _buf: buf, ptr };
-        p.set(pass);
-        Ok(p)
-    }
-
-    /// Stores the step's token and position. Only between steps: the step before has been
-    /// waited for (its logits or picks read back), so no copy of the graph's reads them.
-    fn set(&mut self, pass: &PassInputs<'_>) {
-        assert!(
-            pass.tokens.len() == 1 && pass.positions.len() == 1,
-            "one token's inputs"
-        );
-        // SAFETY: two u32s of `_buf`, which this value owns; nothing else writes them.
-        unsafe {
-            *self.ptr = pass.tokens[0];
-            *self.ptr.add(1) = pass.positions[0];
-        }
-    }
 }
 
 // SAFETY: a graph is used only through the cache that owns it, and a cache is used by one
@@ -516,13 +477,7 @@ impl CudaModel {
                 && !cache.graph_failed
             {
                 if let Some(g) = &mut cache.graph {
-                    match &mut g.pinned {
-                        Some(p) => {
-                            p.set(pass);
-                            g.inputs.positions_changed();
-                        }
-                        None => g.inputs.write(self.backend.device().stream(), pass)?,
-                    }
+                    g.inputs.write(self.backend.device().stream(), pass)?;
                     g.graph.launch().during("replaying the decode graph")?;
                     return read(&g.logits, 1);
                 }
@@ -552,23 +507,14 @@ impl CudaModel {
         read: &ReadLogits<'_, T>,
     ) -> Result<T> {
         let b = &self.backend;
-        let mut inputs = b.inputs(pass)?;
+        let inputs = b.inputs(pass)?;
         let stream = b.device().stream().clone();
-        let pinned = if b.plan().graph_pinned_inputs() {
-            Some(PinnedInputs::new(b.device().context(), pass)?)
-        } else {
-            None
-        };
         stream
             .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
             .during("starting graph capture")?;
         b.set_capturing(true);
         // An op that fails stops the pass here; the capture still ends before anything else.
-        let ran = match &pinned {
-            Some(p) => inputs.copy_in_from(&stream, p.ptr),
-            None => Ok(()),
-        }
-        .and_then(|()| self.run(&mut [SeqRows { cache, rows: 0..1 }], &inputs, &[0]));
+        let ran = self.run(&mut [SeqRows { cache, rows: 0..1 }], &inputs, &[0]);
         b.set_capturing(false);
         let captured = stream.end_capture(sys::CUgraphInstantiate_flags(0));
         match (captured, ran) {
@@ -578,7 +524,6 @@ impl CudaModel {
                     graph,
                     inputs,
                     logits,
-                    pinned,
                 });
                 read(&g.logits, 1)
             }

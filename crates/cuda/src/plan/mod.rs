@@ -355,12 +355,6 @@ impl Plan {
         self.switches.graphs && !self.switches.profile
     }
 
-    /// Whether a single-token decode graph takes its token and position from page-locked host
-    /// memory through its own copy nodes (`FERROLM_CUDA_GRAPH_PINNED_INPUTS`).
-    pub fn graph_pinned_inputs(&self) -> bool {
-        self.switches.graph_pinned_inputs
-    }
-
     /// Stage timing from CUDA events (`FERROLM_CUDA_PROFILE`).
     pub fn profile(&self) -> bool {
         self.switches.profile

@@ -83,11 +83,6 @@ pub struct Switches {
     pub norm_in_glu: bool,
     /// `FERROLM_CUDA_GRAPH`: decode steps replayed as CUDA graphs.
     pub graphs: bool,
-    /// `FERROLM_CUDA_GRAPH_PINNED_INPUTS=1`: a single-token decode graph copies its token id
-    /// and position in from page-locked host memory as its first nodes, and a replay writes
-    /// them there with two stores, where two copy calls from pageable memory went ahead of each
-    /// launch (the GPU idle meanwhile, the step before waited for). The same bits.
-    pub graph_pinned_inputs: bool,
     /// `FERROLM_ATTN_MMA`: prefill attention forced onto the tensor-core kernel (`Some(true)`)
     /// or the scalar f32 one (`Some(false)`); `None`: by rows.
     pub attn_mma: Option<bool>,
@@ -430,7 +425,6 @@ impl Default for Switches {
             norm_in_qkv: false,
             norm_in_glu: false,
             graphs: true,
-            graph_pinned_inputs: false,
             attn_mma: None,
             attn_ggml_small: true,
             int_scales: None,
@@ -639,7 +633,6 @@ impl Switches {
             norm_in_qkv: flag(env, "FERROLM_NORM_IN_QKV", false)?,
             norm_in_glu: flag(env, "FERROLM_NORM_IN_GLU", false)?,
             graphs: flag(env, "FERROLM_CUDA_GRAPH", true)?,
-            graph_pinned_inputs: flag(env, "FERROLM_CUDA_GRAPH_PINNED_INPUTS", false)?,
             attn_mma: forced(env, "FERROLM_ATTN_MMA", true)?,
             attn_ggml_small,
             int_scales: forced(env, "FERROLM_CUDA_INT_SCALES", false)?,
@@ -774,7 +767,7 @@ impl fmt::Display for Switches {
             self.timing_skip.join(",")
         };
         let norm_route_rows = count_or_auto(self.norm_route_rows);
-        let lines: [(&str, &str, &str); 89] = [
+        let lines: [(&str, &str, &str); 88] = [
             (
                 "FERROLM_CUDA_MMQ",
                 bit(self.mmq),
@@ -840,11 +833,6 @@ impl fmt::Display for Switches {
                 "FERROLM_CUDA_GRAPH",
                 bit(self.graphs),
                 "decode steps as CUDA graphs",
-            ),
-            (
-                "FERROLM_CUDA_GRAPH_PINNED_INPUTS",
-                bit(self.graph_pinned_inputs),
-                "a decode graph's token and position from page-locked memory",
             ),
             (
                 "FERROLM_ATTN_MMA",

@@ -130,7 +130,7 @@ fn tile_names() {
 #[test]
 fn display_prints_every_switch() {
     let text = plan(&[("FERROLM_MMQ_TILE", "128x64")]).to_string();
-    assert_eq!(text.lines().count(), 91, "{text}");
+    assert_eq!(text.lines().count(), 90, "{text}");
     assert!(text.contains("132 SMs, cc 9.0"));
     assert!(text
         .lines()
@@ -336,8 +336,6 @@ fn kv_block_is_a_power_of_two_from_the_switch() {
     assert!(plan(&on).norm_in_glu(1));
     assert!(!plan(&on).norm_in_glu(2));
     assert!(!plan(&[on[0], ("FERROLM_CUDA_FUSE", "0")]).norm_in_glu(1));
-    assert!(!plan(&[]).graph_pinned_inputs());
-    assert!(plan(&[("FERROLM_CUDA_GRAPH_PINNED_INPUTS", "1")]).graph_pinned_inputs());
     assert!(plan(&[]).pinned_logits());
     assert!(!plan(&[("FERROLM_PINNED_LOGITS", "0")]).pinned_logits());
     assert!(plan(&[]).greedy_on_device());
