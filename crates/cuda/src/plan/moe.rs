@@ -127,10 +127,15 @@ impl Plan {
         if s.is_float() {
             return ExpertGemm::Float;
         }
-        let (gate_up, down) = (
-            self.expert_order(s.gate, s.n_embd, s.tokens),
-            self.expert_order(s.down, s.n_ff, s.tokens),
-        );
+        // One token on the tensor-core mat-vec (`FERROLM_MOE_MMA_ONE`) takes its only order.
+        let order = |ty, cols| {
+            if self.switches.moe_mma_one && s.tokens == 1 {
+                MmqOrder::Subs
+            } else {
+                self.expert_order(ty, cols, s.tokens)
+            }
+        };
+        let (gate_up, down) = (order(s.gate, s.n_embd), order(s.down, s.n_ff));
         let subs = gate_up == MmqOrder::Subs && down == MmqOrder::Subs;
         ExpertGemm::Int8 {
             grouped: self.switches.moe_grouped,
@@ -160,11 +165,12 @@ impl Plan {
     /// unless `FERROLM_MOE_MMA_PAIRS` says otherwise (the GEMM tiles above). One column tile a
     /// pass, unless `FERROLM_MOE_MMA_TILES` says: an expert's pairs past the tiles take another
     /// pass over its weights.
+    /// With `FERROLM_MOE_MMA_ONE`, one token's experts in any pass take it too (for timing).
     pub fn expert_mma_tiles(&self, s: &MoeShape) -> Option<usize> {
         let pairs = s.tokens * s.n_used;
-        let take = self.sequence_batches
-            && self.switches.moe_mma
-            && s.tokens >= 2
+        let batched = self.sequence_batches && self.switches.moe_mma && s.tokens >= 2;
+        let one = self.switches.moe_mma_one && s.tokens == 1;
+        let take = (batched || one)
             && s.gate == s.up
             && pairs <= self.switches.moe_mma_pairs.unwrap_or(MOE_MMA_MAX_PAIRS) * s.n_expert
             && MmvqMma::supports(s.gate, s.n_embd)

@@ -390,6 +390,11 @@ pub struct Switches {
     /// (`moe_mma.cu`: each expert's weights read once into MMA fragments for its few pairs)
     /// where both formats have one; else the decode kernels (up to 8 tokens) or the GEMM.
     pub moe_mma: bool,
+    /// `FERROLM_MOE_MMA_ONE=1`: one token's experts on that kernel too, in single-sequence
+    /// passes (its tensor-core contract: other bits than the one-token mat-vec's, within f32
+    /// rounding). For timing the tensor-core walk at one token against the wide dp4a walk,
+    /// whose one-token chains are what a layer's experts cost (docs/perf.md, session 45).
+    pub moe_mma_one: bool,
     /// `FERROLM_MOE_STEP_FUSE`: a batched step's MoE launch cuts, each the same bytes as the
     /// launches it saves: the experts' index by one block, x taken from the norm's blocks (and
     /// only with `fuse`).
@@ -494,6 +499,7 @@ impl Default for Switches {
             f16_matvec_occupancy: false,
             f16_copy: true,
             moe_mma: true,
+            moe_mma_one: false,
             moe_step_fuse: true,
             moe_mma_tiles: None,
             moe_mma_pairs: None,
@@ -708,6 +714,7 @@ impl Switches {
             f16_matvec_occupancy: flag(env, "FERROLM_F16_MATVEC_OCCUPANCY", false)?,
             f16_copy: flag(env, "FERROLM_F16_COPY", true)?,
             moe_mma: flag(env, "FERROLM_MOE_MMA", true)?,
+            moe_mma_one: flag(env, "FERROLM_MOE_MMA_ONE", false)?,
             moe_step_fuse: flag(env, "FERROLM_MOE_STEP_FUSE", true)?,
             moe_mma_tiles: match count(env, "FERROLM_MOE_MMA_TILES", 1..=4)? {
                 Some(3) => return Err(bad("FERROLM_MOE_MMA_TILES", "3", "auto, 1, 2 or 4")),
@@ -767,7 +774,7 @@ impl fmt::Display for Switches {
             self.timing_skip.join(",")
         };
         let norm_route_rows = count_or_auto(self.norm_route_rows);
-        let lines: [(&str, &str, &str); 88] = [
+        let lines: [(&str, &str, &str); 89] = [
             (
                 "FERROLM_CUDA_MMQ",
                 bit(self.mmq),
@@ -1174,6 +1181,11 @@ impl fmt::Display for Switches {
                 "FERROLM_MOE_MMA",
                 bit(self.moe_mma),
                 "batched decode's experts on the tensor-core mat-vec",
+            ),
+            (
+                "FERROLM_MOE_MMA_ONE",
+                bit(self.moe_mma_one),
+                "one token's experts on it too (timing)",
             ),
             (
                 "FERROLM_MOE_STEP_FUSE",
