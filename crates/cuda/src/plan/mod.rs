@@ -211,8 +211,8 @@ impl DeviceFacts {
 }
 
 /// The weight prefetch's limit where `FERROLM_CUDA_PREFETCH_MAX_MB` is `auto`: the matrices of
-/// at most 5 MB (qwen3-30b-a3b's and OLMoE's attention, qwen3-8b's k and v). Session 45
-/// (H100): tg128 +1.5% on qwen3-30b-a3b, +0.7% on OLMoE, level on qwen3-8b, where 16 MB (qwen3-8b's q
+/// at most 5 MB (qwen3-30b-a3b's o, OLMoE's attention, qwen3-8b's k and v). Session 45 (H100):
+/// tg128 +2.0% on qwen3-30b-a3b, +1.6% on OLMoE, level on qwen3-8b, where 16 MB (qwen3-8b's q
 /// and o too) lost 1.5% on qwen3-8b and every matrix 2.6% (session 38).
 pub const PREFETCH_MAX_MB_AUTO: usize = 5;
 

@@ -160,8 +160,9 @@ fn fusions_follow_the_switch() {
 }
 
 /// Programmatic dependent launch: on from Hopper on, off before it or when switched off; the
-/// weight prefetch of small matrices with it unless switched off, of every matrix when asked. Staged activations and a carveout
-/// only when asked for, on any device; the per-head norms in registers unless switched off.
+/// weight prefetch of small matrices with it unless switched off, of every matrix when asked.
+/// Staged activations and a carveout only when asked for, on any device; the per-head norms
+/// in registers unless switched off.
 #[test]
 fn dependent_launch_from_hopper_unless_off() {
     let plain = LaunchMode {
