@@ -8,11 +8,12 @@ use super::{CudaAct, CudaBackend, CudaWeight};
 use crate::device::CudaDevice;
 use crate::error::{CudaError, DriverContext, Result};
 use crate::ops::{
-    ExpertBufs, ExpertEpilogue, MoeDecodeWork, MoeExperts, MoeRouteWork, MoeRouter, MoeSliceWork,
-    MoeWork, NormInto, NormRouteHow, Quantize, MOE_DECODE_MAX_TOKENS, MOE_MAX_USED, ROUTER_SMALL_N,
+    ExpertBufs, ExpertEpilogue, L2RangesArg, MoeDecodeWork, MoeExperts, MoeRouteWork, MoeRouter,
+    MoeSliceWork, MoeWork, NormInto, NormRouteHow, Quantize, MOE_DECODE_MAX_TOKENS, MOE_MAX_USED,
+    ROUTER_SMALL_N,
 };
 use crate::plan::{ExpertGemm, MoePath, MoeShape};
-use cudarc::driver::CudaSlice;
+use cudarc::driver::{CudaSlice, DevicePtr};
 use ferrolm_gguf::GgmlType;
 use ferrolm_model::backend::{MoeAct, MoeGating};
 use ferrolm_model::weights::MoeWeights;
@@ -28,6 +29,9 @@ pub struct MoeScratch {
     decode: Option<MoeDecodeWork>,
     slices: Option<MoeSliceWork>,
     gemm: Option<(usize, MoeWork)>,
+    /// The next layer's attention weights (device address and bytes), given by
+    /// [`CudaBackend::prefetch_next`] for the router launch after it to ask L2 for.
+    next_reads: Vec<(u64, u64)>,
 }
 
 /// Tokens the grouped GEMM's scratch is first sized for (the engine's default ubatch).
@@ -283,11 +287,13 @@ impl CudaBackend {
             outq: &mut q8,
             mode,
         };
+        let next = std::mem::take(&mut scratch.next_reads);
         let how = NormRouteHow {
             cluster,
             topk_block: self.plan.route_topk_block(),
             keep_sums: self.plan.route_keep_sums(),
             spread_out: self.plan.route_spread_out(),
+            next: L2RangesArg::new(&next, self.plan.route_prefetch_next(n)),
         };
         let r = self.k.moe_route.add_norm_route(
             norm,
@@ -307,6 +313,22 @@ impl CudaBackend {
 }
 
 impl CudaBackend {
+    /// Keeps the device ranges of `ws`' matrices for the next router launch to ask L2 for
+    /// (the plan's `route_prefetch_next` says whether it does); they replace any kept before.
+    pub(super) fn keep_next_reads(&self, ws: &[&CudaWeight]) {
+        let stream = self.dev.stream();
+        let ranges = ws
+            .iter()
+            .filter_map(|w| match w {
+                CudaWeight::Matrix { mat, .. } => {
+                    Some((mat.data.device_ptr(stream).0, mat.data.len() as u64))
+                }
+                _ => None,
+            })
+            .collect();
+        self.moe.lock().expect("moe scratch poisoned").next_reads = ranges;
+    }
+
     /// The experts of a long ubatch on the f16 GEMMs ([`GemmWgmma::experts`]), their scratch
     /// from the pools.
     fn moe_f16(

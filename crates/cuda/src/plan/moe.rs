@@ -127,15 +127,10 @@ impl Plan {
         if s.is_float() {
             return ExpertGemm::Float;
         }
-        // One token on the tensor-core mat-vec (`FERROLM_MOE_MMA_ONE`) takes its only order.
-        let order = |ty, cols| {
-            if self.switches.moe_mma_one && s.tokens == 1 {
-                MmqOrder::Subs
-            } else {
-                self.expert_order(ty, cols, s.tokens)
-            }
-        };
-        let (gate_up, down) = (order(s.gate, s.n_embd), order(s.down, s.n_ff));
+        let (gate_up, down) = (
+            self.expert_order(s.gate, s.n_embd, s.tokens),
+            self.expert_order(s.down, s.n_ff, s.tokens),
+        );
         let subs = gate_up == MmqOrder::Subs && down == MmqOrder::Subs;
         ExpertGemm::Int8 {
             grouped: self.switches.moe_grouped,
@@ -165,12 +160,11 @@ impl Plan {
     /// unless `FERROLM_MOE_MMA_PAIRS` says otherwise (the GEMM tiles above). One column tile a
     /// pass, unless `FERROLM_MOE_MMA_TILES` says: an expert's pairs past the tiles take another
     /// pass over its weights.
-    /// With `FERROLM_MOE_MMA_ONE`, one token's experts in any pass take it too (for timing).
     pub fn expert_mma_tiles(&self, s: &MoeShape) -> Option<usize> {
         let pairs = s.tokens * s.n_used;
-        let batched = self.sequence_batches && self.switches.moe_mma && s.tokens >= 2;
-        let one = self.switches.moe_mma_one && s.tokens == 1;
-        let take = (batched || one)
+        let take = self.sequence_batches
+            && self.switches.moe_mma
+            && s.tokens >= 2
             && s.gate == s.up
             && pairs <= self.switches.moe_mma_pairs.unwrap_or(MOE_MMA_MAX_PAIRS) * s.n_expert
             && MmvqMma::supports(s.gate, s.n_embd)
@@ -222,6 +216,18 @@ impl Plan {
     /// where block 0 wrote them all before its own: the same bits.
     pub fn route_spread_out(&self) -> bool {
         self.switches.route_spread_out
+    }
+
+    /// What that launch asks L2 for on the next layer's attention's behalf at `n` tokens
+    /// (`FERROLM_ROUTE_PREFETCH_NEXT`): 0 nothing, 1 at the normal priority, 2 with evict_last.
+    /// One token on sm_90 and later only (the bulk prefetch); off unless asked for, for now.
+    /// Changes no bits.
+    pub fn route_prefetch_next(&self, n: usize) -> i32 {
+        let policy = self.switches.route_prefetch_next.unwrap_or(0);
+        if n != 1 || self.device.cc.0 < 9 {
+            return 0;
+        }
+        policy as i32
     }
 
     /// The blocks of the one cluster that launch takes (`add_rms_norm_route_cluster`, the same

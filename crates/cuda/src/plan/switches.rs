@@ -178,6 +178,11 @@ pub struct Switches {
     /// and read its Q8_K rows back from L2: work ahead of the last count, on the layer's chain.
     /// The same bits.
     pub route_spread_out: bool,
+    /// `FERROLM_ROUTE_PREFETCH_NEXT=M`: at one token the router launch (its chain moves a few
+    /// KB and leaves DRAM idle) asks L2 for the next layer's attention weights (q, k, v and
+    /// the output projection), read after this layer's experts: 1 at the normal priority, 2
+    /// with L2's evict_last, 0 (`auto`, for now) nothing. Changes no bits.
+    pub route_prefetch_next: Option<usize>,
     /// `FERROLM_QK_NORM_REGS`: per-head q/k norms (qwen3's) and their NEOX rotation in one
     /// launch with each head's values in its threads' registers, where a thread's elements hold
     /// whole rotation pairs: no store, barrier and reload between the norm and the rotation,
@@ -390,11 +395,6 @@ pub struct Switches {
     /// (`moe_mma.cu`: each expert's weights read once into MMA fragments for its few pairs)
     /// where both formats have one; else the decode kernels (up to 8 tokens) or the GEMM.
     pub moe_mma: bool,
-    /// `FERROLM_MOE_MMA_ONE=1`: one token's experts on that kernel too, in single-sequence
-    /// passes (its tensor-core contract: other bits than the one-token mat-vec's, within f32
-    /// rounding). For timing the tensor-core walk at one token against the wide dp4a walk,
-    /// whose one-token chains are what a layer's experts cost (docs/perf.md, session 45).
-    pub moe_mma_one: bool,
     /// `FERROLM_MOE_STEP_FUSE`: a batched step's MoE launch cuts, each the same bytes as the
     /// launches it saves: the experts' index by one block, x taken from the norm's blocks (and
     /// only with `fuse`).
@@ -451,6 +451,7 @@ impl Default for Switches {
             route_topk_block: true,
             route_keep_sums: true,
             route_spread_out: false,
+            route_prefetch_next: None,
             head_norm_regs: true,
             norm_exact: true,
             q8k: true,
@@ -499,7 +500,6 @@ impl Default for Switches {
             f16_matvec_occupancy: false,
             f16_copy: true,
             moe_mma: true,
-            moe_mma_one: false,
             moe_step_fuse: true,
             moe_mma_tiles: None,
             moe_mma_pairs: None,
@@ -660,6 +660,7 @@ impl Switches {
             route_topk_block: flag(env, "FERROLM_ROUTE_TOPK_BLOCK", true)?,
             route_keep_sums: flag(env, "FERROLM_ROUTE_KEEP_SUMS", true)?,
             route_spread_out: flag(env, "FERROLM_ROUTE_SPREAD_OUT", false)?,
+            route_prefetch_next: count(env, "FERROLM_ROUTE_PREFETCH_NEXT", 0..=2)?,
             head_norm_regs: flag(env, "FERROLM_QK_NORM_REGS", true)?,
             norm_exact: flag(env, "FERROLM_NORM_EXACT", true)?,
             q8k: flag(env, "FERROLM_CUDA_Q8K", true)?,
@@ -714,7 +715,6 @@ impl Switches {
             f16_matvec_occupancy: flag(env, "FERROLM_F16_MATVEC_OCCUPANCY", false)?,
             f16_copy: flag(env, "FERROLM_F16_COPY", true)?,
             moe_mma: flag(env, "FERROLM_MOE_MMA", true)?,
-            moe_mma_one: flag(env, "FERROLM_MOE_MMA_ONE", false)?,
             moe_step_fuse: flag(env, "FERROLM_MOE_STEP_FUSE", true)?,
             moe_mma_tiles: match count(env, "FERROLM_MOE_MMA_TILES", 1..=4)? {
                 Some(3) => return Err(bad("FERROLM_MOE_MMA_TILES", "3", "auto, 1, 2 or 4")),
@@ -774,6 +774,7 @@ impl fmt::Display for Switches {
             self.timing_skip.join(",")
         };
         let norm_route_rows = count_or_auto(self.norm_route_rows);
+        let route_prefetch_next = count_or_auto(self.route_prefetch_next);
         let lines: [(&str, &str, &str); 89] = [
             (
                 "FERROLM_CUDA_MMQ",
@@ -941,6 +942,11 @@ impl fmt::Display for Switches {
                 "FERROLM_ROUTE_SPREAD_OUT",
                 bit(self.route_spread_out),
                 "the router's norm outputs a share a block, after its count",
+            ),
+            (
+                "FERROLM_ROUTE_PREFETCH_NEXT",
+                &route_prefetch_next,
+                "the router asks L2 for the next attention's weights (1, 2: evict_last)",
             ),
             (
                 "FERROLM_QK_NORM_REGS",
@@ -1181,11 +1187,6 @@ impl fmt::Display for Switches {
                 "FERROLM_MOE_MMA",
                 bit(self.moe_mma),
                 "batched decode's experts on the tensor-core mat-vec",
-            ),
-            (
-                "FERROLM_MOE_MMA_ONE",
-                bit(self.moe_mma_one),
-                "one token's experts on it too (timing)",
             ),
             (
                 "FERROLM_MOE_STEP_FUSE",

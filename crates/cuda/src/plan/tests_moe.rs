@@ -141,6 +141,18 @@ fn moe_switches() {
     assert!(!plan(&[("FERROLM_ROUTE_KEEP_SUMS", "0")]).route_keep_sums());
     assert!(!plan(&[]).route_spread_out());
     assert!(plan(&[("FERROLM_ROUTE_SPREAD_OUT", "1")]).route_spread_out());
+    // The next attention's weights asked of L2 by the router: off unless asked, one token only.
+    assert_eq!(plan(&[]).route_prefetch_next(1), 0);
+    let next = plan(&[("FERROLM_ROUTE_PREFETCH_NEXT", "2")]);
+    assert_eq!(
+        (next.route_prefetch_next(1), next.route_prefetch_next(2)),
+        (2, 0)
+    );
+    assert_eq!(
+        plan(&[("FERROLM_ROUTE_PREFETCH_NEXT", "1")]).route_prefetch_next(1),
+        1
+    );
+    assert!(err(&[("FERROLM_ROUTE_PREFETCH_NEXT", "3")]).contains("FERROLM_ROUTE_PREFETCH_NEXT"));
     // The tight entries: down's by default, gate/up and down by bits.
     assert!(matches!(plan(&[]).moe(&s(1)), MoePath::MatVec(m) if !m.tight_gate_up && m.tight_down));
     let off = plan(&[("FERROLM_MOE_TIGHT", "0")]);
@@ -267,11 +279,6 @@ fn batched_steps_take_the_expert_mma() {
     assert!(!index_one_block(&off, 8));
     // A single sequence's 8 tokens: the decode kernels, whose bits it keeps.
     assert!(matches!(plan(&[]).moe(&s(8, Q6K)), MoePath::MatVec(_)));
-    // One token on the tensor-core mat-vec only when asked (for timing), in its order.
-    assert!(matches!(plan(&[]).moe(&s(1, Q6K)), MoePath::MatVec(_)));
-    let one = plan(&[("FERROLM_MOE_MMA_ONE", "1")]);
-    assert_eq!(one.moe(&s(1, Q6K)), want, "the batched steps' path");
-    assert!(matches!(one.moe(&s(2, Q6K)), MoePath::MatVec(_)));
     let off = plan(&[("FERROLM_MOE_MMA", "0")]).for_sequence_batches();
     assert!(matches!(off.moe(&s(8, Q6K)), MoePath::MatVec(_)));
     assert_eq!(mma(&off, 16, Q6K), None);
