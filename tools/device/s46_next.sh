@@ -1,21 +1,28 @@
 #!/bin/bash
-# Session 46: FERROLM_ROUTE_PREFETCH_NEXT (the router launch asks L2 for the next layer's
-# attention weights while its own short chain leaves DRAM idle; 1 normal priority, 2
-# evict_last). In order: both MoE models' logits over 60 steps one token a step under 0 / 1 /
-# 2 (the same md5 expected: it asks, reads nothing); tg128 beside llama-bench, 0 / 1 / 2 / 0 /
-# 1 / 2; OLMoE at -d 16384 the same; then cuda-parity (its norm-route rows include the
-# launch asking L2). Usage, from the repo root, .device-carry/ from tools/device/pack.sh:
+# Session 46: what the router launch asks L2 for on later launches' behalf.
+# FERROLM_ROUTE_PREFETCH_NEXT (the next layer's attention weights, after its wait, while its
+# own short chain leaves DRAM idle; 1 normal priority, 2 evict_last) and
+# FERROLM_ROUTE_PREFETCH_EXPERTS (its last block asks for the chosen experts right after the
+# top-k: bit 1 gate and up, bit 2 down). In order: both MoE models' logits over 60 steps one
+# token a step under each (the same md5 expected: they ask, read nothing); tg128 beside
+# llama-bench; OLMoE at -d 16384; then cuda-parity (its norm-route rows include the launch
+# asking L2). Usage, from the repo root, .device-carry/ from tools/device/pack.sh:
 #   [PARITY=0] bash tools/device/s46_next.sh
 source tools/device/carried.sh
-S=FERROLM_ROUTE_PREFETCH_NEXT
+N=FERROLM_ROUTE_PREFETCH_NEXT; X=FERROLM_ROUTE_PREFETCH_EXPERTS
 pooled qwen3-30b-a3b olmoe-1b-7b
 for p in olmoe-1b-7b qwen3-30b-a3b; do
   F=$M/$p-pooled.gguf
-  echo "logits $p 0 $(logits_md5 $F $S=0) 1 $(logits_md5 $F $S=1) 2 $(logits_md5 $F $S=2)"
+  echo "logits $p default $(logits_md5 $F A=0) next=2 $(logits_md5 $F $N=2) experts=3 $(logits_md5 $F $X=3)"
 done
-for run in "qwen3-30b-a3b" "olmoe-1b-7b" "olmoe-1b-7b -d 16384"; do
+for run in "qwen3-30b-a3b" "olmoe-1b-7b"; do
   set -- $run; F=$M/$1-pooled.gguf; shift; EXTRA="$*"
-  echo "== $run llama-bench $(llama_tg128) | 0 $(tg128 $S=0) | 1 $(tg128 $S=1) | 2 $(tg128 $S=2) | 0 $(tg128 $S=0) | 1 $(tg128 $S=1) | 2 $(tg128 $S=2) at $(( $(date +%s) - t0 )) s"
+  echo "== $run llama-bench $(llama_tg128) at $(( $(date +%s) - t0 )) s"
+  echo "  0 $(tg128 A=0) | next=1 $(tg128 $N=1) | next=2 $(tg128 $N=2) | experts=1 $(tg128 $X=1) | experts=2 $(tg128 $X=2) | experts=3 $(tg128 $X=3)"
+  echo "  0 $(tg128 A=0) | next=1 $(tg128 $N=1) | next=2 $(tg128 $N=2) | experts=1 $(tg128 $X=1) | experts=2 $(tg128 $X=2) | experts=3 $(tg128 $X=3)"
+  echo "  down_prefetch $(tg128 FERROLM_MOE_DOWN_PREFETCH=1) | bulk_l2 $(tg128 FERROLM_MOE_BULK_L2=1) at $(( $(date +%s) - t0 )) s"
 done
+F=$M/olmoe-1b-7b-pooled.gguf; EXTRA="-d 16384"
+echo "== olmoe-1b-7b -d 16384 llama-bench $(llama_tg128) | 0 $(tg128 A=0) | next=1 $(tg128 $N=1) | next=2 $(tg128 $N=2) | experts=3 $(tg128 $X=3) at $(( $(date +%s) - t0 )) s"
 [ "${PARITY:-1}" = 0 ] || run_parity 187
 echo "end at $(( $(date +%s) - t0 )) s"

@@ -55,6 +55,7 @@ pub fn all(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) -> Resu
                     keep_sums: topk_block,
                     spread_out,
                     next: L2RangesArg::default(),
+                    experts: L2RangesArg::default(),
                 };
                 let cluster = clustered.norm_route_cluster(n, d, ne);
                 let launches = [
@@ -137,6 +138,8 @@ fn one(
     let add = dev.upload(&normal(rng, n * d, 1.0))?;
     if how.next.policy() != 0 {
         how.next = L2RangesArg::of_buffers(dev.stream(), &[&router.w, &add], how.next.policy());
+        // And the chosen "experts" of a stack of the router's rows, a row an expert.
+        how.experts = L2RangesArg::stacks(dev.stream(), &[&router.w], ne, 1);
     }
     let nw = dev.upload(&normal(rng, d, 1.0))?;
     let eps = 1e-6;

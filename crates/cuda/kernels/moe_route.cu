@@ -20,8 +20,8 @@
 //   token's top-k by the last block's threads together: topk_token_block).
 // - add_rms_norm_route_small: norm_rope.cu's add_rms_norm_q8_1_f32 and moe_route_small in one
 //   launch: block as that norm (ops/norm_rope.rs's norm_threads; at most 1024), grid n_expert,
-//   the same shared memory and counter as moe_route_small; its last parameter, L2Ranges by
-//   value, what to ask L2 for on a later launch's behalf.
+//   the same shared memory and counter as moe_route_small; its last two parameters, L2Ranges
+//   by value, what to ask L2 for on later launches' behalf.
 #include "common.cuh"
 #include "norm.cuh"
 #include "quant.cuh"
@@ -548,6 +548,46 @@ static __device__ __forceinline__ void ranges_share_to_l2(const L2Ranges &r) {
 #endif
 }
 
+// Pieces a chosen expert's matrix is asked for in (experts_to_l2), so that the block's
+// threads issue the requests side by side.
+#define L2_EXPERT_PIECE (64 * 1024)
+
+// The chosen experts' weights asked of L2 by the block that took the top-k, after it wrote
+// the n_slots ids (FERROLM_ROUTE_PREFETCH_EXPERTS): `ex` holds up to L2_RANGES expert stacks
+// (p: the stack, n: the bytes of one expert), each chosen expert's bytes asked in
+// L2_EXPERT_PIECE pieces, a piece a thread in turn, stack by stack. Ids past the stacks
+// (n_expert: a slot no expert takes) ask nothing. Reads ids only; no bits change (sm_90;
+// nothing before it).
+static __device__ __forceinline__ void experts_to_l2(const int *ids, int n_slots, int n_expert,
+                                                     const L2Ranges &ex) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (ex.policy == 0) {
+        return;
+    }
+    __syncthreads(); // the block's ids stores
+#pragma unroll
+    for (int m = 0; m < L2_RANGES; ++m) {
+        const int pieces = (int)((ex.n[m] + L2_EXPERT_PIECE - 1) / L2_EXPERT_PIECE);
+        for (int it = threadIdx.x; it < n_slots * pieces; it += blockDim.x) {
+            const int e = __ldcg(ids + it / pieces);
+            if (e < 0 || e >= n_expert) {
+                continue;
+            }
+            const unsigned long long base = ex.p[m] + (unsigned long long)e * ex.n[m];
+            const unsigned long long off = (unsigned long long)(it % pieces) * L2_EXPERT_PIECE;
+            const unsigned long long a = (base + off + 15) & ~15ull;
+            const unsigned long long b =
+                min(base + off + L2_EXPERT_PIECE, base + ex.n[m]) & ~15ull;
+            if (b > a) {
+                asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(a),
+                             "r"((unsigned)(b - a))
+                             : "memory");
+            }
+        }
+    }
+#endif
+}
+
 // add_rms_norm_q8_1_f32 (with `add`) and moe_route_small in one launch, for the norm before an
 // MoE FFN: the norm's launch was the router's only input, a few KB. Every block takes the norm
 // of the n rows of x + add itself, into shared memory after its expert's row; block 0 also
@@ -558,15 +598,16 @@ static __device__ __forceinline__ void ranges_share_to_l2(const L2Ranges &r) {
 // before its count: each writes its share of them after it (write_normed_share), so that the
 // writer's extra work (and its Q8_K pass's read back from L2) is not ahead of the last count.
 // `next`: what to ask L2 for after the wait (ranges_share_to_l2), while this launch's short
-// chain leaves DRAM idle and before the kernel ahead's reads are done would compete with it.
-// The same bits as the two kernels.
+// chain leaves DRAM idle and before the kernel ahead's reads are done would compete with it;
+// `experts`: the expert stacks whose chosen experts the last block asks L2 for after the top-k
+// (experts_to_l2). The same bits as the two kernels.
 extern "C" __global__ void __launch_bounds__(1024)
     add_rms_norm_route_small(float *x, const float *add, const float *__restrict__ norm_w,
                              float *out, block_q8_1 *__restrict__ outq, float eps, int q8k,
                              const float *__restrict__ w, float *logits, int *__restrict__ ids,
                              float *__restrict__ weights, unsigned *done, int n, int n_embd,
                              int n_expert, int k, int gating, const float *__restrict__ bias,
-                             L2Ranges next) {
+                             L2Ranges next, L2Ranges experts) {
     const NormWeights wr = router_row_then_wait(w, norm_w, n_embd);
     ranges_share_to_l2(next);
     __shared__ float sums[SMALL_MAX_EMBD]; // one token's x + add
@@ -577,6 +618,7 @@ extern "C" __global__ void __launch_bounds__(1024)
                    !spread && blockIdx.x == 0, keep ? sums : nullptr);
     logits_rows(ws, ws + n_embd, logits, n, n_embd, n_expert);
     if (topk_in_last_block(logits, ids, weights, done, n, n_expert, k, gating, bias)) {
+        experts_to_l2(ids, n * k, n_expert, experts);
         for (int i = threadIdx.x; i < n * n_embd; i += blockDim.x) {
             x[i] = keep ? sums[i] : x[i] + add[i];
         }
@@ -631,7 +673,8 @@ extern "C" __global__ void __launch_bounds__(1024)
                                const float *__restrict__ w, float *logits,
                                int *__restrict__ ids, float *__restrict__ weights,
                                unsigned *done, int n, int n_embd, int n_expert, int k,
-                               int gating, const float *__restrict__ bias, L2Ranges next) {
+                               int gating, const float *__restrict__ bias, L2Ranges next,
+                               L2Ranges experts) {
     const ClusterShare c = router_rows_then_wait(w, norm_w, n_embd, n_expert);
     ranges_share_to_l2(next);
 #ifdef ROUTE_CLUSTER
@@ -657,6 +700,7 @@ extern "C" __global__ void __launch_bounds__(1024)
         topk_token(cluster_logits + t * n_expert, ids, weights, t, n_expert, k, gating & 3, bias,
                    lane);
     }
+    experts_to_l2(ids, n * k, n_expert, experts);
     for (int i = threadIdx.x; i < n * n_embd; i += blockDim.x) {
         x[i] = x[i] + add[i];
     }

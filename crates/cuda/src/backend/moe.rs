@@ -294,6 +294,7 @@ impl CudaBackend {
             keep_sums: self.plan.route_keep_sums(),
             spread_out: self.plan.route_spread_out(),
             next: L2RangesArg::new(&next, self.plan.route_prefetch_next(n)),
+            experts: self.expert_stacks(moe, self.plan.route_prefetch_experts(n)),
         };
         let r = self.k.moe_route.add_norm_route(
             norm,
@@ -327,6 +328,22 @@ impl CudaBackend {
             })
             .collect();
         self.moe.lock().expect("moe scratch poisoned").next_reads = ranges;
+    }
+
+    /// The expert stacks `bits` names (1: gate and up, 2: down) as the router's last block
+    /// asks L2 for its chosen experts (each range the stack and one expert's bytes), where the
+    /// stacks hold every expert (not a rank's share of a split); else nothing asked.
+    fn expert_stacks(&self, moe: &MoeWeights<CudaWeight>, bits: usize) -> L2RangesArg {
+        let whole = moe.experts == (0..moe.n_expert);
+        let stacks: Vec<&CudaSlice<u8>> = [(&moe.gate, 1), (&moe.up, 1), (&moe.down, 2)]
+            .into_iter()
+            .filter_map(|(w, bit)| match w {
+                CudaWeight::Matrix { mat, .. } if bits & bit != 0 && whole => Some(&mat.data),
+                _ => None,
+            })
+            .collect();
+        let policy = i32::from(!stacks.is_empty());
+        L2RangesArg::stacks(self.dev.stream(), &stacks, moe.n_expert, policy)
     }
 
     /// The experts of a long ubatch on the f16 GEMMs ([`GemmWgmma::experts`]), their scratch

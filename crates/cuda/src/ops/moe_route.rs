@@ -48,7 +48,9 @@ const ROUTE_SPREAD_OUT: i32 = 16;
 /// cluster of that many blocks or a block an expert; one token's top-k by the last block's
 /// threads together; one token's residual written back from the sums the blocks kept in
 /// shared memory; the norm's outputs written a share a block after each block's count; what
-/// the launch asks L2 for on a later launch's behalf.
+/// the launch asks L2 for on later launches' behalf: `next`'s ranges, a share a block, and the
+/// chosen experts of `experts`' stacks (each range there one expert's bytes from the stack's
+/// start), by the block that takes the top-k.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct NormRouteHow {
     pub cluster: Option<u32>,
@@ -56,6 +58,7 @@ pub struct NormRouteHow {
     pub keep_sums: bool,
     pub spread_out: bool,
     pub next: L2RangesArg,
+    pub experts: L2RangesArg,
 }
 
 /// The byte ranges a launch asks L2 for, a share a block, on a later launch's behalf
@@ -92,6 +95,26 @@ impl L2RangesArg {
         let ranges: Vec<(u64, u64)> = bufs
             .iter()
             .map(|b| (b.device_ptr(stream).0, (b.len() * size_of::<T>()) as u64))
+            .collect();
+        Self::new(&ranges, policy)
+    }
+
+    /// The first [`L2_RANGES`] of `stacks`, each as its start and the bytes of one of its
+    /// `parts` equal parts (an expert of a stack of `parts` experts), under `policy`.
+    pub fn stacks<T>(
+        stream: &CudaStream,
+        stacks: &[&CudaSlice<T>],
+        parts: usize,
+        policy: i32,
+    ) -> Self {
+        let ranges: Vec<(u64, u64)> = stacks
+            .iter()
+            .map(|b| {
+                (
+                    b.device_ptr(stream).0,
+                    (b.len() * size_of::<T>() / parts) as u64,
+                )
+            })
             .collect();
         Self::new(&ranges, policy)
     }
@@ -423,10 +446,12 @@ impl MoeRoute {
             .arg(&ki)
             .arg(&gating)
             .arg(bias)
-            .arg(&how.next);
+            .arg(&how.next)
+            .arg(&how.experts);
         // SAFETY: add_rms_norm_route_{small,cluster}(x, add, norm_w, out, outq, eps, q8k, w,
-        // logits, ids, weights, done, n, n_embd, n_expert, k, gating, bias, next): `next` only
-        // asks L2 for whole device ranges its maker took from live buffers; n rows of n_embd
+        // logits, ids, weights, done, n, n_embd, n_expert, k, gating, bias, next, experts):
+        // `next` and `experts` only ask L2 for device ranges their maker took from live
+        // buffers (experts': n_expert experts of each stack); n rows of n_embd
         // floats in x, add and out and their activation blocks in outq, the router's n_expert
         // rows, n x n_expert logits (work holds max_n >= n rows), n x k ids and weights (all
         // checked above); the norm's block of at most 1024 threads; a block an expert with

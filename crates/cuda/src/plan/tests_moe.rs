@@ -153,6 +153,14 @@ fn moe_switches() {
         1
     );
     assert!(err(&[("FERROLM_ROUTE_PREFETCH_NEXT", "3")]).contains("FERROLM_ROUTE_PREFETCH_NEXT"));
+    assert_eq!(plan(&[]).route_prefetch_experts(1), 0);
+    let ex = plan(&[("FERROLM_ROUTE_PREFETCH_EXPERTS", "2")]);
+    assert_eq!(
+        (ex.route_prefetch_experts(1), ex.route_prefetch_experts(3)),
+        (2, 0)
+    );
+    let e = err(&[("FERROLM_ROUTE_PREFETCH_EXPERTS", "4")]);
+    assert!(e.contains("FERROLM_ROUTE_PREFETCH_EXPERTS"));
     // The tight entries: down's by default, gate/up and down by bits.
     assert!(matches!(plan(&[]).moe(&s(1)), MoePath::MatVec(m) if !m.tight_gate_up && m.tight_down));
     let off = plan(&[("FERROLM_MOE_TIGHT", "0")]);
