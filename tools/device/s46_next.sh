@@ -13,16 +13,16 @@ N=FERROLM_ROUTE_PREFETCH_NEXT; X=FERROLM_ROUTE_PREFETCH_EXPERTS
 pooled qwen3-30b-a3b olmoe-1b-7b
 for p in olmoe-1b-7b qwen3-30b-a3b; do
   F=$M/$p-pooled.gguf
-  echo "logits $p default $(logits_md5 $F A=0) next=2 $(logits_md5 $F $N=2) experts=3 $(logits_md5 $F $X=3)"
+  echo "logits $p default $(logits_md5 $F A=0) next=2 $(logits_md5 $F $N=2) experts=3 $(logits_md5 $F $X=3) at $(( $(date +%s) - t0 )) s"
 done
 for run in "qwen3-30b-a3b" "olmoe-1b-7b"; do
   set -- $run; F=$M/$1-pooled.gguf; shift; EXTRA="$*"
   echo "== $run llama-bench $(llama_tg128) at $(( $(date +%s) - t0 )) s"
-  echo "  0 $(tg128 A=0) | next=1 $(tg128 $N=1) | next=2 $(tg128 $N=2) | experts=1 $(tg128 $X=1) | experts=2 $(tg128 $X=2) | experts=3 $(tg128 $X=3)"
-  echo "  0 $(tg128 A=0) | next=1 $(tg128 $N=1) | next=2 $(tg128 $N=2) | experts=1 $(tg128 $X=1) | experts=2 $(tg128 $X=2) | experts=3 $(tg128 $X=3)"
-  echo "  down_prefetch $(tg128 FERROLM_MOE_DOWN_PREFETCH=1) | bulk_l2 $(tg128 FERROLM_MOE_BULK_L2=1) at $(( $(date +%s) - t0 )) s"
+  for r in 1 2; do
+    echo "  0 $(tg128 A=0) | next=1 $(tg128 $N=1) | next=2 $(tg128 $N=2) | experts=2 $(tg128 $X=2) | experts=3 $(tg128 $X=3) at $(( $(date +%s) - t0 )) s"
+  done
 done
 F=$M/olmoe-1b-7b-pooled.gguf; EXTRA="-d 16384"
-echo "== olmoe-1b-7b -d 16384 llama-bench $(llama_tg128) | 0 $(tg128 A=0) | next=1 $(tg128 $N=1) | next=2 $(tg128 $N=2) | experts=3 $(tg128 $X=3) at $(( $(date +%s) - t0 )) s"
+echo "== olmoe-1b-7b -d 16384 llama-bench $(llama_tg128) | 0 $(tg128 A=0) | next=1 $(tg128 $N=1) | experts=3 $(tg128 $X=3) at $(( $(date +%s) - t0 )) s"
 [ "${PARITY:-1}" = 0 ] || run_parity 187
 echo "end at $(( $(date +%s) - t0 )) s"
