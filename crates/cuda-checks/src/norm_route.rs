@@ -8,7 +8,7 @@ use super::checks::{exact_row, normal};
 use super::Row;
 use anyhow::Result;
 use ferrolm_cuda::ops::{
-    ActQuant, L2RangesArg, MoeRouteWork, MoeRouter, NormInto, NormRouteHow, Q8_1_BLOCK_BYTES,
+    ActQuant, MoeRouteWork, MoeRouter, NormInto, NormRouteHow, Q8_1_BLOCK_BYTES,
 };
 use ferrolm_cuda::plan::RouterLogits;
 use ferrolm_cuda::plan::Switches;
@@ -54,23 +54,12 @@ pub fn all(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) -> Resu
                     topk_block,
                     keep_sums: topk_block,
                     spread_out,
-                    next: L2RangesArg::default(),
-                    experts: L2RangesArg::default(),
                 };
                 let cluster = clustered.norm_route_cluster(n, d, ne);
                 let launches = [
                     (small(false, false), routes),
                     (small(true, false), routes),
                     (small(true, true), routes),
-                    // And asking L2 for other ranges on a later launch's behalf (`one` points
-                    // them at its router rows and `add`): still the same bits.
-                    (
-                        NormRouteHow {
-                            next: L2RangesArg::new(&[], 2),
-                            ..small(true, true)
-                        },
-                        routes && n == 1,
-                    ),
                     (
                         NormRouteHow {
                             cluster,
@@ -85,12 +74,7 @@ pub fn all(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) -> Resu
                     }
                     let same = one(dev, k, rng, d, ne, kk, oai, n, mode, how)?;
                     let small_name = "add_rms_norm_route_small (norm + routing in one launch)";
-                    let asks = how.next.policy() != 0;
                     let (name, how) = match (how.cluster, how.topk_block, how.spread_out) {
-                        (None, true, true) if asks => (
-                            small_name,
-                            ", top-k by the block, sums kept, outputs a share a block, L2 asked",
-                        ),
                         (None, false, _) => (small_name, ""),
                         (None, true, false) => (small_name, ", top-k by the block, sums kept"),
                         (None, true, true) => (
@@ -127,7 +111,7 @@ fn one(
     oai: bool,
     n: usize,
     mode: ActQuant,
-    mut how: NormRouteHow,
+    how: NormRouteHow,
 ) -> Result<bool> {
     let mut router = MoeRouter::upload(dev, &normal(rng, ne * d, 0.05), ne, d, kk, !oai)?;
     if oai {
@@ -136,11 +120,6 @@ fn one(
     let bias = oai.then(|| dev.upload(&normal(rng, ne, 0.5))).transpose()?;
     let acc = normal(rng, n * d, 1.0);
     let add = dev.upload(&normal(rng, n * d, 1.0))?;
-    if how.next.policy() != 0 {
-        how.next = L2RangesArg::of_buffers(dev.stream(), &[&router.w, &add], how.next.policy());
-        // And the chosen "experts" of a stack of the router's rows, a row an expert.
-        how.experts = L2RangesArg::stacks(dev.stream(), &[&router.w], ne, 1);
-    }
     let nw = dev.upload(&normal(rng, d, 1.0))?;
     let eps = 1e-6;
     let mut work = MoeRouteWork::new(dev, n, ne)?;

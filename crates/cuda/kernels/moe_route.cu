@@ -20,8 +20,7 @@
 //   token's top-k by the last block's threads together: topk_token_block).
 // - add_rms_norm_route_small: norm_rope.cu's add_rms_norm_q8_1_f32 and moe_route_small in one
 //   launch: block as that norm (ops/norm_rope.rs's norm_threads; at most 1024), grid n_expert,
-//   the same shared memory and counter as moe_route_small; its last two parameters, L2Ranges
-//   by value, what to ask L2 for on later launches' behalf.
+//   the same shared memory and counter as moe_route_small.
 #include "common.cuh"
 #include "norm.cuh"
 #include "quant.cuh"
@@ -500,94 +499,6 @@ static __device__ __forceinline__ void write_normed_share(const float *xs0, floa
     }
 }
 
-// Byte ranges a launch asks L2 for on behalf of a later one (FERROLM_ROUTE_PREFETCH_NEXT: the
-// router launch, whose own chain moves a few KB, asks for the next layer's attention weights,
-// read after this layer's experts). Ranges with n == 0 are none; `policy` 1 asks at the normal
-// priority, 2 with L2's evict_last, 0 asks nothing. Laid out as ops/moe_route.rs's L2RangesArg.
-#define L2_RANGES 4
-struct L2Ranges {
-    unsigned long long p[L2_RANGES];
-    unsigned long long n[L2_RANGES];
-    int policy, pad;
-};
-
-// This block's share (blockIdx.x of gridDim.x) of each range of `r`, one thread's bulk request
-// a range: its ends rounded in to 16 bytes, as the request needs (so nothing past a range is
-// asked for). Nothing is read or written: no bits change (sm_90; nothing before it).
-static __device__ __forceinline__ void ranges_share_to_l2(const L2Ranges &r) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    if (r.policy == 0 || threadIdx.x != 0) {
-        return;
-    }
-    unsigned long long pol = 0;
-    if (r.policy == 2) {
-        asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(pol));
-    }
-#pragma unroll
-    for (int i = 0; i < L2_RANGES; ++i) {
-        const unsigned long long share = (r.n[i] / gridDim.x + 15) / 16 * 16;
-        const unsigned long long off = share * blockIdx.x;
-        if (off >= r.n[i]) {
-            continue;
-        }
-        const unsigned long long a = (r.p[i] + off + 15) & ~15ull;
-        const unsigned long long b = min(r.p[i] + off + share, r.p[i] + r.n[i]) & ~15ull;
-        if (b <= a) {
-            continue;
-        }
-        if (r.policy == 2) {
-            asm volatile("cp.async.bulk.prefetch.L2.global.L2::cache_hint [%0], %1, %2;" ::"l"(a),
-                         "r"((unsigned)(b - a)), "l"(pol)
-                         : "memory");
-        } else {
-            asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(a),
-                         "r"((unsigned)(b - a))
-                         : "memory");
-        }
-    }
-#endif
-}
-
-// Pieces a chosen expert's matrix is asked for in (experts_to_l2), so that the block's
-// threads issue the requests side by side.
-#define L2_EXPERT_PIECE (64 * 1024)
-
-// The chosen experts' weights asked of L2 by the block that took the top-k, after it wrote
-// the n_slots ids (FERROLM_ROUTE_PREFETCH_EXPERTS): `ex` holds up to L2_RANGES expert stacks
-// (p: the stack, n: the bytes of one expert), each chosen expert's bytes asked in
-// L2_EXPERT_PIECE pieces, a piece a thread in turn, stack by stack. Ids past the stacks
-// (n_expert: a slot no expert takes) ask nothing. Reads ids only; no bits change (sm_90;
-// nothing before it).
-static __device__ __forceinline__ void experts_to_l2(const int *ids, int n_slots, int n_expert,
-                                                     const L2Ranges &ex) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    if (ex.policy == 0) {
-        return;
-    }
-    __syncthreads(); // the block's ids stores
-#pragma unroll
-    for (int m = 0; m < L2_RANGES; ++m) {
-        const int pieces = (int)((ex.n[m] + L2_EXPERT_PIECE - 1) / L2_EXPERT_PIECE);
-        for (int it = threadIdx.x; it < n_slots * pieces; it += blockDim.x) {
-            const int e = __ldcg(ids + it / pieces);
-            if (e < 0 || e >= n_expert) {
-                continue;
-            }
-            const unsigned long long base = ex.p[m] + (unsigned long long)e * ex.n[m];
-            const unsigned long long off = (unsigned long long)(it % pieces) * L2_EXPERT_PIECE;
-            const unsigned long long a = (base + off + 15) & ~15ull;
-            const unsigned long long b =
-                min(base + off + L2_EXPERT_PIECE, base + ex.n[m]) & ~15ull;
-            if (b > a) {
-                asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(a),
-                             "r"((unsigned)(b - a))
-                             : "memory");
-            }
-        }
-    }
-#endif
-}
-
 // add_rms_norm_q8_1_f32 (with `add`) and moe_route_small in one launch, for the norm before an
 // MoE FFN: the norm's launch was the router's only input, a few KB. Every block takes the norm
 // of the n rows of x + add itself, into shared memory after its expert's row; block 0 also
@@ -597,19 +508,14 @@ static __device__ __forceinline__ void experts_to_l2(const int *ids, int n_slots
 // a round trip on the layer's chain). With ROUTE_SPREAD_OUT, no block writes out and outq
 // before its count: each writes its share of them after it (write_normed_share), so that the
 // writer's extra work (and its Q8_K pass's read back from L2) is not ahead of the last count.
-// `next`: what to ask L2 for after the wait (ranges_share_to_l2), while this launch's short
-// chain leaves DRAM idle and before the kernel ahead's reads are done would compete with it;
-// `experts`: the expert stacks whose chosen experts the last block asks L2 for after the top-k
-// (experts_to_l2). The same bits as the two kernels.
+// The same bits as the two kernels.
 extern "C" __global__ void __launch_bounds__(1024)
     add_rms_norm_route_small(float *x, const float *add, const float *__restrict__ norm_w,
                              float *out, block_q8_1 *__restrict__ outq, float eps, int q8k,
                              const float *__restrict__ w, float *logits, int *__restrict__ ids,
                              float *__restrict__ weights, unsigned *done, int n, int n_embd,
-                             int n_expert, int k, int gating, const float *__restrict__ bias,
-                             L2Ranges next, L2Ranges experts) {
+                             int n_expert, int k, int gating, const float *__restrict__ bias) {
     const NormWeights wr = router_row_then_wait(w, norm_w, n_embd);
-    ranges_share_to_l2(next);
     __shared__ float sums[SMALL_MAX_EMBD]; // one token's x + add
     float *ws = (float *)route_stage;
     const bool keep = (gating & ROUTE_KEEP_SUMS) && n == 1;
@@ -618,7 +524,6 @@ extern "C" __global__ void __launch_bounds__(1024)
                    !spread && blockIdx.x == 0, keep ? sums : nullptr);
     logits_rows(ws, ws + n_embd, logits, n, n_embd, n_expert);
     if (topk_in_last_block(logits, ids, weights, done, n, n_expert, k, gating, bias)) {
-        experts_to_l2(ids, n * k, n_expert, experts);
         for (int i = threadIdx.x; i < n * n_embd; i += blockDim.x) {
             x[i] = keep ? sums[i] : x[i] + add[i];
         }
@@ -673,10 +578,8 @@ extern "C" __global__ void __launch_bounds__(1024)
                                const float *__restrict__ w, float *logits,
                                int *__restrict__ ids, float *__restrict__ weights,
                                unsigned *done, int n, int n_embd, int n_expert, int k,
-                               int gating, const float *__restrict__ bias, L2Ranges next,
-                               L2Ranges experts) {
+                               int gating, const float *__restrict__ bias) {
     const ClusterShare c = router_rows_then_wait(w, norm_w, n_embd, n_expert);
-    ranges_share_to_l2(next);
 #ifdef ROUTE_CLUSTER
     __shared__ float cluster_logits[ROUTE_SMALL_N * 32 * TOPK_PER_LANE];
     float *ws = (float *)route_stage, *xs = ws + (size_t)c.per * n_embd;
@@ -700,7 +603,6 @@ extern "C" __global__ void __launch_bounds__(1024)
         topk_token(cluster_logits + t * n_expert, ids, weights, t, n_expert, k, gating & 3, bias,
                    lane);
     }
-    experts_to_l2(ids, n * k, n_expert, experts);
     for (int i = threadIdx.x; i < n * n_embd; i += blockDim.x) {
         x[i] = x[i] + add[i];
     }

@@ -387,13 +387,6 @@ pub trait Backend {
         let _ = x;
         Ok(())
     }
-    /// The weights the pass reads next after the FFN that comes now (the next layer's
-    /// attention projections): a backend may ask its caches for them while that FFN runs.
-    /// Nothing it computes changes; the default asks nothing.
-    fn prefetch_next(&self, ws: &[&Self::Weight]) -> Result<(), Self::Error> {
-        let _ = ws;
-        Ok(())
-    }
     /// `acc += x`, then `out = rms_norm(acc) * w`: the residual add and the next norm, which a
     /// backend may run as one pass.
     fn add_rms_norm(

@@ -188,13 +188,6 @@ pub fn layers<B: Backend>(
         }
         // A SwiGLU FFN without biases takes its norm with its gate/up (`norm_ffn_glu`).
         let mut glu_out = None;
-        // What the next layer's attention reads, for a backend to ask for during this FFN.
-        if let Some(next) = w.layers.get(il + 1).filter(|_| il + 1 < range.end) {
-            let na = &next.attn;
-            if na.mla.is_none() {
-                b.prefetch_next(&[&na.q, &na.k, &na.v, &na.output])?;
-            }
-        }
         match &layer.ffn {
             Ffn::Moe(m) => b.add_rms_norm_moe(x, &proj, &layer.ffn_norm, cfg.rms_eps, &mut h, m)?,
             Ffn::Dense(f) if f.bias.is_none() && act == GluAct::Swiglu => {

@@ -766,11 +766,6 @@ impl Backend for CudaBackend {
         })
     }
 
-    fn prefetch_next(&self, ws: &[&CudaWeight]) -> Result<()> {
-        self.keep_next_reads(ws);
-        Ok(())
-    }
-
     /// NCCL's sum over the split's ranks, on this device's stream (so a captured decode graph
     /// holds it too).
     fn all_reduce(&self, x: &mut CudaAct) -> Result<()> {

@@ -8,12 +8,11 @@ use super::{CudaAct, CudaBackend, CudaWeight};
 use crate::device::CudaDevice;
 use crate::error::{CudaError, DriverContext, Result};
 use crate::ops::{
-    ExpertBufs, ExpertEpilogue, L2RangesArg, MoeDecodeWork, MoeExperts, MoeRouteWork, MoeRouter,
-    MoeSliceWork, MoeWork, NormInto, NormRouteHow, Quantize, MOE_DECODE_MAX_TOKENS, MOE_MAX_USED,
-    ROUTER_SMALL_N,
+    ExpertBufs, ExpertEpilogue, MoeDecodeWork, MoeExperts, MoeRouteWork, MoeRouter, MoeSliceWork,
+    MoeWork, NormInto, NormRouteHow, Quantize, MOE_DECODE_MAX_TOKENS, MOE_MAX_USED, ROUTER_SMALL_N,
 };
 use crate::plan::{ExpertGemm, MoePath, MoeShape};
-use cudarc::driver::{CudaSlice, DevicePtr};
+use cudarc::driver::CudaSlice;
 use ferrolm_gguf::GgmlType;
 use ferrolm_model::backend::{MoeAct, MoeGating};
 use ferrolm_model::weights::MoeWeights;
@@ -29,9 +28,6 @@ pub struct MoeScratch {
     decode: Option<MoeDecodeWork>,
     slices: Option<MoeSliceWork>,
     gemm: Option<(usize, MoeWork)>,
-    /// The next layer's attention weights (device address and bytes), given by
-    /// [`CudaBackend::prefetch_next`] for the router launch after it to ask L2 for.
-    next_reads: Vec<(u64, u64)>,
 }
 
 /// Tokens the grouped GEMM's scratch is first sized for (the engine's default ubatch).
@@ -287,14 +283,11 @@ impl CudaBackend {
             outq: &mut q8,
             mode,
         };
-        let next = std::mem::take(&mut scratch.next_reads);
         let how = NormRouteHow {
             cluster,
             topk_block: self.plan.route_topk_block(),
             keep_sums: self.plan.route_keep_sums(),
             spread_out: self.plan.route_spread_out(),
-            next: L2RangesArg::new(&next, self.plan.route_prefetch_next(n)),
-            experts: self.expert_stacks(moe, self.plan.route_prefetch_experts(n)),
         };
         let r = self.k.moe_route.add_norm_route(
             norm,
@@ -314,38 +307,6 @@ impl CudaBackend {
 }
 
 impl CudaBackend {
-    /// Keeps the device ranges of `ws`' matrices for the next router launch to ask L2 for
-    /// (the plan's `route_prefetch_next` says whether it does); they replace any kept before.
-    pub(super) fn keep_next_reads(&self, ws: &[&CudaWeight]) {
-        let stream = self.dev.stream();
-        let ranges = ws
-            .iter()
-            .filter_map(|w| match w {
-                CudaWeight::Matrix { mat, .. } => {
-                    Some((mat.data.device_ptr(stream).0, mat.data.len() as u64))
-                }
-                _ => None,
-            })
-            .collect();
-        self.moe.lock().expect("moe scratch poisoned").next_reads = ranges;
-    }
-
-    /// The expert stacks `bits` names (1: gate and up, 2: down) as the router's last block
-    /// asks L2 for its chosen experts (each range the stack and one expert's bytes), where the
-    /// stacks hold every expert (not a rank's share of a split); else nothing asked.
-    fn expert_stacks(&self, moe: &MoeWeights<CudaWeight>, bits: usize) -> L2RangesArg {
-        let whole = moe.experts == (0..moe.n_expert);
-        let stacks: Vec<&CudaSlice<u8>> = [(&moe.gate, 1), (&moe.up, 1), (&moe.down, 2)]
-            .into_iter()
-            .filter_map(|(w, bit)| match w {
-                CudaWeight::Matrix { mat, .. } if bits & bit != 0 && whole => Some(&mat.data),
-                _ => None,
-            })
-            .collect();
-        let policy = i32::from(!stacks.is_empty());
-        L2RangesArg::stacks(self.dev.stream(), &stacks, moe.n_expert, policy)
-    }
-
     /// The experts of a long ubatch on the f16 GEMMs ([`GemmWgmma::experts`]), their scratch
     /// from the pools.
     fn moe_f16(

@@ -59,8 +59,7 @@ pub use moe_gemm::{
 };
 pub use moe_mma::MOE_MMA_TILES;
 pub use moe_route::{
-    ExpertEpilogue, L2RangesArg, MoeExperts, MoeRoute, MoeRouteWork, MoeRouter, NormInto,
-    NormRouteHow,
+    ExpertEpilogue, MoeExperts, MoeRoute, MoeRouteWork, MoeRouter, NormInto, NormRouteHow,
 };
 pub(crate) use moe_route::{
     MOE_MAX_USED, ROUTER_SMALL_MAX_EMBD, ROUTER_SMALL_N, ROUTE_CLUSTER_STAGE_BYTES,

@@ -17,7 +17,7 @@ use crate::device::CudaDevice;
 use crate::error::{CudaError, DriverContext, Result};
 use crate::kernels::MOE_ROUTE;
 use crate::plan::RouterLogits;
-use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, DevicePtr, LaunchConfig};
+use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig};
 
 /// Most experts a router may have (the kernel's 32 × TOPK_PER_LANE).
 pub const MOE_MAX_EXPERTS: usize = 256;
@@ -47,82 +47,13 @@ const ROUTE_SPREAD_OUT: i32 = 16;
 /// How [`MoeRoute::add_norm_route`] runs (the plan's choices; each gives the same bits): one
 /// cluster of that many blocks or a block an expert; one token's top-k by the last block's
 /// threads together; one token's residual written back from the sums the blocks kept in
-/// shared memory; the norm's outputs written a share a block after each block's count; what
-/// the launch asks L2 for on later launches' behalf: `next`'s ranges, a share a block, and the
-/// chosen experts of `experts`' stacks (each range there one expert's bytes from the stack's
-/// start), by the block that takes the top-k.
+/// shared memory; the norm's outputs written a share a block after each block's count.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct NormRouteHow {
     pub cluster: Option<u32>,
     pub topk_block: bool,
     pub keep_sums: bool,
     pub spread_out: bool,
-    pub next: L2RangesArg,
-    pub experts: L2RangesArg,
-}
-
-/// The byte ranges a launch asks L2 for, a share a block, on a later launch's behalf
-/// (moe_route.cu's L2Ranges, by value): up to [`L2_RANGES`] device ranges (`len` 0: none) and
-/// the request's policy (0 none, 1 the normal priority, 2 evict_last). Asks, reads nothing.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
-pub struct L2RangesArg {
-    addr: [u64; L2_RANGES],
-    len: [u64; L2_RANGES],
-    policy: i32,
-    pad: i32,
-}
-
-/// How many ranges an [`L2RangesArg`] holds (moe_route.cu's L2_RANGES).
-pub const L2_RANGES: usize = 4;
-
-impl L2RangesArg {
-    /// The first [`L2_RANGES`] of `ranges` (device address and bytes each) under `policy`.
-    pub fn new(ranges: &[(u64, u64)], policy: i32) -> Self {
-        let mut r = Self {
-            policy,
-            ..Self::default()
-        };
-        for (i, &(addr, len)) in ranges.iter().take(L2_RANGES).enumerate() {
-            r.addr[i] = addr;
-            r.len[i] = len;
-        }
-        r
-    }
-
-    /// The first [`L2_RANGES`] of `bufs`, whole, under `policy`.
-    pub fn of_buffers<T>(stream: &CudaStream, bufs: &[&CudaSlice<T>], policy: i32) -> Self {
-        let ranges: Vec<(u64, u64)> = bufs
-            .iter()
-            .map(|b| (b.device_ptr(stream).0, (b.len() * size_of::<T>()) as u64))
-            .collect();
-        Self::new(&ranges, policy)
-    }
-
-    /// The first [`L2_RANGES`] of `stacks`, each as its start and the bytes of one of its
-    /// `parts` equal parts (an expert of a stack of `parts` experts), under `policy`.
-    pub fn stacks<T>(
-        stream: &CudaStream,
-        stacks: &[&CudaSlice<T>],
-        parts: usize,
-        policy: i32,
-    ) -> Self {
-        let ranges: Vec<(u64, u64)> = stacks
-            .iter()
-            .map(|b| {
-                (
-                    b.device_ptr(stream).0,
-                    (b.len() * size_of::<T>() / parts) as u64,
-                )
-            })
-            .collect();
-        Self::new(&ranges, policy)
-    }
-
-    /// The request's policy (0: none asked).
-    pub fn policy(&self) -> i32 {
-        self.policy
-    }
 }
 
 /// That launch's shared memory for `n` tokens of `n_embd`: the expert's row and the tokens'.
@@ -445,13 +376,9 @@ impl MoeRoute {
             .arg(&nei)
             .arg(&ki)
             .arg(&gating)
-            .arg(bias)
-            .arg(&how.next)
-            .arg(&how.experts);
+            .arg(bias);
         // SAFETY: add_rms_norm_route_{small,cluster}(x, add, norm_w, out, outq, eps, q8k, w,
-        // logits, ids, weights, done, n, n_embd, n_expert, k, gating, bias, next, experts):
-        // `next` and `experts` only ask L2 for device ranges their maker took from live
-        // buffers (experts': n_expert experts of each stack); n rows of n_embd
+        // logits, ids, weights, done, n, n_embd, n_expert, k, gating, bias): n rows of n_embd
         // floats in x, add and out and their activation blocks in outq, the router's n_expert
         // rows, n x n_expert logits (work holds max_n >= n rows), n x k ids and weights (all
         // checked above); the norm's block of at most 1024 threads; a block an expert with
@@ -684,7 +611,6 @@ mod tests {
         assert!(src.contains(&format!("#define ROUTE_TOPK_BLOCK {ROUTE_TOPK_BLOCK}")));
         assert!(src.contains(&format!("#define ROUTE_KEEP_SUMS {ROUTE_KEEP_SUMS}")));
         assert!(src.contains(&format!("#define ROUTE_SPREAD_OUT {ROUTE_SPREAD_OUT}")));
-        assert!(src.contains(&format!("#define L2_RANGES {L2_RANGES}")));
         assert_eq!(MOE_MAX_USED, 32, "one lane a slot");
     }
 }

@@ -218,28 +218,6 @@ impl Plan {
         self.switches.route_spread_out
     }
 
-    /// What that launch asks L2 for on the next layer's attention's behalf at `n` tokens
-    /// (`FERROLM_ROUTE_PREFETCH_NEXT`): 0 nothing, 1 at the normal priority, 2 with evict_last.
-    /// One token on sm_90 and later only (the bulk prefetch); off unless asked for, for now.
-    /// Changes no bits.
-    pub fn route_prefetch_next(&self, n: usize) -> i32 {
-        let policy = self.switches.route_prefetch_next.unwrap_or(0);
-        if n != 1 || self.device.cc.0 < 9 {
-            return 0;
-        }
-        policy as i32
-    }
-
-    /// Which chosen experts' stacks that launch's last block asks L2 for after its top-k at `n`
-    /// tokens (`FERROLM_ROUTE_PREFETCH_EXPERTS`): bit 1 gate and up, bit 2 down. One token on
-    /// sm_90 and later only; off unless asked for, for now. Changes no bits.
-    pub fn route_prefetch_experts(&self, n: usize) -> usize {
-        if n != 1 || self.device.cc.0 < 9 {
-            return 0;
-        }
-        self.switches.route_prefetch_experts.unwrap_or(0)
-    }
-
     /// The blocks of the one cluster that launch takes (`add_rms_norm_route_cluster`, the same
     /// bits) for `n` tokens of `n_embd` and `n_expert` experts, where [`Self::norm_route`] runs:
     /// on sm_90 and later, with the switch on, where a block's share of the router's rows and

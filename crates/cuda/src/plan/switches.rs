@@ -178,15 +178,6 @@ pub struct Switches {
     /// and read its Q8_K rows back from L2: work ahead of the last count, on the layer's chain.
     /// The same bits.
     pub route_spread_out: bool,
-    /// `FERROLM_ROUTE_PREFETCH_NEXT=M`: at one token the router launch (its chain moves a few
-    /// KB and leaves DRAM idle) asks L2 for the next layer's attention weights (q, k, v and
-    /// the output projection), read after this layer's experts: 1 at the normal priority, 2
-    /// with L2's evict_last, 0 (`auto`, for now) nothing. Changes no bits.
-    pub route_prefetch_next: Option<usize>,
-    /// `FERROLM_ROUTE_PREFETCH_EXPERTS=M`: at one token the router launch's last block asks
-    /// L2 for the chosen experts' weights right after its top-k, ahead of the expert kernels'
-    /// own loads: bit 1 gate and up, bit 2 down; 0 (`auto`, for now) nothing. Changes no bits.
-    pub route_prefetch_experts: Option<usize>,
     /// `FERROLM_QK_NORM_REGS`: per-head q/k norms (qwen3's) and their NEOX rotation in one
     /// launch with each head's values in its threads' registers, where a thread's elements hold
     /// whole rotation pairs: no store, barrier and reload between the norm and the rotation,
@@ -455,8 +446,6 @@ impl Default for Switches {
             route_topk_block: true,
             route_keep_sums: true,
             route_spread_out: false,
-            route_prefetch_next: None,
-            route_prefetch_experts: None,
             head_norm_regs: true,
             norm_exact: true,
             q8k: true,
@@ -665,8 +654,6 @@ impl Switches {
             route_topk_block: flag(env, "FERROLM_ROUTE_TOPK_BLOCK", true)?,
             route_keep_sums: flag(env, "FERROLM_ROUTE_KEEP_SUMS", true)?,
             route_spread_out: flag(env, "FERROLM_ROUTE_SPREAD_OUT", false)?,
-            route_prefetch_next: count(env, "FERROLM_ROUTE_PREFETCH_NEXT", 0..=2)?,
-            route_prefetch_experts: count(env, "FERROLM_ROUTE_PREFETCH_EXPERTS", 0..=3)?,
             head_norm_regs: flag(env, "FERROLM_QK_NORM_REGS", true)?,
             norm_exact: flag(env, "FERROLM_NORM_EXACT", true)?,
             q8k: flag(env, "FERROLM_CUDA_Q8K", true)?,
@@ -780,9 +767,7 @@ impl fmt::Display for Switches {
             self.timing_skip.join(",")
         };
         let norm_route_rows = count_or_auto(self.norm_route_rows);
-        let route_prefetch_next = count_or_auto(self.route_prefetch_next);
-        let route_prefetch_experts = count_or_auto(self.route_prefetch_experts);
-        let lines: [(&str, &str, &str); 90] = [
+        let lines: [(&str, &str, &str); 88] = [
             (
                 "FERROLM_CUDA_MMQ",
                 bit(self.mmq),
@@ -949,16 +934,6 @@ impl fmt::Display for Switches {
                 "FERROLM_ROUTE_SPREAD_OUT",
                 bit(self.route_spread_out),
                 "the router's norm outputs a share a block, after its count",
-            ),
-            (
-                "FERROLM_ROUTE_PREFETCH_NEXT",
-                &route_prefetch_next,
-                "the router asks L2 for the next attention's weights (1, 2: evict_last)",
-            ),
-            (
-                "FERROLM_ROUTE_PREFETCH_EXPERTS",
-                &route_prefetch_experts,
-                "its last block asks L2 for the chosen experts (1 gate/up, 2 down)",
             ),
             (
                 "FERROLM_QK_NORM_REGS",

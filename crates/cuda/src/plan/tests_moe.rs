@@ -141,26 +141,6 @@ fn moe_switches() {
     assert!(!plan(&[("FERROLM_ROUTE_KEEP_SUMS", "0")]).route_keep_sums());
     assert!(!plan(&[]).route_spread_out());
     assert!(plan(&[("FERROLM_ROUTE_SPREAD_OUT", "1")]).route_spread_out());
-    // The next attention's weights asked of L2 by the router: off unless asked, one token only.
-    assert_eq!(plan(&[]).route_prefetch_next(1), 0);
-    let next = plan(&[("FERROLM_ROUTE_PREFETCH_NEXT", "2")]);
-    assert_eq!(
-        (next.route_prefetch_next(1), next.route_prefetch_next(2)),
-        (2, 0)
-    );
-    assert_eq!(
-        plan(&[("FERROLM_ROUTE_PREFETCH_NEXT", "1")]).route_prefetch_next(1),
-        1
-    );
-    assert!(err(&[("FERROLM_ROUTE_PREFETCH_NEXT", "3")]).contains("FERROLM_ROUTE_PREFETCH_NEXT"));
-    assert_eq!(plan(&[]).route_prefetch_experts(1), 0);
-    let ex = plan(&[("FERROLM_ROUTE_PREFETCH_EXPERTS", "2")]);
-    assert_eq!(
-        (ex.route_prefetch_experts(1), ex.route_prefetch_experts(3)),
-        (2, 0)
-    );
-    let e = err(&[("FERROLM_ROUTE_PREFETCH_EXPERTS", "4")]);
-    assert!(e.contains("FERROLM_ROUTE_PREFETCH_EXPERTS"));
     // The tight entries: down's by default, gate/up and down by bits.
     assert!(matches!(plan(&[]).moe(&s(1)), MoePath::MatVec(m) if !m.tight_gate_up && m.tight_down));
     let off = plan(&[("FERROLM_MOE_TIGHT", "0")]);
