@@ -7,7 +7,8 @@
 # top-k: bit 1 gate and up, bit 2 down). In order: qwen3-30b-a3b's tg128 beside llama-bench;
 # both MoE models' logits over 60 steps one token a step under each (the same md5 expected:
 # they ask, read nothing); OLMoE's tg128; OLMoE at -d 16384; then cuda-parity (its
-# norm-route rows include the launch asking L2). Usage, from the repo root, .device-carry/ from tools/device/pack.sh:
+# norm-route rows include the launch asking L2). Usage, from the repo root, .device-carry/
+# from tools/device/pack.sh:
 #   [PARITY=0] bash tools/device/s46_next.sh
 source tools/device/carried.sh
 N=FERROLM_ROUTE_PREFETCH_NEXT; X=FERROLM_ROUTE_PREFETCH_EXPERTS
