@@ -192,7 +192,6 @@ pub fn all(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) -> Resu
     );
     push("moe", super::moe_decode::all(dev, k, plan, rng));
     push("norm route", super::norm_route::all(dev, k, plan, rng));
-    push("route late", super::route_late::all(dev, k, plan, rng));
     push("norm exact", super::norm_exact::all(dev, k, plan, rng));
     push("attn rope", super::attn_rope::all(dev, k, plan, rng));
     Ok(rows)

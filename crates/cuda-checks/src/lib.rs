@@ -32,7 +32,6 @@ mod norm_exact;
 mod norm_matvec;
 mod norm_route;
 mod rope_store;
-mod route_late;
 mod softmax_checks;
 mod window_checks;
 

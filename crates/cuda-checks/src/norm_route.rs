@@ -54,7 +54,6 @@ pub fn all(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) -> Resu
                     topk_block,
                     keep_sums: topk_block,
                     spread_out,
-                    late: false,
                 };
                 let cluster = clustered.norm_route_cluster(n, d, ne);
                 let launches = [

@@ -39,7 +39,6 @@
 #include "common.cuh"
 #include "quant.cuh"
 #include "mmvq.cuh"
-#include "route_topk.cuh"
 
 #define MOE_NWARPS 8
 // Rows a warp walks together. An expert row is short (1-4 KB), so at one or two tokens a warp
@@ -685,72 +684,6 @@ static __device__ __noinline__ void quantize_h_in_last_block(const float *h,
     }
 }
 
-// FERROLM_ROUTE_TOPK_LATE: one token's routing finished by the expert launches, where the
-// router's launch ended with its logits (moe_route.cu's ROUTE_TOPK_LATE), so that its count,
-// its last block's reload of the logits, its top-k and the residual's write-back leave the
-// layer's chain. Each gate/up block takes the top-k of the logits after its wait (the router's
-// launch has finished there) and walks its slot's expert; its block (0, 0) writes ids and
-// weights too. Each down block takes the top-k again before its wait (gate/up lets it start
-// only after its own wait), and writes its rows' residual x + out there: `out` still holds the
-// attention's output, the router's `add`, which down then overwrites with the experts' sum,
-// and nothing reads x in between. The same bits as the router's last block: the same top-k
-// (route_topk.cuh) of the same logits, the same add.
-struct LateRoute {
-    const float *logits; // the router's, one token; null: ids and weights are given
-    const float *bias;   // the router's bias (gpt-oss), or null
-    int *ids;            // written by gate/up's block (0, 0)
-    float *weights;
-    float *x;            // the residual: down's blocks add `out` to their rows of it
-    int gating;          // topk_token's 0-2
-};
-
-// One token's top-k of r.logits by the whole block (every thread calls it; its threads >=
-// n_expert, the host checks) into ids and weights (shared memory).
-static __device__ __forceinline__ void late_topk(const LateRoute &r, int n_expert, int k, int *ids,
-                                                 float *weights) {
-    __shared__ float l[32 * TOPK_PER_LANE];
-    const int tid = threadIdx.y * blockDim.x + threadIdx.x, nthreads = blockDim.x * blockDim.y;
-    for (int e = tid; e < n_expert; e += nthreads) {
-        l[e] = __ldcg(r.logits + e); // from L2: the router's blocks wrote them
-    }
-    __syncthreads();
-    topk_token_block(l, ids, weights, 0, n_expert, k, r.gating, r.bias, tid, nthreads);
-    __syncthreads();
-}
-
-// gate/up's late routing (one token, r.logits given): the block's choices, block (0, 0)
-// writing them out; returns the ids to walk by (shared memory), else `ids`.
-static __device__ __forceinline__ const int *late_gate_up_ids(const LateRoute &r, const int *ids,
-                                                              int n_expert, int k, int *s_ids,
-                                                              float *s_w) {
-    if (r.logits == nullptr) {
-        return ids;
-    }
-    late_topk(r, n_expert, k, s_ids, s_w);
-    if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.y == 0 && (int)threadIdx.x < k) {
-        r.ids[threadIdx.x] = s_ids[threadIdx.x];
-        r.weights[threadIdx.x] = s_w[threadIdx.x];
-    }
-    return s_ids;
-}
-
-// down's late routing before its wait (one token, r.logits given): the block's choices, and
-// its DR rows of the residual x += out (out: the attention's output until this launch's sums).
-template <int DR>
-static __device__ __forceinline__ void late_down(const LateRoute &r, const float *out, int n_embd,
-                                                 int n_expert, int k, int *s_ids, float *s_w) {
-    const int tid = threadIdx.y * blockDim.x + threadIdx.x, c = blockIdx.x * DR + tid;
-    float xv = 0.0f, av = 0.0f;
-    if (tid < DR && c < n_embd) {
-        xv = __ldcg(r.x + c);
-        av = __ldcg(out + c);
-    }
-    late_topk(r, n_expert, k, s_ids, s_w);
-    if (tid < DR && c < n_embd) {
-        r.x[c] = xv + av;
-    }
-}
-
 // One token count's pair of entries, `moe_{gate_up,down}_<NAME>_n<N>`, in the shape LEAN picks.
 #define MOE_ENTRIES_AS(NAME, TYPE, N, WIDE, LEAN)                                                   \
     extern "C" __global__ void __launch_bounds__(MOE_NWARPS *WARP_SIZE, MOE_MIN_BLOCKS_AS(LEAN, N)) \
@@ -760,18 +693,11 @@ static __device__ __forceinline__ void late_down(const LateRoute &r, const float
                                   int k, int walk, const float *__restrict__ gate_bias,             \
                                   const float *__restrict__ up_bias, float alpha, float limit,      \
                                   const char *down_l2, long long down_bytes,                        \
-                                  block_q8_1 *__restrict__ hq, int hq_k, unsigned *hq_done,        \
-                                  LateRoute late) {                                                 \
+                                  block_q8_1 *__restrict__ hq, int hq_k, unsigned *hq_done) {       \
         dependent_launch_entry();                                                                   \
-        __shared__ int late_ids[32];                                                                \
-        __shared__ float late_w[32];                                                                \
-        const int *ids_ = ids;                                                                      \
-        if (N == 1) {                                                                               \
-            ids_ = late_gate_up_ids(late, ids, n_expert, k, late_ids, late_w);                      \
-        }                                                                                           \
         const ExpertEpilogue ep{gate_bias, up_bias, nullptr, alpha, limit};                         \
         moe_gate_up<TYPE, N, WIDE, MOE_GATE_ROWS_AS(LEAN, N), MOE_UNROLL(N)>(                       \
-            gate, up, x, ids_, h, n_embd, n_ff, n_expert, k, walk, ep, down_l2, down_bytes);        \
+            gate, up, x, ids, h, n_embd, n_ff, n_expert, k, walk, ep, down_l2, down_bytes);         \
         if (N == 1) {                                                                               \
             quantize_h_in_last_block<MOE_GATE_ROWS_AS(LEAN, N)>(h, hq, hq_k, hq_done, n_ff);        \
         }                                                                                           \
@@ -781,22 +707,13 @@ static __device__ __forceinline__ void late_down(const LateRoute &r, const float
                                const int *__restrict__ ids, const float *__restrict__ weights,      \
                                float *__restrict__ out, int n_embd, int n_ff, int n_expert,         \
                                int k, int walk, const float *__restrict__ down_bias,                \
-                               int overwrite, LateRoute late) {                                     \
-        __shared__ int late_ids[32];                                                                \
-        __shared__ float late_w[32];                                                                \
-        const int *ids_ = ids;                                                                      \
-        const float *weights_ = weights;                                                            \
-        if (N == 1 && late.logits != nullptr) {                                                     \
-            late_down<MOE_DOWN_ROWS_AS(LEAN, N)>(late, out, n_embd, n_expert, k, late_ids, late_w); \
-            ids_ = late_ids;                                                                        \
-            weights_ = late_w;                                                                      \
-        }                                                                                           \
-        moe_down_rows_then_wait<TYPE, N, MOE_DOWN_ROWS_AS(LEAN, N)>(down, ids_, n_embd, n_ff,      \
+                               int overwrite) {                                                     \
+        moe_down_rows_then_wait<TYPE, N, MOE_DOWN_ROWS_AS(LEAN, N)>(down, ids, n_embd, n_ff,       \
                                                                    n_expert, k, walk);             \
         const ExpertEpilogue ep{nullptr, nullptr, down_bias, 0.0f, 0.0f};                          \
         moe_down<TYPE, N, WIDE, MOE_DOWN_ROWS_AS(LEAN, N), MOE_DOWN_UNROLL_AS(LEAN, N),            \
                  (LEAN) == 2>(                                                                     \
-            down, hq, ids_, weights_, out, n_embd, n_ff, n_expert, k, walk, ep, overwrite);         \
+            down, hq, ids, weights, out, n_embd, n_ff, n_expert, k, walk, ep, overwrite);           \
     }
 #define MOE_ENTRIES(NAME, TYPE, N, WIDE) MOE_ENTRIES_AS(NAME, TYPE, N, WIDE, MOE_LEAN(TYPE, N))
 

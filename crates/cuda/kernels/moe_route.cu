@@ -24,12 +24,14 @@
 #include "common.cuh"
 #include "norm.cuh"
 #include "quant.cuh"
-#include "route_topk.cuh"
 
 #define ROUTE_THREADS 256
 #define ROUTE_SMALL_N 8
 #define SMALL_MAX_EMBD 4096
 #define TOPK_WARPS 4
+// Experts a lane holds: n_expert <= 32 * TOPK_PER_LANE.
+#define TOPK_PER_LANE 8
+#define NEG_INF __int_as_float(0xff800000)
 
 // The fused norm's dynamic shared memory (add_rms_norm_route_small): [1 + n][n_embd / 4], the
 // block's expert row, then the n tokens' normed rows.
@@ -83,6 +85,11 @@ extern "C" __global__ void __launch_bounds__(ROUTE_THREADS)
                      float *__restrict__ logits, int n, int n_embd, int n_expert) {
     dependent_launch_entry();
     logits_small(x, w, logits, n, n_embd, n_expert);
+}
+
+// Does (p, e) come before (q, f) in the CPU's order (descending probability, then lower id)?
+static __device__ __forceinline__ bool ranks_before(float p, int e, float q, int f) {
+    return p > q || (p == q && e < f);
 }
 
 // Softmax and top-k of one token's logits, one warp: lane l holds experts l, l + 32, ... (PER
@@ -223,10 +230,126 @@ extern "C" __global__ void __launch_bounds__(TOPK_WARPS *WARP_SIZE)
 // And the bit that spreads the norm's outputs (out, outq) over the blocks, after each block's
 // count, where block 0 wrote them all before its own (add_rms_norm_route_small).
 #define ROUTE_SPREAD_OUT 16
-// And the bit that leaves one token's top-k and the residual's write-back to the expert
-// launches after this one (FERROLM_ROUTE_TOPK_LATE: moe_decode.cu's LateRoute): this launch
-// ends with its blocks' logits, without the count, the last block's reload and its top-k.
-#define ROUTE_TOPK_LATE 32
+
+// topk_token for one token by a whole block (every thread calls it; blockDim.x >= n_expert):
+// thread e takes expert e's probability, the sum keeps topk_token's order (lane l adds experts
+// l, l + 32, ... in turn, then warp_sum), and each expert's slot is its rank, how many experts
+// rank before it (ranks_before is a strict order, so topk_token's j-th round picks the expert
+// of rank j), counted by `parts` threads an expert. The same bits, in a few hundred
+// instructions a thread where one warp's k rounds took over a thousand in a row on the
+// router launch's chain (session 36's ncu). A slot no expert takes (NaN logits) gets id
+// n_expert, which the expert kernels skip, and weight 0.
+static __device__ __forceinline__ void topk_token_block(const float *l, int *__restrict__ ids,
+                                                        float *__restrict__ weights, int t,
+                                                        int n_expert, int k, int gating,
+                                                        const float *__restrict__ bias) {
+    __shared__ float p[32 * TOPK_PER_LANE];
+    __shared__ float red[32];
+    __shared__ float inv_sum;
+    __shared__ int pick_e[32];
+    __shared__ float pick_p[32];
+    const int tid = threadIdx.x, lane = tid % WARP_SIZE, warp = tid / WARP_SIZE;
+    const bool raw = gating == 2, mine = tid < n_expert;
+    float v = NEG_INF;
+    if (mine) {
+        v = bias != nullptr ? __fadd_rn(l[tid], bias[tid]) : l[tid];
+    }
+    if (tid < k) {
+        pick_e[tid] = n_expert;
+        pick_p[tid] = 0.0f;
+    }
+    if (!raw) {
+        // The largest logit (exact in any order), each expert's e^(l - max) and the sum.
+        const float wm = warp_max(v);
+        if (lane == 0) {
+            red[warp] = wm;
+        }
+        __syncthreads();
+        float mx = NEG_INF;
+        for (int w = 0; w < (n_expert + WARP_SIZE - 1) / WARP_SIZE; ++w) {
+            mx = fmaxf(mx, red[w]);
+        }
+        const float pe = mine ? exp_rn(v - mx) : 0.0f;
+        if (mine) {
+            p[tid] = pe;
+        }
+        __syncthreads();
+        if (warp == 0) {
+            float sum = 0.0f;
+            for (int i = 0; i < TOPK_PER_LANE; ++i) {
+                const int e = lane + WARP_SIZE * i;
+                sum += e < n_expert ? p[e] : 0.0f;
+            }
+            sum = warp_sum(sum);
+            if (lane == 0) {
+                inv_sum = 1.0f / sum;
+            }
+        }
+        __syncthreads();
+        v = pe >= 0.0f ? pe * inv_sum : -1.0f; // as topk_token (NaN: -1)
+    }
+    __syncthreads(); // p's exponentials read
+    if (mine) {
+        p[tid] = v;
+    }
+    __syncthreads();
+    // Expert e's rank by `parts` adjacent threads (a power of two), each over a share of the
+    // experts, their counts summed across the group.
+    int parts = 1;
+    while (parts < WARP_SIZE && 2 * parts * n_expert <= (int)blockDim.x) {
+        parts *= 2;
+    }
+    const int e = tid / parts, part = tid % parts;
+    const bool ranks = e < n_expert;
+    const float pe = ranks ? p[e] : 0.0f;
+    int r = 0;
+    if (ranks) {
+        for (int f = part; f < n_expert; f += parts) {
+            r += ranks_before(p[f], f, pe, e);
+        }
+    }
+    for (int o = 1; o < parts; o *= 2) {
+        r += __shfl_xor_sync(FULL_MASK, r, o);
+    }
+    // As topk_token's rounds, which start below every probability and at -inf for logits: a
+    // logit of -inf is never picked.
+    const bool eligible = raw ? pe > NEG_INF : pe > -2.0f;
+    if (ranks && eligible && part == 0 && r < k) {
+        pick_e[r] = e;
+        pick_p[r] = pe;
+    }
+    __syncthreads();
+    float my_p = tid < k ? pick_p[tid] : 0.0f;
+    if (gating == 1) {
+        // Slot order, as the CPU's iterator sum.
+        float s = 0.0f;
+        for (int j = 0; j < k; ++j) {
+            s += pick_p[j];
+        }
+        my_p = my_p / s;
+    } else if (raw) {
+        // As topk_token: the maximum of the k picked, e^(l - max) summed in slot order.
+        float m = NEG_INF;
+        for (int j = 0; j < k; ++j) {
+            m = fmaxf(m, pick_p[j]);
+        }
+        const float ex = exp_rn(__fsub_rn(my_p, m));
+        __syncthreads(); // every thread has read pick_p
+        if (tid < k) {
+            pick_p[tid] = ex;
+        }
+        __syncthreads();
+        float s = 0.0f;
+        for (int j = 0; j < k; ++j) {
+            s = __fadd_rn(s, pick_p[j]);
+        }
+        my_p = __fmul_rn(ex, __fdiv_rn(1.0f, s));
+    }
+    if (tid < k) {
+        ids[(size_t)t * k + tid] = pick_e[tid];
+        weights[(size_t)t * k + tid] = my_p;
+    }
+}
 
 // After a block has written its logits: counts it in *done, and in the last block to finish
 // (which resets the count for the next launch) takes the softmax and top-k of every token as
@@ -256,7 +379,7 @@ static __device__ __forceinline__ bool topk_in_last_block(const float *logits,
     }
     const int how = gating & 3;
     if ((gating & ROUTE_TOPK_BLOCK) && n == 1 && n_expert <= (int)blockDim.x) {
-        topk_token_block(ls, ids, weights, 0, n_expert, k, how, bias, threadIdx.x, blockDim.x);
+        topk_token_block(ls, ids, weights, 0, n_expert, k, how, bias);
         return true;
     }
     const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
@@ -400,8 +523,7 @@ extern "C" __global__ void __launch_bounds__(1024)
     norm_rows_into(x, add, wr, norm_w, out, outq, eps, q8k, ws + n_embd, n, n_embd,
                    !spread && blockIdx.x == 0, keep ? sums : nullptr);
     logits_rows(ws, ws + n_embd, logits, n, n_embd, n_expert);
-    if (!(gating & ROUTE_TOPK_LATE) &&
-        topk_in_last_block(logits, ids, weights, done, n, n_expert, k, gating, bias)) {
+    if (topk_in_last_block(logits, ids, weights, done, n, n_expert, k, gating, bias)) {
         for (int i = threadIdx.x; i < n * n_embd; i += blockDim.x) {
             x[i] = keep ? sums[i] : x[i] + add[i];
         }

@@ -10,7 +10,7 @@ use crate::libs;
 use crate::nvrtc::{Target, Toolchain};
 use cudarc::driver::{
     sys, sys::CUfunction_attribute, CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream,
-    DevicePtr, DeviceRepr, ValidAsZeroBits,
+    DeviceRepr, ValidAsZeroBits,
 };
 use cudarc::nvrtc::Ptx;
 use std::collections::HashMap;
@@ -276,12 +276,6 @@ impl CudaDevice {
                 Ok(module)
             }
         }
-    }
-
-    /// The device address of `s` on this device's stream, for a kernel argument that holds it
-    /// past the borrow (a late routing's residual, [`LateRoute`](crate::ops::LateRoute)).
-    pub fn address<T>(&self, s: &CudaSlice<T>) -> u64 {
-        s.device_ptr(&self.stream).0
     }
 
     pub fn upload<T: DeviceRepr>(&self, host: &[T]) -> Result<CudaSlice<T>> {

@@ -60,7 +60,6 @@ pub const HEADERS: &[KernelFile] = &[
     kernel_file!("kquant_f16.cuh"),
     kernel_file!("norm.cuh"),
     kernel_file!("rope.cuh"),
-    kernel_file!("route_topk.cuh"),
 ];
 
 pub const ELEMENTWISE: KernelFile = kernel_file!("elementwise.cu");

@@ -8,9 +8,8 @@ use super::{CudaAct, CudaBackend, CudaWeight};
 use crate::device::CudaDevice;
 use crate::error::{CudaError, DriverContext, Result};
 use crate::ops::{
-    ExpertBufs, ExpertEpilogue, LateRoute, MoeDecode, MoeDecodeWork, MoeExperts, MoeRouteWork,
-    MoeRouter, MoeSliceWork, MoeWork, NormInto, NormRouteHow, Quantize, MOE_DECODE_MAX_TOKENS,
-    MOE_MAX_USED, ROUTER_SMALL_N,
+    ExpertBufs, ExpertEpilogue, MoeDecodeWork, MoeExperts, MoeRouteWork, MoeRouter, MoeSliceWork,
+    MoeWork, NormInto, NormRouteHow, Quantize, MOE_DECODE_MAX_TOKENS, MOE_MAX_USED, ROUTER_SMALL_N,
 };
 use crate::plan::{ExpertGemm, MoePath, MoeShape};
 use cudarc::driver::CudaSlice;
@@ -40,10 +39,6 @@ struct PreRouted {
     weights: CudaSlice<f32>,
     /// Counts the routings written here; a [`RouteMark`] of another count is stale.
     count: u64,
-    /// Where the router's launch left one token's top-k to the expert launches (the plan's
-    /// `route_topk_late`): the device address of the residual they write back (the norm's
-    /// `acc`, the forward pass's `x`). `ids` and `weights` are written by those launches.
-    late: Option<u64>,
 }
 
 /// On the activations a norm routed ([`CudaAct`]'s `routed`): which routing in the scratch is
@@ -98,6 +93,7 @@ impl CudaBackend {
                 "an MoE router not uploaded as one".into(),
             ));
         };
+        let epilogue = expert_epilogue(w)?;
         // The router applies its gating itself (fixed at upload); it must be the weights'.
         if !gates_as(router, w.gating) {
             return Err(CudaError::Invalid(format!(
@@ -105,20 +101,20 @@ impl CudaBackend {
                 w.gating
             )));
         }
-        let experts = experts_of(w)?;
+        let experts = MoeExperts {
+            gate: w.gate.matrix(),
+            up: w.up.matrix(),
+            down: w.down.matrix(),
+            // A tensor split's rank holds `w.experts` only: the kernels see its local ids.
+            n_expert: w.experts.len(),
+            n_used: w.n_expert_used,
+            n_ff: w.n_ff,
+            epilogue,
+        };
         let k = w.n_expert_used;
         let mut scratch = self.moe.lock().expect("moe scratch poisoned");
         let scratch = &mut *scratch;
         let dev = &self.dev;
-
-        // The norm before this FFN left the top-k to the expert launches.
-        let late = match (&x.routed, &scratch.routed) {
-            (Some(mark), Some(r)) if *mark == RouteMark::new(router, r.count) => r.late,
-            _ => None,
-        };
-        if let Some(residual) = late {
-            return self.moe_late(x, w, router, &experts, residual, scratch, out);
-        }
 
         // Routed by the norm before this FFN (add_rms_norm_moe), or routed here.
         let pre = match (&x.routed, &scratch.routed) {
@@ -235,54 +231,6 @@ impl CudaBackend {
         r
     }
 
-    /// One token's experts where the router's launch left the top-k (and the residual's
-    /// write-back to `residual`) to them: the fused kernels' late routing ([`LateRoute`]).
-    #[allow(clippy::too_many_arguments)]
-    fn moe_late(
-        &self,
-        x: &CudaAct,
-        w: &MoeWeights<CudaWeight>,
-        router: &MoeRouter,
-        experts: &MoeExperts,
-        residual: u64,
-        scratch: &mut MoeScratch,
-        out: &mut CudaAct,
-    ) -> Result<()> {
-        let dev = &self.dev;
-        let how = match self.gemm_plan().moe(&MoeShape::new(experts, x.rows)) {
-            MoePath::MatVec(how) if MoeDecode::takes_late(&how, x.rows, experts) => how,
-            _ => {
-                return Err(CudaError::Invalid(
-                    "the router left its top-k to expert kernels that do not take it".into(),
-                ))
-            }
-        };
-        let decode = match &mut scratch.decode {
-            Some(d) if d.n_used == experts.n_used && d.n_ff == w.n_ff && d.n_embd == x.width => d,
-            slot => slot.insert(MoeDecodeWork::new(dev, MOE_DECODE_MAX_TOKENS, experts)?),
-        };
-        let (Some(route), Some(pre)) = (&scratch.route, &mut scratch.routed) else {
-            return Err(CudaError::Invalid(
-                "a late MoE routing without its scratch".into(),
-            ));
-        };
-        let late = LateRoute {
-            router,
-            logits: route.logits(),
-            bias: w.router_bias.as_ref().map(CudaWeight::vector), // gpt-oss
-            residual,
-            ids: &mut pre.ids,
-            weights: &mut pre.weights,
-        };
-        let o = out.buf_mut();
-        self.with_q8(x, how.x_quant, |xq| {
-            crate::profile::span(dev.stream(), "moe.decode", || {
-                let md = &self.k.moe_decode;
-                md.forward_over_late(&how, xq, experts, late, decode, o)
-            })
-        })
-    }
-
     /// `acc += x`, `out = rms_norm(acc) * w` (with `out`'s activation blocks), and the routing
     /// of `out`'s rows for the MoE FFN `moe`, in one launch where the plan's `norm_route`
     /// says: the choices stay in the scratch, marked on `out`, for [`Self::try_moe`] on `out`.
@@ -313,15 +261,6 @@ impl CudaBackend {
         }
         let mode = self.norm_quant(acc.width);
         let cluster = self.plan.norm_route_cluster(n, acc.width, moe.n_expert);
-        // One token's top-k left to the expert launches, where their path takes it (a whole
-        // model's experts: a split's rank localizes the ids first).
-        let late = self.plan.route_topk_late()
-            && cluster.is_none()
-            && moe.experts == (0..moe.n_expert)
-            && match self.gemm_plan().moe(&MoeShape::new(&experts_of(moe)?, n)) {
-                MoePath::MatVec(how) => MoeDecode::takes_late(&how, n, &experts_of(moe)?),
-                _ => false,
-            };
         let mut q8 = self.bytes.take(Quantize::q8_1_bytes(out.rows, out.width))?;
         let mut scratch = self.moe.lock().expect("moe scratch poisoned");
         let scratch = &mut *scratch;
@@ -332,7 +271,6 @@ impl CudaBackend {
                 ids: self.dev.zeros(ROUTER_SMALL_N * MOE_MAX_USED)?,
                 weights: self.dev.zeros(ROUTER_SMALL_N * MOE_MAX_USED)?,
                 count: 0,
-                late: None,
             }),
         };
         let bias = moe.router_bias.as_ref().map(CudaWeight::vector); // gpt-oss
@@ -350,9 +288,7 @@ impl CudaBackend {
             topk_block: self.plan.route_topk_block(),
             keep_sums: self.plan.route_keep_sums(),
             spread_out: self.plan.route_spread_out(),
-            late,
         };
-        let residual = late.then(|| self.dev.address(norm.x));
         let r = self.k.moe_route.add_norm_route(
             norm,
             how,
@@ -364,7 +300,6 @@ impl CudaBackend {
             &mut pre.weights,
         );
         pre.count += 1;
-        pre.late = residual;
         out.q8 = Some((q8, mode));
         out.routed = Some(RouteMark::new(router, pre.count));
         r.map(|()| true)
@@ -434,20 +369,6 @@ fn gemm_work<'a>(
         *slot = Some((max, MoeWork::new(dev, max, experts)?));
     }
     Ok(&mut slot.as_mut().expect("made above").1)
-}
-
-/// One layer's stacked experts as the kernels take them.
-fn experts_of(w: &MoeWeights<CudaWeight>) -> Result<MoeExperts<'_>> {
-    Ok(MoeExperts {
-        gate: w.gate.matrix(),
-        up: w.up.matrix(),
-        down: w.down.matrix(),
-        // A tensor split's rank holds `w.experts` only: the kernels see its local ids.
-        n_expert: w.experts.len(),
-        n_used: w.n_expert_used,
-        n_ff: w.n_ff,
-        epilogue: expert_epilogue(w)?,
-    })
 }
 
 /// gpt-oss's expert biases (f32 `[n_expert][width]` matrices on the device) and activation, as

@@ -205,8 +205,6 @@ scalar_args!(super::kv_cache::KvPagesArg);
 scalar_args!(super::gemm_wgmma::TmaMapArg);
 // The f16 mat-vec's matrices by value (matvec_f16.cu's MvfMats).
 scalar_args!(super::matvec_f16::MvfMatsArg);
-// One token's late routing by value (moe_decode.cu's LateRoute).
-scalar_args!(super::moe_decode::LateRouteArg);
 
 /// A launch being built; see [`Launcher::builder`].
 pub struct Launch<'a> {

@@ -52,7 +52,7 @@ pub(crate) use mmvq::MMVQ_MAX_COLS;
 pub use mmvq::{Mmvq, NormIn, PairOut, QuantMatrix, TRIPLES};
 pub use mmvq_mma::{MmvqMma, MMA_MV_MAX_ROWS};
 pub use mmvq_staged::{MmvqStaged, STAGED_MAX_ROWS, STAGED_MIN_ROWS, STAGED_SPLIT_BLOCKS};
-pub use moe_decode::{LateRoute, MoeDecode, MoeDecodeWork};
+pub use moe_decode::{MoeDecode, MoeDecodeWork};
 pub(crate) use moe_decode::{MOE_DECODE_MAX_TOKENS, MOE_DECODE_WARPS};
 pub use moe_gemm::{
     MoeGemm, MoeWork, MOE_INDEX_ONE_BLOCK_EXPERTS, MOE_INDEX_ONE_BLOCK_PAIRS, MOE_MAX_PAIRS,

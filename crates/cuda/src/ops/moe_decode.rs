@@ -14,12 +14,12 @@
 
 use super::launch::Launcher;
 use super::mmvq::stage_args;
-use super::{int, stride_blocks, ActQuant, MoeExperts, MoeRouter, Quantize, MOE_MAX_USED};
+use super::{int, stride_blocks, ActQuant, MoeExperts, Quantize};
 use crate::device::CudaDevice;
 use crate::error::{CudaError, DriverContext, Result};
 use crate::kernels::{ELEMENTWISE, MOE_DECODE};
 use crate::plan::ExpertMatVec;
-use cudarc::driver::{CudaFunction, CudaSlice, DevicePtr, DevicePtrMut, LaunchConfig};
+use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig};
 use ferrolm_gguf::GgmlType;
 use ferrolm_quant::QK_K;
 use std::collections::HashMap;
@@ -68,35 +68,6 @@ fn down_rows(lean: bool, n: usize) -> usize {
     } else {
         2
     }
-}
-
-/// One token's routing finished by the fused kernels themselves (FERROLM_ROUTE_TOPK_LATE; the
-/// kernels' `LateRoute`): the router's launch ([`NormRouteHow::late`](super::NormRouteHow))
-/// left its logits, and each gate/up block takes their top-k after its wait (its block (0, 0)
-/// writing `ids` and `weights`), each down block again before its wait, and the down blocks
-/// add the experts' output buffer (still the attention's output, the router's `add`) to their
-/// rows of `residual` before they overwrite it. The same bits as the router's last block.
-pub struct LateRoute<'a> {
-    pub router: &'a MoeRouter,
-    pub logits: &'a CudaSlice<f32>,
-    pub bias: Option<&'a CudaSlice<f32>>,
-    /// The residual the router's norm added into: the device address of one row of `n_embd`
-    /// floats that lives through the pass (the forward pass's `x`).
-    pub residual: u64,
-    pub ids: &'a mut CudaSlice<i32>,
-    pub weights: &'a mut CudaSlice<f32>,
-}
-
-/// The kernels' `LateRoute`, by value (null pointers: the ids and weights are given).
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
-pub struct LateRouteArg {
-    logits: u64,
-    bias: u64,
-    ids: u64,
-    weights: u64,
-    x: u64,
-    gating: i32,
 }
 
 /// Scratch for up to `max_n` tokens of one expert shape, allocated once.
@@ -254,64 +225,7 @@ impl MoeDecode {
         work: &mut MoeDecodeWork,
         residual: &mut CudaSlice<f32>,
     ) -> Result<()> {
-        let none = LateRouteArg::default();
-        self.run(
-            how, x_q8_1, n, ids, weights, experts, work, residual, false, none,
-        )
-    }
-
-    /// Whether [`Self::forward_over_late`] takes `n` tokens of these experts the plan's way:
-    /// one token on the fused kernels, whose blocks (gate/up's `gate_up_warps`, down's 8 warps)
-    /// have a thread an expert.
-    pub fn takes_late(how: &ExpertMatVec, n: usize, experts: &MoeExperts) -> bool {
-        let threads = 32 * how.gate_up_warps.min(MOE_DECODE_WARPS) as usize;
-        n == 1
-            && how.fused
-            && experts.gate.ty == experts.up.ty
-            && experts.n_expert <= threads
-            && experts.n_used <= MOE_MAX_USED
-    }
-
-    /// [`Self::forward_over`] of one token whose top-k the kernels take from the router's
-    /// logits ([`LateRoute`]; `late.ids` and `late.weights` get the choices), where
-    /// [`Self::takes_late`] says.
-    #[allow(clippy::too_many_arguments)]
-    pub fn forward_over_late(
-        &self,
-        how: &ExpertMatVec,
-        x_q8_1: &CudaSlice<u8>,
-        experts: &MoeExperts,
-        late: LateRoute<'_>,
-        work: &mut MoeDecodeWork,
-        out: &mut CudaSlice<f32>,
-    ) -> Result<()> {
-        if !Self::takes_late(how, 1, experts) {
-            return Err(CudaError::Invalid(format!(
-                "moe decode: the late top-k of {} experts on this path",
-                experts.n_expert
-            )));
-        }
-        let (ne, d) = (experts.n_expert, experts.n_embd());
-        assert!(
-            late.router.n_expert == ne
-                && late.router.n_embd == d
-                && late.router.n_used == experts.n_used
-                && late.logits.len() >= ne
-                && late.bias.is_none_or(|b| b.len() >= ne)
-                && late.residual != 0,
-            "moe decode: the late top-k's router, logits, bias or residual"
-        );
-        let stream = self.stream().clone();
-        let arg = LateRouteArg {
-            logits: late.logits.device_ptr(&stream).0,
-            bias: late.bias.map_or(0, |b| b.device_ptr(&stream).0),
-            ids: late.ids.device_ptr_mut(&stream).0,
-            weights: late.weights.device_ptr_mut(&stream).0,
-            x: late.residual,
-            gating: late.router.gating_arg(),
-        };
-        let (ids, weights) = (&*late.ids, &*late.weights);
-        self.run(how, x_q8_1, 1, ids, weights, experts, work, out, true, arg)
+        self.run(how, x_q8_1, n, ids, weights, experts, work, residual, false)
     }
 
     /// [`Self::forward`] into `out` as it would add into zeros, bit for bit, whatever `out`
@@ -329,8 +243,7 @@ impl MoeDecode {
         work: &mut MoeDecodeWork,
         out: &mut CudaSlice<f32>,
     ) -> Result<()> {
-        let none = LateRouteArg::default();
-        self.run(how, x_q8_1, n, ids, weights, experts, work, out, true, none)
+        self.run(how, x_q8_1, n, ids, weights, experts, work, out, true)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -345,7 +258,6 @@ impl MoeDecode {
         work: &mut MoeDecodeWork,
         residual: &mut CudaSlice<f32>,
         overwrite: bool,
-        late: LateRouteArg,
     ) -> Result<()> {
         experts.check();
         let (k, ff, d) = (experts.n_used, experts.n_ff, experts.n_embd());
@@ -383,10 +295,7 @@ impl MoeDecode {
                 )));
             }
             let over = i32::from(overwrite);
-            let late = &late;
-            self.fused_forward(
-                how, x_q8_1, n, ids, weights, experts, work, residual, over, late,
-            )
+            self.fused_forward(how, x_q8_1, n, ids, weights, experts, work, residual, over)
         } else {
             if overwrite {
                 self.stream()
@@ -409,7 +318,6 @@ impl MoeDecode {
         work: &mut MoeDecodeWork,
         residual: &mut CudaSlice<f32>,
         overwrite: i32,
-        late: &LateRouteArg,
     ) -> Result<()> {
         let (k, ff, d) = (e.n_used, e.n_ff, e.n_embd());
         let ints = Ints::new(d, ff, e.n_expert, k);
@@ -466,12 +374,9 @@ impl MoeDecode {
         let (hq, hq_done) = (&mut work.hq, &mut work.hq_done);
         b.arg(h_in_gate_up.then_some(&*hq))
             .arg(&hq_k)
-            .arg(&mut *hq_done)
-            .arg(late);
+            .arg(&mut *hq_done);
         // SAFETY: moe_gate_up_*_nN(gate, up, x, ids, h, n_embd, n_ff, n_expert, k, walk,
-        // gate_bias, up_bias, alpha, limit, down_l2, down_bytes, hq, hq_k, hq_done, late):
-        // late's pointers null, or (one token, forward_over_late's checks: a thread a block
-        // an expert) the router's logits and bias, k ids and weights out, the residual; stacked
+        // gate_bias, up_bias, alpha, limit, down_l2, down_bytes, hq, hq_k, hq_done): stacked
         // [n_expert*n_ff][n_embd] weights, N Q8_1 rows, N*k ids, N*k x n_ff floats out (work
         // sized for max_n >= N); biases of [n_expert][n_ff] floats or null (MoeExperts::check);
         // the down weights (only prefetched, never read) or null, n_expert experts of
@@ -504,11 +409,9 @@ impl MoeDecode {
             .arg(&ints.k)
             .arg(&walk)
             .arg(e.epilogue.bias(2))
-            .arg(&overwrite)
-            .arg(late);
+            .arg(&overwrite);
         // SAFETY: moe_down_*_nN(down, hq, ids, weights, out, n_embd, n_ff, n_expert, k,
-        // walk, down_bias, overwrite, late): late as gate/up's (its residual n_embd floats, the
-        // block 8 warps); stacked [n_expert*n_embd][n_ff] weights, N*k Q8_1
+        // walk, down_bias, overwrite): stacked [n_expert*n_embd][n_ff] weights, N*k Q8_1
         // rows of n_ff, N*k ids and weights, N x n_embd floats updated, a bias of
         // [n_expert][n_embd] floats or null; a block per down_rows(N) output rows; with stage,
         // the shared bytes of the N*k rows' staged blocks.

@@ -43,24 +43,17 @@ const ROUTE_TOPK_BLOCK: i32 = 4;
 const ROUTE_KEEP_SUMS: i32 = 8;
 /// The bit that spreads the norm's outputs over the blocks (moe_route.cu's ROUTE_SPREAD_OUT).
 const ROUTE_SPREAD_OUT: i32 = 16;
-/// The bit that leaves one token's top-k and residual write-back to the expert launches
-/// (moe_route.cu's ROUTE_TOPK_LATE; [`LateRoute`](super::LateRoute)).
-const ROUTE_TOPK_LATE: i32 = 32;
 
 /// How [`MoeRoute::add_norm_route`] runs (the plan's choices; each gives the same bits): one
 /// cluster of that many blocks or a block an expert; one token's top-k by the last block's
 /// threads together; one token's residual written back from the sums the blocks kept in
-/// shared memory; the norm's outputs written a share a block after each block's count. With
-/// `late` (one token, no cluster) the launch ends with its logits: the top-k and the residual's
-/// write-back are the expert launches' ([`LateRoute`](super::LateRoute)), and `ids`, `weights`
-/// and the residual hold their values only after them.
+/// shared memory; the norm's outputs written a share a block after each block's count.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct NormRouteHow {
     pub cluster: Option<u32>,
     pub topk_block: bool,
     pub keep_sums: bool,
     pub spread_out: bool,
-    pub late: bool,
 }
 
 /// That launch's shared memory for `n` tokens of `n_embd`: the expert's row and the tokens'.
@@ -111,8 +104,8 @@ impl MoeRouter {
         }
     }
 
-    /// The kernels' `gating` argument (moe_route.cu; route_topk.cuh's).
-    pub(crate) fn gating_arg(&self) -> i32 {
+    /// The kernels' `gating` argument (moe_route.cu).
+    fn gating_arg(&self) -> i32 {
         if self.topk_softmax {
             2
         } else {
@@ -339,12 +332,7 @@ impl MoeRoute {
         let gating = gating
             | bit(how.topk_block, ROUTE_TOPK_BLOCK)
             | bit(how.keep_sums, ROUTE_KEEP_SUMS)
-            | bit(how.spread_out, ROUTE_SPREAD_OUT)
-            | bit(how.late, ROUTE_TOPK_LATE);
-        assert!(
-            !how.late || (n == 1 && how.cluster.is_none()),
-            "norm route: the late top-k is one token's, on the block-an-expert launch"
-        );
+            | bit(how.spread_out, ROUTE_SPREAD_OUT);
         let cluster = how.cluster;
         // One cluster of blocks, each a share of the experts, or a block an expert; the two
         // kernels take the same parameters.

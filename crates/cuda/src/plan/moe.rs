@@ -218,15 +218,6 @@ impl Plan {
         self.switches.route_spread_out
     }
 
-    /// Whether one token's top-k is left to the fused expert launches, from the router
-    /// launch's logits (with the residual's write-back): the same bits. The backend takes it
-    /// where that launch and the experts' path allow ([`MoeDecode::takes_late`]).
-    ///
-    /// [`MoeDecode::takes_late`]: crate::ops::MoeDecode::takes_late
-    pub fn route_topk_late(&self) -> bool {
-        self.switches.route_topk_late
-    }
-
     /// The blocks of the one cluster that launch takes (`add_rms_norm_route_cluster`, the same
     /// bits) for `n` tokens of `n_embd` and `n_expert` experts, where [`Self::norm_route`] runs:
     /// on sm_90 and later, with the switch on, where a block's share of the router's rows and

@@ -178,12 +178,6 @@ pub struct Switches {
     /// and read its Q8_K rows back from L2: work ahead of the last count, on the layer's chain.
     /// The same bits.
     pub route_spread_out: bool,
-    /// `FERROLM_ROUTE_TOPK_LATE=1`: one token's router launch ends with its blocks' logits, and
-    /// the fused expert launches take the top-k themselves (each gate/up block after its wait,
-    /// each down block before its own) and down's blocks write the residual back: the router's
-    /// count, its last block's reload of the logits, its top-k and its write-back leave the
-    /// layer's chain. The same bits.
-    pub route_topk_late: bool,
     /// `FERROLM_QK_NORM_REGS`: per-head q/k norms (qwen3's) and their NEOX rotation in one
     /// launch with each head's values in its threads' registers, where a thread's elements hold
     /// whole rotation pairs: no store, barrier and reload between the norm and the rotation,
@@ -452,7 +446,6 @@ impl Default for Switches {
             route_topk_block: true,
             route_keep_sums: true,
             route_spread_out: false,
-            route_topk_late: false,
             head_norm_regs: true,
             norm_exact: true,
             q8k: true,
@@ -661,7 +654,6 @@ impl Switches {
             route_topk_block: flag(env, "FERROLM_ROUTE_TOPK_BLOCK", true)?,
             route_keep_sums: flag(env, "FERROLM_ROUTE_KEEP_SUMS", true)?,
             route_spread_out: flag(env, "FERROLM_ROUTE_SPREAD_OUT", false)?,
-            route_topk_late: flag(env, "FERROLM_ROUTE_TOPK_LATE", false)?,
             head_norm_regs: flag(env, "FERROLM_QK_NORM_REGS", true)?,
             norm_exact: flag(env, "FERROLM_NORM_EXACT", true)?,
             q8k: flag(env, "FERROLM_CUDA_Q8K", true)?,
@@ -775,7 +767,7 @@ impl fmt::Display for Switches {
             self.timing_skip.join(",")
         };
         let norm_route_rows = count_or_auto(self.norm_route_rows);
-        let lines: [(&str, &str, &str); 89] = [
+        let lines: [(&str, &str, &str); 88] = [
             (
                 "FERROLM_CUDA_MMQ",
                 bit(self.mmq),
@@ -942,11 +934,6 @@ impl fmt::Display for Switches {
                 "FERROLM_ROUTE_SPREAD_OUT",
                 bit(self.route_spread_out),
                 "the router's norm outputs a share a block, after its count",
-            ),
-            (
-                "FERROLM_ROUTE_TOPK_LATE",
-                bit(self.route_topk_late),
-                "one token's top-k by the expert launches, from the router's logits",
             ),
             (
                 "FERROLM_QK_NORM_REGS",
