@@ -218,6 +218,16 @@ impl Plan {
         self.switches.route_spread_out
     }
 
+    /// Threads a block of that launch for `n` tokens of `n_embd` where it runs narrower than
+    /// the norm's block (`FERROLM_ROUTE_NARROW`, where [`NormRouteHow::narrow_for`] takes it):
+    /// the same bits.
+    pub fn route_narrow(&self, n: usize, n_embd: usize) -> Option<u32> {
+        let t = u32::try_from(self.switches.route_narrow).ok()?;
+        (t > 0)
+            .then(|| NormRouteHow::narrow_for(t, n, n_embd))
+            .flatten()
+    }
+
     /// The blocks of the one cluster that launch takes (`add_rms_norm_route_cluster`, the same
     /// bits) for `n` tokens of `n_embd` and `n_expert` experts, where [`Self::norm_route`] runs:
     /// on sm_90 and later, with the switch on, where a block's share of the router's rows and
