@@ -54,7 +54,17 @@ pub fn all(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) -> Resu
                     topk_block,
                     keep_sums: topk_block,
                     spread_out,
-                    narrow: None,
+                    ..NormRouteHow::default()
+                };
+                // The block's top-k with the norm on exact rows (one token), or 4 experts a
+                // block.
+                let exact = NormRouteHow {
+                    exact: true,
+                    ..small(true, false)
+                };
+                let four = NormRouteHow {
+                    per_block: 4,
+                    ..small(true, false)
                 };
                 // One token's launch in narrower blocks (128 and 256 threads where they
                 // divide the norm's), its top-k by the block.
@@ -67,6 +77,8 @@ pub fn all(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) -> Resu
                     (small(false, false), routes),
                     (small(true, false), routes),
                     (small(true, true), routes),
+                    (exact, routes),
+                    (four, routes),
                     (narrow(128), routes && narrow(128).narrow.is_some()),
                     (narrow(256), routes && narrow(256).narrow.is_some()),
                     (
@@ -85,7 +97,13 @@ pub fn all(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) -> Resu
                     let small_name = "add_rms_norm_route_small (norm + routing in one launch)";
                     let narrow_name =
                         format!(", top-k by the block, {:?} threads a block", how.narrow);
+                    let shape = format!(
+                        ", top-k by the block, sums kept, exact rows {}, {} experts a block",
+                        how.exact,
+                        how.per_block.max(1)
+                    );
                     let (name, how) = match (how.cluster, how.topk_block, how.spread_out) {
+                        _ if how.exact || how.per_block > 1 => (small_name, shape.as_str()),
                         _ if how.narrow.is_some() => (
                             "add_rms_norm_route_narrow (norm + routing, narrow blocks)",
                             narrow_name.as_str(),

@@ -43,6 +43,13 @@ const ROUTE_TOPK_BLOCK: i32 = 4;
 const ROUTE_KEEP_SUMS: i32 = 8;
 /// The bit that spreads the norm's outputs over the blocks (moe_route.cu's ROUTE_SPREAD_OUT).
 const ROUTE_SPREAD_OUT: i32 = 16;
+/// The bit for one token's norm on rows of exactly 4 elements a thread, its Q8_K blocks from
+/// shared memory (moe_route.cu's ROUTE_EXACT).
+const ROUTE_EXACT: i32 = 64;
+/// Where log2 of the experts a block goes in `gating` (moe_route.cu's ROUTE_PER_SHIFT).
+const ROUTE_PER_SHIFT: i32 = 8;
+/// The most experts a block of the block-an-expert launch takes.
+pub const ROUTE_MAX_EXPERTS_A_BLOCK: usize = 8;
 
 /// How [`MoeRoute::add_norm_route`] runs (the plan's choices; each gives the same bits): one
 /// cluster of that many blocks or a block an expert; one token's top-k by the last block's
@@ -57,6 +64,11 @@ pub struct NormRouteHow {
     pub keep_sums: bool,
     pub spread_out: bool,
     pub narrow: Option<u32>,
+    /// One token's norm on rows of exactly 4 elements a thread, the writer's Q8_K blocks from
+    /// the staged row (moe_route.cu's ROUTE_EXACT).
+    pub exact: bool,
+    /// Experts a block of the block-an-expert launch (1, 2, 4 or 8; 0 counts as 1).
+    pub per_block: u32,
 }
 
 impl NormRouteHow {
@@ -76,10 +88,14 @@ impl NormRouteHow {
     }
 }
 
-/// That launch's shared memory for `n` tokens of `n_embd`: the expert's row and the tokens'.
-fn small_stage_bytes(n: usize, n_embd: usize) -> usize {
-    (1 + n) * n_embd * 4
+/// That launch's shared memory for `n` tokens of `n_embd`: the block's `per` experts' rows and
+/// the tokens'.
+pub(crate) fn per_block_stage_bytes(per: usize, n: usize, n_embd: usize) -> usize {
+    (per + n) * n_embd * 4
 }
+
+/// The most shared memory a block of that launch may take (allowed at load).
+pub(crate) const SMALL_STAGE_MAX_BYTES: usize = (1 + ROUTER_SMALL_N) * ROUTER_SMALL_MAX_EMBD * 4;
 
 /// The narrow launch's: the expert's row, the norm's weights and the token's row.
 fn narrow_stage_bytes(n_embd: usize) -> usize {
@@ -276,7 +292,7 @@ impl MoeRoute {
         let norm_route_small = dev.function_with_smem(
             &MOE_ROUTE,
             "add_rms_norm_route_small",
-            small_stage_bytes(ROUTER_SMALL_N, ROUTER_SMALL_MAX_EMBD),
+            SMALL_STAGE_MAX_BYTES,
         )?;
         let norm_route_narrow = dev.function_with_smem(
             &MOE_ROUTE,
@@ -365,7 +381,16 @@ impl MoeRoute {
         let gating = gating
             | bit(how.topk_block, ROUTE_TOPK_BLOCK)
             | bit(how.keep_sums, ROUTE_KEEP_SUMS)
-            | bit(how.spread_out, ROUTE_SPREAD_OUT);
+            | bit(how.spread_out, ROUTE_SPREAD_OUT)
+            | bit(how.exact, ROUTE_EXACT);
+        let per = how.per_block.max(1) as usize;
+        assert!(
+            per.is_power_of_two()
+                && per <= ROUTE_MAX_EXPERTS_A_BLOCK
+                && per_block_stage_bytes(per, n, d) <= SMALL_STAGE_MAX_BYTES,
+            "norm route: {per} experts a block of {n} tokens of {d}"
+        );
+        let gating = gating | ((per.trailing_zeros() as i32) << ROUTE_PER_SHIFT);
         let cluster = how.cluster;
         let narrow = how.narrow.filter(|_| cluster.is_none());
         if let Some(t) = narrow {
@@ -401,9 +426,9 @@ impl MoeRoute {
             }
             _ => {
                 let cfg = LaunchConfig {
-                    grid_dim: (ne as u32, 1, 1),
+                    grid_dim: (ne.div_ceil(per) as u32, 1, 1),
                     block_dim: (norm_threads(d), 1, 1),
-                    shared_mem_bytes: small_stage_bytes(n, d) as u32,
+                    shared_mem_bytes: per_block_stage_bytes(per, n, d) as u32,
                 };
                 (&self.norm_route_small, cfg, None)
             }

@@ -44,6 +44,7 @@ use crate::ops::{
     MOE_INDEX_ONE_BLOCK_PAIRS, ROUTER_SMALL_MAX_EMBD, ROUTER_SMALL_N, ROUTE_CLUSTER_STAGE_BYTES,
     STAGED_MAX_ROWS, STAGED_MIN_ROWS, STAGED_SPLIT_BLOCKS,
 };
+use crate::ops::{per_block_stage_bytes, ROUTE_MAX_EXPERTS_A_BLOCK, SMALL_STAGE_MAX_BYTES};
 use cudarc::driver::sys::CUdevice_attribute;
 use ferrolm_gguf::GgmlType;
 use std::fmt;

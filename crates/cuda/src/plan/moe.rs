@@ -228,6 +228,26 @@ impl Plan {
             .flatten()
     }
 
+    /// Whether that launch takes one token's norm on exact rows with its Q8_K blocks from
+    /// shared memory (`FERROLM_ROUTE_EXACT`): the same bits.
+    pub fn route_exact(&self) -> bool {
+        self.switches.route_exact
+    }
+
+    /// Experts a block of that launch for `n` tokens of `n_embd` (`FERROLM_ROUTE_EXPERTS_A_BLOCK`
+    /// where a power of two whose rows fit the launch's shared memory, else 1): the same bits.
+    pub fn route_experts_a_block(&self, n: usize, n_embd: usize) -> u32 {
+        let p = self.switches.route_experts_a_block;
+        let fits = p.is_power_of_two()
+            && p <= ROUTE_MAX_EXPERTS_A_BLOCK
+            && per_block_stage_bytes(p, n, n_embd) <= SMALL_STAGE_MAX_BYTES;
+        if fits {
+            p as u32
+        } else {
+            1
+        }
+    }
+
     /// The blocks of the one cluster that launch takes (`add_rms_norm_route_cluster`, the same
     /// bits) for `n` tokens of `n_embd` and `n_expert` experts, where [`Self::norm_route`] runs:
     /// on sm_90 and later, with the switch on, where a block's share of the router's rows and

@@ -185,6 +185,17 @@ pub struct Switches {
     /// half an SM's registers, so it may not fit beside the mat-vec ahead of it, and its
     /// rows' loads before the PDL wait may not start early. The same bits.
     pub route_narrow: usize,
+    /// `FERROLM_ROUTE_EXACT=1`: one token's router launch takes its norm on rows of exactly 4
+    /// elements a thread (`add_norm_scale_exact`, as `FERROLM_NORM_EXACT` does for the norm
+    /// launch: no guarded iterations past them) and its writer block quantizes the Q8_K blocks
+    /// from the normed row in shared memory, where it read them back from `out` through L2.
+    /// The same bits.
+    pub route_exact: bool,
+    /// `FERROLM_ROUTE_EXPERTS_A_BLOCK=P` (1, 2, 4 or 8; default 1): the router launch's blocks
+    /// take P experts each (their rows side by side in shared memory, a warp a dot): P times
+    /// fewer blocks taking the norm, counting in and reading the residual from L2. The same
+    /// bits.
+    pub route_experts_a_block: usize,
     /// `FERROLM_QK_NORM_REGS`: per-head q/k norms (qwen3's) and their NEOX rotation in one
     /// launch with each head's values in its threads' registers, where a thread's elements hold
     /// whole rotation pairs: no store, barrier and reload between the norm and the rotation,
@@ -454,6 +465,8 @@ impl Default for Switches {
             route_keep_sums: true,
             route_spread_out: false,
             route_narrow: 0,
+            route_exact: false,
+            route_experts_a_block: 1,
             head_norm_regs: true,
             norm_exact: true,
             q8k: true,
@@ -663,6 +676,8 @@ impl Switches {
             route_keep_sums: flag(env, "FERROLM_ROUTE_KEEP_SUMS", true)?,
             route_spread_out: flag(env, "FERROLM_ROUTE_SPREAD_OUT", false)?,
             route_narrow: count(env, "FERROLM_ROUTE_NARROW", 0..=256)?.unwrap_or(0),
+            route_exact: flag(env, "FERROLM_ROUTE_EXACT", false)?,
+            route_experts_a_block: count(env, "FERROLM_ROUTE_EXPERTS_A_BLOCK", 1..=8)?.unwrap_or(1),
             head_norm_regs: flag(env, "FERROLM_QK_NORM_REGS", true)?,
             norm_exact: flag(env, "FERROLM_NORM_EXACT", true)?,
             q8k: flag(env, "FERROLM_CUDA_Q8K", true)?,
@@ -765,6 +780,7 @@ impl fmt::Display for Switches {
         let moe_pairs = count_or_auto(self.moe_mma_pairs);
         let gate_up_warps = count_or_auto(self.moe_gate_up_warps);
         let route_narrow = self.route_narrow.to_string();
+        let route_per = self.route_experts_a_block.to_string();
         let decode_rows = count_or_auto(self.f16_decode_rows);
         let decode_splits = count_or_auto(self.f16_decode_splits);
         let decode_share = count_or_auto(self.f16_decode_share_blocks);
@@ -777,7 +793,7 @@ impl fmt::Display for Switches {
             self.timing_skip.join(",")
         };
         let norm_route_rows = count_or_auto(self.norm_route_rows);
-        let lines: [(&str, &str, &str); 89] = [
+        let lines: [(&str, &str, &str); 91] = [
             (
                 "FERROLM_CUDA_MMQ",
                 bit(self.mmq),
@@ -949,6 +965,16 @@ impl fmt::Display for Switches {
                 "FERROLM_ROUTE_NARROW",
                 &route_narrow,
                 "threads a block of one token's router launch (0: the norm's)",
+            ),
+            (
+                "FERROLM_ROUTE_EXACT",
+                bit(self.route_exact),
+                "the router's norm on exact rows, its Q8_K blocks from shared memory",
+            ),
+            (
+                "FERROLM_ROUTE_EXPERTS_A_BLOCK",
+                &route_per,
+                "experts a block of the router launch",
             ),
             (
                 "FERROLM_QK_NORM_REGS",
