@@ -4,10 +4,10 @@
 # FERROLM_ROUTE_EXPERTS_A_BLOCK=P (P experts a block: P times fewer blocks taking the norm,
 # counting and reading the residual from L2). In order: both MoE models' logits over 60 steps
 # one token a step under each (the same md5 expected); tg128 beside llama-bench, default /
-# exact / P=2 / P=4 / P=8, twice, qwen3-30b-a3b then OLMoE; OLMoE at -d 16384; then
+# exact / P=4 / P=8, twice, qwen3-30b-a3b then OLMoE; with DEPTH=1 OLMoE at -d 16384; then
 # cuda-parity (its "exact rows" and "experts a block" norm-route rows). Usage, from the repo
 # root, .device-carry/ from tools/device/pack.sh:
-#   [PARITY=0] bash tools/device/s47_route.sh
+#   [PARITY=0] [DEPTH=1] bash tools/device/s47_route.sh
 source tools/device/carried.sh
 X=FERROLM_ROUTE_EXACT=1; P=FERROLM_ROUTE_EXPERTS_A_BLOCK
 pooled qwen3-30b-a3b olmoe-1b-7b
@@ -19,10 +19,12 @@ for p in qwen3-30b-a3b olmoe-1b-7b; do
   F=$M/$p-pooled.gguf; EXTRA=
   echo "== $p llama-bench $(llama_tg128) at $(( $(date +%s) - t0 )) s"
   for r in 1 2; do
-    echo "  0 $(tg128 A=0) | exact $(tg128 $X) | P=2 $(tg128 $P=2) | P=4 $(tg128 $P=4) | P=8 $(tg128 $P=8) at $(( $(date +%s) - t0 )) s"
+    echo "  0 $(tg128 A=0) | exact $(tg128 $X) | P=4 $(tg128 $P=4) | P=8 $(tg128 $P=8) at $(( $(date +%s) - t0 )) s"
   done
 done
-F=$M/olmoe-1b-7b-pooled.gguf; EXTRA="-d 16384"
-echo "== olmoe-1b-7b -d 16384 llama-bench $(llama_tg128) | 0 $(tg128 A=0) | exact $(tg128 $X) | P=4 $(tg128 $P=4) at $(( $(date +%s) - t0 )) s"
+[ "${DEPTH:-0}" = 0 ] || {
+  F=$M/olmoe-1b-7b-pooled.gguf; EXTRA="-d 16384"
+  echo "== olmoe-1b-7b -d 16384 llama-bench $(llama_tg128) | 0 $(tg128 A=0) | exact $(tg128 $X) | P=4 $(tg128 $P=4) at $(( $(date +%s) - t0 )) s"
+}
 [ "${PARITY:-1}" = 0 ] || run_parity 197
 echo "end at $(( $(date +%s) - t0 )) s"

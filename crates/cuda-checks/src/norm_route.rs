@@ -66,12 +66,7 @@ pub fn all(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) -> Resu
                     per_block: 4,
                     ..small(true, false)
                 };
-                // One token's launch in narrower blocks (128 and 256 threads where they
-                // divide the norm's), its top-k by the block.
-                let narrow = |t| NormRouteHow {
-                    narrow: NormRouteHow::narrow_for(t, n, d),
-                    ..small(true, false)
-                };
+
                 let cluster = clustered.norm_route_cluster(n, d, ne);
                 let launches = [
                     (small(false, false), routes),
@@ -79,8 +74,6 @@ pub fn all(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) -> Resu
                     (small(true, true), routes),
                     (exact, routes),
                     (four, routes),
-                    (narrow(128), routes && narrow(128).narrow.is_some()),
-                    (narrow(256), routes && narrow(256).narrow.is_some()),
                     (
                         NormRouteHow {
                             cluster,
@@ -95,8 +88,6 @@ pub fn all(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) -> Resu
                     }
                     let same = one(dev, k, rng, d, ne, kk, oai, n, mode, how)?;
                     let small_name = "add_rms_norm_route_small (norm + routing in one launch)";
-                    let narrow_name =
-                        format!(", top-k by the block, {:?} threads a block", how.narrow);
                     let shape = format!(
                         ", top-k by the block, sums kept, exact rows {}, {} experts a block",
                         how.exact,
@@ -104,10 +95,6 @@ pub fn all(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) -> Resu
                     );
                     let (name, how) = match (how.cluster, how.topk_block, how.spread_out) {
                         _ if how.exact || how.per_block > 1 => (small_name, shape.as_str()),
-                        _ if how.narrow.is_some() => (
-                            "add_rms_norm_route_narrow (norm + routing, narrow blocks)",
-                            narrow_name.as_str(),
-                        ),
                         (None, false, _) => (small_name, ""),
                         (None, true, false) => (small_name, ", top-k by the block, sums kept"),
                         (None, true, true) => (

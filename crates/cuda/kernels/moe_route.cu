@@ -22,9 +22,6 @@
 //   launch: block as that norm (ops/norm_rope.rs's norm_threads; at most 1024), grid n_expert,
 //   the same shared memory and counter as moe_route_small; with P experts a block (gating's
 //   ROUTE_PER_SHIFT bits), grid ceil(n_expert / P) and (P + n) * n_embd floats of shared memory.
-// - add_rms_norm_route_narrow: the same for one token in blocks of at most 256 threads, a
-//   multiple of 32 dividing the norm's (`nt`, at most 8 times as many); dynamic shared memory
-//   3 * n_embd floats.
 #include "common.cuh"
 #include "norm.cuh"
 #include "quant.cuh"
@@ -596,67 +593,6 @@ extern "C" __global__ void __launch_bounds__(1024)
     }
     if (spread) {
         write_normed_share(ws + n_embd, out, outq, q8k, n, n_embd);
-    }
-}
-
-// The block's expert row and the norm's weights into the first two rows of the shared stage,
-// then the wait for the kernel ahead: model weights, which no kernel writes.
-static __device__ __forceinline__ void router_and_norm_rows_then_wait(const float *__restrict__ w,
-                                                                      const float *__restrict__ norm_w,
-                                                                      int n_embd) {
-    const float4 *we = (const float4 *)(w + (size_t)blockIdx.x * n_embd);
-    const float4 *nw = (const float4 *)norm_w;
-    for (int i = threadIdx.x; i < n_embd / 4; i += blockDim.x) {
-        route_stage[i] = __ldg(we + i);
-        route_stage[n_embd / 4 + i] = __ldg(nw + i);
-    }
-    dependent_launch_entry();
-}
-
-// add_rms_norm_route_small for one token in narrower blocks (FERROLM_ROUTE_NARROW): blockDim.x
-// threads, a multiple of 32 dividing `nt`, the norm launch's threads (norm_threads), at most 8
-// times fewer. add_norm_scale_as takes the f64 sums in the norm launch's order, so the bits
-// are the same. Why: a block of the norm's 512 threads (rows of 2,048) at 64 registers holds
-// half an SM's register file, which the mat-vec ahead of it on the stream may not leave free,
-// so the router's blocks (and their rows' loads before the wait) may start only as it ends; a
-// narrow block fits beside it. Dynamic shared memory: 3 rows of n_embd floats (the expert's
-// row, the norm's weights, the normed row), all but the last loaded before the wait.
-extern "C" __global__ void __launch_bounds__(256)
-    add_rms_norm_route_narrow(float *x, const float *add, const float *__restrict__ norm_w,
-                              float *out, block_q8_1 *__restrict__ outq, float eps, int q8k,
-                              const float *__restrict__ w, float *logits, int *__restrict__ ids,
-                              float *__restrict__ weights, unsigned *done, int n, int n_embd,
-                              int n_expert, int k, int gating, const float *__restrict__ bias,
-                              int nt) {
-    router_and_norm_rows_then_wait(w, norm_w, n_embd);
-    float *ws = (float *)route_stage, *nws = ws + n_embd, *xs = nws + n_embd;
-    __shared__ double scratch[32];
-    __shared__ float sums[SMALL_MAX_EMBD]; // x + add
-    const float scale = add_norm_scale_as<8>(x, add, n_embd, nt, eps, sums, scratch);
-    const bool writer = blockIdx.x == 0;
-    // Element i's sum was written by this thread (i = tid mod blockDim.x in both loops).
-    for (int i = threadIdx.x; i < n_embd; i += blockDim.x) {
-        const float o = __fmul_rn(__fmul_rn(sums[i], scale), nws[i]);
-        xs[i] = o;
-        if (writer) {
-            out[i] = o;
-            if (!q8k) {
-                quantize_q8_1_warp(o, outq + i / QK8_1); // a warp's 32 values: one block
-            }
-        }
-    }
-    __syncthreads();
-    if (writer && q8k) {
-        const int warp = threadIdx.x / WARP_SIZE, nwarps = blockDim.x / WARP_SIZE;
-        for (int g = warp; g < n_embd / QK_K; g += nwarps) {
-            quantize_q8_k_warp(xs + (size_t)g * QK_K, outq + (size_t)g * 8);
-        }
-    }
-    logits_rows(ws, xs, logits, 1, n_embd, n_expert, 1);
-    if (topk_in_last_block(logits, ids, weights, done, 1, n_expert, k, gating, bias)) {
-        for (int i = threadIdx.x; i < n_embd; i += blockDim.x) {
-            x[i] = sums[i];
-        }
     }
 }
 

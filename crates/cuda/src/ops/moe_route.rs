@@ -55,37 +55,17 @@ pub const ROUTE_MAX_EXPERTS_A_BLOCK: usize = 8;
 /// cluster of that many blocks or a block an expert; one token's top-k by the last block's
 /// threads together; one token's residual written back from the sums the blocks kept in
 /// shared memory; the norm's outputs written a share a block after each block's count.
-/// With `narrow` (one token, no cluster), the block-an-expert launch in blocks of that many
-/// threads (`add_rms_norm_route_narrow`; [`Self::narrow_for`] says where it runs).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct NormRouteHow {
     pub cluster: Option<u32>,
     pub topk_block: bool,
     pub keep_sums: bool,
     pub spread_out: bool,
-    pub narrow: Option<u32>,
     /// One token's norm on rows of exactly 4 elements a thread, the writer's Q8_K blocks from
     /// the staged row (moe_route.cu's ROUTE_EXACT).
     pub exact: bool,
     /// Experts a block of the block-an-expert launch (1, 2, 4 or 8; 0 counts as 1).
     pub per_block: u32,
-}
-
-impl NormRouteHow {
-    /// `threads` a block of the narrow launch for `n` tokens of `n_embd`, where it takes them:
-    /// one token, a multiple of 32 of at most 256 dividing the norm's block, at most 8 times
-    /// fewer (the kernel's add_norm_scale_as) and rows of at most ROUTER_SMALL_MAX_EMBD.
-    pub fn narrow_for(threads: u32, n: usize, n_embd: usize) -> Option<u32> {
-        let nt = norm_threads(n_embd);
-        let fits = n == 1
-            && threads.is_multiple_of(32)
-            && (32..=256).contains(&threads)
-            && nt.is_multiple_of(threads)
-            && nt / threads <= 8
-            && n_embd.is_multiple_of(4)
-            && n_embd <= ROUTER_SMALL_MAX_EMBD;
-        fits.then_some(threads)
-    }
 }
 
 /// That launch's shared memory for `n` tokens of `n_embd`: the block's `per` experts' rows and
@@ -96,11 +76,6 @@ pub(crate) fn per_block_stage_bytes(per: usize, n: usize, n_embd: usize) -> usiz
 
 /// The most shared memory a block of that launch may take (allowed at load).
 pub(crate) const SMALL_STAGE_MAX_BYTES: usize = (1 + ROUTER_SMALL_N) * ROUTER_SMALL_MAX_EMBD * 4;
-
-/// The narrow launch's: the expert's row, the norm's weights and the token's row.
-fn narrow_stage_bytes(n_embd: usize) -> usize {
-    3 * n_embd * 4
-}
 
 /// One layer's router: `ffn_gate_inp`, f32 `[n_expert][n_embd]`, and how its top-k is used.
 pub struct MoeRouter {
@@ -272,8 +247,6 @@ pub struct MoeRoute {
     route_small: CudaFunction,
     /// The norm before the router, `route_small` and the residual add in one launch.
     norm_route_small: CudaFunction,
-    /// The same for one token in narrower blocks.
-    norm_route_narrow: CudaFunction,
     /// The same on one thread-block cluster (sm_90; `None` before).
     norm_route_cluster: Option<CudaFunction>,
     /// Logits for more than ROUTER_SMALL_N tokens or wider rows: the f32 GEMM.
@@ -294,11 +267,6 @@ impl MoeRoute {
             "add_rms_norm_route_small",
             SMALL_STAGE_MAX_BYTES,
         )?;
-        let norm_route_narrow = dev.function_with_smem(
-            &MOE_ROUTE,
-            "add_rms_norm_route_narrow",
-            narrow_stage_bytes(ROUTER_SMALL_MAX_EMBD),
-        )?;
         let norm_route_cluster = if dev.compute_capability().0 >= 9 {
             let name = "add_rms_norm_route_cluster";
             Some(dev.function_with_smem(&MOE_ROUTE, name, ROUTE_CLUSTER_STAGE_BYTES)?)
@@ -310,7 +278,6 @@ impl MoeRoute {
             logits_small: f("moe_logits_small")?,
             route_small: f("moe_route_small")?,
             norm_route_small,
-            norm_route_narrow,
             norm_route_cluster,
             gemm: GemmF32::load(dev, launch)?,
             topk: dev.function(&MOE_ROUTE, "moe_topk")?,
@@ -392,25 +359,9 @@ impl MoeRoute {
         );
         let gating = gating | ((per.trailing_zeros() as i32) << ROUTE_PER_SHIFT);
         let cluster = how.cluster;
-        let narrow = how.narrow.filter(|_| cluster.is_none());
-        if let Some(t) = narrow {
-            assert!(
-                NormRouteHow::narrow_for(t, n, d) == Some(t),
-                "norm route: {t} threads a block for {n} tokens of {d}"
-            );
-        }
-        // One cluster of blocks, each a share of the experts, or a block an expert (of the
-        // norm's threads, or fewer); the kernels take the same parameters (the narrow one
-        // the norm's threads after them).
+        // One cluster of blocks, each a share of the experts, or a block of `per` experts; the
+        // two kernels take the same parameters.
         let (func, cfg, cluster) = match (cluster, &self.norm_route_cluster) {
-            (None, _) if narrow.is_some() => {
-                let cfg = LaunchConfig {
-                    grid_dim: (ne as u32, 1, 1),
-                    block_dim: (narrow.expect("checked"), 1, 1),
-                    shared_mem_bytes: narrow_stage_bytes(d) as u32,
-                };
-                (&self.norm_route_narrow, cfg, None)
-            }
             (Some(blocks), Some(func)) => {
                 let stage = (ne.div_ceil(blocks as usize) + n) * d * 4;
                 assert!(
@@ -451,13 +402,8 @@ impl MoeRoute {
             .arg(&ki)
             .arg(&gating)
             .arg(bias);
-        let nt = norm_threads(d) as i32;
-        if narrow.is_some() {
-            b.arg(&nt);
-        }
-        // SAFETY: add_rms_norm_route_{small,cluster,narrow}(x, add, norm_w, out, outq, eps,
-        // q8k, w, logits, ids, weights, done, n, n_embd, n_expert, k, gating, bias[, nt]; the
-        // narrow launch: one token, blocks as narrow_for checked above): n rows of n_embd
+        // SAFETY: add_rms_norm_route_{small,cluster}(x, add, norm_w, out, outq, eps, q8k, w,
+        // logits, ids, weights, done, n, n_embd, n_expert, k, gating, bias): n rows of n_embd
         // floats in x, add and out and their activation blocks in outq, the router's n_expert
         // rows, n x n_expert logits (work holds max_n >= n rows), n x k ids and weights (all
         // checked above); the norm's block of at most 1024 threads; a block an expert with

@@ -218,16 +218,6 @@ impl Plan {
         self.switches.route_spread_out
     }
 
-    /// Threads a block of that launch for `n` tokens of `n_embd` where it runs narrower than
-    /// the norm's block (`FERROLM_ROUTE_NARROW`, where [`NormRouteHow::narrow_for`] takes it):
-    /// the same bits.
-    pub fn route_narrow(&self, n: usize, n_embd: usize) -> Option<u32> {
-        let t = u32::try_from(self.switches.route_narrow).ok()?;
-        (t > 0)
-            .then(|| NormRouteHow::narrow_for(t, n, n_embd))
-            .flatten()
-    }
-
     /// Whether that launch takes one token's norm on exact rows with its Q8_K blocks from
     /// shared memory (`FERROLM_ROUTE_EXACT`): the same bits.
     pub fn route_exact(&self) -> bool {

@@ -178,13 +178,6 @@ pub struct Switches {
     /// and read its Q8_K rows back from L2: work ahead of the last count, on the layer's chain.
     /// The same bits.
     pub route_spread_out: bool,
-    /// `FERROLM_ROUTE_NARROW=T` (0, off: the norm's threads): one token's router launch in
-    /// blocks of T threads (a multiple of 32 up to 256 that divides the norm's block, at most
-    /// 8 times fewer; elsewhere the norm's), its norm's f64 sums taken in the norm launch's
-    /// order (`add_norm_scale_as`). A block of the norm's 512 threads at 64 registers holds
-    /// half an SM's registers, so it may not fit beside the mat-vec ahead of it, and its
-    /// rows' loads before the PDL wait may not start early. The same bits.
-    pub route_narrow: usize,
     /// `FERROLM_ROUTE_EXACT=1`: one token's router launch takes its norm on rows of exactly 4
     /// elements a thread (`add_norm_scale_exact`, as `FERROLM_NORM_EXACT` does for the norm
     /// launch: no guarded iterations past them) and its writer block quantizes the Q8_K blocks
@@ -464,7 +457,6 @@ impl Default for Switches {
             route_topk_block: true,
             route_keep_sums: true,
             route_spread_out: false,
-            route_narrow: 0,
             route_exact: false,
             route_experts_a_block: 1,
             head_norm_regs: true,
@@ -675,7 +667,6 @@ impl Switches {
             route_topk_block: flag(env, "FERROLM_ROUTE_TOPK_BLOCK", true)?,
             route_keep_sums: flag(env, "FERROLM_ROUTE_KEEP_SUMS", true)?,
             route_spread_out: flag(env, "FERROLM_ROUTE_SPREAD_OUT", false)?,
-            route_narrow: count(env, "FERROLM_ROUTE_NARROW", 0..=256)?.unwrap_or(0),
             route_exact: flag(env, "FERROLM_ROUTE_EXACT", false)?,
             route_experts_a_block: count(env, "FERROLM_ROUTE_EXPERTS_A_BLOCK", 1..=8)?.unwrap_or(1),
             head_norm_regs: flag(env, "FERROLM_QK_NORM_REGS", true)?,
@@ -779,7 +770,6 @@ impl fmt::Display for Switches {
         let moe_tiles = count_or_auto(self.moe_mma_tiles);
         let moe_pairs = count_or_auto(self.moe_mma_pairs);
         let gate_up_warps = count_or_auto(self.moe_gate_up_warps);
-        let route_narrow = self.route_narrow.to_string();
         let route_per = self.route_experts_a_block.to_string();
         let decode_rows = count_or_auto(self.f16_decode_rows);
         let decode_splits = count_or_auto(self.f16_decode_splits);
@@ -793,7 +783,7 @@ impl fmt::Display for Switches {
             self.timing_skip.join(",")
         };
         let norm_route_rows = count_or_auto(self.norm_route_rows);
-        let lines: [(&str, &str, &str); 91] = [
+        let lines: [(&str, &str, &str); 90] = [
             (
                 "FERROLM_CUDA_MMQ",
                 bit(self.mmq),
@@ -960,11 +950,6 @@ impl fmt::Display for Switches {
                 "FERROLM_ROUTE_SPREAD_OUT",
                 bit(self.route_spread_out),
                 "the router's norm outputs a share a block, after its count",
-            ),
-            (
-                "FERROLM_ROUTE_NARROW",
-                &route_narrow,
-                "threads a block of one token's router launch (0: the norm's)",
             ),
             (
                 "FERROLM_ROUTE_EXACT",
