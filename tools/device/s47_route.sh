@@ -7,18 +7,19 @@
 # exact / P=4 / P=8, twice, qwen3-30b-a3b then OLMoE; with DEPTH=1 OLMoE at -d 16384; then
 # cuda-parity (its "exact rows" and "experts a block" norm-route rows). Usage, from the repo
 # root, .device-carry/ from tools/device/pack.sh:
-#   [PARITY=0] [DEPTH=1] bash tools/device/s47_route.sh
+#   [PARITY=0] [DEPTH=1] [ROUNDS=1] [MODELS=qwen3-30b-a3b] bash tools/device/s47_route.sh
 source tools/device/carried.sh
 X=FERROLM_ROUTE_EXACT=1; P=FERROLM_ROUTE_EXPERTS_A_BLOCK
-pooled qwen3-30b-a3b olmoe-1b-7b
-for p in olmoe-1b-7b qwen3-30b-a3b; do
+MODELS=${MODELS:-qwen3-30b-a3b olmoe-1b-7b}
+pooled $MODELS
+for p in $MODELS; do
   F=$M/$p-pooled.gguf
   echo "logits $p 0 $(logits_md5 $F A=0) exact $(logits_md5 $F $X) P=4 $(logits_md5 $F $P=4) P=8 $(logits_md5 $F $P=8) at $(( $(date +%s) - t0 )) s"
 done
-for p in qwen3-30b-a3b olmoe-1b-7b; do
+for p in $MODELS; do
   F=$M/$p-pooled.gguf; EXTRA=
   echo "== $p llama-bench $(llama_tg128) at $(( $(date +%s) - t0 )) s"
-  for r in 1 2; do
+  for r in $(seq ${ROUNDS:-2}); do
     echo "  0 $(tg128 A=0) | exact $(tg128 $X) | P=4 $(tg128 $P=4) | P=8 $(tg128 $P=8) at $(( $(date +%s) - t0 )) s"
   done
 done
