@@ -484,6 +484,20 @@ static __device__ __forceinline__ bool block_fence_count(unsigned *counter, unsi
     return last;
 }
 
+// block_fence_count with one acquire-release atomic at GPU scope in place of the fences around
+// a relaxed one: the release publishes every store that the barrier before it ordered ahead
+// (PTX's release is cumulative over what happens before it, as the fence is), and the acquire
+// orders the last block's loads (its other threads' too, after the barrier that follows)
+// after every other block's release in the count's sequence. Whether this block is the last.
+static __device__ __forceinline__ bool block_release_count(unsigned *counter, unsigned blocks) {
+    unsigned old;
+    asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;"
+                 : "=r"(old)
+                 : "l"(counter)
+                 : "memory");
+    return old == blocks - 1;
+}
+
 // The split-K tail the block-wide split kernels share (mmq.cu, mmvq_staged.cu, matvec_f16.cu;
 // every thread of the block calls it after storing its share): the tile's last share to finish
 // (counted in done[tile], which it resets for the next launch) adds the shares into dst by

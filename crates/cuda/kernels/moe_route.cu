@@ -238,6 +238,9 @@ extern "C" __global__ void __launch_bounds__(TOPK_WARPS *WARP_SIZE)
 // And the bit that spreads the norm's outputs (out, outq) over the blocks, after each block's
 // count, where block 0 wrote them all before its own (add_rms_norm_route_small).
 #define ROUTE_SPREAD_OUT 16
+// And the bit that counts the blocks with one acquire-release atomic (block_release_count)
+// where two fences and a relaxed one did (block_fence_count; FERROLM_ROUTE_RELEASE).
+#define ROUTE_RELEASE 32
 // And the bit for one token's norm on rows of exactly 4 elements a thread
 // (add_norm_scale_exact: no guarded iterations past them), the writer's Q8_K pass reading the
 // normed row from shared memory, where it read it back from `out` through L2
@@ -383,7 +386,8 @@ static __device__ __forceinline__ bool topk_in_last_block(const float *logits,
     __shared__ bool last;
     __syncthreads(); // the block's logits, then one thread's fence and count (block_fence_count)
     if (threadIdx.x == 0) {
-        last = block_fence_count(done, gridDim.x);
+        last = gating & ROUTE_RELEASE ? block_release_count(done, gridDim.x)
+                                      : block_fence_count(done, gridDim.x);
     }
     __syncthreads();
     if (!last) {

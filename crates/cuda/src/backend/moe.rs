@@ -291,6 +291,7 @@ impl CudaBackend {
             spread_out: self.plan.route_spread_out(),
             exact: self.plan.route_exact(),
             per_block,
+            release: self.plan.route_release(),
         };
         let r = self.k.moe_route.add_norm_route(
             norm,

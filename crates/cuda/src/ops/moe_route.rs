@@ -43,6 +43,9 @@ const ROUTE_TOPK_BLOCK: i32 = 4;
 const ROUTE_KEEP_SUMS: i32 = 8;
 /// The bit that spreads the norm's outputs over the blocks (moe_route.cu's ROUTE_SPREAD_OUT).
 const ROUTE_SPREAD_OUT: i32 = 16;
+/// The bit that counts the blocks with one acquire-release atomic (moe_route.cu's
+/// ROUTE_RELEASE).
+const ROUTE_RELEASE: i32 = 32;
 /// The bit for one token's norm on rows of exactly 4 elements a thread, its Q8_K blocks from
 /// shared memory (moe_route.cu's ROUTE_EXACT).
 const ROUTE_EXACT: i32 = 64;
@@ -66,6 +69,9 @@ pub struct NormRouteHow {
     pub exact: bool,
     /// Experts a block of the block-an-expert launch (1, 2, 4 or 8; 0 counts as 1).
     pub per_block: u32,
+    /// The blocks counted with one acquire-release atomic, without the fences
+    /// (moe_route.cu's ROUTE_RELEASE).
+    pub release: bool,
 }
 
 /// That launch's shared memory for `n` tokens of `n_embd`: the block's `per` experts' rows and
@@ -349,7 +355,8 @@ impl MoeRoute {
             | bit(how.topk_block, ROUTE_TOPK_BLOCK)
             | bit(how.keep_sums, ROUTE_KEEP_SUMS)
             | bit(how.spread_out, ROUTE_SPREAD_OUT)
-            | bit(how.exact, ROUTE_EXACT);
+            | bit(how.exact, ROUTE_EXACT)
+            | bit(how.release, ROUTE_RELEASE);
         let per = how.per_block.max(1) as usize;
         assert!(
             per.is_power_of_two()

@@ -224,6 +224,12 @@ impl Plan {
         self.switches.route_exact
     }
 
+    /// Whether that launch's blocks count themselves with one acquire-release atomic
+    /// (`FERROLM_ROUTE_RELEASE`): the same bits.
+    pub fn route_release(&self) -> bool {
+        self.switches.route_release
+    }
+
     /// Experts a block of that launch for `n` tokens of `n_embd` (`FERROLM_ROUTE_EXPERTS_A_BLOCK`
     /// where a power of two whose rows fit the launch's shared memory, else 1): the same bits.
     pub fn route_experts_a_block(&self, n: usize, n_embd: usize) -> u32 {

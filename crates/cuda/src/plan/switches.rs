@@ -189,6 +189,11 @@ pub struct Switches {
     /// fewer blocks taking the norm, counting in and reading the residual from L2. The same
     /// bits.
     pub route_experts_a_block: usize,
+    /// `FERROLM_ROUTE_RELEASE=1`: the router launch's blocks count themselves with one
+    /// acquire-release atomic at GPU scope (`block_release_count`) where each block's thread
+    /// fenced, counted, and the last fenced again (`block_fence_count`, `fence.sc`). The same
+    /// bits.
+    pub route_release: bool,
     /// `FERROLM_QK_NORM_REGS`: per-head q/k norms (qwen3's) and their NEOX rotation in one
     /// launch with each head's values in its threads' registers, where a thread's elements hold
     /// whole rotation pairs: no store, barrier and reload between the norm and the rotation,
@@ -459,6 +464,7 @@ impl Default for Switches {
             route_spread_out: false,
             route_exact: false,
             route_experts_a_block: 1,
+            route_release: false,
             head_norm_regs: true,
             norm_exact: true,
             q8k: true,
@@ -669,6 +675,7 @@ impl Switches {
             route_spread_out: flag(env, "FERROLM_ROUTE_SPREAD_OUT", false)?,
             route_exact: flag(env, "FERROLM_ROUTE_EXACT", false)?,
             route_experts_a_block: count(env, "FERROLM_ROUTE_EXPERTS_A_BLOCK", 1..=8)?.unwrap_or(1),
+            route_release: flag(env, "FERROLM_ROUTE_RELEASE", false)?,
             head_norm_regs: flag(env, "FERROLM_QK_NORM_REGS", true)?,
             norm_exact: flag(env, "FERROLM_NORM_EXACT", true)?,
             q8k: flag(env, "FERROLM_CUDA_Q8K", true)?,
@@ -783,7 +790,7 @@ impl fmt::Display for Switches {
             self.timing_skip.join(",")
         };
         let norm_route_rows = count_or_auto(self.norm_route_rows);
-        let lines: [(&str, &str, &str); 90] = [
+        let lines: [(&str, &str, &str); 91] = [
             (
                 "FERROLM_CUDA_MMQ",
                 bit(self.mmq),
@@ -960,6 +967,11 @@ impl fmt::Display for Switches {
                 "FERROLM_ROUTE_EXPERTS_A_BLOCK",
                 &route_per,
                 "experts a block of the router launch",
+            ),
+            (
+                "FERROLM_ROUTE_RELEASE",
+                bit(self.route_release),
+                "the router's blocks counted by one acquire-release atomic",
             ),
             (
                 "FERROLM_QK_NORM_REGS",
