@@ -444,9 +444,10 @@ static __device__ __forceinline__ NormWeights router_row_then_wait(const float *
 
 // norm_rows_into's one row of exactly 4 elements a thread (ROUTE_EXACT): add_norm_scale's sums
 // in its order without the guarded iterations, and the writer's Q8_K blocks from the staged
-// row. Not inlined: its registers stay out of the launch's allocation (64 at 1024 threads).
-static __device__ __noinline__ void norm_row_exact4(float *x, const float *add,
-                                                    const NormWeights &wr, float *out,
+// row; wr: the thread's 4 norm weights. Not inlined: its registers stay out of the launch's
+// allocation (64 at 1024 threads).
+static __device__ __noinline__ void norm_row_exact4(float *x, const float *add, float4 wr,
+                                                    float *out,
                                                     block_q8_1 *__restrict__ outq, float eps,
                                                     int q8k, float *xs0, int n_embd, bool writer,
                                                     float *sums, double *scratch) {
@@ -455,7 +456,8 @@ static __device__ __noinline__ void norm_row_exact4(float *x, const float *add,
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
         const int i = threadIdx.x + j * blockDim.x;
-        const float o = __fmul_rn(__fmul_rn(xr[j], scale), wr.v[j]);
+        const float wj = j == 0 ? wr.x : j == 1 ? wr.y : j == 2 ? wr.z : wr.w;
+        const float o = __fmul_rn(__fmul_rn(xr[j], scale), wj);
         xs0[i] = o;
         if (sums != nullptr) {
             sums[i] = xr[j];
@@ -490,7 +492,8 @@ static __device__ __forceinline__ void norm_rows_into(float *x, const float *add
                                                       float *sums = nullptr, bool exact = false) {
     __shared__ double scratch[32];
     if (exact && n == 1 && n_embd == 4 * (int)blockDim.x) {
-        norm_row_exact4(x, add, wr, out, outq, eps, q8k, xs0, n_embd, writer, sums, scratch);
+        const float4 w4 = make_float4(wr.v[0], wr.v[1], wr.v[2], wr.v[3]);
+        norm_row_exact4(x, add, w4, out, outq, eps, q8k, xs0, n_embd, writer, sums, scratch);
         return;
     }
     for (int t = 0; t < n; ++t) {
