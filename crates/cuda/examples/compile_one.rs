@@ -4,8 +4,9 @@
 //!
 //! `FERROLM_AOT=0 cargo run --release -p ferrolm-cuda --example compile_one -- FILE.cu ...`
 //!
-//! With `FERROLM_CUBIN_DIR=DIR`, each cubin is written there too (`FILE.ARCH.cubin`), for
-//! `tools/perf/sass_loops.py` to read its loops. With `FERROLM_PTXAS_VERBOSE=1`, the log holds
+//! With `FERROLM_CUBIN_DIR=DIR` (made if missing), each cubin is written there too
+//! (`FILE.ARCH.cubin`), for `tools/perf/sass_loops.py` to read its loops. With
+//! `FERROLM_PTXAS_VERBOSE=1`, the log holds
 //! ptxas's registers, stack and spills for every kernel (read them before and after a change
 //! to a kernel with several paths: they share one register budget). `FERROLM_COMPILE_ARCHS=a,b`
 //! compiles for those targets only (default sm_90a,sm_80).
@@ -54,7 +55,9 @@ fn main() -> ExitCode {
                     if let Some(dir) = std::env::var_os("FERROLM_CUBIN_DIR") {
                         let stem = name.trim_end_matches(".cu");
                         let path = std::path::Path::new(&dir).join(format!("{stem}.{arch}.cubin"));
-                        if let Err(e) = std::fs::write(&path, &cubin) {
+                        let written = std::fs::create_dir_all(&dir)
+                            .and_then(|()| std::fs::write(&path, &cubin));
+                        if let Err(e) = written {
                             println!("{}: {e}", path.display());
                             failed = true;
                         }
