@@ -60,7 +60,7 @@ pub use moe_gemm::{
 pub use moe_mma::MOE_MMA_TILES;
 pub(crate) use moe_route::{
     per_block_stage_bytes, MOE_MAX_USED, ROUTER_SMALL_MAX_EMBD, ROUTER_SMALL_N,
-    ROUTE_CLUSTER_STAGE_BYTES, ROUTE_MAX_EXPERTS_A_BLOCK, SMALL_STAGE_MAX_BYTES,
+    ROUTE_CLUSTER_STAGE_BYTES, SMALL_STAGE_MAX_BYTES,
 };
 pub use moe_route::{
     ExpertEpilogue, MoeExperts, MoeRoute, MoeRouteWork, MoeRouter, NormInto, NormRouteHow,

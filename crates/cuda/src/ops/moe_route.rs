@@ -52,7 +52,7 @@ const ROUTE_EXACT: i32 = 64;
 /// Where log2 of the experts a block goes in `gating` (moe_route.cu's ROUTE_PER_SHIFT).
 const ROUTE_PER_SHIFT: i32 = 8;
 /// The most experts a block of the block-an-expert launch takes.
-pub const ROUTE_MAX_EXPERTS_A_BLOCK: usize = 8;
+const ROUTE_MAX_EXPERTS_A_BLOCK: usize = 8;
 
 /// How [`MoeRoute::add_norm_route`] runs (the plan's choices; each gives the same bits): one
 /// cluster of that many blocks or a block an expert; one token's top-k by the last block's

@@ -231,13 +231,10 @@ impl Plan {
     }
 
     /// Experts a block of that launch for `n` tokens of `n_embd` (`FERROLM_ROUTE_EXPERTS_A_BLOCK`
-    /// where a power of two whose rows fit the launch's shared memory, else 1): the same bits.
+    /// where their rows fit the launch's shared memory, else 1): the same bits.
     pub fn route_experts_a_block(&self, n: usize, n_embd: usize) -> u32 {
         let p = self.switches.route_experts_a_block;
-        let fits = p.is_power_of_two()
-            && p <= ROUTE_MAX_EXPERTS_A_BLOCK
-            && per_block_stage_bytes(p, n, n_embd) <= SMALL_STAGE_MAX_BYTES;
-        if fits {
+        if per_block_stage_bytes(p, n, n_embd) <= SMALL_STAGE_MAX_BYTES {
             p as u32
         } else {
             1

@@ -529,6 +529,18 @@ fn value(env: &dyn Fn(&str) -> Option<String>, name: &str) -> Option<String> {
         .filter(|v| !v.is_empty())
 }
 
+/// `FERROLM_ROUTE_EXPERTS_A_BLOCK`: 1, 2, 4 or 8 (the kernel's log2 takes two bits); unset 1.
+fn experts_a_block(env: &dyn Fn(&str) -> Option<String>) -> Result<usize> {
+    let name = "FERROLM_ROUTE_EXPERTS_A_BLOCK";
+    match value(env, name).as_deref() {
+        None => Ok(1),
+        Some(v) => match v.parse::<usize>() {
+            Ok(p) if [1, 2, 4, 8].contains(&p) => Ok(p),
+            _ => Err(bad(name, v, "1 (the default), 2, 4 or 8")),
+        },
+    }
+}
+
 fn bad(name: &str, v: &str, want: &str) -> CudaError {
     CudaError::Invalid(format!("{name}={v}: want {want}"))
 }
@@ -674,7 +686,7 @@ impl Switches {
             route_keep_sums: flag(env, "FERROLM_ROUTE_KEEP_SUMS", true)?,
             route_spread_out: flag(env, "FERROLM_ROUTE_SPREAD_OUT", false)?,
             route_exact: flag(env, "FERROLM_ROUTE_EXACT", false)?,
-            route_experts_a_block: count(env, "FERROLM_ROUTE_EXPERTS_A_BLOCK", 1..=8)?.unwrap_or(1),
+            route_experts_a_block: experts_a_block(env)?,
             route_release: flag(env, "FERROLM_ROUTE_RELEASE", false)?,
             head_norm_regs: flag(env, "FERROLM_QK_NORM_REGS", true)?,
             norm_exact: flag(env, "FERROLM_NORM_EXACT", true)?,
