@@ -72,6 +72,7 @@ pub fn all(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) -> Resu
             rows.extend(decode(dev, k, plan, rng, &ex, down, n)?);
         }
     }
+    rows.extend(persistent(dev, k, plan, rng)?);
     // MXFP4 experts (gpt-oss's format) throughout, at OLMoE's shape.
     let mx = Experts::random(dev, rng, GgmlType::Mxfp4, &[GgmlType::Mxfp4])?;
     for n in [1, 3, 8] {
@@ -253,8 +254,11 @@ fn routing(
     Ok(rows)
 }
 
-/// Random stacked experts at OLMoE's shape: gate and up in one format, down in several.
+/// Random stacked experts (OLMoE's shape unless said): gate and up in one format, down in
+/// several.
 struct Experts {
+    /// n_embd, n_ff per expert, experts, experts a token.
+    shape: (usize, usize, usize, usize),
     gate: (Vec<u8>, QuantMatrix),
     up: (Vec<u8>, QuantMatrix),
     down: Vec<(Vec<u8>, QuantMatrix)>,
@@ -267,13 +271,24 @@ impl Experts {
         gate_up: GgmlType,
         downs: &[GgmlType],
     ) -> Result<Self> {
-        let (d, ff, ne, _) = OLMOE;
+        Self::random_shaped(dev, rng, gate_up, downs, OLMOE)
+    }
+
+    fn random_shaped(
+        dev: &CudaDevice,
+        rng: &mut StdRng,
+        gate_up: GgmlType,
+        downs: &[GgmlType],
+        shape: (usize, usize, usize, usize),
+    ) -> Result<Self> {
+        let (d, ff, ne, _) = shape;
         let mut make = |ty, rows, cols| -> Result<(Vec<u8>, QuantMatrix)> {
             let q = random_matrix(rng, ty, rows, cols, 0.05)?;
             let m = QuantMatrix::upload(dev, ty, rows, cols, &q)?;
             Ok((q, m))
         };
         Ok(Self {
+            shape,
             gate: make(gate_up, ne * ff, d)?,
             up: make(gate_up, ne * ff, d)?,
             down: downs
@@ -288,7 +303,7 @@ impl Experts {
     }
 
     fn view(&self, ty: GgmlType) -> MoeExperts<'_> {
-        let (_, ff, ne, kk) = OLMOE;
+        let (_, ff, ne, kk) = self.shape;
         MoeExperts {
             gate: &self.gate.1,
             up: &self.up.1,
@@ -299,6 +314,76 @@ impl Experts {
             epilogue: Default::default(),
         }
     }
+}
+
+/// qwen3-30b-a3b's expert shape (n_embd, n_ff, experts here: 32 of its 128, top-8), where the
+/// persistent launch's blocks all fit an H100 or H200 at once (OLMoE's gate/up does not).
+const QWEN3_30B: (usize, usize, usize, usize) = (2048, 768, 32, 8);
+
+/// One token's persistent launch (FERROLM_MOE_PERSISTENT) against the plan's separate launches
+/// with it off, bit for bit, added into the residual and written over junk, for a Q4_K and a
+/// Q6_K down; and that it ran.
+fn persistent(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) -> Result<Vec<Row>> {
+    let downs = [GgmlType::Q4K, GgmlType::Q6K];
+    let ex = Experts::random_shaped(dev, rng, GgmlType::Q4K, &downs, QWEN3_30B)?;
+    let (d, _, ne, kk) = QWEN3_30B;
+    let mut rows = Vec::new();
+    for down in downs {
+        let experts = ex.view(down);
+        let x = normal(rng, d, 1.0);
+        let res = normal(rng, d, 1.0);
+        let pool: Vec<i32> = (0..ne as i32).collect();
+        let ids: Vec<i32> = pool.choose_multiple(rng, kk).copied().collect();
+        let wts: Vec<f32> = (0..kk).map(|_| rng.gen_range(0.01..0.3)).collect();
+        let (idd, wd) = (dev.upload(&ids)?, dev.upload(&wts)?);
+        let mut xq = dev.upload(&vec![0u8; d / 32 * Q8_1_BLOCK_BYTES])?;
+        k.quantize.q8_1(&dev.upload(&x)?, d, &mut xq)?;
+        let mut work = MoeDecodeWork::new(dev, 1, &experts)?;
+        let base = plan.expert_matvec(&MoeShape::new(&experts, 1));
+        let (off, on) = (
+            ExpertMatVec {
+                persistent: false,
+                ..base
+            },
+            ExpertMatVec {
+                persistent: true,
+                ..base
+            },
+        );
+        let md = &k.moe_decode;
+        let ran = md.takes_persistent(&on, &experts)?;
+        let mut outs = Vec::new();
+        // Twice each: the second launch finds the barrier and the groups' counters as the
+        // first left them.
+        for how in [&off, &on, &on] {
+            let mut out = dev.upload(&res)?;
+            md.forward(how, &xq, 1, &idd, &wd, &experts, &mut work, &mut out)?;
+            let mut junk = dev.upload(&vec![f32::NAN; d])?;
+            md.forward_over(how, &xq, 1, &idd, &wd, &experts, &mut work, &mut junk)?;
+            dev.sync()?;
+            outs.push((dev.download(&out)?, dev.download(&junk)?));
+        }
+        let shape = format!("qwen3-30b-a3b 2048/768, top-8, 1 tok, Q4_K gate/up, {down} down");
+        let same = |i: usize| {
+            let (a, b) = (&outs[i], &outs[0]);
+            let bits =
+                |x: &[f32], y: &[f32]| x.iter().zip(y).all(|(p, q)| p.to_bits() == q.to_bits());
+            bits(&a.0, &b.0) && bits(&a.1, &b.1)
+        };
+        rows.push(exact_row(
+            "moe persistent launch taken (every block resident)",
+            shape.clone(),
+            "FERROLM_MOE_PERSISTENT=1",
+            ran,
+        ));
+        rows.push(exact_row(
+            "moe persistent: gate/up, h, down in one launch (added, written over; twice)",
+            shape,
+            "the separate launches",
+            same(1) && same(2),
+        ));
+    }
+    Ok(rows)
 }
 
 /// A `rows × cols` matrix of N(0, sigma) values quantized to `ty`, 256 rows a task.
@@ -401,6 +486,7 @@ fn decode(
         bulk_l2: !how.bulk_l2,
         down_direct: !how.down_direct,
         gate_up_direct: !how.gate_up_direct,
+        persistent: false,
         lean: !how.lean,
         ..how
     };

@@ -250,6 +250,22 @@ static __device__ __forceinline__ void dependent_launch_entry() {
 #endif
 }
 
+// dependent_launch_entry's wait alone, for a kernel whose blocks wait on each other
+// (grid_barrier): the kernel after it must not take SM room before every block of this one is
+// resident, so this kernel lets it be scheduled (dependent_launch_after_barrier) only once all
+// of its blocks have reached the barrier.
+static __device__ __forceinline__ void dependent_launch_wait_only() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+static __device__ __forceinline__ void dependent_launch_after_barrier() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 // 16 bytes global → shared (address d) without registers, bypassing L1 (sm_80+); only the
 // first `src_bytes` are read, the rest of the 16 are zero-filled.
 static __device__ __forceinline__ void cp_async16_to(uint32_t d, const void *src, int src_bytes) {
@@ -496,6 +512,42 @@ static __device__ __forceinline__ bool block_release_count(unsigned *counter, un
                  : "l"(counter)
                  : "memory");
     return old == blocks - 1;
+}
+
+// Every block of the grid waits here until all `blocks` have arrived; each block's stores
+// before it are then visible to every block after it. bar[0] counts arrivals, bar[32] (its own
+// 128-byte line, away from the arrivals' atomics) is the barrier's generation (both zero, or as
+// the last use left them, between launches). The grid must be resident as a whole (the host
+// sizes it by the kernel's occupancy), or this never returns.
+// One thread a block: its acquire-release arrival publishes the block's stores (ordered ahead
+// by the barrier before it; a release is cumulative), and the last arrival, which has acquired
+// every other block's, resets the count and releases the next generation, which the others
+// spin on with acquire loads.
+#define GRID_BARRIER_GEN 32
+static __device__ __forceinline__ void grid_barrier(unsigned *bar, unsigned blocks) {
+    __syncthreads();
+    if (threadIdx.x == 0 && threadIdx.y == 0) {
+        unsigned gen, old, now;
+        unsigned *const gen_at = bar + GRID_BARRIER_GEN;
+        asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(gen) : "l"(gen_at) : "memory");
+        asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;"
+                     : "=r"(old)
+                     : "l"(bar)
+                     : "memory");
+        if (old == blocks - 1) {
+            bar[0] = 0;
+            asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(gen_at), "r"(gen + 1)
+                         : "memory");
+        } else {
+            do {
+                asm volatile("ld.acquire.gpu.global.u32 %0, [%1];"
+                             : "=r"(now)
+                             : "l"(gen_at)
+                             : "memory");
+            } while (now == gen);
+        }
+    }
+    __syncthreads();
 }
 
 // The split-K tail the block-wide split kernels share (mmq.cu, mmvq_staged.cu, matvec_f16.cu;

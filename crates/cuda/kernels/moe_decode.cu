@@ -177,7 +177,7 @@ static __device__ __forceinline__ void
 moe_gate_up(const void *__restrict__ gate, const void *__restrict__ up,
             const block_q8_1 *__restrict__ x, const int *__restrict__ ids, float *__restrict__ h,
             int n_embd, int n_ff, int n_expert, int k, int walk, ExpertEpilogue ep,
-            const char *down_l2, long long down_bytes) {
+            const char *down_l2, long long down_bytes, int bx, int by) {
     typedef WeightFormat<TYPE> F;
     typedef typename F::block B;
     const int bpc = n_embd / QK8_1;
@@ -185,7 +185,7 @@ moe_gate_up(const void *__restrict__ gate, const void *__restrict__ up,
     // wide walks only).
     constexpr bool CAN_STAGE = WIDE && F::wide;
     const bool staged = CAN_STAGE && (walk & MOE_WALK_STAGE);
-    const int s = blockIdx.y, r0 = (blockIdx.x * blockDim.y + threadIdx.y) * GR;
+    const int s = by, r0 = (bx * blockDim.y + threadIdx.y) * GR;
     if (NTOK == 1 && (walk & MOE_WALK_BULK_L2) && r0 < n_ff && threadIdx.x == 0) {
         // The warp's gate and up rows asked of L2 in bulk ahead of the activations' stage and
         // its barrier: every byte of them in flight at once, where the walk asks for a few
@@ -517,8 +517,8 @@ static __device__ __forceinline__ int moe_leaders(const int *__restrict__ ids, i
 // after the wait finds them near. Nothing is written, so no bits change.
 template <int TYPE, int NTOK, int DR>
 static __device__ __forceinline__ void
-moe_down_rows_then_wait(const void *__restrict__ down, const int *__restrict__ ids, int n_embd,
-                        int n_ff, int n_expert, int k, int walk) {
+moe_down_rows_early(const void *__restrict__ down, const int *__restrict__ ids, int n_embd,
+                    int n_ff, int n_expert, int k, int walk, int bx) {
     constexpr int EARLY = MOE_WALK_ONE_TOKEN | MOE_WALK_DOWN_EARLY;
     if (NTOK == 1 && (walk & EARLY) == EARLY) {
         typedef WeightFormat<TYPE> F;
@@ -526,7 +526,7 @@ moe_down_rows_then_wait(const void *__restrict__ down, const int *__restrict__ i
         const long long row_bytes = (long long)(n_ff / F::qk) * sizeof(typename F::block);
         const char *end = (const char *)down + (long long)n_expert * n_embd * row_bytes;
         for (int t = threadIdx.y; t < k * parts; t += MOE_NWARPS) {
-            const int e = ids[t / parts], r0 = blockIdx.x * DR + t % parts * tr;
+            const int e = ids[t / parts], r0 = bx * DR + t % parts * tr;
             if (e < 0 || e >= n_expert || r0 >= n_embd) {
                 continue;
             }
@@ -541,6 +541,13 @@ moe_down_rows_then_wait(const void *__restrict__ down, const int *__restrict__ i
             }
         }
     }
+}
+
+template <int TYPE, int NTOK, int DR>
+static __device__ __forceinline__ void
+moe_down_rows_then_wait(const void *__restrict__ down, const int *__restrict__ ids, int n_embd,
+                        int n_ff, int n_expert, int k, int walk) {
+    moe_down_rows_early<TYPE, NTOK, DR>(down, ids, n_embd, n_ff, n_expert, k, walk, blockIdx.x);
     dependent_launch_entry();
 }
 
@@ -550,9 +557,10 @@ template <int TYPE, int NTOK, bool WIDE, int DR, int UNROLL, bool ONE = false>
 static __device__ __forceinline__ void
 moe_down(const void *__restrict__ down, const block_q8_1 *__restrict__ hq,
          const int *__restrict__ ids, const float *__restrict__ weights, float *__restrict__ out,
-         int n_embd, int n_ff, int n_expert, int k, int walk, ExpertEpilogue ep, int overwrite) {
+         int n_embd, int n_ff, int n_expert, int k, int walk, ExpertEpilogue ep, int overwrite,
+         int bx) {
     typedef WeightFormat<TYPE> F;
-    const int nslots = NTOK * k, c0 = blockIdx.x * DR;
+    const int nslots = NTOK * k, c0 = bx * DR;
     const int bpc = n_ff / QK8_1;
     // With MOE_WALK_STAGE, every slot's activations come through shared memory (mmvq.cuh; wide
     // walks only).
@@ -648,13 +656,13 @@ template <int GR>
 static __device__ __noinline__ void quantize_h_in_last_block(const float *h,
                                                                 block_q8_1 *__restrict__ hq,
                                                                 int q8k, unsigned *done,
-                                                                int n_ff) {
+                                                                int n_ff, int bx, int by) {
     if (hq == nullptr) {
         return;
     }
     __shared__ bool last;
     __shared__ float group[QK_K];
-    const int s = blockIdx.y, rows = blockDim.y * GR, g = blockIdx.x * rows / QK_K;
+    const int s = by, rows = blockDim.y * GR, g = bx * rows / QK_K;
     __syncthreads(); // the block's rows of h written
     if (threadIdx.x == 0 && threadIdx.y == 0) {
         last = block_fence_count(done + s * (n_ff / QK_K) + g, QK_K / rows);
@@ -697,9 +705,11 @@ static __device__ __noinline__ void quantize_h_in_last_block(const float *h,
         dependent_launch_entry();                                                                   \
         const ExpertEpilogue ep{gate_bias, up_bias, nullptr, alpha, limit};                         \
         moe_gate_up<TYPE, N, WIDE, MOE_GATE_ROWS_AS(LEAN, N), MOE_UNROLL(N)>(                       \
-            gate, up, x, ids, h, n_embd, n_ff, n_expert, k, walk, ep, down_l2, down_bytes);         \
+            gate, up, x, ids, h, n_embd, n_ff, n_expert, k, walk, ep, down_l2, down_bytes,          \
+            blockIdx.x, blockIdx.y);                                                                \
         if (N == 1) {                                                                               \
-            quantize_h_in_last_block<MOE_GATE_ROWS_AS(LEAN, N)>(h, hq, hq_k, hq_done, n_ff);        \
+            quantize_h_in_last_block<MOE_GATE_ROWS_AS(LEAN, N)>(h, hq, hq_k, hq_done, n_ff,         \
+                                                                blockIdx.x, blockIdx.y);            \
         }                                                                                           \
     }                                                                                               \
     extern "C" __global__ void __launch_bounds__(MOE_NWARPS *WARP_SIZE, MOE_MIN_BLOCKS_AS(LEAN, N)) \
@@ -713,7 +723,8 @@ static __device__ __noinline__ void quantize_h_in_last_block(const float *h,
         const ExpertEpilogue ep{nullptr, nullptr, down_bias, 0.0f, 0.0f};                          \
         moe_down<TYPE, N, WIDE, MOE_DOWN_ROWS_AS(LEAN, N), MOE_DOWN_UNROLL_AS(LEAN, N),            \
                  (LEAN) == 2>(                                                                     \
-            down, hq, ids, weights, out, n_embd, n_ff, n_expert, k, walk, ep, overwrite);           \
+            down, hq, ids, weights, out, n_embd, n_ff, n_expert, k, walk, ep, overwrite,            \
+            blockIdx.x);                                                                            \
     }
 #define MOE_ENTRIES(NAME, TYPE, N, WIDE) MOE_ENTRIES_AS(NAME, TYPE, N, WIDE, MOE_LEAN(TYPE, N))
 
@@ -757,3 +768,101 @@ MOE_FORMAT(narrow_q4_k, GGML_TYPE_Q4_K, false)
 MOE_FORMAT(narrow_q6_k, GGML_TYPE_Q6_K, false)
 MOE_FORMAT(narrow_mxfp4, GGML_TYPE_MXFP4, false)
 
+
+// FERROLM_MOE_PERSISTENT: one token's gate/up (the lean walk), h's quantization and down in one
+// launch, a grid barrier where the two launch boundaries were. Block b (MOE_NWARPS warps) takes
+// the gate/up launch's block b (GR rows a warp of one slot; quantize_h_in_last_block after it,
+// its 256-row groups whole: the host checks), asks L1 for its down rows, waits at the barrier,
+// then takes the down launch's block b (DR rows of every slot). The grid is as many blocks as the
+// larger of the two takes, and the host launches it only where they are all resident at once
+// (grid_barrier never returns otherwise): qwen3-30b-a3b's 384 gate/up blocks in 396 places on
+// 132 SMs. Every row is the same walk as in the separate launches (mmvq.cuh), h the same bits as
+// quantize.cu's, and each output row is summed in slot order by one thread: the same bits as the
+// three launches. The kernel after this one is let in only past the barrier.
+
+// One gate/up block's rows, then its group's quantization.
+template <int GTYPE>
+static __device__ __forceinline__ void
+persistent_gate_up(const void *__restrict__ gate, const void *__restrict__ up,
+                   const block_q8_1 *__restrict__ x, const int *__restrict__ ids,
+                   float *__restrict__ h, block_q8_1 *__restrict__ hq, int hq_k,
+                   unsigned *hq_done, int n_embd, int n_ff, int n_expert, int k, int walk,
+                   ExpertEpilogue ep, int bx, int by) {
+    constexpr int GR = MOE_GATE_ROWS_AS(true, 1);
+    moe_gate_up<GTYPE, 1, true, GR, MOE_UNROLL(1)>(gate, up, x, ids, h, n_embd, n_ff, n_expert, k,
+                                                    walk, ep, nullptr, 0, bx, by);
+    quantize_h_in_last_block<GR>(h, hq, hq_k, hq_done, n_ff, bx, by);
+}
+
+// moe_down's one-token walk of DR rows in tasks of 4 (the tight down's, two steps in flight), a
+// warp taking its tasks one after another: at 80 registers a warp's 8 rows at once spilled
+// 176-224 bytes (ptxas -v).
+template <int DTYPE, int DR>
+static __device__ __forceinline__ void
+persistent_down(const void *__restrict__ down, const block_q8_1 *__restrict__ hq,
+                const int *__restrict__ ids, const float *__restrict__ weights,
+                float *__restrict__ out, int n_embd, int n_ff, int n_expert, int k, int walk,
+                ExpertEpilogue ep, int overwrite, int bx) {
+    static_assert(WeightFormat<DTYPE>::wide, "the staged walk");
+    constexpr int TR = 4, UNROLL = MOE_DOWN_UNROLL_AS(2, 1);
+    const int c0 = bx * DR;
+    // hq always through shared memory, copied from L2: other blocks of this launch wrote it.
+    const Q8Shared hs = stage_q8_1<true>(true, hq, k * (n_ff / QK8_1));
+    __shared__ float d[DR][MOE_MAX_SLOTS];
+    moe_down_one_token<DTYPE, true, DR, UNROLL, DR / TR>(down, hq, hs, true, false, ids, k, c0,
+                                                         n_embd, n_ff, n_expert, ep, d);
+    __syncthreads();
+    const int i = threadIdx.y * WARP_SIZE + threadIdx.x, c = c0 + i;
+    if (i < DR && c < n_embd) {
+        // As moe_down writes its rows: over out, the bits of adding to zeros (0 + -0 is +0).
+        const float sum = slot_sum(weights, &d[i][0], 1, k);
+        out[c] = overwrite ? __fadd_rn(0.0f, sum) : out[c] + sum;
+    }
+}
+
+template <int GTYPE, int DTYPE, int DR>
+static __device__ __forceinline__ void
+moe_persistent(const void *__restrict__ gate, const void *__restrict__ up,
+               const void *__restrict__ down, const block_q8_1 *__restrict__ x,
+               const int *__restrict__ ids, const float *__restrict__ weights,
+               float *__restrict__ h, block_q8_1 *__restrict__ hq, int hq_k,
+               unsigned *hq_done, unsigned *bar, float *__restrict__ out, int n_embd, int n_ff,
+               int n_expert, int k, int walk, ExpertEpilogue ep, int overwrite) {
+    constexpr int GR = MOE_GATE_ROWS_AS(true, 1);
+    const int per_slot = (n_ff + MOE_NWARPS * GR - 1) / (MOE_NWARPS * GR);
+    const int v = blockIdx.x;
+    if (v < per_slot * k) {
+        persistent_gate_up<GTYPE>(gate, up, x, ids, h, hq, hq_k, hq_done, n_embd, n_ff, n_expert,
+                                  k, walk, ep, v % per_slot, v / per_slot);
+    }
+    moe_down_rows_early<DTYPE, 1, DR>(down, ids, n_embd, n_ff, n_expert, k, walk, blockIdx.x);
+    grid_barrier(bar, gridDim.x);
+    dependent_launch_after_barrier();
+    if (blockIdx.x < (n_embd + DR - 1) / DR) {
+        persistent_down<DTYPE, DR>(down, hq, ids, weights, out, n_embd, n_ff, n_expert, k, walk,
+                                   ep, overwrite, blockIdx.x);
+    }
+}
+
+#define MOE_PERSISTENT(GNAME, GTYPE, DNAME, DTYPE)                                                  \
+    extern "C" __global__ void __launch_bounds__(MOE_NWARPS *WARP_SIZE, MOE_PERSISTENT_MIN_BLOCKS) \
+        moe_persistent_##GNAME##_##DNAME(                                                           \
+            const void *__restrict__ gate, const void *__restrict__ up,                            \
+            const void *__restrict__ down, const block_q8_1 *__restrict__ x,                        \
+            const int *__restrict__ ids, const float *__restrict__ weights,                         \
+            float *__restrict__ h, block_q8_1 *__restrict__ hq, int hq_k, unsigned *hq_done,        \
+            unsigned *bar, float *__restrict__ out, int n_embd, int n_ff, int n_expert, int k,      \
+            int walk, const float *__restrict__ gate_bias, const float *__restrict__ up_bias,       \
+            const float *__restrict__ down_bias, float alpha, float limit, int overwrite) {         \
+        dependent_launch_wait_only();                                                               \
+        const ExpertEpilogue ep{gate_bias, up_bias, down_bias, alpha, limit};                       \
+        moe_persistent<GTYPE, DTYPE, MOE_PERSISTENT_DOWN_ROWS>(                                     \
+            gate, up, down, x, ids, weights, h, hq, hq_k, hq_done, bar, out, n_embd, n_ff,          \
+            n_expert, k, walk, ep, overwrite);                                                      \
+    }
+// Three blocks an SM (80 registers, the lean gate/up's), and down rows a block so that a
+// 2,048-wide output takes fewer blocks (256) than the gate/up does.
+#define MOE_PERSISTENT_MIN_BLOCKS 3
+#define MOE_PERSISTENT_DOWN_ROWS 8
+MOE_PERSISTENT(q4_k, GGML_TYPE_Q4_K, q4_k, GGML_TYPE_Q4_K)
+MOE_PERSISTENT(q4_k, GGML_TYPE_Q4_K, q6_k, GGML_TYPE_Q6_K)

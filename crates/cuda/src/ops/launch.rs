@@ -330,7 +330,8 @@ mod tests {
     }
 
     /// Every `__global__` kernel starts with `dependent_launch_entry();` (or a `*_then_wait`
-    /// helper, which only touches read-only weights before it waits): a
+    /// helper, which only touches read-only weights before it waits, or
+    /// `dependent_launch_wait_only();`, whose kernel lets the next one in later): a
     /// kernel that read memory before it could see the previous kernel's output half written.
     #[test]
     fn every_kernel_waits_for_the_one_before() {
@@ -350,7 +351,9 @@ mod tests {
                 // Or a `*_then_wait` helper that reads only model weights before it waits.
                 let first = &body[..body.find(';').unwrap()];
                 assert!(
-                    first == "dependent_launch_entry()" || first.contains("_then_wait"),
+                    first == "dependent_launch_entry()"
+                        || first == "dependent_launch_wait_only()"
+                        || first.contains("_then_wait"),
                     "{}: kernel `{}` does not start with dependent_launch_entry();",
                     path.display(),
                     name.trim()

@@ -13,12 +13,13 @@
 //! captured graph replays with new ids and weights.
 
 use super::launch::Launcher;
-use super::mmvq::stage_args;
+use super::mmvq::{stage_args, stage_bytes};
 use super::{int, stride_blocks, ActQuant, MoeExperts, Quantize};
 use crate::device::CudaDevice;
 use crate::error::{CudaError, DriverContext, Result};
 use crate::kernels::{ELEMENTWISE, MOE_DECODE};
 use crate::plan::ExpertMatVec;
+use cudarc::driver::sys::CUdevice_attribute;
 use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig};
 use ferrolm_gguf::GgmlType;
 use ferrolm_quant::QK_K;
@@ -26,6 +27,13 @@ use std::collections::HashMap;
 
 /// Most tokens one call takes (the kernels' NTOK instances).
 pub const MOE_DECODE_MAX_TOKENS: usize = 8;
+/// (gate/up, down) formats with a `moe_persistent_<gate>_<down>` kernel.
+const PERSISTENT: [(GgmlType, GgmlType); 2] = [
+    (GgmlType::Q4K, GgmlType::Q4K),
+    (GgmlType::Q4K, GgmlType::Q6K),
+];
+/// Output rows a block of the persistent kernel's down takes (its MOE_PERSISTENT_DOWN_ROWS).
+const PERSISTENT_DOWN_ROWS: usize = 8;
 /// Most slots (tokens × experts a token) one call takes (the kernel's MOE_MAX_SLOTS).
 const MAX_SLOTS: usize = 128;
 /// Warps per block (the kernel's MOE_NWARPS; the gate/up kernel's most).
@@ -83,6 +91,9 @@ pub struct MoeDecodeWork {
     /// `[slot][n_ff / 256]`: blocks of the gate/up launch done with each 256-row group of h,
     /// where that launch quantizes h (zero between launches).
     hq_done: CudaSlice<u32>,
+    /// The persistent launch's grid barrier: arrivals (word 0) and generation (word 32, a
+    /// line of its own: the kernel's GRID_BARRIER_GEN).
+    barrier: CudaSlice<u32>,
     pub max_n: usize,
     pub n_used: usize,
     pub n_ff: usize,
@@ -100,6 +111,7 @@ impl MoeDecodeWork {
             hq: dev.zeros(Quantize::q8_1_bytes(slots, ff))?,
             down: dev.zeros(slots * d)?,
             hq_done: dev.zeros((slots * ff.div_ceil(QK_K)).max(1))?,
+            barrier: dev.zeros(64)?,
             max_n,
             n_used: k,
             n_ff: ff,
@@ -143,6 +155,10 @@ pub struct MoeDecode {
     down_lean: HashMap<(GgmlType, bool), CudaFunction>,
     /// (type, narrow) -> `moe_slot_matvec_[narrow_]<type>`.
     slot_matvec: HashMap<(GgmlType, bool), CudaFunction>,
+    /// (gate/up type, down type) -> `moe_persistent_<gate>_<down>` (FERROLM_MOE_PERSISTENT).
+    persistent: HashMap<(GgmlType, GgmlType), CudaFunction>,
+    /// The device's SMs: a persistent launch's blocks must all be resident at once.
+    sms: u32,
     combine: CudaFunction,
     swiglu: CudaFunction,
     swiglu_oai: CudaFunction,
@@ -185,9 +201,24 @@ impl MoeDecode {
                 down_lean.insert((ty, tight), f("down")?);
             }
         }
+        let mut persistent = HashMap::new();
+        for (g, d) in PERSISTENT {
+            let name = format!(
+                "moe_persistent_{}_{}",
+                super::kernel_suffix(g),
+                super::kernel_suffix(d)
+            );
+            persistent.insert((g, d), dev.function(&MOE_DECODE, &name)?);
+        }
+        let sms = dev
+            .context()
+            .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+            .during("reading the SM count")? as u32;
         Ok(Self {
             launch: launch.clone(),
             quantize: Quantize::load(dev, launch)?,
+            persistent,
+            sms,
             gate_up,
             down,
             gate_up_lean,
@@ -319,6 +350,9 @@ impl MoeDecode {
         residual: &mut CudaSlice<f32>,
         overwrite: i32,
     ) -> Result<()> {
+        if self.persistent_forward(how, x_q8_1, n, ids, weights, e, work, residual, overwrite)? {
+            return Ok(());
+        }
         let (k, ff, d) = (e.n_used, e.n_ff, e.n_embd());
         let ints = Ints::new(d, ff, e.n_expert, k);
         let block = (32, MOE_DECODE_WARPS, 1);
@@ -417,6 +451,114 @@ impl MoeDecode {
         // the shared bytes of the N*k rows' staged blocks.
         unsafe { b.launch(cfg) }.during(format!("launching moe down for {}", e.down.ty))?;
         Ok(())
+    }
+
+    /// One token's experts in one launch (`moe_persistent_*`, FERROLM_MOE_PERSISTENT), where
+    /// `how` asks for it, its formats have one and its blocks all fit the GPU at once; whether
+    /// it ran (else the caller takes the separate launches).
+    #[allow(clippy::too_many_arguments)]
+    fn persistent_forward(
+        &self,
+        how: &ExpertMatVec,
+        x_q8_1: &CudaSlice<u8>,
+        n: usize,
+        ids: &CudaSlice<i32>,
+        weights: &CudaSlice<f32>,
+        e: &MoeExperts,
+        work: &mut MoeDecodeWork,
+        out: &mut CudaSlice<f32>,
+        overwrite: i32,
+    ) -> Result<bool> {
+        let Some((f, cfg, walk)) = self.persistent_launch(how, n, e)? else {
+            return Ok(false);
+        };
+        let (k, ff, d) = (e.n_used, e.n_ff, e.n_embd());
+        let ints = Ints::new(d, ff, e.n_expert, k);
+        let hq_k = i32::from(how.h_quant == ActQuant::Q8K);
+        let (alpha, limit) = e.epilogue.act_args();
+        let mut b = self.launch.builder(f);
+        b.arg(&e.gate.data).arg(&e.up.data).arg(&e.down.data);
+        b.arg(x_q8_1).arg(ids).arg(weights).arg(&mut work.h);
+        b.arg(&mut work.hq)
+            .arg(&hq_k)
+            .arg(&mut work.hq_done)
+            .arg(&mut work.barrier)
+            .arg(out);
+        b.arg(&ints.d)
+            .arg(&ints.ff)
+            .arg(&ints.ne)
+            .arg(&ints.k)
+            .arg(&walk);
+        b.arg(e.epilogue.bias(0))
+            .arg(e.epilogue.bias(1))
+            .arg(e.epilogue.bias(2))
+            .arg(&alpha)
+            .arg(&limit)
+            .arg(&overwrite);
+        // SAFETY: moe_persistent_<g>_<d>(gate, up, down, x, ids, weights, h, hq, hq_k, hq_done,
+        // barrier, out, n_embd, n_ff, n_expert, k, walk, gate_bias, up_bias, down_bias, alpha,
+        // limit, overwrite): the stacked expert weights as fused_forward's two launches take
+        // them, one token's Q8_1 row, k ids and weights, h (k x n_ff floats) and hq, the
+        // 256-row groups' counters (n_ff whole groups: persistent_launch checks) and the
+        // barrier's 64 words (zero, or as the last launch left them), n_embd floats out; a
+        // grid that is resident whole (persistent_launch: occupancy times SMs), blocks of
+        // MOE_DECODE_WARPS warps, with stage the larger of the two stages' shared bytes.
+        unsafe { b.launch(cfg) }.during(format!(
+            "launching the persistent moe for {} and {}",
+            e.gate.ty, e.down.ty
+        ))?;
+        Ok(true)
+    }
+
+    /// The persistent launch for `n` tokens of `e` under `how`: its kernel, config and walk
+    /// bits, or None where it does not apply (see [`Self::persistent_forward`]).
+    fn persistent_launch(
+        &self,
+        how: &ExpertMatVec,
+        n: usize,
+        e: &MoeExperts,
+    ) -> Result<Option<(&CudaFunction, LaunchConfig, i32)>> {
+        let f = self.persistent.get(&(e.gate.ty, e.down.ty));
+        let shaped = how.persistent
+            && how.fused
+            && n == 1
+            && lean(how, e.gate.ty, n)
+            && walks_wide(how, e.gate.ty)
+            && walks_wide(how, e.down.ty)
+            && e.gate.ty == e.up.ty
+            && e.n_ff.is_multiple_of(QK_K);
+        let Some(f) = f.filter(|_| shaped) else {
+            return Ok(None);
+        };
+        let (k, ff, d) = (e.n_used, e.n_ff, e.n_embd());
+        // x staged as the plan's mode says; hq always (the kernel reads it from L2 into
+        // shared memory, as other blocks of the launch wrote it).
+        let (stage, smem_x) = stage_args(self.launch.mode(), true, d / 32);
+        let Some(smem_h) = stage_bytes(k * ff / 32) else {
+            return Ok(None);
+        };
+        let smem = smem_x.max(smem_h);
+        let rows = MOE_DECODE_WARPS as usize * gate_rows(true, 1);
+        let blocks = (ff.div_ceil(rows) * k).max(d.div_ceil(PERSISTENT_DOWN_ROWS));
+        let threads = 32 * MOE_DECODE_WARPS;
+        let per_sm = f
+            .occupancy_max_active_blocks_per_multiprocessor(threads, smem as usize, None)
+            .during("occupancy of the persistent moe kernel")?;
+        if blocks > (per_sm * self.sms) as usize {
+            return Ok(None);
+        }
+        let cfg = LaunchConfig {
+            grid_dim: (blocks as u32, 1, 1),
+            block_dim: (32, MOE_DECODE_WARPS, 1),
+            shared_mem_bytes: smem,
+        };
+        Ok(Some((f, cfg, walk_bits(how, stage))))
+    }
+
+    /// Whether one token of `e` under `how` takes the persistent launch here (for parity
+    /// checks).
+    pub fn takes_persistent(&self, how: &ExpertMatVec, e: &MoeExperts) -> Result<bool> {
+        Ok(self.persistent_launch(how, 1, e)?.is_some())
     }
 
     /// `h` of `n` tokens' slots as the down projection's activations (its CPU partner format).
@@ -691,6 +833,7 @@ mod tests {
             bulk_l2: false,
             down_direct: true,
             gate_up_direct: false,
+            persistent: false,
             lean,
         };
         assert!(lean(&how(false), mx, 1) && !lean(&how(false), mx, 2));

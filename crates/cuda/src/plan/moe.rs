@@ -107,6 +107,7 @@ impl Plan {
             bulk_l2: self.switches.moe_bulk_l2 && self.device.cc.0 >= 9,
             down_direct: self.switches.moe_down_direct,
             gate_up_direct: self.switches.moe_gate_up_direct,
+            persistent: self.switches.moe_persistent && s.tokens == 1,
             lean: self.switches.moe_lean,
         }
     }

@@ -153,6 +153,12 @@ pub struct Switches {
     /// members' masks (local memory in session 36's ncu: `STL`/`LDL` ahead of the walk). The
     /// same bits. On: the kernel 2,253,312 -> 2,211,840 instructions, tg128 +0.5% (H100).
     pub moe_gate_up_direct: bool,
+    /// `FERROLM_MOE_PERSISTENT=1`: one token's MoE gate/up, h's quantization and down in one
+    /// launch (`moe_persistent_<gate>_<down>`: Q4_K gate and up, Q4_K or Q6_K down), a grid
+    /// barrier where two launch boundaries were, each block asking L1 for its down rows before
+    /// the barrier. Only where every block of it is resident at once (else the three launches).
+    /// The same bits. Off: written in session 48, not yet measured.
+    pub moe_persistent: bool,
     /// `FERROLM_MOE_LEAN`: at one token the fused MoE kernels of Q4_K, Q5_K and Q6_K experts
     /// take MXFP4's lean shape (`moe_*_lean_<type>_n1`: 2 gate and up rows a warp and 4 down
     /// rows a block where they take 4 and 8, three blocks an SM): each warp's instruction chain
@@ -458,6 +464,7 @@ impl Default for Switches {
             moe_bulk_l2: false,
             moe_down_direct: true,
             moe_gate_up_direct: true,
+            moe_persistent: false,
             moe_lean: true,
             route_topk_block: true,
             route_keep_sums: true,
@@ -681,6 +688,7 @@ impl Switches {
             moe_bulk_l2: flag(env, "FERROLM_MOE_BULK_L2", false)?,
             moe_down_direct: flag(env, "FERROLM_MOE_DOWN_DIRECT", true)?,
             moe_gate_up_direct: flag(env, "FERROLM_MOE_GATE_UP_DIRECT", true)?,
+            moe_persistent: flag(env, "FERROLM_MOE_PERSISTENT", false)?,
             moe_lean: flag(env, "FERROLM_MOE_LEAN", true)?,
             route_topk_block: flag(env, "FERROLM_ROUTE_TOPK_BLOCK", true)?,
             route_keep_sums: flag(env, "FERROLM_ROUTE_KEEP_SUMS", true)?,
@@ -802,7 +810,7 @@ impl fmt::Display for Switches {
             self.timing_skip.join(",")
         };
         let norm_route_rows = count_or_auto(self.norm_route_rows);
-        let lines: [(&str, &str, &str); 91] = [
+        let lines: [(&str, &str, &str); 92] = [
             (
                 "FERROLM_CUDA_MMQ",
                 bit(self.mmq),
@@ -949,6 +957,11 @@ impl fmt::Display for Switches {
                 "FERROLM_MOE_GATE_UP_DIRECT",
                 bit(self.moe_gate_up_direct),
                 "one token's MoE gate/up slot walked straight away",
+            ),
+            (
+                "FERROLM_MOE_PERSISTENT",
+                bit(self.moe_persistent),
+                "one token's MoE gate/up and down in one launch, a grid barrier between",
             ),
             (
                 "FERROLM_MOE_LEAN",

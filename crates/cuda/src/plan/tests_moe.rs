@@ -40,6 +40,7 @@ fn moe_path_by_tokens() {
                     bulk_l2: false,
                     down_direct: true,
                     gate_up_direct: true,
+                    persistent: false,
                     lean: true,
                 })
             };
@@ -180,6 +181,11 @@ fn moe_switches() {
     assert!(matches!(plan(&[]).moe(&s(1)), MoePath::MatVec(m) if m.gate_up_direct));
     let masks = plan(&[("FERROLM_MOE_GATE_UP_DIRECT", "0")]);
     assert!(matches!(masks.moe(&s(1)), MoePath::MatVec(m) if !m.gate_up_direct));
+    // One token's experts in one persistent launch: off unless switched on, one token only.
+    assert!(matches!(plan(&[]).moe(&s(1)), MoePath::MatVec(m) if !m.persistent));
+    let one = plan(&[("FERROLM_MOE_PERSISTENT", "1")]);
+    assert!(matches!(one.moe(&s(1)), MoePath::MatVec(m) if m.persistent));
+    assert!(matches!(one.moe(&s(2)), MoePath::MatVec(m) if !m.persistent));
     // The K-quants' lean one-token shape: on unless switched off.
     assert!(matches!(plan(&[]).moe(&s(1)), MoePath::MatVec(m) if m.lean));
     let wide = plan(&[("FERROLM_MOE_LEAN", "0")]);
