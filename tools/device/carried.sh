@@ -51,6 +51,18 @@ tg128() {
     grep -E 'tg128|rror|panic' | awk -F'|' '{print $(NF-1)}'
 }
 
+# tg_rounds N LABEL=VAR=VALUE...: N rounds of tg128 of $F (with $EXTRA), each labelled setting
+# in turn within a round (LABEL=A=0 for none), a line a round: "LABEL t/s | LABEL t/s ...".
+tg_rounds() {
+  local n=$1 r a line
+  shift
+  for r in $(seq $n); do
+    line=
+    for a in "$@"; do line="$line | ${a%%=*} $(tg128 ${a#*=})"; done
+    echo "  ${line# | } at $(( $(date +%s) - t0 )) s"
+  done
+}
+
 # llama_tg128: llama-bench's tg128 (t/s, -r 2) of $F with $EXTRA, as tg128 runs it.
 llama_tg128() {
   timeout 200 $L/llama-bench -m $F -ngl 99 -fa 1 -p 0 -n 128 -r 2 $EXTRA 2>&1 |

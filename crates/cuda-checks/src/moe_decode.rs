@@ -316,9 +316,9 @@ impl Experts {
     }
 }
 
-/// qwen3-30b-a3b's expert shape (n_embd, n_ff, experts here: 32 of its 128, top-8), where the
+/// qwen3-30b-a3b's expert shape (n_embd, n_ff, experts here: 16 of its 128, top-8), where the
 /// persistent launch's blocks all fit an H100 or H200 at once (OLMoE's gate/up does not).
-const QWEN3_30B: (usize, usize, usize, usize) = (2048, 768, 32, 8);
+const QWEN3_30B: (usize, usize, usize, usize) = (2048, 768, 16, 8);
 
 /// One token's persistent launch (FERROLM_MOE_PERSISTENT) against the plan's separate launches
 /// with it off, bit for bit, added into the residual and written over junk, for a Q4_K and a
