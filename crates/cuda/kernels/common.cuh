@@ -522,7 +522,7 @@ static __device__ __forceinline__ bool block_release_count(unsigned *counter, un
 // One thread a block: its acquire-release arrival publishes the block's stores (ordered ahead
 // by the barrier before it; a release is cumulative), and the last arrival, which has acquired
 // every other block's, resets the count and releases the next generation, which the others
-// spin on with acquire loads.
+// spin on (relaxed loads, then an acquire fence: the fence pattern of PTX's memory model).
 #define GRID_BARRIER_GEN 32
 static __device__ __forceinline__ void grid_barrier(unsigned *bar, unsigned blocks) {
     __syncthreads();
@@ -539,12 +539,16 @@ static __device__ __forceinline__ void grid_barrier(unsigned *bar, unsigned bloc
             asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(gen_at), "r"(gen + 1)
                          : "memory");
         } else {
+            // Relaxed loads in the loop, one acquire fence after it: an acquire load invalidates
+            // the SM's L1 (CCTL.IVALL) on every turn, and with it the down rows the block's
+            // warps have just asked L1 for.
             do {
-                asm volatile("ld.acquire.gpu.global.u32 %0, [%1];"
+                asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];"
                              : "=r"(now)
                              : "l"(gen_at)
                              : "memory");
             } while (now == gen);
+            asm volatile("fence.acq_rel.gpu;" ::: "memory");
         }
     }
     __syncthreads();
