@@ -20,8 +20,10 @@ use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use rayon::prelude::*;
 
-/// OLMoE-1B-7B: n_embd, n_ff per expert, experts, experts a token.
-const OLMOE: (usize, usize, usize, usize) = (2048, 1024, 64, 8);
+/// An expert shape: n_embd, n_ff per expert, experts, experts a token.
+type ExpertShape = (usize, usize, usize, usize);
+/// OLMoE-1B-7B's.
+const OLMOE: ExpertShape = (2048, 1024, 64, 8);
 /// Ids may differ from the CPU's only between probabilities this close (relative).
 const TIE: f64 = 1e-4;
 
@@ -257,8 +259,7 @@ fn routing(
 /// Random stacked experts (OLMoE's shape unless said): gate and up in one format, down in
 /// several.
 struct Experts {
-    /// n_embd, n_ff per expert, experts, experts a token.
-    shape: (usize, usize, usize, usize),
+    shape: ExpertShape,
     gate: (Vec<u8>, QuantMatrix),
     up: (Vec<u8>, QuantMatrix),
     down: Vec<(Vec<u8>, QuantMatrix)>,
@@ -279,7 +280,7 @@ impl Experts {
         rng: &mut StdRng,
         gate_up: GgmlType,
         downs: &[GgmlType],
-        shape: (usize, usize, usize, usize),
+        shape: ExpertShape,
     ) -> Result<Self> {
         let (d, ff, ne, _) = shape;
         let mut make = |ty, rows, cols| -> Result<(Vec<u8>, QuantMatrix)> {
@@ -316,17 +317,36 @@ impl Experts {
     }
 }
 
-/// qwen3-30b-a3b's expert shape (n_embd, n_ff, experts here: 16 of its 128, top-8), where the
-/// persistent launch's blocks all fit an H100 or H200 at once (OLMoE's gate/up does not).
-const QWEN3_30B: (usize, usize, usize, usize) = (2048, 768, 16, 8);
+/// The persistent launch's two shapes (n_embd, n_ff, experts here: 16, top-8):
+/// qwen3-30b-a3b's experts (384 blocks: the three-block entry on an H100 or H200) and
+/// OLMoE's (512: the four-block one).
+const PERSISTENT_SHAPES: [(&str, ExpertShape); 2] = [
+    ("qwen3-30b-a3b 2048/768", (2048, 768, 16, 8)),
+    ("OLMoE 2048/1024", (2048, 1024, 16, 8)),
+];
 
 /// One token's persistent launch (FERROLM_MOE_PERSISTENT) against the plan's separate launches
 /// with it off, bit for bit, added into the residual and written over junk, for a Q4_K and a
 /// Q6_K down; and that it ran.
 fn persistent(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) -> Result<Vec<Row>> {
+    let mut rows = Vec::new();
+    for (name, shape) in PERSISTENT_SHAPES {
+        rows.extend(persistent_at(dev, k, plan, rng, name, shape)?);
+    }
+    Ok(rows)
+}
+
+fn persistent_at(
+    dev: &CudaDevice,
+    k: &Kernels,
+    plan: &Plan,
+    rng: &mut StdRng,
+    name: &str,
+    shape: ExpertShape,
+) -> Result<Vec<Row>> {
     let downs = [GgmlType::Q4K, GgmlType::Q6K];
-    let ex = Experts::random_shaped(dev, rng, GgmlType::Q4K, &downs, QWEN3_30B)?;
-    let (d, _, ne, kk) = QWEN3_30B;
+    let ex = Experts::random_shaped(dev, rng, GgmlType::Q4K, &downs, shape)?;
+    let (d, _, ne, kk) = shape;
     let mut rows = Vec::new();
     for down in downs {
         let experts = ex.view(down);
@@ -351,7 +371,7 @@ fn persistent(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) -> R
             },
         );
         let md = &k.moe_decode;
-        let ran = md.takes_persistent(&on, &experts)?;
+        let grid = md.persistent_grid(&on, &experts)?;
         let mut outs = Vec::new();
         // Twice each: the second launch finds the barrier and the groups' counters as the
         // first left them.
@@ -363,18 +383,22 @@ fn persistent(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) -> R
             dev.sync()?;
             outs.push((dev.download(&out)?, dev.download(&junk)?));
         }
-        let shape = format!("qwen3-30b-a3b 2048/768, top-8, 1 tok, Q4_K gate/up, {down} down");
+        let shape = format!("{name}, top-8, 1 tok, Q4_K gate/up, {down} down");
         let same = |i: usize| {
             let (a, b) = (&outs[i], &outs[0]);
             let bits =
                 |x: &[f32], y: &[f32]| x.iter().zip(y).all(|(p, q)| p.to_bits() == q.to_bits());
             bits(&a.0, &b.0) && bits(&a.1, &b.1)
         };
+        let taken = match grid {
+            Some(g) => format!("moe persistent launch taken ({g} blocks, every one resident)"),
+            None => "moe persistent launch taken (not: its grid does not fit)".to_string(),
+        };
         rows.push(exact_row(
-            "moe persistent launch taken (every block resident)",
+            &taken,
             shape.clone(),
             "FERROLM_MOE_PERSISTENT=1",
-            ran,
+            grid.is_some(),
         ));
         rows.push(exact_row(
             "moe persistent: gate/up, h, down in one launch (added, written over; twice)",

@@ -844,9 +844,9 @@ moe_persistent(const void *__restrict__ gate, const void *__restrict__ up,
     }
 }
 
-#define MOE_PERSISTENT(GNAME, GTYPE, DNAME, DTYPE)                                                  \
-    extern "C" __global__ void __launch_bounds__(MOE_NWARPS *WARP_SIZE, MOE_PERSISTENT_MIN_BLOCKS) \
-        moe_persistent_##GNAME##_##DNAME(                                                           \
+#define MOE_PERSISTENT(SHAPE, MIN_BLOCKS, GNAME, GTYPE, DNAME, DTYPE)                               \
+    extern "C" __global__ void __launch_bounds__(MOE_NWARPS *WARP_SIZE, MIN_BLOCKS)                \
+        moe_persistent_##SHAPE##GNAME##_##DNAME(                                                    \
             const void *__restrict__ gate, const void *__restrict__ up,                            \
             const void *__restrict__ down, const block_q8_1 *__restrict__ x,                        \
             const int *__restrict__ ids, const float *__restrict__ weights,                         \
@@ -860,9 +860,11 @@ moe_persistent(const void *__restrict__ gate, const void *__restrict__ up,
             gate, up, down, x, ids, weights, h, hq, hq_k, hq_done, bar, out, n_embd, n_ff,          \
             n_expert, k, walk, ep, overwrite);                                                      \
     }
-// Three blocks an SM (80 registers, the lean gate/up's), and down rows a block so that a
-// 2,048-wide output takes fewer blocks (256) than the gate/up does.
-#define MOE_PERSISTENT_MIN_BLOCKS 3
+// Three blocks an SM (80 registers, the lean gate/up's: qwen3-30b-a3b's 384 blocks fit 132
+// SMs), or four in the `tight_` entries (64 registers, 140-312 bytes spilled: OLMoE's 512); and
+// down rows a block so that a 2,048-wide output takes fewer blocks (256) than the gate/up does.
 #define MOE_PERSISTENT_DOWN_ROWS 8
-MOE_PERSISTENT(q4_k, GGML_TYPE_Q4_K, q4_k, GGML_TYPE_Q4_K)
-MOE_PERSISTENT(q4_k, GGML_TYPE_Q4_K, q6_k, GGML_TYPE_Q6_K)
+MOE_PERSISTENT(, 3, q4_k, GGML_TYPE_Q4_K, q4_k, GGML_TYPE_Q4_K)
+MOE_PERSISTENT(, 3, q4_k, GGML_TYPE_Q4_K, q6_k, GGML_TYPE_Q6_K)
+MOE_PERSISTENT(tight_, 4, q4_k, GGML_TYPE_Q4_K, q4_k, GGML_TYPE_Q4_K)
+MOE_PERSISTENT(tight_, 4, q4_k, GGML_TYPE_Q4_K, q6_k, GGML_TYPE_Q6_K)

@@ -27,7 +27,8 @@ use std::collections::HashMap;
 
 /// Most tokens one call takes (the kernels' NTOK instances).
 pub const MOE_DECODE_MAX_TOKENS: usize = 8;
-/// (gate/up, down) formats with a `moe_persistent_<gate>_<down>` kernel.
+/// (gate/up, down) formats with `moe_persistent_[tight_]<gate>_<down>` kernels (three blocks
+/// an SM; `tight_`: four, at 64 registers).
 const PERSISTENT: [(GgmlType, GgmlType); 2] = [
     (GgmlType::Q4K, GgmlType::Q4K),
     (GgmlType::Q4K, GgmlType::Q6K),
@@ -155,8 +156,9 @@ pub struct MoeDecode {
     down_lean: HashMap<(GgmlType, bool), CudaFunction>,
     /// (type, narrow) -> `moe_slot_matvec_[narrow_]<type>`.
     slot_matvec: HashMap<(GgmlType, bool), CudaFunction>,
-    /// (gate/up type, down type) -> `moe_persistent_<gate>_<down>` (FERROLM_MOE_PERSISTENT).
-    persistent: HashMap<(GgmlType, GgmlType), CudaFunction>,
+    /// (gate/up type, down type, tight) -> `moe_persistent_[tight_]<gate>_<down>`
+    /// (FERROLM_MOE_PERSISTENT).
+    persistent: HashMap<(GgmlType, GgmlType, bool), CudaFunction>,
     /// The device's SMs: a persistent launch's blocks must all be resident at once.
     sms: u32,
     combine: CudaFunction,
@@ -203,12 +205,15 @@ impl MoeDecode {
         }
         let mut persistent = HashMap::new();
         for (g, d) in PERSISTENT {
-            let name = format!(
-                "moe_persistent_{}_{}",
-                super::kernel_suffix(g),
-                super::kernel_suffix(d)
-            );
-            persistent.insert((g, d), dev.function(&MOE_DECODE, &name)?);
+            for tight in [false, true] {
+                let name = format!(
+                    "moe_persistent_{}{}_{}",
+                    if tight { "tight_" } else { "" },
+                    super::kernel_suffix(g),
+                    super::kernel_suffix(d)
+                );
+                persistent.insert((g, d, tight), dev.function(&MOE_DECODE, &name)?);
+            }
         }
         let sms = dev
             .context()
@@ -510,15 +515,15 @@ impl MoeDecode {
         Ok(true)
     }
 
-    /// The persistent launch for `n` tokens of `e` under `how`: its kernel, config and walk
-    /// bits, or None where it does not apply (see [`Self::persistent_forward`]).
+    /// The persistent launch for `n` tokens of `e` under `how`: its kernel (the three-block
+    /// entry where its grid fits, else the four-block one), config and walk bits, or None
+    /// where it does not apply (see [`Self::persistent_forward`]).
     fn persistent_launch(
         &self,
         how: &ExpertMatVec,
         n: usize,
         e: &MoeExperts,
     ) -> Result<Option<(&CudaFunction, LaunchConfig, i32)>> {
-        let f = self.persistent.get(&(e.gate.ty, e.down.ty));
         let shaped = how.persistent
             && how.fused
             && n == 1
@@ -527,9 +532,9 @@ impl MoeDecode {
             && walks_wide(how, e.down.ty)
             && e.gate.ty == e.up.ty
             && e.n_ff.is_multiple_of(QK_K);
-        let Some(f) = f.filter(|_| shaped) else {
+        if !shaped {
             return Ok(None);
-        };
+        }
         let (k, ff, d) = (e.n_used, e.n_ff, e.n_embd());
         // x staged as the plan's mode says; hq always (the kernel reads it from L2 into
         // shared memory, as other blocks of the launch wrote it).
@@ -540,25 +545,35 @@ impl MoeDecode {
         let smem = smem_x.max(smem_h);
         let rows = MOE_DECODE_WARPS as usize * gate_rows(true, 1);
         let blocks = (ff.div_ceil(rows) * k).max(d.div_ceil(PERSISTENT_DOWN_ROWS));
-        let threads = 32 * MOE_DECODE_WARPS;
-        let per_sm = f
-            .occupancy_max_active_blocks_per_multiprocessor(threads, smem as usize, None)
-            .during("occupancy of the persistent moe kernel")?;
-        if blocks > (per_sm * self.sms) as usize {
-            return Ok(None);
+        for tight in [false, true] {
+            let Some(f) = self.persistent.get(&(e.gate.ty, e.down.ty, tight)) else {
+                return Ok(None);
+            };
+            let per_sm = f
+                .occupancy_max_active_blocks_per_multiprocessor(
+                    32 * MOE_DECODE_WARPS,
+                    smem as usize,
+                    None,
+                )
+                .during("occupancy of the persistent moe kernel")?;
+            if blocks <= (per_sm * self.sms) as usize {
+                let cfg = LaunchConfig {
+                    grid_dim: (blocks as u32, 1, 1),
+                    block_dim: (32, MOE_DECODE_WARPS, 1),
+                    shared_mem_bytes: smem,
+                };
+                return Ok(Some((f, cfg, walk_bits(how, stage))));
+            }
         }
-        let cfg = LaunchConfig {
-            grid_dim: (blocks as u32, 1, 1),
-            block_dim: (32, MOE_DECODE_WARPS, 1),
-            shared_mem_bytes: smem,
-        };
-        Ok(Some((f, cfg, walk_bits(how, stage))))
+        Ok(None)
     }
 
-    /// Whether one token of `e` under `how` takes the persistent launch here (for parity
-    /// checks).
-    pub fn takes_persistent(&self, how: &ExpertMatVec, e: &MoeExperts) -> Result<bool> {
-        Ok(self.persistent_launch(how, 1, e)?.is_some())
+    /// The grid of the persistent launch that one token of `e` under `how` takes here, if any
+    /// (for parity checks).
+    pub fn persistent_grid(&self, how: &ExpertMatVec, e: &MoeExperts) -> Result<Option<u32>> {
+        Ok(self
+            .persistent_launch(how, 1, e)?
+            .map(|(_, cfg, _)| cfg.grid_dim.0))
     }
 
     /// `h` of `n` tokens' slots as the down projection's activations (its CPU partner format).

@@ -156,7 +156,8 @@ pub struct Switches {
     /// `FERROLM_MOE_PERSISTENT=1`: one token's MoE gate/up, h's quantization and down in one
     /// launch (`moe_persistent_<gate>_<down>`: Q4_K gate and up, Q4_K or Q6_K down), a grid
     /// barrier where two launch boundaries were, each block asking L1 for its down rows before
-    /// the barrier. Only where every block of it is resident at once (else the three launches);
+    /// the barrier. Only where every block of it is resident at once (three blocks an SM, or
+    /// four in its `tight_` entries; else the three launches);
     /// two models decoding at once on one GPU could deadlock it. The same bits. Off: written in
     /// session 48, not yet measured.
     pub moe_persistent: bool,
