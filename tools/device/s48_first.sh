@@ -1,5 +1,7 @@
 #!/bin/bash
-# Session 48 (written; no device was lent that session): session 47's three router switches and
+# (Run in session 48 with ROUNDS=1: all four switches the same bits, none faster; they stay off,
+# docs/perf.md, session 48.)
+# Session 48: session 47's three router switches and
 # FERROLM_MOE_PERSISTENT (one token's gate/up, h's quantization and down in one launch with a
 # grid barrier; taken where the grid is resident whole: 3 blocks an SM for qwen3-30b-a3b, 4 for
 # OLMoE), each the same bits. In order: both MoE models' logits over 60 steps one token a step under each (the same
