@@ -386,9 +386,7 @@ fn persistent_at(
         let shape = format!("{name}, top-8, 1 tok, Q4_K gate/up, {down} down");
         let same = |i: usize| {
             let (a, b) = (&outs[i], &outs[0]);
-            let bits =
-                |x: &[f32], y: &[f32]| x.iter().zip(y).all(|(p, q)| p.to_bits() == q.to_bits());
-            bits(&a.0, &b.0) && bits(&a.1, &b.1)
+            same_bits(&a.0, &b.0).2 && same_bits(&a.1, &b.1).2
         };
         let taken = match grid {
             Some(g) => format!("moe persistent launch taken ({g} blocks, every one resident)"),

@@ -238,32 +238,32 @@ static __device__ __forceinline__ float warp_max(float v) {
 // Sum over a whole 1-D block (blockDim.x a multiple of 32, at most 1024); every thread gets the
 // result. `scratch` holds 32 values. The order of additions is fixed by the block size alone,
 // so a given launch is deterministic.
-// The first statement of every kernel (crates/cuda/src/ops/launch.rs checks it). Under
+// dependent_launch_entry (below): the first statement of every kernel (crates/cuda/src/ops/
+// launch.rs checks it). Under
 // programmatic dependent launch (sm_90+, the plan's FERROLM_CUDA_PDL) this kernel's blocks may be
 // scheduled before the kernel ahead of it on the stream has finished: wait for it and for its
 // writes, then let the kernel after this one be scheduled in turn. Without the launch attribute
 // both instructions return at once.
-static __device__ __forceinline__ void dependent_launch_entry() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
-
-// dependent_launch_entry's wait alone, for a kernel whose blocks wait on each other
-// (grid_barrier): the kernel after it must not take SM room before every block of this one is
-// resident, so this kernel lets it be scheduled (dependent_launch_after_barrier) only once all
-// of its blocks have reached the barrier.
+//
+// Its two halves, apart: for a kernel whose blocks wait on each other (grid_barrier): the kernel
+// after it must not take SM room before every block of this one is resident, so such a kernel
+// starts with dependent_launch_wait_only and lets the next one be scheduled
+// (dependent_launch_next) only once all of its blocks have reached the barrier.
 static __device__ __forceinline__ void dependent_launch_wait_only() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
 }
 
-static __device__ __forceinline__ void dependent_launch_after_barrier() {
+static __device__ __forceinline__ void dependent_launch_next() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
+}
+
+static __device__ __forceinline__ void dependent_launch_entry() {
+    dependent_launch_wait_only();
+    dependent_launch_next();
 }
 
 // 16 bytes global → shared (address d) without registers, bypassing L1 (sm_80+); only the

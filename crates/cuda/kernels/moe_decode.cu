@@ -837,7 +837,7 @@ moe_persistent(const void *__restrict__ gate, const void *__restrict__ up,
     }
     moe_down_rows_early<DTYPE, 1, DR>(down, ids, n_embd, n_ff, n_expert, k, walk, blockIdx.x);
     grid_barrier(bar, gridDim.x);
-    dependent_launch_after_barrier();
+    dependent_launch_next();
     if (blockIdx.x < (n_embd + DR - 1) / DR) {
         persistent_down<DTYPE, DR>(down, hq, ids, weights, out, n_embd, n_ff, n_expert, k, walk,
                                    ep, overwrite, blockIdx.x);

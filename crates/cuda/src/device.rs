@@ -161,6 +161,15 @@ impl CudaDevice {
         self.cc
     }
 
+    /// The device's streaming multiprocessors.
+    pub fn sm_count(&self) -> Result<usize> {
+        let n = self
+            .ctx
+            .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+            .during("reading the SM count")?;
+        Ok(n as usize)
+    }
+
     pub fn target(&self) -> &Target {
         &self.target
     }

@@ -19,7 +19,6 @@ use crate::device::CudaDevice;
 use crate::error::{CudaError, DriverContext, Result};
 use crate::kernels::{ELEMENTWISE, MOE_DECODE};
 use crate::plan::ExpertMatVec;
-use cudarc::driver::sys::CUdevice_attribute;
 use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig};
 use ferrolm_gguf::GgmlType;
 use ferrolm_quant::QK_K;
@@ -215,10 +214,7 @@ impl MoeDecode {
                 persistent.insert((g, d, tight), dev.function(&MOE_DECODE, &name)?);
             }
         }
-        let sms = dev
-            .context()
-            .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
-            .during("reading the SM count")? as u32;
+        let sms = dev.sm_count()? as u32;
         Ok(Self {
             launch: launch.clone(),
             quantize: Quantize::load(dev, launch)?,

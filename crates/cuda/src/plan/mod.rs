@@ -33,7 +33,7 @@ pub use matmul::{auto_tile, split_ways};
 pub use switches::{tile_from_env, Switches};
 
 use crate::device::CudaDevice;
-use crate::error::{DriverContext, Result};
+use crate::error::Result;
 use crate::ops::launch::LaunchMode;
 use crate::ops::{
     formats, per_block_stage_bytes, ActQuant, AttentionRows, DecodeKernel, GemmWgmma, Kernels,
@@ -44,7 +44,6 @@ use crate::ops::{
     MOE_INDEX_ONE_BLOCK_PAIRS, ROUTER_SMALL_MAX_EMBD, ROUTER_SMALL_N, ROUTE_CLUSTER_STAGE_BYTES,
     SMALL_STAGE_MAX_BYTES, STAGED_MAX_ROWS, STAGED_MIN_ROWS, STAGED_SPLIT_BLOCKS,
 };
-use cudarc::driver::sys::CUdevice_attribute;
 use ferrolm_gguf::GgmlType;
 use std::fmt;
 
@@ -197,12 +196,8 @@ pub struct DeviceFacts {
 impl DeviceFacts {
     /// Read from the device and its loaded GEMM kernels.
     pub fn read(dev: &CudaDevice, k: &Kernels) -> Result<Self> {
-        let sms = dev
-            .context()
-            .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
-            .during("reading the SM count")? as usize;
         Ok(Self {
-            sms,
+            sms: dev.sm_count()?,
             cc: dev.compute_capability(),
             mmq_blocks_per_sm: k.mmq.blocks_per_sm(),
             f16_gemm: k.gemm_wgmma.available(),
