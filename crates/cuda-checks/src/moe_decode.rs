@@ -20,10 +20,8 @@ use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use rayon::prelude::*;
 
-/// An expert shape: n_embd, n_ff per expert, experts, experts a token.
-type ExpertShape = (usize, usize, usize, usize);
-/// OLMoE-1B-7B's.
-const OLMOE: ExpertShape = (2048, 1024, 64, 8);
+/// OLMoE-1B-7B: n_embd, n_ff per expert, experts, experts a token.
+const OLMOE: (usize, usize, usize, usize) = (2048, 1024, 64, 8);
 /// Ids may differ from the CPU's only between probabilities this close (relative).
 const TIE: f64 = 1e-4;
 
@@ -74,7 +72,6 @@ pub fn all(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) -> Resu
             rows.extend(decode(dev, k, plan, rng, &ex, down, n)?);
         }
     }
-    rows.extend(persistent(dev, k, plan, rng)?);
     // MXFP4 experts (gpt-oss's format) throughout, at OLMoE's shape.
     let mx = Experts::random(dev, rng, GgmlType::Mxfp4, &[GgmlType::Mxfp4])?;
     for n in [1, 3, 8] {
@@ -256,10 +253,8 @@ fn routing(
     Ok(rows)
 }
 
-/// Random stacked experts (OLMoE's shape unless said): gate and up in one format, down in
-/// several.
+/// Random stacked experts at OLMoE's shape: gate and up in one format, down in several.
 struct Experts {
-    shape: ExpertShape,
     gate: (Vec<u8>, QuantMatrix),
     up: (Vec<u8>, QuantMatrix),
     down: Vec<(Vec<u8>, QuantMatrix)>,
@@ -272,24 +267,13 @@ impl Experts {
         gate_up: GgmlType,
         downs: &[GgmlType],
     ) -> Result<Self> {
-        Self::random_shaped(dev, rng, gate_up, downs, OLMOE)
-    }
-
-    fn random_shaped(
-        dev: &CudaDevice,
-        rng: &mut StdRng,
-        gate_up: GgmlType,
-        downs: &[GgmlType],
-        shape: ExpertShape,
-    ) -> Result<Self> {
-        let (d, ff, ne, _) = shape;
+        let (d, ff, ne, _) = OLMOE;
         let mut make = |ty, rows, cols| -> Result<(Vec<u8>, QuantMatrix)> {
             let q = random_matrix(rng, ty, rows, cols, 0.05)?;
             let m = QuantMatrix::upload(dev, ty, rows, cols, &q)?;
             Ok((q, m))
         };
         Ok(Self {
-            shape,
             gate: make(gate_up, ne * ff, d)?,
             up: make(gate_up, ne * ff, d)?,
             down: downs
@@ -304,7 +288,7 @@ impl Experts {
     }
 
     fn view(&self, ty: GgmlType) -> MoeExperts<'_> {
-        let (_, ff, ne, kk) = self.shape;
+        let (_, ff, ne, kk) = OLMOE;
         MoeExperts {
             gate: &self.gate.1,
             up: &self.up.1,
@@ -315,97 +299,6 @@ impl Experts {
             epilogue: Default::default(),
         }
     }
-}
-
-/// The persistent launch's two shapes (n_embd, n_ff, experts here: 16, top-8):
-/// qwen3-30b-a3b's experts (384 blocks: the three-block entry on an H100 or H200) and
-/// OLMoE's (512: the four-block one).
-const PERSISTENT_SHAPES: [(&str, ExpertShape); 2] = [
-    ("qwen3-30b-a3b 2048/768", (2048, 768, 16, 8)),
-    ("OLMoE 2048/1024", (2048, 1024, 16, 8)),
-];
-
-/// One token's persistent launch (FERROLM_MOE_PERSISTENT) against the plan's separate launches
-/// with it off, bit for bit, added into the residual and written over junk, for a Q4_K and a
-/// Q6_K down; and that it ran.
-fn persistent(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) -> Result<Vec<Row>> {
-    let mut rows = Vec::new();
-    for (name, shape) in PERSISTENT_SHAPES {
-        rows.extend(persistent_at(dev, k, plan, rng, name, shape)?);
-    }
-    Ok(rows)
-}
-
-fn persistent_at(
-    dev: &CudaDevice,
-    k: &Kernels,
-    plan: &Plan,
-    rng: &mut StdRng,
-    name: &str,
-    shape: ExpertShape,
-) -> Result<Vec<Row>> {
-    let downs = [GgmlType::Q4K, GgmlType::Q6K];
-    let ex = Experts::random_shaped(dev, rng, GgmlType::Q4K, &downs, shape)?;
-    let (d, _, ne, kk) = shape;
-    let mut rows = Vec::new();
-    for down in downs {
-        let experts = ex.view(down);
-        let x = normal(rng, d, 1.0);
-        let res = normal(rng, d, 1.0);
-        let pool: Vec<i32> = (0..ne as i32).collect();
-        let ids: Vec<i32> = pool.choose_multiple(rng, kk).copied().collect();
-        let wts: Vec<f32> = (0..kk).map(|_| rng.gen_range(0.01..0.3)).collect();
-        let (idd, wd) = (dev.upload(&ids)?, dev.upload(&wts)?);
-        let mut xq = dev.upload(&vec![0u8; d / 32 * Q8_1_BLOCK_BYTES])?;
-        k.quantize.q8_1(&dev.upload(&x)?, d, &mut xq)?;
-        let mut work = MoeDecodeWork::new(dev, 1, &experts)?;
-        let base = plan.expert_matvec(&MoeShape::new(&experts, 1));
-        let (off, on) = (
-            ExpertMatVec {
-                persistent: false,
-                ..base
-            },
-            ExpertMatVec {
-                persistent: true,
-                ..base
-            },
-        );
-        let md = &k.moe_decode;
-        let grid = md.persistent_grid(&on, &experts)?;
-        let mut outs = Vec::new();
-        // Twice each: the second launch finds the barrier and the groups' counters as the
-        // first left them.
-        for how in [&off, &on, &on] {
-            let mut out = dev.upload(&res)?;
-            md.forward(how, &xq, 1, &idd, &wd, &experts, &mut work, &mut out)?;
-            let mut junk = dev.upload(&vec![f32::NAN; d])?;
-            md.forward_over(how, &xq, 1, &idd, &wd, &experts, &mut work, &mut junk)?;
-            dev.sync()?;
-            outs.push((dev.download(&out)?, dev.download(&junk)?));
-        }
-        let shape = format!("{name}, top-8, 1 tok, Q4_K gate/up, {down} down");
-        let same = |i: usize| {
-            let (a, b) = (&outs[i], &outs[0]);
-            same_bits(&a.0, &b.0).2 && same_bits(&a.1, &b.1).2
-        };
-        let taken = match grid {
-            Some(g) => format!("moe persistent launch taken ({g} blocks, every one resident)"),
-            None => "moe persistent launch taken (not: its grid does not fit)".to_string(),
-        };
-        rows.push(exact_row(
-            &taken,
-            shape.clone(),
-            "FERROLM_MOE_PERSISTENT=1",
-            grid.is_some(),
-        ));
-        rows.push(exact_row(
-            "moe persistent: gate/up, h, down in one launch (added, written over; twice)",
-            shape,
-            "the separate launches",
-            same(1) && same(2),
-        ));
-    }
-    Ok(rows)
 }
 
 /// A `rows × cols` matrix of N(0, sigma) values quantized to `ty`, 256 rows a task.
@@ -508,7 +401,6 @@ fn decode(
         bulk_l2: !how.bulk_l2,
         down_direct: !how.down_direct,
         gate_up_direct: !how.gate_up_direct,
-        persistent: false,
         lean: !how.lean,
         ..how
     };

@@ -54,32 +54,12 @@ pub fn all(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) -> Resu
                     topk_block,
                     keep_sums: topk_block,
                     spread_out,
-                    ..NormRouteHow::default()
                 };
-                // The block's top-k with the norm on exact rows (one token), or 4 experts a
-                // block.
-                let exact = NormRouteHow {
-                    exact: true,
-                    ..small(true, false)
-                };
-                let four = NormRouteHow {
-                    per_block: 4,
-                    ..small(true, false)
-                };
-                // And counted by one acquire-release atomic.
-                let release = NormRouteHow {
-                    release: true,
-                    ..small(true, false)
-                };
-
                 let cluster = clustered.norm_route_cluster(n, d, ne);
                 let launches = [
                     (small(false, false), routes),
                     (small(true, false), routes),
                     (small(true, true), routes),
-                    (exact, routes),
-                    (four, routes),
-                    (release, routes),
                     (
                         NormRouteHow {
                             cluster,
@@ -94,15 +74,7 @@ pub fn all(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) -> Resu
                     }
                     let same = one(dev, k, rng, d, ne, kk, oai, n, mode, how)?;
                     let small_name = "add_rms_norm_route_small (norm + routing in one launch)";
-                    let released = ", top-k by the block, sums kept, counted by acq_rel";
-                    let shape = format!(
-                        ", top-k by the block, sums kept, exact rows {}, {} experts a block",
-                        how.exact,
-                        how.per_block.max(1)
-                    );
                     let (name, how) = match (how.cluster, how.topk_block, how.spread_out) {
-                        _ if how.release => (small_name, released),
-                        _ if how.exact || how.per_block > 1 => (small_name, shape.as_str()),
                         (None, false, _) => (small_name, ""),
                         (None, true, false) => (small_name, ", top-k by the block, sums kept"),
                         (None, true, true) => (

@@ -245,10 +245,9 @@ static __device__ __forceinline__ float warp_max(float v) {
 // writes, then let the kernel after this one be scheduled in turn. Without the launch attribute
 // both instructions return at once.
 //
-// Its two halves, apart: for a kernel whose blocks wait on each other (grid_barrier): the kernel
-// after it must not take SM room before every block of this one is resident, so such a kernel
-// starts with dependent_launch_wait_only and lets the next one be scheduled
-// (dependent_launch_next) only once all of its blocks have reached the barrier.
+// Its two halves, apart: for a kernel that must let the kernel after it be scheduled later than
+// its own start, it starts with dependent_launch_wait_only (launch.rs's check takes it too) and
+// calls dependent_launch_next where the next one may come in.
 static __device__ __forceinline__ void dependent_launch_wait_only() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");
@@ -498,60 +497,6 @@ static __device__ __forceinline__ bool block_fence_count(unsigned *counter, unsi
         __threadfence();
     }
     return last;
-}
-
-// block_fence_count with one acquire-release atomic at GPU scope in place of the fences around
-// a relaxed one: the release publishes every store that the barrier before it ordered ahead
-// (PTX's release is cumulative over what happens before it, as the fence is), and the acquire
-// orders the last block's loads (its other threads' too, after the barrier that follows)
-// after every other block's release in the count's sequence. Whether this block is the last.
-static __device__ __forceinline__ bool block_release_count(unsigned *counter, unsigned blocks) {
-    unsigned old;
-    asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;"
-                 : "=r"(old)
-                 : "l"(counter)
-                 : "memory");
-    return old == blocks - 1;
-}
-
-// Every block of the grid waits here until all `blocks` have arrived; each block's stores
-// before it are then visible to every block after it. bar[0] counts arrivals, bar[32] (its own
-// 128-byte line, away from the arrivals' atomics) is the barrier's generation (both zero, or as
-// the last use left them, between launches). The grid must be resident as a whole (the host
-// sizes it by the kernel's occupancy), or this never returns.
-// One thread a block: its acquire-release arrival publishes the block's stores (ordered ahead
-// by the barrier before it; a release is cumulative), and the last arrival, which has acquired
-// every other block's, resets the count and releases the next generation, which the others
-// spin on (relaxed loads, then an acquire fence: the fence pattern of PTX's memory model).
-#define GRID_BARRIER_GEN 32
-static __device__ __forceinline__ void grid_barrier(unsigned *bar, unsigned blocks) {
-    __syncthreads();
-    if (threadIdx.x == 0 && threadIdx.y == 0) {
-        unsigned gen, old, now;
-        unsigned *const gen_at = bar + GRID_BARRIER_GEN;
-        asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(gen) : "l"(gen_at) : "memory");
-        asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;"
-                     : "=r"(old)
-                     : "l"(bar)
-                     : "memory");
-        if (old == blocks - 1) {
-            bar[0] = 0;
-            asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(gen_at), "r"(gen + 1)
-                         : "memory");
-        } else {
-            // Relaxed loads in the loop, one acquire fence after it: an acquire load invalidates
-            // the SM's L1 (CCTL.IVALL) on every turn, and with it the down rows the block's
-            // warps have just asked L1 for.
-            do {
-                asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];"
-                             : "=r"(now)
-                             : "l"(gen_at)
-                             : "memory");
-            } while (now == gen);
-            asm volatile("fence.acq_rel.gpu;" ::: "memory");
-        }
-    }
-    __syncthreads();
 }
 
 // The split-K tail the block-wide split kernels share (mmq.cu, mmvq_staged.cu, matvec_f16.cu;

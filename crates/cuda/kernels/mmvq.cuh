@@ -142,10 +142,6 @@ static __device__ __forceinline__ void rows_to_l1(const B *const (&rows)[ROWS], 
 // an empty view (and no barrier). Every thread of the block calls it, before any returns. Wide
 // walks read every activation block once a row: from shared memory, a 16-byte load where
 // global memory took four 4-byte ones at 36-byte strides.
-// With FROM_L2 the loads read L2 (ld.global.cg): for blocks that other blocks of the same launch
-// wrote before a grid barrier (moe_decode.cu's persistent kernel), which the read-only path
-// must not serve.
-template <bool FROM_L2 = false>
 static __device__ __forceinline__ Q8Shared stage_q8_1(bool stage, const block_q8_1 *y, int n) {
     extern __shared__ int4 q8_stage[];
     if (!stage) {
@@ -156,7 +152,7 @@ static __device__ __forceinline__ Q8Shared stage_q8_1(bool stage, const block_q8
     const int *src = (const int *)y;
     const int tid = threadIdx.y * blockDim.x + threadIdx.x, nt = blockDim.x * blockDim.y;
     for (int i = tid; i < 9 * n; i += nt) {
-        const int b = i / 9, w = i % 9, v = FROM_L2 ? __ldcg(src + i) : src[i];
+        const int b = i / 9, w = i % 9, v = src[i];
         if (w == 0) {
             d[b] = __int_as_float(v);
         } else {

@@ -20,8 +20,7 @@
 //   token's top-k by the last block's threads together: topk_token_block).
 // - add_rms_norm_route_small: norm_rope.cu's add_rms_norm_q8_1_f32 and moe_route_small in one
 //   launch: block as that norm (ops/norm_rope.rs's norm_threads; at most 1024), grid n_expert,
-//   the same shared memory and counter as moe_route_small; with P experts a block (gating's
-//   ROUTE_PER_SHIFT bits), grid ceil(n_expert / P) and (P + n) * n_embd floats of shared memory.
+//   the same shared memory and counter as moe_route_small.
 #include "common.cuh"
 #include "norm.cuh"
 #include "quant.cuh"
@@ -38,13 +37,12 @@
 // block's expert row, then the n tokens' normed rows.
 extern __shared__ float4 route_stage[];
 
-// The logits of experts blockIdx.x * per.. (per of them, those below n_expert) from their rows
-// `ws` (n_embd apart) and the n tokens' rows from `xs0` (n_embd apart; in global or shared
-// memory): a warp an (expert, token) pair, each the CPU's f32 dot (common.cuh's
-// cpu_dot_reduce).
+// The logits of expert blockIdx.x from its row `ws` and the n tokens' rows from `xs0` (n_embd
+// apart; in global or shared memory): warp w takes tokens w, w + (warps a block), ..., each
+// the CPU's f32 dot (common.cuh's cpu_dot_reduce).
 static __device__ __forceinline__ void logits_rows(const float *ws, const float *xs0,
                                                    float *logits, int n, int n_embd,
-                                                   int n_expert, int per);
+                                                   int n_expert);
 
 // logits[t][e] = Σ_i x[t][i] · w[e][i] for t < n <= ROUTE_SMALL_N, n_embd % 4 == 0 and
 // n_embd <= SMALL_MAX_EMBD (the host checks): a warp a token, straight from global memory (the
@@ -54,7 +52,7 @@ static __device__ __forceinline__ void logits_rows(const float *ws, const float 
 static __device__ __forceinline__ void logits_small(const float *__restrict__ x,
                                                     const float *__restrict__ w, float *logits,
                                                     int n, int n_embd, int n_expert) {
-    logits_rows(w + (size_t)blockIdx.x * n_embd, x, logits, n, n_embd, n_expert, 1);
+    logits_rows(w + (size_t)blockIdx.x * n_embd, x, logits, n, n_embd, n_expert);
 }
 
 // The CPU's f32 dot of ws and xs (n_embd long), one warp; every lane gets it.
@@ -72,16 +70,10 @@ static __device__ __forceinline__ float cpu_order_dot(const float *ws, const flo
 
 static __device__ __forceinline__ void logits_rows(const float *ws, const float *xs0,
                                                    float *logits, int n, int n_embd,
-                                                   int n_expert, int per) {
-    const int lane = threadIdx.x % WARP_SIZE;
-    // Warp p takes (expert blockIdx.x * per + p % per, token p / per), ...
-    for (int p = threadIdx.x / WARP_SIZE; p < per * n; p += blockDim.x / WARP_SIZE) {
-        const int j = p % per, t = p / per, e = blockIdx.x * per + j;
-        if (e >= n_expert) {
-            continue;
-        }
-        const float s =
-            cpu_order_dot(ws + (size_t)j * n_embd, xs0 + (size_t)t * n_embd, n_embd, lane);
+                                                   int n_expert) {
+    const int e = blockIdx.x, lane = threadIdx.x % WARP_SIZE;
+    for (int t = threadIdx.x / WARP_SIZE; t < n; t += blockDim.x / WARP_SIZE) {
+        const float s = cpu_order_dot(ws, xs0 + (size_t)t * n_embd, n_embd, lane);
         if (lane == 0) {
             logits[(size_t)t * n_expert + e] = s;
         }
@@ -238,21 +230,6 @@ extern "C" __global__ void __launch_bounds__(TOPK_WARPS *WARP_SIZE)
 // And the bit that spreads the norm's outputs (out, outq) over the blocks, after each block's
 // count, where block 0 wrote them all before its own (add_rms_norm_route_small).
 #define ROUTE_SPREAD_OUT 16
-// And the bit that counts the blocks with one acquire-release atomic (block_release_count)
-// where two fences and a relaxed one did (block_fence_count; FERROLM_ROUTE_RELEASE).
-#define ROUTE_RELEASE 32
-// And the bit for one token's norm on rows of exactly 4 elements a thread
-// (add_norm_scale_exact: no guarded iterations past them), the writer's Q8_K pass reading the
-// normed row from shared memory, where it read it back from `out` through L2
-// (add_rms_norm_route_small, FERROLM_ROUTE_EXACT).
-#define ROUTE_EXACT 64
-// And bits 8-9: log2 of the experts a block of add_rms_norm_route_small takes (1, 2, 4 or 8:
-// FERROLM_ROUTE_EXPERTS_A_BLOCK), their rows side by side in the shared stage, warp w the
-// dot of expert w (and token w / experts).
-#define ROUTE_PER_SHIFT 8
-static __device__ __forceinline__ int route_per(int gating) {
-    return 1 << ((gating >> ROUTE_PER_SHIFT) & 3);
-}
 
 // topk_token for one token by a whole block (every thread calls it; blockDim.x >= n_expert):
 // thread e takes expert e's probability, the sum keeps topk_token's order (lane l adds experts
@@ -386,8 +363,7 @@ static __device__ __forceinline__ bool topk_in_last_block(const float *logits,
     __shared__ bool last;
     __syncthreads(); // the block's logits, then one thread's fence and count (block_fence_count)
     if (threadIdx.x == 0) {
-        last = gating & ROUTE_RELEASE ? block_release_count(done, gridDim.x)
-                                      : block_fence_count(done, gridDim.x);
+        last = block_fence_count(done, gridDim.x);
     }
     __syncthreads();
     if (!last) {
@@ -426,56 +402,16 @@ extern "C" __global__ void __launch_bounds__(ROUTE_THREADS)
     topk_in_last_block(logits, ids, weights, done, n, n_expert, k, gating, bias);
 }
 
-// The block's expert rows (`per` of them: experts blockIdx.x * per..) into the start of the
-// shared stage, and the thread's norm weights, both before the wait for the kernel ahead: model
-// weights, which no kernel writes.
+// The block's expert row into the start of the shared stage, and the thread's norm weights, both
+// before the wait for the kernel ahead: model weights, which no kernel writes.
 static __device__ __forceinline__ NormWeights router_row_then_wait(const float *__restrict__ w,
                                                                    const float *__restrict__ norm_w,
-                                                                   int n_embd, int per,
-                                                                   int n_expert) {
-    // The block's `per` experts' rows (those past n_expert left out), one after another.
-    const int rows = min(per, n_expert - (int)blockIdx.x * per);
-    const float4 *we = (const float4 *)(w + (size_t)blockIdx.x * per * n_embd);
-    for (int i = threadIdx.x; i < rows * n_embd / 4; i += blockDim.x) {
+                                                                   int n_embd) {
+    const float4 *we = (const float4 *)(w + (size_t)blockIdx.x * n_embd);
+    for (int i = threadIdx.x; i < n_embd / 4; i += blockDim.x) {
         route_stage[i] = __ldg(we + i);
     }
     return norm_weights_then_wait(norm_w, n_embd);
-}
-
-// norm_rows_into's one row of exactly 4 elements a thread (ROUTE_EXACT): add_norm_scale's sums
-// in its order without the guarded iterations, and the writer's Q8_K blocks from the staged
-// row; wr: the thread's 4 norm weights. Not inlined: its registers stay out of the launch's
-// allocation (64 at 1024 threads).
-static __device__ __noinline__ void norm_row_exact4(float *x, const float *add, float4 wr,
-                                                    float *out,
-                                                    block_q8_1 *__restrict__ outq, float eps,
-                                                    int q8k, float *xs0, int n_embd, bool writer,
-                                                    float *sums, double *scratch) {
-    float xr[NORM_REGS];
-    const float scale = add_norm_scale_exact<4>(x, add, 0, n_embd, eps, false, xr, scratch);
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-        const int i = threadIdx.x + j * blockDim.x;
-        const float wj = j == 0 ? wr.x : j == 1 ? wr.y : j == 2 ? wr.z : wr.w;
-        const float o = __fmul_rn(__fmul_rn(xr[j], scale), wj);
-        xs0[i] = o;
-        if (sums != nullptr) {
-            sums[i] = xr[j];
-        }
-        if (writer) {
-            out[i] = o;
-            if (!q8k) {
-                quantize_q8_1_warp(o, outq + i / QK8_1);
-            }
-        }
-    }
-    __syncthreads();
-    if (writer && q8k) {
-        const int warp = threadIdx.x / WARP_SIZE, nwarps = blockDim.x / WARP_SIZE;
-        for (int g = warp; g < n_embd / QK_K; g += nwarps) {
-            quantize_q8_k_warp(xs0 + (size_t)g * QK_K, outq + (size_t)g * 8);
-        }
-    }
 }
 
 // The norm of the n rows of x + add (add_rms_norm_q8_1_f32's, with `add`: the block is the
@@ -489,13 +425,8 @@ static __device__ __forceinline__ void norm_rows_into(float *x, const float *add
                                                       float *out, block_q8_1 *__restrict__ outq,
                                                       float eps, int q8k, float *xs0, int n,
                                                       int n_embd, bool writer,
-                                                      float *sums = nullptr, bool exact = false) {
+                                                      float *sums = nullptr) {
     __shared__ double scratch[32];
-    if (exact && n == 1 && n_embd == 4 * (int)blockDim.x) {
-        const float4 w4 = make_float4(wr.v[0], wr.v[1], wr.v[2], wr.v[3]);
-        norm_row_exact4(x, add, w4, out, outq, eps, q8k, xs0, n_embd, writer, sums, scratch);
-        return;
-    }
     for (int t = 0; t < n; ++t) {
         const size_t base = (size_t)t * n_embd;
         float *xs = xs0 + base;
@@ -584,15 +515,14 @@ extern "C" __global__ void __launch_bounds__(1024)
                              const float *__restrict__ w, float *logits, int *__restrict__ ids,
                              float *__restrict__ weights, unsigned *done, int n, int n_embd,
                              int n_expert, int k, int gating, const float *__restrict__ bias) {
-    const NormWeights wr = router_row_then_wait(w, norm_w, n_embd, route_per(gating), n_expert);
-    const int per = route_per(gating);
+    const NormWeights wr = router_row_then_wait(w, norm_w, n_embd);
     __shared__ float sums[SMALL_MAX_EMBD]; // one token's x + add
-    float *ws = (float *)route_stage, *xs = ws + (size_t)per * n_embd;
+    float *ws = (float *)route_stage;
     const bool keep = (gating & ROUTE_KEEP_SUMS) && n == 1;
     const bool spread = gating & ROUTE_SPREAD_OUT;
-    norm_rows_into(x, add, wr, norm_w, out, outq, eps, q8k, xs, n, n_embd,
-                   !spread && blockIdx.x == 0, keep ? sums : nullptr, gating & ROUTE_EXACT);
-    logits_rows(ws, xs, logits, n, n_embd, n_expert, per);
+    norm_rows_into(x, add, wr, norm_w, out, outq, eps, q8k, ws + n_embd, n, n_embd,
+                   !spread && blockIdx.x == 0, keep ? sums : nullptr);
+    logits_rows(ws, ws + n_embd, logits, n, n_embd, n_expert);
     if (topk_in_last_block(logits, ids, weights, done, n, n_expert, k, gating, bias)) {
         for (int i = threadIdx.x; i < n * n_embd; i += blockDim.x) {
             x[i] = keep ? sums[i] : x[i] + add[i];

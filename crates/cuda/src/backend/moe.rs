@@ -261,7 +261,6 @@ impl CudaBackend {
         }
         let mode = self.norm_quant(acc.width);
         let cluster = self.plan.norm_route_cluster(n, acc.width, moe.n_expert);
-        let per_block = self.plan.route_experts_a_block(n, acc.width);
         let mut q8 = self.bytes.take(Quantize::q8_1_bytes(out.rows, out.width))?;
         let mut scratch = self.moe.lock().expect("moe scratch poisoned");
         let scratch = &mut *scratch;
@@ -289,9 +288,6 @@ impl CudaBackend {
             topk_block: self.plan.route_topk_block(),
             keep_sums: self.plan.route_keep_sums(),
             spread_out: self.plan.route_spread_out(),
-            exact: self.plan.route_exact(),
-            per_block,
-            release: self.plan.route_release(),
         };
         let r = self.k.moe_route.add_norm_route(
             norm,

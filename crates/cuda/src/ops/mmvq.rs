@@ -444,16 +444,12 @@ const STAGE_MAX_BYTES: usize = 48 * 1024;
 /// `(stage, shared bytes)` for a wide walk over `blocks` Q8_1 activation blocks: staged
 /// (`stage_q8_1`, 36 bytes a block) when the launch mode asks and the copy fits, else `(0, 0)`.
 pub(super) fn stage_args(mode: LaunchMode, wide: bool, blocks: usize) -> (i32, u32) {
-    match stage_bytes(blocks) {
-        Some(bytes) if mode.stage_activations && wide => (1, bytes),
-        _ => (0, 0),
-    }
-}
-
-/// The shared bytes `stage_q8_1` takes for `blocks` Q8_1 blocks, where they fit the limit.
-pub(super) fn stage_bytes(blocks: usize) -> Option<u32> {
     let bytes = blocks * 36;
-    (bytes <= STAGE_MAX_BYTES).then_some(bytes as u32)
+    if mode.stage_activations && wide && bytes <= STAGE_MAX_BYTES {
+        (1, bytes as u32)
+    } else {
+        (0, 0)
+    }
 }
 
 #[cfg(test)]

@@ -58,12 +58,11 @@ pub use moe_gemm::{
     MoeGemm, MoeWork, MOE_INDEX_ONE_BLOCK_EXPERTS, MOE_INDEX_ONE_BLOCK_PAIRS, MOE_MAX_PAIRS,
 };
 pub use moe_mma::MOE_MMA_TILES;
-pub(crate) use moe_route::{
-    per_block_stage_bytes, MOE_MAX_USED, ROUTER_SMALL_MAX_EMBD, ROUTER_SMALL_N,
-    ROUTE_CLUSTER_STAGE_BYTES, SMALL_STAGE_MAX_BYTES,
-};
 pub use moe_route::{
     ExpertEpilogue, MoeExperts, MoeRoute, MoeRouteWork, MoeRouter, NormInto, NormRouteHow,
+};
+pub(crate) use moe_route::{
+    MOE_MAX_USED, ROUTER_SMALL_MAX_EMBD, ROUTER_SMALL_N, ROUTE_CLUSTER_STAGE_BYTES,
 };
 pub use moe_slices::MoeSliceWork;
 pub use norm_rope::{rope_table_len, NormRope, Rope, RopeArgs, RopeScale};

@@ -13,7 +13,7 @@
 //! captured graph replays with new ids and weights.
 
 use super::launch::Launcher;
-use super::mmvq::{stage_args, stage_bytes};
+use super::mmvq::stage_args;
 use super::{int, stride_blocks, ActQuant, MoeExperts, Quantize};
 use crate::device::CudaDevice;
 use crate::error::{CudaError, DriverContext, Result};
@@ -26,14 +26,6 @@ use std::collections::HashMap;
 
 /// Most tokens one call takes (the kernels' NTOK instances).
 pub const MOE_DECODE_MAX_TOKENS: usize = 8;
-/// (gate/up, down) formats with `moe_persistent_[tight_]<gate>_<down>` kernels (three blocks
-/// an SM; `tight_`: four, at 64 registers).
-const PERSISTENT: [(GgmlType, GgmlType); 2] = [
-    (GgmlType::Q4K, GgmlType::Q4K),
-    (GgmlType::Q4K, GgmlType::Q6K),
-];
-/// Output rows a block of the persistent kernel's down takes (its MOE_PERSISTENT_DOWN_ROWS).
-const PERSISTENT_DOWN_ROWS: usize = 8;
 /// Most slots (tokens × experts a token) one call takes (the kernel's MOE_MAX_SLOTS).
 const MAX_SLOTS: usize = 128;
 /// Warps per block (the kernel's MOE_NWARPS; the gate/up kernel's most).
@@ -91,9 +83,6 @@ pub struct MoeDecodeWork {
     /// `[slot][n_ff / 256]`: blocks of the gate/up launch done with each 256-row group of h,
     /// where that launch quantizes h (zero between launches).
     hq_done: CudaSlice<u32>,
-    /// The persistent launch's grid barrier: arrivals (word 0) and generation (word 32, a
-    /// line of its own: the kernel's GRID_BARRIER_GEN).
-    barrier: CudaSlice<u32>,
     pub max_n: usize,
     pub n_used: usize,
     pub n_ff: usize,
@@ -111,7 +100,6 @@ impl MoeDecodeWork {
             hq: dev.zeros(Quantize::q8_1_bytes(slots, ff))?,
             down: dev.zeros(slots * d)?,
             hq_done: dev.zeros((slots * ff.div_ceil(QK_K)).max(1))?,
-            barrier: dev.zeros(64)?,
             max_n,
             n_used: k,
             n_ff: ff,
@@ -155,11 +143,6 @@ pub struct MoeDecode {
     down_lean: HashMap<(GgmlType, bool), CudaFunction>,
     /// (type, narrow) -> `moe_slot_matvec_[narrow_]<type>`.
     slot_matvec: HashMap<(GgmlType, bool), CudaFunction>,
-    /// (gate/up type, down type, tight) -> `moe_persistent_[tight_]<gate>_<down>`
-    /// (FERROLM_MOE_PERSISTENT).
-    persistent: HashMap<(GgmlType, GgmlType, bool), CudaFunction>,
-    /// The device's SMs: a persistent launch's blocks must all be resident at once.
-    sms: u32,
     combine: CudaFunction,
     swiglu: CudaFunction,
     swiglu_oai: CudaFunction,
@@ -202,24 +185,9 @@ impl MoeDecode {
                 down_lean.insert((ty, tight), f("down")?);
             }
         }
-        let mut persistent = HashMap::new();
-        for (g, d) in PERSISTENT {
-            for tight in [false, true] {
-                let name = format!(
-                    "moe_persistent_{}{}_{}",
-                    if tight { "tight_" } else { "" },
-                    super::kernel_suffix(g),
-                    super::kernel_suffix(d)
-                );
-                persistent.insert((g, d, tight), dev.function(&MOE_DECODE, &name)?);
-            }
-        }
-        let sms = dev.sm_count()? as u32;
         Ok(Self {
             launch: launch.clone(),
             quantize: Quantize::load(dev, launch)?,
-            persistent,
-            sms,
             gate_up,
             down,
             gate_up_lean,
@@ -351,9 +319,6 @@ impl MoeDecode {
         residual: &mut CudaSlice<f32>,
         overwrite: i32,
     ) -> Result<()> {
-        if self.persistent_forward(how, x_q8_1, n, ids, weights, e, work, residual, overwrite)? {
-            return Ok(());
-        }
         let (k, ff, d) = (e.n_used, e.n_ff, e.n_embd());
         let ints = Ints::new(d, ff, e.n_expert, k);
         let block = (32, MOE_DECODE_WARPS, 1);
@@ -452,124 +417,6 @@ impl MoeDecode {
         // the shared bytes of the N*k rows' staged blocks.
         unsafe { b.launch(cfg) }.during(format!("launching moe down for {}", e.down.ty))?;
         Ok(())
-    }
-
-    /// One token's experts in one launch (`moe_persistent_*`, FERROLM_MOE_PERSISTENT), where
-    /// `how` asks for it, its formats have one and its blocks all fit the GPU at once; whether
-    /// it ran (else the caller takes the separate launches).
-    #[allow(clippy::too_many_arguments)]
-    fn persistent_forward(
-        &self,
-        how: &ExpertMatVec,
-        x_q8_1: &CudaSlice<u8>,
-        n: usize,
-        ids: &CudaSlice<i32>,
-        weights: &CudaSlice<f32>,
-        e: &MoeExperts,
-        work: &mut MoeDecodeWork,
-        out: &mut CudaSlice<f32>,
-        overwrite: i32,
-    ) -> Result<bool> {
-        let Some((f, cfg, walk)) = self.persistent_launch(how, n, e)? else {
-            return Ok(false);
-        };
-        let (k, ff, d) = (e.n_used, e.n_ff, e.n_embd());
-        let ints = Ints::new(d, ff, e.n_expert, k);
-        let hq_k = i32::from(how.h_quant == ActQuant::Q8K);
-        let (alpha, limit) = e.epilogue.act_args();
-        let mut b = self.launch.builder(f);
-        b.arg(&e.gate.data).arg(&e.up.data).arg(&e.down.data);
-        b.arg(x_q8_1).arg(ids).arg(weights).arg(&mut work.h);
-        b.arg(&mut work.hq)
-            .arg(&hq_k)
-            .arg(&mut work.hq_done)
-            .arg(&mut work.barrier)
-            .arg(out);
-        b.arg(&ints.d)
-            .arg(&ints.ff)
-            .arg(&ints.ne)
-            .arg(&ints.k)
-            .arg(&walk);
-        b.arg(e.epilogue.bias(0))
-            .arg(e.epilogue.bias(1))
-            .arg(e.epilogue.bias(2))
-            .arg(&alpha)
-            .arg(&limit)
-            .arg(&overwrite);
-        // SAFETY: moe_persistent_<g>_<d>(gate, up, down, x, ids, weights, h, hq, hq_k, hq_done,
-        // barrier, out, n_embd, n_ff, n_expert, k, walk, gate_bias, up_bias, down_bias, alpha,
-        // limit, overwrite): the stacked expert weights as fused_forward's two launches take
-        // them, one token's Q8_1 row, k ids and weights, h (k x n_ff floats) and hq, the
-        // 256-row groups' counters (n_ff whole groups: persistent_launch checks) and the
-        // barrier's 64 words (zero, or as the last launch left them), n_embd floats out; a
-        // grid that is resident whole (persistent_launch: occupancy times SMs), blocks of
-        // MOE_DECODE_WARPS warps, with stage the larger of the two stages' shared bytes.
-        unsafe { b.launch(cfg) }.during(format!(
-            "launching the persistent moe for {} and {}",
-            e.gate.ty, e.down.ty
-        ))?;
-        Ok(true)
-    }
-
-    /// The persistent launch for `n` tokens of `e` under `how`: its kernel (the three-block
-    /// entry where its grid fits, else the four-block one), config and walk bits, or None
-    /// where it does not apply (see [`Self::persistent_forward`]).
-    fn persistent_launch(
-        &self,
-        how: &ExpertMatVec,
-        n: usize,
-        e: &MoeExperts,
-    ) -> Result<Option<(&CudaFunction, LaunchConfig, i32)>> {
-        let shaped = how.persistent
-            && how.fused
-            && n == 1
-            && lean(how, e.gate.ty, n)
-            && walks_wide(how, e.gate.ty)
-            && walks_wide(how, e.down.ty)
-            && e.gate.ty == e.up.ty
-            && e.n_ff.is_multiple_of(QK_K);
-        if !shaped {
-            return Ok(None);
-        }
-        let (k, ff, d) = (e.n_used, e.n_ff, e.n_embd());
-        // x staged as the plan's mode says; hq always (the kernel reads it from L2 into
-        // shared memory, as other blocks of the launch wrote it).
-        let (stage, smem_x) = stage_args(self.launch.mode(), true, d / 32);
-        let Some(smem_h) = stage_bytes(k * ff / 32) else {
-            return Ok(None);
-        };
-        let smem = smem_x.max(smem_h);
-        let rows = MOE_DECODE_WARPS as usize * gate_rows(true, 1);
-        let blocks = (ff.div_ceil(rows) * k).max(d.div_ceil(PERSISTENT_DOWN_ROWS));
-        for tight in [false, true] {
-            let Some(f) = self.persistent.get(&(e.gate.ty, e.down.ty, tight)) else {
-                return Ok(None);
-            };
-            let per_sm = f
-                .occupancy_max_active_blocks_per_multiprocessor(
-                    32 * MOE_DECODE_WARPS,
-                    smem as usize,
-                    None,
-                )
-                .during("occupancy of the persistent moe kernel")?;
-            if blocks <= (per_sm * self.sms) as usize {
-                let cfg = LaunchConfig {
-                    grid_dim: (blocks as u32, 1, 1),
-                    block_dim: (32, MOE_DECODE_WARPS, 1),
-                    shared_mem_bytes: smem,
-                };
-                return Ok(Some((f, cfg, walk_bits(how, stage))));
-            }
-        }
-        Ok(None)
-    }
-
-    /// The grid of the persistent launch that one token of `e` under `how` takes here, if any
-    /// (for parity checks).
-    pub fn persistent_grid(&self, how: &ExpertMatVec, e: &MoeExperts) -> Result<Option<u32>> {
-        Ok(self
-            .persistent_launch(how, 1, e)?
-            .map(|(_, cfg, _)| cfg.grid_dim.0))
     }
 
     /// `h` of `n` tokens' slots as the down projection's activations (its CPU partner format).
@@ -844,7 +691,6 @@ mod tests {
             bulk_l2: false,
             down_direct: true,
             gate_up_direct: false,
-            persistent: false,
             lean,
         };
         assert!(lean(&how(false), mx, 1) && !lean(&how(false), mx, 2));

@@ -43,16 +43,6 @@ const ROUTE_TOPK_BLOCK: i32 = 4;
 const ROUTE_KEEP_SUMS: i32 = 8;
 /// The bit that spreads the norm's outputs over the blocks (moe_route.cu's ROUTE_SPREAD_OUT).
 const ROUTE_SPREAD_OUT: i32 = 16;
-/// The bit that counts the blocks with one acquire-release atomic (moe_route.cu's
-/// ROUTE_RELEASE).
-const ROUTE_RELEASE: i32 = 32;
-/// The bit for one token's norm on rows of exactly 4 elements a thread, its Q8_K blocks from
-/// shared memory (moe_route.cu's ROUTE_EXACT).
-const ROUTE_EXACT: i32 = 64;
-/// Where log2 of the experts a block goes in `gating` (moe_route.cu's ROUTE_PER_SHIFT).
-const ROUTE_PER_SHIFT: i32 = 8;
-/// The most experts a block of the block-an-expert launch takes.
-const ROUTE_MAX_EXPERTS_A_BLOCK: usize = 8;
 
 /// How [`MoeRoute::add_norm_route`] runs (the plan's choices; each gives the same bits): one
 /// cluster of that many blocks or a block an expert; one token's top-k by the last block's
@@ -64,24 +54,12 @@ pub struct NormRouteHow {
     pub topk_block: bool,
     pub keep_sums: bool,
     pub spread_out: bool,
-    /// One token's norm on rows of exactly 4 elements a thread, the writer's Q8_K blocks from
-    /// the staged row (moe_route.cu's ROUTE_EXACT).
-    pub exact: bool,
-    /// Experts a block of the block-an-expert launch (1, 2, 4 or 8; 0 counts as 1).
-    pub per_block: u32,
-    /// The blocks counted with one acquire-release atomic, without the fences
-    /// (moe_route.cu's ROUTE_RELEASE).
-    pub release: bool,
 }
 
-/// That launch's shared memory for `n` tokens of `n_embd`: the block's `per` experts' rows and
-/// the tokens'.
-pub(crate) fn per_block_stage_bytes(per: usize, n: usize, n_embd: usize) -> usize {
-    (per + n) * n_embd * 4
+/// That launch's shared memory for `n` tokens of `n_embd`: the expert's row and the tokens'.
+fn small_stage_bytes(n: usize, n_embd: usize) -> usize {
+    (1 + n) * n_embd * 4
 }
-
-/// The most shared memory a block of that launch may take (allowed at load).
-pub(crate) const SMALL_STAGE_MAX_BYTES: usize = (1 + ROUTER_SMALL_N) * ROUTER_SMALL_MAX_EMBD * 4;
 
 /// One layer's router: `ffn_gate_inp`, f32 `[n_expert][n_embd]`, and how its top-k is used.
 pub struct MoeRouter {
@@ -271,7 +249,7 @@ impl MoeRoute {
         let norm_route_small = dev.function_with_smem(
             &MOE_ROUTE,
             "add_rms_norm_route_small",
-            SMALL_STAGE_MAX_BYTES,
+            small_stage_bytes(ROUTER_SMALL_N, ROUTER_SMALL_MAX_EMBD),
         )?;
         let norm_route_cluster = if dev.compute_capability().0 >= 9 {
             let name = "add_rms_norm_route_cluster";
@@ -354,20 +332,10 @@ impl MoeRoute {
         let gating = gating
             | bit(how.topk_block, ROUTE_TOPK_BLOCK)
             | bit(how.keep_sums, ROUTE_KEEP_SUMS)
-            | bit(how.spread_out, ROUTE_SPREAD_OUT)
-            | bit(how.exact, ROUTE_EXACT)
-            | bit(how.release, ROUTE_RELEASE);
-        let per = how.per_block.max(1) as usize;
-        assert!(
-            per.is_power_of_two()
-                && per <= ROUTE_MAX_EXPERTS_A_BLOCK
-                && per_block_stage_bytes(per, n, d) <= SMALL_STAGE_MAX_BYTES,
-            "norm route: {per} experts a block of {n} tokens of {d}"
-        );
-        let gating = gating | ((per.trailing_zeros() as i32) << ROUTE_PER_SHIFT);
+            | bit(how.spread_out, ROUTE_SPREAD_OUT);
         let cluster = how.cluster;
-        // One cluster of blocks, each a share of the experts, or a block of `per` experts; the
-        // two kernels take the same parameters.
+        // One cluster of blocks, each a share of the experts, or a block an expert; the two
+        // kernels take the same parameters.
         let (func, cfg, cluster) = match (cluster, &self.norm_route_cluster) {
             (Some(blocks), Some(func)) => {
                 let stage = (ne.div_ceil(blocks as usize) + n) * d * 4;
@@ -384,9 +352,9 @@ impl MoeRoute {
             }
             _ => {
                 let cfg = LaunchConfig {
-                    grid_dim: (ne.div_ceil(per) as u32, 1, 1),
+                    grid_dim: (ne as u32, 1, 1),
                     block_dim: (norm_threads(d), 1, 1),
-                    shared_mem_bytes: per_block_stage_bytes(per, n, d) as u32,
+                    shared_mem_bytes: small_stage_bytes(n, d) as u32,
                 };
                 (&self.norm_route_small, cfg, None)
             }

@@ -232,10 +232,6 @@ pub struct ExpertMatVec {
     /// At one token each gate/up warp walks its slot straight away, without the members'
     /// masks: the same bits.
     pub gate_up_direct: bool,
-    /// At one token gate/up, h's quantization and down in one launch with a grid barrier
-    /// (`moe_persistent_*`), where its formats have one and its blocks all fit the GPU at
-    /// once: the same bits.
-    pub persistent: bool,
     /// At one token the K-quants' experts take the `lean_` kernels: half the rows a warp,
     /// twice the warps, three blocks an SM (MXFP4's shape). Not the bits.
     pub lean: bool,

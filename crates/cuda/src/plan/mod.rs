@@ -36,13 +36,13 @@ use crate::device::CudaDevice;
 use crate::error::Result;
 use crate::ops::launch::LaunchMode;
 use crate::ops::{
-    formats, per_block_stage_bytes, ActQuant, AttentionRows, DecodeKernel, GemmWgmma, Kernels,
-    KvFormat, MatVecF16, Mmq, MmqOrder, Mmvq, MmvqMma, MmvqStaged, MoeDecodeWork, MoeGemm,
-    PrefillKernel, ATTN_GROUPS, ATTN_MAX_SPLITS, F16_DECODE_MAX_ROWS, F16_MATVEC_MAX_ROWS,
-    F16_MATVEC_SPLIT_BLOCKS, MMA_HEAD_DIMS, MMA_MV_MAX_ROWS, MMQ_MAX_SPLITS, MMQ_SPLIT_TILES,
-    MMQ_TILES, MMVQ_MAX_COLS, MOE_DECODE_MAX_TOKENS, MOE_DECODE_WARPS, MOE_INDEX_ONE_BLOCK_EXPERTS,
+    formats, ActQuant, AttentionRows, DecodeKernel, GemmWgmma, Kernels, KvFormat, MatVecF16, Mmq,
+    MmqOrder, Mmvq, MmvqMma, MmvqStaged, MoeDecodeWork, MoeGemm, PrefillKernel, ATTN_GROUPS,
+    ATTN_MAX_SPLITS, F16_DECODE_MAX_ROWS, F16_MATVEC_MAX_ROWS, F16_MATVEC_SPLIT_BLOCKS,
+    MMA_HEAD_DIMS, MMA_MV_MAX_ROWS, MMQ_MAX_SPLITS, MMQ_SPLIT_TILES, MMQ_TILES, MMVQ_MAX_COLS,
+    MOE_DECODE_MAX_TOKENS, MOE_DECODE_WARPS, MOE_INDEX_ONE_BLOCK_EXPERTS,
     MOE_INDEX_ONE_BLOCK_PAIRS, ROUTER_SMALL_MAX_EMBD, ROUTER_SMALL_N, ROUTE_CLUSTER_STAGE_BYTES,
-    SMALL_STAGE_MAX_BYTES, STAGED_MAX_ROWS, STAGED_MIN_ROWS, STAGED_SPLIT_BLOCKS,
+    STAGED_MAX_ROWS, STAGED_MIN_ROWS, STAGED_SPLIT_BLOCKS,
 };
 use ferrolm_gguf::GgmlType;
 use std::fmt;

@@ -107,7 +107,6 @@ impl Plan {
             bulk_l2: self.switches.moe_bulk_l2 && self.device.cc.0 >= 9,
             down_direct: self.switches.moe_down_direct,
             gate_up_direct: self.switches.moe_gate_up_direct,
-            persistent: self.switches.moe_persistent && s.tokens == 1,
             lean: self.switches.moe_lean,
         }
     }
@@ -217,29 +216,6 @@ impl Plan {
     /// where block 0 wrote them all before its own: the same bits.
     pub fn route_spread_out(&self) -> bool {
         self.switches.route_spread_out
-    }
-
-    /// Whether that launch takes one token's norm on exact rows with its Q8_K blocks from
-    /// shared memory (`FERROLM_ROUTE_EXACT`): the same bits.
-    pub fn route_exact(&self) -> bool {
-        self.switches.route_exact
-    }
-
-    /// Whether that launch's blocks count themselves with one acquire-release atomic
-    /// (`FERROLM_ROUTE_RELEASE`): the same bits.
-    pub fn route_release(&self) -> bool {
-        self.switches.route_release
-    }
-
-    /// Experts a block of that launch for `n` tokens of `n_embd` (`FERROLM_ROUTE_EXPERTS_A_BLOCK`
-    /// where their rows fit the launch's shared memory, else 1): the same bits.
-    pub fn route_experts_a_block(&self, n: usize, n_embd: usize) -> u32 {
-        let p = self.switches.route_experts_a_block;
-        if per_block_stage_bytes(p, n, n_embd) <= SMALL_STAGE_MAX_BYTES {
-            p as u32
-        } else {
-            1
-        }
     }
 
     /// The blocks of the one cluster that launch takes (`add_rms_norm_route_cluster`, the same

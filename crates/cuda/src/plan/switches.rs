@@ -153,14 +153,6 @@ pub struct Switches {
     /// members' masks (local memory in session 36's ncu: `STL`/`LDL` ahead of the walk). The
     /// same bits. On: the kernel 2,253,312 -> 2,211,840 instructions, tg128 +0.5% (H100).
     pub moe_gate_up_direct: bool,
-    /// `FERROLM_MOE_PERSISTENT=1`: one token's MoE gate/up, h's quantization and down in one
-    /// launch (`moe_persistent_<gate>_<down>`: Q4_K gate and up, Q4_K or Q6_K down), a grid
-    /// barrier where two launch boundaries were, each block asking L1 for its down rows before
-    /// the barrier. Only where every block of it is resident at once (three blocks an SM, or
-    /// four in its `tight_` entries; else the three launches);
-    /// two models decoding at once on one GPU could deadlock it. The same bits. Off: written in
-    /// session 48: tg128 -8.1% (qwen3-30b-a3b) and -13.5% (OLMoE) on the H100.
-    pub moe_persistent: bool,
     /// `FERROLM_MOE_LEAN`: at one token the fused MoE kernels of Q4_K, Q5_K and Q6_K experts
     /// take MXFP4's lean shape (`moe_*_lean_<type>_n1`: 2 gate and up rows a warp and 4 down
     /// rows a block where they take 4 and 8, three blocks an SM): each warp's instruction chain
@@ -186,24 +178,6 @@ pub struct Switches {
     /// and read its Q8_K rows back from L2: work ahead of the last count, on the layer's chain.
     /// The same bits.
     pub route_spread_out: bool,
-    /// `FERROLM_ROUTE_EXACT=1`: one token's router launch takes its norm on rows of exactly 4
-    /// elements a thread (`add_norm_scale_exact`, as `FERROLM_NORM_EXACT` does for the norm
-    /// launch: no guarded iterations past them) and its writer block quantizes the Q8_K blocks
-    /// from the normed row in shared memory, where it read them back from `out` through L2.
-    /// The same bits. Off: tg128 +0.2% (qwen3-30b-a3b), -2.0% (OLMoE), H100, session 48.
-    pub route_exact: bool,
-    /// `FERROLM_ROUTE_EXPERTS_A_BLOCK=P` (1, 2, 4 or 8; default 1): the router launch's blocks
-    /// take P experts each (their rows side by side in shared memory, a warp a dot): P times
-    /// fewer blocks taking the norm, counting in and reading the residual from L2. The same
-    /// bits. 1: P=4 measured level on qwen3-30b-a3b and -1% on OLMoE, P=8 -1% and -2.6%
-    /// (H100, session 48).
-    pub route_experts_a_block: usize,
-    /// `FERROLM_ROUTE_RELEASE=1`: the router launch's blocks count themselves with one
-    /// acquire-release atomic at GPU scope (`block_release_count`) where each block's thread
-    /// fenced, counted, and the last fenced again (`block_fence_count`, `fence.sc`). The same
-    /// bits. Off: tg128 +0.2% to +1.7% (qwen3-30b-a3b), -0.5% to -1.5% (OLMoE), H100,
-    /// session 48.
-    pub route_release: bool,
     /// `FERROLM_QK_NORM_REGS`: per-head q/k norms (qwen3's) and their NEOX rotation in one
     /// launch with each head's values in its threads' registers, where a thread's elements hold
     /// whole rotation pairs: no store, barrier and reload between the norm and the rotation,
@@ -468,14 +442,10 @@ impl Default for Switches {
             moe_bulk_l2: false,
             moe_down_direct: true,
             moe_gate_up_direct: true,
-            moe_persistent: false,
             moe_lean: true,
             route_topk_block: true,
             route_keep_sums: true,
             route_spread_out: false,
-            route_exact: false,
-            route_experts_a_block: 1,
-            route_release: false,
             head_norm_regs: true,
             norm_exact: true,
             q8k: true,
@@ -538,18 +508,6 @@ fn value(env: &dyn Fn(&str) -> Option<String>, name: &str) -> Option<String> {
     env(name)
         .map(|v| v.trim().to_owned())
         .filter(|v| !v.is_empty())
-}
-
-/// `FERROLM_ROUTE_EXPERTS_A_BLOCK`: 1, 2, 4 or 8 (the kernel's log2 takes two bits); unset 1.
-fn experts_a_block(env: &dyn Fn(&str) -> Option<String>) -> Result<usize> {
-    let name = "FERROLM_ROUTE_EXPERTS_A_BLOCK";
-    match value(env, name).as_deref() {
-        None => Ok(1),
-        Some(v) => match v.parse::<usize>() {
-            Ok(p) if [1, 2, 4, 8].contains(&p) => Ok(p),
-            _ => Err(bad(name, v, "1 (the default), 2, 4 or 8")),
-        },
-    }
 }
 
 fn bad(name: &str, v: &str, want: &str) -> CudaError {
@@ -692,14 +650,10 @@ impl Switches {
             moe_bulk_l2: flag(env, "FERROLM_MOE_BULK_L2", false)?,
             moe_down_direct: flag(env, "FERROLM_MOE_DOWN_DIRECT", true)?,
             moe_gate_up_direct: flag(env, "FERROLM_MOE_GATE_UP_DIRECT", true)?,
-            moe_persistent: flag(env, "FERROLM_MOE_PERSISTENT", false)?,
             moe_lean: flag(env, "FERROLM_MOE_LEAN", true)?,
             route_topk_block: flag(env, "FERROLM_ROUTE_TOPK_BLOCK", true)?,
             route_keep_sums: flag(env, "FERROLM_ROUTE_KEEP_SUMS", true)?,
             route_spread_out: flag(env, "FERROLM_ROUTE_SPREAD_OUT", false)?,
-            route_exact: flag(env, "FERROLM_ROUTE_EXACT", false)?,
-            route_experts_a_block: experts_a_block(env)?,
-            route_release: flag(env, "FERROLM_ROUTE_RELEASE", false)?,
             head_norm_regs: flag(env, "FERROLM_QK_NORM_REGS", true)?,
             norm_exact: flag(env, "FERROLM_NORM_EXACT", true)?,
             q8k: flag(env, "FERROLM_CUDA_Q8K", true)?,
@@ -801,7 +755,6 @@ impl fmt::Display for Switches {
         let moe_tiles = count_or_auto(self.moe_mma_tiles);
         let moe_pairs = count_or_auto(self.moe_mma_pairs);
         let gate_up_warps = count_or_auto(self.moe_gate_up_warps);
-        let route_per = self.route_experts_a_block.to_string();
         let decode_rows = count_or_auto(self.f16_decode_rows);
         let decode_splits = count_or_auto(self.f16_decode_splits);
         let decode_share = count_or_auto(self.f16_decode_share_blocks);
@@ -814,7 +767,7 @@ impl fmt::Display for Switches {
             self.timing_skip.join(",")
         };
         let norm_route_rows = count_or_auto(self.norm_route_rows);
-        let lines: [(&str, &str, &str); 92] = [
+        let lines: [(&str, &str, &str); 88] = [
             (
                 "FERROLM_CUDA_MMQ",
                 bit(self.mmq),
@@ -963,11 +916,6 @@ impl fmt::Display for Switches {
                 "one token's MoE gate/up slot walked straight away",
             ),
             (
-                "FERROLM_MOE_PERSISTENT",
-                bit(self.moe_persistent),
-                "one token's MoE gate/up and down in one launch, a grid barrier between",
-            ),
-            (
                 "FERROLM_MOE_LEAN",
                 bit(self.moe_lean),
                 "one token's K-quant experts in the lean shape",
@@ -986,21 +934,6 @@ impl fmt::Display for Switches {
                 "FERROLM_ROUTE_SPREAD_OUT",
                 bit(self.route_spread_out),
                 "the router's norm outputs a share a block, after its count",
-            ),
-            (
-                "FERROLM_ROUTE_EXACT",
-                bit(self.route_exact),
-                "the router's norm on exact rows, its Q8_K blocks from shared memory",
-            ),
-            (
-                "FERROLM_ROUTE_EXPERTS_A_BLOCK",
-                &route_per,
-                "experts a block of the router launch",
-            ),
-            (
-                "FERROLM_ROUTE_RELEASE",
-                bit(self.route_release),
-                "the router's blocks counted by one acquire-release atomic",
             ),
             (
                 "FERROLM_QK_NORM_REGS",

@@ -40,7 +40,6 @@ fn moe_path_by_tokens() {
                     bulk_l2: false,
                     down_direct: true,
                     gate_up_direct: true,
-                    persistent: false,
                     lean: true,
                 })
             };
@@ -142,19 +141,6 @@ fn moe_switches() {
     assert!(!plan(&[("FERROLM_ROUTE_KEEP_SUMS", "0")]).route_keep_sums());
     assert!(!plan(&[]).route_spread_out());
     assert!(plan(&[("FERROLM_ROUTE_SPREAD_OUT", "1")]).route_spread_out());
-    // The router's three waiting switches: off (one expert a block) unless asked; experts a
-    // block only as powers of two up to 8, and 1 where their rows do not fit shared memory.
-    assert!(!plan(&[]).route_exact() && !plan(&[]).route_release());
-    assert!(plan(&[("FERROLM_ROUTE_EXACT", "1")]).route_exact());
-    assert!(plan(&[("FERROLM_ROUTE_RELEASE", "1")]).route_release());
-    assert_eq!(plan(&[]).route_experts_a_block(1, 2048), 1);
-    let four = plan(&[("FERROLM_ROUTE_EXPERTS_A_BLOCK", "4")]);
-    assert_eq!(four.route_experts_a_block(1, 2048), 4);
-    assert_eq!(four.route_experts_a_block(8, 4096), 1);
-    for v in ["3", "16", "0"] {
-        let e = err(&[("FERROLM_ROUTE_EXPERTS_A_BLOCK", v)]);
-        assert!(e.contains("FERROLM_ROUTE_EXPERTS_A_BLOCK"), "{e}");
-    }
     // The tight entries: down's by default, gate/up and down by bits.
     assert!(matches!(plan(&[]).moe(&s(1)), MoePath::MatVec(m) if !m.tight_gate_up && m.tight_down));
     let off = plan(&[("FERROLM_MOE_TIGHT", "0")]);
@@ -181,11 +167,6 @@ fn moe_switches() {
     assert!(matches!(plan(&[]).moe(&s(1)), MoePath::MatVec(m) if m.gate_up_direct));
     let masks = plan(&[("FERROLM_MOE_GATE_UP_DIRECT", "0")]);
     assert!(matches!(masks.moe(&s(1)), MoePath::MatVec(m) if !m.gate_up_direct));
-    // One token's experts in one persistent launch: off unless switched on, one token only.
-    assert!(matches!(plan(&[]).moe(&s(1)), MoePath::MatVec(m) if !m.persistent));
-    let one = plan(&[("FERROLM_MOE_PERSISTENT", "1")]);
-    assert!(matches!(one.moe(&s(1)), MoePath::MatVec(m) if m.persistent));
-    assert!(matches!(one.moe(&s(2)), MoePath::MatVec(m) if !m.persistent));
     // The K-quants' lean one-token shape: on unless switched off.
     assert!(matches!(plan(&[]).moe(&s(1)), MoePath::MatVec(m) if m.lean));
     let wide = plan(&[("FERROLM_MOE_LEAN", "0")]);

@@ -63,7 +63,6 @@ fn mxfp4_experts() {
         bulk_l2: false,
         down_direct: true,
         gate_up_direct: true,
-        persistent: false,
         lean: true,
     };
     assert_eq!(p.moe(&shape(1, 2880, 2880)), MoePath::MatVec(how(4)));
