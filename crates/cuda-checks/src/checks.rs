@@ -68,6 +68,7 @@ pub fn all(dev: &CudaDevice, k: &Kernels, plan: &Plan, rng: &mut StdRng) -> Resu
     push("elementwise", elementwise::elementwise(dev, k, rng));
     push("f16_copies", super::f16_copies::all(dev, k, rng));
     push("greedy", super::greedy::all(dev, k, rng));
+    push("l2 ahead", super::l2_ahead::all(dev, k, rng));
     push("gemm_f32", gemm_f32(dev, k, rng));
     for ty in MMVQ_TYPES {
         push("mmvq", mmvq(dev, k, plan, rng, ty, 4096, 4096, 1));

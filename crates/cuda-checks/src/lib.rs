@@ -21,6 +21,7 @@ mod f32kv_checks;
 mod gemm_f16;
 mod greedy;
 mod kv_checks;
+mod l2_ahead;
 mod mmq;
 mod mmq_time;
 mod mmvq_bias;

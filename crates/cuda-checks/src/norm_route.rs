@@ -141,7 +141,7 @@ fn one(
                 mode,
             };
             let r = &k.moe_route;
-            r.add_norm_route(norm, how, n, &router, b, work, &mut ids, &mut weights)?;
+            r.add_norm_route(norm, how, n, &router, b, work, &mut ids, &mut weights, None)?;
         } else {
             k.norm_rope
                 .add_rms_norm_q8_1(&mut x, &add, &nw, eps, &mut out, &mut outq, mode, None)?;

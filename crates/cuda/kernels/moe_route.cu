@@ -499,6 +499,14 @@ static __device__ __forceinline__ void write_normed_share(const float *xs0, floa
     }
 }
 
+// One count on `progress` (where given) a launch, by block 0 after the wait: a step's router
+// launches counted as they start.
+static __device__ __forceinline__ void count_progress(unsigned *progress) {
+    if (progress != nullptr && blockIdx.x == 0 && threadIdx.x == 0) {
+        atomicAdd(progress, 1u);
+    }
+}
+
 // add_rms_norm_q8_1_f32 (with `add`) and moe_route_small in one launch, for the norm before an
 // MoE FFN: the norm's launch was the router's only input, a few KB. Every block takes the norm
 // of the n rows of x + add itself, into shared memory after its expert's row; block 0 also
@@ -508,14 +516,17 @@ static __device__ __forceinline__ void write_normed_share(const float *xs0, floa
 // a round trip on the layer's chain). With ROUTE_SPREAD_OUT, no block writes out and outq
 // before its count: each writes its share of them after it (write_normed_share), so that the
 // writer's extra work (and its Q8_K pass's read back from L2) is not ahead of the last count.
-// The same bits as the two kernels.
+// The same bits as the two kernels. With `progress`, block 0 counts the launch on it once the
+// kernel ahead is done (l2_ahead.cu times its requests by that count).
 extern "C" __global__ void __launch_bounds__(1024)
     add_rms_norm_route_small(float *x, const float *add, const float *__restrict__ norm_w,
                              float *out, block_q8_1 *__restrict__ outq, float eps, int q8k,
                              const float *__restrict__ w, float *logits, int *__restrict__ ids,
                              float *__restrict__ weights, unsigned *done, int n, int n_embd,
-                             int n_expert, int k, int gating, const float *__restrict__ bias) {
+                             int n_expert, int k, int gating, const float *__restrict__ bias,
+                             unsigned *progress) {
     const NormWeights wr = router_row_then_wait(w, norm_w, n_embd);
+    count_progress(progress);
     __shared__ float sums[SMALL_MAX_EMBD]; // one token's x + add
     float *ws = (float *)route_stage;
     const bool keep = (gating & ROUTE_KEEP_SUMS) && n == 1;
@@ -578,8 +589,9 @@ extern "C" __global__ void __launch_bounds__(1024)
                                const float *__restrict__ w, float *logits,
                                int *__restrict__ ids, float *__restrict__ weights,
                                unsigned *done, int n, int n_embd, int n_expert, int k,
-                               int gating, const float *__restrict__ bias) {
+                               int gating, const float *__restrict__ bias, unsigned *progress) {
     const ClusterShare c = router_rows_then_wait(w, norm_w, n_embd, n_expert);
+    count_progress(progress);
 #ifdef ROUTE_CLUSTER
     __shared__ float cluster_logits[ROUTE_SMALL_N * 32 * TOPK_PER_LANE];
     float *ws = (float *)route_stage, *xs = ws + (size_t)c.per * n_embd;

@@ -81,6 +81,7 @@ pub const MOE_ROUTE: KernelFile = kernel_file!("moe_route.cu");
 pub const MOE_DECODE: KernelFile = kernel_file!("moe_decode.cu");
 pub const MOE_MMA: KernelFile = kernel_file!("moe_mma.cu");
 pub const GEMM_WGMMA: KernelFile = kernel_file!("gemm_wgmma.cu");
+pub const L2_AHEAD: KernelFile = kernel_file!("l2_ahead.cu");
 
 /// Every compilable file (what the CI test compiles).
 pub const FILES: &[KernelFile] = &[
@@ -103,4 +104,5 @@ pub const FILES: &[KernelFile] = &[
     MOE_DECODE,
     MOE_MMA,
     GEMM_WGMMA,
+    L2_AHEAD,
 ];

@@ -11,6 +11,7 @@
 mod act;
 mod attention;
 mod batch_graph;
+mod l2_ahead;
 mod matmul;
 mod moe;
 mod pool;
@@ -57,6 +58,8 @@ pub struct CudaBackend {
     /// The ticket counter of the norm in the q/k/v launch (`Mmvq::norm_triple`): one u32,
     /// zero between launches.
     norm_ticket: Mutex<CudaSlice<u32>>,
+    /// The L2 prefetch beside a captured step (`l2_ahead.rs`).
+    l2_ahead: l2_ahead::L2AheadState,
     /// Every kernel choice: which kernel, tile and order for a shape, and the fusions.
     plan: Plan,
     /// The GEMM choices of passes of several sequences ([`Plan::for_sequence_batches`]), taken
@@ -90,6 +93,7 @@ impl CudaBackend {
             halves: Arc::new(Pool::new(stream)),
             moe: Mutex::new(moe::MoeScratch::default()),
             norm_ticket: Mutex::new(dev.zeros(1)?),
+            l2_ahead: l2_ahead::L2AheadState::new(dev.zeros(3)?),
             batch_plan: plan.for_sequence_batches(),
             plan,
             multi_seq: AtomicBool::new(false),

@@ -289,6 +289,7 @@ impl CudaBackend {
             keep_sums: self.plan.route_keep_sums(),
             spread_out: self.plan.route_spread_out(),
         };
+        let progress = self.l2_progress();
         let r = self.k.moe_route.add_norm_route(
             norm,
             how,
@@ -298,6 +299,7 @@ impl CudaBackend {
             route,
             &mut pre.ids,
             &mut pre.weights,
+            progress.as_deref(),
         );
         pre.count += 1;
         out.q8 = Some((q8, mode));

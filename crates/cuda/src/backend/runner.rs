@@ -7,7 +7,7 @@ use super::{CudaAct, CudaBackend, CudaInputs, CudaWeight};
 use crate::device::CudaDevice;
 use crate::error::{CudaError, DriverContext, Result};
 use crate::host_logits::HostLogits;
-use crate::ops::{BlockTable, DecodeWork, KvCache, KvFormat, KvPool};
+use crate::ops::{BlockTable, DecodeWork, KvCache, KvFormat, KvPool, L2AheadForm, L2AheadTable};
 use crate::plan::Plan;
 use cudarc::driver::{sys, CudaGraph};
 use ferrolm_gguf::{GgmlType, GgufFile};
@@ -20,7 +20,7 @@ use ferrolm_model::{tensor_specs, TensorId, TensorRole};
 use ferrolm_model::{Config, GreedyPick, ModelError, ModelRunner};
 use std::ops::Range;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 /// How a pass brings back its logits: `(logits, rows)` → the first `rows` rows to the host,
 /// or their greedy picks.
@@ -52,6 +52,9 @@ pub struct CudaModel {
     /// The KV pool sequences share ([`Self::reserve_kv`]); without one, each cache has a pool
     /// of its own.
     shared_kv: Mutex<Option<Arc<KvPool>>>,
+    /// What the L2 prefetch beside a captured step asks for (`l2_ahead.rs`), made at the first
+    /// capture with the prefetch; `None` for a model whose layers do not all route.
+    l2_table: OnceLock<Option<L2AheadTable>>,
 }
 
 /// A decode step captured for one cache: replaying it reruns the whole token.
@@ -211,6 +214,7 @@ impl CudaModel {
             dump: dump_dir_from_env(),
             batch_graphs: Mutex::default(),
             shared_kv: Mutex::default(),
+            l2_table: OnceLock::new(),
         })
     }
 
@@ -498,6 +502,28 @@ impl CudaModel {
         read(&logits, logits.rows)
     }
 
+    /// The L2 prefetch's table and form for a captured step, where the plan takes it
+    /// (`FERROLM_L2_AHEAD`) and every layer routes; made at the first call.
+    fn l2_ahead_table(&self) -> Result<Option<(&L2AheadTable, L2AheadForm)>> {
+        let Some(form) = self.backend.plan().l2_ahead() else {
+            return Ok(None);
+        };
+        if self.l2_table.get().is_none() {
+            let dev = self.backend.device();
+            let table = match super::l2_ahead::table_groups(&self.weights, dev.stream()) {
+                Some(groups) => Some(L2AheadTable::new(dev, &groups)?),
+                None => None,
+            };
+            // One thread captures a cache's step at a time; a table made twice is the same.
+            let _ = self.l2_table.set(table);
+        }
+        Ok(self
+            .l2_table
+            .get()
+            .and_then(Option::as_ref)
+            .map(|t| (t, form)))
+    }
+
     /// Captures one decode step, then replays it (capture only records). The inputs are
     /// copied before the capture starts and stay with the graph.
     fn capture_step<T>(
@@ -508,13 +534,20 @@ impl CudaModel {
     ) -> Result<T> {
         let b = &self.backend;
         let inputs = b.inputs(pass)?;
+        let ahead = self.l2_ahead_table()?;
         let stream = b.device().stream().clone();
         stream
             .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
             .during("starting graph capture")?;
         b.set_capturing(true);
-        // An op that fails stops the pass here; the capture still ends before anything else.
-        let ran = self.run(&mut [SeqRows { cache, rows: 0..1 }], &inputs, &[0]);
+        // An op that fails stops the pass here; the capture still ends before anything else,
+        // the prefetch's stream joined back first.
+        let ran = match ahead.map(|(table, form)| b.l2_ahead_fork(table, form)) {
+            Some(Err(e)) => Err(e),
+            _ => self.run(&mut [SeqRows { cache, rows: 0..1 }], &inputs, &[0]),
+        };
+        let joined = ahead.map(|(table, _)| b.l2_ahead_join(table)).transpose();
+        let ran = ran.and_then(|logits| joined.map(|_| logits));
         b.set_capturing(false);
         let captured = stream.end_capture(sys::CUgraphInstantiate_flags(0));
         match (captured, ran) {

@@ -17,6 +17,7 @@ mod gemm_f32;
 mod gemm_wgmma;
 mod kv_blocks;
 mod kv_cache;
+mod l2_ahead;
 pub mod launch;
 mod matvec_f16;
 mod mmq;
@@ -43,6 +44,7 @@ pub use gemm_wgmma::{
     ExpertBufs, ExpertRows, GemmWgmma, DECODE_MAX_TOKENS as F16_DECODE_MAX_ROWS, F16_SPLIT_TILES,
 };
 pub use kv_cache::{BlockTable, KvCache, KvFormat, KvPagesArg, KvPool};
+pub use l2_ahead::{matrix_span, span_of, L2Ahead, L2AheadForm, L2AheadTable};
 pub use matvec_f16::{
     MatVecF16, MatVecF16How, F16_MATVEC_CLUSTER_MAX, F16_MATVEC_MATS, F16_MATVEC_MAX_ROWS,
     F16_MATVEC_SPLIT_BLOCKS,
@@ -96,6 +98,7 @@ pub struct Kernels {
     pub gemm_wgmma: GemmWgmma,
     pub moe_route: MoeRoute,
     pub moe_decode: MoeDecode,
+    pub l2_ahead: L2Ahead,
 }
 
 impl Kernels {
@@ -119,6 +122,7 @@ impl Kernels {
             gemm_wgmma: GemmWgmma::load(dev, launch)?,
             moe_route: MoeRoute::load(dev, launch)?,
             moe_decode: MoeDecode::load(dev, launch)?,
+            l2_ahead: L2Ahead::load(dev)?,
         })
     }
 }

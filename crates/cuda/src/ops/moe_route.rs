@@ -291,7 +291,8 @@ impl MoeRoute {
     /// ([`RouterLogits::MatVecTopk`]), in one launch: each router block takes the norm of the
     /// rows itself (the plan's `norm_route`). With `cluster` (the plan's `norm_route_cluster`),
     /// the launch is one cluster of that many blocks, each a share of the experts (the same
-    /// bits); `how`'s other choices as [`NormRouteHow`] says.
+    /// bits); `how`'s other choices as [`NormRouteHow`] says. With `progress`, the launch
+    /// adds one to its first word once the kernel ahead is done (what times `ops::l2_ahead`).
     #[allow(clippy::too_many_arguments)]
     pub fn add_norm_route(
         &self,
@@ -303,6 +304,7 @@ impl MoeRoute {
         work: &mut MoeRouteWork,
         ids: &mut CudaSlice<i32>,
         weights: &mut CudaSlice<f32>,
+        progress: Option<&CudaSlice<u32>>,
     ) -> Result<()> {
         let (ne, d, k) = (router.n_expert, router.n_embd, router.n_used);
         check_route_args(n, router, bias, work, norm.out, ids, weights);
@@ -376,9 +378,10 @@ impl MoeRoute {
             .arg(&nei)
             .arg(&ki)
             .arg(&gating)
-            .arg(bias);
+            .arg(bias)
+            .arg(progress);
         // SAFETY: add_rms_norm_route_{small,cluster}(x, add, norm_w, out, outq, eps, q8k, w,
-        // logits, ids, weights, done, n, n_embd, n_expert, k, gating, bias): n rows of n_embd
+        // logits, ids, weights, done, n, n_embd, n_expert, k, gating, bias, progress): n rows of n_embd
         // floats in x, add and out and their activation blocks in outq, the router's n_expert
         // rows, n x n_expert logits (work holds max_n >= n rows), n x k ids and weights (all
         // checked above); the norm's block of at most 1024 threads; a block an expert with

@@ -36,11 +36,11 @@ use crate::device::CudaDevice;
 use crate::error::Result;
 use crate::ops::launch::LaunchMode;
 use crate::ops::{
-    formats, ActQuant, AttentionRows, DecodeKernel, GemmWgmma, Kernels, KvFormat, MatVecF16, Mmq,
-    MmqOrder, Mmvq, MmvqMma, MmvqStaged, MoeDecodeWork, MoeGemm, PrefillKernel, ATTN_GROUPS,
-    ATTN_MAX_SPLITS, F16_DECODE_MAX_ROWS, F16_MATVEC_MAX_ROWS, F16_MATVEC_SPLIT_BLOCKS,
-    MMA_HEAD_DIMS, MMA_MV_MAX_ROWS, MMQ_MAX_SPLITS, MMQ_SPLIT_TILES, MMQ_TILES, MMVQ_MAX_COLS,
-    MOE_DECODE_MAX_TOKENS, MOE_DECODE_WARPS, MOE_INDEX_ONE_BLOCK_EXPERTS,
+    formats, ActQuant, AttentionRows, DecodeKernel, GemmWgmma, Kernels, KvFormat, L2AheadForm,
+    MatVecF16, Mmq, MmqOrder, Mmvq, MmvqMma, MmvqStaged, MoeDecodeWork, MoeGemm, PrefillKernel,
+    ATTN_GROUPS, ATTN_MAX_SPLITS, F16_DECODE_MAX_ROWS, F16_MATVEC_MAX_ROWS,
+    F16_MATVEC_SPLIT_BLOCKS, MMA_HEAD_DIMS, MMA_MV_MAX_ROWS, MMQ_MAX_SPLITS, MMQ_SPLIT_TILES,
+    MMQ_TILES, MMVQ_MAX_COLS, MOE_DECODE_MAX_TOKENS, MOE_DECODE_WARPS, MOE_INDEX_ONE_BLOCK_EXPERTS,
     MOE_INDEX_ONE_BLOCK_PAIRS, ROUTER_SMALL_MAX_EMBD, ROUTER_SMALL_N, ROUTE_CLUSTER_STAGE_BYTES,
     STAGED_MAX_ROWS, STAGED_MIN_ROWS, STAGED_SPLIT_BLOCKS,
 };
@@ -348,6 +348,16 @@ impl Plan {
     /// needs no debug dumps): not while profiling, whose events a capture cannot hold.
     pub fn graphs(&self) -> bool {
         self.switches.graphs && !self.switches.profile
+    }
+
+    /// The L2 prefetch beside a captured one-token step, and how it asks (`FERROLM_L2_AHEAD`;
+    /// backend/l2_ahead.rs): off by default.
+    pub fn l2_ahead(&self) -> Option<L2AheadForm> {
+        match self.switches.l2_ahead {
+            1 => Some(L2AheadForm::Lines),
+            2 => Some(L2AheadForm::Bulk),
+            _ => None,
+        }
     }
 
     /// Stage timing from CUDA events (`FERROLM_CUDA_PROFILE`).

@@ -266,6 +266,13 @@ pub struct Switches {
     /// qwen3-8b, whose FFN matrices are 28-41 MB each: the prefetch pays where the weights fit
     /// in L2 beside the rest. The same bits.
     pub prefetch_max_mb: Option<usize>,
+    /// `FERROLM_L2_AHEAD=F` (0 off, the default; 1 a line a request, 2 bulk requests): a
+    /// captured one-token step of a model whose layers all route forks a stream whose kernel
+    /// (`l2_ahead`) asks L2 for layer l + 1's attention weights and router once layer l's
+    /// router launch has started, while the router and the experts leave DRAM part idle. Off
+    /// the chain, so it holds no launch back (a prefetch by a launch on it did: sessions
+    /// 38-46). The same bits.
+    pub l2_ahead: usize,
     /// `FERROLM_MMVQ_STAGE=1`: wide mat-vec walks read their activations from a copy in shared
     /// memory (else from global memory; the same bits). Off by default: one decode token
     /// measured 2-6% slower on olmoe-1b-7b and smollm2-1.7b, level on qwen3-8b (docs/perf.md,
@@ -464,6 +471,7 @@ impl Default for Switches {
             pdl: true,
             carveout: None,
             prefetch_max_mb: None,
+            l2_ahead: 0,
             prefetch: false,
             prefetch_l1: false,
             stage: false,
@@ -680,6 +688,7 @@ impl Switches {
             prefetch: flag(env, "FERROLM_CUDA_PREFETCH", false)?,
             prefetch_l1: flag(env, "FERROLM_CUDA_PREFETCH_L1", false)?,
             prefetch_max_mb: count(env, "FERROLM_CUDA_PREFETCH_MAX_MB", 0..=1024)?,
+            l2_ahead: count(env, "FERROLM_L2_AHEAD", 0..=2)?.unwrap_or(0),
             stage: flag(env, "FERROLM_MMVQ_STAGE", false)?,
             split_k: flag(env, "FERROLM_MMQ_SPLIT_K", true)?,
             gemm_f16: flag(env, "FERROLM_GEMM_F16", true)?,
@@ -767,7 +776,7 @@ impl fmt::Display for Switches {
             self.timing_skip.join(",")
         };
         let norm_route_rows = count_or_auto(self.norm_route_rows);
-        let lines: [(&str, &str, &str); 88] = [
+        let lines: [(&str, &str, &str); 89] = [
             (
                 "FERROLM_CUDA_MMQ",
                 bit(self.mmq),
@@ -1034,6 +1043,11 @@ impl fmt::Display for Switches {
                 "FERROLM_CUDA_PREFETCH_MAX_MB",
                 &prefetch_max,
                 "that prefetch for mat-vecs of at most this many MB alone",
+            ),
+            (
+                "FERROLM_L2_AHEAD",
+                ["0", "1", "2"][self.l2_ahead.min(2)],
+                "a kernel beside one token's step asks L2 for the next layer (1 lines, 2 bulk)",
             ),
             (
                 "FERROLM_MMVQ_STAGE",

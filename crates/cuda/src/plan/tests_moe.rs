@@ -357,3 +357,15 @@ fn norm_route_cluster_where_its_rows_fit() {
         None
     );
 }
+
+/// The L2 prefetch beside a captured step: off unless asked, its two forms by number, and
+/// nothing past them.
+#[test]
+fn l2_ahead_switch() {
+    use crate::ops::L2AheadForm::{Bulk, Lines};
+    assert_eq!(plan(&[]).l2_ahead(), None);
+    assert_eq!(plan(&[("FERROLM_L2_AHEAD", "0")]).l2_ahead(), None);
+    assert_eq!(plan(&[("FERROLM_L2_AHEAD", "1")]).l2_ahead(), Some(Lines));
+    assert_eq!(plan(&[("FERROLM_L2_AHEAD", "2")]).l2_ahead(), Some(Bulk));
+    assert!(err(&[("FERROLM_L2_AHEAD", "3")]).contains("FERROLM_L2_AHEAD"));
+}
