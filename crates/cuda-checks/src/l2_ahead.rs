@@ -7,7 +7,7 @@
 use super::checks::row;
 use super::{Contract, Row};
 use anyhow::Result;
-use ferrolm_cuda::ops::{span_of, L2AheadForm, L2AheadTable};
+use ferrolm_cuda::ops::{span_of, L2AheadForm, L2AheadHow, L2AheadTable};
 use ferrolm_cuda::{CudaDevice, Kernels};
 use rand::rngs::StdRng;
 use rand::Rng;
@@ -18,7 +18,8 @@ pub fn all(dev: &CudaDevice, k: &Kernels, rng: &mut StdRng) -> Result<Vec<Row>> 
     let buf = dev.upload(&data)?;
     let (addr, len) = span_of(&buf, dev.stream());
     let mut rows = Vec::new();
-    for form in [L2AheadForm::Lines, L2AheadForm::Bulk] {
+    for form in [L2AheadForm::Lines, L2AheadForm::Bulk, L2AheadForm::Dry] {
+        let how = L2AheadHow { form, blocks: 32 };
         // (the count, the step's base, groups, the base it should leave): every wait met;
         // the second of three waits running out.
         for (count, base, n_groups, want) in [(7u32, 4u32, 3u64, 7u32), (5, 4, 3, 5)] {
@@ -30,7 +31,7 @@ pub fn all(dev: &CudaDevice, k: &Kernels, rng: &mut StdRng) -> Result<Vec<Row>> 
             let table = L2AheadTable::new(dev, &groups)?;
             let mut state = dev.upload(&[count, base, 0u32])?;
             dev.sync()?;
-            k.l2_ahead.launch(&table, &mut state, form)?;
+            k.l2_ahead.launch(&table, &mut state, how)?;
             k.l2_ahead.stream().synchronize()?;
             let words = dev.download(&state)?;
             let same_bytes = dev.download(&buf)? == data;

@@ -53,6 +53,9 @@ static __device__ bool progress_reached(const unsigned *progress, unsigned targe
 // form 2 before sm_90) or L2_AHEAD_BULK_BYTES a bulk request, served by the asking SM's copy
 // engine (form 2).
 static __device__ __forceinline__ void span_to_l2(const L2Span s, int form) {
+    if (form == 3) {
+        return; // the waits alone (bisecting)
+    }
     const char *p = (const char *)s.addr;
     const unsigned long long me = (unsigned long long)blockIdx.x * WARP_SIZE + threadIdx.x;
     const unsigned long long lanes = (unsigned long long)gridDim.x * WARP_SIZE;

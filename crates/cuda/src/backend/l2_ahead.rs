@@ -6,7 +6,7 @@
 
 use super::{CudaBackend, CudaWeight};
 use crate::error::{CudaError, DriverContext, Result};
-use crate::ops::{matrix_span, span_of, L2AheadForm, L2AheadTable};
+use crate::ops::{matrix_span, span_of, L2AheadHow, L2AheadTable};
 use cudarc::driver::{CudaSlice, CudaStream};
 use ferrolm_model::weights::{Ffn, LayerWeights, ModelWeights};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -75,12 +75,12 @@ fn layer_spans(l: &LayerWeights<CudaWeight>, stream: &CudaStream) -> Vec<(u64, u
 impl CudaBackend {
     /// Forks the prefetch's stream from the captured stream and queues its kernel there; the
     /// step's router launches count from here to [`Self::l2_ahead_join`].
-    pub(super) fn l2_ahead_fork(&self, table: &L2AheadTable, form: L2AheadForm) -> Result<()> {
+    pub(super) fn l2_ahead_fork(&self, table: &L2AheadTable, how: L2AheadHow) -> Result<()> {
         let side = self.k.l2_ahead.stream();
         side.join(self.dev.stream())
             .during("forking the L2 prefetch stream")?;
         let mut words = self.l2_words();
-        self.k.l2_ahead.launch(table, &mut words, form)?;
+        self.k.l2_ahead.launch(table, &mut words, how)?;
         self.l2_ahead.counted.store(0, Ordering::Relaxed);
         self.l2_ahead.counting.store(true, Ordering::Relaxed);
         Ok(())

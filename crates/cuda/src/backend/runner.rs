@@ -7,7 +7,7 @@ use super::{CudaAct, CudaBackend, CudaInputs, CudaWeight};
 use crate::device::CudaDevice;
 use crate::error::{CudaError, DriverContext, Result};
 use crate::host_logits::HostLogits;
-use crate::ops::{BlockTable, DecodeWork, KvCache, KvFormat, KvPool, L2AheadForm, L2AheadTable};
+use crate::ops::{BlockTable, DecodeWork, KvCache, KvFormat, KvPool, L2AheadHow, L2AheadTable};
 use crate::plan::Plan;
 use cudarc::driver::{sys, CudaGraph};
 use ferrolm_gguf::{GgmlType, GgufFile};
@@ -504,8 +504,8 @@ impl CudaModel {
 
     /// The L2 prefetch's table and form for a captured step, where the plan takes it
     /// (`FERROLM_L2_AHEAD`) and every layer routes; made at the first call.
-    fn l2_ahead_table(&self) -> Result<Option<(&L2AheadTable, L2AheadForm)>> {
-        let Some(form) = self.backend.plan().l2_ahead() else {
+    fn l2_ahead_table(&self) -> Result<Option<(&L2AheadTable, L2AheadHow)>> {
+        let Some(how) = self.backend.plan().l2_ahead() else {
             return Ok(None);
         };
         if self.l2_table.get().is_none() {
@@ -521,7 +521,7 @@ impl CudaModel {
             .l2_table
             .get()
             .and_then(Option::as_ref)
-            .map(|t| (t, form)))
+            .map(|t| (t, how)))
     }
 
     /// Captures one decode step, then replays it (capture only records). The inputs are
@@ -542,7 +542,7 @@ impl CudaModel {
         b.set_capturing(true);
         // An op that fails stops the pass here; the capture still ends before anything else,
         // the prefetch's stream joined back first.
-        let ran = match ahead.map(|(table, form)| b.l2_ahead_fork(table, form)) {
+        let ran = match ahead.map(|(table, how)| b.l2_ahead_fork(table, how)) {
             Some(Err(e)) => Err(e),
             _ => self.run(&mut [SeqRows { cache, rows: 0..1 }], &inputs, &[0]),
         };

@@ -14,10 +14,6 @@ use crate::kernels::L2_AHEAD;
 use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, DevicePtr, LaunchConfig};
 use std::sync::Arc;
 
-/// Blocks (of one warp) of the launch: enough lanes to have a layer's attention weights asked
-/// for in a few µs, few enough to sit beside the chain's kernels.
-const L2_AHEAD_BLOCKS: u32 = 32;
-
 /// How the kernel asks (its `form` argument; the plan's `FERROLM_L2_AHEAD`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum L2AheadForm {
@@ -25,6 +21,16 @@ pub enum L2AheadForm {
     Lines,
     /// `cp.async.bulk.prefetch.L2`, 4 KB a request, served by the asking SM's copy engine.
     Bulk,
+    /// The waits without the requests: what the branch costs the step by itself (bisecting).
+    Dry,
+}
+
+/// The kernel's form and its blocks of one warp (the plan's `FERROLM_L2_AHEAD` and
+/// `FERROLM_L2_AHEAD_BLOCKS`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct L2AheadHow {
+    pub form: L2AheadForm,
+    pub blocks: u32,
 }
 
 /// One step's requests, by group: group g's spans (device address and length in bytes) are
@@ -102,12 +108,14 @@ impl L2Ahead {
         &self,
         table: &L2AheadTable,
         state: &mut CudaSlice<u32>,
-        form: L2AheadForm,
+        how: L2AheadHow,
     ) -> Result<()> {
         assert!(state.len() >= 3, "l2 ahead: a state of three words");
-        let form: i32 = match form {
+        assert!(how.blocks > 0, "l2 ahead: no blocks");
+        let form: i32 = match how.form {
             L2AheadForm::Lines => 1,
             L2AheadForm::Bulk => 2,
+            L2AheadForm::Dry => 3,
         };
         let mut b = self.launch.builder(&self.func);
         b.arg(&table.spans)
@@ -116,7 +124,7 @@ impl L2Ahead {
             .arg(state)
             .arg(&form);
         let cfg = LaunchConfig {
-            grid_dim: (L2_AHEAD_BLOCKS, 1, 1),
+            grid_dim: (how.blocks, 1, 1),
             block_dim: (32, 1, 1),
             shared_mem_bytes: 0,
         };

@@ -37,8 +37,8 @@ use crate::error::Result;
 use crate::ops::launch::LaunchMode;
 use crate::ops::{
     formats, ActQuant, AttentionRows, DecodeKernel, GemmWgmma, Kernels, KvFormat, L2AheadForm,
-    MatVecF16, Mmq, MmqOrder, Mmvq, MmvqMma, MmvqStaged, MoeDecodeWork, MoeGemm, PrefillKernel,
-    ATTN_GROUPS, ATTN_MAX_SPLITS, F16_DECODE_MAX_ROWS, F16_MATVEC_MAX_ROWS,
+    L2AheadHow, MatVecF16, Mmq, MmqOrder, Mmvq, MmvqMma, MmvqStaged, MoeDecodeWork, MoeGemm,
+    PrefillKernel, ATTN_GROUPS, ATTN_MAX_SPLITS, F16_DECODE_MAX_ROWS, F16_MATVEC_MAX_ROWS,
     F16_MATVEC_SPLIT_BLOCKS, MMA_HEAD_DIMS, MMA_MV_MAX_ROWS, MMQ_MAX_SPLITS, MMQ_SPLIT_TILES,
     MMQ_TILES, MMVQ_MAX_COLS, MOE_DECODE_MAX_TOKENS, MOE_DECODE_WARPS, MOE_INDEX_ONE_BLOCK_EXPERTS,
     MOE_INDEX_ONE_BLOCK_PAIRS, ROUTER_SMALL_MAX_EMBD, ROUTER_SMALL_N, ROUTE_CLUSTER_STAGE_BYTES,
@@ -352,12 +352,17 @@ impl Plan {
 
     /// The L2 prefetch beside a captured one-token step, and how it asks (`FERROLM_L2_AHEAD`;
     /// backend/l2_ahead.rs): off by default.
-    pub fn l2_ahead(&self) -> Option<L2AheadForm> {
-        match self.switches.l2_ahead {
-            1 => Some(L2AheadForm::Lines),
-            2 => Some(L2AheadForm::Bulk),
-            _ => None,
-        }
+    pub fn l2_ahead(&self) -> Option<L2AheadHow> {
+        let form = match self.switches.l2_ahead {
+            1 => L2AheadForm::Lines,
+            2 => L2AheadForm::Bulk,
+            3 => L2AheadForm::Dry,
+            _ => return None,
+        };
+        Some(L2AheadHow {
+            form,
+            blocks: self.switches.l2_ahead_blocks as u32,
+        })
     }
 
     /// Stage timing from CUDA events (`FERROLM_CUDA_PROFILE`).

@@ -266,13 +266,16 @@ pub struct Switches {
     /// qwen3-8b, whose FFN matrices are 28-41 MB each: the prefetch pays where the weights fit
     /// in L2 beside the rest. The same bits.
     pub prefetch_max_mb: Option<usize>,
-    /// `FERROLM_L2_AHEAD=F` (0 off, the default; 1 a line a request, 2 bulk requests): a
+    /// `FERROLM_L2_AHEAD=F` (0 off, the default; 1 a line a request, 2 bulk requests; 3 the
+    /// waits without requests, for bisecting what the branch costs by itself): a
     /// captured one-token step of a model whose layers all route forks a stream whose kernel
     /// (`l2_ahead`) asks L2 for layer l + 1's attention weights and router once layer l's
     /// router launch has started, while the router and the experts leave DRAM part idle. Off
     /// the chain, so it holds no launch back (a prefetch by a launch on it did: sessions
     /// 38-46). The same bits.
     pub l2_ahead: usize,
+    /// `FERROLM_L2_AHEAD_BLOCKS=N` (1-128, default 32): that kernel's blocks of one warp.
+    pub l2_ahead_blocks: usize,
     /// `FERROLM_MMVQ_STAGE=1`: wide mat-vec walks read their activations from a copy in shared
     /// memory (else from global memory; the same bits). Off by default: one decode token
     /// measured 2-6% slower on olmoe-1b-7b and smollm2-1.7b, level on qwen3-8b (docs/perf.md,
@@ -472,6 +475,7 @@ impl Default for Switches {
             carveout: None,
             prefetch_max_mb: None,
             l2_ahead: 0,
+            l2_ahead_blocks: 32,
             prefetch: false,
             prefetch_l1: false,
             stage: false,
@@ -688,7 +692,8 @@ impl Switches {
             prefetch: flag(env, "FERROLM_CUDA_PREFETCH", false)?,
             prefetch_l1: flag(env, "FERROLM_CUDA_PREFETCH_L1", false)?,
             prefetch_max_mb: count(env, "FERROLM_CUDA_PREFETCH_MAX_MB", 0..=1024)?,
-            l2_ahead: count(env, "FERROLM_L2_AHEAD", 0..=2)?.unwrap_or(0),
+            l2_ahead: count(env, "FERROLM_L2_AHEAD", 0..=3)?.unwrap_or(0),
+            l2_ahead_blocks: count(env, "FERROLM_L2_AHEAD_BLOCKS", 1..=128)?.unwrap_or(32),
             stage: flag(env, "FERROLM_MMVQ_STAGE", false)?,
             split_k: flag(env, "FERROLM_MMQ_SPLIT_K", true)?,
             gemm_f16: flag(env, "FERROLM_GEMM_F16", true)?,
@@ -770,13 +775,14 @@ impl fmt::Display for Switches {
         let f32_token_warps = count_or_auto(self.gemm_f32_token_warps);
         let carveout = count_or_auto(self.carveout);
         let prefetch_max = count_or_auto(self.prefetch_max_mb);
+        let l2_blocks = self.l2_ahead_blocks.to_string();
         let timing_skip = if self.timing_skip.is_empty() {
             "none".to_owned()
         } else {
             self.timing_skip.join(",")
         };
         let norm_route_rows = count_or_auto(self.norm_route_rows);
-        let lines: [(&str, &str, &str); 89] = [
+        let lines: [(&str, &str, &str); 90] = [
             (
                 "FERROLM_CUDA_MMQ",
                 bit(self.mmq),
@@ -1046,8 +1052,13 @@ impl fmt::Display for Switches {
             ),
             (
                 "FERROLM_L2_AHEAD",
-                ["0", "1", "2"][self.l2_ahead.min(2)],
+                ["0", "1", "2", "3"][self.l2_ahead.min(3)],
                 "a kernel beside one token's step asks L2 for the next layer (1 lines, 2 bulk)",
+            ),
+            (
+                "FERROLM_L2_AHEAD_BLOCKS",
+                &l2_blocks,
+                "that kernel's blocks of one warp",
             ),
             (
                 "FERROLM_MMVQ_STAGE",

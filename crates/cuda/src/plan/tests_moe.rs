@@ -362,10 +362,17 @@ fn norm_route_cluster_where_its_rows_fit() {
 /// nothing past them.
 #[test]
 fn l2_ahead_switch() {
-    use crate::ops::L2AheadForm::{Bulk, Lines};
+    use crate::ops::L2AheadForm::{Bulk, Dry, Lines};
+    let how = |form, blocks| Some(crate::ops::L2AheadHow { form, blocks });
     assert_eq!(plan(&[]).l2_ahead(), None);
     assert_eq!(plan(&[("FERROLM_L2_AHEAD", "0")]).l2_ahead(), None);
-    assert_eq!(plan(&[("FERROLM_L2_AHEAD", "1")]).l2_ahead(), Some(Lines));
-    assert_eq!(plan(&[("FERROLM_L2_AHEAD", "2")]).l2_ahead(), Some(Bulk));
-    assert!(err(&[("FERROLM_L2_AHEAD", "3")]).contains("FERROLM_L2_AHEAD"));
+    assert_eq!(
+        plan(&[("FERROLM_L2_AHEAD", "1")]).l2_ahead(),
+        how(Lines, 32)
+    );
+    assert_eq!(plan(&[("FERROLM_L2_AHEAD", "2")]).l2_ahead(), how(Bulk, 32));
+    let dry8 = [("FERROLM_L2_AHEAD", "3"), ("FERROLM_L2_AHEAD_BLOCKS", "8")];
+    assert_eq!(plan(&dry8).l2_ahead(), how(Dry, 8));
+    assert!(err(&[("FERROLM_L2_AHEAD", "4")]).contains("FERROLM_L2_AHEAD"));
+    assert!(err(&[("FERROLM_L2_AHEAD_BLOCKS", "0")]).contains("FERROLM_L2_AHEAD_BLOCKS"));
 }
