@@ -502,7 +502,7 @@ impl CudaModel {
         read(&logits, logits.rows)
     }
 
-    /// The L2 prefetch's table and form for a captured step, where the plan takes it
+    /// The L2 prefetch's table and how it asks, for a captured step where the plan takes it
     /// (`FERROLM_L2_AHEAD`) and every layer routes; made at the first call.
     fn l2_ahead_table(&self) -> Result<Option<(&L2AheadTable, L2AheadHow)>> {
         let Some(how) = self.backend.plan().l2_ahead() else {
