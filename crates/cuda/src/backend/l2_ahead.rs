@@ -6,7 +6,7 @@
 
 use super::{CudaBackend, CudaWeight};
 use crate::error::{CudaError, DriverContext, Result};
-use crate::ops::{matrix_span, span_of, L2AheadHow, L2AheadTable};
+use crate::ops::{span_of, L2AheadHow, L2AheadTable};
 use cudarc::driver::{CudaSlice, CudaStream};
 use ferrolm_model::weights::{Ffn, LayerWeights, ModelWeights};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -66,7 +66,7 @@ fn layer_spans(l: &LayerWeights<CudaWeight>, stream: &CudaStream) -> Vec<(u64, u
         .filter_map(|w| match w {
             CudaWeight::Vector(v) => Some(span_of(v, stream)),
             CudaWeight::Router(r) => Some(span_of(&r.w, stream)),
-            CudaWeight::Matrix { mat, .. } => Some(matrix_span(mat, stream)),
+            CudaWeight::Matrix { mat, .. } => Some(span_of(&mat.data, stream)),
             CudaWeight::Absent => None,
         })
         .collect()

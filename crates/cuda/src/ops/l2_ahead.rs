@@ -6,8 +6,8 @@
 //! Contract: the same bits (nothing is read into registers). The count only times the
 //! requests: a step whose launches count otherwise leaves them early, late or not at all.
 
+use super::int;
 use super::launch::{LaunchMode, Launcher};
-use super::{int, QuantMatrix};
 use crate::device::CudaDevice;
 use crate::error::{DriverContext, Result};
 use crate::kernels::L2_AHEAD;
@@ -70,11 +70,6 @@ impl L2AheadTable {
 pub fn span_of<T>(buf: &CudaSlice<T>, stream: &CudaStream) -> (u64, u64) {
     let (addr, _) = buf.device_ptr(stream);
     (addr, (buf.len() * std::mem::size_of::<T>()) as u64)
-}
-
-/// A matrix's bytes, for [`L2AheadTable::new`].
-pub fn matrix_span(m: &QuantMatrix, stream: &CudaStream) -> (u64, u64) {
-    span_of(&m.data, stream)
 }
 
 pub struct L2Ahead {

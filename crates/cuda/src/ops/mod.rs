@@ -44,7 +44,7 @@ pub use gemm_wgmma::{
     ExpertBufs, ExpertRows, GemmWgmma, DECODE_MAX_TOKENS as F16_DECODE_MAX_ROWS, F16_SPLIT_TILES,
 };
 pub use kv_cache::{BlockTable, KvCache, KvFormat, KvPagesArg, KvPool};
-pub use l2_ahead::{matrix_span, span_of, L2Ahead, L2AheadForm, L2AheadHow, L2AheadTable};
+pub use l2_ahead::{span_of, L2Ahead, L2AheadForm, L2AheadHow, L2AheadTable};
 pub use matvec_f16::{
     MatVecF16, MatVecF16How, F16_MATVEC_CLUSTER_MAX, F16_MATVEC_MATS, F16_MATVEC_MAX_ROWS,
     F16_MATVEC_SPLIT_BLOCKS,
